@@ -1,0 +1,75 @@
+"""Where the store lives and the process-wide settings.
+
+Resolution order for the store location: ``memolab.configure(store=...)``,
+then ``$MEMOLAB_STORE``, then ``<workspace>/.memolab`` where the workspace is the
+nearest directory at or above the current one holding ``pyproject.toml`` or
+``.git`` (else the current directory itself).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional
+
+_lock = threading.Lock()
+
+VERSION_SENSITIVITIES = ("exact", "minor", "major", "ignore")
+
+
+@dataclass(frozen=True)
+class Settings:
+    store: Optional[str] = None
+    #: how much of a third-party package's version joins the code digest
+    version_sensitivity: str = "minor"
+    #: seconds between lease heartbeats; a lease is stale after ``lease_ttl``
+    heartbeat: float = 1.0
+    lease_ttl: float = 10.0
+    #: warn (True) or stay silent (False) when a result cannot be stored
+    warn_unstorable: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+_settings = Settings()
+_generation = 0  # bumped on every configure() so cached stores are dropped
+
+
+def find_workspace(start: Optional[Path] = None) -> Path:
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "pyproject.toml").exists() or (d / ".git").exists():
+            return d
+    return here
+
+
+def store_path() -> Path:
+    if _settings.store:
+        return Path(_settings.store).expanduser()
+    env = os.environ.get("MEMOLAB_STORE")
+    if env:
+        return Path(env).expanduser()
+    return find_workspace() / ".memolab"
+
+
+def settings() -> Settings:
+    return _settings
+
+
+def generation() -> int:
+    return _generation
+
+
+def configure(**changes: Any) -> Settings:
+    """Change process-wide settings, e.g. ``configure(store="/data/memo")``.
+
+    Unknown names raise ``TypeError`` so a typo never silently does nothing.
+    """
+    global _settings, _generation
+    vs = changes.get("version_sensitivity")
+    if vs is not None and vs not in VERSION_SENSITIVITIES:
+        raise ValueError(f"version_sensitivity must be one of {VERSION_SENSITIVITIES}, not {vs!r}")
+    with _lock:
+        _settings = replace(_settings, **changes)
+        _generation += 1
+    return _settings

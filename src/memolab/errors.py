@@ -1,0 +1,54 @@
+"""Exceptions and warnings raised by memolab.
+
+They live in a module of their own so that every other module can import them
+without pulling in anything heavy.
+"""
+from __future__ import annotations
+
+
+class MemolabError(Exception):
+    """Base class of every error memolab raises on its own behalf."""
+
+
+class HashError(MemolabError, TypeError):
+    """An argument (or a part of it) cannot be turned into a deterministic digest.
+
+    ``path`` names where the offending object sits inside the arguments, e.g.
+    ``args['loader'].dataset.gen``. We never fall back to a random or constant
+    key: that is how other caches return wrong results.
+    """
+
+    def __init__(self, reason: str, path: str = "", obj: object = None) -> None:
+        self.reason = reason
+        self.path = path
+        self.obj = obj
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        return f"{self.path}: {self.reason}" if self.path else self.reason
+
+    def at(self, prefix: str) -> "HashError":
+        """Return the same error with ``prefix`` put in front of its path."""
+        self.path = prefix + self.path
+        self.args = (self._message(),)
+        return self
+
+
+class StoreMiss(MemolabError):
+    """A stored result cannot be used; the caller recomputes. ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class CodeChanged(StoreMiss):
+    """A stored result refers to code (a function or class) that has since changed."""
+
+
+class CorruptBlob(StoreMiss):
+    """A blob is missing, truncated, or does not match its digest."""
+
+
+class MemolabWarning(UserWarning):
+    """Something went wrong but the caller still got a correct value."""

@@ -1,0 +1,142 @@
+"""Why did a call miss? Compare a key with the closest stored evaluation.
+
+The closest evaluation is, in order of preference: one with the same arguments
+(so only code changed), one with the same code (so only arguments changed),
+else the most recent one of the function. Each evaluation's snapshot holds
+per-argument digests and short reprs, and the digest of every code symbol it
+depended on; the sources table keeps old source so we can show a diff.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from .codegraph import CodeVersion
+    from .store import Key, Store
+
+
+@dataclass
+class Explanation:
+    fn: str
+    hit: bool
+    #: one line per reason, most important first
+    reasons: List[str] = field(default_factory=list)
+    #: unified diffs of changed code, symbol -> diff text
+    diffs: Dict[str, str] = field(default_factory=dict)
+    evaluation: Optional[int] = None
+
+    def __bool__(self) -> bool:
+        return self.hit
+
+    def __str__(self) -> str:
+        head = f"{self.fn}: {'hit' if self.hit else 'miss'}"
+        lines = [head] + [f"  - {r}" for r in self.reasons]
+        for sym, diff in self.diffs.items():
+            lines.append(f"  diff of {sym}:")
+            lines.extend("    " + ln for ln in diff.rstrip("\n").splitlines())
+        return "\n".join(lines)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Explanation":
+        return cls(d["fn"], d["hit"], list(d.get("reasons", [])), dict(d.get("diffs", {})), d.get("evaluation"))
+
+
+def _when(t: Optional[float]) -> str:
+    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "?"
+
+
+def _closest(store: "Store", key: "Key") -> Optional[Dict[str, Any]]:
+    fn, code, args, schema = key
+    idx = store.index
+    for where, params in (("args=? AND schema=?", (args, schema)), ("code=? AND schema=?", (code, schema)), ("1", ())):
+        rows = idx.evaluations(fn, where=where + " AND status='done'", params=params, limit=1)
+        if rows:
+            return rows[0]
+    return None
+
+
+def _diff(old: str, new: str, sym: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{sym} (stored)", f"{sym} (now)", n=2))
+
+
+def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False) -> Explanation:
+    fn, code, _args, schema = key
+    row = store.index.lookup(key)
+    if row is not None and not forced:
+        return Explanation(fn, True, [f"stored evaluation #{row['id']} from {_when(row['finished'])} "
+                                      f"(computed in {row['duration']:.3g}s, {row['hits']} earlier hits)"], evaluation=row["id"])
+    ex = Explanation(fn, False)
+    if forced:
+        ex.reasons.append("recomputation forced with .fresh()")
+    old = _closest(store, key)
+    if old is None:
+        ex.reasons.append("no stored evaluation of this function yet")
+        return ex
+    ex.evaluation = old["id"]
+    snap = json.loads(old["snapshot"] or "{}")
+    if old["schema"] != schema:
+        ex.reasons.append(f"key schema changed: {old['schema']} -> {schema} (a memolab upgrade)")
+    if old["code"] != code:
+        _code_reasons(store, ex, snap, cv, old["code"], code)
+    if old["args"] != _args:
+        ex.reasons.extend(_arg_reasons(snap.get("args", {}), args))
+    if row is None and old["args"] == _args and old["code"] == code and old["schema"] == schema:
+        ex.reasons.append(f"stored evaluation #{old['id']} is damaged or was removed")
+    return ex
+
+
+def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], cv: "CodeVersion", old_code: str, new_code: str) -> None:
+    old_deps: Dict[str, str] = snap.get("deps", {})
+    new_deps = cv.deps
+    changed = False
+    for sym in sorted(set(old_deps) | set(new_deps)):
+        a, b = old_deps.get(sym), new_deps.get(sym)
+        if a == b:
+            continue
+        changed = True
+        if a is None:
+            ex.reasons.append(f"new dependency `{sym}`")
+        elif b is None:
+            ex.reasons.append(f"dependency `{sym}` removed")
+        elif sym.startswith("pkg:") or sym.startswith("python:"):
+            ex.reasons.append(f"{sym[sym.index(':') + 1:]} {a} -> {b}")
+        else:
+            ex.reasons.append(f"`{sym}` changed")
+            old_src = store.index.source(a)
+            new_src = cv.sources.get(sym)
+            if old_src is not None and new_src is not None and old_src != new_src:
+                ex.diffs[sym] = _diff(old_src, new_src, sym)
+    old_v = snap.get("version")
+    new_v = new_code.partition("+v")[2] or None
+    if old_v != new_v:
+        changed = True
+        ex.reasons.append(f"version salt changed: {old_v!r} -> {new_v!r}")
+    if not changed:
+        ex.reasons.append("code digest changed")
+
+
+def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> List[str]:
+    out = []
+    for name in list(new) + [n for n in old if n not in new]:
+        a, b = old.get(name), new.get(name)
+        if a is None:
+            out.append(f"new argument {name} = {b[1]}")
+        elif b is None:
+            out.append(f"argument {name} no longer passed (was {a[1]})")
+        elif a[0] != b[0]:
+            if a[1] != b[1]:
+                out.append(f"new arguments: {name} {a[1]} -> {b[1]}")
+            else:
+                out.append(f"new arguments: {name} changed (same repr {b[1]}, different content)")
+    return out or ["new arguments"]
+
+
+def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False) -> Dict[str, Any]:
+    return explain_key(store, key, args, cv, forced=forced).to_dict()

@@ -1,0 +1,309 @@
+"""The ``@memo`` decorator: key a call, look it up, compute on a miss, store.
+
+Data flows one way: bound arguments → key (function symbol, code digest,
+argument digest, schema) → store → result. A hit in the same process is an
+argument hash plus an unpickle from memory; a hit in a new process reads the
+index and the blobs; a miss computes under a per-key lease so concurrent
+callers compute it once.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import reprlib
+import sys
+import time
+import warnings
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
+
+from . import codegraph, config, hashing
+from .errors import MemolabWarning, StoreMiss
+from .explain import Explanation, explain_key, miss_record
+from .store import Key, Store, get_store, runtime_info
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_repr = reprlib.Repr()
+_repr.maxstring = 80
+_repr.maxother = 80
+_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 8
+_repr.maxlevel = 3
+
+
+def short_repr(obj: Any) -> str:
+    try:
+        return _repr.repr(obj)
+    except Exception:
+        return f"<{type(obj).__qualname__}>"
+
+
+class MemoFunction:
+    """A memoized function. Call it like the original; see ``explain``, ``fresh``, ``clear``."""
+
+    def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
+                 deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None) -> None:
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(
+                f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
+                "no single result to store. Return a list (or another container) instead.")
+        if not callable(fn):
+            raise TypeError(f"@memo needs a function, got {type(fn).__qualname__}")
+        self.fn = fn
+        self.signature = inspect.signature(fn)
+        unknown = [n for n in ignore if n not in self.signature.parameters]
+        if unknown:
+            raise TypeError(f"@memo(ignore=...) names {unknown} which are not parameters of {fn.__qualname__}")
+        self.ignore = frozenset(ignore)
+        self.version = None if version is None else str(version)
+        self.deps = tuple(deps)
+        self.symbol = codegraph.symbol_of(fn)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._store_path = store
+        self._store_cache: Tuple[Any, Optional[Store]] = (None, None)
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<memo {self.symbol}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return _BoundMemo(self, obj)
+
+    # -- key -------------------------------------------------------------------------
+    def store(self) -> Store:
+        # The default store follows the working directory and the settings; the pid
+        # is in the cache key because a forked child must not share our connections.
+        if self._store_path is not None:
+            where: Any = (self._store_path, os.getpid())
+        else:
+            where = (config.generation(), os.environ.get("MEMOLAB_STORE"), os.getcwd(), os.getpid())
+        cached, store = self._store_cache
+        if cached != where or store is None:
+            store = get_store(self._store_path)
+            self._store_cache = (where, store)
+        return store
+
+    def code_version(self) -> codegraph.CodeVersion:
+        return codegraph.function_code(self.fn, self.deps)
+
+    def _code_digest(self, cv: codegraph.CodeVersion) -> str:
+        return cv.digest if self.version is None else f"{cv.digest}+v{self.version}"
+
+    def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> inspect.BoundArguments:
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.fn.__qualname__}(): {e}") from None
+        bound.apply_defaults()
+        return bound
+
+    def key(self, *args: Any, **kwargs: Any) -> Key:
+        """The store key this call would use (function, code digest, argument digest, schema)."""
+        return self._key(self.bind(args, kwargs))[0]
+
+    def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion]:
+        cv = self.code_version()
+        named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
+        args_digest, per_arg = hashing.hash_arguments(named)
+        return (self.symbol, self._code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv
+
+    # -- calling ---------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return self._call_async(args, kwargs, force=False)
+        return self._call(args, kwargs, force=False)
+
+    def fresh(self, *args: Any, **kwargs: Any) -> Any:
+        """Recompute this call and overwrite what is stored."""
+        if self.is_async:
+            return self._call_async(args, kwargs, force=True)
+        return self._call(args, kwargs, force=True)
+
+    def _call(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
+        bound = self.bind(args, kwargs)
+        key, per_arg, cv = self._key(bound)
+        store = self.store()
+        if not force:
+            found, value = store.load_from_memory(key)
+            if found:
+                return value
+        owner = store.owner_id()
+        while True:
+            state, row = store.acquire(key, owner, force)
+            if state == "hit":
+                found, value = self._load(store, key, row)
+                if found:
+                    return value
+                continue
+            t0 = time.time()
+            self._before_compute(store, key, bound, per_arg, cv, force)
+            try:
+                value = self.fn(*bound.args, **bound.kwargs)
+            except BaseException:
+                store.release(key, owner)
+                raise
+            self._save(store, key, owner, value, bound, per_arg, cv, t0)
+            return value
+
+    async def _call_async(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
+        bound = self.bind(args, kwargs)
+        key, per_arg, cv = self._key(bound)
+        store = self.store()
+        if not force:
+            found, value = store.load_from_memory(key)
+            if found:
+                return value
+        import asyncio  # imported here: asyncio alone costs 30 ms of `import memolab`
+
+        task = asyncio.current_task()
+        owner = f"{store.owner_id()}:{id(task)}"
+        delay = 0.01
+        while True:
+            state, row = store.try_acquire(key, owner, force)
+            if state == "wait":
+                await asyncio.sleep(delay)  # never block the event loop while another process computes
+                delay = min(delay * 1.5, 0.25)
+                continue
+            if state == "hit":
+                found, value = self._load(store, key, row)
+                if found:
+                    return value
+                continue
+            t0 = time.time()
+            self._before_compute(store, key, bound, per_arg, cv, force)
+            try:
+                value = await self.fn(*bound.args, **bound.kwargs)
+            except BaseException:
+                store.release(key, owner)
+                raise
+            self._save(store, key, owner, value, bound, per_arg, cv, t0)
+            return value
+
+    def _load(self, store: Store, key: Key, row: Dict[str, Any]) -> Tuple[bool, Any]:
+        try:
+            value = store.load(key, row)
+        except StoreMiss as e:
+            warnings.warn(f"{self.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
+                          MemolabWarning, stacklevel=4)
+            store.mark_corrupt(key, row)
+            return False, None
+        store.count_hit(row["id"])
+        return True, value
+
+    def _before_compute(self, store: Store, key: Key, bound: inspect.BoundArguments, per_arg: Dict[str, str],
+                        cv: codegraph.CodeVersion, force: bool) -> None:
+        try:
+            record = miss_record(store, key, self._arg_snapshot(bound, per_arg), cv, forced=force)
+            store.index.record_miss(self.symbol, record)
+        except Exception:  # explaining must never stop the computation
+            pass
+
+    def _arg_snapshot(self, bound: inspect.BoundArguments, per_arg: Dict[str, str]) -> Dict[str, List[str]]:
+        return {n: [d, short_repr(bound.arguments[n])] for n, d in per_arg.items()}
+
+    def _save(self, store: Store, key: Key, owner: str, value: Any, bound: inspect.BoundArguments,
+              per_arg: Dict[str, str], cv: codegraph.CodeVersion, t0: float) -> None:
+        t1 = time.time()
+        info = runtime_info()
+        snapshot = {
+            "deps": cv.deps,
+            "args": self._arg_snapshot(bound, per_arg),
+            "ignored": sorted(self.ignore),
+            "version": self.version,
+            "result": short_repr(value),
+        }
+        sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
+        fields = {
+            "started": t0, "finished": t1, "duration": t1 - t0,
+            "host": info["host"], "python": info["python"],
+            "versions": _json({"memolab": info["memolab"], **_loaded_versions()}),
+            "snapshot": _json(snapshot),
+        }
+        try:
+            store.save(key, owner, value, fields, sources)
+        except Exception as e:
+            store.release(key, owner)
+            from .pickling import find_unpicklable
+
+            path, reason = find_unpicklable(value)
+            where = f" at {path}" if path else ""
+            if config.settings().warn_unstorable:
+                warnings.warn(f"{self.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
+                              "but the next call will recompute it.", MemolabWarning, stacklevel=4)
+
+    # -- inspection ------------------------------------------------------------------
+    def explain(self, *args: Any, **kwargs: Any) -> Explanation:
+        """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
+        bound = self.bind(args, kwargs)
+        key, per_arg, cv = self._key(bound)
+        return explain_key(self.store(), key, self._arg_snapshot(bound, per_arg), cv)
+
+    def clear(self) -> int:
+        """Forget every stored evaluation of this function; returns how many."""
+        return self.store().clear(self.symbol)
+
+    def evaluations(self) -> List[Dict[str, Any]]:
+        return self.store().index.evaluations(self.symbol)
+
+
+class _BoundMemo:
+    """``obj.method`` for a memoized method: ``self`` is an argument like any other."""
+
+    __slots__ = ("_memo", "_obj")
+
+    def __init__(self, memo_fn: MemoFunction, obj: Any) -> None:
+        self._memo = memo_fn
+        self._obj = obj
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._memo(self._obj, *args, **kwargs)
+
+    def fresh(self, *args: Any, **kwargs: Any) -> Any:
+        return self._memo.fresh(self._obj, *args, **kwargs)
+
+    def explain(self, *args: Any, **kwargs: Any) -> Explanation:
+        return self._memo.explain(self._obj, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._memo, name)
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+def _loaded_versions() -> Dict[str, str]:
+    out = {}
+    for name in ("numpy", "torch"):
+        m = sys.modules.get(name)
+        if m is not None:
+            out[name] = getattr(m, "__version__", "?")
+    return out
+
+
+@overload
+def memo(fn: F) -> F: ...
+@overload
+def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
+         store: Union[None, str, os.PathLike] = ...) -> Callable[[F], F]: ...
+
+
+def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
+         deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None) -> Any:
+    """Persistently memoize ``fn``.
+
+    ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
+    ``version``: a manual salt; bump it to invalidate every stored result.
+    ``deps``: extra code the function depends on that static analysis cannot see.
+    ``store``: a store directory for this function only.
+    """
+    def wrap(f: Callable[..., Any]) -> Any:
+        return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store)
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

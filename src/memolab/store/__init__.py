@@ -1,0 +1,249 @@
+"""The store: an index of evaluations plus content-addressed blobs.
+
+The embedded default is an SQLite file (``index.sqlite``) and a blob folder
+under one directory. ``Store`` is the only thing the memo layer talks to, so a
+team backend (a server database and object storage) can replace both halves
+without touching callers.
+
+Single flight: a missing key is computed by exactly one process. The first to
+``claim`` it holds a lease and heart-beats it from a background thread; the
+others wait and then read the stored result. If the owner dies, its heartbeat
+stops, the lease goes stale after ``lease_ttl`` seconds and a waiter takes over.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import platform
+import sys
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import config
+from ..errors import CorruptBlob, StoreMiss
+from .blobs import BlobFolder, digest_bytes
+from .sqlite import Index, Key, host_name
+
+__all__ = ["Store", "get_store", "Key", "digest_bytes"]
+
+_MEMORY_ENTRIES = 4096
+_MEMORY_BYTES = 256 << 20
+_HIT_FLUSH_SECONDS = 2.0
+
+
+class Store:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.index = Index(self.root / "index.sqlite")
+        self.blobs = BlobFolder(self.root, self.index.get_stamp, self.index.set_stamp)
+        self.owner = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._held: Dict[Tuple[Key, str], int] = {}
+        self._held_lock = threading.Lock()
+        self._beat: Optional[threading.Thread] = None
+        self._beat_stop = threading.Event()
+        # key -> (row, payload, buffers): a hit in this process costs an unpickle, not I/O
+        self._memory: "OrderedDict[Key, Tuple[Dict[str, Any], bytes, List[Any]]]" = OrderedDict()
+        self._memory_bytes = 0
+        self._memory_lock = threading.Lock()
+        self._hits: Dict[int, Tuple[int, float]] = {}
+        self._hits_flushed = time.monotonic()
+        atexit.register(self.flush_hits)
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    # -- leases ------------------------------------------------------------------------
+    def owner_id(self) -> str:
+        """Lease owner: per thread, so two threads of one process also single-flight."""
+        return f"{self.owner}:{threading.get_ident()}"
+
+    def try_acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """One attempt: ('hit', row), ('owner', None) or ('wait', None)."""
+        state, row = self.index.claim(key, owner, config.settings().lease_ttl, force)
+        if state == "owner":
+            self._hold(key, owner)
+        return state, row
+
+    def acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """Block until the key is stored ('hit', row) or we own its lease ('owner', None)."""
+        delay = 0.01
+        while True:
+            state, row = self.try_acquire(key, owner, force)
+            if state != "wait":
+                return state, row
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)
+
+    def _hold(self, key: Key, owner: str) -> None:
+        with self._held_lock:
+            self._held[(key, owner)] = self._held.get((key, owner), 0) + 1
+            if self._beat is None or not self._beat.is_alive():
+                self._beat_stop.clear()
+                self._beat = threading.Thread(target=self._heartbeat_loop, name="memolab-heartbeat", daemon=True)
+                self._beat.start()
+
+    def _unhold(self, key: Key, owner: str) -> None:
+        with self._held_lock:
+            n = self._held.get((key, owner), 0) - 1
+            if n <= 0:
+                self._held.pop((key, owner), None)
+            else:
+                self._held[(key, owner)] = n
+
+    def _heartbeat_loop(self) -> None:
+        while not self._beat_stop.wait(config.settings().heartbeat):
+            with self._held_lock:
+                held = list(self._held)
+                if not held:
+                    self._beat = None
+                    return
+            try:
+                self.index.heartbeat(held)
+            except Exception:  # a busy database must not kill the heartbeat
+                pass
+
+    def release(self, key: Key, owner: str) -> None:
+        """Give up a lease without storing (the function raised)."""
+        self._unhold(key, owner)
+        self.index.release(key, owner)
+
+    # -- results -----------------------------------------------------------------------
+    def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
+        """Serialise and store ``value``; raises whatever pickling raises (nothing is recorded then)."""
+        from .. import pickling
+
+        payload, buffers = pickling.dumps(value)
+        pd, psize = self.blobs.put(payload)
+        refs = [self.blobs.put(b) for b in buffers]
+        fields = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(refs),
+                      size=psize + sum(s for _, s in refs))
+        eval_id = self.index.record(key, owner, fields, sources)
+        self._unhold(key, owner)
+        return eval_id
+
+    def load(self, key: Key, row: Dict[str, Any]) -> Any:
+        """The stored value of ``row``; ``StoreMiss`` if it cannot be loaded faithfully."""
+        from .. import pickling
+
+        payload = self.blobs.get(row["payload"], row["payload_size"], verify="always")
+        buffers = [self.blobs.get(d, size, mapped=True) for d, size in json.loads(row["buffers"] or "[]")]
+        value = pickling.loads(payload, buffers)
+        self._remember(key, row, bytes(payload), buffers)
+        return value
+
+    def load_from_memory(self, key: Key) -> Tuple[bool, Any]:
+        with self._memory_lock:
+            entry = self._memory.get(key)
+            if entry is None:
+                return False, None
+            self._memory.move_to_end(key)
+        row, payload, buffers = entry
+        from .. import pickling
+
+        value = pickling.loads(payload, buffers)
+        self.count_hit(row["id"])
+        return True, value
+
+    def _remember(self, key: Key, row: Dict[str, Any], payload: bytes, buffers: List[Any]) -> None:
+        with self._memory_lock:
+            old = self._memory.pop(key, None)
+            if old is not None:
+                self._memory_bytes -= len(old[1])
+            self._memory[key] = (row, payload, buffers)
+            self._memory_bytes += len(payload)
+            while self._memory and (len(self._memory) > _MEMORY_ENTRIES or self._memory_bytes > _MEMORY_BYTES):
+                _, (_, p, _) = self._memory.popitem(last=False)
+                self._memory_bytes -= len(p)
+
+    def forget(self, fn: Optional[str] = None) -> None:
+        """Drop in-process copies (of one function, or all)."""
+        with self._memory_lock:
+            for k in [k for k in self._memory if fn is None or k[0] == fn]:
+                self._memory_bytes -= len(self._memory.pop(k)[1])
+
+    def mark_corrupt(self, key: Key, row: Dict[str, Any]) -> None:
+        self.forget_key(key)
+        self.index.mark_corrupt(row["id"])
+
+    def forget_key(self, key: Key) -> None:
+        with self._memory_lock:
+            old = self._memory.pop(key, None)
+            if old is not None:
+                self._memory_bytes -= len(old[1])
+
+    # -- hit counting (batched: a hit must not cost a database write) ---------------------
+    def count_hit(self, eval_id: int) -> None:
+        n, _ = self._hits.get(eval_id, (0, 0.0))
+        self._hits[eval_id] = (n + 1, time.time())
+        if time.monotonic() - self._hits_flushed > _HIT_FLUSH_SECONDS:
+            self.flush_hits()
+
+    def flush_hits(self) -> None:
+        hits, self._hits = self._hits, {}
+        self._hits_flushed = time.monotonic()
+        if hits:
+            try:
+                self.index.add_hits(hits)
+            except Exception:
+                pass  # counts are advisory; never fail a call over them
+
+    # -- maintenance ---------------------------------------------------------------------
+    def clear(self, fn: Optional[str] = None) -> int:
+        self.forget(fn)
+        n = self.index.clear(fn)
+        self.collect_garbage()
+        return n
+
+    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
+        """Delete blobs no evaluation refers to: (count, bytes)."""
+        refs = self.index.referenced_blobs()
+        count = size = 0
+        dead = []
+        for d in self.blobs:
+            if d not in refs:
+                count += 1
+                size += self.blobs.size(d)
+                dead.append(d)
+        if not dead and not dry_run:
+            self.blobs.clean_tmp()
+            return 0, 0
+        if not dry_run:
+            for d in dead:
+                self.blobs.delete(d)
+            self.index.drop_stamps(dead)
+            self.blobs.clean_tmp()
+        return count, size
+
+
+_stores: Dict[Tuple[str, int], Store] = {}
+_stores_lock = threading.Lock()
+
+
+def get_store(path: Optional[os.PathLike] = None) -> Store:
+    """The store for ``path`` (default: the configured one), shared per process."""
+    p = Path(path) if path is not None else config.store_path()
+    k = (str(p.resolve()) if p.exists() else str(p.absolute()), os.getpid())
+    s = _stores.get(k)
+    if s is None:
+        with _stores_lock:
+            s = _stores.get(k)
+            if s is None:
+                s = _stores[k] = Store(p)
+    return s
+
+
+def runtime_info() -> Dict[str, Any]:
+    from .. import __version__
+
+    return {
+        "host": host_name(),
+        "python": platform.python_version(),
+        "memolab": __version__,
+        "platform": sys.platform,
+    }

@@ -1,0 +1,193 @@
+"""Content-addressed blob files.
+
+A blob is named by the BLAKE3 digest of its bytes and written the only way that
+survives a crash: into a temporary file in the same file system, fsynced,
+renamed over its final name, and the directory fsynced. Readers never see a
+partial blob under a final name; a blob that is nonetheless damaged (a disk
+error, a hand edit) fails verification and is moved to ``quarantine/``.
+
+Verification of large blobs: hashing 1 GiB on every load would make a
+memory-mapped load cost a second. A blob that verified once gets a stamp
+(size, mtime_ns, inode), as git's index does; a later load whose ``stat``
+matches the stamp skips re-hashing. ``memolab doctor`` re-hashes everything.
+Pickle payloads are always verified in full: they run code when loaded.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Dict, Iterator, Optional, Tuple, Union
+
+import blake3
+
+from ..errors import CorruptBlob
+
+Buffer = Union[bytes, bytearray, memoryview]
+_PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
+
+
+def digest_bytes(data: Buffer) -> str:
+    mv = memoryview(data)
+    if mv.nbytes >= _PARALLEL_MIN:
+        return blake3.blake3(mv, max_threads=blake3.blake3.AUTO).hexdigest()
+    return blake3.blake3(mv).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+Stamp = Tuple[int, int, int]  # size, mtime_ns, inode
+
+
+class BlobFolder:
+    """Blobs under ``root/blobs/ab/cdef…``; ``root/tmp`` and ``root/quarantine`` beside."""
+
+    def __init__(self, root: Path,
+                 get_stamp: Callable[[str], Optional[Stamp]] = lambda d: None,
+                 set_stamp: Callable[[str, Stamp], None] = lambda d, s: None) -> None:
+        self.root = Path(root)
+        self.dir = self.root / "blobs"
+        self.tmp = self.root / "tmp"
+        self.quarantine_dir = self.root / "quarantine"
+        for d in (self.dir, self.tmp):
+            d.mkdir(parents=True, exist_ok=True)
+        self._get_stamp = get_stamp
+        self._set_stamp = set_stamp
+
+    def path(self, digest: str) -> Path:
+        return self.dir / digest[:2] / digest[2:]
+
+    @staticmethod
+    def _stamp(st: os.stat_result) -> Stamp:
+        return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+    def put(self, data: Buffer, digest: Optional[str] = None) -> Tuple[str, int]:
+        """Store ``data``; returns (digest, size). Existing intact blobs are reused."""
+        mv = memoryview(data).cast("B") if memoryview(data).ndim != 1 or memoryview(data).format != "B" else memoryview(data)
+        digest = digest or digest_bytes(mv)
+        size = mv.nbytes
+        final = self.path(digest)
+        try:
+            st = final.stat()
+            if st.st_size == size and self._get_stamp(digest) == self._stamp(st):
+                return digest, size  # deduplicated: the same bytes are already here
+        except FileNotFoundError:
+            pass
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.tmp / f"{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            view = mv
+            while view.nbytes:
+                n = os.write(fd, view[: 1 << 30])
+                view = view[n:]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+        self._set_stamp(digest, self._stamp(final.stat()))
+        return digest, size
+
+    def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp") -> Buffer:
+        """Read a blob. ``verify='always'`` re-hashes; ``'stamp'`` trusts a matching stamp.
+
+        Raises ``CorruptBlob`` (a miss) when the blob is missing, has the wrong
+        size or does not match its digest; a damaged blob is quarantined.
+        """
+        p = self.path(digest)
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:
+            raise CorruptBlob(f"blob {digest[:12]} is missing") from None
+        try:
+            st = os.fstat(fd)
+            if st.st_size != size:
+                self.quarantine(digest)
+                raise CorruptBlob(f"blob {digest[:12]} has {st.st_size} bytes, expected {size}")
+            if size == 0:
+                data: Buffer = b""
+            elif mapped:
+                data = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+            else:
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    data = f.read()
+            if verify == "always" or self._get_stamp(digest) != self._stamp(st):
+                if digest_bytes(data) != digest:
+                    self.quarantine(digest)
+                    raise CorruptBlob(f"blob {digest[:12]} does not match its digest")
+                self._set_stamp(digest, self._stamp(st))
+            return data
+        finally:
+            os.close(fd)
+
+    def verify(self, digest: str) -> Optional[str]:
+        """Re-hash one blob in full; returns a problem description or None."""
+        p = self.path(digest)
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            return "missing"
+        try:
+            data = self.get(digest, st.st_size, mapped=True, verify="always")
+            del data
+        except CorruptBlob as e:
+            return e.reason
+        return None
+
+    def quarantine(self, digest: str) -> None:
+        p = self.path(digest)
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(p, self.quarantine_dir / f"{digest}.{int(time.time())}")
+        except FileNotFoundError:
+            pass
+
+    def delete(self, digest: str) -> None:
+        try:
+            self.path(digest).unlink()
+        except FileNotFoundError:
+            pass
+
+    def size(self, digest: str) -> int:
+        try:
+            return self.path(digest).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def __iter__(self) -> Iterator[str]:
+        if not self.dir.exists():
+            return
+        for sub in sorted(self.dir.iterdir()):
+            if sub.is_dir() and len(sub.name) == 2:
+                for f in sorted(sub.iterdir()):
+                    yield sub.name + f.name
+
+    def clean_tmp(self, older_than: float = 3600.0) -> int:
+        """Remove temporary files left by crashed writers."""
+        n = 0
+        now = time.time()
+        for f in self.tmp.iterdir():
+            try:
+                if now - f.stat().st_mtime > older_than:
+                    f.unlink()
+                    n += 1
+            except FileNotFoundError:
+                pass
+        return n

@@ -1,0 +1,75 @@
+"""Shared fixtures.
+
+``tmp_store`` points memolab at a fresh store for one test. ``project`` builds a
+small project on disk and runs its scripts in fresh interpreters, which is how
+the end-to-end tests prove a cache survives the process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+
+import memolab
+from memolab import config
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture
+def tmp_store(tmp_path, monkeypatch):
+    """A fresh store for this test, used by every @memo function that has no store of its own."""
+    path = tmp_path / "store"
+    monkeypatch.setenv("MEMOLAB_STORE", str(path))
+    old = config.settings()
+    memolab.configure(store=str(path))
+    yield path
+    memolab.configure(store=old.store)
+
+
+class Project:
+    """A throw-away project directory with its own store; scripts run in fresh processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.store = root / ".memolab"
+        (root / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
+
+    def write(self, rel: str, text: str) -> Path:
+        p = self.root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+        # Python caches bytecode by mtime (1 s resolution on some systems): make
+        # sure an edit within the same second is never served stale bytecode.
+        for pyc in self.root.rglob("__pycache__"):
+            for f in pyc.iterdir():
+                f.unlink()
+        return p
+
+    def run(self, *args: str, env: Optional[Dict[str, str]] = None, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        e = dict(os.environ)
+        e["PYTHONPATH"] = os.pathsep.join([SRC, str(self.root)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+        e["MEMOLAB_STORE"] = str(self.store)
+        e["PYTHONDONTWRITEBYTECODE"] = "1"
+        e.update(env or {})
+        cp = subprocess.run([sys.executable, *args], cwd=self.root, env=e, capture_output=True, text=True, timeout=timeout)
+        if check and cp.returncode != 0:
+            raise AssertionError(f"{args} failed ({cp.returncode}):\nstdout:\n{cp.stdout}\nstderr:\n{cp.stderr}")
+        return cp
+
+    def run_json(self, *args: str, **kw) -> dict:
+        """Run a script whose last stdout line is JSON."""
+        cp = self.run(*args, **kw)
+        return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return Project(tmp_path / "proj")
