@@ -106,7 +106,12 @@ def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], cv: "Co
         elif b is None:
             ex.reasons.append(f"dependency `{sym}` removed")
         elif sym.startswith("pkg:") or sym.startswith("python:"):
-            ex.reasons.append(f"{sym[sym.index(':') + 1:]} {a} -> {b}")
+            # full versions are recorded; only the part the sensitivity keeps can cause a miss
+            from .codegraph.origins import truncate
+
+            sens = getattr(cv, "sensitivity", "exact")
+            if truncate(a, sens) != truncate(b, sens):
+                ex.reasons.append(f"{sym[sym.index(':') + 1:]} {a} -> {b}")
         else:
             ex.reasons.append(f"`{sym}` changed")
             old_src = store.index.source(a)

@@ -42,7 +42,8 @@ class MemoFunction:
     """A memoized function. Call it like the original; see ``explain``, ``fresh``, ``clear``."""
 
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
-                 deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None) -> None:
+                 deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
+                 version_sensitivity: Optional[str] = None) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -57,6 +58,10 @@ class MemoFunction:
         self.ignore = frozenset(ignore)
         self.version = None if version is None else str(version)
         self.deps = tuple(deps)
+        if version_sensitivity is not None and version_sensitivity not in config.VERSION_SENSITIVITIES:
+            raise ValueError(f"version_sensitivity must be one of {config.VERSION_SENSITIVITIES}, "
+                             f"not {version_sensitivity!r}")
+        self.version_sensitivity = version_sensitivity
         self.symbol = codegraph.symbol_of(fn)
         self.is_async = inspect.iscoroutinefunction(fn)
         self._store_path = store
@@ -86,7 +91,7 @@ class MemoFunction:
         return store
 
     def code_version(self) -> codegraph.CodeVersion:
-        return codegraph.function_code(self.fn, self.deps)
+        return codegraph.function_code(self.fn, self.deps, self.version_sensitivity)
 
     def _code_digest(self, cv: codegraph.CodeVersion) -> str:
         return cv.digest if self.version is None else f"{cv.digest}+v{self.version}"
@@ -289,20 +294,24 @@ def _loaded_versions() -> Dict[str, str]:
 def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
-         store: Union[None, str, os.PathLike] = ...) -> Callable[[F], F]: ...
+         store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
-         deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None) -> Any:
+         deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
+         version_sensitivity: Optional[str] = None) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
     ``version``: a manual salt; bump it to invalidate every stored result.
     ``deps``: extra code the function depends on that static analysis cannot see.
     ``store``: a store directory for this function only.
+    ``version_sensitivity``: how much of third-party package versions joins the key
+    (``exact|minor|major|ignore``); defaults to ``configure(version_sensitivity=...)``.
     """
     def wrap(f: Callable[..., Any]) -> Any:
-        return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store)
+        return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
+                            version_sensitivity=version_sensitivity)
 
     if fn is not None:
         return wrap(fn)

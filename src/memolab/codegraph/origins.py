@@ -1,0 +1,127 @@
+"""Where a module comes from: the user's code, a third-party distribution, or the stdlib.
+
+User code is hashed by its source; a distribution by its name and version (from
+``importlib.metadata``); the standard library by the Python version. The rule
+is by file location, not by name: a module whose file lies in a
+``site-packages``/``dist-packages`` folder belongs to a distribution; the stdlib
+is what ``sys.stdlib_module_names`` names *and* lives in the interpreter's own
+library folder (so a user's ``code.py`` is still user code); everything else
+(the workspace, ``PYTHONPATH`` folders, editable installs whose files live in
+the source tree) is user code. memolab itself is left out: its key schema says
+when its own changes matter.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import sysconfig
+from typing import Dict, Optional, Tuple
+
+USER, PACKAGE, STDLIB, SKIP = "user", "pkg", "stdlib", "skip"
+
+Origin = Tuple[str, str, str]  # (kind, dependency symbol, full version)
+
+_STDLIB_DIRS = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"),
+                                                             sysconfig.get_paths().get("platstdlib")) if p})
+_SITE_PARTS = ("site-packages", "dist-packages")
+PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
+
+_cache: Dict[Tuple[str, Optional[str]], Origin] = {}
+_dists: Optional[Dict[str, list]] = None
+_versions: Dict[str, Tuple[str, str]] = {}
+
+
+def module_origin(name: Optional[str], filename: Optional[str]) -> Origin:
+    """Classify module ``name`` whose code lives in ``filename`` (cached per pair)."""
+    key = (name or "", filename)
+    hit = _cache.get(key)
+    if hit is None:
+        hit = _cache[key] = _classify(name or "", filename)
+    return hit
+
+
+def _classify(name: str, filename: Optional[str]) -> Origin:
+    top = name.split(".", 1)[0]
+    if top == "memolab":
+        return (SKIP, "", "")
+    if top in ("__main__", "__mp_main__"):
+        return (USER, "", "")
+    if filename and not filename.startswith("<"):
+        real = os.path.realpath(filename)
+        if top in sys.stdlib_module_names and real.startswith(_STDLIB_DIRS) and not _in_site(real):
+            return (STDLIB, "python:stdlib", PYTHON_VERSION)
+        if _in_site(real):
+            dist, version = distribution_of(top)
+            return (PACKAGE, f"pkg:{dist}", version)
+        return (USER, "", "")
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names or top in ("builtins", ""):
+        return (STDLIB, "python:stdlib", PYTHON_VERSION)
+    if filename and filename.startswith("<"):
+        # code compiled from a string by a user module (exec, IPython cells, python -c)
+        return (USER, "", "")
+    dist, version = distribution_of(top)
+    return (PACKAGE, f"pkg:{dist}", version)
+
+
+def _in_site(path: str) -> bool:
+    parts = path.split(os.sep)
+    return any(p in _SITE_PARTS for p in parts)
+
+
+def distribution_of(top: str) -> Tuple[str, str]:
+    """(distribution name, version) that provides top-level import name ``top``."""
+    hit = _versions.get(top)
+    if hit is not None:
+        return hit
+    from importlib import metadata
+
+    dist_name, version = top, "unknown"
+    try:
+        # fast path: most distributions are named like their import package
+        d = metadata.distribution(top)
+        dist_name, version = d.metadata["Name"] or top, d.version
+    except Exception:
+        global _dists
+        if _dists is None:
+            try:
+                _dists = metadata.packages_distributions()
+            except Exception:
+                _dists = {}
+        names = sorted(_dists.get(top, []))
+        if names:
+            dist_name = names[0]
+            try:
+                version = metadata.version(dist_name)
+            except Exception:
+                pass
+        else:
+            mod = sys.modules.get(top)
+            version = str(getattr(mod, "__version__", "unknown"))
+    hit = _versions[top] = (dist_name, version)
+    return hit
+
+
+_VERSION = re.compile(r"(\d+)(?:\.(\d+))?")
+
+
+def truncate(version: str, sensitivity: str) -> str:
+    """The part of ``version`` that joins a key under ``sensitivity`` (exact|minor|major|ignore)."""
+    if sensitivity == "exact":
+        return version
+    if sensitivity == "ignore":
+        return "*"
+    m = _VERSION.match(version)
+    if not m:
+        return version
+    if sensitivity == "major":
+        return m.group(1)
+    return f"{m.group(1)}.{m.group(2) or 0}"
+
+
+def clear() -> None:
+    """Forget cached classifications and versions (tests install fake distributions)."""
+    global _dists
+    _cache.clear()
+    _versions.clear()
+    _dists = None
