@@ -32,10 +32,12 @@ _repr.maxlevel = 3
 
 
 def short_repr(obj: Any) -> str:
+    """A one-line, bounded repr for tables and explanations."""
     try:
-        return _repr.repr(obj)
+        text = _repr.repr(obj)
     except Exception:
         return f"<{type(obj).__qualname__}>"
+    return " ".join(text.split())
 
 
 class MemoFunction:
