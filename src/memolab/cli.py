@@ -303,7 +303,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 @command("doctor", "verify every blob against its digest; quarantine damaged ones")
 def cmd_doctor(args: argparse.Namespace) -> int:
     store = _store(args)
-    refs = store.index.referenced_blobs()
+    refs = store.index.referenced_blobs(only_done=True)
     checked = bad = 0
     affected: Dict[int, List[str]] = {}
     problems = []

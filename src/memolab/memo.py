@@ -275,7 +275,7 @@ class _BoundMemo:
 def _json(obj: Any) -> str:
     import json
 
-    return json.dumps(obj, sort_keys=True, default=str)
+    return json.dumps(obj, default=str)  # insertion order: arguments stay in signature order
 
 
 def _loaded_versions() -> Dict[str, str]:
