@@ -276,3 +276,43 @@ def test_configure_rejects_unknown_settings():
         memolab.configure(nonsense=1)
     with pytest.raises(ValueError):
         memolab.configure(version_sensitivity="sometimes")
+
+
+def test_numpy_results_load_memory_mapped(tmp_store):
+    import mmap
+
+    @memo
+    def make():
+        return np.ones(1_000_000)
+
+    make()
+    make.store().forget()  # drop the in-process copy: load from the store
+    out = make()
+    base = out
+    while isinstance(getattr(base, "base", None), np.ndarray):
+        base = base.base
+    buf = base.base
+    assert isinstance(buf, memoryview) and isinstance(buf.obj, mmap.mmap)
+
+
+def test_missing_blob_is_a_miss_that_recomputes_and_repairs(tmp_store):
+    runs = Counter()
+
+    @memo
+    def f():
+        runs()
+        return np.arange(100_000)
+
+    f()
+    store = f.store()
+    for d in list(store.blobs):
+        store.blobs.path(d).unlink()
+    store.forget()
+    with pytest.warns(MemolabWarning, match="missing"):
+        assert f()[-1] == 99_999
+    assert runs.n == 2
+    store.forget()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert f()[-1] == 99_999  # repaired: a clean hit
+    assert runs.n == 2
