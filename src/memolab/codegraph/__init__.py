@@ -18,9 +18,11 @@ from __future__ import annotations
 import builtins
 import inspect
 import linecache
+import operator
 import os
 import reprlib
 import sys
+import textwrap
 import threading
 import types
 import warnings
@@ -30,9 +32,9 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import xxhash
 
-from . import origins
-from .origins import PACKAGE, SKIP, STDLIB, USER
-from .scopes import Analysis, FileIndex, digest_text, normalized_dump
+from . import bytecode, dictversion, origins
+from .origins import SKIP, STDLIB, USER
+from .bytecode import digest_text
 
 CODE_SCHEMA = "c2"
 
@@ -61,40 +63,23 @@ def symbol_of(obj: Any) -> str:
 
 
 def normalized_source(src: str) -> str:
-    """The AST dump of ``src`` without docstrings, positions or comments."""
+    """The AST dump of ``src`` without docstrings, positions or comments (what a digest ignores)."""
     import ast
-    import textwrap
 
-    return normalized_dump(ast.parse(textwrap.dedent(src)))
+    tree = ast.parse(textwrap.dedent(src))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
 
 
 # -- where code lives ----------------------------------------------------------------
 
 _MISSING = object()
-_files: Dict[str, Tuple[Any, Optional[FileIndex]]] = {}
 _warned: set = set()
-
-
-def _file_index(filename: str, spec: Any) -> Optional[FileIndex]:
-    """The parsed file, re-read only when its module was reloaded (its ``__spec__`` changed).
-
-    Reading the file again on every analysis would be wrong as well as slow: a
-    file edited on disk while the old module is still loaded must keep the
-    digest of the code that actually runs.
-    """
-    hit = _files.get(filename)
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    linecache.checkcache(filename)
-    lines = linecache.getlines(filename)
-    idx: Optional[FileIndex] = None
-    if lines:
-        try:
-            idx = FileIndex("".join(lines))
-        except (SyntaxError, ValueError):
-            idx = None
-    _files[filename] = (spec, idx)
-    return idx
 
 
 def _form(ns: Dict[str, Any]) -> str:
@@ -136,102 +121,116 @@ def _warn_once(where: Tuple[Any, ...], message: str) -> None:
     warnings.warn(message, MemolabWarning, stacklevel=5)
 
 
-# -- analysis of one node ----------------------------------------------------------------
+# -- classes ---------------------------------------------------------------------------------
 
-def _code_fallback(code: types.CodeType) -> Analysis:
-    """No source (``python -c``, ``exec``): hash the bytecode and treat every name as a reference."""
-    parts: List[str] = []
-    names: set = set()
+#: class attributes that are derived from the rest, or say nothing about behaviour
+_CLASS_SKIP = frozenset(("__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__",
+                         "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__",
+                         "__abstractmethods__", "_abc_impl", "__dataclass_fields__", "__match_args__",
+                         "__annotate__", "__annotate_func__", "__annotations_cache__"))
 
-    def walk(c: types.CodeType) -> None:
-        parts.append(c.co_code.hex())
-        parts.append(repr(c.co_names))
-        names.update(c.co_names)
-        for k in c.co_consts:
-            if isinstance(k, types.CodeType):
-                walk(k)
+
+class _ClassInfo:
+    """What a class's own code says: digest, references of its methods, other code it holds, excerpt."""
+
+    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "__weakref__")
+
+    def __init__(self, cls: type) -> None:
+        parts: List[str] = [cls.__qualname__]
+        refs: set = set()
+        dynamic: list = []
+        #: (label, code object held by the class that is not its own method)
+        self.edges: List[Tuple[str, Any]] = []
+        #: (label, plain attribute value): hashed when the graph is built
+        self.values: List[Tuple[str, Any]] = []
+        own: List[types.FunctionType] = []
+        prefix = cls.__qualname__ + "."
+
+        def function(label: str, f: Any) -> None:
+            if hasattr(f, "__wrapped__") and not isinstance(f, type):
+                if isinstance(f, types.FunctionType) and not f.__qualname__.startswith(prefix):
+                    self.edges.append((label + ".<wrapper>", f))  # the decorator's own code
+                f = _unwrap(f)
+            if isinstance(f, types.FunctionType) and f.__qualname__.startswith(prefix) \
+                    and f.__module__ == cls.__module__:
+                a = bytecode.analyse_code(f.__code__)
+                parts.append(f"{label}={a.digest}")
+                refs.update(a.refs)
+                dynamic.extend(a.dynamic)
+                own.append(f)
+                for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+                    if name != "__class__":  # the cell ``super()`` uses holds the class itself
+                        self.values.append((f"{label}.<closure {name}>", _cell(cell)))
+            elif _is_code(f):
+                self.edges.append((label, f))
             else:
-                parts.append(repr(k))
+                self.values.append((label, f))
 
-    walk(code)
-    refs = frozenset((n,) for n in names)
-    return Analysis(digest_text("bytecode", origins.PYTHON_VERSION, *parts), "", refs, ())
-
-
-_fn_analyses: "weakref.WeakKeyDictionary[types.CodeType, Tuple[Analysis, bool]]" = weakref.WeakKeyDictionary()
-
-
-def _function_analysis(fn: types.FunctionType) -> Tuple[Analysis, bool]:
-    """(analysis, from source?) of a function, cached per code object."""
-    code = fn.__code__
-    hit = _fn_analyses.get(code)
-    if hit is not None:
-        return hit
-    idx = _file_index(code.co_filename, fn.__globals__.get("__spec__"))
-    nodes = idx.by_line.get((code.co_name, code.co_firstlineno)) if idx is not None else None
-    if nodes:
-        res = (idx.analysis(nodes), True)  # type: ignore[union-attr]
-    else:
-        res = (_code_fallback(code), False)
-    _fn_analyses[code] = res
-    return res
-
-
-def _class_functions(cls: type) -> Iterable[types.FunctionType]:
-    for v in cls.__dict__.values():
-        if isinstance(v, (staticmethod, classmethod)):
-            v = v.__func__
-        elif isinstance(v, property):
-            v = v.fget
-        v = inspect.unwrap(v) if callable(v) and hasattr(v, "__wrapped__") else v
-        if isinstance(v, types.FunctionType):
-            yield v
+        for name in sorted(cls.__dict__):
+            if name in _CLASS_SKIP:
+                continue
+            v = cls.__dict__[name]
+            if isinstance(v, (staticmethod, classmethod)):
+                function(f"{name}<{type(v).__name__}>", v.__func__)
+            elif isinstance(v, property):
+                for part in ("fget", "fset", "fdel"):
+                    if getattr(v, part) is not None:
+                        function(f"{name}<property.{part}>", getattr(v, part))
+            elif type(v).__name__ == "cached_property" and hasattr(v, "func"):
+                function(f"{name}<cached_property>", v.func)
+            elif isinstance(v, types.FunctionType) or (hasattr(v, "__wrapped__") and callable(v)):
+                function(name, v)
+            elif isinstance(v, cls):
+                # an Enum member: what it stands for, not the member (whose hash needs this class's digest)
+                self.values.append((f"{name}<member>", getattr(v, "_value_", None)))
+            elif isinstance(v, type) or isinstance(v, types.ModuleType) or isinstance(v, types.BuiltinFunctionType):
+                self.edges.append((name, v))
+            else:
+                self.values.append((name, v))
+        if type(cls) is not type:
+            self.edges.append(("<metaclass>", type(cls)))
+        self.digest = digest_text("class", *parts)
+        self.refs = frozenset(refs)
+        self.dynamic = tuple(dynamic)
+        self.source = _class_excerpt(cls, own)
 
 
-_cls_analyses: "weakref.WeakKeyDictionary[type, Analysis]" = weakref.WeakKeyDictionary()
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _MISSING
 
 
-def _class_analysis(cls: type) -> Analysis:
-    hit = _cls_analyses.get(cls)
-    if hit is not None:
-        return hit
-    ns = _module_ns(cls.__module__)
-    fns = list(_class_functions(cls))
-    files = [f.__code__.co_filename for f in fns if not f.__code__.co_filename.startswith("<string")]
-    if ns.get("__file__"):
-        files.append(ns["__file__"])
-    res: Optional[Analysis] = None
-    for filename in dict.fromkeys(files):
-        idx = _file_index(filename, ns.get("__spec__"))
-        if idx is None:
-            continue
-        nodes = idx.by_qualname.get(cls.__qualname__)
-        if nodes:
-            # a name defined twice (a notebook cell run again): the one holding our methods' lines
-            lines = {f.__code__.co_firstlineno for f in fns if f.__code__.co_filename == filename}
-            best = [n for n in nodes if any(n.lineno <= ln <= (n.end_lineno or n.lineno) for ln in lines)]
-            res = idx.analysis([(best or nodes)[-1]])
+def _class_excerpt(cls: type, own: List[types.FunctionType]) -> str:
+    """The ``class`` statement's source, found from its methods' lines (classes carry no line number)."""
+    if not own:
+        return ""
+    filename = own[0].__code__.co_filename
+    lines = linecache.getlines(filename)
+    if not lines:
+        return ""
+    first = min(f.__code__.co_firstlineno for f in own if f.__code__.co_filename == filename)
+    last = max(bytecode._last_line(f.__code__) for f in own if f.__code__.co_filename == filename)
+    head = f"class {cls.__name__}"
+    start = first
+    for i in range(first - 1, max(0, first - 400), -1):
+        if lines[i - 1].lstrip().startswith(head):
+            start = i
             break
-        if "." not in cls.__qualname__ and cls.__name__ in idx.assigns:
-            # namedtuple(...), type(...), make_dataclass(...): the statements that built it
-            res = idx.analysis(idx.assigns[cls.__name__])
-            break
-    if res is None:
-        # no source at all: its functions' bytecode and the names they use
-        parts = [cls.__qualname__] + [_code_fallback(f.__code__).digest for f in fns]
-        parts += sorted(k for k in cls.__dict__ if not k.startswith("__"))
-        refs = frozenset().union(*(_code_fallback(f.__code__).refs for f in fns)) if fns else frozenset()
-        res = Analysis(digest_text("class-fallback", *parts), "", refs, ())
-    _cls_analyses[cls] = res
-    return res
+    while start > 1 and lines[start - 2].lstrip().startswith("@"):
+        start -= 1
+    return textwrap.dedent("".join(lines[start - 1:last]))
 
 
-def _module_analysis(mod: types.ModuleType) -> Analysis:
-    filename = getattr(mod, "__file__", None)
-    idx = _file_index(filename, getattr(mod, "__spec__", None)) if filename else None
-    if idx is None:
-        return Analysis(digest_text("module", mod.__name__), "", frozenset(), ())
-    return idx.analysis([idx.tree])
+_class_infos: "weakref.WeakKeyDictionary[type, _ClassInfo]" = weakref.WeakKeyDictionary()
+
+
+def _class_info(cls: type) -> _ClassInfo:
+    info = _class_infos.get(cls)
+    if info is None:
+        info = _class_infos[cls] = _ClassInfo(cls)
+    return info
 
 
 # -- the graph ---------------------------------------------------------------------------
@@ -288,6 +287,8 @@ class _Graph:
         self.value_slots: List[Tuple[str, Any, Optional[str]]] = []
         self._keys: Dict[int, str] = {}
         self._used: set = set()
+        self._value_seen: set = set()
+        self._root_fn: Any = None
         self._queue: List[Any] = []
         self._keep: List[Any] = []
 
@@ -326,7 +327,10 @@ class _Graph:
         return sym
 
     def value(self, sym: str, where: Any, name: Optional[str]) -> str:
-        self.value_slots.append((sym, where, name))
+        k = (id(where), name)
+        if k not in self._value_seen:
+            self._value_seen.add(k)
+            self.value_slots.append((sym, where, name))
         return sym
 
     def resolve(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
@@ -401,44 +405,73 @@ class _Graph:
             r = obj
         if _is_code(_unwrap(r)):
             self.target(r)
+            f = _unwrap(r)
+            if isinstance(f, types.FunctionType):
+                self._root_fn = self._root_fn or f
+                # the root may be a notebook function whose ``__code__`` an autoreloader swaps
+                self.code_checks.append((f, f.__code__))
         else:
             raise TypeError(f"memolab deps: cannot depend on {type(r).__qualname__} object {_short(r)}; "
                             "name a function, class or module (or a module name as a string)")
 
     def visit(self, obj: Any) -> None:
         key = self._keys[id(obj)]
+        bindings: List[str] = []
         if isinstance(obj, types.FunctionType):
-            a, from_source = _function_analysis(obj)
-            ns = obj.__globals__
-            self.code_checks.append((obj, obj.__code__))
-            where = (obj.__code__.co_filename, obj.__code__.co_firstlineno)
+            a = bytecode.analyse_code(obj.__code__)
+            digest, refs, dynamic, source, ns = a.digest, a.refs, a.dynamic, a.source, obj.__globals__
+            where = obj.__code__.co_filename
+            # a reload or a notebook cell rebinds the name to a new function: watch it
+            self.watch(ns, obj.__name__)
+            if hasattr(obj, "__wrapped__"):
+                bindings.append(f"<wrapped>={self.target(obj.__wrapped__)}")
+            # default values were computed where the function was defined, not in its code
+            defaults = list(enumerate(obj.__defaults__ or ())) + sorted((obj.__kwdefaults__ or {}).items())
+            for name, v in defaults:
+                if _is_code(_unwrap(v)):
+                    bindings.append(f"<default {name}>={self.target(v)}")
+                elif obj is not self._root_fn:  # the root's defaults are bound into its arguments
+                    bindings.append(f"<default {name}>={_value_digest(v, f'{key}.<default {name}>')}")
+            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+                content = _cell(cell)
+                if content is not obj and _is_code(_unwrap(content)):
+                    bindings.append(f"<closure {name} code>={self.target(content)}")
+                bindings.append(f"<closure {name}>={self.value(f'{key}.<closure {name}>', cell, None)}")
         elif isinstance(obj, type):
-            a = _class_analysis(obj)
+            info = _class_info(obj)
+            digest, refs, dynamic, source = info.digest, info.refs, info.dynamic, info.source
             ns = _module_ns(obj.__module__)
-            where = (obj.__module__, obj.__qualname__)
-        else:
-            a = _module_analysis(obj)
-            ns = obj.__dict__
-            where = (getattr(obj, "__file__", None), 0)
-        bindings = []
-        for ref in sorted(a.refs, key=repr):
-            bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, ns)}")
-        if isinstance(obj, type):
+            where = ns.get("__file__") or key
+            self.watch(ns, obj.__name__)
             # bases count even when the class statement computes them
             for base in obj.__mro__[1:]:
                 if base is not object:
                     bindings.append(f"<base>={self.target(base)}")
-        if isinstance(obj, types.FunctionType) and obj.__closure__:
-            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__):
-                bindings.append(f"<closure {name}>={self.value(f'{key}.<closure {name}>', cell, None)}")
-        for line, what in a.dynamic:
-            file = where[0] if isinstance(where[0], str) else key
-            _warn_once((file, where[1], line, what),
-                       f"memolab: {what} in `{key}` (line {line} of {os.path.basename(file)}): the code it reaches "
-                       "cannot be tracked; declare it with @memo(deps=[...]) so that editing it invalidates results")
-        self.deps[key] = digest_text(a.digest, *bindings)
-        if a.source:
-            self.sources[key] = a.source
+            for label, target in info.edges:
+                bindings.append(f"{label}={self.target(target)}")
+            for label, v in info.values:
+                bindings.append(f"{label}={_value_digest(v, f'{key}.{label}')}")
+        else:
+            ns = obj.__dict__
+            digest, dynamic, source = digest_text("module", obj.__name__), (), ""
+            where = getattr(obj, "__file__", None) or key
+            # the whole module: every name it binds
+            refs = frozenset((n,) for n in ns if not (n.startswith("__") and n.endswith("__")))
+        for ref in sorted(refs, key=repr):
+            bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, ns)}")
+        for line, what in dynamic:
+            _warn_once((where, line, what),
+                       f"memolab: {what} in `{key}` (line {line} of {os.path.basename(str(where))}): the code it "
+                       "reaches cannot be tracked; declare it with @memo(deps=[...]) so that editing it invalidates "
+                       "results")
+        self.deps[key] = digest_text(digest, *bindings)
+        if source:
+            self.sources[key] = source
+
+    def watch(self, ns: Dict[str, Any], name: str) -> None:
+        v = ns.get(name, _MISSING)
+        if v is not _MISSING:
+            self.code_slots.append((ns, name, v))
 
 
 class _ActiveGuard(threading.local):
@@ -449,10 +482,28 @@ class _ActiveGuard(threading.local):
 _active = _ActiveGuard()
 
 
+class _NsCheck:
+    """What one namespace must still hold: the code objects the graph went through, the values it read."""
+
+    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "vget", "vidx", "vmulti", "vlast", "vimmutable")
+
+    def __init__(self, ns: Dict[str, Any]) -> None:
+        self.ns = ns
+        self.tag = dictversion.tag_reader(ns)
+        self.last_tag: Any = None
+        self.cget: Any = None
+        self.cexpected: Any = None
+        self.vget: Any = None
+        self.vidx: Tuple[int, ...] = ()
+        self.vmulti = False
+        self.vlast: tuple = ()
+        self.vimmutable = False
+
+
 class _Root:
     """The cached graph of one memoized function (or of one class or function hashed as a value)."""
 
-    __slots__ = ("extra", "sensitivity", "graph", "static", "values", "cv", "__weakref__")
+    __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "__weakref__")
 
     def __init__(self, objs: List[Any], extra: tuple, sensitivity: str) -> None:
         self.extra = extra
@@ -462,34 +513,95 @@ class _Root:
         self.static = dict(g.deps)
         #: per value slot: (last object seen, its digest)
         self.values: List[Tuple[Any, str]] = [(_MISSING, "") for _ in g.value_slots]
+        per_ns: Dict[int, Tuple[_NsCheck, Dict[str, Any], List[str], List[int]]] = {}
+
+        def entry(ns: Dict[str, Any]) -> Tuple[_NsCheck, Dict[str, Any], List[str], List[int]]:
+            e = per_ns.get(id(ns))
+            if e is None:
+                e = per_ns[id(ns)] = (_NsCheck(ns), {}, [], [])
+            return e
+
+        #: (namespace, name, object) whose type overrides ``==``: checked by identity one by one
+        self.same: List[Tuple[Any, str, Any]] = []
+        for ns, name, obj in g.code_slots:
+            if type(obj).__eq__ is not object.__eq__:
+                self.same.append((ns, name, obj))
+                entry(ns)
+            else:
+                entry(ns)[1][name] = obj
+        # value slots of one namespace are read with one itemgetter; cells and
+        # names not bound yet are read one by one, on every call
+        self.vslow: List[int] = []
+        for i, (sym, where, name) in enumerate(g.value_slots):
+            if name is not None and type(where) is dict and name in where:
+                e = entry(where)
+                e[2].append(name)
+                e[3].append(i)
+            else:
+                self.vslow.append(i)
+        self.checks: List[_NsCheck] = []
+        for c, code, vnames, vidx in per_ns.values():
+            if code:
+                keys = sorted(code)
+                c.cget = operator.itemgetter(*keys)
+                c.cexpected = tuple(code[k] for k in keys) if len(keys) > 1 else code[keys[0]]
+            if vnames:
+                c.vget = operator.itemgetter(*vnames)
+                c.vidx = tuple(vidx)
+                c.vmulti = len(vnames) > 1
+            self.checks.append(c)
         self.cv: Optional[CodeVersion] = None
 
     def current(self) -> Optional[CodeVersion]:
         """This graph's code version now, or None when the graph must be rebuilt."""
         g = self.graph
-        for ns, name, obj in g.code_slots:
+        values = self.values
+        dirty: List[int] = []
+        seen_tags = []
+        for c in self.checks:
+            tag = c.tag.value if c.tag is not None else None
+            if tag is not None and tag == c.last_tag and c.vimmutable:
+                continue  # nothing written to this namespace since it was last checked
+            ns = c.ns
+            try:
+                # one C-level read and compare per namespace; a function, class or
+                # module compares equal only to itself
+                if c.cget is not None and c.cget(ns) != c.cexpected:
+                    return None
+                cur = c.vget(ns) if c.vget is not None else ()
+            except KeyError:  # a name the graph went through was deleted
+                return None
+            if c.vget is not None:
+                if not c.vmulti:
+                    cur = (cur,)
+                if not (c.vimmutable and all(map(operator.is_, cur, c.vlast))):
+                    dirty.extend(c.vidx)
+            seen_tags.append((c, tag))
+        for ns, name, obj in self.same:
             if ns.get(name, _MISSING) is not obj:
                 return None
         for fn, code in g.code_checks:
             if fn.__code__ is not code:
                 return None
+        dirty.extend(self.vslow)
         changed = self.cv is None
-        values = self.values
-        for i, (sym, where, name) in enumerate(g.value_slots):
-            if name is None:
-                try:
-                    v = where.cell_contents
-                except ValueError:
-                    v = _MISSING
-            else:
-                v = where.get(name, _MISSING)
-            last, d = values[i]
-            if v is last and _is_immutable(v):
+        slots = g.value_slots
+        for i in dirty:
+            sym, where, name = slots[i]
+            v = _cell(where) if name is None else where.get(name, _MISSING)
+            last_v, d = values[i]
+            if v is last_v and _is_immutable(v):
                 continue
             nd = _value_digest(v, sym)
-            if nd != d or v is not last:
-                values[i] = (v, nd)
-                changed = changed or nd != d
+            values[i] = (v, nd)
+            changed = changed or nd != d
+        for c, tag in seen_tags:
+            c.last_tag = tag
+            if c.vget is not None:
+                c.vlast = tuple(values[i][0] for i in c.vidx)
+                c.vimmutable = all(_is_immutable(o) for o in c.vlast)
+            else:
+                c.vimmutable = True
         if changed:
             self.cv = self._code_version()
         return self.cv
@@ -611,9 +723,8 @@ def object_digest(obj: Any) -> str:
 
 def clear_caches() -> None:
     """Forget every cached analysis and graph (tests; never needed for correctness)."""
-    _files.clear()
-    _fn_analyses.clear()
-    _cls_analyses.clear()
+    bytecode.clear()
+    _class_infos.clear()
     _function_roots.clear()
     _object_roots.clear()
     _warned.clear()

@@ -1,0 +1,247 @@
+"""One function's normalised digest and free names, read from its code object.
+
+Why the code object and not a fresh parse of the source? The compiler has
+already turned the AST into it, positions dropped: hashing it costs no parse at
+all (a 20,000-line package would take longer than our budget just to re-parse),
+and its name resolution is the compiler's own, so comprehension, class-body,
+``global`` and ``nonlocal`` scoping are exactly Python's. What is left out is
+exactly what the AST-with-positions-dropped leaves out, plus the docstring:
+
+* line numbers and columns (``co_firstlineno``, the line and position tables),
+  so comments, blank lines and formatting (``black``) never change a digest;
+* the file name (a project checked out elsewhere keeps its keys);
+* the docstring (the first constant of a function's code).
+
+Everything the AST would keep is kept: every instruction, name, constant
+(nested functions, lambdas and comprehensions by their own digest), argument
+layout, flags and exception table. Bytecode differs across Python minor
+versions; so does the AST dump, and the stdlib version joins keys anyway.
+
+A reference is ``("np", "linalg", "norm")``: a global name and the attribute
+chain loaded from it, or ``("@import", level, module, name)`` for an import
+statement inside the function.
+"""
+from __future__ import annotations
+
+import dis
+import linecache
+import sys
+import textwrap
+import types
+import weakref
+from typing import Any, FrozenSet, List, Set, Tuple
+
+import xxhash
+
+Ref = Tuple[Any, ...]
+
+
+def digest_text(*parts: str) -> str:
+    """One digest of several strings, each length-prefixed so that no two splits collide."""
+    h = xxhash.xxh3_128()
+    for p in parts:
+        b = p.encode("utf-8", "surrogatepass")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+class Analysis:
+    """What one function's code says: normalised digest, source excerpt, free references."""
+
+    __slots__ = ("digest", "source", "refs", "dynamic")
+
+    def __init__(self, digest: str, source: str, refs: FrozenSet[Ref], dynamic: Tuple[Tuple[int, str], ...]) -> None:
+        self.digest = digest
+        self.source = source
+        self.refs = refs
+        #: (line, construct) of what cannot be resolved statically (getattr with a computed name, eval...)
+        self.dynamic = dynamic
+
+_COMPREHENSIONS = frozenset(("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"))
+_CO_HAS_DOCSTRING = getattr(__import__("inspect"), "CO_HAS_DOCSTRING", 0)  # 3.14+
+_DYNAMIC = {"eval": "eval()", "exec": "exec()", "globals": "globals()", "vars": "vars()",
+            "__import__": "__import__() with a computed name"}
+
+
+def _has_docstring(code: types.CodeType) -> bool:
+    if code.co_name in _COMPREHENSIONS or not code.co_consts:
+        return False
+    if _CO_HAS_DOCSTRING:
+        return bool(code.co_flags & _CO_HAS_DOCSTRING)
+    # up to 3.13 a function's first constant is its docstring, or None without one
+    return isinstance(code.co_consts[0], str) and code.co_name != "<module>"
+
+
+def _const(c: Any, out: List[str]) -> None:
+    t = type(c)
+    if t is types.CodeType:
+        out.append("code:" + code_digest(c))
+    elif t is tuple:
+        out.append("(")
+        for x in c:
+            _const(x, out)
+        out.append(")")
+    elif t is frozenset:
+        # a set literal's order follows string hashing, which is salted per process
+        parts: List[str] = []
+        for x in c:
+            sub: List[str] = []
+            _const(x, sub)
+            parts.append("\x1f".join(sub))
+        out.append("{" + "\x1e".join(sorted(parts)) + "}")
+    else:
+        out.append(f"{t.__name__}:{c!r}")
+
+
+_digests: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
+
+
+def code_digest(code: types.CodeType) -> str:
+    """The normalised digest of one code object (nested code objects included)."""
+    d = _digests.get(code)
+    if d is not None:
+        return d
+    consts = list(code.co_consts)
+    if _has_docstring(code) and not _CO_HAS_DOCSTRING:
+        consts[0] = None
+    parts: List[str] = []
+    for c in consts:
+        _const(c, parts)
+    d = digest_text(
+        "code", code.co_name,
+        f"{code.co_argcount},{code.co_posonlyargcount},{code.co_kwonlyargcount},{code.co_flags}",
+        code.co_code.hex(), repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars),
+        repr(code.co_cellvars), getattr(code, "co_exceptiontable", b"").hex(), *parts)
+    _digests[code] = d
+    return d
+
+
+_OP = dis.opmap
+_CACHE, _EXTENDED_ARG = _OP.get("CACHE", -1), _OP["EXTENDED_ARG"]
+_LOAD_CONST, _IMPORT_NAME, _IMPORT_FROM = _OP["LOAD_CONST"], _OP["IMPORT_NAME"], _OP["IMPORT_FROM"]
+_LOAD_GLOBAL = _OP["LOAD_GLOBAL"]
+_NAME_OPS = frozenset(_OP[o] for o in ("LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME") if o in _OP)
+_ATTRS = frozenset(_OP[o] for o in ("LOAD_ATTR", "LOAD_METHOD") if o in _OP)
+# since 3.11 LOAD_GLOBAL's low bit says "push NULL"; since 3.12 LOAD_ATTR's says "method"
+_GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0
+_ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0
+_METHOD = _OP.get("LOAD_METHOD", -1)
+
+
+def _instructions(code: types.CodeType) -> List[Tuple[int, int, int]]:
+    """(opcode, argument, offset) of each real instruction: a plain byte walk, no ``dis`` objects.
+
+    ``dis.get_instructions`` builds a named tuple per instruction and costs most
+    of a first analysis; we only need opcodes and arguments.
+    """
+    b = code.co_code
+    out = []
+    ext = 0
+    for i in range(0, len(b), 2):
+        op = b[i]
+        if op == _CACHE:
+            continue
+        arg = b[i + 1] | ext
+        if op == _EXTENDED_ARG:
+            ext = arg << 8
+            continue
+        ext = 0
+        out.append((op, arg, i))
+    return out
+
+
+def _line_at(code: types.CodeType, offset: int) -> int:
+    for start, end, line in code.co_lines():
+        if start <= offset < end:
+            return line or code.co_firstlineno
+    return code.co_firstlineno
+
+
+def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str]]) -> None:
+    ins = _instructions(code)
+    names, consts = code.co_names, code.co_consts
+    n = len(ins)
+    i = 0
+    while i < n:
+        op, arg, off = ins[i]
+        if op == _LOAD_GLOBAL or op in _NAME_OPS:
+            name = names[arg >> _GLOBAL_SHIFT] if op == _LOAD_GLOBAL else names[arg]
+            chain = [name]
+            j = i + 1
+            while j < n and ins[j][0] in _ATTRS:
+                jop, jarg, _ = ins[j]
+                chain.append(names[jarg] if jop == _METHOD else names[jarg >> _ATTR_SHIFT])
+                j += 1
+            refs.add(tuple(chain))
+            if name == "getattr" and i + 2 < n:
+                obj, attr = ins[i + 1], ins[i + 2]
+                if attr[0] == _LOAD_CONST and isinstance(consts[attr[1]], str):
+                    if obj[0] == _LOAD_GLOBAL:
+                        refs.add((names[obj[1] >> _GLOBAL_SHIFT], consts[attr[1]]))
+                else:
+                    dynamic.append((_line_at(code, off), "getattr() with a computed name"))
+            elif name in _DYNAMIC:
+                if name != "__import__" or not (i + 1 < n and ins[i + 1][0] == _LOAD_CONST):
+                    dynamic.append((_line_at(code, off), _DYNAMIC[name]))
+            i = j
+            continue
+        if op in _ATTRS and i + 1 < n:
+            attr_name = names[arg] if op == _METHOD else names[arg >> _ATTR_SHIFT]
+            if attr_name == "import_module":
+                nop, narg, _ = ins[i + 1]
+                if nop == _LOAD_CONST and isinstance(consts[narg], str):
+                    refs.add(("@import", 0, consts[narg], None))
+                else:
+                    dynamic.append((_line_at(code, off), "import_module() with a computed name"))
+        elif op == _IMPORT_NAME:
+            level = consts[ins[i - 2][1]] if i >= 2 and ins[i - 2][0] == _LOAD_CONST else 0
+            fromlist = consts[ins[i - 1][1]] if i >= 1 and ins[i - 1][0] == _LOAD_CONST else None
+            module = names[arg]
+            if not fromlist:
+                refs.add(("@import", level or 0, module, None))
+            else:
+                for name in fromlist:
+                    refs.add(("@import", level or 0, module, None if name == "*" else name))
+        i += 1
+    for c in consts:
+        if type(c) is types.CodeType:
+            _scan(c, refs, dynamic)
+
+
+def _last_line(code: types.CodeType) -> int:
+    last = code.co_firstlineno
+    for _, _, line in code.co_lines():
+        if line and line > last:
+            last = line
+    for c in code.co_consts:
+        if type(c) is types.CodeType:
+            last = max(last, _last_line(c))
+    return last
+
+
+def excerpt(code: types.CodeType) -> str:
+    """The source lines of ``code`` (decorators included), for diffs; empty without source."""
+    lines = linecache.getlines(code.co_filename)
+    if not lines:
+        return ""
+    return textwrap.dedent("".join(lines[code.co_firstlineno - 1:_last_line(code)]))
+
+
+_analyses: "weakref.WeakKeyDictionary[types.CodeType, Analysis]" = weakref.WeakKeyDictionary()
+
+
+def analyse_code(code: types.CodeType) -> Analysis:
+    """Digest, excerpt, free references and unresolvable constructs of a function's code (cached)."""
+    a = _analyses.get(code)
+    if a is None:
+        refs: Set[Ref] = set()
+        dynamic: List[Tuple[int, str]] = []
+        _scan(code, refs, dynamic)
+        a = _analyses[code] = Analysis(code_digest(code), excerpt(code), frozenset(refs), tuple(dynamic))
+    return a
+
+
+def clear() -> None:
+    _digests.clear()
+    _analyses.clear()

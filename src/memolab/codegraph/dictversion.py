@@ -1,0 +1,69 @@
+"""Has a dict been written to since we last looked? One integer read instead of one per name.
+
+A memoized call must notice that any global its binding graph went through was
+rebound; a graph spanning a 20,000-line package goes through thousands of
+names. CPython 3.11-3.13 keep a version tag in every dict (PEP 509) that
+changes on each insertion, deletion or value replacement, so an unchanged tag
+proves that no name in that namespace was rebound. The tag is not exposed to
+Python; we read it through ``ctypes`` at its fixed offset, and only after a
+self-test on this very interpreter shows that the field sits where expected
+and moves on each kind of write. Anywhere else (another implementation, a
+Python whose layout we have not verified, a failed self-test) ``tag_reader``
+returns None and callers compare every name, which is correct, only slower.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+_works: Optional[bool] = None
+_ctypes: Any = None
+
+# PyObject_HEAD (refcount + type) is 16 bytes on 64-bit builds; then ma_used, then ma_version_tag
+_USED_OFFSET = 16
+_TAG_OFFSET = 24
+
+
+def _self_test() -> bool:
+    if sys.implementation.name != "cpython" or not ((3, 11) <= sys.version_info[:2] <= (3, 13)):
+        return False
+    if sys.maxsize != 2 ** 63 - 1 or hasattr(sys, "gettotalrefcount"):  # 64-bit, not a debug build
+        return False
+    try:
+        import ctypes
+    except ImportError:
+        return False
+    global _ctypes
+    _ctypes = ctypes
+    d: dict = {"a": 1, "b": 2, "c": 3}
+    if ctypes.c_ssize_t.from_address(id(d) + _USED_OFFSET).value != 3:
+        return False
+    tag = ctypes.c_uint64.from_address(id(d) + _TAG_OFFSET)
+    seen = [tag.value]
+    d["d"] = 4          # insert
+    seen.append(tag.value)
+    d["a"] = object()   # replace a value
+    seen.append(tag.value)
+    del d["b"]          # delete
+    seen.append(tag.value)
+    d.update(c=5)       # update
+    seen.append(tag.value)
+    x = seen[-1]
+    _ = d["a"]          # a read must not move it
+    return len(set(seen)) == len(seen) and tag.value == x
+
+
+def tag_reader(d: dict) -> Optional[Any]:
+    """An object whose ``.value`` is ``d``'s current version tag, or None where unsupported.
+
+    The caller must keep ``d`` alive as long as it uses the reader.
+    """
+    global _works
+    if _works is None:
+        try:
+            _works = _self_test()
+        except Exception:
+            _works = False
+    if not _works or type(d) is not dict:
+        return None
+    return _ctypes.c_uint64.from_address(id(d) + _TAG_OFFSET)

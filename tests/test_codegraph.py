@@ -1,0 +1,352 @@
+"""Unit tests of the binding graph: scopes, digests, caching, origins, warnings.
+
+Modules are real files in a temporary folder, imported for real; an "edit" is a
+rewrite of the file followed by ``importlib.reload``, the same thing a user
+does in a notebook.
+"""
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+from memolab import codegraph, hashing, memo
+from memolab.codegraph import bytecode, dictversion, origins
+from memolab.errors import MemolabWarning
+
+
+def compiled(src: str, name: str = "f"):
+    # names the snippet evaluates at definition time (defaults, bases) exist but are never resolved here
+    ns: dict = {"__name__": "cg_snippet", "DEFAULT": 0}
+    exec(compile(textwrap.dedent(src), "<snippet>", "exec"), ns)
+    return ns[name]
+
+
+def refs(src: str):
+    return set(bytecode.analyse_code(compiled(src).__code__).refs)
+
+
+@pytest.fixture
+def mods(tmp_path, monkeypatch):
+    """write(name, source) -> freshly imported module; edit(module, source) -> reloaded module."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    names = []
+
+    class Mods:
+        def write(self, name, src):
+            path = tmp_path / (name.replace(".", "/") + ".py")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            for parent in list(path.parents)[: name.count(".")]:
+                (parent / "__init__.py").touch()
+            path.write_text(textwrap.dedent(src))
+            importlib.invalidate_caches()
+            names.append(name)
+            return importlib.import_module(name)
+
+        def edit(self, mod, src):
+            (tmp_path / (mod.__name__.replace(".", "/") + ".py")).write_text(textwrap.dedent(src))
+            return importlib.reload(mod)
+
+    yield Mods()
+    for n in names:
+        sys.modules.pop(n, None)
+
+
+def digest(fn, **kw):
+    return codegraph.function_code(fn, **kw).digest
+
+
+# -- scopes -----------------------------------------------------------------------------
+
+def test_free_names_cover_every_nesting_and_skip_locals():
+    r = refs("""
+        def f(x, y=DEFAULT):
+            a = 1
+            g = lambda v: LAM(v) + a
+            def inner(z):
+                nonlocal a
+                return INNER(z) + a
+            out = [COMP(i) for i in range(x) if COND(i)]
+            return np.linalg.norm(x), inner, out, {k: DICTV for k in x}
+    """)
+    assert {("LAM",), ("INNER",), ("COMP",), ("COND",), ("range",), ("np", "linalg", "norm"),
+            ("DICTV",)} <= r
+    for local in ("a", "g", "inner", "out", "i", "k", "x", "v", "z"):
+        assert (local,) not in r
+
+
+def test_default_values_of_callees_count(mods):
+    src = ("def helper(x):\n    return x + 1\n\ndef g(x, fn=helper, k=2):\n    return fn(x) * k\n\n"
+           "def f(x):\n    return g(x)\n")
+    m = mods.write("cg_defaults", src)
+    assert "cg_defaults.py:helper" in codegraph.function_code(m.f).deps
+    d0 = digest(m.f)
+    m = mods.edit(m, src.replace("k=2", "k=3"))
+    assert digest(m.f) != d0
+
+
+def test_class_body_names_are_invisible_to_methods_and_globals_are_followed():
+    C = compiled("""
+        class C:
+            scale = 1
+            def m(self):
+                global COUNTER
+                COUNTER = scale
+                return helper(self)
+    """, "C")
+    r = codegraph._class_info(C).refs
+    assert {("COUNTER",), ("helper",)} <= r
+    # ``scale`` in a method is the *global* scale, not the class attribute
+    assert ("scale",) in r
+
+
+def test_local_imports_getattr_constants_and_annotations():
+    r = refs("""
+        def f(x: UserType) -> Other:
+            import pkg.mod
+            from . import util
+            from .sib import g as gg
+            y: Ann = getattr(obj, "attr")
+            return pkg.mod.h(x), util, gg
+    """)
+    assert ("@import", 0, "pkg.mod", None) in r
+    assert ("@import", 1, "", "util") in r and ("@import", 1, "sib", "g") in r
+    assert ("obj", "attr") in r
+    assert not {("UserType",), ("Other",), ("Ann",)} & r  # annotations never change behaviour
+
+
+def test_dynamic_constructs_are_reported_with_their_line():
+    f = compiled("def f(o, n):\n    a = getattr(o, n)\n    return eval(n)\n")
+    dyn = bytecode.analyse_code(f.__code__).dynamic
+    assert (2, "getattr() with a computed name") in dyn and (3, "eval()") in dyn
+
+
+def test_code_digest_ignores_docstrings_comments_layout_and_position():
+    base = compiled("def f(x):\n    return x + 1\n")
+    same = compiled('\n\n\ndef f(x):  # c\n    """Doc."""\n    # c\n    return (x +\n            1)\n')
+    other = compiled("def f(x):\n    return x + 2\n")
+    d = lambda fn: bytecode.code_digest(fn.__code__)  # noqa: E731
+    assert d(base) == d(same) != d(other)
+    # nested code (a lambda, a comprehension) counts by its own digest
+    assert d(compiled("def f(x):\n    return [i + 1 for i in x]\n")) != d(compiled("def f(x):\n    return [i + 2 for i in x]\n"))
+
+
+def test_set_literals_digest_the_same_whatever_the_string_hash_seed(tmp_path):
+    import subprocess
+
+    prog = ("from memolab.codegraph import bytecode\n"
+            "def f(x):\n    return x in {'alpha', 'beta', 'gamma', 'delta'}\n"
+            "print(bytecode.code_digest(f.__code__))\n")
+    env = dict(__import__("os").environ, PYTHONPATH=str(__import__("pathlib").Path(codegraph.__file__).parents[2]))
+    outs = {subprocess.run([sys.executable, "-c", prog], env={**env, "PYTHONHASHSEED": str(seed)},
+                           capture_output=True, text=True, check=True).stdout for seed in (1, 2, 3)}
+    assert len(outs) == 1
+
+
+def test_normalized_source_drops_docstrings_comments_and_layout():
+    a = codegraph.normalized_source("def f(x):\n    return x + 1\n")
+    b = codegraph.normalized_source('def f(x):  # c\n    """Doc."""\n    # c\n    return (x +\n            1)\n')
+    c = codegraph.normalized_source("def f(x):\n    return x + 2\n")
+    assert a == b != c
+
+
+# -- digests and invalidation ----------------------------------------------------------------
+
+def test_helper_edit_changes_the_digest_comment_edit_does_not(mods):
+    h = mods.write("cg_h1", "def helper(x):\n    return x + 1\n")
+    m = mods.write("cg_m1", "from cg_h1 import helper\n\ndef f(x):\n    return helper(x)\n")
+    d0 = digest(m.f)
+    mods.edit(h, "def helper(x):\n    # just a comment\n    return (x\n        + 1)\n")
+    m = mods.edit(m, "from cg_h1 import helper\n\ndef f(x):\n    return helper(x)\n")
+    assert digest(m.f) == d0
+    mods.edit(h, "def helper(x):\n    return x + 2\n")
+    m = mods.edit(m, "from cg_h1 import helper\n\ndef f(x):\n    return helper(x)\n")
+    assert digest(m.f) != d0
+    assert "cg_h1.py:helper" in codegraph.function_code(m.f).deps
+
+
+def test_reload_of_a_module_is_seen_without_touching_the_caller(mods):
+    ops = mods.write("cg_ops", "def double(x):\n    return 2 * x\n")
+    m = mods.write("cg_m2", "import cg_ops\n\ndef f(x):\n    return cg_ops.double(x)\n")
+    d0 = digest(m.f)
+    mods.edit(ops, "def double(x):\n    return 2 * x + 1\n")  # same line numbers, new body
+    assert digest(m.f) != d0
+
+
+def test_mutual_recursion_terminates_and_either_side_counts(mods):
+    src = "def even(n):\n    return n == 0 or odd(n - 1)\n\ndef odd(n):\n    return n != 0 and even(n - 1)\n"
+    m = mods.write("cg_rec", src)
+    d0 = digest(m.even)
+    assert set(codegraph.function_code(m.even).deps) >= {"cg_rec.py:even", "cg_rec.py:odd"}
+    m = mods.edit(m, src.replace("n != 0", "n > 0"))
+    assert digest(m.even) != d0
+
+
+def test_runtime_rebinding_of_a_global_is_seen_on_the_next_call(mods):
+    m = mods.write("cg_g", "SCALE = 2\nTABLE = [1, 2]\n\ndef f(x):\n    return x * SCALE + TABLE[0]\n")
+    d0 = digest(m.f)
+    m.SCALE = 3
+    d1 = digest(m.f)
+    assert d1 != d0
+    m.SCALE = 2
+    assert digest(m.f) == d0  # back to the old value: back to the old key
+    m.TABLE.append(3)  # a mutation in place, not a rebinding
+    assert digest(m.f) != d0
+
+
+def test_identical_immutable_globals_are_not_rehashed(mods, monkeypatch):
+    m = mods.write("cg_imm", "K = 12345678901\nNAME = 'abc'\nLST = [1]\n\ndef f(x):\n    return x + K, NAME, LST\n")
+    codegraph.function_code(m.f)
+    hashed = []
+    real = hashing.hash_value
+    monkeypatch.setattr(hashing, "hash_value", lambda v, path="": hashed.append(v) or real(v, path))
+    codegraph.function_code(m.f)
+    assert hashed == [[1]]  # only the mutable list
+
+
+def test_a_repeat_call_does_not_parse_anything(mods, monkeypatch):
+    m = mods.write("cg_rep", "import os\n\ndef g(x):\n    return os.sep + x\n\ndef f(x):\n    return g(x)\n")
+    cv = codegraph.function_code(m.f)
+
+    def boom(*a, **k):
+        raise AssertionError("re-parsed on a repeat call")
+
+    monkeypatch.setattr(ast, "parse", boom)
+    monkeypatch.setattr(bytecode, "_scan", boom)
+    monkeypatch.setattr(bytecode, "code_digest", boom)
+    assert codegraph.function_code(m.f) is cv
+
+
+def test_base_class_method_edit_changes_the_class_digest_and_its_users(mods):
+    src = ("class Base:\n    def scale(self):\n        return 2\n\nclass Child(Base):\n    pass\n\n"
+           "def f():\n    return Child().scale()\n")
+    m = mods.write("cg_cls", src)
+    d_cls, d_f = codegraph.object_digest(m.Child), digest(m.f)
+    m = mods.edit(m, src.replace("return 2", "return 3"))
+    assert codegraph.object_digest(m.Child) != d_cls
+    assert digest(m.f) != d_f
+
+
+def test_the_class_of_an_argument_joins_the_argument_digest_transitively(mods):
+    hsrc = "def act(x):\n    return x\n"
+    h = mods.write("cg_act", hsrc)
+    m = mods.write("cg_net", "from cg_act import act\n\nclass Net:\n    def forward(self, x):\n        return act(x)\n")
+    d0 = hashing.hash_value(m.Net())
+    mods.edit(h, hsrc.replace("return x", "return -x"))
+    m = importlib.reload(m)
+    assert hashing.hash_value(m.Net()) != d0
+
+
+def test_closure_cells_are_hashed_by_value(mods):
+    m = mods.write("cg_clo", "def make(k):\n    def f(x):\n        return x * k\n    return f\n")
+    assert digest(m.make(2)) != digest(m.make(3))
+    assert digest(m.make(2)) == digest(m.make(2))
+
+
+def test_decorated_helpers_are_followed_to_the_function_they_wrap(mods):
+    src = ("import functools\n\n@functools.lru_cache\ndef helper(x):\n    return x + 1\n\n"
+           "def f(x):\n    return helper(x)\n")
+    m = mods.write("cg_dec", src)
+    assert "cg_dec.py:helper" in codegraph.function_code(m.f).deps
+    d0 = digest(m.f)
+    m = mods.edit(m, src.replace("x + 1", "x + 2"))
+    assert digest(m.f) != d0
+
+
+def test_memoized_helpers_count_as_their_function(mods, tmp_store):
+    src = "from memolab import memo\n\n@memo\ndef helper(x):\n    return x + 1\n\n@memo\ndef f(x):\n    return helper(x)\n"
+    m = mods.write("cg_memo", src)
+    assert "cg_memo.py:helper" in m.f.code_version().deps
+
+
+def test_third_party_and_stdlib_are_keyed_by_version_not_source(mods):
+    np = pytest.importorskip("numpy")
+    m = mods.write("cg_pkg", "import numpy as np\nimport os.path\n\ndef f(x):\n    return np.mean(x), os.path.join('a')\n")
+    deps = codegraph.function_code(m.f).deps
+    assert deps["pkg:numpy"] == np.__version__
+    assert deps["python:stdlib"] == "%d.%d.%d" % sys.version_info[:3]
+    assert not any(k.startswith("numpy") for k in deps)
+
+
+def test_version_truncation_by_sensitivity():
+    t = origins.truncate
+    assert [t("2.4.1", s) for s in ("exact", "minor", "major", "ignore")] == ["2.4.1", "2.4", "2", "*"]
+    assert t("1.13.0rc1", "minor") == "1.13" and t("weird", "minor") == "weird"
+
+
+def test_version_sensitivity_changes_which_part_of_a_version_counts(mods):
+    pytest.importorskip("numpy")
+    m = mods.write("cg_sens", "import numpy\n\ndef f(x):\n    return numpy.sum(x)\n")
+    ds = {s: digest(m.f, version_sensitivity=s) for s in ("exact", "minor", "major", "ignore")}
+    assert len(set(ds.values())) == 4
+    cv = codegraph.function_code(m.f, version_sensitivity="major")
+    assert cv.sensitivity == "major"
+
+
+def test_per_function_version_sensitivity_option(tmp_store):
+    @memo(version_sensitivity="ignore")
+    def f(x):
+        return x
+
+    assert f.code_version().sensitivity == "ignore"
+    with pytest.raises(ValueError, match="version_sensitivity"):
+        memo(version_sensitivity="patch")(lambda x: x)
+
+
+def test_memolab_itself_is_not_a_dependency(mods):
+    m = mods.write("cg_self", "from memolab import memo\nimport memolab\n\n@memo\ndef f(x):\n    return memolab\n")
+    assert not [k for k in m.f.code_version().deps if "memolab" in k]
+
+
+def test_declared_extra_dependencies(mods):
+    p = mods.write("cg_plug", "def a(x):\n    return x\n")
+    m = mods.write("cg_dyn", "def f(x):\n    return x\n")
+    cv = codegraph.function_code(m.f, (p.a, "cg_plug"))
+    assert {"cg_plug.py:a", "cg_plug.py:<module>"} <= set(cv.deps)
+    with pytest.raises(TypeError, match="cannot depend on int"):
+        codegraph.function_code(m.f, (3,))
+
+
+def test_unresolvable_code_is_warned_about_once_with_its_location(mods):
+    m = mods.write("cg_warn", "def f(o, n):\n    return getattr(o, n)\n")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        codegraph.function_code(m.f)
+        codegraph.object_digest(m.f)
+    msgs = [str(x.message) for x in w if issubclass(x.category, MemolabWarning)]
+    assert len(msgs) == 1
+    assert "getattr() with a computed name" in msgs[0] and "line 2 of cg_warn.py" in msgs[0] and "deps=" in msgs[0]
+
+
+def test_an_unhashable_global_warns_and_does_not_break_the_call(mods):
+    m = mods.write("cg_lock", "import threading\nLOCK = threading.Lock()\n\ndef f(x):\n    with LOCK:\n        return x\n")
+    with pytest.warns(MemolabWarning, match="cg_lock.py:LOCK` cannot be hashed"):
+        codegraph.function_code(m.f)
+
+
+def test_names_bound_later_are_watched(mods):
+    m = mods.write("cg_late", "def f(x):\n    return later(x)\n")
+    d0 = digest(m.f)
+    m.later = lambda x: x
+    assert digest(m.f) != d0
+
+
+def test_explain_hides_version_changes_the_sensitivity_ignores():
+    from memolab.explain import Explanation, _code_reasons
+
+    class NoSources:
+        class index:
+            @staticmethod
+            def source(d):
+                return None
+
+    cv = codegraph.CodeVersion("new", {"pkg:numpy": "2.4.2", "pkg:torch": "2.14.0", "m.py:f": "b"}, {}, "minor")
+    ex = Explanation("f", False)
+    _code_reasons(NoSources, ex, {"deps": {"pkg:numpy": "2.4.1", "pkg:torch": "2.13.0", "m.py:f": "a"}}, cv, "o", "new")
+    assert "torch 2.13.0 -> 2.14.0" in ex.reasons and "`m.py:f` changed" in ex.reasons
+    assert not [r for r in ex.reasons if "numpy" in r]
