@@ -10,7 +10,7 @@ exactly what the AST-with-positions-dropped leaves out, plus the docstring:
 * line numbers and columns (``co_firstlineno``, the line and position tables),
   so comments, blank lines and formatting (``black``) never change a digest;
 * the file name (a project checked out elsewhere keeps its keys);
-* the docstring (the first constant of a function's code).
+* the docstring (a constant that no instruction loads).
 
 Everything the AST would keep is kept: every instruction, name, constant
 (nested functions, lambdas and comprehensions by their own digest), argument
@@ -58,19 +58,8 @@ class Analysis:
         #: (line, construct) of what cannot be resolved statically (getattr with a computed name, eval...)
         self.dynamic = dynamic
 
-_COMPREHENSIONS = frozenset(("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"))
-_CO_HAS_DOCSTRING = getattr(__import__("inspect"), "CO_HAS_DOCSTRING", 0)  # 3.14+
 _DYNAMIC = {"eval": "eval()", "exec": "exec()", "globals": "globals()", "vars": "vars()",
             "__import__": "__import__() with a computed name"}
-
-
-def _has_docstring(code: types.CodeType) -> bool:
-    if code.co_name in _COMPREHENSIONS or not code.co_consts:
-        return False
-    if _CO_HAS_DOCSTRING:
-        return bool(code.co_flags & _CO_HAS_DOCSTRING)
-    # up to 3.13 a function's first constant is its docstring, or None without one
-    return isinstance(code.co_consts[0], str) and code.co_name != "<module>"
 
 
 def _const(c: Any, out: List[str]) -> None:
@@ -94,27 +83,6 @@ def _const(c: Any, out: List[str]) -> None:
         out.append(f"{t.__name__}:{c!r}")
 
 
-_digests: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
-
-
-def code_digest(code: types.CodeType) -> str:
-    """The normalised digest of one code object (nested code objects included)."""
-    d = _digests.get(code)
-    if d is not None:
-        return d
-    consts = list(code.co_consts)
-    if _has_docstring(code) and not _CO_HAS_DOCSTRING:
-        consts[0] = None
-    parts: List[str] = []
-    for c in consts:
-        _const(c, parts)
-    d = digest_text(
-        "code", code.co_name,
-        f"{code.co_argcount},{code.co_posonlyargcount},{code.co_kwonlyargcount},{code.co_flags}",
-        code.co_code.hex(), repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars),
-        repr(code.co_cellvars), getattr(code, "co_exceptiontable", b"").hex(), *parts)
-    _digests[code] = d
-    return d
 
 
 _OP = dis.opmap
@@ -149,6 +117,37 @@ def _instructions(code: types.CodeType) -> List[Tuple[int, int, int]]:
         ext = 0
         out.append((op, arg, i))
     return out
+
+
+_HASCONST = frozenset(dis.hasconst)
+_digests: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
+
+
+def code_digest(code: types.CodeType) -> str:
+    """The normalised digest of one code object (nested code objects included, by their digest).
+
+    Constants are hashed where an instruction loads them, not by their index
+    in ``co_consts``: a docstring takes a slot there (shifting every index) but
+    no instruction loads it, so adding or editing one changes nothing.
+    """
+    d = _digests.get(code)
+    if d is not None:
+        return d
+    consts = code.co_consts
+    stream: List[str] = []
+    for op, arg, _ in _instructions(code):
+        if op in _HASCONST:
+            stream.append("K")
+            _const(consts[arg], stream)
+        else:
+            stream.append(f"{op}.{arg}")
+    d = digest_text(
+        "code", code.co_name,
+        f"{code.co_argcount},{code.co_posonlyargcount},{code.co_kwonlyargcount},{code.co_flags}",
+        repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars), repr(code.co_cellvars),
+        getattr(code, "co_exceptiontable", b"").hex(), " ".join(stream))
+    _digests[code] = d
+    return d
 
 
 def _line_at(code: types.CodeType, offset: int) -> int:
