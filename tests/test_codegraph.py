@@ -350,3 +350,18 @@ def test_explain_hides_version_changes_the_sensitivity_ignores():
     _code_reasons(NoSources, ex, {"deps": {"pkg:numpy": "2.4.1", "pkg:torch": "2.13.0", "m.py:f": "a"}}, cv, "o", "new")
     assert "torch 2.13.0 -> 2.14.0" in ex.reasons and "`m.py:f` changed" in ex.reasons
     assert not [r for r in ex.reasons if "numpy" in r]
+
+
+def test_namespace_version_tags_work_here_and_the_fallback_is_equally_correct(mods, monkeypatch):
+    if sys.implementation.name == "cpython" and (3, 11) <= sys.version_info[:2] <= (3, 13):
+        assert dictversion.tag_reader({}) is not None
+    for works in (True, False):
+        monkeypatch.setattr(dictversion, "_works", works if dictversion.tag_reader({}) is not None else False)
+        codegraph.clear_caches()
+        m = mods.write(f"cg_tag_{works}", "SCALE = 2\n\ndef g(x):\n    return x\n\ndef f(x):\n    return g(x) * SCALE\n")
+        d0 = digest(m.f)
+        assert digest(m.f) == d0
+        m.SCALE = 3
+        assert digest(m.f) != d0
+        m.g = lambda x: -x  # a rebound callee: the graph is rebuilt
+        assert "lambda" in str(codegraph.function_code(m.f).deps)

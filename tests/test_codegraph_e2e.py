@@ -301,3 +301,13 @@ def test_python_dash_c_hits_in_a_second_process_and_misses_after_an_edit(project
     assert project.run_json("-c", prog.format(k=1)) == {"hit": False, "value": 2}
     assert project.run_json("-c", prog.format(k=1)) == {"hit": True, "value": 2}
     assert project.run_json("-c", prog.format(k=5)) == {"hit": False, "value": 6}
+
+
+def test_explain_names_a_changed_constant_with_its_old_and_new_value(project):
+    _write_all(project, {"run.py": RUN, "consts.py": "SCALE = 2\n",
+                         "main.py": main_py("x * SCALE", "from consts import SCALE")})
+    project.run_json("run.py")
+    project.write("consts.py", "SCALE = 5\n")
+    text = project.run_json("run.py")["explain"]
+    assert "`main.py:SCALE` changed" in text
+    assert "-SCALE = 2" in text and "+SCALE = 5" in text

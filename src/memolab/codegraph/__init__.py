@@ -645,12 +645,11 @@ _function_roots: "weakref.WeakKeyDictionary[Any, _Root]" = weakref.WeakKeyDictio
 _object_roots: "weakref.WeakKeyDictionary[Any, _Root]" = weakref.WeakKeyDictionary()
 
 
-def _sensitivity(override: Optional[str]) -> str:
-    if override is not None:
-        return override
-    from .. import config
+from .. import config as _config  # noqa: E402  (config imports nothing of ours)
 
-    return config.settings().version_sensitivity
+
+def _sensitivity(override: Optional[str]) -> str:
+    return override if override is not None else _config.settings().version_sensitivity
 
 
 def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: Optional[str] = None) -> CodeVersion:
