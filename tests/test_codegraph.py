@@ -365,3 +365,13 @@ def test_namespace_version_tags_work_here_and_the_fallback_is_equally_correct(mo
         assert digest(m.f) != d0
         m.g = lambda x: -x  # a rebound callee: the graph is rebuilt
         assert "lambda" in str(codegraph.function_code(m.f).deps)
+
+
+def test_a_memoized_callable_object_is_keyed_by_its_class_and_state(mods):
+    import functools
+
+    m = mods.write("cg_call", "def scale(x, k):\n    return x * k\n")
+    p2, p3 = functools.partial(m.scale, k=2), functools.partial(m.scale, k=3)
+    assert codegraph.function_code(p2).digest != codegraph.function_code(p3).digest
+    with pytest.raises(TypeError, match="cannot depend on int"):
+        codegraph.function_code(m.scale, (3,))

@@ -133,7 +133,7 @@ _CLASS_SKIP = frozenset(("__module__", "__qualname__", "__doc__", "__dict__", "_
 class _ClassInfo:
     """What a class's own code says: digest, references of its methods, other code it holds, excerpt."""
 
-    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "__weakref__")
+    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "ns", "__weakref__")
 
     def __init__(self, cls: type) -> None:
         parts: List[str] = [cls.__qualname__]
@@ -189,6 +189,7 @@ class _ClassInfo:
                 self.values.append((name, v))
         if type(cls) is not type:
             self.edges.append(("<metaclass>", type(cls)))
+        self.ns = own[0].__globals__ if own else None
         self.digest = digest_text("class", *parts)
         self.refs = frozenset(refs)
         self.dynamic = tuple(dynamic)
@@ -289,6 +290,7 @@ class _Graph:
         self._used: set = set()
         self._value_seen: set = set()
         self._root_fn: Any = None
+        self._allow_callable = True  # only the first root, the memoized callable itself
         self._queue: List[Any] = []
         self._keep: List[Any] = []
 
@@ -403,6 +405,13 @@ class _Graph:
                 mod, _, attr = r.rpartition(".")
                 obj = getattr(importlib.import_module(mod), attr)
             r = obj
+        if not _is_code(_unwrap(r)) and self._allow_callable and callable(r):
+            # a callable object memoized directly (a partial, an instance with __call__):
+            # its class's code and its state
+            self._allow_callable = False
+            self.deps[f"<callable {symbol_of(type(r))}>"] = _value_digest(r, symbol_of(type(r)))
+            r = type(r)
+        self._allow_callable = False
         if _is_code(_unwrap(r)):
             self.target(r)
             f = _unwrap(r)
@@ -440,7 +449,8 @@ class _Graph:
         elif isinstance(obj, type):
             info = _class_info(obj)
             digest, refs, dynamic, source = info.digest, info.refs, info.dynamic, info.source
-            ns = _module_ns(obj.__module__)
+            # the globals its methods actually run with (a class made by exec may have its own)
+            ns = info.ns if info.ns is not None else _module_ns(obj.__module__)
             where = ns.get("__file__") or key
             self.watch(ns, obj.__name__)
             # bases count even when the class statement computes them
