@@ -375,3 +375,14 @@ def test_a_memoized_callable_object_is_keyed_by_its_class_and_state(mods):
     assert codegraph.function_code(p2).digest != codegraph.function_code(p3).digest
     with pytest.raises(TypeError, match="cannot depend on int"):
         codegraph.function_code(m.scale, (3,))
+
+
+def test_a_user_decorator_counts_with_its_own_code(mods):
+    src = ("import functools\n\ndef twice(fn):\n    @functools.wraps(fn)\n    def wrapper(x):\n        return fn(fn(x))\n"
+           "    return wrapper\n\n@twice\ndef helper(x):\n    return x + 1\n\ndef f(x):\n    return helper(x)\n")
+    m = mods.write("cg_wraps", src)
+    deps = codegraph.function_code(m.f).deps
+    assert {"cg_wraps.py:helper", "cg_wraps.py:twice.<locals>.wrapper"} <= set(deps)
+    d0 = digest(m.f)
+    m = mods.edit(m, src.replace("return fn(fn(x))", "return fn(fn(fn(x)))"))
+    assert digest(m.f) != d0

@@ -302,7 +302,8 @@ class _Graph:
         if isinstance(obj, types.ModuleType):
             k = f"{_form(obj.__dict__)}:<module>"
         elif isinstance(obj, types.FunctionType):
-            k = f"{_form(obj.__globals__)}:{obj.__qualname__}"
+            # the code's own name: ``functools.wraps`` copies the wrapped function's onto a wrapper
+            k = f"{_form(obj.__globals__)}:{getattr(obj.__code__, 'co_qualname', obj.__qualname__)}"
         else:
             k = f"{_form(_module_ns(obj.__module__))}:{obj.__qualname__}"
         base, n = k, 2
@@ -317,7 +318,10 @@ class _Graph:
 
     def target(self, obj: Any) -> str:
         """Add code object ``obj`` to the graph; returns the label its referrers bind to."""
-        obj = _unwrap(obj)
+        if not isinstance(obj, types.FunctionType):
+            # lru_cache, @memo and other wrapper objects count as what they wrap; a
+            # wrapper *function* is code of its own, and ``visit`` follows ``__wrapped__``
+            obj = _unwrap(obj)
         kind, sym, version = _origin(obj)
         if kind == USER:
             if isinstance(obj, types.BuiltinFunctionType):
@@ -365,7 +369,7 @@ class _Graph:
         return self.value(f"{_form(cur_ns)}:{cur_name}", cur_ns, cur_name)
 
     def resolve_import(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
-        import importlib
+        import importlib.util
 
         _, level, module, name = ref
         try:

@@ -87,7 +87,7 @@ def _const(c: Any, out: List[str]) -> None:
 
 _OP = dis.opmap
 _CACHE, _EXTENDED_ARG = _OP.get("CACHE", -1), _OP["EXTENDED_ARG"]
-_LOAD_CONST, _IMPORT_NAME, _IMPORT_FROM = _OP["LOAD_CONST"], _OP["IMPORT_NAME"], _OP["IMPORT_FROM"]
+_LOAD_CONST, _IMPORT_NAME = _OP["LOAD_CONST"], _OP["IMPORT_NAME"]
 _LOAD_GLOBAL = _OP["LOAD_GLOBAL"]
 _NAME_OPS = frozenset(_OP[o] for o in ("LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME") if o in _OP)
 _ATTRS = frozenset(_OP[o] for o in ("LOAD_ATTR", "LOAD_METHOD") if o in _OP)
