@@ -386,3 +386,19 @@ def test_a_user_decorator_counts_with_its_own_code(mods):
     d0 = digest(m.f)
     m = mods.edit(m, src.replace("return fn(fn(x))", "return fn(fn(fn(x)))"))
     assert digest(m.f) != d0
+
+
+def test_functions_stored_in_a_table_count(mods):
+    src = "def a(x):\n    return x + 1\n\nOPS = {'a': a}\n\ndef f(x):\n    return OPS['a'](x)\n"
+    m = mods.write("cg_table", src)
+    d0 = digest(m.f)
+    m = mods.edit(m, src.replace("x + 1", "x + 2"))
+    assert digest(m.f) != d0
+
+
+def test_a_class_whose_module_name_is_not_loaded_is_still_user_code(mods):
+    src = "class K:\n    def m(self):\n        return 1\n\nK.__module__ = 'not_a_loaded_module'\n"
+    m = mods.write("cg_fake_mod", src)
+    d0 = codegraph.object_digest(m.K)
+    m = mods.edit(m, src.replace("return 1", "return 2"))
+    assert codegraph.object_digest(m.K) != d0

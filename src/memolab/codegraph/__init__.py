@@ -105,11 +105,21 @@ def _origin(obj: Any) -> Tuple[str, str, str]:
     if isinstance(obj, types.FunctionType):
         return origins.module_origin(obj.__globals__.get("__name__") or obj.__module__, obj.__code__.co_filename)
     if isinstance(obj, types.ModuleType):
-        return origins.module_origin(obj.__name__, getattr(obj, "__file__", None))
+        where = getattr(obj, "__file__", None)
+        if where is None:
+            # a namespace package (a folder without __init__.py) is placed by its folder
+            where = next(iter(getattr(obj, "__path__", None) or ()), None)
+        return origins.module_origin(obj.__name__, where)
     mod = getattr(obj, "__module__", None)
     if not isinstance(mod, str):
         return (STDLIB, "python:stdlib", origins.PYTHON_VERSION)
-    return origins.module_origin(mod, _module_ns(mod).get("__file__"))
+    ns = _module_ns(mod)
+    if not ns and isinstance(obj, type):
+        # ``__module__`` names no loaded module: place the class by its methods' file
+        for v in obj.__dict__.values():
+            if isinstance(v, types.FunctionType):
+                return origins.module_origin(v.__globals__.get("__name__") or mod, v.__code__.co_filename)
+    return origins.module_origin(mod, ns.get("__file__"))
 
 
 def _warn_once(where: Tuple[Any, ...], message: str) -> None:
