@@ -105,8 +105,11 @@ class BlobFolder:
         self._set_stamp(digest, self._stamp(final.stat()))
         return digest, size
 
-    def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp") -> Buffer:
+    def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp", writable: bool = False) -> Buffer:
         """Read a blob. ``verify='always'`` re-hashes; ``'stamp'`` trusts a matching stamp.
+
+        ``writable`` (with ``mapped``) maps copy-on-write: the caller may write to
+        its pages (torch tensors assume they can), the blob file never changes.
 
         Raises ``CorruptBlob`` (a miss) when the blob is missing, has the wrong
         size or does not match its digest; a damaged blob is quarantined.
@@ -124,7 +127,7 @@ class BlobFolder:
             if size == 0:
                 data: Buffer = b""
             elif mapped:
-                data = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+                data = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_COPY if writable else mmap.ACCESS_READ))
             else:
                 with os.fdopen(os.dup(fd), "rb") as f:
                     data = f.read()
