@@ -128,6 +128,7 @@ class Store:
         fields["signature"] = signing.sign(key, fields)
         eval_id = self.index.record(key, owner, fields, sources)
         self._unhold(key, owner)
+        self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
         return eval_id
 
     def check_entry(self, key: Key, row: Dict[str, Any]) -> Optional[str]:
