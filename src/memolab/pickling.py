@@ -279,17 +279,23 @@ def _live_definition(rec: tuple) -> Optional[Any]:
 _skeletons: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-class _FrozenConst:
-    """A frozenset constant in a code object, written in sorted order: frozenset
-    iteration order follows string hashes, which change per process."""
+class _Sorted:
+    """A set or frozenset that is part of stored *code* (a constant, a class
+    attribute, a global or cell a function uses), written in sorted order: set
+    iteration order follows string hashes, which change per process. (Sets in
+    result data keep pickle's order; they are data, not code.)"""
 
     __slots__ = ("items",)
 
-    def __init__(self, items: frozenset) -> None:
+    def __init__(self, items: Any) -> None:
         self.items = items
 
     def __reduce__(self) -> Any:
-        return frozenset, (tuple(sorted(self.items, key=repr)),)
+        return type(self.items), (sorted(self.items, key=repr),)
+
+
+def _canon(v: Any) -> Any:
+    return _Sorted(v) if type(v) in (set, frozenset) else v
 
 
 _CODE_FIELDS = tuple(f for f in (
@@ -304,7 +310,7 @@ def _reduce_code(p: Pickler, code: types.CodeType) -> Any:
     for f in _CODE_FIELDS:
         v = getattr(code, f)
         if f == "co_consts":
-            v = tuple(_FrozenConst(c) if type(c) is frozenset else c for c in v)
+            v = tuple(_canon(c) for c in v)
         values.append(v)
     return _make_code, (_PYVER, values)
 
@@ -332,11 +338,11 @@ def _function_by_value(fn: types.FunctionType, rec: tuple) -> Any:
     used = {}
     for n in _global_names(code):
         if n in g and n not in used and n != "__builtins__":
-            used[n] = g[n]
+            used[n] = _canon(g[n])
     cells = []
     for c in fn.__closure__ or ():
         try:
-            cells.append(c.cell_contents)
+            cells.append(_canon(c.cell_contents))
         except ValueError:
             cells.append(_EMPTY_CELL)
     state = {
@@ -395,7 +401,7 @@ def _class_by_value(cls: type, rec: tuple) -> Any:
     kwargs = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     if slots is not None:
         kwargs["__slots__"] = slots
-    state = {k: v for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
+    state = {k: _canon(v) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
     return _class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec), state, None, None, _class_setstate
 
 
