@@ -74,10 +74,19 @@ def register_lazy(toplevel: str, register: Callable[[], None]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _library_roots() -> Tuple[str, ...]:
+    # The interpreter's own library folders only, not sys.prefix as a whole:
+    # with a system Python (prefix /usr) user code under /usr/src/app would
+    # otherwise pass for library code and lose its change checks.
+    import site
+
     paths = sysconfig.get_paths()
-    roots = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    roots |= {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix) if p}
-    return tuple(sorted(r.rstrip(os.sep) + os.sep for r in roots))
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    try:
+        roots.update(site.getsitepackages())
+        roots.add(site.getusersitepackages())
+    except AttributeError:  # some embedded interpreters lack them
+        pass
+    return tuple(sorted(os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r))
 
 
 @functools.lru_cache(maxsize=None)
