@@ -226,6 +226,8 @@ def _new_instance(cls: type) -> Any:
 
 def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     """Functions and classes: pickle's own by-name, a checked reference, or by value."""
+    if isinstance(obj, type) and not obj.__flags__ & _HEAPTYPE:
+        return NotImplemented  # a C type: pickle's by-name save, or its clear error
     modname, qual = _name_of(obj)
     if modname != "__main__" and "<" not in qual:
         ok, found = _lookup(modname, qual, import_=False)
@@ -246,6 +248,9 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     if isinstance(obj, type):
         return _class_by_value(obj, rec)
     return _function_by_value(obj, rec)
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes made by a class statement or type()
 
 
 def _reduce_class(p: Pickler, obj: Any) -> Any:
@@ -429,6 +434,10 @@ def _class_setstate(cls: Any, state: Dict[str, Any]) -> Any:
     _skeletons.discard(cls)
     for k, v in state.items():
         setattr(cls, k, v)
+    if "__abstractmethods__" in vars(cls):
+        import abc
+
+        abc.update_abstractmethods(cls)  # computed when the (empty) skeleton was made
     return cls
 
 
@@ -467,6 +476,12 @@ register_reducer(staticmethod, _reduce_method_wrapper(staticmethod))
 register_reducer(classmethod, _reduce_method_wrapper(classmethod))
 register_reducer(property, _reduce_property)
 register_reducer(types.CellType, _reduce_cell)
+# dataclass fields keep their metadata in one; class bodies meet them often.
+register_reducer(types.MappingProxyType, lambda p, obj: (_mappingproxy, (dict(obj),)))
+
+
+def _mappingproxy(d: Dict[Any, Any]) -> Any:
+    return types.MappingProxyType(d)  # the type has no importable name of its own
 
 
 # -- numpy ---------------------------------------------------------------------------------
@@ -475,17 +490,18 @@ def _register_numpy() -> None:
     import numpy as np
 
     register_reducer(np.ndarray, _reduce_ndarray)
+    register_reducer(np.memmap, _reduce_ndarray)  # comes back as a plain array mapped from its blob
 
 
 def _reduce_ndarray(p: Pickler, arr: Any) -> Any:
     import numpy as np
 
-    if arr.dtype.hasobject or type(arr) is not np.ndarray:
+    if arr.dtype.hasobject or type(arr) not in (np.ndarray, np.memmap):
         return NotImplemented
     root = arr
     while isinstance(root.base, np.ndarray):
         root = root.base
-    if root is arr or not (root.flags.c_contiguous and root.dtype.hasobject is False):
+    if root is arr or root.dtype.hasobject or not (root.flags.c_contiguous or root.flags.f_contiguous):
         if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
             arr = np.ascontiguousarray(arr)  # a strided array with no ndarray owner: copy it once
         order = "C" if arr.flags.c_contiguous else "F"
@@ -513,6 +529,28 @@ def _np_view(root: Any, dtype: Any, shape: Tuple[int, ...], strides: Tuple[int, 
 
 
 register_lazy("numpy", _register_numpy)
+
+
+def _register_dataclasses() -> None:
+    # dataclasses compares its sentinels by identity (``f._field_type is _FIELD``,
+    # ``default is MISSING``); copies made by unpickling would silently drop fields.
+    import dataclasses
+
+    def by_name(name: str) -> Reducer:
+        return lambda p, obj: (_dataclass_sentinel, (name,))
+
+    register_reducer(dataclasses._FIELD_BASE, lambda p, obj: (_dataclass_sentinel, (obj.name,)))  # type: ignore[attr-defined]
+    register_reducer(dataclasses._MISSING_TYPE, by_name("MISSING"))  # type: ignore[attr-defined]
+    register_reducer(dataclasses._KW_ONLY_TYPE, by_name("KW_ONLY"))  # type: ignore[attr-defined]
+
+
+def _dataclass_sentinel(name: str) -> Any:
+    import dataclasses
+
+    return getattr(dataclasses, name)
+
+
+register_lazy("dataclasses", _register_dataclasses)
 
 
 def _register_torch() -> None:
