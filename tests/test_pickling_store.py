@@ -80,3 +80,15 @@ def test_buffers_are_recorded_per_blob_and_writes_stay_private(tmp_store):
     assert v[0] == -1.0  # still views of one array after the load
     a2, v2 = views()
     assert a2[10] == 10.0 and v2[0] == 10.0  # the write never reached the blob or the next hit
+
+
+def test_large_blobs_hash_while_writing_and_still_deduplicate(tmp_path):
+    from memolab.store.blobs import _OVERLAP_MIN, BlobFolder, digest_bytes
+
+    blobs = BlobFolder(tmp_path)
+    data = np.random.default_rng(1).integers(0, 255, _OVERLAP_MIN + 12345, dtype=np.uint8)
+    d1, n1 = blobs.put(data)
+    d2, n2 = blobs.put(data.copy())  # same bytes again: written, found intact, discarded
+    assert d1 == d2 == digest_bytes(data) and n1 == n2 == data.nbytes
+    assert list(blobs) == [d1] and not list(blobs.tmp.iterdir())
+    assert bytes(blobs.get(d1, n1, mapped=True, verify="always")) == data.tobytes()
