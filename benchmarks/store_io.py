@@ -159,7 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1024, help="result size in MiB (default 1024)")
     ap.add_argument("--repeat", type=int, default=5, help="loads timed per library (median reported)")
-    ap.add_argument("--store-repeat", type=int, default=3, help="stores timed per library (median reported)")
+    ap.add_argument("--store-repeat", type=int, default=5, help="stores timed per library (median reported)")
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--only", default="", help="comma-separated subset of cases")
     args = ap.parse_args()
@@ -192,7 +192,8 @@ def main() -> None:
     # Round-robin over the libraries, a fresh directory per store: disk noise and
     # writeback of the previous file hit everyone alike; medians are reported.
     for i in range(args.store_repeat):
-        for name, (store, load) in cases:
+        # rotate the order too: whoever writes right after a big delete pays for it
+        for name, (store, load) in cases[i % len(cases):] + cases[:i % len(cases)]:
             if "error" in results.get(name, {}):
                 continue
             d = tempfile.mkdtemp(prefix="memolab-bench-", dir=args.dir)
@@ -210,14 +211,15 @@ def main() -> None:
                 gc.collect()
 
     size = arr.nbytes
-    raw = results.get(next(iter(results), ""), {})
+    raw = results.get(cases[0][0], {})
     raw_tp = size / raw["store"] if "store" in raw else None
     print(f"store and load of one {args.mb} MiB float32 result, median of {args.store_repeat} stores (Python {sys.version.split()[0]}, "
           f"torch {torch.__version__}, numpy {np.__version__}; load = median of {args.repeat})")
     print()
     print("| method | store | store GiB/s | % of raw write | load (mapped) | load + sum |")
     print("|---|---|---|---|---|---|")
-    for name, r in results.items():
+    for name, _ in cases:
+        r = results.get(name, {"error": "not run"})
         if "error" in r:
             print(f"| {name} | failed: {str(r['error'])[:70]} | | | | |")
             continue
