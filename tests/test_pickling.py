@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import pickle
 import sys
-import textwrap
 import types
 
 import numpy as np
