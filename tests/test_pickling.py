@@ -264,3 +264,19 @@ def test_find_unpicklable_names_the_path():
 
     path, reason = pickling.find_unpicklable({"ok": 1, "bad": [1, threading.Lock()]})
     assert path == "result['bad'][1]" and "lock" in reason
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8)
+_values = st.recursive(_leaves, lambda kids: st.lists(kids, max_size=4) | st.tuples(kids, kids)
+                       | st.dictionaries(st.text(max_size=4), kids, max_size=4) | st.frozensets(_leaves, max_size=4),
+                       max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_values)
+def test_plain_data_round_trips_exactly(value):
+    out = rt(value)
+    assert out == value and type(out) is type(value)
