@@ -363,3 +363,40 @@ def test_hmac_key_signs_entries_and_refuses_unsigned_or_forged(project):
         c.execute("UPDATE evaluations SET payload_size=payload_size+1 WHERE id=?", (row["id"],))
     why = project.run_json("tamper.py", env={"MEMOLAB_HMAC_KEY": "another-key", "WHY": "1"})
     assert "miss" in why and "signature does not match" in why
+
+
+CONSUMER_CHECK = '''
+import json
+import helpers
+from memolab import CodeChanged
+from memolab.store import get_store
+
+store = get_store()
+(row,) = store.index.evaluations("__main__:build")
+key = (row["fn"], row["code"], row["args"], row["schema"])
+out = {"explain": store.check_entry(key, row)}
+try:
+    out["rect"] = store.load(key, row)["main_obj"].area()
+except CodeChanged as e:
+    out["changed"] = e.reason
+print(json.dumps(out))
+'''
+
+
+def test_fresh_program_detects_that_the_defining_file_changed(project):
+    project.write("helpers.py", HELPERS)
+    project.write("producer.py", PRODUCER)
+    project.write("consumer.py", CONSUMER_CHECK)
+    project.run("producer.py")
+    # Edits elsewhere in the file (a new line above, comments) do not matter.
+    project.write("producer.py", "# a comment\nX = 1\n" + PRODUCER.replace("self.w * self.h", "self.w * self.h  # area"))
+    assert project.run_json("consumer.py") == {"explain": None, "rect": 12}
+    # The definition the stored code came from changed: the stored copy is stale.
+    project.write("producer.py", PRODUCER.replace("self.w * self.h", "self.w * self.h + 1"))
+    out = project.run_json("consumer.py")
+    assert "rect" not in out
+    assert "`__main__:Rect` changed in" in out["changed"] and "producer.py" in out["changed"]
+    assert "`__main__:Rect` changed in" in out["explain"]
+    # The file is gone (another machine, say): the stored code stands alone.
+    (project.root / "producer.py").unlink()
+    assert project.run_json("consumer.py") == {"explain": None, "rect": 12}

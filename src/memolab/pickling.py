@@ -38,6 +38,7 @@ import os
 import pickle
 import sys
 import sysconfig
+import textwrap
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -173,7 +174,7 @@ class Pickler(pickle.Pickler):
     def __init__(self, file: Any, buffers: List[memoryview]) -> None:
         self.out_of_band = buffers
         super().__init__(file, protocol=5, buffer_callback=self._buffer)
-        self.refs: Dict[str, str] = {}
+        self.refs: Dict[str, Any] = {}
 
     def _buffer(self, buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
@@ -241,10 +242,12 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
         raise pickle.PicklingError(f"cannot store enum class {modname}:{qual} by value; define it in an importable module")
     anchor = _anchor_of(obj)
     d = _digest(obj)
-    anchor_digest = d if anchor == qual else (_digest(_walk(sys.modules[modname], anchor)) if anchor else None)
-    rec = (modname, qual, d, anchor, anchor_digest)
+    anchor_obj = obj if anchor == qual else (_walk(sys.modules[modname], anchor) if anchor else None)
+    anchor_digest = d if anchor == qual else (_digest(anchor_obj) if anchor else None)
+    source = _source_fingerprint(anchor_obj, anchor) if anchor else None
+    rec = (modname, qual, d, anchor, anchor_digest, source)
     if anchor:
-        p.refs[f"{modname}:{anchor}"] = anchor_digest  # type: ignore[assignment]
+        p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
     if isinstance(obj, type):
         return _class_by_value(obj, rec)
     return _function_by_value(obj, rec)
@@ -275,17 +278,124 @@ def _load_ref(modname: str, qual: str, digest: str) -> Any:
 
 def _live_definition(rec: tuple) -> Optional[Any]:
     """The live object to use instead of a rebuilt one, or None; ``CodeChanged`` if the anchor changed."""
-    modname, qual, _digest_, anchor, anchor_digest = rec
+    modname, qual, _digest_, anchor, anchor_digest, source = rec
     if anchor is None:
         return None
     ok, live = _lookup(modname, anchor, import_=modname != "__main__")
     if not ok:
         if modname == "__main__" or modname not in sys.modules:
-            return None  # another program, or a module we cannot import: the stored code stands alone
+            # Another program, or a module we cannot import: the stored code
+            # stands alone, unless the file it came from is here and changed.
+            why = _source_changed(anchor, source)
+            if why:
+                raise CodeChanged(f"`{modname}:{anchor}` {why}")
+            return None
         raise CodeChanged(f"`{modname}:{anchor}` no longer exists")
     if _digest(live) != anchor_digest:
         raise CodeChanged(f"`{modname}:{anchor}` changed since the result was stored")
     return live if anchor == qual else None
+
+
+# -- the source file a by-value definition came from -----------------------------------
+#
+# When the loading program lacks the definition (a notebook reading what
+# train.py stored), the stored code is used, but if train.py is still on disk
+# and its definition changed, the result is stale all the same. We fingerprint
+# the definition's normalised source, found by name in the file's AST, the same
+# way at store and load time, so the two are comparable by construction.
+
+_file_defs: Dict[Tuple[str, int, int], Dict[str, str]] = {}
+
+
+def _definitions(path: str) -> Optional[Dict[str, str]]:
+    """qualname -> fingerprint of every named definition (def, class, assignment) in ``path``."""
+    import ast
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_mtime_ns, st.st_size)
+    hit = _file_defs.get(key)
+    if hit is not None:
+        return hit
+    try:
+        with open(path, "rb") as f:
+            src = f.read().decode("utf-8", "surrogateescape")
+        tree = ast.parse(src)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    import xxhash
+
+    try:
+        from .codegraph import normalized_source  # docstrings and comments do not count
+    except ImportError:  # pragma: no cover - only if codegraph drops it
+        def normalized_source(seg: str) -> str:
+            return ast.dump(ast.parse(textwrap.dedent(seg)), include_attributes=False)
+
+    def fingerprint(seg: str) -> str:
+        try:
+            text = normalized_source(seg)
+        except SyntaxError:
+            text = seg
+        return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
+
+    out: Dict[str, str] = {}
+
+    def visit(body: List[Any], prefix: str) -> None:
+        for node in body:
+            names: List[str] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                for block in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, block, []) or [], prefix)
+                for h in getattr(node, "handlers", []):
+                    visit(h.body, prefix)
+            for name in names:  # a later definition wins, as when the file runs
+                out[prefix + name] = fingerprint(ast.get_source_segment(src, node) or "")
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + node.name + ".")
+
+    visit(tree.body, "")
+    if len(_file_defs) > 64:
+        _file_defs.clear()
+    _file_defs[key] = out
+    return out
+
+
+def _source_fingerprint(obj: Any, anchor: str) -> Optional[Tuple[str, str]]:
+    """(absolute file, fingerprint of ``anchor``'s definition in it), when both are known."""
+    import inspect
+
+    try:
+        path = inspect.getsourcefile(obj)
+    except TypeError:
+        path = None
+    if not path and isinstance(obj, types.FunctionType):
+        path = obj.__code__.co_filename
+    if not path or path.startswith("<"):
+        return None
+    path = os.path.abspath(path)
+    fp = (_definitions(path) or {}).get(anchor)
+    return (path, fp) if fp else None
+
+
+def _source_changed(anchor: str, source: Optional[Sequence[str]]) -> Optional[str]:
+    if not source:
+        return None
+    path, fp = source
+    defs = _definitions(path)
+    if defs is None:
+        return None  # the file is not here (another machine, a deleted cell): nothing to compare
+    now = defs.get(anchor)
+    if now is None:
+        return f"is no longer defined in {path}"
+    if now != fp:
+        return f"changed in {path} since the result was stored"
+    return None
 
 
 # Objects built from stored code that still await their state. A live definition
@@ -564,8 +674,9 @@ register_lazy("torch", _register_torch)
 
 # -- public API ------------------------------------------------------------------------------
 
-def dumps_with_refs(obj: Any) -> Tuple[bytes, List[memoryview], Dict[str, str]]:
-    """(pickle bytes, out-of-band buffers in order, {symbol: digest} of code references)."""
+def dumps_with_refs(obj: Any) -> Tuple[bytes, List[memoryview], Dict[str, Any]]:
+    """(pickle bytes, out-of-band buffers in order, code references: {symbol: digest,
+    or [digest, source file, fingerprint] for code stored by value})."""
     buffers: List[memoryview] = []
     f = io.BytesIO()
     p = Pickler(f, buffers)
@@ -590,16 +701,22 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
         raise CodeChanged(f"stored result refers to code that no longer loads: {e}") from e
 
 
-def check_refs(refs: Dict[str, str]) -> Optional[str]:
+def check_refs(refs: Dict[str, Any]) -> Optional[str]:
     """Why the code references of a stored result no longer hold, or None.
 
     Cheap (no unpickling); used by ``explain``. Symbols of ``__main__`` that the
-    running program lacks pass: the stored code travels by value."""
-    for sym, digest in refs.items():
+    running program lacks pass (the stored code travels by value) unless the
+    file they came from is here and their definition in it changed."""
+    for sym, ref in refs.items():
+        # a plain digest, or [digest, source file, fingerprint] for by-value code
+        digest, source = (ref, None) if isinstance(ref, str) else (ref[0], ref[1:])
         modname, _, qual = sym.partition(":")
         ok, obj = _lookup(modname, qual, import_=modname != "__main__")
         if not ok:
             if modname == "__main__":
+                why = _source_changed(qual, source)
+                if why:
+                    return f"`{sym}` {why}"
                 continue
             return f"`{sym}` no longer exists"
         try:
