@@ -167,8 +167,9 @@ def _anchor_of(obj: Any) -> Optional[str]:
 class Pickler(pickle.Pickler):
     """Protocol-5 pickler with code references and out-of-band buffers.
 
-    ``refs`` collects every code reference written, as ``[symbol, digest]``,
-    so the index can check them (and ``explain`` can say why) without unpickling.
+    ``refs`` collects every code reference written (``{symbol: digest}``, with
+    the source file and fingerprint added for by-value code), so the index can
+    check them, and ``explain`` say why, without unpickling.
     """
 
     def __init__(self, file: Any, buffers: List[memoryview]) -> None:
