@@ -18,7 +18,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 from . import codegraph, config, hashing
-from .errors import MemolabWarning, StoreMiss
+from .errors import CodeChanged, MemolabWarning, StoreMiss
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
 
@@ -186,10 +186,14 @@ class MemoFunction:
     def _load(self, store: Store, key: Key, row: Dict[str, Any]) -> Tuple[bool, Any]:
         try:
             value = store.load(key, row)
+        except CodeChanged as e:
+            # Code the result refers to changed: an ordinary miss, not damage.
+            store.mark_corrupt(key, row, e.reason, status="stale")
+            return False, None
         except StoreMiss as e:
             warnings.warn(f"{self.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
                           MemolabWarning, stacklevel=4)
-            store.mark_corrupt(key, row)
+            store.mark_corrupt(key, row, e.reason)
             return False, None
         store.count_hit(row["id"])
         return True, value
