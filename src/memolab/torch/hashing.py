@@ -19,11 +19,15 @@ changes without the counter moving, are excluded (see docs/hashing.md):
 * everything inside an ``nn.Module``: BatchNorm updates its running stats in
   the kernel without bumping their version;
 * tensors sharing memory with numpy or a Python buffer (``from_numpy``,
-  ``frombuffer``; non-resizable storage): writes on the numpy side are invisible;
+  ``frombuffer``, or after ``t.numpy()``): writes on the numpy side are
+  invisible to the counter. Torch marks such storage non-resizable (measured:
+  ``t.numpy()`` flips ``untyped_storage().resizable()`` to False), so these are
+  recognised and always rehashed;
 * inference-mode tensors, which have no version counter.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import torch
@@ -55,11 +59,23 @@ def tensor_digest(t: Any) -> bytes:
     x = t.detach().resolve_conj().resolve_neg()
     if x.device.type != "cpu":
         x = x.cpu()
-    # reshape(-1) first: a 0-dim tensor cannot be viewed as uint8
-    x = x.contiguous().reshape(-1)
+    x = x.contiguous()
     sub.write(b"s")
-    sub.write_buffer(memoryview(x.view(torch.uint8).numpy()) if x.numel() else memoryview(b""))
+    sub.write_buffer(_raw_bytes(x))
     return sub.digest()
+
+
+def _raw_bytes(x: Any) -> memoryview:
+    """The bytes of contiguous CPU tensor ``x``, without copying them.
+
+    Not through ``x.numpy()``: exporting to numpy marks the storage
+    non-resizable for good, which is exactly the signal ``_stamp`` uses to
+    detect memory shared with numpy — hashing must not set it.
+    """
+    n = x.numel() * x.element_size()
+    if n == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * n).from_address(x.data_ptr())).cast("B")
 
 
 def _stamp(t: Any, loaded: bool) -> Any:
