@@ -238,7 +238,7 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
         raise HashError(f"memolab.File({f.path!r}) {what}", "", f)
     if path not in _cache.memory:
         _cache.load_prefix(path)
-    enc.write(b"FILE")
+    enc.write(b"\x11")
     enc.write(file_digest(path))
 
 
@@ -278,7 +278,7 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
     pending: List[Tuple[str, StatKey, bytes, int]] = []
-    enc.write(b"DIR" + hashing._pack_Q(len(entries)))
+    enc.write(b"\x12" + hashing._pack_Q(len(entries)))
     try:
         for rel, kind, path in entries:
             enc.write_str(rel)

@@ -98,12 +98,15 @@ _LEAF = Leaf(tensor_digest, lambda t: _stamp(t, False), lambda t: _stamp(t, True
 def _encode_tensor(enc: Encoder, t: Any) -> None:
     if enc.memoize(t):
         return
-    enc.write(b"A")
+    enc.write(b"\x10T")  # torch tokens: lead byte 0x10, then a kind letter
     enc.write_str(_type_name(type(t)))
     enc.write_leaf(t, _LEAF)
     extra = getattr(t, "__dict__", None)
     if extra:  # attributes set on a tensor or Parameter are state too
+        enc.write(b"+")
         enc.encode_child(extra, "")
+    else:
+        enc.write(b"-")
 
 
 def _encode_module(enc: Encoder, m: Any) -> None:
@@ -117,7 +120,7 @@ def _encode_module(enc: Encoder, m: Any) -> None:
 
 
 def _encode_generator(enc: Encoder, g: Any) -> None:
-    enc.write(b"RNG")
+    enc.write(b"\x10G")
     enc.write_str(str(g.device))
     state = g.get_state()
     enc.write(_pack_Q(state.numel()) + state.numpy().tobytes())
@@ -130,11 +133,11 @@ def register() -> None:
         hashing.register_leaf(t, _LEAF)
     reg(torch.nn.Module, _encode_module)
     reg(torch.Generator, _encode_generator)
-    reg(torch.dtype, lambda enc, d: (enc.write(b"td"), enc.write_str(str(d))))
-    reg(torch.device, lambda enc, d: (enc.write(b"tv"), enc.write_str(str(d))))
-    reg(torch.layout, lambda enc, d: (enc.write(b"tl"), enc.write_str(str(d))))
-    reg(torch.memory_format, lambda enc, d: (enc.write(b"tm"), enc.write_str(str(d))))
-    reg(torch.Size, lambda enc, s: (enc.write(b"tS" + _pack_Q(len(s))), enc.write(b"".join(_pack_q(x) for x in s))))
+    reg(torch.dtype, lambda enc, d: (enc.write(b"\x10d"), enc.write_str(str(d))))
+    reg(torch.device, lambda enc, d: (enc.write(b"\x10v"), enc.write_str(str(d))))
+    reg(torch.layout, lambda enc, d: (enc.write(b"\x10l"), enc.write_str(str(d))))
+    reg(torch.memory_format, lambda enc, d: (enc.write(b"\x10m"), enc.write_str(str(d))))
+    reg(torch.Size, lambda enc, s: (enc.write(b"\x10S" + _pack_Q(len(s))), enc.write(b"".join(_pack_q(x) for x in s))))
 
     # Hook dicts are keyed by global handle counters (a module built later gets
     # other keys), and the optimizer's profiling names and warning flags are
