@@ -87,9 +87,13 @@ def _stamp(t: Any, loaded: bool) -> Any:
         version = t._version
     except RuntimeError:  # inference tensors track no version
         return None
-    if not loaded and not t.untyped_storage().resizable() and identity.origin_of(t) is None:
+    resizable = t.untyped_storage().resizable()
+    if not loaded and not resizable and identity.origin_of(t) is None:
         return None  # memory shared with numpy/a buffer: writes there are invisible
-    return (version, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad)
+    # ``resizable`` is in the stamp: a loaded tensor exported with ``.numpy()``
+    # afterwards flips it, so the entry stops matching.
+    return (version, resizable, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
+            t.requires_grad)
 
 
 _LEAF = Leaf(tensor_digest, lambda t: _stamp(t, False), lambda t: _stamp(t, True))
