@@ -322,11 +322,6 @@ def test_memo_ignore_leaves_arguments_out(tmp_store):
     assert f(3) == 6 and calls == [2, 3]
 
 
-def test_import_memolab_loads_neither_numpy_nor_torch():
-    import subprocess
-
-    from conftest import SRC
-
+def test_import_memolab_loads_neither_numpy_nor_torch(project):
     code = "import sys, memolab, memolab.files; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
-    cp = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": SRC}, capture_output=True, text=True, check=True)
-    assert cp.stdout.strip() == "[]"
+    assert project.run("-c", code).stdout.strip() == "[]"

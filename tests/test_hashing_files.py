@@ -129,11 +129,7 @@ def test_unchanged_dir_costs_a_stat_walk(tmp_path, quiet):
     assert reads() == n + 1  # only the changed file was read
 
 
-def test_stat_cache_survives_the_process(tmp_path):
-    from conftest import Project
-
-    (tmp_path / "proj").mkdir()
-    project = Project(tmp_path / "proj")
+def test_stat_cache_survives_the_process(project):
     make_tree(project.root / "data")
     project.write("h.py", """
         import json, memolab

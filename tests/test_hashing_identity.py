@@ -204,11 +204,7 @@ def test_loaded_tuple_of_arrays_is_registered_leaf_by_leaf(tmp_store, computed):
     assert d_train == H(ref_train) and d_test == H(ref_test["test"])
 
 
-def test_loaded_result_in_a_new_process(tmp_path):
-    from conftest import Project
-
-    (tmp_path / "proj").mkdir()
-    project = Project(tmp_path / "proj")
+def test_loaded_result_in_a_new_process(project):
     project.write("pipe.py", """
         import json, numpy as np, memolab
         from memolab import hashing, identity
