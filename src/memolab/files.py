@@ -162,8 +162,7 @@ class _StatCache:
         e = self.memory.get(path)
         if e is None or e[0] != key:
             return None
-        size, mtime, ctime = key[0], key[1], key[2]
-        if max(mtime, ctime) + RACY_NS > e[2]:
+        if max(key[1], key[2]) + RACY_NS > e[2]:  # max(mtime, ctime) vs when we hashed it
             return None  # racily clean: it may have changed within one timestamp tick
         return e[1]
 

@@ -747,6 +747,7 @@ def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args") -> Tupl
 
 _MAX_TOKENS = 4096
 _result_tokens: "OrderedDict[Any, Tuple[List[str], Any]]" = OrderedDict()
+_tokens_lock = threading.Lock()
 
 
 def _walk_leaves(value: Any, out: List[Tuple[Any, Leaf]], depth: int = 0) -> None:
@@ -778,10 +779,11 @@ def result_token(value: Any) -> Optional[List[str]]:
 def note_result(key: Any, token: Optional[List[str]], origin: Any = None) -> None:
     if not token:
         return
-    _result_tokens[key] = (token, origin)
-    _result_tokens.move_to_end(key)
-    while len(_result_tokens) > _MAX_TOKENS:
-        _result_tokens.popitem(last=False)
+    with _tokens_lock:
+        _result_tokens[key] = (token, origin)
+        _result_tokens.move_to_end(key)
+        while len(_result_tokens) > _MAX_TOKENS:
+            _result_tokens.popitem(last=False)
 
 
 def remember_loaded(value: Any, key: Any = None, token: Optional[List[str]] = None, origin: Any = None) -> None:
