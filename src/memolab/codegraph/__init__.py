@@ -137,7 +137,9 @@ def _warn_once(where: Tuple[Any, ...], message: str) -> None:
 _CLASS_SKIP = frozenset(("__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__",
                          "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__",
                          "__abstractmethods__", "_abc_impl", "__dataclass_fields__", "__match_args__",
-                         "__annotate__", "__annotate_func__", "__annotations_cache__"))
+                         "__annotate__", "__annotate_func__", "__annotations_cache__",
+                         # caches that pickling (copyreg) and typing add to a class later
+                         "__slotnames__", "_is_protocol", "__protocol_attrs__", "__callable_proto_members_only__"))
 
 
 class _ClassInfo:

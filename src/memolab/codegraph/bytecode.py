@@ -89,7 +89,10 @@ _OP = dis.opmap
 _CACHE, _EXTENDED_ARG = _OP.get("CACHE", -1), _OP["EXTENDED_ARG"]
 _LOAD_CONST, _IMPORT_NAME = _OP["LOAD_CONST"], _OP["IMPORT_NAME"]
 _LOAD_GLOBAL = _OP["LOAD_GLOBAL"]
-_NAME_OPS = frozenset(_OP[o] for o in ("LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME") if o in _OP)
+# LOAD_NAME appears in class bodies nested in a function: a name it does not
+# find in the class namespace comes from the globals
+_NAME_OPS = frozenset(_OP[o] for o in ("LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL") if o in _OP)
+_STORE_NAME = _OP.get("STORE_NAME", -1)
 _ATTRS = frozenset(_OP[o] for o in ("LOAD_ATTR", "LOAD_METHOD") if o in _OP)
 # since 3.11 LOAD_GLOBAL's low bit says "push NULL"; since 3.12 LOAD_ATTR's says "method"
 _GLOBAL_SHIFT = 1 if sys.version_info >= (3, 11) else 0
@@ -160,12 +163,17 @@ def _line_at(code: types.CodeType, offset: int) -> int:
 def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str]]) -> None:
     ins = _instructions(code)
     names, consts = code.co_names, code.co_consts
+    # names a class body binds itself are its own attributes, not globals
+    local = {names[a] for o, a, _ in ins if o == _STORE_NAME} | {"__name__"}
     n = len(ins)
     i = 0
     while i < n:
         op, arg, off = ins[i]
         if op == _LOAD_GLOBAL or op in _NAME_OPS:
             name = names[arg >> _GLOBAL_SHIFT] if op == _LOAD_GLOBAL else names[arg]
+            if op != _LOAD_GLOBAL and name in local and op == _OP["LOAD_NAME"]:
+                i += 1
+                continue
             chain = [name]
             j = i + 1
             while j < n and ins[j][0] in _ATTRS:
