@@ -313,7 +313,10 @@ def test_inference_tensors_have_no_version_and_rehash():
     assert H(t) != d
 
 
-def test_loaded_tensor_result_is_o1(tmp_store, tcomputed):
+def test_loaded_tensor_results_are_rehashed_not_trusted(tmp_store, tcomputed):
+    """A loaded tensor lives zero-copy on a copy-on-write mapping: its storage is
+    non-resizable from birth, so a write through ``t.numpy()`` would leave no
+    trace in any stamp. Such tensors are rehashed every time."""
     @memolab.memo
     def make(n):
         return torch.arange(n, dtype=torch.float32)
@@ -323,10 +326,7 @@ def test_loaded_tensor_result_is_o1(tmp_store, tcomputed):
     t = make(50_000)
     n = tcomputed["n"]
     d = H(t)
-    assert tcomputed["n"] == n  # the stored digest was used
     assert d == H(ref.clone())
-    t.add_(1)
-    assert H(t) == H(ref + 1)
-    d = H(t)
-    t.numpy()[0] = -5  # numpy writes miss the counter; the export flips the storage's resizable flag
+    assert tcomputed["n"] > n  # hashed again, not served from the identity cache
+    t.numpy()[0] = -5  # invisible to t._version: only rehashing sees it
     assert H(t) != d and H(t) == H(t.clone())

@@ -258,7 +258,9 @@ def test_numpy_results_are_read_only_and_deduplicated(tmp_store):
     assert sum(1 for s in blob_sizes if s >= big.nbytes) == 1
     out = a()
     assert np.array_equal(out, big)
-    out[0] = -1  # mapped copy-on-write: the write stays private, the blob and the next hit are untouched
+    assert not out.flags.writeable  # read-only: a write can never reach the blob or the next hit
+    with pytest.raises(ValueError):
+        out[0] = -1
     assert np.array_equal(a(), big)
     assert np.array_equal(b()["same"], big)
 

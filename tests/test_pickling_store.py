@@ -8,6 +8,7 @@ import sys
 import warnings
 
 import numpy as np
+import pytest
 
 import memolab
 from memolab.store.sqlite import Index
@@ -76,10 +77,29 @@ def test_buffers_are_recorded_per_blob_and_writes_stay_private(tmp_store):
     (row,) = views.evaluations()
     assert len(json.loads(row["buffers"])) == 1 and json.loads(row["code_refs"]) == {}
     a, v = views()
-    a[10] = -1.0
-    assert v[0] == -1.0  # still views of one array after the load
+    assert not a.flags.writeable and not v.flags.writeable  # numpy results come back read-only
+    assert np.shares_memory(a, v) and v[0] == 10.0  # still views of one array after the load
+    w = a.copy()
+    w[10] = -1.0  # the way to modify a loaded result: copy it
     a2, v2 = views()
-    assert a2[10] == 10.0 and v2[0] == 10.0  # the write never reached the blob or the next hit
+    assert a2[10] == 10.0 and v2[0] == 10.0
+
+
+def test_torch_results_are_writable_but_writes_stay_private(tmp_store):
+    torch = pytest.importorskip("torch")
+    base = torch.arange(1 << 16, dtype=torch.float64)
+
+    @memolab.memo
+    def views():
+        return base, base[10:20]
+
+    views()
+    views.store().forget()
+    t, v = views()
+    t[10] = -1.0  # in place on a copy-on-write mapping: allowed ...
+    assert v[0] == -1.0  # ... aliasing kept ...
+    t2, v2 = views()
+    assert t2[10] == 10.0 and v2[0] == 10.0  # ... and private: the blob and the next hit are untouched
 
 
 def test_large_blobs_hash_while_writing_and_still_deduplicate(tmp_path):

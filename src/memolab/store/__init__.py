@@ -156,9 +156,11 @@ class Store:
     def _unpickle(self, payload: bytes, refs: List[Any]) -> Any:
         from .. import pickling
 
-        # Mapped copy-on-write, afresh for each load: the caller may write to the
-        # arrays it gets back without changing the blob or the next hit's value.
-        buffers = [self.blobs.get(d, size, mapped=True, writable=True) for d, size in refs]
+        # Mapped read-only, afresh for each load: numpy arrays come back
+        # read-only (so a write can never reach the blob or the next hit, and
+        # the identity cache may trust their digest); torch storages re-map
+        # their buffer copy-on-write (blobs.copy_on_write).
+        buffers = [self.blobs.get(d, size, mapped=True) for d, size in refs]
         return pickling.loads(payload, buffers)
 
     def load_from_memory(self, key: Key) -> Tuple[bool, Any]:

@@ -19,8 +19,9 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import blake3
 
@@ -52,6 +53,33 @@ def _fsync_dir(path: Path) -> None:
 
 
 Stamp = Tuple[int, int, int]  # size, mtime_ns, inode
+
+# Which blob file each of our mappings came from, so a read-only mapping can be
+# re-mapped copy-on-write on demand (weak: a dropped mapping leaves no entry).
+_mapped_from: "weakref.WeakKeyDictionary[mmap.mmap, str]" = weakref.WeakKeyDictionary()
+
+
+def copy_on_write(buf: Any) -> Any:
+    """A private, writable view of ``buf``'s bytes, without a copy where possible.
+
+    torch tensors assume their memory is writable (an in-place op on a
+    read-only mapping kills the process), while numpy arrays must stay
+    read-only so their digests can be trusted. A mapping of one of our blobs is
+    mapped again copy-on-write; anything else is copied.
+    """
+    mv = memoryview(buf)
+    if not mv.readonly:
+        return buf
+    path = _mapped_from.get(mv.obj) if isinstance(mv.obj, mmap.mmap) else None
+    if path is not None and mv.nbytes == len(mv.obj):
+        try:
+            with open(path, "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            if len(m) == mv.nbytes:
+                return memoryview(m)
+        except OSError:
+            pass  # the blob was collected since: fall back to a copy
+    return bytearray(mv)
 
 
 class BlobFolder:
@@ -151,8 +179,11 @@ class BlobFolder:
     def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp", writable: bool = False) -> Buffer:
         """Read a blob. ``verify='always'`` re-hashes; ``'stamp'`` trusts a matching stamp.
 
-        ``writable`` (with ``mapped``) maps copy-on-write: the caller may write to
-        its pages (torch tensors assume they can), the blob file never changes.
+        ``mapped`` maps the file read-only: numpy arrays over it are immutable,
+        which lets the identity cache trust their digest. ``writable`` (with
+        ``mapped``) maps copy-on-write instead: the caller may write to its
+        pages, the blob file never changes. ``copy_on_write`` turns a read-only
+        mapping into such a private one later (torch storages need it).
 
         Raises ``CorruptBlob`` (a miss) when the blob is missing, has the wrong
         size or does not match its digest; a damaged blob is quarantined.
@@ -170,7 +201,9 @@ class BlobFolder:
             if size == 0:
                 data: Buffer = b""
             elif mapped:
-                data = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_COPY if writable else mmap.ACCESS_READ))
+                m = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY if writable else mmap.ACCESS_READ)
+                _mapped_from[m] = str(p)
+                data = memoryview(m)
             else:
                 with os.fdopen(os.dup(fd), "rb") as f:
                     data = f.read()

@@ -88,9 +88,14 @@ def _stamp(t: Any, loaded: bool) -> Any:
     except RuntimeError:  # inference tensors track no version
         return None
     resizable = t.untyped_storage().resizable()
-    if not loaded and not resizable and identity.origin_of(t) is None:
-        return None  # memory shared with numpy/a buffer: writes there are invisible
-    # ``resizable`` is in the stamp: a loaded tensor exported with ``.numpy()``
+    if not resizable:
+        # Memory shared with numpy or a buffer: writes there are invisible to
+        # the counter. That includes tensors loaded from the store, which sit
+        # zero-copy on a copy-on-write mapping (non-resizable from birth, so a
+        # later ``t.numpy()[0] = x`` would leave no trace): they are rehashed,
+        # at memory speed, rather than trusted.
+        return None
+    # ``resizable`` is in the stamp: a tensor exported with ``.numpy()``
     # afterwards flips it, so the entry stops matching.
     return (version, resizable, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
             t.requires_grad)

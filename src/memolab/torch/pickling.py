@@ -42,7 +42,10 @@ def _rebuild_storage(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage
     if nbytes == 0:
         s = torch.UntypedStorage(0)
     else:
-        s = torch.frombuffer(buf, dtype=torch.uint8, count=nbytes).untyped_storage()
+        from ..store.blobs import copy_on_write
+
+        # torch writes in place freely: never hand it a read-only mapping
+        s = torch.frombuffer(copy_on_write(buf), dtype=torch.uint8, count=nbytes).untyped_storage()
     if device != "cpu":
         from ..errors import StoreMiss
 
