@@ -22,6 +22,18 @@ from memolab import config
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
+class Calls(list):
+    """A list that tests append to from inside a memoized function, to count real runs.
+
+    Closure cells are hashed by value (docs/code-dependencies.md): a plain list
+    that the function itself appends to would change the key on every call.
+    This type is registered opaque, so it stays out of keys, like a logger.
+    """
+
+
+memolab.register_opaque(Calls)
+
+
 @pytest.fixture
 def tmp_store(tmp_path, monkeypatch):
     """A fresh store for this test, used by every @memo function that has no store of its own."""

@@ -104,7 +104,7 @@ def dist_info(version: str) -> Dict[str, str]:
 CASES = [
     Case("helper body edit",
          {"helpers.py": HELPERS, "main.py": main_py("normalize(x)", "from helpers import normalize")},
-         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers.py:normalize` changed"),
+         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers:normalize` changed"),
     Case("comment and docstring edits anywhere",
          {"helpers.py": HELPERS, "main.py": main_py("normalize(x)", "from helpers import normalize")},
          {"helpers.py": '"""Module docs."""\n# a comment\n' + HELPERS.replace(
@@ -118,45 +118,45 @@ CASES = [
          {"helpers.py": HELPERS + "\ndef unrelated(y):\n    return y - 1\n"}, "hit"),
     Case("imported constant changed",
          {"consts.py": "SCALE = 2\n", "main.py": main_py("x * SCALE", "from consts import SCALE")},
-         {"consts.py": "SCALE = 5\n"}, "miss", "`main.py:SCALE` changed"),
+         {"consts.py": "SCALE = 5\n"}, "miss", "`main:SCALE` changed"),
     Case("runtime rebinding of a global",
          {"cfg.py": "FACTOR = 1\n",
           "main.py": main_py("x * cfg.FACTOR", "import cfg\ncfg.FACTOR = 2  # rebound at run time")},
          {"main.py": main_py("x * cfg.FACTOR", "import cfg\ncfg.FACTOR = 4  # rebound at run time")},
-         "miss", "`cfg.py:FACTOR` changed"),
+         "miss", "`cfg:FACTOR` changed"),
     Case("base-class method edit",
          {"models.py": BASE, "main.py": main_py("Child().run(x)", "from models import Child")},
-         {"models.py": BASE.replace("return 10", "return 20")}, "miss", "`models.py:Base` changed"),
+         {"models.py": BASE.replace("return 10", "return 20")}, "miss", "`models:Base` changed"),
     Case("module.attr callee edit",
          {"pkg/__init__.py": "", "pkg/ops.py": "def double(x):\n    return 2 * x\n",
           "main.py": main_py("ops.double(x)", "import pkg.ops as ops")},
-         {"pkg/ops.py": "def double(x):\n    return 2 * x + 1\n"}, "miss", "`pkg/ops.py:double` changed"),
+         {"pkg/ops.py": "def double(x):\n    return 2 * x + 1\n"}, "miss", "`pkg.ops:double` changed"),
     Case("dotted module.attr chain callee edit",
          {"pkg/__init__.py": "", "pkg/ops.py": "def double(x):\n    return 2 * x\n",
           "main.py": main_py("pkg.ops.double(x)", "import pkg.ops")},
-         {"pkg/ops.py": "def double(x):\n    return 2 * x + 1\n"}, "miss", "`pkg/ops.py:double` changed"),
+         {"pkg/ops.py": "def double(x):\n    return 2 * x + 1\n"}, "miss", "`pkg.ops:double` changed"),
     Case("module.attr callee edit in a namespace package (no __init__.py)",
          {"nspkg/ops.py": "def double(x):\n    return 2 * x\n", "main.py": main_py("nspkg.ops.double(x)", "import nspkg.ops")},
-         {"nspkg/ops.py": "def double(x):\n    return 2 * x + 1\n"}, "miss", "`nspkg/ops.py:double` changed"),
+         {"nspkg/ops.py": "def double(x):\n    return 2 * x + 1\n"}, "miss", "`nspkg.ops:double` changed"),
     Case("helper used only in a comprehension",
          {"helpers.py": HELPERS, "main.py": main_py("[normalize(i) for i in range(x)]", "from helpers import normalize")},
-         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers.py:normalize` changed"),
+         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers:normalize` changed"),
     Case("helper used only in a lambda",
          {"helpers.py": HELPERS, "main.py": main_py("(lambda v: normalize(v))(x)", "from helpers import normalize")},
-         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers.py:normalize` changed"),
+         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers:normalize` changed"),
     Case("helper used only in an inner def",
          {"helpers.py": HELPERS,
           "main.py": main_py("inner(x)", "from helpers import normalize").replace(
               "    return inner(x)", "    def inner(v):\n        return normalize(v)\n    return inner(x)")},
-         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers.py:normalize` changed"),
+         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers:normalize` changed"),
     Case("helper passed as a value, not called",
          {"helpers.py": HELPERS, "main.py": main_py("list(map(normalize, [x]))", "from helpers import normalize")},
-         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers.py:normalize` changed"),
+         {"helpers.py": HELPERS.replace("x * 2", "x * 3")}, "miss", "`helpers:normalize` changed"),
     Case("relative-import helper",
          {"pkg/__init__.py": "", "pkg/util.py": "def g(x):\n    return x + 1\n",
           "pkg/core.py": "from . import util\nfrom .util import g\n\ndef run(x):\n    return util.g(x) + g(x)\n",
           "main.py": main_py("run(x)", "from pkg.core import run")},
-         {"pkg/util.py": "def g(x):\n    return x + 100\n"}, "miss", "`pkg/util.py:g` changed"),
+         {"pkg/util.py": "def g(x):\n    return x + 100\n"}, "miss", "`pkg.util:g` changed"),
     Case("closure cell value changed",
          {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\nscale = make_scaler(2)\n",
           "main.py": main_py("scale(x)", "from helpers import scale")},
@@ -191,12 +191,12 @@ CASES = [
     Case("module reached through getattr with a computed name: the whole module counts",
          {"plugins.py": "def a(x):\n    return x + 1\n",
           "main.py": main_py("getattr(plugins, NAME)(x)", "import plugins\nNAME = 'a'")},
-         {"plugins.py": "def a(x):\n    return x + 2\n"}, "miss", "`plugins.py:a` changed"),
+         {"plugins.py": "def a(x):\n    return x + 2\n"}, "miss", "`plugins:a` changed"),
     Case("module imported by a computed name, declared with deps=['plugins']",
          {"plugins.py": "def a(x):\n    return x + 1\n",
           "main.py": main_py("importlib.import_module(NAME).a(x)", "import importlib\nNAME = 'plugins'").replace(
               "@memo", "@memo(deps=['plugins'])")},
-         {"plugins.py": "def a(x):\n    return x + 2\n"}, "miss", "`plugins.py:a` changed"),
+         {"plugins.py": "def a(x):\n    return x + 2\n"}, "miss", "`plugins:a` changed"),
 ]
 
 
@@ -245,7 +245,7 @@ def test_explain_shows_a_unified_diff_of_the_changed_helper(project):
     project.run_json("run.py")
     project.write("helpers.py", HELPERS.replace("x * 2", "x * 3"))
     text = project.run_json("run.py")["explain"]
-    assert "`helpers.py:normalize` changed" in text
+    assert "`helpers:normalize` changed" in text
     assert "-    return x * 2" in text and "+    return x * 3" in text
 
 
@@ -312,5 +312,5 @@ def test_explain_names_a_changed_constant_with_its_old_and_new_value(project):
     project.run_json("run.py")
     project.write("consts.py", "SCALE = 5\n")
     text = project.run_json("run.py")["explain"]
-    assert "`main.py:SCALE` changed" in text
+    assert "`main:SCALE` changed" in text
     assert "-SCALE = 2" in text and "+SCALE = 5" in text

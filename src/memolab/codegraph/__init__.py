@@ -82,18 +82,9 @@ _MISSING = object()
 _warned: set = set()
 
 
-def _form(ns: Dict[str, Any]) -> str:
-    """A readable, machine-independent file name for a namespace: ``pkg/mod.py``."""
-    name = ns.get("__name__") or "?"
-    if name in ("__main__", "__mp_main__"):
-        spec = ns.get("__spec__")
-        if spec is not None and getattr(spec, "name", None):
-            name = spec.name
-        else:
-            f = ns.get("__file__")
-            return os.path.basename(f) if f else "__main__"
-    f = ns.get("__file__") or ""
-    return name.replace(".", "/") + ("/__init__.py" if f.endswith("__init__.py") else ".py")
+def _mod(ns: Dict[str, Any]) -> str:
+    """The module part of a symbol: the same ``module:qualname`` form as ``symbol_of``."""
+    return ns.get("__name__") or "?"
 
 
 def _module_ns(name: Optional[str]) -> Dict[str, Any]:
@@ -312,12 +303,12 @@ class _Graph:
         if k is not None:
             return k
         if isinstance(obj, types.ModuleType):
-            k = f"{_form(obj.__dict__)}:<module>"
+            k = f"{obj.__name__}:<module>"
         elif isinstance(obj, types.FunctionType):
             # the code's own name: ``functools.wraps`` copies the wrapped function's onto a wrapper
-            k = f"{_form(obj.__globals__)}:{getattr(obj.__code__, 'co_qualname', obj.__qualname__)}"
+            k = f"{_mod(obj.__globals__)}:{getattr(obj.__code__, 'co_qualname', obj.__qualname__)}"
         else:
-            k = f"{_form(_module_ns(obj.__module__))}:{obj.__qualname__}"
+            k = f"{obj.__module__}:{obj.__qualname__}"
         base, n = k, 2
         while k in self._used:
             # two live objects with one name (functions made in a loop): number them
@@ -360,7 +351,7 @@ class _Graph:
             if name in builtins.__dict__:
                 return "builtins"
             # not bound yet (defined later, or by exec): read it at call time anyway
-            return self.value(f"{_form(ns)}:{name}", ns, name)
+            return self.value(f"{_mod(ns)}:{name}", ns, name)
         slots = [(ns, name, obj)]
         cur_ns, cur_name = ns, name
         for attr in ref[1:]:
@@ -371,14 +362,14 @@ class _Graph:
             if nxt is _MISSING:
                 # a submodule not imported yet or an attribute set later: watch that slot
                 self.code_slots.extend(slots)
-                return self.value(f"{_form(d)}:{attr}", d, attr)
+                return self.value(f"{_mod(d)}:{attr}", d, attr)
             slots.append((d, attr, nxt))
             cur_ns, cur_name, obj = d, attr, nxt
         if _is_code(_unwrap(obj)):
             self.code_slots.extend(slots)
             return self.target(obj)
         self.code_slots.extend(slots[:-1])
-        return self.value(f"{_form(cur_ns)}:{cur_name}", cur_ns, cur_name)
+        return self.value(f"{_mod(cur_ns)}:{cur_name}", cur_ns, cur_name)
 
     def resolve_import(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
         import importlib.util
@@ -401,7 +392,7 @@ class _Graph:
             return f"unresolved-import:{base}.{name}"
         if _is_code(_unwrap(obj)):
             return self.target(obj)
-        return self.value(f"{_form(mod.__dict__)}:{name}", mod.__dict__, name)
+        return self.value(f"{_mod(mod.__dict__)}:{name}", mod.__dict__, name)
 
     def build(self, roots: Iterable[Any]) -> None:
         for r in roots:
@@ -485,7 +476,9 @@ class _Graph:
             refs = frozenset((n,) for n in ns if not (n.startswith("__") and n.endswith("__")))
         for ref in sorted(refs, key=repr):
             bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, ns)}")
-        for line, what in dynamic:
+        for line, what, obj_ref in dynamic:
+            if obj_ref is not None and self.reads_module(obj_ref, ns):
+                continue  # getattr on a module: the whole module is a dependency already
             _warn_once((where, line, what),
                        f"memolab: {what} in `{key}` (line {line} of {os.path.basename(str(where))}): the code it "
                        "reaches cannot be tracked; declare it with @memo(deps=[...]) so that editing it invalidates "
@@ -493,6 +486,19 @@ class _Graph:
         self.deps[key] = digest_text(digest, *bindings)
         if source:
             self.sources[key] = source
+
+    def reads_module(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> bool:
+        """Does ``ref`` name a module? If so, depend on all of it."""
+        if ref[0] == "@import":
+            label = self.resolve_import(ref, ns)
+            return not label.startswith("unresolved-import:")
+        obj = ns.get(ref[0], _MISSING)
+        for attr in ref[1:]:
+            obj = getattr(obj, attr, _MISSING)
+        if isinstance(obj, types.ModuleType):
+            self.resolve(ref, ns)
+            return True
+        return False
 
     def watch(self, ns: Dict[str, Any], name: str) -> None:
         v = ns.get(name, _MISSING)

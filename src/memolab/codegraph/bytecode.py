@@ -29,7 +29,7 @@ import sys
 import textwrap
 import types
 import weakref
-from typing import Any, FrozenSet, List, Set, Tuple
+from typing import Any, FrozenSet, List, Optional, Set, Tuple
 
 import xxhash
 
@@ -51,11 +51,13 @@ class Analysis:
 
     __slots__ = ("digest", "source", "refs", "dynamic")
 
-    def __init__(self, digest: str, source: str, refs: FrozenSet[Ref], dynamic: Tuple[Tuple[int, str], ...]) -> None:
+    def __init__(self, digest: str, source: str, refs: FrozenSet[Ref],
+                 dynamic: Tuple[Tuple[int, str, Optional[Ref]], ...]) -> None:
         self.digest = digest
         self.source = source
         self.refs = refs
-        #: (line, construct) of what cannot be resolved statically (getattr with a computed name, eval...)
+        #: (line, construct, object) of what cannot be resolved statically (getattr with a computed
+        #: name, eval...); ``object`` is the reference getattr reads from, when simple
         self.dynamic = dynamic
 
 _DYNAMIC = {"eval": "eval()", "exec": "exec()", "globals": "globals()", "vars": "vars()",
@@ -160,7 +162,27 @@ def _line_at(code: types.CodeType, offset: int) -> int:
     return code.co_firstlineno
 
 
-def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str]]) -> None:
+def _getattr_object(ins: List[Tuple[int, int, int]], j: int, names: tuple, consts: tuple) -> Optional[Ref]:
+    """The object of ``getattr(obj, name)`` when it is a global chain or ``importlib.import_module("m")``.
+
+    When that object is a module, the whole module is a dependency already and
+    the computed name needs no warning; the graph checks, since only it knows.
+    """
+    if ins[j][0] != _LOAD_GLOBAL:
+        return None
+    chain = [names[ins[j][1] >> _GLOBAL_SHIFT]]
+    j += 1
+    while j < len(ins) and ins[j][0] in _ATTRS:
+        op, arg, _ = ins[j]
+        chain.append(names[arg] if op == _METHOD else names[arg >> _ATTR_SHIFT])
+        j += 1
+    if chain[-1] == "import_module" and j < len(ins) and ins[j][0] == _LOAD_CONST \
+            and isinstance(consts[ins[j][1]], str):
+        return ("@import", 0, consts[ins[j][1]], None)
+    return tuple(chain)
+
+
+def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str, Optional[Ref]]]) -> None:
     ins = _instructions(code)
     names, consts = code.co_names, code.co_consts
     # names a class body binds itself are its own attributes, not globals
@@ -187,10 +209,11 @@ def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str]]) 
                     if obj[0] == _LOAD_GLOBAL:
                         refs.add((names[obj[1] >> _GLOBAL_SHIFT], consts[attr[1]]))
                 else:
-                    dynamic.append((_line_at(code, off), "getattr() with a computed name"))
+                    dynamic.append((_line_at(code, off), "getattr() with a computed name",
+                                    _getattr_object(ins, i + 1, names, consts)))
             elif name in _DYNAMIC:
                 if name != "__import__" or not (i + 1 < n and ins[i + 1][0] == _LOAD_CONST):
-                    dynamic.append((_line_at(code, off), _DYNAMIC[name]))
+                    dynamic.append((_line_at(code, off), _DYNAMIC[name], None))
             i = j
             continue
         if op in _ATTRS and i + 1 < n:
@@ -200,7 +223,7 @@ def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str]]) 
                 if nop == _LOAD_CONST and isinstance(consts[narg], str):
                     refs.add(("@import", 0, consts[narg], None))
                 else:
-                    dynamic.append((_line_at(code, off), "import_module() with a computed name"))
+                    dynamic.append((_line_at(code, off), "import_module() with a computed name", None))
         elif op == _IMPORT_NAME:
             level = consts[ins[i - 2][1]] if i >= 2 and ins[i - 2][0] == _LOAD_CONST else 0
             fromlist = consts[ins[i - 1][1]] if i >= 1 and ins[i - 1][0] == _LOAD_CONST else None
@@ -243,7 +266,7 @@ def analyse_code(code: types.CodeType) -> Analysis:
     a = _analyses.get(code)
     if a is None:
         refs: Set[Ref] = set()
-        dynamic: List[Tuple[int, str]] = []
+        dynamic: List[Tuple[int, str, Optional[Ref]]] = []
         _scan(code, refs, dynamic)
         a = _analyses[code] = Analysis(code_digest(code), excerpt(code), frozenset(refs), tuple(dynamic))
     return a
