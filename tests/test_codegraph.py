@@ -413,3 +413,17 @@ def test_a_class_whose_module_name_is_not_loaded_is_still_user_code(mods):
     d0 = codegraph.object_digest(m.K)
     m = mods.edit(m, src.replace("return 1", "return 2"))
     assert codegraph.object_digest(m.K) != d0
+
+
+def test_enum_and_dataclass_classes(mods):
+    src = ("import enum, dataclasses\n\nclass Color(enum.Enum):\n    RED = 1\n    BLUE = 2\n\n"
+           "@dataclasses.dataclass\nclass Cfg:\n    lr: float = 0.1\n    tags: list = dataclasses.field(default_factory=list)\n")
+    m = mods.write("cg_enum", src)
+    d_color, d_cfg = codegraph.object_digest(m.Color), codegraph.object_digest(m.Cfg)
+    assert hashing.hash_value(m.Color.RED) != hashing.hash_value(m.Color.BLUE)
+    m2 = mods.edit(m, src.replace("BLUE = 2", "BLUE = 3"))
+    assert codegraph.object_digest(m2.Color) != d_color and codegraph.object_digest(m2.Cfg) == d_cfg
+    m3 = mods.edit(m2, src.replace("lr: float = 0.1", "lr: float = 0.2"))
+    assert codegraph.object_digest(m3.Cfg) != d_cfg
+    m4 = mods.edit(m3, src.replace("default_factory=list", "default_factory=dict"))
+    assert codegraph.object_digest(m4.Cfg) != d_cfg

@@ -170,6 +170,12 @@ CASES = [
          {"models.py": NET, "other.py": "def unrelated():\n    return 1\n",
           "main.py": TRAIN + "\nfrom models import Net\nARGS = (Net(2), 3)\n"},
          {"other.py": "def unrelated():\n    return 2\n"}, "hit"),
+    Case("enum and dataclass arguments are stable across processes; a sibling edit is a hit",
+         {"kinds.py": "import enum, dataclasses\n\nclass Mode(enum.Enum):\n    A = 1\n    B = 2\n\n"
+                      "@dataclasses.dataclass\nclass Cfg:\n    lr: float = 0.1\n",
+          "other.py": "def unrelated():\n    return 1\n",
+          "main.py": main_py("[x[0].value, x[1].lr]", "from kinds import Mode, Cfg", "((Mode.B, Cfg()),)")},
+         {"other.py": "def unrelated():\n    return 2\n"}, "hit"),
     Case("package version change (minor) under version_sensitivity=minor",
          {FAKEPKG: "def op(x):\n    return x + 1\n", **dist_info("1.2.0"),
           "main.py": main_py("fakepkg.op(x)", "import fakepkg")},

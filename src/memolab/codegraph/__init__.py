@@ -170,8 +170,8 @@ class _ClassInfo:
                 self.values.append((label, f))
 
         for name in sorted(cls.__dict__):
-            if name in _CLASS_SKIP:
-                continue
+            if name in _CLASS_SKIP or (name[:1] == "_" and name[-1:] == "_" and name[1:2] != "_" and len(name) > 2):
+                continue  # _sunder_ names are enum's bookkeeping, derived from the members
             v = cls.__dict__[name]
             if isinstance(v, (staticmethod, classmethod)):
                 function(f"{name}<{type(v).__name__}>", v.__func__)
