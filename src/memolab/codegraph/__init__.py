@@ -2,16 +2,19 @@
 
 The digest of a function is the digest of its *binding graph*: every piece of
 user code it can reach by name, statically and transitively, each node hashed
-as its normalised AST (comments, docstrings, formatting dropped) plus what each
-of its names resolves to; third-party code as distribution name + version; the
-standard library as the Python version; module globals and closure cells by
-value, re-read on every call. The full rules are in docs/code-dependencies.md.
+as its normalised code (compiled from the AST: comments, docstrings, layout
+and positions dropped) plus what each of its names resolves to; third-party
+code as distribution name + version; the standard library as the Python
+version; module globals and closure cells by value, re-read on every call. The
+full rules are in docs/code-dependencies.md.
 
-Cost model: the graph of a function is built once per process (sources parsed
-once per file); a repeat call only re-reads the namespace slots the graph went
-through and re-hashes the mutable values among them. A slot that now holds a
-different function, class or module means the graph itself changed (a notebook
-cell redefined a helper, ``importlib.reload``), so it is rebuilt.
+Cost model: the graph of a function is built once per process (each code object
+analysed once, no source parsed); a repeat call only checks the namespaces the
+graph went through (one version-tag read each where CPython allows, else one
+C-level compare of all their slots) and re-hashes the mutable values among
+them. A slot that now holds a different function, class or module means the
+graph itself changed (a notebook cell redefined a helper, ``importlib.reload``),
+so it is rebuilt, reusing every analysis that still applies.
 """
 from __future__ import annotations
 
@@ -94,7 +97,12 @@ def _module_ns(name: Optional[str]) -> Dict[str, Any]:
 
 def _origin(obj: Any) -> Tuple[str, str, str]:
     if isinstance(obj, types.FunctionType):
-        return origins.module_origin(obj.__globals__.get("__name__") or obj.__module__, obj.__code__.co_filename)
+        name = obj.__globals__.get("__name__") or obj.__module__
+        filename = obj.__code__.co_filename
+        if filename.startswith("<"):
+            # made by exec (dataclass and namedtuple methods): it belongs where its module does
+            filename = obj.__globals__.get("__file__") or _module_ns(name).get("__file__") or filename
+        return origins.module_origin(name, filename)
     if isinstance(obj, types.ModuleType):
         where = getattr(obj, "__file__", None)
         if where is None:
