@@ -223,7 +223,7 @@ def _class_excerpt(cls: type, own: List[types.FunctionType]) -> str:
     if not lines:
         return ""
     first = min(f.__code__.co_firstlineno for f in own if f.__code__.co_filename == filename)
-    last = max(bytecode._last_line(f.__code__) for f in own if f.__code__.co_filename == filename)
+    last = max(bytecode.last_line(f.__code__) for f in own if f.__code__.co_filename == filename)
     head = f"class {cls.__name__}"
     start = first
     for i in range(first - 1, max(0, first - 400), -1):

@@ -239,14 +239,15 @@ def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str, Op
             _scan(c, refs, dynamic)
 
 
-def _last_line(code: types.CodeType) -> int:
+def last_line(code: types.CodeType) -> int:
+    """The last source line of ``code`` and of the code nested in it."""
     last = code.co_firstlineno
     for _, _, line in code.co_lines():
         if line and line > last:
             last = line
     for c in code.co_consts:
         if type(c) is types.CodeType:
-            last = max(last, _last_line(c))
+            last = max(last, last_line(c))
     return last
 
 
@@ -255,7 +256,7 @@ def excerpt(code: types.CodeType) -> str:
     lines = linecache.getlines(code.co_filename)
     if not lines:
         return ""
-    return textwrap.dedent("".join(lines[code.co_firstlineno - 1:_last_line(code)]))
+    return textwrap.dedent("".join(lines[code.co_firstlineno - 1:last_line(code)]))
 
 
 _analyses: "weakref.WeakKeyDictionary[types.CodeType, Analysis]" = weakref.WeakKeyDictionary()
