@@ -1,0 +1,53 @@
+"""Tables for runs and their logs, kept in the store's own ``index.sqlite``.
+
+Living in the same file as ``evaluations`` means one backup, one ``clear`` and
+one WAL; the tables are created on first use with ``IF NOT EXISTS`` so stores
+written by a memolab without logging simply gain them.
+
+Scalars get their own narrow table (the bulk of all points, read by range);
+histograms, images and text share ``log_events`` with a JSON or binary payload.
+``scalar_tags`` is maintained on every flush so listing tags and the "final
+metric" column of the hparams table never scan the points.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+DDL = """
+CREATE TABLE IF NOT EXISTS runs(
+    id INTEGER PRIMARY KEY,
+    fn TEXT NOT NULL,
+    code TEXT, args TEXT, schema TEXT,
+    parent INTEGER,
+    name TEXT,
+    started REAL NOT NULL,
+    finished REAL,
+    updated REAL,
+    status TEXT NOT NULL,
+    hparams TEXT,
+    eval_id INTEGER,
+    pid INTEGER,
+    host TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
+CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
+CREATE TABLE IF NOT EXISTS scalars(
+    run INTEGER NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL, wall REAL NOT NULL, value REAL
+);
+CREATE INDEX IF NOT EXISTS scalars_run_tag ON scalars(run, tag, step);
+CREATE TABLE IF NOT EXISTS scalar_tags(
+    run INTEGER NOT NULL, tag TEXT NOT NULL, n INTEGER NOT NULL,
+    last_step INTEGER, last_value REAL, last_wall REAL,
+    PRIMARY KEY(run, tag)
+);
+CREATE TABLE IF NOT EXISTS log_events(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run INTEGER NOT NULL, kind TEXT NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL, wall REAL NOT NULL,
+    meta TEXT, data BLOB
+);
+CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
+"""
+
+
+def ensure(conn: sqlite3.Connection) -> None:
+    conn.executescript(DDL)
