@@ -39,6 +39,7 @@ class Project:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.store = root / ".memolab"
+        root.mkdir(parents=True, exist_ok=True)
         (root / "pyproject.toml").write_text("[project]\nname = 'scratch'\n")
 
     def write(self, rel: str, text: str) -> Path:

@@ -31,7 +31,23 @@ class Settings:
     extra: dict = field(default_factory=dict)
 
 
-_settings = Settings()
+def _from_env() -> Settings:
+    """Defaults, overridden by ``MEMOLAB_*`` environment variables (handy for workers and tests)."""
+    s = Settings()
+    env = os.environ
+    if env.get("MEMOLAB_LEASE_TTL"):
+        s = replace(s, lease_ttl=float(env["MEMOLAB_LEASE_TTL"]))
+    if env.get("MEMOLAB_HEARTBEAT"):
+        s = replace(s, heartbeat=float(env["MEMOLAB_HEARTBEAT"]))
+    if env.get("MEMOLAB_VERSION_SENSITIVITY"):
+        vs = env["MEMOLAB_VERSION_SENSITIVITY"]
+        if vs not in VERSION_SENSITIVITIES:
+            raise ValueError(f"MEMOLAB_VERSION_SENSITIVITY must be one of {VERSION_SENSITIVITIES}, not {vs!r}")
+        s = replace(s, version_sensitivity=vs)
+    return s
+
+
+_settings = _from_env()
 _generation = 0  # bumped on every configure() so cached stores are dropped
 
 

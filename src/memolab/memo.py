@@ -33,10 +33,12 @@ _repr.maxlevel = 3
 
 
 def short_repr(obj: Any) -> str:
+    """A one-line, bounded repr for tables and explanations."""
     try:
-        return _repr.repr(obj)
+        text = _repr.repr(obj)
     except Exception:
         return f"<{type(obj).__qualname__}>"
+    return " ".join(text.split())
 
 
 class MemoFunction:
@@ -279,7 +281,7 @@ class _BoundMemo:
 def _json(obj: Any) -> str:
     import json
 
-    return json.dumps(obj, sort_keys=True, default=str)
+    return json.dumps(obj, default=str)  # insertion order: arguments stay in signature order
 
 
 def _loaded_versions() -> Dict[str, str]:

@@ -125,6 +125,7 @@ class Store:
                       size=psize + sum(s for _, s in refs))
         eval_id = self.index.record(key, owner, fields, sources)
         self._unhold(key, owner)
+        self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
         return eval_id
 
     def load(self, key: Key, row: Dict[str, Any]) -> Any:

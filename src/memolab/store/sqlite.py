@@ -236,9 +236,11 @@ class Index:
         with self.write() as c:
             c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d in digests])
 
-    def referenced_blobs(self) -> Dict[str, List[int]]:
+    def referenced_blobs(self, only_done: bool = False) -> Dict[str, List[int]]:
+        """blob digest -> ids of the evaluations that use it."""
         refs: Dict[str, List[int]] = {}
-        for i, payload, buffers in self.conn().execute("SELECT id, payload, buffers FROM evaluations"):
+        sql = "SELECT id, payload, buffers FROM evaluations" + (" WHERE status='done'" if only_done else "")
+        for i, payload, buffers in self.conn().execute(sql):
             if payload:
                 refs.setdefault(payload, []).append(i)
             for d, _size in json.loads(buffers or "[]"):

@@ -1,0 +1,29 @@
+# Two commands set up everything on a fresh machine:
+#   make demo   - create .venv, install memolab with all extras, run the demo
+#   make test   - the same set-up, then the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.memolab-installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the pinned CPU build of torch first: an unpinned torch pulls several GB
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev,torch]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/run_demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) benchmarks/hit_overhead.py
+
+clean:
+	rm -rf $(VENV) build .memolab
