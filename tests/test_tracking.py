@@ -285,7 +285,7 @@ def test_e2e_logs_on_miss_hit_and_code_change(project):
     assert project.run_json("train.py", "0.5") == {"result": 1.0}
     assert project.run_json("train.py", "0.5") == {"result": 1.0}  # hit in a new process: no new run
     db = _db(project)
-    runs = db.execute("SELECT id, status, eval_id, code FROM runs WHERE fn='train:fit'").fetchall()
+    runs = db.execute("SELECT id, status, eval_id, code FROM runs WHERE fn='__main__:fit'").fetchall()
     assert len(runs) == 1 and runs[0][1] == "done"
     (hits,) = db.execute("SELECT hits FROM evaluations WHERE id=?", (runs[0][2],)).fetchone()
     assert hits == 1
@@ -294,7 +294,7 @@ def test_e2e_logs_on_miss_hit_and_code_change(project):
 
     project.write("train.py", TRAIN.format(factor=3))  # code edit: a miss, a second run with another code digest
     assert project.run_json("train.py", "0.5") == {"result": 1.5}
-    runs = db.execute("SELECT id, status, eval_id, code FROM runs WHERE fn='train:fit' ORDER BY started").fetchall()
+    runs = db.execute("SELECT id, status, eval_id, code FROM runs WHERE fn='__main__:fit' ORDER BY started").fetchall()
     assert len(runs) == 2 and runs[0][3] != runs[1][3] and all(r[1] == "done" for r in runs)
     assert runs[0][2] != runs[1][2]
 
@@ -334,7 +334,7 @@ def test_logs_survive_sigkill_after_a_flush(project):
         if p.poll() is None:
             p.kill()
     db = _db(project)
-    (run_id, status) = db.execute("SELECT id, status FROM runs WHERE fn='killed:long_training'").fetchone()
+    (run_id, status) = db.execute("SELECT id, status FROM runs WHERE fn='__main__:long_training'").fetchone()
     assert status == "running"  # it never finished; the dashboard shows it as such
     steps = [s for (s,) in db.execute("SELECT step FROM scalars WHERE run=? ORDER BY step", (run_id,))]
     # everything logged before the flush is there, exactly once; later points may or may not be
@@ -372,7 +372,7 @@ def test_background_flush_makes_a_running_evaluation_visible(project):
             try:
                 db = _db(project)
                 row = db.execute("SELECT r.status, t.n FROM runs r JOIN scalar_tags t ON t.run = r.id "
-                                 "WHERE r.fn='live:slow' AND t.tag='progress'").fetchone()
+                                 "WHERE r.fn='__main__:slow' AND t.tag='progress'").fetchone()
                 db.close()
             except sqlite3.OperationalError:  # tables not created yet
                 row = None
