@@ -7,7 +7,7 @@ Image, HistogramProto, TensorProto for text) are encoded by hand below, field
 numbers as in tensorboard's ``event.proto``/``summary.proto``.
 
 ``export(index, out_dir, fn)`` writes one directory per run, named
-``<function>/<short args>__<status>_<run id>`` so ``tensorboard --logdir``
+``<module.function>/<args>__<status>_<run id>`` so ``tensorboard --logdir``
 lists evaluations readably, plus the hyperparameters as a text summary.
 """
 from __future__ import annotations
@@ -150,7 +150,7 @@ class EventFileWriter:
 
 
 def _slug(s: str, limit: int = 60) -> str:
-    s = re.sub(r"[^A-Za-z0-9._=,-]+", "_", s).strip("_")
+    s = re.sub(r"[^A-Za-z0-9._=,+-]+", "_", s).lstrip(".")  # no hidden or parent directories
     return s[:limit] or "_"
 
 
@@ -167,7 +167,7 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None) -> List[P
     for run in query.runs(index, fn):
         if not isinstance(run["id"], int):
             continue  # an evaluation stored without a run has no logs
-        d = out / _slug(run["fn"], 120) / run_dirname(run)
+        d = out / _slug(run["fn"].replace(":", "."), 120) / run_dirname(run)
         w = EventFileWriter(d)
         try:
             w.add(run["started"], 0, summary_value("hparams", tensor=text_tensor(
