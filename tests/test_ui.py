@@ -12,7 +12,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import memolab
 from memolab import memo
@@ -111,29 +111,42 @@ def test_long_series_are_downsampled_keeping_extremes_and_the_last_point(tmp_sto
     assert s["step"] == sorted(s["step"])
 
 
-@settings(max_examples=60, deadline=None)
-@given(values=st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=300), max_points=st.integers(1, 50),
-       stride=st.integers(1, 7))
-def test_downsampling_property(tmp_path_factory, values, max_points, stride):
-    """Whatever the series: bounded size, steps increasing, first/last step kept, every value inside the envelope."""
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 700), seed=st.integers(0, 2**32 - 1), max_points=st.integers(1, 50),
+       stride=st.integers(1, 7), backwards=st.booleans(), flushes=st.integers(1, 4))
+@example(n=300, seed=0, max_points=5, stride=1, backwards=True, flushes=1)  # block summaries must not be used
+@example(n=700, seed=1, max_points=7, stride=3, backwards=False, flushes=3)  # block summaries across flushes
+def test_downsampling_property(tmp_path_factory, n, seed, max_points, stride, backwards, flushes):
+    """Whatever the series (steps growing or not, written in one flush or several): bounded size, steps
+    increasing, first and last step kept, the last step's value exact, every value inside the envelope."""
     from memolab.store import Store
     from memolab.tracking.sink import SCALAR, sink_for
 
+    rng = np.random.default_rng(seed)
+    values = [float(v) for v in rng.normal(0, 1, n) * rng.choice([1.0, 1e3], n, p=[0.98, 0.02])]
+
     store = Store(tmp_path_factory.mktemp("ds"))
     s = sink_for(store.index)
-    for i, v in enumerate(values):
-        s.q.append((SCALAR, 1, "t", i * stride, float(i), v))
+    steps = [i * stride for i in range(len(values))]
+    if backwards:
+        steps.reverse()
+    per = -(-len(values) // flushes)
+    for i, (step, v) in enumerate(zip(steps, values)):
+        s.q.append((SCALAR, 1, "t", step, float(i), v))
+        if (i + 1) % per == 0:
+            s.flush()
     s.flush()
     out = query.scalars(store.index, 1, "t", max_points=max_points)
     assert out["n"] == len(values)
-    assert out["step"][0] == 0 and out["step"][-1] == (len(values) - 1) * stride
+    assert out["step"][0] == min(steps) and out["step"][-1] == max(steps)
     assert out["step"] == sorted(set(out["step"]))
+    at_max = values[steps.index(max(steps))]
     if len(values) <= max_points:
-        assert out["value"] == values
+        assert out["value"] == [v for _, v in sorted(zip(steps, values))]
     else:
         assert len(out["step"]) <= max_points + 2
         assert min(out["min"]) == min(values) and max(out["max"]) == max(values)
-        assert out["value"][-1] == values[-1]
+        assert out["value"][-1] == at_max
 
 
 def test_code_diff_between_two_evaluations(project):

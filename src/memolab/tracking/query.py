@@ -129,17 +129,34 @@ def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> Dict[str,
     Downsampled series carry per-bucket min/max so a spike never disappears.
     """
     c = _conn(index)
-    n, s0, s1 = c.execute("SELECT COUNT(*), MIN(step), MAX(step) FROM scalars WHERE run=? AND tag=?", (run, tag)).fetchone()
-    if not n:
+    meta = c.execute("SELECT n, ordered FROM scalar_tags WHERE run=? AND tag=?", (run, tag)).fetchone()
+    if not meta or not meta[0]:
         return {"n": 0, "step": [], "wall": [], "value": [], "min": None, "max": None}
+    n, ordered = meta
     if n <= max_points:
         rows = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step, rowid", (run, tag)).fetchall()
         return {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [_f(r[2]) for r in rows],
                 "min": None, "max": None}
+    nblocks = -(-n // schema.BLOCK)
+    if ordered and nblocks >= max_points // 2:
+        # Long series whose steps only grew: merge the per-block summaries (n / BLOCK rows), not the points.
+        k = max(1, -(-nblocks // max_points))
+        rows = c.execute(
+            "SELECT block / ?, MIN(step_min), SUM(wall_sum) / SUM(n), SUM(value_sum) / NULLIF(SUM(value_n), 0),"
+            " MIN(vmin), MAX(vmax) FROM scalar_blocks WHERE run=? AND tag=? GROUP BY 1 ORDER BY 1",
+            (k, run, tag)).fetchall()
+        return _with_last(c, run, tag, n, rows)
+    # shorter (or out-of-order) series: bucket the points themselves by step
+    s0, s1 = (c.execute(f"SELECT step FROM scalars WHERE run=? AND tag=? ORDER BY step {d} LIMIT 1", (run, tag)).fetchone()[0]
+              for d in ("ASC", "DESC"))
     width = max(1, (s1 - s0 + max_points) // max_points)
     rows = c.execute(
         "SELECT (step - ?) / ?, MIN(step), AVG(wall), AVG(value), MIN(value), MAX(value) FROM scalars"
         " WHERE run=? AND tag=? GROUP BY 1 ORDER BY 1", (s0, width, run, tag)).fetchall()
+    return _with_last(c, run, tag, n, rows)
+
+
+def _with_last(c: Any, run: int, tag: str, n: int, rows: List[tuple]) -> Dict[str, Any]:
     last = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, rowid DESC LIMIT 1",
                      (run, tag)).fetchone()
     out = {"n": n, "step": [r[1] for r in rows], "wall": [r[2] for r in rows], "value": [_f(r[3]) for r in rows],

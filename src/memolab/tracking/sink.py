@@ -34,6 +34,7 @@ class Sink:
     def __init__(self, index: Any) -> None:
         self.index = index
         self.q: deque = deque()
+        self._counts: Dict[Tuple[int, str], int] = {}  # points written per (run, tag): each point's block
         self._lock = threading.Lock()  # one drainer at a time keeps records in order
         with self._lock:
             schema.ensure(index.conn())
@@ -61,7 +62,10 @@ class Sink:
 
     def _write(self, items: List[tuple]) -> None:
         starts, ends, scalars, events, hparams = [], [], [], [], []
+        # per (run, tag): [n, last step, its value, its wall, first step, steps never decreased, prior count]
         last: Dict[Tuple[int, str], List[Any]] = {}
+        blocks: Dict[Tuple[int, str, int], List[Any]] = {}
+        c = self.index.conn()
         for it in items:
             kind = it[0]
             if kind == SCALAR:
@@ -69,13 +73,36 @@ class Sink:
                 if value != value:  # SQLite turns NaN into NULL anyway; say so explicitly
                     value = None
                 scalars.append((run, tag, step, wall, value))
-                cur = last.get((run, tag))
+                rt = (run, tag)
+                cur = last.get(rt)
                 if cur is None:
-                    last[(run, tag)] = [1, step, value, wall]
+                    before = self._counts.get(rt)
+                    if before is None:  # first flush of this tag by this process: continue where the store is
+                        row = c.execute("SELECT n FROM scalar_tags WHERE run=? AND tag=?", rt).fetchone()
+                        before = row[0] if row else 0
+                    cur = last[rt] = [0, step, value, wall, step, 1, before]
+                elif step >= cur[1]:
+                    cur[1], cur[2], cur[3] = step, value, wall
                 else:
-                    cur[0] += 1
-                    if step >= cur[1]:
-                        cur[1], cur[2], cur[3] = step, value, wall
+                    cur[5] = 0
+                b = (run, tag, (cur[6] + cur[0]) // schema.BLOCK)
+                cur[0] += 1
+                blk = blocks.get(b)
+                if blk is None:
+                    blk = blocks[b] = [0, step, step, 0.0, 0.0, 0, None, None]
+                blk[0] += 1
+                if step < blk[1]:
+                    blk[1] = step
+                if step > blk[2]:
+                    blk[2] = step
+                blk[3] += wall
+                if value is not None:
+                    blk[4] += value
+                    blk[5] += 1
+                    if blk[6] is None or value < blk[6]:
+                        blk[6] = value
+                    if blk[7] is None or value > blk[7]:
+                        blk[7] = value
             elif kind == EVENT:
                 _, run, ekind, tag, step, wall, payload = it
                 meta, data = _encode(ekind, payload)
@@ -95,7 +122,7 @@ class Sink:
                 _, run, values = it
                 hparams.append((run, values))
         now = time.time()
-        with self.index.write() as c:
+        with self.index.write():
             if starts:
                 c.executemany(
                     "INSERT OR IGNORE INTO runs(id, fn, code, args, schema, parent, name, started, updated, status, hparams,"
@@ -104,12 +131,25 @@ class Sink:
                 c.executemany("INSERT INTO scalars(run, tag, step, wall, value) VALUES (?,?,?,?,?)", scalars)
                 # SET expressions all see the old row, so the CASE compares against the previous last_step
                 c.executemany(
-                    "INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall) VALUES (?,?,?,?,?,?)"
+                    "INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall, first_step, ordered)"
+                    " VALUES (?,?,?,?,?,?,?,?)"
                     " ON CONFLICT(run, tag) DO UPDATE SET n = n + excluded.n,"
                     " last_value = CASE WHEN excluded.last_step >= last_step THEN excluded.last_value ELSE last_value END,"
                     " last_wall = CASE WHEN excluded.last_step >= last_step THEN excluded.last_wall ELSE last_wall END,"
+                    " ordered = (ordered AND excluded.ordered AND excluded.first_step >= last_step),"
                     " last_step = MAX(last_step, excluded.last_step)",
-                    [(r, t, v[0], v[1], v[2], v[3]) for (r, t), v in last.items()])
+                    [(r, t, v[0], v[1], v[2], v[3], v[4], v[5]) for (r, t), v in last.items()])
+                c.executemany(
+                    "INSERT INTO scalar_blocks(run, tag, block, n, step_min, step_max, wall_sum, value_sum, value_n, vmin, vmax)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT(run, tag, block) DO UPDATE SET n = n + excluded.n,"
+                    " step_min = MIN(step_min, excluded.step_min), step_max = MAX(step_max, excluded.step_max),"
+                    " wall_sum = wall_sum + excluded.wall_sum, value_sum = value_sum + excluded.value_sum,"
+                    " value_n = value_n + excluded.value_n,"
+                    # scalar MIN/MAX return NULL if either side is NULL (a block of only NaNs so far)
+                    " vmin = COALESCE(MIN(vmin, excluded.vmin), vmin, excluded.vmin),"
+                    " vmax = COALESCE(MAX(vmax, excluded.vmax), vmax, excluded.vmax)",
+                    [(*k, *v) for k, v in blocks.items()])
             if events:
                 c.executemany("INSERT INTO log_events(run, kind, tag, step, wall, meta, data) VALUES (?,?,?,?,?,?,?)", events)
             for run, values in hparams:
@@ -123,6 +163,8 @@ class Sink:
                 c.executemany("UPDATE runs SET updated=? WHERE id=? AND status='running'", [(now, r) for r in touched])
             if ends:
                 c.executemany("UPDATE runs SET status=?, finished=?, updated=?, eval_id=COALESCE(?, eval_id) WHERE id=?", ends)
+        for rt, v in last.items():  # only now that it is committed
+            self._counts[rt] = v[6] + v[0]
 
 
 def _encode(kind: str, payload: Any) -> Tuple[Optional[str], Optional[bytes]]:
