@@ -109,7 +109,7 @@ def test_logs_outside_memoized_functions_go_to_a_process_run(tmp_store):
     proc = [f for f in fns if f.startswith("<process:")]
     assert len(proc) == 1
     (run,) = runs_of(proc[0])
-    assert run["status"] == "running" and run["pid"] == os.getpid()
+    assert run["status"] == "running" and run["pid"] == os.getpid()  # this process is alive
     assert points(run["id"], "outside") == [(3, 1.5)]
     assert query.texts(index(), run["id"], "note")[0]["text"] == "hello"
 
@@ -341,6 +341,12 @@ def test_logs_survive_sigkill_after_a_flush(project):
     assert steps[:1000] == list(range(1000))
     assert steps == list(range(len(steps)))
     assert sink.INTERVAL <= 1.0
+    # the dashboard does not show it as running forever: its lease is gone, so it is "lost"
+    db.execute("DELETE FROM leases")  # what a waiter does once the dead owner's lease goes stale
+    db.commit()
+    (r,) = [r for r in query.runs(get_store(project.store).index, "__main__:long_training") if r["id"] == run_id]
+    assert r["status"] == "lost"
+    assert [f["running"] for f in query.functions(get_store(project.store).index)] == [0]
 
 
 LIVE = """
@@ -385,3 +391,22 @@ def test_background_flush_makes_a_running_evaluation_visible(project):
     finally:
         p.kill()
         p.wait(10)
+
+
+def test_a_summary_writer_argument_is_not_part_of_the_key(tmp_store):
+    from memolab import SummaryWriter
+
+    calls = []
+
+    @memo
+    def train(lr, writer):
+        calls.append(lr)
+        writer.add_scalar("loss", lr)
+        return lr
+
+    train(0.1, SummaryWriter("runs/a"))
+    train(0.1, SummaryWriter("runs/b"))  # another log_dir: still a hit
+    assert calls == [0.1]
+    (run,) = runs_of(train.symbol)
+    assert points(run["id"], "loss") == [(0, 0.1)]
+    assert run["hparams"]["writer"] == "memolab.SummaryWriter(log_dir='runs/a')"

@@ -32,16 +32,60 @@ def _f(x: Optional[float]) -> Optional[float]:
     return None if x is None or not math.isfinite(x) else x
 
 
+def _alive(c: Any) -> Any:
+    """A predicate telling whether a run stored as ``running`` is really still running.
+
+    A killed process cannot mark its runs finished. A memoized computation holds
+    its key's lease, heart-beaten by the store, so a run whose lease is gone or
+    stale is lost. The process run has no key: it is alive while its pid is
+    (checked only on this host).
+    """
+    import os
+    import socket
+
+    from .. import config
+
+    ttl = max(30.0, 3 * config.settings().lease_ttl)
+    now = time.time()
+    leases = {tuple(r[:4]): r[4] for r in c.execute("SELECT fn, code, args, schema, heartbeat FROM leases")}
+    here = socket.gethostname()
+
+    def alive(r: Dict[str, Any]) -> bool:
+        if r.get("code") is not None:
+            hb = leases.get((r["fn"], r["code"], r["args"], r["schema"]))
+            return hb is not None and now - hb < ttl
+        if r.get("host") == here and r.get("pid"):
+            try:
+                os.kill(int(r["pid"]), 0)
+            except ProcessLookupError:
+                return False
+            except OSError:
+                return True
+        return True
+
+    return alive
+
+
+def _running(c: Any, fn: Optional[str] = None) -> List[Dict[str, Any]]:
+    cols = ("id", "fn", "code", "args", "schema", "pid", "host")
+    sql = f"SELECT {','.join(cols)} FROM runs WHERE status='running'" + (" AND fn=?" if fn else "")
+    rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn else ())]
+    alive = _alive(c)
+    return [r for r in rows if alive(r)]
+
+
 def functions(index: Any) -> List[Dict[str, Any]]:
     """Every function with stored evaluations or logged runs."""
     c = _conn(index)
     out: Dict[str, Dict[str, Any]] = {}
     for fn, n, hits, last in c.execute("SELECT fn, COUNT(*), SUM(hits), MAX(finished) FROM evaluations GROUP BY fn"):
         out[fn] = {"fn": fn, "evaluations": n, "hits": hits or 0, "runs": 0, "running": 0, "last": last}
-    for fn, n, running, last in c.execute(
-            "SELECT fn, COUNT(*), SUM(status='running'), MAX(started) FROM runs GROUP BY fn"):
+    running: Dict[str, int] = {}
+    for r in _running(c):
+        running[r["fn"]] = running.get(r["fn"], 0) + 1
+    for fn, n, last in c.execute("SELECT fn, COUNT(*), MAX(started) FROM runs GROUP BY fn"):
         d = out.setdefault(fn, {"fn": fn, "evaluations": 0, "hits": 0, "runs": 0, "running": 0, "last": last})
-        d["runs"], d["running"] = n, running or 0
+        d["runs"], d["running"] = n, running.get(fn, 0)
         d["last"] = max(d["last"] or 0, last or 0)
     return sorted(out.values(), key=lambda d: d["fn"])
 
@@ -52,6 +96,8 @@ _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", 
 
 def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None, limit: int = 5000) -> List[Dict[str, Any]]:
     """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
+
+    ``status`` is running, done, failed, or lost (stored as running, but its process is gone).
 
     A row's ``id`` is the run id, or ``"e<eval id>"`` for an evaluation stored without a run.
     """
@@ -76,7 +122,11 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     used = set()
     out = []
     now = time.time()
+    alive = _alive(c)
     for r in rows:
+        if r["status"] == "running" and not alive(r):
+            r["status"] = "lost"  # its process died without finishing it
+            r["finished"] = r["updated"]
         r["hparams"] = json.loads(r["hparams"] or "{}")
         ev = evs.get(r["eval_id"])
         r["duration"] = (r["finished"] or now) - r["started"]

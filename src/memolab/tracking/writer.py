@@ -83,3 +83,10 @@ class SummaryWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+# A writer handed to a memoized function cannot change its result (its logs go to the
+# run either way), so it is left out of the key: a new log_dir must not cause a miss.
+from ..hashing import register_opaque  # noqa: E402
+
+register_opaque(SummaryWriter)
