@@ -410,3 +410,31 @@ def test_a_summary_writer_argument_is_not_part_of_the_key(tmp_store):
     (run,) = runs_of(train.symbol)
     assert points(run["id"], "loss") == [(0, 0.1)]
     assert run["hparams"]["writer"] == "memolab.SummaryWriter(log_dir='runs/a')"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_logs_to_its_own_runs(tmp_store):
+    @memo
+    def work(k):
+        memolab.log.scalar("k", k)
+        return k
+
+    memolab.log.scalar("parent", 1.0)  # the parent's process run (and its flusher thread) exist before the fork
+    pid = os.fork()
+    if pid == 0:  # child: no flusher thread was inherited; os._exit skips atexit
+        code = 1
+        try:
+            work(5)
+            memolab.log.scalar("child", 2.0)
+            memolab.log.flush()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    memolab.log.flush()
+    (run,) = runs_of(work.symbol)
+    assert run["pid"] == pid and points(run["id"], "k") == [(0, 5.0)]
+    procs = {r["pid"]: r for f in query.functions(index()) if f["fn"].startswith("<process:") for r in runs_of(f["fn"])}
+    assert points(procs[os.getpid()]["id"], "parent") == [(0, 1.0)] and points(procs[os.getpid()]["id"], "child") == []
+    assert points(procs[pid]["id"], "child") == [(0, 2.0)]

@@ -184,7 +184,7 @@ def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> Dict[str,
         return {"n": 0, "step": [], "wall": [], "value": [], "min": None, "max": None}
     n, ordered = meta
     if n <= max_points:
-        rows = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step, rowid", (run, tag)).fetchall()
+        rows = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step, seq", (run, tag)).fetchall()
         return {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [_f(r[2]) for r in rows],
                 "min": None, "max": None}
     nblocks = -(-n // schema.BLOCK)
@@ -207,7 +207,7 @@ def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> Dict[str,
 
 
 def _with_last(c: Any, run: int, tag: str, n: int, rows: List[tuple]) -> Dict[str, Any]:
-    last = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, rowid DESC LIMIT 1",
+    last = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, seq DESC LIMIT 1",
                      (run, tag)).fetchone()
     out = {"n": n, "step": [r[1] for r in rows], "wall": [r[2] for r in rows], "value": [_f(r[3]) for r in rows],
            "min": [_f(r[4]) for r in rows], "max": [_f(r[5]) for r in rows], "downsampled": True}
@@ -221,7 +221,7 @@ def all_scalars(index: Any, run: int) -> Dict[str, List[tuple]]:
     """Every point of every tag of a run: {tag: [(step, wall, value), ...]} (for export, not for the UI)."""
     out: Dict[str, List[tuple]] = {}
     for tag, step, wall, value in _conn(index).execute(
-            "SELECT tag, step, wall, value FROM scalars WHERE run=? ORDER BY tag, step, rowid", (run,)):
+            "SELECT tag, step, wall, value FROM scalars WHERE run=? ORDER BY tag, step, seq", (run,)):
         out.setdefault(tag, []).append((step, wall, float("nan") if value is None else value))
     return out
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-import random
 import socket
 import sys
 import threading
@@ -29,7 +28,6 @@ _current: contextvars.ContextVar[Optional["Run"]] = contextvars.ContextVar("memo
 _process_run: Optional["Run"] = None
 _process_gen = -1
 _process_lock = threading.Lock()
-_rand = random.SystemRandom()
 
 
 class Run:
@@ -46,7 +44,7 @@ class Run:
 
 
 def new_id() -> int:
-    return _rand.getrandbits(52) or 1
+    return (int.from_bytes(os.urandom(7), "little") >> 4) or 1  # 52 random bits
 
 
 def hparam_value(v: Any) -> Any:

@@ -4,7 +4,9 @@ Living in the same file as ``evaluations`` means one backup, one ``clear`` and
 one WAL; the tables are created on first use with ``IF NOT EXISTS`` so stores
 written by a memolab without logging simply gain them.
 
-Scalars get their own narrow table (the bulk of all points, read by range);
+Scalars get their own narrow table (the bulk of all points, read by range),
+clustered on (run, tag, step) so a series is one contiguous range of one B-tree
+and no separate index doubles its size;
 histograms, images and text share ``log_events`` with a JSON or binary payload.
 ``scalar_tags`` is maintained on every flush so listing tags and the "final
 metric" column of the hparams table never scan the points. ``scalar_blocks``
@@ -38,9 +40,11 @@ CREATE TABLE IF NOT EXISTS runs(
 CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
 CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
 CREATE TABLE IF NOT EXISTS scalars(
-    run INTEGER NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL, wall REAL NOT NULL, value REAL
-);
-CREATE INDEX IF NOT EXISTS scalars_run_tag ON scalars(run, tag, step);
+    run INTEGER NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL,
+    seq INTEGER NOT NULL,  -- the point's position in its (run, tag): keeps repeated steps apart, in order
+    wall REAL NOT NULL, value REAL,
+    PRIMARY KEY(run, tag, step, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS scalar_tags(
     run INTEGER NOT NULL, tag TEXT NOT NULL, n INTEGER NOT NULL,
     last_step INTEGER, last_value REAL, last_wall REAL,

@@ -72,7 +72,6 @@ class Sink:
                 _, run, tag, step, wall, value = it
                 if value != value:  # SQLite turns NaN into NULL anyway; say so explicitly
                     value = None
-                scalars.append((run, tag, step, wall, value))
                 rt = (run, tag)
                 cur = last.get(rt)
                 if cur is None:
@@ -85,7 +84,9 @@ class Sink:
                     cur[1], cur[2], cur[3] = step, value, wall
                 else:
                     cur[5] = 0
-                b = (run, tag, (cur[6] + cur[0]) // schema.BLOCK)
+                seq = cur[6] + cur[0]
+                scalars.append((run, tag, step, seq, wall, value))
+                b = (run, tag, seq // schema.BLOCK)
                 cur[0] += 1
                 blk = blocks.get(b)
                 if blk is None:
@@ -128,7 +129,7 @@ class Sink:
                     "INSERT OR IGNORE INTO runs(id, fn, code, args, schema, parent, name, started, updated, status, hparams,"
                     " pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", starts)
             if scalars:
-                c.executemany("INSERT INTO scalars(run, tag, step, wall, value) VALUES (?,?,?,?,?)", scalars)
+                c.executemany("INSERT INTO scalars(run, tag, step, seq, wall, value) VALUES (?,?,?,?,?,?)", scalars)
                 # SET expressions all see the old row, so the CASE compares against the previous last_step
                 c.executemany(
                     "INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall, first_step, ordered)"
@@ -199,6 +200,7 @@ def sink_for(index: Any) -> Sink:
             s = _sinks.get(key)
             if s is None:
                 s = _sinks[key] = Sink(index)
+    if _thread is None:  # first sink, or a forked child (threads do not survive fork)
         _ensure_thread()
     return s
 
@@ -213,6 +215,8 @@ def _ensure_thread() -> None:
 
 
 def wake() -> None:
+    if _thread is None:
+        _ensure_thread()
     _wake.set()
 
 
@@ -248,10 +252,12 @@ def _at_exit() -> None:
 def _after_fork() -> None:
     # The child inherits copies of the parent's queues (already owned by the parent)
     # and no flusher thread; start clean.
-    global _thread
+    global _thread, _sinks_lock, _wake
     for s in _sinks.values():
         s.q.clear()
         s._lock = threading.Lock()
+    _sinks_lock = threading.Lock()
+    _wake = threading.Event()
     _thread = None
 
 

@@ -78,10 +78,16 @@ const RUN_COLS = [
   ["duration", "duration"], ["hits", "hits"], ["result", "result"],
 ];
 
-async function loadRuns() {
-  if (!state.fn) return;
-  state.runs = await api("runs?fn=" + encodeURIComponent(state.fn));
-  renderRuns();
+async function loadRuns(force = true) {
+  if (!state.fn) return false;
+  const runs = await api("runs?fn=" + encodeURIComponent(state.fn));
+  // polling must not rebuild a 1,000-row table every 2 s when nothing changed
+  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.status === "running" && Math.round(r.duration)]));
+  const changed = sig !== state.runsSig;
+  state.runs = runs;
+  state.runsSig = sig;
+  if (changed || force) renderRuns();
+  return changed;
 }
 
 function renderRuns() {
@@ -445,10 +451,9 @@ async function poll() {
     const running = fns.reduce((n, f) => n + (f.running || 0), 0);
     $("#live").textContent = running ? `● ${running} running — live` : "";
     if (state.fn) {
-      const before = JSON.stringify(state.runs.map((r) => [r.id, r.status, r.hits]));
-      await loadRuns();
+      const changed = await loadRuns(false);
       const selRunning = state.selected.some((id) => (runById(id) || {}).status === "running");
-      if (selRunning || before !== JSON.stringify(state.runs.map((r) => [r.id, r.status, r.hits]))) await refreshTab();
+      if (selRunning || changed) await refreshTab();
     }
   } catch (e) { console.error(e); }
 }
