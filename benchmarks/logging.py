@@ -7,16 +7,23 @@ make everything durable afterwards (flush/close). Part 2 builds a store with
 many evaluations and a million scalar points and times the dashboard's API.
 
     python benchmarks/logging.py [--n 200000] [--rounds 5] [--runs 1000] [--points 1000] [--big 1000000]
+
+Part 3 (when Playwright and /usr/bin/chromium are there) times the page itself on that store.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import textwrap
+
+# This file is named like the standard library's `logging`: keep its folder off the
+# import path, or `import logging` (asyncio, torch, playwright) would load this script.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 
 CHILD = r"""
 import json, os, statistics, sys, time, tempfile
@@ -123,8 +130,55 @@ def dashboard_latency(runs: int, points: int, big: int) -> None:
                     size = len(resp.read())
                 times.append(time.perf_counter() - t)
             print(f"| {name} | {statistics.median(times) * 1e3:.1f} | {size / 1024:.0f} |")
+        page_timings(srv.url, big_id, big)
         srv.shutdown()
         srv.server_close()
+
+
+def page_timings(url: str, big_id: int, big: int) -> None:
+    """The same store in headless Chromium: load the page, list 1,000 evaluations, overlay charts."""
+    chromium = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("\n(browser timings skipped: pip install playwright)")
+        return
+    if not os.path.exists(chromium):
+        print(f"\n(browser timings skipped: no {chromium})")
+        return
+    import time
+
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+    rows = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=args)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.goto(url + "?fn=bench:train")  # warm-up: browser start, first compile of the page's script
+        pg.wait_for_selector("body[data-ready='1']")
+        t = time.perf_counter()
+        pg.reload()
+        pg.wait_for_selector("body[data-ready='1']")
+        n = len(pg.query_selector_all("#runs tbody tr"))
+        rows.append((f"load the page and the table of {n} evaluations", (time.perf_counter() - t) * 1e3))
+        # measured inside the page: select 5 evaluations, fetch and draw their overlaid charts
+        ms = pg.evaluate("""async () => { const t = performance.now();
+            for (let i = 1; i <= 5; i++) state.selected.push(String(i));
+            renderRuns(); await refreshTab(); return performance.now() - t; }""")
+        rows.append(("select 5 evaluations: fetch + draw the overlaid charts", ms))
+        ms = pg.evaluate("""() => { const t = performance.now(); renderRuns(); return performance.now() - t; }""")
+        rows.append((f"re-render the table of {n} evaluations", ms))
+        pg.goto(url + "?fn=bench:long")
+        pg.wait_for_selector("body[data-ready='1']")
+        ms = pg.evaluate(f"""async () => {{ const t = performance.now();
+            state.selected.push("{big_id}"); renderRuns(); await refreshTab(); return performance.now() - t; }}""")
+        assert pg.get_attribute("#charts canvas", "data-points") == str(big)
+        rows.append((f"chart of the {big:,}-point run (downsampled on the server)", ms))
+        browser.close()
+    print("\n## Dashboard in headless Chromium (same store)\n")
+    print("| action | ms |")
+    print("|---|---:|")
+    for name, ms in rows:
+        print(f"| {name} | {ms:.0f} |")
 
 
 def main() -> None:

@@ -47,6 +47,8 @@ def _one(q: Dict[str, List[str]], name: str, default: Optional[str] = None) -> s
 class Handler(BaseHTTPRequestHandler):
     server: "DashboardServer"
     protocol_version = "HTTP/1.1"
+    # headers and body go out in two writes; with Nagle + delayed ACKs every response would wait ~40 ms
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt: str, *args: Any) -> None:  # keep the terminal quiet; errors are sent to the client
         if self.server.verbose:
