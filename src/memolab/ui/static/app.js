@@ -60,6 +60,8 @@ async function loadFunctions() {
   ul.replaceChildren(...fns.filter((f) => f.fn.toLowerCase().includes(filter)).map((f) => el("li",
     { "data-fn": f.fn, class: f.fn === state.fn ? "active" : "", onclick: () => selectFunction(f.fn), title: f.fn },
     f.fn, el("span", { class: "count", text: `${Math.max(f.runs, f.evaluations)}${f.running ? " ●" : ""}` }))));
+  const running = fns.reduce((n, f) => n + (f.running || 0), 0);
+  $("#live").textContent = running ? `● ${running} running — live` : "";
   return fns;
 }
 
@@ -447,9 +449,7 @@ async function compareCode() {
 // ---- live refresh: poll while anything is running ------------------------------------------
 async function poll() {
   try {
-    const fns = await loadFunctions();
-    const running = fns.reduce((n, f) => n + (f.running || 0), 0);
-    $("#live").textContent = running ? `● ${running} running — live` : "";
+    await loadFunctions();
     if (state.fn) {
       const changed = await loadRuns(false);
       const selRunning = state.selected.some((id) => (runById(id) || {}).status === "running");
