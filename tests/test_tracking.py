@@ -438,3 +438,24 @@ def test_a_forked_child_logs_to_its_own_runs(tmp_store):
     procs = {r["pid"]: r for f in query.functions(index()) if f["fn"].startswith("<process:") for r in runs_of(f["fn"])}
     assert points(procs[os.getpid()]["id"], "parent") == [(0, 1.0)] and points(procs[os.getpid()]["id"], "child") == []
     assert points(procs[pid]["id"], "child") == [(0, 2.0)]
+
+
+def test_pil_images_are_logged_as_their_pixels(tmp_store):
+    Image = pytest.importorskip("PIL.Image")
+    import io
+
+    rgb = Image.new("RGB", (4, 3), (10, 200, 30))
+    pal = rgb.convert("P")  # palette image: its raw array holds palette indices, not colours
+
+    @memo
+    def f():
+        memolab.log.image("rgb", rgb, step=0)
+        memolab.log.image("pal", pal, step=0)
+        return 0
+
+    f()
+    (run,) = runs_of(f.symbol)
+    for tag in ("rgb", "pal"):
+        (ev,) = query.events(index(), run["id"], "image", tag, with_data=True)
+        px = np.asarray(Image.open(io.BytesIO(bytes(ev["data"]))))
+        assert px.shape == (3, 4, 3) and (px == np.asarray(pal.convert("RGB") if tag == "pal" else rgb)).all()

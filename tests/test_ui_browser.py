@@ -88,6 +88,8 @@ def page():
         pg.on("pageerror", lambda e: errors.append(str(e)))
         pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         pg.errors = errors
+        pg.requests = []  # every URL the page asked for: the dashboard must work offline (no CDN)
+        pg.on("request", lambda r: pg.requests.append(r.url))
         yield pg
         browser.close()
 
@@ -182,13 +184,13 @@ def test_dashboard_charts_overlay_and_tabs(dashboard, page):
 
     pg.click("#tabs button[data-tab='hparams']")
     pg.wait_for_selector("#hparams tbody tr")
-    pg.click("#hparams th[data-col='lr']")
     lr_col = pg.eval_on_selector_all("#hparams th", "ths => ths.findIndex(t => t.dataset.col === 'lr')")
-    order = pg.eval_on_selector_all(f"#hparams tbody tr td:nth-child({lr_col + 1})", "tds => tds.map(t => t.textContent)")
-    assert order == ["0.05", "0.1", "0.2"]
+    column = ("(col) => [...document.querySelectorAll(`#hparams tbody tr td:nth-child(${col})`)]"
+              ".map(t => t.textContent).join(' ')")
+    pg.click("#hparams th[data-col='lr']")  # the table is re-fetched and re-drawn asynchronously: wait for it
+    pg.wait_for_function(f"() => ({column})({lr_col + 1}) === '0.05 0.1 0.2'", timeout=10000)
     pg.click("#hparams th[data-col='lr']")
-    order = pg.eval_on_selector_all(f"#hparams tbody tr td:nth-child({lr_col + 1})", "tds => tds.map(t => t.textContent)")
-    assert order == ["0.2", "0.1", "0.05"]
+    pg.wait_for_function(f"() => ({column})({lr_col + 1}) === '0.2 0.1 0.05'", timeout=10000)
     assert "⟶ loss" in pg.inner_text("#hparams thead")
     pg.screenshot(path=str(SHOTS / "hparams.png"), full_page=True)
 
@@ -202,6 +204,8 @@ def test_dashboard_charts_overlay_and_tabs(dashboard, page):
     assert "-        loss *= 1 - lr * 0.5" in diff and "+        loss *= 1 - lr * 0.4" in diff
     pg.screenshot(path=str(SHOTS / "code_diff.png"), full_page=True)
     assert pg.errors == []
+    outside = [u for u in pg.requests if not (u.startswith(srv.url) or u.startswith("data:"))]
+    assert outside == [] and any(u.endswith("/static/app.js") for u in pg.requests)
 
 
 def test_running_evaluation_updates_live(tmp_store, page):

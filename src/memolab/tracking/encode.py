@@ -32,6 +32,9 @@ def image_array(img: Any, dataformats: Optional[str] = None, where: str = "image
     """
     import numpy as np
 
+    if hasattr(img, "mode") and hasattr(img, "convert"):  # PIL: palette/CMYK/16-bit modes are not pixels as such
+        if img.mode not in ("L", "RGB", "RGBA"):
+            img = img.convert("RGBA" if "A" in img.mode or "transparency" in getattr(img, "info", {}) else "RGB")
     a = to_numpy(img)
     if a.dtype == object:
         raise TypeError(f"{where}: cannot log {type(img).__qualname__} as an image")
