@@ -459,3 +459,40 @@ def test_pil_images_are_logged_as_their_pixels(tmp_store):
         (ev,) = query.events(index(), run["id"], "image", tag, with_data=True)
         px = np.asarray(Image.open(io.BytesIO(bytes(ev["data"]))))
         assert px.shape == (3, 4, 3) and (px == np.asarray(pal.convert("RGB") if tag == "pal" else rgb)).all()
+
+
+def test_logs_live_as_long_as_their_evaluation(tmp_store):
+    @memo
+    def f(x):
+        memolab.log.scalar("v", x)
+        if x < 0:
+            raise ValueError("negative")
+        return x
+
+    @memo
+    def g(x):
+        memolab.log.scalar("w", x)
+        return x
+
+    f(1), f(2), g(3)
+    with pytest.raises(ValueError):
+        f(-1)
+    store = get_store()
+    db = store.index.conn()
+    by_x = {r["hparams"]["x"]: r["id"] for r in runs_of(f.symbol)}
+    assert set(by_x) == {1, 2, -1}
+
+    # gc drops evaluation f(1): its run and its points go; f(2), the failed f(-1) and g stay
+    (e1,) = [r["eval_id"] for r in runs_of(f.symbol) if r["hparams"]["x"] == 1]
+    store.index.delete_evaluations([e1])
+    store.collect_garbage()
+    assert {r["hparams"]["x"] for r in runs_of(f.symbol)} == {2, -1}
+    assert db.execute("SELECT COUNT(*) FROM scalars WHERE run=?", (by_x[1],)).fetchone() == (0,)
+    assert db.execute("SELECT COUNT(*) FROM scalar_tags WHERE run=?", (by_x[1],)).fetchone() == (0,)
+
+    # clearing a function removes all of its finished runs, failed ones included; other functions keep theirs
+    f.clear()
+    assert runs_of(f.symbol) == []
+    assert db.execute("SELECT COUNT(*) FROM scalars WHERE run IN (?,?)", (by_x[2], by_x[-1])).fetchone() == (0,)
+    (gr,) = runs_of(g.symbol)
+    assert points(gr["id"], "w") == [(0, 3.0)]
