@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean system-deps
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,13 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) examples/run_demo.py
 
-test: $(STAMP)
+# The dashboard's browser tests drive Debian's headless Chromium.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

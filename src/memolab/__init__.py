@@ -9,12 +9,13 @@ __version__ = "0.1.0"
 
 from .config import configure
 from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss
-from .hashing import register_hasher, register_opaque
+from .files import Dir, File
+from .hashing import register_hasher, register_opaque, register_policy
 from .memo import MemoFunction, memo
 
 __all__ = [
     "memo", "MemoFunction", "configure",
-    "register_hasher", "register_opaque",
+    "register_hasher", "register_opaque", "register_policy", "File", "Dir",
     "HashError", "StoreMiss", "CodeChanged", "CorruptBlob", "MemolabError", "MemolabWarning",
     "log", "SummaryWriter",
     "__version__",

@@ -70,11 +70,22 @@ def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
     fn, code, _args, schema = key
     row = store.index.lookup(key)
     if row is not None and not forced:
+        bad = store.check_entry(key, row)
+        if bad is not None:
+            return Explanation(fn, False, [f"stored evaluation #{row['id']} cannot be used: {bad}"], evaluation=row["id"])
         return Explanation(fn, True, [f"stored evaluation #{row['id']} from {_when(row['finished'])} "
                                       f"(computed in {row['duration']:.3g}s, {row['hits']} earlier hits)"], evaluation=row["id"])
     ex = Explanation(fn, False)
     if forced:
         ex.reasons.append("recomputation forced with .fresh()")
+    if row is None:
+        # Same key, taken out of use on load (code it refers to changed, a refused signature, damage).
+        dead = store.index.evaluations(fn, where="code=? AND args=? AND schema=? AND status!='done'",
+                                       params=(code, _args, schema), limit=1)
+        if dead and dead[0].get("reason"):
+            ex.evaluation = dead[0]["id"]
+            ex.reasons.append(f"stored evaluation #{dead[0]['id']} was not used: {dead[0]['reason']}")
+            return ex
     old = _closest(store, key)
     if old is None:
         ex.reasons.append("no stored evaluation of this function yet")

@@ -18,7 +18,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 from . import codegraph, config, hashing
-from .errors import MemolabWarning, StoreMiss
+from .errors import CodeChanged, MemolabWarning, StoreMiss
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
 from .tracking import runs as _runs
@@ -131,6 +131,7 @@ class MemoFunction:
         if not force:
             found, value = store.load_from_memory(key)
             if found:
+                hashing.remember_loaded(value, key)
                 return value
         owner = store.owner_id()
         while True:
@@ -159,6 +160,7 @@ class MemoFunction:
         if not force:
             found, value = store.load_from_memory(key)
             if found:
+                hashing.remember_loaded(value, key)
                 return value
         import asyncio  # imported here: asyncio alone costs 30 ms of `import memolab`
 
@@ -191,12 +193,17 @@ class MemoFunction:
     def _load(self, store: Store, key: Key, row: Dict[str, Any]) -> Tuple[bool, Any]:
         try:
             value = store.load(key, row)
+        except CodeChanged as e:
+            # Code the result refers to changed: an ordinary miss, not damage.
+            store.mark_corrupt(key, row, e.reason, status="stale")
+            return False, None
         except StoreMiss as e:
             warnings.warn(f"{self.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
                           MemolabWarning, stacklevel=4)
-            store.mark_corrupt(key, row)
+            store.mark_corrupt(key, row, e.reason)
             return False, None
         store.count_hit(row["id"])
+        hashing.remember_loaded(value, key, _result_token(row), row["id"])
         return True, value
 
     def _before_compute(self, store: Store, key: Key, bound: inspect.BoundArguments, per_arg: Dict[str, str],
@@ -220,6 +227,9 @@ class MemoFunction:
             "ignored": sorted(self.ignore),
             "version": self.version,
             "result": short_repr(value),
+            # digests of the result's arrays/tensors: a loaded copy passed to
+            # another memoized function is then hashed in O(1) (hashing.remember_loaded)
+            "result_digest": hashing.result_token(value),
         }
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
         fields = {
@@ -229,7 +239,9 @@ class MemoFunction:
             "snapshot": _json(snapshot),
         }
         try:
-            return store.save(key, owner, value, fields, sources)
+            eval_id = store.save(key, owner, value, fields, sources)
+            hashing.note_result(key, snapshot["result_digest"], eval_id)
+            return eval_id
         except Exception as e:
             store.release(key, owner)
             from .pickling import find_unpicklable
@@ -276,6 +288,15 @@ class _BoundMemo:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._memo, name)
+
+
+def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
+    import json
+
+    try:
+        return json.loads(row.get("snapshot") or "{}").get("result_digest")
+    except Exception:
+        return None
 
 
 def _json(obj: Any) -> str:

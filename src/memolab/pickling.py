@@ -1,49 +1,738 @@
-"""Serialising results for the store.
+"""Serialising results for the store: faithful round-trips or a clean miss.
 
-Pickle protocol 5 with out-of-band buffers: large contiguous buffers (numpy
-arrays) are handed back separately so the store can keep each in its own
-content-addressed blob, deduplicated and loaded memory-mapped without a copy.
+Pickle protocol 5 with two additions, both made in ``reducer_override`` and
+dispatched on ``type(obj)`` through a registry (never ``obj.__class__``, which
+proxies override):
+
+* **Code references.** Every function and class from *user* code is written as
+  (symbol, code digest). On load the symbol is resolved in the running program
+  and its digest recomputed; if it is gone or differs, loading raises
+  ``CodeChanged`` and the memo layer recomputes. Library code (stdlib,
+  site-packages, memolab itself) is pickled by name as usual: its version is
+  part of the function's key already, and hashing library source on every load
+  would cost more than it protects.
+* **By-value code.** Functions and classes that cannot be imported by name
+  (``__main__``, notebooks, ``<locals>``, lambdas, ``type()``-made classes)
+  travel as their code: code-object fields (not ``marshal``, whose bytes depend
+  on reference counts), globals they use, closure cells, class dicts. The
+  stored bytes are deterministic (no tracker ids; frozenset constants sorted).
+  An *anchor* is stored with them: the object itself when it is reachable by
+  name, else the enclosing importable function or class. If the loading
+  process has a live anchor with a different digest, that is ``CodeChanged``;
+  a live, unchanged definition is used instead of a rebuilt copy, so
+  ``isinstance`` keeps working in the defining script.
+* **Buffers.** numpy arrays and torch tensors (``memolab.torch.pickling``,
+  registered lazily) go out of band as raw buffers, one per underlying memory
+  block, so views keep sharing storage after a load. The store puts each
+  buffer in its own content-addressed blob and maps it back without a copy.
+
+Code objects are only valid for the interpreter that compiled them: a by-value
+function stored under Python 3.11 is a ``CodeChanged`` miss under 3.12.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import io
+import os
 import pickle
-from typing import Any, List, Optional, Sequence, Tuple
+import sys
+import sysconfig
+import textwrap
+import types
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import StoreMiss
+from .errors import CodeChanged, StoreMiss
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN = 64 * 1024
-FORMAT = "p1"
+#: Bump when the encoding changes; stored in the index next to each payload.
+FORMAT = "p2"
+
+_PYVER = "%d.%d" % sys.version_info[:2]
+
+Reducer = Callable[["Pickler", Any], Any]
+
+_reducers: Dict[type, Optional[Reducer]] = {}
+_lazy: Dict[str, Callable[[], None]] = {}
+
+
+def register_reducer(type_: type, reducer: Optional[Reducer]) -> None:
+    """Reduce exact instances of ``type_`` with ``reducer(pickler, obj)``.
+
+    The reducer returns a reduce tuple, or ``NotImplemented`` for pickle's own
+    handling; ``None`` as the reducer means "always pickle's own handling"."""
+    _reducers[type_] = reducer
+
+
+def register_lazy(toplevel: str, register: Callable[[], None]) -> None:
+    """Run ``register()`` the first time an object of a type from ``toplevel`` is pickled."""
+    _lazy[toplevel] = register
+
+
+# -- where code lives ---------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> Tuple[str, ...]:
+    # The interpreter's own library folders only, not sys.prefix as a whole:
+    # with a system Python (prefix /usr) user code under /usr/src/app would
+    # otherwise pass for library code and lose its change checks.
+    import site
+
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    try:
+        roots.update(site.getsitepackages())
+        roots.add(site.getusersitepackages())
+    except AttributeError:  # some embedded interpreters lack them
+        pass
+    return tuple(sorted(os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r))
+
+
+@functools.lru_cache(maxsize=None)
+def is_library_module(modname: str) -> bool:
+    """Library code is pickled by name; user code by checked reference."""
+    top = modname.partition(".")[0]
+    if top in ("memolab", "builtins") or top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ()):
+        return True
+    if modname == "__main__":
+        return False
+    f = getattr(sys.modules.get(modname), "__file__", None)
+    if not f:
+        return False
+    return os.path.realpath(f).startswith(_library_roots())
+
+
+def _walk(root: Any, qualname: str) -> Any:
+    obj = root
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _lookup(modname: str, qualname: str, *, import_: bool) -> Tuple[bool, Any]:
+    """(True, obj) if ``modname:qualname`` resolves, else (False, None)."""
+    mod = sys.modules.get(modname)
+    if mod is None and import_:
+        try:
+            mod = importlib.import_module(modname)
+        except Exception:
+            return False, None
+    if mod is None:
+        return False, None
+    try:
+        return True, _walk(mod, qualname)
+    except AttributeError:
+        return False, None
+
+
+def _digest(obj: Any) -> str:
+    from .codegraph import object_digest
+
+    return object_digest(obj)
+
+
+def _name_of(obj: Any) -> Tuple[str, str]:
+    return getattr(obj, "__module__", None) or "__main__", getattr(obj, "__qualname__", None) or obj.__name__
+
+
+def _anchor_of(obj: Any) -> Optional[str]:
+    """The qualname, inside ``obj``'s module, of what a change check resolves:
+    ``obj`` itself when reachable by name, else the outermost enclosing named
+    function or class, else a module global bound to ``obj``."""
+    modname, qual = _name_of(obj)
+    mod = sys.modules.get(modname)
+    if mod is None:
+        return None
+    ok, found = _lookup(modname, qual, import_=False)
+    if ok and found is obj:
+        return qual
+    parts = qual.split(".")
+    for i, p in enumerate(parts):
+        if p.startswith("<"):
+            if i:
+                ok, enclosing = _lookup(modname, ".".join(parts[:i]), import_=False)
+                if ok and isinstance(enclosing, (type, types.FunctionType)):
+                    return ".".join(parts[:i])
+            break
+    for name, value in list(vars(mod).items()):
+        if value is obj:
+            return name
+    return None
+
+
+# -- the pickler ----------------------------------------------------------------------
+
+class Pickler(pickle.Pickler):
+    """Protocol-5 pickler with code references and out-of-band buffers.
+
+    ``refs`` collects every code reference written (``{symbol: digest}``, with
+    the source file and fingerprint added for by-value code), so the index can
+    check them, and ``explain`` say why, without unpickling.
+    """
+
+    def __init__(self, file: Any, buffers: List[memoryview]) -> None:
+        self.out_of_band = buffers
+        super().__init__(file, protocol=5, buffer_callback=self._buffer)
+        self.refs: Dict[str, Any] = {}
+
+    def _buffer(self, buf: pickle.PickleBuffer) -> bool:
+        raw = buf.raw()
+        if raw.nbytes < OUT_OF_BAND_MIN:
+            return True  # in band
+        self.out_of_band.append(raw)
+        return False
+
+    def reducer_override(self, obj: Any) -> Any:
+        t = type(obj)
+        try:
+            reducer = _reducers[t]
+        except KeyError:
+            reducer = _resolve(t)
+        if reducer is None:
+            return NotImplemented
+        return reducer(self, obj)
+
+
+def _resolve(t: type) -> Optional[Reducer]:
+    top = t.__module__.partition(".")[0] if isinstance(t.__module__, str) else ""
+    reg = _lazy.pop(top, None)
+    if reg is not None:
+        reg()
+        if t in _reducers:
+            return _reducers[t]
+    r: Optional[Reducer] = None
+    if issubclass(t, type):
+        r = _reduce_class  # metaclasses (ABCMeta, …) make classes: classes are code
+    elif any("__class__" in vars(k) for k in t.__mro__[:-1]):
+        r = _reduce_honest  # a proxy lying about its class
+    _reducers[t] = r
+    return r
+
+
+def _reduce_honest(p: Pickler, obj: Any) -> Any:
+    """object's default reduction, but by ``type(obj)``: copyreg's uses ``obj.__class__``."""
+    t = type(obj)
+    if t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:
+        return NotImplemented  # the class's own reduction knows best
+    return _new_instance, (t,), obj.__getstate__()
+
+
+def _new_instance(cls: type) -> Any:
+    # Deliberately not __init__: unpickling restores state, it does not construct.
+    return cls.__new__(cls)
+
+
+# -- functions and classes ---------------------------------------------------------------
+
+def _reduce_code_object(p: Pickler, obj: Any) -> Any:
+    """Functions and classes: pickle's own by-name, a checked reference, or by value."""
+    if isinstance(obj, type) and not obj.__flags__ & _HEAPTYPE:
+        return NotImplemented  # a C type: pickle's by-name save, or its clear error
+    modname, qual = _name_of(obj)
+    if modname != "__main__" and "<" not in qual:
+        ok, found = _lookup(modname, qual, import_=False)
+        if ok and found is obj:
+            if is_library_module(modname):
+                return NotImplemented
+            d = _digest(obj)
+            p.refs[f"{modname}:{qual}"] = d
+            return _load_ref, (modname, qual, d)
+    if isinstance(obj, type) and issubclass(obj, _enum_base()):
+        raise pickle.PicklingError(f"cannot store enum class {modname}:{qual} by value; define it in an importable module")
+    anchor = _anchor_of(obj)
+    d = _digest(obj)
+    anchor_obj = obj if anchor == qual else (_walk(sys.modules[modname], anchor) if anchor else None)
+    anchor_digest = d if anchor == qual else (_digest(anchor_obj) if anchor else None)
+    source = _source_fingerprint(anchor_obj, anchor) if anchor else None
+    rec = (modname, qual, d, anchor, anchor_digest, source)
+    if anchor:
+        p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
+    if isinstance(obj, type):
+        return _class_by_value(obj, rec)
+    return _function_by_value(obj, rec)
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes made by a class statement or type()
+
+
+def _reduce_class(p: Pickler, obj: Any) -> Any:
+    return _reduce_code_object(p, obj)
+
+
+@functools.lru_cache(maxsize=1)
+def _enum_base() -> type:
+    import enum
+
+    return enum.Enum
+
+
+def _load_ref(modname: str, qual: str, digest: str) -> Any:
+    ok, obj = _lookup(modname, qual, import_=True)
+    if not ok:
+        raise CodeChanged(f"`{modname}:{qual}` no longer exists")
+    if _digest(obj) != digest:
+        raise CodeChanged(f"`{modname}:{qual}` changed since the result was stored")
+    return obj
+
+
+def _live_definition(rec: tuple) -> Optional[Any]:
+    """The live object to use instead of a rebuilt one, or None; ``CodeChanged`` if the anchor changed."""
+    modname, qual, _digest_, anchor, anchor_digest, source = rec
+    if anchor is None:
+        return None
+    ok, live = _lookup(modname, anchor, import_=modname != "__main__")
+    if not ok:
+        if modname == "__main__" or modname not in sys.modules:
+            # Another program, or a module we cannot import: the stored code
+            # stands alone, unless the file it came from is here and changed.
+            why = _source_changed(anchor, source)
+            if why:
+                raise CodeChanged(f"`{modname}:{anchor}` {why}")
+            return None
+        raise CodeChanged(f"`{modname}:{anchor}` no longer exists")
+    if _digest(live) != anchor_digest:
+        raise CodeChanged(f"`{modname}:{anchor}` changed since the result was stored")
+    return live if anchor == qual else None
+
+
+# -- the source file a by-value definition came from -----------------------------------
+#
+# When the loading program lacks the definition (a notebook reading what
+# train.py stored), the stored code is used, but if train.py is still on disk
+# and its definition changed, the result is stale all the same. We fingerprint
+# the definition's normalised source, found by name in the file's AST, the same
+# way at store and load time, so the two are comparable by construction.
+
+_file_defs: Dict[Tuple[str, int, int], Dict[str, str]] = {}
+
+
+def _definitions(path: str) -> Optional[Dict[str, str]]:
+    """qualname -> fingerprint of every named definition (def, class, assignment) in ``path``."""
+    import ast
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_mtime_ns, st.st_size)
+    hit = _file_defs.get(key)
+    if hit is not None:
+        return hit
+    try:
+        with open(path, "rb") as f:
+            src = f.read().decode("utf-8", "surrogateescape")
+        tree = ast.parse(src)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    import xxhash
+
+    try:
+        from .codegraph import normalized_source  # docstrings and comments do not count
+    except ImportError:  # pragma: no cover - only if codegraph drops it
+        def normalized_source(seg: str) -> str:
+            return ast.dump(ast.parse(textwrap.dedent(seg)), include_attributes=False)
+
+    def fingerprint(seg: str) -> str:
+        try:
+            text = normalized_source(seg)
+        except SyntaxError:
+            text = seg
+        return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
+
+    out: Dict[str, str] = {}
+
+    def visit(body: List[Any], prefix: str) -> None:
+        for node in body:
+            names: List[str] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                for block in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, block, []) or [], prefix)
+                for h in getattr(node, "handlers", []):
+                    visit(h.body, prefix)
+            for name in names:  # a later definition wins, as when the file runs
+                out[prefix + name] = fingerprint(ast.get_source_segment(src, node) or "")
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, prefix + node.name + ".")
+
+    visit(tree.body, "")
+    if len(_file_defs) > 64:
+        _file_defs.clear()
+    _file_defs[key] = out
+    return out
+
+
+def _source_fingerprint(obj: Any, anchor: str) -> Optional[Tuple[str, str]]:
+    """(absolute file, fingerprint of ``anchor``'s definition in it), when both are known."""
+    import inspect
+
+    try:
+        path = inspect.getsourcefile(obj)
+    except TypeError:
+        path = None
+    if not path and isinstance(obj, types.FunctionType):
+        path = obj.__code__.co_filename
+    if not path or path.startswith("<"):
+        return None
+    path = os.path.abspath(path)
+    fp = (_definitions(path) or {}).get(anchor)
+    return (path, fp) if fp else None
+
+
+def _source_changed(anchor: str, source: Optional[Sequence[str]]) -> Optional[str]:
+    if not source:
+        return None
+    path, fp = source
+    defs = _definitions(path)
+    if defs is None:
+        return None  # the file is not here (another machine, a deleted cell): nothing to compare
+    now = defs.get(anchor)
+    if now is None:
+        return f"is no longer defined in {path}"
+    if now != fp:
+        return f"changed in {path} since the result was stored"
+    return None
+
+
+# Objects built from stored code that still await their state. A live definition
+# returned instead of a skeleton must never have stored state written into it.
+_skeletons: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+class _Sorted:
+    """A set or frozenset that is part of stored *code* (a constant, a class
+    attribute, a global or cell a function uses), written in sorted order: set
+    iteration order follows string hashes, which change per process. (Sets in
+    result data keep pickle's order; they are data, not code.)"""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Any) -> None:
+        self.items = items
+
+    def __reduce__(self) -> Any:
+        return type(self.items), (sorted(self.items, key=repr),)
+
+
+def _canon(v: Any) -> Any:
+    return _Sorted(v) if type(v) in (set, frozenset) else v
+
+
+_CODE_FIELDS = tuple(f for f in (
+    "co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_nlocals", "co_stacksize", "co_flags",
+    "co_code", "co_consts", "co_names", "co_varnames", "co_filename", "co_name", "co_qualname",
+    "co_firstlineno", "co_linetable", "co_exceptiontable", "co_freevars", "co_cellvars",
+) if hasattr(_reduce_class.__code__, f))
+
+
+def _reduce_code(p: Pickler, code: types.CodeType) -> Any:
+    values = []
+    for f in _CODE_FIELDS:
+        v = getattr(code, f)
+        if f == "co_consts":
+            v = tuple(_canon(c) for c in v)
+        values.append(v)
+    return _make_code, (_PYVER, values)
+
+
+def _make_code(pyver: str, values: Sequence[Any]) -> types.CodeType:
+    if pyver != _PYVER:
+        raise CodeChanged(f"stored code was compiled by Python {pyver}; this is Python {_PYVER}")
+    return _reduce_class.__code__.replace(**dict(zip(_CODE_FIELDS, values)))
+
+
+def _global_names(code: types.CodeType) -> List[str]:
+    names = list(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names.extend(_global_names(c))
+    return names
+
+
+_EMPTY_CELL = "__memolab_empty_cell__"
+
+
+def _function_by_value(fn: types.FunctionType, rec: tuple) -> Any:
+    code = fn.__code__
+    g = fn.__globals__
+    used = {}
+    for n in _global_names(code):
+        if n in g and n not in used and n != "__builtins__":
+            used[n] = _canon(g[n])
+    cells = []
+    for c in fn.__closure__ or ():
+        try:
+            cells.append(_canon(c.cell_contents))
+        except ValueError:
+            cells.append(_EMPTY_CELL)
+    state = {
+        "globals": used,
+        "defaults": fn.__defaults__,
+        "kwdefaults": fn.__kwdefaults__,
+        "closure": tuple(cells),
+        "dict": dict(fn.__dict__),
+        "doc": fn.__doc__,
+        "annotations": dict(getattr(fn, "__annotations__", None) or {}),
+        "qualname": fn.__qualname__,
+        "module": fn.__module__,
+    }
+    # The skeleton is created (and memoised by pickle) before its state is
+    # written, so recursive functions and closures over themselves round-trip.
+    return _function_skeleton, (code, len(code.co_freevars), rec), state, None, None, _function_setstate
+
+
+def _function_skeleton(code: types.CodeType, nfree: int, rec: tuple) -> Any:
+    live = _live_definition(rec)
+    if live is not None:
+        return live
+    g: Dict[str, Any] = {"__builtins__": __builtins__, "__name__": rec[0]}
+    fn = types.FunctionType(code, g, code.co_name, None, tuple(types.CellType() for _ in range(nfree)))
+    _skeletons.add(fn)
+    return fn
+
+
+def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
+    if fn not in _skeletons:
+        return fn
+    _skeletons.discard(fn)
+    fn.__globals__.update(state["globals"])
+    fn.__defaults__ = state["defaults"]
+    fn.__kwdefaults__ = state["kwdefaults"]
+    for cell, v in zip(fn.__closure__ or (), state["closure"]):
+        if not (isinstance(v, str) and v == _EMPTY_CELL):
+            cell.cell_contents = v
+    fn.__dict__.update(state["dict"])
+    fn.__doc__ = state["doc"]
+    fn.__annotations__ = state["annotations"]
+    fn.__qualname__ = state["qualname"]
+    fn.__module__ = state["module"]
+    return fn
+
+
+_CLASS_SKIP = frozenset(("__dict__", "__weakref__", "_abc_impl", "__module__", "__qualname__", "__doc__"))
+
+
+def _class_by_value(cls: type, rec: tuple) -> Any:
+    ns = dict(cls.__dict__)
+    slots = ns.get("__slots__")
+    if slots is not None:
+        for s in [slots] if isinstance(slots, str) else slots:
+            ns.pop(s, None)  # the member descriptors: type() makes them again from __slots__
+    kwargs = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+    if slots is not None:
+        kwargs["__slots__"] = slots
+    state = {k: _canon(v) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
+    return _class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec), state, None, None, _class_setstate
+
+
+def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple) -> Any:
+    live = _live_definition(rec)
+    if live is not None:
+        return live
+    cls = meta(name, bases, dict(kwargs))
+    _skeletons.add(cls)
+    return cls
+
+
+def _class_setstate(cls: Any, state: Dict[str, Any]) -> Any:
+    if cls not in _skeletons:
+        return cls
+    _skeletons.discard(cls)
+    for k, v in state.items():
+        setattr(cls, k, v)
+    if "__abstractmethods__" in vars(cls):
+        import abc
+
+        abc.update_abstractmethods(cls)  # computed when the (empty) skeleton was made
+    return cls
+
+
+def _reduce_module(p: Pickler, mod: types.ModuleType) -> Any:
+    if mod.__name__ == "__main__":
+        raise pickle.PicklingError("cannot store the __main__ module itself")
+    return importlib.import_module, (mod.__name__,)
+
+
+def _reduce_method_wrapper(kind: type) -> Reducer:
+    def reduce(p: Pickler, obj: Any) -> Any:
+        return kind, (obj.__func__,)
+    return reduce
+
+
+def _reduce_property(p: Pickler, obj: property) -> Any:
+    return property, (obj.fget, obj.fset, obj.fdel, obj.__doc__)
+
+
+def _reduce_cell(p: Pickler, cell: Any) -> Any:
+    try:
+        return _make_cell, (cell.cell_contents,)
+    except ValueError:
+        return types.CellType, ()
+
+
+def _make_cell(v: Any) -> Any:
+    return types.CellType(v)
+
+
+register_reducer(types.FunctionType, _reduce_code_object)
+register_reducer(type, _reduce_class)
+register_reducer(types.CodeType, _reduce_code)
+register_reducer(types.ModuleType, _reduce_module)
+register_reducer(staticmethod, _reduce_method_wrapper(staticmethod))
+register_reducer(classmethod, _reduce_method_wrapper(classmethod))
+register_reducer(property, _reduce_property)
+register_reducer(types.CellType, _reduce_cell)
+# dataclass fields keep their metadata in one; class bodies meet them often.
+register_reducer(types.MappingProxyType, lambda p, obj: (_mappingproxy, (dict(obj),)))
+
+
+def _mappingproxy(d: Dict[Any, Any]) -> Any:
+    return types.MappingProxyType(d)  # the type has no importable name of its own
+
+
+# -- numpy ---------------------------------------------------------------------------------
+
+def _register_numpy() -> None:
+    import numpy as np
+
+    register_reducer(np.ndarray, _reduce_ndarray)
+    register_reducer(np.memmap, _reduce_ndarray)  # comes back as a plain array mapped from its blob
+
+
+def _reduce_ndarray(p: Pickler, arr: Any) -> Any:
+    import numpy as np
+
+    if arr.dtype.hasobject or type(arr) not in (np.ndarray, np.memmap):
+        return NotImplemented
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root is arr or root.dtype.hasobject or not (root.flags.c_contiguous or root.flags.f_contiguous):
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            arr = np.ascontiguousarray(arr)  # a strided array with no ndarray owner: copy it once
+        order = "C" if arr.flags.c_contiguous else "F"
+        return _np_from_buffer, (pickle.PickleBuffer(arr), arr.dtype, arr.shape, order)
+    # A view: reference its root (memoised by pickle, so every view of one root
+    # shares one buffer) plus where it sits inside it.
+    offset = arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    return _np_view, (root, arr.dtype, arr.shape, arr.strides, offset)
+
+
+def _np_from_buffer(buf: Any, dtype: Any, shape: Tuple[int, ...], order: str) -> Any:
+    import numpy as np
+
+    flat = np.frombuffer(buf, dtype=np.uint8)
+    if dtype.itemsize == 0 or flat.size == 0:
+        return np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
+    return flat.view(dtype).reshape(shape, order=order)  # type: ignore[call-overload]
+
+
+def _np_view(root: Any, dtype: Any, shape: Tuple[int, ...], strides: Tuple[int, ...], offset: int) -> Any:
+    import numpy as np
+
+    base = root.reshape(-1, order="A").view(np.uint8)
+    return np.ndarray(shape, dtype=dtype, buffer=base, offset=offset, strides=strides)
+
+
+register_lazy("numpy", _register_numpy)
+
+
+def _register_dataclasses() -> None:
+    # dataclasses compares its sentinels by identity (``f._field_type is _FIELD``,
+    # ``default is MISSING``); copies made by unpickling would silently drop fields.
+    import dataclasses
+
+    def by_name(name: str) -> Reducer:
+        return lambda p, obj: (_dataclass_sentinel, (name,))
+
+    register_reducer(dataclasses._FIELD_BASE, lambda p, obj: (_dataclass_sentinel, (obj.name,)))  # type: ignore[attr-defined]
+    register_reducer(dataclasses._MISSING_TYPE, by_name("MISSING"))  # type: ignore[attr-defined]
+    register_reducer(dataclasses._KW_ONLY_TYPE, by_name("KW_ONLY"))  # type: ignore[attr-defined]
+
+
+def _dataclass_sentinel(name: str) -> Any:
+    import dataclasses
+
+    return getattr(dataclasses, name)
+
+
+register_lazy("dataclasses", _register_dataclasses)
+
+
+def _register_torch() -> None:
+    from .torch import pickling as torch_pickling
+
+    torch_pickling.register(register_reducer)
+
+
+register_lazy("torch", _register_torch)
+
+
+# -- public API ------------------------------------------------------------------------------
+
+def dumps_with_refs(obj: Any) -> Tuple[bytes, List[memoryview], Dict[str, Any]]:
+    """(pickle bytes, out-of-band buffers in order, code references: {symbol: digest,
+    or [digest, source file, fingerprint] for code stored by value})."""
+    buffers: List[memoryview] = []
+    f = io.BytesIO()
+    p = Pickler(f, buffers)
+    p.dump(obj)
+    return f.getvalue(), buffers, p.refs
 
 
 def dumps(obj: Any) -> Tuple[bytes, List[memoryview]]:
     """Serialise ``obj``: (pickle bytes, out-of-band buffers in order)."""
-    buffers: List[memoryview] = []
-
-    def callback(buf: pickle.PickleBuffer) -> bool:
-        raw = buf.raw()
-        if raw.nbytes < OUT_OF_BAND_MIN:
-            return True  # serialise in band
-        buffers.append(raw)
-        return False
-
-    data = pickle.dumps(obj, protocol=5, buffer_callback=callback)
+    data, buffers, _ = dumps_with_refs(obj)
     return data, buffers
 
 
 def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
+    """Rebuild a value; ``CodeChanged`` if code it refers to changed, ``StoreMiss`` if code is gone."""
     try:
         return pickle.loads(data, buffers=buffers)
+    except StoreMiss:
+        raise
     except (AttributeError, ImportError, ModuleNotFoundError) as e:
-        # The code the result refers to is gone: that is a miss, not a crash.
-        raise StoreMiss(f"stored result refers to code that no longer loads: {e}") from e
+        # Pickled by name (library code) and now gone: a miss, not a crash.
+        raise CodeChanged(f"stored result refers to code that no longer loads: {e}") from e
+
+
+def check_refs(refs: Dict[str, Any]) -> Optional[str]:
+    """Why the code references of a stored result no longer hold, or None.
+
+    Cheap (no unpickling); used by ``explain``. Symbols of ``__main__`` that the
+    running program lacks pass (the stored code travels by value) unless the
+    file they came from is here and their definition in it changed."""
+    for sym, ref in refs.items():
+        # a plain digest, or [digest, source file, fingerprint] for by-value code
+        digest, source = (ref, None) if isinstance(ref, str) else (ref[0], ref[1:])
+        modname, _, qual = sym.partition(":")
+        ok, obj = _lookup(modname, qual, import_=modname != "__main__")
+        if not ok:
+            if modname == "__main__":
+                why = _source_changed(qual, source)
+                if why:
+                    return f"`{sym}` {why}"
+                continue
+            return f"`{sym}` no longer exists"
+        try:
+            if _digest(obj) != digest:
+                return f"`{sym}` changed since the result was stored"
+        except Exception as e:  # a digest that fails is a change we cannot rule out
+            return f"`{sym}` cannot be checked: {e}"
+    return None
 
 
 def find_unpicklable(obj: Any, path: str = "result", _depth: int = 0, _seen: Optional[set] = None) -> Tuple[str, str]:
-    """Locate the innermost part of ``obj`` that pickle refuses: (path, reason)."""
+    """Locate the innermost part of ``obj`` that cannot be stored: (path, reason)."""
     seen = _seen if _seen is not None else set()
     try:
-        pickle.dumps(obj, protocol=5, buffer_callback=lambda b: False)
+        dumps(obj)
         return "", ""
     except Exception as e:
         reason = f"{type(e).__name__}: {e}"

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, StoreMiss
+from . import signing
 from .blobs import BlobFolder, digest_bytes
 from .sqlite import Index, Key, host_name
 
@@ -47,7 +48,7 @@ class Store:
         self._held_lock = threading.Lock()
         self._beat: Optional[threading.Thread] = None
         self._beat_stop = threading.Event()
-        # key -> (row, payload, buffers): a hit in this process costs an unpickle, not I/O
+        # key -> (row, payload, buffer refs): a hit in this process costs an unpickle and an mmap, not a read
         self._memory: "OrderedDict[Key, Tuple[Dict[str, Any], bytes, List[Any]]]" = OrderedDict()
         self._memory_bytes = 0
         self._memory_lock = threading.Lock()
@@ -118,25 +119,49 @@ class Store:
         """Serialise and store ``value``; raises whatever pickling raises (nothing is recorded then)."""
         from .. import pickling
 
-        payload, buffers = pickling.dumps(value)
+        payload, buffers, refs = pickling.dumps_with_refs(value)
         pd, psize = self.blobs.put(payload)
-        refs = [self.blobs.put(b) for b in buffers]
-        fields = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(refs),
-                      size=psize + sum(s for _, s in refs))
+        # One blob per buffer: content-addressed, so equal arrays across results share one file.
+        brefs = [self.blobs.put(b) for b in buffers]
+        fields = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
+                      code_refs=json.dumps(refs, sort_keys=True), size=psize + sum(s for _, s in brefs))
+        fields["signature"] = signing.sign(key, fields)
         eval_id = self.index.record(key, owner, fields, sources)
         self._unhold(key, owner)
         self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
         return eval_id
 
-    def load(self, key: Key, row: Dict[str, Any]) -> Any:
-        """The stored value of ``row``; ``StoreMiss`` if it cannot be loaded faithfully."""
+    def check_entry(self, key: Key, row: Dict[str, Any]) -> Optional[str]:
+        """Why ``row`` cannot be used, found without reading blobs (signature, code references), or None."""
         from .. import pickling
 
+        bad = signing.problem(key, row)
+        if bad is None and row.get("code_refs"):
+            bad = pickling.check_refs(json.loads(row["code_refs"]))
+        return bad
+
+    def load(self, key: Key, row: Dict[str, Any]) -> Any:
+        """The stored value of ``row``; ``StoreMiss`` if it cannot be loaded faithfully
+        (``CodeChanged`` when code it refers to changed)."""
+        bad = signing.problem(key, row)
+        if bad is not None:
+            raise StoreMiss(bad)
+        # The payload runs code when unpickled: it is re-hashed in full, every time.
         payload = self.blobs.get(row["payload"], row["payload_size"], verify="always")
-        buffers = [self.blobs.get(d, size, mapped=True) for d, size in json.loads(row["buffers"] or "[]")]
-        value = pickling.loads(payload, buffers)
-        self._remember(key, row, bytes(payload), buffers)
+        refs = [tuple(r) for r in json.loads(row["buffers"] or "[]")]
+        value = self._unpickle(bytes(payload), refs)
+        self._remember(key, row, bytes(payload), refs)
         return value
+
+    def _unpickle(self, payload: bytes, refs: List[Any]) -> Any:
+        from .. import pickling
+
+        # Mapped read-only, afresh for each load: numpy arrays come back
+        # read-only (so a write can never reach the blob or the next hit, and
+        # the identity cache may trust their digest); torch storages re-map
+        # their buffer copy-on-write (blobs.copy_on_write).
+        buffers = [self.blobs.get(d, size, mapped=True) for d, size in refs]
+        return pickling.loads(payload, buffers)
 
     def load_from_memory(self, key: Key) -> Tuple[bool, Any]:
         with self._memory_lock:
@@ -144,10 +169,14 @@ class Store:
             if entry is None:
                 return False, None
             self._memory.move_to_end(key)
-        row, payload, buffers = entry
-        from .. import pickling
-
-        value = pickling.loads(payload, buffers)
+        row, payload, refs = entry
+        try:
+            value = self._unpickle(payload, refs)
+        except StoreMiss:
+            # Code changed under us (a notebook cell re-run) or a blob went bad:
+            # take the slow path, which records why and recomputes.
+            self.forget_key(key)
+            return False, None
         self.count_hit(row["id"])
         return True, value
 
@@ -168,9 +197,9 @@ class Store:
             for k in [k for k in self._memory if fn is None or k[0] == fn]:
                 self._memory_bytes -= len(self._memory.pop(k)[1])
 
-    def mark_corrupt(self, key: Key, row: Dict[str, Any]) -> None:
+    def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
         self.forget_key(key)
-        self.index.mark_corrupt(row["id"])
+        self.index.mark_corrupt(row["id"], reason, status)
 
     def forget_key(self, key: Key) -> None:
         with self._memory_lock:

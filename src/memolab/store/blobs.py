@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 import blake3
 
@@ -27,6 +29,7 @@ from ..errors import CorruptBlob
 
 Buffer = Union[bytes, bytearray, memoryview]
 _PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
+_OVERLAP_MIN = 16 << 20  # hash while writing for blobs at least this large
 
 
 def digest_bytes(data: Buffer) -> str:
@@ -50,6 +53,33 @@ def _fsync_dir(path: Path) -> None:
 
 
 Stamp = Tuple[int, int, int]  # size, mtime_ns, inode
+
+# Which blob file each of our mappings came from, so a read-only mapping can be
+# re-mapped copy-on-write on demand (weak: a dropped mapping leaves no entry).
+_mapped_from: "weakref.WeakKeyDictionary[mmap.mmap, str]" = weakref.WeakKeyDictionary()
+
+
+def copy_on_write(buf: Any) -> Any:
+    """A private, writable view of ``buf``'s bytes, without a copy where possible.
+
+    torch tensors assume their memory is writable (an in-place op on a
+    read-only mapping kills the process), while numpy arrays must stay
+    read-only so their digests can be trusted. A mapping of one of our blobs is
+    mapped again copy-on-write; anything else is copied.
+    """
+    mv = memoryview(buf)
+    if not mv.readonly:
+        return buf
+    path = _mapped_from.get(mv.obj) if isinstance(mv.obj, mmap.mmap) else None
+    if path is not None and mv.nbytes == len(mv.obj):
+        try:
+            with open(path, "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            if len(m) == mv.nbytes:
+                return memoryview(m)
+        except OSError:
+            pass  # the blob was collected since: fall back to a copy
+    return bytearray(mv)
 
 
 class BlobFolder:
@@ -77,17 +107,55 @@ class BlobFolder:
     def put(self, data: Buffer, digest: Optional[str] = None) -> Tuple[str, int]:
         """Store ``data``; returns (digest, size). Existing intact blobs are reused."""
         mv = memoryview(data).cast("B") if memoryview(data).ndim != 1 or memoryview(data).format != "B" else memoryview(data)
-        digest = digest or digest_bytes(mv)
         size = mv.nbytes
+        if digest is None and size >= _OVERLAP_MIN:
+            return self._put_overlapped(mv)
+        digest = digest or digest_bytes(mv)
         final = self.path(digest)
+        if self._intact(final, digest, size):
+            return digest, size  # deduplicated: the same bytes are already here
+        tmp = self._write_tmp(mv, digest[:16])
+        self._publish(tmp, final, digest)
+        return digest, size
+
+    def _put_overlapped(self, mv: memoryview) -> Tuple[str, int]:
+        """Hash and write at the same time (BLAKE3 releases the GIL): a large store
+        costs about one write instead of a hash plus a write. The price: bytes
+        that turn out to be stored already were written once for nothing."""
+        out: list = []
+
+        def hash_it() -> None:
+            try:
+                out.append(blake3.blake3(mv).hexdigest())
+            except BaseException as e:  # handed to the writer below
+                out.append(e)
+
+        th = threading.Thread(target=hash_it, name="memolab-blob-hash", daemon=True)
+        th.start()
+        try:
+            tmp = self._write_tmp(mv, "pending")
+        finally:
+            th.join()
+        if isinstance(out[0], BaseException):
+            tmp.unlink(missing_ok=True)
+            raise out[0]
+        digest: str = out[0]
+        final = self.path(digest)
+        if self._intact(final, digest, mv.nbytes):
+            tmp.unlink(missing_ok=True)
+            return digest, mv.nbytes
+        self._publish(tmp, final, digest)
+        return digest, mv.nbytes
+
+    def _intact(self, final: Path, digest: str, size: int) -> bool:
         try:
             st = final.stat()
-            if st.st_size == size and self._get_stamp(digest) == self._stamp(st):
-                return digest, size  # deduplicated: the same bytes are already here
         except FileNotFoundError:
-            pass
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.tmp / f"{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+            return False
+        return st.st_size == size and self._get_stamp(digest) == self._stamp(st)
+
+    def _write_tmp(self, mv: memoryview, name: str) -> Path:
+        tmp = self.tmp / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
             view = mv
@@ -100,13 +168,22 @@ class BlobFolder:
             tmp.unlink(missing_ok=True)
             raise
         os.close(fd)
+        return tmp
+
+    def _publish(self, tmp: Path, final: Path, digest: str) -> None:
+        final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, final)
         _fsync_dir(final.parent)
         self._set_stamp(digest, self._stamp(final.stat()))
-        return digest, size
 
-    def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp") -> Buffer:
+    def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp", writable: bool = False) -> Buffer:
         """Read a blob. ``verify='always'`` re-hashes; ``'stamp'`` trusts a matching stamp.
+
+        ``mapped`` maps the file read-only: numpy arrays over it are immutable,
+        which lets the identity cache trust their digest. ``writable`` (with
+        ``mapped``) maps copy-on-write instead: the caller may write to its
+        pages, the blob file never changes. ``copy_on_write`` turns a read-only
+        mapping into such a private one later (torch storages need it).
 
         Raises ``CorruptBlob`` (a miss) when the blob is missing, has the wrong
         size or does not match its digest; a damaged blob is quarantined.
@@ -124,7 +201,9 @@ class BlobFolder:
             if size == 0:
                 data: Buffer = b""
             elif mapped:
-                data = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+                m = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY if writable else mmap.ACCESS_READ)
+                _mapped_from[m] = str(p)
+                data = memoryview(m)
             else:
                 with os.fdopen(os.dup(fd), "rb") as f:
                     data = f.read()

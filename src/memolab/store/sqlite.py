@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS evaluations(
     snapshot TEXT,
     hits INTEGER NOT NULL DEFAULT 0,
     last_hit REAL,
+    code_refs TEXT,
+    signature TEXT,
+    reason TEXT,
     UNIQUE(fn, code, args, schema)
 );
 CREATE INDEX IF NOT EXISTS evaluations_fn ON evaluations(fn, finished);
@@ -71,7 +74,13 @@ CREATE TABLE IF NOT EXISTS blob_stamps(
 """
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
-                "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit")
+                "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
+                "code_refs", "signature", "reason")
+
+#: Columns added after schema 1 shipped: (name, type). Nullable, so an older
+#: memolab reading a migrated file (it names its columns) still works, and
+#: rows written before the migration simply have no code references/signature.
+_ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"))
 
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
@@ -85,9 +94,23 @@ class Index:
         conn.executescript(_DDL)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         conn.commit()
+        self._add_columns(conn)
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         if row and int(row[0]) > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path} was written by a newer memolab (schema {row[0]}); upgrade memolab")
+
+    def _add_columns(self, conn: sqlite3.Connection) -> None:
+        """Bring a store file written by an older memolab up to date, in place."""
+        have = {r[1] for r in conn.execute("PRAGMA table_info(evaluations)")}
+        missing = [(n, t) for n, t in _ADDED_COLUMNS if n not in have]
+        if not missing:
+            return
+        with self.write() as c:
+            # Re-read under the write lock: another process may have just migrated.
+            have = {r[1] for r in c.execute("PRAGMA table_info(evaluations)")}
+            for name, typ in missing:
+                if name not in have:
+                    c.execute(f"ALTER TABLE evaluations ADD COLUMN {name} {typ}")
 
     # -- connections ------------------------------------------------------------------
     def conn(self) -> sqlite3.Connection:
@@ -168,9 +191,10 @@ class Index:
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
             return int(cur.lastrowid)
 
-    def mark_corrupt(self, eval_id: int) -> None:
+    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+        """Take an evaluation out of use (``status`` 'corrupt', 'stale' or 'refused'), keeping why."""
         with self.write() as c:
-            c.execute("UPDATE evaluations SET status='corrupt' WHERE id=?", (eval_id,))
+            c.execute("UPDATE evaluations SET status=?, reason=? WHERE id=?", (status, reason, eval_id))
 
     def add_hits(self, counts: Dict[int, Tuple[int, float]]) -> None:
         with self.write() as c:

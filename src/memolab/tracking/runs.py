@@ -58,8 +58,20 @@ def hparam_value(v: Any) -> Any:
     return short_repr(v)
 
 
-def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Tuple[Run, Any]:
-    """Start a run for a computation of ``fn``; returns the handle ``end`` needs."""
+def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Optional[Tuple[Run, Any]]:
+    """Start a run for a computation of ``fn``; returns the handle ``end`` needs.
+
+    Logging must never stop a computation: if the run cannot be set up (say the
+    index is locked past its timeout while creating the log tables), the call
+    goes ahead without one and its logs go to the process run.
+    """
+    try:
+        return _begin(fn, key, arguments, store)
+    except Exception:
+        return None
+
+
+def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Tuple[Run, Any]:
     s = _sink.sink_for(store.index)
     parent = _current.get()
     run = Run(new_id(), s, fn)
@@ -72,8 +84,10 @@ def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], st
     return run, _current.set(run)
 
 
-def end(handle: Tuple[Run, Any], status: str, eval_id: Optional[int] = None) -> None:
+def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] = None) -> None:
     """Finish a run and flush: when a memoized call returns (or raises), its logs are on disk."""
+    if handle is None:
+        return
     run, token = handle
     try:
         _current.reset(token)

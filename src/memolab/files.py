@@ -1,0 +1,297 @@
+"""``memolab.File`` and ``memolab.Dir``: arguments hashed by the content on disk.
+
+A plain path string is hashed as a string: editing the file it names does not
+change the key. Wrap it — ``f(memolab.File("data.csv"))`` — and the key
+follows the bytes instead. The wrapper is ``os.PathLike``, so the function can
+``open()`` it unchanged.
+
+Hashing 10 GB on every call would defeat the cache, so, like git's index, we
+remember each file's digest with its stat (size, mtime_ns, ctime_ns, inode,
+device) in ``<store>/filestats.sqlite`` and trust a matching stat instead of
+rereading. A file modified within the timestamp granularity of the moment we
+hashed it could keep the same stat ("racily clean" in git's words), so an entry
+is only trusted if the file had been quiet for ``RACY_NS`` before we hashed it;
+otherwise it is simply hashed again. An unchanged dataset directory costs one
+stat walk.
+
+What is in the key: a ``File`` is its content only (not its name or location).
+A ``Dir`` is the sorted list of (relative path, kind, content digest) of
+everything below it, so renaming a file inside it changes the key; symlinks
+to files count as their target's content, other symlinks as their target text.
+"""
+from __future__ import annotations
+
+import fnmatch
+import mmap
+import os
+import stat as stat_mod
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+from . import hashing
+from .errors import HashError
+
+__all__ = ["File", "Dir"]
+
+#: A file is re-hashed unless it was unmodified this long before its digest was taken.
+RACY_NS = 2_000_000_000
+#: Files smaller than this are read, larger ones memory-mapped and chunk-hashed on all cores.
+_MAP_MIN = 1 << 20
+
+#: Files actually read since import (tests use it to prove the stat cache works).
+files_hashed = 0
+
+PathArg = Union[str, "os.PathLike[str]"]
+
+
+class File(os.PathLike):
+    """A file argument whose key is its content."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: PathArg) -> None:
+        self.path = os.fspath(path)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"memolab.File({self.path!r})"
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.path))
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.path,))
+
+
+class Dir(os.PathLike):
+    """A directory argument whose key is the names and content of everything below it.
+
+    ``exclude``: glob patterns matched against each entry's path relative to
+    the directory (``"*.tmp"``, ``".git"``); matching entries are left out of the
+    key, and excluded directories are not walked.
+    """
+
+    __slots__ = ("path", "exclude")
+
+    def __init__(self, path: PathArg, exclude: Iterable[str] = ()) -> None:
+        self.path = os.fspath(path)
+        self.exclude = tuple(exclude)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        extra = f", exclude={list(self.exclude)!r}" if self.exclude else ""
+        return f"memolab.Dir({self.path!r}{extra})"
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self) and (other.path, other.exclude) == (self.path, self.exclude)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.path, self.exclude))
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.path, self.exclude))
+
+
+# -- the stat cache --------------------------------------------------------------------
+
+StatKey = Tuple[int, int, int, int, int]
+
+
+def _stat_key(st: os.stat_result) -> StatKey:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+class _StatCache:
+    """abspath -> (stat key, digest, hashed_at_ns), in memory and in ``<store>/filestats.sqlite``."""
+
+    def __init__(self) -> None:
+        self.memory: Dict[str, Tuple[StatKey, bytes, int]] = {}
+        self.lock = threading.Lock()
+        self._db: Any = None
+        self._db_where: Optional[Tuple[str, int]] = None
+
+    def db(self) -> Any:
+        from . import config
+
+        try:
+            root = config.store_path()
+        except Exception:
+            return None
+        where = (str(root), os.getpid())
+        if self._db_where != where:
+            self._db, self._db_where = None, where
+            self.memory.clear()  # another store: its table is the authority
+            try:
+                import sqlite3
+
+                root.mkdir(parents=True, exist_ok=True)
+                c = sqlite3.connect(str(root / "filestats.sqlite"), timeout=30.0, isolation_level=None,
+                                    check_same_thread=False)
+                c.execute("PRAGMA journal_mode=WAL")
+                c.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INT, mtime_ns INT, "
+                          "ctime_ns INT, ino INT, dev INT, digest BLOB, hashed_at INT)")
+                self._db = c
+            except Exception:  # a read-only or odd store: the memory cache still works
+                self._db = None
+        return self._db
+
+    def load_prefix(self, prefix: str) -> None:
+        """Read every entry at or below ``prefix`` into memory in one query."""
+        db = self.db()
+        if db is None:
+            return
+        try:
+            rows = db.execute("SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, hashed_at FROM files "
+                              "WHERE path = ? OR (path >= ? AND path < ?)",
+                              (prefix, prefix + os.sep, prefix + chr(ord(os.sep) + 1))).fetchall()
+        except Exception:
+            return
+        with self.lock:
+            for p, size, m, c, ino, dev, d, at in rows:
+                self.memory.setdefault(p, ((size, m, c, ino, dev), bytes(d), at))
+
+    def get(self, path: str, key: StatKey) -> Optional[bytes]:
+        e = self.memory.get(path)
+        if e is None or e[0] != key:
+            return None
+        if max(key[1], key[2]) + RACY_NS > e[2]:  # max(mtime, ctime) vs when we hashed it
+            return None  # racily clean: it may have changed within one timestamp tick
+        return e[1]
+
+    def put_many(self, entries: List[Tuple[str, StatKey, bytes, int]]) -> None:
+        if not entries:
+            return
+        with self.lock:
+            for p, k, d, at in entries:
+                self.memory[p] = (k, d, at)
+        db = self.db()
+        if db is None:
+            return
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?)",
+                           [(p, *k, d, at) for p, k, d, at in entries])
+            db.execute("COMMIT")
+        except Exception:  # the cache is an optimisation: never fail a call over it
+            try:
+                db.execute("ROLLBACK")
+            except Exception:
+                pass
+
+
+_cache = _StatCache()
+
+
+def _digest_file(path: str, st: os.stat_result) -> Tuple[bytes, os.stat_result]:
+    """Content digest of ``path``; retried if the file changes while we read it."""
+    global files_hashed
+    for _ in range(3):
+        enc = hashing.Encoder()
+        with open(path, "rb") as f:
+            before = os.fstat(f.fileno())
+            if before.st_size >= _MAP_MIN:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    mv = memoryview(m)
+                    try:
+                        enc.write_buffer(mv)
+                    finally:
+                        mv.release()
+            else:
+                enc.write_buffer(memoryview(f.read()))
+            after = os.fstat(f.fileno())
+        files_hashed += 1
+        if _stat_key(before) == _stat_key(after):
+            return enc.digest(), after
+    raise HashError(f"file {path!r} keeps changing while it is being hashed", "", path)
+
+
+def file_digest(path: str, pending: Optional[List[Tuple[str, StatKey, bytes, int]]] = None) -> bytes:
+    """Digest of one regular file's content, from the stat cache when its stat is unchanged."""
+    st = os.stat(path)
+    key = _stat_key(st)
+    d = _cache.get(path, key)
+    if d is not None:
+        return d
+    started = time.time_ns()
+    d, st = _digest_file(path, st)
+    entry = (path, _stat_key(st), d, started)
+    if pending is None:
+        _cache.put_many([entry])
+    else:
+        pending.append(entry)
+    return d
+
+
+def _encode_file(enc: hashing.Encoder, f: File) -> None:
+    path = os.path.abspath(f.path)
+    if not os.path.isfile(path):
+        what = "does not exist" if not os.path.exists(path) else "is not a regular file"
+        raise HashError(f"memolab.File({f.path!r}) {what}", "", f)
+    if path not in _cache.memory:
+        _cache.load_prefix(path)
+    enc.write(b"\x11")
+    enc.write(file_digest(path))
+
+
+def _walk(root: str, exclude: Tuple[str, ...]) -> List[Tuple[str, str, str]]:
+    """(relative posix path, kind, absolute path) of every entry below ``root``, sorted."""
+    out: List[Tuple[str, str, str]] = []
+    stack = [""]
+    while stack:
+        rel_dir = stack.pop()
+        with os.scandir(os.path.join(root, rel_dir) if rel_dir else root) as it:
+            for e in it:
+                rel = f"{rel_dir}/{e.name}" if rel_dir else e.name
+                if exclude and any(fnmatch.fnmatchcase(rel, pat) or fnmatch.fnmatchcase(e.name, pat) for pat in exclude):
+                    continue
+                if e.is_symlink():
+                    if os.path.isfile(e.path):
+                        out.append((rel, "f", e.path))
+                    else:
+                        out.append((rel, "l", e.path))
+                elif e.is_dir():
+                    out.append((rel, "d", e.path))
+                    stack.append(rel)
+                elif e.is_file():
+                    out.append((rel, "f", e.path))
+                else:
+                    raise HashError(f"memolab.Dir({root!r}) contains {rel!r}, which is neither a file, "
+                                    "a directory nor a symlink", "", rel)
+    out.sort()
+    return out
+
+
+def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
+    root = os.path.abspath(d.path)
+    if not os.path.isdir(root):
+        what = "does not exist" if not os.path.exists(root) else "is not a directory"
+        raise HashError(f"memolab.Dir({d.path!r}) {what}", "", d)
+    _cache.load_prefix(root)
+    entries = _walk(root, d.exclude)
+    pending: List[Tuple[str, StatKey, bytes, int]] = []
+    enc.write(b"\x12" + hashing._pack_Q(len(entries)))
+    try:
+        for rel, kind, path in entries:
+            enc.write_str(rel)
+            enc.write(kind.encode())
+            if kind == "f":
+                try:
+                    enc.write(file_digest(path, pending))
+                except FileNotFoundError:
+                    raise HashError(f"{rel!r} vanished while memolab.Dir({d.path!r}) was being hashed", "", d) from None
+            elif kind == "l":
+                enc.write_str(os.readlink(path))
+    finally:
+        _cache.put_many(pending)
+
+
+hashing.register_handler(File, _encode_file)
+hashing.register_handler(Dir, _encode_dir)

@@ -1,0 +1,158 @@
+"""Hashing torch objects: tensors by value, modules and optimizers by state.
+
+Registered by ``memolab.hashing`` the first time a torch type is hashed, so
+``import memolab`` never imports torch.
+
+Tensors are hashed by (type, dtype, shape, device type, requires_grad) plus
+their C-order bytes: views, transposes and clones of equal values hash equal,
+``reshape(2, 3)`` and ``reshape(3, 2)`` do not. Bytes, not values: ``0.0`` and
+``-0.0`` differ, and so do NaN payloads (same rule as Python floats).
+
+Identity cache: a tensor's ``_version`` counter changes on every in-place op
+(including ``x[i] = ...``, ``out=`` and writes through views), so a tensor we
+have hashed and whose stamp (version, data pointer, shape, strides, dtype,
+device) is unchanged keeps its digest. Measured exceptions, where memory
+changes without the counter moving, are excluded (see docs/hashing.md):
+
+* ``nn.Parameter`` and other leaf tensors that require grad: ``p.data.add_()``
+  is idiomatic and bypasses the counter;
+* everything inside an ``nn.Module``: BatchNorm updates its running stats in
+  the kernel without bumping their version;
+* tensors sharing memory with numpy or a Python buffer (``from_numpy``,
+  ``frombuffer``, or after ``t.numpy()``): writes on the numpy side are
+  invisible to the counter. Torch marks such storage non-resizable (measured:
+  ``t.numpy()`` flips ``untyped_storage().resizable()`` to False), so these are
+  recognised and always rehashed;
+* inference-mode tensors, which have no version counter.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import torch
+
+from .. import hashing, identity
+from ..errors import HashError
+from ..hashing import Encoder, Leaf, _pack_Q, _pack_q, _type_name
+
+
+def tensor_digest(t: Any) -> bytes:
+    sub = Encoder()
+    sub.write_str(str(t.dtype))
+    sub.write(_pack_Q(t.dim()) + b"".join(_pack_q(s) for s in t.shape))
+    sub.write_str(t.device.type)
+    sub.write(b"g" if t.requires_grad else b"-")
+    if t.layout == torch.sparse_coo:
+        # an uncoalesced tensor and its coalesced form are the same value
+        c = t.detach().coalesce()
+        sub.write(b"coo")
+        sub.write(tensor_digest(c.indices()) + tensor_digest(c.values()))
+        return sub.digest()
+    if t.layout != torch.strided:
+        raise HashError(f"cannot hash a tensor with layout {t.layout}; convert it with .to_dense()", "", t)
+    if t.is_quantized:
+        raise HashError("cannot hash a quantized tensor; pass t.int_repr() with its scale and zero point", "", t)
+    if t.is_meta:
+        sub.write(b"meta")  # no data, only its metadata
+        return sub.digest()
+    x = t.detach().resolve_conj().resolve_neg()
+    if x.device.type != "cpu":
+        x = x.cpu()
+    x = x.contiguous()
+    sub.write(b"s")
+    sub.write_buffer(_raw_bytes(x))
+    return sub.digest()
+
+
+def _raw_bytes(x: Any) -> memoryview:
+    """The bytes of contiguous CPU tensor ``x``, without copying them.
+
+    Not through ``x.numpy()``: exporting to numpy marks the storage
+    non-resizable for good, which is exactly the signal ``_stamp`` uses to
+    detect memory shared with numpy — hashing must not set it.
+    """
+    n = x.numel() * x.element_size()
+    if n == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * n).from_address(x.data_ptr())).cast("B")
+
+
+def _stamp(t: Any, loaded: bool) -> Any:
+    if t.requires_grad and t.is_leaf:
+        return None  # parameters: ``p.data`` writes do not move the version counter
+    if t.layout != torch.strided:
+        return None
+    try:
+        version = t._version
+    except RuntimeError:  # inference tensors track no version
+        return None
+    resizable = t.untyped_storage().resizable()
+    if not resizable:
+        # Memory shared with numpy or a buffer: writes there are invisible to
+        # the counter. That includes tensors loaded from the store, which sit
+        # zero-copy on a copy-on-write mapping (non-resizable from birth, so a
+        # later ``t.numpy()[0] = x`` would leave no trace): they are rehashed,
+        # at memory speed, rather than trusted.
+        return None
+    # ``resizable`` is in the stamp: a tensor exported with ``.numpy()``
+    # afterwards flips it, so the entry stops matching.
+    return (version, resizable, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
+            t.requires_grad)
+
+
+_LEAF = Leaf(tensor_digest, lambda t: _stamp(t, False), lambda t: _stamp(t, True))
+
+
+def _encode_tensor(enc: Encoder, t: Any) -> None:
+    if enc.memoize(t):
+        return
+    enc.write(b"\x10T")  # torch tokens: lead byte 0x10, then a kind letter
+    enc.write_str(_type_name(type(t)))
+    enc.write_leaf(t, _LEAF)
+    extra = getattr(t, "__dict__", None)
+    if extra:  # attributes set on a tensor or Parameter are state too
+        enc.write(b"+")
+        enc.encode_child(extra, "")
+    else:
+        enc.write(b"-")
+
+
+def _encode_module(enc: Encoder, m: Any) -> None:
+    # A module's buffers may change without a version bump (BatchNorm running
+    # stats): nothing under a module may come from the identity cache.
+    enc.untrusted += 1
+    try:
+        hashing._encode_object(enc, m)
+    finally:
+        enc.untrusted -= 1
+
+
+def _encode_generator(enc: Encoder, g: Any) -> None:
+    enc.write(b"\x10G")
+    enc.write_str(str(g.device))
+    state = g.get_state()
+    enc.write(_pack_Q(state.numel()) + state.numpy().tobytes())
+
+
+def register() -> None:
+    reg = hashing.register_handler
+    for t in (torch.Tensor, torch.nn.Parameter):
+        reg(t, _encode_tensor)
+        hashing.register_leaf(t, _LEAF)
+    reg(torch.nn.Module, _encode_module)
+    reg(torch.Generator, _encode_generator)
+    reg(torch.dtype, lambda enc, d: (enc.write(b"\x10d"), enc.write_str(str(d))))
+    reg(torch.device, lambda enc, d: (enc.write(b"\x10v"), enc.write_str(str(d))))
+    reg(torch.layout, lambda enc, d: (enc.write(b"\x10l"), enc.write_str(str(d))))
+    reg(torch.memory_format, lambda enc, d: (enc.write(b"\x10m"), enc.write_str(str(d))))
+    reg(torch.Size, lambda enc, s: (enc.write(b"\x10S" + _pack_Q(len(s))), enc.write(b"".join(_pack_q(x) for x in s))))
+
+    # Hook dicts are keyed by global handle counters (a module built later gets
+    # other keys), and the optimizer's profiling names and warning flags are
+    # bookkeeping, not state.
+    hooks = {k for k in torch.nn.Module().__dict__ if "hook" in k}
+    hashing.register_policy(torch.nn.Module, exclude=hooks)
+    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    hashing.register_policy(torch.optim.Optimizer, exclude={k for k in opt.__dict__ if "hook" in k}
+                            | {"_zero_grad_profile_name", "_warned_capturable_if_run_uncaptured"})

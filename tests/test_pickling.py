@@ -1,0 +1,282 @@
+"""The storage serializer in one process: dispatch, reductions, aliasing, references.
+
+Fresh-process round trips (the cases that matter most) are in
+``test_pickling_e2e.py``; these tests pin the rules that need no second process.
+"""
+from __future__ import annotations
+
+import functools
+import pickle
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from memolab import CodeChanged, pickling
+
+
+def rt(obj):
+    data, buffers = pickling.dumps(obj)
+    return pickling.loads(data, buffers)
+
+
+def test_large_arrays_go_out_of_band_small_ones_stay_in_band():
+    big = np.arange(pickling.OUT_OF_BAND_MIN, dtype=np.uint8)
+    small = np.arange(10)
+    data, buffers = pickling.dumps({"big": big, "small": small})
+    assert [b.nbytes for b in buffers] == [big.nbytes]
+    assert len(data) < 1000  # no array data in the pickle
+    out = pickling.loads(data, buffers)
+    np.testing.assert_array_equal(out["big"], big)
+    np.testing.assert_array_equal(out["small"], small)
+
+
+def test_numpy_views_share_one_buffer_and_keep_aliasing():
+    base = np.arange(40000, dtype=np.float64).reshape(200, 200)
+    data, buffers = pickling.dumps((base, base[1:3], base[:, ::3], base.T, base[::-1]))
+    assert len(buffers) == 1  # one root, written once
+    b, v, s, t, r = pickling.loads(data, buffers)
+    for view, want in ((v, base[1:3]), (s, base[:, ::3]), (t, base.T), (r, base[::-1])):
+        np.testing.assert_array_equal(view, want)
+        assert np.shares_memory(view, b)
+    assert s.strides == base[:, ::3].strides
+
+
+def test_lone_view_of_small_base_and_odd_arrays():
+    a = np.arange(12, dtype=np.int16)[::2]
+    out = rt([a, np.float32(3.5), np.array(7), np.zeros((0, 3)), np.asfortranarray(np.ones((3, 4))),
+              np.array([(1, 2.0)], dtype=[("a", "i4"), ("b", "f8")]), np.array([{"x": 1}, None], dtype=object)])
+    np.testing.assert_array_equal(out[0], a)
+    assert out[1] == np.float32(3.5) and out[2].shape == () and out[2] == 7
+    assert out[3].shape == (0, 3)
+    assert out[4].flags.f_contiguous
+    assert out[5]["b"][0] == 2.0
+    assert out[6][0] == {"x": 1}
+
+
+def test_shared_and_cyclic_references_survive():
+    shared = {"k": [1, 2]}
+    cyc: list = [shared]
+    cyc.append(cyc)
+    out = rt({"a": shared, "b": shared, "c": cyc})
+    assert out["a"] is out["b"]
+    assert out["c"][1] is out["c"] and out["c"][0] is out["a"]
+
+
+class Proxy:
+    """Claims to be a list: ``__class__`` lies, ``type()`` does not."""
+
+    def __init__(self):
+        self.payload = 5
+
+    @property
+    def __class__(self):  # type: ignore[override]
+        return list
+
+
+def test_dispatch_uses_type_not_dunder_class():
+    p = Proxy()
+    assert isinstance(p, list)  # the lie pickling must not believe
+    out = rt(p)
+    assert type(out) is Proxy and out.payload == 5
+
+
+class Counted:
+    inits = 0
+
+    def __init__(self, x):
+        Counted.inits += 1
+        self.x = x
+
+    def __reduce__(self):
+        return _make_counted, (self.x * 10,)
+
+
+def _make_counted(v):
+    obj = Counted.__new__(Counted)
+    obj.x = v
+    return obj
+
+
+class WithState:
+    def __init__(self):
+        raise AssertionError("unpickling must not re-run __init__")
+
+    def __getstate__(self):
+        return {"kept": self.kept}
+
+    def __setstate__(self, state):
+        self.kept = state["kept"] + 1
+
+
+def test_own_reduce_and_getstate_are_honoured():
+    Counted.inits = 0
+    c = Counted(2)
+    w = WithState.__new__(WithState)
+    w.kept, w.dropped = 1, 2
+    out = rt([c, w])
+    assert out[0].x == 20 and Counted.inits == 1
+    assert out[1].kept == 2 and not hasattr(out[1], "dropped")
+
+
+def test_functions_partial_bound_methods_local_classes_lambdas():
+    def make(k):
+        class Local:
+            scale = k
+
+            def __init__(self, v):
+                self.v = v
+
+            def value(self):
+                return self.v * self.scale + helper()
+
+        def helper():
+            return k
+
+        return Local
+
+    Local = make(3)
+    obj = Local(2)
+    lam = lambda x, y=4: x * y  # noqa: E731
+    Dyn = type("Dyn", (object,), {"f": lambda self: 41, "__slots__": ("a",)})
+    d = Dyn()
+    d.a = 1
+
+    def rec(n):
+        return 1 if n <= 1 else n * rec(n - 1)
+
+    out = rt([obj, obj.value, functools.partial(lam, 2), lam, d, rec])
+    assert out[0].value() == 9 and out[1]() == 9
+    assert out[2]() == 8 and out[3](3, 2) == 6
+    assert out[4].f() == 41 and out[4].a == 1
+    assert out[5](5) == 120
+
+
+def test_local_dataclass_abc_super_and_descriptors_round_trip():
+    import abc
+    import dataclasses
+
+    def make():
+        class Base(abc.ABC):
+            @abc.abstractmethod
+            def name(self): ...
+
+            def hello(self):
+                return "base:" + self.name()
+
+        @dataclasses.dataclass
+        class Child(Base):
+            x: int
+            tags: list = dataclasses.field(default_factory=list, metadata={"doc": "labels"})
+
+            def name(self):
+                return "child"
+
+            def hello(self):
+                return "child+" + super().hello()
+
+            @property
+            def n(self):
+                return self.x + len(self.tags)
+
+            @staticmethod
+            def s():
+                return 9
+
+            @classmethod
+            def c(cls):
+                return cls.__name__
+
+        return Base, Child
+
+    Base, Child = make()
+    data, bufs = pickling.dumps([Base, Child(1, ["a"])])
+    B2, obj = pickling.loads(data, bufs)
+    assert B2 is not Base  # rebuilt from the stored code (a local class has no name to find)
+    assert obj.hello() == "child+base:child" and obj.n == 2 and obj.s() == 9 and obj.c() == "Child"
+    assert obj == type(obj)(1, ["a"]) and dataclasses.fields(obj)[1].metadata["doc"] == "labels"
+    assert isinstance(obj, B2)
+    with pytest.raises(TypeError):
+        B2()  # still abstract
+
+
+def test_by_value_code_from_another_python_is_a_miss():
+    data, bufs = pickling.dumps(lambda: 1)
+    other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])
+    with pytest.raises(CodeChanged, match="compiled by Python 9"):
+        pickling.loads(other, bufs)
+
+
+def test_references_to_user_modules_are_checked(tmp_path, monkeypatch):
+    mod = tmp_path / "userthing.py"
+    mod.write_text("class Model:\n    def predict(self):\n        return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import userthing  # type: ignore[import-not-found]
+
+    data, bufs, refs = pickling.dumps_with_refs(userthing.Model())
+    assert list(refs) == ["userthing:Model"]
+    assert type(pickling.loads(data, bufs)) is userthing.Model
+    assert pickling.check_refs(refs) is None
+    # Edit and re-import: same symbol, new code.
+    mod.write_text("class Model:\n    def predict(self):\n        return 2\n")
+    del sys.modules["userthing"]
+    import userthing as again  # type: ignore[import-not-found]  # noqa: F401
+
+    with pytest.raises(CodeChanged, match="userthing:Model` changed"):
+        pickling.loads(data, bufs)
+    assert "changed" in pickling.check_refs(refs)
+    del sys.modules["userthing"]
+    mod.unlink()
+    with pytest.raises(CodeChanged, match="no longer exists"):
+        pickling.loads(data, bufs)
+    monkeypatch.delitem(sys.modules, "userthing", raising=False)
+
+
+def test_library_code_is_pickled_by_name_without_a_reference():
+    import collections
+
+    data, bufs, refs = pickling.dumps_with_refs([collections.OrderedDict(a=1), len, np.float32, functools.partial])
+    assert refs == {}
+    assert rt(collections.OrderedDict(a=1)) == {"a": 1}
+
+
+def test_frozenset_constants_are_written_in_sorted_order():
+    src = "def f(x):\n    return x in {'alpha', 'beta', 'gamma', 'delta'}\n"
+    ns: dict = {"__name__": "__main__"}
+    exec(compile(src, "<memolab-test>", "exec"), ns)
+    data, _ = pickling.dumps(types.FunctionType(ns["f"].__code__, ns, "f"))
+    i = data.index(b"alpha")
+    assert data.index(b"beta", i) < data.index(b"delta", i) < data.index(b"gamma", i)
+
+
+def test_enum_by_value_is_refused_clearly():
+    import enum
+
+    Color = enum.Enum("Color", "RED GREEN")
+    Color.__module__ = "__main__"
+    with pytest.raises(pickle.PicklingError, match="enum class"):
+        pickling.dumps(Color)
+
+
+def test_find_unpicklable_names_the_path():
+    import threading
+
+    path, reason = pickling.find_unpicklable({"ok": 1, "bad": [1, threading.Lock()]})
+    assert path == "result['bad'][1]" and "lock" in reason
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8)
+_values = st.recursive(_leaves, lambda kids: st.lists(kids, max_size=4) | st.tuples(kids, kids)
+                       | st.dictionaries(st.text(max_size=4), kids, max_size=4) | st.frozensets(_leaves, max_size=4),
+                       max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_values)
+def test_plain_data_round_trips_exactly(value):
+    out = rt(value)
+    assert out == value and type(out) is type(value)
