@@ -246,3 +246,27 @@ def test_running_evaluation_updates_live(tmp_store, page):
         release.set()
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_long_table_draws_200_rows_until_asked(tmp_store, page):
+    from memolab.tracking.sink import END, START, sink_for
+
+    s = sink_for(get_store().index)
+    for r in range(1, 251):
+        s.q.append((START, r, {"fn": "many:f", "started": float(r), "hparams": {"i": r}}))
+        s.q.append((END, r, "done", float(r) + 1, None))
+    s.flush()
+    srv, _ = serve_in_thread(tmp_store)
+    try:
+        pg = page
+        pg.goto(srv.url + "?fn=many:f")
+        pg.wait_for_selector("body[data-ready='1']")
+        assert len(pg.query_selector_all("#runs tbody tr[data-run]")) == 200
+        assert pg.inner_text("#show-all") == "show 50 more"
+        assert "250 evaluation(s)" in pg.inner_text("#run-count")
+        pg.click("#show-all button")
+        pg.wait_for_function("() => document.querySelectorAll('#runs tbody tr[data-run]').length === 250")
+        assert pg.query_selector("#show-all") is None and pg.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()

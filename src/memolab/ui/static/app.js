@@ -66,7 +66,7 @@ async function loadFunctions() {
 }
 
 async function selectFunction(fn) {
-  if (state.fn !== fn) { state.selected = []; state.colors = {}; state.nextColor = 0; }
+  if (state.fn !== fn) { state.selected = []; state.colors = {}; state.nextColor = 0; state.showAll = false; state.runsSig = null; }
   state.fn = fn;
   for (const li of document.querySelectorAll("#functions li")) li.classList.toggle("active", li.dataset.fn === fn);
   $("#fn-title").textContent = fn;
@@ -75,6 +75,7 @@ async function selectFunction(fn) {
 }
 
 // ---- runs table -----------------------------------------------------------------
+const ROW_LIMIT = 200;
 const RUN_COLS = [
   ["", null], ["status", "status"], ["run", "id"], ["arguments", "args"], ["code", "code"], ["started", "started"],
   ["duration", "duration"], ["hits", "hits"], ["result", "result"],
@@ -103,7 +104,10 @@ function renderRuns() {
     onclick: () => { if (!k) return; state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 }; renderRuns(); },
     text: label + (k && k === key ? (dir > 0 ? " ▲" : " ▼") : ""),
   }))));
-  $("#runs tbody").replaceChildren(...rows.map((r) => {
+  // Laying out a 1,000-row table costs hundreds of ms: show the first ROW_LIMIT (plus any selected) until asked.
+  const shown = state.showAll ? rows : rows.filter((r, i) => i < ROW_LIMIT || state.selected.includes(String(r.id)));
+  const more = rows.length - shown.length;
+  $("#runs tbody").replaceChildren(...shown.map((r) => {
     const sel = state.selected.includes(String(r.id));
     const logged = typeof r.id === "number";
     const box = el("input", { type: "checkbox" });
@@ -118,7 +122,8 @@ function renderRuns() {
     el("td", { text: (r.code || "").slice(0, 10), title: r.code || "" }), el("td", { text: fmtTime(r.started) }),
     el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
     el("td", { text: r.result ?? "–", title: r.result ?? "" }));
-  }));
+  }), ...(more > 0 ? [el("tr", { id: "show-all" }, el("td", { colspan: String(RUN_COLS.length) },
+    el("button", { type: "button", onclick: () => { state.showAll = true; renderRuns(); } }, `show ${more} more`)))] : []));
   $("#run-count").textContent = `${state.runs.length} evaluation(s), ${state.selected.length} selected`;
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
