@@ -17,5 +17,18 @@ __all__ = [
     "memo", "MemoFunction", "configure",
     "register_hasher", "register_opaque", "register_policy", "File", "Dir",
     "HashError", "StoreMiss", "CodeChanged", "CorruptBlob", "MemolabError", "MemolabWarning",
+    "log", "SummaryWriter",
     "__version__",
 ]
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    # Logging is loaded on first use: `import memolab` must stay fast.
+    if name == "log":
+        import importlib
+
+        return importlib.import_module(".tracking.log", __name__)
+    if name == "SummaryWriter":
+        from .tracking.writer import SummaryWriter
+        return SummaryWriter
+    raise AttributeError(f"module 'memolab' has no attribute {name!r}")

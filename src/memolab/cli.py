@@ -341,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="DIR", help="store directory (default: $MEMOLAB_STORE or <workspace>/.memolab)")
     p.add_argument("--version", action="version", version=f"memolab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    from .ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
     for name, (fn, configure, help_) in _COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         configure(sp)

@@ -21,6 +21,7 @@ from . import codegraph, config, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
+from .tracking import runs as _runs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -147,12 +148,14 @@ class MemoFunction:
                 continue
             t0 = time.time()
             self._before_compute(store, key, bound, per_arg, cv, force)
+            run = _runs.begin(self.symbol, key, bound.arguments, store)  # logs made by fn attach to this run
             try:
                 value = self.fn(*bound.args, **bound.kwargs)
             except BaseException:
                 store.release(key, owner)
+                _runs.end(run, "failed")
                 raise
-            self._save(store, key, owner, value, bound, per_arg, cv, t0)
+            _runs.end(run, "done", self._save(store, key, owner, value, bound, per_arg, cv, t0))
             return value
 
     async def _call_async(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
@@ -182,12 +185,14 @@ class MemoFunction:
                 continue
             t0 = time.time()
             self._before_compute(store, key, bound, per_arg, cv, force)
+            run = _runs.begin(self.symbol, key, bound.arguments, store)  # logs made by fn attach to this run
             try:
                 value = await self.fn(*bound.args, **bound.kwargs)
             except BaseException:
                 store.release(key, owner)
+                _runs.end(run, "failed")
                 raise
-            self._save(store, key, owner, value, bound, per_arg, cv, t0)
+            _runs.end(run, "done", self._save(store, key, owner, value, bound, per_arg, cv, t0))
             return value
 
     def _load(self, store: Store, key: Key, row: Dict[str, Any]) -> Tuple[bool, Any]:
@@ -218,7 +223,7 @@ class MemoFunction:
         return {n: [d, short_repr(bound.arguments[n])] for n, d in per_arg.items()}
 
     def _save(self, store: Store, key: Key, owner: str, value: Any, bound: inspect.BoundArguments,
-              per_arg: Dict[str, str], cv: codegraph.CodeVersion, t0: float) -> None:
+              per_arg: Dict[str, str], cv: codegraph.CodeVersion, t0: float) -> Optional[int]:
         t1 = time.time()
         info = runtime_info()
         snapshot = {
@@ -241,6 +246,7 @@ class MemoFunction:
         try:
             eval_id = store.save(key, owner, value, fields, sources)
             hashing.note_result(key, snapshot["result_digest"], eval_id)
+            return eval_id
         except Exception as e:
             store.release(key, owner)
             from .pickling import find_unpicklable
@@ -250,6 +256,7 @@ class MemoFunction:
             if config.settings().warn_unstorable:
                 warnings.warn(f"{self.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
                               "but the next call will recompute it.", MemolabWarning, stacklevel=4)
+            return None
 
     # -- inspection ------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:

@@ -227,11 +227,18 @@ class Store:
     def clear(self, fn: Optional[str] = None) -> int:
         self.forget(fn)
         n = self.index.clear(fn)
+        from ..tracking import retention
+
+        retention.purge(self.index, fn)  # the function's logged runs go with it
         self.collect_garbage()
         return n
 
     def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
         """Delete blobs no evaluation refers to: (count, bytes)."""
+        if not dry_run:
+            from ..tracking import retention
+
+            retention.purge_orphans(self.index)  # logs live as long as their evaluation
         refs = self.index.referenced_blobs()
         count = size = 0
         dead = []

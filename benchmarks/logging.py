@@ -1,0 +1,203 @@
+"""Cost of logging a scalar: memolab vs torch.utils.tensorboard.SummaryWriter; and dashboard API latency.
+
+Part 1 logs N scalars from a training loop with each logger, each in its own child
+process (so imports and background threads do not interfere), and reports the
+cost per call on the caller's thread (median of several rounds) plus the time to
+make everything durable afterwards (flush/close). Part 2 builds a store with
+many evaluations and a million scalar points and times the dashboard's API.
+
+    python benchmarks/logging.py [--n 200000] [--rounds 5] [--runs 1000] [--points 1000] [--big 1000000]
+
+Part 3 (when Playwright and /usr/bin/chromium are there) times the page itself on that store.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# This file is named like the standard library's `logging`: keep its folder off the
+# import path, or `import logging` (asyncio, torch, playwright) would load this script.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
+CHILD = r"""
+import json, os, statistics, sys, time, tempfile
+lib, n, rounds, workdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+os.chdir(workdir)
+if lib.startswith("memolab"):
+    import memolab
+    memolab.configure(store=os.path.join(workdir, "store"))
+    if lib == "memolab.log.scalar":
+        log = memolab.log.scalar
+    else:
+        w = memolab.SummaryWriter("runs/x")
+        log = w.add_scalar
+    finish = memolab.log.flush
+elif lib == "torch SummaryWriter":
+    from torch.utils.tensorboard import SummaryWriter
+    w = SummaryWriter(os.path.join(workdir, "tb"))
+    log = w.add_scalar
+    finish = w.flush
+
+per_call = []
+finish_s = []
+for r in range(rounds):
+    t0 = time.perf_counter()
+    for i in range(n):
+        log("loss", 0.5, i)
+    t1 = time.perf_counter()
+    finish()
+    t2 = time.perf_counter()
+    per_call.append((t1 - t0) / n)
+    finish_s.append(t2 - t1)
+print(json.dumps({"per_call_us": statistics.median(per_call) * 1e6, "finish_s": statistics.median(finish_s),
+                  "total_us": statistics.median([(p * n + f) / n for p, f in zip(per_call, finish_s)]) * 1e6}))
+"""
+
+
+def logging_cost(n: int, rounds: int) -> None:
+    rows = []
+    for lib in ("memolab.log.scalar", "memolab.SummaryWriter", "torch SummaryWriter"):
+        with tempfile.TemporaryDirectory() as d:
+            cp = subprocess.run([sys.executable, "-c", CHILD, lib, str(n), str(rounds), d], capture_output=True, text=True)
+            if cp.returncode != 0:
+                rows.append((lib, None, cp.stderr.strip().splitlines()[-1] if cp.stderr else "failed"))
+                continue
+            rows.append((lib, json.loads(cp.stdout.strip().splitlines()[-1]), ""))
+    base = next((r[1]["per_call_us"] for r in rows if r[0] == "torch SummaryWriter" and r[1]), None)
+    print(f"\n## Cost per scalar, {n:,} scalars per round, median of {rounds} rounds\n")
+    print("| logger | caller thread µs/scalar | vs torch | flush after the loop | all-in µs/scalar |")
+    print("|---|---:|---:|---:|---:|")
+    for lib, r, err in rows:
+        if r is None:
+            print(f"| {lib} | – | – | – | {err} |")
+            continue
+        ratio = f"{base / r['per_call_us']:.1f}× faster" if base and lib != "torch SummaryWriter" else "1.0×"
+        print(f"| {lib} | {r['per_call_us']:.2f} | {ratio} | {r['finish_s'] * 1e3:.0f} ms | {r['total_us']:.2f} |")
+
+
+def dashboard_latency(runs: int, points: int, big: int) -> None:
+    import statistics
+    import time
+    import urllib.request
+
+    from memolab.store import Store
+    from memolab.tracking.sink import END, SCALAR, START, sink_for
+    from memolab.ui.server import serve_in_thread
+
+    with tempfile.TemporaryDirectory() as d:
+        store = Store(os.path.join(d, "store"))
+        s = sink_for(store.index)
+        t0 = time.perf_counter()
+        fn = "bench:train"
+        for r in range(1, runs + 1):
+            s.q.append((START, r, {"fn": fn, "started": float(r), "hparams": {"lr": r / runs, "seed": r % 7}}))
+            for i in range(points):
+                s.q.append((SCALAR, r, "loss", i, float(r) + i * 0.01, 1.0 / (i + 1) + r / runs))
+            s.q.append((END, r, "done", float(r) + 1, None))
+            if r % 50 == 0:
+                s.flush()
+        big_id = runs + 1
+        s.q.append((START, big_id, {"fn": "bench:long", "started": 0.0, "hparams": {}}))
+        for i in range(big):
+            s.q.append((SCALAR, big_id, "loss", i, i * 0.001, (i % 1000) / 1000.0))
+        s.flush()
+        build = time.perf_counter() - t0
+        total = runs * points + big
+        srv, _ = serve_in_thread(store.root)
+        u = srv.url + "api/"
+        some = ",".join(str(i) for i in range(1, 6))
+        cases = [
+            ("functions", u + "functions"),
+            (f"runs of a function ({runs} evaluations)", u + "runs?fn=bench:train"),
+            (f"hparams table ({runs} rows)", u + "hparams?fn=bench:train"),
+            (f"scalars, 5 runs x {points} points", u + f"scalars?runs={some}&tag=loss"),
+            (f"scalars, 1 run x {big:,} points (downsampled to ~1000)", u + f"scalars?runs={big_id}&tag=loss"),
+        ]
+        print(f"\n## Dashboard API, {runs} evaluations + {total:,} scalar points (store built in {build:.1f} s)\n")
+        print("| request | median ms | response KB |")
+        print("|---|---:|---:|")
+        for name, url in cases:
+            times, size = [], 0
+            for _ in range(5):
+                t = time.perf_counter()
+                with urllib.request.urlopen(url) as resp:
+                    size = len(resp.read())
+                times.append(time.perf_counter() - t)
+            print(f"| {name} | {statistics.median(times) * 1e3:.1f} | {size / 1024:.0f} |")
+        page_timings(srv.url, big_id, big, runs)
+        srv.shutdown()
+        srv.server_close()
+
+
+def page_timings(url: str, big_id: int, big: int, runs: int) -> None:
+    """The same store in headless Chromium: load the page, list 1,000 evaluations, overlay charts."""
+    chromium = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("\n(browser timings skipped: pip install playwright)")
+        return
+    if not os.path.exists(chromium):
+        print(f"\n(browser timings skipped: no {chromium})")
+        return
+    import time
+
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+    rows = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=args)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.goto(url + "?fn=bench:train")  # warm-up: browser start, first compile of the page's script
+        pg.wait_for_selector("body[data-ready='1']")
+        t = time.perf_counter()
+        pg.reload()
+        pg.wait_for_selector("body[data-ready='1']")
+        n = len(pg.query_selector_all("#runs tbody tr[data-run]"))
+        rows.append((f"load the page and the table of {runs} evaluations ({n} rows drawn)", (time.perf_counter() - t) * 1e3))
+        # measured inside the page: select 5 evaluations, fetch and draw their overlaid charts
+        ms = pg.evaluate("""async () => { const t = performance.now();
+            for (let i = 1; i <= 5; i++) state.selected.push(String(i));
+            renderRuns(); await refreshTab(); return performance.now() - t; }""")
+        rows.append(("select 5 evaluations: fetch + draw the overlaid charts", ms))
+        ms = pg.evaluate("""() => { const t = performance.now(); state.showAll = true; renderRuns();
+            document.body.offsetHeight; return performance.now() - t; }""")
+        rows.append((f"'show all': draw all {runs} rows (incl. layout)", ms))
+        pg.goto(url + "?fn=bench:long")
+        pg.wait_for_selector("body[data-ready='1']")
+        ms = pg.evaluate(f"""async () => {{ const t = performance.now();
+            state.selected.push("{big_id}"); renderRuns(); await refreshTab(); return performance.now() - t; }}""")
+        assert pg.get_attribute("#charts canvas", "data-points") == str(big)
+        rows.append((f"chart of the {big:,}-point run (downsampled on the server)", ms))
+        browser.close()
+    print("\n## Dashboard in headless Chromium (same store)\n")
+    print("| action | ms |")
+    print("|---|---:|")
+    for name, ms in rows:
+        print(f"| {name} | {ms:.0f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=200_000, help="scalars per round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=1000, help="evaluations in the dashboard store")
+    ap.add_argument("--points", type=int, default=1000, help="scalar points per evaluation")
+    ap.add_argument("--big", type=int, default=1_000_000, help="points of the one long run")
+    ap.add_argument("--skip-dashboard", action="store_true")
+    a = ap.parse_args()
+    import platform
+
+    print(f"python {platform.python_version()}, {os.cpu_count()} cpu(s)")
+    logging_cost(a.n, a.rounds)
+    if not a.skip_dashboard:
+        dashboard_latency(a.runs, a.points, a.big)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""``memolab.log``: log scalars, histograms, images, text and figures.
+
+Inside a memoized function every call attaches to that function's run, so the
+curves are stored with the evaluation and shown again on a cache hit; outside
+one they go to a per-process run. ``step=None`` means "one more than the last
+step of this tag in this run" (starting at 0).
+
+The scalar path is the hot one (training loops log every step): it is a
+context-variable lookup, a float conversion and a deque append; everything
+else happens on the flusher thread.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Mapping, Optional
+
+from . import runs as _runs
+from . import sink as _sink
+
+__all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "flush", "current_run"]
+
+_time = time.time
+_current = _runs.current
+_SCALAR = _sink.SCALAR
+_EVENT = _sink.EVENT
+_WAKE_AT = _sink.WAKE_AT
+
+
+def _tag(tag: Any, what: str) -> str:
+    if type(tag) is not str:
+        raise TypeError(f"memolab.log.{what}: tag must be a str, got {type(tag).__qualname__} {tag!r}")
+    return tag
+
+
+def _step(run: "_runs.Run", tag: str, step: Any) -> int:
+    if step is None:
+        step = run.steps.get(tag, -1) + 1
+    else:
+        try:
+            step = int(step)
+        except (TypeError, ValueError):
+            raise TypeError(f"memolab.log: step for {tag!r} must be an int, got {type(step).__qualname__} {step!r}") from None
+    run.steps[tag] = step
+    return step
+
+
+def scalar(tag: str, value: Any, step: Optional[int] = None, walltime: Optional[float] = None) -> None:
+    """Log one number (int, float, numpy scalar, one-element tensor)."""
+    run = _current()
+    if type(tag) is not str:
+        _tag(tag, "scalar")
+    if step is None:
+        step = run.steps.get(tag, -1) + 1
+    elif type(step) is not int:
+        step = _step(run, tag, step)
+    run.steps[tag] = step
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"memolab.log.scalar({tag!r}): value must be a number, got {type(value).__qualname__}") from None
+    q = run.sink.q
+    q.append((_SCALAR, run.id, tag, step, _time() if walltime is None else walltime, v))
+    if len(q) > _WAKE_AT:
+        _sink.wake()
+
+
+def scalars(values: Mapping[str, Any], step: Optional[int] = None, main_tag: str = "",
+            walltime: Optional[float] = None) -> None:
+    """Log several numbers at one step; tags are ``main_tag/name`` when ``main_tag`` is given."""
+    if not isinstance(values, Mapping):
+        raise TypeError(f"memolab.log.scalars: expected a dict of tag -> number, got {type(values).__qualname__}")
+    prefix = f"{main_tag}/" if main_tag else ""
+    for k, v in values.items():
+        scalar(prefix + _tag(k, "scalars"), v, step, walltime)
+
+
+def _event(kind: str, tag: str, step: Any, payload: Any, walltime: Optional[float]) -> None:
+    run = _current()
+    st = _step(run, tag, step)
+    run.sink.q.append((_EVENT, run.id, kind, tag, st, _time() if walltime is None else walltime, payload))
+
+
+def histogram(tag: str, values: Any, step: Optional[int] = None, bins: Any = 64,
+              walltime: Optional[float] = None) -> None:
+    """Log the distribution of an array/tensor/list (summarised to ``bins`` buckets now)."""
+    from .encode import histogram as summarise
+
+    _event("histogram", _tag(tag, "histogram"), step, summarise(values, bins, where=f"memolab.log.histogram({tag!r})"),
+           walltime)
+
+
+def image(tag: str, img: Any, step: Optional[int] = None, dataformats: Optional[str] = None,
+          walltime: Optional[float] = None) -> None:
+    """Log an image: HxW, HxWxC or CxHxW array/tensor (uint8, or floats in [0, 1]) or a PIL image."""
+    from .encode import image_array
+
+    _event("image", _tag(tag, "image"), step, image_array(img, dataformats, where=f"memolab.log.image({tag!r})"), walltime)
+
+
+def text(tag: str, value: str, step: Optional[int] = None, walltime: Optional[float] = None) -> None:
+    """Log a string (shown as text; markdown is not rendered)."""
+    if not isinstance(value, str):
+        raise TypeError(f"memolab.log.text({tag!r}): value must be a str, got {type(value).__qualname__}")
+    _event("text", _tag(tag, "text"), step, value, walltime)
+
+
+def figure(tag: str, fig: Any, step: Optional[int] = None, close: bool = True, walltime: Optional[float] = None) -> None:
+    """Log a matplotlib figure as a PNG (rendered now: matplotlib is not thread-safe)."""
+    import io
+
+    from .encode import png_size
+
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"memolab.log.figure({tag!r}): expected a matplotlib Figure, got {type(fig).__qualname__}")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    if close:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    data = buf.getvalue()
+    _event("png", _tag(tag, "figure"), step, (data, png_size(data)), walltime)
+
+
+def hparams(values: Dict[str, Any]) -> None:
+    """Add hyperparameters to the current run (the memoized function's arguments are already there)."""
+    if not isinstance(values, Mapping):
+        raise TypeError(f"memolab.log.hparams: expected a dict, got {type(values).__qualname__}")
+    run = _current()
+    run.sink.q.append((_sink.HPARAMS, run.id, {str(k): _runs.hparam_value(v) for k, v in values.items()}))
+
+
+def flush() -> None:
+    """Write every pending record now; after it returns they survive even a SIGKILL."""
+    _sink.flush_all()
+
+
+def current_run() -> int:
+    """The id of the run logs currently go to (as shown by the dashboard)."""
+    return _current().id

@@ -1,0 +1,295 @@
+"""Reading logs back: what the dashboard and ``export-tb`` need.
+
+Every function takes an ``Index`` (``store.index``) and returns plain JSON-able
+data. Long scalar series are downsampled *in SQLite* (bucketed by step, mean
+plus min/max per bucket, first and last point kept exact) so a tag with a
+million points costs one indexed range scan, not a million Python objects.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from . import schema
+
+_ensured: set = set()
+
+
+def _conn(index: Any) -> Any:
+    c = index.conn()
+    key = (str(index.path), id(c))
+    if key not in _ensured:
+        schema.ensure(c)
+        _ensured.add(key)
+    return c
+
+
+def _f(x: Optional[float]) -> Optional[float]:
+    # JSON has no NaN/inf; the dashboard draws gaps for null
+    return None if x is None or not math.isfinite(x) else x
+
+
+def _alive(c: Any) -> Any:
+    """A predicate telling whether a run stored as ``running`` is really still running.
+
+    A killed process cannot mark its runs finished. A memoized computation holds
+    its key's lease, heart-beaten by the store, so a run whose lease is gone or
+    stale is lost. The process run has no key: it is alive while its pid is
+    (checked only on this host).
+    """
+    import os
+    import socket
+
+    from .. import config
+
+    ttl = max(30.0, 3 * config.settings().lease_ttl)
+    now = time.time()
+    leases = {tuple(r[:4]): r[4] for r in c.execute("SELECT fn, code, args, schema, heartbeat FROM leases")}
+    here = socket.gethostname()
+
+    def alive(r: Dict[str, Any]) -> bool:
+        if r.get("code") is not None:
+            hb = leases.get((r["fn"], r["code"], r["args"], r["schema"]))
+            return hb is not None and now - hb < ttl
+        if r.get("host") == here and r.get("pid"):
+            try:
+                os.kill(int(r["pid"]), 0)
+            except ProcessLookupError:
+                return False
+            except OSError:
+                return True
+        return True
+
+    return alive
+
+
+def _running(c: Any, fn: Optional[str] = None) -> List[Dict[str, Any]]:
+    cols = ("id", "fn", "code", "args", "schema", "pid", "host")
+    sql = f"SELECT {','.join(cols)} FROM runs WHERE status='running'" + (" AND fn=?" if fn else "")
+    rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn else ())]
+    alive = _alive(c)
+    return [r for r in rows if alive(r)]
+
+
+def functions(index: Any) -> List[Dict[str, Any]]:
+    """Every function with stored evaluations or logged runs."""
+    c = _conn(index)
+    out: Dict[str, Dict[str, Any]] = {}
+    for fn, n, hits, last in c.execute("SELECT fn, COUNT(*), SUM(hits), MAX(finished) FROM evaluations GROUP BY fn"):
+        out[fn] = {"fn": fn, "evaluations": n, "hits": hits or 0, "runs": 0, "running": 0, "last": last}
+    running: Dict[str, int] = {}
+    for r in _running(c):
+        running[r["fn"]] = running.get(r["fn"], 0) + 1
+    for fn, n, last in c.execute("SELECT fn, COUNT(*), MAX(started) FROM runs GROUP BY fn"):
+        d = out.setdefault(fn, {"fn": fn, "evaluations": 0, "hits": 0, "runs": 0, "running": 0, "last": last})
+        d["runs"], d["running"] = n, running.get(fn, 0)
+        d["last"] = max(d["last"] or 0, last or 0)
+    return sorted(out.values(), key=lambda d: d["fn"])
+
+
+_RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", "finished", "updated", "status",
+             "hparams", "eval_id", "pid", "host")
+
+
+def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None, limit: int = 5000) -> List[Dict[str, Any]]:
+    """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
+
+    ``status`` is running, done, failed, or lost (stored as running, but its process is gone).
+
+    A row's ``id`` is the run id, or ``"e<eval id>"`` for an evaluation stored without a run.
+    """
+    c = _conn(index)
+    where, params = [], []
+    if fn is not None:
+        where.append("fn=?")
+        params.append(fn)
+    if ids is not None:
+        where.append(f"id IN ({','.join('?' * len(ids))})")
+        params.extend(ids)
+    sql = f"SELECT {','.join(_RUN_COLS)} FROM runs"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY started DESC LIMIT {int(limit)}"
+    rows = [dict(zip(_RUN_COLS, r)) for r in c.execute(sql, params)]
+    ev_sql = "SELECT id, fn, code, args, status, started, finished, duration, hits, last_hit, size, snapshot FROM evaluations"
+    evs = {}
+    for r in c.execute(ev_sql + (" WHERE fn=?" if fn is not None else ""), (fn,) if fn is not None else ()):
+        evs[r[0]] = dict(zip(("id", "fn", "code", "args", "status", "started", "finished", "duration", "hits", "last_hit",
+                              "size", "snapshot"), r))
+    used = set()
+    out = []
+    now = time.time()
+    alive = _alive(c)
+    for r in rows:
+        if r["status"] == "running" and not alive(r):
+            r["status"] = "lost"  # its process died without finishing it
+            r["finished"] = r["updated"]
+        r["hparams"] = json.loads(r["hparams"] or "{}")
+        ev = evs.get(r["eval_id"])
+        r["duration"] = (r["finished"] or now) - r["started"]
+        r["hits"] = 0
+        r["result"] = None
+        r["stored"] = ev is not None
+        if ev is not None:
+            used.add(ev["id"])
+            r["hits"] = ev["hits"]
+            r["result"] = _snapshot(ev).get("result")
+            r["size"] = ev["size"]
+        out.append(r)
+    if ids is None:
+        for ev in evs.values():
+            if ev["id"] in used:
+                continue
+            snap = _snapshot(ev)
+            out.append({"id": f"e{ev['id']}", "fn": ev["fn"], "code": ev["code"], "args": ev["args"], "parent": None,
+                        "name": None, "started": ev["started"], "finished": ev["finished"], "updated": ev["finished"],
+                        "status": ev["status"], "eval_id": ev["id"], "pid": None, "host": None, "stored": True,
+                        "hparams": {k: v[1] for k, v in (snap.get("args") or {}).items()},
+                        "duration": ev["duration"], "hits": ev["hits"], "result": snap.get("result"), "size": ev["size"]})
+    return out
+
+
+def _snapshot(ev: Dict[str, Any]) -> Dict[str, Any]:
+    try:
+        return json.loads(ev.get("snapshot") or "{}")
+    except ValueError:
+        return {}
+
+
+def tags(index: Any, run_ids: Iterable[int]) -> Dict[str, List[str]]:
+    """Tags by kind ("scalar", "histogram", "image", "text") over the given runs."""
+    ids = [int(i) for i in run_ids]
+    out: Dict[str, List[str]] = {"scalar": [], "histogram": [], "image": [], "text": []}
+    if not ids:
+        return out
+    c = _conn(index)
+    q = ",".join("?" * len(ids))
+    out["scalar"] = [t for (t,) in c.execute(f"SELECT DISTINCT tag FROM scalar_tags WHERE run IN ({q}) ORDER BY tag", ids)]
+    for kind, tag in c.execute(f"SELECT DISTINCT kind, tag FROM log_events WHERE run IN ({q}) ORDER BY tag", ids):
+        out.setdefault(kind, []).append(tag)
+    return out
+
+
+def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> Dict[str, Any]:
+    """One series: {"n", "step", "wall", "value", "min", "max"}; at most ~``max_points`` points.
+
+    Downsampled series carry per-bucket min/max so a spike never disappears.
+    """
+    c = _conn(index)
+    meta = c.execute("SELECT n, ordered FROM scalar_tags WHERE run=? AND tag=?", (run, tag)).fetchone()
+    if not meta or not meta[0]:
+        return {"n": 0, "step": [], "wall": [], "value": [], "min": None, "max": None}
+    n, ordered = meta
+    if n <= max_points:
+        rows = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step, seq", (run, tag)).fetchall()
+        return {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [_f(r[2]) for r in rows],
+                "min": None, "max": None}
+    nblocks = -(-n // schema.BLOCK)
+    if ordered and nblocks >= max_points // 2:
+        # Long series whose steps only grew: merge the per-block summaries (n / BLOCK rows), not the points.
+        k = max(1, -(-nblocks // max_points))
+        rows = c.execute(
+            "SELECT block / ?, MIN(step_min), SUM(wall_sum) / SUM(n), SUM(value_sum) / NULLIF(SUM(value_n), 0),"
+            " MIN(vmin), MAX(vmax) FROM scalar_blocks WHERE run=? AND tag=? GROUP BY 1 ORDER BY 1",
+            (k, run, tag)).fetchall()
+        return _with_last(c, run, tag, n, rows)
+    # shorter (or out-of-order) series: bucket the points themselves by step
+    s0, s1 = (c.execute(f"SELECT step FROM scalars WHERE run=? AND tag=? ORDER BY step {d} LIMIT 1", (run, tag)).fetchone()[0]
+              for d in ("ASC", "DESC"))
+    width = max(1, (s1 - s0 + max_points) // max_points)
+    rows = c.execute(
+        "SELECT (step - ?) / ?, MIN(step), AVG(wall), AVG(value), MIN(value), MAX(value) FROM scalars"
+        " WHERE run=? AND tag=? GROUP BY 1 ORDER BY 1", (s0, width, run, tag)).fetchall()
+    return _with_last(c, run, tag, n, rows)
+
+
+def _with_last(c: Any, run: int, tag: str, n: int, rows: List[tuple]) -> Dict[str, Any]:
+    last = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, seq DESC LIMIT 1",
+                     (run, tag)).fetchone()
+    out = {"n": n, "step": [r[1] for r in rows], "wall": [r[2] for r in rows], "value": [_f(r[3]) for r in rows],
+           "min": [_f(r[4]) for r in rows], "max": [_f(r[5]) for r in rows], "downsampled": True}
+    if out["step"][-1] != last[0]:  # the final value is what people read off a curve: keep it exact
+        for k, v in (("step", last[0]), ("wall", last[1]), ("value", _f(last[2])), ("min", _f(last[2])), ("max", _f(last[2]))):
+            out[k].append(v)
+    return out
+
+
+def all_scalars(index: Any, run: int) -> Dict[str, List[tuple]]:
+    """Every point of every tag of a run: {tag: [(step, wall, value), ...]} (for export, not for the UI)."""
+    out: Dict[str, List[tuple]] = {}
+    for tag, step, wall, value in _conn(index).execute(
+            "SELECT tag, step, wall, value FROM scalars WHERE run=? ORDER BY tag, step, seq", (run,)):
+        out.setdefault(tag, []).append((step, wall, float("nan") if value is None else value))
+    return out
+
+
+def events(index: Any, run: int, kind: str, tag: Optional[str] = None, with_data: bool = False) -> List[Dict[str, Any]]:
+    cols = "id, tag, step, wall, meta" + (", data" if with_data else "")
+    sql = f"SELECT {cols} FROM log_events WHERE run=? AND kind=?"
+    params: List[Any] = [run, kind]
+    if tag is not None:
+        sql += " AND tag=?"
+        params.append(tag)
+    out = []
+    for r in _conn(index).execute(sql + " ORDER BY tag, step, id", params):
+        d = {"id": r[0], "tag": r[1], "step": r[2], "wall": r[3], "meta": json.loads(r[4]) if r[4] else None}
+        if with_data:
+            d["data"] = r[5]
+        out.append(d)
+    return out
+
+
+def event_data(index: Any, event_id: int) -> Optional[bytes]:
+    row = _conn(index).execute("SELECT data FROM log_events WHERE id=?", (event_id,)).fetchone()
+    return bytes(row[0]) if row and row[0] is not None else None
+
+
+def texts(index: Any, run: int, tag: str) -> List[Dict[str, Any]]:
+    return [{"step": e["step"], "wall": e["wall"], "text": (e["data"] or b"").decode("utf-8", "replace")}
+            for e in events(index, run, "text", tag, with_data=True)]
+
+
+def hparams(index: Any, fn: str) -> Dict[str, Any]:
+    """Runs of ``fn`` with their hyperparameters and final (last-step) value of every scalar."""
+    rs = [r for r in runs(index, fn) if isinstance(r["id"], int)]
+    metrics: Dict[int, Dict[str, Any]] = {}
+    if rs:
+        ids = [r["id"] for r in rs]
+        q = ",".join("?" * len(ids))
+        for run, tag, v in _conn(index).execute(f"SELECT run, tag, last_value FROM scalar_tags WHERE run IN ({q})", ids):
+            metrics.setdefault(run, {})[tag] = _f(v)
+    hp_keys = sorted({k for r in rs for k in r["hparams"]})
+    m_keys = sorted({k for m in metrics.values() for k in m})
+    rows = [{"id": r["id"], "status": r["status"], "eval_id": r["eval_id"], "code": r["code"],
+             "hparams": r["hparams"], "metrics": metrics.get(r["id"], {})} for r in rs]
+    return {"hparams": hp_keys, "metrics": m_keys, "rows": rows}
+
+
+def code_diff(index: Any, a: int, b: int) -> Dict[str, Any]:
+    """Unified diff between the dependency snapshots of two evaluations (by eval id)."""
+    c = _conn(index)
+
+    def deps(eid: int) -> Dict[str, str]:
+        row = c.execute("SELECT snapshot FROM evaluations WHERE id=?", (eid,)).fetchone()
+        if row is None:
+            raise KeyError(f"no evaluation #{eid}")
+        return (json.loads(row[0] or "{}").get("deps") or {})
+
+    def source(d: str) -> str:
+        row = c.execute("SELECT source FROM sources WHERE digest=?", (d,)).fetchone()
+        return row[0] if row else f"<source of {d} not stored>\n"
+
+    da, db = deps(a), deps(b)
+    files = []
+    for sym in sorted(set(da) | set(db)):
+        x, y = da.get(sym), db.get(sym)
+        if x == y:
+            continue
+        sa = source(x) if x else ""
+        sb = source(y) if y else ""
+        diff = "".join(difflib.unified_diff(sa.splitlines(True), sb.splitlines(True), f"#{a} {sym}", f"#{b} {sym}"))
+        files.append({"symbol": sym, "status": "added" if not x else "removed" if not y else "changed", "diff": diff})
+    return {"a": a, "b": b, "same": not files, "changes": files}

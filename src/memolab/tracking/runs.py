@@ -1,0 +1,151 @@
+"""Runs: the unit logs attach to.
+
+A run is one computation of a memoized function (``begin``/``end`` are called
+by ``memo.py`` around ``fn(...)``), or the per-process run that catches logs
+made outside any memoized call. The current run lives in a ``ContextVar`` so a
+nested memoized call logs to its own run and its caller's run resumes after it,
+and asyncio tasks keep theirs. New threads start with an empty context, so
+their logs go to the per-process run unless they copy the context.
+
+Run ids are random 52-bit integers made here rather than by SQLite: starting a
+run then costs a queue append, not a database write, and 52 bits stay exact in
+the dashboard's JavaScript numbers.
+"""
+from __future__ import annotations
+
+import contextvars
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from .. import config as _config
+from . import sink as _sink
+
+_current: contextvars.ContextVar[Optional["Run"]] = contextvars.ContextVar("memolab_run", default=None)
+_process_run: Optional["Run"] = None
+_process_gen = -1
+_process_lock = threading.Lock()
+
+
+class Run:
+    __slots__ = ("id", "sink", "steps", "fn")
+
+    def __init__(self, run_id: int, sink: "_sink.Sink", fn: str) -> None:
+        self.id = run_id
+        self.sink = sink
+        self.fn = fn
+        self.steps: Dict[str, int] = {}  # tag -> last step, for calls that give no step
+
+    def __repr__(self) -> str:
+        return f"<memolab run {self.id} of {self.fn}>"
+
+
+def new_id() -> int:
+    return (int.from_bytes(os.urandom(7), "little") >> 4) or 1  # 52 random bits
+
+
+def hparam_value(v: Any) -> Any:
+    """JSON scalars stay themselves (so the hparams table sorts numbers as numbers); the rest is a short repr."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    if isinstance(v, str):
+        return v if len(v) <= 200 else v[:197] + "..."
+    from ..memo import short_repr
+
+    return short_repr(v)
+
+
+def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Optional[Tuple[Run, Any]]:
+    """Start a run for a computation of ``fn``; returns the handle ``end`` needs.
+
+    Logging must never stop a computation: if the run cannot be set up (say the
+    index is locked past its timeout while creating the log tables), the call
+    goes ahead without one and its logs go to the process run.
+    """
+    try:
+        return _begin(fn, key, arguments, store)
+    except Exception:
+        return None
+
+
+def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Tuple[Run, Any]:
+    s = _sink.sink_for(store.index)
+    parent = _current.get()
+    run = Run(new_id(), s, fn)
+    s.q.append((_sink.START, run.id, {
+        "fn": fn, "code": key[1], "args": key[2], "schema": key[3],
+        "parent": parent.id if parent is not None else None,
+        "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+        "hparams": {n: hparam_value(v) for n, v in arguments.items()},
+    }))
+    return run, _current.set(run)
+
+
+def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] = None) -> None:
+    """Finish a run and flush: when a memoized call returns (or raises), its logs are on disk."""
+    if handle is None:
+        return
+    run, token = handle
+    try:
+        _current.reset(token)
+    except ValueError:  # ended in another context (should not happen); fall back to clearing
+        _current.set(None)
+    run.sink.q.append((_sink.END, run.id, status, time.time(), eval_id))
+    try:
+        run.sink.flush()
+    except Exception:
+        _sink.wake()  # the background thread retries; never fail the user's call over logs
+
+
+def current() -> Run:
+    """The run logs go to right now."""
+    r = _current.get()
+    if r is not None:
+        return r
+    r = _process_run
+    # a configure(store=...) since the process run began means logs belong in the new store
+    if r is not None and _process_gen == _config._generation:
+        return r
+    return process_run()
+
+
+def process_run() -> Run:
+    global _process_run, _process_gen
+    with _process_lock:
+        if _process_run is None or _process_gen != _config._generation:
+            if _process_run is not None:
+                finish_process_run()
+            from .. import store as _store
+
+            st = _store.get_store()
+            s = _sink.sink_for(st.index)
+            script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+            fn = f"<process:{script or 'python'}>"
+            run = Run(new_id(), s, fn)
+            s.q.append((_sink.START, run.id, {
+                "fn": fn, "name": " ".join(sys.argv)[:300], "started": time.time(),
+                "pid": os.getpid(), "host": socket.gethostname(), "hparams": {"argv": " ".join(sys.argv[1:])[:200]},
+            }))
+            _process_run = run
+            _process_gen = _config._generation
+        return _process_run
+
+
+def finish_process_run() -> None:
+    global _process_run
+    r = _process_run
+    if r is not None:
+        r.sink.q.append((_sink.END, r.id, "done", time.time(), None))
+    _process_run = None
+
+
+def _after_fork() -> None:
+    global _process_run
+    _process_run = None  # the child is another process: it gets its own run
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

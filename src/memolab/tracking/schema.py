@@ -1,0 +1,70 @@
+"""Tables for runs and their logs, kept in the store's own ``index.sqlite``.
+
+Living in the same file as ``evaluations`` means one backup, one ``clear`` and
+one WAL; the tables are created on first use with ``IF NOT EXISTS`` so stores
+written by a memolab without logging simply gain them.
+
+Scalars get their own narrow table (the bulk of all points, read by range),
+clustered on (run, tag, step) so a series is one contiguous range of one B-tree
+and no separate index doubles its size;
+histograms, images and text share ``log_events`` with a JSON or binary payload.
+``scalar_tags`` is maintained on every flush so listing tags and the "final
+metric" column of the hparams table never scan the points. ``scalar_blocks``
+summarises every ``BLOCK`` consecutive points of a tag (count, step range, sums,
+min, max): a chart of a million-point series reads ~4,000 block rows instead of
+a million points. ``ordered`` says whether steps only ever grew, which is what
+makes consecutive blocks also step ranges.
+"""
+from __future__ import annotations
+
+import sqlite3
+
+BLOCK = 64
+
+DDL = """
+CREATE TABLE IF NOT EXISTS runs(
+    id INTEGER PRIMARY KEY,
+    fn TEXT NOT NULL,
+    code TEXT, args TEXT, schema TEXT,
+    parent INTEGER,
+    name TEXT,
+    started REAL NOT NULL,
+    finished REAL,
+    updated REAL,
+    status TEXT NOT NULL,
+    hparams TEXT,
+    eval_id INTEGER,
+    pid INTEGER,
+    host TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
+CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
+CREATE TABLE IF NOT EXISTS scalars(
+    run INTEGER NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL,
+    seq INTEGER NOT NULL,  -- the point's position in its (run, tag): keeps repeated steps apart, in order
+    wall REAL NOT NULL, value REAL,
+    PRIMARY KEY(run, tag, step, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS scalar_tags(
+    run INTEGER NOT NULL, tag TEXT NOT NULL, n INTEGER NOT NULL,
+    last_step INTEGER, last_value REAL, last_wall REAL,
+    first_step INTEGER, ordered INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY(run, tag)
+);
+CREATE TABLE IF NOT EXISTS scalar_blocks(
+    run INTEGER NOT NULL, tag TEXT NOT NULL, block INTEGER NOT NULL,
+    n INTEGER NOT NULL, step_min INTEGER, step_max INTEGER, wall_sum REAL,
+    value_sum REAL, value_n INTEGER, vmin REAL, vmax REAL,
+    PRIMARY KEY(run, tag, block)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log_events(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run INTEGER NOT NULL, kind TEXT NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL, wall REAL NOT NULL,
+    meta TEXT, data BLOB
+);
+CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
+"""
+
+
+def ensure(conn: sqlite3.Connection) -> None:
+    conn.executescript(DDL)

@@ -1,0 +1,270 @@
+"""The write path: a lock-free queue per store, drained by one background thread.
+
+Logging must cost the training loop almost nothing, so the caller only appends
+a tuple to a ``collections.deque`` (``append``/``popleft`` are atomic under the
+GIL, so no lock is taken on the hot path). Encoding (PNG, JSON) and SQLite
+writes happen on the flusher thread, every ``INTERVAL`` seconds or sooner when
+the queue grows past ``WAKE_AT``. ``flush()`` drains synchronously; a memoized
+call flushes when it ends, so a stored result always has its logs on disk, and
+the process flushes at exit. A committed flush survives ``SIGKILL`` (WAL mode).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import threading
+import time
+from collections import deque
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import schema
+
+INTERVAL = 1.0
+WAKE_AT = 20_000
+
+# queue record kinds (first tuple element)
+START, END, SCALAR, EVENT, HPARAMS = 0, 1, 2, 3, 4
+
+
+class Sink:
+    """Pending log records of one store."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+        self.q: deque = deque()
+        self._counts: Dict[Tuple[int, str], int] = {}  # points written per (run, tag): each point's block
+        self._lock = threading.Lock()  # one drainer at a time keeps records in order
+        with self._lock:
+            schema.ensure(index.conn())
+
+    def flush(self) -> int:
+        """Write everything queued so far; returns the number of records written."""
+        with self._lock:
+            q = self.q
+            items: List[tuple] = []
+            pop = q.popleft
+            try:
+                while True:
+                    items.append(pop())
+            except IndexError:
+                pass
+            if not items:
+                return 0
+            try:
+                self._write(items)
+            except BaseException:
+                # put them back (in order) so a transient "database is locked" loses nothing
+                q.extendleft(reversed(items))
+                raise
+            return len(items)
+
+    def _write(self, items: List[tuple]) -> None:
+        starts, ends, scalars, events, hparams = [], [], [], [], []
+        # per (run, tag): [n, last step, its value, its wall, first step, steps never decreased, prior count]
+        last: Dict[Tuple[int, str], List[Any]] = {}
+        blocks: Dict[Tuple[int, str, int], List[Any]] = {}
+        c = self.index.conn()
+        for it in items:
+            kind = it[0]
+            if kind == SCALAR:
+                _, run, tag, step, wall, value = it
+                if value != value:  # SQLite turns NaN into NULL anyway; say so explicitly
+                    value = None
+                rt = (run, tag)
+                cur = last.get(rt)
+                if cur is None:
+                    before = self._counts.get(rt)
+                    if before is None:  # first flush of this tag by this process: continue where the store is
+                        row = c.execute("SELECT n FROM scalar_tags WHERE run=? AND tag=?", rt).fetchone()
+                        before = row[0] if row else 0
+                    cur = last[rt] = [0, step, value, wall, step, 1, before]
+                elif step >= cur[1]:
+                    cur[1], cur[2], cur[3] = step, value, wall
+                else:
+                    cur[5] = 0
+                seq = cur[6] + cur[0]
+                scalars.append((run, tag, step, seq, wall, value))
+                b = (run, tag, seq // schema.BLOCK)
+                cur[0] += 1
+                blk = blocks.get(b)
+                if blk is None:
+                    blk = blocks[b] = [0, step, step, 0.0, 0.0, 0, None, None]
+                blk[0] += 1
+                if step < blk[1]:
+                    blk[1] = step
+                if step > blk[2]:
+                    blk[2] = step
+                blk[3] += wall
+                if value is not None:
+                    blk[4] += value
+                    blk[5] += 1
+                    if blk[6] is None or value < blk[6]:
+                        blk[6] = value
+                    if blk[7] is None or value > blk[7]:
+                        blk[7] = value
+            elif kind == EVENT:
+                _, run, ekind, tag, step, wall, payload = it
+                meta, data = _encode(ekind, payload)
+                if ekind == "png":
+                    ekind = "image"
+                events.append((run, ekind, tag, step, wall, meta, data))
+            elif kind == START:
+                _, run, fields = it
+                starts.append((run, fields["fn"], fields.get("code"), fields.get("args"), fields.get("schema"),
+                               fields.get("parent"), fields.get("name"), fields["started"], fields["started"],
+                               "running", json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True),
+                               fields.get("pid"), fields.get("host")))
+            elif kind == END:
+                _, run, status, finished, eval_id = it
+                ends.append((status, finished, finished, eval_id, run))
+            elif kind == HPARAMS:
+                _, run, values = it
+                hparams.append((run, values))
+        now = time.time()
+        with self.index.write():
+            if starts:
+                c.executemany(
+                    "INSERT OR IGNORE INTO runs(id, fn, code, args, schema, parent, name, started, updated, status, hparams,"
+                    " pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", starts)
+            if scalars:
+                c.executemany("INSERT INTO scalars(run, tag, step, seq, wall, value) VALUES (?,?,?,?,?,?)", scalars)
+                # SET expressions all see the old row, so the CASE compares against the previous last_step
+                c.executemany(
+                    "INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall, first_step, ordered)"
+                    " VALUES (?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT(run, tag) DO UPDATE SET n = n + excluded.n,"
+                    " last_value = CASE WHEN excluded.last_step >= last_step THEN excluded.last_value ELSE last_value END,"
+                    " last_wall = CASE WHEN excluded.last_step >= last_step THEN excluded.last_wall ELSE last_wall END,"
+                    " ordered = (ordered AND excluded.ordered AND excluded.first_step >= last_step),"
+                    " last_step = MAX(last_step, excluded.last_step)",
+                    [(r, t, v[0], v[1], v[2], v[3], v[4], v[5]) for (r, t), v in last.items()])
+                c.executemany(
+                    "INSERT INTO scalar_blocks(run, tag, block, n, step_min, step_max, wall_sum, value_sum, value_n, vmin, vmax)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+                    " ON CONFLICT(run, tag, block) DO UPDATE SET n = n + excluded.n,"
+                    " step_min = MIN(step_min, excluded.step_min), step_max = MAX(step_max, excluded.step_max),"
+                    " wall_sum = wall_sum + excluded.wall_sum, value_sum = value_sum + excluded.value_sum,"
+                    " value_n = value_n + excluded.value_n,"
+                    # scalar MIN/MAX return NULL if either side is NULL (a block of only NaNs so far)
+                    " vmin = COALESCE(MIN(vmin, excluded.vmin), vmin, excluded.vmin),"
+                    " vmax = COALESCE(MAX(vmax, excluded.vmax), vmax, excluded.vmax)",
+                    [(*k, *v) for k, v in blocks.items()])
+            if events:
+                c.executemany("INSERT INTO log_events(run, kind, tag, step, wall, meta, data) VALUES (?,?,?,?,?,?,?)", events)
+            for run, values in hparams:
+                row = c.execute("SELECT hparams FROM runs WHERE id=?", (run,)).fetchone()
+                if row is not None:
+                    merged = json.loads(row[0] or "{}")
+                    merged.update(values)
+                    c.execute("UPDATE runs SET hparams=? WHERE id=?", (json.dumps(merged, default=str), run))
+            touched = {it[1] for it in items if it[0] != END}
+            if touched:
+                c.executemany("UPDATE runs SET updated=? WHERE id=? AND status='running'", [(now, r) for r in touched])
+            if ends:
+                c.executemany("UPDATE runs SET status=?, finished=?, updated=?, eval_id=COALESCE(?, eval_id) WHERE id=?", ends)
+        for rt, v in last.items():  # only now that it is committed
+            self._counts[rt] = v[6] + v[0]
+
+
+def _encode(kind: str, payload: Any) -> Tuple[Optional[str], Optional[bytes]]:
+    """Turn a queued payload into (meta JSON, data bytes) — off the caller's thread."""
+    if kind == "image":
+        from .encode import image_png
+
+        data, (h, w, ch) = image_png(payload)
+        return json.dumps({"height": h, "width": w, "channels": ch}), data
+    if kind == "png":  # already encoded (PIL images, matplotlib figures)
+        data, (h, w, ch) = payload
+        return json.dumps({"height": h, "width": w, "channels": ch}), data
+    if kind == "histogram":
+        return json.dumps(payload, allow_nan=False), None
+    if kind == "text":
+        return None, payload.encode("utf-8")
+    raise ValueError(f"unknown log event kind {kind!r}")
+
+
+# -- one flusher thread for every sink of the process -------------------------------------
+_sinks: Dict[str, Sink] = {}
+_sinks_lock = threading.Lock()
+_wake = threading.Event()
+_thread: Optional[threading.Thread] = None
+
+
+def sink_for(index: Any) -> Sink:
+    key = str(index.path)
+    s = _sinks.get(key)
+    if s is None:
+        with _sinks_lock:
+            s = _sinks.get(key)
+            if s is None:
+                s = _sinks[key] = Sink(index)
+    if _thread is None:  # first sink, or a forked child (threads do not survive fork)
+        _ensure_thread()
+    return s
+
+
+def _ensure_thread() -> None:
+    global _thread
+    if _thread is None or not _thread.is_alive():
+        with _sinks_lock:
+            if _thread is None or not _thread.is_alive():
+                _thread = threading.Thread(target=_loop, name="memolab-log-flusher", daemon=True)
+                _thread.start()
+
+
+def wake() -> None:
+    if _thread is None:
+        _ensure_thread()
+    _wake.set()
+
+
+def _loop() -> None:
+    while True:
+        _wake.wait(INTERVAL)
+        _wake.clear()
+        for s in list(_sinks.values()):
+            try:
+                s.flush()
+            except Exception:
+                # records were put back; a busy database is retried on the next tick
+                time.sleep(0.05)
+
+
+def flush_all() -> None:
+    """Write every queued log record of this process now (blocking)."""
+    for s in list(_sinks.values()):
+        s.flush()
+
+
+def _at_exit() -> None:
+    from . import runs
+
+    runs.finish_process_run()
+    for s in list(_sinks.values()):
+        try:
+            s.flush()
+        except Exception:
+            pass
+
+
+def _after_fork() -> None:
+    # The child inherits copies of the parent's queues (already owned by the parent)
+    # and no flusher thread; start clean.
+    global _thread, _sinks_lock, _wake
+    for s in _sinks.values():
+        s.q.clear()
+        s._lock = threading.Lock()
+    _sinks_lock = threading.Lock()
+    _wake = threading.Event()
+    _thread = None
+
+
+atexit.register(_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def finite_or_none(x: Optional[float]) -> Optional[float]:
+    return None if x is None or not math.isfinite(x) else x

@@ -1,0 +1,280 @@
+"""The dashboard in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright).
+
+Needs: `apt-get install chromium` and `pip install playwright` (no `playwright install`:
+we point it at the system browser). `make test` installs both; under CI a missing
+browser is a failure, not a skip. Screenshots land in build/screenshots/ (set
+MEMOLAB_SCREENSHOTS=docs/screenshots to refresh the committed ones).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memolab
+from memolab.store import get_store
+from memolab.ui.server import serve_in_thread
+
+CHROMIUM = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
+if os.environ.get("CI"):
+    # CI must prove the dashboard works: never let a missing browser pass as a skip
+    assert Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium"
+    import playwright.sync_api as sync_api
+else:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / os.environ.get("MEMOLAB_SCREENSHOTS", "build/screenshots")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+JOB = '''
+import numpy as np
+import memolab
+from memolab import memo
+
+
+@memo
+def train(lr, width=32):
+    rng = np.random.default_rng(int(lr * 1000))
+    loss = 2.0
+    for step in range(60):
+        loss *= 1 - lr * 0.5
+        memolab.log.scalar("loss", loss + rng.normal(0, 0.02), step)
+        memolab.log.scalar("acc", 1 - loss / 2, step)
+    for k in range(5):
+        memolab.log.histogram("weights", rng.normal(k * lr * 5, 1.0, size=2000), step=k * 10)
+    for k in range(3):
+        img = np.zeros((16, 16, 3), dtype=np.uint8)
+        img[:, : 5 * (k + 1), 0] = 255
+        img[k * 5 : k * 5 + 4, :, 2] = 200
+        memolab.log.image("samples", img, step=k * 20)
+    memolab.log.text("notes", f"lr={lr}: finished with loss {loss:.3f} (VERSION)", step=59)
+    return round(loss, 4)
+'''
+
+
+@pytest.fixture
+def dashboard(tmp_store, tmp_path, monkeypatch):
+    """Two code versions of dashjob.train (three evaluations), served on 127.0.0.1."""
+    mod_dir = tmp_path / "mods"
+    mod_dir.mkdir()
+    monkeypatch.syspath_prepend(str(mod_dir))
+    path = mod_dir / "dashjob.py"
+    path.write_text(JOB.replace("(VERSION)", "(v1)"))
+    import dashjob
+
+    dashjob.train(0.05)
+    dashjob.train(0.2)
+    path.write_text(JOB.replace("(VERSION)", "(v2)").replace("loss *= 1 - lr * 0.5", "loss *= 1 - lr * 0.4"))
+    for pyc in mod_dir.rglob("*.pyc"):
+        pyc.unlink()
+    dashjob = importlib.reload(dashjob)
+    dashjob.train(0.1)
+    srv, _ = serve_in_thread(tmp_store)
+    yield srv, dashjob
+    srv.shutdown()
+    srv.server_close()
+    sys.modules.pop("dashjob", None)
+
+
+@pytest.fixture
+def page():
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        pg.errors = errors
+        pg.requests = []  # every URL the page asked for: the dashboard must work offline (no CDN)
+        pg.on("request", lambda r: pg.requests.append(r.url))
+        yield pg
+        browser.close()
+
+
+def run_ids(pg):
+    return [r.get_attribute("data-run") for r in pg.query_selector_all("#runs tbody tr[data-run]")]
+
+
+def select_runs(pg, ids):
+    for i in ids:
+        pg.click(f"#runs tbody tr[data-run='{i}']")
+
+
+def wait_points(pg, tag, expected):
+    pg.wait_for_function(
+        "([tag, want]) => { const c = document.querySelector(`#charts canvas[data-tag='${tag}']`);"
+        " return c && c.dataset.points === want; }", arg=[tag, expected], timeout=20000)
+
+
+def colored_pixels(pg, tag, hex_color):
+    """How many pixels of the chart are (close to) a run's colour: proof that the line was drawn."""
+    return pg.evaluate(
+        """([tag, hex]) => {
+            const c = document.querySelector(`#charts canvas[data-tag='${tag}']`);
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 200 && Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) + Math.abs(d[i + 2] - want[2]) < 30) n++;
+            return n;
+        }""", [tag, hex_color])
+
+
+def test_dashboard_charts_overlay_and_tabs(dashboard, page):
+    srv, dashjob = dashboard
+    pg = page
+    pg.goto(srv.url)
+    pg.wait_for_selector("body[data-ready='1']")
+    pg.click(f"#functions li[data-fn='{dashjob.train.symbol}']")
+    pg.wait_for_selector("#runs tbody tr[data-run]")
+    ids = run_ids(pg)
+    assert len(ids) == 3
+    index = get_store().index
+    from memolab.tracking import query
+
+    by_lr = {r["hparams"]["lr"]: str(r["id"]) for r in query.runs(index, dashjob.train.symbol)}
+
+    # one evaluation: its chart has exactly the 60 logged points
+    select_runs(pg, [by_lr[0.05]])
+    wait_points(pg, "loss", "60")
+    # a second one is overlaid on the same chart with its own colour and a legend entry
+    select_runs(pg, [by_lr[0.2]])
+    wait_points(pg, "loss", "60,60")
+    canvas = pg.query_selector("#charts canvas[data-tag='loss']")
+    assert canvas.get_attribute("data-runs") == f"{by_lr[0.05]},{by_lr[0.2]}"
+    assert colored_pixels(pg, "loss", "#1f77b4") > 100 and colored_pixels(pg, "loss", "#d62728") > 100
+    legend = pg.inner_text(".card[data-tag='loss'] .legend")
+    assert "lr=0.05" in legend and "lr=0.2" in legend and "60 pts" in legend
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SHOTS / "scalars_overlay.png"), full_page=True)
+
+    # the controls redraw without errors; the regex filter hides tags
+    pg.fill("#smoothing", "0.9")
+    pg.dispatch_event("#smoothing", "input")
+    pg.check("#logscale")
+    pg.select_option("#xaxis", "relative")
+    pg.fill("#tag-filter", "^acc$")
+    pg.wait_for_function("() => document.querySelectorAll('#charts .card').length === 1")
+    assert pg.get_attribute("#charts .card", "data-tag") == "acc"
+    pg.fill("#tag-filter", "")
+    pg.wait_for_function("() => document.querySelectorAll('#charts .card').length === 2")
+
+    pg.click("#tabs button[data-tab='histograms']")
+    pg.wait_for_selector("#histograms canvas[data-steps='5']")
+    assert len(pg.query_selector_all("#histograms canvas")) == 2
+    pg.screenshot(path=str(SHOTS / "histograms.png"), full_page=True)
+
+    pg.click("#tabs button[data-tab='images']")
+    pg.wait_for_selector("#images .card img")
+    first = pg.query_selector("#images .card")
+    src_last = first.query_selector("img").get_attribute("src")
+    slider = first.query_selector("input.step-slider")
+    slider.fill("0")
+    slider.dispatch_event("input")
+    assert first.query_selector("img").get_attribute("src") != src_last
+    assert "step 0 (1/3)" in first.inner_text()
+    pg.screenshot(path=str(SHOTS / "images.png"), full_page=True)
+
+    pg.click("#tabs button[data-tab='text']")
+    pg.wait_for_selector("#texts pre")
+    assert "finished with loss" in pg.inner_text("#texts")
+
+    pg.click("#tabs button[data-tab='hparams']")
+    pg.wait_for_selector("#hparams tbody tr")
+    lr_col = pg.eval_on_selector_all("#hparams th", "ths => ths.findIndex(t => t.dataset.col === 'lr')")
+    column = ("(col) => [...document.querySelectorAll(`#hparams tbody tr td:nth-child(${col})`)]"
+              ".map(t => t.textContent).join(' ')")
+    pg.click("#hparams th[data-col='lr']")  # the table is re-fetched and re-drawn asynchronously: wait for it
+    pg.wait_for_function(f"() => ({column})({lr_col + 1}) === '0.05 0.1 0.2'", timeout=10000)
+    pg.click("#hparams th[data-col='lr']")
+    pg.wait_for_function(f"() => ({column})({lr_col + 1}) === '0.2 0.1 0.05'", timeout=10000)
+    assert "⟶ loss" in pg.inner_text("#hparams thead")
+    pg.screenshot(path=str(SHOTS / "hparams.png"), full_page=True)
+
+    # code diff between a v1 and the v2 evaluation
+    pg.click("#select-none")
+    pg.click("#tabs button[data-tab='scalars']")
+    select_runs(pg, [by_lr[0.05], by_lr[0.1]])
+    pg.click("#compare-code")
+    pg.wait_for_selector("#diff pre")
+    diff = pg.inner_text("#diff")
+    assert "-        loss *= 1 - lr * 0.5" in diff and "+        loss *= 1 - lr * 0.4" in diff
+    pg.screenshot(path=str(SHOTS / "code_diff.png"), full_page=True)
+    assert pg.errors == []
+    outside = [u for u in pg.requests if not (u.startswith(srv.url) or u.startswith("data:"))]
+    assert outside == [] and any(u.endswith("/static/app.js") for u in pg.requests)
+
+
+def test_running_evaluation_updates_live(tmp_store, page):
+    from memolab import memo
+
+    release = threading.Event()
+    progress = []
+
+    @memo
+    def slow_training(n):
+        for i in range(n):
+            memolab.log.scalar("loss", 1.0 / (i + 1), i)
+            progress.append(i)
+            time.sleep(0.02)
+            if i == 9:
+                release.wait(60)  # hold here until the browser has shown the first 10 points
+        return n
+
+    t = threading.Thread(target=slow_training, args=(30,), daemon=True)
+    t.start()
+    srv, _ = serve_in_thread(tmp_store)
+    try:
+        pg = page
+        while len(progress) < 10:
+            time.sleep(0.05)
+        pg.goto(srv.url + "?fn=" + slow_training.symbol)
+        pg.wait_for_selector("#runs tbody tr[data-run] .status.running", timeout=20000)
+        select_runs(pg, run_ids(pg))
+        wait_points(pg, "loss", "10")  # the background flush already wrote them while the function runs
+        assert "running" in pg.inner_text("#live")
+        pg.screenshot(path=str(SHOTS / "live_running.png"), full_page=True)
+        release.set()
+        t.join(30)
+        wait_points(pg, "loss", "30")  # polling picks up the rest and the final status without a reload
+        pg.wait_for_selector("#runs tbody tr[data-run] .status.done", timeout=20000)
+        assert pg.errors == []
+    finally:
+        release.set()
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_long_table_draws_200_rows_until_asked(tmp_store, page):
+    from memolab.tracking.sink import END, START, sink_for
+
+    s = sink_for(get_store().index)
+    for r in range(1, 251):
+        s.q.append((START, r, {"fn": "many:f", "started": float(r), "hparams": {"i": r}}))
+        s.q.append((END, r, "done", float(r) + 1, None))
+    s.flush()
+    srv, _ = serve_in_thread(tmp_store)
+    try:
+        pg = page
+        pg.goto(srv.url + "?fn=many:f")
+        pg.wait_for_selector("body[data-ready='1']")
+        assert len(pg.query_selector_all("#runs tbody tr[data-run]")) == 200
+        assert pg.inner_text("#show-all") == "show 50 more"
+        assert "250 evaluation(s)" in pg.inner_text("#run-count")
+        pg.click("#show-all button")
+        pg.wait_for_function("() => document.querySelectorAll('#runs tbody tr[data-run]').length === 250")
+        assert pg.query_selector("#show-all") is None and pg.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
