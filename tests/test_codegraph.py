@@ -336,7 +336,7 @@ def test_getattr_on_a_module_needs_no_warning_the_module_counts_whole(mods):
 
 def test_an_unhashable_global_warns_and_does_not_break_the_call(mods):
     m = mods.write("cg_lock", "import threading\nLOCK = threading.Lock()\n\ndef f(x):\n    with LOCK:\n        return x\n")
-    with pytest.warns(MemolabWarning, match="cg_lock:LOCK` cannot be hashed"):
+    with pytest.warns(MemolabWarning, match="value of `cg_lock:LOCK` cannot be hashed"):
         codegraph.function_code(m.f)
 
 
@@ -427,3 +427,10 @@ def test_enum_and_dataclass_classes(mods):
     assert codegraph.object_digest(m3.Cfg) != d_cfg
     m4 = mods.edit(m3, src.replace("default_factory=list", "default_factory=dict"))
     assert codegraph.object_digest(m4.Cfg) != d_cfg
+
+
+def test_source_excerpts_follow_a_reload(mods):
+    m = mods.write("cg_excerpt", "def f(x):\n    return x + 1\n")
+    assert "x + 1" in codegraph.function_code(m.f).sources["cg_excerpt:f"]
+    m = mods.edit(m, "def f(x):\n    return x + 2\n")
+    assert "x + 2" in codegraph.function_code(m.f).sources["cg_excerpt:f"]

@@ -219,6 +219,7 @@ def _class_excerpt(cls: type, own: List[types.FunctionType]) -> str:
     if not own:
         return ""
     filename = own[0].__code__.co_filename
+    linecache.checkcache(filename)
     lines = linecache.getlines(filename)
     if not lines:
         return ""
@@ -675,9 +676,9 @@ def _value_digest(v: Any, sym: str) -> str:
     try:
         return hash_value(v)
     except HashError as e:
-        _warn_once(("unhashable", sym), f"memolab: global `{sym}` cannot be hashed ({e}); it is left out of the "
-                                        "code digest, so changing it will not invalidate results. Pass it as an "
-                                        "argument, or register a hasher for its type.")
+        _warn_once(("unhashable", sym), f"memolab: the value of `{sym}` cannot be hashed ({e}); it is left out "
+                                        "of the code digest, so changing it will not invalidate results. Pass it "
+                                        "as an argument, or register a hasher for its type.")
         return f"unhashable:{type(v).__module__}.{type(v).__qualname__}"
 
 

@@ -253,6 +253,8 @@ def last_line(code: types.CodeType) -> int:
 
 def excerpt(code: types.CodeType) -> str:
     """The source lines of ``code`` (decorators included), for diffs; empty without source."""
+    # a reloaded module's file was read into linecache before the edit: look again
+    linecache.checkcache(code.co_filename)
     lines = linecache.getlines(code.co_filename)
     if not lines:
         return ""
