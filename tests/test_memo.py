@@ -325,3 +325,21 @@ def test_missing_blob_is_a_miss_that_recomputes_and_repairs(tmp_store):
         warnings.simplefilter("error")
         assert f()[-1] == 99_999  # repaired: a clean hit
     assert runs.n == 2
+
+
+def test_binding_fast_path_agrees_with_signature_bind(tmp_store):
+    """Plain signatures are bound by hand for speed; every form must give the key
+    ``inspect.Signature.bind`` gives, and every error it raises."""
+    @memo
+    def f(a, b=2, *, c=3, d):
+        return (a, b, c, d)
+
+    k = f.key(1, d=4)
+    assert f.key(1, 2, d=4) == k
+    assert f.key(a=1, d=4, c=3) == k
+    assert f.key(d=4, b=2, a=1) == k
+    assert f.key(1, d=4, c=5) != k
+    assert f(1, d=4) == (1, 2, 3, 4)
+    for bad_args, bad_kwargs in [((1, 2, 3), {"d": 4}), ((1,), {}), ((1,), {"d": 4, "e": 5}), ((1,), {"a": 1, "d": 4})]:
+        with pytest.raises(TypeError, match=r"f\(\)"):
+            f(*bad_args, **bad_kwargs)

@@ -59,6 +59,13 @@ class MemoFunction:
         if unknown:
             raise TypeError(f"@memo(ignore=...) names {unknown} which are not parameters of {fn.__qualname__}")
         self.ignore = frozenset(ignore)
+        params = list(self.signature.parameters.values())
+        plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+        self._fast_names: Optional[Tuple[str, ...]] = tuple(p.name for p in params) if plain else None
+        # positional slots exist only for positional-or-keyword parameters (they come first)
+        self._fast_npos = sum(p.kind == p.POSITIONAL_OR_KEYWORD for p in params)
+        self._defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
+        self._defaults_or_required = frozenset(p.name for p in params)
         self.version = None if version is None else str(version)
         self.deps = tuple(deps)
         if version_sensitivity is not None and version_sensitivity not in config.VERSION_SENSITIVITIES:
@@ -100,6 +107,24 @@ class MemoFunction:
         return cv.digest if self.version is None else f"{cv.digest}+v{self.version}"
 
     def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> inspect.BoundArguments:
+        """Bind with defaults applied; arguments always in signature order (the key depends on it)."""
+        fast = self._fast_names
+        if fast is not None and len(args) <= self._fast_npos:
+            # ``Signature.bind`` costs more than the rest of a hit: for plain
+            # signatures bind by hand, and fall back to it for anything unusual.
+            values = dict(zip(fast, args))
+            ok = True
+            for k, v in kwargs.items():
+                if k in values or k not in self._defaults_or_required:
+                    ok = False
+                    break
+                values[k] = v
+            if ok:
+                for k, d in self._defaults:
+                    if k not in values:
+                        values[k] = d
+                if len(values) == len(fast):
+                    return inspect.BoundArguments(self.signature, {k: values[k] for k in fast})  # type: ignore[arg-type]
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
