@@ -44,8 +44,8 @@ def train(data: np.ndarray, lr: float = 0.1, epochs: int = 50, verbose: bool = F
 if __name__ == "__main__":
     t0 = time.perf_counter()
     data = load_data(20_000)
+    if "--explain" in sys.argv:  # before the call: will it hit, and if not, why?
+        print(train.explain(data, lr=0.1))
     model = train(data, lr=0.1)
     took = time.perf_counter() - t0
     print(f"loss = {model['loss']:.6f}   ({took:.2f} s)")
-    if "--explain" in sys.argv:
-        print(train.explain(data, lr=0.1))
