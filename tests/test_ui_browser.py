@@ -222,8 +222,8 @@ def test_running_evaluation_updates_live(tmp_store, page):
     release = threading.Event()
     progress = []
 
-    @memo
-    def slow_training(n):
+    @memo(ignore=["release", "progress"])  # test plumbing, not content (and a lock cannot be hashed)
+    def slow_training(n, release, progress):
         for i in range(n):
             memolab.log.scalar("loss", 1.0 / (i + 1), i)
             progress.append(i)
@@ -232,7 +232,7 @@ def test_running_evaluation_updates_live(tmp_store, page):
                 release.wait(60)  # hold here until the browser has shown the first 10 points
         return n
 
-    t = threading.Thread(target=slow_training, args=(30,), daemon=True)
+    t = threading.Thread(target=slow_training, args=(30, release, progress), daemon=True)
     t.start()
     srv, _ = serve_in_thread(tmp_store)
     try:

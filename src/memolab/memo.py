@@ -15,7 +15,7 @@ import reprlib
 import sys
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 from . import codegraph, config, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss
@@ -154,71 +154,83 @@ class MemoFunction:
             return self._call_async(args, kwargs, force=True)
         return self._call(args, kwargs, force=True)
 
+    # The sync and async paths differ only in how they wait for another process
+    # and how they call ``fn``; everything else is shared below.
     def _call(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
-        bound = self.bind(args, kwargs)
-        key, per_arg, cv = self._key(bound)
-        store = self.store()
-        if not force:
-            found, value = store.load_from_memory(key)
-            if found:
-                hashing.remember_loaded(value, key)
-                return value
-        owner = store.owner_id()
+        call, value = self._prepare(args, kwargs, force)
+        if call is None:
+            return value
+        owner = call.store.owner_id()
         while True:
-            state, row = store.acquire(key, owner, force)
+            state, row = call.store.acquire(call.key, owner, force)
             if state == "hit":
-                found, value = self._load(store, key, row)
+                found, value = self._load(call.store, call.key, row)
                 if found:
                     return value
                 continue
-            t0 = time.time()
-            self._before_compute(store, key, bound, per_arg, cv, force)
-            run = _runs.begin(self.symbol, key, bound.arguments, store)  # logs made by fn attach to this run
+            t0, run = self._start(call)
             try:
-                value = self.fn(*bound.args, **bound.kwargs)
+                value = self.fn(*call.bound.args, **call.bound.kwargs)
             except BaseException:
-                store.release(key, owner)
-                _runs.end(run, "failed")
+                self._failed(call, owner, run)
                 raise
-            _runs.end(run, "done", self._save(store, key, owner, value, bound, per_arg, cv, t0))
+            self._done(call, owner, value, t0, run)
             return value
 
     async def _call_async(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
-        bound = self.bind(args, kwargs)
-        key, per_arg, cv = self._key(bound)
-        store = self.store()
-        if not force:
-            found, value = store.load_from_memory(key)
-            if found:
-                hashing.remember_loaded(value, key)
-                return value
+        call, value = self._prepare(args, kwargs, force)
+        if call is None:
+            return value
         import asyncio  # imported here: asyncio alone costs 30 ms of `import memolab`
 
-        task = asyncio.current_task()
-        owner = f"{store.owner_id()}:{id(task)}"
+        # one owner per task: two coroutines on one thread must not share a lease
+        owner = f"{call.store.owner_id()}:{id(asyncio.current_task())}"
         delay = 0.01
         while True:
-            state, row = store.try_acquire(key, owner, force)
+            state, row = call.store.try_acquire(call.key, owner, force)
             if state == "wait":
                 await asyncio.sleep(delay)  # never block the event loop while another process computes
                 delay = min(delay * 1.5, 0.25)
                 continue
             if state == "hit":
-                found, value = self._load(store, key, row)
+                found, value = self._load(call.store, call.key, row)
                 if found:
                     return value
                 continue
-            t0 = time.time()
-            self._before_compute(store, key, bound, per_arg, cv, force)
-            run = _runs.begin(self.symbol, key, bound.arguments, store)  # logs made by fn attach to this run
+            t0, run = self._start(call)
             try:
-                value = await self.fn(*bound.args, **bound.kwargs)
+                value = await self.fn(*call.bound.args, **call.bound.kwargs)
             except BaseException:
-                store.release(key, owner)
-                _runs.end(run, "failed")
+                self._failed(call, owner, run)
                 raise
-            _runs.end(run, "done", self._save(store, key, owner, value, bound, per_arg, cv, t0))
+            self._done(call, owner, value, t0, run)
             return value
+
+    def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
+        """Key the call. A hit on this process's in-memory copies returns (None, value)."""
+        bound = self.bind(args, kwargs)
+        key, per_arg, cv = self._key(bound)
+        store = self.store()
+        if not force:
+            found, value = store.load_from_memory(key)
+            if found:
+                hashing.remember_loaded(value, key)
+                return None, value
+        return _Call(bound, key, per_arg, cv, store, force), None
+
+    def _start(self, call: "_Call") -> Tuple[float, Any]:
+        """We own the key's lease: record why it missed and open a run for its logs."""
+        t0 = time.time()
+        self._before_compute(call.store, call.key, call.bound, call.per_arg, call.cv, call.force)
+        return t0, _runs.begin(self.symbol, call.key, call.bound.arguments, call.store)
+
+    def _failed(self, call: "_Call", owner: str, run: Any) -> None:
+        call.store.release(call.key, owner)
+        _runs.end(run, "failed")
+
+    def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any) -> None:
+        eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0)
+        _runs.end(run, "done", eval_id)
 
     def _load(self, store: Store, key: Key, row: Dict[str, Any]) -> Tuple[bool, Any]:
         try:
@@ -280,7 +292,7 @@ class MemoFunction:
             where = f" at {path}" if path else ""
             if config.settings().warn_unstorable:
                 warnings.warn(f"{self.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
-                              "but the next call will recompute it.", MemolabWarning, stacklevel=4)
+                              "but the next call will recompute it.", MemolabWarning, stacklevel=5)
             return None
 
     # -- inspection ------------------------------------------------------------------
@@ -296,6 +308,17 @@ class MemoFunction:
 
     def evaluations(self) -> List[Dict[str, Any]]:
         return self.store().index.evaluations(self.symbol)
+
+
+class _Call(NamedTuple):
+    """One call on its way through a miss."""
+
+    bound: inspect.BoundArguments
+    key: Key
+    per_arg: Dict[str, str]
+    cv: codegraph.CodeVersion
+    store: Store
+    force: bool
 
 
 class _BoundMemo:
