@@ -121,3 +121,25 @@ def test_store_format_round_trips_any_plain_value(tmp_path_factory, value):
     state, row = fresh.acquire(KEY, "other")
     assert state == "hit"
     assert fresh.load(KEY, row) == value
+
+
+def test_gc_spares_blobs_of_a_computation_in_flight(store):
+    """A writer puts blobs before it records the evaluation: gc must not take them."""
+    owner = store.owner_id()
+    assert store.acquire(KEY, owner) == ("owner", None)
+    fresh, _ = store.blobs.put(b"being saved right now")  # put, not yet recorded
+    assert store.collect_garbage() == (0, 0)
+    assert store.blobs.path(fresh).exists()
+    store.release(KEY, owner)  # nothing in flight any more
+    assert store.collect_garbage() == (1, len(b"being saved right now"))
+    assert not store.blobs.path(fresh).exists()
+
+
+def test_reusing_a_stored_blob_marks_it_recent(store):
+    d, n = store.blobs.put(b"old bytes")
+    old = time.time() - 7200
+    os.utime(store.blobs.path(d), (old, old))
+    store.index.set_stamp(d, BlobFolder._stamp(store.blobs.path(d).stat()))
+    assert store.blobs.put(b"old bytes") == (d, n)  # deduplicated ...
+    assert store.blobs.mtime(d) > time.time() - 60  # ... and touched, so gc sees it as in use
+    assert bytes(store.blobs.get(d, n)) == b"old bytes"

@@ -286,10 +286,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         if len(drop) > 30:
             print(f"… and {len(drop) - 30} more")
     if args.dry_run:
-        refs = store.index.referenced_blobs()
-        dropped = {e["id"] for e in drop}
-        dead = [d for d in store.blobs if not set(refs.get(d, ())) - dropped]
-        n, size = len(dead), sum(store.blobs.size(d) for d in dead)
+        dead = store.unreferenced_blobs(dropping=[e["id"] for e in drop])
+        n, size = len(dead), sum(s for _, s in dead)
     else:
         if drop:
             store.forget()

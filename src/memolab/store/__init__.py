@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, StoreMiss
@@ -233,29 +233,45 @@ class Store:
         self.collect_garbage()
         return n
 
+    #: while anything computes, unreferenced blobs this recent are spared by gc
+    IN_FLIGHT_GRACE = 3600.0
+
+    def unreferenced_blobs(self, dropping: Sequence[int] = ()) -> List[Tuple[str, int]]:
+        """Blobs no evaluation (other than ``dropping``) refers to: [(digest, size)].
+
+        A writer puts its blobs first and records its evaluation after, so a
+        blob may be unreferenced only because its evaluation is a moment away.
+        While any lease is live, blobs written or reused (touched) within
+        ``IN_FLIGHT_GRACE`` seconds are therefore spared. Even a blob lost to
+        this race costs a recomputation, never a wrong result: loads verify.
+        """
+        refs = self.index.referenced_blobs()
+        gone = set(dropping)
+        busy = self.index.live_leases(config.settings().lease_ttl) > 0
+        cutoff = time.time() - self.IN_FLIGHT_GRACE
+        out = []
+        for d in self.blobs:
+            if set(refs.get(d, ())) - gone:
+                continue
+            if busy and self.blobs.mtime(d) > cutoff:
+                continue
+            out.append((d, self.blobs.size(d)))
+        return out
+
     def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
         """Delete blobs no evaluation refers to: (count, bytes)."""
         if not dry_run:
             from ..tracking import retention
 
             retention.purge_orphans(self.index)  # logs live as long as their evaluation
-        refs = self.index.referenced_blobs()
-        count = size = 0
-        dead = []
-        for d in self.blobs:
-            if d not in refs:
-                count += 1
-                size += self.blobs.size(d)
-                dead.append(d)
-        if not dead and not dry_run:
-            self.blobs.clean_tmp()
-            return 0, 0
+        dead = self.unreferenced_blobs()
         if not dry_run:
-            for d in dead:
+            for d, _ in dead:
                 self.blobs.delete(d)
-            self.index.drop_stamps(dead)
+            if dead:
+                self.index.drop_stamps([d for d, _ in dead])
             self.blobs.clean_tmp()
-        return count, size
+        return len(dead), sum(n for _, n in dead)
 
 
 _stores: Dict[Tuple[str, int], Store] = {}

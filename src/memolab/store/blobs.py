@@ -148,11 +148,30 @@ class BlobFolder:
         return digest, mv.nbytes
 
     def _intact(self, final: Path, digest: str, size: int) -> bool:
+        """Is an intact copy already stored? If so, mark it as just used.
+
+        The touch matters for garbage collection: a writer that reuses an old
+        blob records its evaluation a moment later, and ``gc`` spares recent
+        blobs while computations are in flight (``Store.unreferenced_blobs``).
+        """
         try:
             st = final.stat()
         except FileNotFoundError:
             return False
-        return st.st_size == size and self._get_stamp(digest) == self._stamp(st)
+        if not (st.st_size == size and self._get_stamp(digest) == self._stamp(st)):
+            return False
+        try:
+            os.utime(final)
+            self._set_stamp(digest, self._stamp(final.stat()))  # verified a moment ago: carry the stamp over
+        except FileNotFoundError:
+            return False  # collected in between: write it again
+        return True
+
+    def mtime(self, digest: str) -> float:
+        try:
+            return self.path(digest).stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
 
     def _write_tmp(self, mv: memoryview, name: str) -> Path:
         tmp = self.tmp / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"

@@ -175,6 +175,11 @@ class Index:
                 c.execute("UPDATE leases SET heartbeat=? WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
                           (now, *key, owner))
 
+    def live_leases(self, ttl: float) -> int:
+        """How many computations are in flight (leases heart-beaten within ``ttl``)."""
+        row = self.conn().execute("SELECT COUNT(*) FROM leases WHERE heartbeat > ?", (time.time() - ttl,)).fetchone()
+        return int(row[0])
+
     def release(self, key: Key, owner: str) -> None:
         with self.write() as c:
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
