@@ -28,8 +28,15 @@ system-deps:
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# Every benchmark, peers side by side (adds HF `datasets` for the hashing table).
+# For HitSave's column: benchmarks/hit_overhead.py --hitsave-python VENV/bin/python
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,torch,bench]'
 	$(PY) benchmarks/hit_overhead.py
+	$(PY) benchmarks/hashing.py
+	$(PY) benchmarks/store_io.py
+	$(PY) benchmarks/codegraph.py
+	$(PY) benchmarks/scalar_logging.py
 
 clean:
 	rm -rf $(VENV) build .memolab

@@ -6,7 +6,7 @@ cost per call on the caller's thread (median of several rounds) plus the time to
 make everything durable afterwards (flush/close). Part 2 builds a store with
 many evaluations and a million scalar points and times the dashboard's API.
 
-    python benchmarks/logging.py [--n 200000] [--rounds 5] [--runs 1000] [--points 1000] [--big 1000000]
+    python benchmarks/scalar_logging.py [--n 200000] [--rounds 5] [--runs 1000] [--points 1000] [--big 1000000]
 
 Part 3 (when Playwright and /usr/bin/chromium are there) times the page itself on that store.
 """
@@ -15,15 +15,10 @@ from __future__ import annotations
 import os
 import sys
 
-# This file is named like the standard library's `logging`: keep its folder off the
-# import path, or `import logging` (asyncio, torch, playwright) would load this script.
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
+import argparse
+import json
+import subprocess
+import tempfile
 
 CHILD = r"""
 import json, os, statistics, sys, time, tempfile
