@@ -434,3 +434,35 @@ def test_source_excerpts_follow_a_reload(mods):
     assert "x + 1" in codegraph.function_code(m.f).sources["cg_excerpt:f"]
     m = mods.edit(m, "def f(x):\n    return x + 2\n")
     assert "x + 2" in codegraph.function_code(m.f).sources["cg_excerpt:f"]
+
+
+# -- review: code reached through library decorators, submodules and module values -------
+
+def test_helpers_wrapped_by_library_decorators_count_with_their_own_code(mods):
+    # contextlib.contextmanager and functools.singledispatch (like torch.no_grad())
+    # return a *function* defined in library code: the user's code is only
+    # reachable through ``__wrapped__`` (and singledispatch's registry).
+    cm = "import contextlib\n\n@contextlib.contextmanager\ndef scale():\n    yield 2\n\ndef f(x):\n    with scale() as k:\n        return x * k\n"
+    m = mods.write("cg_libdeco_cm", cm)
+    d0 = digest(m.f)
+    assert "cg_libdeco_cm:scale" in codegraph.function_code(m.f).deps
+    m = mods.edit(m, cm.replace("yield 2", "yield 3"))
+    assert digest(m.f) != d0
+
+    sd = ("import functools\n\n@functools.singledispatch\ndef op(x):\n    return x * 2\n\n"
+          "@op.register(int)\ndef _(x):\n    return x * 2\n\ndef f(x):\n    return op(x)\n")
+    m = mods.write("cg_libdeco_sd", sd)
+    d0 = digest(m.f)
+    m = mods.edit(m, sd.replace("def op(x):\n    return x * 2", "def op(x):\n    return x * 3"))
+    d1 = digest(m.f)
+    assert d1 != d0
+    m = mods.edit(m, sd.replace("def _(x):\n    return x * 2", "def _(x):\n    return x * 3"))
+    assert digest(m.f) not in (d0, d1)
+
+
+def test_a_memoized_function_under_a_library_decorator_counts_with_its_own_code(mods):
+    src = "import functools\nfrom memolab import memo\n\n@memo\n@functools.singledispatch\ndef f(x):\n    return x * 2\n"
+    m = mods.write("cg_libdeco_root", src)
+    d0 = m.f.code_version().digest
+    m = mods.edit(m, src.replace("x * 2", "x * 3"))
+    assert m.f.code_version().digest != d0

@@ -342,7 +342,25 @@ class _Graph:
         if kind == SKIP:
             return "memolab"
         self.deps[sym] = version
+        if isinstance(obj, types.FunctionType) and _unwrap(obj) is not obj:
+            # A library decorator that returns a *function* (contextlib.contextmanager,
+            # functools.singledispatch, torch.no_grad()) holds the user's code only in
+            # ``__wrapped__``: the library counts by version, the code it wraps by its own.
+            return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
         return sym
+
+    def held_code(self, wrapper: types.FunctionType) -> List[str]:
+        """Labels of code a library wrapper keeps in its attributes (singledispatch's ``registry``)."""
+        out = []
+        for name in sorted(vars(wrapper)):
+            if name.startswith("__"):
+                continue
+            v = vars(wrapper)[name]
+            held = v.values() if isinstance(v, (dict, types.MappingProxyType)) else (v,)
+            for h in held:  # a registry keeps registration order, which the source fixes
+                if _is_code(_unwrap(h)):
+                    out.append(f"{name}={self.target(h)}")
+        return out
 
     def value(self, sym: str, where: Any, name: Optional[str]) -> str:
         k = (id(where), name)
