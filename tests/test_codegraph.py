@@ -466,3 +466,13 @@ def test_a_memoized_function_under_a_library_decorator_counts_with_its_own_code(
     d0 = m.f.code_version().digest
     m = mods.edit(m, src.replace("x * 2", "x * 3"))
     assert m.f.code_version().digest != d0
+
+
+def test_a_user_module_hashed_as_a_value_follows_its_code(mods):
+    # a module passed as an argument or kept in a table is code, not a name
+    src = "def a(x):\n    return x + 1\n"
+    ops = mods.write("cg_modvalue", src)
+    h0 = hashing.hash_value(ops)
+    assert hashing.hash_value(ops) == h0
+    mods.edit(ops, src.replace("x + 1", "x + 2"))
+    assert hashing.hash_value(ops) != h0

@@ -616,8 +616,14 @@ def _encode_class(enc: Encoder, obj: type) -> None:
 
 
 def _encode_module(enc: Encoder, obj: Any) -> None:
+    from . import codegraph
+
     enc.write(b"M")
     enc.write_str(obj.__name__)
+    # A module held as a value (``MODS = {"ops": ops}``, an argument, a submodule
+    # bound after the graph was built) runs the code it binds: a name alone would
+    # keep the key when that code is edited.
+    enc.write_str(codegraph.object_digest(obj))
 
 
 def _encode_protocol(enc: Encoder, obj: Any) -> None:

@@ -414,9 +414,12 @@ class _Graph:
             return self.target(mod)
         obj = getattr(mod, name, _MISSING)
         if obj is _MISSING:
-            obj = sys.modules.get(f"{base}.{name}", _MISSING)
-        if obj is _MISSING:
-            return f"unresolved-import:{base}.{name}"
+            # ``from pkg import sub`` imports the submodule when the function runs,
+            # which is after the key is computed: import it now, as that statement will
+            try:
+                obj = sys.modules.get(f"{base}.{name}") or importlib.import_module(f"{base}.{name}")
+            except Exception:
+                return f"unresolved-import:{base}.{name}"
         if _is_code(_unwrap(obj)):
             return self.target(obj)
         return self.value(f"{_mod(mod.__dict__)}:{name}", mod.__dict__, name)
