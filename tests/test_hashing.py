@@ -326,3 +326,28 @@ def test_memo_ignore_leaves_arguments_out(tmp_store):
 def test_import_memolab_loads_neither_numpy_nor_torch(project):
     code = "import sys, memolab, memolab.files; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
     assert project.run("-c", code).stdout.strip() == "[]"
+
+
+def test_subclasses_of_value_types_do_not_share_keys_with_their_base():
+    # a subclass may override behaviour (here: what indexing returns), so equal
+    # content under another class must be another key
+    import fractions
+    from collections import OrderedDict
+
+    class Doubling(OrderedDict):
+        def __getitem__(self, k):
+            return 2 * super().__getitem__(k)
+
+    class Money(decimal.Decimal):
+        pass
+
+    class Half(fractions.Fraction):
+        pass
+
+    class Bound(functools.partial):
+        pass
+
+    for sub, base in [(Doubling(a=1), OrderedDict(a=1)), (Money("1.5"), decimal.Decimal("1.5")),
+                      (Half(1, 2), fractions.Fraction(1, 2)), (Bound(max, 1), functools.partial(max, 1))]:
+        assert H(sub) != H(base), type(sub).__name__
+        assert H(sub) == H(copy.copy(sub))  # still a value: equal content, same key

@@ -357,6 +357,8 @@ def _resolve(t: type) -> Handler:
     for base in t.__mro__[1:]:
         h = _dispatch.get(base)
         if h is not None and base not in _STRUCTURAL:
+            if base in _TYPE_BLIND:
+                h = _subclass_of(h)
             _dispatch[t] = h
             return h
     if hasattr(t, "__memo_hash__"):
@@ -367,6 +369,21 @@ def _resolve(t: type) -> Handler:
         h = _encode_object
     _dispatch[t] = h
     return h
+
+
+#: built-in value types whose handler writes the content but not the exact type:
+#: a subclass (``class Config(OrderedDict)`` overriding ``__getitem__``) would
+#: otherwise share keys with its base
+_TYPE_BLIND: set = set()
+
+
+def _subclass_of(base_handler: Handler) -> Handler:
+    def handler(enc: Encoder, obj: Any) -> None:
+        enc.write(b"\x1a")  # a subclass of a value type: its class (by code) comes first
+        _encode_class(enc, type(obj))
+        base_handler(enc, obj)
+
+    return handler
 
 
 # -- atoms -------------------------------------------------------------------------
@@ -890,6 +907,9 @@ def _register_builtins() -> None:
         enc.encode_child(obj.keywords, ".keywords")
 
     reg[functools.partial] = enc_partial
+    _TYPE_BLIND.update((OrderedDict, functools.partial, decimal.Decimal, fractions.Fraction, uuid.UUID,
+                        pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath,
+                        datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone))
 
 
 def _register_numpy() -> None:
