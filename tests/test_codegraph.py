@@ -476,3 +476,27 @@ def test_a_user_module_hashed_as_a_value_follows_its_code(mods):
     assert hashing.hash_value(ops) == h0
     mods.edit(ops, src.replace("x + 1", "x + 2"))
     assert hashing.hash_value(ops) != h0
+
+
+def test_a_helper_rebound_to_an_object_with_its_own_eq_is_seen(mods):
+    # The per-call check must compare namespace slots by identity: an object whose
+    # ``==`` says True to anything hid the rebinding, one whose ``==`` returns an
+    # array made the check raise instead of rebuilding the graph.
+    np = pytest.importorskip("numpy")
+    m = mods.write("cg_rebind_eq", "def helper(x):\n    return x + 1\n\ndef f(x):\n    return helper(x)\n")
+    d0 = digest(m.f)
+
+    class Agreeable:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+        def __call__(self, x):
+            return x + 10
+
+    m.helper = Agreeable()
+    d1 = digest(m.f)
+    assert d1 != d0
+    m.helper = np.arange(3)
+    assert digest(m.f) not in (d0, d1)

@@ -547,7 +547,8 @@ _active = _ActiveGuard()
 class _NsCheck:
     """What one namespace must still hold: the code objects the graph went through, the values it read."""
 
-    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "vget", "vidx", "vmulti", "vlast", "vimmutable")
+    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "cmulti", "vget", "vidx", "vmulti", "vlast",
+                 "vimmutable")
 
     def __init__(self, ns: Dict[str, Any]) -> None:
         self.ns = ns
@@ -555,6 +556,7 @@ class _NsCheck:
         self.last_tag: Any = None
         self.cget: Any = None
         self.cexpected: Any = None
+        self.cmulti = False
         self.vget: Any = None
         self.vidx: Tuple[int, ...] = ()
         self.vmulti = False
@@ -607,6 +609,7 @@ class _Root:
                 keys = sorted(code)
                 c.cget = operator.itemgetter(*keys)
                 c.cexpected = tuple(code[k] for k in keys) if len(keys) > 1 else code[keys[0]]
+                c.cmulti = len(keys) > 1
             if vnames:
                 c.vget = operator.itemgetter(*vnames)
                 c.vidx = tuple(vidx)
@@ -626,10 +629,12 @@ class _Root:
                 continue  # nothing written to this namespace since it was last checked
             ns = c.ns
             try:
-                # one C-level read and compare per namespace; a function, class or
-                # module compares equal only to itself
-                if c.cget is not None and c.cget(ns) != c.cexpected:
-                    return None
+                # one C-level read per namespace, compared by identity: ``!=`` would
+                # ask the *new* object, which may claim equality (or return an array)
+                if c.cget is not None:
+                    now = c.cget(ns)
+                    if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected):
+                        return None
                 cur = c.vget(ns) if c.vget is not None else ()
             except KeyError:  # a name the graph went through was deleted
                 return None
