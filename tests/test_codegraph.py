@@ -500,3 +500,16 @@ def test_a_helper_rebound_to_an_object_with_its_own_eq_is_seen(mods):
     assert d1 != d0
     m.helper = np.arange(3)
     assert digest(m.f) not in (d0, d1)
+
+
+def test_a_builtin_shadowed_after_the_first_call_is_seen(mods):
+    # a notebook cell defining ``round`` (or running ``from numpy import *``) after
+    # the memoized function was first called changes what the function runs
+    m = mods.write("cg_shadow", "def f(x):\n    return round(x)\n")
+    d0 = digest(m.f)
+    assert digest(m.f) == d0
+    m.round = lambda x: 42
+    d1 = digest(m.f)
+    assert d1 != d0
+    del m.round
+    assert digest(m.f) == d0

@@ -296,6 +296,8 @@ class _Graph:
         self.sources: Dict[str, str] = {}
         self.code_slots: List[Tuple[Dict[str, Any], str, Any]] = []
         self.code_checks: List[Tuple[types.FunctionType, types.CodeType]] = []
+        #: (namespace, name) of names that resolved to a builtin because the namespace lacks them
+        self.absent: List[Tuple[Dict[str, Any], str]] = []
         #: (symbol, namespace dict or cell, name or None for a cell)
         self.value_slots: List[Tuple[str, Any, Optional[str]]] = []
         self._keys: Dict[int, str] = {}
@@ -376,6 +378,8 @@ class _Graph:
         obj = ns.get(name, _MISSING)
         if obj is _MISSING:
             if name in builtins.__dict__:
+                # a later ``def round`` or ``from numpy import *`` shadows it: watch the name
+                self.absent.append((ns, name))
                 return "builtins"
             # not bound yet (defined later, or by exec): read it at call time anyway
             return self.value(f"{_mod(ns)}:{name}", ns, name)
@@ -547,8 +551,8 @@ _active = _ActiveGuard()
 class _NsCheck:
     """What one namespace must still hold: the code objects the graph went through, the values it read."""
 
-    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "cmulti", "vget", "vidx", "vmulti", "vlast",
-                 "vimmutable")
+    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "cmulti", "absent", "vget", "vidx", "vmulti",
+                 "vlast", "vimmutable")
 
     def __init__(self, ns: Dict[str, Any]) -> None:
         self.ns = ns
@@ -557,6 +561,7 @@ class _NsCheck:
         self.cget: Any = None
         self.cexpected: Any = None
         self.cmulti = False
+        self.absent: Tuple[str, ...] = ()
         self.vget: Any = None
         self.vidx: Tuple[int, ...] = ()
         self.vmulti = False
@@ -587,6 +592,10 @@ class _Root:
 
         #: (namespace, name, object) whose type overrides ``==``: checked by identity one by one
         self.same: List[Tuple[Any, str, Any]] = []
+        for ns, name in g.absent:
+            c = entry(ns)[0]
+            if name not in c.absent:
+                c.absent += (name,)
         for ns, name, obj in g.code_slots:
             if type(obj).__eq__ is not object.__eq__:
                 self.same.append((ns, name, obj))
@@ -635,6 +644,8 @@ class _Root:
                     now = c.cget(ns)
                     if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected):
                         return None
+                if c.absent and any(map(ns.__contains__, c.absent)):
+                    return None  # a name now shadows the builtin the graph resolved it to
                 cur = c.vget(ns) if c.vget is not None else ()
             except KeyError:  # a name the graph went through was deleted
                 return None
