@@ -513,3 +513,14 @@ def test_a_builtin_shadowed_after_the_first_call_is_seen(mods):
     assert d1 != d0
     del m.round
     assert digest(m.f) == d0
+
+
+def test_modules_imported_by_a_constant_name_in_the_body_count(mods):
+    # docs: importlib.import_module("const.name") inside the function is a dependency,
+    # however importlib or import_module is spelled
+    mods.write("cg_dyn_target", "def g(x):\n    return x * 2\n")
+    for i, call in enumerate(["importlib.import_module('cg_dyn_target')", "il.import_module('cg_dyn_target')",
+                              "import_module('cg_dyn_target')", "__import__('cg_dyn_target')"]):
+        m = mods.write(f"cg_dyn_user{i}", "import importlib\nimport importlib as il\nfrom importlib import import_module\n\n"
+                                          f"def f(x):\n    return {call}.g(x)\n")
+        assert "cg_dyn_target:<module>" in codegraph.function_code(m.f).deps, call
