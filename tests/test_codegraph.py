@@ -524,3 +524,9 @@ def test_modules_imported_by_a_constant_name_in_the_body_count(mods):
         m = mods.write(f"cg_dyn_user{i}", "import importlib\nimport importlib as il\nfrom importlib import import_module\n\n"
                                           f"def f(x):\n    return {call}.g(x)\n")
         assert "cg_dyn_target:<module>" in codegraph.function_code(m.f).deps, call
+
+
+def test_a_library_wrapper_reachable_from_its_own_attributes_terminates(mods):
+    m = mods.write("cg_libdeco_cycle", "import contextlib\n\n@contextlib.contextmanager\ndef scale():\n    yield 2\n\n"
+                                       "scale.again = scale\n\ndef f(x):\n    with scale() as k:\n        return x * k\n")
+    assert "cg_libdeco_cycle:scale" in codegraph.function_code(m.f).deps

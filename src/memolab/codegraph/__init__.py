@@ -306,6 +306,7 @@ class _Graph:
         self._root_fn: Any = None
         self._allow_callable = True  # only the first root, the memoized callable itself
         self._queue: List[Any] = []
+        self._unwrapping: set = set()
         self._keep: List[Any] = []
 
     # keys of user code nodes
@@ -344,11 +345,15 @@ class _Graph:
         if kind == SKIP:
             return "memolab"
         self.deps[sym] = version
-        if isinstance(obj, types.FunctionType) and _unwrap(obj) is not obj:
+        if isinstance(obj, types.FunctionType) and _unwrap(obj) is not obj and id(obj) not in self._unwrapping:
             # A library decorator that returns a *function* (contextlib.contextmanager,
             # functools.singledispatch, torch.no_grad()) holds the user's code only in
             # ``__wrapped__``: the library counts by version, the code it wraps by its own.
-            return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
+            self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
+            try:
+                return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
+            finally:
+                self._unwrapping.discard(id(obj))
         return sym
 
     def held_code(self, wrapper: types.FunctionType) -> List[str]:
