@@ -351,3 +351,25 @@ def test_subclasses_of_value_types_do_not_share_keys_with_their_base():
                       (Half(1, 2), fractions.Fraction(1, 2)), (Bound(max, 1), functools.partial(max, 1))]:
         assert H(sub) != H(base), type(sub).__name__
         assert H(sub) == H(copy.copy(sub))  # still a value: equal content, same key
+
+
+def test_numpy_subclasses_hash_their_own_state():
+    # the same bytes under another mask, or another attribute of a user subclass,
+    # are other values: the sum of a masked array depends on its mask
+    np = pytest.importorskip("numpy")
+    a = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    b = np.ma.array([1.0, 2.0, 3.0], mask=[0, 0, 0])
+    assert a.sum() != b.sum()
+    assert H(a) != H(b)
+    assert H(a) == H(np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0]))
+
+    class Tagged(np.ndarray):
+        def __array_finalize__(self, obj):
+            self.units = getattr(obj, "units", None)
+
+    x = np.arange(3.0).view(Tagged)
+    y = np.arange(3.0).view(Tagged)
+    x.units, y.units = "m", "km"
+    assert H(x) != H(y)
+    y.units = "m"
+    assert H(x) == H(y)

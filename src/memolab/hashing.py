@@ -972,9 +972,25 @@ def _register_numpy() -> None:
             enc.write_str(dtype_str(arr.dtype))
             enc.write(_pack_Q(arr.ndim) + b"".join(_pack_q(s) for s in arr.shape))
             enc.encode_child(arr.tolist(), "")
-            return
-        enc.write(b"a")
-        enc.write_leaf(arr, leaf)
+        else:
+            enc.write(b"a")
+            enc.write_leaf(arr, leaf)
+        if type(arr) is not np.ndarray:
+            subclass_state(enc, arr)
+
+    def subclass_state(enc: Encoder, arr: Any) -> None:
+        """What a subclass holds besides its data: a masked array's mask, a user subclass's attributes."""
+        ma = sys.modules.get("numpy.ma")
+        if ma is not None and isinstance(arr, ma.MaskedArray):
+            # masked values are still in the data; which ones are masked is what counts
+            enc.write(b"k")
+            enc.encode_child(ma.getmaskarray(arr), ".mask")
+            enc.encode_child(arr.fill_value, ".fill_value")
+            enc.write(b"T" if arr.hardmask else b"F")
+        elif type(arr).__module__.split(".", 1)[0] != "numpy":
+            # a user or third-party subclass (units, tags) may carry state and override behaviour
+            _encode_class(enc, type(arr))
+            _encode_extra_state(enc, arr)
 
     def enc_scalar(enc: Encoder, x: Any) -> None:
         enc.write(b"g")
