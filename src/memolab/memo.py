@@ -73,6 +73,9 @@ class MemoFunction:
                              f"not {version_sensitivity!r}")
         self.version_sensitivity = version_sensitivity
         self.symbol = codegraph.symbol_of(fn)
+        # A callable object (a bound method, a partial, an instance with __call__)
+        # carries inputs of its own: it is hashed with the arguments on every call.
+        self._implicit: Optional[Any] = None if codegraph._is_code(codegraph._unwrap(fn)) else fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self._store_path = store
         self._store_cache: Tuple[Any, Optional[Store]] = (None, None)
@@ -139,6 +142,8 @@ class MemoFunction:
     def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion]:
         cv = self.code_version()
         named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
+        if self._implicit is not None:
+            named.append((_IMPLICIT, self._implicit))
         args_digest, per_arg = hashing.hash_arguments(named)
         return (self.symbol, self._code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv
 
@@ -257,7 +262,8 @@ class MemoFunction:
             pass
 
     def _arg_snapshot(self, bound: inspect.BoundArguments, per_arg: Dict[str, str]) -> Dict[str, List[str]]:
-        return {n: [d, short_repr(bound.arguments[n])] for n, d in per_arg.items()}
+        return {n: [d, short_repr(bound.arguments[n] if n in bound.arguments else self._implicit)]
+                for n, d in per_arg.items()}
 
     def _save(self, store: Store, key: Key, owner: str, value: Any, bound: inspect.BoundArguments,
               per_arg: Dict[str, str], cv: codegraph.CodeVersion, t0: float) -> Optional[int]:
@@ -308,6 +314,10 @@ class MemoFunction:
 
     def evaluations(self) -> List[Dict[str, Any]]:
         return self.store().index.evaluations(self.symbol)
+
+
+#: the argument name under which a memoized callable object's own state is keyed
+_IMPLICIT = "<callable>"
 
 
 class _Call(NamedTuple):
