@@ -530,3 +530,18 @@ def test_a_library_wrapper_reachable_from_its_own_attributes_terminates(mods):
     m = mods.write("cg_libdeco_cycle", "import contextlib\n\n@contextlib.contextmanager\ndef scale():\n    yield 2\n\n"
                                        "scale.again = scale\n\ndef f(x):\n    with scale() as k:\n        return x * k\n")
     assert "cg_libdeco_cycle:scale" in codegraph.function_code(m.f).deps
+
+
+def test_ipython_autoreload_patching_a_class_in_place_is_seen(mods, tmp_path):
+    # %autoreload 2 reloads the module and patches the *old* class's methods in
+    # place (their __code__), so a notebook's `from model import Net` keeps the
+    # old class object: its cached analysis must not outlive that patch
+    autoreload = pytest.importorskip("IPython.extensions.autoreload")
+    src = "class Net:\n    def forward(self, x):\n        return x * 2\n"
+    model = mods.write("cg_ar_model", src)
+    m = mods.write("cg_ar_user", "from cg_ar_model import Net\n\ndef f(x):\n    return Net().forward(x)\n")
+    d0 = digest(m.f)
+    (tmp_path / "cg_ar_model.py").write_text(src.replace("x * 2", "x * 3"))
+    autoreload.superreload(model)
+    assert m.Net().forward(1) == 3  # the old class object now runs the new code
+    assert digest(m.f) != d0

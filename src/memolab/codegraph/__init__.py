@@ -144,9 +144,10 @@ _CLASS_SKIP = frozenset(("__module__", "__qualname__", "__doc__", "__dict__", "_
 class _ClassInfo:
     """What a class's own code says: digest, references of its methods, other code it holds, excerpt."""
 
-    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "ns", "__weakref__")
+    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "ns", "stamp", "__weakref__")
 
     def __init__(self, cls: type) -> None:
+        self.stamp = _class_stamp(cls)
         parts: List[str] = [cls.__qualname__]
         refs: set = set()
         dynamic: list = []
@@ -239,8 +240,32 @@ def _class_excerpt(cls: type, own: List[types.FunctionType]) -> str:
 _class_infos: "weakref.WeakKeyDictionary[type, _ClassInfo]" = weakref.WeakKeyDictionary()
 
 
+def _class_stamp(cls: type) -> Tuple[Tuple[str, ...], Tuple[Any, ...]]:
+    """What a class's analysis was made from: its attributes and the code objects of its functions.
+
+    IPython's ``%autoreload`` patches an old class in place (``setattr`` on the
+    class, ``__code__`` on its functions) while notebooks keep using it.
+    """
+    names = tuple(cls.__dict__)
+    objs: List[Any] = []
+    for v in cls.__dict__.values():
+        objs.append(v)
+        f = getattr(v, "__func__", None) if isinstance(v, (staticmethod, classmethod)) else v
+        if isinstance(v, property):
+            objs.extend(getattr(p, "__code__", p) for p in (v.fget, v.fset, v.fdel))
+        elif isinstance(f, types.FunctionType):
+            objs.append(f.__code__)
+    return names, tuple(objs)
+
+
 def _class_info(cls: type) -> _ClassInfo:
+    """The cached analysis of ``cls``, redone when the class was changed since (checked per graph build)."""
     info = _class_infos.get(cls)
+    if info is not None:
+        names, objs = _class_stamp(cls)
+        if names != info.stamp[0] or len(objs) != len(info.stamp[1]) \
+                or not all(map(operator.is_, objs, info.stamp[1])):
+            info = None
     if info is None:
         info = _class_infos[cls] = _ClassInfo(cls)
     return info
