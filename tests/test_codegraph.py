@@ -545,3 +545,14 @@ def test_ipython_autoreload_patching_a_class_in_place_is_seen(mods, tmp_path):
     autoreload.superreload(model)
     assert m.Net().forward(1) == 3  # the old class object now runs the new code
     assert digest(m.f) != d0
+
+
+def test_singledispatchmethod_bodies_count(mods):
+    src = ("import functools\n\nclass C:\n    @functools.singledispatchmethod\n    def m(self, x):\n        return x * 2\n\n"
+           "    @m.register\n    def _(self, x: int):\n        return x * 2\n\ndef f(x):\n    return C().m(x)\n")
+    m = mods.write("cg_sdm", src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot be hashed" warning either
+        d0 = digest(m.f)
+    m = mods.edit(m, src.replace("def m(self, x):\n        return x * 2", "def m(self, x):\n        return x * 3"))
+    assert digest(m.f) != d0

@@ -19,6 +19,7 @@ so it is rebuilt, reusing every analysis that still applies.
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import linecache
 import operator
@@ -190,6 +191,10 @@ class _ClassInfo:
                         function(f"{name}<property.{part}>", getattr(v, part))
             elif type(v).__name__ == "cached_property" and hasattr(v, "func"):
                 function(f"{name}<cached_property>", v.func)
+            elif isinstance(v, functools.singledispatchmethod):
+                # its own body, and the dispatcher holding every registered implementation
+                function(f"{name}<singledispatchmethod>", v.func)
+                self.edges.append((f"{name}<dispatcher>", v.dispatcher))
             elif isinstance(v, types.FunctionType) or (hasattr(v, "__wrapped__") and callable(v)):
                 function(name, v)
             elif isinstance(v, cls):
