@@ -556,3 +556,17 @@ def test_singledispatchmethod_bodies_count(mods):
         d0 = digest(m.f)
     m = mods.edit(m, src.replace("def m(self, x):\n        return x * 2", "def m(self, x):\n        return x * 3"))
     assert digest(m.f) != d0
+
+
+def test_a_singledispatch_function_hashes_as_a_value_and_follows_its_code(mods):
+    # passed as an argument or kept in a table, a library wrapper function is hashed by
+    # value: its closure reaches the library's weak dispatch cache, which cannot be hashed
+    src = ("import functools\n\n@functools.singledispatch\ndef g(x):\n    return x * 2\n\n"
+           "OPS = {'g': g}\n\ndef f(x):\n    return OPS['g'](x)\n")
+    m = mods.write("cg_sd_value", src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h0, d0 = hashing.hash_value(m.g), digest(m.f)
+    m = mods.edit(m, src.replace("x * 2", "x * 3"))
+    assert hashing.hash_value(m.g) != h0
+    assert digest(m.f) != d0

@@ -33,6 +33,7 @@ import os
 import struct
 import sys
 import threading
+import types
 from collections import OrderedDict
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -598,6 +599,13 @@ def _encode_function(enc: Encoder, obj: Any) -> None:
                 continue
             if value is obj:
                 enc.write(b"@")
+                continue
+            if type(value) is types.FunctionType and value.__closure__ and not codegraph.is_user_code(value):
+                # library code captured by a closure (singledispatch's ``dispatch``) counts by
+                # its digest; its own captured state is library bookkeeping (weak caches)
+                enc.write(b"p")
+                enc.write_str(codegraph.symbol_of(value))
+                enc.write_str(codegraph.object_digest(value))
                 continue
             enc.encode_child(value, f".<closure {name}>")
         enc.write(b")")

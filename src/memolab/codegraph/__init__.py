@@ -122,6 +122,11 @@ def _origin(obj: Any) -> Tuple[str, str, str]:
     return origins.module_origin(mod, ns.get("__file__"))
 
 
+def is_user_code(obj: Any) -> bool:
+    """Is ``obj`` (a function, class or module) the user's code, hashed by its source?"""
+    return _origin(obj)[0] == USER
+
+
 def _warn_once(where: Tuple[Any, ...], message: str) -> None:
     if where in _warned:
         return
