@@ -17,7 +17,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union, overload
 
-from . import codegraph, config, hashing
+from . import codegraph, config, files, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
@@ -139,12 +139,15 @@ class MemoFunction:
         """The store key this call would use (function, code digest, argument digest, schema)."""
         return self._key(self.bind(args, kwargs))[0]
 
-    def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion]:
-        cv = self.code_version()
+    def _named(self, bound: inspect.BoundArguments) -> List[Tuple[str, Any]]:
         named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
         if self._implicit is not None:
             named.append((_IMPLICIT, self._implicit))
-        args_digest, per_arg = hashing.hash_arguments(named)
+        return named
+
+    def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion]:
+        cv = self.code_version()
+        args_digest, per_arg = hashing.hash_arguments(self._named(bound))
         return (self.symbol, self._code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv
 
     # -- calling ---------------------------------------------------------------------
@@ -214,6 +217,7 @@ class MemoFunction:
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""
         bound = self.bind(args, kwargs)
+        hashed_files = files.encoded
         key, per_arg, cv = self._key(bound)
         store = self.store()
         if not force:
@@ -221,7 +225,7 @@ class MemoFunction:
             if found:
                 hashing.remember_loaded(value, key)
                 return None, value
-        return _Call(bound, key, per_arg, cv, store, force), None
+        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
         """We own the key's lease: record why it missed and open a run for its logs."""
@@ -234,8 +238,23 @@ class MemoFunction:
         _runs.end(run, "failed")
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any) -> None:
+        if call.files and not self._same_files(call):
+            # A file argument was rewritten between keying and reading: the result
+            # belongs to neither content, so it is returned but not stored.
+            warnings.warn(f"{self.symbol}: a memolab.File/Dir argument changed while the function ran; the result "
+                          "is returned but not stored", MemolabWarning, stacklevel=4)
+            call.store.release(call.key, owner)
+            _runs.end(run, "done", None)
+            return
         eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0)
         _runs.end(run, "done", eval_id)
+
+    def _same_files(self, call: "_Call") -> bool:
+        """Do the arguments (their files) still hash to the key's argument digest?"""
+        try:
+            return hashing.hash_arguments(self._named(call.bound))[0] == call.key[2]
+        except Exception:  # a file vanished: not what the key says either
+            return False
 
     def _load(self, store: Store, key: Key, row: Dict[str, Any]) -> Tuple[bool, Any]:
         try:
@@ -329,6 +348,8 @@ class _Call(NamedTuple):
     cv: codegraph.CodeVersion
     store: Store
     force: bool
+    #: the key hashed File/Dir arguments: re-check them before storing
+    files: bool = False
 
 
 class _BoundMemo:
