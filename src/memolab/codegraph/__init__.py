@@ -678,14 +678,15 @@ class _Root:
                 continue  # nothing written to this namespace since it was last checked
             ns = c.ns
             try:
-                # one C-level read per namespace, compared by identity: ``!=`` would
-                # ask the *new* object, which may claim equality (or return an array)
-                if c.cget is not None:
-                    now = c.cget(ns)
-                    if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected):
-                        return None
-                if c.absent and any(map(ns.__contains__, c.absent)):
-                    return None  # a name now shadows the builtin the graph resolved it to
+                if tag is None or tag != c.last_tag:  # names can only be rebound by a write
+                    # one C-level read per namespace, compared by identity: ``!=`` would
+                    # ask the *new* object, which may claim equality (or return an array)
+                    if c.cget is not None:
+                        now = c.cget(ns)
+                        if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected):
+                            return None
+                    if c.absent and any(map(ns.__contains__, c.absent)):
+                        return None  # a name now shadows the builtin the graph resolved it to
                 cur = c.vget(ns) if c.vget is not None else ()
             except KeyError:  # a name the graph went through was deleted
                 return None
