@@ -373,3 +373,19 @@ def test_numpy_subclasses_hash_their_own_state():
     assert H(x) != H(y)
     y.units = "m"
     assert H(x) == H(y)
+
+
+def test_flag_values_without_a_name_hash_by_value():
+    # P(0) and IntFlag values with unnamed bits have name None: hashing crashed
+    # (AttributeError) instead of keying them by value
+    class P(enum.Flag):
+        R = 1
+        W = 2
+
+    class I(enum.IntFlag):
+        A = 1
+        B = 2
+
+    assert H(P(0)) == H(P(0)) and H(P(0)) != H(P.R)
+    assert H(I(8)) != H(I(4)) and H(I(0)) != H(I(8))
+    assert H(P.R | P.W) != H(P.R)

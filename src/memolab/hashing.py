@@ -899,7 +899,13 @@ def _register_builtins() -> None:
     def enc_enum(enc: Encoder, obj: Any) -> None:
         enc.write(b"E")
         _encode_class(enc, type(obj))
-        enc.write_str(obj.name)
+        if obj.name is None:
+            # a Flag with no named bits set (P(0)) or bits no member names (IntFlag(8)):
+            # its value is what it is
+            enc.write(b"\x00")
+            enc.encode_child(obj._value_, "._value_")
+        else:
+            enc.write_str(obj.name)
 
     reg[enum.Enum] = enc_enum
     reg[enum.IntEnum] = enc_enum
