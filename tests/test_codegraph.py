@@ -434,3 +434,139 @@ def test_source_excerpts_follow_a_reload(mods):
     assert "x + 1" in codegraph.function_code(m.f).sources["cg_excerpt:f"]
     m = mods.edit(m, "def f(x):\n    return x + 2\n")
     assert "x + 2" in codegraph.function_code(m.f).sources["cg_excerpt:f"]
+
+
+# -- review: code reached through library decorators, submodules and module values -------
+
+def test_helpers_wrapped_by_library_decorators_count_with_their_own_code(mods):
+    # contextlib.contextmanager and functools.singledispatch (like torch.no_grad())
+    # return a *function* defined in library code: the user's code is only
+    # reachable through ``__wrapped__`` (and singledispatch's registry).
+    cm = "import contextlib\n\n@contextlib.contextmanager\ndef scale():\n    yield 2\n\ndef f(x):\n    with scale() as k:\n        return x * k\n"
+    m = mods.write("cg_libdeco_cm", cm)
+    d0 = digest(m.f)
+    assert "cg_libdeco_cm:scale" in codegraph.function_code(m.f).deps
+    m = mods.edit(m, cm.replace("yield 2", "yield 3"))
+    assert digest(m.f) != d0
+
+    sd = ("import functools\n\n@functools.singledispatch\ndef op(x):\n    return x * 2\n\n"
+          "@op.register(int)\ndef _(x):\n    return x * 2\n\ndef f(x):\n    return op(x)\n")
+    m = mods.write("cg_libdeco_sd", sd)
+    d0 = digest(m.f)
+    m = mods.edit(m, sd.replace("def op(x):\n    return x * 2", "def op(x):\n    return x * 3"))
+    d1 = digest(m.f)
+    assert d1 != d0
+    m = mods.edit(m, sd.replace("def _(x):\n    return x * 2", "def _(x):\n    return x * 3"))
+    assert digest(m.f) not in (d0, d1)
+
+
+def test_a_memoized_function_under_a_library_decorator_counts_with_its_own_code(mods):
+    src = "import functools\nfrom memolab import memo\n\n@memo\n@functools.singledispatch\ndef f(x):\n    return x * 2\n"
+    m = mods.write("cg_libdeco_root", src)
+    d0 = m.f.code_version().digest
+    m = mods.edit(m, src.replace("x * 2", "x * 3"))
+    assert m.f.code_version().digest != d0
+
+
+def test_a_user_module_hashed_as_a_value_follows_its_code(mods):
+    # a module passed as an argument or kept in a table is code, not a name
+    src = "def a(x):\n    return x + 1\n"
+    ops = mods.write("cg_modvalue", src)
+    h0 = hashing.hash_value(ops)
+    assert hashing.hash_value(ops) == h0
+    mods.edit(ops, src.replace("x + 1", "x + 2"))
+    assert hashing.hash_value(ops) != h0
+
+
+def test_a_helper_rebound_to_an_object_with_its_own_eq_is_seen(mods):
+    # The per-call check must compare namespace slots by identity: an object whose
+    # ``==`` says True to anything hid the rebinding, one whose ``==`` returns an
+    # array made the check raise instead of rebuilding the graph.
+    np = pytest.importorskip("numpy")
+    m = mods.write("cg_rebind_eq", "def helper(x):\n    return x + 1\n\ndef f(x):\n    return helper(x)\n")
+    d0 = digest(m.f)
+
+    class Agreeable:
+        def __eq__(self, other):
+            return True
+
+        __hash__ = object.__hash__
+
+        def __call__(self, x):
+            return x + 10
+
+    m.helper = Agreeable()
+    d1 = digest(m.f)
+    assert d1 != d0
+    m.helper = np.arange(3)
+    assert digest(m.f) not in (d0, d1)
+
+
+def test_a_builtin_shadowed_after_the_first_call_is_seen(mods):
+    # a notebook cell defining ``round`` (or running ``from numpy import *``) after
+    # the memoized function was first called changes what the function runs
+    m = mods.write("cg_shadow", "def f(x):\n    return round(x)\n")
+    d0 = digest(m.f)
+    assert digest(m.f) == d0
+    m.round = lambda x: 42
+    d1 = digest(m.f)
+    assert d1 != d0
+    del m.round
+    assert digest(m.f) == d0
+
+
+def test_modules_imported_by_a_constant_name_in_the_body_count(mods):
+    # docs: importlib.import_module("const.name") inside the function is a dependency,
+    # however importlib or import_module is spelled
+    mods.write("cg_dyn_target", "def g(x):\n    return x * 2\n")
+    for i, call in enumerate(["importlib.import_module('cg_dyn_target')", "il.import_module('cg_dyn_target')",
+                              "import_module('cg_dyn_target')", "__import__('cg_dyn_target')"]):
+        m = mods.write(f"cg_dyn_user{i}", "import importlib\nimport importlib as il\nfrom importlib import import_module\n\n"
+                                          f"def f(x):\n    return {call}.g(x)\n")
+        assert "cg_dyn_target:<module>" in codegraph.function_code(m.f).deps, call
+
+
+def test_a_library_wrapper_reachable_from_its_own_attributes_terminates(mods):
+    m = mods.write("cg_libdeco_cycle", "import contextlib\n\n@contextlib.contextmanager\ndef scale():\n    yield 2\n\n"
+                                       "scale.again = scale\n\ndef f(x):\n    with scale() as k:\n        return x * k\n")
+    assert "cg_libdeco_cycle:scale" in codegraph.function_code(m.f).deps
+
+
+def test_ipython_autoreload_patching_a_class_in_place_is_seen(mods, tmp_path):
+    # %autoreload 2 reloads the module and patches the *old* class's methods in
+    # place (their __code__), so a notebook's `from model import Net` keeps the
+    # old class object: its cached analysis must not outlive that patch
+    autoreload = pytest.importorskip("IPython.extensions.autoreload")
+    src = "class Net:\n    def forward(self, x):\n        return x * 2\n"
+    model = mods.write("cg_ar_model", src)
+    m = mods.write("cg_ar_user", "from cg_ar_model import Net\n\ndef f(x):\n    return Net().forward(x)\n")
+    d0 = digest(m.f)
+    (tmp_path / "cg_ar_model.py").write_text(src.replace("x * 2", "x * 3"))
+    autoreload.superreload(model)
+    assert m.Net().forward(1) == 3  # the old class object now runs the new code
+    assert digest(m.f) != d0
+
+
+def test_singledispatchmethod_bodies_count(mods):
+    src = ("import functools\n\nclass C:\n    @functools.singledispatchmethod\n    def m(self, x):\n        return x * 2\n\n"
+           "    @m.register\n    def _(self, x: int):\n        return x * 2\n\ndef f(x):\n    return C().m(x)\n")
+    m = mods.write("cg_sdm", src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot be hashed" warning either
+        d0 = digest(m.f)
+    m = mods.edit(m, src.replace("def m(self, x):\n        return x * 2", "def m(self, x):\n        return x * 3"))
+    assert digest(m.f) != d0
+
+
+def test_a_singledispatch_function_hashes_as_a_value_and_follows_its_code(mods):
+    # passed as an argument or kept in a table, a library wrapper function is hashed by
+    # value: its closure reaches the library's weak dispatch cache, which cannot be hashed
+    src = ("import functools\n\n@functools.singledispatch\ndef g(x):\n    return x * 2\n\n"
+           "OPS = {'g': g}\n\ndef f(x):\n    return OPS['g'](x)\n")
+    m = mods.write("cg_sd_value", src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        h0, d0 = hashing.hash_value(m.g), digest(m.f)
+    m = mods.edit(m, src.replace("x * 2", "x * 3"))
+    assert hashing.hash_value(m.g) != h0
+    assert digest(m.f) != d0

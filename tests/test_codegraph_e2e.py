@@ -203,6 +203,15 @@ CASES = [
           "main.py": main_py("importlib.import_module(NAME).a(x)", "import importlib\nNAME = 'plugins'").replace(
               "@memo", "@memo(deps=['plugins'])")},
          {"plugins.py": "def a(x):\n    return x + 2\n"}, "miss", "`plugins:a` changed"),
+    # the submodule is not imported yet when the key is computed: only the call imports it
+    Case("submodule imported inside the function with `from pkg import sub`",
+         {"pkg/__init__.py": "", "pkg/sub.py": "def a(x):\n    return x + 1\n",
+          "main.py": main_py("sub.a(x)").replace("    return", "    from pkg import sub\n    return")},
+         {"pkg/sub.py": "def a(x):\n    return x + 2\n"}, "miss"),
+    Case("user module held in a module-level table",
+         {"ops.py": "def a(x):\n    return x + 1\n",
+          "main.py": main_py("MODS['ops'].a(x)", "import ops\nMODS = {'ops': ops}")},
+         {"ops.py": "def a(x):\n    return x + 2\n"}, "miss"),
 ]
 
 

@@ -326,3 +326,66 @@ def test_memo_ignore_leaves_arguments_out(tmp_store):
 def test_import_memolab_loads_neither_numpy_nor_torch(project):
     code = "import sys, memolab, memolab.files; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
     assert project.run("-c", code).stdout.strip() == "[]"
+
+
+def test_subclasses_of_value_types_do_not_share_keys_with_their_base():
+    # a subclass may override behaviour (here: what indexing returns), so equal
+    # content under another class must be another key
+    import fractions
+    from collections import OrderedDict
+
+    class Doubling(OrderedDict):
+        def __getitem__(self, k):
+            return 2 * super().__getitem__(k)
+
+    class Money(decimal.Decimal):
+        pass
+
+    class Half(fractions.Fraction):
+        pass
+
+    class Bound(functools.partial):
+        pass
+
+    for sub, base in [(Doubling(a=1), OrderedDict(a=1)), (Money("1.5"), decimal.Decimal("1.5")),
+                      (Half(1, 2), fractions.Fraction(1, 2)), (Bound(max, 1), functools.partial(max, 1))]:
+        assert H(sub) != H(base), type(sub).__name__
+        assert H(sub) == H(copy.copy(sub))  # still a value: equal content, same key
+
+
+def test_numpy_subclasses_hash_their_own_state():
+    # the same bytes under another mask, or another attribute of a user subclass,
+    # are other values: the sum of a masked array depends on its mask
+    np = pytest.importorskip("numpy")
+    a = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    b = np.ma.array([1.0, 2.0, 3.0], mask=[0, 0, 0])
+    assert a.sum() != b.sum()
+    assert H(a) != H(b)
+    assert H(a) == H(np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0]))
+
+    class Tagged(np.ndarray):
+        def __array_finalize__(self, obj):
+            self.units = getattr(obj, "units", None)
+
+    x = np.arange(3.0).view(Tagged)
+    y = np.arange(3.0).view(Tagged)
+    x.units, y.units = "m", "km"
+    assert H(x) != H(y)
+    y.units = "m"
+    assert H(x) == H(y)
+
+
+def test_flag_values_without_a_name_hash_by_value():
+    # P(0) and IntFlag values with unnamed bits have name None: hashing crashed
+    # (AttributeError) instead of keying them by value
+    class P(enum.Flag):
+        R = 1
+        W = 2
+
+    class I(enum.IntFlag):
+        A = 1
+        B = 2
+
+    assert H(P(0)) == H(P(0)) and H(P(0)) != H(P.R)
+    assert H(I(8)) != H(I(4)) and H(I(0)) != H(I(8))
+    assert H(P.R | P.W) != H(P.R)

@@ -185,3 +185,36 @@ def test_memoized_function_follows_file_edits(tmp_path, quiet):
     p.write_text("abcd")
     assert count(memolab.File(p)) == 4
     assert len(calls) == 2
+
+
+def test_a_file_rewritten_while_the_function_runs_is_not_stored_under_its_old_content(tmp_path, quiet):
+    # The key is taken from the content before the call; another process rewrites
+    # the file before the function reads it. Storing that result under the old
+    # content's key would hand it out later for the old content.
+    import subprocess
+    import sys
+    import warnings
+
+    p = tmp_path / "in.txt"
+    trigger = str(tmp_path / "rewrite-now")  # another writer shows up during this call
+    calls = Calls()
+
+    @memolab.memo
+    def size(f):
+        calls.append(1)
+        if os.path.exists(trigger):
+            os.unlink(trigger)
+            subprocess.run([sys.executable, "-c", f"open({str(p)!r}, 'w').write('abcdefgh')"], check=True)
+        with open(f) as fh:
+            return len(fh.read())
+
+    p.write_text("abc")
+    open(trigger, "w").close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert size(memolab.File(p)) == 8
+    assert any("changed while" in str(w.message) for w in caught)
+    p.write_text("abc")
+    assert size(memolab.File(p)) == 3  # computed for "abc", not the 8 of the rewritten file
+    assert size(memolab.File(p)) == 3
+    assert len(calls) == 2

@@ -343,3 +343,36 @@ def test_binding_fast_path_agrees_with_signature_bind(tmp_store):
     for bad_args, bad_kwargs in [((1, 2, 3), {"d": 4}), ((1,), {}), ((1,), {"d": 4, "e": 5}), ((1,), {"a": 1, "d": 4})]:
         with pytest.raises(TypeError, match=r"f\(\)"):
             f(*bad_args, **bad_kwargs)
+
+
+def test_a_callable_object_memoized_directly_is_keyed_by_its_current_state(tmp_store):
+    # memo(obj.run), memo(partial(...)) and memo(instance) take hidden inputs from
+    # the object: its state when called, not when first called, is in the key
+    import functools
+
+    class Scaler:
+        def __init__(self, k):
+            self.k = k
+
+        def __call__(self, x):
+            return x * self.k
+
+        def run(self, x):
+            return x * self.k
+
+    s = Scaler(2)
+    direct, method = memo(s), memo(s.run)
+    assert direct(1) == 2 and method(1) == 2
+    s.k = 3
+    assert direct(1) == 3 and method(1) == 3
+    s.k = 2
+    assert direct(1) == 2 and method(1) == 2
+
+    def total(xs, y):
+        return sum(xs) + y
+
+    xs = [1]
+    p = memo(functools.partial(total, xs))
+    assert p(0) == 1
+    xs.append(10)
+    assert p(0) == 11

@@ -41,6 +41,9 @@ _MAP_MIN = 1 << 20
 
 #: Files actually read since import (tests use it to prove the stat cache works).
 files_hashed = 0
+#: File and Dir arguments hashed since import: when a call's key moved it, ``memo``
+#: checks after the computation that the files still hold what the key says.
+encoded = 0
 
 PathArg = Union[str, "os.PathLike[str]"]
 
@@ -231,6 +234,8 @@ def file_digest(path: str, pending: Optional[List[Tuple[str, StatKey, bytes, int
 
 
 def _encode_file(enc: hashing.Encoder, f: File) -> None:
+    global encoded
+    encoded += 1
     path = os.path.abspath(f.path)
     if not os.path.isfile(path):
         what = "does not exist" if not os.path.exists(path) else "is not a regular file"
@@ -270,6 +275,8 @@ def _walk(root: str, exclude: Tuple[str, ...]) -> List[Tuple[str, str, str]]:
 
 
 def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
+    global encoded
+    encoded += 1
     root = os.path.abspath(d.path)
     if not os.path.isdir(root):
         what = "does not exist" if not os.path.exists(root) else "is not a directory"

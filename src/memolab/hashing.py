@@ -33,6 +33,7 @@ import os
 import struct
 import sys
 import threading
+import types
 from collections import OrderedDict
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -357,6 +358,8 @@ def _resolve(t: type) -> Handler:
     for base in t.__mro__[1:]:
         h = _dispatch.get(base)
         if h is not None and base not in _STRUCTURAL:
+            if base in _TYPE_BLIND:
+                h = _subclass_of(h)
             _dispatch[t] = h
             return h
     if hasattr(t, "__memo_hash__"):
@@ -367,6 +370,21 @@ def _resolve(t: type) -> Handler:
         h = _encode_object
     _dispatch[t] = h
     return h
+
+
+#: built-in value types whose handler writes the content but not the exact type:
+#: a subclass (``class Config(OrderedDict)`` overriding ``__getitem__``) would
+#: otherwise share keys with its base
+_TYPE_BLIND: set = set()
+
+
+def _subclass_of(base_handler: Handler) -> Handler:
+    def handler(enc: Encoder, obj: Any) -> None:
+        enc.write(b"\x1a")  # a subclass of a value type: its class (by code) comes first
+        _encode_class(enc, type(obj))
+        base_handler(enc, obj)
+
+    return handler
 
 
 # -- atoms -------------------------------------------------------------------------
@@ -582,6 +600,13 @@ def _encode_function(enc: Encoder, obj: Any) -> None:
             if value is obj:
                 enc.write(b"@")
                 continue
+            if type(value) is types.FunctionType and value.__closure__ and not codegraph.is_user_code(value):
+                # library code captured by a closure (singledispatch's ``dispatch``) counts by
+                # its digest; its own captured state is library bookkeeping (weak caches)
+                enc.write(b"p")
+                enc.write_str(codegraph.symbol_of(value))
+                enc.write_str(codegraph.object_digest(value))
+                continue
             enc.encode_child(value, f".<closure {name}>")
         enc.write(b")")
     if getattr(obj, "__defaults__", None):
@@ -616,8 +641,14 @@ def _encode_class(enc: Encoder, obj: type) -> None:
 
 
 def _encode_module(enc: Encoder, obj: Any) -> None:
+    from . import codegraph
+
     enc.write(b"M")
     enc.write_str(obj.__name__)
+    # A module held as a value (``MODS = {"ops": ops}``, an argument, a submodule
+    # bound after the graph was built) runs the code it binds: a name alone would
+    # keep the key when that code is edited.
+    enc.write_str(codegraph.object_digest(obj))
 
 
 def _encode_protocol(enc: Encoder, obj: Any) -> None:
@@ -868,7 +899,13 @@ def _register_builtins() -> None:
     def enc_enum(enc: Encoder, obj: Any) -> None:
         enc.write(b"E")
         _encode_class(enc, type(obj))
-        enc.write_str(obj.name)
+        if obj.name is None:
+            # a Flag with no named bits set (P(0)) or bits no member names (IntFlag(8)):
+            # its value is what it is
+            enc.write(b"\x00")
+            enc.encode_child(obj._value_, "._value_")
+        else:
+            enc.write_str(obj.name)
 
     reg[enum.Enum] = enc_enum
     reg[enum.IntEnum] = enc_enum
@@ -884,6 +921,9 @@ def _register_builtins() -> None:
         enc.encode_child(obj.keywords, ".keywords")
 
     reg[functools.partial] = enc_partial
+    _TYPE_BLIND.update((OrderedDict, functools.partial, decimal.Decimal, fractions.Fraction, uuid.UUID,
+                        pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath,
+                        datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone))
 
 
 def _register_numpy() -> None:
@@ -946,9 +986,25 @@ def _register_numpy() -> None:
             enc.write_str(dtype_str(arr.dtype))
             enc.write(_pack_Q(arr.ndim) + b"".join(_pack_q(s) for s in arr.shape))
             enc.encode_child(arr.tolist(), "")
-            return
-        enc.write(b"a")
-        enc.write_leaf(arr, leaf)
+        else:
+            enc.write(b"a")
+            enc.write_leaf(arr, leaf)
+        if type(arr) is not np.ndarray:
+            subclass_state(enc, arr)
+
+    def subclass_state(enc: Encoder, arr: Any) -> None:
+        """What a subclass holds besides its data: a masked array's mask, a user subclass's attributes."""
+        ma = sys.modules.get("numpy.ma")
+        if ma is not None and isinstance(arr, ma.MaskedArray):
+            # masked values are still in the data; which ones are masked is what counts
+            enc.write(b"k")
+            enc.encode_child(ma.getmaskarray(arr), ".mask")
+            enc.encode_child(arr.fill_value, ".fill_value")
+            enc.write(b"T" if arr.hardmask else b"F")
+        elif type(arr).__module__.split(".", 1)[0] != "numpy":
+            # a user or third-party subclass (units, tags) may carry state and override behaviour
+            _encode_class(enc, type(arr))
+            _encode_extra_state(enc, arr)
 
     def enc_scalar(enc: Encoder, x: Any) -> None:
         enc.write(b"g")

@@ -17,7 +17,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union, overload
 
-from . import codegraph, config, hashing
+from . import codegraph, config, files, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
@@ -73,6 +73,9 @@ class MemoFunction:
                              f"not {version_sensitivity!r}")
         self.version_sensitivity = version_sensitivity
         self.symbol = codegraph.symbol_of(fn)
+        # A callable object (a bound method, a partial, an instance with __call__)
+        # carries inputs of its own: it is hashed with the arguments on every call.
+        self._implicit: Optional[Any] = None if codegraph._is_code(codegraph._unwrap(fn)) else fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self._store_path = store
         self._store_cache: Tuple[Any, Optional[Store]] = (None, None)
@@ -136,10 +139,15 @@ class MemoFunction:
         """The store key this call would use (function, code digest, argument digest, schema)."""
         return self._key(self.bind(args, kwargs))[0]
 
+    def _named(self, bound: inspect.BoundArguments) -> List[Tuple[str, Any]]:
+        named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
+        if self._implicit is not None:
+            named.append((_IMPLICIT, self._implicit))
+        return named
+
     def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion]:
         cv = self.code_version()
-        named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
-        args_digest, per_arg = hashing.hash_arguments(named)
+        args_digest, per_arg = hashing.hash_arguments(self._named(bound))
         return (self.symbol, self._code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv
 
     # -- calling ---------------------------------------------------------------------
@@ -209,6 +217,7 @@ class MemoFunction:
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""
         bound = self.bind(args, kwargs)
+        hashed_files = files.encoded
         key, per_arg, cv = self._key(bound)
         store = self.store()
         if not force:
@@ -216,7 +225,7 @@ class MemoFunction:
             if found:
                 hashing.remember_loaded(value, key)
                 return None, value
-        return _Call(bound, key, per_arg, cv, store, force), None
+        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
         """We own the key's lease: record why it missed and open a run for its logs."""
@@ -229,8 +238,23 @@ class MemoFunction:
         _runs.end(run, "failed")
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any) -> None:
+        if call.files and not self._same_files(call):
+            # A file argument was rewritten between keying and reading: the result
+            # belongs to neither content, so it is returned but not stored.
+            warnings.warn(f"{self.symbol}: a memolab.File/Dir argument changed while the function ran; the result "
+                          "is returned but not stored", MemolabWarning, stacklevel=4)
+            call.store.release(call.key, owner)
+            _runs.end(run, "done", None)
+            return
         eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0)
         _runs.end(run, "done", eval_id)
+
+    def _same_files(self, call: "_Call") -> bool:
+        """Do the arguments (their files) still hash to the key's argument digest?"""
+        try:
+            return hashing.hash_arguments(self._named(call.bound))[0] == call.key[2]
+        except Exception:  # a file vanished: not what the key says either
+            return False
 
     def _load(self, store: Store, key: Key, row: Dict[str, Any]) -> Tuple[bool, Any]:
         try:
@@ -257,7 +281,8 @@ class MemoFunction:
             pass
 
     def _arg_snapshot(self, bound: inspect.BoundArguments, per_arg: Dict[str, str]) -> Dict[str, List[str]]:
-        return {n: [d, short_repr(bound.arguments[n])] for n, d in per_arg.items()}
+        return {n: [d, short_repr(bound.arguments[n] if n in bound.arguments else self._implicit)]
+                for n, d in per_arg.items()}
 
     def _save(self, store: Store, key: Key, owner: str, value: Any, bound: inspect.BoundArguments,
               per_arg: Dict[str, str], cv: codegraph.CodeVersion, t0: float) -> Optional[int]:
@@ -310,6 +335,10 @@ class MemoFunction:
         return self.store().index.evaluations(self.symbol)
 
 
+#: the argument name under which a memoized callable object's own state is keyed
+_IMPLICIT = "<callable>"
+
+
 class _Call(NamedTuple):
     """One call on its way through a miss."""
 
@@ -319,6 +348,8 @@ class _Call(NamedTuple):
     cv: codegraph.CodeVersion
     store: Store
     force: bool
+    #: the key hashed File/Dir arguments: re-check them before storing
+    files: bool = False
 
 
 class _BoundMemo:

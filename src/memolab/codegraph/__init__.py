@@ -19,6 +19,7 @@ so it is rebuilt, reusing every analysis that still applies.
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 import linecache
 import operator
@@ -121,6 +122,11 @@ def _origin(obj: Any) -> Tuple[str, str, str]:
     return origins.module_origin(mod, ns.get("__file__"))
 
 
+def is_user_code(obj: Any) -> bool:
+    """Is ``obj`` (a function, class or module) the user's code, hashed by its source?"""
+    return _origin(obj)[0] == USER
+
+
 def _warn_once(where: Tuple[Any, ...], message: str) -> None:
     if where in _warned:
         return
@@ -144,9 +150,10 @@ _CLASS_SKIP = frozenset(("__module__", "__qualname__", "__doc__", "__dict__", "_
 class _ClassInfo:
     """What a class's own code says: digest, references of its methods, other code it holds, excerpt."""
 
-    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "ns", "__weakref__")
+    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "ns", "stamp", "__weakref__")
 
     def __init__(self, cls: type) -> None:
+        self.stamp = _class_stamp(cls)
         parts: List[str] = [cls.__qualname__]
         refs: set = set()
         dynamic: list = []
@@ -189,6 +196,10 @@ class _ClassInfo:
                         function(f"{name}<property.{part}>", getattr(v, part))
             elif type(v).__name__ == "cached_property" and hasattr(v, "func"):
                 function(f"{name}<cached_property>", v.func)
+            elif isinstance(v, functools.singledispatchmethod):
+                # its own body, and the dispatcher holding every registered implementation
+                function(f"{name}<singledispatchmethod>", v.func)
+                self.edges.append((f"{name}<dispatcher>", v.dispatcher))
             elif isinstance(v, types.FunctionType) or (hasattr(v, "__wrapped__") and callable(v)):
                 function(name, v)
             elif isinstance(v, cls):
@@ -239,8 +250,32 @@ def _class_excerpt(cls: type, own: List[types.FunctionType]) -> str:
 _class_infos: "weakref.WeakKeyDictionary[type, _ClassInfo]" = weakref.WeakKeyDictionary()
 
 
+def _class_stamp(cls: type) -> Tuple[Tuple[str, ...], Tuple[Any, ...]]:
+    """What a class's analysis was made from: its attributes and the code objects of its functions.
+
+    IPython's ``%autoreload`` patches an old class in place (``setattr`` on the
+    class, ``__code__`` on its functions) while notebooks keep using it.
+    """
+    names = tuple(cls.__dict__)
+    objs: List[Any] = []
+    for v in cls.__dict__.values():
+        objs.append(v)
+        f = getattr(v, "__func__", None) if isinstance(v, (staticmethod, classmethod)) else v
+        if isinstance(v, property):
+            objs.extend(getattr(p, "__code__", p) for p in (v.fget, v.fset, v.fdel))
+        elif isinstance(f, types.FunctionType):
+            objs.append(f.__code__)
+    return names, tuple(objs)
+
+
 def _class_info(cls: type) -> _ClassInfo:
+    """The cached analysis of ``cls``, redone when the class was changed since (checked per graph build)."""
     info = _class_infos.get(cls)
+    if info is not None:
+        names, objs = _class_stamp(cls)
+        if names != info.stamp[0] or len(objs) != len(info.stamp[1]) \
+                or not all(map(operator.is_, objs, info.stamp[1])):
+            info = None
     if info is None:
         info = _class_infos[cls] = _ClassInfo(cls)
     return info
@@ -296,6 +331,8 @@ class _Graph:
         self.sources: Dict[str, str] = {}
         self.code_slots: List[Tuple[Dict[str, Any], str, Any]] = []
         self.code_checks: List[Tuple[types.FunctionType, types.CodeType]] = []
+        #: (namespace, name) of names that resolved to a builtin because the namespace lacks them
+        self.absent: List[Tuple[Dict[str, Any], str]] = []
         #: (symbol, namespace dict or cell, name or None for a cell)
         self.value_slots: List[Tuple[str, Any, Optional[str]]] = []
         self._keys: Dict[int, str] = {}
@@ -304,6 +341,7 @@ class _Graph:
         self._root_fn: Any = None
         self._allow_callable = True  # only the first root, the memoized callable itself
         self._queue: List[Any] = []
+        self._unwrapping: set = set()
         self._keep: List[Any] = []
 
     # keys of user code nodes
@@ -342,7 +380,29 @@ class _Graph:
         if kind == SKIP:
             return "memolab"
         self.deps[sym] = version
+        if isinstance(obj, types.FunctionType) and _unwrap(obj) is not obj and id(obj) not in self._unwrapping:
+            # A library decorator that returns a *function* (contextlib.contextmanager,
+            # functools.singledispatch, torch.no_grad()) holds the user's code only in
+            # ``__wrapped__``: the library counts by version, the code it wraps by its own.
+            self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
+            try:
+                return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
+            finally:
+                self._unwrapping.discard(id(obj))
         return sym
+
+    def held_code(self, wrapper: types.FunctionType) -> List[str]:
+        """Labels of code a library wrapper keeps in its attributes (singledispatch's ``registry``)."""
+        out = []
+        for name in sorted(vars(wrapper)):
+            if name.startswith("__"):
+                continue
+            v = vars(wrapper)[name]
+            held = v.values() if isinstance(v, (dict, types.MappingProxyType)) else (v,)
+            for h in held:  # a registry keeps registration order, which the source fixes
+                if _is_code(_unwrap(h)):
+                    out.append(f"{name}={self.target(h)}")
+        return out
 
     def value(self, sym: str, where: Any, name: Optional[str]) -> str:
         k = (id(where), name)
@@ -358,6 +418,8 @@ class _Graph:
         obj = ns.get(name, _MISSING)
         if obj is _MISSING:
             if name in builtins.__dict__:
+                # a later ``def round`` or ``from numpy import *`` shadows it: watch the name
+                self.absent.append((ns, name))
                 return "builtins"
             # not bound yet (defined later, or by exec): read it at call time anyway
             return self.value(f"{_mod(ns)}:{name}", ns, name)
@@ -396,9 +458,12 @@ class _Graph:
             return self.target(mod)
         obj = getattr(mod, name, _MISSING)
         if obj is _MISSING:
-            obj = sys.modules.get(f"{base}.{name}", _MISSING)
-        if obj is _MISSING:
-            return f"unresolved-import:{base}.{name}"
+            # ``from pkg import sub`` imports the submodule when the function runs,
+            # which is after the key is computed: import it now, as that statement will
+            try:
+                obj = sys.modules.get(f"{base}.{name}") or importlib.import_module(f"{base}.{name}")
+            except Exception:
+                return f"unresolved-import:{base}.{name}"
         if _is_code(_unwrap(obj)):
             return self.target(obj)
         return self.value(f"{_mod(mod.__dict__)}:{name}", mod.__dict__, name)
@@ -526,7 +591,8 @@ _active = _ActiveGuard()
 class _NsCheck:
     """What one namespace must still hold: the code objects the graph went through, the values it read."""
 
-    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "vget", "vidx", "vmulti", "vlast", "vimmutable")
+    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "cmulti", "absent", "vget", "vidx", "vmulti",
+                 "vlast", "vimmutable")
 
     def __init__(self, ns: Dict[str, Any]) -> None:
         self.ns = ns
@@ -534,6 +600,8 @@ class _NsCheck:
         self.last_tag: Any = None
         self.cget: Any = None
         self.cexpected: Any = None
+        self.cmulti = False
+        self.absent: Tuple[str, ...] = ()
         self.vget: Any = None
         self.vidx: Tuple[int, ...] = ()
         self.vmulti = False
@@ -564,6 +632,10 @@ class _Root:
 
         #: (namespace, name, object) whose type overrides ``==``: checked by identity one by one
         self.same: List[Tuple[Any, str, Any]] = []
+        for ns, name in g.absent:
+            c = entry(ns)[0]
+            if name not in c.absent:
+                c.absent += (name,)
         for ns, name, obj in g.code_slots:
             if type(obj).__eq__ is not object.__eq__:
                 self.same.append((ns, name, obj))
@@ -586,6 +658,7 @@ class _Root:
                 keys = sorted(code)
                 c.cget = operator.itemgetter(*keys)
                 c.cexpected = tuple(code[k] for k in keys) if len(keys) > 1 else code[keys[0]]
+                c.cmulti = len(keys) > 1
             if vnames:
                 c.vget = operator.itemgetter(*vnames)
                 c.vidx = tuple(vidx)
@@ -605,10 +678,15 @@ class _Root:
                 continue  # nothing written to this namespace since it was last checked
             ns = c.ns
             try:
-                # one C-level read and compare per namespace; a function, class or
-                # module compares equal only to itself
-                if c.cget is not None and c.cget(ns) != c.cexpected:
-                    return None
+                if tag is None or tag != c.last_tag:  # names can only be rebound by a write
+                    # one C-level read per namespace, compared by identity: ``!=`` would
+                    # ask the *new* object, which may claim equality (or return an array)
+                    if c.cget is not None:
+                        now = c.cget(ns)
+                        if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected):
+                            return None
+                    if c.absent and any(map(ns.__contains__, c.absent)):
+                        return None  # a name now shadows the builtin the graph resolved it to
                 cur = c.vget(ns) if c.vget is not None else ()
             except KeyError:  # a name the graph went through was deleted
                 return None

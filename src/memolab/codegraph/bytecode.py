@@ -203,6 +203,13 @@ def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str, Op
                 chain.append(names[jarg] if jop == _METHOD else names[jarg >> _ATTR_SHIFT])
                 j += 1
             refs.add(tuple(chain))
+            if chain[-1] in ("import_module", "__import__"):
+                # ``importlib.import_module("m")`` (however spelled) and ``__import__("m")``:
+                # the chain consumed the attribute, so the module is read here
+                if j < n and ins[j][0] == _LOAD_CONST and isinstance(consts[ins[j][1]], str):
+                    refs.add(("@import", 0, consts[ins[j][1]], None))
+                elif chain[-1] == "import_module":
+                    dynamic.append((_line_at(code, off), "import_module() with a computed name", None))
             if name == "getattr" and i + 2 < n:
                 obj, attr = ins[i + 1], ins[i + 2]
                 if attr[0] == _LOAD_CONST and isinstance(consts[attr[1]], str):
