@@ -612,9 +612,14 @@ class _NsCheck:
 class _Root:
     """The cached graph of one memoized function (or of one class or function hashed as a value)."""
 
-    __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "__weakref__")
+    __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "lock",
+                 "__weakref__")
 
     def __init__(self, objs: List[Any], extra: tuple, sensitivity: str) -> None:
+        # ``current`` reads namespaces, then records what it saw (tags, value
+        # slots): two threads interleaving there could record an old value
+        # under a new tag and serve a stale digest from then on.
+        self.lock = threading.Lock()
         self.extra = extra
         self.sensitivity = sensitivity
         g = self.graph = _Graph(sensitivity)
@@ -668,6 +673,10 @@ class _Root:
 
     def current(self) -> Optional[CodeVersion]:
         """This graph's code version now, or None when the graph must be rebuilt."""
+        with self.lock:
+            return self._current()
+
+    def _current(self) -> Optional[CodeVersion]:
         g = self.graph
         values = self.values
         dirty: List[int] = []
