@@ -570,3 +570,32 @@ def test_a_singledispatch_function_hashes_as_a_value_and_follows_its_code(mods):
     m = mods.edit(m, src.replace("x * 2", "x * 3"))
     assert hashing.hash_value(m.g) != h0
     assert digest(m.f) != d0
+
+
+def test_a_class_patched_at_run_time_is_seen_in_the_same_process(tmp_store):
+    """Notebook style: class-level settings and methods rebound between calls."""
+    import memolab
+
+    class Config:
+        lr = 0.1
+
+        def scale(self):
+            return 10
+
+    from conftest import Calls
+
+    calls = Calls()
+
+    @memolab.memo
+    def train():
+        calls.append(1)
+        return Config.lr * Config().scale()
+
+    assert train() == 1.0
+    assert train() == 1.0 and len(calls) == 1
+    Config.lr = 0.2  # a class attribute rebound
+    assert train() == 2.0 and len(calls) == 2
+    Config.scale = lambda self: 100  # a method monkeypatched
+    assert train() == 20.0 and len(calls) == 3
+    Config.lr = 0.2  # the same value again: still a hit
+    assert train() == 20.0 and len(calls) == 3

@@ -19,6 +19,7 @@ so it is rebuilt, reusing every analysis that still applies.
 from __future__ import annotations
 
 import builtins
+import gc
 import functools
 import inspect
 import linecache
@@ -322,6 +323,37 @@ def _is_code(obj: Any) -> bool:
     return isinstance(obj, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType))
 
 
+class _ClassCheck:
+    """Has a class been patched since the graph was built (``Config.lr = 0.2``,
+    ``Model.forward = other``)? A class's attributes are part of its digest, and
+    unlike module globals they are not value slots: a change means a rebuild.
+
+    One read of the class dict's version tag where CPython allows (the dict
+    behind ``cls.__dict__``'s proxy), else a comparison of its attributes by
+    identity. In-place mutation of a mutable class attribute is not seen.
+    """
+
+    __slots__ = ("cls", "stamp", "dict", "tag", "last")
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.stamp = _class_stamp(cls)
+        refs = gc.get_referents(cls.__dict__)  # a mappingproxy refers to exactly the real dict
+        self.dict = refs[0] if len(refs) == 1 and type(refs[0]) is dict else None
+        self.tag = dictversion.tag_reader(self.dict) if self.dict is not None else None
+        self.last = self.tag.value if self.tag is not None else None
+
+    def unchanged(self) -> bool:
+        if self.tag is not None and self.tag.value == self.last:
+            return True
+        names, objs = _class_stamp(self.cls)
+        if names != self.stamp[0] or len(objs) != len(self.stamp[1]) or not all(map(operator.is_, objs, self.stamp[1])):
+            return False
+        if self.tag is not None:
+            self.last = self.tag.value  # written, but with the same objects: nothing to rebuild
+        return True
+
+
 class _Graph:
     """One build of the binding graph from a set of roots."""
 
@@ -331,6 +363,8 @@ class _Graph:
         self.sources: Dict[str, str] = {}
         self.code_slots: List[Tuple[Dict[str, Any], str, Any]] = []
         self.code_checks: List[Tuple[types.FunctionType, types.CodeType]] = []
+        #: user classes the graph went through, each checked on every call (``_ClassCheck``)
+        self.class_checks: List["_ClassCheck"] = []
         #: (namespace, name) of names that resolved to a builtin because the namespace lacks them
         self.absent: List[Tuple[Dict[str, Any], str]] = []
         #: (symbol, namespace dict or cell, name or None for a cell)
@@ -529,6 +563,7 @@ class _Graph:
                 bindings.append(f"<closure {name}>={self.value(f'{key}.<closure {name}>', cell, None)}")
         elif isinstance(obj, type):
             info = _class_info(obj)
+            self.class_checks.append(_ClassCheck(obj))
             digest, refs, dynamic, source = info.digest, info.refs, info.dynamic, info.source
             # the globals its methods actually run with (a class made by exec may have its own)
             ns = info.ns if info.ns is not None else _module_ns(obj.__module__)
@@ -710,6 +745,9 @@ class _Root:
                 return None
         for fn, code in g.code_checks:
             if fn.__code__ is not code:
+                return None
+        for cc in g.class_checks:
+            if not cc.unchanged():
                 return None
         dirty.extend(self.vslow)
         changed = self.cv is None
