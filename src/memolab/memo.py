@@ -12,6 +12,7 @@ import functools
 import inspect
 import os
 import reprlib
+import sqlite3
 import sys
 import time
 import warnings
@@ -162,7 +163,11 @@ class MemoFunction:
             return value
         owner = call.store.owner_id()
         while True:
-            state, row = call.store.acquire(call.key, owner, force)
+            try:
+                state, row = call.store.acquire(call.key, owner, force)
+            except (sqlite3.Error, OSError) as e:
+                self._store_unusable(e)
+                return self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "hit":
                 found, value = self._load(call.store, call.key, row)
                 if found:
@@ -187,7 +192,11 @@ class MemoFunction:
         owner = f"{call.store.owner_id()}:{id(asyncio.current_task())}"
         delay = 0.01
         while True:
-            state, row = call.store.try_acquire(call.key, owner, force)
+            try:
+                state, row = call.store.try_acquire(call.key, owner, force)
+            except (sqlite3.Error, OSError) as e:
+                self._store_unusable(e)
+                return await self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "wait":
                 await asyncio.sleep(delay)  # never block the event loop while another process computes
                 delay = min(delay * 1.5, 0.25)
@@ -205,6 +214,12 @@ class MemoFunction:
                 raise
             self._done(call, owner, value, t0, run)
             return value
+
+    def _store_unusable(self, e: BaseException) -> None:
+        # A full disk or an unwritable index must cost the cache, never the value:
+        # compute without a lease and without storing.
+        warnings.warn(f"{self.symbol}: the store cannot be written ({e}); computing without storing the result",
+                      MemolabWarning, stacklevel=5)
 
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""

@@ -16,6 +16,7 @@ import atexit
 import json
 import os
 import platform
+import sqlite3
 import sys
 import threading
 import time
@@ -110,9 +111,17 @@ class Store:
                 pass
 
     def release(self, key: Key, owner: str) -> None:
-        """Give up a lease without storing (the function raised)."""
+        """Give up a lease without storing (the function raised, or its result could not be stored).
+
+        Best effort: it runs on error paths (a full disk, a locked index), where
+        raising would replace the caller's value or exception with ours. A lease
+        we fail to drop stops being heart-beaten and goes stale after ``lease_ttl``.
+        """
         self._unhold(key, owner)
-        self.index.release(key, owner)
+        try:
+            self.index.release(key, owner)
+        except sqlite3.Error:
+            pass
 
     # -- results -----------------------------------------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
@@ -199,7 +208,10 @@ class Store:
 
     def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
         self.forget_key(key)
-        self.index.mark_corrupt(row["id"], reason, status)
+        try:
+            self.index.mark_corrupt(row["id"], reason, status)
+        except sqlite3.Error:
+            pass  # the row is refused again on its next load; a recomputation overwrites it anyway
 
     def forget_key(self, key: Key) -> None:
         with self._memory_lock:

@@ -136,8 +136,16 @@ class Index:
 
         def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
             if et is None:
-                self.c.execute("COMMIT")
-            else:
+                try:
+                    self.c.execute("COMMIT")
+                except BaseException:
+                    # A COMMIT that fails (disk full, I/O error) may leave the
+                    # transaction open: every later BEGIN on this thread's
+                    # connection would then fail. End it before re-raising.
+                    if self.c.in_transaction:
+                        self.c.execute("ROLLBACK")
+                    raise
+            elif self.c.in_transaction:  # SQLite may have rolled back on its own (SQLITE_FULL)
                 self.c.execute("ROLLBACK")
 
     def write(self) -> "Index._write":

@@ -1,0 +1,75 @@
+"""Store integrity under hostile conditions: a full disk, lost leases, gc and doctor racing writers."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memolab import configure
+from memolab.store import Store
+
+KEY = ("mod:f", "code", "args", "schema")
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 2 MiB tmpfs (needs root; unmounted afterwards)."""
+    d = tmp_path / "disk"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+FULL = r"""
+import json, os, sys, warnings
+import numpy as np
+import memolab
+from conftest import Calls
+calls = Calls()
+disk = sys.argv[1]
+memolab.configure(store=os.path.join(disk, "store"))
+
+@memolab.memo
+def f(n):
+    calls.append(n)
+    return np.arange(n)
+
+assert f(10).sum() == 45            # stored while there was room
+fh = open(os.path.join(disk, "filler"), "wb", buffering=0)
+try:
+    while True:
+        fh.write(b"x" * 4096)       # fill the disk to the last block
+except OSError:
+    fh.close()
+out = {}
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    out["big"] = int(f(200_000).sum())   # neither the index nor a blob can grow
+    out["warned"] = [str(x.message) for x in w]
+os.unlink(os.path.join(disk, "filler"))
+out["small"] = int(f(10).sum())     # the earlier result survived, and is a hit
+out["calls"] = list(calls)
+print(json.dumps(out))
+"""
+
+
+def test_full_disk_returns_the_value_and_keeps_what_was_stored(project, tiny_disk):
+    """A full disk costs caching, never the computed value (it used to raise
+    'database or disk is full' from the lease claim) and never an earlier result."""
+    project.write("full.py", FULL)
+    tests_dir = os.path.dirname(__file__)
+    out = project.run_json("full.py", str(tiny_disk), env={"PYTHONPATH": os.pathsep.join(
+        [os.path.join(os.path.dirname(tests_dir), "src"), str(project.root), tests_dir])})
+    assert out["big"] == sum(range(200_000))
+    assert any("cannot be written" in m or "not stored" in m for m in out["warned"]), out["warned"]
+    assert out["small"] == 45 and out["calls"] == [10, 200_000]
+    cp = project.run("-m", "memolab", "--store", str(tiny_disk / "store"), "doctor", check=False)
+    assert cp.returncode == 0 and "no problems" in cp.stdout, cp.stdout + cp.stderr
