@@ -73,3 +73,40 @@ def test_full_disk_returns_the_value_and_keeps_what_was_stored(project, tiny_dis
     assert out["small"] == 45 and out["calls"] == [10, 200_000]
     cp = project.run("-m", "memolab", "--store", str(tiny_disk / "store"), "doctor", check=False)
     assert cp.returncode == 0 and "no problems" in cp.stdout, cp.stdout + cp.stderr
+
+
+def _fields():
+    now = time.time()
+    return {"started": now, "finished": now, "duration": 0.0, "snapshot": "{}"}
+
+
+def test_owner_whose_lease_was_taken_over_does_not_overwrite_the_new_result(tmp_path):
+    """A slow owner loses its lease; the taker stores first. The slow owner's later
+    save must not replace that row (it used to: REPLACE gave the key a new id, so
+    the taker's logs were purged as orphans, and the late blobs, written with no
+    live lease, were fair game for a concurrent gc)."""
+    a, b = Store(tmp_path / "s"), Store(tmp_path / "s")
+    configure(lease_ttl=0.3)
+    try:
+        assert a.try_acquire(KEY, "a") == ("owner", None)
+        time.sleep(0.5)  # a stops heart-beating (a long C call holding the GIL, a suspended laptop)
+        assert b.try_acquire(KEY, "b") == ("owner", None)
+        kept = b.save(KEY, "b", {"by": "b"}, _fields(), {})
+        late = a.save(KEY, "a", {"by": "a"}, _fields(), {})
+    finally:
+        configure(lease_ttl=10.0)
+    assert late == kept
+    state, row = Store(tmp_path / "s").acquire(KEY, "reader")
+    assert state == "hit" and row["id"] == kept and a.load(KEY, row) == {"by": "b"}
+    assert a.index.conn().execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+    assert a.collect_garbage()[0] == 1  # the late payload was never referenced
+
+
+def test_fresh_by_the_lease_holder_still_overwrites(tmp_path):
+    s = Store(tmp_path / "s")
+    assert s.acquire(KEY, "a") == ("owner", None)
+    first = s.save(KEY, "a", 1, _fields(), {})
+    assert s.acquire(KEY, "a", force=True) == ("owner", None)
+    second = s.save(KEY, "a", 2, _fields(), {})
+    state, row = s.acquire(KEY, "reader")
+    assert second != first and row["id"] == second and s.load(KEY, row) == 2

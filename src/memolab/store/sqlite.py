@@ -197,9 +197,20 @@ class Index:
         cols = ["fn", "code", "args", "schema", "status", *fields]
         vals = [*key, "done", *fields.values()]
         with self.write() as c:
+            lease = c.execute("SELECT owner FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
+            if lease is None or lease[0] != owner:
+                # Our lease went stale (we were slow) and another process took the
+                # key over. If it already stored its result, that row stands: other
+                # processes may be reading it, its logs and hits hang off its id, and
+                # our blobs, put while we held no live lease, may already be collected.
+                row = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
+                                key).fetchone()
+                if row is not None:
+                    return int(row[0])
             for digest, (symbol, src) in sources.items():
                 c.execute("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", (digest, symbol, src))
-            # REPLACE: a row for this key can only exist if it was marked corrupt.
+            # REPLACE: a row for this key exists if it was marked corrupt or stale, or
+            # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
             return int(cur.lastrowid)
