@@ -110,3 +110,50 @@ def test_fresh_by_the_lease_holder_still_overwrites(tmp_path):
     second = s.save(KEY, "a", 2, _fields(), {})
     state, row = s.acquire(KEY, "reader")
     assert second != first and row["id"] == second and s.load(KEY, row) == 2
+
+
+
+def test_gc_never_deletes_a_blob_a_writer_is_about_to_record(tmp_path):
+    """A writer whose lease went stale (alive, only slow: gc no longer sees it in
+    flight) saves while gc runs over and over in another process. gc used to delete
+    blobs a writer had just put, before its record landed; the row then pointed
+    at nothing: a lost result, found as 'blob missing' on the next load."""
+    root = tmp_path / "s"
+    Store(root)
+    stop = root / "stop"
+    gc = subprocess.Popen([sys.executable, "-c", GC_LOOP, str(root), str(stop)], env=dict(_src_env(), MEMOLAB_LEASE_TTL="0.05"))
+    try:
+        s = Store(root)
+        configure(lease_ttl=0.05, heartbeat=60.0)
+        lost = []
+        for n in range(60):
+            key = ("mod:f", "code", f"args{n}", "schema")
+            assert s.acquire(key, "w") == ("owner", None)
+            time.sleep(0.06)  # stale: gc's in-flight grace no longer covers this writer
+            s.save(key, "w", os.urandom(64) * 2000, _fields(), {})
+            state, row = Store(root).acquire(key, "reader")
+            missing = [d for d in [row["payload"]] + [d for d, _ in json.loads(row["buffers"] or "[]")]
+                       if not s.blobs.path(d).exists()]
+            if missing:
+                lost.append(n)
+    finally:
+        configure(lease_ttl=10.0, heartbeat=1.0)
+        stop.touch()
+        gc.wait(30)
+    assert lost == []
+
+
+GC_LOOP = """
+import os, sys, time
+from memolab.store import Store
+s = Store(sys.argv[1])
+while not os.path.exists(sys.argv[2]):
+    s.collect_garbage()
+    time.sleep(0.002)  # back to back, but leave the writer a chance at the index lock
+"""
+
+
+def _src_env():
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    return e

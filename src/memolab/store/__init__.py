@@ -29,7 +29,7 @@ from .. import config
 from ..errors import CorruptBlob, StoreMiss
 from . import signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import Index, Key, host_name
+from .sqlite import BlobsGone, Index, Key, host_name
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -129,13 +129,26 @@ class Store:
         from .. import pickling
 
         payload, buffers, refs = pickling.dumps_with_refs(value)
-        pd, psize = self.blobs.put(payload)
-        # One blob per buffer: content-addressed, so equal arrays across results share one file.
-        brefs = [self.blobs.put(b) for b in buffers]
-        fields = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
-                      code_refs=json.dumps(refs, sort_keys=True), size=psize + sum(s for _, s in brefs))
-        fields["signature"] = signing.sign(key, fields)
-        eval_id = self.index.record(key, owner, fields, sources)
+
+        def put_and_record() -> int:
+            pd, psize = self.blobs.put(payload)
+            # One blob per buffer: content-addressed, so equal arrays across results share one file.
+            brefs = [self.blobs.put(b) for b in buffers]
+            paths = [self.blobs.path(d) for d in [pd, *(d for d, _ in brefs)]]
+            row = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
+                       code_refs=json.dumps(refs, sort_keys=True), size=psize + sum(s for _, s in brefs))
+            row["signature"] = signing.sign(key, row)
+            # gc may take a blob between our put and our record (it deletes what
+            # no row refers to yet unless our lease looks live, and a slow owner's
+            # lease may not). The record checks, under the lock gc deletes under.
+            return self.index.record(key, owner, row, sources, present=lambda: all(p.exists() for p in paths))
+
+        try:
+            eval_id = put_and_record()
+        except BlobsGone:
+            # Rare: put again while holding the index, so gc cannot interleave this time.
+            with self.index.write():
+                eval_id = put_and_record()
         self._unhold(key, owner)
         self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
         return eval_id
@@ -248,7 +261,7 @@ class Store:
     #: while anything computes, unreferenced blobs this recent are spared by gc
     IN_FLIGHT_GRACE = 3600.0
 
-    def unreferenced_blobs(self, dropping: Sequence[int] = ()) -> List[Tuple[str, int]]:
+    def unreferenced_blobs(self, dropping: Sequence[int] = (), among: Optional[Sequence[str]] = None) -> List[Tuple[str, int]]:
         """Blobs no evaluation (other than ``dropping``) refers to: [(digest, size)].
 
         A writer puts its blobs first and records its evaluation after, so a
@@ -262,7 +275,7 @@ class Store:
         busy = self.index.live_leases(config.settings().lease_ttl) > 0
         cutoff = time.time() - self.IN_FLIGHT_GRACE
         out = []
-        for d in self.blobs:
+        for d in (self.blobs if among is None else among):
             if set(refs.get(d, ())) - gone:
                 continue
             if busy and self.blobs.mtime(d) > cutoff:
@@ -272,17 +285,23 @@ class Store:
 
     def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
         """Delete blobs no evaluation refers to: (count, bytes)."""
-        if not dry_run:
-            from ..tracking import retention
+        if dry_run:
+            dead = self.unreferenced_blobs()
+            return len(dead), sum(n for _, n in dead)
+        from ..tracking import retention
 
-            retention.purge_orphans(self.index)  # logs live as long as their evaluation
-        dead = self.unreferenced_blobs()
-        if not dry_run:
+        retention.purge_orphans(self.index)  # logs live as long as their evaluation
+        # Walk the folder without the lock, then decide again and delete under
+        # the write lock: a writer records its row under the same lock and checks
+        # there that its blobs still exist (Index.record), so no row can end up
+        # referring to a blob deleted here. The lock is held for the candidates only.
+        candidates = [d for d, _ in self.unreferenced_blobs()]
+        with self.index.write() as c:
+            dead = self.unreferenced_blobs(among=candidates) if candidates else []
             for d, _ in dead:
                 self.blobs.delete(d)
-            if dead:
-                self.index.drop_stamps([d for d, _ in dead])
-            self.blobs.clean_tmp()
+            c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d, _ in dead])
+        self.blobs.clean_tmp()
         return len(dead), sum(n for _, n in dead)
 
 

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 SCHEMA_VERSION = 1
 
@@ -85,6 +85,10 @@ _ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
 
+class BlobsGone(Exception):
+    """A blob an evaluation was about to refer to was collected after it was put."""
+
+
 class Index:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -125,16 +129,26 @@ class Index:
         return c
 
     class _write:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error."""
+        """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error.
+
+        Nested on one thread, the inner block joins the outer transaction: a blob
+        put inside a write (its stamp is a write) commits or rolls back with it.
+        """
 
         def __init__(self, conn: sqlite3.Connection) -> None:
             self.c = conn
+            self.nested = False
 
         def __enter__(self) -> sqlite3.Connection:
+            if self.c.in_transaction:
+                self.nested = True
+                return self.c
             self.c.execute("BEGIN IMMEDIATE")
             return self.c
 
         def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+            if self.nested:
+                return  # the outer block commits, or rolls back on our exception
             if et is None:
                 try:
                     self.c.execute("COMMIT")
@@ -192,8 +206,15 @@ class Index:
         with self.write() as c:
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
 
-    def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
-        """Store a finished evaluation and drop our lease, in one transaction."""
+    def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
+               present: Callable[[], bool] = lambda: True) -> int:
+        """Store a finished evaluation and drop our lease, in one transaction.
+
+        ``present`` says whether the blobs the row refers to are all still there.
+        It is asked under the write lock, which garbage collection also holds while
+        it deletes: a row is never recorded over a blob gc has just taken
+        (``BlobsGone`` then; put them again and retry).
+        """
         cols = ["fn", "code", "args", "schema", "status", *fields]
         vals = [*key, "done", *fields.values()]
         with self.write() as c:
@@ -207,6 +228,8 @@ class Index:
                                 key).fetchone()
                 if row is not None:
                     return int(row[0])
+            if not present():
+                raise BlobsGone(key)
             for digest, (symbol, src) in sources.items():
                 c.execute("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", (digest, symbol, src))
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
