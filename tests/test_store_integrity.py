@@ -157,3 +157,35 @@ def _src_env():
     e = dict(os.environ)
     e["PYTHONPATH"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     return e
+
+
+GIL_WORK = """
+import os, sys, memolab
+
+@memolab.memo
+def slow(n):
+    with open("runs.log", "a") as fh:
+        fh.write(f"{os.getpid()}\\n")
+    return sum(range(n))  # one C call that holds the GIL throughout: the heartbeat thread cannot beat
+"""
+
+
+@pytest.mark.slow
+def test_owner_in_a_long_gil_holding_call_keeps_its_lease(project):
+    """The heartbeat thread stalls while the owner sits in one C call holding the
+    GIL; its lease looked stale and a second process computed the same key again.
+    On the same host the owner is seen alive in the process table."""
+    project.write("work.py", GIL_WORK)
+    env = {"MEMOLAB_LEASE_TTL": "0.3", "MEMOLAB_HEARTBEAT": "0.05"}
+    cmd = [sys.executable, "-c", "from work import slow; print(slow(200_000_000))"]
+    e = dict(_src_env(), PYTHONPATH=os.pathsep.join([_src_env()["PYTHONPATH"], str(project.root)]),
+             MEMOLAB_STORE=str(project.store), **env)
+    first = subprocess.Popen(cmd, cwd=project.root, env=e, stdout=subprocess.PIPE, text=True)
+    log = project.root / "runs.log"
+    deadline = time.time() + 60
+    while not log.exists() and time.time() < deadline:
+        time.sleep(0.01)
+    second = subprocess.run(cmd, cwd=project.root, env=e, capture_output=True, text=True, timeout=120)
+    out, _ = first.communicate(timeout=120)
+    assert out.strip() == second.stdout.strip() == str(sum(range(200_000_000)))
+    assert len(log.read_text().split()) == 1  # computed once, the other process waited

@@ -8,7 +8,9 @@ without touching callers.
 Single flight: a missing key is computed by exactly one process. The first to
 ``claim`` it holds a lease and heart-beats it from a background thread; the
 others wait and then read the stored result. If the owner dies, its heartbeat
-stops, the lease goes stale after ``lease_ttl`` seconds and a waiter takes over.
+stops, the lease goes stale after ``lease_ttl`` seconds and a waiter takes over;
+an owner on the waiter's own host is asked of the process table instead, since a
+long C call that holds the GIL stalls its heartbeat while it still computes.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from .. import config
 from ..errors import CorruptBlob, StoreMiss
 from . import signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import BlobsGone, Index, Key, host_name
+from .sqlite import BlobsGone, Index, Key, host_name, process_token
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -44,7 +46,8 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         self.index = Index(self.root / "index.sqlite")
         self.blobs = BlobFolder(self.root, self.index.get_stamp, self.index.set_stamp)
-        self.owner = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # host:pid:start:nonce; ``owner_alive_here`` reads the first three
+        self.owner = f"{process_token()}:{uuid.uuid4().hex[:8]}"
         self._held: Dict[Tuple[Key, str], int] = {}
         self._held_lock = threading.Lock()
         self._beat: Optional[threading.Thread] = None

@@ -184,7 +184,7 @@ class Index:
             if row:
                 return "hit", dict(zip(EVAL_COLUMNS, row))
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
-            if lease is None or lease[0] == owner or now - lease[1] > ttl:
+            if lease is None or lease[0] == owner or (now - lease[1] > ttl and not owner_alive_here(lease[0])):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                           (*key, owner, now))
                 return "owner", None
@@ -331,3 +331,43 @@ class Index:
 
 def host_name() -> str:
     return socket.gethostname()
+
+
+def _start_time(pid: int) -> Optional[str]:
+    """When process ``pid`` started (clock ticks since boot), or None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = stat[stat.rfind(b")") + 2:].split()
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None  # a zombie is dead, even before its parent reaps it
+    return fields[19].decode()
+
+
+def process_token() -> str:
+    """``host:pid:start``: names this process for lease owners, pid reuse included."""
+    return f"{host_name()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}"
+
+
+def owner_alive_here(owner: str) -> bool:
+    """Is the owner of a lease a process on this host that is still running?
+
+    A heartbeat thread needs the GIL: an owner inside one long C call that holds
+    it (``sum(range(10**9))``, a big sort, many C extensions) stops beating and
+    its lease looks stale although it is still computing. On the owner's own
+    host the process table says for sure, so the key is not computed twice.
+    The start time guards against a reused pid; elsewhere the heartbeat decides.
+    """
+    parts = owner.split(":")
+    if len(parts) < 3 or parts[0] != host_name() or parts[2] in ("?", ""):
+        return False
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False  # our own threads beat through our heartbeat thread, which is running now
+    return _start_time(pid) == parts[2]
