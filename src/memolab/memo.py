@@ -255,6 +255,10 @@ class MemoFunction:
             store.mark_corrupt(key, row, e.reason, status="stale")
             return False, None
         except StoreMiss as e:
+            if self._row_replaced(store, key, row):
+                # Another process cleared, collected or recomputed this row (and
+                # its blobs) while we read it: nothing is damaged, read again.
+                return False, None
             warnings.warn(f"{self.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
                           MemolabWarning, stacklevel=4)
             store.mark_corrupt(key, row, e.reason)
@@ -262,6 +266,14 @@ class MemoFunction:
         store.count_hit(row["id"])
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
         return True, value
+
+    @staticmethod
+    def _row_replaced(store: Store, key: Key, row: Dict[str, Any]) -> bool:
+        try:
+            now = store.index.lookup(key)
+        except Exception:
+            return False
+        return now is None or now["id"] != row["id"]
 
     def _before_compute(self, store: Store, key: Key, bound: inspect.BoundArguments, per_arg: Dict[str, str],
                         cv: codegraph.CodeVersion, force: bool) -> None:
