@@ -189,3 +189,38 @@ def test_owner_in_a_long_gil_holding_call_keeps_its_lease(project):
     out, _ = first.communicate(timeout=120)
     assert out.strip() == second.stdout.strip() == str(sum(range(200_000_000)))
     assert len(log.read_text().split()) == 1  # computed once, the other process waited
+
+
+KILL_WORK = """
+import os, sys, time, memolab
+
+@memolab.memo
+def step(i):
+    with open(f"started.{os.getpid()}", "w"):
+        pass
+    if os.environ.get("HANG"):
+        time.sleep(3600)  # killed in here, its lease still fresh
+    return i * 2
+"""
+
+
+@pytest.mark.slow
+def test_owner_killed_mid_computation_is_taken_over_without_waiting_out_the_ttl(project):
+    """SIGKILL leaves the lease with a fresh heartbeat: waiters used to sit out
+    the whole ``lease_ttl`` (here an hour) before computing the key themselves."""
+    project.write("work.py", KILL_WORK)
+    e = dict(_src_env(), PYTHONPATH=os.pathsep.join([_src_env()["PYTHONPATH"], str(project.root)]),
+             MEMOLAB_STORE=str(project.store), MEMOLAB_LEASE_TTL="3600")
+    cmd = [sys.executable, "-c", "from work import step; print(step(21))"]
+    victim = subprocess.Popen(cmd, cwd=project.root, env=dict(e, HANG="1"))
+    deadline = time.time() + 60
+    while not (project.root / f"started.{victim.pid}").exists() and time.time() < deadline:
+        time.sleep(0.01)
+    victim.kill()
+    victim.wait()
+    cp = subprocess.run(cmd, cwd=project.root, env=e, capture_output=True, text=True, timeout=60)
+    assert cp.stdout.strip() == "42", cp.stderr
+    db = project.store / "index.sqlite"
+    import sqlite3
+
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0

@@ -184,7 +184,9 @@ class Index:
             if row:
                 return "hit", dict(zip(EVAL_COLUMNS, row))
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
-            if lease is None or lease[0] == owner or (now - lease[1] > ttl and not owner_alive_here(lease[0])):
+            here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
+            # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
+            if lease is None or lease[0] == owner or here is False or (now - lease[1] > ttl and here is None):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                           (*key, owner, now))
                 return "owner", None
@@ -352,22 +354,24 @@ def process_token() -> str:
     return f"{host_name()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}"
 
 
-def owner_alive_here(owner: str) -> bool:
+def owner_alive_here(owner: str) -> Optional[bool]:
     """Is the owner of a lease a process on this host that is still running?
+    True or False where the process table can say, None where it cannot
+    (another host, no /proc, our own process): the heartbeat decides then.
 
     A heartbeat thread needs the GIL: an owner inside one long C call that holds
     it (``sum(range(10**9))``, a big sort, many C extensions) stops beating and
-    its lease looks stale although it is still computing. On the owner's own
-    host the process table says for sure, so the key is not computed twice.
-    The start time guards against a reused pid; elsewhere the heartbeat decides.
+    its lease looks stale although it is still computing; an owner killed a
+    moment ago still looks fresh for ``lease_ttl``. On the owner's own host the
+    process table says for sure. The start time guards against a reused pid.
     """
     parts = owner.split(":")
-    if len(parts) < 3 or parts[0] != host_name() or parts[2] in ("?", ""):
-        return False
+    if len(parts) < 3 or parts[0] != host_name() or parts[2] in ("?", "") or _start_time(os.getpid()) is None:
+        return None
     try:
         pid = int(parts[1])
     except ValueError:
-        return False
+        return None
     if pid == os.getpid():
-        return False  # our own threads beat through our heartbeat thread, which is running now
+        return None  # our own threads beat through our heartbeat thread, which is running now
     return _start_time(pid) == parts[2]
