@@ -224,3 +224,30 @@ def test_owner_killed_mid_computation_is_taken_over_without_waiting_out_the_ttl(
     import sqlite3
 
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+
+
+@pytest.mark.slow
+def test_gc_drops_the_leases_of_dead_owners_only(project):
+    """A killed owner's lease used to stay until its key was asked for again."""
+    project.write("work.py", KILL_WORK)
+    e = dict(_src_env(), PYTHONPATH=os.pathsep.join([_src_env()["PYTHONPATH"], str(project.root)]),
+             MEMOLAB_STORE=str(project.store), MEMOLAB_LEASE_TTL="3600", HANG="1")
+    procs = [subprocess.Popen([sys.executable, "-c", f"from work import step; step({i})"], cwd=project.root, env=e)
+             for i in range(2)]
+    try:
+        deadline = time.time() + 60
+        while not all((project.root / f"started.{p.pid}").exists() for p in procs) and time.time() < deadline:
+            time.sleep(0.01)
+        procs[0].kill()
+        procs[0].wait()
+        import sqlite3
+
+        db = sqlite3.connect(project.store / "index.sqlite")
+        assert db.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 2
+        project.run("-m", "memolab", "--store", str(project.store), "gc", env={"MEMOLAB_LEASE_TTL": "3600"})
+        left = [r[0] for r in db.execute("SELECT owner FROM leases")]
+        assert len(left) == 1 and f":{procs[1].pid}:" in left[0]  # the live owner keeps its lease
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

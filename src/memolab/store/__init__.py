@@ -31,7 +31,7 @@ from .. import config
 from ..errors import CorruptBlob, StoreMiss
 from . import signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import BlobsGone, Index, Key, host_name, process_token
+from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -304,6 +304,15 @@ class Store:
             for d, _ in dead:
                 self.blobs.delete(d)
             c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d, _ in dead])
+            # Leases of owners that died (SIGKILL, a lost machine) are otherwise
+            # only cleared when their key is asked for again.
+            now, ttl = time.time(), config.settings().lease_ttl
+            gone = []
+            for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
+                here = owner_alive_here(o)  # dead here, or unknown and no longer heart-beaten
+                if here is False or (here is None and now - hb > ttl):
+                    gone.append((o, *k))
+            c.executemany("DELETE FROM leases WHERE owner=? AND fn=? AND code=? AND args=? AND schema=?", gone)
         self.blobs.clean_tmp()
         return len(dead), sum(n for _, n in dead)
 
