@@ -251,3 +251,19 @@ def test_gc_drops_the_leases_of_dead_owners_only(project):
         for p in procs:
             p.kill()
             p.wait()
+
+
+def test_owner_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path):
+    """Containers with host networking share the host name, not the process
+    table: a pid absent from ours is no proof its owner died."""
+    from memolab.store.sqlite import host_name, process_token
+
+    s = Store(tmp_path / "s")
+    start = process_token().split(":")[2].split("/")[0]
+    elsewhere = f"{host_name()}:{2 ** 22 + 7}:{start}/4026530000.000000000000:nonce:1"  # no such pid here
+    assert s.index.claim(KEY, elsewhere, 10.0) == ("owner", None)
+    assert s.index.claim(KEY, "b", 10.0) == ("wait", None)  # its heartbeat is fresh: it may well be computing
+    ours_dead = f"{process_token().split(':')[0]}:{2 ** 22 + 7}:{process_token().split(':')[2]}:nonce:1"
+    s.index.release(KEY, elsewhere)
+    assert s.index.claim(KEY, ours_dead, 10.0) == ("owner", None)
+    assert s.index.claim(KEY, "b", 10.0) == ("owner", None)  # our own table says it is gone: no need to wait

@@ -349,9 +349,26 @@ def _start_time(pid: int) -> Optional[str]:
     return fields[19].decode()
 
 
+_WHERE: List[Optional[str]] = []
+
+
+def _process_table() -> Optional[str]:
+    """Which process table our pids belong to: pid namespace and boot. Two
+    containers can share a host name (host networking) but not a pid namespace."""
+    if not _WHERE:
+        try:
+            ns = "".join(ch for ch in os.readlink("/proc/self/ns/pid") if ch.isdigit())
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot = f.read().strip().replace("-", "")[:12]
+            _WHERE.append(f"{ns}.{boot}" if ns and boot else None)
+        except OSError:
+            _WHERE.append(None)
+    return _WHERE[0]
+
+
 def process_token() -> str:
-    """``host:pid:start``: names this process for lease owners, pid reuse included."""
-    return f"{host_name()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}"
+    """``host:pid:start/table``: names this process for lease owners, pid reuse included."""
+    return f"{host_name()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}/{_process_table() or '?'}"
 
 
 def owner_alive_here(owner: str) -> Optional[bool]:
@@ -366,12 +383,15 @@ def owner_alive_here(owner: str) -> Optional[bool]:
     process table says for sure. The start time guards against a reused pid.
     """
     parts = owner.split(":")
-    if len(parts) < 3 or parts[0] != host_name() or parts[2] in ("?", "") or _start_time(os.getpid()) is None:
+    if len(parts) < 3 or parts[0] != host_name():
         return None
+    start, _, table = parts[2].partition("/")
+    if start in ("?", "") or table in ("?", "") or table != _process_table():
+        return None  # another machine, container or boot: not our process table to ask
     try:
         pid = int(parts[1])
     except ValueError:
         return None
     if pid == os.getpid():
         return None  # our own threads beat through our heartbeat thread, which is running now
-    return _start_time(pid) == parts[2]
+    return _start_time(pid) == start
