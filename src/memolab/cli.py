@@ -301,26 +301,29 @@ def cmd_gc(args: argparse.Namespace) -> int:
 @command("doctor", "verify every blob against its digest; quarantine damaged ones")
 def cmd_doctor(args: argparse.Namespace) -> int:
     store = _store(args)
-    refs = store.index.referenced_blobs(only_done=True)
-    checked = bad = 0
-    affected: Dict[int, List[str]] = {}
-    problems = []
+    checked = 0
+    damaged: Dict[str, str] = {}
     for d in list(store.blobs):
         checked += 1
         problem = store.blobs.verify(d)
-        if problem:
-            bad += 1
-            problems.append((d[:16], problem))
+        # A blob that vanished since the listing was collected by a concurrent
+        # gc (or clear): only a reference to it, checked below, makes it a problem.
+        if problem and problem != "missing" and not problem.endswith("is missing"):
+            damaged[d] = problem
+    # Decide under the write lock, from references read now: rows written,
+    # replaced or dropped while we were hashing (fresh, clear, gc in other
+    # processes) must count as they are, not as they were at the start.
+    with store.index.write():
+        refs = store.index.referenced_blobs(only_done=True)
+        missing = [d for d in refs if d not in damaged and not store.blobs.path(d).exists()]
+        problems = [(d[:16], p) for d, p in damaged.items()] + [(d[:16], "missing") for d in missing]
+        bad = len(problems)
+        affected: Dict[int, List[str]] = {}
+        for d in [*damaged, *missing]:
             for i in refs.get(d, []):
                 affected.setdefault(i, []).append(d)
-    for d, ids in refs.items():
-        if not store.blobs.path(d).exists() and not any(d[:16] == p[0] for p in problems):
-            bad += 1
-            problems.append((d[:16], "missing"))
-            for i in ids:
-                affected.setdefault(i, []).append(d)
-    for i in affected:
-        store.index.mark_corrupt(i)
+        for i in affected:
+            store.index.mark_corrupt(i)
     store.forget()
     if problems:
         print(table(["BLOB", "PROBLEM"], problems))

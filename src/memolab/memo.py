@@ -12,6 +12,7 @@ import functools
 import inspect
 import os
 import reprlib
+import sqlite3
 import sys
 import time
 import warnings
@@ -170,7 +171,11 @@ class MemoFunction:
             return value
         owner = call.store.owner_id()
         while True:
-            state, row = call.store.acquire(call.key, owner, force)
+            try:
+                state, row = call.store.acquire(call.key, owner, force)
+            except (sqlite3.Error, OSError) as e:
+                self._store_unusable(e)
+                return self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "hit":
                 found, value = self._load(call.store, call.key, row)
                 if found:
@@ -195,7 +200,11 @@ class MemoFunction:
         owner = f"{call.store.owner_id()}:{id(asyncio.current_task())}"
         delay = 0.01
         while True:
-            state, row = call.store.try_acquire(call.key, owner, force)
+            try:
+                state, row = call.store.try_acquire(call.key, owner, force)
+            except (sqlite3.Error, OSError) as e:
+                self._store_unusable(e)
+                return await self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "wait":
                 await asyncio.sleep(delay)  # never block the event loop while another process computes
                 delay = min(delay * 1.5, 0.25)
@@ -213,6 +222,12 @@ class MemoFunction:
                 raise
             self._done(call, owner, value, t0, run)
             return value
+
+    def _store_unusable(self, e: BaseException) -> None:
+        # A full disk or an unwritable index must cost the cache, never the value:
+        # compute without a lease and without storing.
+        warnings.warn(f"{self.symbol}: the store cannot be written ({e}); computing without storing the result",
+                      MemolabWarning, stacklevel=5)
 
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""
@@ -264,6 +279,10 @@ class MemoFunction:
             store.mark_corrupt(key, row, e.reason, status="stale")
             return False, None
         except StoreMiss as e:
+            if self._row_replaced(store, key, row):
+                # Another process cleared, collected or recomputed this row (and
+                # its blobs) while we read it: nothing is damaged, read again.
+                return False, None
             warnings.warn(f"{self.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
                           MemolabWarning, stacklevel=4)
             store.mark_corrupt(key, row, e.reason)
@@ -271,6 +290,14 @@ class MemoFunction:
         store.count_hit(row["id"])
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
         return True, value
+
+    @staticmethod
+    def _row_replaced(store: Store, key: Key, row: Dict[str, Any]) -> bool:
+        try:
+            now = store.index.lookup(key)
+        except Exception:
+            return False
+        return now is None or now["id"] != row["id"]
 
     def _before_compute(self, store: Store, key: Key, bound: inspect.BoundArguments, per_arg: Dict[str, str],
                         cv: codegraph.CodeVersion, force: bool) -> None:

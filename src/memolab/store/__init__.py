@@ -8,7 +8,9 @@ without touching callers.
 Single flight: a missing key is computed by exactly one process. The first to
 ``claim`` it holds a lease and heart-beats it from a background thread; the
 others wait and then read the stored result. If the owner dies, its heartbeat
-stops, the lease goes stale after ``lease_ttl`` seconds and a waiter takes over.
+stops, the lease goes stale after ``lease_ttl`` seconds and a waiter takes over;
+an owner on the waiter's own host is asked of the process table instead, since a
+long C call that holds the GIL stalls its heartbeat while it still computes.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import atexit
 import json
 import os
 import platform
+import sqlite3
 import sys
 import threading
 import time
@@ -28,7 +31,7 @@ from .. import config
 from ..errors import CorruptBlob, StoreMiss
 from . import signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import Index, Key, host_name
+from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -43,7 +46,8 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         self.index = Index(self.root / "index.sqlite")
         self.blobs = BlobFolder(self.root, self.index.get_stamp, self.index.set_stamp)
-        self.owner = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # host:pid:start:nonce; ``owner_alive_here`` reads the first three
+        self.owner = f"{process_token()}:{uuid.uuid4().hex[:8]}"
         self._held: Dict[Tuple[Key, str], int] = {}
         self._held_lock = threading.Lock()
         self._beat: Optional[threading.Thread] = None
@@ -110,9 +114,17 @@ class Store:
                 pass
 
     def release(self, key: Key, owner: str) -> None:
-        """Give up a lease without storing (the function raised)."""
+        """Give up a lease without storing (the function raised, or its result could not be stored).
+
+        Best effort: it runs on error paths (a full disk, a locked index), where
+        raising would replace the caller's value or exception with ours. A lease
+        we fail to drop stops being heart-beaten and goes stale after ``lease_ttl``.
+        """
         self._unhold(key, owner)
-        self.index.release(key, owner)
+        try:
+            self.index.release(key, owner)
+        except sqlite3.Error:
+            pass
 
     # -- results -----------------------------------------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
@@ -120,13 +132,26 @@ class Store:
         from .. import pickling
 
         payload, buffers, refs = pickling.dumps_with_refs(value)
-        pd, psize = self.blobs.put(payload)
-        # One blob per buffer: content-addressed, so equal arrays across results share one file.
-        brefs = [self.blobs.put(b) for b in buffers]
-        fields = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
-                      code_refs=json.dumps(refs, sort_keys=True), size=psize + sum(s for _, s in brefs))
-        fields["signature"] = signing.sign(key, fields)
-        eval_id = self.index.record(key, owner, fields, sources)
+
+        def put_and_record() -> int:
+            pd, psize = self.blobs.put(payload)
+            # One blob per buffer: content-addressed, so equal arrays across results share one file.
+            brefs = [self.blobs.put(b) for b in buffers]
+            paths = [self.blobs.path(d) for d in [pd, *(d for d, _ in brefs)]]
+            row = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
+                       code_refs=json.dumps(refs, sort_keys=True), size=psize + sum(s for _, s in brefs))
+            row["signature"] = signing.sign(key, row)
+            # gc may take a blob between our put and our record (it deletes what
+            # no row refers to yet unless our lease looks live, and a slow owner's
+            # lease may not). The record checks, under the lock gc deletes under.
+            return self.index.record(key, owner, row, sources, present=lambda: all(p.exists() for p in paths))
+
+        try:
+            eval_id = put_and_record()
+        except BlobsGone:
+            # Rare: put again while holding the index, so gc cannot interleave this time.
+            with self.index.write():
+                eval_id = put_and_record()
         self._unhold(key, owner)
         self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
         return eval_id
@@ -199,7 +224,10 @@ class Store:
 
     def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
         self.forget_key(key)
-        self.index.mark_corrupt(row["id"], reason, status)
+        try:
+            self.index.mark_corrupt(row["id"], reason, status)
+        except sqlite3.Error:
+            pass  # the row is refused again on its next load; a recomputation overwrites it anyway
 
     def forget_key(self, key: Key) -> None:
         with self._memory_lock:
@@ -236,7 +264,7 @@ class Store:
     #: while anything computes, unreferenced blobs this recent are spared by gc
     IN_FLIGHT_GRACE = 3600.0
 
-    def unreferenced_blobs(self, dropping: Sequence[int] = ()) -> List[Tuple[str, int]]:
+    def unreferenced_blobs(self, dropping: Sequence[int] = (), among: Optional[Sequence[str]] = None) -> List[Tuple[str, int]]:
         """Blobs no evaluation (other than ``dropping``) refers to: [(digest, size)].
 
         A writer puts its blobs first and records its evaluation after, so a
@@ -250,7 +278,7 @@ class Store:
         busy = self.index.live_leases(config.settings().lease_ttl) > 0
         cutoff = time.time() - self.IN_FLIGHT_GRACE
         out = []
-        for d in self.blobs:
+        for d in (self.blobs if among is None else among):
             if set(refs.get(d, ())) - gone:
                 continue
             if busy and self.blobs.mtime(d) > cutoff:
@@ -260,17 +288,32 @@ class Store:
 
     def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
         """Delete blobs no evaluation refers to: (count, bytes)."""
-        if not dry_run:
-            from ..tracking import retention
+        if dry_run:
+            dead = self.unreferenced_blobs()
+            return len(dead), sum(n for _, n in dead)
+        from ..tracking import retention
 
-            retention.purge_orphans(self.index)  # logs live as long as their evaluation
-        dead = self.unreferenced_blobs()
-        if not dry_run:
+        retention.purge_orphans(self.index)  # logs live as long as their evaluation
+        # Walk the folder without the lock, then decide again and delete under
+        # the write lock: a writer records its row under the same lock and checks
+        # there that its blobs still exist (Index.record), so no row can end up
+        # referring to a blob deleted here. The lock is held for the candidates only.
+        candidates = [d for d, _ in self.unreferenced_blobs()]
+        with self.index.write() as c:
+            dead = self.unreferenced_blobs(among=candidates) if candidates else []
             for d, _ in dead:
                 self.blobs.delete(d)
-            if dead:
-                self.index.drop_stamps([d for d, _ in dead])
-            self.blobs.clean_tmp()
+            c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d, _ in dead])
+            # Leases of owners that died (SIGKILL, a lost machine) are otherwise
+            # only cleared when their key is asked for again.
+            now, ttl = time.time(), config.settings().lease_ttl
+            gone = []
+            for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
+                here = owner_alive_here(o)  # dead here, or unknown and no longer heart-beaten
+                if here is False or (here is None and now - hb > ttl):
+                    gone.append((o, *k))
+            c.executemany("DELETE FROM leases WHERE owner=? AND fn=? AND code=? AND args=? AND schema=?", gone)
+        self.blobs.clean_tmp()
         return len(dead), sum(n for _, n in dead)
 
 

@@ -193,7 +193,11 @@ class BlobFolder:
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, final)
         _fsync_dir(final.parent)
-        self._set_stamp(digest, self._stamp(final.stat()))
+        try:
+            st = final.stat()
+        except FileNotFoundError:
+            return  # collected at once by a concurrent gc: the record notices and puts it again
+        self._set_stamp(digest, self._stamp(st))
 
     def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp", writable: bool = False) -> Buffer:
         """Read a blob. ``verify='always'`` re-hashes; ``'stamp'`` trusts a matching stamp.

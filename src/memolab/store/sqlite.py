@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 SCHEMA_VERSION = 1
 
@@ -85,6 +85,10 @@ _ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
 
+class BlobsGone(Exception):
+    """A blob an evaluation was about to refer to was collected after it was put."""
+
+
 class Index:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -125,19 +129,37 @@ class Index:
         return c
 
     class _write:
-        """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error."""
+        """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error.
+
+        Nested on one thread, the inner block joins the outer transaction: a blob
+        put inside a write (its stamp is a write) commits or rolls back with it.
+        """
 
         def __init__(self, conn: sqlite3.Connection) -> None:
             self.c = conn
+            self.nested = False
 
         def __enter__(self) -> sqlite3.Connection:
+            if self.c.in_transaction:
+                self.nested = True
+                return self.c
             self.c.execute("BEGIN IMMEDIATE")
             return self.c
 
         def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+            if self.nested:
+                return  # the outer block commits, or rolls back on our exception
             if et is None:
-                self.c.execute("COMMIT")
-            else:
+                try:
+                    self.c.execute("COMMIT")
+                except BaseException:
+                    # A COMMIT that fails (disk full, I/O error) may leave the
+                    # transaction open: every later BEGIN on this thread's
+                    # connection would then fail. End it before re-raising.
+                    if self.c.in_transaction:
+                        self.c.execute("ROLLBACK")
+                    raise
+            elif self.c.in_transaction:  # SQLite may have rolled back on its own (SQLITE_FULL)
                 self.c.execute("ROLLBACK")
 
     def write(self) -> "Index._write":
@@ -162,7 +184,9 @@ class Index:
             if row:
                 return "hit", dict(zip(EVAL_COLUMNS, row))
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
-            if lease is None or lease[0] == owner or now - lease[1] > ttl:
+            here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
+            # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
+            if lease is None or lease[0] == owner or here is False or (now - lease[1] > ttl and here is None):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                           (*key, owner, now))
                 return "owner", None
@@ -184,14 +208,34 @@ class Index:
         with self.write() as c:
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
 
-    def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
-        """Store a finished evaluation and drop our lease, in one transaction."""
+    def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
+               present: Callable[[], bool] = lambda: True) -> int:
+        """Store a finished evaluation and drop our lease, in one transaction.
+
+        ``present`` says whether the blobs the row refers to are all still there.
+        It is asked under the write lock, which garbage collection also holds while
+        it deletes: a row is never recorded over a blob gc has just taken
+        (``BlobsGone`` then; put them again and retry).
+        """
         cols = ["fn", "code", "args", "schema", "status", *fields]
         vals = [*key, "done", *fields.values()]
         with self.write() as c:
+            lease = c.execute("SELECT owner FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
+            if lease is None or lease[0] != owner:
+                # Our lease went stale (we were slow) and another process took the
+                # key over. If it already stored its result, that row stands: other
+                # processes may be reading it, its logs and hits hang off its id, and
+                # our blobs, put while we held no live lease, may already be collected.
+                row = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
+                                key).fetchone()
+                if row is not None:
+                    return int(row[0])
+            if not present():
+                raise BlobsGone(key)
             for digest, (symbol, src) in sources.items():
                 c.execute("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", (digest, symbol, src))
-            # REPLACE: a row for this key can only exist if it was marked corrupt.
+            # REPLACE: a row for this key exists if it was marked corrupt or stale, or
+            # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
             return int(cur.lastrowid)
@@ -289,3 +333,65 @@ class Index:
 
 def host_name() -> str:
     return socket.gethostname()
+
+
+def _start_time(pid: int) -> Optional[str]:
+    """When process ``pid`` started (clock ticks since boot), or None where /proc cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+    fields = stat[stat.rfind(b")") + 2:].split()
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None  # a zombie is dead, even before its parent reaps it
+    return fields[19].decode()
+
+
+_WHERE: List[Optional[str]] = []
+
+
+def _process_table() -> Optional[str]:
+    """Which process table our pids belong to: pid namespace and boot. Two
+    containers can share a host name (host networking) but not a pid namespace."""
+    if not _WHERE:
+        try:
+            ns = "".join(ch for ch in os.readlink("/proc/self/ns/pid") if ch.isdigit())
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot = f.read().strip().replace("-", "")[:12]
+            _WHERE.append(f"{ns}.{boot}" if ns and boot else None)
+        except OSError:
+            _WHERE.append(None)
+    return _WHERE[0]
+
+
+def process_token() -> str:
+    """``host:pid:start/table``: names this process for lease owners, pid reuse included."""
+    return f"{host_name()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}/{_process_table() or '?'}"
+
+
+def owner_alive_here(owner: str) -> Optional[bool]:
+    """Is the owner of a lease a process on this host that is still running?
+    True or False where the process table can say, None where it cannot
+    (another host, no /proc, our own process): the heartbeat decides then.
+
+    A heartbeat thread needs the GIL: an owner inside one long C call that holds
+    it (``sum(range(10**9))``, a big sort, many C extensions) stops beating and
+    its lease looks stale although it is still computing; an owner killed a
+    moment ago still looks fresh for ``lease_ttl``. On the owner's own host the
+    process table says for sure. The start time guards against a reused pid.
+    """
+    parts = owner.split(":")
+    if len(parts) < 3 or parts[0] != host_name():
+        return None
+    start, _, table = parts[2].partition("/")
+    if start in ("?", "") or table in ("?", "") or table != _process_table():
+        return None  # another machine, container or boot: not our process table to ask
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return None
+    if pid == os.getpid():
+        return None  # our own threads beat through our heartbeat thread, which is running now
+    return _start_time(pid) == start
