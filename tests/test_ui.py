@@ -208,3 +208,30 @@ def test_memolab_ui_command_serves_on_localhost(project):
     missing = subprocess.run([sys.executable, "-m", "memolab", "--store", str(project.root / "none"), "ui", "--no-browser"],
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no store at" in missing.stderr
+
+
+def test_a_run_whose_owner_holds_the_gil_is_not_shown_lost(tmp_path):
+    """An owner stuck in one long C call cannot heart-beat; on this host the
+    process table, not the stale heartbeat, says whether it is still computing."""
+    import subprocess
+    import time as _time
+
+    from memolab.store import Store
+    from memolab.store.sqlite import _process_table, _start_time, host_name
+    from memolab.tracking.query import _alive
+
+    store = Store(tmp_path / "s")
+    key = ("m:f", "code", "args", "schema")
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        owner = f"{host_name()}:{proc.pid}:{_start_time(proc.pid)}/{_process_table()}:t"
+        with store.index.write() as c:
+            c.execute("INSERT INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
+                      (*key, owner, _time.time() - 3600))  # not beaten for an hour
+        run = dict(zip(("fn", "code", "args", "schema"), key))
+        assert _alive(store.index.conn())(run)
+        proc.kill()
+        proc.wait()
+        assert not _alive(store.index.conn())(run)  # dead on this host: lost at once
+    finally:
+        proc.kill()

@@ -161,10 +161,10 @@ class BlobFolder:
         if not (st.st_size == size and self._get_stamp(digest) == self._stamp(st)):
             return False
         try:
-            os.utime(final)
+            os.utime(final, follow_symlinks=False)
             self._set_stamp(digest, self._stamp(final.stat()))  # verified a moment ago: carry the stamp over
-        except FileNotFoundError:
-            return False  # collected in between: write it again
+        except OSError:
+            return False  # collected in between, or not ours to touch: write it again
         return True
 
     def mtime(self, digest: str) -> float:
@@ -257,7 +257,8 @@ class BlobFolder:
         p = self.path(digest)
         self.quarantine_dir.mkdir(parents=True, exist_ok=True)
         try:
-            os.replace(p, self.quarantine_dir / f"{digest}.{int(time.time())}")
+            # unique name: a second damaged copy must not overwrite the first (the evidence)
+            os.replace(p, self.quarantine_dir / f"{digest}.{time.time_ns()}.{uuid.uuid4().hex[:6]}")
         except FileNotFoundError:
             pass
 

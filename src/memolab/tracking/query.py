@@ -47,13 +47,20 @@ def _alive(c: Any) -> Any:
 
     ttl = max(30.0, 3 * config.settings().lease_ttl)
     now = time.time()
-    leases = {tuple(r[:4]): r[4] for r in c.execute("SELECT fn, code, args, schema, heartbeat FROM leases")}
+    from ..store.sqlite import owner_alive_here
+
+    leases = {tuple(r[:4]): (r[4], r[5]) for r in c.execute("SELECT fn, code, args, schema, heartbeat, owner FROM leases")}
     here = socket.gethostname()
 
     def alive(r: Dict[str, Any]) -> bool:
         if r.get("code") is not None:
-            hb = leases.get((r["fn"], r["code"], r["args"], r["schema"]))
-            return hb is not None and now - hb < ttl
+            lease = leases.get((r["fn"], r["code"], r["args"], r["schema"]))
+            if lease is None:
+                return False
+            # the process table outranks the heartbeat: an owner inside a long C
+            # call that holds the GIL cannot beat, yet it is still computing
+            here_alive = owner_alive_here(lease[1])
+            return here_alive if here_alive is not None else now - lease[0] < ttl
         if r.get("host") == here and r.get("pid"):
             try:
                 os.kill(int(r["pid"]), 0)
