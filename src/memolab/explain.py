@@ -9,7 +9,6 @@ depended on; the sources table keeps old source so we can show a diff.
 from __future__ import annotations
 
 import datetime as _dt
-import difflib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
@@ -63,6 +62,8 @@ def _closest(store: "Store", key: "Key") -> Optional[Dict[str, Any]]:
 
 
 def _diff(old: str, new: str, sym: str) -> str:
+    import difflib  # only a miss with changed code needs it
+
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{sym} (stored)", f"{sym} (now)", n=2))
 
 

@@ -10,8 +10,6 @@ the key nothing is checked (and nothing signed).
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 from typing import Any, Dict, Optional, Sequence
@@ -30,11 +28,19 @@ def _message(key: Sequence[str], row: Dict[str, Any]) -> bytes:
     return json.dumps([list(key), [row.get(f) for f in _SIGNED]], separators=(",", ":")).encode("utf-8")
 
 
+def _mac(secret_: bytes, key: Sequence[str], row: Dict[str, Any]) -> str:
+    # imported here: only stores that sign pay for hashlib and hmac
+    import hashlib
+    import hmac
+
+    return _PREFIX + hmac.new(secret_, _message(key, row), hashlib.sha256).hexdigest()
+
+
 def sign(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
     s = secret()
     if s is None:
         return None
-    return _PREFIX + hmac.new(s, _message(key, row), hashlib.sha256).hexdigest()
+    return _mac(s, key, row)
 
 
 def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
@@ -45,7 +51,8 @@ def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
     sig = row.get("signature")
     if not sig:
         return f"entry is unsigned and ${ENV} requires signed entries"
-    want = _PREFIX + hmac.new(s, _message(key, row), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(str(sig), want):
+    import hmac
+
+    if not hmac.compare_digest(str(sig), _mac(s, key, row)):
         return "entry signature does not match (tampered, or signed with another key)"
     return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sqlite3
 import threading
 import time
@@ -332,6 +331,8 @@ class Index:
 
 
 def host_name() -> str:
+    import socket  # 4 ms of `import memolab` otherwise
+
     return socket.gethostname()
 
 
