@@ -17,12 +17,11 @@ from memolab import hashing, identity
 from memolab.hashing import hash_value as H
 
 
-@pytest.fixture
-def computed(monkeypatch):
-    """Counts leaf digests actually computed (cache misses), per leaf type."""
+def count_digests(monkeypatch, sample):
+    """Counts leaf digests actually computed (cache misses) for ``type(sample)``."""
     counts = {"n": 0}
-    H(np.zeros(1))  # registers the numpy handlers
-    leaf = hashing._leaves[np.ndarray]
+    H(sample)  # registers the handlers of its library
+    leaf = hashing._leaves[type(sample)]
     real = leaf.digest
 
     def counting(obj):
@@ -31,6 +30,11 @@ def computed(monkeypatch):
 
     monkeypatch.setattr(leaf, "digest", counting)
     return counts
+
+
+@pytest.fixture
+def computed(monkeypatch):
+    return count_digests(monkeypatch, np.zeros(1))
 
 
 def frozen(values) -> np.ndarray:
@@ -232,17 +236,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture
 def tcomputed(monkeypatch):
-    counts = {"n": 0}
-    H(torch.zeros(1))  # registers the torch handlers
-    leaf = hashing._leaves[torch.Tensor]
-    real = leaf.digest
-
-    def counting(obj):
-        counts["n"] += 1
-        return real(obj)
-
-    monkeypatch.setattr(leaf, "digest", counting)
-    return counts
+    return count_digests(monkeypatch, torch.zeros(1))
 
 
 def test_unchanged_tensor_is_hashed_once(tcomputed):
