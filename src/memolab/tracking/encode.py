@@ -7,6 +7,7 @@ imports torch.
 """
 from __future__ import annotations
 
+import math
 import struct
 import zlib
 from typing import Any, Dict, Optional, Tuple
@@ -108,8 +109,17 @@ def histogram(values: Any, bins: Any = 64, where: str = "histogram") -> Dict[str
     lo, hi = float(finite.min()), float(finite.max())
     if lo == hi:
         lo, hi = lo - 0.5, hi + 0.5
-    counts, edges = np.histogram(finite, bins=bins, range=(lo, hi))
+    # Finite values can still span more than the largest double (hi - lo == inf), where numpy
+    # cannot make finite bins: bin the halves (exact for doubles), then double the edges back.
+    scale = 1.0 if math.isfinite(hi - lo) else 0.5
+    with np.errstate(over="ignore", invalid="ignore"):
+        counts, edges = np.histogram(finite * scale if scale != 1.0 else finite, bins=bins, range=(lo * scale, hi * scale))
+        if scale != 1.0:
+            edges = edges / scale
+        # the sums of huge values overflow to +-inf: that is their float value, kept as such
+        # (the sink stores it as JSON Infinity; the dashboard API sends null for it)
+        total, squares = float(finite.sum()), float(np.dot(finite, finite))
     return {"min": float(finite.min()), "max": float(finite.max()), "num": int(finite.size),
-            "sum": float(finite.sum()), "sum_squares": float(np.dot(finite, finite)),
+            "sum": total, "sum_squares": squares,
             "left": float(edges[0]), "limits": [float(e) for e in edges[1:]],
             "counts": [int(c) for c in counts], "nonfinite": bad}

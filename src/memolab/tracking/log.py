@@ -24,6 +24,7 @@ _current = _runs.current
 _SCALAR = _sink.SCALAR
 _EVENT = _sink.EVENT
 _WAKE_AT = _sink.WAKE_AT
+_I64_MIN, _I64_MAX = _sink._I64_MIN, _sink._I64_MAX
 
 
 def _tag(tag: Any, what: str) -> str:
@@ -40,8 +41,19 @@ def _step(run: "_runs.Run", tag: str, step: Any) -> int:
             step = int(step)
         except (TypeError, ValueError):
             raise TypeError(f"memolab.log: step for {tag!r} must be an int, got {type(step).__qualname__} {step!r}") from None
+        if not _I64_MIN <= step <= _I64_MAX:  # SQLite cannot store it: refuse it here, naming the tag
+            raise ValueError(f"memolab.log: step for {tag!r} must fit in 64 bits, got {step}")
     run.steps[tag] = step
     return step
+
+
+def _wall(tag: str, walltime: Any) -> float:
+    # checked here, on the caller's thread, so a bad one raises at the call that made it
+    try:
+        return float(walltime)
+    except (TypeError, ValueError):
+        raise TypeError(f"memolab.log: walltime for {tag!r} must be a number (seconds since the epoch), "
+                        f"got {type(walltime).__qualname__} {walltime!r}") from None
 
 
 def scalar(tag: str, value: Any, step: Optional[int] = None, walltime: Optional[float] = None) -> None:
@@ -51,7 +63,7 @@ def scalar(tag: str, value: Any, step: Optional[int] = None, walltime: Optional[
         _tag(tag, "scalar")
     if step is None:
         step = run.steps.get(tag, -1) + 1
-    elif type(step) is not int:
+    elif type(step) is not int or not _I64_MIN <= step <= _I64_MAX:
         step = _step(run, tag, step)
     run.steps[tag] = step
     try:
@@ -59,7 +71,7 @@ def scalar(tag: str, value: Any, step: Optional[int] = None, walltime: Optional[
     except (TypeError, ValueError):
         raise TypeError(f"memolab.log.scalar({tag!r}): value must be a number, got {type(value).__qualname__}") from None
     q = run.sink.q
-    q.append((_SCALAR, run.id, tag, step, _time() if walltime is None else walltime, v))
+    q.append((_SCALAR, run.id, tag, step, _time() if walltime is None else _wall(tag, walltime), v))
     if len(q) > _WAKE_AT:
         _sink.wake()
 
@@ -77,7 +89,7 @@ def scalars(values: Mapping[str, Any], step: Optional[int] = None, main_tag: str
 def _event(kind: str, tag: str, step: Any, payload: Any, walltime: Optional[float]) -> None:
     run = _current()
     st = _step(run, tag, step)
-    run.sink.q.append((_EVENT, run.id, kind, tag, st, _time() if walltime is None else walltime, payload))
+    run.sink.q.append((_EVENT, run.id, kind, tag, st, _time() if walltime is None else _wall(tag, walltime), payload))
 
 
 def histogram(tag: str, values: Any, step: Optional[int] = None, bins: Any = 64,

@@ -233,7 +233,20 @@ def all_scalars(index: Any, run: int) -> Dict[str, List[tuple]]:
     return out
 
 
-def events(index: Any, run: int, kind: str, tag: Optional[str] = None, with_data: bool = False) -> List[Dict[str, Any]]:
+def _finite_meta(m: Any) -> Any:
+    # JSON for the browser has no inf/NaN (an overflowed histogram sum): null, as for scalars
+    if isinstance(m, float):
+        return _f(m)
+    if isinstance(m, dict):
+        return {k: _finite_meta(v) for k, v in m.items()}
+    if isinstance(m, list):
+        return [_finite_meta(v) for v in m]
+    return m
+
+
+def events(index: Any, run: int, kind: str, tag: Optional[str] = None, with_data: bool = False,
+           exact: bool = False) -> List[Dict[str, Any]]:
+    """Events of a run; ``exact`` keeps non-finite numbers in ``meta`` (export), else they are None (JSON API)."""
     cols = "id, tag, step, wall, meta" + (", data" if with_data else "")
     sql = f"SELECT {cols} FROM log_events WHERE run=? AND kind=?"
     params: List[Any] = [run, kind]
@@ -242,7 +255,8 @@ def events(index: Any, run: int, kind: str, tag: Optional[str] = None, with_data
         params.append(tag)
     out = []
     for r in _conn(index).execute(sql + " ORDER BY tag, step, id", params):
-        d = {"id": r[0], "tag": r[1], "step": r[2], "wall": r[3], "meta": json.loads(r[4]) if r[4] else None}
+        meta = json.loads(r[4]) if r[4] else None
+        d = {"id": r[0], "tag": r[1], "step": r[2], "wall": r[3], "meta": meta if exact else _finite_meta(meta)}
         if with_data:
             d["data"] = r[5]
         out.append(d)

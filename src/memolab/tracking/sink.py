@@ -24,6 +24,9 @@ from . import schema
 INTERVAL = 1.0
 WAKE_AT = 20_000
 
+# SQLite INTEGER range: a larger step cannot be bound (OverflowError)
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
 # queue record kinds (first tuple element)
 START, END, SCALAR, EVENT, HPARAMS = 0, 1, 2, 3, 4
 
@@ -66,62 +69,92 @@ class Sink:
         last: Dict[Tuple[int, str], List[Any]] = {}
         blocks: Dict[Tuple[int, str, int], List[Any]] = {}
         c = self.index.conn()
+        dropped: List[str] = []
         for it in items:
-            kind = it[0]
-            if kind == SCALAR:
-                _, run, tag, step, wall, value = it
-                if value != value:  # SQLite turns NaN into NULL anyway; say so explicitly
-                    value = None
-                rt = (run, tag)
-                cur = last.get(rt)
-                if cur is None:
-                    before = self._counts.get(rt)
-                    if before is None:  # first flush of this tag by this process: continue where the store is
-                        row = c.execute("SELECT n FROM scalar_tags WHERE run=? AND tag=?", rt).fetchone()
-                        before = row[0] if row else 0
-                    cur = last[rt] = [0, step, value, wall, step, 1, before]
-                elif step >= cur[1]:
-                    cur[1], cur[2], cur[3] = step, value, wall
-                else:
-                    cur[5] = 0
-                seq = cur[6] + cur[0]
-                scalars.append((run, tag, step, seq, wall, value))
-                b = (run, tag, seq // schema.BLOCK)
-                cur[0] += 1
-                blk = blocks.get(b)
-                if blk is None:
-                    blk = blocks[b] = [0, step, step, 0.0, 0.0, 0, None, None]
-                blk[0] += 1
-                if step < blk[1]:
-                    blk[1] = step
-                if step > blk[2]:
-                    blk[2] = step
-                blk[3] += wall
-                if value is not None:
-                    blk[4] += value
-                    blk[5] += 1
-                    if blk[6] is None or value < blk[6]:
-                        blk[6] = value
-                    if blk[7] is None or value > blk[7]:
-                        blk[7] = value
-            elif kind == EVENT:
-                _, run, ekind, tag, step, wall, payload = it
-                meta, data = _encode(ekind, payload)
-                if ekind == "png":
-                    ekind = "image"
-                events.append((run, ekind, tag, step, wall, meta, data))
-            elif kind == START:
-                _, run, fields = it
-                starts.append((run, fields["fn"], fields.get("code"), fields.get("args"), fields.get("schema"),
-                               fields.get("parent"), fields.get("name"), fields["started"], fields["started"],
-                               "running", json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True),
-                               fields.get("pid"), fields.get("host")))
-            elif kind == END:
-                _, run, status, finished, eval_id = it
-                ends.append((status, finished, finished, eval_id, run))
-            elif kind == HPARAMS:
-                _, run, values = it
-                hparams.append((run, values))
+            try:
+                self._add(it, c, last, blocks, starts, ends, scalars, events, hparams)
+            except Exception as e:
+                # One record that cannot be stored (the caller checks what it can, this is the
+                # last line) is dropped: put back with its batch, it would fail every later
+                # flush and take every other log of the process with it.
+                dropped.append(f"{it[:3]!r}: {type(e).__name__}: {e}")
+        if dropped:
+            import warnings
+
+            from ..errors import MemolabWarning
+
+            warnings.warn(f"memolab.log: dropped {len(dropped)} record(s) that cannot be stored, first {dropped[0]}",
+                          MemolabWarning, stacklevel=2)
+        self._commit(items, c, last, blocks, starts, ends, scalars, events, hparams)
+
+    def _add(self, it: tuple, c: Any, last: Dict[Tuple[int, str], List[Any]], blocks: Dict[Tuple[int, str, int], List[Any]],
+             starts: list, ends: list, scalars: list, events: list, hparams: list) -> None:
+        """Turn one queued record into rows; raises (touching nothing) if it cannot be stored."""
+        kind = it[0]
+        if kind == SCALAR:
+            _, run, tag, step, wall, value = it
+            if not _I64_MIN <= step <= _I64_MAX:
+                raise OverflowError(f"step {step} does not fit 64 bits")
+            wall = float(wall)
+            if value != value:  # SQLite turns NaN into NULL anyway; say so explicitly
+                value = None
+            rt = (run, tag)
+            cur = last.get(rt)
+            if cur is None:
+                before = self._counts.get(rt)
+                if before is None:  # first flush of this tag by this process: continue where the store is
+                    row = c.execute("SELECT n FROM scalar_tags WHERE run=? AND tag=?", rt).fetchone()
+                    before = row[0] if row else 0
+                cur = last[rt] = [0, step, value, wall, step, 1, before]
+            elif step >= cur[1]:
+                cur[1], cur[2], cur[3] = step, value, wall
+            else:
+                cur[5] = 0
+            seq = cur[6] + cur[0]
+            scalars.append((run, tag, step, seq, wall, value))
+            b = (run, tag, seq // schema.BLOCK)
+            cur[0] += 1
+            blk = blocks.get(b)
+            if blk is None:
+                blk = blocks[b] = [0, step, step, 0.0, 0.0, 0, None, None]
+            blk[0] += 1
+            if step < blk[1]:
+                blk[1] = step
+            if step > blk[2]:
+                blk[2] = step
+            blk[3] += wall
+            if value is not None:
+                blk[4] += value
+                blk[5] += 1
+                if blk[6] is None or value < blk[6]:
+                    blk[6] = value
+                if blk[7] is None or value > blk[7]:
+                    blk[7] = value
+        elif kind == EVENT:
+            _, run, ekind, tag, step, wall, payload = it
+            if not _I64_MIN <= step <= _I64_MAX:
+                raise OverflowError(f"step {step} does not fit 64 bits")
+            wall = float(wall)
+            meta, data = _encode(ekind, payload)
+            if ekind == "png":
+                ekind = "image"
+            events.append((run, ekind, tag, step, wall, meta, data))
+        elif kind == START:
+            _, run, fields = it
+            starts.append((run, fields["fn"], fields.get("code"), fields.get("args"), fields.get("schema"),
+                           fields.get("parent"), fields.get("name"), fields["started"], fields["started"],
+                           "running", json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True),
+                           fields.get("pid"), fields.get("host")))
+        elif kind == END:
+            _, run, status, finished, eval_id = it
+            ends.append((status, finished, finished, eval_id, run))
+        elif kind == HPARAMS:
+            _, run, values = it
+            hparams.append((run, values))
+
+    def _commit(self, items: List[tuple], c: Any, last: Dict[Tuple[int, str], List[Any]],
+                blocks: Dict[Tuple[int, str, int], List[Any]], starts: list, ends: list, scalars: list, events: list,
+                hparams: list) -> None:
         now = time.time()
         with self.index.write():
             if starts:
@@ -179,7 +212,8 @@ def _encode(kind: str, payload: Any) -> Tuple[Optional[str], Optional[bytes]]:
         data, (h, w, ch) = payload
         return json.dumps({"height": h, "width": w, "channels": ch}), data
     if kind == "histogram":
-        return json.dumps(payload, allow_nan=False), None
+        # sums of huge values overflow to inf: stored as JSON Infinity (Python reads it back), never refused
+        return json.dumps(payload, allow_nan=True), None
     if kind == "text":
         return None, payload.encode("utf-8")
     raise ValueError(f"unknown log event kind {kind!r}")

@@ -176,7 +176,7 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None) -> List[P
             for tag, points in query.all_scalars(index, run["id"]).items():
                 for step, wall, value in points:
                     w.add(wall, step, summary_value(tag, simple=value))
-            for e in query.events(index, run["id"], "histogram"):
+            for e in query.events(index, run["id"], "histogram", exact=True):
                 w.add(e["wall"], e["step"], summary_value(e["tag"], histo=histo_proto(e["meta"])))
             for e in query.events(index, run["id"], "image", with_data=True):
                 m = e["meta"]
