@@ -69,3 +69,26 @@ def test_an_unstorable_step_or_walltime_is_refused_at_the_call(tmp_store, bad):
     (run,) = runs_of(g.symbol)
     assert run["status"] == "done" and run["stored"]
     assert points(run["id"], "ok") == [(0, 1.0), (1, 2.0)]
+
+
+def test_export_and_listing_include_every_run_not_the_newest_5000(tmp_store, tmp_path):
+    # query.runs had LIMIT 5000: export-tb silently skipped the oldest runs, and the
+    # dashboard listed their stored evaluations as "stored without logs"
+    from memolab.tracking import runs as _runs, tb_export
+
+    @memo
+    def oldest(x):
+        memolab.log.scalar("first", 42.0)
+        return x
+
+    oldest(1)
+    st = get_store()
+    for i in range(5000):  # the hooks memo.py calls around a computation, without 5,000 computations
+        h = _runs.begin("m:many", ("m:many", "c", f"a{i}", "s"), {"i": i}, st)
+        _runs.end(h, "done")
+    listed = query.runs(index())
+    (old,) = [r for r in listed if r["fn"] == oldest.symbol]
+    assert isinstance(old["id"], int) and old["stored"]  # its run, with its logs, not a bare "e<id>" row
+    dirs = tb_export.export(index(), tmp_path / "tb")
+    assert len(dirs) == 5001
+    assert any(d.parent.name == tb_export._slug(oldest.symbol.replace(":", "."), 120) for d in dirs)

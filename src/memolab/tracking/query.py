@@ -101,7 +101,8 @@ _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", 
              "hparams", "eval_id", "pid", "host")
 
 
-def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None, limit: int = 5000) -> List[Dict[str, Any]]:
+def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None,
+         limit: Optional[int] = None) -> List[Dict[str, Any]]:
     """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
 
     ``status`` is running, done, failed, or lost (stored as running, but its process is gone).
@@ -119,7 +120,11 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     sql = f"SELECT {','.join(_RUN_COLS)} FROM runs"
     if where:
         sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY started DESC LIMIT {int(limit)}"
+    sql += " ORDER BY started DESC"
+    if limit is not None:
+        # Only for callers that page on purpose: export and the dashboard need every run, else an
+        # old run's logs are skipped and its stored evaluation is listed as one without logs.
+        sql += f" LIMIT {int(limit)}"
     rows = [dict(zip(_RUN_COLS, r)) for r in c.execute(sql, params)]
     ev_sql = "SELECT id, fn, code, args, status, started, finished, duration, hits, last_hit, size, snapshot FROM evaluations"
     evs = {}
