@@ -92,3 +92,78 @@ def test_export_and_listing_include_every_run_not_the_newest_5000(tmp_store, tmp
     dirs = tb_export.export(index(), tmp_path / "tb")
     assert len(dirs) == 5001
     assert any(d.parent.name == tb_export._slug(oldest.symbol.replace(":", "."), 120) for d in dirs)
+
+
+def _proc_runs():
+    return {r["pid"]: r for f in query.functions(index()) if f["fn"].startswith("<process:") for r in runs_of(f["fn"])}
+
+
+def test_a_child_forked_inside_a_memoized_call_does_not_collide_with_its_parent(tmp_store):
+    # The child inherited the parent's current run *and* its count of points already written per
+    # tag, so both numbered their next point of a tag alike: same (run, tag, step, seq), and the
+    # second flush failed its primary key on every try, losing all that process's logs.
+    import os
+
+    @memo
+    def train(n):
+        memolab.log.scalar("x", 0.0, step=0)
+        memolab.log.flush()  # the parent's count of "x" points is now 1, in both processes after the fork
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                memolab.log.scalar("x", 10.0, step=1)
+                memolab.log.flush()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        memolab.log.scalar("x", 1.0, step=1)
+        return pid
+
+    pid = train(1)
+    (run,) = runs_of(train.symbol)
+    assert run["status"] == "done" and run["stored"]
+    assert points(run["id"], "x") == [(0, 0.0), (1, 1.0)]  # the evaluation's own curve, nothing from the child
+    child = _proc_runs()[pid]  # "A child process has its own process run"
+    assert points(child["id"], "x") == [(1, 10.0)]
+
+
+def test_logs_of_process_pool_workers_are_flushed_when_the_worker_exits(tmp_store):
+    # multiprocessing children leave through os._exit, which skips atexit: unflushed logs were lost
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as ex:
+        pids = set(ex.map(_worker_logs, range(6)))
+    procs = _proc_runs()
+    got = sorted(v for p in pids for _, v in points(procs[p]["id"], "work"))
+    assert got == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _worker_logs(k):
+    import os
+
+    memolab.log.scalar("work", float(k))
+    return os.getpid()
+
+
+def test_the_process_run_of_a_forked_child_names_the_run_it_was_forked_from(tmp_store):
+    import os
+
+    @memo
+    def spawner(n):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                memolab.log.scalar("c", 1.0)
+                memolab.log.flush()
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        return pid
+
+    pid = spawner(3)
+    (run,) = runs_of(spawner.symbol)
+    assert _proc_runs()[pid]["parent"] == run["id"]

@@ -126,7 +126,7 @@ def process_run() -> Run:
             fn = f"<process:{script or 'python'}>"
             run = Run(new_id(), s, fn)
             s.q.append((_sink.START, run.id, {
-                "fn": fn, "name": " ".join(sys.argv)[:300], "started": time.time(),
+                "fn": fn, "name": " ".join(sys.argv)[:300], "started": time.time(), "parent": _forked_from,
                 "pid": os.getpid(), "host": socket.gethostname(), "hparams": {"argv": " ".join(sys.argv[1:])[:200]},
             }))
             _process_run = run
@@ -142,8 +142,21 @@ def finish_process_run() -> None:
     _process_run = None
 
 
+_forked_from: Optional[int] = None
+
+
 def _after_fork() -> None:
-    global _process_run
+    global _process_run, _forked_from
+    # A child forked inside a memoized call inherits the forking thread's context, whose
+    # run is the parent's: its logs would be filed under an evaluation it does not own,
+    # numbered as if they were the parent's. It logs to its own process run instead,
+    # whose parent is the run the fork came from.
+    r = _current.get()
+    if r is not None:
+        _current.set(None)
+    else:
+        r = _process_run
+    _forked_from = r.id if r is not None else None
     _process_run = None  # the child is another process: it gets its own run
 
 

@@ -289,15 +289,42 @@ def _after_fork() -> None:
     global _thread, _sinks_lock, _wake
     for s in _sinks.values():
         s.q.clear()
+        # the parent's count of points written per (run, tag): numbering the child's points from
+        # it would give both processes the same (run, tag, step, seq) key; the store's is exact
+        s._counts.clear()
         s._lock = threading.Lock()
     _sinks_lock = threading.Lock()
     _wake = threading.Event()
     _thread = None
 
 
+_mp_hooked = False
+
+
+def _before_fork() -> None:
+    # A multiprocessing (fork) child leaves through os._exit, which skips atexit, so its
+    # logs would be lost; multiprocessing runs its own finalizers first. The registry of
+    # those is emptied in the child before the target runs, so the finalizer is added by
+    # an after-fork callback, registered here once multiprocessing is in use.
+    global _mp_hooked
+    if not _mp_hooked:
+        import sys
+
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None:
+            util.register_after_fork(_mp_child, _mp_child)
+            _mp_hooked = True
+
+
+def _mp_child(_: Any) -> None:
+    import multiprocessing.util as util
+
+    util.Finalize(None, _at_exit, exitpriority=100)
+
+
 atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork)
 
 
 def finite_or_none(x: Optional[float]) -> Optional[float]:
