@@ -268,8 +268,10 @@ def events(index: Any, run: int, kind: str, tag: Optional[str] = None, with_data
     return out
 
 
-def event_data(index: Any, event_id: int) -> Optional[bytes]:
-    row = _conn(index).execute("SELECT data FROM log_events WHERE id=?", (event_id,)).fetchone()
+def event_data(index: Any, event_id: int, kind: Optional[str] = None) -> Optional[bytes]:
+    """The payload of one event; with ``kind``, only an event of that kind (the image route serves PNGs only)."""
+    sql = "SELECT data FROM log_events WHERE id=?" + (" AND kind=?" if kind is not None else "")
+    row = _conn(index).execute(sql, (event_id, kind) if kind is not None else (event_id,)).fetchone()
     return bytes(row[0]) if row and row[0] is not None else None
 
 

@@ -35,6 +35,28 @@ def _ints(s: str, name: str) -> List[int]:
         raise ApiError(400, f"{name} must be comma-separated run ids, got {s!r}") from None
 
 
+#: the most points one series may ask for: a request must not make the server build (and the
+#: browser parse) a million-point JSON series; downsampling keeps extremes and the last point
+MAX_POINTS = 10_000
+
+
+def _id(s: str, name: str) -> int:
+    try:
+        return int(s)
+    except ValueError:
+        raise ApiError(400, f"{name} must be an integer id, got {s!r}") from None
+
+
+def _max_points(s: str) -> int:
+    try:
+        n = int(s)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ApiError(400, f"max must be a positive number of points, got {s!r}")
+    return min(n, MAX_POINTS)
+
+
 def _one(q: Dict[str, List[str]], name: str, default: Optional[str] = None) -> str:
     v = q.get(name)
     if not v:
@@ -86,7 +108,7 @@ class Handler(BaseHTTPRequestHandler):
     def _api(self, route: str, q: Dict[str, List[str]]) -> Tuple[int, str, bytes]:
         index = self.server.index
         if route.startswith("image/"):
-            data = query.event_data(index, int(route[6:]))
+            data = query.event_data(index, _id(route[6:], "image id"), kind="image")
             if data is None:
                 raise ApiError(404, f"no image {route[6:]}")
             return 200, "image/png", data
@@ -95,11 +117,11 @@ class Handler(BaseHTTPRequestHandler):
             "functions": lambda: query.functions(index),
             "runs": lambda: query.runs(index, q.get("fn", [None])[0]),
             "tags": lambda: query.tags(index, _ints(_one(q, "runs", ""), "runs")),
-            "scalars": lambda: {str(r): query.scalars(index, r, _one(q, "tag"), int(_one(q, "max", "1000")))
+            "scalars": lambda: {str(r): query.scalars(index, r, _one(q, "tag"), _max_points(_one(q, "max", "1000")))
                                 for r in _ints(_one(q, "runs"), "runs")},
-            "histograms": lambda: query.events(index, int(_one(q, "run")), "histogram", _one(q, "tag")),
-            "images": lambda: query.events(index, int(_one(q, "run")), "image", _one(q, "tag")),
-            "texts": lambda: query.texts(index, int(_one(q, "run")), _one(q, "tag")),
+            "histograms": lambda: query.events(index, _id(_one(q, "run"), "run"), "histogram", _one(q, "tag")),
+            "images": lambda: query.events(index, _id(_one(q, "run"), "run"), "image", _one(q, "tag")),
+            "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),
             "hparams": lambda: query.hparams(index, _one(q, "fn")),
             "diff": lambda: _diff(index, _one(q, "a"), _one(q, "b")),
         }.get(route)
