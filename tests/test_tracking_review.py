@@ -167,3 +167,40 @@ def test_the_process_run_of_a_forked_child_names_the_run_it_was_forked_from(tmp_
     pid = spawner(3)
     (run,) = runs_of(spawner.symbol)
     assert _proc_runs()[pid]["parent"] == run["id"]
+
+
+KILLED_MID_RUN = """
+import os, signal, memolab
+from memolab import memo
+
+@memo
+def work(n):
+    for i in range(n):
+        memolab.log.scalar("v", i)
+    memolab.log.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+memolab.log.scalar("outside", 1.0)
+work(5)
+"""
+
+
+def test_clear_deletes_lost_runs_too(project):
+    # docs/logging.md: "clear FUNC deletes every finished run of the function, failed and lost
+    # ones included". A lost run is stored as 'running' (its process died), so clear kept it,
+    # and gc never drops it (no evaluation): its logs outlived everything, forever.
+    project.write("killed.py", KILLED_MID_RUN)
+    cp = project.run("killed.py", check=False)
+    assert cp.returncode == -9
+    st = get_store(project.store)
+    (r,) = query.runs(st.index, "__main__:work")
+    assert r["status"] == "lost"
+    st.clear("__main__:work")
+    assert query.runs(st.index, "__main__:work") == []
+    db = st.index.conn()
+    assert db.execute("SELECT COUNT(*) FROM scalars WHERE run=?", (r["id"],)).fetchone() == (0,)
+    # the killed process's own run is lost too: clearing everything takes it
+    (p,) = [x for x in query.runs(st.index) if str(x["fn"]).startswith("<process:")]
+    assert p["status"] == "lost"
+    st.clear()
+    assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)

@@ -3,7 +3,8 @@
 ``Store.collect_garbage`` (run by ``clear`` and ``gc``) calls ``purge_orphans``:
 runs whose stored evaluation was deleted (or replaced by ``.fresh()``) lose
 their logs. ``Store.clear(fn)`` calls ``purge``: every finished run of the
-function goes, including failed and lost ones that never had an evaluation.
+function goes, including failed and lost ones that never had an evaluation
+(lost: stored as running, but its process is gone, judged as the dashboard does).
 Running runs are never touched, since a live process is still writing them.
 """
 from __future__ import annotations
@@ -32,8 +33,16 @@ def purge(index: Any, fn: Optional[str] = None) -> int:
     with index.write() as c:
         if not _has_runs(c):
             return 0
-        sql = "SELECT id FROM runs WHERE status != 'running'" + (" AND fn=?" if fn is not None else "")
-        return _delete(c, [r[0] for r in c.execute(sql, (fn,) if fn is not None else ())])
+        cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status")
+        sql = f"SELECT {','.join(cols)} FROM runs" + (" WHERE fn=?" if fn is not None else "")
+        rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn is not None else ())]
+        # A killed process never marks its runs finished: they stay 'running' in the table. They
+        # are judged as the dashboard judges them (lease gone or stale, pid dead): lost runs go,
+        # a live process's runs stay.
+        from .query import _alive
+
+        alive = _alive(c)
+        return _delete(c, [r["id"] for r in rows if r["status"] != "running" or not alive(r)])
 
 
 def purge_orphans(index: Any) -> int:
