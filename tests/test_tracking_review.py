@@ -204,3 +204,29 @@ def test_clear_deletes_lost_runs_too(project):
     assert p["status"] == "lost"
     st.clear()
     assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+
+
+def test_exporting_again_into_the_same_directory_does_not_double_the_points(tmp_store, tmp_path):
+    # Each export wrote a new events.out.tfevents.<now>... file next to the previous one, and
+    # TensorBoard reads every event file of a run directory: every point showed up twice.
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    from memolab.tracking import tb_export
+
+    @memo
+    def t(x):
+        for i in range(3):
+            memolab.log.scalar("loss", x + i)
+        return x
+
+    t(1.0)
+    (d,) = tb_export.export(index(), tmp_path / "tb")
+    (first,) = d.glob("events.out.tfevents.*")
+    # as if that export was made at an earlier second (the file name holds the time)
+    first.rename(d / "events.out.tfevents.0000000001.somehost.memolab")
+    own = d / "events.out.tfevents.0000000002.somehost.v2"
+    own.write_bytes(b"")  # not ours: an export must leave files it did not write alone
+    (d2,) = tb_export.export(index(), tmp_path / "tb")
+    assert d2 == d and own.exists()
+    ea = ea_mod.EventAccumulator(str(d), size_guidance={"scalars": 0})
+    ea.Reload()
+    assert [(e.step, e.value) for e in ea.Scalars("loss")] == [(0, 1.0), (1, 2.0), (2, 3.0)]

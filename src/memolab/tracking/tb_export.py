@@ -138,8 +138,12 @@ class EventFileWriter:
 
     def __init__(self, logdir: Path) -> None:
         logdir.mkdir(parents=True, exist_ok=True)
+        self.logdir = logdir
         self.path = logdir / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.memolab"
-        self._f = open(self.path, "wb")
+        # Written under a name TensorBoard ignores (no "tfevents"), then renamed over: a reader
+        # never sees a half-written run, and an export that fails leaves the previous one whole.
+        self._tmp = logdir / f".memolab-export-{os.getpid()}.tmp"
+        self._f = open(self._tmp, "wb")
         self._f.write(record(event(time.time(), 0, file_version="brain.Event:2")))
 
     def add(self, wall: float, step: int, summary: bytes) -> None:
@@ -147,6 +151,16 @@ class EventFileWriter:
 
     def close(self) -> None:
         self._f.close()
+        # TensorBoard reads every event file of a run directory: a previous export's file left next
+        # to this one would show every point twice. Only files memolab wrote are replaced.
+        for old in self.logdir.glob("events.out.tfevents.*.memolab"):
+            if old != self.path:
+                old.unlink()
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        self._f.close()
+        self._tmp.unlink(missing_ok=True)
 
 
 def _slug(s: str, limit: int = 60) -> str:
@@ -185,8 +199,10 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None) -> List[P
             for e in query.events(index, run["id"], "text", with_data=True):
                 w.add(e["wall"], e["step"], summary_value(e["tag"], tensor=text_tensor(bytes(e["data"]).decode("utf-8")),
                                                           metadata=_TEXT_METADATA))
-        finally:
-            w.close()
+        except BaseException:
+            w.abort()
+            raise
+        w.close()
         written.append(d)
     return written
 
