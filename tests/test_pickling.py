@@ -55,6 +55,22 @@ def test_lone_view_of_small_base_and_odd_arrays():
     assert out[6][0] == {"x": 1}
 
 
+def test_datetime_and_timedelta_arrays_store_in_and_out_of_band():
+    # The buffer protocol refuses dtype kinds 'M'/'m' (and structs holding
+    # them): such arrays, and every pandas frame with a date column, could not
+    # be stored at all. Their bytes must travel like any other array's.
+    big = np.arange(pickling.OUT_OF_BAND_MIN).astype("datetime64[s]")
+    values = [np.array(["2020-01-01", "NaT"], dtype="datetime64[D]"), big, big[::-3], big[10:20],
+              np.arange(9).astype("timedelta64[ms]").reshape(3, 3).T,
+              np.zeros(4, dtype=[("t", "M8[ns]"), ("x", ">f8")]), np.zeros((2, 0), dtype="m8[s]")]
+    data, buffers = pickling.dumps(values)
+    out = pickling.loads(data, buffers)
+    for got, want in zip(out, values):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert np.shares_memory(out[1], out[2]) and np.shares_memory(out[1], out[3])
+
+
 def test_shared_and_cyclic_references_survive():
     shared = {"k": [1, 2]}
     cyc: list = [shared]

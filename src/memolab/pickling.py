@@ -616,11 +616,22 @@ def _reduce_ndarray(p: Pickler, arr: Any) -> Any:
         if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
             arr = np.ascontiguousarray(arr)  # a strided array with no ndarray owner: copy it once
         order = "C" if arr.flags.c_contiguous else "F"
-        return _np_from_buffer, (pickle.PickleBuffer(arr), arr.dtype, arr.shape, order)
+        return _np_from_buffer, (pickle.PickleBuffer(_np_bytes(arr, order)), arr.dtype, arr.shape, order)
     # A view: reference its root (memoised by pickle, so every view of one root
     # shares one buffer) plus where it sits inside it.
     offset = arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     return _np_view, (root, arr.dtype, arr.shape, arr.strides, offset)
+
+
+def _np_bytes(arr: Any, order: str) -> Any:
+    """The contiguous ``arr``'s memory as flat bytes, without a copy. The buffer
+    protocol refuses some dtypes (datetime64, timedelta64, structs holding
+    them), so the buffer is taken from a uint8 view, never from ``arr`` itself."""
+    import numpy as np
+
+    if arr.size == 0 or arr.dtype.itemsize == 0:
+        return np.empty(0, dtype=np.uint8)
+    return arr.reshape(-1, order=order).view(np.uint8)  # type: ignore[call-overload]
 
 
 def _np_from_buffer(buf: Any, dtype: Any, shape: Tuple[int, ...], order: str) -> Any:
