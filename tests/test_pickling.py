@@ -217,6 +217,50 @@ def test_local_dataclass_abc_super_and_descriptors_round_trip():
         B2()  # still abstract
 
 
+def test_by_value_class_with_cached_property_stores():
+    # Python 3.11's cached_property holds an RLock: pickling the class body by
+    # value failed, so any result holding such an instance was never stored.
+    def make():
+        class Lazy:
+            def __init__(self):
+                self.runs = 0
+
+            @functools.cached_property
+            def val(self):
+                """the answer"""
+                self.runs += 1
+                return 42
+
+        return Lazy
+
+    obj = rt(make()())
+    assert (obj.val, obj.val, obj.runs) == (42, 42, 1)
+    assert type(obj).__dict__["val"].__doc__ == "the answer"
+
+
+def test_by_value_abc_keeps_its_virtual_subclasses():
+    # ABC.register() lives in _abc_impl, which is not a class attribute one can
+    # copy: without replaying it, isinstance() answers differently after a load.
+    import abc
+
+    def make():
+        class Shape(abc.ABC):
+            pass
+
+        class Ext:
+            pass
+
+        Shape.register(Ext)
+        Shape.register(int)
+        return Shape, Ext
+
+    Shape, Ext = make()
+    S2, E2, e2 = rt([Shape, Ext, Ext()])
+    assert S2 is not Shape
+    assert isinstance(e2, S2) and issubclass(E2, S2) and isinstance(3, S2)
+    assert not isinstance("x", S2)
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

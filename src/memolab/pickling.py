@@ -527,7 +527,27 @@ def _class_by_value(cls: type, rec: tuple) -> Any:
     if slots is not None:
         kwargs["__slots__"] = slots
     state = {k: _canon(v) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
+    if "_abc_impl" in ns:
+        # ABC.register() calls live in _abc_impl, not in any attribute: replay
+        # them on load, or isinstance() answers differently. Sorted by name,
+        # since the registry is a set (its order varies per process).
+        state[_ABC_REGISTRY] = sorted(_abc_registry(cls), key=lambda c: (str(getattr(c, "__module__", "")),
+                                                                        str(getattr(c, "__qualname__", ""))))
     return _class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec), state, None, None, _class_setstate
+
+
+_ABC_REGISTRY = "__memolab_abc_registry__"
+
+
+def _abc_registry(cls: type) -> List[type]:
+    import abc
+
+    try:
+        refs = abc._get_dump(cls)[0]  # type: ignore[attr-defined]  # the C implementation's introspection hook
+    except (AttributeError, TypeError):
+        refs = getattr(cls, "_abc_registry", ())  # the pure-Python _py_abc fallback: a WeakSet
+        return list(refs)
+    return [c for c in (r() for r in refs) if c is not None]
 
 
 def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple) -> Any:
@@ -543,8 +563,11 @@ def _class_setstate(cls: Any, state: Dict[str, Any]) -> Any:
     if cls not in _skeletons:
         return cls
     _skeletons.discard(cls)
+    registered = state.pop(_ABC_REGISTRY, ())
     for k, v in state.items():
         setattr(cls, k, v)
+    for sub in registered:
+        cls.register(sub)
     if "__abstractmethods__" in vars(cls):
         import abc
 
@@ -587,8 +610,18 @@ register_reducer(staticmethod, _reduce_method_wrapper(staticmethod))
 register_reducer(classmethod, _reduce_method_wrapper(classmethod))
 register_reducer(property, _reduce_property)
 register_reducer(types.CellType, _reduce_cell)
+# Python 3.11's cached_property carries an RLock, which cannot be pickled: a
+# class using one could not be stored by value. Its lock is rebuilt, not stored.
+register_reducer(functools.cached_property,
+                 lambda p, obj: (_cached_property, (obj.func, {k: v for k, v in vars(obj).items() if k != "lock"})))
 # dataclass fields keep their metadata in one; class bodies meet them often.
 register_reducer(types.MappingProxyType, lambda p, obj: (_mappingproxy, (dict(obj),)))
+
+
+def _cached_property(func: Any, state: Dict[str, Any]) -> Any:
+    cp = functools.cached_property(func)
+    cp.__dict__.update(state)
+    return cp
 
 
 def _mappingproxy(d: Dict[Any, Any]) -> Any:
