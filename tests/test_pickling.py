@@ -261,6 +261,31 @@ def test_by_value_abc_keeps_its_virtual_subclasses():
     assert not isinstance("x", S2)
 
 
+def test_by_value_class_reached_again_while_building_is_made_once():
+    # Saving A() saves A's base, whose registry (class state) holds A again:
+    # pickle writes A's construction twice and keeps the first. The second
+    # construction must not make a second class: Plugin.__init_subclass__ ran
+    # on it and registered an empty class in place of A.
+    def make():
+        class Plugin:
+            registry = {}
+
+            def __init_subclass__(cls, **kw):
+                super().__init_subclass__(**kw)
+                Plugin.registry[cls.__name__] = cls
+
+        class A(Plugin):
+            def run(self):
+                return "A ran"
+
+        return Plugin, A
+
+    Plugin, A = make()
+    out = rt({"a": A(), "reg": Plugin.registry})
+    assert type(out["a"]) is out["reg"]["A"]
+    assert out["reg"]["A"]().run() == "A ran"
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

@@ -39,6 +39,7 @@ import pickle
 import sys
 import sysconfig
 import textwrap
+import threading
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -176,6 +177,8 @@ class Pickler(pickle.Pickler):
         self.out_of_band = buffers
         super().__init__(file, protocol=5, buffer_callback=self._buffer)
         self.refs: Dict[str, Any] = {}
+        # id(class) -> (its number in this dump, the class): see _class_skeleton
+        self.by_value_classes: Dict[int, Tuple[int, type]] = {}
 
     def _buffer(self, buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
@@ -250,7 +253,8 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     if anchor:
         p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
     if isinstance(obj, type):
-        return _class_by_value(obj, rec)
+        n, _ = p.by_value_classes.setdefault(id(obj), (len(p.by_value_classes), obj))
+        return _class_by_value(obj, rec, n)
     return _function_by_value(obj, rec)
 
 
@@ -517,7 +521,7 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
 _CLASS_SKIP = frozenset(("__dict__", "__weakref__", "_abc_impl", "__module__", "__qualname__", "__doc__"))
 
 
-def _class_by_value(cls: type, rec: tuple) -> Any:
+def _class_by_value(cls: type, rec: tuple, n: int) -> Any:
     ns = dict(cls.__dict__)
     slots = ns.get("__slots__")
     if slots is not None:
@@ -533,7 +537,8 @@ def _class_by_value(cls: type, rec: tuple) -> Any:
         # since the registry is a set (its order varies per process).
         state[_ABC_REGISTRY] = sorted(_abc_registry(cls), key=lambda c: (str(getattr(c, "__module__", "")),
                                                                         str(getattr(c, "__qualname__", ""))))
-    return _class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec), state, None, None, _class_setstate
+    return (_class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec, n), state, None, None,
+            _class_setstate)
 
 
 _ABC_REGISTRY = "__memolab_abc_registry__"
@@ -550,13 +555,30 @@ def _abc_registry(cls: type) -> List[type]:
     return [c for c in (r() for r in refs) if c is not None]
 
 
-def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple) -> Any:
+def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple,
+                    n: Optional[int] = None) -> Any:
+    # A class can be reached again while its own construction is being written
+    # (its base's state refers back to it): pickle then writes the construction
+    # twice and keeps the first result. Making a second class would run the
+    # metaclass and __init_subclass__ again (registering an empty twin), so
+    # the class numbered ``n`` in this payload is made once per load.
+    # (Payloads written before the numbering pass no ``n``.)
+    made = getattr(_loading, "classes", None)
+    if n is not None and made is not None and n in made:
+        return made[n]
     live = _live_definition(rec)
     if live is not None:
-        return live
-    cls = meta(name, bases, dict(kwargs))
-    _skeletons.add(cls)
+        cls = live
+    else:
+        cls = meta(name, bases, dict(kwargs))
+        _skeletons.add(cls)
+    if n is not None and made is not None:
+        made[n] = cls
     return cls
+
+
+# The by-value classes made by the load in progress on this thread: {number in payload: class}.
+_loading = threading.local()
 
 
 def _class_setstate(cls: Any, state: Dict[str, Any]) -> Any:
@@ -737,6 +759,8 @@ def dumps(obj: Any) -> Tuple[bytes, List[memoryview]]:
 
 def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
     """Rebuild a value; ``CodeChanged`` if code it refers to changed, ``StoreMiss`` if code is gone."""
+    outer = getattr(_loading, "classes", None)  # a load inside a load (a __setstate__ that unpickles) keeps its own
+    _loading.classes = {}
     try:
         return pickle.loads(data, buffers=buffers)
     except StoreMiss:
@@ -744,6 +768,8 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
     except (AttributeError, ImportError, ModuleNotFoundError) as e:
         # Pickled by name (library code) and now gone: a miss, not a crash.
         raise CodeChanged(f"stored result refers to code that no longer loads: {e}") from e
+    finally:
+        _loading.classes = outer
 
 
 def check_refs(refs: Dict[str, Any]) -> Optional[str]:
