@@ -286,6 +286,28 @@ def test_by_value_class_reached_again_while_building_is_made_once():
     assert out["reg"]["A"]().run() == "A ran"
 
 
+_counter = 0
+
+
+def test_by_value_functions_of_one_module_share_their_globals():
+    # Functions from one module see one global namespace: a global rebound by
+    # one must be seen by the other after a load, as it was before.
+    def make():
+        def inc():
+            global _counter
+            _counter += 1
+            return _counter
+
+        def get():
+            return _counter
+
+        return inc, get
+
+    inc, get = rt(make())
+    assert inc() == 1 and get() == 1 and inc() == 2 and get() == 2
+    assert _counter == 0  # the rebuilt copies never write into the live module
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

@@ -179,6 +179,8 @@ class Pickler(pickle.Pickler):
         self.refs: Dict[str, Any] = {}
         # id(class) -> (its number in this dump, the class): see _class_skeleton
         self.by_value_classes: Dict[int, Tuple[int, type]] = {}
+        # id(module globals) -> (the one namespace its by-value functions share on load, the globals)
+        self.shared_globals: Dict[int, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
 
     def _buffer(self, buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
@@ -255,7 +257,7 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     if isinstance(obj, type):
         n, _ = p.by_value_classes.setdefault(id(obj), (len(p.by_value_classes), obj))
         return _class_by_value(obj, rec, n)
-    return _function_by_value(obj, rec)
+    return _function_by_value(obj, rec, p)
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes made by a class statement or type()
@@ -461,9 +463,14 @@ def _global_names(code: types.CodeType) -> List[str]:
 _EMPTY_CELL = "__memolab_empty_cell__"
 
 
-def _function_by_value(fn: types.FunctionType, rec: tuple) -> Any:
+def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
     code = fn.__code__
     g = fn.__globals__
+    # Functions of one module share one namespace after a load too, as they did
+    # before (a global one of them rebinds is seen by the others). The dict is
+    # written nearly empty (pickle memoises it: one per module per payload);
+    # each function adds the globals it uses when its state is set.
+    shared, _ = p.shared_globals.setdefault(id(g), ({"__name__": rec[0]}, g))
     used = {}
     for n in _global_names(code):
         if n in g and n not in used and n != "__builtins__":
@@ -487,14 +494,16 @@ def _function_by_value(fn: types.FunctionType, rec: tuple) -> Any:
     }
     # The skeleton is created (and memoised by pickle) before its state is
     # written, so recursive functions and closures over themselves round-trip.
-    return _function_skeleton, (code, len(code.co_freevars), rec), state, None, None, _function_setstate
+    return _function_skeleton, (code, len(code.co_freevars), rec, shared), state, None, None, _function_setstate
 
 
-def _function_skeleton(code: types.CodeType, nfree: int, rec: tuple) -> Any:
+def _function_skeleton(code: types.CodeType, nfree: int, rec: tuple, g: Optional[Dict[str, Any]] = None) -> Any:
     live = _live_definition(rec)
     if live is not None:
         return live
-    g: Dict[str, Any] = {"__builtins__": __builtins__, "__name__": rec[0]}
+    if g is None:  # written before globals were shared
+        g = {"__name__": rec[0]}
+    g.setdefault("__builtins__", __builtins__)
     fn = types.FunctionType(code, g, code.co_name, None, tuple(types.CellType() for _ in range(nfree)))
     _skeletons.add(fn)
     return fn
