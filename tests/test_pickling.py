@@ -308,6 +308,46 @@ def test_by_value_functions_of_one_module_share_their_globals():
     assert _counter == 0  # the rebuilt copies never write into the live module
 
 
+_seen: set = set()
+
+
+def test_by_value_functions_share_a_global_set_and_a_captured_one():
+    # Sets in code are written sorted (for deterministic bytes); each use must
+    # still come back as one set, or an add() is not seen by a contains().
+    def make():
+        local_set = set()
+
+        def add(x):
+            _seen.add(x)
+            local_set.add(x)
+
+        def has(x):
+            return x in _seen and x in local_set
+
+        return add, has
+
+    add, has = rt(make())
+    add("k")
+    assert has("k")
+    assert not _seen
+
+
+def test_set_slots_are_written_in_sorted_order():
+    def make():
+        class Slotted:
+            __slots__ = {"alpha", "beta", "gamma", "delta", "eps"}
+
+        return Slotted
+
+    Slotted = make()
+    data, _ = pickling.dumps(Slotted)
+    names = sorted(Slotted.__slots__)
+    positions = [data.index(n.encode()) for n in names]
+    assert positions == sorted(positions)
+    S2 = rt(Slotted)
+    assert S2.__slots__ == Slotted.__slots__ and type(S2.__slots__) is set
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

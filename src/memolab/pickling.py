@@ -180,6 +180,8 @@ class Pickler(pickle.Pickler):
         # id(class) -> (its number in this dump, the class): see _class_skeleton
         self.by_value_classes: Dict[int, Tuple[int, type]] = {}
         # id(module globals) -> (the one namespace its by-value functions share on load, the globals)
+        # id(set) -> (the _Sorted wrapper that writes it, the set)
+        self.sorted_sets: Dict[int, Tuple[Any, Any]] = {}
         self.shared_globals: Dict[int, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
 
     def _buffer(self, buf: pickle.PickleBuffer) -> bool:
@@ -256,7 +258,7 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
         p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
     if isinstance(obj, type):
         n, _ = p.by_value_classes.setdefault(id(obj), (len(p.by_value_classes), obj))
-        return _class_by_value(obj, rec, n)
+        return _class_by_value(obj, rec, n, p)
     return _function_by_value(obj, rec, p)
 
 
@@ -425,8 +427,13 @@ class _Sorted:
         return type(self.items), (sorted(self.items, key=repr),)
 
 
-def _canon(v: Any) -> Any:
-    return _Sorted(v) if type(v) in (set, frozenset) else v
+def _canon(v: Any, p: Pickler) -> Any:
+    if type(v) not in (set, frozenset):
+        return v
+    # One wrapper per set and payload: pickle memoises the wrapper, so every
+    # function or class that uses one set gets one set back, as before.
+    w, _ = p.sorted_sets.setdefault(id(v), (_Sorted(v), v))
+    return w
 
 
 _CODE_FIELDS = tuple(f for f in (
@@ -441,7 +448,7 @@ def _reduce_code(p: Pickler, code: types.CodeType) -> Any:
     for f in _CODE_FIELDS:
         v = getattr(code, f)
         if f == "co_consts":
-            v = tuple(_canon(c) for c in v)
+            v = tuple(_canon(c, p) for c in v)
         values.append(v)
     return _make_code, (_PYVER, values)
 
@@ -474,11 +481,11 @@ def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
     used = {}
     for n in _global_names(code):
         if n in g and n not in used and n != "__builtins__":
-            used[n] = _canon(g[n])
+            used[n] = _canon(g[n], p)
     cells = []
     for c in fn.__closure__ or ():
         try:
-            cells.append(_canon(c.cell_contents))
+            cells.append(_canon(c.cell_contents, p))
         except ValueError:
             cells.append(_EMPTY_CELL)
     state = {
@@ -530,7 +537,7 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
 _CLASS_SKIP = frozenset(("__dict__", "__weakref__", "_abc_impl", "__module__", "__qualname__", "__doc__"))
 
 
-def _class_by_value(cls: type, rec: tuple, n: int) -> Any:
+def _class_by_value(cls: type, rec: tuple, n: int, p: Pickler) -> Any:
     ns = dict(cls.__dict__)
     slots = ns.get("__slots__")
     if slots is not None:
@@ -538,8 +545,8 @@ def _class_by_value(cls: type, rec: tuple, n: int) -> Any:
             ns.pop(s, None)  # the member descriptors: type() makes them again from __slots__
     kwargs = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     if slots is not None:
-        kwargs["__slots__"] = slots
-    state = {k: _canon(v) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
+        kwargs["__slots__"] = _canon(slots, p)  # a set of slot names is written sorted too
+    state = {k: _canon(v, p) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
     if "_abc_impl" in ns:
         # ABC.register() calls live in _abc_impl, not in any attribute: replay
         # them on load, or isinstance() answers differently. Sorted by name,
