@@ -348,6 +348,30 @@ def test_set_slots_are_written_in_sorted_order():
     assert S2.__slots__ == Slotted.__slots__ and type(S2.__slots__) is set
 
 
+def test_closures_over_one_variable_share_it_after_a_load():
+    # The classic counter: inc() rebinds n (nonlocal), get() reads it. Both
+    # close over one cell; copies of its value would let them drift apart.
+    def make():
+        n = 0
+
+        def inc():
+            nonlocal n
+            n += 1
+            return n
+
+        def get():
+            return n
+
+        def fact(k):  # a closure over itself
+            return 1 if k <= 1 else k * fact(k - 1)
+
+        return inc, get, fact
+
+    inc, get, fact = rt(make())
+    assert (inc(), get(), inc(), get()) == (1, 1, 2, 2)
+    assert fact(5) == 120
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

@@ -482,17 +482,10 @@ def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
     for n in _global_names(code):
         if n in g and n not in used and n != "__builtins__":
             used[n] = _canon(g[n], p)
-    cells = []
-    for c in fn.__closure__ or ():
-        try:
-            cells.append(_canon(c.cell_contents, p))
-        except ValueError:
-            cells.append(_EMPTY_CELL)
     state = {
         "globals": used,
         "defaults": fn.__defaults__,
         "kwdefaults": fn.__kwdefaults__,
-        "closure": tuple(cells),
         "dict": dict(fn.__dict__),
         "doc": fn.__doc__,
         "annotations": dict(getattr(fn, "__annotations__", None) or {}),
@@ -501,17 +494,24 @@ def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
     }
     # The skeleton is created (and memoised by pickle) before its state is
     # written, so recursive functions and closures over themselves round-trip.
-    return _function_skeleton, (code, len(code.co_freevars), rec, shared), state, None, None, _function_setstate
+    # The closure's cells themselves are written (not copies of their values):
+    # pickle memoises them, so closures over one variable share it after a load
+    # (a counter's inc() and get()). Each cell is made empty and filled after
+    # (_reduce_cell), so a cell holding its own function does not recurse.
+    return (_function_skeleton, (code, tuple(fn.__closure__ or ()), rec, shared), state, None, None,
+            _function_setstate)
 
 
-def _function_skeleton(code: types.CodeType, nfree: int, rec: tuple, g: Optional[Dict[str, Any]] = None) -> Any:
+def _function_skeleton(code: types.CodeType, cells: Any, rec: tuple, g: Optional[Dict[str, Any]] = None) -> Any:
     live = _live_definition(rec)
     if live is not None:
         return live
     if g is None:  # written before globals were shared
         g = {"__name__": rec[0]}
     g.setdefault("__builtins__", __builtins__)
-    fn = types.FunctionType(code, g, code.co_name, None, tuple(types.CellType() for _ in range(nfree)))
+    if isinstance(cells, int):  # written before cells were shared: a count; values come with the state
+        cells = tuple(types.CellType() for _ in range(cells))
+    fn = types.FunctionType(code, g, code.co_name, None, cells or None)
     _skeletons.add(fn)
     return fn
 
@@ -523,7 +523,7 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
     fn.__globals__.update(state["globals"])
     fn.__defaults__ = state["defaults"]
     fn.__kwdefaults__ = state["kwdefaults"]
-    for cell, v in zip(fn.__closure__ or (), state["closure"]):
+    for cell, v in zip(fn.__closure__ or (), state.get("closure", ())):  # payloads written before cells were shared
         if not (isinstance(v, str) and v == _EMPTY_CELL):
             cell.cell_contents = v
     fn.__dict__.update(state["dict"])
@@ -630,13 +630,27 @@ def _reduce_property(p: Pickler, obj: property) -> Any:
 
 
 def _reduce_cell(p: Pickler, cell: Any) -> Any:
+    # Made empty, memoised, then filled: a cell that holds (something holding)
+    # the function it belongs to is reached again while that function's
+    # construction is written, and finds this cell already made.
     try:
-        return _make_cell, (cell.cell_contents,)
+        contents = cell.cell_contents
     except ValueError:
-        return types.CellType, ()
+        return _empty_cell, ()
+    return _empty_cell, (), _canon(contents, p), None, None, _fill_cell
+
+
+def _empty_cell() -> Any:
+    return types.CellType()  # the cell type has no importable name
+
+
+def _fill_cell(cell: Any, contents: Any) -> Any:
+    cell.cell_contents = contents
+    return cell
 
 
 def _make_cell(v: Any) -> Any:
+    # kept so payloads written before cells were filled after creation still load
     return types.CellType(v)
 
 
