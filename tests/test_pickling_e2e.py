@@ -365,6 +365,27 @@ def test_hmac_key_signs_entries_and_refuses_unsigned_or_forged(project):
     assert "miss" in why and "signature does not match" in why
 
 
+def test_signed_store_refuses_a_buffer_edited_in_place_with_its_stamp_restored(project):
+    # Buffers are trusted by their stat stamp (size, mtime, inode) to spare a
+    # re-hash. Whoever can write the blob files can also put the mtime back,
+    # so a signed store must not trust a stamp: the HMAC covers the buffer's
+    # digest, and only re-hashing checks the bytes against it.
+    from memolab.store import Store
+
+    key = {"MEMOLAB_HMAC_KEY": "team-secret"}
+    project.write("tamper.py", TAMPER)
+    assert "COMPUTED" in project.run("tamper.py", env=key).stderr
+    (row,) = Store(project.store).index.evaluations(where="status='done'")
+    path = _blob(project, json.loads(row["buffers"])[0][0])
+    st = path.stat()
+    _tamper(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_ino == st.st_ino  # edited in place: the stamp matches again
+    cp = project.run("tamper.py", env=key)
+    assert cp.stdout.strip().splitlines()[-1] == "700000.0"  # never the forged value
+    assert "COMPUTED" in cp.stderr and "does not match its digest" in cp.stderr
+
+
 CONSUMER_CHECK = '''
 import json
 import helpers

@@ -4,7 +4,9 @@ When ``$MEMOLAB_HMAC_KEY`` is set, every evaluation written gets an
 HMAC-SHA256 over its key and everything that decides what loading it does (the
 payload digest and size, the buffer digests and sizes, the code references).
 Blobs are content-addressed, so signing their digests covers their bytes: the
-payload is re-hashed on every load, buffers by stamp (``blobs.py``). On read,
+payload is re-hashed on every load, and so are buffers while a key is set
+(``Store._unpickle``: a stat stamp is no proof against someone who can edit
+blobs). On read,
 with the key set, an unsigned or mis-signed entry is refused as a miss; without
 the key nothing is checked (and nothing signed).
 """
