@@ -193,6 +193,39 @@ def test_result_whose_class_was_edited_is_a_quiet_miss_with_reason(project):
     assert "COMPUTED" not in again.stderr and json.loads(again.stdout.splitlines()[-1])["predict"] == 2
 
 
+SHADOW = '''
+import importlib, json, sys
+import memolab
+
+@memolab.memo
+def fit(mod, kind):
+    print("COMPUTED", file=sys.stderr)
+    # Found by computed names: the key cannot see the class (memolab warns),
+    # so only the stored result's code reference can notice an edit.
+    return getattr(importlib.import_module(mod), kind)()
+
+m = fit("profile", "Model")
+print(json.dumps({"v": m.v, "why": str(fit.store().index.last_miss(fit.symbol))}))
+'''
+
+
+def test_user_module_named_like_the_stdlib_is_checked_like_user_code(project):
+    # A project's own profile.py (or secrets.py, queue.py, ...) shadows the
+    # standard module of that name: it is user code, and a result holding its
+    # class must miss once the class changes, not come back built by the old
+    # __init__ (the stored state) under the new class.
+    project.write("profile.py", "class Model:\n    def __init__(self):\n        self.v = 1\n")
+    project.write("run.py", SHADOW)
+    assert "COMPUTED" in project.run("run.py").stderr
+    hit = project.run("run.py")
+    assert "COMPUTED" not in hit.stderr and json.loads(hit.stdout.splitlines()[-1])["v"] == 1
+    project.write("profile.py", "class Model:\n    def __init__(self):\n        self.v = 2\n")
+    cp = project.run("run.py")
+    out = json.loads(cp.stdout.splitlines()[-1])
+    assert out["v"] == 2 and "COMPUTED" in cp.stderr  # never the stale object
+    assert "`profile:Model` changed" in out["why"]
+
+
 MAIN_EDIT = '''
 import json, sys
 import memolab

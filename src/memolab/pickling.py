@@ -95,13 +95,15 @@ def _library_roots() -> Tuple[str, ...]:
 def is_library_module(modname: str) -> bool:
     """Library code is pickled by name; user code by checked reference."""
     top = modname.partition(".")[0]
-    if top in ("memolab", "builtins") or top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ()):
+    if top in ("memolab", "builtins") or top in sys.builtin_module_names:
         return True
     if modname == "__main__":
         return False
     f = getattr(sys.modules.get(modname), "__file__", None)
     if not f:
-        return False
+        return top in getattr(sys, "stdlib_module_names", ())
+    # By where the file lies, not by name: a project's own profile.py or
+    # secrets.py shadows the stdlib module of that name and is user code.
     return os.path.realpath(f).startswith(_library_roots())
 
 
