@@ -372,6 +372,37 @@ def test_closures_over_one_variable_share_it_after_a_load():
     assert fact(5) == 120
 
 
+def test_init_subclass_and_metaclass_see_the_plain_class_attributes():
+    # A rebuilt class is made first and filled after (its methods may refer
+    # back to it), but __init_subclass__ and a metaclass run when it is made:
+    # they must already see its plain data attributes (a plugin's name).
+    def make():
+        class Plugin:
+            registry = {}
+
+            def __init_subclass__(cls, **kw):
+                super().__init_subclass__(**kw)
+                Plugin.registry[cls.name] = cls.__name__
+
+        class Meta(type):
+            def __new__(mcls, name, bases, ns):
+                ns.setdefault("label", name.lower() + ":" + ns.get("unit", "?"))
+                return super().__new__(mcls, name, bases, ns)
+
+        class A(Plugin):
+            name = "a"
+
+        class M(metaclass=Meta):
+            unit = "kg"
+
+        return A, M
+
+    A, M = make()
+    A2, M2 = rt([A, M])
+    assert A2.name == "a" and A2.__mro__[1].registry == {"a": "A"}
+    assert M2.label == "m:kg"
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

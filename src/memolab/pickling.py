@@ -549,6 +549,11 @@ def _class_by_value(cls: type, rec: tuple, n: int, p: Pickler) -> Any:
     if slots is not None:
         kwargs["__slots__"] = _canon(slots, p)  # a set of slot names is written sorted too
     state = {k: _canon(v, p) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
+    # Plain data attributes go into the namespace the class is made with, so
+    # that __init_subclass__ and a metaclass, which run then, see them (a
+    # plugin registering itself by its ``name``). They cannot refer back to
+    # the class, so writing them early cannot recurse. The rest comes after.
+    kwargs.update((k, v) for k, v in state.items() if _plain(v) and k not in kwargs)
     if "_abc_impl" in ns:
         # ABC.register() calls live in _abc_impl, not in any attribute: replay
         # them on load, or isinstance() answers differently. Sorted by name,
@@ -557,6 +562,13 @@ def _class_by_value(cls: type, rec: tuple, n: int, p: Pickler) -> Any:
                                                                         str(getattr(c, "__qualname__", ""))))
     return (_class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec, n), state, None, None,
             _class_setstate)
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _plain(v: Any) -> bool:
+    return type(v) in _PLAIN or (type(v) is tuple and all(_plain(x) for x in v))
 
 
 _ABC_REGISTRY = "__memolab_abc_registry__"
