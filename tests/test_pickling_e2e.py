@@ -419,6 +419,47 @@ def test_signed_store_refuses_a_buffer_edited_in_place_with_its_stamp_restored(p
     assert "COMPUTED" in cp.stderr and "does not match its digest" in cp.stderr
 
 
+FORGE = '''
+import json, sys
+import numpy as np
+import memolab
+
+@memolab.memo
+def make(n):
+    print("COMPUTED make", n, file=sys.stderr)
+    return np.full(100000, float(n))
+
+@memolab.memo
+def total(a):
+    print("COMPUTED total", file=sys.stderr)
+    return float(a.sum())
+
+print(json.dumps([total(make(1)), total(make(2))]))
+'''
+
+
+def test_signed_store_refuses_a_forged_result_digest(project):
+    # A loaded array is hashed by the digest recorded with it (the snapshot's
+    # result_digest), not by its bytes. So that digest decides the keys of the
+    # functions it is passed to, and a signed store must sign it: here a forged
+    # digest made total(make(1)) answer with total(make(2))'s result.
+    from memolab.store import Store
+
+    key = {"MEMOLAB_HMAC_KEY": "team-secret"}
+    project.write("forge.py", FORGE)
+    assert json.loads(project.run("forge.py", env=key).stdout.splitlines()[-1]) == [100000.0, 200000.0]
+    store = Store(project.store)
+    rows = {json.loads(r["snapshot"])["args"]["n"][1]: r for r in store.index.evaluations("__main__:make")}
+    one, two = rows["1"], rows["2"]
+    forged = json.loads(one["snapshot"])
+    forged["result_digest"] = json.loads(two["snapshot"])["result_digest"]
+    with store.index.write() as c:
+        c.execute("UPDATE evaluations SET snapshot=? WHERE id=?", (json.dumps(forged), one["id"]))
+    cp = project.run("forge.py", env=key)
+    assert json.loads(cp.stdout.splitlines()[-1]) == [100000.0, 200000.0]
+    assert "signature does not match" in cp.stderr
+
+
 CONSUMER_CHECK = '''
 import json
 import helpers

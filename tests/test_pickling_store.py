@@ -113,3 +113,22 @@ def test_large_blobs_hash_while_writing_and_still_deduplicate(tmp_path):
     assert d1 == d2 == digest_bytes(data) and n1 == n2 == data.nbytes
     assert list(blobs) == [d1] and not list(blobs.tmp.iterdir())
     assert bytes(blobs.get(d1, n1, mapped=True, verify="always")) == data.tobytes()
+
+
+def test_signatures_cover_the_snapshot_and_older_ones_still_load(monkeypatch):
+    from memolab.store import signing
+
+    monkeypatch.setenv(signing.ENV, "k")
+    key = ("m:f", "c", "a", "s")
+    row = {"payload": "p", "payload_size": 3, "buffers": "[]", "code_refs": "{}", "snapshot": '{"result_digest": ["aa"]}'}
+    row["signature"] = signing.sign(key, row)
+    assert row["signature"].startswith("hmac-sha256:") and signing.problem(key, row) is None
+    assert signing.snapshot_trusted(row)
+    forged = dict(row, snapshot='{"result_digest": ["bb"]}')
+    assert "does not match" in signing.problem(key, forged)
+    # A row signed before the snapshot was: still a valid result, but its
+    # result digests are not believed (they could have been edited).
+    old = dict(row, signature=signing._mac(b"k", key, row, v2=False))
+    assert signing.problem(key, old) is None and not signing.snapshot_trusted(old)
+    monkeypatch.delenv(signing.ENV)
+    assert signing.snapshot_trusted(old)  # nothing is checked without a key
