@@ -2,13 +2,13 @@
 
 When ``$MEMOLAB_HMAC_KEY`` is set, every evaluation written gets an
 HMAC-SHA256 over its key and everything that decides what loading it does (the
-payload digest and size, the buffer digests and sizes, the code references).
+payload digest and size, the buffer digests and sizes, the code references,
+and the snapshot, whose result digests decide how the loaded value hashes).
 Blobs are content-addressed, so signing their digests covers their bytes: the
 payload is re-hashed on every load, and so are buffers while a key is set
 (``Store._unpickle``: a stat stamp is no proof against someone who can edit
-blobs). On read,
-with the key set, an unsigned or mis-signed entry is refused as a miss; without
-the key nothing is checked (and nothing signed).
+blobs). On read, with the key set, an unsigned or mis-signed entry is refused
+as a miss; without the key nothing is checked (and nothing signed).
 """
 from __future__ import annotations
 
