@@ -132,3 +132,36 @@ def test_signatures_cover_the_snapshot_and_older_ones_still_load(monkeypatch):
     assert signing.problem(key, old) is None and not signing.snapshot_trusted(old)
     monkeypatch.delenv(signing.ENV)
     assert signing.snapshot_trusted(old)  # nothing is checked without a key
+
+
+def test_a_result_whose_rebuild_raises_is_recomputed_not_raised(tmp_store, tmp_path, monkeypatch):
+    # Library code is pickled by name and not digested: after an upgrade its
+    # __setstate__ may reject the stored state (TypeError, KeyError, ...).
+    # Simulated here by a switch. The call must recompute, with a warning
+    # saying why, never raise the unpickling error to the caller.
+    (tmp_path / "fragile.py").write_text(
+        "import os\n"
+        "class Box:\n"
+        "    def __init__(self, v):\n"
+        "        self.v = v\n"
+        "    def __setstate__(self, st):\n"
+        "        if os.environ.get('FRAGILE_BROKEN'):\n"
+        "            raise TypeError('state from another version')\n"
+        "        self.__dict__.update(st)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runs = Calls()
+
+    @memolab.memo
+    def make(kind):
+        runs.append(kind)
+        return getattr(importlib.import_module("fragile"), kind)(1)
+
+    assert make("Box").v == 1 and make("Box").v == 1  # stored, then loaded and remembered
+    monkeypatch.setenv("FRAGILE_BROKEN", "1")
+    with pytest.warns(memolab.MemolabWarning, match="state from another version"):
+        assert make("Box").v == 1  # the in-process copy fails to rebuild too: recomputed
+    make.store().forget()
+    with pytest.warns(memolab.MemolabWarning, match="state from another version"):
+        assert make("Box").v == 1  # read from disk, fails to rebuild: recomputed
+    assert len(runs) == 3
+    monkeypatch.delitem(sys.modules, "fragile", raising=False)

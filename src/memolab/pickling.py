@@ -812,6 +812,12 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
     except (AttributeError, ImportError, ModuleNotFoundError) as e:
         # Pickled by name (library code) and now gone: a miss, not a crash.
         raise CodeChanged(f"stored result refers to code that no longer loads: {e}") from e
+    except Exception as e:
+        # A __setstate__ or reconstructor that rejects the stored state (a
+        # library upgraded under it, a file it reopens gone): the result cannot
+        # be rebuilt faithfully. That is a miss with its reason, never a crash
+        # of the caller's call, which can simply recompute.
+        raise StoreMiss(f"stored result cannot be rebuilt: {type(e).__name__}: {e}") from e
     finally:
         _loading.classes = outer
 
