@@ -403,6 +403,29 @@ def test_init_subclass_and_metaclass_see_the_plain_class_attributes():
     assert M2.label == "m:kg"
 
 
+_T = __import__("typing").TypeVar("_T")
+
+
+def test_by_value_generic_class_round_trips():
+    # typing.Generic's __init_subclass__ reads __orig_bases__ from the
+    # namespace the class is made with ("Cannot inherit from plain Generic").
+    import typing
+
+    def make():
+        class Box(typing.Generic[_T]):
+            def __init__(self, v: _T) -> None:
+                self.v = v
+
+        class IntBox(Box[int]):
+            pass
+
+        return Box, IntBox(3)
+
+    Box, ib = rt(make())
+    assert ib.v == 3 and Box.__parameters__ == (_T,) and isinstance(ib, Box)
+    assert Box[str](1).v == 1
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

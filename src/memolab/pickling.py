@@ -548,6 +548,10 @@ def _class_by_value(cls: type, rec: tuple, n: int, p: Pickler) -> Any:
     kwargs = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     if slots is not None:
         kwargs["__slots__"] = _canon(slots, p)  # a set of slot names is written sorted too
+    if "__orig_bases__" in ns:
+        # typing.Generic's __init_subclass__ reads it when the class is made.
+        # It holds the bases as written (Box[int]): never the class itself.
+        kwargs["__orig_bases__"] = ns["__orig_bases__"]
     state = {k: _canon(v, p) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
     # Plain data attributes go into the namespace the class is made with, so
     # that __init_subclass__ and a metaclass, which run then, see them (a
