@@ -426,6 +426,26 @@ def test_by_value_generic_class_round_trips():
     assert Box[str](1).v == 1
 
 
+def test_by_value_wrapper_keeps_the_name_wraps_gave_it():
+    def make():
+        def deco(f):
+            @functools.wraps(f)
+            def wrapper(*a):
+                return f(*a) + 1
+
+            return wrapper
+
+        @deco
+        def score(x):
+            return x
+
+        return score
+
+    score = rt(make())
+    assert score(1) == 2
+    assert (score.__name__, score.__qualname__.rsplit(".", 1)[-1]) == ("score", "score")
+
+
 def test_by_value_code_from_another_python_is_a_miss():
     data, bufs = pickling.dumps(lambda: 1)
     other = data.replace(b"\x8c\x04" + pickling._PYVER.encode(), b"\x8c\x04" + b"9.99"[: len(pickling._PYVER)])

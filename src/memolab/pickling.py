@@ -493,6 +493,7 @@ def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
         "annotations": dict(getattr(fn, "__annotations__", None) or {}),
         "qualname": fn.__qualname__,
         "module": fn.__module__,
+        "name": fn.__name__,  # functools.wraps renames: the code object keeps the old name
     }
     # The skeleton is created (and memoised by pickle) before its state is
     # written, so recursive functions and closures over themselves round-trip.
@@ -532,6 +533,7 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
     fn.__doc__ = state["doc"]
     fn.__annotations__ = state["annotations"]
     fn.__qualname__ = state["qualname"]
+    fn.__name__ = state.get("name", fn.__name__)  # payloads written before the name was stored
     fn.__module__ = state["module"]
     return fn
 
