@@ -39,7 +39,6 @@ import pickle
 import sys
 import sysconfig
 import textwrap
-import threading
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -179,8 +178,8 @@ class Pickler(pickle.Pickler):
         self.out_of_band = buffers
         super().__init__(file, protocol=5, buffer_callback=self._buffer)
         self.refs: Dict[str, Any] = {}
-        # id(class) -> (its number in this dump, the class): see _class_skeleton
-        self.by_value_classes: Dict[int, Tuple[int, type]] = {}
+        # id(class) -> (its slot in this dump, the class): see _class_skeleton
+        self.by_value_classes: Dict[int, Tuple[List[Any], type]] = {}
         # id(module globals) -> (the one namespace its by-value functions share on load, the globals)
         # id(set) -> (the _Sorted wrapper that writes it, the set)
         self.sorted_sets: Dict[int, Tuple[Any, Any]] = {}
@@ -259,8 +258,8 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     if anchor:
         p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
     if isinstance(obj, type):
-        n, _ = p.by_value_classes.setdefault(id(obj), (len(p.by_value_classes), obj))
-        return _class_by_value(obj, rec, n, p)
+        slot, _ = p.by_value_classes.setdefault(id(obj), ([], obj))
+        return _class_by_value(obj, rec, slot, p)
     return _function_by_value(obj, rec, p)
 
 
@@ -541,7 +540,7 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
 _CLASS_SKIP = frozenset(("__dict__", "__weakref__", "_abc_impl", "__module__", "__qualname__", "__doc__"))
 
 
-def _class_by_value(cls: type, rec: tuple, n: int, p: Pickler) -> Any:
+def _class_by_value(cls: type, rec: tuple, slot: List[Any], p: Pickler) -> Any:
     ns = dict(cls.__dict__)
     slots = ns.get("__slots__")
     if slots is not None:
@@ -566,7 +565,7 @@ def _class_by_value(cls: type, rec: tuple, n: int, p: Pickler) -> Any:
         # since the registry is a set (its order varies per process).
         state[_ABC_REGISTRY] = sorted(_abc_registry(cls), key=lambda c: (str(getattr(c, "__module__", "")),
                                                                         str(getattr(c, "__qualname__", ""))))
-    return (_class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec, n), state, None, None,
+    return (_class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec, slot), state, None, None,
             _class_setstate)
 
 
@@ -592,29 +591,27 @@ def _abc_registry(cls: type) -> List[type]:
 
 
 def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple,
-                    n: Optional[int] = None) -> Any:
+                    slot: Optional[List[Any]] = None) -> Any:
     # A class can be reached again while its own construction is being written
     # (its base's state refers back to it): pickle then writes the construction
     # twice and keeps the first result. Making a second class would run the
-    # metaclass and __init_subclass__ again (registering an empty twin), so
-    # the class numbered ``n`` in this payload is made once per load.
-    # (Payloads written before the numbering pass no ``n``.)
-    made = getattr(_loading, "classes", None)
-    if n is not None and made is not None and n in made:
-        return made[n]
+    # metaclass and __init_subclass__ again (registering an empty twin). So
+    # each by-value class has a ``slot``: an empty list written once per
+    # payload (pickle memoises it, both constructions get the same list at
+    # load), which the first construction fills. No per-load state elsewhere,
+    # so loads without by-value classes pay nothing.
+    # (Payloads written before slots pass none.)
+    if slot:
+        return slot[0]
     live = _live_definition(rec)
     if live is not None:
         cls = live
     else:
         cls = meta(name, bases, dict(kwargs))
         _skeletons.add(cls)
-    if n is not None and made is not None:
-        made[n] = cls
+    if slot is not None:
+        slot.append(cls)
     return cls
-
-
-# The by-value classes made by the load in progress on this thread: {number in payload: class}.
-_loading = threading.local()
 
 
 def _class_setstate(cls: Any, state: Dict[str, Any]) -> Any:
@@ -809,8 +806,6 @@ def dumps(obj: Any) -> Tuple[bytes, List[memoryview]]:
 
 def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
     """Rebuild a value; ``CodeChanged`` if code it refers to changed, ``StoreMiss`` if code is gone."""
-    outer = getattr(_loading, "classes", None)  # a load inside a load (a __setstate__ that unpickles) keeps its own
-    _loading.classes = {}
     try:
         return pickle.loads(data, buffers=buffers)
     except StoreMiss:
@@ -824,8 +819,6 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
         # be rebuilt faithfully. That is a miss with its reason, never a crash
         # of the caller's call, which can simply recompute.
         raise StoreMiss(f"stored result cannot be rebuilt: {type(e).__name__}: {e}") from e
-    finally:
-        _loading.classes = outer
 
 
 def check_refs(refs: Dict[str, Any]) -> Optional[str]:
