@@ -599,3 +599,24 @@ def test_a_class_patched_at_run_time_is_seen_in_the_same_process(tmp_store):
     assert train() == 20.0 and len(calls) == 3
     Config.lr = 0.2  # the same value again: still a hit
     assert train() == 20.0 and len(calls) == 3
+
+
+def test_a_typeddict_class_has_a_digest_and_its_results_store(tmp_store):
+    # TypedDict classes raise on isinstance(): the class analysis asked
+    # isinstance(value, cls) of every class attribute (looking for enum
+    # members), so any memoized function that used one crashed on every call.
+    import typing
+
+    class Row(typing.TypedDict):
+        a: int
+
+    class Row2(typing.TypedDict):
+        a: str
+
+    assert codegraph.object_digest(Row) != codegraph.object_digest(Row2)
+
+    @memo
+    def f(x):
+        return Row(a=x)
+
+    assert f(1) == {"a": 1} and f(1) == {"a": 1}

@@ -193,6 +193,39 @@ def test_result_whose_class_was_edited_is_a_quiet_miss_with_reason(project):
     assert "COMPUTED" not in again.stderr and json.loads(again.stdout.splitlines()[-1])["predict"] == 2
 
 
+SHADOW = '''
+import importlib, json, sys
+import memolab
+
+@memolab.memo
+def fit(mod, kind):
+    print("COMPUTED", file=sys.stderr)
+    # Found by computed names: the key cannot see the class (memolab warns),
+    # so only the stored result's code reference can notice an edit.
+    return getattr(importlib.import_module(mod), kind)()
+
+m = fit("profile", "Model")
+print(json.dumps({"v": m.v, "why": str(fit.store().index.last_miss(fit.symbol))}))
+'''
+
+
+def test_user_module_named_like_the_stdlib_is_checked_like_user_code(project):
+    # A project's own profile.py (or secrets.py, queue.py, ...) shadows the
+    # standard module of that name: it is user code, and a result holding its
+    # class must miss once the class changes, not come back built by the old
+    # __init__ (the stored state) under the new class.
+    project.write("profile.py", "class Model:\n    def __init__(self):\n        self.v = 1\n")
+    project.write("run.py", SHADOW)
+    assert "COMPUTED" in project.run("run.py").stderr
+    hit = project.run("run.py")
+    assert "COMPUTED" not in hit.stderr and json.loads(hit.stdout.splitlines()[-1])["v"] == 1
+    project.write("profile.py", "class Model:\n    def __init__(self):\n        self.v = 2\n")
+    cp = project.run("run.py")
+    out = json.loads(cp.stdout.splitlines()[-1])
+    assert out["v"] == 2 and "COMPUTED" in cp.stderr  # never the stale object
+    assert "`profile:Model` changed" in out["why"]
+
+
 MAIN_EDIT = '''
 import json, sys
 import memolab
@@ -363,6 +396,68 @@ def test_hmac_key_signs_entries_and_refuses_unsigned_or_forged(project):
         c.execute("UPDATE evaluations SET payload_size=payload_size+1 WHERE id=?", (row["id"],))
     why = project.run_json("tamper.py", env={"MEMOLAB_HMAC_KEY": "another-key", "WHY": "1"})
     assert "miss" in why and "signature does not match" in why
+
+
+def test_signed_store_refuses_a_buffer_edited_in_place_with_its_stamp_restored(project):
+    # Buffers are trusted by their stat stamp (size, mtime, inode) to spare a
+    # re-hash. Whoever can write the blob files can also put the mtime back,
+    # so a signed store must not trust a stamp: the HMAC covers the buffer's
+    # digest, and only re-hashing checks the bytes against it.
+    from memolab.store import Store
+
+    key = {"MEMOLAB_HMAC_KEY": "team-secret"}
+    project.write("tamper.py", TAMPER)
+    assert "COMPUTED" in project.run("tamper.py", env=key).stderr
+    (row,) = Store(project.store).index.evaluations(where="status='done'")
+    path = _blob(project, json.loads(row["buffers"])[0][0])
+    st = path.stat()
+    _tamper(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_ino == st.st_ino  # edited in place: the stamp matches again
+    cp = project.run("tamper.py", env=key)
+    assert cp.stdout.strip().splitlines()[-1] == "700000.0"  # never the forged value
+    assert "COMPUTED" in cp.stderr and "does not match its digest" in cp.stderr
+
+
+FORGE = '''
+import json, sys
+import numpy as np
+import memolab
+
+@memolab.memo
+def make(n):
+    print("COMPUTED make", n, file=sys.stderr)
+    return np.full(100000, float(n))
+
+@memolab.memo
+def total(a):
+    print("COMPUTED total", file=sys.stderr)
+    return float(a.sum())
+
+print(json.dumps([total(make(1)), total(make(2))]))
+'''
+
+
+def test_signed_store_refuses_a_forged_result_digest(project):
+    # A loaded array is hashed by the digest recorded with it (the snapshot's
+    # result_digest), not by its bytes. So that digest decides the keys of the
+    # functions it is passed to, and a signed store must sign it: here a forged
+    # digest made total(make(1)) answer with total(make(2))'s result.
+    from memolab.store import Store
+
+    key = {"MEMOLAB_HMAC_KEY": "team-secret"}
+    project.write("forge.py", FORGE)
+    assert json.loads(project.run("forge.py", env=key).stdout.splitlines()[-1]) == [100000.0, 200000.0]
+    store = Store(project.store)
+    rows = {json.loads(r["snapshot"])["args"]["n"][1]: r for r in store.index.evaluations("__main__:make")}
+    one, two = rows["1"], rows["2"]
+    forged = json.loads(one["snapshot"])
+    forged["result_digest"] = json.loads(two["snapshot"])["result_digest"]
+    with store.index.write() as c:
+        c.execute("UPDATE evaluations SET snapshot=? WHERE id=?", (json.dumps(forged), one["id"]))
+    cp = project.run("forge.py", env=key)
+    assert json.loads(cp.stdout.splitlines()[-1]) == [100000.0, 200000.0]
+    assert "signature does not match" in cp.stderr
 
 
 CONSUMER_CHECK = '''

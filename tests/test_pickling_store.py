@@ -113,3 +113,55 @@ def test_large_blobs_hash_while_writing_and_still_deduplicate(tmp_path):
     assert d1 == d2 == digest_bytes(data) and n1 == n2 == data.nbytes
     assert list(blobs) == [d1] and not list(blobs.tmp.iterdir())
     assert bytes(blobs.get(d1, n1, mapped=True, verify="always")) == data.tobytes()
+
+
+def test_signatures_cover_the_snapshot_and_older_ones_still_load(monkeypatch):
+    from memolab.store import signing
+
+    monkeypatch.setenv(signing.ENV, "k")
+    key = ("m:f", "c", "a", "s")
+    row = {"payload": "p", "payload_size": 3, "buffers": "[]", "code_refs": "{}", "snapshot": '{"result_digest": ["aa"]}'}
+    row["signature"] = signing.sign(key, row)
+    assert row["signature"].startswith("hmac-sha256:") and signing.problem(key, row) is None
+    assert signing.snapshot_trusted(row)
+    forged = dict(row, snapshot='{"result_digest": ["bb"]}')
+    assert "does not match" in signing.problem(key, forged)
+    # A row signed before the snapshot was: still a valid result, but its
+    # result digests are not believed (they could have been edited).
+    old = dict(row, signature=signing._mac(b"k", key, row, v2=False))
+    assert signing.problem(key, old) is None and not signing.snapshot_trusted(old)
+    monkeypatch.delenv(signing.ENV)
+    assert signing.snapshot_trusted(old)  # nothing is checked without a key
+
+
+def test_a_result_whose_rebuild_raises_is_recomputed_not_raised(tmp_store, tmp_path, monkeypatch):
+    # Library code is pickled by name and not digested: after an upgrade its
+    # __setstate__ may reject the stored state (TypeError, KeyError, ...).
+    # Simulated here by a switch. The call must recompute, with a warning
+    # saying why, never raise the unpickling error to the caller.
+    (tmp_path / "fragile.py").write_text(
+        "import os\n"
+        "class Box:\n"
+        "    def __init__(self, v):\n"
+        "        self.v = v\n"
+        "    def __setstate__(self, st):\n"
+        "        if os.environ.get('FRAGILE_BROKEN'):\n"
+        "            raise TypeError('state from another version')\n"
+        "        self.__dict__.update(st)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runs = Calls()
+
+    @memolab.memo
+    def make(kind):
+        runs.append(kind)
+        return getattr(importlib.import_module("fragile"), kind)(1)
+
+    assert make("Box").v == 1 and make("Box").v == 1  # stored, then loaded and remembered
+    monkeypatch.setenv("FRAGILE_BROKEN", "1")
+    with pytest.warns(memolab.MemolabWarning, match="state from another version"):
+        assert make("Box").v == 1  # the in-process copy fails to rebuild too: recomputed
+    make.store().forget()
+    with pytest.warns(memolab.MemolabWarning, match="state from another version"):
+        assert make("Box").v == 1  # read from disk, fails to rebuild: recomputed
+    assert len(runs) == 3
+    monkeypatch.delitem(sys.modules, "fragile", raising=False)

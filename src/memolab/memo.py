@@ -404,6 +404,10 @@ class _BoundMemo:
 def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
     import json
 
+    from .store import signing
+
+    if not signing.snapshot_trusted(row):
+        return None  # a signed store's older rows: their snapshot is not signed, so not believed
     try:
         return json.loads(row.get("snapshot") or "{}").get("result_digest")
     except Exception:

@@ -94,13 +94,15 @@ def _library_roots() -> Tuple[str, ...]:
 def is_library_module(modname: str) -> bool:
     """Library code is pickled by name; user code by checked reference."""
     top = modname.partition(".")[0]
-    if top in ("memolab", "builtins") or top in sys.builtin_module_names or top in getattr(sys, "stdlib_module_names", ()):
+    if top in ("memolab", "builtins") or top in sys.builtin_module_names:
         return True
     if modname == "__main__":
         return False
     f = getattr(sys.modules.get(modname), "__file__", None)
     if not f:
-        return False
+        return top in getattr(sys, "stdlib_module_names", ())
+    # By where the file lies, not by name: a project's own profile.py or
+    # secrets.py shadows the stdlib module of that name and is user code.
     return os.path.realpath(f).startswith(_library_roots())
 
 
@@ -176,6 +178,12 @@ class Pickler(pickle.Pickler):
         self.out_of_band = buffers
         super().__init__(file, protocol=5, buffer_callback=self._buffer)
         self.refs: Dict[str, Any] = {}
+        # id(class) -> (its slot in this dump, the class): see _class_skeleton
+        self.by_value_classes: Dict[int, Tuple[List[Any], type]] = {}
+        # id(module globals) -> (the one namespace its by-value functions share on load, the globals)
+        # id(set) -> (the _Sorted wrapper that writes it, the set)
+        self.sorted_sets: Dict[int, Tuple[Any, Any]] = {}
+        self.shared_globals: Dict[int, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
 
     def _buffer(self, buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
@@ -250,8 +258,9 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     if anchor:
         p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
     if isinstance(obj, type):
-        return _class_by_value(obj, rec)
-    return _function_by_value(obj, rec)
+        slot, _ = p.by_value_classes.setdefault(id(obj), ([], obj))
+        return _class_by_value(obj, rec, slot, p)
+    return _function_by_value(obj, rec, p)
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: classes made by a class statement or type()
@@ -419,8 +428,13 @@ class _Sorted:
         return type(self.items), (sorted(self.items, key=repr),)
 
 
-def _canon(v: Any) -> Any:
-    return _Sorted(v) if type(v) in (set, frozenset) else v
+def _canon(v: Any, p: Pickler) -> Any:
+    if type(v) not in (set, frozenset):
+        return v
+    # One wrapper per set and payload: pickle memoises the wrapper, so every
+    # function or class that uses one set gets one set back, as before.
+    w, _ = p.sorted_sets.setdefault(id(v), (_Sorted(v), v))
+    return w
 
 
 _CODE_FIELDS = tuple(f for f in (
@@ -435,7 +449,7 @@ def _reduce_code(p: Pickler, code: types.CodeType) -> Any:
     for f in _CODE_FIELDS:
         v = getattr(code, f)
         if f == "co_consts":
-            v = tuple(_canon(c) for c in v)
+            v = tuple(_canon(c, p) for c in v)
         values.append(v)
     return _make_code, (_PYVER, values)
 
@@ -457,41 +471,49 @@ def _global_names(code: types.CodeType) -> List[str]:
 _EMPTY_CELL = "__memolab_empty_cell__"
 
 
-def _function_by_value(fn: types.FunctionType, rec: tuple) -> Any:
+def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
     code = fn.__code__
     g = fn.__globals__
+    # Functions of one module share one namespace after a load too, as they did
+    # before (a global one of them rebinds is seen by the others). The dict is
+    # written nearly empty (pickle memoises it: one per module per payload);
+    # each function adds the globals it uses when its state is set.
+    shared, _ = p.shared_globals.setdefault(id(g), ({"__name__": rec[0]}, g))
     used = {}
     for n in _global_names(code):
         if n in g and n not in used and n != "__builtins__":
-            used[n] = _canon(g[n])
-    cells = []
-    for c in fn.__closure__ or ():
-        try:
-            cells.append(_canon(c.cell_contents))
-        except ValueError:
-            cells.append(_EMPTY_CELL)
+            used[n] = _canon(g[n], p)
     state = {
         "globals": used,
         "defaults": fn.__defaults__,
         "kwdefaults": fn.__kwdefaults__,
-        "closure": tuple(cells),
         "dict": dict(fn.__dict__),
         "doc": fn.__doc__,
         "annotations": dict(getattr(fn, "__annotations__", None) or {}),
         "qualname": fn.__qualname__,
         "module": fn.__module__,
+        "name": fn.__name__,  # functools.wraps renames: the code object keeps the old name
     }
     # The skeleton is created (and memoised by pickle) before its state is
     # written, so recursive functions and closures over themselves round-trip.
-    return _function_skeleton, (code, len(code.co_freevars), rec), state, None, None, _function_setstate
+    # The closure's cells themselves are written (not copies of their values):
+    # pickle memoises them, so closures over one variable share it after a load
+    # (a counter's inc() and get()). Each cell is made empty and filled after
+    # (_reduce_cell), so a cell holding its own function does not recurse.
+    return (_function_skeleton, (code, tuple(fn.__closure__ or ()), rec, shared), state, None, None,
+            _function_setstate)
 
 
-def _function_skeleton(code: types.CodeType, nfree: int, rec: tuple) -> Any:
+def _function_skeleton(code: types.CodeType, cells: Any, rec: tuple, g: Optional[Dict[str, Any]] = None) -> Any:
     live = _live_definition(rec)
     if live is not None:
         return live
-    g: Dict[str, Any] = {"__builtins__": __builtins__, "__name__": rec[0]}
-    fn = types.FunctionType(code, g, code.co_name, None, tuple(types.CellType() for _ in range(nfree)))
+    if g is None:  # written before globals were shared
+        g = {"__name__": rec[0]}
+    g.setdefault("__builtins__", __builtins__)
+    if isinstance(cells, int):  # written before cells were shared: a count; values come with the state
+        cells = tuple(types.CellType() for _ in range(cells))
+    fn = types.FunctionType(code, g, code.co_name, None, cells or None)
     _skeletons.add(fn)
     return fn
 
@@ -503,13 +525,14 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
     fn.__globals__.update(state["globals"])
     fn.__defaults__ = state["defaults"]
     fn.__kwdefaults__ = state["kwdefaults"]
-    for cell, v in zip(fn.__closure__ or (), state["closure"]):
+    for cell, v in zip(fn.__closure__ or (), state.get("closure", ())):  # payloads written before cells were shared
         if not (isinstance(v, str) and v == _EMPTY_CELL):
             cell.cell_contents = v
     fn.__dict__.update(state["dict"])
     fn.__doc__ = state["doc"]
     fn.__annotations__ = state["annotations"]
     fn.__qualname__ = state["qualname"]
+    fn.__name__ = state.get("name", fn.__name__)  # payloads written before the name was stored
     fn.__module__ = state["module"]
     return fn
 
@@ -517,7 +540,7 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
 _CLASS_SKIP = frozenset(("__dict__", "__weakref__", "_abc_impl", "__module__", "__qualname__", "__doc__"))
 
 
-def _class_by_value(cls: type, rec: tuple) -> Any:
+def _class_by_value(cls: type, rec: tuple, slot: List[Any], p: Pickler) -> Any:
     ns = dict(cls.__dict__)
     slots = ns.get("__slots__")
     if slots is not None:
@@ -525,17 +548,69 @@ def _class_by_value(cls: type, rec: tuple) -> Any:
             ns.pop(s, None)  # the member descriptors: type() makes them again from __slots__
     kwargs = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     if slots is not None:
-        kwargs["__slots__"] = slots
-    state = {k: _canon(v) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
-    return _class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec), state, None, None, _class_setstate
+        kwargs["__slots__"] = _canon(slots, p)  # a set of slot names is written sorted too
+    if "__orig_bases__" in ns:
+        # typing.Generic's __init_subclass__ reads it when the class is made.
+        # It holds the bases as written (Box[int]): never the class itself.
+        kwargs["__orig_bases__"] = ns["__orig_bases__"]
+    state = {k: _canon(v, p) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
+    # Plain data attributes go into the namespace the class is made with, so
+    # that __init_subclass__ and a metaclass, which run then, see them (a
+    # plugin registering itself by its ``name``). They cannot refer back to
+    # the class, so writing them early cannot recurse. The rest comes after.
+    kwargs.update((k, v) for k, v in state.items() if _plain(v) and k not in kwargs)
+    if "_abc_impl" in ns:
+        # ABC.register() calls live in _abc_impl, not in any attribute: replay
+        # them on load, or isinstance() answers differently. Sorted by name,
+        # since the registry is a set (its order varies per process).
+        state[_ABC_REGISTRY] = sorted(_abc_registry(cls), key=lambda c: (str(getattr(c, "__module__", "")),
+                                                                        str(getattr(c, "__qualname__", ""))))
+    return (_class_skeleton, (type(cls), cls.__name__, cls.__bases__, kwargs, rec, slot), state, None, None,
+            _class_setstate)
 
 
-def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple) -> Any:
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _plain(v: Any) -> bool:
+    return type(v) in _PLAIN or (type(v) is tuple and all(_plain(x) for x in v))
+
+
+_ABC_REGISTRY = "__memolab_abc_registry__"
+
+
+def _abc_registry(cls: type) -> List[type]:
+    import abc
+
+    try:
+        refs = abc._get_dump(cls)[0]  # type: ignore[attr-defined]  # the C implementation's introspection hook
+    except (AttributeError, TypeError):
+        refs = getattr(cls, "_abc_registry", ())  # the pure-Python _py_abc fallback: a WeakSet
+        return list(refs)
+    return [c for c in (r() for r in refs) if c is not None]
+
+
+def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple,
+                    slot: Optional[List[Any]] = None) -> Any:
+    # A class can be reached again while its own construction is being written
+    # (its base's state refers back to it): pickle then writes the construction
+    # twice and keeps the first result. Making a second class would run the
+    # metaclass and __init_subclass__ again (registering an empty twin). So
+    # each by-value class has a ``slot``: an empty list written once per
+    # payload (pickle memoises it, both constructions get the same list at
+    # load), which the first construction fills. No per-load state elsewhere,
+    # so loads without by-value classes pay nothing.
+    # (Payloads written before slots pass none.)
+    if slot:
+        return slot[0]
     live = _live_definition(rec)
     if live is not None:
-        return live
-    cls = meta(name, bases, dict(kwargs))
-    _skeletons.add(cls)
+        cls = live
+    else:
+        cls = meta(name, bases, dict(kwargs))
+        _skeletons.add(cls)
+    if slot is not None:
+        slot.append(cls)
     return cls
 
 
@@ -543,8 +618,11 @@ def _class_setstate(cls: Any, state: Dict[str, Any]) -> Any:
     if cls not in _skeletons:
         return cls
     _skeletons.discard(cls)
+    registered = state.pop(_ABC_REGISTRY, ())
     for k, v in state.items():
         setattr(cls, k, v)
+    for sub in registered:
+        cls.register(sub)
     if "__abstractmethods__" in vars(cls):
         import abc
 
@@ -569,13 +647,27 @@ def _reduce_property(p: Pickler, obj: property) -> Any:
 
 
 def _reduce_cell(p: Pickler, cell: Any) -> Any:
+    # Made empty, memoised, then filled: a cell that holds (something holding)
+    # the function it belongs to is reached again while that function's
+    # construction is written, and finds this cell already made.
     try:
-        return _make_cell, (cell.cell_contents,)
+        contents = cell.cell_contents
     except ValueError:
-        return types.CellType, ()
+        return _empty_cell, ()
+    return _empty_cell, (), _canon(contents, p), None, None, _fill_cell
+
+
+def _empty_cell() -> Any:
+    return types.CellType()  # the cell type has no importable name
+
+
+def _fill_cell(cell: Any, contents: Any) -> Any:
+    cell.cell_contents = contents
+    return cell
 
 
 def _make_cell(v: Any) -> Any:
+    # kept so payloads written before cells were filled after creation still load
     return types.CellType(v)
 
 
@@ -587,8 +679,18 @@ register_reducer(staticmethod, _reduce_method_wrapper(staticmethod))
 register_reducer(classmethod, _reduce_method_wrapper(classmethod))
 register_reducer(property, _reduce_property)
 register_reducer(types.CellType, _reduce_cell)
+# Python 3.11's cached_property carries an RLock, which cannot be pickled: a
+# class using one could not be stored by value. Its lock is rebuilt, not stored.
+register_reducer(functools.cached_property,
+                 lambda p, obj: (_cached_property, (obj.func, {k: v for k, v in vars(obj).items() if k != "lock"})))
 # dataclass fields keep their metadata in one; class bodies meet them often.
 register_reducer(types.MappingProxyType, lambda p, obj: (_mappingproxy, (dict(obj),)))
+
+
+def _cached_property(func: Any, state: Dict[str, Any]) -> Any:
+    cp = functools.cached_property(func)
+    cp.__dict__.update(state)
+    return cp
 
 
 def _mappingproxy(d: Dict[Any, Any]) -> Any:
@@ -616,11 +718,22 @@ def _reduce_ndarray(p: Pickler, arr: Any) -> Any:
         if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
             arr = np.ascontiguousarray(arr)  # a strided array with no ndarray owner: copy it once
         order = "C" if arr.flags.c_contiguous else "F"
-        return _np_from_buffer, (pickle.PickleBuffer(arr), arr.dtype, arr.shape, order)
+        return _np_from_buffer, (pickle.PickleBuffer(_np_bytes(arr, order)), arr.dtype, arr.shape, order)
     # A view: reference its root (memoised by pickle, so every view of one root
     # shares one buffer) plus where it sits inside it.
     offset = arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]
     return _np_view, (root, arr.dtype, arr.shape, arr.strides, offset)
+
+
+def _np_bytes(arr: Any, order: str) -> Any:
+    """The contiguous ``arr``'s memory as flat bytes, without a copy. The buffer
+    protocol refuses some dtypes (datetime64, timedelta64, structs holding
+    them), so the buffer is taken from a uint8 view, never from ``arr`` itself."""
+    import numpy as np
+
+    if arr.size == 0 or arr.dtype.itemsize == 0:
+        return np.empty(0, dtype=np.uint8)
+    return arr.reshape(-1, order=order).view(np.uint8)  # type: ignore[call-overload]
 
 
 def _np_from_buffer(buf: Any, dtype: Any, shape: Tuple[int, ...], order: str) -> Any:
@@ -700,6 +813,12 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
     except (AttributeError, ImportError, ModuleNotFoundError) as e:
         # Pickled by name (library code) and now gone: a miss, not a crash.
         raise CodeChanged(f"stored result refers to code that no longer loads: {e}") from e
+    except Exception as e:
+        # A __setstate__ or reconstructor that rejects the stored state (a
+        # library upgraded under it, a file it reopens gone): the result cannot
+        # be rebuilt faithfully. That is a miss with its reason, never a crash
+        # of the caller's call, which can simply recompute.
+        raise StoreMiss(f"stored result cannot be rebuilt: {type(e).__name__}: {e}") from e
 
 
 def check_refs(refs: Dict[str, Any]) -> Optional[str]:

@@ -203,7 +203,7 @@ class _ClassInfo:
                 self.edges.append((f"{name}<dispatcher>", v.dispatcher))
             elif isinstance(v, types.FunctionType) or (hasattr(v, "__wrapped__") and callable(v)):
                 function(name, v)
-            elif isinstance(v, cls):
+            elif cls in type(v).__mro__:  # not isinstance(): TypedDict and others raise from __instancecheck__
                 # an Enum member: what it stands for, not the member (whose hash needs this class's digest)
                 self.values.append((f"{name}<member>", getattr(v, "_value_", None)))
             elif isinstance(v, type) or isinstance(v, types.ModuleType) or isinstance(v, types.BuiltinFunctionType):

@@ -185,7 +185,11 @@ class Store:
         # read-only (so a write can never reach the blob or the next hit, and
         # the identity cache may trust their digest); torch storages re-map
         # their buffer copy-on-write (blobs.copy_on_write).
-        buffers = [self.blobs.get(d, size, mapped=True) for d, size in refs]
+        # A signed store re-hashes buffers too: the signature covers their
+        # digests, but a stat stamp is no proof (whoever can edit a blob can
+        # put its mtime back). Unsigned stores trust the stamp, as documented.
+        verify = "always" if refs and signing.secret() is not None else "stamp"
+        buffers = [self.blobs.get(d, size, mapped=True, verify=verify) for d, size in refs]
         return pickling.loads(payload, buffers)
 
     def load_from_memory(self, key: Key) -> Tuple[bool, Any]:

@@ -2,11 +2,13 @@
 
 When ``$MEMOLAB_HMAC_KEY`` is set, every evaluation written gets an
 HMAC-SHA256 over its key and everything that decides what loading it does (the
-payload digest and size, the buffer digests and sizes, the code references).
+payload digest and size, the buffer digests and sizes, the code references,
+and the snapshot, whose result digests decide how the loaded value hashes).
 Blobs are content-addressed, so signing their digests covers their bytes: the
-payload is re-hashed on every load, buffers by stamp (``blobs.py``). On read,
-with the key set, an unsigned or mis-signed entry is refused as a miss; without
-the key nothing is checked (and nothing signed).
+payload is re-hashed on every load, and so are buffers while a key is set
+(``Store._unpickle``: a stat stamp is no proof against someone who can edit
+blobs). On read, with the key set, an unsigned or mis-signed entry is refused
+as a miss; without the key nothing is checked (and nothing signed).
 """
 from __future__ import annotations
 
@@ -17,6 +19,11 @@ from typing import Any, Dict, Optional, Sequence
 ENV = "MEMOLAB_HMAC_KEY"
 _PREFIX = "hmac-sha256:"
 _SIGNED = ("payload", "payload_size", "buffers", "code_refs")
+# Version 2 also signs the snapshot: its result_digest is how a loaded array
+# is hashed when passed to another memoized function, so a forged one picks
+# that function's key (it answered with another input's result).
+_V2 = "v2:"
+_SIGNED_V2 = _SIGNED + ("snapshot",)
 
 
 def secret() -> Optional[bytes]:
@@ -24,16 +31,17 @@ def secret() -> Optional[bytes]:
     return k.encode("utf-8") if k else None
 
 
-def _message(key: Sequence[str], row: Dict[str, Any]) -> bytes:
-    return json.dumps([list(key), [row.get(f) for f in _SIGNED]], separators=(",", ":")).encode("utf-8")
+def _message(key: Sequence[str], row: Dict[str, Any], fields: Sequence[str]) -> bytes:
+    return json.dumps([list(key), [row.get(f) for f in fields]], separators=(",", ":")).encode("utf-8")
 
 
-def _mac(secret_: bytes, key: Sequence[str], row: Dict[str, Any]) -> str:
+def _mac(secret_: bytes, key: Sequence[str], row: Dict[str, Any], v2: bool = True) -> str:
     # imported here: only stores that sign pay for hashlib and hmac
     import hashlib
     import hmac
 
-    return _PREFIX + hmac.new(secret_, _message(key, row), hashlib.sha256).hexdigest()
+    mac = hmac.new(secret_, _message(key, row, _SIGNED_V2 if v2 else _SIGNED), hashlib.sha256).hexdigest()
+    return _PREFIX + (_V2 if v2 else "") + mac
 
 
 def sign(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
@@ -41,6 +49,15 @@ def sign(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
     if s is None:
         return None
     return _mac(s, key, row)
+
+
+def snapshot_trusted(row: Dict[str, Any]) -> bool:
+    """May the row's snapshot (its result digests) be believed? Always without
+    a key (nothing is checked then); with one, only under a version-2 signature
+    (older signatures, still accepted for the result itself, do not cover it)."""
+    if secret() is None:
+        return True
+    return str(row.get("signature") or "").startswith(_PREFIX + _V2)
 
 
 def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
@@ -53,6 +70,6 @@ def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
         return f"entry is unsigned and ${ENV} requires signed entries"
     import hmac
 
-    if not hmac.compare_digest(str(sig), _mac(s, key, row)):
+    if not hmac.compare_digest(str(sig), _mac(s, key, row, v2=str(sig).startswith(_PREFIX + _V2))):
         return "entry signature does not match (tampered, or signed with another key)"
     return None
