@@ -235,8 +235,13 @@ def test_gc_drops_the_leases_of_dead_owners_only(project):
     procs = [subprocess.Popen([sys.executable, "-c", f"from work import step; step({i})"], cwd=project.root, env=e)
              for i in range(2)]
     try:
-        deadline = time.time() + 60
-        while not all((project.root / f"started.{p.pid}").exists() for p in procs) and time.time() < deadline:
+        # both must hold their leases before anything is judged; a loaded CI machine
+        # can take a while to start two interpreters, and a silent timeout here used
+        # to surface as a puzzling lease count below
+        deadline = time.time() + 180
+        while not all((project.root / f"started.{p.pid}").exists() for p in procs):
+            assert time.time() < deadline, "the two owners never started computing"
+            assert all(p.poll() is None for p in procs), "an owner exited before computing"
             time.sleep(0.01)
         procs[0].kill()
         procs[0].wait()

@@ -8,19 +8,7 @@ import memolab
 from memolab import memo
 from memolab.store import get_store
 from memolab.tracking import query
-
-
-def index():
-    return get_store().index
-
-
-def runs_of(fn_symbol):
-    return [r for r in query.runs(index(), fn_symbol) if isinstance(r["id"], int)]
-
-
-def points(run_id, tag):
-    s = query.scalars(index(), run_id, tag, max_points=10**9)
-    return list(zip(s["step"], s["value"]))
+from test_tracking import index, points, runs_of
 
 
 def test_a_histogram_of_huge_values_does_not_poison_the_queue(tmp_store):

@@ -3,30 +3,13 @@ from __future__ import annotations
 
 import json
 import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 
 import memolab
 from memolab import memo
-from memolab.store import get_store
-from memolab.ui.server import serve_in_thread
-
-
-def get(url, raw=False):
-    with urllib.request.urlopen(url, timeout=30) as r:
-        body = r.read()
-        return (r.headers["Content-Type"], body) if raw else json.loads(body)
-
-
-@pytest.fixture
-def server(tmp_store):
-    get_store()
-    srv, t = serve_in_thread(tmp_store)
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+from test_ui import get, server  # noqa: F401  (server is a fixture)
 
 
 @pytest.mark.parametrize("path, status, msg", [
