@@ -19,7 +19,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 from . import codegraph, config, files, hashing
-from .errors import CodeChanged, MemolabWarning, StoreMiss
+from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
 from .tracking import runs as _runs
@@ -173,14 +173,14 @@ class MemoFunction:
         while True:
             try:
                 state, row = call.store.acquire(call.key, owner, force)
-            except (sqlite3.Error, OSError) as e:
+                if state == "hit":
+                    found, value = self._load(call.store, call.key, row)
+                    if found:
+                        return value
+                    continue
+            except (sqlite3.Error, OSError) as e:  # StoreUnavailable is an OSError
                 self._store_unusable(e)
                 return self.fn(*call.bound.args, **call.bound.kwargs)
-            if state == "hit":
-                found, value = self._load(call.store, call.key, row)
-                if found:
-                    return value
-                continue
             t0, run = self._start(call)
             try:
                 value = self.fn(*call.bound.args, **call.bound.kwargs)
@@ -202,17 +202,17 @@ class MemoFunction:
         while True:
             try:
                 state, row = call.store.try_acquire(call.key, owner, force)
+                if state == "hit":
+                    found, value = self._load(call.store, call.key, row)
+                    if found:
+                        return value
+                    continue
             except (sqlite3.Error, OSError) as e:
                 self._store_unusable(e)
                 return await self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "wait":
                 await asyncio.sleep(delay)  # never block the event loop while another process computes
                 delay = min(delay * 1.5, 0.25)
-                continue
-            if state == "hit":
-                found, value = self._load(call.store, call.key, row)
-                if found:
-                    return value
                 continue
             t0, run = self._start(call)
             try:
@@ -224,10 +224,12 @@ class MemoFunction:
             return value
 
     def _store_unusable(self, e: BaseException) -> None:
-        # A full disk or an unwritable index must cost the cache, never the value:
-        # compute without a lease and without storing.
-        warnings.warn(f"{self.symbol}: the store cannot be written ({e}); computing without storing the result",
-                      MemolabWarning, stacklevel=5)
+        # A full disk, an unwritable, read-only, damaged or newer index must cost
+        # the cache, never the value: compute without a lease and without storing.
+        # Once per store and problem: a loop of calls must not drown in warnings.
+        from .store.health import warn_unusable
+
+        warn_unusable(self.symbol, e, stacklevel=5)
 
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""
@@ -253,6 +255,10 @@ class MemoFunction:
         _runs.end(run, "failed")
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any) -> None:
+        if not call.force and self._unloadable(call, value):
+            call.store.release(call.key, owner)
+            _runs.end(run, "done", None)
+            return
         if call.files and not self._same_files(call):
             # A file argument was rewritten between keying and reading: the result
             # belongs to neither content, so it is returned but not stored.
@@ -263,6 +269,29 @@ class MemoFunction:
             return
         eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0)
         _runs.end(run, "done", eval_id)
+
+    def _unloadable(self, call: "_Call", value: Any) -> bool:
+        """The same result was stored before and could not be rebuilt (a ``__setstate__`` that
+        raises): storing it again would only be refused again on the next call, so the value is
+        returned unstored. "The same" is the same pickle payload; a different one is stored."""
+        from .store.health import unloadable
+
+        prev = unloadable(call.store, call.key)
+        if prev is None:
+            return False
+        why, payload_digest = prev
+        try:
+            from . import pickling
+            from .store import digest_bytes
+
+            if digest_bytes(pickling.dumps_with_refs(value)[0]) != payload_digest:
+                return False
+        except Exception:
+            return False  # cannot even be pickled: ``_save`` says why
+        warnings.warn(f"{self.symbol}: result not stored: the same result stored before could not be rebuilt ({why}), "
+                      "so it is computed on every call. Make its class load again (or return plain data).",
+                      MemolabWarning, stacklevel=5)
+        return True
 
     def _same_files(self, call: "_Call") -> bool:
         """Do the arguments (their files) still hash to the key's argument digest?"""
@@ -277,6 +306,20 @@ class MemoFunction:
         except CodeChanged as e:
             # Code the result refers to changed: an ordinary miss, not damage.
             store.mark_corrupt(key, row, e.reason, status="stale")
+            return False, None
+        except Unloadable as e:
+            # The result's own code refused to rebuild it: not damage, and the same
+            # value stored again would be refused again (see ``_unloadable``).
+            warnings.warn(f"{self.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
+                          MemolabWarning, stacklevel=4)
+            store.mark_corrupt(key, row, e.reason, status="unloadable")
+            return False, None
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            # An index row that does not decode (damaged JSON or sizes): a miss
+            # whose recomputation replaces the row, never an error out of the call.
+            warnings.warn(f"{self.symbol}: stored result #{row.get('id')} cannot be used (damaged index row: "
+                          f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=4)
+            store.mark_corrupt(key, row, f"damaged index row: {e}")
             return False, None
         except StoreMiss as e:
             if self._row_replaced(store, key, row):

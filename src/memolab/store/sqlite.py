@@ -94,13 +94,14 @@ class Index:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         conn = self.conn()
+        from .health import check_schema
+
+        check_schema(conn, self.path)  # before anything is written: a newer memolab's store is not ours to change
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file: clear/gc can shrink it
         conn.executescript(_DDL)
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         conn.commit()
         self._add_columns(conn)
-        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row and int(row[0]) > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer memolab (schema {row[0]}); upgrade memolab")
 
     def _add_columns(self, conn: sqlite3.Connection) -> None:
         """Bring a store file written by an older memolab up to date, in place."""
@@ -315,7 +316,11 @@ class Index:
         for i, payload, buffers in self.conn().execute(sql):
             if payload:
                 refs.setdefault(payload, []).append(i)
-            for d, _size in json.loads(buffers or "[]"):
+            try:
+                buf_refs = [d for d, _size in json.loads(buffers or "[]")]
+            except (ValueError, TypeError):
+                continue  # a damaged row: a miss when asked for, recomputed and replaced (its blobs are not kept)
+            for d in buf_refs:
                 refs.setdefault(d, []).append(i)
         return refs
 
