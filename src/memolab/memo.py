@@ -229,7 +229,7 @@ class MemoFunction:
         # Once per store and problem: a loop of calls must not drown in warnings.
         from .store.health import warn_unusable
 
-        warn_unusable(self.symbol, e, stacklevel=5)
+        warn_unusable(self.symbol, e, stacklevel=4)
 
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""

@@ -42,7 +42,7 @@ def warn_once(what: str, message: str, stacklevel: int = 3) -> None:
         if what in _warned:
             return
         _warned.add(what)
-    warnings.warn(message, MemolabWarning, stacklevel=stacklevel + 1)
+    warnings.warn(message, MemolabWarning, stacklevel=stacklevel + 1)  # +1: this frame
 
 
 def warn_unusable(symbol: str, e: BaseException, stacklevel: int = 3) -> None:
@@ -140,7 +140,7 @@ class ReadOnlyIndex(Index):
 
     ``mode=ro`` needs the ``-shm`` file to exist or be creatable; where it is
     neither (a read-only mount, a full disk, another user's directory) and no
-    ``-wal`` file is pending, the file alone is the whole database and is opened
+    ``-wal`` file holds anything, the file alone is the whole database and is opened
     ``immutable``. SQLite then takes no locks, so every read is checked against
     the file's stat before and after: if a writer appeared meanwhile, it reads
     again on a fresh connection.
@@ -157,7 +157,11 @@ class ReadOnlyIndex(Index):
             key: Tuple[Any, ...] = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             key = ()
-        return key + (os.path.exists(f"{self.path}-wal"),)
+        try:
+            wal = os.stat(f"{self.path}-wal").st_size > 0  # an empty one (left by a failed open) holds nothing
+        except OSError:
+            wal = False
+        return key + (wal,)
 
     def conn(self) -> sqlite3.Connection:
         loc = self._local
