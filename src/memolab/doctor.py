@@ -46,8 +46,8 @@ def _index_problem(path: Path) -> Tuple[Optional[str], bool]:
         return str(e), e.kind == "damaged"
     except sqlite3.OperationalError as e:
         return f"the index cannot be opened ({e})", False
-    except sqlite3.DatabaseError as e:
-        return f"the index is damaged ({e})", True
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+        return f"the index is damaged ({type(e).__name__}: {e})", True
     if rows != ["ok"]:
         return f"the index fails its integrity check: {'; '.join(rows[:5])}", True
     return None, False
@@ -138,16 +138,26 @@ def repair_index(root: Path, out: Out) -> int:
 def _check_store(root: Path, out: Out) -> int:
     from .store import get_store
     from .store import tmpfiles
-    from .store.health import row_problem
+    from .store.health import row_problem, undecodable_rows
 
     store = get_store(root)
     readonly = hasattr(store, "problem")
     if readonly:
         out(f"note: {store.problem}; nothing will be changed")
     bad = 0
+    # rows holding text that is not UTF-8: rewritten readable (with replacement characters)
+    # and taken out of use, so `ls` and the dashboard can show them again
+    garbled = undecodable_rows(store.index)
+    if garbled and not readonly:
+        with store.index.write() as c:
+            for i, row in garbled.items():
+                sets = [k for k in row if k != "id" and isinstance(row[k], str)]
+                c.execute(f"UPDATE evaluations SET {', '.join(k + '=?' for k in sets)}, status='corrupt', reason=? "
+                          "WHERE id=?", [row[k] for k in sets] + ["undecodable text in the index", i])
     # rows that do not decode
-    undecodable: Dict[int, str] = {}
-    for row in store.index.evaluations(where="status='done'"):
+    undecodable: Dict[int, str] = {i: "text that is not UTF-8" for i in garbled}
+    skip = f" AND id NOT IN ({','.join(str(int(i)) for i in garbled)})" if garbled else ""
+    for row in store.index.evaluations(where="status='done'" + skip):
         why = row_problem(row)
         if why:
             undecodable[row["id"]] = why

@@ -178,8 +178,9 @@ class MemoFunction:
                     if found:
                         return value
                     continue
-            except (sqlite3.Error, OSError) as e:  # StoreUnavailable is an OSError
-                self._store_unusable(e)
+            except (sqlite3.Error, OSError, UnicodeDecodeError) as e:  # StoreUnavailable is an OSError
+                if self._store_trouble(call, e):
+                    continue  # the key's damaged row was taken out of use: claim it afresh
                 return self.fn(*call.bound.args, **call.bound.kwargs)
             t0, run = self._start(call)
             try:
@@ -207,8 +208,9 @@ class MemoFunction:
                     if found:
                         return value
                     continue
-            except (sqlite3.Error, OSError) as e:
-                self._store_unusable(e)
+            except (sqlite3.Error, OSError, UnicodeDecodeError) as e:
+                if self._store_trouble(call, e):
+                    continue
                 return await self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "wait":
                 await asyncio.sleep(delay)  # never block the event loop while another process computes
@@ -223,13 +225,25 @@ class MemoFunction:
             self._done(call, owner, value, t0, run)
             return value
 
+    def _store_trouble(self, call: "_Call", e: BaseException) -> bool:
+        """The store failed this call: True to claim again (once: the key's row held text that
+        does not decode and was taken out of use), else warn and let the caller compute unstored."""
+        from .store.health import take_out_of_use
+
+        if isinstance(e, UnicodeDecodeError) and not call.retried:
+            call.retried.append(True)
+            if take_out_of_use(call.store, call.key, f"undecodable text in the index ({e})"):
+                return True
+        self._store_unusable(e)
+        return False
+
     def _store_unusable(self, e: BaseException) -> None:
         # A full disk, an unwritable, read-only, damaged or newer index must cost
         # the cache, never the value: compute without a lease and without storing.
         # Once per store and problem: a loop of calls must not drown in warnings.
         from .store.health import warn_unusable
 
-        warn_unusable(self.symbol, e, stacklevel=4)
+        warn_unusable(self.symbol, e, stacklevel=5)  # _store_unusable, _store_trouble, _call, __call__, the caller
 
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""
@@ -242,7 +256,7 @@ class MemoFunction:
             if found:
                 hashing.remember_loaded(value, key)
                 return None, value
-        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files), None
+        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, []), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
         """We own the key's lease: record why it missed and open a run for its logs."""
@@ -420,6 +434,8 @@ class _Call(NamedTuple):
     force: bool
     #: the key hashed File/Dir arguments: re-check them before storing
     files: bool = False
+    #: non-empty once a damaged row of this key was taken out of use (at most once per call)
+    retried: List[bool] = []
 
 
 class _BoundMemo:

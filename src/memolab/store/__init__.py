@@ -172,6 +172,16 @@ class Store:
     def load(self, key: Key, row: Dict[str, Any]) -> Any:
         """The stored value of ``row``; ``StoreMiss`` if it cannot be loaded faithfully
         (``CodeChanged`` when code it refers to changed)."""
+        # A damaged key index (its b-tree) can point a key at another key's row, and
+        # SQLite then reports the key columns from the index entry: the row looks
+        # right, its blobs verify, its value belongs to another call (found by
+        # fuzzing). So the key is read again from the table itself, by rowid. On a
+        # mismatch nothing is written through such an index: the caller computes
+        # without storing.
+        if self.index.conn().execute("SELECT fn, code, args, schema FROM evaluations WHERE id=?",
+                                     (row["id"],)).fetchone() != tuple(key):
+            raise sqlite3.DatabaseError("the index returned the row of another key: the index is damaged "
+                                        "(`memolab doctor --repair` rebuilds it)")
         bad = signing.problem(key, row)
         if bad is not None:
             raise StoreMiss(bad)

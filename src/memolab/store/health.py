@@ -59,6 +59,8 @@ def warn_unusable(symbol: str, e: BaseException, stacklevel: int = 3) -> None:
 def _damaged(e: BaseException) -> bool:
     # OperationalError is a DatabaseError too, but means "cannot do it now"
     # (locked, read-only, I/O, full); the others mean the file's content is bad.
+    if isinstance(e, UnicodeDecodeError):
+        return True  # SQLite's own message quoting a garbled schema does not even decode
     return isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
 
 
@@ -73,7 +75,7 @@ def open_store(path: Path) -> Any:
         store = Store(root)
     except StoreUnavailable as e:
         return NoStore(root, e)
-    except (sqlite3.Error, OSError) as e:
+    except (sqlite3.Error, OSError, UnicodeDecodeError) as e:
         if _damaged(e):
             return NoStore(root, _damage(root, e))
         if not (root / "index.sqlite").is_file():
@@ -86,7 +88,7 @@ def open_store(path: Path) -> Any:
                 "served, new results are computed but not stored"))
         except StoreUnavailable as e2:
             return NoStore(root, e2)
-        except (sqlite3.Error, OSError) as e2:
+        except (sqlite3.Error, OSError, UnicodeDecodeError) as e2:
             if _damaged(e2):
                 return NoStore(root, _damage(root, e2))
             return NoStore(root, StoreUnavailable(
@@ -321,6 +323,45 @@ def unloadable(store: Any, key: Key) -> Optional[Tuple[str, str]]:
     except Exception:
         return None
     return (row[0] or "it could not be rebuilt", row[1]) if row else None
+
+
+def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
+    """Mark every row of ``key`` corrupt (its text does not decode, so it cannot even be read)."""
+    try:
+        with store.index.write() as c:
+            n = c.execute("UPDATE evaluations SET status='corrupt', reason=? "
+                          "WHERE fn=? AND code=? AND args=? AND schema=?", (reason, *key)).rowcount
+    except Exception:
+        return False
+    store.forget_key(key)
+    return n > 0
+
+
+def undecodable_rows(index: Any) -> Dict[int, Dict[str, Any]]:
+    """Rows holding text that is not UTF-8 (a flipped byte): {id: the row, decoded with replacements}.
+
+    Read with a bytes text factory so one bad row cannot stop the scan."""
+    from .sqlite import EVAL_COLUMNS
+
+    conn = sqlite3.connect(f"{Path(index.path).absolute().as_uri()}?mode=ro", uri=True)
+    conn.text_factory = bytes
+    out: Dict[int, Dict[str, Any]] = {}
+    try:
+        for r in conn.execute(f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations"):
+            bad = False
+            row = {}
+            for col, v in zip(EVAL_COLUMNS, r):
+                if isinstance(v, bytes):
+                    try:
+                        v = v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        v, bad = v.decode("utf-8", "replace"), True
+                row[col] = v
+            if bad:
+                out[row["id"]] = row
+    finally:
+        conn.close()
+    return out
 
 
 def row_problem(row: Dict[str, Any]) -> Optional[str]:
