@@ -178,8 +178,11 @@ class Store:
         # fuzzing). So the key is read again from the table itself, by rowid. On a
         # mismatch nothing is written through such an index: the caller computes
         # without storing.
-        if self.index.conn().execute("SELECT fn, code, args, schema FROM evaluations WHERE id=?",
-                                     (row["id"],)).fetchone() != tuple(key):
+        stored_key = self.index.conn().execute("SELECT fn, code, args, schema FROM evaluations WHERE id=?",
+                                               (row["id"],)).fetchone()
+        if stored_key is None:
+            raise StoreMiss("the row was deleted meanwhile")  # cleared or collected by another process: read again
+        if stored_key != tuple(key):  # ids are never reused (AUTOINCREMENT): this is damage, not a race
             raise sqlite3.DatabaseError("the index returned the row of another key: the index is damaged "
                                         "(`memolab doctor --repair` rebuilds it)")
         bad = signing.problem(key, row)

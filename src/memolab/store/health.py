@@ -343,7 +343,7 @@ def undecodable_rows(index: Any) -> Dict[int, Dict[str, Any]]:
     Read with a bytes text factory so one bad row cannot stop the scan."""
     from .sqlite import EVAL_COLUMNS
 
-    conn = sqlite3.connect(f"{Path(index.path).absolute().as_uri()}?mode=ro", uri=True)
+    conn = ReadOnlyIndex(index.path).conn()  # a private connection (read-only mounts included)
     conn.text_factory = bytes
     out: Dict[int, Dict[str, Any]] = {}
     try:
