@@ -39,6 +39,7 @@ log = Log()
 @memolab.memo
 def f(n):
     log.append(n)
+    memolab.log.scalar("n", float(n), step=0)  # logs must not fail a call whatever the store's state
     return np.arange(n)          # 100_000 elements go to a buffer blob, 10 stay in the pickle
 out = {"values": [], "warnings": []}
 with warnings.catch_warnings(record=True) as w:

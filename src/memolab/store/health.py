@@ -193,6 +193,9 @@ class ReadOnlyIndex(Index):
             loc.conn = None  # written meanwhile: read again
         raise StoreUnavailable("read-only", f"the index {self.path} keeps changing under a read-only reader")
 
+    #: logs of computations on a read-only store go nowhere (tracking.sink)
+    discard_logs = True
+
     # Nothing is written: a read must never need a write to succeed.
     def set_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
         pass
@@ -299,13 +302,26 @@ class NoStore:
 
     @property
     def index(self) -> Any:
-        raise self.problem
+        return _NullIndex(self.root / "index.sqlite", self.problem)
 
     def clear(self, fn: Optional[str] = None) -> int:
         raise self.problem
 
     def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
         raise self.problem
+
+
+class _NullIndex:
+    """The index of a ``NoStore``: logs sent to it are discarded; anything else raises the problem."""
+
+    discard_logs = True
+
+    def __init__(self, path: Path, problem: StoreUnavailable) -> None:
+        self.path = path
+        self._problem = problem
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._problem
 
 
 # -- rows that do not decode, results that do not rebuild --------------------------------------
