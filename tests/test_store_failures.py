@@ -518,3 +518,20 @@ def test_gc_max_size_counts_log_data(tmp_store):
     # blobs alone are tiny (ints stay in the pickle): only the logs make these exceed 200 KB together
     assert mcli.main(["gc", "--max-size", "200KB"]) == 0
     assert len(get_store().index.evaluations()) < 3
+
+
+def test_async_function_on_an_unusable_store_returns_its_value(tmp_path, restore_settings):
+    import asyncio
+    import warnings
+
+    (tmp_path / "afile").write_text("")
+    memolab.configure(store=str(tmp_path / "afile"))
+
+    @memolab.memo
+    async def double(n):
+        return n * 2
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert asyncio.run(double(4)) == 8 and asyncio.run(double(4)) == 8
+    assert len([x for x in w if "is a file" in str(x.message)]) == 1
