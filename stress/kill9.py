@@ -120,7 +120,9 @@ WORKER = textwrap.dedent('''
     rng = random.Random(int(sys.argv[1]))
     done_path = sys.argv[2]
     for n in range(int(sys.argv[4])):
-        i, kind, r = rng.randrange(40), rng.choice(["small", "big", "big", "shared", "boom"]), rng.random()
+        # a key window that moves with the trial: later trials still write new blobs, not only hits
+        base = (int(sys.argv[1]) % 50) * 10
+        i, kind, r = base + rng.randrange(40), rng.choice(["small", "big", "big", "shared", "boom"]), rng.random()
         if r < 0.04:
             get_store().collect_garbage()
             continue
