@@ -471,7 +471,7 @@ def test_temp_files_of_dead_writers_are_reclaimed_at_once_and_reported(world):
 
 def test_clear_and_gc_give_index_space_back(world):
     store = world / "store"
-    run(world, store, *range(1, 600))
+    run(world, store, *range(1, 300))
     size = (store / "index.sqlite").stat().st_size
     cp = cli(store, "clear", "--yes")
     assert cp.returncode == 0, cp.stderr
