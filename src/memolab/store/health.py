@@ -184,9 +184,9 @@ class ReadOnlyIndex(Index):
         loc.conn, loc.pid, loc.immutable, loc.fp = c, os.getpid(), immutable, fp
         return c
 
-    def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
+    def lookup(self, key: Key, **kw: Any) -> Optional[Dict[str, Any]]:
         for _ in range(5):
-            row = super().lookup(key)
+            row = super().lookup(key, **kw)
             loc = self._local
             if not loc.immutable or loc.fp == self._fingerprint():
                 return row
@@ -235,10 +235,10 @@ class ReadOnlyStore(Store):
         self.problem = problem
         super().__init__(root)
 
-    def try_acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
+    def try_acquire(self, key: Key, owner: str, force: bool = False, **kw: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
         row = None if force else self.index.lookup(key)
         if row is None:
-            raise self.problem
+            raise self.problem  # a miss: computed, not stored (no lease to take)
         return "hit", row
 
     acquire = try_acquire
