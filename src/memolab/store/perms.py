@@ -31,8 +31,15 @@ def _mkdir(path: Path, mode: int) -> bool:
         path.mkdir(mode=mode)
     except FileExistsError:
         return False
-    os.chmod(path, mode)
+    _chmod(path, mode)
     return True
+
+
+def _chmod(path: Path, mode: int) -> None:
+    try:
+        os.chmod(path, mode)
+    except OSError:
+        pass  # a file system without modes (some network or FUSE mounts): the store still works
 
 
 def prepare_root(root: Path) -> None:
@@ -62,7 +69,7 @@ def prepare_root(root: Path) -> None:
         except FileExistsError:
             return
         os.close(fd)
-        os.chmod(index, fmode)
+        _chmod(index, fmode)
 
 
 def _owned(path: Path) -> bool:
