@@ -535,3 +535,55 @@ def test_async_function_on_an_unusable_store_returns_its_value(tmp_path, restore
         warnings.simplefilter("always")
         assert asyncio.run(double(4)) == 8 and asyncio.run(double(4)) == 8
     assert len([x for x in w if "is a file" in str(x.message)]) == 1
+
+
+def test_key_index_pointing_at_another_keys_row_is_never_served(tmp_store):
+    """Found by fuzzing: a damaged index entry can map key B to key A's row, and SQLite then
+    reports B's key columns (read from the index entry) with A's payload. It must not be a hit."""
+    import warnings
+
+    from memolab.store import get_store
+
+    class Opaque(list):
+        pass
+
+    memolab.register_opaque(Opaque)
+    seen = Opaque()
+
+    @memolab.memo
+    def g(x):
+        seen.append(x)
+        return f"value of {x}"
+
+    assert g("A") == "value of A" and g("B") == "value of B"
+    store = get_store()
+    ka, kb = g.key("A"), g.key("B")
+    store.forget()
+    idx = store.root / "index.sqlite"
+    c = store.index.conn()
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = c.execute("SELECT rootpage FROM sqlite_master WHERE name='sqlite_autoindex_evaluations_1'").fetchone()[0]
+    psize = c.execute("PRAGMA page_size").fetchone()[0]
+    data = bytearray(idx.read_bytes())
+    page = data[(root - 1) * psize: root * psize]
+    at = page.find(ka[2].encode())
+    assert at >= 0, "the key index keeps the argument digest"
+    page[at:at + len(kb[2])] = kb[2].encode()  # A's index entry now says B
+    data[(root - 1) * psize: root * psize] = page
+    idx.write_bytes(bytes(data))
+    raw = sqlite3.connect(idx)
+    row = raw.execute("SELECT id, args FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=?", kb).fetchone()
+    # (the snapshot is in no index: this reads the table itself)
+    a_id = raw.execute("SELECT id FROM evaluations WHERE json_extract(snapshot, '$.args.x[1]') = ?",
+                       ("'A'",)).fetchone()[0]
+    raw.close()
+    if row is None or row[0] != a_id:
+        pytest.skip("SQLite's seek landed on B's own entry: nothing to check")
+    assert row[1] == kb[2], "precondition: SQLite reports the key from the index entry"
+    for k in list(memolab.store._stores):
+        memolab.store._stores.pop(k)
+    memolab.configure(store=str(tmp_store))  # a new Store, a new connection: no page cached from before
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert g("B") == "value of B"
+    assert seen[-1] == "B", "B must be recomputed, not served A's stored value"
