@@ -215,11 +215,14 @@ class ReadOnlyIndex(Index):
 
 class ReadOnlyBlobFolder(BlobFolder):
     def __init__(self, root: Path, *a: Any, **k: Any) -> None:
-        d = Path(root)
-        # the folders are not created: a store that can be read has them, one that lacks them has no blobs
-        self.root, self.dir, self.tmp, self.quarantine_dir = d, d / "blobs", d / "tmp", d / "quarantine"
-        self._get_stamp = a[0] if a else k.get("get_stamp", lambda d: None)
-        self._set_stamp = lambda d, s: None
+        try:
+            super().__init__(root, *a, **k)
+        except OSError:  # a folder missing on a read-only store: nothing to create, nothing to read there
+            d = Path(root)
+            self.root, self.dir, self.tmp, self.quarantine_dir = d, d / "blobs", d / "tmp", d / "quarantine"
+            self._get_stamp = a[0] if a else k.get("get_stamp", lambda d: None)
+            self._verified: Dict[str, Any] = {}
+        self._set_stamp = self._defer_stamp = lambda d, s: None  # a read never writes
 
     def quarantine(self, digest: str) -> None:
         pass  # a damaged blob is still refused (a miss); moving it needs a writer
