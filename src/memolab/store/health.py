@@ -289,7 +289,7 @@ class NoStore:
     def try_acquire(self, *a: Any, **k: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
         raise self.problem
 
-    acquire = try_acquire
+    acquire = lookup = try_acquire
 
     def release(self, *a: Any) -> None:
         pass
