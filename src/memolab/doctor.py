@@ -78,6 +78,23 @@ def _read_rows(conn: sqlite3.Connection, table_: str, cols: List[str], order: st
             skip *= 4  # jump over the damaged pages, further each time
 
 
+def _intact(store: Any, row: Dict[str, Any]) -> bool:
+    """Is everything a salvaged row refers to present and equal to its digest?"""
+    from .errors import StoreMiss
+
+    refs = [tuple(r) for r in json.loads(row["buffers"] or "[]")]
+    if row.get("inline") is not None:  # payload and buffers inside the row itself
+        from . import store as _store
+
+        try:
+            _store._split_inline(row["inline"], row, refs)  # type: ignore[attr-defined]
+        except (StoreMiss, AttributeError, TypeError, ValueError):
+            return False
+        return True
+    digests = [row["payload"], *(d for d, _ in refs)]
+    return all(d is not None and store.blobs.verify(d) is None for d in digests)
+
+
 def repair_index(root: Path, out: Out) -> int:
     from .store import Store, get_store
     from .store.health import row_problem
@@ -91,11 +108,16 @@ def repair_index(root: Path, out: Out) -> int:
     Path(f"{index}-shm").unlink(missing_ok=True)
     out(f"moved the damaged index to {aside.name}")
     rows: List[Tuple[Any, ...]] = []
+    cols: List[str] = list(EVAL_COLUMNS)
     sources: List[Tuple[Any, ...]] = []
     errors = 0
     try:
         old = sqlite3.connect(f"{aside.absolute().as_uri()}?mode=ro", uri=True)
-        rows, errors = _read_rows(old, "evaluations", list(EVAL_COLUMNS), "id")
+        have = {r[1] for r in old.execute("PRAGMA table_info(evaluations)")}
+        cols = ["id", *(k for k in EVAL_COLUMNS if k in have and k != "id")]
+        if "inline" in have:
+            cols.append("inline")  # small results kept in the row itself
+        rows, errors = _read_rows(old, "evaluations", cols, "id")
         sources, _ = _read_rows(old, "sources", ["digest", "symbol", "source"], "digest")
         old.close()
     except sqlite3.Error:
@@ -104,15 +126,13 @@ def repair_index(root: Path, out: Out) -> int:
     kept = dropped = 0
     with store.index.write() as c:
         for r in rows:
-            row = dict(zip(EVAL_COLUMNS, r))
+            row = dict(zip(cols, r))
             if row["status"] != "done" or row_problem(row) is not None:
                 dropped += 1
                 continue
-            digests = [row["payload"], *(d for d, _ in json.loads(row["buffers"] or "[]"))]
-            if any(d is None or store.blobs.verify(d) is not None for d in digests):
+            if not _intact(store, row):
                 dropped += 1
                 continue
-            cols = list(EVAL_COLUMNS)
             c.execute(f"INSERT OR IGNORE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
                       [row[k] for k in cols])
             kept += 1

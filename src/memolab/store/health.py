@@ -416,7 +416,9 @@ def compact(index: Index, min_free: float = 0.25) -> None:
         free = c.execute("PRAGMA freelist_count").fetchone()[0]
         pages = c.execute("PRAGMA page_count").fetchone()[0]
         if free and mode == 2:
-            c.execute("PRAGMA incremental_vacuum").fetchall()
+            # executescript steps it to the end: Python's execute() steps a statement
+            # without result columns once, which frees a single page
+            c.executescript("PRAGMA incremental_vacuum;")
         elif free > 64 and free >= pages * min_free and not c.in_transaction:
             c.execute("PRAGMA auto_vacuum=INCREMENTAL")
             c.execute("VACUUM")
