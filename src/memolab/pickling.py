@@ -786,6 +786,16 @@ def _register_torch() -> None:
 register_lazy("torch", _register_torch)
 
 
+def _register_torchdata() -> None:
+    # a StatefulDataLoader or torchdata.nodes loader stopped mid-epoch keeps its position
+    from .torch import iteration
+
+    iteration.register_pickling(register_reducer)
+
+
+register_lazy("torchdata", _register_torchdata)
+
+
 # -- public API ------------------------------------------------------------------------------
 
 def dumps_with_refs(obj: Any) -> Tuple[bytes, List[memoryview], Dict[str, Any]]:
