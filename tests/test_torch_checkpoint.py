@@ -1,0 +1,130 @@
+"""memolab.checkpoint: a training run killed mid-way resumes to the uninterrupted result, bitwise.
+
+Every run is a fresh interpreter; the crash is a real SIGKILL (no atexit, no
+flush), in the middle of an epoch, three steps after the last checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+
+import pytest
+
+pytest.importorskip("torch")
+
+TRAIN = """
+import json, os, sys
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+import memolab
+from memolab import memo
+from memolab.torch import resumable
+
+
+class Noisy(Dataset):
+    def __init__(self, n):
+        self.x = torch.linspace(-1, 1, n).unsqueeze(1)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        # random augmentation drawn from the global generator
+        return self.x[i] + 0.05 * torch.randn(1), 3 * self.x[i] + 0.5
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.drop, self.l2 = nn.Linear(1, 16), nn.Dropout(0.2), nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.l2(self.drop(torch.tanh(self.l1(x))))
+
+
+@memo
+def train(n, epochs):
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.7)
+    loader = resumable(DataLoader(Noisy(n), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(1)))
+    ck = memolab.checkpoint(model=model, optimizer=opt, scheduler=sched, loader=loader, every=5)
+    state = ck.restore(epoch=0, seen=0)
+    print("RESUMED", ck.resumed_from, flush=True)
+    crash = int(os.environ.get("CRASH_AT", "-1"))
+    seen = state["seen"]
+    for epoch in range(state["epoch"], epochs):
+        for x, y in loader:
+            loss = ((model(x) - y) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            seen += len(x)
+            memolab.log.scalar("loss", loss.item())
+            ck.step(epoch=epoch, seen=seen)
+            if ck.steps == crash:
+                os.kill(os.getpid(), 9)
+        sched.step()
+        memolab.log.scalar("lr", sched.get_last_lr()[0], step=epoch)
+    return {"weights": {k: v.clone() for k, v in model.state_dict().items()}, "seen": seen}
+
+
+if __name__ == "__main__":
+    out = train(48, 4)
+    print(json.dumps({"seen": out["seen"],
+                      "weights": {k: v.numpy().tobytes().hex() for k, v in out["weights"].items()}}))
+"""
+
+
+def _curves(store) -> dict:
+    c = sqlite3.connect(str(store / "index.sqlite"))
+    run = c.execute("SELECT r.id FROM runs r JOIN evaluations e ON r.eval_id = e.id WHERE e.fn LIKE '%train'").fetchone()[0]
+    points = c.execute("SELECT tag, step, seq, value FROM scalars WHERE run=? ORDER BY tag, seq", (run,)).fetchall()
+    tags = c.execute("SELECT tag, n, last_step, last_value, first_step, ordered FROM scalar_tags WHERE run=? ORDER BY tag",
+                     (run,)).fetchall()
+    blocks = c.execute("SELECT tag, block, n, step_min, step_max, value_sum, vmin, vmax FROM scalar_blocks WHERE run=? "
+                       "ORDER BY tag, block", (run,)).fetchall()
+    return {"points": points, "tags": tags, "blocks": blocks}
+
+
+def _checkpoints(store) -> list:
+    c = sqlite3.connect(str(store / "index.sqlite"))
+    try:
+        return c.execute("SELECT fn, step FROM checkpoints").fetchall()
+    except sqlite3.OperationalError:
+        return []
+
+
+def _result(cp) -> dict:
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_equals_an_uninterrupted_run(project, tmp_path):
+    project.write("train.py", TRAIN)
+    clean = project.run("train.py", env={"MEMOLAB_STORE": str(tmp_path / "clean")})
+    assert "RESUMED None" in clean.stdout
+
+    crashed = project.run("train.py", env={"CRASH_AT": "13"}, check=False)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert _checkpoints(project.store) != []  # the step-10 checkpoint survived the kill
+
+    resumed = project.run("train.py")
+    assert "RESUMED 10" in resumed.stdout  # not from the start, not from step 13
+    assert _result(resumed) == _result(clean)  # every weight, bitwise
+    assert _curves(project.store) == _curves(tmp_path / "clean")  # the logged curves too
+    assert _checkpoints(project.store) == []  # dropped once the result is stored
+
+
+@pytest.mark.slow
+def test_a_code_edit_between_crash_and_rerun_ignores_the_checkpoint(project):
+    project.write("train.py", TRAIN)
+    crashed = project.run("train.py", env={"CRASH_AT": "13"}, check=False)
+    assert crashed.returncode == -signal.SIGKILL
+    project.write("train.py", TRAIN.replace("lr=0.01", "lr=0.02"))
+    rerun = project.run("train.py")
+    assert "RESUMED None" in rerun.stdout  # the old code's checkpoint is not used...
+    assert _checkpoints(project.store) == []  # ...and was superseded by the new code's, then dropped
