@@ -91,6 +91,8 @@ def _curves(store) -> dict:
 
 
 def _checkpoints(store) -> list:
+    if not (store / "index.sqlite").exists():
+        return []
     c = sqlite3.connect(str(store / "index.sqlite"))
     try:
         return c.execute("SELECT fn, step FROM checkpoints").fetchall()
@@ -128,3 +130,94 @@ def test_a_code_edit_between_crash_and_rerun_ignores_the_checkpoint(project):
     rerun = project.run("train.py")
     assert "RESUMED None" in rerun.stdout  # the old code's checkpoint is not used...
     assert _checkpoints(project.store) == []  # ...and was superseded by the new code's, then dropped
+
+
+# -- in-process rules (no torch needed: anything with state_dict/load_state_dict) -----------------
+
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def state_dict(self) -> dict:
+        return {"n": self.n}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.n = s["n"]
+
+
+def _count(crash_at, keep=False):
+    import memolab
+
+    c = Counter()
+    ck = memolab.checkpoint(counter=c, every=3, keep=keep)
+    state = ck.restore(total=0)
+    total = state["total"]
+    while c.n < 10:
+        c.n += 1
+        total += c.n
+        ck.step(total=total)
+        if c.n == crash_at:
+            raise KeyboardInterrupt  # a crash that leaves the process alive
+    return total, ck.resumed_from
+
+
+def test_checkpoint_outside_a_memoized_call_does_nothing(tmp_store):
+    assert _count(None) == (55, None)
+    assert _checkpoints(tmp_store) == []
+
+
+def test_checkpoint_blobs_survive_gc_and_clear_removes_them(tmp_store):
+    from conftest import Calls
+
+    from memolab import memo
+    from memolab.store import get_store
+
+    calls = Calls()
+
+    @memo
+    def count(crash_at_first: int):
+        calls.append(1)
+        return _count(crash_at_first if len(calls) == 1 else None)
+
+    with pytest.raises(KeyboardInterrupt):
+        count(7)
+    assert [s for _, s in _checkpoints(tmp_store)] == [6]
+    get_store().collect_garbage()  # no lease is live: only the checkpoint's reference keeps its blobs
+    assert count(7) == (55, 6)  # resumed from step 6, same total as an uninterrupted count
+    assert _checkpoints(tmp_store) == []
+
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        count(5)
+    assert _checkpoints(tmp_store) != []
+    count.clear()
+    assert _checkpoints(tmp_store) == []
+
+
+def test_fresh_starts_over_and_keep_keeps_the_checkpoint(tmp_store):
+    from memolab import memo
+
+    state = {"crash": 7, "keep": False}
+
+    @memo
+    def count(tag: str):
+        return _count(state["crash"], keep=state["keep"])
+
+    with pytest.raises(KeyboardInterrupt):
+        count("a")
+    state["crash"] = None
+    assert count.fresh("a") == (55, None)  # fresh(): not resumed...
+    assert _checkpoints(tmp_store) == []  # ...and the old checkpoint is gone
+
+    state.update(crash=None, keep=True)
+    assert count("b") == (55, None)
+    assert [s for _, s in _checkpoints(tmp_store)] == [9]  # keep=True: the last one stays
+
+
+def test_checkpoint_refuses_objects_without_state():
+    import memolab
+
+    with pytest.raises(TypeError, match="state_dict"):
+        memolab.checkpoint(model=object())
+    with pytest.raises(ValueError):
+        memolab.checkpoint(every=0)
