@@ -221,3 +221,23 @@ def test_checkpoint_refuses_objects_without_state():
         memolab.checkpoint(model=object())
     with pytest.raises(ValueError):
         memolab.checkpoint(every=0)
+
+
+def test_a_checkpoint_that_cannot_be_saved_warns_and_training_goes_on(tmp_store):
+    import threading
+
+    import memolab
+    from memolab import MemolabWarning, memo
+
+    @memo
+    def count_with_lock():
+        c = Counter()
+        ck = memolab.checkpoint(counter=c, every=2)
+        ck.restore()
+        while c.n < 4:
+            c.n += 1
+            ck.step(lock=threading.Lock())  # an extra that cannot be stored
+        return c.n
+
+    with pytest.warns(MemolabWarning, match="checkpoint not saved"):
+        assert count_with_lock() == 4

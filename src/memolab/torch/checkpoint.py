@@ -86,6 +86,7 @@ class Checkpoint:
         self._ev = running()
         self._last = time.monotonic()
         self._restored = False
+        self._warned = False
         if self._ev is not None and not keep:
             ev = self._ev
             ev.on_stored.append(lambda: self._drop(ev))
@@ -163,7 +164,15 @@ class Checkpoint:
             "extras": extras,
             "logs": resume.mark(),
         }
-        checkpoints.save(ev.store, ev.key, self.steps, value)
+        try:
+            checkpoints.save(ev.store, ev.key, self.steps, value)
+        except Exception as e:
+            # A checkpoint is insurance: a full disk, a locked index or an
+            # unstorable extra must not stop the training it protects.
+            if not self._warned:
+                self._warned = True
+                warnings.warn(f"{ev.key[0]}: checkpoint not saved ({type(e).__name__}: {e}); training goes on, "
+                              "but a crash now restarts from the last checkpoint that was saved", _warning(), stacklevel=3)
 
     def _drop(self, ev: Any) -> None:
         from ..store import checkpoints
