@@ -262,3 +262,30 @@ def test_nodes_position_that_cannot_be_resumed_exactly_is_not_stored():
     next(it)
     with pytest.raises(pickle.PicklingError, match="cannot be stored mid-epoch"):
         pickling.dumps(loader)
+
+
+# -- Accelerate ---------------------------------------------------------------------------------
+
+def test_resumable_accelerate_loader_stored_mid_epoch_resumes_exactly():
+    if os.environ.get("CI"):
+        import accelerate  # noqa: F401  (under CI a missing accelerate is a failure, not a skip)
+    else:
+        pytest.importorskip("accelerate")
+    from accelerate import Accelerator
+
+    warnings.filterwarnings("ignore", module="accelerate")
+    acc = Accelerator(cpu=True)
+
+    def make():
+        _seed()
+        return resumable(acc.prepare(DataLoader(Augmenting(), batch_size=3, shuffle=True,
+                                                generator=torch.Generator().manual_seed(5))))
+
+    r = make()
+    ref = list(r) + list(r)
+    r = make()
+    it = iter(r)
+    got = [next(it) for _ in range(3)]  # mid-epoch, Accelerate's GradientState holds a weakref to the loader
+    copy = _roundtrip(r)
+    got += list(copy) + list(copy)
+    assert _same(got, ref)

@@ -473,3 +473,21 @@ def _handler(cls: type, substitute: Any) -> Any:
         enc.encode_child(substitute(obj), "")
 
     return handler
+
+
+# -- Accelerate ------------------------------------------------------------------------------------
+
+
+def _reduce_gradient_state(p: Any, state: Any) -> Any:
+    # Accelerate's GradientState is process-wide (every instance shares one dict)
+    # and, during an epoch, holds weak references to the loaders iterating: it is
+    # not data of the loader. A loaded loader joins the loading process's state.
+    return type(state), ()
+
+
+def register_accelerate_pickling(register_reducer: Any) -> None:
+    try:
+        from accelerate.state import GradientState
+    except Exception:
+        return
+    register_reducer(GradientState, _reduce_gradient_state)
