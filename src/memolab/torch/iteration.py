@@ -290,14 +290,14 @@ def _inner_nodes(p: Any) -> set:
 
 def _mark_descendants(p: Any, node: Any) -> None:
     inner = _inner_nodes(p)
+    # ids are safe: every node here is reachable from the object being pickled,
+    # so alive for the whole dump
     stack = [v for v in node.__dict__.values() if _is_node(v)]
     while stack:
         n = stack.pop()
         if id(n) in inner:
             continue
         inner.add(id(n))
-        p.keep_alive = getattr(p, "keep_alive", [])  # ids stay valid while pickling
-        p.keep_alive.append(n)
         stack.extend(v for v in n.__dict__.values() if _is_node(v))
 
 
