@@ -252,3 +252,35 @@ def test_a_code_edit_between_crash_and_rerun_ignores_the_checkpoint(tmp_store):
     assert [s for _, s in _checkpoints(tmp_store)] == [6]
     assert make(2)("a", Calls()) == (55, None)  # the edited code does not resume from the old code's checkpoint
     assert _checkpoints(tmp_store) == []  # which its own first checkpoint superseded; its own went on success
+
+
+def test_seconds_and_signed_checkpoints(tmp_store, monkeypatch):
+    from conftest import Calls
+
+    import memolab
+    from memolab import MemolabWarning, memo
+
+    monkeypatch.setenv("MEMOLAB_HMAC_KEY", "k1")
+
+    @memo
+    def timed(crash: Calls):  # opaque: the same key whether it crashes or not
+        c = Counter()
+        ck = memolab.checkpoint(counter=c, seconds=1e-9)  # due at every step
+        ck.restore()
+        while c.n < 5:
+            c.n += 1
+            ck.step()
+            if crash and c.n == 4:
+                raise KeyboardInterrupt
+        return ck.resumed_from
+
+    with pytest.raises(KeyboardInterrupt):
+        timed(Calls([1]))
+    assert [s for _, s in _checkpoints(tmp_store)] == [4]
+    monkeypatch.setenv("MEMOLAB_HMAC_KEY", "another key")  # a row signed with another key is refused...
+    with pytest.raises(KeyboardInterrupt), pytest.warns(MemolabWarning, match="signature"):
+        timed(Calls([1]))
+    sqlite3.connect(str(tmp_store / "index.sqlite")).execute(
+        "UPDATE checkpoints SET payload_size=payload_size+1").connection.commit()
+    with pytest.warns(MemolabWarning, match="signature"):
+        assert timed(Calls()) is None  # ...and so is a row edited under the right key

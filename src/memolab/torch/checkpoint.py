@@ -122,7 +122,8 @@ class Checkpoint:
             return extras
         if found is None:
             return extras
-        step, saved = found
+        _, saved = found
+        step = saved["steps"]
         names = set(saved["objects"])
         if names != set(self.objects):
             raise ValueError(f"the checkpoint of this call holds {sorted(names)}, memolab.checkpoint was given "
@@ -161,6 +162,7 @@ class Checkpoint:
             "format": _FORMAT,
             "objects": {name: obj.state_dict() for name, obj in self.objects.items()},
             "rng": _capture_rng(),
+            "steps": self.steps,  # in the payload, which is signed and verified (the row's column is a label)
             "extras": extras,
             "logs": resume.mark(),
         }
