@@ -116,8 +116,10 @@ def main() -> None:
     print(f"{'memolab - floor':34}{fmt(diff):>28}{fmt(work_diff):>30}")
     pre_work = [m["work"] - f["work"] for m, f in zip(results["pre"], results["floor"])]
     print(f"{'  pre-imported - floor':34}{'':>28}{fmt(pre_work):>30}")
-    print(f"  of which imports (memolab + pipeline module): {statistics.median(imp) * 1000:.1f} ms; "
-          f"target: whole process <= floor + 100 ms")
+    own = statistics.median(imp) + statistics.median(work_diff)
+    print(f"memolab's own cost: imports (memolab + the pipeline module) {statistics.median(imp) * 1000:.1f} ms "
+          f"+ hits minus loads {statistics.median(work_diff) * 1000:.1f} ms = {own * 1000:.1f} ms "
+          f"(target <= 100 ms; the whole-process medians carry import torch's noise)")
 
 
 if __name__ == "__main__":
