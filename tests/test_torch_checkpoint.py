@@ -69,6 +69,7 @@ def train(n, epochs):
                 os.kill(os.getpid(), 9)
         sched.step()
         memolab.log.scalar("lr", sched.get_last_lr()[0], step=epoch)
+        memolab.log.histogram("l1.weight", model.l1.weight.detach(), step=epoch)
     return {"weights": {k: v.clone() for k, v in model.state_dict().items()}, "seen": seen}
 
 
@@ -87,7 +88,9 @@ def _curves(store) -> dict:
                      (run,)).fetchall()
     blocks = c.execute("SELECT tag, block, n, step_min, step_max, value_sum, vmin, vmax FROM scalar_blocks WHERE run=? "
                        "ORDER BY tag, block", (run,)).fetchall()
-    return {"points": points, "tags": tags, "blocks": blocks}
+    events = c.execute("SELECT kind, tag, step, meta, data FROM log_events WHERE run=? ORDER BY id", (run,)).fetchall()
+    assert events  # the histograms are compared too
+    return {"points": points, "tags": tags, "blocks": blocks, "events": events}
 
 
 def _checkpoints(store) -> list:
