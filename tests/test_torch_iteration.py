@@ -79,6 +79,22 @@ def test_resumable_stored_mid_epoch_resumes_exactly(workers):
     assert _same(got, ref)
 
 
+def test_resumable_with_persistent_workers_resumes_a_later_epoch_exactly():
+    def make():
+        return resumable(DataLoader(list(range(12)), batch_size=2, shuffle=True, num_workers=2, persistent_workers=True,
+                                    generator=torch.Generator().manual_seed(3)))
+
+    r = make()
+    ref = [b.tolist() for _ in range(3) for b in r]
+    r = make()
+    got = [b.tolist() for b in r]  # epoch 1 done: epoch 2 reuses the workers' iterator (no new base seed)
+    it = iter(r)
+    got.append(next(it).tolist())
+    copy = _roundtrip(r)
+    got += [b.tolist() for _ in range(2) for b in copy]
+    assert got == ref
+
+
 def test_resumable_iter_continues_the_epoch_in_progress_and_reset_abandons_it():
     r = resumable(DataLoader(list(range(10)), batch_size=2))
     it = iter(r)

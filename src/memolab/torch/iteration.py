@@ -119,6 +119,9 @@ class Resumable:
             self._replay(self._pending)
         elif self._live is None:
             self._snapshot = capture_rng(_generators(self.loader))
+            # persistent workers: a later epoch reuses the loader's iterator, which
+            # draws no new base seed, so its order comes from other generator states
+            self._snapshot["reused"] = getattr(self.loader, "_iterator", None) is not None
             self._consumed = 0
             self._live = iter(self.loader)
         return _ResumableIterator(self)
@@ -142,6 +145,8 @@ class Resumable:
     def _replay(self, pos: Dict[str, Any]) -> None:
         self._pending = None
         gens = _generators(self.loader)
+        if pos["snapshot"].get("reused") and getattr(self.loader, "_iterator", None) is None:
+            iter(self.loader)  # start the persistent iterator first, as the interrupted run had it
         restore_rng(pos["snapshot"], gens)
         self._snapshot = pos["snapshot"]
         self._consumed = 0
