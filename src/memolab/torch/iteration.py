@@ -121,7 +121,7 @@ class Resumable:
             self._snapshot = capture_rng(_generators(self.loader))
             # persistent workers: a later epoch reuses the loader's iterator, which
             # draws no new base seed, so its order comes from other generator states
-            self._snapshot["reused"] = getattr(self.loader, "_iterator", None) is not None
+            self._snapshot["reused"] = _reuses_iterator(self.loader)
             self._consumed = 0
             self._live = iter(self.loader)
         return _ResumableIterator(self)
@@ -145,7 +145,7 @@ class Resumable:
     def _replay(self, pos: Dict[str, Any]) -> None:
         self._pending = None
         gens = _generators(self.loader)
-        if pos["snapshot"].get("reused") and getattr(self.loader, "_iterator", None) is None:
+        if pos["snapshot"].get("reused") and not _reuses_iterator(self.loader):
             iter(self.loader)  # start the persistent iterator first, as the interrupted run had it
         restore_rng(pos["snapshot"], gens)
         self._snapshot = pos["snapshot"]
@@ -214,6 +214,12 @@ class _ResumableIterator:
 
     def __len__(self) -> int:
         return len(self._owner.loader)
+
+
+def _reuses_iterator(loader: Any) -> bool:
+    """Will the loader's next iter() reuse its live iterator (persistent workers)?"""
+    return (bool(getattr(loader, "persistent_workers", False)) and getattr(loader, "num_workers", 0) > 0
+            and getattr(loader, "_iterator", None) is not None)
 
 
 def _checked(state: Dict[str, Any]) -> Dict[str, Any]:
