@@ -287,3 +287,21 @@ def test_seconds_and_signed_checkpoints(tmp_store, monkeypatch):
         "UPDATE checkpoints SET payload_size=payload_size+1").connection.commit()
     with pytest.warns(MemolabWarning, match="signature"):
         assert timed(Calls()) is None  # ...and so is a row edited under the right key
+
+
+def test_async_memoized_functions_checkpoint_too(tmp_store):
+    import asyncio
+
+    from conftest import Calls
+
+    from memolab import memo
+
+    @memo
+    async def count(crash: Calls):
+        await asyncio.sleep(0)
+        return _count(crash[0] if crash else None)
+
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(count(Calls([8])))
+    assert asyncio.run(count(Calls())) == (55, 6)
+    assert _checkpoints(tmp_store) == []
