@@ -322,6 +322,11 @@ class Index:
                 continue  # a damaged row: a miss when asked for, recomputed and replaced (its blobs are not kept)
             for d in buf_refs:
                 refs.setdefault(d, []).append(i)
+        if not only_done:
+            from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
+
+            for d, i in checkpoints.referenced(self.conn()).items():
+                refs.setdefault(d, []).append(i)
         return refs
 
     def clear(self, fn: Optional[str] = None) -> int:
@@ -332,6 +337,9 @@ class Index:
             else:
                 n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
                 c.execute("DELETE FROM misses WHERE fn=?", (fn,))
+            from . import checkpoints
+
+            checkpoints.clear(c, fn)
         return n
 
 
