@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 
 import xxhash
 
-from . import identity
+from . import codegraph, identity
 from .errors import HashError
 
 #: Bump SCHEMA when the encoding changes, so new keys can never collide with old
@@ -61,6 +61,8 @@ _pack_Q = struct.Struct("<Q").pack
 Handler = Callable[["Encoder", Any], None]
 
 _dispatch: Dict[type, Handler] = {}
+#: types whose ``_dispatch`` entry was resolved (inherited or generic), not registered
+_resolved: set = set()
 _lazy: Dict[str, Callable[[], None]] = {}
 
 
@@ -145,7 +147,7 @@ class Encoder:
     a new object and turn into a false back-reference.
     """
 
-    __slots__ = ("h", "buf", "memo", "keep", "untrusted")
+    __slots__ = ("h", "buf", "memo", "keep", "untrusted", "config_only")
 
     def __init__(self) -> None:
         self.h = _new_hasher()
@@ -155,6 +157,10 @@ class Encoder:
         #: > 0 while encoding state whose leaves may change behind their
         #: mutation detectors (a Module's buffers): the identity cache is off there.
         self.untrusted = 0
+        #: > 0 while encoding an object whose key is its configuration (a data
+        #: loader, a sampler, a dataset): handlers leave out running state there,
+        #: e.g. a seeded generator counts by its seed, not its position.
+        self.config_only = 0
 
     # -- low-level output -------------------------------------------------
     def write(self, data: bytes) -> None:
@@ -166,6 +172,19 @@ class Encoder:
     def write_str(self, s: str) -> None:
         b = s.encode("utf-8", "surrogatepass")
         self.write(_pack_Q(len(b)) + b)
+
+    def write_uint(self, n: int) -> None:
+        """An unsigned 64-bit integer (a length, a count)."""
+        self.write(_pack_Q(n))
+
+    def write_ints(self, xs: Iterable[int]) -> None:
+        """A sequence of signed 64-bit integers (a shape, strides), prefixed by its length."""
+        xs = tuple(xs)
+        self.write(_pack_Q(len(xs)) + b"".join([_pack_q(x) for x in xs]))
+
+    def write_type(self, t: type) -> None:
+        """A type by its qualified name (not its code: see ``encode_class``)."""
+        self.write_str(_type_name(t))
 
     def write_buffer(self, mv: memoryview) -> None:
         """Feed a contiguous buffer (1-D, bytes) without copying it.
@@ -218,6 +237,10 @@ class Encoder:
         self.h = _new_hasher()
 
     # -- traversal ----------------------------------------------------------
+    def seen(self, obj: Any) -> bool:
+        """Has ``obj`` been encoded already in this value (``memoize`` would write a back-reference)?"""
+        return id(obj) in self.memo
+
     def memoize(self, obj: Any) -> bool:
         """Record ``obj``; if it was seen before write a back-reference and return True."""
         i = id(obj)
@@ -244,8 +267,29 @@ class Encoder:
         except RecursionError:
             raise HashError("value is nested too deeply to hash", segment, obj) from None
 
+    def encode_class(self, t: type) -> None:
+        """A class by symbol and code digest: editing its code changes the key."""
+        _encode_class(self, t)
+
+    def encode_object(self, obj: Any, exclude: Iterable[str] = ()) -> None:
+        """The generic rule: class by code + what pickle would save, minus policy-excluded and ``exclude`` attributes."""
+        _encode_object(self, obj, frozenset(exclude))
+
+    def encode_extra_state(self, obj: Any) -> None:
+        """The attributes (``__dict__``) an instance of a value type carries besides its value."""
+        _encode_extra_state(self, obj)
+
 
 # -- registry ----------------------------------------------------------------------
+#
+# Handlers are found by exact type; a type without one is *resolved* once (its
+# nearest registered base class, or a generic handler) and the result cached in
+# ``_dispatch``. ``_resolved`` remembers which entries were resolved rather than
+# registered, so that a later registration that could change the answer drops
+# them (``_forget_resolved``). Lazy registrations (numpy, torch, torch.optim)
+# run before a type is resolved if any class in its MRO lives in their module:
+# a user ``class Net(nn.Module)`` hashed first must get the module handler, not
+# the generic one cached for good.
 
 def register_hasher(type_: type, fn: Callable[[Any], Any]) -> None:
     """Hash instances of ``type_`` as ``fn(obj)`` (any hashable-by-memolab value).
@@ -260,7 +304,7 @@ def register_hasher(type_: type, fn: Callable[[Any], Any]) -> None:
         enc.write_str(tag)
         enc.encode_child(fn(obj), "")
 
-    _dispatch[type_] = handler
+    register_handler(type_, handler)
 
 
 def register_opaque(type_: type) -> None:
@@ -275,17 +319,59 @@ def register_opaque(type_: type) -> None:
         enc.write(b"Q")
         enc.write_str(tag)
 
-    _dispatch[type_] = handler
+    register_handler(type_, handler)
 
 
 def register_handler(type_: type, handler: Handler) -> None:
-    """Low-level: register a streaming handler ``handler(encoder, obj)``."""
+    """Low-level: register a streaming handler ``handler(encoder, obj)`` for ``type_`` and its subclasses.
+
+    Subclasses whose handler was already resolved (inherited or generic) are
+    resolved again on their next use, so registration order never matters.
+    """
     _dispatch[type_] = handler
+    _resolved.discard(type_)
+    _forget_resolved(lambda t: type_ in getattr(t, "__mro__", ()))
 
 
-def register_lazy(toplevel: str, register: Callable[[], None]) -> None:
-    """Run ``register()`` the first time a type from module ``toplevel`` is hashed."""
-    _lazy[toplevel] = register
+def register_lazy(module: str, register: Callable[[], None]) -> None:
+    """Run ``register()`` before the first type whose MRO has a class from ``module`` is hashed.
+
+    ``module`` is a top-level package (``"numpy"``) or a dotted prefix
+    (``"torch.optim"``): a class counts if its ``__module__`` is ``module`` or
+    lies below it. The hook sees that module imported already (a class from it
+    exists), so registering never imports anything the user did not.
+    """
+    _lazy[module] = register
+    _forget_resolved(lambda t: any(_module_matches(_module_of(b), module) for b in getattr(t, "__mro__", ())))
+
+
+def _module_of(t: type) -> str:
+    m = getattr(t, "__module__", None)
+    return m if isinstance(m, str) else ""
+
+
+def _module_matches(name: str, prefix: str) -> bool:
+    return name == prefix or (name.startswith(prefix) and name[len(prefix)] == ".")
+
+
+def _forget_resolved(affected: Callable[[type], bool]) -> None:
+    for t in [t for t in _resolved if affected(t)]:
+        _resolved.discard(t)
+        _dispatch.pop(t, None)
+
+
+def _run_lazy(t: type) -> None:
+    """Run every pending lazy registration that could apply to ``t`` (any class of its MRO).
+
+    A registration may add further lazy hooks (torch adds ``torch.optim``), so
+    this loops until none applies.
+    """
+    while _lazy:
+        mods = {_module_of(b) for b in getattr(t, "__mro__", (t,))}
+        hit = next((p for p in _lazy if any(_module_matches(m, p) for m in mods)), None)
+        if hit is None:
+            return
+        _lazy.pop(hit)()
 
 
 class Leaf:
@@ -346,29 +432,28 @@ def _type_name(t: type) -> str:
 
 
 def _resolve(t: type) -> Handler:
-    toplevel = t.__module__.split(".", 1)[0] if isinstance(t.__module__, str) else ""
-    reg = _lazy.pop(toplevel, None)
-    if reg is not None:
-        reg()
+    if _lazy:
+        _run_lazy(t)
         h = _dispatch.get(t)
         if h is not None:
             return h
     # Inherit the handler of the nearest registered base class, except for the
     # built-in containers: a subclass of dict may carry attributes of its own.
-    for base in t.__mro__[1:]:
-        h = _dispatch.get(base)
-        if h is not None and base not in _STRUCTURAL:
-            if base in _TYPE_BLIND:
-                h = _subclass_of(h)
-            _dispatch[t] = h
-            return h
-    if hasattr(t, "__memo_hash__"):
-        h = _encode_protocol
-    elif isinstance(t, type) and issubclass(t, type):
-        h = _encode_class
-    else:
-        h = _encode_object
+    h = None
+    for base in getattr(t, "__mro__", (t,))[1:]:
+        bh = _dispatch.get(base)
+        if bh is not None and base not in _STRUCTURAL and base not in _resolved:
+            h = _subclass_of(bh) if base in _TYPE_BLIND else bh
+            break
+    if h is None:
+        if hasattr(t, "__memo_hash__"):
+            h = _encode_protocol
+        elif isinstance(t, type) and issubclass(t, type):
+            h = _encode_class
+        else:
+            h = _encode_object
     _dispatch[t] = h
+    _resolved.add(t)
     return h
 
 
@@ -582,8 +667,6 @@ def _encode_extra_state(enc: Encoder, obj: Any) -> None:
 # -- code and modules -------------------------------------------------------------
 
 def _encode_function(enc: Encoder, obj: Any) -> None:
-    from . import codegraph
-
     enc.write(b"P")
     enc.write_str(codegraph.symbol_of(obj))
     enc.write_str(codegraph.object_digest(obj))
@@ -633,16 +716,12 @@ def _encode_method(enc: Encoder, obj: Any) -> None:
 
 
 def _encode_class(enc: Encoder, obj: type) -> None:
-    from . import codegraph
-
     enc.write(b"C")
     enc.write_str(codegraph.symbol_of(obj))
     enc.write_str(codegraph.object_digest(obj))
 
 
 def _encode_module(enc: Encoder, obj: Any) -> None:
-    from . import codegraph
-
     enc.write(b"M")
     enc.write_str(obj.__name__)
     # A module held as a value (``MODS = {"ops": ops}``, an argument, a submodule
@@ -666,7 +745,7 @@ def _refuse(reason: str) -> Handler:
 
 # -- generic objects ---------------------------------------------------------------
 
-def _encode_object(enc: Encoder, obj: Any) -> None:
+def _encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()) -> None:
     """Class identity (symbol + code digest) plus what pickle would save."""
     if enc.memoize(obj):
         return
@@ -694,7 +773,7 @@ def _encode_object(enc: Encoder, obj: Any) -> None:
         enc.encode_child(func, ".<reduce>")
         enc.encode_child(args, ".<reduce args>")
     if state is not None:
-        _encode_state(enc, state, excluded_attributes(t) if _policies else frozenset())
+        _encode_state(enc, state, (excluded_attributes(t) if _policies else frozenset()) | exclude)
     if listitems is not None:
         enc.write(b"L")
         enc.encode_child(list(listitems), "")
@@ -1028,12 +1107,15 @@ def _register_numpy() -> None:
 
 
 def _register_torch() -> None:
-    from .torch import hashing as torch_hashing
+    from .torch import registry
 
-    torch_hashing.register()
+    registry.register()
 
 
 _STRUCTURAL = frozenset((list, tuple, dict, set, frozenset, bytes, str, int, float))
 _register_builtins()
+# code values hash their arguments' defaults and bound globals with this module;
+# handing it over here (rather than codegraph importing us) keeps the import graph acyclic
+codegraph.set_value_hasher(hash_value)
 register_lazy("numpy", _register_numpy)
 register_lazy("torch", _register_torch)

@@ -21,11 +21,18 @@ import torch
 
 
 def _storage_bytes(storage: torch.UntypedStorage) -> Any:
-    """A zero-copy, byte-addressed view of a CPU storage."""
+    """A zero-copy, byte-addressed view of a CPU storage.
+
+    Not through ``.numpy()``: that marks the storage non-resizable for good,
+    and the identity cache reads exactly that flag as "memory shared with
+    numpy, never trust its digest" — a tensor returned by a memoized call would
+    then be rehashed on every later call in the process that computed it.
+    """
     if storage.nbytes() == 0:
         return b""
-    t = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
-    return t.numpy()  # shares memory with the storage
+    from .tensors import raw_bytes
+
+    return raw_bytes(storage)
 
 
 def _reduce_untyped_storage(p: Any, storage: torch.UntypedStorage) -> Any:
