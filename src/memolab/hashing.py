@@ -860,28 +860,96 @@ _result_tokens: "OrderedDict[Any, Tuple[List[str], Any]]" = OrderedDict()
 _tokens_lock = threading.Lock()
 
 
-def _walk_leaves(value: Any, out: List[Tuple[Any, Leaf]], depth: int = 0) -> None:
+#: handlers whose objects a result walk enters (attribute by attribute): plain
+#: objects and, registered by torch support, datasets, samplers and loaders
+_walk_handlers: set = set()
+
+
+def register_result_walk(handler: Handler) -> None:
+    """Let result walks (``result_token``/``remember_loaded``) enter objects hashed by ``handler``.
+
+    Only for handlers that hash an object as its attributes (``Encoder.encode_object``);
+    never for state no stamp can vouch for (modules, optimizers).
+    """
+    _walk_handlers.add(handler)
+
+
+def _plain_pickled(t: type) -> bool:
+    """Does unpickling restore exactly the instance ``__dict__`` that was saved?
+
+    Only then do the leaves of a loaded object stand where the saved object's
+    did, so the stored digests can be handed to them in walk order. A class of
+    its own ``__reduce__``/``__getstate__``/``__setstate__`` may rebuild its
+    attributes differently (scale them, drop them): not entered.
+    """
+    got = _plain_cache.get(t)
+    if got is None:
+        got = (getattr(t, "__reduce_ex__", None) is object.__reduce_ex__
+               and getattr(t, "__reduce__", None) is object.__reduce__
+               and getattr(t, "__getstate__", object.__getstate__) is object.__getstate__
+               and not hasattr(t, "__setstate__")
+               and "__slots__" not in vars(t))
+        _plain_cache[t] = got
+    return got
+
+
+_plain_cache: Dict[type, bool] = {}
+
+
+def _walk_leaves(value: Any, out: List[Tuple[Any, Leaf]], depth: int = 0, seen: Optional[set] = None) -> None:
+    """The large leaves of a result, in a deterministic order: inside lists, tuples,
+    dicts and objects with plain pickling whose handler allows it (``register_result_walk``)."""
     t = type(value)
-    if t not in _dispatch:
-        _resolve(t)  # runs lazy registrations (numpy, torch) for this type
+    h = _dispatch.get(t)
+    if h is None:
+        h = _resolve(t)  # runs lazy registrations (numpy, torch) for this type
     lf = _leaves.get(t)
     if lf is not None:
         out.append((value, lf))
-    elif depth < 4 and len(out) < 10000:
+    elif depth < 8 and len(out) < 10000:
         if t is list or t is tuple:
             for x in value:
-                _walk_leaves(x, out, depth + 1)
+                _walk_leaves(x, out, depth + 1, seen)
         elif t is dict:
             for x in value.values():
-                _walk_leaves(x, out, depth + 1)
+                _walk_leaves(x, out, depth + 1, seen)
+        elif h in _walk_handlers and _plain_pickled(t):
+            d = getattr(value, "__dict__", None)
+            if type(d) is not dict:
+                return
+            if seen is None:
+                seen = set()
+            if id(value) in seen:  # shared (a loader's dataset and its sampler's data_source)
+                return
+            seen.add(id(value))
+            excluded = excluded_attributes(t)
+            for k in sorted(d, key=str):
+                if k not in excluded:
+                    _walk_leaves(d[k], out, depth + 1, seen)
+
+
+def _leaf_digest(x: Any, lf: Leaf) -> bytes:
+    """``x``'s digest through the identity cache, recording it where a stamp vouches for ``x``."""
+    stamp = lf.stamp(x) if identity.enabled else None
+    d = identity.lookup(x, stamp) if stamp is not None else None
+    if d is None:
+        d = lf.digest(x)
+        if stamp is not None:
+            identity.remember(x, stamp, d)
+    return d
 
 
 def result_token(value: Any) -> Optional[List[str]]:
-    """Digests of ``value``'s large leaves (arrays, tensors; inside lists, tuples, dicts), or None."""
+    """Digests of ``value``'s large leaves (arrays, tensors; see ``_walk_leaves``), or None.
+
+    The computed value's leaves are entered into the identity cache on the way
+    (where their stamp allows): passing a fresh result on to another memoized
+    function costs O(1) in the process that computed it too.
+    """
     try:
         leaves: List[Tuple[Any, Leaf]] = []
         _walk_leaves(value, leaves)
-        return [lf.digest(x).hex() for x, lf in leaves] or None
+        return [_leaf_digest(x, lf).hex() for x, lf in leaves] or None
     except Exception:  # a result we cannot hash is still a result
         return None
 
@@ -1114,6 +1182,7 @@ def _register_torch() -> None:
 
 _STRUCTURAL = frozenset((list, tuple, dict, set, frozenset, bytes, str, int, float))
 _register_builtins()
+register_result_walk(_encode_object)
 # code values hash their arguments' defaults and bound globals with this module;
 # handing it over here (rather than codegraph importing us) keeps the import graph acyclic
 codegraph.set_value_hasher(hash_value)

@@ -95,6 +95,8 @@ def encode_stateful_loader(enc: Encoder, dl: Any) -> None:
 def register() -> None:
     for t in (tud.Dataset, tud.Sampler, tud.DataLoader):
         hashing.register_handler(t, encode_data)
+    # a memoized dataset or loader hands its tensors' digests to the identity cache
+    hashing.register_result_walk(encode_data)
     hashing.register_policy(tud.DataLoader, exclude=LOADER_EXCLUDE)
     from torch.utils.data.datapipes.datapipe import IterDataPipe
 
