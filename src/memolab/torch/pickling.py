@@ -20,19 +20,31 @@ from typing import Any, Callable, Optional
 import torch
 
 
+class _StorageMemory:
+    """Exposes a CPU storage's bytes to numpy by address; holds the storage alive."""
+
+    __slots__ = ("storage", "__array_interface__")
+
+    def __init__(self, storage: torch.UntypedStorage) -> None:
+        self.storage = storage
+        self.__array_interface__ = {"data": (storage.data_ptr(), False), "shape": (storage.nbytes(),),
+                                    "typestr": "|u1", "version": 3}
+
+
 def _storage_bytes(storage: torch.UntypedStorage) -> Any:
     """A zero-copy, byte-addressed view of a CPU storage.
 
     Not through ``.numpy()``: that marks the storage non-resizable for good,
     and the identity cache reads exactly that flag as "memory shared with
     numpy, never trust its digest" — a tensor returned by a memoized call would
-    then be rehashed on every later call in the process that computed it.
+    then be rehashed on every later call in the process that computed it. The
+    array is only read (pickled out of band) while the store writes it.
     """
     if storage.nbytes() == 0:
         return b""
-    from .tensors import raw_bytes
+    import numpy as np
 
-    return raw_bytes(storage)
+    return np.asarray(_StorageMemory(storage))
 
 
 def _reduce_untyped_storage(p: Any, storage: torch.UntypedStorage) -> Any:
