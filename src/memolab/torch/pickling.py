@@ -14,8 +14,12 @@ come through the storage reducer below).
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import pickle
-from typing import Any, Callable, Optional
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 
@@ -27,7 +31,9 @@ class _StorageMemory:
 
     def __init__(self, storage: torch.UntypedStorage) -> None:
         self.storage = storage
-        self.__array_interface__ = {"data": (storage.data_ptr(), False), "shape": (storage.nbytes(),),
+        # the const pointer: a lazy clone (a loaded tensor stored again) must not be materialized
+        ptr = torch.empty(0, dtype=torch.uint8).set_(storage).const_data_ptr()
+        self.__array_interface__ = {"data": (ptr, False), "shape": (storage.nbytes(),),
                                     "typestr": "|u1", "version": 3}
 
 
@@ -61,10 +67,18 @@ def _rebuild_storage(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage
     if nbytes == 0:
         s = torch.UntypedStorage(0)
     else:
-        from ..store.blobs import copy_on_write
+        s = _lazy_copy_of_blob(buf, nbytes)
+        if s is None:
+            from ..store.blobs import copy_on_write, mapped_blob
 
-        # torch writes in place freely: never hand it a read-only mapping
-        s = torch.frombuffer(copy_on_write(buf), dtype=torch.uint8, count=nbytes).untyped_storage()
+            if mapped_blob(buf) is None:
+                # in-band or unmapped bytes: copy them into torch-owned memory (resizable,
+                # so the identity cache can see a later ``.numpy()`` export)
+                s = _owned_copy(buf, nbytes).untyped_storage()
+            else:
+                # a torch without lazy clones: a private mapping (never trusted by the
+                # identity cache: non-resizable), never the read-only one
+                s = torch.frombuffer(copy_on_write(buf), dtype=torch.uint8, count=nbytes).untyped_storage()
     if device != "cpu":
         from ..errors import StoreMiss
 
@@ -73,6 +87,67 @@ def _rebuild_storage(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage
         except (RuntimeError, AssertionError) as e:
             raise StoreMiss(f"stored tensor lived on {device}, which this process cannot use: {e}") from None
     return s
+
+
+# -- loaded storages: lazy (copy-on-write) clones of one in-memory copy per blob ---------------
+#
+# A storage over a mapping of its blob (``torch.frombuffer``) is non-resizable
+# from birth, so a later ``t.numpy()`` write could never be seen and the
+# identity cache could not trust a loaded tensor. Instead, the first load of a
+# blob in a process copies it once into torch-owned memory (the *master*), and
+# every load hands out ``torch._lazy_clone`` of it: zero-copy, and torch itself
+# materializes a private copy on the first access that could write (in-place
+# ops, ``.numpy()``, DLPack, ``data_ptr()``). ``torch._C._is_cow_tensor`` then
+# turns False for good — the sticky proof ``tensors._stamp`` needs. Masters are
+# kept up to ``MEMOLAB_TORCH_SHARED_BYTES`` (default 4 GiB), least recently used
+# dropped first; memory still shared with live clones stays alive through them.
+
+_masters: "OrderedDict[Tuple[str, int], torch.Tensor]" = OrderedDict()
+_master_bytes = 0
+_masters_lock = threading.Lock()
+
+
+def _master_limit() -> int:
+    try:
+        return int(os.environ.get("MEMOLAB_TORCH_SHARED_BYTES", 4 << 30))
+    except ValueError:
+        return 4 << 30
+
+
+def _owned_copy(buf: Any, nbytes: int) -> torch.Tensor:
+    import numpy as np
+
+    t = torch.empty(nbytes, dtype=torch.uint8)
+    src = np.frombuffer(buf, dtype=np.uint8, count=nbytes)
+    ctypes.memmove(t.data_ptr(), src.ctypes.data, nbytes)
+    return t
+
+
+def _lazy_copy_of_blob(buf: Any, nbytes: int) -> Optional[torch.UntypedStorage]:
+    global _master_bytes
+    if not (hasattr(torch, "_lazy_clone") and hasattr(torch._C, "_is_cow_tensor")):
+        return None
+    from ..store.blobs import mapped_blob
+
+    path = mapped_blob(buf)
+    if path is None or nbytes > _master_limit():
+        return None
+    key = (path, nbytes)
+    with _masters_lock:
+        master = _masters.get(key)
+        if master is not None:
+            _masters.move_to_end(key)
+    if master is None:
+        master = _owned_copy(buf, nbytes)  # torch-owned: lazy clones need its allocator
+        with _masters_lock:
+            if key not in _masters:
+                _masters[key] = master
+                _master_bytes += nbytes
+                while _master_bytes > _master_limit() and len(_masters) > 1:
+                    _, old = _masters.popitem(last=False)
+                    _master_bytes -= old.numel()
+            master = _masters[key]
+    return torch._lazy_clone(master).untyped_storage()
 
 
 def _reduce_typed_storage(p: Any, storage: Any) -> Any:

@@ -16,11 +16,13 @@ changes without the counter moving, are excluded (see docs/torch.md):
 * everything inside an ``nn.Module`` or an optimizer (``modules``, ``optim``):
   BatchNorm updates its running stats in the kernel without bumping their version;
 * tensors sharing memory with numpy or a Python buffer (``from_numpy``,
-  ``frombuffer``, after ``t.numpy()``, and tensors loaded from the store, which
-  sit zero-copy on a mapping of their blob): writes on the numpy side are
-  invisible to the counter. Torch marks such storage non-resizable (measured:
+  ``frombuffer``, after ``t.numpy()``): writes on the numpy side are invisible
+  to the counter. Torch marks such storage non-resizable (measured:
   ``t.numpy()`` flips ``untyped_storage().resizable()`` to False), so these are
   recognised and always rehashed;
+* tensors loaded from the store are lazy (copy-on-write) clones of one copy of
+  their blob (``pickling``): trusted while ``torch._C._is_cow_tensor`` holds,
+  which every access that could write ends for good;
 * inference-mode tensors, which have no version counter.
 """
 from __future__ import annotations
@@ -75,9 +77,14 @@ def raw_bytes(x: Any) -> memoryview:
     n = x.nbytes() if isinstance(x, torch.UntypedStorage) else x.numel() * x.element_size()
     if n == 0:
         return memoryview(b"")
-    arr = (ctypes.c_char * n).from_address(x.data_ptr())
+    # const: reading a lazy (copy-on-write) clone must not materialize it
+    ptr = (torch.empty(0, dtype=torch.uint8).set_(x) if isinstance(x, torch.UntypedStorage) else x).const_data_ptr()
+    arr = (ctypes.c_char * n).from_address(ptr)
     arr.owner = x  # type: ignore[attr-defined]  # the memory lives as long as the view
     return memoryview(arr).cast("B")
+
+
+_is_cow = getattr(torch._C, "_is_cow_tensor", None)
 
 
 def _stamp(t: Any) -> Any:
@@ -90,17 +97,23 @@ def _stamp(t: Any) -> Any:
     except RuntimeError:  # inference tensors track no version
         return None
     storage = t.untyped_storage()
+    if _is_cow is not None and _is_cow(t):
+        # A lazy clone of a stored blob (``pickling._lazy_copy_of_blob``) that no
+        # access able to write has touched since: torch materializes a private
+        # copy on the first such access (in-place op, ``.numpy()``, DLPack,
+        # ``data_ptr()``), and then this is False for good. No pointer is read
+        # here: ``data_ptr()`` itself would materialize.
+        return ("cow", storage._cdata, version, t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
+                t.requires_grad)
     if not storage.resizable():
-        # Memory shared with numpy or a buffer: writes there are invisible to
-        # the counter. That includes tensors loaded from the store, which sit
-        # zero-copy on a copy-on-write mapping (non-resizable from birth, so a
-        # later ``t.numpy()[0] = x`` would leave no trace): they are rehashed,
-        # at memory speed, rather than trusted.
+        # Memory shared with numpy or a buffer (``from_numpy``, ``frombuffer``,
+        # after ``t.numpy()``): writes there are invisible to the counter, so
+        # such tensors are rehashed, at memory speed, rather than trusted.
         return None
-    # ``resizable`` is implied (a tensor exported with ``.numpy()`` afterwards
-    # flips it, and the stamp is then None); ``.data = other`` moves the data pointer.
-    return (version, t.data_ptr(), storage.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
-            t.requires_grad)
+    # a tensor exported with ``.numpy()`` afterwards flips ``resizable`` (stamp
+    # None from then on); ``.data = other`` moves the data pointer
+    return (version, t.const_data_ptr(), storage._cdata, t.shape, t.stride(), t.storage_offset(), t.dtype,
+            t.device, t.requires_grad)
 
 
 LEAF = Leaf(tensor_digest, _stamp, _stamp)
