@@ -248,3 +248,27 @@ def test_loaded_dataset_and_loader_are_o1_and_follow_mutations(tmp_store, digest
     d = H(ds)
     ds.x.mul_(2)
     assert H(ds) != d and H(ds) == H(_copy(ds))
+
+
+def test_loaded_blob_copy_lives_as_long_as_its_tensors(tmp_store, monkeypatch):
+    from memolab.torch import pickling as tp
+
+    make_tensor(200_000)
+    make_tensor.store().forget()
+    t = make_tensor(200_000)
+    u = make_tensor(200_000)  # an in-memory hit: another lazy clone of the same copy
+    assert len(tp._masters) == 1 and torch._C._is_cow_tensor(u)
+    del t
+    assert len(tp._masters) == 1  # u still shares it
+    del u
+    import gc
+
+    gc.collect()
+    assert not tp._masters  # dropping the results frees the copy, as with a mapping
+
+    monkeypatch.setenv("MEMOLAB_TORCH_SHARED_BYTES", "0")  # the mapping instead: no copy, never trusted
+    v = make_tensor(200_000)
+    assert not tp._masters and not torch._C._is_cow_tensor(v)
+    assert not v.untyped_storage().resizable()
+    d = H(v)
+    assert H(v) == d == H(v.clone())

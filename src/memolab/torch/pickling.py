@@ -19,7 +19,8 @@ import os
 import pickle
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Optional, Tuple
+import weakref
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
@@ -98,13 +99,48 @@ def _rebuild_storage(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage
 # every load hands out ``torch._lazy_clone`` of it: zero-copy, and torch itself
 # materializes a private copy on the first access that could write (in-place
 # ops, ``.numpy()``, DLPack, ``data_ptr()``). ``torch._C._is_cow_tensor`` then
-# turns False for good — the sticky proof ``tensors._stamp`` needs. Masters are
-# kept up to ``MEMOLAB_TORCH_SHARED_BYTES`` (default 4 GiB), least recently used
-# dropped first; memory still shared with live clones stays alive through them.
+# turns False for good — the sticky proof ``tensors._stamp`` needs. A master is
+# kept while a tensor rebuilt on one of its clones lives (so dropping a result
+# frees its memory, as with a mapping), and at most ``MEMOLAB_TORCH_SHARED_BYTES``
+# of masters (default 4 GiB, least recently used dropped first; memory still
+# shared with live clones stays alive through them). A blob above the limit is
+# mapped copy-on-write instead, untrusted by the identity cache.
 
 _masters: "OrderedDict[Tuple[str, int], torch.Tensor]" = OrderedDict()
 _master_bytes = 0
 _masters_lock = threading.Lock()
+#: live tensors per master, and which master a just-rebuilt clone storage belongs to
+_live: Dict[Tuple[str, int], int] = {}
+_clone_of: Dict[int, Tuple[str, int]] = {}
+
+
+def _drop_master(key: Tuple[str, int]) -> None:
+    global _master_bytes
+    old = _masters.pop(key, None)
+    if old is not None:
+        _master_bytes -= old.numel()
+    for k in [k for k, v in _clone_of.items() if v == key]:
+        del _clone_of[k]
+
+
+def _track(t: torch.Tensor, storage: torch.UntypedStorage) -> None:
+    """Keep the master of ``storage`` while ``t`` lives."""
+    key = _clone_of.get(storage._cdata)
+    if key is None:
+        return
+    with _masters_lock:
+        _live[key] = _live.get(key, 0) + 1
+    weakref.finalize(t, _release, key)
+
+
+def _release(key: Tuple[str, int]) -> None:
+    with _masters_lock:
+        n = _live.get(key, 0) - 1
+        if n > 0:
+            _live[key] = n
+        else:
+            _live.pop(key, None)
+            _drop_master(key)
 
 
 def _master_limit() -> int:
@@ -144,10 +180,12 @@ def _lazy_copy_of_blob(buf: Any, nbytes: int) -> Optional[torch.UntypedStorage]:
                 _masters[key] = master
                 _master_bytes += nbytes
                 while _master_bytes > _master_limit() and len(_masters) > 1:
-                    _, old = _masters.popitem(last=False)
-                    _master_bytes -= old.numel()
-            master = _masters[key]
-    return torch._lazy_clone(master).untyped_storage()
+                    _drop_master(next(iter(_masters)))
+            master = _masters.get(key, master)
+    clone = torch._lazy_clone(master).untyped_storage()
+    with _masters_lock:
+        _clone_of[clone._cdata] = key
+    return clone
 
 
 def _reduce_typed_storage(p: Any, storage: Any) -> Any:
@@ -173,6 +211,8 @@ def _reduce_tensor(p: Any, t: torch.Tensor) -> Any:
 def _rebuild_tensor(storage: torch.UntypedStorage, offset: int, size: tuple, stride: tuple, dtype: torch.dtype,
                     requires_grad: bool) -> torch.Tensor:
     t = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
+    if _clone_of:
+        _track(t, storage)
     if requires_grad:
         t.requires_grad_(True)
     return t
