@@ -52,12 +52,18 @@ _FIRST = {
                 "x = DS()", "encode_data"),
     "optimizer": ("import torch\nclass Opt(torch.optim.SGD): pass\nx = Opt([torch.zeros(2, requires_grad=True)], lr=0.1)",
                   "encode_optimizer"),
+    "torchdata loader": ("import torch\nfrom torchdata.stateful_dataloader import StatefulDataLoader\n"
+                         "class Mine(StatefulDataLoader): pass\n"
+                         "x = Mine(torch.utils.data.TensorDataset(torch.zeros(4)), batch_size=2)",
+                         "encode_stateful_loader"),
 }
 
 
 @pytest.mark.parametrize("family", sorted(_FIRST))
 def test_user_subclass_hashed_first_gets_its_family_handler(family):
     make, handler = _FIRST[family]
+    if family == "torchdata loader":
+        optional("torchdata")
     got = fresh(make + """
 from memolab import hashing
 import json
