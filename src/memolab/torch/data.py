@@ -28,6 +28,7 @@ from typing import Any, Optional
 import torch.utils.data as tud
 
 from .. import hashing
+from ..errors import HashError
 from ..hashing import Encoder
 
 #: a loader's settings that change speed, not batches, and its transient state
@@ -73,7 +74,10 @@ def pending_resume(dl: Any) -> Any:
     """The position the next ``iter(dl)`` resumes from, or None when it starts a fresh epoch."""
     state = getattr(dl, "next_iter_state", None)
     if state is None and getattr(dl, "_initial_iter_for_state_dict", False) and dl._iterator is not None:
-        state = dl._iterator.state_dict()  # state_dict() built the iterator that iter() will return
+        try:
+            state = dl._iterator.state_dict()  # state_dict() built the iterator that iter() will return
+        except Exception as e:  # dead workers, say: no position we could key on
+            raise HashError(f"cannot read the loader's pending resume position ({e})", "", dl) from None
     if state is None or _yielded(state) == 0:
         return None
     return state
