@@ -1180,11 +1180,12 @@ def _register_torch() -> None:
     registry.register()
 
 
-_STRUCTURAL = frozenset((list, tuple, dict, set, frozenset, bytes, str, int, float))
-_register_builtins()
 register_result_walk(_encode_object)
 # code values hash their arguments' defaults and bound globals with this module;
 # handing it over here (rather than codegraph importing us) keeps the import graph acyclic
 codegraph.set_value_hasher(hash_value)
+
+_STRUCTURAL = frozenset((list, tuple, dict, set, frozenset, bytes, str, int, float))
+_register_builtins()
 register_lazy("numpy", _register_numpy)
 register_lazy("torch", _register_torch)

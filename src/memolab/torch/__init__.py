@@ -1,21 +1,17 @@
 """PyTorch support, imported only once torch itself has been imported.
 
 Nothing outside this subpackage imports torch: ``hashing`` and ``pickling``
-register lazy hooks keyed on the ``torch`` module name, and those hooks import
-the modules of this subpackage, one per concept:
-
-* ``registry``: what registers when (torch, torch.optim, torchdata, accelerate);
-* ``tensors``: tensors, dtypes, devices, sizes; the tensor identity-cache stamp;
-* ``modules``: ``nn.Module``;
-* ``optim``: optimizers (state keyed by parameter *position*);
-* ``rng``: ``torch.Generator`` and the RNG policy (``configure(rng=...)``);
-* ``data``: datasets, samplers, data loaders (their key is their configuration);
-* ``pickling``: storing tensors and storages.
-
-This module itself imports nothing from torch, so ``memolab.torch.configure``
-can be called before torch is imported. The rule for every object is written
-down in docs/torch.md.
+register lazy hooks keyed on the ``torch`` top-level module name, and those
+hooks import the modules of this subpackage.
 """
+# One module per concept: ``registry`` (what registers when: torch, torch.optim,
+# torchdata, accelerate), ``tensors`` (tensors, dtypes, devices, sizes; the
+# identity-cache stamp), ``modules`` (nn.Module), ``optim`` (optimizers, state by
+# parameter position), ``rng`` (torch.Generator and the RNG policy below),
+# ``data`` (datasets, samplers, loaders: their key is their configuration),
+# ``pickling`` (storing tensors and storages). This module imports nothing from
+# torch, so ``configure`` can be called before torch is imported. The rule for
+# every object is in docs/torch.md.
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
