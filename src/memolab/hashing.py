@@ -880,8 +880,12 @@ def _plain_pickled(t: type) -> bool:
     Only then do the leaves of a loaded object stand where the saved object's
     did, so the stored digests can be handed to them in walk order. A class of
     its own ``__reduce__``/``__getstate__``/``__setstate__`` may rebuild its
-    attributes differently (scale them, drop them): not entered.
+    attributes differently (scale them, drop them): not entered, nor is a type
+    memolab's own pickler has a reducer for.
     """
+    pickling = sys.modules.get("memolab.pickling")
+    if pickling is not None and pickling._reducers.get(t) is not None:
+        return False  # memolab's own pickler rebuilds it its way (a registered reducer)
     got = _plain_cache.get(t)
     if got is None:
         got = (getattr(t, "__reduce_ex__", None) is object.__reduce_ex__
