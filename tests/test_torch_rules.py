@@ -240,6 +240,22 @@ def test_optimizer_key_follows_state_and_order():
     assert H(sched) == H(sched) and H(o1) == H(o1)
 
 
+def test_optimizer_subclass_attributes_count():
+    class Scaled(torch.optim.SGD):
+        def __init__(self, params, lr, scale):
+            super().__init__(params, lr=lr)
+            self.scale = scale  # read by its step: must be in the key
+
+    p = torch.nn.Parameter(torch.ones(2))
+    a, b = Scaled([p], 0.1, 1.0), Scaled([p], 0.1, 2.0)
+    assert H(a) != H(b)
+    c1, c2 = Scaled([p], 0.1, 1.0), Scaled([p], 0.1, 1.0)
+    torch.optim.lr_scheduler.StepLR(c1, 2)
+    torch.optim.lr_scheduler.StepLR(c2, 2)
+    assert "step" in vars(c1)  # the scheduler's counting wrapper: bookkeeping, left out
+    assert H(c1) == H(c2)
+
+
 # -- data: a loader's key is its configuration ----------------------------------------------
 
 from torch.utils.data import DataLoader, Dataset, RandomSampler, TensorDataset  # noqa: E402

@@ -44,14 +44,27 @@ def _positional_state(opt: Any) -> Tuple[List[Tuple[int, Any]], Dict[Any, Any]]:
     return by_pos, other
 
 
+def _attributes(opt: Any) -> Dict[str, Any]:
+    """The optimizer's own attributes, not ``__getstate__``'s three: a subclass's
+    extra attributes (which its ``step`` may read) count too."""
+    out = {}
+    for k, v in vars(opt).items():
+        if k in _EXCLUDE or k == "state" or "hook" in k:
+            continue
+        if k == "step" and getattr(v, "_wrapped_by_lr_sched", False):
+            continue  # an LR scheduler's counting wrapper around the class's own step
+        out[k] = v
+    return out
+
+
 def encode_optimizer(enc: Encoder, opt: Any) -> None:
-    if enc.seen(opt):
-        enc.memoize(opt)  # the back-reference
+    if enc.memoize(opt):
         return
     enc.untrusted += 1
     try:
-        hooks = {k for k in vars(opt) if "hook" in k}
-        enc.encode_object(opt, exclude=_EXCLUDE | hooks | {"state"})
+        enc.write(b"\x10O")
+        enc.encode_class(type(opt))
+        enc.encode_child(_attributes(opt), "")
         by_pos, other = _positional_state(opt)
         enc.write(b"\x10o")
         enc.encode_child(by_pos, ".state")
