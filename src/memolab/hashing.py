@@ -355,7 +355,8 @@ def _module_matches(name: str, prefix: str) -> bool:
 
 
 def _forget_resolved(affected: Callable[[type], bool]) -> None:
-    for t in [t for t in _resolved if affected(t)]:
+    # list() copies in one C call (no thread switch), so a concurrent resolve cannot break the loop
+    for t in [t for t in list(_resolved) if affected(t)]:
         _resolved.discard(t)
         _dispatch.pop(t, None)
 
