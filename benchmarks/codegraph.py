@@ -156,6 +156,8 @@ def main() -> None:
             codegraph.function_code(entry)
             for e in entries.values():  # leave every graph warm for the repeat rows
                 codegraph.function_code(e)
+            build_notag()
+            codegraph.function_code(ns["g"])
 
         def first():
             codegraph.clear_caches()
@@ -170,11 +172,17 @@ def main() -> None:
             row(f"memolab repeat call, {a.lines // 1000}k lines, {n_cls} classes", lambda e=e: codegraph.function_code(e))
 
         # the fallback where dict version tags are unavailable: a clone has its own graph, built without them
-        saved = dictversion._works
-        dictversion._works = False
         notag = clone(entry)
-        codegraph.function_code(notag)
-        dictversion._works = saved
+
+        def build_notag():
+            saved = dictversion._works
+            dictversion._works = False
+            try:
+                codegraph.function_code(notag)
+            finally:
+                dictversion._works = saved
+
+        build_notag()
         row(f"memolab repeat call without version tags (other Pythons), {big} classes",
             lambda: codegraph.function_code(notag))
 
