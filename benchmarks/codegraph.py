@@ -144,8 +144,10 @@ def main() -> None:
             entries[n_cls] = importlib.import_module(name).entry
             cv = codegraph.function_code(entries[n_cls])
             n_user = sum(1 for k in cv.deps if not k.startswith(("pkg:", "python:")) and ":" in k)
+            views = codegraph._function_roots[entries[n_cls]].views
             info.append(f"{name}: {nlines} lines, {len(list(Path(d, name).glob('*.py')))} files, {n_cls} classes, "
-                        f"{n_user} user symbols in the graph")
+                        f"{n_user} user symbols in the graph; a repeat call gathers "
+                        f"{len(views) if views is not None else 'no'} version tags (namespaces + class dicts)")
 
         big = max(a.classes)
         entry = entries[big]
