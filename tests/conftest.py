@@ -45,6 +45,17 @@ def tmp_store(tmp_path, monkeypatch):
     memolab.configure(store=old.store)
 
 
+@pytest.fixture
+def blob_results(monkeypatch):
+    """Store every result in blob files, however small (tests about blob files:
+    damage, deduplication, gc); subprocesses inherit it through the environment."""
+    import memolab.store
+
+    monkeypatch.setattr(memolab.store, "INLINE_MAX", 0)
+    monkeypatch.setenv("MEMOLAB_INLINE_MAX", "0")
+    yield
+
+
 class Project:
     """A throw-away project directory with its own store; scripts run in fresh processes."""
 

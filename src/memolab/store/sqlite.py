@@ -16,7 +16,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-SCHEMA_VERSION = 1
+#: 1: the first format (its version lives in ``meta`` only).
+#: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
+#:    and the version mirrored in SQLite's ``user_version`` header field, so that
+#:    opening a current store is one header read instead of any schema work.
+#: An older memolab refuses a version-2 store (it reads ``meta``): it would take
+#: inline rows for rows whose blobs are missing and mark them corrupt.
+SCHEMA_VERSION = 2
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -43,6 +49,7 @@ CREATE TABLE IF NOT EXISTS evaluations(
     code_refs TEXT,
     signature TEXT,
     reason TEXT,
+    inline BLOB,
     UNIQUE(fn, code, args, schema)
 );
 CREATE INDEX IF NOT EXISTS evaluations_fn ON evaluations(fn, finished);
@@ -64,6 +71,8 @@ CREATE TABLE IF NOT EXISTS misses(
     explanation TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
+CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args);
+CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
 CREATE TABLE IF NOT EXISTS blob_stamps(
     digest TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -79,7 +88,13 @@ EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payl
 #: Columns added after schema 1 shipped: (name, type). Nullable, so an older
 #: memolab reading a migrated file (it names its columns) still works, and
 #: rows written before the migration simply have no code references/signature.
-_ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"))
+_ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"), ("inline", "BLOB"))
+
+#: What a hit reads: the listing columns plus the inline bytes (payload, then
+#: each buffer in order), which listings never fetch.
+HIT_COLUMNS = EVAL_COLUMNS + ("inline",)
+_HIT_SQL = (f"SELECT {','.join(HIT_COLUMNS)} FROM evaluations "
+            "WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'")
 
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
@@ -94,16 +109,33 @@ class Index:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         conn = self.conn()
+        # The fast path: one header read. A current store needs no schema work,
+        # and opening it writes nothing (a read-only store still serves hits).
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            self._migrate(conn, version)
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Create the schema, or bring a file written by an older memolab up to date in place.
+
+        Every step is idempotent and the version is written last, under the
+        write lock: two processes migrating at once, or a migration cut short by
+        a crash, end in the same state as one that ran alone.
+        """
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} was written by a newer memolab (schema {version}); upgrade memolab")
+        conn.execute("PRAGMA journal_mode=WAL")  # persistent in the file: set once, here
         conn.executescript(_DDL)
-        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        conn.commit()
         self._add_columns(conn)
-        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row and int(row[0]) > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer memolab (schema {row[0]}); upgrade memolab")
+        with self.write() as c:
+            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row and int(row[0]) > SCHEMA_VERSION:
+                raise RuntimeError(f"{self.path} was written by a newer memolab (schema {row[0]}); upgrade memolab")
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _add_columns(self, conn: sqlite3.Connection) -> None:
-        """Bring a store file written by an older memolab up to date, in place."""
+        """Add the columns an older memolab's file lacks (nullable: its rows keep working)."""
         have = {r[1] for r in conn.execute("PRAGMA table_info(evaluations)")}
         missing = [(n, t) for n, t in _ADDED_COLUMNS if n not in have]
         if not missing:
@@ -119,10 +151,11 @@ class Index:
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None or getattr(self._local, "pid", None) != os.getpid():
+            # timeout= is SQLite's busy timeout. synchronous=NORMAL in WAL mode: a
+            # commit survives a crash of the process, not necessarily of the
+            # machine (see "Durability" in docs/storage-format.md).
             c = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
-            c.execute("PRAGMA journal_mode=WAL")
             c.execute("PRAGMA synchronous=NORMAL")
-            c.execute("PRAGMA busy_timeout=60000")
             self._local.conn = c
             self._local.pid = os.getpid()
         return c
@@ -166,10 +199,14 @@ class Index:
 
     # -- evaluations --------------------------------------------------------------------
     def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
-        row = self.conn().execute(
-            f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
-            key).fetchone()
-        return dict(zip(EVAL_COLUMNS, row)) if row else None
+        """The stored evaluation of ``key`` (with its inline bytes), or None: one
+        point query on the key's unique index, no transaction, no write."""
+        row = self.conn().execute(_HIT_SQL, key).fetchone()
+        return dict(zip(HIT_COLUMNS, row)) if row else None
+
+    def inline_of(self, eval_id: int) -> Optional[bytes]:
+        row = self.conn().execute("SELECT inline FROM evaluations WHERE id=?", (eval_id,)).fetchone()
+        return row[0] if row else None
 
     def claim(self, key: Key, owner: str, ttl: float, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
         """Atomically: ('hit', row) if stored; else ('owner', None) if we took the
@@ -177,11 +214,9 @@ class Index:
         ``force`` skips the stored row (recompute and overwrite)."""
         now = time.time()
         with self.write() as c:
-            row = None if force else c.execute(
-                f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
-                key).fetchone()
+            row = None if force else c.execute(_HIT_SQL, key).fetchone()
             if row:
-                return "hit", dict(zip(EVAL_COLUMNS, row))
+                return "hit", dict(zip(HIT_COLUMNS, row))
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
             here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
             # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
@@ -208,13 +243,15 @@ class Index:
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
 
     def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
-               present: Callable[[], bool] = lambda: True) -> int:
+               present: Callable[[], bool] = lambda: True,
+               also: Optional[Callable[[sqlite3.Connection], None]] = None) -> int:
         """Store a finished evaluation and drop our lease, in one transaction.
 
         ``present`` says whether the blobs the row refers to are all still there.
         It is asked under the write lock, which garbage collection also holds while
         it deletes: a row is never recorded over a blob gc has just taken
-        (``BlobsGone`` then; put them again and retry).
+        (``BlobsGone`` then; put them again and retry). ``also`` rides along in
+        the same transaction (batched hit counts: a write that is paid anyway).
         """
         cols = ["fn", "code", "args", "schema", "status", *fields]
         vals = [*key, "done", *fields.values()]
@@ -236,18 +273,21 @@ class Index:
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
+            eval_id = int(cur.lastrowid)
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
-            return int(cur.lastrowid)
+            if also is not None:
+                also(c)
+            return eval_id
 
     def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
         """Take an evaluation out of use (``status`` 'corrupt', 'stale' or 'refused'), keeping why."""
         with self.write() as c:
             c.execute("UPDATE evaluations SET status=?, reason=? WHERE id=?", (status, reason, eval_id))
 
-    def add_hits(self, counts: Dict[int, Tuple[int, float]]) -> None:
+    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = {}) -> None:
+        """Write batched hit counts and blob stamps in one transaction (off the hit path)."""
         with self.write() as c:
-            c.executemany("UPDATE evaluations SET hits=hits+?, last_hit=MAX(COALESCE(last_hit,0),?) WHERE id=?",
-                          [(n, t, i) for i, (n, t) in counts.items()])
+            write_usage(c, counts, stamps)
 
     def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
                     order: str = "finished DESC", limit: Optional[int] = None) -> List[Dict[str, Any]]:
@@ -311,12 +351,14 @@ class Index:
     def referenced_blobs(self, only_done: bool = False) -> Dict[str, List[int]]:
         """blob digest -> ids of the evaluations that use it."""
         refs: Dict[str, List[int]] = {}
-        sql = "SELECT id, payload, buffers FROM evaluations" + (" WHERE status='done'" if only_done else "")
+        # Inline rows hold their bytes in the row: their digests name no file.
+        sql = "SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL" + (" AND status='done'" if only_done else "")
         for i, payload, buffers in self.conn().execute(sql):
             if payload:
                 refs.setdefault(payload, []).append(i)
-            for d, _size in json.loads(buffers or "[]"):
-                refs.setdefault(d, []).append(i)
+            if buffers and buffers != "[]":
+                for d, _size in json.loads(buffers):
+                    refs.setdefault(d, []).append(i)
         return refs
 
     def clear(self, fn: Optional[str] = None) -> int:
@@ -328,6 +370,17 @@ class Index:
                 n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
                 c.execute("DELETE FROM misses WHERE fn=?", (fn,))
         return n
+
+
+def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
+                stamps: Dict[str, Tuple[int, int, int]]) -> None:
+    """Batched hit counts and blob stamps, inside the caller's write transaction."""
+    if counts:
+        c.executemany("UPDATE evaluations SET hits=hits+?, last_hit=MAX(COALESCE(last_hit,0),?) WHERE id=?",
+                      [(n, t, i) for i, (n, t) in counts.items()])
+    if stamps:
+        c.executemany("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)",
+                      [(d, *st) for d, st in stamps.items()])
 
 
 def host_name() -> str:
