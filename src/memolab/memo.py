@@ -409,6 +409,8 @@ def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
     if not signing.snapshot_trusted(row):
         return None  # a signed store's older rows: their snapshot is not signed, so not believed
     try:
+        if "result_token" in row:  # extracted by the lookup: a hit parses a short list, not the snapshot
+            return json.loads(row["result_token"]) if row["result_token"] else None
         return json.loads(row.get("snapshot") or "{}").get("result_digest")
     except Exception:
         return None

@@ -102,7 +102,8 @@ class Store:
     def acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
         """Block until the key is stored ('hit', row) or we own its lease ('owner', None)."""
         if not force:
-            row = self.index.lookup(key)  # a hit ends here: no transaction, no lease
+            # a hit ends here: no transaction, no lease
+            row = self.index.lookup(key, lean=signing.secret() is None)
             if row is not None:
                 return "hit", row
         delay = 0.01
@@ -267,7 +268,6 @@ class Store:
         return True, value
 
     def _remember(self, key: Key, row: Dict[str, Any], payload: bytes, source: Any) -> None:
-        row = {k: v for k, v in row.items() if k != "inline"}  # counted once, through ``source``
         with self._memory_lock:
             old = self._memory.pop(key, None)
             if old is not None:

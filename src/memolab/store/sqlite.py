@@ -71,7 +71,7 @@ CREATE TABLE IF NOT EXISTS misses(
     explanation TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
-CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args);
+CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args, finished);
 CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
 CREATE TABLE IF NOT EXISTS blob_stamps(
     digest TEXT PRIMARY KEY,
@@ -92,9 +92,20 @@ _ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT
 
 #: What a hit reads: the listing columns plus the inline bytes (payload, then
 #: each buffer in order), which listings never fetch.
-HIT_COLUMNS = EVAL_COLUMNS + ("inline",)
-_HIT_SQL = (f"SELECT {','.join(HIT_COLUMNS)} FROM evaluations "
-            "WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'")
+#: ``result_token`` is the snapshot's ``result_digest`` as JSON text, extracted
+#: by SQLite (JSON1, built in since 3.38) so that a hit parses a short list
+#: instead of the whole snapshot.
+_JSON1 = sqlite3.sqlite_version_info >= (3, 38)
+_TOKEN = (", json_extract(snapshot, '$.result_digest')" if _JSON1 else "")
+_WHERE_KEY = " FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'"
+HIT_COLUMNS = EVAL_COLUMNS + ("inline",) + (("result_token",) if _JSON1 else ())
+_HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
+#: What loading needs and nothing more: every column fetched is a few hundred
+#: nanoseconds of a hit. Only an unsigned store may use it (a signature covers
+#: the snapshot), and only with JSON1 (else the result token comes from it).
+LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "signature", "finished",
+                "duration", "hits", "inline") + (("result_token",) if _JSON1 else ())
+_LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:11])}{_TOKEN}{_WHERE_KEY}"
 
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
@@ -198,9 +209,13 @@ class Index:
         return Index._write(self.conn())
 
     # -- evaluations --------------------------------------------------------------------
-    def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
+    def lookup(self, key: Key, lean: bool = False) -> Optional[Dict[str, Any]]:
         """The stored evaluation of ``key`` (with its inline bytes), or None: one
-        point query on the key's unique index, no transaction, no write."""
+        point query on the key's unique index, no transaction, no write.
+        ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
+        if lean and _JSON1:
+            row = self.conn().execute(_LEAN_SQL, key).fetchone()
+            return dict(zip(LEAN_COLUMNS, row)) if row else None
         row = self.conn().execute(_HIT_SQL, key).fetchone()
         return dict(zip(HIT_COLUMNS, row)) if row else None
 
