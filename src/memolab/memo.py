@@ -169,10 +169,16 @@ class MemoFunction:
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
-        owner = call.store.owner_id()
+        owner = ""
         while True:
             try:
-                state, row = call.store.acquire(call.key, owner, force)
+                # A hit is one read: no lease, no owner id (which reads /proc) made for it.
+                row = None if force else call.store.lookup(call.key)
+                if row is not None:
+                    state = "hit"
+                else:
+                    owner = owner or call.store.owner_id()
+                    state, row = call.store.acquire(call.key, owner, force, looked_up=True)
             except (sqlite3.Error, OSError) as e:
                 self._store_unusable(e)
                 return self.fn(*call.bound.args, **call.bound.kwargs)

@@ -64,8 +64,7 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         self.index = Index(self.root / "index.sqlite")
         self.blobs = BlobFolder(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
-        # host:pid:start:nonce; ``owner_alive_here`` reads the first three
-        self.owner = f"{process_token()}:{uuid.uuid4().hex[:8]}"
+        self._owner: Optional[str] = None
         self._held: Dict[Tuple[Key, str], int] = {}
         self._held_lock = threading.Lock()
         self._beat: Optional[threading.Thread] = None
@@ -84,6 +83,14 @@ class Store:
         return f"Store({str(self.root)!r})"
 
     # -- leases ------------------------------------------------------------------------
+    @property
+    def owner(self) -> str:
+        """host:pid:start:nonce (``owner_alive_here`` reads the first three); made
+        on the first miss, since a hit takes no lease (reading /proc costs)."""
+        if self._owner is None:
+            self._owner = f"{process_token()}:{uuid.uuid4().hex[:8]}"
+        return self._owner
+
     def owner_id(self) -> str:
         """Lease owner: per thread, so two threads of one process also single-flight."""
         return f"{self.owner}:{threading.get_ident()}"
@@ -96,14 +103,15 @@ class Store:
         return state, row
 
     def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
-        """The stored row of ``key``, or None: a read, no lock taken, nothing written."""
-        return self.index.lookup(key)
+        """The stored row of ``key`` with what loading needs, or None: one point
+        query, no lock taken, nothing written. A hit ends here."""
+        return self.index.lookup(key, lean=signing.secret() is None)
 
-    def acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
-        """Block until the key is stored ('hit', row) or we own its lease ('owner', None)."""
-        if not force:
-            # a hit ends here: no transaction, no lease
-            row = self.index.lookup(key, lean=signing.secret() is None)
+    def acquire(self, key: Key, owner: str, force: bool = False, looked_up: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """Block until the key is stored ('hit', row) or we own its lease ('owner', None).
+        ``looked_up``: the caller's ``lookup`` just found nothing; go straight to the lease."""
+        if not force and not looked_up:
+            row = self.lookup(key)  # a hit takes no lease
             if row is not None:
                 return "hit", row
         delay = 0.01
