@@ -217,3 +217,31 @@ def test_hit_counts_of_a_process_are_written_when_it_exits(project):
     project.run("job.py")
     con = sqlite3.connect(project.store / "index.sqlite")
     assert con.execute("SELECT hits FROM evaluations").fetchone()[0] == 5
+
+
+def test_gc_plan_counts_a_shared_blob_once_and_inline_bytes_per_row(tmp_path, monkeypatch):
+    s = Store(tmp_path / "s")
+    big = np.ones(100_000)  # 800 kB, one buffer blob shared by two results
+
+    def put(args, value, finished, inline_max):
+        monkeypatch.setattr(memolab.store, "INLINE_MAX", inline_max)
+        key = KEY[:2] + (args, KEY[3])
+        s.acquire(key, "w")
+        return s.save(key, "w", value, dict(_fields(), finished=finished), {})
+
+    a = put("a", {"v": big, "tag": "a"}, 1.0, 32 << 10)
+    b = put("b", {"v": big, "tag": "b"}, 2.0, 32 << 10)
+    c = put("c", "x" * 1000, 3.0, 32 << 10)
+    size = {r["id"]: r["size"] for r in s.index.evaluations()}
+    assert [r["id"] for r in s.gc_plan()] == []
+    assert [r["id"] for r in s.gc_plan(older_than=10, now=11.5)] == [a]
+    pb = size[b] - 800_000  # b's payload
+    # dropping a frees only its payload: the shared buffer stays while b uses it
+    assert [r["id"] for r in s.gc_plan(max_size=800_000 + pb + size[c])] == [a]
+    assert [r["id"] for r in s.gc_plan(max_size=800_000 + pb + size[c] - 1)] == [a, b]
+    assert [r["id"] for r in s.gc_plan(max_size=size[c])] == [a, b]
+    assert [r["id"] for r in s.gc_plan(max_size=size[c] - 1)] == [a, b, c]
+    s.index.mark_corrupt(c, "test")
+    assert [r["id"] for r in s.gc_plan()] == [c]
+    dead = s.unreferenced_blobs(dropping=[a, b])
+    assert len(dead) == 3 and sum(n for _, n in dead) >= 800_000  # two payloads and the shared buffer

@@ -372,18 +372,30 @@ class Store:
         ``IN_FLIGHT_GRACE`` seconds are therefore spared. Even a blob lost to
         this race costs a recomputation, never a wrong result: loads verify.
         """
-        refs = self.index.referenced_blobs()
-        gone = set(dropping)
+        refs = self.index.referenced_digests(exclude=set(dropping))
         busy = self.index.live_leases(config.settings().lease_ttl) > 0
         cutoff = time.time() - self.IN_FLIGHT_GRACE
         out = []
         for d in (self.blobs if among is None else among):
-            if set(refs.get(d, ())) - gone:
+            if d in refs:
                 continue
             if busy and self.blobs.mtime(d) > cutoff:
                 continue
             out.append((d, self.blobs.size(d)))
         return out
+
+    def gc_plan(self, older_than: Optional[float] = None, max_size: Optional[int] = None,
+                now: Optional[float] = None) -> List[Dict[str, Any]]:
+        """The evaluations ``gc`` drops, least recently used first: those out of
+        use (not 'done'), those unused for ``older_than`` seconds, then the least
+        recently used until what is left fits ``max_size`` bytes (a deduplicated
+        blob counted once). Rows carry id, fn, finished, last_hit, size, status.
+
+        Selected in SQL over plain tuples: a million evaluations cost one scan,
+        not a dict per row (only the dropped rows become dicts)."""
+        now = time.time() if now is None else now
+        cutoff = None if older_than is None else now - older_than
+        return self.index.gc_plan(cutoff, max_size)
 
     def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
         """Delete blobs no evaluation refers to: (count, bytes)."""

@@ -287,12 +287,19 @@ class BlobFolder:
             return 0
 
     def __iter__(self) -> Iterator[str]:
-        if not self.dir.exists():
+        """Every stored digest, in order. Plain strings from ``scandir``: a
+        listing of 100k blobs must not build and sort 100k ``Path`` objects."""
+        try:
+            subs = sorted(e.name for e in os.scandir(self.dir) if len(e.name) == 2 and e.is_dir())
+        except FileNotFoundError:
             return
-        for sub in sorted(self.dir.iterdir()):
-            if sub.is_dir() and len(sub.name) == 2:
-                for f in sorted(sub.iterdir()):
-                    yield sub.name + f.name
+        for sub in subs:
+            try:
+                names = sorted(e.name for e in os.scandir(os.path.join(self.dir, sub)))
+            except FileNotFoundError:
+                continue
+            for name in names:
+                yield sub + name
 
     def clean_tmp(self, older_than: float = 3600.0) -> int:
         """Remove temporary files left by crashed writers."""

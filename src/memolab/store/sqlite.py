@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 #: 1: the first format (its version lives in ``meta`` only).
 #: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
@@ -376,6 +376,66 @@ class Index:
                     refs.setdefault(d, []).append(i)
         return refs
 
+    def referenced_digests(self, exclude: Set[int] = set()) -> Set[str]:
+        """Digests of the blob files that evaluations (other than ``exclude``) refer to."""
+        refs: Set[str] = set()
+        add = refs.add
+        for i, payload, buffers in self.conn().execute("SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL"):
+            if i in exclude:
+                continue
+            if payload:
+                add(payload)
+            if buffers and buffers != "[]":
+                refs.update(d for d, _ in json.loads(buffers))
+        return refs
+
+    _LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
+    _GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
+
+    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Dict[str, Any]]:
+        """See ``Store.gc_plan``; ``cutoff``: drop what was last used before it."""
+        c = self.conn()
+        cols = ",".join(self._GC_COLS)
+        if max_size is None:
+            where = "status!='done'" + (f" OR {self._LAST_USE} < ?" if cutoff is not None else "")
+            sql = f"SELECT {cols} FROM evaluations WHERE {where} ORDER BY {self._LAST_USE} ASC"
+            return [dict(zip(self._GC_COLS, r)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
+        drop: List[tuple] = []
+        keep: List[tuple] = []
+        # blob digest -> [rows of `keep` using it, size]; inline bytes belong to their row alone
+        uses: Dict[str, List[int]] = {}
+        total = 0
+        sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
+               f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
+        for r in c.execute(sql):
+            if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
+                drop.append(r)
+                continue
+            keep.append(r)
+            if r[9]:
+                total += r[4] or 0
+                continue
+            for d, n in _blobs_of(r[6], r[7], r[8]):
+                u = uses.get(d)
+                if u is None:
+                    uses[d] = [1, n]
+                    total += n
+                else:
+                    u[0] += 1
+        for r in keep:  # least recently used first
+            if total <= max_size:
+                break
+            drop.append(r)
+            if r[9]:
+                total -= r[4] or 0
+                continue
+            for d, _ in _blobs_of(r[6], r[7], r[8]):
+                u = uses[d]
+                u[0] -= 1
+                if u[0] == 0:
+                    total -= u[1]
+        return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
+
     def clear(self, fn: Optional[str] = None) -> int:
         with self.write() as c:
             if fn is None:
@@ -385,6 +445,13 @@ class Index:
                 n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
                 c.execute("DELETE FROM misses WHERE fn=?", (fn,))
         return n
+
+
+def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Optional[str]) -> List[Tuple[str, int]]:
+    out = [(payload, payload_size or 0)] if payload else []
+    if buffers and buffers != "[]":
+        out.extend((d, n) for d, n in json.loads(buffers))
+    return out
 
 
 def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
