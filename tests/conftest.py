@@ -16,6 +16,14 @@ from typing import Dict, Optional
 
 import pytest
 
+# Code analyses cached across processes (memolab/codegraph/code_cache.py): on,
+# as for users, but in a directory of this test session, not ~/.cache. Every
+# end-to-end test that edits code between fresh processes exercises it.
+if "MEMOLAB_CODE_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["MEMOLAB_CODE_CACHE"] = tempfile.mkdtemp(prefix="memolab-code-cache-")
+
 import memolab
 from memolab import config
 
