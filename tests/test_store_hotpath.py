@@ -156,7 +156,9 @@ def _downgrade_to_schema_1(path):
     new indexes, the version in ``meta`` only."""
     con = sqlite3.connect(path)
     con.executescript("""
-        DROP INDEX IF EXISTS evaluations_args; DROP INDEX IF EXISTS evaluations_code;
+        DROP INDEX evaluations_args; DROP INDEX evaluations_code; DROP INDEX evaluations_summary;
+        DROP INDEX evaluations_blobs; DROP INDEX evaluations_unused;
+        CREATE INDEX evaluations_fn ON evaluations(fn, finished);
         ALTER TABLE evaluations DROP COLUMN inline;
         UPDATE meta SET value='1' WHERE key='schema_version';
         PRAGMA user_version=0;
@@ -181,6 +183,9 @@ def test_a_schema_1_store_is_migrated_in_place_and_keeps_its_results(tmp_path, b
     s.acquire(key2, "w")
     s.save(key2, "w", {"new": True}, _fields(), {})
     assert s.index.lookup(key2)["inline"] is not None
+    indexes = {n for (n,) in s.index.conn().execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert {"evaluations_summary", "evaluations_args", "evaluations_code", "evaluations_blobs"} <= indexes
+    assert "evaluations_fn" not in indexes
     Store(root)  # a second opener finds nothing left to do
 
 

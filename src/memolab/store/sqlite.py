@@ -52,7 +52,6 @@ CREATE TABLE IF NOT EXISTS evaluations(
     inline BLOB,
     UNIQUE(fn, code, args, schema)
 );
-CREATE INDEX IF NOT EXISTS evaluations_fn ON evaluations(fn, finished);
 CREATE TABLE IF NOT EXISTS leases(
     fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
     owner TEXT NOT NULL,
@@ -70,15 +69,24 @@ CREATE TABLE IF NOT EXISTS misses(
     time REAL NOT NULL,
     explanation TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
-CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args, finished);
-CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
 CREATE TABLE IF NOT EXISTS blob_stamps(
     digest TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
     inode INTEGER NOT NULL
 );
+-- indexes --
+CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
+-- (fn, finished) first, for a function's evaluations newest first; the summed
+-- columns after it make `memolab ls` a scan of this index, not of the table
+CREATE INDEX IF NOT EXISTS evaluations_summary ON evaluations(fn, finished, size, hits, duration);
+-- the miss explanation's nearest evaluation: same arguments, else same code
+CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args, finished);
+CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
+-- partial, small by construction: rows that refer to blob files (gc's
+-- references) and rows out of use (what gc drops first)
+CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
+CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
 """
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
@@ -136,8 +144,11 @@ class Index:
         if version > SCHEMA_VERSION:
             raise RuntimeError(f"{self.path} was written by a newer memolab (schema {version}); upgrade memolab")
         conn.execute("PRAGMA journal_mode=WAL")  # persistent in the file: set once, here
-        conn.executescript(_DDL)
+        # the table DDL first: the indexes below name columns an old file gains only now
+        tables, indexes = _DDL.split("-- indexes --")
+        conn.executescript(tables)
         self._add_columns(conn)
+        conn.executescript(indexes + "DROP INDEX IF EXISTS evaluations_fn;")  # schema 1's, now evaluations_summary
         with self.write() as c:
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row and int(row[0]) > SCHEMA_VERSION:
