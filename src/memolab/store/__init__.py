@@ -34,7 +34,7 @@ import time
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, StoreMiss
@@ -95,9 +95,11 @@ class Store:
         """Lease owner: per thread, so two threads of one process also single-flight."""
         return f"{self.owner}:{threading.get_ident()}"
 
-    def try_acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
-        """One attempt: ('hit', row), ('owner', None) or ('wait', None)."""
-        state, row = self.index.claim(key, owner, config.settings().lease_ttl, force)
+    def try_acquire(self, key: Key, owner: str, force: bool = False,
+                    on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """One attempt: ('hit', row), ('owner', None) or ('wait', None). ``on_owner``
+        writes with the lease, in its transaction (see ``Index.claim``)."""
+        state, row = self.index.claim(key, owner, config.settings().lease_ttl, force, on_owner)
         if state == "owner":
             self._hold(key, owner)
         return state, row
@@ -107,7 +109,8 @@ class Store:
         query, no lock taken, nothing written. A hit ends here."""
         return self.index.lookup(key, lean=signing.secret() is None)
 
-    def acquire(self, key: Key, owner: str, force: bool = False, looked_up: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
+    def acquire(self, key: Key, owner: str, force: bool = False, looked_up: bool = False,
+                on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
         """Block until the key is stored ('hit', row) or we own its lease ('owner', None).
         ``looked_up``: the caller's ``lookup`` just found nothing; go straight to the lease."""
         if not force and not looked_up:
@@ -116,7 +119,7 @@ class Store:
                 return "hit", row
         delay = 0.01
         while True:
-            state, row = self.try_acquire(key, owner, force)
+            state, row = self.try_acquire(key, owner, force, on_owner)
             if state != "wait":
                 return state, row
             time.sleep(delay)

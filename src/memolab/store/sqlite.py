@@ -234,10 +234,13 @@ class Index:
         row = self.conn().execute("SELECT inline FROM evaluations WHERE id=?", (eval_id,)).fetchone()
         return row[0] if row else None
 
-    def claim(self, key: Key, owner: str, ttl: float, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
+    def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
+              on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
         """Atomically: ('hit', row) if stored; else ('owner', None) if we took the
         lease (free, or its holder stopped heart-beating); else ('wait', None).
-        ``force`` skips the stored row (recompute and overwrite)."""
+        ``force`` skips the stored row (recompute and overwrite). ``on_owner``
+        runs in the same transaction when we take the lease (the miss record:
+        one commit instead of two)."""
         now = time.time()
         with self.write() as c:
             row = None if force else c.execute(_HIT_SQL, key).fetchone()
@@ -249,6 +252,8 @@ class Index:
             if lease is None or lease[0] == owner or here is False or (now - lease[1] > ttl and here is None):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                           (*key, owner, now))
+                if on_owner is not None:
+                    on_owner(c)
                 return "owner", None
             return "wait", None
 
@@ -348,10 +353,7 @@ class Index:
     # -- misses ---------------------------------------------------------------------------
     def record_miss(self, fn: str, explanation: Dict[str, Any]) -> None:
         with self.write() as c:
-            c.execute("INSERT INTO misses(fn, time, explanation) VALUES (?,?,?)", (fn, time.time(), json.dumps(explanation)))
-            # keep the table small: the last 20 misses per function are plenty for `why`
-            c.execute("DELETE FROM misses WHERE fn=? AND id NOT IN (SELECT id FROM misses WHERE fn=? ORDER BY id DESC LIMIT 20)",
-                      (fn, fn))
+            insert_miss(c, fn, json.dumps(explanation))
 
     def last_miss(self, fn: str) -> Optional[Dict[str, Any]]:
         row = self.conn().execute("SELECT time, explanation FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1", (fn,)).fetchone()
@@ -463,6 +465,14 @@ def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Opti
     if buffers and buffers != "[]":
         out.extend((d, n) for d, n in json.loads(buffers))
     return out
+
+
+def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
+    """Record why ``fn`` missed (JSON text), inside the caller's write transaction."""
+    c.execute("INSERT INTO misses(fn, time, explanation) VALUES (?,?,?)", (fn, time.time(), explanation))
+    # keep the table small: the last 20 misses per function are plenty for `why`
+    c.execute("DELETE FROM misses WHERE fn=? AND id NOT IN (SELECT id FROM misses WHERE fn=? ORDER BY id DESC LIMIT 20)",
+              (fn, fn))
 
 
 def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
