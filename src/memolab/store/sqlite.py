@@ -105,7 +105,13 @@ _ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT
 #: instead of the whole snapshot.
 _JSON1 = sqlite3.sqlite_version_info >= (3, 38)
 _TOKEN = (", json_extract(snapshot, '$.result_digest')" if _JSON1 else "")
-_WHERE_KEY = " FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'"
+# The row is found through the key's unique index, then read by rowid, and the
+# key is compared with the *table's* columns (the last column, ``key_ok``): a
+# damaged index b-tree can point a key at another key's row, and SQLite would
+# report the key from the index entry. The same page visits as a plain lookup
+# (the table row is read anyway), one statement.
+_WHERE_KEY = (", fn=?1 AND code=?2 AND args=?3 AND schema=?4 FROM evaluations WHERE id=("
+              "SELECT id FROM evaluations WHERE fn=?1 AND code=?2 AND args=?3 AND schema=?4) AND status='done'")
 HIT_COLUMNS = EVAL_COLUMNS + ("inline",) + (("result_token",) if _JSON1 else ())
 _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
 #: What loading needs and nothing more: every column fetched is a few hundred
@@ -114,6 +120,15 @@ _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
 LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "signature", "finished",
                 "duration", "hits", "inline") + (("result_token",) if _JSON1 else ())
 _LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:11])}{_TOKEN}{_WHERE_KEY}"
+
+
+def _checked(row: Optional[tuple], columns: Tuple[str, ...]) -> Optional[Dict[str, Any]]:
+    if row is None:
+        return None
+    if not row[-1]:
+        raise sqlite3.DatabaseError("the index returned the row of another key: the index is damaged")
+    return dict(zip(columns, row))
+
 
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
@@ -225,10 +240,8 @@ class Index:
         point query on the key's unique index, no transaction, no write.
         ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
         if lean and _JSON1:
-            row = self.conn().execute(_LEAN_SQL, key).fetchone()
-            return dict(zip(LEAN_COLUMNS, row)) if row else None
-        row = self.conn().execute(_HIT_SQL, key).fetchone()
-        return dict(zip(HIT_COLUMNS, row)) if row else None
+            return _checked(self.conn().execute(_LEAN_SQL, key).fetchone(), LEAN_COLUMNS)
+        return _checked(self.conn().execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
 
     def inline_of(self, eval_id: int) -> Optional[bytes]:
         row = self.conn().execute("SELECT inline FROM evaluations WHERE id=?", (eval_id,)).fetchone()
@@ -243,9 +256,9 @@ class Index:
         one commit instead of two)."""
         now = time.time()
         with self.write() as c:
-            row = None if force else c.execute(_HIT_SQL, key).fetchone()
+            row = None if force else _checked(c.execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
             if row:
-                return "hit", dict(zip(HIT_COLUMNS, row))
+                return "hit", row
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
             here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
             # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
