@@ -246,10 +246,8 @@ class Store:
 
     def _unpickle(self, payload: bytes, source: Any) -> Any:
         """Unpickle with the buffers of ``source``: a list of blob refs, or a tuple of inline views."""
-        from .. import pickling
-
         if type(source) is tuple:  # inline: verified when the row was read
-            return pickling.loads(payload, source)
+            return _loads(payload, source)
         # Mapped read-only, afresh for each load: numpy arrays come back
         # read-only (so a write can never reach the blob or the next hit, and
         # the identity cache may trust their digest); torch storages re-map
@@ -259,7 +257,7 @@ class Store:
         # put its mtime back). Unsigned stores trust the stamp, as documented.
         verify = "always" if source and signing.secret() is not None else "stamp"
         buffers = [self.blobs.get(d, size, mapped=True, verify=verify) for d, size in source]
-        return pickling.loads(payload, buffers)
+        return _loads(payload, buffers)
 
     def load_from_memory(self, key: Key) -> Tuple[bool, Any]:
         with self._memory_lock:
@@ -429,6 +427,22 @@ class Store:
             c.executemany("DELETE FROM leases WHERE owner=? AND fn=? AND code=? AND args=? AND schema=?", gone)
         self.blobs.clean_tmp()
         return len(dead), sum(n for _, n in dead)
+
+
+def _loads(payload: bytes, buffers: Sequence[Any]) -> Any:
+    """``pickling.loads`` without importing ``pickling`` (nor ``pickle``, 3 ms of a
+    process's first hit) unless the payload names it or loading fails: plain
+    ``_pickle``, the same unpickler ``pickle.loads`` is."""
+    import _pickle
+
+    try:
+        return _pickle.loads(payload, buffers=buffers)
+    except StoreMiss:
+        raise
+    except Exception as e:
+        from .. import pickling
+
+        raise pickling.load_error(e) from e
 
 
 def _split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]) -> Tuple[bytes, Tuple[memoryview, ...]]:
