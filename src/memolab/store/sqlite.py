@@ -412,7 +412,10 @@ class Index:
             if payload:
                 add(payload)
             if buffers and buffers != "[]":
-                refs.update(d for d, _ in json.loads(buffers))
+                try:
+                    refs.update(d for d, _ in json.loads(buffers))
+                except (ValueError, TypeError):
+                    continue  # a damaged row: a miss when asked for; its blobs are not kept for it
         return refs
 
     _LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
@@ -476,7 +479,10 @@ class Index:
 def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Optional[str]) -> List[Tuple[str, int]]:
     out = [(payload, payload_size or 0)] if payload else []
     if buffers and buffers != "[]":
-        out.extend((d, n) for d, n in json.loads(buffers))
+        try:
+            out.extend((d, n) for d, n in json.loads(buffers))
+        except (ValueError, TypeError):
+            pass  # a damaged row: counted by its payload only
     return out
 
 
