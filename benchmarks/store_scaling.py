@@ -243,10 +243,8 @@ def scaling(args: argparse.Namespace, root: str) -> None:
               f"| {cell(ls)} | {cell(gc)} |", flush=True)
         print(f"<!-- filled {n:,} in {fill_s:.1f} s; miss vs the smallest store: "
               f"{ratio(med(m['miss']), first_miss)}x -->", flush=True)
-        if n != sizes[0] or len(sizes) == 1:
-            pass
         if n == sizes[0]:
-            procs_d = d
+            procs_d = d  # the processes hit the smallest store
     print()
     procs(args, procs_d)
 

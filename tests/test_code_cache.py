@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 
 from memolab import codegraph
