@@ -77,6 +77,9 @@ class Store:
         self._hits: Dict[int, Tuple[int, float]] = {}
         self._stamps: Dict[str, Tuple[int, int, int]] = {}
         self._flusher: Optional[threading.Thread] = None
+        # the flusher thread starts only once this process has been hitting for a while:
+        # a short script's counts are written at exit, without a thread started for them
+        self._flusher_due = time.monotonic() + _HIT_FLUSH_SECONDS
         atexit.register(self.flush_hits)
 
     def __repr__(self) -> str:
@@ -310,12 +313,12 @@ class Store:
     def count_hit(self, eval_id: int) -> None:
         n, _ = self._hits.get(eval_id, (0, 0.0))
         self._hits[eval_id] = (n + 1, time.time())
-        if self._flusher is None:
+        if self._flusher is None and time.monotonic() > self._flusher_due:
             self._start_flusher()
 
     def _defer_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
         self._stamps[digest] = stamp
-        if self._flusher is None:
+        if self._flusher is None and time.monotonic() > self._flusher_due:
             self._start_flusher()
 
     def _start_flusher(self) -> None:
