@@ -142,6 +142,7 @@ class Index:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._sources_seen: Set[str] = set()
         conn = self.conn()
         # The fast path: one header read. A current store needs no schema work,
         # and opening it writes nothing (a read-only store still serves hits).
@@ -299,6 +300,15 @@ class Index:
         """
         cols = ["fn", "code", "args", "schema", "status", *fields]
         vals = [*key, "done", *fields.values()]
+        # sources this process has recorded already are not written again (they are
+        # keyed by digest, never change, and serve only explain's diffs)
+        new_sources = [(d, sym, src) for d, (sym, src) in sources.items() if d not in self._sources_seen]
+        eval_id = self._record(key, owner, cols, vals, new_sources, present, also)
+        self._sources_seen.update(d for d, _, _ in new_sources)
+        return eval_id
+
+    def _record(self, key: Key, owner: str, cols: List[str], vals: List[Any], new_sources: List[Tuple[str, str, str]],
+                present: Callable[[], bool], also: Optional[Callable[[sqlite3.Connection], None]]) -> int:
         with self.write() as c:
             lease = c.execute("SELECT owner FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
             if lease is None or lease[0] != owner:
@@ -312,8 +322,8 @@ class Index:
                     return int(row[0])
             if not present():
                 raise BlobsGone(key)
-            for digest, (symbol, src) in sources.items():
-                c.execute("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", (digest, symbol, src))
+            if new_sources:
+                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", new_sources)
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
