@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_io.py
 	$(PY) benchmarks/codegraph.py
 	$(PY) benchmarks/scalar_logging.py
+	$(PY) benchmarks/torch_first_hit.py
 
 clean:
 	rm -rf $(VENV) build .memolab

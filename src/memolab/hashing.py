@@ -1037,3 +1037,13 @@ _STRUCTURAL = frozenset((list, tuple, dict, set, frozenset, bytes, str, int, flo
 _register_builtins()
 register_lazy("numpy", _register_numpy)
 register_lazy("torch", _register_torch)
+
+
+def _register_torchdata() -> None:
+    # torchdata.nodes loaders and nodes (memolab/torch/iteration.py)
+    from .torch import iteration
+
+    iteration.register_hashing()
+
+
+register_lazy("torchdata", _register_torchdata)

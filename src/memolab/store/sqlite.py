@@ -410,6 +410,11 @@ class Index:
             if buffers and buffers != "[]":
                 for d, _size in json.loads(buffers):
                     refs.setdefault(d, []).append(i)
+        if not only_done:
+            from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
+
+            for d, i in checkpoints.referenced(self.conn()).items():
+                refs.setdefault(d, []).append(i)
         return refs
 
     def referenced_digests(self, exclude: Set[int] = set()) -> Set[str]:
@@ -426,6 +431,9 @@ class Index:
                     refs.update(d for d, _ in json.loads(buffers))
                 except (ValueError, TypeError):
                     continue  # a damaged row: a miss when asked for; its blobs are not kept for it
+        from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
+
+        refs.update(checkpoints.referenced(self.conn()))
         return refs
 
     _LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
@@ -483,6 +491,9 @@ class Index:
             else:
                 n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
                 c.execute("DELETE FROM misses WHERE fn=?", (fn,))
+            from . import checkpoints
+
+            checkpoints.clear(c, fn)
         return n
 
 
