@@ -256,35 +256,7 @@ def _gc_options(p: argparse.ArgumentParser) -> None:
 def cmd_gc(args: argparse.Namespace) -> int:
     store = _store(args)
     store.flush_hits()
-    evs = store.index.evaluations(order="COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0) ASC")
-    now = time.time()
-    drop: List[Dict[str, Any]] = []
-    keep: List[Dict[str, Any]] = []
-    for e in evs:
-        used = max(e["finished"] or 0, e["last_hit"] or 0)
-        if e["status"] != "done" or (args.older_than is not None and now - used > args.older_than):
-            drop.append(e)
-        else:
-            keep.append(e)
-    if args.max_size is not None:
-        # Sizes are shared when blobs are deduplicated; count each blob once.
-        from .tracking.retention import log_bytes
-
-        logs = log_bytes(store.index)  # an evaluation's logs go with it, so they count toward its size
-
-        def total(es: List[Dict[str, Any]]) -> int:
-            blobs: Dict[str, int] = {}
-            for e in es:
-                blobs[e["payload"]] = e["payload_size"] or 0
-                try:
-                    for d, s in json.loads(e["buffers"] or "[]"):
-                        blobs[d] = s
-                except (ValueError, TypeError):
-                    pass  # an undecodable row: dropped anyway (status is not 'done' once noticed)
-            return sum(blobs.values()) + sum(logs.get(e["id"], 0) for e in es)
-
-        while keep and total(keep) > args.max_size:
-            drop.append(keep.pop(0))  # least recently used first
+    drop = store.gc_plan(args.older_than, args.max_size)
     verb = "would drop" if args.dry_run else "dropped"
     if drop:
         rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
