@@ -277,43 +277,6 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
-@command("doctor", "verify every blob against its digest; quarantine damaged ones")
-def cmd_doctor(args: argparse.Namespace) -> int:
-    store = _store(args)
-    checked = 0
-    damaged: Dict[str, str] = {}
-    for d in list(store.blobs):
-        checked += 1
-        problem = store.blobs.verify(d)
-        # A blob that vanished since the listing was collected by a concurrent
-        # gc (or clear): only a reference to it, checked below, makes it a problem.
-        if problem and problem != "missing" and not problem.endswith("is missing"):
-            damaged[d] = problem
-    # Decide under the write lock, from references read now: rows written,
-    # replaced or dropped while we were hashing (fresh, clear, gc in other
-    # processes) must count as they are, not as they were at the start.
-    with store.index.write():
-        refs = store.index.referenced_blobs(only_done=True)
-        missing = [d for d in refs if d not in damaged and not store.blobs.path(d).exists()]
-        problems = [(d[:16], p) for d, p in damaged.items()] + [(d[:16], "missing") for d in missing]
-        bad = len(problems)
-        affected: Dict[int, List[str]] = {}
-        for d in [*damaged, *missing]:
-            for i in refs.get(d, []):
-                affected.setdefault(i, []).append(d)
-        for i in affected:
-            store.index.mark_corrupt(i)
-    store.forget()
-    if problems:
-        print(table(["BLOB", "PROBLEM"], problems))
-        print(f"{bad} of {checked} blobs damaged or missing; moved to {store.blobs.quarantine_dir}")
-        print(f"{len(affected)} evaluation{'s' if len(affected) != 1 else ''} marked corrupt "
-              f"({', '.join('#' + str(i) for i in sorted(affected))}): they will be recomputed on their next call")
-        return 1
-    print(f"all {checked} blobs verified against their digests; no problems")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -322,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"memolab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     from .ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
+    from . import doctor as _doctor  # noqa: F401  (registers `doctor`)
     for name, (fn, configure, help_) in _COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         configure(sp)
@@ -335,9 +299,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "_fn", None):
         parser.print_help()
         return 2
+    from .errors import MemolabError
+
     try:
         return int(args._fn(args) or 0)
     except BrokenPipeError:  # `memolab ls | head`
         return 0
     except KeyboardInterrupt:
         return 130
+    except MemolabError as e:  # an unusable store, a bad location: one line, no traceback
+        print(f"memolab: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if os.environ.get("MEMOLAB_DEBUG"):
+            raise
+        print(f"memolab: error: {type(e).__name__}: {e}\n(`memolab --store DIR doctor` checks the store; "
+              "MEMOLAB_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1

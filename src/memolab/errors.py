@@ -50,5 +50,29 @@ class CorruptBlob(StoreMiss):
     """A blob is missing, truncated, or does not match its digest."""
 
 
+class Unloadable(StoreMiss):
+    """A stored result's own code (``__setstate__``, a reconstructor) refused to rebuild it."""
+
+
+class StoreConfigError(MemolabError, ValueError):
+    """The configured store location cannot be a store (a URL of an unsupported backend)."""
+
+
+class StoreUnavailable(MemolabError, OSError):
+    """The store cannot be used for this call (unusable, read-only, damaged, newer schema).
+
+    A memoized call computes its value then, without storing it, and warns once.
+    ``kind`` names the problem: 'not-a-directory', 'unusable', 'read-only',
+    'newer-schema', 'damaged'.
+    """
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class MemolabWarning(UserWarning):
     """Something went wrong but the caller still got a correct value."""

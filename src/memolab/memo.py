@@ -20,7 +20,7 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 from . import codegraph, config, files, hashing
-from .errors import CodeChanged, MemolabWarning, StoreMiss
+from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
 from .store.sqlite import insert_miss
@@ -182,14 +182,15 @@ class MemoFunction:
                     owner = owner or call.store.owner_id()
                     state, row = call.store.acquire(call.key, owner, force, looked_up=True,
                                                     on_owner=self._miss_writer(call))
-            except (sqlite3.Error, OSError) as e:
-                self._store_unusable(e)
+                if state == "hit":
+                    found, value = self._load(call.store, call.key, row)
+                    if found:
+                        return value
+                    continue
+            except (sqlite3.Error, OSError, UnicodeDecodeError) as e:  # StoreUnavailable is an OSError
+                if self._store_trouble(call, e):
+                    continue  # the key's damaged row was taken out of use: claim it afresh
                 return self.fn(*call.bound.args, **call.bound.kwargs)
-            if state == "hit":
-                found, value = self._load(call.store, call.key, row)
-                if found:
-                    return value
-                continue
             t0, run = self._start(call)
             ev, token = _enter(call, run)
             try:
@@ -220,17 +221,18 @@ class MemoFunction:
                 else:
                     miss = miss or self._miss_writer(call)
                     state, row = call.store.try_acquire(call.key, owner, force, on_owner=miss)
-            except (sqlite3.Error, OSError) as e:
-                self._store_unusable(e)
+                if state == "hit":
+                    found, value = self._load(call.store, call.key, row)
+                    if found:
+                        return value
+                    continue
+            except (sqlite3.Error, OSError, UnicodeDecodeError) as e:
+                if self._store_trouble(call, e):
+                    continue
                 return await self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "wait":
                 await asyncio.sleep(delay)  # never block the event loop while another process computes
                 delay = min(delay * 1.5, 0.25)
-                continue
-            if state == "hit":
-                found, value = self._load(call.store, call.key, row)
-                if found:
-                    return value
                 continue
             t0, run = self._start(call)
             ev, token = _enter(call, run)
@@ -244,11 +246,25 @@ class MemoFunction:
             self._done(call, owner, value, t0, run, ev)
             return value
 
+    def _store_trouble(self, call: "_Call", e: BaseException) -> bool:
+        """The store failed this call: True to claim again (once: the key's row held text that
+        does not decode and was taken out of use), else warn and let the caller compute unstored."""
+        from .store.health import take_out_of_use
+
+        if isinstance(e, UnicodeDecodeError) and not call.retried:
+            call.retried.append(True)
+            if take_out_of_use(call.store, call.key, f"undecodable text in the index ({e})"):
+                return True
+        self._store_unusable(e)
+        return False
+
     def _store_unusable(self, e: BaseException) -> None:
-        # A full disk or an unwritable index must cost the cache, never the value:
-        # compute without a lease and without storing.
-        warnings.warn(f"{self.symbol}: the store cannot be written ({e}); computing without storing the result",
-                      MemolabWarning, stacklevel=5)
+        # A full disk, an unwritable, read-only, damaged or newer index must cost
+        # the cache, never the value: compute without a lease and without storing.
+        # Once per store and problem: a loop of calls must not drown in warnings.
+        from .store.health import warn_unusable
+
+        warn_unusable(self.symbol, e, stacklevel=5)  # _store_unusable, _store_trouble, _call, __call__, the caller
 
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional["_Call"], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""
@@ -261,7 +277,7 @@ class MemoFunction:
             if found:
                 hashing.remember_loaded(value, key)
                 return None, value
-        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files), None
+        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, []), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
         """We own the key's lease (its miss recorded with it): open a run for its logs."""
@@ -274,6 +290,10 @@ class MemoFunction:
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any,
               ev: Optional["Running"] = None) -> None:
+        if not call.force and self._unloadable(call, value):
+            call.store.release(call.key, owner)
+            _runs.end(run, "done", None)
+            return
         if call.files and not self._same_files(call):
             # A file argument was rewritten between keying and reading: the result
             # belongs to neither content, so it is returned but not stored.
@@ -286,6 +306,29 @@ class MemoFunction:
         if eval_id is not None and ev is not None:
             ev.stored()
         _runs.end(run, "done", eval_id)
+
+    def _unloadable(self, call: "_Call", value: Any) -> bool:
+        """The same result was stored before and could not be rebuilt (a ``__setstate__`` that
+        raises): storing it again would only be refused again on the next call, so the value is
+        returned unstored. "The same" is the same pickle payload; a different one is stored."""
+        from .store.health import unloadable
+
+        prev = unloadable(call.store, call.key)
+        if prev is None:
+            return False
+        why, payload_digest = prev
+        try:
+            from . import pickling
+            from .store import digest_bytes
+
+            if digest_bytes(pickling.dumps_with_refs(value)[0]) != payload_digest:
+                return False
+        except Exception:
+            return False  # cannot even be pickled: ``_save`` says why
+        warnings.warn(f"{self.symbol}: result not stored: the same result stored before could not be rebuilt ({why}), "
+                      "so it is computed on every call. Make its class load again (or return plain data).",
+                      MemolabWarning, stacklevel=5)
+        return True
 
     def _same_files(self, call: "_Call") -> bool:
         """Do the arguments (their files) still hash to the key's argument digest?"""
@@ -300,6 +343,20 @@ class MemoFunction:
         except CodeChanged as e:
             # Code the result refers to changed: an ordinary miss, not damage.
             store.mark_corrupt(key, row, e.reason, status="stale")
+            return False, None
+        except Unloadable as e:
+            # The result's own code refused to rebuild it: not damage, and the same
+            # value stored again would be refused again (see ``_unloadable``).
+            warnings.warn(f"{self.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
+                          MemolabWarning, stacklevel=4)
+            store.mark_corrupt(key, row, e.reason, status="unloadable")
+            return False, None
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            # An index row that does not decode (damaged JSON or sizes): a miss
+            # whose recomputation replaces the row, never an error out of the call.
+            warnings.warn(f"{self.symbol}: stored result #{row.get('id')} cannot be used (damaged index row: "
+                          f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=4)
+            store.mark_corrupt(key, row, f"damaged index row: {e}")
             return False, None
         except StoreMiss as e:
             if self._row_replaced(store, key, row):
@@ -446,6 +503,8 @@ class _Call(NamedTuple):
     force: bool
     #: the key hashed File/Dir arguments: re-check them before storing
     files: bool = False
+    #: non-empty once a damaged row of this key was taken out of use (at most once per call)
+    retried: List[bool] = []
 
 
 class _BoundMemo:
@@ -479,8 +538,13 @@ def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
         return None  # a signed store's older rows: their snapshot is not signed, so not believed
     try:
         if "result_token" in row:  # extracted by the lookup: a hit parses a short list, not the snapshot
-            return json.loads(row["result_token"]) if row["result_token"] else None
-        return json.loads(row.get("snapshot") or "{}").get("result_digest")
+            token = json.loads(row["result_token"]) if row["result_token"] else None
+        else:
+            token = json.loads(row.get("snapshot") or "{}").get("result_digest")
+        if token is not None:
+            for d in token:  # a damaged snapshot must cost the O(1) re-hash, never the call
+                bytes.fromhex(d)
+        return token
     except Exception:
         return None
 

@@ -43,7 +43,7 @@ import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import CodeChanged, StoreMiss
+from .errors import CodeChanged, StoreMiss, Unloadable
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN = 64 * 1024
@@ -846,7 +846,7 @@ def load_error(e: Exception) -> StoreMiss:
     # library upgraded under it, a file it reopens gone): the result cannot
     # be rebuilt faithfully. That is a miss with its reason, never a crash
     # of the caller's call, which can simply recompute.
-    return StoreMiss(f"stored result cannot be rebuilt: {type(e).__name__}: {e}")
+    return Unloadable(f"stored result cannot be rebuilt: {type(e).__name__}: {e}")
 
 
 def check_refs(refs: Dict[str, Any]) -> Optional[str]:

@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, StoreMiss
-from . import signing
+from . import perms, signing
 from .blobs import BlobFolder, digest_bytes
 from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token, write_usage
 
@@ -59,11 +59,15 @@ INLINE_MAX = int(os.environ.get("MEMOLAB_INLINE_MAX") or 32 << 10)
 
 
 class Store:
+    # replaced by the read-only store of ``health`` (a store that can be read, not written)
+    index_class = Index
+    blob_class = BlobFolder
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.index = Index(self.root / "index.sqlite")
-        self.blobs = BlobFolder(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
+        perms.prepare_root(self.root)  # a new store is private unless group sharing is configured
+        self.index = self.index_class(self.root / "index.sqlite")
+        self.blobs = self.blob_class(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
         self._owner: Optional[str] = None
         self._held: Dict[Tuple[Key, str], int] = {}
         self._held_lock = threading.Lock()
@@ -429,6 +433,9 @@ class Store:
                     gone.append((o, *k))
             c.executemany("DELETE FROM leases WHERE owner=? AND fn=? AND code=? AND args=? AND schema=?", gone)
         self.blobs.clean_tmp()
+        from .health import compact
+
+        compact(self.index)  # deleted rows give their space back
         return len(dead), sum(n for _, n in dead)
 
 
@@ -474,15 +481,24 @@ _stores_lock = threading.Lock()
 
 
 def get_store(path: Optional[os.PathLike] = None) -> Store:
-    """The store for ``path`` (default: the configured one), shared per process."""
+    """The store for ``path`` (default: the configured one), shared per process.
+
+    Never raises for a store that cannot be used: see ``health.open_store``
+    (only a store location that cannot be one, a URL, raises ``StoreConfigError``)."""
     p = Path(path) if path is not None else config.store_path()
     k = (str(p.resolve()) if p.exists() else str(p.absolute()), os.getpid())
     s = _stores.get(k)
-    if s is None:
+    if s is None or (not isinstance(s, Store) or hasattr(s, "problem")) and s._generation != config.generation():
         with _stores_lock:
             s = _stores.get(k)
-            if s is None:
-                s = _stores[k] = Store(p)
+            if s is None or (not isinstance(s, Store) or hasattr(s, "problem")) and s._generation != config.generation():
+                from .health import open_store
+
+                # A store that cannot be used degrades (read-only, or none at all) instead
+                # of raising: the caller still gets its value. Degraded stores are opened
+                # again after ``configure()``.
+                s = _stores[k] = open_store(p)
+                s._generation = config.generation()
     return s
 
 

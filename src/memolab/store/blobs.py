@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 import blake3
 
 from ..errors import CorruptBlob
+from . import tmpfiles
 
 Buffer = Union[bytes, bytearray, memoryview]
 _PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
@@ -193,7 +194,7 @@ class BlobFolder:
             return 0.0
 
     def _write_tmp(self, mv: memoryview, name: str) -> Path:
-        tmp = self.tmp / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        tmp = self.tmp / tmpfiles.tmp_name(name)  # names its writer: litter of a dead one is reclaimed at once
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
             view = mv
@@ -313,14 +314,5 @@ class BlobFolder:
                 yield sub + name
 
     def clean_tmp(self, older_than: float = 3600.0) -> int:
-        """Remove temporary files left by crashed writers."""
-        n = 0
-        now = time.time()
-        for f in self.tmp.iterdir():
-            try:
-                if now - f.stat().st_mtime > older_than:
-                    f.unlink()
-                    n += 1
-            except FileNotFoundError:
-                pass
-        return n
+        """Remove temporary files left by crashed writers (dead ones at once; see ``tmpfiles``)."""
+        return len(tmpfiles.reclaim(self.tmp, older_than))

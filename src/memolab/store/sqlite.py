@@ -157,8 +157,13 @@ class Index:
         write lock: two processes migrating at once, or a migration cut short by
         a crash, end in the same state as one that ran alone.
         """
+        from .health import check_schema, newer_schema
+
         if version > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer memolab (schema {version}); upgrade memolab")
+            raise newer_schema(self.path, version)  # before anything is written: not ours to change
+        check_schema(conn, self.path)  # a file of a memolab that set no user_version yet
+        if version == 0:
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file: clear/gc can shrink it
         conn.execute("PRAGMA journal_mode=WAL")  # persistent in the file: set once, here
         # the table DDL first: the indexes below name columns an old file gains only now
         tables, indexes = _DDL.split("-- indexes --")
@@ -168,7 +173,7 @@ class Index:
         with self.write() as c:
             row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row and int(row[0]) > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path} was written by a newer memolab (schema {row[0]}); upgrade memolab")
+                raise newer_schema(self.path, row[0])
             c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
@@ -407,9 +412,12 @@ class Index:
         for i, payload, buffers in self.conn().execute(sql):
             if payload:
                 refs.setdefault(payload, []).append(i)
-            if buffers and buffers != "[]":
-                for d, _size in json.loads(buffers):
-                    refs.setdefault(d, []).append(i)
+            try:
+                buf_refs = [d for d, _size in json.loads(buffers or "[]")]
+            except (ValueError, TypeError):
+                continue  # a damaged row: a miss when asked for, recomputed and replaced (its blobs are not kept)
+            for d in buf_refs:
+                refs.setdefault(d, []).append(i)
         if not only_done:
             from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
 
@@ -454,11 +462,15 @@ class Index:
         total = 0
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
                f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
+        from ..tracking.retention import log_bytes
+
+        logs = log_bytes(self)  # an evaluation's logs go with it, so they count toward its size
         for r in c.execute(sql):
             if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
                 drop.append(r)
                 continue
             keep.append(r)
+            total += logs.get(r[0], 0)
             if r[9]:
                 total += r[4] or 0
                 continue
@@ -473,6 +485,7 @@ class Index:
             if total <= max_size:
                 break
             drop.append(r)
+            total -= logs.get(r[0], 0)
             if r[9]:
                 total -= r[4] or 0
                 continue

@@ -9,7 +9,7 @@ Running runs are never touched, since a live process is still writing them.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 _LOG_TABLES = ("scalars", "scalar_tags", "scalar_blocks", "log_events")
 
@@ -43,6 +43,27 @@ def purge(index: Any, fn: Optional[str] = None) -> int:
 
         alive = _alive(c)
         return _delete(c, [r["id"] for r in rows if r["status"] != "running" or not alive(r)])
+
+
+def log_bytes(index: Any) -> Dict[int, int]:
+    """About how many bytes of the index each evaluation's logs take: {eval_id: bytes}.
+
+    Counted from the rows (their values plus a fixed per-row overhead), so that
+    ``gc --max-size`` weighs logs too; exact page usage is not needed for that."""
+    c = index.conn()
+    if not _has_runs(c):
+        return {}
+    out: Dict[int, int] = {}
+    queries = (
+        "SELECT r.eval_id, SUM(48 + length(s.tag)) FROM scalars s JOIN runs r ON r.id = s.run "
+        "WHERE r.eval_id IS NOT NULL GROUP BY r.eval_id",
+        "SELECT r.eval_id, SUM(64 + length(e.tag) + COALESCE(length(e.meta), 0) + COALESCE(length(e.data), 0)) "
+        "FROM log_events e JOIN runs r ON r.id = e.run WHERE r.eval_id IS NOT NULL GROUP BY r.eval_id",
+    )
+    for q in queries:
+        for eid, n in c.execute(q):
+            out[eid] = out.get(eid, 0) + int(n or 0)
+    return out
 
 
 def purge_orphans(index: Any) -> int:

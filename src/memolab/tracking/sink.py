@@ -226,7 +226,25 @@ _wake = threading.Event()
 _thread: Optional[threading.Thread] = None
 
 
+class _Discard:
+    """Where logs go when the store cannot take them (read-only, unusable): nowhere, and
+    without piling up in memory while the computation goes on."""
+
+    index = None
+
+    def __init__(self) -> None:
+        self.q: deque = deque(maxlen=0)
+
+    def flush(self) -> int:
+        return 0
+
+
+DISCARD = _Discard()
+
+
 def sink_for(index: Any) -> Sink:
+    if getattr(index, "discard_logs", False):
+        return DISCARD  # type: ignore[return-value]
     key = str(index.path)
     s = _sinks.get(key)
     if s is None:

@@ -1,0 +1,279 @@
+"""``memolab doctor``: check a store end to end, fix what is safe, say what is not.
+
+Checks, in order: the index file (opens, not from a newer memolab, ``PRAGMA
+integrity_check``), its rows (every column that must decode does), every blob
+against its digest, references to missing blobs, temporary files left by dead
+writers. Damaged blobs are quarantined and the evaluations using them (or using
+an undecodable row) are marked corrupt, so their next call recomputes them;
+temporary files of writers that are gone are removed. Exit status 0 when the
+store is healthy, 1 when damage was found (and fixed where possible).
+
+A damaged index is never changed without ``--repair``, which moves it aside
+(``index.sqlite.damaged-<time>``, with its ``-wal``) and rebuilds a fresh one from
+the rows that can still be read out of it, each kept only if every blob it refers
+to is present and verifies. Blobs do not record the call they belong to, so
+rows that cannot be read cannot be rebuilt: they are recomputed on their next
+call, and their blobs go at the next ``gc``. Logs and miss history are not
+carried over. Doctor never prints a traceback: an unexpected failure is one
+line and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .cli import command, human_size, options, table
+
+Out = Callable[[str], None]
+
+
+def _index_problem(path: Path) -> Tuple[Optional[str], bool]:
+    """(problem, repairable) of the index file: None when it opens and passes ``integrity_check``."""
+    from .errors import StoreUnavailable
+    from .store.health import ReadOnlyIndex
+
+    if not path.exists():
+        return None, False
+    try:
+        idx = ReadOnlyIndex(path)
+        rows = [r[0] for r in idx.conn().execute("PRAGMA integrity_check(20)").fetchall()]
+    except StoreUnavailable as e:
+        return str(e), e.kind == "damaged"
+    except sqlite3.OperationalError as e:
+        return f"the index cannot be opened ({e})", False
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
+        return f"the index is damaged ({type(e).__name__}: {e})", True
+    if rows != ["ok"]:
+        return f"the index fails its integrity check: {'; '.join(rows[:5])}", True
+    return None, False
+
+
+# -- repair --------------------------------------------------------------------------------
+
+def _read_rows(conn: sqlite3.Connection, table_: str, cols: List[str], order: str) -> Tuple[List[Tuple[Any, ...]], int]:
+    """The rows of ``table_`` that can be read, skipping over damaged stretches: (rows, read errors)."""
+    out: List[Tuple[Any, ...]] = []
+    errors = 0
+    last: Any = None
+    skip = 1
+    while True:
+        where = "" if last is None else f" WHERE {order} > ?"
+        try:
+            cur = conn.execute(f"SELECT {','.join(cols)} FROM {table_}{where} ORDER BY {order}",
+                               () if last is None else (last + skip - 1 if isinstance(last, int) else last,))
+            for r in cur:
+                out.append(r)
+                last = r[0]
+                skip = 1
+            return out, errors
+        except sqlite3.DatabaseError:
+            errors += 1
+            if errors > 60 or not isinstance(last, int):
+                return out, errors
+            skip *= 4  # jump over the damaged pages, further each time
+
+
+def _intact(store: Any, row: Dict[str, Any]) -> bool:
+    """Is everything a salvaged row refers to present and equal to its digest?"""
+    from .errors import StoreMiss
+
+    refs = [tuple(r) for r in json.loads(row["buffers"] or "[]")]
+    if row.get("inline") is not None:  # payload and buffers inside the row itself
+        from . import store as _store
+
+        try:
+            _store._split_inline(row["inline"], row, refs)  # type: ignore[attr-defined]
+        except (StoreMiss, AttributeError, TypeError, ValueError):
+            return False
+        return True
+    digests = [row["payload"], *(d for d, _ in refs)]
+    return all(d is not None and store.blobs.verify(d) is None for d in digests)
+
+
+def repair_index(root: Path, out: Out) -> int:
+    from .store import Store, get_store
+    from .store.health import row_problem
+    from .store.sqlite import EVAL_COLUMNS
+
+    index = root / "index.sqlite"
+    aside = root / f"index.sqlite.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.replace(index, aside)
+    if Path(f"{index}-wal").exists():
+        os.replace(f"{index}-wal", f"{aside}-wal")  # committed rows may live only there
+    Path(f"{index}-shm").unlink(missing_ok=True)
+    out(f"moved the damaged index to {aside.name}")
+    rows: List[Tuple[Any, ...]] = []
+    cols: List[str] = list(EVAL_COLUMNS)
+    sources: List[Tuple[Any, ...]] = []
+    errors = 0
+    try:
+        old = sqlite3.connect(f"{aside.absolute().as_uri()}?mode=ro", uri=True)
+        have = {r[1] for r in old.execute("PRAGMA table_info(evaluations)")}
+        cols = ["id", *(k for k in EVAL_COLUMNS if k in have and k != "id")]
+        if "inline" in have:
+            cols.append("inline")  # small results kept in the row itself
+        rows, errors = _read_rows(old, "evaluations", cols, "id")
+        sources, _ = _read_rows(old, "sources", ["digest", "symbol", "source"], "digest")
+        old.close()
+    except sqlite3.Error:
+        errors += 1
+    store = Store(root)  # a fresh index (the cached handle of this process pointed at the old file)
+    kept = dropped = 0
+    with store.index.write() as c:
+        for r in rows:
+            row = dict(zip(cols, r))
+            if row["status"] != "done" or row_problem(row) is not None:
+                dropped += 1
+                continue
+            if not _intact(store, row):
+                dropped += 1
+                continue
+            c.execute(f"INSERT OR IGNORE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+                      [row[k] for k in cols])
+            kept += 1
+        c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", sources)
+    from .store import _stores
+
+    for k in [k for k, s in _stores.items() if Path(getattr(s, "root", "")) == root]:
+        _stores.pop(k, None)  # later calls in this process open the new index
+    get_store(root)
+    if kept:
+        out(f"rebuilt the index: recovered {kept} of {kept + dropped} readable evaluation{'s' if kept + dropped != 1 else ''}"
+            + (f" ({dropped} dropped: not finished, undecodable, or their blobs are missing or damaged)" if dropped else "")
+            + (f"; {errors} damaged stretch{'es' if errors != 1 else ''} could not be read" if errors else ""))
+    else:
+        out("started an empty index: no evaluation could be recovered from the damaged one")
+    out("not recovered: logs and miss history. Evaluations that were not recovered are recomputed on their next call; "
+        "their blobs go at the next `memolab gc`")
+    return 1
+
+
+# -- checks of a readable store ------------------------------------------------------------------
+
+def _check_store(root: Path, out: Out) -> int:
+    from .store import get_store
+    from .store import tmpfiles
+    from .store.health import row_problem, undecodable_rows
+
+    store = get_store(root)
+    readonly = hasattr(store, "problem")
+    if readonly:
+        out(f"note: {store.problem}; nothing will be changed")
+    bad = 0
+    # rows holding text that is not UTF-8: rewritten readable (with replacement characters)
+    # and taken out of use, so `ls` and the dashboard can show them again
+    garbled = undecodable_rows(store.index)
+    if garbled and not readonly:
+        with store.index.write() as c:
+            for i, row in garbled.items():
+                sets = [k for k in row if k != "id" and isinstance(row[k], str)]
+                c.execute(f"UPDATE evaluations SET {', '.join(k + '=?' for k in sets)}, status='corrupt', reason=? "
+                          "WHERE id=?", [row[k] for k in sets] + ["undecodable text in the index", i])
+    # rows that do not decode
+    undecodable: Dict[int, str] = {i: "text that is not UTF-8" for i in garbled}
+    skip = f" AND id NOT IN ({','.join(str(int(i)) for i in garbled)})" if garbled else ""
+    for row in store.index.evaluations(where="status='done'" + skip):
+        why = row_problem(row)
+        if why:
+            undecodable[row["id"]] = why
+    # blobs against their digests
+    checked = 0
+    damaged: Dict[str, str] = {}
+    for d in list(store.blobs):
+        checked += 1
+        problem = store.blobs.verify(d)
+        # A blob that vanished since the listing was collected by a concurrent
+        # gc (or clear): only a reference to it, checked below, makes it a problem.
+        if problem and problem != "missing" and not problem.endswith("is missing"):
+            damaged[d] = problem
+
+    def decide(c: Any) -> Tuple[List[Tuple[str, str]], Dict[int, List[str]]]:
+        refs = store.index.referenced_blobs(only_done=True)
+        missing = [d for d in refs if d not in damaged and not store.blobs.path(d).exists()]
+        problems = [(d[:16], p) for d, p in damaged.items()] + [(d[:16], "missing") for d in missing]
+        affected: Dict[int, List[str]] = {}
+        for d in [*damaged, *missing]:
+            for i in refs.get(d, []):
+                affected.setdefault(i, []).append(d)
+        if c is not None:
+            for i in affected:
+                store.index.mark_corrupt(i)
+            for i, why in undecodable.items():
+                store.index.mark_corrupt(i, why)
+        return problems, affected
+
+    if readonly:
+        problems, affected = decide(None)
+    else:
+        # Decide under the write lock, from references read now: rows written,
+        # replaced or dropped while we were hashing (fresh, clear, gc in other
+        # processes) must count as they are, not as they were at the start.
+        with store.index.write() as c:
+            problems, affected = decide(c)
+        store.forget()
+    if undecodable:
+        bad += 1
+        out(table(["EVALUATION", "PROBLEM"], [(f"#{i}", why) for i, why in sorted(undecodable.items())]))
+        out(f"{len(undecodable)} evaluation{'s' if len(undecodable) != 1 else ''} with an undecodable index row"
+            + ("" if readonly else " marked corrupt: recomputed (and replaced) on their next call"))
+    if problems:
+        bad += 1
+        out(table(["BLOB", "PROBLEM"], problems))
+        moved = "" if readonly else f"; moved to {store.blobs.quarantine_dir}"
+        out(f"{len(problems)} of {checked} blobs damaged or missing{moved}")
+        out(f"{len(affected)} evaluation{'s' if len(affected) != 1 else ''} "
+            f"{'affected' if readonly else 'marked corrupt'} ({', '.join('#' + str(i) for i in sorted(affected))}): "
+            "they will be recomputed on their next call")
+    # temporary files of writers that are gone
+    litter = [t for t in tmpfiles.scan(store.blobs.tmp) if t.alive is not True]
+    dead = [t for t in litter if t.alive is False or t.age > 3600]
+    if dead:
+        removed = [] if readonly else tmpfiles.reclaim(store.blobs.tmp)
+        size = sum(t.size for t in dead)
+        out(f"{len(dead)} temporary file{'s' if len(dead) != 1 else ''} ({human_size(size)}) left by writers that are "
+            f"gone{'' if readonly else f': removed {len(removed)}'}")
+    if not bad:
+        out(f"all {checked} blobs verified against their digests; index integrity ok; no problems")
+    return 1 if bad else 0
+
+
+def run(root: Path, repair: bool = False, out: Out = print) -> int:
+    root = Path(root)
+    if not root.is_dir():
+        out(f"no store at {root}" + (" (it is a file)" if root.exists() else ""))
+        return 1 if root.exists() else 0
+    problem, repairable = _index_problem(root / "index.sqlite")
+    if problem:
+        out(f"index: {problem}")
+        if not repairable:
+            return 1
+        if not repair:
+            out(f"run `memolab --store {root} doctor --repair` to move it aside and rebuild it from what can be read")
+            return 1
+        return repair_index(root, out)
+    return _check_store(root, out)
+
+
+@command("doctor", "check the index and verify every blob; quarantine damage; --repair rebuilds a damaged index")
+@options(lambda p: p.add_argument("--repair", action="store_true",
+                                  help="move a damaged index aside and rebuild it from the rows that can be read"))
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import config
+
+    root = Path(args.store).expanduser() if args.store else config.store_path()
+    try:
+        return run(root, repair=args.repair)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # doctor is run on broken stores: never a traceback
+        if os.environ.get("MEMOLAB_DEBUG"):
+            raise
+        print(f"memolab doctor: could not finish: {type(e).__name__}: {e}")
+        return 2

@@ -1,0 +1,427 @@
+"""A broken store never costs the caller a computed value.
+
+``open_store`` is the one place a store is opened. It sorts every way opening
+can fail into three outcomes:
+
+* a working ``Store`` (read-write, the normal case);
+* a ``ReadOnlyStore`` when the index exists and can be read but not written (a
+  read-only mount, a store of another user, a disk with 0 bytes free): stored
+  results are served as hits, a miss computes and stores nothing;
+* a ``NoStore`` when nothing can be read (the location is a file, its parent
+  cannot be written, the index is damaged or was written by a newer memolab):
+  every call computes.
+
+Either fallback raises ``StoreUnavailable`` from ``try_acquire`` on a miss; the
+memo layer catches it, computes the value, returns it and warns once per store
+and problem (``warn_once``). The CLI reports the same problem as one line and
+``memolab doctor`` says how to repair a damaged index.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Optional, Set, Tuple
+
+from ..errors import MemolabWarning, StoreUnavailable
+from . import Store, signing
+from .blobs import BlobFolder
+from .perms import writable_by_others
+from .sqlite import SCHEMA_VERSION, Index, Key
+
+_warned: Set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(what: str, message: str, stacklevel: int = 3) -> None:
+    """Warn with ``message`` once per process for ``what`` (a store and its problem)."""
+    with _warned_lock:
+        if what in _warned:
+            return
+        _warned.add(what)
+    warnings.warn(message, MemolabWarning, stacklevel=stacklevel + 1)  # +1: this frame
+
+
+def warn_unusable(symbol: str, e: BaseException, stacklevel: int = 3) -> None:
+    """A call found the store unusable and computes without it: say so once per problem."""
+    if isinstance(e, StoreUnavailable):
+        warn_once(str(e), f"{symbol}: {e}", stacklevel + 1)
+    else:
+        # a failure mid-run (the disk filled, the index went bad): once per kind of failure
+        warn_once(f"{type(e).__name__}: {e}",
+                  f"{symbol}: the store cannot be written ({type(e).__name__}: {e}); computing without storing the "
+                  "result (further calls that hit this problem will not warn again)", stacklevel + 1)
+
+
+def _damaged(e: BaseException) -> bool:
+    # OperationalError is a DatabaseError too, but means "cannot do it now"
+    # (locked, read-only, I/O, full); the others mean the file's content is bad.
+    if isinstance(e, UnicodeDecodeError):
+        return True  # SQLite's own message quoting a garbled schema does not even decode
+    return isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
+
+
+def open_store(path: Path) -> Any:
+    """A ``Store``, or a ``ReadOnlyStore``/``NoStore`` saying why not (see the module doc)."""
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        return NoStore(root, StoreUnavailable(
+            "not-a-directory", f"the store location {root} is a file, not a directory (check MEMOLAB_STORE or "
+            "configure(store=...)): results are computed but not stored"))
+    try:
+        store = Store(root)
+    except StoreUnavailable as e:
+        return NoStore(root, e)
+    except (sqlite3.Error, OSError, UnicodeDecodeError) as e:
+        if _damaged(e):
+            return NoStore(root, _damage(root, e))
+        if not (root / "index.sqlite").is_file():
+            return NoStore(root, StoreUnavailable(
+                "unusable", f"the store {root} cannot be created or opened ({type(e).__name__}: {e}): results are "
+                "computed but not stored"))
+        try:
+            return ReadOnlyStore(root, StoreUnavailable(
+                "read-only", f"the store {root} cannot be written ({type(e).__name__}: {e}): stored results are "
+                "served, new results are computed but not stored"))
+        except StoreUnavailable as e2:
+            return NoStore(root, e2)
+        except (sqlite3.Error, OSError, UnicodeDecodeError) as e2:
+            if _damaged(e2):
+                return NoStore(root, _damage(root, e2))
+            return NoStore(root, StoreUnavailable(
+                "unusable", f"the store {root} can be neither written ({e}) nor read ({e2}): results are computed "
+                "but not stored"))
+    _check_exposure(root)
+    return store
+
+
+def _damage(root: Path, e: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(
+        "damaged", f"the store index {root / 'index.sqlite'} is damaged ({e}): results are computed but not "
+        f"stored; `memolab --store {root} doctor --repair` moves it aside and rebuilds it")
+
+
+def _check_exposure(root: Path) -> None:
+    if signing.secret() is not None:
+        return
+    exposed = writable_by_others(root)
+    if exposed:
+        warn_once(f"exposed:{root}",
+                  f"the store {root} is writable by other users ({', '.join(exposed)}) and MEMOLAB_HMAC_KEY is not set: "
+                  "anyone who can write it can make this process run code of their choosing when it loads a result. "
+                  "Set MEMOLAB_HMAC_KEY (README: Security) or make the store private (chmod 700).", stacklevel=4)
+
+
+# -- read-only -------------------------------------------------------------------------------
+
+def newer_schema(path: Path, version: Any) -> StoreUnavailable:
+    return StoreUnavailable(
+        "newer-schema", f"{path} was written by a newer memolab (store schema {version}, this memolab reads "
+        f"{SCHEMA_VERSION}): results are computed but not stored; upgrade memolab to use this store")
+
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise ``StoreUnavailable('newer-schema')`` for an index written by a newer memolab."""
+    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    if not has_meta:
+        return
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    try:
+        newer = row is not None and int(row[0]) > SCHEMA_VERSION
+    except (TypeError, ValueError):
+        newer = True  # a version we cannot even parse is not one we wrote
+    if newer:
+        raise newer_schema(path, row[0])
+
+
+class ReadOnlyIndex(Index):
+    """The index opened for reading only: no schema set-up, no writes, stamps not recorded.
+
+    ``mode=ro`` needs the ``-shm`` file to exist or be creatable; where it is
+    neither (a read-only mount, a full disk, another user's directory) and no
+    ``-wal`` file holds anything, the file alone is the whole database and is opened
+    ``immutable``. SQLite then takes no locks, so every read is checked against
+    the file's stat before and after: if a writer appeared meanwhile, it reads
+    again on a fresh connection.
+    """
+
+    def __init__(self, path: Path) -> None:  # noqa: D107 (no super().__init__: it writes)
+        self.path = Path(path)
+        self._local = threading.local()
+        check_schema(self.conn(), self.path)
+
+    def _fingerprint(self) -> Tuple[Any, ...]:
+        try:
+            st = os.stat(self.path)
+            key: Tuple[Any, ...] = (st.st_mtime_ns, st.st_size, st.st_ino)
+        except OSError:
+            key = ()
+        try:
+            wal = os.stat(f"{self.path}-wal").st_size > 0  # an empty one (left by a failed open) holds nothing
+        except OSError:
+            wal = False
+        return key + (wal,)
+
+    def conn(self) -> sqlite3.Connection:
+        loc = self._local
+        c = getattr(loc, "conn", None)
+        if c is not None and loc.pid == os.getpid() and (not loc.immutable or loc.fp == self._fingerprint()):
+            return c
+        uri = self.path.absolute().as_uri()
+        fp = self._fingerprint()
+        try:
+            c = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=60.0, isolation_level=None, check_same_thread=False)
+            c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            immutable = False
+        except sqlite3.OperationalError:
+            if fp[-1]:
+                raise  # a pending WAL holds committed data the file alone lacks
+            c = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+            immutable = True
+        loc.conn, loc.pid, loc.immutable, loc.fp = c, os.getpid(), immutable, fp
+        return c
+
+    def lookup(self, key: Key, **kw: Any) -> Optional[Dict[str, Any]]:
+        for _ in range(5):
+            row = super().lookup(key, **kw)
+            loc = self._local
+            if not loc.immutable or loc.fp == self._fingerprint():
+                return row
+            loc.conn = None  # written meanwhile: read again
+        raise StoreUnavailable("read-only", f"the index {self.path} keeps changing under a read-only reader")
+
+    #: logs of computations on a read-only store go nowhere (tracking.sink)
+    discard_logs = True
+
+    # Nothing is written: a read must never need a write to succeed.
+    def set_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
+        pass
+
+    def drop_stamps(self, digests: Any) -> None:
+        pass
+
+    def add_hits(self, counts: Any) -> None:
+        pass
+
+    def record_miss(self, fn: str, explanation: Dict[str, Any]) -> None:
+        pass
+
+    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+        pass
+
+
+class ReadOnlyBlobFolder(BlobFolder):
+    def __init__(self, root: Path, *a: Any, **k: Any) -> None:
+        try:
+            super().__init__(root, *a, **k)
+        except OSError:  # a folder missing on a read-only store: nothing to create, nothing to read there
+            d = Path(root)
+            self.root, self.dir, self.tmp, self.quarantine_dir = d, d / "blobs", d / "tmp", d / "quarantine"
+            self._get_stamp = a[0] if a else k.get("get_stamp", lambda d: None)
+            self._verified: Dict[str, Any] = {}
+        self._set_stamp = self._defer_stamp = lambda d, s: None  # a read never writes
+
+    def quarantine(self, digest: str) -> None:
+        pass  # a damaged blob is still refused (a miss); moving it needs a writer
+
+
+class ReadOnlyStore(Store):
+    """Serves what is stored; a miss raises ``problem`` so the caller computes without storing."""
+
+    index_class = ReadOnlyIndex
+    blob_class = ReadOnlyBlobFolder
+
+    def __init__(self, root: Path, problem: StoreUnavailable) -> None:
+        self.problem = problem
+        super().__init__(root)
+
+    def try_acquire(self, key: Key, owner: str, force: bool = False, **kw: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
+        row = None if force else self.index.lookup(key)
+        if row is None:
+            raise self.problem  # a miss: computed, not stored (no lease to take)
+        return "hit", row
+
+    acquire = try_acquire
+
+    def release(self, key: Key, owner: str) -> None:
+        pass
+
+    def save(self, *a: Any, **k: Any) -> int:
+        raise self.problem
+
+    def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
+        self.forget_key(key)
+
+    def count_hit(self, eval_id: int) -> None:
+        pass
+
+    def flush_hits(self) -> None:
+        pass
+
+    def clear(self, fn: Optional[str] = None) -> int:
+        raise self.problem
+
+    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
+        if dry_run:
+            return super().collect_garbage(dry_run=True)
+        raise self.problem
+
+
+class NoStore:
+    """Stands in for a store that cannot be used at all: every call computes."""
+
+    def __init__(self, root: Path, problem: StoreUnavailable) -> None:
+        self.root = Path(root)
+        self.problem = problem
+
+    def __repr__(self) -> str:
+        return f"NoStore({str(self.root)!r}: {self.problem.kind})"
+
+    def owner_id(self) -> str:
+        return f"nostore:{os.getpid()}:{threading.get_ident()}"
+
+    def load_from_memory(self, key: Key) -> Tuple[bool, Any]:
+        return False, None
+
+    def try_acquire(self, *a: Any, **k: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
+        raise self.problem
+
+    acquire = lookup = try_acquire
+
+    def release(self, *a: Any) -> None:
+        pass
+
+    def forget(self, fn: Optional[str] = None) -> None:
+        pass
+
+    def forget_key(self, key: Key) -> None:
+        pass
+
+    def flush_hits(self) -> None:
+        pass
+
+    @property
+    def index(self) -> Any:
+        return _NullIndex(self.root / "index.sqlite", self.problem)
+
+    def clear(self, fn: Optional[str] = None) -> int:
+        raise self.problem
+
+    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
+        raise self.problem
+
+
+class _NullIndex:
+    """The index of a ``NoStore``: logs sent to it are discarded; anything else raises the problem."""
+
+    discard_logs = True
+
+    def __init__(self, path: Path, problem: StoreUnavailable) -> None:
+        self.path = path
+        self._problem = problem
+
+    def __getattr__(self, name: str) -> Any:
+        raise self._problem
+
+
+# -- rows that do not decode, results that do not rebuild --------------------------------------
+
+def unloadable(store: Any, key: Key) -> Optional[Tuple[str, str]]:
+    """(why, payload digest) when the stored copy of ``key`` could not be rebuilt last time.
+
+    Storing the same result again would only be refused again on every later
+    call (see ``MemoFunction._unloadable``); ``fresh`` stores anyway and
+    ``clear`` forgets the verdict."""
+    try:
+        row = store.index.conn().execute(
+            "SELECT reason, payload FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
+            "AND status='unloadable'", key).fetchone()
+    except Exception:
+        return None
+    return (row[0] or "it could not be rebuilt", row[1]) if row else None
+
+
+def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
+    """Mark every row of ``key`` corrupt (its text does not decode, so it cannot even be read)."""
+    try:
+        with store.index.write() as c:
+            n = c.execute("UPDATE evaluations SET status='corrupt', reason=? "
+                          "WHERE fn=? AND code=? AND args=? AND schema=?", (reason, *key)).rowcount
+    except Exception:
+        return False
+    store.forget_key(key)
+    return n > 0
+
+
+def undecodable_rows(index: Any) -> Dict[int, Dict[str, Any]]:
+    """Rows holding text that is not UTF-8 (a flipped byte): {id: the row, decoded with replacements}.
+
+    Read with a bytes text factory so one bad row cannot stop the scan."""
+    from .sqlite import EVAL_COLUMNS
+
+    conn = ReadOnlyIndex(index.path).conn()  # a private connection (read-only mounts included)
+    conn.text_factory = bytes
+    out: Dict[int, Dict[str, Any]] = {}
+    try:
+        for r in conn.execute(f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations"):
+            bad = False
+            row = {}
+            for col, v in zip(EVAL_COLUMNS, r):
+                if isinstance(v, bytes):
+                    try:
+                        v = v.decode("utf-8")
+                    except UnicodeDecodeError:
+                        v, bad = v.decode("utf-8", "replace"), True
+                row[col] = v
+            if bad:
+                out[row["id"]] = row
+    finally:
+        conn.close()
+    return out
+
+
+def row_problem(row: Dict[str, Any]) -> Optional[str]:
+    """Why an index row cannot even be decoded (its JSON or sizes are damaged), or None."""
+    col = "buffers"
+    try:
+        for d, size in json.loads(row.get("buffers") or "[]"):
+            if not isinstance(d, str) or not isinstance(size, int):
+                return "damaged buffers column"
+        for col in ("code_refs", "snapshot", "versions"):
+            if row.get(col):
+                json.loads(row[col])
+    except (ValueError, TypeError) as e:
+        return f"damaged {col} column ({type(e).__name__}: {e})"
+    if row.get("payload") is not None and not isinstance(row.get("payload_size"), int):
+        return "damaged payload_size column"
+    return None
+
+
+# -- compaction ----------------------------------------------------------------------------------
+
+def compact(index: Index, min_free: float = 0.25) -> None:
+    """Give the space of deleted rows back to the file system (after ``clear`` and ``gc``).
+
+    New stores use incremental auto-vacuum: free pages are released at once.
+    An older store is converted by one ``VACUUM`` once a quarter of it is free.
+    The WAL is then checkpointed and truncated. Best effort: a busy or full
+    database keeps its size until the next time.
+    """
+    try:
+        c = index.conn()
+        mode = c.execute("PRAGMA auto_vacuum").fetchone()[0]
+        free = c.execute("PRAGMA freelist_count").fetchone()[0]
+        pages = c.execute("PRAGMA page_count").fetchone()[0]
+        if free and mode == 2:
+            # executescript steps it to the end: Python's execute() steps a statement
+            # without result columns once, which frees a single page
+            c.executescript("PRAGMA incremental_vacuum;")
+        elif free > 64 and free >= pages * min_free and not c.in_transaction:
+            c.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            c.execute("VACUUM")
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except sqlite3.Error:
+        pass

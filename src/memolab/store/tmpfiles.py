@@ -1,0 +1,105 @@
+"""Temporary files of blob writers, and which of them are litter.
+
+A blob is written to ``tmp/`` first, fsynced, then renamed into ``blobs/``. A
+writer killed in between leaves its temporary file behind (a SIGKILL runs no
+clean-up). The name says who wrote it, as lease owners do: pid, the pid's start
+time and a tag of the process table (host, pid namespace, boot). A file whose
+writer is provably gone (same process table, and that pid is not running or
+started at another time) is reclaimable at once; one whose writer cannot be
+judged from here (another host or container, an older name without a tag) only
+after ``older_than`` seconds without a write.
+
+Name: ``<label>.<pid>-<start>-<table>.<random>``; ``<label>`` is the digest
+prefix or ``pending`` (hashed while written).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator, List, NamedTuple, Optional
+
+_TAG: List[str] = []
+
+
+def writer_tag() -> str:
+    """``pid-start-table`` of this process (computed once per process)."""
+    pid = os.getpid()
+    if not _TAG or not _TAG[0].startswith(f"{pid}-"):
+        from .sqlite import _process_table, _start_time, host_name
+
+        table = hashlib.blake2b(f"{host_name()}/{_process_table()}".encode(), digest_size=4).hexdigest()
+        _TAG[:] = [f"{pid}-{_start_time(pid) or 'x'}-{table}"]
+    return _TAG[0]
+
+
+def tmp_name(label: str) -> str:
+    return f"{label}.{writer_tag()}.{uuid.uuid4().hex[:8]}"
+
+
+def writer_alive(name: str) -> Optional[bool]:
+    """Is the writer of temporary file ``name`` still running? None where we cannot tell."""
+    parts = name.split(".")
+    if len(parts) < 3:
+        return None
+    tag = parts[-2].split("-")
+    if len(tag) != 3:
+        return None  # an older name (``label.pid.random``): no process table to ask
+    pid_s, start, table = tag
+    mine = writer_tag().split("-")
+    if table != mine[2] or start == "x":
+        return None  # written on another host, container or boot
+    from .sqlite import _start_time
+
+    try:
+        pid = int(pid_s)
+    except ValueError:
+        return None
+    if pid == os.getpid():
+        return True
+    return _start_time(pid) == start
+
+
+class TmpFile(NamedTuple):
+    path: Path
+    size: int
+    age: float
+    #: True running, False dead, None cannot tell
+    alive: Optional[bool]
+
+    @property
+    def reclaimable(self) -> bool:
+        return self.alive is False
+
+
+def scan(tmp_dir: Path, now: Optional[float] = None) -> Iterator[TmpFile]:
+    now = time.time() if now is None else now
+    try:
+        entries = list(os.scandir(tmp_dir))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return
+    for e in entries:
+        try:
+            st = e.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue  # published or removed meanwhile
+        yield TmpFile(Path(e.path), st.st_size, now - st.st_mtime, writer_alive(e.name))
+
+
+def reclaim(tmp_dir: Path, older_than: float = 3600.0) -> List[TmpFile]:
+    """Remove the temporary files of dead writers, and any not written for ``older_than`` s."""
+    gone = []
+    for t in scan(tmp_dir):
+        if t.alive is True:
+            continue
+        if t.alive is False or t.age > older_than:
+            try:
+                t.path.unlink()
+                gone.append(t)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                pass  # a read-only store: reported by doctor, removed by whoever can write
+    return gone
