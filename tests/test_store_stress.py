@@ -63,7 +63,7 @@ for n in range(ops):
     elif r < 0.93:
         op = "gc"
         with contextlib.redirect_stdout(io.StringIO()):
-            assert cli.main(["--store", store, "gc", "--max-size", "300KB"]) == 0
+            assert cli.main(["--store", store, "gc", "--max-size", "300KB", "--yes"]) == 0
         v = None
     else:
         op = "doctor"
