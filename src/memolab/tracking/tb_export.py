@@ -167,6 +167,25 @@ class EventFileWriter:
     def add(self, wall: float, step: int, summary: bytes) -> None:
         self._f.write(record(event(wall, step, summary)))
 
+    def add_scalars(self, tag: str, points: Iterable[Tuple[int, float, float]]) -> None:
+        """Many points of one scalar tag: the same bytes as ``add(wall, step, summary_value(tag,
+        simple=v))`` each, with the constant parts encoded once (a 200k-point export spent most
+        of its time re-encoding the tag)."""
+        inner = f_bytes(1, tag.encode()) + b"\x15"  # Value{tag, simple_value: <float32>}
+        summary = b"\x0a" + _varint(len(inner) + 4) + inner  # Summary{value: [...]}
+        tail = b"\x2a" + _varint(len(summary) + 4) + summary  # Event.summary
+        pack_d, pack_f, pack_q, pack_i, crc = struct.Struct("<d").pack, struct.Struct("<f").pack, \
+            struct.Struct("<Q").pack, struct.Struct("<I").pack, masked_crc
+        buf = []
+        for step, wall, value in points:
+            data = b"\x09" + pack_d(wall) + b"\x10" + _varint(int(step)) + tail + pack_f(value)
+            header = pack_q(len(data))
+            buf.append(header + pack_i(crc(header)) + data + pack_i(crc(data)))
+            if len(buf) >= 4096:
+                self._f.write(b"".join(buf))
+                buf.clear()
+        self._f.write(b"".join(buf))
+
     def close(self) -> None:
         self._f.close()
         # TensorBoard reads every event file of a run directory: a previous export's file left next
@@ -356,8 +375,7 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None,
             w.add(run["started"], 0, session_start(run["hparams"], rel, run["started"]))
             for tag, points in query.all_scalars(index, run["id"]).items():
                 metrics.append(tag)
-                for step, wall, value in points:
-                    w.add(wall, step, summary_value(tag, simple=value))
+                w.add_scalars(tag, points)
             for e in query.events(index, run["id"], "histogram", exact=True):
                 w.add(e["wall"], e["step"], summary_value(e["tag"], histo=histo_proto(e["meta"])))
             for e in query.events(index, run["id"], "image", with_data=True):
