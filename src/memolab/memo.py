@@ -22,6 +22,7 @@ from . import codegraph, config, files, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
+from .summary import summarize
 from .tracking import runs as _runs
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -184,8 +185,8 @@ class MemoFunction:
             t0, run = self._start(call)
             try:
                 value = self.fn(*call.bound.args, **call.bound.kwargs)
-            except BaseException:
-                self._failed(call, owner, run)
+            except BaseException as e:
+                self._failed(call, owner, run, e)
                 raise
             self._done(call, owner, value, t0, run)
             return value
@@ -217,8 +218,8 @@ class MemoFunction:
             t0, run = self._start(call)
             try:
                 value = await self.fn(*call.bound.args, **call.bound.kwargs)
-            except BaseException:
-                self._failed(call, owner, run)
+            except BaseException as e:
+                self._failed(call, owner, run, e)
                 raise
             self._done(call, owner, value, t0, run)
             return value
@@ -248,9 +249,9 @@ class MemoFunction:
         self._before_compute(call.store, call.key, call.bound, call.per_arg, call.cv, call.force)
         return t0, _runs.begin(self.symbol, call.key, call.bound.arguments, call.store)
 
-    def _failed(self, call: "_Call", owner: str, run: Any) -> None:
+    def _failed(self, call: "_Call", owner: str, run: Any, error: Optional[BaseException] = None) -> None:
         call.store.release(call.key, owner)
-        _runs.end(run, "failed")
+        _runs.end(run, "failed", error=error)
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any) -> None:
         if call.files and not self._same_files(call):
@@ -321,6 +322,7 @@ class MemoFunction:
             "ignored": sorted(self.ignore),
             "version": self.version,
             "result": short_repr(value),
+            "result_summary": summarize(value),  # "state_dict: 6 tensors, 1.2 MB" for the dashboard
             # digests of the result's arrays/tensors: a loaded copy passed to
             # another memoized function is then hashed in O(1) (hashing.remember_loaded)
             "result_digest": hashing.result_token(value),

@@ -66,5 +66,17 @@ CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
 """
 
 
+#: columns added after the runs table shipped (nullable: older readers ignore them)
+ADDED_RUN_COLUMNS = (("error", "TEXT"),)  # a failed run's exception: "ValueError: boom"
+
+
 def ensure(conn: sqlite3.Connection) -> None:
     conn.executescript(DDL)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    for name, typ in ADDED_RUN_COLUMNS:
+        if name not in have:
+            try:
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
+            except sqlite3.OperationalError as e:  # another process added it first
+                if "duplicate column" not in str(e):
+                    raise
