@@ -187,7 +187,7 @@ def test_dashboard_charts_overlay_and_tabs(dashboard, page):
     pg.screenshot(path=str(SHOTS / "images.png"), full_page=True)
 
     pg.click("#tabs button[data-tab='text']")
-    pg.wait_for_selector("#texts pre")
+    pg.wait_for_selector("#texts .md p")
     assert "finished with loss" in pg.inner_text("#texts")
 
     pg.click("#tabs button[data-tab='hparams']")
