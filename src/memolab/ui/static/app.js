@@ -575,8 +575,12 @@ async function renderTexts(ids) {
     (it) => markdown(it.text), "textbox");
 }
 
-// Logged text is markdown (TensorBoard renders it so): parsed by marked, then sanitised by
-// DOMPurify into a DOM fragment (never innerHTML of raw text), so no script in a log ever runs.
+// Logged text is markdown (TensorBoard renders it so). Raw HTML inside it is shown as text, not
+// parsed; what marked makes is sanitised again by DOMPurify into a DOM fragment (never innerHTML
+// of logged text), and the page's Content-Security-Policy forbids inline script besides.
+const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+if (window.marked) marked.use({ renderer: { html: (token) => escapeHtml(token.text ?? token.raw ?? "") } });
+
 function markdown(text) {
   const box = el("div", { class: "md" });
   if (window.marked && window.DOMPurify) {
