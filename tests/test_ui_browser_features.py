@@ -146,6 +146,24 @@ def test_charts_tooltips_zoom_groups_markers_and_csv(lab, page):
     assert len(labels) >= 4 and "1e0" not in labels, labels
     pg.uncheck("#logscale")
 
+    # wall-time axis: the last label fits inside the chart (it was clipped)
+    pg.select_option("#xaxis", "wall")
+    pg.wait_for_function("() => document.querySelector(\".card[data-tag='train/loss']\")._u.scales.x.time === true")
+    overflow = pg.evaluate("""() => {
+        const u = document.querySelector(".card[data-tag='train/loss']")._u, a = u.axes[0];
+        u.ctx.font = a.font[0];
+        let worst = -Infinity;
+        a._splits.forEach((s, i) => {
+            const label = a._values[i];
+            if (label === null || label === undefined || label === "") return;
+            const w = Math.max(...String(label).split("\\n").map(t => u.ctx.measureText(t).width));
+            worst = Math.max(worst, u.valToPos(s, "x", true) + w / 2 - u.ctx.canvas.width);
+        });
+        return worst;
+    }""")
+    assert overflow <= 0, overflow
+    pg.select_option("#xaxis", "step")
+
     # collapse a group: its charts go, the others stay
     pg.click("#charts details.group[data-group='train'] > summary")
     assert not pg.eval_on_selector("#charts details.group[data-group='train']", "d => d.open")
@@ -202,3 +220,21 @@ def test_histograms_text_images_diff_and_url_state(lab, page):
     assert '-    memolab.log.text("report"' not in pg.inner_text("#diff") or "v1" in pg.inner_text("#diff")
     pg.screenshot(path=str(SHOTS / "code_diff.png"), full_page=True)
     assert pg.errors == []
+
+
+def test_token_flow_in_the_browser(tmp_store, page):
+    """Bound beyond loopback: the printed URL's token opens the page, a cookie carries it after."""
+    get_store()
+    srv, _ = serve_in_thread(tmp_store, host="0.0.0.0")
+    try:
+        port = srv.server_address[1]
+        pg = page
+        assert pg.request.get(f"http://127.0.0.1:{port}/").status == 401
+        pg.goto(f"http://127.0.0.1:{port}/?token={srv.token}")
+        pg.wait_for_selector("body[data-ready='1']")  # every API call after the first carried the cookie
+        pg.reload()
+        pg.wait_for_selector("body[data-ready='1']")
+        assert "token=" not in pg.url and pg.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()

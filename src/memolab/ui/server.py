@@ -228,6 +228,8 @@ class DashboardServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        if host in ("0.0.0.0", "::"):  # every interface: the name other machines reach this one by
+            host = socket.getfqdn()
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{port}/" + (f"?token={self.token}" if self.token else "")

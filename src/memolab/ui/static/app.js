@@ -708,6 +708,7 @@ async function init() {
   }
   const tab = url.get("tab");
   if (tab && document.querySelector(`#tabs button[data-tab="${CSS.escape(tab)}"]`)) showTab(tab);
+  saveUrl();  // also drops an access token from the address bar: the cookie carries it from here on
   document.body.dataset.ready = "1";
   setInterval(poll, 2000);
 }
