@@ -75,7 +75,10 @@ def test_api_serves_runs_and_their_logs(server):
     ctype, html = get(server.url, raw=True)
     assert ctype.startswith("text/html") and b"app.js" in html
     ctype, js = get(server.url + "static/app.js", raw=True)
-    assert "javascript" in ctype and b"drawChart" in js
+    assert "javascript" in ctype and b"drawScalarCard" in js
+    for lib in ("uPlot.iife.min.js", "marked.umd.js", "purify.min.js"):  # vendored: the page works offline
+        ctype, body = get(server.url + "static/vendor/" + lib, raw=True)
+        assert "javascript" in ctype and len(body) > 10_000
 
 
 def test_api_errors_are_clear(server):
