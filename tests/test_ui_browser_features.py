@@ -33,6 +33,8 @@ def fit(lr, fail=False):
     memolab.log.scalar("score", lr * 3, 39)  # one point, like add_hparams' final metric
     for k in range(3):
         memolab.log.histogram("w", rng.normal(k * lr * 20, 1.0, size=500), step=k * 10)
+    for k in range(40):
+        memolab.log.histogram("many", rng.normal(0, 1 + k / 10, size=200), step=k * 100, bins=20)
     memolab.log.text("report", "| metric | value |\\n|---|---|\\n| loss | 0.5 |\\n\\n**done** VERSION"
                      "<script>window.__pwned = 1</script><img src=x onerror=\\"window.__pwned = 2\\">", step=39)
     if fail:
@@ -188,8 +190,21 @@ def test_histograms_text_images_diff_and_url_state(lab, page):
     assert pg.get_attribute("#tabs button.active", "data-tab") == "histograms"
     assert sorted(run_ids(pg)) and len(pg.query_selector_all("#runs tbody tr.selected")) == 2
     pg.wait_for_selector("#histograms canvas[data-steps='3']")
-    ranges = pg.eval_on_selector_all("#histograms canvas", "cs => cs.map(c => c.dataset.range)")
+    ranges = pg.eval_on_selector_all("#histograms canvas[data-tag='w']", "cs => cs.map(c => c.dataset.range)")
     assert len(ranges) == 2 and len(set(ranges)) == 1  # one x-range for every run
+    # step labels: whole ("step 3900", not "tep 3900"), inside the canvas, never overlapping
+    canvas = pg.query_selector("#histograms canvas[data-tag='many']")
+    import json
+
+    labels = json.loads(canvas.get_attribute("data-labels"))
+    width = canvas.evaluate("c => c.clientWidth")
+    assert labels[0][0] == "step 0" and 5 <= len(labels) < 40
+    assert all(t.startswith("step ") and x >= 0 and x + w <= width for t, x, y, w in labels)
+    assert all(b[2] - a[2] >= 13 for a, b in zip(labels, labels[1:]))
+    # titles are cut with an ellipsis (full text on hover), never broken inside a word
+    style = canvas.evaluate("c => { const s = getComputedStyle(c.closest('.card').querySelector('h3'));"
+                            " return [s.whiteSpace, s.textOverflow]; }")
+    assert style == ["nowrap", "ellipsis"]
     pg.screenshot(path=str(SHOTS / "histograms.png"), full_page=True)
     pg.select_option("#hist-mode", "distribution")
     pg.wait_for_selector("#histograms canvas[data-mode='distribution']")

@@ -503,6 +503,7 @@ function drawRidges(canvas, hs, color, lo, hi) {
   g.fillStyle = "#5b6475"; g.textAlign = "center"; g.textBaseline = "top";
   for (const t of niceTicks(lo, hi, 5)) if (t >= lo && t <= hi) g.fillText(fmtNum(t), px(t), H - pad.b + 4);
   let lastLabel = -Infinity;
+  const labels = [];
   hs.forEach((h, k) => {
     const m = h.meta, base = pad.t + ridge + k * gap;
     g.beginPath(); g.moveTo(px(m.left), base);
@@ -511,14 +512,16 @@ function drawRidges(canvas, hs, color, lo, hi) {
     g.lineTo(px(left), base); g.closePath();
     g.globalAlpha = 0.85; g.fillStyle = "#fff"; g.fill(); g.globalAlpha = 0.25 + 0.6 * (k + 1) / n;
     g.strokeStyle = color; g.lineWidth = 1.2; g.stroke(); g.globalAlpha = 1;
-    // labels never overlap: one every 13 px at least, always the last step
-    if (base - lastLabel >= 13 || k === n - 1) {
-      if (k === n - 1 && base - lastLabel < 13) return;
+    // labels never overlap: one every 13 px at least
+    if (base - lastLabel >= 13) {
+      const text = `step ${h.step}`;
       g.fillStyle = "#5b6475"; g.textAlign = "left"; g.textBaseline = "middle";
-      g.fillText(`step ${h.step}`, W - pad.r + 6, base);
+      g.fillText(text, W - pad.r + 6, base);
+      labels.push([text, W - pad.r + 6, base, g.measureText(text).width]);
       lastLabel = base;
     }
   });
+  canvas.dataset.labels = JSON.stringify(labels);  // what was written where (for tests)
 }
 
 // quantiles of a histogram (linear within a bucket), TensorBoard's distribution basis points
