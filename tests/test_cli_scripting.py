@@ -191,5 +191,7 @@ def _on_a_terminal(project, *args):
 def test_progress_bar_on_a_terminal_only(logged, tmp_path):
     assert "verifying blobs [" in _on_a_terminal(logged, "doctor")
     assert "exporting runs [" in _on_a_terminal(logged, "export-tb", str(tmp_path / "tb"))
+    gc = _on_a_terminal(logged, "gc", "--older-than", "0s", "--yes")
+    assert "gc: dropping evaluations [" in gc and "gc: collecting unreferenced blobs [" in gc
     cp = memolab(logged, "doctor")
     assert cp.stderr == ""  # a pipe gets no bar

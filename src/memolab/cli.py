@@ -573,9 +573,17 @@ def cmd_gc(args: argparse.Namespace) -> int:
     before = index_bytes(store.root)
     if drop:
         store.forget()
-        store.index.delete_evaluations([e["id"] for e in drop])
-    purged = retention.purge_orphans_counts(store.index) + retention.delete_runs(store.index, [r["id"] for r in stale])
-    n, size = store.collect_garbage()
+        ids = [e["id"] for e in drop]
+        with Progress("gc: dropping evaluations", len(ids)) as bar:
+            for i in range(0, len(ids), 500):
+                store.index.delete_evaluations(ids[i:i + 500])
+                bar.update(len(ids[i:i + 500]))
+    with Progress("gc: dropping runs and their logs", 1) as bar:
+        purged = retention.purge_orphans_counts(store.index) + retention.delete_runs(store.index, [r["id"] for r in stale])
+        bar.update()
+    with Progress("gc: collecting unreferenced blobs", 1) as bar:
+        n, size = store.collect_garbage()
+        bar.update()
     _checkpoint(store)
     after = index_bytes(store.root)
     r = {"evaluations": len(drop), "runs": purged.runs, "log_points": purged.points, "blobs": n, "blob_bytes": size,
