@@ -222,8 +222,23 @@ def test_histograms_text_images_diff_and_url_state(lab, page):
     assert "done v2" in pg.inner_text("#texts")
     pg.screenshot(path=str(SHOTS / "text_markdown.png"), full_page=True)
 
-    # the URL follows the view
+    # the URL follows the view, the tag filter too, and a reload restores it
     assert "tab=text" in pg.url and f"runs={new['id']}%2C{b['id']}" in pg.url
+    pg.click("#tabs button[data-tab='scalars']")
+    pg.fill("#tag-filter", "^val/")
+    pg.wait_for_function("() => location.search.includes('tags=%5Eval%2F')")
+    pg.reload()
+    pg.wait_for_selector("body[data-ready='1']")
+    assert pg.input_value("#tag-filter") == "^val/"
+    pg.wait_for_function("() => [...document.querySelectorAll('#charts .card')].map(c => c.dataset.tag).join() === 'val/loss'")
+    assert len(pg.query_selector_all("#runs tbody tr.selected")) == 2
+    # final-metric columns sort the runs
+    pg.click("#runs th[data-col='⟶ score']")
+    pg.wait_for_function("() => [...document.querySelectorAll('#runs tbody tr td.num')].length > 0")
+    col = pg.eval_on_selector_all("#runs thead th", "ths => ths.findIndex(t => t.dataset.col === '⟶ score')")
+    scores = pg.eval_on_selector_all(f"#runs tbody tr td:nth-child({col + 1})", "tds => tds.map(t => parseFloat(t.textContent))")
+    assert scores == sorted(scores) and len(scores) == 4
+    pg.click("#tabs button[data-tab='text']")
 
     # code diff: older -> newer whatever the click order
     pg.click("#select-none")
