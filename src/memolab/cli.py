@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 _COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
@@ -189,9 +190,7 @@ def emit_json(data: Any) -> None:
 
 # -- helpers ------------------------------------------------------------------------------
 
-def store_root(args: argparse.Namespace) -> "Any":
-    from pathlib import Path
-
+def store_root(args: argparse.Namespace) -> Path:
     from . import config
 
     return Path(args.store).expanduser() if getattr(args, "store", None) else config.store_path()

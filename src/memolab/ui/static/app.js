@@ -164,7 +164,8 @@ function renderRuns() {
     box.checked = sel;
     if (!logged) box.disabled = true;
     const sw = el("span", { class: "swatch", style: sel ? `background:${colorOf(r.id)}` : "" });
-    const status = r.status + (r.stored ? "" : r.status === "done" ? " (not stored)" : "");
+    // a script's process run stores nothing by design: "(not stored)" is for memoized calls only
+    const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
     const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
     const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
     if (changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
