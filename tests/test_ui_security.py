@@ -117,4 +117,4 @@ def test_ui_command_warns_when_not_on_loopback(project):
         assert u.query.startswith("token=") and len(u.query) > 26
     finally:
         p.terminate()
-        p.wait(10)
+        p.communicate(timeout=10)  # reaps it and closes its pipes
