@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_io.py
 	$(PY) benchmarks/codegraph.py
 	$(PY) benchmarks/scalar_logging.py
+	$(PY) benchmarks/export_tb.py
 
 clean:
 	rm -rf $(VENV) build .memolab
