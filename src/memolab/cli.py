@@ -205,9 +205,21 @@ def _store(args: argparse.Namespace):
     from .store import get_store
 
     root = store_root(args)
+    if root.exists() and not root.is_dir():
+        raise CliError(PROBLEM, f"no store at {root}: it is a file")
     if not (root / "index.sqlite").is_file():
         raise CliError(PROBLEM, f"no store at {root} (nothing memoized there yet? set MEMOLAB_STORE or --store)")
     return get_store(root)
+
+
+def _writable_store(args: argparse.Namespace):
+    """``_store`` for commands that delete: a store that can only be read (a read-only mount, a
+    damaged or newer index: the store's ``problem``) is refused before anything is asked."""
+    store = _store(args)
+    problem = getattr(store, "problem", None)
+    if isinstance(problem, BaseException):
+        raise problem
+    return store
 
 
 def known_functions(store) -> List[str]:
@@ -473,7 +485,7 @@ def _clear_options(p: argparse.ArgumentParser) -> None:
 def cmd_clear(args: argparse.Namespace) -> int:
     from .tracking import retention
 
-    store = _store(args)
+    store = _writable_store(args)
     fn = resolve_function(store, args.func) if args.func else None
     what = fn or f"every function in {store.root}"
     if not confirm(args, f"forget the stored evaluations and logged runs of {what}"):
@@ -565,6 +577,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
         else:
             print(_removed_line("would drop", r))
         return OK
+    problem = getattr(store, "problem", None)
+    if isinstance(problem, BaseException):
+        raise problem  # a store that can only be read: nothing can be dropped
     if not confirm(args, f"drop {_plural(len(drop), 'evaluation')} and {_plural(len(stale), 'run')} "
                          f"and collect unreferenced blobs in {store.root}"):
         print("nothing dropped")
