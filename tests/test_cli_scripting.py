@@ -21,7 +21,7 @@ def train(n):
     for s in range(n):
         memolab.log.scalar("loss", 1.0 / (s + 1), step=s)
     memolab.log.text("notes", "done", step=n)
-    return n
+    return {"n": n, "weights": bytes(300_000)}  # big enough to live in a blob file
 
 @memo
 def broken(n):

@@ -207,7 +207,8 @@ def _store(args: argparse.Namespace):
     root = store_root(args)
     if root.exists() and not root.is_dir():
         raise CliError(PROBLEM, f"no store at {root}: it is a file")
-    if not (root / "index.sqlite").is_file():
+    # a store being created by another process has its folders before its index file
+    if not ((root / "index.sqlite").is_file() or (root / "blobs").is_dir()):
         raise CliError(PROBLEM, f"no store at {root} (nothing memoized there yet? set MEMOLAB_STORE or --store)")
     return get_store(root)
 
