@@ -41,6 +41,7 @@ from work import f
 seed, ops, deadline = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 rng = random.Random(seed)
 store = os.environ["MEMOLAB_STORE"]
+memolab.store.get_store()  # CLI commands never create a store: make it before the first one runs
 counts = {}
 seen = []
 warnings.showwarning = lambda message, *a, **k: seen.append(str(message))
