@@ -37,7 +37,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/store_io.py
 	$(PY) benchmarks/codegraph.py
 	$(PY) benchmarks/scalar_logging.py
+<<<<<<< HEAD
 	$(PY) benchmarks/export_tb.py
+=======
+	$(PY) benchmarks/torch_first_hit.py
+>>>>>>> main
 
 clean:
 	rm -rf $(VENV) build .memolab

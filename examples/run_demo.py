@@ -1,9 +1,9 @@
-"""The memolab demo: a miss, a hit in a new process, a miss after a code edit.
+"""The memolab demo, with PyTorch: a miss, a hit in a new process, a miss after a code edit.
 
 It copies `examples/pipeline.py` into `build/demo/` (its own small workspace,
-so its store is `build/demo/.memolab`) and runs it three times as separate
-processes, editing the code before the third run. Nothing in the repository
-is modified.
+so its store is `build/demo/.memolab`; `$MEMOLAB_DEMO_DIR` picks another
+folder) and runs it three times as separate processes, editing the model's
+`forward` before the third run. Nothing in the repository is modified.
 """
 import os
 import shutil
@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-DEMO = HERE.parent / "build" / "demo"
+DEMO = Path(os.environ.get("MEMOLAB_DEMO_DIR") or HERE.parent / "build" / "demo")
 
 
 def step(title: str, *args: str) -> None:
-    print(f"\n\033[1m$ {title}\033[0m")
+    print(f"\n\033[1m$ {title}\033[0m", flush=True)
     subprocess.run([sys.executable, *args], cwd=DEMO, check=True)
 
 
@@ -28,17 +28,20 @@ def main() -> None:
     os.environ.pop("MEMOLAB_STORE", None)  # use the embedded default store of the workspace
 
     print(f"demo workspace: {DEMO}  (store: {DEMO / '.memolab'})")
-    step("python pipeline.py            # 1st run: both steps compute (a miss)", "pipeline.py")
-    step("python pipeline.py --explain  # 2nd run, new process: both steps hit", "pipeline.py", "--explain")
+    step("python pipeline.py            # 1st run: load_data and train compute (a miss)", "pipeline.py")
+    step("python pipeline.py --explain  # 2nd run, new process: both hit (first-hit latency below)",
+         "pipeline.py", "--explain")
 
     src = (DEMO / "pipeline.py").read_text()
-    edited = src.replace("return np.tanh(x * 2.0)", "return np.tanh(x * 3.0)")
+    edited = src.replace("return self.out(torch.relu(self.hidden(x)))", "return self.out(torch.tanh(self.hidden(x)))")
     assert edited != src
     (DEMO / "pipeline.py").write_text(edited)
-    print("\n# edit: featurize() now uses x * 3.0 instead of x * 2.0")
-    step("python pipeline.py --explain  # 3rd run: load_data hits, train recomputes", "pipeline.py", "--explain")
+    print("\n# edit: Net.forward now uses tanh instead of relu")
+    step("python pipeline.py --explain  # 3rd run: load_data hits, train recomputes (why: the diff)",
+         "pipeline.py", "--explain")
     step("memolab why train", "-m", "memolab", "why", "train")
     step("memolab ls", "-m", "memolab", "ls")
+    print(f"\nSee the loss curves of both trainings side by side:  cd {DEMO} && memolab ui")
 
 
 if __name__ == "__main__":

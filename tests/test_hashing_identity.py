@@ -307,20 +307,25 @@ def test_inference_tensors_have_no_version_and_rehash():
     assert H(t) != d
 
 
-def test_loaded_tensor_results_are_rehashed_not_trusted(tmp_store, tcomputed):
-    """A loaded tensor lives zero-copy on a copy-on-write mapping: its storage is
-    non-resizable from birth, so a write through ``t.numpy()`` would leave no
-    trace in any stamp. Such tensors are rehashed every time."""
+def test_loaded_tensor_results_are_trusted_until_something_could_write(tmp_store, tcomputed):
+    """A loaded tensor is a lazy (copy-on-write) clone of one in-memory copy of its
+    blob: its stored digest is trusted while ``torch._C._is_cow_tensor`` holds, and
+    every access that could write (here a ``t.numpy()`` write, invisible to
+    ``t._version``) materializes a private copy and ends that for good."""
     @memolab.memo
     def make(n):
         return torch.arange(n, dtype=torch.float32)
 
-    ref = make(50_000)
+    expected = H(make(50_000).clone())
     make.store().forget()
     t = make(50_000)
+    assert torch._C._is_cow_tensor(t)
     n = tcomputed["n"]
     d = H(t)
-    assert d == H(ref.clone())
-    assert tcomputed["n"] > n  # hashed again, not served from the identity cache
-    t.numpy()[0] = -5  # invisible to t._version: only rehashing sees it
+    assert d == expected and tcomputed["n"] == n  # the stored digest, nothing hashed
+    assert torch._C._is_cow_tensor(t)  # hashing read it without materializing it
+    t.numpy()[0] = -5
+    assert not torch._C._is_cow_tensor(t)
     assert H(t) != d and H(t) == H(t.clone())
+    u = make(50_000)  # another load: its own lazy clone, unaffected by the write to t
+    assert H(u) == expected and float(u[0]) == 0.0

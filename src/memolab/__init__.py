@@ -17,7 +17,7 @@ __all__ = [
     "memo", "MemoFunction", "configure",
     "register_hasher", "register_opaque", "register_policy", "File", "Dir",
     "HashError", "StoreMiss", "CodeChanged", "CorruptBlob", "MemolabError", "MemolabWarning",
-    "log", "SummaryWriter",
+    "log", "SummaryWriter", "checkpoint",
     "__version__",
 ]
 
@@ -28,6 +28,10 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         import importlib
 
         return importlib.import_module(".tracking.log", __name__)
+    if name == "checkpoint":
+        from .torch.checkpoint import checkpoint  # torch itself is imported only if the caller uses it
+
+        return checkpoint
     if name == "SummaryWriter":
         from .tracking.writer import SummaryWriter
         return SummaryWriter

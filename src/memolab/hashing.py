@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 
 import xxhash
 
-from . import identity
+from . import codegraph, identity
 from .errors import HashError
 
 #: Bump SCHEMA when the encoding changes, so new keys can never collide with old
@@ -61,6 +61,8 @@ _pack_Q = struct.Struct("<Q").pack
 Handler = Callable[["Encoder", Any], None]
 
 _dispatch: Dict[type, Handler] = {}
+#: types whose ``_dispatch`` entry was resolved (inherited or generic), not registered
+_resolved: set = set()
 _lazy: Dict[str, Callable[[], None]] = {}
 
 
@@ -145,7 +147,7 @@ class Encoder:
     a new object and turn into a false back-reference.
     """
 
-    __slots__ = ("h", "buf", "memo", "keep", "untrusted")
+    __slots__ = ("h", "buf", "memo", "keep", "untrusted", "config_only")
 
     def __init__(self) -> None:
         self.h = _new_hasher()
@@ -155,6 +157,10 @@ class Encoder:
         #: > 0 while encoding state whose leaves may change behind their
         #: mutation detectors (a Module's buffers): the identity cache is off there.
         self.untrusted = 0
+        #: > 0 while encoding an object whose key is its configuration (a data
+        #: loader, a sampler, a dataset): handlers leave out running state there,
+        #: e.g. a seeded generator counts by its seed, not its position.
+        self.config_only = 0
 
     # -- low-level output -------------------------------------------------
     def write(self, data: bytes) -> None:
@@ -166,6 +172,19 @@ class Encoder:
     def write_str(self, s: str) -> None:
         b = s.encode("utf-8", "surrogatepass")
         self.write(_pack_Q(len(b)) + b)
+
+    def write_uint(self, n: int) -> None:
+        """An unsigned 64-bit integer (a length, a count)."""
+        self.write(_pack_Q(n))
+
+    def write_ints(self, xs: Iterable[int]) -> None:
+        """A sequence of signed 64-bit integers (a shape, strides), prefixed by its length."""
+        xs = tuple(xs)
+        self.write(_pack_Q(len(xs)) + b"".join([_pack_q(x) for x in xs]))
+
+    def write_type(self, t: type) -> None:
+        """A type by its qualified name (not its code: see ``encode_class``)."""
+        self.write_str(_type_name(t))
 
     def write_buffer(self, mv: memoryview) -> None:
         """Feed a contiguous buffer (1-D, bytes) without copying it.
@@ -218,6 +237,10 @@ class Encoder:
         self.h = _new_hasher()
 
     # -- traversal ----------------------------------------------------------
+    def seen(self, obj: Any) -> bool:
+        """Has ``obj`` been encoded already in this value (``memoize`` would write a back-reference)?"""
+        return id(obj) in self.memo
+
     def memoize(self, obj: Any) -> bool:
         """Record ``obj``; if it was seen before write a back-reference and return True."""
         i = id(obj)
@@ -244,8 +267,29 @@ class Encoder:
         except RecursionError:
             raise HashError("value is nested too deeply to hash", segment, obj) from None
 
+    def encode_class(self, t: type) -> None:
+        """A class by symbol and code digest: editing its code changes the key."""
+        _encode_class(self, t)
+
+    def encode_object(self, obj: Any, exclude: Iterable[str] = ()) -> None:
+        """The generic rule: class by code + what pickle would save, minus policy-excluded and ``exclude`` attributes."""
+        _encode_object(self, obj, frozenset(exclude))
+
+    def encode_extra_state(self, obj: Any) -> None:
+        """The attributes (``__dict__``) an instance of a value type carries besides its value."""
+        _encode_extra_state(self, obj)
+
 
 # -- registry ----------------------------------------------------------------------
+#
+# Handlers are found by exact type; a type without one is *resolved* once (its
+# nearest registered base class, or a generic handler) and the result cached in
+# ``_dispatch``. ``_resolved`` remembers which entries were resolved rather than
+# registered, so that a later registration that could change the answer drops
+# them (``_forget_resolved``). Lazy registrations (numpy, torch, torch.optim)
+# run before a type is resolved if any class in its MRO lives in their module:
+# a user ``class Net(nn.Module)`` hashed first must get the module handler, not
+# the generic one cached for good.
 
 def register_hasher(type_: type, fn: Callable[[Any], Any]) -> None:
     """Hash instances of ``type_`` as ``fn(obj)`` (any hashable-by-memolab value).
@@ -260,7 +304,7 @@ def register_hasher(type_: type, fn: Callable[[Any], Any]) -> None:
         enc.write_str(tag)
         enc.encode_child(fn(obj), "")
 
-    _dispatch[type_] = handler
+    register_handler(type_, handler)
 
 
 def register_opaque(type_: type) -> None:
@@ -275,17 +319,60 @@ def register_opaque(type_: type) -> None:
         enc.write(b"Q")
         enc.write_str(tag)
 
-    _dispatch[type_] = handler
+    register_handler(type_, handler)
 
 
 def register_handler(type_: type, handler: Handler) -> None:
-    """Low-level: register a streaming handler ``handler(encoder, obj)``."""
+    """Low-level: register a streaming handler ``handler(encoder, obj)`` for ``type_`` and its subclasses.
+
+    Subclasses whose handler was already resolved (inherited or generic) are
+    resolved again on their next use, so registration order never matters.
+    """
     _dispatch[type_] = handler
+    _resolved.discard(type_)
+    _forget_resolved(lambda t: type_ in getattr(t, "__mro__", ()))
 
 
-def register_lazy(toplevel: str, register: Callable[[], None]) -> None:
-    """Run ``register()`` the first time a type from module ``toplevel`` is hashed."""
-    _lazy[toplevel] = register
+def register_lazy(module: str, register: Callable[[], None]) -> None:
+    """Run ``register()`` before the first type whose MRO has a class from ``module`` is hashed.
+
+    ``module`` is a top-level package (``"numpy"``) or a dotted prefix
+    (``"torch.optim"``): a class counts if its ``__module__`` is ``module`` or
+    lies below it. The hook sees that module imported already (a class from it
+    exists), so registering never imports anything the user did not.
+    """
+    _lazy[module] = register
+    _forget_resolved(lambda t: any(_module_matches(_module_of(b), module) for b in getattr(t, "__mro__", ())))
+
+
+def _module_of(t: type) -> str:
+    m = getattr(t, "__module__", None)
+    return m if isinstance(m, str) else ""
+
+
+def _module_matches(name: str, prefix: str) -> bool:
+    return name == prefix or (name.startswith(prefix) and name[len(prefix)] == ".")
+
+
+def _forget_resolved(affected: Callable[[type], bool]) -> None:
+    # list() copies in one C call (no thread switch), so a concurrent resolve cannot break the loop
+    for t in [t for t in list(_resolved) if affected(t)]:
+        _resolved.discard(t)
+        _dispatch.pop(t, None)
+
+
+def _run_lazy(t: type) -> None:
+    """Run every pending lazy registration that could apply to ``t`` (any class of its MRO).
+
+    A registration may add further lazy hooks (torch adds ``torch.optim``), so
+    this loops until none applies.
+    """
+    while _lazy:
+        mods = {_module_of(b) for b in getattr(t, "__mro__", (t,))}
+        hit = next((p for p in _lazy if any(_module_matches(m, p) for m in mods)), None)
+        if hit is None:
+            return
+        _lazy.pop(hit)()
 
 
 class Leaf:
@@ -346,29 +433,28 @@ def _type_name(t: type) -> str:
 
 
 def _resolve(t: type) -> Handler:
-    toplevel = t.__module__.split(".", 1)[0] if isinstance(t.__module__, str) else ""
-    reg = _lazy.pop(toplevel, None)
-    if reg is not None:
-        reg()
+    if _lazy:
+        _run_lazy(t)
         h = _dispatch.get(t)
         if h is not None:
             return h
     # Inherit the handler of the nearest registered base class, except for the
     # built-in containers: a subclass of dict may carry attributes of its own.
-    for base in t.__mro__[1:]:
-        h = _dispatch.get(base)
-        if h is not None and base not in _STRUCTURAL:
-            if base in _TYPE_BLIND:
-                h = _subclass_of(h)
-            _dispatch[t] = h
-            return h
-    if hasattr(t, "__memo_hash__"):
-        h = _encode_protocol
-    elif isinstance(t, type) and issubclass(t, type):
-        h = _encode_class
-    else:
-        h = _encode_object
+    h = None
+    for base in getattr(t, "__mro__", (t,))[1:]:
+        bh = _dispatch.get(base)
+        if bh is not None and base not in _STRUCTURAL and base not in _resolved:
+            h = _subclass_of(bh) if base in _TYPE_BLIND else bh
+            break
+    if h is None:
+        if hasattr(t, "__memo_hash__"):
+            h = _encode_protocol
+        elif isinstance(t, type) and issubclass(t, type):
+            h = _encode_class
+        else:
+            h = _encode_object
     _dispatch[t] = h
+    _resolved.add(t)
     return h
 
 
@@ -582,8 +668,6 @@ def _encode_extra_state(enc: Encoder, obj: Any) -> None:
 # -- code and modules -------------------------------------------------------------
 
 def _encode_function(enc: Encoder, obj: Any) -> None:
-    from . import codegraph
-
     enc.write(b"P")
     enc.write_str(codegraph.symbol_of(obj))
     enc.write_str(codegraph.object_digest(obj))
@@ -633,16 +717,12 @@ def _encode_method(enc: Encoder, obj: Any) -> None:
 
 
 def _encode_class(enc: Encoder, obj: type) -> None:
-    from . import codegraph
-
     enc.write(b"C")
     enc.write_str(codegraph.symbol_of(obj))
     enc.write_str(codegraph.object_digest(obj))
 
 
 def _encode_module(enc: Encoder, obj: Any) -> None:
-    from . import codegraph
-
     enc.write(b"M")
     enc.write_str(obj.__name__)
     # A module held as a value (``MODS = {"ops": ops}``, an argument, a submodule
@@ -666,7 +746,7 @@ def _refuse(reason: str) -> Handler:
 
 # -- generic objects ---------------------------------------------------------------
 
-def _encode_object(enc: Encoder, obj: Any) -> None:
+def _encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()) -> None:
     """Class identity (symbol + code digest) plus what pickle would save."""
     if enc.memoize(obj):
         return
@@ -694,7 +774,7 @@ def _encode_object(enc: Encoder, obj: Any) -> None:
         enc.encode_child(func, ".<reduce>")
         enc.encode_child(args, ".<reduce args>")
     if state is not None:
-        _encode_state(enc, state, excluded_attributes(t) if _policies else frozenset())
+        _encode_state(enc, state, (excluded_attributes(t) if _policies else frozenset()) | exclude)
     if listitems is not None:
         enc.write(b"L")
         enc.encode_child(list(listitems), "")
@@ -781,28 +861,100 @@ _result_tokens: "OrderedDict[Any, Tuple[List[str], Any]]" = OrderedDict()
 _tokens_lock = threading.Lock()
 
 
-def _walk_leaves(value: Any, out: List[Tuple[Any, Leaf]], depth: int = 0) -> None:
+#: handlers whose objects a result walk enters (attribute by attribute): plain
+#: objects and, registered by torch support, datasets, samplers and loaders
+_walk_handlers: set = set()
+
+
+def register_result_walk(handler: Handler) -> None:
+    """Let result walks (``result_token``/``remember_loaded``) enter objects hashed by ``handler``.
+
+    Only for handlers that hash an object as its attributes (``Encoder.encode_object``);
+    never for state no stamp can vouch for (modules, optimizers).
+    """
+    _walk_handlers.add(handler)
+
+
+def _plain_pickled(t: type) -> bool:
+    """Does unpickling restore exactly the instance ``__dict__`` that was saved?
+
+    Only then do the leaves of a loaded object stand where the saved object's
+    did, so the stored digests can be handed to them in walk order. A class of
+    its own ``__reduce__``/``__getstate__``/``__setstate__`` may rebuild its
+    attributes differently (scale them, drop them): not entered, nor is a type
+    memolab's own pickler has a reducer for.
+    """
+    pickling = sys.modules.get("memolab.pickling")
+    if pickling is not None and pickling._reducers.get(t) is not None:
+        return False  # memolab's own pickler rebuilds it its way (a registered reducer)
+    got = _plain_cache.get(t)
+    if got is None:
+        got = (getattr(t, "__reduce_ex__", None) is object.__reduce_ex__
+               and getattr(t, "__reduce__", None) is object.__reduce__
+               and getattr(t, "__getstate__", object.__getstate__) is object.__getstate__
+               and not hasattr(t, "__setstate__")
+               and "__slots__" not in vars(t))
+        _plain_cache[t] = got
+    return got
+
+
+_plain_cache: Dict[type, bool] = {}
+
+
+def _walk_leaves(value: Any, out: List[Tuple[Any, Leaf]], depth: int = 0, seen: Optional[set] = None) -> None:
+    """The large leaves of a result, in a deterministic order: inside lists, tuples,
+    dicts and objects with plain pickling whose handler allows it (``register_result_walk``)."""
     t = type(value)
-    if t not in _dispatch:
-        _resolve(t)  # runs lazy registrations (numpy, torch) for this type
+    h = _dispatch.get(t)
+    if h is None:
+        h = _resolve(t)  # runs lazy registrations (numpy, torch) for this type
     lf = _leaves.get(t)
     if lf is not None:
         out.append((value, lf))
-    elif depth < 4 and len(out) < 10000:
+    elif depth < 8 and len(out) < 10000:
         if t is list or t is tuple:
             for x in value:
-                _walk_leaves(x, out, depth + 1)
+                _walk_leaves(x, out, depth + 1, seen)
         elif t is dict:
             for x in value.values():
-                _walk_leaves(x, out, depth + 1)
+                _walk_leaves(x, out, depth + 1, seen)
+        elif h in _walk_handlers and _plain_pickled(t):
+            d = getattr(value, "__dict__", None)
+            if type(d) is not dict:
+                return
+            if seen is None:
+                seen = set()
+            if id(value) in seen:  # shared (a loader's dataset and its sampler's data_source)
+                return
+            seen.add(id(value))
+            excluded = excluded_attributes(t)
+            for k in sorted(d, key=str):
+                if k not in excluded:
+                    _walk_leaves(d[k], out, depth + 1, seen)
+
+
+def _leaf_digest(x: Any, lf: Leaf) -> bytes:
+    """``x``'s digest through the identity cache, recording it where a stamp vouches for ``x``."""
+    stamp = lf.stamp(x) if identity.enabled else None
+    d = identity.lookup(x, stamp) if stamp is not None else None
+    if d is None:
+        d = lf.digest(x)
+        if stamp is not None:
+            identity.remember(x, stamp, d)
+    return d
 
 
 def result_token(value: Any) -> Optional[List[str]]:
-    """Digests of ``value``'s large leaves (arrays, tensors; inside lists, tuples, dicts), or None."""
+    """Digests of ``value``'s large leaves (arrays, tensors; see ``_walk_leaves``), or None.
+
+    The computed value's leaves are entered into the identity cache on the way
+    (where their stamp allows): passing a fresh result on to another memoized
+    function costs O(1) in the process that computed it too.
+    """
     try:
         leaves: List[Tuple[Any, Leaf]] = []
         _walk_leaves(value, leaves)
-        return [lf.digest(x).hex() for x, lf in leaves] or None
+        return [_leaf_digest(x, lf).hex() for x, lf in leaves] or None
     except Exception:  # a result we cannot hash is still a result
         return None
 
@@ -1028,12 +1180,27 @@ def _register_numpy() -> None:
 
 
 def _register_torch() -> None:
-    from .torch import hashing as torch_hashing
+    from .torch import registry
 
-    torch_hashing.register()
+    registry.register()
 
+
+register_result_walk(_encode_object)
+# code values hash their arguments' defaults and bound globals with this module;
+# handing it over here (rather than codegraph importing us) keeps the import graph acyclic
+codegraph.set_value_hasher(hash_value)
 
 _STRUCTURAL = frozenset((list, tuple, dict, set, frozenset, bytes, str, int, float))
 _register_builtins()
 register_lazy("numpy", _register_numpy)
 register_lazy("torch", _register_torch)
+
+
+def _register_torchdata() -> None:
+    # torchdata.nodes loaders and nodes (memolab/torch/iteration.py)
+    from .torch import iteration
+
+    iteration.register_hashing()
+
+
+register_lazy("torchdata", _register_torchdata)

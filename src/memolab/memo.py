@@ -8,6 +8,7 @@ callers compute it once.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import os
@@ -183,12 +184,15 @@ class MemoFunction:
                     return value
                 continue
             t0, run = self._start(call)
+            ev, token = _enter(call, run)
             try:
                 value = self.fn(*call.bound.args, **call.bound.kwargs)
             except BaseException as e:
+                _running.reset(token)
                 self._failed(call, owner, run, e)
                 raise
-            self._done(call, owner, value, t0, run)
+            _running.reset(token)
+            self._done(call, owner, value, t0, run, ev)
             return value
 
     async def _call_async(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
@@ -216,12 +220,15 @@ class MemoFunction:
                     return value
                 continue
             t0, run = self._start(call)
+            ev, token = _enter(call, run)
             try:
                 value = await self.fn(*call.bound.args, **call.bound.kwargs)
             except BaseException as e:
+                _running.reset(token)
                 self._failed(call, owner, run, e)
                 raise
-            self._done(call, owner, value, t0, run)
+            _running.reset(token)
+            self._done(call, owner, value, t0, run, ev)
             return value
 
     def _store_unusable(self, e: BaseException) -> None:
@@ -253,7 +260,8 @@ class MemoFunction:
         call.store.release(call.key, owner)
         _runs.end(run, "failed", error=error)
 
-    def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any) -> None:
+    def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any,
+              ev: Optional["Running"] = None) -> None:
         if call.files and not self._same_files(call):
             # A file argument was rewritten between keying and reading: the result
             # belongs to neither content, so it is returned but not stored.
@@ -263,6 +271,8 @@ class MemoFunction:
             _runs.end(run, "done", None)
             return
         eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0)
+        if eval_id is not None and ev is not None:
+            ev.stored()
         _runs.end(run, "done", eval_id)
 
     def _same_files(self, call: "_Call") -> bool:
@@ -362,6 +372,41 @@ class MemoFunction:
 
     def evaluations(self) -> List[Dict[str, Any]]:
         return self.store().index.evaluations(self.symbol)
+
+
+class Running:
+    """The evaluation being computed in this context (``running()``): what
+    ``memolab.checkpoint`` files its checkpoints under."""
+
+    __slots__ = ("key", "store", "run", "force", "on_stored")
+
+    def __init__(self, key: Key, store: Store, run: Any, force: bool) -> None:
+        self.key = key
+        self.store = store
+        self.run = run  # the tracking run handle (or None), whose logs a resumed computation continues
+        self.force = force  # computed by ``fresh()``: start over, whatever was checkpointed
+        self.on_stored: List[Callable[[], None]] = []
+
+    def stored(self) -> None:
+        """The result is stored: run what waited for that (dropping checkpoints)."""
+        for cb in self.on_stored:
+            try:
+                cb()
+            except Exception:  # housekeeping must never fail a call that succeeded
+                pass
+
+
+_running: "contextvars.ContextVar[Optional[Running]]" = contextvars.ContextVar("memolab_evaluation", default=None)
+
+
+def running() -> Optional[Running]:
+    """The memoized evaluation computing in this context (a miss in progress), or None."""
+    return _running.get()
+
+
+def _enter(call: "_Call", run: Any) -> Tuple[Running, Any]:
+    ev = Running(call.key, call.store, run, call.force)
+    return ev, _running.set(ev)
 
 
 #: the argument name under which a memoized callable object's own state is keyed

@@ -786,6 +786,26 @@ def _register_torch() -> None:
 register_lazy("torch", _register_torch)
 
 
+def _register_torchdata() -> None:
+    # a StatefulDataLoader or torchdata.nodes loader stopped mid-epoch keeps its position
+    from .torch import iteration
+
+    iteration.register_pickling(register_reducer)
+
+
+register_lazy("torchdata", _register_torchdata)
+
+
+def _register_accelerate() -> None:
+    # an Accelerate-prepared loader stopped mid-epoch (its GradientState is process-wide)
+    from .torch import iteration
+
+    iteration.register_accelerate_pickling(register_reducer)
+
+
+register_lazy("accelerate", _register_accelerate)
+
+
 # -- public API ------------------------------------------------------------------------------
 
 def dumps_with_refs(obj: Any) -> Tuple[bytes, List[memoryview], Dict[str, Any]]:

@@ -792,14 +792,24 @@ class _Root:
         return CodeVersion(h.hexdigest(), deps, sources, self.sensitivity)
 
 
+#: the value hasher (``memolab.hashing.hash_value``), handed over by ``memolab.hashing``
+#: when it is imported (``import memolab`` does): codegraph never imports hashing, so
+#: the two do not form a cycle
+_hash_value: Any = None
+
+
+def set_value_hasher(fn: Any) -> None:
+    global _hash_value
+    _hash_value = fn
+
+
 def _value_digest(v: Any, sym: str) -> str:
     if v is _MISSING:
         return "unbound"
     from ..errors import HashError
-    from ..hashing import hash_value
 
     try:
-        return hash_value(v)
+        return _hash_value(v)
     except HashError as e:
         _warn_once(("unhashable", sym), f"memolab: the value of `{sym}` cannot be hashed ({e}); it is left out "
                                         "of the code digest, so changing it will not invalidate results. Pass it "

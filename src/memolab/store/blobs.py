@@ -59,6 +59,17 @@ Stamp = Tuple[int, int, int]  # size, mtime_ns, inode
 _mapped_from: "weakref.WeakKeyDictionary[mmap.mmap, str]" = weakref.WeakKeyDictionary()
 
 
+def mapped_blob(buf: Any) -> Optional[str]:
+    """The path of the blob ``buf`` maps in full (read-only), or None for any other buffer."""
+    try:
+        mv = memoryview(buf)
+    except TypeError:
+        return None
+    if not mv.readonly or not isinstance(mv.obj, mmap.mmap) or mv.nbytes != len(mv.obj):
+        return None
+    return _mapped_from.get(mv.obj)
+
+
 def copy_on_write(buf: Any) -> Any:
     """A private, writable view of ``buf``'s bytes, without a copy where possible.
 

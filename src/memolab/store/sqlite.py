@@ -317,6 +317,11 @@ class Index:
                 refs.setdefault(payload, []).append(i)
             for d, _size in json.loads(buffers or "[]"):
                 refs.setdefault(d, []).append(i)
+        if not only_done:
+            from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
+
+            for d, i in checkpoints.referenced(self.conn()).items():
+                refs.setdefault(d, []).append(i)
         return refs
 
     def clear(self, fn: Optional[str] = None) -> int:
@@ -327,6 +332,9 @@ class Index:
             else:
                 n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
                 c.execute("DELETE FROM misses WHERE fn=?", (fn,))
+            from . import checkpoints
+
+            checkpoints.clear(c, fn)
         return n
 
 

@@ -1,7 +1,4 @@
-"""Hashing torch objects: tensors by value, modules and optimizers by state.
-
-Registered by ``memolab.hashing`` the first time a torch type is hashed, so
-``import memolab`` never imports torch.
+"""Tensors (and their small value types: dtype, device, layout, memory format, Size).
 
 Tensors are hashed by (type, dtype, shape, device type, requires_grad) plus
 their C-order bytes: views, transposes and clones of equal values hash equal,
@@ -12,17 +9,20 @@ Identity cache: a tensor's ``_version`` counter changes on every in-place op
 (including ``x[i] = ...``, ``out=`` and writes through views), so a tensor we
 have hashed and whose stamp (version, data pointer, shape, strides, dtype,
 device) is unchanged keeps its digest. Measured exceptions, where memory
-changes without the counter moving, are excluded (see docs/hashing.md):
+changes without the counter moving, are excluded (see docs/torch.md):
 
 * ``nn.Parameter`` and other leaf tensors that require grad: ``p.data.add_()``
   is idiomatic and bypasses the counter;
-* everything inside an ``nn.Module``: BatchNorm updates its running stats in
-  the kernel without bumping their version;
+* everything inside an ``nn.Module`` or an optimizer (``modules``, ``optim``):
+  BatchNorm updates its running stats in the kernel without bumping their version;
 * tensors sharing memory with numpy or a Python buffer (``from_numpy``,
-  ``frombuffer``, or after ``t.numpy()``): writes on the numpy side are
-  invisible to the counter. Torch marks such storage non-resizable (measured:
+  ``frombuffer``, after ``t.numpy()``): writes on the numpy side are invisible
+  to the counter. Torch marks such storage non-resizable (measured:
   ``t.numpy()`` flips ``untyped_storage().resizable()`` to False), so these are
   recognised and always rehashed;
+* tensors loaded from the store are lazy (copy-on-write) clones of one copy of
+  their blob (``pickling``): trusted while ``torch._C._is_cow_tensor`` holds,
+  which every access that could write ends for good;
 * inference-mode tensors, which have no version counter.
 """
 from __future__ import annotations
@@ -32,15 +32,16 @@ from typing import Any
 
 import torch
 
-from .. import hashing, identity
+from .. import hashing
 from ..errors import HashError
-from ..hashing import Encoder, Leaf, _pack_Q, _pack_q, _type_name
+from ..hashing import Encoder, Leaf
 
 
 def tensor_digest(t: Any) -> bytes:
+    """The digest of one tensor's own encoding (metadata + C-order bytes)."""
     sub = Encoder()
     sub.write_str(str(t.dtype))
-    sub.write(_pack_Q(t.dim()) + b"".join(_pack_q(s) for s in t.shape))
+    sub.write_ints(t.shape)
     sub.write_str(t.device.type)
     sub.write(b"g" if t.requires_grad else b"-")
     if t.layout == torch.sparse_coo:
@@ -61,24 +62,32 @@ def tensor_digest(t: Any) -> bytes:
         x = x.cpu()
     x = x.contiguous()
     sub.write(b"s")
-    sub.write_buffer(_raw_bytes(x))
+    sub.write_buffer(raw_bytes(x))
     return sub.digest()
 
 
-def _raw_bytes(x: Any) -> memoryview:
-    """The bytes of contiguous CPU tensor ``x``, without copying them.
+def raw_bytes(x: Any) -> memoryview:
+    """The bytes of contiguous CPU tensor (or untyped storage) ``x``, without copying them.
 
     Not through ``x.numpy()``: exporting to numpy marks the storage
     non-resizable for good, which is exactly the signal ``_stamp`` uses to
-    detect memory shared with numpy — hashing must not set it.
+    detect memory shared with numpy — hashing and storing must not set it.
+    The view keeps ``x`` alive.
     """
-    n = x.numel() * x.element_size()
+    n = x.nbytes() if isinstance(x, torch.UntypedStorage) else x.numel() * x.element_size()
     if n == 0:
         return memoryview(b"")
-    return memoryview((ctypes.c_char * n).from_address(x.data_ptr())).cast("B")
+    # const: reading a lazy (copy-on-write) clone must not materialize it
+    ptr = (torch.empty(0, dtype=torch.uint8).set_(x) if isinstance(x, torch.UntypedStorage) else x).const_data_ptr()
+    arr = (ctypes.c_char * n).from_address(ptr)
+    arr.owner = x  # type: ignore[attr-defined]  # the memory lives as long as the view
+    return memoryview(arr).cast("B")
 
 
-def _stamp(t: Any, loaded: bool) -> Any:
+_is_cow = getattr(torch._C, "_is_cow_tensor", None)
+
+
+def _stamp(t: Any) -> Any:
     if t.requires_grad and t.is_leaf:
         return None  # parameters: ``p.data`` writes do not move the version counter
     if t.layout != torch.strided:
@@ -87,29 +96,35 @@ def _stamp(t: Any, loaded: bool) -> Any:
         version = t._version
     except RuntimeError:  # inference tensors track no version
         return None
-    resizable = t.untyped_storage().resizable()
-    if not resizable:
-        # Memory shared with numpy or a buffer: writes there are invisible to
-        # the counter. That includes tensors loaded from the store, which sit
-        # zero-copy on a copy-on-write mapping (non-resizable from birth, so a
-        # later ``t.numpy()[0] = x`` would leave no trace): they are rehashed,
-        # at memory speed, rather than trusted.
+    storage = t.untyped_storage()
+    if _is_cow is not None and _is_cow(t):
+        # A lazy clone of a stored blob (``pickling._lazy_copy_of_blob``) that no
+        # access able to write has touched since: torch materializes a private
+        # copy on the first such access (in-place op, ``.numpy()``, DLPack,
+        # ``data_ptr()``), and then this is False for good. No pointer is read
+        # here: ``data_ptr()`` itself would materialize.
+        return ("cow", storage._cdata, version, t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
+                t.requires_grad)
+    if not storage.resizable():
+        # Memory shared with numpy or a buffer (``from_numpy``, ``frombuffer``,
+        # after ``t.numpy()``): writes there are invisible to the counter, so
+        # such tensors are rehashed, at memory speed, rather than trusted.
         return None
-    # ``resizable`` is in the stamp: a tensor exported with ``.numpy()``
-    # afterwards flips it, so the entry stops matching.
-    return (version, resizable, t.data_ptr(), t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
-            t.requires_grad)
+    # a tensor exported with ``.numpy()`` afterwards flips ``resizable`` (stamp
+    # None from then on); ``.data = other`` moves the data pointer
+    return (version, t.const_data_ptr(), storage._cdata, t.shape, t.stride(), t.storage_offset(), t.dtype,
+            t.device, t.requires_grad)
 
 
-_LEAF = Leaf(tensor_digest, lambda t: _stamp(t, False), lambda t: _stamp(t, True))
+LEAF = Leaf(tensor_digest, _stamp, _stamp)
 
 
-def _encode_tensor(enc: Encoder, t: Any) -> None:
+def encode_tensor(enc: Encoder, t: Any) -> None:
     if enc.memoize(t):
         return
     enc.write(b"\x10T")  # torch tokens: lead byte 0x10, then a kind letter
-    enc.write_str(_type_name(type(t)))
-    enc.write_leaf(t, _LEAF)
+    enc.write_type(type(t))
+    enc.write_leaf(t, LEAF)
     extra = getattr(t, "__dict__", None)
     if extra:  # attributes set on a tensor or Parameter are state too
         enc.write(b"+")
@@ -118,41 +133,13 @@ def _encode_tensor(enc: Encoder, t: Any) -> None:
         enc.write(b"-")
 
 
-def _encode_module(enc: Encoder, m: Any) -> None:
-    # A module's buffers may change without a version bump (BatchNorm running
-    # stats): nothing under a module may come from the identity cache.
-    enc.untrusted += 1
-    try:
-        hashing._encode_object(enc, m)
-    finally:
-        enc.untrusted -= 1
-
-
-def _encode_generator(enc: Encoder, g: Any) -> None:
-    enc.write(b"\x10G")
-    enc.write_str(str(g.device))
-    state = g.get_state()
-    enc.write(_pack_Q(state.numel()) + state.numpy().tobytes())
-
-
 def register() -> None:
     reg = hashing.register_handler
     for t in (torch.Tensor, torch.nn.Parameter):
-        reg(t, _encode_tensor)
-        hashing.register_leaf(t, _LEAF)
-    reg(torch.nn.Module, _encode_module)
-    reg(torch.Generator, _encode_generator)
+        reg(t, encode_tensor)
+        hashing.register_leaf(t, LEAF)
     reg(torch.dtype, lambda enc, d: (enc.write(b"\x10d"), enc.write_str(str(d))))
     reg(torch.device, lambda enc, d: (enc.write(b"\x10v"), enc.write_str(str(d))))
     reg(torch.layout, lambda enc, d: (enc.write(b"\x10l"), enc.write_str(str(d))))
     reg(torch.memory_format, lambda enc, d: (enc.write(b"\x10m"), enc.write_str(str(d))))
-    reg(torch.Size, lambda enc, s: (enc.write(b"\x10S" + _pack_Q(len(s))), enc.write(b"".join(_pack_q(x) for x in s))))
-
-    # Hook dicts are keyed by global handle counters (a module built later gets
-    # other keys), and the optimizer's profiling names and warning flags are
-    # bookkeeping, not state.
-    hooks = {k for k in torch.nn.Module().__dict__ if "hook" in k}
-    hashing.register_policy(torch.nn.Module, exclude=hooks)
-    opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
-    hashing.register_policy(torch.optim.Optimizer, exclude={k for k in opt.__dict__ if "hook" in k}
-                            | {"_zero_grad_profile_name", "_warned_capturable_if_run_uncaptured"})
+    reg(torch.Size, lambda enc, s: (enc.write(b"\x10S"), enc.write_ints(s)))

@@ -1,0 +1,235 @@
+"""PyTorch objects: memolab vs peers, side by side, one run.
+
+One function per row group (``ROWS``); each returns a titled table. Add a row
+group by writing a function and appending it to ``ROWS``.
+
+1. ``row_model_adam``: hashing a ~25M-parameter model + its Adam state
+   (~300 MB of tensors): memolab ``hash_value``, ``joblib.hash``,
+   ``torch.save`` to BytesIO + xxh3 of the bytes, and raw xxh3 over the same
+   tensor bytes (one thread: the practical limit). Target: memolab >= 70% of raw.
+2. ``row_repeat_key``: the key of a memoized ~500 MB dataset and a loader over
+   it, passed again and again to memoized functions (``hash_arguments``): in
+   the process that computed it, in a process that loaded it from the store,
+   and with the identity cache off (what every call would cost without it).
+   Target: < 50 µs.
+
+Rounds are interleaved (every variant once per round), and each cell is the
+median with the min–max spread.
+
+    python benchmarks/torch_objects.py [--rounds 7] [--mib 500] [--params 25]
+
+The machine is usually shared: quote ratios, and the load average printed.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+warnings.simplefilter("ignore")
+
+import torch  # noqa: E402
+import xxhash  # noqa: E402
+
+import memolab  # noqa: E402
+from memolab import hashing, identity  # noqa: E402
+
+Table = Tuple[str, Sequence[str], List[Sequence[str]]]
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+def interleaved(variants: Dict[str, Callable[[], object]], rounds: int, inner: int = 1) -> Dict[str, List[float]]:
+    """Seconds per call of each variant; every round runs every variant once (``inner`` calls)."""
+    out: Dict[str, List[float]] = {k: [] for k in variants}
+    for fn in variants.values():
+        fn()  # warm up (lazy registration, page faults)
+    for _ in range(rounds):
+        for k, fn in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            out[k].append((time.perf_counter() - t0) / inner)
+    return out
+
+
+def cell(samples: List[float], scale: float, fmt: str = "{:.1f}") -> str:
+    med = statistics.median(samples) * scale
+    return f"{fmt.format(med)} ({fmt.format(min(samples) * scale)}–{fmt.format(max(samples) * scale)})"
+
+
+def render(table: Table) -> str:
+    title, header, rows = table
+    lines = [f"### {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# -- 1. a 25M-parameter model + Adam ---------------------------------------------------------
+
+def build_model(params_m: float) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+    width = 2048
+    layers = max(1, round(params_m * 1e6 / (width * width + width)))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(2, width)).sum().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return model, opt
+
+
+def _tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> List[torch.Tensor]:
+    out = [p.detach() for p in model.parameters()]
+    for st in opt.state.values():
+        out += [v for v in st.values() if isinstance(v, torch.Tensor)]
+    return out
+
+
+def row_model_adam(args: argparse.Namespace) -> Table:
+    model, opt = build_model(args.params)
+    tensors = _tensors(model, opt)
+    nbytes = sum(t.numel() * t.element_size() for t in tensors)
+    nparams = sum(p.numel() for p in model.parameters())
+    from memolab.torch.tensors import raw_bytes
+
+    def raw():
+        h = xxhash.xxh3_128()
+        for t in tensors:
+            h.update(raw_bytes(t.contiguous()))
+        return h.digest()
+
+    def torch_save():
+        buf = io.BytesIO()
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict()}, buf)
+        return xxhash.xxh3_128(buf.getbuffer()).digest()
+
+    variants = {
+        "raw xxh3_128 over the tensor bytes, 1 thread (limit)": raw,
+        "**memolab** hash_value((model, opt))": lambda: hashing.hash_value((model, opt)),
+        "torch.save → BytesIO + xxh3_128": torch_save,
+    }
+    try:
+        import joblib
+
+        # joblib.hash((model, opt)) raises (it sorts the Adam state's tensor keys): hash the state dicts
+        variants["joblib.hash(state dicts)"] = lambda: joblib.hash((model.state_dict(), opt.state_dict()))
+    except ImportError:
+        pass
+    res = interleaved(variants, args.rounds)
+    limit = statistics.median(res[next(iter(variants))])
+    rows = []
+    for k, s in res.items():
+        med = statistics.median(s)
+        rows.append((k, cell(s, 1e3), f"{nbytes / med / 2**30:.2f}", f"{limit / med:.2f}"))
+    title = (f"Hashing a {nparams / 1e6:.1f}M-parameter model + Adam state ({nbytes / 2**20:.0f} MiB of tensors); "
+             f"ms median (min–max) over {args.rounds} interleaved rounds")
+    return title, ("hasher", "ms", "GiB/s", "vs raw xxh3"), rows
+
+
+# -- 2. repeat key of a memoized dataset and loader ------------------------------------------
+
+@memolab.memo
+def load_dataset(mib: int):
+    rows = mib * 2**20 // (4 * 256)  # float32 rows of 256 features, plus an int64 label per row
+    g = torch.Generator().manual_seed(0)
+    return torch.utils.data.TensorDataset(torch.rand(rows, 256, generator=g),
+                                          torch.randint(0, 10, (rows,), generator=g))
+
+
+@memolab.memo
+def make_loader(ds, batch_size: int):
+    return torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True,
+                                       generator=torch.Generator().manual_seed(0))
+
+
+def _repeat_key_variants(mib: int) -> Dict[str, Callable[[], object]]:
+    ds = load_dataset(mib)
+    dl = make_loader(ds, 256)
+    return {"dataset": lambda: hashing.hash_arguments([("ds", ds)]),
+            "loader": lambda: hashing.hash_arguments([("dl", dl)])}
+
+
+def _child_load(args: argparse.Namespace) -> None:
+    """Run in a fresh process: load the results from the store (timed), then time their keys."""
+    memolab.configure(store=args.store)
+    t0 = time.perf_counter()
+    variants = _repeat_key_variants(args.mib)
+    load_s = time.perf_counter() - t0
+    res = interleaved(variants, args.rounds, inner=3)
+    res["load"] = [load_s]
+    print(json.dumps(res))
+
+
+def _run_child(args: argparse.Namespace, store: str, env: Dict[str, str]) -> Dict[str, List[float]]:
+    cp = subprocess.run([sys.executable, __file__, "--child-load", "--store", store, "--mib", str(args.mib),
+                         "--rounds", str(args.rounds)], capture_output=True, text=True, timeout=900,
+                        env=dict(os.environ, **env))
+    if cp.returncode != 0:
+        raise SystemExit(cp.stderr)
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def row_repeat_key(args: argparse.Namespace) -> Table:
+    with tempfile.TemporaryDirectory() as store:
+        memolab.configure(store=store)
+        variants = _repeat_key_variants(args.mib)  # computed here: a miss, stored
+        here = interleaved(variants, args.rounds, inner=3)
+        identity.enabled = False
+        off = interleaved(variants, args.rounds)
+        identity.enabled = True
+        loaded = _run_child(args, store, {})
+        mapped = _run_child(args, store, {"MEMOLAB_TORCH_SHARED_BYTES": "0"})
+    rows = []
+    for what in ("dataset", "loader"):
+        rows.append((f"memoized {what}, in the process that computed it", cell(here[what], 1e6), "–"))
+        rows.append((f"memoized {what}, in a process that loaded it from the store", cell(loaded[what], 1e6),
+                     f"{loaded['load'][0] * 1e3:.0f}" if what == "dataset" else "–"))
+        rows.append((f"memoized {what}, loaded with MEMOLAB_TORCH_SHARED_BYTES=0 (zero-copy mapping, rehashed)",
+                     cell(mapped[what], 1e6), f"{mapped['load'][0] * 1e3:.0f}" if what == "dataset" else "–"))
+        rows.append((f"memoized {what}, identity cache off (full rehash)", cell(off[what], 1e6), "–"))
+    title = (f"Repeat key of a memoized {args.mib} MiB TensorDataset and a DataLoader over it "
+             f"(hash_arguments), µs median (min–max) over {args.rounds} interleaved rounds; "
+             "first load (both hits) in a fresh process, ms")
+    return title, ("argument", "key, µs", "first load, ms"), rows
+
+
+#: the row groups, in print order; add yours here
+ROWS: List[Callable[[argparse.Namespace], Table]] = [row_model_adam, row_repeat_key]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--mib", type=int, default=500, help="size of the memoized dataset")
+    ap.add_argument("--params", type=float, default=25, help="model size in millions of parameters")
+    ap.add_argument("--only", default="", help="comma-separated row functions to run")
+    ap.add_argument("--child-load", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--store", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child_load:
+        _child_load(args)
+        return
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# memolab torch objects benchmark: torch {torch.__version__}, python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} cores, load average {load:.1f}, hash threads {hashing.hash_threads()}\n")
+    only = {s for s in args.only.split(",") if s}
+    for row in ROWS:
+        if only and row.__name__ not in only:
+            continue
+        print(render(row(args)))
+        print()
+
+
+if __name__ == "__main__":
+    main()
