@@ -244,7 +244,7 @@ def test_running_evaluation_updates_live(tmp_store, page):
         select_runs(pg, run_ids(pg))
         wait_points(pg, "loss", "10")  # the background flush already wrote them while the function runs
         # the banner is drawn by its own poll: wait for it rather than race it
-        pg.wait_for_function("document.querySelector('#live').textContent.includes('running')", timeout=20000)
+        pg.wait_for_function("() => document.querySelector('#live').textContent.includes('running')", timeout=20000)
         assert "running" in pg.inner_text("#live")
         pg.screenshot(path=str(SHOTS / "live_running.png"), full_page=True)
         release.set()
