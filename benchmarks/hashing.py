@@ -3,15 +3,19 @@
 Three tables, all from one run on the same buffers:
 
 1. throughput on a large float32 numpy array and torch tensor (GiB/s):
-   memolab (identity cache off, so every call really hashes), raw xxh3_128 and
-   BLAKE3 over the same memory (the practical limit), joblib.hash,
+   memolab (identity cache off, so every call really hashes), raw xxh3_128
+   over the same memory on the same number of threads (the practical limit:
+   1, 2, and whatever memolab chose in that round), BLAKE3, joblib.hash,
    dask.base.tokenize and HF datasets' Hasher (when installed);
 2. per-call cost for a small config dict and a 100k-int list (µs);
+
+Every row of tables 1 and 2, peers included, runs once per round in
+interleaved rounds and is quoted as median (min–max) over the same rounds.
 3. the repeated-call cost with the identity cache: a large array returned by a
    memoized function (read-only, memory-mapped from the store) and a tensor,
    passed again and again — hash only, and a whole memoized call that hits.
 
-    python benchmarks/hashing.py [--mib 1024] [--repeat 3] [--threads N]
+    python benchmarks/hashing.py [--mib 1024] [--repeat 5] [--threads N]
 
 Develop with --mib 256; quote ratios, not absolute numbers (shared machines).
 """
@@ -107,7 +111,7 @@ def peers():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=1024, help="size of the large buffer")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5, help="interleaved rounds (every row, peers included)")
     ap.add_argument("--threads", type=int, default=0, help="MEMOLAB_HASH_THREADS (0: default)")
     args = ap.parse_args()
     if args.threads:
@@ -132,42 +136,89 @@ def main():
     ext = peers()
 
     # -- 1. throughput ------------------------------------------------------------------
-    # The fast contenders run interleaved, round after round, and each keeps its
-    # best round: on a shared machine a burst of someone else's load then hits
-    # all of them alike instead of whichever happened to run during it.
+    # Every row, peers included, runs once per round, rounds interleaved, and is
+    # quoted as median (min–max) over the same rounds: on a shared machine a burst
+    # of someone else's load then hits all of them alike. memolab picks its thread
+    # count from the idle cores at each call; the "limit" row of each round hashes
+    # the same chunks with raw xxh3 on exactly that many threads, right after it.
     identity.enabled = False  # every call really hashes
+    auto = "raw xxh3_128, 4 MiB chunks, the threads memolab chose (limit)"
     fast = [
-        ("raw xxh3_128, 1 thread (limit)", "array bytes", lambda: xxhash.xxh3_128(mv).digest()),
+        ("raw xxh3_128, 1 thread", "array bytes", lambda: xxhash.xxh3_128(mv).digest()),
+        ("memolab, forced 1 thread", "np.ndarray", lambda: one_thread(hashing.hash_value, arr)),
+        ("raw xxh3_128, 4 MiB chunks, 2 threads", "array bytes", lambda: one_thread(hashing.chunk_digests, mv, "2")),
+        ("memolab, forced 2 threads", "np.ndarray", lambda: one_thread(hashing.hash_value, arr, "2")),
         ("raw BLAKE3, 1 thread", "array bytes", lambda: blake3.blake3(mv).digest()),
         ("raw BLAKE3, all threads", "array bytes", lambda: blake3.blake3(mv, max_threads=blake3.blake3.AUTO).digest()),
-        ("xxh3_128 4 MiB chunks, all threads", "array bytes", lambda: hashing.chunk_digests(mv)),
-        ("**memolab**", "np.ndarray", lambda: hashing.hash_value(arr)),
-        ("**memolab**", "torch.Tensor", lambda: hashing.hash_value(ten)),
-        ("memolab, forced 1 thread", "np.ndarray", lambda: one_thread(hashing.hash_value, arr)),
-        ("memolab, forced 2 threads", "np.ndarray", lambda: one_thread(hashing.hash_value, arr, "2")),
     ]
-    got = {i: float("inf") for i in range(len(fast))}
+    # vs which row each ratio is taken: the same work's limit at the same thread count
+    limit_of = {"memolab, forced 1 thread": "raw xxh3_128, 1 thread",
+                "memolab, forced 2 threads": "raw xxh3_128, 4 MiB chunks, 2 threads",
+                "**memolab** (threads: see below)": auto}
+    slow = [(name, kind, obj) for name in ext for kind, obj in (("np.ndarray", arr), ("torch.Tensor", ten))]
+    times: dict = {}
+    chose: list = []
+    failed: dict = {}
+
+    def timed(key, fn):
+        t0 = time.perf_counter()
+        fn()
+        times.setdefault(key, []).append(time.perf_counter() - t0)
+
+    # warm-up, untimed in the rounds: thread pool start, and the first tensor hash in
+    # a process, which pays memolab's torch support import (reported on its own)
+    t0 = time.perf_counter()
+    hashing.hash_value(ten)
+    first_tensor = time.perf_counter() - t0
+    for _, _, fn in fast:
+        fn()
+    hashing.hash_value(arr)
     for _ in range(args.repeat):
-        for i, (_, _, fn) in enumerate(fast):
-            got[i] = min(got[i], best(fn, 1))
-    raw = got[0]
-    rows = [(name, kind, f"{gib / got[i]:.1f}", f"{raw / got[i]:.2f}") for i, (name, kind, _) in enumerate(fast)]
-    mem_t = got[4]
-    joblib_t = None
-    for name, fn in ext.items():  # slow peers: once each
+        for name, kind, fn in fast:
+            timed((name, kind), fn)
         for kind, obj in (("np.ndarray", arr), ("torch.Tensor", ten)):
-            try:
-                t = best(lambda: fn(obj), 1)
-            except Exception as e:  # a peer that cannot hash the object at all
-                rows.append((name, kind, f"error: {type(e).__name__}", "-"))
+            n_threads = hashing.hash_threads()  # what the next call uses (it reads the load average)
+            timed(("**memolab** (threads: see below)", kind), lambda: hashing.hash_value(obj))
+            timed((auto, f"array bytes, after {kind}"), lambda: one_thread(hashing.chunk_digests, mv, str(n_threads)))
+            chose.append(n_threads)
+        for name, kind, obj in slow:  # peers: single-threaded, the same rounds
+            if (name, kind) in failed:
                 continue
-            if name == "joblib.hash" and kind == "np.ndarray":
-                joblib_t = t
-            rows.append((name, kind, f"{gib / t:.2f}", f"{raw / t:.3f}"))
-    table(f"Throughput on a {args.mib} MiB float32 buffer (GiB/s, best of {args.repeat} interleaved rounds; "
-          "ratio = raw xxh3 time / this time)", ["hasher", "object", "GiB/s", "vs raw xxh3"], rows)
-    if joblib_t:
-        print(f"\nmemolab vs joblib.hash on the array: {joblib_t / mem_t:.0f}x faster")
+            try:
+                timed((name, kind), lambda: ext[name](obj))
+            except Exception as e:  # a peer that cannot hash the object at all
+                failed[(name, kind)] = f"error: {type(e).__name__}"
+
+    def gibs(key):
+        ts = times[key]
+        return gib / statistics.median(ts), gib / max(ts), gib / min(ts)
+
+    rows = []
+    order = [k for k in times if k[0] != auto] + [k for k in times if k[0] == auto]
+    for key in order:
+        med, lo, hi = gibs(key)
+        ratio = "-"
+        lim = limit_of.get(key[0])
+        if lim == auto:
+            lim_key = (auto, f"array bytes, after {key[1]}")
+            ratio = f"{statistics.median(times[lim_key]) / statistics.median(times[key]):.2f}"
+        elif lim is not None:
+            ratio = f"{statistics.median(times[(lim, 'array bytes')]) / statistics.median(times[key]):.2f}"
+        rows.append((key[0], key[1], f"{med:.2f} ({lo:.2f}–{hi:.2f})", ratio))
+    for (name, kind), err in failed.items():
+        rows.append((name, kind, err, "-"))
+    table(f"Throughput on a {args.mib} MiB float32 buffer (GiB/s, median (min–max) over {args.repeat} interleaved "
+          "rounds, every row in every round; ratio = the limit's median time at the same thread count / this "
+          "row's)", ["hasher", "object", "GiB/s", "vs limit"], rows)
+    print(f"\nmemolab chose {', '.join(map(str, chose))} thread(s) in successive calls (it counts idle cores; "
+          f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores).")
+    print(f"The first tensor hash in this process (not in the rounds: it imports memolab's torch support) "
+          f"took {first_tensor * 1e3:.0f} ms.")
+    mem_key = ("**memolab** (threads: see below)", "np.ndarray")
+    for name in ext:
+        if (name, "np.ndarray") in times:
+            r = statistics.median(times[(name, "np.ndarray")]) / statistics.median(times[mem_key])
+            print(f"memolab vs {name} on the array: {r:.0f}x faster (medians)")
 
     # -- 2. small values -------------------------------------------------------------------
     cfg = {"lr": 3e-4, "batch_size": 64, "epochs": 10, "model": "resnet18", "layers": [64, 128, 256, 512],
@@ -175,10 +226,18 @@ def main():
            "schedule": "cosine"}
     ints = list(range(100_000))
     small = {"memolab hash_value": hashing.hash_value, **ext}
-    rows = []
-    for name, fn in small.items():
-        rows.append((name, f"{per_call(lambda: fn(cfg)):.1f}", f"{per_call(lambda: fn(ints), budget=1.0):.0f}"))
-    table("Per-call cost of small values (µs, median)", ["hasher", "config dict (10 keys)", "list of 100k ints"], rows)
+    per: dict = {}
+    for _ in range(args.repeat):  # interleaved rounds, as above
+        for name, fn in small.items():
+            per.setdefault((name, "cfg"), []).append(per_call(lambda: fn(cfg), budget=0.1))
+            per.setdefault((name, "ints"), []).append(per_call(lambda: fn(ints), budget=0.2))
+
+    def spread(xs, f):
+        return f"{statistics.median(xs):{f}} ({min(xs):{f}}–{max(xs):{f}})"
+
+    rows = [(name, spread(per[(name, "cfg")], ".1f"), spread(per[(name, "ints")], ".0f")) for name in small]
+    table(f"Per-call cost of small values (µs; median (min–max) over {args.repeat} interleaved rounds, "
+          "each round's figure a median of batches)", ["hasher", "config dict (10 keys)", "list of 100k ints"], rows)
 
     # -- 3. repeated calls with the identity cache ------------------------------------------
     identity.enabled = True

@@ -1,12 +1,28 @@
-"""Cost of a cache hit: memolab vs joblib.Memory (vs HitSave when installed).
+"""Cost of a cache hit, layer by layer: memolab vs joblib.Memory (vs HitSave when installed).
 
-Two cases: a trivial function of a small int, and a function taking a 100 MB
-numpy array. Every library gets a warm cache (one call first), then we time
-repeated hits in this process and report medians. Each library's hits are
-measured in its own child process of this one, so imports and caches do not
-leak between them; all of it runs side by side in one process tree.
+Every row is the same work for every library:
 
-    python benchmarks/hit_overhead.py [--mb 100] [--repeat 200]
+* **in-process repeat**: the same call again in the same process. memolab
+  serves it from its in-process copy; joblib.Memory and HitSave have no such
+  layer and read their store again (so this row is each library's cheapest hit).
+* **hit read from the store**: the key is not in this process's memory
+  (memolab's in-process copies are dropped before every call), so each library
+  looks the key up in its store and loads the result from disk.
+* **first call of a fresh process**: a new interpreter whose first call is a
+  hit (the store was filled by an earlier process): store open, code digest,
+  argument hash, lookup, load, and whatever the library imports lazily on the
+  way. Measured inside the process, from after ``import`` to after the call.
+* **import + first call**: the same process, from before ``import`` of the
+  library to after its first call (interpreter start-up excluded).
+
+Cases: a trivial function of a small int, and a function taking a ``--mb`` MB
+numpy array (argument hashing dominates there). Each library runs in its own
+child processes, ``--rounds`` rounds, libraries interleaved within a round;
+each figure is the median over rounds of each round's median, with the spread
+(min–max over rounds). Children write bytecode caches like any user's run
+(``PYTHONDONTWRITEBYTECODE`` is dropped), after one untimed warm-up child.
+
+    python benchmarks/hit_overhead.py [--mb 100] [--repeat 300] [--rounds 5]
     python benchmarks/hit_overhead.py --hitsave-python /path/to/venv/bin/python
 """
 from __future__ import annotations
@@ -18,16 +34,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 CHILD = r"""
-import json, os, statistics, sys, time, warnings
-warnings.simplefilter("ignore")
-import numpy as np
-lib, mb, repeat, workdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import time
+T0 = time.perf_counter()
+import json, os, statistics, sys, warnings
+lib, mb, repeat, workdir, mode = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 os.chdir(workdir)
-big = np.random.default_rng(0).random(mb * 1_000_000 // 8)
-
+warnings.simplefilter("ignore")
+t_import = time.perf_counter()
 if lib == "memolab":
     from memolab import memo, configure
     configure(store=os.path.join(workdir, "memolab-store"))
@@ -38,6 +54,7 @@ elif lib == "joblib":
 elif lib == "hitsave":
     os.environ.setdefault("HITSAVE_NO_CLOUD", "true")
     from hitsave import memo as deco
+t_imported = time.perf_counter()
 
 @deco
 def trivial(x):
@@ -47,79 +64,125 @@ def trivial(x):
 def total(a):
     return float(a.sum())
 
-def bench(fn, arg, n):
-    fn(arg)  # warm: the miss, then the first hit loads from disk
-    fn(arg)
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn(arg)
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+t = time.perf_counter()
+trivial(1)  # a hit, unless mode == "fill"
+t_first = time.perf_counter() - t
+out = {"first": t_first, "import_first": time.perf_counter() - t_import}
+if mode == "measure":
+    import numpy as np
+    big = np.random.default_rng(0).random(mb * 1_000_000 // 8)
+    if lib == "memolab":
+        from memolab.store import get_store
+        forget = get_store().forget
+    else:
+        forget = lambda: None  # no in-process layer: every hit reads the store
 
-out = {"trivial": bench(trivial, 1, repeat), "array": bench(total, big, max(5, repeat // 20))}
+    def bench(fn, arg, n, from_store):
+        fn(arg)  # warm: the miss (or a hit from the store)
+        fn(arg)
+        ts = []
+        for _ in range(n):
+            if from_store:
+                forget()
+            t = time.perf_counter()
+            fn(arg)
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    n_big = max(5, repeat // 20)
+    out.update({
+        "repeat_trivial": bench(trivial, 2, repeat, False),
+        "store_trivial": bench(trivial, 3, repeat, True),
+        "repeat_array": bench(total, big, n_big, False),
+        "store_array": bench(total, big, n_big, True),
+    })
 print(json.dumps(out))
 """
 
-
-def run(lib: str, python: str, mb: int, repeat: int) -> dict:
-    with tempfile.TemporaryDirectory() as d:
-        open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
-        env = dict(os.environ, HITSAVE_LOCAL_CACHE_DIR=os.path.join(d, "hitsave"), XDG_CACHE_HOME=d,
-                   XDG_CONFIG_HOME=d)
-        script = os.path.join(d, "child.py")
-        open(script, "w").write(CHILD)
-        cp = subprocess.run([python, script, lib, str(mb), str(repeat), d], capture_output=True, text=True, env=env,
-                            timeout=1800)
-        if cp.returncode != 0:
-            return {"error": cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else f"exit {cp.returncode}"}
-        return json.loads(cp.stdout.strip().splitlines()[-1])
+ROWS = [
+    ("repeat_trivial", "in-process repeat, trivial `f(x) = x + 1`"),
+    ("store_trivial", "hit read from the store, trivial"),
+    ("repeat_array", "in-process repeat, `f(a)`, a = {mb} MB float64 array"),
+    ("store_array", "hit read from the store, `f(a)`, {mb} MB array"),
+    ("first", "first call of a fresh process (a hit), trivial"),
+    ("import_first", "import + first call of a fresh process, trivial"),
+]
 
 
-def fmt(s: float) -> str:
+def child_env(workdir: str) -> Dict[str, str]:
+    env = dict(os.environ, HITSAVE_LOCAL_CACHE_DIR=os.path.join(workdir, "hitsave"), XDG_CACHE_HOME=workdir,
+               XDG_CONFIG_HOME=workdir)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's run has bytecode caches: so do we
+    return env
+
+
+def run(lib: str, python: str, workdir: str, mb: int, repeat: int, mode: str) -> dict:
+    script = os.path.join(workdir, "child.py")
+    cp = subprocess.run([python, script, lib, str(mb), str(repeat), workdir, mode], capture_output=True, text=True,
+                        env=child_env(workdir), timeout=1800)
+    if cp.returncode != 0:
+        return {"error": cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else f"exit {cp.returncode}"}
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def fmt(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
     if s < 1e-3:
         return f"{s * 1e6:,.1f} µs"
     return f"{s * 1e3:,.2f} ms"
 
 
+def summary(values: List[float]) -> str:
+    if not values:
+        return "failed"
+    m = statistics.median(values)
+    return f"{fmt(m)} ({fmt(min(values))}–{fmt(max(values))})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=100, help="size of the array argument in MB (default 100)")
-    ap.add_argument("--repeat", type=int, default=200, help="hits timed for the trivial case (default 200)")
-    ap.add_argument("--rounds", type=int, default=5, help="child processes per library, interleaved (default 5)")
+    ap.add_argument("--repeat", type=int, default=300, help="hits timed per round for the trivial case (default 300)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds, libraries interleaved in each (default 5)")
     ap.add_argument("--hitsave-python", help="an interpreter that has hitsave==0.3.12 installed")
     args = ap.parse_args()
 
     libs = [("memolab", sys.executable), ("joblib", sys.executable)]
     if args.hitsave_python:
         libs.append(("hitsave", args.hitsave_python))
-    # Several rounds, libraries interleaved, median per case: one child process
-    # can land on a slow moment of a shared machine and skew a single reading.
     rounds: Dict[str, List[dict]] = {lib: [] for lib, _ in libs}
-    for _ in range(args.rounds):
-        for lib, py in libs:
-            rounds[lib].append(run(lib, py, args.mb, args.repeat))
-    results = {}
-    for lib, rs in rounds.items():
-        ok = [r for r in rs if "error" not in r]
-        results[lib] = ({case: statistics.median(r[case] for r in ok) for case in ("trivial", "array")}
-                        if ok else rs[0])
+    errors: Dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as d:
+        open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
+        open(os.path.join(d, "child.py"), "w").write(CHILD)
+        for lib, py in libs:  # fill each store and write bytecode caches: untimed
+            run(lib, py, d, args.mb, args.repeat, "fill")
+            run(lib, py, d, args.mb, args.repeat, "first")
+        for _ in range(args.rounds):
+            for lib, py in libs:
+                r = run(lib, py, d, args.mb, args.repeat, "measure")
+                if "error" in r:
+                    errors[lib] = r["error"]
+                else:
+                    rounds[lib].append(r)
 
     cols = [lib for lib, _ in libs]
-    print(f"median cost of a cache hit (warm cache, same process), {args.mb} MB array; "
-          f"median of {args.rounds} interleaved rounds")
+    print(f"cost of a cache hit by layer; {args.rounds} interleaved rounds, median of rounds (min–max over rounds);")
+    print("a shared 2-core machine: other jobs ran meanwhile, read the spread")
     print()
-    header = "| case | " + " | ".join(cols) + " | joblib / memolab |"
-    print(header)
+    print("| case | " + " | ".join(cols) + " | joblib / memolab |")
     print("|" + "---|" * (len(cols) + 2))
-    for case, label in (("trivial", "trivial `f(x) = x + 1`"), ("array", f"`f(a)`, a = {args.mb} MB float64 array")):
+    for case, label in ROWS:
         cells = []
+        meds = {}
         for lib in cols:
-            r = results[lib]
-            cells.append(fmt(r[case]) if case in r else f"failed: {r.get('error', '?')[:60]}")
-        m, j = results["memolab"].get(case), results["joblib"].get(case)
+            vals = [r[case] for r in rounds[lib] if case in r]
+            meds[lib] = statistics.median(vals) if vals else None
+            cells.append(summary(vals) if vals else f"failed: {errors.get(lib, '?')[:60]}")
+        m, j = meds.get("memolab"), meds.get("joblib")
         ratio = f"{j / m:,.1f}x" if m and j else "-"
-        print(f"| {label} | " + " | ".join(cells) + f" | {ratio} |")
+        print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} |")
 
 
 if __name__ == "__main__":

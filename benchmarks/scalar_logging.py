@@ -1,12 +1,14 @@
 """Cost of logging a scalar: memolab vs torch.utils.tensorboard.SummaryWriter; and dashboard API latency.
 
 Part 1 logs N scalars from a training loop with each logger, each in its own child
-process (so imports and background threads do not interfere), and reports the
-cost per call on the caller's thread (median of several rounds) plus the time to
-make everything durable afterwards (flush/close). Part 2 builds a store with
+process pinned to one core (so imports do not interfere, and the logger's
+background thread competes with the training thread as it would on a busy
+machine), in interleaved rounds. It reports the cost per call on the caller's
+thread, the all-in cost (loop + flush until durable, wall time on that core) and
+the process CPU time of all threads, each as median (min–max) over rounds. Part 2 builds a store with
 many evaluations and a million scalar points and times the dashboard's API.
 
-    python benchmarks/scalar_logging.py [--n 200000] [--rounds 5] [--runs 1000] [--points 1000] [--big 1000000]
+    python benchmarks/scalar_logging.py [--n 200000] [--rounds 5] [--cpu 0] [--runs 1000] [--points 1000] [--big 1000000]
 
 Part 3 (when Playwright and /usr/bin/chromium are there) times the page itself on that store.
 """
@@ -21,8 +23,10 @@ import subprocess
 import tempfile
 
 CHILD = r"""
-import json, os, statistics, sys, time, tempfile
-lib, n, rounds, workdir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+import json, os, sys, time
+lib, n, workdir, cpu = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if cpu != "-" and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {int(cpu)})  # the logger's own threads share the caller's core
 os.chdir(workdir)
 if lib.startswith("memolab"):
     import memolab
@@ -39,41 +43,62 @@ elif lib == "torch SummaryWriter":
     log = w.add_scalar
     finish = w.flush
 
-per_call = []
-finish_s = []
-for r in range(rounds):
-    t0 = time.perf_counter()
-    for i in range(n):
-        log("loss", 0.5, i)
-    t1 = time.perf_counter()
-    finish()
-    t2 = time.perf_counter()
-    per_call.append((t1 - t0) / n)
-    finish_s.append(t2 - t1)
-print(json.dumps({"per_call_us": statistics.median(per_call) * 1e6, "finish_s": statistics.median(finish_s),
-                  "total_us": statistics.median([(p * n + f) / n for p, f in zip(per_call, finish_s)]) * 1e6}))
+for i in range(max(1, n // 10)):  # warm-up: first writes, background thread started
+    log("warm", 0.5, i)
+finish()
+c0, t0 = time.process_time(), time.perf_counter()
+for i in range(n):
+    log("loss", 0.5, i)
+t1 = time.perf_counter()
+finish()
+t2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({"caller_us": (t1 - t0) / n * 1e6, "finish_ms": (t2 - t1) * 1e3,
+                  "wall_us": (t2 - t0) / n * 1e6, "cpu_us": (c2 - c0) / n * 1e6}))
 """
 
+LIBS = ("memolab.log.scalar", "memolab.SummaryWriter", "torch SummaryWriter")
 
-def logging_cost(n: int, rounds: int) -> None:
-    rows = []
-    for lib in ("memolab.log.scalar", "memolab.SummaryWriter", "torch SummaryWriter"):
-        with tempfile.TemporaryDirectory() as d:
-            cp = subprocess.run([sys.executable, "-c", CHILD, lib, str(n), str(rounds), d], capture_output=True, text=True)
-            if cp.returncode != 0:
-                rows.append((lib, None, cp.stderr.strip().splitlines()[-1] if cp.stderr else "failed"))
+
+def logging_cost(n: int, rounds: int, cpu: str) -> None:
+    """Each round runs every logger once, each in a fresh child process (interleaved rounds)."""
+    import statistics
+
+    got: dict = {lib: [] for lib in LIBS}
+    errors: dict = {}
+    for _ in range(rounds):
+        for lib in LIBS:
+            if lib in errors:
                 continue
-            rows.append((lib, json.loads(cp.stdout.strip().splitlines()[-1]), ""))
-    base = next((r[1]["per_call_us"] for r in rows if r[0] == "torch SummaryWriter" and r[1]), None)
-    print(f"\n## Cost per scalar, {n:,} scalars per round, median of {rounds} rounds\n")
-    print("| logger | caller thread µs/scalar | vs torch | flush after the loop | all-in µs/scalar |")
-    print("|---|---:|---:|---:|---:|")
-    for lib, r, err in rows:
-        if r is None:
-            print(f"| {lib} | – | – | – | {err} |")
+            with tempfile.TemporaryDirectory() as d:
+                cp = subprocess.run([sys.executable, "-c", CHILD, lib, str(n), d, cpu], capture_output=True, text=True)
+            if cp.returncode != 0:
+                errors[lib] = cp.stderr.strip().splitlines()[-1] if cp.stderr else "failed"
+                continue
+            got[lib].append(json.loads(cp.stdout.strip().splitlines()[-1]))
+
+    def stat(lib: str, key: str) -> tuple:
+        xs = [r[key] for r in got[lib]]
+        return statistics.median(xs), min(xs), max(xs)
+
+    where = f"pinned to core {cpu} (the logger's background thread shares it)" if cpu != "-" else "not pinned"
+    print(f"\n## Cost per scalar, {n:,} scalars per round, {rounds} interleaved rounds, each logger in a fresh "
+          f"process {where}; median (min–max)\n")
+    print("caller thread: the logging loop's wall time / n. all-in: loop + flush until durable, wall / n, "
+          "on the same core. CPU: process CPU time of all threads / n.\n")
+    print("| logger | caller thread µs/scalar | all-in µs/scalar | CPU µs/scalar | flush after the loop "
+          "| torch / this, caller | torch / this, all-in |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    base = stat("torch SummaryWriter", "caller_us")[0] if got["torch SummaryWriter"] else None
+    base_all = stat("torch SummaryWriter", "wall_us")[0] if got["torch SummaryWriter"] else None
+    for lib in LIBS:
+        if not got[lib]:
+            print(f"| {lib} | – | – | – | – | – | {errors.get(lib, 'no result')} |")
             continue
-        ratio = f"{base / r['per_call_us']:.1f}× faster" if base and lib != "torch SummaryWriter" else "1.0×"
-        print(f"| {lib} | {r['per_call_us']:.2f} | {ratio} | {r['finish_s'] * 1e3:.0f} ms | {r['total_us']:.2f} |")
+        c, a, u, f = (stat(lib, k) for k in ("caller_us", "wall_us", "cpu_us", "finish_ms"))
+        r1 = f"{base / c[0]:.1f}x" if base else "–"
+        r2 = f"{base_all / a[0]:.1f}x" if base_all else "–"
+        print(f"| {lib} | {c[0]:.2f} ({c[1]:.2f}–{c[2]:.2f}) | {a[0]:.2f} ({a[1]:.2f}–{a[2]:.2f}) "
+              f"| {u[0]:.2f} ({u[1]:.2f}–{u[2]:.2f}) | {f[0]:.0f} ms | {r1} | {r2} |")
 
 
 def dashboard_latency(runs: int, points: int, big: int) -> None:
@@ -184,12 +209,13 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000, help="evaluations in the dashboard store")
     ap.add_argument("--points", type=int, default=1000, help="scalar points per evaluation")
     ap.add_argument("--big", type=int, default=1_000_000, help="points of the one long run")
+    ap.add_argument("--cpu", default="0", help="core the logging child is pinned to, or '-' for none")
     ap.add_argument("--skip-dashboard", action="store_true")
     a = ap.parse_args()
     import platform
 
     print(f"python {platform.python_version()}, {os.cpu_count()} cpu(s)")
-    logging_cost(a.n, a.rounds)
+    logging_cost(a.n, a.rounds, a.cpu)
     if not a.skip_dashboard:
         dashboard_latency(a.runs, a.points, a.big)
 

@@ -11,13 +11,18 @@ One run, side by side, for a float32 result of ``--mb`` MiB (default 1024):
 
 Every writer's time includes an ``fsync`` of what it wrote (memolab fsyncs its
 blobs itself; for the others we fsync their files after they return), so all
-pay the same durability cost as the raw write. "load" is the median time to
+pay the same durability cost as the raw write. Rounds are interleaved (each
+round stores once with every library, each store paired with a raw write of the
+same bytes right before or, in half the pairs, right after it) and every figure is a median with its min–max over
+the rounds; "% of raw" is the ratio within each pair. The first store of each library in the process runs
+before the rounds and is reported in its own column (imports, store creation).
+"load" is the time to
 get the object back (memory-mapped where the library can, untouched);
 "load+sum" also reads every byte once. The page cache is warm for every loader
 alike (each reads right after its own write), so "load" measures the mapping
 overhead, not the disk.
 
-    python benchmarks/store_io.py [--mb 1024] [--repeat 5] [--dir /tmp]
+    python benchmarks/store_io.py [--mb 1024] [--store-repeat 7] [--repeat 3] [--dir /tmp]
 """
 from __future__ import annotations
 
@@ -48,17 +53,13 @@ def timed(fn: Callable[[], Any]) -> Tuple[float, Any]:
     return time.perf_counter() - t, out
 
 
-def median_load(load: Callable[[], Any], repeat: int) -> Tuple[float, float]:
-    ts, ts_sum = [], []
-    for _ in range(repeat):
-        gc.collect()
-        dt, obj = timed(load)
-        ts.append(dt)
-        t = time.perf_counter()
-        float(obj.sum())
-        ts_sum.append(dt + time.perf_counter() - t)
-        del obj
-    return statistics.median(ts), statistics.median(ts_sum)
+def load_once(load: Callable[[], Any]) -> Tuple[float, float]:
+    """(time to get the object back, that + reading every byte once)."""
+    gc.collect()
+    dt, obj = timed(load)
+    t = time.perf_counter()
+    float(obj.sum())
+    return dt, dt + time.perf_counter() - t
 
 
 Case = Tuple[Callable[[str], None], Callable[[str], Any]]  # store(dir), load(dir)
@@ -171,8 +172,8 @@ def fmt_t(s: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=1024, help="result size in MiB (default 1024)")
-    ap.add_argument("--repeat", type=int, default=5, help="loads timed per library (median reported)")
-    ap.add_argument("--store-repeat", type=int, default=5, help="stores timed per library (median reported)")
+    ap.add_argument("--repeat", type=int, default=3, help="loads timed per library in each round")
+    ap.add_argument("--store-repeat", type=int, default=7, help="interleaved rounds (one store per library each)")
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--only", default="", help="comma-separated subset of cases")
     args = ap.parse_args()
@@ -196,49 +197,85 @@ def main() -> None:
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     cases = [c for c in cases if not only or c[0].startswith("raw") or any(o in c[0] for o in only)]
     stores: Dict[str, List[float]] = {name: [] for name, _ in cases}
-    results: Dict[str, Dict[str, float]] = {}
-    # Warm-up: the first large write of a process pays for page-cache allocation
-    # (measured: 6-10x slower than the next); nobody should be charged for it.
-    d = tempfile.mkdtemp(prefix="memolab-bench-", dir=args.dir)
-    cases[0][1][0](d)
-    shutil.rmtree(d, ignore_errors=True)
-    # Round-robin over the libraries, a fresh directory per store: disk noise and
-    # writeback of the previous file hit everyone alike; medians are reported.
+    pct: Dict[str, List[float]] = {name: [] for name, _ in cases}
+    loads: Dict[str, List[float]] = {name: [] for name, _ in cases}
+    load_sums: Dict[str, List[float]] = {name: [] for name, _ in cases}
+    first: Dict[str, float] = {}
+    errors: Dict[str, str] = {}
+
+    def one(name: str, store: Callable[[str], None], load: Callable[[str], Any], timed_load: bool) -> float:
+        d = tempfile.mkdtemp(prefix="memolab-bench-", dir=args.dir)
+        try:
+            gc.collect()
+            dt, _ = timed(lambda: store(d))
+            if timed_load:
+                ls = [load_once(lambda: load(d)) for _ in range(args.repeat)]
+                loads[name].append(statistics.median(x[0] for x in ls))
+                load_sums[name].append(statistics.median(x[1] for x in ls))
+            return dt
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+            gc.collect()
+
+    # Round 0, not in the statistics: the first store of each library in this
+    # process. It pays one-time costs (imports, a store's creation; the first
+    # large write of a process also pays page-cache allocation, 6-10x slower),
+    # reported in a column of its own rather than hidden by (or skewing) the median.
+    for name, (store, load) in cases:
+        try:
+            first[name] = one(name, store, load, False)
+        except Exception as e:  # one peer failing must not hide the others
+            errors[name] = f"{type(e).__name__}: {e}"
+    # Interleaved rounds over the libraries, a fresh directory per store: disk noise
+    # and writeback of the previous file hit everyone alike. The disk's speed swings
+    # on a time scale of seconds when it is shared, so each library's store is paired
+    # with a raw write of the same bytes made right next to it (before it in half the
+    # pairs, after it in the others), and "% of raw" is the ratio within each pair: a
+    # slow moment then slows both sides of a pair.
+    raw_name, (raw_store, raw_load) = cases[0]
     for i in range(args.store_repeat):
         # rotate the order too: whoever writes right after a big delete pays for it
-        for name, (store, load) in cases[i % len(cases):] + cases[:i % len(cases)]:
-            if "error" in results.get(name, {}):
+        others = cases[1:]
+        for name, (store, load) in others[i % len(others):] + others[:i % len(others)]:
+            if name in errors or raw_name in errors:
                 continue
-            d = tempfile.mkdtemp(prefix="memolab-bench-", dir=args.dir)
             try:
-                gc.collect()
-                dt, _ = timed(lambda: store(d))
-                stores[name].append(dt)
-                if i == args.store_repeat - 1:
-                    ld, ld_sum = median_load(lambda: load(d), args.repeat)
-                    results[name] = {"store": statistics.median(stores[name]), "load": ld, "load_sum": ld_sum}
-            except Exception as e:  # one peer failing must not hide the others
-                results[name] = {"error": f"{type(e).__name__}: {e}"}  # type: ignore[dict-item]
-            finally:
-                shutil.rmtree(d, ignore_errors=True)
-                gc.collect()
+                # who writes second follows a 1 GiB delete and pays for it (measured: up to
+                # 2x): the raw write goes first in half the pairs, second in the other half
+                raw_first = (i + [c[0] for c in others].index(name)) % 2 == 0
+                if raw_first:
+                    t_raw = one(raw_name, raw_store, raw_load, len(stores[raw_name]) < args.store_repeat)
+                t_lib = one(name, store, load, True)
+                if not raw_first:
+                    t_raw = one(raw_name, raw_store, raw_load, len(stores[raw_name]) < args.store_repeat)
+                stores[raw_name].append(t_raw)
+                stores[name].append(t_lib)
+                pct[name].append(100 * t_raw / t_lib)
+                pct[raw_name].append(100.0)
+            except Exception as e:
+                errors[name] = f"{type(e).__name__}: {e}"
 
     size = arr.nbytes
-    raw = results.get(cases[0][0], {})
-    raw_tp = size / raw["store"] if "store" in raw else None
-    print(f"store and load of one {args.mb} MiB float32 result, median of {args.store_repeat} stores (Python {sys.version.split()[0]}, "
-          f"torch {torch.__version__}, numpy {np.__version__}; load = median of {args.repeat})")
+    print(f"store and load of one {args.mb} MiB float32 result, {args.store_repeat} interleaved rounds "
+          f"(Python {sys.version.split()[0]}, torch {torch.__version__}, numpy {np.__version__}); every figure is "
+          f"median (min–max) over the rounds; load = median of {args.repeat} loads within a round. "
+          f"Load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; the disk is shared.")
     print()
-    print("| method | store | store GiB/s | % of raw write | load (mapped) | load + sum |")
-    print("|---|---|---|---|---|---|")
+    print("| method | store | store GiB/s | % of raw write (paired) | first store in the process "
+          "| load (mapped) | load + sum |")
+    print("|---|---|---|---|---|---|---|")
+
+    def spread(xs: List[float], f: Callable[[float], str]) -> str:
+        return f"{f(statistics.median(xs))} ({f(min(xs))}–{f(max(xs))})"
+
     for name, _ in cases:
-        r = results.get(name, {"error": "not run"})
-        if "error" in r:
-            print(f"| {name} | failed: {str(r['error'])[:70]} | | | | |")
+        if name in errors:
+            print(f"| {name} | failed: {errors[name][:70]} | | | | | |")
             continue
-        tp = size / r["store"]
-        pct = f"{100 * tp / raw_tp:.0f}%" if raw_tp else "-"
-        print(f"| {name} | {fmt_t(r['store'])} | {tp / (1 << 30):.2f} | {pct} | {fmt_t(r['load'])} | {fmt_t(r['load_sum'])} |")
+        gibs = [size / t_ / (1 << 30) for t_ in stores[name]]
+        print(f"| {name} | {spread(stores[name], fmt_t)} | {spread(gibs, lambda x: f'{x:.2f}')} "
+              f"| {spread(pct[name], lambda x: f'{x:.0f}%')} | {fmt_t(first[name])} "
+              f"| {spread(loads[name], fmt_t)} | {spread(load_sums[name], fmt_t)} |")
 
 
 if __name__ == "__main__":

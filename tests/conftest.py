@@ -16,6 +16,14 @@ from typing import Dict, Optional
 
 import pytest
 
+# Code analyses cached across processes (memolab/codegraph/code_cache.py): on,
+# as for users, but in a directory of this test session, not ~/.cache. Every
+# end-to-end test that edits code between fresh processes exercises it.
+if "MEMOLAB_CODE_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["MEMOLAB_CODE_CACHE"] = tempfile.mkdtemp(prefix="memolab-code-cache-")
+
 import memolab
 from memolab import config
 
@@ -43,6 +51,17 @@ def tmp_store(tmp_path, monkeypatch):
     memolab.configure(store=str(path))
     yield path
     memolab.configure(store=old.store)
+
+
+@pytest.fixture
+def blob_results(monkeypatch):
+    """Store every result in blob files, however small (tests about blob files:
+    damage, deduplication, gc); subprocesses inherit it through the environment."""
+    import memolab.store
+
+    monkeypatch.setattr(memolab.store, "INLINE_MAX", 0)
+    monkeypatch.setenv("MEMOLAB_INLINE_MAX", "0")
+    yield
 
 
 class Project:

@@ -77,7 +77,7 @@ def test_gc_dry_run_then_real(populated):
     assert not [p for p in (populated.store / "blobs").rglob("*") if p.is_file()]
 
 
-def test_doctor_finds_and_quarantines_damage(populated):
+def test_doctor_finds_and_quarantines_damage(blob_results, populated):
     assert "no problems" in memolab(populated, "doctor").stdout
     blob = next(p for p in (populated.store / "blobs").rglob("*") if p.is_file())
     os.chmod(blob, 0o644)

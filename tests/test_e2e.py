@@ -71,7 +71,7 @@ def test_truncated_blob_is_recomputed_with_a_warning_and_repaired(project):
     assert runs(project) == 2
 
 
-def test_corrupted_blob_in_place_is_never_returned(project):
+def test_corrupted_blob_in_place_is_never_returned(blob_results, project):
     """Same size, different bytes: the digest check catches it."""
     project.write("job.py", SCRIPT)
     project.run("job.py")

@@ -80,7 +80,7 @@ def _fields():
     return {"started": now, "finished": now, "duration": 0.0, "snapshot": "{}"}
 
 
-def test_owner_whose_lease_was_taken_over_does_not_overwrite_the_new_result(tmp_path):
+def test_owner_whose_lease_was_taken_over_does_not_overwrite_the_new_result(tmp_path, blob_results):
     """A slow owner loses its lease; the taker stores first. The slow owner's later
     save must not replace that row (it used to: REPLACE gave the key a new id, so
     the taker's logs were purged as orphans, and the late blobs, written with no

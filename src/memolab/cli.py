@@ -525,28 +525,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
     store = _store(args)
     store.flush_hits()
-    evs = store.index.evaluations(order="COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0) ASC")
-    now = time.time()
-    drop: List[Dict[str, Any]] = []
-    keep: List[Dict[str, Any]] = []
-    for e in evs:
-        used = max(e["finished"] or 0, e["last_hit"] or 0)
-        if e["status"] != "done" or (args.older_than is not None and now - used > args.older_than):
-            drop.append(e)
-        else:
-            keep.append(e)
-    if args.max_size is not None:
-        # Sizes are shared when blobs are deduplicated; count each blob once.
-        def total(es: List[Dict[str, Any]]) -> int:
-            blobs: Dict[str, int] = {}
-            for e in es:
-                blobs[e["payload"]] = e["payload_size"] or 0
-                for d, s in json.loads(e["buffers"] or "[]"):
-                    blobs[d] = s
-            return sum(blobs.values())
-
-        while keep and total(keep) > args.max_size:
-            drop.append(keep.pop(0))  # least recently used first
+    drop = store.gc_plan(args.older_than, args.max_size)  # least recently used first, selected in SQL
     stale = retention.stale_runs(store.index, args.older_than) if args.older_than is not None else []
     if not args.json:
         if drop:

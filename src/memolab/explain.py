@@ -67,9 +67,11 @@ def _diff(old: str, new: str, sym: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{sym} (stored)", f"{sym} (now)", n=2))
 
 
-def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False) -> Explanation:
+def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False,
+                missing: bool = False) -> Explanation:
+    """``missing``: the caller has just looked the key up and found no usable row."""
     fn, code, _args, schema = key
-    row = store.index.lookup(key)
+    row = None if missing else store.index.lookup(key)
     if row is not None and not forced:
         bad = store.check_entry(key, row)
         if bad is not None:
@@ -156,4 +158,5 @@ def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> List[s
 
 
 def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False) -> Dict[str, Any]:
-    return explain_key(store, key, args, cv, forced=forced).to_dict()
+    """Why a call missed (the caller found no usable row for ``key``), or was forced."""
+    return explain_key(store, key, args, cv, forced=forced, missing=not forced).to_dict()

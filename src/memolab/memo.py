@@ -23,6 +23,7 @@ from . import codegraph, config, files, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
+from .store.sqlite import insert_miss
 from .summary import summarize
 from .tracking import runs as _runs
 
@@ -171,10 +172,17 @@ class MemoFunction:
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
-        owner = call.store.owner_id()
+        owner = ""
         while True:
             try:
-                state, row = call.store.acquire(call.key, owner, force)
+                # A hit is one read: no lease, no owner id (which reads /proc) made for it.
+                row = None if force else call.store.lookup(call.key)
+                if row is not None:
+                    state = "hit"
+                else:
+                    owner = owner or call.store.owner_id()
+                    state, row = call.store.acquire(call.key, owner, force, looked_up=True,
+                                                    on_owner=self._miss_writer(call))
             except (sqlite3.Error, OSError) as e:
                 self._store_unusable(e)
                 return self.fn(*call.bound.args, **call.bound.kwargs)
@@ -204,9 +212,15 @@ class MemoFunction:
         # one owner per task: two coroutines on one thread must not share a lease
         owner = f"{call.store.owner_id()}:{id(asyncio.current_task())}"
         delay = 0.01
+        miss: Any = None
         while True:
             try:
-                state, row = call.store.try_acquire(call.key, owner, force)
+                row = None if force else call.store.lookup(call.key)
+                if row is not None:
+                    state = "hit"
+                else:
+                    miss = miss or self._miss_writer(call)
+                    state, row = call.store.try_acquire(call.key, owner, force, on_owner=miss)
             except (sqlite3.Error, OSError) as e:
                 self._store_unusable(e)
                 return await self.fn(*call.bound.args, **call.bound.kwargs)
@@ -251,9 +265,8 @@ class MemoFunction:
         return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
-        """We own the key's lease: record why it missed and open a run for its logs."""
+        """We own the key's lease (its miss recorded with it): open a run for its logs."""
         t0 = time.time()
-        self._before_compute(call.store, call.key, call.bound, call.per_arg, call.cv, call.force)
         return t0, _runs.begin(self.symbol, call.key, call.bound.arguments, call.store)
 
     def _failed(self, call: "_Call", owner: str, run: Any, error: Optional[BaseException] = None) -> None:
@@ -310,13 +323,24 @@ class MemoFunction:
             return False
         return now is None or now["id"] != row["id"]
 
-    def _before_compute(self, store: Store, key: Key, bound: inspect.BoundArguments, per_arg: Dict[str, str],
-                        cv: codegraph.CodeVersion, force: bool) -> None:
+    def _miss_writer(self, call: "_Call") -> Optional[Callable[[sqlite3.Connection], None]]:
+        """Why this call misses, explained now (bounded: indexed reads of the
+        nearest stored evaluation) and written with the lease we are about to
+        take, in its transaction; None if it cannot be explained."""
         try:
-            record = miss_record(store, key, self._arg_snapshot(bound, per_arg), cv, forced=force)
-            store.index.record_miss(self.symbol, record)
+            text = _json(miss_record(call.store, call.key, self._arg_snapshot(call.bound, call.per_arg), call.cv,
+                                     forced=call.force))
         except Exception:  # explaining must never stop the computation
-            pass
+            return None
+        symbol = self.symbol
+
+        def write(c: sqlite3.Connection) -> None:
+            try:
+                insert_miss(c, symbol, text)
+            except sqlite3.Error:
+                pass  # the lease matters, the explanation does not
+
+        return write
 
     def _arg_snapshot(self, bound: inspect.BoundArguments, per_arg: Dict[str, str]) -> Dict[str, List[str]]:
         return {n: [d, short_repr(bound.arguments[n] if n in bound.arguments else self._implicit)]
@@ -456,6 +480,8 @@ def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
     if not signing.snapshot_trusted(row):
         return None  # a signed store's older rows: their snapshot is not signed, so not believed
     try:
+        if "result_token" in row:  # extracted by the lookup: a hit parses a short list, not the snapshot
+            return json.loads(row["result_token"]) if row["result_token"] else None
         return json.loads(row.get("snapshot") or "{}").get("result_digest")
     except Exception:
         return None

@@ -830,15 +830,23 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
         return pickle.loads(data, buffers=buffers)
     except StoreMiss:
         raise
-    except (AttributeError, ImportError, ModuleNotFoundError) as e:
-        # Pickled by name (library code) and now gone: a miss, not a crash.
-        raise CodeChanged(f"stored result refers to code that no longer loads: {e}") from e
     except Exception as e:
-        # A __setstate__ or reconstructor that rejects the stored state (a
-        # library upgraded under it, a file it reopens gone): the result cannot
-        # be rebuilt faithfully. That is a miss with its reason, never a crash
-        # of the caller's call, which can simply recompute.
-        raise StoreMiss(f"stored result cannot be rebuilt: {type(e).__name__}: {e}") from e
+        raise load_error(e) from e
+
+
+def load_error(e: Exception) -> StoreMiss:
+    """The miss an exception raised while unpickling a stored result stands for.
+
+    (The store unpickles with ``_pickle`` directly, so that a first hit need not
+    import this module, and asks here only when loading failed.)"""
+    if isinstance(e, (AttributeError, ImportError, ModuleNotFoundError)):
+        # Pickled by name (library code) and now gone: a miss, not a crash.
+        return CodeChanged(f"stored result refers to code that no longer loads: {e}")
+    # A __setstate__ or reconstructor that rejects the stored state (a
+    # library upgraded under it, a file it reopens gone): the result cannot
+    # be rebuilt faithfully. That is a miss with its reason, never a crash
+    # of the caller's call, which can simply recompute.
+    return StoreMiss(f"stored result cannot be rebuilt: {type(e).__name__}: {e}")
 
 
 def check_refs(refs: Dict[str, Any]) -> Optional[str]:

@@ -9,10 +9,12 @@ version; module globals and closure cells by value, re-read on every call. The
 full rules are in docs/code-dependencies.md.
 
 Cost model: the graph of a function is built once per process (each code object
-analysed once, no source parsed); a repeat call only checks the namespaces the
-graph went through (one version-tag read each where CPython allows, else one
-C-level compare of all their slots) and re-hashes the mutable values among
-them. A slot that now holds a different function, class or module means the
+analysed once, no source parsed); a repeat call gathers the version tags of all
+namespaces and class dicts the graph went through in one C-level pass and
+compares them to the stamp of its last full check (``_Root.views``); only when
+that moved, or some value read is mutable, does it check the namespaces (else
+one C-level compare of all their slots) and classes one by one and re-hash
+the mutable values among them. A slot that now holds a different function, class or module means the
 graph itself changed (a notebook cell redefined a helper, ``importlib.reload``),
 so it is rebuilt, reusing every analysis that still applies.
 """
@@ -333,7 +335,7 @@ class _ClassCheck:
     identity. In-place mutation of a mutable class attribute is not seen.
     """
 
-    __slots__ = ("cls", "stamp", "dict", "tag", "last")
+    __slots__ = ("cls", "stamp", "dict", "tag", "view", "last")
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
@@ -341,6 +343,8 @@ class _ClassCheck:
         refs = gc.get_referents(cls.__dict__)  # a mappingproxy refers to exactly the real dict
         self.dict = refs[0] if len(refs) == 1 and type(refs[0]) is dict else None
         self.tag = dictversion.tag_reader(self.dict) if self.dict is not None else None
+        #: the same tag as raw bytes, gathered with every other tag of the graph (``_Root.views``)
+        self.view = dictversion.tag_view(self.dict) if self.tag is not None else None
         self.last = self.tag.value if self.tag is not None else None
 
     def unchanged(self) -> bool:
@@ -648,7 +652,7 @@ class _Root:
     """The cached graph of one memoized function (or of one class or function hashed as a value)."""
 
     __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "lock",
-                 "__weakref__")
+                 "views", "stamp", "__weakref__")
 
     def __init__(self, objs: List[Any], extra: tuple, sensitivity: str) -> None:
         # ``current`` reads namespaces, then records what it saw (tags, value
@@ -704,6 +708,20 @@ class _Root:
                 c.vidx = tuple(vidx)
                 c.vmulti = len(vnames) > 1
             self.checks.append(c)
+        # One stamp for the whole graph: the version tags of every namespace and
+        # class dict it went through, read in one C-level pass (``b"".join``) and
+        # compared in one ``memcmp``. While it equals the stamp of the last full
+        # check and every value read there was immutable, nothing the digest was
+        # made from can have changed, and no per-namespace or per-class check
+        # runs (issue 14: per-class checks made a repeat call grow with the
+        # number of classes, 75 ns each). Where a tag cannot be read
+        # (``dictversion``), there is no stamp and every check runs each call.
+        views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
+        views += [cc.view for cc in g.class_checks]
+        self.views: Optional[Tuple[memoryview, ...]] = None if None in views else tuple(views)
+        #: the stamp taken *before* the last full check that found everything unchanged
+        #: and immutable; None while some value must be re-read on every call
+        self.stamp: Optional[bytes] = None
         self.cv: Optional[CodeVersion] = None
 
     def current(self) -> Optional[CodeVersion]:
@@ -713,6 +731,10 @@ class _Root:
 
     def _current(self) -> Optional[CodeVersion]:
         g = self.graph
+        # taken first: a write that lands while the checks below run makes the next stamp differ
+        stamp = b"".join(self.views) if self.views is not None else None
+        if stamp is not None and stamp == self.stamp:
+            return self._current_quiet()
         values = self.values
         dirty: List[int] = []
         seen_tags = []
@@ -770,6 +792,24 @@ class _Root:
                 c.vimmutable = True
         if changed:
             self.cv = self._code_version()
+        quiet = not self.vslow and all(c.vimmutable for c in self.checks)
+        self.stamp = stamp if quiet else None
+        return self.cv
+
+    def _current_quiet(self) -> Optional[CodeVersion]:
+        """``_current`` when no dict the graph went through was written since a full check.
+
+        What no dict tag covers is still checked: names resolved through an
+        object whose ``==`` is overridden (``same``) and the root function's
+        ``__code__``. Cells and names not bound yet (``vslow``) keep the stamp
+        unset, so they never reach this path.
+        """
+        for ns, name, obj in self.same:
+            if ns.get(name, _MISSING) is not obj:
+                return None
+        for fn, code in self.graph.code_checks:
+            if fn.__code__ is not code:
+                return None
         return self.cv
 
     def _code_version(self) -> CodeVersion:

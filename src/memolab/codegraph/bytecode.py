@@ -33,6 +33,8 @@ from typing import Any, FrozenSet, List, Optional, Set, Tuple
 
 import xxhash
 
+from . import code_cache
+
 Ref = Tuple[Any, ...]
 
 
@@ -275,10 +277,15 @@ def analyse_code(code: types.CodeType) -> Analysis:
     """Digest, excerpt, free references and unresolvable constructs of a function's code (cached)."""
     a = _analyses.get(code)
     if a is None:
+        cached = code_cache.get(code)  # another process's analysis of this very code (verified)
+        if cached is not None:
+            a = _analyses[code] = Analysis(*cached)
+            return a
         refs: Set[Ref] = set()
         dynamic: List[Tuple[int, str, Optional[Ref]]] = []
         _scan(code, refs, dynamic)
         a = _analyses[code] = Analysis(code_digest(code), excerpt(code), frozenset(refs), tuple(dynamic))
+        code_cache.put(code, a.digest, a.source, a.refs, a.dynamic)
     return a
 
 

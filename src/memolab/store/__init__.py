@@ -11,6 +11,15 @@ others wait and then read the stored result. If the owner dies, its heartbeat
 stops, the lease goes stale after ``lease_ttl`` seconds and a waiter takes over;
 an owner on the waiter's own host is asked of the process table instead, since a
 long C call that holds the GIL stalls its heartbeat while it still computes.
+
+A hit never writes: the key is looked up with one point query (a lease is
+claimed only when it is missing), loads keep the stamps they earn in memory,
+and hit counts are batched and written by a background thread every few
+seconds, with the next write transaction of this process, or at exit.
+
+Small results (payload plus buffers up to ``INLINE_MAX`` bytes) live in their
+index row: a small miss writes no file, a small hit reads none. Their digests
+are kept and checked on every load, exactly as for blobs.
 """
 from __future__ import annotations
 
@@ -25,13 +34,13 @@ import time
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, StoreMiss
 from . import signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token
+from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token, write_usage
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -39,15 +48,23 @@ _MEMORY_ENTRIES = 4096
 _MEMORY_BYTES = 256 << 20
 _HIT_FLUSH_SECONDS = 2.0
 
+#: Results whose payload plus buffers fit in this many bytes are stored in
+#: their index row instead of blob files. Measured (benchmarks/store_scaling.py
+#: --inline-sweep): up to 32 KiB an inline store costs one SQLite transaction
+#: and beats a blob file plus its fsyncs by far; beyond it the row bloats the
+#: index pages every lookup walks, and large buffers want memory maps and
+#: deduplication, which only blobs give.
+#: ``$MEMOLAB_INLINE_MAX`` overrides it (0: every result in blob files).
+INLINE_MAX = int(os.environ.get("MEMOLAB_INLINE_MAX") or 32 << 10)
+
 
 class Store:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.index = Index(self.root / "index.sqlite")
-        self.blobs = BlobFolder(self.root, self.index.get_stamp, self.index.set_stamp)
-        # host:pid:start:nonce; ``owner_alive_here`` reads the first three
-        self.owner = f"{process_token()}:{uuid.uuid4().hex[:8]}"
+        self.blobs = BlobFolder(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
+        self._owner: Optional[str] = None
         self._held: Dict[Tuple[Key, str], int] = {}
         self._held_lock = threading.Lock()
         self._beat: Optional[threading.Thread] = None
@@ -56,30 +73,56 @@ class Store:
         self._memory: "OrderedDict[Key, Tuple[Dict[str, Any], bytes, List[Any]]]" = OrderedDict()
         self._memory_bytes = 0
         self._memory_lock = threading.Lock()
+        # usage not yet written: hit counts (id -> (n, last time)) and stamps earned by loads
         self._hits: Dict[int, Tuple[int, float]] = {}
-        self._hits_flushed = time.monotonic()
+        self._stamps: Dict[str, Tuple[int, int, int]] = {}
+        self._flusher: Optional[threading.Thread] = None
+        # the flusher thread starts only once this process has been hitting for a while:
+        # a short script's counts are written at exit, without a thread started for them
+        self._flusher_due = time.monotonic() + _HIT_FLUSH_SECONDS
         atexit.register(self.flush_hits)
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
 
     # -- leases ------------------------------------------------------------------------
+    @property
+    def owner(self) -> str:
+        """host:pid:start:nonce (``owner_alive_here`` reads the first three); made
+        on the first miss, since a hit takes no lease (reading /proc costs)."""
+        if self._owner is None:
+            self._owner = f"{process_token()}:{uuid.uuid4().hex[:8]}"
+        return self._owner
+
     def owner_id(self) -> str:
         """Lease owner: per thread, so two threads of one process also single-flight."""
         return f"{self.owner}:{threading.get_ident()}"
 
-    def try_acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
-        """One attempt: ('hit', row), ('owner', None) or ('wait', None)."""
-        state, row = self.index.claim(key, owner, config.settings().lease_ttl, force)
+    def try_acquire(self, key: Key, owner: str, force: bool = False,
+                    on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """One attempt: ('hit', row), ('owner', None) or ('wait', None). ``on_owner``
+        writes with the lease, in its transaction (see ``Index.claim``)."""
+        state, row = self.index.claim(key, owner, config.settings().lease_ttl, force, on_owner)
         if state == "owner":
             self._hold(key, owner)
         return state, row
 
-    def acquire(self, key: Key, owner: str, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
-        """Block until the key is stored ('hit', row) or we own its lease ('owner', None)."""
+    def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
+        """The stored row of ``key`` with what loading needs, or None: one point
+        query, no lock taken, nothing written. A hit ends here."""
+        return self.index.lookup(key, lean=signing.secret() is None)
+
+    def acquire(self, key: Key, owner: str, force: bool = False, looked_up: bool = False,
+                on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+        """Block until the key is stored ('hit', row) or we own its lease ('owner', None).
+        ``looked_up``: the caller's ``lookup`` just found nothing; go straight to the lease."""
+        if not force and not looked_up:
+            row = self.lookup(key)  # a hit takes no lease
+            if row is not None:
+                return "hit", row
         delay = 0.01
         while True:
-            state, row = self.try_acquire(key, owner, force)
+            state, row = self.try_acquire(key, owner, force, on_owner)
             if state != "wait":
                 return state, row
             time.sleep(delay)
@@ -132,29 +175,49 @@ class Store:
         from .. import pickling
 
         payload, buffers, refs = pickling.dumps_with_refs(value)
+        sizes = [memoryview(b).nbytes for b in buffers]
+        base = dict(fields, code_refs=json.dumps(refs, sort_keys=True))
+        if len(payload) + sum(sizes) <= INLINE_MAX:
+            eval_id = self._save_inline(key, owner, base, payload, buffers, sizes, sources)
+        else:
+            eval_id = self._save_blobs(key, owner, base, payload, buffers, sources)
+        self._unhold(key, owner)
+        self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
+        return eval_id
 
+    def _save_inline(self, key: Key, owner: str, base: Dict[str, Any], payload: bytes, buffers: List[Any],
+                     sizes: List[int], sources: Dict[str, Tuple[str, str]]) -> int:
+        """A small result: its bytes in the row, one transaction, no file."""
+        views = [memoryview(b).cast("B") if memoryview(b).format != "B" or memoryview(b).ndim != 1 else memoryview(b)
+                 for b in buffers]
+        brefs = [(digest_bytes(v), n) for v, n in zip(views, sizes)]
+        row = dict(base, payload=digest_bytes(payload), payload_size=len(payload), buffers=json.dumps(brefs),
+                   size=len(payload) + sum(sizes), inline=b"".join([payload, *views]))
+        row["signature"] = signing.sign(key, row)
+        return self.index.record(key, owner, row, sources, also=self._usage_into)
+
+    def _save_blobs(self, key: Key, owner: str, base: Dict[str, Any], payload: bytes, buffers: List[Any],
+                    sources: Dict[str, Tuple[str, str]]) -> int:
         def put_and_record() -> int:
             pd, psize = self.blobs.put(payload)
             # One blob per buffer: content-addressed, so equal arrays across results share one file.
             brefs = [self.blobs.put(b) for b in buffers]
             paths = [self.blobs.path(d) for d in [pd, *(d for d, _ in brefs)]]
-            row = dict(fields, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
-                       code_refs=json.dumps(refs, sort_keys=True), size=psize + sum(s for _, s in brefs))
+            row = dict(base, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
+                       size=psize + sum(s for _, s in brefs), inline=None)
             row["signature"] = signing.sign(key, row)
             # gc may take a blob between our put and our record (it deletes what
             # no row refers to yet unless our lease looks live, and a slow owner's
             # lease may not). The record checks, under the lock gc deletes under.
-            return self.index.record(key, owner, row, sources, present=lambda: all(p.exists() for p in paths))
+            return self.index.record(key, owner, row, sources, present=lambda: all(p.exists() for p in paths),
+                                     also=self._usage_into)
 
         try:
-            eval_id = put_and_record()
+            return put_and_record()
         except BlobsGone:
             # Rare: put again while holding the index, so gc cannot interleave this time.
             with self.index.write():
-                eval_id = put_and_record()
-        self._unhold(key, owner)
-        self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
-        return eval_id
+                return put_and_record()
 
     def check_entry(self, key: Key, row: Dict[str, Any]) -> Optional[str]:
         """Why ``row`` cannot be used, found without reading blobs (signature, code references), or None."""
@@ -171,16 +234,23 @@ class Store:
         bad = signing.problem(key, row)
         if bad is not None:
             raise StoreMiss(bad)
-        # The payload runs code when unpickled: it is re-hashed in full, every time.
-        payload = self.blobs.get(row["payload"], row["payload_size"], verify="always")
-        refs = [tuple(r) for r in json.loads(row["buffers"] or "[]")]
-        value = self._unpickle(bytes(payload), refs)
-        self._remember(key, row, bytes(payload), refs)
+        refs = [tuple(r) for r in json.loads(row["buffers"])] if row["buffers"] and row["buffers"] != "[]" else []
+        # a listing row (Index.evaluations) does not carry the inline bytes: read them
+        inline = row["inline"] if "inline" in row else self.index.inline_of(row["id"])
+        if inline is not None:
+            payload, source = _split_inline(inline, row, refs)
+        else:
+            # The payload runs code when unpickled: it is re-hashed in full, every time.
+            payload = bytes(self.blobs.get(row["payload"], row["payload_size"], verify="always"))
+            source = refs
+        value = self._unpickle(payload, source)
+        self._remember(key, row, payload, source)
         return value
 
-    def _unpickle(self, payload: bytes, refs: List[Any]) -> Any:
-        from .. import pickling
-
+    def _unpickle(self, payload: bytes, source: Any) -> Any:
+        """Unpickle with the buffers of ``source``: a list of blob refs, or a tuple of inline views."""
+        if type(source) is tuple:  # inline: verified when the row was read
+            return _loads(payload, source)
         # Mapped read-only, afresh for each load: numpy arrays come back
         # read-only (so a write can never reach the blob or the next hit, and
         # the identity cache may trust their digest); torch storages re-map
@@ -188,9 +258,9 @@ class Store:
         # A signed store re-hashes buffers too: the signature covers their
         # digests, but a stat stamp is no proof (whoever can edit a blob can
         # put its mtime back). Unsigned stores trust the stamp, as documented.
-        verify = "always" if refs and signing.secret() is not None else "stamp"
-        buffers = [self.blobs.get(d, size, mapped=True, verify=verify) for d, size in refs]
-        return pickling.loads(payload, buffers)
+        verify = "always" if source and signing.secret() is not None else "stamp"
+        buffers = [self.blobs.get(d, size, mapped=True, verify=verify) for d, size in source]
+        return _loads(payload, buffers)
 
     def load_from_memory(self, key: Key) -> Tuple[bool, Any]:
         with self._memory_lock:
@@ -198,9 +268,9 @@ class Store:
             if entry is None:
                 return False, None
             self._memory.move_to_end(key)
-        row, payload, refs = entry
+        row, payload, source = entry
         try:
-            value = self._unpickle(payload, refs)
+            value = self._unpickle(payload, source)
         except StoreMiss:
             # Code changed under us (a notebook cell re-run) or a blob went bad:
             # take the slow path, which records why and recomputes.
@@ -209,12 +279,12 @@ class Store:
         self.count_hit(row["id"])
         return True, value
 
-    def _remember(self, key: Key, row: Dict[str, Any], payload: bytes, buffers: List[Any]) -> None:
+    def _remember(self, key: Key, row: Dict[str, Any], payload: bytes, source: Any) -> None:
         with self._memory_lock:
             old = self._memory.pop(key, None)
             if old is not None:
                 self._memory_bytes -= len(old[1])
-            self._memory[key] = (row, payload, buffers)
+            self._memory[key] = (row, payload, source)
             self._memory_bytes += len(payload)
             while self._memory and (len(self._memory) > _MEMORY_ENTRIES or self._memory_bytes > _MEMORY_BYTES):
                 _, (_, p, _) = self._memory.popitem(last=False)
@@ -239,21 +309,50 @@ class Store:
             if old is not None:
                 self._memory_bytes -= len(old[1])
 
-    # -- hit counting (batched: a hit must not cost a database write) ---------------------
+    # -- usage (batched: a hit must not cost a database write) ----------------------------
     def count_hit(self, eval_id: int) -> None:
         n, _ = self._hits.get(eval_id, (0, 0.0))
         self._hits[eval_id] = (n + 1, time.time())
-        if time.monotonic() - self._hits_flushed > _HIT_FLUSH_SECONDS:
+        if self._flusher is None and time.monotonic() > self._flusher_due:
+            self._start_flusher()
+
+    def _defer_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
+        self._stamps[digest] = stamp
+        if self._flusher is None and time.monotonic() > self._flusher_due:
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        with self._held_lock:
+            if self._flusher is not None:
+                return
+            self._flusher = threading.Thread(target=self._flush_loop, name="memolab-usage", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        # Off the hit path: a busy index makes this thread wait, never a caller.
+        while True:
+            time.sleep(_HIT_FLUSH_SECONDS)
             self.flush_hits()
 
-    def flush_hits(self) -> None:
+    def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
+        # Swapped, not copied: a hit counted meanwhile lands in the new dict.
+        # Approximate by design: a count racing the swap, or a SIGKILL, is lost.
         hits, self._hits = self._hits, {}
-        self._hits_flushed = time.monotonic()
-        if hits:
+        stamps, self._stamps = self._stamps, {}
+        return hits, stamps
+
+    def _usage_into(self, c: sqlite3.Connection) -> None:
+        """Piggy-back pending usage on a write transaction that is paid anyway."""
+        hits, stamps = self._take_usage()
+        write_usage(c, hits, stamps)
+
+    def flush_hits(self) -> None:
+        hits, stamps = self._take_usage()
+        if hits or stamps:
             try:
-                self.index.add_hits(hits)
+                self.index.add_hits(hits, stamps)
             except Exception:
-                pass  # counts are advisory; never fail a call over them
+                pass  # advisory (counts) or recomputable (stamps): never fail anything over them
 
     # -- maintenance ---------------------------------------------------------------------
     def clear(self, fn: Optional[str] = None) -> int:
@@ -277,18 +376,30 @@ class Store:
         ``IN_FLIGHT_GRACE`` seconds are therefore spared. Even a blob lost to
         this race costs a recomputation, never a wrong result: loads verify.
         """
-        refs = self.index.referenced_blobs()
-        gone = set(dropping)
+        refs = self.index.referenced_digests(exclude=set(dropping))
         busy = self.index.live_leases(config.settings().lease_ttl) > 0
         cutoff = time.time() - self.IN_FLIGHT_GRACE
         out = []
         for d in (self.blobs if among is None else among):
-            if set(refs.get(d, ())) - gone:
+            if d in refs:
                 continue
             if busy and self.blobs.mtime(d) > cutoff:
                 continue
             out.append((d, self.blobs.size(d)))
         return out
+
+    def gc_plan(self, older_than: Optional[float] = None, max_size: Optional[int] = None,
+                now: Optional[float] = None) -> List[Dict[str, Any]]:
+        """The evaluations ``gc`` drops, least recently used first: those out of
+        use (not 'done'), those unused for ``older_than`` seconds, then the least
+        recently used until what is left fits ``max_size`` bytes (a deduplicated
+        blob counted once). Rows carry id, fn, finished, last_hit, size, status.
+
+        Selected in SQL over plain tuples: a million evaluations cost one scan,
+        not a dict per row (only the dropped rows become dicts)."""
+        now = time.time() if now is None else now
+        cutoff = None if older_than is None else now - older_than
+        return self.index.gc_plan(cutoff, max_size)
 
     def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
         """Delete blobs no evaluation refers to: (count, bytes)."""
@@ -319,6 +430,43 @@ class Store:
             c.executemany("DELETE FROM leases WHERE owner=? AND fn=? AND code=? AND args=? AND schema=?", gone)
         self.blobs.clean_tmp()
         return len(dead), sum(n for _, n in dead)
+
+
+def _loads(payload: bytes, buffers: Sequence[Any]) -> Any:
+    """``pickling.loads`` without importing ``pickling`` (nor ``pickle``, 3 ms of a
+    process's first hit) unless the payload names it or loading fails: plain
+    ``_pickle``, the same unpickler ``pickle.loads`` is."""
+    import _pickle
+
+    try:
+        return _pickle.loads(payload, buffers=buffers)
+    except StoreMiss:
+        raise
+    except Exception as e:
+        from .. import pickling
+
+        raise pickling.load_error(e) from e
+
+
+def _split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]) -> Tuple[bytes, Tuple[memoryview, ...]]:
+    """Payload and buffers of an inline row, each checked against its digest
+    (the row may be damaged or hand-edited like any file): ``CorruptBlob`` if not."""
+    mv = memoryview(inline)
+    n = row["payload_size"]
+    if len(mv) != n + sum(size for _, size in refs):
+        raise CorruptBlob(f"inline result of #{row['id']} has {len(mv)} bytes, expected {n + sum(s for _, s in refs)}")
+    payload = mv[:n]
+    if digest_bytes(payload) != row["payload"]:
+        raise CorruptBlob(f"inline payload of #{row['id']} does not match its digest")
+    views = []
+    at = n
+    for d, size in refs:
+        v = mv[at:at + size]
+        at += size
+        if digest_bytes(v) != d:
+            raise CorruptBlob(f"inline buffer {d[:12]} of #{row['id']} does not match its digest")
+        views.append(v)
+    return bytes(payload), tuple(views)
 
 
 _stores: Dict[Tuple[str, int], Store] = {}

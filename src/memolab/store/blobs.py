@@ -11,6 +11,10 @@ memory-mapped load cost a second. A blob that verified once gets a stamp
 (size, mtime_ns, inode), as git's index does; a later load whose ``stat``
 matches the stamp skips re-hashing. ``memolab doctor`` re-hashes everything.
 Pickle payloads are always verified in full: they run code when loaded.
+
+A load never writes: a stamp earned by verifying during a load is kept in this
+process and handed to ``defer_stamp`` (the store writes it with its next batch
+of hit counts), so reading works on a read-only or full disk.
 """
 from __future__ import annotations
 
@@ -98,7 +102,8 @@ class BlobFolder:
 
     def __init__(self, root: Path,
                  get_stamp: Callable[[str], Optional[Stamp]] = lambda d: None,
-                 set_stamp: Callable[[str, Stamp], None] = lambda d, s: None) -> None:
+                 set_stamp: Callable[[str, Stamp], None] = lambda d, s: None,
+                 defer_stamp: Callable[[str, Stamp], None] = lambda d, s: None) -> None:
         self.root = Path(root)
         self.dir = self.root / "blobs"
         self.tmp = self.root / "tmp"
@@ -107,6 +112,9 @@ class BlobFolder:
             d.mkdir(parents=True, exist_ok=True)
         self._get_stamp = get_stamp
         self._set_stamp = set_stamp
+        self._defer_stamp = defer_stamp
+        #: digest -> stamp of blobs verified (or written) by this process
+        self._verified: Dict[str, Stamp] = {}
 
     def path(self, digest: str) -> Path:
         return self.dir / digest[:2] / digest[2:]
@@ -241,11 +249,15 @@ class BlobFolder:
             else:
                 with os.fdopen(os.dup(fd), "rb") as f:
                     data = f.read()
-            if verify == "always" or self._get_stamp(digest) != self._stamp(st):
+            stamp = self._stamp(st)
+            if verify == "always" or (self._verified.get(digest) != stamp and self._get_stamp(digest) != stamp):
                 if digest_bytes(data) != digest:
+                    self._verified.pop(digest, None)
                     self.quarantine(digest)
                     raise CorruptBlob(f"blob {digest[:12]} does not match its digest")
-                self._set_stamp(digest, self._stamp(st))
+                if self._verified.get(digest) != stamp:
+                    self._verified[digest] = stamp
+                    self._defer_stamp(digest, stamp)  # never a write on the read path
             return data
         finally:
             os.close(fd)
@@ -286,12 +298,19 @@ class BlobFolder:
             return 0
 
     def __iter__(self) -> Iterator[str]:
-        if not self.dir.exists():
+        """Every stored digest, in order. Plain strings from ``scandir``: a
+        listing of 100k blobs must not build and sort 100k ``Path`` objects."""
+        try:
+            subs = sorted(e.name for e in os.scandir(self.dir) if len(e.name) == 2 and e.is_dir())
+        except FileNotFoundError:
             return
-        for sub in sorted(self.dir.iterdir()):
-            if sub.is_dir() and len(sub.name) == 2:
-                for f in sorted(sub.iterdir()):
-                    yield sub.name + f.name
+        for sub in subs:
+            try:
+                names = sorted(e.name for e in os.scandir(os.path.join(self.dir, sub)))
+            except FileNotFoundError:
+                continue
+            for name in names:
+                yield sub + name
 
     def clean_tmp(self, older_than: float = 3600.0) -> int:
         """Remove temporary files left by crashed writers."""

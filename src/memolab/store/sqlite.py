@@ -14,9 +14,15 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-SCHEMA_VERSION = 1
+#: 1: the first format (its version lives in ``meta`` only).
+#: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
+#:    and the version mirrored in SQLite's ``user_version`` header field, so that
+#:    opening a current store is one header read instead of any schema work.
+#: An older memolab refuses a version-2 store (it reads ``meta``): it would take
+#: inline rows for rows whose blobs are missing and mark them corrupt.
+SCHEMA_VERSION = 2
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -43,9 +49,9 @@ CREATE TABLE IF NOT EXISTS evaluations(
     code_refs TEXT,
     signature TEXT,
     reason TEXT,
+    inline BLOB,
     UNIQUE(fn, code, args, schema)
 );
-CREATE INDEX IF NOT EXISTS evaluations_fn ON evaluations(fn, finished);
 CREATE TABLE IF NOT EXISTS leases(
     fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
     owner TEXT NOT NULL,
@@ -63,13 +69,24 @@ CREATE TABLE IF NOT EXISTS misses(
     time REAL NOT NULL,
     explanation TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
 CREATE TABLE IF NOT EXISTS blob_stamps(
     digest TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
     inode INTEGER NOT NULL
 );
+-- indexes --
+CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
+-- (fn, finished) first, for a function's evaluations newest first; the summed
+-- columns after it make `memolab ls` a scan of this index, not of the table
+CREATE INDEX IF NOT EXISTS evaluations_summary ON evaluations(fn, finished, size, hits, duration);
+-- the miss explanation's nearest evaluation: same arguments, else same code
+CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args, finished);
+CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
+-- partial, small by construction: rows that refer to blob files (gc's
+-- references) and rows out of use (what gc drops first)
+CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
+CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
 """
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
@@ -79,7 +96,39 @@ EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payl
 #: Columns added after schema 1 shipped: (name, type). Nullable, so an older
 #: memolab reading a migrated file (it names its columns) still works, and
 #: rows written before the migration simply have no code references/signature.
-_ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"))
+_ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"), ("inline", "BLOB"))
+
+#: What a hit reads: the listing columns plus the inline bytes (payload, then
+#: each buffer in order), which listings never fetch.
+#: ``result_token`` is the snapshot's ``result_digest`` as JSON text, extracted
+#: by SQLite (JSON1, built in since 3.38) so that a hit parses a short list
+#: instead of the whole snapshot.
+_JSON1 = sqlite3.sqlite_version_info >= (3, 38)
+_TOKEN = (", json_extract(snapshot, '$.result_digest')" if _JSON1 else "")
+# The row is found through the key's unique index, then read by rowid, and the
+# key is compared with the *table's* columns (the last column, ``key_ok``): a
+# damaged index b-tree can point a key at another key's row, and SQLite would
+# report the key from the index entry. The same page visits as a plain lookup
+# (the table row is read anyway), one statement.
+_WHERE_KEY = (", fn=?1 AND code=?2 AND args=?3 AND schema=?4 FROM evaluations WHERE id=("
+              "SELECT id FROM evaluations WHERE fn=?1 AND code=?2 AND args=?3 AND schema=?4) AND status='done'")
+HIT_COLUMNS = EVAL_COLUMNS + ("inline",) + (("result_token",) if _JSON1 else ())
+_HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
+#: What loading needs and nothing more: every column fetched is a few hundred
+#: nanoseconds of a hit. Only an unsigned store may use it (a signature covers
+#: the snapshot), and only with JSON1 (else the result token comes from it).
+LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "signature", "finished",
+                "duration", "hits", "inline") + (("result_token",) if _JSON1 else ())
+_LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:11])}{_TOKEN}{_WHERE_KEY}"
+
+
+def _checked(row: Optional[tuple], columns: Tuple[str, ...]) -> Optional[Dict[str, Any]]:
+    if row is None:
+        return None
+    if not row[-1]:
+        raise sqlite3.DatabaseError("the index returned the row of another key: the index is damaged")
+    return dict(zip(columns, row))
+
 
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
@@ -93,17 +142,38 @@ class Index:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._sources_seen: Set[str] = set()
         conn = self.conn()
-        conn.executescript(_DDL)
-        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        conn.commit()
+        # The fast path: one header read. A current store needs no schema work,
+        # and opening it writes nothing (a read-only store still serves hits).
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            self._migrate(conn, version)
+
+    def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
+        """Create the schema, or bring a file written by an older memolab up to date in place.
+
+        Every step is idempotent and the version is written last, under the
+        write lock: two processes migrating at once, or a migration cut short by
+        a crash, end in the same state as one that ran alone.
+        """
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path} was written by a newer memolab (schema {version}); upgrade memolab")
+        conn.execute("PRAGMA journal_mode=WAL")  # persistent in the file: set once, here
+        # the table DDL first: the indexes below name columns an old file gains only now
+        tables, indexes = _DDL.split("-- indexes --")
+        conn.executescript(tables)
         self._add_columns(conn)
-        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        if row and int(row[0]) > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer memolab (schema {row[0]}); upgrade memolab")
+        conn.executescript(indexes + "DROP INDEX IF EXISTS evaluations_fn;")  # schema 1's, now evaluations_summary
+        with self.write() as c:
+            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row and int(row[0]) > SCHEMA_VERSION:
+                raise RuntimeError(f"{self.path} was written by a newer memolab (schema {row[0]}); upgrade memolab")
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def _add_columns(self, conn: sqlite3.Connection) -> None:
-        """Bring a store file written by an older memolab up to date, in place."""
+        """Add the columns an older memolab's file lacks (nullable: its rows keep working)."""
         have = {r[1] for r in conn.execute("PRAGMA table_info(evaluations)")}
         missing = [(n, t) for n, t in _ADDED_COLUMNS if n not in have]
         if not missing:
@@ -119,10 +189,11 @@ class Index:
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None or getattr(self._local, "pid", None) != os.getpid():
+            # timeout= is SQLite's busy timeout. synchronous=NORMAL in WAL mode: a
+            # commit survives a crash of the process, not necessarily of the
+            # machine (see "Durability" in docs/storage-format.md).
             c = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
-            c.execute("PRAGMA journal_mode=WAL")
             c.execute("PRAGMA synchronous=NORMAL")
-            c.execute("PRAGMA busy_timeout=60000")
             self._local.conn = c
             self._local.pid = os.getpid()
         return c
@@ -165,29 +236,38 @@ class Index:
         return Index._write(self.conn())
 
     # -- evaluations --------------------------------------------------------------------
-    def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
-        row = self.conn().execute(
-            f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
-            key).fetchone()
-        return dict(zip(EVAL_COLUMNS, row)) if row else None
+    def lookup(self, key: Key, lean: bool = False) -> Optional[Dict[str, Any]]:
+        """The stored evaluation of ``key`` (with its inline bytes), or None: one
+        point query on the key's unique index, no transaction, no write.
+        ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
+        if lean and _JSON1:
+            return _checked(self.conn().execute(_LEAN_SQL, key).fetchone(), LEAN_COLUMNS)
+        return _checked(self.conn().execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
 
-    def claim(self, key: Key, owner: str, ttl: float, force: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
+    def inline_of(self, eval_id: int) -> Optional[bytes]:
+        row = self.conn().execute("SELECT inline FROM evaluations WHERE id=?", (eval_id,)).fetchone()
+        return row[0] if row else None
+
+    def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
+              on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
         """Atomically: ('hit', row) if stored; else ('owner', None) if we took the
         lease (free, or its holder stopped heart-beating); else ('wait', None).
-        ``force`` skips the stored row (recompute and overwrite)."""
+        ``force`` skips the stored row (recompute and overwrite). ``on_owner``
+        runs in the same transaction when we take the lease (the miss record:
+        one commit instead of two)."""
         now = time.time()
         with self.write() as c:
-            row = None if force else c.execute(
-                f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
-                key).fetchone()
+            row = None if force else _checked(c.execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
             if row:
-                return "hit", dict(zip(EVAL_COLUMNS, row))
+                return "hit", row
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
             here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
             # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
             if lease is None or lease[0] == owner or here is False or (now - lease[1] > ttl and here is None):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                           (*key, owner, now))
+                if on_owner is not None:
+                    on_owner(c)
                 return "owner", None
             return "wait", None
 
@@ -208,16 +288,27 @@ class Index:
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
 
     def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
-               present: Callable[[], bool] = lambda: True) -> int:
+               present: Callable[[], bool] = lambda: True,
+               also: Optional[Callable[[sqlite3.Connection], None]] = None) -> int:
         """Store a finished evaluation and drop our lease, in one transaction.
 
         ``present`` says whether the blobs the row refers to are all still there.
         It is asked under the write lock, which garbage collection also holds while
         it deletes: a row is never recorded over a blob gc has just taken
-        (``BlobsGone`` then; put them again and retry).
+        (``BlobsGone`` then; put them again and retry). ``also`` rides along in
+        the same transaction (batched hit counts: a write that is paid anyway).
         """
         cols = ["fn", "code", "args", "schema", "status", *fields]
         vals = [*key, "done", *fields.values()]
+        # sources this process has recorded already are not written again (they are
+        # keyed by digest, never change, and serve only explain's diffs)
+        new_sources = [(d, sym, src) for d, (sym, src) in sources.items() if d not in self._sources_seen]
+        eval_id = self._record(key, owner, cols, vals, new_sources, present, also)
+        self._sources_seen.update(d for d, _, _ in new_sources)
+        return eval_id
+
+    def _record(self, key: Key, owner: str, cols: List[str], vals: List[Any], new_sources: List[Tuple[str, str, str]],
+                present: Callable[[], bool], also: Optional[Callable[[sqlite3.Connection], None]]) -> int:
         with self.write() as c:
             lease = c.execute("SELECT owner FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
             if lease is None or lease[0] != owner:
@@ -231,23 +322,26 @@ class Index:
                     return int(row[0])
             if not present():
                 raise BlobsGone(key)
-            for digest, (symbol, src) in sources.items():
-                c.execute("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", (digest, symbol, src))
+            if new_sources:
+                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", new_sources)
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
+            eval_id = int(cur.lastrowid)
             c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
-            return int(cur.lastrowid)
+            if also is not None:
+                also(c)
+            return eval_id
 
     def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
         """Take an evaluation out of use (``status`` 'corrupt', 'stale' or 'refused'), keeping why."""
         with self.write() as c:
             c.execute("UPDATE evaluations SET status=?, reason=? WHERE id=?", (status, reason, eval_id))
 
-    def add_hits(self, counts: Dict[int, Tuple[int, float]]) -> None:
+    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = {}) -> None:
+        """Write batched hit counts and blob stamps in one transaction (off the hit path)."""
         with self.write() as c:
-            c.executemany("UPDATE evaluations SET hits=hits+?, last_hit=MAX(COALESCE(last_hit,0),?) WHERE id=?",
-                          [(n, t, i) for i, (n, t) in counts.items()])
+            write_usage(c, counts, stamps)
 
     def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
                     order: str = "finished DESC", limit: Optional[int] = None) -> List[Dict[str, Any]]:
@@ -282,10 +376,7 @@ class Index:
     # -- misses ---------------------------------------------------------------------------
     def record_miss(self, fn: str, explanation: Dict[str, Any]) -> None:
         with self.write() as c:
-            c.execute("INSERT INTO misses(fn, time, explanation) VALUES (?,?,?)", (fn, time.time(), json.dumps(explanation)))
-            # keep the table small: the last 20 misses per function are plenty for `why`
-            c.execute("DELETE FROM misses WHERE fn=? AND id NOT IN (SELECT id FROM misses WHERE fn=? ORDER BY id DESC LIMIT 20)",
-                      (fn, fn))
+            insert_miss(c, fn, json.dumps(explanation))
 
     def last_miss(self, fn: str) -> Optional[Dict[str, Any]]:
         row = self.conn().execute("SELECT time, explanation FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1", (fn,)).fetchone()
@@ -311,18 +402,86 @@ class Index:
     def referenced_blobs(self, only_done: bool = False) -> Dict[str, List[int]]:
         """blob digest -> ids of the evaluations that use it."""
         refs: Dict[str, List[int]] = {}
-        sql = "SELECT id, payload, buffers FROM evaluations" + (" WHERE status='done'" if only_done else "")
+        # Inline rows hold their bytes in the row: their digests name no file.
+        sql = "SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL" + (" AND status='done'" if only_done else "")
         for i, payload, buffers in self.conn().execute(sql):
             if payload:
                 refs.setdefault(payload, []).append(i)
-            for d, _size in json.loads(buffers or "[]"):
-                refs.setdefault(d, []).append(i)
+            if buffers and buffers != "[]":
+                for d, _size in json.loads(buffers):
+                    refs.setdefault(d, []).append(i)
         if not only_done:
             from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
 
             for d, i in checkpoints.referenced(self.conn()).items():
                 refs.setdefault(d, []).append(i)
         return refs
+
+    def referenced_digests(self, exclude: Set[int] = set()) -> Set[str]:
+        """Digests of the blob files that evaluations (other than ``exclude``) refer to."""
+        refs: Set[str] = set()
+        add = refs.add
+        for i, payload, buffers in self.conn().execute("SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL"):
+            if i in exclude:
+                continue
+            if payload:
+                add(payload)
+            if buffers and buffers != "[]":
+                try:
+                    refs.update(d for d, _ in json.loads(buffers))
+                except (ValueError, TypeError):
+                    continue  # a damaged row: a miss when asked for; its blobs are not kept for it
+        from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
+
+        refs.update(checkpoints.referenced(self.conn()))
+        return refs
+
+    _LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
+    _GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
+
+    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Dict[str, Any]]:
+        """See ``Store.gc_plan``; ``cutoff``: drop what was last used before it."""
+        c = self.conn()
+        cols = ",".join(self._GC_COLS)
+        if max_size is None:
+            where = "status!='done'" + (f" OR {self._LAST_USE} < ?" if cutoff is not None else "")
+            sql = f"SELECT {cols} FROM evaluations WHERE {where} ORDER BY {self._LAST_USE} ASC"
+            return [dict(zip(self._GC_COLS, r)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
+        drop: List[tuple] = []
+        keep: List[tuple] = []
+        # blob digest -> [rows of `keep` using it, size]; inline bytes belong to their row alone
+        uses: Dict[str, List[int]] = {}
+        total = 0
+        sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
+               f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
+        for r in c.execute(sql):
+            if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
+                drop.append(r)
+                continue
+            keep.append(r)
+            if r[9]:
+                total += r[4] or 0
+                continue
+            for d, n in _blobs_of(r[6], r[7], r[8]):
+                u = uses.get(d)
+                if u is None:
+                    uses[d] = [1, n]
+                    total += n
+                else:
+                    u[0] += 1
+        for r in keep:  # least recently used first
+            if total <= max_size:
+                break
+            drop.append(r)
+            if r[9]:
+                total -= r[4] or 0
+                continue
+            for d, _ in _blobs_of(r[6], r[7], r[8]):
+                u = uses[d]
+                u[0] -= 1
+                if u[0] == 0:
+                    total -= u[1]
+        return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
 
     def clear(self, fn: Optional[str] = None) -> int:
         with self.write() as c:
@@ -336,6 +495,35 @@ class Index:
 
             checkpoints.clear(c, fn)
         return n
+
+
+def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Optional[str]) -> List[Tuple[str, int]]:
+    out = [(payload, payload_size or 0)] if payload else []
+    if buffers and buffers != "[]":
+        try:
+            out.extend((d, n) for d, n in json.loads(buffers))
+        except (ValueError, TypeError):
+            pass  # a damaged row: counted by its payload only
+    return out
+
+
+def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
+    """Record why ``fn`` missed (JSON text), inside the caller's write transaction."""
+    c.execute("INSERT INTO misses(fn, time, explanation) VALUES (?,?,?)", (fn, time.time(), explanation))
+    # keep the table small: the last 20 misses per function are plenty for `why`
+    c.execute("DELETE FROM misses WHERE fn=? AND id NOT IN (SELECT id FROM misses WHERE fn=? ORDER BY id DESC LIMIT 20)",
+              (fn, fn))
+
+
+def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
+                stamps: Dict[str, Tuple[int, int, int]]) -> None:
+    """Batched hit counts and blob stamps, inside the caller's write transaction."""
+    if counts:
+        c.executemany("UPDATE evaluations SET hits=hits+?, last_hit=MAX(COALESCE(last_hit,0),?) WHERE id=?",
+                      [(n, t, i) for i, (n, t) in counts.items()])
+    if stamps:
+        c.executemany("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)",
+                      [(d, *st) for d, st in stamps.items()])
 
 
 def host_name() -> str:

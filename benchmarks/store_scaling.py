@@ -1,0 +1,319 @@
+"""The store as it grows: hit, miss, `ls` and `gc --dry-run` at 1 to 1M entries, and 8 processes hitting at once.
+
+Per store size (``--sizes``, default 1, 10k, 100k, 1M stored evaluations of the
+benchmarked function; all but one are synthetic rows inserted directly, with
+real inline payloads, as the issue allows):
+
+* **hit read from the store**: ``f(0)`` with this process's in-memory copies
+  dropped before each call, so every hit looks the key up in the index and
+  loads the result (a small int, stored inline);
+* **miss with a small result**: ``f(new x)``: lease, miss explanation (nearest
+  stored evaluation), pickling, record, run bookkeeping;
+* **`memolab ls`** and **`memolab gc --dry-run`**: a fresh ``python -m memolab``
+  process each, wall time including interpreter start-up.
+
+joblib.Memory does the same hits and misses at ``--joblib-sizes`` (default 1
+and 10k; a million joblib entries are a million directories). Within a round the
+libraries run back to back (interleaved); figures are the median over
+``--rounds`` rounds of each round's median, spread (min–max over rounds) in
+brackets. Then ``--procs`` processes × ``--proc-hits`` hits on 50 keys, all
+read from the store, started together: total hits per second, same for joblib.
+
+``--inline-sweep`` measures the inline threshold instead: miss and
+hit-from-store cost of a result of 1 KiB … 256 KiB stored inline vs in a blob
+file (what ``memolab.store.INLINE_MAX`` is chosen from).
+
+    python benchmarks/store_scaling.py [--sizes 1,10000,100000,1000000] [--rounds 3]
+    python benchmarks/store_scaling.py --inline-sweep
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+CHILD = r"""
+import json, os, statistics, sys, time, warnings
+warnings.simplefilter("ignore")
+lib, mode, workdir = sys.argv[1], sys.argv[2], sys.argv[3]
+arg = json.loads(sys.argv[4])
+os.chdir(workdir)
+if lib == "memolab":
+    from memolab import memo, configure
+    configure(store=os.path.join(workdir, "store"))
+    deco = memo
+else:
+    from joblib import Memory
+    deco = Memory(os.path.join(workdir, "joblib"), verbose=0).cache
+
+@deco
+def f(x):
+    return x + 1
+
+def forget():
+    pass
+
+if lib == "memolab":
+    from memolab.store import get_store
+    forget = get_store().forget
+
+def fill_memolab(n):
+    # n - 1 synthetic evaluations of f with other arguments, then one real one (x = 0)
+    import blake3, xxhash
+    from memolab import hashing, pickling, __version__
+    from memolab.store import get_store
+    fn, code, _, schema = f.key(0)
+    store = get_store()
+    now = time.time()
+    rows = []
+    def flush():
+        with store.index.write() as c:
+            c.executemany(
+                "INSERT INTO evaluations(fn, code, args, schema, status, payload, payload_size, buffers, size, started, "
+                "finished, duration, host, python, versions, snapshot, code_refs, inline) "
+                "VALUES (?,?,?,?,'done',?,?,'[]',?,?,?,0.001,'bench','3',?,?,'{}',?)", rows)
+        rows.clear()
+    for i in range(1, n):
+        x = -i
+        payload = pickling.dumps(x + 1)[0]
+        a = xxhash.xxh3_128_hexdigest(str(x).encode())
+        snap = json.dumps({"deps": {fn: code}, "args": {"x": [a, str(x)]}, "ignored": [], "version": None,
+                           "result": str(x + 1), "result_digest": None})
+        rows.append((fn, code, a, schema, blake3.blake3(payload).hexdigest(), len(payload), len(payload),
+                     now - i, now - i, json.dumps({"memolab": __version__}), snap, payload))
+        if len(rows) >= 50_000:
+            flush()
+    if rows:
+        flush()
+    f(0)
+
+if mode == "fill":
+    n = arg["n"]
+    if lib == "memolab":
+        fill_memolab(n)
+    else:
+        for x in range(1 - n, 1):
+            f(x)
+    for x in range(1, 51):  # the keys the multi-process hits read
+        f(x)
+    print(json.dumps({}))
+elif mode == "measure":
+    f(0)
+    hits = []
+    for _ in range(arg["hits"]):
+        forget()
+        t = time.perf_counter()
+        f(0)
+        hits.append(time.perf_counter() - t)
+    if lib == "memolab":
+        last = get_store().index.conn().execute("SELECT MAX(id) FROM evaluations").fetchone()[0]
+    base = 10**9 + arg["round"] * 10**6
+    misses = []
+    for i in range(arg["misses"]):
+        t = time.perf_counter()
+        f(base + i)
+        misses.append(time.perf_counter() - t)
+    if lib == "memolab":  # keep the store at its size for the next round
+        store = get_store()
+        store.flush_hits()
+        with store.index.write() as c:
+            c.execute("DELETE FROM evaluations WHERE id > ?", (last,))
+    print(json.dumps({"hit": statistics.median(hits), "miss": statistics.median(misses)}))
+elif mode == "procs":
+    f(1)
+    while time.time() < arg["start"]:
+        time.sleep(0.001)
+    t0 = time.time()
+    for i in range(arg["hits"]):
+        forget()
+        f(1 + i % 50)
+    print(json.dumps({"t0": t0, "t1": time.time()}))
+elif mode == "sweep":
+    import memolab.store as ms
+    out = {}
+    for size in arg["sizes"]:
+        value = os.urandom(size)  # bytes pickle in-band: the whole result is the payload
+        for how, limit in (("inline", 1 << 30), ("blob", 0)):
+            ms.INLINE_MAX = limit
+            @memo
+            def g(i, size=size, how=how):
+                return value[:-8] + i.to_bytes(8, "little")  # distinct bytes: no blob is deduplicated
+            miss, hit = [], []
+            for i in range(arg["n"]):
+                t = time.perf_counter(); g(i); miss.append(time.perf_counter() - t)
+            for i in range(arg["n"]):
+                forget()
+                t = time.perf_counter(); g(i); hit.append(time.perf_counter() - t)
+            out[f"{size}:{how}"] = [statistics.median(miss), statistics.median(hit)]
+    print(json.dumps(out))
+"""
+
+
+def env() -> Dict[str, str]:
+    e = dict(os.environ)
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
+    return e
+
+
+def child(workdir: str, lib: str, mode: str, arg: dict, wait: bool = True):
+    cmd = [sys.executable, os.path.join(workdir, "..", "child.py"), lib, mode, workdir, json.dumps(arg)]
+    if not wait:
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    cp = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=7200)
+    if cp.returncode != 0:
+        raise RuntimeError(f"{lib} {mode}: {cp.stderr.strip()[-2000:]}")
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def cli_time(workdir: str, *args: str) -> float:
+    e = env()
+    e["MEMOLAB_STORE"] = os.path.join(workdir, "store")
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "memolab", *args], capture_output=True, text=True, env=e, check=True)
+    return time.perf_counter() - t
+
+
+def fmt(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:,.1f} µs"
+    if s < 1:
+        return f"{s * 1e3:,.2f} ms"
+    return f"{s:,.2f} s"
+
+
+def med(vals: List[float]) -> Optional[float]:
+    return statistics.median(vals) if vals else None
+
+
+def cell(vals: List[float]) -> str:
+    if not vals:
+        return "-"
+    if len(vals) == 1:
+        return fmt(vals[0])
+    return f"{fmt(med(vals))} ({fmt(min(vals))}–{fmt(max(vals))})"
+
+
+def ratio(a: Optional[float], b: Optional[float]) -> str:
+    return f"{a / b:,.2f}" if a and b else "-"
+
+
+def scaling(args: argparse.Namespace, root: str) -> None:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    jsizes = {int(s) for s in args.joblib_sizes.split(",")} if args.joblib_sizes else set()
+    print(f"store size scaling; {args.rounds} interleaved rounds, median of rounds (min–max); {args.hits} hits and "
+          f"{args.misses} misses per round; a shared 2-core machine: other jobs ran meanwhile, read the spread")
+    print()
+    print("| stored entries | memolab hit from store | joblib hit | memolab / joblib | memolab miss, small result "
+          "| joblib miss | memolab / joblib | `memolab ls` | `gc --dry-run` |")
+    print("|" + "---|" * 9)
+    first_miss = None
+    for n in sizes:
+        d = os.path.join(root, f"n{n}")
+        os.makedirs(d)
+        open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
+        t = time.perf_counter()
+        child(d, "memolab", "fill", {"n": n})
+        fill_s = time.perf_counter() - t
+        libs = ["memolab"] + (["joblib"] if n in jsizes else [])
+        if "joblib" in libs:
+            child(d, "joblib", "fill", {"n": n})
+        res: Dict[str, Dict[str, List[float]]] = {lib: {"hit": [], "miss": []} for lib in libs}
+        ls, gc = [], []
+        for r in range(args.rounds):
+            for lib in libs:
+                out = child(d, lib, "measure", {"hits": args.hits, "misses": args.misses, "round": r})
+                res[lib]["hit"].append(out["hit"])
+                res[lib]["miss"].append(out["miss"])
+            ls.append(cli_time(d, "ls"))
+            gc.append(cli_time(d, "gc", "--dry-run"))
+        m, j = res["memolab"], res.get("joblib", {"hit": [], "miss": []})
+        if first_miss is None:
+            first_miss = med(m["miss"])
+        print(f"| {n:,} | {cell(m['hit'])} | {cell(j['hit'])} | {ratio(med(m['hit']), med(j['hit']))} "
+              f"| {cell(m['miss'])} | {cell(j['miss'])} | {ratio(med(m['miss']), med(j['miss']))} "
+              f"| {cell(ls)} | {cell(gc)} |", flush=True)
+        print(f"<!-- filled {n:,} in {fill_s:.1f} s; miss vs the smallest store: "
+              f"{ratio(med(m['miss']), first_miss)}x -->", flush=True)
+        if n == sizes[0]:
+            procs_d = d  # the processes hit the smallest store
+    print()
+    procs(args, procs_d)
+
+
+def procs(args: argparse.Namespace, d: str) -> None:
+    if not os.path.exists(os.path.join(d, "joblib")):
+        child(d, "joblib", "fill", {"n": 1})
+    rates: Dict[str, List[float]] = {"memolab": [], "joblib": []}
+    for _ in range(args.rounds):
+        for lib in ("memolab", "joblib"):
+            start = time.time() + 3.0  # after every child has imported
+            ps = [child(d, lib, "procs", {"hits": args.proc_hits, "start": start}, wait=False) for _ in range(args.procs)]
+            outs = []
+            for p in ps:
+                so, se = p.communicate(timeout=1800)
+                if p.returncode != 0:
+                    raise RuntimeError(se[-2000:])
+                outs.append(json.loads(so.strip().splitlines()[-1]))
+            span = max(o["t1"] for o in outs) - min(o["t0"] for o in outs)
+            rates[lib].append(args.procs * args.proc_hits / span)
+    m, j = med(rates["memolab"]), med(rates["joblib"])
+    print(f"{args.procs} processes × {args.proc_hits} hits on 50 keys, all read from the store, started together "
+          f"({args.rounds} interleaved rounds, median (min–max) hits/s):")
+    print()
+    print("| | memolab | joblib | memolab / joblib |")
+    print("|---|---|---|---|")
+    cells = [f"{med(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})" for v in (rates["memolab"], rates["joblib"])]
+    print(f"| hits/s | {cells[0]} | {cells[1]} | {ratio(m, j)} |")
+
+
+def sweep(args: argparse.Namespace, root: str) -> None:
+    d = os.path.join(root, "sweep")
+    os.makedirs(d)
+    open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
+    sizes = [1 << 10, 4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10]
+    runs = [child(d, "memolab", "sweep", {"sizes": sizes, "n": args.sweep_n}) for _ in range(args.rounds)]
+    print(f"inline vs blob by result size ({args.rounds} rounds of {args.sweep_n} calls, median of rounds)")
+    print()
+    print("| result | miss inline | miss blob | hit inline | hit blob |")
+    print("|---|---|---|---|---|")
+    for s in sizes:
+        vals = {how: [r[f"{s}:{how}"] for r in runs] for how in ("inline", "blob")}
+        row = [fmt(med([v[k] for v in vals[how]])) for k in (0, 1) for how in ("inline", "blob")]
+        print(f"| {s >> 10} KiB | {row[0]} | {row[1]} | {row[2]} | {row[3]} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1,10000,100000,1000000")
+    ap.add_argument("--joblib-sizes", default="1,10000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hits", type=int, default=1000)
+    ap.add_argument("--misses", type=int, default=100)
+    ap.add_argument("--procs", type=int, default=8)
+    ap.add_argument("--proc-hits", type=int, default=2000)
+    ap.add_argument("--inline-sweep", action="store_true")
+    ap.add_argument("--sweep-n", type=int, default=50)
+    ap.add_argument("--dir", default=None, help="where to build the stores (default: a temporary directory)")
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="memolab-scaling-", dir=args.dir)
+    try:
+        open(os.path.join(root, "child.py"), "w").write(CHILD)
+        if args.inline_sweep:
+            sweep(args, root)
+        else:
+            scaling(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Analyses of code objects kept across processes: a script's first call skips re-analysing its code.
+
+``bytecode.analyse_code`` walks every instruction of a function (and of the
+code nested in it) to get its normalised digest, free references and excerpt:
+for a graph spanning a 20,000-line package that is most of a first call, and
+every new process paid it again. Here analyses are kept on disk, one file per
+source file, and reused by the next process.
+
+Keyed by what the issue asks (source path, its mtime and size, the Python
+version) and, because a key of the file alone is not proof, **verified** on
+every use: an entry is reused only if the live code object has the same
+*fingerprint* (an xxh3 of its marshalled form: instruction bytes, names,
+constants, nested code, flags, line table, exception table). The analysis is a
+function of those fields, so a reused entry is the analysis the code object
+would get. A process still running a module's old code while the file was edited and
+re-analysed by another gets a fingerprint mismatch, and analyses afresh; it can
+never pick up the new code's digest. Only the excerpt (source lines shown in
+diffs, never part of a key) comes from the file, which is why a changed stat
+drops the file's entries.
+
+Where: ``$MEMOLAB_CODE_CACHE`` (``off`` disables it), else
+``$XDG_CACHE_HOME/memolab/code`` or ``~/.cache/memolab/code``. The file name
+carries the interpreter's bytecode tag and a stamp of memolab's analysis code,
+so a new Python or a changed ``bytecode.py`` starts afresh. Files are written
+at exit, atomically (temporary file + rename); a missing, unreadable or
+damaged file is an empty cache. The format is ``marshal`` (what Python's own
+``.pyc`` files use, with the same trust in the user's own cache directory).
+"""
+from __future__ import annotations
+
+import atexit
+import marshal
+import os
+import sys
+import threading
+import types
+from typing import Any, Dict, Optional, Tuple
+
+import xxhash
+
+_FORMAT = 1
+_lock = threading.Lock()
+#: source path -> [stat key, {(qualname, firstlineno): entry}, dirty]
+_files: Dict[str, list] = {}
+_dir: Optional[str] = None
+_salt: Optional[str] = None
+_registered = False
+#: analyses reused / not found or not matching, in this process (tests count them)
+stats = {"hit": 0, "miss": 0}
+
+
+def _cache_dir() -> Optional[str]:
+    global _dir
+    if _dir is None:
+        env = os.environ.get("MEMOLAB_CODE_CACHE")
+        if env is not None and env.strip().lower() in ("", "0", "off", "no", "false"):
+            _dir = ""
+        elif env:
+            _dir = env
+        else:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            _dir = os.path.join(base, "memolab", "code")
+    return _dir or None
+
+
+def _analysis_salt() -> str:
+    """Changes whenever the analysis could: the interpreter's bytecode, memolab's version, bytecode.py itself."""
+    global _salt
+    if _salt is None:
+        from . import bytecode
+        from .. import __version__
+
+        try:
+            st = os.stat(bytecode.__file__)
+            mine = f"{st.st_size}.{st.st_mtime_ns}"
+        except (OSError, TypeError):
+            mine = "?"
+        tag = sys.implementation.cache_tag or sys.version
+        _salt = xxhash.xxh3_64_hexdigest(f"{_FORMAT}|{tag}|{sys.version}|{__version__}|{mine}".encode())
+    return _salt
+
+
+def _stat_key(path: str) -> Optional[Tuple[int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _file_of(path: str) -> str:
+    name = xxhash.xxh3_64_hexdigest(path.encode("utf-8", "surrogatepass"))
+    return os.path.join(_cache_dir() or "", f"{name}.{_analysis_salt()}.marshal")
+
+
+def _entries(path: str) -> Optional[list]:
+    """The in-process record of ``path``'s cached analyses, read from disk on first use."""
+    rec = _files.get(path)
+    if rec is not None:
+        return rec
+    key = _stat_key(path)
+    if key is None:
+        return None  # no file to key by (exec, a deleted module): not cached
+    entries: Dict[Any, Any] = {}
+    try:
+        with open(_file_of(path), "rb") as f:
+            data = marshal.load(f)
+        if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == path \
+                and tuple(data[2]) == key and type(data[3]) is dict:
+            entries = data[3]
+    except Exception:  # missing, unreadable, damaged or another format: start empty
+        pass
+    rec = _files[path] = [key, entries, False]
+    return rec
+
+
+def fingerprint(code: types.CodeType) -> str:
+    """xxh3 of ``marshal.dumps(code)``: every field of the code object and of
+    the code nested in it (instructions, names, constants, flags, line and
+    exception tables), serialised in C. The same code can serialise to other
+    bytes in another process (marshal's back-references follow reference
+    counts; a frozenset's order follows salted string hashes): that is a cache
+    miss, never a wrong hit, since different code never serialises alike."""
+    return xxhash.xxh3_128_hexdigest(marshal.dumps(code))
+
+
+def get(code: types.CodeType) -> Optional[Tuple[str, str, frozenset, tuple]]:
+    """(digest, excerpt, refs, dynamic) analysed by some process for this very code, or None."""
+    if _cache_dir() is None:
+        return None
+    path = code.co_filename
+    with _lock:
+        rec = _entries(path)
+        if rec is None:
+            return None
+        e = rec[1].get((getattr(code, "co_qualname", code.co_name), code.co_firstlineno))
+    if e is None or e[0] != fingerprint(code):
+        stats["miss"] += 1
+        return None
+    try:
+        out = e[1], e[2], frozenset(e[3]), tuple(e[4])
+    except Exception:
+        stats["miss"] += 1
+        return None
+    stats["hit"] += 1
+    return out
+
+
+def put(code: types.CodeType, digest: str, source: str, refs: frozenset, dynamic: tuple) -> None:
+    """Remember an analysis; written to disk at exit."""
+    global _registered
+    if _cache_dir() is None:
+        return
+    path = code.co_filename
+    with _lock:
+        rec = _entries(path)
+        if rec is None or _stat_key(path) != rec[0]:
+            return  # the file changed since this process keyed it: its excerpt may not match
+        rec[1][(getattr(code, "co_qualname", code.co_name), code.co_firstlineno)] = \
+            (fingerprint(code), digest, source, tuple(refs), tuple(dynamic))
+        rec[2] = True
+        if not _registered:
+            _registered = True
+            atexit.register(flush)
+
+
+def flush() -> None:
+    """Write the files that gained entries (at exit; best effort, never raises)."""
+    d = _cache_dir()
+    if d is None:
+        return
+    with _lock:
+        dirty = [(p, rec) for p, rec in _files.items() if rec[2]]
+        for _, rec in dirty:
+            rec[2] = False
+    for path, (key, entries, _) in dirty:
+        try:
+            os.makedirs(d, exist_ok=True)
+            final = _file_of(path)
+            tmp = f"{final}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                marshal.dump((_FORMAT, path, key, dict(entries)), f)
+            os.replace(tmp, final)
+        except Exception:
+            try:
+                os.unlink(tmp)
+            except Exception:
+                pass
+
+
+def clear() -> None:
+    """Forget what this process read (tests); files on disk stay."""
+    with _lock:
+        _files.clear()
+    stats.update(hit=0, miss=0)
+    global _dir, _salt
+    _dir = None
+    _salt = None

@@ -1,0 +1,252 @@
+"""The store's hot paths: what a hit and a miss cost, counted in SQLite statements.
+
+No timing here (the machine is shared): a hit is pinned to one point query and
+zero writes, every statement of a miss to an index, small results to their
+index row. Figures are in benchmarks/store_scaling.py and hit_overhead.py.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import warnings
+
+import numpy as np
+import pytest
+
+import memolab
+from memolab import memo
+from memolab.store import INLINE_MAX, Store, get_store
+from memolab.store.sqlite import SCHEMA_VERSION
+from conftest import Calls
+
+KEY = ("mod:f", "code", "args", "schema")
+WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "BEGIN", "COMMIT", "CREATE", "ALTER", "DROP")
+
+
+def _fields():
+    return {"started": 1.0, "finished": 2.0, "duration": 1.0, "snapshot": json.dumps({"result_digest": None})}
+
+
+def _traced(store: Store) -> list:
+    stmts: list = []
+    store.index.conn().set_trace_callback(stmts.append)
+    return stmts
+
+
+@pytest.mark.parametrize("value", [{"small": [1, 2, 3]}, np.arange(INLINE_MAX, dtype=np.float64)],
+                         ids=["inline", "blob"])
+def test_a_hit_from_the_store_is_one_point_query_and_writes_nothing(tmp_path, value):
+    writer = Store(tmp_path / "s")
+    writer.acquire(KEY, writer.owner_id())
+    writer.save(KEY, writer.owner_id(), value, _fields(), {})
+    reader = Store(tmp_path / "s")  # another process, in effect: nothing of this key in its memory
+    stmts = _traced(reader)
+    reader.index.conn().execute("PRAGMA query_only=ON")  # a write would raise: the disk may be read-only or full
+    stmts.clear()
+    state, row = reader.acquire(KEY, reader.owner_id())
+    assert state == "hit"
+    got = reader.load(KEY, row)
+    np.testing.assert_equal(got, value)
+    reader.count_hit(row["id"])
+    assert not [s for s in stmts if s.lstrip().upper().startswith(WRITES)], stmts
+    selects = [s for s in stmts if "FROM evaluations" in s]
+    assert len(selects) == 1, stmts  # the lookup; a blob result adds only its stamp reads
+    inline = row["inline"] is not None
+    assert inline == (value.__class__ is dict)
+    assert len(stmts) == (1 if inline else 2)  # + the stamp read of the array's blob (a payload is always re-hashed)
+    # the hit is counted later, off the hit path (here: explicitly)
+    reader.index.conn().execute("PRAGMA query_only=OFF")
+    reader.flush_hits()
+    assert writer.index.evaluations()[0]["hits"] == 1
+
+
+def test_small_results_live_in_their_row_and_large_ones_in_blobs(tmp_store):
+    calls = Calls()
+
+    @memo
+    def make(n):
+        calls.append(n)
+        return np.arange(n, dtype=np.uint8)
+
+    make(100)
+    make(INLINE_MAX * 2)
+    store = get_store()
+    rows = {r["size"] > INLINE_MAX: r for r in store.index.evaluations()}
+    inline_ids = {i for (i,) in store.index.conn().execute("SELECT id FROM evaluations WHERE inline IS NOT NULL")}
+    assert rows[False]["id"] in inline_ids and rows[True]["id"] not in inline_ids
+    refs = store.index.referenced_blobs()
+    assert rows[False]["payload"] not in refs  # an inline row names no file
+    assert sum(1 for _ in store.blobs) == 2  # the large result's payload and its buffer
+    store.forget()
+    assert make(100).tolist() == list(range(100)) and len(calls) == 2
+
+
+def test_out_of_band_buffers_inline_come_back_read_only(tmp_store, monkeypatch):
+    """With a threshold above pickling's out-of-band minimum (64 KiB), an array's
+    buffer is stored in the row too, and loads as read-only as a mapped blob."""
+    monkeypatch.setattr(memolab.store, "INLINE_MAX", 1 << 20)
+    calls = Calls()
+
+    @memo
+    def make(n):
+        calls.append(n)
+        return {"a": np.arange(n, dtype=np.float64), "b": np.ones(n)}
+
+    make(20_000)
+    store = get_store()
+    (buffers, inline), = store.index.conn().execute("SELECT buffers, inline FROM evaluations").fetchall()
+    assert len(json.loads(buffers)) == 2 and inline is not None and not list(store.blobs)
+    store.forget()
+    got = make(20_000)
+    assert len(calls) == 1 and got["a"][-1] == 19_999 and got["b"].sum() == 20_000
+    assert not got["a"].flags.writeable
+
+
+def test_damaged_inline_result_is_a_miss_recomputed_and_repaired(tmp_store):
+    calls = Calls()
+
+    @memo
+    def f(x):
+        calls.append(x)
+        return {"x": x, "pad": "p" * 100}
+
+    f(1)
+    store = get_store()
+    (eval_id, blob), = store.index.conn().execute("SELECT id, inline FROM evaluations").fetchall()
+    bad = bytearray(blob)
+    bad[len(bad) // 2] ^= 0xFF
+    with store.index.write() as c:
+        c.execute("UPDATE evaluations SET inline=? WHERE id=?", (bytes(bad), eval_id))
+    store.forget()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert f(1) == {"x": 1, "pad": "p" * 100}
+    assert len(calls) == 2 and any("recomputing" in str(x.message) for x in w)
+    store.forget()
+    assert f(1)["x"] == 1 and len(calls) == 2  # repaired: a hit again
+
+
+def test_every_statement_of_a_miss_uses_an_index(tmp_store):
+    """The miss explanation looks for the nearest stored evaluation through
+    indexed columns: its cost does not grow with the store."""
+    @memo
+    def g(x, y=0):
+        return x + y
+
+    for i in range(30):
+        g(i)
+    store = get_store()
+    stmts = _traced(store)
+    g(1000)        # new arguments
+    g(5, y=1)      # a changed argument
+    g.fresh(3)     # forced
+    store.index.conn().set_trace_callback(None)
+    checked = 0
+    for s in stmts:
+        if ("evaluations" in s or "misses" in s) and s.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE")):
+            plan = " | ".join(r[3] for r in store.index.conn().execute("EXPLAIN QUERY PLAN " + s))
+            assert "SCAN evaluations" not in plan and "SCAN misses" not in plan, (s, plan)
+            checked += 1
+    assert checked >= 9
+    assert "new arguments" in str(g.explain(1001))
+
+
+def _downgrade_to_schema_1(path):
+    """Make ``path`` what memolab wrote before schema 2: no inline column, no
+    new indexes, the version in ``meta`` only."""
+    con = sqlite3.connect(path)
+    con.executescript("""
+        DROP INDEX evaluations_args; DROP INDEX evaluations_code; DROP INDEX evaluations_summary;
+        DROP INDEX evaluations_blobs; DROP INDEX evaluations_unused;
+        CREATE INDEX evaluations_fn ON evaluations(fn, finished);
+        ALTER TABLE evaluations DROP COLUMN inline;
+        UPDATE meta SET value='1' WHERE key='schema_version';
+        PRAGMA user_version=0;
+    """)
+    con.close()
+
+
+def test_a_schema_1_store_is_migrated_in_place_and_keeps_its_results(tmp_path, blob_results, monkeypatch):
+    root = tmp_path / "s"
+    s = Store(root)
+    s.acquire(KEY, "w")
+    s.save(KEY, "w", {"old": True}, _fields(), {})
+    del s
+    _downgrade_to_schema_1(root / "index.sqlite")
+    monkeypatch.setattr(memolab.store, "INLINE_MAX", 32 << 10)
+    s = Store(root)
+    assert s.index.conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert s.index.conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    state, row = s.acquire(KEY, "r")
+    assert state == "hit" and s.load(KEY, row) == {"old": True}
+    key2 = KEY[:2] + ("args2", KEY[3])
+    s.acquire(key2, "w")
+    s.save(key2, "w", {"new": True}, _fields(), {})
+    assert s.index.lookup(key2)["inline"] is not None
+    indexes = {n for (n,) in s.index.conn().execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert {"evaluations_summary", "evaluations_args", "evaluations_code", "evaluations_blobs"} <= indexes
+    assert "evaluations_fn" not in indexes
+    Store(root)  # a second opener finds nothing left to do
+
+
+def test_a_store_of_a_newer_schema_is_refused(tmp_path):
+    s = Store(tmp_path / "s")
+    s.index.conn().execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    with pytest.raises(Exception, match="newer memolab"):
+        Store(tmp_path / "s")
+
+
+def test_hit_counts_ride_along_with_the_next_write(tmp_path):
+    s = Store(tmp_path / "s")
+    s.acquire(KEY, "w")
+    first = s.save(KEY, "w", 1, _fields(), {})
+    s.count_hit(first)
+    s.count_hit(first)
+    key2 = KEY[:2] + ("args2", KEY[3])
+    s.acquire(key2, "w")
+    s.save(key2, "w", 2, _fields(), {})  # no flush_hits: the record's transaction carries them
+    assert {r["id"]: r["hits"] for r in s.index.evaluations()}[first] == 2
+
+
+def test_hit_counts_of_a_process_are_written_when_it_exits(project):
+    project.write("job.py", """
+        from memolab import memo
+
+        @memo
+        def f(x):
+            return x * 2
+
+        f(1); f(1); f(1)
+    """)
+    project.run("job.py")
+    project.run("job.py")
+    con = sqlite3.connect(project.store / "index.sqlite")
+    assert con.execute("SELECT hits FROM evaluations").fetchone()[0] == 5
+
+
+def test_gc_plan_counts_a_shared_blob_once_and_inline_bytes_per_row(tmp_path, monkeypatch):
+    s = Store(tmp_path / "s")
+    big = np.ones(100_000)  # 800 kB, one buffer blob shared by two results
+
+    def put(args, value, finished, inline_max):
+        monkeypatch.setattr(memolab.store, "INLINE_MAX", inline_max)
+        key = KEY[:2] + (args, KEY[3])
+        s.acquire(key, "w")
+        return s.save(key, "w", value, dict(_fields(), finished=finished), {})
+
+    a = put("a", {"v": big, "tag": "a"}, 1.0, 32 << 10)
+    b = put("b", {"v": big, "tag": "b"}, 2.0, 32 << 10)
+    c = put("c", "x" * 1000, 3.0, 32 << 10)
+    size = {r["id"]: r["size"] for r in s.index.evaluations()}
+    assert [r["id"] for r in s.gc_plan()] == []
+    assert [r["id"] for r in s.gc_plan(older_than=10, now=11.5)] == [a]
+    pb = size[b] - 800_000  # b's payload
+    # dropping a frees only its payload: the shared buffer stays while b uses it
+    assert [r["id"] for r in s.gc_plan(max_size=800_000 + pb + size[c])] == [a]
+    assert [r["id"] for r in s.gc_plan(max_size=800_000 + pb + size[c] - 1)] == [a, b]
+    assert [r["id"] for r in s.gc_plan(max_size=size[c])] == [a, b]
+    assert [r["id"] for r in s.gc_plan(max_size=size[c] - 1)] == [a, b, c]
+    s.index.mark_corrupt(c, "test")
+    assert [r["id"] for r in s.gc_plan()] == [c]
+    dead = s.unreferenced_blobs(dropping=[a, b])
+    assert len(dead) == 3 and sum(n for _, n in dead) >= 800_000  # two payloads and the shared buffer
