@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS runs(
     hparams TEXT,
     eval_id INTEGER,
     pid INTEGER,
-    host TEXT
+    host TEXT,
+    error TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
 CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
@@ -66,7 +67,8 @@ CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
 """
 
 
-#: columns added after the runs table shipped (nullable: older readers ignore them)
+#: columns added after the runs table shipped (nullable: older readers ignore them). New stores
+#: get them from the DDL above; only a store made before them is altered, once.
 ADDED_RUN_COLUMNS = (("error", "TEXT"),)  # a failed run's exception: "ValueError: boom"
 
 
