@@ -65,7 +65,7 @@ WORKER = textwrap.dedent('''
         elif r < 0.95:
             op = "gc"
             with contextlib.redirect_stdout(io.StringIO()):
-                assert cli.main(["--store", store, "gc", "--max-size", "600KB"]) == 0
+                assert cli.main(["--store", store, "gc", "--max-size", "600KB", "--yes"]) == 0
         else:
             op = "doctor"
             out = io.StringIO()

@@ -60,19 +60,19 @@ def test_show_why_and_unknown_function(populated):
 
 
 def test_clear_one_function(populated):
-    assert "cleared 2 evaluations of __main__:prepare" in memolab(populated, "clear", "prepare", "--yes").stdout
+    assert "cleared __main__:prepare: 2 evaluations, 2 runs" in memolab(populated, "clear", "prepare", "--yes").stdout
     out = memolab(populated, "ls").stdout
     assert "prepare" not in out and "other" in out
 
 
 def test_gc_dry_run_then_real(populated):
     before = sorted(p for p in (populated.store / "blobs").rglob("*") if p.is_file())
-    out = memolab(populated, "gc", "--max-size", "1B", "--dry-run").stdout
+    out = memolab(populated, "gc", "--max-size", "1B", "--dry-run").stdout  # a dry run needs no --yes
     assert "would drop 3 evaluations" in out
     assert sorted(p for p in (populated.store / "blobs").rglob("*") if p.is_file()) == before
-    out = memolab(populated, "gc", "--older-than", "30d").stdout
+    out = memolab(populated, "gc", "--older-than", "30d", "--yes").stdout
     assert "dropped 0 evaluations" in out
-    out = memolab(populated, "gc", "--max-size", "1B").stdout
+    out = memolab(populated, "gc", "--max-size", "1B", "-y").stdout
     assert "dropped 3 evaluations" in out
     assert not [p for p in (populated.store / "blobs").rglob("*") if p.is_file()]
 

@@ -24,12 +24,18 @@ def load(run_dir):
     return ea
 
 
-def test_crc32c_known_vectors():
+@pytest.mark.parametrize("crc", [tb_export.crc32c, tb_export.crc32c_py])
+def test_crc32c_known_vectors(crc):
     # RFC 3720 B.4 test vectors: a wrong table would corrupt every record
-    assert tb_export.crc32c(b"\x00" * 32) == 0x8A9136AA
-    assert tb_export.crc32c(b"\xff" * 32) == 0x62A8AB43
-    assert tb_export.crc32c(bytes(range(32))) == 0x46DD794E
-    assert tb_export.crc32c(b"123456789") == 0xE3069283
+    assert crc(b"\x00" * 32) == 0x8A9136AA
+    assert crc(b"\xff" * 32) == 0x62A8AB43
+    assert crc(bytes(range(32))) == 0x46DD794E
+    assert crc(b"123456789") == 0xE3069283
+
+
+def test_native_crc32c_is_used_when_installed():
+    pytest.importorskip("google_crc32c")
+    assert tb_export.CRC32C_NATIVE  # the `tb` extra: ~1000x the pure-Python loop
 
 
 def test_export_roundtrip_every_point(tmp_store, tmp_path):
@@ -55,11 +61,12 @@ def test_export_roundtrip_every_point(tmp_store, tmp_path):
     dirs = tb_export.export(get_store().index, out, train.symbol)
     assert len(dirs) == 2
     names = sorted(d.name for d in dirs)
-    assert names[0].startswith("lr=0.02,steps=200__done_") and names[1].startswith("lr=0.1,steps=200__done_")
+    assert names[0].startswith("lr=0.02,steps=200__code-") and names[1].startswith("lr=0.1,steps=200__code-")
+    assert all("__done_eval" in n for n in names)  # the evaluation id the CLI takes
 
     index = get_store().index
     for run in query.runs(index, train.symbol):
-        (d,) = [d for d in dirs if d.name.endswith(f"_{run['id']}")]
+        (d,) = [d for d in dirs if d.name == tb_export.run_dirname(run)]
         ea = load(d)
         tags = ea.Tags()
         ours = query.all_scalars(index, run["id"])
@@ -90,7 +97,9 @@ def test_export_roundtrip_every_point(tmp_store, tmp_path):
         (txt,) = ea.Tensors("notes")
         assert txt.step == 3 and txt.tensor_proto.string_val[0].decode() == f"lr is {run['hparams']['lr']}\nsecond line"
         (hp,) = ea.Tensors("hparams")
-        assert b"| lr |" in hp.tensor_proto.string_val[0]
+        table = hp.tensor_proto.string_val[0].decode()
+        # a header row and a separator: TensorBoard renders it as a table, not a paragraph
+        assert table.splitlines()[:2] == ["| argument | value |", "|---|---|"] and "| lr |" in table
 
 
 def test_export_tb_command(project, tmp_path):
@@ -114,4 +123,120 @@ def test_export_tb_command(project, tmp_path):
     assert [d.name.split("__")[0] for d in run_dirs] == ["k=1", "k=2"]
     assert [e.value for e in load(run_dirs[1]).Scalars("x")] == [0.0, 2.0, 4.0, 6.0, 8.0]
     bad = project.run("-m", "memolab", "export-tb", str(out), "nope:fn", check=False)
-    assert bad.returncode == 2 and "no function 'nope:fn'" in bad.stderr and "__main__:job" in bad.stderr
+    assert bad.returncode == 1 and "no function matches 'nope:fn'" in bad.stderr
+
+
+def _session_groups(logdir):
+    """What TensorBoard's HParams tab shows, computed by the hparams plugin's own backend."""
+    from tensorboard import context as tb_context
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
+
+    mux = pem.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    ctx = base_plugin.TBContext(logdir=str(logdir), multiplexer=mux,
+                                data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir)))
+    bctx = backend_context.Context(ctx)
+    exp = get_experiment.Handler(tb_context.RequestContext(), bctx, "", api_pb2.GetExperimentRequest()).run()
+    req = api_pb2.ListSessionGroupsRequest(allowed_statuses=[1, 2, 3, 0], start_index=0, slice_size=100)
+    return exp, list_session_groups.Handler(tb_context.RequestContext(), bctx, "", req).run()
+
+
+def test_hparams_tab_has_every_run_with_arguments_and_final_metrics(tmp_store, tmp_path):
+    @memo
+    def fit(lr, opt="adam", wd=False):
+        for s in range(5):
+            memolab.log.scalar("loss", lr * (5 - s), step=s)
+            memolab.log.scalar("val/acc", s / 5, step=s)
+        if opt == "bad":
+            raise RuntimeError("diverged")
+        return lr
+
+    fit(0.1)
+    fit(0.2, opt="sgd", wd=True)
+    with pytest.raises(RuntimeError):
+        fit(0.3, opt="bad")
+    out = tmp_path / "tb"
+    tb_export.export(get_store().index, out)
+    exp, res = _session_groups(out)
+    assert {h.name: h.type for h in exp.hparam_infos} == {"lr": 3, "opt": 1, "wd": 2}  # FLOAT64, STRING, BOOL
+    assert sorted(m.name.tag for m in exp.metric_infos) == ["loss", "val/acc"]
+    groups = {g.hparams["lr"].number_value: g for g in res.session_groups}
+    assert sorted(groups) == [0.1, 0.2, 0.3]
+    g = groups[0.2]
+    assert g.hparams["opt"].string_value == "sgd" and g.hparams["wd"].bool_value is True
+    final = {m.name.tag: m.value for m in g.metric_values}
+    assert final == pytest.approx({"loss": 0.2, "val/acc": 0.8})
+    assert [s.status for s in groups[0.1].sessions] == [1] and [s.status for s in groups[0.3].sessions] == [2]
+
+
+def test_reexport_removes_runs_that_are_gone_and_keeps_foreign_files(tmp_store, tmp_path):
+    @memo
+    def a(k):
+        memolab.log.scalar("x", float(k))
+        return k
+
+    @memo
+    def b(k):
+        memolab.log.scalar("y", float(k))
+        return k
+
+    a(1), a(2), b(1)
+    out = tmp_path / "tb"
+    dirs = tb_export.export(get_store().index, out)
+    assert len(dirs) == 3
+    old_a = sorted(d for d in dirs if d.parent.name.endswith(".a"))
+    (b1,) = [d for d in dirs if d.parent.name.endswith(".b")]
+    (b1 / "notes.txt").write_text("mine")  # a file the user put there
+    a.clear()
+    b.clear()
+    a(1)
+    # exporting one function removes only that function's stale runs
+    again = tb_export.export(get_store().index, out, a.symbol)
+    # both old runs of `a` are gone (a(1) was recomputed: a new evaluation, a new directory)
+    assert len(again) == 1 and sorted(again.removed) == old_a and not any(d.exists() for d in old_a)
+    assert b1.exists()
+    again = tb_export.export(get_store().index, out)
+    assert again.removed == [b1] and (b1 / "notes.txt").read_text() == "mine"
+    assert not list(b1.glob("events.out.tfevents.*"))
+
+
+def test_evaluations_differing_only_in_code_get_distinct_names(project, tmp_path):
+    src = """
+        import memolab
+        from memolab import memo
+
+        @memo
+        def job(k):
+            memolab.log.scalar("x", k * FACTOR)
+            return k
+
+        job(1)
+    """
+    project.write("job.py", src.replace("FACTOR", "1"))
+    project.run("job.py")
+    project.write("job.py", src.replace("FACTOR", "2"))
+    project.run("job.py")
+    out = tmp_path / "tb"
+    project.run("-m", "memolab", "export-tb", str(out), "job")
+    names = sorted(p.name for p in (out / "__main__.job").iterdir())
+    assert len(names) == 2 and names[0] != names[1]
+    assert {n.split("__")[0] for n in names} == {"k=1"} and all("__code-" in n for n in names)
+
+
+def test_scalar_fast_path_writes_the_same_bytes(tmp_path):
+    pts = [(0, 1.5, 0.25), (7, 2.5, float("nan")), (2**40, 3.5, -1e30), (-3, 4.0, float("inf"))]
+    a, b = tb_export.EventFileWriter(tmp_path / "a"), tb_export.EventFileWriter(tmp_path / "b")
+    for step, wall, value in pts:
+        a.add(wall, step, tb_export.summary_value("train/loss", simple=value))
+    b.add_scalars("train/loss", pts)
+    a._f.flush(), b._f.flush()
+    import struct
+
+    def after_first(raw):  # the file_version record carries the writer's own wall time
+        return raw[struct.unpack("<Q", raw[:8])[0] + 16:]
+
+    assert after_first(a._tmp.read_bytes()) == after_first(b._tmp.read_bytes()) != b""
+    a.abort(), b.abort()

@@ -97,7 +97,7 @@ def cli(store: Path, *args: str, user: bool = False) -> subprocess.CompletedProc
     e = dict(os.environ, PYTHONPATH=SRC)
     pre = as_nobody() if user else []
     return subprocess.run([*pre, sys.executable, "-m", "memolab", "--store", str(store), *args], env=e, cwd="/",
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)  # never a terminal
 
 
 def no_traceback(cp: subprocess.CompletedProcess) -> None:
@@ -207,7 +207,9 @@ def test_damaged_index_computes_warns_once_and_doctor_repairs_it(world, damage):
     cp = cli(store, "doctor")
     no_traceback(cp)
     assert cp.returncode == 1 and "damaged" in cp.stdout and "--repair" in cp.stdout
-    cp = cli(store, "doctor", "--repair")
+    cp = cli(store, "doctor", "--repair")  # no terminal to confirm on: refused, nothing moved
+    assert cp.returncode == 2 and "refusing" in cp.stderr and not list(store.glob("index.sqlite.damaged-*"))
+    cp = cli(store, "doctor", "--repair", "--yes")
     no_traceback(cp)
     assert "moved the damaged index to index.sqlite.damaged-" in cp.stdout, cp.stdout
     assert "recovered" in cp.stdout or "started an empty index" in cp.stdout
@@ -235,7 +237,7 @@ def test_repair_recovers_the_rows_that_can_be_read(world):
     no_traceback(cp)
     if cp.returncode == 0:
         pytest.skip("the damaged page held nothing the integrity check reads")
-    cp = cli(store, "doctor", "--repair")
+    cp = cli(store, "doctor", "--repair", "--yes")
     no_traceback(cp)
     assert "recovered" in cp.stdout, cp.stdout
     out = run(world, store, *range(1, 400))
@@ -252,7 +254,7 @@ def test_damaged_buffers_row_is_a_miss_that_repairs_itself(world):
     assert cp.returncode == 1 and "undecodable" in cp.stdout
     with sqlite3.connect(store / "index.sqlite") as c:  # doctor took it out of use; damage it again for the call
         c.execute("UPDATE evaluations SET status='done', buffers='{' WHERE size > 1000")
-    for args in (["ls"], ["ls", "f"], ["gc", "--max-size", "1MB"]):
+    for args in (["ls"], ["ls", "f"], ["gc", "--max-size", "1MB", "--yes"]):
         no_traceback(cli(store, *args))
     out = run(world, store, 100_000, 100_000)
     assert out["values"] == [sum(range(100_000))] * 2 and out["computed"] == [100_000]
@@ -515,7 +517,7 @@ def test_gc_max_size_counts_log_data(tmp_store):
     logs = log_bytes(get_store().index)
     assert len(logs) == 3 and all(n > 50_000 for n in logs.values()), logs
     # blobs alone are tiny (ints stay in the pickle): only the logs make these exceed 200 KB together
-    assert mcli.main(["gc", "--max-size", "200KB"]) == 0
+    assert mcli.main(["gc", "--max-size", "200KB", "--yes"]) == 0
     assert len(get_store().index.evaluations()) < 3
 
 

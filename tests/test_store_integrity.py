@@ -249,7 +249,7 @@ def test_gc_drops_the_leases_of_dead_owners_only(project):
 
         db = sqlite3.connect(project.store / "index.sqlite")
         assert db.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 2
-        project.run("-m", "memolab", "--store", str(project.store), "gc", env={"MEMOLAB_LEASE_TTL": "3600"})
+        project.run("-m", "memolab", "--store", str(project.store), "gc", "--yes", env={"MEMOLAB_LEASE_TTL": "3600"})
         left = [r[0] for r in db.execute("SELECT owner FROM leases")]
         assert len(left) == 1 and f":{procs[1].pid}:" in left[0]  # the live owner keeps its lease
     finally:

@@ -41,6 +41,7 @@ from work import f
 seed, ops, deadline = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 rng = random.Random(seed)
 store = os.environ["MEMOLAB_STORE"]
+memolab.store.get_store()  # CLI commands never create a store: make it before the first one runs
 counts = {}
 seen = []
 warnings.showwarning = lambda message, *a, **k: seen.append(str(message))
@@ -63,7 +64,7 @@ for n in range(ops):
     elif r < 0.93:
         op = "gc"
         with contextlib.redirect_stdout(io.StringIO()):
-            assert cli.main(["--store", store, "gc", "--max-size", "300KB"]) == 0
+            assert cli.main(["--store", store, "gc", "--max-size", "300KB", "--yes"]) == 0
         v = None
     else:
         op = "doctor"

@@ -187,7 +187,7 @@ def test_dashboard_charts_overlay_and_tabs(dashboard, page):
     pg.screenshot(path=str(SHOTS / "images.png"), full_page=True)
 
     pg.click("#tabs button[data-tab='text']")
-    pg.wait_for_selector("#texts pre")
+    pg.wait_for_selector("#texts .md p")
     assert "finished with loss" in pg.inner_text("#texts")
 
     pg.click("#tabs button[data-tab='hparams']")
@@ -244,7 +244,7 @@ def test_running_evaluation_updates_live(tmp_store, page):
         select_runs(pg, run_ids(pg))
         wait_points(pg, "loss", "10")  # the background flush already wrote them while the function runs
         # the banner is drawn by its own poll: wait for it rather than race it
-        pg.wait_for_function("document.querySelector('#live').textContent.includes('running')", timeout=20000)
+        pg.wait_for_function("() => document.querySelector('#live').textContent.includes('running')", timeout=20000)
         assert "running" in pg.inner_text("#live")
         pg.screenshot(path=str(SHOTS / "live_running.png"), full_page=True)
         release.set()

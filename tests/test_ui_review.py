@@ -22,7 +22,7 @@ from test_ui import get, server  # noqa: F401  (server is a fixture)
     ("api/scalars?runs=1&tag=x&max=0", 400, "max must be"),
     ("api/scalars?runs=1&tag=x&max=-5", 400, "max must be"),
     ("api/scalars?runs=1&tag=x&max=lots", 400, "max must be"),
-    ("api/diff?a=1&b=x", 400, "evaluation ids"),
+    ("api/diff?a=1&b=x", 400, "b must be a positive integer id"),
 ])
 def test_hostile_api_inputs_get_a_clear_error(server, path, status, msg):
     with pytest.raises(urllib.error.HTTPError) as e:

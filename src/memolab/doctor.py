@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .cli import command, human_size, options, table
+from .cli import PROBLEM, CliError, Progress, command, confirm, emit_json, human_size, options, store_root, table
 
 Out = Callable[[str], None]
 
@@ -155,7 +155,7 @@ def repair_index(root: Path, out: Out) -> int:
 
 # -- checks of a readable store ------------------------------------------------------------------
 
-def _check_store(root: Path, out: Out) -> int:
+def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -> int:
     from .store import get_store
     from .store import tmpfiles
     from .store.health import row_problem, undecodable_rows
@@ -184,18 +184,21 @@ def _check_store(root: Path, out: Out) -> int:
     # blobs against their digests
     checked = 0
     damaged: Dict[str, str] = {}
-    for d in list(store.blobs):
-        checked += 1
-        problem = store.blobs.verify(d)
-        # A blob that vanished since the listing was collected by a concurrent
-        # gc (or clear): only a reference to it, checked below, makes it a problem.
-        if problem and problem != "missing" and not problem.endswith("is missing"):
-            damaged[d] = problem
+    digests = list(store.blobs)
+    with Progress("verifying blobs", len(digests)) as bar:  # a bar on a terminal, nothing on a pipe
+        for d in digests:
+            checked += 1
+            problem = store.blobs.verify(d)
+            bar.update()
+            # A blob that vanished since the listing was collected by a concurrent
+            # gc (or clear): only a reference to it, checked below, makes it a problem.
+            if problem and problem != "missing" and not problem.endswith("is missing"):
+                damaged[d] = problem
 
     def decide(c: Any) -> Tuple[List[Tuple[str, str]], Dict[int, List[str]]]:
         refs = store.index.referenced_blobs(only_done=True)
         missing = [d for d in refs if d not in damaged and not store.blobs.path(d).exists()]
-        problems = [(d[:16], p) for d, p in damaged.items()] + [(d[:16], "missing") for d in missing]
+        problems = [(d, p) for d, p in damaged.items()] + [(d, "missing") for d in missing]
         affected: Dict[int, List[str]] = {}
         for d in [*damaged, *missing]:
             for i in refs.get(d, []):
@@ -223,7 +226,7 @@ def _check_store(root: Path, out: Out) -> int:
             + ("" if readonly else " marked corrupt: recomputed (and replaced) on their next call"))
     if problems:
         bad += 1
-        out(table(["BLOB", "PROBLEM"], problems))
+        out(table(["BLOB", "PROBLEM"], [(d[:16], p) for d, p in problems]))
         moved = "" if readonly else f"; moved to {store.blobs.quarantine_dir}"
         out(f"{len(problems)} of {checked} blobs damaged or missing{moved}")
         out(f"{len(affected)} evaluation{'s' if len(affected) != 1 else ''} "
@@ -232,6 +235,7 @@ def _check_store(root: Path, out: Out) -> int:
     # temporary files of writers that are gone
     litter = [t for t in tmpfiles.scan(store.blobs.tmp) if t.alive is not True]
     dead = [t for t in litter if t.alive is False or t.age > 3600]
+    removed: List[Any] = []
     if dead:
         removed = [] if readonly else tmpfiles.reclaim(store.blobs.tmp)
         size = sum(t.size for t in dead)
@@ -239,15 +243,23 @@ def _check_store(root: Path, out: Out) -> int:
             f"gone{'' if readonly else f': removed {len(removed)}'}")
     if not bad:
         out(f"all {checked} blobs verified against their digests; index integrity ok; no problems")
+    if facts is not None:
+        facts.update(checked=checked, problems=[{"blob": d, "problem": p} for d, p in problems],
+                     quarantine=str(store.blobs.quarantine_dir), marked_corrupt=sorted(affected),
+                     undecodable={str(i): why for i, why in sorted(undecodable.items())},
+                     temp_files_removed=len(removed), read_only=readonly)
     return 1 if bad else 0
 
 
-def run(root: Path, repair: bool = False, out: Out = print) -> int:
+def run(root: Path, repair: bool = False, out: Out = print, facts: Optional[Dict[str, Any]] = None,
+        confirm_repair: Callable[[], bool] = lambda: True) -> int:
     root = Path(root)
     if not root.is_dir():
         out(f"no store at {root}" + (" (it is a file)" if root.exists() else ""))
         return 1 if root.exists() else 0
     problem, repairable = _index_problem(root / "index.sqlite")
+    if facts is not None:
+        facts["index_problem"] = problem
     if problem:
         out(f"index: {problem}")
         if not repairable:
@@ -255,23 +267,46 @@ def run(root: Path, repair: bool = False, out: Out = print) -> int:
         if not repair:
             out(f"run `memolab --store {root} doctor --repair` to move it aside and rebuild it from what can be read")
             return 1
+        if not confirm_repair():
+            out("nothing repaired")
+            return 1
+        if facts is not None:
+            facts["repaired"] = True
         return repair_index(root, out)
-    return _check_store(root, out)
+    return _check_store(root, out, facts)
+
+
+def _doctor_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repair", action="store_true",
+                   help="move a damaged index aside and rebuild it from the rows that can be read")
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="repair without asking (required for --repair when stdin is not a terminal)")
+    p.add_argument("--json", action="store_true", help="machine-readable output (fields in docs/cli.md)")
 
 
 @command("doctor", "check the index and verify every blob; quarantine damage; --repair rebuilds a damaged index")
-@options(lambda p: p.add_argument("--repair", action="store_true",
-                                  help="move a damaged index aside and rebuild it from the rows that can be read"))
+@options(_doctor_options)
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from . import config
-
-    root = Path(args.store).expanduser() if args.store else config.store_path()
+    root = store_root(args)
+    if not root.is_dir():  # like every command: no store is made here, and none is a problem (exit 1)
+        raise CliError(PROBLEM, f"no store at {root}" + (" (it is a file)" if root.exists() else ""))
+    lines: List[str] = []
+    facts: Dict[str, Any] = {"index_problem": None, "repaired": False}
+    out: Out = lines.append if args.json else print
+    # --repair moves the index aside: asked only when there is something to repair, and
+    # refused without a terminal unless --yes (as clear and gc are)
+    ask = lambda: confirm(args, f"move the damaged index of {root} aside and rebuild it")  # noqa: E731
     try:
-        return run(root, repair=args.repair)
+        rc = run(root, repair=args.repair, out=out, facts=facts, confirm_repair=ask)
+        if args.json:
+            emit_json({"ok": rc == 0, **facts, "messages": lines})
+        return rc
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except CliError:
+        raise  # a refused --repair: memolab.cli.main prints it (exit 2)
     except Exception as e:  # doctor is run on broken stores: never a traceback
         if os.environ.get("MEMOLAB_DEBUG"):
             raise

@@ -24,6 +24,7 @@ from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import Explanation, explain_key, miss_record
 from .store import Key, Store, get_store, runtime_info
 from .store.sqlite import insert_miss
+from .summary import summarize
 from .tracking import runs as _runs
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -195,9 +196,9 @@ class MemoFunction:
             ev, token = _enter(call, run)
             try:
                 value = self.fn(*call.bound.args, **call.bound.kwargs)
-            except BaseException:
+            except BaseException as e:
                 _running.reset(token)
-                self._failed(call, owner, run)
+                self._failed(call, owner, run, e)
                 raise
             _running.reset(token)
             self._done(call, owner, value, t0, run, ev)
@@ -238,9 +239,9 @@ class MemoFunction:
             ev, token = _enter(call, run)
             try:
                 value = await self.fn(*call.bound.args, **call.bound.kwargs)
-            except BaseException:
+            except BaseException as e:
                 _running.reset(token)
-                self._failed(call, owner, run)
+                self._failed(call, owner, run, e)
                 raise
             _running.reset(token)
             self._done(call, owner, value, t0, run, ev)
@@ -284,9 +285,9 @@ class MemoFunction:
         t0 = time.time()
         return t0, _runs.begin(self.symbol, call.key, call.bound.arguments, call.store)
 
-    def _failed(self, call: "_Call", owner: str, run: Any) -> None:
+    def _failed(self, call: "_Call", owner: str, run: Any, error: Optional[BaseException] = None) -> None:
         call.store.release(call.key, owner)
-        _runs.end(run, "failed")
+        _runs.end(run, "failed", error=error)
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any,
               ev: Optional["Running"] = None) -> None:
@@ -412,6 +413,7 @@ class MemoFunction:
             "ignored": sorted(self.ignore),
             "version": self.version,
             "result": short_repr(value),
+            "result_summary": summarize(value),  # "state_dict: 6 tensors, 1.2 MB" for the dashboard
             # digests of the result's arrays/tensors: a loaded copy passed to
             # another memoized function is then hashed in O(1) (hashing.remember_loaded)
             "result_digest": hashing.result_token(value),

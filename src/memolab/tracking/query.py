@@ -98,7 +98,7 @@ def functions(index: Any) -> List[Dict[str, Any]]:
 
 
 _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", "finished", "updated", "status",
-             "hparams", "eval_id", "pid", "host")
+             "hparams", "eval_id", "pid", "host", "error")
 
 
 def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None,
@@ -135,6 +135,7 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     out = []
     now = time.time()
     alive = _alive(c)
+    metrics = _final_metrics(c, [r["id"] for r in rows])
     for r in rows:
         if r["status"] == "running" and not alive(r):
             r["status"] = "lost"  # its process died without finishing it
@@ -145,10 +146,11 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
         r["hits"] = 0
         r["result"] = None
         r["stored"] = ev is not None
+        r["metrics"] = metrics.get(r["id"], {})
         if ev is not None:
             used.add(ev["id"])
             r["hits"] = ev["hits"]
-            r["result"] = _snapshot(ev).get("result")
+            r["result"] = _result(_snapshot(ev))
             r["size"] = ev["size"]
         out.append(r)
     if ids is None:
@@ -160,7 +162,24 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
                         "name": None, "started": ev["started"], "finished": ev["finished"], "updated": ev["finished"],
                         "status": ev["status"], "eval_id": ev["id"], "pid": None, "host": None, "stored": True,
                         "hparams": {k: v[1] for k, v in (snap.get("args") or {}).items()},
-                        "duration": ev["duration"], "hits": ev["hits"], "result": snap.get("result"), "size": ev["size"]})
+                        "duration": ev["duration"], "hits": ev["hits"], "result": _result(snap), "size": ev["size"],
+                        "metrics": {}, "error": None})
+    return out
+
+
+def _result(snap: Dict[str, Any]) -> Optional[str]:
+    # the typed summary ("state_dict: 6 tensors, 1.2 MB"); older rows have only the repr
+    return snap.get("result_summary") or snap.get("result")
+
+
+def _final_metrics(c: Any, ids: List[int]) -> Dict[int, Dict[str, Optional[float]]]:
+    """run -> {tag: last value}: read from ``scalar_tags``, never from the points."""
+    out: Dict[int, Dict[str, Optional[float]]] = {}
+    for i in range(0, len(ids), 500):
+        chunk = ids[i:i + 500]
+        q = ",".join("?" * len(chunk))
+        for run, tag, v in c.execute(f"SELECT run, tag, last_value FROM scalar_tags WHERE run IN ({q})", chunk):
+            out.setdefault(run, {})[tag] = _f(v)
     return out
 
 

@@ -6,43 +6,80 @@ their logs. ``Store.clear(fn)`` calls ``purge``: every finished run of the
 function goes, including failed and lost ones that never had an evaluation
 (lost: stored as running, but its process is gone, judged as the dashboard does).
 Running runs are never touched, since a live process is still writing them.
+
+``memolab gc --older-than AGE`` also drops runs that never had a stored
+evaluation (process runs, failed and lost runs) once they are older than AGE
+(``stale_runs``). Every deletion is counted (``Purged``: runs and log points) so
+the CLI can say exactly what it removed.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import time
+from typing import Any, Dict, List, NamedTuple, Optional
 
 _LOG_TABLES = ("scalars", "scalar_tags", "scalar_blocks", "log_events")
+
+
+class Purged(NamedTuple):
+    runs: int = 0
+    #: scalar points + histogram/image/text events
+    points: int = 0
+
+    def __add__(self, other: "Purged") -> "Purged":  # type: ignore[override]
+        return Purged(self.runs + other.runs, self.points + other.points)
 
 
 def _has_runs(c: Any) -> bool:
     return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
 
 
-def _delete(c: Any, ids: List[int]) -> int:
+def _delete(c: Any, ids: List[int]) -> Purged:
+    points = 0
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]
         q = ",".join("?" * len(chunk))
+        for t in ("scalars", "log_events"):  # counted by primary-key range, not by scanning
+            points += c.execute(f"SELECT COUNT(*) FROM {t} WHERE run IN ({q})", chunk).fetchone()[0]
         for t in _LOG_TABLES:
             c.execute(f"DELETE FROM {t} WHERE run IN ({q})", chunk)
         c.execute(f"DELETE FROM runs WHERE id IN ({q})", chunk)
-    return len(ids)
+    return Purged(len(ids), points)
+
+
+def _finished_runs(c: Any, fn: Optional[str]) -> List[dict]:
+    cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
+    sql = f"SELECT {','.join(cols)} FROM runs" + (" WHERE fn=?" if fn is not None else "")
+    rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn is not None else ())]
+    # A killed process never marks its runs finished: they stay 'running' in the table. They
+    # are judged as the dashboard judges them (lease gone or stale, pid dead): lost runs go,
+    # a live process's runs stay.
+    from .query import _alive
+
+    alive = _alive(c)
+    return [r for r in rows if r["status"] != "running" or not alive(r)]
+
+
+def purge_counts(index: Any, fn: Optional[str] = None) -> Purged:
+    """Delete the finished runs (and logs) of ``fn``, or of every function."""
+    with index.write() as c:
+        if not _has_runs(c):
+            return Purged()
+        return _delete(c, [r["id"] for r in _finished_runs(c, fn)])
 
 
 def purge(index: Any, fn: Optional[str] = None) -> int:
     """Delete the finished runs (and logs) of ``fn``, or of every function; returns how many."""
+    return purge_counts(index, fn).runs
+
+
+def purge_orphans_counts(index: Any) -> Purged:
+    """Delete runs (and logs) whose evaluation no longer exists."""
     with index.write() as c:
         if not _has_runs(c):
-            return 0
-        cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status")
-        sql = f"SELECT {','.join(cols)} FROM runs" + (" WHERE fn=?" if fn is not None else "")
-        rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn is not None else ())]
-        # A killed process never marks its runs finished: they stay 'running' in the table. They
-        # are judged as the dashboard judges them (lease gone or stale, pid dead): lost runs go,
-        # a live process's runs stay.
-        from .query import _alive
-
-        alive = _alive(c)
-        return _delete(c, [r["id"] for r in rows if r["status"] != "running" or not alive(r)])
+            return Purged()
+        ids = [r[0] for r in c.execute(
+            "SELECT id FROM runs WHERE eval_id IS NOT NULL AND eval_id NOT IN (SELECT id FROM evaluations)")]
+        return _delete(c, ids)
 
 
 def log_bytes(index: Any) -> Dict[int, int]:
@@ -68,9 +105,47 @@ def log_bytes(index: Any) -> Dict[int, int]:
 
 def purge_orphans(index: Any) -> int:
     """Delete runs (and logs) whose evaluation no longer exists; returns how many."""
+    return purge_orphans_counts(index).runs
+
+
+def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> List[dict]:
+    """Finished runs with no stored evaluation (process runs, failed and lost runs) last written
+    more than ``older_than`` seconds ago: what ``gc --older-than`` drops besides evaluations."""
+    c = index.conn()
+    if not _has_runs(c):
+        return []
+    stored = {r[0] for r in c.execute("SELECT id FROM evaluations")}
+    cutoff = time.time() - older_than
+    out = []
+    for r in _finished_runs(c, None):
+        if keep_evals and r["eval_id"] is not None and r["eval_id"] in stored:
+            continue  # a stored evaluation's logs go with it, judged by the evaluation's age
+        last = max(r["finished"] or 0, r["updated"] or 0, r["started"] or 0)
+        if last < cutoff:
+            out.append(r)
+    return out
+
+
+def delete_runs(index: Any, ids: List[int]) -> Purged:
+    """Delete these runs and their logs (runs still running are spared)."""
+    if not ids:
+        return Purged()
     with index.write() as c:
         if not _has_runs(c):
-            return 0
-        ids = [r[0] for r in c.execute(
-            "SELECT id FROM runs WHERE eval_id IS NOT NULL AND eval_id NOT IN (SELECT id FROM evaluations)")]
-        return _delete(c, ids)
+            return Purged()
+        finished = {r["id"] for r in _finished_runs(c, None)}
+        return _delete(c, [i for i in ids if i in finished])
+
+
+def log_points(index: Any, run_ids: List[int]) -> int:
+    """How many log points these runs hold (for a dry run)."""
+    c = index.conn()
+    if not _has_runs(c) or not run_ids:
+        return 0
+    n = 0
+    for i in range(0, len(run_ids), 500):
+        chunk = run_ids[i:i + 500]
+        q = ",".join("?" * len(chunk))
+        for t in ("scalars", "log_events"):
+            n += c.execute(f"SELECT COUNT(*) FROM {t} WHERE run IN ({q})", chunk).fetchone()[0]
+    return n

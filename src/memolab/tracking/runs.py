@@ -84,7 +84,18 @@ def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], s
     return run, _current.set(run)
 
 
-def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] = None) -> None:
+def error_text(e: BaseException, limit: int = 500) -> str:
+    """``ValueError: boom``, bounded: what the dashboard shows for a failed run."""
+    try:
+        msg = str(e)
+    except Exception:
+        msg = ""
+    text = type(e).__qualname__ + (f": {msg}" if msg else "")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] = None,
+        error: Optional[BaseException] = None) -> None:
     """Finish a run and flush: when a memoized call returns (or raises), its logs are on disk."""
     if handle is None:
         return
@@ -93,7 +104,7 @@ def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] =
         _current.reset(token)
     except ValueError:  # ended in another context (should not happen); fall back to clearing
         _current.set(None)
-    run.sink.q.append((_sink.END, run.id, status, time.time(), eval_id))
+    run.sink.q.append((_sink.END, run.id, status, time.time(), eval_id, error_text(error) if error is not None else None))
     try:
         run.sink.flush()
     except Exception:

@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS runs(
     hparams TEXT,
     eval_id INTEGER,
     pid INTEGER,
-    host TEXT
+    host TEXT,
+    error TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
 CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
@@ -66,5 +67,18 @@ CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
 """
 
 
+#: columns added after the runs table shipped (nullable: older readers ignore them). New stores
+#: get them from the DDL above; only a store made before them is altered, once.
+ADDED_RUN_COLUMNS = (("error", "TEXT"),)  # a failed run's exception: "ValueError: boom"
+
+
 def ensure(conn: sqlite3.Connection) -> None:
     conn.executescript(DDL)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    for name, typ in ADDED_RUN_COLUMNS:
+        if name not in have:
+            try:
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
+            except sqlite3.OperationalError as e:  # another process added it first
+                if "duplicate column" not in str(e):
+                    raise

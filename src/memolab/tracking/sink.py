@@ -146,8 +146,8 @@ class Sink:
                            "running", json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True),
                            fields.get("pid"), fields.get("host")))
         elif kind == END:
-            _, run, status, finished, eval_id = it
-            ends.append((status, finished, finished, eval_id, run))
+            _, run, status, finished, eval_id, *rest = it
+            ends.append((status, finished, finished, eval_id, rest[0] if rest else None, run))
         elif kind == HPARAMS:
             _, run, values = it
             hparams.append((run, values))
@@ -196,7 +196,8 @@ class Sink:
             if touched:
                 c.executemany("UPDATE runs SET updated=? WHERE id=? AND status='running'", [(now, r) for r in touched])
             if ends:
-                c.executemany("UPDATE runs SET status=?, finished=?, updated=?, eval_id=COALESCE(?, eval_id) WHERE id=?", ends)
+                c.executemany("UPDATE runs SET status=?, finished=?, updated=?, eval_id=COALESCE(?, eval_id), error=? WHERE id=?",
+                              ends)
         for rt, v in last.items():  # only now that it is committed
             self._counts[rt] = v[6] + v[0]
 

@@ -9,33 +9,33 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import config
 from ..cli import command, options
 
 
-def _root(args: argparse.Namespace) -> Path:
-    return Path(args.store) if getattr(args, "store", None) else config.store_path()
-
-
 def _ui_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (default 8765; 0 = any free port)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 = any free port)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1); any other, e.g. 0.0.0.0 on a remote GPU box, "
+                        "requires a random access token on every request (printed in the URL)")
     p.add_argument("--no-browser", action="store_true", help="do not open a web browser")
 
 
 @command("ui", "serve the dashboard (logs, charts, hparams, code diffs) on 127.0.0.1")
 @options(_ui_options)
 def cmd_ui(args: argparse.Namespace) -> int:
-    from .server import DashboardServer
+    from ..cli import _store
+    from .server import DashboardServer, is_loopback
 
-    root = _root(args)
-    if not (root / "index.sqlite").exists():
-        print(f"memolab ui: no store at {root} (nothing memoized yet? set MEMOLAB_STORE or --store)", file=sys.stderr)
-        return 2
+    root = _store(args).root  # never creates a store
     try:
-        srv = DashboardServer(root, args.port)
+        srv = DashboardServer(root, args.port, args.host)
     except OSError as e:
-        print(f"memolab ui: cannot listen on 127.0.0.1:{args.port}: {e.strerror or e} (try --port 0)", file=sys.stderr)
-        return 2
+        print(f"memolab ui: cannot listen on {args.host}:{args.port}: {e.strerror or e} (try --port 0)", file=sys.stderr)
+        return 1
+    if not is_loopback(args.host):
+        print(f"memolab ui: WARNING: listening on {args.host}, reachable from other machines. The store's code, "
+              "arguments and logs are served to anyone with the token in the URL below; prefer an SSH tunnel "
+              "(ssh -L 8765:127.0.0.1:8765 box) and the default 127.0.0.1.", file=sys.stderr, flush=True)
     print(f"memolab dashboard for {root}: {srv.url}  (Ctrl-C to stop)", flush=True)
     if not args.no_browser:
         import webbrowser
@@ -43,6 +43,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
         webbrowser.open(srv.url)
     try:
         srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
     finally:
         srv.server_close()
     return 0
@@ -56,20 +58,14 @@ def _export_options(p: argparse.ArgumentParser) -> None:
 @command("export-tb", "write logged runs as TensorBoard event files (one run directory per evaluation)")
 @options(_export_options)
 def cmd_export_tb(args: argparse.Namespace) -> int:
-    from ..store import get_store
-    from ..tracking import query, tb_export
+    from ..cli import Progress, _store, resolve_function
+    from ..tracking import tb_export
 
-    root = _root(args)
-    if not (root / "index.sqlite").exists():
-        print(f"memolab export-tb: no store at {root}", file=sys.stderr)
-        return 2
-    index = get_store(root).index
-    if args.func is not None:
-        known = [f["fn"] for f in query.functions(index)]
-        if args.func not in known:
-            print(f"memolab export-tb: no function {args.func!r} in {root} (known: {', '.join(known) or 'none'})",
-                  file=sys.stderr)
-            return 2
-    dirs = tb_export.export(index, Path(args.dir), args.func)
-    print(f"wrote {len(dirs)} run(s) under {args.dir}; view them with: tensorboard --logdir {args.dir}")
+    store = _store(args)  # never creates one: a typo in --store is an error, not an empty export
+    fn = resolve_function(store, args.func) if args.func is not None else None
+    with Progress("exporting runs", tb_export.count_runs(store.index, fn)) as bar:
+        result = tb_export.export(store.index, Path(args.dir), fn, progress=bar.update)
+    removed = f"; removed {len(result.removed)} stale run director{'y' if len(result.removed) == 1 else 'ies'}" \
+        if result.removed else ""
+    print(f"wrote {len(result)} run(s) under {args.dir}{removed}; view them with: tensorboard --logdir {args.dir}")
     return 0

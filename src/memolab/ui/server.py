@@ -1,16 +1,31 @@
 """The dashboard's HTTP server: ``ThreadingHTTPServer`` + a small JSON API.
 
-Binds to 127.0.0.1 only: the store holds code and results, and the server has
-no authentication. Each request thread gets its own SQLite connection from the
-index (connections cannot cross threads); reads never block the training
-processes writing logs thanks to WAL.
+Binds to 127.0.0.1 by default: the store holds code and results. Guards:
+
+- DNS rebinding: a page on ``evil.example`` whose name is re-pointed at 127.0.0.1
+  would otherwise read the API from the victim's browser. Every request's ``Host``
+  header must be a loopback name (127.0.0.1, localhost, [::1]) or the ``--host``
+  the server was started with; anything else gets 403.
+- Bound to any other address (``memolab ui --host 0.0.0.0`` on a remote GPU box),
+  every request must carry a random access token (printed once in the URL; the
+  browser keeps it in a cookie) and the Host check is left to the token, since
+  the name a remote browser uses for the box cannot be known here.
+- A failure never sends a traceback or a server path to the browser: it is
+  logged on the server's stderr and the client gets "internal error".
+
+Each request thread gets its own SQLite connection from the index (connections
+cannot cross threads); reads never block the training processes writing logs
+thanks to WAL.
 """
 from __future__ import annotations
 
+import hmac
 import json
+import logging
 import mimetypes
+import secrets
+import socket
 import threading
-import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,11 +43,26 @@ class ApiError(Exception):
         self.status = status
 
 
+log = logging.getLogger("memolab.ui")
+
+#: ids are SQLite integers: anything outside 1..2**63-1 cannot name a row (and would overflow)
+MAX_ID = 2**63 - 1
+#: the most runs one request may name
+MAX_IDS = 1000
+
+
+def _bounded(x: str, name: str) -> int:
+    x = x.strip()
+    if not x.isdigit() or len(x) > 19 or not 0 < int(x) <= MAX_ID:
+        raise ApiError(400, f"{name} must be a positive integer id, got {x[:40]!r}")
+    return int(x)
+
+
 def _ints(s: str, name: str) -> List[int]:
-    try:
-        return [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        raise ApiError(400, f"{name} must be comma-separated run ids, got {s!r}") from None
+    ids = [_bounded(x, name) for x in s.split(",") if x.strip()]
+    if len(ids) > MAX_IDS:
+        raise ApiError(400, f"at most {MAX_IDS} {name} per request, got {len(ids)}")
+    return ids
 
 
 #: the most points one series may ask for: a request must not make the server build (and the
@@ -41,10 +71,7 @@ MAX_POINTS = 10_000
 
 
 def _id(s: str, name: str) -> int:
-    try:
-        return int(s)
-    except ValueError:
-        raise ApiError(400, f"{name} must be an integer id, got {s!r}") from None
+    return _bounded(s, name)
 
 
 def _max_points(s: str) -> int:
@@ -78,22 +105,63 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         url = urlparse(self.path)
+        q = parse_qs(url.query)
+        cookie = None
         try:
+            self._check_host()
+            cookie = self._check_token(q)
             if url.path.startswith("/api/"):
-                status, ctype, body = self._api(url.path[5:], parse_qs(url.query))
+                status, ctype, body = self._api(url.path[5:], q)
             else:
                 status, ctype, body = self._static(url.path)
         except ApiError as e:
             status, ctype, body = e.status, "application/json", json.dumps({"error": str(e)}).encode()
-        except Exception as e:  # report, never kill the server thread silently
+        except Exception:  # logged here; the browser learns nothing about the server's files
+            log.exception("memolab ui: %s failed", url.path)
             status, ctype = 500, "application/json"
-            body = json.dumps({"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()}).encode()
+            body = json.dumps({"error": "internal error (the server logged it)"}).encode()
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        # Logged text is rendered as markdown: even if sanitising failed, no script could run
+        self.send_header("Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:; "
+                         "style-src 'self' 'unsafe-inline'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+        if cookie:
+            self.send_header("Set-Cookie", cookie)
         self.end_headers()
         self.wfile.write(body)
+
+    def _check_host(self) -> None:
+        if self.server.token is not None:
+            return  # bound beyond loopback: the token guards, whatever name the box is reached by
+        host = (self.headers.get("Host") or "").strip().lower()
+        if host.startswith("["):
+            name = host[: host.find("]") + 1]
+        else:
+            name = host.rsplit(":", 1)[0] if ":" in host else host
+        if name not in self.server.allowed_hosts:
+            raise ApiError(403, f"Host {host[:80]!r} is not allowed (a DNS rebinding guard): "
+                                f"open the dashboard as {self.server.url}")
+
+    def _check_token(self, q: Dict[str, List[str]]) -> Optional[str]:
+        """With a token: accept it from ``?token=`` (then set a cookie), the cookie, or a Bearer header."""
+        token = self.server.token
+        if token is None:
+            return None
+        given = (q.get("token") or [""])[0]
+        if given and hmac.compare_digest(given, token):
+            return f"memolab_token={token}; Path=/; HttpOnly; SameSite=Strict"
+        for part in (self.headers.get("Cookie") or "").split(";"):
+            k, _, v = part.strip().partition("=")
+            if k == "memolab_token" and hmac.compare_digest(v, token):
+                return None
+        auth = self.headers.get("Authorization") or ""
+        if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip(), token):
+            return None
+        raise ApiError(401, "this dashboard needs its access token: open the URL `memolab ui` printed")
 
     def _static(self, path: str) -> Tuple[int, str, bytes]:
         name = "index.html" if path in ("", "/") else unquote(path).lstrip("/").removeprefix("static/")
@@ -131,34 +199,59 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def _diff(index: Any, a: str, b: str) -> Dict[str, Any]:
+    ia, ib = _bounded(a, "a"), _bounded(b, "b")
     try:
-        return query.code_diff(index, int(a), int(b))
+        return query.code_diff(index, ia, ib)
     except KeyError as e:
         raise ApiError(404, str(e.args[0])) from None
-    except ValueError:
-        raise ApiError(400, f"a and b must be evaluation ids, got {a!r}, {b!r}") from None
 
 
 class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store_root: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False) -> None:
+    def __init__(self, store_root: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False,
+                 token: Optional[str] = None) -> None:
         from ..store import get_store
 
         self.store_root = Path(store_root)
         self.index = get_store(self.store_root).index
         self.verbose = verbose
+        self.host = host
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        # a token is required whenever the server is reachable from other machines
+        self.token = token if token is not None else (None if is_loopback(host) else secrets.token_urlsafe(18))
+        h = host.lower()
+        self.allowed_hosts = set(LOOPBACK_NAMES) | {h, f"[{h}]" if ":" in h and not h.startswith("[") else h}
         super().__init__((host, port), Handler)
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
+        if host in ("0.0.0.0", "::"):  # every interface: the name other machines reach this one by
+            host = socket.getfqdn()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}/" + (f"?token={self.token}" if self.token else "")
 
 
-def serve_in_thread(store_root: Path, port: int = 0) -> Tuple[DashboardServer, threading.Thread]:
-    """Start a server on 127.0.0.1 (``port=0``: any free port) in a daemon thread; for tests and notebooks."""
-    srv = DashboardServer(store_root, port)
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve_in_thread(store_root: Path, port: int = 0, host: str = "127.0.0.1") -> Tuple[DashboardServer, threading.Thread]:
+    """Start a server (default 127.0.0.1; ``port=0``: any free port) in a daemon thread; for tests and notebooks."""
+    srv = DashboardServer(store_root, port, host)
     t = threading.Thread(target=srv.serve_forever, name="memolab-ui", daemon=True)
     t.start()
     return srv, t

@@ -1,11 +1,13 @@
-// memolab dashboard. Plain JS, no dependencies: the page must work offline and
-// ship inside the Python package. Charts are drawn on <canvas> by drawChart().
+// memolab dashboard. Plain JS plus three vendored libraries (static/vendor/, refreshed from npm
+// by vendor/refresh.sh): uPlot draws the scalar charts (zoom, crosshair, log axes), marked and
+// DOMPurify render logged text as sanitised markdown. Nothing is fetched from elsewhere: the page
+// works offline and ships inside the Python package.
 "use strict";
 
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
 const state = {
   fn: null, runs: [], selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
-  hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null,
+  hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -45,65 +47,113 @@ function fmtDur(s) {
 }
 function fmtTime(t) { return t ? new Date(t * 1000).toLocaleString() : "–"; }
 function argText(hp) { return Object.entries(hp || {}).map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`).join(", "); }
-function runLabel(r) { const a = argText(r.hparams); return `#${String(r.id).slice(-5)} ${a}`.slice(0, 80); }
+// One id everywhere, the one the CLI takes (`memolab show 5`): the evaluation id. A run that
+// stored nothing (failed, lost, still running, a script's process run) has none: it is shown
+// as "run" plus the end of its run id.
+function idText(r) { return r.eval_id && r.stored ? `#${r.eval_id}` : `run …${String(r.id).slice(-4)}`; }
+function codeDiffers() {
+  const codes = new Set(state.selected.map(runById).filter((r) => r && r.code).map((r) => r.code));
+  return codes.size > 1;
+}
+function runLabel(r) {
+  if (!r) return "?";
+  const code = codeDiffers() && r.code ? ` · code ${r.code.slice(0, 8)}` : "";
+  return `${idText(r)} ${argText(r.hparams)}`.slice(0, 70) + code;
+}
 function colorOf(id) {
   if (!(id in state.colors)) state.colors[id] = COLORS[state.nextColor++ % COLORS.length];
   return state.colors[id];
 }
 function runById(id) { return state.runs.find((r) => String(r.id) === String(id)); }
+const isProcess = (fn) => fn.startsWith("<process:");
 
-// ---- functions ----------------------------------------------------------------
+// ---- the view lives in the URL: ?fn=…&runs=…&tab=…&tags=… (share it, reload it) -------------
+function saveUrl() {
+  const p = new URLSearchParams();
+  if (state.fn) p.set("fn", state.fn);
+  if (state.selected.length) p.set("runs", state.selected.join(","));
+  if (state.tab !== "scalars") p.set("tab", state.tab);
+  const tags = $("#tag-filter").value;
+  if (tags) p.set("tags", tags);
+  const q = p.toString();
+  history.replaceState(null, "", q ? "?" + q : location.pathname);
+}
+
+// ---- functions: memoized functions first, scripts' process runs in their own group -------------
 async function loadFunctions() {
   const fns = await api("functions");
-  const ul = $("#functions");
   const filter = $("#fn-filter").value.toLowerCase();
-  ul.replaceChildren(...fns.filter((f) => f.fn.toLowerCase().includes(filter)).map((f) => el("li",
-    { "data-fn": f.fn, class: f.fn === state.fn ? "active" : "", onclick: () => selectFunction(f.fn), title: f.fn },
-    f.fn, el("span", { class: "count", text: `${Math.max(f.runs, f.evaluations)}${f.running ? " ●" : ""}` }))));
+  const item = (f) => el("li", { "data-fn": f.fn, class: f.fn === state.fn ? "active" : "", onclick: () => selectFunction(f.fn), title: f.fn },
+    isProcess(f.fn) ? f.fn.slice(9, -1) : f.fn,
+    el("span", { class: "count", text: `${Math.max(f.runs, f.evaluations)}${f.running ? " ●" : ""}` }));
+  const shown = fns.filter((f) => f.fn.toLowerCase().includes(filter));
+  $("#functions").replaceChildren(...shown.filter((f) => !isProcess(f.fn)).map(item));
+  const scripts = shown.filter((f) => isProcess(f.fn));
+  $("#scripts").replaceChildren(...scripts.map(item));
+  $("#scripts-title").classList.toggle("hidden", scripts.length === 0);
   const running = fns.reduce((n, f) => n + (f.running || 0), 0);
   $("#live").textContent = running ? `● ${running} running — live` : "";
   return fns;
 }
 
-async function selectFunction(fn) {
-  if (state.fn !== fn) { state.selected = []; state.colors = {}; state.nextColor = 0; state.showAll = false; state.runsSig = null; }
+async function selectFunction(fn, keep = false) {
+  if (state.fn !== fn && !keep) { state.selected = []; state.colors = {}; state.nextColor = 0; state.showAll = false; state.runsSig = null; }
   state.fn = fn;
-  for (const li of document.querySelectorAll("#functions li")) li.classList.toggle("active", li.dataset.fn === fn);
-  $("#fn-title").textContent = fn;
+  for (const li of document.querySelectorAll("#sidebar li")) li.classList.toggle("active", li.dataset.fn === fn);
+  $("#fn-title").textContent = isProcess(fn) ? `${fn} (logs of a script, outside memoized calls)` : fn;
   await loadRuns();
+  saveUrl();
   await refreshTab();
 }
 
 // ---- runs table -----------------------------------------------------------------
 const ROW_LIMIT = 200;
-const RUN_COLS = [
-  ["", null], ["status", "status"], ["run", "id"], ["arguments", "args"], ["code", "code"], ["started", "started"],
-  ["duration", "duration"], ["hits", "hits"], ["result", "result"],
-];
+const MAX_METRIC_COLS = 8;
+
+function runCols() {
+  const metricTags = [...new Set(state.runs.flatMap((r) => Object.keys(r.metrics || {})))].sort().slice(0, MAX_METRIC_COLS);
+  return [
+    ["", null], ["status", "status"], ["id", "eval_id"], ["arguments", "args"], ["code", "code"], ["started", "started"],
+    ["duration", "duration"], ["hits", "hits"], ["result", "result"],
+    ...metricTags.map((t) => ["⟶ " + t, "m:" + t]),
+  ];
+}
+
+// a run whose code differs from the run of the same function started just before it
+function codeChanges() {
+  const out = new Set();
+  const byTime = state.runs.filter((r) => r.code).sort((a, b) => a.started - b.started);
+  for (let i = 1; i < byTime.length; i++) if (byTime[i].code !== byTime[i - 1].code) out.add(String(byTime[i].id));
+  return out;
+}
 
 async function loadRuns(force = true) {
   if (!state.fn) return false;
   const runs = await api("runs?fn=" + encodeURIComponent(state.fn));
   // polling must not rebuild a 1,000-row table every 2 s when nothing changed
-  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.status === "running" && Math.round(r.duration)]));
+  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.status === "running" && Math.round(r.duration)]));
   const changed = sig !== state.runsSig;
   state.runs = runs;
   state.runsSig = sig;
+  state.selected = state.selected.filter((id) => runById(id));
   if (changed || force) renderRuns();
   return changed;
 }
 
 function renderRuns() {
+  const cols = runCols();
   const { key, dir } = state.sort;
-  const val = (r) => key === "args" ? argText(r.hparams) : r[key];
+  const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? (r.metrics || {})[key.slice(2)] : r[key];
   const rows = [...state.runs].sort((a, b) => {
     const x = val(a), y = val(b);
     return (x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1) * dir;
   });
-  $("#runs thead").replaceChildren(el("tr", {}, ...RUN_COLS.map(([label, k]) => el("th", {
+  $("#runs thead").replaceChildren(el("tr", {}, ...cols.map(([label, k]) => el("th", {
+    "data-col": label,
     onclick: () => { if (!k) return; state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 }; renderRuns(); },
     text: label + (k && k === key ? (dir > 0 ? " ▲" : " ▼") : ""),
   }))));
+  const changes = codeChanges();
   // Laying out a 1,000-row table costs hundreds of ms: show the first ROW_LIMIT (plus any selected) until asked.
   const shown = state.showAll ? rows : rows.filter((r, i) => i < ROW_LIMIT || state.selected.includes(String(r.id)));
   const more = rows.length - shown.length;
@@ -114,15 +164,21 @@ function renderRuns() {
     box.checked = sel;
     if (!logged) box.disabled = true;
     const sw = el("span", { class: "swatch", style: sel ? `background:${colorOf(r.id)}` : "" });
+    // a script's process run stores nothing by design: "(not stored)" is for memoized calls only
+    const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
+    const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
+    const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
+    if (changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
     return el("tr", {
-      "data-run": String(r.id), class: sel ? "selected" : "", title: logged ? "" : "stored without logs",
-      onclick: () => logged && toggleRun(String(r.id)),
-    }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: r.status + (r.stored ? "" : r.status === "done" ? " (not stored)" : "") })),
-    el("td", { text: logged ? String(r.id).slice(-6) : r.id }), el("td", { text: argText(r.hparams), title: argText(r.hparams) }),
-    el("td", { text: (r.code || "").slice(0, 10), title: r.code || "" }), el("td", { text: fmtTime(r.started) }),
+      "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "", class: sel ? "selected" : "",
+      title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
+    }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status })),
+    el("td", { class: "id", text: idText(r), title: `run ${r.id}` }), el("td", { text: argText(r.hparams), title: argText(r.hparams) }),
+    code, el("td", { text: fmtTime(r.started) }),
     el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
-    el("td", { text: r.result ?? "–", title: r.result ?? "" }));
-  }), ...(more > 0 ? [el("tr", { id: "show-all" }, el("td", { colspan: String(RUN_COLS.length) },
+    el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
+    ...cols.slice(9).map(([, k]) => el("td", { class: "num", text: fmtNum((r.metrics || {})[k.slice(2)]) })));
+  }), ...(more > 0 ? [el("tr", { id: "show-all" }, el("td", { colspan: String(cols.length) },
     el("button", { type: "button", onclick: () => { state.showAll = true; renderRuns(); } }, `show ${more} more`)))] : []));
   $("#run-count").textContent = `${state.runs.length} evaluation(s), ${state.selected.length} selected`;
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
@@ -134,6 +190,7 @@ function toggleRun(id) {
   const i = state.selected.indexOf(id);
   if (i >= 0) state.selected.splice(i, 1); else state.selected.push(id);
   renderRuns();
+  saveUrl();
   refreshTab();
 }
 
@@ -143,7 +200,8 @@ function showTab(tab) {
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === tab);
   for (const s of document.querySelectorAll(".tab")) s.classList.toggle("hidden", s.id !== "tab-" + tab);
   renderRuns();
-  refreshTab();
+  saveUrl();
+  if (tab !== "diff") refreshTab();
 }
 
 let refreshing = null;
@@ -169,7 +227,7 @@ async function refreshTab() {
   }
 }
 
-// ---- scalars -------------------------------------------------------------------------
+// ---- scalars: uPlot charts grouped by tag prefix -------------------------------------------
 function tagFilter() {
   const src = $("#tag-filter").value.trim();
   if (!src) return () => true;
@@ -177,28 +235,50 @@ function tagFilter() {
   catch (e) { $("#tag-filter").style.borderColor = "red"; return () => true; }
 }
 
+const groupOf = (tag) => (tag.includes("/") ? tag.slice(0, tag.indexOf("/")) : "");
+
 async function renderScalars(ids) {
   const keep = tagFilter();
   const tags = state.tags.scalar.filter(keep);
+  const fetched = await Promise.all(tags.map((tag) => api(`scalars?runs=${ids.join(",")}&tag=${encodeURIComponent(tag)}&max=1000`)));
+  tags.forEach((tag, i) => { state.series[tag] = fetched[i]; });
   const box = $("#charts");
-  const cards = [];
-  for (const tag of tags) {
-    const data = await api(`scalars?runs=${ids.join(",")}&tag=${encodeURIComponent(tag)}&max=1000`);
-    state.series[tag] = data;
-    let card = box.querySelector(`.card[data-tag="${CSS.escape(tag)}"]`);
-    if (!card) {
-      const canvas = el("canvas", { "data-tag": tag });
-      card = el("div", { class: "card chart", "data-tag": tag }, el("h3", { text: tag }), canvas, el("div", { class: "legend" }));
-      attachTooltip(canvas, tag);
+  const groups = new Map();
+  for (const tag of tags) { const g = groupOf(tag); if (!groups.has(g)) groups.set(g, []); groups.get(g).push(tag); }
+  const sections = [];
+  const live = new Set(tags);
+  for (const [g, gtags] of [...groups.entries()].sort((a, b) => (a[0] === "" ? -1 : b[0] === "" ? 1 : a[0] < b[0] ? -1 : 1))) {
+    let sec = box.querySelector(`details.group[data-group="${CSS.escape(g)}"]`);
+    if (!sec) {
+      sec = el("details", { class: "group", "data-group": g }, el("summary", {}), el("div", { class: "grid" }));
+      sec.open = !state.collapsed.has(g);
+      sec.addEventListener("toggle", () => {
+        if (sec.open) { state.collapsed.delete(g); redrawScalars(); } else state.collapsed.add(g);
+      });
     }
-    cards.push(card);
+    sec.querySelector("summary").textContent = `${g || "(no prefix)"}  ·  ${gtags.length} chart${gtags.length === 1 ? "" : "s"}`;
+    const grid = sec.querySelector(".grid");
+    grid.replaceChildren(...gtags.map((tag) => state.charts[tag]?.card || scalarCard(tag)));
+    sections.push(sec);
   }
-  box.replaceChildren(...cards);
-  for (const card of cards) drawScalarCard(card, ids);
+  box.replaceChildren(...sections);
+  for (const tag of Object.keys(state.charts)) if (!live.has(tag)) { state.charts[tag].u?.destroy(); delete state.charts[tag]; }
+  for (const tag of tags) drawScalarCard(tag, ids);
+}
+
+function scalarCard(tag) {
+  const plot = el("div", { class: "plot" });
+  const card = el("div", { class: "card chart", "data-tag": tag },
+    el("div", { class: "card-head" }, el("h3", { text: tag, title: tag }),
+      el("button", { type: "button", class: "reset", title: "reset zoom (or double-click the chart)", onclick: () => resetZoom(tag) }, "reset zoom"),
+      el("button", { type: "button", class: "csv", title: "download this chart's data as CSV", onclick: () => downloadCsv(tag) }, "CSV")),
+    plot, el("div", { class: "legend" }));
+  state.charts[tag] = { card, u: null, sig: null };
+  return card;
 }
 
 function redrawScalars() {
-  for (const card of document.querySelectorAll("#charts .card")) drawScalarCard(card, state.selected);
+  for (const tag of Object.keys(state.charts)) drawScalarCard(tag, state.selected);
 }
 
 function smooth(values, w) {
@@ -220,22 +300,177 @@ function seriesFor(tag, ids) {
     const d = data[id];
     const t0 = d.wall.length ? d.wall[0] : 0;
     const xs = xmode === "step" ? d.step : xmode === "relative" ? d.wall.map((t) => t - t0) : d.wall;
-    return { id, color: colorOf(id), label: runById(id) ? runLabel(runById(id)) : id, x: xs, raw: d.value,
-      y: smooth(d.value, w), n: d.n, lo: d.min, hi: d.max };
+    return { id, color: colorOf(id), label: runLabel(runById(id)) || id, x: xs, raw: d.value,
+      y: smooth(d.value, w), n: d.n, lo: d.min, hi: d.max, step: d.step, wall: d.wall, downsampled: !!d.downsampled };
   });
 }
 
-function drawScalarCard(card, ids) {
-  const tag = card.dataset.tag;
-  const canvas = card.querySelector("canvas");
+function alpha(hex, a) {
+  const n = parseInt(hex.slice(1), 16);
+  return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
+}
+
+function drawScalarCard(tag, ids) {
+  const c = state.charts[tag];
+  if (!c) return;
+  const card = c.card;
+  const plot = card.querySelector(".plot");
+  if (!card.isConnected || card.closest("details:not([open])")) return; // drawn when its section opens
   const series = seriesFor(tag, ids);
+  const logY = $("#logscale").checked;
+  const xmode = $("#xaxis").value;
+  const pos = (v) => (v === null || v === undefined ? v : logY && !(v > 0) ? null : v);
+  // one table per run: x, smoothed, raw, and the min/max envelope of downsampled buckets
+  const tables = series.map((s) => [s.x, s.y.map(pos), s.raw.map(pos), ...(s.lo ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
+  const data = tables.length ? uPlot.join(tables) : [[]];
+  const opts = [{}];
+  const bands = [];
+  let k = 1;
+  for (const s of series) {
+    const few = s.x.length <= 2;  // a single point (add_hparams' final metric) needs a marker, not a line
+    opts.push({ label: s.label, stroke: s.color, width: 2, spanGaps: false, ...(few ? { points: { show: true, size: 8, fill: s.color } } : {}) });
+    opts.push({ label: s.label + " (raw)", stroke: alpha(s.color, 0.3), width: 1, points: { show: false } });
+    k += 2;
+    if (s.lo) {
+      opts.push({ label: "min", stroke: "transparent", points: { show: false } });
+      opts.push({ label: "max", stroke: "transparent", points: { show: false } });
+      bands.push({ series: [k + 1, k], fill: alpha(s.color, 0.12) });
+      k += 2;
+    }
+  }
+  const sig = JSON.stringify([series.map((s) => [s.id, s.label, !!s.lo]), logY, xmode]);
+  const width = Math.max(200, plot.clientWidth || 400);
+  if (c.u && c.sig === sig) {
+    c.u.setData(data, !c.zoomed);  // live updates keep a zoomed view as it is
+    if (c.u.width !== width) c.u.setSize({ width, height: 240 });
+  } else {
+    c.u?.destroy();
+    c.zoomed = false;
+    c.u = new uPlot({
+      width, height: 240, series: opts, bands,
+      legend: { show: false },
+      padding: [8, 28, 0, 4],  // room on the right: the last x label is never clipped
+      cursor: { drag: { x: true, y: false }, focus: { prox: 24 } },
+      scales: {
+        x: { time: xmode === "wall", range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : [lo, hi]) },
+        y: logY ? { distr: 3, log: 10 } : { range: (u, lo, hi) => (lo === null || hi === null ? [0, 1] : lo === hi ? [lo - 0.5, hi + 0.5] : uPlot.rangeNum(lo, hi, 0.05, true)) },
+      },
+      axes: [
+        { stroke: "#5b6475", grid: { stroke: "#eceef2" }, ticks: { stroke: "#dde1e8" } },
+        { stroke: "#5b6475", grid: { stroke: "#eceef2" }, ticks: { stroke: "#dde1e8" }, size: 62,
+          values: logY ? (u, splits) => splits.map(logLabel) : (u, splits) => splits.map(fmtNum) },
+      ],
+      hooks: {
+        setCursor: [(u) => showTooltip(u, tag)],
+        setSelect: [(u) => { if (u.select.width > 0) c.zoomed = true; }],
+      },
+    }, data, (plot.replaceChildren(), plot));
+    c.u.over.addEventListener("mouseleave", () => hideTooltip(tag));
+    c.u.over.addEventListener("dblclick", () => { c.zoomed = false; });
+    c.sig = sig;
+  }
+  c.series = series;
+  const canvas = c.u.ctx.canvas;
+  canvas.dataset.tag = tag;
   canvas.dataset.runs = series.map((s) => s.id).join(",");
   canvas.dataset.points = series.map((s) => s.n).join(",");
-  const xmode = $("#xaxis").value;
-  drawChart(canvas, series, { logY: $("#logscale").checked, xTime: xmode === "wall" });
+  card._u = c.u;
   card.querySelector(".legend").replaceChildren(...series.map((s) => el("span", {},
     el("span", { class: "swatch", style: `background:${s.color}` }),
-    `${s.label}  (${s.n} pts, last ${fmtNum(s.raw[s.raw.length - 1])})`)));
+    `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])})`)));
+}
+
+// log axis labels: 1e-3 … 1e3 as plain numbers inside the usual range, every split labelled
+function logLabel(v) {
+  if (v === null || v === undefined) return "";
+  const a = Math.abs(v);
+  return a !== 0 && (a >= 1e4 || a < 1e-3) ? v.toExponential(0) : String(+v.toPrecision(3));
+}
+
+function resetZoom(tag) {
+  const c = state.charts[tag];
+  if (!c || !c.u) return;
+  c.zoomed = false;
+  c.u.setData(c.u.data, true);
+}
+
+// a crosshair tooltip: every run's value at the cursor's x, with the run's name
+function showTooltip(u, tag) {
+  const c = state.charts[tag];
+  const idx = u.cursor.idx;
+  if (idx === null || idx === undefined || !c || !c.series) { hideTooltip(tag); return; }
+  const x = u.data[0][idx];
+  const xmode = $("#xaxis").value;
+  const rows = [];
+  let si = 1;
+  for (const s of c.series) {
+    const ys = u.data[si], raw = u.data[si + 1];
+    // the nearest point of this run (its steps need not be the other runs' steps)
+    let best = -1;
+    for (let d = 0; d < 64 && best < 0; d++) {
+      for (const j of [idx - d, idx + d]) if (best < 0 && j >= 0 && j < ys.length && ys[j] !== undefined && ys[j] !== null) best = j;
+    }
+    si += s.lo ? 4 : 2;
+    if (best < 0) continue;
+    rows.push(el("div", { class: "tip-row" }, el("span", { class: "swatch", style: `background:${s.color}` }),
+      `${s.label}: ${fmtNum(raw[best])}`, el("span", { class: "muted", text: ` (smoothed ${fmtNum(ys[best])})` })));
+  }
+  let tip = c.card.querySelector(".tooltip");
+  if (!tip) { tip = el("div", { class: "tooltip" }); c.card.querySelector(".plot").append(tip); }
+  const xl = xmode === "wall" ? new Date(x * 1000).toLocaleString() : `${xmode === "step" ? "step" : "t"} ${fmtNum(x)}${xmode === "relative" ? " s" : ""}`;
+  tip.replaceChildren(el("b", { text: xl }), ...rows);
+  const left = u.cursor.left + u.over.offsetLeft, top = u.cursor.top + u.over.offsetTop;
+  const plotW = c.card.querySelector(".plot").clientWidth;
+  tip.style.left = (left + 14 + 260 > plotW ? Math.max(0, left - 14 - tip.offsetWidth) : left + 14) + "px";
+  tip.style.top = top + 10 + "px";
+}
+
+function hideTooltip(tag) {
+  const tip = state.charts[tag]?.card.querySelector(".tooltip");
+  if (tip) tip.remove();
+}
+
+function downloadCsv(tag) {
+  const c = state.charts[tag];
+  if (!c || !c.series) return;
+  const q = (s) => `"${String(s).replace(/"/g, '""')}"`;
+  const lines = ["run,id,arguments,step,wall_time,value"];
+  for (const s of c.series) {
+    const r = runById(s.id) || { id: s.id, hparams: {} };
+    s.step.forEach((st, i) => lines.push([s.id, q(idText(r)), q(argText(r.hparams)), st, s.wall[i], s.raw[i] ?? ""].join(",")));
+  }
+  const a = el("a", { href: URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" })),
+    download: `${tag.replace(/[^A-Za-z0-9._-]+/g, "_")}.csv` });
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
+// ---- histograms: a shared x-range per tag; offset ridges or distribution bands ---------------------
+async function renderHistograms(ids) {
+  const box = $("#histograms");
+  const mode = $("#hist-mode").value;
+  const sections = [];
+  for (const tag of state.tags.histogram || []) {
+    const per = (await Promise.all(ids.map((id) => api(`histograms?run=${id}&tag=${encodeURIComponent(tag)}`)))).map((hs, i) => [ids[i], hs]).filter(([, hs]) => hs.length);
+    if (!per.length) continue;
+    let lo = Infinity, hi = -Infinity;  // one x-range for every run: shapes compare by eye
+    for (const [, hs] of per) for (const h of hs) { const m = h.meta; if (!m.num) continue; lo = Math.min(lo, m.left); hi = Math.max(hi, m.limits[m.limits.length - 1]); }
+    const cards = per.map(([id, hs]) => {
+      const canvas = el("canvas", { "data-tag": tag, "data-run": id, "data-steps": String(hs.length), "data-mode": mode,
+        "data-range": `${lo},${hi}` });
+      const r = runById(id) || { id, hparams: {} };
+      const card = el("div", { class: "card hist" }, el("h3", { title: `${tag} — ${runLabel(r)}` },
+        el("span", { class: "swatch", style: `background:${colorOf(id)}` }), runLabel(r)), canvas);
+      return [card, canvas, hs, colorOf(id)];
+    });
+    sections.push([el("section", { class: "tag-group", "data-tag": tag }, el("h2", { class: "tag-title", text: tag }),
+      el("div", { class: "grid" }, ...cards.map((c) => c[0]))), cards, lo, hi]);
+  }
+  box.replaceChildren(...sections.map((s) => s[0]));
+  for (const [, cards, lo, hi] of sections) {
+    for (const [, canvas, hs, color] of cards) (mode === "offset" ? drawRidges : drawDistribution)(canvas, hs, color, lo, hi);
+  }
 }
 
 function niceTicks(lo, hi, count) {
@@ -247,123 +482,29 @@ function niceTicks(lo, hi, count) {
   return ticks;
 }
 
-function drawChart(canvas, series, { logY = false, xTime = false } = {}) {
+function setupCanvas(canvas) {
   const dpr = window.devicePixelRatio || 1;
   const W = canvas.clientWidth || 400, H = canvas.clientHeight || 260;
   canvas.width = W * dpr; canvas.height = H * dpr;
   const g = canvas.getContext("2d");
   g.setTransform(dpr, 0, 0, dpr, 0, 0);
-  g.clearRect(0, 0, W, H);
-  const pad = { l: 58, r: 12, t: 8, b: 28 };
-  const fy = logY ? (v) => (v > 0 ? Math.log10(v) : null) : (v) => v;
-  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
-  for (const s of series) {
-    s.x.forEach((x, i) => {
-      for (const v of [s.raw[i], s.y[i], s.lo ? s.lo[i] : null, s.hi ? s.hi[i] : null]) {
-        const y = v === null || v === undefined ? null : fy(v);
-        if (y === null || !isFinite(y)) continue;
-        if (x < x0) x0 = x; if (x > x1) x1 = x; if (y < y0) y0 = y; if (y > y1) y1 = y;
-      }
-    });
-  }
-  canvas._plot = null;
   g.font = "11px system-ui, sans-serif";
-  g.fillStyle = "#7a8294";
-  if (!isFinite(x0)) { g.fillText("no data", W / 2 - 20, H / 2); return; }
-  if (x1 === x0) { x1 = x0 + 1; }
-  if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
-  const ym = (y1 - y0) * 0.05; y0 -= ym; y1 += ym;
-  const px = (x) => pad.l + (x - x0) / (x1 - x0) * (W - pad.l - pad.r);
-  const py = (y) => H - pad.b - (y - y0) / (y1 - y0) * (H - pad.t - pad.b);
-  // grid and axes
-  g.strokeStyle = "#eceef2"; g.lineWidth = 1; g.textAlign = "right"; g.textBaseline = "middle";
-  const yt = logY ? niceTicks(Math.floor(y0), Math.ceil(y1), 5).filter((v) => Number.isInteger(v) && v >= y0 && v <= y1) : niceTicks(y0, y1, 5);
-  for (const t of yt) {
-    g.beginPath(); g.moveTo(pad.l, py(t)); g.lineTo(W - pad.r, py(t)); g.stroke();
-    g.fillText(logY ? "1e" + t : fmtNum(t), pad.l - 4, py(t));
-  }
-  g.textAlign = "center"; g.textBaseline = "top";
-  for (const t of niceTicks(x0, x1, Math.max(2, Math.floor(W / 90)))) {
-    if (t < x0 || t > x1) continue;
-    g.beginPath(); g.moveTo(px(t), pad.t); g.lineTo(px(t), H - pad.b); g.stroke();
-    g.fillText(xTime ? new Date(t * 1000).toLocaleTimeString() : fmtNum(t), px(t), H - pad.b + 4);
-  }
-  g.strokeStyle = "#9aa1b0"; g.strokeRect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b);
-  const line = (xs, ys, color, width, alpha) => {
-    g.strokeStyle = color; g.lineWidth = width; g.globalAlpha = alpha; g.beginPath();
-    let pen = false;
-    xs.forEach((x, i) => {
-      const y = ys[i] === null || ys[i] === undefined ? null : fy(ys[i]);
-      if (y === null || !isFinite(y)) { pen = false; return; }
-      if (pen) g.lineTo(px(x), py(y)); else { g.moveTo(px(x), py(y)); pen = true; }
-    });
-    g.stroke(); g.globalAlpha = 1;
-  };
-  for (const s of series) {
-    if (s.lo && s.hi) { // min/max envelope of downsampled buckets
-      g.fillStyle = s.color; g.globalAlpha = 0.12; g.beginPath();
-      s.x.forEach((x, i) => { const y = fy(s.hi[i]); if (y !== null && isFinite(y)) g.lineTo(px(x), py(y)); });
-      for (let i = s.x.length - 1; i >= 0; i--) { const y = fy(s.lo[i]); if (y !== null && isFinite(y)) g.lineTo(px(s.x[i]), py(y)); }
-      g.fill(); g.globalAlpha = 1;
-    }
-    line(s.x, s.raw, s.color, 1, 0.25);
-    line(s.x, s.y, s.color, 2, 1);
-  }
-  canvas._plot = { series, px, py, fy, x0, x1 };
+  return [g, W, H];
 }
 
-function attachTooltip(canvas, tag) {
-  let tip = null;
-  canvas.addEventListener("mousemove", (ev) => {
-    const p = canvas._plot;
-    if (!p) return;
-    const r = canvas.getBoundingClientRect();
-    const mx = ev.clientX - r.left;
-    const lines = [];
-    for (const s of p.series) {
-      let best = -1, bd = Infinity;
-      s.x.forEach((x, i) => { const d = Math.abs(p.px(x) - mx); if (d < bd) { bd = d; best = i; } });
-      if (best >= 0) lines.push(`<span style="color:${s.color}">■</span> x=${fmtNum(s.x[best])}  ${fmtNum(s.raw[best])} (smoothed ${fmtNum(s.y[best])})`);
-    }
-    if (!tip) { tip = el("div", { class: "tooltip" }); document.body.append(tip); }
-    tip.innerHTML = `<b>${tag.replace(/</g, "&lt;")}</b><br>` + lines.join("<br>");
-    tip.style.left = ev.clientX + 12 + "px"; tip.style.top = ev.clientY + 12 + "px";
-  });
-  canvas.addEventListener("mouseleave", () => { if (tip) { tip.remove(); tip = null; } });
-}
-
-// ---- histograms: one ridge per step, later steps in front (TensorBoard's "offset" view) ----
-async function renderHistograms(ids) {
-  const box = $("#histograms");
-  const cards = [];
-  for (const id of ids) {
-    for (const tag of state.tags.histogram || []) {
-      const hs = await api(`histograms?run=${id}&tag=${encodeURIComponent(tag)}`);
-      if (!hs.length) continue;
-      const canvas = el("canvas", { "data-tag": tag, "data-run": id, "data-steps": String(hs.length) });
-      const card = el("div", { class: "card hist" }, el("h3", {}, el("span", { class: "swatch", style: `background:${colorOf(id)}` }),
-        `${tag} — ${runLabel(runById(id) || { id, hparams: {} })}`), canvas);
-      cards.push([card, canvas, hs, colorOf(id)]);
-    }
-  }
-  box.replaceChildren(...cards.map((c) => c[0]));
-  for (const [, canvas, hs, color] of cards) drawHistograms(canvas, hs, color);
-}
-
-function drawHistograms(canvas, hs, color) {
-  const dpr = window.devicePixelRatio || 1;
-  const W = canvas.clientWidth || 400, H = canvas.clientHeight || 260;
-  canvas.width = W * dpr; canvas.height = H * dpr;
-  const g = canvas.getContext("2d");
-  g.setTransform(dpr, 0, 0, dpr, 0, 0);
-  const pad = { l: 50, r: 12, t: 10, b: 24 };
-  let lo = Infinity, hi = -Infinity, cmax = 0;
-  for (const h of hs) { const m = h.meta; if (!m.num) continue; lo = Math.min(lo, m.left); hi = Math.max(hi, m.limits[m.limits.length - 1]); cmax = Math.max(cmax, ...m.counts); }
+// TensorBoard's "offset" view: one ridge per step, later steps in front; step labels on the right
+function drawRidges(canvas, hs, color, lo, hi) {
+  const [g, W, H] = setupCanvas(canvas);
+  const pad = { l: 12, r: 70, t: 10, b: 24 };
   if (!isFinite(lo)) return;
+  let cmax = 0;
+  for (const h of hs) if (h.meta.num) cmax = Math.max(cmax, ...h.meta.counts);
   const n = hs.length, ridge = (H - pad.t - pad.b) * 0.45, gap = n > 1 ? (H - pad.t - pad.b - ridge) / (n - 1) : 0;
   const px = (x) => pad.l + (x - lo) / (hi - lo || 1) * (W - pad.l - pad.r);
-  g.font = "11px system-ui, sans-serif"; g.fillStyle = "#7a8294"; g.textAlign = "center"; g.textBaseline = "top";
+  g.fillStyle = "#5b6475"; g.textAlign = "center"; g.textBaseline = "top";
   for (const t of niceTicks(lo, hi, 5)) if (t >= lo && t <= hi) g.fillText(fmtNum(t), px(t), H - pad.b + 4);
+  let lastLabel = -Infinity;
+  const labels = [];
   hs.forEach((h, k) => {
     const m = h.meta, base = pad.t + ridge + k * gap;
     g.beginPath(); g.moveTo(px(m.left), base);
@@ -372,53 +513,128 @@ function drawHistograms(canvas, hs, color) {
     g.lineTo(px(left), base); g.closePath();
     g.globalAlpha = 0.85; g.fillStyle = "#fff"; g.fill(); g.globalAlpha = 0.25 + 0.6 * (k + 1) / n;
     g.strokeStyle = color; g.lineWidth = 1.2; g.stroke(); g.globalAlpha = 1;
-    if (k === 0 || k === n - 1 || k % Math.ceil(n / 6) === 0) { g.fillStyle = "#7a8294"; g.textAlign = "right"; g.textBaseline = "middle"; g.fillText("step " + h.step, pad.l - 4, base); }
+    // labels never overlap: one every 13 px at least
+    if (base - lastLabel >= 13) {
+      const text = `step ${h.step}`;
+      g.fillStyle = "#5b6475"; g.textAlign = "left"; g.textBaseline = "middle";
+      g.fillText(text, W - pad.r + 6, base);
+      labels.push([text, W - pad.r + 6, base, g.measureText(text).width]);
+      lastLabel = base;
+    }
   });
+  canvas.dataset.labels = JSON.stringify(labels);  // what was written where (for tests)
 }
 
-// ---- images and text: one card per run and tag, a slider over steps --------------------
-async function renderImages(ids) {
-  const box = $("#images");
-  const cards = [];
-  for (const id of ids) {
-    for (const tag of state.tags.image || []) {
-      const items = await api(`images?run=${id}&tag=${encodeURIComponent(tag)}`);
-      if (items.length) cards.push(stepCard(id, tag, items, (it) => el("img", { src: `/api/image/${it.id}`, alt: `${tag} step ${it.step}` }), "imgbox"));
-    }
+// quantiles of a histogram (linear within a bucket), TensorBoard's distribution basis points
+const BANDS = [0, 0.0668, 0.1587, 0.3085, 0.5, 0.6915, 0.8413, 0.9332, 1];
+function quantiles(m) {
+  const total = m.counts.reduce((a, b) => a + b, 0);
+  if (!total) return null;
+  const out = [];
+  let acc = 0, i = 0, left = m.left;
+  for (const q of BANDS) {
+    const want = q * total;
+    while (i < m.counts.length - 1 && acc + m.counts[i] < want) { acc += m.counts[i]; left = m.limits[i]; i++; }
+    const c = m.counts[i] || 1, right = m.limits[i];
+    out.push(q === 0 ? m.min ?? m.left : q === 1 ? m.max ?? right : left + (right - left) * Math.min(1, Math.max(0, (want - acc) / c)));
   }
-  box.replaceChildren(...cards);
+  return out;
+}
+
+function drawDistribution(canvas, hs, color, lo, hi) {
+  const [g, W, H] = setupCanvas(canvas);
+  const pad = { l: 54, r: 16, t: 10, b: 24 };
+  const qs = hs.map((h) => [h.step, quantiles(h.meta)]).filter(([, q]) => q);
+  if (!qs.length || !isFinite(lo)) return;
+  const s0 = qs[0][0], s1 = qs[qs.length - 1][0];
+  const px = (s) => pad.l + (s1 === s0 ? 0.5 : (s - s0) / (s1 - s0)) * (W - pad.l - pad.r);
+  const py = (v) => H - pad.b - (v - lo) / (hi - lo || 1) * (H - pad.t - pad.b);
+  g.strokeStyle = "#eceef2"; g.fillStyle = "#5b6475"; g.textAlign = "right"; g.textBaseline = "middle";
+  for (const t of niceTicks(lo, hi, 5)) {
+    if (t < lo || t > hi) continue;
+    g.beginPath(); g.moveTo(pad.l, py(t)); g.lineTo(W - pad.r, py(t)); g.stroke(); g.fillText(fmtNum(t), pad.l - 4, py(t));
+  }
+  g.textAlign = "center"; g.textBaseline = "top";
+  for (const t of niceTicks(s0, s1 === s0 ? s0 + 1 : s1, 5)) if (t >= s0 && t <= s1) g.fillText(fmtNum(t), px(t), H - pad.b + 4);
+  for (let b = 0; b < 4; b++) {  // outer band first, the median's neighbours darkest
+    g.beginPath();
+    qs.forEach(([s, q], i) => (i ? g.lineTo(px(s), py(q[b])) : g.moveTo(px(s), py(q[b]))));
+    for (let i = qs.length - 1; i >= 0; i--) g.lineTo(px(qs[i][0]), py(qs[i][1][8 - b]));
+    g.closePath(); g.fillStyle = alpha(color, 0.12 + 0.1 * b); g.fill();
+  }
+  g.beginPath(); g.strokeStyle = color; g.lineWidth = 1.5;
+  qs.forEach(([s, q], i) => (i ? g.lineTo(px(s), py(q[4])) : g.moveTo(px(s), py(q[4]))));
+  g.stroke();
+  if (qs.length === 1) { g.fillStyle = color; g.fillRect(px(qs[0][0]) - 3, py(qs[0][1][4]) - 3, 6, 6); }
+}
+
+// ---- images and text: grouped by tag across runs, one step slider per tag ------------------------
+async function renderImages(ids) {
+  await renderByTag($("#images"), "image", ids, (id, tag) => api(`images?run=${id}&tag=${encodeURIComponent(tag)}`),
+    (it, tag) => el("img", { src: `/api/image/${it.id}`, alt: `${tag} step ${it.step}` }), "imgbox");
 }
 
 async function renderTexts(ids) {
-  const box = $("#texts");
-  const cards = [];
-  for (const id of ids) {
-    for (const tag of state.tags.text || []) {
-      const items = await api(`texts?run=${id}&tag=${encodeURIComponent(tag)}`);
-      if (items.length) cards.push(stepCard(id, tag, items, (it) => el("pre", { text: it.text }), "textbox"));
-    }
-  }
-  box.replaceChildren(...cards);
+  await renderByTag($("#texts"), "text", ids, (id, tag) => api(`texts?run=${id}&tag=${encodeURIComponent(tag)}`),
+    (it) => markdown(it.text), "textbox");
 }
 
-function stepCard(id, tag, items, render, cls) {
-  const view = el("div", { class: cls });
-  const label = el("span", { class: "muted" });
-  const slider = el("input", { type: "range", min: "0", max: String(items.length - 1), step: "1", value: String(items.length - 1), class: "step-slider" });
-  const show = () => { const it = items[+slider.value]; label.textContent = ` step ${it.step} (${+slider.value + 1}/${items.length})`; view.replaceChildren(render(it)); };
-  slider.addEventListener("input", show);
-  const card = el("div", { class: "card", "data-tag": tag, "data-run": id },
-    el("h3", {}, el("span", { class: "swatch", style: `background:${colorOf(id)}` }), `${tag} — ${runLabel(runById(id) || { id, hparams: {} })}`),
-    el("div", {}, slider, label), view);
-  show();
-  return card;
+// Logged text is markdown (TensorBoard renders it so). Raw HTML inside it is shown as text, not
+// parsed; what marked makes is sanitised again by DOMPurify into a DOM fragment (never innerHTML
+// of logged text), and the page's Content-Security-Policy forbids inline script besides.
+const escapeHtml = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+if (window.marked) marked.use({ renderer: { html: (token) => escapeHtml(token.text ?? token.raw ?? "") } });
+
+function markdown(text) {
+  const box = el("div", { class: "md" });
+  if (window.marked && window.DOMPurify) {
+    box.append(DOMPurify.sanitize(marked.parse(text, { gfm: true, breaks: true }), { RETURN_DOM_FRAGMENT: true }));
+  } else {
+    box.append(el("pre", { text }));
+  }
+  return box;
+}
+
+async function renderByTag(box, kind, ids, fetchItems, render, cls) {
+  const sections = [];
+  for (const tag of state.tags[kind] || []) {
+    const per = (await Promise.all(ids.map((id) => fetchItems(id, tag)))).map((items, i) => [ids[i], items]).filter(([, items]) => items.length);
+    if (!per.length) continue;
+    const steps = [...new Set(per.flatMap(([, items]) => items.map((it) => it.step)))].sort((a, b) => a - b);
+    const slider = el("input", { type: "range", min: "0", max: String(steps.length - 1), step: "1", value: String(steps.length - 1), class: "step-slider" });
+    const label = el("span", { class: "muted" });
+    const cells = per.map(([id, items]) => {
+      const view = el("div", { class: cls });
+      const r = runById(id) || { id, hparams: {} };
+      const note = el("div", { class: "muted small" });
+      return [el("div", { class: "cell", "data-run": String(id) }, el("div", { class: "cell-title", title: runLabel(r) },
+        el("span", { class: "swatch", style: `background:${colorOf(id)}` }), runLabel(r)), note, view), items, view, note];
+    });
+    const show = () => {
+      const step = steps[+slider.value];
+      label.textContent = ` step ${step} (${+slider.value + 1}/${steps.length})`;
+      for (const [, items, view, note] of cells) {
+        // the run's latest item at or before the chosen step
+        let it = null;
+        for (const x of items) if (x.step <= step) it = x;
+        note.textContent = it ? (it.step === step ? "" : `(step ${it.step})`) : "(nothing yet)";
+        view.replaceChildren(...(it ? [render(it, tag)] : []));
+      }
+    };
+    slider.addEventListener("input", show);
+    const sec = el("section", { class: "card tag-group", "data-tag": tag }, el("h3", { class: "tag-title", text: tag }),
+      el("div", {}, slider, label), el("div", { class: "cells" }, ...cells.map((c) => c[0])));
+    show();
+    sections.push(sec);
+  }
+  box.replaceChildren(...sections);
 }
 
 // ---- hparams: arguments vs final metrics, sortable --------------------------------------
 async function renderHparams() {
   if (!state.fn) return;
   const data = await api("hparams?fn=" + encodeURIComponent(state.fn));
-  const cols = [["status", (r) => r.status], ["run", (r) => r.id],
+  const cols = [["status", (r) => r.status], ["id", (r) => r.eval_id || null], ["code", (r) => (r.code || "").slice(0, 8)],
     ...data.hparams.map((k) => [k, (r) => r.hparams[k]]), ...data.metrics.map((k) => ["⟶ " + k, (r) => r.metrics[k]])];
   const { key, dir } = state.hpSort;
   const rows = [...data.rows];
@@ -435,17 +651,25 @@ async function renderHparams() {
     onclick: () => { state.hpSort = { key: i, dir: state.hpSort.key === i ? -state.hpSort.dir : 1 }; renderHparams(); },
   }))));
   $("#hparams tbody").replaceChildren(...rows.map((r) => el("tr", { "data-run": String(r.id) },
-    ...cols.map(([, get], i) => { const v = get(r); return el("td", { text: i === 1 ? String(v).slice(-6) : typeof v === "number" ? fmtNum(v) : v === undefined ? "–" : String(v) }); }))));
+    ...cols.map(([, get], i) => {
+      const v = get(r);
+      const text = i === 1 ? idText({ ...r, stored: !!r.eval_id }) : typeof v === "number" ? fmtNum(v) : v === undefined ? "–" : String(v);
+      return el("td", { text });
+    }))));
 }
 
-// ---- code diff between two stored evaluations ---------------------------------------------
+// ---- code diff between two stored evaluations: always older -> newer --------------------------------
 async function compareCode() {
-  const [a, b] = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
+  const pair = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
+  const [a, b] = pair.sort((x, y) => (x.finished || x.started) - (y.finished || y.started));
   showTab("diff");
   const d = await api(`diff?a=${a.eval_id}&b=${b.eval_id}`);
   const box = $("#diff");
-  if (d.same) { box.replaceChildren(el("p", { text: `Evaluations #${a.eval_id} and #${b.eval_id} ran the same code.` })); return; }
-  box.replaceChildren(...d.changes.map((c) => el("div", { class: "card" }, el("h3", { text: `${c.symbol} (${c.status})` }),
+  box.classList.remove("muted");
+  const head = el("p", { class: "diff-head" }, el("b", { text: `#${a.eval_id}` }), ` (${fmtTime(a.finished || a.started)}, older) → `,
+    el("b", { text: `#${b.eval_id}` }), ` (${fmtTime(b.finished || b.started)}, newer)`);
+  if (d.same) { box.replaceChildren(head, el("p", { text: `Evaluations #${a.eval_id} and #${b.eval_id} ran the same code.` })); return; }
+  box.replaceChildren(head, ...d.changes.map((c) => el("div", { class: "card" }, el("h3", { text: `${c.symbol} (${c.status})` }),
     el("pre", {}, ...c.diff.split("\n").map((l) => el("span", {
       class: l.startsWith("@@") ? "hunk" : l.startsWith("+") && !l.startsWith("+++") ? "add" : l.startsWith("-") && !l.startsWith("---") ? "del" : "",
       text: l + "\n" }))))));
@@ -468,16 +692,27 @@ async function init() {
   $("#store").textContent = info.store;
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
   $("#fn-filter").addEventListener("input", loadFunctions);
-  $("#tag-filter").addEventListener("input", () => refreshTab());
+  $("#tag-filter").addEventListener("input", () => { saveUrl(); refreshTab(); });
   $("#smoothing").addEventListener("input", () => { $("#smoothing-val").textContent = (+$("#smoothing").value).toFixed(2); redrawScalars(); });
   $("#xaxis").addEventListener("change", redrawScalars);
   $("#logscale").addEventListener("change", redrawScalars);
-  $("#select-none").addEventListener("click", () => { state.selected = []; renderRuns(); refreshTab(); });
+  $("#hist-mode").addEventListener("change", () => refreshTab());
+  $("#select-none").addEventListener("click", () => { state.selected = []; renderRuns(); saveUrl(); refreshTab(); });
   $("#compare-code").addEventListener("click", compareCode);
   window.addEventListener("resize", redrawScalars);
+  const url = new URLSearchParams(location.search);
+  if (url.get("tags")) $("#tag-filter").value = url.get("tags");
   const fns = await loadFunctions();
-  const wanted = new URLSearchParams(location.search).get("fn");
-  if (wanted || fns.length) await selectFunction(wanted || fns[0].fn);
+  // open on what was asked for, else on the most recently run memoized function (not a script's process run)
+  const memoized = fns.filter((f) => !isProcess(f.fn)).sort((a, b) => (b.last || 0) - (a.last || 0));
+  const wanted = url.get("fn") || (memoized[0] || fns[0] || {}).fn;
+  if (wanted) {
+    state.selected = (url.get("runs") || "").split(",").filter(Boolean);
+    await selectFunction(wanted, true);
+  }
+  const tab = url.get("tab");
+  if (tab && document.querySelector(`#tabs button[data-tab="${CSS.escape(tab)}"]`)) showTab(tab);
+  saveUrl();  // also drops an access token from the address bar: the cookie carries it from here on
   document.body.dataset.ready = "1";
   setInterval(poll, 2000);
 }
