@@ -43,6 +43,28 @@ memolab.register_opaque(Calls)
 
 
 @pytest.fixture
+def leaf_digests(monkeypatch):
+    """``leaf_digests(sample)`` starts counting the leaf digests actually computed
+    (identity-cache misses) for ``type(sample)`` (an array, a tensor); returns the counts."""
+    from memolab import hashing
+
+    def start(sample):
+        counts = {"n": 0}
+        hashing.hash_value(sample)  # registers the handlers of its library
+        leaf = hashing._leaves[type(sample)]
+        real = leaf.digest
+
+        def counting(obj):
+            counts["n"] += 1
+            return real(obj)
+
+        monkeypatch.setattr(leaf, "digest", counting)
+        return counts
+
+    return start
+
+
+@pytest.fixture
 def tmp_store(tmp_path, monkeypatch):
     """A fresh store for this test, used by every @memo function that has no store of its own."""
     path = tmp_path / "store"

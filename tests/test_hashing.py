@@ -389,3 +389,28 @@ def test_flag_values_without_a_name_hash_by_value():
     assert H(P(0)) == H(P(0)) and H(P(0)) != H(P.R)
     assert H(I(8)) != H(I(4)) and H(I(0)) != H(I(8))
     assert H(P.R | P.W) != H(P.R)
+
+
+def test_cached_string_tokens_are_the_uncached_bytes():
+    # the config walk writes attribute names, class symbols and code digests from a
+    # by-value cache: it must emit exactly what _encode_str / write_str would
+    from memolab.hashing import Encoder, _encode_str, _name_token, _str_token
+
+    for s in ("", "batch_size", "é✓", "\udc80", "x" * 300, "mod:Qual.name"):
+        for _ in range(2):  # uncached, then cached
+            e = Encoder()
+            _encode_str(e, s)
+            assert _name_token(s) == bytes(e.buf)
+            e = Encoder()
+            e.write_str(s)
+            assert _str_token(s) == bytes(e.buf)
+
+
+def test_string_token_caches_are_bounded():
+    from memolab import hashing
+
+    for i in range(hashing._TOKEN_CACHE_MAX + 10):
+        hashing._name_token(f"attr{i}")
+        hashing._str_token(f"digest{i}")
+    assert len(hashing._NAME_TOKENS) <= hashing._TOKEN_CACHE_MAX
+    assert len(hashing._STR_TOKENS) <= hashing._TOKEN_CACHE_MAX

@@ -17,24 +17,9 @@ from memolab import hashing, identity
 from memolab.hashing import hash_value as H
 
 
-def count_digests(monkeypatch, sample):
-    """Counts leaf digests actually computed (cache misses) for ``type(sample)``."""
-    counts = {"n": 0}
-    H(sample)  # registers the handlers of its library
-    leaf = hashing._leaves[type(sample)]
-    real = leaf.digest
-
-    def counting(obj):
-        counts["n"] += 1
-        return real(obj)
-
-    monkeypatch.setattr(leaf, "digest", counting)
-    return counts
-
-
 @pytest.fixture
-def computed(monkeypatch):
-    return count_digests(monkeypatch, np.zeros(1))
+def computed(leaf_digests):
+    return leaf_digests(np.zeros(1))
 
 
 def frozen(values) -> np.ndarray:
@@ -235,8 +220,8 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture
-def tcomputed(monkeypatch):
-    return count_digests(monkeypatch, torch.zeros(1))
+def tcomputed(leaf_digests):
+    return leaf_digests(torch.zeros(1))
 
 
 def test_unchanged_tensor_is_hashed_once(tcomputed):

@@ -21,20 +21,9 @@ from memolab.hashing import hash_value as H  # noqa: E402
 
 
 @pytest.fixture
-def digests(monkeypatch):
+def digests(leaf_digests):
     """Counts tensor digests actually computed (identity-cache misses)."""
-    H(torch.zeros(1))
-    from memolab.torch import tensors
-
-    counts = {"n": 0}
-    real = tensors.LEAF.digest
-
-    def counting(t):
-        counts["n"] += 1
-        return real(t)
-
-    monkeypatch.setattr(tensors.LEAF, "digest", counting)
-    return counts
+    return leaf_digests(torch.zeros(1))
 
 
 class Images(Dataset):

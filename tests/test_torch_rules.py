@@ -198,28 +198,13 @@ def test_hashing_tensors_modules_and_loaders_imports_no_compiler_stack():
 torch = pytest.importorskip("torch")
 
 
-def _count_tensor_digests(monkeypatch):
-    H(torch.zeros(1))
-    from memolab.torch import tensors
-
-    counts = {"n": 0}
-    real = tensors.LEAF.digest
-
-    def counting(t):
-        counts["n"] += 1
-        return real(t)
-
-    monkeypatch.setattr(tensors.LEAF, "digest", counting)
-    return counts
-
-
-def test_adam_state_is_keyed_by_position_not_by_hashing_parameters(monkeypatch):
+def test_adam_state_is_keyed_by_position_not_by_hashing_parameters(leaf_digests):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))  # 4 parameters
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
     model(torch.ones(3, 4)).sum().backward()
     opt.step()
-    counts = _count_tensor_digests(monkeypatch)
+    counts = leaf_digests(torch.zeros(1))
     H(opt)
     # 4 parameters + per parameter exp_avg, exp_avg_sq, step = 16; hashing the state's
     # keys would hash each parameter a second time (20)

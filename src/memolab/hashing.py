@@ -502,6 +502,39 @@ def _encode_complex(enc: Encoder, obj: complex) -> None:
     enc.write(b"c" + _pack_d(obj.real) + _pack_d(obj.imag))
 
 
+#: str -> its encoding (``_encode_str`` / ``write_str`` bytes) for the strings a
+#: config walk repeats on every call: attribute names, class symbols, code
+#: digests. Keyed by value (strings are immutable, so an entry never goes stale);
+#: bounded, short strings only.
+_NAME_TOKENS: Dict[str, bytes] = {}
+_STR_TOKENS: Dict[str, bytes] = {}
+_TOKEN_CACHE_MAX = 4096
+
+
+def _name_token(k: str) -> bytes:
+    b = _NAME_TOKENS.get(k)
+    if b is None:
+        b = k.encode("utf-8", "surrogatepass")
+        b = b"s" + _pack_Q(len(b)) + b
+        if len(k) <= 256:
+            if len(_NAME_TOKENS) >= _TOKEN_CACHE_MAX:
+                _NAME_TOKENS.clear()
+            _NAME_TOKENS[k] = b
+    return b
+
+
+def _str_token(k: str) -> bytes:
+    b = _STR_TOKENS.get(k)
+    if b is None:
+        b = k.encode("utf-8", "surrogatepass")
+        b = _pack_Q(len(b)) + b
+        if len(k) <= 256:
+            if len(_STR_TOKENS) >= _TOKEN_CACHE_MAX:
+                _STR_TOKENS.clear()
+            _STR_TOKENS[k] = b
+    return b
+
+
 def _encode_str(enc: Encoder, obj: str) -> None:
     b = obj.encode("utf-8", "surrogatepass")
     if len(b) > 1 << 16:
@@ -717,9 +750,9 @@ def _encode_method(enc: Encoder, obj: Any) -> None:
 
 
 def _encode_class(enc: Encoder, obj: type) -> None:
-    enc.write(b"C")
-    enc.write_str(codegraph.symbol_of(obj))
-    enc.write_str(codegraph.object_digest(obj))
+    # same bytes as write(b"C"), write_str(symbol), write_str(digest); both are
+    # recomputed on every call (a class's code can change), only their encodings are cached
+    enc.write(b"C" + _str_token(codegraph.symbol_of(obj)) + _str_token(codegraph.object_digest(obj)))
 
 
 def _encode_module(enc: Encoder, obj: Any) -> None:
@@ -759,22 +792,25 @@ def _encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()
         enc.write(b"G")
         enc.write_str(f"{t.__module__}:{rv}")
         return
-    enc.write(b"O")
-    _encode_class(enc, t)
+    # b"O" + the class token (``_encode_class``) in one write
+    enc.write(b"OC" + _str_token(codegraph.symbol_of(t)) + _str_token(codegraph.object_digest(t)))
     func, args = rv[0], rv[1]
     state = rv[2] if len(rv) > 2 else None
     listitems = rv[3] if len(rv) > 3 else None
     dictitems = rv[4] if len(rv) > 4 else None
     # copyreg.__newobj__(cls) is the common case: the class is already hashed.
     if getattr(func, "__name__", "") in ("__newobj__", "__newobj_ex__") and args and args[0] is t:
-        enc.write(b"n")
+        enc.buf += b"n"  # an atom: the next write flushes
         if len(args) > 1:
             enc.encode_child(args[1:], ".<new args>")
     else:
         enc.encode_child(func, ".<reduce>")
         enc.encode_child(args, ".<reduce args>")
     if state is not None:
-        _encode_state(enc, state, (excluded_attributes(t) if _policies else frozenset()) | exclude)
+        excluded = excluded_attributes(t) if _policies else exclude
+        if exclude and excluded is not exclude:
+            excluded = excluded | exclude
+        _encode_state(enc, state, excluded)
     if listitems is not None:
         enc.write(b"L")
         enc.encode_child(list(listitems), "")
@@ -787,16 +823,19 @@ def _encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()
 
 
 def _encode_state(enc: Encoder, state: Any, excluded: FrozenSet[str] = frozenset()) -> None:
-    enc.write(b"S")
+    enc.buf += b"S"  # an atom: the next write flushes
     if type(state) is dict:
         # attributes: path segments read as ``.name``
         if enc.memoize(state):
             return
-        names = sorted((k for k in state if k not in excluded), key=str) if excluded else sorted(state, key=str)
+        names = sorted([k for k in state if k not in excluded], key=str) if excluded else sorted(state, key=str)
         enc.write(b"d" + _pack_Q(len(names)))
         encode = enc.encode
         for k in names:
-            encode(k)  # attribute names are strings
+            if type(k) is str:  # attribute names: the bytes _encode_str writes, cached by value
+                enc.buf += _NAME_TOKENS.get(k) or _name_token(k)
+            else:
+                encode(k)
             try:
                 encode(state[k])
             except (HashError, RecursionError) as e:

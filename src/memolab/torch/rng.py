@@ -9,6 +9,7 @@ policy, because that object's key is its configuration (docs/torch.md);
 """
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import torch
@@ -17,12 +18,14 @@ from .. import hashing
 from ..hashing import Encoder
 from . import _settings
 
+_pack_Q = struct.Struct("<Q").pack
+
 
 def encode_generator(enc: Encoder, g: Any) -> None:
     if enc.config_only and _settings["rng"] == "seed":
-        enc.write(b"\x10g")
-        enc.write_str(str(g.device))
-        enc.write_uint(g.initial_seed())
+        # one write, same bytes as write(b"\x10g"), write_str(device), write_uint(seed)
+        dev = str(g.device).encode()
+        enc.write(b"\x10g" + _pack_Q(len(dev)) + dev + _pack_Q(g.initial_seed()))
         return
     enc.write(b"\x10G")
     enc.write_str(str(g.device))
