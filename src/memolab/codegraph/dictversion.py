@@ -5,7 +5,7 @@ rebound; a graph spanning a 20,000-line package goes through thousands of
 names. CPython 3.11-3.13 keep a version tag in every dict (PEP 509) that
 changes on each insertion, deletion or value replacement, so an unchanged tag
 proves that no name in that namespace was rebound. The tag is not exposed to
-Python; we read it through ``ctypes`` at its fixed offset, and only after a
+Python; we read it through ``_ctypes`` at its fixed offset, and only after a
 self-test on this very interpreter shows that the field sits where expected
 and moves on each kind of write. Anywhere else (another implementation, a
 Python whose layout we have not verified, a failed self-test) ``tag_reader``
@@ -17,7 +17,8 @@ import sys
 from typing import Any, Optional
 
 _works: Optional[bool] = None
-_ctypes: Any = None
+_U64: Any = None     # a c_uint64 type
+_CHAR8: Any = None   # a c_char * 8 array type
 
 # PyObject_HEAD (refcount + type) is 16 bytes on 64-bit builds; then ma_used, then ma_version_tag
 _USED_OFFSET = 16
@@ -29,16 +30,36 @@ def _self_test() -> bool:
         return False
     if sys.maxsize != 2 ** 63 - 1 or hasattr(sys, "gettotalrefcount"):  # 64-bit, not a debug build
         return False
+    # The C extension alone, not the ``ctypes`` package: importing ``ctypes``
+    # builds its whole type zoo (about 2-3 ms, on the first call of every
+    # script); the three plain types we need are defined here the same way
+    # ``ctypes/__init__.py`` defines them.
     try:
-        import ctypes
+        import _ctypes
     except ImportError:
         return False
-    global _ctypes
-    _ctypes = ctypes
+    global _U64, _CHAR8
+
+    class c_ssize_t(_ctypes._SimpleCData):
+        _type_ = "q"  # 64-bit build (checked above): Py_ssize_t is a long long
+
+    class c_uint64(_ctypes._SimpleCData):
+        _type_ = "Q"
+
+    class c_char(_ctypes._SimpleCData):
+        _type_ = "c"
+
+    class char8(_ctypes.Array):
+        _type_ = c_char
+        _length_ = 8
+
+    _U64, _CHAR8 = c_uint64, char8
     d: dict = {"a": 1, "b": 2, "c": 3}
-    if ctypes.c_ssize_t.from_address(id(d) + _USED_OFFSET).value != 3:
+    if c_ssize_t.from_address(id(d) + _USED_OFFSET).value != 3:
         return False
-    tag = ctypes.c_uint64.from_address(id(d) + _TAG_OFFSET)
+    if bytes(char8.from_address(id(d) + _TAG_OFFSET)) != c_uint64.from_address(id(d) + _TAG_OFFSET).value.to_bytes(8, sys.byteorder):
+        return False
+    tag = c_uint64.from_address(id(d) + _TAG_OFFSET)
     seen = [tag.value]
     d["d"] = 4          # insert
     seen.append(tag.value)
@@ -66,7 +87,7 @@ def tag_reader(d: dict) -> Optional[Any]:
             _works = False
     if not _works or type(d) is not dict:
         return None
-    return _ctypes.c_uint64.from_address(id(d) + _TAG_OFFSET)
+    return _U64.from_address(id(d) + _TAG_OFFSET)
 
 
 def tag_view(d: dict) -> Optional[memoryview]:
@@ -79,4 +100,4 @@ def tag_view(d: dict) -> Optional[memoryview]:
     """
     if tag_reader(d) is None:
         return None
-    return memoryview((_ctypes.c_char * 8).from_address(id(d) + _TAG_OFFSET))
+    return memoryview(_CHAR8.from_address(id(d) + _TAG_OFFSET))

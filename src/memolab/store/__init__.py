@@ -492,14 +492,34 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
         with _stores_lock:
             s = _stores.get(k)
             if s is None or (not isinstance(s, Store) or hasattr(s, "problem")) and s._generation != config.generation():
-                from .health import open_store
-
                 # A store that cannot be used degrades (read-only, or none at all) instead
                 # of raising: the caller still gets its value. Degraded stores are opened
                 # again after ``configure()``.
-                s = _stores[k] = open_store(p)
+                s = _stores[k] = _open(p)
                 s._generation = config.generation()
     return s
+
+
+def _open(p: Path) -> Any:
+    """``health.open_store(p)``, without importing ``health`` for a store that opens cleanly.
+
+    ``health`` (degraded stores, repair) is only needed when something is
+    wrong; its import is about 0.5 ms of the first call of every script. Any
+    failure here goes to ``open_store``, which opens the store afresh and
+    decides what the failure means, so the outcome is the same either way."""
+    try:
+        store = Store(p) if p.is_dir() else None
+    except Exception:
+        store = None
+    if store is None:
+        from .health import open_store
+
+        return open_store(p)
+    if signing.secret() is None and perms.writable_by_others(p):
+        from .health import _check_exposure
+
+        _check_exposure(p)  # warns (once per process)
+    return store
 
 
 def runtime_info() -> Dict[str, Any]:
