@@ -42,6 +42,20 @@ class Calls(list):
 memolab.register_opaque(Calls)
 
 
+def tmpfs_at(d: Path, size: str = "2m"):
+    """Mount a ``size`` tmpfs at the new directory ``d`` for a fixture to yield; unmounted afterwards.
+
+    Needs root: elsewhere the test is skipped. The small, really full disk
+    tests need is one that fills, not a write error injected by hand."""
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
 @pytest.fixture
 def leaf_digests(monkeypatch):
     """``leaf_digests(sample)`` starts counting the leaf digests actually computed

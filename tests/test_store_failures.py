@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import tmpfs_at
 
 import memolab
 from memolab import config
@@ -267,11 +268,7 @@ def test_damaged_buffers_row_is_a_miss_that_repairs_itself(world):
 
 @pytest.fixture
 def tiny_disk(world):
-    d = world / "disk"
-    d.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (not root)")
-    yield d
+    yield from tmpfs_at(world / "disk")  # under world: reachable by the other-user tests
 
 
 def fill(disk: Path) -> None:

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from conftest import tmpfs_at
 
 from memolab import configure
 from memolab.store import Store
@@ -18,14 +19,7 @@ KEY = ("mod:f", "code", "args", "schema")
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 2 MiB tmpfs (needs root; unmounted afterwards)."""
-    d = tmp_path / "disk"
-    d.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here (not root)")
-    try:
-        yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
+    yield from tmpfs_at(tmp_path / "disk")
 
 
 FULL = r"""
