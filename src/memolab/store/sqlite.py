@@ -122,6 +122,10 @@ LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs
 _LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:11])}{_TOKEN}{_WHERE_KEY}"
 
 
+#: Columns a published row may carry (``publish``): the listing columns and the inline bytes.
+_PUBLISHED = frozenset(EVAL_COLUMNS + ("inline",))
+
+
 def _checked(row: Optional[tuple], columns: Tuple[str, ...]) -> Optional[Dict[str, Any]]:
     if row is None:
         return None
@@ -337,6 +341,62 @@ class Index:
             if also is not None:
                 also(c)
             return eval_id
+
+    # -- rows computed elsewhere (the team store: see ``team.protocol.EvalIndex``) -------------
+    def lookup_many(self, keys: Sequence[Key]) -> Dict[Key, Dict[str, Any]]:
+        out: Dict[Key, Dict[str, Any]] = {}
+        c = self.conn()
+        for key in keys:  # point queries on an embedded database: no round trips to batch
+            row = _checked(c.execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
+            if row is not None:
+                out[tuple(key)] = row  # type: ignore[index]
+        return out
+
+    def publish(self, key: Key, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
+                owner: Optional[str] = None) -> Tuple[int, bool]:
+        return self.publish_many([(key, fields, sources)], owner)[0]
+
+    def publish_many(self, rows: Sequence[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]],
+                     owner: Optional[str] = None) -> List[Tuple[int, bool]]:
+        """Insert finished rows computed elsewhere; a key's 'done' row is never replaced
+        (the first result published wins: others may already be reading it)."""
+        out: List[Tuple[int, bool]] = []
+        with self.write() as c:
+            for key, fields, sources in rows:
+                have = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
+                                 "AND status='done'", key).fetchone()
+                if have is not None:
+                    out.append((int(have[0]), False))
+                else:
+                    f = {k: v for k, v in fields.items() if k in _PUBLISHED and k not in ("id", "fn", "code", "args",
+                                                                                         "schema", "status")}
+                    cols = ["fn", "code", "args", "schema", "status", *f]
+                    cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) "
+                                    f"VALUES ({','.join('?' * len(cols))})", [*key, "done", *f.values()])
+                    out.append((int(cur.lastrowid), True))
+                if sources:
+                    c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
+                                  [(d, sym, src) for d, (sym, src) in sources.items()])
+                if owner is not None:
+                    c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
+                              (*key, owner))
+        return out
+
+    def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
+                   limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        cols = EVAL_COLUMNS + ("inline",)
+        sql = f"SELECT {','.join(cols)} FROM evaluations WHERE status='done'"
+        args: List[Any] = []
+        if fn is not None:
+            sql += " AND fn=?"
+            args.append(fn)
+        if since is not None:
+            sql += " AND finished > ?"
+            args.append(since)
+        sql += " ORDER BY finished ASC, id ASC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [dict(zip(cols, r)) for r in self.conn().execute(sql, args)]
 
     def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
         """Take an evaluation out of use (``status`` 'corrupt', 'stale' or 'refused'), keeping why."""

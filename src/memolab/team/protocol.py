@@ -1,0 +1,91 @@
+"""What an index of evaluations must do, whichever database holds it.
+
+The local store's ``store.sqlite.Index`` and the team's ``team.pg.PgIndex``
+both satisfy ``EvalIndex``; ``tests/test_index_conformance.py`` runs one suite
+against both, so a rule (a dead owner's lease is taken over after its TTL, a
+published row is never replaced by a later publish, a lookup never writes) holds
+the same on a laptop and on the team database.
+
+Rows are plain dicts keyed by the column names of ``store.sqlite.EVAL_COLUMNS``
+plus ``inline`` (the bytes of a small result, or None) and, on the team index,
+``logs`` (digest of the evaluation's logs bundle in the blob store, or None).
+Field values travel verbatim between indexes (digests, snapshot text, the HMAC
+signature), so a row signed on one machine verifies on another.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Set, Tuple
+
+Key = Tuple[str, str, str, str]  # fn, code, args, schema
+Row = Dict[str, Any]
+Sources = Dict[str, Tuple[str, str]]  # digest -> (symbol, source text)
+
+
+class EvalIndex(Protocol):
+    # -- the hot path ------------------------------------------------------------------
+    def lookup(self, key: Key, lean: bool = False) -> Optional[Row]:
+        """The 'done' row of ``key`` (with ``inline``), or None. One query, no write, no lock."""
+
+    def lookup_many(self, keys: Sequence[Key]) -> Dict[Key, Row]:
+        """``lookup`` for several keys in one round trip (``pull``, a batch of tasks)."""
+
+    # -- single flight -----------------------------------------------------------------
+    def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
+              on_owner: Any = None) -> Tuple[str, Optional[Row]]:
+        """Atomically: ('hit', row) if stored (unless ``force``); else ('owner', None) if
+        the lease was free, ours, or its holder is dead (on this host) or stopped
+        heart-beating for ``ttl`` seconds; else ('wait', None)."""
+
+    def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
+        """Refresh the leases ``(key, owner)`` (only where ``owner`` still holds them)."""
+
+    def release(self, key: Key, owner: str) -> None:
+        """Drop ``owner``'s lease of ``key`` (nothing if it holds none)."""
+
+    def live_leases(self, ttl: float) -> int:
+        """Leases heart-beaten within ``ttl`` seconds: computations in flight."""
+
+    # -- results -----------------------------------------------------------------------
+    def record(self, key: Key, owner: str, fields: Row, sources: Sources, present: Any = ...,
+               also: Any = None) -> int:
+        """Store a finished evaluation computed under ``owner``'s lease and drop the lease.
+        A lease lost to another owner who already stored a row keeps that row (its id is returned)."""
+
+    def publish(self, key: Key, fields: Row, sources: Sources, owner: Optional[str] = None) -> Tuple[int, bool]:
+        """Insert a finished evaluation computed elsewhere (a local store uploading it, a
+        team row imported locally): (id, True) if inserted; (id of the row already
+        there, False) if the key has a 'done' row, which is never replaced. A row out
+        of use (corrupt, stale) is replaced. ``owner``'s lease of the key is dropped."""
+
+    def publish_many(self, rows: Sequence[Tuple[Key, Row, Sources]]) -> List[Tuple[int, bool]]:
+        """``publish`` for a batch, in one transaction (``memolab sync``)."""
+
+    def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
+                   limit: Optional[int] = None) -> List[Row]:
+        """'done' rows (with ``inline``) finished after ``since``, oldest first: what ``pull`` fetches."""
+
+    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+        """Take a row out of use; ``lookup`` no longer finds it."""
+
+    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = ...) -> None:
+        """Add batched hit counts (id -> (n, last hit time)); last_hit only grows."""
+
+    # -- listing and maintenance ---------------------------------------------------------
+    def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
+                    order: str = "finished DESC", limit: Optional[int] = None) -> List[Row]:
+        """Rows without ``inline`` (``where`` only for the local index: its SQL dialect)."""
+
+    def functions(self) -> List[Dict[str, Any]]:
+        """Per function: evaluations, size, last, hits, compute (sum of durations)."""
+
+    def referenced_digests(self, exclude: Set[int] = ...) -> Set[str]:
+        """Digests of blobs rows (other than ``exclude``) refer to (inline rows refer to none)."""
+
+    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Row]:
+        """What gc drops, least recently used first (see ``Store.gc_plan``)."""
+
+    def delete_evaluations(self, ids: Sequence[int]) -> None: ...
+
+    def clear(self, fn: Optional[str] = None) -> int: ...
+
+    def source(self, digest: str) -> Optional[str]: ...
