@@ -74,5 +74,11 @@ class StoreUnavailable(MemolabError, OSError):
         return str(self.args[0])
 
 
+class RemoteUnavailable(MemolabError, OSError):
+    """The team store (its index or its blob store) cannot be reached now: a
+    connection refused or timed out, a server gone. Never a reason to fail a
+    call: the team layer goes offline, warns once and works on the local store."""
+
+
 class MemolabWarning(UserWarning):
     """Something went wrong but the caller still got a correct value."""
