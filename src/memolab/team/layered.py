@@ -174,7 +174,17 @@ class TeamStore(Store):
         tmps = {d: self.blobs.tmp / tmpfiles.tmp_name(d[:16]) for d in want}
         try:
             items = [(d, n, tmps[d]) for d, n in want.items()]
-            self.link.run(lambda: self.link.blobs.get_many_to(items))
+            try:
+                self.link.run(lambda: self.link.blobs.get_many_to(items))
+            except CorruptBlob as e:
+                if getattr(e, "digest", None):
+                    raise
+                for d, n, t in items:  # which one: asked one by one
+                    try:
+                        self.link.run(lambda: self.link.blobs.get_to(d, n, t))
+                    except CorruptBlob as e1:
+                        raise _corrupt(d, getattr(e1, "reason", str(e1))) from e1
+                raise
             for d, n in want.items():
                 _verify_file(tmps[d], d, n)  # never trust the transport: checked here, before it is kept
                 self.blobs._publish(tmps[d], self.blobs.path(d), d)

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
-from ..errors import MemolabWarning, RemoteUnavailable, StoreConfigError
+from ..errors import MemolabWarning, RemoteUnavailable, StoreConfigError, StoreMiss
 
 T = TypeVar("T")
 
@@ -118,6 +118,8 @@ class Link:
             raise Offline()
         try:
             return fn()
+        except StoreMiss:
+            raise  # a blob that does not verify: the remote answered, the answer is refused
         except StoreConfigError as e:
             self.disable(str(e))
             raise Offline() from e
