@@ -42,3 +42,22 @@ def marks_of(marks: str, kind: str) -> dict:
         _, k, pid, _ = p.name.split("-")
         out.setdefault(int(k), []).append(int(pid))
     return out
+
+
+try:
+    from distributed.diagnostics.plugin import WorkerPlugin
+except ImportError:  # the tests that need it are skipped
+    WorkerPlugin = object  # type: ignore[assignment,misc]
+
+
+class Environ(WorkerPlugin):  # type: ignore[misc,valid-type]
+    """Set environment variables in every worker process (the S3 server's endpoint and
+    dummy credentials, which exist only once the test's fixtures ran)."""
+
+    name = "test-environ"
+
+    def __init__(self, env: dict) -> None:
+        self.env = dict(env)
+
+    def setup(self, worker) -> None:
+        os.environ.update(self.env)

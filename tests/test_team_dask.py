@@ -10,12 +10,17 @@ the scheduler to a worker its nanny restarts).
 Layouts:
 - ``shared``: every worker and the client on one local store directory (one
   machine): single flight through the local index's leases.
+- ``team``: every worker process and the client on a local store of its own
+  (three "machines") in front of one team store (a real PostgreSQL and moto's
+  S3 server on loopback): single flight across machines through the team
+  index's leases; results and logs reach the client through the team store.
 """
 from __future__ import annotations
 
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +35,7 @@ from memolab import config  # noqa: E402
 from memolab.tracking import query  # noqa: E402
 from memolab.workers import Configure  # noqa: E402
 
-from team_dask_tasks import marks_of, square  # noqa: E402
+from team_dask_tasks import Environ, marks_of, square  # noqa: E402
 
 KEYS = list(range(5))
 TASKS = [k for _ in range(4) for k in KEYS]  # 20 tasks over 5 distinct keys
@@ -46,18 +51,41 @@ def client():
     cluster.close()
 
 
-@pytest.fixture(params=["shared"])
+class Layout(str):
+    """The marks directory of one test (a str), with where its results are stored."""
+
+    team_dsn = None
+
+    def team_rows(self) -> list:
+        """The team index's rows of ``square`` (the local store's in the shared layout)."""
+        if self.team_dsn is None:
+            return square.evaluations()
+        from memolab.team.pg import PgIndex
+
+        with PgIndex(self.team_dsn) as idx:
+            return idx.evaluations(square.symbol)
+
+
+@pytest.fixture(params=["shared", "team"])
 def layout(request, client, tmp_path):
-    """Configure the workers and this process (the client) for one test; yields the marks dir."""
+    """Configure the workers and this process (the client) for one test; yields a ``Layout``."""
     old = config.settings()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    out = Layout(str(marks))
     if request.param == "shared":
         client.register_plugin(Configure(store=str(tmp_path / "store")))
         memolab.configure(store=str(tmp_path / "store"))
+    else:
+        dsn = request.getfixturevalue("postgres_dsn")
+        bucket = request.getfixturevalue("s3_bucket")  # sets AWS_* here; the workers get them below
+        client.register_plugin(Environ({k: v for k, v in os.environ.items() if k.startswith("AWS_")}))
+        client.register_plugin(Configure(store=str(tmp_path / "worker-{worker}"), remote=dsn, remote_blobs=bucket))
+        memolab.configure(store=str(tmp_path / "client"), remote=dsn, remote_blobs=bucket)
+        out.team_dsn = dsn
     client.wait_for_workers(2)
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    yield str(marks)
-    memolab.configure(store=old.store)
+    yield out
+    memolab.configure(store=old.store, remote=old.remote, remote_blobs=old.remote_blobs)
 
 
 def _worker_pids(client) -> set:
@@ -84,18 +112,35 @@ def _check_results(results: list) -> None:
     assert all(len(pids) == 1 for pids in by_key.values()), by_key
 
 
-def _stored_runs() -> dict:
-    """{eval id: the done run linked to it}; asserts one such run per stored evaluation."""
+def _stored_runs(timeout: float = 30.0) -> dict:
+    """{eval id: the done run linked to it} in the client's store; asserts one such run per
+    stored evaluation. In the team layout a hit's logs are imported in the background:
+    waited for (bounded)."""
     store = square.store()
-    evals = square.evaluations()
-    runs = [r for r in query.runs(store.index, fn=square.symbol) if isinstance(r["id"], int)]
-    done = {}
-    for r in runs:
-        if r["status"] == "done" and r["eval_id"] is not None:
-            assert r["eval_id"] not in done
-            done[r["eval_id"]] = r
-    assert set(done) == {e["id"] for e in evals}
-    return done
+    evals = {e["id"] for e in square.evaluations()}
+    deadline = time.monotonic() + timeout
+    while True:
+        done: dict = {}
+        for r in query.runs(store.index, fn=square.symbol):
+            if isinstance(r["id"], int) and r["status"] == "done" and r["eval_id"] is not None:
+                assert r["eval_id"] not in done
+                done[r["eval_id"]] = r
+        if set(done) == evals or time.monotonic() > deadline:
+            assert set(done) == evals
+            return done
+        time.sleep(0.05)
+
+
+def _runs_of(pid: int, layout: Layout) -> list:
+    """The runs process ``pid`` logged, in whichever local store it used."""
+    from memolab.store.sqlite import Index
+
+    root = Path(layout).parent
+    out = []
+    for idx in (root / "store", *sorted(root.glob("worker-*"))):
+        if (idx / "index.sqlite").exists():
+            out += [r for r in query.runs(Index(idx / "index.sqlite"), fn=square.symbol) if r["pid"] == pid]
+    return out
 
 
 @pytest.mark.parametrize("api", ["submit", "map", "delayed"])
@@ -114,6 +159,7 @@ def test_twenty_tasks_over_five_keys_compute_five_times(client, layout, api):
         assert square(r["k"], marks) == r
     assert marks_of(marks, "start") == starts
     assert len(square.evaluations()) == 5
+    assert len(layout.team_rows()) == 5
 
     # the logs made inside the tasks (on the workers) are attached to their evaluations
     runs = _stored_runs()
@@ -147,9 +193,13 @@ def test_a_killed_worker_computation_is_taken_over(client, layout):
     assert victim in starts[k0] and len(starts[k0]) == 2
     for k, pids in starts.items():  # a key is started twice only if the killed process started it
         assert len(pids) == 1 or (len(pids) == 2 and victim in pids), (k, pids)
-    evals = square.evaluations()
+    evals = layout.team_rows()  # the team index in the team layout
     assert len(evals) == 5 and len({e["args"] for e in evals}) == 5
+    assert all(e["status"] == "done" for e in evals)
+    for k in KEYS:  # and the client gets them: hits
+        assert square(k, marks)["square"] == k * k
+    assert marks_of(marks, "start") == starts
     runs = _stored_runs()
     assert victim not in {r["pid"] for r in runs.values()}
-    lost = [r for r in query.runs(square.store().index, fn=square.symbol) if r["pid"] == victim]
+    lost = _runs_of(victim, layout)  # in the store the killed process logged to
     assert lost and all(r["status"] == "lost" and r["eval_id"] is None for r in lost)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import uuid
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple,
@@ -260,11 +261,11 @@ def _hasher() -> Any:
     return blake3.blake3()
 
 
-def _check(data: Any, digest: str, size: int) -> Any:
+def _check(data: Any, digest: str, size: Optional[int]) -> Any:
     from ..store.blobs import digest_bytes
 
     n = memoryview(data).nbytes
-    if n != size:
+    if size is not None and n != size:
         raise CorruptBlob(f"remote blob {digest[:12]} has {n} bytes, expected {size}")
     if digest_bytes(data) != digest:
         raise CorruptBlob(f"remote blob {digest[:12]} does not match its digest")
@@ -294,8 +295,10 @@ class RemoteBlobs:
         """Store ``data`` under ``digest``: True if written, False if an object was there (untouched)."""
         raise NotImplementedError
 
-    def get(self, digest: str, size: int) -> bytes:
-        """The verified bytes of ``digest`` (``CorruptBlob``/``MissingBlob`` otherwise)."""
+    def get(self, digest: str, size: Optional[int]) -> bytes:
+        """The verified bytes of ``digest`` (``CorruptBlob``/``MissingBlob`` otherwise).
+        ``size`` None: not known to the caller (a logs bundle: the row names only its
+        digest); the digest is still verified."""
         raise NotImplementedError
 
     def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:
@@ -410,7 +413,7 @@ class FileBlobs(RemoteBlobs):
         except FileNotFoundError:
             raise MissingBlob(f"remote blob {digest[:12]} is missing from {self.url}") from None
 
-    def get(self, digest: str, size: int) -> bytes:
+    def get(self, digest: str, size: Optional[int]) -> bytes:
         fd = self._open(digest)
         with os.fdopen(fd, "rb") as f:
             return _check(f.read(), digest, size)
@@ -669,8 +672,8 @@ class S3Blobs(RemoteBlobs):
             body.close()
         return got
 
-    def get(self, digest: str, size: int) -> bytes:
-        if size >= MULTIPART_MIN:
+    def get(self, digest: str, size: Optional[int]) -> bytes:
+        if size is not None and size >= MULTIPART_MIN:
             buf = bytearray(size)
             mv = memoryview(buf)
 
@@ -687,7 +690,7 @@ class S3Blobs(RemoteBlobs):
             return _check(buf, digest, size)  # type: ignore[return-value]
         r = self._call("get_object", digest, Key=self._key(digest))
         chunks: List[bytes] = []
-        self._drain(r["Body"], digest, 0, size, lambda at, c: chunks.append(c))
+        self._drain(r["Body"], digest, 0, sys.maxsize if size is None else size, lambda at, c: chunks.append(c))
         return _check(b"".join(chunks), digest, size)
 
     def _assert_whole(self, digest: str, size: int) -> None:
@@ -903,7 +906,7 @@ class FsspecBlobs(RemoteBlobs):
             self._guard("put", lambda: self.fs.pipe_file(p, src.mv.tobytes()))  # type: ignore[union-attr]
         return True
 
-    def get(self, digest: str, size: int) -> bytes:
+    def get(self, digest: str, size: Optional[int]) -> bytes:
         return _check(self._guard("get", lambda: self.fs.cat_file(self._path(digest)), digest), digest, size)
 
     def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:

@@ -88,6 +88,7 @@ class TeamStore(Store):
         self.identity = f"{host_name()}:{self.root}"
         self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
         self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
+        self._adopting: Dict[Key, threading.Lock] = {}  # key -> held while this process imports it
         self._tl = threading.local()
         self.journal = journal.Journal(self)
         self.link.queued = lambda: journal.count(self.index)
@@ -122,8 +123,18 @@ class TeamStore(Store):
 
     def adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Import team row ``trow`` of ``key`` into the local store; the local row, or None if refused."""
-        if self._tried.get(key) == trow.get("id"):
-            return None  # imported once and refused locally (stale code, unloadable): compute here
+        # One import of a key at a time in this process: two threads (two Dask tasks of
+        # one key on a worker) that both find the team row must not both download it,
+        # nor may the second take the first's import for a refusal and compute.
+        with self._adopting.setdefault(key, threading.Lock()):
+            if self._tried.get(key) == trow.get("id"):
+                # imported once already: by another thread just now (its local row is
+                # there: a hit), or refused locally (stale code, unloadable: its local
+                # row is out of use, so None: compute here)
+                return Store.lookup(self, key)
+            return self._adopt(key, trow)
+
+    def _adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         self._tried[key] = trow.get("id")
         bad = signing.problem(key, trow)
         if bad is not None:

@@ -364,7 +364,16 @@ class PgIndex:
                 raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}: run `memolab remote upgrade`", None)
             # an empty database: the first client creates the schema (serialised by
             # the advisory lock; a client that waited finds it created)
-            _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            try:
+                _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            except (pgerrors.DuplicateTable, pgerrors.DuplicateObject, pgerrors.UniqueViolation):
+                # Another client created it while we waited for the advisory lock: our
+                # transaction began before its commit, and a catalog lookup inside it
+                # (to_regclass) can miss a table committed meanwhile (invalidations are
+                # taken at transaction start), so the CREATE collided. Rolled back; a
+                # new transaction sees the schema. Found by two Dask workers opening an
+                # empty team database at the same moment.
+                pass
             version = _read_version(conn)
             assert version is not None
         _check_version(version, self.dsn)
