@@ -39,7 +39,7 @@ from ..errors import CorruptBlob, MemolabWarning, StoreMiss
 from ..store import Store, signing, tmpfiles
 from ..store.blobs import digest_bytes
 from ..store.sqlite import Key, host_name
-from . import journal
+from . import hits, journal
 from .link import Link, Offline
 
 _warned: set = set()
@@ -104,6 +104,10 @@ class TeamStore(Store):
                                "so anyone with write access to the team store can run code in this process "
                                "(see docs/team.md, trust model)")
         atexit.register(self.journal.drain_at_exit)
+        # local hits reach the team index too (team-wide last use, for `gc --remote`);
+        # registered again: Store's own atexit hook was bound before the class changed
+        self._team_hits = hits.Pending()
+        atexit.register(self.flush_hits)
         if pending:
             self.journal.wake()  # results queued by an earlier process (offline, killed) go up now
 
@@ -285,6 +289,17 @@ class TeamStore(Store):
                     self.link.run(lambda: self.link.index.heartbeat(team))
                 except Offline:
                     pass
+
+    # -- usage: local hit counts forwarded to the team (team/hits.py) ------------------------------
+    def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
+        counts, stamps = Store._take_usage(self)
+        if counts:
+            self._team_hits.add(counts)
+        return counts, stamps
+
+    def flush_hits(self) -> None:
+        Store.flush_hits(self)
+        hits.forward(self, self._team_hits)
 
     # -- writing: locally at once, uploaded in the background ------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
