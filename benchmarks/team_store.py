@@ -117,6 +117,8 @@ class Bench:
         self.pull_bytes = sum(n for _, n in self.pull_objects)
         self.concurrency = st.link.blobs.concurrency
         self.blobs = st.link.blobs
+        brow = st.link.index.lookup(big.key(self.a.mb, 0))
+        self.big_blob = max(blob_refs(brow), key=lambda ref: ref[1])  # the array's buffer
 
     # -- hits --------------------------------------------------------------------------------
     def small_hits(self, n: int) -> Dict[str, float]:
@@ -150,7 +152,46 @@ class Bench:
             big(self.a.mb, 0)
             local.append(time.perf_counter() - t)
         self.drop(path)
-        return {"big_team": team, "big_local": statistics.median(local)}
+        return {"big_team": team, "big_local": statistics.median(local), "big_raw": self.raw_big(False),
+                "big_raw_ranged": self.raw_big(True)}
+
+    def _client(self):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.session.Session().client("s3", config=Config(max_pool_connections=self.concurrency + 2))
+
+    def raw_big(self, ranged: bool) -> float:
+        """boto3 GET of the large result's blob to a file: one GET, or ranged GETs of the
+        part size memolab uses, as many at once as memolab runs."""
+        from memolab.team.blobs import PART_SIZE
+
+        client = self._client()
+        digest, size = self.big_blob
+        key = self.blobs._key(digest)
+        client.head_object(Bucket=self.blobs.bucket, Key=key)  # connection made
+        d = Path(tempfile.mkdtemp(dir=self.work))
+        fd = os.open(d / "blob", os.O_WRONLY | os.O_CREAT)
+
+        def part(off: int) -> None:
+            rng = {"Range": f"bytes={off}-{min(size, off + PART_SIZE) - 1}"} if ranged else {}
+            body = client.get_object(Bucket=self.blobs.bucket, Key=key, **rng)["Body"]
+            at = off
+            for chunk in iter(lambda: body.read(1 << 20), b""):
+                os.pwrite(fd, chunk, at)
+                at += len(chunk)
+
+        t = time.perf_counter()
+        if ranged:
+            with ThreadPoolExecutor(self.concurrency) as ex:
+                list(ex.map(part, range(0, size, PART_SIZE)))
+        else:
+            part(0)
+        dt = time.perf_counter() - t
+        os.close(fd)
+        assert os.path.getsize(d / "blob") == size
+        shutil.rmtree(d)
+        return dt
 
     # -- N processes ---------------------------------------------------------------------------
     def concurrent(self, n: int) -> Dict[str, float]:
@@ -194,10 +235,8 @@ class Bench:
         return self.pull_bytes / dt
 
     def raw_get(self) -> float:
-        import boto3
-        from botocore.config import Config
-
-        client = boto3.session.Session().client("s3", config=Config(max_pool_connections=self.concurrency + 2))
+        client = self._client()
+        client.head_bucket(Bucket=self.blobs.bucket)  # connection made
         d = Path(tempfile.mkdtemp(dir=self.work))
 
         def one(ref) -> int:
@@ -265,8 +304,18 @@ def main() -> None:
           f"{med['big_team'] / med['big_local']:,.0f}x |")
     for n in (w, 1):
         lk, tk = f"procs{n}_local", f"procs{n}_team"
-        print(f"| {n} {'processes' if n > 1 else 'process'}' hits/s, small results ({args.keys} keys each) | "
+        who = f"{n} processes at once" if n > 1 else "1 process alone"
+        print(f"| hits/s, {who}, small results ({args.keys} keys each, aggregate) | "
               f"{spread(rounds[lk], rate)} | {spread(rounds[tk], rate)} | {med[tk] / med[lk]:,.2f}x |")
+    print()
+    print(f"the {args.mb} MB team hit against raw boto3 GETs of the same object to a file (no verification):")
+    print()
+    print(f"| {args.mb} MB object | time | team hit / this |")
+    print("|---|---|---|")
+    print(f"| team hit (row from PostgreSQL, ranged GETs, verify, keep, map) | {spread(rounds['big_team'])} | 1.00 |")
+    print(f"| raw boto3, one GET | {spread(rounds['big_raw'])} | {med['big_team'] / med['big_raw']:.2f} |")
+    print(f"| raw boto3, ranged GETs ({b.concurrency} at once, memolab's part size) | "
+          f"{spread(rounds['big_raw_ranged'])} | {med['big_team'] / med['big_raw_ranged']:.2f} |")
     print()
     size = f"{args.pull_objects} results x {args.pull_mb} MB ({b.pull_bytes / 1e6:,.0f} MB), concurrency {b.concurrency}"
     print(f"| pulling {size} | throughput | / raw GET |")
