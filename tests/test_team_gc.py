@@ -92,7 +92,7 @@ def test_gc_remote_keeps_what_the_team_uses_dry_run_first_and_spares_young_blobs
     left = {d for d, _, _ in blobs.list()}
     assert left == {row1["payload"], row1["logs"]}
 
-    # a third machine still hits f(1); f(2) is computed again (and its upload refused nothing)
+    # a third machine still hits f(1); f(2), gone from the team store, is computed again
     _machine(tmp_path / "c", dsn, bucket)
     assert f(1) == bytes([1]) * 50_000 and f(2) == bytes([2]) * 50_000
     assert calls == [1, 2, 3, 2]

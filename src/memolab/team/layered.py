@@ -107,7 +107,7 @@ class TeamStore(Store):
         # local hits reach the team index too (team-wide last use, for `gc --remote`);
         # registered again: Store's own atexit hook was bound before the class changed
         self._team_hits = hits.Pending()
-        atexit.register(self.flush_hits)
+        atexit.register(self._flush_hits_at_exit)
         if pending:
             self.journal.wake()  # results queued by an earlier process (offline, killed) go up now
 
@@ -300,6 +300,13 @@ class TeamStore(Store):
     def flush_hits(self) -> None:
         Store.flush_hits(self)
         hits.forward(self, self._team_hits)
+
+    def _flush_hits_at_exit(self) -> None:
+        # counts are advisory: a team store gone by now costs them, without a warning
+        # about "working locally" printed as the process ends
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.flush_hits()
 
     # -- writing: locally at once, uploaded in the background ------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
