@@ -631,3 +631,38 @@ def test_pg_logs_bundles_are_referenced(postgres_dsn):
         row = ix.lookup(key(2))
         assert row["logs"] == "2" * 64 and row["uploaded_by"] == "ann@gpu1"
         assert ix.lookup(key(1))["uploaded_by"]  # who published it, by default
+
+
+def test_pg_forked_child_gets_its_own_connection(postgres_dsn):
+    """A fork (multiprocessing, a Dask worker) must not use nor close the parent's session."""
+    import gc
+
+    from memolab.team.pg import PgIndex
+
+    ix = PgIndex(postgres_dsn)
+    ix.publish(key(1), fields(1), {})
+    session = ix.conn().info.backend_pid
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection; dropping the inherited one must not end the parent's
+        code = 1
+        try:
+            ok = ix.lookup(key(1)) is not None and ix.claim(key(2), "child", 60)[0] == "owner"
+            del ix
+            gc.collect()
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, st = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(st) == 0
+    # the parent's session is alive and still its own (asked directly: no reconnection to hide a loss)
+    assert ix.conn().execute("SELECT pg_backend_pid()").fetchone()[0] == session
+    assert ix.lookup(key(1)) is not None and ix.claim(key(2), "parent", 60)[0] == "wait"
+    ix.close()
+
+
+def test_pg_bad_dsn_is_a_configuration_error():
+    from memolab.errors import StoreConfigError
+    from memolab.team.pg import PgIndex
+
+    with pytest.raises(StoreConfigError, match="not a valid PostgreSQL URL"):
+        PgIndex("postgresql://[nonsense")

@@ -142,7 +142,10 @@ def _network(e: BaseException, conn: Optional[psycopg.Connection] = None) -> boo
 
 def _connect(dsn: str, timeout: Optional[float] = None) -> psycopg.Connection:
     t = timeout if timeout is not None else remote_timeout()
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as e:
+        raise StoreConfigError(f"the team index is not a valid PostgreSQL URL or DSN: {e}") from None
     kw: Dict[str, Any] = {}
     # bounded waits: connecting, and a peer that vanishes mid-call (unacknowledged
     # data, silent idle connection) instead of the kernel's 15-minute defaults
