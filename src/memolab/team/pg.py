@@ -11,8 +11,8 @@ both). What differs, and why:
 - Round trips are what costs here (~55 µs each on loopback, a few ms across a
   network), so: ``lookup`` is one prepared statement in autocommit mode;
   ``lookup_many``/``heartbeat``/``add_hits`` one statement over arrays;
-  ``claim`` and ``record`` two round trips (pipeline mode); ``publish_many`` one
-  pipeline for the whole batch.
+  ``claim`` one call of a PL/pgSQL function (``memolab_claim``); ``record`` two
+  round trips (pipeline mode); ``publish_many`` one pipeline for the whole batch.
 - A network failure (refused, timed out, server gone) raises
   ``errors.RemoteUnavailable``: the team layer goes offline then. Connecting waits
   at most ``MEMOLAB_REMOTE_TIMEOUT`` seconds (default 3; libpq's minimum is 2).
@@ -62,6 +62,58 @@ _TEXT_COLS = frozenset(("fn", "code", "args", "schema", "status", "payload", "bu
                         "snapshot", "code_refs", "signature", "reason", "logs", "uploaded_by"))
 
 # -- the schema ---------------------------------------------------------------------------------
+_TYPES = {"id": "bigint", "payload_size": "bigint", "size": "bigint", "hits": "bigint", "started": "float8",
+          "finished": "float8", "duration": "float8", "last_hit": "float8", "inline": "bytea"}
+_KEY_MATCH = "{a}.fn = p_fn AND {a}.code = p_code AND {a}.args = p_args AND {a}.schema = p_schema"
+_NO_ROW = ", ".join(f"NULL::{_TYPES.get(c, 'text')}" for c in ROW_COLUMNS)
+
+#: ``claim`` in one statement, one round trip: a PL/pgSQL function, because each of
+#: its statements sees what was committed before it began (READ COMMITTED, a new
+#: snapshot per statement) where one SQL statement sees one snapshot. (1) take the
+#: lease if it is free or ours, unless a stored row is visible (a hit writes
+#: nothing); (2) look for the stored row again: one recorded (and its lease dropped)
+#: while (1) ran is a hit, and a lease (1) just took goes; (3) else report who holds
+#: the lease and for how long it has not been heart-beaten, by the database's clock:
+#: the client decides on a takeover (it alone can tell whether a holder on its own
+#: host is dead) and takes it with a conditional UPDATE.
+_CLAIM_FUNCTION = f"""
+CREATE FUNCTION memolab_claim(p_fn text, p_code text, p_args text, p_schema text, p_owner text, p_force boolean)
+RETURNS TABLE(c_state text, c_holder text, c_age float8,
+              {", ".join(f"c_{c} {_TYPES.get(c, 'text')}" for c in ROW_COLUMNS)})
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    t float8 := extract(epoch from clock_timestamp());
+    fresh boolean;
+BEGIN
+    INSERT INTO memolab_leases AS l (fn, code, args, schema, owner, heartbeat)
+        SELECT p_fn, p_code, p_args, p_schema, p_owner, t
+        WHERE p_force OR NOT EXISTS (SELECT 1 FROM memolab_evaluations e
+                                     WHERE {_KEY_MATCH.format(a="e")} AND e.status = 'done')
+    ON CONFLICT (fn, code, args, schema) DO UPDATE SET heartbeat = EXCLUDED.heartbeat
+        WHERE l.owner = EXCLUDED.owner
+    RETURNING l.xmax = 0 INTO fresh;  -- NULL: not ours; true: inserted; false: ours already
+    IF NOT p_force THEN
+        RETURN QUERY SELECT 'hit'::text, NULL::text, NULL::float8, {", ".join("e." + c for c in ROW_COLUMNS)}
+            FROM memolab_evaluations e WHERE {_KEY_MATCH.format(a="e")} AND e.status = 'done';
+        IF FOUND THEN
+            IF fresh THEN
+                DELETE FROM memolab_leases l WHERE {_KEY_MATCH.format(a="l")} AND l.owner = p_owner;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+    IF fresh IS NOT NULL THEN
+        RETURN QUERY SELECT 'owner'::text, p_owner, 0::float8, {_NO_ROW};
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'held'::text, l.owner, t - l.heartbeat, {_NO_ROW}
+        FROM memolab_leases l WHERE {_KEY_MATCH.format(a="l")};
+    IF NOT FOUND THEN  -- released between (1) and now: the caller asks again
+        RETURN QUERY SELECT 'again'::text, NULL::text, NULL::float8, {_NO_ROW};
+    END IF;
+END
+$fn$"""
+
 #: (version, statements): applied in order by ``upgrade`` to a database at an older
 #: version, all in one transaction (PostgreSQL's DDL is transactional: a migration
 #: cut short leaves the previous version intact).
@@ -87,14 +139,16 @@ _STEPS: List[Tuple[int, List[str]]] = [
             heartbeat DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (fn, code, args, schema))""",
         "CREATE TABLE memolab_sources(digest TEXT PRIMARY KEY, symbol TEXT NOT NULL, source TEXT NOT NULL)",
-        # the local index's indexes (see store/sqlite.py for why each exists) ...
+        # the local index's indexes (see store/sqlite.py for why each exists), less
+        # its miss-explanation ones, (fn, args) and (fn, code): misses are explained
+        # locally, and without statistics (a new table) the planner took (fn, code)
+        # for a lookup and filtered every row of that code version (25x slower) ...
         "CREATE INDEX memolab_evaluations_summary ON memolab_evaluations(fn, finished, size, hits, duration)",
-        "CREATE INDEX memolab_evaluations_args ON memolab_evaluations(fn, args, finished)",
-        "CREATE INDEX memolab_evaluations_code ON memolab_evaluations(fn, code, finished)",
         "CREATE INDEX memolab_evaluations_blobs ON memolab_evaluations(id) WHERE inline IS NULL",
         "CREATE INDEX memolab_evaluations_unused ON memolab_evaluations(id) WHERE status <> 'done'",
         # ... and one for `pull` of every function: done rows by finish time
         "CREATE INDEX memolab_evaluations_pull ON memolab_evaluations(finished, id) WHERE status = 'done'",
+        _CLAIM_FUNCTION,
     ]),
 ]
 
@@ -300,10 +354,11 @@ def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
 _WHERE_KEY = "fn = %s AND code = %s AND args = %s AND schema = %s"
 _SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM memolab_evaluations"
 _LOOKUP_SQL = f"{_SELECT_ROW} WHERE {_WHERE_KEY} AND status = 'done'"
-_LOOKUP_MANY_SQL = (f"SELECT {', '.join('e.' + c for c in ROW_COLUMNS)} FROM memolab_evaluations e "
-                    "JOIN unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(fn, code, args, schema) "
-                    "ON e.fn = k.fn AND e.code = k.code AND e.args = k.args AND e.schema = k.schema "
-                    "WHERE e.status = 'done'")
+# A point query per key (LIMIT 1 keeps the planner from flattening it into a hash
+# join over the whole table, which it chose for a table without statistics yet)
+_LOOKUP_MANY_SQL = (f"SELECT e.* FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(fn, code, args, schema) "
+                    f"CROSS JOIN LATERAL ({_SELECT_ROW} e WHERE e.fn = k.fn AND e.code = k.code AND e.args = k.args "
+                    "AND e.schema = k.schema AND e.status = 'done' LIMIT 1) e")
 _HIT_ID_SQL = f"SELECT id FROM memolab_evaluations WHERE {_WHERE_KEY} AND status = 'done'"
 # Written as an upsert that replaces every column: SQLite's INSERT OR REPLACE
 # (a fresh row, a new id, unspecified columns at their defaults), atomically.
@@ -450,7 +505,7 @@ class PgIndex:
 
         def work(c: psycopg.Connection) -> Dict[Key, Row]:
             out: Dict[Key, Row] = {}
-            for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys)).fetchall():
+            for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys), prepare=True).fetchall():
                 d = dict(zip(ROW_COLUMNS, r))
                 out[(d["fn"], d["code"], d["args"], d["schema"])] = d
             return out
@@ -464,43 +519,40 @@ class PgIndex:
     # -- single flight ---------------------------------------------------------------------
     def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
               on_owner: Optional[Callable[[psycopg.Connection], None]] = None) -> Tuple[str, Optional[Row]]:
-        """See ``EvalIndex.claim``. The lease row is taken (inserted, or locked FOR
-        UPDATE) before the stored row is looked for, in the same transaction: a
-        result recorded (and its lease dropped) by another client just before is
-        seen, so nobody computes a key whose result is already stored."""
+        """See ``EvalIndex.claim``: one round trip (``memolab_claim``), two for a
+        takeover. ``on_owner(conn)`` runs after the lease is taken, not in its
+        transaction (unlike the local index, nothing rides along with a claim here)."""
         key = tuple(key)  # type: ignore[assignment]
 
         def work(c: psycopg.Connection) -> Tuple[str, Optional[Row]]:
-            out: Tuple[str, Optional[Row]] = ("owner", None)
-            # BEGIN and the three statements go in one round trip; COMMIT (after an
-            # UPDATE when a lease is taken over) or ROLLBACK in a second
-            with c.pipeline(), c.transaction() as tx:
-                ins = c.execute("INSERT INTO memolab_leases(fn, code, args, schema, owner, heartbeat) "
-                                f"VALUES (%s, %s, %s, %s, %s, {_NOW}) ON CONFLICT DO NOTHING RETURNING 1",
-                                (*key, owner), prepare=True)
-                cur = c.execute(f"SELECT owner, heartbeat, {_NOW} FROM memolab_leases WHERE {_WHERE_KEY} FOR UPDATE",
-                                key, prepare=True)
-                hit = None if force else c.execute(_LOOKUP_SQL, key, prepare=True)
-                took = ins.fetchone() is not None
-                lease = cur.fetchone()
-                row = None if hit is None else hit.fetchone()
-                if row is not None:
-                    out = ("hit", dict(zip(ROW_COLUMNS, row)))
-                    raise psycopg.Rollback(tx)  # our lease (if we just took it) goes with it
-                if not took:
-                    if lease is None:
-                        raise pgerrors.SerializationFailure("the lease row vanished under us")  # retried by _run
-                    holder, beat, now = lease
-                    here = None if holder == owner else owner_alive_here(holder)
+            for _ in range(20):
+                r = c.execute("SELECT * FROM memolab_claim(%s, %s, %s, %s, %s, %s)", (*key, owner, force),
+                              prepare=True).fetchone()
+                assert r is not None
+                state = r[0]
+                if state == "hit":
+                    return "hit", dict(zip(ROW_COLUMNS, r[3:]))
+                if state == "again":
+                    continue
+                if state == "held":
+                    holder, age = r[1], r[2]
+                    here = owner_alive_here(holder)
                     # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
-                    if not (holder == owner or here is False or (now - beat > ttl and here is None)):
-                        out = ("wait", None)
-                        raise psycopg.Rollback(tx)
-                    c.execute(f"UPDATE memolab_leases SET owner = %s, heartbeat = {_NOW} WHERE {_WHERE_KEY}",
-                              (owner, *key), prepare=True)
+                    if not (here is False or (age > ttl and here is None)):
+                        return "wait", None
+                    # compare-and-swap: only that holder's lease, still dead or stale now, and
+                    # no row stored meanwhile; else ask again
+                    took = c.execute(
+                        f"UPDATE memolab_leases SET owner = %s, heartbeat = {_NOW} WHERE {_WHERE_KEY} "
+                        f"AND owner = %s AND (%s OR heartbeat < {_NOW} - %s) AND NOT EXISTS "
+                        f"(SELECT 1 FROM memolab_evaluations WHERE {_WHERE_KEY} AND status = 'done') RETURNING 1",
+                        (owner, *key, holder, here is False, float(ttl), *key), prepare=True).fetchone()
+                    if took is None:
+                        continue
                 if on_owner is not None:
                     on_owner(c)
-            return out
+                return "owner", None
+            raise pgerrors.SerializationFailure("the lease of this key keeps changing hands")  # retried by _run
         return self._run(work)
 
     def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
