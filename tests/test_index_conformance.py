@@ -434,7 +434,10 @@ def test_delete_evaluations_and_clear(index):
     assert index.clear() == 2 and index.evaluations() == [] and index.functions() == []
 
 
-def test_concurrent_claims_from_processes_have_one_owner(index, spec, tmp_path):
+def test_concurrent_claims_from_processes_compute_each_key_once(index, spec, tmp_path):
+    """Single flight: processes claim the same keys at once; each owner records at
+    once, the others wait for its row. Every key has exactly one owner, and everyone
+    ends up with that owner's row (a row recorded while another claims is a hit)."""
     n_keys, n_procs = 12, 4
     keys = [key(i) for i in range(n_keys)]
     body = f"""
@@ -443,18 +446,39 @@ def test_concurrent_claims_from_processes_have_one_owner(index, spec, tmp_path):
     me = sys.argv[2]
     keys = {keys!r}
     random.Random(me).shuffle(keys)
+    owned, seen = [], {{}}
     barrier()  # all claim at once
-    print(json.dumps([[list(k), ix.claim(k, me, ttl=3600)[0]] for k in keys]))
+    for k in keys:
+        if ix.claim(k, me, ttl=3600)[0] == "owner":
+            owned.append(k)
+            ix.record(k, me, dict(payload=me, size=1, finished=time.time(), hits=0), {{}})
+            seen[k[2]] = me
+    for k in keys:
+        while k[2] not in seen:
+            state, row = ix.claim(k, me, ttl=3600)
+            if state == "hit":
+                seen[k[2]] = row["payload"]
+            elif state == "owner":  # a second owner: the parent fails the test
+                owned.append(k)
+                ix.record(k, me, dict(payload=me, size=1, finished=time.time(), hits=0), {{}})
+                seen[k[2]] = me
+            else:
+                time.sleep(0.005)
+    print(json.dumps({{"owned": [k[2] for k in owned], "seen": seen}}))
     """
     outs = run_children(tmp_path, body, [[spec, f"proc{i}"] for i in range(n_procs)])
-    owners: Dict[tuple, List[str]] = {}
+    owners: Dict[str, List[str]] = {}
+    views = []
     for i, out in enumerate(outs):
-        for k, state in json.loads(out.strip().splitlines()[-1]):
-            assert state in ("owner", "wait")
-            if state == "owner":
-                owners.setdefault(tuple(k), []).append(f"proc{i}")
-    assert sorted(owners) == sorted(keys) and all(len(v) == 1 for v in owners.values()), owners
-    assert index.live_leases(3600) == n_keys
+        res = json.loads(out.strip().splitlines()[-1])
+        for a in res["owned"]:
+            owners.setdefault(a, []).append(f"proc{i}")
+        views.append(res["seen"])
+    assert sorted(owners) == sorted(k[2] for k in keys) and all(len(v) == 1 for v in owners.values()), owners
+    for view in views:  # everyone has the owner's row
+        assert view == {a: o[0] for a, o in owners.items()}
+    assert index.live_leases(3600) == 0
+    assert {r["args"]: r["payload"] for r in index.rows_since()} == views[0]
 
 
 # -- PostgreSQL's own ----------------------------------------------------------------------------
