@@ -368,13 +368,34 @@ _INSERT = (f"INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('stat
            + ", ".join("COALESCE(%(hits)s, 0)" if c == "hits" else f"%({c})s" for c in _DATA_COLS) + ") "
            f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET}")
 _RECORD_SQL = _INSERT + " RETURNING id"
-# A 'done' row is never replaced; the CTE's snapshot sees a 'done' row committed
-# before the statement began (its id is returned with False). One committed while
-# the statement ran returns nothing: ``publish_many`` asks again for those.
-_PUBLISH_SQL = (f"WITH ins AS ({_INSERT} WHERE e.status <> 'done' RETURNING id) "
-                "SELECT id, true FROM ins UNION ALL "
-                "SELECT id, false FROM memolab_evaluations WHERE fn = %(fn)s AND code = %(code)s "
-                "AND args = %(args)s AND schema = %(schema)s AND status = 'done' AND NOT EXISTS (SELECT 1 FROM ins)")
+# ``publish_many`` in one statement, whatever the batch size: the rows, the sources
+# and the lease drops as arrays, written by data-modifying CTEs (one statement:
+# atomic in autocommit, one round trip). A 'done' row is never replaced (the
+# upsert's WHERE sees the latest version of a conflicting row); the statement's
+# snapshot gives the id of a 'done' row committed before it began. One committed
+# while it ran comes back with a NULL id: ``publish_many`` asks again for those.
+# Rows are inserted in key order: batches that overlap lock rows in one order.
+_KEY_ORDER = ", ".join(c + ' COLLATE "C"' for c in _KEY_COLS)
+_ARRAY_TYPES = {c: _TYPES.get(c, "text") for c in _KEY_COLS + _DATA_COLS}
+_PUBLISH_MANY_SQL = (
+    "WITH v AS (SELECT * FROM unnest("
+    + ", ".join(f"%({c})s::{_ARRAY_TYPES[c]}[]" for c in _KEY_COLS + _DATA_COLS)
+    + f") WITH ORDINALITY AS v({', '.join(_KEY_COLS + _DATA_COLS)}, ord)), "
+    f"ins AS (INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('status',) + _DATA_COLS)}) "
+    f"SELECT {', '.join(_KEY_COLS)}, 'done', "
+    + ", ".join("COALESCE(hits, 0)" if c == "hits" else c for c in _DATA_COLS)
+    + f" FROM v ORDER BY {_KEY_ORDER} "
+    f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET} WHERE e.status <> 'done' "
+    "RETURNING e.id, e.fn, e.code, e.args, e.schema), "
+    "src AS (INSERT INTO memolab_sources(digest, symbol, source) "
+    "SELECT * FROM unnest(%(s_digest)s::text[], %(s_symbol)s::text[], %(s_source)s::text[]) "
+    "ON CONFLICT DO NOTHING), "
+    "dl AS (DELETE FROM memolab_leases l WHERE %(owner)s::text IS NOT NULL AND (l.fn, l.code, l.args, l.schema, "
+    "l.owner) IN (SELECT fn, code, args, schema, %(owner)s::text FROM v)) "
+    "SELECT v.ord, COALESCE(ins.id, d.id), ins.id IS NOT NULL FROM v "
+    "LEFT JOIN ins ON ins.fn = v.fn AND ins.code = v.code AND ins.args = v.args AND ins.schema = v.schema "
+    "LEFT JOIN LATERAL (SELECT x.id FROM memolab_evaluations x WHERE ins.id IS NULL AND x.fn = v.fn "
+    "AND x.code = v.code AND x.args = v.args AND x.schema = v.schema AND x.status = 'done' LIMIT 1) d ON true")
 _SOURCES_SQL = "INSERT INTO memolab_sources(digest, symbol, source) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
 _DROP_LEASE_SQL = f"DELETE FROM memolab_leases WHERE {_WHERE_KEY} AND owner = %s"
 _LAST_USE = "(CASE WHEN finished IS NULL THEN 0 ELSE GREATEST(finished, COALESCE(last_hit, 0)) END)"
@@ -622,34 +643,43 @@ class PgIndex:
 
     def publish_many(self, rows: Sequence[Tuple[Key, Row, Dict[str, Tuple[str, str]]]],
                      owner: Optional[str] = None) -> List[Tuple[int, bool]]:
-        """See ``EvalIndex.publish_many``: one transaction, one pipeline (a round trip
-        for the batch, not per row). Rows are written in key order, so two clients
-        publishing overlapping batches lock them in the same order (no deadlock)."""
+        """See ``EvalIndex.publish_many``: one statement for the batch (one round
+        trip, atomic). A key given twice: its first row is published, the later ones
+        get (that id, False), as on the local index."""
         if not rows:
             return []
-        order = sorted(range(len(rows)), key=lambda i: tuple(rows[i][0]))
-        values = [self._values(tuple(rows[i][0]), rows[i][1]) for i in order]  # type: ignore[arg-type]
+        first: Dict[Key, int] = {}  # key -> position of its first row in the batch
+        for i, (k, _, _) in enumerate(rows):
+            first.setdefault(tuple(k), i)  # type: ignore[arg-type]
+        uniq = list(first.items())
+        arrays: Dict[str, Any] = {c: [] for c in _KEY_COLS + _DATA_COLS}
+        for k, i in uniq:
+            v = self._values(k, rows[i][1])
+            for c in arrays:
+                x = v[c]
+                if x is not None and c in _TYPES:  # one Python type per array (psycopg dumps by the first)
+                    x = bytes(x) if c == "inline" else float(x) if _TYPES[c] == "float8" else int(x)
+                arrays[c].append(x)
         srcs = sorted({d: (d, sym, src) for _, _, s in rows for d, (sym, src) in s.items()}.values())
-        keys = [tuple(rows[i][0]) for i in order]
+        arrays.update(s_digest=[x[0] for x in srcs], s_symbol=[x[1] for x in srcs], s_source=[x[2] for x in srcs],
+                      owner=owner)
 
         def work(c: psycopg.Connection) -> List[Tuple[int, bool]]:
-            with c.transaction(), c.pipeline():
-                curs = [c.execute(_PUBLISH_SQL, v, prepare=True) for v in values]
-                if srcs:
-                    c.cursor().executemany(_SOURCES_SQL, srcs)
-                if owner is not None:
-                    c.cursor().executemany(_DROP_LEASE_SQL, [(*k, owner) for k in sorted(set(keys))])
-                got = [cur.fetchone() for cur in curs]
-                for j, g in enumerate(got):
-                    if g is None:  # a 'done' row committed by another client while we wrote: it stands
-                        have = c.execute(_HIT_ID_SQL, keys[j]).fetchone()
-                        if have is None:
-                            raise pgerrors.SerializationFailure("a published row vanished")  # retried
-                        got[j] = (have[0], False)
-            out: List[Tuple[int, bool]] = [(0, False)] * len(rows)
-            for j, i in enumerate(order):
-                out[i] = (int(got[j][0]), bool(got[j][1]))  # type: ignore[index]
-            return out
+            got: Dict[Key, Tuple[int, bool]] = {}
+            late: List[Key] = []
+            for ord_, eid, new in c.execute(_PUBLISH_MANY_SQL, arrays, prepare=True).fetchall():
+                k = uniq[ord_ - 1][0]
+                if eid is None:
+                    late.append(k)
+                else:
+                    got[k] = (int(eid), bool(new))
+            for k in late:  # a 'done' row committed by another client while we wrote: it stands
+                have = c.execute(_HIT_ID_SQL, k).fetchone()
+                if have is None:
+                    raise pgerrors.SerializationFailure("a published row vanished")  # retried by _run
+                got[k] = (int(have[0]), False)
+            return [got[tuple(k)] if i == first[tuple(k)] else (got[tuple(k)][0], False)  # type: ignore[index]
+                    for i, (k, _, _) in enumerate(rows)]
         return self._run(work)
 
     def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
