@@ -293,3 +293,18 @@ def test_no_boto3_at_import():
                           "print(any(m.split('.')[0] in ('boto3', 'botocore', 'fsspec') for m in sys.modules))"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_streamed_gets_reuse_the_connection(s3_bucket, tmp_path):
+    """get_to reads the HTTP response itself (readinto): it must still hand the
+    connection back to the pool, or every blob would cost a new connection (a TLS
+    handshake on a real endpoint)."""
+    rb = open_blobs(s3_bucket, concurrency=1)
+    datas = [os.urandom(100_000 + i) for i in range(6)]
+    ds = [digest_bytes(x) for x in datas]
+    rb.put_many(list(zip(ds, datas)))
+    pools = rb._client()._endpoint.http_session._manager.pools
+    rb.get_many_to([(d, len(x), tmp_path / d) for d, x in zip(ds, datas)])
+    for d, x in zip(ds, datas):
+        assert rb.get(d, len(x)) == x
+    assert sum(p.num_connections for p in pools._container.values()) == 1
