@@ -69,6 +69,8 @@ def test_round_trip_small_and_empty(remote, tmp_path):
         rb.get_to(d, len(data), out)
         assert out.read_bytes() == data
         assert rb.exists(d)
+        assert rb.size(d) == len(data)
+    assert rb.size(digest_bytes(b"absent")) is None
 
 
 def test_large_round_trip_multipart_and_ranged(remote_big, request, tmp_path):
@@ -273,6 +275,7 @@ def test_fsspec_memory_scheme(tmp_path):
     rb.get_to(d, len(data), tmp_path / "o")
     assert (tmp_path / "o").read_bytes() == data
     assert [x[0] for x in rb.list()] == [d]
+    assert rb.size(d) == len(data) and rb.size(digest_bytes(b"no")) is None
     rb.delete([d])
     assert rb.exists_many([d]) == set()
     rb.ping()

@@ -350,11 +350,13 @@ class S3Blobs(RemoteBlobs):
 
     # -- exists / list / delete / ping
     def exists(self, digest: str) -> bool:
+        return self.size(digest) is not None
+
+    def size(self, digest: str) -> Optional[int]:
         try:
-            self._call("head_object", digest, Key=self._key(digest))
-            return True
+            return int(self._call("head_object", digest, Key=self._key(digest))["ContentLength"])
         except MissingBlob:
-            return False
+            return None
 
     def exists_many(self, digests: Iterable[str]) -> Set[str]:
         """Concurrent HEADs; a shard (``blobs/ab/``) asked for many digests is listed instead."""
