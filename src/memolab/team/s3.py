@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..errors import CorruptBlob, RemoteUnavailable, StoreConfigError
@@ -104,12 +105,40 @@ class S3Blobs(RemoteBlobs):
                 raise err from e
 
     @staticmethod
-    def _precondition_failed(e: BaseException) -> bool:
+    def _condition(e: Optional[BaseException]) -> Optional[str]:
+        """'exists' for a failed If-None-Match (412: the object is there), 'conflict' for
+        S3's 409 ConditionalRequestConflict (another conditional write of the key is in
+        flight: it may yet fail, so ask again), else None."""
         from botocore.exceptions import ClientError
 
-        return isinstance(e, ClientError) and (
-            e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict")
-            or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412)
+        if not isinstance(e, ClientError):
+            return None
+        code = e.response.get("Error", {}).get("Code")
+        status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code == "PreconditionFailed" or status == 412:
+            return "exists"
+        if code == "ConditionalRequestConflict" or status == 409:
+            return "conflict"
+        return None
+
+    def _conditional(self, op: str, **kw: Any) -> bool:
+        """``op`` with ``IfNoneMatch='*'``: True if it wrote, False if the key exists."""
+        for attempt in range(5):
+            try:
+                self._call(op, IfNoneMatch="*", **kw)
+                return True
+            except RemoteUnavailable as e:
+                why = self._condition(e.__cause__)
+                if why == "exists":
+                    return False
+                if why != "conflict" or attempt == 4:
+                    raise
+                time.sleep(0.05 * 2 ** attempt)  # the other writer finishes (or fails) meanwhile
+            finally:
+                body = kw.get("Body")
+                if hasattr(body, "seek"):
+                    body.seek(0)  # a retry sends the body again
+        return False  # not reached
 
     # -- put
     def put(self, digest: str, data: Data) -> bool:
@@ -120,12 +149,7 @@ class S3Blobs(RemoteBlobs):
             return self._put_multipart(digest, src)
         body = src.small_body()
         try:
-            self._call("put_object", Key=self._key(digest), Body=body, IfNoneMatch="*")
-            return True
-        except RemoteUnavailable as e:
-            if self._precondition_failed(e.__cause__):  # type: ignore[arg-type]
-                return False
-            raise
+            return self._conditional("put_object", Key=self._key(digest), Body=body)
         finally:
             if hasattr(body, "close"):
                 body.close()
@@ -150,15 +174,10 @@ class S3Blobs(RemoteBlobs):
                 return entry
 
             parts = run_all(one, spans, self.concurrency)
-            try:
-                self._call("complete_multipart_upload", kind="slow", Key=key, UploadId=upload_id,
-                           MultipartUpload={"Parts": parts}, IfNoneMatch="*")
-            except RemoteUnavailable as e:
-                if self._precondition_failed(e.__cause__):  # type: ignore[arg-type]
-                    return False  # written by someone else meanwhile: theirs stays
-                raise
-            done = True
-            return True
+            # False: written by someone else meanwhile; theirs stays, ours is aborted below
+            done = self._conditional("complete_multipart_upload", kind="slow", Key=key, UploadId=upload_id,
+                                     MultipartUpload={"Parts": parts})
+            return done
         finally:
             if not done:
                 try:
