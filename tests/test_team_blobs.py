@@ -256,6 +256,16 @@ def test_missing_bucket_is_unavailable(s3_env):
         rb.put(digest_bytes(b"a"), b"a")
 
 
+def test_no_credentials_is_unavailable(s3_env, monkeypatch, tmp_path):
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(RemoteUnavailable, match="no AWS credentials"):
+        open_blobs("s3://any-bucket/x").ping()
+
+
 def test_file_store_must_exist(tmp_path):
     rb = open_blobs((tmp_path / "not-mounted").as_uri())
     with pytest.raises(RemoteUnavailable, match="not a directory"):

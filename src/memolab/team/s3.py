@@ -89,6 +89,11 @@ class S3Blobs(RemoteBlobs):
             return RemoteUnavailable(f"team blob store {self.url} ({what}): {why}")
         if getattr(e, "memolab_local", False):
             return e  # reading the local file being uploaded failed: not a network problem
+        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+        if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
+            return RemoteUnavailable(f"team blob store {self.url} ({what}): no AWS credentials "
+                                     f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role): {e}")
         if isinstance(e, (BotoCoreError, OSError)):
             return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e}")
         return e
