@@ -232,20 +232,56 @@ def test_server_stopped_is_remote_unavailable(s3_bucket, s3_server, tmp_path, mo
         s3_server.start()  # empty again: moto keeps state in memory
 
 
-def test_unreachable_endpoint_fails_quickly(monkeypatch):
-    """Nothing listens there: RemoteUnavailable, bounded by the timeout, not a retry storm."""
+def count_attempts(rb) -> dict:
+    """Count the HTTP requests ``rb``'s clients send (every attempt, retries included)."""
+    sent = {"n": 0}
+
+    def on_send(**kw):
+        sent["n"] += 1
+
+    for kind in ("main", "ping"):
+        rb._client(kind, rb.timeout if kind == "ping" else None).meta.events.register("before-send.s3", on_send)
+    return sent
+
+
+def test_unreachable_endpoint_fails_without_a_retry_storm(monkeypatch):
+    """Nothing listens there: RemoteUnavailable after at most one retry per request, and a
+    batch of 100 stops at its first failures instead of trying every item (counted, not timed)."""
     from servers.s3 import free_port
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     for k, v in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_DEFAULT_REGION", "us-east-1")):
         monkeypatch.setenv(k, v)
-    rb = open_blobs("s3://nobucket/p", timeout=0.5)
-    t = time.monotonic()
+    rb = open_blobs("s3://nobucket/p", timeout=0.5, concurrency=4)
+    sent = count_attempts(rb)
     with pytest.raises(RemoteUnavailable, match="s3://nobucket/p"):
         rb.put_many([(digest_bytes(b"%d" % i), b"%d" % i) for i in range(100)])
+    assert 1 <= sent["n"] <= 2 * 4 * 2  # workers x attempts, x2 for items already taken when the first failed
+    sent["n"] = 0
     with pytest.raises(RemoteUnavailable):
         rb.ping()
-    assert time.monotonic() - t < 60  # generous: a guard against minute-long retries, not a benchmark
+    assert sent["n"] == 1  # ping: no retry
+
+
+def test_frozen_server_times_out(s3_bucket, s3_server, tmp_path):
+    """A server that accepts connections but never answers (SIGSTOP: a hung host) costs the
+    read timeout, then RemoteUnavailable: never a hang."""
+    rb = open_blobs(s3_bucket, timeout=0.5)
+    data = b"x" * 1000
+    d = digest_bytes(data)
+    rb.put(d, data)
+    sent = count_attempts(rb)
+    s3_server.freeze()
+    try:
+        with pytest.raises(RemoteUnavailable, match="timeout|timed out"):
+            rb.ping()
+        with pytest.raises(RemoteUnavailable):
+            rb.get_to(d, len(data), tmp_path / "o")
+        assert sent["n"] <= 3  # ping once, get twice (one retry)
+    finally:
+        s3_server.thaw()
+    assert not (tmp_path / "o").exists()
+    assert rb.get(d, len(data)) == data  # back: the same client works again
 
 
 def test_missing_bucket_is_unavailable(s3_env):
