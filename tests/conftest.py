@@ -144,3 +144,7 @@ class Project:
 @pytest.fixture
 def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")
+
+
+# Servers of the team-store tests (issue 12), started on first use.
+from servers.s3 import s3_bucket, s3_env, s3_server  # noqa: E402,F401
