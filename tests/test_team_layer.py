@@ -82,9 +82,46 @@ class LocalTeam:
         p.write_bytes(bytes(data))
 
 
-@pytest.fixture
-def team(tmp_path):
-    return LocalTeam(tmp_path)
+class PgS3Team:
+    """PostgreSQL (tests/servers/postgres.py) + moto S3 (tests/servers/s3.py): the team set-up.
+
+    ``down()`` stops both servers; ``up()`` starts them again. moto keeps its objects
+    in memory, so after ``up()`` the bucket is created again, empty: results already
+    used stay local, results uploaded after it are found."""
+
+    name = "postgresql+s3"
+
+    def __init__(self, pg, s3, dsn: str, bucket_url: str) -> None:
+        self.pg, self.s3 = pg, s3
+        self.bucket = bucket_url[len("s3://"):].split("/", 1)[0]
+        self.prefix = bucket_url[len("s3://"):].split("/", 1)[1]
+        self.env = {"MEMOLAB_REMOTE": dsn, "MEMOLAB_REMOTE_BLOBS": bucket_url, **s3.env}
+
+    def down(self) -> None:
+        self.pg.stop()
+        self.s3.stop()
+
+    def up(self) -> None:
+        self.pg.start()
+        self.s3.start()
+        self.s3.client().create_bucket(Bucket=self.bucket)
+
+    def corrupt_blob(self, digest: str) -> None:
+        c = self.s3.client()
+        key = f"{self.prefix}/blobs/{digest[:2]}/{digest}"
+        data = bytearray(c.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        data[len(data) // 2] ^= 0xFF
+        c.put_object(Bucket=self.bucket, Key=key, Body=bytes(data))
+
+
+@pytest.fixture(params=["postgresql+s3", "sqlite+file"])
+def team(request, tmp_path):
+    if request.param == "sqlite+file":
+        return LocalTeam(tmp_path)
+    pg = request.getfixturevalue("postgres_server")
+    dsn = request.getfixturevalue("postgres_dsn")
+    bucket = request.getfixturevalue("s3_bucket")
+    return PgS3Team(pg, request.getfixturevalue("s3_server"), dsn, bucket)
 
 
 class Machine:

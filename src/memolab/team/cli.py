@@ -124,9 +124,7 @@ def _redact(url: str) -> str:
 def _schema(idx: Any) -> tuple:
     from . import link as _link  # noqa: F401
 
-    version = getattr(idx, "schema_version", None)
-    if callable(version):
-        version = version()
+    version = getattr(idx, "version", None) if hasattr(idx, "dsn") else None  # PgIndex: the schema it found
     if version is None:
         from ..store.sqlite import SCHEMA_VERSION
 
