@@ -339,3 +339,21 @@ def test_store_is_layered_only_with_a_complete_remote(tmp_path, monkeypatch, cle
         warnings.simplefilter("ignore")
         s = get_store(tmp_path / "s3")
     assert isinstance(s, TeamStore)
+
+
+def test_signed_team_rows_verify_across_machines_and_forgeries_are_refused(tmp_path):
+    """With MEMOLAB_HMAC_KEY, a row signed on A verifies on B (fields travel verbatim);
+    a machine with another key refuses the team's rows and recomputes."""
+    team = LocalTeam(tmp_path)
+    (tmp_path / "job.py").write_text(JOB)
+    calls = tmp_path / "calls"
+    a = Machine("A", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "team-secret"})
+    b = Machine("B", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "team-secret"})
+    m = Machine("M", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "another-key"})
+    a.run(51, 52)
+    cp = b.run(51, 52)
+    assert computed(calls) == ["A 51", "A 52"]
+    assert "MEMOLAB_HMAC_KEY" not in cp.stderr  # signed: no trust warning
+    cp = m.run(51)
+    assert computed(calls) == ["A 51", "A 52", "M 51"]
+    assert "refused" in cp.stderr

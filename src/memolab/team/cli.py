@@ -15,11 +15,22 @@ from typing import Any, Dict, List, Optional
 from ..cli import PROBLEM, USAGE, CliError, Progress, _json_option, command, emit_json, options, parse_age, store_root
 
 
+def _quiet() -> None:
+    """The commands report the team store's state themselves: its warnings (unreachable,
+    unsigned) would only repeat it on stderr."""
+    import warnings
+
+    from ..errors import MemolabWarning
+
+    warnings.simplefilter("ignore", MemolabWarning)
+
+
 def _team_store(args: argparse.Namespace, create: bool = False) -> Any:
     """The local store, in front of the configured team store (``CliError`` if none is configured)."""
     from .. import config
     from ..store import get_store
 
+    _quiet()
     remote = config.remote()
     if remote is None or not remote[0] or not remote[1]:
         raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE (postgresql://…) and "
@@ -60,9 +71,11 @@ def cmd_remote(args: argparse.Namespace) -> int:
     if args.action == "upgrade":
         return _upgrade(args)
     from .. import config
+    from ..store import signing
     from . import journal
     from .link import Offline
 
+    _quiet()
     remote = config.remote()
     if remote is None or not remote[0] or not remote[1]:
         raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE and MEMOLAB_REMOTE_BLOBS (docs/team.md)")
@@ -71,7 +84,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
     out: Dict[str, Any] = {"index": _redact(remote[0]), "blobs": remote[1], "store": str(root),
                            "reachable": False, "index_reachable": False, "blobs_reachable": False,
                            "schema_version": None, "supported": None, "error": None,
-                           "queued": 0, "uploaded": 0, "team_evaluations": None}
+                           "queued": 0, "uploaded": 0, "team_evaluations": None,
+                           "signed": signing.secret() is not None}
     if local:
         store = _team_store(args)
         link = store.link
@@ -111,6 +125,9 @@ def cmd_remote(args: argparse.Namespace) -> int:
         if out["team_evaluations"] is not None:
             print(f"team         {out['team_evaluations']} evaluation(s)")
         print(f"this store   {out['store']}: {out['queued']} queued for upload, {out['uploaded']} uploaded")
+        if not out["signed"]:
+            print("signing      OFF: MEMOLAB_HMAC_KEY is not set, so anyone who can write to the team store can run "
+                  "code in this process (docs/team.md)")
     return 0 if out["reachable"] else PROBLEM
 
 
