@@ -33,8 +33,11 @@ Rules every backend keeps:
   Local failures (a full disk in ``get_to``) raise their own ``OSError``.
 - **Concurrent transfers.** ``put_many``/``get_many_to``/``exists_many`` use up
   to ``MEMOLAB_REMOTE_CONCURRENCY`` (default 16) requests at once; large objects
-  are cut into parts moved in parallel (multipart uploads, ranged GETs), from a
-  file or a memoryview without copying the whole object. Worker threads are
+  (16 MB and more) are cut into 8 MB parts moved in parallel (multipart uploads,
+  ranged GETs), from a file or a memoryview without copying the whole object.
+  Ranged GETs are skipped for an endpoint on loopback (one connection is not
+  the bottleneck there; moto even reads the whole object for every range);
+  ``MEMOLAB_REMOTE_RANGED_GETS=1``/``0`` forces them on/off. Worker threads are
   daemons started per call: a transfer never keeps the interpreter from exiting.
 """
 from __future__ import annotations
@@ -77,6 +80,14 @@ def remote_concurrency() -> int:
         return max(1, int(os.environ.get("MEMOLAB_REMOTE_CONCURRENCY", DEFAULT_CONCURRENCY)))
     except ValueError:
         return DEFAULT_CONCURRENCY
+
+
+def remote_ranged_gets() -> Optional[bool]:
+    """``MEMOLAB_REMOTE_RANGED_GETS``: 1 on, 0 off, unset: auto (see ``S3Blobs.ranged``)."""
+    v = os.environ.get("MEMOLAB_REMOTE_RANGED_GETS", "").strip().lower()
+    if not v or v == "auto":
+        return None
+    return v not in ("0", "false", "no", "off")
 
 
 def blob_key(digest: str) -> str:
@@ -133,9 +144,13 @@ class _Window:
         self.pos += n
         if self.src.mv is not None:
             return self.src.mv[start:start + n]
-        out = os.pread(self._fd, n, start)  # type: ignore[arg-type]
-        if len(out) != n:
-            raise OSError(f"{self.src.path} shrank while being uploaded")
+        try:
+            out = os.pread(self._fd, n, start)  # type: ignore[arg-type]
+            if len(out) != n:
+                raise OSError(f"{self.src.path} shrank while being uploaded")
+        except OSError as e:
+            e.memolab_local = True  # type: ignore[attr-defined]  # ours, not the network's: S3Blobs._fail
+            raise
         return out
 
     def seek(self, pos: int, whence: int = 0) -> int:
@@ -281,10 +296,13 @@ class RemoteBlobs:
 
     url: str
 
-    def __init__(self, url: str, *, timeout: Optional[float] = None, concurrency: Optional[int] = None) -> None:
+    def __init__(self, url: str, *, timeout: Optional[float] = None, concurrency: Optional[int] = None,
+                 ranged_gets: Optional[bool] = None) -> None:
         self.url = url
         self.timeout = remote_timeout() if timeout is None else timeout
         self.concurrency = remote_concurrency() if concurrency is None else max(1, concurrency)
+        #: large gets as parallel ranged GETs (S3); False: one stream per object; None: auto
+        self.ranged_gets = remote_ranged_gets() if ranged_gets is None else ranged_gets
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
@@ -563,6 +581,8 @@ class S3Blobs(RemoteBlobs):
                 code = "NoSuchBucket"  # a HEAD has no body to say so: only a key or the bucket can be absent
             why = _UNAVAILABLE_CODES.get(code) or f"{code or status}: {err.get('Message', '')}".strip()
             return RemoteUnavailable(f"team blob store {self.url} ({what}): {why}")
+        if getattr(e, "memolab_local", False):
+            return e  # reading the local file being uploaded failed: not a network problem
         if isinstance(e, (BotoCoreError, OSError)):
             return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e}")
         return e
@@ -669,8 +689,21 @@ class S3Blobs(RemoteBlobs):
             body.close()
         return got
 
+    @property
+    def ranged(self) -> bool:
+        """Fetch large objects with parallel ranged GETs? Auto: yes, unless the endpoint is
+        on this machine (loopback): one connection is not the bottleneck there and ranges
+        only add server work (moto reads the whole object for every range: 5x slower)."""
+        if self.ranged_gets is not None:
+            return self.ranged_gets
+        from urllib.parse import urlparse as parse
+
+        host = parse(self._client().meta.endpoint_url).hostname or ""
+        self.ranged_gets = not (host in ("localhost", "::1") or host.startswith("127."))
+        return self.ranged_gets
+
     def get(self, digest: str, size: int) -> bytes:
-        if size >= MULTIPART_MIN:
+        if size >= MULTIPART_MIN and self.ranged:
             buf = bytearray(size)
             mv = memoryview(buf)
 
@@ -706,7 +739,7 @@ class S3Blobs(RemoteBlobs):
 
     def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:
         path = os.fspath(path)
-        if size >= MULTIPART_MIN:
+        if size >= MULTIPART_MIN and self.ranged:
             return self._get_to_ranged(digest, size, path)
         r = self._call("get_object", digest, Key=self._key(digest))
         tmp = _tmp_beside(path)
@@ -971,12 +1004,16 @@ class FsspecBlobs(RemoteBlobs):
 
 # -- opening by URL ---------------------------------------------------------------------------
 
-def open_blobs(url: str, *, timeout: Optional[float] = None, concurrency: Optional[int] = None) -> RemoteBlobs:
+def open_blobs(url: str, *, timeout: Optional[float] = None, concurrency: Optional[int] = None,
+               ranged_gets: Optional[bool] = None) -> RemoteBlobs:
     """The remote blob store at ``url`` (``s3://bucket/prefix``, ``file:///dir``, fsspec URLs).
 
+    ``timeout``, ``concurrency``, ``ranged_gets`` default to ``MEMOLAB_REMOTE_TIMEOUT``
+    (3 s), ``MEMOLAB_REMOTE_CONCURRENCY`` (16), ``MEMOLAB_REMOTE_RANGED_GETS`` (auto:
+    on, except for an S3 endpoint on loopback).
     Nothing is contacted here: the first operation (or ``ping``) is."""
     u = urlparse(url)
-    kw: Dict[str, Any] = {"timeout": timeout, "concurrency": concurrency}
+    kw: Dict[str, Any] = {"timeout": timeout, "concurrency": concurrency, "ranged_gets": ranged_gets}
     if u.scheme == "s3":
         if not u.netloc:
             raise StoreConfigError(f"{url}: expected s3://bucket/prefix")
