@@ -32,6 +32,7 @@ import memolab
 def f(n):
     with open(os.environ["CALLS"], "a") as fh:
         fh.write(f"{os.environ['MACHINE']} {n}\\n")
+    memolab.log.scalar("loss", 1.0 / (n + 1), step=0)  # logs travel with the evaluation
     if os.environ.get("HOLD"):
         open(os.environ["HOLD"], "w").close()
         time.sleep(600)
@@ -173,6 +174,13 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     assert computed(calls) == ["A 1", "A 2"]
     b.run(1, 2)
     assert computed(calls) == ["A 1", "A 2"], "B recomputed what A had computed"
+    if team.name == "postgresql+s3":  # (a SQLite team index has no logs column)
+        import sqlite3
+
+        with sqlite3.connect(b.store / "index.sqlite") as c:
+            got = c.execute("SELECT e.fn, s.tag, s.value FROM runs r JOIN evaluations e ON e.id = r.eval_id "
+                            "JOIN scalars s ON s.run = r.id ORDER BY s.value").fetchall()
+        assert [(t, v) for _, t, v in got] == [("loss", 1 / 3), ("loss", 1 / 2)], got
 
     a.run(3, 4)
     pulled = b.cli("pull", "f", "--json")

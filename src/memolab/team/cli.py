@@ -46,8 +46,11 @@ def _team_store(args: argparse.Namespace, create: bool = False) -> Any:
     return store
 
 
-def _unreachable(store: Any) -> CliError:
-    return CliError(PROBLEM, f"team store unreachable ({store.link.disabled or store.link.last_error}); "
+def _unreachable(store: Any, e: Optional[BaseException] = None) -> CliError:
+    from .link import Failed
+
+    what = "team store error" if isinstance(e, Failed) else "team store unreachable"
+    return CliError(PROBLEM, f"{what} ({store.link.disabled or store.link.last_error}); "
                              f"{_queued(store)} result(s) stay queued locally")
 
 
@@ -196,8 +199,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         total = _queued(store)
         with Progress("sync: uploading", total) as bar:
             n = store.journal.drain(progress=bar.update)
-    except Offline:
-        raise _unreachable(store) from None
+    except Offline as e:
+        raise _unreachable(store, e) from None
     store.link.came_back()
     left = _queued(store)
     out = {"uploaded": n, "added_by_all": added, "queued": left}
@@ -253,8 +256,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
         finally:
             if bars:
                 bars[0].__exit__(None, None, None)
-    except Offline:
-        raise _unreachable(store) from None
+    except Offline as e:
+        raise _unreachable(store, e) from None
     r["function"] = fn
     if args.json:
         emit_json(r)

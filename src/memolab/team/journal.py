@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..store.sqlite import Key
-from .link import Offline
+from .link import Failed, Offline
 
 DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
     fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
@@ -187,15 +187,24 @@ class Journal:
                     fields["logs"] = d
                 fields["uploaded_by"] = store.identity
                 rows.append((key, owner, fields, self._sources(local)))
-            if puts:
-                seen = set()
-                uniq = [(d, p) for d, p in puts if not (d in seen or seen.add(d))]
-                run(lambda: link.blobs.put_many(uniq))
-            by_owner: Dict[str, List[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]]] = {}
-            for key, owner, fields, sources in rows:
-                by_owner.setdefault(owner, []).append((key, fields, sources))
-            for owner, group in by_owner.items():
-                run(lambda: link.index.publish_many(group, owner=owner or None))
+            try:
+                if puts:
+                    seen: set = set()
+                    uniq = [(d, p) for d, p in puts if not (d in seen or seen.add(d))]  # type: ignore[func-returns-value]
+                    run(lambda: link.blobs.put_many(uniq))
+                by_owner: Dict[str, List[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]]] = {}
+                for key, owner, fields, sources in rows:
+                    by_owner.setdefault(owner, []).append((key, fields, sources))
+                for owner, group in by_owner.items():
+                    run(lambda: link.index.publish_many(group, owner=owner or None))
+            except Failed:
+                # Not an outage: these items wait behind the others (ordered by attempts)
+                # and are tried again later; the error is kept for `memolab remote status`.
+                with idx.write() as c:
+                    c.executemany("UPDATE team_uploads SET attempts=attempts+1, error=? "
+                                  "WHERE fn=? AND code=? AND args=? AND schema=?",
+                                  [(link.last_error, *k) for k, *_ in rows])
+                raise
             done = gone + [k for k, *_ in rows]
             with idx.write() as c:
                 c.executemany("DELETE FROM team_uploads WHERE fn=? AND code=? AND args=? AND schema=?", done)
@@ -249,6 +258,7 @@ class Journal:
         if link.disabled is not None or link.down_since is not None:
             return  # down: no wait at all; the queue is uploaded by the next process or `memolab sync`
         try:
+            self.import_logs()  # of results hit in this process (small, a few GETs)
             if count(self.store.index) == 0:
                 return
             self.drain(deadline=time.monotonic() + DRAIN_SECONDS, force=False)
