@@ -231,7 +231,13 @@ def test_sync_all_uploads_results_from_before_the_remote(machines):
     out = a.cli("sync", "--all", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"uploaded": 2, "added_by_all": 2, "queued": 0}
+    c = Machine("C", a.root, a.team, calls)
+    later = json.loads(c.cli("pull", "--since", "2999-01-01", "--json").stdout)
+    assert later["imported"] == 0 and later["team_rows"] == 0
+    pulled = json.loads(c.cli("pull", "--json").stdout)
+    assert (pulled["imported"], pulled["function"]) == (2, None)
     b.run(21, 22)
+    c.run(21, 22)
     assert computed(calls) == ["A 21", "A 22"]
 
 
@@ -349,10 +355,9 @@ def test_store_is_layered_only_with_a_complete_remote(tmp_path, monkeypatch, cle
     assert isinstance(s, TeamStore)
 
 
-def test_signed_team_rows_verify_across_machines_and_forgeries_are_refused(tmp_path):
+def test_signed_team_rows_verify_across_machines_and_forgeries_are_refused(tmp_path, team):
     """With MEMOLAB_HMAC_KEY, a row signed on A verifies on B (fields travel verbatim);
     a machine with another key refuses the team's rows and recomputes."""
-    team = LocalTeam(tmp_path)
     (tmp_path / "job.py").write_text(JOB)
     calls = tmp_path / "calls"
     a = Machine("A", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "team-secret"})

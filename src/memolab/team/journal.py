@@ -204,6 +204,8 @@ class Journal:
                     c.executemany("UPDATE team_uploads SET attempts=attempts+1, error=? "
                                   "WHERE fn=? AND code=? AND args=? AND schema=?",
                                   [(link.last_error, *k) for k, *_ in rows])
+                # their team leases are dropped, not heart-beaten on: another machine may compute
+                store.drop_team_leases([(k, o) for k, o, *_ in rows])
                 raise
             done = gone + [k for k, *_ in rows]
             with idx.write() as c:

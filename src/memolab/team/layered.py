@@ -260,6 +260,19 @@ class TeamStore(Store):
                 if self._team_held.get(key) == owner:
                     del self._team_held[key]
 
+    def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
+        """Give up team leases whose results cannot be uploaded now (best effort)."""
+        for key, owner in held:
+            with self._held_lock:
+                if self._team_held.get(key) != owner:
+                    continue
+                del self._team_held[key]
+            if owner:
+                try:
+                    self.link.run(lambda: self.link.index.release(key, owner))
+                except Offline:
+                    pass
+
     def _heartbeat_loop(self) -> None:
         while not self._beat_stop.wait(config.settings().heartbeat):
             with self._held_lock:
