@@ -72,6 +72,12 @@ class LocalTeam:
     def up(self) -> None:
         os.rename(self.root / "team.away", self.root / "team")
 
+    def hits(self) -> Dict[str, int]:
+        import sqlite3
+
+        with sqlite3.connect(self.root / "team" / "index.sqlite") as c:
+            return dict(c.execute("SELECT args, hits FROM evaluations"))
+
     def blob_files(self) -> List[Path]:
         return [p for p in (self.root / "team" / "blobs").rglob("*") if p.is_file()]
 
@@ -106,6 +112,12 @@ class PgS3Team:
         self.pg.start()
         self.s3.start()
         self.s3.client().create_bucket(Bucket=self.bucket)
+
+    def hits(self) -> Dict[str, int]:
+        import psycopg
+
+        with psycopg.connect(self.env["MEMOLAB_REMOTE"]) as c:
+            return dict(c.execute("SELECT args, hits FROM memolab_evaluations").fetchall())
 
     def corrupt_blob(self, digest: str) -> None:
         c = self.s3.client()
@@ -212,7 +224,7 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     assert st["reachable"] and st["queued"] == 0 and st["uploaded"] == 7
 
 
-def test_a_crash_after_storing_loses_nothing(machines):
+def test_a_crash_after_storing_loses_nothing(machines, team):
     """The local store is the journal: a process killed right after storing (no exit
     handlers, no upload) leaves its upload queued; the next process uploads it."""
     a, b, calls = machines
@@ -222,7 +234,10 @@ def test_a_crash_after_storing_loses_nothing(machines):
     a.run(11)  # a local hit: the next process with the team store uploads the queue at exit
     assert json.loads(a.cli("remote", "status", "--json").stdout)["queued"] == 0
     b.run(11)
+    b.run(11)
     assert computed(calls) == ["A 11"]
+    # every machine's hits reach the team row (batched, at exit at the latest): its last use is team-wide
+    assert list(team.hits().values()) == [3]
 
 
 def test_sync_all_uploads_results_from_before_the_remote(machines):

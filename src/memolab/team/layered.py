@@ -88,6 +88,7 @@ class TeamStore(Store):
         self.identity = f"{host_name()}:{self.root}"
         self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
         self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
+        self._team_hits: Dict[int, Tuple[int, float]] = {}  # local id -> hits not yet forwarded to the team
         self._tl = threading.local()
         self.journal = journal.Journal(self)
         self.link.queued = lambda: journal.count(self.index)
@@ -139,6 +140,8 @@ class TeamStore(Store):
             return None
         self.index.publish(key, local_fields(trow), {})
         local = Store.lookup(self, key)
+        if local is not None and trow.get("id") is not None:
+            journal.remember_ids(self.index, [(local["id"], int(trow["id"]))])
         if local is not None and trow.get("logs"):
             self.journal.want_logs(local["id"], trow["logs"])
         return local
@@ -260,6 +263,31 @@ class TeamStore(Store):
                 if self._team_held.get(key) == owner:
                     del self._team_held[key]
 
+    # -- hits: counted locally (batched, off the hit path), forwarded to the team in batches --------
+    def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
+        hits, stamps = Store._take_usage(self)
+        if hits:
+            with self._held_lock:
+                for i, (n, t) in hits.items():
+                    m, u = self._team_hits.get(i, (0, 0.0))
+                    self._team_hits[i] = (m + n, max(t, u))
+        return hits, stamps
+
+    def forward_hits(self) -> None:
+        """Add this process's hits to the team rows they were hits on (advisory: dropped when
+        the team store is down), so the team knows each result's last use."""
+        with self._held_lock:
+            hits, self._team_hits = self._team_hits, {}
+        if not hits or not self.link.usable():
+            return
+        ids = journal.team_ids(self.index, list(hits))
+        counts = {ids[i]: v for i, v in hits.items() if i in ids}
+        if counts:
+            try:
+                self.link.run(lambda: self.link.index.add_hits(counts))
+            except Offline:
+                pass
+
     def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
         """Give up team leases whose results cannot be uploaded now (best effort)."""
         for key, owner in held:
@@ -352,6 +380,7 @@ class TeamStore(Store):
         logs_n = 0
         if ok:
             now = self.index.lookup_many([k for k, _ in ok])
+            journal.remember_ids(self.index, [(now[k]["id"], int(r["id"])) for k, r in ok if k in now])
             for k, r in ok:
                 if r.get("logs") and k in now:
                     logs_n += self.import_logs(now[k]["id"], r["logs"])
