@@ -66,6 +66,7 @@ def test_gc_remote_keeps_what_the_team_uses_dry_run_first_and_spares_young_blobs
     b = _machine(tmp_path / "b", dsn, bucket)
     assert f(1) == bytes([1]) * 50_000 and f(1) == bytes([1]) * 50_000
     b.flush_hits()
+    b.forward_hits()  # what its uploader thread does every few seconds, and the process at exit
     assert idx.lookup(f.key(1))["last_hit"] > time.time() - 60
     # an upload in flight: its blob is there, its row not yet
     blobs.put("ab" * 32, b"in flight")  # (any name: gc only asks whether a row refers to it)
@@ -107,6 +108,7 @@ def test_gc_remote_max_size_drops_least_recently_used_team_wide(team, tmp_path, 
     a.forget()
     f(1)  # the oldest computation is the most recently used
     a.flush_hits()
+    a.forward_hits()
     plan = _gc(capsys, "--max-size", "120KB")  # two 50 KB payloads fit (logs bundles are not weighed)
     idx = a.link.index
     dropped = {r["args"] for r in idx.evaluations(f.symbol) if r["id"] in plan["evaluation_ids"]}

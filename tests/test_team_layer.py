@@ -32,6 +32,7 @@ import memolab
 def f(n):
     with open(os.environ["CALLS"], "a") as fh:
         fh.write(f"{os.environ['MACHINE']} {n}\\n")
+    memolab.log.scalar("loss", 1.0 / (n + 1), step=0)  # logs travel with the evaluation
     if os.environ.get("HOLD"):
         open(os.environ["HOLD"], "w").close()
         time.sleep(600)
@@ -71,6 +72,12 @@ class LocalTeam:
     def up(self) -> None:
         os.rename(self.root / "team.away", self.root / "team")
 
+    def hits(self) -> Dict[str, int]:
+        import sqlite3
+
+        with sqlite3.connect(self.root / "team" / "index.sqlite") as c:
+            return dict(c.execute("SELECT args, hits FROM evaluations"))
+
     def blob_files(self) -> List[Path]:
         return [p for p in (self.root / "team" / "blobs").rglob("*") if p.is_file()]
 
@@ -82,9 +89,52 @@ class LocalTeam:
         p.write_bytes(bytes(data))
 
 
-@pytest.fixture
-def team(tmp_path):
-    return LocalTeam(tmp_path)
+class PgS3Team:
+    """PostgreSQL (tests/servers/postgres.py) + moto S3 (tests/servers/s3.py): the team set-up.
+
+    ``down()`` stops both servers; ``up()`` starts them again. moto keeps its objects
+    in memory, so after ``up()`` the bucket is created again, empty: results already
+    used stay local, results uploaded after it are found."""
+
+    name = "postgresql+s3"
+
+    def __init__(self, pg, s3, dsn: str, bucket_url: str) -> None:
+        self.pg, self.s3 = pg, s3
+        self.bucket = bucket_url[len("s3://"):].split("/", 1)[0]
+        self.prefix = bucket_url[len("s3://"):].split("/", 1)[1]
+        self.env = {"MEMOLAB_REMOTE": dsn, "MEMOLAB_REMOTE_BLOBS": bucket_url, **s3.env}
+
+    def down(self) -> None:
+        self.pg.stop()
+        self.s3.stop()
+
+    def up(self) -> None:
+        self.pg.start()
+        self.s3.start()
+        self.s3.client().create_bucket(Bucket=self.bucket)
+
+    def hits(self) -> Dict[str, int]:
+        import psycopg
+
+        with psycopg.connect(self.env["MEMOLAB_REMOTE"]) as c:
+            return dict(c.execute("SELECT args, hits FROM memolab_evaluations").fetchall())
+
+    def corrupt_blob(self, digest: str) -> None:
+        c = self.s3.client()
+        key = f"{self.prefix}/blobs/{digest[:2]}/{digest}"
+        data = bytearray(c.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+        data[len(data) // 2] ^= 0xFF
+        c.put_object(Bucket=self.bucket, Key=key, Body=bytes(data))
+
+
+@pytest.fixture(params=["postgresql+s3", "sqlite+file"])
+def team(request, tmp_path):
+    if request.param == "sqlite+file":
+        return LocalTeam(tmp_path)
+    pg = request.getfixturevalue("postgres_server")
+    dsn = request.getfixturevalue("postgres_dsn")
+    bucket = request.getfixturevalue("s3_bucket")
+    return PgS3Team(pg, request.getfixturevalue("s3_server"), dsn, bucket)
 
 
 class Machine:
@@ -136,6 +186,13 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     assert computed(calls) == ["A 1", "A 2"]
     b.run(1, 2)
     assert computed(calls) == ["A 1", "A 2"], "B recomputed what A had computed"
+    if team.name == "postgresql+s3":  # (a SQLite team index has no logs column)
+        import sqlite3
+
+        with sqlite3.connect(b.store / "index.sqlite") as c:
+            got = c.execute("SELECT e.fn, s.tag, s.value FROM runs r JOIN evaluations e ON e.id = r.eval_id "
+                            "JOIN scalars s ON s.run = r.id ORDER BY s.value").fetchall()
+        assert [(t, v) for _, t, v in got] == [("loss", 1 / 3), ("loss", 1 / 2)], got
 
     a.run(3, 4)
     pulled = b.cli("pull", "f", "--json")
@@ -167,7 +224,7 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     assert st["reachable"] and st["queued"] == 0 and st["uploaded"] == 7
 
 
-def test_a_crash_after_storing_loses_nothing(machines):
+def test_a_crash_after_storing_loses_nothing(machines, team):
     """The local store is the journal: a process killed right after storing (no exit
     handlers, no upload) leaves its upload queued; the next process uploads it."""
     a, b, calls = machines
@@ -177,7 +234,10 @@ def test_a_crash_after_storing_loses_nothing(machines):
     a.run(11)  # a local hit: the next process with the team store uploads the queue at exit
     assert json.loads(a.cli("remote", "status", "--json").stdout)["queued"] == 0
     b.run(11)
+    b.run(11)
     assert computed(calls) == ["A 11"]
+    # every machine's hits reach the team row (batched, at exit at the latest): its last use is team-wide
+    assert list(team.hits().values()) == [3]
 
 
 def test_sync_all_uploads_results_from_before_the_remote(machines):
@@ -186,7 +246,13 @@ def test_sync_all_uploads_results_from_before_the_remote(machines):
     out = a.cli("sync", "--all", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"uploaded": 2, "added_by_all": 2, "queued": 0}
+    c = Machine("C", a.root, a.team, calls)
+    later = json.loads(c.cli("pull", "--since", "2999-01-01", "--json").stdout)
+    assert later["imported"] == 0 and later["team_rows"] == 0
+    pulled = json.loads(c.cli("pull", "--json").stdout)
+    assert (pulled["imported"], pulled["function"]) == (2, None)
     b.run(21, 22)
+    c.run(21, 22)
     assert computed(calls) == ["A 21", "A 22"]
 
 
@@ -302,3 +368,20 @@ def test_store_is_layered_only_with_a_complete_remote(tmp_path, monkeypatch, cle
         warnings.simplefilter("ignore")
         s = get_store(tmp_path / "s3")
     assert isinstance(s, TeamStore)
+
+
+def test_signed_team_rows_verify_across_machines_and_forgeries_are_refused(tmp_path, team):
+    """With MEMOLAB_HMAC_KEY, a row signed on A verifies on B (fields travel verbatim);
+    a machine with another key refuses the team's rows and recomputes."""
+    (tmp_path / "job.py").write_text(JOB)
+    calls = tmp_path / "calls"
+    a = Machine("A", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "team-secret"})
+    b = Machine("B", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "team-secret"})
+    m = Machine("M", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "another-key"})
+    a.run(51, 52)
+    cp = b.run(51, 52)
+    assert computed(calls) == ["A 51", "A 52"]
+    assert "MEMOLAB_HMAC_KEY" not in cp.stderr  # signed: no trust warning
+    cp = m.run(51)
+    assert computed(calls) == ["A 51", "A 52", "M 51"]
+    assert "refused" in cp.stderr

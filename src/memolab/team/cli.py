@@ -15,11 +15,22 @@ from typing import Any, Dict, List, Optional
 from ..cli import PROBLEM, USAGE, CliError, Progress, _json_option, command, emit_json, options, parse_age, store_root
 
 
+def _quiet() -> None:
+    """The commands report the team store's state themselves: its warnings (unreachable,
+    unsigned) would only repeat it on stderr."""
+    import warnings
+
+    from ..errors import MemolabWarning
+
+    warnings.simplefilter("ignore", MemolabWarning)
+
+
 def _team_store(args: argparse.Namespace, create: bool = False) -> Any:
     """The local store, in front of the configured team store (``CliError`` if none is configured)."""
     from .. import config
     from ..store import get_store
 
+    _quiet()
     remote = config.remote()
     if remote is None or not remote[0] or not remote[1]:
         raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE (postgresql://…) and "
@@ -35,8 +46,11 @@ def _team_store(args: argparse.Namespace, create: bool = False) -> Any:
     return store
 
 
-def _unreachable(store: Any) -> CliError:
-    return CliError(PROBLEM, f"team store unreachable ({store.link.disabled or store.link.last_error}); "
+def _unreachable(store: Any, e: Optional[BaseException] = None) -> CliError:
+    from .link import Failed
+
+    what = "team store error" if isinstance(e, Failed) else "team store unreachable"
+    return CliError(PROBLEM, f"{what} ({store.link.disabled or store.link.last_error}); "
                              f"{_queued(store)} result(s) stay queued locally")
 
 
@@ -60,9 +74,11 @@ def cmd_remote(args: argparse.Namespace) -> int:
     if args.action == "upgrade":
         return _upgrade(args)
     from .. import config
+    from ..store import signing
     from . import journal
     from .link import Offline
 
+    _quiet()
     remote = config.remote()
     if remote is None or not remote[0] or not remote[1]:
         raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE and MEMOLAB_REMOTE_BLOBS (docs/team.md)")
@@ -71,7 +87,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
     out: Dict[str, Any] = {"index": _redact(remote[0]), "blobs": remote[1], "store": str(root),
                            "reachable": False, "index_reachable": False, "blobs_reachable": False,
                            "schema_version": None, "supported": None, "error": None,
-                           "queued": 0, "uploaded": 0, "team_evaluations": None}
+                           "queued": 0, "uploaded": 0, "team_evaluations": None,
+                           "signed": signing.secret() is not None}
     if local:
         store = _team_store(args)
         link = store.link
@@ -111,6 +128,9 @@ def cmd_remote(args: argparse.Namespace) -> int:
         if out["team_evaluations"] is not None:
             print(f"team         {out['team_evaluations']} evaluation(s)")
         print(f"this store   {out['store']}: {out['queued']} queued for upload, {out['uploaded']} uploaded")
+        if not out["signed"]:
+            print("signing      OFF: MEMOLAB_HMAC_KEY is not set, so anyone who can write to the team store can run "
+                  "code in this process (docs/team.md)")
     return 0 if out["reachable"] else PROBLEM
 
 
@@ -124,9 +144,7 @@ def _redact(url: str) -> str:
 def _schema(idx: Any) -> tuple:
     from . import link as _link  # noqa: F401
 
-    version = getattr(idx, "schema_version", None)
-    if callable(version):
-        version = version()
+    version = getattr(idx, "version", None) if hasattr(idx, "dsn") else None  # PgIndex: the schema it found
     if version is None:
         from ..store.sqlite import SCHEMA_VERSION
 
@@ -181,8 +199,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         total = _queued(store)
         with Progress("sync: uploading", total) as bar:
             n = store.journal.drain(progress=bar.update)
-    except Offline:
-        raise _unreachable(store) from None
+    except Offline as e:
+        raise _unreachable(store, e) from None
     store.link.came_back()
     left = _queued(store)
     out = {"uploaded": n, "added_by_all": added, "queued": left}
@@ -238,8 +256,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
         finally:
             if bars:
                 bars[0].__exit__(None, None, None)
-    except Offline:
-        raise _unreachable(store) from None
+    except Offline as e:
+        raise _unreachable(store, e) from None
     r["function"] = fn
     if args.json:
         emit_json(r)

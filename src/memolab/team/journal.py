@@ -30,7 +30,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..store.sqlite import Key
-from .link import Offline
+from .link import Failed, Offline
 
 DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
     fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
@@ -40,6 +40,10 @@ DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
     error TEXT,
     PRIMARY KEY(fn, code, args, schema)
 )"""
+
+#: local evaluation id -> the team row it is a copy of (imported) or was published as (uploaded):
+#: what forwards this machine's hits to the team index (team-wide last use, for a team gc)
+IDS_DDL = """CREATE TABLE IF NOT EXISTS team_ids(local_id INTEGER PRIMARY KEY, team_id INTEGER NOT NULL)"""
 
 BATCH = 64
 #: an item younger than this waits (its run's logs are flushed right after the result is stored)
@@ -53,6 +57,35 @@ _LOCAL_ONLY = ("id", "hits", "last_hit", "reason", "status", "result_token", "ke
 
 def ensure(c: sqlite3.Connection) -> None:
     c.execute(DDL)
+    c.execute(IDS_DDL)
+
+
+def remember_ids(index: Any, pairs: Sequence[Tuple[int, int]], c: Optional[sqlite3.Connection] = None) -> None:
+    """Record (local id, team id) pairs (best effort: they only route hit counts)."""
+    if not pairs:
+        return
+    try:
+        if c is not None:
+            c.executemany("INSERT OR REPLACE INTO team_ids(local_id, team_id) VALUES (?,?)", pairs)
+        else:
+            with index.write() as w:
+                w.executemany("INSERT OR REPLACE INTO team_ids(local_id, team_id) VALUES (?,?)", pairs)
+    except sqlite3.Error:
+        pass
+
+
+def team_ids(index: Any, local_ids: Sequence[int]) -> Dict[int, int]:
+    out: Dict[int, int] = {}
+    c = index.conn()
+    ids = list(local_ids)
+    try:
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            out.update(c.execute(f"SELECT local_id, team_id FROM team_ids WHERE local_id IN ({','.join('?' * len(chunk))})",
+                                 chunk).fetchall())
+    except sqlite3.Error:
+        pass
+    return out
 
 
 def enqueue(c: sqlite3.Connection, key: Key, owner: str) -> None:
@@ -124,6 +157,7 @@ class Journal:
                 self.import_logs()
                 while self.upload_batch(min_age=MIN_AGE) > 0 and not self._stop:
                     pass
+                self.store.forward_hits()
             except Offline:
                 continue
             except Exception:
@@ -165,11 +199,13 @@ class Journal:
             rows: List[Tuple[Key, str, Dict[str, Any], Dict[str, Tuple[str, str]]]] = []
             puts: List[Tuple[str, Any]] = []
             gone: List[Key] = []
+            local_ids: Dict[Key, int] = {}
             for key, owner in items:
                 local = idx.lookup(key)
                 if local is None:
                     gone.append(key)  # cleared or out of use since: nothing to upload
                     continue
+                local_ids[tuple(key)] = local["id"]  # type: ignore[index]
                 fields = team_fields(local)
                 if local.get("inline") is None:
                     digests = [local["payload"], *(d for d, _ in json.loads(local["buffers"] or "[]"))]
@@ -187,18 +223,32 @@ class Journal:
                     fields["logs"] = d
                 fields["uploaded_by"] = store.identity
                 rows.append((key, owner, fields, self._sources(local)))
-            if puts:
-                seen = set()
-                uniq = [(d, p) for d, p in puts if not (d in seen or seen.add(d))]
-                run(lambda: link.blobs.put_many(uniq))
-            by_owner: Dict[str, List[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]]] = {}
-            for key, owner, fields, sources in rows:
-                by_owner.setdefault(owner, []).append((key, fields, sources))
-            for owner, group in by_owner.items():
-                run(lambda: link.index.publish_many(group, owner=owner or None))
+            try:
+                if puts:
+                    seen: set = set()
+                    uniq = [(d, p) for d, p in puts if not (d in seen or seen.add(d))]  # type: ignore[func-returns-value]
+                    run(lambda: link.blobs.put_many(uniq))
+                by_owner: Dict[str, List[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]]] = {}
+                for key, owner, fields, sources in rows:
+                    by_owner.setdefault(owner, []).append((key, fields, sources))
+                published: Dict[Key, int] = {}
+                for owner, group in by_owner.items():
+                    got = run(lambda: link.index.publish_many(group, owner=owner or None))
+                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got))
+            except Failed:
+                # Not an outage: these items wait behind the others (ordered by attempts)
+                # and are tried again later; the error is kept for `memolab remote status`.
+                with idx.write() as c:
+                    c.executemany("UPDATE team_uploads SET attempts=attempts+1, error=? "
+                                  "WHERE fn=? AND code=? AND args=? AND schema=?",
+                                  [(link.last_error, *k) for k, *_ in rows])
+                # their team leases are dropped, not heart-beaten on: another machine may compute
+                store.drop_team_leases([(k, o) for k, o, *_ in rows])
+                raise
             done = gone + [k for k, *_ in rows]
             with idx.write() as c:
                 c.executemany("DELETE FROM team_uploads WHERE fn=? AND code=? AND args=? AND schema=?", done)
+                remember_ids(idx, [(local_ids[k], published[k]) for k, *_ in rows if k in published], c)
                 if rows:
                     c.execute("INSERT INTO meta(key, value) VALUES ('team_uploaded', ?) ON CONFLICT(key) DO UPDATE "
                               "SET value=CAST(CAST(value AS INTEGER) + ? AS TEXT)", (str(len(rows)), len(rows)))
@@ -249,6 +299,9 @@ class Journal:
         if link.disabled is not None or link.down_since is not None:
             return  # down: no wait at all; the queue is uploaded by the next process or `memolab sync`
         try:
+            self.store.flush_hits()  # this process's hits: written locally, and forwarded below
+            self.store.forward_hits()
+            self.import_logs()  # of results hit in this process (small, a few GETs)
             if count(self.store.index) == 0:
                 return
             self.drain(deadline=time.monotonic() + DRAIN_SECONDS, force=False)

@@ -39,7 +39,7 @@ from ..errors import CorruptBlob, MemolabWarning, StoreMiss
 from ..store import Store, signing, tmpfiles
 from ..store.blobs import digest_bytes
 from ..store.sqlite import Key, host_name
-from . import hits, journal
+from . import journal
 from .link import Link, Offline
 
 _warned: set = set()
@@ -89,6 +89,7 @@ class TeamStore(Store):
         self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
         self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
         self._adopting: Dict[Key, threading.Lock] = {}  # key -> held while this process imports it
+        self._team_hits: Dict[int, Tuple[int, float]] = {}  # local id -> hits not yet forwarded to the team
         self._tl = threading.local()
         self.journal = journal.Journal(self)
         self.link.queued = lambda: journal.count(self.index)
@@ -104,10 +105,6 @@ class TeamStore(Store):
                                "so anyone with write access to the team store can run code in this process "
                                "(see docs/team.md, trust model)")
         atexit.register(self.journal.drain_at_exit)
-        # local hits reach the team index too (team-wide last use, for `gc --remote`);
-        # registered again: Store's own atexit hook was bound before the class changed
-        self._team_hits = hits.Pending()
-        atexit.register(self._flush_hits_at_exit)
         if pending:
             self.journal.wake()  # results queued by an earlier process (offline, killed) go up now
 
@@ -154,6 +151,8 @@ class TeamStore(Store):
             return None
         self.index.publish(key, local_fields(trow), {})
         local = Store.lookup(self, key)
+        if local is not None and trow.get("id") is not None:
+            journal.remember_ids(self.index, [(local["id"], int(trow["id"]))])
         if local is not None and trow.get("logs"):
             self.journal.want_logs(local["id"], trow["logs"])
         return local
@@ -201,7 +200,10 @@ class TeamStore(Store):
                         raise _corrupt(d, getattr(e1, "reason", str(e1))) from e1
                 raise
             for d, n in want.items():
-                _verify_file(tmps[d], d, n)  # never trust the transport: checked here, before it is kept
+                # get_to verified the bytes against the digest while streaming them (team/blobs.py);
+                # the size is checked again here, before the file joins the local store
+                if os.stat(tmps[d]).st_size != n:
+                    raise _corrupt(d, f"downloaded blob {d[:12]} has the wrong size")
                 self.blobs._publish(tmps[d], self.blobs.path(d), d)
         finally:
             for t in tmps.values():
@@ -216,9 +218,10 @@ class TeamStore(Store):
         from . import logs
 
         try:
-            data = self.link.run(lambda: self.link.blobs.get(digest, None))
-            if digest_bytes(data) != digest:
+            size = self.link.run(lambda: _blob_size(self.link.blobs, digest))
+            if size is None:
                 return 0
+            data = self.link.run(lambda: self.link.blobs.get(digest, size))  # verified against the digest
             return logs.import_bundle(self.index, bytes(data), eval_id)
         except Offline:
             return 0
@@ -271,6 +274,44 @@ class TeamStore(Store):
                 if self._team_held.get(key) == owner:
                     del self._team_held[key]
 
+    # -- hits: counted locally (batched, off the hit path), forwarded to the team in batches --------
+    def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
+        hits, stamps = Store._take_usage(self)
+        if hits:
+            with self._held_lock:
+                for i, (n, t) in hits.items():
+                    m, u = self._team_hits.get(i, (0, 0.0))
+                    self._team_hits[i] = (m + n, max(t, u))
+        return hits, stamps
+
+    def forward_hits(self) -> None:
+        """Add this process's hits to the team rows they were hits on (advisory: dropped when
+        the team store is down), so the team knows each result's last use."""
+        with self._held_lock:
+            hits, self._team_hits = self._team_hits, {}
+        if not hits or not self.link.usable():
+            return
+        ids = journal.team_ids(self.index, list(hits))
+        counts = {ids[i]: v for i, v in hits.items() if i in ids}
+        if counts:
+            try:
+                self.link.run(lambda: self.link.index.add_hits(counts))
+            except Offline:
+                pass
+
+    def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
+        """Give up team leases whose results cannot be uploaded now (best effort)."""
+        for key, owner in held:
+            with self._held_lock:
+                if self._team_held.get(key) != owner:
+                    continue
+                del self._team_held[key]
+            if owner:
+                try:
+                    self.link.run(lambda: self.link.index.release(key, owner))
+                except Offline:
+                    pass
+
     def _heartbeat_loop(self) -> None:
         while not self._beat_stop.wait(config.settings().heartbeat):
             with self._held_lock:
@@ -290,26 +331,12 @@ class TeamStore(Store):
                 except Offline:
                     pass
 
-    # -- usage: local hit counts forwarded to the team (team/hits.py) ------------------------------
-    def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
-        counts, stamps = Store._take_usage(self)
-        if counts:
-            self._team_hits.add(counts)
-        return counts, stamps
-
-    def flush_hits(self) -> None:
-        Store.flush_hits(self)
-        hits.forward(self, self._team_hits)
-
-    def _flush_hits_at_exit(self) -> None:
-        # counts are advisory: a team store gone by now costs them, without a warning
-        # about "working locally" printed as the process ends
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.flush_hits()
-
     # -- writing: locally at once, uploaded in the background ------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
+        # Imported now, not at exit: the exit drain may need the S3 client's thread pools,
+        # and a module registering with ``threading`` during interpreter shutdown fails.
+        import concurrent.futures.thread  # noqa: F401
+
         self._tl.upload = (key, owner if self._team_held.get(key) == owner else "")
         try:
             eval_id = Store.save(self, key, owner, value, fields, sources)
@@ -364,6 +391,7 @@ class TeamStore(Store):
         logs_n = 0
         if ok:
             now = self.index.lookup_many([k for k, _ in ok])
+            journal.remember_ids(self.index, [(now[k]["id"], int(r["id"])) for k, r in ok if k in now])
             for k, r in ok:
                 if r.get("logs") and k in now:
                     logs_n += self.import_logs(now[k]["id"], r["logs"])
@@ -387,21 +415,21 @@ class TeamStore(Store):
         return len(missing)
 
 
-def _verify_file(path: Path, digest: str, size: int) -> None:
-    """``CorruptBlob`` unless the file at ``path`` holds exactly the bytes named ``digest``."""
-    import mmap
-
-    with open(path, "rb") as f:
-        n = os.fstat(f.fileno()).st_size
-        if n != size:
-            raise _corrupt(digest, f"downloaded blob {digest[:12]} has {n} bytes, expected {size}")
-        if n == 0:
-            ok = digest_bytes(b"") == digest
-        else:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                ok = digest_bytes(m) == digest
-    if not ok:
-        raise _corrupt(digest, f"downloaded blob {digest[:12]} does not match its digest")
+def _blob_size(blobs: Any, digest: str) -> Optional[int]:
+    """The size of a remote blob whose size no row records (a logs bundle: the team row
+    keeps only its digest): a stat or a HEAD. None where the blob store cannot say."""
+    path = getattr(blobs, "_path", None)
+    if path is not None:
+        try:
+            return os.stat(path(digest)).st_size
+        except FileNotFoundError:
+            return None
+    if hasattr(blobs, "_call") and hasattr(blobs, "_key"):  # S3: HEAD
+        try:
+            return int(blobs._call("head_object", digest, Key=blobs._key(digest))["ContentLength"])
+        except StoreMiss:
+            return None
+    return None
 
 
 def _corrupt(digest: str, reason: str) -> CorruptBlob:

@@ -33,6 +33,11 @@ class Offline(Exception):
     """Internal: the team store is not used for this operation (down, or disabled)."""
 
 
+class Failed(Offline):
+    """Internal: the team store answered with an error that is not an outage (a bug, a
+    constraint, a permission): this operation goes without it, the store is not marked down."""
+
+
 def open_index(url: str, timeout: float) -> Any:
     """The team index for ``url``: ``postgresql://…`` (team.pg) or ``sqlite:///path`` (one host, dev)."""
     low = url.lower()
@@ -73,6 +78,7 @@ class Link:
         #: a configuration problem: the team store is not used by this process at all
         self.disabled: Optional[str] = None
         self._warned = False
+        self._warned_error = False
         #: says how many results are queued (for the warning); set by the TeamStore
         self.queued: Callable[[], int] = lambda: 0
         #: asked to probe when a probe is due (the uploader thread does it)
@@ -127,8 +133,12 @@ class Link:
             self.went_down(e)
             raise Offline() from e
         except Exception as e:  # a team-store failure must never fail a user's call
-            self.went_down(e)
-            raise Offline() from e
+            self.last_error = f"{type(e).__name__}: {e}"
+            if not self._warned_error:
+                self._warned_error = True
+                warnings.warn(f"memolab: team store error ({self.last_error}): this operation works locally",
+                              MemolabWarning, stacklevel=3)
+            raise Failed() from e
 
     def went_down(self, e: BaseException) -> None:
         with self._lock:
