@@ -434,7 +434,11 @@ class PgIndex:
         except Exception:  # no user name (a container without passwd entry)
             self.who = host_name()
         self._create = create
-        self.version = self._run(self._open_schema, retry=False)
+        try:
+            self.version = self._run(self._open_schema, retry=False)
+        except BaseException:
+            self.close()
+            raise
 
     def _open_schema(self, conn: psycopg.Connection) -> int:
         version = _read_version(conn)
@@ -443,7 +447,11 @@ class PgIndex:
                 raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}: run `memolab remote upgrade`", None)
             # an empty database: the first client creates the schema (serialised by
             # the advisory lock; a client that waited finds it created)
-            _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            try:
+                _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            except pgerrors.InsufficientPrivilege as e:
+                raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}, and this role may not create it: "
+                                      f"run `memolab remote upgrade` as a role that may ({e})", None) from e
             version = _read_version(conn)
             assert version is not None
         _check_version(version, self.dsn)
