@@ -690,3 +690,20 @@ def test_pg_bad_dsn_is_a_configuration_error():
 
     with pytest.raises(StoreConfigError, match="not a valid PostgreSQL URL"):
         PgIndex("postgresql://[nonsense")
+
+
+def test_pg_a_role_that_may_not_create_the_schema_is_told_what_to_do(postgres_dsn):
+    import psycopg
+
+    from memolab.team.pg import PgIndex, TeamSchemaError
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as c:
+        c.execute("DROP ROLE IF EXISTS memolab_reader")
+        c.execute("CREATE ROLE memolab_reader LOGIN")
+        c.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    try:
+        with pytest.raises(TeamSchemaError, match="may not create it: run `memolab remote upgrade`"):
+            PgIndex(postgres_dsn.replace("postgres@", "memolab_reader@"))
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as c:
+            c.execute("DROP ROLE memolab_reader")

@@ -434,7 +434,11 @@ class PgIndex:
         except Exception:  # no user name (a container without passwd entry)
             self.who = host_name()
         self._create = create
-        self.version = self._run(self._open_schema, retry=False)
+        try:
+            self.version = self._run(self._open_schema, retry=False)
+        except BaseException:
+            self.close()
+            raise
 
     def _open_schema(self, conn: psycopg.Connection) -> int:
         version = _read_version(conn)
@@ -445,6 +449,9 @@ class PgIndex:
             # the advisory lock; a client that waited finds it created)
             try:
                 _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            except pgerrors.InsufficientPrivilege as e:
+                raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}, and this role may not create it: "
+                                      f"run `memolab remote upgrade` as a role that may ({e})", None) from e
             except (pgerrors.DuplicateTable, pgerrors.DuplicateObject, pgerrors.UniqueViolation):
                 # Another client created it while we waited for the advisory lock: our
                 # transaction began before its commit, and a catalog lookup inside it
