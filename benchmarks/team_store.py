@@ -27,7 +27,9 @@ Rows (each compares the same work, or says that it does not):
   local store: one index query, concurrent downloads, each blob verified
   against its BLAKE3 digest and published into the blob folder, the rows
   recorded locally. ``raw GET`` is boto3 ``get_object`` of the same objects at
-  the same concurrency, streamed to files, nothing verified or recorded.
+  the same concurrency, streamed to files, nothing verified or recorded (and
+  once more with each file fsynced, as pull does: a downloaded blob must survive
+  a crash, since local hits trust a blob's stat stamp).
   ``memolab pull`` (CLI) is the same pull run as a command: wall time including
   interpreter start-up and imports (not the same work: says so in the row).
 
@@ -234,7 +236,7 @@ class Bench:
         shutil.rmtree(path, ignore_errors=True)
         return self.pull_bytes / dt
 
-    def raw_get(self) -> float:
+    def raw_get(self, fsync: bool = False) -> float:
         client = self._client()
         client.head_bucket(Bucket=self.blobs.bucket)  # connection made
         d = Path(tempfile.mkdtemp(dir=self.work))
@@ -247,6 +249,9 @@ class Bench:
                 for chunk in iter(lambda: body.read(1 << 20), b""):
                     f.write(chunk)
                     n += len(chunk)
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
             return n
 
         t = time.perf_counter()
@@ -278,6 +283,7 @@ def main() -> None:
         for r in range(args.rounds):
             steps = [lambda: b.small_hits(min(args.keys, 100)), b.big_hit, lambda: b.concurrent(args.workers),
                      lambda: b.concurrent(1), lambda: {"pull": b.pull()}, lambda: {"raw": b.raw_get()},
+                     lambda: {"raw_fsync": b.raw_get(fsync=True)},
                      lambda: {"pull_cli": b.pull_cli()}]
             if r % 2:  # pull and raw GET take turns going first
                 steps[4], steps[5] = steps[5], steps[4]
@@ -322,7 +328,9 @@ def main() -> None:
     print("|---|---|---|")
     print(f"| raw boto3 GET of the same objects, to files (no verification, nothing recorded) | "
           f"{spread(rounds['raw'], mbps)} | 1.00 |")
-    print(f"| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, record | {spread(rounds['pull'], mbps)} | "
+    print(f"| raw boto3 GET as above, each file fsynced (the durability a pull gives its files) | "
+          f"{spread(rounds['raw_fsync'], mbps)} | {med['raw_fsync'] / med['raw']:.2f} |")
+    print(f"| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record | {spread(rounds['pull'], mbps)} | "
           f"{med['pull'] / med['raw']:.2f} |")
     print(f"| `memolab pull` as a command, wall time incl. interpreter start-up and imports (not the same work) | "
           f"{spread(rounds['pull_cli'], mbps)} | {med['pull_cli'] / med['raw']:.2f} |")
