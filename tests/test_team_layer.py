@@ -236,7 +236,10 @@ def test_a_crash_after_storing_loses_nothing(machines, team):
     b.run(11)
     b.run(11)
     assert computed(calls) == ["A 11"]
-    # every machine's hits reach the team row (batched, at exit at the latest): its last use is team-wide
+    # every machine's hits reach the team row: at the exit of a process that used the team store,
+    # else (B's second run: local hits only, no connection made for them) by the next one or sync
+    assert list(team.hits().values()) == [2]
+    assert b.cli("sync").returncode == 0
     assert list(team.hits().values()) == [3]
 
 

@@ -199,6 +199,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         total = _queued(store)
         with Progress("sync: uploading", total) as bar:
             n = store.journal.drain(progress=bar.update)
+        store.flush_hits()
+        store.forward_hits()
     except Offline as e:
         raise _unreachable(store, e) from None
     store.link.came_back()
