@@ -283,7 +283,7 @@ def test_team_lease_of_a_killed_machine_is_taken_over_after_ttl(machines, tmp_pa
     be asked) computes; A is SIGKILLed; B takes the key over once A's lease is stale."""
     a, b, calls = machines
     hold = tmp_path / "holding"
-    ttl = dict(MEMOLAB_LEASE_TTL="1.5", MEMOLAB_HEARTBEAT="0.2")
+    ttl = dict(MEMOLAB_LEASE_TTL="2.5", MEMOLAB_HEARTBEAT="0.2")  # roomy: a loaded machine must not stall it
     pa = subprocess.Popen([sys.executable, str(a.root / "job.py"), "41"], cwd=a.root,
                           env=a.env(HOLD=str(hold), FAKE_HOST="other-box", **ttl),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -295,7 +295,7 @@ def test_team_lease_of_a_killed_machine_is_taken_over_after_ttl(machines, tmp_pa
         pb = subprocess.Popen([sys.executable, str(b.root / "job.py"), "41"], cwd=b.root, env=b.env(**ttl),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            time.sleep(2.5)  # well past the TTL: A heart-beats, so B must still be waiting
+            time.sleep(3.5)  # past the TTL: A heart-beats, so B must still be waiting
             assert pb.poll() is None, pb.communicate()
             assert computed(calls) == ["A 41"]
         finally:

@@ -297,12 +297,25 @@ class Journal:
         return total
 
     def drain_at_exit(self) -> None:
-        """The bounded wait at exit: upload what is queued while the team store answers."""
+        """The bounded wait at exit: upload what is queued while the team store answers.
+
+        The work runs on a daemon thread joined for at most ``DRAIN_SECONDS``: one large
+        upload cannot hold the exit longer (cut short, it is simply done again later: the
+        queue row stays until the row is published, and a PUT of a blob is idempotent)."""
         self._stop = True
         self._wake.set()
         link = self.store.link
         if link.disabled is not None or link.down_since is not None:
             return  # down: no wait at all; the queue is uploaded by the next process or `memolab sync`
+        try:
+            t = threading.Thread(target=self._exit_work, name="memolab-team-exit", daemon=True)
+            t.start()
+            t.join(DRAIN_SECONDS)
+        except Exception:
+            pass
+
+    def _exit_work(self) -> None:
+        link = self.store.link
         try:
             self.import_logs()  # of results hit in this process (small, a few GETs)
             if count(self.store.index):

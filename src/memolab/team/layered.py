@@ -102,8 +102,19 @@ class TeamStore(Store):
             _warn_once("hmac", "memolab: a team store is configured without MEMOLAB_HMAC_KEY: results are not signed, "
                                "so anyone with write access to the team store can run code in this process "
                                "(see docs/team.md, trust model)")
-        atexit.register(self.journal.drain_at_exit)
+        # Run by ``threading`` at shutdown, before threads are joined and before the
+        # interpreter finalizes (where a new thread or a module registering with
+        # ``threading``, as the S3 client's pools do, is refused); ``atexit`` otherwise.
+        register = getattr(threading, "_register_atexit", None)
+        try:
+            if register is None:
+                raise AttributeError
+            register(self.journal.drain_at_exit)
+        except (AttributeError, RuntimeError):
+            atexit.register(self.journal.drain_at_exit)
         if pending:
+            import concurrent.futures.thread  # noqa: F401  (see save)
+
             self.journal.wake()  # results queued by an earlier process (offline, killed) go up now
 
     def __repr__(self) -> str:
