@@ -388,3 +388,48 @@ def test_signed_team_rows_verify_across_machines_and_forgeries_are_refused(tmp_p
     cp = m.run(51)
     assert computed(calls) == ["A 51", "A 52", "M 51"]
     assert "refused" in cp.stderr
+
+
+def test_team_store_going_down_mid_process_never_fails_a_call(tmp_path, postgres_server, postgres_dsn, s3_server,
+                                                            s3_bucket, clean_remote):
+    """A live process whose team store goes away: calls go on locally (one warning for
+    all of them), results stay queued, and are uploaded once the store is back."""
+    from conftest import Calls
+
+    ran = Calls()
+
+    @memolab.memo
+    def g(x):
+        ran.append(x)
+        return bytes([x]) * 50000
+
+    old = config.settings().store
+    old_timeout = config.settings().remote_timeout
+    memolab.configure(store=str(tmp_path / "live"), remote=postgres_dsn, remote_blobs=s3_bucket, remote_timeout=1.0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert g(1) == bytes([1]) * 50000  # connected: computed, uploaded in the background
+        store = g.store()
+        store.journal.drain()
+        postgres_server.stop()
+        s3_server.stop()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert g(2) == bytes([2]) * 50000
+            assert g(3) == bytes([3]) * 50000
+            assert g(2) == bytes([2]) * 50000  # a local hit
+        down = [x for x in w if "team store unreachable" in str(x.message)]
+        assert len(down) == 1, [str(x.message) for x in w]
+        assert ran == [1, 2, 3]
+        from memolab.team import journal
+
+        assert journal.count(store.index) == 2
+        postgres_server.start()
+        s3_server.start()
+        s3_server.client().create_bucket(Bucket=s3_bucket[len("s3://"):].split("/")[0])
+        assert store.link.probe()
+        assert store.journal.drain() == 2
+        assert journal.count(store.index) == 0
+    finally:
+        memolab.configure(store=old, remote_timeout=old_timeout)
