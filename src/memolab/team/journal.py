@@ -113,6 +113,17 @@ def count(index: Any) -> int:
         return 0
 
 
+def failing(index: Any) -> Tuple[int, Optional[str]]:
+    """Queued results the team store refused (not an outage): how many, and the last error."""
+    try:
+        c = index.conn()
+        n = c.execute("SELECT COUNT(*) FROM team_uploads WHERE error IS NOT NULL").fetchone()[0]
+        row = c.execute("SELECT error FROM team_uploads WHERE error IS NOT NULL ORDER BY attempts DESC LIMIT 1").fetchone()
+        return int(n), row[0] if row else None
+    except sqlite3.Error:
+        return 0, None
+
+
 def uploaded_count(index: Any) -> int:
     try:
         row = index.conn().execute("SELECT value FROM meta WHERE key='team_uploaded'").fetchone()
