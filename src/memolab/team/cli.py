@@ -88,12 +88,13 @@ def cmd_remote(args: argparse.Namespace) -> int:
                            "reachable": False, "index_reachable": False, "blobs_reachable": False,
                            "schema_version": None, "supported": None, "error": None,
                            "queued": 0, "uploaded": 0, "team_evaluations": None,
-                           "signed": signing.secret() is not None}
+                           "signed": signing.secret() is not None, "failing": 0, "last_upload_error": None}
     if local:
         store = _team_store(args)
         link = store.link
         out["queued"] = journal.count(store.index)
         out["uploaded"] = journal.uploaded_count(store.index)
+        out["failing"], out["last_upload_error"] = journal.failing(store.index)
     else:
         from .link import Link
 
@@ -128,6 +129,9 @@ def cmd_remote(args: argparse.Namespace) -> int:
         if out["team_evaluations"] is not None:
             print(f"team         {out['team_evaluations']} evaluation(s)")
         print(f"this store   {out['store']}: {out['queued']} queued for upload, {out['uploaded']} uploaded")
+        if out["failing"]:
+            print(f"failing      {out['failing']} queued result(s) were refused by the team store: "
+                  f"{out['last_upload_error']}")
         if not out["signed"]:
             print("signing      OFF: MEMOLAB_HMAC_KEY is not set, so anyone who can write to the team store can run "
                   "code in this process (docs/team.md)")
@@ -199,6 +203,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         total = _queued(store)
         with Progress("sync: uploading", total) as bar:
             n = store.journal.drain(progress=bar.update)
+        store.flush_hits()
+        store.forward_hits()
     except Offline as e:
         raise _unreachable(store, e) from None
     store.link.came_back()

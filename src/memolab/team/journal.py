@@ -43,7 +43,9 @@ DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
 
 #: local evaluation id -> the team row it is a copy of (imported) or was published as (uploaded):
 #: what forwards this machine's hits to the team index (team-wide last use, for a team gc)
-IDS_DDL = """CREATE TABLE IF NOT EXISTS team_ids(local_id INTEGER PRIMARY KEY, team_id INTEGER NOT NULL)"""
+#: ``sent``: how many of the local row's hits the team row has been given already
+IDS_DDL = """CREATE TABLE IF NOT EXISTS team_ids(local_id INTEGER PRIMARY KEY, team_id INTEGER NOT NULL,
+    sent INTEGER NOT NULL DEFAULT 0)"""
 
 BATCH = 64
 #: an item younger than this waits (its run's logs are flushed right after the result is stored)
@@ -64,28 +66,31 @@ def remember_ids(index: Any, pairs: Sequence[Tuple[int, int]], c: Optional[sqlit
     """Record (local id, team id) pairs (best effort: they only route hit counts)."""
     if not pairs:
         return
+    # hits counted before the mapping existed (a local result uploaded later) are owed to the team too
+    sql = "INSERT OR REPLACE INTO team_ids(local_id, team_id, sent) VALUES (?,?,0)"
     try:
         if c is not None:
-            c.executemany("INSERT OR REPLACE INTO team_ids(local_id, team_id) VALUES (?,?)", pairs)
+            c.executemany(sql, pairs)
         else:
             with index.write() as w:
-                w.executemany("INSERT OR REPLACE INTO team_ids(local_id, team_id) VALUES (?,?)", pairs)
+                w.executemany(sql, pairs)
     except sqlite3.Error:
         pass
 
 
-def team_ids(index: Any, local_ids: Sequence[int]) -> Dict[int, int]:
-    out: Dict[int, int] = {}
-    c = index.conn()
-    ids = list(local_ids)
+def unsent_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, float]]:
+    """(local id, team id, hits not yet sent, last hit) of rows hit since their last forwarding."""
     try:
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            out.update(c.execute(f"SELECT local_id, team_id FROM team_ids WHERE local_id IN ({','.join('?' * len(chunk))})",
-                                 chunk).fetchall())
+        return index.conn().execute(
+            "SELECT t.local_id, t.team_id, e.hits - t.sent, COALESCE(e.last_hit, 0) FROM team_ids t "
+            "JOIN evaluations e ON e.id = t.local_id WHERE e.hits > t.sent LIMIT ?", (limit,)).fetchall()
     except sqlite3.Error:
-        pass
-    return out
+        return []
+
+
+def mark_sent(index: Any, rows: Sequence[Tuple[int, int, int, float]]) -> None:
+    with index.write() as c:
+        c.executemany("UPDATE team_ids SET sent = sent + ? WHERE local_id = ?", [(n, i) for i, _, n, _ in rows])
 
 
 def enqueue(c: sqlite3.Connection, key: Key, owner: str) -> None:
@@ -106,6 +111,17 @@ def count(index: Any) -> int:
         return int(index.conn().execute("SELECT COUNT(*) FROM team_uploads").fetchone()[0])
     except sqlite3.OperationalError:
         return 0
+
+
+def failing(index: Any) -> Tuple[int, Optional[str]]:
+    """Queued results the team store refused (not an outage): how many, and the last error."""
+    try:
+        c = index.conn()
+        n = c.execute("SELECT COUNT(*) FROM team_uploads WHERE error IS NOT NULL").fetchone()[0]
+        row = c.execute("SELECT error FROM team_uploads WHERE error IS NOT NULL ORDER BY attempts DESC LIMIT 1").fetchone()
+        return int(n), row[0] if row else None
+    except sqlite3.Error:
+        return 0, None
 
 
 def uploaded_count(index: Any) -> int:
@@ -292,19 +308,32 @@ class Journal:
         return total
 
     def drain_at_exit(self) -> None:
-        """The bounded wait at exit: upload what is queued while the team store answers."""
+        """The bounded wait at exit: upload what is queued while the team store answers.
+
+        The work runs on a daemon thread joined for at most ``DRAIN_SECONDS``: one large
+        upload cannot hold the exit longer (cut short, it is simply done again later: the
+        queue row stays until the row is published, and a PUT of a blob is idempotent)."""
         self._stop = True
         self._wake.set()
         link = self.store.link
         if link.disabled is not None or link.down_since is not None:
             return  # down: no wait at all; the queue is uploaded by the next process or `memolab sync`
         try:
-            self.store.flush_hits()  # this process's hits: written locally, and forwarded below
-            self.store.forward_hits()
+            t = threading.Thread(target=self._exit_work, name="memolab-team-exit", daemon=True)
+            t.start()
+            t.join(DRAIN_SECONDS)
+        except Exception:
+            pass
+
+    def _exit_work(self) -> None:
+        link = self.store.link
+        try:
             self.import_logs()  # of results hit in this process (small, a few GETs)
-            if count(self.store.index) == 0:
-                return
-            self.drain(deadline=time.monotonic() + DRAIN_SECONDS, force=False)
+            if count(self.store.index):
+                self.drain(deadline=time.monotonic() + DRAIN_SECONDS, force=False)
+            if link.contacted:  # never a first connection at exit just for hit counts
+                self.store.flush_hits()  # this process's hits: written locally, then forwarded
+                self.store.forward_hits()
         except Exception:
             pass
 

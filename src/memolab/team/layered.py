@@ -89,7 +89,6 @@ class TeamStore(Store):
         self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
         self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
         self._adopting: Dict[Key, threading.Lock] = {}  # key -> held while this process imports it
-        self._team_hits: Dict[int, Tuple[int, float]] = {}  # local id -> hits not yet forwarded to the team
         self._tl = threading.local()
         self.journal = journal.Journal(self)
         self.link.queued = lambda: journal.count(self.index)
@@ -104,8 +103,19 @@ class TeamStore(Store):
             _warn_once("hmac", "memolab: a team store is configured without MEMOLAB_HMAC_KEY: results are not signed, "
                                "so anyone with write access to the team store can run code in this process "
                                "(see docs/team.md, trust model)")
-        atexit.register(self.journal.drain_at_exit)
+        # Run by ``threading`` at shutdown, before threads are joined and before the
+        # interpreter finalizes (where a new thread or a module registering with
+        # ``threading``, as the S3 client's pools do, is refused); ``atexit`` otherwise.
+        register = getattr(threading, "_register_atexit", None)
+        try:
+            if register is None:
+                raise AttributeError
+            register(self.journal.drain_at_exit)
+        except (AttributeError, RuntimeError):
+            atexit.register(self.journal.drain_at_exit)
         if pending:
+            import concurrent.futures.thread  # noqa: F401  (see save)
+
             self.journal.wake()  # results queued by an earlier process (offline, killed) go up now
 
     def __repr__(self) -> str:
@@ -315,30 +325,25 @@ class TeamStore(Store):
                 if self._team_held.get(key) == owner:
                     del self._team_held[key]
 
-    # -- hits: counted locally (batched, off the hit path), forwarded to the team in batches --------
-    def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
-        hits, stamps = Store._take_usage(self)
-        if hits:
-            with self._held_lock:
-                for i, (n, t) in hits.items():
-                    m, u = self._team_hits.get(i, (0, 0.0))
-                    self._team_hits[i] = (m + n, max(t, u))
-        return hits, stamps
-
-    def forward_hits(self) -> None:
-        """Add this process's hits to the team rows they were hits on (advisory: dropped when
-        the team store is down), so the team knows each result's last use."""
-        with self._held_lock:
-            hits, self._team_hits = self._team_hits, {}
-        if not hits or not self.link.usable():
-            return
-        ids = journal.team_ids(self.index, list(hits))
-        counts = {ids[i]: v for i, v in hits.items() if i in ids}
-        if counts:
-            try:
-                self.link.run(lambda: self.link.index.add_hits(counts))
-            except Offline:
-                pass
+    # -- hits: forwarded to the team rows they were hits on ------------------------------------
+    def forward_hits(self) -> int:
+        """Give the team rows the hits counted on their local copies since the last time
+        (the local ``hits`` column is the ledger, so nothing waits in memory): the team
+        then knows each result's team-wide last use. Advisory; by the uploader thread,
+        at exit of a process that used the team store, and by ``memolab sync``."""
+        rows = journal.unsent_hits(self.index)
+        if not rows or not self.link.usable():
+            return 0
+        counts: Dict[int, Tuple[int, float]] = {}
+        for _, tid, n, t in rows:
+            m, u = counts.get(tid, (0, 0.0))
+            counts[tid] = (m + n, max(t, u))
+        try:
+            self.link.run(lambda: self.link.index.add_hits(counts))
+        except Offline:
+            return 0
+        journal.mark_sent(self.index, rows)
+        return len(rows)
 
     def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
         """Give up team leases whose results cannot be uploaded now (best effort)."""

@@ -79,6 +79,8 @@ class Link:
         self.disabled: Optional[str] = None
         self._warned = False
         self._warned_error = False
+        #: an operation succeeded in this process (exit work never opens a first connection)
+        self.contacted = False
         #: says how many results are queued (for the warning); set by the TeamStore
         self.queued: Callable[[], int] = lambda: 0
         #: asked to probe when a probe is due (the uploader thread does it)
@@ -123,7 +125,9 @@ class Link:
         if self.disabled is not None:
             raise Offline()
         try:
-            return fn()
+            out = fn()
+            self.contacted = True
+            return out
         except StoreMiss:
             raise  # a blob that does not verify: the remote answered, the answer is refused
         except StoreConfigError as e:
