@@ -98,7 +98,7 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> Dict[str, 
 def run_cli(args: Any) -> int:
     """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
     from .. import config
-    from ..cli import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_size, table
+    from ..cli import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_duration, human_size, table
     from ..errors import RemoteUnavailable, StoreConfigError
     from .cli import _redact
     from .link import open_index, open_remote_blobs
@@ -139,8 +139,8 @@ def run_cli(args: Any) -> int:
     n_rows = len(p.rows)
     print(f"{verb} {n_rows} evaluation{'s' if n_rows != 1 else ''} from the team index; {free} "
           f"{human_size(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
-          f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} younger than "
-          f"the grace period ({human_size(r['young_bytes_kept'])}: uploads in flight)")
+          f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
+          f"the grace period of {human_duration(grace)} ({human_size(r['young_bytes_kept'])}; perhaps uploads in flight)")
     if dry and not args.dry_run:
         print("dry run: nothing deleted; pass --yes to delete")
     return OK
