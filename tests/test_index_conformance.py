@@ -707,3 +707,21 @@ def test_pg_a_role_that_may_not_create_the_schema_is_told_what_to_do(postgres_ds
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as c:
             c.execute("DROP ROLE memolab_reader")
+
+
+def test_pg_leases_use_the_database_clock(postgres_dsn, monkeypatch):
+    """Machines' clocks differ: a client an hour ahead must not take over a live lease
+    (nor one an hour behind keep a dead one alive): heartbeats are the server's time."""
+    from memolab.team.pg import PgIndex
+
+    with PgIndex(postgres_dsn) as ix:
+        assert ix.claim(key(1), ELSEWHERE, ttl=60)[0] == "owner"
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600)
+        assert ix.claim(key(1), "B", ttl=60)[0] == "wait"
+        assert ix.live_leases(60) == 1
+        monkeypatch.setattr(time, "time", lambda: real() - 3600)
+        ix.claim(key(2), ELSEWHERE, ttl=0.1)
+        monkeypatch.undo()
+        time.sleep(0.3)
+        assert ix.claim(key(2), "B", ttl=0.1)[0] == "owner"
