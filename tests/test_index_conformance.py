@@ -725,3 +725,39 @@ def test_pg_leases_use_the_database_clock(postgres_dsn, monkeypatch):
         monkeypatch.undo()
         time.sleep(0.3)
         assert ix.claim(key(2), "B", ttl=0.1)[0] == "owner"
+
+
+def test_pg_sigkilled_holder_on_another_machine_is_taken_over_after_its_ttl(postgres_dsn, tmp_path):
+    """A worker on "another machine" (its owner names another host: the process table
+    here cannot speak for it) heart-beats its lease; SIGKILLed, its lease is taken
+    over once the heartbeat is older than the TTL, not before."""
+    from memolab.team.pg import PgIndex
+
+    ttl = 1.0
+    ready = tmp_path / "ready"
+    body = f"""
+    ix = open_index(sys.argv[1])
+    me = "gpu-node-7:4242:999/1.abc"
+    assert ix.claim({key(1)!r}, me, ttl={ttl})[0] == "owner"
+    open({str(ready)!r}, "w").close()
+    while True:
+        ix.heartbeat([({key(1)!r}, me)])
+        time.sleep(0.05)
+    """
+    script = tmp_path / "worker.py"
+    script.write_text("import sys, time\n" + OPEN + textwrap.dedent(body))
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, str(script), postgres_dsn], env=env)
+    with PgIndex(postgres_dsn) as ix:
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert p.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(ttl * 1.5)
+            assert ix.claim(key(1), "B", ttl=ttl)[0] == "wait"  # older than the ttl, but heart-beaten
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        time.sleep(ttl * 1.5)
+        assert ix.claim(key(1), "B", ttl=ttl)[0] == "owner"
