@@ -707,3 +707,57 @@ def test_pg_a_role_that_may_not_create_the_schema_is_told_what_to_do(postgres_ds
     finally:
         with psycopg.connect(postgres_dsn, autocommit=True) as c:
             c.execute("DROP ROLE memolab_reader")
+
+
+def test_pg_leases_use_the_database_clock(postgres_dsn, monkeypatch):
+    """Machines' clocks differ: a client an hour ahead must not take over a live lease
+    (nor one an hour behind keep a dead one alive): heartbeats are the server's time."""
+    from memolab.team.pg import PgIndex
+
+    with PgIndex(postgres_dsn) as ix:
+        assert ix.claim(key(1), ELSEWHERE, ttl=60)[0] == "owner"
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600)
+        assert ix.claim(key(1), "B", ttl=60)[0] == "wait"
+        assert ix.live_leases(60) == 1
+        monkeypatch.setattr(time, "time", lambda: real() - 3600)
+        ix.claim(key(2), ELSEWHERE, ttl=0.1)
+        monkeypatch.undo()
+        time.sleep(0.3)
+        assert ix.claim(key(2), "B", ttl=0.1)[0] == "owner"
+
+
+def test_pg_sigkilled_holder_on_another_machine_is_taken_over_after_its_ttl(postgres_dsn, tmp_path):
+    """A worker on "another machine" (its owner names another host: the process table
+    here cannot speak for it) heart-beats its lease; SIGKILLed, its lease is taken
+    over once the heartbeat is older than the TTL, not before."""
+    from memolab.team.pg import PgIndex
+
+    ttl = 1.0
+    ready = tmp_path / "ready"
+    body = f"""
+    ix = open_index(sys.argv[1])
+    me = "gpu-node-7:4242:999/1.abc"
+    assert ix.claim({key(1)!r}, me, ttl={ttl})[0] == "owner"
+    open({str(ready)!r}, "w").close()
+    while True:
+        ix.heartbeat([({key(1)!r}, me)])
+        time.sleep(0.05)
+    """
+    script = tmp_path / "worker.py"
+    script.write_text("import sys, time\n" + OPEN + textwrap.dedent(body))
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, str(script), postgres_dsn], env=env)
+    with PgIndex(postgres_dsn) as ix:
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert p.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(ttl * 1.5)
+            assert ix.claim(key(1), "B", ttl=ttl)[0] == "wait"  # older than the ttl, but heart-beaten
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        time.sleep(ttl * 1.5)
+        assert ix.claim(key(1), "B", ttl=ttl)[0] == "owner"

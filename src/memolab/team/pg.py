@@ -117,7 +117,10 @@ $fn$"""
 
 #: (version, statements): applied in order by ``upgrade`` to a database at an older
 #: version, all in one transaction (PostgreSQL's DDL is transactional: a migration
-#: cut short leaves the previous version intact).
+#: cut short leaves the previous version intact). Step 1 builds its DDL from
+#: ``ROW_COLUMNS``: a later version that changes the columns must freeze step 1's
+#: text as it is now, and recreate ``memolab_claim`` (it returns every column) in
+#: its own step; ``SUPPORTED`` then says which older clients can still call it.
 _STEPS: List[Tuple[int, List[str]]] = [
     (1, [
         "CREATE TABLE memolab_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
