@@ -434,7 +434,10 @@ def test_delete_evaluations_and_clear(index):
     assert index.clear() == 2 and index.evaluations() == [] and index.functions() == []
 
 
-def test_concurrent_claims_from_processes_have_one_owner(index, spec, tmp_path):
+def test_concurrent_claims_from_processes_compute_each_key_once(index, spec, tmp_path):
+    """Single flight: processes claim the same keys at once; each owner records at
+    once, the others wait for its row. Every key has exactly one owner, and everyone
+    ends up with that owner's row (a row recorded while another claims is a hit)."""
     n_keys, n_procs = 12, 4
     keys = [key(i) for i in range(n_keys)]
     body = f"""
@@ -443,18 +446,39 @@ def test_concurrent_claims_from_processes_have_one_owner(index, spec, tmp_path):
     me = sys.argv[2]
     keys = {keys!r}
     random.Random(me).shuffle(keys)
+    owned, seen = [], {{}}
     barrier()  # all claim at once
-    print(json.dumps([[list(k), ix.claim(k, me, ttl=3600)[0]] for k in keys]))
+    for k in keys:
+        if ix.claim(k, me, ttl=3600)[0] == "owner":
+            owned.append(k)
+            ix.record(k, me, dict(payload=me, size=1, finished=time.time(), hits=0), {{}})
+            seen[k[2]] = me
+    for k in keys:
+        while k[2] not in seen:
+            state, row = ix.claim(k, me, ttl=3600)
+            if state == "hit":
+                seen[k[2]] = row["payload"]
+            elif state == "owner":  # a second owner: the parent fails the test
+                owned.append(k)
+                ix.record(k, me, dict(payload=me, size=1, finished=time.time(), hits=0), {{}})
+                seen[k[2]] = me
+            else:
+                time.sleep(0.005)
+    print(json.dumps({{"owned": [k[2] for k in owned], "seen": seen}}))
     """
     outs = run_children(tmp_path, body, [[spec, f"proc{i}"] for i in range(n_procs)])
-    owners: Dict[tuple, List[str]] = {}
+    owners: Dict[str, List[str]] = {}
+    views = []
     for i, out in enumerate(outs):
-        for k, state in json.loads(out.strip().splitlines()[-1]):
-            assert state in ("owner", "wait")
-            if state == "owner":
-                owners.setdefault(tuple(k), []).append(f"proc{i}")
-    assert sorted(owners) == sorted(keys) and all(len(v) == 1 for v in owners.values()), owners
-    assert index.live_leases(3600) == n_keys
+        res = json.loads(out.strip().splitlines()[-1])
+        for a in res["owned"]:
+            owners.setdefault(a, []).append(f"proc{i}")
+        views.append(res["seen"])
+    assert sorted(owners) == sorted(k[2] for k in keys) and all(len(v) == 1 for v in owners.values()), owners
+    for view in views:  # everyone has the owner's row
+        assert view == {a: o[0] for a, o in owners.items()}
+    assert index.live_leases(3600) == 0
+    assert {r["args"]: r["payload"] for r in index.rows_since()} == views[0]
 
 
 # -- PostgreSQL's own ----------------------------------------------------------------------------
@@ -631,3 +655,109 @@ def test_pg_logs_bundles_are_referenced(postgres_dsn):
         row = ix.lookup(key(2))
         assert row["logs"] == "2" * 64 and row["uploaded_by"] == "ann@gpu1"
         assert ix.lookup(key(1))["uploaded_by"]  # who published it, by default
+
+
+def test_pg_forked_child_gets_its_own_connection(postgres_dsn):
+    """A fork (multiprocessing, a Dask worker) must not use nor close the parent's session."""
+    import gc
+
+    from memolab.team.pg import PgIndex
+
+    ix = PgIndex(postgres_dsn)
+    ix.publish(key(1), fields(1), {})
+    session = ix.conn().info.backend_pid
+    pid = os.fork()
+    if pid == 0:  # the child: its own connection; dropping the inherited one must not end the parent's
+        code = 1
+        try:
+            ok = ix.lookup(key(1)) is not None and ix.claim(key(2), "child", 60)[0] == "owner"
+            del ix
+            gc.collect()
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, st = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(st) == 0
+    # the parent's session is alive and still its own (asked directly: no reconnection to hide a loss)
+    assert ix.conn().execute("SELECT pg_backend_pid()").fetchone()[0] == session
+    assert ix.lookup(key(1)) is not None and ix.claim(key(2), "parent", 60)[0] == "wait"
+    ix.close()
+
+
+def test_pg_bad_dsn_is_a_configuration_error():
+    from memolab.errors import StoreConfigError
+    from memolab.team.pg import PgIndex
+
+    with pytest.raises(StoreConfigError, match="not a valid PostgreSQL URL"):
+        PgIndex("postgresql://[nonsense")
+
+
+def test_pg_a_role_that_may_not_create_the_schema_is_told_what_to_do(postgres_dsn):
+    import psycopg
+
+    from memolab.team.pg import PgIndex, TeamSchemaError
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as c:
+        c.execute("DROP ROLE IF EXISTS memolab_reader")
+        c.execute("CREATE ROLE memolab_reader LOGIN")
+        c.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+    try:
+        with pytest.raises(TeamSchemaError, match="may not create it: run `memolab remote upgrade`"):
+            PgIndex(postgres_dsn.replace("postgres@", "memolab_reader@"))
+    finally:
+        with psycopg.connect(postgres_dsn, autocommit=True) as c:
+            c.execute("DROP ROLE memolab_reader")
+
+
+def test_pg_leases_use_the_database_clock(postgres_dsn, monkeypatch):
+    """Machines' clocks differ: a client an hour ahead must not take over a live lease
+    (nor one an hour behind keep a dead one alive): heartbeats are the server's time."""
+    from memolab.team.pg import PgIndex
+
+    with PgIndex(postgres_dsn) as ix:
+        assert ix.claim(key(1), ELSEWHERE, ttl=60)[0] == "owner"
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600)
+        assert ix.claim(key(1), "B", ttl=60)[0] == "wait"
+        assert ix.live_leases(60) == 1
+        monkeypatch.setattr(time, "time", lambda: real() - 3600)
+        ix.claim(key(2), ELSEWHERE, ttl=0.1)
+        monkeypatch.undo()
+        time.sleep(0.3)
+        assert ix.claim(key(2), "B", ttl=0.1)[0] == "owner"
+
+
+def test_pg_sigkilled_holder_on_another_machine_is_taken_over_after_its_ttl(postgres_dsn, tmp_path):
+    """A worker on "another machine" (its owner names another host: the process table
+    here cannot speak for it) heart-beats its lease; SIGKILLed, its lease is taken
+    over once the heartbeat is older than the TTL, not before."""
+    from memolab.team.pg import PgIndex
+
+    ttl = 1.0
+    ready = tmp_path / "ready"
+    body = f"""
+    ix = open_index(sys.argv[1])
+    me = "gpu-node-7:4242:999/1.abc"
+    assert ix.claim({key(1)!r}, me, ttl={ttl})[0] == "owner"
+    open({str(ready)!r}, "w").close()
+    while True:
+        ix.heartbeat([({key(1)!r}, me)])
+        time.sleep(0.05)
+    """
+    script = tmp_path / "worker.py"
+    script.write_text("import sys, time\n" + OPEN + textwrap.dedent(body))
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, str(script), postgres_dsn], env=env)
+    with PgIndex(postgres_dsn) as ix:
+        try:
+            deadline = time.monotonic() + 60
+            while not ready.exists():
+                assert p.poll() is None and time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(ttl * 1.5)
+            assert ix.claim(key(1), "B", ttl=ttl)[0] == "wait"  # older than the ttl, but heart-beaten
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        time.sleep(ttl * 1.5)
+        assert ix.claim(key(1), "B", ttl=ttl)[0] == "owner"

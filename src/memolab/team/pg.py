@@ -11,8 +11,8 @@ both). What differs, and why:
 - Round trips are what costs here (~55 µs each on loopback, a few ms across a
   network), so: ``lookup`` is one prepared statement in autocommit mode;
   ``lookup_many``/``heartbeat``/``add_hits`` one statement over arrays;
-  ``claim`` and ``record`` two round trips (pipeline mode); ``publish_many`` one
-  pipeline for the whole batch.
+  ``claim`` one call of a PL/pgSQL function (``memolab_claim``); ``record`` two
+  round trips (pipeline mode); ``publish_many`` one pipeline for the whole batch.
 - A network failure (refused, timed out, server gone) raises
   ``errors.RemoteUnavailable``: the team layer goes offline then. Connecting waits
   at most ``MEMOLAB_REMOTE_TIMEOUT`` seconds (default 3; libpq's minimum is 2).
@@ -62,9 +62,64 @@ _TEXT_COLS = frozenset(("fn", "code", "args", "schema", "status", "payload", "bu
                         "snapshot", "code_refs", "signature", "reason", "logs", "uploaded_by"))
 
 # -- the schema ---------------------------------------------------------------------------------
+_TYPES = {"id": "bigint", "payload_size": "bigint", "size": "bigint", "hits": "bigint", "started": "float8",
+          "finished": "float8", "duration": "float8", "last_hit": "float8", "inline": "bytea"}
+_KEY_MATCH = "{a}.fn = p_fn AND {a}.code = p_code AND {a}.args = p_args AND {a}.schema = p_schema"
+_NO_ROW = ", ".join(f"NULL::{_TYPES.get(c, 'text')}" for c in ROW_COLUMNS)
+
+#: ``claim`` in one statement, one round trip: a PL/pgSQL function, because each of
+#: its statements sees what was committed before it began (READ COMMITTED, a new
+#: snapshot per statement) where one SQL statement sees one snapshot. (1) take the
+#: lease if it is free or ours, unless a stored row is visible (a hit writes
+#: nothing); (2) look for the stored row again: one recorded (and its lease dropped)
+#: while (1) ran is a hit, and a lease (1) just took goes; (3) else report who holds
+#: the lease and for how long it has not been heart-beaten, by the database's clock:
+#: the client decides on a takeover (it alone can tell whether a holder on its own
+#: host is dead) and takes it with a conditional UPDATE.
+_CLAIM_FUNCTION = f"""
+CREATE FUNCTION memolab_claim(p_fn text, p_code text, p_args text, p_schema text, p_owner text, p_force boolean)
+RETURNS TABLE(c_state text, c_holder text, c_age float8,
+              {", ".join(f"c_{c} {_TYPES.get(c, 'text')}" for c in ROW_COLUMNS)})
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    t float8 := extract(epoch from clock_timestamp());
+    fresh boolean;
+BEGIN
+    INSERT INTO memolab_leases AS l (fn, code, args, schema, owner, heartbeat)
+        SELECT p_fn, p_code, p_args, p_schema, p_owner, t
+        WHERE p_force OR NOT EXISTS (SELECT 1 FROM memolab_evaluations e
+                                     WHERE {_KEY_MATCH.format(a="e")} AND e.status = 'done')
+    ON CONFLICT (fn, code, args, schema) DO UPDATE SET heartbeat = EXCLUDED.heartbeat
+        WHERE l.owner = EXCLUDED.owner
+    RETURNING l.xmax = 0 INTO fresh;  -- NULL: not ours; true: inserted; false: ours already
+    IF NOT p_force THEN
+        RETURN QUERY SELECT 'hit'::text, NULL::text, NULL::float8, {", ".join("e." + c for c in ROW_COLUMNS)}
+            FROM memolab_evaluations e WHERE {_KEY_MATCH.format(a="e")} AND e.status = 'done';
+        IF FOUND THEN
+            IF fresh THEN
+                DELETE FROM memolab_leases l WHERE {_KEY_MATCH.format(a="l")} AND l.owner = p_owner;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+    IF fresh IS NOT NULL THEN
+        RETURN QUERY SELECT 'owner'::text, p_owner, 0::float8, {_NO_ROW};
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'held'::text, l.owner, t - l.heartbeat, {_NO_ROW}
+        FROM memolab_leases l WHERE {_KEY_MATCH.format(a="l")};
+    IF NOT FOUND THEN  -- released between (1) and now: the caller asks again
+        RETURN QUERY SELECT 'again'::text, NULL::text, NULL::float8, {_NO_ROW};
+    END IF;
+END
+$fn$"""
+
 #: (version, statements): applied in order by ``upgrade`` to a database at an older
 #: version, all in one transaction (PostgreSQL's DDL is transactional: a migration
-#: cut short leaves the previous version intact).
+#: cut short leaves the previous version intact). Step 1 builds its DDL from
+#: ``ROW_COLUMNS``: a later version that changes the columns must freeze step 1's
+#: text as it is now, and recreate ``memolab_claim`` (it returns every column) in
+#: its own step; ``SUPPORTED`` then says which older clients can still call it.
 _STEPS: List[Tuple[int, List[str]]] = [
     (1, [
         "CREATE TABLE memolab_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -87,14 +142,16 @@ _STEPS: List[Tuple[int, List[str]]] = [
             heartbeat DOUBLE PRECISION NOT NULL,
             PRIMARY KEY (fn, code, args, schema))""",
         "CREATE TABLE memolab_sources(digest TEXT PRIMARY KEY, symbol TEXT NOT NULL, source TEXT NOT NULL)",
-        # the local index's indexes (see store/sqlite.py for why each exists) ...
+        # the local index's indexes (see store/sqlite.py for why each exists), less
+        # its miss-explanation ones, (fn, args) and (fn, code): misses are explained
+        # locally, and without statistics (a new table) the planner took (fn, code)
+        # for a lookup and filtered every row of that code version (25x slower) ...
         "CREATE INDEX memolab_evaluations_summary ON memolab_evaluations(fn, finished, size, hits, duration)",
-        "CREATE INDEX memolab_evaluations_args ON memolab_evaluations(fn, args, finished)",
-        "CREATE INDEX memolab_evaluations_code ON memolab_evaluations(fn, code, finished)",
         "CREATE INDEX memolab_evaluations_blobs ON memolab_evaluations(id) WHERE inline IS NULL",
         "CREATE INDEX memolab_evaluations_unused ON memolab_evaluations(id) WHERE status <> 'done'",
         # ... and one for `pull` of every function: done rows by finish time
         "CREATE INDEX memolab_evaluations_pull ON memolab_evaluations(finished, id) WHERE status = 'done'",
+        _CLAIM_FUNCTION,
     ]),
 ]
 
@@ -142,7 +199,10 @@ def _network(e: BaseException, conn: Optional[psycopg.Connection] = None) -> boo
 
 def _connect(dsn: str, timeout: Optional[float] = None) -> psycopg.Connection:
     t = timeout if timeout is not None else remote_timeout()
-    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as e:
+        raise StoreConfigError(f"the team index is not a valid PostgreSQL URL or DSN: {e}") from None
     kw: Dict[str, Any] = {}
     # bounded waits: connecting, and a peer that vanishes mid-call (unacknowledged
     # data, silent idle connection) instead of the kernel's 15-minute defaults
@@ -297,10 +357,11 @@ def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
 _WHERE_KEY = "fn = %s AND code = %s AND args = %s AND schema = %s"
 _SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM memolab_evaluations"
 _LOOKUP_SQL = f"{_SELECT_ROW} WHERE {_WHERE_KEY} AND status = 'done'"
-_LOOKUP_MANY_SQL = (f"SELECT {', '.join('e.' + c for c in ROW_COLUMNS)} FROM memolab_evaluations e "
-                    "JOIN unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(fn, code, args, schema) "
-                    "ON e.fn = k.fn AND e.code = k.code AND e.args = k.args AND e.schema = k.schema "
-                    "WHERE e.status = 'done'")
+# A point query per key (LIMIT 1 keeps the planner from flattening it into a hash
+# join over the whole table, which it chose for a table without statistics yet)
+_LOOKUP_MANY_SQL = (f"SELECT e.* FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(fn, code, args, schema) "
+                    f"CROSS JOIN LATERAL ({_SELECT_ROW} e WHERE e.fn = k.fn AND e.code = k.code AND e.args = k.args "
+                    "AND e.schema = k.schema AND e.status = 'done' LIMIT 1) e")
 _HIT_ID_SQL = f"SELECT id FROM memolab_evaluations WHERE {_WHERE_KEY} AND status = 'done'"
 # Written as an upsert that replaces every column: SQLite's INSERT OR REPLACE
 # (a fresh row, a new id, unspecified columns at their defaults), atomically.
@@ -310,13 +371,34 @@ _INSERT = (f"INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('stat
            + ", ".join("COALESCE(%(hits)s, 0)" if c == "hits" else f"%({c})s" for c in _DATA_COLS) + ") "
            f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET}")
 _RECORD_SQL = _INSERT + " RETURNING id"
-# A 'done' row is never replaced; the CTE's snapshot sees a 'done' row committed
-# before the statement began (its id is returned with False). One committed while
-# the statement ran returns nothing: ``publish_many`` asks again for those.
-_PUBLISH_SQL = (f"WITH ins AS ({_INSERT} WHERE e.status <> 'done' RETURNING id) "
-                "SELECT id, true FROM ins UNION ALL "
-                "SELECT id, false FROM memolab_evaluations WHERE fn = %(fn)s AND code = %(code)s "
-                "AND args = %(args)s AND schema = %(schema)s AND status = 'done' AND NOT EXISTS (SELECT 1 FROM ins)")
+# ``publish_many`` in one statement, whatever the batch size: the rows, the sources
+# and the lease drops as arrays, written by data-modifying CTEs (one statement:
+# atomic in autocommit, one round trip). A 'done' row is never replaced (the
+# upsert's WHERE sees the latest version of a conflicting row); the statement's
+# snapshot gives the id of a 'done' row committed before it began. One committed
+# while it ran comes back with a NULL id: ``publish_many`` asks again for those.
+# Rows are inserted in key order: batches that overlap lock rows in one order.
+_KEY_ORDER = ", ".join(c + ' COLLATE "C"' for c in _KEY_COLS)
+_ARRAY_TYPES = {c: _TYPES.get(c, "text") for c in _KEY_COLS + _DATA_COLS}
+_PUBLISH_MANY_SQL = (
+    "WITH v AS (SELECT * FROM unnest("
+    + ", ".join(f"%({c})s::{_ARRAY_TYPES[c]}[]" for c in _KEY_COLS + _DATA_COLS)
+    + f") WITH ORDINALITY AS v({', '.join(_KEY_COLS + _DATA_COLS)}, ord)), "
+    f"ins AS (INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('status',) + _DATA_COLS)}) "
+    f"SELECT {', '.join(_KEY_COLS)}, 'done', "
+    + ", ".join("COALESCE(hits, 0)" if c == "hits" else c for c in _DATA_COLS)
+    + f" FROM v ORDER BY {_KEY_ORDER} "
+    f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET} WHERE e.status <> 'done' "
+    "RETURNING e.id, e.fn, e.code, e.args, e.schema), "
+    "src AS (INSERT INTO memolab_sources(digest, symbol, source) "
+    "SELECT * FROM unnest(%(s_digest)s::text[], %(s_symbol)s::text[], %(s_source)s::text[]) "
+    "ON CONFLICT DO NOTHING), "
+    "dl AS (DELETE FROM memolab_leases l WHERE %(owner)s::text IS NOT NULL AND (l.fn, l.code, l.args, l.schema, "
+    "l.owner) IN (SELECT fn, code, args, schema, %(owner)s::text FROM v)) "
+    "SELECT v.ord, COALESCE(ins.id, d.id), ins.id IS NOT NULL FROM v "
+    "LEFT JOIN ins ON ins.fn = v.fn AND ins.code = v.code AND ins.args = v.args AND ins.schema = v.schema "
+    "LEFT JOIN LATERAL (SELECT x.id FROM memolab_evaluations x WHERE ins.id IS NULL AND x.fn = v.fn "
+    "AND x.code = v.code AND x.args = v.args AND x.schema = v.schema AND x.status = 'done' LIMIT 1) d ON true")
 _SOURCES_SQL = "INSERT INTO memolab_sources(digest, symbol, source) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
 _DROP_LEASE_SQL = f"DELETE FROM memolab_leases WHERE {_WHERE_KEY} AND owner = %s"
 _LAST_USE = "(CASE WHEN finished IS NULL THEN 0 ELSE GREATEST(finished, COALESCE(last_hit, 0)) END)"
@@ -355,7 +437,11 @@ class PgIndex:
         except Exception:  # no user name (a container without passwd entry)
             self.who = host_name()
         self._create = create
-        self.version = self._run(self._open_schema, retry=False)
+        try:
+            self.version = self._run(self._open_schema, retry=False)
+        except BaseException:
+            self.close()
+            raise
 
     def _open_schema(self, conn: psycopg.Connection) -> int:
         version = _read_version(conn)
@@ -364,7 +450,11 @@ class PgIndex:
                 raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}: run `memolab remote upgrade`", None)
             # an empty database: the first client creates the schema (serialised by
             # the advisory lock; a client that waited finds it created)
-            _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            try:
+                _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            except pgerrors.InsufficientPrivilege as e:
+                raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}, and this role may not create it: "
+                                      f"run `memolab remote upgrade` as a role that may ({e})", None) from e
             version = _read_version(conn)
             assert version is not None
         _check_version(version, self.dsn)
@@ -447,7 +537,7 @@ class PgIndex:
 
         def work(c: psycopg.Connection) -> Dict[Key, Row]:
             out: Dict[Key, Row] = {}
-            for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys)).fetchall():
+            for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys), prepare=True).fetchall():
                 d = dict(zip(ROW_COLUMNS, r))
                 out[(d["fn"], d["code"], d["args"], d["schema"])] = d
             return out
@@ -461,43 +551,40 @@ class PgIndex:
     # -- single flight ---------------------------------------------------------------------
     def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
               on_owner: Optional[Callable[[psycopg.Connection], None]] = None) -> Tuple[str, Optional[Row]]:
-        """See ``EvalIndex.claim``. The lease row is taken (inserted, or locked FOR
-        UPDATE) before the stored row is looked for, in the same transaction: a
-        result recorded (and its lease dropped) by another client just before is
-        seen, so nobody computes a key whose result is already stored."""
+        """See ``EvalIndex.claim``: one round trip (``memolab_claim``), two for a
+        takeover. ``on_owner(conn)`` runs after the lease is taken, not in its
+        transaction (unlike the local index, nothing rides along with a claim here)."""
         key = tuple(key)  # type: ignore[assignment]
 
         def work(c: psycopg.Connection) -> Tuple[str, Optional[Row]]:
-            out: Tuple[str, Optional[Row]] = ("owner", None)
-            # BEGIN and the three statements go in one round trip; COMMIT (after an
-            # UPDATE when a lease is taken over) or ROLLBACK in a second
-            with c.pipeline(), c.transaction() as tx:
-                ins = c.execute("INSERT INTO memolab_leases(fn, code, args, schema, owner, heartbeat) "
-                                f"VALUES (%s, %s, %s, %s, %s, {_NOW}) ON CONFLICT DO NOTHING RETURNING 1",
-                                (*key, owner), prepare=True)
-                cur = c.execute(f"SELECT owner, heartbeat, {_NOW} FROM memolab_leases WHERE {_WHERE_KEY} FOR UPDATE",
-                                key, prepare=True)
-                hit = None if force else c.execute(_LOOKUP_SQL, key, prepare=True)
-                took = ins.fetchone() is not None
-                lease = cur.fetchone()
-                row = None if hit is None else hit.fetchone()
-                if row is not None:
-                    out = ("hit", dict(zip(ROW_COLUMNS, row)))
-                    raise psycopg.Rollback(tx)  # our lease (if we just took it) goes with it
-                if not took:
-                    if lease is None:
-                        raise pgerrors.SerializationFailure("the lease row vanished under us")  # retried by _run
-                    holder, beat, now = lease
-                    here = None if holder == owner else owner_alive_here(holder)
+            for _ in range(20):
+                r = c.execute("SELECT * FROM memolab_claim(%s, %s, %s, %s, %s, %s)", (*key, owner, force),
+                              prepare=True).fetchone()
+                assert r is not None
+                state = r[0]
+                if state == "hit":
+                    return "hit", dict(zip(ROW_COLUMNS, r[3:]))
+                if state == "again":
+                    continue
+                if state == "held":
+                    holder, age = r[1], r[2]
+                    here = owner_alive_here(holder)
                     # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
-                    if not (holder == owner or here is False or (now - beat > ttl and here is None)):
-                        out = ("wait", None)
-                        raise psycopg.Rollback(tx)
-                    c.execute(f"UPDATE memolab_leases SET owner = %s, heartbeat = {_NOW} WHERE {_WHERE_KEY}",
-                              (owner, *key), prepare=True)
+                    if not (here is False or (age > ttl and here is None)):
+                        return "wait", None
+                    # compare-and-swap: only that holder's lease, still dead or stale now, and
+                    # no row stored meanwhile; else ask again
+                    took = c.execute(
+                        f"UPDATE memolab_leases SET owner = %s, heartbeat = {_NOW} WHERE {_WHERE_KEY} "
+                        f"AND owner = %s AND (%s OR heartbeat < {_NOW} - %s) AND NOT EXISTS "
+                        f"(SELECT 1 FROM memolab_evaluations WHERE {_WHERE_KEY} AND status = 'done') RETURNING 1",
+                        (owner, *key, holder, here is False, float(ttl), *key), prepare=True).fetchone()
+                    if took is None:
+                        continue
                 if on_owner is not None:
                     on_owner(c)
-            return out
+                return "owner", None
+            raise pgerrors.SerializationFailure("the lease of this key keeps changing hands")  # retried by _run
         return self._run(work)
 
     def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
@@ -567,34 +654,43 @@ class PgIndex:
 
     def publish_many(self, rows: Sequence[Tuple[Key, Row, Dict[str, Tuple[str, str]]]],
                      owner: Optional[str] = None) -> List[Tuple[int, bool]]:
-        """See ``EvalIndex.publish_many``: one transaction, one pipeline (a round trip
-        for the batch, not per row). Rows are written in key order, so two clients
-        publishing overlapping batches lock them in the same order (no deadlock)."""
+        """See ``EvalIndex.publish_many``: one statement for the batch (one round
+        trip, atomic). A key given twice: its first row is published, the later ones
+        get (that id, False), as on the local index."""
         if not rows:
             return []
-        order = sorted(range(len(rows)), key=lambda i: tuple(rows[i][0]))
-        values = [self._values(tuple(rows[i][0]), rows[i][1]) for i in order]  # type: ignore[arg-type]
+        first: Dict[Key, int] = {}  # key -> position of its first row in the batch
+        for i, (k, _, _) in enumerate(rows):
+            first.setdefault(tuple(k), i)  # type: ignore[arg-type]
+        uniq = list(first.items())
+        arrays: Dict[str, Any] = {c: [] for c in _KEY_COLS + _DATA_COLS}
+        for k, i in uniq:
+            v = self._values(k, rows[i][1])
+            for c in arrays:
+                x = v[c]
+                if x is not None and c in _TYPES:  # one Python type per array (psycopg dumps by the first)
+                    x = bytes(x) if c == "inline" else float(x) if _TYPES[c] == "float8" else int(x)
+                arrays[c].append(x)
         srcs = sorted({d: (d, sym, src) for _, _, s in rows for d, (sym, src) in s.items()}.values())
-        keys = [tuple(rows[i][0]) for i in order]
+        arrays.update(s_digest=[x[0] for x in srcs], s_symbol=[x[1] for x in srcs], s_source=[x[2] for x in srcs],
+                      owner=owner)
 
         def work(c: psycopg.Connection) -> List[Tuple[int, bool]]:
-            with c.transaction(), c.pipeline():
-                curs = [c.execute(_PUBLISH_SQL, v, prepare=True) for v in values]
-                if srcs:
-                    c.cursor().executemany(_SOURCES_SQL, srcs)
-                if owner is not None:
-                    c.cursor().executemany(_DROP_LEASE_SQL, [(*k, owner) for k in sorted(set(keys))])
-                got = [cur.fetchone() for cur in curs]
-                for j, g in enumerate(got):
-                    if g is None:  # a 'done' row committed by another client while we wrote: it stands
-                        have = c.execute(_HIT_ID_SQL, keys[j]).fetchone()
-                        if have is None:
-                            raise pgerrors.SerializationFailure("a published row vanished")  # retried
-                        got[j] = (have[0], False)
-            out: List[Tuple[int, bool]] = [(0, False)] * len(rows)
-            for j, i in enumerate(order):
-                out[i] = (int(got[j][0]), bool(got[j][1]))  # type: ignore[index]
-            return out
+            got: Dict[Key, Tuple[int, bool]] = {}
+            late: List[Key] = []
+            for ord_, eid, new in c.execute(_PUBLISH_MANY_SQL, arrays, prepare=True).fetchall():
+                k = uniq[ord_ - 1][0]
+                if eid is None:
+                    late.append(k)
+                else:
+                    got[k] = (int(eid), bool(new))
+            for k in late:  # a 'done' row committed by another client while we wrote: it stands
+                have = c.execute(_HIT_ID_SQL, k).fetchone()
+                if have is None:
+                    raise pgerrors.SerializationFailure("a published row vanished")  # retried by _run
+                got[k] = (int(have[0]), False)
+            return [got[tuple(k)] if i == first[tuple(k)] else (got[tuple(k)][0], False)  # type: ignore[index]
+                    for i, (k, _, _) in enumerate(rows)]
         return self._run(work)
 
     def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
