@@ -124,9 +124,14 @@ def test_digest_mismatch_is_corrupt_and_leaves_no_file(remote_big, tmp_path):
         with pytest.raises(CorruptBlob):
             rb.get_to(d, len(small), tmp_path / "y.out")
     d = digest_bytes(big)
-    tamper(d, big + b"!")  # longer than expected: ranged reads must notice
-    with pytest.raises(CorruptBlob):
-        rb.get_to(d, len(big), tmp_path / "z.out")
+    # longer than expected (ranged reads must notice), and shorter: a range past the end
+    for wrong in (big + b"!", big[:9 << 20]):
+        tamper(d, wrong)
+        with pytest.raises(CorruptBlob):
+            rb.get_to(d, len(big), tmp_path / "z.out")
+        with pytest.raises(CorruptBlob):
+            rb.get(d, len(big))
+    assert not (tmp_path / "z.out").exists()
 
 
 def test_missing_blob(remote, tmp_path):

@@ -25,6 +25,11 @@ _UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
                       "ExpiredToken": "expired credentials"}
 
 
+class _PastTheEnd(CorruptBlob):
+    """A ranged GET starting past the object's end (416 InvalidRange): the object is shorter
+    than its recorded size (a corrupt blob), or, asked on purpose, exactly as long."""
+
+
 class S3Blobs(RemoteBlobs):
     """Blobs in an S3-protocol bucket through one thread-safe boto3 client.
 
@@ -83,6 +88,8 @@ class S3Blobs(RemoteBlobs):
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if digest is not None and (code in ("NoSuchKey", "404", "NotFound") or status == 404):
                 return MissingBlob(f"remote blob {digest[:12]} is missing from {self.url}")
+            if digest is not None and (code == "InvalidRange" or status == 416):
+                return _PastTheEnd(f"remote blob {digest[:12]} is shorter than its recorded size")
             if code in ("404", "NotFound") or status == 404:
                 code = "NoSuchBucket"  # a HEAD has no body to say so: only a key or the bucket can be absent
             why = _UNAVAILABLE_CODES.get(code) or f"{code or status}: {err.get('Message', '')}".strip()
@@ -283,13 +290,8 @@ class S3Blobs(RemoteBlobs):
         """Ranged reads cannot see an object LONGER than ``size``: ask for one byte past it."""
         try:
             r = self._call("get_object", digest, Key=self._key(digest), Range=f"bytes={size}-{size}")
-        except RemoteUnavailable as e:
-            cause = e.__cause__
-            from botocore.exceptions import ClientError
-
-            if isinstance(cause, ClientError) and cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 416:
-                return  # InvalidRange: nothing past size, as it should be
-            raise
+        except _PastTheEnd:
+            return  # nothing past size, as it should be
         r["Body"].close()
         raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
 
