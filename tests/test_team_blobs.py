@@ -362,3 +362,29 @@ def test_streamed_gets_reuse_the_connection(s3_bucket, tmp_path):
     for d, x in zip(ds, datas):
         assert rb.get(d, len(x)) == x
     assert sum(p.num_connections for p in pools._container.values()) == 1
+
+
+def test_run_all_semantics():
+    """Results in order; other errors let the rest finish (then the first is raised);
+    RemoteUnavailable stops the batch. The same with one worker as with many."""
+    for workers in (1, 4):
+        assert tb.run_all(lambda x: x * 2, list(range(50)), workers) == [x * 2 for x in range(50)]
+        done = []
+
+        def corrupt_at_3(x):
+            if x == 3:
+                raise CorruptBlob("bad")
+            done.append(x)
+
+        with pytest.raises(CorruptBlob):
+            tb.run_all(corrupt_at_3, list(range(20)), workers)
+        assert sorted(done) == [x for x in range(20) if x != 3]
+        done.clear()
+
+        def down(x):
+            done.append(x)
+            raise RemoteUnavailable("down")
+
+        with pytest.raises(RemoteUnavailable):
+            tb.run_all(down, list(range(100)), workers)
+        assert len(done) <= workers

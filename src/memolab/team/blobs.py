@@ -186,12 +186,11 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
 
     The first ``RemoteUnavailable`` stops the batch (items not yet started are
     skipped: a dead network costs one timeout, not one per item) and is raised.
-    Any other error lets the rest finish, then the first one is raised."""
+    Any other error lets the rest finish, then the first one is raised. The caller's
+    thread is one of the workers (``workers=1``: no thread at all)."""
     n = len(items)
     if n == 0:
         return []
-    if n == 1 or workers <= 1:
-        return [fn(x) for x in items]
     results: List[Any] = [None] * n
     errors: List[Tuple[int, BaseException]] = []
     stop = threading.Event()
