@@ -86,7 +86,7 @@ def test_large_round_trip_multipart_and_ranged(remote_big, request, tmp_path):
     out = tmp_path / "big.out"
     rb.get_to(d, len(data), out)
     assert digest_bytes(out.read_bytes()) == d
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]  # no litter
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("download.")]  # no litter
     assert digest_bytes(rb.get(d, len(data))) == d
     # the same size again from a file
     data2 = blob(20 << 20, 2)
@@ -114,7 +114,7 @@ def test_digest_mismatch_is_corrupt_and_leaves_no_file(remote_big, tmp_path):
         with pytest.raises(CorruptBlob):
             rb.get_to(d, len(data), out)
         assert not out.exists()
-        assert not list(tmp_path.glob(".*.part"))
+        assert not list(tmp_path.glob("download.*"))
     # a truncated and an extended object: wrong size, caught too
     d = digest_bytes(small)
     for wrong in (small[:-1], small + b"!"):

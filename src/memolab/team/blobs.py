@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import uuid
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple,
                     TypeVar, Union)
 from urllib.parse import unquote, urlparse
@@ -240,8 +239,12 @@ def _fsync_dir(path: str) -> None:
 
 
 def _tmp_beside(path: str) -> str:
-    d, name = os.path.split(os.path.abspath(path))
-    return os.path.join(d, f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    """A temporary name in ``path``'s directory, named as the local store's blob writers name
+    theirs (``store.tmpfiles``): a download killed midway into a store's ``tmp/`` is litter
+    that store reclaims at once, its writer being provably dead."""
+    from ..store import tmpfiles
+
+    return os.path.join(os.path.dirname(os.path.abspath(path)), tmpfiles.tmp_name("download"))
 
 
 def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, written: int) -> None:
@@ -392,7 +395,9 @@ class FileBlobs(RemoteBlobs):
         if os.path.exists(final):
             return False
         src = _Source(data)
-        tmp = os.path.join(self.root, "tmp", f"{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        from ..store import tmpfiles
+
+        tmp = os.path.join(self.root, "tmp", tmpfiles.tmp_name(digest[:16]))  # names its writer and host
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
             try:
