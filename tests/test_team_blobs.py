@@ -86,6 +86,7 @@ def test_large_round_trip_multipart_and_ranged(remote_big, request, tmp_path):
     out = tmp_path / "big.out"
     rb.get_to(d, len(data), out)
     assert digest_bytes(out.read_bytes()) == d
+    assert out.stat().st_mode & 0o777 == 0o444  # read-only, as the local store's blobs
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("download.")]  # no litter
     assert digest_bytes(rb.get(d, len(data))) == d
     # the same size again from a file

@@ -238,6 +238,18 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: Any, at: Optional[int] = None) -> None:
+    """``os.write`` (or ``pwrite`` at ``at``) until every byte is out: a write may be short."""
+    mv = memoryview(data)
+    while mv.nbytes:
+        if at is None:
+            n = os.write(fd, mv)
+        else:
+            n = os.pwrite(fd, mv, at)
+            at += n
+        mv = mv[n:]
+
+
 def _tmp_beside(path: str) -> str:
     """A temporary name in ``path``'s directory, named as the local store's blob writers name
     theirs (``store.tmpfiles``): a download killed midway into a store's ``tmp/`` is litter
@@ -254,6 +266,7 @@ def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, writ
             raise CorruptBlob(f"remote blob {digest[:12]} has {written} bytes, expected {size}")
         if got != digest:
             raise CorruptBlob(f"remote blob {digest[:12]} does not match its digest")
+        os.fchmod(fd, 0o444)  # read-only, as the local store's blobs
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -461,7 +474,7 @@ class FileBlobs(RemoteBlobs):
                     if not n:
                         break
                     h.update(mv[:n])
-                    os.write(fd, mv[:n])
+                    write_all(fd, mv[:n])
                     written += n
         except BaseException:
             os.close(fd)
@@ -596,7 +609,7 @@ class FsspecBlobs(RemoteBlobs):
                     if not chunk:
                         break
                     h.update(chunk)
-                    os.write(fd, chunk)
+                    write_all(fd, chunk)
                     written += len(chunk)
         except BaseException:
             os.close(fd)

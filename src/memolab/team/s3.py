@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 
 from ..errors import CorruptBlob, RemoteUnavailable, StoreConfigError
 from .blobs import (CHUNK, DIGEST_RE, MULTIPART_MIN, PART_SIZE, Data, MissingBlob, RemoteBlobs, _check,
-                    _finish, _hasher, _Source, _tmp_beside, _unlink, blob_key, run_all)
+                    _finish, _hasher, _Source, _tmp_beside, _unlink, blob_key, run_all, write_all)
 
 _UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
                       "AccessDenied": "access denied",
@@ -101,8 +101,14 @@ class S3Blobs(RemoteBlobs):
         if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
             return RemoteUnavailable(f"team blob store {self.url} ({what}): no AWS credentials "
                                      f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role): {e}")
-        if isinstance(e, (BotoCoreError, OSError)):
-            return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e}")
+        import http.client
+
+        from urllib3.exceptions import HTTPError as URLLib3Error
+
+        # a connection dropped mid-body surfaces as http.client's IncompleteRead or urllib3's
+        # ProtocolError on the streaming paths: the network, as much as a refused connection
+        if isinstance(e, (BotoCoreError, OSError, http.client.HTTPException, URLLib3Error)):
+            return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e!r}")
         return e
 
     def _call(self, op: str, digest: Optional[str] = None, kind: str = "main",
@@ -310,7 +316,7 @@ class S3Blobs(RemoteBlobs):
 
         def sink(at: int, chunk: Any) -> None:
             h.update(chunk)
-            os.write(fd, chunk)
+            write_all(fd, chunk)
 
         try:
             written = self._drain(r["Body"], digest, 0, size, sink)
@@ -342,7 +348,7 @@ class S3Blobs(RemoteBlobs):
                 def sink(at: int, chunk: Any) -> None:
                     if at + len(chunk) > size:
                         raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
-                    os.pwrite(fd, chunk, at)
+                    write_all(fd, chunk, at)
 
                 def one(i: int) -> None:
                     off, n = ranges[i]
