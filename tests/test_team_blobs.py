@@ -389,3 +389,39 @@ def test_run_all_semantics():
         with pytest.raises(RemoteUnavailable):
             tb.run_all(down, list(range(100)), workers)
         assert len(done) <= workers
+
+
+def test_connection_dropped_mid_body_is_unavailable(monkeypatch, tmp_path):
+    """A server that announces a body and hangs up halfway: RemoteUnavailable (the network),
+    not an http.client/urllib3 exception escaping, and no file left behind."""
+    import http.server
+    import threading
+
+    class HalfBody(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"x" * 1000)
+            self.wfile.flush()
+            self.close_connection = True
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HalfBody)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{srv.server_address[1]}")
+        for k, v in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_DEFAULT_REGION", "us-east-1")):
+            monkeypatch.setenv(k, v)
+        rb = open_blobs("s3://half/p", timeout=1)
+        d = digest_bytes(b"whatever")
+        with pytest.raises(RemoteUnavailable):
+            rb.get_to(d, 100000, tmp_path / "o")
+        with pytest.raises(RemoteUnavailable):
+            rb.get(d, 100000)
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        srv.shutdown()
+        srv.server_close()

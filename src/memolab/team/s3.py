@@ -210,9 +210,24 @@ class S3Blobs(RemoteBlobs):
     def _read_range(self, digest: str, off: int, n: int, sink: Callable[[int, Any], None]) -> int:
         """GET bytes ``off..off+n`` of ``digest``, handing each chunk to ``sink(offset, chunk)``."""
         r = self._call("get_object", digest, Key=self._key(digest), Range=f"bytes={off}-{off + n - 1}")
-        return self._drain(r["Body"], digest, off, n, sink)
+        self._announced(r, digest, n, f" at offset {off}")
+        return self._drain(r["Body"], digest, off, n, sink, r.get("ContentLength"))
 
-    def _drain(self, body: Any, digest: str, off: int, limit: int, sink: Callable[[int, Any], None]) -> int:
+    def _announced(self, r: Dict[str, Any], digest: str, n: int, where: str = "") -> None:
+        """A response announcing another length than ``n`` is a wrong-sized object: corrupt,
+        known before reading a byte (a short read later is the network's doing instead)."""
+        cl = r.get("ContentLength")
+        if cl is not None and int(cl) != n:
+            r["Body"].close()
+            raise CorruptBlob(f"remote blob {digest[:12]} has {cl} bytes{where}, expected {n}")
+
+    def _cut(self, digest: str, got: int, announced: Optional[int]) -> None:
+        if announced is not None and got < int(announced):
+            raise RemoteUnavailable(f"team blob store {self.url}: connection closed after {got} of "
+                                    f"{announced} bytes of blob {digest[:12]}")
+
+    def _drain(self, body: Any, digest: str, off: int, limit: int, sink: Callable[[int, Any], None],
+               announced: Optional[int] = None) -> int:
         """Read ``body`` to its end (or past ``limit`` bytes: a wrong-sized object), handing
         each chunk to ``sink(offset, chunk)`` at once: a chunk may be a view of a buffer
         that the next read reuses.
@@ -241,6 +256,9 @@ class S3Blobs(RemoteBlobs):
                         raise
                     raise err from e
                 if not chunk:
+                    # http.client's readinto takes a connection closed early for the end of the
+                    # body (no IncompleteRead): count what the response announced
+                    self._cut(digest, got, announced)
                     if buf is not None:
                         raw.read()  # type: ignore[union-attr]
                     break
@@ -280,6 +298,7 @@ class S3Blobs(RemoteBlobs):
             self._assert_whole(digest, size)
             return _check(buf, digest, size)  # type: ignore[return-value]
         r = self._call("get_object", digest, Key=self._key(digest))
+        self._announced(r, digest, size)
         body = r["Body"]
         try:
             data = body.read(size + 1)  # one byte too many tells a longer object, without reading it all
@@ -290,6 +309,7 @@ class S3Blobs(RemoteBlobs):
             raise err from e
         finally:
             body.close()
+        self._cut(digest, len(data), r.get("ContentLength"))
         return _check(data, digest, size)
 
     def _assert_whole(self, digest: str, size: int) -> None:
@@ -306,6 +326,7 @@ class S3Blobs(RemoteBlobs):
         if size >= MULTIPART_MIN and self.ranged:
             return self._get_to_ranged(digest, size, path)
         r = self._call("get_object", digest, Key=self._key(digest))
+        self._announced(r, digest, size)
         tmp = _tmp_beside(path)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
@@ -319,7 +340,7 @@ class S3Blobs(RemoteBlobs):
             write_all(fd, chunk)
 
         try:
-            written = self._drain(r["Body"], digest, 0, size, sink)
+            written = self._drain(r["Body"], digest, 0, size, sink, r.get("ContentLength"))
         except BaseException:
             os.close(fd)
             _unlink(tmp)
