@@ -89,7 +89,7 @@ def main() -> None:
 
     # the objects every get reads: put once by memolab (same keys for the raw readers)
     rb = open_blobs(f"s3://{bucket}/get", concurrency=a.concurrency, ranged_gets=True)
-    rb1 = open_blobs(f"s3://{bucket}/get", concurrency=a.concurrency, ranged_gets=False)
+    rb1 = open_blobs(f"s3://{bucket}/get", concurrency=a.concurrency)  # auto: one stream on loopback
     rb.put_many(list(zip(many_d, many)))
     rb.put(big_d, big)
     many_keys = [rb._key(d) for d in many_d]
@@ -137,8 +137,8 @@ def main() -> None:
         f"get one {big_mb:.0f} MB object": {
             "raw boto3 get_object().read() (memory)": lambda: raw_read(big_key) and None,
             "raw boto3 download_file (ranged, file)": lambda: raw_download(big_key),
-            "memolab get_to (ranged, file, verified)": lambda: rb.get_to(big_d, len(big), out_dir / "big"),
-            "memolab get_to (MEMOLAB_REMOTE_RANGED_GETS=0: one stream, file, verified)":
+            "memolab get_to (ranged GETs forced, file, verified)": lambda: rb.get_to(big_d, len(big), out_dir / "big"),
+            "memolab get_to (default on loopback: one stream, file, verified)":
                 lambda: rb1.get_to(big_d, len(big), out_dir / "big"),
         },
         f"put {a.count} objects of 1-10 MB ({many_mb:.0f} MB)": {

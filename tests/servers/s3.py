@@ -11,7 +11,7 @@ starting the server again if an earlier test left it stopped.
 
 Fixtures:
 - ``s3_server`` (session): the running ``S3Server`` (``endpoint``, ``stop()``,
-  ``start()``, ``client()``, ``make_bucket()``).
+  ``start()``, ``freeze()``/``thaw()`` (a hung server), ``client()``, ``make_bucket()``).
 - ``s3_env`` (function): ``AWS_ENDPOINT_URL`` and dummy credentials/region in
   ``os.environ`` for one test (restored afterwards); subprocesses inherit them.
 - ``s3_bucket`` (function): ``s3://<fresh bucket>/memolab`` with ``s3_env`` set.
@@ -93,6 +93,7 @@ class S3Server:
         if self.proc is None:
             return
         if self.proc.poll() is None:
+            self.thaw()  # a frozen process cannot act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(10)
@@ -100,6 +101,20 @@ class S3Server:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+    def freeze(self) -> None:
+        """SIGSTOP the server: connections are accepted but never answered (a hung host);
+        requests cost their read timeout. ``thaw()`` resumes it, content intact."""
+        import signal
+
+        if self.running:
+            self.proc.send_signal(signal.SIGSTOP)  # type: ignore[union-attr]
+
+    def thaw(self) -> None:
+        import signal
+
+        if self.running:
+            self.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
 
     def client(self) -> Any:
         """A plain boto3 S3 client of this server (tests tamper with objects behind memolab's back)."""

@@ -2,8 +2,8 @@
 
 ``open_blobs(url)`` returns a ``RemoteBlobs`` for
 
-- ``s3://bucket/prefix``: any S3-protocol store through boto3 (imported here,
-  lazily: never at ``import memolab``). The standard ``AWS_*`` variables and
+- ``s3://bucket/prefix``: any S3-protocol store through boto3 (``team/s3.py``,
+  imported with the first s3:// store: never at ``import memolab``). The standard ``AWS_*`` variables and
   files apply (``AWS_ENDPOINT_URL`` for MinIO, Ceph, moto..., credentials,
   region, profile).
 - ``file:///dir``: plain files in a (shared) directory, which must exist.
@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import uuid
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple,
                     TypeVar, Union)
 from urllib.parse import unquote, urlparse
@@ -61,7 +60,7 @@ DEFAULT_CONCURRENCY = 16
 PART_SIZE = 8 << 20  # multipart part / GET range size
 MULTIPART_MIN = 16 << 20  # objects at least this large move in parts
 CHUNK = 1 << 20  # streaming read size
-_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class MissingBlob(CorruptBlob):
@@ -186,12 +185,11 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
 
     The first ``RemoteUnavailable`` stops the batch (items not yet started are
     skipped: a dead network costs one timeout, not one per item) and is raised.
-    Any other error lets the rest finish, then the first one is raised."""
+    Any other error lets the rest finish, then the first one is raised. The caller's
+    thread is one of the workers (``workers=1``: no thread at all)."""
     n = len(items)
     if n == 0:
         return []
-    if n == 1 or workers <= 1:
-        return [fn(x) for x in items]
     results: List[Any] = [None] * n
     errors: List[Tuple[int, BaseException]] = []
     stop = threading.Event()
@@ -240,9 +238,25 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: Any, at: Optional[int] = None) -> None:
+    """``os.write`` (or ``pwrite`` at ``at``) until every byte is out: a write may be short."""
+    mv = memoryview(data)
+    while mv.nbytes:
+        if at is None:
+            n = os.write(fd, mv)
+        else:
+            n = os.pwrite(fd, mv, at)
+            at += n
+        mv = mv[n:]
+
+
 def _tmp_beside(path: str) -> str:
-    d, name = os.path.split(os.path.abspath(path))
-    return os.path.join(d, f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    """A temporary name in ``path``'s directory, named as the local store's blob writers name
+    theirs (``store.tmpfiles``): a download killed midway into a store's ``tmp/`` is litter
+    that store reclaims at once, its writer being provably dead."""
+    from ..store import tmpfiles
+
+    return os.path.join(os.path.dirname(os.path.abspath(path)), tmpfiles.tmp_name("download"))
 
 
 def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, written: int) -> None:
@@ -252,6 +266,7 @@ def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, writ
             raise CorruptBlob(f"remote blob {digest[:12]} has {written} bytes, expected {size}")
         if got != digest:
             raise CorruptBlob(f"remote blob {digest[:12]} does not match its digest")
+        os.fchmod(fd, 0o444)  # read-only, as the local store's blobs
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -324,6 +339,11 @@ class RemoteBlobs:
     def exists(self, digest: str) -> bool:
         raise NotImplementedError
 
+    def size(self, digest: str) -> Optional[int]:
+        """The stored size of ``digest`` (one HEAD/stat), or None if absent: for blobs whose
+        size no row records (a logs bundle). Not verified: ``get`` still checks it."""
+        raise NotImplementedError
+
     # batches
     def put_many(self, items: Sequence[Tuple[str, Data]]) -> List[bool]:
         return run_all(lambda it: self.put(it[0], it[1]), list(items), self.concurrency)
@@ -388,7 +408,9 @@ class FileBlobs(RemoteBlobs):
         if os.path.exists(final):
             return False
         src = _Source(data)
-        tmp = os.path.join(self.root, "tmp", f"{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        from ..store import tmpfiles
+
+        tmp = os.path.join(self.root, "tmp", tmpfiles.tmp_name(digest[:16]))  # names its writer and host
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
             try:
@@ -452,7 +474,7 @@ class FileBlobs(RemoteBlobs):
                     if not n:
                         break
                     h.update(mv[:n])
-                    os.write(fd, mv[:n])
+                    write_all(fd, mv[:n])
                     written += n
         except BaseException:
             os.close(fd)
@@ -463,6 +485,13 @@ class FileBlobs(RemoteBlobs):
     def exists(self, digest: str) -> bool:
         self._dirs()
         return os.path.exists(self._path(digest))
+
+    def size(self, digest: str) -> Optional[int]:
+        self._dirs()
+        try:
+            return os.stat(self._path(digest)).st_size
+        except FileNotFoundError:
+            return None
 
     def exists_many(self, digests: Iterable[str]) -> Set[str]:
         self._dirs()
@@ -477,7 +506,7 @@ class FileBlobs(RemoteBlobs):
             except (FileNotFoundError, NotADirectoryError):
                 continue
             for e in sorted(entries, key=lambda e: e.name):
-                if _DIGEST.match(e.name):
+                if DIGEST_RE.match(e.name):
                     try:
                         st = e.stat()
                     except FileNotFoundError:
@@ -508,382 +537,6 @@ class FileBlobs(RemoteBlobs):
             if isinstance(out[0], RemoteUnavailable):
                 raise out[0]
             raise RemoteUnavailable(f"team blob store {self.url}: {out[0]}") from out[0]
-
-
-# -- s3:// -----------------------------------------------------------------------------------
-
-_UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
-                      "AccessDenied": "access denied",
-                      "InvalidAccessKeyId": "unknown access key",
-                      "SignatureDoesNotMatch": "wrong secret key",
-                      "ExpiredToken": "expired credentials"}
-
-
-class S3Blobs(RemoteBlobs):
-    """Blobs in an S3-protocol bucket through one thread-safe boto3 client.
-
-    Client: connect and read timeouts of ``timeout`` seconds, at most one retry,
-    a connection pool as large as the concurrency (every request holds one of
-    ``concurrency`` slots, so nested part transfers never over-subscribe it).
-    Responses are not checksum-validated by botocore (``when_required``): each
-    get is verified against its BLAKE3 digest anyway. Request checksums stay
-    botocore's default (CRC32 of what is uploaded, checked by the server)."""
-
-    def __init__(self, url: str, bucket: str, prefix: str, **kw: Any) -> None:
-        super().__init__(url, **kw)
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self._lock = threading.Lock()
-        self._clients: Dict[str, Any] = {}
-        self._slots = threading.BoundedSemaphore(self.concurrency)
-
-    # -- plumbing
-    def _key(self, digest: str) -> str:
-        return f"{self.prefix}/{blob_key(digest)}" if self.prefix else blob_key(digest)
-
-    def _client(self, kind: str = "main", timeout: Optional[float] = None) -> Any:
-        """``main``: every transfer; ``slow``: a long read timeout (completing a multipart
-        upload takes the server a while); ``ping``: no retry, the caller's timeout."""
-        name = f"{kind}:{timeout}"
-        c = self._clients.get(name)
-        if c is not None:
-            return c
-        with self._lock:  # creating clients is not thread-safe; using one is
-            c = self._clients.get(name)
-            if c is None:
-                try:
-                    import boto3
-                    from botocore.config import Config
-                except ImportError as e:
-                    raise StoreConfigError(f"{self.url}: s3:// needs boto3 (pip install 'memolab[team]')") from e
-                t = self.timeout if timeout is None else timeout
-                read = t if kind != "slow" else max(60.0, 10 * t)
-                cfg = Config(connect_timeout=t, read_timeout=read,
-                             retries={"mode": "standard", "total_max_attempts": 1 if kind == "ping" else 2},
-                             max_pool_connections=self.concurrency + 2,
-                             response_checksum_validation="when_required",
-                             user_agent_extra="memolab")
-                c = boto3.session.Session().client("s3", config=cfg)
-                self._clients[name] = c
-        return c
-
-    def _fail(self, e: BaseException, what: str, digest: Optional[str] = None) -> BaseException:
-        """The memolab error for a boto3/botocore/network failure."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        if isinstance(e, ClientError):
-            err = e.response.get("Error", {})
-            code = str(err.get("Code", ""))
-            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if digest is not None and (code in ("NoSuchKey", "404", "NotFound") or status == 404):
-                return MissingBlob(f"remote blob {digest[:12]} is missing from {self.url}")
-            if code in ("404", "NotFound") or status == 404:
-                code = "NoSuchBucket"  # a HEAD has no body to say so: only a key or the bucket can be absent
-            why = _UNAVAILABLE_CODES.get(code) or f"{code or status}: {err.get('Message', '')}".strip()
-            return RemoteUnavailable(f"team blob store {self.url} ({what}): {why}")
-        if getattr(e, "memolab_local", False):
-            return e  # reading the local file being uploaded failed: not a network problem
-        if isinstance(e, (BotoCoreError, OSError)):
-            return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e}")
-        return e
-
-    def _call(self, op: str, digest: Optional[str] = None, kind: str = "main",
-              timeout: Optional[float] = None, **kw: Any) -> Any:
-        with self._slots:
-            try:
-                return getattr(self._client(kind, timeout), op)(Bucket=self.bucket, **kw)
-            except Exception as e:
-                err = self._fail(e, op, digest)
-                if err is e:
-                    raise
-                raise err from e
-
-    @staticmethod
-    def _precondition_failed(e: BaseException) -> bool:
-        from botocore.exceptions import ClientError
-
-        return isinstance(e, ClientError) and (
-            e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict")
-            or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 412)
-
-    # -- put
-    def put(self, digest: str, data: Data) -> bool:
-        src = _Source(data)
-        if src.size >= MULTIPART_MIN:
-            if self.exists(digest):  # one HEAD saves uploading 100 MB for nothing
-                return False
-            return self._put_multipart(digest, src)
-        body = src.small_body()
-        try:
-            self._call("put_object", Key=self._key(digest), Body=body, IfNoneMatch="*")
-            return True
-        except RemoteUnavailable as e:
-            if self._precondition_failed(e.__cause__):  # type: ignore[arg-type]
-                return False
-            raise
-        finally:
-            if hasattr(body, "close"):
-                body.close()
-
-    def _put_multipart(self, digest: str, src: _Source) -> bool:
-        key = self._key(digest)
-        part = max(PART_SIZE, -(-src.size // 9000))  # S3 allows 10,000 parts
-        spans = [(i + 1, off, min(part, src.size - off)) for i, off in enumerate(range(0, src.size, part))]
-        upload_id = self._call("create_multipart_upload", Key=key)["UploadId"]
-        done = False
-        try:
-            def one(span: Tuple[int, int, int]) -> Dict[str, Any]:
-                num, off, n = span
-                w = src.window(off, n)
-                try:
-                    r = self._call("upload_part", Key=key, UploadId=upload_id, PartNumber=num,
-                                   Body=w, ContentLength=n)
-                finally:
-                    w.close()
-                entry = {"PartNumber": num, "ETag": r["ETag"]}
-                entry.update({k: v for k, v in r.items() if k.startswith("Checksum") and k != "ChecksumType"})
-                return entry
-
-            parts = run_all(one, spans, self.concurrency)
-            try:
-                self._call("complete_multipart_upload", kind="slow", Key=key, UploadId=upload_id,
-                           MultipartUpload={"Parts": parts}, IfNoneMatch="*")
-            except RemoteUnavailable as e:
-                if self._precondition_failed(e.__cause__):  # type: ignore[arg-type]
-                    return False  # written by someone else meanwhile: theirs stays
-                raise
-            done = True
-            return True
-        finally:
-            if not done:
-                try:
-                    self._call("abort_multipart_upload", Key=key, UploadId=upload_id)
-                except Exception:
-                    pass  # best effort: a lifecycle rule reaps abandoned uploads
-
-    # -- get
-    def _ranges(self, size: int) -> List[Tuple[int, int]]:
-        return [(off, min(PART_SIZE, size - off)) for off in range(0, size, PART_SIZE)]
-
-    def _read_range(self, digest: str, off: int, n: int, sink: Callable[[int, Any], None]) -> int:
-        """GET bytes ``off..off+n`` of ``digest``, handing each chunk to ``sink(offset, chunk)``."""
-        r = self._call("get_object", digest, Key=self._key(digest), Range=f"bytes={off}-{off + n - 1}")
-        return self._drain(r["Body"], digest, off, n, sink)
-
-    def _drain(self, body: Any, digest: str, off: int, limit: int, sink: Callable[[int, Any], None]) -> int:
-        got = 0
-        try:
-            while got <= limit:
-                try:
-                    chunk = body.read(CHUNK)
-                except Exception as e:
-                    err = self._fail(e, "get_object", digest)
-                    if err is e:
-                        raise
-                    raise err from e
-                if not chunk:
-                    break
-                sink(off + got, chunk)
-                got += len(chunk)
-        finally:
-            body.close()
-        return got
-
-    @property
-    def ranged(self) -> bool:
-        """Fetch large objects with parallel ranged GETs? Auto: yes, unless the endpoint is
-        on this machine (loopback): one connection is not the bottleneck there and ranges
-        only add server work (moto reads the whole object for every range: 5x slower)."""
-        if self.ranged_gets is not None:
-            return self.ranged_gets
-        from urllib.parse import urlparse as parse
-
-        host = parse(self._client().meta.endpoint_url).hostname or ""
-        self.ranged_gets = not (host in ("localhost", "::1") or host.startswith("127."))
-        return self.ranged_gets
-
-    def get(self, digest: str, size: int) -> bytes:
-        if size >= MULTIPART_MIN and self.ranged:
-            buf = bytearray(size)
-            mv = memoryview(buf)
-
-            def put_in(at: int, chunk: Any) -> None:
-                if at + len(chunk) > size:
-                    raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
-                mv[at:at + len(chunk)] = chunk
-
-            got = run_all(lambda r: self._read_range(digest, r[0], r[1], put_in), self._ranges(size),
-                          self.concurrency)
-            if sum(got) != size:
-                raise CorruptBlob(f"remote blob {digest[:12]} has {sum(got)} bytes, expected {size}")
-            self._assert_whole(digest, size)
-            return _check(buf, digest, size)  # type: ignore[return-value]
-        r = self._call("get_object", digest, Key=self._key(digest))
-        chunks: List[bytes] = []
-        self._drain(r["Body"], digest, 0, size, lambda at, c: chunks.append(c))
-        return _check(b"".join(chunks), digest, size)
-
-    def _assert_whole(self, digest: str, size: int) -> None:
-        """Ranged reads cannot see an object LONGER than ``size``: ask for one byte past it."""
-        try:
-            r = self._call("get_object", digest, Key=self._key(digest), Range=f"bytes={size}-{size}")
-        except RemoteUnavailable as e:
-            cause = e.__cause__
-            from botocore.exceptions import ClientError
-
-            if isinstance(cause, ClientError) and cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 416:
-                return  # InvalidRange: nothing past size, as it should be
-            raise
-        r["Body"].close()
-        raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
-
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:
-        path = os.fspath(path)
-        if size >= MULTIPART_MIN and self.ranged:
-            return self._get_to_ranged(digest, size, path)
-        r = self._call("get_object", digest, Key=self._key(digest))
-        tmp = _tmp_beside(path)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        except BaseException:
-            r["Body"].close()
-            raise
-        h = _hasher()
-
-        def sink(at: int, chunk: Any) -> None:
-            h.update(chunk)
-            os.write(fd, chunk)
-
-        try:
-            written = self._drain(r["Body"], digest, 0, size, sink)
-        except BaseException:
-            os.close(fd)
-            _unlink(tmp)
-            raise
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, written)
-
-    def _get_to_ranged(self, digest: str, size: int, path: str) -> None:
-        """Parallel ranged GETs written in place with ``pwrite``; the parts are hashed in
-        order as soon as the ones before them are in (read back through a mapping of the
-        file: the page cache, no copy held in Python), so verification overlaps the transfer."""
-        import mmap
-
-        tmp = _tmp_beside(path)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        ranges = self._ranges(size)
-        done = [False] * len(ranges)
-        got = [0] * len(ranges)
-        h = _hasher()
-        state = {"next": 0}
-        hash_lock = threading.Lock()
-        try:
-            os.ftruncate(fd, size)
-            m = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-            view = memoryview(m)
-            try:
-                def sink(at: int, chunk: Any) -> None:
-                    if at + len(chunk) > size:
-                        raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
-                    os.pwrite(fd, chunk, at)
-
-                def one(i: int) -> None:
-                    off, n = ranges[i]
-                    got[i] = self._read_range(digest, off, n, sink)
-                    done[i] = True
-                    # whoever completes the part at the hash frontier hashes every finished part from there
-                    if hash_lock.acquire(blocking=False):
-                        try:
-                            while state["next"] < len(ranges) and done[state["next"]]:
-                                o, k = ranges[state["next"]]
-                                h.update(view[o:o + k])
-                                state["next"] += 1
-                        finally:
-                            hash_lock.release()
-
-                run_all(one, list(range(len(ranges))), self.concurrency)
-                while state["next"] < len(ranges):  # a part finished while the hasher was busy
-                    o, k = ranges[state["next"]]
-                    h.update(view[o:o + k])
-                    state["next"] += 1
-            finally:
-                view.release()
-                m.close()
-            self._assert_whole(digest, size)
-        except BaseException:
-            os.close(fd)
-            _unlink(tmp)
-            raise
-        # parts short of their length leave zeros: counted here, and the digest would not match anyway
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, size if got == [n for _, n in ranges] else sum(got))
-
-    # -- exists / list / delete / ping
-    def exists(self, digest: str) -> bool:
-        try:
-            self._call("head_object", digest, Key=self._key(digest))
-            return True
-        except MissingBlob:
-            return False
-
-    def exists_many(self, digests: Iterable[str]) -> Set[str]:
-        """Concurrent HEADs; a shard (``blobs/ab/``) asked for many digests is listed instead."""
-        ds = list(dict.fromkeys(digests))
-        shards: Dict[str, List[str]] = {}
-        for d in ds:
-            shards.setdefault(d[:2], []).append(d)
-        listed = [s for s, members in shards.items() if len(members) >= 16]
-        heads = [d for s, members in shards.items() if len(members) < 16 for d in members]
-
-        def shard(s: str) -> Set[str]:
-            want = set(shards[s])
-            return {k for k, _, _ in self._list_under(f"blobs/{s}/") if k in want}
-
-        found: Set[str] = set()
-        for part in run_all(shard, listed, self.concurrency):
-            found |= part
-        found |= RemoteBlobs.exists_many(self, heads)
-        return found
-
-    def _list_under(self, sub: str) -> Iterator[Tuple[str, int, float]]:
-        prefix = f"{self.prefix}/{sub}" if self.prefix else sub
-        token: Optional[str] = None
-        while True:
-            kw: Dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
-            if token:
-                kw["ContinuationToken"] = token
-            page = self._call("list_objects_v2", **kw)
-            for obj in page.get("Contents", ()):
-                name = obj["Key"].rsplit("/", 1)[-1]
-                if _DIGEST.match(name):
-                    yield name, int(obj["Size"]), obj["LastModified"].timestamp()
-            if not page.get("IsTruncated"):
-                return
-            token = page.get("NextContinuationToken")
-
-    def list(self) -> Iterator[Tuple[str, int, float]]:
-        return self._list_under("blobs/")
-
-    def delete(self, digests: Iterable[str]) -> None:
-        keys = [{"Key": self._key(d)} for d in dict.fromkeys(digests)]
-        for i in range(0, len(keys), 1000):
-            r = self._call("delete_objects", Delete={"Objects": keys[i:i + 1000], "Quiet": True})
-            errs = [e for e in r.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
-            if errs:
-                e = errs[0]
-                raise RemoteUnavailable(f"team blob store {self.url}: could not delete {e.get('Key')}: "
-                                        f"{e.get('Code')}: {e.get('Message', '')}")
-
-    def ping(self, timeout: Optional[float] = None) -> None:
-        """One HEAD of the bucket, no retry, ``timeout`` seconds for connect and read."""
-        self._call("head_bucket", kind="ping", timeout=self.timeout if timeout is None else timeout)
-
-    def close(self) -> None:
-        with self._lock:
-            for c in self._clients.values():
-                try:
-                    c.close()
-                except Exception:
-                    pass
-            self._clients.clear()
 
 
 # -- fsspec (other schemes) -------------------------------------------------------------------
@@ -956,7 +609,7 @@ class FsspecBlobs(RemoteBlobs):
                     if not chunk:
                         break
                     h.update(chunk)
-                    os.write(fd, chunk)
+                    write_all(fd, chunk)
                     written += len(chunk)
         except BaseException:
             os.close(fd)
@@ -967,11 +620,17 @@ class FsspecBlobs(RemoteBlobs):
     def exists(self, digest: str) -> bool:
         return bool(self._guard("exists", lambda: self.fs.exists(self._path(digest))))
 
+    def size(self, digest: str) -> Optional[int]:
+        try:
+            return int(self._guard("size", lambda: self.fs.size(self._path(digest)), digest))
+        except MissingBlob:
+            return None
+
     def list(self) -> Iterator[Tuple[str, int, float]]:
         found = self._guard("list", lambda: self.fs.find(f"{self.root}/blobs", detail=True))
         for name, info in sorted(found.items()):
             d = name.rsplit("/", 1)[-1]
-            if not _DIGEST.match(d):
+            if not DIGEST_RE.match(d):
                 continue
             mtime = info.get("mtime") or info.get("LastModified") or info.get("created") or 0.0
             if hasattr(mtime, "timestamp"):
@@ -1017,6 +676,8 @@ def open_blobs(url: str, *, timeout: Optional[float] = None, concurrency: Option
     if u.scheme == "s3":
         if not u.netloc:
             raise StoreConfigError(f"{url}: expected s3://bucket/prefix")
+        from .s3 import S3Blobs  # boto3 only when an s3:// store is used
+
         return S3Blobs(url, u.netloc, unquote(u.path), **kw)
     if u.scheme == "file":
         if u.netloc not in ("", "localhost"):
