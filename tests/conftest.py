@@ -148,3 +148,4 @@ def project(tmp_path) -> Project:
 
 # Servers of the team-store tests (issue 12), started on first use.
 from servers.s3 import s3_bucket, s3_env, s3_server  # noqa: E402,F401
+from servers.team import team  # noqa: E402,F401  (the team store: SQLite+file and PostgreSQL+S3)
