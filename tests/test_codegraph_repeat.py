@@ -160,13 +160,12 @@ def test_a_process_whose_only_call_is_a_hit_reads_no_version_tag(project):
 
         out = {"first": f(1), "ctypes_after_first": "_ctypes" in sys.modules}
         K = 3
-        out["second"] = f(1)  # the graph's second check: K rebound, so it is rebuilt (not armed yet)
-        out["rebuilt_armed"] = codegraph._function_roots[f.fn].armed
-        out["third"] = f(1)
+        out["second"] = f(1)  # the graph's second check arms it, with a full check that sees K
         out["armed"] = codegraph._function_roots[f.fn].armed
+        K = 4
+        out["third"] = f(1)  # and the tags see this one
         print(json.dumps(out))
     """)
     for _ in range(2):  # a miss, then a hit of the first call
         out = project.run_json("job.py")
-        assert out == {"first": 2, "ctypes_after_first": False, "second": 3, "rebuilt_armed": False, "third": 3,
-                       "armed": True}
+        assert out == {"first": 2, "ctypes_after_first": False, "second": 3, "armed": True, "third": 4}
