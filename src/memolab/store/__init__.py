@@ -351,9 +351,10 @@ class Store:
         write transaction that is paid anyway (a result's record)."""
         hits, stamps = self._take_usage()
         write_usage(c, hits, stamps)
-        rider = getattr(self._riders, "fn", None)
+        riders = getattr(self, "_riders", None)
+        rider = getattr(riders, "fn", None)
         if rider is not None:
-            self._riders.fn = None
+            riders.fn = None
             rider(c)
 
     def ride_along(self, fn: Optional[Callable[[sqlite3.Connection], None]]) -> None:
@@ -362,7 +363,10 @@ class Store:
         raises is rolled back alone (a savepoint): the result is recorded anyway.
         Whoever sets one must check it ran (a save that records nothing, say on a
         lost lease, does not run it) and withdraw it after the save."""
-        self._riders.fn = None if fn is None else _savepointed(fn)
+        riders = getattr(self, "_riders", None)
+        if riders is None:
+            riders = self._riders = threading.local()
+        riders.fn = None if fn is None else _savepointed(fn)
 
     def flush_hits(self) -> None:
         hits, stamps = self._take_usage()
