@@ -269,14 +269,20 @@ class Index:
         point query on the key's unique index, no transaction, no write.
         ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
         if lean and _JSON1:
-            cols, found = LEAN_COLUMNS, self.conn().execute(_LOOKUP_LEAN_SQL, key).fetchone()
+            cols, status_at, found = LEAN_COLUMNS, 1, self.conn().execute(_LOOKUP_LEAN_SQL, key).fetchone()
         else:
-            cols, found = HIT_COLUMNS, self.conn().execute(_LOOKUP_SQL, key).fetchone()
-        self._local.absent = key if found is None else None
+            cols, status_at, found = HIT_COLUMNS, 5, self.conn().execute(_LOOKUP_SQL, key).fetchone()
+        if found is None:
+            self._local.absent = key
+            return None
         row = _checked(found, cols)
-        if row is not None and row["status"] != "done":
+        if found[status_at] != "done":
+            self._local.absent = None
             return None  # out of use (corrupt, stale, unloadable): a miss
+        # a hit leaves the note alone: it is read only right after a lookup that found no usable row
         return row
+
+    assert LEAN_COLUMNS[1] == "status" and HIT_COLUMNS[5] == "status"
 
     def known_absent(self, key: Key) -> bool:
         """Did this thread's latest ``lookup`` find no row at all for ``key`` (not
