@@ -355,7 +355,8 @@ class Store:
         rider = getattr(riders, "fn", None)
         if rider is not None:
             riders.fn = None
-            rider(c)
+            if isinstance(c, sqlite3.Connection):  # an index of another database (team.pg) takes no rider
+                rider(c)
 
     def ride_along(self, fn: Optional[Callable[[sqlite3.Connection], None]]) -> None:
         """Run ``fn(connection)`` inside this thread's next result record (``save``), in
