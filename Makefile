@@ -19,11 +19,15 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(PY) examples/run_demo.py
 
-# The dashboard's browser tests drive Debian's headless Chromium.
+# The dashboard's browser tests drive Debian's headless Chromium; the team store's
+# tests start a PostgreSQL server of their own (initdb + pg_ctl from Debian's package).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -1,0 +1,843 @@
+"""The team index on PostgreSQL (psycopg 3): ``PgIndex``, its schema and explicit upgrades.
+
+``PgIndex`` satisfies ``team.protocol.EvalIndex`` with the semantics of the local
+``store.sqlite.Index`` (``tests/test_index_conformance.py`` runs one suite against
+both). What differs, and why:
+
+- Single flight across machines: a lease is a row locked in a transaction; its
+  heartbeat and expiry use the DATABASE clock (``clock_timestamp()``), never the
+  client's: the machines' clocks differ. A dead owner on this host
+  (``owner_alive_here``) is taken over at once, as locally.
+- Round trips are what costs here (~55 µs each on loopback, a few ms across a
+  network), so: ``lookup`` is one prepared statement in autocommit mode;
+  ``lookup_many``/``heartbeat``/``add_hits`` one statement over arrays;
+  ``claim`` one call of a PL/pgSQL function (``memolab_claim``); ``record`` two
+  round trips (pipeline mode); ``publish_many`` one pipeline for the whole batch.
+- A network failure (refused, timed out, server gone) raises
+  ``errors.RemoteUnavailable``: the team layer goes offline then. Connecting waits
+  at most ``MEMOLAB_REMOTE_TIMEOUT`` seconds (default 3; libpq's minimum is 2).
+- The schema lives in ``memolab_*`` tables (it can share a database with other
+  applications). Its version is checked when an index is opened: an empty database
+  gets the current schema (under an advisory lock); an older one is refused until
+  ``upgrade(dsn)`` (``memolab remote upgrade``) migrates it, explicitly, under
+  ``pg_advisory_xact_lock`` with a ``lock_timeout``, in one transaction; a newer
+  one is refused ("upgrade memolab").
+
+psycopg is imported here and nowhere else: ``import memolab`` never loads it.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
+
+import psycopg
+from psycopg import errors as pgerrors
+
+from ..errors import RemoteUnavailable, StoreConfigError
+from ..store.sqlite import EVAL_COLUMNS, BlobsGone, _blobs_of, host_name, owner_alive_here
+
+Key = Tuple[str, str, str, str]
+Row = Dict[str, Any]
+T = TypeVar("T")
+
+#: The schema this memolab writes, and the range of versions it can work with.
+TEAM_SCHEMA_VERSION = 1
+SUPPORTED = (1, 1)
+
+#: pg_advisory_xact_lock key serialising schema creation and upgrades ('memolab1').
+_LOCK_KEY = int.from_bytes(b"memolab1", "big") & 0x7FFFFFFFFFFFFFFF
+
+_NOW = "extract(epoch from clock_timestamp())::float8"  # the database's clock, seconds
+
+#: Columns of a team row: the local index's plus the logs bundle digest and who uploaded it.
+ROW_COLUMNS = EVAL_COLUMNS + ("inline", "logs", "uploaded_by")
+_KEY_COLS = ("fn", "code", "args", "schema")
+#: what a write sets besides the key and status ('done'); ``id`` comes from the
+#: sequence: a replaced row gets a new id, as locally
+_DATA_COLS = tuple(c for c in ROW_COLUMNS if c not in ("id", "status") + _KEY_COLS)
+_TEXT_COLS = frozenset(("fn", "code", "args", "schema", "status", "payload", "buffers", "host", "python", "versions",
+                        "snapshot", "code_refs", "signature", "reason", "logs", "uploaded_by"))
+
+# -- the schema ---------------------------------------------------------------------------------
+_TYPES = {"id": "bigint", "payload_size": "bigint", "size": "bigint", "hits": "bigint", "started": "float8",
+          "finished": "float8", "duration": "float8", "last_hit": "float8", "inline": "bytea"}
+_KEY_MATCH = "{a}.fn = p_fn AND {a}.code = p_code AND {a}.args = p_args AND {a}.schema = p_schema"
+_NO_ROW = ", ".join(f"NULL::{_TYPES.get(c, 'text')}" for c in ROW_COLUMNS)
+
+#: ``claim`` in one statement, one round trip: a PL/pgSQL function, because each of
+#: its statements sees what was committed before it began (READ COMMITTED, a new
+#: snapshot per statement) where one SQL statement sees one snapshot. (1) take the
+#: lease if it is free or ours, unless a stored row is visible (a hit writes
+#: nothing); (2) look for the stored row again: one recorded (and its lease dropped)
+#: while (1) ran is a hit, and a lease (1) just took goes; (3) else report who holds
+#: the lease and for how long it has not been heart-beaten, by the database's clock:
+#: the client decides on a takeover (it alone can tell whether a holder on its own
+#: host is dead) and takes it with a conditional UPDATE.
+_CLAIM_FUNCTION = f"""
+CREATE FUNCTION memolab_claim(p_fn text, p_code text, p_args text, p_schema text, p_owner text, p_force boolean)
+RETURNS TABLE(c_state text, c_holder text, c_age float8,
+              {", ".join(f"c_{c} {_TYPES.get(c, 'text')}" for c in ROW_COLUMNS)})
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    t float8 := extract(epoch from clock_timestamp());
+    fresh boolean;
+BEGIN
+    INSERT INTO memolab_leases AS l (fn, code, args, schema, owner, heartbeat)
+        SELECT p_fn, p_code, p_args, p_schema, p_owner, t
+        WHERE p_force OR NOT EXISTS (SELECT 1 FROM memolab_evaluations e
+                                     WHERE {_KEY_MATCH.format(a="e")} AND e.status = 'done')
+    ON CONFLICT (fn, code, args, schema) DO UPDATE SET heartbeat = EXCLUDED.heartbeat
+        WHERE l.owner = EXCLUDED.owner
+    RETURNING l.xmax = 0 INTO fresh;  -- NULL: not ours; true: inserted; false: ours already
+    IF NOT p_force THEN
+        RETURN QUERY SELECT 'hit'::text, NULL::text, NULL::float8, {", ".join("e." + c for c in ROW_COLUMNS)}
+            FROM memolab_evaluations e WHERE {_KEY_MATCH.format(a="e")} AND e.status = 'done';
+        IF FOUND THEN
+            IF fresh THEN
+                DELETE FROM memolab_leases l WHERE {_KEY_MATCH.format(a="l")} AND l.owner = p_owner;
+            END IF;
+            RETURN;
+        END IF;
+    END IF;
+    IF fresh IS NOT NULL THEN
+        RETURN QUERY SELECT 'owner'::text, p_owner, 0::float8, {_NO_ROW};
+        RETURN;
+    END IF;
+    RETURN QUERY SELECT 'held'::text, l.owner, t - l.heartbeat, {_NO_ROW}
+        FROM memolab_leases l WHERE {_KEY_MATCH.format(a="l")};
+    IF NOT FOUND THEN  -- released between (1) and now: the caller asks again
+        RETURN QUERY SELECT 'again'::text, NULL::text, NULL::float8, {_NO_ROW};
+    END IF;
+END
+$fn$"""
+
+#: (version, statements): applied in order by ``upgrade`` to a database at an older
+#: version, all in one transaction (PostgreSQL's DDL is transactional: a migration
+#: cut short leaves the previous version intact). Step 1 builds its DDL from
+#: ``ROW_COLUMNS``: a later version that changes the columns must freeze step 1's
+#: text as it is now, and recreate ``memolab_claim`` (it returns every column) in
+#: its own step; ``SUPPORTED`` then says which older clients can still call it.
+_STEPS: List[Tuple[int, List[str]]] = [
+    (1, [
+        "CREATE TABLE memolab_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE memolab_evaluations(
+            id BIGSERIAL PRIMARY KEY,
+            fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
+            status TEXT NOT NULL,
+            payload TEXT, payload_size BIGINT, buffers TEXT, size BIGINT,
+            started DOUBLE PRECISION, finished DOUBLE PRECISION, duration DOUBLE PRECISION,
+            host TEXT, python TEXT, versions TEXT, snapshot TEXT,
+            hits BIGINT NOT NULL DEFAULT 0, last_hit DOUBLE PRECISION,
+            code_refs TEXT, signature TEXT, reason TEXT,
+            inline BYTEA,
+            logs TEXT,
+            uploaded_by TEXT,
+            CONSTRAINT memolab_evaluations_key UNIQUE (fn, code, args, schema))""",
+        """CREATE TABLE memolab_leases(
+            fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            heartbeat DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (fn, code, args, schema))""",
+        "CREATE TABLE memolab_sources(digest TEXT PRIMARY KEY, symbol TEXT NOT NULL, source TEXT NOT NULL)",
+        # the local index's indexes (see store/sqlite.py for why each exists), less
+        # its miss-explanation ones, (fn, args) and (fn, code): misses are explained
+        # locally, and without statistics (a new table) the planner took (fn, code)
+        # for a lookup and filtered every row of that code version (25x slower) ...
+        "CREATE INDEX memolab_evaluations_summary ON memolab_evaluations(fn, finished, size, hits, duration)",
+        "CREATE INDEX memolab_evaluations_blobs ON memolab_evaluations(id) WHERE inline IS NULL",
+        "CREATE INDEX memolab_evaluations_unused ON memolab_evaluations(id) WHERE status <> 'done'",
+        # ... and one for `pull` of every function: done rows by finish time
+        "CREATE INDEX memolab_evaluations_pull ON memolab_evaluations(finished, id) WHERE status = 'done'",
+        _CLAIM_FUNCTION,
+    ]),
+]
+
+
+class TeamSchemaError(StoreConfigError):
+    """The team database's schema is outside the range this memolab supports."""
+
+    def __init__(self, message: str, version: Optional[int]) -> None:
+        self.version = version
+        super().__init__(message)
+
+
+def remote_timeout() -> float:
+    """``MEMOLAB_REMOTE_TIMEOUT`` in seconds (default 3): how long reaching the team store may take."""
+    try:
+        t = float(os.environ.get("MEMOLAB_REMOTE_TIMEOUT", "") or 3.0)
+    except ValueError:
+        return 3.0
+    return t if t > 0 else 3.0
+
+
+def where(dsn: str) -> str:
+    """``host:port/db`` of a DSN, for messages (never its password)."""
+    try:
+        d = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable DSN>"
+    host = d.get("host") or d.get("hostaddr") or "localhost"
+    return f"{host}:{d.get('port') or 5432}/{d.get('dbname') or ''}"
+
+
+def _network(e: BaseException, conn: Optional[psycopg.Connection] = None) -> bool:
+    """Is ``e`` the network or the server going away (not a problem of the statement)?"""
+    if conn is not None and (conn.broken or conn.closed):
+        return True
+    if isinstance(e, (pgerrors.ConnectionTimeout, psycopg.InterfaceError)):
+        return True
+    if isinstance(e, psycopg.OperationalError):
+        state = e.sqlstate
+        # None: libpq's own errors (refused, reset, EOF); 08: connection exception;
+        # 57P01-3: admin/crash shutdown, cannot connect now (starting up, shutting down)
+        return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    return False
+
+
+def _connect(dsn: str, timeout: Optional[float] = None) -> psycopg.Connection:
+    t = timeout if timeout is not None else remote_timeout()
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as e:
+        raise StoreConfigError(f"the team index is not a valid PostgreSQL URL or DSN: {e}") from None
+    kw: Dict[str, Any] = {}
+    # bounded waits: connecting, and a peer that vanishes mid-call (unacknowledged
+    # data, silent idle connection) instead of the kernel's 15-minute defaults
+    defaults = {"connect_timeout": max(2, int(round(t))), "keepalives": 1, "keepalives_idle": max(1, int(t)),
+                "keepalives_interval": 1, "keepalives_count": 3, "tcp_user_timeout": int(t * 1000),
+                "application_name": "memolab"}
+    for k, v in defaults.items():
+        if k not in params:
+            kw[k] = v
+    try:
+        conn = psycopg.connect(dsn, autocommit=True, **kw)
+        # a client that dies inside a transaction must not hold a lease row's lock for
+        # the server's TCP timeout: the server ends such a session after a minute
+        conn.execute("SET idle_in_transaction_session_timeout = '60s'")
+    except psycopg.Error as e:
+        if _network(e):
+            raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {str(e).strip()}") from e
+        raise
+    return conn
+
+
+def _read_version(conn: psycopg.Connection) -> Optional[int]:
+    """The schema version of the database, or None when it holds no memolab schema."""
+    row = conn.execute("SELECT to_regclass('memolab_meta') IS NOT NULL, "
+                       "to_regclass('memolab_evaluations') IS NOT NULL").fetchone()
+    assert row is not None
+    if not row[0]:
+        if row[1]:
+            raise TeamSchemaError("the team database has memolab tables but no memolab_meta table: "
+                                  "it is damaged or was not created by memolab", None)
+        return None
+    v = conn.execute("SELECT value FROM memolab_meta WHERE key = 'schema_version'").fetchone()
+    if v is None:
+        raise TeamSchemaError("the team database's memolab_meta has no schema_version: it is damaged", None)
+    return int(v[0])
+
+
+def _check_version(version: int, dsn: str) -> None:
+    lo, hi = SUPPORTED
+    if version < lo:
+        raise TeamSchemaError(f"team schema {version} (at {where(dsn)}) is older than this memolab's "
+                              f"{TEAM_SCHEMA_VERSION}: run `memolab remote upgrade`", version)
+    if version > hi:
+        raise TeamSchemaError(f"team schema {version} (at {where(dsn)}) is newer than this memolab supports "
+                              f"({lo}..{hi}): upgrade memolab (pip install -U memolab)", version)
+
+
+def _migrate(conn: psycopg.Connection, dsn: str, lock_timeout: float, wait: float,
+             create_only: bool = False) -> Tuple[Optional[int], int]:
+    """Bring the schema to ``TEAM_SCHEMA_VERSION`` in one transaction; (from, to).
+
+    The advisory lock serialises migrators (two ``memolab remote upgrade`` at once:
+    the second finds the work done). ``lock_timeout`` bounds each DDL statement's
+    wait for its table lock: an ALTER queued behind a long reader would otherwise
+    queue every later query of every client behind it, wedging the team store.
+    """
+    with conn.transaction():
+        conn.execute(f"SET LOCAL lock_timeout = '{int(wait * 1000)}ms'")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        except pgerrors.LockNotAvailable as e:
+            raise TeamSchemaError(f"another client has been creating or upgrading the team schema at {where(dsn)} "
+                                  f"for over {wait:g} s: try again later", None) from e
+        conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout * 1000)}ms'")
+        before = _read_version(conn)
+        if before is not None and before > TEAM_SCHEMA_VERSION:
+            _check_version(before, dsn)
+        if create_only and before is not None:
+            return before, before  # someone else created it while we waited for the lock
+        for version, statements in _STEPS:
+            if before is not None and version <= before:
+                continue
+            for stmt in statements:
+                try:
+                    conn.execute(stmt)
+                except pgerrors.LockNotAvailable as e:
+                    raise TeamSchemaError(
+                        f"upgrading the team schema at {where(dsn)} to {version} could not lock a table within "
+                        f"{lock_timeout:g} s (clients are using it): nothing was changed; retry when it is quieter "
+                        f"or with a longer lock timeout", before) from e
+        conn.execute("INSERT INTO memolab_meta(key, value) VALUES ('schema_version', %s) "
+                     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (str(TEAM_SCHEMA_VERSION),))
+        return before, TEAM_SCHEMA_VERSION
+
+
+def upgrade(dsn: str, lock_timeout: float = 5.0, wait: float = 60.0,
+            timeout: Optional[float] = None) -> Dict[str, Any]:
+    """Create or upgrade the team schema (``memolab remote upgrade``).
+
+    ``lock_timeout``: the longest a DDL statement waits for its table lock;
+    ``wait``: the longest we wait for another migrator. Returns
+    ``{'from': version or None, 'to': version, 'changed': bool}``."""
+    conn = _connect(dsn, timeout)
+    try:
+        before, after = _migrate(conn, dsn, lock_timeout, wait)
+    except psycopg.Error as e:
+        if _network(e, conn):
+            raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {str(e).strip()}") from e
+        raise
+    finally:
+        conn.close()
+    return {"from": before, "to": after, "changed": before != after}
+
+
+def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
+    """What ``memolab remote status`` shows; never raises for an unreachable server and writes nothing.
+
+    Keys: reachable, where, server (version string), schema (version or None),
+    supported (lo, hi), ok (the schema is usable by this memolab), message, and
+    when the schema is there: evaluations, done, functions, size, leases."""
+    out: Dict[str, Any] = {"reachable": False, "where": where(dsn), "server": None, "schema": None,
+                           "supported": SUPPORTED, "ok": False, "message": ""}
+    try:
+        conn = _connect(dsn, timeout)
+    except RemoteUnavailable as e:
+        out["message"] = str(e)
+        return out
+    try:
+        out["reachable"] = True
+        out["server"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+        try:
+            version = _read_version(conn)
+        except TeamSchemaError as e:
+            out["message"] = str(e)
+            return out
+        out["schema"] = version
+        if version is None:
+            out["message"] = "no memolab schema yet: the first client (or `memolab remote upgrade`) creates it"
+            return out
+        try:
+            _check_version(version, dsn)
+            out["ok"] = True
+            out["message"] = f"schema {version}, supported {SUPPORTED[0]}..{SUPPORTED[1]}"
+        except TeamSchemaError as e:
+            out["message"] = str(e)
+        n, done, fns, size = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(DISTINCT fn), "
+            "COALESCE(sum(size), 0) FROM memolab_evaluations").fetchone()  # type: ignore[misc]
+        out.update(evaluations=int(n), done=int(done), functions=int(fns), size=int(size))
+        out["leases"] = int(conn.execute("SELECT count(*) FROM memolab_leases").fetchone()[0])  # type: ignore[index]
+    except psycopg.Error as e:
+        if not _network(e, conn):
+            raise
+        out["reachable"] = False
+        out["message"] = f"team index {where(dsn)} unreachable: {str(e).strip()}"
+    finally:
+        conn.close()
+    return out
+
+
+# -- SQL of the index ---------------------------------------------------------------------------
+_WHERE_KEY = "fn = %s AND code = %s AND args = %s AND schema = %s"
+_SELECT_ROW = f"SELECT {', '.join(ROW_COLUMNS)} FROM memolab_evaluations"
+_LOOKUP_SQL = f"{_SELECT_ROW} WHERE {_WHERE_KEY} AND status = 'done'"
+# A point query per key (LIMIT 1 keeps the planner from flattening it into a hash
+# join over the whole table, which it chose for a table without statistics yet)
+_LOOKUP_MANY_SQL = (f"SELECT e.* FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[]) AS k(fn, code, args, schema) "
+                    f"CROSS JOIN LATERAL ({_SELECT_ROW} e WHERE e.fn = k.fn AND e.code = k.code AND e.args = k.args "
+                    "AND e.schema = k.schema AND e.status = 'done' LIMIT 1) e")
+_HIT_ID_SQL = f"SELECT id FROM memolab_evaluations WHERE {_WHERE_KEY} AND status = 'done'"
+# Written as an upsert that replaces every column: SQLite's INSERT OR REPLACE
+# (a fresh row, a new id, unspecified columns at their defaults), atomically.
+_REPLACE_SET = ", ".join(f"{c} = EXCLUDED.{c}" for c in ("id", "status") + _DATA_COLS)
+_INSERT = (f"INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('status',) + _DATA_COLS)}) "
+           f"VALUES (%(fn)s, %(code)s, %(args)s, %(schema)s, 'done', "
+           + ", ".join("COALESCE(%(hits)s, 0)" if c == "hits" else f"%({c})s" for c in _DATA_COLS) + ") "
+           f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET}")
+_RECORD_SQL = _INSERT + " RETURNING id"
+# ``publish_many`` in one statement, whatever the batch size: the rows, the sources
+# and the lease drops as arrays, written by data-modifying CTEs (one statement:
+# atomic in autocommit, one round trip). A 'done' row is never replaced (the
+# upsert's WHERE sees the latest version of a conflicting row); the statement's
+# snapshot gives the id of a 'done' row committed before it began. One committed
+# while it ran comes back with a NULL id: ``publish_many`` asks again for those.
+# Rows are inserted in key order: batches that overlap lock rows in one order.
+_KEY_ORDER = ", ".join(c + ' COLLATE "C"' for c in _KEY_COLS)
+_ARRAY_TYPES = {c: _TYPES.get(c, "text") for c in _KEY_COLS + _DATA_COLS}
+_PUBLISH_MANY_SQL = (
+    "WITH v AS (SELECT * FROM unnest("
+    + ", ".join(f"%({c})s::{_ARRAY_TYPES[c]}[]" for c in _KEY_COLS + _DATA_COLS)
+    + f") WITH ORDINALITY AS v({', '.join(_KEY_COLS + _DATA_COLS)}, ord)), "
+    f"ins AS (INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('status',) + _DATA_COLS)}) "
+    f"SELECT {', '.join(_KEY_COLS)}, 'done', "
+    + ", ".join("COALESCE(hits, 0)" if c == "hits" else c for c in _DATA_COLS)
+    + f" FROM v ORDER BY {_KEY_ORDER} "
+    f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET} WHERE e.status <> 'done' "
+    "RETURNING e.id, e.fn, e.code, e.args, e.schema), "
+    "src AS (INSERT INTO memolab_sources(digest, symbol, source) "
+    "SELECT * FROM unnest(%(s_digest)s::text[], %(s_symbol)s::text[], %(s_source)s::text[]) "
+    "ON CONFLICT DO NOTHING), "
+    "dl AS (DELETE FROM memolab_leases l WHERE %(owner)s::text IS NOT NULL AND (l.fn, l.code, l.args, l.schema, "
+    "l.owner) IN (SELECT fn, code, args, schema, %(owner)s::text FROM v)) "
+    "SELECT v.ord, COALESCE(ins.id, d.id), ins.id IS NOT NULL FROM v "
+    "LEFT JOIN ins ON ins.fn = v.fn AND ins.code = v.code AND ins.args = v.args AND ins.schema = v.schema "
+    "LEFT JOIN LATERAL (SELECT x.id FROM memolab_evaluations x WHERE ins.id IS NULL AND x.fn = v.fn "
+    "AND x.code = v.code AND x.args = v.args AND x.schema = v.schema AND x.status = 'done' LIMIT 1) d ON true")
+_SOURCES_SQL = "INSERT INTO memolab_sources(digest, symbol, source) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+_DROP_LEASE_SQL = f"DELETE FROM memolab_leases WHERE {_WHERE_KEY} AND owner = %s"
+_LAST_USE = "(CASE WHEN finished IS NULL THEN 0 ELSE GREATEST(finished, COALESCE(last_hit, 0)) END)"
+_ORDER_TERM = re.compile(r"^\s*([a-z_]+)(?:\s+(asc|desc))?\s*$", re.I)
+
+
+def _order_sql(order: str) -> str:
+    """SQLite's ordering in PostgreSQL: NULLs smallest, text by bytes (``COLLATE "C"``)."""
+    terms = []
+    for part in order.split(","):
+        m = _ORDER_TERM.match(part)
+        if m is None:
+            return order  # not a plain column list: passed as written
+        col, way = m.group(1).lower(), (m.group(2) or "ASC").upper()
+        coll = ' COLLATE "C"' if col in _TEXT_COLS else ""
+        terms.append(f"{col}{coll} {way} NULLS {'FIRST' if way == 'ASC' else 'LAST'}")
+    return ", ".join(terms)
+
+
+def _key_arrays(keys: Sequence[Key]) -> List[List[str]]:
+    return [[k[i] for k in keys] for i in range(4)]
+
+
+class PgIndex:
+    """The team index: ``EvalIndex`` on PostgreSQL. One connection per thread (and per process)."""
+
+    def __init__(self, dsn: str, timeout: Optional[float] = None, create: bool = True) -> None:
+        self.dsn = dsn
+        self.timeout = timeout
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conns: List[Tuple[int, psycopg.Connection]] = []
+        self._sources_seen: Set[str] = set()
+        try:
+            self.who = f"{getpass.getuser()}@{host_name()}"
+        except Exception:  # no user name (a container without passwd entry)
+            self.who = host_name()
+        self._create = create
+        try:
+            self.version = self._run(self._open_schema, retry=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_schema(self, conn: psycopg.Connection) -> int:
+        version = _read_version(conn)
+        if version is None:
+            if not self._create:
+                raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}: run `memolab remote upgrade`", None)
+            # an empty database: the first client creates the schema (serialised by
+            # the advisory lock; a client that waited finds it created)
+            try:
+                _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+            except pgerrors.InsufficientPrivilege as e:
+                raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}, and this role may not create it: "
+                                      f"run `memolab remote upgrade` as a role that may ({e})", None) from e
+            version = _read_version(conn)
+            assert version is not None
+        _check_version(version, self.dsn)
+        return version
+
+    # -- connections ------------------------------------------------------------------------
+    def conn(self) -> psycopg.Connection:
+        c = getattr(self._local, "conn", None)
+        if c is None or c.closed or self._local.pid != os.getpid():
+            # a connection inherited through fork is the parent's session: never used
+            # (nor closed: psycopg does not finish a connection of another pid)
+            c = _connect(self.dsn, self.timeout)
+            self._local.conn = c
+            self._local.pid = os.getpid()
+            self._local.fresh = True
+            with self._lock:
+                self._conns = [(p, x) for p, x in self._conns if not x.closed] + [(os.getpid(), c)]
+        return c
+
+    def _drop_conn(self) -> None:
+        c = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if c is not None and self._local.pid == os.getpid():
+            try:
+                c.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        """Close this process's connections (all threads')."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for pid, c in conns:
+            if pid == os.getpid():
+                try:
+                    c.close()
+                except Exception:
+                    pass
+
+    def __enter__(self) -> "PgIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _run(self, work: Callable[[psycopg.Connection], T], retry: bool = True) -> T:
+        """``work(conn)``: network failures -> ``RemoteUnavailable``; a deadlock or a
+        connection that went stale while idle (server restarted) -> tried again."""
+        for attempt in range(3):
+            conn = self.conn()
+            fresh = self._local.fresh
+            self._local.fresh = False
+            try:
+                return work(conn)
+            except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
+                if attempt == 2:
+                    raise
+            except psycopg.Error as e:
+                if not _network(e, conn):
+                    raise
+                self._drop_conn()
+                if fresh or not retry or attempt > 0:
+                    raise RemoteUnavailable(f"team index {where(self.dsn)} unreachable: {str(e).strip()}") from e
+        raise AssertionError("unreachable")
+
+    # -- the hot path ----------------------------------------------------------------------
+    def lookup(self, key: Key, lean: bool = False) -> Optional[Row]:
+        """The 'done' row of ``key`` or None: one prepared statement, autocommit (no
+        transaction round trips). ``lean`` is accepted and ignored: a team row is
+        copied into the local index whole."""
+        def work(c: psycopg.Connection) -> Optional[Row]:
+            row = c.execute(_LOOKUP_SQL, tuple(key), prepare=True).fetchone()
+            return None if row is None else dict(zip(ROW_COLUMNS, row))
+        return self._run(work)
+
+    def lookup_many(self, keys: Sequence[Key]) -> Dict[Key, Row]:
+        keys = [tuple(k) for k in keys]  # type: ignore[misc]
+        if not keys:
+            return {}
+
+        def work(c: psycopg.Connection) -> Dict[Key, Row]:
+            out: Dict[Key, Row] = {}
+            for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys), prepare=True).fetchall():
+                d = dict(zip(ROW_COLUMNS, r))
+                out[(d["fn"], d["code"], d["args"], d["schema"])] = d
+            return out
+        return self._run(work)
+
+    def inline_of(self, eval_id: int) -> Optional[bytes]:
+        row = self._run(lambda c: c.execute("SELECT inline FROM memolab_evaluations WHERE id = %s",
+                                            (eval_id,)).fetchone())
+        return row[0] if row else None
+
+    # -- single flight ---------------------------------------------------------------------
+    def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
+              on_owner: Optional[Callable[[psycopg.Connection], None]] = None) -> Tuple[str, Optional[Row]]:
+        """See ``EvalIndex.claim``: one round trip (``memolab_claim``), two for a
+        takeover. ``on_owner(conn)`` runs after the lease is taken, not in its
+        transaction (unlike the local index, nothing rides along with a claim here)."""
+        key = tuple(key)  # type: ignore[assignment]
+
+        def work(c: psycopg.Connection) -> Tuple[str, Optional[Row]]:
+            for _ in range(20):
+                r = c.execute("SELECT * FROM memolab_claim(%s, %s, %s, %s, %s, %s)", (*key, owner, force),
+                              prepare=True).fetchone()
+                assert r is not None
+                state = r[0]
+                if state == "hit":
+                    return "hit", dict(zip(ROW_COLUMNS, r[3:]))
+                if state == "again":
+                    continue
+                if state == "held":
+                    holder, age = r[1], r[2]
+                    here = owner_alive_here(holder)
+                    # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
+                    if not (here is False or (age > ttl and here is None)):
+                        return "wait", None
+                    # compare-and-swap: only that holder's lease, still dead or stale now, and
+                    # no row stored meanwhile; else ask again
+                    took = c.execute(
+                        f"UPDATE memolab_leases SET owner = %s, heartbeat = {_NOW} WHERE {_WHERE_KEY} "
+                        f"AND owner = %s AND (%s OR heartbeat < {_NOW} - %s) AND NOT EXISTS "
+                        f"(SELECT 1 FROM memolab_evaluations WHERE {_WHERE_KEY} AND status = 'done') RETURNING 1",
+                        (owner, *key, holder, here is False, float(ttl), *key), prepare=True).fetchone()
+                    if took is None:
+                        continue
+                if on_owner is not None:
+                    on_owner(c)
+                return "owner", None
+            raise pgerrors.SerializationFailure("the lease of this key keeps changing hands")  # retried by _run
+        return self._run(work)
+
+    def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
+        held = list(held)
+        if not held:
+            return
+        arrays = _key_arrays([k for k, _ in held]) + [[o for _, o in held]]
+        self._run(lambda c: c.execute(
+            f"UPDATE memolab_leases l SET heartbeat = {_NOW} "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) AS h(fn, code, args, schema, owner) "
+            "WHERE l.fn = h.fn AND l.code = h.code AND l.args = h.args AND l.schema = h.schema AND l.owner = h.owner",
+            arrays))
+
+    def release(self, key: Key, owner: str) -> None:
+        self._run(lambda c: c.execute(_DROP_LEASE_SQL, (*key, owner), prepare=True))
+
+    def live_leases(self, ttl: float) -> int:
+        row = self._run(lambda c: c.execute(f"SELECT count(*) FROM memolab_leases WHERE heartbeat > {_NOW} - %s",
+                                            (float(ttl),)).fetchone())
+        return int(row[0])  # type: ignore[index]
+
+    # -- results ----------------------------------------------------------------------------
+    def _values(self, key: Key, fields: Row) -> Dict[str, Any]:
+        v: Dict[str, Any] = {c: fields.get(c) for c in _DATA_COLS}
+        v.update(zip(_KEY_COLS, key))
+        if v["uploaded_by"] is None:
+            v["uploaded_by"] = self.who
+        if isinstance(v["inline"], memoryview):
+            v["inline"] = bytes(v["inline"])
+        return v
+
+    def record(self, key: Key, owner: str, fields: Row, sources: Dict[str, Tuple[str, str]],
+               present: Callable[[], bool] = lambda: True,
+               also: Optional[Callable[[psycopg.Connection], None]] = None) -> int:
+        """See ``Index.record``: stored and our lease dropped in one transaction; a
+        lease lost to another owner who already stored a row keeps that row."""
+        key = tuple(key)  # type: ignore[assignment]
+        values = self._values(key, fields)
+        new_sources = [(d, sym, src) for d, (sym, src) in sources.items() if d not in self._sources_seen]
+
+        def work(c: psycopg.Connection) -> int:
+            with c.pipeline():
+                with c.transaction():
+                    cur = c.execute(f"SELECT owner FROM memolab_leases WHERE {_WHERE_KEY} FOR UPDATE", key,
+                                    prepare=True)
+                    done = c.execute(_HIT_ID_SQL, key, prepare=True)
+                    lease, have = cur.fetchone(), done.fetchone()
+                    if (lease is None or lease[0] != owner) and have is not None:
+                        return int(have[0])  # our lease was taken over and the other's row stands
+                    if not present():
+                        raise BlobsGone(key)
+                    if new_sources:
+                        c.cursor().executemany(_SOURCES_SQL, sorted(new_sources))
+                    eid = c.execute(_RECORD_SQL, values, prepare=True)
+                    c.execute(_DROP_LEASE_SQL, (*key, owner), prepare=True)
+                    if also is not None:
+                        also(c)
+                # COMMIT is queued behind the writes: one round trip for all of them
+                return int(eid.fetchone()[0])  # type: ignore[index]
+        eval_id = self._run(work)
+        self._sources_seen.update(d for d, _, _ in new_sources)
+        return eval_id
+
+    def publish(self, key: Key, fields: Row, sources: Dict[str, Tuple[str, str]],
+                owner: Optional[str] = None) -> Tuple[int, bool]:
+        return self.publish_many([(key, fields, sources)], owner)[0]
+
+    def publish_many(self, rows: Sequence[Tuple[Key, Row, Dict[str, Tuple[str, str]]]],
+                     owner: Optional[str] = None) -> List[Tuple[int, bool]]:
+        """See ``EvalIndex.publish_many``: one statement for the batch (one round
+        trip, atomic). A key given twice: its first row is published, the later ones
+        get (that id, False), as on the local index."""
+        if not rows:
+            return []
+        first: Dict[Key, int] = {}  # key -> position of its first row in the batch
+        for i, (k, _, _) in enumerate(rows):
+            first.setdefault(tuple(k), i)  # type: ignore[arg-type]
+        uniq = list(first.items())
+        arrays: Dict[str, Any] = {c: [] for c in _KEY_COLS + _DATA_COLS}
+        for k, i in uniq:
+            v = self._values(k, rows[i][1])
+            for c in arrays:
+                x = v[c]
+                if x is not None and c in _TYPES:  # one Python type per array (psycopg dumps by the first)
+                    x = bytes(x) if c == "inline" else float(x) if _TYPES[c] == "float8" else int(x)
+                arrays[c].append(x)
+        srcs = sorted({d: (d, sym, src) for _, _, s in rows for d, (sym, src) in s.items()}.values())
+        arrays.update(s_digest=[x[0] for x in srcs], s_symbol=[x[1] for x in srcs], s_source=[x[2] for x in srcs],
+                      owner=owner)
+
+        def work(c: psycopg.Connection) -> List[Tuple[int, bool]]:
+            got: Dict[Key, Tuple[int, bool]] = {}
+            late: List[Key] = []
+            for ord_, eid, new in c.execute(_PUBLISH_MANY_SQL, arrays, prepare=True).fetchall():
+                k = uniq[ord_ - 1][0]
+                if eid is None:
+                    late.append(k)
+                else:
+                    got[k] = (int(eid), bool(new))
+            for k in late:  # a 'done' row committed by another client while we wrote: it stands
+                have = c.execute(_HIT_ID_SQL, k).fetchone()
+                if have is None:
+                    raise pgerrors.SerializationFailure("a published row vanished")  # retried by _run
+                got[k] = (int(have[0]), False)
+            return [got[tuple(k)] if i == first[tuple(k)] else (got[tuple(k)][0], False)  # type: ignore[index]
+                    for i, (k, _, _) in enumerate(rows)]
+        return self._run(work)
+
+    def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
+                   limit: Optional[int] = None) -> List[Row]:
+        sql = f"{_SELECT_ROW} WHERE status = 'done'"
+        args: List[Any] = []
+        if fn is not None:
+            sql += " AND fn = %s"
+            args.append(fn)
+        if since is not None:
+            sql += " AND finished > %s"
+            args.append(float(since))
+        sql += " ORDER BY finished ASC NULLS FIRST, id ASC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [dict(zip(ROW_COLUMNS, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall())]
+
+    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+        self._run(lambda c: c.execute("UPDATE memolab_evaluations SET status = %s, reason = %s WHERE id = %s",
+                                      (status, reason, eval_id)))
+
+    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = {}) -> None:
+        """Hit counts in one statement (``stamps``, local blob-file stamps, mean nothing here).
+        Rows are locked in id order: concurrent batches never deadlock."""
+        if not counts:
+            return
+        ids = sorted(counts)
+        arrays = [ids, [int(counts[i][0]) for i in ids], [float(counts[i][1]) for i in ids]]
+        self._run(lambda c: c.execute(
+            "WITH u AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS u(id, n, t)), "
+            "locked AS (SELECT e.id FROM memolab_evaluations e WHERE e.id IN (SELECT id FROM u) "
+            "ORDER BY e.id FOR UPDATE) "
+            "UPDATE memolab_evaluations e SET hits = e.hits + u.n, last_hit = GREATEST(COALESCE(e.last_hit, 0), u.t) "
+            "FROM u WHERE e.id = u.id AND e.id IN (SELECT id FROM locked)", arrays))
+
+    # -- listing and maintenance ------------------------------------------------------------
+    def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
+                    order: str = "finished DESC", limit: Optional[int] = None) -> List[Row]:
+        """Rows without ``inline``. ``where`` is SQL of PostgreSQL's dialect; its ``?``
+        placeholders are taken as ``%s`` (the local index's style)."""
+        cols = tuple(c for c in ROW_COLUMNS if c != "inline")
+        clauses, args = [], []
+        if fn is not None:
+            clauses.append("fn = %s")
+            args.append(fn)
+        if where:
+            clauses.append(where.replace("%", "%%").replace("?", "%s"))
+            args.extend(params)
+        sql = f"SELECT {', '.join(cols)} FROM memolab_evaluations"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += f" ORDER BY {_order_sql(order)}"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [dict(zip(cols, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall())]
+
+    def functions(self) -> List[Dict[str, Any]]:
+        rows = self._run(lambda c: c.execute(
+            "SELECT fn, count(*), sum(size), max(finished), sum(hits), sum(duration) FROM memolab_evaluations "
+            'GROUP BY fn ORDER BY fn COLLATE "C"').fetchall())
+        return [dict(fn=r[0], evaluations=int(r[1]), size=int(r[2] or 0), last=r[3], hits=int(r[4] or 0),
+                     compute=float(r[5] or 0.0)) for r in rows]
+
+    def referenced_digests(self, exclude: Set[int] = set()) -> Set[str]:
+        """Digests of the blobs rows (other than ``exclude``) refer to: payload and
+        buffers of rows without inline bytes, and every row's logs bundle."""
+        import json
+
+        refs: Set[str] = set()
+        rows = self._run(lambda c: c.execute(
+            "SELECT id, payload, buffers, logs, inline IS NULL FROM memolab_evaluations "
+            "WHERE inline IS NULL OR logs IS NOT NULL").fetchall())
+        for i, payload, buffers, logs, blobs in rows:
+            if i in exclude:
+                continue
+            if logs:
+                refs.add(logs)
+            if not blobs:
+                continue
+            if payload:
+                refs.add(payload)
+            if buffers and buffers != "[]":
+                try:
+                    refs.update(d for d, _ in json.loads(buffers))
+                except (ValueError, TypeError):
+                    continue  # a damaged row: a miss when asked for; its blobs are not kept for it
+        return refs
+
+    _GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
+
+    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Row]:
+        """See ``Index.gc_plan`` (the same plan; logs bundles are not weighed: their
+        size is the blob store's to tell)."""
+        cols = ", ".join(self._GC_COLS)
+        if max_size is None:
+            cond = "status <> 'done'" + (f" OR {_LAST_USE} < %s" if cutoff is not None else "")
+            sql = f"SELECT {cols} FROM memolab_evaluations WHERE {cond} ORDER BY {_LAST_USE} ASC, id ASC"
+            rows = self._run(lambda c: c.execute(sql, () if cutoff is None else (float(cutoff),)).fetchall())
+            return [dict(zip(self._GC_COLS, r)) for r in rows]
+        sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {_LAST_USE} "
+               f"FROM memolab_evaluations ORDER BY {_LAST_USE} ASC, id ASC")
+        drop: List[tuple] = []
+        keep: List[tuple] = []
+        uses: Dict[str, List[int]] = {}  # blob digest -> [rows of `keep` using it, size]
+        total = 0
+        for r in self._run(lambda c: c.execute(sql).fetchall()):
+            if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
+                drop.append(r)
+                continue
+            keep.append(r)
+            if r[9]:
+                total += r[4] or 0
+                continue
+            for d, n in _blobs_of(r[6], r[7], r[8]):
+                u = uses.get(d)
+                if u is None:
+                    uses[d] = [1, n]
+                    total += n
+                else:
+                    u[0] += 1
+        for r in keep:  # least recently used first
+            if total <= max_size:
+                break
+            drop.append(r)
+            if r[9]:
+                total -= r[4] or 0
+                continue
+            for d, _ in _blobs_of(r[6], r[7], r[8]):
+                u = uses[d]
+                u[0] -= 1
+                if u[0] == 0:
+                    total -= u[1]
+        return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
+
+    def delete_evaluations(self, ids: Sequence[int]) -> None:
+        ids = [int(i) for i in ids]
+        if ids:
+            self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE id = ANY(%s)", (ids,)))
+
+    def clear(self, fn: Optional[str] = None) -> int:
+        if fn is None:
+            cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations"))
+        else:
+            cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE fn = %s", (fn,)))
+        return int(cur.rowcount)
+
+    def source(self, digest: str) -> Optional[str]:
+        row = self._run(lambda c: c.execute("SELECT source FROM memolab_sources WHERE digest = %s",
+                                            (digest,)).fetchone())
+        return row[0] if row else None
