@@ -27,8 +27,9 @@ if "MEMOLAB_CODE_CACHE" not in os.environ:
 import memolab
 from memolab import config
 
-# real servers for the team-store tests (tests/servers/): fixtures postgres_server, postgres_dsn
-pytest_plugins = ["servers.postgres"]
+# real servers for the team-store tests (tests/servers/): fixtures postgres_server, postgres_dsn;
+# s3_server, s3_env, s3_bucket
+pytest_plugins = ["servers.postgres", "servers.s3", "servers.team"]
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -144,7 +145,3 @@ class Project:
 @pytest.fixture
 def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")
-
-
-# Servers of the team-store tests (issue 12), started on first use.
-from servers.s3 import s3_bucket, s3_env, s3_server  # noqa: E402,F401

@@ -86,7 +86,8 @@ def test_large_round_trip_multipart_and_ranged(remote_big, request, tmp_path):
     out = tmp_path / "big.out"
     rb.get_to(d, len(data), out)
     assert digest_bytes(out.read_bytes()) == d
-    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]  # no litter
+    assert out.stat().st_mode & 0o777 == 0o444  # read-only, as the local store's blobs
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("download.")]  # no litter
     assert digest_bytes(rb.get(d, len(data))) == d
     # the same size again from a file
     data2 = blob(20 << 20, 2)
@@ -114,7 +115,7 @@ def test_digest_mismatch_is_corrupt_and_leaves_no_file(remote_big, tmp_path):
         with pytest.raises(CorruptBlob):
             rb.get_to(d, len(data), out)
         assert not out.exists()
-        assert not list(tmp_path.glob(".*.part"))
+        assert not list(tmp_path.glob("download.*"))
     # a truncated and an extended object: wrong size, caught too
     d = digest_bytes(small)
     for wrong in (small[:-1], small + b"!"):
@@ -124,9 +125,14 @@ def test_digest_mismatch_is_corrupt_and_leaves_no_file(remote_big, tmp_path):
         with pytest.raises(CorruptBlob):
             rb.get_to(d, len(small), tmp_path / "y.out")
     d = digest_bytes(big)
-    tamper(d, big + b"!")  # longer than expected: ranged reads must notice
-    with pytest.raises(CorruptBlob):
-        rb.get_to(d, len(big), tmp_path / "z.out")
+    # longer than expected (ranged reads must notice), and shorter: a range past the end
+    for wrong in (big + b"!", big[:9 << 20]):
+        tamper(d, wrong)
+        with pytest.raises(CorruptBlob):
+            rb.get_to(d, len(big), tmp_path / "z.out")
+        with pytest.raises(CorruptBlob):
+            rb.get(d, len(big))
+    assert not (tmp_path / "z.out").exists()
 
 
 def test_missing_blob(remote, tmp_path):
@@ -357,3 +363,65 @@ def test_streamed_gets_reuse_the_connection(s3_bucket, tmp_path):
     for d, x in zip(ds, datas):
         assert rb.get(d, len(x)) == x
     assert sum(p.num_connections for p in pools._container.values()) == 1
+
+
+def test_run_all_semantics():
+    """Results in order; other errors let the rest finish (then the first is raised);
+    RemoteUnavailable stops the batch. The same with one worker as with many."""
+    for workers in (1, 4):
+        assert tb.run_all(lambda x: x * 2, list(range(50)), workers) == [x * 2 for x in range(50)]
+        done = []
+
+        def corrupt_at_3(x):
+            if x == 3:
+                raise CorruptBlob("bad")
+            done.append(x)
+
+        with pytest.raises(CorruptBlob):
+            tb.run_all(corrupt_at_3, list(range(20)), workers)
+        assert sorted(done) == [x for x in range(20) if x != 3]
+        done.clear()
+
+        def down(x):
+            done.append(x)
+            raise RemoteUnavailable("down")
+
+        with pytest.raises(RemoteUnavailable):
+            tb.run_all(down, list(range(100)), workers)
+        assert len(done) <= workers
+
+
+def test_connection_dropped_mid_body_is_unavailable(monkeypatch, tmp_path):
+    """A server that announces a body and hangs up halfway: RemoteUnavailable (the network),
+    not an http.client/urllib3 exception escaping, and no file left behind."""
+    import http.server
+    import threading
+
+    class HalfBody(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            self.wfile.write(b"x" * 1000)
+            self.wfile.flush()
+            self.close_connection = True
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HalfBody)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{srv.server_address[1]}")
+        for k, v in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "y"), ("AWS_DEFAULT_REGION", "us-east-1")):
+            monkeypatch.setenv(k, v)
+        rb = open_blobs("s3://half/p", timeout=1)
+        d = digest_bytes(b"whatever")
+        with pytest.raises(RemoteUnavailable):
+            rb.get_to(d, 100000, tmp_path / "o")
+        with pytest.raises(RemoteUnavailable):
+            rb.get(d, 100000)
+        assert list(tmp_path.iterdir()) == []
+    finally:
+        srv.shutdown()
+        srv.server_close()

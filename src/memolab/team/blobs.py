@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import uuid
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple,
                     TypeVar, Union)
 from urllib.parse import unquote, urlparse
@@ -186,12 +185,11 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
 
     The first ``RemoteUnavailable`` stops the batch (items not yet started are
     skipped: a dead network costs one timeout, not one per item) and is raised.
-    Any other error lets the rest finish, then the first one is raised."""
+    Any other error lets the rest finish, then the first one is raised. The caller's
+    thread is one of the workers (``workers=1``: no thread at all)."""
     n = len(items)
     if n == 0:
         return []
-    if n == 1 or workers <= 1:
-        return [fn(x) for x in items]
     results: List[Any] = [None] * n
     errors: List[Tuple[int, BaseException]] = []
     stop = threading.Event()
@@ -240,9 +238,25 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def write_all(fd: int, data: Any, at: Optional[int] = None) -> None:
+    """``os.write`` (or ``pwrite`` at ``at``) until every byte is out: a write may be short."""
+    mv = memoryview(data)
+    while mv.nbytes:
+        if at is None:
+            n = os.write(fd, mv)
+        else:
+            n = os.pwrite(fd, mv, at)
+            at += n
+        mv = mv[n:]
+
+
 def _tmp_beside(path: str) -> str:
-    d, name = os.path.split(os.path.abspath(path))
-    return os.path.join(d, f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part")
+    """A temporary name in ``path``'s directory, named as the local store's blob writers name
+    theirs (``store.tmpfiles``): a download killed midway into a store's ``tmp/`` is litter
+    that store reclaims at once, its writer being provably dead."""
+    from ..store import tmpfiles
+
+    return os.path.join(os.path.dirname(os.path.abspath(path)), tmpfiles.tmp_name("download"))
 
 
 def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, written: int) -> None:
@@ -252,6 +266,7 @@ def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, writ
             raise CorruptBlob(f"remote blob {digest[:12]} has {written} bytes, expected {size}")
         if got != digest:
             raise CorruptBlob(f"remote blob {digest[:12]} does not match its digest")
+        os.fchmod(fd, 0o444)  # read-only, as the local store's blobs
         os.fsync(fd)
     except BaseException:
         os.close(fd)
@@ -393,7 +408,9 @@ class FileBlobs(RemoteBlobs):
         if os.path.exists(final):
             return False
         src = _Source(data)
-        tmp = os.path.join(self.root, "tmp", f"{digest[:16]}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        from ..store import tmpfiles
+
+        tmp = os.path.join(self.root, "tmp", tmpfiles.tmp_name(digest[:16]))  # names its writer and host
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
             try:
@@ -457,7 +474,7 @@ class FileBlobs(RemoteBlobs):
                     if not n:
                         break
                     h.update(mv[:n])
-                    os.write(fd, mv[:n])
+                    write_all(fd, mv[:n])
                     written += n
         except BaseException:
             os.close(fd)
@@ -592,7 +609,7 @@ class FsspecBlobs(RemoteBlobs):
                     if not chunk:
                         break
                     h.update(chunk)
-                    os.write(fd, chunk)
+                    write_all(fd, chunk)
                     written += len(chunk)
         except BaseException:
             os.close(fd)

@@ -470,19 +470,8 @@ class TeamStore(Store):
 
 def _blob_size(blobs: Any, digest: str) -> Optional[int]:
     """The size of a remote blob whose size no row records (a logs bundle: the team row
-    keeps only its digest): a stat or a HEAD. None where the blob store cannot say."""
-    path = getattr(blobs, "_path", None)
-    if path is not None:
-        try:
-            return os.stat(path(digest)).st_size
-        except FileNotFoundError:
-            return None
-    if hasattr(blobs, "_call") and hasattr(blobs, "_key"):  # S3: HEAD
-        try:
-            return int(blobs._call("head_object", digest, Key=blobs._key(digest))["ContentLength"])
-        except StoreMiss:
-            return None
-    return None
+    keeps only its digest): a stat or a HEAD (``RemoteBlobs.size``), None if absent."""
+    return blobs.size(digest)
 
 
 def _corrupt(digest: str, reason: str) -> CorruptBlob:

@@ -16,13 +16,18 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 
 from ..errors import CorruptBlob, RemoteUnavailable, StoreConfigError
 from .blobs import (CHUNK, DIGEST_RE, MULTIPART_MIN, PART_SIZE, Data, MissingBlob, RemoteBlobs, _check,
-                    _finish, _hasher, _Source, _tmp_beside, _unlink, blob_key, run_all)
+                    _finish, _hasher, _Source, _tmp_beside, _unlink, blob_key, run_all, write_all)
 
 _UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
                       "AccessDenied": "access denied",
                       "InvalidAccessKeyId": "unknown access key",
                       "SignatureDoesNotMatch": "wrong secret key",
                       "ExpiredToken": "expired credentials"}
+
+
+class _PastTheEnd(CorruptBlob):
+    """A ranged GET starting past the object's end (416 InvalidRange): the object is shorter
+    than its recorded size (a corrupt blob), or, asked on purpose, exactly as long."""
 
 
 class S3Blobs(RemoteBlobs):
@@ -83,6 +88,8 @@ class S3Blobs(RemoteBlobs):
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if digest is not None and (code in ("NoSuchKey", "404", "NotFound") or status == 404):
                 return MissingBlob(f"remote blob {digest[:12]} is missing from {self.url}")
+            if digest is not None and (code == "InvalidRange" or status == 416):
+                return _PastTheEnd(f"remote blob {digest[:12]} is shorter than its recorded size")
             if code in ("404", "NotFound") or status == 404:
                 code = "NoSuchBucket"  # a HEAD has no body to say so: only a key or the bucket can be absent
             why = _UNAVAILABLE_CODES.get(code) or f"{code or status}: {err.get('Message', '')}".strip()
@@ -94,8 +101,14 @@ class S3Blobs(RemoteBlobs):
         if isinstance(e, (NoCredentialsError, PartialCredentialsError)):
             return RemoteUnavailable(f"team blob store {self.url} ({what}): no AWS credentials "
                                      f"(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE, a role): {e}")
-        if isinstance(e, (BotoCoreError, OSError)):
-            return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e}")
+        import http.client
+
+        from urllib3.exceptions import HTTPError as URLLib3Error
+
+        # a connection dropped mid-body surfaces as http.client's IncompleteRead or urllib3's
+        # ProtocolError on the streaming paths: the network, as much as a refused connection
+        if isinstance(e, (BotoCoreError, OSError, http.client.HTTPException, URLLib3Error)):
+            return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e!r}")
         return e
 
     def _call(self, op: str, digest: Optional[str] = None, kind: str = "main",
@@ -197,9 +210,24 @@ class S3Blobs(RemoteBlobs):
     def _read_range(self, digest: str, off: int, n: int, sink: Callable[[int, Any], None]) -> int:
         """GET bytes ``off..off+n`` of ``digest``, handing each chunk to ``sink(offset, chunk)``."""
         r = self._call("get_object", digest, Key=self._key(digest), Range=f"bytes={off}-{off + n - 1}")
-        return self._drain(r["Body"], digest, off, n, sink)
+        self._announced(r, digest, n, f" at offset {off}")
+        return self._drain(r["Body"], digest, off, n, sink, r.get("ContentLength"))
 
-    def _drain(self, body: Any, digest: str, off: int, limit: int, sink: Callable[[int, Any], None]) -> int:
+    def _announced(self, r: Dict[str, Any], digest: str, n: int, where: str = "") -> None:
+        """A response announcing another length than ``n`` is a wrong-sized object: corrupt,
+        known before reading a byte (a short read later is the network's doing instead)."""
+        cl = r.get("ContentLength")
+        if cl is not None and int(cl) != n:
+            r["Body"].close()
+            raise CorruptBlob(f"remote blob {digest[:12]} has {cl} bytes{where}, expected {n}")
+
+    def _cut(self, digest: str, got: int, announced: Optional[int]) -> None:
+        if announced is not None and got < int(announced):
+            raise RemoteUnavailable(f"team blob store {self.url}: connection closed after {got} of "
+                                    f"{announced} bytes of blob {digest[:12]}")
+
+    def _drain(self, body: Any, digest: str, off: int, limit: int, sink: Callable[[int, Any], None],
+               announced: Optional[int] = None) -> int:
         """Read ``body`` to its end (or past ``limit`` bytes: a wrong-sized object), handing
         each chunk to ``sink(offset, chunk)`` at once: a chunk may be a view of a buffer
         that the next read reuses.
@@ -228,6 +256,9 @@ class S3Blobs(RemoteBlobs):
                         raise
                     raise err from e
                 if not chunk:
+                    # http.client's readinto takes a connection closed early for the end of the
+                    # body (no IncompleteRead): count what the response announced
+                    self._cut(digest, got, announced)
                     if buf is not None:
                         raw.read()  # type: ignore[union-attr]
                     break
@@ -267,6 +298,7 @@ class S3Blobs(RemoteBlobs):
             self._assert_whole(digest, size)
             return _check(buf, digest, size)  # type: ignore[return-value]
         r = self._call("get_object", digest, Key=self._key(digest))
+        self._announced(r, digest, size)
         body = r["Body"]
         try:
             data = body.read(size + 1)  # one byte too many tells a longer object, without reading it all
@@ -277,19 +309,15 @@ class S3Blobs(RemoteBlobs):
             raise err from e
         finally:
             body.close()
+        self._cut(digest, len(data), r.get("ContentLength"))
         return _check(data, digest, size)
 
     def _assert_whole(self, digest: str, size: int) -> None:
         """Ranged reads cannot see an object LONGER than ``size``: ask for one byte past it."""
         try:
             r = self._call("get_object", digest, Key=self._key(digest), Range=f"bytes={size}-{size}")
-        except RemoteUnavailable as e:
-            cause = e.__cause__
-            from botocore.exceptions import ClientError
-
-            if isinstance(cause, ClientError) and cause.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 416:
-                return  # InvalidRange: nothing past size, as it should be
-            raise
+        except _PastTheEnd:
+            return  # nothing past size, as it should be
         r["Body"].close()
         raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
 
@@ -298,6 +326,7 @@ class S3Blobs(RemoteBlobs):
         if size >= MULTIPART_MIN and self.ranged:
             return self._get_to_ranged(digest, size, path)
         r = self._call("get_object", digest, Key=self._key(digest))
+        self._announced(r, digest, size)
         tmp = _tmp_beside(path)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
@@ -308,10 +337,10 @@ class S3Blobs(RemoteBlobs):
 
         def sink(at: int, chunk: Any) -> None:
             h.update(chunk)
-            os.write(fd, chunk)
+            write_all(fd, chunk)
 
         try:
-            written = self._drain(r["Body"], digest, 0, size, sink)
+            written = self._drain(r["Body"], digest, 0, size, sink, r.get("ContentLength"))
         except BaseException:
             os.close(fd)
             _unlink(tmp)
@@ -340,7 +369,7 @@ class S3Blobs(RemoteBlobs):
                 def sink(at: int, chunk: Any) -> None:
                     if at + len(chunk) > size:
                         raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
-                    os.pwrite(fd, chunk, at)
+                    write_all(fd, chunk, at)
 
                 def one(i: int) -> None:
                     off, n = ranges[i]
