@@ -105,6 +105,10 @@ def run(procs: int, seconds: float, work: Path, keys: int = 6, compute_s: float 
     (work / "worker.py").write_text(WORKER)
     store, journal, barrier = work / "store", work / "computed.jsonl", work / "barrier"
     barrier.mkdir()
+    # The store exists before any worker starts: a worker whose first operation is
+    # `doctor` (seed 2's is) must not race the others' first call that creates it.
+    subprocess.run([sys.executable, "-c", "from memolab.store import get_store; get_store()"], cwd=work, check=True,
+                   env=H.env(work, store))
     deadline = time.time() + 2 + seconds  # about 2 s for the processes to start
     ps = [subprocess.Popen([sys.executable, str(work / "worker.py"), str(me), str(procs), str(deadline), str(keys),
                             str(barrier)], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -65,6 +65,7 @@ def test_a_repeat_call_checks_no_class_one_by_one(tmp_path, monkeypatch, n):
     d0 = codegraph.function_code(ns["f"]).digest
     graph = codegraph._function_roots[ns["f"]].graph
     assert len(graph.class_checks) == n  # every class is in the graph...
+    assert codegraph.function_code(ns["f"]).digest == d0  # the second check arms the tags (_Root._arm)
     count = Counter(monkeypatch)
     for _ in range(3):
         assert codegraph.function_code(ns["f"]).digest == d0
@@ -74,12 +75,14 @@ def test_a_repeat_call_checks_no_class_one_by_one(tmp_path, monkeypatch, n):
 def test_a_write_to_one_class_leaves_the_quiet_path_once(tmp_path, monkeypatch):
     ns = load(tmp_path, "cg_rep_write", classes_src(20))
     d0 = codegraph.function_code(ns["f"]).digest
+    assert codegraph.function_code(ns["f"]).digest == d0  # armed (_Root._arm)
     count = Counter(monkeypatch)
     ns["M7"].factor = 70
     d1 = codegraph.function_code(ns["f"]).digest
     assert d1 != d0 and count.quiet == 0
     # the stale graph stops at the first changed class; the rebuilt one checks all once
     assert count.class_checks <= 2 * 20
+    assert codegraph.function_code(ns["f"]).digest == d1  # the rebuilt graph's second check: armed, all once
     count.class_checks = 0
     assert codegraph.function_code(ns["f"]).digest == d1  # the rebuilt graph is quiet again
     assert codegraph.function_code(ns["f"]).digest == d1
@@ -140,3 +143,29 @@ def test_every_kind_of_class_patch_changes_the_digest_in_a_fresh_process(tmp_pat
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out == {label: [True, True] for label in PATCHES}
+
+
+def test_a_process_whose_only_call_is_a_hit_reads_no_version_tag(project):
+    """Tags (and the ``_ctypes`` load they need) start at a graph's second check;
+    a rebinding between the first and second call is still seen."""
+    project.write("job.py", """
+        import json, sys
+        from memolab import memo, codegraph
+
+        K = 2
+
+        @memo
+        def f(x):
+            return x * K
+
+        out = {"first": f(1), "ctypes_after_first": "_ctypes" in sys.modules}
+        K = 3
+        out["second"] = f(1)  # the graph's second check arms it, with a full check that sees K
+        out["armed"] = codegraph._function_roots[f.fn].armed
+        K = 4
+        out["third"] = f(1)  # and the tags see this one
+        print(json.dumps(out))
+    """)
+    for _ in range(2):  # a miss, then a hit of the first call
+        out = project.run_json("job.py")
+        assert out == {"first": 2, "ctypes_after_first": False, "second": 3, "armed": True, "third": 4}

@@ -250,3 +250,66 @@ def test_gc_plan_counts_a_shared_blob_once_and_inline_bytes_per_row(tmp_path, mo
     assert [r["id"] for r in s.gc_plan()] == [c]
     dead = s.unreferenced_blobs(dropping=[a, b])
     assert len(dead) == 3 and sum(n for _, n in dead) >= 800_000  # two payloads and the shared buffer
+
+
+def _writes(stmts: list) -> list:
+    return [s.split()[0].upper() for s in stmts if s.lstrip().upper().startswith(("BEGIN", "COMMIT"))]
+
+
+def test_a_miss_is_two_write_transactions_with_its_run_and_explanation(tmp_store):
+    """Lease + miss explanation, then result + run: two commits, and no read of
+    a dead row or an unloadable verdict when the key has no row at all."""
+    @memo
+    def f(x):
+        return x + 1
+
+    f(0)
+    store = get_store()
+    stmts = _traced(store)
+    assert f(1) == 2
+    store.index.conn().set_trace_callback(None)
+    assert _writes(stmts) == ["BEGIN", "COMMIT", "BEGIN", "COMMIT"], stmts
+    assert not [s for s in stmts if "status!='done'" in s.replace(" ", "") or "status='unloadable'" in s], stmts
+    con = store.index.conn()
+    (eval_id,), = con.execute("SELECT id FROM evaluations WHERE args=?", (f.key(1)[2],)).fetchall()
+    run = con.execute("SELECT status, eval_id, finished >= started, hparams FROM runs WHERE eval_id=?", (eval_id,)).fetchall()
+    assert run == [("done", eval_id, 1, '{"x": 1}')]
+    assert "new arguments: x 0 -> 1" in store.index.last_miss(f.symbol)["reasons"][0]
+
+
+def test_a_run_that_logs_is_written_the_ordinary_way_with_its_logs(tmp_store):
+    @memo
+    def g(x):
+        memolab.log.scalar("loss", 0.5, step=1)
+        return x
+
+    g(1)
+    con = get_store().index.conn()
+    (status, eval_id, run_id), = con.execute("SELECT status, eval_id, id FROM runs WHERE fn=?", (g.symbol,)).fetchall()
+    assert status == "done" and eval_id is not None
+    assert con.execute("SELECT value FROM scalars WHERE run=?", (run_id,)).fetchall() == [(0.5,)]
+
+
+def test_a_miss_on_a_row_out_of_use_still_says_why(tmp_store):
+    @memo
+    def h(x):
+        return x
+
+    h(1)
+    store = get_store()
+    (eval_id,), = store.index.conn().execute("SELECT id FROM evaluations").fetchall()
+    store.index.mark_corrupt(eval_id, "hand-damaged")
+    store.forget()
+    h(1)
+    assert store.index.last_miss(h.symbol)["reasons"] == [f"stored evaluation #{eval_id} was not used: hand-damaged"]
+
+
+def test_misses_are_trimmed_to_the_last_20_per_function(tmp_store):
+    @memo
+    def k(x):
+        return x
+
+    for i in range(60):
+        k(i)
+    n = get_store().index.conn().execute("SELECT COUNT(*) FROM misses WHERE fn=?", (k.symbol,)).fetchone()[0]
+    assert 20 <= n <= 24

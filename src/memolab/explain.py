@@ -54,6 +54,9 @@ def _when(t: Optional[float]) -> str:
 def _closest(store: "Store", key: "Key") -> Optional[Dict[str, Any]]:
     fn, code, args, schema = key
     idx = store.index
+    nearest = getattr(idx, "nearest", None)
+    if nearest is not None:  # the SQLite index: one statement for the three tries below
+        return nearest(key)
     for where, params in (("args=? AND schema=?", (args, schema)), ("code=? AND schema=?", (code, schema)), ("1", ())):
         rows = idx.evaluations(fn, where=where + " AND status='done'", params=params, limit=1)
         if rows:
@@ -81,7 +84,10 @@ def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
     ex = Explanation(fn, False)
     if forced:
         ex.reasons.append("recomputation forced with .fresh()")
-    if row is None:
+    # The lookup that found no usable row may have seen that the key has no row at
+    # all (the common miss): then there is no row out of use to read.
+    absent = missing and getattr(store.index, "known_absent", None) is not None and store.index.known_absent(key)
+    if row is None and not absent:
         # Same key, taken out of use on load (code it refers to changed, a refused signature, damage).
         dead = store.index.evaluations(fn, where="code=? AND args=? AND schema=? AND status!='done'",
                                        params=(code, _args, schema), limit=1)

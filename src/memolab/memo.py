@@ -278,7 +278,7 @@ class MemoFunction:
             if found:
                 hashing.remember_loaded(value, key)
                 return None, value
-        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, []), None
+        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, [], []), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
         """We own the key's lease (its miss recorded with it): open a run for its logs."""
@@ -291,7 +291,7 @@ class MemoFunction:
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any,
               ev: Optional["Running"] = None) -> None:
-        if not call.force and self._unloadable(call, value):
+        if not call.force and not _known_absent(call) and self._unloadable(call, value):
             call.store.release(call.key, owner)
             _runs.end(run, "done", None)
             return
@@ -303,10 +303,19 @@ class MemoFunction:
             call.store.release(call.key, owner)
             _runs.end(run, "done", None)
             return
-        eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0)
+        # A run that logged nothing is written with the result, in its transaction.
+        rider = _runs.rider(run, call.key)
+        ride = getattr(call.store, "ride_along", None) if rider is not None else None
+        if ride is not None:
+            ride(rider)
+        try:
+            eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0, call)
+        finally:
+            if ride is not None:
+                ride(None)
         if eval_id is not None and ev is not None:
             ev.stored()
-        _runs.end(run, "done", eval_id)
+        _runs.end(run, "done", eval_id, written=rider if ride is not None and eval_id is not None else None)
 
     def _unloadable(self, call: "_Call", value: Any) -> bool:
         """The same result was stored before and could not be rebuilt (a ``__setstate__`` that
@@ -385,8 +394,7 @@ class MemoFunction:
         nearest stored evaluation) and written with the lease we are about to
         take, in its transaction; None if it cannot be explained."""
         try:
-            text = _json(miss_record(call.store, call.key, self._arg_snapshot(call.bound, call.per_arg), call.cv,
-                                     forced=call.force))
+            text = _json(miss_record(call.store, call.key, self._call_snapshot(call), call.cv, forced=call.force))
         except Exception:  # explaining must never stop the computation
             return None
         symbol = self.symbol
@@ -399,17 +407,24 @@ class MemoFunction:
 
         return write
 
+    def _call_snapshot(self, call: "_Call") -> Dict[str, List[str]]:
+        """``_arg_snapshot`` of a call, made once for its miss record and its result's row."""
+        if not call.snapshot:
+            call.snapshot.append(self._arg_snapshot(call.bound, call.per_arg))
+        return call.snapshot[0]
+
     def _arg_snapshot(self, bound: inspect.BoundArguments, per_arg: Dict[str, str]) -> Dict[str, List[str]]:
         return {n: [d, short_repr(bound.arguments[n] if n in bound.arguments else self._implicit)]
                 for n, d in per_arg.items()}
 
     def _save(self, store: Store, key: Key, owner: str, value: Any, bound: inspect.BoundArguments,
-              per_arg: Dict[str, str], cv: codegraph.CodeVersion, t0: float) -> Optional[int]:
+              per_arg: Dict[str, str], cv: codegraph.CodeVersion, t0: float,
+              call: Optional["_Call"] = None) -> Optional[int]:
         t1 = time.time()
         info = runtime_info()
         snapshot = {
             "deps": cv.deps,
-            "args": self._arg_snapshot(bound, per_arg),
+            "args": self._call_snapshot(call) if call is not None else self._arg_snapshot(bound, per_arg),
             "ignored": sorted(self.ignore),
             "version": self.version,
             "result": short_repr(value),
@@ -422,7 +437,7 @@ class MemoFunction:
         fields = {
             "started": t0, "finished": t1, "duration": t1 - t0,
             "host": info["host"], "python": info["python"],
-            "versions": _json({"memolab": info["memolab"], **_loaded_versions()}),
+            "versions": _versions_json(info["memolab"]),
             "snapshot": _json(snapshot),
         }
         try:
@@ -507,6 +522,8 @@ class _Call(NamedTuple):
     files: bool = False
     #: non-empty once a damaged row of this key was taken out of use (at most once per call)
     retried: List[bool] = []
+    #: the argument snapshot, once made (``_call_snapshot``)
+    snapshot: List[Dict[str, List[str]]] = []
 
 
 class _BoundMemo:
@@ -555,6 +572,25 @@ def _json(obj: Any) -> str:
     import json
 
     return json.dumps(obj, default=str)  # insertion order: arguments stay in signature order
+
+
+_VERSIONS: Dict[Tuple[str, ...], str] = {}
+
+
+def _versions_json(memolab_version: str) -> str:
+    """``{"memolab": ..., "numpy": ..., "torch": ...}`` as JSON, made once per set of versions."""
+    loaded = _loaded_versions()
+    k = (memolab_version, *loaded.items())  # type: ignore[arg-type]
+    text = _VERSIONS.get(k)  # type: ignore[arg-type]
+    if text is None:
+        text = _VERSIONS[k] = _json({"memolab": memolab_version, **loaded})  # type: ignore[index]
+    return text
+
+
+def _known_absent(call: "_Call") -> bool:
+    """The call's lookup found no row at all for its key (``Index.known_absent``)."""
+    known = getattr(call.store.index, "known_absent", None)
+    return known is not None and known(call.key)
 
 
 def _loaded_versions() -> Dict[str, str]:

@@ -342,10 +342,18 @@ class _ClassCheck:
         self.stamp = _class_stamp(cls)
         refs = gc.get_referents(cls.__dict__)  # a mappingproxy refers to exactly the real dict
         self.dict = refs[0] if len(refs) == 1 and type(refs[0]) is dict else None
-        self.tag = dictversion.tag_reader(self.dict) if self.dict is not None else None
+        # no tag until ``arm`` (a graph's second check): every check compares the attributes
+        self.tag: Any = None
         #: the same tag as raw bytes, gathered with every other tag of the graph (``_Root.views``)
+        self.view: Optional[memoryview] = None
+        self.last = None
+
+    def arm(self) -> None:
+        """Read the class dict's version tag from now on (``_Root._arm``). ``last`` stays
+        unset: the next ``unchanged`` compares the attributes once more, then records it."""
+        self.tag = dictversion.tag_reader(self.dict) if self.dict is not None else None
         self.view = dictversion.tag_view(self.dict) if self.tag is not None else None
-        self.last = self.tag.value if self.tag is not None else None
+        self.last = None
 
     def unchanged(self) -> bool:
         if self.tag is not None and self.tag.value == self.last:
@@ -635,7 +643,7 @@ class _NsCheck:
 
     def __init__(self, ns: Dict[str, Any]) -> None:
         self.ns = ns
-        self.tag = dictversion.tag_reader(ns)
+        self.tag: Any = None  # set by ``_Root._arm``
         self.last_tag: Any = None
         self.cget: Any = None
         self.cexpected: Any = None
@@ -652,7 +660,7 @@ class _Root:
     """The cached graph of one memoized function (or of one class or function hashed as a value)."""
 
     __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "lock",
-                 "views", "stamp", "__weakref__")
+                 "views", "stamp", "armed", "__weakref__")
 
     def __init__(self, objs: List[Any], extra: tuple, sensitivity: str) -> None:
         # ``current`` reads namespaces, then records what it saw (tags, value
@@ -708,21 +716,40 @@ class _Root:
                 c.vidx = tuple(vidx)
                 c.vmulti = len(vnames) > 1
             self.checks.append(c)
-        # One stamp for the whole graph: the version tags of every namespace and
-        # class dict it went through, read in one C-level pass (``b"".join``) and
-        # compared in one ``memcmp``. While it equals the stamp of the last full
-        # check and every value read there was immutable, nothing the digest was
-        # made from can have changed, and no per-namespace or per-class check
-        # runs (issue 14: per-class checks made a repeat call grow with the
-        # number of classes, 75 ns each). Where a tag cannot be read
-        # (``dictversion``), there is no stamp and every check runs each call.
-        views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
-        views += [cc.view for cc in g.class_checks]
-        self.views: Optional[Tuple[memoryview, ...]] = None if None in views else tuple(views)
+        self.views: Optional[Tuple[memoryview, ...]] = None
         #: the stamp taken *before* the last full check that found everything unchanged
         #: and immutable; None while some value must be re-read on every call
         self.stamp: Optional[bytes] = None
         self.cv: Optional[CodeVersion] = None
+        #: version tags are read from the graph's second check on (``_arm``)
+        self.armed = False
+
+    def _arm(self) -> None:
+        """Start reading dict version tags: at the graph's second check, not its first.
+
+        One stamp for the whole graph: the version tags of every namespace and
+        class dict it went through, read in one C-level pass (``b"".join``) and
+        compared in one ``memcmp``. While it equals the stamp of the last full
+        check and every value read there was immutable, nothing the digest was
+        made from can have changed, and no per-namespace or per-class check
+        runs (issue 14: per-class checks made a repeat call grow with the
+        number of classes, 75 ns each). Where a tag cannot be read
+        (``dictversion``), there is no stamp and every check runs each call.
+
+        Not on the first check: a first check compares every name anyway (no tag
+        was recorded before it), and reading tags costs loading ``_ctypes``
+        (about 0.6 ms), which a script whose only call is a hit never needs.
+        Tags taken from the second check on are recorded by a full check first."""
+        self.armed = True
+        for c in self.checks:
+            c.tag = dictversion.tag_reader(c.ns)
+            c.last_tag = None
+        for cc in self.graph.class_checks:
+            cc.arm()
+        views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
+        views += [cc.view for cc in self.graph.class_checks]
+        self.views = None if None in views else tuple(views)
+        self.stamp = None
 
     def current(self) -> Optional[CodeVersion]:
         """This graph's code version now, or None when the graph must be rebuilt."""
@@ -731,6 +758,8 @@ class _Root:
 
     def _current(self) -> Optional[CodeVersion]:
         g = self.graph
+        if not self.armed and self.cv is not None:
+            self._arm()
         # taken first: a write that lands while the checks below run makes the next stamp differ
         stamp = b"".join(self.views) if self.views is not None else None
         if stamp is not None and stamp == self.stamp:

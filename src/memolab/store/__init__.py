@@ -84,6 +84,7 @@ class Store:
         # the flusher thread starts only once this process has been hitting for a while:
         # a short script's counts are written at exit, without a thread started for them
         self._flusher_due = time.monotonic() + _HIT_FLUSH_SECONDS
+        self._riders = threading.local()  # see ``ride_along``
         atexit.register(self.flush_hits)
 
     def __repr__(self) -> str:
@@ -180,7 +181,7 @@ class Store:
 
         payload, buffers, refs = pickling.dumps_with_refs(value)
         sizes = [memoryview(b).nbytes for b in buffers]
-        base = dict(fields, code_refs=json.dumps(refs, sort_keys=True))
+        base = dict(fields, code_refs=json.dumps(refs, sort_keys=True) if refs else "{}")
         if len(payload) + sum(sizes) <= INLINE_MAX:
             eval_id = self._save_inline(key, owner, base, payload, buffers, sizes, sources)
         else:
@@ -195,7 +196,7 @@ class Store:
         views = [memoryview(b).cast("B") if memoryview(b).format != "B" or memoryview(b).ndim != 1 else memoryview(b)
                  for b in buffers]
         brefs = [(digest_bytes(v), n) for v, n in zip(views, sizes)]
-        row = dict(base, payload=digest_bytes(payload), payload_size=len(payload), buffers=json.dumps(brefs),
+        row = dict(base, payload=digest_bytes(payload), payload_size=len(payload), buffers=json.dumps(brefs) if brefs else "[]",
                    size=len(payload) + sum(sizes), inline=b"".join([payload, *views]))
         row["signature"] = signing.sign(key, row)
         return self.index.record(key, owner, row, sources, also=self._usage_into)
@@ -346,9 +347,27 @@ class Store:
         return hits, stamps
 
     def _usage_into(self, c: sqlite3.Connection) -> None:
-        """Piggy-back pending usage on a write transaction that is paid anyway."""
+        """Piggy-back pending usage, and this thread's rider (``ride_along``), on a
+        write transaction that is paid anyway (a result's record)."""
         hits, stamps = self._take_usage()
         write_usage(c, hits, stamps)
+        riders = getattr(self, "_riders", None)
+        rider = getattr(riders, "fn", None)
+        if rider is not None:
+            riders.fn = None
+            if isinstance(c, sqlite3.Connection):  # an index of another database (team.pg) takes no rider
+                rider(c)
+
+    def ride_along(self, fn: Optional[Callable[[sqlite3.Connection], None]]) -> None:
+        """Run ``fn(connection)`` inside this thread's next result record (``save``), in
+        its transaction, after the row is written; None withdraws it. A rider that
+        raises is rolled back alone (a savepoint): the result is recorded anyway.
+        Whoever sets one must check it ran (a save that records nothing, say on a
+        lost lease, does not run it) and withdraw it after the save."""
+        riders = getattr(self, "_riders", None)
+        if riders is None:
+            riders = self._riders = threading.local()
+        riders.fn = None if fn is None else _savepointed(fn)
 
     def flush_hits(self) -> None:
         hits, stamps = self._take_usage()
@@ -439,6 +458,21 @@ class Store:
         return len(dead), sum(n for _, n in dead)
 
 
+def _savepointed(fn: Callable[[sqlite3.Connection], None]) -> Callable[[sqlite3.Connection], None]:
+    def run(c: sqlite3.Connection) -> None:
+        c.execute("SAVEPOINT memolab_rider")
+        try:
+            fn(c)
+        except Exception:
+            if c.in_transaction:
+                c.execute("ROLLBACK TO memolab_rider")
+                c.execute("RELEASE memolab_rider")
+            return
+        c.execute("RELEASE memolab_rider")
+
+    return run
+
+
 def _loads(payload: bytes, buffers: Sequence[Any]) -> Any:
     """``pickling.loads`` without importing ``pickling`` (nor ``pickle``, 3 ms of a
     process's first hit) unless the payload names it or loading fails: plain
@@ -522,12 +556,21 @@ def _open(p: Path) -> Any:
     return store
 
 
-def runtime_info() -> Dict[str, Any]:
-    from .. import __version__
+_RUNTIME: Dict[Tuple[int, str], Dict[str, Any]] = {}
 
-    return {
-        "host": host_name(),
-        "python": platform.python_version(),
-        "memolab": __version__,
-        "platform": sys.platform,
-    }
+
+def runtime_info() -> Dict[str, Any]:
+    """Host, Python, memolab and platform: made once per process (and per host name,
+    which may change under a long-running process; ``gethostname`` is one syscall)."""
+    host = host_name()
+    info = _RUNTIME.get((os.getpid(), host))
+    if info is None:
+        from .. import __version__
+
+        info = _RUNTIME[(os.getpid(), host)] = {
+            "host": host,
+            "python": platform.python_version(),
+            "memolab": __version__,
+            "platform": sys.platform,
+        }
+    return dict(info)

@@ -52,19 +52,24 @@ CREATE TABLE IF NOT EXISTS evaluations(
     inline BLOB,
     UNIQUE(fn, code, args, schema)
 );
+-- WITHOUT ROWID: one b-tree, not a table plus its key's index, so taking and
+-- dropping a lease each write one page, not two (stores made before this keep
+-- the rowid form: the same statements work on both)
 CREATE TABLE IF NOT EXISTS leases(
     fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
     owner TEXT NOT NULL,
     heartbeat REAL NOT NULL,
     PRIMARY KEY(fn, code, args, schema)
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS sources(
     digest TEXT PRIMARY KEY,
     symbol TEXT NOT NULL,
     source TEXT NOT NULL
 );
+-- no AUTOINCREMENT (older stores have it): a miss then writes no
+-- sqlite_sequence page; ids still grow, since only the oldest rows are deleted
 CREATE TABLE IF NOT EXISTS misses(
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     fn TEXT NOT NULL,
     time REAL NOT NULL,
     explanation TEXT NOT NULL
@@ -120,6 +125,20 @@ _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
 LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "signature", "finished",
                 "duration", "hits", "inline") + (("result_token",) if _JSON1 else ())
 _LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:11])}{_TOKEN}{_WHERE_KEY}"
+# What ``lookup`` runs: the same, whatever the row's status (at most one row per
+# key: UNIQUE), so that a miss learns in the same statement whether the key has
+# no row at all (the common miss) or one out of use, which the miss explanation
+# and the unloadable check then read (``known_absent``).
+_STATUS_ANY = " AND status='done'"
+_LOOKUP_SQL = _HIT_SQL[: -len(_STATUS_ANY)]
+_LOOKUP_LEAN_SQL = _LEAN_SQL[: -len(_STATUS_ANY)]
+assert _HIT_SQL.endswith(_STATUS_ANY) and _LEAN_SQL.endswith(_STATUS_ANY)
+#: The nearest stored evaluation of a key's function, for the miss explanation:
+#: same arguments (only code changed), else same code (only arguments changed),
+#: else the newest. One statement: UNION ALL stops at the first row found.
+_NEAREST_SQL = " UNION ALL ".join(
+    f"SELECT * FROM (SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=?1 AND {where} AND status='done' "
+    "ORDER BY finished DESC LIMIT 1)" for where in ("args=?3 AND schema=?4", "code=?2 AND schema=?4", "1")) + " LIMIT 1"
 
 
 #: Columns a published row may carry (``publish``): the listing columns and the inline bytes.
@@ -250,8 +269,30 @@ class Index:
         point query on the key's unique index, no transaction, no write.
         ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
         if lean and _JSON1:
-            return _checked(self.conn().execute(_LEAN_SQL, key).fetchone(), LEAN_COLUMNS)
-        return _checked(self.conn().execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
+            cols, status_at, found = LEAN_COLUMNS, 1, self.conn().execute(_LOOKUP_LEAN_SQL, key).fetchone()
+        else:
+            cols, status_at, found = HIT_COLUMNS, 5, self.conn().execute(_LOOKUP_SQL, key).fetchone()
+        if found is None:
+            self._local.absent = key
+            return None
+        row = _checked(found, cols)
+        if found[status_at] != "done":
+            self._local.absent = None
+            return None  # out of use (corrupt, stale, unloadable): a miss
+        # a hit leaves the note alone: it is read only right after a lookup that found no usable row
+        return row
+
+    assert LEAN_COLUMNS[1] == "status" and HIT_COLUMNS[5] == "status"
+
+    def known_absent(self, key: Key) -> bool:
+        """Did this thread's latest ``lookup`` find no row at all for ``key`` (not
+        even one out of use)? Lets a miss skip reading what such a row would say."""
+        return getattr(self._local, "absent", None) == key
+
+    def nearest(self, key: Key) -> Optional[Dict[str, Any]]:
+        """The stored evaluation of ``key``'s function closest to it (see ``_NEAREST_SQL``), or None."""
+        r = self.conn().execute(_NEAREST_SQL, key).fetchone()
+        return dict(zip(EVAL_COLUMNS, r)) if r is not None else None
 
     def inline_of(self, eval_id: int) -> Optional[bytes]:
         row = self.conn().execute("SELECT inline FROM evaluations WHERE id=?", (eval_id,)).fetchone()
@@ -580,12 +621,24 @@ def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Opti
     return out
 
 
+#: misses kept per function (at least; see ``insert_miss``)
+MISSES_KEPT = 20
+_TRIM_EVERY = 4
+_misses_here: Dict[str, int] = {}
+
+
 def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
     """Record why ``fn`` missed (JSON text), inside the caller's write transaction."""
     c.execute("INSERT INTO misses(fn, time, explanation) VALUES (?,?,?)", (fn, time.time(), explanation))
-    # keep the table small: the last 20 misses per function are plenty for `why`
-    c.execute("DELETE FROM misses WHERE fn=? AND id NOT IN (SELECT id FROM misses WHERE fn=? ORDER BY id DESC LIMIT 20)",
-              (fn, fn))
+    # Keep the table small: the last 20 misses per function are plenty for `why`.
+    # Trimmed on a process's first miss of ``fn`` and every 4th after it, not on
+    # each: a trim deletes a row on an older page, which the WAL then writes in
+    # full. At most 20 + 3 rows per process writing meanwhile.
+    n = _misses_here.get(fn, 0)
+    _misses_here[fn] = n + 1
+    if n % _TRIM_EVERY == 0:
+        c.execute("DELETE FROM misses WHERE fn=?1 AND id <= (SELECT id FROM misses WHERE fn=?1 ORDER BY id DESC "
+                  f"LIMIT 1 OFFSET {MISSES_KEPT})", (fn,))
 
 
 def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],

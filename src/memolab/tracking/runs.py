@@ -14,6 +14,7 @@ the dashboard's JavaScript numbers.
 from __future__ import annotations
 
 import contextvars
+import json
 import os
 import socket
 import sys
@@ -94,9 +95,58 @@ def error_text(e: BaseException, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+class Rider:
+    """Writes a finished run that logged nothing inside its result's record
+    transaction (``Store.ride_along``): one commit per miss instead of two.
+
+    Only when the run's start is the one record its sink holds (anything logged,
+    by this run or another, goes the ordinary way, in order) and the sink writes
+    through the very connection of that transaction (else its own ``BEGIN``
+    would wait for ours). ``done`` says it wrote; ``end(..., written=rider)``
+    then drops the start record instead of writing it again."""
+
+    __slots__ = ("run", "key", "start", "done")
+
+    def __init__(self, run: Run, key: Tuple[str, str, str, str]) -> None:
+        self.run = run
+        self.key = key
+        self.start: Optional[tuple] = None
+        self.done = False
+
+    def __call__(self, c: Any) -> None:
+        s = self.run.sink
+        index = getattr(s, "index", None)
+        if index is None or index.conn() is not c or not s._lock.acquire(blocking=False):
+            return
+        try:
+            q = s.q
+            if len(q) != 1 or q[0][0] != _sink.START or q[0][1] != self.run.id:
+                return
+            start = q[0]
+            fields = start[2]
+            now = time.time()
+            c.execute(
+                "INSERT OR IGNORE INTO runs(id, fn, code, args, schema, parent, name, started, updated, status, hparams,"
+                " pid, host, finished, eval_id) VALUES (?,?,?,?,?,?,?,?,?,'done',?,?,?,?,"
+                "(SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=?))",
+                (self.run.id, fields["fn"], fields.get("code"), fields.get("args"), fields.get("schema"),
+                 fields.get("parent"), fields.get("name"), fields["started"], now,
+                 json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True), fields.get("pid"),
+                 fields.get("host"), now, *self.key))
+            self.start = start
+            self.done = True
+        finally:
+            s._lock.release()
+
+
+def rider(handle: Optional[Tuple[Run, Any]], key: Tuple[str, str, str, str]) -> Optional[Rider]:
+    return None if handle is None else Rider(handle[0], key)
+
+
 def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] = None,
-        error: Optional[BaseException] = None) -> None:
-    """Finish a run and flush: when a memoized call returns (or raises), its logs are on disk."""
+        error: Optional[BaseException] = None, written: Optional[Rider] = None) -> None:
+    """Finish a run and flush: when a memoized call returns (or raises), its logs are on disk.
+    ``written``: a ``Rider`` that wrote the finished run with the result (committed)."""
     if handle is None:
         return
     run, token = handle
@@ -104,6 +154,14 @@ def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] =
         _current.reset(token)
     except ValueError:  # ended in another context (should not happen); fall back to clearing
         _current.set(None)
+    if written is not None and written.done:
+        s = run.sink
+        with s._lock:  # the flusher may have written it meanwhile: INSERT OR IGNORE kept ours
+            try:
+                s.q.remove(written.start)
+            except ValueError:
+                pass
+        return
     run.sink.q.append((_sink.END, run.id, status, time.time(), eval_id, error_text(error) if error is not None else None))
     try:
         run.sink.flush()
