@@ -27,8 +27,9 @@ if "MEMOLAB_CODE_CACHE" not in os.environ:
 import memolab
 from memolab import config
 
-# real servers for the team-store tests (tests/servers/): fixtures postgres_server, postgres_dsn
-pytest_plugins = ["servers.postgres"]
+# real servers for the team-store tests (tests/servers/): fixtures postgres_server, postgres_dsn;
+# s3_server, s3_env, s3_bucket
+pytest_plugins = ["servers.postgres", "servers.s3"]
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
