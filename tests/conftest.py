@@ -29,7 +29,7 @@ from memolab import config
 
 # real servers for the team-store tests (tests/servers/): fixtures postgres_server, postgres_dsn;
 # s3_server, s3_env, s3_bucket
-pytest_plugins = ["servers.postgres", "servers.s3"]
+pytest_plugins = ["servers.postgres", "servers.s3", "servers.team"]
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 

@@ -601,6 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     from .ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
     from . import doctor as _doctor  # noqa: F401  (registers `doctor`)
+    from .team import cli as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)
     for name, (fn, configure, help_) in _COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         # `memolab ls --store DIR` as well as `memolab --store DIR ls`; SUPPRESS keeps a

@@ -16,7 +16,7 @@ import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 _lock = threading.Lock()
 
@@ -36,6 +36,14 @@ class Settings:
     #: who may use a store this process creates: "user" (0700/0600, the default)
     #: or "group" (group-writable with setgid directories, for a team on one machine)
     store_sharing: str = "user"
+    #: the team store (docs/team.md): the team index (``postgresql://…``, or
+    #: ``sqlite:///path`` for one host) and the team blob store (``s3://bucket/prefix``,
+    #: ``file:///shared/dir``). None: read from ``$MEMOLAB_REMOTE``/``$MEMOLAB_REMOTE_BLOBS``,
+    #: else from ``[tool.memolab]`` in the workspace's ``pyproject.toml``.
+    remote: Optional[str] = None
+    remote_blobs: Optional[str] = None
+    #: seconds a team-store connection or request may take before we work offline
+    remote_timeout: float = 3.0
     extra: dict = field(default_factory=dict)
 
 
@@ -52,6 +60,8 @@ def _from_env() -> Settings:
         if vs not in VERSION_SENSITIVITIES:
             raise ValueError(f"MEMOLAB_VERSION_SENSITIVITY must be one of {VERSION_SENSITIVITIES}, not {vs!r}")
         s = replace(s, version_sensitivity=vs)
+    if env.get("MEMOLAB_REMOTE_TIMEOUT"):
+        s = replace(s, remote_timeout=float(env["MEMOLAB_REMOTE_TIMEOUT"]))
     if env.get("MEMOLAB_STORE_SHARING"):
         s = replace(s, store_sharing=_check_sharing(env["MEMOLAB_STORE_SHARING"], "MEMOLAB_STORE_SHARING"))
     return s
@@ -101,6 +111,59 @@ def store_path() -> Path:
     if env:
         return _store_location(env, "MEMOLAB_STORE")
     return find_workspace() / ".memolab"
+
+
+_pyproject_cache: Dict[str, Tuple[int, Dict[str, Any]]] = {}
+
+
+def _tool_table(workspace: Path) -> Dict[str, Any]:
+    """``[tool.memolab]`` of the workspace's pyproject.toml ({} if none). tomllib is
+    imported only when the file's text mentions ``tool.memolab``: a project without
+    it pays a read, not a TOML parser. Cached by modification time."""
+    p = workspace / "pyproject.toml"
+    try:
+        st = p.stat()
+    except OSError:
+        return {}
+    hit = _pyproject_cache.get(str(p))
+    if hit is not None and hit[0] == st.st_mtime_ns:
+        return hit[1]
+    table: Dict[str, Any] = {}
+    try:
+        text = p.read_text(encoding="utf-8")
+        if "tool.memolab" in text:
+            try:
+                import tomllib
+            except ImportError:  # Python 3.10
+                tomllib = None  # type: ignore[assignment]
+            if tomllib is not None:
+                table = tomllib.loads(text).get("tool", {}).get("memolab", {}) or {}
+    except (OSError, ValueError):
+        table = {}
+    _pyproject_cache[str(p)] = (st.st_mtime_ns, table)
+    return table
+
+
+def remote() -> Optional[Tuple[str, Optional[str]]]:
+    """The configured team store: (index URL, blob store URL or None), or None.
+
+    Each of the two is taken from ``configure()``, else ``$MEMOLAB_REMOTE`` /
+    ``$MEMOLAB_REMOTE_BLOBS`` (empty counts as unset), else ``[tool.memolab]
+    remote = …, remote_blobs = …`` in the workspace's pyproject.toml. Nothing here
+    imports the team package: without a remote, no team code is ever loaded."""
+    s = _settings
+    env = os.environ
+    index = s.remote or env.get("MEMOLAB_REMOTE") or None
+    blobs = s.remote_blobs or env.get("MEMOLAB_REMOTE_BLOBS") or None
+    if index is None or blobs is None:
+        table = _tool_table(find_workspace())
+        index = index or table.get("remote") or None
+        blobs = blobs or table.get("remote_blobs") or None
+    if index is None and blobs is None:
+        return None
+    if index is None:
+        return None if blobs is None else ("", str(blobs))
+    return str(index), None if blobs is None else str(blobs)
 
 
 def settings() -> Settings:

@@ -510,7 +510,7 @@ def _split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]
     return bytes(payload), tuple(views)
 
 
-_stores: Dict[Tuple[str, int], Store] = {}
+_stores: Dict[Tuple[str, int, Any], Store] = {}
 _stores_lock = threading.Lock()
 
 
@@ -520,7 +520,8 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
     Never raises for a store that cannot be used: see ``health.open_store``
     (only a store location that cannot be one, a URL, raises ``StoreConfigError``)."""
     p = Path(path) if path is not None else config.store_path()
-    k = (str(p.resolve()) if p.exists() else str(p.absolute()), os.getpid())
+    remote = config.remote()  # a team store configured: a TeamStore (team/layered.py) in front of it
+    k = (str(p.resolve()) if p.exists() else str(p.absolute()), os.getpid(), remote)
     s = _stores.get(k)
     if s is None or (not isinstance(s, Store) or hasattr(s, "problem")) and s._generation != config.generation():
         with _stores_lock:
@@ -529,7 +530,12 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
                 # A store that cannot be used degrades (read-only, or none at all) instead
                 # of raising: the caller still gets its value. Degraded stores are opened
                 # again after ``configure()``.
-                s = _stores[k] = _open(p)
+                s = _open(p)
+                if remote is not None and type(s) is Store:
+                    from ..team.layered import layered
+
+                    s = layered(s, remote)
+                _stores[k] = s
                 s._generation = config.generation()
     return s
 

@@ -1,0 +1,289 @@
+"""``memolab remote status|upgrade``, ``memolab sync``, ``memolab pull``: the team store from the shell.
+
+Registered into ``memolab.cli``'s command table by ``build_parser``; nothing
+here runs at ``import memolab``. Same conventions as every command
+(docs/cli.md): ``--json``, exit 0 ok, 1 a problem (team store unreachable, no
+remote configured), 2 usage.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import time
+from typing import Any, Dict, List, Optional
+
+from ..cli import PROBLEM, USAGE, CliError, Progress, _json_option, command, emit_json, options, parse_age, store_root
+
+
+def _quiet() -> None:
+    """The commands report the team store's state themselves: its warnings (unreachable,
+    unsigned) would only repeat it on stderr."""
+    import warnings
+
+    from ..errors import MemolabWarning
+
+    warnings.simplefilter("ignore", MemolabWarning)
+
+
+def _team_store(args: argparse.Namespace, create: bool = False) -> Any:
+    """The local store, in front of the configured team store (``CliError`` if none is configured)."""
+    from .. import config
+    from ..store import get_store
+
+    _quiet()
+    remote = config.remote()
+    if remote is None or not remote[0] or not remote[1]:
+        raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE (postgresql://…) and "
+                                "MEMOLAB_REMOTE_BLOBS (s3://bucket/prefix), or [tool.memolab] in pyproject.toml "
+                                "(docs/team.md)")
+    root = store_root(args)
+    if not create and not ((root / "index.sqlite").is_file() or (root / "blobs").is_dir()):
+        raise CliError(PROBLEM, f"no store at {root} (nothing memoized there yet? set MEMOLAB_STORE or --store)")
+    store = get_store(root)
+    if not hasattr(store, "link"):
+        problem = getattr(store, "problem", None)
+        raise CliError(PROBLEM, f"the local store {root} cannot be used: {problem}")
+    return store
+
+
+def _unreachable(store: Any, e: Optional[BaseException] = None) -> CliError:
+    from .link import Failed
+
+    what = "team store error" if isinstance(e, Failed) else "team store unreachable"
+    return CliError(PROBLEM, f"{what} ({store.link.disabled or store.link.last_error}); "
+                             f"{_queued(store)} result(s) stay queued locally")
+
+
+def _queued(store: Any) -> int:
+    from . import journal
+
+    return journal.count(store.index)
+
+
+# -- remote status | upgrade -------------------------------------------------------------------
+
+def _remote_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=("status", "upgrade"),
+                   help="status: reachable? schema version? queued vs uploaded; upgrade: migrate the team schema")
+    _json_option(p)
+
+
+@command("remote", "the team store: `remote status` (reachable? schema? queued uploads) or `remote upgrade`")
+@options(_remote_options)
+def cmd_remote(args: argparse.Namespace) -> int:
+    if args.action == "upgrade":
+        return _upgrade(args)
+    from .. import config
+    from ..store import signing
+    from . import journal
+    from .link import Offline
+
+    _quiet()
+    remote = config.remote()
+    if remote is None or not remote[0] or not remote[1]:
+        raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE and MEMOLAB_REMOTE_BLOBS (docs/team.md)")
+    root = store_root(args)
+    local = (root / "index.sqlite").is_file()
+    out: Dict[str, Any] = {"index": _redact(remote[0]), "blobs": remote[1], "store": str(root),
+                           "reachable": False, "index_reachable": False, "blobs_reachable": False,
+                           "schema_version": None, "supported": None, "error": None,
+                           "queued": 0, "uploaded": 0, "team_evaluations": None,
+                           "signed": signing.secret() is not None, "failing": 0, "last_upload_error": None}
+    if local:
+        store = _team_store(args)
+        link = store.link
+        out["queued"] = journal.count(store.index)
+        out["uploaded"] = journal.uploaded_count(store.index)
+        out["failing"], out["last_upload_error"] = journal.failing(store.index)
+    else:
+        from .link import Link
+
+        link = Link(remote[0], remote[1], config.settings().remote_timeout)
+    t0 = time.monotonic()
+    try:
+        idx = link.attempt(lambda: link.index)
+        out["index_reachable"] = True
+        out["schema_version"], out["supported"] = _schema(idx)
+        out["team_evaluations"] = sum(f["evaluations"] for f in link.attempt(idx.functions))
+    except Offline:
+        out["error"] = link.disabled or link.last_error
+    try:
+        b = link.attempt(lambda: link.blobs)
+        ping = getattr(b, "ping", None)
+        if ping is not None:
+            link.attempt(lambda: ping(link.timeout))
+        out["blobs_reachable"] = True
+    except Offline:
+        out["error"] = out["error"] or link.disabled or link.last_error
+    out["reachable"] = out["index_reachable"] and out["blobs_reachable"]
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    if args.json:
+        emit_json(out)
+    else:
+        state = "reachable" if out["reachable"] else f"UNREACHABLE ({out['error']})"
+        print(f"team index   {out['index']}  ({'reachable' if out['index_reachable'] else 'unreachable'})")
+        print(f"team blobs   {out['blobs']}  ({'reachable' if out['blobs_reachable'] else 'unreachable'})")
+        print(f"status       {state}")
+        if out["schema_version"] is not None:
+            print(f"schema       {out['schema_version']} (this memolab supports {out['supported']})")
+        if out["team_evaluations"] is not None:
+            print(f"team         {out['team_evaluations']} evaluation(s)")
+        print(f"this store   {out['store']}: {out['queued']} queued for upload, {out['uploaded']} uploaded")
+        if out["failing"]:
+            print(f"failing      {out['failing']} queued result(s) were refused by the team store: "
+                  f"{out['last_upload_error']}")
+        if not out["signed"]:
+            print("signing      OFF: MEMOLAB_HMAC_KEY is not set, so anyone who can write to the team store can run "
+                  "code in this process (docs/team.md)")
+    return 0 if out["reachable"] else PROBLEM
+
+
+def _redact(url: str) -> str:
+    """A DSN without its password."""
+    import re
+
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+def _schema(idx: Any) -> tuple:
+    from . import link as _link  # noqa: F401
+
+    version = getattr(idx, "version", None) if hasattr(idx, "dsn") else None  # PgIndex: the schema it found
+    if version is None:
+        from ..store.sqlite import SCHEMA_VERSION
+
+        version = SCHEMA_VERSION  # a SQLite team index (one host)
+        return version, f"{version}"
+    try:
+        from .pg import SUPPORTED
+
+        return version, f"{SUPPORTED[0]}-{SUPPORTED[1]}"
+    except ImportError:
+        return version, None
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    from .. import config
+
+    remote = config.remote()
+    if remote is None or not remote[0]:
+        raise CliError(PROBLEM, "no team index configured: set MEMOLAB_REMOTE=postgresql://… (docs/team.md)")
+    if not remote[0].lower().startswith(("postgresql://", "postgres://")):
+        print(f"{_redact(remote[0])}: a SQLite team index upgrades itself when opened; nothing to do")
+        return 0
+    from .pg import upgrade
+
+    result = upgrade(remote[0])
+    if args.json:
+        emit_json({"index": _redact(remote[0]), "result": result})
+    else:
+        print(f"team schema of {_redact(remote[0])}: {result if result is not None else 'up to date'}")
+    return 0
+
+
+# -- sync -------------------------------------------------------------------------------------
+
+def _sync_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--all", action="store_true",
+                   help="also upload local results computed before the team store was configured "
+                        "(those the team index lacks)")
+    _json_option(p)
+
+
+@command("sync", "upload this store's queued results to the team store now (in the foreground)")
+@options(_sync_options)
+def cmd_sync(args: argparse.Namespace) -> int:
+    from .link import Offline
+
+    store = _team_store(args)
+    added = 0
+    try:
+        if args.all:
+            added = store.enqueue_all()
+        total = _queued(store)
+        with Progress("sync: uploading", total) as bar:
+            n = store.journal.drain(progress=bar.update)
+        store.flush_hits()
+        store.forward_hits()
+    except Offline as e:
+        raise _unreachable(store, e) from None
+    store.link.came_back()
+    left = _queued(store)
+    out = {"uploaded": n, "added_by_all": added, "queued": left}
+    if args.json:
+        emit_json(out)
+    else:
+        extra = f" ({added} earlier result(s) added by --all)" if args.all else ""
+        print(f"uploaded {n} result(s){extra}; {left} still queued")
+    return 0 if left == 0 else PROBLEM
+
+
+# -- pull -------------------------------------------------------------------------------------
+
+def _parse_since(text: str) -> float:
+    """``2d`` (that long ago), or a date/time (``2026-01-31``, ``2026-01-31T12:00``)."""
+    try:
+        return time.time() - parse_age(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        t = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an age or a date: {text!r} (try 2d, 12h, 2026-01-31)") from None
+    return t.timestamp()
+
+
+def _pull_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("function", nargs="?", help="function (full symbol or unambiguous suffix); default: every function")
+    p.add_argument("--since", type=_parse_since, metavar="WHEN",
+                   help="only results finished after WHEN: an age (2d, 12h) or a date (2026-01-31)")
+    _json_option(p)
+
+
+@command("pull", "download the team's results (of FUNCTION) into this store, for offline work")
+@options(_pull_options)
+def cmd_pull(args: argparse.Namespace) -> int:
+    from .link import Offline
+
+    store = _team_store(args, create=True)
+    fn: Optional[str] = None
+    try:
+        if args.function:
+            fn = _resolve(args.function, [f["fn"] for f in store.link.attempt(store.link.index.functions)])
+        bars: List[Progress] = []
+
+        def step(n: int, total: int) -> None:
+            if not bars:  # the total is known once the one rows_since query answered
+                bars.append(Progress("pull: downloading", total).__enter__())
+            bars[0].update(n)
+
+        try:
+            r = store.pull(fn, args.since, progress=step)
+        finally:
+            if bars:
+                bars[0].__exit__(None, None, None)
+    except Offline as e:
+        raise _unreachable(store, e) from None
+    r["function"] = fn
+    if args.json:
+        emit_json(r)
+    else:
+        what = fn or "every function"
+        print(f"pulled {what}: {r['imported']} result(s) imported ({r['blobs']} blob(s) downloaded, {r['runs']} run(s) "
+              f"of logs), {r['already_here']} already here" + (f", {r['refused']} refused (corrupt or unsigned)"
+                                                              if r["refused"] else ""))
+    return 0
+
+
+def _resolve(name: str, fns: List[str]) -> str:
+    from ..cli import short_name
+
+    if name in fns:
+        return name
+    matches = sorted({f for f in fns if f.endswith(":" + name) or f.endswith("." + name) or short_name(f) == name
+                      or f.split(":")[-1] == name})
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CliError(PROBLEM, f"no function matches {name!r} in the team store")
+    raise CliError(USAGE, f"{name!r} is ambiguous: it matches {', '.join(matches)}; give the full name")

@@ -1,0 +1,350 @@
+"""The upload queue: the local store is the journal of what the team store lacks.
+
+A result computed on this machine is recorded in the local index at once, and a
+row naming its key goes into ``team_uploads`` IN THE SAME TRANSACTION (the
+``also`` hook of ``Index.record``). So whatever kills the process afterwards (a
+crash, a SIGKILL, a dead network, a laptop lid) nothing computed is lost: the
+result is in the local store and its upload is still queued; the next process
+with the team store configured, or ``memolab sync``, uploads it.
+
+The uploader is one background thread per store. For each queued key it PUTs
+the result's blobs (idempotent: content-addressed, an existing object is never
+rewritten), then the logs bundle, then ``publish``es the row into the team index
+(a 'done' row there is never replaced: the first upload wins), drops the team
+lease, and deletes the queue row. Batches of up to ``BATCH`` keys: one
+``put_many`` (concurrent) and one ``publish_many`` (one round trip) each. A
+failure marks the team store down (``link``); the thread probes it again with
+growing intervals. At exit the queue gets a bounded wait (``DRAIN_SECONDS``) to
+drain while the team store is up; what is left stays queued.
+
+The table is created with ``IF NOT EXISTS``: no local schema version bump, and
+a memolab without the team layer simply ignores it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..store.sqlite import Key
+from .link import Failed, Offline
+
+DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
+    fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT '',
+    queued REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    PRIMARY KEY(fn, code, args, schema)
+)"""
+
+#: local evaluation id -> the team row it is a copy of (imported) or was published as (uploaded):
+#: what forwards this machine's hits to the team index (team-wide last use, for a team gc)
+#: ``sent``: how many of the local row's hits the team row has been given already
+IDS_DDL = """CREATE TABLE IF NOT EXISTS team_ids(local_id INTEGER PRIMARY KEY, team_id INTEGER NOT NULL,
+    sent INTEGER NOT NULL DEFAULT 0)"""
+
+BATCH = 64
+#: an item younger than this waits (its run's logs are flushed right after the result is stored)
+MIN_AGE = 0.3
+#: how long the exit of a process may wait for its queue to drain (``$MEMOLAB_REMOTE_DRAIN``)
+DRAIN_SECONDS = float(os.environ.get("MEMOLAB_REMOTE_DRAIN") or 10.0)
+
+#: columns of a local row that are this store's own, not the evaluation's
+_LOCAL_ONLY = ("id", "hits", "last_hit", "reason", "status", "result_token", "key_ok")
+
+
+def ensure(c: sqlite3.Connection) -> None:
+    c.execute(DDL)
+    c.execute(IDS_DDL)
+
+
+def remember_ids(index: Any, pairs: Sequence[Tuple[int, int]], c: Optional[sqlite3.Connection] = None) -> None:
+    """Record (local id, team id) pairs (best effort: they only route hit counts)."""
+    if not pairs:
+        return
+    # hits counted before the mapping existed (a local result uploaded later) are owed to the team too
+    sql = "INSERT OR REPLACE INTO team_ids(local_id, team_id, sent) VALUES (?,?,0)"
+    try:
+        if c is not None:
+            c.executemany(sql, pairs)
+        else:
+            with index.write() as w:
+                w.executemany(sql, pairs)
+    except sqlite3.Error:
+        pass
+
+
+def unsent_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, float]]:
+    """(local id, team id, hits not yet sent, last hit) of rows hit since their last forwarding."""
+    try:
+        return index.conn().execute(
+            "SELECT t.local_id, t.team_id, e.hits - t.sent, COALESCE(e.last_hit, 0) FROM team_ids t "
+            "JOIN evaluations e ON e.id = t.local_id WHERE e.hits > t.sent LIMIT ?", (limit,)).fetchall()
+    except sqlite3.Error:
+        return []
+
+
+def mark_sent(index: Any, rows: Sequence[Tuple[int, int, int, float]]) -> None:
+    with index.write() as c:
+        c.executemany("UPDATE team_ids SET sent = sent + ? WHERE local_id = ?", [(n, i) for i, _, n, _ in rows])
+
+
+def enqueue(c: sqlite3.Connection, key: Key, owner: str) -> None:
+    """Queue ``key`` for upload, inside the caller's write transaction (that of the result)."""
+    try:
+        c.execute("INSERT OR REPLACE INTO team_uploads(fn, code, args, schema, owner, queued) VALUES (?,?,?,?,?,?)",
+                  (*key, owner, time.time()))
+    except sqlite3.OperationalError as e:
+        if "no such table" not in str(e):
+            raise
+        ensure(c)
+        c.execute("INSERT OR REPLACE INTO team_uploads(fn, code, args, schema, owner, queued) VALUES (?,?,?,?,?,?)",
+                  (*key, owner, time.time()))
+
+
+def count(index: Any) -> int:
+    try:
+        return int(index.conn().execute("SELECT COUNT(*) FROM team_uploads").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def failing(index: Any) -> Tuple[int, Optional[str]]:
+    """Queued results the team store refused (not an outage): how many, and the last error."""
+    try:
+        c = index.conn()
+        n = c.execute("SELECT COUNT(*) FROM team_uploads WHERE error IS NOT NULL").fetchone()[0]
+        row = c.execute("SELECT error FROM team_uploads WHERE error IS NOT NULL ORDER BY attempts DESC LIMIT 1").fetchone()
+        return int(n), row[0] if row else None
+    except sqlite3.Error:
+        return 0, None
+
+
+def uploaded_count(index: Any) -> int:
+    try:
+        row = index.conn().execute("SELECT value FROM meta WHERE key='team_uploaded'").fetchone()
+        return int(row[0]) if row else 0
+    except (sqlite3.Error, ValueError):
+        return 0
+
+
+def team_fields(row: Dict[str, Any]) -> Dict[str, Any]:
+    """A local row as it travels to the team index (fields verbatim: the signature still verifies)."""
+    return {k: v for k, v in row.items() if k not in _LOCAL_ONLY}
+
+
+class Journal:
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._wake = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._start_lock = threading.Lock()
+        self._upload_lock = threading.Lock()  # one batch at a time (thread, sync, exit)
+        self._stop = False
+        #: (local eval id, logs digest, logs size) to import off the hit path
+        self.logs_wanted: List[Tuple[int, str]] = []
+
+    # -- the background thread ------------------------------------------------------------
+    def wake(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            with self._start_lock:
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._loop, name="memolab-team-uploader", daemon=True)
+                    self._thread.start()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        link = self.store.link
+        while not self._stop:
+            self._wake.wait(timeout=self._next_wait())
+            self._wake.clear()
+            if self._stop:
+                return
+            try:
+                if link.disabled is not None:
+                    return
+                if link.down_since is not None:
+                    if time.monotonic() < link.probe_at or not link.probe():
+                        continue
+                self.import_logs()
+                while self.upload_batch(min_age=MIN_AGE) > 0 and not self._stop:
+                    pass
+                self.store.forward_hits()
+            except Offline:
+                continue
+            except Exception:
+                continue  # never let the thread die: the queue stays for the next try or `memolab sync`
+
+    def _next_wait(self) -> float:
+        link = self.store.link
+        if link.down_since is not None:
+            return max(0.05, link.probe_at - time.monotonic())
+        return MIN_AGE if self._young() else 30.0
+
+    def _young(self) -> bool:
+        try:
+            row = self.store.index.conn().execute("SELECT MAX(queued) FROM team_uploads").fetchone()
+        except sqlite3.Error:
+            return False
+        return row is not None and row[0] is not None and time.time() - row[0] < MIN_AGE * 3
+
+    # -- uploading ------------------------------------------------------------------------
+    def _queued(self, limit: int, min_age: float) -> List[Tuple[Key, str]]:
+        c = self.store.index.conn()
+        try:
+            rows = c.execute("SELECT fn, code, args, schema, owner FROM team_uploads WHERE queued <= ? "
+                             "ORDER BY attempts, queued LIMIT ?", (time.time() - min_age, limit)).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [((r[0], r[1], r[2], r[3]), r[4]) for r in rows]
+
+    def upload_batch(self, limit: int = BATCH, min_age: float = 0.0, force: bool = False) -> int:
+        """Upload up to ``limit`` queued results; how many left the queue. ``Offline`` if
+        the team store is down (``force``: try it even so, as ``sync`` does)."""
+        store, link = self.store, self.store.link
+        with self._upload_lock:
+            items = self._queued(limit, min_age)
+            if not items:
+                return 0
+            run = link.attempt if force else link.run
+            idx = store.index
+            rows: List[Tuple[Key, str, Dict[str, Any], Dict[str, Tuple[str, str]]]] = []
+            puts: List[Tuple[str, Any]] = []
+            gone: List[Key] = []
+            local_ids: Dict[Key, int] = {}
+            for key, owner in items:
+                local = idx.lookup(key)
+                if local is None:
+                    gone.append(key)  # cleared or out of use since: nothing to upload
+                    continue
+                local_ids[tuple(key)] = local["id"]  # type: ignore[index]
+                fields = team_fields(local)
+                if local.get("inline") is None:
+                    digests = [local["payload"], *(d for d, _ in json.loads(local["buffers"] or "[]"))]
+                    paths = [store.blobs.path(d) for d in digests]
+                    if not all(p.exists() for p in paths):
+                        gone.append(key)  # a local blob lost: the next call recomputes and queues it again
+                        continue
+                    puts.extend(zip(digests, paths))
+                bundle = self._bundle(local["id"])
+                if bundle is not None:
+                    from ..store.blobs import digest_bytes
+
+                    d = digest_bytes(bundle)
+                    puts.append((d, bundle))
+                    fields["logs"] = d
+                fields["uploaded_by"] = store.identity
+                rows.append((key, owner, fields, self._sources(local)))
+            try:
+                if puts:
+                    seen: set = set()
+                    uniq = [(d, p) for d, p in puts if not (d in seen or seen.add(d))]  # type: ignore[func-returns-value]
+                    run(lambda: link.blobs.put_many(uniq))
+                by_owner: Dict[str, List[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]]] = {}
+                for key, owner, fields, sources in rows:
+                    by_owner.setdefault(owner, []).append((key, fields, sources))
+                published: Dict[Key, int] = {}
+                for owner, group in by_owner.items():
+                    got = run(lambda: link.index.publish_many(group, owner=owner or None))
+                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got))
+            except Failed:
+                # Not an outage: these items wait behind the others (ordered by attempts)
+                # and are tried again later; the error is kept for `memolab remote status`.
+                with idx.write() as c:
+                    c.executemany("UPDATE team_uploads SET attempts=attempts+1, error=? "
+                                  "WHERE fn=? AND code=? AND args=? AND schema=?",
+                                  [(link.last_error, *k) for k, *_ in rows])
+                # their team leases are dropped, not heart-beaten on: another machine may compute
+                store.drop_team_leases([(k, o) for k, o, *_ in rows])
+                raise
+            done = gone + [k for k, *_ in rows]
+            with idx.write() as c:
+                c.executemany("DELETE FROM team_uploads WHERE fn=? AND code=? AND args=? AND schema=?", done)
+                remember_ids(idx, [(local_ids[k], published[k]) for k, *_ in rows if k in published], c)
+                if rows:
+                    c.execute("INSERT INTO meta(key, value) VALUES ('team_uploaded', ?) ON CONFLICT(key) DO UPDATE "
+                              "SET value=CAST(CAST(value AS INTEGER) + ? AS TEXT)", (str(len(rows)), len(rows)))
+            store.uploaded([(k, o) for k, o, *_ in rows])
+            return len(done)
+
+    def _bundle(self, eval_id: int) -> Optional[bytes]:
+        try:
+            from . import logs
+
+            return logs.export(self.store.index, eval_id)
+        except Exception:
+            return None  # logs never hold a result back
+
+    def _sources(self, row: Dict[str, Any]) -> Dict[str, Tuple[str, str]]:
+        """The source texts the row's code digests name (``explain`` shows diffs from them)."""
+        try:
+            deps = json.loads(row.get("snapshot") or "{}").get("deps") or {}
+            c = self.store.index.conn()
+            out = {}
+            for sym, d in deps.items():
+                r = c.execute("SELECT symbol, source FROM sources WHERE digest=?", (d,)).fetchone()
+                if r is not None:
+                    out[d] = (r[0], r[1])
+            return out
+        except Exception:
+            return {}
+
+    def drain(self, deadline: Optional[float] = None, progress: Optional[Callable[[int], None]] = None,
+              force: bool = True) -> int:
+        """Upload everything queued (until ``deadline``, a ``time.monotonic()``); how many left the queue.
+        ``Offline`` if the team store is down."""
+        total = 0
+        while deadline is None or time.monotonic() < deadline:
+            n = self.upload_batch(force=force)
+            if n == 0:
+                break
+            total += n
+            if progress is not None:
+                progress(n)
+        return total
+
+    def drain_at_exit(self) -> None:
+        """The bounded wait at exit: upload what is queued while the team store answers.
+
+        The work runs on a daemon thread joined for at most ``DRAIN_SECONDS``: one large
+        upload cannot hold the exit longer (cut short, it is simply done again later: the
+        queue row stays until the row is published, and a PUT of a blob is idempotent)."""
+        self._stop = True
+        self._wake.set()
+        link = self.store.link
+        if link.disabled is not None or link.down_since is not None:
+            return  # down: no wait at all; the queue is uploaded by the next process or `memolab sync`
+        try:
+            t = threading.Thread(target=self._exit_work, name="memolab-team-exit", daemon=True)
+            t.start()
+            t.join(DRAIN_SECONDS)
+        except Exception:
+            pass
+
+    def _exit_work(self) -> None:
+        link = self.store.link
+        try:
+            self.import_logs()  # of results hit in this process (small, a few GETs)
+            if count(self.store.index):
+                self.drain(deadline=time.monotonic() + DRAIN_SECONDS, force=False)
+            if link.contacted:  # never a first connection at exit just for hit counts
+                self.store.flush_hits()  # this process's hits: written locally, then forwarded
+                self.store.forward_hits()
+        except Exception:
+            pass
+
+    # -- logs of evaluations imported from the team ----------------------------------------
+    def want_logs(self, eval_id: int, digest: str) -> None:
+        self.logs_wanted.append((eval_id, digest))
+        self.wake()
+
+    def import_logs(self) -> int:
+        n = 0
+        while self.logs_wanted:
+            eval_id, digest = self.logs_wanted.pop()
+            n += self.store.import_logs(eval_id, digest)
+        return n

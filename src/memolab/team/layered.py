@@ -1,0 +1,421 @@
+"""``TeamStore``: the local store as a read-through, write-back cache of the team store.
+
+- A hit on the local store is exactly a local hit: no team traffic at all.
+- A local miss asks the team index (one query). A team hit downloads the
+  payload and buffers into the local blob folder, each verified against its
+  digest before it is kept (inline rows need no download), and records the row
+  locally (``publish``): anything used once works offline afterwards. Its logs
+  bundle is imported by the background thread, off the caller's path.
+- A miss on both takes the local lease first (single flight on this machine),
+  then the team lease (single flight across machines): the team says 'hit'
+  (imported as above), 'wait' (another machine computes: we keep our local
+  lease and poll) or 'owner' (we compute). Team leases are heart-beaten with the
+  local ones, until the result is uploaded.
+- A computed result is saved locally at once, with its upload queued in the
+  same transaction (``journal``); the background uploader sends it.
+- The team store being down never fails a call (``link``): one bounded wait,
+  one warning, then local work.
+
+Integrity: a team row is untrusted input. Its blobs are verified before they
+enter the local store; with ``MEMOLAB_HMAC_KEY`` its signature is checked
+before it is imported (and again on every load, as for any local row). A team
+result that turns out corrupt is refused: the caller recomputes, the team row
+is taken out of use and the damaged object deleted, so the recomputed result
+can replace it.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .. import config
+from ..errors import CorruptBlob, MemolabWarning, StoreMiss
+from ..store import Store, signing, tmpfiles
+from ..store.blobs import digest_bytes
+from ..store.sqlite import Key, host_name
+from . import journal
+from .link import Link, Offline
+
+_warned: set = set()
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(message, MemolabWarning, stacklevel=3)
+
+
+def layered(store: Store, remote: Tuple[str, Optional[str]]) -> Store:
+    """``store`` (a plain local store, just opened) turned into a ``TeamStore`` in front of ``remote``."""
+    index_url, blobs_url = remote
+    if not index_url or not blobs_url:
+        missing = "MEMOLAB_REMOTE (the team index)" if not index_url else "MEMOLAB_REMOTE_BLOBS (the team blob store)"
+        _warn_once("incomplete", f"memolab: team store not used: {missing} is not set; working locally")
+        return store
+    store.__class__ = TeamStore
+    store._team_init(index_url, blobs_url)  # type: ignore[attr-defined]
+    return store
+
+
+#: fields of a team row that are the team's own bookkeeping, not the evaluation's
+_TEAM_ONLY = ("id", "hits", "last_hit", "reason", "status", "logs", "uploaded_by", "result_token", "key_ok")
+
+
+def local_fields(row: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in _TEAM_ONLY}
+
+
+def blob_refs(row: Dict[str, Any]) -> List[Tuple[str, int]]:
+    """(digest, size) of the blobs a row refers to (none for an inline row)."""
+    if row.get("inline") is not None:
+        return []
+    refs = [(row["payload"], int(row["payload_size"]))]
+    refs.extend((d, int(n)) for d, n in json.loads(row["buffers"] or "[]"))
+    return refs
+
+
+class TeamStore(Store):
+    """A ``Store`` whose misses consult the team store and whose results are uploaded to it."""
+
+    def _team_init(self, index_url: str, blobs_url: str) -> None:
+        self.link = Link(index_url, blobs_url, config.settings().remote_timeout)
+        self.identity = f"{host_name()}:{self.root}"
+        self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
+        self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
+        self._tl = threading.local()
+        self.journal = journal.Journal(self)
+        self.link.queued = lambda: journal.count(self.index)
+        self.link.on_probe_due = self.journal.wake
+        try:
+            with self.index.write() as c:
+                journal.ensure(c)
+            pending = journal.count(self.index)
+        except Exception:
+            pending = 0  # a read-only store: nothing of ours to upload
+        if signing.secret() is None:
+            _warn_once("hmac", "memolab: a team store is configured without MEMOLAB_HMAC_KEY: results are not signed, "
+                               "so anyone with write access to the team store can run code in this process "
+                               "(see docs/team.md, trust model)")
+        # Run by ``threading`` at shutdown, before threads are joined and before the
+        # interpreter finalizes (where a new thread or a module registering with
+        # ``threading``, as the S3 client's pools do, is refused); ``atexit`` otherwise.
+        register = getattr(threading, "_register_atexit", None)
+        try:
+            if register is None:
+                raise AttributeError
+            register(self.journal.drain_at_exit)
+        except (AttributeError, RuntimeError):
+            atexit.register(self.journal.drain_at_exit)
+        if pending:
+            import concurrent.futures.thread  # noqa: F401  (see save)
+
+            self.journal.wake()  # results queued by an earlier process (offline, killed) go up now
+
+    def __repr__(self) -> str:
+        return f"TeamStore({str(self.root)!r}, remote={self.link.index_url!r})"
+
+    # -- reading: local first, then the team ------------------------------------------------
+    def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
+        row = Store.lookup(self, key)
+        if row is not None or not self.link.usable():
+            return row  # a local hit never touches the network
+        try:
+            trow = self.link.run(lambda: self.link.index.lookup(key))
+        except Offline:
+            return None
+        return None if trow is None else self.adopt(key, trow)
+
+    def adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Import team row ``trow`` of ``key`` into the local store; the local row, or None if refused."""
+        if self._tried.get(key) == trow.get("id"):
+            return None  # imported once and refused locally (stale code, unloadable): compute here
+        self._tried[key] = trow.get("id")
+        bad = signing.problem(key, trow)
+        if bad is not None:
+            _warn_once(("sig", key), f"memolab: team result #{trow.get('id')} of {key[0]} refused ({bad}); recomputing")
+            return None
+        try:
+            self.fetch_blobs([trow])
+        except CorruptBlob as e:
+            self.refuse(trow, e)
+            return None
+        except Offline:
+            del self._tried[key]  # not refused: asked again once the team store is back
+            return None
+        self.index.publish(key, local_fields(trow), {})
+        local = Store.lookup(self, key)
+        if local is not None and trow.get("id") is not None:
+            journal.remember_ids(self.index, [(local["id"], int(trow["id"]))])
+        if local is not None and trow.get("logs"):
+            self.journal.want_logs(local["id"], trow["logs"])
+        return local
+
+    def refuse(self, trow: Dict[str, Any], e: BaseException) -> None:
+        """A team result that does not verify: never used; taken out of use on the team too."""
+        _warn_once(("corrupt", trow.get("id")), f"memolab: team result #{trow.get('id')} of {trow.get('fn')} cannot be "
+                                                f"used ({getattr(e, 'reason', e)}); recomputing")
+        digest = getattr(e, "digest", None)
+        try:
+            self.link.run(lambda: self.link.index.mark_corrupt(trow["id"], f"downloaded blob: {getattr(e, 'reason', e)}"))
+            if digest:
+                # it does not match its name, so nothing valid is lost; the recomputed
+                # result's upload puts the right bytes under that name
+                self.link.run(lambda: self.link.blobs.delete([digest]))
+        except Offline:
+            pass
+
+    def fetch_blobs(self, rows: Sequence[Dict[str, Any]]) -> int:
+        """Download the blobs ``rows`` refer to that the local folder lacks, verified; how many."""
+        want: Dict[str, int] = {}
+        for r in rows:
+            for d, n in blob_refs(r):
+                p = self.blobs.path(d)
+                try:
+                    if p.stat().st_size == n:
+                        continue  # here already (loads verify it as for any local blob)
+                except FileNotFoundError:
+                    pass
+                want[d] = n
+        if not want:
+            return 0
+        tmps = {d: self.blobs.tmp / tmpfiles.tmp_name(d[:16]) for d in want}
+        try:
+            items = [(d, n, tmps[d]) for d, n in want.items()]
+            try:
+                self.link.run(lambda: self.link.blobs.get_many_to(items))
+            except CorruptBlob as e:
+                if getattr(e, "digest", None):
+                    raise
+                for d, n, t in items:  # which one: asked one by one
+                    try:
+                        self.link.run(lambda: self.link.blobs.get_to(d, n, t))
+                    except CorruptBlob as e1:
+                        raise _corrupt(d, getattr(e1, "reason", str(e1))) from e1
+                raise
+            for d, n in want.items():
+                # get_to verified the bytes against the digest while streaming them (team/blobs.py);
+                # the size is checked again here, before the file joins the local store
+                if os.stat(tmps[d]).st_size != n:
+                    raise _corrupt(d, f"downloaded blob {d[:12]} has the wrong size")
+                self.blobs._publish(tmps[d], self.blobs.path(d), d)
+        finally:
+            for t in tmps.values():
+                try:
+                    t.unlink()
+                except FileNotFoundError:
+                    pass
+        return len(want)
+
+    def import_logs(self, eval_id: int, digest: str) -> int:
+        """Fetch a logs bundle and attach it to local evaluation ``eval_id`` (best effort)."""
+        from . import logs
+
+        try:
+            size = self.link.run(lambda: _blob_size(self.link.blobs, digest))
+            if size is None:
+                return 0
+            data = self.link.run(lambda: self.link.blobs.get(digest, size))  # verified against the digest
+            return logs.import_bundle(self.index, bytes(data), eval_id)
+        except Offline:
+            return 0
+        except Exception:
+            return 0  # logs are never worth a failure
+
+    # -- leases: this machine, then the team -------------------------------------------------
+    def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+        ttl = config.settings().lease_ttl
+        mine = (key, owner) in self._held  # polling a team lease: the local one is ours already
+        state, row = self.index.claim(key, owner, ttl, force, None if mine else on_owner)
+        if state != "owner":
+            return state, row
+        if not mine:
+            self._hold(key, owner)
+        if self._team_held.get(key) == owner or not self.link.usable():
+            return "owner", None
+        try:
+            tstate, trow = self.link.run(lambda: self.link.index.claim(key, owner, ttl, force))
+        except Offline:
+            return "owner", None  # compute here; the result is uploaded when the team store is back
+        if tstate == "owner":
+            with self._held_lock:
+                self._team_held[key] = owner
+            return "owner", None
+        if tstate == "hit" and trow is not None:
+            local = self.adopt(key, trow)
+            if local is None:
+                return "owner", None  # refused: computed here (without the team lease)
+            Store.release(self, key, owner)
+            return "hit", local
+        return "wait", None  # another machine computes it: keep our local lease, poll
+
+    def release(self, key: Key, owner: str) -> None:
+        Store.release(self, key, owner)
+        with self._held_lock:
+            team = self._team_held.get(key) == owner
+            if team:
+                del self._team_held[key]
+        if team:
+            try:
+                self.link.run(lambda: self.link.index.release(key, owner))
+            except Offline:
+                pass  # it goes stale after its TTL
+
+    def uploaded(self, done: Iterable[Tuple[Key, str]]) -> None:
+        """The uploader published these (dropping their team leases): stop heart-beating them."""
+        with self._held_lock:
+            for key, owner in done:
+                if self._team_held.get(key) == owner:
+                    del self._team_held[key]
+
+    # -- hits: forwarded to the team rows they were hits on ------------------------------------
+    def forward_hits(self) -> int:
+        """Give the team rows the hits counted on their local copies since the last time
+        (the local ``hits`` column is the ledger, so nothing waits in memory): the team
+        then knows each result's team-wide last use. Advisory; by the uploader thread,
+        at exit of a process that used the team store, and by ``memolab sync``."""
+        rows = journal.unsent_hits(self.index)
+        if not rows or not self.link.usable():
+            return 0
+        counts: Dict[int, Tuple[int, float]] = {}
+        for _, tid, n, t in rows:
+            m, u = counts.get(tid, (0, 0.0))
+            counts[tid] = (m + n, max(t, u))
+        try:
+            self.link.run(lambda: self.link.index.add_hits(counts))
+        except Offline:
+            return 0
+        journal.mark_sent(self.index, rows)
+        return len(rows)
+
+    def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
+        """Give up team leases whose results cannot be uploaded now (best effort)."""
+        for key, owner in held:
+            with self._held_lock:
+                if self._team_held.get(key) != owner:
+                    continue
+                del self._team_held[key]
+            if owner:
+                try:
+                    self.link.run(lambda: self.link.index.release(key, owner))
+                except Offline:
+                    pass
+
+    def _heartbeat_loop(self) -> None:
+        while not self._beat_stop.wait(config.settings().heartbeat):
+            with self._held_lock:
+                held = list(self._held)
+                team = list(self._team_held.items())
+                if not held and not team:
+                    self._beat = None
+                    return
+            if held:
+                try:
+                    self.index.heartbeat(held)
+                except Exception:
+                    pass
+            if team and self.link.usable():
+                try:
+                    self.link.run(lambda: self.link.index.heartbeat(team))
+                except Offline:
+                    pass
+
+    # -- writing: locally at once, uploaded in the background ------------------------------------
+    def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
+        # Imported now, not at exit: the exit drain may need the S3 client's thread pools,
+        # and a module registering with ``threading`` during interpreter shutdown fails.
+        import concurrent.futures.thread  # noqa: F401
+
+        self._tl.upload = (key, owner if self._team_held.get(key) == owner else "")
+        try:
+            eval_id = Store.save(self, key, owner, value, fields, sources)
+        finally:
+            self._tl.upload = None
+        self.journal.wake()
+        return eval_id
+
+    def _usage_into(self, c: Any) -> None:
+        Store._usage_into(self, c)
+        up = getattr(self._tl, "upload", None)
+        if up is not None:
+            journal.enqueue(c, *up)  # the result's transaction: recorded and queued, or neither
+
+    # -- pull ----------------------------------------------------------------------------
+    def pull(self, fn: Optional[str] = None, since: Optional[float] = None,
+             progress: Any = None) -> Dict[str, int]:
+        """Import the team's results of ``fn`` finished after ``since``: one ``rows_since``
+        query, the missing blobs downloaded concurrently, rows published locally in one
+        transaction, their logs imported. ``Offline`` if the team store is down."""
+        rows = self.link.attempt(lambda: self.link.index.rows_since(fn, since))
+        keys = [(r["fn"], r["code"], r["args"], r["schema"]) for r in rows]
+        have = self.index.lookup_many(keys)
+        new, refused = [], 0
+        for k, r in zip(keys, rows):
+            if k in have:
+                continue
+            if signing.problem(k, r) is not None:
+                refused += 1
+                continue
+            new.append((k, r))
+        fetched = 0
+        ok: List[Tuple[Key, Dict[str, Any]]] = []
+        step = 32
+        for i in range(0, len(new), step):
+            chunk = new[i:i + step]
+            try:
+                fetched += self.fetch_blobs([r for _, r in chunk])
+                ok.extend(chunk)
+            except CorruptBlob:
+                for k, r in chunk:  # find the culprit(s) one by one
+                    try:
+                        fetched += self.fetch_blobs([r])
+                        ok.append((k, r))
+                    except CorruptBlob as e:
+                        self.refuse(r, e)
+                        refused += 1
+            if progress is not None:
+                progress(len(chunk), len(new))
+        if ok:
+            self.index.publish_many([(k, local_fields(r), {}) for k, r in ok])
+        logs_n = 0
+        if ok:
+            now = self.index.lookup_many([k for k, _ in ok])
+            journal.remember_ids(self.index, [(now[k]["id"], int(r["id"])) for k, r in ok if k in now])
+            for k, r in ok:
+                if r.get("logs") and k in now:
+                    logs_n += self.import_logs(now[k]["id"], r["logs"])
+        return {"team_rows": len(rows), "imported": len(ok), "already_here": len(have), "refused": refused,
+                "blobs": fetched, "runs": logs_n}
+
+    def enqueue_all(self) -> int:
+        """Queue every local result the team index lacks (computed before the remote was configured)."""
+        done = [(r["fn"], r["code"], r["args"], r["schema"]) for r in
+                self.index.evaluations(where="status='done'", order="id")]
+        missing: List[Key] = []
+        for i in range(0, len(done), 500):
+            chunk = done[i:i + 500]
+            there = self.link.attempt(lambda: self.link.index.lookup_many(chunk))
+            missing.extend(k for k in chunk if tuple(k) not in there)
+        if missing:
+            with self.index.write() as c:
+                journal.ensure(c)
+                c.executemany("INSERT OR IGNORE INTO team_uploads(fn, code, args, schema, owner, queued) "
+                              "VALUES (?,?,?,?,'',?)", [(*k, 0.0) for k in missing])
+        return len(missing)
+
+
+def _blob_size(blobs: Any, digest: str) -> Optional[int]:
+    """The size of a remote blob whose size no row records (a logs bundle: the team row
+    keeps only its digest): a stat or a HEAD (``RemoteBlobs.size``), None if absent."""
+    return blobs.size(digest)
+
+
+def _corrupt(digest: str, reason: str) -> CorruptBlob:
+    e = CorruptBlob(reason)
+    e.digest = digest  # type: ignore[attr-defined]
+    return e

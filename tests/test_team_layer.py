@@ -1,0 +1,353 @@
+"""The team store layer (docs/team.md): two "machines" sharing one team store.
+
+Each machine is a local store directory used by its own fresh processes; the
+team store is real: PostgreSQL + an S3 server (moto) where their fixtures are
+available, and a SQLite team index + a file:// blob folder (the one-host option)
+always. Real computations are counted through a side-effect file, never by timing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+
+import memolab
+from memolab import config
+
+from conftest import SRC
+from servers.team import LocalTeam  # noqa: F401  (the `team` fixture comes from there too)
+
+JOB = '''
+import json, os, sys, time
+import memolab
+
+@memolab.memo
+def f(n):
+    with open(os.environ["CALLS"], "a") as fh:
+        fh.write(f"{os.environ['MACHINE']} {n}\\n")
+    memolab.log.scalar("loss", 1.0 / (n + 1), step=0)  # logs travel with the evaluation
+    if os.environ.get("HOLD"):
+        open(os.environ["HOLD"], "w").close()
+        time.sleep(600)
+    # n even: a small result (inline in the index row); n odd: blob files
+    return {"n": n, "data": bytes([n % 256]) * (60000 if n % 2 else 10)}
+
+if os.environ.get("FAKE_HOST"):  # another machine: its lease owner names another host
+    import memolab.store.sqlite as s
+    s.host_name = lambda: os.environ["FAKE_HOST"]
+
+out = []
+for a in sys.argv[1:]:
+    r = f(int(a))
+    assert r["data"] == bytes([int(a) % 256]) * (60000 if int(a) % 2 else 10), a
+    out.append(r["n"])
+print(json.dumps(out), flush=True)
+if os.environ.get("CRASH"):
+    os._exit(0)  # no exit handlers: as a SIGKILL right after the result was stored
+'''
+
+
+class Machine:
+    """One machine: a local store directory, used by fresh processes."""
+
+    def __init__(self, name: str, root: Path, team, calls: Path, extra: Dict[str, str] = {}) -> None:
+        self.name, self.root, self.team, self.calls = name, root, team, calls
+        self.store = root / f"store-{name}"
+        self.extra = dict(extra)
+
+    def env(self, **kw: str) -> Dict[str, str]:
+        e = dict(os.environ)
+        e.pop("MEMOLAB_HMAC_KEY", None)
+        e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(self.store), CALLS=str(self.calls), MACHINE=self.name,
+                 MEMOLAB_REMOTE_TIMEOUT="2", PYTHONDONTWRITEBYTECODE="1", **self.team.env)
+        e.update(self.extra)
+        e.update(kw)
+        return e
+
+    def run(self, *ns: int, check: bool = True, **kw: str) -> subprocess.CompletedProcess:
+        cp = subprocess.run([sys.executable, str(self.root / "job.py"), *map(str, ns)], cwd=self.root,
+                            env=self.env(**kw), capture_output=True, text=True, timeout=120)
+        if check:
+            assert cp.returncode == 0, cp.stderr
+            assert json.loads(cp.stdout.strip().splitlines()[-1]) == list(ns)
+        return cp
+
+    def cli(self, *args: str, **kw: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "memolab", *args], cwd=self.root, env=self.env(**kw),
+                              capture_output=True, text=True, timeout=120)
+
+
+def computed(calls: Path) -> List[str]:
+    return calls.read_text().split("\n")[:-1] if calls.exists() else []
+
+
+@pytest.fixture
+def machines(tmp_path, team):
+    (tmp_path / "job.py").write_text(JOB)
+    calls = tmp_path / "calls"
+    return Machine("A", tmp_path, team, calls), Machine("B", tmp_path, team, calls), calls
+
+
+def test_two_machines_share_work_offline_and_sync(machines, team):
+    """Issue 12's scenario: B hits what A computed; B works offline on what it pulled;
+    A keeps computing while the team store is down; `memolab sync` uploads it after."""
+    a, b, calls = machines
+    a.run(1, 2)  # an upload-sized (blob) result and an inline one; uploaded at exit
+    assert computed(calls) == ["A 1", "A 2"]
+    b.run(1, 2)
+    assert computed(calls) == ["A 1", "A 2"], "B recomputed what A had computed"
+    if team.name == "postgresql+s3":  # (a SQLite team index has no logs column)
+        import sqlite3
+
+        with sqlite3.connect(b.store / "index.sqlite") as c:
+            got = c.execute("SELECT e.fn, s.tag, s.value FROM runs r JOIN evaluations e ON e.id = r.eval_id "
+                            "JOIN scalars s ON s.run = r.id ORDER BY s.value").fetchall()
+        assert [(t, v) for _, t, v in got] == [("loss", 1 / 3), ("loss", 1 / 2)], got
+
+    a.run(3, 4)
+    pulled = b.cli("pull", "f", "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    assert json.loads(pulled.stdout)["imported"] == 2
+
+    team.down()
+    cp = b.run(1, 2, 3, 4)  # offline: what B used or pulled is local
+    assert computed(calls) == ["A 1", "A 2", "A 3", "A 4"]
+    assert "unreachable" not in cp.stderr, "a local hit must not touch the team store"
+
+    cp = a.run(5, 6, 7)  # A computes on while the team store is down
+    assert computed(calls)[-3:] == ["A 5", "A 6", "A 7"]
+    assert cp.stderr.count("team store unreachable") == 1, cp.stderr  # said once, not per call
+    st = a.cli("remote", "status", "--json")
+    assert st.returncode == 1
+    s = json.loads(st.stdout)
+    assert s["reachable"] is False and s["queued"] == 3
+    failed = a.cli("sync")
+    assert failed.returncode == 1 and "unreachable" in failed.stderr
+
+    team.up()
+    synced = a.cli("sync", "--json")
+    assert synced.returncode == 0, synced.stderr
+    assert json.loads(synced.stdout) == {"uploaded": 3, "added_by_all": 0, "queued": 0}
+    b.run(5, 6, 7)
+    assert computed(calls)[-3:] == ["A 5", "A 6", "A 7"] and len(computed(calls)) == 7, "B recomputed after sync"
+    st = json.loads(a.cli("remote", "status", "--json").stdout)
+    assert st["reachable"] and st["queued"] == 0 and st["uploaded"] == 7
+
+
+def test_a_crash_after_storing_loses_nothing(machines, team):
+    """The local store is the journal: a process killed right after storing (no exit
+    handlers, no upload) leaves its upload queued; the next process uploads it."""
+    a, b, calls = machines
+    a.run(11, CRASH="1")
+    st = json.loads(a.cli("remote", "status", "--json").stdout)
+    assert st["queued"] == 1
+    a.run(11)  # a local hit: the next process with the team store uploads the queue at exit
+    assert json.loads(a.cli("remote", "status", "--json").stdout)["queued"] == 0
+    b.run(11)
+    b.run(11)
+    assert computed(calls) == ["A 11"]
+    # every machine's hits reach the team row: at the exit of a process that used the team store,
+    # else (B's second run: local hits only, no connection made for them) by the next one or sync
+    assert list(team.hits().values()) == [2]
+    assert b.cli("sync").returncode == 0
+    assert list(team.hits().values()) == [3]
+
+
+def test_sync_all_uploads_results_from_before_the_remote(machines):
+    a, b, calls = machines
+    a.run(21, 22, MEMOLAB_REMOTE="", MEMOLAB_REMOTE_BLOBS="")  # computed before the team store existed
+    out = a.cli("sync", "--all", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"uploaded": 2, "added_by_all": 2, "queued": 0}
+    c = Machine("C", a.root, a.team, calls)
+    later = json.loads(c.cli("pull", "--since", "2999-01-01", "--json").stdout)
+    assert later["imported"] == 0 and later["team_rows"] == 0
+    pulled = json.loads(c.cli("pull", "--json").stdout)
+    assert (pulled["imported"], pulled["function"]) == (2, None)
+    b.run(21, 22)
+    c.run(21, 22)
+    assert computed(calls) == ["A 21", "A 22"]
+
+
+def test_corrupt_team_blob_is_refused_and_replaced(machines, team):
+    """A team blob that does not match its digest is never returned: B recomputes,
+    the team row is taken out of use and B's upload replaces it for everyone."""
+    a, b, calls = machines
+    a.run(31)
+    import sqlite3
+
+    with sqlite3.connect(a.store / "index.sqlite") as c:
+        payload, buffers = c.execute("SELECT payload, buffers FROM evaluations").fetchone()
+    for digest in [payload, *(d for d, _ in json.loads(buffers))]:
+        team.corrupt_blob(digest)
+    cp = b.run(31)
+    assert computed(calls) == ["A 31", "B 31"]
+    assert "cannot be used" in cp.stderr
+    c = Machine("C", a.root, team, calls)
+    c.run(31)
+    assert computed(calls) == ["A 31", "B 31"], "the recomputed result was not uploaded in place of the corrupt one"
+
+
+def test_team_lease_of_a_killed_machine_is_taken_over_after_ttl(machines, tmp_path):
+    """Single flight across machines: B waits while A (another host, so its pid cannot
+    be asked) computes; A is SIGKILLed; B takes the key over once A's lease is stale."""
+    a, b, calls = machines
+    hold = tmp_path / "holding"
+    ttl = dict(MEMOLAB_LEASE_TTL="2.5", MEMOLAB_HEARTBEAT="0.2")  # roomy: a loaded machine must not stall it
+    pa = subprocess.Popen([sys.executable, str(a.root / "job.py"), "41"], cwd=a.root,
+                          env=a.env(HOLD=str(hold), FAKE_HOST="other-box", **ttl),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not hold.exists():
+            assert pa.poll() is None and time.monotonic() < deadline, pa.stderr.read().decode() if pa.poll() else ""
+            time.sleep(0.05)
+        pb = subprocess.Popen([sys.executable, str(b.root / "job.py"), "41"], cwd=b.root, env=b.env(**ttl),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            time.sleep(3.5)  # past the TTL: A heart-beats, so B must still be waiting
+            assert pb.poll() is None, pb.communicate()
+            assert computed(calls) == ["A 41"]
+        finally:
+            pa.send_signal(signal.SIGKILL)
+            pa.wait()
+        out, err = pb.communicate(timeout=60)
+        assert pb.returncode == 0, err
+        assert json.loads(out.decode().strip().splitlines()[-1]) == [41]
+        assert computed(calls) == ["A 41", "B 41"]
+    finally:
+        if pa.poll() is None:
+            pa.kill()
+            pa.wait()
+
+
+# -- configuration -------------------------------------------------------------------------
+
+def test_no_remote_imports_nothing_new(tmp_path):
+    """Without a remote, a miss and a hit import neither the team package nor psycopg/boto3."""
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import sys, memolab\n"
+        "@memolab.memo\n"
+        "def f(x):\n    return x + 1\n"
+        "assert f(1) == 2\n"
+        "bad = [m for m in sys.modules if m.startswith(('memolab.team', 'psycopg', 'boto3', 'botocore', 'tomllib'))]\n"
+        "assert not bad, bad\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMOLAB_REMOTE")}
+    env.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(tmp_path / "store"))
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    for _ in range(2):  # a miss, then a hit in a fresh process
+        cp = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert cp.returncode == 0, cp.stderr
+
+
+@pytest.fixture
+def clean_remote(monkeypatch):
+    for k in ("MEMOLAB_REMOTE", "MEMOLAB_REMOTE_BLOBS"):
+        monkeypatch.delenv(k, raising=False)
+    old = config.settings()
+    yield
+    memolab.configure(remote=old.remote, remote_blobs=old.remote_blobs)
+
+
+def test_remote_settings_resolution(tmp_path, monkeypatch, clean_remote):
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    monkeypatch.chdir(ws / "sub")
+    (ws / "pyproject.toml").write_text("[project]\nname='x'\n")
+    assert config.remote() is None
+    (ws / "pyproject.toml").write_text("[project]\nname='x'\n[tool.memolab]\nremote = 'postgresql://db/team'\n"
+                                       "remote_blobs = 's3://bucket/memo'\n")
+    assert config.remote() == ("postgresql://db/team", "s3://bucket/memo")
+    monkeypatch.setenv("MEMOLAB_REMOTE", "postgresql://env/team")
+    assert config.remote() == ("postgresql://env/team", "s3://bucket/memo")  # env over pyproject
+    memolab.configure(remote="sqlite:///x/index.sqlite", remote_blobs="file:///x/blobs")
+    assert config.remote() == ("sqlite:///x/index.sqlite", "file:///x/blobs")  # configure() over both
+
+
+def test_store_is_layered_only_with_a_complete_remote(tmp_path, monkeypatch, clean_remote):
+    from memolab.store import Store, get_store
+
+    monkeypatch.chdir(tmp_path)
+    assert type(get_store(tmp_path / "s1")) is Store
+    memolab.configure(remote=f"sqlite://{tmp_path}/team.sqlite")
+    with pytest.warns(memolab.MemolabWarning, match="MEMOLAB_REMOTE_BLOBS"):
+        assert type(get_store(tmp_path / "s2")) is Store
+    (tmp_path / "tb").mkdir()
+    memolab.configure(remote_blobs=f"file://{tmp_path}/tb")
+    from memolab.team.layered import TeamStore
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = get_store(tmp_path / "s3")
+    assert isinstance(s, TeamStore)
+
+
+def test_signed_team_rows_verify_across_machines_and_forgeries_are_refused(tmp_path, team):
+    """With MEMOLAB_HMAC_KEY, a row signed on A verifies on B (fields travel verbatim);
+    a machine with another key refuses the team's rows and recomputes."""
+    (tmp_path / "job.py").write_text(JOB)
+    calls = tmp_path / "calls"
+    a = Machine("A", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "team-secret"})
+    b = Machine("B", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "team-secret"})
+    m = Machine("M", tmp_path, team, calls, {"MEMOLAB_HMAC_KEY": "another-key"})
+    a.run(51, 52)
+    cp = b.run(51, 52)
+    assert computed(calls) == ["A 51", "A 52"]
+    assert "MEMOLAB_HMAC_KEY" not in cp.stderr  # signed: no trust warning
+    cp = m.run(51)
+    assert computed(calls) == ["A 51", "A 52", "M 51"]
+    assert "refused" in cp.stderr
+
+
+def test_team_store_going_down_mid_process_never_fails_a_call(tmp_path, postgres_server, postgres_dsn, s3_server,
+                                                            s3_bucket, clean_remote):
+    """A live process whose team store goes away: calls go on locally (one warning for
+    all of them), results stay queued, and are uploaded once the store is back."""
+    from conftest import Calls
+
+    ran = Calls()
+
+    @memolab.memo
+    def g(x):
+        ran.append(x)
+        return bytes([x]) * 50000
+
+    old = config.settings().store
+    old_timeout = config.settings().remote_timeout
+    memolab.configure(store=str(tmp_path / "live"), remote=postgres_dsn, remote_blobs=s3_bucket, remote_timeout=1.0)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert g(1) == bytes([1]) * 50000  # connected: computed, uploaded in the background
+        store = g.store()
+        store.journal.drain()
+        postgres_server.stop()
+        s3_server.stop()
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            assert g(2) == bytes([2]) * 50000
+            assert g(3) == bytes([3]) * 50000
+            assert g(2) == bytes([2]) * 50000  # a local hit
+        down = [x for x in w if "team store unreachable" in str(x.message)]
+        assert len(down) == 1, [str(x.message) for x in w]
+        assert ran == [1, 2, 3]
+        from memolab.team import journal
+
+        assert journal.count(store.index) == 2
+        postgres_server.start()
+        s3_server.start()
+        s3_server.client().create_bucket(Bucket=s3_bucket[len("s3://"):].split("/")[0])
+        assert store.link.probe()
+        assert store.journal.drain() == 2
+        assert journal.count(store.index) == 0
+    finally:
+        memolab.configure(store=old, remote_timeout=old_timeout)
