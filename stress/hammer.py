@@ -115,10 +115,7 @@ def run(procs: int, seconds: float, work: Path, keys: int = 6, compute_s: float 
                            env=H.env(work, store, STRESS_JOURNAL=str(journal), STRESS_COMPUTE_S=str(compute_s)))
           for me in range(procs)]
     ops: Dict[str, int] = {}
-    for p in ps:
-        out, err = p.communicate(timeout=seconds + 600)
-        if p.returncode != 0:
-            raise AssertionError(f"worker failed ({p.returncode}):\n{err}")
+    for out in _collect(ps, seconds + 600):
         for k, n in json.loads(out.strip().splitlines()[-1]).items():
             ops[k] = ops.get(k, 0) + n
     events = H.journal(journal)
@@ -140,6 +137,38 @@ def run(procs: int, seconds: float, work: Path, keys: int = 6, compute_s: float 
     fig.update(doctor_rc=v["doctor_rc"], doctor=v["doctor"], integrity=v["integrity"], checked=v["checked"],
                lost=v["lost"], wrong=v["wrong"])
     return fig
+
+
+def _collect(ps: List["subprocess.Popen[str]"], timeout: float) -> List[str]:
+    """The workers' outputs. The first worker to fail stops the run with its own
+    error: the others would wait at the barrier for it until the timeout, and
+    their (innocent) time-out would be all the report said."""
+    import threading
+
+    outs: Dict[int, Tuple[str, str]] = {}
+
+    def read(i: int, p: "subprocess.Popen[str]") -> None:
+        outs[i] = p.communicate()  # drains both pipes, so no worker blocks on a full one
+
+    readers = [threading.Thread(target=read, args=(i, p), daemon=True) for i, p in enumerate(ps)]
+    for t in readers:
+        t.start()
+    end = time.time() + timeout
+    while any(t.is_alive() for t in readers):
+        failed = [(i, p.returncode) for i, p in enumerate(ps) if p.poll() not in (None, 0)]
+        if failed or time.time() > end:
+            for p in ps:
+                if p.poll() is None:
+                    p.kill()
+            for t in readers:
+                t.join(10)
+            if failed:
+                i, rc = failed[0]
+                raise AssertionError(f"worker {i} failed ({rc}):\n{outs.get(i, ('', ''))[1]}")
+            raise AssertionError(f"workers still running after {timeout:.0f} s: "
+                                 + "; ".join(f"worker {i}: {outs.get(i, ('', ''))[1][-2000:]}" for i in range(len(ps))))
+        time.sleep(0.05)
+    return [outs[i][0] for i in range(len(ps))]
 
 
 def ok(fig: Dict[str, Any]) -> bool:

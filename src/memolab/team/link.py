@@ -44,7 +44,7 @@ def open_index(url: str, timeout: float) -> Any:
     if low.startswith(("postgresql://", "postgres://")):
         from .pg import PgIndex
 
-        return PgIndex(url)
+        return PgIndex(url, timeout=timeout)
     if low.startswith("sqlite://"):
         from ..store.sqlite import Index
 
@@ -56,10 +56,10 @@ def open_index(url: str, timeout: float) -> Any:
                            "for one host)")
 
 
-def open_remote_blobs(url: str) -> Any:
+def open_remote_blobs(url: str, timeout: float) -> Any:
     from .blobs import open_blobs
 
-    return open_blobs(url)
+    return open_blobs(url, timeout=timeout)
 
 
 class Link:
@@ -100,7 +100,7 @@ class Link:
         if self._blobs is None:
             with self._lock:
                 if self._blobs is None:
-                    self._blobs = open_remote_blobs(self.blobs_url)
+                    self._blobs = open_remote_blobs(self.blobs_url, self.timeout)
         return self._blobs
 
     # -- state ---------------------------------------------------------------------------
