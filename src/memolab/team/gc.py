@@ -112,7 +112,7 @@ def run_cli(args: Any) -> int:
     dry = args.dry_run or not args.yes  # a shared store: nothing is deleted unless asked for in so many words
     try:
         index = open_index(remote[0], config.settings().remote_timeout)
-        blobs = open_remote_blobs(remote[1])
+        blobs = open_remote_blobs(remote[1], config.settings().remote_timeout)
         p = plan(index, blobs, args.older_than, args.max_size, grace)
         if not dry:
             with Progress("gc --remote: deleting", len(p.rows) + len(p.blobs)) as bar:
