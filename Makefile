@@ -39,7 +39,7 @@ test: $(STAMP) system-deps
 #   make bench BENCH_SKIP="store_io.py hashing.py"   skips scripts by file name
 # For HitSave's column: benchmarks/hit_overhead.py --hitsave-python VENV/bin/python
 BENCH_SKIP ?=
-bench: $(STAMP)
+bench: $(STAMP) system-deps
 	$(PY) -m pip install -q -e '.[dev,torch,bench]'
 	@failed=""; for f in benchmarks/[!_]*.py; do \
 	  case " $(BENCH_SKIP) " in *" $${f##*/} "*) echo "== $$f: skipped (BENCH_SKIP)"; continue;; esac; \

@@ -515,12 +515,23 @@ def _gc_options(p: argparse.ArgumentParser) -> None:
                         "(process, failed, lost runs) last written AGE ago")
     p.add_argument("--max-size", type=parse_size, metavar="SIZE", help="then drop least recently used until the store fits SIZE")
     p.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
+    p.add_argument("--remote", action="store_true",
+                   help="collect the team store (MEMOLAB_REMOTE + MEMOLAB_REMOTE_BLOBS) instead of the local one: "
+                        "a dry run unless --yes (docs/team.md)")
+    p.add_argument("--grace", type=parse_age, metavar="AGE",
+                   help="with --remote: never delete a blob written less than AGE ago (default 1h: uploads in flight)")
     _destructive_options(p)
 
 
 @command("gc", "drop old or least-recently-used evaluations, old runs and unreferenced blobs")
 @options(_gc_options)
 def cmd_gc(args: argparse.Namespace) -> int:
+    if args.remote:
+        from .team.gc import run_cli
+
+        return run_cli(args)
+    if args.grace is not None:
+        raise CliError(USAGE, "--grace applies to gc --remote only")
     from .tracking import retention
 
     store = _store(args)

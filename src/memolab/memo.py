@@ -93,6 +93,20 @@ class MemoFunction:
             return self
         return _BoundMemo(self, obj)
 
+    def __reduce__(self) -> Any:
+        # Sent to another process (a Dask worker, a process pool): the store handle,
+        # its connections and in-memory copies never travel. A memoized function its
+        # module exposes under its own name goes by reference, so the other process
+        # imports that module and calls the very same memo (same key). One in
+        # ``__main__`` (a script, a notebook) cannot be imported there: it goes by value
+        # (``cloudpickle``, which Dask and Ray use, carries the function itself), and
+        # the other process rebuilds the memo around it.
+        module, qualname = self.fn.__module__, self.fn.__qualname__
+        if module != "__main__" and _lookup(module, qualname) is self:
+            return _memo_by_name, (module, qualname)
+        return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
+                               self.version_sensitivity)
+
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
         # The default store follows the working directory and the settings; the pid
@@ -526,6 +540,34 @@ class _Call(NamedTuple):
     snapshot: List[Dict[str, List[str]]] = []
 
 
+def _lookup(module: str, qualname: str) -> Any:
+    """``module.qualname`` if that module is loaded and has it, else None."""
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        if obj is None or part == "<locals>":
+            return None
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
+    """Unpickling a memo sent by reference: import its module, take the memo it exposes."""
+    import importlib
+
+    importlib.import_module(module)
+    obj = _lookup(module, qualname)
+    if not isinstance(obj, MemoFunction):
+        raise TypeError(f"{module}:{qualname} is not a memoized function in this process")
+    return obj
+
+
+def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
+                  store: Union[None, str, os.PathLike], version_sensitivity: Optional[str]) -> "MemoFunction":
+    """Unpickling a memo sent by value: the same options around the function that came with it."""
+    return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
+                        version_sensitivity=version_sensitivity)
+
+
 class _BoundMemo:
     """``obj.method`` for a memoized method: ``self`` is an argument like any other."""
 
@@ -534,6 +576,9 @@ class _BoundMemo:
     def __init__(self, memo_fn: MemoFunction, obj: Any) -> None:
         self._memo = memo_fn
         self._obj = obj
+
+    def __reduce__(self) -> Any:
+        return _BoundMemo, (self._memo, self._obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._memo(self._obj, *args, **kwargs)

@@ -88,6 +88,7 @@ class TeamStore(Store):
         self.identity = f"{host_name()}:{self.root}"
         self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
         self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
+        self._adopting: Dict[Key, threading.Lock] = {}  # key -> held while this process imports it
         self._tl = threading.local()
         self.journal = journal.Journal(self)
         self.link.queued = lambda: journal.count(self.index)
@@ -133,8 +134,18 @@ class TeamStore(Store):
 
     def adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """Import team row ``trow`` of ``key`` into the local store; the local row, or None if refused."""
-        if self._tried.get(key) == trow.get("id"):
-            return None  # imported once and refused locally (stale code, unloadable): compute here
+        # One import of a key at a time in this process: two threads (two Dask tasks of
+        # one key on a worker) that both find the team row must not both download it,
+        # nor may the second take the first's import for a refusal and compute.
+        with self._adopting.setdefault(key, threading.Lock()):
+            if self._tried.get(key) == trow.get("id"):
+                # imported once already: by another thread just now (its local row is
+                # there: a hit), or refused locally (stale code, unloadable: its local
+                # row is out of use, so None: compute here)
+                return Store.lookup(self, key)
+            return self._adopt(key, trow)
+
+    def _adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         self._tried[key] = trow.get("id")
         bad = signing.problem(key, trow)
         if bad is not None:
@@ -226,6 +237,47 @@ class TeamStore(Store):
             return 0
         except Exception:
             return 0  # logs are never worth a failure
+
+    def fetch_bundles(self, digests: Sequence[str]) -> Dict[str, bytes]:
+        """Logs bundles by digest, fetched concurrently (as blobs are: one at a time they cost
+        two round trips each, a third of a pull's time on loopback); those that cannot be had
+        are left out (logs are best effort)."""
+        from ..errors import RemoteUnavailable
+        from .blobs import run_all
+
+        digests = list(dict.fromkeys(digests))
+        if not digests:
+            return {}
+
+        def fetch(digest: str) -> Optional[bytes]:
+            blobs = self.link.blobs
+            try:
+                size = _blob_size(blobs, digest)
+                return None if size is None else bytes(blobs.get(digest, size))  # verified against the digest
+            except RemoteUnavailable:
+                raise  # stops the batch: a dead network costs one timeout, not one per bundle
+            except Exception:
+                return None
+
+        try:
+            datas = self.link.run(lambda: run_all(fetch, digests, getattr(self.link.blobs, "concurrency", 8)))
+        except Exception:  # Offline, or anything else: logs are never worth a failure
+            return {}
+        return {d: x for d, x in zip(digests, datas) if x is not None}
+
+    def attach_bundles(self, items: Sequence[Tuple[int, str]], bundles: Dict[str, bytes]) -> int:
+        """Attach fetched bundles to local evaluations: [(local eval id, digest)]; runs imported."""
+        from . import logs
+
+        n = 0
+        for eval_id, digest in items:
+            data = bundles.get(digest)
+            if data is not None:
+                try:
+                    n += logs.import_bundle(self.index, data, eval_id)
+                except Exception:
+                    pass
+        return n
 
     # -- leases: this machine, then the team -------------------------------------------------
     def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None) -> Tuple[str, Optional[Dict[str, Any]]]:
@@ -364,6 +416,13 @@ class TeamStore(Store):
             new.append((k, r))
         fetched = 0
         ok: List[Tuple[Key, Dict[str, Any]]] = []
+        # the logs bundles come down meanwhile, alongside the blobs (attached once the rows are in)
+        bundles: Dict[str, bytes] = {}
+        want_logs = [r["logs"] for _, r in new if r.get("logs")]
+        logs_thread = threading.Thread(target=lambda: bundles.update(self.fetch_bundles(want_logs)),
+                                       name="memolab-pull-logs", daemon=True)
+        if want_logs:
+            logs_thread.start()
         step = 32
         for i in range(0, len(new), step):
             chunk = new[i:i + step]
@@ -386,9 +445,9 @@ class TeamStore(Store):
         if ok:
             now = self.index.lookup_many([k for k, _ in ok])
             journal.remember_ids(self.index, [(now[k]["id"], int(r["id"])) for k, r in ok if k in now])
-            for k, r in ok:
-                if r.get("logs") and k in now:
-                    logs_n += self.import_logs(now[k]["id"], r["logs"])
+            if want_logs:
+                logs_thread.join()
+            logs_n = self.attach_bundles([(now[k]["id"], r["logs"]) for k, r in ok if r.get("logs") and k in now], bundles)
         return {"team_rows": len(rows), "imported": len(ok), "already_here": len(have), "refused": refused,
                 "blobs": fetched, "runs": logs_n}
 

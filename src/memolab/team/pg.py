@@ -31,6 +31,7 @@ import getpass
 import os
 import re
 import threading
+import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import psycopg
@@ -164,6 +165,13 @@ class TeamSchemaError(StoreConfigError):
         super().__init__(message)
 
 
+class _Inconsistent(TeamSchemaError):
+    """Part of the schema seen without the rest: damage, or (for a moment) another client
+    creating it. Catalog lookups are not one snapshot: two ``to_regclass`` in one
+    statement can straddle another client's commit, and a session may briefly miss a
+    table committed meanwhile. ``PgIndex`` looks again before believing it."""
+
+
 def remote_timeout() -> float:
     """``MEMOLAB_REMOTE_TIMEOUT`` in seconds (default 3): how long reaching the team store may take."""
     try:
@@ -231,12 +239,12 @@ def _read_version(conn: psycopg.Connection) -> Optional[int]:
     assert row is not None
     if not row[0]:
         if row[1]:
-            raise TeamSchemaError("the team database has memolab tables but no memolab_meta table: "
-                                  "it is damaged or was not created by memolab", None)
+            raise _Inconsistent("the team database has memolab tables but no memolab_meta table: "
+                                "it is damaged or was not created by memolab", None)
         return None
     v = conn.execute("SELECT value FROM memolab_meta WHERE key = 'schema_version'").fetchone()
     if v is None:
-        raise TeamSchemaError("the team database's memolab_meta has no schema_version: it is damaged", None)
+        raise _Inconsistent("the team database's memolab_meta has no schema_version: it is damaged", None)
     return int(v[0])
 
 
@@ -444,6 +452,19 @@ class PgIndex:
             raise
 
     def _open_schema(self, conn: psycopg.Connection) -> int:
+        # Several clients opening an empty database at once (the workers of a cluster
+        # starting) race to create the schema: a client may see part of it, or collide
+        # with a creation committed while it waited for the advisory lock. Both pass.
+        for attempt in range(8):
+            try:
+                return self._open_schema_once(conn)
+            except (_Inconsistent, pgerrors.DuplicateTable, pgerrors.DuplicateObject, pgerrors.UniqueViolation):
+                if attempt == 7:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _open_schema_once(self, conn: psycopg.Connection) -> int:
         version = _read_version(conn)
         if version is None:
             if not self._create:

@@ -1,0 +1,146 @@
+"""``memolab gc --remote``: collect the team store, driven by the team index.
+
+What goes:
+
+1. **Rows**, chosen by the team index exactly as ``memolab gc`` chooses local
+   ones (``gc_plan``): rows out of use (corrupt, stale), rows not used for
+   ``older_than`` seconds, then the least recently used until the blobs fit
+   ``max_size``. "Used" is team-wide: a row's ``last_hit`` on the team index
+   grows with every machine's hits, local ones included (``team/hits.py``), so a
+   result that everyone reads from their local caches is not taken for unused.
+2. **Blobs** that no remaining row refers to (payloads, buffers, logs bundles),
+   and only those last written more than ``grace`` seconds ago.
+
+Order and races (the team store has no transaction spanning the index and the
+bucket, so each step is chosen to be safe on its own):
+
+- Rows are deleted first, blobs after: a reader never finds a row whose blobs
+  were deleted by this gc. (A reader that looked a row up just before it went
+  may find a blob gone: a ``MissingBlob``, a miss that recomputes, never a wrong
+  result: every download is verified.)
+- The grace period protects uploads in flight: a writer PUTs its blobs first and
+  publishes its row after, so for a while its blobs are referenced by nothing.
+  A blob younger than ``grace`` (its object's last-modified time) is never
+  deleted. The clocks of this machine and the object store must agree to well
+  within the grace period (default one hour).
+- References are read again right before blobs are deleted: a row published
+  since the plan keeps its blobs. Left open: an upload that found an *old* blob
+  already there (content-addressed: equal bytes), whose row is published between
+  that re-read and the delete. Its row then refers to a missing blob: on the
+  next hit the download fails, the row is taken out of use and the result is
+  recomputed and uploaded again. A lost result, never a wrong one.
+- Nothing is deleted without ``--yes``: the default is a dry run.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+#: blobs last written less than this many seconds ago are never deleted
+DEFAULT_GRACE = 3600.0
+_BATCH = 1000
+
+
+@dataclass
+class Plan:
+    #: team rows to drop, least recently used first (id, fn, finished, last_hit, size, status)
+    rows: List[Dict[str, Any]]
+    #: blobs referenced by no row once ``rows`` are gone and older than the grace: (digest, size)
+    blobs: List[Tuple[str, int]]
+    #: blobs referenced by no row but younger than the grace (uploads in flight): kept
+    young: List[Tuple[str, int]] = field(default_factory=list)
+    #: objects in the blob store, and their bytes, before anything is deleted
+    listed: int = 0
+    listed_bytes: int = 0
+
+    def summary(self, dry_run: bool) -> Dict[str, Any]:
+        return {"evaluations": len(self.rows), "evaluation_ids": [r["id"] for r in self.rows],
+                "blobs": len(self.blobs), "blob_bytes": sum(n for _, n in self.blobs),
+                "young_blobs_kept": len(self.young), "young_bytes_kept": sum(n for _, n in self.young),
+                "remote_objects": self.listed, "remote_bytes": self.listed_bytes, "dry_run": dry_run}
+
+
+def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: Optional[int] = None,
+         grace: float = DEFAULT_GRACE, now: Optional[float] = None) -> Plan:
+    """What ``gc --remote`` would delete now (nothing is changed)."""
+    now = time.time() if now is None else now
+    rows = index.gc_plan(None if older_than is None else now - older_than, max_size)
+    refs = index.referenced_digests(exclude={r["id"] for r in rows})
+    out = Plan(rows, [])
+    oldest_kept = now - grace
+    for digest, size, modified in blobs.list():
+        out.listed += 1
+        out.listed_bytes += size
+        if digest in refs:
+            continue
+        (out.blobs if modified <= oldest_kept else out.young).append((digest, size))
+    return out
+
+
+def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> Dict[str, Any]:
+    """Delete what ``p`` planned: rows first, then the blobs still unreferenced."""
+    ids = [r["id"] for r in p.rows]
+    for i in range(0, len(ids), _BATCH):
+        index.delete_evaluations(ids[i:i + _BATCH])
+        if progress is not None:
+            progress(len(ids[i:i + _BATCH]))
+    refs = index.referenced_digests()  # again: rows published since the plan keep their blobs
+    dead = [(d, n) for d, n in p.blobs if d not in refs]
+    for i in range(0, len(dead), _BATCH):
+        blobs.delete([d for d, _ in dead[i:i + _BATCH]])
+        if progress is not None:
+            progress(len(dead[i:i + _BATCH]))
+    p.blobs = dead
+    return p.summary(dry_run=False)
+
+
+def run_cli(args: Any) -> int:
+    """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
+    from .. import config
+    from ..cli import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_duration, human_size, table
+    from ..errors import RemoteUnavailable, StoreConfigError
+    from .cli import _redact
+    from .link import open_index, open_remote_blobs
+
+    remote = config.remote()
+    if remote is None or not remote[0] or not remote[1]:
+        raise CliError(PROBLEM, "gc --remote: no team store configured: set MEMOLAB_REMOTE (postgresql://…) and "
+                                "MEMOLAB_REMOTE_BLOBS (s3://bucket/prefix), or [tool.memolab] in pyproject.toml")
+    where = f"{_redact(remote[0])} + {_redact(remote[1])}"
+    grace = DEFAULT_GRACE if args.grace is None else args.grace
+    dry = args.dry_run or not args.yes  # a shared store: nothing is deleted unless asked for in so many words
+    try:
+        index = open_index(remote[0], config.settings().remote_timeout)
+        blobs = open_remote_blobs(remote[1], config.settings().remote_timeout)
+        p = plan(index, blobs, args.older_than, args.max_size, grace)
+        if not dry:
+            with Progress("gc --remote: deleting", len(p.rows) + len(p.blobs)) as bar:
+                r = execute(index, blobs, p, progress=bar.update)
+        else:
+            r = p.summary(dry_run=True)
+    except (RemoteUnavailable, OSError) as e:
+        raise CliError(PROBLEM, f"gc --remote: team store unreachable ({where}): {e}") from None
+    except StoreConfigError as e:
+        raise CliError(PROBLEM, f"gc --remote: {e}") from None
+    r["grace"] = grace
+    if args.json:
+        emit_json(r)
+        return OK
+    print(f"team store {where}: {p.listed} objects, {human_size(p.listed_bytes)}")
+    if p.rows:
+        rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
+                for e in p.rows[:30]]
+        print(table(["ID", "FUNCTION", "LAST USED (TEAM)", "SIZE"], rows, right=(0, 3)))
+        if len(p.rows) > 30:
+            print(f"… and {len(p.rows) - 30} more")
+    verb = "would drop" if dry else "dropped"
+    free = "would free" if dry else "freed"
+    n_rows = len(p.rows)
+    print(f"{verb} {n_rows} evaluation{'s' if n_rows != 1 else ''} from the team index; {free} "
+          f"{human_size(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
+          f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
+          f"the grace period of {human_duration(grace)} ({human_size(r['young_bytes_kept'])}; perhaps uploads in flight)")
+    if dry and not args.dry_run:
+        print("dry run: nothing deleted; pass --yes to delete")
+    return OK

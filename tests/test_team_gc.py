@@ -1,0 +1,130 @@
+"""``memolab gc --remote`` against a real team store (PostgreSQL + moto S3 on loopback).
+
+Rules (docs/team.md, "Collecting the team store"): driven by the team index (team-wide
+last use: local hits are counted there too), a dry run unless ``--yes``, rows deleted
+before blobs, and never a blob younger than the grace period (an upload in flight).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import memolab
+from memolab import cli, config
+from memolab.store import get_store
+
+from conftest import Calls
+
+calls = Calls()
+
+
+@memolab.memo
+def f(i: int) -> bytes:
+    calls.append(i)
+    memolab.log.scalar("i", i)  # a logs bundle travels with the result (a blob the rows refer to)
+    return bytes([i]) * 50_000  # blob files, not an inline row
+
+
+def _machine(path, dsn, bucket):
+    """Use local store ``path`` in front of the team store; returns it."""
+    memolab.configure(store=str(path), remote=dsn, remote_blobs=bucket)
+    return get_store()
+
+
+def _gc(capsys, *argv):
+    code = cli.main(["gc", "--remote", "--json", *argv])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+@pytest.fixture
+def team(tmp_path, postgres_dsn, s3_bucket, monkeypatch, blob_results):
+    monkeypatch.setenv("MEMOLAB_REMOTE", postgres_dsn)  # for the CLI
+    monkeypatch.setenv("MEMOLAB_REMOTE_BLOBS", s3_bucket)
+    old = config.settings()
+    yield postgres_dsn, s3_bucket
+    memolab.configure(store=old.store, remote=old.remote, remote_blobs=old.remote_blobs)
+
+
+def test_gc_remote_keeps_what_the_team_uses_dry_run_first_and_spares_young_blobs(team, tmp_path, capsys):
+    dsn, bucket = team
+    a = _machine(tmp_path / "a", dsn, bucket)
+    for i in (1, 2, 3):
+        f(i)
+    a.journal.drain()  # `memolab sync`: uploaded and published
+    idx, blobs = a.link.index, a.link.blobs
+    assert len(idx.evaluations(f.symbol)) == 3
+    with idx.conn().transaction():  # all three computed 40 days ago
+        idx.conn().execute("UPDATE memolab_evaluations SET finished = finished - 40 * 86400")
+    row1 = idx.lookup(f.key(1))
+    assert row1["logs"]  # its logs bundle is a blob too
+
+    # machine B uses f(1) now: a team hit, then local hits; the counts reach the team index
+    b = _machine(tmp_path / "b", dsn, bucket)
+    assert f(1) == bytes([1]) * 50_000 and f(1) == bytes([1]) * 50_000
+    b.flush_hits()
+    b.forward_hits()  # what its uploader thread does every few seconds, and the process at exit
+    assert idx.lookup(f.key(1))["last_hit"] > time.time() - 60
+    # an upload in flight: its blob is there, its row not yet
+    blobs.put("ab" * 32, b"in flight")  # (any name: gc only asks whether a row refers to it)
+    before = {d for d, _, _ in blobs.list()}
+    assert calls == [1, 2, 3]
+
+    # no --yes: a dry run, nothing deleted
+    plan = _gc(capsys, "--older-than", "30d")
+    assert plan["dry_run"] is True
+    assert plan["evaluation_ids"] == sorted(plan["evaluation_ids"]) and plan["evaluations"] == 2
+    assert {r["args"] for r in idx.evaluations(f.symbol)} == {f.key(i)[2] for i in (1, 2, 3)}
+    assert {d for d, _, _ in blobs.list()} == before
+
+    # --yes: the two rows nobody used go; their blobs are still younger than the grace period
+    done = _gc(capsys, "--older-than", "30d", "--yes")
+    assert done["dry_run"] is False and done["evaluations"] == 2 and done["blobs"] == 0
+    assert done["young_blobs_kept"] == 5  # f(2), f(3): payload + logs bundle each; the one in flight
+    assert [r["args"] for r in idx.evaluations(f.symbol)] == [f.key(1)[2]]
+    assert {d for d, _, _ in blobs.list()} == before
+
+    # past the grace period (0 s here) the unreferenced blobs go; f(1)'s payload and logs stay
+    done = _gc(capsys, "--grace", "0s", "--yes")
+    assert done["evaluations"] == 0 and done["blobs"] == 5 and done["young_blobs_kept"] == 0
+    left = {d for d, _, _ in blobs.list()}
+    assert left == {row1["payload"], row1["logs"]}
+
+    # a third machine still hits f(1); f(2), gone from the team store, is computed again
+    c = _machine(tmp_path / "c", dsn, bucket)
+    assert f(1) == bytes([1]) * 50_000 and f(2) == bytes([2]) * 50_000
+    assert calls == [1, 2, 3, 2]
+    c.journal.drain()  # uploaded now, not by a background thread as the test's database goes
+
+
+def test_gc_remote_max_size_drops_least_recently_used_team_wide(team, tmp_path, capsys):
+    dsn, bucket = team
+    a = _machine(tmp_path / "a", dsn, bucket)
+    for i in (1, 2, 3):
+        f(i)
+    a.journal.drain()
+    a.forget()
+    f(1)  # the oldest computation is the most recently used
+    a.flush_hits()
+    a.forward_hits()
+    plan = _gc(capsys, "--max-size", "120KB")  # two 50 KB payloads fit (logs bundles are not weighed)
+    idx = a.link.index
+    dropped = {r["args"] for r in idx.evaluations(f.symbol) if r["id"] in plan["evaluation_ids"]}
+    assert dropped == {f.key(2)[2]}  # least recently used first
+
+
+def test_gc_remote_needs_a_team_store_and_says_when_it_is_unreachable(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("MEMOLAB_REMOTE", raising=False)
+    monkeypatch.delenv("MEMOLAB_REMOTE_BLOBS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["gc", "--remote"]) == 1
+    assert "no team store configured" in capsys.readouterr().err
+    monkeypatch.setenv("MEMOLAB_REMOTE", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("MEMOLAB_REMOTE_BLOBS", f"file://{tmp_path}")
+    monkeypatch.setenv("MEMOLAB_REMOTE_TIMEOUT", "1")
+    assert cli.main(["gc", "--remote", "--yes"]) == 1
+    assert "unreachable" in capsys.readouterr().err
+    assert cli.main(["gc", "--grace", "1h", "--dry-run"]) == 2  # --grace is for --remote
