@@ -129,3 +129,36 @@ def test_a_function_that_reads_dunder_name_keys_apart_in_the_child(project):
     project.write("job.py", job().replace("return helper(x)", "return [helper(x), __name__]"))
     assert project.run_json("job.py", "spawn", "parent-first", "1") == [[3, "__main__"], [3, "__mp_main__"]]
     assert _log(project) == ["parent", "child"]
+
+
+RESULT = """
+import json, sys
+from memolab import memo
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+@memo
+def f(x):
+    open("runs.log", "a").write("run\\n")
+    return Box(x * 2)
+
+def in_child(x):
+    return f(x).v
+
+if __name__ == "__main__":
+    if sys.argv[1] == "pool":
+        import multiprocessing as mp
+        with mp.get_context("spawn").Pool(1) as pool:
+            print(json.dumps(pool.apply(in_child, (4,))))
+    else:  # a program that never imports multiprocessing (no ``__mp_main__`` alias)
+        print(json.dumps(f(4).v))
+"""
+
+
+def test_a_result_of_the_scripts_own_class_computed_in_a_child_loads_in_a_plain_run(project):
+    project.write("res.py", RESULT)
+    assert project.run_json("res.py", "pool") == 8
+    assert project.run_json("res.py", "plain") == 8
+    assert _log(project) == ["run"]
