@@ -429,7 +429,8 @@ def excluded_attributes(t: type) -> FrozenSet[str]:
 
 
 def _type_name(t: type) -> str:
-    return f"{t.__module__}:{t.__qualname__}"
+    # ``__mp_main__`` (a spawned child's copy of the script) keys as ``__main__``
+    return f"{codegraph.key_module(t.__module__)}:{t.__qualname__}"
 
 
 def _resolve(t: type) -> Handler:
@@ -790,7 +791,7 @@ def _encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()
         raise HashError(f"cannot hash {t.__qualname__} object ({e})", "", obj) from None
     if isinstance(rv, str):  # a global singleton, pickled by name
         enc.write(b"G")
-        enc.write_str(f"{t.__module__}:{rv}")
+        enc.write_str(f"{codegraph.key_module(t.__module__)}:{rv}")
         return
     # b"O" + the class token (``_encode_class``) in one write
     enc.write(b"OC" + _str_token(codegraph.symbol_of(t)) + _str_token(codegraph.object_digest(t)))

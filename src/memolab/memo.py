@@ -102,7 +102,8 @@ class MemoFunction:
         # (``cloudpickle``, which Dask and Ray use, carries the function itself), and
         # the other process rebuilds the memo around it.
         module, qualname = self.fn.__module__, self.fn.__qualname__
-        if module != "__main__" and _lookup(module, qualname) is self:
+        # (``__mp_main__`` is a spawned child's copy of the script: no other process imports it either)
+        if module not in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             return _memo_by_name, (module, qualname)
         return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
                                self.version_sensitivity)

@@ -44,6 +44,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import CodeChanged, StoreMiss, Unloadable
+from .codegraph.origins import key_module
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN = 64 * 1024
@@ -136,7 +137,10 @@ def _digest(obj: Any) -> str:
 
 
 def _name_of(obj: Any) -> Tuple[str, str]:
-    return getattr(obj, "__module__", None) or "__main__", getattr(obj, "__qualname__", None) or obj.__name__
+    # A spawned child's copy of the script (``__mp_main__``) is the script: stored
+    # like ``__main__`` code, so a program that never imports multiprocessing loads it.
+    mod = key_module(getattr(obj, "__module__", None) or "__main__")
+    return mod, getattr(obj, "__qualname__", None) or obj.__name__
 
 
 def _anchor_of(obj: Any) -> Optional[str]:

@@ -45,7 +45,9 @@ from .bytecode import digest_text
 
 CODE_SCHEMA = "c2"
 
-__all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "normalized_source", "CODE_SCHEMA"]
+key_module = origins.key_module
+
+__all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "key_module", "normalized_source", "CODE_SCHEMA"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class CodeVersion:
 
 def symbol_of(obj: Any) -> str:
     """``module:qualname`` for a function or class."""
-    mod = getattr(obj, "__module__", None) or "?"
+    mod = origins.key_module(getattr(obj, "__module__", None) or "?")
     qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
     return f"{mod}:{qual}"
 
@@ -91,7 +93,7 @@ _warned: set = set()
 
 def _mod(ns: Dict[str, Any]) -> str:
     """The module part of a symbol: the same ``module:qualname`` form as ``symbol_of``."""
-    return ns.get("__name__") or "?"
+    return origins.key_module(ns.get("__name__") or "?")
 
 
 def _module_ns(name: Optional[str]) -> Dict[str, Any]:
@@ -396,12 +398,12 @@ class _Graph:
         if k is not None:
             return k
         if isinstance(obj, types.ModuleType):
-            k = f"{obj.__name__}:<module>"
+            k = f"{origins.key_module(obj.__name__)}:<module>"
         elif isinstance(obj, types.FunctionType):
             # the code's own name: ``functools.wraps`` copies the wrapped function's onto a wrapper
             k = f"{_mod(obj.__globals__)}:{getattr(obj.__code__, 'co_qualname', obj.__qualname__)}"
         else:
-            k = f"{obj.__module__}:{obj.__qualname__}"
+            k = symbol_of(obj)
         base, n = k, 2
         while k in self._used:
             # two live objects with one name (functions made in a loop): number them

@@ -32,6 +32,24 @@ _dists: Optional[Dict[str, list]] = None
 _versions: Dict[str, Tuple[str, str]] = {}
 
 
+#: What multiprocessing's ``spawn``/``forkserver`` children call the parent's main
+#: script (or ``-m`` module): they re-run it under this name (so its
+#: ``if __name__ == "__main__":`` block is skipped) and alias ``sys.modules["__main__"]`` to it.
+MP_MAIN = "__mp_main__"
+
+
+def key_module(name: str) -> str:
+    """The module name that joins keys: ``__mp_main__`` counts as ``__main__``.
+
+    A spawned child runs the very same script as the parent, only under another
+    module name; keying it apart would make a parent and its children never share
+    a result. What the script's code *reads* is still compared by value (a global
+    bound only under the ``__main__`` guard is unbound in the child, so its key
+    differs), so the alias never makes a stale hit.
+    """
+    return "__main__" if name == MP_MAIN else name
+
+
 def module_origin(name: Optional[str], filename: Optional[str]) -> Origin:
     """Classify module ``name`` whose code lives in ``filename`` (cached per pair)."""
     key = (name or "", filename)
