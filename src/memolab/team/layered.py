@@ -201,7 +201,10 @@ class TeamStore(Store):
         # ``_finish``): one fsync and one rename per blob, no bytes under a blob's name before
         # they are verified and durable. The directories' fsyncs (which make the renames
         # durable) are done once per batch below instead of once per blob: nothing relies on
-        # the new names until the batch's rows are recorded, which happens after them.
+        # the new names until the batch's rows are recorded, which happens after them. (Another
+        # process that finds such a blob meanwhile and records a row of its own might, after a
+        # power cut, name a blob whose rename was lost: that load is a miss (CorruptBlob ->
+        # recompute), never a wrong result; the old per-blob fsync had the same window, shorter.)
         finals = {d: self.blobs.path(d) for d in want}
         dirs = {p.parent for p in finals.values()}
         made = False
@@ -216,7 +219,9 @@ class TeamStore(Store):
         except CorruptBlob as e:
             if getattr(e, "digest", None):
                 raise
-            for d, n, final in items:  # which one: asked one by one
+            for d, n, final in items:  # which one: asked one by one (those in place are verified)
+                if final.exists():
+                    continue
                 try:
                     self.link.run(lambda: blobs.get_to(d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))
                 except CorruptBlob as e1:
