@@ -39,7 +39,10 @@ Rounds are interleaved (every measurement once per round, fresh local stores
 each round); each figure is the median over rounds (min–max over rounds).
 
     python benchmarks/team_store.py [--rounds 5] [--mb 100] [--workers 8] [--keys 200]
-                                    [--pull-objects 16] [--pull-mb 16]
+                                    [--pull-objects 16] [--pull-mb 16] [--only pull] [--json FILE]
+
+``--only pull`` runs just the pull rows (no hit rows; faster fill); ``--json`` writes every
+round's figures, to pool the rounds of several runs (e.g. two builds run turn about).
 """
 from __future__ import annotations
 
@@ -306,6 +309,7 @@ def main() -> None:
     ap.add_argument("--pull-mb", type=int, default=16)
     ap.add_argument("--only", choices=["all", "pull"], default="all",
                     help="'pull': only the pull vs raw GET rows (and the CLI pull row)")
+    ap.add_argument("--json", help="also write every round's figures to this file (to pool several runs)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")  # no HMAC key here: the warning says so once per process
 
@@ -334,6 +338,10 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
 
     med = {k: statistics.median(v) for k, v in rounds.items()}
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps(rounds))
     print(f"team store vs local store; PostgreSQL {servers.pg.bindir.parent.name} and moto S3 on loopback (no network "
           f"latency); {args.rounds} interleaved rounds, median (min–max over rounds);")
     print("a shared 2-core machine: other jobs ran meanwhile, and the servers share those 2 cores; read the spread")
