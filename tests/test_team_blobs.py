@@ -100,6 +100,28 @@ def test_large_round_trip_multipart_and_ranged(remote_big, request, tmp_path):
     assert digest_bytes(out.read_bytes()) == d2
 
 
+def test_get_to_through_a_tmp_dir_publishes_only_verified_bytes(remote_big, tmp_path):
+    """``tmp_dir``: the download is written there and renamed onto its final name only once
+    verified (how a pull lands a blob straight in the blob folder); a corrupt object leaves
+    nothing, neither under the final name nor in ``tmp_dir``."""
+    rb, tamper = remote_big
+    tmp, final_dir = tmp_path / "tmp", tmp_path / "blobs" / "ab"
+    tmp.mkdir()
+    final_dir.mkdir(parents=True)
+    data = blob(17 << 20, 7)  # large: the ranged path too
+    d = digest_bytes(data)
+    rb.put(d, data)
+    rb.get_many_to([(d, len(data), final_dir / "good")], tmp_dir=tmp, sync_dir=False)
+    assert digest_bytes((final_dir / "good").read_bytes()) == d
+    assert list(tmp.iterdir()) == [] and [p.name for p in final_dir.iterdir()] == ["good"]
+    bad = bytearray(data)
+    bad[len(bad) // 3] ^= 1
+    tamper(d, bytes(bad))
+    with pytest.raises(CorruptBlob):
+        rb.get_to(d, len(data), final_dir / "bad", tmp_dir=tmp, sync_dir=False)
+    assert list(tmp.iterdir()) == [] and [p.name for p in final_dir.iterdir()] == ["good"]
+
+
 def test_digest_mismatch_is_corrupt_and_leaves_no_file(remote_big, tmp_path):
     rb, tamper = remote_big
     small, big = b"the real bytes" * 10, blob(17 << 20, 3)

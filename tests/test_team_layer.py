@@ -116,6 +116,7 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     pulled = b.cli("pull", "f", "--json")
     assert pulled.returncode == 0, pulled.stderr
     assert json.loads(pulled.stdout)["imported"] == 2
+    assert not list((b.store / "tmp").glob("download.*")), "a pull leaves no temporary file behind"
 
     team.down()
     cp = b.run(1, 2, 3, 4)  # offline: what B used or pulled is local

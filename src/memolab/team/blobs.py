@@ -250,17 +250,25 @@ def write_all(fd: int, data: Any, at: Optional[int] = None) -> None:
         mv = mv[n:]
 
 
-def _tmp_beside(path: str) -> str:
-    """A temporary name in ``path``'s directory, named as the local store's blob writers name
-    theirs (``store.tmpfiles``): a download killed midway into a store's ``tmp/`` is litter
-    that store reclaims at once, its writer being provably dead."""
+def _tmp_beside(path: str, tmp_dir: "Optional[os.PathLike[str] | str]" = None) -> str:
+    """A temporary name in ``tmp_dir`` (default: ``path``'s directory; it must be on the same
+    file system as ``path``, for the final rename), named as the local store's blob writers
+    name theirs (``store.tmpfiles``): a download killed midway into a store's ``tmp/`` is
+    litter that store reclaims at once, its writer being provably dead."""
     from ..store import tmpfiles
 
-    return os.path.join(os.path.dirname(os.path.abspath(path)), tmpfiles.tmp_name("download"))
+    where = os.fspath(tmp_dir) if tmp_dir is not None else os.path.dirname(os.path.abspath(path))
+    return os.path.join(where, tmpfiles.tmp_name("download"))
 
 
-def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, written: int) -> None:
-    """Publish ``tmp`` at ``path`` if it holds the right bytes (fsynced, renamed), else remove it."""
+def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, written: int,
+            sync_dir: bool = True) -> None:
+    """Publish ``tmp`` at ``path`` if it holds the right bytes (fsynced, renamed), else remove it.
+
+    The file's data is fsynced BEFORE the rename, always: a name never points at bytes a
+    crash could lose. ``sync_dir=False`` skips the fsync of ``path``'s directory (which
+    makes the rename itself durable): for a caller that fsyncs each directory once per
+    batch before it records anything that relies on the names (``TeamStore.fetch_blobs``)."""
     try:
         if written != size:
             raise CorruptBlob(f"remote blob {digest[:12]} has {written} bytes, expected {size}")
@@ -274,7 +282,8 @@ def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, writ
         raise
     os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    if sync_dir:
+        _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _unlink(p: str) -> None:
@@ -331,9 +340,14 @@ class RemoteBlobs:
         """The verified bytes of ``digest`` (``CorruptBlob``/``MissingBlob`` otherwise)."""
         raise NotImplementedError
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:
+    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
+               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
         """Stream ``digest`` into the file ``path``, verified on the way: ``path`` appears
-        (atomically, fsynced, replacing any file there) only with the right bytes."""
+        (atomically, fsynced, replacing any file there) only with the right bytes.
+
+        The bytes are written to a temporary file in ``tmp_dir`` (default: beside ``path``;
+        same file system) and renamed onto ``path`` once verified and fsynced. With
+        ``sync_dir=False`` the caller fsyncs ``path``'s directory itself (see ``_finish``)."""
         raise NotImplementedError
 
     def exists(self, digest: str) -> bool:
@@ -348,10 +362,12 @@ class RemoteBlobs:
     def put_many(self, items: Sequence[Tuple[str, Data]]) -> List[bool]:
         return run_all(lambda it: self.put(it[0], it[1]), list(items), self.concurrency)
 
-    def get_many_to(self, items: Sequence[Tuple[str, int, "os.PathLike[str] | str"]]) -> None:
+    def get_many_to(self, items: Sequence[Tuple[str, int, "os.PathLike[str] | str"]], *,
+                    tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
         """``get_to`` for each ``(digest, size, path)``, concurrently. A corrupt or missing
         blob does not stop the others (their files are in place); its error is raised at the end."""
-        run_all(lambda it: self.get_to(it[0], it[1], it[2]), list(items), self.concurrency)
+        run_all(lambda it: self.get_to(it[0], it[1], it[2], tmp_dir=tmp_dir, sync_dir=sync_dir), list(items),
+                self.concurrency)
 
     def exists_many(self, digests: Iterable[str]) -> Set[str]:
         ds = list(dict.fromkeys(digests))
@@ -455,10 +471,11 @@ class FileBlobs(RemoteBlobs):
         with os.fdopen(fd, "rb") as f:
             return _check(f.read(), digest, size)
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:
+    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
+               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
         src = self._open(digest)
         path = os.fspath(path)
-        tmp = _tmp_beside(path)
+        tmp = _tmp_beside(path, tmp_dir)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         except BaseException:
@@ -480,7 +497,7 @@ class FileBlobs(RemoteBlobs):
             os.close(fd)
             _unlink(tmp)
             raise
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, written)
+        _finish(tmp, fd, path, digest, h.hexdigest(), size, written, sync_dir)
 
     def exists(self, digest: str) -> bool:
         self._dirs()
@@ -592,10 +609,11 @@ class FsspecBlobs(RemoteBlobs):
     def get(self, digest: str, size: int) -> bytes:
         return _check(self._guard("get", lambda: self.fs.cat_file(self._path(digest)), digest), digest, size)
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:
+    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
+               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
         path = os.fspath(path)
         f = self._guard("open", lambda: self.fs.open(self._path(digest), "rb"), digest)
-        tmp = _tmp_beside(path)
+        tmp = _tmp_beside(path, tmp_dir)
         h, written = _hasher(), 0
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
@@ -615,7 +633,7 @@ class FsspecBlobs(RemoteBlobs):
             os.close(fd)
             _unlink(tmp)
             raise
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, written)
+        _finish(tmp, fd, path, digest, h.hexdigest(), size, written, sync_dir)
 
     def exists(self, digest: str) -> bool:
         return bool(self._guard("exists", lambda: self.fs.exists(self._path(digest))))

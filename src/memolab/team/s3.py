@@ -321,13 +321,14 @@ class S3Blobs(RemoteBlobs):
         r["Body"].close()
         raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str") -> None:
+    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
+               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
         path = os.fspath(path)
         if size >= MULTIPART_MIN and self.ranged:
-            return self._get_to_ranged(digest, size, path)
+            return self._get_to_ranged(digest, size, path, tmp_dir, sync_dir)
         r = self._call("get_object", digest, Key=self._key(digest))
         self._announced(r, digest, size)
-        tmp = _tmp_beside(path)
+        tmp = _tmp_beside(path, tmp_dir)
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         except BaseException:
@@ -345,15 +346,16 @@ class S3Blobs(RemoteBlobs):
             os.close(fd)
             _unlink(tmp)
             raise
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, written)
+        _finish(tmp, fd, path, digest, h.hexdigest(), size, written, sync_dir)
 
-    def _get_to_ranged(self, digest: str, size: int, path: str) -> None:
+    def _get_to_ranged(self, digest: str, size: int, path: str, tmp_dir: "Optional[os.PathLike[str] | str]" = None,
+                       sync_dir: bool = True) -> None:
         """Parallel ranged GETs written in place with ``pwrite``; the parts are hashed in
         order as soon as the ones before them are in (read back through a mapping of the
         file: the page cache, no copy held in Python), so verification overlaps the transfer."""
         import mmap
 
-        tmp = _tmp_beside(path)
+        tmp = _tmp_beside(path, tmp_dir)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         ranges = self._ranges(size)
         done = [False] * len(ranges)
@@ -399,7 +401,7 @@ class S3Blobs(RemoteBlobs):
             _unlink(tmp)
             raise
         # parts short of their length leave zeros: counted here, and the digest would not match anyway
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, size if got == [n for _, n in ranges] else sum(got))
+        _finish(tmp, fd, path, digest, h.hexdigest(), size, size if got == [n for _, n in ranges] else sum(got), sync_dir)
 
     # -- exists / list / delete / ping
     def exists(self, digest: str) -> bool:
