@@ -331,10 +331,12 @@ def test_team_store_going_down_mid_process_never_fails_a_call(tmp_path, postgres
             assert g(1) == bytes([1]) * 50000  # connected: computed, uploaded in the background
         store = g.store()
         store.journal.drain()
-        postgres_server.stop()
-        s3_server.stop()
+        # recorded from the moment the servers stop: whichever thread meets the outage
+        # first (the caller, the uploader, the lease heartbeat) gives the one warning
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
+            postgres_server.stop()
+            s3_server.stop()
             assert g(2) == bytes([2]) * 50000
             assert g(3) == bytes([3]) * 50000
             assert g(2) == bytes([2]) * 50000  # a local hit
@@ -348,7 +350,11 @@ def test_team_store_going_down_mid_process_never_fails_a_call(tmp_path, postgres
         s3_server.start()
         s3_server.client().create_bucket(Bucket=s3_bucket[len("s3://"):].split("/")[0])
         assert store.link.probe()
-        assert store.journal.drain() == 2
+        # the background uploader may send some or all of them first: what counts is
+        # that the queue empties and the team index then has both results
+        store.journal.drain()
         assert journal.count(store.index) == 0
+        for x in (2, 3):
+            assert store.link.index.lookup(g.key(x)) is not None
     finally:
         memolab.configure(store=old, remote_timeout=old_timeout)

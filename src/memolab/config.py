@@ -16,7 +16,7 @@ import re
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 _lock = threading.Lock()
 
@@ -78,6 +78,9 @@ def _check_sharing(v: str, what: str) -> str:
 
 _settings = _from_env()
 _generation = 0  # bumped on every configure() so cached stores are dropped
+#: called as ``fn(old, new)`` after every ``configure()`` (the store module retires the team
+#: stores a new remote replaces); registered by importers, so config imports nothing of theirs
+on_configure: List[Callable[["Settings", "Settings"], None]] = []
 
 
 def find_workspace(start: Optional[Path] = None) -> Path:
@@ -186,6 +189,10 @@ def configure(**changes: Any) -> Settings:
     if changes.get("store_sharing") is not None:
         _check_sharing(changes["store_sharing"], "store_sharing")
     with _lock:
+        old = _settings
         _settings = replace(_settings, **changes)
         _generation += 1
-    return _settings
+        new = _settings
+    for fn in list(on_configure):
+        fn(old, new)
+    return new

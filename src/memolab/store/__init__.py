@@ -514,6 +514,32 @@ _stores: Dict[Tuple[str, int, Any], Store] = {}
 _stores_lock = threading.Lock()
 
 
+def _retire_replaced(old: config.Settings, new: config.Settings) -> None:
+    """``configure()`` replaced the team store it had set: the team stores opened for the
+    old one are no longer handed out, so they stop their background threads (uploader,
+    probes) and go quiet. Otherwise they live on for the life of the process, probing a
+    team store nobody uses and warning when it goes away. Their queued uploads stay
+    queued in their local store: the next process with that team store, or
+    ``memolab sync``, sends them. Team stores configured by the environment or a
+    pyproject.toml are not touched."""
+    gone_index = old.remote if old.remote and new.remote != old.remote else None
+    gone_blobs = old.remote_blobs if old.remote_blobs and new.remote_blobs != old.remote_blobs else None
+    if gone_index is None and gone_blobs is None:
+        return
+    with _stores_lock:
+        keys = [k for k in _stores if k[2] is not None and k[1] == os.getpid()
+                and ((gone_index is not None and k[2][0] == gone_index)
+                     or (gone_blobs is not None and k[2][1] == gone_blobs))]
+        retired = [_stores.pop(k) for k in keys]
+    for s in retired:
+        retire = getattr(s, "retire", None)
+        if retire is not None:
+            retire()
+
+
+config.on_configure.append(_retire_replaced)
+
+
 def get_store(path: Optional[os.PathLike] = None) -> Store:
     """The store for ``path`` (default: the configured one), shared per process.
 

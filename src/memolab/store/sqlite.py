@@ -160,6 +160,32 @@ class BlobsGone(Exception):
     """A blob an evaluation was about to refer to was collected after it was put."""
 
 
+#: how long opening a new store waits for the switch to WAL (as long as the busy timeout)
+WAL_SWITCH_WAIT = 60.0
+
+
+def _enter_wal(conn: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode=WAL``, retried while another connection holds the file.
+
+    The switch out of rollback mode needs the file to itself, and SQLite answers
+    SQLITE_BUSY at once there instead of calling the busy handler: two processes
+    opening a new store at the same moment (two jobs started together) saw one of
+    them fail with "database is locked" (4 in 800 concurrent opens). Once the file
+    is WAL the pragma takes no lock, so only a brand-new store ever waits here.
+    """
+    deadline = time.monotonic() + WAL_SWITCH_WAIT
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 class Index:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -187,7 +213,7 @@ class Index:
         check_schema(conn, self.path)  # a file of a memolab that set no user_version yet
         if version == 0:
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file: clear/gc can shrink it
-        conn.execute("PRAGMA journal_mode=WAL")  # persistent in the file: set once, here
+        _enter_wal(conn)  # persistent in the file: set once, here
         # the table DDL first: the indexes below name columns an old file gains only now
         tables, indexes = _DDL.split("-- indexes --")
         conn.executescript(tables)

@@ -193,6 +193,16 @@ def _sync_options(p: argparse.ArgumentParser) -> None:
 @command("sync", "upload this store's queued results to the team store now (in the foreground)")
 @options(_sync_options)
 def cmd_sync(args: argparse.Namespace) -> int:
+    from . import journal
+
+    journal.foreground_only()  # this command is the uploader: no thread racing it for the queue
+    try:
+        return _sync(args)
+    finally:
+        journal.background = True  # (for a caller that runs commands in-process)
+
+
+def _sync(args: argparse.Namespace) -> int:
     from .link import Offline
 
     store = _team_store(args)

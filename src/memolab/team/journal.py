@@ -137,6 +137,17 @@ def team_fields(row: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in row.items() if k not in _LOCAL_ONLY}
 
 
+#: False in a process that uploads in the foreground only (``memolab sync``): no background
+#: uploader is started there, so what sync reports as uploaded is all that left the queue
+#: (the thread used to take part of the queue first, and sync said "uploaded 0")
+background = True
+
+
+def foreground_only() -> None:
+    global background
+    background = False
+
+
 class Journal:
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -150,11 +161,18 @@ class Journal:
 
     # -- the background thread ------------------------------------------------------------
     def wake(self) -> None:
+        if not background:
+            return
         if self._thread is None or not self._thread.is_alive():
             with self._start_lock:
                 if self._thread is None or not self._thread.is_alive():
                     self._thread = threading.Thread(target=self._loop, name="memolab-team-uploader", daemon=True)
                     self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        """End the background thread (after the batch in flight, if any); not waited for."""
+        self._stop = True
         self._wake.set()
 
     def _loop(self) -> None:

@@ -397,6 +397,13 @@ class TeamStore(Store):
                 except Offline:
                     pass
 
+    def retire(self) -> None:
+        """No longer this process's team store (``configure()`` replaced it): the uploader
+        thread ends and the team store is not contacted again, without a warning.
+        Queued uploads stay queued locally (the next process, or ``memolab sync``)."""
+        self.link.retire()
+        self.journal.stop()
+
     # -- writing: locally at once, uploaded in the background ------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
         # Imported now, not at exit: the exit drain may need the S3 client's thread pools,

@@ -177,6 +177,14 @@ class Link:
             self.disabled = why
             warnings.warn(f"memolab: team store not used: {why}. Working locally.", MemolabWarning, stacklevel=2)
 
+    def retire(self) -> None:
+        """Never used again by this process (its store was replaced): like ``disable``, silently."""
+        if self.disabled is None:
+            self.disabled = "replaced by configure()"
+        with self._lock:
+            self._index = None  # connections closed as they are collected
+            self._blobs = None
+
     def probe(self) -> bool:
         """Is the team store back? Both halves are asked (bounded by the timeout)."""
         def ask() -> None:
