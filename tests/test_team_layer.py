@@ -155,9 +155,10 @@ def test_a_crash_after_storing_loses_nothing(machines, team):
     b.run(11)
     b.run(11)
     assert computed(calls) == ["A 11"]
-    # every machine's hits reach the team row: at the exit of a process that used the team store,
-    # else (B's second run: local hits only, no connection made for them) by the next one or sync
-    assert list(team.hits().values()) == [2]
+    # every machine's hits reach the team row, each once: at the exit of a process that used the
+    # team store, else (B's second run: local hits only) by its uploader if it woke (a pending logs
+    # import does), by the next process or by sync: 2 or already 3 here, never more
+    assert list(team.hits().values()) in ([2], [3])
     assert b.cli("sync").returncode == 0
     assert list(team.hits().values()) == [3]
 
