@@ -582,45 +582,12 @@ class Index:
             where = "status!='done'" + (f" OR {self._LAST_USE} < ?" if cutoff is not None else "")
             sql = f"SELECT {cols} FROM evaluations WHERE {where} ORDER BY {self._LAST_USE} ASC"
             return [dict(zip(self._GC_COLS, r)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
-        drop: List[tuple] = []
-        keep: List[tuple] = []
-        # blob digest -> [rows of `keep` using it, size]; inline bytes belong to their row alone
-        uses: Dict[str, List[int]] = {}
-        total = 0
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
                f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
         from ..tracking.retention import log_bytes
 
         logs = log_bytes(self)  # an evaluation's logs go with it, so they count toward its size
-        for r in c.execute(sql):
-            if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
-                drop.append(r)
-                continue
-            keep.append(r)
-            total += logs.get(r[0], 0)
-            if r[9]:
-                total += r[4] or 0
-                continue
-            for d, n in _blobs_of(r[6], r[7], r[8]):
-                u = uses.get(d)
-                if u is None:
-                    uses[d] = [1, n]
-                    total += n
-                else:
-                    u[0] += 1
-        for r in keep:  # least recently used first
-            if total <= max_size:
-                break
-            drop.append(r)
-            total -= logs.get(r[0], 0)
-            if r[9]:
-                total -= r[4] or 0
-                continue
-            for d, _ in _blobs_of(r[6], r[7], r[8]):
-                u = uses[d]
-                u[0] -= 1
-                if u[0] == 0:
-                    total -= u[1]
+        drop = plan_by_size(c.execute(sql), cutoff, max_size, logs)
         return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
 
     def clear(self, fn: Optional[str] = None) -> int:
@@ -635,6 +602,50 @@ class Index:
 
             checkpoints.clear(c, fn)
         return n
+
+
+def plan_by_size(rows: Iterable[tuple], cutoff: Optional[float], max_size: int,
+                 logs: Dict[int, int] = {}) -> List[tuple]:
+    """The rows ``gc_plan`` drops, given every evaluation least recently used first as
+    (id, fn, finished, last_hit, size, status, payload, payload_size, buffers, is_inline,
+    last_use): those out of use or last used before ``cutoff``, then the least recently
+    used until what is left fits ``max_size`` bytes. A blob shared by several rows counts
+    once, and only stops counting when its last keeper goes; inline bytes and ``logs``
+    (id -> bytes) belong to their row alone. The same plan for every index."""
+    drop: List[tuple] = []
+    keep: List[tuple] = []
+    uses: Dict[str, List[int]] = {}  # blob digest -> [rows of `keep` using it, size]
+    total = 0
+    for r in rows:
+        if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
+            drop.append(r)
+            continue
+        keep.append(r)
+        total += logs.get(r[0], 0)
+        if r[9]:
+            total += r[4] or 0
+            continue
+        for d, n in _blobs_of(r[6], r[7], r[8]):
+            u = uses.get(d)
+            if u is None:
+                uses[d] = [1, n]
+                total += n
+            else:
+                u[0] += 1
+    for r in keep:  # least recently used first
+        if total <= max_size:
+            break
+        drop.append(r)
+        total -= logs.get(r[0], 0)
+        if r[9]:
+            total -= r[4] or 0
+            continue
+        for d, _ in _blobs_of(r[6], r[7], r[8]):
+            u = uses[d]
+            u[0] -= 1
+            if u[0] == 0:
+                total -= u[1]
+    return drop
 
 
 def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Optional[str]) -> List[Tuple[str, int]]:

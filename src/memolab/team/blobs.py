@@ -50,6 +50,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
 from urllib.parse import unquote, urlparse
 
 from ..errors import CorruptBlob, RemoteUnavailable, StoreConfigError
+from ..store.blobs import _fsync_dir
 
 Data = Union[bytes, bytearray, memoryview, "os.PathLike[str]", str]
 T = TypeVar("T")
@@ -225,17 +226,6 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
 
 # -- writing a verified file ----------------------------------------------------------------
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_all(fd: int, data: Any, at: Optional[int] = None) -> None:

@@ -38,7 +38,7 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from ..errors import RemoteUnavailable, StoreConfigError
-from ..store.sqlite import EVAL_COLUMNS, BlobsGone, _blobs_of, host_name, owner_alive_here
+from ..store.sqlite import EVAL_COLUMNS, BlobsGone, host_name, owner_alive_here, plan_by_size
 
 Key = Tuple[str, str, str, str]
 Row = Dict[str, Any]
@@ -813,37 +813,7 @@ class PgIndex:
             return [dict(zip(self._GC_COLS, r)) for r in rows]
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {_LAST_USE} "
                f"FROM memolab_evaluations ORDER BY {_LAST_USE} ASC, id ASC")
-        drop: List[tuple] = []
-        keep: List[tuple] = []
-        uses: Dict[str, List[int]] = {}  # blob digest -> [rows of `keep` using it, size]
-        total = 0
-        for r in self._run(lambda c: c.execute(sql).fetchall()):
-            if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
-                drop.append(r)
-                continue
-            keep.append(r)
-            if r[9]:
-                total += r[4] or 0
-                continue
-            for d, n in _blobs_of(r[6], r[7], r[8]):
-                u = uses.get(d)
-                if u is None:
-                    uses[d] = [1, n]
-                    total += n
-                else:
-                    u[0] += 1
-        for r in keep:  # least recently used first
-            if total <= max_size:
-                break
-            drop.append(r)
-            if r[9]:
-                total -= r[4] or 0
-                continue
-            for d, _ in _blobs_of(r[6], r[7], r[8]):
-                u = uses[d]
-                u[0] -= 1
-                if u[0] == 0:
-                    total -= u[1]
+        drop = plan_by_size(self._run(lambda c: c.execute(sql).fetchall()), cutoff, max_size)
         return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
 
     def delete_evaluations(self, ids: Sequence[int]) -> None:
