@@ -224,6 +224,26 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
     return results
 
 
+def _bounded_probe(url: str, probe: Callable[[], Any], timeout: float) -> Optional[BaseException]:
+    """Run ``probe`` on a daemon thread and wait at most ``timeout`` seconds: a file system
+    that hangs (a dead NFS server) must cost a bounded wait, not minutes. What it raised,
+    or None; ``RemoteUnavailable`` if it gave no answer in time."""
+    out: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            probe()
+        except BaseException as e:
+            out.append(e)
+
+    t = threading.Thread(target=run, name="memolab-remote-ping", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise RemoteUnavailable(f"team blob store {url}: no answer within {timeout:g} s")
+    return out[0] if out else None
+
+
 # -- writing a verified file ----------------------------------------------------------------
 
 
@@ -526,24 +546,12 @@ class FileBlobs(RemoteBlobs):
             _unlink(self._path(d))
 
     def ping(self, timeout: Optional[float] = None) -> None:
-        # a hung NFS mount blocks stat() for minutes: ask from a daemon thread, wait a bounded time
-        out: List[BaseException] = []
-
-        def probe() -> None:
-            try:
-                self._dirs()
-            except BaseException as e:
-                out.append(e)
-
-        t = threading.Thread(target=probe, name="memolab-remote-ping", daemon=True)
-        t.start()
-        t.join(self.timeout if timeout is None else timeout)
-        if t.is_alive():
-            raise RemoteUnavailable(f"team blob store {self.url}: no answer within {timeout or self.timeout:g} s")
-        if out:
-            if isinstance(out[0], RemoteUnavailable):
-                raise out[0]
-            raise RemoteUnavailable(f"team blob store {self.url}: {out[0]}") from out[0]
+        # a hung NFS mount blocks stat() for minutes: asked within a bounded wait
+        e = _bounded_probe(self.url, self._dirs, self.timeout if timeout is None else timeout)
+        if e is not None:
+            if isinstance(e, RemoteUnavailable):
+                raise e
+            raise RemoteUnavailable(f"team blob store {self.url}: {e}") from e
 
 
 # -- fsspec (other schemes) -------------------------------------------------------------------
@@ -652,21 +660,11 @@ class FsspecBlobs(RemoteBlobs):
             self._guard("delete", lambda: self.fs.rm(existing))
 
     def ping(self, timeout: Optional[float] = None) -> None:
-        out: List[BaseException] = []
-
-        def probe() -> None:
-            try:
-                self._guard("ping", lambda: self.fs.ls(self.root) if self.fs.exists(self.root) else None)
-            except BaseException as e:
-                out.append(e)
-
-        t = threading.Thread(target=probe, name="memolab-remote-ping", daemon=True)
-        t.start()
-        t.join(self.timeout if timeout is None else timeout)
-        if t.is_alive():
-            raise RemoteUnavailable(f"team blob store {self.url}: no answer within {timeout or self.timeout:g} s")
-        if out:
-            raise out[0]
+        e = _bounded_probe(self.url, lambda: self._guard("ping", lambda: self.fs.ls(self.root)
+                                                          if self.fs.exists(self.root) else None),
+                           self.timeout if timeout is None else timeout)
+        if e is not None:
+            raise e
 
 
 # -- opening by URL ---------------------------------------------------------------------------
