@@ -36,7 +36,11 @@ Rows (each compares the same work, or says that it does not):
   interpreter start-up and imports (not the same work: says so in the row).
 
 Rounds are interleaved (every measurement once per round, fresh local stores
-each round); each figure is the median over rounds (min–max over rounds).
+each round); each figure is the median over rounds (min–max over rounds). After
+each measurement the files it wrote are deleted and ``os.sync()`` runs, untimed:
+otherwise the next one to fsync paid for the previous one's deletion (and, on a
+disk mounted with ``discard``, its trims), which made the fsyncing rows (pull,
+raw GET + fsync) swing by 2x with their place in the round.
 
     python benchmarks/team_store.py [--rounds 5] [--mb 100] [--workers 8] [--keys 200]
                                     [--pull-objects 16] [--pull-mb 16] [--only pull] [--json FILE]
@@ -331,6 +335,10 @@ def main() -> None:
             for step in steps:
                 for k, v in step().items():
                     rounds.setdefault(k, []).append(v)
+                # untimed: write back what the step deleted (256 MB of files, and on a disk mounted
+                # with `discard`, their trims) before the next step, which else paid for it in its
+                # fsyncs: each row starts from the same disk state, whichever ran before it
+                os.sync()
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     finally:
         memolab.configure(store=str(work / "idle"), remote=None, remote_blobs=None)

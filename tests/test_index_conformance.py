@@ -651,7 +651,11 @@ def test_pg_logs_bundles_are_referenced(postgres_dsn):
     with PgIndex(postgres_dsn) as ix:
         ix.publish(key(1), fields(1, inline=True, logs="1" * 64), {})
         ix.publish(key(2), fields(2, logs="2" * 64, uploaded_by="ann@gpu1"), {})
+        # a bundle inline in its row names no blob (nor does a logs value that is neither)
+        ix.publish(key(3), fields(3, inline=True, logs="z:" + "QUJD" * 50), {})
+        ix.publish(key(4), fields(4, inline=True, logs="../" + "4" * 61), {})
         assert ix.referenced_digests() == {"1" * 64, "2" * 64, f"{2:064x}"}
+        assert ix.lookup(key(3))["logs"] == "z:" + "QUJD" * 50  # verbatim
         row = ix.lookup(key(2))
         assert row["logs"] == "2" * 64 and row["uploaded_by"] == "ann@gpu1"
         assert ix.lookup(key(1))["uploaded_by"]  # who published it, by default

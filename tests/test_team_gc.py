@@ -7,6 +7,7 @@ before blobs, and never a blob younger than the grace period (an upload in fligh
 from __future__ import annotations
 
 import json
+import random
 import time
 
 import pytest
@@ -23,7 +24,10 @@ calls = Calls()
 @memolab.memo
 def f(i: int) -> bytes:
     calls.append(i)
-    memolab.log.scalar("i", i)  # a logs bundle travels with the result (a blob the rows refer to)
+    memolab.log.scalar("i", i)  # a logs bundle travels with the result ...
+    rng = random.Random(i)
+    for step in range(2000):  # ... and too large for the row: a blob the row refers to
+        memolab.log.scalar("noise", rng.random(), step=step)
     return bytes([i]) * 50_000  # blob files, not an inline row
 
 
@@ -60,7 +64,7 @@ def test_gc_remote_keeps_what_the_team_uses_dry_run_first_and_spares_young_blobs
     with idx.conn().transaction():  # all three computed 40 days ago
         idx.conn().execute("UPDATE memolab_evaluations SET finished = finished - 40 * 86400")
     row1 = idx.lookup(f.key(1))
-    assert row1["logs"]  # its logs bundle is a blob too
+    assert len(row1["logs"]) == 64  # its logs bundle is a blob too (a digest, not inline "z:...")
 
     # machine B uses f(1) now: a team hit, then local hits; the counts reach the team index
     b = _machine(tmp_path / "b", dsn, bucket)

@@ -23,7 +23,7 @@ import memolab
 from memolab import config
 
 from conftest import SRC
-from servers.team import LocalTeam  # noqa: F401  (the `team` fixture comes from there too)
+from servers.team import LocalTeam  # noqa: F401  (the `team` and `pg_team` fixtures come from there too)
 
 JOB = '''
 import json, os, sys, time
@@ -34,6 +34,8 @@ def f(n):
     with open(os.environ["CALLS"], "a") as fh:
         fh.write(f"{os.environ['MACHINE']} {n}\\n")
     memolab.log.scalar("loss", 1.0 / (n + 1), step=0)  # logs travel with the evaluation
+    for i in range(int(os.environ.get("POINTS", "0"))):  # more logs: a bundle too large for a row
+        memolab.log.scalar("noise", int.from_bytes(os.urandom(6), "big") / 2**48, step=i + 1)
     if os.environ.get("HOLD"):
         open(os.environ["HOLD"], "w").close()
         time.sleep(600)
@@ -116,6 +118,8 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     pulled = b.cli("pull", "f", "--json")
     assert pulled.returncode == 0, pulled.stderr
     assert json.loads(pulled.stdout)["imported"] == 2
+    if team.name == "postgresql+s3":
+        assert json.loads(pulled.stdout)["runs"] == 2  # their logs came with them
     assert not list((b.store / "tmp").glob("download.*")), "a pull leaves no temporary file behind"
 
     team.down()
@@ -141,6 +145,42 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     assert computed(calls)[-3:] == ["A 5", "A 6", "A 7"] and len(computed(calls)) == 7, "B recomputed after sync"
     st = json.loads(a.cli("remote", "status", "--json").stdout)
     assert st["reachable"] and st["queued"] == 0 and st["uploaded"] == 7
+
+
+def test_logs_travel_inline_when_small_and_as_a_blob_when_large(tmp_path, pg_team):
+    """A small logs bundle rides in the team row (no request of its own on a hit or a
+    pull); a large one is a blob in the object store, named by its digest. Both reach
+    another machine, on a hit and on a pull."""
+    (tmp_path / "job.py").write_text(JOB)
+    calls = tmp_path / "calls"
+    a, b, c = (Machine(n, tmp_path, pg_team, calls) for n in "ABC")
+    a.run(40)
+    a.run(41, POINTS="3000")
+    import psycopg
+    import sqlite3
+
+    with psycopg.connect(pg_team.env["MEMOLAB_REMOTE"]) as conn:
+        refs = dict(conn.execute("SELECT args, logs FROM memolab_evaluations").fetchall())
+    small, large = sorted(refs.values(), key=len, reverse=True)
+    assert small.startswith("z:") and len(small) < 2 * 8192
+    assert len(large) == 64
+    s3 = pg_team.s3.client()
+    keys = {o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(Bucket=pg_team.bucket).get("Contents", [])}
+    assert large in keys, "the large bundle is a blob"
+
+    def points(m: Machine) -> Dict[str, int]:
+        with sqlite3.connect(m.store / "index.sqlite") as conn:
+            return dict(conn.execute("SELECT s.tag, count(*) FROM runs r JOIN scalars s ON s.run = r.id "
+                                     "GROUP BY s.tag").fetchall())
+
+    assert points(a) == {"loss": 2, "noise": 3000}
+    # team hits: the logs are imported in the background, at the latest at exit (which waits for
+    # an import the background thread has in flight: the large bundle's GET was lost to the exit)
+    b.run(40, 41)
+    pulled = json.loads(c.cli("pull", "f", "--json").stdout)
+    assert (pulled["imported"], pulled["runs"]) == (2, 2)
+    assert computed(calls) == ["A 40", "A 41"]
+    assert points(b) == points(c) == {"loss": 2, "noise": 3000}
 
 
 def test_a_crash_after_storing_loses_nothing(machines, team):

@@ -101,3 +101,10 @@ def team(request, tmp_path):
     dsn = request.getfixturevalue("postgres_dsn")
     bucket = request.getfixturevalue("s3_bucket")
     return PgS3Team(pg, request.getfixturevalue("s3_server"), dsn, bucket)
+
+
+@pytest.fixture
+def pg_team(request):
+    """The PostgreSQL + S3 team store only: for what a SQLite team index does not carry (logs)."""
+    return PgS3Team(request.getfixturevalue("postgres_server"), request.getfixturevalue("s3_server"),
+                    request.getfixturevalue("postgres_dsn"), request.getfixturevalue("s3_bucket"))

@@ -155,8 +155,11 @@ class Journal:
         self._thread: Optional[threading.Thread] = None
         self._start_lock = threading.Lock()
         self._upload_lock = threading.Lock()  # one batch at a time (thread, sync, exit)
+        # one importer at a time: the exit's import waits (bounded) for the thread's import in
+        # flight, which a daemon thread would otherwise lose at exit (a large bundle's GET)
+        self._logs_lock = threading.Lock()
         self._stop = False
-        #: (local eval id, logs digest, logs size) to import off the hit path
+        #: (local eval id, the team row's ``logs`` value) to import off the hit path
         self.logs_wanted: List[Tuple[int, str]] = []
 
     # -- the background thread ------------------------------------------------------------
@@ -250,11 +253,15 @@ class Journal:
                     puts.extend(zip(digests, paths))
                 bundle = self._bundle(local["id"])
                 if bundle is not None:
-                    from ..store.blobs import digest_bytes
+                    from . import logs
 
-                    d = digest_bytes(bundle)
-                    puts.append((d, bundle))
-                    fields["logs"] = d
+                    ref = logs.inline_ref(bundle)  # small: in the row, no request of its own
+                    if ref is None:
+                        from ..store.blobs import digest_bytes
+
+                        ref = digest_bytes(bundle)
+                        puts.append((ref, bundle))
+                    fields["logs"] = ref
                 fields["uploaded_by"] = store.identity
                 rows.append((key, owner, fields, self._sources(local)))
             try:
@@ -356,13 +363,15 @@ class Journal:
             pass
 
     # -- logs of evaluations imported from the team ----------------------------------------
-    def want_logs(self, eval_id: int, digest: str) -> None:
-        self.logs_wanted.append((eval_id, digest))
+    def want_logs(self, eval_id: int, ref: str) -> None:
+        """Import the logs of team row ``ref`` (its ``logs`` value) into local evaluation ``eval_id``."""
+        self.logs_wanted.append((eval_id, ref))
         self.wake()
 
     def import_logs(self) -> int:
         n = 0
-        while self.logs_wanted:
-            eval_id, digest = self.logs_wanted.pop()
-            n += self.store.import_logs(eval_id, digest)
+        with self._logs_lock:
+            while self.logs_wanted:
+                eval_id, ref = self.logs_wanted.pop()
+                n += self.store.import_logs(eval_id, ref)
         return n

@@ -777,8 +777,10 @@ class PgIndex:
 
     def referenced_digests(self, exclude: Set[int] = set()) -> Set[str]:
         """Digests of the blobs rows (other than ``exclude``) refer to: payload and
-        buffers of rows without inline bytes, and every row's logs bundle."""
+        buffers of rows without inline bytes, and every row's logs bundle (unless inline)."""
         import json
+
+        from .logs import parse_ref
 
         refs: Set[str] = set()
         rows = self._run(lambda c: c.execute(
@@ -787,8 +789,9 @@ class PgIndex:
         for i, payload, buffers, logs, blobs in rows:
             if i in exclude:
                 continue
-            if logs:
-                refs.add(logs)
+            bundle, _ = parse_ref(logs)  # an inline bundle names no blob
+            if bundle is not None:
+                refs.add(bundle)
             if not blobs:
                 continue
             if payload:

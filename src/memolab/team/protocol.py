@@ -8,7 +8,8 @@ the same on a laptop and on the team database.
 
 Rows are plain dicts keyed by the column names of ``store.sqlite.EVAL_COLUMNS``
 plus ``inline`` (the bytes of a small result, or None) and, on the team index,
-``logs`` (digest of the evaluation's logs bundle in the blob store, or None).
+``logs`` (the evaluation's logs bundle: the digest of a blob, or a small bundle
+inline as ``z:`` + base64, see ``team.logs``; or None).
 Field values travel verbatim between indexes (digests, snapshot text, the HMAC
 signature), so a row signed on one machine verifies on another.
 """

@@ -72,8 +72,17 @@ CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
 ADDED_RUN_COLUMNS = (("error", "TEXT"),)  # a failed run's exception: "ValueError: boom"
 
 
+#: DDL one statement at a time (no statement or comment in it holds a ';')
+_STATEMENTS = tuple(x.strip() for x in DDL.split(";") if x.strip())
+
+
 def ensure(conn: sqlite3.Connection) -> None:
-    conn.executescript(DDL)
+    """Create what is missing. Safe inside the caller's transaction: statement by
+    statement, never ``executescript``, which first COMMITs whatever transaction the
+    connection is in; a caller's ``BEGIN IMMEDIATE`` then silently became autocommit
+    (a logs bundle was imported row by row, and its final COMMIT failed)."""
+    for stmt in _STATEMENTS:
+        conn.execute(stmt)
     have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
     for name, typ in ADDED_RUN_COLUMNS:
         if name not in have:
