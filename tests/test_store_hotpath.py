@@ -313,3 +313,26 @@ def test_misses_are_trimmed_to_the_last_20_per_function(tmp_store):
         k(i)
     n = get_store().index.conn().execute("SELECT COUNT(*) FROM misses WHERE fn=?", (k.symbol,)).fetchone()[0]
     assert 20 <= n <= 24
+
+
+def test_environment_reads_on_the_hit_path_follow_every_change(monkeypatch):
+    """The hit path reads the environment through ``config.environ_bytes`` (30 ns, not
+    ``os.environ.get``'s 1 µs): it must still see every change made through ``os.environ``."""
+    import os
+
+    from memolab.config import environ_bytes
+    from memolab.store import signing
+
+    monkeypatch.delenv("MEMOLAB_HMAC_KEY", raising=False)
+    assert environ_bytes(b"MEMOLAB_HMAC_KEY") is None and signing.secret() is None
+    monkeypatch.setenv("MEMOLAB_HMAC_KEY", "clé")
+    assert signing.secret() == "clé".encode("utf-8")  # the bytes os.environ.get(...).encode() gave
+    os.environ["MEMOLAB_HMAC_KEY"] = "k2"
+    assert signing.secret() == b"k2"
+    monkeypatch.setenv("MEMOLAB_HMAC_KEY", "")
+    assert signing.secret() is None  # empty counts as unset
+    del os.environ["MEMOLAB_HMAC_KEY"]
+    assert signing.secret() is None
+    os.environ.update({"MEMOLAB_HMAC_KEY": "k3"})
+    assert signing.secret() == b"k3"
+    monkeypatch.delenv("MEMOLAB_HMAC_KEY")

@@ -399,3 +399,40 @@ def test_team_store_going_down_mid_process_never_fails_a_call(tmp_path, postgres
             assert store.link.index.lookup(g.key(x)) is not None
     finally:
         memolab.configure(store=old, remote_timeout=old_timeout)
+
+
+def test_environment_changed_mid_process_is_seen_by_the_next_call(tmp_path, monkeypatch):
+    """A memo caches its store per settings and environment: ``MEMOLAB_REMOTE`` set (or
+    unset) between two calls of one process puts the team store in front (or takes it
+    away) at the next call, as ``MEMOLAB_STORE`` moves the store."""
+    from memolab.store import Store
+
+    team = LocalTeam(tmp_path)
+    old = config.settings()
+    monkeypatch.delenv("MEMOLAB_REMOTE", raising=False)
+    monkeypatch.delenv("MEMOLAB_REMOTE_BLOBS", raising=False)
+    monkeypatch.setenv("MEMOLAB_STORE", str(tmp_path / "s1"))
+    memolab.configure(store=None, remote=None, remote_blobs=None)
+
+    @memolab.memo
+    def g(x):
+        return x * 2
+
+    try:
+        assert g(1) == 2
+        assert type(g.store()) is Store and g.store().root == tmp_path / "s1"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (no HMAC key: said once)
+            for k, v in team.env.items():
+                monkeypatch.setenv(k, v)
+            assert g(1) == 2
+            st = g.store()
+            assert type(st).__name__ == "TeamStore" and st.root == tmp_path / "s1"
+            monkeypatch.setenv("MEMOLAB_STORE", str(tmp_path / "s2"))
+            assert g(1) == 2
+            assert g.store().root == tmp_path / "s2"
+        monkeypatch.delenv("MEMOLAB_REMOTE")
+        monkeypatch.delenv("MEMOLAB_REMOTE_BLOBS")
+        assert type(g.store()) is Store
+    finally:
+        memolab.configure(store=old.store, remote=old.remote, remote_blobs=old.remote_blobs)

@@ -110,12 +110,15 @@ class MemoFunction:
 
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
-        # The default store follows the working directory and the settings; the pid
-        # is in the cache key because a forked child must not share our connections.
+        # The default store follows the working directory, the settings and the
+        # environment (the store, and the team store in front of it); the pid is in the
+        # cache key because a forked child must not share our connections.
         if self._store_path is not None:
             where: Any = (self._store_path, os.getpid())
         else:
-            where = (config.generation(), os.environ.get("MEMOLAB_STORE"), os.getcwd(), os.getpid())
+            env = config.environ_bytes
+            where = (config.generation(), env(b"MEMOLAB_STORE"), env(b"MEMOLAB_REMOTE"), env(b"MEMOLAB_REMOTE_BLOBS"),
+                     os.getcwd(), os.getpid())
         cached, store = self._store_cache
         if cached != where or store is None:
             store = get_store(self._store_path)
