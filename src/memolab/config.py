@@ -100,11 +100,17 @@ on_configure: List[Callable[["Settings", "Settings"], None]] = []
 
 
 def find_workspace(start: Optional[Path] = None) -> Path:
-    here = (start or Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "pyproject.toml").exists() or (d / ".git").exists():
-            return d
-    return here
+    # os.path, not pathlib: a third of the cost, and a script's first call runs this twice
+    # (the store's location, then the team store's settings in [tool.memolab])
+    here = os.path.realpath(start if start is not None else os.getcwd())
+    d = here
+    while True:
+        if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
+            return Path(d)
+        parent = os.path.dirname(d)
+        if parent == d:
+            return Path(here)
+        d = parent
 
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
