@@ -20,7 +20,8 @@ joblib.Memory does the same hits and misses at ``--joblib-sizes`` (default 1
 and 10k; a million joblib entries are a million directories). Within a round the
 libraries run back to back (interleaved); figures are the median over
 ``--rounds`` rounds of each round's median, spread (min–max over rounds) in
-brackets. Then ``--procs`` processes × ``--proc-hits`` hits on 50 keys, all
+brackets. Each fill is written back to disk (``os.sync()``, untimed) before the
+measurements on it. Then ``--procs`` processes × ``--proc-hits`` hits on 50 keys, all
 read from the store, started together: total hits per second, same for joblib.
 
 ``--inline-sweep`` measures the inline threshold instead: miss and
@@ -234,6 +235,10 @@ def scaling(args: argparse.Namespace, root: str) -> None:
         libs = ["memolab"] + (["joblib"] if n in jsizes else [])
         if "joblib" in libs:
             child(d, "joblib", "fill", {"n": n})
+        # untimed: write the fill back to disk before measuring. The 1M fill leaves about
+        # 0.5 GB of dirty pages; their write-back took the CPU from the measurements after
+        # it (on these 2 cores hits ran 2x slower, at every store size, until it was done)
+        os.sync()
         res: Dict[str, Dict[str, List[float]]] = {lib: {"hit": [], "hit_best": [], "miss": []} for lib in libs}
         ls, gc = [], []
         for r in range(args.rounds):
