@@ -336,6 +336,10 @@ def test_publish_many_batch(index):
     assert len(index.rows_since()) == 40
     assert index.source("src3") == "v3"
     assert index.publish_many([]) == []
+    # the texts of several digests in one query (a pull's rows, for `explain`), absent ones left out
+    assert index.sources_of(["src1", "nope", "src3", "src1"]) == {"src1": ("f", "v1"), "src3": ("f", "v3")}
+    assert index.sources_of([]) == {}
+    assert len(index.sources_of([f"x{i}" for i in range(1200)] + ["src0"])) == 1  # past any batch limit
 
 
 def test_rows_since_ordering_and_filters(index):

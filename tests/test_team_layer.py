@@ -183,6 +183,34 @@ def test_logs_travel_inline_when_small_and_as_a_blob_when_large(tmp_path, pg_tea
     assert points(b) == points(c) == {"loss": 2, "noise": 3000}
 
 
+def test_code_texts_travel_so_a_team_result_explains_its_miss_with_a_diff(machines, team):
+    """B hits (and C pulls) what A computed, never computing it: their stores still get
+    the source text of the code it was computed with, so when B's code changes, B's miss
+    shows the diff (the texts come with a pull, and after a team hit in the background or
+    at the process's exit)."""
+    a, b, calls = machines
+    a.run(51)
+    b.run(51)  # a team hit
+    c = Machine("C", a.root, team, calls)
+    assert json.loads(c.cli("pull", "f", "--json").stdout)["imported"] == 1
+    assert computed(calls) == ["A 51"]
+    import sqlite3
+
+    for m in (b, c):
+        with sqlite3.connect(m.store / "index.sqlite") as conn:
+            texts = [src for (src,) in conn.execute("SELECT source FROM sources")]
+        assert any("def f(n):" in t for t in texts), (m.name, texts)
+    job = a.root / "job.py"
+    job.write_text(job.read_text().replace('return {"n": n,', 'return {"n": n + 0,'))
+    b.run(51)  # its code changed: a miss, explained against A's evaluation
+    assert computed(calls) == ["A 51", "B 51"]
+    why = b.cli("why", "f", "--json")
+    assert why.returncode == 0, why.stderr
+    miss = json.loads(why.stdout)["miss"]
+    (diff,) = miss["diffs"].values()
+    assert '-    return {"n": n,' in diff and '+    return {"n": n + 0,' in diff, diff
+
+
 def test_a_crash_after_storing_loses_nothing(machines, team):
     """The local store is the journal: a process killed right after storing (no exit
     handlers, no upload) leaves its upload queued; the next process uploads it."""

@@ -505,6 +505,18 @@ class Index:
         row = self.conn().execute("SELECT source FROM sources WHERE digest=?", (digest,)).fetchone()
         return row[0] if row else None
 
+    def sources_of(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+        """digest -> (symbol, source text) of those of ``digests`` this index keeps."""
+        ds = list(dict.fromkeys(digests))
+        out: Dict[str, Tuple[str, str]] = {}
+        c = self.conn()
+        for i in range(0, len(ds), 500):
+            part = ds[i:i + 500]
+            q = ",".join("?" * len(part))
+            out.update((d, (sym, src)) for d, sym, src in
+                       c.execute(f"SELECT digest, symbol, source FROM sources WHERE digest IN ({q})", part))
+        return out
+
     # -- misses ---------------------------------------------------------------------------
     def record_miss(self, fn: str, explanation: Dict[str, Any]) -> None:
         with self.write() as c:

@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..store.sqlite import Key
 from .link import Failed, Offline
@@ -161,6 +161,8 @@ class Journal:
         self._stop = False
         #: (local eval id, the team row's ``logs`` value) to import off the hit path
         self.logs_wanted: List[Tuple[int, str]] = []
+        #: digests of source texts to copy from the team (``TeamStore.import_sources``)
+        self.sources_wanted: Dict[str, None] = {}
 
     # -- the background thread ------------------------------------------------------------
     def wake(self) -> None:
@@ -374,4 +376,15 @@ class Journal:
             while self.logs_wanted:
                 eval_id, ref = self.logs_wanted.pop()
                 n += self.store.import_logs(eval_id, ref)
+            if self.sources_wanted:
+                wanted, self.sources_wanted = self.sources_wanted, {}
+                try:
+                    self.store.import_sources(wanted)
+                except Exception:
+                    pass  # texts for diffs only: never worth a failure
         return n
+
+    def want_sources(self, digests: Iterable[str]) -> None:
+        """Copy these source texts from the team, in one batch with the thread's next work or
+        at exit: not at once (no wake), as a burst of team hits must not meet a writer."""
+        self.sources_wanted.update(dict.fromkeys(digests))

@@ -80,6 +80,21 @@ def blob_refs(row: Dict[str, Any]) -> List[Tuple[str, int]]:
     return refs
 
 
+def code_digests(rows: Iterable[Dict[str, Any]]) -> List[str]:
+    """The digests of the code a row depended on (its snapshot's ``deps``; package and
+    Python versions name no source text): what ``explain`` diffs against on a miss."""
+    out: Dict[str, None] = {}
+    for r in rows:
+        try:
+            deps = json.loads(r.get("snapshot") or "{}").get("deps") or {}
+        except (ValueError, AttributeError):
+            continue  # a damaged snapshot: no diff, as locally
+        for sym, d in deps.items():
+            if isinstance(d, str) and not sym.startswith(("pkg:", "python:")):
+                out[d] = None
+    return list(out)
+
+
 class TeamStore(Store):
     """A ``Store`` whose misses consult the team store and whose results are uploaded to it."""
 
@@ -166,9 +181,31 @@ class TeamStore(Store):
         local = Store.lookup(self, key)
         if local is not None and digest is not None:
             self.journal.want_logs(local["id"], digest)  # a large bundle: fetched off the hit path
+        self.journal.want_sources(code_digests([trow]))  # for `explain`'s diffs, later and in a batch
         return local
 
-    def record_imported(self, pairs: Sequence[Tuple[Key, Dict[str, Any]]], bundles: Dict[str, bytes]) -> int:
+    def import_sources(self, digests: Iterable[str]) -> int:
+        """Copy the team's source texts of ``digests`` that this store lacks (one query, one
+        transaction): rows imported from the team then explain their misses with diffs, as
+        local ones do. Best effort; how many were added."""
+        ds = list(dict.fromkeys(digests))
+        if not ds:
+            return 0
+        missing = [d for d in ds if d not in self.index.sources_of(ds)]
+        if not missing:
+            return 0
+        try:
+            got = self.link.run(lambda: self.link.index.sources_of(missing))
+        except Offline:
+            return 0
+        if got:
+            with self.index.write() as c:
+                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
+                              [(d, sym, src) for d, (sym, src) in got.items()])
+        return len(got)
+
+    def record_imported(self, pairs: Sequence[Tuple[Key, Dict[str, Any]]], bundles: Dict[str, bytes],
+                        sources: Optional[Dict[str, Tuple[str, str]]] = None) -> int:
         """Record team rows locally, their blobs in place: in ONE local transaction, the rows,
         their team ids (hit counts are forwarded by them) and the logs bundles at hand
         (``bundles`` by the rows' ``logs`` values). The logs once followed in transactions
@@ -181,6 +218,9 @@ class TeamStore(Store):
         runs = 0
         with self.index.write() as c:
             ids = [eid for eid, _ in self.index.publish_many([(k, local_fields(r), {}) for k, r in pairs])]
+            if sources:
+                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
+                              [(d, sym, src) for d, (sym, src) in sources.items()])
             journal.remember_ids(self.index, [(eid, int(r["id"])) for eid, (_, r) in zip(ids, pairs)
                                               if r.get("id") is not None], c)
             for eid, (_, r) in zip(ids, pairs):
@@ -493,9 +533,18 @@ class TeamStore(Store):
                 progress(len(chunk), len(new))
         logs_n = 0
         if ok:
+            # the code texts the imported rows name, for `explain` (one query; best effort)
+            texts: Dict[str, Tuple[str, str]] = {}
+            ds = code_digests(r for _, r in ok)
+            missing = [d for d in ds if d not in self.index.sources_of(ds)]
+            if missing:
+                try:
+                    texts = self.link.run(lambda: self.link.index.sources_of(missing))
+                except Offline:
+                    pass
             if want_logs:
                 logs_thread.join()
-            logs_n = self.record_imported(ok, bundles)
+            logs_n = self.record_imported(ok, bundles, texts)
         return {"team_rows": len(rows), "imported": len(ok), "already_here": len(have), "refused": refused,
                 "blobs": fetched, "runs": logs_n}
 

@@ -835,3 +835,12 @@ class PgIndex:
         row = self._run(lambda c: c.execute("SELECT source FROM memolab_sources WHERE digest = %s",
                                             (digest,)).fetchone())
         return row[0] if row else None
+
+    def sources_of(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+        """See ``EvalIndex.sources_of``: one round trip."""
+        ds = list(dict.fromkeys(digests))
+        if not ds:
+            return {}
+        rows = self._run(lambda c: c.execute("SELECT digest, symbol, source FROM memolab_sources "
+                                             "WHERE digest = ANY(%s)", (ds,)).fetchall())
+        return {d: (sym, src) for d, sym, src in rows}

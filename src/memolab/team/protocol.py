@@ -90,3 +90,7 @@ class EvalIndex(Protocol):
     def clear(self, fn: Optional[str] = None) -> int: ...
 
     def source(self, digest: str) -> Optional[str]: ...
+
+    def sources_of(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+        """digest -> (symbol, source text) of those of ``digests`` kept here, in one query:
+        the code texts a row's snapshot names, for ``explain``'s diffs on another machine."""
