@@ -363,7 +363,7 @@ def main() -> None:
           f"{spread(rounds['raw'], mbps)} | 1.00 |")
     print(f"| raw boto3 GET as above, each file fsynced (the durability a pull gives its files) | "
           f"{spread(rounds['raw_fsync'], mbps)} | {med['raw_fsync'] / med['raw']:.2f} |")
-    print(f"| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record | {spread(rounds['pull'], mbps)} | "
+    print(f"| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record (rows, logs, code texts) | {spread(rounds['pull'], mbps)} | "
           f"{med['pull'] / med['raw']:.2f} |")
     print(f"| `memolab pull` as a command, wall time incl. interpreter start-up and imports (not the same work) | "
           f"{spread(rounds['pull_cli'], mbps)} | {med['pull_cli'] / med['raw']:.2f} |")
