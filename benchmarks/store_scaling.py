@@ -236,8 +236,8 @@ def scaling(args: argparse.Namespace, root: str) -> None:
         if "joblib" in libs:
             child(d, "joblib", "fill", {"n": n})
         # untimed: write the fill back to disk before measuring. The 1M fill leaves about
-        # 0.5 GB of dirty pages; their write-back took the CPU from the measurements after
-        # it (on these 2 cores hits ran 2x slower, at every store size, until it was done)
+        # 0.5 GB of dirty pages; right after it, hits ran 2x slower on these 2 cores, on a
+        # 1-entry store in the same process too (the write-back competing for the CPU)
         os.sync()
         res: Dict[str, Dict[str, List[float]]] = {lib: {"hit": [], "hit_best": [], "miss": []} for lib in libs}
         ls, gc = [], []
