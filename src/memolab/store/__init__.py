@@ -40,7 +40,7 @@ from .. import config
 from ..errors import CorruptBlob, StoreMiss
 from . import perms, signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token, write_usage
+from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token, savepoint, write_usage
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -460,15 +460,11 @@ class Store:
 
 def _savepointed(fn: Callable[[sqlite3.Connection], None]) -> Callable[[sqlite3.Connection], None]:
     def run(c: sqlite3.Connection) -> None:
-        c.execute("SAVEPOINT memolab_rider")
         try:
-            fn(c)
+            with savepoint(c, "memolab_rider"):
+                fn(c)
         except Exception:
-            if c.in_transaction:
-                c.execute("ROLLBACK TO memolab_rider")
-                c.execute("RELEASE memolab_rider")
-            return
-        c.execute("RELEASE memolab_rider")
+            pass  # the rider alone is rolled back: the result is recorded anyway
 
     return run
 

@@ -156,6 +156,25 @@ def _checked(row: Optional[tuple], columns: Tuple[str, ...]) -> Optional[Dict[st
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
 
+class savepoint:
+    """All or nothing inside the caller's transaction: on an error, what the block wrote is
+    rolled back to the savepoint (the rest of the transaction stays) and the error raised."""
+
+    def __init__(self, c: sqlite3.Connection, name: str) -> None:
+        self.c, self.name = c, name
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.c.execute(f"SAVEPOINT {self.name}")
+        return self.c
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if et is None:
+            self.c.execute(f"RELEASE {self.name}")
+        elif self.c.in_transaction:  # (SQLite may have rolled the whole transaction back itself)
+            self.c.execute(f"ROLLBACK TO {self.name}")
+            self.c.execute(f"RELEASE {self.name}")
+
+
 class BlobsGone(Exception):
     """A blob an evaluation was about to refer to was collected after it was put."""
 
@@ -500,6 +519,13 @@ class Index:
     def delete_evaluations(self, ids: Sequence[int]) -> None:
         with self.write() as c:
             c.executemany("DELETE FROM evaluations WHERE id=?", [(i,) for i in ids])
+
+    def add_sources(self, sources: Dict[str, Tuple[str, str]]) -> None:
+        """Keep source texts (digest -> (symbol, text)); those already here stay as they are."""
+        if sources:
+            with self.write() as c:
+                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
+                              [(d, sym, src) for d, (sym, src) in sources.items()])
 
     def source(self, digest: str) -> Optional[str]:
         row = self.conn().execute("SELECT source FROM sources WHERE digest=?", (digest,)).fetchone()

@@ -184,24 +184,25 @@ class TeamStore(Store):
         self.journal.want_sources(code_digests([trow]))  # for `explain`'s diffs, later and in a batch
         return local
 
-    def import_sources(self, digests: Iterable[str]) -> int:
-        """Copy the team's source texts of ``digests`` that this store lacks (one query, one
-        transaction): rows imported from the team then explain their misses with diffs, as
-        local ones do. Best effort; how many were added."""
+    def team_texts(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+        """The team's source texts of those of ``digests`` this store lacks (one query; {} when
+        offline): rows imported from the team then explain their misses with diffs, as
+        local ones do."""
         ds = list(dict.fromkeys(digests))
-        if not ds:
-            return 0
-        missing = [d for d in ds if d not in self.index.sources_of(ds)]
+        have = self.index.sources_of(ds) if ds else {}
+        missing = [d for d in ds if d not in have]
         if not missing:
-            return 0
+            return {}
         try:
-            got = self.link.run(lambda: self.link.index.sources_of(missing))
+            return self.link.run(lambda: self.link.index.sources_of(missing))
         except Offline:
-            return 0
-        if got:
-            with self.index.write() as c:
-                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
-                              [(d, sym, src) for d, (sym, src) in got.items()])
+            return {}
+
+    def import_sources(self, digests: Iterable[str]) -> int:
+        """Keep the team's source texts of ``digests`` that this store lacks (best effort);
+        how many were added."""
+        got = self.team_texts(digests)
+        self.index.add_sources(got)
         return len(got)
 
     def record_imported(self, pairs: Sequence[Tuple[Key, Dict[str, Any]]], bundles: Dict[str, bytes],
@@ -218,9 +219,7 @@ class TeamStore(Store):
         runs = 0
         with self.index.write() as c:
             ids = [eid for eid, _ in self.index.publish_many([(k, local_fields(r), {}) for k, r in pairs])]
-            if sources:
-                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
-                              [(d, sym, src) for d, (sym, src) in sources.items()])
+            self.index.add_sources(sources or {})  # (nested: in this transaction)
             journal.remember_ids(self.index, [(eid, int(r["id"])) for eid, (_, r) in zip(ids, pairs)
                                               if r.get("id") is not None], c)
             for eid, (_, r) in zip(ids, pairs):
@@ -533,15 +532,7 @@ class TeamStore(Store):
                 progress(len(chunk), len(new))
         logs_n = 0
         if ok:
-            # the code texts the imported rows name, for `explain` (one query; best effort)
-            texts: Dict[str, Tuple[str, str]] = {}
-            ds = code_digests(r for _, r in ok)
-            missing = [d for d in ds if d not in self.index.sources_of(ds)]
-            if missing:
-                try:
-                    texts = self.link.run(lambda: self.link.index.sources_of(missing))
-                except Offline:
-                    pass
+            texts = self.team_texts(code_digests(r for _, r in ok))  # for `explain`: one query
             if want_logs:
                 logs_thread.join()
             logs_n = self.record_imported(ok, bundles, texts)

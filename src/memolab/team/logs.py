@@ -112,19 +112,16 @@ def import_bundle(index: Any, data: bytes, eval_id: int) -> int:
     doc = json.loads(raw)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise ValueError("not a memolab logs bundle")
+    from ..store.sqlite import savepoint
+
     with index.write() as c:
-        c.execute("SAVEPOINT memolab_logs")
         where = (str(getattr(index, "path", "")), id(c))
         try:
-            n = _import(c, doc, eval_id, where)
+            with savepoint(c, "memolab_logs"):
+                return _import(c, doc, eval_id, where)
         except BaseException:
             _COLUMNS.pop(where, None)  # (a table thought there may have gone with a rollback)
-            if c.in_transaction:
-                c.execute("ROLLBACK TO memolab_logs")
-                c.execute("RELEASE memolab_logs")
             raise
-        c.execute("RELEASE memolab_logs")
-        return n
 
 
 _COLUMNS_SQL = ("SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p "
