@@ -336,3 +336,30 @@ def test_environment_reads_on_the_hit_path_follow_every_change(monkeypatch):
     os.environ.update({"MEMOLAB_HMAC_KEY": "k3"})
     assert signing.secret() == b"k3"
     monkeypatch.delenv("MEMOLAB_HMAC_KEY")
+
+
+def test_a_rider_that_raises_is_rolled_back_alone_and_the_result_recorded(tmp_path):
+    """``Store.ride_along``: the rider runs in the result's transaction, in a savepoint:
+    what it wrote before raising is undone, the result is recorded all the same."""
+    st = Store(tmp_path / "s")
+    st.index.conn().execute("CREATE TABLE rider_log(x)")
+
+    def rider(c):
+        c.execute("INSERT INTO rider_log VALUES (1)")
+        raise RuntimeError("boom")
+
+    st.acquire(KEY, st.owner_id())
+    st.ride_along(rider)
+    st.save(KEY, st.owner_id(), {"v": 1}, _fields(), {})
+    st.ride_along(None)
+    c = st.index.conn()
+    assert not c.in_transaction
+    assert c.execute("SELECT count(*) FROM rider_log").fetchone() == (0,)
+    assert st.load(KEY, st.lookup(KEY)) == {"v": 1}
+
+    st.ride_along(lambda c: c.execute("INSERT INTO rider_log VALUES (2)"))  # one that succeeds is kept
+    key2 = KEY[:2] + ("args2",) + KEY[3:]
+    st.acquire(key2, st.owner_id())
+    st.save(key2, st.owner_id(), {"v": 2}, _fields(), {})
+    st.ride_along(None)
+    assert c.execute("SELECT x FROM rider_log").fetchall() == [(2,)]
