@@ -296,6 +296,31 @@ def _finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, writ
         _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
+def _copy_verified(source: Any, read: Callable[[], Any], digest: str, size: int, path: str,
+                   tmp_dir: "Optional[os.PathLike[str] | str]", sync_dir: bool) -> None:
+    """``get_to`` of a store read as a stream: ``read()``'s chunks (until an empty one, or
+    past ``size``) hashed and written to a temporary file beside ``path``, published there
+    only with the right bytes (``_finish``). ``source``, what ``read`` reads, is closed
+    in any case; a chunk may be a view that the next ``read()`` overwrites."""
+    with source:
+        tmp = _tmp_beside(path, tmp_dir)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        h, written = _hasher(), 0
+        try:
+            while written <= size:
+                chunk = read()
+                if not len(chunk):
+                    break
+                h.update(chunk)
+                write_all(fd, chunk)
+                written += len(chunk)
+        except BaseException:
+            os.close(fd)
+            _unlink(tmp)
+            raise
+    _finish(tmp, fd, path, digest, h.hexdigest(), size, written, sync_dir)
+
+
 def _unlink(p: str) -> None:
     try:
         os.unlink(p)
@@ -483,31 +508,10 @@ class FileBlobs(RemoteBlobs):
 
     def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
                tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
-        src = self._open(digest)
-        path = os.fspath(path)
-        tmp = _tmp_beside(path, tmp_dir)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        except BaseException:
-            os.close(src)
-            raise
-        h, written = _hasher(), 0
-        try:
-            buf = bytearray(CHUNK)
-            mv = memoryview(buf)
-            with os.fdopen(src, "rb", buffering=0) as f:
-                while written <= size:
-                    n = f.readinto(buf)
-                    if not n:
-                        break
-                    h.update(mv[:n])
-                    write_all(fd, mv[:n])
-                    written += n
-        except BaseException:
-            os.close(fd)
-            _unlink(tmp)
-            raise
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, written, sync_dir)
+        f = os.fdopen(self._open(digest), "rb", buffering=0)
+        buf = bytearray(CHUNK)
+        mv = memoryview(buf)
+        _copy_verified(f, lambda: mv[:f.readinto(buf) or 0], digest, size, os.fspath(path), tmp_dir, sync_dir)
 
     def exists(self, digest: str) -> bool:
         self._dirs()
@@ -609,29 +613,9 @@ class FsspecBlobs(RemoteBlobs):
 
     def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
                tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
-        path = os.fspath(path)
         f = self._guard("open", lambda: self.fs.open(self._path(digest), "rb"), digest)
-        tmp = _tmp_beside(path, tmp_dir)
-        h, written = _hasher(), 0
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-        except BaseException:
-            f.close()
-            raise
-        try:
-            with f:
-                while written <= size:
-                    chunk = self._guard("read", lambda: f.read(CHUNK), digest)
-                    if not chunk:
-                        break
-                    h.update(chunk)
-                    write_all(fd, chunk)
-                    written += len(chunk)
-        except BaseException:
-            os.close(fd)
-            _unlink(tmp)
-            raise
-        _finish(tmp, fd, path, digest, h.hexdigest(), size, written, sync_dir)
+        _copy_verified(f, lambda: self._guard("read", lambda: f.read(CHUNK), digest), digest, size, os.fspath(path),
+                       tmp_dir, sync_dir)
 
     def exists(self, digest: str) -> bool:
         return bool(self._guard("exists", lambda: self.fs.exists(self._path(digest))))
