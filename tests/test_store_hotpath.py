@@ -7,6 +7,7 @@ index row. Figures are in benchmarks/store_scaling.py and hit_overhead.py.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import warnings
 
@@ -363,3 +364,35 @@ def test_a_rider_that_raises_is_rolled_back_alone_and_the_result_recorded(tmp_pa
     st.save(key2, st.owner_id(), {"v": 2}, _fields(), {})
     st.ride_along(None)
     assert c.execute("SELECT x FROM rider_log").fetchall() == [(2,)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_opens_its_own_connection(tmp_path):
+    """The pid a hit compares against is cached (``config.pid``, no system call); a fork must
+    still give the child its own SQLite connection, and the parent's must survive the child."""
+    from memolab import config
+
+    calls = Calls()
+
+    @memo(store=tmp_path / "s")
+    def f(x):
+        calls.append(x)
+        return x + 1
+
+    assert f(1) == 2
+    parent_conn = f.store().index.conn()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ok = (config.pid() == os.getpid() and f.store().index.conn() is not parent_conn
+                  and f(1) == 2 and f(2) == 3)  # a hit and a miss, on the child's connection
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert config.pid() == os.getpid() and f.store().index.conn() is parent_conn
+    f.store().forget()
+    assert f(1) == 2 and f(2) == 3  # the child's miss is stored; the parent's connection reads it
+    assert calls.count(1) == 1 and calls.count(2) == 0

@@ -36,6 +36,27 @@ else:  # pragma: no cover - not POSIX
         v = os.environ.get(name.decode("ascii"))
         return None if v is None else v.encode("utf-8", "surrogateescape")
 
+# ``os.getpid()`` is a system call (glibc stopped caching it), and a hit asks twice (the
+# store cache and the connection are per process). The pid changes only across a fork,
+# and every fork made from Python runs ``after_in_child``; the handler is registered
+# before any of our connections or stores can exist.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def pid() -> int:
+    """This process's id, without a system call."""
+    return _pid
+
+
 VERSION_SENSITIVITIES = ("exact", "minor", "major", "ignore")
 
 

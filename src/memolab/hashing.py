@@ -53,6 +53,7 @@ CHUNK = 4 << 20
 #: Buffers at least this large are hashed as a tree (so they can use all cores).
 TREE_MIN = 2 * CHUNK
 KEY_SCHEMA = f"{SCHEMA}-{ALGORITHM}-c{CHUNK >> 20}m"
+_KEY_SCHEMA_B = KEY_SCHEMA.encode()
 
 _pack_q = struct.Struct("<q").pack
 _pack_d = struct.Struct("<d").pack
@@ -68,6 +69,11 @@ _lazy: Dict[str, Callable[[], None]] = {}
 
 def _new_hasher():
     return xxhash.xxh3_128()
+
+
+def _hexdigest_of(data: bytes) -> str:
+    """``_new_hasher()`` fed ``data`` at once: its hex digest, in one call."""
+    return xxhash.xxh3_128_hexdigest(data)
 
 
 # -- buffers: chunk tree hashed on a thread pool -------------------------------------
@@ -233,7 +239,7 @@ class Encoder:
 
     def restart(self) -> None:
         """Start a new digest but keep the memo (used for per-argument digests)."""
-        self.hexdigest()
+        self.buf.clear()
         self.h = _new_hasher()
 
     # -- traversal ----------------------------------------------------------
@@ -873,7 +879,8 @@ def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args") -> Tupl
     enc = Encoder()
     per: Dict[str, str] = {}
     for name, value in named:
-        enc.restart()
+        if per:
+            enc.restart()
         try:
             enc.encode(value)
         except HashError as e:
@@ -881,11 +888,10 @@ def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args") -> Tupl
         except RecursionError:
             raise HashError("value is nested too deeply to hash", f"{root}[{name!r}]", value) from None
         per[name] = enc.hexdigest()
-    top = _new_hasher()
-    top.update(KEY_SCHEMA.encode())
+    top = [_KEY_SCHEMA_B]
     for name, d in per.items():
-        top.update(_pack_Q(len(name)) + name.encode() + d.encode())
-    return top.hexdigest(), per
+        top.append(_pack_Q(len(name)) + name.encode() + d.encode())
+    return _hexdigest_of(b"".join(top)), per
 
 
 # -- results loaded from the store -------------------------------------------------------

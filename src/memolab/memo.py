@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 from . import codegraph, config, files, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import Explanation, explain_key, miss_record
-from .store import Key, Store, get_store, runtime_info
+from .store import Key, Store, get_store, runtime_info, signing
 from .store.sqlite import insert_miss
 from .summary import summarize
 from .tracking import runs as _runs
@@ -114,11 +114,11 @@ class MemoFunction:
         # environment (the store, and the team store in front of it); the pid is in the
         # cache key because a forked child must not share our connections.
         if self._store_path is not None:
-            where: Any = (self._store_path, os.getpid())
+            where: Any = (self._store_path, config.pid())
         else:
             env = config.environ_bytes
             where = (config.generation(), env(b"MEMOLAB_STORE"), env(b"MEMOLAB_REMOTE"), env(b"MEMOLAB_REMOTE_BLOBS"),
-                     os.getcwd(), os.getpid())
+                     os.getcwd(), config.pid())
         cached, store = self._store_cache
         if cached != where or store is None:
             store = get_store(self._store_path)
@@ -598,10 +598,14 @@ class _BoundMemo:
 
 
 def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
-    from .store import signing
-
-    if row.get("result_token") == "[]" and signing.secret() is None:
-        return []  # a result without arrays or tensors (most small results): nothing to parse
+    if "result_token" in row and signing.secret() is None:
+        # the two answers of most small results, without parsing: no token recorded
+        # (nothing the result walk remembers) or one without arrays or tensors
+        text = row["result_token"]
+        if text is None:
+            return None
+        if text == "[]":
+            return []
     import json
 
     if not signing.snapshot_trusted(row):

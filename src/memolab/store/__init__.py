@@ -488,11 +488,12 @@ def _loads(payload: bytes, buffers: Sequence[Any]) -> Any:
 def _split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]) -> Tuple[bytes, Tuple[memoryview, ...]]:
     """Payload and buffers of an inline row, each checked against its digest
     (the row may be damaged or hand-edited like any file): ``CorruptBlob`` if not."""
-    mv = memoryview(inline)
     n = row["payload_size"]
-    if len(mv) != n + sum(size for _, size in refs):
-        raise CorruptBlob(f"inline result of #{row['id']} has {len(mv)} bytes, expected {n + sum(s for _, s in refs)}")
-    payload = mv[:n]
+    want = n + sum(size for _, size in refs) if refs else n
+    if len(inline) != want:
+        raise CorruptBlob(f"inline result of #{row['id']} has {len(inline)} bytes, expected {want}")
+    mv = memoryview(inline) if refs else None
+    payload = mv[:n] if mv is not None else inline  # (no buffers, most small results: the column as it is)
     if digest_bytes(payload) != row["payload"]:
         raise CorruptBlob(f"inline payload of #{row['id']} does not match its digest")
     views = []

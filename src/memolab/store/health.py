@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Set, Tuple
 
+from .. import config
 from ..errors import MemolabWarning, StoreUnavailable
 from . import Store, signing
 from .blobs import BlobFolder
@@ -168,7 +169,7 @@ class ReadOnlyIndex(Index):
     def conn(self) -> sqlite3.Connection:
         loc = self._local
         c = getattr(loc, "conn", None)
-        if c is not None and loc.pid == os.getpid() and (not loc.immutable or loc.fp == self._fingerprint()):
+        if c is not None and loc.pid == config.pid() and (not loc.immutable or loc.fp == self._fingerprint()):
             return c
         uri = self.path.absolute().as_uri()
         fp = self._fingerprint()
@@ -181,7 +182,7 @@ class ReadOnlyIndex(Index):
                 raise  # a pending WAL holds committed data the file alone lacks
             c = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
             immutable = True
-        loc.conn, loc.pid, loc.immutable, loc.fp = c, os.getpid(), immutable, fp
+        loc.conn, loc.pid, loc.immutable, loc.fp = c, config.pid(), immutable, fp
         return c
 
     def lookup(self, key: Key, **kw: Any) -> Optional[Dict[str, Any]]:

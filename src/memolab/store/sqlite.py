@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from .. import config
+
 #: 1: the first format (its version lives in ``meta`` only).
 #: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
 #:    and the version mirrored in SQLite's ``user_version`` header field, so that
@@ -121,10 +123,11 @@ HIT_COLUMNS = EVAL_COLUMNS + ("inline",) + (("result_token",) if _JSON1 else ())
 _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
 #: What loading needs and nothing more: every column fetched is a few hundred
 #: nanoseconds of a hit. Only an unsigned store may use it (a signature covers
-#: the snapshot), and only with JSON1 (else the result token comes from it).
-LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "signature", "finished",
-                "duration", "hits", "inline") + (("result_token",) if _JSON1 else ())
-_LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:11])}{_TOKEN}{_WHERE_KEY}"
+#: the snapshot, so a signed store reads it and the signature), and only with
+#: JSON1 (else the result token comes from the snapshot).
+LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "inline") + (
+    ("result_token",) if _JSON1 else ())
+_LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:7])}{_TOKEN}{_WHERE_KEY}"
 # What ``lookup`` runs: the same, whatever the row's status (at most one row per
 # key: UNIQUE), so that a miss learns in the same statement whether the key has
 # no row at all (the common miss) or one out of use, which the miss explanation
@@ -261,14 +264,14 @@ class Index:
     # -- connections ------------------------------------------------------------------
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
-        if c is None or getattr(self._local, "pid", None) != os.getpid():
+        if c is None or self._local.pid != config.pid():
             # timeout= is SQLite's busy timeout. synchronous=NORMAL in WAL mode: a
             # commit survives a crash of the process, not necessarily of the
             # machine (see "Durability" in docs/storage-format.md).
             c = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
             c.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = c
-            self._local.pid = os.getpid()
+            self._local.pid = config.pid()
         return c
 
     class _write:
