@@ -396,3 +396,20 @@ def test_a_forked_child_opens_its_own_connection(tmp_path):
     f.store().forget()
     assert f(1) == 2 and f(2) == 3  # the child's miss is stored; the parent's connection reads it
     assert calls.count(1) == 1 and calls.count(2) == 0
+
+
+def test_a_hit_asks_the_system_for_no_process_id(tmp_path, monkeypatch):
+    """``os.getpid`` is a system call; a hit compares the cached ``config.pid`` instead."""
+    @memo(store=tmp_path / "s")
+    def f(x):
+        return x + 1
+
+    assert f(1) == 2
+    asked = []
+    real = os.getpid
+    monkeypatch.setattr(os, "getpid", lambda: asked.append(1) or real())
+    for _ in range(3):
+        f.store().forget()  # read from the store, not this process's copy
+        assert f(1) == 2
+    assert f(1) == 2  # and from memory
+    assert asked == []
