@@ -414,3 +414,24 @@ def test_string_token_caches_are_bounded():
         hashing._str_token(f"digest{i}")
     assert len(hashing._NAME_TOKENS) <= hashing._TOKEN_CACHE_MAX
     assert len(hashing._STR_TOKENS) <= hashing._TOKEN_CACHE_MAX
+
+
+def test_a_handler_registered_for_a_scalar_type_is_seen_by_remembered_digests():
+    """Digests of scalar-only calls are remembered (``hashing._scalar_digests``); registering a
+    handler, even for ``int`` itself, must reach the next call's key."""
+    from memolab import hashing
+
+    before = hashing.hash_arguments([("x", 3)])
+    assert hashing.hash_arguments([("x", 3)]) == before  # remembered
+    original = hashing._dispatch[int]
+    try:
+        hashing.register_handler(int, lambda enc, obj: enc.write(b"custom" + str(obj).encode()))
+        changed = hashing.hash_arguments([("x", 3)])
+        assert changed[0] != before[0]
+        assert changed == hashing._hash_arguments([("x", 3)], "args")
+    finally:
+        hashing.register_handler(int, original)
+    assert hashing.hash_arguments([("x", 3)]) == before
+    returned = hashing.hash_arguments([("x", 3)])[1]
+    returned["x"] = "mutated by a caller"
+    assert hashing.hash_arguments([("x", 3)]) == before  # callers get copies

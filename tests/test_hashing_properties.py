@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memolab.hashing import hash_value as H
@@ -159,3 +159,28 @@ def test_equal_values_hash_equal_across_processes_and_hash_seeds(tmp_path_factor
     here = [H(v) for v in batch]
     for seed in ("0", "1", "12345"):
         assert _child_digests(str(path), seed) == here
+
+
+scalar_args = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "lr", "seed"]),
+              atoms | st.text(min_size=250, max_size=300) | st.binary(min_size=250, max_size=300)),
+    max_size=4, unique_by=lambda p: p[0])
+
+
+@given(scalar_args, scalar_args)
+@example([("a", 0.0)], [("a", -0.0)])  # equal as dict keys, not as encodings
+@example([("a", 1)], [("a", True)])
+@example([("a", 1)], [("a", 1.0)])
+@example([("a", float("nan"))], [("a", float("nan"))])
+def test_remembered_scalar_argument_digests_are_the_encoded_ones(a, b):
+    """``hash_arguments`` remembers the digests of calls made of plain scalars; what it
+    returns is always what encoding the arguments gives, equal exactly when the
+    arguments are canonically equal (bools and ints, 0.0 and -0.0, NaNs kept apart)."""
+    from memolab.hashing import _hash_arguments, hash_arguments
+
+    for named in (a, b):
+        want = _hash_arguments(named, "args")
+        assert hash_arguments(named) == want
+        assert hash_arguments(list(named)) == want  # remembered: the same answer
+    same = [(n, canon(v)) for n, v in a] == [(n, canon(v)) for n, v in b]
+    assert (hash_arguments(a)[0] == hash_arguments(b)[0]) == same
