@@ -524,7 +524,7 @@ def _retire_replaced(old: config.Settings, new: config.Settings) -> None:
     if gone_index is None and gone_blobs is None:
         return
     with _stores_lock:
-        keys = [k for k in _stores if k[2] is not None and k[1] == os.getpid()
+        keys = [k for k in _stores if k[2] is not None and k[1] == config.pid()
                 and ((gone_index is not None and k[2][0] == gone_index)
                      or (gone_blobs is not None and k[2][1] == gone_blobs))]
         retired = [_stores.pop(k) for k in keys]
@@ -544,7 +544,7 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
     (only a store location that cannot be one, a URL, raises ``StoreConfigError``)."""
     p = Path(path) if path is not None else config.store_path()
     remote = config.remote()  # a team store configured: a TeamStore (team/layered.py) in front of it
-    k = (str(p.resolve()) if p.exists() else str(p.absolute()), os.getpid(), remote)
+    k = (str(p.resolve()) if p.exists() else str(p.absolute()), config.pid(), remote)
     s = _stores.get(k)
     if s is None or (not isinstance(s, Store) or hasattr(s, "problem")) and s._generation != config.generation():
         with _stores_lock:
@@ -592,11 +592,11 @@ def runtime_info() -> Dict[str, Any]:
     """Host, Python, memolab and platform: made once per process (and per host name,
     which may change under a long-running process; ``gethostname`` is one syscall)."""
     host = host_name()
-    info = _RUNTIME.get((os.getpid(), host))
+    info = _RUNTIME.get((config.pid(), host))
     if info is None:
         from .. import __version__
 
-        info = _RUNTIME[(os.getpid(), host)] = {
+        info = _RUNTIME[(config.pid(), host)] = {
             "host": host,
             "python": platform.python_version(),
             "memolab": __version__,
