@@ -207,3 +207,28 @@ def test_default_store_is_in_the_workspace(project, tmp_path):
     subprocess.run([sys.executable, str(project.root / "job.py")], cwd=sub, env=env, check=True, capture_output=True)
     assert (project.root / ".memolab" / "index.sqlite").exists()
     assert not (sub / ".memolab").exists()
+
+
+SCALARS = """
+import json
+from memolab import memo
+
+@memo
+def kind(x):
+    with open("runs.log", "a") as f:
+        f.write(f"kind {x!r}\\n")
+    return repr(x)
+
+# equal as dict keys, different as arguments: each its own result, in one process
+# (where argument digests of plain scalars are remembered) and in the next
+print(json.dumps([kind(v) for v in (1, True, 1.0, 0.0, -0.0, 0, False, "1", b"1", None)]))
+"""
+
+
+def test_scalar_arguments_equal_as_dict_keys_key_apart_across_processes(project):
+    want = ["1", "True", "1.0", "0.0", "-0.0", "0", "False", "'1'", "b'1'", "None"]
+    project.write("job.py", SCALARS)
+    assert project.run_json("job.py") == want
+    assert runs(project) == 10
+    assert project.run_json("job.py") == want  # a fresh process: every one a hit, none confused
+    assert runs(project) == 10
