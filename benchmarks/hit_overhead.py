@@ -11,6 +11,10 @@ Every row is the same work for every library:
   Its second row is the fastest of 5 consecutive blocks of those calls in each
   round (the same statistic for every library): this machine's speed swings
   about 1.7x in blocks of seconds, and a child process may run at either.
+  Its third row runs memolab and joblib.Memory in one process, in alternating
+  blocks of 25 hits (a pair of blocks lasts milliseconds, so both run at the
+  same speed); its ratio is the median over rounds of the median over block
+  pairs of joblib's block median over memolab's.
 * **first call of a fresh process**: a new interpreter whose first call is a
   hit (the store was filled by an earlier process): store open, code digest,
   argument hash, lookup, load, and whatever the library imports lazily on the
@@ -51,6 +55,11 @@ if lib == "memolab":
     from memolab import memo, configure
     configure(store=os.path.join(workdir, "memolab-store"))
     deco = memo
+elif lib == "paired":  # both libraries wrap the same functions below (source lines included)
+    from memolab import memo, configure
+    from joblib import Memory
+    configure(store=os.path.join(workdir, "memolab-store"))
+    deco = lambda fn: fn
 elif lib == "joblib":
     from joblib import Memory
     deco = Memory(os.path.join(workdir, "joblib-cache"), verbose=0).cache
@@ -67,6 +76,30 @@ def trivial(x):
 def total(a):
     return float(a.sum())
 
+if lib == "paired":
+    # Both libraries in one process, in alternating blocks of calls: this machine's
+    # speed swings about 1.7x in blocks of seconds, and a block pair lasts a few
+    # milliseconds, so both libraries of a pair run at the same speed.
+    from memolab.store import get_store
+    pairs = {"memolab": memo(trivial), "joblib": Memory(os.path.join(workdir, "joblib-cache"), verbose=0).cache(trivial)}
+    forget = get_store().forget
+    block, n_blocks = 25, max(4, repeat // 25)
+    meds = {"memolab": [], "joblib": []}
+    for f in pairs.values():
+        f(3), f(3)  # warm: hits (the stores were filled by the other children)
+    for b in range(n_blocks):
+        for lib_ in (("memolab", "joblib") if b % 2 == 0 else ("joblib", "memolab")):
+            f, ts = pairs[lib_], []
+            for _ in range(block):
+                forget()  # memolab's in-process copies dropped: every hit reads the store
+                t = time.perf_counter()
+                f(3)
+                ts.append(time.perf_counter() - t)
+            meds[lib_].append(statistics.median(ts))
+    print(json.dumps({"paired_memolab": statistics.median(meds["memolab"]),
+                      "paired_joblib": statistics.median(meds["joblib"]),
+                      "paired_ratio": statistics.median(j / m for m, j in zip(meds["memolab"], meds["joblib"]))}))
+    sys.exit(0)
 t = time.perf_counter()
 trivial(1)  # a hit, unless mode == "fill"
 t_first = time.perf_counter() - t
@@ -146,6 +179,10 @@ def summary(values: List[float]) -> str:
     return f"{fmt(m)} ({fmt(min(values))}–{fmt(max(values))})"
 
 
+def summary_ratio(values: List[float]) -> str:
+    return f"{statistics.median(values):,.1f}x ({min(values):,.1f}–{max(values):,.1f})"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, default=100, help="size of the array argument in MB (default 100)")
@@ -165,6 +202,7 @@ def main() -> None:
         for lib, py in libs:  # fill each store and write bytecode caches: untimed
             run(lib, py, d, args.mb, args.repeat, "fill")
             run(lib, py, d, args.mb, args.repeat, "first")
+        paired: List[dict] = []
         for _ in range(args.rounds):
             for lib, py in libs:
                 r = run(lib, py, d, args.mb, args.repeat, "measure")
@@ -172,6 +210,11 @@ def main() -> None:
                     errors[lib] = r["error"]
                 else:
                     rounds[lib].append(r)
+            r = run("paired", sys.executable, d, args.mb, args.repeat, "measure")
+            if "error" in r:
+                errors["paired"] = r["error"]
+            else:
+                paired.append(r)
 
     cols = [lib for lib, _ in libs]
     print(f"cost of a cache hit by layer; {args.rounds} interleaved rounds, median of rounds (min–max over rounds);")
@@ -189,6 +232,16 @@ def main() -> None:
         m, j = meds.get("memolab"), meds.get("joblib")
         ratio = f"{j / m:,.1f}x" if m and j else "-"
         print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} |")
+        if case == "store_trivial_fastest":
+            # one process, both libraries in alternating blocks: the ratio is the median of
+            # the blocks' ratios (joblib's block over memolab's block next to it)
+            if paired:
+                cells = [summary([r[f"paired_{lib}"] for r in paired]) if lib != "hitsave" else "-" for lib in cols]
+                ratio = summary_ratio([r["paired_ratio"] for r in paired])
+            else:
+                cells, ratio = [f"failed: {errors.get('paired', '?')[:60]}"] + ["-"] * (len(cols) - 1), "-"
+            print(f"| hit read from the store, trivial: both in one process, alternating blocks of 25 | "
+                  + " | ".join(cells) + f" | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ real inline payloads, as the issue allows):
   process each, wall time including interpreter start-up.
 
 joblib.Memory does the same hits and misses at ``--joblib-sizes`` (default 1
-and 10k; a million joblib entries are a million directories). Within a round the
+and 10k; a million joblib entries are a million directories), in its own child
+processes and, in a third table, in one process with memolab, the two
+alternating blocks of calls (20 hits or 5 misses), so that both run at the
+same machine speed: its ratios are medians over block pairs. Within a round the
 libraries run back to back (interleaved); figures are the median over
 ``--rounds`` rounds of each round's median, spread (min–max over rounds) in
 brackets. Each fill is written back to disk (``os.sync()``, untimed) before the
@@ -56,6 +59,11 @@ if lib == "memolab":
     from memolab import memo, configure
     configure(store=os.path.join(workdir, "store"))
     deco = memo
+elif lib == "paired":  # both libraries wrap the same f below (its source lines included)
+    from memolab import memo, configure
+    from joblib import Memory
+    configure(store=os.path.join(workdir, "store"))
+    deco = lambda fn: fn
 else:
     from joblib import Memory
     deco = Memory(os.path.join(workdir, "joblib"), verbose=0).cache
@@ -67,7 +75,7 @@ def f(x):
 def forget():
     pass
 
-if lib == "memolab":
+if lib in ("memolab", "paired"):
     from memolab.store import get_store
     forget = get_store().forget
 
@@ -139,6 +147,35 @@ elif mode == "measure":
         return min(statistics.median(ts[i:i + k]) for i in range(0, len(ts) - k + 1, k))
     print(json.dumps({"hit": statistics.median(hits), "hit_best": fastest(hits), "miss": statistics.median(misses),
                       "miss_best": fastest(misses)}))
+elif mode == "paired":
+    # Both libraries in one process, alternating blocks of calls: a pair of blocks
+    # lasts milliseconds, so both run at the machine's same speed (it swings 1.7x in
+    # blocks of seconds). Ratios are memolab's block median over joblib's next to it.
+    libs = {"memolab": memo(f), "joblib": Memory(os.path.join(workdir, "joblib"), verbose=0).cache(f)}
+    for g in libs.values():
+        g(0), g(0)
+    last = get_store().index.conn().execute("SELECT MAX(id) FROM evaluations").fetchone()[0]
+    base = 2 * 10**9 + arg["round"] * 10**6  # keys no other child computed
+    out = {}
+    for what, block, n_blocks in (("hit", 20, arg["hits"] // 20), ("miss", 5, arg["misses"] // 5)):
+        meds = {"memolab": [], "joblib": []}
+        for b in range(n_blocks):
+            for name in (("memolab", "joblib") if b % 2 == 0 else ("joblib", "memolab")):
+                g, ts = libs[name], []
+                for i in range(block):
+                    x = 0 if what == "hit" else base + b * block + i
+                    forget()
+                    t = time.perf_counter()
+                    g(x)
+                    ts.append(time.perf_counter() - t)
+                meds[name].append(statistics.median(ts))
+        out[what] = {name: statistics.median(v) for name, v in meds.items()}
+        out[what]["ratio"] = statistics.median(m / j for m, j in zip(meds["memolab"], meds["joblib"]))
+    store = get_store()
+    store.flush_hits()
+    with store.index.write() as c:
+        c.execute("DELETE FROM evaluations WHERE id > ?", (last,))
+    print(json.dumps(out))
 elif mode == "procs":
     f(1)
     while time.time() < arg["start"]:
@@ -230,6 +267,7 @@ def scaling(args: argparse.Namespace, root: str) -> None:
     print("|" + "---|" * 9)
     first_miss = None
     best: List[tuple] = []
+    paired: List[tuple] = []
     for n in sizes:
         d = os.path.join(root, f"n{n}")
         os.makedirs(d)
@@ -247,6 +285,7 @@ def scaling(args: argparse.Namespace, root: str) -> None:
         res: Dict[str, Dict[str, List[float]]] = {lib: {"hit": [], "hit_best": [], "miss": [], "miss_best": []}
                                                   for lib in libs}
         ls, gc = [], []
+        pair: List[dict] = []
         for r in range(args.rounds):
             for lib in libs:
                 out = child(d, lib, "measure", {"hits": args.hits, "misses": args.misses, "round": r})
@@ -254,10 +293,14 @@ def scaling(args: argparse.Namespace, root: str) -> None:
                 res[lib]["hit_best"].append(out["hit_best"])
                 res[lib]["miss"].append(out["miss"])
                 res[lib]["miss_best"].append(out["miss_best"])
+            if "joblib" in libs:
+                pair.append(child(d, "paired", "paired", {"hits": args.hits, "misses": args.misses, "round": r}))
             ls.append(cli_time(d, "ls"))
             gc.append(cli_time(d, "gc", "--dry-run"))
         m, j = res["memolab"], res.get("joblib", {"hit": [], "hit_best": [], "miss": [], "miss_best": []})
         best.append((n, m["hit_best"], j["hit_best"], m["miss_best"], j["miss_best"]))
+        if pair:
+            paired.append((n, pair))
         if first_miss is None:
             first_miss = med(m["miss"])
         print(f"| {n:,} | {cell(m['hit'])} | {cell(j['hit'])} | {ratio(med(m['hit']), med(j['hit']))} "
@@ -276,6 +319,18 @@ def scaling(args: argparse.Namespace, root: str) -> None:
     for n, mb, jb, mm, jm in best:
         print(f"| {n:,} | {cell(mb)} | {cell(jb)} | {ratio(med(mb), med(jb))} "
               f"| {cell(mm)} | {cell(jm)} | {ratio(med(mm), med(jm))} |")
+    print()
+    print("both libraries in one process, alternating blocks (20 hits, 5 misses a block; a pair of blocks runs at one "
+          "machine speed); ratio = median over block pairs of memolab's block median over joblib's, then median (min–max) "
+          "over rounds:")
+    print()
+    print("| stored entries | memolab hit | joblib hit | memolab / joblib | memolab miss | joblib miss | memolab / joblib |")
+    print("|---|---|---|---|---|---|---|")
+    for n, pair in paired:
+        c = {(w, k): [p[w][k] for p in pair] for w in ("hit", "miss") for k in ("memolab", "joblib", "ratio")}
+        rc = {w: f"{med(c[(w, 'ratio')]):.2f} ({min(c[(w, 'ratio')]):.2f}–{max(c[(w, 'ratio')]):.2f})" for w in ("hit", "miss")}
+        print(f"| {n:,} | {cell(c[('hit', 'memolab')])} | {cell(c[('hit', 'joblib')])} | {rc['hit']} "
+              f"| {cell(c[('miss', 'memolab')])} | {cell(c[('miss', 'joblib')])} | {rc['miss']} |")
     print()
     procs(args, procs_d)
 
