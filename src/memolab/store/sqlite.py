@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .. import config
+from .wal import BACKSTOP_FRAMES, Checkpointer
 
 #: 1: the first format (its version lives in ``meta`` only).
 #: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
@@ -214,6 +215,7 @@ class Index:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._sources_seen: Set[str] = set()
+        self.wal = Checkpointer(self)
         conn = self.conn()
         # The fast path: one header read. A current store needs no schema work,
         # and opening it writes nothing (a read-only store still serves hits).
@@ -270,6 +272,9 @@ class Index:
             # machine (see "Durability" in docs/storage-format.md).
             c = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
             c.execute("PRAGMA synchronous=NORMAL")
+            # checkpoints run on a thread of their own (``wal``); SQLite's, in the
+            # committing call, only if that one falls behind
+            c.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_FRAMES}")
             self._local.conn = c
             self._local.pid = config.pid()
         return c
@@ -281,8 +286,9 @@ class Index:
         put inside a write (its stamp is a write) commits or rolls back with it.
         """
 
-        def __init__(self, conn: sqlite3.Connection) -> None:
+        def __init__(self, conn: sqlite3.Connection, wal: Optional[Checkpointer] = None) -> None:
             self.c = conn
+            self.wal = wal
             self.nested = False
 
         def __enter__(self) -> sqlite3.Connection:
@@ -305,11 +311,13 @@ class Index:
                     if self.c.in_transaction:
                         self.c.execute("ROLLBACK")
                     raise
+                if self.wal is not None:
+                    self.wal.after_commit()
             elif self.c.in_transaction:  # SQLite may have rolled back on its own (SQLITE_FULL)
                 self.c.execute("ROLLBACK")
 
     def write(self) -> "Index._write":
-        return Index._write(self.conn())
+        return Index._write(self.conn(), self.wal)
 
     # -- evaluations --------------------------------------------------------------------
     def lookup(self, key: Key, lean: bool = False) -> Optional[Dict[str, Any]]:

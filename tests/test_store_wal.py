@@ -1,0 +1,164 @@
+"""The WAL is checkpointed on a thread of its own, never inside a call (``memolab/store/wal.py``).
+
+No timing here: what is pinned is who checkpoints, that the header is read
+right, and that a process leaving mid-checkpoint loses nothing.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from memolab import memo
+from memolab.store import wal
+from memolab.store.sqlite import Index
+from conftest import Calls
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+
+def _pending(index: Index) -> int:
+    fd = os.open(str(index.path) + "-shm", os.O_RDONLY)
+    try:
+        n = wal.pending_frames(fd)
+    finally:
+        os.close(fd)
+    assert n is not None
+    return n
+
+
+def _wait_for(cond, seconds: float = 60.0) -> bool:
+    deadline = time.monotonic() + seconds  # a bound for a stuck thread, not a performance limit
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_pending_frames_counts_the_frames_not_yet_copied_back(tmp_path):
+    index = Index(tmp_path / "index.sqlite")
+    c = index.conn()
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    assert _pending(index) == 0
+    with index.write() as w:
+        w.execute("INSERT INTO meta(key, value) VALUES ('a', ?)", ("x" * 10_000,))  # a few pages
+    page = c.execute("PRAGMA page_size").fetchone()[0]
+    frames = (os.path.getsize(str(index.path) + "-wal") - 32) // (page + 24)  # a fresh log: header, then frames
+    assert frames >= 3
+    assert _pending(index) == frames
+    busy, log, copied = c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert (busy, log, copied) == (0, frames, frames)
+    assert _pending(index) == 0
+
+
+def test_an_unreadable_header_is_no_count(tmp_path):
+    p = tmp_path / "not-shm"
+    p.write_bytes(b"\0" * 200)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        assert wal.pending_frames(fd) is None  # not SQLite's version number: SQLite's backstop checkpoints
+    finally:
+        os.close(fd)
+
+
+def test_commits_leave_the_checkpoint_to_a_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(wal, "CHECKPOINT_FRAMES", 30)
+
+    @memo(store=tmp_path / "s")
+    def f(x):
+        return x + 1
+
+    for i in range(80):  # about 10 frames a miss: several times the threshold
+        assert f(i) == i + 1
+    index = f.store().index
+    # SQLite's own checkpoint, in the committing call, only as a backstop far above
+    assert index.conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0] == wal.BACKSTOP_FRAMES
+    assert _wait_for(lambda: index.wal.checkpoints >= 1 and _pending(index) < 30)
+    assert any(t.name == "memolab-wal-checkpoint" and t.daemon for t in threading.enumerate())
+    f.store().forget()
+    assert all(f(i) == i + 1 for i in range(80))  # read back after the checkpoints
+
+
+def test_a_forked_child_checkpoints_on_its_own_thread(tmp_path, monkeypatch):
+    monkeypatch.setattr(wal, "CHECKPOINT_FRAMES", 30)
+    calls = Calls()
+
+    @memo(store=tmp_path / "s")
+    def f(x):
+        calls.append(x)
+        return x + 1
+
+    for i in range(40):
+        f(i)
+    index = f.store().index
+    assert _wait_for(lambda: index.wal.checkpoints >= 1)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            before = index.wal.checkpoints  # the parent's count, copied by the fork
+            ok = all(f(1000 + i) == 1001 + i for i in range(60))
+            ok = ok and _wait_for(lambda: index.wal.checkpoints > before and _pending(index) < 30)
+            code = 0 if ok else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    f.store().forget()
+    assert all(f(1000 + i) == 1001 + i for i in range(60))  # the child's results, checkpointed or not
+    assert not [x for x in calls if x >= 1000]
+
+
+WRITER = """
+import os, sys
+import memolab
+from memolab import memo
+from memolab.store import wal
+wal.CHECKPOINT_FRAMES = 20  # checkpoints all the time: the exit below lands in one, or close to one
+memolab.configure(store=sys.argv[1])
+
+@memo
+def f(x):
+    return x * 3
+
+lo = int(sys.argv[2])
+for x in range(lo, lo + 150):
+    f(x)
+os._exit(0)  # at once: no atexit, the daemon thread possibly mid-checkpoint
+"""
+
+READER = """
+import sys
+import memolab
+from memolab import memo
+from memolab.store import get_store
+memolab.configure(store=sys.argv[1])
+
+@memo
+def f(x):
+    return x * 3
+
+c = get_store().index.conn()
+count = lambda: c.execute("SELECT COUNT(*) FROM evaluations WHERE status='done'").fetchone()[0]
+stored = count()
+assert all(get_store().lookup(f.key(x)) is not None for x in range(600))  # the writers' keys: hits
+assert all(f(x) == x * 3 for x in range(600))
+print(stored, count(), c.execute("PRAGMA integrity_check").fetchone()[0])
+"""
+
+
+def test_a_process_that_exits_mid_checkpoint_loses_nothing(tmp_path):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    store = str(tmp_path / "s")
+    for lo in (0, 150, 300, 450):  # four writer processes, one after the other
+        cp = subprocess.run([sys.executable, "-c", WRITER, store, str(lo)], env=env, capture_output=True, text=True,
+                            timeout=300)
+        assert cp.returncode == 0, cp.stderr
+    cp = subprocess.run([sys.executable, "-c", READER, store], env=env, capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout.split() == ["600", "600", "ok"]  # every result read back, none recomputed; the index sound
