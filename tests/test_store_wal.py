@@ -162,3 +162,24 @@ def test_a_process_that_exits_mid_checkpoint_loses_nothing(tmp_path):
     cp = subprocess.run([sys.executable, "-c", READER, store], env=env, capture_output=True, text=True, timeout=300)
     assert cp.returncode == 0, cp.stderr
     assert cp.stdout.split() == ["600", "600", "ok"]  # every result read back, none recomputed; the index sound
+
+
+def test_a_retired_index_lets_its_thread_end(tmp_path, monkeypatch):
+    """The default store follows the working directory: a store left behind must not be kept
+    alive (connections, thread) by its checkpoint thread."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(wal, "CHECKPOINT_FRAMES", 1)
+    index = Index(tmp_path / "index.sqlite")
+    with index.write() as w:
+        w.execute("INSERT INTO meta(key, value) VALUES ('a', 'b')")
+    thread = index.wal._thread
+    assert thread is not None and thread.is_alive()
+    assert _wait_for(lambda: index.wal.checkpoints >= 1)
+    ref = weakref.ref(index)
+    del index, w
+    gc.collect()
+    assert ref() is None
+    thread.join(timeout=60)
+    assert not thread.is_alive()

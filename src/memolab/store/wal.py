@@ -6,8 +6,9 @@ that takes the log past ``wal_autocheckpoint`` frames (1000 by default). With
 two fsyncs in the middle of a user's call. One small miss in about 80 took
 5–10 ms instead of 0.3 ms, and the mean miss a third more than the median.
 
-Here a commit only looks at the WAL-index header (one ``pread`` of the ``-shm``
-file, whose layout is part of SQLite's documented file format) and, once the
+Here a commit only looks at the WAL-index header (an ``fstat`` and a ``pread``
+of the ``-shm`` file, whose layout is part of SQLite's documented file format;
+see ``_shm_fd`` for why that descriptor is never closed) and, once the
 log holds ``CHECKPOINT_FRAMES`` frames not yet copied back, wakes a daemon
 thread that runs ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection.
 PASSIVE waits for nobody, and SQLite releases the GIL while it works. SQLite's
@@ -24,8 +25,8 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
-from typing import Any, Optional
+import weakref
+from typing import Any, Dict, Optional
 
 from .. import config
 
@@ -58,14 +59,50 @@ def pending_frames(fd: int) -> Optional[int]:
     return max(0, int.from_bytes(b[_MX_FRAME], sys.byteorder) - int.from_bytes(b[_N_BACKFILL], sys.byteorder))
 
 
+_shm_fds: Dict[str, int] = {}  # inherited by a forked child, and valid there
+_shm_lock = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    global _shm_lock
+    _shm_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+def _shm_fd(path: str) -> int:
+    """A descriptor of the ``-shm`` file at ``path``, opened once per process and never closed.
+
+    Never closed, on purpose: closing *any* descriptor of a file drops every POSIX
+    lock the process holds on that file, SQLite's included (its read marks, and
+    the lock that tells other processes the shared memory is in use; without
+    that one the next process to open the store re-initialises the file under
+    our connections, and a process that has it mapped dies of SIGBUS, which the
+    stress test caught when this descriptor was opened and closed per commit).
+    SQLite's own VFS keeps its descriptors open for the same reason.
+    """
+    with _shm_lock:
+        fd = _shm_fds.get(path)
+        if fd is not None and os.fstat(fd).st_nlink == 0:
+            # SQLite deleted the file: the last connection to the store closed, in every
+            # process, ours included. No lock of ours is on that file, so closing is safe.
+            os.close(fd)
+            fd = None
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))  # never O_CREAT: SQLite makes it
+            _shm_fds[path] = fd
+        return fd
+
+
 class Checkpointer:
     """One per index and process: ``after_commit`` on every commit, the checkpoints on a thread."""
 
     def __init__(self, index: Any) -> None:
-        self._index = index  # its ``conn()`` gives the thread its own connection
-        self._shm = Path(str(index.path) + "-shm")
+        self._index = index  # its ``conn()`` gives the thread a connection of its own
+        self._shm = str(index.path) + "-shm"
         self._pid = -1
-        self._fd: Optional[int] = None
         self._thread: Optional[threading.Thread] = None
         self._wake = threading.Event()
         self._lock = threading.Lock()
@@ -73,46 +110,40 @@ class Checkpointer:
 
     def after_commit(self) -> None:
         """A commit just ended: wake the thread if the log is due for a checkpoint. Never raises."""
+        if self._pid != config.pid():
+            # a forked child: the thread was not copied, and a lock may have been held at the fork
+            self._pid, self._thread, self._wake, self._lock = config.pid(), None, threading.Event(), threading.Lock()
         try:
-            if self._pid != config.pid():
-                self._reset()
-            if self._fd is None:
-                self._fd = os.open(self._shm, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            pending = pending_frames(self._fd)
+            pending = pending_frames(_shm_fd(self._shm))
         except OSError:
             return  # no readable -shm: SQLite's backstop checkpoints
         if pending is not None and pending >= CHECKPOINT_FRAMES:
             self._start()
             self._wake.set()
 
-    def _reset(self) -> None:
-        # A forked child: the thread was not copied and the descriptor is the
-        # parent's (shared offsets do not matter to pread, but keep our own).
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-        self._pid = config.pid()
-        self._fd = None
-        self._thread = None
-        self._wake = threading.Event()
-        self._lock = threading.Lock()  # another thread may have held it at the fork
-
     def _start(self) -> None:
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, args=(self._wake,), name="memolab-wal-checkpoint",
-                                                daemon=True)
+                # The thread holds the checkpointer weakly: a retired store (the working
+                # directory changed) is collected, and its thread then ends.
+                wake = self._wake
+                self._thread = threading.Thread(target=_run, args=(weakref.ref(self), wake),
+                                                name="memolab-wal-checkpoint", daemon=True)
+                weakref.finalize(self, wake.set)
                 self._thread.start()
 
-    def _run(self, wake: threading.Event) -> None:
-        while True:
-            wake.wait()
-            wake.clear()
-            try:
-                self._index.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                self.checkpoints += 1
-            except Exception:
-                pass  # busy, or the store went away: the next commit wakes us again
-            time.sleep(MIN_INTERVAL)
+
+def _run(ref: "weakref.ref[Checkpointer]", wake: threading.Event) -> None:
+    while True:
+        wake.wait()
+        wake.clear()
+        me = ref()
+        if me is None:
+            return
+        try:
+            me._index.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            me.checkpoints += 1
+        except Exception:
+            pass  # busy, or the store went away: the next commit wakes us again
+        del me
+        time.sleep(MIN_INTERVAL)
