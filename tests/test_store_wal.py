@@ -183,3 +183,33 @@ def test_a_retired_index_lets_its_thread_end(tmp_path, monkeypatch):
     assert ref() is None
     thread.join(timeout=60)
     assert not thread.is_alive()
+
+
+PROBE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:  # SQLite's "shared memory in use" byte (unix VFS: offset 128), as a new connection would test it
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)
+    print("free")
+except OSError:
+    print("held")
+"""
+
+
+def test_reading_the_header_keeps_sqlite_s_locks(tmp_path):
+    """Closing any descriptor of a file drops all of a process's POSIX locks on it: had the
+    header been read through a descriptor opened and closed per commit, SQLite's lock
+    saying "this shared memory is in use" would be gone, and the next process to open the
+    store would re-initialise it under our connections (a worker of the stress test died
+    of SIGBUS that way)."""
+
+    @memo(store=tmp_path / "s")
+    def f(x):
+        return x
+
+    for i in range(5):
+        f(i)  # each miss commits twice, and each commit reads the header
+    shm = str(f.store().index.path) + "-shm"
+    assert f.store().index.conn().execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 5
+    cp = subprocess.run([sys.executable, "-c", PROBE, shm], capture_output=True, text=True, timeout=60)
+    assert cp.stdout.strip() == "held", cp.stderr

@@ -215,7 +215,7 @@ class Index:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._sources_seen: Set[str] = set()
-        self.wal = Checkpointer(self)
+        self.wal = Checkpointer(self.path)
         conn = self.conn()
         # The fast path: one header read. A current store needs no schema work,
         # and opening it writes nothing (a read-only store still serves hits).

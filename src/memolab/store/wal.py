@@ -22,10 +22,12 @@ next.
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .. import config
@@ -99,9 +101,9 @@ def _shm_fd(path: str) -> int:
 class Checkpointer:
     """One per index and process: ``after_commit`` on every commit, the checkpoints on a thread."""
 
-    def __init__(self, index: Any) -> None:
-        self._index = index  # its ``conn()`` gives the thread a connection of its own
-        self._shm = str(index.path) + "-shm"
+    def __init__(self, path: Path) -> None:
+        self._db = Path(path)
+        self._shm = str(path) + "-shm"
         self._pid = -1
         self._thread: Optional[threading.Thread] = None
         self._wake = threading.Event()
@@ -127,23 +129,31 @@ class Checkpointer:
                 # The thread holds the checkpointer weakly: a retired store (the working
                 # directory changed) is collected, and its thread then ends.
                 wake = self._wake
-                self._thread = threading.Thread(target=_run, args=(weakref.ref(self), wake),
+                self._thread = threading.Thread(target=_run, args=(self._db, weakref.ref(self), wake),
                                                 name="memolab-wal-checkpoint", daemon=True)
                 weakref.finalize(self, wake.set)
                 self._thread.start()
 
 
-def _run(ref: "weakref.ref[Checkpointer]", wake: threading.Event) -> None:
+def _run(db: Path, ref: "weakref.ref[Checkpointer]", wake: threading.Event) -> None:
+    conn: Optional[sqlite3.Connection] = None
     while True:
         wake.wait()
         wake.clear()
         me = ref()
         if me is None:
-            return
+            break
         try:
-            me._index.conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if conn is None:
+                # its own connection, which never creates the file (mode=rw): a store
+                # deleted since the commit that woke us stays deleted
+                conn = sqlite3.connect(f"{db.absolute().as_uri()}?mode=rw", uri=True, isolation_level=None,
+                                       check_same_thread=False)
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # waits for no one
             me.checkpoints += 1
         except Exception:
-            pass  # busy, or the store went away: the next commit wakes us again
+            pass  # the store went away or is damaged: its users hear of it, not from here
         del me
         time.sleep(MIN_INTERVAL)
+    if conn is not None:
+        conn.close()
