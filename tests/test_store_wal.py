@@ -213,3 +213,26 @@ def test_reading_the_header_keeps_sqlite_s_locks(tmp_path):
     assert f.store().index.conn().execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 5
     cp = subprocess.run([sys.executable, "-c", PROBE, shm], capture_output=True, text=True, timeout=60)
     assert cp.stdout.strip() == "held", cp.stderr
+
+
+def test_a_shared_memory_file_sqlite_re_created_is_read_afresh(tmp_path):
+    """When the last connection to a store closes, SQLite deletes its -shm file; the next
+    connection makes a new one. The descriptor kept for the old one must not be read for ever."""
+    import gc
+
+    path = tmp_path / "index.sqlite"
+    shm = str(path) + "-shm"
+    index = Index(path)
+    with index.write() as w:
+        w.execute("INSERT INTO meta(key, value) VALUES ('a', 'b')")
+    old = wal._shm_fds[shm]
+    del index, w
+    gc.collect()  # its connections close: the last ones, so SQLite removes the -shm file
+    assert not os.path.exists(shm)
+    assert os.fstat(old).st_nlink == 0
+    index = Index(path)
+    with index.write() as w:
+        w.execute("INSERT INTO meta(key, value) VALUES ('c', 'd')")
+    fd = wal._shm_fds[shm]
+    assert os.fstat(fd).st_nlink == 1 and os.fstat(fd).st_ino == os.stat(shm).st_ino
+    assert wal.pending_frames(fd) == _pending(index) >= 1

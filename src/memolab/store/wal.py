@@ -41,6 +41,9 @@ BACKSTOP_FRAMES = 4000
 #: log from being copied back, and every commit would wake the thread again.
 MIN_INTERVAL = 0.05
 
+#: Commits between two checks that the ``-shm`` file read is still SQLite's (``_shm_fd``).
+RECHECK_EVERY = 64
+
 # The WAL-index header (https://www.sqlite.org/walformat.html): two copies of a
 # 48-byte header, then the checkpoint information. Native byte order.
 _VERSION = 3007000  # iVersion, at offset 0
@@ -74,7 +77,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
-def _shm_fd(path: str) -> int:
+def _shm_fd(path: str, recheck: bool) -> int:
     """A descriptor of the ``-shm`` file at ``path``, opened once per process and never closed.
 
     Never closed, on purpose: closing *any* descriptor of a file drops every POSIX
@@ -84,10 +87,14 @@ def _shm_fd(path: str) -> int:
     our connections, and a process that has it mapped dies of SIGBUS, which the
     stress test caught when this descriptor was opened and closed per commit).
     SQLite's own VFS keeps its descriptors open for the same reason.
+
+    ``recheck``: see whether SQLite deleted the file since (it does when the last
+    connection closes). Not at every commit: a stale descriptor only moves
+    checkpoints (to the backstop at worst), and ``fstat`` is a system call.
     """
     with _shm_lock:
         fd = _shm_fds.get(path)
-        if fd is not None and os.fstat(fd).st_nlink == 0:
+        if fd is not None and recheck and os.fstat(fd).st_nlink == 0:
             # SQLite deleted the file: the last connection to the store closed, in every
             # process, ours included. No lock of ours is on that file, so closing is safe.
             os.close(fd)
@@ -108,6 +115,7 @@ class Checkpointer:
         self._thread: Optional[threading.Thread] = None
         self._wake = threading.Event()
         self._lock = threading.Lock()
+        self._commits = 0
         self.checkpoints = 0  # how many the thread ran in this process (for tests)
 
     def after_commit(self) -> None:
@@ -116,7 +124,8 @@ class Checkpointer:
             # a forked child: the thread was not copied, and a lock may have been held at the fork
             self._pid, self._thread, self._wake, self._lock = config.pid(), None, threading.Event(), threading.Lock()
         try:
-            pending = pending_frames(_shm_fd(self._shm))
+            self._commits += 1
+            pending = pending_frames(_shm_fd(self._shm, recheck=self._commits % RECHECK_EVERY == 1))
         except OSError:
             return  # no readable -shm: SQLite's backstop checkpoints
         if pending is not None and pending >= CHECKPOINT_FRAMES:
