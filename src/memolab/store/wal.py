@@ -3,14 +3,14 @@
 SQLite copies the WAL back into the database file itself, inside the COMMIT
 that takes the log past ``wal_autocheckpoint`` frames (1000 by default). With
 ``synchronous=NORMAL`` that checkpoint syncs the WAL and then the database file:
-two fsyncs in the middle of a user's call. One small miss in about 80 took
-5–10 ms instead of 0.3 ms, and the mean miss a third more than the median.
+two fsyncs in the middle of a user's call. One small miss in about 120 took
+5–10 ms instead of 0.3–0.4 ms (figures in docs/storage-format.md).
 
-Here a commit only looks at the WAL-index header (an ``fstat`` and a ``pread``
-of the ``-shm`` file, whose layout is part of SQLite's documented file format;
-see ``_shm_fd`` for why that descriptor is never closed) and, once the
-log holds ``CHECKPOINT_FRAMES`` frames not yet copied back, wakes a daemon
-thread that runs ``PRAGMA wal_checkpoint(PASSIVE)`` on its own connection.
+Here a commit only looks at the WAL-index header (a ``pread`` of the ``-shm``
+file, whose layout is part of SQLite's documented file format; see ``_shm_fd``
+for why that descriptor is never closed) and, once the log holds
+``CHECKPOINT_FRAMES`` frames not yet copied back, wakes a daemon thread that
+runs ``PRAGMA wal_checkpoint(PASSIVE)`` on a connection of its own.
 PASSIVE waits for nobody, and SQLite releases the GIL while it works. SQLite's
 own automatic checkpoint stays on at ``BACKSTOP_FRAMES``, in case this thread
 falls behind or the header cannot be read.
