@@ -236,3 +236,22 @@ def test_a_shared_memory_file_sqlite_re_created_is_read_afresh(tmp_path):
     fd = wal._shm_fds[shm]
     assert os.fstat(fd).st_nlink == 1 and os.fstat(fd).st_ino == os.stat(shm).st_ino
     assert wal.pending_frames(fd) == _pending(index) >= 1
+
+
+def test_a_failing_look_at_the_log_never_fails_the_commit(tmp_path, monkeypatch):
+    """No os.pread (Windows), or no new thread at interpreter shutdown (a commit in an atexit
+    handler): the commit went through, so the call returns and its result is stored."""
+    def boom(fd):
+        raise AttributeError("module 'os' has no attribute 'pread'")
+
+    monkeypatch.setattr(wal, "pending_frames", boom)
+    calls = Calls()
+
+    @memo(store=tmp_path / "s")
+    def f(x):
+        calls.append(x)
+        return x * 2
+
+    assert f(21) == 42
+    f.store().forget()
+    assert f(21) == 42 and calls == [21]
