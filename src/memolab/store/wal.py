@@ -12,8 +12,8 @@ for why that descriptor is never closed) and, once the log holds
 ``CHECKPOINT_FRAMES`` frames not yet copied back, wakes a daemon thread that
 runs ``PRAGMA wal_checkpoint(PASSIVE)`` on a connection of its own.
 PASSIVE waits for nobody, and SQLite releases the GIL while it works. SQLite's
-own automatic checkpoint stays on at ``BACKSTOP_FRAMES``, in case this thread
-falls behind or the header cannot be read.
+own automatic checkpoint stays on at ``sqlite.AUTOCHECKPOINT_FRAMES``, in case
+this thread falls behind or the header cannot be read.
 
 Durability is unchanged: a checkpoint copies frames that are already committed,
 and one cut short (the process exits: the thread is a daemon) is redone by the
@@ -35,8 +35,6 @@ from .. import config
 #: Frames not yet copied back into the database file at which the thread checkpoints
 #: (SQLite's default automatic checkpoint threshold).
 CHECKPOINT_FRAMES = 1000
-#: SQLite's automatic checkpoint, in the committing call, only past this many frames.
-BACKSTOP_FRAMES = 4000
 #: Seconds between two checkpoints: a reader holding an old snapshot can keep the
 #: log from being copied back, and every commit would wake the thread again.
 MIN_INTERVAL = 0.05
