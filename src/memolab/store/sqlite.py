@@ -182,11 +182,6 @@ class BlobsGone(Exception):
     """A blob an evaluation was about to refer to was collected after it was put."""
 
 
-#: SQLite's own automatic checkpoint, which runs inside the committing call: only a
-#: backstop, past this many WAL frames; a thread of the process that wrote checkpoints
-#: at 1000 (``wal.py``).
-AUTOCHECKPOINT_FRAMES = 4000
-
 #: how long opening a new store waits for the switch to WAL (as long as the busy timeout)
 WAL_SWITCH_WAIT = 60.0
 
@@ -219,7 +214,6 @@ class Index:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._sources_seen: Set[str] = set()
-        self._wal: Any = None  # its ``Checkpointer``, made at the first commit (``wal``)
         conn = self.conn()
         # The fast path: one header read. A current store needs no schema work,
         # and opening it writes nothing (a read-only store still serves hits).
@@ -276,9 +270,6 @@ class Index:
             # machine (see "Durability" in docs/storage-format.md).
             c = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
             c.execute("PRAGMA synchronous=NORMAL")
-            # checkpoints run on a thread of their own (``wal``); SQLite's, in the
-            # committing call, only if that one falls behind
-            c.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_FRAMES}")
             self._local.conn = c
             self._local.pid = config.pid()
         return c
@@ -290,9 +281,8 @@ class Index:
         put inside a write (its stamp is a write) commits or rolls back with it.
         """
 
-        def __init__(self, conn: sqlite3.Connection, index: Optional["Index"] = None) -> None:
+        def __init__(self, conn: sqlite3.Connection) -> None:
             self.c = conn
-            self.index = index
             self.nested = False
 
         def __enter__(self) -> sqlite3.Connection:
@@ -315,23 +305,11 @@ class Index:
                     if self.c.in_transaction:
                         self.c.execute("ROLLBACK")
                     raise
-                if self.index is not None:
-                    self.index.wal.after_commit()
             elif self.c.in_transaction:  # SQLite may have rolled back on its own (SQLITE_FULL)
                 self.c.execute("ROLLBACK")
 
     def write(self) -> "Index._write":
-        return Index._write(self.conn(), self)
-
-    @property
-    def wal(self) -> Any:
-        """The WAL's checkpointer (``wal.Checkpointer``). Made, and its module imported, at
-        the first commit: a process that only hits never needs it."""
-        if self._wal is None:
-            from .wal import Checkpointer
-
-            self._wal = Checkpointer(self.path)
-        return self._wal
+        return Index._write(self.conn())
 
     # -- evaluations --------------------------------------------------------------------
     def lookup(self, key: Key, lean: bool = False) -> Optional[Dict[str, Any]]:
