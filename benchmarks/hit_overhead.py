@@ -15,6 +15,9 @@ Every row is the same work for every library:
   blocks of 25 hits (a pair of blocks lasts milliseconds, so both run at the
   same speed); its ratio is the median over rounds of the median over block
   pairs of joblib's block median over memolab's.
+  The last column of every row is the same kind of ratio across processes:
+  joblib's child over memolab's child of the same round (run back to back),
+  median (min–max) over rounds.
 * **first call of a fresh process**: a new interpreter whose first call is a
   hit (the store was filled by an earlier process): store open, code digest,
   argument hash, lookup, load, and whatever the library imports lazily on the
@@ -220,8 +223,8 @@ def main() -> None:
     print(f"cost of a cache hit by layer; {args.rounds} interleaved rounds, median of rounds (min–max over rounds);")
     print("a shared 2-core machine: other jobs ran meanwhile, read the spread")
     print()
-    print("| case | " + " | ".join(cols) + " | joblib / memolab |")
-    print("|" + "---|" * (len(cols) + 2))
+    print("| case | " + " | ".join(cols) + " | joblib / memolab | same round: joblib / memolab |")
+    print("|" + "---|" * (len(cols) + 3))
     for case, label in ROWS:
         cells = []
         meds = {}
@@ -231,7 +234,12 @@ def main() -> None:
             cells.append(summary(vals) if vals else f"failed: {errors.get(lib, '?')[:60]}")
         m, j = meds.get("memolab"), meds.get("joblib")
         ratio = f"{j / m:,.1f}x" if m and j else "-"
-        print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} |")
+        # joblib's child over memolab's child of the same round (they ran back to back,
+        # most often at the same machine speed), median (min–max) over rounds
+        same = ([r2[case] / r1[case] for r1, r2 in zip(rounds["memolab"], rounds["joblib"]) if case in r1 and case in r2]
+                if len(rounds["memolab"]) == len(rounds["joblib"]) else [])
+        print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} | "
+              + (summary_ratio(same) if same else "-") + " |")
         if case == "store_trivial_fastest":
             # one process, both libraries in alternating blocks: the ratio is the median of
             # the blocks' ratios (joblib's block over memolab's block next to it)
@@ -241,7 +249,7 @@ def main() -> None:
             else:
                 cells, ratio = [f"failed: {errors.get('paired', '?')[:60]}"] + ["-"] * (len(cols) - 1), "-"
             print(f"| hit read from the store, trivial: both in one process, alternating blocks of 25 | "
-                  + " | ".join(cells) + f" | {ratio} |")
+                  + " | ".join(cells) + f" | - | {ratio} |")
 
 
 if __name__ == "__main__":
