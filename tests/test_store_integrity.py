@@ -294,3 +294,62 @@ def test_owner_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path):
     s.index.release(KEY, elsewhere)
     assert s.index.claim(KEY, ours_dead, 10.0) == ("owner", None)
     assert s.index.claim(KEY, "b", 10.0) == ("owner", None)  # our own table says it is gone: no need to wait
+
+
+LOCK_PROBE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:  # SQLite's "shared memory in use" byte (unix VFS, offset 128), tested as a new connection does
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)
+    print("free")
+except OSError:
+    print("held")
+"""
+
+
+def test_nothing_in_process_drops_sqlite_s_locks(tmp_path):
+    """Closing *any* descriptor of a file drops every POSIX lock the process holds on it,
+    SQLite's included: code that opened the index, its WAL or its shared memory (to read a
+    header, copy or measure it) and closed it again would leave our connections without
+    their locks, and the next process to open the store would re-initialise the shared
+    memory under them (a background-checkpoint prototype that read the -shm header so made a
+    worker of the stress test die of SIGBUS). After every kind of operation, another process
+    must still see the lock that says the shared memory is in use."""
+    import contextlib
+    import io
+
+    from memolab import cli, memo
+
+    store = str(tmp_path / "s")
+
+    @memo(store=store)
+    def f(x):
+        return x + 1
+
+    def lock() -> str:
+        shm = str(f.store().index.path) + "-shm"
+        cp = subprocess.run([sys.executable, "-c", LOCK_PROBE, shm], capture_output=True, text=True, timeout=60)
+        return cp.stdout.strip() or cp.stderr
+
+    def run(*argv: str) -> None:
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert cli.main(["--store", store, *argv]) == 0
+
+    steps = {
+        "misses": lambda: [f(i) for i in range(5)],
+        "a hit from the store": lambda: (f.store().forget(), f(1)),
+        "hit counts written": lambda: f.store().flush_hits(),
+        "ls": lambda: run("ls"),
+        "why": lambda: run("why", f.symbol),
+        "gc --dry-run": lambda: run("gc", "--dry-run"),
+        "gc --max-size": lambda: run("gc", "--max-size", "1KB", "--yes"),
+        "doctor": lambda: run("doctor"),
+        "clear": lambda: (f(100), f.clear()),
+        "misses again": lambda: [f(i) for i in range(5)],
+    }
+    for what, step in steps.items():
+        step()
+        assert lock() == "held", what
+    # the probe can fail: a descriptor of the file opened and closed here drops the lock
+    os.close(os.open(str(f.store().index.path) + "-shm", os.O_RDONLY))
+    assert lock() == "free"
