@@ -98,7 +98,7 @@ def _intact(store: Any, row: Dict[str, Any]) -> bool:
 def repair_index(root: Path, out: Out) -> int:
     from .store import Store, get_store
     from .store.health import row_problem
-    from .store.sqlite import EVAL_COLUMNS
+    from .store.sqlite import EVAL_COLUMNS, KEEP_SOURCES_SQL
 
     index = root / "index.sqlite"
     aside = root / f"index.sqlite.damaged-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -136,7 +136,7 @@ def repair_index(root: Path, out: Out) -> int:
             c.execute(f"INSERT OR IGNORE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
                       [row[k] for k in cols])
             kept += 1
-        c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", sources)
+        c.executemany(KEEP_SOURCES_SQL, sources)
     from .store import _stores
 
     for k in [k for k, s in _stores.items() if Path(getattr(s, "root", "")) == root]:

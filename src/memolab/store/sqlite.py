@@ -159,6 +159,11 @@ def _checked(row: Optional[tuple], columns: Tuple[str, ...]) -> Optional[Dict[st
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
 
 
+#: Keeps source texts (digest, symbol, text): keyed by digest, never changed, so a text
+#: already here stays (the miss explanation's diffs read them).
+KEEP_SOURCES_SQL = "INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)"
+
+
 class savepoint:
     """All or nothing inside the caller's transaction: on an error, what the block wrote is
     rolled back to the savepoint (the rest of the transaction stays) and the error raised."""
@@ -421,7 +426,7 @@ class Index:
             if not present():
                 raise BlobsGone(key)
             if new_sources:
-                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)", new_sources)
+                c.executemany(KEEP_SOURCES_SQL, new_sources)
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
@@ -463,9 +468,7 @@ class Index:
                     cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) "
                                     f"VALUES ({','.join('?' * len(cols))})", [*key, "done", *f.values()])
                     out.append((int(cur.lastrowid), True))
-                if sources:
-                    c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
-                                  [(d, sym, src) for d, (sym, src) in sources.items()])
+                self.add_sources(sources)  # (nested: in this transaction)
                 if owner is not None:
                     c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
                               (*key, owner))
@@ -527,8 +530,7 @@ class Index:
         """Keep source texts (digest -> (symbol, text)); those already here stay as they are."""
         if sources:
             with self.write() as c:
-                c.executemany("INSERT OR IGNORE INTO sources(digest, symbol, source) VALUES (?,?,?)",
-                              [(d, sym, src) for d, (sym, src) in sources.items()])
+                c.executemany(KEEP_SOURCES_SQL, [(d, sym, src) for d, (sym, src) in sources.items()])
 
     def source(self, digest: str) -> Optional[str]:
         row = self.conn().execute("SELECT source FROM sources WHERE digest=?", (digest,)).fetchone()
