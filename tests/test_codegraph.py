@@ -358,7 +358,8 @@ def test_explain_hides_version_changes_the_sensitivity_ignores():
 
     cv = codegraph.CodeVersion("new", {"pkg:numpy": "2.4.2", "pkg:torch": "2.14.0", "m:f": "b"}, {}, "minor")
     ex = Explanation("f", False)
-    _code_reasons(NoSources, ex, {"deps": {"pkg:numpy": "2.4.1", "pkg:torch": "2.13.0", "m:f": "a"}}, cv, "o", "new")
+    _code_reasons(NoSources, ex, {"deps": {"pkg:numpy": "2.4.1", "pkg:torch": "2.13.0", "m:f": "a"}}, cv.deps,
+                  cv.sources.get, cv.sensitivity, "o", "new")
     assert "torch 2.13.0 -> 2.14.0" in ex.reasons and "`m:f` changed" in ex.reasons
     assert not [r for r in ex.reasons if "numpy" in r]
 

@@ -158,6 +158,7 @@ def test_by_value_bytes_are_deterministic_across_processes(project):
 EDITED = '''
 import importlib, json, sys
 import memolab
+from memolab.explain import last_miss
 
 @memolab.memo
 def fit(kind):
@@ -168,7 +169,7 @@ def fit(kind):
 
 before = str(fit.explain("Model"))
 m = fit("Model")
-print(json.dumps({"before": before, "predict": m.predict(), "last_miss": fit.store().index.last_miss(fit.symbol)}))
+print(json.dumps({"before": before, "predict": m.predict(), "last_miss": last_miss(fit.store(), fit.symbol)}))
 '''
 
 
@@ -196,6 +197,7 @@ def test_result_whose_class_was_edited_is_a_quiet_miss_with_reason(project):
 SHADOW = '''
 import importlib, json, sys
 import memolab
+from memolab.explain import last_miss
 
 @memolab.memo
 def fit(mod, kind):
@@ -205,7 +207,7 @@ def fit(mod, kind):
     return getattr(importlib.import_module(mod), kind)()
 
 m = fit("profile", "Model")
-print(json.dumps({"v": m.v, "why": str(fit.store().index.last_miss(fit.symbol))}))
+print(json.dumps({"v": m.v, "why": str(last_miss(fit.store(), fit.symbol))}))
 '''
 
 
@@ -229,6 +231,7 @@ def test_user_module_named_like_the_stdlib_is_checked_like_user_code(project):
 MAIN_EDIT = '''
 import json, sys
 import memolab
+from memolab.explain import last_miss
 
 class Point:
     def __init__(self, x):
@@ -243,7 +246,7 @@ def make(x):
 
 p = make(1)
 print(json.dumps({"value": p.value(), "same_class": type(p) is Point,
-                  "why": fit_reasons if (fit_reasons := make.store().index.last_miss(make.symbol)) else None}))
+                  "why": fit_reasons if (fit_reasons := last_miss(make.store(), make.symbol)) else None}))
 '''
 
 

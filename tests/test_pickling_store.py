@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import memolab
+from memolab.explain import last_miss
 from memolab.store.sqlite import Index
 from conftest import Calls
 
@@ -62,7 +63,7 @@ def test_memory_hit_notices_a_redefined_class(tmp_store, tmp_path, monkeypatch):
         warnings.simplefilter("error")  # a code change is not damage: no warning
         assert make("Cell").v() == 2
     assert len(runs) == 2
-    reasons = make.store().index.last_miss(make.symbol)["reasons"]
+    reasons = last_miss(make.store(), make.symbol)["reasons"]
     assert any("`nbclass:Cell` changed" in r for r in reasons), reasons
     monkeypatch.delitem(sys.modules, "nbclass", raising=False)
 

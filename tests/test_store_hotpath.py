@@ -16,6 +16,7 @@ import pytest
 
 import memolab
 from memolab import memo
+from memolab.explain import last_miss
 from memolab.store import INLINE_MAX, Store, get_store
 from memolab.store.sqlite import SCHEMA_VERSION
 from conftest import Calls
@@ -128,8 +129,8 @@ def test_damaged_inline_result_is_a_miss_recomputed_and_repaired(tmp_store):
 
 
 def test_every_statement_of_a_miss_uses_an_index(tmp_store):
-    """The miss explanation looks for the nearest stored evaluation through
-    indexed columns: its cost does not grow with the store."""
+    """The miss explanation (at the miss or when asked) looks for the nearest
+    stored evaluation through indexed columns: its cost does not grow with the store."""
     @memo
     def g(x, y=0):
         return x + y
@@ -140,6 +141,8 @@ def test_every_statement_of_a_miss_uses_an_index(tmp_store):
     stmts = _traced(store)
     g(1000)        # new arguments
     g(5, y=1)      # a changed argument
+    assert "new arguments: y 0 -> 1" in last_miss(store, g.symbol)["reasons"]  # explained when asked
+    store.index.snapshot_of_code(g.symbol, *g.key(1)[1::2])  # the new code's deps, for a deferred miss
     g.fresh(3)     # forced
     store.index.conn().set_trace_callback(None)
     checked = 0
@@ -275,7 +278,7 @@ def test_a_miss_is_two_write_transactions_with_its_run_and_explanation(tmp_store
     (eval_id,), = con.execute("SELECT id FROM evaluations WHERE args=?", (f.key(1)[2],)).fetchall()
     run = con.execute("SELECT status, eval_id, finished >= started, hparams FROM runs WHERE eval_id=?", (eval_id,)).fetchall()
     assert run == [("done", eval_id, 1, '{"x": 1}')]
-    assert "new arguments: x 0 -> 1" in store.index.last_miss(f.symbol)["reasons"][0]
+    assert "new arguments: x 0 -> 1" in last_miss(store, f.symbol)["reasons"][0]
 
 
 def test_a_run_that_logs_is_written_the_ordinary_way_with_its_logs(tmp_store):
@@ -302,7 +305,7 @@ def test_a_miss_on_a_row_out_of_use_still_says_why(tmp_store):
     store.index.mark_corrupt(eval_id, "hand-damaged")
     store.forget()
     h(1)
-    assert store.index.last_miss(h.symbol)["reasons"] == [f"stored evaluation #{eval_id} was not used: hand-damaged"]
+    assert last_miss(store, h.symbol)["reasons"] == [f"stored evaluation #{eval_id} was not used: hand-damaged"]
 
 
 def test_misses_are_trimmed_to_the_last_20_per_function(tmp_store):

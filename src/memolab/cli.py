@@ -449,11 +449,11 @@ def _why_options(p: argparse.ArgumentParser) -> None:
 @command("why", "explain the last miss of a function")
 @options(_why_options)
 def cmd_why(args: argparse.Namespace) -> int:
-    from .explain import Explanation
+    from .explain import Explanation, last_miss
 
     store = _store(args)
     fn = resolve_function(store, args.func)
-    miss = store.index.last_miss(fn)
+    miss = last_miss(store, fn)
     if miss is None:
         if args.json:
             emit_json({"fn": fn, "miss": None})

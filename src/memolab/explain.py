@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 if TYPE_CHECKING:
     from .codegraph import CodeVersion
@@ -95,26 +95,37 @@ def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
             ex.evaluation = dead[0]["id"]
             ex.reasons.append(f"stored evaluation #{dead[0]['id']} was not used: {dead[0]['reason']}")
             return ex
-    old = _closest(store, key)
+    _against(store, ex, _closest(store, key), key, args, cv.deps, cv.sources.get, cv.sensitivity, row is None)
+    return ex
+
+
+def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key: "Key", args: Dict[str, List[str]],
+             deps: Optional[Dict[str, str]], source: Callable[[str], Optional[str]], sensitivity: str,
+             unusable: bool) -> None:
+    """The reasons ``key`` (its argument snapshot ``args``, code ``deps``) differs from
+    the stored evaluation ``old``; ``source(symbol)``: the code's text now, for diffs."""
+    fn, code, _args, schema = key
     if old is None:
         ex.reasons.append("no stored evaluation of this function yet")
-        return ex
+        return
     ex.evaluation = old["id"]
     snap = json.loads(old["snapshot"] or "{}")
     if old["schema"] != schema:
         ex.reasons.append(f"key schema changed: {old['schema']} -> {schema} (a memolab upgrade)")
     if old["code"] != code:
-        _code_reasons(store, ex, snap, cv, old["code"], code)
+        if deps is None:
+            ex.reasons.append("code changed (which code is no longer known: no evaluation of the new code is stored)")
+        else:
+            _code_reasons(store, ex, snap, deps, source, sensitivity, old["code"], code)
     if old["args"] != _args:
         ex.reasons.extend(_arg_reasons(snap.get("args", {}), args))
-    if row is None and old["args"] == _args and old["code"] == code and old["schema"] == schema:
+    if unusable and old["args"] == _args and old["code"] == code and old["schema"] == schema:
         ex.reasons.append(f"stored evaluation #{old['id']} is damaged or was removed")
-    return ex
 
 
-def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], cv: "CodeVersion", old_code: str, new_code: str) -> None:
+def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], new_deps: Dict[str, str],
+                  source: Callable[[str], Optional[str]], sens: str, old_code: str, new_code: str) -> None:
     old_deps: Dict[str, str] = snap.get("deps", {})
-    new_deps = cv.deps
     changed = False
     for sym in sorted(set(old_deps) | set(new_deps)):
         a, b = old_deps.get(sym), new_deps.get(sym)
@@ -129,13 +140,12 @@ def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], cv: "Co
             # full versions are recorded; only the part the sensitivity keeps can cause a miss
             from .codegraph.origins import truncate
 
-            sens = getattr(cv, "sensitivity", "exact")
             if truncate(a, sens) != truncate(b, sens):
                 ex.reasons.append(f"{sym[sym.index(':') + 1:]} {a} -> {b}")
         else:
             ex.reasons.append(f"`{sym}` changed")
             old_src = store.index.source(a)
-            new_src = cv.sources.get(sym)
+            new_src = source(sym)
             if old_src is not None and new_src is not None and old_src != new_src:
                 ex.diffs[sym] = _diff(old_src, new_src, sym)
     old_v = snap.get("version")
@@ -166,3 +176,53 @@ def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> List[s
 def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False) -> Dict[str, Any]:
     """Why a call missed (the caller found no usable row for ``key``), or was forced."""
     return explain_key(store, key, args, cv, forced=forced, missing=not forced).to_dict()
+
+
+# -- misses explained when asked ----------------------------------------------------------
+# Explaining a miss (the nearest stored evaluation read and parsed, code and arguments
+# compared) was 15-20% of a small miss. Most misses are never asked about, so the
+# common one -- no row at all for the key, of code already stored -- records only
+# what explaining it needs later: its key, argument snapshot, and the id of the newest
+# evaluation then (``before``): ``settle`` compares with the evaluations that existed
+# at the miss, not with the one the miss went on to store. The new code's dependencies
+# are read then from a stored evaluation of the same code digest (the digest is made
+# of them), which is why only a miss of code this process has seen stored is deferred:
+# a miss of new code (an edit: the miss users ask about) is explained at once, with
+# its diffs, even if its computation never finishes.
+
+def pending_miss(key: "Key", args: Dict[str, List[str]], sensitivity: str) -> str:
+    """The JSON text of a deferred miss record, less ``before`` (see ``with_before``)."""
+    fn, code, a, schema = key
+    return json.dumps({"fn": fn, "hit": False, "pending": True, "code": code, "args": a, "schema": schema,
+                       "snapshot": args, "sensitivity": sensitivity}, default=str)
+
+
+def with_before(text: str, before: Optional[int]) -> str:
+    """``pending_miss``'s text with the newest evaluation id at the miss (in its transaction)."""
+    return '{"before": %d, ' % (before or 0) + text[1:]
+
+
+def settle(store: "Store", miss: Dict[str, Any]) -> Dict[str, Any]:
+    """A recorded miss as ``Explanation.to_dict`` (plus its ``time``): deferred ones are explained now."""
+    if not miss.get("pending"):
+        return miss
+    fn = miss["fn"]
+    key = (fn, miss["code"], miss["args"], miss["schema"])
+    idx = store.index
+    ex = Explanation(fn, False)
+    old = idx.nearest(key, before=int(miss.get("before") or 0))
+    deps = None
+    if old is not None and old["code"] != key[1]:
+        snap = idx.snapshot_of_code(fn, key[1], key[3])
+        deps = json.loads(snap).get("deps") if snap else None
+    src = (lambda sym: idx.source(deps[sym])) if deps else (lambda sym: None)
+    _against(store, ex, old, key, miss.get("snapshot") or {}, deps, src, miss.get("sensitivity") or "minor", True)
+    out = ex.to_dict()
+    out["time"] = miss.get("time")
+    return out
+
+
+def last_miss(store: "Store", fn: str) -> Optional[Dict[str, Any]]:
+    """Why ``fn`` last missed (``Explanation.to_dict`` plus ``time``), or None if no miss is recorded."""
+    miss = store.index.last_miss(fn)
+    return None if miss is None else settle(store, miss)

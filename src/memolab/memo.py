@@ -21,9 +21,9 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 from . import codegraph, config, files, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
-from .explain import Explanation, explain_key, miss_record
+from .explain import Explanation, explain_key, miss_record, pending_miss, with_before
 from .store import Key, Store, get_store, runtime_info, signing
-from .store.sqlite import insert_miss
+from .store.sqlite import NEWEST_ID_SQL as _NEWEST_ID_SQL, insert_miss
 from .summary import summarize
 from .tracking import runs as _runs
 
@@ -408,18 +408,30 @@ class MemoFunction:
         return now is None or now["id"] != row["id"]
 
     def _miss_writer(self, call: "_Call") -> Optional[Callable[[sqlite3.Connection], None]]:
-        """Why this call misses, explained now (bounded: indexed reads of the
-        nearest stored evaluation) and written with the lease we are about to
-        take, in its transaction; None if it cannot be explained."""
+        """Why this call misses, recorded with the lease we are about to take, in its
+        transaction; None if it cannot be explained. A miss of code this process has
+        seen stored, whose key has no row at all (the common one: new arguments), is
+        explained when asked (``explain.settle``), from its key and argument snapshot;
+        any other is explained now (bounded: indexed reads of the nearest evaluation)."""
+        store, key = call.store, call.key
         try:
-            text = _json(miss_record(call.store, call.key, self._call_snapshot(call), call.cv, forced=call.force))
+            if (not call.force and (key[0], key[1]) in store.stored_codes and store.index.known_absent(key)
+                    and hasattr(store.index, "nearest")):
+                text = pending_miss(key, self._call_snapshot(call), call.cv.sensitivity)
+                deferred = True
+            else:
+                text = _json(miss_record(store, key, self._call_snapshot(call), call.cv, forced=call.force))
+                deferred = False
         except Exception:  # explaining must never stop the computation
             return None
         symbol = self.symbol
 
         def write(c: sqlite3.Connection) -> None:
             try:
-                insert_miss(c, symbol, text)
+                if deferred:
+                    insert_miss(c, symbol, with_before(text, c.execute(_NEWEST_ID_SQL).fetchone()[0]))
+                else:
+                    insert_miss(c, symbol, text)
             except sqlite3.Error:
                 pass  # the lease matters, the explanation does not
 
@@ -461,7 +473,6 @@ class MemoFunction:
         try:
             eval_id = store.save(key, owner, value, fields, sources)
             hashing.note_result(key, snapshot["result_digest"], eval_id)
-            return eval_id
         except Exception as e:
             store.release(key, owner)
             from .pickling import find_unpicklable
@@ -472,6 +483,8 @@ class MemoFunction:
                 warnings.warn(f"{self.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
                               "but the next call will recompute it.", MemolabWarning, stacklevel=5)
             return None
+        store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
+        return eval_id
 
     # -- inspection ------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, StoreMiss
@@ -85,6 +85,9 @@ class Store:
         # a short script's counts are written at exit, without a thread started for them
         self._flusher_due = time.monotonic() + _HIT_FLUSH_SECONDS
         self._riders = threading.local()  # see ``ride_along``
+        # (fn, code digest) of results this process stored here: a later miss of that code
+        # is explained when asked (``explain.settle`` reads its dependencies from them)
+        self.stored_codes: Set[Tuple[str, str]] = set()
         atexit.register(self.flush_hits)
 
     def __repr__(self) -> str:
@@ -380,6 +383,7 @@ class Store:
     # -- maintenance ---------------------------------------------------------------------
     def clear(self, fn: Optional[str] = None) -> int:
         self.forget(fn)
+        self.stored_codes = {c for c in self.stored_codes if fn is not None and c[0] != fn}
         n = self.index.clear(fn)
         from ..tracking import retention
 

@@ -274,6 +274,8 @@ class ReadOnlyStore(Store):
 class NoStore:
     """Stands in for a store that cannot be used at all: every call computes."""
 
+    stored_codes: frozenset = frozenset()  # nothing is stored: every miss is explained at once
+
     def __init__(self, root: Path, problem: StoreUnavailable) -> None:
         self.root = Path(root)
         self.problem = problem

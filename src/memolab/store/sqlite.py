@@ -141,8 +141,13 @@ assert _HIT_SQL.endswith(_STATUS_ANY) and _LEAN_SQL.endswith(_STATUS_ANY)
 #: else the newest. One statement: UNION ALL stops at the first row found.
 _NEAREST_SQL = " UNION ALL ".join(
     f"SELECT * FROM (SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=?1 AND {where} AND status='done' "
+    "AND id<=?5 "
     "ORDER BY finished DESC LIMIT 1)" for where in ("args=?3 AND schema=?4", "code=?2 AND schema=?4", "1")) + " LIMIT 1"
 
+
+_MAX_ID = 2 ** 63 - 1
+#: the newest evaluation's id (ids only grow: AUTOINCREMENT), bounding what a deferred miss is compared with
+NEWEST_ID_SQL = "SELECT max(id) FROM evaluations"
 
 #: Columns a published row may carry (``publish``): the listing columns and the inline bytes.
 _PUBLISHED = frozenset(EVAL_COLUMNS + ("inline",))
@@ -342,10 +347,18 @@ class Index:
         even one out of use)? Lets a miss skip reading what such a row would say."""
         return getattr(self._local, "absent", None) == key
 
-    def nearest(self, key: Key) -> Optional[Dict[str, Any]]:
-        """The stored evaluation of ``key``'s function closest to it (see ``_NEAREST_SQL``), or None."""
-        r = self.conn().execute(_NEAREST_SQL, key).fetchone()
+    def nearest(self, key: Key, before: Optional[int] = None) -> Optional[Dict[str, Any]]:
+        """The stored evaluation of ``key``'s function closest to it (see ``_NEAREST_SQL``), or
+        None; ``before``: among those with ids up to it (the evaluations a past miss saw)."""
+        r = self.conn().execute(_NEAREST_SQL, (*key, _MAX_ID if before is None else before)).fetchone()
         return dict(zip(EVAL_COLUMNS, r)) if r is not None else None
+
+    def snapshot_of_code(self, fn: str, code: str, schema: str) -> Optional[str]:
+        """The snapshot (JSON text) of an evaluation of ``fn`` with code digest ``code``, or
+        None: its ``deps`` are those of every evaluation of that code."""
+        r = self.conn().execute("SELECT snapshot FROM evaluations WHERE fn=? AND code=? AND schema=? "
+                                "AND snapshot IS NOT NULL ORDER BY finished DESC LIMIT 1", (fn, code, schema)).fetchone()
+        return r[0] if r else None
 
     def inline_of(self, eval_id: int) -> Optional[bytes]:
         row = self.conn().execute("SELECT inline FROM evaluations WHERE id=?", (eval_id,)).fetchone()
