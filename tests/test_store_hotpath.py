@@ -260,25 +260,34 @@ def _writes(stmts: list) -> list:
     return [s.split()[0].upper() for s in stmts if s.lstrip().upper().startswith(("BEGIN", "COMMIT"))]
 
 
-def test_a_miss_is_two_write_transactions_with_its_run_and_explanation(tmp_store):
+@pytest.mark.parametrize("quick", [False, True], ids=["leased", "lease-free"])
+def test_a_miss_is_two_write_transactions_with_its_run_and_explanation(tmp_store, quick):
     """Lease + miss explanation, then result + run: two commits, and no read of
-    a dead row or an unloadable verdict when the key has no row at all."""
+    a dead row or an unloadable verdict when the key has no row at all. A quick
+    function's miss takes no lease: one commit, the miss recorded with the result."""
     @memo
     def f(x):
         return x + 1
 
-    f(0)
-    store = get_store()
-    stmts = _traced(store)
-    assert f(1) == 2
-    store.index.conn().set_trace_callback(None)
-    assert _writes(stmts) == ["BEGIN", "COMMIT", "BEGIN", "COMMIT"], stmts
+    old = memolab.config.settings().lease_free_below
+    memolab.configure(lease_free_below=old if quick else 0)
+    try:
+        f(0)
+        store = get_store()
+        stmts = _traced(store)
+        assert f(1) == 2
+        store.index.conn().set_trace_callback(None)
+    finally:
+        memolab.configure(lease_free_below=old)
+    assert _writes(stmts) == (["BEGIN", "COMMIT"] if quick else ["BEGIN", "COMMIT", "BEGIN", "COMMIT"]), stmts
+    assert bool([s for s in stmts if "leases" in s]) is not quick, stmts
     assert not [s for s in stmts if "status!='done'" in s.replace(" ", "") or "status='unloadable'" in s], stmts
     con = store.index.conn()
     (eval_id,), = con.execute("SELECT id FROM evaluations WHERE args=?", (f.key(1)[2],)).fetchall()
     run = con.execute("SELECT status, eval_id, finished >= started, hparams FROM runs WHERE eval_id=?", (eval_id,)).fetchall()
     assert run == [("done", eval_id, 1, '{"x": 1}')]
     assert "new arguments: x 0 -> 1" in last_miss(store, f.symbol)["reasons"][0]
+    assert con.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
 
 
 def test_a_run_that_logs_is_written_the_ordinary_way_with_its_logs(tmp_store):

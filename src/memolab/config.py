@@ -68,6 +68,10 @@ class Settings:
     #: seconds between lease heartbeats; a lease is stale after ``lease_ttl``
     heartbeat: float = 1.0
     lease_ttl: float = 10.0
+    #: a miss of a function whose every computation in this process (of its current
+    #: code, in this store) took less than this many seconds takes no lease: the lease's
+    #: transaction would cost more than two processes computing it at once (0: always lease)
+    lease_free_below: float = 0.001
     #: warn (True) or stay silent (False) when a result cannot be stored
     warn_unstorable: bool = True
     #: who may use a store this process creates: "user" (0700/0600, the default)
@@ -90,6 +94,8 @@ def _from_env() -> Settings:
     env = os.environ
     if env.get("MEMOLAB_LEASE_TTL"):
         s = replace(s, lease_ttl=float(env["MEMOLAB_LEASE_TTL"]))
+    if env.get("MEMOLAB_LEASE_FREE_BELOW"):
+        s = replace(s, lease_free_below=float(env["MEMOLAB_LEASE_FREE_BELOW"]))
     if env.get("MEMOLAB_HEARTBEAT"):
         s = replace(s, heartbeat=float(env["MEMOLAB_HEARTBEAT"]))
     if env.get("MEMOLAB_VERSION_SENSITIVITY"):

@@ -197,6 +197,8 @@ class MemoFunction:
                 row = None if force else call.store.lookup(call.key)
                 if row is not None:
                     state = "hit"
+                elif self._lease_free(call):
+                    state, owner = "free", ""
                 else:
                     owner = owner or call.store.owner_id()
                     state, row = call.store.acquire(call.key, owner, force, looked_up=True,
@@ -212,13 +214,16 @@ class MemoFunction:
                 return self.fn(*call.bound.args, **call.bound.kwargs)
             t0, run = self._start(call)
             ev, token = _enter(call, run)
+            c0 = time.perf_counter()
             try:
                 value = self.fn(*call.bound.args, **call.bound.kwargs)
             except BaseException as e:
                 _running.reset(token)
+                call.store.note_duration(call.key, time.perf_counter() - c0)
                 self._failed(call, owner, run, e)
                 raise
             _running.reset(token)
+            call.store.note_duration(call.key, time.perf_counter() - c0)
             self._done(call, owner, value, t0, run, ev)
             return value
 
@@ -229,7 +234,8 @@ class MemoFunction:
         import asyncio  # imported here: asyncio alone costs 30 ms of `import memolab`
 
         # one owner per task: two coroutines on one thread must not share a lease
-        owner = f"{call.store.owner_id()}:{id(asyncio.current_task())}"
+        task_owner = f"{call.store.owner_id()}:{id(asyncio.current_task())}"
+        owner = task_owner
         delay = 0.01
         miss: Any = None
         while True:
@@ -237,7 +243,10 @@ class MemoFunction:
                 row = None if force else call.store.lookup(call.key)
                 if row is not None:
                     state = "hit"
+                elif self._lease_free(call):
+                    state, owner = "free", ""
                 else:
+                    owner = task_owner
                     miss = miss or self._miss_writer(call)
                     state, row = call.store.try_acquire(call.key, owner, force, on_owner=miss)
                 if state == "hit":
@@ -255,13 +264,16 @@ class MemoFunction:
                 continue
             t0, run = self._start(call)
             ev, token = _enter(call, run)
+            c0 = time.perf_counter()
             try:
                 value = await self.fn(*call.bound.args, **call.bound.kwargs)
             except BaseException as e:
                 _running.reset(token)
+                call.store.note_duration(call.key, time.perf_counter() - c0)
                 self._failed(call, owner, run, e)
                 raise
             _running.reset(token)
+            call.store.note_duration(call.key, time.perf_counter() - c0)
             self._done(call, owner, value, t0, run, ev)
             return value
 
@@ -296,19 +308,47 @@ class MemoFunction:
             if found:
                 hashing.remember_loaded(value, key)
                 return None, value
-        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, [], []), None
+        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, [], [], []), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
-        """We own the key's lease (its miss recorded with it): open a run for its logs."""
+        """We own the key's lease (its miss recorded with it), or need none (a quick
+        function): open a run for its logs."""
         t0 = time.time()
         return t0, _runs.begin(self.symbol, call.key, call.bound.arguments, call.store)
 
+    def _lease_free(self, call: "_Call") -> bool:
+        """A miss of a quick function (``Store.is_quick``) computes without a lease: its miss
+        is recorded with its result, in one transaction instead of two."""
+        if call.force or not getattr(call.store, "lease_free", False) or not call.store.is_quick(call.key):
+            return False
+        writer = self._miss_writer(call)
+        call.pending[:] = [] if writer is None else [writer]
+        return True
+
     def _failed(self, call: "_Call", owner: str, run: Any, error: Optional[BaseException] = None) -> None:
         call.store.release(call.key, owner)
+        self._write_pending(call)
         _runs.end(run, "failed", error=error)
+
+    def _write_pending(self, call: "_Call") -> None:
+        """The miss record of a lease-free miss that did not ride with a stored result."""
+        if not call.pending:
+            return
+        write = call.pending.pop()
+        try:
+            with call.store.index.write() as c:
+                write(c)
+        except Exception:
+            pass  # the explanation is advisory: never fail the call over it
 
     def _done(self, call: "_Call", owner: str, value: Any, t0: float, run: Any,
               ev: Optional["Running"] = None) -> None:
+        try:
+            self._finish(call, owner, value, t0, run, ev)
+        finally:
+            self._write_pending(call)
+
+    def _finish(self, call: "_Call", owner: str, value: Any, t0: float, run: Any, ev: Optional["Running"]) -> None:
         if not call.force and not _known_absent(call) and self._unloadable(call, value):
             call.store.release(call.key, owner)
             _runs.end(run, "done", None)
@@ -321,11 +361,12 @@ class MemoFunction:
             call.store.release(call.key, owner)
             _runs.end(run, "done", None)
             return
-        # A run that logged nothing is written with the result, in its transaction.
+        # A run that logged nothing is written with the result, in its transaction, and
+        # so is a lease-free miss's record.
         rider = _runs.rider(run, call.key)
-        ride = getattr(call.store, "ride_along", None) if rider is not None else None
+        ride = getattr(call.store, "ride_along", None) if rider is not None or call.pending else None
         if ride is not None:
-            ride(rider)
+            ride(rider if not call.pending else _with_pending(call.pending, rider))
         try:
             eval_id = self._save(call.store, call.key, owner, value, call.bound, call.per_arg, call.cv, t0, call)
         finally:
@@ -409,31 +450,29 @@ class MemoFunction:
 
     def _miss_writer(self, call: "_Call") -> Optional[Callable[[sqlite3.Connection], None]]:
         """Why this call misses, recorded with the lease we are about to take, in its
-        transaction; None if it cannot be explained. A miss of code this process has
-        seen stored, whose key has no row at all (the common one: new arguments), is
-        explained when asked (``explain.settle``), from its key and argument snapshot;
-        any other is explained now (bounded: indexed reads of the nearest evaluation)."""
+        transaction (a lease-free miss: with its result); None if it cannot be
+        explained. A miss of code this process has seen stored, whose key has no row
+        at all (the common one: new arguments), is explained when asked
+        (``explain.settle``), from its key and argument snapshot; any other is
+        explained now (bounded: indexed reads of the nearest evaluation)."""
         store, key = call.store, call.key
         try:
             if (not call.force and (key[0], key[1]) in store.stored_codes and store.index.known_absent(key)
                     and hasattr(store.index, "nearest")):
-                text = pending_miss(key, self._call_snapshot(call), call.cv.sensitivity)
-                deferred = True
+                # the evaluations that exist now, before this miss stores its own
+                text = with_before(pending_miss(key, self._call_snapshot(call), call.cv.sensitivity),
+                                   store.index.conn().execute(_NEWEST_ID_SQL).fetchone()[0])
             else:
                 text = _json(miss_record(store, key, self._call_snapshot(call), call.cv, forced=call.force))
-                deferred = False
         except Exception:  # explaining must never stop the computation
             return None
         symbol = self.symbol
 
         def write(c: sqlite3.Connection) -> None:
             try:
-                if deferred:
-                    insert_miss(c, symbol, with_before(text, c.execute(_NEWEST_ID_SQL).fetchone()[0]))
-                else:
-                    insert_miss(c, symbol, text)
+                insert_miss(c, symbol, text)
             except sqlite3.Error:
-                pass  # the lease matters, the explanation does not
+                pass  # the lease (or the result) matters, the explanation does not
 
         return write
 
@@ -540,6 +579,18 @@ def _enter(call: "_Call", run: Any) -> Tuple[Running, Any]:
 _IMPLICIT = "<callable>"
 
 
+def _with_pending(pending: List[Callable[[sqlite3.Connection], None]],
+                  rider: Optional[Callable[[sqlite3.Connection], None]]) -> Callable[[sqlite3.Connection], None]:
+    """A rider writing a lease-free miss's record, then ``rider`` (a run's)."""
+    def both(c: sqlite3.Connection) -> None:
+        pending[0](c)
+        if rider is not None:
+            rider(c)
+        pending.clear()  # reached only if nothing raised: the savepoint keeps both
+
+    return both
+
+
 class _Call(NamedTuple):
     """One call on its way through a miss."""
 
@@ -555,6 +606,8 @@ class _Call(NamedTuple):
     retried: List[bool] = []
     #: the argument snapshot, once made (``_call_snapshot``)
     snapshot: List[Dict[str, List[str]]] = []
+    #: a lease-free miss's record, until written (with the result, or alone)
+    pending: List[Callable[[sqlite3.Connection], None]] = []
 
 
 def _lookup(module: str, qualname: str) -> Any:

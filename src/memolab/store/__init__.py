@@ -62,6 +62,9 @@ class Store:
     # replaced by the read-only store of ``health`` (a store that can be read, not written)
     index_class = Index
     blob_class = BlobFolder
+    #: may a quick function's miss compute without a lease (``MemoFunction._call``)?
+    #: Not where a miss takes more than a local lease (the team store's) or none (read-only)
+    lease_free = True
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -88,6 +91,9 @@ class Store:
         # (fn, code digest) of results this process stored here: a later miss of that code
         # is explained when asked (``explain.settle`` reads its dependencies from them)
         self.stored_codes: Set[Tuple[str, str]] = set()
+        # (fn, code digest) -> every computation of it here so far took less than
+        # ``lease_free_below`` (see ``note_duration``)
+        self.quick_codes: Dict[Tuple[str, str], bool] = {}
         atexit.register(self.flush_hits)
 
     def __repr__(self) -> str:
@@ -136,6 +142,18 @@ class Store:
             time.sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
+    def note_duration(self, key: Key, seconds: float) -> None:
+        """A computation of ``key`` took ``seconds``: once one of a function's code takes
+        ``lease_free_below`` or longer, its misses in this process take a lease for good."""
+        k = (key[0], key[1])
+        self.quick_codes[k] = self.quick_codes.get(k, True) and seconds < config.settings().lease_free_below
+
+    def is_quick(self, key: Key) -> bool:
+        """May a miss of ``key`` compute without a lease? Only if this store allows it and
+        every computation of its function's code here so far was quick (none: no)."""
+        return self.lease_free and self.quick_codes.get((key[0], key[1]), False) \
+            and config.settings().lease_free_below > 0
+
     def _hold(self, key: Key, owner: str) -> None:
         with self._held_lock:
             self._held[(key, owner)] = self._held.get((key, owner), 0) + 1
@@ -171,6 +189,8 @@ class Store:
         raising would replace the caller's value or exception with ours. A lease
         we fail to drop stops being heart-beaten and goes stale after ``lease_ttl``.
         """
+        if not owner:
+            return  # a lease-free miss (``MemoFunction._lease_free``) holds none
         self._unhold(key, owner)
         try:
             self.index.release(key, owner)

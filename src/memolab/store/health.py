@@ -234,6 +234,7 @@ class ReadOnlyStore(Store):
 
     index_class = ReadOnlyIndex
     blob_class = ReadOnlyBlobFolder
+    lease_free = False  # a miss raises ``problem`` from ``acquire``: computed, not stored
 
     def __init__(self, root: Path, problem: StoreUnavailable) -> None:
         self.problem = problem
@@ -275,6 +276,7 @@ class NoStore:
     """Stands in for a store that cannot be used at all: every call computes."""
 
     stored_codes: frozenset = frozenset()  # nothing is stored: every miss is explained at once
+    lease_free = False
 
     def __init__(self, root: Path, problem: StoreUnavailable) -> None:
         self.root = Path(root)

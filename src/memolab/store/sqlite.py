@@ -426,10 +426,13 @@ class Index:
     def _record(self, key: Key, owner: str, cols: List[str], vals: List[Any], new_sources: List[Tuple[str, str, str]],
                 present: Callable[[], bool], also: Optional[Callable[[sqlite3.Connection], None]]) -> int:
         with self.write() as c:
-            lease = c.execute("SELECT owner FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
-            if lease is None or lease[0] != owner:
+            # Our lease dropped first (rolled back with the rest if we raise below).
+            held = owner and c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
+                                       (*key, owner)).rowcount
+            if not held:
                 # Our lease went stale (we were slow) and another process took the
-                # key over. If it already stored its result, that row stands: other
+                # key over, or we computed without one (``owner`` empty: a quick
+                # function). If a result is stored meanwhile, that row stands: other
                 # processes may be reading it, its logs and hits hang off its id, and
                 # our blobs, put while we held no live lease, may already be collected.
                 row = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
@@ -444,7 +447,6 @@ class Index:
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
             eval_id = int(cur.lastrowid)
-            c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
             if also is not None:
                 also(c)
             return eval_id

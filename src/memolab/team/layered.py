@@ -98,6 +98,8 @@ def code_digests(rows: Iterable[Dict[str, Any]]) -> List[str]:
 class TeamStore(Store):
     """A ``Store`` whose misses consult the team store and whose results are uploaded to it."""
 
+    lease_free = False  # a miss also takes the team's lease: one computation across machines
+
     def _team_init(self, index_url: str, blobs_url: str) -> None:
         self.link = Link(index_url, blobs_url, config.settings().remote_timeout)
         self.identity = f"{host_name()}:{self.root}"

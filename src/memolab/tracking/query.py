@@ -36,9 +36,10 @@ def _alive(c: Any) -> Any:
     """A predicate telling whether a run stored as ``running`` is really still running.
 
     A killed process cannot mark its runs finished. A memoized computation holds
-    its key's lease, heart-beaten by the store, so a run whose lease is gone or
-    stale is lost. The process run has no key: it is alive while its pid is
-    (checked only on this host).
+    its key's lease, heart-beaten by the store, so a run whose lease is stale is
+    lost. The process run has no key, and a quick function's computation takes no
+    lease: they are alive while their pid is (checked only on this host; a keyed
+    run elsewhere without a lease is lost).
     """
     import os
     import socket
@@ -55,12 +56,15 @@ def _alive(c: Any) -> Any:
     def alive(r: Dict[str, Any]) -> bool:
         if r.get("code") is not None:
             lease = leases.get((r["fn"], r["code"], r["args"], r["schema"]))
-            if lease is None:
+            if lease is not None:
+                # the process table outranks the heartbeat: an owner inside a long C
+                # call that holds the GIL cannot beat, yet it is still computing
+                here_alive = owner_alive_here(lease[1])
+                return here_alive if here_alive is not None else now - lease[0] < ttl
+            if r.get("host") != here:
                 return False
-            # the process table outranks the heartbeat: an owner inside a long C
-            # call that holds the GIL cannot beat, yet it is still computing
-            here_alive = owner_alive_here(lease[1])
-            return here_alive if here_alive is not None else now - lease[0] < ttl
+            # no lease: gone, or never taken (a quick function's miss computes
+            # without one): alive while its process is, as the process run
         if r.get("host") == here and r.get("pid"):
             try:
                 os.kill(int(r["pid"]), 0)
