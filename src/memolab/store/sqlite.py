@@ -718,7 +718,7 @@ def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Opti
 
 #: misses kept per function (at least; see ``insert_miss``)
 MISSES_KEPT = 20
-_TRIM_EVERY = 4
+_TRIM_EVERY = 16
 _misses_here: Dict[str, int] = {}
 
 
@@ -726,9 +726,10 @@ def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
     """Record why ``fn`` missed (JSON text), inside the caller's write transaction."""
     c.execute("INSERT INTO misses(fn, time, explanation) VALUES (?,?,?)", (fn, time.time(), explanation))
     # Keep the table small: the last 20 misses per function are plenty for `why`.
-    # Trimmed on a process's first miss of ``fn`` and every 4th after it, not on
-    # each: a trim deletes a row on an older page, which the WAL then writes in
-    # full. At most 20 + 3 rows per process writing meanwhile.
+    # Trimmed on a process's first miss of ``fn`` and every 16th after it, not on
+    # each: a trim deletes rows on older pages, which the WAL then writes in full
+    # (every 4th: 2-3% of a small miss). At most 20 + 15 rows per process writing
+    # meanwhile.
     n = _misses_here.get(fn, 0)
     _misses_here[fn] = n + 1
     if n % _TRIM_EVERY == 0:
