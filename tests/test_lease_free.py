@@ -10,6 +10,9 @@ computation, takes one.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,6 +21,7 @@ import memolab
 from memolab import memo
 from memolab.explain import last_miss
 from memolab.store import Store, get_store
+from conftest import SRC
 
 
 def _leased(store, call) -> bool:
@@ -176,3 +180,48 @@ def test_an_async_quick_function_follows_the_same_rule(tmp_store):
     assert not _leased(store, lambda: asyncio.run(f(2, 0.005)))
     assert _leased(store, lambda: asyncio.run(f(3)))
     assert asyncio.run(f(1)) == 1 and store.index.conn().execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+
+
+RACE = '''
+import os, sys, time
+from memolab import memo
+
+@memo
+def f(x):
+    with open("calls.txt", "a") as fh:
+        fh.write(f"{os.getpid()} {x}\\n")
+    return x * 2
+
+f(-1)  # the first miss of this code here takes a lease; the rest are quick
+go = float(sys.argv[1])
+while time.time() < go:
+    time.sleep(0.001)
+assert [f(k) for k in range(int(sys.argv[2]))] == [2 * k for k in range(int(sys.argv[2]))]
+print(os.getpid())
+'''
+
+
+def test_processes_racing_on_a_quick_function_store_each_key_once(project):
+    """Two fresh processes call the same 300 new keys at the same moment, without
+    leases: both may compute a key; each key ends with one stored row, every call
+    returned the right value, and a third process recomputes nothing."""
+    project.write("race.py", RACE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(project.root)]), MEMOLAB_STORE=str(project.store))
+    go = str(time.time() + 3)
+    procs = [subprocess.Popen([sys.executable, "race.py", go, "300"], cwd=project.root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert not [e for _, e in outs if "Warning" in e], outs
+    third = project.run("race.py", "0", "300").stdout.strip()
+    calls = [ln.split() for ln in (project.root / "calls.txt").read_text().splitlines()]
+    assert not [c for c in calls if c[0] == third and c[1] != "-1"]  # all hits (its -1 too, in fact)
+    store = get_store(project.store)
+    con = store.index.conn()
+    rows = con.execute("SELECT COUNT(*), COUNT(DISTINCT args) FROM evaluations WHERE status='done'").fetchone()
+    assert rows == (301, 301)
+    assert con.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+    racers = {o.strip() for o, _ in outs}
+    computed = [x for pid, x in calls if pid in racers]
+    assert set(computed) == {str(k) for k in range(-1, 300)}
+    print(f"{len(computed) - 301} of 301 keys computed by both")  # shown with -s: the race happened

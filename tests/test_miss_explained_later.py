@@ -1,9 +1,10 @@
 """A miss of code already stored, with no row for its key, is explained when asked.
 
-The rule (docs/caching-rules.md, "Why a call missed"): such a miss records its key,
-argument snapshot and the newest evaluation id of the moment; ``memolab why``
-compares it then with the evaluations that existed at the miss. The answer must be
-the one an explanation made at the miss would have given.
+The rule (docs/storage-format.md, "A common miss is explained when asked"):
+such a miss records its key, argument snapshot and the newest evaluation id of
+the moment; ``memolab why`` compares it then with the evaluations that existed
+at the miss. The answer must be the one an explanation made at the miss would
+have given.
 """
 from __future__ import annotations
 
