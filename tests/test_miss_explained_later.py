@@ -156,3 +156,18 @@ def test_why_in_a_fresh_process_explains_a_deferred_code_change_with_its_diff(pr
     js = json.loads(project.run("-m", "memolab", "why", "f", "--json").stdout)
     assert js["miss"]["hit"] is False and "`__main__:helper` changed" in js["miss"]["reasons"]
     assert "__main__:helper" in js["miss"]["diffs"]
+
+
+def test_a_damaged_deferred_record_or_row_is_said_not_raised(tmp_store):
+    @memo
+    def f(x):
+        return x
+
+    store = get_store()
+    f(1)
+    f(2)
+    con = store.index.conn()
+    con.execute("UPDATE evaluations SET snapshot='{not json' WHERE args=?", (f.key(1)[2],))
+    con.commit()
+    ex = last_miss(store, f.symbol)
+    assert ex["hit"] is False and ex["reasons"][0].startswith("this miss cannot be explained now (JSONDecodeError")

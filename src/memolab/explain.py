@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
@@ -180,7 +181,7 @@ def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
 
 # -- misses explained when asked ----------------------------------------------------------
 # Explaining a miss (the nearest stored evaluation read and parsed, code and arguments
-# compared) was 15-20% of a small miss. Most misses are never asked about, so the
+# compared) was 10-12% of a small miss. Most misses are never asked about, so the
 # common one -- no row at all for the key, of code already stored -- records only
 # what explaining it needs later: its key, argument snapshot, and the id of the newest
 # evaluation then (``before``): ``settle`` compares with the evaluations that existed
@@ -198,7 +199,8 @@ def pending_miss(key: "Key", args: Dict[str, List[str]], sensitivity: str) -> st
 
 
 def with_before(text: str, before: Optional[int]) -> str:
-    """``pending_miss``'s text with the newest evaluation id at the miss (in its transaction)."""
+    """``pending_miss``'s text with ``before``, the newest evaluation id at the miss (read
+    before its lease or result is written)."""
     return '{"before": %d, ' % (before or 0) + text[1:]
 
 
@@ -207,16 +209,20 @@ def settle(store: "Store", miss: Dict[str, Any]) -> Dict[str, Any]:
     if not miss.get("pending"):
         return miss
     fn = miss["fn"]
-    key = (fn, miss["code"], miss["args"], miss["schema"])
-    idx = store.index
     ex = Explanation(fn, False)
-    old = idx.nearest(key, before=int(miss.get("before") or 0))
-    deps = None
-    if old is not None and old["code"] != key[1]:
-        snap = idx.snapshot_of_code(fn, key[1], key[3])
-        deps = json.loads(snap).get("deps") if snap else None
-    src = (lambda sym: idx.source(deps[sym])) if deps else (lambda sym: None)
-    _against(store, ex, old, key, miss.get("snapshot") or {}, deps, src, miss.get("sensitivity") or "minor", True)
+    try:
+        key = (fn, miss["code"], miss["args"], miss["schema"])
+        idx = store.index
+        old = idx.nearest(key, before=int(miss.get("before") or 0))
+        deps = None
+        if old is not None and old["code"] != key[1]:
+            snap = idx.snapshot_of_code(fn, key[1], key[3])
+            deps = json.loads(snap).get("deps") if snap else None
+        src = (lambda sym: idx.source(deps[sym])) if deps else (lambda sym: None)
+        _against(store, ex, old, key, miss.get("snapshot") or {}, deps, src, miss.get("sensitivity") or "minor", True)
+    except (ValueError, KeyError, TypeError, AttributeError, sqlite3.Error) as e:
+        # a damaged record or row: say so, and never fail `memolab why` over it
+        ex = Explanation(fn, False, [f"this miss cannot be explained now ({type(e).__name__}: {e})"])
     out = ex.to_dict()
     out["time"] = miss.get("time")
     return out
