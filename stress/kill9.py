@@ -159,7 +159,11 @@ def run(trials: int, work: Path, ops: int = 40, seed: int = 0, log=print) -> Dic
     store, done_path, computed_path = work / "store", work / "done.jsonl", work / "computed.jsonl"
     rng = random.Random(seed)
     # how often each step occurs for this workload (a count run on a scratch store)
+    t0 = time.monotonic()
     counts = H.run_json(work, work / "count-store", "worker.py", "1", str(work / "count-done"), "count", str(ops))
+    # a random kill lands within a worker's life, however fast the library has become
+    # (a fixed 0.3-1.0 s let most workers finish first once misses got faster)
+    life = time.monotonic() - t0
     plan: List[str] = []
     n_step = trials - trials * 2 // 5  # three fifths at write steps, two fifths at random moments
     combos = [(s, w) for s, ws in STEPS.items() for w in ws if counts.get(s)]
@@ -179,7 +183,7 @@ def run(trials: int, work: Path, ops: int = 40, seed: int = 0, log=print) -> Dic
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if spec == "random":
             try:
-                p.wait(timeout=rng.uniform(0.3, 1.0))  # imports take ~0.3 s: kill inside the work
+                p.wait(timeout=rng.uniform(0.25 * life, life))  # after the imports: kill inside the work
             except subprocess.TimeoutExpired:
                 p.send_signal(signal.SIGKILL)
         _, err = p.communicate(timeout=300)
