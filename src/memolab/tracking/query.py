@@ -61,7 +61,7 @@ def _alive(c: Any) -> Any:
                 # call that holds the GIL cannot beat, yet it is still computing
                 here_alive = owner_alive_here(lease[1])
                 return here_alive if here_alive is not None else now - lease[0] < ttl
-            if r.get("host") != here:
+            if r.get("host") != here or not r.get("pid"):
                 return False
             # no lease: gone, or never taken (a quick function's miss computes
             # without one): alive while its process is, as the process run
