@@ -102,15 +102,20 @@ def test_an_explanation_made_when_asked_is_the_one_made_at_the_miss(tmp_path, mo
     assert reasons[-1][0] == "recomputation forced with .fresh()"
 
 
-def test_a_deferred_miss_whose_new_code_is_gone_says_code_changed(tmp_store):
+def _a_deferred_miss():
+    """f(1) stored, then f(2): a miss of stored code, explained when asked."""
     @memo
     def f(x):
         return x
 
-    store = get_store()
     f(1)
     f(2)
-    con = store.index.conn()
+    store = get_store()
+    return f, store, store.index.conn()
+
+
+def test_a_deferred_miss_whose_new_code_is_gone_says_code_changed(tmp_store):
+    f, store, con = _a_deferred_miss()
     # as if f(1) had been stored by an older version of the code and f(2)'s and
     # every other evaluation of the new code were since removed (gc, clear)
     con.execute("UPDATE evaluations SET code='0ld' || code WHERE args=?", (f.key(1)[2],))
@@ -159,14 +164,7 @@ def test_why_in_a_fresh_process_explains_a_deferred_code_change_with_its_diff(pr
 
 
 def test_a_damaged_deferred_record_or_row_is_said_not_raised(tmp_store):
-    @memo
-    def f(x):
-        return x
-
-    store = get_store()
-    f(1)
-    f(2)
-    con = store.index.conn()
+    f, store, con = _a_deferred_miss()
     con.execute("UPDATE evaluations SET snapshot='{not json' WHERE args=?", (f.key(1)[2],))
     con.commit()
     ex = last_miss(store, f.symbol)

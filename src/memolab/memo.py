@@ -319,7 +319,7 @@ class MemoFunction:
     def _lease_free(self, call: "_Call") -> bool:
         """A miss of a quick function (``Store.is_quick``) computes without a lease: its miss
         is recorded with its result, in one transaction instead of two."""
-        if call.force or not getattr(call.store, "lease_free", False) or not call.store.is_quick(call.key):
+        if call.force or not call.store.is_quick(call.key):
             return False
         writer = self._miss_writer(call)
         call.pending[:] = [] if writer is None else [writer]
