@@ -155,12 +155,15 @@ _CLASS_SKIP = frozenset(("__module__", "__qualname__", "__doc__", "__dict__", "_
 class _ClassInfo:
     """What a class's own code says: digest, references of its methods, other code it holds, excerpt."""
 
-    __slots__ = ("digest", "refs", "edges", "values", "source", "dynamic", "ns", "stamp", "__weakref__")
+    __slots__ = ("digest", "refs", "other_refs", "edges", "values", "source", "dynamic", "ns", "stamp",
+                 "__weakref__")
 
     def __init__(self, cls: type) -> None:
         self.stamp = _class_stamp(cls)
         parts: List[str] = [cls.__qualname__]
-        refs: set = set()
+        #: id(globals) -> (globals, names read): methods made by exec (attrs) run with
+        #: globals of their own, and a name must be resolved where its code looks it up
+        by_ns: Dict[int, Tuple[Dict[str, Any], set]] = {}
         dynamic: list = []
         #: (label, code object held by the class that is not its own method)
         self.edges: List[Tuple[str, Any]] = []
@@ -178,12 +181,20 @@ class _ClassInfo:
                     and f.__module__ == cls.__module__:
                 a = bytecode.analyse_code(f.__code__)
                 parts.append(f"{label}={a.digest}")
-                refs.update(a.refs)
+                by_ns.setdefault(id(f.__globals__), (f.__globals__, set()))[1].update(a.refs)
                 dynamic.extend(a.dynamic)
                 own.append(f)
                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
                     if name != "__class__":  # the cell ``super()`` uses holds the class itself
                         self.values.append((f"{label}.<closure {name}>", _cell(cell)))
+                # ``def __init__(self, hidden=HIDDEN)``: the default was computed when the
+                # class statement ran and lives on the function, not in its code, so an
+                # edit of HIDDEN leaves the bytecode digest as it was
+                for name, v in _defaults(f, named=True):
+                    if _is_code(_unwrap(v)):
+                        self.edges.append((f"{label}.<default {name}>", v))
+                    else:
+                        self.values.append((f"{label}.<default {name}>", v))
             elif _is_code(f):
                 self.edges.append((label, f))
             else:
@@ -216,11 +227,37 @@ class _ClassInfo:
                 self.values.append((name, v))
         if type(cls) is not type:
             self.edges.append(("<metaclass>", type(cls)))
-        self.ns = own[0].__globals__ if own else None
+        module_ns = _module_ns(cls.__module__)
+        groups = sorted(by_ns.values(), key=lambda g: g[0] is not module_ns)  # the module's own first
+        self.ns = groups[0][0] if groups else None
         self.digest = digest_text("class", *parts)
-        self.refs = frozenset(refs)
+        self.refs = frozenset(groups[0][1]) if groups else frozenset()
+        #: names read by methods that run with other globals, each with those globals
+        self.other_refs = tuple((g, frozenset(r)) for g, r in groups[1:])
         self.dynamic = tuple(dynamic)
-        self.source = _class_excerpt(cls, own)
+        # methods made by exec (dataclass, attrs) have no lines of the user's own file
+        mod_file = module_ns.get("__file__")
+        self.source = _class_excerpt(cls, [f for f in own if f.__code__.co_filename == mod_file] or own)
+        # what no line of the class statement shows (``hidden=HIDDEN`` reads the same
+        # after HIDDEN is edited): the values it was defined with, for explain's diff
+        shown = [f"#   {label} = {r}" for label, r in ((label, _short(v)) for label, v in self.values)
+                 if " at 0x" not in r]
+        if self.source and shown:
+            self.source += "# values held since the class was defined:\n" + "\n".join(shown) + "\n"
+
+
+def _defaults(f: types.FunctionType, named: bool = False) -> List[Tuple[Any, Any]]:
+    """(position, or the parameter's name if ``named``, and value) of every default ``f``
+    was defined with; keyword-only ones by name. Plain functions keep positions, as
+    their labels have always been (a new label would recompute every stored result)."""
+    pos = f.__defaults__ or ()
+    if named and pos:
+        code = f.__code__
+        params = code.co_varnames[:code.co_argcount][-len(pos):]
+        first: List[Tuple[Any, Any]] = list(zip(params, pos))
+    else:
+        first = list(enumerate(pos))
+    return first + sorted((f.__kwdefaults__ or {}).items())
 
 
 def _cell(cell: Any) -> Any:
@@ -555,6 +592,7 @@ class _Graph:
     def visit(self, obj: Any) -> None:
         key = self._keys[id(obj)]
         bindings: List[str] = []
+        other_refs: Tuple[Tuple[Dict[str, Any], frozenset], ...] = ()
         if isinstance(obj, types.FunctionType):
             a = bytecode.analyse_code(obj.__code__)
             digest, refs, dynamic, source, ns = a.digest, a.refs, a.dynamic, a.source, obj.__globals__
@@ -564,8 +602,7 @@ class _Graph:
             if hasattr(obj, "__wrapped__"):
                 bindings.append(f"<wrapped>={self.target(obj.__wrapped__)}")
             # default values were computed where the function was defined, not in its code
-            defaults = list(enumerate(obj.__defaults__ or ())) + sorted((obj.__kwdefaults__ or {}).items())
-            for name, v in defaults:
+            for name, v in _defaults(obj):
                 if _is_code(_unwrap(v)):
                     bindings.append(f"<default {name}>={self.target(v)}")
                 elif obj is not self._root_fn:  # the root's defaults are bound into its arguments
@@ -579,6 +616,7 @@ class _Graph:
             info = _class_info(obj)
             self.class_checks.append(_ClassCheck(obj))
             digest, refs, dynamic, source = info.digest, info.refs, info.dynamic, info.source
+            other_refs = info.other_refs
             # the globals its methods actually run with (a class made by exec may have its own)
             ns = info.ns if info.ns is not None else _module_ns(obj.__module__)
             where = ns.get("__file__") or key
@@ -599,6 +637,9 @@ class _Graph:
             refs = frozenset((n,) for n in ns if not (n.startswith("__") and n.endswith("__")))
         for ref in sorted(refs, key=repr):
             bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, ns)}")
+        for other_ns, names in other_refs:
+            for ref in sorted(names, key=repr):
+                bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, other_ns)}")
         for line, what, obj_ref in dynamic:
             if obj_ref is not None and self.reads_module(obj_ref, ns):
                 continue  # getattr on a module: the whole module is a dependency already
