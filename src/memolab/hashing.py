@@ -1226,7 +1226,11 @@ def _register_numpy() -> None:
     def enc_array(enc: Encoder, arr: Any) -> None:
         if enc.memoize(arr):
             return
-        if type(arr) is not np.ndarray:  # a subclass (matrix, memmap) behaves differently
+        # A memmap is the array it maps (a stored one loads as a plain array over
+        # its blob, and must key the same there); other subclasses (matrix, masked,
+        # a user's) behave differently from a plain array, so their type counts.
+        plain = type(arr) is np.ndarray or type(arr) is np.memmap
+        if not plain:
             enc.write(b"\x18")
             enc.write_str(_type_name(type(arr)))
         if arr.dtype.hasobject:
@@ -1237,7 +1241,7 @@ def _register_numpy() -> None:
         else:
             enc.write(b"a")
             enc.write_leaf(arr, leaf)
-        if type(arr) is not np.ndarray:
+        if not plain:
             subclass_state(enc, arr)
 
     def subclass_state(enc: Encoder, arr: Any) -> None:
@@ -1300,3 +1304,21 @@ def _register_torchdata() -> None:
 
 
 register_lazy("torchdata", _register_torchdata)
+
+
+def _register_arrow() -> None:
+    # pyarrow tables, batches and arrays by content (memolab/arrow.py)
+    from . import arrow
+
+    arrow.register_arrow(register_handler)
+
+
+def _register_datasets() -> None:
+    # Hugging Face datasets: their tables by content, whether in memory or memory-mapped
+    from . import arrow
+
+    arrow.register_datasets(register_handler, register_policy)
+
+
+register_lazy("pyarrow", _register_arrow)
+register_lazy("datasets", _register_datasets)

@@ -1,0 +1,244 @@
+"""Arrow data hashed by content: pyarrow tables, record batches, arrays, and HF ``datasets``' tables.
+
+Imported only once pyarrow (or ``datasets``) has been imported: ``hashing``
+registers lazy hooks on those module names, which call ``register_arrow`` /
+``register_datasets`` with its own registration functions (so this module
+never imports ``hashing``).
+
+Why not what pickle would save (the generic rule)? pyarrow's protocol-4
+reduction writes a buffer as ``bytearray`` if it is mutable and as ``bytes``
+if not, and the store hands results back over read-only mappings of their
+blobs: a table keyed one way where it was computed and another way wherever it
+was loaded, so the next step recomputed once on every machine (issue 22).
+Chunking, slice offsets, spare buffer capacity and memory maps are
+representation too. The key of Arrow data is its *value*:
+
+* the schema (field names, types, nullability, field metadata) as Arrow's own
+  serialization, and the schema metadata as a dict (its order does not count);
+* per column, the logical data streamed into *lanes*: the positions of nulls,
+  fixed-width values (their bytes, values under null slots included), the
+  lengths and bytes of variable-width values, booleans one byte each, and the
+  children of nested types by field position. Each lane is one continuous
+  stream whatever the chunk boundaries, so a column split into chunks keys as
+  its concatenation, and a slice as the copy it stands for;
+* dictionary arrays as their decoded values, extension arrays as their
+  storage, view types as their plain counterparts; the few layouts left
+  (unions, run-end encoding) by their IPC encoding, chunk by chunk.
+
+Nothing is copied for fixed-width and variable-width data: lanes read the
+buffers in place (temporaries are bounded: at most ``_BLOCK`` rows at a time).
+No identity cache: Arrow memory may be shared with a writeable numpy array, so
+a table is rehashed, at memory speed, on every call.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable, Dict
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+_pack_Q = struct.Struct("<Q").pack
+#: rows handled at once: bounds the temporaries (null positions, lengths, booleans)
+_BLOCK = 1 << 20
+
+
+class _Lanes:
+    """The lanes of one column: ``path -> hasher`` plus the elements seen at each nesting level."""
+
+    __slots__ = ("h", "count")
+
+    def __init__(self) -> None:
+        self.h: Dict[str, Any] = {}
+        self.count: Dict[str, int] = {}
+
+    def feed(self, path: str, data: Any) -> None:
+        if memoryview(data).nbytes == 0:
+            return  # an empty feed creates no lane: lanes depend on the data, never on chunking
+        h = self.h.get(path)
+        if h is None:
+            h = self.h[path] = xxhash.xxh3_128()
+        h.update(data)
+
+    def digest(self) -> bytes:
+        out = xxhash.xxh3_128()
+        for path in sorted(set(self.h) | set(self.count)):
+            p = path.encode()
+            out.update(_pack_Q(len(p)) + p + _pack_Q(self.count.get(path, 0)))
+            h = self.h.get(path)
+            out.update(h.digest() if h is not None else b"-")
+        return out.digest()
+
+
+def _offsets(arr: Any, n: int) -> Any:
+    """The ``n + 1`` value offsets of a (sliced) variable-width or list array, as int64."""
+    t = arr.type
+    large = (pa.types.is_large_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_list(t))
+    dtype = np.dtype("<i8") if large else np.dtype("<i4")
+    o = arr.offset
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=o + n + 1)[o:].astype("<i8")
+
+
+def _plain(arr: Any) -> Any:
+    """The array whose layout the lanes read: dictionaries decoded, extensions unwrapped, views made plain."""
+    while True:
+        t = arr.type
+        if pa.types.is_dictionary(t):
+            arr = arr.dictionary_decode()
+        elif isinstance(t, pa.BaseExtensionType):
+            arr = arr.storage
+        elif pa.types.is_string_view(t):
+            arr = arr.cast(pa.large_string())
+        elif pa.types.is_binary_view(t):
+            arr = arr.cast(pa.large_binary())
+        elif pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+            arr = arr.cast(pa.large_list(t.value_field))
+        else:
+            return arr
+
+
+def _feed(lanes: _Lanes, arr: Any, path: str) -> None:
+    n = len(arr)
+    if n > _BLOCK:
+        for i in range(0, n, _BLOCK):
+            _feed(lanes, arr.slice(i, _BLOCK), path)
+        return
+    arr = _plain(arr)
+    t = arr.type
+    base = lanes.count.get(path, 0)
+    lanes.count[path] = base + n
+    if n == 0 or pa.types.is_null(t):
+        return
+    if arr.null_count and not (pa.types.is_union(t) or pa.types.is_run_end_encoded(t)):
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+        lanes.feed(path + "n", (np.flatnonzero(~valid) + base).astype("<i8"))
+    o = arr.offset
+    if pa.types.is_boolean(t):
+        bits = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=(o + n + 7) // 8)[o // 8:]
+        lanes.feed(path + "v", np.unpackbits(bits, bitorder="little")[o % 8:o % 8 + n])
+    elif (pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t)
+          or pa.types.is_large_binary(t)):
+        offs = _offsets(arr, n)
+        lanes.feed(path + "l", np.diff(offs))
+        data = arr.buffers()[2]
+        if data is not None:
+            lanes.feed(path + "v", memoryview(data)[offs[0]:offs[-1]])
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        offs = _offsets(arr, n)
+        lanes.feed(path + "l", np.diff(offs))
+        _feed(lanes, arr.values.slice(offs[0], offs[-1] - offs[0]), path + "e.")
+    elif pa.types.is_fixed_size_list(t):
+        k = t.list_size
+        _feed(lanes, arr.values.slice(o * k, n * k), path + "e.")
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            _feed(lanes, arr.field(i), f"{path}{i}.")  # ``field`` applies the struct's own offset
+    else:
+        width = _byte_width(t)
+        if width:
+            lanes.feed(path + "v", memoryview(arr.buffers()[1])[o * width:(o + n) * width])
+        else:
+            # unions, run-end encoding: their IPC encoding (Arrow's own, deterministic), chunk by chunk
+            lanes.feed(path + "x", pa.RecordBatch.from_arrays([arr], ["_"]).serialize())
+
+
+def _byte_width(t: Any) -> int:
+    """Bytes per value of a fixed-width type with one data buffer (ints, floats, temporal, decimal,
+    fixed-size binary), else 0."""
+    if pa.types.is_union(t) or pa.types.is_run_end_encoded(t):
+        return 0
+    try:
+        bits = t.bit_width
+    except ValueError:  # not fixed-width
+        return 0
+    return 0 if bits % 8 else bits // 8
+
+
+def _schema_bytes(schema: Any) -> bytes:
+    """Fields, types, nullability and field metadata (Arrow's flatbuffer, deterministic); schema
+    metadata is hashed apart, as a dict, since its order is not content."""
+    return schema.remove_metadata().serialize().to_pybytes()
+
+
+def column_digest(chunks: Any) -> bytes:
+    """The digest of one column's logical data (an Array or the chunks of a ChunkedArray)."""
+    lanes = _Lanes()
+    for chunk in chunks:
+        _feed(lanes, chunk, "")
+    lanes.count.setdefault("", 0)
+    return lanes.digest()
+
+
+def _encode_columns(enc: Any, schema: Any, columns: Any, num_rows: int) -> None:
+    sb = _schema_bytes(schema)
+    enc.write(_pack_Q(len(sb)) + sb)
+    enc.encode_child(dict(schema.metadata or {}), ".schema.metadata")
+    enc.write_uint(num_rows)
+    for name, col in zip(schema.names, columns):
+        enc.write(b"H" + column_digest(col.chunks if isinstance(col, pa.ChunkedArray) else [col]))
+
+
+def encode_table(enc: Any, table: Any) -> None:
+    if enc.memoize(table):
+        return
+    enc.write(b"\x1bt")  # Arrow tokens: lead byte 0x1b, then a kind letter
+    _encode_columns(enc, table.schema, table.columns, table.num_rows)
+
+
+def encode_record_batch(enc: Any, batch: Any) -> None:
+    if enc.memoize(batch):
+        return
+    enc.write(b"\x1bb")
+    _encode_columns(enc, batch.schema, batch.columns, batch.num_rows)
+
+
+def encode_array(enc: Any, arr: Any) -> None:
+    if enc.memoize(arr):
+        return
+    enc.write(b"\x1ba")
+    _encode_columns(enc, pa.schema([pa.field("", arr.type)]), [arr], len(arr))
+
+
+def encode_chunked_array(enc: Any, arr: Any) -> None:
+    if enc.memoize(arr):
+        return
+    enc.write(b"\x1bc")
+    _encode_columns(enc, pa.schema([pa.field("", arr.type)]), [arr], len(arr))
+
+
+def register_arrow(register_handler: Callable[[type, Any], None]) -> None:
+    register_handler(pa.Table, encode_table)
+    register_handler(pa.RecordBatch, encode_record_batch)
+    register_handler(pa.Array, encode_array)
+    register_handler(pa.ChunkedArray, encode_chunked_array)
+
+
+# -- Hugging Face datasets ------------------------------------------------------------------
+
+
+def encode_hf_table(enc: Any, table: Any) -> None:
+    """``datasets.table.Table`` (in memory, memory-mapped, concatenated): the Arrow table it holds.
+
+    A memory-mapped table pickles as its cache file's path and the transforms
+    to replay: keyed by that, a rewritten file would keep its key, and the same
+    rows in memory would key apart. Keyed by content, neither happens."""
+    if enc.memoize(table):
+        return
+    enc.write(b"\x1bh")
+    inner = table.table
+    _encode_columns(enc, inner.schema, inner.columns, inner.num_rows)
+
+
+def register_datasets(register_handler: Callable[[type, Any], None],
+                      register_policy: Callable[..., None]) -> None:
+    import sys
+
+    table = sys.modules.get("datasets.table")
+    if table is not None:
+        register_handler(table.Table, encode_hf_table)
+    ds = sys.modules.get("datasets.arrow_dataset")
+    if ds is not None:
+        # a name for HF's own cache, derived from the data and the transforms, or random where
+        # a transform cannot be hashed: the data itself is keyed in full
+        register_policy(ds.Dataset, exclude={"_fingerprint"})
