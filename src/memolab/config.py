@@ -8,11 +8,17 @@ as unset (the shell convention ``MEMOLAB_STORE= cmd``). A value that looks like
 a URL (``postgresql://…``, ``s3://…``) is refused with ``StoreConfigError``
 naming it: no such backend ships, and a directory named ``postgresql:`` would
 silently be created instead. ``file:///path`` is accepted as ``/path``.
+
+Every other ``MEMOLAB_*`` variable with a value to check is parsed and checked here
+(``ENV``, ``env_setting``, ``read_env``): a bad value is reported in one line and its
+default used; docs/settings.md has the table.
 """
 from __future__ import annotations
 
+import numbers
 import os
 import re
+import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,6 +64,7 @@ def pid() -> int:
 
 
 VERSION_SENSITIVITIES = ("exact", "minor", "major", "ignore")
+STORE_SHARINGS = ("user", "group")
 
 
 @dataclass(frozen=True)
@@ -88,38 +95,220 @@ class Settings:
     extra: dict = field(default_factory=dict)
 
 
-def _from_env() -> Settings:
-    """Defaults, overridden by ``MEMOLAB_*`` environment variables (handy for workers and tests)."""
-    s = Settings()
-    env = os.environ
-    if env.get("MEMOLAB_LEASE_TTL"):
-        s = replace(s, lease_ttl=float(env["MEMOLAB_LEASE_TTL"]))
-    if env.get("MEMOLAB_LEASE_FREE_BELOW"):
-        s = replace(s, lease_free_below=float(env["MEMOLAB_LEASE_FREE_BELOW"]))
-    if env.get("MEMOLAB_HEARTBEAT"):
-        s = replace(s, heartbeat=float(env["MEMOLAB_HEARTBEAT"]))
-    if env.get("MEMOLAB_VERSION_SENSITIVITY"):
-        vs = env["MEMOLAB_VERSION_SENSITIVITY"]
-        if vs not in VERSION_SENSITIVITIES:
-            raise ValueError(f"MEMOLAB_VERSION_SENSITIVITY must be one of {VERSION_SENSITIVITIES}, not {vs!r}")
-        s = replace(s, version_sensitivity=vs)
-    if env.get("MEMOLAB_REMOTE_TIMEOUT"):
-        s = replace(s, remote_timeout=float(env["MEMOLAB_REMOTE_TIMEOUT"]))
-    if env.get("MEMOLAB_STORE_SHARING"):
-        s = replace(s, store_sharing=_check_sharing(env["MEMOLAB_STORE_SHARING"], "MEMOLAB_STORE_SHARING"))
-    return s
+# -- MEMOLAB_* variables: every one with a value to check is parsed here, and only here -----
+#
+# A bad value in the environment is not the program's mistake and may reach every process
+# of a job (workers inherit it): it must never crash ``import memolab``, a CLI command or a
+# call after its body ran. So it is reported in one line on stderr (once per process, per
+# variable and value) and the default is used. ``configure()`` is a call in the program:
+# a bad value there raises ``ValueError``. docs/settings.md lists the same rules.
+
+_OFF_WORDS = ("0", "off", "no", "false")
+_ON_WORDS = ("1", "on", "yes", "true")
 
 
-STORE_SHARINGS = ("user", "group")
+def _num(v: float) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _check_sharing(v: str, what: str) -> str:
-    if v not in STORE_SHARINGS:
-        raise ValueError(f"{what} must be one of {STORE_SHARINGS}, not {v!r}")
-    return v
+@dataclass(frozen=True)
+class Number:
+    """A number of ``unit`` from ``lo`` to ``hi`` (both included); ``integer``: whole numbers only."""
+    lo: float
+    hi: float
+    unit: str
+    integer: bool = False
+
+    def _kind(self) -> str:
+        return f"{'a whole number' if self.integer else 'a number'} of {self.unit}"
+
+    def accepted(self) -> str:
+        return f"{self._kind()} from {_num(self.lo)} to {_num(self.hi)}"
+
+    def parse(self, raw: str) -> Any:
+        try:
+            v: Any = int(raw) if self.integer else float(raw)
+        except ValueError:
+            raise ValueError(f"is not {self._kind()}") from None
+        # written so that NaN fails too (every comparison with it is False)
+        if not self.lo <= v <= self.hi:
+            raise ValueError("is out of range")
+        return v
+
+    def check(self, v: Any) -> Any:
+        # bool is an int to Python, never a number of seconds to a person
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or (
+                self.integer and not isinstance(v, numbers.Integral)):
+            raise ValueError(f"is not {self._kind()}")
+        # compared before float(): an int too large for a float must be refused, not overflow
+        if not self.lo <= v <= self.hi:
+            raise ValueError("is out of range")
+        return int(v) if self.integer else float(v)
 
 
-_settings = _from_env()
+@dataclass(frozen=True)
+class Choice:
+    """One of ``options`` (in the environment: any case, spaces around ignored)."""
+    options: Tuple[str, ...]
+
+    def accepted(self) -> str:
+        return "one of " + ", ".join(self.options)
+
+    def parse(self, raw: str) -> str:
+        return self.check(raw.lower())
+
+    def check(self, v: Any) -> str:
+        if v not in self.options:
+            raise ValueError("is not an accepted value")
+        return v
+
+
+@dataclass(frozen=True)
+class Switch:
+    """On (True), off (False) or ``auto`` (None)."""
+
+    def accepted(self) -> str:
+        return f"{'/'.join(_ON_WORDS)} (on), {'/'.join(_OFF_WORDS)} (off) or auto"
+
+    def parse(self, raw: str) -> Optional[bool]:
+        v = raw.lower()
+        if v in _ON_WORDS:
+            return True
+        if v in _OFF_WORDS:
+            return False
+        if v == "auto":
+            return None
+        raise ValueError("is not on, off or auto")
+
+
+@dataclass(frozen=True)
+class Folder:
+    """A directory (made absolute when read), an off word ("": disabled) or an on word (None: the default place)."""
+
+    def accepted(self) -> str:
+        return f"a directory, {'/'.join(_OFF_WORDS)} (off) or {'/'.join(_ON_WORDS)} (the default directory)"
+
+    def parse(self, raw: str) -> Optional[str]:
+        v = raw.lower()
+        if v in _OFF_WORDS:
+            return ""
+        if v in _ON_WORDS:
+            return None
+        return os.path.abspath(os.path.expanduser(raw))
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    rule: Any  # Number, Choice, Switch or Folder: ``parse(raw)`` raises ValueError(why) for a bad value
+    default: Any  # in effect when unset, empty or bad
+    #: how messages and docs say the default (when its value alone does not say it)
+    default_text: Optional[str] = None
+    #: the ``Settings`` field it sets (read once, at import), if any
+    setting: Optional[str] = None
+
+    def describe_default(self, default: Any = None) -> str:
+        d = self.default if default is None else default
+        return self.default_text or _num(d)
+
+
+SECONDS_TTL = Number(0.01, 86400, "seconds")
+SECONDS_HEARTBEAT = Number(0.001, 3600, "seconds")
+SECONDS_LEASE_FREE = Number(0, 60, "seconds")
+SECONDS_REMOTE = Number(0.1, 600, "seconds")
+SECONDS_DRAIN = Number(0, 3600, "seconds")
+
+ENV: Dict[str, EnvVar] = {v.name: v for v in (
+    EnvVar("MEMOLAB_LEASE_TTL", SECONDS_TTL, 10.0, setting="lease_ttl"),
+    # the default depends on the lease's TTL: see ``read_env``
+    EnvVar("MEMOLAB_HEARTBEAT", SECONDS_HEARTBEAT, 1.0, setting="heartbeat"),
+    EnvVar("MEMOLAB_LEASE_FREE_BELOW", SECONDS_LEASE_FREE, 0.001, setting="lease_free_below"),
+    EnvVar("MEMOLAB_REMOTE_TIMEOUT", SECONDS_REMOTE, 3.0, setting="remote_timeout"),
+    EnvVar("MEMOLAB_VERSION_SENSITIVITY", Choice(VERSION_SENSITIVITIES), "minor", setting="version_sensitivity"),
+    EnvVar("MEMOLAB_STORE_SHARING", Choice(STORE_SHARINGS), "user", setting="store_sharing"),
+    EnvVar("MEMOLAB_REMOTE_DRAIN", SECONDS_DRAIN, 10.0),
+    EnvVar("MEMOLAB_REMOTE_CONCURRENCY", Number(1, 256, "requests", integer=True), 16),
+    EnvVar("MEMOLAB_REMOTE_RANGED_GETS", Switch(), None, default_text="auto"),
+    # a row over 16 MiB is 8 times SQLite's whole default page cache (2 MiB), which every lookup
+    # walks through; results that big want memory maps and deduplication, which only blobs give
+    EnvVar("MEMOLAB_INLINE_MAX", Number(0, 16 << 20, "bytes", integer=True), 32 << 10),
+    EnvVar("MEMOLAB_HASH_THREADS", Number(1, 256, "threads", integer=True), None,
+           default_text="automatic (the idle cores, at most 8)"),
+    EnvVar("MEMOLAB_TORCH_SHARED_BYTES", Number(0, 1 << 40, "bytes", integer=True), 4 << 30),
+    EnvVar("MEMOLAB_CODE_CACHE", Folder(), None, default_text="$XDG_CACHE_HOME/memolab/code (~/.cache/memolab/code)"),
+)}
+
+#: the checks ``configure()`` applies, by keyword
+_CHECKS: Dict[str, Any] = {v.setting: v.rule for v in ENV.values() if v.setting}
+
+_BAD = object()
+#: (variable, raw value) -> its value, or _BAD: a value is parsed (and reported) once
+_parsed: Dict[Tuple[str, str], Any] = {}
+_reported: set = set()
+
+
+def _report(key: Tuple[str, ...], line: str) -> None:
+    """``line`` on stderr, once per process for ``key``. Not ``warnings.warn``: that prints
+    the file and source line of whoever imported memolab, two lines about the wrong place."""
+    with _lock:
+        if key in _reported:
+            return
+        _reported.add(key)
+    err = sys.stderr
+    if err is not None:  # pythonw, a daemon: nowhere to report
+        try:
+            err.write(line + "\n")
+            err.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _value(var: EnvVar, raw: Optional[str], default: Any) -> Any:
+    if raw is None or not raw.strip():  # empty counts as unset (the shell's ``VAR= cmd``)
+        return default
+    v = _parsed.get((var.name, raw), None)
+    if v is None:
+        try:
+            v = var.rule.parse(raw.strip())
+        except ValueError as e:
+            v = _BAD
+            _report((var.name, raw), f"memolab: {var.name}={raw!r} {e}; accepted: {var.rule.accepted()}; "
+                                     f"using the default {var.describe_default(default)}")
+        if v is not None:  # None is a value (auto, the default place), too cheap to cache
+            _parsed[(var.name, raw)] = v
+    return default if v is _BAD else v
+
+
+def env_setting(name: str) -> Any:
+    """``$name`` as the rules above read it: its value, or its default when unset, empty or
+    bad (a bad one reported on stderr once). Reads the environment afresh on every call:
+    for settings used off the hit path (a connection's timeout, a large buffer's threads)."""
+    var = ENV[name]
+    return _value(var, os.environ.get(name), var.default)
+
+
+def read_env() -> Settings:
+    """The defaults, overridden by ``MEMOLAB_*`` variables (handy for workers and tests).
+
+    The heartbeat's default is a tenth of the lease's TTL, at most 1 s; an explicit one
+    not below the TTL would let a live lease go stale between two beats: reported, and
+    the default used. (``configure()`` takes the two as given: a test may want stale leases.)"""
+    changes = {v.setting: env_setting(v.name) for v in ENV.values() if v.setting and v.name != "MEMOLAB_HEARTBEAT"}
+    ttl = changes["lease_ttl"]
+    beat_default = min(1.0, ttl / 10)
+    hb = ENV["MEMOLAB_HEARTBEAT"]
+    raw = os.environ.get(hb.name)
+    beat = _value(hb, raw, beat_default)
+    if beat >= ttl:
+        _report((hb.name, str(raw), str(ttl)),
+                f"memolab: {hb.name}={raw!r} is not below the lease time-to-live ({_num(ttl)} s, MEMOLAB_LEASE_TTL): "
+                f"a live lease would go stale between two heartbeats; accepted: {hb.rule.accepted()}, below "
+                f"MEMOLAB_LEASE_TTL; using the default {_num(beat_default)}")
+        beat = beat_default
+    return replace(Settings(), heartbeat=beat, **changes)
+
+
+_settings = read_env()
 _generation = 0  # bumped on every configure() so cached stores are dropped
 #: called as ``fn(old, new)`` after every ``configure()`` (the store module retires the team
 #: stores a new remote replaces); registered by importers, so config imports nothing of theirs
@@ -229,14 +418,18 @@ def generation() -> int:
 def configure(**changes: Any) -> Settings:
     """Change process-wide settings, e.g. ``configure(store="/data/memo")``.
 
-    Unknown names raise ``TypeError`` so a typo never silently does nothing.
+    Unknown names raise ``TypeError`` so a typo never silently does nothing; a value
+    outside its range (docs/settings.md) raises ``ValueError`` naming the setting, and
+    then nothing changes.
     """
     global _settings, _generation
-    vs = changes.get("version_sensitivity")
-    if vs is not None and vs not in VERSION_SENSITIVITIES:
-        raise ValueError(f"version_sensitivity must be one of {VERSION_SENSITIVITIES}, not {vs!r}")
-    if changes.get("store_sharing") is not None:
-        _check_sharing(changes["store_sharing"], "store_sharing")
+    for k, v in changes.items():
+        rule = _CHECKS.get(k)
+        if rule is not None:
+            try:
+                changes[k] = rule.check(v)
+            except ValueError as e:
+                raise ValueError(f"configure({k}={v!r}): the value {e}; accepted: {rule.accepted()}") from None
     with _lock:
         old = _settings
         _settings = replace(_settings, **changes)

@@ -38,6 +38,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import xxhash
 
+from .. import config
+
 _FORMAT = 1
 _lock = threading.Lock()
 #: source path -> [stat key, {(qualname, firstlineno): entry}, dirty]
@@ -53,10 +55,12 @@ def _cache_dir() -> Optional[str]:
     global _dir
     if _dir is None:
         env = os.environ.get("MEMOLAB_CODE_CACHE")
-        if env is not None and env.strip().lower() in ("", "0", "off", "no", "false"):
+        where = config.env_setting("MEMOLAB_CODE_CACHE")
+        # set but empty turns it off here (an empty directory name is no place to write)
+        if where == "" or (env is not None and not env.strip()):
             _dir = ""
-        elif env:
-            _dir = env
+        elif where:
+            _dir = where
         else:
             base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
             _dir = os.path.join(base, "memolab", "code")

@@ -49,6 +49,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Seq
                     TypeVar, Union)
 from urllib.parse import unquote, urlparse
 
+from .. import config
 from ..errors import CorruptBlob, RemoteUnavailable, StoreConfigError
 from ..store.blobs import _fsync_dir
 
@@ -56,8 +57,6 @@ Data = Union[bytes, bytearray, memoryview, "os.PathLike[str]", str]
 T = TypeVar("T")
 R = TypeVar("R")
 
-DEFAULT_TIMEOUT = 3.0
-DEFAULT_CONCURRENCY = 16
 PART_SIZE = 8 << 20  # multipart part / GET range size
 MULTIPART_MIN = 16 << 20  # objects at least this large move in parts
 CHUNK = 1 << 20  # streaming read size
@@ -69,25 +68,18 @@ class MissingBlob(CorruptBlob):
 
 
 def remote_timeout() -> float:
-    try:
-        return max(0.1, float(os.environ.get("MEMOLAB_REMOTE_TIMEOUT", DEFAULT_TIMEOUT)))
-    except ValueError:
-        return DEFAULT_TIMEOUT
+    """``MEMOLAB_REMOTE_TIMEOUT``: seconds a connection or request may take (docs/settings.md)."""
+    return config.env_setting("MEMOLAB_REMOTE_TIMEOUT")
 
 
 def remote_concurrency() -> int:
-    try:
-        return max(1, int(os.environ.get("MEMOLAB_REMOTE_CONCURRENCY", DEFAULT_CONCURRENCY)))
-    except ValueError:
-        return DEFAULT_CONCURRENCY
+    """``MEMOLAB_REMOTE_CONCURRENCY``: requests at once (docs/settings.md)."""
+    return config.env_setting("MEMOLAB_REMOTE_CONCURRENCY")
 
 
 def remote_ranged_gets() -> Optional[bool]:
-    """``MEMOLAB_REMOTE_RANGED_GETS``: 1 on, 0 off, unset: auto (see ``S3Blobs.ranged``)."""
-    v = os.environ.get("MEMOLAB_REMOTE_RANGED_GETS", "").strip().lower()
-    if not v or v == "auto":
-        return None
-    return v not in ("0", "false", "no", "off")
+    """``MEMOLAB_REMOTE_RANGED_GETS``: True on, False off, None auto (see ``S3Blobs.ranged``)."""
+    return config.env_setting("MEMOLAB_REMOTE_RANGED_GETS")
 
 
 def blob_key(digest: str) -> str:

@@ -23,12 +23,12 @@ a memolab without the team layer simply ignores it.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from .. import config
 from ..store.sqlite import Key
 from .link import Failed, Offline
 
@@ -51,7 +51,7 @@ BATCH = 64
 #: an item younger than this waits (its run's logs are flushed right after the result is stored)
 MIN_AGE = 0.3
 #: how long the exit of a process may wait for its queue to drain (``$MEMOLAB_REMOTE_DRAIN``)
-DRAIN_SECONDS = float(os.environ.get("MEMOLAB_REMOTE_DRAIN") or 10.0)
+DRAIN_SECONDS = config.env_setting("MEMOLAB_REMOTE_DRAIN")
 
 #: columns of a local row that are this store's own, not the evaluation's
 _LOCAL_ONLY = ("id", "hits", "last_hit", "reason", "status", "result_token", "key_ok")

@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 import psycopg
 from psycopg import errors as pgerrors
 
+from .. import config
 from ..errors import RemoteUnavailable, StoreConfigError
 from ..store.sqlite import EVAL_COLUMNS, BlobsGone, host_name, owner_alive_here, plan_by_size
 
@@ -174,11 +175,7 @@ class _Inconsistent(TeamSchemaError):
 
 def remote_timeout() -> float:
     """``MEMOLAB_REMOTE_TIMEOUT`` in seconds (default 3): how long reaching the team store may take."""
-    try:
-        t = float(os.environ.get("MEMOLAB_REMOTE_TIMEOUT", "") or 3.0)
-    except ValueError:
-        return 3.0
-    return t if t > 0 else 3.0
+    return config.env_setting("MEMOLAB_REMOTE_TIMEOUT")
 
 
 def where(dsn: str) -> str:
