@@ -11,7 +11,9 @@ Three kinds of loader are supported (docs/torch.md, "Resumable iteration"):
   indices is what makes random augmentation in ``__getitem__`` come out the
   same, with ``num_workers`` 0 or more (measured, notes/pytorch-findings.md).
   After the replay the global generators are put where they were when the
-  position was taken, as an uninterrupted run would have them.
+  position was taken, as an uninterrupted run would have them. Between epochs
+  (and before the first) the position is the random states themselves: the
+  next epoch's order and seeds are drawn from them.
 * torchdata's ``StatefulDataLoader``: stored as its configuration plus its
   ``state_dict()``, loaded back with ``load_state_dict`` (so the copy's next
   ``iter()`` resumes).
@@ -100,7 +102,10 @@ class Resumable:
         self._snapshot: Optional[Dict[str, Any]] = None  # RNG states at the iter() of the epoch in progress
         self._consumed = 0
         self._live: Optional[Iterator[Any]] = None
-        self._pending: Optional[Dict[str, Any]] = None  # a position to resume at the next iter()
+        self._pending: Optional[Dict[str, Any]] = None  # a mid-epoch position to resume at the next iter()
+        # the next epoch must reuse a persistent-workers iterator that this process
+        # does not have yet (a state taken between epochs by a loader that had one)
+        self._restart_workers = False
 
     def __repr__(self) -> str:
         where = "idle"
@@ -118,6 +123,8 @@ class Resumable:
         if self._pending is not None:
             self._replay(self._pending)
         elif self._live is None:
+            if self._restart_workers:
+                self._start_persistent_iterator()
             self._snapshot = capture_rng(_generators(self.loader))
             # persistent workers: a later epoch reuses the loader's iterator, which
             # draws no new base seed, so its order comes from other generator states
@@ -142,6 +149,17 @@ class Resumable:
         self._snapshot = None
         self._consumed = 0
 
+    def _start_persistent_iterator(self) -> None:
+        """Create the loader's persistent iterator without moving any generator, so the
+        epoch that follows reuses it (no new base seed) as in the process the state came from."""
+        self._restart_workers = False
+        if _reuses_iterator(self.loader):
+            return
+        gens = _generators(self.loader)
+        now = capture_rng(gens)
+        iter(self.loader)
+        restore_rng(now, gens)
+
     def _replay(self, pos: Dict[str, Any]) -> None:
         self._pending = None
         gens = _generators(self.loader)
@@ -163,30 +181,56 @@ class Resumable:
         restore_rng(pos["now"], gens)
 
     # -- explicit state (the torchdata.nodes model) --------------------------------------------
-    def get_state(self) -> Optional[Dict[str, Any]]:
-        """Where the loader is: None between epochs, else the RNG snapshot of the
-        epoch in progress, the batches consumed, and the RNG states now."""
+    def get_state(self) -> Dict[str, Any]:
+        """Where the loader is: the RNG snapshot of the epoch in progress (None between
+        epochs and before the first), the batches consumed, and the RNG states now."""
         if self._pending is not None:
             return self._pending
+        now = capture_rng(_generators(self.loader))
         if self._live is None:
-            return None
-        return {"snapshot": self._snapshot, "consumed": self._consumed, "now": capture_rng(_generators(self.loader))}
+            # The next epoch's order, worker seeds and augmentation are drawn from
+            # the states now, so they are the position; a rebuilt loader's
+            # generators are at their seeds, not where this one's are.
+            now["reused"] = self._restart_workers or _reuses_iterator(self.loader)
+            return {"snapshot": None, "consumed": 0, "now": now}
+        return {"snapshot": self._snapshot, "consumed": self._consumed, "now": now}
 
     def reset(self, state: Optional[Dict[str, Any]] = None) -> None:
-        """Abandon the epoch in progress; with ``state``, the next ``iter()`` resumes there."""
+        """Abandon the epoch in progress; with ``state``, resume there.
+
+        A state taken within an epoch resumes at the next ``iter()``, which replays
+        the epoch and then sets the random states as they were when it was taken:
+        whatever a restarted script does before its loop (seeding, building the
+        model, the epoch's preamble) ran before that state too. A state taken
+        between epochs sets them now: what runs before the next epoch ran after the
+        state in the uninterrupted run as well."""
         self._end_epoch()
-        self._pending = _checked(state) if state is not None else None
+        self._pending = None
+        if state is None:
+            return
+        state = _checked(state)
+        self._restart_workers = False
+        if state["snapshot"] is not None:
+            self._pending = state
+            return
+        restore_rng(state["now"], _generators(self.loader))
+        self._restart_workers = bool(state["now"].get("reused"))
 
     # torch's Stateful protocol (torch.distributed.checkpoint, StatefulDataLoader users)
     def state_dict(self) -> Dict[str, Any]:
         return {"position": self.get_state()}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.reset(state.get("position"))
+        self.reset(state.get("position"))  # None: a state saved before between-epoch positions existed
 
     # -- storing and keying ---------------------------------------------------------------------
     def __reduce__(self) -> Any:
-        return _rebuild_resumable, (_without_iterator(self.loader), self.get_state())
+        # Between epochs the stored loader is its configuration: its generators are
+        # stored with their states, and the global ones are the loading process's
+        # business, as they are the live object's (loading a result sets no RNG).
+        position = self._pending if self._pending is not None else (self.get_state() if self._live is not None else None)
+        restart = self._restart_workers or (self._live is None and _reuses_iterator(self.loader))
+        return _rebuild_resumable, (_without_iterator(self.loader), position, restart)
 
     def __memo_hash__(self) -> Any:
         # The loader's configuration, and where the next iter() starts: a pending
@@ -228,10 +272,11 @@ def _checked(state: Dict[str, Any]) -> Dict[str, Any]:
     return state
 
 
-def _rebuild_resumable(loader: Any, position: Optional[Dict[str, Any]]) -> Resumable:
+def _rebuild_resumable(loader: Any, position: Optional[Dict[str, Any]], restart_workers: bool = False) -> Resumable:
     r = Resumable(loader)
     if position is not None:
         r.reset(position)
+    r._restart_workers = restart_workers and position is None
     return r
 
 
