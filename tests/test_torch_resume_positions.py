@@ -239,3 +239,27 @@ def test_persistent_workers_state_between_epochs_resumes_the_next_epoch():
     rebuilt.load_state_dict(state)
     assert [b.tolist() for _ in range(2) for b in rebuilt] == ref[12:]
     assert [b.tolist() for _ in range(2) for b in stored] == ref[12:]
+
+
+def test_a_loader_stored_between_epochs_is_its_configuration_and_sets_no_random_state():
+    # loading a result is not resuming a training: the stored copy draws its next
+    # epoch from the loading process's global generator, as the live object does
+    import torch
+    from torch.utils.data import DataLoader
+
+    from memolab import pickling
+    from memolab.torch import resumable
+
+    r = resumable(DataLoader(list(range(10)), batch_size=3, shuffle=True))
+    torch.manual_seed(0)
+    list(r)
+    data, buffers = pickling.dumps(r)
+    torch.manual_seed(7)
+    stored = pickling.loads(data, [bytes(b) for b in buffers])
+    assert torch.equal(torch.get_rng_state(), torch.manual_seed(7).get_state())
+    got = [b.tolist() for b in stored]
+    torch.manual_seed(7)
+    assert got == [b.tolist() for b in r]
+    before = torch.get_rng_state()
+    r.load_state_dict({"position": None})  # what an older memolab saved between epochs
+    assert torch.equal(torch.get_rng_state(), before)
