@@ -196,7 +196,8 @@ if __name__ == "__main__":
 
 def _curves(store) -> list:
     c = sqlite3.connect(str(store / "index.sqlite"))
-    run = c.execute("SELECT r.id FROM runs r JOIN evaluations e ON r.eval_id = e.id WHERE e.fn LIKE '%train'").fetchone()[0]
+    run = c.execute("SELECT r.id FROM runs r JOIN evaluations e ON r.eval_id = e.id "
+                    "WHERE e.fn LIKE '%train'").fetchone()[0]
     return c.execute("SELECT tag, step, seq, value FROM scalars WHERE run=? ORDER BY tag, seq", (run,)).fetchall()
 
 

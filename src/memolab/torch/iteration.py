@@ -228,7 +228,9 @@ class Resumable:
         # Between epochs the stored loader is its configuration: its generators are
         # stored with their states, and the global ones are the loading process's
         # business, as they are the live object's (loading a result sets no RNG).
-        position = self._pending if self._pending is not None else (self.get_state() if self._live is not None else None)
+        position = self._pending
+        if position is None and self._live is not None:
+            position = self.get_state()
         restart = self._restart_workers or (self._live is None and _reuses_iterator(self.loader))
         return _rebuild_resumable, (_without_iterator(self.loader), position, restart)
 
