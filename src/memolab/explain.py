@@ -204,8 +204,53 @@ def with_before(text: str, before: Optional[int]) -> str:
     return '{"before": %d, ' % (before or 0) + text[1:]
 
 
-def settle(store: "Store", miss: Dict[str, Any]) -> Dict[str, Any]:
-    """A recorded miss as ``Explanation.to_dict`` (plus its ``time``): deferred ones are explained now."""
+def _is(v: Any, t: Any) -> bool:
+    return isinstance(v, t) and not (t is int and isinstance(v, bool))
+
+
+def record_problem(miss: Dict[str, Any]) -> Optional[str]:
+    """What is damaged in a recorded miss (as ``Index.last_miss`` returns it), or None. A
+    record is written whole by this module, so a field missing or of the wrong type is
+    damage (a flipped byte, a hand edit), never an older format."""
+    if miss.get("damaged"):
+        return str(miss["damaged"])
+    if not _is(miss.get("time"), (int, float)):
+        return "its time is not a number"
+    if miss.get("pending"):
+        for f in ("fn", "code", "args", "schema"):
+            if not _is(miss.get(f), str):
+                return f"its {f} field is missing or not text"
+        if not _is(miss.get("snapshot", {}), dict) or not _is(miss.get("before", 0), int):
+            return "its argument snapshot or evaluation bound is damaged"
+        return None
+    if not _is(miss.get("fn"), str):
+        return "its fn field is missing or not text"
+    if not _is(miss.get("hit"), bool):
+        return "its hit field is missing or not true/false"
+    reasons, diffs = miss.get("reasons", []), miss.get("diffs", {})
+    if not _is(reasons, list) or not all(_is(r, str) for r in reasons):
+        return "its reasons are not a list of text"
+    if not _is(diffs, dict) or not all(_is(k, str) and _is(v, str) for k, v in diffs.items()):
+        return "its diffs are not text by symbol"
+    if miss.get("evaluation") is not None and not _is(miss.get("evaluation"), int):
+        return "its evaluation id is not a number"
+    return None
+
+
+def settle(store: "Store", miss: Dict[str, Any], fn: Optional[str] = None) -> Dict[str, Any]:
+    """A recorded miss as ``Explanation.to_dict`` (plus its ``time``): deferred ones are explained now.
+    A damaged record (``record_problem``) says what is damaged and how to remove it, and never
+    raises: ``fn``, the function asked about, names it when the record cannot."""
+    bad = record_problem(miss)
+    if bad is not None:
+        name = fn or (miss["fn"] if _is(miss.get("fn"), str) else "?")
+        ex = Explanation(name, False, [f"the record of this miss is damaged ({bad}), so it cannot be explained. "
+                                       f"`memolab --store {getattr(store, 'root', 'DIR')} doctor` removes damaged miss "
+                                       "records; the function's next miss is recorded afresh"])
+        out = ex.to_dict()
+        out["time"] = miss["time"] if _is(miss.get("time"), (int, float)) else 0.0
+        out["damaged"] = bad
+        return out
     if not miss.get("pending"):
         return miss
     fn = miss["fn"]
@@ -231,4 +276,4 @@ def settle(store: "Store", miss: Dict[str, Any]) -> Dict[str, Any]:
 def last_miss(store: "Store", fn: str) -> Optional[Dict[str, Any]]:
     """Why ``fn`` last missed (``Explanation.to_dict`` plus ``time``), or None if no miss is recorded."""
     miss = store.index.last_miss(fn)
-    return None if miss is None else settle(store, miss)
+    return None if miss is None else settle(store, miss, fn)

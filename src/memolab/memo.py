@@ -207,10 +207,14 @@ class MemoFunction:
                     found, value = self._load(call.store, call.key, row)
                     if found:
                         return value
-                    continue
+                    if _again(call):
+                        continue
+                    state = "unstored"
             except (sqlite3.Error, OSError, UnicodeDecodeError) as e:  # StoreUnavailable is an OSError
                 if self._store_trouble(call, e):
                     continue  # the key's damaged row was taken out of use: claim it afresh
+                return self.fn(*call.bound.args, **call.bound.kwargs)
+            if state == "unstored":
                 return self.fn(*call.bound.args, **call.bound.kwargs)
             t0, run = self._start(call)
             ev, token = _enter(call, run)
@@ -253,10 +257,14 @@ class MemoFunction:
                     found, value = self._load(call.store, call.key, row)
                     if found:
                         return value
-                    continue
+                    if _again(call):
+                        continue
+                    state = "unstored"
             except (sqlite3.Error, OSError, UnicodeDecodeError) as e:
                 if self._store_trouble(call, e):
                     continue
+                return await self.fn(*call.bound.args, **call.bound.kwargs)
+            if state == "unstored":
                 return await self.fn(*call.bound.args, **call.bound.kwargs)
             if state == "wait":
                 await asyncio.sleep(delay)  # never block the event loop while another process computes
@@ -308,7 +316,7 @@ class MemoFunction:
             if found:
                 hashing.remember_loaded(value, key)
                 return None, value
-        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, [], [], []), None
+        return _Call(bound, key, per_arg, cv, store, force, files.encoded != hashed_files, [], [], [], []), None
 
     def _start(self, call: "_Call") -> Tuple[float, Any]:
         """We own the key's lease (its miss recorded with it), or need none (a quick
@@ -608,6 +616,8 @@ class _Call(NamedTuple):
     snapshot: List[Dict[str, List[str]]] = []
     #: a lease-free miss's record, until written (with the result, or alone)
     pending: List[Callable[[sqlite3.Connection], None]] = []
+    #: one entry per stored row of the key this call found unusable (``_again``)
+    loads: List[bool] = []
 
 
 def _lookup(module: str, qualname: str) -> Any:
@@ -706,6 +716,18 @@ def _versions_json(memolab_version: str) -> str:
     if text is None:
         text = _VERSIONS[k] = _json({"memolab": memolab_version, **loaded})  # type: ignore[index]
     return text
+
+
+#: stored rows of one key a call may find unusable before it computes without the store
+_LOADS_PER_CALL = 4
+
+
+def _again(call: "_Call") -> bool:
+    """A stored row of the call's key could not be used (and was taken out of use): look
+    again? Bounded: a row the store cannot take out of use (a read-only store, a write that
+    fails) would otherwise be found, and refused, forever."""
+    call.loads.append(True)
+    return len(call.loads) < _LOADS_PER_CALL
 
 
 def _known_absent(call: "_Call") -> bool:

@@ -350,15 +350,16 @@ def unloadable(store: Any, key: Key) -> Optional[Tuple[str, str]]:
 
 
 def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
-    """Mark every row of ``key`` corrupt (its text does not decode, so it cannot even be read)."""
+    """Take the row of ``key`` out of use if it cannot be read (``Index.retire_damaged``,
+    which judges it under the write lock and records what is damaged): whether it was.
+    ``reason``: what the caller saw, for a store without that verdict."""
     try:
-        with store.index.write() as c:
-            n = c.execute("UPDATE evaluations SET status='corrupt', reason=? "
-                          "WHERE fn=? AND code=? AND args=? AND schema=?", (reason, *key)).rowcount
+        retire = getattr(store.index, "retire_damaged", None)
+        done = bool(retire(key)) if retire is not None else False
     except Exception:
         return False
     store.forget_key(key)
-    return n > 0
+    return done
 
 
 def undecodable_rows(index: Any) -> Dict[int, Dict[str, Any]]:

@@ -78,3 +78,31 @@ def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
     if not hmac.compare_digest(str(sig), _mac(s, key, row, v2=str(sig).startswith(_PREFIX + _V2))):
         return "entry signature does not match (tampered, or signed with another key)"
     return None
+
+
+def key_check() -> Optional[str]:
+    """A check value of the current key (an HMAC of a fixed text: it tells nothing of the
+    key), recorded by an index the first time a signed row is published into it. A machine
+    whose check differs has another key: every row it verifies looks forged to it, so it
+    must never replace one (``replaces``); the recorded check is the team's."""
+    s = secret()
+    if s is None:
+        return None
+    import hashlib
+    import hmac
+
+    return _PREFIX + "check:" + hmac.new(s, b"memolab key check", hashlib.sha256).hexdigest()
+
+
+KEY_CHECK = "hmac_check"  # the name a key check is kept under in an index's meta table
+
+
+def replaces(key: Sequence[str], old: Dict[str, Any], new: Dict[str, Any], recorded_check: Optional[str]) -> bool:
+    """May ``new``, a row being published for ``key``, replace ``old``, the row stored for it?
+    Only when ``old`` is refused (unsigned, or a signature that does not match: forged, or
+    published by a machine without the key), ``new`` verifies, and this machine's key is
+    the one the index recorded (``key_check``): judged here, where the key is, on exactly
+    the values ``old`` holds, which the index then replaces only if they are unchanged."""
+    mine = key_check()
+    return (mine is not None and recorded_check == mine and problem(key, new) is None
+            and problem(key, old) is not None)

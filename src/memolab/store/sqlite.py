@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .. import config
+from . import signing
 
 #: 1: the first format (its version lives in ``meta`` only).
 #: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
@@ -136,6 +137,57 @@ _STATUS_ANY = " AND status='done'"
 _LOOKUP_SQL = _HIT_SQL[: -len(_STATUS_ANY)]
 _LOOKUP_LEAN_SQL = _LEAN_SQL[: -len(_STATUS_ANY)]
 assert _HIT_SQL.endswith(_STATUS_ANY) and _LEAN_SQL.endswith(_STATUS_ANY)
+# A row these statements cannot read (text that is not UTF-8, a snapshot that is not
+# JSON: ``json_extract`` raises for it) would fail every lookup and claim of its key
+# for as long as it exists. ``_read`` tells such damage from other failures by
+# reading the row's raw bytes, which never fails: every text column as a blob
+# (decoded here) and whether the snapshot is JSON.
+_TEXT_COLUMNS = tuple(c for c in EVAL_COLUMNS if c not in ("id", "payload_size", "size", "started", "finished",
+                                                           "duration", "hits", "last_hit"))
+_RAW_SQL = (f"SELECT id, {', '.join(f'CAST({c} AS BLOB)' for c in _TEXT_COLUMNS)}, "
+            + ("snapshot IS NULL OR json_valid(snapshot)" if _JSON1 else "1")
+            + _WHERE_KEY[: -len(_STATUS_ANY)])
+
+
+def row_damage(c: sqlite3.Connection, key: Key) -> Optional[Tuple[int, str, str]]:
+    """(id, status, what is damaged) when the stored row of ``key`` cannot be read (a text
+    column that is not UTF-8, a snapshot that is not JSON); None when there is no row or it
+    reads. Judged from the row's raw bytes: a verdict about its content, never about the
+    moment (a lock, an I/O error)."""
+    r = c.execute(_RAW_SQL, key).fetchone()
+    if r is None or not r[-1]:
+        return None  # no row (or the key index points elsewhere: ``_checked`` says so)
+    raw = dict(zip(_TEXT_COLUMNS, r[1:-2]))
+    why = None
+    for col, v in raw.items():
+        try:
+            raw[col] = v.decode("utf-8") if isinstance(v, bytes) else v
+        except UnicodeDecodeError:
+            raw[col] = v.decode("utf-8", "replace")
+            why = why or f"its {col} column is not UTF-8 text"
+    if why is None and not r[-2]:
+        why = "its snapshot column is not JSON"
+    return None if why is None else (int(r[0]), raw["status"] or "", f"damaged index row: {why}")
+
+
+def _read(c: sqlite3.Connection, sql: str, cols: Tuple[str, ...],
+          key: Key) -> Tuple[Optional[Dict[str, Any]], Optional[Tuple[int, str, str]]]:
+    """(the row ``sql`` reads for ``key``, None), or (None, ``row_damage``) for a row it cannot read."""
+    try:
+        return _checked(c.execute(sql, key).fetchone(), cols), None
+    except (sqlite3.OperationalError, UnicodeDecodeError) as e:  # (Python < 3.12 raises the latter for bad text)
+        try:
+            damage = row_damage(c, key)
+        except sqlite3.Error:
+            damage = None
+        if damage is None:
+            raise e from None  # not the row's content: the store's trouble, reported as such
+        return None, damage
+
+
+_RETIRE_SQL = "UPDATE evaluations SET status='corrupt', reason=? WHERE id=? AND status='done'"
+
+
 #: The nearest stored evaluation of a key's function, for the miss explanation:
 #: same arguments (only code changed), else same code (only arguments changed),
 #: else the newest. One statement: UNION ALL stops at the first row found.
@@ -327,20 +379,19 @@ class Index:
         point query on the key's unique index, no transaction, no write.
         ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
         if lean and _JSON1:
-            cols, status_at, found = LEAN_COLUMNS, 1, self.conn().execute(_LOOKUP_LEAN_SQL, key).fetchone()
+            row, damaged = _read(self.conn(), _LOOKUP_LEAN_SQL, LEAN_COLUMNS, key)
         else:
-            cols, status_at, found = HIT_COLUMNS, 5, self.conn().execute(_LOOKUP_SQL, key).fetchone()
-        if found is None:
-            self._local.absent = key
+            row, damaged = _read(self.conn(), _LOOKUP_SQL, HIT_COLUMNS, key)
+        if row is None:
+            # no row at all, or one that cannot be read: a miss, whose claim takes that row
+            # out of use (``claim``: under the write lock) so that the computation replaces it
+            self._local.absent = key if damaged is None else None
             return None
-        row = _checked(found, cols)
-        if found[status_at] != "done":
+        if row["status"] != "done":
             self._local.absent = None
             return None  # out of use (corrupt, stale, unloadable): a miss
         # a hit leaves the note alone: it is read only right after a lookup that found no usable row
         return row
-
-    assert LEAN_COLUMNS[1] == "status" and HIT_COLUMNS[5] == "status"
 
     def known_absent(self, key: Key) -> bool:
         """Did this thread's latest ``lookup`` find no row at all for ``key`` (not
@@ -373,9 +424,14 @@ class Index:
         one commit instead of two)."""
         now = time.time()
         with self.write() as c:
-            row = None if force else _checked(c.execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
-            if row:
-                return "hit", row
+            if not force:
+                row, damaged = _read(c, _HIT_SQL, HIT_COLUMNS, key)
+                if row:
+                    return "hit", row
+                if damaged is not None:
+                    # judged under the write lock, on the row as it is now: a row that
+                    # cannot be read goes out of use, and our computation replaces it
+                    c.execute(_RETIRE_SQL, (damaged[2], damaged[0]))
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
             here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
             # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
@@ -437,7 +493,7 @@ class Index:
                 # our blobs, put while we held no live lease, may already be collected.
                 row = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? AND status='done'",
                                 key).fetchone()
-                if row is not None:
+                if row is not None and not self.retire_damaged(key):
                     return int(row[0])
             if not present():
                 raise BlobsGone(key)
@@ -456,7 +512,7 @@ class Index:
         out: Dict[Key, Dict[str, Any]] = {}
         c = self.conn()
         for key in keys:  # point queries on an embedded database: no round trips to batch
-            row = _checked(c.execute(_HIT_SQL, key).fetchone(), HIT_COLUMNS)
+            row, _ = _read(c, _HIT_SQL, HIT_COLUMNS, key)  # (one that cannot be read is not had)
             if row is not None:
                 out[tuple(key)] = row  # type: ignore[index]
         return out
@@ -468,13 +524,18 @@ class Index:
     def publish_many(self, rows: Sequence[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]],
                      owner: Optional[str] = None) -> List[Tuple[int, bool]]:
         """Insert finished rows computed elsewhere; a key's 'done' row is never replaced
-        (the first result published wins: others may already be reading it)."""
+        (the first result published wins: others may already be reading it), unless it
+        cannot be used by anyone: it does not decode (``retire_damaged``), or it is refused
+        and the new one is correctly signed (``_refused``)."""
         out: List[Tuple[int, bool]] = []
+        check = signing.key_check()
         with self.write() as c:
+            if check is not None:  # the first signed publish records whose key this index's rows are under
+                c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (signing.KEY_CHECK, check))
             for key, fields, sources in rows:
                 have = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
                                  "AND status='done'", key).fetchone()
-                if have is not None:
+                if have is not None and not self.retire_damaged(key) and not self._refused(c, key, fields):
                     out.append((int(have[0]), False))
                 else:
                     f = {k: v for k, v in fields.items() if k in _PUBLISHED and k not in ("id", "fn", "code", "args",
@@ -488,6 +549,15 @@ class Index:
                     c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
                               (*key, owner))
         return out
+
+    def _refused(self, c: sqlite3.Connection, key: Key, fields: Dict[str, Any]) -> bool:
+        """Is the 'done' row of ``key`` one ``fields`` may replace (``signing.replaces``)? Asked
+        under the write lock, which the replacement is made under too: atomic."""
+        if signing.secret() is None:
+            return False
+        old, _ = _read(c, _HIT_SQL, HIT_COLUMNS, key)
+        recorded = c.execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
+        return old is not None and signing.replaces(key, old, fields, recorded[0] if recorded else None)
 
     def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
                    limit: Optional[int] = None) -> List[Dict[str, Any]]:
@@ -504,6 +574,15 @@ class Index:
         if limit:
             sql += f" LIMIT {int(limit)}"
         return [dict(zip(cols, r)) for r in self.conn().execute(sql, args)]
+
+    def retire_damaged(self, key: Key) -> bool:
+        """Take the 'done' row of ``key`` out of use if it cannot be read (``row_damage``);
+        whether it was. Under the write lock (joining the caller's transaction): the verdict
+        is about the row as it is when it is marked, never about one another process has
+        just written in its place."""
+        with self.write() as c:
+            damaged = row_damage(c, key)
+            return damaged is not None and c.execute(_RETIRE_SQL, (damaged[2], damaged[0])).rowcount > 0
 
     def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
         """Take an evaluation out of use (``status`` 'corrupt', 'stale' or 'refused'), keeping why."""
@@ -569,12 +648,9 @@ class Index:
             insert_miss(c, fn, json.dumps(explanation))
 
     def last_miss(self, fn: str) -> Optional[Dict[str, Any]]:
-        row = self.conn().execute("SELECT time, explanation FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1", (fn,)).fetchone()
-        if not row:
-            return None
-        d = json.loads(row[1])
-        d["time"] = row[0]
-        return d
+        row = self.conn().execute("SELECT time, CAST(explanation AS BLOB) FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1",
+                                  (fn,)).fetchone()
+        return None if not row else parse_miss(fn, row[0], row[1])
 
     # -- blob stamps and references ---------------------------------------------------------
     def get_stamp(self, digest: str) -> Optional[Tuple[int, int, int]]:
@@ -735,6 +811,20 @@ def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
     if n % _TRIM_EVERY == 0:
         c.execute("DELETE FROM misses WHERE fn=?1 AND id <= (SELECT id FROM misses WHERE fn=?1 ORDER BY id DESC "
                   f"LIMIT 1 OFFSET {MISSES_KEPT})", (fn,))
+
+
+def parse_miss(fn: str, t: Any, raw: Optional[bytes]) -> Dict[str, Any]:
+    """A miss record as written (plus ``time``); one whose text is not a JSON object (read as
+    bytes, so text that is not UTF-8 is damage here, not an error) says so under ``damaged``,
+    for whoever shows it (``explain.record_problem``)."""
+    try:
+        d = json.loads(raw or b"")
+    except (ValueError, TypeError):
+        d = None
+    if not isinstance(d, dict):
+        d = {"fn": fn, "damaged": "its text is not a JSON object"}
+    d["time"] = t
+    return d
 
 
 def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],

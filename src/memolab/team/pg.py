@@ -39,6 +39,7 @@ from psycopg import errors as pgerrors
 
 from .. import config
 from ..errors import RemoteUnavailable, StoreConfigError
+from ..store import signing
 from ..store.sqlite import EVAL_COLUMNS, BlobsGone, host_name, owner_alive_here, plan_by_size
 
 Key = Tuple[str, str, str, str]
@@ -398,12 +399,24 @@ _PUBLISH_MANY_SQL = (
     "src AS (INSERT INTO memolab_sources(digest, symbol, source) "
     "SELECT * FROM unnest(%(s_digest)s::text[], %(s_symbol)s::text[], %(s_source)s::text[]) "
     "ON CONFLICT DO NOTHING), "
+    # the first signed publish records whose key the team's rows are under (``signing.key_check``)
+    "kc AS (INSERT INTO memolab_meta(key, value) SELECT %(key_check_name)s::text, %(key_check)s::text "
+    "WHERE %(key_check)s::text IS NOT NULL ON CONFLICT (key) DO NOTHING), "
     "dl AS (DELETE FROM memolab_leases l WHERE %(owner)s::text IS NOT NULL AND (l.fn, l.code, l.args, l.schema, "
     "l.owner) IN (SELECT fn, code, args, schema, %(owner)s::text FROM v)) "
     "SELECT v.ord, COALESCE(ins.id, d.id), ins.id IS NOT NULL FROM v "
     "LEFT JOIN ins ON ins.fn = v.fn AND ins.code = v.code AND ins.args = v.args AND ins.schema = v.schema "
     "LEFT JOIN LATERAL (SELECT x.id FROM memolab_evaluations x WHERE ins.id IS NULL AND x.fn = v.fn "
     "AND x.code = v.code AND x.args = v.args AND x.schema = v.schema AND x.status = 'done' LIMIT 1) d ON true")
+# A refused 'done' row (``signing.replaces``: judged by the client, which holds the key the
+# database never sees) replaced by a correctly signed one: a compare-and-swap on exactly
+# the values the client judged, under the row's lock (the upsert's WHERE sees its latest
+# version). A row replaced or re-signed meanwhile is left alone.
+_SIGNED_COLS = ("payload", "payload_size", "buffers", "code_refs", "snapshot", "signature")
+_REPLACE_REFUSED_SQL = (_INSERT + " WHERE e.status = 'done' AND ("
+                        + ", ".join(f"e.{c}" for c in _SIGNED_COLS) + ") IS NOT DISTINCT FROM ("
+                        + ", ".join(f"%(old_{c})s::{_TYPES.get(c, 'text')}" for c in _SIGNED_COLS)
+                        + ") RETURNING id")
 _SOURCES_SQL = "INSERT INTO memolab_sources(digest, symbol, source) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
 _DROP_LEASE_SQL = f"DELETE FROM memolab_leases WHERE {_WHERE_KEY} AND owner = %s"
 _LAST_USE = "(CASE WHEN finished IS NULL THEN 0 ELSE GREATEST(finished, COALESCE(last_hit, 0)) END)"
@@ -691,7 +704,7 @@ class PgIndex:
                 arrays[c].append(x)
         srcs = sorted({d: (d, sym, src) for _, _, s in rows for d, (sym, src) in s.items()}.values())
         arrays.update(s_digest=[x[0] for x in srcs], s_symbol=[x[1] for x in srcs], s_source=[x[2] for x in srcs],
-                      owner=owner)
+                      owner=owner, key_check_name=signing.KEY_CHECK, key_check=signing.key_check())
 
         def work(c: psycopg.Connection) -> List[Tuple[int, bool]]:
             got: Dict[Key, Tuple[int, bool]] = {}
@@ -707,9 +720,32 @@ class PgIndex:
                 if have is None:
                     raise pgerrors.SerializationFailure("a published row vanished")  # retried by _run
                 got[k] = (int(have[0]), False)
+            if arrays["key_check"] is not None:
+                got.update(self._replace_refused(c, {k: rows[i][1] for k, i in uniq if not got[k][1]}))
             return [got[tuple(k)] if i == first[tuple(k)] else (got[tuple(k)][0], False)  # type: ignore[index]
                     for i, (k, _, _) in enumerate(rows)]
         return self._run(work)
+
+    def _replace_refused(self, c: psycopg.Connection, wanted: Dict[Key, Row]) -> Dict[Key, Tuple[int, bool]]:
+        """Of the keys whose 'done' row stood against a publish (``wanted``: key -> the row
+        published), replace those whose row is refused by the one published
+        (``signing.replaces``): (new id, True) for each replaced."""
+        wanted = {k: f for k, f in wanted.items() if signing.problem(k, f) is None}  # ours verify: else none
+        if not wanted:
+            return {}
+        recorded = c.execute("SELECT value FROM memolab_meta WHERE key = %s", (signing.KEY_CHECK,)).fetchone()
+        out: Dict[Key, Tuple[int, bool]] = {}
+        for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(list(wanted))).fetchall():
+            old = dict(zip(ROW_COLUMNS, r))
+            k = (old["fn"], old["code"], old["args"], old["schema"])
+            if not signing.replaces(k, old, wanted[k], recorded[0] if recorded else None):
+                continue
+            values = self._values(k, wanted[k])
+            values.update({f"old_{col}": old[col] for col in _SIGNED_COLS})
+            new = c.execute(_REPLACE_REFUSED_SQL, values).fetchone()
+            if new is not None:
+                out[k] = (int(new[0]), True)
+        return out
 
     def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
                    limit: Optional[int] = None) -> List[Row]:
