@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Opt
 
 import xxhash
 
-from . import codegraph, identity
+from . import codegraph, config, identity
 from .errors import HashError
 
 #: Bump SCHEMA when the encoding changes, so new keys can never collide with old
@@ -92,12 +92,9 @@ def hash_threads() -> int:
     average (which includes this process) instead of assuming the cores are
     ours. Only the speed depends on this, never the digest.
     """
-    env = os.environ.get("MEMOLAB_HASH_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
+    n = config.env_setting("MEMOLAB_HASH_THREADS")  # validated in one place (docs/settings.md)
+    if n is not None:
+        return n
     cores = os.cpu_count() or 1
     try:
         idle = cores - os.getloadavg()[0] + 1

@@ -14,7 +14,6 @@ come through the storage reducer below).
 """
 from __future__ import annotations
 
-import os
 import pickle
 import threading
 from collections import OrderedDict
@@ -22,6 +21,8 @@ import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
+
+from .. import config
 
 
 class _StorageMemory:
@@ -143,10 +144,7 @@ def _release(key: Tuple[str, int]) -> None:
 
 
 def _master_limit() -> int:
-    try:
-        return int(os.environ.get("MEMOLAB_TORCH_SHARED_BYTES", 4 << 30))
-    except ValueError:
-        return 4 << 30
+    return config.env_setting("MEMOLAB_TORCH_SHARED_BYTES")  # validated in one place (docs/settings.md)
 
 
 def _owned_copy(buf: Any, nbytes: int) -> torch.Tensor:
