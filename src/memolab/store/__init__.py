@@ -253,12 +253,17 @@ class Store:
 
         bad = signing.problem(key, row)
         if bad is None and row.get("code_refs"):
-            bad = pickling.check_refs(json.loads(row["code_refs"]))
+            try:
+                refs = json.loads(row["code_refs"])
+            except ValueError:
+                return "damaged index row (its code_refs column is not JSON)"
+            bad = pickling.check_refs(refs)
         return bad
 
     def load(self, key: Key, row: Dict[str, Any]) -> Any:
         """The stored value of ``row``; ``StoreMiss`` if it cannot be loaded faithfully
-        (``CodeChanged`` when code it refers to changed)."""
+        (``CodeChanged`` when code it refers to changed); ``ValueError``, ``TypeError`` (and
+        their kin) when a column of the row does not decode: the caller takes it out of use."""
         bad = signing.problem(key, row)
         if bad is not None:
             raise StoreMiss(bad)
@@ -507,6 +512,19 @@ def _loads(payload: bytes, buffers: Sequence[Any]) -> Any:
         from .. import pickling
 
         raise pickling.load_error(e) from e
+
+
+def inline_problem(row: Dict[str, Any]) -> Optional[str]:
+    """Why the inline bytes of ``row`` (payload, buffers, payload_size, inline) do not match
+    what the row says of them, or None: what a load of it would refuse (``doctor``)."""
+    try:
+        refs = [(d, int(n)) for d, n in json.loads(row["buffers"] or "[]")]
+        _split_inline(row["inline"], row, refs)
+    except CorruptBlob as e:
+        return e.reason
+    except (ValueError, TypeError, KeyError):
+        return "damaged index row (its buffers or sizes do not decode)"
+    return None
 
 
 def _split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]) -> Tuple[bytes, Tuple[memoryview, ...]]:
