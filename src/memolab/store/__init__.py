@@ -54,8 +54,8 @@ _HIT_FLUSH_SECONDS = 2.0
 #: and beats a blob file plus its fsyncs by far; beyond it the row bloats the
 #: index pages every lookup walks, and large buffers want memory maps and
 #: deduplication, which only blobs give.
-#: ``$MEMOLAB_INLINE_MAX`` overrides it (0: every result in blob files).
-INLINE_MAX = int(os.environ.get("MEMOLAB_INLINE_MAX") or 32 << 10)
+#: ``$MEMOLAB_INLINE_MAX`` overrides it (0: every result in blob files; docs/settings.md).
+INLINE_MAX: int = config.env_setting("MEMOLAB_INLINE_MAX")
 
 
 class Store:
