@@ -12,7 +12,6 @@ import contextvars
 import functools
 import inspect
 import os
-import reprlib
 import sqlite3
 import sys
 import time
@@ -25,25 +24,10 @@ from .explain import Explanation, explain_key, miss_record, pending_miss, with_b
 from .store import Key, Store, get_store, runtime_info, signing
 from .store.sqlite import NEWEST_ID_SQL as _NEWEST_ID_SQL, insert_miss
 from .summary import summarize
+from .text import short_repr  # here before ``text``; kept for who imports it from memo
 from .tracking import runs as _runs
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_repr = reprlib.Repr()
-_repr.maxstring = 80
-_repr.maxother = 80
-_repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 8
-_repr.maxlevel = 3
-
-
-def short_repr(obj: Any) -> str:
-    """A one-line, bounded repr for tables and explanations."""
-    try:
-        text = _repr.repr(obj)
-    except Exception:
-        return f"<{type(obj).__qualname__}>"
-    return " ".join(text.split())
-
 
 class MemoFunction:
     """A memoized function. Call it like the original; see ``explain``, ``fresh``, ``clear``."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional, Tuple
 
+from .text import short_repr
+
 Rule = Callable[[Any], Optional[str]]
 RULES: List[Rule] = []
 
@@ -89,6 +91,4 @@ def summarize(obj: Any) -> str:
             s = None
         if s:
             return s
-    from .memo import short_repr
-
     return f"{type(obj).__name__}: {short_repr(obj)}"[:120]

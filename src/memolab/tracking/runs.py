@@ -54,7 +54,7 @@ def hparam_value(v: Any) -> Any:
         return v
     if isinstance(v, str):
         return v if len(v) <= 200 else v[:197] + "..."
-    from ..memo import short_repr
+    from ..text import short_repr
 
     return short_repr(v)
 
