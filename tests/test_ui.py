@@ -221,7 +221,7 @@ def test_a_run_whose_owner_holds_the_gil_is_not_shown_lost(tmp_path):
 
     from memolab.store import Store
     from memolab.store.sqlite import _process_table, _start_time, host_name
-    from memolab.tracking.query import _alive
+    from memolab.tracking.query import running_alive as _alive
 
     store = Store(tmp_path / "s")
     key = ("m:f", "code", "args", "schema")

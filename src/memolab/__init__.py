@@ -5,7 +5,7 @@ the first time a value from those libraries is hashed or stored.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .config import configure
 from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss

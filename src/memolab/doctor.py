@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .cli import PROBLEM, CliError, Progress, command, confirm, emit_json, human_size, options, store_root, table
+from .cli.common import PROBLEM, CliError, Progress, command, confirm, emit_json, human_size, options, store_root, table
 
 Out = Callable[[str], None]
 

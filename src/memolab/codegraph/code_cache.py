@@ -71,11 +71,11 @@ def _analysis_salt() -> str:
     """Changes whenever the analysis could: the interpreter's bytecode, memolab's version, bytecode.py itself."""
     global _salt
     if _salt is None:
-        from . import bytecode
-        from .. import __version__
+        from .._version import __version__
 
         try:
-            st = os.stat(bytecode.__file__)
+            # by path, not by importing it: bytecode imports this module (no cycle)
+            st = os.stat(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bytecode.py"))
             mine = f"{st.st_size}.{st.st_mtime_ns}"
         except (OSError, TypeError):
             mine = "?"

@@ -12,7 +12,7 @@ import datetime as _dt
 import time
 from typing import Any, Dict, List, Optional
 
-from ..cli import PROBLEM, USAGE, CliError, Progress, _json_option, command, emit_json, options, parse_age, store_root
+from ..cli.common import PROBLEM, USAGE, CliError, Progress, command, emit_json, json_option, options, parse_age, store_root
 
 
 def _quiet() -> None:
@@ -65,7 +65,7 @@ def _queued(store: Any) -> int:
 def _remote_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("status", "upgrade"),
                    help="status: reachable? schema version? queued vs uploaded; upgrade: migrate the team schema")
-    _json_option(p)
+    json_option(p)
 
 
 @command("remote", "the team store: `remote status` (reachable? schema? queued uploads) or `remote upgrade`")
@@ -84,7 +84,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
         raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE and MEMOLAB_REMOTE_BLOBS (docs/team.md)")
     root = store_root(args)
     local = (root / "index.sqlite").is_file()
-    out: Dict[str, Any] = {"index": _redact(remote[0]), "blobs": remote[1], "store": str(root),
+    out: Dict[str, Any] = {"index": redact(remote[0]), "blobs": remote[1], "store": str(root),
                            "reachable": False, "index_reachable": False, "blobs_reachable": False,
                            "schema_version": None, "supported": None, "error": None,
                            "queued": 0, "uploaded": 0, "team_evaluations": None,
@@ -138,7 +138,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
     return 0 if out["reachable"] else PROBLEM
 
 
-def _redact(url: str) -> str:
+def redact(url: str) -> str:
     """A DSN without its password."""
     import re
 
@@ -169,15 +169,15 @@ def _upgrade(args: argparse.Namespace) -> int:
     if remote is None or not remote[0]:
         raise CliError(PROBLEM, "no team index configured: set MEMOLAB_REMOTE=postgresql://… (docs/team.md)")
     if not remote[0].lower().startswith(("postgresql://", "postgres://")):
-        print(f"{_redact(remote[0])}: a SQLite team index upgrades itself when opened; nothing to do")
+        print(f"{redact(remote[0])}: a SQLite team index upgrades itself when opened; nothing to do")
         return 0
     from .pg import upgrade
 
     result = upgrade(remote[0])
     if args.json:
-        emit_json({"index": _redact(remote[0]), "result": result})
+        emit_json({"index": redact(remote[0]), "result": result})
     else:
-        print(f"team schema of {_redact(remote[0])}: {result if result is not None else 'up to date'}")
+        print(f"team schema of {redact(remote[0])}: {result if result is not None else 'up to date'}")
     return 0
 
 
@@ -187,7 +187,7 @@ def _sync_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true",
                    help="also upload local results computed before the team store was configured "
                         "(those the team index lacks)")
-    _json_option(p)
+    json_option(p)
 
 
 @command("sync", "upload this store's queued results to the team store now (in the foreground)")
@@ -247,7 +247,7 @@ def _pull_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("function", nargs="?", help="function (full symbol or unambiguous suffix); default: every function")
     p.add_argument("--since", type=_parse_since, metavar="WHEN",
                    help="only results finished after WHEN: an age (2d, 12h) or a date (2026-01-31)")
-    _json_option(p)
+    json_option(p)
 
 
 @command("pull", "download the team's results (of FUNCTION) into this store, for offline work")
@@ -286,7 +286,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def _resolve(name: str, fns: List[str]) -> str:
-    from ..cli import short_name
+    from ..cli.common import short_name
 
     if name in fns:
         return name

@@ -98,16 +98,16 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> Dict[str, 
 def run_cli(args: Any) -> int:
     """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
     from .. import config
-    from ..cli import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_duration, human_size, table
+    from ..cli.common import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_duration, human_size, table
     from ..errors import RemoteUnavailable, StoreConfigError
-    from .cli import _redact
+    from .cli import redact
     from .link import open_index, open_remote_blobs
 
     remote = config.remote()
     if remote is None or not remote[0] or not remote[1]:
         raise CliError(PROBLEM, "gc --remote: no team store configured: set MEMOLAB_REMOTE (postgresql://…) and "
                                 "MEMOLAB_REMOTE_BLOBS (s3://bucket/prefix), or [tool.memolab] in pyproject.toml")
-    where = f"{_redact(remote[0])} + {_redact(remote[1])}"
+    where = f"{redact(remote[0])} + {redact(remote[1])}"
     grace = DEFAULT_GRACE if args.grace is None else args.grace
     dry = args.dry_run or not args.yes  # a shared store: nothing is deleted unless asked for in so many words
     try:

@@ -18,9 +18,7 @@ from typing import Any, Dict, Optional
 
 __all__ = ["configure", "settings", "resumable", "Resumable"]
 
-#: ``rng``: "seed" (default) — a generator held by a data object (loader,
-#: sampler, dataset) counts by its seed; "exact" — by its running state.
-_settings: Dict[str, Any] = {"rng": "seed"}
+from .policy import SETTINGS as _settings
 
 _RNG_MODES = ("seed", "exact")
 

@@ -16,13 +16,13 @@ import torch
 
 from .. import hashing
 from ..hashing import Encoder
-from . import _settings
+from .policy import SETTINGS
 
 _pack_Q = struct.Struct("<Q").pack
 
 
 def encode_generator(enc: Encoder, g: Any) -> None:
-    if enc.config_only and _settings["rng"] == "seed":
+    if enc.config_only and SETTINGS["rng"] == "seed":
         # one write, same bytes as write(b"\x10g"), write_str(device), write_uint(seed)
         dev = str(g.device).encode()
         enc.write(b"\x10g" + _pack_Q(len(dev)) + dev + _pack_Q(g.initial_seed()))

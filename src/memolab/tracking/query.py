@@ -32,7 +32,7 @@ def _f(x: Optional[float]) -> Optional[float]:
     return None if x is None or not math.isfinite(x) else x
 
 
-def _alive(c: Any) -> Any:
+def running_alive(c: Any) -> Any:
     """A predicate telling whether a run stored as ``running`` is really still running.
 
     A killed process cannot mark its runs finished. A memoized computation holds
@@ -81,7 +81,7 @@ def _running(c: Any, fn: Optional[str] = None) -> List[Dict[str, Any]]:
     cols = ("id", "fn", "code", "args", "schema", "pid", "host")
     sql = f"SELECT {','.join(cols)} FROM runs WHERE status='running'" + (" AND fn=?" if fn else "")
     rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn else ())]
-    alive = _alive(c)
+    alive = running_alive(c)
     return [r for r in rows if alive(r)]
 
 
@@ -138,7 +138,7 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     used = set()
     out = []
     now = time.time()
-    alive = _alive(c)
+    alive = running_alive(c)
     metrics = _final_metrics(c, [r["id"] for r in rows])
     for r in rows:
         if r["status"] == "running" and not alive(r):

@@ -53,9 +53,9 @@ def _finished_runs(c: Any, fn: Optional[str]) -> List[dict]:
     # A killed process never marks its runs finished: they stay 'running' in the table. They
     # are judged as the dashboard judges them (lease gone or stale, pid dead): lost runs go,
     # a live process's runs stay.
-    from .query import _alive
+    from .query import running_alive
 
-    alive = _alive(c)
+    alive = running_alive(c)
     return [r for r in rows if r["status"] != "running" or not alive(r)]
 
 

@@ -211,6 +211,8 @@ def finish_process_run() -> None:
     _process_run = None
 
 
+_sink.before_exit.append(finish_process_run)
+
 _forked_from: Optional[int] = None
 
 

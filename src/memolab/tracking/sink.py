@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import schema
 
@@ -291,10 +291,17 @@ def flush_all() -> None:
         s.flush()
 
 
-def _at_exit() -> None:
-    from . import runs
+#: called first at exit, before the last flush: the runs module ends the process run here
+#: (it registers itself; this module never imports it, since it imports this one)
+before_exit: List[Callable[[], None]] = []
 
-    runs.finish_process_run()
+
+def _at_exit() -> None:
+    for hook in list(before_exit):
+        try:
+            hook()
+        except Exception:
+            pass  # the flush below must still run
     for s in list(_sinks.values()):
         try:
             s.flush()

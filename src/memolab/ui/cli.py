@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli import command, options
+from ..cli.common import command, options
 
 
 def _ui_options(p: argparse.ArgumentParser) -> None:
@@ -23,10 +23,10 @@ def _ui_options(p: argparse.ArgumentParser) -> None:
 @command("ui", "serve the dashboard (logs, charts, hparams, code diffs) on 127.0.0.1")
 @options(_ui_options)
 def cmd_ui(args: argparse.Namespace) -> int:
-    from ..cli import _store
+    from ..cli.common import open_store
     from .server import DashboardServer, is_loopback
 
-    root = _store(args).root  # never creates a store
+    root = open_store(args).root  # never creates a store
     try:
         srv = DashboardServer(root, args.port, args.host)
     except OSError as e:
@@ -58,10 +58,10 @@ def _export_options(p: argparse.ArgumentParser) -> None:
 @command("export-tb", "write logged runs as TensorBoard event files (one run directory per evaluation)")
 @options(_export_options)
 def cmd_export_tb(args: argparse.Namespace) -> int:
-    from ..cli import Progress, _store, resolve_function
+    from ..cli.common import Progress, open_store, resolve_function
     from ..tracking import tb_export
 
-    store = _store(args)  # never creates one: a typo in --store is an error, not an empty export
+    store = open_store(args)  # never creates one: a typo in --store is an error, not an empty export
     fn = resolve_function(store, args.func) if args.func is not None else None
     with Progress("exporting runs", tb_export.count_runs(store.index, fn)) as bar:
         result = tb_export.export(store.index, Path(args.dir), fn, progress=bar.update)

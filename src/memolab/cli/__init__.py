@@ -1,0 +1,69 @@
+"""The ``memolab`` command line: look into a store and keep it healthy.
+
+Output is for people: aligned tables, sizes and durations in human units.
+Subcommands register themselves with ``@command`` (``cli.common``) so that other
+modules add theirs without touching the parser plumbing; this module only builds
+the parser from the registry and runs the chosen command.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+from .common import (COMMANDS, OK, PROBLEM, USAGE, CliError, Progress, command, confirm, emit_json,  # noqa: F401
+                     human_age, human_duration, human_size, options, parse_age, parse_size, resolve_function,
+                     short_name, store_root, table)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .._version import __version__
+
+    store_help = "store directory (default: $MEMOLAB_STORE or <workspace>/.memolab)"
+    p = argparse.ArgumentParser(prog="memolab", description="Inspect and maintain a memolab store.",
+                                epilog="exit status: 0 ok, 1 a problem found or something not found, 2 usage")
+    p.add_argument("--store", metavar="DIR", help=store_help)
+    p.add_argument("--version", action="version", version=f"memolab {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    from . import store_commands  # noqa: F401  (registers `ls`, `show`, `why`, `clear`, `gc`)
+    from ..ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
+    from .. import doctor as _doctor  # noqa: F401  (registers `doctor`)
+    from ..team import cli as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)
+    for name, (fn, configure, help_) in COMMANDS.items():
+        sp = sub.add_parser(name, help=help_, description=help_)
+        # `memolab ls --store DIR` as well as `memolab --store DIR ls`; SUPPRESS keeps a
+        # --store given before the command when none is given after it
+        sp.add_argument("--store", metavar="DIR", default=argparse.SUPPRESS, help=store_help)
+        configure(sp)
+        sp.set_defaults(_fn=fn)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_fn", None):
+        parser.print_help()
+        return USAGE
+    from ..errors import MemolabError
+
+    try:
+        return int(args._fn(args) or 0)
+    except CliError as e:
+        sys.stdout.flush()
+        print(f"memolab: {e}", file=sys.stderr)
+        return e.code
+    except BrokenPipeError:  # `memolab ls | head`
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except MemolabError as e:  # an unusable store, a bad location: one line, no traceback
+        print(f"memolab: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if os.environ.get("MEMOLAB_DEBUG"):
+            raise
+        print(f"memolab: error: {type(e).__name__}: {e}\n(`memolab --store DIR doctor` checks the store; "
+              "MEMOLAB_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1

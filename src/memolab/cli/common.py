@@ -1,0 +1,343 @@
+"""What every ``memolab`` subcommand shares: the command registry, human units, tables,
+exit codes, confirmation, progress, and opening the store a command names.
+
+Subcommand modules (``cli.store_commands``, ``doctor``, ``team.cli``, ``ui.cli``) import
+this module, never the dispatcher in ``cli/__init__``: the dispatcher imports them.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
+
+
+def command(name: str, help: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
+    """Register ``fn(args) -> exit code`` as subcommand ``name``; ``fn.configure(parser)`` adds its options."""
+    def deco(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        COMMANDS[name] = (fn, getattr(fn, "configure", lambda p: None), help)
+        return fn
+
+    return deco
+
+
+def options(configure: Callable[[argparse.ArgumentParser], None]) -> Callable[[Callable], Callable]:
+    def deco(fn: Callable) -> Callable:
+        fn.configure = configure  # type: ignore[attr-defined]
+        return fn
+
+    return deco
+
+
+# -- human units ------------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": 1024**2,
+          "g": 1000**3, "gb": 1000**3, "gib": 1024**3, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 500MB, 10GB, 2GiB)")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+_SPANS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    m = re.fullmatch(r"\s*([\d.]+)\s*(s|m|min|h|d|w)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not an age: {text!r} (try 30d, 12h, 90m)")
+    return float(m.group(1)) * _SPANS[m.group(2)]
+
+
+def human_size(n: Optional[float]) -> str:
+    n = float(n or 0)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def human_duration(s: Optional[float]) -> str:
+    if s is None:
+        return "-"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.0f} ms"
+    if s < 60:
+        return f"{s:.1f} s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m}m {sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m"
+
+
+def human_age(t: Optional[float], now: Optional[float] = None) -> str:
+    if not t:
+        return "-"
+    d = (now or time.time()) - t
+    if d < 60:
+        return "just now"
+    if d < 3600:
+        return f"{int(d // 60)} min ago"
+    if d < 86400:
+        return f"{int(d // 3600)} h ago"
+    if d < 30 * 86400:
+        return f"{int(d // 86400)} d ago"
+    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    cells = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def fmt(r: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+    out = [fmt(headers), fmt(["─" * w for w in widths])]
+    out.extend(fmt(r) for r in cells)
+    return "\n".join(out)
+
+
+# -- exit codes, errors, confirmation, progress ----------------------------------------------
+
+#: One exit-code convention across commands (docs/cli.md): 0 ok, 1 a problem found or
+#: something asked for not found (no store, no such function or evaluation, damage), 2 usage
+#: (bad options, an ambiguous name, a destructive command refused without --yes or a terminal).
+OK, PROBLEM, USAGE = 0, 1, 2
+
+
+class CliError(Exception):
+    """Print ``memolab: <message>`` on stderr and exit with ``code``."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def confirm(args: argparse.Namespace, action: str) -> bool:
+    """Ask before a destructive ``action``; ``--yes`` skips the question.
+
+    Without a terminal on stdin there is nobody to ask: ``echo n | memolab clear`` or a
+    script must not delete anything by accident, so the command refuses (exit 2) unless
+    ``--yes`` is given. Declining at the prompt returns False (the command exits 1).
+    """
+    if getattr(args, "yes", False):
+        return True
+    if not sys.stdin.isatty():
+        raise CliError(USAGE, f"refusing to {action} without a terminal to confirm it: pass --yes")
+    try:
+        answer = input(f"{action}? [y/N] ")
+    except EOFError:
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
+
+
+class Progress:
+    """A one-line progress bar on stderr while it is a terminal; nothing at all on a pipe or file.
+
+    Hand-written (30 lines) rather than a dependency: it needs no import at ``import memolab``
+    and draws at most ~10 times a second, so a loop over a million items does not pay for it.
+    """
+
+    def __init__(self, label: str, total: int, unit: str = "") -> None:
+        self.label, self.total, self.unit = label, max(0, int(total)), unit
+        self.done = 0
+        self.on = self.total > 0 and sys.stderr.isatty()
+        self._last = 0.0
+
+    def __enter__(self) -> "Progress":
+        self._draw(force=True)
+        return self
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        self._draw()
+
+    def _draw(self, force: bool = False) -> None:
+        if not self.on:
+            return
+        now = time.monotonic()
+        if not force and now - self._last < 0.1 and self.done < self.total:
+            return
+        self._last = now
+        frac = min(1.0, self.done / self.total)
+        bar = "#" * int(frac * 24)
+        sys.stderr.write(f"\r{self.label} [{bar:<24}] {self.done}/{self.total}{self.unit} {frac:4.0%}")
+        sys.stderr.flush()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.on:
+            sys.stderr.write("\r\033[K")  # erase the bar: the command's own output follows
+            sys.stderr.flush()
+
+
+def emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str, allow_nan=False))
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+def store_root(args: argparse.Namespace) -> Path:
+    from .. import config
+
+    return Path(args.store).expanduser() if getattr(args, "store", None) else config.store_path()
+
+
+def open_store(args: argparse.Namespace):
+    """The store named by ``--store`` (or the configured one); it must exist.
+
+    No command creates a store: ``memolab --store /typo ls`` says there is none (exit 1)
+    instead of leaving an empty store behind.
+    """
+    from ..store import get_store
+
+    root = store_root(args)
+    if root.exists() and not root.is_dir():
+        raise CliError(PROBLEM, f"no store at {root}: it is a file")
+    # a store being created by another process has its folders before its index file
+    if not ((root / "index.sqlite").is_file() or (root / "blobs").is_dir()):
+        raise CliError(PROBLEM, f"no store at {root} (nothing memoized there yet? set MEMOLAB_STORE or --store)")
+    return get_store(root)
+
+
+def writable_store(args: argparse.Namespace):
+    """``_store`` for commands that delete: a store that can only be read (a read-only mount, a
+    damaged or newer index: the store's ``problem``) is refused before anything is asked."""
+    store = open_store(args)
+    problem = getattr(store, "problem", None)
+    if isinstance(problem, BaseException):
+        raise problem
+    return store
+
+
+def known_functions(store) -> List[str]:
+    """Every function name the store knows: stored evaluations, logged runs (process runs
+    such as ``<process:train.py>`` too) and functions that only ever missed."""
+    c = store.index.conn()
+    names = {f["fn"] for f in store.index.functions()}
+    if c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
+        names.update(r[0] for r in c.execute("SELECT DISTINCT fn FROM runs"))
+    names.update(r[0] for r in c.execute("SELECT DISTINCT fn FROM misses"))
+    return sorted(names)
+
+
+def short_name(fn: str) -> str:
+    """``pkg.mod:train`` -> ``train``; ``<process:run.py>`` -> ``run.py``."""
+    if fn.startswith("<process:") and fn.endswith(">"):
+        return fn[len("<process:"):-1]
+    return fn.split(":")[-1].split(".")[-1] if ":" in fn else fn
+
+
+def resolve_function(store, name: str) -> str:
+    """Accept a full symbol (``pkg.mod:f``) or an unambiguous suffix (``f``, ``mod:f``, ``run.py``
+    for the process run of ``run.py``); every command that takes a function goes through here."""
+    fns = known_functions(store)
+    if name in fns:
+        return name
+    matches = [f for f in fns if f.endswith(":" + name) or f.endswith("." + name) or short_name(f) == name
+               or f.split(":")[-1] == name]
+    matches = sorted(set(matches))
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CliError(PROBLEM, f"no function matches {name!r} in {store.root}" + _suggest(name, fns))
+    raise CliError(USAGE, f"{name!r} is ambiguous: it matches {', '.join(matches)}; give the full name")
+
+
+def _suggest(name: str, fns: List[str]) -> str:
+    """Close full names, each once (two modules' ``train`` are listed by their full symbols)."""
+    import difflib
+
+    by_short: Dict[str, List[str]] = {}
+    for f in fns:
+        by_short.setdefault(short_name(f), []).append(f)
+    close: List[str] = []
+    for c in difflib.get_close_matches(name, list(by_short) + fns, n=5):
+        for full in by_short.get(c, [c]):
+            # a short name shared by several functions is shown as their full names
+            shown = c if len(by_short.get(c, [])) == 1 else full
+            if shown not in close:
+                close.append(shown)
+    return f" (did you mean {', '.join(close[:3])}?)" if close else ""
+
+
+def snapshot_of(row: Dict[str, Any]) -> Dict[str, Any]:
+    try:
+        return json.loads(row.get("snapshot") or "{}")
+    except ValueError:
+        return {}
+
+
+def args_summary(row: Dict[str, Any], width: int = 60) -> str:
+    text = ", ".join(f"{k}={v[1]}" for k, v in snapshot_of(row).get("args", {}).items())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def eval_json(e: Dict[str, Any], full: bool = False) -> Dict[str, Any]:
+    """The documented JSON form of an evaluation (docs/cli.md)."""
+    snap = snapshot_of(e)
+    out = {"id": e["id"], "fn": e["fn"], "status": e["status"], "started": e["started"], "finished": e["finished"],
+           "duration": e["duration"], "size": e["size"], "hits": e["hits"], "last_hit": e["last_hit"],
+           "code": e["code"], "arguments": {k: v[1] for k, v in snap.get("args", {}).items()},
+           "result": snap.get("result")}
+    if full:
+        try:
+            versions = json.loads(e["versions"] or "{}")
+        except ValueError:
+            versions = {}
+        out.update({"args_digest": e["args"], "schema": e["schema"], "host": e["host"], "python": e["python"],
+                    "versions": versions, "ignored": snap.get("ignored") or [], "deps": snap.get("deps") or {},
+                    "reason": e.get("reason")})
+    return out
+
+
+def index_bytes(root: Any) -> int:
+    """index.sqlite with its WAL: what the index costs on disk."""
+    n = 0
+    for suffix in ("", "-wal"):
+        try:
+            n += os.stat(str(root / "index.sqlite") + suffix).st_size
+        except OSError:
+            pass
+    return n
+
+
+def checkpoint_wal(store) -> None:
+    # fold the WAL back so the size measured after a deletion is the index's own
+    try:
+        store.index.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except Exception:
+        pass  # a busy reader only delays it; sizes are then reported as they are
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def removed_line(verb: str, r: Dict[str, Any], what: str = "") -> str:
+    """``cleared F: 2 evaluations, 3 runs, 1200 log points; freed 1.2 MB (2 blobs: 1.1 MB; index 300 KB -> 200 KB)``"""
+    freed = "would free" if verb.startswith("would") else "freed"
+    index_part = ""
+    if r.get("index_bytes_before") is not None:
+        index_part = f"; index {human_size(r['index_bytes_before'])} -> {human_size(r['index_bytes_after'])}"
+    return (f"{verb}{' ' + what + ':' if what else ''} {plural(r['evaluations'], 'evaluation')}, "
+            f"{plural(r['runs'], 'run')}, {plural(r['log_points'], 'log point')}; {freed} "
+            f"{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}{index_part})")
+
+
+def json_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output (fields in docs/cli.md)")
+

@@ -1,0 +1,270 @@
+"""The store's own subcommands: ``ls``, ``show``, ``why``, ``clear``, ``gc``."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+from typing import Dict
+
+from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, checkpoint_wal, command, confirm,
+                     emit_json, eval_json, human_age, human_duration, human_size, index_bytes, json_option,
+                     known_functions, open_store, options, parse_age, parse_size, plural, removed_line,
+                     resolve_function, snapshot_of, table, writable_store)
+
+def _ls_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("func", nargs="?", help="a function (full symbol or its name)")
+    p.add_argument("--limit", type=int, default=50, help="evaluations to show (default 50)")
+    json_option(p)
+
+
+@command("ls", "list memoized functions, or the evaluations of one")
+@options(_ls_options)
+def cmd_ls(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    store.flush_hits()
+    if not args.func:
+        fns = store.index.functions()
+        only_runs = [f for f in known_functions(store) if f.startswith("<process:") or
+                     (f not in {x["fn"] for x in fns} and _has_runs_of(store, f))]
+        if args.json:
+            emit_json({"store": str(store.root), "functions": fns, "runs_only": only_runs})
+            return OK
+        if not fns:
+            print(f"no stored evaluations in {store.root}")
+        else:
+            rows = [(f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
+                     human_age(f["last"])) for f in fns]
+            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN"], rows, right=(1, 2, 3, 4)))
+        if only_runs:
+            print(f"logged runs without stored evaluations: {', '.join(only_runs)}")
+        return OK
+    fn = resolve_function(store, args.func)
+    evs = store.index.evaluations(fn, limit=args.limit)
+    if args.json:
+        emit_json({"store": str(store.root), "fn": fn, "evaluations": [eval_json(e) for e in evs]})
+        return OK
+    rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
+             e["code"][:8], e["status"] if e["status"] != "done" else "", args_summary(e)) for e in evs]
+    print(fn)
+    print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4)))
+    return OK
+
+
+def _has_runs_of(store, fn: str) -> bool:
+    c = store.index.conn()
+    if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
+        return False
+    return c.execute("SELECT 1 FROM runs WHERE fn=? LIMIT 1", (fn,)).fetchone() is not None
+
+
+def _show_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("eval", type=int, help="evaluation id (from `memolab ls FUNC`)")
+    json_option(p)
+
+
+@command("show", "show one evaluation in full")
+@options(_show_options)
+def cmd_show(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    if not 0 < args.eval < 2**63:
+        raise CliError(PROBLEM, f"no evaluation #{args.eval} in {store.root}")
+    rows = store.index.evaluations(where="id=?", params=(args.eval,))
+    if not rows:
+        raise CliError(PROBLEM, f"no evaluation #{args.eval} in {store.root}")
+    e = rows[0]
+    if args.json:
+        emit_json(eval_json(e, full=True))
+        return OK
+    snap = snapshot_of(e)
+    try:
+        versions = json.loads(e["versions"] or "{}")
+    except ValueError:
+        versions = {}
+    print(f"evaluation #{e['id']}  {e['fn']}")
+    info = [
+        ("status", e["status"] + (f" ({e['reason']})" if e.get("reason") else "")),
+        ("finished", f"{_dt.datetime.fromtimestamp(e['finished']):%Y-%m-%d %H:%M:%S} ({human_age(e['finished'])})"
+         if e["finished"] else "-"),
+        ("took", human_duration(e["duration"])),
+        ("size", human_size(e["size"])),
+        ("hits", f"{e['hits']} (last {human_age(e['last_hit'])})"),
+        ("host", f"{e['host']}, Python {e['python']}, " + ", ".join(f"{k} {v}" for k, v in versions.items())),
+        ("key", f"code {e['code'][:16]}  args {e['args'][:16]}  schema {e['schema']}"),
+        ("result", snap.get("result", "?")),
+    ]
+    w = max(len(k) for k, _ in info)
+    for k, v in info:
+        print(f"  {k.ljust(w)}  {v}")
+    if snap.get("args"):
+        print("  arguments:")
+        for k, (d, r) in snap["args"].items():
+            print(f"    {k} = {r}")
+    if snap.get("ignored"):
+        print(f"  ignored arguments: {', '.join(snap['ignored'])}")
+    if snap.get("deps"):
+        print("  code dependencies:")
+        for sym, d in sorted(snap["deps"].items()):
+            print(f"    {sym}  {str(d)[:16]}")
+    return OK
+
+
+def _why_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("func", help="a function (full symbol or its name)")
+    json_option(p)
+
+
+@command("why", "explain the last miss of a function")
+@options(_why_options)
+def cmd_why(args: argparse.Namespace) -> int:
+    from ..explain import Explanation, last_miss
+
+    store = open_store(args)
+    fn = resolve_function(store, args.func)
+    miss = last_miss(store, fn)
+    if miss is None:
+        if args.json:
+            emit_json({"fn": fn, "miss": None})
+        else:
+            print(f"{fn}: no miss recorded")
+        return OK
+    t = miss.pop("time")
+    ex = Explanation.from_dict(miss)
+    if args.json:
+        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}})
+        return OK
+    print(f"last miss {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S}):")
+    print(str(ex))
+    return OK
+
+
+def _destructive_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="do not ask for confirmation (required when stdin is not a terminal)")
+    json_option(p)
+
+
+def _clear_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("func", nargs="?", help="a function, or a script's process runs (e.g. train.py); all if omitted")
+    _destructive_options(p)
+
+
+@command("clear", "forget stored evaluations and logged runs (of one function, or all)")
+@options(_clear_options)
+def cmd_clear(args: argparse.Namespace) -> int:
+    from ..tracking import retention
+
+    store = writable_store(args)
+    fn = resolve_function(store, args.func) if args.func else None
+    what = fn or f"every function in {store.root}"
+    if not confirm(args, f"forget the stored evaluations and logged runs of {what}"):
+        print("nothing cleared")
+        return PROBLEM
+    before = index_bytes(store.root)
+    store.forget(fn)
+    n = store.index.clear(fn)
+    purged = retention.purge_counts(store.index, fn) + retention.purge_orphans_counts(store.index)
+    blobs, blob_bytes = store.collect_garbage()
+    checkpoint_wal(store)
+    after = index_bytes(store.root)
+    r = {"fn": fn, "evaluations": n, "runs": purged.runs, "log_points": purged.points, "blobs": blobs,
+         "blob_bytes": blob_bytes, "index_bytes_before": before, "index_bytes_after": after,
+         "bytes_freed": blob_bytes + max(0, before - after)}
+    if args.json:
+        emit_json(r)
+    else:
+        print(removed_line("cleared", r, what))
+    return OK
+
+
+def _gc_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--older-than", type=parse_age, metavar="AGE",
+                   help="drop evaluations not used for AGE (e.g. 30d), and runs without a stored evaluation "
+                        "(process, failed, lost runs) last written AGE ago")
+    p.add_argument("--max-size", type=parse_size, metavar="SIZE", help="then drop least recently used until the store fits SIZE")
+    p.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
+    p.add_argument("--remote", action="store_true",
+                   help="collect the team store (MEMOLAB_REMOTE + MEMOLAB_REMOTE_BLOBS) instead of the local one: "
+                        "a dry run unless --yes (docs/team.md)")
+    p.add_argument("--grace", type=parse_age, metavar="AGE",
+                   help="with --remote: never delete a blob written less than AGE ago (default 1h: uploads in flight)")
+    _destructive_options(p)
+
+
+@command("gc", "drop old or least-recently-used evaluations, old runs and unreferenced blobs")
+@options(_gc_options)
+def cmd_gc(args: argparse.Namespace) -> int:
+    if args.remote:
+        from ..team.gc import run_cli
+
+        return run_cli(args)
+    if args.grace is not None:
+        raise CliError(USAGE, "--grace applies to gc --remote only")
+    from ..tracking import retention
+
+    store = open_store(args)
+    store.flush_hits()
+    drop = store.gc_plan(args.older_than, args.max_size)  # least recently used first, selected in SQL
+    stale = retention.stale_runs(store.index, args.older_than) if args.older_than is not None else []
+    if not args.json:
+        if drop:
+            rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
+                    for e in drop[:30]]
+            print(table(["ID", "FUNCTION", "LAST USED", "SIZE"], rows, right=(0, 3)))
+            if len(drop) > 30:
+                print(f"… and {len(drop) - 30} more")
+        if stale:
+            kinds: Dict[str, int] = {}
+            for r in stale:
+                kinds[r["fn"]] = kinds.get(r["fn"], 0) + 1
+            print("runs without a stored evaluation: " + ", ".join(f"{fn} ({n})" for fn, n in sorted(kinds.items())))
+    if args.dry_run:
+        drop_ids = [e["id"] for e in drop]
+        run_ids = [r["id"] for r in stale]
+        c = store.index.conn()
+        if drop_ids and c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
+            for i in range(0, len(drop_ids), 500):
+                chunk = drop_ids[i:i + 500]
+                run_ids += [x for (x,) in c.execute(
+                    f"SELECT id FROM runs WHERE eval_id IN ({','.join('?' * len(chunk))})", chunk)]
+        dead = store.unreferenced_blobs(dropping=drop_ids)
+        size = sum(s for _, s in dead)
+        r = {"evaluations": len(drop), "runs": len(set(run_ids)), "log_points": retention.log_points(store.index, sorted(set(run_ids))),
+             "blobs": len(dead), "blob_bytes": size, "bytes_freed": size, "dry_run": True}
+        if args.json:
+            emit_json({**r, "evaluation_ids": drop_ids})
+        else:
+            print(removed_line("would drop", r))
+        return OK
+    problem = getattr(store, "problem", None)
+    if isinstance(problem, BaseException):
+        raise problem  # a store that can only be read: nothing can be dropped
+    if not confirm(args, f"drop {plural(len(drop), 'evaluation')} and {plural(len(stale), 'run')} "
+                         f"and collect unreferenced blobs in {store.root}"):
+        print("nothing dropped")
+        return PROBLEM
+    before = index_bytes(store.root)
+    if drop:
+        store.forget()
+        ids = [e["id"] for e in drop]
+        with Progress("gc: dropping evaluations", len(ids)) as bar:
+            for i in range(0, len(ids), 500):
+                store.index.delete_evaluations(ids[i:i + 500])
+                bar.update(len(ids[i:i + 500]))
+    with Progress("gc: dropping runs and their logs", 1) as bar:
+        purged = retention.purge_orphans_counts(store.index) + retention.delete_runs(store.index, [r["id"] for r in stale])
+        bar.update()
+    with Progress("gc: collecting unreferenced blobs", 1) as bar:
+        n, size = store.collect_garbage()
+        bar.update()
+    checkpoint_wal(store)
+    after = index_bytes(store.root)
+    r = {"evaluations": len(drop), "runs": purged.runs, "log_points": purged.points, "blobs": n, "blob_bytes": size,
+         "index_bytes_before": before, "index_bytes_after": after, "bytes_freed": size + max(0, before - after),
+         "dry_run": False}
+    if args.json:
+        emit_json({**r, "evaluation_ids": [e["id"] for e in drop]})
+    else:
+        print(removed_line("dropped", r))
+    return OK
+
+
