@@ -24,7 +24,7 @@ _current = _runs.current
 _SCALAR = _sink.SCALAR
 _EVENT = _sink.EVENT
 _WAKE_AT = _sink.WAKE_AT
-_I64_MIN, _I64_MAX = _sink._I64_MIN, _sink._I64_MAX
+_I64_MIN, _I64_MAX = _sink.I64_MIN, _sink.I64_MAX
 
 
 def _tag(tag: Any, what: str) -> str:

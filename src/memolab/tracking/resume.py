@@ -19,7 +19,7 @@ from . import schema
 
 def mark() -> Optional[Dict[str, Any]]:
     """Flush the current run's logs and say how far they go."""
-    run = _runs._current.get()
+    run = _runs.in_call()
     if run is None:
         return None
     run.sink.flush()
@@ -31,7 +31,7 @@ def mark() -> Optional[Dict[str, Any]]:
 
 def continue_from(m: Optional[Dict[str, Any]]) -> None:
     """Give the current run the logs of ``m``'s run up to the mark."""
-    run = _runs._current.get()
+    run = _runs.in_call()
     if run is None or not m:
         return
     run.sink.flush()  # our run's START row first

@@ -169,6 +169,11 @@ def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] =
         _sink.wake()  # the background thread retries; never fail the user's call over logs
 
 
+def in_call() -> Optional[Run]:
+    """The run of the memoized call running in this context, if any (not the process run)."""
+    return _current.get()
+
+
 def current() -> Run:
     """The run logs go to right now."""
     r = _current.get()
@@ -176,7 +181,7 @@ def current() -> Run:
         return r
     r = _process_run
     # a configure(store=...) since the process run began means logs belong in the new store
-    if r is not None and _process_gen == _config._generation:
+    if r is not None and _process_gen == _config.generation():
         return r
     return process_run()
 
@@ -184,7 +189,7 @@ def current() -> Run:
 def process_run() -> Run:
     global _process_run, _process_gen
     with _process_lock:
-        if _process_run is None or _process_gen != _config._generation:
+        if _process_run is None or _process_gen != _config.generation():
             if _process_run is not None:
                 finish_process_run()
             from .. import store as _store
@@ -199,7 +204,7 @@ def process_run() -> Run:
                 "pid": os.getpid(), "host": socket.gethostname(), "hparams": {"argv": " ".join(sys.argv[1:])[:200]},
             }))
             _process_run = run
-            _process_gen = _config._generation
+            _process_gen = _config.generation()
         return _process_run
 
 

@@ -25,7 +25,7 @@ INTERVAL = 1.0
 WAKE_AT = 20_000
 
 # SQLite INTEGER range: a larger step cannot be bound (OverflowError)
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
 # queue record kinds (first tuple element)
 START, END, SCALAR, EVENT, HPARAMS = 0, 1, 2, 3, 4
@@ -93,7 +93,7 @@ class Sink:
         kind = it[0]
         if kind == SCALAR:
             _, run, tag, step, wall, value = it
-            if not _I64_MIN <= step <= _I64_MAX:
+            if not I64_MIN <= step <= I64_MAX:
                 raise OverflowError(f"step {step} does not fit 64 bits")
             wall = float(wall)
             if value != value:  # SQLite turns NaN into NULL anyway; say so explicitly
@@ -132,7 +132,7 @@ class Sink:
                     blk[7] = value
         elif kind == EVENT:
             _, run, ekind, tag, step, wall, payload = it
-            if not _I64_MIN <= step <= _I64_MAX:
+            if not I64_MIN <= step <= I64_MAX:
                 raise OverflowError(f"step {step} does not fit 64 bits")
             wall = float(wall)
             meta, data = _encode(ekind, payload)

@@ -1,0 +1,213 @@
+"""Guard rails for memolab's structure (docs/architecture.md), read from the source with ``ast``.
+
+- **No import cycles**, counting imports inside functions: a cycle hidden in a
+  function still means neither module can be understood, tested or changed alone.
+- **No private name across modules**: ``from .x import _name`` or ``x._name`` on an
+  imported memolab module couples to what ``x`` promised nobody.
+- **No module over 800 lines.**
+
+Edges are counted as Python resolves them: ``from .pkg import sub`` where ``sub`` is a
+module is an edge to ``pkg.sub``, any other name an edge to ``pkg`` (the package's
+``__init__``). An integration registered by a dotted-path string resolved with
+``importlib`` is not an edge: that is how integrations plug in from the outside.
+
+``ALLOWED_*`` list what is known and not yet fixed; each entry must still occur (the
+lists can only shrink), and the goal is empty lists.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Dict, List, Set, Tuple
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = "memolab"
+MAX_LINES = 800
+
+#: (importer, imported) edges not yet cut; the cycle check runs without them
+ALLOWED_EDGES: Set[Tuple[str, str]] = set()
+#: (importer, module, name) private imports not yet made public
+ALLOWED_PRIVATE: Set[Tuple[str, str, str]] = set()
+#: modules still over MAX_LINES
+ALLOWED_LONG: Set[str] = set()
+
+
+def _modules(src: Path) -> Dict[str, Tuple[Path, bool]]:
+    out = {}
+    for p in sorted((src / PKG).rglob("*.py")):
+        parts = list(p.relative_to(src).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (p, is_pkg)
+    return out
+
+
+MODULES = _modules(SRC)
+
+
+def _absolute(mod: str, is_pkg: bool, level: int, name: str | None) -> str:
+    if level == 0:
+        return name or ""
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([name] if name else []))
+
+
+class _Scan:
+    """Edges (with their line), private imports and private attribute reads of every module."""
+
+    def __init__(self, modules: Dict[str, Tuple[Path, bool]]) -> None:
+        self.edges: Dict[str, Dict[str, int]] = {}
+        self.private: List[Tuple[str, str, str, int]] = []
+        for mod, (path, is_pkg) in modules.items():
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            edges: Dict[str, int] = {}
+            aliases: Dict[str, str] = {}  # local name -> memolab module it is bound to
+
+            def edge(target: str, line: int) -> None:
+                if target != mod and target in modules:
+                    edges.setdefault(target, line)
+
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    for a in node.names:
+                        if a.name == PKG or a.name.startswith(PKG + "."):
+                            edge(a.name, node.lineno)
+                            if a.asname:
+                                aliases[a.asname] = a.name
+                elif isinstance(node, ast.ImportFrom):
+                    src = _absolute(mod, is_pkg, node.level, node.module)
+                    if not (src == PKG or src.startswith(PKG + ".")):
+                        continue
+                    for a in node.names:
+                        sub = f"{src}.{a.name}"
+                        if sub in modules:
+                            edge(sub, node.lineno)
+                            aliases[a.asname or a.name] = sub
+                        else:
+                            edge(src, node.lineno)
+                            if _private(a.name) and src != mod:
+                                self.private.append((mod, src, a.name, node.lineno))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                        and node.value.id in aliases and _private(node.attr) and aliases[node.value.id] != mod:
+                    self.private.append((mod, aliases[node.value.id], node.attr, node.lineno))
+            self.edges[mod] = edges
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _cycles(edges: Dict[str, Dict[str, int]]) -> List[List[str]]:
+    """One cycle (as a list of modules, first repeated last) per strongly connected group."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on: Set[str] = set()
+    groups: List[List[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            strong(v)
+    out = []
+    for group in groups:
+        members = set(group)
+        start = group[0]
+        # shortest way back to the start inside the group: the cycle to show
+        prev: Dict[str, str] = {}
+        frontier = [start]
+        found = None
+        while frontier and found is None:
+            nxt = []
+            for v in frontier:
+                for w in sorted(edges[v]):
+                    if w not in members:
+                        continue
+                    if w == start:
+                        found = v
+                        break
+                    if w not in prev:
+                        prev[w] = v
+                        nxt.append(w)
+                if found:
+                    break
+            frontier = nxt
+        path = [found]
+        while path[-1] != start:
+            path.append(prev[path[-1]])
+        out.append([start] + path[::-1][1:] + [start] if len(path) > 1 else [start, found, start])
+    return out
+
+
+SCAN = _Scan(MODULES)
+
+
+def _where(mod: str, line: int) -> str:
+    return f"{MODULES[mod][0].relative_to(SRC.parent)}:{line}"
+
+
+def test_no_import_cycles_counting_imports_inside_functions():
+    edges = {m: {t: l for t, l in es.items() if (m, t) not in ALLOWED_EDGES} for m, es in SCAN.edges.items()}
+    problems = []
+    for cycle in _cycles(edges):
+        steps = [f"{a} -> {b} ({_where(a, edges[a][b])})" for a, b in zip(cycle, cycle[1:])]
+        problems.append("import cycle:\n    " + "\n    ".join(steps))
+    assert not problems, "\n".join(problems)
+
+
+def test_no_private_name_is_imported_or_read_across_modules():
+    seen = {(m, src, name) for m, src, name, _ in SCAN.private}
+    problems = [f"{_where(m, line)}: {m} uses {src}.{name}, a private name of another module"
+                for m, src, name, line in SCAN.private if (m, src, name) not in ALLOWED_PRIVATE]
+    assert not problems, "\n".join(problems)
+    assert not ALLOWED_PRIVATE - seen, f"fixed, remove from ALLOWED_PRIVATE: {sorted(ALLOWED_PRIVATE - seen)}"
+
+
+def test_no_module_is_over_800_lines():
+    sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, (p, _) in MODULES.items()}
+    long = {m for m, n in sizes.items() if n > MAX_LINES}
+    problems = [f"{MODULES[m][0].relative_to(SRC.parent)}: {sizes[m]} lines (at most {MAX_LINES}: split it "
+                "along its seams)" for m in sorted(long - ALLOWED_LONG)]
+    assert not problems, "\n".join(problems)
+    assert not ALLOWED_LONG - long, f"fixed, remove from ALLOWED_LONG: {sorted(ALLOWED_LONG - long)}"
+
+
+def test_allowed_edges_still_exist():
+    gone = {(a, b) for a, b in ALLOWED_EDGES if b not in SCAN.edges.get(a, {})}
+    assert not gone, f"cut, remove from ALLOWED_EDGES: {sorted(gone)}"
+
+
+def test_the_checker_sees_a_cycle_through_a_function_local_import_and_a_private_name(tmp_path):
+    """The checker itself: a cycle made only by an import inside a function is found and
+    named, and so are ``from .a import _x`` and ``a._x``."""
+    pkg = tmp_path / PKG
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n_x = 1\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import _x\n    return _x\n")
+    (pkg / "c.py").write_text("from . import a\n\ndef g():\n    return a._x\n")
+    scan = _Scan(_modules(tmp_path))
+    assert _cycles(scan.edges) == [["memolab.a", "memolab.b", "memolab.a"]]
+    assert sorted((m, s, n) for m, s, n, _ in scan.private) == [("memolab.b", "memolab.a", "_x"),
+                                                               ("memolab.c", "memolab.a", "_x")]
