@@ -1,9 +1,9 @@
 """Arrow data hashed by content: pyarrow tables, record batches, arrays, and HF ``datasets``' tables.
 
-Imported only once pyarrow (or ``datasets``) has been imported: ``hashing``
-registers lazy hooks on those module names, which call ``register_arrow`` /
-``register_datasets`` with its own registration functions (so this module
-never imports ``hashing``).
+Imported only once pyarrow (or ``datasets``) has been imported: the lazy hooks
+of ``memolab.hooks`` name ``register_arrow`` / ``register_datasets`` by dotted
+path, so ``hashing`` never imports this module; this module registers through
+``hashing``'s public functions.
 
 Why not what pickle would save (the generic rule)? pyarrow's protocol-4
 reduction writes a buffer as ``bytearray`` if it is mutable and as ``bytes``
@@ -34,11 +34,13 @@ a table is rehashed, at memory speed, on every call.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable, Dict
+from typing import Any, Dict
 
 import numpy as np
 import pyarrow as pa
 import xxhash
+
+from .hashing import register_handler, register_policy
 
 _pack_Q = struct.Struct("<Q").pack
 #: rows handled at once: bounds the temporaries (null positions, lengths, booleans)
@@ -207,7 +209,7 @@ def encode_chunked_array(enc: Any, arr: Any) -> None:
     _encode_columns(enc, pa.schema([pa.field("", arr.type)]), [arr], len(arr))
 
 
-def register_arrow(register_handler: Callable[[type, Any], None]) -> None:
+def register_arrow() -> None:
     register_handler(pa.Table, encode_table)
     register_handler(pa.RecordBatch, encode_record_batch)
     register_handler(pa.Array, encode_array)
@@ -230,8 +232,7 @@ def encode_hf_table(enc: Any, table: Any) -> None:
     _encode_columns(enc, inner.schema, inner.columns, inner.num_rows)
 
 
-def register_datasets(register_handler: Callable[[type, Any], None],
-                      register_policy: Callable[..., None]) -> None:
+def register_datasets() -> None:
     import sys
 
     table = sys.modules.get("datasets.table")

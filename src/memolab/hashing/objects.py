@@ -1,0 +1,154 @@
+"""The generic rules: how a class, an object by what pickle would save, and a
+``__memo_hash__`` object are hashed, and ``resolve``, which picks the handler of a
+type nobody registered (inherited from a base, or one of these rules)."""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, FrozenSet
+
+from .. import codegraph
+from ..errors import HashError
+from .primitives import NAME_TOKENS, name_token, pack_Q, str_token
+from .registry import (STRUCTURAL, TYPE_BLIND, Handler, dispatch, excluded_attributes, lazy, policies, resolved,
+                       run_lazy, type_name)
+
+def child_error(e: BaseException, segment: str, obj: Any) -> HashError:
+    """Turn a failure below a container into a HashError whose path names the child.
+
+    Containers build the segment only on failure: formatting ``[i]`` for every
+    element would cost more than hashing it.
+    """
+    if isinstance(e, HashError):
+        return e.at(segment)
+    return HashError("value is nested too deeply to hash", segment, obj)
+
+
+def encode_extra_state(enc: Encoder, obj: Any) -> None:
+    """Attributes that a subclass instance carries besides its container data."""
+    d = getattr(obj, "__dict__", None)
+    if d:
+        enc.write(b"+")
+        enc.encode_child(d, "")
+    else:
+        enc.write(b"-")  # explicit, so an optional part can never be confused with what follows
+
+
+def encode_class(enc: Encoder, obj: type) -> None:
+    # same bytes as write(b"C"), write_str(symbol), write_str(digest); both are
+    # recomputed on every call (a class's code can change), only their encodings are cached
+    enc.write(b"C" + str_token(codegraph.symbol_of(obj)) + str_token(codegraph.object_digest(obj)))
+
+
+def _encode_protocol(enc: Encoder, obj: Any) -> None:
+    enc.write(b"X")
+    enc.write_str(type_name(type(obj)))
+    enc.encode_child(obj.__memo_hash__(), ".__memo_hash__()")
+
+
+# -- generic objects ---------------------------------------------------------------
+
+def encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()) -> None:
+    """Class identity (symbol + code digest) plus what pickle would save."""
+    if enc.memoize(obj):
+        return
+    t = type(obj)
+    try:
+        rv = obj.__reduce_ex__(4)
+    except Exception as e:  # the object says it cannot be pickled
+        raise HashError(f"cannot hash {t.__qualname__} object ({e})", "", obj) from None
+    if isinstance(rv, str):  # a global singleton, pickled by name
+        enc.write(b"G")
+        enc.write_str(f"{codegraph.key_module(t.__module__)}:{rv}")
+        return
+    # b"O" + the class token (``encode_class``) in one write
+    enc.write(b"OC" + str_token(codegraph.symbol_of(t)) + str_token(codegraph.object_digest(t)))
+    func, args = rv[0], rv[1]
+    state = rv[2] if len(rv) > 2 else None
+    listitems = rv[3] if len(rv) > 3 else None
+    dictitems = rv[4] if len(rv) > 4 else None
+    # copyreg.__newobj__(cls) is the common case: the class is already hashed.
+    if getattr(func, "__name__", "") in ("__newobj__", "__newobj_ex__") and args and args[0] is t:
+        enc.buf += b"n"  # an atom: the next write flushes
+        if len(args) > 1:
+            enc.encode_child(args[1:], ".<new args>")
+    else:
+        enc.encode_child(func, ".<reduce>")
+        enc.encode_child(args, ".<reduce args>")
+    if state is not None:
+        excluded = excluded_attributes(t) if policies else exclude
+        if exclude and excluded is not exclude:
+            excluded = excluded | exclude
+        _encode_state(enc, state, excluded)
+    if listitems is not None:
+        enc.write(b"L")
+        enc.encode_child(list(listitems), "")
+    if dictitems is not None:
+        enc.write(b"D")
+        ordered = isinstance(obj, OrderedDict)
+        items = list(dictitems)
+        tmp = OrderedDict(items) if ordered else dict(items)
+        enc.encode_child(tmp, "")
+
+
+def _encode_state(enc: Encoder, state: Any, excluded: FrozenSet[str] = frozenset()) -> None:
+    enc.buf += b"S"  # an atom: the next write flushes
+    if type(state) is dict:
+        # attributes: path segments read as ``.name``
+        if enc.memoize(state):
+            return
+        names = sorted([k for k in state if k not in excluded], key=str) if excluded else sorted(state, key=str)
+        enc.write(b"d" + pack_Q(len(names)))
+        encode = enc.encode
+        for k in names:
+            if type(k) is str:  # attribute names: the bytes encode_str writes, cached by value
+                enc.buf += NAME_TOKENS.get(k) or name_token(k)
+            else:
+                encode(k)
+            try:
+                encode(state[k])
+            except (HashError, RecursionError) as e:
+                raise child_error(e, f".{k}", state[k]) from None
+    elif type(state) is tuple and len(state) == 2 and (state[0] is None or type(state[0]) is dict) and type(state[1]) is dict:
+        # (__dict__, __slots__ values)
+        enc.write(b"2")
+        _encode_state(enc, state[0] or {}, excluded)
+        _encode_state(enc, state[1], excluded)
+    else:
+        enc.encode_child(state, ".<state>")
+
+
+# -- resolution of types nobody registered ------------------------------------------
+
+def resolve(t: type) -> Handler:
+    if lazy:
+        run_lazy(t)
+        h = dispatch.get(t)
+        if h is not None:
+            return h
+    # Inherit the handler of the nearest registered base class, except for the
+    # built-in containers: a subclass of dict may carry attributes of its own.
+    h = None
+    for base in getattr(t, "__mro__", (t,))[1:]:
+        bh = dispatch.get(base)
+        if bh is not None and base not in STRUCTURAL and base not in resolved:
+            h = _subclass_of(bh) if base in TYPE_BLIND else bh
+            break
+    if h is None:
+        if hasattr(t, "__memo_hash__"):
+            h = _encode_protocol
+        elif isinstance(t, type) and issubclass(t, type):
+            h = encode_class
+        else:
+            h = encode_object
+    dispatch[t] = h
+    resolved.add(t)
+    return h
+
+
+def _subclass_of(base_handler: Handler) -> Handler:
+    def handler(enc: Encoder, obj: Any) -> None:
+        enc.write(b"\x1a")  # a subclass of a value type: its class (by code) comes first
+        encode_class(enc, type(obj))
+        base_handler(enc, obj)
+
+    return handler

@@ -1,0 +1,139 @@
+"""The handler registry: which handler hashes which type, and the registrations
+that feed it (lazy hooks for third-party modules, large leaves, attribute
+policies). The handlers live in ``builtins``, ``objects`` and the integrations;
+``objects.resolve`` finds the handler of a type not registered itself."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional
+
+from .. import codegraph
+
+# ``Encoder`` (hashing.encoder) by name only: the encoder imports this module
+Handler = Callable[["Encoder", Any], None]  # noqa: F821
+
+# -- registry ----------------------------------------------------------------------
+#
+# Handlers are found by exact type; a type without one is *resolved* once (its
+# nearest registered base class, or a generic handler) and the result cached in
+# ``dispatch``. ``resolved`` remembers which entries were resolved rather than
+# registered, so that a later registration that could change the answer drops
+# them (``forget_resolved``). Lazy registrations (numpy, torch, torch.optim)
+# run before a type is resolved if any class in its MRO lives in their module:
+# a user ``class Net(nn.Module)`` hashed first must get the module handler, not
+# the generic one cached for good.
+
+
+dispatch: Dict[type, Handler] = {}
+#: types whose ``dispatch`` entry was resolved (inherited or generic), not registered
+resolved: set = set()
+lazy: Dict[str, Callable[[], None]] = {}
+
+
+def register_lazy(module: str, register: Callable[[], None]) -> None:
+    """Run ``register()`` before the first type whose MRO has a class from ``module`` is hashed.
+
+    ``module`` is a top-level package (``"numpy"``) or a dotted prefix
+    (``"torch.optim"``): a class counts if its ``__module__`` is ``module`` or
+    lies below it. The hook sees that module imported already (a class from it
+    exists), so registering never imports anything the user did not.
+    """
+    lazy[module] = register
+    forget_resolved(lambda t: any(_module_matches(module_of(b), module) for b in getattr(t, "__mro__", ())))
+
+
+def module_of(t: type) -> str:
+    m = getattr(t, "__module__", None)
+    return m if isinstance(m, str) else ""
+
+
+def _module_matches(name: str, prefix: str) -> bool:
+    return name == prefix or (name.startswith(prefix) and name[len(prefix)] == ".")
+
+
+def forget_resolved(affected: Callable[[type], bool]) -> None:
+    # list() copies in one C call (no thread switch), so a concurrent resolve cannot break the loop
+    for t in [t for t in list(resolved) if affected(t)]:
+        resolved.discard(t)
+        dispatch.pop(t, None)
+
+
+def run_lazy(t: type) -> None:
+    """Run every pending lazy registration that could apply to ``t`` (any class of its MRO).
+
+    A registration may add further lazy hooks (torch adds ``torch.optim``), so
+    this loops until none applies.
+    """
+    while lazy:
+        mods = {module_of(b) for b in getattr(t, "__mro__", (t,))}
+        hit = next((p for p in lazy if any(_module_matches(m, p) for m in mods)), None)
+        if hit is None:
+            return
+        lazy.pop(hit)()
+
+
+class Leaf:
+    """How to hash one kind of large leaf (an array, a tensor).
+
+    ``digest(obj)`` returns the digest of the leaf's own encoding (bytes).
+    ``stamp(obj)`` returns a cheap value that changes whenever the content can
+    have changed, or ``None`` when a change could go unnoticed (then the leaf is
+    always rehashed). ``loaded(obj)`` is ``stamp`` for a leaf just loaded from
+    the store, whose memory the store vouches for (read-only blob mappings).
+    """
+
+    __slots__ = ("digest", "stamp", "loaded")
+
+    def __init__(self, digest: Callable[[Any], bytes], stamp: Callable[[Any], Any],
+                 loaded: Optional[Callable[[Any], Any]] = None) -> None:
+        self.digest = digest
+        self.stamp = stamp
+        self.loaded = loaded or stamp
+
+
+leaves: Dict[type, Leaf] = {}
+
+
+def register_leaf(type_: type, leaf: Leaf) -> None:
+    """Declare ``type_`` a large leaf (see ``Leaf``); its handler calls ``Encoder.write_leaf``."""
+    leaves[type_] = leaf
+
+
+# -- attribute policies ---------------------------------------------------------------
+
+policies: Dict[type, FrozenSet[str]] = {}
+_policy_cache: Dict[type, FrozenSet[str]] = {}
+
+
+def register_policy(type_: type, *, exclude: Iterable[str] = ()) -> None:
+    """Leave the named attributes of ``type_`` instances (and subclasses') out of keys.
+
+    For state that is not content: a sampler's generator handle, a live
+    iterator, a cache filled lazily. Policies of all base classes add up.
+    """
+    policies[type_] = frozenset(exclude) | policies.get(type_, frozenset())
+    _policy_cache.clear()
+
+
+def excluded_attributes(t: type) -> FrozenSet[str]:
+    got = _policy_cache.get(t)
+    if got is None:
+        got = frozenset()
+        for base in getattr(t, "__mro__", (t,)):
+            got = got | policies.get(base, frozenset())
+        _policy_cache[t] = got
+    return got
+
+
+def type_name(t: type) -> str:
+    # ``__mp_main__`` (a spawned child's copy of the script) keys as ``__main__``
+    return f"{codegraph.key_module(t.__module__)}:{t.__qualname__}"
+
+
+#: built-in value types whose handler writes the content but not the exact type:
+#: a subclass (``class Config(OrderedDict)`` overriding ``__getitem__``) would
+#: otherwise share keys with its base
+TYPE_BLIND: set = set()
+
+
+#: built-in containers and scalars: a subclass never inherits their handler (it may carry attributes)
+STRUCTURAL = frozenset((list, tuple, dict, set, frozenset, bytes, str, int, float))
