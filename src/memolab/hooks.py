@@ -29,8 +29,9 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {
-        "numpy": "memolab.pickling.arrays:register",
-        "dataclasses": "memolab.pickling.arrays:register_dataclasses",
+        "numpy": "memolab.pickling:register_numpy",
+        # dataclasses compares its sentinels by identity: copies made by unpickling would drop fields
+        "dataclasses": "memolab.pickling:register_dataclasses",
         "torch": "memolab.torch.pickling:register",
         # a StatefulDataLoader or torchdata.nodes loader stopped mid-epoch keeps its position
         "torchdata": "memolab.torch.iteration:register_pickling",

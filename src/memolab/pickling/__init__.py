@@ -28,23 +28,30 @@ proxies override):
 
 Code objects are only valid for the interpreter that compiled them: a by-value
 function stored under Python 3.11 is a ``CodeChanged`` miss under 3.12.
+
+The package: ``locate`` (where code lives, symbol lookup, anchors), ``sources``
+(source fingerprints of by-value definitions) and this module: the pickler, the
+reductions and the functions that rebuild what they wrote. Those rebuilders stay
+here, in ``memolab.pickling`` itself: stored pickles name them by module and
+qualified name, so moving one would change what new pickles refer to and what
+old ones need.
 """
 from __future__ import annotations
 
 import functools
 import importlib
 import io
-import os
 import pickle
 import sys
-import sysconfig
-import textwrap
 import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import CodeChanged, StoreMiss, Unloadable
-from .codegraph.origins import key_module
+from ..errors import CodeChanged, StoreMiss, Unloadable
+from ..hooks import LAZY_HOOKS, hook
+from ..reducers import Reducer, reducers
+from .locate import anchor_of, code_digest, is_library_module, lookup_symbol, name_of, walk_qualname
+from .sources import source_changed, source_fingerprint
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
 OUT_OF_BAND_MIN = 64 * 1024
@@ -53,9 +60,8 @@ FORMAT = "p2"
 
 _PYVER = "%d.%d" % sys.version_info[:2]
 
-Reducer = Callable[["Pickler", Any], Any]
-
-_reducers: Dict[type, Optional[Reducer]] = {}
+# the table is shared with ``hashing`` (memolab/reducers.py), which must know the types rebuilt here
+_reducers = reducers
 _lazy: Dict[str, Callable[[], None]] = {}
 
 
@@ -70,102 +76,6 @@ def register_reducer(type_: type, reducer: Optional[Reducer]) -> None:
 def register_lazy(toplevel: str, register: Callable[[], None]) -> None:
     """Run ``register()`` the first time an object of a type from ``toplevel`` is pickled."""
     _lazy[toplevel] = register
-
-
-# -- where code lives ---------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1)
-def _library_roots() -> Tuple[str, ...]:
-    # The interpreter's own library folders only, not sys.prefix as a whole:
-    # with a system Python (prefix /usr) user code under /usr/src/app would
-    # otherwise pass for library code and lose its change checks.
-    import site
-
-    paths = sysconfig.get_paths()
-    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    try:
-        roots.update(site.getsitepackages())
-        roots.add(site.getusersitepackages())
-    except AttributeError:  # some embedded interpreters lack them
-        pass
-    return tuple(sorted(os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r))
-
-
-@functools.lru_cache(maxsize=None)
-def is_library_module(modname: str) -> bool:
-    """Library code is pickled by name; user code by checked reference."""
-    top = modname.partition(".")[0]
-    if top in ("memolab", "builtins") or top in sys.builtin_module_names:
-        return True
-    if modname == "__main__":
-        return False
-    f = getattr(sys.modules.get(modname), "__file__", None)
-    if not f:
-        return top in getattr(sys, "stdlib_module_names", ())
-    # By where the file lies, not by name: a project's own profile.py or
-    # secrets.py shadows the stdlib module of that name and is user code.
-    return os.path.realpath(f).startswith(_library_roots())
-
-
-def _walk(root: Any, qualname: str) -> Any:
-    obj = root
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _lookup(modname: str, qualname: str, *, import_: bool) -> Tuple[bool, Any]:
-    """(True, obj) if ``modname:qualname`` resolves, else (False, None)."""
-    mod = sys.modules.get(modname)
-    if mod is None and import_:
-        try:
-            mod = importlib.import_module(modname)
-        except Exception:
-            return False, None
-    if mod is None:
-        return False, None
-    try:
-        return True, _walk(mod, qualname)
-    except AttributeError:
-        return False, None
-
-
-def _digest(obj: Any) -> str:
-    from .codegraph import object_digest
-
-    return object_digest(obj)
-
-
-def _name_of(obj: Any) -> Tuple[str, str]:
-    # A spawned child's copy of the script (``__mp_main__``) is the script: stored
-    # like ``__main__`` code, so a program that never imports multiprocessing loads it.
-    mod = key_module(getattr(obj, "__module__", None) or "__main__")
-    return mod, getattr(obj, "__qualname__", None) or obj.__name__
-
-
-def _anchor_of(obj: Any) -> Optional[str]:
-    """The qualname, inside ``obj``'s module, of what a change check resolves:
-    ``obj`` itself when reachable by name, else the outermost enclosing named
-    function or class, else a module global bound to ``obj``."""
-    modname, qual = _name_of(obj)
-    mod = sys.modules.get(modname)
-    if mod is None:
-        return None
-    ok, found = _lookup(modname, qual, import_=False)
-    if ok and found is obj:
-        return qual
-    parts = qual.split(".")
-    for i, p in enumerate(parts):
-        if p.startswith("<"):
-            if i:
-                ok, enclosing = _lookup(modname, ".".join(parts[:i]), import_=False)
-                if ok and isinstance(enclosing, (type, types.FunctionType)):
-                    return ".".join(parts[:i])
-            break
-    for name, value in list(vars(mod).items()):
-        if value is obj:
-            return name
-    return None
 
 
 # -- the pickler ----------------------------------------------------------------------
@@ -242,22 +152,22 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     """Functions and classes: pickle's own by-name, a checked reference, or by value."""
     if isinstance(obj, type) and not obj.__flags__ & _HEAPTYPE:
         return NotImplemented  # a C type: pickle's by-name save, or its clear error
-    modname, qual = _name_of(obj)
+    modname, qual = name_of(obj)
     if modname != "__main__" and "<" not in qual:
-        ok, found = _lookup(modname, qual, import_=False)
+        ok, found = lookup_symbol(modname, qual, import_=False)
         if ok and found is obj:
             if is_library_module(modname):
                 return NotImplemented
-            d = _digest(obj)
+            d = code_digest(obj)
             p.refs[f"{modname}:{qual}"] = d
             return _load_ref, (modname, qual, d)
     if isinstance(obj, type) and issubclass(obj, _enum_base()):
         raise pickle.PicklingError(f"cannot store enum class {modname}:{qual} by value; define it in an importable module")
-    anchor = _anchor_of(obj)
-    d = _digest(obj)
-    anchor_obj = obj if anchor == qual else (_walk(sys.modules[modname], anchor) if anchor else None)
-    anchor_digest = d if anchor == qual else (_digest(anchor_obj) if anchor else None)
-    source = _source_fingerprint(anchor_obj, anchor) if anchor else None
+    anchor = anchor_of(obj)
+    d = code_digest(obj)
+    anchor_obj = obj if anchor == qual else (walk_qualname(sys.modules[modname], anchor) if anchor else None)
+    anchor_digest = d if anchor == qual else (code_digest(anchor_obj) if anchor else None)
+    source = source_fingerprint(anchor_obj, anchor) if anchor else None
     rec = (modname, qual, d, anchor, anchor_digest, source)
     if anchor:
         p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
@@ -282,10 +192,10 @@ def _enum_base() -> type:
 
 
 def _load_ref(modname: str, qual: str, digest: str) -> Any:
-    ok, obj = _lookup(modname, qual, import_=True)
+    ok, obj = lookup_symbol(modname, qual, import_=True)
     if not ok:
         raise CodeChanged(f"`{modname}:{qual}` no longer exists")
-    if _digest(obj) != digest:
+    if code_digest(obj) != digest:
         raise CodeChanged(f"`{modname}:{qual}` changed since the result was stored")
     return obj
 
@@ -295,121 +205,19 @@ def _live_definition(rec: tuple) -> Optional[Any]:
     modname, qual, _digest_, anchor, anchor_digest, source = rec
     if anchor is None:
         return None
-    ok, live = _lookup(modname, anchor, import_=modname != "__main__")
+    ok, live = lookup_symbol(modname, anchor, import_=modname != "__main__")
     if not ok:
         if modname == "__main__" or modname not in sys.modules:
             # Another program, or a module we cannot import: the stored code
             # stands alone, unless the file it came from is here and changed.
-            why = _source_changed(anchor, source)
+            why = source_changed(anchor, source)
             if why:
                 raise CodeChanged(f"`{modname}:{anchor}` {why}")
             return None
         raise CodeChanged(f"`{modname}:{anchor}` no longer exists")
-    if _digest(live) != anchor_digest:
+    if code_digest(live) != anchor_digest:
         raise CodeChanged(f"`{modname}:{anchor}` changed since the result was stored")
     return live if anchor == qual else None
-
-
-# -- the source file a by-value definition came from -----------------------------------
-#
-# When the loading program lacks the definition (a notebook reading what
-# train.py stored), the stored code is used, but if train.py is still on disk
-# and its definition changed, the result is stale all the same. We fingerprint
-# the definition's normalised source, found by name in the file's AST, the same
-# way at store and load time, so the two are comparable by construction.
-
-_file_defs: Dict[Tuple[str, int, int], Dict[str, str]] = {}
-
-
-def _definitions(path: str) -> Optional[Dict[str, str]]:
-    """qualname -> fingerprint of every named definition (def, class, assignment) in ``path``."""
-    import ast
-
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    key = (path, st.st_mtime_ns, st.st_size)
-    hit = _file_defs.get(key)
-    if hit is not None:
-        return hit
-    try:
-        with open(path, "rb") as f:
-            src = f.read().decode("utf-8", "surrogateescape")
-        tree = ast.parse(src)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    import xxhash
-
-    try:
-        from .codegraph import normalized_source  # docstrings and comments do not count
-    except ImportError:  # pragma: no cover - only if codegraph drops it
-        def normalized_source(seg: str) -> str:
-            return ast.dump(ast.parse(textwrap.dedent(seg)), include_attributes=False)
-
-    def fingerprint(seg: str) -> str:
-        try:
-            text = normalized_source(seg)
-        except SyntaxError:
-            text = seg
-        return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
-
-    out: Dict[str, str] = {}
-
-    def visit(body: List[Any], prefix: str) -> None:
-        for node in body:
-            names: List[str] = []
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names = [node.name]
-            elif isinstance(node, ast.Assign):
-                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-            elif isinstance(node, (ast.If, ast.Try, ast.With)):
-                for block in ("body", "orelse", "finalbody"):
-                    visit(getattr(node, block, []) or [], prefix)
-                for h in getattr(node, "handlers", []):
-                    visit(h.body, prefix)
-            for name in names:  # a later definition wins, as when the file runs
-                out[prefix + name] = fingerprint(ast.get_source_segment(src, node) or "")
-            if isinstance(node, ast.ClassDef):
-                visit(node.body, prefix + node.name + ".")
-
-    visit(tree.body, "")
-    if len(_file_defs) > 64:
-        _file_defs.clear()
-    _file_defs[key] = out
-    return out
-
-
-def _source_fingerprint(obj: Any, anchor: str) -> Optional[Tuple[str, str]]:
-    """(absolute file, fingerprint of ``anchor``'s definition in it), when both are known."""
-    import inspect
-
-    try:
-        path = inspect.getsourcefile(obj)
-    except TypeError:
-        path = None
-    if not path and isinstance(obj, types.FunctionType):
-        path = obj.__code__.co_filename
-    if not path or path.startswith("<"):
-        return None
-    path = os.path.abspath(path)
-    fp = (_definitions(path) or {}).get(anchor)
-    return (path, fp) if fp else None
-
-
-def _source_changed(anchor: str, source: Optional[Sequence[str]]) -> Optional[str]:
-    if not source:
-        return None
-    path, fp = source
-    defs = _definitions(path)
-    if defs is None:
-        return None  # the file is not here (another machine, a deleted cell): nothing to compare
-    now = defs.get(anchor)
-    if now is None:
-        return f"is no longer defined in {path}"
-    if now != fp:
-        return f"changed in {path} since the result was stored"
-    return None
 
 
 # Objects built from stored code that still await their state. A live definition
@@ -703,7 +511,7 @@ def _mappingproxy(d: Dict[Any, Any]) -> Any:
 
 # -- numpy ---------------------------------------------------------------------------------
 
-def _register_numpy() -> None:
+def register_numpy(register_reducer: Callable[[type, Optional[Reducer]], None]) -> None:
     import numpy as np
 
     register_reducer(np.ndarray, _reduce_ndarray)
@@ -756,10 +564,7 @@ def _np_view(root: Any, dtype: Any, shape: Tuple[int, ...], strides: Tuple[int, 
     return np.ndarray(shape, dtype=dtype, buffer=base, offset=offset, strides=strides)
 
 
-register_lazy("numpy", _register_numpy)
-
-
-def _register_dataclasses() -> None:
+def register_dataclasses(register_reducer: Callable[[type, Optional[Reducer]], None]) -> None:
     # dataclasses compares its sentinels by identity (``f._field_type is _FIELD``,
     # ``default is MISSING``); copies made by unpickling would silently drop fields.
     import dataclasses
@@ -778,36 +583,8 @@ def _dataclass_sentinel(name: str) -> Any:
     return getattr(dataclasses, name)
 
 
-register_lazy("dataclasses", _register_dataclasses)
-
-
-def _register_torch() -> None:
-    from .torch import pickling as torch_pickling
-
-    torch_pickling.register(register_reducer)
-
-
-register_lazy("torch", _register_torch)
-
-
-def _register_torchdata() -> None:
-    # a StatefulDataLoader or torchdata.nodes loader stopped mid-epoch keeps its position
-    from .torch import iteration
-
-    iteration.register_pickling(register_reducer)
-
-
-register_lazy("torchdata", _register_torchdata)
-
-
-def _register_accelerate() -> None:
-    # an Accelerate-prepared loader stopped mid-epoch (its GradientState is process-wide)
-    from .torch import iteration
-
-    iteration.register_accelerate_pickling(register_reducer)
-
-
-register_lazy("accelerate", _register_accelerate)
+for _toplevel, _target in LAZY_HOOKS["pickling"].items():
+    register_lazy(_toplevel, hook(_target, register_reducer))
 
 
 # -- public API ------------------------------------------------------------------------------
@@ -863,16 +640,16 @@ def check_refs(refs: Dict[str, Any]) -> Optional[str]:
         # a plain digest, or [digest, source file, fingerprint] for by-value code
         digest, source = (ref, None) if isinstance(ref, str) else (ref[0], ref[1:])
         modname, _, qual = sym.partition(":")
-        ok, obj = _lookup(modname, qual, import_=modname != "__main__")
+        ok, obj = lookup_symbol(modname, qual, import_=modname != "__main__")
         if not ok:
             if modname == "__main__":
-                why = _source_changed(qual, source)
+                why = source_changed(qual, source)
                 if why:
                     return f"`{sym}` {why}"
                 continue
             return f"`{sym}` no longer exists"
         try:
-            if _digest(obj) != digest:
+            if code_digest(obj) != digest:
                 return f"`{sym}` changed since the result was stored"
         except Exception as e:  # a digest that fails is a change we cannot rule out
             return f"`{sym}` cannot be checked: {e}"
