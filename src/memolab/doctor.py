@@ -131,10 +131,9 @@ def repair_index(root: Path, out: Out) -> int:
                       [row[k] for k in cols])
             kept += 1
         c.executemany(KEEP_SOURCES_SQL, sources)
-    from .store import _stores
+    from .store import forget_open_stores
 
-    for k in [k for k, s in _stores.items() if Path(getattr(s, "root", "")) == root]:
-        _stores.pop(k, None)  # later calls in this process open the new index
+    forget_open_stores(root)  # later calls in this process open the new index
     get_store(root)
     if kept:
         out(f"rebuilt the index: recovered {kept} of {kept + dropped} readable evaluation{'s' if kept + dropped != 1 else ''}"

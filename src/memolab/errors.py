@@ -82,3 +82,8 @@ class RemoteUnavailable(MemolabError, OSError):
 
 class MemolabWarning(UserWarning):
     """Something went wrong but the caller still got a correct value."""
+
+
+class BlobsGone(Exception):
+    """A blob an evaluation was about to refer to was collected after it was put
+    (raised by an index's ``record``: put the blobs again and retry under its lock)."""

@@ -24,6 +24,7 @@ are kept and checked on every load, exactly as for blobs.
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import platform
@@ -37,10 +38,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import config
-from ..errors import CorruptBlob, StoreMiss
+from ..errors import BlobsGone, CorruptBlob, StoreMiss, StoreUnavailable
 from . import perms, signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import BlobsGone, Index, Key, host_name, owner_alive_here, process_token, savepoint, write_usage
+from .sqlite import Index, Key, host_name, owner_alive_here, process_token, savepoint, write_usage
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -549,6 +550,103 @@ def _split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]
     return bytes(payload), tuple(views)
 
 
+# -- opening: a working store, or a degraded one saying why not ---------------------------------
+
+def _damaged(e: BaseException) -> bool:
+    # OperationalError is a DatabaseError too, but means "cannot do it now"
+    # (locked, read-only, I/O, full); the others mean the file's content is bad.
+    if isinstance(e, UnicodeDecodeError):
+        return True  # SQLite's own message quoting a garbled schema does not even decode
+    return isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
+
+
+def open_store(path: Path) -> Any:
+    """A ``Store``, or a ``ReadOnlyStore``/``NoStore`` saying why not (see ``health``'s module doc)."""
+    from .health import NoStore, check_exposure
+
+    root = Path(path)
+    if root.exists() and not root.is_dir():
+        return NoStore(root, StoreUnavailable(
+            "not-a-directory", f"the store location {root} is a file, not a directory (check MEMOLAB_STORE or "
+            "configure(store=...)): results are computed but not stored"))
+    try:
+        store = Store(root)
+    except StoreUnavailable as e:
+        return NoStore(root, e)
+    except (sqlite3.Error, OSError, UnicodeDecodeError) as e:
+        if _damaged(e):
+            return NoStore(root, _damage(root, e))
+        if not (root / "index.sqlite").is_file():
+            return NoStore(root, StoreUnavailable(
+                "unusable", f"the store {root} cannot be created or opened ({type(e).__name__}: {e}): results are "
+                "computed but not stored"))
+        try:
+            return ReadOnlyStore(root, StoreUnavailable(
+                "read-only", f"the store {root} cannot be written ({type(e).__name__}: {e}): stored results are "
+                "served, new results are computed but not stored"))
+        except StoreUnavailable as e2:
+            return NoStore(root, e2)
+        except (sqlite3.Error, OSError, UnicodeDecodeError) as e2:
+            if _damaged(e2):
+                return NoStore(root, _damage(root, e2))
+            return NoStore(root, StoreUnavailable(
+                "unusable", f"the store {root} can be neither written ({e}) nor read ({e2}): results are computed "
+                "but not stored"))
+    check_exposure(root)
+    return store
+
+
+def _damage(root: Path, e: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(
+        "damaged", f"the store index {root / 'index.sqlite'} is damaged ({e}): results are computed but not "
+        f"stored; `memolab --store {root} doctor --repair` moves it aside and rebuilds it")
+
+
+class ReadOnlyStore(Store):
+    """Serves what is stored; a miss raises ``problem`` so the caller computes without storing."""
+
+    lease_free = False  # a miss raises ``problem`` from ``acquire``: computed, not stored
+
+    def __init__(self, root: Path, problem: StoreUnavailable) -> None:
+        from .health import ReadOnlyBlobFolder, ReadOnlyIndex  # (health is imported only for a degraded store)
+
+        self.index_class, self.blob_class = ReadOnlyIndex, ReadOnlyBlobFolder
+        self.problem = problem
+        super().__init__(root)
+
+    def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None,
+                    **kw: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
+        row = None if force else self.index.lookup(key)
+        if row is None:
+            raise self.problem  # a miss: computed, not stored (no lease to take)
+        return "hit", row
+
+    acquire = try_acquire
+
+    def release(self, key: Key, owner: str) -> None:
+        pass
+
+    def save(self, *a: Any, **k: Any) -> int:
+        raise self.problem
+
+    def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
+        self.forget_key(key)
+
+    def count_hit(self, eval_id: int) -> None:
+        pass
+
+    def flush_hits(self) -> None:
+        pass
+
+    def clear(self, fn: Optional[str] = None) -> int:
+        raise self.problem
+
+    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
+        if dry_run:
+            return super().collect_garbage(dry_run=True)
+        raise self.problem
+
+
 _stores: Dict[Tuple[str, int, Any], Store] = {}
 _stores_lock = threading.Lock()
 
@@ -582,7 +680,7 @@ config.on_configure.append(_retire_replaced)
 def get_store(path: Optional[os.PathLike] = None) -> Store:
     """The store for ``path`` (default: the configured one), shared per process.
 
-    Never raises for a store that cannot be used: see ``health.open_store``
+    Never raises for a store that cannot be used: see ``open_store``
     (only a store location that cannot be one, a URL, raises ``StoreConfigError``)."""
     p = Path(path) if path is not None else config.store_path()
     remote = config.remote()  # a team store configured: a TeamStore (team/layered.py) in front of it
@@ -597,16 +695,33 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
                 # again after ``configure()``.
                 s = _open(p)
                 if remote is not None and type(s) is Store:
-                    from ..team.layered import layered
-
-                    s = layered(s, remote)
+                    s = _team_store(s, remote)
                 _stores[k] = s
                 s._generation = config.generation()
     return s
 
 
+#: What puts a team store in front of a local one when a team store is configured
+#: (``config.remote()``): a dotted path, imported on first use. The store package never
+#: imports the team layer (which is built on it); the team layer is a plug-in here.
+TEAM_STORE_FACTORY = "memolab.team.layered:layered"
+
+
+def _team_store(store: Store, remote: Tuple[str, Optional[str]]) -> Any:
+    module, _, name = TEAM_STORE_FACTORY.partition(":")
+    return getattr(importlib.import_module(module), name)(store, remote)
+
+
+def forget_open_stores(root: Path) -> None:
+    """This process's open stores of ``root`` are handed out no more: later calls open it
+    afresh (``doctor --repair`` replaced its index)."""
+    with _stores_lock:
+        for k in [k for k, s in _stores.items() if Path(getattr(s, "root", "")) == root]:
+            _stores.pop(k, None)
+
+
 def _open(p: Path) -> Any:
-    """``health.open_store(p)``, without importing ``health`` for a store that opens cleanly.
+    """``open_store(p)``, without importing ``health`` for a store that opens cleanly.
 
     ``health`` (degraded stores, repair) is only needed when something is
     wrong; its import is about 0.5 ms of the first call of every script. Any
@@ -617,13 +732,11 @@ def _open(p: Path) -> Any:
     except Exception:
         store = None
     if store is None:
-        from .health import open_store
-
         return open_store(p)
     if signing.secret() is None and perms.writable_by_others(p):
-        from .health import _check_exposure
+        from .health import check_exposure
 
-        _check_exposure(p)  # warns (once per process)
+        check_exposure(p)  # warns (once per process)
     return store
 
 

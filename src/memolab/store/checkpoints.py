@@ -47,7 +47,7 @@ def _ensure(index: Any) -> None:
 def save(store: Any, key: Key, step: int, value: Any) -> None:
     """Store ``value`` as the checkpoint of ``key`` (replacing the previous one)."""
     from .. import pickling
-    from .sqlite import BlobsGone
+    from ..errors import BlobsGone
 
     index = store.index
     _ensure(index)

@@ -1,6 +1,8 @@
 """A broken store never costs the caller a computed value.
 
-``open_store`` is the one place a store is opened. It sorts every way opening
+``memolab.store.open_store`` is the one place a store is opened (this module
+holds the pieces of the degraded stores that need no ``Store``, so that the
+store package imports it and never the reverse). Opening sorts every way it
 can fail into three outcomes:
 
 * a working ``Store`` (read-write, the normal case);
@@ -28,10 +30,10 @@ from typing import Any, Dict, Optional, Set, Tuple
 
 from .. import config
 from ..errors import MemolabWarning, StoreUnavailable
-from . import Store, signing
+from . import signing
 from .blobs import BlobFolder
 from .perms import writable_by_others
-from .sqlite import SCHEMA_VERSION, Index, Key
+from .sqlite import Index, Key, check_schema, newer_schema  # noqa: F401 (both also imported from here)
 
 _warned: Set[str] = set()
 _warned_lock = threading.Lock()
@@ -57,55 +59,8 @@ def warn_unusable(symbol: str, e: BaseException, stacklevel: int = 3) -> None:
                   "result (further calls that hit this problem will not warn again)", stacklevel + 1)
 
 
-def _damaged(e: BaseException) -> bool:
-    # OperationalError is a DatabaseError too, but means "cannot do it now"
-    # (locked, read-only, I/O, full); the others mean the file's content is bad.
-    if isinstance(e, UnicodeDecodeError):
-        return True  # SQLite's own message quoting a garbled schema does not even decode
-    return isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)
-
-
-def open_store(path: Path) -> Any:
-    """A ``Store``, or a ``ReadOnlyStore``/``NoStore`` saying why not (see the module doc)."""
-    root = Path(path)
-    if root.exists() and not root.is_dir():
-        return NoStore(root, StoreUnavailable(
-            "not-a-directory", f"the store location {root} is a file, not a directory (check MEMOLAB_STORE or "
-            "configure(store=...)): results are computed but not stored"))
-    try:
-        store = Store(root)
-    except StoreUnavailable as e:
-        return NoStore(root, e)
-    except (sqlite3.Error, OSError, UnicodeDecodeError) as e:
-        if _damaged(e):
-            return NoStore(root, _damage(root, e))
-        if not (root / "index.sqlite").is_file():
-            return NoStore(root, StoreUnavailable(
-                "unusable", f"the store {root} cannot be created or opened ({type(e).__name__}: {e}): results are "
-                "computed but not stored"))
-        try:
-            return ReadOnlyStore(root, StoreUnavailable(
-                "read-only", f"the store {root} cannot be written ({type(e).__name__}: {e}): stored results are "
-                "served, new results are computed but not stored"))
-        except StoreUnavailable as e2:
-            return NoStore(root, e2)
-        except (sqlite3.Error, OSError, UnicodeDecodeError) as e2:
-            if _damaged(e2):
-                return NoStore(root, _damage(root, e2))
-            return NoStore(root, StoreUnavailable(
-                "unusable", f"the store {root} can be neither written ({e}) nor read ({e2}): results are computed "
-                "but not stored"))
-    _check_exposure(root)
-    return store
-
-
-def _damage(root: Path, e: BaseException) -> StoreUnavailable:
-    return StoreUnavailable(
-        "damaged", f"the store index {root / 'index.sqlite'} is damaged ({e}): results are computed but not "
-        f"stored; `memolab --store {root} doctor --repair` moves it aside and rebuilds it")
-
-
-def _check_exposure(root: Path) -> None:
+def check_exposure(root: Path) -> None:
+    """Warn (once per process and store) when ``root`` is writable by others and results are unsigned."""
     if signing.secret() is not None:
         return
     exposed = writable_by_others(root)
@@ -117,26 +72,6 @@ def _check_exposure(root: Path) -> None:
 
 
 # -- read-only -------------------------------------------------------------------------------
-
-def newer_schema(path: Path, version: Any) -> StoreUnavailable:
-    return StoreUnavailable(
-        "newer-schema", f"{path} was written by a newer memolab (store schema {version}, this memolab reads "
-        f"{SCHEMA_VERSION}): results are computed but not stored; upgrade memolab to use this store")
-
-
-def check_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Raise ``StoreUnavailable('newer-schema')`` for an index written by a newer memolab."""
-    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-    if not has_meta:
-        return
-    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    try:
-        newer = row is not None and int(row[0]) > SCHEMA_VERSION
-    except (TypeError, ValueError):
-        newer = True  # a version we cannot even parse is not one we wrote
-    if newer:
-        raise newer_schema(path, row[0])
-
 
 class ReadOnlyIndex(Index):
     """The index opened for reading only: no schema set-up, no writes, stamps not recorded.
@@ -227,49 +162,6 @@ class ReadOnlyBlobFolder(BlobFolder):
 
     def quarantine(self, digest: str) -> None:
         pass  # a damaged blob is still refused (a miss); moving it needs a writer
-
-
-class ReadOnlyStore(Store):
-    """Serves what is stored; a miss raises ``problem`` so the caller computes without storing."""
-
-    index_class = ReadOnlyIndex
-    blob_class = ReadOnlyBlobFolder
-    lease_free = False  # a miss raises ``problem`` from ``acquire``: computed, not stored
-
-    def __init__(self, root: Path, problem: StoreUnavailable) -> None:
-        self.problem = problem
-        super().__init__(root)
-
-    def try_acquire(self, key: Key, owner: str, force: bool = False, **kw: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
-        row = None if force else self.index.lookup(key)
-        if row is None:
-            raise self.problem  # a miss: computed, not stored (no lease to take)
-        return "hit", row
-
-    acquire = try_acquire
-
-    def release(self, key: Key, owner: str) -> None:
-        pass
-
-    def save(self, *a: Any, **k: Any) -> int:
-        raise self.problem
-
-    def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
-        self.forget_key(key)
-
-    def count_hit(self, eval_id: int) -> None:
-        pass
-
-    def flush_hits(self) -> None:
-        pass
-
-    def clear(self, fn: Optional[str] = None) -> int:
-        raise self.problem
-
-    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
-        if dry_run:
-            return super().collect_garbage(dry_run=True)
-        raise self.problem
 
 
 class NoStore:

@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .. import config
+from ..errors import BlobsGone, StoreUnavailable
 from . import signing
+# (host_name is looked up here by the functions below, so patching it here fakes another host)
+from .process import host_name, process_table, start_time
+from .process import process_table as _process_table, start_time as _start_time  # noqa: F401 (old names)
 
 #: 1: the first format (its version lives in ``meta`` only).
 #: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
@@ -240,10 +244,6 @@ class savepoint:
             self.c.execute(f"RELEASE {self.name}")
 
 
-class BlobsGone(Exception):
-    """A blob an evaluation was about to refer to was collected after it was put."""
-
-
 #: how long opening a new store waits for the switch to WAL (as long as the busy timeout)
 WAL_SWITCH_WAIT = 60.0
 
@@ -290,8 +290,6 @@ class Index:
         write lock: two processes migrating at once, or a migration cut short by
         a crash, end in the same state as one that ran alone.
         """
-        from .health import check_schema, newer_schema
-
         if version > SCHEMA_VERSION:
             raise newer_schema(self.path, version)  # before anything is written: not ours to change
         check_schema(conn, self.path)  # a file of a memolab that set no user_version yet
@@ -838,46 +836,11 @@ def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
                       [(d, *st) for d, st in stamps.items()])
 
 
-def host_name() -> str:
-    import socket  # 4 ms of `import memolab` otherwise
-
-    return socket.gethostname()
-
-
-def _start_time(pid: int) -> Optional[str]:
-    """When process ``pid`` started (clock ticks since boot), or None where /proc cannot say."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # the command name (field 2) may hold spaces and parentheses: split after its last ')'
-    fields = stat[stat.rfind(b")") + 2:].split()
-    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
-        return None  # a zombie is dead, even before its parent reaps it
-    return fields[19].decode()
-
-
-_WHERE: List[Optional[str]] = []
-
-
-def _process_table() -> Optional[str]:
-    """Which process table our pids belong to: pid namespace and boot. Two
-    containers can share a host name (host networking) but not a pid namespace."""
-    if not _WHERE:
-        try:
-            ns = "".join(ch for ch in os.readlink("/proc/self/ns/pid") if ch.isdigit())
-            with open("/proc/sys/kernel/random/boot_id") as f:
-                boot = f.read().strip().replace("-", "")[:12]
-            _WHERE.append(f"{ns}.{boot}" if ns and boot else None)
-        except OSError:
-            _WHERE.append(None)
-    return _WHERE[0]
-
+# -- lease owners: which process holds a lease, and is it alive here? -------------------------
 
 def process_token() -> str:
     """``host:pid:start/table``: names this process for lease owners, pid reuse included."""
-    return f"{host_name()}:{os.getpid()}:{_start_time(os.getpid()) or '?'}/{_process_table() or '?'}"
+    return f"{host_name()}:{os.getpid()}:{start_time(os.getpid()) or '?'}/{process_table() or '?'}"
 
 
 def owner_alive_here(owner: str) -> Optional[bool]:
@@ -895,7 +858,7 @@ def owner_alive_here(owner: str) -> Optional[bool]:
     if len(parts) < 3 or parts[0] != host_name():
         return None
     start, _, table = parts[2].partition("/")
-    if start in ("?", "") or table in ("?", "") or table != _process_table():
+    if start in ("?", "") or table in ("?", "") or table != process_table():
         return None  # another machine, container or boot: not our process table to ask
     try:
         pid = int(parts[1])
@@ -903,4 +866,27 @@ def owner_alive_here(owner: str) -> Optional[bool]:
         return None
     if pid == os.getpid():
         return None  # our own threads beat through our heartbeat thread, which is running now
-    return _start_time(pid) == start
+    return start_time(pid) == start
+
+
+
+# -- schema written by a newer memolab ---------------------------------------------------------
+
+def newer_schema(path: Path, version: Any) -> StoreUnavailable:
+    return StoreUnavailable(
+        "newer-schema", f"{path} was written by a newer memolab (store schema {version}, this memolab reads "
+        f"{SCHEMA_VERSION}): results are computed but not stored; upgrade memolab to use this store")
+
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise ``StoreUnavailable('newer-schema')`` for an index written by a newer memolab."""
+    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
+    if not has_meta:
+        return
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    try:
+        newer = row is not None and int(row[0]) > SCHEMA_VERSION
+    except (TypeError, ValueError):
+        newer = True  # a version we cannot even parse is not one we wrote
+    if newer:
+        raise newer_schema(path, row[0])

@@ -28,10 +28,10 @@ def writer_tag() -> str:
     """``pid-start-table`` of this process (computed once per process)."""
     pid = os.getpid()
     if not _TAG or not _TAG[0].startswith(f"{pid}-"):
-        from .sqlite import _process_table, _start_time, host_name
+        from .process import host_name, process_table, start_time
 
-        table = hashlib.blake2b(f"{host_name()}/{_process_table()}".encode(), digest_size=4).hexdigest()
-        _TAG[:] = [f"{pid}-{_start_time(pid) or 'x'}-{table}"]
+        table = hashlib.blake2b(f"{host_name()}/{process_table()}".encode(), digest_size=4).hexdigest()
+        _TAG[:] = [f"{pid}-{start_time(pid) or 'x'}-{table}"]
     return _TAG[0]
 
 
@@ -51,7 +51,7 @@ def writer_alive(name: str) -> Optional[bool]:
     mine = writer_tag().split("-")
     if table != mine[2] or start == "x":
         return None  # written on another host, container or boot
-    from .sqlite import _start_time
+    from .process import start_time
 
     try:
         pid = int(pid_s)
@@ -59,7 +59,7 @@ def writer_alive(name: str) -> Optional[bool]:
         return None
     if pid == os.getpid():
         return True
-    return _start_time(pid) == start
+    return start_time(pid) == start
 
 
 class TmpFile(NamedTuple):
