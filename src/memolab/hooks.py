@@ -29,7 +29,7 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {
-        "numpy": "memolab.pickling:register_numpy",
+        "numpy": "memolab.pickling.arrays:register",
         # dataclasses compares its sentinels by identity: copies made by unpickling would drop fields
         "dataclasses": "memolab.pickling:register_dataclasses",
         "torch": "memolab.torch.pickling:register",

@@ -29,12 +29,10 @@ proxies override):
 Code objects are only valid for the interpreter that compiled them: a by-value
 function stored under Python 3.11 is a ``CodeChanged`` miss under 3.12.
 
-The package: ``locate`` (where code lives, symbol lookup, anchors), ``sources``
-(source fingerprints of by-value definitions) and this module: the pickler, the
-reductions and the functions that rebuild what they wrote. Those rebuilders stay
-here, in ``memolab.pickling`` itself: stored pickles name them by module and
-qualified name, so moving one would change what new pickles refer to and what
-old ones need.
+Besides this module (the pickler, its reductions, and the rebuilders, which
+stay here because stored pickles name them ``memolab.pickling:<name>``):
+``locate`` (where code lives), ``sources`` (source fingerprints), ``refs``
+(checks without unpickling), ``arrays`` (numpy, registered lazily).
 """
 from __future__ import annotations
 
@@ -47,10 +45,12 @@ import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import CodeChanged, StoreMiss, Unloadable
+from ..errors import CodeChanged, StoreMiss
 from ..hooks import LAZY_HOOKS, hook
 from ..reducers import Reducer, reducers
+from .canon import canon, global_names
 from .locate import anchor_of, code_digest, is_library_module, lookup_symbol, name_of, walk_qualname
+from .refs import check_refs, load_error
 from .sources import source_changed, source_fingerprint
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
@@ -95,7 +95,7 @@ class Pickler(pickle.Pickler):
         # id(class) -> (its slot in this dump, the class): see _class_skeleton
         self.by_value_classes: Dict[int, Tuple[List[Any], type]] = {}
         # id(module globals) -> (the one namespace its by-value functions share on load, the globals)
-        # id(set) -> (the _Sorted wrapper that writes it, the set)
+        # id(set) -> (the canon.Sorted wrapper that writes it, the set)
         self.sorted_sets: Dict[int, Tuple[Any, Any]] = {}
         self.shared_globals: Dict[int, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
 
@@ -225,30 +225,6 @@ def _live_definition(rec: tuple) -> Optional[Any]:
 _skeletons: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
-class _Sorted:
-    """A set or frozenset that is part of stored *code* (a constant, a class
-    attribute, a global or cell a function uses), written in sorted order: set
-    iteration order follows string hashes, which change per process. (Sets in
-    result data keep pickle's order; they are data, not code.)"""
-
-    __slots__ = ("items",)
-
-    def __init__(self, items: Any) -> None:
-        self.items = items
-
-    def __reduce__(self) -> Any:
-        return type(self.items), (sorted(self.items, key=repr),)
-
-
-def _canon(v: Any, p: Pickler) -> Any:
-    if type(v) not in (set, frozenset):
-        return v
-    # One wrapper per set and payload: pickle memoises the wrapper, so every
-    # function or class that uses one set gets one set back, as before.
-    w, _ = p.sorted_sets.setdefault(id(v), (_Sorted(v), v))
-    return w
-
-
 _CODE_FIELDS = tuple(f for f in (
     "co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_nlocals", "co_stacksize", "co_flags",
     "co_code", "co_consts", "co_names", "co_varnames", "co_filename", "co_name", "co_qualname",
@@ -261,7 +237,7 @@ def _reduce_code(p: Pickler, code: types.CodeType) -> Any:
     for f in _CODE_FIELDS:
         v = getattr(code, f)
         if f == "co_consts":
-            v = tuple(_canon(c, p) for c in v)
+            v = tuple(canon(c, p) for c in v)
         values.append(v)
     return _make_code, (_PYVER, values)
 
@@ -270,14 +246,6 @@ def _make_code(pyver: str, values: Sequence[Any]) -> types.CodeType:
     if pyver != _PYVER:
         raise CodeChanged(f"stored code was compiled by Python {pyver}; this is Python {_PYVER}")
     return _reduce_class.__code__.replace(**dict(zip(_CODE_FIELDS, values)))
-
-
-def _global_names(code: types.CodeType) -> List[str]:
-    names = list(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            names.extend(_global_names(c))
-    return names
 
 
 _EMPTY_CELL = "__memolab_empty_cell__"
@@ -292,9 +260,9 @@ def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
     # each function adds the globals it uses when its state is set.
     shared, _ = p.shared_globals.setdefault(id(g), ({"__name__": rec[0]}, g))
     used = {}
-    for n in _global_names(code):
+    for n in global_names(code):
         if n in g and n not in used and n != "__builtins__":
-            used[n] = _canon(g[n], p)
+            used[n] = canon(g[n], p)
     state = {
         "globals": used,
         "defaults": fn.__defaults__,
@@ -360,12 +328,12 @@ def _class_by_value(cls: type, rec: tuple, slot: List[Any], p: Pickler) -> Any:
             ns.pop(s, None)  # the member descriptors: type() makes them again from __slots__
     kwargs = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
     if slots is not None:
-        kwargs["__slots__"] = _canon(slots, p)  # a set of slot names is written sorted too
+        kwargs["__slots__"] = canon(slots, p)  # a set of slot names is written sorted too
     if "__orig_bases__" in ns:
         # typing.Generic's __init_subclass__ reads it when the class is made.
         # It holds the bases as written (Box[int]): never the class itself.
         kwargs["__orig_bases__"] = ns["__orig_bases__"]
-    state = {k: _canon(v, p) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
+    state = {k: canon(v, p) for k, v in ns.items() if k not in _CLASS_SKIP and k != "__slots__"}
     # Plain data attributes go into the namespace the class is made with, so
     # that __init_subclass__ and a metaclass, which run then, see them (a
     # plugin registering itself by its ``name``). They cannot refer back to
@@ -466,7 +434,7 @@ def _reduce_cell(p: Pickler, cell: Any) -> Any:
         contents = cell.cell_contents
     except ValueError:
         return _empty_cell, ()
-    return _empty_cell, (), _canon(contents, p), None, None, _fill_cell
+    return _empty_cell, (), canon(contents, p), None, None, _fill_cell
 
 
 def _empty_cell() -> Any:
@@ -509,44 +477,7 @@ def _mappingproxy(d: Dict[Any, Any]) -> Any:
     return types.MappingProxyType(d)  # the type has no importable name of its own
 
 
-# -- numpy ---------------------------------------------------------------------------------
-
-def register_numpy(register_reducer: Callable[[type, Optional[Reducer]], None]) -> None:
-    import numpy as np
-
-    register_reducer(np.ndarray, _reduce_ndarray)
-    register_reducer(np.memmap, _reduce_ndarray)  # comes back as a plain array mapped from its blob
-
-
-def _reduce_ndarray(p: Pickler, arr: Any) -> Any:
-    import numpy as np
-
-    if arr.dtype.hasobject or type(arr) not in (np.ndarray, np.memmap):
-        return NotImplemented
-    root = arr
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    if root is arr or root.dtype.hasobject or not (root.flags.c_contiguous or root.flags.f_contiguous):
-        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-            arr = np.ascontiguousarray(arr)  # a strided array with no ndarray owner: copy it once
-        order = "C" if arr.flags.c_contiguous else "F"
-        return _np_from_buffer, (pickle.PickleBuffer(_np_bytes(arr, order)), arr.dtype, arr.shape, order)
-    # A view: reference its root (memoised by pickle, so every view of one root
-    # shares one buffer) plus where it sits inside it.
-    offset = arr.__array_interface__["data"][0] - root.__array_interface__["data"][0]
-    return _np_view, (root, arr.dtype, arr.shape, arr.strides, offset)
-
-
-def _np_bytes(arr: Any, order: str) -> Any:
-    """The contiguous ``arr``'s memory as flat bytes, without a copy. The buffer
-    protocol refuses some dtypes (datetime64, timedelta64, structs holding
-    them), so the buffer is taken from a uint8 view, never from ``arr`` itself."""
-    import numpy as np
-
-    if arr.size == 0 or arr.dtype.itemsize == 0:
-        return np.empty(0, dtype=np.uint8)
-    return arr.reshape(-1, order=order).view(np.uint8)  # type: ignore[call-overload]
-
+# -- numpy: rebuilding arrays (their reduction is memolab.pickling.arrays) ------------------
 
 def _np_from_buffer(buf: Any, dtype: Any, shape: Tuple[int, ...], order: str) -> Any:
     import numpy as np
@@ -562,6 +493,11 @@ def _np_view(root: Any, dtype: Any, shape: Tuple[int, ...], strides: Tuple[int, 
 
     base = root.reshape(-1, order="A").view(np.uint8)
     return np.ndarray(shape, dtype=dtype, buffer=base, offset=offset, strides=strides)
+
+
+#: the rebuilders under public names, for ``memolab.pickling.arrays``: pickles still name them
+#: by their own ``__qualname__`` (``memolab.pickling._np_from_buffer``), as before the split
+np_from_buffer, np_view = _np_from_buffer, _np_view
 
 
 def register_dataclasses(register_reducer: Callable[[type, Optional[Reducer]], None]) -> None:
@@ -613,47 +549,6 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
         raise
     except Exception as e:
         raise load_error(e) from e
-
-
-def load_error(e: Exception) -> StoreMiss:
-    """The miss an exception raised while unpickling a stored result stands for.
-
-    (The store unpickles with ``_pickle`` directly, so that a first hit need not
-    import this module, and asks here only when loading failed.)"""
-    if isinstance(e, (AttributeError, ImportError, ModuleNotFoundError)):
-        # Pickled by name (library code) and now gone: a miss, not a crash.
-        return CodeChanged(f"stored result refers to code that no longer loads: {e}")
-    # A __setstate__ or reconstructor that rejects the stored state (a
-    # library upgraded under it, a file it reopens gone): the result cannot
-    # be rebuilt faithfully. That is a miss with its reason, never a crash
-    # of the caller's call, which can simply recompute.
-    return Unloadable(f"stored result cannot be rebuilt: {type(e).__name__}: {e}")
-
-
-def check_refs(refs: Dict[str, Any]) -> Optional[str]:
-    """Why the code references of a stored result no longer hold, or None.
-
-    Cheap (no unpickling); used by ``explain``. Symbols of ``__main__`` that the
-    running program lacks pass (the stored code travels by value) unless the
-    file they came from is here and their definition in it changed."""
-    for sym, ref in refs.items():
-        # a plain digest, or [digest, source file, fingerprint] for by-value code
-        digest, source = (ref, None) if isinstance(ref, str) else (ref[0], ref[1:])
-        modname, _, qual = sym.partition(":")
-        ok, obj = lookup_symbol(modname, qual, import_=modname != "__main__")
-        if not ok:
-            if modname == "__main__":
-                why = source_changed(qual, source)
-                if why:
-                    return f"`{sym}` {why}"
-                continue
-            return f"`{sym}` no longer exists"
-        try:
-            if code_digest(obj) != digest:
-                return f"`{sym}` changed since the result was stored"
-        except Exception as e:  # a digest that fails is a change we cannot rule out
-            return f"`{sym}` cannot be checked: {e}"
-    return None
 
 
 def find_unpicklable(obj: Any, path: str = "result", _depth: int = 0, _seen: Optional[set] = None) -> Tuple[str, str]:
