@@ -45,7 +45,7 @@ ALLOWED_PRIVATE: Set[Tuple[str, str, str]] = {
     ("memolab.team.s3", "memolab.team.blobs", "_unlink"),
 }
 #: modules still over MAX_LINES
-ALLOWED_LONG: Set[str] = {"memolab.codegraph", "memolab.store.sqlite", "memolab.team.pg"}
+ALLOWED_LONG: Set[str] = {"memolab.store.sqlite", "memolab.team.pg"}
 
 
 def _modules(src: Path) -> Dict[str, Tuple[Path, bool]]:

@@ -1,0 +1,530 @@
+"""The binding graph: one build from a set of roots (``Graph``), and the cached
+graph of one function or object with its per-call checks (``Root``): see the
+package docstring for the cost model."""
+from __future__ import annotations
+
+import builtins
+import operator
+import os
+import sys
+import threading
+import types
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+import xxhash
+
+from . import bytecode, dictversion, origins
+from .bytecode import digest_text
+from .classes import (
+    ClassCheck as _ClassCheck,
+    class_info as _class_info,
+)
+from .origins import SKIP, USER
+from .where import CODE_SCHEMA, CodeVersion, symbol_of
+from .where import (
+    MISSING as _MISSING,
+    cell_value as _cell,
+    defaults_of as _defaults,
+    is_code as _is_code,
+    is_immutable as _is_immutable,
+    module_ns as _module_ns,
+    origin_of as _origin,
+    short as _short,
+    symbol_module as _mod,
+    unwrap as _unwrap,
+    warn_once as _warn_once,
+)
+
+
+class Graph:
+    """One build of the binding graph from a set of roots."""
+
+    def __init__(self, sensitivity: str, value_digest: Callable[[Any, str], str]) -> None:
+        self.sensitivity = sensitivity
+        #: the package's value hasher (``codegraph.set_value_hasher``), handed down with each build
+        self.value_digest = value_digest
+        self.deps: Dict[str, str] = {}
+        self.sources: Dict[str, str] = {}
+        self.code_slots: List[Tuple[Dict[str, Any], str, Any]] = []
+        self.code_checks: List[Tuple[types.FunctionType, types.CodeType]] = []
+        #: user classes the graph went through, each checked on every call (``_ClassCheck``)
+        self.class_checks: List["_ClassCheck"] = []
+        #: (namespace, name) of names that resolved to a builtin because the namespace lacks them
+        self.absent: List[Tuple[Dict[str, Any], str]] = []
+        #: (symbol, namespace dict or cell, name or None for a cell)
+        self.value_slots: List[Tuple[str, Any, Optional[str]]] = []
+        self._keys: Dict[int, str] = {}
+        self._used: set = set()
+        self._value_seen: set = set()
+        self._root_fn: Any = None
+        self._allow_callable = True  # only the first root, the memoized callable itself
+        self._queue: List[Any] = []
+        self._unwrapping: set = set()
+        self._keep: List[Any] = []
+
+    # keys of user code nodes
+    def key_of(self, obj: Any) -> str:
+        k = self._keys.get(id(obj))
+        if k is not None:
+            return k
+        if isinstance(obj, types.ModuleType):
+            k = f"{origins.key_module(obj.__name__)}:<module>"
+        elif isinstance(obj, types.FunctionType):
+            # the code's own name: ``functools.wraps`` copies the wrapped function's onto a wrapper
+            k = f"{_mod(obj.__globals__)}:{getattr(obj.__code__, 'co_qualname', obj.__qualname__)}"
+        else:
+            k = symbol_of(obj)
+        base, n = k, 2
+        while k in self._used:
+            # two live objects with one name (functions made in a loop): number them
+            k, n = f"{base}#{n}", n + 1
+        self._keys[id(obj)] = k
+        self._used.add(k)
+        self._keep.append(obj)
+        self._queue.append(obj)
+        return k
+
+    def target(self, obj: Any) -> str:
+        """Add code object ``obj`` to the graph; returns the label its referrers bind to."""
+        if not isinstance(obj, types.FunctionType):
+            # lru_cache, @memo and other wrapper objects count as what they wrap; a
+            # wrapper *function* is code of its own, and ``visit`` follows ``__wrapped__``
+            obj = _unwrap(obj)
+        kind, sym, version = _origin(obj)
+        if kind == USER:
+            if isinstance(obj, types.BuiltinFunctionType):
+                return f"builtin:{symbol_of(obj)}"
+            return self.key_of(obj)
+        if kind == SKIP:
+            return "memolab"
+        self.deps[sym] = version
+        if isinstance(obj, types.FunctionType) and _unwrap(obj) is not obj and id(obj) not in self._unwrapping:
+            # A library decorator that returns a *function* (contextlib.contextmanager,
+            # functools.singledispatch, torch.no_grad()) holds the user's code only in
+            # ``__wrapped__``: the library counts by version, the code it wraps by its own.
+            self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
+            try:
+                return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
+            finally:
+                self._unwrapping.discard(id(obj))
+        return sym
+
+    def held_code(self, wrapper: types.FunctionType) -> List[str]:
+        """Labels of code a library wrapper keeps in its attributes (singledispatch's ``registry``)."""
+        out = []
+        for name in sorted(vars(wrapper)):
+            if name.startswith("__"):
+                continue
+            v = vars(wrapper)[name]
+            held = v.values() if isinstance(v, (dict, types.MappingProxyType)) else (v,)
+            for h in held:  # a registry keeps registration order, which the source fixes
+                if _is_code(_unwrap(h)):
+                    out.append(f"{name}={self.target(h)}")
+        return out
+
+    def value(self, sym: str, where: Any, name: Optional[str]) -> str:
+        k = (id(where), name)
+        if k not in self._value_seen:
+            self._value_seen.add(k)
+            self.value_slots.append((sym, where, name))
+        return sym
+
+    def resolve(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
+        if ref[0] == "@import":
+            return self.resolve_import(ref, ns)
+        name = ref[0]
+        obj = ns.get(name, _MISSING)
+        if obj is _MISSING:
+            if name in builtins.__dict__:
+                # a later ``def round`` or ``from numpy import *`` shadows it: watch the name
+                self.absent.append((ns, name))
+                return "builtins"
+            # not bound yet (defined later, or by exec): read it at call time anyway
+            return self.value(f"{_mod(ns)}:{name}", ns, name)
+        slots = [(ns, name, obj)]
+        cur_ns, cur_name = ns, name
+        for attr in ref[1:]:
+            if not isinstance(obj, types.ModuleType) or _origin(obj)[0] != USER:
+                break
+            d = obj.__dict__
+            nxt = d.get(attr, _MISSING)
+            if nxt is _MISSING:
+                # a submodule not imported yet or an attribute set later: watch that slot
+                self.code_slots.extend(slots)
+                return self.value(f"{_mod(d)}:{attr}", d, attr)
+            slots.append((d, attr, nxt))
+            cur_ns, cur_name, obj = d, attr, nxt
+        if _is_code(_unwrap(obj)):
+            self.code_slots.extend(slots)
+            return self.target(obj)
+        self.code_slots.extend(slots[:-1])
+        return self.value(f"{_mod(cur_ns)}:{cur_name}", cur_ns, cur_name)
+
+    def resolve_import(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
+        import importlib.util
+
+        _, level, module, name = ref
+        try:
+            if level:
+                base = importlib.util.resolve_name("." * level + module, ns.get("__package__") or "")
+            else:
+                base = module
+            mod = sys.modules.get(base) or importlib.import_module(base)
+        except Exception:
+            return f"unresolved-import:{'.' * level}{module}"
+        if name is None:
+            return self.target(mod)
+        obj = getattr(mod, name, _MISSING)
+        if obj is _MISSING:
+            # ``from pkg import sub`` imports the submodule when the function runs,
+            # which is after the key is computed: import it now, as that statement will
+            try:
+                obj = sys.modules.get(f"{base}.{name}") or importlib.import_module(f"{base}.{name}")
+            except Exception:
+                return f"unresolved-import:{base}.{name}"
+        if _is_code(_unwrap(obj)):
+            return self.target(obj)
+        return self.value(f"{_mod(mod.__dict__)}:{name}", mod.__dict__, name)
+
+    def build(self, roots: Iterable[Any]) -> None:
+        for r in roots:
+            self.root(r)
+        i = 0
+        while i < len(self._queue):
+            self.visit(self._queue[i])
+            i += 1
+
+    def root(self, r: Any) -> None:
+        if isinstance(r, str):
+            import importlib
+
+            try:
+                obj: Any = sys.modules.get(r) or importlib.import_module(r)
+            except ImportError:
+                mod, _, attr = r.rpartition(".")
+                obj = getattr(importlib.import_module(mod), attr)
+            r = obj
+        if not _is_code(_unwrap(r)) and self._allow_callable and callable(r):
+            # a callable object memoized directly (a partial, an instance with __call__):
+            # its class's code and its state
+            self._allow_callable = False
+            self.deps[f"<callable {symbol_of(type(r))}>"] = self.value_digest(r, symbol_of(type(r)))
+            r = type(r)
+        self._allow_callable = False
+        if _is_code(_unwrap(r)):
+            self.target(r)
+            f = _unwrap(r)
+            if isinstance(f, types.FunctionType):
+                self._root_fn = self._root_fn or f
+                # the root may be a notebook function whose ``__code__`` an autoreloader swaps
+                self.code_checks.append((f, f.__code__))
+        else:
+            raise TypeError(f"memolab deps: cannot depend on {type(r).__qualname__} object {_short(r)}; "
+                            "name a function, class or module (or a module name as a string)")
+
+    def visit(self, obj: Any) -> None:
+        key = self._keys[id(obj)]
+        bindings: List[str] = []
+        other_refs: Tuple[Tuple[Dict[str, Any], frozenset], ...] = ()
+        if isinstance(obj, types.FunctionType):
+            a = bytecode.analyse_code(obj.__code__)
+            digest, refs, dynamic, source, ns = a.digest, a.refs, a.dynamic, a.source, obj.__globals__
+            where = obj.__code__.co_filename
+            # a reload or a notebook cell rebinds the name to a new function: watch it
+            self.watch(ns, obj.__name__)
+            if hasattr(obj, "__wrapped__"):
+                bindings.append(f"<wrapped>={self.target(obj.__wrapped__)}")
+            # default values were computed where the function was defined, not in its code
+            for name, v in _defaults(obj):
+                if _is_code(_unwrap(v)):
+                    bindings.append(f"<default {name}>={self.target(v)}")
+                elif obj is not self._root_fn:  # the root's defaults are bound into its arguments
+                    bindings.append(f"<default {name}>={self.value_digest(v, f'{key}.<default {name}>')}")
+            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+                content = _cell(cell)
+                if content is not obj and _is_code(_unwrap(content)):
+                    bindings.append(f"<closure {name} code>={self.target(content)}")
+                bindings.append(f"<closure {name}>={self.value(f'{key}.<closure {name}>', cell, None)}")
+        elif isinstance(obj, type):
+            info = _class_info(obj)
+            self.class_checks.append(_ClassCheck(obj))
+            digest, refs, dynamic, source = info.digest, info.refs, info.dynamic, info.source
+            other_refs = info.other_refs
+            # the globals its methods actually run with (a class made by exec may have its own)
+            ns = info.ns if info.ns is not None else _module_ns(obj.__module__)
+            where = ns.get("__file__") or key
+            self.watch(ns, obj.__name__)
+            # bases count even when the class statement computes them
+            for base in obj.__mro__[1:]:
+                if base is not object:
+                    bindings.append(f"<base>={self.target(base)}")
+            for label, target in info.edges:
+                bindings.append(f"{label}={self.target(target)}")
+            for label, v in info.values:
+                bindings.append(f"{label}={self.value_digest(v, f'{key}.{label}')}")
+        else:
+            ns = obj.__dict__
+            digest, dynamic, source = digest_text("module", obj.__name__), (), ""
+            where = getattr(obj, "__file__", None) or key
+            # the whole module: every name it binds
+            refs = frozenset((n,) for n in ns if not (n.startswith("__") and n.endswith("__")))
+        for ref in sorted(refs, key=repr):
+            bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, ns)}")
+        for other_ns, names in other_refs:
+            for ref in sorted(names, key=repr):
+                bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, other_ns)}")
+        for line, what, obj_ref in dynamic:
+            if obj_ref is not None and self.reads_module(obj_ref, ns):
+                continue  # getattr on a module: the whole module is a dependency already
+            _warn_once((where, line, what),
+                       f"memolab: {what} in `{key}` (line {line} of {os.path.basename(str(where))}): the code it "
+                       "reaches cannot be tracked; declare it with @memo(deps=[...]) so that editing it invalidates "
+                       "results")
+        self.deps[key] = digest_text(digest, *bindings)
+        if source:
+            self.sources[key] = source
+
+    def reads_module(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> bool:
+        """Does ``ref`` name a module? If so, depend on all of it."""
+        if ref[0] == "@import":
+            label = self.resolve_import(ref, ns)
+            return not label.startswith("unresolved-import:")
+        obj = ns.get(ref[0], _MISSING)
+        for attr in ref[1:]:
+            obj = getattr(obj, attr, _MISSING)
+        if isinstance(obj, types.ModuleType):
+            self.resolve(ref, ns)
+            return True
+        return False
+
+    def watch(self, ns: Dict[str, Any], name: str) -> None:
+        v = ns.get(name, _MISSING)
+        if v is not _MISSING:
+            self.code_slots.append((ns, name, v))
+
+
+class _NsCheck:
+    """What one namespace must still hold: the code objects the graph went through, the values it read."""
+
+    __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "cmulti", "absent", "vget", "vidx", "vmulti",
+                 "vlast", "vimmutable")
+
+    def __init__(self, ns: Dict[str, Any]) -> None:
+        self.ns = ns
+        self.tag: Any = None  # set by ``Root._arm``
+        self.last_tag: Any = None
+        self.cget: Any = None
+        self.cexpected: Any = None
+        self.cmulti = False
+        self.absent: Tuple[str, ...] = ()
+        self.vget: Any = None
+        self.vidx: Tuple[int, ...] = ()
+        self.vmulti = False
+        self.vlast: tuple = ()
+        self.vimmutable = False
+
+
+class Root:
+    """The cached graph of one memoized function (or of one class or function hashed as a value)."""
+
+    __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "lock",
+                 "views", "stamp", "armed", "__weakref__")
+
+    def __init__(self, objs: List[Any], extra: tuple, sensitivity: str,
+                 value_digest: Callable[[Any, str], str]) -> None:
+        # ``current`` reads namespaces, then records what it saw (tags, value
+        # slots): two threads interleaving there could record an old value
+        # under a new tag and serve a stale digest from then on.
+        self.lock = threading.Lock()
+        self.extra = extra
+        self.sensitivity = sensitivity
+        g = self.graph = Graph(sensitivity, value_digest)
+        g.build(objs)
+        self.static = dict(g.deps)
+        #: per value slot: (last object seen, its digest)
+        self.values: List[Tuple[Any, str]] = [(_MISSING, "") for _ in g.value_slots]
+        per_ns: Dict[int, Tuple[_NsCheck, Dict[str, Any], List[str], List[int]]] = {}
+
+        def entry(ns: Dict[str, Any]) -> Tuple[_NsCheck, Dict[str, Any], List[str], List[int]]:
+            e = per_ns.get(id(ns))
+            if e is None:
+                e = per_ns[id(ns)] = (_NsCheck(ns), {}, [], [])
+            return e
+
+        #: (namespace, name, object) whose type overrides ``==``: checked by identity one by one
+        self.same: List[Tuple[Any, str, Any]] = []
+        for ns, name in g.absent:
+            c = entry(ns)[0]
+            if name not in c.absent:
+                c.absent += (name,)
+        for ns, name, obj in g.code_slots:
+            if type(obj).__eq__ is not object.__eq__:
+                self.same.append((ns, name, obj))
+                entry(ns)
+            else:
+                entry(ns)[1][name] = obj
+        # value slots of one namespace are read with one itemgetter; cells and
+        # names not bound yet are read one by one, on every call
+        self.vslow: List[int] = []
+        for i, (sym, where, name) in enumerate(g.value_slots):
+            if name is not None and type(where) is dict and name in where:
+                e = entry(where)
+                e[2].append(name)
+                e[3].append(i)
+            else:
+                self.vslow.append(i)
+        self.checks: List[_NsCheck] = []
+        for c, code, vnames, vidx in per_ns.values():
+            if code:
+                keys = sorted(code)
+                c.cget = operator.itemgetter(*keys)
+                c.cexpected = tuple(code[k] for k in keys) if len(keys) > 1 else code[keys[0]]
+                c.cmulti = len(keys) > 1
+            if vnames:
+                c.vget = operator.itemgetter(*vnames)
+                c.vidx = tuple(vidx)
+                c.vmulti = len(vnames) > 1
+            self.checks.append(c)
+        self.views: Optional[Tuple[memoryview, ...]] = None
+        #: the stamp taken *before* the last full check that found everything unchanged
+        #: and immutable; None while some value must be re-read on every call
+        self.stamp: Optional[bytes] = None
+        self.cv: Optional[CodeVersion] = None
+        #: version tags are read from the graph's second check on (``_arm``)
+        self.armed = False
+
+    def _arm(self) -> None:
+        """Start reading dict version tags: at the graph's second check, not its first.
+
+        One stamp for the whole graph: the version tags of every namespace and
+        class dict it went through, read in one C-level pass (``b"".join``) and
+        compared in one ``memcmp``. While it equals the stamp of the last full
+        check and every value read there was immutable, nothing the digest was
+        made from can have changed, and no per-namespace or per-class check
+        runs (issue 14: per-class checks made a repeat call grow with the
+        number of classes, 75 ns each). Where a tag cannot be read
+        (``dictversion``), there is no stamp and every check runs each call.
+
+        Not on the first check: a first check compares every name anyway (no tag
+        was recorded before it), and reading tags costs loading ``_ctypes``
+        (about 0.6 ms), which a script whose only call is a hit never needs.
+        Tags taken from the second check on are recorded by a full check first."""
+        self.armed = True
+        for c in self.checks:
+            c.tag = dictversion.tag_reader(c.ns)
+            c.last_tag = None
+        for cc in self.graph.class_checks:
+            cc.arm()
+        views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
+        views += [cc.view for cc in self.graph.class_checks]
+        self.views = None if None in views else tuple(views)
+        self.stamp = None
+
+    def current(self) -> Optional[CodeVersion]:
+        """This graph's code version now, or None when the graph must be rebuilt."""
+        with self.lock:
+            return self._current()
+
+    def _current(self) -> Optional[CodeVersion]:
+        g = self.graph
+        if not self.armed and self.cv is not None:
+            self._arm()
+        # taken first: a write that lands while the checks below run makes the next stamp differ
+        stamp = b"".join(self.views) if self.views is not None else None
+        if stamp is not None and stamp == self.stamp:
+            return self._current_quiet()
+        values = self.values
+        dirty: List[int] = []
+        seen_tags = []
+        for c in self.checks:
+            tag = c.tag.value if c.tag is not None else None
+            if tag is not None and tag == c.last_tag and c.vimmutable:
+                continue  # nothing written to this namespace since it was last checked
+            ns = c.ns
+            try:
+                if tag is None or tag != c.last_tag:  # names can only be rebound by a write
+                    # one C-level read per namespace, compared by identity: ``!=`` would
+                    # ask the *new* object, which may claim equality (or return an array)
+                    if c.cget is not None:
+                        now = c.cget(ns)
+                        if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected):
+                            return None
+                    if c.absent and any(map(ns.__contains__, c.absent)):
+                        return None  # a name now shadows the builtin the graph resolved it to
+                cur = c.vget(ns) if c.vget is not None else ()
+            except KeyError:  # a name the graph went through was deleted
+                return None
+            if c.vget is not None:
+                if not c.vmulti:
+                    cur = (cur,)
+                if not (c.vimmutable and all(map(operator.is_, cur, c.vlast))):
+                    dirty.extend(c.vidx)
+            seen_tags.append((c, tag))
+        for ns, name, obj in self.same:
+            if ns.get(name, _MISSING) is not obj:
+                return None
+        for fn, code in g.code_checks:
+            if fn.__code__ is not code:
+                return None
+        for cc in g.class_checks:
+            if not cc.unchanged():
+                return None
+        dirty.extend(self.vslow)
+        changed = self.cv is None
+        slots = g.value_slots
+        for i in dirty:
+            sym, where, name = slots[i]
+            v = _cell(where) if name is None else where.get(name, _MISSING)
+            last_v, d = values[i]
+            if v is last_v and _is_immutable(v):
+                continue
+            nd = g.value_digest(v, sym)
+            values[i] = (v, nd)
+            changed = changed or nd != d
+        for c, tag in seen_tags:
+            c.last_tag = tag
+            if c.vget is not None:
+                c.vlast = tuple(values[i][0] for i in c.vidx)
+                c.vimmutable = all(_is_immutable(o) for o in c.vlast)
+            else:
+                c.vimmutable = True
+        if changed:
+            self.cv = self._code_version()
+        quiet = not self.vslow and all(c.vimmutable for c in self.checks)
+        self.stamp = stamp if quiet else None
+        return self.cv
+
+    def _current_quiet(self) -> Optional[CodeVersion]:
+        """``_current`` when no dict the graph went through was written since a full check.
+
+        What no dict tag covers is still checked: names resolved through an
+        object whose ``==`` is overridden (``same``) and the root function's
+        ``__code__``. Cells and names not bound yet (``vslow``) keep the stamp
+        unset, so they never reach this path.
+        """
+        for ns, name, obj in self.same:
+            if ns.get(name, _MISSING) is not obj:
+                return None
+        for fn, code in self.graph.code_checks:
+            if fn.__code__ is not code:
+                return None
+        return self.cv
+
+    def _code_version(self) -> CodeVersion:
+        g = self.graph
+        deps = dict(self.static)
+        sources = dict(g.sources)
+        for (sym, where, name), (v, d) in zip(g.value_slots, self.values):
+            deps[sym] = d
+            if v is not _MISSING and not _is_code(v):
+                sources[sym] = f"{sym.rpartition(':')[2]} = {_short(v)}\n"
+        h = xxhash.xxh3_128()
+        h.update(CODE_SCHEMA.encode())
+        for k in sorted(deps):
+            v = deps[k]
+            if k.startswith("pkg:") or k.startswith("python:"):
+                v = origins.truncate(v, self.sensitivity)
+            b = f"{k}={v}".encode("utf-8", "surrogatepass")
+            h.update(len(b).to_bytes(8, "little"))
+            h.update(b)
+        return CodeVersion(h.hexdigest(), deps, sources, self.sensitivity)

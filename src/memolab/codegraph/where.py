@@ -1,0 +1,159 @@
+"""What counts as code and where it lives (user code, a third-party
+distribution, the standard library), the ``CodeVersion`` a digest comes as, and
+the small helpers the class analysis and the graph share: unwrapping decorated
+functions, reading cells and defaults, short reprs, and the value hasher that
+``memolab.hashing`` hands over (codegraph never imports hashing)."""
+from __future__ import annotations
+
+import inspect
+import reprlib
+import sys
+import types
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import origins
+from .origins import STDLIB, USER
+
+
+CODE_SCHEMA = "c2"
+
+
+@dataclass(frozen=True)
+class CodeVersion:
+    """The code part of a key, with what ``explain`` needs to say what changed."""
+
+    digest: str
+    #: symbol -> digest of every piece of code the function depends on (itself
+    #: included); ``pkg:<dist>`` / ``python:stdlib`` map to their full version
+    deps: Dict[str, str] = field(default_factory=dict)
+    #: symbol -> source excerpt, for diffs in ``explain``
+    sources: Dict[str, str] = field(default_factory=dict)
+    #: how much of a package version joined ``digest`` (exact|minor|major|ignore)
+    sensitivity: str = "minor"
+
+
+def symbol_of(obj: Any) -> str:
+    """``module:qualname`` for a function or class."""
+    mod = origins.key_module(getattr(obj, "__module__", None) or "?")
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
+    return f"{mod}:{qual}"
+
+
+# -- where code lives ----------------------------------------------------------------
+
+MISSING = object()
+warned: set = set()
+
+
+def symbol_module(ns: Dict[str, Any]) -> str:
+    """The module part of a symbol: the same ``module:qualname`` form as ``symbol_of``."""
+    return origins.key_module(ns.get("__name__") or "?")
+
+
+def module_ns(name: Optional[str]) -> Dict[str, Any]:
+    m = sys.modules.get(name or "")
+    return getattr(m, "__dict__", None) or {}
+
+
+def origin_of(obj: Any) -> Tuple[str, str, str]:
+    if isinstance(obj, types.FunctionType):
+        name = obj.__globals__.get("__name__") or obj.__module__
+        filename = obj.__code__.co_filename
+        if filename.startswith("<"):
+            # made by exec (dataclass and namedtuple methods): it belongs where its module does
+            filename = obj.__globals__.get("__file__") or module_ns(name).get("__file__") or filename
+        return origins.module_origin(name, filename)
+    if isinstance(obj, types.ModuleType):
+        where = getattr(obj, "__file__", None)
+        if where is None:
+            # a namespace package (a folder without __init__.py) is placed by its folder
+            where = next(iter(getattr(obj, "__path__", None) or ()), None)
+        return origins.module_origin(obj.__name__, where)
+    mod = getattr(obj, "__module__", None)
+    if not isinstance(mod, str):
+        return (STDLIB, "python:stdlib", origins.PYTHON_VERSION)
+    ns = module_ns(mod)
+    if not ns and isinstance(obj, type):
+        # ``__module__`` names no loaded module: place the class by its methods' file
+        for v in obj.__dict__.values():
+            if isinstance(v, types.FunctionType):
+                return origins.module_origin(v.__globals__.get("__name__") or mod, v.__code__.co_filename)
+    return origins.module_origin(mod, ns.get("__file__"))
+
+
+def is_user_code(obj: Any) -> bool:
+    """Is ``obj`` (a function, class or module) the user's code, hashed by its source?"""
+    return origin_of(obj)[0] == USER
+
+
+def warn_once(where: Tuple[Any, ...], message: str) -> None:
+    if where in warned:
+        return
+    warned.add(where)
+    from ..errors import MemolabWarning
+
+    warnings.warn(message, MemolabWarning, stacklevel=5)
+
+
+def defaults_of(f: types.FunctionType, named: bool = False) -> List[Tuple[Any, Any]]:
+    """(position, or the parameter's name if ``named``, and value) of every default ``f``
+    was defined with; keyword-only ones by name. Plain functions keep positions, as
+    their labels have always been (a new label would recompute every stored result)."""
+    pos = f.__defaults__ or ()
+    if named and pos:
+        code = f.__code__
+        params = code.co_varnames[:code.co_argcount][-len(pos):]
+        first: List[Tuple[Any, Any]] = list(zip(params, pos))
+    else:
+        first = list(enumerate(pos))
+    return first + sorted((f.__kwdefaults__ or {}).items())
+
+
+def cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return MISSING
+
+
+# -- the graph ---------------------------------------------------------------------------
+
+_IMMUTABLE = frozenset((int, float, complex, str, bytes, bool, type(None), range))
+
+_repr = reprlib.Repr()
+_repr.maxstring = 120
+_repr.maxother = 120
+
+
+def short(v: Any) -> str:
+    try:
+        return _repr.repr(v)
+    except Exception:
+        return f"<{type(v).__qualname__}>"
+
+
+def is_immutable(v: Any) -> bool:
+    t = type(v)
+    if t in _IMMUTABLE:
+        return True
+    if t is tuple or t is frozenset:
+        return all(type(x) in _IMMUTABLE for x in v)
+    return False
+
+
+def unwrap(obj: Any) -> Any:
+    """A decorated function (``functools.wraps``, ``@memo``, ``lru_cache``) counts as what it wraps."""
+    if isinstance(obj, type) or isinstance(obj, types.ModuleType):
+        return obj
+    if hasattr(obj, "__wrapped__"):
+        try:
+            return inspect.unwrap(obj)
+        except Exception:
+            return obj
+    return obj
+
+
+def is_code(obj: Any) -> bool:
+    return isinstance(obj, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType))
