@@ -32,7 +32,6 @@ ALLOWED_EDGES: Set[Tuple[str, str]] = {
 }
 #: (importer, module, name) private imports not yet made public
 ALLOWED_PRIVATE: Set[Tuple[str, str, str]] = {
-    ("memolab.files", "memolab.hashing", "_pack_Q"),
     ("memolab.memo", "memolab.codegraph", "_is_code"),
     ("memolab.memo", "memolab.codegraph", "_unwrap"),
     ("memolab.team.blobs", "memolab.store.blobs", "_fsync_dir"),

@@ -284,7 +284,7 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
     pending: List[Tuple[str, StatKey, bytes, int]] = []
-    enc.write(b"\x12" + hashing._pack_Q(len(entries)))
+    enc.write(b"\x12" + hashing.pack_Q(len(entries)))
     try:
         for rel, kind, path in entries:
             enc.write_str(rel)
