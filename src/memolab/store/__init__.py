@@ -74,9 +74,16 @@ class Store:
         self.blobs = self.blob_class(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
         self._owner: Optional[str] = None
         self._held: Dict[Tuple[Key, str], int] = {}
-        self._held_lock = threading.Lock()
+        #: guards the leases held (ours and ``beat_with``'s) and the start of background threads
+        self.held_lock = threading.Lock()
         self._beat: Optional[threading.Thread] = None
         self._beat_stop = threading.Event()
+        # What a store layered on this one (``TeamStore``, by composition) adds to it: more
+        # leases to heart-beat with ours (each callable, run under ``held_lock``, returns a
+        # callable that beats them, or None while it holds none: the heartbeat thread ends
+        # once nobody holds anything), and writes made in every result's record transaction.
+        self.beat_with: List[Callable[[], Optional[Callable[[], None]]]] = []
+        self.record_hooks: List[Callable[[Any], None]] = []
         # key -> (row, payload, buffer refs): a hit in this process costs an unpickle and an mmap, not a read
         self._memory: "OrderedDict[Key, Tuple[Dict[str, Any], bytes, List[Any]]]" = OrderedDict()
         self._memory_bytes = 0
@@ -155,16 +162,23 @@ class Store:
         return self.lease_free and self.quick_codes.get((key[0], key[1]), False) \
             and config.settings().lease_free_below > 0
 
-    def _hold(self, key: Key, owner: str) -> None:
-        with self._held_lock:
+    def holds(self, key: Key, owner: str) -> bool:
+        """Does ``owner`` hold the local lease of ``key`` (taken by ``try_acquire``, not yet released)?"""
+        return (key, owner) in self._held
+
+    def hold(self, key: Key, owner: str) -> None:
+        """Count a lease of ``key`` taken for ``owner`` as held: heart-beaten until released or saved."""
+        with self.held_lock:
             self._held[(key, owner)] = self._held.get((key, owner), 0) + 1
             if self._beat is None or not self._beat.is_alive():
                 self._beat_stop.clear()
                 self._beat = threading.Thread(target=self._heartbeat_loop, name="memolab-heartbeat", daemon=True)
                 self._beat.start()
 
+    _hold = hold  # (the name ``try_acquire`` uses)
+
     def _unhold(self, key: Key, owner: str) -> None:
-        with self._held_lock:
+        with self.held_lock:
             n = self._held.get((key, owner), 0) - 1
             if n <= 0:
                 self._held.pop((key, owner), None)
@@ -173,15 +187,22 @@ class Store:
 
     def _heartbeat_loop(self) -> None:
         while not self._beat_stop.wait(config.settings().heartbeat):
-            with self._held_lock:
+            with self.held_lock:
                 held = list(self._held)
-                if not held:
+                more = [b for b in (f() for f in self.beat_with) if b is not None]
+                if not held and not more:
                     self._beat = None
                     return
-            try:
-                self.index.heartbeat(held)
-            except Exception:  # a busy database must not kill the heartbeat
-                pass
+            if held:
+                try:
+                    self.index.heartbeat(held)
+                except Exception:  # a busy database must not kill the heartbeat
+                    pass
+            for beat in more:
+                try:
+                    beat()
+                except Exception:
+                    pass
 
     def release(self, key: Key, owner: str) -> None:
         """Give up a lease without storing (the function raised, or its result could not be stored).
@@ -356,7 +377,7 @@ class Store:
             self._start_flusher()
 
     def _start_flusher(self) -> None:
-        with self._held_lock:
+        with self.held_lock:
             if self._flusher is not None:
                 return
             self._flusher = threading.Thread(target=self._flush_loop, name="memolab-usage", daemon=True)
@@ -386,6 +407,8 @@ class Store:
             riders.fn = None
             if isinstance(c, sqlite3.Connection):  # an index of another database (team.pg) takes no rider
                 rider(c)
+        for hook in self.record_hooks:
+            hook(c)  # (raising rolls the record back: recorded with its hooks' writes, or not at all)
 
     def ride_along(self, fn: Optional[Callable[[sqlite3.Connection], None]]) -> None:
         """Run ``fn(connection)`` inside this thread's next result record (``save``), in
@@ -686,10 +709,11 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
     remote = config.remote()  # a team store configured: a TeamStore (team/layered.py) in front of it
     k = (str(p.resolve()) if p.exists() else str(p.absolute()), config.pid(), remote)
     s = _stores.get(k)
-    if s is None or (not isinstance(s, Store) or hasattr(s, "problem")) and s._generation != config.generation():
+    # (a degraded store, ``ReadOnlyStore`` or ``NoStore``, has a ``problem``; a working one, local or team, has none)
+    if s is None or hasattr(s, "problem") and s._generation != config.generation():
         with _stores_lock:
             s = _stores.get(k)
-            if s is None or (not isinstance(s, Store) or hasattr(s, "problem")) and s._generation != config.generation():
+            if s is None or hasattr(s, "problem") and s._generation != config.generation():
                 # A store that cannot be used degrades (read-only, or none at all) instead
                 # of raising: the caller still gets its value. Degraded stores are opened
                 # again after ``configure()``.

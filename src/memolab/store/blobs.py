@@ -263,6 +263,11 @@ class BlobFolder:
         finally:
             os.close(fd)
 
+    def trust(self, digest: str, st: os.stat_result) -> None:
+        """The file of ``digest`` (whose stat is ``st``) was verified a moment ago by whoever
+        wrote it (a download streamed against its digest): loads trust it by stamp from now on."""
+        self._set_stamp(digest, self._stamp(st))
+
     def verify(self, digest: str) -> Optional[str]:
         """Re-hash one blob in full; returns a problem description or None."""
         p = self.path(digest)

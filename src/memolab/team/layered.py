@@ -32,7 +32,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, MemolabWarning, StoreMiss
@@ -51,16 +51,16 @@ def _warn_once(what: str, message: str) -> None:
         warnings.warn(message, MemolabWarning, stacklevel=3)
 
 
-def layered(store: Store, remote: Tuple[str, Optional[str]]) -> Store:
-    """``store`` (a plain local store, just opened) turned into a ``TeamStore`` in front of ``remote``."""
+def layered(store: Store, remote: Tuple[str, Optional[str]]) -> Any:
+    """A ``TeamStore`` holding ``store`` (a plain local store, just opened) in front of ``remote``;
+    ``store`` itself when the team store is not fully configured. What ``memolab.store`` calls
+    (``TEAM_STORE_FACTORY``) when a team store is configured."""
     index_url, blobs_url = remote
     if not index_url or not blobs_url:
         missing = "MEMOLAB_REMOTE (the team index)" if not index_url else "MEMOLAB_REMOTE_BLOBS (the team blob store)"
         _warn_once("incomplete", f"memolab: team store not used: {missing} is not set; working locally")
         return store
-    store.__class__ = TeamStore
-    store._team_init(index_url, blobs_url)  # type: ignore[attr-defined]
-    return store
+    return TeamStore(store, index_url, blobs_url)
 
 
 #: fields of a team row that are the team's own bookkeeping, not the evaluation's
@@ -95,18 +95,36 @@ def code_digests(rows: Iterable[Dict[str, Any]]) -> List[str]:
     return list(out)
 
 
-class TeamStore(Store):
-    """A ``Store`` whose misses consult the team store and whose results are uploaded to it."""
+#: What a ``TeamStore`` does exactly as its local store does: bound to the local store's
+#: methods on the instance (a hit through a team store costs no extra call).
+_LOCAL_OPERATIONS = ("owner_id", "load", "load_from_memory", "check_entry", "mark_corrupt", "forget", "forget_key",
+                     "count_hit", "note_duration", "flush_hits", "ride_along", "gc_plan", "unreferenced_blobs",
+                     "collect_garbage", "clear")
+
+
+class TeamStore:
+    """A local ``Store`` (held, not subclassed) whose misses consult the team store and whose
+    results are uploaded to it. It satisfies ``store.protocols.LayeredStore`` as ``Store`` does:
+    lookups, leases and saves are its own; everything else is the local store's. It reaches
+    into the local store only through its public hooks (``beat_with``: team leases are
+    heart-beaten with the local ones; ``record_hooks``: a result's upload is queued in the
+    transaction that records it)."""
 
     lease_free = False  # a miss also takes the team's lease: one computation across machines
 
-    def _team_init(self, index_url: str, blobs_url: str) -> None:
+    def __init__(self, local: Store, index_url: str, blobs_url: str) -> None:
+        self.local = local
+        self.root, self.index, self.blobs = local.root, local.index, local.blobs
+        for name in _LOCAL_OPERATIONS:
+            setattr(self, name, getattr(local, name))
         self.link = Link(index_url, blobs_url, config.settings().remote_timeout)
         self.identity = f"{host_name()}:{self.root}"
         self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
         self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
         self._adopting: Dict[Key, threading.Lock] = {}  # key -> held while this process imports it
         self._tl = threading.local()
+        local.beat_with.append(self._team_leases)
+        local.record_hooks.append(self._queue_upload)
         self.journal = journal.Journal(self)
         self.link.queued = lambda: journal.count(self.index)
         self.link.on_probe_due = self.journal.wake
@@ -138,9 +156,29 @@ class TeamStore(Store):
     def __repr__(self) -> str:
         return f"TeamStore({str(self.root)!r}, remote={self.link.index_url!r})"
 
+    # -- what is the local store's, seen through this one -------------------------------------
+    @property
+    def stored_codes(self) -> Any:
+        return self.local.stored_codes  # (rebound by the local ``clear``: read through, never copied)
+
+    @stored_codes.setter
+    def stored_codes(self, value: Any) -> None:
+        self.local.stored_codes = value
+
+    @property
+    def owner(self) -> str:
+        return self.local.owner
+
+    def is_quick(self, key: Key) -> bool:
+        return False  # never lease-free (``lease_free``)
+
+    #: Block until 'hit' or 'owner': ``Store``'s one wait loop, which asks this store's
+    #: ``lookup`` and ``try_acquire`` (the team's), not the local store's.
+    acquire = Store.acquire
+
     # -- reading: local first, then the team ------------------------------------------------
     def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
-        row = Store.lookup(self, key)
+        row = self.local.lookup(key)
         if row is not None or not self.link.usable():
             return row  # a local hit never touches the network
         try:
@@ -159,7 +197,7 @@ class TeamStore(Store):
                 # imported once already: by another thread just now (its local row is
                 # there: a hit), or refused locally (stale code, unloadable: its local
                 # row is out of use, so None: compute here)
-                return Store.lookup(self, key)
+                return self.local.lookup(key)
             return self._adopt(key, trow)
 
     def _adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -180,7 +218,7 @@ class TeamStore(Store):
 
         digest, bundle = logs.parse_ref(trow.get("logs"))
         self.record_imported([(key, trow)], {trow["logs"]: bundle} if bundle is not None else {})
-        local = Store.lookup(self, key)
+        local = self.local.lookup(key)
         if local is not None and digest is not None:
             self.journal.want_logs(local["id"], digest)  # a large bundle: fetched off the hit path
         self.journal.want_sources(code_digests([trow]))  # for `explain`'s diffs, later and in a batch
@@ -306,7 +344,7 @@ class TeamStore(Store):
                 continue  # collected at once by a concurrent gc: a load notices and fetches it again
             if st.st_size != n:  # verified while streaming (size and digest): cannot happen
                 raise _corrupt(d, f"downloaded blob {d[:12]} has the wrong size")
-            self.blobs._set_stamp(d, self.blobs._stamp(st))  # verified a moment ago: trusted by stamp
+            self.blobs.trust(d, st)  # verified a moment ago: trusted by stamp
         return len(want)
 
     def import_logs(self, eval_id: int, ref: str) -> int:
@@ -359,12 +397,12 @@ class TeamStore(Store):
     # -- leases: this machine, then the team -------------------------------------------------
     def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None) -> Tuple[str, Optional[Dict[str, Any]]]:
         ttl = config.settings().lease_ttl
-        mine = (key, owner) in self._held  # polling a team lease: the local one is ours already
+        mine = self.local.holds(key, owner)  # polling a team lease: the local one is ours already
         state, row = self.index.claim(key, owner, ttl, force, None if mine else on_owner)
         if state != "owner":
             return state, row
         if not mine:
-            self._hold(key, owner)
+            self.local.hold(key, owner)
         if self._team_held.get(key) == owner or not self.link.usable():
             return "owner", None
         try:
@@ -372,20 +410,20 @@ class TeamStore(Store):
         except Offline:
             return "owner", None  # compute here; the result is uploaded when the team store is back
         if tstate == "owner":
-            with self._held_lock:
+            with self.local.held_lock:
                 self._team_held[key] = owner
             return "owner", None
         if tstate == "hit" and trow is not None:
             local = self.adopt(key, trow)
             if local is None:
                 return "owner", None  # refused: computed here (without the team lease)
-            Store.release(self, key, owner)
+            self.local.release(key, owner)
             return "hit", local
         return "wait", None  # another machine computes it: keep our local lease, poll
 
     def release(self, key: Key, owner: str) -> None:
-        Store.release(self, key, owner)
-        with self._held_lock:
+        self.local.release(key, owner)
+        with self.local.held_lock:
             team = self._team_held.get(key) == owner
             if team:
                 del self._team_held[key]
@@ -397,7 +435,7 @@ class TeamStore(Store):
 
     def uploaded(self, done: Iterable[Tuple[Key, str]]) -> None:
         """The uploader published these (dropping their team leases): stop heart-beating them."""
-        with self._held_lock:
+        with self.local.held_lock:
             for key, owner in done:
                 if self._team_held.get(key) == owner:
                     del self._team_held[key]
@@ -425,7 +463,7 @@ class TeamStore(Store):
     def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
         """Give up team leases whose results cannot be uploaded now (best effort)."""
         for key, owner in held:
-            with self._held_lock:
+            with self.local.held_lock:
                 if self._team_held.get(key) != owner:
                     continue
                 del self._team_held[key]
@@ -435,24 +473,21 @@ class TeamStore(Store):
                 except Offline:
                     pass
 
-    def _heartbeat_loop(self) -> None:
-        while not self._beat_stop.wait(config.settings().heartbeat):
-            with self._held_lock:
-                held = list(self._held)
-                team = list(self._team_held.items())
-                if not held and not team:
-                    self._beat = None
-                    return
-            if held:
-                try:
-                    self.index.heartbeat(held)
-                except Exception:
-                    pass
-            if team and self.link.usable():
+    def _team_leases(self) -> Optional[Callable[[], None]]:
+        """The local heartbeat's question (``Store.beat_with``, asked under its lock): the team
+        leases held until their upload, and what beats them, or None while none is held."""
+        team = list(self._team_held.items())
+        if not team:
+            return None
+
+        def beat() -> None:
+            if self.link.usable():
                 try:
                     self.link.run(lambda: self.link.index.heartbeat(team))
                 except Offline:
                     pass
+
+        return beat
 
     def retire(self) -> None:
         """No longer this process's team store (``configure()`` replaced it): the uploader
@@ -469,14 +504,14 @@ class TeamStore(Store):
 
         self._tl.upload = (key, owner if self._team_held.get(key) == owner else "")
         try:
-            eval_id = Store.save(self, key, owner, value, fields, sources)
+            eval_id = self.local.save(key, owner, value, fields, sources)
         finally:
             self._tl.upload = None
         self.journal.wake()
         return eval_id
 
-    def _usage_into(self, c: Any) -> None:
-        Store._usage_into(self, c)
+    def _queue_upload(self, c: Any) -> None:
+        """In the local record transaction of a result this store saves (``Store.record_hooks``)."""
         up = getattr(self._tl, "upload", None)
         if up is not None:
             journal.enqueue(c, *up)  # the result's transaction: recorded and queued, or neither

@@ -1,0 +1,203 @@
+"""What a store, its index and its blob stores promise: the one boundary the memo layer talks to.
+
+Four stores stand behind it: ``Store`` (an SQLite index and a blob folder),
+``ReadOnlyStore`` and ``NoStore`` (a store that cannot be written, or not used at
+all: ``health``), and ``TeamStore`` (``team.layered``: a local ``Store`` in front
+of a team index and blob store, holding it, not subclassing it). The memo layer,
+``explain`` and the CLI use them only through ``MemoStore``; the conformance suite
+(``tests/test_store_conformance.py``) runs the same behaviour over all four.
+
+Two indexes satisfy ``EvaluationIndex`` (``sqlite.Index``, ``team.pg.PgIndex``;
+``tests/test_index_conformance.py``). Blobs come in two shapes, on purpose: the
+local folder is written by content (``put(data) -> (digest, size)``, memory-mapped
+reads, verification by stamp) and a remote blob store is written under a digest
+the caller computed while streaming (``put(digest, data)``, batched transfers);
+``BlobReader`` is what both answer alike.
+
+Protocols only: nothing here is imported on the hit path, and no class has to
+inherit from them (they are ``runtime_checkable`` for the tests' ``isinstance``).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Set, \
+    Tuple, runtime_checkable
+
+Key = Tuple[str, str, str, str]  # fn, code, args, schema
+Row = Dict[str, Any]
+
+__all__ = ["Key", "Row", "EvaluationIndex", "BlobReader", "LocalBlobs", "RemoteBlobs", "MemoStore", "LayeredStore"]
+
+
+@runtime_checkable
+class EvaluationIndex(Protocol):
+    """The rows of evaluations, their leases and their usage (``sqlite.Index``, ``team.pg.PgIndex``)."""
+
+    def lookup(self, key: Key, lean: bool = False) -> Optional[Row]:
+        """The 'done' row of ``key`` or None: one query, nothing written."""
+
+    def lookup_many(self, keys: Sequence[Key]) -> Dict[Key, Row]: ...
+
+    def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
+              on_owner: Optional[Callable[[Any], None]] = None) -> Tuple[str, Optional[Row]]:
+        """('hit', row), ('owner', None) or ('wait', None): one attempt at the lease of ``key``."""
+
+    def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None: ...
+
+    def release(self, key: Key, owner: str) -> None: ...
+
+    def live_leases(self, ttl: float) -> int: ...
+
+    def record(self, key: Key, owner: str, fields: Row, sources: Dict[str, Tuple[str, str]],
+               present: Optional[Callable[[], bool]] = None, also: Optional[Callable[[Any], None]] = None) -> int:
+        """Store the row of ``key`` and drop ``owner``'s lease (``BlobsGone`` if ``present()`` says no)."""
+
+    def publish(self, key: Key, fields: Row, sources: Dict[str, Tuple[str, str]], **kw: Any) -> Any: ...
+
+    def publish_many(self, rows: Sequence[Tuple[Key, Row, Dict[str, Tuple[str, str]]]], **kw: Any) -> Any: ...
+
+    def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None, **kw: Any) -> List[Row]: ...
+
+    def inline_of(self, eval_id: int) -> Optional[bytes]: ...
+
+    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None: ...
+
+    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = ...) -> None: ...
+
+    def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (), **kw: Any) -> List[Row]: ...
+
+    def functions(self) -> List[Row]: ...
+
+    def referenced_digests(self, exclude: Set[int] = ...) -> Set[str]: ...
+
+    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Row]: ...
+
+    def delete_evaluations(self, ids: Sequence[int]) -> None: ...
+
+    def clear(self, fn: Optional[str] = None) -> int: ...
+
+    def source(self, digest: str) -> Optional[str]: ...
+
+    def sources_of(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]: ...
+
+
+@runtime_checkable
+class BlobReader(Protocol):
+    """What local and remote blob stores answer alike: the bytes of a blob, verified
+    against its digest (``CorruptBlob`` if they do not match)."""
+
+    def get(self, digest: str, size: int) -> Any: ...
+
+
+@runtime_checkable
+class LocalBlobs(BlobReader, Protocol):
+    """The blob folder of a local store (``blobs.BlobFolder``)."""
+
+    def put(self, data: Any, digest: Optional[str] = None) -> Tuple[str, int]: ...
+
+    def path(self, digest: str) -> Any: ...
+
+    def size(self, digest: str) -> int:
+        """Its size in bytes, 0 if absent."""
+
+    def mtime(self, digest: str) -> float: ...
+
+    def verify(self, digest: str) -> Optional[str]: ...
+
+    def quarantine(self, digest: str) -> None: ...
+
+    def delete(self, digest: str) -> None: ...
+
+    def clean_tmp(self, older_than: float = 3600.0) -> int: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
+
+@runtime_checkable
+class RemoteBlobs(BlobReader, Protocol):
+    """A team blob store (``team.blobs``: a folder, fsspec, S3)."""
+
+    def put(self, digest: str, data: Any) -> bool: ...
+
+    def get_to(self, digest: str, size: int, path: Any, **kw: Any) -> Any: ...
+
+    def exists(self, digest: str) -> bool: ...
+
+    def size(self, digest: str) -> Optional[int]:
+        """Its size in bytes, None if absent."""
+
+    def list(self) -> Iterator[Tuple[str, int, float]]: ...
+
+    def delete(self, digests: Iterable[str]) -> None: ...
+
+    def ping(self, timeout: Optional[float] = None) -> None: ...
+
+
+@runtime_checkable
+class MemoStore(Protocol):
+    """What the memo layer, ``explain`` and the CLI use of any store (``Store``,
+    ``ReadOnlyStore``, ``NoStore``, ``TeamStore``).
+
+    A call: ``load_from_memory`` (a hit in this process), else ``lookup`` (a hit
+    ends there: ``load``), else a miss: ``is_quick`` decides whether it may compute
+    without a lease; otherwise ``try_acquire`` until 'hit' or 'owner', then
+    ``save`` (which drops the lease) or ``release``. A store that cannot store
+    raises ``StoreUnavailable`` from ``try_acquire``/``save`` (the caller computes
+    and warns); such a store has a ``problem`` attribute (a working one has none).
+    """
+
+    root: Any
+    #: (fn, code digest) of results this process stored here (``explain``)
+    stored_codes: Any
+    index: Any
+
+    def owner_id(self) -> str:
+        """The lease owner of the calling thread."""
+
+    def lookup(self, key: Key) -> Optional[Row]: ...
+
+    def try_acquire(self, key: Key, owner: str, force: bool = False,
+                    on_owner: Optional[Callable[[Any], None]] = None) -> Tuple[str, Optional[Row]]: ...
+
+    def release(self, key: Key, owner: str) -> None:
+        """Best effort: never raises."""
+
+    def load_from_memory(self, key: Key) -> Tuple[bool, Any]: ...
+
+    def forget(self, fn: Optional[str] = None) -> None: ...
+
+    def forget_key(self, key: Key) -> None: ...
+
+    def flush_hits(self) -> None: ...
+
+    def clear(self, fn: Optional[str] = None) -> int: ...
+
+    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]: ...
+
+
+@runtime_checkable
+class LayeredStore(MemoStore, Protocol):
+    """A store that can store: all of ``MemoStore`` and the rest of a call's path
+    (``Store``, ``ReadOnlyStore``, ``TeamStore``; not ``NoStore``)."""
+
+    blobs: Any
+
+    def note_duration(self, key: Key, seconds: float) -> None: ...
+
+    def is_quick(self, key: Key) -> bool: ...
+
+    def save(self, key: Key, owner: str, value: Any, fields: Row, sources: Dict[str, Tuple[str, str]]) -> int: ...
+
+    def load(self, key: Key, row: Row) -> Any: ...
+
+    def check_entry(self, key: Key, row: Row) -> Optional[str]: ...
+
+    def mark_corrupt(self, key: Key, row: Row, reason: Optional[str] = None, status: str = "corrupt") -> None: ...
+
+    def count_hit(self, eval_id: int) -> None: ...
+
+    def ride_along(self, fn: Optional[Callable[[Any], None]]) -> None: ...
+
+    def gc_plan(self, older_than: Optional[float] = None, max_size: Optional[int] = None,
+                now: Optional[float] = None) -> List[Row]: ...
+
+    def unreferenced_blobs(self, dropping: Sequence[int] = (), among: Optional[Sequence[str]] = None) -> List[Tuple[str, int]]: ...
