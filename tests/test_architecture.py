@@ -32,8 +32,6 @@ ALLOWED_EDGES: Set[Tuple[str, str]] = {
 }
 #: (importer, module, name) private imports not yet made public
 ALLOWED_PRIVATE: Set[Tuple[str, str, str]] = {
-    ("memolab.memo", "memolab.codegraph", "_is_code"),
-    ("memolab.memo", "memolab.codegraph", "_unwrap"),
     ("memolab.team.blobs", "memolab.store.blobs", "_fsync_dir"),
     ("memolab.team.layered", "memolab.store.blobs", "_fsync_dir"),
     ("memolab.team.s3", "memolab.team.blobs", "_Source"),

@@ -142,13 +142,9 @@ class Store:
             row = self.lookup(key)  # a hit takes no lease
             if row is not None:
                 return "hit", row
-        delay = 0.01
-        while True:
-            state, row = self.try_acquire(key, owner, force, on_owner)
-            if state != "wait":
-                return state, row
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
+        from ..lifecycle import claim, drive_sync  # the one wait loop, shared with memoized calls
+
+        return drive_sync(claim(self, key, owner, force, on_owner), None)
 
     def note_duration(self, key: Key, seconds: float) -> None:
         """A computation of ``key`` took ``seconds``: once one of a function's code takes

@@ -1,0 +1,435 @@
+"""One call of a memoized function past this process's memory: the steps of its life.
+
+``lifecycle.lifecycle`` decides what happens when (hit, wait, compute, store,
+give back); ``Call`` does each step against the store: load a row (refusing a
+damaged one), explain a miss (with the lease, in its transaction), open the run
+its logs go to, store the result (or say why not), give a lease back. It never
+waits for another owner and never calls the function: the drivers do.
+"""
+from __future__ import annotations
+
+import contextvars
+import inspect
+import sqlite3
+import sys
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import codegraph, config, hashing
+from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
+from .explain import miss_record, pending_miss, with_before
+from .store import Key, Store, runtime_info, signing
+from .store.sqlite import NEWEST_ID_SQL, insert_miss
+from .summary import summarize
+from .text import short_repr
+from .tracking import runs
+
+__all__ = ["Call", "Running", "running", "arg_snapshot", "IMPLICIT"]
+
+#: the argument name under which a memoized callable object's own state is keyed
+IMPLICIT = "<callable>"
+
+#: stored rows of one key a call may find unusable before it computes without the store
+LOADS_PER_CALL = 4
+
+
+class Running:
+    """The evaluation being computed in this context (``running()``): what
+    ``memolab.checkpoint`` files its checkpoints under."""
+
+    __slots__ = ("key", "store", "run", "force", "on_stored")
+
+    def __init__(self, key: Key, store: Store, run: Any, force: bool) -> None:
+        self.key = key
+        self.store = store
+        self.run = run  # the tracking run handle (or None), whose logs a resumed computation continues
+        self.force = force  # computed by ``fresh()``: start over, whatever was checkpointed
+        self.on_stored: List[Callable[[], None]] = []
+
+    def stored(self) -> None:
+        """The result is stored: run what waited for that (dropping checkpoints)."""
+        for cb in self.on_stored:
+            try:
+                cb()
+            except Exception:  # housekeeping must never fail a call that succeeded
+                pass
+
+
+_running: "contextvars.ContextVar[Optional[Running]]" = contextvars.ContextVar("memolab_evaluation", default=None)
+
+
+def running() -> Optional[Running]:
+    """The memoized evaluation computing in this context (a miss in progress), or None."""
+    return _running.get()
+
+
+def arg_snapshot(bound: inspect.BoundArguments, per_arg: Dict[str, str], implicit: Any) -> Dict[str, List[str]]:
+    """Per argument: its digest and a short repr (the key's arguments as shown and explained)."""
+    return {n: [d, short_repr(bound.arguments[n] if n in bound.arguments else implicit)]
+            for n, d in per_arg.items()}
+
+
+class Call:
+    """One call on its way through a miss (the ``lifecycle.Steps`` of a memoized call).
+
+    Warnings' stack levels count the frames above them to where the call was made:
+    the step, ``lifecycle``, the driver, ``MemoFunction._call``, ``__call__``."""
+
+    __slots__ = ("memo", "bound", "key", "per_arg", "cv", "store", "force", "files", "named", "retried",
+                 "snapshot", "pending", "loads")
+
+    def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
+                 cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
+                 named: List[Tuple[str, Any]]) -> None:
+        self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
+        self.bound = bound
+        self.key = key
+        self.per_arg = per_arg
+        self.cv = cv
+        self.store = store
+        self.force = force
+        #: the key hashed File/Dir arguments: re-check them before storing
+        self.files = files
+        #: the (name, value) pairs the key hashed
+        self.named = named
+        #: a damaged row of this key was taken out of use (at most once per call)
+        self.retried = False
+        #: the argument snapshot, once made (``call_snapshot``)
+        self.snapshot: Optional[Dict[str, List[str]]] = None
+        #: a lease-free miss's record, until written (with the result, or alone)
+        self.pending: List[Callable[[sqlite3.Connection], None]] = []
+        #: stored rows of the key this call found unusable (``again``)
+        self.loads = 0
+
+    # -- looking up ----------------------------------------------------------------------
+    def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
+        """(True, value) of a stored row; (False, None) if it cannot be used (taken out of use)."""
+        store, key, symbol = self.store, self.key, self.memo.symbol
+        try:
+            value = store.load(key, row)
+        except CodeChanged as e:
+            # Code the result refers to changed: an ordinary miss, not damage.
+            store.mark_corrupt(key, row, e.reason, status="stale")
+            return False, None
+        except Unloadable as e:
+            # The result's own code refused to rebuild it: not damage, and the same
+            # value stored again would be refused again (see ``_unloadable``).
+            warnings.warn(f"{symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
+                          MemolabWarning, stacklevel=6)
+            store.mark_corrupt(key, row, e.reason, status="unloadable")
+            return False, None
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            # An index row that does not decode (damaged JSON or sizes): a miss
+            # whose recomputation replaces the row, never an error out of the call.
+            warnings.warn(f"{symbol}: stored result #{row.get('id')} cannot be used (damaged index row: "
+                          f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=6)
+            store.mark_corrupt(key, row, f"damaged index row: {e}")
+            return False, None
+        except StoreMiss as e:
+            if self._row_replaced(row):
+                # Another process cleared, collected or recomputed this row (and
+                # its blobs) while we read it: nothing is damaged, read again.
+                return False, None
+            warnings.warn(f"{symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
+                          MemolabWarning, stacklevel=6)
+            store.mark_corrupt(key, row, e.reason)
+            return False, None
+        store.count_hit(row["id"])
+        hashing.remember_loaded(value, key, _result_token(row), row["id"])
+        return True, value
+
+    def _row_replaced(self, row: Dict[str, Any]) -> bool:
+        try:
+            now = self.store.index.lookup(self.key)
+        except Exception:
+            return False
+        return now is None or now["id"] != row["id"]
+
+    def again(self) -> bool:
+        """A stored row of the key could not be used (and was taken out of use): look
+        again? Bounded: a row the store cannot take out of use (a read-only store, a write
+        that fails) would otherwise be found, and refused, forever."""
+        self.loads += 1
+        return self.loads < LOADS_PER_CALL
+
+    def trouble(self, e: BaseException) -> bool:
+        """The store failed this call: True to claim again (once: the key's row held text that
+        does not decode and was taken out of use), else warn and let the caller compute unstored."""
+        from .store.health import take_out_of_use
+
+        if isinstance(e, UnicodeDecodeError) and not self.retried:
+            self.retried = True
+            if take_out_of_use(self.store, self.key, f"undecodable text in the index ({e})"):
+                return True
+        self._unusable(e)
+        return False
+
+    def _unusable(self, e: BaseException) -> None:
+        # A full disk, an unwritable, read-only, damaged or newer index must cost
+        # the cache, never the value: compute without a lease and without storing.
+        # Once per store and problem: a loop of calls must not drown in warnings.
+        from .store.health import warn_unusable
+
+        warn_unusable(self.memo.symbol, e, stacklevel=7)
+
+    # -- missing -------------------------------------------------------------------------
+    def lease_free(self) -> bool:
+        """A miss of a quick function (``Store.is_quick``) computes without a lease: its miss
+        is recorded with its result, in one transaction instead of two."""
+        if self.force or not self.store.is_quick(self.key):
+            return False
+        writer = self.miss_writer()
+        self.pending[:] = [] if writer is None else [writer]
+        return True
+
+    def miss_writer(self) -> Optional[Callable[[sqlite3.Connection], None]]:
+        """Why this call misses, recorded with the lease we are about to take, in its
+        transaction (a lease-free miss: with its result); None if it cannot be
+        explained. A miss of code this process has seen stored, whose key has no row
+        at all (the common one: new arguments), is explained when asked
+        (``explain.settle``), from its key and argument snapshot; any other is
+        explained now (bounded: indexed reads of the nearest evaluation)."""
+        store, key = self.store, self.key
+        try:
+            if (not self.force and (key[0], key[1]) in store.stored_codes and store.index.known_absent(key)
+                    and hasattr(store.index, "nearest")):
+                # the evaluations that exist now, before this miss stores its own
+                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity),
+                                   store.index.conn().execute(NEWEST_ID_SQL).fetchone()[0])
+            else:
+                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force))
+        except Exception:  # explaining must never stop the computation
+            return None
+        symbol = self.memo.symbol
+
+        def write(c: sqlite3.Connection) -> None:
+            try:
+                insert_miss(c, symbol, text)
+            except sqlite3.Error:
+                pass  # the lease (or the result) matters, the explanation does not
+
+        return write
+
+    def call_snapshot(self) -> Dict[str, List[str]]:
+        """``arg_snapshot`` of this call, made once for its miss record and its result's row."""
+        if self.snapshot is None:
+            self.snapshot = arg_snapshot(self.bound, self.per_arg, self.memo.implicit)
+        return self.snapshot
+
+    # -- computing -----------------------------------------------------------------------
+    def start(self) -> Tuple[float, Any]:
+        """We own the key's lease (its miss recorded with it), or need none (a quick
+        function): open a run for its logs."""
+        t0 = time.time()
+        return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
+
+    def enter(self, run: Any) -> Tuple[Running, Any]:
+        """``running()`` is this evaluation while the function computes."""
+        ev = Running(self.key, self.store, run, self.force)
+        return ev, _running.set(ev)
+
+    def leave(self, token: Any, seconds: float) -> None:
+        _running.reset(token)
+        self.store.note_duration(self.key, seconds)
+
+    def failed(self, owner: str, run: Any, error: Optional[BaseException] = None) -> None:
+        self.store.release(self.key, owner)
+        self._write_pending()
+        runs.end(run, "failed", error=error)
+
+    def release(self, owner: str) -> None:
+        """Give back a lease the call may hold (it ends without settling it: an exception, a
+        cancellation). Best effort, like ``Store.release``: it runs while something else is raised."""
+        try:
+            self.store.release(self.key, owner)
+        except Exception:
+            pass
+
+    def _write_pending(self) -> None:
+        """The miss record of a lease-free miss that did not ride with a stored result."""
+        if not self.pending:
+            return
+        write = self.pending.pop()
+        try:
+            with self.store.index.write() as c:
+                write(c)
+        except Exception:
+            pass  # the explanation is advisory: never fail the call over it
+
+    # -- storing -------------------------------------------------------------------------
+    def done(self, owner: str, value: Any, t0: float, run: Any, ev: Optional[Running] = None) -> None:
+        try:
+            self._finish(owner, value, t0, run, ev)
+        finally:
+            self._write_pending()
+
+    def _finish(self, owner: str, value: Any, t0: float, run: Any, ev: Optional[Running]) -> None:
+        store, key = self.store, self.key
+        if not self.force and not _known_absent(store, key) and self._unloadable(value):
+            store.release(key, owner)
+            runs.end(run, "done", None)
+            return
+        if self.files and not self._same_files():
+            # A file argument was rewritten between keying and reading: the result
+            # belongs to neither content, so it is returned but not stored.
+            warnings.warn(f"{self.memo.symbol}: a memolab.File/Dir argument changed while the function ran; the "
+                          "result is returned but not stored", MemolabWarning, stacklevel=6)
+            store.release(key, owner)
+            runs.end(run, "done", None)
+            return
+        # A run that logged nothing is written with the result, in its transaction, and
+        # so is a lease-free miss's record.
+        rider = runs.rider(run, key)
+        ride = getattr(store, "ride_along", None) if rider is not None or self.pending else None
+        if ride is not None:
+            ride(rider if not self.pending else _with_pending(self.pending, rider))
+        try:
+            eval_id = self._save(owner, value, t0)
+        finally:
+            if ride is not None:
+                ride(None)
+        if eval_id is not None and ev is not None:
+            ev.stored()
+        runs.end(run, "done", eval_id, written=rider if ride is not None and eval_id is not None else None)
+
+    def _unloadable(self, value: Any) -> bool:
+        """The same result was stored before and could not be rebuilt (a ``__setstate__`` that
+        raises): storing it again would only be refused again on the next call, so the value is
+        returned unstored. "The same" is the same pickle payload; a different one is stored."""
+        from .store.health import unloadable
+
+        prev = unloadable(self.store, self.key)
+        if prev is None:
+            return False
+        why, payload_digest = prev
+        try:
+            from . import pickling
+            from .store import digest_bytes
+
+            if digest_bytes(pickling.dumps_with_refs(value)[0]) != payload_digest:
+                return False
+        except Exception:
+            return False  # cannot even be pickled: ``_save`` says why
+        warnings.warn(f"{self.memo.symbol}: result not stored: the same result stored before could not be rebuilt "
+                      f"({why}), so it is computed on every call. Make its class load again (or return plain data).",
+                      MemolabWarning, stacklevel=7)
+        return True
+
+    def _same_files(self) -> bool:
+        """Do the arguments (their files) still hash to the key's argument digest?"""
+        try:
+            return hashing.hash_arguments(self.named)[0] == self.key[2]
+        except Exception:  # a file vanished: not what the key says either
+            return False
+
+    def _save(self, owner: str, value: Any, t0: float) -> Optional[int]:
+        store, key, memo, cv = self.store, self.key, self.memo, self.cv
+        t1 = time.time()
+        info = runtime_info()
+        snapshot = {
+            "deps": cv.deps,
+            "args": self.call_snapshot(),
+            "ignored": sorted(memo.ignore),
+            "version": memo.version,
+            "result": short_repr(value),
+            "result_summary": summarize(value),  # "state_dict: 6 tensors, 1.2 MB" for the dashboard
+            # digests of the result's arrays/tensors: a loaded copy passed to
+            # another memoized function is then hashed in O(1) (hashing.remember_loaded)
+            "result_digest": hashing.result_token(value),
+        }
+        sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
+        fields = {
+            "started": t0, "finished": t1, "duration": t1 - t0,
+            "host": info["host"], "python": info["python"],
+            "versions": _versions_json(info["memolab"]),
+            "snapshot": _json(snapshot),
+        }
+        try:
+            eval_id = store.save(key, owner, value, fields, sources)
+            hashing.note_result(key, snapshot["result_digest"], eval_id)
+        except Exception as e:
+            store.release(key, owner)
+            from .pickling import find_unpicklable
+
+            path, reason = find_unpicklable(value)
+            where = f" at {path}" if path else ""
+            if config.settings().warn_unstorable:
+                warnings.warn(f"{memo.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
+                              "but the next call will recompute it.", MemolabWarning, stacklevel=7)
+            return None
+        store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
+        return eval_id
+
+
+def _with_pending(pending: List[Callable[[sqlite3.Connection], None]],
+                  rider: Optional[Callable[[sqlite3.Connection], None]]) -> Callable[[sqlite3.Connection], None]:
+    """A rider writing a lease-free miss's record, then ``rider`` (a run's)."""
+    def both(c: sqlite3.Connection) -> None:
+        pending[0](c)
+        if rider is not None:
+            rider(c)
+        pending.clear()  # reached only if nothing raised: the savepoint keeps both
+
+    return both
+
+
+def _known_absent(store: Any, key: Key) -> bool:
+    """The call's lookup found no row at all for its key (``Index.known_absent``)."""
+    known = getattr(store.index, "known_absent", None)
+    return known is not None and known(key)
+
+
+def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
+    if "result_token" in row and signing.secret() is None:
+        # the two answers of most small results, without parsing: no token recorded
+        # (nothing the result walk remembers) or one without arrays or tensors
+        text = row["result_token"]
+        if text is None:
+            return None
+        if text == "[]":
+            return []
+    import json
+
+    if not signing.snapshot_trusted(row):
+        return None  # a signed store's older rows: their snapshot is not signed, so not believed
+    try:
+        if "result_token" in row:  # extracted by the lookup: a hit parses a short list, not the snapshot
+            token = json.loads(row["result_token"]) if row["result_token"] else None
+        else:
+            token = json.loads(row.get("snapshot") or "{}").get("result_digest")
+        if token is not None:
+            for d in token:  # a damaged snapshot must cost the O(1) re-hash, never the call
+                bytes.fromhex(d)
+        return token
+    except Exception:
+        return None
+
+
+def _json(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, default=str)  # insertion order: arguments stay in signature order
+
+
+_VERSIONS: Dict[Tuple[str, ...], str] = {}
+
+
+def _versions_json(memolab_version: str) -> str:
+    """``{"memolab": ..., "numpy": ..., "torch": ...}`` as JSON, made once per set of versions."""
+    loaded = _loaded_versions()
+    k = (memolab_version, *loaded.items())  # type: ignore[arg-type]
+    text = _VERSIONS.get(k)  # type: ignore[arg-type]
+    if text is None:
+        text = _VERSIONS[k] = _json({"memolab": memolab_version, **loaded})  # type: ignore[index]
+    return text
+
+
+def _loaded_versions() -> Dict[str, str]:
+    out = {}
+    for name in ("numpy", "torch"):
+        m = sys.modules.get(name)
+        if m is not None:
+            out[name] = getattr(m, "__version__", "?")
+    return out
+

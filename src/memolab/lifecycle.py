@@ -1,0 +1,210 @@
+"""The life of one memoized call, as one generator shared by sync and async calls.
+
+``lifecycle`` is the decision logic of a call that missed this process's memory:
+lookup → hit (load); a lease-free miss; claim the key's lease → wait while another
+owner computes it → compute → store (or give the lease back); store trouble
+(compute without the store); damaged rows (take them out of use, look again,
+boundedly). It does no I/O of its own kind: it *yields* what it needs done,
+``Pause(seconds)`` (another owner holds the key) and ``COMPUTE`` (call the
+function), and is sent the answer (or thrown the exception). Two drivers of about
+twenty lines do those two things: ``drive_sync`` sleeps and calls, ``drive_async``
+awaits ``asyncio.sleep`` and the coroutine (the shape of h11/httpcore: protocol
+logic without I/O). A third driver (all ranks of a process group agreeing on hit
+or miss) plugs in at the same seam.
+
+One ``finally`` gives back a lease the call may hold on every exit: the function
+raising, ``KeyboardInterrupt`` during the computation or the wait, an async task
+cancelled while it waits or computes. (A team store keeps its local lease while
+the team says "wait": before this, a cancelled wait kept it heart-beaten for the
+life of the process, and the key blocked every later call of it there.)
+
+This module imports nothing of memolab: the store (``Store.acquire`` waits with
+``claim`` and ``drive_sync``) and the memo layer both build on it. What a call does
+at each step is the ``Steps`` it is given (``memolab.call.Call``).
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+try:
+    from typing import Protocol
+except ImportError:  # Python 3.7
+    Protocol = object  # type: ignore[assignment,misc]
+
+__all__ = ["Pause", "Compute", "COMPUTE", "Steps", "claim", "lifecycle", "drive_sync", "drive_async"]
+
+
+class Pause(NamedTuple):
+    """Wait this long, then go on (another owner computes the key)."""
+
+    seconds: float
+
+
+class Compute:
+    """Call the function with the call's arguments; send its value, or throw what it raised."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "COMPUTE"
+
+
+COMPUTE = Compute()
+
+Request = Any  # Pause | Compute
+Row = Dict[str, Any]
+
+#: what the store raises when it cannot serve a call: the value is computed without it
+#: (``StoreUnavailable`` is an ``OSError``; an index text that does not decode, a ``UnicodeDecodeError``)
+STORE_TROUBLE = (sqlite3.Error, OSError, UnicodeDecodeError)
+
+#: the back-off of a wait: first poll after ``_FIRST_PAUSE``, growing by half up to ``_LONGEST_PAUSE``
+_FIRST_PAUSE = 0.01
+_LONGEST_PAUSE = 0.25
+
+
+class Steps(Protocol):
+    """What ``lifecycle`` asks of a call (``memolab.call.Call``); each step is plain I/O-free-to-the-
+    lifecycle code: it may read and write the store, never wait for another owner."""
+
+    store: Any
+    key: Any
+    force: bool
+
+    def lease_free(self) -> bool: ...
+    def miss_writer(self) -> Optional[Callable[[Any], None]]: ...
+    def load(self, row: Row) -> Tuple[bool, Any]: ...
+    def again(self) -> bool: ...
+    def trouble(self, e: BaseException) -> bool: ...
+    def start(self) -> Tuple[float, Any]: ...
+    def enter(self, run: Any) -> Tuple[Any, Any]: ...
+    def leave(self, token: Any, seconds: float) -> None: ...
+    def failed(self, owner: str, run: Any, error: BaseException) -> None: ...
+    def done(self, owner: str, value: Any, t0: float, run: Any, ev: Any) -> None: ...
+    def release(self, owner: str) -> None: ...
+
+
+def claim(store: Any, key: Any, owner: str, force: bool = False,
+          on_owner: Optional[Callable[[Any], None]] = None) -> Generator[Pause, None, Tuple[str, Optional[Row]]]:
+    """Poll ``store.try_acquire`` until the key is stored ('hit', row) or its lease is
+    ours ('owner', None), pausing with a bounded back-off in between: the one wait loop."""
+    delay = _FIRST_PAUSE
+    while True:
+        state, row = store.try_acquire(key, owner, force, on_owner)
+        if state != "wait":
+            return state, row
+        yield Pause(delay)
+        delay = min(delay * 1.5, _LONGEST_PAUSE)
+
+
+def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, Any, Any]:
+    """The decision logic of one call (see the module's docstring); returns its value.
+
+    ``new_owner`` makes the lease owner id, only when the call first claims the key
+    (a hit makes none: it reads /proc): per thread for a sync call, per task for an
+    async one (two coroutines on one thread must not share a lease)."""
+    store, key, force = call.store, call.key, call.force
+    owner = ""  # ours, once made
+    held = ""  # a lease this call may hold: the ``finally`` gives it back unless settled
+    try:
+        while True:
+            try:
+                row = None if force else store.lookup(key)
+                if row is not None:
+                    state = "hit"
+                elif call.lease_free():
+                    state = "free"
+                else:
+                    owner = held = owner or new_owner()
+                    # (a team store keeps its local lease while it says "wait": held until settled)
+                    state, row = yield from claim(store, key, owner, force, call.miss_writer())
+                    if state == "hit":
+                        held = ""
+                if state == "hit":
+                    found, value = call.load(row)  # type: ignore[arg-type]
+                    if found:
+                        return value
+                    if call.again():
+                        continue
+                    state = "unstored"
+            except STORE_TROUBLE as e:
+                if call.trouble(e):
+                    continue  # the key's damaged row was taken out of use: claim it afresh
+                return (yield COMPUTE)
+            if state == "unstored":
+                return (yield COMPUTE)
+            lease = owner if state == "owner" else ""  # a lease-free miss holds none
+            t0, run = call.start()
+            ev, token = call.enter(run)
+            c0 = time.perf_counter()
+            try:
+                value = yield COMPUTE
+            except BaseException as e:
+                call.leave(token, time.perf_counter() - c0)
+                call.failed(lease, run, e)  # gives the lease back first
+                held = ""
+                raise
+            call.leave(token, time.perf_counter() - c0)
+            call.done(lease, value, t0, run, ev)  # stores (dropping the lease) or gives it back
+            held = ""
+            return value
+    finally:
+        if held:
+            call.release(held)
+
+
+def drive_sync(gen: Generator[Request, Any, Any], fn: Optional[Callable[..., Any]],
+               args: Sequence[Any] = (), kwargs: Mapping[str, Any] = {}) -> Any:
+    """Run ``gen`` in this thread: sleep for a ``Pause``, call ``fn`` for ``COMPUTE``. What
+    either raises (``KeyboardInterrupt`` in the sleep too) is thrown into ``gen``, which
+    settles (gives a held lease back) and raises it again."""
+    answer: Any = None
+    error: Optional[BaseException] = None
+    while True:
+        try:
+            request = gen.send(answer) if error is None else gen.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        except RuntimeError as r:
+            # a StopIteration of ``fn`` leaving the generator became this (PEP 479): raise fn's own
+            if error is None or r.__cause__ is not error:
+                raise
+            break
+        error = None
+        try:
+            if request.__class__ is Pause:
+                time.sleep(request.seconds)
+                answer = None
+            else:
+                answer = fn(*args, **kwargs)  # type: ignore[misc]
+        except BaseException as e:
+            error = e
+    raise error  # type: ignore[misc]  (set: the loop leaves only by return, raise or this break)
+
+
+async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Awaitable[Any]],
+                      args: Sequence[Any] = (), kwargs: Mapping[str, Any] = {}) -> Any:
+    """Run ``gen`` in this task: ``await asyncio.sleep`` for a ``Pause`` (never block the
+    event loop while another owner computes), await ``fn`` for ``COMPUTE``. What either
+    raises (``CancelledError`` in the sleep too) is thrown into ``gen``, as ``drive_sync`` does.
+    (A coroutine turns ``fn``'s StopIteration into RuntimeError itself: nothing to undo.)"""
+    import asyncio  # here: asyncio alone costs 30 ms of `import memolab`
+
+    answer: Any = None
+    error: Optional[BaseException] = None
+    while True:
+        try:
+            request = gen.send(answer) if error is None else gen.throw(error)
+        except StopIteration as stop:
+            return stop.value
+        error = None
+        try:
+            if request.__class__ is Pause:
+                await asyncio.sleep(request.seconds)
+                answer = None
+            else:
+                answer = await fn(*args, **kwargs)
+        except BaseException as e:
+            error = e
