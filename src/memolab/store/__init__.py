@@ -769,7 +769,7 @@ def runtime_info() -> Dict[str, Any]:
     host = host_name()
     info = _RUNTIME.get((config.pid(), host))
     if info is None:
-        from .. import __version__
+        from .._version import __version__
 
         info = _RUNTIME[(config.pid(), host)] = {
             "host": host,

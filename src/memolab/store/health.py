@@ -33,7 +33,8 @@ from ..errors import MemolabWarning, StoreUnavailable
 from . import signing
 from .blobs import BlobFolder
 from .perms import writable_by_others
-from .sqlite import Index, Key, check_schema, newer_schema  # noqa: F401 (both also imported from here)
+from .schema import check_schema, newer_schema  # noqa: F401 (both also imported from here)
+from .sqlite import Index, Key
 
 _warned: Set[str] = set()
 _warned_lock = threading.Lock()

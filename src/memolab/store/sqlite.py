@@ -17,19 +17,15 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from .. import config
-from ..errors import BlobsGone, StoreUnavailable
+from ..errors import BlobsGone
 from . import signing
+from .gcplan import log_bytes, plan_by_size  # noqa: F401 (plan_by_size: also imported from here)
+from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
 from .process import host_name, process_table, start_time
 from .process import process_table as _process_table, start_time as _start_time  # noqa: F401 (old names)
+from .schema import SCHEMA_VERSION, check_schema, newer_schema  # noqa: F401 (also imported from here)
 
-#: 1: the first format (its version lives in ``meta`` only).
-#: 2: small results inline (``evaluations.inline``), the miss-explanation indexes,
-#:    and the version mirrored in SQLite's ``user_version`` header field, so that
-#:    opening a current store is one header read instead of any schema work.
-#: An older memolab refuses a version-2 store (it reads ``meta``): it would take
-#: inline rows for rows whose blobs are missing and mark them corrupt.
-SCHEMA_VERSION = 2
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -716,8 +712,6 @@ class Index:
             return [dict(zip(self._GC_COLS, r)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
                f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
-        from ..tracking.retention import log_bytes
-
         logs = log_bytes(self)  # an evaluation's logs go with it, so they count toward its size
         drop = plan_by_size(c.execute(sql), cutoff, max_size, logs)
         return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
@@ -734,95 +728,6 @@ class Index:
 
             checkpoints.clear(c, fn)
         return n
-
-
-def plan_by_size(rows: Iterable[tuple], cutoff: Optional[float], max_size: int,
-                 logs: Dict[int, int] = {}) -> List[tuple]:
-    """The rows ``gc_plan`` drops, given every evaluation least recently used first as
-    (id, fn, finished, last_hit, size, status, payload, payload_size, buffers, is_inline,
-    last_use): those out of use or last used before ``cutoff``, then the least recently
-    used until what is left fits ``max_size`` bytes. A blob shared by several rows counts
-    once, and only stops counting when its last keeper goes; inline bytes and ``logs``
-    (id -> bytes) belong to their row alone. The same plan for every index."""
-    drop: List[tuple] = []
-    keep: List[tuple] = []
-    uses: Dict[str, List[int]] = {}  # blob digest -> [rows of `keep` using it, size]
-    total = 0
-    for r in rows:
-        if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
-            drop.append(r)
-            continue
-        keep.append(r)
-        total += logs.get(r[0], 0)
-        if r[9]:
-            total += r[4] or 0
-            continue
-        for d, n in _blobs_of(r[6], r[7], r[8]):
-            u = uses.get(d)
-            if u is None:
-                uses[d] = [1, n]
-                total += n
-            else:
-                u[0] += 1
-    for r in keep:  # least recently used first
-        if total <= max_size:
-            break
-        drop.append(r)
-        total -= logs.get(r[0], 0)
-        if r[9]:
-            total -= r[4] or 0
-            continue
-        for d, _ in _blobs_of(r[6], r[7], r[8]):
-            u = uses[d]
-            u[0] -= 1
-            if u[0] == 0:
-                total -= u[1]
-    return drop
-
-
-def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Optional[str]) -> List[Tuple[str, int]]:
-    out = [(payload, payload_size or 0)] if payload else []
-    if buffers and buffers != "[]":
-        try:
-            out.extend((d, n) for d, n in json.loads(buffers))
-        except (ValueError, TypeError):
-            pass  # a damaged row: counted by its payload only
-    return out
-
-
-#: misses kept per function (at least; see ``insert_miss``)
-MISSES_KEPT = 20
-_TRIM_EVERY = 16
-_misses_here: Dict[str, int] = {}
-
-
-def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
-    """Record why ``fn`` missed (JSON text), inside the caller's write transaction."""
-    c.execute("INSERT INTO misses(fn, time, explanation) VALUES (?,?,?)", (fn, time.time(), explanation))
-    # Keep the table small: the last 20 misses per function are plenty for `why`.
-    # Trimmed on a process's first miss of ``fn`` and every 16th after it, not on
-    # each: a trim deletes rows on older pages, which the WAL then writes in full
-    # (every 4th: 2-3% of a small miss). At most 20 + 15 rows per process writing
-    # meanwhile.
-    n = _misses_here.get(fn, 0)
-    _misses_here[fn] = n + 1
-    if n % _TRIM_EVERY == 0:
-        c.execute("DELETE FROM misses WHERE fn=?1 AND id <= (SELECT id FROM misses WHERE fn=?1 ORDER BY id DESC "
-                  f"LIMIT 1 OFFSET {MISSES_KEPT})", (fn,))
-
-
-def parse_miss(fn: str, t: Any, raw: Optional[bytes]) -> Dict[str, Any]:
-    """A miss record as written (plus ``time``); one whose text is not a JSON object (read as
-    bytes, so text that is not UTF-8 is damage here, not an error) says so under ``damaged``,
-    for whoever shows it (``explain.record_problem``)."""
-    try:
-        d = json.loads(raw or b"")
-    except (ValueError, TypeError):
-        d = None
-    if not isinstance(d, dict):
-        d = {"fn": fn, "damaged": "its text is not a JSON object"}
-    d["time"] = t
-    return d
 
 
 def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
@@ -867,26 +772,3 @@ def owner_alive_here(owner: str) -> Optional[bool]:
     if pid == os.getpid():
         return None  # our own threads beat through our heartbeat thread, which is running now
     return start_time(pid) == start
-
-
-
-# -- schema written by a newer memolab ---------------------------------------------------------
-
-def newer_schema(path: Path, version: Any) -> StoreUnavailable:
-    return StoreUnavailable(
-        "newer-schema", f"{path} was written by a newer memolab (store schema {version}, this memolab reads "
-        f"{SCHEMA_VERSION}): results are computed but not stored; upgrade memolab to use this store")
-
-
-def check_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Raise ``StoreUnavailable('newer-schema')`` for an index written by a newer memolab."""
-    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'").fetchone()
-    if not has_meta:
-        return
-    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-    try:
-        newer = row is not None and int(row[0]) > SCHEMA_VERSION
-    except (TypeError, ValueError):
-        newer = True  # a version we cannot even parse is not one we wrote
-    if newer:
-        raise newer_schema(path, row[0])

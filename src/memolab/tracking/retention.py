@@ -17,6 +17,9 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, List, NamedTuple, Optional
 
+# moved to the store, which weighs logs when it plans a gc; still importable from here
+from ..store.gcplan import log_bytes  # noqa: F401
+
 _LOG_TABLES = ("scalars", "scalar_tags", "scalar_blocks", "log_events")
 
 
@@ -80,27 +83,6 @@ def purge_orphans_counts(index: Any) -> Purged:
         ids = [r[0] for r in c.execute(
             "SELECT id FROM runs WHERE eval_id IS NOT NULL AND eval_id NOT IN (SELECT id FROM evaluations)")]
         return _delete(c, ids)
-
-
-def log_bytes(index: Any) -> Dict[int, int]:
-    """About how many bytes of the index each evaluation's logs take: {eval_id: bytes}.
-
-    Counted from the rows (their values plus a fixed per-row overhead), so that
-    ``gc --max-size`` weighs logs too; exact page usage is not needed for that."""
-    c = index.conn()
-    if not _has_runs(c):
-        return {}
-    out: Dict[int, int] = {}
-    queries = (
-        "SELECT r.eval_id, SUM(48 + length(s.tag)) FROM scalars s JOIN runs r ON r.id = s.run "
-        "WHERE r.eval_id IS NOT NULL GROUP BY r.eval_id",
-        "SELECT r.eval_id, SUM(64 + length(e.tag) + COALESCE(length(e.meta), 0) + COALESCE(length(e.data), 0)) "
-        "FROM log_events e JOIN runs r ON r.id = e.run WHERE r.eval_id IS NOT NULL GROUP BY r.eval_id",
-    )
-    for q in queries:
-        for eid, n in c.execute(q):
-            out[eid] = out.get(eid, 0) + int(n or 0)
-    return out
 
 
 def purge_orphans(index: Any) -> int:
