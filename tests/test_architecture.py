@@ -25,20 +25,9 @@ PKG = "memolab"
 MAX_LINES = 800
 
 #: (importer, imported) edges not yet cut; the cycle check runs without them
-ALLOWED_EDGES: Set[Tuple[str, str]] = {
-    ("memolab.team.blobs", "memolab.team.s3"),
-}
+ALLOWED_EDGES: Set[Tuple[str, str]] = set()
 #: (importer, module, name) private imports not yet made public
-ALLOWED_PRIVATE: Set[Tuple[str, str, str]] = {
-    ("memolab.team.blobs", "memolab.store.blobs", "_fsync_dir"),
-    ("memolab.team.layered", "memolab.store.blobs", "_fsync_dir"),
-    ("memolab.team.s3", "memolab.team.blobs", "_Source"),
-    ("memolab.team.s3", "memolab.team.blobs", "_check"),
-    ("memolab.team.s3", "memolab.team.blobs", "_finish"),
-    ("memolab.team.s3", "memolab.team.blobs", "_hasher"),
-    ("memolab.team.s3", "memolab.team.blobs", "_tmp_beside"),
-    ("memolab.team.s3", "memolab.team.blobs", "_unlink"),
-}
+ALLOWED_PRIVATE: Set[Tuple[str, str, str]] = set()
 #: modules still over MAX_LINES
 ALLOWED_LONG: Set[str] = {"memolab.team.pg"}
 

@@ -44,7 +44,9 @@ def digest_bytes(data: Buffer) -> str:
     return blake3.blake3(mv).hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: "os.PathLike[str] | str") -> None:
+    """Make the entries of directory ``path`` (a rename into it) durable; where the file
+    system cannot fsync a directory, nothing more can be done and nothing is raised."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -212,7 +214,7 @@ class BlobFolder:
     def _publish(self, tmp: Path, final: Path, digest: str) -> None:
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         try:
             st = final.stat()
         except FileNotFoundError:

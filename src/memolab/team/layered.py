@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from .. import config
 from ..errors import CorruptBlob, MemolabWarning, StoreMiss
 from ..store import Store, signing
-from ..store.blobs import _fsync_dir, digest_bytes
+from ..store.blobs import digest_bytes, fsync_dir as _fsync_dir
 from ..store.sqlite import Key, host_name
 from . import journal
 from .link import Link, Offline
