@@ -17,7 +17,8 @@ Where a store is expected to behave differently, the test says so with the
   result saved by one machine is found by another through the team index.
 
 The memoized-call tests run every store under both drivers (a plain function and
-an ``async def``).
+an ``async def``). The blob tests at the end run the local blob folder and the
+team's blob stores (a folder, S3, fsspec) through what they share (``BlobReader``).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from memolab import config
 from memolab.errors import StoreMiss, StoreUnavailable
 from memolab.store import ReadOnlyStore, Store
 from memolab.store.health import NoStore
-from memolab.store.protocols import EvaluationIndex, LayeredStore, LocalBlobs, MemoStore, RemoteBlobs
+from memolab.store.protocols import BlobReader, EvaluationIndex, LayeredStore, LocalBlobs, MemoStore, RemoteBlobs
 
 KEY = ("mod:f", "code", "args", "schema")
 FIELDS = {"started": 1.0, "finished": 2.0, "duration": 1.0, "snapshot": "{}"}
@@ -316,3 +317,80 @@ def test_memoized_calls(stores, driver, monkeypatch):
         assert ran == [1, 1, 2]  # differs: computed every time, stored never
     else:
         assert ran == [1, 2]
+
+
+# -- blob stores: the local folder and the team's (a folder, S3, fsspec) ----------------------------
+#
+# Expected to differ by design (``store.protocols``): the local folder is written by content
+# (``put(data) -> (digest, size)``), a remote one under the digest the caller computed
+# (``put(digest, data) -> bool``); an absent blob's ``size`` is 0 locally, None remotely.
+
+BLOB_KINDS = ["local", "file", "s3", "fsspec-memory"]
+
+
+@pytest.fixture(params=BLOB_KINDS)
+def blobs(request, tmp_path):
+    kind = request.param
+    if kind == "local":
+        from memolab.store.blobs import BlobFolder
+
+        yield kind, BlobFolder(tmp_path / "b")
+        return
+    from memolab.team.blobs import open_blobs
+
+    if kind == "file":
+        (tmp_path / "tb").mkdir()
+        url = (tmp_path / "tb").as_uri()
+    elif kind == "s3":
+        url = request.getfixturevalue("s3_bucket")
+    else:
+        pytest.importorskip("fsspec")
+        url = f"memory://memolab-conformance/{tmp_path.name}"
+    rb = open_blobs(url)
+    yield kind, rb
+    close = getattr(rb, "close", None)
+    if close is not None:
+        close()
+
+
+def put(kind: str, b: Any, data: bytes) -> str:
+    from memolab.store.blobs import digest_bytes
+
+    if kind == "local":
+        digest, size = b.put(data)
+        assert (digest, size) == (digest_bytes(data), len(data))
+        return digest
+    digest = digest_bytes(data)
+    b.put(digest, data)
+    return digest
+
+
+def test_blob_store_protocols(blobs):
+    kind, b = blobs
+    assert isinstance(b, BlobReader)
+    assert isinstance(b, LocalBlobs if kind == "local" else RemoteBlobs)
+
+
+def test_blob_round_trip_size_and_delete(blobs):
+    kind, b = blobs
+    data = b"conformance" * 1000
+    digest = put(kind, b, data)
+    assert bytes(b.get(digest, len(data))) == data
+    assert b.size(digest) == len(data)
+    put(kind, b, data)  # content-addressed: putting it again changes nothing
+    assert bytes(b.get(digest, len(data))) == data
+    if kind == "local":
+        b.delete(digest)
+    else:
+        b.delete([digest])  # differs: a remote store deletes in batches
+    assert b.size(digest) == (0 if kind == "local" else None)  # differs: absent is 0 locally, None remotely
+    with pytest.raises(StoreMiss):  # (CorruptBlob: missing)
+        b.get(digest, len(data))
+
+
+def test_a_blob_of_the_wrong_size_is_refused(blobs):
+    kind, b = blobs
+    data = b"z" * 5000
+    digest = put(kind, b, data)
+    with pytest.raises(StoreMiss):
+        b.get(digest, len(data) + 1)
