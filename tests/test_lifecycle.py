@@ -25,7 +25,7 @@ import pytest
 import memolab
 from memolab import config, memo
 from memolab.errors import MemolabWarning
-from memolab.lifecycle import COMPUTE, Pause, claim, drive_sync, lifecycle
+from memolab.lifecycle import COMPUTE, Pause, claim, lifecycle
 
 from conftest import Calls
 

@@ -105,7 +105,7 @@ class Call:
     # -- looking up ----------------------------------------------------------------------
     def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
         """(True, value) of a stored row; (False, None) if it cannot be used (taken out of use)."""
-        store, key, symbol = self.store, self.key, self.memo.symbol
+        store, key = self.store, self.key
         try:
             value = store.load(key, row)
         except CodeChanged as e:
@@ -115,14 +115,14 @@ class Call:
         except Unloadable as e:
             # The result's own code refused to rebuild it: not damage, and the same
             # value stored again would be refused again (see ``_unloadable``).
-            warnings.warn(f"{symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
+            warnings.warn(f"{self.memo.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
                           MemolabWarning, stacklevel=6)
             store.mark_corrupt(key, row, e.reason, status="unloadable")
             return False, None
         except (ValueError, TypeError, KeyError, IndexError) as e:
             # An index row that does not decode (damaged JSON or sizes): a miss
             # whose recomputation replaces the row, never an error out of the call.
-            warnings.warn(f"{symbol}: stored result #{row.get('id')} cannot be used (damaged index row: "
+            warnings.warn(f"{self.memo.symbol}: stored result #{row.get('id')} cannot be used (damaged index row: "
                           f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=6)
             store.mark_corrupt(key, row, f"damaged index row: {e}")
             return False, None
@@ -131,7 +131,7 @@ class Call:
                 # Another process cleared, collected or recomputed this row (and
                 # its blobs) while we read it: nothing is damaged, read again.
                 return False, None
-            warnings.warn(f"{symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
+            warnings.warn(f"{self.memo.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
                           MemolabWarning, stacklevel=6)
             store.mark_corrupt(key, row, e.reason)
             return False, None

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Awaitable, Callable, Dict, Generator, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Awaitable, Callable, Dict, Generator, NamedTuple, Optional, Tuple
 
 try:
     from typing import Protocol
@@ -155,11 +155,11 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
             call.release(held)
 
 
-def drive_sync(gen: Generator[Request, Any, Any], fn: Optional[Callable[..., Any]],
-               args: Sequence[Any] = (), kwargs: Mapping[str, Any] = {}) -> Any:
-    """Run ``gen`` in this thread: sleep for a ``Pause``, call ``fn`` for ``COMPUTE``. What
-    either raises (``KeyboardInterrupt`` in the sleep too) is thrown into ``gen``, which
-    settles (gives a held lease back) and raises it again."""
+def drive_sync(gen: Generator[Request, Any, Any], fn: Optional[Callable[..., Any]], bound: Any = None) -> Any:
+    """Run ``gen`` in this thread: sleep for a ``Pause``; for ``COMPUTE`` call ``fn`` with the
+    arguments of ``bound`` (``inspect.BoundArguments``, read only then: a hit never pays for
+    ``.args``/``.kwargs``). What either raises (``KeyboardInterrupt`` in the sleep too) is
+    thrown into ``gen``, which settles (gives a held lease back) and raises it again."""
     answer: Any = None
     error: Optional[BaseException] = None
     while True:
@@ -178,18 +178,18 @@ def drive_sync(gen: Generator[Request, Any, Any], fn: Optional[Callable[..., Any
                 time.sleep(request.seconds)
                 answer = None
             else:
-                answer = fn(*args, **kwargs)  # type: ignore[misc]
+                answer = fn(*bound.args, **bound.kwargs)  # type: ignore[misc]
         except BaseException as e:
             error = e
     raise error  # type: ignore[misc]  (set: the loop leaves only by return, raise or this break)
 
 
-async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Awaitable[Any]],
-                      args: Sequence[Any] = (), kwargs: Mapping[str, Any] = {}) -> Any:
+async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Awaitable[Any]], bound: Any) -> Any:
     """Run ``gen`` in this task: ``await asyncio.sleep`` for a ``Pause`` (never block the
-    event loop while another owner computes), await ``fn`` for ``COMPUTE``. What either
-    raises (``CancelledError`` in the sleep too) is thrown into ``gen``, as ``drive_sync`` does.
-    (A coroutine turns ``fn``'s StopIteration into RuntimeError itself: nothing to undo.)"""
+    event loop while another owner computes); for ``COMPUTE`` await ``fn`` with ``bound``'s
+    arguments. What either raises (``CancelledError`` in the sleep too) is thrown into
+    ``gen``, as ``drive_sync`` does. (A coroutine turns ``fn``'s StopIteration into
+    RuntimeError itself: nothing to undo.)"""
     import asyncio  # here: asyncio alone costs 30 ms of `import memolab`
 
     answer: Any = None
@@ -205,6 +205,6 @@ async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Await
                 await asyncio.sleep(request.seconds)
                 answer = None
             else:
-                answer = await fn(*args, **kwargs)
+                answer = await fn(*bound.args, **bound.kwargs)
         except BaseException as e:
             error = e

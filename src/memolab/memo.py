@@ -173,7 +173,7 @@ class MemoFunction:
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
-        return drive_sync(lifecycle(call, call.store.owner_id), self.fn, call.bound.args, call.bound.kwargs)
+        return drive_sync(lifecycle(call, call.store.owner_id), self.fn, call.bound)
 
     async def _acall(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
         call, value = self._prepare(args, kwargs, force)  # keyed when awaited, as the function runs
@@ -187,7 +187,7 @@ class MemoFunction:
             # one owner per task: two coroutines on one thread must not share a lease
             return f"{store.owner_id()}:{id(asyncio.current_task())}"
 
-        return await drive_async(lifecycle(call, task_owner), self.fn, call.bound.args, call.bound.kwargs)
+        return await drive_async(lifecycle(call, task_owner), self.fn, call.bound)
 
     def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional[Call], Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value)."""
