@@ -173,6 +173,22 @@ def test_miss_then_hit_from_memory_and_from_the_store(kind):
     assert leases(f.store()) == [] and rows(f.store(), f.key(1)) == 1
 
 
+def test_a_hit_makes_no_owner_id(kind, monkeypatch):
+    """An owner id reads /proc: only a call that claims the key makes one (the async path made one
+    before its lookup)."""
+    calls = Calls()
+    f = memoized(kind, calls)
+    call(kind, f, 1)
+    store = f.store()
+    store.forget()
+
+    def no_owner():
+        raise AssertionError("a hit made an owner id")
+
+    monkeypatch.setattr(store, "owner_id", no_owner)
+    assert call(kind, f, 1) == 10 and calls == [1]
+
+
 def test_a_quick_function_misses_without_a_lease(kind):
     calls = Calls()
     f = memoized(kind, calls)
