@@ -542,9 +542,10 @@ def test_pg_status_and_upgrade_of_an_empty_database(postgres_dsn):
 
 SCHEMA_2 = """
 import memolab.team.pg as pg
-pg.TEAM_SCHEMA_VERSION = 2
-pg.SUPPORTED = (2, 2)
-pg._STEPS.append((2, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT",
+import memolab.team.pgschema as pgschema  # the schema, its versions and migrations
+pgschema.TEAM_SCHEMA_VERSION = 2
+pgschema.SUPPORTED = (2, 2)
+pgschema.STEPS.append((2, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT",
                       "CREATE INDEX memolab_evaluations_extra ON memolab_evaluations(extra)"]))
 """
 
@@ -588,11 +589,12 @@ def test_pg_upgrade_honours_lock_timeout(postgres_dsn, monkeypatch):
     import psycopg
 
     import memolab.team.pg as pg
+    import memolab.team.pgschema as pgschema
 
     pg.PgIndex(postgres_dsn).close()
-    monkeypatch.setattr(pg, "TEAM_SCHEMA_VERSION", 2)
-    monkeypatch.setattr(pg, "SUPPORTED", (2, 2))
-    monkeypatch.setattr(pg, "_STEPS", pg._STEPS + [(2, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT"])])
+    monkeypatch.setattr(pgschema, "TEAM_SCHEMA_VERSION", 2)
+    monkeypatch.setattr(pgschema, "SUPPORTED", (2, 2))
+    monkeypatch.setattr(pgschema, "STEPS", pgschema.STEPS + [(2, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT"])])
     with psycopg.connect(postgres_dsn) as reader:  # a client in the middle of a long read
         reader.execute("SELECT count(*) FROM memolab_evaluations").fetchone()
         with pytest.raises(pg.TeamSchemaError, match=r"could not lock a table within 0.2 s .* nothing was changed"):
