@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import sqlite3
 import sys
 import time
 import warnings
@@ -20,7 +19,6 @@ from . import codegraph, config, hashing
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
-from .store.sqlite import NEWEST_ID_SQL, insert_miss
 from .summary import summarize
 from .text import short_repr
 from .tracking import runs
@@ -98,7 +96,7 @@ class Call:
         #: the argument snapshot, once made (``call_snapshot``)
         self.snapshot: Optional[Dict[str, List[str]]] = None
         #: a lease-free miss's record, until written (with the result, or alone)
-        self.pending: List[Callable[[sqlite3.Connection], None]] = []
+        self.pending: List[Callable[[Any], None]] = []
         #: stored rows of the key this call found unusable (``again``)
         self.loads = 0
 
@@ -183,7 +181,7 @@ class Call:
         self.pending[:] = [] if writer is None else [writer]
         return True
 
-    def miss_writer(self) -> Optional[Callable[[sqlite3.Connection], None]]:
+    def miss_writer(self) -> Optional[Callable[[Any], None]]:
         """Why this call misses, recorded with the lease we are about to take, in its
         transaction (a lease-free miss: with its result); None if it cannot be
         explained. A miss of code this process has seen stored, whose key has no row
@@ -192,24 +190,14 @@ class Call:
         explained now (bounded: indexed reads of the nearest evaluation)."""
         store, key = self.store, self.key
         try:
-            if (not self.force and (key[0], key[1]) in store.stored_codes and store.index.known_absent(key)
-                    and hasattr(store.index, "nearest")):
+            if not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
                 # the evaluations that exist now, before this miss stores its own
-                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity),
-                                   store.index.conn().execute(NEWEST_ID_SQL).fetchone()[0])
+                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity), store.newest_id())
             else:
                 text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force))
         except Exception:  # explaining must never stop the computation
             return None
-        symbol = self.memo.symbol
-
-        def write(c: sqlite3.Connection) -> None:
-            try:
-                insert_miss(c, symbol, text)
-            except sqlite3.Error:
-                pass  # the lease (or the result) matters, the explanation does not
-
-        return write
+        return store.miss_rider(self.memo.symbol, text)
 
     def call_snapshot(self) -> Dict[str, List[str]]:
         """``arg_snapshot`` of this call, made once for its miss record and its result's row."""
@@ -252,8 +240,7 @@ class Call:
             return
         write = self.pending.pop()
         try:
-            with self.store.index.write() as c:
-                write(c)
+            self.store.write_rider(write)
         except Exception:
             pass  # the explanation is advisory: never fail the call over it
 
@@ -266,7 +253,7 @@ class Call:
 
     def _finish(self, owner: str, value: Any, t0: float, run: Any, ev: Optional[Running]) -> None:
         store, key = self.store, self.key
-        if not self.force and not _known_absent(store, key) and self._unloadable(value):
+        if not self.force and not store.known_absent(key) and self._unloadable(value):
             store.release(key, owner)
             runs.end(run, "done", None)
             return
@@ -281,7 +268,7 @@ class Call:
         # A run that logged nothing is written with the result, in its transaction, and
         # so is a lease-free miss's record.
         rider = runs.rider(run, key)
-        ride = getattr(store, "ride_along", None) if rider is not None or self.pending else None
+        ride = store.ride_along if rider is not None or self.pending else None
         if ride is not None:
             ride(rider if not self.pending else _with_pending(self.pending, rider))
         try:
@@ -362,22 +349,16 @@ class Call:
         return eval_id
 
 
-def _with_pending(pending: List[Callable[[sqlite3.Connection], None]],
-                  rider: Optional[Callable[[sqlite3.Connection], None]]) -> Callable[[sqlite3.Connection], None]:
+def _with_pending(pending: List[Callable[[Any], None]],
+                  rider: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
     """A rider writing a lease-free miss's record, then ``rider`` (a run's)."""
-    def both(c: sqlite3.Connection) -> None:
+    def both(c: Any) -> None:
         pending[0](c)
         if rider is not None:
             rider(c)
         pending.clear()  # reached only if nothing raised: the savepoint keeps both
 
     return both
-
-
-def _known_absent(store: Any, key: Key) -> bool:
-    """The call's lookup found no row at all for its key (``Index.known_absent``)."""
-    known = getattr(store.index, "known_absent", None)
-    return known is not None and known(key)
 
 
 def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:

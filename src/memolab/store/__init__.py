@@ -38,10 +38,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import config
-from ..errors import BlobsGone, CorruptBlob, StoreMiss, StoreUnavailable
+from ..errors import BlobsGone, StoreMiss, StoreUnavailable
 from . import perms, signing
 from .blobs import BlobFolder, digest_bytes
-from .sqlite import Index, Key, host_name, owner_alive_here, process_token, savepoint, write_usage
+from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
+from .inline import loads_result as _loads
+from .misses import insert_miss
+from .sqlite import NEWEST_ID_SQL, Index, Key, host_name, owner_alive_here, process_token, savepoint, write_usage
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -289,7 +292,7 @@ class Store:
         # a listing row (Index.evaluations) does not carry the inline bytes: read them
         inline = row["inline"] if "inline" in row else self.index.inline_of(row["id"])
         if inline is not None:
-            payload, source = _split_inline(inline, row, refs)
+            payload, source = split_inline(inline, row, refs)
         else:
             # The payload runs code when unpickled: it is re-hashed in full, every time.
             payload = bytes(self.blobs.get(row["payload"], row["payload_size"], verify="always"))
@@ -417,6 +420,31 @@ class Store:
             riders = self._riders = threading.local()
         riders.fn = None if fn is None else _savepointed(fn)
 
+    # -- why a call missed: the memo layer hands the record over, the store writes it ------------
+    def known_absent(self, key: Key) -> bool:
+        """This thread's last lookup of ``key`` found no row at all (not even one out of use)."""
+        return self.index.known_absent(key)
+
+    def newest_id(self) -> Optional[int]:
+        """The newest evaluation's id: a miss explained when asked is compared with what existed before it."""
+        return self.index.conn().execute(NEWEST_ID_SQL).fetchone()[0]
+
+    def miss_rider(self, fn: str, record: str) -> Callable[[sqlite3.Connection], None]:
+        """A rider (``ride_along``, ``acquire(on_owner=...)``) recording why ``fn`` missed in the
+        transaction it rides with; advisory: it never fails that transaction."""
+        def write(c: sqlite3.Connection) -> None:
+            try:
+                insert_miss(c, fn, record)
+            except sqlite3.Error:
+                pass  # the lease (or the result) matters, the explanation does not
+
+        return write
+
+    def write_rider(self, rider: Callable[[sqlite3.Connection], None]) -> None:
+        """Run ``rider`` in a transaction of its own (a miss record whose result was not stored)."""
+        with self.index.write() as c:
+            rider(c)
+
     def flush_hits(self) -> None:
         hits, stamps = self._take_usage()
         if hits or stamps:
@@ -518,57 +546,6 @@ def _savepointed(fn: Callable[[sqlite3.Connection], None]) -> Callable[[sqlite3.
     return run
 
 
-def _loads(payload: bytes, buffers: Sequence[Any]) -> Any:
-    """``pickling.loads`` without importing ``pickling`` (nor ``pickle``, 3 ms of a
-    process's first hit) unless the payload names it or loading fails: plain
-    ``_pickle``, the same unpickler ``pickle.loads`` is."""
-    import _pickle
-
-    try:
-        return _pickle.loads(payload, buffers=buffers)
-    except StoreMiss:
-        raise
-    except Exception as e:
-        from .. import pickling
-
-        raise pickling.load_error(e) from e
-
-
-def inline_problem(row: Dict[str, Any]) -> Optional[str]:
-    """Why the inline bytes of ``row`` (payload, buffers, payload_size, inline) do not match
-    what the row says of them, or None: what a load of it would refuse (``doctor``)."""
-    try:
-        refs = [(d, int(n)) for d, n in json.loads(row["buffers"] or "[]")]
-        _split_inline(row["inline"], row, refs)
-    except CorruptBlob as e:
-        return e.reason
-    except (ValueError, TypeError, KeyError):
-        return "damaged index row (its buffers or sizes do not decode)"
-    return None
-
-
-def _split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]) -> Tuple[bytes, Tuple[memoryview, ...]]:
-    """Payload and buffers of an inline row, each checked against its digest
-    (the row may be damaged or hand-edited like any file): ``CorruptBlob`` if not."""
-    n = row["payload_size"]
-    want = n + sum(size for _, size in refs) if refs else n
-    if len(inline) != want:
-        raise CorruptBlob(f"inline result of #{row['id']} has {len(inline)} bytes, expected {want}")
-    mv = memoryview(inline) if refs else None
-    payload = mv[:n] if mv is not None else inline  # (no buffers, most small results: the column as it is)
-    if digest_bytes(payload) != row["payload"]:
-        raise CorruptBlob(f"inline payload of #{row['id']} does not match its digest")
-    views = []
-    at = n
-    for d, size in refs:
-        v = mv[at:at + size]
-        at += size
-        if digest_bytes(v) != d:
-            raise CorruptBlob(f"inline buffer {d[:12]} of #{row['id']} does not match its digest")
-        views.append(v)
-    return bytes(payload), tuple(views)
-
-
 # -- opening: a working store, or a degraded one saying why not ---------------------------------
 
 def _damaged(e: BaseException) -> bool:
@@ -656,6 +633,9 @@ class ReadOnlyStore(Store):
 
     def flush_hits(self) -> None:
         pass
+
+    def write_rider(self, rider: Callable[[sqlite3.Connection], None]) -> None:
+        pass  # a miss record is advisory: a store that can only be read keeps none
 
     def clear(self, fn: Optional[str] = None) -> int:
         raise self.problem

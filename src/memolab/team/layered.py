@@ -27,17 +27,14 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import threading
-import time
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import config
-from ..errors import CorruptBlob, MemolabWarning, StoreMiss
+from ..errors import CorruptBlob, MemolabWarning
 from ..store import Store, signing
-from ..store.blobs import digest_bytes, fsync_dir as _fsync_dir
+from ..store.blobs import fsync_dir as _fsync_dir
 from ..store.sqlite import Key, host_name
 from . import journal
 from .link import Link, Offline
@@ -99,7 +96,7 @@ def code_digests(rows: Iterable[Dict[str, Any]]) -> List[str]:
 #: methods on the instance (a hit through a team store costs no extra call).
 _LOCAL_OPERATIONS = ("owner_id", "load", "load_from_memory", "check_entry", "mark_corrupt", "forget", "forget_key",
                      "count_hit", "note_duration", "flush_hits", "ride_along", "gc_plan", "unreferenced_blobs",
-                     "collect_garbage", "clear")
+                     "collect_garbage", "clear", "known_absent", "newest_id", "miss_rider", "write_rider")
 
 
 class TeamStore:

@@ -1,0 +1,60 @@
+"""The bytes of a result kept in the index row itself (small results, ``INLINE_MAX``): split
+into payload and buffers, each checked against its digest, and unpickled."""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import CorruptBlob, StoreMiss
+from .blobs import digest_bytes
+
+
+def loads_result(payload: bytes, buffers: Sequence[Any]) -> Any:
+    """``pickling.loads`` without importing ``pickling`` (nor ``pickle``, 3 ms of a
+    process's first hit) unless the payload names it or loading fails: plain
+    ``_pickle``, the same unpickler ``pickle.loads`` is."""
+    import _pickle
+
+    try:
+        return _pickle.loads(payload, buffers=buffers)
+    except StoreMiss:
+        raise
+    except Exception as e:
+        from .. import pickling
+
+        raise pickling.load_error(e) from e
+
+
+def inline_problem(row: Dict[str, Any]) -> Optional[str]:
+    """Why the inline bytes of ``row`` (payload, buffers, payload_size, inline) do not match
+    what the row says of them, or None: what a load of it would refuse (``doctor``)."""
+    try:
+        refs = [(d, int(n)) for d, n in json.loads(row["buffers"] or "[]")]
+        split_inline(row["inline"], row, refs)
+    except CorruptBlob as e:
+        return e.reason
+    except (ValueError, TypeError, KeyError):
+        return "damaged index row (its buffers or sizes do not decode)"
+    return None
+
+
+def split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]) -> Tuple[bytes, Tuple[memoryview, ...]]:
+    """Payload and buffers of an inline row, each checked against its digest
+    (the row may be damaged or hand-edited like any file): ``CorruptBlob`` if not."""
+    n = row["payload_size"]
+    want = n + sum(size for _, size in refs) if refs else n
+    if len(inline) != want:
+        raise CorruptBlob(f"inline result of #{row['id']} has {len(inline)} bytes, expected {want}")
+    mv = memoryview(inline) if refs else None
+    payload = mv[:n] if mv is not None else inline  # (no buffers, most small results: the column as it is)
+    if digest_bytes(payload) != row["payload"]:
+        raise CorruptBlob(f"inline payload of #{row['id']} does not match its digest")
+    views = []
+    at = n
+    for d, size in refs:
+        v = mv[at:at + size]
+        at += size
+        if digest_bytes(v) != d:
+            raise CorruptBlob(f"inline buffer {d[:12]} of #{row['id']} does not match its digest")
+        views.append(v)
+    return bytes(payload), tuple(views)
