@@ -367,6 +367,22 @@ def test_a_call_interrupted_while_the_team_says_wait_keeps_no_local_lease(kind, 
     assert calls == [11] and later == [] and leases(store) == []
 
 
+def test_store_acquire_interrupted_while_the_team_says_wait_keeps_no_local_lease(team_store, monkeypatch):
+    """The blocking ``Store.acquire`` (an API of its own, beside memoized calls) gives back the
+    local lease a team store holds while the team says "wait" when Ctrl-C cuts the wait short."""
+    f = memoized("sync", Calls())
+    store, key = f.store(), f.key(12)
+    other = "other-box:1:1:machine:1"
+    assert store.link.index.claim(key, other, 30.0) == ("owner", None)
+    spy = Spy(store, monkeypatch)
+    threading.Thread(target=lambda: (spy.waiting.wait(JOIN), _thread.interrupt_main())).start()
+    with pytest.raises(KeyboardInterrupt):
+        store.acquire(key, store.owner_id())
+    assert "wait" in spy.answers
+    assert leases(store) == [], "the interrupted acquire kept its local lease"
+    store.link.index.release(key, other)
+
+
 def _wait_for(calls: Calls) -> None:
     for _ in range(JOIN * 100):
         if calls:

@@ -26,12 +26,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Awaitable, Callable, Dict, Generator, NamedTuple, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, Generator, NamedTuple, Optional, Protocol, Tuple
 
-try:
-    from typing import Protocol
-except ImportError:  # Python 3.7
-    Protocol = object  # type: ignore[assignment,misc]
 
 __all__ = ["Pause", "Compute", "COMPUTE", "Steps", "claim", "lifecycle", "drive_sync", "drive_async"]
 

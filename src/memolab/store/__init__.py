@@ -147,7 +147,13 @@ class Store:
                 return "hit", row
         from ..lifecycle import claim, drive_sync  # the one wait loop, shared with memoized calls
 
-        return drive_sync(claim(self, key, owner, force, on_owner), None)
+        try:
+            return drive_sync(claim(self, key, owner, force, on_owner), None)
+        except BaseException:
+            # a wait cut short (Ctrl-C) gives back what the claim may hold: a team store keeps
+            # its local lease while the team says "wait"
+            self.release(key, owner)
+            raise
 
     def note_duration(self, key: Key, seconds: float) -> None:
         """A computation of ``key`` took ``seconds``: once one of a function's code takes
