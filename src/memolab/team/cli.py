@@ -90,7 +90,12 @@ def cmd_remote(args: argparse.Namespace) -> int:
                            "queued": 0, "uploaded": 0, "team_evaluations": None,
                            "signed": signing.secret() is not None, "failing": 0, "last_upload_error": None}
     if local:
-        store = _team_store(args)
+        journal.foreground_only()  # a status is read-only: no upload now (thread) nor at exit
+        try:
+            store = _team_store(args)
+        finally:
+            journal.background = True  # (for a caller that runs commands in-process)
+        store.journal.read_only = True
         link = store.link
         out["queued"] = journal.count(store.index)
         out["uploaded"] = journal.uploaded_count(store.index)
@@ -100,13 +105,28 @@ def cmd_remote(args: argparse.Namespace) -> int:
 
         link = Link(remote[0], remote[1], config.settings().remote_timeout)
     t0 = time.monotonic()
-    try:
-        idx = link.attempt(lambda: link.index)
-        out["index_reachable"] = True
-        out["schema_version"], out["supported"] = _schema(idx)
-        out["team_evaluations"] = sum(f["evaluations"] for f in link.attempt(idx.functions))
-    except Offline:
-        out["error"] = link.disabled or link.last_error
+    if remote[0].lower().startswith(("postgresql://", "postgres://")):
+        # read-only and bounded: never creates the schema, checks all of it
+        from .pgschema import status as pg_status
+
+        st = pg_status(remote[0], link.timeout)
+        out["index_reachable"] = st["reachable"]
+        out["schema_version"] = st["schema"]
+        out["supported"] = f"{st['supported'][0]}-{st['supported'][1]}"
+        out["team_evaluations"] = st.get("evaluations")
+        if not st["ok"]:
+            # an empty database is usable (the first client creates the schema); a damaged or
+            # unsupported schema, or a server that does not answer in time, is not
+            out["index_reachable"] = bool(st.get("empty"))
+            out["error"] = st["message"]
+    else:
+        try:
+            idx = link.attempt(lambda: link.index)
+            out["index_reachable"] = True
+            out["schema_version"], out["supported"] = _schema(idx)
+            out["team_evaluations"] = sum(f["evaluations"] for f in link.attempt(idx.functions))
+        except Offline:
+            out["error"] = link.disabled or link.last_error
     try:
         b = link.attempt(lambda: link.blobs)
         ping = getattr(b, "ping", None)

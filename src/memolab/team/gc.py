@@ -10,6 +10,8 @@ What goes:
    result that everyone reads from their local caches is not taken for unused.
 2. **Blobs** that no remaining row refers to (payloads, buffers, logs bundles),
    and only those last written more than ``grace`` seconds ago.
+3. **Abandoned multipart uploads** of blobs (S3: a process killed mid-upload leaves its
+   parts, billed, until the upload is aborted) started more than ``grace`` seconds ago.
 
 Order and races (the team store has no transaction spanning the index and the
 bucket, so each step is chosen to be safe on its own):
@@ -53,12 +55,15 @@ class Plan:
     #: objects in the blob store, and their bytes, before anything is deleted
     listed: int = 0
     listed_bytes: int = 0
+    #: multipart uploads started before the grace period and never completed: (key, id, initiated)
+    uploads: List[Tuple[str, str, float]] = field(default_factory=list)
 
     def summary(self, dry_run: bool) -> Dict[str, Any]:
         return {"evaluations": len(self.rows), "evaluation_ids": [r["id"] for r in self.rows],
                 "blobs": len(self.blobs), "blob_bytes": sum(n for _, n in self.blobs),
                 "young_blobs_kept": len(self.young), "young_bytes_kept": sum(n for _, n in self.young),
-                "remote_objects": self.listed, "remote_bytes": self.listed_bytes, "dry_run": dry_run}
+                "remote_objects": self.listed, "remote_bytes": self.listed_bytes,
+                "abandoned_uploads": len(self.uploads), "dry_run": dry_run}
 
 
 def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: Optional[int] = None,
@@ -75,6 +80,9 @@ def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: O
         if digest in refs:
             continue
         (out.blobs if modified <= oldest_kept else out.young).append((digest, size))
+    stale = getattr(blobs, "stale_uploads", None)  # S3 only: a file:// upload leaves a tmp/ file
+    if stale is not None:
+        out.uploads = stale(oldest_kept)
     return out
 
 
@@ -92,6 +100,8 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> Dict[str, 
         if progress is not None:
             progress(len(dead[i:i + _BATCH]))
     p.blobs = dead
+    if p.uploads:
+        blobs.abort_uploads(p.uploads)
     return p.summary(dry_run=False)
 
 
@@ -141,6 +151,9 @@ def run_cli(args: Any) -> int:
           f"{human_size(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
           f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
           f"the grace period of {human_duration(grace)} ({human_size(r['young_bytes_kept'])}; perhaps uploads in flight)")
+    if p.uploads:
+        print(f"{'would abort' if dry else 'aborted'} {len(p.uploads)} multipart upload(s) abandoned more than "
+              f"{human_duration(grace)} ago (a process killed mid-upload; their parts are billed until aborted)")
     if dry and not args.dry_run:
         print("dry run: nothing deleted; pass --yes to delete")
     return OK

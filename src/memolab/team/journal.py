@@ -159,6 +159,8 @@ class Journal:
         # flight, which a daemon thread would otherwise lose at exit (a large bundle's GET)
         self._logs_lock = threading.Lock()
         self._stop = False
+        #: a read-only process (``memolab remote status``): nothing is uploaded at exit
+        self.read_only = False
         #: (local eval id, the team row's ``logs`` value) to import off the hit path
         self.logs_wanted: List[Tuple[int, str]] = []
         #: digests of source texts to copy from the team (``TeamStore.import_sources``)
@@ -343,6 +345,8 @@ class Journal:
         self._stop = True
         self._wake.set()
         link = self.store.link
+        if self.read_only:
+            return
         if link.disabled is not None or link.down_since is not None:
             return  # down: no wait at all; the queue is uploaded by the next process or `memolab sync`
         try:

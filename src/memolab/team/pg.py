@@ -46,7 +46,8 @@ from .pgschema import (DATA_COLS as _DATA_COLS, KEY_COLS as _KEY_COLS, NOW as _N
                        TYPES as _TYPES, LOCK_KEY as _LOCK_KEY, SchemaIncomplete as _Inconsistent, TeamSchemaError,
                        check_version as _check_version, connect as _connect, migrate as _migrate,
                        network_error as _network, read_version as _read_version, remote_timeout, status, upgrade,
-                       where)
+                       where, MARGIN, bounded, migrate_budget, session_settings, slow_budget)
+from .deadline import WATCHDOG
 
 Key = Tuple[str, str, str, str]
 Row = Dict[str, Any]
@@ -176,7 +177,8 @@ class PgIndex:
             # an empty database: the first client creates the schema (serialised by
             # the advisory lock; a client that waited finds it created)
             try:
-                _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True)
+                bounded(conn, migrate_budget(5.0, 60.0),
+                        lambda: _migrate(conn, self.dsn, lock_timeout=5.0, wait=60.0, create_only=True))
             except pgerrors.InsufficientPrivilege as e:
                 raise TeamSchemaError(f"no memolab schema at {where(self.dsn)}, and this role may not create it: "
                                       f"run `memolab remote upgrade` as a role that may ({e})", None) from e
@@ -192,6 +194,7 @@ class PgIndex:
             # a connection inherited through fork is the parent's session: never used
             # (nor closed: psycopg does not finish a connection of another pid)
             c = _connect(self.dsn, self.timeout)
+            self._local.budget = self.wait()
             self._local.conn = c
             self._local.pid = os.getpid()
             self._local.fresh = True
@@ -225,24 +228,50 @@ class PgIndex:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _run(self, work: Callable[[psycopg.Connection], T], retry: bool = True) -> T:
-        """``work(conn)``: network failures -> ``RemoteUnavailable``; a deadlock or a
-        connection that went stale while idle (server restarted) -> tried again."""
+    def wait(self) -> float:
+        """How long a caller's operation may take: ``MEMOLAB_REMOTE_TIMEOUT`` (or ``timeout``)."""
+        return self.timeout if self.timeout is not None else remote_timeout()
+
+    def _run(self, work: Callable[[psycopg.Connection], T], retry: bool = True, slow: bool = False) -> T:
+        """``work(conn)`` within a deadline: ``wait()`` for what a caller waits for, ``slow_budget``
+        for background and maintenance work (``slow``), both on the server (the session's
+        ``statement_timeout``/``lock_timeout``) and on the client (``deadline.WATCHDOG``: a
+        silent network). Network failures and overrun deadlines -> ``RemoteUnavailable``; a
+        deadlock, or a connection that went stale while idle (server restarted) -> tried again."""
+        t = self.wait()
+        budget = slow_budget(t) if slow else t
         for attempt in range(3):
             conn = self.conn()
             fresh = self._local.fresh
             self._local.fresh = False
+            armed = None
             try:
+                if self._local.budget != budget:
+                    bounded(conn, t, lambda: conn.execute(*session_settings(budget)))
+                    self._local.budget = budget
+                armed = WATCHDOG.arm(conn.pgconn.socket, budget + MARGIN)
                 return work(conn)
             except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                 if attempt == 2:
                     raise
+            except (pgerrors.QueryCanceled, pgerrors.LockNotAvailable) as e:
+                # the session's statement_timeout or lock_timeout: the server answers, but not
+                # in time (a table locked by another session, an overloaded server)
+                raise RemoteUnavailable(f"team index {where(self.dsn)} did not answer within {budget:g} s "
+                                        f"({str(e).strip()})") from e
             except psycopg.Error as e:
                 if not _network(e, conn):
                     raise
                 self._drop_conn()
+                cut = armed is not None and WATCHDOG.disarm(armed)
+                if cut:
+                    raise RemoteUnavailable(f"team index {where(self.dsn)} silent for {budget:g} s "
+                                            "(no answer on an open connection)") from e
                 if fresh or not retry or attempt > 0:
                     raise RemoteUnavailable(f"team index {where(self.dsn)} unreachable: {str(e).strip()}") from e
+            finally:
+                if armed is not None:
+                    WATCHDOG.disarm(armed)
         raise AssertionError("unreachable")
 
     # -- the hot path ----------------------------------------------------------------------
@@ -418,7 +447,7 @@ class PgIndex:
                 got.update(self._replace_refused(c, {k: rows[i][1] for k, i in uniq if not got[k][1]}))
             return [got[tuple(k)] if i == first[tuple(k)] else (got[tuple(k)][0], False)  # type: ignore[index]
                     for i, (k, _, _) in enumerate(rows)]
-        return self._run(work)
+        return self._run(work, slow=True)
 
     def _replace_refused(self, c: psycopg.Connection, wanted: Dict[Key, Row]) -> Dict[Key, Tuple[int, bool]]:
         """Of the keys whose 'done' row stood against a publish (``wanted``: key -> the row
@@ -454,7 +483,7 @@ class PgIndex:
         sql += " ORDER BY finished ASC NULLS FIRST, id ASC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(ROW_COLUMNS, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall())]
+        return [dict(zip(ROW_COLUMNS, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
 
     def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
         self._run(lambda c: c.execute("UPDATE memolab_evaluations SET status = %s, reason = %s WHERE id = %s",
@@ -472,7 +501,7 @@ class PgIndex:
             "locked AS (SELECT e.id FROM memolab_evaluations e WHERE e.id IN (SELECT id FROM u) "
             "ORDER BY e.id FOR UPDATE) "
             "UPDATE memolab_evaluations e SET hits = e.hits + u.n, last_hit = GREATEST(COALESCE(e.last_hit, 0), u.t) "
-            "FROM u WHERE e.id = u.id AND e.id IN (SELECT id FROM locked)", arrays))
+            "FROM u WHERE e.id = u.id AND e.id IN (SELECT id FROM locked)", arrays), slow=True)
 
     # -- listing and maintenance ------------------------------------------------------------
     def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
@@ -493,12 +522,12 @@ class PgIndex:
         sql += f" ORDER BY {_order_sql(order)}"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(cols, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall())]
+        return [dict(zip(cols, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
 
     def functions(self) -> List[Dict[str, Any]]:
         rows = self._run(lambda c: c.execute(
             "SELECT fn, count(*), sum(size), max(finished), sum(hits), sum(duration) FROM memolab_evaluations "
-            'GROUP BY fn ORDER BY fn COLLATE "C"').fetchall())
+            'GROUP BY fn ORDER BY fn COLLATE "C"').fetchall(), slow=True)
         return [dict(fn=r[0], evaluations=int(r[1]), size=int(r[2] or 0), last=r[3], hits=int(r[4] or 0),
                      compute=float(r[5] or 0.0)) for r in rows]
 
@@ -512,7 +541,7 @@ class PgIndex:
         refs: Set[str] = set()
         rows = self._run(lambda c: c.execute(
             "SELECT id, payload, buffers, logs, inline IS NULL FROM memolab_evaluations "
-            "WHERE inline IS NULL OR logs IS NOT NULL").fetchall())
+            "WHERE inline IS NULL OR logs IS NOT NULL").fetchall(), slow=True)
         for i, payload, buffers, logs, blobs in rows:
             if i in exclude:
                 continue
@@ -539,23 +568,23 @@ class PgIndex:
         if max_size is None:
             cond = "status <> 'done'" + (f" OR {_LAST_USE} < %s" if cutoff is not None else "")
             sql = f"SELECT {cols} FROM memolab_evaluations WHERE {cond} ORDER BY {_LAST_USE} ASC, id ASC"
-            rows = self._run(lambda c: c.execute(sql, () if cutoff is None else (float(cutoff),)).fetchall())
+            rows = self._run(lambda c: c.execute(sql, () if cutoff is None else (float(cutoff),)).fetchall(), slow=True)
             return [dict(zip(self._GC_COLS, r)) for r in rows]
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {_LAST_USE} "
                f"FROM memolab_evaluations ORDER BY {_LAST_USE} ASC, id ASC")
-        drop = plan_by_size(self._run(lambda c: c.execute(sql).fetchall()), cutoff, max_size)
+        drop = plan_by_size(self._run(lambda c: c.execute(sql).fetchall(), slow=True), cutoff, max_size)
         return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
 
     def delete_evaluations(self, ids: Sequence[int]) -> None:
         ids = [int(i) for i in ids]
         if ids:
-            self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE id = ANY(%s)", (ids,)))
+            self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE id = ANY(%s)", (ids,)), slow=True)
 
     def clear(self, fn: Optional[str] = None) -> int:
         if fn is None:
-            cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations"))
+            cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations"), slow=True)
         else:
-            cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE fn = %s", (fn,)))
+            cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE fn = %s", (fn,)), slow=True)
         return int(cur.rowcount)
 
     def source(self, digest: str) -> Optional[str]:

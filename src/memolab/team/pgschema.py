@@ -9,7 +9,7 @@ never loads it.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -17,6 +17,7 @@ from psycopg import errors as pgerrors
 from .. import config
 from ..errors import RemoteUnavailable, StoreConfigError
 from ..store.sqlite import EVAL_COLUMNS
+from .deadline import WATCHDOG
 
 
 T = TypeVar("T")
@@ -178,8 +179,52 @@ def network_error(e: BaseException, conn: Optional[psycopg.Connection] = None) -
     return False
 
 
-def connect(dsn: str, timeout: Optional[float] = None) -> psycopg.Connection:
+#: the longest a background or maintenance statement may run (``sync``, ``gc``, ``pull``):
+#: longer than a caller's wait, still bounded
+SLOW_MIN = 60.0
+
+
+def slow_budget(t: float) -> float:
+    """The bound on one background/maintenance operation when callers wait ``t`` at most."""
+    return max(SLOW_MIN, 20 * t)
+
+
+#: the client-side margin past the server's ``statement_timeout``: the server's cancel
+#: (the connection stays usable) comes first when the server is alive
+MARGIN = 0.25
+
+
+def session_settings(budget: float) -> Tuple[str, Tuple[str, str, str]]:
+    """The statement (one round trip) setting a session's server-side bounds for operations
+    of ``budget`` seconds: ``statement_timeout`` and ``lock_timeout`` (a table locked by
+    another session), and ``idle_in_transaction_session_timeout`` (a client that dies inside
+    a transaction does not hold a lease row's lock for the server's TCP timeout)."""
+    ms = max(1, min(int(budget * 1000), 2**31 - 1))
+    idle = max(5000, min(2 * ms, 2**31 - 1))
+    return ("SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false), "
+            "set_config('idle_in_transaction_session_timeout', %s, false)", (f"{ms}ms", f"{ms}ms", f"{idle}ms"))
+
+
+def bounded(conn: psycopg.Connection, seconds: float, work: Callable[[], T]) -> T:
+    """``work()`` on ``conn`` within ``seconds`` (+ ``MARGIN``) by the client's clock: past it the
+    socket is shut down and ``work`` fails with a connection error (``network_error``)."""
+    try:
+        fd = conn.pgconn.socket
+    except psycopg.Error:
+        return work()  # closed: work fails on its own
+    armed = WATCHDOG.arm(fd, seconds + MARGIN)
+    try:
+        return work()
+    finally:
+        WATCHDOG.disarm(armed)
+
+
+def connect(dsn: str, timeout: Optional[float] = None, budget: Optional[float] = None) -> psycopg.Connection:
+    """A session whose every wait is bounded: connecting (``connect_timeout``, libpq's floor is
+    2 s), a silent peer (TCP keepalives, ``tcp_user_timeout``), each statement of it
+    (``session_settings(budget)``; ``budget`` defaults to ``timeout``)."""
     t = timeout if timeout is not None else remote_timeout()
+    t = min(max(t, 0.001), 86400.0)  # the settings allow 0.1..600; a direct caller cannot overflow libpq's ints
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as e:
@@ -187,38 +232,56 @@ def connect(dsn: str, timeout: Optional[float] = None) -> psycopg.Connection:
     kw: Dict[str, Any] = {}
     # bounded waits: connecting, and a peer that vanishes mid-call (unacknowledged
     # data, silent idle connection) instead of the kernel's 15-minute defaults
-    defaults = {"connect_timeout": max(2, int(round(t))), "keepalives": 1, "keepalives_idle": max(1, int(t)),
-                "keepalives_interval": 1, "keepalives_count": 3, "tcp_user_timeout": int(t * 1000),
-                "application_name": "memolab"}
+    # (TCP_KEEPIDLE's ceiling is 32767 s: more fails every connection)
+    defaults = {"connect_timeout": max(2, int(round(t))), "keepalives": 1,
+                "keepalives_idle": min(32767, max(1, int(t))), "keepalives_interval": 1, "keepalives_count": 3,
+                "tcp_user_timeout": min(2**31 - 1, max(1, int(t * 1000))), "application_name": "memolab"}
     for k, v in defaults.items():
         if k not in params:
             kw[k] = v
+    conn: Optional[psycopg.Connection] = None
     try:
         conn = psycopg.connect(dsn, autocommit=True, **kw)
-        # a client that dies inside a transaction must not hold a lease row's lock for
-        # the server's TCP timeout: the server ends such a session after a minute
-        conn.execute("SET idle_in_transaction_session_timeout = '60s'")
+        c = conn
+        bounded(c, t, lambda: c.execute(*session_settings(t if budget is None else budget)))
     except psycopg.Error as e:
+        if conn is not None:
+            conn.close()
         if network_error(e):
             raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {str(e).strip()}") from e
         raise
     return conn
 
 
+#: what a complete schema has besides ``memolab_meta``: a part missing is damage
+PARTS = (("table", "memolab_evaluations"), ("table", "memolab_leases"), ("table", "memolab_sources"),
+         ("function", "memolab_claim(text,text,text,text,text,boolean)"))
+
+
 def read_version(conn: psycopg.Connection) -> Optional[int]:
-    """The schema version of the database, or None when it holds no memolab schema."""
-    row = conn.execute("SELECT to_regclass('memolab_meta') IS NOT NULL, "
-                       "to_regclass('memolab_evaluations') IS NOT NULL").fetchone()
+    """The schema version of the database, or None when it holds no memolab schema.
+    ``SchemaIncomplete`` when part of it is missing (a table, the ``memolab_claim`` function)."""
+    probes = ", ".join(f"to_regclass('{name}') IS NOT NULL" if kind == "table"
+                       else f"to_regprocedure('{name}') IS NOT NULL" for kind, name in PARTS)
+    row = conn.execute(f"SELECT to_regclass('memolab_meta') IS NOT NULL, {probes}").fetchone()
     assert row is not None
     if not row[0]:
-        if row[1]:
+        if any(row[1:]):
             raise SchemaIncomplete("the team database has memolab tables but no memolab_meta table: "
                                 "it is damaged or was not created by memolab", None)
         return None
+    missing = [f"{kind} {name.split('(')[0]}" for (kind, name), there in zip(PARTS, row[1:]) if not there]
+    if missing:
+        raise SchemaIncomplete(f"the team schema is incomplete: {', '.join(missing)} missing (damaged? "
+                               "`memolab remote upgrade` cannot repair it: restore it or start a new database)", None)
     v = conn.execute("SELECT value FROM memolab_meta WHERE key = 'schema_version'").fetchone()
     if v is None:
         raise SchemaIncomplete("the team database's memolab_meta has no schema_version: it is damaged", None)
-    return int(v[0])
+    try:
+        return int(v[0])
+    except (TypeError, ValueError):
+        raise TeamSchemaError(f"the team database's schema_version is {v[0]!r}, not a number: it is damaged",
+                              None) from None
 
 
 def check_version(version: int, dsn: str) -> None:
@@ -242,6 +305,9 @@ def migrate(conn: psycopg.Connection, dsn: str, lock_timeout: float, wait: float
     """
     with conn.transaction():
         conn.execute(f"SET LOCAL lock_timeout = '{int(wait * 1000)}ms'")
+        # the session's statement_timeout bounds a caller's lookups: a migration's
+        # statements wait for locks (bounded above) and may take a while themselves
+        conn.execute(f"SET LOCAL statement_timeout = '{int(migrate_budget(lock_timeout, wait) * 1000)}ms'")
         try:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
         except pgerrors.LockNotAvailable as e:
@@ -269,6 +335,11 @@ def migrate(conn: psycopg.Connection, dsn: str, lock_timeout: float, wait: float
         return before, TEAM_SCHEMA_VERSION
 
 
+def migrate_budget(lock_timeout: float, wait: float) -> float:
+    """The longest one ``migrate`` may take (its client-side deadline)."""
+    return wait + lock_timeout + 60.0
+
+
 def upgrade(dsn: str, lock_timeout: float = 5.0, wait: float = 60.0,
             timeout: Optional[float] = None) -> Dict[str, Any]:
     """Create or upgrade the team schema (``memolab remote upgrade``).
@@ -278,7 +349,8 @@ def upgrade(dsn: str, lock_timeout: float = 5.0, wait: float = 60.0,
     ``{'from': version or None, 'to': version, 'changed': bool}``."""
     conn = connect(dsn, timeout)
     try:
-        before, after = migrate(conn, dsn, lock_timeout, wait)
+        before, after = bounded(conn, migrate_budget(lock_timeout, wait),
+                                lambda: migrate(conn, dsn, lock_timeout, wait))
     except psycopg.Error as e:
         if network_error(e, conn):
             raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {str(e).strip()}") from e
@@ -289,48 +361,60 @@ def upgrade(dsn: str, lock_timeout: float = 5.0, wait: float = 60.0,
 
 
 def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
-    """What ``memolab remote status`` shows; never raises for an unreachable server and writes nothing.
+    """What ``memolab remote status`` shows; never raises for an unreachable or stalled server,
+    answers within about ``timeout`` (connecting: libpq's floor of 2 s) and writes nothing.
 
     Keys: reachable, where, server (version string), schema (version or None),
     supported (lo, hi), ok (the schema is usable by this memolab), message, and
-    when the schema is there: evaluations, done, functions, size, leases."""
+    when the schema is there: evaluations, done, functions, size, leases (None for
+    what could not be counted in time: ``message`` says so)."""
+    t = timeout if timeout is not None else remote_timeout()
     out: Dict[str, Any] = {"reachable": False, "where": where(dsn), "server": None, "schema": None,
                            "supported": SUPPORTED, "ok": False, "message": ""}
     try:
-        conn = connect(dsn, timeout)
+        conn = connect(dsn, t)
     except RemoteUnavailable as e:
         out["message"] = str(e)
         return out
     try:
         out["reachable"] = True
-        out["server"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
-        try:
-            version = read_version(conn)
-        except TeamSchemaError as e:
-            out["message"] = str(e)
-            return out
-        out["schema"] = version
-        if version is None:
-            out["message"] = "no memolab schema yet: the first client (or `memolab remote upgrade`) creates it"
-            return out
-        try:
-            check_version(version, dsn)
-            out["ok"] = True
-            out["message"] = f"schema {version}, supported {SUPPORTED[0]}..{SUPPORTED[1]}"
-        except TeamSchemaError as e:
-            out["message"] = str(e)
-        n, done, fns, size = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(DISTINCT fn), "
-            "COALESCE(sum(size), 0) FROM memolab_evaluations").fetchone()  # type: ignore[misc]
-        out.update(evaluations=int(n), done=int(done), functions=int(fns), size=int(size))
-        out["leases"] = int(conn.execute("SELECT count(*) FROM memolab_leases").fetchone()[0])  # type: ignore[index]
+        bounded(conn, t, lambda: _status(conn, dsn, out))
+    except (pgerrors.QueryCanceled, pgerrors.LockNotAvailable):
+        out["ok"] = False
+        out["message"] = (f"{out['message'] + '; ' if out['message'] else ''}the team index at {where(dsn)} "
+                          f"did not answer within {t:g} s (a table locked by another session? a server overloaded?)")
     except psycopg.Error as e:
         if not network_error(e, conn):
             raise
         out["reachable"] = False
-        out["message"] = f"team index {where(dsn)} unreachable: {str(e).strip()}"
+        out["ok"] = False
+        out["message"] = f"team index {where(dsn)} unreachable (or silent for {t:g} s): {str(e).strip()}"
     finally:
         conn.close()
     return out
 
 
+def _status(conn: psycopg.Connection, dsn: str, out: Dict[str, Any]) -> None:
+    out["server"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+    try:
+        version = read_version(conn)
+    except TeamSchemaError as e:
+        out["message"] = str(e)
+        return
+    out["schema"] = version
+    if version is None:
+        out["message"] = "no memolab schema yet: the first client (or `memolab remote upgrade`) creates it"
+        out["empty"] = True
+        return
+    try:
+        check_version(version, dsn)
+        out["ok"] = True
+        out["message"] = f"schema {version}, supported {SUPPORTED[0]}..{SUPPORTED[1]}"
+    except TeamSchemaError as e:
+        out["message"] = str(e)
+    out.update(evaluations=None, done=None, functions=None, size=None, leases=None)
+    out["leases"] = int(conn.execute("SELECT count(*) FROM memolab_leases").fetchone()[0])  # type: ignore[index]
+    n, done, fns, size = conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(DISTINCT fn), "
+        "COALESCE(sum(size), 0) FROM memolab_evaluations").fetchone()  # type: ignore[misc]
+    out.update(evaluations=int(n), done=int(done), functions=int(fns), size=int(size))

@@ -33,6 +33,10 @@ _UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
                       "ExpiredToken": "expired credentials"}
 
 
+#: what a caller waits for (a team hit's download): the ``read`` client's bounded single attempt
+_CALLER_OPS = frozenset(("get_object", "head_object"))
+
+
 class _PastTheEnd(CorruptBlob):
     """A ranged GET starting past the object's end (416 InvalidRange): the object is shorter
     than its recorded size (a corrupt blob), or, asked on purpose, exactly as long."""
@@ -41,7 +45,11 @@ class _PastTheEnd(CorruptBlob):
 class S3Blobs(RemoteBlobs):
     """Blobs in an S3-protocol bucket through one thread-safe boto3 client.
 
-    Client: connect and read timeouts of ``timeout`` seconds, at most one retry,
+    Clients: what a caller waits for (``get_object``/``head_object``, the ``read`` client) and
+    ``ping`` get ONE attempt with connect and read timeouts of half of ``timeout`` each: a
+    silent server costs at most ``timeout`` (``MEMOLAB_REMOTE_TIMEOUT``), not a retry's
+    double plus its back-off. Uploads and maintenance (``main``, the background's) get
+    connect and read timeouts of ``timeout`` seconds and at most one retry;
     a connection pool as large as the concurrency (every request holds one of
     ``concurrency`` slots, so nested part transfers never over-subscribe it).
     Responses are not checksum-validated by botocore (``when_required``): each
@@ -61,8 +69,9 @@ class S3Blobs(RemoteBlobs):
         return f"{self.prefix}/{blob_key(digest)}" if self.prefix else blob_key(digest)
 
     def _client(self, kind: str = "main", timeout: Optional[float] = None) -> Any:
-        """``main``: every transfer; ``slow``: a long read timeout (completing a multipart
-        upload takes the server a while); ``ping``: no retry, the caller's timeout."""
+        """``main``: uploads, listing, deleting (background and maintenance); ``read``: what a
+        caller waits for; ``slow``: a long read timeout (completing a multipart upload takes
+        the server a while); ``ping``: like ``read``, with the caller's timeout."""
         name = f"{kind}:{timeout}"
         c = self._clients.get(name)
         if c is not None:
@@ -76,9 +85,11 @@ class S3Blobs(RemoteBlobs):
                 except ImportError as e:
                     raise StoreConfigError(f"{self.url}: s3:// needs boto3 (pip install 'memolab[team]')") from e
                 t = self.timeout if timeout is None else timeout
-                read = t if kind != "slow" else max(60.0, 10 * t)
-                cfg = Config(connect_timeout=t, read_timeout=read,
-                             retries={"mode": "standard", "total_max_attempts": 1 if kind == "ping" else 2},
+                once = kind in ("ping", "read")  # a caller waits: one attempt, connect + read <= t
+                connect = t / 2 if once else t
+                read = t / 2 if once else t if kind != "slow" else max(60.0, 10 * t)
+                cfg = Config(connect_timeout=connect, read_timeout=read,
+                             retries={"mode": "standard", "total_max_attempts": 1 if once else 2},
                              max_pool_connections=self.concurrency + 2,
                              response_checksum_validation="when_required",
                              user_agent_extra="memolab")
@@ -121,6 +132,8 @@ class S3Blobs(RemoteBlobs):
 
     def _call(self, op: str, digest: Optional[str] = None, kind: str = "main",
               timeout: Optional[float] = None, **kw: Any) -> Any:
+        if kind == "main" and op in _CALLER_OPS:
+            kind = "read"
         with self._slots:
             try:
                 return getattr(self._client(kind, timeout), op)(Bucket=self.bucket, **kw)
@@ -468,6 +481,39 @@ class S3Blobs(RemoteBlobs):
                 e = errs[0]
                 raise RemoteUnavailable(f"team blob store {self.url}: could not delete {e.get('Key')}: "
                                         f"{e.get('Code')}: {e.get('Message', '')}")
+
+    def stale_uploads(self, before: float) -> List[Tuple[str, str, float]]:
+        """memolab's multipart uploads under this prefix started before ``before`` (a time):
+        (key, upload id, initiated); left by a process killed mid-upload, their parts are
+        kept (and billed) until aborted."""
+        prefix = f"{self.prefix}/blobs/" if self.prefix else "blobs/"
+        out: List[Tuple[str, str, float]] = []
+        kw: Dict[str, Any] = {"Prefix": prefix, "MaxUploads": 1000}
+        while True:
+            page = self._call("list_multipart_uploads", **kw)
+            for u in page.get("Uploads", ()):
+                t = u["Initiated"].timestamp()
+                if t < before and DIGEST_RE.match(u["Key"].rsplit("/", 1)[-1]):
+                    out.append((u["Key"], u["UploadId"], t))
+            if not page.get("IsTruncated"):
+                return out
+            kw.update(KeyMarker=page.get("NextKeyMarker"), UploadIdMarker=page.get("NextUploadIdMarker"))
+
+    def abort_uploads(self, uploads: Iterable[Tuple[str, str, float]]) -> int:
+        """Abort these multipart uploads (their parts are deleted); how many were aborted
+        (one already completed or aborted meanwhile is not counted)."""
+        from botocore.exceptions import ClientError
+
+        n = 0
+        for key, upload_id, _ in uploads:
+            try:
+                self._call("abort_multipart_upload", Key=key, UploadId=upload_id)
+                n += 1
+            except RemoteUnavailable as e:
+                if isinstance(e.__cause__, ClientError) and "NoSuchUpload" in str(e):
+                    continue
+                raise
+        return n
 
     def ping(self, timeout: Optional[float] = None) -> None:
         """One HEAD of the bucket, no retry, ``timeout`` seconds for connect and read."""
