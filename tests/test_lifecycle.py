@@ -333,6 +333,7 @@ def team_store(tmp_path, team, monkeypatch):
     """This process's store in front of the team store of ``team`` (SQLite+file, PostgreSQL+S3)."""
     for k, v in team.env.items():
         monkeypatch.setenv(k, v)
+    monkeypatch.setenv("MEMOLAB_HMAC_KEY", "lifecycle-team")  # a team store wants signed rows (and warns without)
     old = config.settings()
     memolab.configure(store=str(tmp_path / "local"), remote=team.env["MEMOLAB_REMOTE"],
                       remote_blobs=team.env["MEMOLAB_REMOTE_BLOBS"], lease_ttl=30.0, heartbeat=0.2)
