@@ -301,3 +301,49 @@ def test_connect_bounds_are_clamped_for_any_timeout(postgres_dsn):
             assert c.execute("SHOW statement_timeout").fetchone()[0] != "0"
         finally:
             c.close()
+
+
+def test_sync_sends_again_what_the_team_index_lost(rig):
+    """A database that acknowledged a publish and lost it (``synchronous_commit = off`` and a
+    crash) is simulated by deleting the row server-side: ``memolab sync`` looks for what this
+    store published, finds it missing and sends it again; another machine then hits it."""
+    import psycopg
+
+    rig.run("A", "0", "1", proxied=False)  # both uploaded at exit
+    assert rig.team_args() == 2
+    with psycopg.connect(rig.dsn, autocommit=True) as c:
+        c.execute("DELETE FROM memolab_evaluations WHERE id = (SELECT min(id) FROM memolab_evaluations)")
+    assert rig.team_args() == 1
+    synced = rig.cli("A", "sync", "--json")
+    assert synced.returncode == 0, synced.stderr
+    out = json.loads(synced.stdout)
+    assert out["resent"] == 1 and out["uploaded"] == 1 and out["queued"] == 0, out
+    assert rig.team_args() == 2
+    again = json.loads(rig.cli("A", "sync", "--json").stdout)  # confirmed now: nothing to send
+    assert again["resent"] == 0 and again["uploaded"] == 0, again
+    rig.run("B", "0", "1", proxied=False)
+    assert rig.computed() == ["A 0", "A 1"]
+
+
+@pytest.mark.parametrize("damage", ["refused", "version-not-a-number", "claim-function-missing"])
+def test_team_commands_say_what_is_wrong_in_one_line(rig, damage):
+    import psycopg
+
+    rig.run("A", "0", proxied=False)
+    if damage == "refused":
+        rig.pg_proxy.set("refuse")
+    else:
+        sql = {"version-not-a-number": "UPDATE memolab_meta SET value = 'one' WHERE key = 'schema_version'",
+               "claim-function-missing": "DROP FUNCTION memolab_claim"}[damage]
+        with psycopg.connect(rig.dsn, autocommit=True) as c:
+            c.execute(sql)
+    for cmd in (["gc", "--remote"], ["sync"], ["pull", "f"], ["remote", "status"]):
+        cp = subprocess.run([sys.executable, "-m", "memolab", *cmd], cwd=rig.root, env=rig.env("A"),
+                            capture_output=True, text=True, timeout=60)
+        assert cp.returncode == 1, (cmd, cp.stdout, cp.stderr)
+        assert "Traceback" not in cp.stderr, (cmd, cp.stderr)
+        said = [x for x in (cp.stderr + cp.stdout).splitlines() if "unreachable" in x or "damaged" in x
+                or "memolab_claim" in x or "not a number" in x]
+        assert said and all(x.startswith(("memolab:", "status", "team index")) for x in said), (cmd, cp.stdout,
+                                                                                               cp.stderr)
+        assert "This probably means" not in cp.stderr + cp.stdout, (cmd, cp.stderr)

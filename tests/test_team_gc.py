@@ -152,3 +152,20 @@ def test_gc_remote_aborts_abandoned_multipart_uploads_past_the_grace(team, s3_se
     assert _gc(capsys, "--grace", "0s", "--yes")["abandoned_uploads"] == 1
     left = [u["Key"] for u in c.list_multipart_uploads(Bucket=name).get("Uploads", [])]
     assert left == ["someone-elses/upload.bin"]
+
+
+def test_gc_remote_collects_stale_leases_of_dead_owners(team, capsys):
+    """A lease whose owner died (or whose publish the database lost) is not heart-beaten:
+    past the grace period ``gc --remote --yes`` deletes it; a live one stays."""
+    import psycopg
+
+    dsn, _ = team
+    _gc(capsys, "--dry-run")  # creates the schema
+    with psycopg.connect(dsn, autocommit=True) as c:
+        now = "extract(epoch from clock_timestamp())"
+        c.execute(f"INSERT INTO memolab_leases VALUES ('f', 'c', 'dead', 's', 'gone@elsewhere:1', {now} - 7200), "
+                  f"('f', 'c', 'live', 's', 'me@here:1', {now})")
+    assert _gc(capsys)["stale_leases"] == 1  # a dry run: counted, kept
+    assert _gc(capsys, "--yes")["stale_leases"] == 1
+    with psycopg.connect(dsn, autocommit=True) as c:
+        assert [r[0] for r in c.execute("SELECT args FROM memolab_leases")] == ["live"]

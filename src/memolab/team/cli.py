@@ -118,6 +118,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
             # an empty database is usable (the first client creates the schema); a damaged or
             # unsupported schema, or a server that does not answer in time, is not
             out["index_reachable"] = bool(st.get("empty"))
+            out["index_problem"] = st["reachable"] and not st.get("empty")
             out["error"] = st["message"]
     else:
         try:
@@ -140,8 +141,12 @@ def cmd_remote(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(out)
     else:
-        state = "reachable" if out["reachable"] else f"UNREACHABLE ({out['error']})"
-        print(f"team index   {out['index']}  ({'reachable' if out['index_reachable'] else 'unreachable'})")
+        state = "reachable" if out["reachable"] else f"{'PROBLEM' if out.get('index_problem') else 'UNREACHABLE'} " \
+            f"({out['error']})"
+        index_state = "reachable" if out["index_reachable"] else "unreachable"
+        if not out["index_reachable"] and out.get("index_problem"):
+            index_state = "reachable, NOT USABLE"
+        print(f"team index   {out['index']}  ({index_state})")
         print(f"team blobs   {out['blobs']}  ({'reachable' if out['blobs_reachable'] else 'unreachable'})")
         print(f"status       {state}")
         if out["schema_version"] is not None:
@@ -230,6 +235,7 @@ def _sync(args: argparse.Namespace) -> int:
     try:
         if args.all:
             added = store.enqueue_all()
+        resent = store.journal.reconcile(force=True)  # what the team index lost is queued again
         total = _queued(store)
         with Progress("sync: uploading", total) as bar:
             n = store.journal.drain(progress=bar.update)
@@ -239,12 +245,13 @@ def _sync(args: argparse.Namespace) -> int:
         raise _unreachable(store, e) from None
     store.link.came_back()
     left = _queued(store)
-    out = {"uploaded": n, "added_by_all": added, "queued": left}
+    out = {"uploaded": n, "added_by_all": added, "queued": left, "resent": resent}
     if args.json:
         emit_json(out)
     else:
         extra = f" ({added} earlier result(s) added by --all)" if args.all else ""
-        print(f"uploaded {n} result(s){extra}; {left} still queued")
+        lost = f" ({resent} the team index had lost, sent again)" if resent else ""
+        print(f"uploaded {n} result(s){extra}{lost}; {left} still queued")
     return 0 if left == 0 else PROBLEM
 
 

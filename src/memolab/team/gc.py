@@ -57,13 +57,16 @@ class Plan:
     listed_bytes: int = 0
     #: multipart uploads started before the grace period and never completed: (key, id, initiated)
     uploads: List[Tuple[str, str, float]] = field(default_factory=list)
+    grace: float = DEFAULT_GRACE
+    #: team leases not heart-beaten for the grace period (their owners are dead)
+    leases: int = 0
 
     def summary(self, dry_run: bool) -> Dict[str, Any]:
         return {"evaluations": len(self.rows), "evaluation_ids": [r["id"] for r in self.rows],
                 "blobs": len(self.blobs), "blob_bytes": sum(n for _, n in self.blobs),
                 "young_blobs_kept": len(self.young), "young_bytes_kept": sum(n for _, n in self.young),
                 "remote_objects": self.listed, "remote_bytes": self.listed_bytes,
-                "abandoned_uploads": len(self.uploads), "dry_run": dry_run}
+                "abandoned_uploads": len(self.uploads), "stale_leases": self.leases, "dry_run": dry_run}
 
 
 def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: Optional[int] = None,
@@ -72,7 +75,7 @@ def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: O
     now = time.time() if now is None else now
     rows = index.gc_plan(None if older_than is None else now - older_than, max_size)
     refs = index.referenced_digests(exclude={r["id"] for r in rows})
-    out = Plan(rows, [])
+    out = Plan(rows, [], grace=grace)
     oldest_kept = now - grace
     for digest, size, modified in blobs.list():
         out.listed += 1
@@ -80,6 +83,9 @@ def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: O
         if digest in refs:
             continue
         (out.blobs if modified <= oldest_kept else out.young).append((digest, size))
+    leases = getattr(index, "stale_leases", None)  # PostgreSQL: a SQLite team index has its own expiry
+    if leases is not None:
+        out.leases = leases(grace)
     stale = getattr(blobs, "stale_uploads", None)  # S3 only: a file:// upload leaves a tmp/ file
     if stale is not None:
         out.uploads = stale(oldest_kept)
@@ -102,6 +108,8 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> Dict[str, 
     p.blobs = dead
     if p.uploads:
         blobs.abort_uploads(p.uploads)
+    if p.leases:
+        p.leases = index.stale_leases(p.grace, drop=True)
     return p.summary(dry_run=False)
 
 
@@ -133,6 +141,11 @@ def run_cli(args: Any) -> int:
         raise CliError(PROBLEM, f"gc --remote: team store unreachable ({where}): {e}") from None
     except StoreConfigError as e:
         raise CliError(PROBLEM, f"gc --remote: {e}") from None
+    except Exception as e:
+        if not type(e).__module__.startswith(("psycopg", "botocore", "boto3")):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]  # a refusal (permissions, …): one line, not a trace
+        raise CliError(PROBLEM, f"gc --remote: the team store refused it ({type(e).__name__}: {first})") from None
     r["grace"] = grace
     if args.json:
         emit_json(r)
@@ -151,6 +164,9 @@ def run_cli(args: Any) -> int:
           f"{human_size(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
           f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
           f"the grace period of {human_duration(grace)} ({human_size(r['young_bytes_kept'])}; perhaps uploads in flight)")
+    if p.leases:
+        print(f"{'would drop' if dry else 'dropped'} {p.leases} team lease(s) not heart-beaten for "
+              f"{human_duration(grace)} (their machines died)")
     if p.uploads:
         print(f"{'would abort' if dry else 'aborted'} {len(p.uploads)} multipart upload(s) abandoned more than "
               f"{human_duration(grace)} ago (a process killed mid-upload; their parts are billed until aborted)")

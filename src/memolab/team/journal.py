@@ -47,6 +47,22 @@ DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
 IDS_DDL = """CREATE TABLE IF NOT EXISTS team_ids(local_id INTEGER PRIMARY KEY, team_id INTEGER NOT NULL,
     sent INTEGER NOT NULL DEFAULT 0)"""
 
+#: keys this store published, until a later look finds them on the team index: a database
+#: that acknowledged a write and then lost it (``synchronous_commit = off`` and a crash, a
+#: failover to a replica behind) is noticed, and the result sent again (``Journal.reconcile``)
+UNCONFIRMED_DDL = """CREATE TABLE IF NOT EXISTS team_unconfirmed(
+    fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
+    published REAL NOT NULL,
+    PRIMARY KEY(fn, code, args, schema)
+)"""
+
+#: how long after its publish the background thread confirms a row: by then the database has
+#: flushed it (PostgreSQL's WAL writer: every 200 ms by default), or lost it in a crash
+CONFIRM_AFTER = 10.0
+#: a publish still unconfirmed after this long is forgotten, not checked: the team may have
+#: collected the row on purpose since (``gc --remote``), and a lost write is lost within seconds
+CONFIRM_WITHIN = 86400.0
+
 BATCH = 64
 #: an item younger than this waits (its run's logs are flushed right after the result is stored)
 MIN_AGE = 0.3
@@ -60,6 +76,7 @@ _LOCAL_ONLY = ("id", "hits", "last_hit", "reason", "status", "result_token", "ke
 def ensure(c: sqlite3.Connection) -> None:
     c.execute(DDL)
     c.execute(IDS_DDL)
+    c.execute(UNCONFIRMED_DDL)
 
 
 def remember_ids(index: Any, pairs: Sequence[Tuple[int, int]], c: Optional[sqlite3.Connection] = None) -> None:
@@ -198,6 +215,8 @@ class Journal:
                 self.import_logs()
                 while self.upload_batch(min_age=MIN_AGE) > 0 and not self._stop:
                     pass
+                if self.reconcile(min_age=CONFIRM_AFTER):
+                    continue  # sent again by the next round
                 self.store.forward_hits()
             except Offline:
                 continue
@@ -294,6 +313,8 @@ class Journal:
             with idx.write() as c:
                 c.executemany("DELETE FROM team_uploads WHERE fn=? AND code=? AND args=? AND schema=?", done)
                 remember_ids(idx, [(local_ids[k], published[k]) for k, *_ in rows if k in published], c)
+                c.executemany("INSERT OR REPLACE INTO team_unconfirmed(fn, code, args, schema, published) "
+                              "VALUES (?,?,?,?,?)", [(*k, time.time()) for k in published])
                 if rows:
                     c.execute("INSERT INTO meta(key, value) VALUES ('team_uploaded', ?) ON CONFLICT(key) DO UPDATE "
                               "SET value=CAST(CAST(value AS INTEGER) + ? AS TEXT)", (str(len(rows)), len(rows)))
@@ -321,6 +342,35 @@ class Journal:
             return out
         except Exception:
             return {}
+
+    def reconcile(self, min_age: float = 0.0, force: bool = False) -> int:
+        """Look for the rows this store published ``min_age`` seconds ago or more on the team
+        index: those there are confirmed (forgotten here); those missing (the database lost an
+        acknowledged write) are queued again. How many were queued again. One ``lookup_many``
+        per 500 keys. ``Offline`` if the team store is down."""
+        link = self.store.link
+        run = link.attempt if force else link.run
+        c = self.store.index.conn()
+        try:
+            keys = [tuple(r) for r in c.execute(
+                "SELECT fn, code, args, schema FROM team_unconfirmed WHERE published <= ? AND published >= ? "
+                "ORDER BY published", (time.time() - min_age, time.time() - CONFIRM_WITHIN)).fetchall()]
+        except sqlite3.OperationalError:
+            return 0  # no such table yet
+        with self.store.index.write() as w:
+            w.execute("DELETE FROM team_unconfirmed WHERE published < ?", (time.time() - CONFIRM_WITHIN,))
+        lost: List[Key] = []
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            there = run(lambda: link.index.lookup_many(chunk))
+            missing = [k for k in chunk if k not in there]
+            lost.extend(missing)
+            with self.store.index.write() as w:
+                if missing:
+                    w.executemany("INSERT OR IGNORE INTO team_uploads(fn, code, args, schema, owner, queued) "
+                                  "VALUES (?,?,?,?,'',?)", [(*k, 0.0) for k in missing])
+                w.executemany("DELETE FROM team_unconfirmed WHERE fn=? AND code=? AND args=? AND schema=?", chunk)
+        return len(lost)
 
     def drain(self, deadline: Optional[float] = None, progress: Optional[Callable[[int], None]] = None,
               force: bool = True) -> int:

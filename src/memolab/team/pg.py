@@ -46,7 +46,7 @@ from .pgschema import (DATA_COLS as _DATA_COLS, KEY_COLS as _KEY_COLS, NOW as _N
                        TYPES as _TYPES, LOCK_KEY as _LOCK_KEY, SchemaIncomplete as _Inconsistent, TeamSchemaError,
                        check_version as _check_version, connect as _connect, migrate as _migrate,
                        network_error as _network, read_version as _read_version, remote_timeout, status, upgrade,
-                       where, MARGIN, bounded, migrate_budget, session_settings, slow_budget)
+                       where, MARGIN, bounded, one_line, migrate_budget, session_settings, slow_budget)
 from .deadline import WATCHDOG
 
 Key = Tuple[str, str, str, str]
@@ -258,7 +258,7 @@ class PgIndex:
                 # the session's statement_timeout or lock_timeout: the server answers, but not
                 # in time (a table locked by another session, an overloaded server)
                 raise RemoteUnavailable(f"team index {where(self.dsn)} did not answer within {budget:g} s "
-                                        f"({str(e).strip()})") from e
+                                        f"({one_line(e)})") from e
             except psycopg.Error as e:
                 if not _network(e, conn):
                     raise
@@ -268,7 +268,7 @@ class PgIndex:
                     raise RemoteUnavailable(f"team index {where(self.dsn)} silent for {budget:g} s "
                                             "(no answer on an open connection)") from e
                 if fresh or not retry or attempt > 0:
-                    raise RemoteUnavailable(f"team index {where(self.dsn)} unreachable: {str(e).strip()}") from e
+                    raise RemoteUnavailable(f"team index {where(self.dsn)} unreachable: {one_line(e)}") from e
             finally:
                 if armed is not None:
                     WATCHDOG.disarm(armed)
@@ -354,6 +354,15 @@ class PgIndex:
 
     def release(self, key: Key, owner: str) -> None:
         self._run(lambda c: c.execute(_DROP_LEASE_SQL, (*key, owner), prepare=True))
+
+    def stale_leases(self, age: float, drop: bool = False) -> int:
+        """Leases not heart-beaten for ``age`` seconds (by the database's clock): their owners are
+        dead (a live owner beats every few seconds; a lost ``publish`` leaves its lease too).
+        How many; ``drop``: deleted (``gc --remote``). A claim takes such a lease over anyway."""
+        verb = "DELETE FROM" if drop else "SELECT count(*) FROM"
+        sql = f"{verb} memolab_leases WHERE heartbeat < {_NOW} - %s"
+        cur = self._run(lambda c: c.execute(sql, (float(age),)), slow=True)
+        return int(cur.rowcount) if drop else int(cur.fetchone()[0])  # type: ignore[index]
 
     def live_leases(self, ttl: float) -> int:
         row = self._run(lambda c: c.execute(f"SELECT count(*) FROM memolab_leases WHERE heartbeat > {_NOW} - %s",

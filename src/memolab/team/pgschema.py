@@ -165,6 +165,12 @@ def where(dsn: str) -> str:
     return f"{host}:{d.get('port') or 5432}/{d.get('dbname') or ''}"
 
 
+def one_line(e: BaseException) -> str:
+    """libpq's message on one line (it adds "This probably means the server terminated …")."""
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    return lines[0] if lines else type(e).__name__
+
+
 def network_error(e: BaseException, conn: Optional[psycopg.Connection] = None) -> bool:
     """Is ``e`` the network or the server going away (not a problem of the statement)?"""
     if conn is not None and (conn.broken or conn.closed):
@@ -248,7 +254,7 @@ def connect(dsn: str, timeout: Optional[float] = None, budget: Optional[float] =
         if conn is not None:
             conn.close()
         if network_error(e):
-            raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {str(e).strip()}") from e
+            raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {one_line(e)}") from e
         raise
     return conn
 
@@ -353,7 +359,7 @@ def upgrade(dsn: str, lock_timeout: float = 5.0, wait: float = 60.0,
                                 lambda: migrate(conn, dsn, lock_timeout, wait))
     except psycopg.Error as e:
         if network_error(e, conn):
-            raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {str(e).strip()}") from e
+            raise RemoteUnavailable(f"team index {where(dsn)} unreachable: {one_line(e)}") from e
         raise
     finally:
         conn.close()
@@ -388,7 +394,7 @@ def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
             raise
         out["reachable"] = False
         out["ok"] = False
-        out["message"] = f"team index {where(dsn)} unreachable (or silent for {t:g} s): {str(e).strip()}"
+        out["message"] = f"team index {where(dsn)} unreachable (or silent for {t:g} s): {one_line(e)}"
     finally:
         conn.close()
     return out
