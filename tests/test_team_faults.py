@@ -347,3 +347,39 @@ def test_team_commands_say_what_is_wrong_in_one_line(rig, damage):
         assert said and all(x.startswith(("memolab:", "status", "team index")) for x in said), (cmd, cp.stdout,
                                                                                                cp.stderr)
         assert "This probably means" not in cp.stderr + cp.stdout, (cmd, cp.stderr)
+
+
+def test_the_watchdog_cuts_only_what_overran():
+    """``team.deadline.Watchdog``: a blocked read past its deadline is woken (the socket shut
+    down); one disarmed in time is left alone; deadlines of several threads in any order."""
+    import socket
+    import threading
+
+    from memolab.team.deadline import Watchdog
+
+    dog = Watchdog()
+    pairs = [socket.socketpair() for _ in range(3)]
+    got: Dict[int, Tuple[bytes, float]] = {}
+
+    def read(i: int, seconds: float) -> None:
+        a, _ = pairs[i]
+        armed = dog.arm(a.fileno(), seconds)
+        t0 = time.monotonic()
+        data = a.recv(10)
+        got[i] = (data, time.monotonic() - t0)
+        dog.disarm(armed)
+
+    threads = [threading.Thread(target=read, args=(0, 5.0)), threading.Thread(target=read, args=(1, 0.2))]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    pairs[0][1].send(b"x")  # answered in time
+    threads[0].join(5)
+    threads[1].join(5)  # the silent one: cut at 0.2 s although armed after a 5 s deadline
+    assert got[0][0] == b"x" and got[1][0] == b"" and 0.15 < got[1][1] < 3, got
+    a, b = pairs[0]
+    b.send(b"y")  # the disarmed socket still works
+    assert a.recv(10) == b"y"
+    for a, b in pairs:
+        a.close()
+        b.close()
