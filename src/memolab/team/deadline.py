@@ -84,3 +84,13 @@ class Watchdog:
 
 #: the process's watchdog (its thread starts on first use)
 WATCHDOG = Watchdog()
+
+
+def _after_fork() -> None:
+    # a child has no watchdog thread, and may have been forked while that thread held the
+    # condition's lock: start from a fresh watchdog rather than wait on a lock nobody releases
+    WATCHDOG.__init__(WATCHDOG._kill)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
