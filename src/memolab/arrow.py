@@ -1,8 +1,7 @@
-"""Arrow data hashed by content: pyarrow tables, record batches, arrays, and HF ``datasets``' tables.
+"""Arrow data hashed by content: pyarrow tables, record batches and arrays.
 
-Imported only once pyarrow (or ``datasets``) has been imported: the lazy hooks
-of ``memolab.hooks`` name ``register_arrow`` / ``register_datasets`` by dotted
-path, so ``hashing`` never imports this module; this module registers through
+Imported only once pyarrow has been imported: the lazy hooks of
+``memolab.hooks`` name ``register_arrow`` by dotted path, so ``hashing`` never imports this module; this module registers through
 ``hashing``'s public functions.
 
 Why not what pickle would save (the generic rule)? pyarrow's protocol-4
@@ -28,11 +27,13 @@ representation too. The key of Arrow data is its *value*:
 
 Nothing is copied for fixed-width and variable-width data: lanes read the
 buffers in place (temporaries are bounded: at most ``_BLOCK`` rows at a time).
-No identity cache: Arrow memory may be shared with a writeable numpy array, so
-a table is rehashed, at memory speed, on every call.
+No identity cache for bare pyarrow objects: Arrow memory may be shared with a
+writeable numpy array, so a table is rehashed, at memory speed, on every call.
+HF ``datasets`` tables are keyed in ``memolab.hf.keys``, with an identity cache.
 """
 from __future__ import annotations
 
+import json
 import struct
 from typing import Any, Dict
 
@@ -40,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from .hashing import register_handler, register_policy
+from .hashing import register_handler
 
 _pack_Q = struct.Struct("<Q").pack
 #: rows handled at once: bounds the temporaries (null positions, lengths, booleans)
@@ -172,10 +173,26 @@ def column_digest(chunks: Any) -> bytes:
     return lanes.digest()
 
 
-def _encode_columns(enc: Any, schema: Any, columns: Any, num_rows: int) -> None:
+def schema_metadata(schema: Any) -> Dict[bytes, bytes]:
+    """The schema metadata that is content: HF's ``fingerprint`` (a name for its own cache,
+    random where a transform cannot be hashed) is left out of the ``huggingface`` entry."""
+    meta = dict(schema.metadata or {})
+    hf = meta.get(b"huggingface")
+    if hf is not None and b"fingerprint" in hf:
+        try:
+            doc = json.loads(hf)
+        except ValueError:
+            return meta
+        if isinstance(doc, dict) and doc.pop("fingerprint", None) is not None:
+            meta[b"huggingface"] = json.dumps(doc, sort_keys=True).encode()
+    return meta
+
+
+def encode_columns(enc: Any, schema: Any, columns: Any, num_rows: int) -> None:
+    """Write a table's schema, row count and each column's ``column_digest``."""
     sb = _schema_bytes(schema)
     enc.write(_pack_Q(len(sb)) + sb)
-    enc.encode_child(dict(schema.metadata or {}), ".schema.metadata")
+    enc.encode_child(schema_metadata(schema), ".schema.metadata")
     enc.write_uint(num_rows)
     for name, col in zip(schema.names, columns):
         enc.write(b"H" + column_digest(col.chunks if isinstance(col, pa.ChunkedArray) else [col]))
@@ -185,28 +202,28 @@ def encode_table(enc: Any, table: Any) -> None:
     if enc.memoize(table):
         return
     enc.write(b"\x1bt")  # Arrow tokens: lead byte 0x1b, then a kind letter
-    _encode_columns(enc, table.schema, table.columns, table.num_rows)
+    encode_columns(enc, table.schema, table.columns, table.num_rows)
 
 
 def encode_record_batch(enc: Any, batch: Any) -> None:
     if enc.memoize(batch):
         return
     enc.write(b"\x1bb")
-    _encode_columns(enc, batch.schema, batch.columns, batch.num_rows)
+    encode_columns(enc, batch.schema, batch.columns, batch.num_rows)
 
 
 def encode_array(enc: Any, arr: Any) -> None:
     if enc.memoize(arr):
         return
     enc.write(b"\x1ba")
-    _encode_columns(enc, pa.schema([pa.field("", arr.type)]), [arr], len(arr))
+    encode_columns(enc, pa.schema([pa.field("", arr.type)]), [arr], len(arr))
 
 
 def encode_chunked_array(enc: Any, arr: Any) -> None:
     if enc.memoize(arr):
         return
     enc.write(b"\x1bc")
-    _encode_columns(enc, pa.schema([pa.field("", arr.type)]), [arr], len(arr))
+    encode_columns(enc, pa.schema([pa.field("", arr.type)]), [arr], len(arr))
 
 
 def register_arrow() -> None:
@@ -214,32 +231,3 @@ def register_arrow() -> None:
     register_handler(pa.RecordBatch, encode_record_batch)
     register_handler(pa.Array, encode_array)
     register_handler(pa.ChunkedArray, encode_chunked_array)
-
-
-# -- Hugging Face datasets ------------------------------------------------------------------
-
-
-def encode_hf_table(enc: Any, table: Any) -> None:
-    """``datasets.table.Table`` (in memory, memory-mapped, concatenated): the Arrow table it holds.
-
-    A memory-mapped table pickles as its cache file's path and the transforms
-    to replay: keyed by that, a rewritten file would keep its key, and the same
-    rows in memory would key apart. Keyed by content, neither happens."""
-    if enc.memoize(table):
-        return
-    enc.write(b"\x1bh")
-    inner = table.table
-    _encode_columns(enc, inner.schema, inner.columns, inner.num_rows)
-
-
-def register_datasets() -> None:
-    import sys
-
-    table = sys.modules.get("datasets.table")
-    if table is not None:
-        register_handler(table.Table, encode_hf_table)
-    ds = sys.modules.get("datasets.arrow_dataset")
-    if ds is not None:
-        # a name for HF's own cache, derived from the data and the transforms, or random where
-        # a transform cannot be hashed: the data itself is keyed in full
-        register_policy(ds.Dataset, exclude={"_fingerprint"})

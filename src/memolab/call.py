@@ -15,7 +15,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, hashing
+from . import codegraph, config, hashing, hooks
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -214,6 +214,7 @@ class Call:
 
     def enter(self, run: Any) -> Tuple[Running, Any]:
         """``running()`` is this evaluation while the function computes."""
+        hooks.before_computing()  # integrations acting inside computations (HF's cache names)
         ev = Running(self.key, self.store, run, self.force)
         return ev, _running.set(ev)
 

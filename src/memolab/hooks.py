@@ -9,13 +9,16 @@ core, never the other way round.
 
 Keys are the third-party module: a top-level package (``"numpy"``) or, for
 hashing, a dotted prefix (``"torch.optim"``). Hashing hooks are called with no
-arguments; pickling hooks with ``register_reducer``. An integration may add
+arguments; pickling hooks with ``register_reducer``; ``computing`` hooks, with
+no arguments, before a memoized function computes once their module has been
+imported (``before_computing``). An integration may add
 further hooks of its own when it runs (torch adds ``torch.optim``).
 """
 from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from typing import Any, Callable, Dict
 
 LAZY_HOOKS: Dict[str, Dict[str, str]] = {
@@ -25,7 +28,8 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "torch": "memolab.torch.registry:register",
         "torchdata": "memolab.torch.iteration:register_hashing",  # torchdata.nodes loaders and nodes
         "pyarrow": "memolab.arrow:register_arrow",  # tables, batches and arrays by content
-        "datasets": "memolab.arrow:register_datasets",  # Hugging Face datasets' tables by content
+        # Hugging Face datasets: tables by content, once per Arrow table (identity cache)
+        "datasets": "memolab.hf.keys:register",
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {
@@ -33,12 +37,34 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         # dataclasses compares its sentinels by identity: copies made by unpickling would drop fields
         "dataclasses": "memolab.pickling:register_dataclasses",
         "torch": "memolab.torch.pickling:register",
+        # Hugging Face datasets stored as their Arrow data, not as paths into HF's cache
+        "datasets": "memolab.hf.store:register",
         # a StatefulDataLoader or torchdata.nodes loader stopped mid-epoch keeps its position
         "torchdata": "memolab.torch.iteration:register_pickling",
         # an Accelerate-prepared loader stopped mid-epoch (its GradientState is process-wide)
         "accelerate": "memolab.torch.iteration:register_accelerate_pickling",
     },
+    # run before a memoized function computes, once the module has been imported (hooks called
+    # with no arguments): integrations that must act inside computations
+    "computing": {
+        # HF's cache names made inside a computation carry memolab's code digest
+        "datasets": "memolab.hf.cache:install",
+    },
 }
+
+_computing_done: set = set()
+
+
+def before_computing() -> None:
+    """Run, once each, the ``computing`` hooks whose module has been imported (a dict
+    lookup per hook and miss until then; nothing once all have run)."""
+    table = LAZY_HOOKS["computing"]
+    if len(_computing_done) == len(table):
+        return
+    for module, target in table.items():
+        if module not in _computing_done and module in sys.modules:
+            _computing_done.add(module)
+            run(target)
 
 
 def run(target: str, *args: Any) -> None:

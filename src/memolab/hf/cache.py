@@ -1,0 +1,69 @@
+"""HF's cache never outranks memolab's: inside a memoized computation, HF's cache
+files are named with memolab's code digest.
+
+HF names the result of ``.map`` (and of every fingerprinted transform) by a
+fingerprint of the input and of the function as ``dill`` pickles it. A helper
+the function calls is pickled by reference, so editing it leaves the name
+unchanged: memolab misses (the helper is part of its code digest) and
+recomputes, but ``.map`` then returns the rows HF cached for the *old* code,
+and memolab would store them under the new code.
+
+So, while a memoized function computes (``memolab.call.running()``), every
+new fingerprint HF makes is mixed with the memoized function's symbol and code
+digest: an edit anywhere in the code memolab sees gives ``.map`` another cache
+file, which it computes with the current code; reverting the edit finds the
+file that code wrote. Outside memoized computations HF is untouched. We chose
+this over disabling HF's cache during computations: a computation that fails
+halfway and is rerun still reuses the ``.map`` results it finished, and a
+dataset's cache files stay where HF puts them. Not covered: a user's own
+``new_fingerprint=`` or ``cache_file_name=`` (HF then uses the name given).
+
+Installed when ``datasets`` is first hashed or pickled, and before any memoized
+function computes once ``datasets`` is imported (``memolab.hooks``, the
+``computing`` table).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import xxhash
+
+from ..call import running
+
+_MARK = "__memolab_code_fingerprint__"
+
+
+def _mixed(original: Callable[..., str]) -> Callable[..., str]:
+    def update_fingerprint(fingerprint: Any, transform: Any, transform_args: Any) -> str:
+        fp = original(fingerprint, transform, transform_args)
+        ev = running()
+        if ev is None:
+            return fp
+        fn, code = ev.key[0], ev.key[1]
+        return xxhash.xxh3_64_hexdigest(f"{fp}\0{fn}\0{code}".encode())
+
+    setattr(update_fingerprint, _MARK, True)
+    update_fingerprint.__wrapped__ = original  # type: ignore[attr-defined]
+    update_fingerprint.__doc__ = original.__doc__
+    return update_fingerprint
+
+
+def install() -> None:
+    """Wrap ``update_fingerprint`` where HF's transforms look it up (idempotent)."""
+    fingerprint = sys.modules.get("datasets.fingerprint")
+    if fingerprint is None:
+        return
+    original = fingerprint.update_fingerprint
+    if not getattr(original, _MARK, False):
+        fingerprint.update_fingerprint = _mixed(original)
+    # modules that imported it by name (``from .fingerprint import update_fingerprint``)
+    for name in ("datasets.arrow_dataset",):
+        mod = sys.modules.get(name)
+        if mod is not None and not getattr(getattr(mod, "update_fingerprint", None), _MARK, True):
+            mod.update_fingerprint = fingerprint.update_fingerprint
+
+
+def installed() -> bool:
+    fingerprint = sys.modules.get("datasets.fingerprint")
+    return fingerprint is not None and getattr(fingerprint.update_fingerprint, _MARK, False)

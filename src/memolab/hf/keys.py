@@ -1,0 +1,206 @@
+"""Keys of HF ``datasets``: Arrow data by content, computed once per underlying table.
+
+Registered (``register``) before the first type from ``datasets`` is hashed, by
+the lazy hooks of ``memolab.hooks``.
+
+A ``Dataset`` hashes as a plain object (info, split, format, indices table),
+``_fingerprint`` left out: HF's name for its own cache, random where a
+transform cannot be hashed. Its tables (``InMemoryTable``,
+``MemoryMappedTable``, ``ConcatenationTable``) enter as the digest of the rows
+they hold (``memolab.arrow``), whatever their kind: a dataset and its copy
+stored and loaded by memolab, or saved and loaded by HF, key alike.
+
+That digest is reused for the same underlying ``pyarrow.Table`` object (the
+identity cache of ``memolab.identity``) while its *stamp* holds:
+
+* memory-mapped tables: ``(path, device, inode, size, mtime_ns, ctime_ns)`` of
+  each file mapped, read at every call (one ``stat`` per file); a file
+  rewritten in place or replaced changes it and the table is rehashed. A file
+  modified less than ``files.RACY_NS`` before it was hashed is not trusted
+  (a rewrite within the same timestamp tick could keep its stat);
+* in-memory tables: only those whose memory memolab vouches for, the
+  read-only mappings of store blobs (a dataset loaded from the store, and
+  what is derived from it without a copy). Any other in-memory table is
+  rehashed, at memory speed, on every call (see below why).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Dict, Optional, Tuple
+
+import pyarrow as pa
+
+from .. import identity
+from ..arrow import encode_columns
+from ..files import RACY_NS
+from ..hashing import KEY_SCHEMA, Encoder, register_handler, register_policy
+
+#: the version of a table digest's encoding: a digest stored with a result (``store``)
+#: is believed on load only if it was made the same way
+DIGEST_SCHEMA = KEY_SCHEMA + "/hf1"
+#: the stamp of in-memory Arrow data that nobody can write
+_MEMORY = ("memory",)
+
+
+def table_digest(table: Any) -> bytes:
+    """The digest of a ``pyarrow.Table``'s content, as a dataset's key holds it."""
+    sub = Encoder()
+    sub.write(b"\x1bh")
+    encode_columns(sub, table.schema, table.columns, table.num_rows)
+    return sub.digest()
+
+
+# -- which in-memory tables can be trusted ---------------------------------------------------
+#
+# Arrow's own memory cannot be told apart, from Python, from memory shared with
+# numpy or pandas: ``Dataset.from_pandas`` keeps the DataFrame's arrays (and a
+# write to the DataFrame changes the dataset), ``Dataset.from_dict`` holds numpy
+# arrays of its own, and neither buffer's flags nor its address say which is
+# which (measured: a pandas-shared buffer reports itself immutable, and numpy's
+# allocations are 64-byte aligned as often as not). So only memory memolab
+# vouches for is trusted: the read-only mappings of store blobs a table was
+# rebuilt on (``remember_loaded``), and tables derived from them (a ``select``,
+# a slice, a concatenation) whose every buffer lies inside such a mapping.
+
+_verdicts: Dict[int, Tuple["weakref.ref[Any]", bool]] = {}
+#: id(mapping) -> (weakref to it, start address, end address): blob mappings tables were rebuilt on
+_blob_ranges: Dict[int, Tuple["weakref.ref[Any]", int, int]] = {}
+_lock = threading.Lock()
+
+
+def _forget(table: Dict[int, Any], key: int, ref: "weakref.ref[Any]") -> None:
+    with _lock:
+        got = table.get(key)
+        if got is not None and got[0] is ref:
+            del table[key]
+
+
+def _set_verdict(table: Any, trusted: bool) -> None:
+    key = id(table)
+    ref = weakref.ref(table, lambda r, key=key: _forget(_verdicts, key, r))
+    with _lock:
+        _verdicts[key] = (ref, trusted)
+
+
+def trust_mapping(mapping: Any, start: int, size: int) -> None:
+    """Memory ``[start, start + size)`` belongs to ``mapping``, a read-only mapping of a store
+    blob: nobody can write it while it lives (and the entry goes when it dies)."""
+    key = id(mapping)
+    ref = weakref.ref(mapping, lambda r, key=key: _forget(_blob_ranges, key, r))
+    with _lock:
+        _blob_ranges[key] = (ref, start, start + size)
+
+
+def _in_blobs(address: int, size: int) -> bool:
+    for ref, lo, hi in list(_blob_ranges.values()):
+        if lo <= address and address + size <= hi and ref() is not None:
+            return True
+    return False
+
+
+def _vouched(arr: Any) -> bool:
+    for buf in arr.buffers():  # children's buffers included
+        if buf is not None and buf.size and not _in_blobs(buf.address, buf.size):
+            return False
+    if isinstance(arr, pa.DictionaryArray):
+        return _vouched(arr.dictionary)
+    return True
+
+
+def _memory_stamp(table: Any) -> Optional[Tuple[str]]:
+    got = _verdicts.get(id(table))
+    if got is not None and got[0]() is table:
+        return _MEMORY if got[1] else None
+    trusted = bool(_blob_ranges) and all(_vouched(chunk) for col in table.columns for chunk in col.chunks)
+    _set_verdict(table, trusted)
+    return _MEMORY if trusted else None
+
+
+def _file_stamp(path: str) -> Optional[Tuple[Any, ...]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if max(st.st_mtime_ns, st.st_ctime_ns) + RACY_NS > time.time_ns():
+        return None  # modified just now: a second rewrite within the same tick could keep this stat
+    return (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def stamp(table: Any) -> Any:
+    """A value that changes whenever the rows of HF table ``table`` can have changed, or
+    None where a change could go unnoticed (then it is rehashed on every call)."""
+    kind = _kinds.get(type(table))
+    if kind == "memory":
+        return _memory_stamp(table.table)
+    if kind == "mapped":
+        return _file_stamp(table.path)
+    if kind == "concatenation":
+        parts = []
+        for row in table.blocks:
+            for block in row:
+                s = stamp(block)
+                if s is None:
+                    return None
+                parts.append(s)
+        return tuple(parts)
+    return None  # a subclass of HF's or a user's: its memory is not known
+
+
+_kinds: Dict[type, str] = {}
+
+
+def digest(table: Any, trusted: bool = True) -> bytes:
+    """The digest of HF table ``table``'s rows, from the identity cache where its stamp vouches."""
+    t = table.table
+    s = stamp(table) if trusted and identity.enabled else None
+    d = identity.lookup(t, s) if s is not None else None
+    if d is None:
+        d = table_digest(t)
+        if s is not None:
+            identity.remember(t, s, d)
+    return d
+
+
+def remember_loaded(table: Any, digest: bytes, schema: str) -> None:
+    """A ``pyarrow.Table`` just rebuilt over memory nobody else can write (read-only blob
+    mappings, bytes unpickled in band), with the digest stored with it."""
+    _set_verdict(table, True)
+    if schema == DIGEST_SCHEMA:
+        identity.remember(table, _MEMORY, digest)
+
+
+def encode_hf_table(enc: Any, table: Any) -> None:
+    """``datasets.table.Table``: the digest of the rows it holds, whatever its kind.
+
+    A memory-mapped table pickles as its cache file's path and the transforms
+    to replay: keyed by that, a rewritten file would keep its key, and the same
+    rows in memory would key apart."""
+    if enc.memoize(table):
+        return
+    enc.write(b"\x1bh")
+    enc.write(b"H" + digest(table, trusted=not enc.untrusted))
+
+
+def know_kinds(table: Any) -> None:
+    """Learn HF's table classes from ``datasets.table`` (exact types: a subclass's memory is not known)."""
+    _kinds.update({table.InMemoryTable: "memory", table.MemoryMappedTable: "mapped",
+                   table.ConcatenationTable: "concatenation"})
+
+
+def register() -> None:
+    table = sys.modules.get("datasets.table")
+    if table is not None:
+        register_handler(table.Table, encode_hf_table)
+        know_kinds(table)
+    ds = sys.modules.get("datasets.arrow_dataset")
+    if ds is not None:
+        # a name for HF's own cache, derived from the data and the transforms, or random where
+        # a transform cannot be hashed: the data itself is keyed in full
+        register_policy(ds.Dataset, exclude={"_fingerprint"})
+    from . import cache
+
+    cache.install()

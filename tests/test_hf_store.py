@@ -1,0 +1,173 @@
+"""HF ``datasets`` returned by memoized functions are stored as their Arrow data (docs/hf.md).
+
+Every case runs real scripts in fresh processes against a temporary ``HF_HOME``,
+offline, on local files: a result must come back from memolab's blobs alone,
+whatever happened to HF's cache or to the files the computation wrote.
+"""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytest.importorskip("datasets")
+pytestmark = pytest.mark.slow
+
+
+def hf_env(tmp_path):
+    return {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+            "HF_DATASETS_CACHE": str(tmp_path / "hf" / "datasets"), "TOKENIZERS_PARALLELISM": "false"}
+
+
+BUILD = r'''
+import json, sys
+
+import datasets
+
+from memolab import memo
+
+
+@memo
+def build(n):
+    with open("runs.txt", "a") as f:
+        f.write(f"{n}\n")
+    ds = datasets.Dataset.from_dict({"x": list(range(n))})
+    ds.save_to_disk("out")  # the same folder for every n
+    return datasets.load_from_disk("out")
+
+
+ds = build(int(sys.argv[1]))
+print(json.dumps({"rows": len(ds), "sum": sum(ds["x"])}))
+'''
+
+
+def test_a_result_saved_to_one_folder_comes_back_with_its_own_rows(project, tmp_path):
+    # the wrong result of issue 25: stored as paths into "out", build(20) then build(10)
+    # hit and returned the rows the other call had written there last
+    project.write("build.py", BUILD)
+    env = hf_env(tmp_path)
+    assert project.run_json("build.py", "20", env=env) == {"rows": 20, "sum": 190}
+    assert project.run_json("build.py", "10", env=env) == {"rows": 10, "sum": 45}
+    assert project.run_json("build.py", "20", env=env) == {"rows": 20, "sum": 190}  # "out" holds 10 rows now
+    shutil.rmtree(project.root / "out")
+    assert project.run_json("build.py", "10", env=env) == {"rows": 10, "sum": 45}
+    assert (project.root / "runs.txt").read_text().split() == ["20", "10"]  # the last two were hits
+
+
+PIPELINE = r'''
+import json, os, sys, warnings
+
+import datasets
+import numpy as np
+
+from memolab import memo
+from memolab.hashing import hash_value
+
+
+def double(batch):
+    return {"y": [2 * v for v in batch["x"]], "t": [s.upper() for s in batch["s"]]}
+
+
+@memo
+def prepare(path):
+    with open("runs.txt", "a") as f:
+        f.write("prepare\n")
+    ds = datasets.load_dataset("csv", data_files=path, split="train")
+    mapped = ds.map(double, batched=True)
+    parts = mapped.train_test_split(test_size=0.25, seed=0)
+    return {
+        "plain": ds,
+        "mapped": mapped,
+        "dict": parts,
+        "torch": mapped.with_format("torch", columns=["x", "y"]),
+        "numpy": mapped.with_format("numpy"),
+        "picked": mapped.shuffle(seed=1).select(range(7)),
+        "numbers": datasets.Dataset.from_dict({"v": np.arange(50_000, dtype=np.float32)}),
+    }
+
+
+def describe(out):
+    import torch
+
+    d = {k: {"rows": len(v) if not isinstance(v, datasets.DatasetDict) else {s: len(p) for s, p in v.items()},
+             "format": getattr(v, "format", {}).get("type") if not isinstance(v, datasets.DatasetDict) else None,
+             "key": hash_value(v), "kind": type(getattr(v, "_data", None)).__name__}
+         for k, v in out.items()}
+    d["mapped_rows"] = out["mapped"][:5]
+    d["features"] = str(out["mapped"].features)
+    d["picked_x"] = list(out["picked"]["x"])
+    d["split_x"] = sorted(list(out["dict"]["test"]["x"]))
+    d["numbers_sum"] = float(np.asarray(out["numbers"]["v"]).sum())
+    t = out["torch"][:4]
+    d["torch_rows"] = [type(t["x"]).__name__, t["y"].tolist()]
+    d["numpy_type"] = type(out["numpy"][:3]["y"]).__name__
+    d["cache_files"] = {k: [c["filename"] for c in v.cache_files] for k, v in out.items()
+                        if not isinstance(v, datasets.DatasetDict)}
+    # a loaded dataset works on: .map, and a torch DataLoader over its torch format
+    again = out["mapped"].map(lambda b: {"z": [v + 1 for v in b["y"]]}, batched=True)
+    d["again"] = list(again["z"])[:3]
+    loader = torch.utils.data.DataLoader(out["torch"], batch_size=8)
+    d["loader"] = [b["y"].tolist() for b in loader][0]
+    return d
+
+
+with warnings.catch_warnings():
+    warnings.simplefilter("error", category=UserWarning)  # no "stored result cannot be used; recomputing"
+    print(json.dumps(describe(prepare(os.path.abspath("rows.csv")))))
+'''
+
+
+def test_datasets_round_trip_without_hf_cache(project, tmp_path):
+    rows = "x,s\n" + "".join(f"{i},w{i}\n" for i in range(40))
+    project.write("rows.csv", rows)
+    project.write("pipeline.py", PIPELINE)
+    env = hf_env(tmp_path)
+    first = project.run_json("pipeline.py", env=env)
+    assert first["plain"]["kind"] == "MemoryMappedTable"  # computed: HF's own cache files
+    shutil.rmtree(tmp_path / "hf")  # HF's cache gone (another machine, a cleaned cache)
+    second = project.run_json("pipeline.py", env=env)
+    assert (project.root / "runs.txt").read_text().split() == ["prepare"]  # a hit, from memolab's blobs alone
+    for k in ("plain", "mapped", "dict", "torch", "numpy", "picked", "numbers"):
+        assert second[k]["rows"] == first[k]["rows"], k
+        assert second[k]["format"] == first[k]["format"], k
+        # the key of a loaded dataset is the key of the dataset that was stored
+        assert second[k]["key"] == first[k]["key"], k
+    assert second["plain"]["kind"] == "InMemoryTable"
+    assert all(not files for files in second["cache_files"].values())  # no path into HF's cache
+    for k in ("mapped_rows", "features", "picked_x", "split_x", "numbers_sum", "torch_rows", "numpy_type", "again", "loader"):
+        assert second[k] == first[k], k
+    assert first["mapped_rows"]["t"] == ["W0", "W1", "W2", "W3", "W4"]
+    assert first["torch_rows"][0] == "Tensor" and first["numpy_type"] == "ndarray"
+
+
+BLOBS = r'''
+import sys
+
+import datasets
+import numpy as np
+
+from memolab import memo
+
+
+@memo
+def base():
+    return datasets.Dataset.from_dict({"a": np.arange(200_000), "b": np.arange(200_000) * 2.0})
+
+
+@memo
+def widened():
+    ds = base()
+    return ds.add_column("c", np.ones(len(ds)))
+
+
+print(len(widened()))
+'''
+
+
+def test_columns_are_content_addressed_blobs_shared_between_results(project, tmp_path, blob_results):
+    project.write("blobs.py", BLOBS)
+    project.run("blobs.py", env=hf_env(tmp_path))
+    sizes = sorted(p.stat().st_size for p in (project.store / "blobs").rglob("*") if p.is_file())
+    big = [s for s in sizes if s >= 1_600_000]
+    # a, b (base), and c (widened): a and b are not stored twice
+    assert len(big) == 3, sizes
