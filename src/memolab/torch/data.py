@@ -6,7 +6,8 @@ dataset, the sampler / batch sampler (class and settings), the generator's seed,
 ``num_workers`` (with random augmentation in ``__getitem__`` the batches depend
 on it) and ``in_order``. Left out: transient state (the live ``_iterator`` —
 worker processes —, datapipe iteration counters, Accelerate's ``iteration``
-counter and shared ``GradientState``) and settings that change speed, not
+counter and shared ``GradientState``, Lightning's record of its patched
+``__init__``) and settings that change speed, not
 batches (``pin_memory``, ``timeout``, ``prefetch_factor``,
 ``persistent_workers``, the multiprocessing context, ``snapshot_every_n_steps``).
 
@@ -38,6 +39,15 @@ LOADER_EXCLUDE = frozenset({
     # torchdata's StatefulDataLoader: the resume position is hashed on its own (see encode_stateful_loader)
     "next_iter_state", "_initial_iter_for_state_dict", "snapshot_every_n_steps",
 })
+
+#: what Lightning's patched ``__init__``/``__setattr__`` (``_replace_dunder_methods``, in force while
+#: ``train_dataloader()`` runs under ``Trainer.fit``) records on a loader or batch sampler: a copy of its
+#: arguments (``pin_memory`` with them; the dataset again as ``__dataset``) and the state of the call in
+#: progress. The object's own attributes hold the configuration; the copy would make it key apart from
+#: the identical plain one.
+LIGHTNING_PATCH = frozenset({"__pl_saved_args", "__pl_saved_kwargs", "__pl_saved_arg_names",
+                             "__pl_saved_default_kwargs", "__pl_inside_init", "__pl_current_call",
+                             "__pl_attrs_record", "__dataset"})
 
 #: a datapipe's iteration counters (reset by the next ``iter()``)
 DATAPIPE_EXCLUDE = frozenset({"_number_of_samples_yielded", "_snapshot_state", "_valid_iterator_id",
@@ -101,7 +111,8 @@ def register() -> None:
         hashing.register_handler(t, encode_data)
     # a memoized dataset or loader hands its tensors' digests to the identity cache
     hashing.register_result_walk(encode_data)
-    hashing.register_policy(tud.DataLoader, exclude=LOADER_EXCLUDE)
+    hashing.register_policy(tud.DataLoader, exclude=LOADER_EXCLUDE | LIGHTNING_PATCH)
+    hashing.register_policy(tud.BatchSampler, exclude=LIGHTNING_PATCH)
     from torch.utils.data.datapipes.datapipe import IterDataPipe
 
     hashing.register_policy(IterDataPipe, exclude=DATAPIPE_EXCLUDE)
