@@ -30,10 +30,6 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "pyarrow": "memolab.arrow:register_arrow",  # tables, batches and arrays by content
         # Hugging Face datasets: tables by content, once per Arrow table (identity cache)
         "datasets": "memolab.hf.keys:register",
-        # Lightning modules and datamodules without their Trainer; a Trainer argument refused
-        "lightning": "memolab.lightning.keys:register",
-        "pytorch_lightning": "memolab.lightning.keys:register_pytorch_lightning",
-        "lightning_fabric": "memolab.lightning.keys:register_lightning_fabric",
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {
@@ -61,14 +57,56 @@ _computing_done: set = set()
 
 def before_computing() -> None:
     """Run, once each, the ``computing`` hooks whose module has been imported (a dict
-    lookup per hook and miss until then; nothing once all have run)."""
+    lookup per hook and miss until then; nothing once all have run). A module not
+    imported yet is watched: a computation that imports it in its body must not run
+    its first minutes without the hook, so the hook runs right after that import."""
     table = LAZY_HOOKS["computing"]
     if len(_computing_done) == len(table):
         return
-    for module, target in table.items():
-        if module not in _computing_done and module in sys.modules:
-            _computing_done.add(module)
-            run(target)
+    for module in table:
+        if module not in _computing_done:
+            if module in sys.modules:
+                _run_computing(module)
+            elif _watcher not in sys.meta_path:
+                sys.meta_path.insert(0, _watcher)
+
+
+def _run_computing(module: str) -> None:
+    if module not in _computing_done:
+        _computing_done.add(module)
+        run(LAZY_HOOKS["computing"][module])
+
+
+class _ImportWatcher:
+    """A meta path finder that finds nothing itself: for a module of the ``computing``
+    table it asks the finders after it, and wraps the loader it gets so the hook runs
+    once the module has been executed."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in LAZY_HOOKS["computing"] or name in _computing_done:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        execute = getattr(loader, "exec_module", None)
+        if execute is None:
+            return spec
+
+        def exec_module(module: Any) -> None:
+            execute(module)
+            _run_computing(name)
+
+        loader.exec_module = exec_module  # this spec's loader only: one per import of the module
+        return spec
+
+
+_watcher = _ImportWatcher()
 
 
 def run(target: str, *args: Any) -> None:

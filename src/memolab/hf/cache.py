@@ -60,7 +60,7 @@ def install() -> None:
     # modules that imported it by name (``from .fingerprint import update_fingerprint``)
     for name in ("datasets.arrow_dataset",):
         mod = sys.modules.get(name)
-        if mod is not None and not getattr(getattr(mod, "update_fingerprint", None), _MARK, True):
+        if mod is not None and not getattr(getattr(mod, "update_fingerprint", None), _MARK, False):
             mod.update_fingerprint = fingerprint.update_fingerprint
 
 
