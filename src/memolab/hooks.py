@@ -30,6 +30,10 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "pyarrow": "memolab.arrow:register_arrow",  # tables, batches and arrays by content
         # Hugging Face datasets: tables by content, once per Arrow table (identity cache)
         "datasets": "memolab.hf.keys:register",
+        # Lightning modules and datamodules without their Trainer; a Trainer argument refused
+        "lightning": "memolab.lightning.keys:register",
+        "pytorch_lightning": "memolab.lightning.keys:register_pytorch_lightning",
+        "lightning_fabric": "memolab.lightning.keys:register_lightning_fabric",
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {
