@@ -14,6 +14,7 @@ import subprocess
 import sys
 import warnings
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 
@@ -163,6 +164,26 @@ def test_a_trainer_or_fabric_argument_is_refused_naming_its_path(fitted, tmp_sto
         hashing.hash_value(L.Fabric(accelerator="cpu", devices=1))
 
 
+def test_the_standalone_pytorch_lightning_package_registers_the_same_rules():
+    ptl = pytest.importorskip("pytorch_lightning")
+
+    class D(ptl.LightningDataModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.x = torch.arange(4)
+
+    dm = D()
+    before = hashing.hash_value(dm)
+    t = ptl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                    enable_model_summary=False, enable_checkpointing=False)
+    dm.trainer = t
+    assert hashing.hash_value(dm) == before
+    with pytest.raises(HashError, match="Lightning Trainer is not part of a key") as ei:
+        hashing.hash_value({"t": t})
+    assert ei.value.path == "['t']"
+
+
 def test_loggers_are_left_out_of_keys(tmp_path):
     assert hashing.hash_value(CSVLogger(str(tmp_path / "a"))) == hashing.hash_value(CSVLogger(str(tmp_path / "b")))
     assert hashing.hash_value(MemolabLogger(prefix="a")) == hashing.hash_value(MemolabLogger())
@@ -188,6 +209,18 @@ def test_memolab_logger_outside_a_memoized_call_logs_to_the_process_run(tmp_stor
     assert {k: r["hparams"][k] for k in ("lr", "opt/name", "opt/momentum")} == {"lr": 0.1, "opt/name": "sgd",
                                                                                  "opt/momentum": 0.9}
     assert isinstance(lg.experiment, memolab.SummaryWriter)
+
+    # the same logger used inside a memoized call: the points go to that evaluation's run
+    @memo
+    def evaluate(x):
+        lg.log_metrics({"inside": x}, step=0)
+        return x
+
+    evaluate(2.0)
+    (ev_run,) = [r for r in query.runs(idx, evaluate.symbol) if isinstance(r["id"], int)]
+    s = query.scalars(idx, ev_run["id"], "inside")
+    assert list(zip(s["step"], s["value"])) == [(0, 2.0)] and ev_run["eval_id"] is not None
+    assert "inside" not in query.tags(idx, [run])["scalar"]
 
 
 def test_memolab_lightning_imports_no_lightning():
@@ -324,6 +357,7 @@ print(json.dumps({"counts": counts(), "sums": sums}))
 '''
 
 FIT = '''
+import json
 import torch
 from lit import DM, Reg, trainer
 from work import counts, describe, weights
@@ -335,6 +369,7 @@ print(json.dumps({"describe": describe(dm), "weights": weights(model), "sums": d
 '''
 
 TRAIN = '''
+import json
 from lit import train
 from memolab.store import get_store
 from memolab.tracking import query
@@ -402,3 +437,15 @@ def test_self_log_metrics_are_stored_with_the_evaluation_and_survive_a_hit(lit_p
     assert got == {t: sorted(v) for t, v in want.items()}
     assert [s for s, _ in got["train_loss_step"]] == list(range(6))  # 3 batches x 2 epochs, every step
     assert got["train_loss_epoch"][1][0] == 5 and got["val_loss"][0][0] == 2
+
+
+def test_the_lightning_demo_misses_then_hits_in_a_new_process(project):
+    demo = Path(__file__).resolve().parents[1] / "examples" / "lightning_demo.py"
+    project.write("lightning_demo.py", demo.read_text())
+    first = project.run("lightning_demo.py", env=ENV).stdout.splitlines()
+    second = project.run("lightning_demo.py", env=ENV).stdout.splitlines()
+    assert first[:2] == ["__main__:fit: miss", "returned module attached to a Trainer: True"]
+    assert second[:2] == ["__main__:fit: hit", "returned module attached to a Trainer: False"]
+    assert first[2:] == second[2:]  # the same module (validated by a Trainer of the script's own), the same curves
+    assert first[2].startswith("val/loss = ")
+    assert any(ln.strip().startswith("train/loss_step: 24 points") for ln in second)
