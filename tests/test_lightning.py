@@ -344,7 +344,7 @@ def train(lr, epochs=2):
     t = trainer(max_epochs=epochs, log_every_n_steps=1,
                 logger=[MemolabLogger(), CSVLogger("csv", name="lit", version=0)])
     t.fit(model, dm)
-    return model.state_dict()
+    return model
 '''
 
 PLAIN = '''
@@ -373,15 +373,16 @@ import json
 from lit import train
 from memolab.store import get_store
 from memolab.tracking import query
-from work import counts
-state = train(0.05)
+from work import counts, weights
+model = train(0.05)
+w = weights(model)  # the module trained here (miss), then the one loaded from the store (hit): one key
 idx = get_store().index
 (run,) = [r for r in query.runs(idx, train.symbol) if isinstance(r["id"], int)]
 tags = query.tags(idx, [run["id"]])["scalar"]
 points = {t: [list(p) for p in zip(query.scalars(idx, run["id"], t)["step"], query.scalars(idx, run["id"], t)["value"])]
           for t in tags}
 print(json.dumps({"counts": counts(), "run": {k: run[k] for k in ("status", "eval_id", "hparams")},
-                  "points": points, "bias": float(state["net.bias"])}))
+                  "points": points, "weights": w, "attached": model._trainer is not None}))
 '''
 
 
@@ -416,8 +417,10 @@ def test_self_log_metrics_are_stored_with_the_evaluation_and_survive_a_hit(lit_p
     p.write("train.py", TRAIN)
     miss = p.run_json("train.py", env=ENV)
     hit = p.run_json("train.py", env=ENV)
-    assert miss["counts"] == hit["counts"] == {"summarize": 1, "train": 1}  # (DM.train_dataloader summarizes)
-    assert hit["bias"] == miss["bias"]
+    # (DM.train_dataloader summarizes); weights() of the loaded module hit on the trained one's result
+    assert miss["counts"] == hit["counts"] == {"summarize": 1, "train": 1, "weights": 1}
+    assert hit["weights"] == miss["weights"]
+    assert miss["attached"] and not hit["attached"]  # a hit's module is detached from any Trainer
     assert miss["run"]["status"] == "done" and miss["run"]["eval_id"] is not None
     assert hit["run"] == miss["run"] and hit["points"] == miss["points"]
     # hparams: the memoized function's arguments, then the module's and datamodule's save_hyperparameters()
