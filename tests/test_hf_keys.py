@@ -237,3 +237,35 @@ def test_a_loaded_dataset_keys_as_stored_without_rehashing(project, tmp_path):
     # the selection's own indices table (new memory) once
     assert loaded["hashed"] == 0
     assert loaded["hashed_after_select"] == 1
+
+
+def test_what_a_dataset_key_holds_besides_its_rows(offline):
+    labels = datasets.ClassLabel(names=["neg", "pos"])
+    base = datasets.Dataset.from_dict({"x": [1, 2, 3], "y": [0, 1, 0]},
+                                      features=datasets.Features({"x": datasets.Value("int64"), "y": labels}))
+    d = H(base)
+    renamed = datasets.Dataset.from_dict(
+        {"x": [1, 2, 3], "y": [0, 1, 0]},
+        features=datasets.Features({"x": datasets.Value("int64"), "y": datasets.ClassLabel(names=["bad", "good"])}))
+    others = [
+        renamed,  # the same integers, other label names
+        base.with_format("numpy"),
+        base.with_format("numpy", columns=["x"]),
+        datasets.Dataset.from_dict({"x": [1, 2, 3], "y": [0, 1, 0]}, features=base.features, split="train"),
+        base.select([0, 2, 1]),
+        base.cast_column("x", datasets.Value("int32")),
+    ]
+    keys = [H(o) for o in others]
+    assert d not in keys and len(set(keys)) == len(keys)
+    described = datasets.Dataset.from_dict({"x": [1, 2, 3], "y": [0, 1, 0]}, features=base.features)
+    described.info.description = "changed"
+    assert H(described) != d
+    same = datasets.Dataset.from_dict({"x": [1, 2, 3], "y": [0, 1, 0]}, features=base.features)
+    same._fingerprint = "something else"
+    assert H(same) == d  # HF's name for its cache is not content
+
+    class Mine(datasets.Dataset):  # a user's subclass: its code counts, as for any class
+        pass
+
+    mine = Mine(base.data)
+    assert H(mine) != H(datasets.Dataset(base.data))

@@ -37,7 +37,7 @@ import pyarrow as pa
 from .. import identity
 from ..arrow import encode_columns
 from ..files import RACY_NS
-from ..hashing import KEY_SCHEMA, Encoder, register_handler, register_policy
+from ..hashing import KEY_SCHEMA, Encoder, excluded_attributes, register_handler, register_policy
 
 #: the version of a table digest's encoding: a digest stored with a result (``store``)
 #: is believed on load only if it was made the same way
@@ -185,6 +185,109 @@ def encode_hf_table(enc: Any, table: Any) -> None:
     enc.write(b"H" + digest(table, trusted=not enc.untrusted))
 
 
+# -- the objects around the tables: HF's own classes by their attributes ----------------------
+#
+# A ``Dataset`` hashed by the generic rule costs 60-80 µs a call (measured) whatever its
+# size, most of it the code digests of HF's classes looked up for the dataset, its info
+# and each feature. Those are library classes: their code is the installed ``datasets``,
+# as for any library (docs/hashing.md). So HF's own classes are keyed by their name and
+# attributes; a user's subclass of them still goes the generic way (its code counts).
+
+_own: set = set()
+
+
+def _state(enc: Any, obj: Any, exclude: Any = ()) -> None:
+    d = vars(obj)
+    names = sorted(k for k in d if k not in exclude)
+    enc.write_uint(len(names))
+    for k in names:
+        enc.write_str(k)
+        enc.encode_child(d[k], "." + k)
+
+
+def encode_dataset(enc: Any, ds: Any) -> None:
+    """A ``Dataset``: its info, split, format, data and indices tables; ``_fingerprint`` out."""
+    if type(ds) not in _own:
+        enc.encode_object(ds)  # a user's subclass: its code counts
+        return
+    if enc.memoize(ds):
+        return
+    enc.write(b"\x1bd")
+    enc.write_type(type(ds))
+    _state(enc, ds, excluded_attributes(type(ds)))
+
+
+#: dataclass -> the fields its constructor takes (the rest, ``Value.pa_type`` or
+#: ``ClassLabel._str2int``, is derived from them)
+_init_fields: Dict[type, Tuple[str, ...]] = {}
+
+
+def encode_hf_value(enc: Any, obj: Any) -> None:
+    """HF's info, split and feature classes: name and the fields they are made of."""
+    t = type(obj)
+    if t not in _own:
+        enc.encode_object(obj)
+        return
+    if enc.memoize(obj):
+        return
+    enc.write(b"\x1bv")
+    enc.write_type(t)
+    names = _init_fields.get(t)
+    if names is None:
+        _state(enc, obj)  # not a dataclass (NamedSplit): its attributes
+        return
+    enc.write_uint(len(names))
+    for k in names:
+        enc.write_str(k)
+        enc.encode_child(getattr(obj, k, None), "." + k)
+
+
+def encode_features(enc: Any, features: Any) -> None:
+    """``Features``: a dict of column name to feature, in column order."""
+    if type(features) not in _own:
+        enc.encode_object(features)
+        return
+    if enc.memoize(features):
+        return
+    enc.write(b"\x1bF")
+    enc.write_uint(len(features))
+    for k, v in features.items():
+        enc.write_str(k)
+        enc.encode_child(v, f"[{k!r}]")
+    _state(enc, features)
+
+
+def _register_objects() -> None:
+    import dataclasses
+
+    ds = sys.modules.get("datasets.arrow_dataset")
+    if ds is not None:
+        # a name for HF's own cache, derived from the data and the transforms, or random where
+        # a transform cannot be hashed: the data itself is keyed in full
+        register_policy(ds.Dataset, exclude={"_fingerprint"})
+        _own.add(ds.Dataset)
+        register_handler(ds.Dataset, encode_dataset)
+    feats = sys.modules.get("datasets.features")
+    if feats is not None:
+        _own.add(feats.Features)
+        register_handler(feats.Features, encode_features)
+        for name in dir(feats):
+            cls = getattr(feats, name)
+            if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__.startswith("datasets."):
+                _own.add(cls)
+                register_handler(cls, encode_hf_value)
+    for module, names in (("datasets.info", ("DatasetInfo",)), ("datasets.splits", ("NamedSplit", "SplitInfo"))):
+        mod = sys.modules.get(module)
+        for name in names:
+            cls = getattr(mod, name, None) if mod is not None else None
+            if isinstance(cls, type):
+                _own.add(cls)
+                register_handler(cls, encode_hf_value)
+    for cls in _own:
+        if dataclasses.is_dataclass(cls):
+            _init_fields[cls] = tuple(sorted(f.name for f in dataclasses.fields(cls) if f.init))
+
+
 def know_kinds(table: Any) -> None:
     """Learn HF's table classes from ``datasets.table`` (exact types: a subclass's memory is not known)."""
     _kinds.update({table.InMemoryTable: "memory", table.MemoryMappedTable: "mapped",
@@ -196,11 +299,7 @@ def register() -> None:
     if table is not None:
         register_handler(table.Table, encode_hf_table)
         know_kinds(table)
-    ds = sys.modules.get("datasets.arrow_dataset")
-    if ds is not None:
-        # a name for HF's own cache, derived from the data and the transforms, or random where
-        # a transform cannot be hashed: the data itself is keyed in full
-        register_policy(ds.Dataset, exclude={"_fingerprint"})
+    _register_objects()
     from . import cache
 
     cache.install()
