@@ -171,3 +171,69 @@ def test_columns_are_content_addressed_blobs_shared_between_results(project, tmp
     big = [s for s in sizes if s >= 1_600_000]
     # a, b (base), and c (widened): a and b are not stored twice
     assert len(big) == 3, sizes
+
+
+def features_zoo(datasets, np):
+    """Every layout a dataset column takes, nulls and slices included."""
+    n = 3000
+    feats = datasets.Features({
+        "i": datasets.Value("int32"),
+        "f": datasets.Value("float64"),
+        "s": datasets.Value("string"),
+        "label": datasets.ClassLabel(names=["a", "b", "c"]),
+        "seq": datasets.List(datasets.Value("int64")),
+        "grid": datasets.Array2D(shape=(2, 3), dtype="float32"),
+        "rec": {"k": datasets.Value("string"), "v": datasets.Value("int64")},
+        "b": datasets.Value("bool"),
+        "blob": datasets.Value("binary"),
+    })
+    rows = {
+        "i": [i if i % 7 else None for i in range(n)],
+        "f": np.linspace(0, 1, n).tolist(),
+        "s": [None if i % 11 == 0 else f"row {i}" * (i % 5) for i in range(n)],
+        "label": [i % 3 for i in range(n)],
+        "seq": [list(range(i % 6)) if i % 13 else None for i in range(n)],
+        "grid": [np.full((2, 3), i, dtype=np.float32) for i in range(n)],
+        "rec": [{"k": str(i), "v": i} for i in range(n)],
+        "b": [i % 2 == 0 for i in range(n)],
+        "blob": [bytes([i % 256]) * (i % 4) for i in range(n)],
+    }
+    return datasets.Dataset.from_dict(rows, features=feats)
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["blobs", "inline"])
+def test_every_column_layout_round_trips_through_the_store(tmp_store, tmp_path, monkeypatch, inline):
+    import datasets
+    import numpy as np
+
+    import memolab
+    import memolab.store
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(memolab.store, "INLINE_MAX", 1 << 30 if inline else 0)
+    zoo = features_zoo(datasets, np)
+    cases = {
+        "zoo": zoo,
+        "sliced": zoo.select(range(1000, 1500)),  # contiguous: a slice of the table, not indices
+        "picked": zoo.select([5, 3, 2999, 0]),  # an indices table
+        "empty": zoo.select([]),
+        "filtered": zoo.filter(lambda r: r["label"] == 1),
+        "formatted": zoo.with_format("numpy", columns=["f", "grid"], output_all_columns=True),
+    }
+
+    @memolab.memo
+    def give(name):
+        return cases[name]
+
+    for name, ds in cases.items():
+        give(name)
+        give.store().forget()  # the next call loads from the store
+        back = give(name)
+        assert back is not ds and type(back.data).__name__ == "InMemoryTable", name
+        assert back.features == ds.features and back.format == ds.format and len(back) == len(ds), name
+        assert back.data.table.equals(ds.data.table), name  # the rows, not just their key
+        assert back.to_dict() == ds.to_dict() if not ds.format["type"] else True, name
+        if len(ds):
+            np.testing.assert_equal(back[:3], ds[:3])
+        assert memolab.hashing.hash_value(back) == memolab.hashing.hash_value(ds), name

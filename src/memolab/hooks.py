@@ -78,6 +78,8 @@ def before_computing() -> None:
 def _run_computing(module: str) -> None:
     if module not in _computing_done:
         _computing_done.add(module)
+        if len(_computing_done) == len(LAZY_HOOKS["computing"]) and _watcher in sys.meta_path:
+            sys.meta_path.remove(_watcher)  # nothing left to watch for
         run(LAZY_HOOKS["computing"][module])
 
 

@@ -40,8 +40,9 @@ from ..files import RACY_NS
 from ..hashing import KEY_SCHEMA, Encoder, excluded_attributes, register_handler, register_policy
 
 #: the version of a table digest's encoding: a digest stored with a result (``store``)
-#: is believed on load only if it was made the same way
-DIGEST_SCHEMA = KEY_SCHEMA + "/hf1"
+#: is believed on load only if it was made the same way. Bump it with any change to
+#: ``table_digest`` or to ``memolab.arrow``'s encoding (hf2: lengths in their offsets' width)
+DIGEST_SCHEMA = KEY_SCHEMA + "/hf2"
 #: the stamp of in-memory Arrow data that nobody can write
 _MEMORY = ("memory",)
 
