@@ -237,3 +237,29 @@ def test_every_column_layout_round_trips_through_the_store(tmp_store, tmp_path, 
         if len(ds):
             np.testing.assert_equal(back[:3], ds[:3])
         assert memolab.hashing.hash_value(back) == memolab.hashing.hash_value(ds), name
+
+
+def test_an_iterable_dataset_is_stored_by_its_configuration(tmp_store, tmp_path, monkeypatch):
+    import datasets
+    import numpy as np
+
+    import memolab
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+    def rows(n):
+        for i in range(n):
+            yield {"x": i}
+
+    @memolab.memo
+    def streams(n):
+        over_table = datasets.Dataset.from_dict({"x": np.arange(n)}).to_iterable_dataset(num_shards=2)
+        generated = datasets.IterableDataset.from_generator(rows, gen_kwargs={"n": n})
+        return over_table, generated
+
+    streams(100)
+    streams.store().forget()
+    over_table, generated = streams(100)
+    assert sum(r["x"] for r in over_table) == sum(range(100))  # its table was stored as data
+    assert sum(r["x"] for r in generated) == sum(range(100))  # its generator, by code
