@@ -217,7 +217,7 @@ def make():
 ds = make()
 keys = [hash_value(ds), hash_value(ds), hash_value(ds.with_format("torch"))]
 out = {"keys": keys, "hashed": len(hashed), "kind": type(ds.data).__name__}
-sub = ds.select(range(100, 200))  # an indices table of its own, over the loaded rows
+sub = ds.select(range(100, 200))  # a slice of the loaded table: new Arrow objects over the blobs
 out["select"] = [hash_value(sub), hash_value(sub)]
 out["hashed_after_select"] = len(hashed)
 print(json.dumps(out))
@@ -234,9 +234,10 @@ def test_a_loaded_dataset_keys_as_stored_without_rehashing(project, tmp_path):
     assert loaded["keys"][:2] == computed["keys"][:2] and loaded["keys"][2] == computed["keys"][2]
     assert loaded["select"] == computed["select"]
     # the loaded rows were never hashed in the loading process (the digest stored with them);
-    # the selection's own indices table (new memory) once
+    # the slice once, then trusted: all its memory lies in the blobs' read-only mappings
     assert loaded["hashed"] == 0
     assert loaded["hashed_after_select"] == 1
+    assert computed["hashed_after_select"] - computed["hashed"] == 2  # computed here: from_dict memory
 
 
 def test_what_a_dataset_key_holds_besides_its_rows(offline):

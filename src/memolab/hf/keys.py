@@ -25,12 +25,13 @@ identity cache of ``memolab.identity``) while its *stamp* holds:
 """
 from __future__ import annotations
 
+import bisect
 import os
 import sys
 import threading
 import time
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pyarrow as pa
 
@@ -73,11 +74,17 @@ _blob_ranges: Dict[int, Tuple["weakref.ref[Any]", int, int]] = {}
 _lock = threading.Lock()
 
 
+#: the live ranges of ``_blob_ranges`` sorted by start, rebuilt after a change (None)
+_sorted: Optional[List[Tuple[int, int, "weakref.ref[Any]"]]] = None
+
+
 def _forget(table: Dict[int, Any], key: int, ref: "weakref.ref[Any]") -> None:
+    global _sorted
     with _lock:
         got = table.get(key)
         if got is not None and got[0] is ref:
             del table[key]
+            _sorted = None
 
 
 def _set_verdict(table: Any, trusted: bool) -> None:
@@ -90,25 +97,37 @@ def _set_verdict(table: Any, trusted: bool) -> None:
 def trust_mapping(mapping: Any, start: int, size: int) -> None:
     """Memory ``[start, start + size)`` belongs to ``mapping``, a read-only mapping of a store
     blob: nobody can write it while it lives (and the entry goes when it dies)."""
+    global _sorted
     key = id(mapping)
     ref = weakref.ref(mapping, lambda r, key=key: _forget(_blob_ranges, key, r))
     with _lock:
         _blob_ranges[key] = (ref, start, start + size)
+        _sorted = None
 
 
-def _in_blobs(address: int, size: int) -> bool:
-    for ref, lo, hi in list(_blob_ranges.values()):
-        if lo <= address and address + size <= hi and ref() is not None:
-            return True
-    return False
+def _ranges() -> List[Tuple[int, int, "weakref.ref[Any]"]]:
+    global _sorted
+    with _lock:
+        if _sorted is None:
+            _sorted = sorted((lo, hi, ref) for ref, lo, hi in _blob_ranges.values())
+        return _sorted
 
 
-def _vouched(arr: Any) -> bool:
+def _in_blobs(address: int, size: int, ranges: List[Tuple[int, int, "weakref.ref[Any]"]]) -> bool:
+    # live mappings never overlap: the one starting last at or before ``address`` is the candidate
+    i = bisect.bisect_right(ranges, (address, float("inf"))) - 1
+    if i < 0:
+        return False
+    lo, hi, ref = ranges[i]
+    return address + size <= hi and ref() is not None
+
+
+def _vouched(arr: Any, ranges: List[Tuple[int, int, "weakref.ref[Any]"]]) -> bool:
     for buf in arr.buffers():  # children's buffers included
-        if buf is not None and buf.size and not _in_blobs(buf.address, buf.size):
+        if buf is not None and buf.size and not _in_blobs(buf.address, buf.size, ranges):
             return False
     if isinstance(arr, pa.DictionaryArray):
-        return _vouched(arr.dictionary)
+        return _vouched(arr.dictionary, ranges)
     return True
 
 
@@ -116,7 +135,8 @@ def _memory_stamp(table: Any) -> Optional[Tuple[str]]:
     got = _verdicts.get(id(table))
     if got is not None and got[0]() is table:
         return _MEMORY if got[1] else None
-    trusted = bool(_blob_ranges) and all(_vouched(chunk) for col in table.columns for chunk in col.chunks)
+    ranges = _ranges() if _blob_ranges else []
+    trusted = bool(ranges) and all(_vouched(chunk, ranges) for col in table.columns for chunk in col.chunks)
     _set_verdict(table, trusted)
     return _MEMORY if trusted else None
 
