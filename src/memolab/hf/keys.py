@@ -109,13 +109,13 @@ def _ranges() -> List[Tuple[int, int, "weakref.ref[Any]"]]:
     global _sorted
     with _lock:
         if _sorted is None:
-            _sorted = sorted((lo, hi, ref) for ref, lo, hi in _blob_ranges.values())
+            _sorted = sorted(((lo, hi, ref) for ref, lo, hi in _blob_ranges.values()), key=lambda r: r[0])
         return _sorted
 
 
 def _in_blobs(address: int, size: int, ranges: List[Tuple[int, int, "weakref.ref[Any]"]]) -> bool:
     # live mappings never overlap: the one starting last at or before ``address`` is the candidate
-    i = bisect.bisect_right(ranges, (address, float("inf"))) - 1
+    i = bisect.bisect_right(ranges, address, key=lambda r: r[0]) - 1
     if i < 0:
         return False
     lo, hi, ref = ranges[i]
