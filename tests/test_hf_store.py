@@ -6,6 +6,7 @@ whatever happened to HF's cache or to the files the computation wrote.
 """
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -263,3 +264,39 @@ def test_an_iterable_dataset_is_stored_by_its_configuration(tmp_store, tmp_path,
     over_table, generated = streams(100)
     assert sum(r["x"] for r in over_table) == sum(range(100))  # its table was stored as data
     assert sum(r["x"] for r in generated) == sum(range(100))  # its generator, by code
+
+
+NO_CACHING = r'''
+import json, os
+
+import datasets
+
+from memolab import memo
+
+datasets.disable_caching()  # .map writes to a temporary folder, deleted when the process ends
+
+
+@memo
+def prepare(path):
+    with open("runs.txt", "a") as f:
+        f.write("prepare\n")
+    ds = datasets.load_dataset("csv", data_files=path, split="train")
+    return ds.map(lambda b: {"y": [v * 10 for v in b["x"]]}, batched=True)
+
+
+ds = prepare(os.path.abspath("rows.csv"))
+print(json.dumps({"y": list(ds["y"]), "files": [c["filename"] for c in ds.cache_files]}))
+'''
+
+
+def test_a_result_of_a_process_with_hf_caching_disabled_is_a_hit_in_the_next(project, tmp_path):
+    # issue 25: stored as a path into the deleted temporary folder, every hit warned and recomputed
+    project.write("rows.csv", "x\n1\n2\n3\n")
+    project.write("nocache.py", NO_CACHING)
+    env = hf_env(tmp_path)
+    first = project.run_json("nocache.py", env=env)
+    assert first["y"] == [10, 20, 30] and first["files"]  # computed: HF's temporary files
+    cp = project.run("nocache.py", env=env)
+    assert "recomputing" not in cp.stderr
+    assert json.loads(cp.stdout.strip().splitlines()[-1])["y"] == [10, 20, 30]
+    assert (project.root / "runs.txt").read_text().split() == ["prepare"]
