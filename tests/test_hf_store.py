@@ -221,6 +221,7 @@ def test_every_column_layout_round_trips_through_the_store(tmp_store, tmp_path, 
         "empty": zoo.select([]),
         "filtered": zoo.filter(lambda r: r["label"] == 1),
         "formatted": zoo.with_format("numpy", columns=["f", "grid"], output_all_columns=True),
+        "no_columns": zoo.remove_columns(zoo.column_names),  # rows without columns: only their count
     }
 
     @memolab.memo

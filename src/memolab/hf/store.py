@@ -50,11 +50,9 @@ def column_stream(field: Any, column: Any) -> Any:
 
 def _reduce_table(p: Any, table: Any) -> Any:
     t = table.table
-    if t.num_columns == 0 and t.num_rows:
-        return NotImplemented  # rows without columns: no stream holds a row count; HF's own pickling
     d = keys.digest(table)
     columns = [pickle.PickleBuffer(column_stream(t.schema.field(i), t.column(i))) for i in range(t.num_columns)]
-    return rebuild_table, (t.schema, columns, d, keys.DIGEST_SCHEMA)
+    return rebuild_table, (t.schema, columns, d, keys.DIGEST_SCHEMA, t.num_rows)
 
 
 def _fresh_memory(buf: Any, wrapped: Any) -> bool:
@@ -71,12 +69,15 @@ def _fresh_memory(buf: Any, wrapped: Any) -> bool:
     return type(buf) is memoryview and buf.readonly and type(buf.obj) is bytes
 
 
-def rebuild_table(schema: Any, columns: List[Any], digest: bytes, digest_schema: str) -> Any:
+def rebuild_table(schema: Any, columns: List[Any], digest: bytes, digest_schema: str, num_rows: int = 0) -> Any:
     from datasets.table import InMemoryTable
 
     wrapped = [pa.py_buffer(buf) for buf in columns]
     arrays = [pa.ipc.open_stream(w).read_all().column(0) for w in wrapped]
-    t = pa.Table.from_arrays(arrays, schema=schema)
+    if arrays:
+        t = pa.Table.from_arrays(arrays, schema=schema)
+    else:  # rows without columns (every column removed): only the count is data
+        t = pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"]).replace_schema_metadata(schema.metadata)
     if all([_fresh_memory(buf, w) for buf, w in zip(columns, wrapped)]):
         keys.remember_loaded(t, digest, digest_schema)
     return InMemoryTable(t)
