@@ -34,6 +34,17 @@ pytest_plugins = ["servers.postgres", "servers.s3", "servers.team"]
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
+@pytest.fixture(autouse=True)
+def _close_test_stores(tmp_path_factory):
+    """The stores a test opened under its temporary directories are closed after it: the
+    session would otherwise hold three descriptors per store (over a thousand by the end,
+    past a common ``ulimit -n`` of 1024)."""
+    yield
+    from memolab.store import close_open_stores
+
+    close_open_stores(tmp_path_factory.getbasetemp())
+
+
 class Calls(list):
     """A list that tests append to from inside a memoized function, to count real runs.
 

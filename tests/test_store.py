@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import Calls
 from memolab import CorruptBlob, configure
 from memolab.store import Store
 from memolab.store.blobs import BlobFolder, digest_bytes
@@ -143,3 +144,44 @@ def test_reusing_a_stored_blob_marks_it_recent(store):
     assert store.blobs.put(b"old bytes") == (d, n)  # deduplicated ...
     assert store.blobs.mtime(d) > time.time() - 60  # ... and touched, so gc sees it as in use
     assert bytes(store.blobs.get(d, n)) == b"old bytes"
+
+
+def _open_files(under) -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(str(under))
+        except OSError:
+            pass
+    return n
+
+
+def test_a_store_let_go_or_closed_holds_no_open_files(tmp_store):
+    """A Store the program no longer references is freed with its index's three files (the
+    exit flush used to keep every Store alive); ``close_open_stores`` closes the shared ones
+    under a directory, and a later call opens its store again."""
+    import gc
+
+    import memolab
+    from memolab.store import close_open_stores
+
+    s = Store(tmp_store.parent / "let-go")
+    s.index.conn()
+    assert _open_files(tmp_store.parent / "let-go") == 3
+    del s
+    gc.collect()
+    assert _open_files(tmp_store.parent / "let-go") == 0
+
+    runs = Calls()
+
+    @memolab.memo
+    def inc(x):
+        runs.append(x)
+        return x + 1
+
+    assert inc(1) == 2
+    assert _open_files(tmp_store) >= 3
+    assert close_open_stores(tmp_store.parent) == 1
+    assert _open_files(tmp_store) == 0
+    assert inc(1) == 2 and runs == [1]  # a hit; the store it came from is open again:
+    assert _open_files(tmp_store) >= 3

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -60,6 +61,19 @@ _HIT_FLUSH_SECONDS = 2.0
 #: deduplication, which only blobs give.
 #: ``$MEMOLAB_INLINE_MAX`` overrides it (0: every result in blob files; docs/settings.md).
 INLINE_MAX: int = config.env_setting("MEMOLAB_INLINE_MAX")
+
+
+#: every Store of this process still referenced: weakly, so that one the program let go of
+#: (and its index's open files) is freed, as ``atexit.register(store.flush_hits)`` never allowed
+_live: "weakref.WeakSet[Store]" = weakref.WeakSet()
+
+
+def _flush_live() -> None:
+    for s in list(_live):
+        s.flush_hits()
+
+
+atexit.register(_flush_live)
 
 
 class Store:
@@ -105,7 +119,7 @@ class Store:
         # (fn, code digest) -> every computation of it here so far took less than
         # ``lease_free_below`` (see ``note_duration``)
         self.quick_codes: Dict[Tuple[str, str], bool] = {}
-        atexit.register(self.flush_hits)
+        _live.add(self)  # its hit counts are written at exit (``_flush_live``)
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -459,6 +473,12 @@ class Store:
             except Exception:
                 pass  # advisory (counts) or recomputable (stamps): never fail anything over them
 
+    def close(self) -> None:
+        """Write pending hit counts and close this thread's index connection (its three
+        file descriptors: the file, ``-wal``, ``-shm``). A later call reopens it."""
+        self.flush_hits()
+        self.index.close()
+
     # -- maintenance ---------------------------------------------------------------------
     def clear(self, fn: Optional[str] = None) -> int:
         self.forget(fn)
@@ -724,6 +744,24 @@ def forget_open_stores(root: Path) -> None:
     with _stores_lock:
         for k in [k for k, s in _stores.items() if Path(getattr(s, "root", "")) == root]:
             _stores.pop(k, None)
+
+
+def close_open_stores(under: Path) -> int:
+    """Close this process's open stores whose root lies under ``under`` and hand them out no
+    more; how many. A process that opens many short-lived stores (a test session: a store per
+    test) otherwise keeps every one's index open, three descriptors each, until it exits."""
+    under = Path(under).resolve()
+    with _stores_lock:
+        keys = [k for k, s in _stores.items() if Path(k[0]) == under or under in Path(k[0]).parents]
+        closing = [_stores.pop(k) for k in keys]
+    for s in closing:
+        close = getattr(s, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                pass  # a store that cannot even close holds nothing worth an error here
+    return len(closing)
 
 
 def _open(p: Path) -> Any:

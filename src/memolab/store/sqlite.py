@@ -330,6 +330,14 @@ class Index:
             self._local.pid = config.pid()
         return c
 
+    def close(self) -> None:
+        """Close this thread's connection; the next use opens a new one. Other threads'
+        connections are let go (each is closed when its thread ends)."""
+        c = getattr(self._local, "conn", None)
+        self._local = threading.local()
+        if c is not None:
+            c.close()
+
     class _write:
         """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on error.
 

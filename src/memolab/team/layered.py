@@ -493,6 +493,11 @@ class TeamStore:
         self.link.retire()
         self.journal.stop()
 
+    def close(self) -> None:
+        """Retired (see ``retire``) and its local store closed: ``close_open_stores``."""
+        self.retire()
+        self.local.close()
+
     # -- writing: locally at once, uploaded in the background ------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
         # Imported now, not at exit: the exit drain may need the S3 client's thread pools,
