@@ -26,6 +26,14 @@ import time
 from typing import List, Optional
 
 
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    # poll, not select: select() cannot watch a descriptor numbered 1024 or more, and a
+    # long test session may hold that many (the proxy then died silently mid-suite)
+    p = select.poll()
+    p.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(p.poll(timeout * 1000))
+
+
 class _Conn:
     def __init__(self, proxy: "FaultProxy", client: socket.socket, upstream: socket.socket) -> None:
         self.proxy = proxy
@@ -61,8 +69,7 @@ class _Conn:
                         break
                     time.sleep(0.02)  # stalled, with bytes to deliver once it heals
                     continue
-                r, _, _ = select.select([src], [], [], 0.02)
-                if not r:
+                if not _readable(src, 0.02):
                     continue
                 data = src.recv(65536)
                 if not data:
@@ -111,8 +118,7 @@ class FaultProxy:
     def _accept(self) -> None:
         while not self._closed:
             try:
-                r, _, _ = select.select([self._sock], [], [], 0.05)
-                if not r:
+                if not _readable(self._sock, 0.05):
                     continue
                 client, _ = self._sock.accept()
             except OSError:

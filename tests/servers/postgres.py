@@ -142,6 +142,12 @@ class PgServer:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop", check=False)
         self._up = False
 
+    def crash(self) -> None:
+        """Stop the server the hard way (``-m immediate``: every process quits at once, no
+        checkpoint; the next start recovers from the WAL, as after a power cut of the server)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "-t", "60", "stop", check=False)
+        self._up = False
+
     def ensure_running(self) -> None:
         if not self.running:
             self.start()

@@ -216,7 +216,8 @@ class Journal:
                 while self.upload_batch(min_age=MIN_AGE) > 0 and not self._stop:
                     pass
                 if self.reconcile(min_age=CONFIRM_AFTER):
-                    continue  # sent again by the next round
+                    self._wake.set()  # queued again: sent by the next round, now
+                    continue
                 self.store.forward_hits()
             except Offline:
                 continue
