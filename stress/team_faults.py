@@ -2,7 +2,8 @@
 
 Runs ``tests/test_team_faults.py`` (real PostgreSQL and moto's S3 server on loopback,
 faults injected by ``tests/servers/faultproxy.py``, a second session's table lock,
-SIGSTOP of the server) ``--runs`` times and prints, per fault, the longest call
+SIGSTOP of the server, pg_ctl stop -m immediate, moto SIGKILLed mid-upload,
+a real lost write) ``--runs`` times and prints, per fault, the longest call
 measured over all runs, as a markdown table. Each test itself asserts the right
 values, at most one warning, a bound of ``3 × MEMOLAB_REMOTE_TIMEOUT + 2.5 s`` on
 every call, and nothing lost after ``memolab sync``; a failing run is reported and
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Dict
 
 ROOT = Path(__file__).resolve().parents[1]
-LINE = re.compile(r"^\.?(?P<fault>[\w-]+|remote status against a silent index): (?:longest call )?(?P<s>[\d.]+) s")
+LINE = re.compile(r"^\.*(?P<fault>[\w-]+|remote status against a silent index): (?:longest call )?(?P<s>[\d.]+) s")
 
 
 def main() -> int:
