@@ -270,3 +270,22 @@ def test_what_a_dataset_key_holds_besides_its_rows(offline):
 
     mine = Mine(base.data)
     assert H(mine) != H(datasets.Dataset(base.data))
+
+
+def test_a_concatenation_is_trusted_only_as_far_as_every_block_is(offline, tmp_path, digests, monkeypatch):
+    monkeypatch.setattr(hf_keys, "RACY_NS", 0)
+    path = tmp_path / "data.arrow"
+    write_arrow(path, [1, 2, 3])
+    mapped = datasets.Dataset.from_file(str(path))
+    doubled = datasets.concatenate_datasets([mapped, mapped])  # two memory-mapped blocks
+    assert type(doubled.data).__name__ == "ConcatenationTable"
+    H(doubled), H(doubled)
+    assert len(digests) == 1
+    import pandas as pd
+
+    frame = pd.DataFrame({"b": np.arange(3)})
+    widened = datasets.concatenate_datasets([mapped, datasets.Dataset.from_pandas(frame)], axis=1)
+    before = H(widened)
+    frame.loc[0, "b"] = 9  # the in-memory block shares the frame's memory
+    assert H(widened) != before
+    assert len(digests) == 3  # the concatenation with an untrusted block: rehashed every call
