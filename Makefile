@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
 
-.PHONY: demo test bench clean system-deps
+.PHONY: demo ui test bench clean system-deps
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml Makefile
 
 demo: $(STAMP)
 	$(PY) examples/run_demo.py
+
+# the dashboard on the demo's store (after `make demo`)
+ui: $(STAMP)
+	cd build/demo && $(CURDIR)/$(VENV)/bin/memolab ui
 
 # The dashboard's browser tests drive Debian's headless Chromium; the team store's
 # tests start a PostgreSQL server of their own (initdb + pg_ctl from Debian's package).

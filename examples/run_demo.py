@@ -41,7 +41,12 @@ def main() -> None:
          "pipeline.py", "--explain")
     step("memolab why train", "-m", "memolab", "why", "train")
     step("memolab ls", "-m", "memolab", "ls")
-    print(f"\nSee the loss curves of both trainings side by side:  cd {DEMO} && memolab ui")
+    # the venv's own script by its full path: `memolab` alone is "command not found" in a fresh
+    # shell where the venv is not activated
+    cli = Path(sys.executable).parent / "memolab"
+    ui = f"{cli} ui" if cli.exists() else f"{sys.executable} -m memolab ui"
+    print(f"\nSee the loss curves of both trainings side by side:  cd {DEMO} && {ui}")
+    print("(or from the repository: make ui)")
 
 
 if __name__ == "__main__":

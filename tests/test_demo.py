@@ -30,5 +30,8 @@ def test_demo_tells_the_pytorch_story(tmp_path):
     assert "__main__:train: hit" in out
     assert "`__main__:Net` changed" in out and "-        return self.out(torch.relu(self.hidden(x)))" in out
     assert "load_data + train:" in out and "memolab ui" in out
+    # the hint works from a fresh shell (no venv activated): an executable by its full path
+    exe = re.search(r"&& (\S+) (?:-m memolab )?ui", out)[1]
+    assert os.path.isabs(exe) and os.access(exe, os.X_OK), exe
     ls = out[out.index("$ memolab ls"):]
     assert re.search(r"__main__:load_data\s+1\s", ls) and re.search(r"__main__:train\s+2\s", ls)
