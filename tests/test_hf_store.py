@@ -301,3 +301,46 @@ def test_a_result_of_a_process_with_hf_caching_disabled_is_a_hit_in_the_next(pro
     assert "recomputing" not in cp.stderr
     assert json.loads(cp.stdout.strip().splitlines()[-1])["y"] == [10, 20, 30]
     assert (project.root / "runs.txt").read_text().split() == ["prepare"]
+
+
+def test_a_memory_mapped_dataset_is_stored_as_its_file(tmp_store, tmp_path, monkeypatch, blob_results):
+    import datasets
+    import numpy as np
+
+    import memolab
+    import memolab.hf.keys as hf_keys
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    src = datasets.Dataset.from_dict({"x": np.arange(100_000), "t": [f"w{i}" for i in range(100_000)]})
+    src.save_to_disk(str(tmp_path / "saved"))
+    src.save_to_disk(str(tmp_path / "shards"), num_shards=3)  # loads as a concatenation of mapped files
+    (arrow,) = (tmp_path / "saved").glob("*.arrow")
+    shards = sorted((tmp_path / "shards").glob("*.arrow"))
+
+    @memolab.memo
+    def give(part):
+        if part == "shards":
+            return datasets.load_from_disk(str(tmp_path / "shards"))
+        ds = datasets.load_from_disk(str(tmp_path / "saved"))  # memory-mapped, with HF's replays
+        return ds if part == "all" else ds.select(range(10, 20))  # a small slice of the file
+
+    for part in ("all", "slice", "shards"):
+        computed = give(part)
+        assert type(computed.data).__name__ == ("ConcatenationTable" if part == "shards" else "MemoryMappedTable")
+        give.store().forget()
+        loaded = give(part)
+        assert not loaded.cache_files
+        assert loaded.data.table.equals(computed.data.table) and loaded.features == computed.features
+        hashed = []
+        monkeypatch.setattr(hf_keys, "table_digest", lambda t, real=hf_keys.table_digest: hashed.append(1) or real(t))
+        key = memolab.hashing.hash_value(loaded)
+        assert not hashed  # the digest stored with the rows, under the stamp of their blobs
+        assert key == memolab.hashing.hash_value(computed)
+    blobs = [p for p in (tmp_store / "blobs").rglob("*") if p.is_file()]
+    # the whole dataset: HF's file itself, one blob, read from HF's own mapping (no copy made);
+    # the slice of ten rows: its columns, not the file again
+    contents = [p.read_bytes() for p in blobs]
+    assert sum(c == arrow.read_bytes() for c in contents) == 1
+    assert sum(len(c) >= arrow.stat().st_size for c in contents) == 1
+    assert all(shard.read_bytes() in contents for shard in shards)  # each shard: its file

@@ -194,6 +194,14 @@ def remember_loaded(table: Any, digest: bytes, schema: str) -> None:
         identity.remember(table, _MEMORY, digest)
 
 
+def remember_concatenation(table: Any, digest: bytes, schema: str) -> None:
+    """A ``ConcatenationTable`` just rebuilt from blocks rebuilt by the store: its digest as
+    stored, under the stamp its blocks give (trusted ones, unless a block was not)."""
+    s = stamp(table)
+    if s is not None and schema == DIGEST_SCHEMA:
+        identity.remember(table.table, s, digest)
+
+
 def encode_hf_table(enc: Any, table: Any) -> None:
     """``datasets.table.Table``: the digest of the rows it holds, whatever its kind.
 

@@ -48,9 +48,56 @@ def column_stream(field: Any, column: Any) -> Any:
     return buf
 
 
+def mapped_file(table: Any) -> Any:
+    """HF's own read-only mapping of the whole file a ``MemoryMappedTable`` reads (a
+    ``pyarrow.Buffer``), when its rows are most of that file; else None.
+
+    HF maps the file once and reads its record batches as slices of that mapping:
+    walking a column buffer's parents reaches it (measured with datasets 5.2,
+    pyarrow 26). The file plus the table's replays (the transforms HF records,
+    which its own pickling replays) is the table, by HF's invariant; a mapping is
+    what the page cache backs, so storing it copies nothing into memory."""
+    import os
+
+    try:
+        size = os.path.getsize(table.path)
+    except OSError:
+        return None
+    t = table.table
+    if size == 0 or t.nbytes * 2 < size:
+        return None  # a small slice of a large file: its columns, not the whole file
+    for col in t.columns:
+        for chunk in col.chunks:
+            for buf in chunk.buffers():
+                if buf is None:
+                    continue
+                root = buf
+                while root.parent is not None:
+                    root = root.parent
+                if root.size != size or root.is_mutable:
+                    return None  # (new memory a replay made: the columns instead)
+                try:
+                    pa.ipc.open_stream(root)  # the file itself starts with a stream's schema
+                except (pa.ArrowInvalid, OSError):
+                    return None
+                return root
+    return None
+
+
 def _reduce_table(p: Any, table: Any) -> Any:
     t = table.table
     d = keys.digest(table)
+    if _mapped is not None and type(table) is _mapped:
+        whole = mapped_file(table)
+        if whole is not None:
+            return rebuild_mapped, (pickle.PickleBuffer(whole), list(table.replays), t.schema, t.num_rows, d,
+                                    keys.DIGEST_SCHEMA)
+    if (_concatenation is not None and type(table) is _concatenation
+            and any(type(b) is _mapped for row in table.blocks for b in row)):
+        # shards of load_from_disk, concatenate_datasets: block by block, so memory-mapped
+        # blocks go as their files (each block is reduced by this function again)
+        return rebuild_concatenation, ([list(row) for row in table.blocks], t.schema, t.num_rows, d,
+                                       keys.DIGEST_SCHEMA)
     columns = [pickle.PickleBuffer(column_stream(t.schema.field(i), t.column(i))) for i in range(t.num_columns)]
     return rebuild_table, (t.schema, columns, d, keys.DIGEST_SCHEMA, t.num_rows)
 
@@ -83,9 +130,47 @@ def rebuild_table(schema: Any, columns: List[Any], digest: bytes, digest_schema:
     return InMemoryTable(t)
 
 
+def rebuild_mapped(file: Any, replays: List[Any], schema: Any, num_rows: int, digest: bytes,
+                   digest_schema: str) -> Any:
+    """A memory-mapped table stored as its file: the stream read from memolab's blob, HF's
+    replays applied; checked against the rows and schema it was stored with."""
+    from datasets.table import InMemoryTable, MemoryMappedTable
+
+    wrapped = pa.py_buffer(file)
+    t = MemoryMappedTable._apply_replays(pa.ipc.open_stream(wrapped).read_all(), replays)
+    if t.num_rows != num_rows or not t.schema.equals(schema, check_metadata=True):
+        raise ValueError(f"the stored file and its replays give {t.num_rows} rows of {t.schema}, "
+                         f"not the {num_rows} rows of {schema} that were stored")
+    if _fresh_memory(file, wrapped):
+        keys.remember_loaded(t, digest, digest_schema)
+    return InMemoryTable(t)
+
+
+def rebuild_concatenation(blocks: List[List[Any]], schema: Any, num_rows: int, digest: bytes,
+                          digest_schema: str) -> Any:
+    """A concatenation of rebuilt blocks, as HF's own unpickling joins them."""
+    from datasets.table import ConcatenationTable
+
+    table = ConcatenationTable.__new__(ConcatenationTable)
+    table.__setstate__({"blocks": blocks, "schema": schema})
+    t = table.table
+    if t.num_rows != num_rows or not t.schema.equals(schema, check_metadata=True):
+        raise ValueError(f"the stored blocks give {t.num_rows} rows of {t.schema}, "
+                         f"not the {num_rows} rows of {schema} that were stored")
+    keys.remember_concatenation(table, digest, digest_schema)
+    return table
+
+
+#: ``datasets.table.MemoryMappedTable`` and ``ConcatenationTable``, once registered
+_mapped: Any = None
+_concatenation: Any = None
+
+
 def register(register_reducer: Callable[[type, Optional[Callable[[Any, Any], Any]]], None]) -> None:
     from datasets import table
 
+    global _mapped, _concatenation
+    _mapped, _concatenation = table.MemoryMappedTable, table.ConcatenationTable
     keys.know_kinds(table)
     for kind in (table.InMemoryTable, table.MemoryMappedTable, table.ConcatenationTable):
         register_reducer(kind, _reduce_table)
