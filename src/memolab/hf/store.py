@@ -16,6 +16,11 @@ a copy. The schema (with HF's features in its metadata) travels in the pickle;
 the dataset's info, split, format and fingerprint are its own attributes,
 pickled as they are.
 
+A memory-mapped table whose rows are most of its file goes as that file
+instead (``mapped_file``): one out-of-band buffer read from HF's own mapping,
+so nothing is copied into memory, plus the replays HF recorded for it; a
+concatenation of such tables (shards) goes block by block.
+
 A loaded table is an ``InMemoryTable`` over memolab's blobs: HF's cache
 plays no part in it, and it behaves as any in-memory dataset (``.map`` keeps
 its results in memory unless given a ``cache_file_name``). The digest of its
