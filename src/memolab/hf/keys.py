@@ -265,10 +265,13 @@ def encode_hf_value(enc: Any, obj: Any) -> None:
     if names is None:
         _state(enc, obj)  # not a dataclass (NamedSplit): its attributes
         return
-    enc.write_uint(len(names))
-    for k in names:
+    # fields left None are not written (most of a DatasetInfo's): every instance of a
+    # dataclass has every field, so leaving out the None ones is still unambiguous
+    given = [(k, v) for k, v in ((k, getattr(obj, k, None)) for k in names) if v is not None]
+    enc.write_uint(len(given))
+    for k, v in given:
         enc.write_str(k)
-        enc.encode_child(getattr(obj, k, None), "." + k)
+        enc.encode_child(v, "." + k)
 
 
 def encode_features(enc: Any, features: Any) -> None:
@@ -283,7 +286,7 @@ def encode_features(enc: Any, features: Any) -> None:
     for k, v in features.items():
         enc.write_str(k)
         enc.encode_child(v, f"[{k!r}]")
-    _state(enc, features)
+    # its one attribute, ``_column_requires_decoding``, is derived from the features
 
 
 def _register_objects() -> None:
