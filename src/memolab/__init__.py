@@ -17,7 +17,7 @@ __all__ = [
     "memo", "MemoFunction", "configure",
     "register_hasher", "register_opaque", "register_policy", "File", "Dir",
     "HashError", "StoreMiss", "CodeChanged", "CorruptBlob", "MemolabError", "MemolabWarning",
-    "log", "SummaryWriter", "checkpoint",
+    "log", "SummaryWriter", "checkpoint", "runs",
     "__version__",
 ]
 
@@ -32,6 +32,11 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
         from .torch.checkpoint import checkpoint  # torch itself is imported only if the caller uses it
 
         return checkpoint
+    if name == "runs":  # memolab.runs(): read runs back (memolab/runs.py)
+        from .runs import runs
+
+        globals()["runs"] = runs  # importing the submodule set this attribute to the module
+        return runs
     if name == "SummaryWriter":
         from .tracking.writer import SummaryWriter
         return SummaryWriter

@@ -10,23 +10,33 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from typing import NoReturn, Optional, Sequence
 
 from .common import (COMMANDS, OK, PROBLEM, USAGE, CliError, Progress, command, confirm, emit_json,  # noqa: F401
                      human_age, human_duration, human_size, options, parse_age, parse_size, resolve_function,
                      short_name, store_root, table)
 
 
+class Parser(argparse.ArgumentParser):
+    """Usage errors are one line on stderr (``memolab ls: argument --limit: must be 1 or more, got -3``),
+    exit 2, as every other error of the command line is one line."""
+
+    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+        self.exit(USAGE, f"memolab: {self.prog.replace('memolab ', '', 1) + ': ' if ' ' in self.prog else ''}"
+                         f"{message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .._version import __version__
 
     store_help = "store directory (default: $MEMOLAB_STORE or <workspace>/.memolab)"
-    p = argparse.ArgumentParser(prog="memolab", description="Inspect and maintain a memolab store.",
+    p = Parser(prog="memolab", description="Inspect and maintain a memolab store.",
                                 epilog="exit status: 0 ok, 1 a problem found or something not found, 2 usage")
     p.add_argument("--store", metavar="DIR", help=store_help)
     p.add_argument("--version", action="version", version=f"memolab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     from . import store_commands  # noqa: F401  (registers `ls`, `show`, `why`, `clear`, `gc`)
+    from . import run_commands  # noqa: F401  (registers `runs`)
     from ..ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
     from .. import doctor as _doctor  # noqa: F401  (registers `doctor`)
     from ..team import cli as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)
@@ -48,6 +58,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return USAGE
     from ..errors import MemolabError
 
+    port = getattr(args, "port", None)
+    if port is not None and not 0 <= port <= 65535:  # bind() would raise OverflowError
+        print(f"memolab: --port must be 0..65535 (0: any free port), got {port}", file=sys.stderr)
+        return USAGE
     try:
         return int(args._fn(args) or 0)
     except CliError as e:
@@ -55,6 +69,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"memolab: {e}", file=sys.stderr)
         return e.code
     except BrokenPipeError:  # `memolab ls | head`
+        # the interpreter flushes stdout again at exit and would print a second BrokenPipeError
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
         return 0
     except KeyboardInterrupt:
         return 130

@@ -99,9 +99,41 @@ def human_age(t: Optional[float], now: Optional[float] = None) -> str:
     return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d")
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
+def terminal_width(wide: bool = False) -> Optional[int]:
+    """The width tables must fit, or None for no limit: ``--wide``, or stdout is no terminal (a pipe
+    or a file gets whole cells, so ``grep`` finds them) and ``$COLUMNS`` does not say otherwise."""
+    import shutil
+
+    if wide:
+        return None
+    if not sys.stdout.isatty() and not os.environ.get("COLUMNS"):
+        return None
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = (),
+          width: Optional[int] = None, flex: Sequence[int] = ()) -> str:
+    """Aligned columns. With ``width``, the ``flex`` columns (the long free-text ones: names,
+    arguments) are cut, widest first, down to 8 characters each, so a line fits the terminal."""
     cells = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    if width is not None and flex:
+        over = sum(widths) + 2 * (len(widths) - 1) - width
+        while over > 0:
+            i = max(flex, key=lambda j: widths[j])
+            floor = max(8, len(headers[i]))
+            if widths[i] <= floor:
+                break
+            cut = min(over, widths[i] - floor, max(1, (widths[i] - floor + 1) // 2))
+            widths[i] -= cut
+            over -= cut
+        for r in cells:
+            for i in flex:
+                r[i] = _cut(r[i], widths[i])
 
     def fmt(r: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
@@ -336,6 +368,24 @@ def removed_line(verb: str, r: Dict[str, Any], what: str = "") -> str:
     return (f"{verb}{' ' + what + ':' if what else ''} {plural(r['evaluations'], 'evaluation')}, "
             f"{plural(r['runs'], 'run')}, {plural(r['log_points'], 'log point')}; {freed} "
             f"{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}{index_part})")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: 1, 2, ... (``--limit -3`` and ``--limit 0`` are refused, naming the value)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {n}")
+    return n
+
+
+def footer(shown: int, total: int, what: str, hint: str) -> Optional[str]:
+    """``50 of 10,000 runs shown (--limit N or --all for more)``, or None when all are shown."""
+    if shown >= total:
+        return None
+    return f"{shown:,} of {total:,} {what} shown ({hint})"
 
 
 def json_option(p: argparse.ArgumentParser) -> None:

@@ -7,13 +7,15 @@ import json
 from typing import Dict
 
 from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, checkpoint_wal, command, confirm,
-                     emit_json, eval_json, human_age, human_duration, human_size, index_bytes, json_option,
-                     known_functions, open_store, options, parse_age, parse_size, plural, removed_line,
-                     resolve_function, snapshot_of, table, writable_store)
+                     emit_json, eval_json, footer, human_age, human_duration, human_size, index_bytes, json_option,
+                     known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
+                     resolve_function, snapshot_of, table, terminal_width, writable_store)
+from .run_commands import find_run, list_runs, parse_id, print_tags, show_run
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function (full symbol or its name)")
-    p.add_argument("--limit", type=int, default=50, help="evaluations to show (default 50)")
+    p.add_argument("--limit", type=positive_int, default=50, help="evaluations to show (default 50)")
+    p.add_argument("--wide", action="store_true", help="do not cut columns to the terminal's width")
     json_option(p)
 
 
@@ -34,20 +36,51 @@ def cmd_ls(args: argparse.Namespace) -> int:
         else:
             rows = [(f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
                      human_age(f["last"])) for f in fns]
-            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN"], rows, right=(1, 2, 3, 4)))
+            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN"], rows, right=(1, 2, 3, 4),
+                        width=terminal_width(args.wide), flex=(0,)))
         if only_runs:
-            print(f"logged runs without stored evaluations: {', '.join(only_runs)}")
+            print(f"logged runs without stored evaluations: {', '.join(only_runs)} (memolab runs NAME)")
         return OK
     fn = resolve_function(store, args.func)
+    total = _count_evaluations(store, fn)
+    if not total and not args.json and _has_runs_of(store, fn):
+        # a script's process runs, or a function whose every run failed: its runs are what there is
+        args.status, args.metric, args.all = None, None, False
+        return list_runs(store, fn, args)
     evs = store.index.evaluations(fn, limit=args.limit)
     if args.json:
-        emit_json({"store": str(store.root), "fn": fn, "evaluations": [eval_json(e) for e in evs]})
+        emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
         return OK
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
-             e["code"][:8], e["status"] if e["status"] != "done" else "", args_summary(e)) for e in evs]
+             e["code"][:8], e["status"] if e["status"] != "done" else "", args_summary(e, 10**6)) for e in evs]
     print(fn)
-    print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4)))
+    print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
+                width=terminal_width(args.wide), flex=(7,)))
+    more = footer(len(evs), total, "evaluations", "--limit N for more")
+    if more:
+        print(more)
+    unstored = _unstored_runs(store, fn)
+    if unstored:
+        print(f"also {', '.join(f'{n} {s}' for s, n in sorted(unstored.items()))} run(s) without a stored evaluation: "
+              f"memolab runs {args.func}")
     return OK
+
+
+def _count_evaluations(store, fn: str) -> int:
+    return store.index.conn().execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0]
+
+
+def _unstored_runs(store, fn: str) -> Dict[str, int]:
+    """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost)."""
+    if not _has_runs_of(store, fn):
+        return {}
+    from ..tracking import query
+
+    out: Dict[str, int] = {}
+    for r in query.runs(store.index, fn):
+        if not r.get("stored") and r["status"] != "done":
+            out[r["status"]] = out.get(r["status"], 0) + 1
+    return out
 
 
 def _has_runs_of(store, fn: str) -> bool:
@@ -58,22 +91,25 @@ def _has_runs_of(store, fn: str) -> bool:
 
 
 def _show_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("eval", type=int, help="evaluation id (from `memolab ls FUNC`)")
+    p.add_argument("id", metavar="ID", help="an evaluation id (from `memolab ls FUNC`) or a run id (from `memolab runs`)")
     json_option(p)
 
 
-@command("show", "show one evaluation in full")
+@command("show", "show one evaluation, or one run, in full")
 @options(_show_options)
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args)
-    if not 0 < args.eval < 2**63:
-        raise CliError(PROBLEM, f"no evaluation #{args.eval} in {store.root}")
-    rows = store.index.evaluations(where="id=?", params=(args.eval,))
+    n = parse_id(args.id)
+    rows = store.index.evaluations(where="id=?", params=(n,))
     if not rows:
-        raise CliError(PROBLEM, f"no evaluation #{args.eval} in {store.root}")
+        run = find_run(store, n) if _has_runs_table(store) else None
+        if run is None:
+            raise CliError(PROBLEM, f"no evaluation #{n} (nor run {n}) in {store.root}")
+        return show_run(store, run, args.json)
     e = rows[0]
+    logs = _logs_of(store, e["id"])
     if args.json:
-        emit_json(eval_json(e, full=True))
+        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1]})
         return OK
     snap = snapshot_of(e)
     try:
@@ -92,6 +128,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("key", f"code {e['code'][:16]}  args {e['args'][:16]}  schema {e['schema']}"),
         ("result", snap.get("result", "?")),
     ]
+    if logs[0]:
+        info.append(("run", ", ".join(f"{r['id']} ({r.get('label')})" for r in logs[0])))
     w = max(len(k) for k, _ in info)
     for k, v in info:
         print(f"  {k.ljust(w)}  {v}")
@@ -105,7 +143,28 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("  code dependencies:")
         for sym, d in sorted(snap["deps"].items()):
             print(f"    {sym}  {str(d)[:16]}")
+    metrics: Dict[str, object] = {}
+    for r in logs[0]:
+        metrics.update(r.get("metrics") or {})
+    print_tags(logs[1], metrics)  # type: ignore[arg-type]
     return OK
+
+
+def _has_runs_table(store) -> bool:
+    c = store.index.conn()
+    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
+
+
+def _logs_of(store, eval_id: int):
+    """(the runs attached to an evaluation, their logged tags by kind)."""
+    from ..tracking import query
+
+    if not _has_runs_table(store):
+        return [], {}
+    ids = [r for (r,) in store.index.conn().execute("SELECT id FROM runs WHERE eval_id=?", (eval_id,))]
+    runs = [r for r in query.runs(store.index, store.index.evaluations(where="id=?", params=(eval_id,))[0]["fn"])
+            if r["id"] in ids] if ids else []  # labelled among the function's runs
+    return runs, query.tags(store.index, ids)
 
 
 def _why_options(p: argparse.ArgumentParser) -> None:

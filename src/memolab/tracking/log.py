@@ -17,7 +17,7 @@ from typing import Any, Dict, Mapping, Optional
 from . import runs as _runs
 from . import sink as _sink
 
-__all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "flush", "current_run"]
+__all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "name", "flush", "current_run"]
 
 _time = time.time
 _current = _runs.current
@@ -140,6 +140,18 @@ def hparams(values: Dict[str, Any]) -> None:
         raise TypeError(f"memolab.log.hparams: expected a dict, got {type(values).__qualname__}")
     run = _current()
     run.sink.q.append((_sink.HPARAMS, run.id, {str(k): _runs.hparam_value(v) for k, v in values.items()}))
+
+
+def name(text: str) -> None:
+    """Name the current run (shown in the dashboard's legends and by ``memolab runs``); the last call wins.
+
+    Without a name a run is labelled by the arguments that differ between the runs shown."""
+    if not isinstance(text, str):
+        raise TypeError(f"memolab.log.name: expected a str, got {type(text).__qualname__}")
+    text = " ".join(text.split())
+    if not text:
+        raise ValueError("memolab.log.name: the name is empty")
+    _runs.set_name(_current(), text[:200])
 
 
 def flush() -> None:

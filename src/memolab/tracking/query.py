@@ -13,7 +13,7 @@ import math
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from . import schema
+from . import names, schema
 
 _ensured: set = set()
 
@@ -109,7 +109,9 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
          limit: Optional[int] = None) -> List[Dict[str, Any]]:
     """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
 
-    ``status`` is running, done, failed, or lost (stored as running, but its process is gone).
+    ``status`` is running, done, failed, interrupted, or lost (stored as running, but its process
+    is gone). ``hparams`` are flattened (``cfg.optim.lr``); ``label`` is the run's name, else the
+    arguments that differ between the rows returned (``names.labels``).
 
     A row's ``id`` is the run id, or ``"e<eval id>"`` for an evaluation stored without a run.
     """
@@ -144,7 +146,7 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
         if r["status"] == "running" and not alive(r):
             r["status"] = "lost"  # its process died without finishing it
             r["finished"] = r["updated"]
-        r["hparams"] = json.loads(r["hparams"] or "{}")
+        r["hparams"] = names.flatten(json.loads(r["hparams"] or "{}"))
         ev = evs.get(r["eval_id"])
         r["duration"] = (r["finished"] or now) - r["started"]
         r["hits"] = 0
@@ -168,7 +170,27 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
                         "hparams": {k: v[1] for k, v in (snap.get("args") or {}).items()},
                         "duration": ev["duration"], "hits": ev["hits"], "result": _result(snap), "size": ev["size"],
                         "metrics": {}, "error": None})
+    by_fn: Dict[str, List[Dict[str, Any]]] = {}
+    for r in out:
+        by_fn.setdefault(r["fn"], []).append(r)
+    for group in by_fn.values():  # a label says how a run differs from the other runs of its function
+        for r, label in zip(group, names.labels(group)):
+            r["label"] = label
     return out
+
+
+def failure(index: Any, run: int) -> Dict[str, Optional[str]]:
+    """A failed or interrupted run's ``error``, ``traceback`` and the tail of its ``output`` (None when absent)."""
+    row = _conn(index).execute("SELECT error, traceback, output FROM runs WHERE id=?", (run,)).fetchone()
+    return dict(zip(("error", "traceback", "output"), row or (None, None, None)))
+
+
+def points(index: Any, run: int, tag: str) -> Dict[str, List[Any]]:
+    """Every point of one series, in step order: {"step", "wall", "value"} (NaN/inf kept as floats)."""
+    rows = _conn(index).execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step, seq",
+                                (run, tag)).fetchall()
+    return {"step": [r[0] for r in rows], "wall": [r[1] for r in rows],
+            "value": [float("nan") if r[2] is None else r[2] for r in rows]}
 
 
 def _result(snap: Dict[str, Any]) -> Optional[str]:

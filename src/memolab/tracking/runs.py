@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -23,7 +24,19 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 from .. import config as _config
+from . import output as _output
 from . import sink as _sink
+
+TRACEBACK_LIMIT = 20_000  # characters of a failed run's traceback kept (its end: the raise site)
+
+#: exceptions that stop a computation without it having failed: Ctrl-C, a cancelled task
+INTERRUPTIONS: Tuple[type, ...] = (KeyboardInterrupt,)
+try:
+    import asyncio
+
+    INTERRUPTIONS += (asyncio.CancelledError,)
+except ImportError:  # pragma: no cover
+    pass
 
 _current: contextvars.ContextVar[Optional["Run"]] = contextvars.ContextVar("memolab_run", default=None)
 _process_run: Optional["Run"] = None
@@ -32,13 +45,18 @@ _process_lock = threading.Lock()
 
 
 class Run:
-    __slots__ = ("id", "sink", "steps", "fn")
+    __slots__ = ("id", "sink", "steps", "fn", "fields", "named", "writer", "children", "tail")
 
-    def __init__(self, run_id: int, sink: "_sink.Sink", fn: str) -> None:
+    def __init__(self, run_id: int, sink: "_sink.Sink", fn: str, fields: Optional[Dict[str, Any]] = None) -> None:
         self.id = run_id
         self.sink = sink
         self.fn = fn
         self.steps: Dict[str, int] = {}  # tag -> last step, for calls that give no step
+        self.fields = fields or {}  # its START record's fields (key, hparams): a writer's child run copies them
+        self.named = False  # memolab.log.name() was called: a writer's log_dir does not rename it
+        self.writer: Optional[str] = None  # the log_dir of the SummaryWriter whose run this is
+        self.children: Dict[str, "Run"] = {}  # log_dir -> run of another writer used inside this computation
+        self.tail: Optional[_output.Tail] = None  # what it printed (memoized computations only)
 
     def __repr__(self) -> str:
         return f"<memolab run {self.id} of {self.fn}>"
@@ -48,15 +66,50 @@ def new_id() -> int:
     return (int.from_bytes(os.urandom(7), "little") >> 4) or 1  # 52 random bits
 
 
-def hparam_value(v: Any) -> Any:
-    """JSON scalars stay themselves (so the hparams table sorts numbers as numbers); the rest is a short repr."""
+#: argument types that are no hyperparameter (they cannot change the result: left out of the key
+#: too); ``writer.py`` adds ``SummaryWriter``
+NOT_HPARAMS: set = set()
+
+
+def hparam_value(v: Any, _budget: Optional[list] = None, _depth: int = 0) -> Any:
+    """JSON scalars stay themselves (so the hparams table sorts numbers as numbers). A nested
+    config (dicts, dataclasses, namespaces; short lists of scalars) stays nested, so readers
+    flatten it to ``optim.lr`` columns (``names.flatten``); within a budget of 200 values and
+    6 levels, past which, and for anything else, a short repr."""
     if v is None or isinstance(v, (bool, int, float)):
         return v
     if isinstance(v, str):
         return v if len(v) <= 200 else v[:197] + "..."
+    budget = [200] if _budget is None else _budget
+    items = _config_items(v) if _depth < 6 else None
+    if items is not None and len(items) <= budget[0]:
+        budget[0] -= len(items)
+        return {str(k): hparam_value(x, budget, _depth + 1) for k, x in items}
+    if (type(v) in (list, tuple) and len(v) <= min(20, budget[0])
+            and all(x is None or isinstance(x, (bool, int, float, str)) for x in v)):
+        budget[0] -= len(v)
+        return [hparam_value(x, budget, _depth + 1) for x in v]
     from ..text import short_repr
 
     return short_repr(v)
+
+
+def _config_items(v: Any) -> Optional[list]:
+    """(key, value) pairs of a config-like value, or None: a dict (or any Mapping, as OmegaConf's),
+    a dataclass instance, an ``argparse.Namespace``/``SimpleNamespace``."""
+    from collections.abc import Mapping
+
+    try:
+        if isinstance(v, Mapping):
+            return list(v.items()) if len(v) <= 200 else None
+        fields = getattr(type(v), "__dataclass_fields__", None)
+        if isinstance(fields, dict) and not isinstance(v, type):
+            return [(k, getattr(v, k)) for k, f in fields.items() if getattr(f, "repr", True)]
+        if type(v).__name__ in ("Namespace", "SimpleNamespace") and hasattr(v, "__dict__"):
+            return list(vars(v).items())
+    except Exception:
+        return None
+    return None
 
 
 def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Optional[Tuple[Run, Any]]:
@@ -75,14 +128,50 @@ def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], st
 def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Tuple[Run, Any]:
     s = _sink.sink_for(store.index)
     parent = _current.get()
-    run = Run(new_id(), s, fn)
-    s.q.append((_sink.START, run.id, {
+    fields = {
         "fn": fn, "code": key[1], "args": key[2], "schema": key[3],
         "parent": parent.id if parent is not None else None,
         "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
-        "hparams": {n: hparam_value(v) for n, v in arguments.items()},
-    }))
+        "hparams": {n: hparam_value(v) for n, v in arguments.items() if type(v) not in NOT_HPARAMS},
+    }
+    run = Run(new_id(), s, fn, fields)
+    s.q.append((_sink.START, run.id, fields))
+    if s is not _sink.DISCARD:
+        run.tail = _output.Tail()
+        _open[run.id] = run
+        _watch_sigterm()
+        _output.start(_tail_of_current)
     return run, _current.set(run)
+
+
+def _tail_of_current() -> Optional[_output.Tail]:
+    r = _current.get()
+    return r.tail if r is not None else None
+
+
+#: runs begun in this process and not ended yet (memoized computations and writers' runs):
+#: what a SIGTERM marks interrupted
+_open: Dict[int, Run] = {}
+
+
+def traceback_text(e: BaseException) -> Optional[str]:
+    """The formatted traceback, bounded to its last ``TRACEBACK_LIMIT`` characters (where it was raised)."""
+    import traceback
+
+    try:
+        te = traceback.TracebackException(type(e), e, e.__traceback__)
+        # memolab's own frames (the decorator, the lifecycle) say nothing about the user's failure
+        own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        te.stack = traceback.StackSummary.from_list([f for f in te.stack if not f.filename.startswith(own)])
+        text = "".join(te.format())
+    except Exception:
+        return None
+    return text if len(text) <= TRACEBACK_LIMIT else "…" + text[-(TRACEBACK_LIMIT - 1):]
+
+
+def status_of(error: Optional[BaseException], default: str) -> str:
+    """``interrupted`` for Ctrl-C and a cancelled task: the computation did not fail, it was stopped."""
+    return "interrupted" if error is not None and isinstance(error, INTERRUPTIONS) else default
 
 
 def error_text(e: BaseException, limit: int = 500) -> str:
@@ -154,6 +243,14 @@ def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] =
         _current.reset(token)
     except ValueError:  # ended in another context (should not happen); fall back to clearing
         _current.set(None)
+    if run.tail is not None:
+        _open.pop(run.id, None)
+        _output.stop()
+    status = status_of(error, status)
+    now = time.time()
+    for child in run.children.values():  # other writers' runs inside this computation end with it
+        _open.pop(child.id, None)
+        child.sink.q.append((_sink.END, child.id, status, now, eval_id))
     if written is not None and written.done:
         s = run.sink
         with s._lock:  # the flusher may have written it meanwhile: INSERT OR IGNORE kept ours
@@ -162,7 +259,12 @@ def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] =
             except ValueError:
                 pass
         return
-    run.sink.q.append((_sink.END, run.id, status, time.time(), eval_id, error_text(error) if error is not None else None))
+    if error is not None:
+        tail = run.tail.text() if run.tail is not None else None
+        run.sink.q.append((_sink.END, run.id, status, now, eval_id, error_text(error), traceback_text(error), tail))
+    else:
+        run.sink.q.append((_sink.END, run.id, status, now, eval_id))
+    run.tail = None
     try:
         run.sink.flush()
     except Exception:
@@ -196,8 +298,7 @@ def process_run() -> Run:
 
             st = _store.get_store()
             s = _sink.sink_for(st.index)
-            script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
-            fn = f"<process:{script or 'python'}>"
+            fn = _script_fn()
             run = Run(new_id(), s, fn)
             s.q.append((_sink.START, run.id, {
                 "fn": fn, "name": " ".join(sys.argv)[:300], "started": time.time(), "parent": _forked_from,
@@ -214,6 +315,140 @@ def finish_process_run() -> None:
     if r is not None:
         r.sink.q.append((_sink.END, r.id, "done", time.time(), None))
     _process_run = None
+    for label in list(_writer_runs):
+        end_writer_run(label)
+
+
+# -- names, and SummaryWriter(log_dir) runs ------------------------------------------------
+def set_name(run: Run, name: str, explicit: bool = True) -> None:
+    """Name ``run``; an explicit name (``memolab.log.name``) is never replaced by a writer's log_dir."""
+    if explicit:
+        run.named = True
+    run.sink.q.append((_sink.NAME, run.id, name))
+
+
+#: log_dir -> the run of a writer used outside any memoized computation
+_writer_runs: Dict[str, Run] = {}
+_writer_gen = -1
+
+
+def writer_target(label: str) -> Run:
+    """The run a ``SummaryWriter(log_dir=label)`` logs to now.
+
+    Inside a memoized computation, its run: the first writer used there names it after its
+    log_dir (unless ``memolab.log.name`` did), so ``train(lr, writer)`` is one run per
+    evaluation, named after the writer. A writer with another log_dir used in the same
+    computation (a sweep inside one memoized function) gets its own run, a child of it,
+    ended with it and attached to the same evaluation. Outside any computation, each log_dir
+    is its own run of the script (``<process:train.py>``) until the writer is closed: the
+    classic loop of one writer per log_dir gives one run per log_dir, never one run whose
+    steps repeat.
+    """
+    call = _current.get()
+    if call is None:
+        global _writer_gen
+        if _writer_gen != _config.generation():  # configure(store=...): new runs in the new store
+            for old in list(_writer_runs):
+                end_writer_run(old)
+            _writer_gen = _config.generation()
+        r = _writer_runs.get(label)
+        if r is None:
+            r = _writer_runs[label] = _new_writer_run(label, None)
+        return r
+    if call.writer is None:
+        call.writer = label
+        if not call.named:
+            set_name(call, label, explicit=False)
+        return call
+    if call.writer == label:
+        return call
+    r = call.children.get(label)
+    if r is None:
+        r = call.children[label] = _new_writer_run(label, call)
+    return r
+
+
+def _process_sink() -> "_sink.Sink":
+    from .. import store as _store
+
+    return _sink.sink_for(_store.get_store().index)
+
+
+def _new_writer_run(label: str, call: Optional[Run]) -> Run:
+    if call is not None:
+        s = call.sink
+        f = call.fields
+        fields = {"fn": call.fn, "code": f.get("code"), "args": f.get("args"), "schema": f.get("schema"),
+                  "hparams": dict(f.get("hparams") or {}), "parent": call.id}
+    else:
+        s = _process_sink()
+        fields = {"fn": _script_fn(), "hparams": {}, "parent": _process_run.id if _process_run is not None else None}
+    fields.update({"name": label, "started": time.time(), "pid": os.getpid(), "host": socket.gethostname()})
+    run = Run(new_id(), s, fields["fn"], fields)
+    run.writer = label
+    s.q.append((_sink.START, run.id, fields))
+    _open[run.id] = run
+    if call is None:
+        _watch_sigterm()
+    return run
+
+
+def end_writer_run(label: str) -> None:
+    """``writer.close()`` outside a computation: its run is done (a later writer on the same log_dir starts another)."""
+    r = _writer_runs.pop(label, None)
+    if r is not None:
+        _open.pop(r.id, None)
+        r.sink.q.append((_sink.END, r.id, "done", time.time(), None))
+
+
+def bind(run: Run) -> Any:
+    return _current.set(run)
+
+
+def unbind(token: Any) -> None:
+    _current.reset(token)
+
+
+def _script_fn() -> str:
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+    return f"<process:{script or 'python'}>"
+
+
+# -- SIGTERM: the runs of this process are interrupted, not lost ----------------------------
+_sigterm_installed = False
+
+
+def _watch_sigterm() -> None:
+    """Install a SIGTERM handler once, only over the default action and from the main thread
+    (a handler the program installed is left alone; its runs then show as lost)."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _sigterm_installed = True
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError, AttributeError):
+        pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Mark this process's open runs (and its process run) interrupted, with their output, then
+    die of SIGTERM as the default action would: the exit status a supervisor sees is unchanged."""
+    try:
+        now = time.time()
+        for r in list(_open.values()):
+            tail = r.tail.text() if r.tail is not None else None
+            r.sink.q.append((_sink.END, r.id, "interrupted", now, None, "SIGTERM", None, tail))
+        _open.clear()
+        if _process_run is not None:
+            _process_run.sink.q.append((_sink.END, _process_run.id, "interrupted", now, None, "SIGTERM"))
+        _sink.flush_all(timeout=5.0)
+    except Exception:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 _sink.before_exit.append(finish_process_run)
@@ -234,6 +469,9 @@ def _after_fork() -> None:
         r = _process_run
     _forked_from = r.id if r is not None else None
     _process_run = None  # the child is another process: it gets its own run
+    _open.clear()  # the parent's runs: not the child's to end
+    _writer_runs.clear()
+    _output.after_fork()
 
 
 if hasattr(os, "register_at_fork"):

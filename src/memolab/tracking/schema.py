@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS runs(
     eval_id INTEGER,
     pid INTEGER,
     host TEXT,
-    error TEXT
+    error TEXT,
+    traceback TEXT,
+    output TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
 CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
@@ -69,7 +71,11 @@ CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
 
 #: columns added after the runs table shipped (nullable: older readers ignore them). New stores
 #: get them from the DDL above; only a store made before them is altered, once.
-ADDED_RUN_COLUMNS = (("error", "TEXT"),)  # a failed run's exception: "ValueError: boom"
+ADDED_RUN_COLUMNS = (
+    ("error", "TEXT"),  # a failed run's exception: "ValueError: boom"
+    ("traceback", "TEXT"),  # a failed or interrupted run's traceback (bounded, see runs.TRACEBACK_LIMIT)
+    ("output", "TEXT"),  # the tail of what it printed to sys.stdout/sys.stderr (bounded, runs.OUTPUT_LIMIT)
+)
 
 
 #: DDL one statement at a time (no statement or comment in it holds a ';')

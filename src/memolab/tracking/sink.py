@@ -28,7 +28,7 @@ WAKE_AT = 20_000
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
 # queue record kinds (first tuple element)
-START, END, SCALAR, EVENT, HPARAMS = 0, 1, 2, 3, 4
+START, END, SCALAR, EVENT, HPARAMS, NAME = 0, 1, 2, 3, 4, 5
 
 
 class Sink:
@@ -42,9 +42,13 @@ class Sink:
         with self._lock:
             schema.ensure(index.conn())
 
-    def flush(self) -> int:
-        """Write everything queued so far; returns the number of records written."""
-        with self._lock:
+    def flush(self, timeout: Optional[float] = None) -> int:
+        """Write everything queued so far; returns the number of records written.
+        With ``timeout``, give up (returning 0) if another drainer holds the queue that long:
+        a signal handler may have interrupted this very thread inside a flush."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return 0
+        try:
             q = self.q
             items: List[tuple] = []
             pop = q.popleft
@@ -62,6 +66,8 @@ class Sink:
                 q.extendleft(reversed(items))
                 raise
             return len(items)
+        finally:
+            self._lock.release()
 
     def _write(self, items: List[tuple]) -> None:
         starts, ends, scalars, events, hparams = [], [], [], [], []
@@ -147,10 +153,14 @@ class Sink:
                            fields.get("pid"), fields.get("host")))
         elif kind == END:
             _, run, status, finished, eval_id, *rest = it
-            ends.append((status, finished, finished, eval_id, rest[0] if rest else None, run))
+            rest += [None] * (3 - len(rest))  # error, traceback, output
+            ends.append((status, finished, finished, eval_id, rest[0], rest[1], rest[2], run))
         elif kind == HPARAMS:
             _, run, values = it
             hparams.append((run, values))
+        elif kind == NAME:
+            _, run, name = it
+            hparams.append((run, name))  # applied in order with the hparams records
 
     def _commit(self, items: List[tuple], c: Any, last: Dict[Tuple[int, str], List[Any]],
                 blocks: Dict[Tuple[int, str, int], List[Any]], starts: list, ends: list, scalars: list, events: list,
@@ -187,6 +197,9 @@ class Sink:
             if events:
                 c.executemany("INSERT INTO log_events(run, kind, tag, step, wall, meta, data) VALUES (?,?,?,?,?,?,?)", events)
             for run, values in hparams:
+                if isinstance(values, str):  # a NAME record
+                    c.execute("UPDATE runs SET name=? WHERE id=?", (values, run))
+                    continue
                 row = c.execute("SELECT hparams FROM runs WHERE id=?", (run,)).fetchone()
                 if row is not None:
                     merged = json.loads(row[0] or "{}")
@@ -196,8 +209,8 @@ class Sink:
             if touched:
                 c.executemany("UPDATE runs SET updated=? WHERE id=? AND status='running'", [(now, r) for r in touched])
             if ends:
-                c.executemany("UPDATE runs SET status=?, finished=?, updated=?, eval_id=COALESCE(?, eval_id), error=? WHERE id=?",
-                              ends)
+                c.executemany("UPDATE runs SET status=?, finished=?, updated=?, eval_id=COALESCE(?, eval_id), error=?,"
+                              " traceback=?, output=? WHERE id=?", ends)
         for rt, v in last.items():  # only now that it is committed
             self._counts[rt] = v[6] + v[0]
 
@@ -236,7 +249,7 @@ class _Discard:
     def __init__(self) -> None:
         self.q: deque = deque(maxlen=0)
 
-    def flush(self) -> int:
+    def flush(self, timeout: Optional[float] = None) -> int:
         return 0
 
 
@@ -285,10 +298,10 @@ def _loop() -> None:
                 time.sleep(0.05)
 
 
-def flush_all() -> None:
-    """Write every queued log record of this process now (blocking)."""
+def flush_all(timeout: Optional[float] = None) -> None:
+    """Write every queued log record of this process now (blocking; see ``Sink.flush`` for ``timeout``)."""
     for s in list(_sinks.values()):
-        s.flush()
+        s.flush(timeout)
 
 
 #: called first at exit, before the last flush: the runs module ends the process run here

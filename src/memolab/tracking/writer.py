@@ -1,18 +1,28 @@
 """``memolab.SummaryWriter``: the ``torch.utils.tensorboard.SummaryWriter`` API over ``memolab.log``.
 
 Existing training code switches by changing one import. Each call logs to the
-run that is current *when it is made* (the memoized function being computed,
-else the process run), not the run current when the writer was built: a writer
-made at module level and used inside memoized training still files every point
-under the right evaluation. ``log_dir`` and the other file options are accepted
-and kept only as a label, since nothing is written to event files (use
-``memolab export-tb`` for that).
+run chosen *when it is made*, not when the writer was built: a writer made at
+module level and used inside memoized training still files every point under
+the right evaluation. ``log_dir`` is a run, as in TensorBoard (``runs.writer_target``):
+inside a memoized computation the computation's run, named after it; outside any,
+one run per ``log_dir`` until ``close()``. Without a ``log_dir`` the writer logs
+where ``memolab.log`` would. Nothing is written to event files (use ``memolab
+export-tb`` for that).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+import os
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from . import log as _log
+from . import runs as _runs
+
+
+def _label(log_dir: Any, comment: str) -> Optional[str]:
+    if log_dir is None or str(log_dir) == "":
+        return None
+    text = os.path.normpath(os.fspath(log_dir)) + (comment or "")
+    return text if len(text) <= 200 else "…" + text[-199:]
 
 
 class SummaryWriter:
@@ -21,6 +31,17 @@ class SummaryWriter:
         self.log_dir = log_dir
         self.comment = comment
         self._closed = False
+        self._label = _label(log_dir, comment)
+
+    def _call(self, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        if self._label is None:
+            fn(*args, **kwargs)
+            return
+        token = _runs.bind(_runs.writer_target(self._label))
+        try:
+            fn(*args, **kwargs)
+        finally:
+            _runs.unbind(token)
 
     def __repr__(self) -> str:
         return f"memolab.SummaryWriter(log_dir={self.log_dir!r})"
@@ -30,52 +51,55 @@ class SummaryWriter:
 
     def add_scalar(self, tag: str, scalar_value: Any, global_step: Optional[int] = None, walltime: Optional[float] = None,
                    new_style: bool = False, double_precision: bool = False) -> None:
-        _log.scalar(tag, scalar_value, global_step, walltime)
+        self._call(_log.scalar, tag, scalar_value, global_step, walltime)
 
     def add_scalars(self, main_tag: str, tag_scalar_dict: Mapping[str, Any], global_step: Optional[int] = None,
                     walltime: Optional[float] = None) -> None:
-        _log.scalars(tag_scalar_dict, global_step, main_tag=main_tag, walltime=walltime)
+        self._call(_log.scalars, tag_scalar_dict, global_step, main_tag=main_tag, walltime=walltime)
 
     def add_histogram(self, tag: str, values: Any, global_step: Optional[int] = None, bins: Any = "tensorflow",
                       walltime: Optional[float] = None, max_bins: Optional[int] = None) -> None:
-        _log.histogram(tag, values, global_step, bins=max_bins or bins, walltime=walltime)
+        self._call(_log.histogram, tag, values, global_step, bins=max_bins or bins, walltime=walltime)
 
     def add_image(self, tag: str, img_tensor: Any, global_step: Optional[int] = None, walltime: Optional[float] = None,
                   dataformats: str = "CHW") -> None:
-        _log.image(tag, img_tensor, global_step, dataformats=dataformats, walltime=walltime)
+        self._call(_log.image, tag, img_tensor, global_step, dataformats=dataformats, walltime=walltime)
 
     def add_images(self, tag: str, img_tensor: Any, global_step: Optional[int] = None, walltime: Optional[float] = None,
                    dataformats: str = "NCHW") -> None:
         # One image per sample, tagged tag/0, tag/1, ... (TensorBoard tiles them into one picture instead).
         fmt = dataformats.upper().replace("N", "")
         for i in range(len(img_tensor)):
-            _log.image(f"{tag}/{i}", img_tensor[i], global_step, dataformats=fmt, walltime=walltime)
+            self._call(_log.image, f"{tag}/{i}", img_tensor[i], global_step, dataformats=fmt, walltime=walltime)
 
     def add_text(self, tag: str, text_string: str, global_step: Optional[int] = None, walltime: Optional[float] = None) -> None:
-        _log.text(tag, text_string, global_step, walltime)
+        self._call(_log.text, tag, text_string, global_step, walltime)
 
     def add_figure(self, tag: str, figure: Any, global_step: Optional[int] = None, close: bool = True,
                    walltime: Optional[float] = None) -> None:
         if isinstance(figure, list):
             for i, f in enumerate(figure):
-                _log.figure(f"{tag}/{i}", f, global_step, close=close, walltime=walltime)
+                self._call(_log.figure, f"{tag}/{i}", f, global_step, close=close, walltime=walltime)
         else:
-            _log.figure(tag, figure, global_step, close=close, walltime=walltime)
+            self._call(_log.figure, tag, figure, global_step, close=close, walltime=walltime)
 
     def add_hparams(self, hparam_dict: Dict[str, Any], metric_dict: Dict[str, Any], hparam_domain_discrete: Any = None,
                     run_name: Optional[str] = None, global_step: Optional[int] = None) -> None:
         """Hyperparameters join the run's own (its arguments); metrics are logged as scalars."""
         if not isinstance(hparam_dict, Mapping) or not isinstance(metric_dict, Mapping):
             raise TypeError("add_hparams: hparam_dict and metric_dict must be dicts")
-        _log.hparams(hparam_dict)
+        self._call(_log.hparams, hparam_dict)
         for k, v in metric_dict.items():
-            _log.scalar(k, v, global_step)
+            self._call(_log.scalar, k, v, global_step)
 
     def flush(self) -> None:
         _log.flush()
 
     def close(self) -> None:
+        """Flush; outside a memoized computation, also end this log_dir's run (done)."""
         self._closed = True
+        if self._label is not None and _runs.in_call() is None:
+            _runs.end_writer_run(self._label)
         _log.flush()
 
     def __enter__(self) -> "SummaryWriter":
@@ -90,3 +114,4 @@ class SummaryWriter:
 from ..hashing import register_opaque  # noqa: E402
 
 register_opaque(SummaryWriter)
+_runs.NOT_HPARAMS.add(SummaryWriter)  # nor is it a hyperparameter: its log_dir names the run instead

@@ -1,0 +1,176 @@
+"""``memolab runs [FUNC]``: every run (running, failed, interrupted and lost ones too) with its
+name, status, duration and final metrics; and the run half of ``memolab show``."""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+from typing import Any, Dict, List, Optional, Sequence
+
+from .common import (OK, CliError, PROBLEM, command, emit_json, footer, human_age, human_duration, json_option,
+                     open_store, options, positive_int, resolve_function, short_name, table, terminal_width)
+
+STATUSES = ("running", "done", "failed", "interrupted", "lost")
+
+
+def _runs_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("func", nargs="?", help="a function (full symbol or its name), or a script (train.py); all if omitted")
+    p.add_argument("--status", choices=STATUSES, action="append", help="only runs with this status (repeatable)")
+    p.add_argument("--metric", action="append", metavar="TAG",
+                   help="a scalar tag to show the final value of (repeatable; default: the most common tags)")
+    p.add_argument("--limit", type=positive_int, default=50, help="runs to show, newest first (default 50)")
+    p.add_argument("--all", action="store_true", help="show every run")
+    p.add_argument("--wide", action="store_true", help="do not cut columns to the terminal's width")
+    json_option(p)
+
+
+def run_json(r: Dict[str, Any]) -> Dict[str, Any]:
+    """The documented JSON form of a run (docs/cli.md)."""
+    ev = r.get("eval_id") if r.get("stored") else None
+    return {"id": r["id"], "fn": r["fn"], "name": r.get("label"), "status": r["status"], "started": r["started"],
+            "finished": r.get("finished"), "duration": r.get("duration"), "evaluation": ev, "code": r.get("code"),
+            "parent": r.get("parent"), "hparams": r.get("hparams") or {}, "metrics": r.get("metrics") or {},
+            "error": r.get("error")}
+
+
+def metric_columns(rows: Sequence[Dict[str, Any]], chosen: Optional[List[str]], most: int) -> List[str]:
+    """The tags given, else the ``most`` tags logged by the most runs (``val/``, then ``train/`` first on ties)."""
+    if chosen:
+        return chosen
+    count: Dict[str, int] = {}
+    for r in rows:
+        for t in r.get("metrics") or {}:
+            count[t] = count.get(t, 0) + 1
+    rank = {"val": 0, "train": 1}
+    return sorted(count, key=lambda t: (-count[t], rank.get(t.split("/")[0], 2), t))[:most]
+
+
+def number(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    if v == int(v) and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.4g}"
+
+
+def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bool) -> str:
+    width = terminal_width(args.wide)
+    tags = metric_columns(rows, args.metric, 1000 if width is None else 4)
+    headers = ["RUN", "STATUS"] + (["FUNCTION"] if with_fn else []) + ["NAME", "WHEN", "TOOK", "EVAL"] + tags
+    body = []
+    for r in rows:
+        rid = r["id"] if isinstance(r["id"], int) else "-"
+        ev = f"#{r['eval_id']}" if r.get("stored") and r.get("eval_id") else "-"
+        cells = [rid, r["status"]] + ([short_name(r["fn"])] if with_fn else []) + [
+            r.get("label") or "", human_age(r["started"]), human_duration(r.get("duration")), ev]
+        cells += [number((r.get("metrics") or {}).get(t)) for t in tags]
+        body.append(cells)
+    name_col = 3 if with_fn else 2
+    flex = [name_col] + ([2] if with_fn else [])
+    n = len(headers)
+    return table(headers, body, right=[0, name_col + 2, name_col + 3] + list(range(n - len(tags), n)),
+                 width=width, flex=flex)
+
+
+def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
+    from ..tracking import query
+
+    rows = query.runs(store.index, fn)
+    if args.status:
+        rows = [r for r in rows if r["status"] in args.status]
+    rows.sort(key=lambda r: r["started"] or 0, reverse=True)
+    total = len(rows)
+    shown = rows if args.all else rows[: args.limit]
+    if args.json:
+        emit_json({"store": str(store.root), "fn": fn, "total": total, "runs": [run_json(r) for r in shown]})
+        return OK
+    if not rows:
+        print(f"no runs{' of ' + fn if fn else ''} in {store.root}")
+        return OK
+    if fn:
+        print(fn)
+    print(runs_table(shown, args, with_fn=fn is None))
+    more = footer(len(shown), total, "runs", "--limit N or --all for more")
+    if more:
+        print(more)
+    return OK
+
+
+@command("runs", "list runs (running, failed, interrupted and lost ones too) with their names and final metrics")
+@options(_runs_options)
+def cmd_runs(args: argparse.Namespace) -> int:
+    store = open_store(args)
+    store.flush_hits()
+    fn = resolve_function(store, args.func) if args.func else None
+    return list_runs(store, fn, args)
+
+
+def find_run(store: Any, run_id: int) -> Optional[Dict[str, Any]]:
+    from ..tracking import query
+
+    rows = query.runs(store.index, ids=[run_id])
+    if not rows:
+        return None
+    # its label says how it differs from the other runs of its function
+    return next((r for r in query.runs(store.index, rows[0]["fn"]) if r["id"] == run_id), rows[0])
+
+
+def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
+    """``memolab show RUN_ID``: a run in full, its logged tags, and a failure's traceback and output."""
+    from ..tracking import query
+
+    tags = query.tags(store.index, [r["id"]])
+    fail = query.failure(store.index, r["id"])
+    if as_json:
+        emit_json({**run_json(r), "tags": tags, "traceback": fail["traceback"], "output": fail["output"]})
+        return OK
+    print(f"run {r['id']}  {r['fn']}  {r.get('label') or ''}")
+    started = f"{_dt.datetime.fromtimestamp(r['started']):%Y-%m-%d %H:%M:%S} ({human_age(r['started'])})"
+    info = [("status", r["status"] + (f" ({r['error']})" if r.get("error") else "")),
+            ("started", started), ("took", human_duration(r.get("duration"))),
+            ("evaluation", f"#{r['eval_id']} (memolab show {r['eval_id']})" if r.get("stored") else "none stored"),
+            ("code", (r.get("code") or "-")[:16]), ("host", f"{r.get('host') or '-'}, pid {r.get('pid') or '-'}")]
+    if r.get("parent"):
+        info.append(("parent run", r["parent"]))
+    w = max(len(k) for k, _ in info)
+    for k, v in info:
+        print(f"  {k.ljust(w)}  {v}")
+    if r.get("hparams"):
+        print("  hyperparameters:")
+        for k, v in r["hparams"].items():
+            print(f"    {k} = {v}")
+    print_tags(tags, r.get("metrics") or {})
+    for what in ("traceback", "output"):
+        if fail[what]:
+            print(f"  {'output (its last lines)' if what == 'output' else what}:")
+            for line in fail[what].rstrip("\n").splitlines():
+                print(f"    {line}")
+    return OK
+
+
+def print_tags(tags: Dict[str, List[str]], metrics: Dict[str, Optional[float]]) -> None:
+    """The logged tags by kind, scalars with their final value."""
+    if not any(tags.values()):
+        print("  logs: none")
+        return
+    print("  logs:")
+    for kind, names in tags.items():
+        if not names:
+            continue
+        if kind == "scalar":
+            print(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in names)}")
+        else:
+            print(f"    {kind}s: {', '.join(names)}")
+
+
+def parse_id(text: str) -> int:
+    """``12``, ``#12``, ``e12`` (an evaluation) or a run id."""
+    t = text.strip().lstrip("#")
+    if t[:1] in ("e", "r") and t[1:].isdigit():
+        t = t[1:]
+    try:
+        n = int(t)
+    except ValueError:
+        raise CliError(PROBLEM, f"not an evaluation or run id: {text!r} (`memolab ls FUNC` and `memolab runs` list them)")
+    if not 0 < n < 2**63:
+        raise CliError(PROBLEM, f"no evaluation or run {text} in the store")
+    return n

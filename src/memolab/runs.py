@@ -1,0 +1,216 @@
+"""``memolab.runs()``: read logged runs back in Python (a notebook, a script, a report).
+
+What W&B's ``wandb.Api().runs()``, MLflow's ``search_runs`` and TensorBoard's
+``EventAccumulator`` give, over the store's own index::
+
+    import memolab
+
+    for run in memolab.runs("train", status="done"):
+        print(run.name, run.hparams["cfg.optim.lr"], run.metrics["val/acc"])
+        steps, values = run.scalars("loss").step, run.scalars("loss").value
+    df = memolab.runs("train").to_pandas()          # one row per run: hparams and final metrics
+
+Plain lists by default; pandas only when asked (``to_pandas()``, ``scalars(tag).to_pandas()``),
+and only if installed: it is never a dependency of memolab. Nothing here is imported by
+``import memolab``.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import types
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Union
+
+from .tracking import query as _query
+
+__all__ = ["runs", "Run", "RunList", "Scalars", "Evaluation"]
+
+STATUSES = ("running", "done", "failed", "interrupted", "lost")
+
+
+def _pandas() -> Any:
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("to_pandas() needs pandas, which memolab does not install: pip install pandas") from None
+    return pandas
+
+
+class Scalars(NamedTuple):
+    """Every point of one tag of one run, in step order (NaN and inf as floats)."""
+
+    tag: str
+    step: List[int]
+    value: List[float]
+    wall: List[float]
+
+    def __len__(self) -> int:  # type: ignore[override]
+        return len(self.step)
+
+    def to_pandas(self) -> Any:
+        """A DataFrame with columns step, value, wall (needs pandas)."""
+        return _pandas().DataFrame({"step": self.step, "value": self.value, "wall": self.wall})
+
+
+class Evaluation(NamedTuple):
+    """The stored evaluation a run produced: its id (as ``memolab show ID`` takes), hits, size and result summary."""
+
+    id: int
+    hits: int
+    size: Optional[int]
+    result: Optional[str]
+
+
+class Run:
+    """One run of a function: a computation of a memoized function, a script's process run, or a
+    ``SummaryWriter(log_dir)``'s run. ``id`` is the run id (``memolab show ID`` takes it too)."""
+
+    def __init__(self, row: Dict[str, Any], index: Any) -> None:
+        self._row = row
+        self._index = index
+        self.id: Union[int, str] = row["id"]
+        self.fn: str = row["fn"]
+        #: the run's own name, else the arguments that differ from the other runs of its function
+        self.name: str = row.get("label") or str(row["id"])
+        self.status: str = row["status"]
+        #: arguments (and ``log.hparams`` values) with nested configs flattened: ``cfg.optim.lr``
+        self.hparams: Dict[str, Any] = dict(row.get("hparams") or {})
+        #: the last value of every scalar tag
+        self.metrics: Dict[str, Optional[float]] = dict(row.get("metrics") or {})
+        self.started: float = row["started"]
+        self.finished: Optional[float] = row.get("finished")
+        self.duration: Optional[float] = row.get("duration")
+        self.code: Optional[str] = row.get("code")
+        self.parent: Optional[int] = row.get("parent")
+        self.error: Optional[str] = row.get("error")
+        ev = row.get("eval_id") if row.get("stored") else None
+        #: the stored evaluation (None for a run that stored nothing: failed, interrupted, a process run)
+        self.evaluation: Optional[Evaluation] = (
+            Evaluation(int(ev), int(row.get("hits") or 0), row.get("size"), row.get("result")) if ev else None)
+
+    def __repr__(self) -> str:
+        return f"<memolab.Run {self.id} {self.fn} {self.name!r} {self.status}>"
+
+    def _run_id(self) -> Optional[int]:
+        return self.id if isinstance(self.id, int) else None  # "e12": an evaluation stored without a run
+
+    def tags(self) -> List[str]:
+        """The scalar tags this run logged."""
+        rid = self._run_id()
+        return [] if rid is None else _query.tags(self._index, [rid])["scalar"]
+
+    def scalars(self, tag: str) -> Scalars:
+        """Every point of ``tag`` (not downsampled). An unknown tag raises ``KeyError`` naming the tags there are."""
+        rid = self._run_id()
+        p = _query.points(self._index, rid, tag) if rid is not None else {"step": [], "value": [], "wall": []}
+        if not p["step"]:
+            raise KeyError(f"run {self.id} ({self.name}) logged no scalar {tag!r}; its tags: {', '.join(self.tags()) or 'none'}")
+        return Scalars(tag, p["step"], p["value"], p["wall"])
+
+    @property
+    def traceback(self) -> Optional[str]:
+        """A failed or interrupted run's traceback (its last 20,000 characters)."""
+        rid = self._run_id()
+        return None if rid is None else _query.failure(self._index, rid)["traceback"]
+
+    @property
+    def output(self) -> Optional[str]:
+        """The tail (16,000 characters) of what a failed or interrupted computation printed."""
+        rid = self._run_id()
+        return None if rid is None else _query.failure(self._index, rid)["output"]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"id": self.id, "fn": self.fn, "name": self.name, "status": self.status, "started": self.started,
+                "finished": self.finished, "duration": self.duration, "code": self.code, "error": self.error,
+                "evaluation": self.evaluation._asdict() if self.evaluation else None,
+                "hparams": self.hparams, "metrics": self.metrics}
+
+
+class RunList(List[Run]):
+    """A list of runs, newest first, with ``to_pandas()``."""
+
+    def to_pandas(self) -> Any:
+        """One row per run: id, fn, name, status, started, duration, the hparams, then the final metrics."""
+        rows = []
+        for r in self:
+            d: Dict[str, Any] = {"id": r.id, "fn": r.fn, "name": r.name, "status": r.status, "started": r.started,
+                                 "duration": r.duration, "evaluation": r.evaluation.id if r.evaluation else None}
+            d.update(r.hparams)
+            d.update(r.metrics)
+            rows.append(d)
+        return _pandas().DataFrame(rows)
+
+
+def _match(fns: Iterable[str], name: str) -> str:
+    fns = sorted(set(fns))
+    if name in fns:
+        return name
+    found = sorted({f for f in fns if f.endswith(":" + name) or f.endswith("." + name) or f == f"<process:{name}>"
+                    or f.split(":")[-1] == name})
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise LookupError(f"memolab.runs: no function {name!r} in the store (it has: {', '.join(fns) or 'none'})")
+    raise LookupError(f"memolab.runs: {name!r} matches {', '.join(found)}; give the full name")
+
+
+def runs(fn: Any = None, *, status: Union[None, str, Iterable[str]] = None, name: Optional[str] = None,
+         store: Any = None, limit: Optional[int] = None) -> RunList:
+    """The runs of ``fn`` (a memoized function, its full symbol ``pkg.mod:train``, or an unambiguous
+    suffix such as ``train``; a script's process runs as ``train.py``), or of every function, newest first.
+
+    ``status``: one of running, done, failed, interrupted, lost (or several); ``name``: a regular
+    expression searched in the run's name; ``store``: a store directory (default: the configured one);
+    ``limit``: at most that many runs. Stored evaluations that have no run are included
+    (their ``id`` is ``"e<evaluation id>"``).
+    """
+    from .store import get_store
+
+    if store is not None:
+        from pathlib import Path
+
+        root = Path(store).expanduser()
+        if not (root / "index.sqlite").is_file():  # reading never creates a store
+            raise FileNotFoundError(f"memolab.runs: no store at {root}")
+        st = get_store(root)
+    else:
+        st = get_store()
+    index = st.index
+    symbol = None
+    if fn is not None:
+        symbol = getattr(fn, "symbol", None)
+        if symbol is None:
+            if not isinstance(fn, str):
+                raise TypeError(f"memolab.runs: fn must be a memoized function or a name, got {type(fn).__qualname__}")
+            symbol = _match((f["fn"] for f in _query.functions(index)), fn)
+    wanted = None
+    if status is not None:
+        wanted = {status} if isinstance(status, str) else set(status)
+        bad = wanted - set(STATUSES)
+        if bad:
+            raise ValueError(f"memolab.runs: unknown status {', '.join(sorted(bad))} (one of {', '.join(STATUSES)})")
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"memolab.runs: limit must be a non-negative int, got {limit!r}")
+    pattern = re.compile(name) if name is not None else None
+    out = RunList()
+    for row in _query.runs(index, symbol):
+        if wanted is not None and row["status"] not in wanted:
+            continue
+        r = Run(row, index)
+        if pattern is not None and not pattern.search(r.name):
+            continue
+        out.append(r)
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+class _CallableModule(types.ModuleType):
+    # ``import memolab.runs`` makes the attribute ``memolab.runs`` this module (the import system
+    # sets it after the package's lazy ``__getattr__`` returned the function): calling it must
+    # still work.
+    def __call__(self, *args: Any, **kwargs: Any) -> RunList:
+        return runs(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,97 @@
+"""What a run is called: its own name, else a short label from the arguments that differ.
+
+``flatten`` turns a run's nested hyperparameters (``cfg={"optim": {"lr": 0.1}}``) into
+``cfg.optim.lr`` columns, as W&B does for nested configs. ``labels`` names each of a set
+of runs: the name it was given (``memolab.log.name``, a ``SummaryWriter``'s log_dir, a
+script's command line) or, W&B-style, the flattened arguments whose values differ between
+those runs (``lr=0.01 batch=64``); the dashboard and ``memolab runs`` call it on the runs
+they show, so the label depends on what is shown with it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+
+def flatten(hparams: Mapping[str, Any], sep: str = ".") -> Dict[str, Any]:
+    """``{"cfg": {"optim": {"lr": 0.1}}, "seed": 1}`` -> ``{"cfg.optim.lr": 0.1, "seed": 1}``, in order."""
+    out: Dict[str, Any] = {}
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, Mapping) and v:
+            for k, x in v.items():
+                walk(f"{prefix}{sep}{k}" if prefix else str(k), x)
+        elif isinstance(v, Mapping):
+            out[prefix] = "{}"
+        else:
+            out[prefix] = v
+
+    for k, v in hparams.items():
+        walk(str(k), v)
+    return out
+
+
+def value_text(v: Any, width: int = 24) -> str:
+    """A value as a person writes it: ``0.001``, ``1e-05``, ``True``, ``adam``; lists as JSON."""
+    if isinstance(v, float):
+        text = repr(v) if math.isfinite(v) else str(v)
+    elif isinstance(v, (list, dict)):
+        text = json.dumps(v, separators=(",", ":"), default=str)
+    else:
+        text = str(v)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def differing(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The flattened hyperparameter names whose values differ between ``rows`` (``hparams`` dicts), in order."""
+    flat = [flatten(r or {}) for r in rows]
+    keys: List[str] = []
+    seen = set()
+    for f in flat:
+        for k in f:
+            if k not in seen:
+                seen.add(k)
+                keys.append(k)
+    out = []
+    for k in keys:
+        vals = {json.dumps(f[k], sort_keys=True, default=repr) for f in flat if k in f}
+        # a key some runs lack differs, unless it is None wherever it is (an optional argument left
+        # at None next to a run where it was not an hyperparameter at all, e.g. a SummaryWriter)
+        if len(vals) > 1 or (vals != {"null"} and any(k not in f for f in flat)):
+            out.append(k)
+    return out
+
+
+def _short_keys(keys: List[str]) -> Dict[str, str]:
+    """The shortest dotted suffix of each key that no other key ends with (``cfg.optim.lr`` -> ``lr``)."""
+    out = {}
+    for k in keys:
+        parts = k.split(".")
+        for i in range(len(parts) - 1, -1, -1):
+            suffix = ".".join(parts[i:])
+            if not any(o != k and (o == suffix or o.endswith("." + suffix)) for o in keys):
+                out[k] = suffix
+                break
+        else:
+            out[k] = k
+    return out
+
+
+def labels(runs: Sequence[Mapping[str, Any]], width: int = 48) -> List[str]:
+    """One label per run (dicts with ``id``, ``name``, ``hparams``, optionally ``eval_id``)."""
+    keys = differing([r.get("hparams") or {} for r in runs])
+    short = _short_keys(keys)
+    out = []
+    for r in runs:
+        name: Optional[str] = r.get("name")
+        if name:
+            out.append(name if len(name) <= width else name[: width - 1] + "…")
+            continue
+        flat = flatten(r.get("hparams") or {})
+        parts = [f"{short[k]}={value_text(flat[k])}" for k in keys if k in flat]
+        text = " ".join(parts)
+        if not text:
+            text = f"#{r['eval_id']}" if r.get("eval_id") else f"run {str(r.get('id'))[-6:]}"
+        out.append(text if len(text) <= width else text[: width - 1] + "…")
+    return out

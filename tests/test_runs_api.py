@@ -1,0 +1,206 @@
+"""Runs you can name and read back (issue 28): SummaryWriter(log_dir) runs, names, nested configs
+flattened, failures with their traceback and output, interrupted runs, and ``memolab.runs()``.
+Scripts run in fresh processes; what they stored is read back with the public API."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import memolab
+from memolab.tracking import names
+
+SWEEP = """
+import sys
+import memolab
+from memolab import SummaryWriter, memo
+
+# the classic TensorBoard sweep: one writer per log_dir, in a loop, outside any memoized call
+for lr in (0.1, 0.01, 0.001):
+    w = SummaryWriter(f"runs/lr{lr}")
+    for step in range(4):
+        w.add_scalar("loss", lr * step, step)
+    w.close()
+
+@memo
+def train(cfg, writer=None):
+    with open("calls.txt", "a") as f:
+        f.write(f"{cfg['optim']['lr']}\\n")
+    print("epoch 0 of", cfg["optim"]["lr"])
+    for step in range(3):
+        (writer.add_scalar if writer is not None else memolab.log.scalar)("val/acc", cfg["optim"]["lr"] * step, step)
+    if cfg.get("name"):
+        memolab.log.name(cfg["name"])
+    if cfg["optim"]["lr"] > 1:
+        print("loss is nan, giving up", file=sys.stderr)
+        raise FloatingPointError("diverged at step 3")
+    if cfg["optim"]["lr"] < 0:
+        raise KeyboardInterrupt
+    return cfg["optim"]["lr"]
+
+base = {"data": {"batch": 256}, "optim": {"lr": 0.1, "momentum": 0.9}}
+train(base, SummaryWriter("tb/base"))
+train({**base, "optim": {"lr": 0.01, "momentum": 0.9}})
+train({**base, "optim": {"lr": 0.5, "momentum": 0.9}, "name": "my favourite"})
+try:
+    train({**base, "optim": {"lr": 5.0, "momentum": 0.9}})
+except FloatingPointError:
+    pass
+try:
+    train({**base, "optim": {"lr": -1.0, "momentum": 0.9}})
+except KeyboardInterrupt:
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    from conftest import Project
+
+    project = Project(tmp_path_factory.mktemp("runs") / "proj")
+    project.write("sweep.py", SWEEP)
+    project.run("sweep.py")
+    project.run("sweep.py")  # every stored evaluation is a hit: no new runs
+    return project
+
+
+def test_each_log_dir_of_a_sweep_is_its_own_run_named_after_it(swept):
+    rs = memolab.runs("sweep.py", store=str(swept.store))
+    # three log_dirs in two processes: six runs, never one run whose steps repeat (the saw-tooth)
+    assert sorted(r.name for r in rs) == sorted(["runs/lr0.1", "runs/lr0.01", "runs/lr0.001"] * 2)
+    for r in rs:
+        assert r.status == "done" and r.fn == "<process:sweep.py>"
+        s = r.scalars("loss")
+        assert s.step == [0, 1, 2, 3]
+        assert s.value == pytest.approx([float(r.name[len("runs/lr"):]) * k for k in range(4)])
+
+
+def test_names_flattened_configs_and_the_stored_evaluation(swept):
+    rs = memolab.runs("train", store=str(swept.store))
+    assert (swept.root / "calls.txt").read_text().split() == ["0.1", "0.01", "0.5", "5.0", "-1.0",
+                                                              "5.0", "-1.0"]  # failures recompute
+    by_name = {r.name: r for r in rs}
+    # a writer's log_dir names the memoized run; log.name() names it; else the arguments that differ
+    assert {"tb/base", "my favourite", "lr=0.01"} <= set(by_name)
+    assert [r.name for r in rs if r.status == "failed"] == ["lr=5.0", "lr=5.0"]
+    base = by_name["tb/base"]
+    assert base.hparams == {"cfg.data.batch": 256, "cfg.optim.lr": 0.1, "cfg.optim.momentum": 0.9}  # no writer
+    assert base.metrics == {"val/acc": pytest.approx(0.2)}
+    assert base.evaluation is not None and base.evaluation.result == "0.1"
+    assert base.scalars("val/acc").step == [0, 1, 2]
+    assert by_name["my favourite"].hparams["cfg.name"] == "my favourite"
+    with pytest.raises(KeyError, match="its tags: val/acc"):
+        base.scalars("loss")
+
+
+def test_a_failed_run_keeps_its_traceback_and_output_and_ctrl_c_is_interrupted(swept):
+    failed = memolab.runs("train", status="failed", store=str(swept.store))
+    assert len(failed) == 2 and all(r.evaluation is None for r in failed)
+    r = failed[0]
+    assert r.error == "FloatingPointError: diverged at step 3"
+    assert 'sweep.py", line' in r.traceback and r.traceback.rstrip().endswith("FloatingPointError: diverged at step 3")
+    assert "memolab/" not in r.traceback  # the decorator's own frames are left out
+    assert r.output == "epoch 0 of 5.0\nloss is nan, giving up\n"  # stdout and stderr, in order
+    stopped = memolab.runs("train", status="interrupted", store=str(swept.store))
+    assert [x.hparams["cfg.optim.lr"] for x in stopped] == [-1.0, -1.0]
+    assert stopped[0].error == "KeyboardInterrupt" and "KeyboardInterrupt" in stopped[0].traceback
+    # a successful run stores no output (only failures keep theirs)
+    assert all(x.output is None for x in memolab.runs("train", status="done", store=str(swept.store)))
+
+
+def test_runs_api_filters_and_pandas(swept):
+    st = str(swept.store)
+    everything = memolab.runs(store=st)
+    assert {r.fn for r in everything} == {"<process:sweep.py>", "__main__:train"}
+    assert [r.name for r in memolab.runs(store=st, name=r"^runs/lr0\.1$")] == ["runs/lr0.1"] * 2
+    assert len(memolab.runs("train", store=st, limit=2)) == 2
+    with pytest.raises(ValueError, match="unknown status"):
+        memolab.runs(store=st, status="finished")
+    with pytest.raises(LookupError, match="no function 'trian'"):
+        memolab.runs("trian", store=st)
+    df = memolab.runs("train", status="done", store=st).to_pandas()
+    assert {"name", "cfg.optim.lr", "val/acc"} <= set(df.columns) and len(df) == 3
+    assert list(memolab.runs("train", store=st)[0].scalars("val/acc").to_pandas().columns) == ["step", "value", "wall"]
+
+
+def test_import_memolab_runs_the_module_stays_callable(swept):
+    import memolab.runs as module
+
+    assert callable(memolab.runs) and callable(module)
+    assert len(module("train", store=str(swept.store))) == len(memolab.runs("train", store=str(swept.store)))
+
+
+def test_labels_use_the_arguments_that_differ():
+    rows = [{"id": 1, "hparams": {"cfg": {"optim": {"lr": 0.1}, "seed": 1}, "epochs": 10}},
+            {"id": 2, "hparams": {"cfg": {"optim": {"lr": 0.01}, "seed": 1}, "epochs": 10}},
+            {"id": 3, "name": "baseline", "hparams": {"cfg": {"optim": {"lr": 0.01}, "seed": 2}, "epochs": 10}}]
+    assert names.flatten(rows[0]["hparams"]) == {"cfg.optim.lr": 0.1, "cfg.seed": 1, "epochs": 10}
+    assert names.labels(rows) == ["lr=0.1 seed=1", "lr=0.01 seed=1", "baseline"]
+    assert names.labels(rows[:1]) == ["run 1"]  # nothing differs: its id
+
+
+def test_nested_configs_are_kept_nested_within_a_budget():
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from memolab.tracking.runs import hparam_value
+
+    @dataclass
+    class Optim:
+        lr: float = 0.1
+        betas: tuple = (0.9, 0.99)
+
+    v = hparam_value({"optim": Optim(), "ns": SimpleNamespace(a=1), "big": list(range(100))})
+    assert v["optim"] == {"lr": 0.1, "betas": [0.9, 0.99]} and v["ns"] == {"a": 1}
+    assert isinstance(v["big"], str)  # a long list is a short repr, not 100 columns
+    deep: dict = {}
+    d = deep
+    for _ in range(20):
+        d["x"] = {}
+        d = d["x"]
+    ((key, value),) = names.flatten(hparam_value(deep)).items()
+    assert key == "x.x.x.x.x.x" and isinstance(value, str)  # six levels, then a short repr
+
+
+SIGTERM_JOB = """
+import time
+import memolab
+from memolab import memo
+
+@memo
+def train(lr):
+    print("starting", lr, flush=True)
+    memolab.log.scalar("loss", 1.0)
+    memolab.log.flush()
+    open("ready", "w").close()
+    time.sleep(60)
+    return lr
+
+train(0.1)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_marks_the_run_interrupted_and_still_dies_of_sigterm(project):
+    project.write("job.py", SIGTERM_JOB)
+    from conftest import SRC
+
+    env = dict(os.environ, MEMOLAB_STORE=str(project.store), PYTHONDONTWRITEBYTECODE="1")
+
+    env["PYTHONPATH"] = os.pathsep.join([SRC, str(project.root)])
+    p = subprocess.Popen([sys.executable, "job.py"], cwd=project.root, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (project.root / "ready").exists():
+        assert p.poll() is None and time.time() < deadline, p.communicate()
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == -signal.SIGTERM  # the exit a supervisor sees is unchanged
+    (r,) = memolab.runs("train", store=str(project.store))
+    assert r.status == "interrupted" and r.error == "SIGTERM"
+    assert r.output == "starting 0.1\n" and r.metrics == {"loss": 1.0}
