@@ -27,9 +27,7 @@ import atexit
 import importlib
 import json
 import os
-import platform
 import sqlite3
-import sys
 import threading
 import time
 import uuid
@@ -45,7 +43,8 @@ from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
 from .inline import loads_result as _loads
 from .misses import insert_miss
-from .sqlite import NEWEST_ID_SQL, Index, Key, host_name, owner_alive_here, process_token, savepoint, write_usage
+from .process import runtime_info  # noqa: F401  (re-exported: call.py records it with each evaluation)
+from .sqlite import NEWEST_ID_SQL, Index, Key, owner_alive_here, process_token, savepoint, write_usage
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -782,23 +781,3 @@ def _open(p: Path) -> Any:
 
         check_exposure(p)  # warns (once per process)
     return store
-
-
-_RUNTIME: Dict[Tuple[int, str], Dict[str, Any]] = {}
-
-
-def runtime_info() -> Dict[str, Any]:
-    """Host, Python, memolab and platform: made once per process (and per host name,
-    which may change under a long-running process; ``gethostname`` is one syscall)."""
-    host = host_name()
-    info = _RUNTIME.get((config.pid(), host))
-    if info is None:
-        from .._version import __version__
-
-        info = _RUNTIME[(config.pid(), host)] = {
-            "host": host,
-            "python": platform.python_version(),
-            "memolab": __version__,
-            "platform": sys.platform,
-        }
-    return dict(info)

@@ -7,9 +7,13 @@ sweeper tags its files with them (``tmpfiles``), without either importing the ot
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+import platform
+import sys
+from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["host_name", "start_time", "process_table"]
+from .. import config
+
+__all__ = ["host_name", "start_time", "process_table", "runtime_info"]
 
 
 def host_name() -> str:
@@ -47,3 +51,23 @@ def process_table() -> Optional[str]:
         except OSError:
             _WHERE.append(None)
     return _WHERE[0]
+
+
+_RUNTIME: Dict[Tuple[int, str], Dict[str, Any]] = {}
+
+
+def runtime_info() -> Dict[str, Any]:
+    """Host, Python, memolab and platform: made once per process (and per host name,
+    which may change under a long-running process; ``gethostname`` is one syscall)."""
+    host = host_name()
+    info = _RUNTIME.get((config.pid(), host))
+    if info is None:
+        from .._version import __version__
+
+        info = _RUNTIME[(config.pid(), host)] = {
+            "host": host,
+            "python": platform.python_version(),
+            "memolab": __version__,
+            "platform": sys.platform,
+        }
+    return dict(info)
