@@ -63,7 +63,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"memolab: --port must be 0..65535 (0: any free port), got {port}", file=sys.stderr)
         return USAGE
     try:
-        return int(args._fn(args) or 0)
+        code = int(args._fn(args) or 0)
+        sys.stdout.flush()  # here, so that a reader gone (`| head`) is caught below, not at exit
+        return code
     except CliError as e:
         sys.stdout.flush()
         print(f"memolab: {e}", file=sys.stderr)

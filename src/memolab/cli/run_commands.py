@@ -55,6 +55,14 @@ def number(v: Optional[float]) -> str:
 def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bool) -> str:
     width = terminal_width(args.wide)
     tags = metric_columns(rows, args.metric, 1000 if width is None else 4)
+    while True:  # metric columns that do not fit once names are cut go, last first
+        text = _runs_table(rows, tags, width, with_fn)
+        if width is None or not tags or max(len(ln) for ln in text.splitlines()) <= width:
+            return text
+        tags = tags[:-1]
+
+
+def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int], with_fn: bool) -> str:
     headers = ["RUN", "STATUS"] + (["FUNCTION"] if with_fn else []) + ["NAME", "WHEN", "TOOK", "EVAL"] + tags
     body = []
     for r in rows:

@@ -209,7 +209,7 @@ class EventFileWriter:
 HPARAMS_EXPERIMENT_TAG = "_hparams_/experiment"
 HPARAMS_SESSION_START_TAG = "_hparams_/session_start_info"
 HPARAMS_SESSION_END_TAG = "_hparams_/session_end_info"
-_HP_STATUS = {"done": 1, "failed": 2, "running": 3, "lost": 2}  # api.Status: SUCCESS, FAILURE, RUNNING
+_HP_STATUS = {"done": 1, "failed": 2, "running": 3, "lost": 2, "interrupted": 2}  # api.Status: SUCCESS, FAILURE, RUNNING
 # TensorProto{dtype: DT_FLOAT, tensor_shape: {dim: [{}]}}: the empty tensor the plugin's summaries carry
 _NULL_TENSOR = f_varint(1, 1) + f_bytes(2, f_bytes(2, b""))
 

@@ -1,0 +1,150 @@
+"""`memolab runs`, `show RUN_ID`, terminal widths, footers and one-line errors (issue 28, item 10).
+Every command runs as a real subprocess on a store written by real scripts."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+JOB = """
+import sys
+import memolab
+from memolab import SummaryWriter, memo
+
+@memo
+def train(cfg):
+    print("training with", cfg["optim"]["lr"])
+    for s in range(5):
+        memolab.log.scalar("train/loss", cfg["optim"]["lr"] / (s + 1), step=s)
+    memolab.log.scalar("val/acc", 0.5 + cfg["optim"]["lr"], step=4)
+    memolab.log.text("notes", "fine", step=0)
+    if cfg["optim"]["lr"] > 1:
+        raise ValueError("diverged")
+    return cfg["optim"]["lr"]
+
+for lr in [float(x) for x in sys.argv[1:]]:
+    try:
+        train({"optim": {"lr": lr, "wd": 0.0}, "data": {"batch": 256, "name": "a-rather-long-dataset-name-" * 3}})
+    except ValueError:
+        pass
+
+w = SummaryWriter("runs/extra")
+w.add_scalar("loss", 1.0, 0)
+w.close()
+"""
+
+
+def memolab(project, *args, check=True, env=None):
+    from conftest import SRC
+
+    e = dict(os.environ)
+    e.pop("COLUMNS", None)
+    e["PYTHONPATH"] = os.pathsep.join([SRC] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+    e["MEMOLAB_STORE"] = str(project.store)
+    e.update(env or {})
+    cp = subprocess.run([sys.executable, "-m", "memolab", *args], cwd=project.root, text=True, capture_output=True,
+                        timeout=120, env=e)
+    if check and cp.returncode != 0:
+        raise AssertionError(f"{args} failed ({cp.returncode}):\n{cp.stdout}\n{cp.stderr}")
+    return cp
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    from conftest import Project
+
+    project = Project(tmp_path_factory.mktemp("cli_runs") / "proj")
+    project.write("job.py", JOB)
+    project.run("job.py", "0.1", "0.01", "0.001", "5")
+    return project
+
+
+def test_runs_lists_every_run_with_status_name_and_final_metrics(store):
+    out = memolab(store, "runs", "train").stdout
+    lines = out.splitlines()
+    assert lines[0] == "__main__:train"
+    header = lines[1].split()
+    assert header[:7] == ["RUN", "STATUS", "NAME", "WHEN", "TOOK", "EVAL", "val/acc"] and "train/loss" in header
+    failed = [ln for ln in lines if " failed " in ln]
+    assert len(failed) == 1 and "lr=5.0" in failed[0] and " 5.5" in failed[0]  # its final val/acc
+    assert sum(" done " in ln and "#" in ln for ln in lines) == 3
+    assert "lr=0.001" in out and "batch" not in out  # only the arguments that differ name a run
+    doc = json.loads(memolab(store, "runs", "train", "--json").stdout)
+    assert doc["fn"] == "__main__:train" and doc["total"] == 4
+    r = doc["runs"][0]
+    assert set(r) >= {"id", "fn", "name", "status", "started", "duration", "evaluation", "hparams", "metrics", "error"}
+    assert r["status"] == "failed" and r["error"] == "ValueError: diverged" and r["evaluation"] is None
+    assert r["hparams"]["cfg.optim.lr"] == 5.0 and r["metrics"]["val/acc"] == 5.5
+    # every function, the script's writer run included
+    every = memolab(store, "runs").stdout
+    assert "FUNCTION" in every and "runs/extra" in every and "job.py" in every
+
+
+def test_footer_limit_and_status_filter(store):
+    out = memolab(store, "runs", "train", "--limit", "2").stdout
+    assert out.rstrip().endswith("2 of 4 runs shown (--limit N or --all for more)")
+    assert "shown" not in memolab(store, "runs", "train", "--all").stdout
+    out = memolab(store, "runs", "--status", "failed").stdout
+    assert "failed" in out and " done " not in out
+    ls = memolab(store, "ls", "train", "--limit", "1").stdout
+    assert "1 of 3 evaluations shown" in ls
+    assert "also 1 failed run(s) without a stored evaluation: memolab runs train" in ls
+    # a script with only process/writer runs: `ls` lists them instead of an empty table
+    assert "runs/extra" in memolab(store, "ls", "job.py").stdout
+
+
+def test_tables_follow_the_terminal_width(store):
+    narrow = memolab(store, "ls", "train", env={"COLUMNS": "70"}).stdout
+    assert max(len(ln) for ln in narrow.splitlines()) <= 70 and "…" in narrow
+    piped = memolab(store, "ls", "train").stdout  # no terminal: whole cells, for grep
+    assert "…" not in piped and max(len(ln) for ln in piped.splitlines()) > 100
+    wide = memolab(store, "ls", "train", "--wide", env={"COLUMNS": "70"}).stdout
+    assert max(len(ln) for ln in wide.splitlines()) > 70
+    runs = memolab(store, "runs", env={"COLUMNS": "80"}).stdout
+    assert max(len(ln) for ln in runs.splitlines()[:-1]) <= 80
+
+
+def test_show_takes_run_ids_and_lists_logged_tags(store):
+    doc = json.loads(memolab(store, "runs", "train", "--json").stdout)
+    failed = doc["runs"][0]["id"]
+    out = memolab(store, "show", str(failed)).stdout
+    assert out.startswith(f"run {failed}  __main__:train  lr=5.0")
+    assert "failed (ValueError: diverged)" in out and "evaluation  none stored" in out
+    assert "cfg.optim.lr = 5.0" in out and "train/loss = 1" in out and "texts: notes" in out
+    assert 'raise ValueError("diverged")' in out and "training with 5.0" in out  # traceback and output
+    js = json.loads(memolab(store, "show", str(failed), "--json").stdout)
+    assert js["traceback"].rstrip().endswith("ValueError: diverged") and js["tags"]["text"] == ["notes"]
+    stored = [r for r in doc["runs"] if r["evaluation"]][0]
+    ev = memolab(store, "show", str(stored["evaluation"])).stdout
+    assert f"run       {stored['id']} ({stored['name']})" in ev and "scalars: train/loss = " in ev
+    ev_json = json.loads(memolab(store, "show", f"#{stored['evaluation']}", "--json").stdout)
+    assert ev_json["runs"] == [stored["id"]] and ev_json["tags"]["scalar"] == ["train/loss", "val/acc"]
+
+
+def test_every_error_is_one_line(store):
+    for args, code, text in [
+        (("runs", "--limit", "-3"), 2, "memolab: runs: argument --limit: must be 1 or more, got -3"),
+        (("ls", "train", "--limit", "0"), 2, "memolab: ls: argument --limit: must be 1 or more, got 0"),
+        (("ui", "--port", "99999", "--no-browser"), 2, "memolab: --port must be 0..65535"),
+        (("runs", "--status", "finished"), 2, "memolab: runs: argument --status: invalid choice"),
+        (("show", "nonsense"), 1, "memolab: not an evaluation or run id: 'nonsense'"),
+        (("show", "123456789"), 1, "memolab: no evaluation #123456789 (nor run 123456789)"),
+        (("nosuchcommand",), 2, "memolab: argument COMMAND: invalid choice"),
+    ]:
+        cp = memolab(store, *args, check=False)
+        assert cp.returncode == code, (args, cp.stderr)
+        assert cp.stderr.startswith(text) and cp.stderr.count("\n") == 1, (args, cp.stderr)
+
+
+def test_piping_into_head_prints_no_traceback(store):
+    from conftest import SRC
+
+    env = dict(os.environ, MEMOLAB_STORE=str(store.store), PYTHONPATH=SRC)
+    # enough output that the pipe closes while memolab still writes
+    cp = subprocess.run(f"for i in 1 2 3 4 5 6 7 8; do {sys.executable} -m memolab show 1; done | head -1; "
+                        f"{sys.executable} -m memolab runs --all --json | head -c 10",
+                        shell=True, cwd=store.root, env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in cp.stderr and "BrokenPipe" not in cp.stderr, cp.stderr
