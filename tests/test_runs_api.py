@@ -204,3 +204,27 @@ def test_sigterm_marks_the_run_interrupted_and_still_dies_of_sigterm(project):
     (r,) = memolab.runs("train", store=str(project.store))
     assert r.status == "interrupted" and r.error == "SIGTERM"
     assert r.output == "starting 0.1\n" and r.metrics == {"loss": 1.0}
+
+
+CRASH = """
+import sys
+import memolab
+from memolab import SummaryWriter
+
+w = SummaryWriter("runs/never-closed")
+w.add_scalar("loss", 1.0, 0)
+memolab.log.scalar("outside", 2.0)
+raise {exc}
+"""
+
+
+@pytest.mark.parametrize("exc,status,error", [("RuntimeError('boom')", "failed", "RuntimeError: boom"),
+                                              ("KeyboardInterrupt", "interrupted", "KeyboardInterrupt")])
+def test_a_script_that_dies_ends_its_process_and_writer_runs_as_it_ended(project, exc, status, error):
+    project.write("crash.py", CRASH.format(exc=exc))
+    cp = project.run("crash.py", check=False)
+    assert cp.returncode != 0
+    rs = memolab.runs("crash.py", store=str(project.store))
+    assert sorted((r.name, r.status) for r in rs) == [("crash.py", status), ("runs/never-closed", status)]
+    (proc,) = [r for r in rs if r.name == "crash.py"]
+    assert proc.error == error and 'crash.py", line 9, in <module>' in proc.traceback

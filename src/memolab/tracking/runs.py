@@ -309,14 +309,30 @@ def process_run() -> Run:
         return _process_run
 
 
-def finish_process_run() -> None:
+def _exit_status() -> str:
+    """How the script ended, at exit: the interpreter sets ``sys.last_type`` when it prints an
+    uncaught exception (Ctrl-C included) before running the exit hooks."""
+    if hasattr(sys, "ps1") or "IPython" in sys.modules:
+        return "done"  # interactive: last_type is any earlier error of the session, not how it ended
+    t = getattr(sys, "last_type", None)
+    if t is None or not isinstance(t, type) or issubclass(t, SystemExit):
+        return "done"
+    return "interrupted" if issubclass(t, INTERRUPTIONS) else "failed"
+
+
+def finish_process_run(at_exit: bool = False) -> None:
     global _process_run
     r = _process_run
+    status = _exit_status() if at_exit else "done"
     if r is not None:
-        r.sink.q.append((_sink.END, r.id, "done", time.time(), None))
+        e = getattr(sys, "last_value", None) if status != "done" else None
+        if isinstance(e, BaseException):  # the script's uncaught exception, with its traceback
+            r.sink.q.append((_sink.END, r.id, status, time.time(), None, error_text(e), traceback_text(e), None))
+        else:
+            r.sink.q.append((_sink.END, r.id, status, time.time(), None))
     _process_run = None
     for label in list(_writer_runs):
-        end_writer_run(label)
+        end_writer_run(label, status)
 
 
 # -- names, and SummaryWriter(log_dir) runs ------------------------------------------------
@@ -393,12 +409,13 @@ def _new_writer_run(label: str, call: Optional[Run]) -> Run:
     return run
 
 
-def end_writer_run(label: str) -> None:
-    """``writer.close()`` outside a computation: its run is done (a later writer on the same log_dir starts another)."""
+def end_writer_run(label: str, status: str = "done") -> None:
+    """``writer.close()`` outside a computation: its run is done (a later writer on the same log_dir
+    starts another); at exit, a writer never closed ends as the script did (done, failed, interrupted)."""
     r = _writer_runs.pop(label, None)
     if r is not None:
         _open.pop(r.id, None)
-        r.sink.q.append((_sink.END, r.id, "done", time.time(), None))
+        r.sink.q.append((_sink.END, r.id, status, time.time(), None))
 
 
 def bind(run: Run) -> Any:
@@ -451,7 +468,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-_sink.before_exit.append(finish_process_run)
+_sink.before_exit.append(lambda: finish_process_run(at_exit=True))
 
 _forked_from: Optional[int] = None
 
