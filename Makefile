@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
 
-.PHONY: demo ui test bench clean system-deps
+.PHONY: demo ui screenshots test bench clean system-deps
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ demo: $(STAMP)
 # the dashboard on the demo's store (after `make demo`)
 ui: $(STAMP)
 	cd build/demo && $(CURDIR)/$(VENV)/bin/memolab ui
+
+# the README's screenshots, from the demo's own store (runs the demo; needs Debian's chromium)
+screenshots: $(STAMP) system-deps
+	$(PY) examples/screenshots.py
 
 # The dashboard's browser tests drive Debian's headless Chromium; the team store's
 # tests start a PostgreSQL server of their own (initdb + pg_ctl from Debian's package).
