@@ -148,3 +148,22 @@ def test_piping_into_head_prints_no_traceback(store):
                         f"{sys.executable} -m memolab runs --all --json | head -c 10",
                         shell=True, cwd=store.root, env=env, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in cp.stderr and "BrokenPipe" not in cp.stderr, cp.stderr
+
+
+def test_two_scripts_defining_train_are_told_apart(project):
+    # Keys are unchanged (both are __main__:train); each run records its script, so the CLI says
+    # which file ran and `why` says the "change" is another script, not an edit.
+    project.write("a.py", "from memolab import memo\n@memo\ndef train(n):\n    return n\ntrain(1)\n")
+    project.write("b.py", "from memolab import memo\n@memo\ndef train(n):\n    return n * 2\ntrain(1)\n")
+    project.run("a.py")
+    project.run("b.py")
+    out = memolab(project, "runs", "train").stdout
+    assert "a.py:train" in out and "b.py:train" in out
+    why = memolab(project, "why", "train").stdout
+    assert f"computed by {project.root / 'a.py'} and this call came from {project.root / 'b.py'}" in why
+    assert json.loads(memolab(project, "why", "train", "--json").stdout)["scripts"] == {
+        "stored": str(project.root / "a.py"), "now": str(project.root / "b.py")}
+    import memolab as ml
+
+    assert sorted(r.script for r in ml.runs("train", store=str(project.store))) == [
+        str(project.root / "a.py"), str(project.root / "b.py")]

@@ -83,6 +83,8 @@ class Run:
         self.code: Optional[str] = row.get("code")
         self.parent: Optional[int] = row.get("parent")
         self.error: Optional[str] = row.get("error")
+        #: the script that ran it (absolute path), telling apart two scripts' ``__main__:train``
+        self.script: Optional[str] = row.get("script")
         ev = row.get("eval_id") if row.get("stored") else None
         #: the stored evaluation (None for a run that stored nothing: failed, interrupted, a process run)
         self.evaluation: Optional[Evaluation] = (
@@ -122,6 +124,7 @@ class Run:
     def to_dict(self) -> Dict[str, Any]:
         return {"id": self.id, "fn": self.fn, "name": self.name, "status": self.status, "started": self.started,
                 "finished": self.finished, "duration": self.duration, "code": self.code, "error": self.error,
+                "script": self.script,
                 "evaluation": self.evaluation._asdict() if self.evaluation else None,
                 "hparams": self.hparams, "metrics": self.metrics}
 

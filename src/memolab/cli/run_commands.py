@@ -28,8 +28,18 @@ def run_json(r: Dict[str, Any]) -> Dict[str, Any]:
     ev = r.get("eval_id") if r.get("stored") else None
     return {"id": r["id"], "fn": r["fn"], "name": r.get("label"), "status": r["status"], "started": r["started"],
             "finished": r.get("finished"), "duration": r.get("duration"), "evaluation": ev, "code": r.get("code"),
-            "parent": r.get("parent"), "hparams": r.get("hparams") or {}, "metrics": r.get("metrics") or {},
-            "error": r.get("error")}
+            "parent": r.get("parent"), "script": r.get("script"), "hparams": r.get("hparams") or {},
+            "metrics": r.get("metrics") or {}, "error": r.get("error")}
+
+
+def where(r: Dict[str, Any]) -> str:
+    """A function as a person tells it apart: ``train.py:train`` for a script's ``__main__:train``."""
+    import os
+
+    fn = r["fn"]
+    if fn.startswith("__main__:") and r.get("script"):
+        return f"{os.path.basename(r['script'])}:{fn.split(':', 1)[1]}"
+    return short_name(fn)
 
 
 def metric_columns(rows: Sequence[Dict[str, Any]], chosen: Optional[List[str]], most: int) -> List[str]:
@@ -63,12 +73,14 @@ def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bo
 
 
 def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int], with_fn: bool) -> str:
+    # two scripts that define the same function share the symbol __main__:NAME: say which file ran
+    with_fn = with_fn or len({where(r) for r in rows if r["fn"].startswith("__main__:")}) > 1
     headers = ["RUN", "STATUS"] + (["FUNCTION"] if with_fn else []) + ["NAME", "WHEN", "TOOK", "EVAL"] + tags
     body = []
     for r in rows:
         rid = r["id"] if isinstance(r["id"], int) else "-"
         ev = f"#{r['eval_id']}" if r.get("stored") and r.get("eval_id") else "-"
-        cells = [rid, r["status"]] + ([short_name(r["fn"])] if with_fn else []) + [
+        cells = [rid, r["status"]] + ([where(r)] if with_fn else []) + [
             r.get("label") or "", human_age(r["started"]), human_duration(r.get("duration")), ev]
         cells += [number((r.get("metrics") or {}).get(t)) for t in tags]
         body.append(cells)
@@ -136,7 +148,8 @@ def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
     info = [("status", r["status"] + (f" ({r['error']})" if r.get("error") else "")),
             ("started", started), ("took", human_duration(r.get("duration"))),
             ("evaluation", f"#{r['eval_id']} (memolab show {r['eval_id']})" if r.get("stored") else "none stored"),
-            ("code", (r.get("code") or "-")[:16]), ("host", f"{r.get('host') or '-'}, pid {r.get('pid') or '-'}")]
+            ("code", (r.get("code") or "-")[:16]), ("host", f"{r.get('host') or '-'}, pid {r.get('pid') or '-'}"),
+            ("script", r.get("script") or "-")]
     if r.get("parent"):
         info.append(("parent run", r["parent"]))
     w = max(len(k) for k, _ in info)

@@ -102,7 +102,7 @@ def functions(index: Any) -> List[Dict[str, Any]]:
 
 
 _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", "finished", "updated", "status",
-             "hparams", "eval_id", "pid", "host", "error")
+             "hparams", "eval_id", "pid", "host", "error", "script")
 
 
 def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None,
@@ -167,6 +167,7 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
             out.append({"id": f"e{ev['id']}", "fn": ev["fn"], "code": ev["code"], "args": ev["args"], "parent": None,
                         "name": None, "started": ev["started"], "finished": ev["finished"], "updated": ev["finished"],
                         "status": ev["status"], "eval_id": ev["id"], "pid": None, "host": None, "stored": True,
+                        "script": None,
                         "hparams": {k: v[1] for k, v in (snap.get("args") or {}).items()},
                         "duration": ev["duration"], "hits": ev["hits"], "result": _result(snap), "size": ev["size"],
                         "metrics": {}, "error": None})

@@ -62,6 +62,19 @@ class Run:
         return f"<memolab run {self.id} of {self.fn}>"
 
 
+_script: Optional[str] = None
+
+
+def script_path() -> Optional[str]:
+    """The absolute path of the script this process runs (``sys.argv[0]``), or None (``-c``, a REPL):
+    two scripts that each define ``train`` share the symbol ``__main__:train``; their runs say which file."""
+    global _script
+    if _script is None:
+        a = sys.argv[0] if sys.argv else ""
+        _script = os.path.abspath(a) if a and a not in ("-c", "-") and os.path.isfile(a) else ""
+    return _script or None
+
+
 def new_id() -> int:
     return (int.from_bytes(os.urandom(7), "little") >> 4) or 1  # 52 random bits
 
@@ -131,7 +144,7 @@ def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], s
     fields = {
         "fn": fn, "code": key[1], "args": key[2], "schema": key[3],
         "parent": parent.id if parent is not None else None,
-        "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+        "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "script": script_path(),
         "hparams": {n: hparam_value(v) for n, v in arguments.items() if type(v) not in NOT_HPARAMS},
     }
     run = Run(new_id(), s, fn, fields)
@@ -216,12 +229,12 @@ class Rider:
             now = time.time()
             c.execute(
                 "INSERT OR IGNORE INTO runs(id, fn, code, args, schema, parent, name, started, updated, status, hparams,"
-                " pid, host, finished, eval_id) VALUES (?,?,?,?,?,?,?,?,?,'done',?,?,?,?,"
+                " pid, host, script, finished, eval_id) VALUES (?,?,?,?,?,?,?,?,?,'done',?,?,?,?,?,"
                 "(SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=?))",
                 (self.run.id, fields["fn"], fields.get("code"), fields.get("args"), fields.get("schema"),
                  fields.get("parent"), fields.get("name"), fields["started"], now,
                  json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True), fields.get("pid"),
-                 fields.get("host"), now, *self.key))
+                 fields.get("host"), fields.get("script"), now, *self.key))
             self.start = start
             self.done = True
         finally:
@@ -302,7 +315,7 @@ def process_run() -> Run:
             run = Run(new_id(), s, fn)
             s.q.append((_sink.START, run.id, {
                 "fn": fn, "name": " ".join(sys.argv)[:300], "started": time.time(), "parent": _forked_from,
-                "pid": os.getpid(), "host": socket.gethostname(), "hparams": {"argv": " ".join(sys.argv[1:])[:200]},
+                "pid": os.getpid(), "host": socket.gethostname(), "script": script_path(), "hparams": {"argv": " ".join(sys.argv[1:])[:200]},
             }))
             _process_run = run
             _process_gen = _config.generation()
@@ -399,7 +412,7 @@ def _new_writer_run(label: str, call: Optional[Run]) -> Run:
     else:
         s = _process_sink()
         fields = {"fn": _script_fn(), "hparams": {}, "parent": _process_run.id if _process_run is not None else None}
-    fields.update({"name": label, "started": time.time(), "pid": os.getpid(), "host": socket.gethostname()})
+    fields.update({"name": label, "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "script": script_path()})
     run = Run(new_id(), s, fields["fn"], fields)
     run.writer = label
     s.q.append((_sink.START, run.id, fields))

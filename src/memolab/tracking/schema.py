@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS runs(
     host TEXT,
     error TEXT,
     traceback TEXT,
-    output TEXT
+    output TEXT,
+    script TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
 CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
@@ -74,7 +75,8 @@ CREATE INDEX IF NOT EXISTS log_events_run ON log_events(run, kind, tag, step);
 ADDED_RUN_COLUMNS = (
     ("error", "TEXT"),  # a failed run's exception: "ValueError: boom"
     ("traceback", "TEXT"),  # a failed or interrupted run's traceback (bounded, see runs.TRACEBACK_LIMIT)
-    ("output", "TEXT"),  # the tail of what it printed to sys.stdout/sys.stderr (bounded, runs.OUTPUT_LIMIT)
+    ("output", "TEXT"),  # the tail of what it printed to sys.stdout/sys.stderr (bounded, output.LIMIT)
+    ("script", "TEXT"),  # the absolute path of the script that ran it (sys.argv[0]), if any
 )
 
 

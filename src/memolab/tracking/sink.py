@@ -150,7 +150,7 @@ class Sink:
             starts.append((run, fields["fn"], fields.get("code"), fields.get("args"), fields.get("schema"),
                            fields.get("parent"), fields.get("name"), fields["started"], fields["started"],
                            "running", json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True),
-                           fields.get("pid"), fields.get("host")))
+                           fields.get("pid"), fields.get("host"), fields.get("script")))
         elif kind == END:
             _, run, status, finished, eval_id, *rest = it
             rest += [None] * (3 - len(rest))  # error, traceback, output
@@ -170,7 +170,7 @@ class Sink:
             if starts:
                 c.executemany(
                     "INSERT OR IGNORE INTO runs(id, fn, code, args, schema, parent, name, started, updated, status, hparams,"
-                    " pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)", starts)
+                    " pid, host, script) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", starts)
             if scalars:
                 c.executemany("INSERT INTO scalars(run, tag, step, seq, wall, value) VALUES (?,?,?,?,?,?)", scalars)
                 # SET expressions all see the old row, so the CASE compares against the previous last_step
