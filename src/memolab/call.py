@@ -36,13 +36,15 @@ class Running:
     """The evaluation being computed in this context (``running()``): what
     ``memolab.checkpoint`` files its checkpoints under."""
 
-    __slots__ = ("key", "store", "run", "force", "on_stored")
+    __slots__ = ("key", "store", "run", "force", "on_stored", "writes")
 
     def __init__(self, key: Key, store: Store, run: Any, force: bool) -> None:
         self.key = key
         self.store = store
         self.run = run  # the tracking run handle (or None), whose logs a resumed computation continues
         self.force = force  # computed by ``fresh()``: start over, whatever was checkpointed
+        #: checkpoints are saved here (False: a rank other than 0 of a collective call, docs/distributed.md)
+        self.writes = True
         self.on_stored: List[Callable[[], None]] = []
 
     def stored(self) -> None:

@@ -27,6 +27,8 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "numpy": "memolab.hashing.arrays:register",
         "torch": "memolab.torch.registry:register",
         "torchdata": "memolab.torch.iteration:register_hashing",  # torchdata.nodes loaders and nodes
+        # a DistributedDataParallel module: what it wraps and how it syncs (docs/distributed.md)
+        "torch.nn.parallel": "memolab.torch.distributed:register_hashing",
         "pyarrow": "memolab.arrow:register_arrow",  # tables, batches and arrays by content
         # Hugging Face datasets: tables by content, once per Arrow table (identity cache)
         "datasets": "memolab.hf.keys:register",
@@ -53,6 +55,12 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
     "computing": {
         # HF's cache names made inside a computation carry memolab's code digest
         "datasets": "memolab.hf.cache:install",
+    },
+    # who drives a memoized call once the module is imported: a function returning the driver, or
+    # None while it does not apply (``memolab.distributed.collective_driver``)
+    "drivers": {
+        # inside an initialised process group of 2+ ranks, the ranks agree on hit or miss
+        "torch.distributed": "memolab.torch.distributed:active_driver",
     },
 }
 
@@ -119,6 +127,12 @@ def run(target: str, *args: Any) -> None:
     """Import ``target`` (``"package.module:function"``) and call it with ``args``."""
     module, _, name = target.partition(":")
     getattr(importlib.import_module(module), name)(*args)
+
+
+def resolve(target: str) -> Any:
+    """The object ``target`` (``"package.module:name"``) names, its module imported."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def hook(target: str, *args: Any) -> Callable[[], None]:

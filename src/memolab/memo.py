@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
-from . import codegraph, config, files, hashing
+from . import codegraph, config, distributed, files, hashing
 from .call import IMPLICIT, Call, Running, arg_snapshot, running
 from .explain import Explanation, explain_key
 from .lifecycle import drive_async, drive_sync, lifecycle
@@ -30,7 +30,7 @@ class MemoFunction:
 
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
                  deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-                 version_sensitivity: Optional[str] = None) -> None:
+                 version_sensitivity: Optional[str] = None, collective: bool = True) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -56,6 +56,8 @@ class MemoFunction:
             raise ValueError(f"version_sensitivity must be one of {config.VERSION_SENSITIVITIES}, "
                              f"not {version_sensitivity!r}")
         self.version_sensitivity = version_sensitivity
+        #: inside a process group, every rank makes this call together (docs/distributed.md)
+        self.collective = bool(collective)
         self.symbol = codegraph.symbol_of(fn)
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
@@ -86,7 +88,7 @@ class MemoFunction:
         if module not in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             return _memo_by_name, (module, qualname)
         return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
-                               self.version_sensitivity)
+                               self.version_sensitivity, self.collective)
 
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
@@ -170,6 +172,19 @@ class MemoFunction:
     # generator for both: the sync call drives it in this thread, the async one in its task.
     # An in-memory hit returns before it (``_prepare``): no generator, no owner id.
     def _call(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
+        if "torch.distributed" in sys.modules:  # a dict lookup: the seam of the distributed driver
+            if not self.collective:
+                if not distributed.is_rank_local():
+                    with distributed.rank_local():  # what its body calls is this rank's own too
+                        return self._call(args, kwargs, force)
+            else:
+                drive = distributed.collective_driver()
+                if drive is not None:
+                    # every rank keys the call and takes the branch the group agrees on: no
+                    # answer from this process's memory alone (another rank's may lack it)
+                    with distributed.keying():
+                        call = self._prepare(args, kwargs, force, memory=False)[0]
+                    return drive(call, self.fn)
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
@@ -189,13 +204,14 @@ class MemoFunction:
 
         return await drive_async(lifecycle(call, task_owner), self.fn, call.bound)
 
-    def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Tuple[Optional[Call], Any]:
-        """Key the call. A hit on this process's in-memory copies returns (None, value)."""
+    def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool,
+                 memory: bool = True) -> Tuple[Optional[Call], Any]:
+        """Key the call. A hit on this process's in-memory copies returns (None, value) (``memory``)."""
         bound = self.bind(args, kwargs)
         hashed_files = files.encoded
         key, per_arg, cv, named = self._key(bound)
         store = self.store()
-        if not force:
+        if not force and memory:
             found, value = store.load_from_memory(key)
             if found:
                 hashing.remember_loaded(value, key)
@@ -239,10 +255,11 @@ def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
 
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
-                  store: Union[None, str, os.PathLike], version_sensitivity: Optional[str]) -> "MemoFunction":
+                  store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
+                  collective: bool = True) -> "MemoFunction":
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
-                        version_sensitivity=version_sensitivity)
+                        version_sensitivity=version_sensitivity, collective=collective)
 
 
 class _BoundMemo:
@@ -274,12 +291,13 @@ class _BoundMemo:
 def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
-         store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...) -> Callable[[F], F]: ...
+         store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
+         collective: bool = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
          deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-         version_sensitivity: Optional[str] = None) -> Any:
+         version_sensitivity: Optional[str] = None, collective: bool = True) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -288,10 +306,12 @@ def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (),
     ``store``: a store directory for this function only.
     ``version_sensitivity``: how much of third-party package versions joins the key
     (``exact|minor|major|ignore``); defaults to ``configure(version_sensitivity=...)``.
+    ``collective``: inside a ``torch.distributed`` group, every rank makes the call and the
+    ranks agree on hit or miss; ``False`` for a call one rank makes alone (docs/distributed.md).
     """
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
-                            version_sensitivity=version_sensitivity)
+                            version_sensitivity=version_sensitivity, collective=collective)
 
     if fn is not None:
         return wrap(fn)

@@ -153,7 +153,7 @@ class Checkpoint:
         """Save a checkpoint now (objects, random states, step, ``extras``, log position)."""
         ev = self._ev
         self._last = time.monotonic()
-        if ev is None:
+        if ev is None or not ev.writes:  # (under DDP rank 0 saves, every rank restores)
             return
         from ..store import checkpoints
         from ..tracking import resume

@@ -24,11 +24,13 @@ position is part of its key. Every rule is written down in docs/torch.md.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
 import torch.utils.data as tud
 
 from .. import hashing
+from ..distributed import keying_collective
 from ..errors import HashError
 from ..hashing import Encoder
 
@@ -106,9 +108,32 @@ def encode_stateful_loader(enc: Encoder, dl: Any) -> None:
         enc.encode_child(state, ".<resume position>")
 
 
+def encode_distributed_sampler(enc: Encoder, sampler: Any) -> None:
+    """``num_replicas`` (the world size) is in the key like every setting; ``rank`` too, except in
+    a collective call (docs/distributed.md), where a sampler of this very rank keys alike on every
+    rank: each rank's key is then the same call's."""
+    if enc.seen(sampler):
+        enc.memoize(sampler)
+        return
+    encode_data(enc, sampler)
+    rank = getattr(sampler, "rank", None)
+    if keying_collective() and _own_rank() == rank:
+        rank = "<this rank>"
+    enc.encode_child(rank, ".rank")
+
+
+def _own_rank() -> Optional[int]:
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_rank()
+
+
 def register() -> None:
     for t in (tud.Dataset, tud.Sampler, tud.DataLoader):
         hashing.register_handler(t, encode_data)
+    hashing.register_handler(tud.DistributedSampler, encode_distributed_sampler)
+    hashing.register_policy(tud.DistributedSampler, exclude={"rank"})
     # a memoized dataset or loader hands its tensors' digests to the identity cache
     hashing.register_result_walk(encode_data)
     hashing.register_policy(tud.DataLoader, exclude=LOADER_EXCLUDE | LIGHTNING_PATCH)

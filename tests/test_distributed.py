@@ -1,0 +1,310 @@
+"""Memoized calls under torchrun / DDP (issue 27; docs/distributed.md).
+
+Real jobs: ``python -m torch.distributed.run --nproc_per_node=2`` on CPU with gloo, each
+script in fresh processes, each launch with a deadline (the whole process group is
+killed past it) so a hang fails fast instead of waiting for torch's 30 minutes.
+Body runs are counted through a file each rank appends to.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+#: a deadline for one 2-rank launch: far above its few seconds, far below torch's 30 minutes
+DEADLINE = 120
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(root: Path, script: str, env: Optional[Dict[str, str]] = None, nproc: int = 2,
+           deadline: float = DEADLINE, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``script`` under torchrun in ``root``: its own session, killed whole past ``deadline``."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([SRC, str(root)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
+    e.setdefault("MEMOLAB_STORE", str(root / "store"))
+    e["PYTHONDONTWRITEBYTECODE"] = "1"
+    e["OMP_NUM_THREADS"] = "1"
+    e.update(env or {})
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+           f"--master_port={_port()}", script]
+    p = subprocess.Popen(cmd, cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=deadline)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"{script} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}")
+    cp = subprocess.CompletedProcess(cmd, p.returncode, out, err)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{script} failed ({p.returncode}):\nstdout:\n{out}\nstderr:\n{err[-6000:]}")
+    return cp
+
+
+def marks(path: Path) -> List[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def results(root: Path, name: str) -> Dict[int, dict]:
+    return {r: json.loads((root / f"{name}.{r}.json").read_text()) for r in (0, 1)}
+
+
+# The exact case of the issue: a memoized training step that builds its DDP module inside
+# the body, called on every rank. Before: rank 0 took the lease and blocked in DDP's
+# constructor waiting for rank 1, which waited for rank 0's lease (hung until the deadline).
+TRAIN = """
+import json, os, sys
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+import memolab
+
+def count(name):
+    with open(name, "a") as f:
+        f.write(f"{dist.get_rank()}\\n")
+
+@memolab.memo
+def train(loader, steps: int, lr: float):
+    count("train.marks")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for _ in range(steps):
+        for xb, yb in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+    return model.module.state_dict()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+if os.environ.get("RANK1_STORE") and rank == 1:   # a node-local store: another machine's disk
+    memolab.configure(store=os.environ["RANK1_STORE"])
+g = torch.Generator().manual_seed(1)
+ds = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+loader = DataLoader(ds, batch_size=8, sampler=DistributedSampler(ds, shuffle=True, seed=3))
+out = {}
+if os.environ.get("PLAIN"):
+    out["plain"] = {k: v.tolist() for k, v in train.fn(loader, 2, 0.1).items()}
+sd = train(loader, 2, 0.1)
+out["memo"] = {k: v.tolist() for k, v in sd.items()}
+out["bits"] = {k: v.numpy().tobytes().hex() for k, v in sd.items()}
+if os.environ.get("PLAIN"):
+    out["plain_bits"] = {k: torch.tensor(v).numpy().tobytes().hex() for k, v in out["plain"].items()}
+out["evaluations"] = len(train.evaluations())
+with open(f"train.{rank}.json", "w") as f:
+    json.dump(out, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_training_misses_once_per_rank_then_hits_bitwise_equal_to_an_unmemoized_run(tmp_path):
+    (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
+    launch(tmp_path, "train.py", env={"PLAIN": "1"})
+    # the plain run counted a body per rank, the memoized miss one more per rank
+    assert sorted(marks(tmp_path / "train.marks")) == ["0", "0", "1", "1"]
+    first = results(tmp_path, "train")
+    assert first[0]["evaluations"] == 1  # one stored result (rank 0's)
+    for r in (0, 1):
+        assert first[r]["bits"] == first[r]["plain_bits"]  # the miss is the un-memoized training
+    assert first[0]["bits"] == first[1]["bits"]
+
+    launch(tmp_path, "train.py")  # a new job: a hit on every rank
+    assert sorted(marks(tmp_path / "train.marks")) == ["0", "0", "1", "1"]  # no body ran on any rank
+    second = results(tmp_path, "train")
+    for r in (0, 1):
+        assert second[r]["bits"] == first[r]["plain_bits"]
+    assert second[0]["evaluations"] == 1
+
+
+def test_a_hit_missing_from_a_ranks_node_local_store_comes_from_rank_0(tmp_path):
+    """Multi-node with node-local stores: rank 1's store lacks the result; it gets rank 0's,
+    stores nothing, runs no body."""
+    (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
+    launch(tmp_path, "train.py")
+    first = results(tmp_path, "train")
+    launch(tmp_path, "train.py", env={"RANK1_STORE": str(tmp_path / "node1")})
+    assert sorted(marks(tmp_path / "train.marks")) == ["0", "1"]
+    second = results(tmp_path, "train")
+    assert second[1]["bits"] == second[0]["bits"] == first[0]["bits"]
+    assert second[1]["evaluations"] == 0  # rank 1's own store: nothing stored there
+
+
+CALLS = """
+import json, os, warnings
+import torch, torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+import memolab
+from memolab.distributed import DistributedError, keying, rank_local
+
+def count(name):
+    with open(name, "a") as f:
+        f.write(f"{dist.get_rank()}\\n")
+
+@memolab.memo
+def prepare(n: int):
+    count("prepare.marks")
+    g = torch.Generator().manual_seed(n)
+    return torch.randn(n, 3, generator=g)
+
+@memolab.memo(collective=False)
+def report(x):
+    count("report.marks")
+    return float(x.sum())
+
+@memolab.memo
+def local_stat(x):
+    count("local.marks")
+    return float(x.mean())
+
+@memolab.memo
+def shard_sum(x, rank: int):
+    return float(x.sum()) + rank
+
+@memolab.memo
+def rank_dependent(x):
+    count("dependent.marks")
+    return float(x.sum()) + dist.get_rank()
+
+@memolab.memo
+def consume(loader):
+    return 0
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+out = {}
+data = prepare(16)                      # collective: every rank gets the same data
+out["data"] = data.numpy().tobytes().hex()
+if rank == 0:
+    out["report"] = report(data)        # made by rank 0 alone: @memo(collective=False)
+    with rank_local():
+        out["local"] = local_stat(data)  # made by rank 0 alone: a rank_local() block
+try:
+    shard_sum(data, rank)               # arguments differ by rank: a clear error on every rank
+except DistributedError as e:
+    out["mismatch"] = str(e)
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    out["dependent"] = rank_dependent(data)  # results differ by rank: returned, not stored
+    out["dependent_warning"] = [str(x.message) for x in w]
+out["dependent_stored"] = len(rank_dependent.evaluations())
+ds = TensorDataset(torch.zeros(8, 1))
+mine = DistributedSampler(ds)                       # this rank's sampler (world 2)
+with keying():
+    out["key_collective"] = consume.key(DataLoader(ds, sampler=mine))[2]
+out["key_local"] = consume.key(DataLoader(ds, sampler=mine))[2]
+with open(f"calls.{rank}.json", "w") as f:
+    json.dump(out, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_data_preparation_rank_local_calls_and_disagreeing_ranks(tmp_path):
+    (tmp_path / "calls.py").write_text(textwrap.dedent(CALLS))
+    launch(tmp_path, "calls.py")
+    first = results(tmp_path, "calls")
+    # a memoized data preparation: computed by both ranks together, stored once
+    assert sorted(marks(tmp_path / "prepare.marks")) == ["0", "1"]
+    assert first[0]["data"] == first[1]["data"]
+    # rank-0-only calls keep the single-process behaviour (no wait for rank 1)
+    assert marks(tmp_path / "report.marks") == ["0"] and marks(tmp_path / "local.marks") == ["0"]
+    assert "report" not in first[1]
+    # unequal keys: the same clear error on both ranks, naming the fix
+    for r in (0, 1):
+        assert "collective=False" in first[r]["mismatch"] and "shard_sum" in first[r]["mismatch"]
+    # a result that depends on the rank: each rank keeps its own, nothing stored, rank 0 warns
+    assert first[1]["dependent"] == first[0]["dependent"] + 1
+    assert first[0]["dependent_stored"] == 0
+    assert any("results differ" in w for w in first[0]["dependent_warning"])
+    # a DistributedSampler of this rank keys alike on every rank in a collective call, apart otherwise
+    assert first[0]["key_collective"] == first[1]["key_collective"]
+    assert first[0]["key_local"] != first[1]["key_local"]
+
+    launch(tmp_path, "calls.py")  # a new job: every memoized call hits, on every rank that made it
+    second = results(tmp_path, "calls")
+    assert sorted(marks(tmp_path / "prepare.marks")) == ["0", "1"]
+    assert marks(tmp_path / "report.marks") == ["0"] and marks(tmp_path / "local.marks") == ["0"]
+    assert second[0]["data"] == second[1]["data"] == first[0]["data"]
+    assert sorted(marks(tmp_path / "dependent.marks")) == ["0", "0", "1", "1"]  # never stored: computed again
+
+
+FORGOT = """
+import json, warnings
+import torch.distributed as dist
+import memolab
+
+memolab.distributed.configure(timeout=3)
+
+@memolab.memo
+def summary(n: int):
+    return n * 2
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+out = {}
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    if rank == 0:
+        out["summary"] = summary(21)   # collective by default, but made by rank 0 alone
+    out["warnings"] = [str(x.message) for x in w]
+out["stored"] = len(summary.evaluations())
+with open(f"forgot.{rank}.json", "w") as f:
+    json.dump(out, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_rank_0_only_call_not_marked_waits_boundedly_then_computes_alone(tmp_path):
+    """(Had rank 1 made another collective call meanwhile, both ranks would raise the
+    "keyed differently" error at once: ``test_data_preparation_...`` pins that error.)"""
+    (tmp_path / "forgot.py").write_text(textwrap.dedent(FORGOT))
+    launch(tmp_path, "forgot.py", deadline=60)
+    out = results(tmp_path, "forgot")
+    assert out[0]["summary"] == 42
+    assert any("collective=False" in w and "alone" in w for w in out[0]["warnings"])
+    assert out[0]["stored"] == 1  # computed alone the single-process way: stored
+
+
+def test_world_size_is_in_a_distributed_samplers_key_and_a_ddp_module_keys_by_what_it_wraps():
+    """World 2 must not hit world 4's result; in a process that is not in a group the
+    sampler's rank is an ordinary setting. (No group needed: keys only.)"""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    import memolab
+
+    @memolab.memo
+    def consume(loader):
+        return 0
+
+    ds = TensorDataset(torch.zeros(8, 1))
+
+    def key(**kw):
+        return consume.key(DataLoader(ds, sampler=DistributedSampler(ds, **kw)))[2]
+
+    assert key(num_replicas=2, rank=0) != key(num_replicas=4, rank=0)
+    assert key(num_replicas=2, rank=0) != key(num_replicas=2, rank=1)
+    assert key(num_replicas=2, rank=1) == key(num_replicas=2, rank=1)
