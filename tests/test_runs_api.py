@@ -228,3 +228,60 @@ def test_a_script_that_dies_ends_its_process_and_writer_runs_as_it_ended(project
     assert sorted((r.name, r.status) for r in rs) == [("crash.py", status), ("runs/never-closed", status)]
     (proc,) = [r for r in rs if r.name == "crash.py"]
     assert proc.error == error and 'crash.py", line 9, in <module>' in proc.traceback
+
+
+OLD_RUNS_DDL = """CREATE TABLE runs(id INTEGER PRIMARY KEY, fn TEXT NOT NULL, code TEXT, args TEXT, schema TEXT,
+    parent INTEGER, name TEXT, started REAL NOT NULL, finished REAL, updated REAL, status TEXT NOT NULL,
+    hparams TEXT, eval_id INTEGER, pid INTEGER, host TEXT)"""
+
+
+def test_a_store_made_before_the_new_run_columns_gains_them(project):
+    import sqlite3
+
+    project.write("ok.py", "from memolab import memo\n@memo\ndef f(x):\n    return x\nf(1)\n")
+    project.run("ok.py")
+    c = sqlite3.connect(project.store / "index.sqlite")
+    with c:  # the runs table as the first logging release wrote it, with one finished run
+        c.execute("DROP TABLE runs")
+        c.execute(OLD_RUNS_DDL)
+        c.execute("INSERT INTO runs(id, fn, started, finished, updated, status, hparams) VALUES "
+                  "(7, '__main__:f', 1.0, 2.0, 2.0, 'done', '{\"x\": 0}')")
+    c.close()
+    project.write("bad.py", "from memolab import memo\n@memo\ndef f(x):\n    print('about to fail')\n"
+                            "    raise ValueError('no')\ntry:\n    f(2)\nexcept ValueError:\n    pass\n")
+    project.run("bad.py")
+    c = sqlite3.connect(project.store / "index.sqlite")
+    cols = {r[1] for r in c.execute("PRAGMA table_info(runs)")}
+    c.close()
+    assert {"error", "traceback", "output", "script"} <= cols
+    rs = {r.id: r for r in memolab.runs("f", store=str(project.store))}
+    assert rs[7].status == "done" and rs[7].hparams == {"x": 0} and rs[7].traceback is None and rs[7].script is None
+    (new,) = [r for r in rs.values() if r.status == "failed"]
+    assert new.output == "about to fail\n" and new.traceback.rstrip().endswith("ValueError: no")
+    assert new.script == str(project.root / "bad.py")
+
+
+def test_writers_with_other_log_dirs_inside_one_computation_are_its_children(tmp_store):
+    from memolab import SummaryWriter, memo
+
+    @memo
+    def sweep(lrs):
+        for lr in lrs:
+            w = SummaryWriter(f"runs/lr{lr}")
+            for step in range(3):
+                w.add_scalar("loss", lr * step, step)
+            w.close()  # inside a computation: the run ends with the computation, not here
+        return len(lrs)
+
+    assert sweep((0.1, 0.2, 0.3)) == 3 and sweep((0.1, 0.2, 0.3)) == 3  # the second call is a hit
+    rs = memolab.runs(sweep)
+    by_name = {r.name: r for r in rs}
+    assert sorted(by_name) == ["runs/lr0.1", "runs/lr0.2", "runs/lr0.3"] and len(rs) == 3
+    top = by_name["runs/lr0.1"]  # the first writer names the computation's own run
+    assert top.parent is None and top.evaluation is not None
+    for name in ("runs/lr0.2", "runs/lr0.3"):
+        child = by_name[name]
+        assert child.parent == top.id and child.status == "done"
+        assert child.evaluation is not None and child.evaluation.id == top.evaluation.id  # gc'd with it
+        assert child.scalars("loss").step == [0, 1, 2]
+    assert top.scalars("loss").step == [0, 1, 2]
