@@ -285,3 +285,12 @@ def test_writers_with_other_log_dirs_inside_one_computation_are_its_children(tmp
         assert child.evaluation is not None and child.evaluation.id == top.evaluation.id  # gc'd with it
         assert child.scalars("loss").step == [0, 1, 2]
     assert top.scalars("loss").step == [0, 1, 2]
+
+
+def test_a_state_dict_argument_stays_one_short_repr():
+    # keeping it nested would repr each of its tensors at every computation's start
+    torch = pytest.importorskip("torch")
+    from memolab.tracking.runs import hparam_value
+
+    assert isinstance(hparam_value({f"layer{i}.weight": torch.zeros(2) for i in range(50)}), str)
+    assert hparam_value({"lr": 0.1, "root": __import__("pathlib").Path("/data")}) == {"lr": 0.1, "root": "PosixPath('/data')"}

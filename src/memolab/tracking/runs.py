@@ -84,24 +84,64 @@ def new_id() -> int:
 NOT_HPARAMS: set = set()
 
 
-def hparam_value(v: Any, _budget: Optional[list] = None, _depth: int = 0) -> Any:
+def hparam_value(v: Any, _depth: int = 0) -> Any:
     """JSON scalars stay themselves (so the hparams table sorts numbers as numbers). A nested
     config (dicts, dataclasses, namespaces; short lists of scalars) stays nested, so readers
-    flatten it to ``optim.lr`` columns (``names.flatten``); within a budget of 200 values and
-    6 levels, past which, and for anything else, a short repr."""
+    flatten it to ``optim.lr`` columns (``names.flatten``), when it is small: at most 200 values,
+    6 levels, and 8 values that are not config-like (a ``Path``, an enum: each a short repr). Anything
+    else (a state_dict of tensors, a dataset) is one short repr, as it always was: repr'ing each of
+    hundreds of tensors would slow every computation's start."""
     if v is None or isinstance(v, (bool, int, float)):
         return v
     if isinstance(v, str):
         return v if len(v) <= 200 else v[:197] + "..."
-    budget = [200] if _budget is None else _budget
-    items = _config_items(v) if _depth < 6 else None
-    if items is not None and len(items) <= budget[0]:
-        budget[0] -= len(items)
-        return {str(k): hparam_value(x, budget, _depth + 1) for k, x in items}
-    if (type(v) in (list, tuple) and len(v) <= min(20, budget[0])
-            and all(x is None or isinstance(x, (bool, int, float, str)) for x in v)):
-        budget[0] -= len(v)
-        return [hparam_value(x, budget, _depth + 1) for x in v]
+    if _depth == 0 and _config_cost(v, 0, [0]) <= _CONFIG_BUDGET:
+        return _config_value(v, 0)
+    from ..text import short_repr
+
+    return short_repr(v)
+
+
+_CONFIG_BUDGET = 200
+_OTHER_COST = 25  # a leaf that is not a scalar: 8 of them fit
+
+
+def _scalar_list(v: Any) -> bool:
+    return type(v) in (list, tuple) and len(v) <= 20 and all(
+        x is None or isinstance(x, (bool, int, float, str)) for x in v)
+
+
+def _config_cost(v: Any, depth: int, spent: list) -> int:
+    """What keeping ``v`` nested costs (stops counting past the budget)."""
+    if spent[0] > _CONFIG_BUDGET:
+        return spent[0]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        spent[0] += 1
+    elif _scalar_list(v):
+        spent[0] += max(1, len(v))
+    else:
+        items = _config_items(v) if depth < 6 else None
+        if items is None:
+            spent[0] += _OTHER_COST if depth else _CONFIG_BUDGET + 1  # the value itself is no config
+        else:
+            spent[0] += 1
+            for _, x in items:
+                _config_cost(x, depth + 1, spent)
+                if spent[0] > _CONFIG_BUDGET:
+                    break
+    return spent[0]
+
+
+def _config_value(v: Any, depth: int) -> Any:
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    if isinstance(v, str):
+        return v if len(v) <= 200 else v[:197] + "..."
+    if _scalar_list(v):
+        return [_config_value(x, depth + 1) for x in v]
+    items = _config_items(v) if depth < 6 else None
+    if items is not None:
+        return {str(k): _config_value(x, depth + 1) for k, x in items}
     from ..text import short_repr
 
     return short_repr(v)
