@@ -107,8 +107,14 @@ def run_ids(pg):
 
 
 def select_runs(pg, ids):
+    """Make these runs selected too (a click toggles: one already selected is left as it is)."""
+    pg.wait_for_selector("body[data-ready='1']")  # after the selection on arrival
     for i in ids:
-        pg.click(f"#runs tbody tr[data-run='{i}']")
+        row = f"#runs tbody tr[data-run='{i}']"
+        pg.wait_for_selector(row)
+        if "selected" not in (pg.get_attribute(row, "class") or ""):
+            pg.click(row)
+            pg.wait_for_selector(row + ".selected")
 
 
 def wait_points(pg, tag, expected):
@@ -140,6 +146,10 @@ def test_dashboard_charts_overlay_and_tabs(dashboard, page):
     pg.wait_for_selector("#runs tbody tr[data-run]")
     ids = run_ids(pg)
     assert len(ids) == 3
+    # on arrival the function's newest runs are selected; start from none
+    assert len(pg.query_selector_all("#runs tbody tr.selected")) == 3
+    pg.click("#select-none")
+    pg.wait_for_function("() => document.querySelectorAll('#runs tbody tr.selected').length === 0")
     index = get_store().index
     from memolab.tracking import query
 
@@ -258,25 +268,56 @@ def test_running_evaluation_updates_live(tmp_store, page):
         srv.server_close()
 
 
-def test_a_long_table_draws_200_rows_until_asked(tmp_store, page):
+def test_a_long_runs_table_is_virtual_filtered_and_selected_in_bulk(tmp_store, page):
+    """2,000 runs: the newest 20 are selected on arrival, only the rows in view are in the DOM
+    (scrolling brings the others), a filter by argument, status or regex narrows the table, and
+    select all / none act on what the filter shows."""
     from memolab.tracking.sink import END, START, sink_for
 
     s = sink_for(get_store().index)
-    for r in range(1, 251):
-        s.q.append((START, r, {"fn": "many:f", "started": float(r), "hparams": {"i": r}}))
-        s.q.append((END, r, "done", float(r) + 1, None))
+    for r in range(1, 2001):
+        s.q.append((START, r, {"fn": "many:f", "started": float(r), "hparams": {"i": r, "opt": "adam" if r % 2 else "sgd"}}))
+        s.q.append((END, r, "failed" if r % 100 == 0 else "done", float(r) + 1, None))
     s.flush()
     srv, _ = serve_in_thread(tmp_store)
     try:
         pg = page
         pg.goto(srv.url + "?fn=many:f")
         pg.wait_for_selector("body[data-ready='1']")
-        assert len(pg.query_selector_all("#runs tbody tr[data-run]")) == 200
-        assert pg.inner_text("#show-all") == "show 50 more"
-        assert "250 evaluation(s)" in pg.inner_text("#run-count")
-        pg.click("#show-all button")
-        pg.wait_for_function("() => document.querySelectorAll('#runs tbody tr[data-run]').length === 250")
-        assert pg.query_selector("#show-all") is None and pg.errors == []
+        assert "2000 evaluation(s), 20 selected" in pg.inner_text("#run-count")
+        selected = pg.eval_on_selector_all("#runs tbody tr.selected", "rs => rs.map(r => +r.dataset.run)")
+        assert selected == list(range(2000, 1980, -1))  # the newest, newest first
+        n_rows = len(pg.query_selector_all("#runs tbody tr[data-run]"))
+        assert 10 <= n_rows <= 60  # the rows in view and a margin, not 2,000
+        assert pg.query_selector("#runs tbody tr[data-run='1']") is None
+        pg.eval_on_selector("#runs-wrap", "w => { w.scrollTop = w.scrollHeight; }")
+        pg.wait_for_selector("#runs tbody tr[data-run='1']")  # the oldest, at the bottom
+        assert len(pg.query_selector_all("#runs tbody tr[data-run]")) <= 60
+        pg.eval_on_selector("#runs-wrap", "w => { w.scrollTop = 0; }")
+
+        def shown():
+            pg.wait_for_timeout(50)
+            return pg.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => +r.dataset.run)")
+
+        pg.fill("#run-filter", "i<=5 opt=adam")
+        pg.wait_for_function("() => document.querySelector('#run-count').textContent.startsWith('3 of 2000')")
+        assert sorted(shown()) == [1, 3, 5]
+        pg.fill("#run-filter", "status:failed")
+        pg.wait_for_function("() => document.querySelector('#run-count').textContent.startsWith('20 of 2000')")
+        assert all(r % 100 == 0 for r in shown())
+        pg.fill("#run-filter", "^#?run …19[0-9]{2}$|i=1999")
+        pg.wait_for_function("() => document.querySelector('#run-count').textContent.startsWith('1 of 2000')")
+        assert shown() == [1999]
+        pg.fill("#run-filter", "status:failed")
+        pg.click("#select-all")  # adds what the filter shows
+        pg.wait_for_function("() => document.querySelector('#run-count').textContent.includes('39 selected')")
+        pg.click("#select-none")
+        pg.wait_for_function("() => document.querySelector('#run-count').textContent.includes(' 0 selected')")
+        assert "runs=" in pg.url and pg.errors == []
+        # a reload keeps the (empty) selection rather than selecting the newest again
+        pg.reload()
+        pg.wait_for_selector("body[data-ready='1']")
+        assert "2000 evaluation(s), 0 selected" in pg.inner_text("#run-count")
     finally:
         srv.shutdown()
         srv.server_close()

@@ -102,6 +102,7 @@ def test_charts_tooltips_zoom_groups_markers_and_csv(lab, page):
     heads = pg.inner_text("#runs thead")
     assert "⟶ train/loss" in heads and "⟶ score" in heads
 
+    pg.click("#select-none")
     select_runs(pg, [old["id"], new["id"]])
     wait_points(pg, "train/loss", "40,40")
     # tag groups by prefix, collapsible

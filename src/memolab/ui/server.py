@@ -19,6 +19,7 @@ thanks to WAL.
 """
 from __future__ import annotations
 
+import gzip
 import hmac
 import json
 import logging
@@ -29,10 +30,12 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections import deque
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..tracking import query
+from . import series
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -84,6 +87,28 @@ def _max_points(s: str) -> int:
     return min(n, MAX_POINTS)
 
 
+def _pixels(s: str) -> int:
+    """A chart's width in pixels: the series are sized to it (at most 2 points a pixel)."""
+    if not s.isdigit() or not 1 <= int(s) <= 5000:
+        raise ApiError(400, f"px must be a chart width in pixels (1..5000), got {s[:40]!r}")
+    return max(50, int(s))
+
+
+def _seen(s: str) -> Dict[str, Dict[str, List[int]]]:
+    """``{run: {tag: [points held, last step held]}}``, as the page sends it for a live refresh."""
+    try:
+        d = json.loads(s)
+        ok = isinstance(d, dict) and all(
+            isinstance(r, str) and isinstance(t, dict) and all(
+                isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+                for v in t.values()) for r, t in d.items())
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ApiError(400, "seen must be JSON {run: {tag: [points, last step]}}")
+    return d
+
+
 def _one(q: Dict[str, List[str]], name: str, default: Optional[str] = None) -> str:
     v = q.get(name)
     if not v:
@@ -120,8 +145,14 @@ class Handler(BaseHTTPRequestHandler):
             log.exception("memolab ui: %s failed", url.path)
             status, ctype = 500, "application/json"
             body = json.dumps({"error": "internal error (the server logged it)"}).encode()
+        gz = len(body) > 16384 and ctype == "application/json" and "gzip" in (self.headers.get("Accept-Encoding") or "")
+        if gz:  # a sweep's series are ~4x smaller gzipped; level 1 costs ~10 ms a MB
+            body = gzip.compress(body, 1)
+        self.server.served.append((self.path, len(body)))
         self.send_response(status)
         self.send_header("Content-Type", ctype)
+        if gz:
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
@@ -187,6 +218,10 @@ class Handler(BaseHTTPRequestHandler):
             "tags": lambda: query.tags(index, _ints(_one(q, "runs", ""), "runs")),
             "scalars": lambda: {str(r): query.scalars(index, r, _one(q, "tag"), _max_points(_one(q, "max", "1000")))
                                 for r in _ints(_one(q, "runs"), "runs")},
+            "series": lambda: series.batch(index, _ints(_one(q, "runs", ""), "runs"), q.get("tag"),
+                                           _pixels(_one(q, "px", "600")), _seen(_one(q, "seen", "{}"))),
+            "heartbeat": lambda: series.heartbeat(index),
+            "metrics": lambda: series.metric_stats(index, _one(q, "fn")),
             "histograms": lambda: query.events(index, _id(_one(q, "run"), "run"), "histogram", _one(q, "tag")),
             "images": lambda: query.events(index, _id(_one(q, "run"), "run"), "image", _one(q, "tag")),
             "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),
@@ -216,6 +251,8 @@ class DashboardServer(ThreadingHTTPServer):
         self.store_root = Path(store_root)
         self.index = get_store(self.store_root).index
         self.verbose = verbose
+        #: (path, bytes sent) of the latest requests: what a view costs, for tests and the benchmark
+        self.served: Deque[Tuple[str, int]] = deque(maxlen=10_000)
         self.host = host
         if ":" in host:
             self.address_family = socket.AF_INET6

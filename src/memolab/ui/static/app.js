@@ -2,12 +2,28 @@
 // by vendor/refresh.sh): uPlot draws the scalar charts (zoom, crosshair, log axes), marked and
 // DOMPurify render logged text as sanitised markdown. Nothing is fetched from elsewhere: the page
 // works offline and ships inside the Python package.
+//
+// At the scale of a sweep (50 runs x 20 tags x 5,000 steps): the scalars of a view come in one
+// batched request sized to the charts' pixel width (/api/series), are kept per run and tag, and
+// are fetched again only for what changed (a newly selected run; the new points of a running
+// one). An idle page asks only /api/heartbeat. Charts are drawn one per task, visible ones first,
+// so the page never freezes; the runs table draws only the rows in view.
 "use strict";
 
-const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
+// 20 colours that stay apart on white (Tableau 10, then darker partners), and dash styles after
+// them: 80 runs before a style repeats
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22",
+  "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#3182bd", "#e6550d", "#31a354", "#ad494a"];
+const DASHES = [null, [7, 3], [2, 3], [9, 3, 2, 3]];
+//: runs of the newest function selected on arrival (newest first)
+const AUTO_SELECT = 20;
+//: the most runs one request may name (the server's limit)
+const MAX_IDS = 1000;
 const state = {
   fn: null, runs: [], selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
   hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
+  fetched: new Set(), fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, metricCols: null, stat: "last",
+  stats: {}, drawSeq: 0, hpConst: false,
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -35,9 +51,11 @@ function fmtNum(v) {
   if (v === null || v === undefined) return "–";
   if (typeof v !== "number") return String(v);
   const a = Math.abs(v);
-  if (a !== 0 && (a >= 1e5 || a < 1e-3)) return v.toExponential(3);
-  return String(+v.toPrecision(5));
+  if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(3);
+  return String(+v.toPrecision(6));
 }
+// an argument as the user wrote it: 100000 stays 100000, 1e-7 stays 1e-7
+function fmtArg(v) { return v === undefined ? "–" : typeof v === "string" ? v : JSON.stringify(v); }
 function fmtDur(s) {
   if (s === null || s === undefined) return "–";
   if (s < 1) return (s * 1000).toFixed(0) + " ms";
@@ -46,7 +64,7 @@ function fmtDur(s) {
   return (s / 3600).toFixed(1) + " h";
 }
 function fmtTime(t) { return t ? new Date(t * 1000).toLocaleString() : "–"; }
-function argText(hp) { return Object.entries(hp || {}).map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`).join(", "); }
+function argText(hp) { return Object.entries(hp || {}).map(([k, v]) => `${k}=${fmtArg(v)}`).join(", "); }
 // One id everywhere, the one the CLI takes (`memolab show 5`): the evaluation id. A run that
 // stored nothing (failed, lost, still running, a script's process run) has none: it is shown
 // as "run" plus the end of its run id.
@@ -55,23 +73,53 @@ function codeDiffers() {
   const codes = new Set(state.selected.map(runById).filter((r) => r && r.code).map((r) => r.code));
   return codes.size > 1;
 }
+// the arguments whose values differ between the function's runs: what tells runs apart
+function varyingKeys() {
+  if (state.varying) return state.varying;
+  const first = new Map(), varying = new Set();
+  for (const r of state.runs) {
+    for (const [k, v] of Object.entries(r.hparams || {})) {
+      const s = JSON.stringify(v);
+      if (!first.has(k)) first.set(k, s); else if (first.get(k) !== s) varying.add(k);
+    }
+  }
+  for (const r of state.runs) for (const k of first.keys()) if (!(k in (r.hparams || {}))) varying.add(k);
+  state.varying = [...first.keys()].filter((k) => varying.has(k));
+  return state.varying;
+}
+// The one place a run's label is made (legends, tooltips, titles): the run's name when it has
+// one, else its id and the arguments that differ between the function's runs (W&B style), plus
+// its code version when the selected runs differ in code.
 function runLabel(r) {
   if (!r) return "?";
   const code = codeDiffers() && r.code ? ` · code ${r.code.slice(0, 8)}` : "";
-  return `${idText(r)} ${argText(r.hparams)}`.slice(0, 70) + code;
+  const name = r.name || r.run_name || r.display_name;
+  if (name) return `${String(name).slice(0, 60)} (${idText(r)})${code}`;
+  const hp = r.hparams || {};
+  const keys = varyingKeys().filter((k) => k in hp);
+  const args = argText(Object.fromEntries(keys.map((k) => [k, hp[k]])));
+  return `${idText(r)} ${args}`.trim().slice(0, 70) + code;
 }
-function colorOf(id) {
-  if (!(id in state.colors)) state.colors[id] = COLORS[state.nextColor++ % COLORS.length];
+// a selected run keeps its colour; a newly selected one takes the first colour no selected run has
+function styleIndex(id) {
+  if (!(id in state.colors)) {
+    const used = new Set(state.selected.map((x) => state.colors[x]));
+    let i = 0;
+    while (used.has(i)) i++;
+    state.colors[id] = i;
+  }
   return state.colors[id];
 }
-function runById(id) { return state.runs.find((r) => String(r.id) === String(id)); }
+function colorOf(id) { return COLORS[styleIndex(id) % COLORS.length]; }
+function dashOf(id) { return DASHES[Math.floor(styleIndex(id) / COLORS.length) % DASHES.length]; }
+function runById(id) { return state.byId ? state.byId.get(String(id)) : undefined; }
 const isProcess = (fn) => fn.startsWith("<process:");
 
 // ---- the view lives in the URL: ?fn=…&runs=…&tab=…&tags=… (share it, reload it) -------------
 function saveUrl() {
   const p = new URLSearchParams();
   if (state.fn) p.set("fn", state.fn);
-  if (state.selected.length) p.set("runs", state.selected.join(","));
+  p.set("runs", state.selected.join(","));  // present even when empty: a reload must not auto-select
   if (state.tab !== "scalars") p.set("tab", state.tab);
   const tags = $("#tag-filter").value;
   if (tags) p.set("tags", tags);
@@ -97,25 +145,47 @@ async function loadFunctions() {
 }
 
 async function selectFunction(fn, keep = false) {
-  if (state.fn !== fn && !keep) { state.selected = []; state.colors = {}; state.nextColor = 0; state.showAll = false; state.runsSig = null; }
+  const fresh = state.fn !== fn && !keep;
+  if (fresh) { state.selected = []; state.colors = {}; state.nextColor = 0; state.runsSig = null; state.metricCols = null; }
   state.fn = fn;
   for (const li of document.querySelectorAll("#sidebar li")) li.classList.toggle("active", li.dataset.fn === fn);
   $("#fn-title").textContent = isProcess(fn) ? `${fn} (logs of a script, outside memoized calls)` : fn;
   await loadRuns();
+  if (fresh || state.autoSelect) {
+    state.autoSelect = false;
+    // arriving on a function shows its newest runs at once
+    state.selected = state.runs.filter((r) => typeof r.id === "number").sort((a, b) => b.started - a.started)
+      .slice(0, AUTO_SELECT).map((r) => String(r.id));
+    renderRuns();
+  }
   saveUrl();
   await refreshTab();
 }
 
 // ---- runs table -----------------------------------------------------------------
-const ROW_LIMIT = 200;
-const MAX_METRIC_COLS = 8;
+const ROW_H = 24;  // every row is this tall (CSS): the table draws only the rows in view
+const METRIC_COLS = 6;
+
+// the metric columns: chosen by the user, else the tags with the most points, train/ and val/ first
+function metricTags() {
+  const all = new Map();
+  for (const r of state.runs) for (const t of Object.keys(r.metrics || {})) all.set(t, (all.get(t) || 0) + ((state.stats[r.id] || {})[t]?.[3] || 1));
+  const rank = (t) => (t.startsWith("train/") ? 0 : t.startsWith("val/") ? 1 : 2);
+  const tags = [...all.keys()].sort((a, b) => rank(a) - rank(b) || all.get(b) - all.get(a) || (a < b ? -1 : 1));
+  return { all: tags, shown: state.metricCols ? state.metricCols.filter((t) => all.has(t)) : tags.slice(0, METRIC_COLS) };
+}
+
+function metricValue(r, tag) {
+  if (state.stat === "last") return (r.metrics || {})[tag];
+  const s = (state.stats[r.id] || {})[tag];
+  return s ? s[state.stat === "min" ? 1 : 2] : undefined;
+}
 
 function runCols() {
-  const metricTags = [...new Set(state.runs.flatMap((r) => Object.keys(r.metrics || {})))].sort().slice(0, MAX_METRIC_COLS);
   return [
     ["", null], ["status", "status"], ["id", "eval_id"], ["arguments", "args"], ["code", "code"], ["started", "started"],
     ["duration", "duration"], ["hits", "hits"], ["result", "result"],
-    ...metricTags.map((t) => ["⟶ " + t, "m:" + t]),
+    ...metricTags().shown.map((t) => ["⟶ " + t, "m:" + t]),
   ];
 }
 
@@ -130,68 +200,141 @@ function codeChanges() {
 async function loadRuns(force = true) {
   if (!state.fn) return false;
   const runs = await api("runs?fn=" + encodeURIComponent(state.fn));
-  // polling must not rebuild a 1,000-row table every 2 s when nothing changed
-  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.status === "running" && Math.round(r.duration)]));
+  // polling must not rebuild the table when nothing changed
+  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.status === "running" && Math.round(r.duration)]));
   const changed = sig !== state.runsSig;
   state.runs = runs;
+  state.byId = new Map(runs.map((r) => [String(r.id), r]));
   state.runsSig = sig;
+  state.varying = null;
   state.selected = state.selected.filter((id) => runById(id));
+  if (changed) {
+    try { state.stats = await api("metrics?fn=" + encodeURIComponent(state.fn)); } catch (e) { state.stats = {}; }
+  }
   if (changed || force) renderRuns();
   return changed;
 }
 
+// the runs filter: words, all of which must match: `status:failed`, `lr=0.1` (or != < > <= >=
+// on an argument), or a regex over the label, arguments and status
+function runFilter() {
+  const src = $("#run-filter").value.trim();
+  $("#run-filter").style.borderColor = "";
+  if (!src) return null;
+  const preds = src.split(/\s+/).map((tok) => {
+    let m = tok.match(/^status:(\S+)$/);
+    if (m) return (r) => r.status.startsWith(m[1]);
+    m = tok.match(/^([\w.\/-]+)(<=|>=|!=|=|<|>)(.+)$/);
+    if (m) {
+      const [, k, op, want] = m;
+      return (r) => {
+        const v = (r.hparams || {})[k];
+        if (v === undefined) return op === "!=";
+        const a = typeof v === "number" ? v : fmtArg(v), b = typeof v === "number" ? +want : want;
+        return op === "=" ? a === b || fmtArg(v) === want : op === "!=" ? a !== b && fmtArg(v) !== want
+          : op === "<" ? a < b : op === ">" ? a > b : op === "<=" ? a <= b : a >= b;
+      };
+    }
+    let re = null;
+    try { re = new RegExp(tok, "i"); } catch (e) { $("#run-filter").style.borderColor = "red"; }
+    return (r) => !re || re.test(`${runLabel(r)} ${r.name || ""} ${argText(r.hparams)} ${r.status}`);
+  });
+  return (r) => preds.every((p) => p(r));
+}
+
 function renderRuns() {
   const cols = runCols();
+  state.cols = cols;
   const { key, dir } = state.sort;
-  const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? (r.metrics || {})[key.slice(2)] : r[key];
-  const rows = [...state.runs].sort((a, b) => {
-    const x = val(a), y = val(b);
-    return (x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1) * dir;
-  });
+  const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? metricValue(r, key.slice(2)) : r[key];
+  const keep = runFilter();
+  const rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => [val(r), r]);
+  rows.sort(([x], [y]) => (x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1) * (x === null || x === undefined || y === null || y === undefined ? 1 : dir));
+  state.view = rows.map((p) => p[1]);
+  state.selSet = new Set(state.selected);
+  state.changes = codeChanges();
   $("#runs thead").replaceChildren(el("tr", {}, ...cols.map(([label, k]) => el("th", {
     "data-col": label,
     onclick: () => { if (!k) return; state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 }; renderRuns(); },
     text: label + (k && k === key ? (dir > 0 ? " ▲" : " ▼") : ""),
   }))));
-  const changes = codeChanges();
-  // Laying out a 1,000-row table costs hundreds of ms: show the first ROW_LIMIT (plus any selected) until asked.
-  const shown = state.showAll ? rows : rows.filter((r, i) => i < ROW_LIMIT || state.selected.includes(String(r.id)));
-  const more = rows.length - shown.length;
-  $("#runs tbody").replaceChildren(...shown.map((r) => {
-    const sel = state.selected.includes(String(r.id));
-    const logged = typeof r.id === "number";
-    const box = el("input", { type: "checkbox" });
-    box.checked = sel;
-    if (!logged) box.disabled = true;
-    const sw = el("span", { class: "swatch", style: sel ? `background:${colorOf(r.id)}` : "" });
-    // a script's process run stores nothing by design: "(not stored)" is for memoized calls only
-    const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
-    const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
-    const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
-    if (changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
-    return el("tr", {
-      "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "", class: sel ? "selected" : "",
-      title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
-    }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status })),
-    el("td", { class: "id", text: idText(r), title: `run ${r.id}` }), el("td", { text: argText(r.hparams), title: argText(r.hparams) }),
-    code, el("td", { text: fmtTime(r.started) }),
-    el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
-    el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
-    ...cols.slice(9).map(([, k]) => el("td", { class: "num", text: fmtNum((r.metrics || {})[k.slice(2)]) })));
-  }), ...(more > 0 ? [el("tr", { id: "show-all" }, el("td", { colspan: String(cols.length) },
-    el("button", { type: "button", onclick: () => { state.showAll = true; renderRuns(); } }, `show ${more} more`)))] : []));
-  $("#run-count").textContent = `${state.runs.length} evaluation(s), ${state.selected.length} selected`;
+  renderRows();
+  const filtered = state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
+  $("#run-count").textContent = `${filtered}${state.runs.length} evaluation(s), ${state.selected.length} selected`;
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
   $("#empty").classList.toggle("hidden", state.selected.length > 0 || state.tab === "hparams" || state.tab === "diff");
+  renderColumnPicker();
+}
+
+// only the rows in view (plus a margin) are in the DOM: 10,000 runs sort and scroll like 50
+function renderRows() {
+  const wrap = $("#runs-wrap"), rows = state.view || [], cols = state.cols || runCols();
+  const first = Math.max(0, Math.floor(wrap.scrollTop / ROW_H) - 10);
+  const shown = rows.slice(first, first + Math.ceil((wrap.clientHeight || 400) / ROW_H) + 20);
+  const spacer = (h, id) => el("tr", { class: "spacer", id }, el("td", { colspan: String(cols.length), style: `height:${h}px` }));
+  $("#runs tbody").replaceChildren(spacer(first * ROW_H, "rows-above"), ...shown.map((r) => runRow(r, cols)),
+    spacer((rows.length - first - shown.length) * ROW_H, "rows-below"));
+}
+
+function runRow(r, cols) {
+  const sel = state.selSet.has(String(r.id));
+  const logged = typeof r.id === "number";
+  const box = el("input", { type: "checkbox" });
+  box.checked = sel;
+  if (!logged) box.disabled = true;
+  const sw = el("span", { class: "swatch", style: sel ? `background:${colorOf(r.id)}` : "" });
+  // a script's process run stores nothing by design: "(not stored)" is for memoized calls only
+  const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
+  const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
+  const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
+  if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
+  const args = r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams);
+  return el("tr", {
+    "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "", class: sel ? "selected" : "",
+    title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
+  }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status })),
+  el("td", { class: "id", text: idText(r), title: `run ${r.id}` }), el("td", { text: args, title: args }),
+  code, el("td", { text: fmtTime(r.started) }),
+  el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
+  el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
+  ...cols.slice(9).map(([, k]) => el("td", { class: "num", text: fmtNum(metricValue(r, k.slice(2))) })));
+}
+
+function renderColumnPicker() {
+  const { all, shown } = metricTags();
+  const on = new Set(shown);
+  $("#metric-list").replaceChildren(...all.map((t) => {
+    const box = el("input", { type: "checkbox", "data-tag": t });
+    box.checked = on.has(t);
+    box.addEventListener("change", () => {
+      const now = metricTags().shown.filter((x) => x !== t);
+      state.metricCols = box.checked ? [...now, t] : now;
+      renderRuns();
+    });
+    return el("label", {}, box, " " + t);
+  }));
+}
+
+function setSelection(ids) {
+  state.selected = ids;
+  const keep = new Set(ids);
+  for (const id of Object.keys(state.colors)) if (!keep.has(id)) delete state.colors[id];
+  renderRuns();
+  saveUrl();
+  refreshTab();
 }
 
 function toggleRun(id) {
   const i = state.selected.indexOf(id);
-  if (i >= 0) state.selected.splice(i, 1); else state.selected.push(id);
-  renderRuns();
-  saveUrl();
-  refreshTab();
+  setSelection(i >= 0 ? state.selected.filter((x) => x !== id) : [...state.selected, id]);
+}
+
+function selectAll() {
+  // the filtered rows, in table order, that have logs (as many as one request may name)
+  const have = new Set(state.selected);
+  const add = (state.view || []).filter((r) => typeof r.id === "number" && !have.has(String(r.id))).map((r) => String(r.id));
+  setSelection([...state.selected, ...add].slice(0, MAX_IDS));
 }
 
 // ---- tabs --------------------------------------------------------------------------
@@ -213,12 +356,13 @@ async function refreshTab() {
     do {
       refreshing.again = false;
       const ids = state.selected.slice();
+      if (state.tab === "scalars") { await renderScalars(ids); continue; }
+      if (state.tab === "hparams") { await renderHparams(); continue; }
       state.tags = ids.length ? await api("tags?runs=" + ids.join(",")) : { scalar: [], histogram: [], image: [], text: [] };
-      if (state.tab === "scalars") await renderScalars(ids);
-      else if (state.tab === "histograms") await renderHistograms(ids);
+      for (const id of ids) state.fetchedAt["o" + id] = (state.hb?.running || {})[id];
+      if (state.tab === "histograms") await renderHistograms(ids);
       else if (state.tab === "images") await renderImages(ids);
       else if (state.tab === "text") await renderTexts(ids);
-      else if (state.tab === "hparams") await renderHparams();
     } while (refreshing.again);
   } catch (e) {
     console.error(e);
@@ -227,7 +371,7 @@ async function refreshTab() {
   }
 }
 
-// ---- scalars: uPlot charts grouped by tag prefix -------------------------------------------
+// ---- scalars: one batched request per view, kept per run and tag, fetched again only when they grow -----
 function tagFilter() {
   const src = $("#tag-filter").value.trim();
   if (!src) return () => true;
@@ -237,11 +381,70 @@ function tagFilter() {
 
 const groupOf = (tag) => (tag.includes("/") ? tag.slice(0, tag.indexOf("/")) : "");
 
-async function renderScalars(ids) {
+// the plot width of one chart of the grid (CSS: auto-fill, minmax(420px, 1fr), gap 12px)
+function chartPx() {
+  const W = $("#charts").clientWidth || $("main").clientWidth || 1000;
+  const cols = Math.max(1, Math.floor((W + 12) / 432));
+  return Math.max(200, Math.floor((W - 12 * (cols - 1)) / cols) - 18);
+}
+
+// a run whose series are held but may have grown: it was running when they were fetched, or is now
+function isStale(id, prefix = "") {
+  const now = (state.hb?.running || {})[id];
+  return state.fetchedAt[prefix + id] !== now;
+}
+
+async function fetchSeries(ids) {
+  const want = Math.ceil(chartPx() / 50) * 50;
+  if (want > state.px * 1.25 || !state.px) {  // wider charts (a resize): sized again, smaller ones reuse
+    state.px = want; state.series = {}; state.fetched = new Set();
+  }
+  const fresh = ids.filter((id) => !state.fetched.has(id));
+  const grown = ids.filter((id) => state.fetched.has(id) && isStale(id));
+  if (!fresh.length && !grown.length) return false;
+  const hb = state.hb?.running || {};
+  for (let i = 0; i < fresh.length + grown.length; i += 200) {  // a long URL is split, never refused
+    const part = [...fresh, ...grown].slice(i, i + 200);
+    const seen = {};
+    for (const id of part) {
+      if (!state.fetched.has(id)) continue;
+      const held = seen[id] = {};
+      for (const [tag, per] of Object.entries(state.series)) {
+        const d = per[id];
+        if (d) held[tag] = [d.n, d.step[d.step.length - 1]];
+      }
+    }
+    const at = Object.fromEntries(part.map((id) => [id, hb[id]]));
+    const got = await api(`series?runs=${part.join(",")}&px=${state.px}` + (Object.keys(seen).length ? "&seen=" + encodeURIComponent(JSON.stringify(seen)) : ""));
+    for (const [tag, per] of Object.entries(got)) {
+      const dst = state.series[tag] || (state.series[tag] = {});
+      for (const [id, d] of Object.entries(per)) dst[id] = d.append && dst[id] ? appendSeries(dst[id], d) : d;
+    }
+    for (const id of part) { state.fetched.add(id); state.fetchedAt[id] = at[id]; }
+    // a live series that grew far past the chart's width is fetched whole (summarised) next time
+    for (const per of Object.values(state.series)) for (const id of part) if (per[id] && per[id].step.length > 4 * state.px) state.fetched.delete(id);
+  }
+  return true;
+}
+
+function appendSeries(old, d) {
+  const out = { n: d.n, downsampled: old.downsampled || d.downsampled };
+  for (const k of ["step", "wall", "value"]) out[k] = old[k].concat(d[k]);
+  if (old.min || d.min) {
+    out.min = (old.min || old.value).concat(d.min || d.value);
+    out.max = (old.max || old.value).concat(d.max || d.value);
+  }
+  return out;
+}
+
+function scalarTags(ids) {
   const keep = tagFilter();
-  const tags = state.tags.scalar.filter(keep);
-  const fetched = await Promise.all(tags.map((tag) => api(`scalars?runs=${ids.join(",")}&tag=${encodeURIComponent(tag)}&max=1000`)));
-  tags.forEach((tag, i) => { state.series[tag] = fetched[i]; });
+  return Object.keys(state.series).filter((t) => keep(t) && ids.some((id) => state.series[t][id])).sort();
+}
+
+async function renderScalars(ids) {
+  await fetchSeries(ids);
+  const tags = scalarTags(ids);
   const box = $("#charts");
   const groups = new Map();
   for (const tag of tags) { const g = groupOf(tag); if (!groups.has(g)) groups.set(g, []); groups.get(g).push(tag); }
@@ -258,12 +461,13 @@ async function renderScalars(ids) {
     }
     sec.querySelector("summary").textContent = `${g || "(no prefix)"}  ·  ${gtags.length} chart${gtags.length === 1 ? "" : "s"}`;
     const grid = sec.querySelector(".grid");
-    grid.replaceChildren(...gtags.map((tag) => state.charts[tag]?.card || scalarCard(tag)));
+    const cards = gtags.map((tag) => state.charts[tag]?.card || scalarCard(tag));
+    if (cards.length !== grid.children.length || cards.some((c, i) => grid.children[i] !== c)) grid.replaceChildren(...cards);
     sections.push(sec);
   }
-  box.replaceChildren(...sections);
+  if (sections.length !== box.children.length || sections.some((s, i) => box.children[i] !== s)) box.replaceChildren(...sections);
   for (const tag of Object.keys(state.charts)) if (!live.has(tag)) { state.charts[tag].u?.destroy(); delete state.charts[tag]; }
-  for (const tag of tags) drawScalarCard(tag, ids);
+  scheduleDraw(tags);
 }
 
 function scalarCard(tag) {
@@ -274,11 +478,51 @@ function scalarCard(tag) {
       el("button", { type: "button", class: "csv", title: "download this chart's data as CSV", onclick: () => downloadCsv(tag) }, "CSV")),
     plot, el("div", { class: "legend" }));
   state.charts[tag] = { card, u: null, sig: null };
+  nearView.observe(card);
   return card;
 }
 
+// Charts are drawn one task at a time (at most ~40 ms of drawing before the page gets control
+// back), the ones in view first. A chart known to be out of view
+// is marked dirty instead and drawn when it comes within 200 px: toggling one run of 50 redraws the few
+// charts on screen, not all 20. body[data-drawn] counts the times the queue ran dry,
+// body[data-dirty] is how many charts wait to be scrolled to.
+const nearView = new IntersectionObserver((entries) => {
+  const now = [];
+  for (const e of entries) {
+    const c = state.charts[e.target.dataset.tag];
+    if (!c || c.card !== e.target) continue;
+    c.inView = e.isIntersecting;
+    if (c.inView && c.dirty) now.push(e.target.dataset.tag);
+  }
+  if (now.length) scheduleDraw(now);
+}, { rootMargin: "200px 0px" });
+let drawQueue = [], drawTimer = null;
+function scheduleDraw(tags) {
+  const queued = new Set(drawQueue);
+  for (const t of tags) if (!queued.has(t)) drawQueue.push(t);
+  const H = window.innerHeight;
+  const inView = (t) => { const c = state.charts[t]; if (!c) return 1; const r = c.card.getBoundingClientRect(); return r.bottom > 0 && r.top < H ? 0 : 1; };
+  drawQueue.sort((a, b) => inView(a) - inView(b));
+  if (!drawTimer) drawTimer = setTimeout(drainDraws, 0);
+}
+function drainDraws() {
+  drawTimer = null;
+  const t0 = performance.now();
+  while (drawQueue.length && performance.now() - t0 < 40) {
+    const tag = drawQueue.shift(), c = state.charts[tag];
+    if (c && c.inView === false) { c.dirty = true; continue; }
+    if (c) c.dirty = false;
+    drawScalarCard(tag, state.selected);
+  }
+  if (drawQueue.length) { drawTimer = setTimeout(drainDraws, 0); return; }
+  document.body.dataset.dirty = String(Object.values(state.charts).filter((c) => c.dirty).length);
+  document.body.dataset.drawn = String(++state.drawSeq);
+}
+
 function redrawScalars() {
-  for (const tag of Object.keys(state.charts)) drawScalarCard(tag, state.selected);
+  for (const c of Object.values(state.charts)) c.dsig = null;
+  scheduleDraw(Object.keys(state.charts));
 }
 
 function smooth(values, w) {
@@ -300,7 +544,7 @@ function seriesFor(tag, ids) {
     const d = data[id];
     const t0 = d.wall.length ? d.wall[0] : 0;
     const xs = xmode === "step" ? d.step : xmode === "relative" ? d.wall.map((t) => t - t0) : d.wall;
-    return { id, color: colorOf(id), label: runLabel(runById(id)) || id, x: xs, raw: d.value,
+    return { id, color: colorOf(id), dash: dashOf(id), label: runLabel(runById(id)) || id, x: xs, raw: d.value,
       y: smooth(d.value, w), n: d.n, lo: d.min, hi: d.max, step: d.step, wall: d.wall, downsampled: !!d.downsampled };
   });
 }
@@ -310,36 +554,50 @@ function alpha(hex, a) {
   return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
 }
 
+//: min/max bands are drawn while at most this many runs share a chart (past that they only blur it)
+const MAX_BANDS = 10;
+
 function drawScalarCard(tag, ids) {
   const c = state.charts[tag];
   if (!c) return;
   const card = c.card;
   const plot = card.querySelector(".plot");
   if (!card.isConnected || card.closest("details:not([open])")) return; // drawn when its section opens
-  const series = seriesFor(tag, ids);
   const logY = $("#logscale").checked;
   const xmode = $("#xaxis").value;
+  const width = Math.max(200, plot.clientWidth || 400);
+  const per = state.series[tag] || {};
+  // nothing new for this chart (a run toggled elsewhere, a poll with no new points): nothing to do
+  const dsig = JSON.stringify([ids.map((id) => [id, per[id]?.n, per[id]?.step.length, runLabel(runById(id)), colorOf(id)]), logY, xmode, $("#smoothing").value, width]);
+  if (c.u && c.dsig === dsig) return;
+  c.dsig = dsig;
+  const series = seriesFor(tag, ids);
+  // few runs: the smoothed line, the raw one faint behind it and the min/max band; many runs: the
+  // smoothed line only (the raw value is in the tooltip), else 50 runs are 200 series to draw
+  const bandsOn = series.length <= MAX_BANDS;
   const pos = (v) => (v === null || v === undefined ? v : logY && !(v > 0) ? null : v);
-  // one table per run: x, smoothed, raw, and the min/max envelope of downsampled buckets
-  const tables = series.map((s) => [s.x, s.y.map(pos), s.raw.map(pos), ...(s.lo ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
+  const tables = series.map((s) => [s.x, s.y.map(pos), ...(bandsOn ? [s.raw.map(pos)] : []), ...(s.lo && bandsOn ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
   const data = tables.length ? uPlot.join(tables) : [[]];
   const opts = [{}];
   const bands = [];
   let k = 1;
   for (const s of series) {
     const few = s.x.length <= 2;  // a single point (add_hparams' final metric) needs a marker, not a line
-    opts.push({ label: s.label, stroke: s.color, width: 2, spanGaps: false, ...(few ? { points: { show: true, size: 8, fill: s.color } } : {}) });
-    opts.push({ label: s.label + " (raw)", stroke: alpha(s.color, 0.3), width: 1, points: { show: false } });
-    k += 2;
-    if (s.lo) {
+    opts.push({ label: s.label, stroke: s.color, width: 2, spanGaps: false, ...(s.dash ? { dash: s.dash } : {}),
+      ...(few ? { points: { show: true, size: 8, fill: s.color } } : {}) });
+    k += 1;
+    if (bandsOn) {
+      opts.push({ label: s.label + " (raw)", stroke: alpha(s.color, 0.3), width: 1, points: { show: false } });
+      k += 1;
+    }
+    if (s.lo && bandsOn) {
       opts.push({ label: "min", stroke: "transparent", points: { show: false } });
       opts.push({ label: "max", stroke: "transparent", points: { show: false } });
       bands.push({ series: [k + 1, k], fill: alpha(s.color, 0.12) });
       k += 2;
     }
   }
-  const sig = JSON.stringify([series.map((s) => [s.id, s.label, !!s.lo]), logY, xmode]);
-  const width = Math.max(200, plot.clientWidth || 400);
+  const sig = JSON.stringify([series.map((s) => [s.id, s.label, s.color, s.dash, !!s.lo]), bandsOn, logY, xmode]);
   if (c.u && c.sig === sig) {
     c.u.setData(data, !c.zoomed);  // live updates keep a zoomed view as it is
     if (c.u.width !== width) c.u.setSize({ width, height: 240 });
@@ -370,14 +628,19 @@ function drawScalarCard(tag, ids) {
     c.sig = sig;
   }
   c.series = series;
+  c.bandsOn = bandsOn;
   const canvas = c.u.ctx.canvas;
   canvas.dataset.tag = tag;
   canvas.dataset.runs = series.map((s) => s.id).join(",");
   canvas.dataset.points = series.map((s) => s.n).join(",");
+  canvas.dataset.sent = series.map((s) => s.x.length).join(",");  // points held: at most ~2 per pixel
   card._u = c.u;
-  card.querySelector(".legend").replaceChildren(...series.map((s) => el("span", {},
+  // one line, whatever the number of runs: the values are in the tooltip
+  const LEGEND = 8;
+  card.querySelector(".legend").replaceChildren(...series.slice(0, LEGEND).map((s) => el("span", { title: s.label },
     el("span", { class: "swatch", style: `background:${s.color}` }),
-    `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])})`)));
+    `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])})`)),
+  ...(series.length > LEGEND ? [el("span", { class: "muted", text: `+${series.length - LEGEND} more: hover for values` })] : []));
 }
 
 // log axis labels: 1e-3 … 1e3 as plain numbers inside the usual range, every split labelled
@@ -394,35 +657,50 @@ function resetZoom(tag) {
   c.u.setData(c.u.data, true);
 }
 
-// a crosshair tooltip: every run's value at the cursor's x, with the run's name
+//: tooltip rows shown (highest values first); the rest are counted
+const TIP_ROWS = 20;
+
+// a crosshair tooltip: every run's value at the cursor's x, highest first, inside the window
 function showTooltip(u, tag) {
   const c = state.charts[tag];
   const idx = u.cursor.idx;
   if (idx === null || idx === undefined || !c || !c.series) { hideTooltip(tag); return; }
   const x = u.data[0][idx];
   const xmode = $("#xaxis").value;
-  const rows = [];
-  let si = 1;
+  const found = [];
+  const tol = ((u.scales.x.max ?? 0) - (u.scales.x.min ?? 0)) / 40;
   for (const s of c.series) {
-    const ys = u.data[si], raw = u.data[si + 1];
-    // the nearest point of this run (its steps need not be the other runs' steps)
-    let best = -1;
-    for (let d = 0; d < 64 && best < 0; d++) {
-      for (const j of [idx - d, idx + d]) if (best < 0 && j >= 0 && j < ys.length && ys[j] !== undefined && ys[j] !== null) best = j;
-    }
-    si += s.lo ? 4 : 2;
-    if (best < 0) continue;
-    rows.push(el("div", { class: "tip-row" }, el("span", { class: "swatch", style: `background:${s.color}` }),
-      `${s.label}: ${fmtNum(raw[best])}`, el("span", { class: "muted", text: ` (smoothed ${fmtNum(ys[best])})` })));
+    // the run's point nearest to the cursor's x (its steps need not be the other runs' steps),
+    // if it has one near there: a run that ended earlier is not listed at the end of another
+    const j = nearest(s.x, x);
+    if (j >= 0 && Math.abs(s.x[j] - x) <= tol) found.push([s.raw[j], s.y[j], s]);
   }
+  found.sort((a, b) => (b[0] ?? -Infinity) - (a[0] ?? -Infinity));
+  const rows = found.slice(0, TIP_ROWS).map(([v, sm, s]) => el("div", { class: "tip-row" },
+    el("span", { class: "swatch", style: `background:${s.color}` }), el("b", { class: "tip-val", text: fmtNum(v) }),
+    el("span", { class: "tip-label", text: s.label }), el("span", { class: "muted", text: ` (smoothed ${fmtNum(sm)})` })));
+  if (found.length > TIP_ROWS) rows.push(el("div", { class: "muted", text: `… and ${found.length - TIP_ROWS} more` }));
   let tip = c.card.querySelector(".tooltip");
   if (!tip) { tip = el("div", { class: "tooltip" }); c.card.querySelector(".plot").append(tip); }
   const xl = xmode === "wall" ? new Date(x * 1000).toLocaleString() : `${xmode === "step" ? "step" : "t"} ${fmtNum(x)}${xmode === "relative" ? " s" : ""}`;
   tip.replaceChildren(el("b", { text: xl }), ...rows);
-  const left = u.cursor.left + u.over.offsetLeft, top = u.cursor.top + u.over.offsetTop;
-  const plotW = c.card.querySelector(".plot").clientWidth;
-  tip.style.left = (left + 14 + 260 > plotW ? Math.max(0, left - 14 - tip.offsetWidth) : left + 14) + "px";
-  tip.style.top = top + 10 + "px";
+  // fixed to the window and kept inside it: right of the cursor, else left; below, else above
+  const box = u.over.getBoundingClientRect();
+  const cx = box.left + u.cursor.left, cy = box.top + u.cursor.top;
+  const w = tip.offsetWidth, h = tip.offsetHeight, W = document.documentElement.clientWidth, H = window.innerHeight;
+  let left = cx + 14 + w <= W - 4 ? cx + 14 : cx - 14 - w;
+  let top = cy + 10 + h <= H - 4 ? cy + 10 : cy - 10 - h;
+  tip.style.left = Math.max(4, Math.min(left, W - w - 4)) + "px";
+  tip.style.top = Math.max(4, Math.min(top, H - h - 4)) + "px";
+}
+
+// the index of the point of sorted xs nearest to x whose value is not a gap (-1: none near)
+function nearest(xs, x) {
+  let lo = 0, hi = xs.length - 1;
+  if (hi < 0) return -1;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid + 1; else hi = mid; }
+  const j = lo > 0 && Math.abs(xs[lo - 1] - x) < Math.abs(xs[lo] - x) ? lo - 1 : lo;
+  return j;
 }
 
 function hideTooltip(tag) {
@@ -432,10 +710,11 @@ function hideTooltip(tag) {
 
 function downloadCsv(tag) {
   const c = state.charts[tag];
-  if (!c || !c.series) return;
+  if (!c) return;
+  const series = seriesFor(tag, state.selected);  // what the chart shows, even if it waits to be redrawn
   const q = (s) => `"${String(s).replace(/"/g, '""')}"`;
   const lines = ["run,id,arguments,step,wall_time,value"];
-  for (const s of c.series) {
+  for (const s of series) {
     const r = runById(s.id) || { id: s.id, hparams: {} };
     s.step.forEach((st, i) => lines.push([s.id, q(idText(r)), q(argText(r.hparams)), st, s.wall[i], s.raw[i] ?? ""].join(",")));
   }
@@ -630,31 +909,47 @@ async function renderByTag(box, kind, ids, fetchItems, render, cls) {
   box.replaceChildren(...sections);
 }
 
-// ---- hparams: arguments vs final metrics, sortable --------------------------------------
+// ---- hparams: arguments (in the order the function takes them) vs final metrics, sortable -------------
 async function renderHparams() {
   if (!state.fn) return;
   const data = await api("hparams?fn=" + encodeURIComponent(state.fn));
+  state.hpData = data;
+  drawHparams();
+}
+
+function drawHparams() {
+  const data = state.hpData;
+  if (!data) return;
+  // argument order as the function declares it (the order of each run's arguments), not alphabetical
+  const order = [];
+  const seen = new Set();
+  for (const r of data.rows) for (const k of Object.keys(r.hparams || {})) if (!seen.has(k)) { seen.add(k); order.push(k); }
+  const constant = (get) => { const vals = new Set(data.rows.map((r) => JSON.stringify(get(r) ?? null))); return vals.size <= 1 && data.rows.length > 1; };
+  const hpCols = order.map((k) => [k, (r) => r.hparams[k], "arg"]);
+  const hidden = state.hpConst ? [] : hpCols.filter(([, get]) => constant(get)).map(([k]) => k);
   const cols = [["status", (r) => r.status], ["id", (r) => r.eval_id || null], ["code", (r) => (r.code || "").slice(0, 8)],
-    ...data.hparams.map((k) => [k, (r) => r.hparams[k]]), ...data.metrics.map((k) => ["⟶ " + k, (r) => r.metrics[k]])];
+    ...hpCols.filter(([k]) => !hidden.includes(k)), ...data.metrics.map((k) => ["⟶ " + k, (r) => r.metrics[k], "metric"])];
+  $("#hp-const").textContent = hidden.length ? `show ${hidden.length} constant column(s): ${hidden.join(", ")}`.slice(0, 120) : state.hpConst ? "hide constant columns" : "";
   const { key, dir } = state.hpSort;
   const rows = [...data.rows];
-  if (key !== null) {
-    const get = cols[key][1];
+  const col = cols.find((c) => c[0] === key);
+  if (col) {
+    const get = col[1];
     rows.sort((a, b) => {
       const x = get(a), y = get(b);
       if (x === y) return 0; if (x === undefined || x === null) return 1; if (y === undefined || y === null) return -1;
       return (typeof x === "number" && typeof y === "number" ? x - y : String(x) < String(y) ? -1 : 1) * dir;
     });
   }
-  $("#hparams thead").replaceChildren(el("tr", {}, ...cols.map(([label], i) => el("th", {
-    "data-col": label, text: label + (i === key ? (dir > 0 ? " ▲" : " ▼") : ""),
-    onclick: () => { state.hpSort = { key: i, dir: state.hpSort.key === i ? -state.hpSort.dir : 1 }; renderHparams(); },
+  $("#hparams thead").replaceChildren(el("tr", {}, ...cols.map(([label]) => el("th", {
+    "data-col": label, text: label + (label === key ? (dir > 0 ? " ▲" : " ▼") : ""),
+    onclick: () => { state.hpSort = { key: label, dir: state.hpSort.key === label ? -state.hpSort.dir : 1 }; drawHparams(); },
   }))));
   $("#hparams tbody").replaceChildren(...rows.map((r) => el("tr", { "data-run": String(r.id) },
-    ...cols.map(([, get], i) => {
+    ...cols.map(([label, get, kind], i) => {
       const v = get(r);
-      const text = i === 1 ? idText({ ...r, stored: !!r.eval_id }) : typeof v === "number" ? fmtNum(v) : v === undefined ? "–" : String(v);
-      return el("td", { text });
+      const text = i === 1 ? idText({ ...r, stored: !!r.eval_id }) : kind === "arg" ? fmtArg(v) : typeof v === "number" ? fmtNum(v) : v === undefined ? "–" : String(v);
+      return el("td", { text, class: kind === "metric" || typeof v === "number" ? "num" : "" });
     }))));
 }
 
@@ -675,15 +970,24 @@ async function compareCode() {
       text: l + "\n" }))))));
 }
 
-// ---- live refresh: poll while anything is running ------------------------------------------
+// ---- live refresh: a cheap heartbeat every 2 s; more only when something changed -----------------
+// An idle page (nothing running) asks /api/heartbeat and nothing else. A run starting or ending,
+// an evaluation stored or hit, reloads the functions and the runs; a selected running run that
+// wrote since its series were fetched gets only its new points.
 async function poll() {
   try {
-    await loadFunctions();
-    if (state.fn) {
-      const changed = await loadRuns(false);
-      const selRunning = state.selected.some((id) => (runById(id) || {}).status === "running");
-      if (selRunning || changed) await refreshTab();
+    const prev = state.hb;
+    const hb = state.hb = await api("heartbeat");
+    const running = Object.keys(hb.running).length > 0;
+    state.ticks++;
+    // a killed process cannot say so: while runs are "running", look again every 30 s (lost?)
+    if (!prev || hb.sig !== prev.sig || (running && state.ticks % 15 === 0)) {
+      await loadFunctions();
+      if (state.fn) await loadRuns(false);
     }
+    if (!state.fn) return;
+    const stale = state.selected.some((id) => isStale(id, state.tab === "scalars" ? "" : "o"));
+    if (state.tab === "scalars" ? stale : state.tab === "hparams" ? hb.sig !== prev?.sig : stale) await refreshTab();
   } catch (e) { console.error(e); }
 }
 
@@ -693,21 +997,28 @@ async function init() {
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
   $("#fn-filter").addEventListener("input", loadFunctions);
   $("#tag-filter").addEventListener("input", () => { saveUrl(); refreshTab(); });
+  $("#run-filter").addEventListener("input", renderRuns);
+  $("#runs-wrap").addEventListener("scroll", () => { if (!state.rowFrame) state.rowFrame = requestAnimationFrame(() => { state.rowFrame = null; renderRows(); }); });
   $("#smoothing").addEventListener("input", () => { $("#smoothing-val").textContent = (+$("#smoothing").value).toFixed(2); redrawScalars(); });
   $("#xaxis").addEventListener("change", redrawScalars);
   $("#logscale").addEventListener("change", redrawScalars);
   $("#hist-mode").addEventListener("change", () => refreshTab());
-  $("#select-none").addEventListener("click", () => { state.selected = []; renderRuns(); saveUrl(); refreshTab(); });
+  $("#select-none").addEventListener("click", () => setSelection([]));
+  $("#select-all").addEventListener("click", selectAll);
+  $("#metric-stat").addEventListener("change", () => { state.stat = $("#metric-stat").value; renderRuns(); });
+  $("#hp-const").addEventListener("click", () => { state.hpConst = !state.hpConst; drawHparams(); });
   $("#compare-code").addEventListener("click", compareCode);
-  window.addEventListener("resize", redrawScalars);
+  window.addEventListener("resize", () => { redrawScalars(); renderRows(); });
   const url = new URLSearchParams(location.search);
   if (url.get("tags")) $("#tag-filter").value = url.get("tags");
+  state.hb = await api("heartbeat");
   const fns = await loadFunctions();
   // open on what was asked for, else on the most recently run memoized function (not a script's process run)
   const memoized = fns.filter((f) => !isProcess(f.fn)).sort((a, b) => (b.last || 0) - (a.last || 0));
   const wanted = url.get("fn") || (memoized[0] || fns[0] || {}).fn;
   if (wanted) {
     state.selected = (url.get("runs") || "").split(",").filter(Boolean);
+    state.autoSelect = !url.has("runs");  // a shared or reloaded view keeps its selection, even an empty one
     await selectFunction(wanted, true);
   }
   const tab = url.get("tab");

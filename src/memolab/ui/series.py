@@ -1,0 +1,173 @@
+"""Scalar series for the dashboard's charts: one batched request per view, sized to the chart.
+
+A chart ``px`` pixels wide cannot show more than ~``px`` distinct x positions, so a series is
+sent as it is only while it has at most ``2 * px`` points. A longer one is summarised into at
+most ``px`` buckets: the mean (the line) plus each bucket's min and max (the band), so a
+one-point spike stays visible, as TensorBoard and W&B do. The last point is always exact.
+
+Buckets come from ``scalar_blocks`` (per-64-point summaries kept by the sink) when those are
+fine enough: at least one block per 16 pixels. Reading 50 runs x 20 tags x 5,000 steps that way
+is ~4,000 summary rows per tag instead of 250,000 points (0.1 s against 4.8 s on the reference
+machine, see benchmarks/dashboard.py). A series too short for blocks to be that fine, or whose
+steps went backwards (blocks are then not step ranges), is bucketed from its points by step.
+
+Live refresh is incremental: the page says, per series it holds, how many points it has and
+its last step; the answer holds only the points after those (a series that grew by more than
+``2 * px`` points sends those new points bucketed). A series whose steps went backwards cannot
+be extended that way and is sent whole again (``reset``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..tracking import schema
+
+#: a block summary is used while one block spans at most this many pixels
+PX_PER_BLOCK = 16
+
+
+def _f(x: Optional[float]) -> Optional[float]:
+    # JSON has no NaN/inf; the page draws a gap for null
+    return None if x is None or not math.isfinite(x) else x
+
+
+def _w(x: float) -> float:
+    return round(x, 3)  # wall time to the millisecond: 14 characters of JSON, not 18
+
+
+def _raw(rows: List[tuple], n: int) -> Dict[str, Any]:
+    return {"n": n, "step": [r[0] for r in rows], "wall": [_w(r[1]) for r in rows], "value": [_f(r[2]) for r in rows]}
+
+
+def _buckets(rows: List[tuple], n: int, last: Optional[tuple]) -> Dict[str, Any]:
+    out = {"n": n, "step": [r[0] for r in rows], "wall": [_w(r[1]) for r in rows], "value": [_f(r[2]) for r in rows],
+           "min": [_f(r[3]) for r in rows], "max": [_f(r[4]) for r in rows], "downsampled": True}
+    if last is not None and (not out["step"] or out["step"][-1] != last[0]):
+        # the final value is what people read off a curve: keep it exact
+        v = _f(last[2])
+        for k, x in (("step", last[0]), ("wall", _w(last[1])), ("value", v), ("min", v), ("max", v)):
+            out[k].append(x)
+    return out
+
+
+def _last(c: Any, run: int, tag: str) -> Optional[tuple]:
+    return c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, seq DESC LIMIT 1",
+                     (run, tag)).fetchone()
+
+
+def _by_step(c: Any, run: int, tag: str, px: int, s0: int, s1: int, seen: int = 0) -> List[tuple]:
+    width = max(1, -(-(s1 - s0 + 1) // px))
+    return c.execute(
+        "SELECT MIN(step), AVG(wall), AVG(value), MIN(value), MAX(value) FROM scalars"
+        " WHERE run=? AND tag=? AND step >= ? AND seq >= ? GROUP BY (step - ?) / ? ORDER BY 1",
+        (run, tag, s0, seen, s0, width)).fetchall()
+
+
+def full(c: Any, run: int, tag: str, n: int, ordered: bool, first: int, last_step: int, px: int) -> Dict[str, Any]:
+    """The whole series, at most ``2 * px`` points."""
+    if n <= 2 * px:
+        rows = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step, seq",
+                         (run, tag)).fetchall()
+        return _raw(rows, n)
+    nblocks = -(-n // schema.BLOCK)
+    if ordered and nblocks * PX_PER_BLOCK >= px:
+        k = max(1, -(-nblocks // px))
+        rows = c.execute(
+            "SELECT MIN(step_min), SUM(wall_sum) / SUM(n), SUM(value_sum) / NULLIF(SUM(value_n), 0), MIN(vmin), MAX(vmax)"
+            " FROM scalar_blocks WHERE run=? AND tag=? GROUP BY block / ? ORDER BY 1", (run, tag, k)).fetchall()
+    else:
+        lo, hi = (first, last_step) if ordered else c.execute(
+            "SELECT MIN(step), MAX(step) FROM scalars WHERE run=? AND tag=?", (run, tag)).fetchone()
+        rows = _by_step(c, run, tag, px, lo, hi)
+    return _buckets(rows, n, _last(c, run, tag))
+
+
+def after(c: Any, run: int, tag: str, n: int, seen: int, last_seen: int, px: int) -> Dict[str, Any]:
+    """The points of an ordered series after the ``seen`` first ones (whose last step was ``last_seen``)."""
+    rows = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? AND step >= ? AND seq >= ?"
+                     " ORDER BY step, seq LIMIT ?", (run, tag, last_seen, seen, 2 * px + 1)).fetchall()
+    if len(rows) <= 2 * px:
+        out = _raw(rows, n)
+    else:
+        last = _last(c, run, tag)
+        out = _buckets(_by_step(c, run, tag, px, last_seen, last[0], seen), n, last)
+    out["append"] = True
+    return out
+
+
+Seen = Dict[str, Dict[str, Sequence[int]]]
+
+
+def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: int,
+          seen: Optional[Seen] = None) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """``{tag: {run: series}}`` for every scalar tag (or only ``tags``) of ``runs``.
+
+    ``seen`` is ``{run: {tag: [points held, last step held]}}`` for what the page already has:
+    a series it holds whole is left out, one that grew is sent as its new points (``append``),
+    one whose steps went backwards is sent whole (``reset``).
+    """
+    c = index.conn()
+    schema.ensure(c)
+    seen = seen or {}
+    out: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    if not runs:
+        return out
+    metas: List[Tuple[Any, ...]] = []
+    for i in range(0, len(runs), 500):
+        chunk = list(runs[i:i + 500])
+        sql = (f"SELECT run, tag, n, ordered, first_step, last_step FROM scalar_tags"
+               f" WHERE run IN ({','.join('?' * len(chunk))})")
+        params: List[Any] = chunk
+        if tags is not None:
+            sql += f" AND tag IN ({','.join('?' * len(tags))})"
+            params = chunk + list(tags)
+        metas.extend(c.execute(sql, params))
+    for run, tag, n, ordered, first, last_step in metas:
+        if not n:
+            continue
+        held = seen.get(str(run), {}).get(tag)
+        if held is not None and held[0] == n:
+            continue  # nothing new
+        if held is not None and ordered and 0 < held[0] < n:
+            s = after(c, run, tag, n, held[0], held[1], px)
+        else:
+            s = full(c, run, tag, n, bool(ordered), first, last_step, px)
+            if held is not None and held[0]:
+                s["reset"] = True
+        out.setdefault(tag, {})[str(run)] = s
+    return out
+
+
+def heartbeat(index: Any) -> Dict[str, Any]:
+    """What changed, cheaply: counts and newest times of runs and evaluations, and the running runs.
+
+    An idle page polls this and nothing else; ``sig`` changes when a run starts or ends or an
+    evaluation is stored or hit, ``running`` (run id -> last write) when a running run logs.
+    """
+    c = index.conn()
+    schema.ensure(c)
+    ev = c.execute("SELECT COUNT(*), MAX(finished), SUM(hits) FROM evaluations").fetchone()
+    rn = c.execute("SELECT COUNT(*), MAX(started), MAX(finished), SUM(status='running') FROM runs").fetchone()
+    running = {str(r): u for r, u in c.execute("SELECT id, updated FROM runs WHERE status='running'")}
+    return {"sig": f"{ev[0]}:{ev[1]}:{ev[2]}:{rn[0]}:{rn[1]}:{rn[2]}:{rn[3]}", "running": running}
+
+
+def metric_stats(index: Any, fn: str) -> Dict[str, Dict[str, List[Any]]]:
+    """``{run: {tag: [last, min, max, points]}}`` for the runs of ``fn``: the runs table's metric columns.
+
+    Read from the per-tag and per-block summaries, never from the points.
+    """
+    c = index.conn()
+    schema.ensure(c)
+    out: Dict[str, Dict[str, List[Any]]] = {}
+    for run, tag, last, n in c.execute(
+            "SELECT t.run, t.tag, t.last_value, t.n FROM scalar_tags t JOIN runs r ON r.id = t.run WHERE r.fn=?", (fn,)):
+        out.setdefault(str(run), {})[tag] = [_f(last), None, None, n]
+    for run, tag, lo, hi in c.execute(
+            "SELECT b.run, b.tag, MIN(b.vmin), MAX(b.vmax) FROM scalar_blocks b JOIN runs r ON r.id = b.run"
+            " WHERE r.fn=? GROUP BY b.run, b.tag", (fn,)):
+        d = out.get(str(run), {}).get(tag)
+        if d is not None:
+            d[1], d[2] = _f(lo), _f(hi)
+    return out
