@@ -121,6 +121,9 @@ dist.destroy_process_group()
 
 
 def test_ddp_training_misses_once_per_rank_then_hits_bitwise_equal_to_an_unmemoized_run(tmp_path):
+    """The issue's deadlock case; the second job also has rank 1 on a node-local store (another
+    machine's disk) that lacks the result: it gets rank 0's, stores nothing, runs no body.
+    (Rank 1 loading a hit from the shared store: ``test_data_preparation_...``.)"""
     (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
     launch(tmp_path, "train.py", env={"PLAIN": "1"})
     # the plain run counted a body per rank, the memoized miss one more per rank
@@ -131,24 +134,12 @@ def test_ddp_training_misses_once_per_rank_then_hits_bitwise_equal_to_an_unmemoi
         assert first[r]["bits"] == first[r]["plain_bits"]  # the miss is the un-memoized training
     assert first[0]["bits"] == first[1]["bits"]
 
-    launch(tmp_path, "train.py")  # a new job: a hit on every rank
+    launch(tmp_path, "train.py", env={"RANK1_STORE": str(tmp_path / "node1")})  # a new job: a hit on every rank
     assert sorted(marks(tmp_path / "train.marks")) == ["0", "0", "1", "1"]  # no body ran on any rank
     second = results(tmp_path, "train")
     for r in (0, 1):
         assert second[r]["bits"] == first[r]["plain_bits"]
     assert second[0]["evaluations"] == 1
-
-
-def test_a_hit_missing_from_a_ranks_node_local_store_comes_from_rank_0(tmp_path):
-    """Multi-node with node-local stores: rank 1's store lacks the result; it gets rank 0's,
-    stores nothing, runs no body."""
-    (tmp_path / "train.py").write_text(textwrap.dedent(TRAIN))
-    launch(tmp_path, "train.py")
-    first = results(tmp_path, "train")
-    launch(tmp_path, "train.py", env={"RANK1_STORE": str(tmp_path / "node1")})
-    assert sorted(marks(tmp_path / "train.marks")) == ["0", "1"]
-    second = results(tmp_path, "train")
-    assert second[1]["bits"] == second[0]["bits"] == first[0]["bits"]
     assert second[1]["evaluations"] == 0  # rank 1's own store: nothing stored there
 
 
@@ -215,6 +206,11 @@ mine = DistributedSampler(ds)                       # this rank's sampler (world
 with keying():
     out["key_collective"] = consume.key(DataLoader(ds, sampler=mine))[2]
 out["key_local"] = consume.key(DataLoader(ds, sampler=mine))[2]
+torch.manual_seed(0)
+net = torch.nn.Linear(2, 1)
+ddp = torch.nn.parallel.DistributedDataParallel(net)   # keyed by what it wraps and how it syncs
+out["key_ddp"] = consume.key(ddp)[2]
+out["key_bare"] = consume.key(net)[2]
 with open(f"calls.{rank}.json", "w") as f:
     json.dump(out, f)
 dist.barrier()
@@ -242,6 +238,8 @@ def test_data_preparation_rank_local_calls_and_disagreeing_ranks(tmp_path):
     # a DistributedSampler of this rank keys alike on every rank in a collective call, apart otherwise
     assert first[0]["key_collective"] == first[1]["key_collective"]
     assert first[0]["key_local"] != first[1]["key_local"]
+    # a DDP module keys alike on every rank, apart from the bare module (it trains differently)
+    assert first[0]["key_ddp"] == first[1]["key_ddp"] != first[0]["key_bare"]
 
     launch(tmp_path, "calls.py")  # a new job: every memoized call hits, on every rank that made it
     second = results(tmp_path, "calls")
@@ -308,3 +306,73 @@ def test_world_size_is_in_a_distributed_samplers_key_and_a_ddp_module_keys_by_wh
     assert key(num_replicas=2, rank=0) != key(num_replicas=4, rank=0)
     assert key(num_replicas=2, rank=0) != key(num_replicas=2, rank=1)
     assert key(num_replicas=2, rank=1) == key(num_replicas=2, rank=1)
+
+
+RESUME = """
+import json, os, signal
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+import memolab
+
+def count(name, text):
+    with open(name, "a") as f:
+        f.write(f"{dist.get_rank()}:{text}\\n")
+
+@memolab.memo
+def train(epochs: int):
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1)
+    ds = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    sampler = DistributedSampler(ds, shuffle=True, seed=5)
+    loader = DataLoader(ds, batch_size=8, sampler=sampler)
+    ck = memolab.checkpoint(model=model, optimizer=opt, every=1)
+    state = ck.restore(epoch=0)
+    count("resume.marks", state["epoch"])
+    for epoch in range(state["epoch"], epochs):
+        sampler.set_epoch(epoch)
+        for i, (xb, yb) in enumerate(loader):
+            # the trigger is read at run time: the killed job and the next one make the same call
+            if epoch == int(os.environ.get("KILL_AT", "-1")) and i == 1 and dist.get_rank() == 0:
+                pids = [int(p) for p in open("pids").read().split()] + [os.getppid()]
+                for p in pids:             # the whole job: the other rank, torchrun, this rank
+                    if p != os.getpid():
+                        os.kill(p, signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(xb), yb).backward()
+            opt.step()
+        ck.step(epoch=epoch + 1)           # saved by rank 0 after every epoch
+    return model.module.state_dict()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+with open("pids", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+out = {}
+if "KILL_AT" not in os.environ:
+    out["plain"] = {k: v.numpy().tobytes().hex() for k, v in train.fn(3).items()}
+out["memo"] = {k: v.numpy().tobytes().hex() for k, v in train(3).items()}
+with open(f"resume.{rank}.json", "w") as f:
+    json.dump(out, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_checkpoint_sigkill_of_the_whole_job_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """Rank 0 saves, every rank restores the same epoch, the result is an uninterrupted run's."""
+    (tmp_path / "resume.py").write_text(textwrap.dedent(RESUME))
+    cp = launch(tmp_path, "resume.py", env={"KILL_AT": "2"}, check=False)
+    assert cp.returncode != 0
+    assert not (tmp_path / "resume.0.json").exists()
+    assert sorted(marks(tmp_path / "resume.marks")) == ["0:0", "1:0"]
+    (tmp_path / "pids").unlink()
+    launch(tmp_path, "resume.py")
+    # the plain run (not memoized: no checkpoint) started at 0, the resumed one at epoch 2 on both ranks
+    assert sorted(marks(tmp_path / "resume.marks")) == ["0:0", "0:0", "0:2", "1:0", "1:0", "1:2"]
+    out = results(tmp_path, "resume")
+    for r in (0, 1):
+        assert out[r]["memo"] == out[r]["plain"]
