@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -112,9 +113,11 @@ def test_show_takes_run_ids_and_lists_logged_tags(store):
     failed = doc["runs"][0]["id"]
     out = memolab(store, "show", str(failed)).stdout
     assert out.startswith(f"run {failed}  __main__:train  lr=5.0")
-    assert "failed (ValueError: diverged)" in out and "evaluation  none stored" in out
+    assert "failed (ValueError: diverged)" in out and re.search(r"\n  evaluation +none stored\n", out)
     assert "cfg.optim.lr = 5.0" in out and "train/loss = 1" in out and "texts: notes" in out
     assert 'raise ValueError("diverged")' in out and "training with 5.0" in out  # traceback and output
+    assert re.search(r"\n  code vs stored +the same code as evaluation #\d+\n", out)  # not an edit: its arguments
+    assert re.search(rf"\n  script +{re.escape(str(store.root / 'job.py'))}\n", out)
     js = json.loads(memolab(store, "show", str(failed), "--json").stdout)
     assert js["traceback"].rstrip().endswith("ValueError: diverged") and js["tags"]["text"] == ["notes"]
     stored = [r for r in doc["runs"] if r["evaluation"]][0]

@@ -152,6 +152,8 @@ def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
             ("script", r.get("script") or "-")]
     if r.get("parent"):
         info.append(("parent run", r["parent"]))
+    if r["status"] != "done" and r.get("code") and not r.get("stored"):
+        info.append(("code vs stored", _code_against_stored(store, r)))
     w = max(len(k) for k, _ in info)
     for k, v in info:
         print(f"  {k.ljust(w)}  {v}")
@@ -166,6 +168,21 @@ def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
             for line in fail[what].rstrip("\n").splitlines():
                 print(f"    {line}")
     return OK
+
+
+def _code_against_stored(store: Any, r: Dict[str, Any]) -> str:
+    """Whether a run that stored nothing ran the code of a stored evaluation: a failure after an edit
+    points at the edit (``memolab why`` diffs the last miss against what was stored)."""
+    c = store.index.conn()
+    same = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? ORDER BY finished DESC LIMIT 1",
+                     (r["fn"], r["code"])).fetchone()
+    if same:
+        return f"the same code as evaluation #{same[0]}"
+    last = c.execute("SELECT id FROM evaluations WHERE fn=? ORDER BY finished DESC LIMIT 1", (r["fn"],)).fetchone()
+    if last:
+        return (f"changed since the last stored evaluation #{last[0]} "
+                f"(`memolab why {short_name(r['fn'])}` diffs the last miss against it)")
+    return "no stored evaluation of this function to compare with"
 
 
 def print_tags(tags: Dict[str, List[str]], metrics: Dict[str, Optional[float]]) -> None:
