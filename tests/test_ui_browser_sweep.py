@@ -1,0 +1,154 @@
+"""The dashboard on a sweep (30 runs x 8 tags x 2,000 steps, one still running) in headless
+Chromium: what a view asks of the server and what it draws are counted, never timed (timings are
+in benchmarks/dashboard.py). See test_ui_browser.py for the browser set-up."""
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+
+from test_ui_browser import page  # noqa: F401  (a fixture)
+
+from memolab.store import get_store
+from memolab.tracking import sink as S
+from memolab.ui.server import serve_in_thread
+
+FN = "sweep:train"
+TAGS = ["lr", "sys/gpu", "train/acc", "train/loss", "val/acc", "val/loss", "x/a", "x/b"]
+
+
+def build(index, runs=30, steps=2000):
+    sk = S.Sink(index)
+    ids = []
+    for r in range(runs):
+        rid = 1000 + r
+        ids.append(rid)
+        fields = {"fn": FN, "started": 1e9 + r, "pid": os.getpid(), "host": socket.gethostname(),
+                  "hparams": {"lr": 10 ** -(1 + r % 5), "width": 32 * (1 + r % 3), "steps": 100000, "seed": r}}
+        if r == 0:
+            fields["name"] = "baseline"
+        sk.q.append((S.START, rid, fields))
+        for ti, tag in enumerate(TAGS):
+            # val/ tags are logged every 10th step: fewer points than train/
+            every = 10 if tag.startswith("val/") else 1
+            sk.q.extend((S.SCALAR, rid, tag, s, 1e9 + r + s, (1 + ti + r / 30) * math.exp(-s / 700) + 0.05 * math.sin(s))
+                        for s in range(0, steps, every))
+        if r != runs - 1:  # the newest one is still running
+            sk.q.append((S.END, rid, "done", 1e9 + r + steps, None))
+        sk.flush()
+    return ids
+
+
+def series_requests(srv, since=0):
+    return [(p, b) for p, b in list(srv.served)[since:] if p.startswith("/api/series")]
+
+
+def drawn(pg, before):
+    pg.wait_for_function(f"() => +(document.body.dataset.drawn || 0) > {before}", timeout=30000)
+
+
+def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points(tmp_store, page):
+    ids = build(get_store().index)
+    srv, _ = serve_in_thread(tmp_store)
+    pg = page
+    try:
+        pg.goto(srv.url + f"?fn={FN}")
+        pg.wait_for_selector("body[data-ready='1']")
+        drawn(pg, 0)
+        # on arrival: the 20 newest runs selected, all their tags in one request
+        sel = pg.evaluate("() => state.selected")
+        assert sel == [str(i) for i in ids[::-1][:20]]
+        reqs = series_requests(srv)
+        assert len(reqs) == 1 and reqs[0][0].count(",") == 19
+        # every series is held at most 2 points a pixel (2,000 steps, 200 for val/)
+        plot_w = pg.evaluate("() => document.querySelector('#charts .plot').clientWidth")
+        sent = pg.evaluate("() => [...document.querySelectorAll('#charts canvas[data-sent]')].flatMap(c => c.dataset.sent.split(',').map(Number))")
+        assert len(sent) >= 20 and max(sent) <= 2 * plot_w
+
+        # select all: one more request, for the 10 runs not held yet
+        n0 = len(srv.served)
+        before = pg.evaluate("() => +document.body.dataset.drawn")
+        pg.click("#select-all")
+        drawn(pg, before)
+        reqs = series_requests(srv, n0)
+        assert len(reqs) == 1 and reqs[0][0].count(",") == 9
+        assert "30 selected" in pg.inner_text("#run-count")
+        # 30 runs, 30 styles: 20 colours, then dashes
+        styles = pg.evaluate("() => state.selected.map(id => colorOf(id) + JSON.stringify(dashOf(id)))")
+        assert len(set(styles)) == 30
+        assert len(set(pg.evaluate("() => state.selected.map(colorOf)"))) == 20
+
+        # deselect one run: nothing is fetched, the charts in view drop it
+        n0 = len(srv.served)
+        before = pg.evaluate("() => +document.body.dataset.drawn")
+        gone = str(ids[5])
+        pg.eval_on_selector("#runs-wrap", "w => { w.scrollTop = w.scrollHeight; }")
+        pg.click(f"#runs tbody tr[data-run='{gone}']")
+        drawn(pg, before)
+        assert series_requests(srv, n0) == []
+        first = pg.query_selector("#charts canvas[data-tag='lr']")
+        assert gone not in first.get_attribute("data-runs").split(",") and len(first.get_attribute("data-runs").split(",")) == 29
+
+        # the legend is one line whatever the number of runs
+        heights = pg.eval_on_selector_all("#charts .card .legend", "ls => ls.map(l => l.getBoundingClientRect().height)")
+        assert heights and max(heights) <= 20
+        assert "+21 more" in pg.inner_text(".card[data-tag='lr'] .legend")
+
+        # the tooltip: run label and value, highest value first, inside the window even at its corner
+        card = pg.query_selector(".card[data-tag='train/loss']")
+        card.scroll_into_view_if_needed()
+        pg.evaluate("() => window.scrollBy(0, 150)")  # the chart near the bottom of the window
+        box = pg.query_selector(".card[data-tag='train/loss'] .u-over").bounding_box()
+        pg.mouse.move(box["x"] + box["width"] - 3, box["y"] + box["height"] - 3)
+        pg.wait_for_selector(".card[data-tag='train/loss'] .tooltip")
+        tip = pg.query_selector(".card[data-tag='train/loss'] .tooltip")
+        tb = tip.bounding_box()
+        vw, vh = pg.evaluate("() => [document.documentElement.clientWidth, window.innerHeight]")
+        assert tb["x"] >= 0 and tb["y"] >= 0 and tb["x"] + tb["width"] <= vw and tb["y"] + tb["height"] <= vh
+        vals = [float(v) for v in tip.eval_on_selector_all(".tip-val", "vs => vs.map(v => v.textContent)")]
+        assert len(vals) == 20 and vals == sorted(vals, reverse=True)
+        assert "… and 9 more" in tip.inner_text()
+        labels = tip.eval_on_selector_all(".tip-label", "ls => ls.map(l => l.textContent)")
+        # labels name the run by what differs between runs (not the constant steps=100000)
+        assert all("steps=" not in l and "seed=" in l for l in labels if "baseline" not in l)
+        pg.mouse.move(0, 0)
+
+        # idle: the running run writes nothing, so only the heartbeat is asked
+        n0 = len(srv.served)
+        time.sleep(4.5)
+        idle = [p for p, _ in list(srv.served)[n0:]]
+        assert idle and all(p == "/api/heartbeat" for p in idle), idle
+        assert all(b < 300 for _, b in list(srv.served)[n0:])
+
+        # live: the running run logs 50 more points per tag; the refresh sends those, not the series
+        live = ids[-1]
+        sk = S.Sink(get_store().index)
+        for tag in TAGS:
+            start = 2000 if not tag.startswith("val/") else 2000
+            sk.q.extend((S.SCALAR, live, tag, s, time.time(), 0.5) for s in range(start, start + 50))
+        n0 = len(srv.served)
+        sk.flush()
+        pg.wait_for_function(f"() => Object.values(state.series).every(per => !per['{live}'] || per['{live}'].step.includes(2049))",
+                             timeout=20000)
+        reqs = series_requests(srv, n0)
+        assert len(reqs) == 1 and f"runs={live}&" in reqs[0][0] and "seen=" in reqs[0][0]
+        assert reqs[0][1] < 20_000, reqs  # 400 new points; the full series of that run were far more
+
+        # the runs table's metric columns: train/ then val/ first; HParams fits its box
+        heads = pg.eval_on_selector_all("#runs thead th", "ths => ths.map(t => t.dataset.col).filter(c => c.startsWith('⟶'))")
+        assert [h.split()[1].split("/")[0] for h in heads[:4]] == ["train", "train", "val", "val"] and len(heads) == 6
+        pg.click("#tabs button[data-tab='hparams']")
+        pg.wait_for_selector("#hparams tbody tr")
+        cols = pg.eval_on_selector_all("#hparams th", "ths => ths.map(t => t.dataset.col)")
+        assert [c for c in cols if c in ("lr", "width", "seed", "steps")] == ["lr", "width", "seed"]  # steps is constant
+        pg.click("#hp-const")
+        pg.wait_for_selector("#hparams th[data-col='steps']")
+        steps_col = pg.eval_on_selector_all("#hparams th", "ths => ths.findIndex(t => t.dataset.col === 'steps')")
+        shown = pg.eval_on_selector_all(f"#hparams tbody td:nth-child({steps_col + 1})", "ts => ts.map(t => t.textContent)")
+        assert set(shown) == {"100000"}  # as written, not 1.000e+5
+        assert pg.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        assert pg.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
