@@ -294,3 +294,38 @@ def test_a_state_dict_argument_stays_one_short_repr():
 
     assert isinstance(hparam_value({f"layer{i}.weight": torch.zeros(2) for i in range(50)}), str)
     assert hparam_value({"lr": 0.1, "root": __import__("pathlib").Path("/data")}) == {"lr": 0.1, "root": "PosixPath('/data')"}
+
+
+def test_import_memolab_stays_cheap():
+    # memolab.runs, pandas, asyncio (30 ms; the "interrupted" status needs it only once it is imported)
+    # and signal are loaded on first use only
+    from conftest import SRC
+
+    code = ("import sys, memolab; print(sorted(m for m in ('memolab.runs', 'pandas', 'asyncio', 'signal', "
+            "'memolab.tracking.names', 'memolab.tracking.query') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=SRC), capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_cancelled_async_computation_is_interrupted(tmp_store):
+    import asyncio
+
+    from memolab import memo
+
+    @memo
+    async def slow(x):
+        memolab.log.scalar("started", 1.0)
+        await asyncio.sleep(30)
+        return x
+
+    async def main():
+        task = asyncio.ensure_future(slow(1))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    (r,) = memolab.runs(slow)
+    assert r.status == "interrupted" and r.error == "CancelledError" and r.metrics == {"started": 1.0}

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextvars
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -29,14 +28,13 @@ from . import sink as _sink
 
 TRACEBACK_LIMIT = 20_000  # characters of a failed run's traceback kept (its end: the raise site)
 
-#: exceptions that stop a computation without it having failed: Ctrl-C, a cancelled task
-INTERRUPTIONS: Tuple[type, ...] = (KeyboardInterrupt,)
-try:
-    import asyncio
 
-    INTERRUPTIONS += (asyncio.CancelledError,)
-except ImportError:  # pragma: no cover
-    pass
+
+def interruptions() -> Tuple[type, ...]:
+    """Exceptions that stop a computation without it having failed: Ctrl-C, a cancelled task.
+    (asyncio is not imported for this: 30 ms of ``import memolab``; unimported, nothing was cancelled.)"""
+    aio = sys.modules.get("asyncio")
+    return (KeyboardInterrupt, aio.CancelledError) if aio is not None else (KeyboardInterrupt,)
 
 _current: contextvars.ContextVar[Optional["Run"]] = contextvars.ContextVar("memolab_run", default=None)
 _process_run: Optional["Run"] = None
@@ -224,7 +222,7 @@ def traceback_text(e: BaseException) -> Optional[str]:
 
 def status_of(error: Optional[BaseException], default: str) -> str:
     """``interrupted`` for Ctrl-C and a cancelled task: the computation did not fail, it was stopped."""
-    return "interrupted" if error is not None and isinstance(error, INTERRUPTIONS) else default
+    return "interrupted" if error is not None and isinstance(error, interruptions()) else default
 
 
 def error_text(e: BaseException, limit: int = 500) -> str:
@@ -370,7 +368,7 @@ def _exit_status() -> str:
     t = getattr(sys, "last_type", None)
     if t is None or not isinstance(t, type) or issubclass(t, SystemExit):
         return "done"
-    return "interrupted" if issubclass(t, INTERRUPTIONS) else "failed"
+    return "interrupted" if issubclass(t, interruptions()) else "failed"
 
 
 def finish_process_run(at_exit: bool = False) -> None:
@@ -495,6 +493,8 @@ def _watch_sigterm() -> None:
     if _sigterm_installed or threading.current_thread() is not threading.main_thread():
         return
     _sigterm_installed = True
+    import signal
+
     try:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
@@ -505,6 +505,8 @@ def _watch_sigterm() -> None:
 def _on_sigterm(signum: int, frame: Any) -> None:
     """Mark this process's open runs (and its process run) interrupted, with their output, then
     die of SIGTERM as the default action would: the exit status a supervisor sees is unchanged."""
+    import signal
+
     try:
         now = time.time()
         for r in list(_open.values()):
