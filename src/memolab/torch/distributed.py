@@ -67,6 +67,7 @@ class Exchange:
         self.rank = rank
         self.world = world
         self.seq = 0
+        self.beat: Optional[_Beat] = None
 
     def next_call(self) -> int:
         self.seq += 1
@@ -83,12 +84,14 @@ class Exchange:
         return self.store.get(key)
 
     def wait(self, keys: List[str], timeout: float, alive: Optional[str] = None) -> bool:
-        """Poll until every key is set: False after ``timeout`` seconds, or, once ``alive``
-        (a counter the decider bumps) has moved, after 3 lease TTLs without it moving."""
-        delay, start, beat = 0.001, time.monotonic(), None
+        """Wait until every key is set: False after ``timeout`` seconds, or, once ``alive``
+        (a counter the decider bumps) has moved, after 3 lease TTLs without it moving. The
+        store's own blocking wait, in slices of at most 0.25 s: answered the moment a key is
+        set, whatever the store's timeout."""
+        start, beat = time.monotonic(), None
         silence = 3 * config.settings().lease_ttl
         limit = timeout
-        while not self.store.check(keys):
+        while True:
             now = time.monotonic()
             if alive is not None:
                 b = self.store.add(alive, 0)
@@ -96,11 +99,14 @@ class Exchange:
                     if beat is not None or b:
                         limit = silence
                     beat, start = b, now
-            if now - start > limit:
-                return False
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.05)
-        return True
+            left = limit - (now - start)
+            if left <= 0:
+                return self.store.check(keys)
+            try:
+                self.store.wait(keys, timedelta(seconds=min(0.25, left)))
+                return True
+            except Exception:  # that slice timed out (DistStoreError)
+                pass
 
     def forget(self, seq: int) -> None:
         """Delete an old call's keys (every rank has moved past it)."""
@@ -158,25 +164,31 @@ def _connect(rank: int, world: int) -> Optional[Exchange]:
 
 
 class _Beat:
-    """Rank 0 bumps a counter while it decides: followers wait as long as it is alive."""
+    """Rank 0 bumps a counter while it decides: followers wait as long as it is alive. One
+    thread per process, started on the first collective call, beating whichever call decides."""
 
-    def __init__(self, ex: Exchange, key: str) -> None:
-        self.stopped = threading.Event()
+    def __init__(self, ex: Exchange) -> None:
+        self.key: Optional[str] = None
         interval = min(1.0, config.settings().lease_ttl / 10)
 
         def beat() -> None:
-            while not self.stopped.wait(interval):
-                try:
-                    ex.store.add(key, 1)
-                except Exception:
-                    return
+            while True:
+                time.sleep(interval)
+                key = self.key
+                if key is not None:
+                    try:
+                        ex.store.add(key, 1)
+                    except Exception:
+                        return
 
-        ex.store.add(key, 1)
-        self.thread = threading.Thread(target=beat, name="memolab-distributed-beat", daemon=True)
-        self.thread.start()
+        threading.Thread(target=beat, name="memolab-distributed-beat", daemon=True).start()
+
+    def start(self, key: str) -> "_Beat":
+        self.key = key
+        return self
 
     def stop(self) -> None:
-        self.stopped.set()
+        self.key = None
 
 
 def _key_digest(key: Any) -> str:
@@ -233,7 +245,9 @@ class _LeadSteps:
 
 def _lead(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any]) -> Any:
     mine = _key_digest(call.key)
-    beat = _Beat(ex, f"{seq}/alive")
+    if ex.beat is None:
+        ex.beat = _Beat(ex)
+    beat = ex.beat.start(f"{seq}/alive")
     decided = False
     try:
         others = [f"{seq}/k/{r}" for r in range(1, ex.world)]
