@@ -329,3 +329,52 @@ def test_a_cancelled_async_computation_is_interrupted(tmp_store):
     asyncio.run(main())
     (r,) = memolab.runs(slow)
     assert r.status == "interrupted" and r.error == "CancelledError" and r.metrics == {"started": 1.0}
+
+
+CHAINED_SIGTERM_JOB = """
+import signal, sys, time
+import memolab
+from memolab import memo
+
+stop = []
+
+@memo
+def train(lr):
+    previous = signal.getsignal(signal.SIGTERM)  # memolab's, installed when this computation began
+
+    def graceful(signum, frame):  # what Lightning's trainer does: note it, chain the previous handler
+        stop.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, graceful)
+    open("ready", "w").close()
+    for step in range(600):
+        memolab.log.scalar("loss", 1.0 / (step + 1))
+        if stop:
+            raise SystemExit(143)  # Lightning's SIGTERMException is a SystemExit
+        time.sleep(0.05)
+    return lr
+
+train(0.1)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_handler_chained_after_memolabs_keeps_its_graceful_stop(project):
+    from conftest import SRC
+
+    project.write("job.py", CHAINED_SIGTERM_JOB)
+    env = dict(os.environ, MEMOLAB_STORE=str(project.store), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join([SRC, str(project.root)]))
+    p = subprocess.Popen([sys.executable, "job.py"], cwd=project.root, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not (project.root / "ready").exists():
+        assert p.poll() is None and time.time() < deadline, p.communicate()
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    assert p.returncode == 143  # the program's own graceful exit, not a death by SIGTERM
+    (r,) = memolab.runs("train", store=str(project.store))
+    assert r.status == "interrupted" and r.error == "SystemExit: 143" and "loss" in r.metrics

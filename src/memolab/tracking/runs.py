@@ -34,7 +34,9 @@ def interruptions() -> Tuple[type, ...]:
     """Exceptions that stop a computation without it having failed: Ctrl-C, a cancelled task.
     (asyncio is not imported for this: 30 ms of ``import memolab``; unimported, nothing was cancelled.)"""
     aio = sys.modules.get("asyncio")
-    return (KeyboardInterrupt, aio.CancelledError) if aio is not None else (KeyboardInterrupt,)
+    # SystemExit too: sys.exit() or a framework's graceful stop on SIGTERM (Lightning's
+    # SIGTERMException is one) ends a computation that did not fail
+    return (KeyboardInterrupt, SystemExit, aio.CancelledError) if aio is not None else (KeyboardInterrupt, SystemExit)
 
 _current: contextvars.ContextVar[Optional["Run"]] = contextvars.ContextVar("memolab_run", default=None)
 _process_run: Optional["Run"] = None
@@ -367,7 +369,7 @@ def _exit_status() -> str:
         return "done"  # interactive: last_type is any earlier error of the session, not how it ended
     t = getattr(sys, "last_type", None)
     if t is None or not isinstance(t, type) or issubclass(t, SystemExit):
-        return "done"
+        return "done"  # (an uncaught SystemExit is not printed: last_type is never one)
     return "interrupted" if issubclass(t, interruptions()) else "failed"
 
 
@@ -507,6 +509,11 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     die of SIGTERM as the default action would: the exit status a supervisor sees is unchanged."""
     import signal
 
+    if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
+        # another handler, installed later, chained to ours (Lightning's does: it stops training
+        # gracefully and raises in the loop). The default action would not have run: neither do we;
+        # the computation's exception ends its run as interrupted.
+        return
     try:
         now = time.time()
         for r in list(_open.values()):
