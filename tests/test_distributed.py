@@ -376,3 +376,76 @@ def test_ddp_checkpoint_sigkill_of_the_whole_job_then_resume_equals_an_uninterru
     out = results(tmp_path, "resume")
     for r in (0, 1):
         assert out[r]["memo"] == out[r]["plain"]
+
+
+ACCELERATE = """
+import json, os
+import torch, torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+from accelerate import Accelerator
+import memolab
+
+@memolab.memo
+def train(epochs: int, lr: float):
+    with open("acc.marks", "a") as f:
+        f.write(f"{dist.get_rank()}\\n")
+    acc = Accelerator(cpu=True)
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    ds = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    model, opt, loader = acc.prepare(model, opt, DataLoader(ds, batch_size=8, shuffle=True,
+                                                            generator=torch.Generator().manual_seed(2)))
+    for _ in range(epochs):
+        for xb, yb in loader:
+            opt.zero_grad()
+            acc.backward(torch.nn.functional.mse_loss(model(xb), yb))
+            opt.step()
+    return acc.unwrap_model(model).state_dict()
+
+acc = Accelerator(cpu=True)            # initialises the group (gloo) under accelerate launch
+rank = acc.process_index
+out = {"world": acc.num_processes}
+if os.environ.get("PLAIN"):
+    out["plain"] = {k: v.numpy().tobytes().hex() for k, v in train.fn(2, 0.1).items()}
+out["memo"] = {k: v.numpy().tobytes().hex() for k, v in train(2, 0.1).items()}
+with open(f"acc.{rank}.json", "w") as f:
+    json.dump(out, f)
+acc.wait_for_everyone()
+dist.destroy_process_group()
+"""
+
+
+def launch_accelerate(root: Path, script: str, env: Optional[Dict[str, str]] = None) -> None:
+    """``accelerate launch`` with 2 CPU processes (``--multi_gpu`` is its multi-process mode; the
+    script's ``Accelerator(cpu=True)`` picks gloo on CPU)."""
+    e = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(root)]), "MEMOLAB_STORE": str(root / "store"),
+         "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(root / "hf"),
+         "HF_DATASETS_OFFLINE": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes=2",
+           "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={_port()}",
+           script]
+    p = subprocess.Popen(cmd, cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        raise AssertionError(f"{script} did not finish within {DEADLINE} s (a hang):\n{out}\n{err[-4000:]}")
+    assert p.returncode == 0, f"{script} failed ({p.returncode}):\n{out}\n{err[-6000:]}"
+
+
+def test_accelerate_launch_with_2_cpu_processes_misses_then_hits(tmp_path):
+    pytest.importorskip("accelerate")
+    (tmp_path / "acc.py").write_text(textwrap.dedent(ACCELERATE))
+    launch_accelerate(tmp_path, "acc.py", env={"PLAIN": "1"})
+    assert sorted(marks(tmp_path / "acc.marks")) == ["0", "0", "1", "1"]  # plain + the miss, per rank
+    first = results(tmp_path, "acc")
+    assert first[0]["world"] == 2
+    launch_accelerate(tmp_path, "acc.py")
+    assert sorted(marks(tmp_path / "acc.marks")) == ["0", "0", "1", "1"]  # the hit ran no body
+    second = results(tmp_path, "acc")
+    for r in (0, 1):
+        assert first[r]["memo"] == first[r]["plain"] == second[r]["memo"]
