@@ -148,6 +148,10 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
         shown = pg.eval_on_selector_all(f"#hparams tbody td:nth-child({steps_col + 1})", "ts => ts.map(t => t.textContent)")
         assert set(shown) == {"100000"}  # as written, not 1.000e+5
         assert pg.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        # parallel coordinates: the arguments that vary, then a metric (val/ first)
+        assert pg.get_attribute("#parcoords", "data-axes") == "lr|width|seed|⟶ val/acc"
+        pg.click("#hparams th[data-col='⟶ train/loss']")  # sorting a metric column picks it
+        pg.wait_for_function("() => document.querySelector('#parcoords').dataset.axes.endsWith('train/loss')")
         assert pg.errors == []
     finally:
         srv.shutdown()

@@ -163,7 +163,7 @@ async function selectFunction(fn, keep = false) {
 }
 
 // ---- runs table -----------------------------------------------------------------
-const ROW_H = 24;  // every row is this tall (CSS): the table draws only the rows in view
+const ROW_H = 28;  // every row is this tall (CSS): the tables draw only the rows in view
 const METRIC_COLS = 6;
 
 // the metric columns: chosen by the user, else the tags with the most points, train/ and val/ first
@@ -270,11 +270,20 @@ function renderRuns() {
 // only the rows in view (plus a margin) are in the DOM: 10,000 runs sort and scroll like 50
 function renderRows() {
   const wrap = $("#runs-wrap"), rows = state.view || [], cols = state.cols || runCols();
-  const first = Math.max(0, Math.floor(wrap.scrollTop / ROW_H) - 10);
-  const shown = rows.slice(first, first + Math.ceil((wrap.clientHeight || 400) / ROW_H) + 20);
-  const spacer = (h, id) => el("tr", { class: "spacer", id }, el("td", { colspan: String(cols.length), style: `height:${h}px` }));
-  $("#runs tbody").replaceChildren(spacer(first * ROW_H, "rows-above"), ...shown.map((r) => runRow(r, cols)),
-    spacer((rows.length - first - shown.length) * ROW_H, "rows-below"));
+  virtualRows(wrap, $("#runs tbody"), rows, cols.length, (r) => runRow(r, cols));
+}
+
+// Draws rows[first..] that fit the scrolled box (plus 10 above and below) between two spacer rows
+// as tall as the rows left out. The row height is measured (fonts differ), ROW_H until then.
+function virtualRows(wrap, tbody, rows, ncols, make) {
+  const h = state.rowH || ROW_H;
+  const first = Math.max(0, Math.floor(wrap.scrollTop / h) - 10);
+  const shown = rows.slice(first, first + Math.ceil((wrap.clientHeight || 400) / h) + 20);
+  const spacer = (px) => el("tr", { class: "spacer" }, el("td", { colspan: String(ncols), style: `height:${px}px` }));
+  tbody.replaceChildren(spacer(first * h), ...shown.map(make), spacer((rows.length - first - shown.length) * h));
+  const one = tbody.querySelector("tr[data-run]");
+  const measured = one ? one.getBoundingClientRect().height : 0;
+  if (measured > 0 && Math.abs(measured - h) > 0.5) { state.rowH = measured; virtualRows(wrap, tbody, rows, ncols, make); }
 }
 
 function runRow(r, cols) {
@@ -926,6 +935,8 @@ function drawHparams() {
   for (const r of data.rows) for (const k of Object.keys(r.hparams || {})) if (!seen.has(k)) { seen.add(k); order.push(k); }
   const constant = (get) => { const vals = new Set(data.rows.map((r) => JSON.stringify(get(r) ?? null))); return vals.size <= 1 && data.rows.length > 1; };
   const hpCols = order.map((k) => [k, (r) => r.hparams[k], "arg"]);
+  const rank = (t) => (t.startsWith("train/") ? 0 : t.startsWith("val/") ? 1 : 2);
+  data.metrics.sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : 1));  // as the runs table: train/, val/ first
   const hidden = state.hpConst ? [] : hpCols.filter(([, get]) => constant(get)).map(([k]) => k);
   const cols = [["status", (r) => r.status], ["id", (r) => r.eval_id || null], ["code", (r) => (r.code || "").slice(0, 8)],
     ...hpCols.filter(([k]) => !hidden.includes(k)), ...data.metrics.map((k) => ["⟶ " + k, (r) => r.metrics[k], "metric"])];
@@ -945,12 +956,77 @@ function drawHparams() {
     "data-col": label, text: label + (label === key ? (dir > 0 ? " ▲" : " ▼") : ""),
     onclick: () => { state.hpSort = { key: label, dir: state.hpSort.key === label ? -state.hpSort.dir : 1 }; drawHparams(); },
   }))));
-  $("#hparams tbody").replaceChildren(...rows.map((r) => el("tr", { "data-run": String(r.id) },
+  state.hpRows = rows;
+  state.hpCols = cols;
+  renderHpRows();
+  drawParallel(data, hpCols.filter(([, get]) => !constant(get)), key && key.startsWith("⟶ ") ? key.slice(2) : null);
+}
+
+// like the runs table, only the rows in view are in the DOM (10,000 evaluations scroll like 50)
+function renderHpRows() {
+  const wrap = $("#hparams-wrap"), rows = state.hpRows || [], cols = state.hpCols || [];
+  virtualRows(wrap, $("#hparams tbody"), rows, cols.length, (r) => el("tr", { "data-run": String(r.id) },
     ...cols.map(([label, get, kind], i) => {
       const v = get(r);
       const text = i === 1 ? idText({ ...r, stored: !!r.eval_id }) : kind === "arg" ? fmtArg(v) : typeof v === "number" ? fmtNum(v) : v === undefined ? "–" : String(v);
       return el("td", { text, class: kind === "metric" || typeof v === "number" ? "num" : "" });
-    }))));
+    })));
+}
+
+// Parallel coordinates (as TensorBoard's HParams plugin): one axis per argument that varies, then
+// the metric (the sorted metric column, else the first val/ or train/ one); one line per run,
+// coloured by that metric (blue low, red high). Numbers on a linear axis (log when positive and
+// spread over more than two decades), anything else as evenly spaced categories.
+function drawParallel(data, argCols, metric) {
+  const canvas = $("#parcoords");
+  const metrics = data.metrics;
+  metric = metric || metrics.find((m) => m.startsWith("val/")) || metrics.find((m) => m.startsWith("train/")) || metrics[0];
+  const axes = [...argCols.map(([k, get]) => [k, get]), ...(metric ? [["⟶ " + metric, (r) => r.metrics[metric]]] : [])];
+  canvas.classList.toggle("hidden", axes.length < 2 || data.rows.length < 2);
+  canvas.dataset.axes = axes.map((a) => a[0]).join("|");
+  if (canvas.classList.contains("hidden")) return;
+  const [g, W, H] = setupCanvas(canvas);
+  const pad = { l: 30, r: 60, t: 28, b: 22 };
+  const scales = axes.map(([, get]) => {
+    const vals = data.rows.map(get).filter((v) => v !== undefined && v !== null);
+    if (vals.length && vals.every((v) => typeof v === "number")) {
+      const lo = Math.min(...vals), hi = Math.max(...vals);
+      const log = lo > 0 && hi / lo > 100;
+      const f = log ? Math.log10 : (v) => v;
+      return { lo, hi, at: (v) => typeof v !== "number" ? null : hi === lo ? 0.5 : (f(v) - f(lo)) / (f(hi) - f(lo)) };
+    }
+    const cats = [...new Set(vals.map((v) => fmtArg(v)))].sort();
+    return { cats, at: (v) => v === undefined || v === null ? null : cats.length === 1 ? 0.5 : cats.indexOf(fmtArg(v)) / (cats.length - 1) };
+  });
+  const x = (i) => pad.l + (axes.length === 1 ? 0 : i / (axes.length - 1)) * (W - pad.l - pad.r);
+  const y = (t) => H - pad.b - t * (H - pad.t - pad.b);
+  const m = scales[scales.length - 1], mget = axes[axes.length - 1][1];
+  const rows = data.rows.length > 3000 ? data.rows.filter((r, i) => i % Math.ceil(data.rows.length / 3000) === 0) : data.rows;
+  g.lineWidth = 1;
+  for (const r of rows) {
+    const t = metric ? m.at(mget(r)) : null;
+    g.strokeStyle = t === null ? "rgba(120,120,120,0.35)" : `hsla(${240 - 240 * t}, 75%, 45%, 0.55)`;
+    g.beginPath();
+    let pen = false;
+    axes.forEach(([, get], i) => {
+      const v = scales[i].at(get(r));
+      if (v === null) { pen = false; return; }
+      if (pen) g.lineTo(x(i), y(v)); else g.moveTo(x(i), y(v));
+      pen = true;
+    });
+    g.stroke();
+  }
+  g.fillStyle = "#1d2330"; g.strokeStyle = "#5b6475"; g.textAlign = "center"; g.textBaseline = "alphabetic";
+  axes.forEach(([label], i) => {
+    g.beginPath(); g.moveTo(x(i), y(0)); g.lineTo(x(i), y(1)); g.stroke();
+    g.fillText(label.length > 22 ? label.slice(0, 21) + "…" : label, x(i), 14);
+    const s = scales[i];
+    const ends = s.cats ? [s.cats[0], s.cats[s.cats.length - 1]] : [s.lo, s.hi].map(i < argCols.length ? fmtArg : fmtNum);
+    g.fillStyle = "#5b6475";
+    g.fillText(ends[1] ?? "", x(i), y(1) - 3);
+    g.fillText(ends[0] ?? "", x(i), H - 6);
+    g.fillStyle = "#1d2330";
+  });
 }
 
 // ---- code diff between two stored evaluations: always older -> newer --------------------------------
@@ -1007,6 +1083,7 @@ async function init() {
   $("#select-all").addEventListener("click", selectAll);
   $("#metric-stat").addEventListener("change", () => { state.stat = $("#metric-stat").value; renderRuns(); });
   $("#hp-const").addEventListener("click", () => { state.hpConst = !state.hpConst; drawHparams(); });
+  $("#hparams-wrap").addEventListener("scroll", () => { if (!state.hpFrame) state.hpFrame = requestAnimationFrame(() => { state.hpFrame = null; renderHpRows(); }); });
   $("#compare-code").addEventListener("click", compareCode);
   window.addEventListener("resize", () => { redrawScalars(); renderRows(); });
   const url = new URLSearchParams(location.search);
