@@ -449,3 +449,27 @@ def test_accelerate_launch_with_2_cpu_processes_misses_then_hits(tmp_path):
     second = results(tmp_path, "acc")
     for r in (0, 1):
         assert first[r]["memo"] == first[r]["plain"] == second[r]["memo"]
+
+
+def test_import_memolab_and_its_distributed_module_import_no_torch():
+    code = ("import sys, memolab, memolab.distributed\n"
+            "@memolab.memo(collective=False)\n"
+            "def f(x):\n    return x\n"
+            "assert f(1) == 1 and not f.collective\n"
+            "assert 'torch' not in sys.modules and 'torch.distributed' not in sys.modules, sorted(sys.modules)\n")
+    env = {**os.environ, "PYTHONPATH": SRC}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60, env=env, capture_output=True)
+
+
+def test_a_memo_rebuilt_in_another_process_keeps_collective_false():
+    """A memo sent by value (a function of ``__main__``: Dask, Ray) keeps its options."""
+    import memolab
+
+    def f(x):
+        return x
+
+    m = memolab.memo(collective=False)(f)
+    fn, args = m.__reduce__()
+    assert args[-1] is False and fn(*args).collective is False
+    fn, args = memolab.memo(f).__reduce__()
+    assert fn(*args).collective is True
