@@ -173,18 +173,16 @@ class MemoFunction:
     # An in-memory hit returns before it (``_prepare``): no generator, no owner id.
     def _call(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
         if "torch.distributed" in sys.modules:  # a dict lookup: the seam of the distributed driver
-            if not self.collective:
-                if not distributed.is_rank_local():
+            drive = distributed.collective_driver()  # None outside a group of 2+ ranks or when rank-local
+            if drive is not None:
+                if not self.collective:
                     with distributed.rank_local():  # what its body calls is this rank's own too
                         return self._call(args, kwargs, force)
-            else:
-                drive = distributed.collective_driver()
-                if drive is not None:
-                    # every rank keys the call and takes the branch the group agrees on: no
-                    # answer from this process's memory alone (another rank's may lack it)
-                    with distributed.keying():
-                        call = self._prepare(args, kwargs, force, memory=False)[0]
-                    return drive(call, self.fn)
+                # every rank keys the call and takes the branch the group agrees on: no
+                # answer from this process's memory alone (another rank's may lack it)
+                with distributed.keying():
+                    call = self._prepare(args, kwargs, force, memory=False)[0]
+                return drive(call, self.fn)
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value

@@ -51,9 +51,13 @@ __all__ = ["active_driver", "drive", "register_hashing", "Exchange"]
 _LOADS = 4
 
 
+_AVAILABLE = dist.is_available()
+
+
 def active_driver() -> Optional[Callable[[Any, Callable[..., Any]], Any]]:
-    """``drive`` inside an initialised group of two or more ranks, else None."""
-    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() <= 1:
+    """``drive`` inside an initialised group of two or more ranks, else None (asked on every
+    call of a process that imported torch: two cheap calls outside a group)."""
+    if not _AVAILABLE or not dist.is_initialized() or dist.get_world_size() <= 1:
         return None
     return drive
 
