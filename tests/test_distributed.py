@@ -196,6 +196,10 @@ try:
     shard_sum(data, rank)               # arguments differ by rank: a clear error on every rank
 except DistributedError as e:
     out["mismatch"] = str(e)
+try:                                    # rank 1 cannot key the call: rank 0 hears at once
+    consume(0 if rank == 0 else (i for i in range(3)))
+except Exception as e:
+    out["unkeyed"] = f"{type(e).__name__}: {e}"
 with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     out["dependent"] = rank_dependent(data)  # results differ by rank: returned, not stored
@@ -231,6 +235,9 @@ def test_data_preparation_rank_local_calls_and_disagreeing_ranks(tmp_path):
     # unequal keys: the same clear error on both ranks, naming the fix
     for r in (0, 1):
         assert "collective=False" in first[r]["mismatch"] and "shard_sum" in first[r]["mismatch"]
+    # a rank that cannot key the call raises its HashError, rank 0 a DistributedError naming it
+    assert first[1]["unkeyed"].startswith("HashError") and "generator" in first[1]["unkeyed"]
+    assert first[0]["unkeyed"].startswith("DistributedError") and "rank 1: HashError" in first[0]["unkeyed"]
     # a result that depends on the rank: each rank keeps its own, nothing stored, rank 0 warns
     assert first[1]["dependent"] == first[0]["dependent"] + 1
     assert first[0]["dependent_stored"] == 0

@@ -178,11 +178,13 @@ class MemoFunction:
                 if not self.collective:
                     with distributed.rank_local():  # what its body calls is this rank's own too
                         return self._call(args, kwargs, force)
-                # every rank keys the call and takes the branch the group agrees on: no
-                # answer from this process's memory alone (another rank's may lack it)
-                with distributed.keying():
-                    call = self._prepare(args, kwargs, force, memory=False)[0]
-                return drive(call, self.fn)
+                def prepare() -> Optional[Call]:
+                    # every rank keys the call and takes the branch the group agrees on: no
+                    # answer from this process's memory alone (another rank's may lack it)
+                    with distributed.keying():
+                        return self._prepare(args, kwargs, force, memory=False)[0]
+
+                return drive(prepare, self.fn)
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value

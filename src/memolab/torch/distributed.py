@@ -207,13 +207,22 @@ def _result_digest(value: Any) -> str:
 
 
 # -- the driver -----------------------------------------------------------------------------------
-def drive(call: Any, fn: Callable[..., Any]) -> Any:
-    """Run one collective call (``call``: a ``memolab.call.Call``, keyed on this rank)."""
+def drive(prepare: Callable[[], Any], fn: Callable[..., Any]) -> Any:
+    """Run one collective call; ``prepare()`` keys it on this rank (a ``memolab.call.Call``).
+    A rank that cannot key it tells the others at once, so nobody waits for it."""
     ex = exchange()
     if ex is None:
-        with rank_local():
-            return drive_sync(lifecycle(call, call.store.owner_id), fn, call.bound)
+        return _local(prepare(), fn)
     seq = ex.next_call()
+    try:
+        call = prepare()
+    except BaseException as e:
+        why = f"{type(e).__name__}: {e}"[:2000]
+        if ex.rank == 0:
+            ex.set(f"{seq}/d", json.dumps({"d": "error", "key": "", "symbol": "?", "error": why}))
+        else:
+            ex.set(f"{seq}/k/{ex.rank}", "!" + why)
+        raise
     if ex.rank == 0:
         return _lead(ex, seq, call, fn)
     return _follow(ex, seq, call, fn)
@@ -267,6 +276,13 @@ def _lead(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any]) -> Any:
         if seq > 2:
             ex.forget(seq - 2)  # every rank has reached this call: the one before last is read by all
         keys = {r: ex.get(f"{seq}/k/{r}").decode() for r in range(1, ex.world)}
+        failed = {r: d[1:] for r, d in keys.items() if d.startswith("!")}
+        if failed:
+            text = f"{call.key[0]}: rank(s) {sorted(failed)} could not key this collective call: " + "; ".join(
+                f"rank {r}: {why}" for r, why in sorted(failed.items()))
+            _decision(ex, seq, "mismatch", call, error=text)
+            decided = True
+            raise DistributedError(text)
         unequal = {r: d for r, d in keys.items() if d != mine}
         if unequal:
             text = (f"{call.key[0]}: a collective memoized call keyed differently on rank(s) {sorted(unequal)} than "
@@ -357,6 +373,8 @@ def _follow(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any]) -> Any:
     d = json.loads(ex.get(f"{seq}/d"))
     if d["d"] == "mismatch":
         raise DistributedError(d["error"])
+    if d["d"] == "error" and not d["key"]:
+        raise DistributedError(f"{call.key[0]}: rank 0 could not key this collective call ({d['error']})")
     if d["key"] != mine:
         raise DistributedError(
             f"{call.key[0]}: rank 0 made another collective memoized call ({d['symbol']}) at this place in the "
