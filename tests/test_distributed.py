@@ -183,6 +183,11 @@ def rank_dependent(x):
 def consume(loader):
     return 0
 
+@memolab.memo
+def make_loader(n: int):
+    ds = TensorDataset(torch.zeros(n, 1))
+    return DataLoader(ds, sampler=DistributedSampler(ds))
+
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 out = {}
@@ -205,6 +210,11 @@ with warnings.catch_warnings(record=True) as w:
     out["dependent"] = rank_dependent(data)  # results differ by rank: returned, not stored
     out["dependent_warning"] = [str(x.message) for x in w]
 out["dependent_stored"] = len(rank_dependent.evaluations())
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    make_loader(8)                      # each rank's loader yields its own shard: never shared
+    out["loader_warning"] = [str(x.message) for x in w]
+out["loader_stored"] = len(make_loader.evaluations())
 ds = TensorDataset(torch.zeros(8, 1))
 mine = DistributedSampler(ds)                       # this rank's sampler (world 2)
 with keying():
@@ -242,6 +252,7 @@ def test_data_preparation_rank_local_calls_and_disagreeing_ranks(tmp_path):
     assert first[1]["dependent"] == first[0]["dependent"] + 1
     assert first[0]["dependent_stored"] == 0
     assert any("results differ" in w for w in first[0]["dependent_warning"])
+    assert first[0]["loader_stored"] == 0 and any("results differ" in w for w in first[0]["loader_warning"])
     # a DistributedSampler of this rank keys alike on every rank in a collective call, apart otherwise
     assert first[0]["key_collective"] == first[1]["key_collective"]
     assert first[0]["key_local"] != first[1]["key_local"]
@@ -356,6 +367,8 @@ def train(epochs: int):
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
+if os.environ.get("RANK1_STORE") and rank == 1:   # a node-local store: another machine's disk
+    memolab.configure(store=os.environ["RANK1_STORE"])
 with open("pids", "a") as f:
     f.write(f"{os.getpid()}\\n")
 out = {}
@@ -377,6 +390,12 @@ def test_ddp_checkpoint_sigkill_of_the_whole_job_then_resume_equals_an_uninterru
     assert not (tmp_path / "resume.0.json").exists()
     assert sorted(marks(tmp_path / "resume.marks")) == ["0:0", "1:0"]
     (tmp_path / "pids").unlink()
+    # rank 1 on a node-local store without the checkpoint: both ranks refuse to resume apart
+    cp = launch(tmp_path, "resume.py", env={"RANK1_STORE": str(tmp_path / "node1")}, check=False)
+    assert cp.returncode != 0 and "ranks found different checkpoints" in cp.stderr
+    assert "rank 0: step 2, rank 1: step none" in cp.stderr
+    (tmp_path / "pids").unlink()
+    (tmp_path / "resume.marks").write_text("0:0\n1:0\n")
     launch(tmp_path, "resume.py")
     # the plain run (not memoized: no checkpoint) started at 0, the resumed one at epoch 2 on both ranks
     assert sorted(marks(tmp_path / "resume.marks")) == ["0:0", "0:0", "0:2", "1:0", "1:0", "1:2"]

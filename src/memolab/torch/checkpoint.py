@@ -119,7 +119,9 @@ class Checkpoint:
         except Exception as e:  # damaged, tampered, or refers to code that changed: start over
             warnings.warn(f"{ev.key[0]}: the checkpoint of this call cannot be used ({e}); starting from the beginning",
                           _warning(), stacklevel=2)
+            _agree_across_ranks(ev, None)
             return extras
+        _agree_across_ranks(ev, None if found is None else found[1]["steps"])
         if found is None:
             return extras
         _, saved = found
@@ -180,6 +182,20 @@ class Checkpoint:
         from ..store import checkpoints
 
         checkpoints.drop(ev.store, ev.key)
+
+
+def _agree_across_ranks(ev: Any, step: Optional[int]) -> None:
+    """In a collective call of a process group, every rank must resume from the same step
+    (docs/distributed.md): they compare before any of them loads it."""
+    if "torch.distributed" not in sys.modules:
+        return
+    from ..distributed import collective_driver
+
+    if collective_driver() is None:  # no group, or a rank-local computation
+        return
+    from . import distributed
+
+    distributed.agree_on_checkpoint(ev.key[0], step)
 
 
 def _warning() -> type:

@@ -45,7 +45,7 @@ from ..errors import MemolabWarning
 from ..lifecycle import STORE_TROUBLE, drive_sync, lifecycle
 from ..tracking import runs
 
-__all__ = ["active_driver", "drive", "register_hashing", "Exchange"]
+__all__ = ["active_driver", "drive", "register_hashing", "Exchange", "agree_on_checkpoint"]
 
 #: stored rows of the key a follower may find unusable before it asks rank 0 for the value
 _LOADS = 4
@@ -114,7 +114,7 @@ class Exchange:
 
     def forget(self, seq: int) -> None:
         """Delete an old call's keys (every rank has moved past it)."""
-        names = ["d", "alive", "v"] + [f"{x}/{r}" for r in range(self.world) for x in ("k", "res", "ack")]
+        names = ["d", "alive", "v", "ckd"] + [f"{x}/{r}" for r in range(self.world) for x in ("k", "res", "ack", "ck")]
         for n in names:
             try:
                 self.store.delete_key(f"{seq}/{n}")
@@ -433,6 +433,38 @@ def _load(call: Any) -> Tuple[bool, Any]:
     except STORE_TROUBLE:
         pass
     return False, None
+
+
+def agree_on_checkpoint(symbol: str, step: Optional[int]) -> None:
+    """Inside a collective computation: every rank found the same checkpoint step (or none), or
+    every rank raises ``DistributedError`` (node-local stores: one rank would resume, another
+    start over, and DDP would hang or train on mismatched weights). Called by
+    ``Checkpoint.restore`` once per computation, before any step: the call's sequence number
+    names the exchange."""
+    ex = exchange()
+    if ex is None:
+        return
+    seq = ex.seq
+    ex.set(f"{seq}/ck/{ex.rank}", "none" if step is None else str(step))
+    if ex.rank == 0:
+        others = [f"{seq}/ck/{r}" for r in range(1, ex.world)]
+        if not ex.wait(others, ex.arrival_timeout()):
+            ex.set(f"{seq}/ckd", "the other ranks did not restore within the timeout")
+            raise DistributedError(f"{symbol}: the other ranks did not restore this call's checkpoint within "
+                                   f"{ex.arrival_timeout():.0f} s")
+        found = {r: ex.get(f"{seq}/ck/{r}").decode() for r in range(ex.world)}
+        verdict = "" if len(set(found.values())) == 1 else (
+            "ranks found different checkpoints of this call (" + ", ".join(f"rank {r}: step {v}" for r, v in
+                                                                            found.items())
+            + "); node-local stores? Use a store every rank reads, or start over with fresh()")
+        ex.set(f"{seq}/ckd", verdict)
+    else:
+        if not ex.wait([f"{seq}/ckd"], ex.arrival_timeout()):
+            raise DistributedError(f"{symbol}: rank 0 did not restore this call's checkpoint within "
+                                   f"{ex.arrival_timeout():.0f} s")
+        verdict = ex.get(f"{seq}/ckd").decode()
+    if verdict:
+        raise DistributedError(f"{symbol}: {verdict}")
 
 
 # -- keys -----------------------------------------------------------------------------------------
