@@ -499,3 +499,63 @@ def test_a_memo_rebuilt_in_another_process_keeps_collective_false():
     assert args[-1] is False and fn(*args).collective is False
     fn, args = memolab.memo(f).__reduce__()
     assert fn(*args).collective is True
+
+
+SLOWMOD = """
+import os, time
+
+import memolab
+
+@memolab.memo
+def slow(n: int):
+    with open("slow.marks", "a") as f:
+        f.write(os.environ.get("RANK", "solo") + "\\n")
+    time.sleep(float(os.environ.get("SLOW_SECONDS", "0")))
+    return n * 3
+"""
+
+WAITER = """
+import json, warnings
+import torch.distributed as dist
+import memolab
+from slowmod import slow
+
+memolab.distributed.configure(timeout=2)   # far below the other job's 10 s: only the beats keep rank 1 waiting
+dist.init_process_group("gloo")
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    value = slow(7)                     # another job holds the key's lease: rank 0 waits, beating
+    out = {"value": value, "warnings": [str(x.message) for x in w]}
+with open(f"waiter.{dist.get_rank()}.json", "w") as f:
+    json.dump(out, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_followers_wait_while_rank_0_waits_for_another_jobs_lease(tmp_path):
+    """Rank 0 waits longer than the followers' bounds (arrival 2 s, silence 3 lease TTLs = 3 s)
+    for a key another process is computing; its beats keep them waiting; all then load the result.
+    (Fails with the beats switched off: rank 1 gives up and computes alone.)"""
+    import time
+
+    (tmp_path / "slowmod.py").write_text(textwrap.dedent(SLOWMOD))
+    (tmp_path / "waiter.py").write_text(textwrap.dedent(WAITER))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path)]), "MEMOLAB_STORE": str(tmp_path / "store"),
+           "PYTHONDONTWRITEBYTECODE": "1", "MEMOLAB_LEASE_TTL": "1"}
+    other = subprocess.Popen([sys.executable, "-c", "from slowmod import slow; slow(7)"], cwd=tmp_path,
+                             env={**env, "SLOW_SECONDS": "10"})
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "slow.marks").exists():  # the other job holds the lease now
+            assert time.monotonic() < deadline and other.poll() is None
+            time.sleep(0.05)
+        launch(tmp_path, "waiter.py", env={"MEMOLAB_LEASE_TTL": "1"})
+        assert other.wait(timeout=60) == 0
+    finally:
+        if other.poll() is None:
+            other.kill()
+    assert marks(tmp_path / "slow.marks") == ["solo"]  # the job ran no body: it loaded the other's result
+    out = results(tmp_path, "waiter")
+    for r in (0, 1):
+        assert out[r]["value"] == 21 and not out[r]["warnings"]
