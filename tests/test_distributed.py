@@ -184,6 +184,16 @@ def consume(loader):
     return 0
 
 @memolab.memo
+def feature(i: int):
+    return i * 10
+
+class Featurized(torch.utils.data.Dataset):   # memoized calls inside DataLoader workers
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        return torch.tensor(feature(i))
+
+@memolab.memo
 def make_loader(n: int):
     ds = TensorDataset(torch.zeros(n, 1))
     return DataLoader(ds, sampler=DistributedSampler(ds))
@@ -215,6 +225,9 @@ with warnings.catch_warnings(record=True) as w:
     make_loader(8)                      # each rank's loader yields its own shard: never shared
     out["loader_warning"] = [str(x.message) for x in w]
 out["loader_stored"] = len(make_loader.evaluations())
+# a worker process inherits the group's state but is no rank: its calls are its own (no wait)
+shards = DataLoader(Featurized(), batch_size=2, num_workers=1, sampler=DistributedSampler(Featurized(), shuffle=False))
+out["features"] = [int(x) for b in shards for x in b]
 ds = TensorDataset(torch.zeros(8, 1))
 mine = DistributedSampler(ds)                       # this rank's sampler (world 2)
 with keying():
@@ -252,6 +265,7 @@ def test_data_preparation_rank_local_calls_and_disagreeing_ranks(tmp_path):
     assert first[1]["dependent"] == first[0]["dependent"] + 1
     assert first[0]["dependent_stored"] == 0
     assert any("results differ" in w for w in first[0]["dependent_warning"])
+    assert first[0]["features"] == [0, 20] and first[1]["features"] == [10, 30]
     assert first[0]["loader_stored"] == 0 and any("results differ" in w for w in first[0]["loader_warning"])
     # a DistributedSampler of this rank keys alike on every rank in a collective call, apart otherwise
     assert first[0]["key_collective"] == first[1]["key_collective"]

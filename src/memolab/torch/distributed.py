@@ -37,6 +37,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch.distributed as dist
+from torch.utils.data import get_worker_info
 
 from .. import config, hashing
 from ..distributed import DistributedError, rank_local
@@ -56,8 +57,11 @@ _AVAILABLE = dist.is_available()
 
 def active_driver() -> Optional[Callable[[Any, Callable[..., Any]], Any]]:
     """``drive`` inside an initialised group of two or more ranks, else None (asked on every
-    call of a process that imported torch: two cheap calls outside a group)."""
+    call of a process that imported torch: two cheap calls outside a group). A DataLoader
+    worker forked from a rank inherits its group's state but is no rank: its calls are its own."""
     if not _AVAILABLE or not dist.is_initialized() or dist.get_world_size() <= 1:
+        return None
+    if get_worker_info() is not None:
         return None
     return drive
 
