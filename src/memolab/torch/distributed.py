@@ -110,11 +110,13 @@ class Exchange:
             left = limit - (now - start)
             if left <= 0:
                 return self.store.check(keys)
+            piece = min(0.25, left)
             try:
-                self.store.wait(keys, timedelta(seconds=min(0.25, left)))
+                self.store.wait(keys, timedelta(seconds=piece))
                 return True
-            except Exception:  # that slice timed out (DistStoreError)
-                pass
+            except Exception:  # that slice timed out (DistStoreError), or the store is unreachable:
+                if time.monotonic() - now < piece / 2:  # then never spin on it
+                    time.sleep(piece)
 
     def forget(self, seq: int) -> None:
         """Delete an old call's keys (every rank has moved past it)."""
