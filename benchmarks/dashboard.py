@@ -3,11 +3,14 @@
 Builds the store in bulk through the tracking layer's sink (no training runs), serves it, and
 drives the page in Debian's headless Chromium (Playwright) to time:
 
-* all charts drawn after "select all" (every chart of every tag up to date: body[data-drawn]);
-* toggling one run off and on again;
+* the charts in view drawn after "select all" (body[data-drawn]; charts out of view are drawn
+  when scrolled to), and after toggling one run off and on again;
 * the longest task the page ran meanwhile (PerformanceObserver 'longtask', >= 50 ms);
 * what went over the wire: requests and bytes per view, an idle tab's requests over 10 s, and
-  a live refresh's bytes after one running run logged 100 more points per tag.
+  a live refresh's bytes after one running run logged 100 more points per tag;
+* then the same view in the page before this rework (``--before REV``, served from git by the same
+  server) and now, in a window tall enough to show every chart: opened with all runs selected,
+  one run deselected, 10 s idle.
 
     python benchmarks/dashboard.py [--runs 50] [--tags 20] [--steps 5000] [--store DIR]
 
@@ -73,12 +76,77 @@ LONGTASKS = """() => { window.__long = []; new PerformanceObserver((l) => { for 
                 .observe({ type: 'longtask', buffered: false }); }"""
 
 
+ALL_DRAWN = """([n, k]) => { const cs = [...document.querySelectorAll('#charts .card')];
+    return cs.length === k && cs.every(c => { const v = c.querySelector('canvas[data-points]');
+        return v && v.dataset.points.split(',').length === n; }); }"""
+IN_VIEW_DRAWN = """([n, gone]) => { const cs = [...document.querySelectorAll('#charts .card')].filter(c => {
+        const r = c.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; });
+    return cs.length > 0 && cs.every(c => { const v = c.querySelector('canvas[data-runs]');
+        return v && !v.dataset.runs.split(',').includes(gone) && v.dataset.points.split(',').length === n; }); }"""
+
+
+def old_static(rev: str) -> Path:
+    """The page (app.js, index.html, style.css) as it was at ``rev``, with today's vendored libraries.
+
+    The server still answers the routes that page uses (/api/tags, /api/scalars, /api/runs)."""
+    import subprocess
+
+    from memolab.ui import server
+
+    d = Path(tempfile.mkdtemp(prefix="memolab-dash-before-"))
+    shutil.copytree(server.STATIC / "vendor", d / "vendor")
+    for name in ("app.js", "index.html", "style.css"):
+        out = subprocess.run(["git", "show", f"{rev}:src/memolab/ui/static/{name}"], capture_output=True, check=True,
+                             cwd=Path(__file__).resolve().parents[1])
+        (d / name).write_bytes(out.stdout)
+    return d
+
+
+def compare(p, srv, ids: List[int], ntags: int) -> dict:
+    """One page, one view: open with every run selected (from the URL), deselect one, sit idle."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    # tall enough for every chart to be in view: the page now draws charts out of view only when
+    # scrolled to, so this is what makes "every chart drawn" the same work for both pages
+    pg = browser.new_page(viewport={"width": 1400, "height": 4200})
+    out = {}
+    n0 = len(srv.served)
+    t0 = time.perf_counter()
+    pg.goto(srv.url + f"?fn={FN}&runs=" + ",".join(map(str, ids)))
+    pg.evaluate(LONGTASKS)
+    pg.wait_for_function(ALL_DRAWN, arg=[len(ids), ntags], timeout=300_000)
+    out["open"] = time.perf_counter() - t0
+    data = [b for path, b in list(srv.served)[n0:] if path.startswith("/api/")]
+    out["open_reqs"], out["open_bytes"] = len(data), sum(data)
+    out["legend"] = pg.evaluate("() => Math.max(...[...document.querySelectorAll('#charts .legend')].map(l => l.getBoundingClientRect().height))")
+    gone = str(ids[len(ids) // 2])
+    row = f"#runs tbody tr[data-run='{gone}']"
+    pg.eval_on_selector("#runs-wrap", "(w, sel) => { const r = document.querySelector(sel); if (r) r.scrollIntoView(); }", row)
+    pg.wait_for_selector(row)
+    n0 = len(srv.served)
+    t0 = time.perf_counter()
+    pg.click(row)
+    pg.wait_for_function(IN_VIEW_DRAWN, arg=[len(ids) - 1, gone], timeout=300_000)
+    out["toggle"] = time.perf_counter() - t0
+    data = [b for path, b in list(srv.served)[n0:] if path.startswith("/api/")]
+    out["toggle_bytes"] = sum(data)
+    out["longest"] = pg.evaluate("() => Math.max(0, ...window.__long)")
+    time.sleep(1)
+    n0 = len(srv.served)
+    time.sleep(10)
+    idle = list(srv.served)[n0:]
+    out["idle_reqs"], out["idle_bytes"] = len(idle), sum(b for _, b in idle)
+    browser.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--tags", type=int, default=20)
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--store", type=Path)
+    ap.add_argument("--before", default="69bc26a^", metavar="REV",
+                    help="compare with the page at this git revision (default: before issue 28's rework; '' skips)")
     a = ap.parse_args()
 
     from playwright.sync_api import sync_playwright
@@ -97,6 +165,7 @@ def main() -> None:
     last_step = c.execute("SELECT MAX(last_step) FROM scalar_tags").fetchone()[0]
     srv, _ = serve_in_thread(root)
     rows = []
+    results: dict = {}
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -125,7 +194,7 @@ def main() -> None:
                 return dt, len(reqs), sum(b for _, b in reqs)
 
             dt, n, b = drawn_after(lambda: pg.click("#select-all"))
-            rows.append((f"select all ({len(ids)} runs): every chart drawn", dt, n, b))
+            rows.append((f"select all ({len(ids)} runs): charts in view drawn", dt, n, b))
             sent = pg.evaluate("() => Math.max(...[...document.querySelectorAll('#charts canvas[data-sent]')]"
                                ".flatMap(c => c.dataset.sent.split(',').map(Number)))")
             px = pg.evaluate("() => document.querySelector('#charts .plot').clientWidth")
@@ -134,14 +203,14 @@ def main() -> None:
             rows.append(("deselect one run (charts in view redrawn)", dt, n, b))
             dt, n, b = drawn_after(lambda: pg.click(f"#runs tbody tr[data-run='{one}']"))
             rows.append(("select it again (charts in view redrawn)", dt, n, b))
-            dirty = pg.evaluate("() => +document.body.dataset.dirty")
+            dirty = pg.evaluate("() => Object.values(state.charts).filter(c => c.dirty).length")
             t0 = time.perf_counter()
-            pg.evaluate("() => window.scrollTo(0, document.body.scrollHeight)")
-            pg.wait_for_function("() => +document.body.dataset.dirty === 0 || "
-                                 "[...document.querySelectorAll('#charts .card')].every(c => { const r = c.getBoundingClientRect();"
-                                 " return r.bottom < -innerHeight || r.top > 2 * innerHeight || !state.charts[c.dataset.tag].dirty; })",
-                                 timeout=60_000)
-            rows.append((f"scroll to the end: {dirty} waiting charts drawn", time.perf_counter() - t0, "", ""))
+            for _ in range(100):  # a screen at a time, as a reader scrolls, each screen drawn before the next
+                pg.wait_for_function("() => Object.values(state.charts).every(c => !c.dirty || !c.inView)", timeout=60_000)
+                if pg.evaluate("() => { const y = scrollY; scrollBy(0, innerHeight); return scrollY === y; }"):
+                    break
+            pg.wait_for_function("() => Object.values(state.charts).every(c => !c.dirty)", timeout=60_000)
+            rows.append((f"scroll through: the {dirty} charts out of view drawn", time.perf_counter() - t0, "", ""))
             pg.evaluate("() => window.scrollTo(0, 0)")
             longest = pg.evaluate("() => Math.max(0, ...window.__long)")
             rows.append(("longest task meanwhile (ms)", longest / 1000, "", ""))
@@ -162,6 +231,23 @@ def main() -> None:
             rows.append((f"live refresh: +100 points x {len(tags)} tags", 0.0, len(live), sum(b for _, b in live)))
             browser.close()
             assert not errors, errors
+        if a.before:
+            from memolab.ui import server as ui_server
+
+            now_static = ui_server.STATIC
+            try:
+                before_dir = old_static(a.before)
+            except Exception as e:  # no git, or no such revision: the comparison is skipped
+                print(f"no comparison with {a.before!r}: {e}")
+            else:
+                with sync_playwright() as p:
+                    results["after"] = compare(p, srv, ids, len(tags))
+                    ui_server.STATIC = before_dir
+                    try:
+                        results["before"] = compare(p, srv, ids, len(tags))
+                    finally:
+                        ui_server.STATIC = now_static
+                        shutil.rmtree(before_dir, ignore_errors=True)
     finally:
         srv.shutdown()
         srv.server_close()
@@ -174,6 +260,23 @@ def main() -> None:
     for name, s, n, b in rows:
         print(f"| {name:<50} | {s:8.3f} | {n!s:>8} | {b!s:>10} |")
     print("(requests and bytes: /api/series only, gzipped as sent, except the idle row: every request)")
+    if a.before and len(results) == 2:
+        b, n = results["before"], results["after"]
+        print(f"\nSame store, same view: page before ({a.before}) and now. Opened with all {len(ids)} runs selected "
+              "(from the URL); one of them still running.")
+        print(f"| {'':<46} | {'before':>12} | {'now':>12} | {'before / now':>12} |")
+        print(f"|{'-' * 48}|{'-' * 13}:|{'-' * 13}:|{'-' * 13}:|")
+        for key, name, fmt in (("open", "open: every chart drawn (s)", "{:.2f}"),
+                               ("open_reqs", "open: API requests", "{}"),
+                               ("open_bytes", "open: API bytes", "{:,}"),
+                               ("toggle", "deselect one run: charts in view redrawn (s)", "{:.2f}"),
+                               ("toggle_bytes", "deselect one run: API bytes", "{:,}"),
+                               ("longest", "longest task (ms)", "{:.0f}"),
+                               ("legend", "legend height (px)", "{:.0f}"),
+                               ("idle_reqs", "next 10 s, nothing new logged: requests", "{}"),
+                               ("idle_bytes", "next 10 s, nothing new logged: bytes", "{:,}")):
+            ratio = f"{b[key] / n[key]:.1f}x" if n[key] else "-"
+            print(f"| {name:<46} | {fmt.format(b[key]):>12} | {fmt.format(n[key]):>12} | {ratio:>12} |")
 
 
 if __name__ == "__main__":

@@ -151,3 +151,15 @@ def test_bad_series_requests_get_a_clear_400(server, path, msg):
     with pytest.raises(urllib.error.HTTPError) as e:
         get(server.url + "api/" + path)
     assert e.value.code == 400 and msg in json.loads(e.value.read())["error"]
+
+
+def test_nan_and_inf_are_gaps_in_raw_and_summarised_series(tmp_store):
+    index = get_store().index
+    bad = {3: float("inf"), 4: float("-inf"), 5: float("nan")}
+    f = lambda s: bad.get(s % 1000, 1.0)  # noqa: E731
+    write(index, [start(1), start(2)] + points(1, "t", range(20), f) + points(2, "t", range(5000), f)
+          + points(2, "u", range(2999, -1, -1), f))  # u: steps went backwards, bucketed from the points
+    got = series.batch(index, [1, 2], None, 100)
+    assert got["t"]["1"]["value"][3:6] == [None, None, None] and got["t"]["1"]["value"][0] == 1.0
+    json.dumps(got, allow_nan=False)  # no inf or NaN left anywhere, summarised series included
+    assert got["t"]["2"]["downsampled"] and got["u"]["2"]["downsampled"]

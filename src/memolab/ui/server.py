@@ -230,7 +230,7 @@ class Handler(BaseHTTPRequestHandler):
         }.get(route)
         if fn is None:
             raise ApiError(404, f"unknown API route {route!r}")
-        return 200, "application/json", json.dumps(fn(), allow_nan=False, default=str).encode()
+        return 200, "application/json", json.dumps(fn(), allow_nan=False, default=str, separators=(",", ":")).encode()
 
 
 def _diff(index: Any, a: str, b: str) -> Dict[str, Any]:

@@ -209,7 +209,11 @@ async function loadRuns(force = true) {
   state.varying = null;
   state.selected = state.selected.filter((id) => runById(id));
   if (changed) {
-    try { state.stats = await api("metrics?fn=" + encodeURIComponent(state.fn)); } catch (e) { state.stats = {}; }
+    // min/max per run and tag for the metric columns: the table is drawn again when they come,
+    // the charts do not wait for them
+    const fn = state.fn;
+    api("metrics?fn=" + encodeURIComponent(fn)).then((st) => { if (state.fn === fn) { state.stats = st; renderRuns(); } })
+      .catch((e) => console.error(e));
   }
   if (changed || force) renderRuns();
   return changed;
