@@ -134,8 +134,9 @@ def test_the_heartbeat_is_cheap_and_changes_only_when_something_does(server):
 def test_metric_stats_give_last_min_max_and_points(server):
     index = get_store().index
     write(index, [start(1)] + points(1, "a", range(200), lambda s: float(s % 17) - 3.0))
-    got = get(server.url + "api/metrics?fn=sweep:f")
+    got = get(server.url + "api/metrics?fn=sweep:f&minmax=1")
     assert got == {"1": {"a": [float(199 % 17) - 3.0, -3.0, 13.0, 200]}}
+    assert get(server.url + "api/metrics?fn=sweep:f") == {"1": {"a": [float(199 % 17) - 3.0, None, None, 200]}}
 
 
 @pytest.mark.parametrize("path, msg", [

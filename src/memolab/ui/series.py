@@ -201,21 +201,26 @@ def heartbeat(index: Any) -> Dict[str, Any]:
     return {"sig": f"{ev[0]}:{ev[1]}:{ev[2]}:{rn[0]}:{rn[1]}:{rn[2]}:{rn[3]}", "running": running}
 
 
-def metric_stats(index: Any, fn: str) -> Dict[str, Dict[str, List[Any]]]:
+def metric_stats(index: Any, fn: str, minmax: bool = False) -> Dict[str, Dict[str, List[Any]]]:
     """``{run: {tag: [last, min, max, points]}}`` for the runs of ``fn``: the runs table's metric columns.
 
-    Read from the per-tag and per-block summaries, never from the points.
+    Read from the per-tag summaries, and with ``minmax`` the per-block ones, never from the points;
+    min and max are None unless asked for (a sweep's blocks are ~100,000 rows).
     """
     c = index.conn()
     schema.ensure(c)
     out: Dict[str, Dict[str, List[Any]]] = {}
-    for run, tag, last, n in c.execute(
-            "SELECT t.run, t.tag, t.last_value, t.n FROM scalar_tags t JOIN runs r ON r.id = t.run WHERE r.fn=?", (fn,)):
-        out.setdefault(str(run), {})[tag] = [_f(last), None, None, n]
-    for run, tag, lo, hi in c.execute(
-            "SELECT b.run, b.tag, MIN(b.vmin), MAX(b.vmax) FROM scalar_blocks b JOIN runs r ON r.id = b.run"
-            " WHERE r.fn=? GROUP BY b.run, b.tag", (fn,)):
-        d = out.get(str(run), {}).get(tag)
-        if d is not None:
-            d[1], d[2] = _f(lo), _f(hi)
+    runs = [r for (r,) in c.execute("SELECT id FROM runs WHERE fn=?", (fn,))]
+    for i in range(0, len(runs), 500):
+        part = runs[i:i + 500]
+        q = ",".join("?" * len(part))
+        for run, tag, last, n in c.execute(f"SELECT run, tag, last_value, n FROM scalar_tags WHERE run IN ({q})", part):
+            out.setdefault(str(run), {})[tag] = [_f(last), None, None, n]
+        if not minmax:
+            continue
+        for run, tag, lo, hi in c.execute(
+                f"SELECT run, tag, MIN(vmin), MAX(vmax) FROM scalar_blocks WHERE run IN ({q}) GROUP BY run, tag", part):
+            d = out.get(str(run), {}).get(tag)
+            if d is not None:
+                d[1], d[2] = _f(lo), _f(hi)
     return out

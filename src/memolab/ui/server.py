@@ -221,7 +221,7 @@ class Handler(BaseHTTPRequestHandler):
             "series": lambda: series.batch(index, _ints(_one(q, "runs", ""), "runs"), q.get("tag"),
                                            _pixels(_one(q, "px", "600")), _seen(_one(q, "seen", "{}"))),
             "heartbeat": lambda: series.heartbeat(index),
-            "metrics": lambda: series.metric_stats(index, _one(q, "fn")),
+            "metrics": lambda: series.metric_stats(index, _one(q, "fn"), _one(q, "minmax", "0") == "1"),
             "histograms": lambda: query.events(index, _id(_one(q, "run"), "run"), "histogram", _one(q, "tag")),
             "images": lambda: query.events(index, _id(_one(q, "run"), "run"), "image", _one(q, "tag")),
             "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),

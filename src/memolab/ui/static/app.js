@@ -208,15 +208,18 @@ async function loadRuns(force = true) {
   state.runsSig = sig;
   state.varying = null;
   state.selected = state.selected.filter((id) => runById(id));
-  if (changed) {
-    // min/max per run and tag for the metric columns: the table is drawn again when they come,
-    // the charts do not wait for them
-    const fn = state.fn;
-    api("metrics?fn=" + encodeURIComponent(fn)).then((st) => { if (state.fn === fn) { state.stats = st; renderRuns(); } })
-      .catch((e) => console.error(e));
-  }
+  if (changed) loadStats();
   if (changed || force) renderRuns();
   return changed;
+}
+
+// points per run and tag (the default metric columns), and min/max once the user shows them: the
+// table is drawn again when they come, the charts do not wait for them
+function loadStats() {
+  const fn = state.fn, minmax = state.stat !== "last";
+  api(`metrics?fn=${encodeURIComponent(fn)}${minmax ? "&minmax=1" : ""}`)
+    .then((st) => { if (state.fn === fn) { state.stats = st; state.statsMinmax = minmax; renderRuns(); } })
+    .catch((e) => console.error(e));
 }
 
 // the runs filter: words, all of which must match: `status:failed`, `lr=0.1` (or != < > <= >=
@@ -495,11 +498,11 @@ function scalarCard(tag) {
   return card;
 }
 
-// Charts are drawn one task at a time (at most ~40 ms of drawing before the page gets control
-// back), the ones in view first. A chart known to be out of view
-// is marked dirty instead and drawn when it comes within 200 px: toggling one run of 50 redraws the few
-// charts on screen, not all 20. body[data-drawn] counts the times the queue ran dry,
-// body[data-dirty] is how many charts wait to be scrolled to.
+// Charts are drawn in tasks of ~80 ms, the ones in view first: a chart of 50 runs takes 5-30 ms,
+// a task over ~200 ms is a freeze the user feels, and each task ends with a paint of the page.
+// A chart known to be out of view is marked dirty instead and drawn when it comes within 200 px:
+// toggling one run of 50 redraws the few charts on screen, not all 20. body[data-drawn] counts
+// the times the queue ran dry, body[data-dirty] is how many charts wait to be scrolled to.
 const nearView = new IntersectionObserver((entries) => {
   const now = [];
   for (const e of entries) {
@@ -522,7 +525,7 @@ function scheduleDraw(tags) {
 function drainDraws() {
   drawTimer = null;
   const t0 = performance.now();
-  while (drawQueue.length && performance.now() - t0 < 40) {
+  while (drawQueue.length && performance.now() - t0 < 80) {
     const tag = drawQueue.shift(), c = state.charts[tag];
     if (c && c.inView === false) { c.dirty = true; continue; }
     if (c) c.dirty = false;
@@ -1085,7 +1088,10 @@ async function init() {
   $("#hist-mode").addEventListener("change", () => refreshTab());
   $("#select-none").addEventListener("click", () => setSelection([]));
   $("#select-all").addEventListener("click", selectAll);
-  $("#metric-stat").addEventListener("change", () => { state.stat = $("#metric-stat").value; renderRuns(); });
+  $("#metric-stat").addEventListener("change", () => {
+    state.stat = $("#metric-stat").value;
+    if (state.stat !== "last" && !state.statsMinmax) loadStats(); else renderRuns();
+  });
   $("#hp-const").addEventListener("click", () => { state.hpConst = !state.hpConst; drawHparams(); });
   $("#hparams-wrap").addEventListener("scroll", () => { if (!state.hpFrame) state.hpFrame = requestAnimationFrame(() => { state.hpFrame = null; renderHpRows(); }); });
   $("#compare-code").addEventListener("click", compareCode);
