@@ -73,8 +73,8 @@ def test_api_serves_runs_and_their_logs(server):
     assert hp["hparams"] == ["lr", "tag"] and hp["metrics"] == ["loss"]
     assert sorted(r["metrics"]["loss"] for r in hp["rows"]) == [1.0, 2.0]
     ctype, html = get(server.url, raw=True)
-    assert ctype.startswith("text/html") and b"app.js" in html
-    ctype, js = get(server.url + "static/app.js", raw=True)
+    assert ctype.startswith("text/html") and all(f"/static/{f}".encode() in html for f in ("app.js", "charts.js", "panels.js"))
+    ctype, js = get(server.url + "static/charts.js", raw=True)
     assert "javascript" in ctype and b"drawScalarCard" in js
     for lib in ("uPlot.iife.min.js", "marked.umd.js", "purify.min.js"):  # vendored: the page works offline
         ctype, body = get(server.url + "static/vendor/" + lib, raw=True)

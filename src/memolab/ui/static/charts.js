@@ -1,0 +1,359 @@
+// memolab dashboard: the scalar charts (loaded before app.js, which holds the state and starts the page).
+// One batched request per view (/api/series) sized to the charts' pixel width, series kept per run and
+// tag and fetched again only when they grow, charts drawn a task at a time, the ones in view first.
+"use strict";
+
+// ---- scalars: one batched request per view, kept per run and tag, fetched again only when they grow -----
+function tagFilter() {
+  const src = $("#tag-filter").value.trim();
+  if (!src) return () => true;
+  try { const re = new RegExp(src); $("#tag-filter").style.borderColor = ""; return (t) => re.test(t); }
+  catch (e) { $("#tag-filter").style.borderColor = "red"; return () => true; }
+}
+
+const groupOf = (tag) => (tag.includes("/") ? tag.slice(0, tag.indexOf("/")) : "");
+
+// the plot width of one chart of the grid (CSS: auto-fill, minmax(420px, 1fr), gap 12px)
+function chartPx() {
+  const W = $("#charts").clientWidth || $("main").clientWidth || 1000;
+  const cols = Math.max(1, Math.floor((W + 12) / 432));
+  return Math.max(200, Math.floor((W - 12 * (cols - 1)) / cols) - 18);
+}
+
+// a run whose series are held but may have grown: it was running when they were fetched, or is now
+function isStale(id, prefix = "") {
+  const now = (state.hb?.running || {})[id];
+  return state.fetchedAt[prefix + id] !== now;
+}
+
+async function fetchSeries(ids) {
+  const want = Math.ceil(chartPx() / 50) * 50;
+  if (want > state.px * 1.25 || !state.px) {  // wider charts (a resize): sized again, smaller ones reuse
+    state.px = want; state.series = {}; state.fetched = new Set();
+  }
+  const fresh = ids.filter((id) => !state.fetched.has(id));
+  const grown = ids.filter((id) => state.fetched.has(id) && isStale(id));
+  if (!fresh.length && !grown.length) return false;
+  const hb = state.hb?.running || {};
+  for (let i = 0; i < fresh.length + grown.length; i += 200) {  // a long URL is split, never refused
+    const part = [...fresh, ...grown].slice(i, i + 200);
+    const seen = {};
+    for (const id of part) {
+      if (!state.fetched.has(id)) continue;
+      const held = seen[id] = {};
+      for (const [tag, per] of Object.entries(state.series)) {
+        const d = per[id];
+        if (d) held[tag] = [d.n, d.step[d.step.length - 1]];
+      }
+    }
+    const at = Object.fromEntries(part.map((id) => [id, hb[id]]));
+    const got = await api(`series?runs=${part.join(",")}&px=${state.px}` + (Object.keys(seen).length ? "&seen=" + encodeURIComponent(JSON.stringify(seen)) : ""));
+    for (const [tag, per] of Object.entries(got)) {
+      const dst = state.series[tag] || (state.series[tag] = {});
+      for (const [id, d] of Object.entries(per)) dst[id] = d.append && dst[id] ? appendSeries(dst[id], d) : d;
+    }
+    for (const id of part) { state.fetched.add(id); state.fetchedAt[id] = at[id]; }
+    // a live series that grew far past the chart's width is fetched whole (summarised) next time
+    for (const per of Object.values(state.series)) for (const id of part) if (per[id] && per[id].step.length > 4 * state.px) state.fetched.delete(id);
+  }
+  return true;
+}
+
+function appendSeries(old, d) {
+  const out = { n: d.n, downsampled: old.downsampled || d.downsampled };
+  for (const k of ["step", "wall", "value"]) out[k] = old[k].concat(d[k]);
+  if (old.min || d.min) {
+    out.min = (old.min || old.value).concat(d.min || d.value);
+    out.max = (old.max || old.value).concat(d.max || d.value);
+  }
+  return out;
+}
+
+function scalarTags(ids) {
+  const keep = tagFilter();
+  return Object.keys(state.series).filter((t) => keep(t) && ids.some((id) => state.series[t][id])).sort();
+}
+
+async function renderScalars(ids) {
+  await fetchSeries(ids);
+  const tags = scalarTags(ids);
+  const box = $("#charts");
+  const groups = new Map();
+  for (const tag of tags) { const g = groupOf(tag); if (!groups.has(g)) groups.set(g, []); groups.get(g).push(tag); }
+  const sections = [];
+  const live = new Set(tags);
+  for (const [g, gtags] of [...groups.entries()].sort((a, b) => (a[0] === "" ? -1 : b[0] === "" ? 1 : a[0] < b[0] ? -1 : 1))) {
+    let sec = box.querySelector(`details.group[data-group="${CSS.escape(g)}"]`);
+    if (!sec) {
+      sec = el("details", { class: "group", "data-group": g }, el("summary", {}), el("div", { class: "grid" }));
+      sec.open = !state.collapsed.has(g);
+      sec.addEventListener("toggle", () => {
+        if (sec.open) { state.collapsed.delete(g); redrawScalars(); } else state.collapsed.add(g);
+      });
+    }
+    sec.querySelector("summary").textContent = `${g || "(no prefix)"}  ·  ${gtags.length} chart${gtags.length === 1 ? "" : "s"}`;
+    const grid = sec.querySelector(".grid");
+    const cards = gtags.map((tag) => state.charts[tag]?.card || scalarCard(tag));
+    if (cards.length !== grid.children.length || cards.some((c, i) => grid.children[i] !== c)) grid.replaceChildren(...cards);
+    sections.push(sec);
+  }
+  if (sections.length !== box.children.length || sections.some((s, i) => box.children[i] !== s)) box.replaceChildren(...sections);
+  for (const tag of Object.keys(state.charts)) if (!live.has(tag)) { state.charts[tag].u?.destroy(); delete state.charts[tag]; }
+  scheduleDraw(tags);
+}
+
+function scalarCard(tag) {
+  const plot = el("div", { class: "plot" });
+  const card = el("div", { class: "card chart", "data-tag": tag },
+    el("div", { class: "card-head" }, el("h3", { text: tag, title: tag }),
+      el("button", { type: "button", class: "reset", title: "reset zoom (or double-click the chart)", onclick: () => resetZoom(tag) }, "reset zoom"),
+      el("button", { type: "button", class: "csv", title: "download this chart's data as CSV", onclick: () => downloadCsv(tag) }, "CSV")),
+    plot, el("div", { class: "legend" }));
+  state.charts[tag] = { card, u: null, sig: null };
+  nearView.observe(card);
+  return card;
+}
+
+// Charts are drawn in tasks of ~80 ms, the ones in view first: a chart of 50 runs takes 5-30 ms,
+// a task over ~200 ms is a freeze the user feels, and each task ends with a paint of the page.
+// A chart known to be out of view is marked dirty instead and drawn when it comes within 200 px:
+// toggling one run of 50 redraws the few charts on screen, not all 20. body[data-drawn] counts
+// the times the queue ran dry, body[data-dirty] is how many charts wait to be scrolled to.
+const nearView = new IntersectionObserver((entries) => {
+  const now = [];
+  for (const e of entries) {
+    const c = state.charts[e.target.dataset.tag];
+    if (!c || c.card !== e.target) continue;
+    c.inView = e.isIntersecting;
+    if (c.inView && c.dirty) now.push(e.target.dataset.tag);
+  }
+  if (now.length) scheduleDraw(now);
+}, { rootMargin: "200px 0px" });
+let drawQueue = [], drawTimer = null;
+function scheduleDraw(tags) {
+  const queued = new Set(drawQueue);
+  for (const t of tags) if (!queued.has(t)) drawQueue.push(t);
+  const H = window.innerHeight;
+  const inView = (t) => { const c = state.charts[t]; if (!c) return 1; const r = c.card.getBoundingClientRect(); return r.bottom > 0 && r.top < H ? 0 : 1; };
+  drawQueue.sort((a, b) => inView(a) - inView(b));
+  if (!drawTimer) drawTimer = setTimeout(drainDraws, 0);
+}
+function drainDraws() {
+  drawTimer = null;
+  const t0 = performance.now();
+  while (drawQueue.length && performance.now() - t0 < 80) {
+    const tag = drawQueue.shift(), c = state.charts[tag];
+    if (c && c.inView === false) { c.dirty = true; continue; }
+    if (c) c.dirty = false;
+    drawScalarCard(tag, state.selected);
+  }
+  if (drawQueue.length) { drawTimer = setTimeout(drainDraws, 0); return; }
+  document.body.dataset.dirty = String(Object.values(state.charts).filter((c) => c.dirty).length);
+  document.body.dataset.drawn = String(++state.drawSeq);
+}
+
+function redrawScalars() {
+  for (const c of Object.values(state.charts)) c.dsig = null;
+  scheduleDraw(Object.keys(state.charts));
+}
+
+function smooth(values, w) {
+  // TensorBoard's debiased exponential moving average; nulls (NaN/inf) are skipped
+  const out = []; let last = 0, n = 0;
+  for (const v of values) {
+    if (v === null) { out.push(null); continue; }
+    last = last * w + (1 - w) * v; n++;
+    out.push(w > 0 ? last / (1 - Math.pow(w, n)) : v);
+  }
+  return out;
+}
+
+function seriesFor(tag, ids) {
+  const data = state.series[tag] || {};
+  const w = parseFloat($("#smoothing").value);
+  const xmode = $("#xaxis").value;
+  return ids.filter((id) => data[id] && data[id].n > 0).map((id) => {
+    const d = data[id];
+    const t0 = d.wall.length ? d.wall[0] : 0;
+    const xs = xmode === "step" ? d.step : xmode === "relative" ? d.wall.map((t) => t - t0) : d.wall;
+    return { id, color: colorOf(id), dash: dashOf(id), label: runLabel(runById(id)) || id, x: xs, raw: d.value,
+      y: smooth(d.value, w), n: d.n, lo: d.min, hi: d.max, step: d.step, wall: d.wall, downsampled: !!d.downsampled };
+  });
+}
+
+function alpha(hex, a) {
+  const n = parseInt(hex.slice(1), 16);
+  return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
+}
+
+//: min/max bands are drawn while at most this many runs share a chart (past that they only blur it)
+const MAX_BANDS = 10;
+
+function drawScalarCard(tag, ids) {
+  const c = state.charts[tag];
+  if (!c) return;
+  const card = c.card;
+  const plot = card.querySelector(".plot");
+  if (!card.isConnected || card.closest("details:not([open])")) return; // drawn when its section opens
+  const logY = $("#logscale").checked;
+  const xmode = $("#xaxis").value;
+  const width = Math.max(200, plot.clientWidth || 400);
+  const per = state.series[tag] || {};
+  // nothing new for this chart (a run toggled elsewhere, a poll with no new points): nothing to do
+  const dsig = JSON.stringify([ids.map((id) => [id, per[id]?.n, per[id]?.step.length, runLabel(runById(id)), colorOf(id)]), logY, xmode, $("#smoothing").value, width]);
+  if (c.u && c.dsig === dsig) return;
+  c.dsig = dsig;
+  const series = seriesFor(tag, ids);
+  // few runs: the smoothed line, the raw one faint behind it and the min/max band; many runs: the
+  // smoothed line only (the raw value is in the tooltip), else 50 runs are 200 series to draw
+  const bandsOn = series.length <= MAX_BANDS;
+  const pos = (v) => (v === null || v === undefined ? v : logY && !(v > 0) ? null : v);
+  const tables = series.map((s) => [s.x, s.y.map(pos), ...(bandsOn ? [s.raw.map(pos)] : []), ...(s.lo && bandsOn ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
+  const data = tables.length ? uPlot.join(tables) : [[]];
+  const opts = [{}];
+  const bands = [];
+  let k = 1;
+  for (const s of series) {
+    const few = s.x.length <= 2;  // a single point (add_hparams' final metric) needs a marker, not a line
+    opts.push({ label: s.label, stroke: s.color, width: 2, spanGaps: false, ...(s.dash ? { dash: s.dash } : {}),
+      ...(few ? { points: { show: true, size: 8, fill: s.color } } : {}) });
+    k += 1;
+    if (bandsOn) {
+      opts.push({ label: s.label + " (raw)", stroke: alpha(s.color, 0.3), width: 1, points: { show: false } });
+      k += 1;
+    }
+    if (s.lo && bandsOn) {
+      opts.push({ label: "min", stroke: "transparent", points: { show: false } });
+      opts.push({ label: "max", stroke: "transparent", points: { show: false } });
+      bands.push({ series: [k + 1, k], fill: alpha(s.color, 0.12) });
+      k += 2;
+    }
+  }
+  const sig = JSON.stringify([series.map((s) => [s.id, s.label, s.color, s.dash, !!s.lo]), bandsOn, logY, xmode]);
+  if (c.u && c.sig === sig) {
+    c.u.setData(data, !c.zoomed);  // live updates keep a zoomed view as it is
+    if (c.u.width !== width) c.u.setSize({ width, height: 240 });
+  } else {
+    c.u?.destroy();
+    c.zoomed = false;
+    c.u = new uPlot({
+      width, height: 240, series: opts, bands,
+      legend: { show: false },
+      padding: [8, 28, 0, 4],  // room on the right: the last x label is never clipped
+      cursor: { drag: { x: true, y: false }, focus: { prox: 24 } },
+      scales: {
+        x: { time: xmode === "wall", range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : [lo, hi]) },
+        y: logY ? { distr: 3, log: 10 } : { range: (u, lo, hi) => (lo === null || hi === null ? [0, 1] : lo === hi ? [lo - 0.5, hi + 0.5] : uPlot.rangeNum(lo, hi, 0.05, true)) },
+      },
+      axes: [
+        { stroke: "#5b6475", grid: { stroke: "#eceef2" }, ticks: { stroke: "#dde1e8" } },
+        { stroke: "#5b6475", grid: { stroke: "#eceef2" }, ticks: { stroke: "#dde1e8" }, size: 62,
+          values: logY ? (u, splits) => splits.map(logLabel) : (u, splits) => splits.map(fmtNum) },
+      ],
+      hooks: {
+        setCursor: [(u) => showTooltip(u, tag)],
+        setSelect: [(u) => { if (u.select.width > 0) c.zoomed = true; }],
+      },
+    }, data, (plot.replaceChildren(), plot));
+    c.u.over.addEventListener("mouseleave", () => hideTooltip(tag));
+    c.u.over.addEventListener("dblclick", () => { c.zoomed = false; });
+    c.sig = sig;
+  }
+  c.series = series;
+  c.bandsOn = bandsOn;
+  const canvas = c.u.ctx.canvas;
+  canvas.dataset.tag = tag;
+  canvas.dataset.runs = series.map((s) => s.id).join(",");
+  canvas.dataset.points = series.map((s) => s.n).join(",");
+  canvas.dataset.sent = series.map((s) => s.x.length).join(",");  // points held: at most ~2 per pixel
+  card._u = c.u;
+  // one line, whatever the number of runs: the values are in the tooltip
+  const LEGEND = 8;
+  card.querySelector(".legend").replaceChildren(...series.slice(0, LEGEND).map((s) => el("span", { title: s.label },
+    el("span", { class: "swatch", style: `background:${s.color}` }),
+    `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])})`)),
+  ...(series.length > LEGEND ? [el("span", { class: "muted", text: `+${series.length - LEGEND} more: hover for values` })] : []));
+}
+
+// log axis labels: 1e-3 … 1e3 as plain numbers inside the usual range, every split labelled
+function logLabel(v) {
+  if (v === null || v === undefined) return "";
+  const a = Math.abs(v);
+  return a !== 0 && (a >= 1e4 || a < 1e-3) ? v.toExponential(0) : String(+v.toPrecision(3));
+}
+
+function resetZoom(tag) {
+  const c = state.charts[tag];
+  if (!c || !c.u) return;
+  c.zoomed = false;
+  c.u.setData(c.u.data, true);
+}
+
+//: tooltip rows shown (highest values first); the rest are counted
+const TIP_ROWS = 20;
+
+// a crosshair tooltip: every run's value at the cursor's x, highest first, inside the window
+function showTooltip(u, tag) {
+  const c = state.charts[tag];
+  const idx = u.cursor.idx;
+  if (idx === null || idx === undefined || !c || !c.series) { hideTooltip(tag); return; }
+  const x = u.data[0][idx];
+  const xmode = $("#xaxis").value;
+  const found = [];
+  const tol = ((u.scales.x.max ?? 0) - (u.scales.x.min ?? 0)) / 40;
+  for (const s of c.series) {
+    // the run's point nearest to the cursor's x (its steps need not be the other runs' steps),
+    // if it has one near there: a run that ended earlier is not listed at the end of another
+    const j = nearest(s.x, x);
+    if (j >= 0 && Math.abs(s.x[j] - x) <= tol) found.push([s.raw[j], s.y[j], s]);
+  }
+  found.sort((a, b) => (b[0] ?? -Infinity) - (a[0] ?? -Infinity));
+  const rows = found.slice(0, TIP_ROWS).map(([v, sm, s]) => el("div", { class: "tip-row" },
+    el("span", { class: "swatch", style: `background:${s.color}` }), el("b", { class: "tip-val", text: fmtNum(v) }),
+    el("span", { class: "tip-label", text: s.label }), el("span", { class: "muted", text: ` (smoothed ${fmtNum(sm)})` })));
+  if (found.length > TIP_ROWS) rows.push(el("div", { class: "muted", text: `… and ${found.length - TIP_ROWS} more` }));
+  let tip = c.card.querySelector(".tooltip");
+  if (!tip) { tip = el("div", { class: "tooltip" }); c.card.querySelector(".plot").append(tip); }
+  const xl = xmode === "wall" ? new Date(x * 1000).toLocaleString() : `${xmode === "step" ? "step" : "t"} ${fmtNum(x)}${xmode === "relative" ? " s" : ""}`;
+  tip.replaceChildren(el("b", { text: xl }), ...rows);
+  // fixed to the window and kept inside it: right of the cursor, else left; below, else above
+  const box = u.over.getBoundingClientRect();
+  const cx = box.left + u.cursor.left, cy = box.top + u.cursor.top;
+  const w = tip.offsetWidth, h = tip.offsetHeight, W = document.documentElement.clientWidth, H = window.innerHeight;
+  let left = cx + 14 + w <= W - 4 ? cx + 14 : cx - 14 - w;
+  let top = cy + 10 + h <= H - 4 ? cy + 10 : cy - 10 - h;
+  tip.style.left = Math.max(4, Math.min(left, W - w - 4)) + "px";
+  tip.style.top = Math.max(4, Math.min(top, H - h - 4)) + "px";
+}
+
+// the index of the point of sorted xs nearest to x whose value is not a gap (-1: none near)
+function nearest(xs, x) {
+  let lo = 0, hi = xs.length - 1;
+  if (hi < 0) return -1;
+  while (lo < hi) { const mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid + 1; else hi = mid; }
+  const j = lo > 0 && Math.abs(xs[lo - 1] - x) < Math.abs(xs[lo] - x) ? lo - 1 : lo;
+  return j;
+}
+
+function hideTooltip(tag) {
+  const tip = state.charts[tag]?.card.querySelector(".tooltip");
+  if (tip) tip.remove();
+}
+
+function downloadCsv(tag) {
+  const c = state.charts[tag];
+  if (!c) return;
+  const series = seriesFor(tag, state.selected);  // what the chart shows, even if it waits to be redrawn
+  const q = (s) => `"${String(s).replace(/"/g, '""')}"`;
+  const lines = ["run,id,arguments,step,wall_time,value"];
+  for (const s of series) {
+    const r = runById(s.id) || { id: s.id, hparams: {} };
+    s.step.forEach((st, i) => lines.push([s.id, q(idText(r)), q(argText(r.hparams)), st, s.wall[i], s.raw[i] ?? ""].join(",")));
+  }
+  const a = el("a", { href: URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" })),
+    download: `${tag.replace(/[^A-Za-z0-9._-]+/g, "_")}.csv` });
+  document.body.append(a);
+  a.click();
+  a.remove();
+}
+
