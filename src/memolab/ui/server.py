@@ -27,7 +27,6 @@ import mimetypes
 import secrets
 import socket
 import threading
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from collections import deque
