@@ -378,3 +378,14 @@ def test_a_handler_chained_after_memolabs_keeps_its_graceful_stop(project):
     assert p.returncode == 143  # the program's own graceful exit, not a death by SIGTERM
     (r,) = memolab.runs("train", store=str(project.store))
     assert r.status == "interrupted" and r.error == "SystemExit: 143" and "loss" in r.metrics
+
+
+def test_an_object_argument_shows_without_its_address():
+    """A default repr's address differs in every process: two runs with equal arguments would
+    show different values, and a label (the arguments that differ) would be only addresses."""
+    from memolab.text import short_repr
+
+    class Data:
+        pass
+
+    assert short_repr(Data()) == short_repr(Data()) and "0x" not in short_repr([Data(), Data()])

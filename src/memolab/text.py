@@ -5,6 +5,7 @@ Its own module, below everything that shows values (``memo``, ``summary``,
 """
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -16,6 +17,11 @@ _repr.maxother = 80
 _repr.maxlist = _repr.maxtuple = _repr.maxdict = _repr.maxset = 8
 _repr.maxlevel = 3
 
+#: the address in a default repr (``<Foo object at 0x7f…>``): different in every process, so two
+#: runs with equal arguments would show different values (and a run label, the arguments that
+#: differ, would be nothing but addresses)
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
+
 
 def short_repr(obj: Any) -> str:
     """A one-line, bounded repr for tables and explanations."""
@@ -23,4 +29,4 @@ def short_repr(obj: Any) -> str:
         text = _repr.repr(obj)
     except Exception:
         return f"<{type(obj).__qualname__}>"
-    return " ".join(text.split())
+    return _ADDRESS.sub("", " ".join(text.split()))
