@@ -159,8 +159,9 @@ def test_piping_into_head_prints_nothing_on_stderr(project):
 
 
 def test_two_scripts_defining_train_are_told_apart(project):
-    # Keys are unchanged (both are __main__:train); each run records its script, so the CLI says
-    # which file ran and `why` says the "change" is another script, not an edit.
+    # Keys are unchanged (both are __main__:train: the same code with the same arguments is the same
+    # computation); each run records its script, the CLI says which file ran, and a miss is compared
+    # with evaluations of its own script only: another file's `train` is never reported as an edit.
     project.write("a.py", "from memolab import memo\n@memo\ndef train(n):\n    return n\ntrain(1)\n")
     project.write("b.py", "from memolab import memo\n@memo\ndef train(n):\n    return n * 2\ntrain(1)\n")
     project.run("a.py")
@@ -168,10 +169,22 @@ def test_two_scripts_defining_train_are_told_apart(project):
     out = memolab(project, "runs", "train").stdout
     assert "a.py:train" in out and "b.py:train" in out
     why = memolab(project, "why", "train").stdout
-    assert f"computed by {project.root / 'a.py'} and this call came from {project.root / 'b.py'}" in why
-    assert json.loads(memolab(project, "why", "train", "--json").stdout)["scripts"] == {
-        "stored": str(project.root / "a.py"), "now": str(project.root / "b.py")}
+    assert "no evaluation of `train` from b.py is stored yet" in why and f"came from {project.root / 'a.py'}" in why
+    assert "changed" not in why and "diff" not in why, why
+    # an edit of a.py is compared with a.py's evaluation, not with b.py's (newer, same arguments)
+    project.write("a.py", "from memolab import memo\n@memo\ndef train(n):\n    return n + 1\ntrain(1)\n")
+    project.run("a.py")
+    why = memolab(project, "why", "train").stdout
+    assert "`__main__:train` changed" in why and "-    return n\n" in why and "+    return n + 1" in why, why
+    assert "n * 2" not in why, why
+    # a miss explained when asked (code this process stored, new arguments) is also within its script
+    project.write("c.py", "from memolab import memo\n@memo\ndef train(n):\n    return -n\ntrain(2)\n")
+    project.write("d.py", "from memolab import memo\n@memo\ndef train(n):\n    return n - 1\ntrain(1)\ntrain(2)\n")
+    project.run("c.py")
+    project.run("d.py")
+    miss = json.loads(memolab(project, "why", "train", "--json").stdout)["miss"]
+    assert miss["reasons"] == ["new arguments: n 1 -> 2"], miss
     import memolab as ml
 
-    assert sorted(r.script for r in ml.runs("train", store=str(project.store))) == [
-        str(project.root / "a.py"), str(project.root / "b.py")]
+    assert sorted({r.script for r in ml.runs("train", store=str(project.store))}) == [
+        str(project.root / f"{s}.py") for s in "abcd"]

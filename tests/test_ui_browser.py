@@ -321,3 +321,30 @@ def test_a_long_runs_table_is_virtual_filtered_and_selected_in_bulk(tmp_store, p
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_two_scripts_defining_train_are_told_apart_in_the_dashboard(project, page):
+    """Both scripts' functions are __main__:train: the sidebar names the files, each run says which
+    file it came from, and "code changed" marks an edit of one script, never the other script's code."""
+    a = "from memolab import memo\n@memo\ndef train(n):\n    return n{}\ntrain(1)\n"
+    project.write("a.py", a.format(""))
+    project.run("a.py")
+    project.write("b.py", "from memolab import memo\n@memo\ndef train(n):\n    return n * 2\ntrain(1)\n")
+    project.run("b.py")
+    project.write("a.py", a.format(" + 1"))
+    project.run("a.py")
+    srv, _ = serve_in_thread(project.store)
+    try:
+        page.goto(srv.url + "?fn=__main__:train")
+        page.wait_for_selector("body[data-ready='1']")
+        assert page.inner_text("#functions li[data-fn='__main__:train']").startswith("train (a.py, b.py)")
+        rows = page.query_selector_all("#runs tbody tr[data-run]")
+        cells = sorted(r.query_selector("td:nth-child(4)").inner_text() for r in rows)
+        assert [c.split(" · ")[0] for c in cells] == ["a.py", "a.py", "b.py"], cells
+        changed = [r for r in rows if "code changed" in r.inner_text()]
+        assert len(changed) == 1 and changed[0].query_selector("td:nth-child(4)").inner_text().startswith("a.py"), \
+            [r.inner_text() for r in rows]
+        assert page.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -52,12 +52,23 @@ def _when(t: Optional[float]) -> str:
     return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "?"
 
 
-def _closest(store: "Store", key: "Key") -> Optional[Dict[str, Any]]:
+def _own_script(fn: str) -> Optional[str]:
+    """The script whose evaluations a miss of ``fn`` is compared with: this process's script for
+    a ``__main__`` function (another script defining a function of the same name is not an
+    earlier version of it), else None (any evaluation)."""
+    if not fn.startswith("__main__:"):
+        return None
+    from .store.process import script_path
+
+    return script_path()
+
+
+def _closest(store: "Store", key: "Key", script: Optional[str] = None) -> Optional[Dict[str, Any]]:
     fn, code, args, schema = key
     idx = store.index
     nearest = getattr(idx, "nearest", None)
     if nearest is not None:  # the SQLite index: one statement for the three tries below
-        return nearest(key)
+        return nearest(key, script=script)
     for where, params in (("args=? AND schema=?", (args, schema)), ("code=? AND schema=?", (code, schema)), ("1", ())):
         rows = idx.evaluations(fn, where=where + " AND status='done'", params=params, limit=1)
         if rows:
@@ -96,8 +107,34 @@ def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
             ex.evaluation = dead[0]["id"]
             ex.reasons.append(f"stored evaluation #{dead[0]['id']} was not used: {dead[0]['reason']}")
             return ex
-    _against(store, ex, _closest(store, key), key, args, cv.deps, cv.sources.get, cv.sensitivity, row is None)
+    script = _own_script(fn)
+    old = _closest(store, key, script)
+    if old is None and script is not None and _other_script(store, ex, key, script):
+        return ex
+    _against(store, ex, old, key, args, cv.deps, cv.sources.get, cv.sensitivity, row is None)
     return ex
+
+
+def _other_script(store: "Store", ex: Explanation, key: "Key", script: str, before: Optional[int] = None) -> bool:
+    """A ``__main__`` function whose stored evaluations all came from other scripts: say so, and
+    compare with none of them (another file's ``train`` is not an earlier version of this one's).
+    False if there are none either."""
+    import os
+
+    nearest = getattr(store.index, "nearest", None)
+    other = nearest(key, before=before) if nearest is not None else None
+    if other is None:
+        return False
+    try:
+        r = store.index.conn().execute("SELECT script FROM runs WHERE eval_id=? AND script IS NOT NULL LIMIT 1",
+                                       (other["id"],)).fetchone()
+    except sqlite3.Error:
+        r = None
+    name = key[0].split(":", 1)[1]
+    ex.reasons.append(f"no evaluation of `{name}` from {os.path.basename(script)} is stored yet ({script}); "
+                      f"evaluation #{other['id']} came from {r[0] if r else 'another script'}, another script that "
+                      f"defines `{name}`: not compared")
+    return True
 
 
 def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key: "Key", args: Dict[str, List[str]],
@@ -195,7 +232,7 @@ def pending_miss(key: "Key", args: Dict[str, List[str]], sensitivity: str) -> st
     """The JSON text of a deferred miss record, less ``before`` (see ``with_before``)."""
     fn, code, a, schema = key
     return json.dumps({"fn": fn, "hit": False, "pending": True, "code": code, "args": a, "schema": schema,
-                       "snapshot": args, "sensitivity": sensitivity}, default=str)
+                       "snapshot": args, "sensitivity": sensitivity, "script": _own_script(fn)}, default=str)
 
 
 def with_before(text: str, before: Optional[int]) -> str:
@@ -258,7 +295,13 @@ def settle(store: "Store", miss: Dict[str, Any], fn: Optional[str] = None) -> Di
     try:
         key = (fn, miss["code"], miss["args"], miss["schema"])
         idx = store.index
-        old = idx.nearest(key, before=int(miss.get("before") or 0))
+        before = int(miss.get("before") or 0)
+        script = miss.get("script") if _is(miss.get("script"), str) else None
+        old = idx.nearest(key, before=before, script=script)
+        if old is None and script is not None and _other_script(store, ex, key, script, before):
+            out = ex.to_dict()
+            out["time"] = miss.get("time")
+            return out
         deps = None
         if old is not None and old["code"] != key[1]:
             snap = idx.snapshot_of_code(fn, key[1], key[3])

@@ -187,32 +187,13 @@ def cmd_why(args: argparse.Namespace) -> int:
             print(f"{fn}: no miss recorded")
         return OK
     t = miss.pop("time")
-    compared = miss.get("evaluation")
     ex = Explanation.from_dict(miss)
-    scripts = _scripts_of_miss(store, fn, t, compared) if fn.startswith("__main__:") else None
     if args.json:
-        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}, "scripts": scripts})
+        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}})
         return OK
     print(f"last miss {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S}):")
     print(str(ex))
-    if scripts:
-        print(f"note: the stored evaluation #{compared} was computed by {scripts['stored']} and this call came "
-              f"from {scripts['now']}: two scripts define {fn} (`memolab runs {fn.split(':', 1)[1]}` shows which is which)")
     return OK
-
-
-def _scripts_of_miss(store, fn: str, t: float, compared) -> "Dict[str, str] | None":
-    """A script's functions are all ``__main__:NAME``: when the evaluation a miss was compared with came
-    from another script file than the call, say so ({"stored", "now"}), else None."""
-    if not compared or not _has_runs_table(store):
-        return None
-    c = store.index.conn()
-    before = c.execute("SELECT script FROM runs WHERE eval_id=? AND script IS NOT NULL LIMIT 1", (compared,)).fetchone()
-    now = c.execute("SELECT script FROM runs WHERE fn=? AND started >= ? AND script IS NOT NULL ORDER BY started LIMIT 1",
-                    (fn, t - 0.05)).fetchone()  # its run starts right after the miss is recorded
-    if before and now and before[0] != now[0]:
-        return {"stored": before[0], "now": now[0]}
-    return None
 
 
 def _destructive_options(p: argparse.ArgumentParser) -> None:

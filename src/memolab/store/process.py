@@ -13,7 +13,22 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import config
 
-__all__ = ["host_name", "start_time", "process_table", "runtime_info"]
+__all__ = ["host_name", "start_time", "process_table", "runtime_info", "script_path"]
+
+
+_script: Optional[str] = None
+
+
+def script_path() -> Optional[str]:
+    """The absolute path of the script this process runs (``sys.argv[0]``), or None (``-c``, a REPL).
+    Two scripts that each define ``train`` share the symbol ``__main__:train`` (and, with the
+    same code and arguments, the same key: the same computation); their runs record which file
+    ran, and a miss is explained against evaluations of its own script only."""
+    global _script
+    if _script is None:
+        a = sys.argv[0] if sys.argv else ""
+        _script = os.path.abspath(a) if a and a not in ("-c", "-") and os.path.isfile(a) else ""
+    return _script or None
 
 
 def host_name() -> str:

@@ -197,6 +197,13 @@ _NEAREST_SQL = " UNION ALL ".join(
     "ORDER BY finished DESC LIMIT 1)" for where in ("args=?3 AND schema=?4", "code=?2 AND schema=?4", "1")) + " LIMIT 1"
 
 
+#: ``_NEAREST_SQL`` among the evaluations a given script computed (or whose script is not
+#: known): two scripts that each define ``train`` share the symbol ``__main__:train``, and
+#: one script's evaluation is not an earlier version of the other's.
+_NEAREST_IN_SCRIPT_SQL = _NEAREST_SQL.replace(
+    "AND id<=?5 ", "AND id<=?5 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.eval_id=evaluations.id "
+    "AND r.script IS NOT NULL AND r.script!=?6) ")
+
 _MAX_ID = 2 ** 63 - 1
 #: the newest evaluation's id (ids only grow: AUTOINCREMENT), bounding what a deferred miss is compared with
 NEWEST_ID_SQL = "SELECT max(id) FROM evaluations"
@@ -400,10 +407,17 @@ class Index:
         even one out of use)? Lets a miss skip reading what such a row would say."""
         return getattr(self._local, "absent", None) == key
 
-    def nearest(self, key: Key, before: Optional[int] = None) -> Optional[Dict[str, Any]]:
+    def nearest(self, key: Key, before: Optional[int] = None, script: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """The stored evaluation of ``key``'s function closest to it (see ``_NEAREST_SQL``), or
-        None; ``before``: among those with ids up to it (the evaluations a past miss saw)."""
-        r = self.conn().execute(_NEAREST_SQL, (*key, _MAX_ID if before is None else before)).fetchone()
+        None; ``before``: among those with ids up to it (the evaluations a past miss saw);
+        ``script``: among those that script computed or whose script is unknown."""
+        c = self.conn()
+        params: tuple = (*key, _MAX_ID if before is None else before)
+        sql = _NEAREST_SQL
+        if script is not None and c.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None:
+            sql, params = _NEAREST_IN_SCRIPT_SQL, params + (script,)
+        r = c.execute(sql, params).fetchone()
         return dict(zip(EVAL_COLUMNS, r)) if r is not None else None
 
     def snapshot_of_code(self, fn: str, code: str, schema: str) -> Optional[str]:

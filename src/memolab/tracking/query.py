@@ -98,6 +98,11 @@ def functions(index: Any) -> List[Dict[str, Any]]:
         d = out.setdefault(fn, {"fn": fn, "evaluations": 0, "hits": 0, "runs": 0, "running": 0, "last": last})
         d["runs"], d["running"] = n, running.get(fn, 0)
         d["last"] = max(d["last"] or 0, last or 0)
+    # the files a script's functions came from: two scripts that each define `train` share __main__:train
+    for fn, script in c.execute("SELECT DISTINCT fn, script FROM runs WHERE substr(fn, 1, 9)='__main__:' "
+                                "AND script IS NOT NULL ORDER BY fn, script"):
+        if fn in out:
+            out[fn].setdefault("scripts", []).append(script)
     return sorted(out.values(), key=lambda d: d["fn"])
 
 

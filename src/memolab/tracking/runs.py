@@ -23,6 +23,7 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 from .. import config as _config
+from ..store.process import script_path
 from . import output as _output
 from . import sink as _sink
 
@@ -60,19 +61,6 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<memolab run {self.id} of {self.fn}>"
-
-
-_script: Optional[str] = None
-
-
-def script_path() -> Optional[str]:
-    """The absolute path of the script this process runs (``sys.argv[0]``), or None (``-c``, a REPL):
-    two scripts that each define ``train`` share the symbol ``__main__:train``; their runs say which file."""
-    global _script
-    if _script is None:
-        a = sys.argv[0] if sys.argv else ""
-        _script = os.path.abspath(a) if a and a not in ("-c", "-") and os.path.isfile(a) else ""
-    return _script or None
 
 
 def new_id() -> int:

@@ -26,7 +26,7 @@ const MAX_IDS = 1000;
 const state = {
   fn: null, runs: [], selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
   hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
-  fetched: new Set(), fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, metricCols: null, stat: "last",
+  fetched: new Set(), fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, scripts: null, metricCols: null, stat: "last",
   stats: {}, drawSeq: 0, hpConst: false,
 };
 
@@ -97,12 +97,13 @@ function varyingKeys() {
 function runLabel(r) {
   if (!r) return "?";
   const code = codeDiffers() && r.code ? ` · code ${r.code.slice(0, 8)}` : "";
+  const script = scriptOf(r) ? `${scriptOf(r)} ` : "";
   const name = r.name || r.run_name || r.display_name;
-  if (name) return `${String(name).slice(0, 60)} (${idText(r)})${code}`;
+  if (name) return `${script}${String(name).slice(0, 60)} (${idText(r)})${code}`;
   const hp = r.hparams || {};
   const keys = varyingKeys().filter((k) => k in hp);
   const args = argText(Object.fromEntries(keys.map((k) => [k, hp[k]])));
-  return `${idText(r)} ${args}`.trim().slice(0, 70) + code;
+  return `${script}${idText(r)} ${args}`.trim().slice(0, 70) + code;
 }
 // a selected run keeps its colour; a newly selected one takes the first colour no selected run has
 function styleIndex(id) {
@@ -132,11 +133,19 @@ function saveUrl() {
 }
 
 // ---- functions: memoized functions first, scripts' process runs in their own group -------------
+// a script's function as a person tells it apart: train.py:train (or train (a.py, b.py) when two
+// scripts each define one)
+function fnLabel(f) {
+  const names = (f.scripts || []).map((p) => p.split("/").pop());
+  if (!f.fn.startsWith("__main__:") || !names.length) return f.fn;
+  const name = f.fn.slice(9);
+  return names.length === 1 ? `${names[0]}:${name}` : `${name} (${names.join(", ")})`;
+}
 async function loadFunctions() {
   const fns = await api("functions");
   const filter = $("#fn-filter").value.toLowerCase();
   const item = (f) => el("li", { "data-fn": f.fn, class: f.fn === state.fn ? "active" : "", onclick: () => selectFunction(f.fn), title: f.fn },
-    isProcess(f.fn) ? f.fn.slice(9, -1) : f.fn,
+    isProcess(f.fn) ? f.fn.slice(9, -1) : fnLabel(f),
     el("span", { class: "count", text: `${Math.max(f.runs, f.evaluations)}${f.running ? " ●" : ""}` }));
   const shown = fns.filter((f) => f.fn.toLowerCase().includes(filter));
   $("#functions").replaceChildren(...shown.filter((f) => !isProcess(f.fn)).map(item));
@@ -194,11 +203,22 @@ function runCols() {
 }
 
 // a run whose code differs from the run of the same function started just before it
+// (of the same script: two scripts that each define `train` share the function __main__:train, and
+// one file's code is not an edit of the other's)
 function codeChanges() {
   const out = new Set();
-  const byTime = state.runs.filter((r) => r.code).sort((a, b) => a.started - b.started);
-  for (let i = 1; i < byTime.length; i++) if (byTime[i].code !== byTime[i - 1].code) out.add(String(byTime[i].id));
+  const last = new Map();
+  for (const r of state.runs.filter((r) => r.code).sort((a, b) => a.started - b.started)) {
+    const prev = last.get(r.script || "");
+    if (prev !== undefined && prev !== r.code) out.add(String(r.id));
+    last.set(r.script || "", r.code);
+  }
   return out;
+}
+// the file a run came from, when the function's runs came from several scripts ("a.py"), else ""
+function scriptOf(r) {
+  if (state.scripts === null) state.scripts = new Set(state.runs.map((x) => x.script).filter(Boolean)).size;
+  return state.scripts > 1 && r.script ? r.script.split("/").pop() : "";
 }
 
 async function loadRuns(force = true) {
@@ -211,6 +231,7 @@ async function loadRuns(force = true) {
   state.byId = new Map(runs.map((r) => [String(r.id), r]));
   state.runsSig = sig;
   state.varying = null;
+  state.scripts = null;
   state.selected = state.selected.filter((id) => runById(id));
   if (changed) loadStats();
   if (changed || force) renderRuns();
@@ -309,7 +330,7 @@ function runRow(r, cols) {
   const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
   const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
   if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
-  const args = r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams);
+  const args = (scriptOf(r) ? `${scriptOf(r)} · ` : "") + (r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams));
   return el("tr", {
     "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "", class: sel ? "selected" : "",
     title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
