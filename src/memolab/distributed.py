@@ -34,8 +34,9 @@ class DistributedError(MemolabError):
 _rank_local: "contextvars.ContextVar[bool]" = contextvars.ContextVar("memolab_rank_local", default=False)
 _keying: "contextvars.ContextVar[bool]" = contextvars.ContextVar("memolab_collective_keying", default=False)
 
-#: ``timeout``: seconds a rank waits for the others to reach a collective call (None: 30 lease TTLs,
-#: 300 s by default, a tenth of torch's default); a silent decider is given up after 3 lease TTLs
+#: ``timeout``: seconds a rank waits for the others to reach a collective call (None:
+#: ``$MEMOLAB_DIST_TIMEOUT``, else 30 lease TTLs, 300 s by default, a tenth of torch's default);
+#: a silent decider is given up after 3 lease TTLs
 _SETTINGS: Dict[str, Optional[float]] = {"timeout": None}
 
 

@@ -82,7 +82,10 @@ class Exchange:
         return self.seq
 
     def arrival_timeout(self) -> float:
+        # the program's own configure() outranks the environment, which outranks the default
         t = distributed_settings()["timeout"]
+        if t is None:
+            t = config.env_setting("MEMOLAB_DIST_TIMEOUT")
         return float(t) if t is not None else 30 * config.settings().lease_ttl
 
     def set(self, key: str, value: str | bytes) -> None:
