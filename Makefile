@@ -38,7 +38,7 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 
 test: $(STAMP) system-deps
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 # Every benchmark script in benchmarks/ (each `benchmarks/*.py` not starting with
 # `_`, so a script added there is run without editing this file), peers side by
