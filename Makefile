@@ -37,8 +37,10 @@ system-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 
+# Two workers, each taking whole test files (--dist loadfile: a file's servers and fixtures
+# stay in one process); CI's machines have 2 cores. The 15 slowest tests are printed.
 test: $(STAMP) system-deps
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
 
 # Every benchmark script in benchmarks/ (each `benchmarks/*.py` not starting with
 # `_`, so a script added there is run without editing this file), peers side by

@@ -104,24 +104,30 @@ def test_mutated_list_inside_dataset_object_rehashes(computed):
 
 
 def test_freed_object_and_reused_id_never_match(computed):
-    # Make ids collide: free an array and allocate others until one lands on its id.
-    a = frozen(range(64))
-    H(a)
-    old_id = id(a)
-    assert identity.stats()[0] >= 1
-    del a
-    gc.collect()
-    assert identity.lookup.__module__  # entry dropped by the weakref callback:
-    assert old_id not in identity._entries
+    # Make ids collide: free an array and allocate others until one lands on its id. The
+    # buffers are made first, so each try allocates one array object (the freed one's size):
+    # another thread (pytest-xdist's) may take the freed slot, so a round can be tried again.
+    bufs = [np.asarray([float(i)] * 64).tobytes() for i in range(64)]
     hit = None
     keep = []
-    for i in range(2000):
-        b = frozen(range(64, 128)) if i % 2 else frozen([i] * 64)
-        if id(b) == old_id:
-            hit = b
+    for _ in range(50):
+        a = np.frombuffer(bufs[0], dtype=np.float64)
+        H(a)
+        old_id = id(a)
+        assert identity.stats()[0] >= 1
+        del a
+        gc.collect()
+        assert old_id not in identity._entries  # entry dropped by the weakref callback
+        for i in range(1, 400):
+            b = np.frombuffer(bufs[1 + i % (len(bufs) - 1)], dtype=np.float64)  # never a's content
+            if id(b) == old_id:
+                hit = b
+                break
+            keep.append(b)
+        if hit is not None:
             break
-        keep.append(b)
     assert hit is not None, "could not provoke an id reuse"
+    assert not np.array_equal(hit, np.frombuffer(bufs[0], dtype=np.float64))
     assert H(hit) == H(np.array(hit))  # hashed by its own content
 
 
