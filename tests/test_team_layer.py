@@ -464,3 +464,53 @@ def test_environment_changed_mid_process_is_seen_by_the_next_call(tmp_path, monk
         assert type(g.store()) is Store
     finally:
         memolab.configure(store=old.store, remote=old.remote, remote_blobs=old.remote_blobs)
+
+
+def test_an_upload_never_goes_before_the_runs_logs_are_written(tmp_path, postgres_dsn, s3_bucket, clean_remote,
+                                                               monkeypatch):
+    """A result is recorded (and queued for upload) before its run's logs are written, since the
+    run names the evaluation. The background uploader woke in between on a loaded machine (seen
+    in CI: more than the 0.3 s it used to wait) and published the row without its logs, for good.
+    Here the uploader is made to run exactly there: the row must still go up with every point."""
+    from memolab.team import journal
+    from memolab.tracking import runs
+
+    @memolab.memo
+    def h(x):
+        for step in range(50):
+            memolab.log.scalar("loss", x / (step + 1), step=step)
+        return x * 2
+
+    raced = []
+    real_end = runs.end
+
+    def end_after_an_upload(*a, **kw):  # the uploader runs between the save and the logs' flush
+        st = h.store()
+        raced.append(journal.count(st.index))
+        st.journal.upload_batch(min_age=0.0, force=True)
+        return real_end(*a, **kw)
+
+    monkeypatch.setattr(runs, "end", end_after_an_upload)
+    old = config.settings().store
+    memolab.configure(store=str(tmp_path / "a"), remote=postgres_dsn, remote_blobs=s3_bucket)
+    try:
+        assert h(3) == 6
+        st = h.store()
+        assert raced == [1]  # queued when the uploader ran
+        st.journal.drain()
+        assert journal.count(st.index) == 0
+        row = st.link.index.lookup(h.key(3))
+        assert row is not None and row["logs"], "published without its logs"
+        from memolab.store import Store
+        from memolab.team import logs as team_logs
+        from memolab.tracking import schema
+
+        digest, data = team_logs.parse_ref(row["logs"])
+        assert digest is None and data is not None  # 50 points: inline, in the row
+        b = Store(tmp_path / "b")
+        schema.ensure(b.index.conn())
+        assert team_logs.import_bundle(b.index, data, 1) == 1
+        (n,) = b.index.conn().execute("SELECT COUNT(*) FROM scalars WHERE tag='loss'").fetchone()
+        assert n == 50
+    finally:
+        memolab.configure(store=old)

@@ -274,14 +274,15 @@ class Call:
         ride = store.ride_along if rider is not None or self.pending else None
         if ride is not None:
             ride(rider if not self.pending else _with_pending(self.pending, rider))
-        try:
-            eval_id = self._save(owner, value, t0)
-        finally:
-            if ride is not None:
-                ride(None)
-        if eval_id is not None and ev is not None:
-            ev.stored()
-        runs.end(run, "done", eval_id, written=rider if ride is not None and eval_id is not None else None)
+        with store.logs_pending(key):  # the run names the evaluation: a team upload waits for its logs
+            try:
+                eval_id = self._save(owner, value, t0)
+            finally:
+                if ride is not None:
+                    ride(None)
+            if eval_id is not None and ev is not None:
+                ev.stored()
+            runs.end(run, "done", eval_id, written=rider if ride is not None and eval_id is not None else None)
 
     def _unloadable(self, value: Any) -> bool:
         """The same result was stored before and could not be rebuilt (a ``__setstate__`` that

@@ -24,6 +24,7 @@ are kept and checked on every load, exactly as for blobs.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -34,7 +35,7 @@ import uuid
 import weakref
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
@@ -438,6 +439,12 @@ class Store:
         if riders is None:
             riders = self._riders = threading.local()
         riders.fn = None if fn is None else _savepointed(fn)
+
+    def logs_pending(self, key: Key) -> ContextManager[None]:
+        """A block around saving ``key`` and then writing its run's logs (which name the saved
+        evaluation, so they come after it). Nothing here; a team store uploads the result only
+        after the block, with its logs."""
+        return contextlib.nullcontext()
 
     # -- why a call missed: the memo layer hands the record over, the store writes it ------------
     def known_absent(self, key: Key) -> bool:

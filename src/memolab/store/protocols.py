@@ -19,7 +19,7 @@ inherit from them (they are ``runtime_checkable`` for the tests' ``isinstance``)
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Set, \
+from typing import Any, Callable, ContextManager, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Set, \
     Tuple, runtime_checkable
 
 Key = Tuple[str, str, str, str]  # fn, code, args, schema
@@ -196,6 +196,9 @@ class LayeredStore(MemoStore, Protocol):
     def count_hit(self, eval_id: int) -> None: ...
 
     def ride_along(self, fn: Optional[Callable[[Any], None]]) -> None: ...
+
+    # around a save and the writing of its run's logs (a team store uploads the result after it)
+    def logs_pending(self, key: Key) -> ContextManager[None]: ...
 
     # why a call missed, handed over by the memo layer (which runs no SQL of its own)
     def known_absent(self, key: Key) -> bool: ...

@@ -64,7 +64,8 @@ CONFIRM_AFTER = 10.0
 CONFIRM_WITHIN = 86400.0
 
 BATCH = 64
-#: an item younger than this waits (its run's logs are flushed right after the result is stored)
+#: an item younger than this waits, so that a burst of results goes up in one batch (an item
+#: whose logs are still being written waits for them whatever its age: ``Journal.hold``)
 MIN_AGE = 0.3
 #: how long the exit of a process may wait for its queue to drain (``$MEMOLAB_REMOTE_DRAIN``)
 DRAIN_SECONDS = config.env_setting("MEMOLAB_REMOTE_DRAIN")
@@ -182,6 +183,9 @@ class Journal:
         self.logs_wanted: List[Tuple[int, str]] = []
         #: digests of source texts to copy from the team (``TeamStore.import_sources``)
         self.sources_wanted: Dict[str, None] = {}
+        #: keys saved by this process whose run has not written its logs yet (``hold``)
+        self._held: Dict[Key, int] = {}
+        self._held_lock = threading.Lock()
 
     # -- the background thread ------------------------------------------------------------
     def wake(self) -> None:
@@ -238,14 +242,36 @@ class Journal:
         return row is not None and row[0] is not None and time.time() - row[0] < MIN_AGE * 3
 
     # -- uploading ------------------------------------------------------------------------
+    # A result is recorded (and queued) before its run's logs are written: the run ends with the
+    # evaluation's id, which exists only once the result is recorded. An upload in between would
+    # publish the row with no logs, or some of them, for good (a row is published once). So the
+    # computation holds its key from the save until its logs are written, whatever that takes on
+    # a loaded machine; a timer (MIN_AGE) alone lost them there. Held only in memory: a process
+    # killed in between leaves the item to the next one, which uploads it (its logs died too).
+    def hold(self, key: Key) -> None:
+        """Keep ``key``'s upload back until ``release(key)`` (its run's logs are written)."""
+        key = tuple(key)  # type: ignore[assignment]
+        with self._held_lock:
+            self._held[key] = self._held.get(key, 0) + 1
+
+    def release(self, key: Key) -> None:
+        key = tuple(key)  # type: ignore[assignment]
+        with self._held_lock:
+            n = self._held.pop(key, 0) - 1
+            if n > 0:
+                self._held[key] = n
+        self.wake()
+
     def _queued(self, limit: int, min_age: float) -> List[Tuple[Key, str]]:
         c = self.store.index.conn()
+        held = set(self._held)
         try:
             rows = c.execute("SELECT fn, code, args, schema, owner FROM team_uploads WHERE queued <= ? "
-                             "ORDER BY attempts, queued LIMIT ?", (time.time() - min_age, limit)).fetchall()
+                             "ORDER BY attempts, queued LIMIT ?", (time.time() - min_age, limit + len(held))).fetchall()
         except sqlite3.OperationalError:
             return []
-        return [((r[0], r[1], r[2], r[3]), r[4]) for r in rows]
+        items = [((r[0], r[1], r[2], r[3]), r[4]) for r in rows]
+        return [it for it in items if it[0] not in held][:limit]
 
     def upload_batch(self, limit: int = BATCH, min_age: float = 0.0, force: bool = False) -> int:
         """Upload up to ``limit`` queued results; how many left the queue. ``Offline`` if

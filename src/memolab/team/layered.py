@@ -26,10 +26,11 @@ can replace it.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from .. import config
 from ..errors import CorruptBlob, MemolabWarning
@@ -511,6 +512,16 @@ class TeamStore:
             self._tl.upload = None
         self.journal.wake()
         return eval_id
+
+    @contextlib.contextmanager
+    def logs_pending(self, key: Key) -> Iterator[None]:
+        # the upload of a result saved in this block waits for the block's end: the run's logs,
+        # written after the save, go up with it (Journal.hold)
+        self.journal.hold(key)
+        try:
+            yield
+        finally:
+            self.journal.release(key)
 
     def _queue_upload(self, c: Any) -> None:
         """In the local record transaction of a result this store saves (``Store.record_hooks``)."""
