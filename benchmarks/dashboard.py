@@ -8,6 +8,7 @@ drives the page in Debian's headless Chromium (Playwright) to time:
 * the longest task the page ran meanwhile (PerformanceObserver 'longtask', >= 50 ms);
 * what went over the wire: requests and bytes per view, an idle tab's requests over 10 s, and
   a live refresh's bytes after one running run logged 100 more points per tag;
+* the same targets with every chart in view (a window 6,000 px tall), timed inside the page;
 * then the same view in the page before this rework (``--before REV``, served from git by the same
   server) and now, in a window tall enough to show every chart: opened with all runs selected,
   one run deselected, 10 s idle.
@@ -139,6 +140,36 @@ def compare(p, srv, ids: List[int], ntags: int) -> dict:
     return out
 
 
+# In the page: from the click to the frame after the last chart is drawn (body[data-drawn]), so
+# Playwright's polling is not counted.
+IN_PAGE = """(sel) => new Promise((res) => {
+  const before = +(document.body.dataset.drawn || 0), t0 = performance.now();
+  document.querySelector(sel).click();
+  const check = () => +(document.body.dataset.drawn || 0) > before
+    ? requestAnimationFrame(() => setTimeout(() => res(performance.now() - t0), 0)) : setTimeout(check, 2);
+  check(); })"""
+
+
+def every_chart_in_view(p, srv, ids: List[int], rounds: int = 3) -> dict:
+    """The issue's targets with all 20 charts in view (a window 6,000 px tall), timed in the page:
+    select all (the series fetched the first time only), then one run toggled off and on."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    pg = browser.new_page(viewport={"width": 1400, "height": 6000})
+    pg.goto(srv.url + f"?fn={FN}&runs=")
+    pg.wait_for_selector("body[data-ready='1']")
+    pg.evaluate(LONGTASKS)
+    row = f"#runs tbody tr[data-run='{ids[len(ids) // 2]}']"
+    out: dict = {"select all, first (fetch included)": [], "select all, series held": [], "toggle one run": []}
+    for r in range(rounds):
+        out["select all, first (fetch included)" if r == 0 else "select all, series held"].append(pg.evaluate(IN_PAGE, "#select-all"))
+        for _ in range(2):
+            out["toggle one run"].append(pg.evaluate(IN_PAGE, row))
+        pg.evaluate(IN_PAGE, "#select-none")
+    out["longest task"] = [pg.evaluate("() => Math.max(0, ...window.__long)")]
+    browser.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=50)
@@ -231,6 +262,7 @@ def main() -> None:
             rows.append((f"live refresh: +100 points x {len(tags)} tags", 0.0, len(live), sum(b for _, b in live)))
             browser.close()
             assert not errors, errors
+            tall = every_chart_in_view(p, srv, ids)
         if a.before:
             from memolab.ui import server as ui_server
 
@@ -260,6 +292,12 @@ def main() -> None:
     for name, s, n, b in rows:
         print(f"| {name:<50} | {s:8.3f} | {n!s:>8} | {b!s:>10} |")
     print("(requests and bytes: /api/series only, gzipped as sent, except the idle row: every request)")
+    print(f"\nEvery chart in view (1400x6000 window), in the page: click to the frame after the last chart is drawn (ms)")
+    print(f"| {'step':<40} | {'median':>7} | {'min-max':>11} | {'n':>3} |")
+    print(f"|{'-' * 42}|{'-' * 8}:|{'-' * 12}:|{'-' * 4}:|")
+    for name, v in tall.items():
+        v = sorted(v)
+        print(f"| {name:<40} | {v[len(v) // 2]:7.0f} | {f'{v[0]:.0f}-{v[-1]:.0f}':>11} | {len(v):>3} |")
     if a.before and len(results) == 2:
         b, n = results["before"], results["after"]
         print(f"\nSame store, same view: page before ({a.before}) and now. Opened with all {len(ids)} runs selected "

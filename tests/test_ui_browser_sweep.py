@@ -156,3 +156,69 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_toggling_runs_of_a_chart_of_many_shows_and_hides_them_in_place(tmp_store, page):
+    """With more than 10 runs a chart toggles runs with uPlot's setSeries (a redraw), not a new
+    chart. What it draws must still be exactly the selected runs: the y range follows the runs
+    shown (as a chart built for them alone), the tooltip and the legend list only those; a run it
+    does not hold, or 10 runs or fewer (whose bands come back), make a new chart."""
+    ids = build(get_store().index)
+    srv, _ = serve_in_thread(tmp_store)
+    pg = page
+    try:
+        pg.goto(srv.url + f"?fn={FN}&runs=" + ",".join(map(str, ids[:25])))
+        pg.wait_for_selector("body[data-ready='1']")
+        drawn(pg, 0)
+        chart = "() => { const c = state.charts['lr']; return [c.u.scales.y.min, c.u.scales.y.max, c.u.series.filter((s, i) => i && s.show).length, c.card.querySelector('canvas').dataset.runs]; }"
+        pg.evaluate("() => { window.__u = state.charts['lr'].u; }")
+        same = "() => state.charts['lr'].u === window.__u"
+        lo0, hi0, shown, runs = pg.evaluate(chart)
+        assert shown == 25 and runs.split(",") == [str(i) for i in ids[:25]]
+
+        def select(sel):
+            before = pg.evaluate("() => +document.body.dataset.drawn")
+            pg.evaluate("(ids) => setSelection(ids)", [str(i) for i in sel])
+            drawn(pg, before)
+
+        # the 11 lowest runs (values grow with the run): hidden in place, the range shrinks to theirs
+        select(ids[:11])
+        assert pg.evaluate(same)
+        lo, hi, shown, runs = pg.evaluate(chart)
+        assert shown == 11 and runs.split(",") == [str(i) for i in ids[:11]]
+        assert hi < hi0
+        # ... the very range a chart made for these 11 runs alone gets
+        pg.evaluate("() => { const c = state.charts['lr']; c.u.destroy(); c.u = null; c.dsig = null; }")
+        before = pg.evaluate("() => +document.body.dataset.drawn")
+        pg.evaluate("() => redrawScalars()")
+        drawn(pg, before)
+        assert pg.evaluate(chart)[:3] == [lo, hi, 11]
+        pg.evaluate("() => { window.__u = state.charts['lr'].u; }")
+        # the tooltip lists the runs shown only
+        box = pg.query_selector(".card[data-tag='lr'] .u-over").bounding_box()
+        pg.mouse.move(box["x"] + 20, box["y"] + box["height"] / 2)
+        pg.wait_for_selector(".card[data-tag='lr'] .tooltip")
+        assert len(pg.query_selector_all(".card[data-tag='lr'] .tooltip .tip-val")) == 11
+        pg.mouse.move(0, 0)
+
+        # runs the chart does not hold: a new chart, all shown
+        select(ids[:25])
+        assert not pg.evaluate(same)
+        pg.evaluate("() => { window.__u = state.charts['lr'].u; }")
+        lo, hi, shown, runs = pg.evaluate(chart)
+        assert (lo, hi, shown) == (lo0, hi0, 25)
+        # hide two, show them again: the same chart, back to the range it had
+        select(ids[:23])
+        assert pg.evaluate(same) and pg.evaluate(chart)[2] == 23
+        assert "+15 more" in pg.inner_text(".card[data-tag='lr'] .legend")
+        select(ids[:25])
+        assert pg.evaluate(same)
+        assert pg.evaluate(chart) == [lo0, hi0, 25, ",".join(map(str, ids[:25]))]
+        # 10 runs: their min/max bands come back, so a new chart of 4 uPlot series a run
+        select(ids[:10])
+        assert not pg.evaluate(same)
+        assert pg.evaluate("() => state.charts['lr'].u.series.length") == 1 + 4 * 10
+        assert pg.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
