@@ -264,7 +264,8 @@ class Journal:
 
     def _queued(self, limit: int, min_age: float) -> List[Tuple[Key, str]]:
         c = self.store.index.conn()
-        held = set(self._held)
+        with self._held_lock:
+            held = set(self._held)
         try:
             rows = c.execute("SELECT fn, code, args, schema, owner FROM team_uploads WHERE queued <= ? "
                              "ORDER BY attempts, queued LIMIT ?", (time.time() - min_age, limit + len(held))).fetchall()
