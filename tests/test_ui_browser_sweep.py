@@ -218,6 +218,17 @@ def test_toggling_runs_of_a_chart_of_many_shows_and_hides_them_in_place(tmp_stor
         select(ids[:10])
         assert not pg.evaluate(same)
         assert pg.evaluate("() => state.charts['lr'].u.series.length") == 1 + 4 * 10
+
+        # the CSV of a chart whose series are summarised: every point as logged, not the bucket means
+        select(ids[:2])
+        assert pg.evaluate("() => state.series['lr']['1000'].downsampled")
+        with pg.expect_download() as dl:
+            pg.click(".card[data-tag='lr'] button.csv")
+        lines = open(dl.value.path()).read().splitlines()
+        assert lines[0] == "run,id,arguments,step,wall_time,value" and len(lines) == 1 + 2 * 2000
+        first = [l.rsplit(",", 3) for l in lines[1:] if l.startswith("1000,")]
+        assert [int(st) for _, st, _, _ in first] == list(range(2000))
+        assert all(float(v) == math.exp(-int(st) / 700) + 0.05 * math.sin(int(st)) for _, st, _, v in first)
         assert pg.errors == []
     finally:
         srv.shutdown()

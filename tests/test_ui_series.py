@@ -164,3 +164,32 @@ def test_nan_and_inf_are_gaps_in_raw_and_summarised_series(tmp_store):
     assert got["t"]["1"]["value"][3:6] == [None, None, None] and got["t"]["1"]["value"][0] == 1.0
     json.dumps(got, allow_nan=False)  # no inf or NaN left anywhere, summarised series included
     assert got["t"]["2"]["downsampled"] and got["u"]["2"]["downsampled"]
+
+
+def test_the_csv_download_reads_every_point_as_logged(server, monkeypatch):
+    """The charts hold bucket means (5,000 steps -> ~80 on a narrow chart): a chart's CSV reads the
+    points themselves, every one, NaN and inf as a CSV reader spells them; a download too large is
+    refused with a clear 400."""
+    index = get_store().index
+    bad = {3: float("inf"), 4: float("-inf"), 5: float("nan")}
+    f = lambda s: bad.get(s, (s * 7919 % 1000) / 7.0)  # noqa: E731  (noisy: a bucket mean is none of these)
+    write(index, [start(1), start(2)] + points(1, "loss", range(5000), f) + points(2, "loss", range(0, 5000, 2), f)
+          + points(1, "other", range(10)))
+    summary = get(server.url + "api/series?runs=1,2&px=400&tag=loss")["loss"]["1"]
+    assert summary["downsampled"] and len(summary["value"]) < 1000
+    got = get(server.url + "api/points?runs=1,2&tag=loss")
+    assert sorted(got) == ["1", "2"]
+    assert got["1"]["step"] == list(range(5000)) and got["2"]["step"] == list(range(0, 5000, 2))
+    assert got["1"]["wall"][:3] == [1000.0, 1001.0, 1002.0]
+    assert got["1"]["value"][3:6] == ["inf", "-inf", "nan"]
+    assert got["1"]["value"][6:] == [f(s) for s in range(6, 5000)]
+    assert get(server.url + "api/points?runs=1&tag=nope") == {}
+    from memolab.ui import server as ui_server
+
+    monkeypatch.setattr(ui_server, "MAX_DOWNLOAD", 7000)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        get(server.url + "api/points?runs=1,2&tag=loss")
+    assert e.value.code == 400 and "7,500 points of 'loss'" in json.loads(e.value.read())["error"]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        get(server.url + "api/points?runs=1")
+    assert e.value.code == 400 and "tag" in json.loads(e.value.read())["error"]

@@ -187,6 +187,38 @@ def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: in
     return out
 
 
+# Every point as logged, for a chart's CSV download: the charts hold summaries (a bucket's mean
+# is no logged value), so the download reads the points themselves. NaN (stored as NULL) and
+# +-inf, which JSON cannot carry as numbers, come as the strings a CSV reader takes for them.
+EXACT = ("CASE WHEN value IS NULL THEN 'nan' WHEN value > 1.7976931348623157e308 THEN 'inf'"
+         " WHEN value < -1.7976931348623157e308 THEN '-inf' ELSE value END")
+
+
+def point_count(index: Any, runs: Sequence[int], tag: str) -> int:
+    c = index.conn()
+    schema.ensure(c)
+    n = 0
+    for i in range(0, len(runs), 500):
+        part = list(runs[i:i + 500])
+        (k,) = c.execute(f"SELECT COALESCE(SUM(n), 0) FROM scalar_tags WHERE tag=? AND run IN ({','.join('?' * len(part))})",
+                         (tag, *part)).fetchone()
+        n += k
+    return n
+
+
+def points(index: Any, runs: Sequence[int], tag: str) -> Dict[str, Dict[str, List[Any]]]:
+    """``{run: {"step", "wall", "value"}}``: every point of ``tag`` logged by ``runs``, in step order."""
+    c = index.conn()
+    schema.ensure(c)
+    out: Dict[str, Dict[str, List[Any]]] = {}
+    for run in runs:
+        rows = c.execute(f"SELECT step, wall, {EXACT} FROM scalars WHERE run=? AND tag=? ORDER BY step, seq",
+                         (run, tag)).fetchall()
+        if rows:
+            out[str(run)] = {"step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [r[2] for r in rows]}
+    return out
+
+
 def heartbeat(index: Any) -> Dict[str, Any]:
     """What changed, cheaply: counts and newest times of runs and evaluations, and the running runs.
 

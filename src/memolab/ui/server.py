@@ -72,6 +72,18 @@ def _ints(s: str, name: str) -> List[int]:
 MAX_POINTS = 10_000
 
 
+#: the most points one CSV download may read (every point of the runs named, as logged)
+MAX_DOWNLOAD = 2_000_000
+
+
+def _points(index: Any, runs: List[int], tag: str) -> Dict[str, Dict[str, List[Any]]]:
+    n = series.point_count(index, runs, tag)
+    if n > MAX_DOWNLOAD:
+        raise ApiError(400, f"{n:,} points of {tag!r} in these runs, more than one download takes ({MAX_DOWNLOAD:,}): "
+                            "select fewer runs, or read them with memolab.runs()")
+    return series.points(index, runs, tag)
+
+
 def _id(s: str, name: str) -> int:
     return _bounded(s, name)
 
@@ -219,6 +231,7 @@ class Handler(BaseHTTPRequestHandler):
                                 for r in _ints(_one(q, "runs"), "runs")},
             "series": lambda: series.batch(index, _ints(_one(q, "runs", ""), "runs"), q.get("tag"),
                                            _pixels(_one(q, "px", "600")), _seen(_one(q, "seen", "{}"))),
+            "points": lambda: _points(index, _ints(_one(q, "runs", ""), "runs"), _one(q, "tag")),
             "heartbeat": lambda: series.heartbeat(index),
             "metrics": lambda: series.metric_stats(index, _one(q, "fn"), _one(q, "minmax", "0") == "1"),
             "histograms": lambda: query.events(index, _id(_one(q, "run"), "run"), "histogram", _one(q, "tag")),

@@ -378,15 +378,25 @@ function hideTooltip(tag) {
   if (tip) tip.remove();
 }
 
-function downloadCsv(tag) {
+async function downloadCsv(tag) {
   const c = state.charts[tag];
   if (!c) return;
-  const series = seriesFor(tag, state.selected);  // what the chart shows, even if it waits to be redrawn
+  // every point as logged, read for the download: the chart holds bucket means, not logged values
+  const ids = seriesFor(tag, state.selected).map((s) => s.id);
+  let got;
+  try {
+    got = await api(`points?runs=${ids.join(",")}&tag=${encodeURIComponent(tag)}`);
+  } catch (e) {
+    c.card.querySelector(".legend").replaceChildren(el("span", { class: "error", text: `CSV: ${e.message}` }));
+    return;
+  }
   const q = (s) => `"${String(s).replace(/"/g, '""')}"`;
   const lines = ["run,id,arguments,step,wall_time,value"];
-  for (const s of series) {
-    const r = runById(s.id) || { id: s.id, hparams: {} };
-    s.step.forEach((st, i) => lines.push([s.id, q(idText(r)), q(argText(r.hparams)), st, s.wall[i], s.raw[i] ?? ""].join(",")));
+  for (const id of ids) {
+    const d = got[id];
+    if (!d) continue;
+    const r = runById(id) || { id, hparams: {} };
+    d.step.forEach((st, i) => lines.push([id, q(idText(r)), q(argText(r.hparams)), st, d.wall[i], d.value[i]].join(",")));
   }
   const a = el("a", { href: URL.createObjectURL(new Blob([lines.join("\n") + "\n"], { type: "text/csv" })),
     download: `${tag.replace(/[^A-Za-z0-9._-]+/g, "_")}.csv` });
