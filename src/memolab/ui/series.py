@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..tracking import schema
+from ..tracking import query, schema
 
 #: a block summary is used while one block spans at most this many pixels
 PX_PER_BLOCK = 16
@@ -188,10 +188,10 @@ def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: in
 
 
 # Every point as logged, for a chart's CSV download: the charts hold summaries (a bucket's mean
-# is no logged value), so the download reads the points themselves. NaN (stored as NULL) and
-# +-inf, which JSON cannot carry as numbers, come as the strings a CSV reader takes for them.
-EXACT = ("CASE WHEN value IS NULL THEN 'nan' WHEN value > 1.7976931348623157e308 THEN 'inf'"
-         " WHEN value < -1.7976931348623157e308 THEN '-inf' ELSE value END")
+# is no logged value), so the download reads the points themselves. NaN and +-inf, which JSON
+# cannot carry as numbers, come as the strings a CSV reader takes for them.
+def _exact(v: float) -> Any:
+    return v if math.isfinite(v) else "nan" if v != v else "inf" if v > 0 else "-inf"
 
 
 def point_count(index: Any, runs: Sequence[int], tag: str) -> int:
@@ -208,14 +208,12 @@ def point_count(index: Any, runs: Sequence[int], tag: str) -> int:
 
 def points(index: Any, runs: Sequence[int], tag: str) -> Dict[str, Dict[str, List[Any]]]:
     """``{run: {"step", "wall", "value"}}``: every point of ``tag`` logged by ``runs``, in step order."""
-    c = index.conn()
-    schema.ensure(c)
     out: Dict[str, Dict[str, List[Any]]] = {}
     for run in runs:
-        rows = c.execute(f"SELECT step, wall, {EXACT} FROM scalars WHERE run=? AND tag=? ORDER BY step, seq",
-                         (run, tag)).fetchall()
-        if rows:
-            out[str(run)] = {"step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [r[2] for r in rows]}
+        p = query.points(index, run, tag)
+        if p["step"]:
+            p["value"] = [_exact(v) for v in p["value"]]
+            out[str(run)] = p
     return out
 
 
