@@ -124,6 +124,7 @@ def test_charts_tooltips_zoom_groups_markers_and_csv(lab, page):
     pg.wait_for_selector(".card[data-tag='train/loss'] .tooltip")
     tip = pg.inner_text(".card[data-tag='train/loss'] .tooltip")
     assert tip.startswith("step ") and tip.count(f"#{old['eval_id']}") == 1 and tip.count(f"#{new['eval_id']}") == 1
+    assert "mean of" not in tip  # points as logged (a summarised series says so: test_ui_browser_sweep)
 
     # zoom by dragging, then reset
     xr = "() => { const u = document.querySelector(\".card[data-tag='train/loss']\")._u; return [u.scales.x.min, u.scales.x.max]; }"

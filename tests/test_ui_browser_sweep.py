@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import time
 
@@ -199,6 +200,9 @@ def test_toggling_runs_of_a_chart_of_many_shows_and_hides_them_in_place(tmp_stor
         pg.mouse.move(box["x"] + 20, box["y"] + box["height"] / 2)
         pg.wait_for_selector(".card[data-tag='lr'] .tooltip")
         assert len(pg.query_selector_all(".card[data-tag='lr'] .tooltip .tip-val")) == 11
+        # a summarised series' value is a bucket's mean: the tooltip says of which steps
+        note = pg.inner_text(".card[data-tag='lr'] .tooltip .tip-note")
+        assert re.fullmatch(r" ?· mean of steps \d+–\d+", note), note
         pg.mouse.move(0, 0)
 
         # runs the chart does not hold: a new chart, all shown

@@ -343,17 +343,19 @@ function showTooltip(u, tag) {
     // the run's point nearest to the cursor's x (its steps need not be the other runs' steps),
     // if it has one near there: a run that ended earlier is not listed at the end of another
     const j = nearest(s.x, x);
-    if (j >= 0 && Math.abs(s.x[j] - x) <= tol) found.push([s.raw[j], s.y[j], s]);
+    if (j >= 0 && Math.abs(s.x[j] - x) <= tol) found.push([s.raw[j], s.y[j], s, j]);
   }
   found.sort((a, b) => (b[0] ?? -Infinity) - (a[0] ?? -Infinity));
-  const rows = found.slice(0, TIP_ROWS).map(([v, sm, s]) => el("div", { class: "tip-row" },
+  const rows = found.slice(0, TIP_ROWS).map(([v, sm, s, j]) => el("div", { class: "tip-row" },
     el("span", { class: "swatch", style: `background:${s.color}` }), el("b", { class: "tip-val", text: fmtNum(v) }),
     el("span", { class: "tip-label", text: s.label }), el("span", { class: "muted", text: ` (smoothed ${fmtNum(sm)})` })));
   if (found.length > TIP_ROWS) rows.push(el("div", { class: "muted", text: `… and ${found.length - TIP_ROWS} more` }));
   let tip = c.card.querySelector(".tooltip");
   if (!tip) { tip = el("div", { class: "tooltip" }); c.card.querySelector(".plot").append(tip); }
   const xl = xmode === "wall" ? new Date(x * 1000).toLocaleString() : `${xmode === "step" ? "step" : "t"} ${fmtNum(x)}${xmode === "relative" ? " s" : ""}`;
-  tip.replaceChildren(el("b", { text: xl }), ...rows);
+  const notes = new Set(found.slice(0, TIP_ROWS).map(([, , s, j]) => bucketNote(s, j)).filter((n) => n));
+  const note = notes.size === 1 ? [...notes][0] : notes.size ? "values are bucket means (summarised series)" : "";
+  tip.replaceChildren(el("b", { text: xl }), ...(note ? [el("span", { class: "muted tip-note", text: ` · ${note}` })] : []), ...rows);
   // fixed to the window and kept inside it: right of the cursor, else left; below, else above
   const box = u.over.getBoundingClientRect();
   const cx = box.left + u.cursor.left, cy = box.top + u.cursor.top;
@@ -362,6 +364,14 @@ function showTooltip(u, tag) {
   let top = cy + 10 + h <= H - 4 ? cy + 10 : cy - 10 - h;
   tip.style.left = Math.max(4, Math.min(left, W - w - 4)) + "px";
   tip.style.top = Math.max(4, Math.min(top, H - h - 4)) + "px";
+}
+
+// A summarised series' point is a bucket's mean, not a logged value: the tooltip says which steps
+// it stands for (its min and max are the band, with 10 runs or fewer). The last point is exact.
+function bucketNote(s, j) {
+  if (!s.downsampled || j >= s.step.length - 1) return "";
+  const a = s.step[j], b = s.step[j + 1] - 1;
+  return b > a ? `mean of steps ${a}–${b}` : "";
 }
 
 // the index of the point of sorted xs nearest to x whose value is not a gap (-1: none near)
