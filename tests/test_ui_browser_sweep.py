@@ -237,3 +237,79 @@ def test_toggling_runs_of_a_chart_of_many_shows_and_hides_them_in_place(tmp_stor
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_zoomed_chart_draws_the_points_of_its_range(tmp_store, page):
+    """A long series is drawn from bucket means; zoomed in (step axis), the chart asks for the points
+    of the range it shows and draws those (the tooltip reads them too), its smoothed line going on
+    from the summary's without a jump; reset zoom draws the summary again. With more than 10 runs,
+    toggling a run keeps the detail."""
+    ids = build(get_store().index)
+    srv, _ = serve_in_thread(tmp_store)
+    pg = page
+    try:
+        pg.goto(srv.url + f"?fn={FN}&runs={ids[0]},{ids[1]}")
+        pg.wait_for_selector("body[data-ready='1']")
+        drawn(pg, 0)
+        card = ".card[data-tag='lr']"
+        canvas = f"{card} canvas[data-runs]"
+        summary = [int(n) for n in pg.get_attribute(canvas, "data-sent").split(",")]
+        assert pg.evaluate("() => state.series['lr']['1000'].downsampled") and max(summary) < 2000
+        # the smoothed summary, to compare the detail's smoothed line with
+        ov = pg.evaluate("() => { const s = state.charts['lr'].series[0]; return [s.step, s.y]; }")
+        box = pg.query_selector(f"{card} .u-over").bounding_box()
+        n0 = len(srv.served)
+        pg.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + 20)
+        pg.mouse.down()
+        pg.mouse.move(box["x"] + box["width"] * 0.36, box["y"] + 20, steps=5)
+        pg.mouse.up()
+        pg.wait_for_selector(f"{card} canvas[data-detail]")
+        s0, s1 = map(int, pg.get_attribute(canvas, "data-detail").split("-"))
+        assert 400 < s0 < s1 < 900
+        req = [p for p, _ in series_requests(srv, n0)]
+        assert len(req) == 1 and f"from={s0}&to={s1}" in req[0] and "tag=lr" in req[0]
+        # every logged point of the range (fewer than 2 a pixel here), not the summary's few
+        assert [int(n) for n in pg.get_attribute(canvas, "data-sent").split(",")] == [s1 - s0 + 1] * 2
+        xs = pg.evaluate("() => state.charts['lr'].u.data[0]")
+        assert xs == list(range(s0, s1 + 1))
+        # the smoothed line goes on from the summary's: at the range's middle, within the noise
+        mid = (s0 + s1) // 2
+        y_detail = pg.evaluate(f"() => state.charts['lr'].tip[0].y[{mid - s0}]")
+        j = max(i for i, st in enumerate(ov[0]) if st <= mid)
+        assert abs(y_detail - ov[1][j]) < 0.05, (y_detail, ov[1][j])
+        # the tooltip reads the points: values as logged, no "mean of" note
+        pg.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+        pg.wait_for_selector(f"{card} .tooltip")
+        assert pg.query_selector(f"{card} .tooltip .tip-note") is None
+        step = int(pg.inner_text(f"{card} .tooltip b").split()[1].replace(",", ""))
+        vals = sorted(float(v) for v in pg.eval_on_selector_all(f"{card} .tooltip .tip-val", "vs => vs.map(v => v.textContent)"))
+        want = sorted((1 + r / 30) * math.exp(-step / 700) + 0.05 * math.sin(step) for r in (0, 1))
+        assert all(abs(a - b) < 1e-4 * abs(b) for a, b in zip(vals, want)), (step, vals, want)
+        pg.mouse.move(0, 0)
+        # reset zoom: the summary again
+        pg.click(f"{card} button.reset")
+        pg.wait_for_function(f"() => !document.querySelector(\"{canvas}\").dataset.detail")
+        assert [int(n) for n in pg.get_attribute(canvas, "data-sent").split(",")] == summary
+
+        # 12 runs (no bands): zoom, then toggle a run: the chart keeps the points of its range
+        before = pg.evaluate("() => +document.body.dataset.drawn")
+        pg.evaluate("(ids) => setSelection(ids)", [str(i) for i in ids[:12]])
+        drawn(pg, before)
+        pg.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + 20)
+        pg.mouse.down()
+        pg.mouse.move(box["x"] + box["width"] * 0.36, box["y"] + 20, steps=5)
+        pg.mouse.up()
+        pg.wait_for_selector(f"{card} canvas[data-detail]")
+        s0, s1 = map(int, pg.get_attribute(canvas, "data-detail").split("-"))
+        before = pg.evaluate("() => +document.body.dataset.drawn")
+        pg.evaluate("(ids) => setSelection(ids)", [str(i) for i in ids[:11]])
+        drawn(pg, before)
+        assert pg.get_attribute(canvas, "data-detail") == f"{s0}-{s1}"
+        assert pg.get_attribute(canvas, "data-sent").split(",") == [str(s1 - s0 + 1)] * 11
+        pg.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] / 2)
+        pg.wait_for_selector(f"{card} .tooltip")
+        assert len(pg.query_selector_all(f"{card} .tooltip .tip-val")) == 11
+        assert pg.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()

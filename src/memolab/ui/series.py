@@ -67,8 +67,8 @@ def _by_step(c: Any, run: int, tag: str, px: int, s0: int, s1: int, seen: int = 
     return c.execute(
         f"SELECT MIN(step), {WALL.format('AVG(wall)')}, {FINITE.format('AVG(value)')}, {FINITE.format('MIN(value)')},"
         f" {FINITE.format('MAX(value)')} FROM scalars"
-        " WHERE run=? AND tag=? AND step >= ? AND seq >= ? GROUP BY (step - ?) / ? ORDER BY 1",
-        (run, tag, s0, seen, s0, width)).fetchall()
+        " WHERE run=? AND tag=? AND step >= ? AND step <= ? AND seq >= ? GROUP BY (step - ?) / ? ORDER BY 1",
+        (run, tag, s0, s1, seen, s0, width)).fetchall()
 
 
 def full(c: Any, run: int, tag: str, n: int, ordered: bool, first: int, last_step: int, px: int) -> Dict[str, Any]:
@@ -120,6 +120,29 @@ def after(c: Any, run: int, tag: str, n: int, seen: int, last_seen: int, px: int
         out = _buckets(_by_step(c, run, tag, px, last_seen, last[0], seen), n, last)
     out["append"] = True
     return out
+
+
+def window(index: Any, runs: Sequence[int], tag: str, px: int, s0: int, s1: int) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """``{tag: {run: series}}`` of the points with ``s0 <= step <= s1``: a zoomed chart's detail.
+
+    Sized to the chart as a whole series is (as logged up to ``2 * px`` points, else ``px``
+    buckets from the points), read from the points in that range only (the primary key's order:
+    run, tag, step). ``n`` counts the points in the range."""
+    c = index.conn()
+    schema.ensure(c)
+    out: Dict[str, Dict[str, Any]] = {}
+    for run in runs:
+        (n,) = c.execute("SELECT COUNT(*) FROM scalars WHERE run=? AND tag=? AND step >= ? AND step <= ?",
+                         (run, tag, s0, s1)).fetchone()
+        if not n:
+            continue
+        if n <= 2 * px:
+            rows = c.execute(f"SELECT {POINT} FROM scalars WHERE run=? AND tag=? AND step >= ? AND step <= ?"
+                             " ORDER BY step, seq", (run, tag, s0, s1)).fetchall()
+            out[str(run)] = _raw(rows, n)
+        else:
+            out[str(run)] = _buckets(_by_step(c, run, tag, px, s0, s1), n, None)
+    return {tag: out} if out else {}
 
 
 Seen = Dict[str, Dict[str, Sequence[int]]]

@@ -84,6 +84,24 @@ def _points(index: Any, runs: List[int], tag: str) -> Dict[str, Dict[str, List[A
     return series.points(index, runs, tag)
 
 
+def _step(s: str, name: str) -> int:
+    """A step bound of a zoomed chart: any 64-bit integer."""
+    try:
+        v = int(s)
+    except ValueError:
+        v = None
+    if v is None or not -2 ** 63 <= v < 2 ** 63:
+        raise ApiError(400, f"{name} must be a step (an integer), got {s[:40]!r}")
+    return v
+
+
+def _series(index: Any, q: Dict[str, List[str]]) -> Any:
+    runs, px = _ints(_one(q, "runs", ""), "runs"), _pixels(_one(q, "px", "600"))
+    if "from" in q or "to" in q:  # a zoomed chart's detail: one tag, the points in a step range
+        return series.window(index, runs, _one(q, "tag"), px, _step(_one(q, "from"), "from"), _step(_one(q, "to"), "to"))
+    return series.batch(index, runs, q.get("tag"), px, _seen(_one(q, "seen", "{}")))
+
+
 def _id(s: str, name: str) -> int:
     return _bounded(s, name)
 
@@ -229,8 +247,7 @@ class Handler(BaseHTTPRequestHandler):
             "tags": lambda: query.tags(index, _ints(_one(q, "runs", ""), "runs")),
             "scalars": lambda: {str(r): query.scalars(index, r, _one(q, "tag"), _max_points(_one(q, "max", "1000")))
                                 for r in _ints(_one(q, "runs"), "runs")},
-            "series": lambda: series.batch(index, _ints(_one(q, "runs", ""), "runs"), q.get("tag"),
-                                           _pixels(_one(q, "px", "600")), _seen(_one(q, "seen", "{}"))),
+            "series": lambda: _series(index, q),
             "points": lambda: _points(index, _ints(_one(q, "runs", ""), "runs"), _one(q, "tag")),
             "heartbeat": lambda: series.heartbeat(index),
             "metrics": lambda: series.metric_stats(index, _one(q, "fn"), _one(q, "minmax", "0") == "1"),

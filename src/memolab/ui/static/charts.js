@@ -186,6 +186,9 @@ function alpha(hex, a) {
   return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
 }
 
+// a value as drawn: a log axis has no place for zero or less
+const plotted = (logY) => (v) => (v === null || v === undefined ? v : logY && !(v > 0) ? null : v);
+
 //: min/max bands are drawn while at most this many runs share a chart (past that they only blur it)
 const MAX_BANDS = 10;
 
@@ -209,7 +212,7 @@ function drawScalarCard(tag, ids) {
   // few runs: the smoothed line, the raw one faint behind it and the min/max band; many runs: the
   // smoothed line only (the raw value is in the tooltip), else 50 runs are 200 series to draw
   const bandsOn = series.length <= MAX_BANDS;
-  const pos = (v) => (v === null || v === undefined ? v : logY && !(v > 0) ? null : v);
+  const pos = plotted(logY);
   const tables = series.map((s) => [s.x, s.y.map(pos), ...(bandsOn ? [s.raw.map(pos)] : []), ...(s.lo && bandsOn ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
   const data = tables.length ? uPlot.join(tables) : [[]];
   const opts = [{}];
@@ -257,10 +260,11 @@ function drawScalarCard(tag, ids) {
       hooks: {
         setCursor: [(u) => showTooltip(u, tag)],
         setSelect: [(u) => { if (u.select.width > 0) c.zoomed = true; }],
+        setScale: [(u, key) => { if (key === "x") zoomedTo(tag); }],
       },
     }, data, (plot.replaceChildren(), plot));
     c.u.over.addEventListener("mouseleave", () => hideTooltip(tag));
-    c.u.over.addEventListener("dblclick", () => { c.zoomed = false; });
+    c.u.over.addEventListener("dblclick", () => resetZoom(tag));
     c.sig = c.fullSig = sig;
   }
   c.all = series;  // what the uPlot instance holds, shown or not (showInPlace)
@@ -268,7 +272,9 @@ function drawScalarCard(tag, ids) {
   c.vsig = vsig;
   c.series = series;
   c.bandsOn = bandsOn;
+  c.detail = c.tip = null;  // drawn from the summaries again: a zoomed view asks for its points anew
   finishCard(c, tag);
+  if (c.zoomed) zoomedTo(tag);
 }
 
 // Runs toggled on a chart of many (no bands): the runs it already holds are shown or hidden with
@@ -291,6 +297,7 @@ function showInPlace(c, per, ids) {
     if (s.shown !== show.has(s.id)) { s.shown = !s.shown; c.u.setSeries(i + 1, { show: s.shown }); }
   }));
   c.series = c.all.filter((s) => s.shown);
+  if (c.detail) c.tip = c.detail.all.filter((_, i) => c.all[i].shown);
   // the data path (setData on an unchanged list of runs) only applies to a chart showing all it holds
   c.sig = c.series.length === c.all.length ? c.fullSig : null;
   return true;
@@ -303,7 +310,8 @@ function finishCard(c, tag) {
   canvas.dataset.tag = tag;
   canvas.dataset.runs = series.map((s) => s.id).join(",");
   canvas.dataset.points = series.map((s) => s.n).join(",");
-  canvas.dataset.sent = series.map((s) => s.x.length).join(",");  // points held: at most ~2 per pixel
+  canvas.dataset.sent = (c.detail ? c.tip : series).map((s) => s.x.length).join(",");  // points drawn: at most ~2 per pixel
+  if (!c.detail) delete canvas.dataset.detail;
   card._u = c.u;
   // one line, whatever the number of runs: the values are in the tooltip
   const LEGEND = 8;
@@ -324,7 +332,73 @@ function resetZoom(tag) {
   const c = state.charts[tag];
   if (!c || !c.u) return;
   c.zoomed = false;
-  c.u.setData(c.u.data, true);
+  clearTimeout(c.detailTimer);
+  c.detailSeq = (c.detailSeq || 0) + 1;  // a detail still in flight is dropped
+  if (c.detail) {  // drawn from the zoomed range's points: the summaries come back
+    c.dsig = c.sig = null;
+    drawScalarCard(tag, state.selected);
+  } else c.u.setData(c.u.data, true);
+}
+
+// ---- a zoomed chart's detail -------------------------------------------------------------------
+// A long series is drawn from a summary (bucket means, about one a pixel for the whole run): a
+// zoom would only magnify it. Zoomed (step axis), a chart asks for the points of the step range
+// it shows, sized to its width as a whole series is, and draws them until the zoom is reset or the
+// chart is drawn again (then it asks again). Smoothing keeps its reach in steps: the weight is
+// scaled by the ratio of the point spacings, and the average goes on from the summary's smoothed
+// value at the range's start, so the line does not jump when the points arrive.
+function zoomedTo(tag) {
+  const c = state.charts[tag];
+  if (!c || !c.u || !c.zoomed || $("#xaxis").value !== "step" || !c.all || !c.all.some((s) => s.downsampled)) return;
+  const s0 = Math.floor(c.u.scales.x.min), s1 = Math.ceil(c.u.scales.x.max);
+  if (!Number.isFinite(s0) || !Number.isFinite(s1) || (c.detail && c.detail.s0 === s0 && c.detail.s1 === s1)) return;
+  clearTimeout(c.detailTimer);
+  c.detailTimer = setTimeout(() => fetchDetail(tag, s0, s1), 60);
+}
+
+async function fetchDetail(tag, s0, s1) {
+  const c = state.charts[tag];
+  if (!c || !c.u || !c.zoomed) return;
+  const u = c.u, all = c.all, seq = (c.detailSeq = (c.detailSeq || 0) + 1);
+  let got;
+  try {
+    got = await api(`series?runs=${all.map((s) => s.id).join(",")}&px=${state.px}&tag=${encodeURIComponent(tag)}&from=${s0}&to=${s1}`);
+  } catch (e) {
+    console.error(e);
+    return;
+  }
+  if (seq !== c.detailSeq || c.u !== u || c.all !== all || !c.zoomed) return;  // superseded meanwhile
+  const per = got[tag] || {};
+  if (!Object.keys(per).length) return;  // no point in the range: the summary stays
+  const w = parseFloat($("#smoothing").value), pos = plotted($("#logscale").checked);
+  const detail = all.map((s) => {
+    const d = per[s.id] || { step: [], wall: [], value: [] };
+    return { ...s, x: d.step, step: d.step, wall: d.wall, raw: d.value, y: smoothFrom(s, d, w, s0),
+      lo: d.min || d.value, hi: d.max || d.value, downsampled: !!d.downsampled };
+  });
+  const tables = detail.map((s, i) => [s.x, s.y.map(pos), ...(c.bandsOn ? [s.raw.map(pos)] : []),
+    ...(all[i].lo && c.bandsOn ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
+  const lo = u.scales.x.min, hi = u.scales.x.max;
+  c.detail = { s0, s1, all: detail };
+  c.tip = detail.filter((_, i) => all[i].shown);
+  u.setData(uPlot.join(tables), false);
+  u.setScale("x", { min: lo, max: hi });  // the same range; y fitted to the points in it
+  const canvas = u.ctx.canvas;
+  canvas.dataset.detail = `${s0}-${s1}`;
+  canvas.dataset.sent = c.tip.map((s) => s.x.length).join(",");
+}
+
+// the smoothed line of a zoomed range's points d, going on from summary s's (see above)
+function smoothFrom(s, d, w, s0) {
+  if (!(w > 0) || !d.step.length) return d.value.slice();
+  const gap = (a) => (a.length > 1 ? (a[a.length - 1] - a[0]) / (a.length - 1) : 0);
+  const gs = gap(s.step), gd = gap(d.step);
+  const wd = gs > 0 && gd > 0 ? Math.pow(w, gd / gs) : w;
+  let j = nearest(s.step, s0);
+  if (j >= 0 && s.step[j] > s0) j -= 1;
+  let last = j >= 0 && s.y[j] !== null && s.y[j] !== undefined ? s.y[j] : null;
+  if (last === null) return smooth(d.value, wd);
+  return d.value.map((v) => (v === null ? null : (last = last * wd + (1 - wd) * v)));
 }
 
 //: tooltip rows shown (highest values first); the rest are counted
@@ -339,7 +413,7 @@ function showTooltip(u, tag) {
   const xmode = $("#xaxis").value;
   const found = [];
   const tol = ((u.scales.x.max ?? 0) - (u.scales.x.min ?? 0)) / 40;
-  for (const s of c.series) {
+  for (const s of c.tip || c.series) {
     // the run's point nearest to the cursor's x (its steps need not be the other runs' steps),
     // if it has one near there: a run that ended earlier is not listed at the end of another
     const j = nearest(s.x, x);
