@@ -147,6 +147,9 @@ def test_metric_stats_give_last_min_max_and_points(server):
     ("series?runs=1&seen=nope", "seen must be"),
     ("series?runs=x", "runs must be"),
     ("metrics", "missing query parameter 'fn'"),
+    ("series?runs=1&tag=a&from=x&to=3", "from must be a step"),
+    ("series?runs=1&tag=a&from=1&to=99999999999999999999", "to must be a step"),
+    ("series?runs=1&from=1&to=2", "missing query parameter 'tag'"),
 ])
 def test_bad_series_requests_get_a_clear_400(server, path, msg):
     with pytest.raises(urllib.error.HTTPError) as e:
@@ -193,3 +196,18 @@ def test_the_csv_download_reads_every_point_as_logged(server, monkeypatch):
     with pytest.raises(urllib.error.HTTPError) as e:
         get(server.url + "api/points?runs=1")
     assert e.value.code == 400 and "tag" in json.loads(e.value.read())["error"]
+
+
+def test_a_zoomed_range_is_sent_as_its_points(server):
+    """``from``/``to``: the points of one tag in a step range (bounds included), as logged while
+    they are at most 2 a pixel, else bucketed from that range's points with min/max kept."""
+    index = get_store().index
+    write(index, [start(1), start(2)] + points(1, "t", range(5000), lambda s: 100.0 if s == 1777 else 1.0)
+          + points(2, "t", range(0, 1000)))
+    got = get(server.url + "api/series?runs=1,2&px=200&tag=t&from=1500&to=1800")["t"]
+    assert sorted(got) == ["1"]  # run 2 has no point there
+    assert got["1"]["step"] == list(range(1500, 1801)) and got["1"]["n"] == 301 and not got["1"].get("downsampled")
+    wide = get(server.url + "api/series?runs=1&px=200&tag=t&from=1000&to=2999")["t"]["1"]
+    assert wide["downsampled"] and wide["n"] == 2000 and len(wide["step"]) == 200
+    assert wide["step"][0] == 1000 and wide["step"][-1] == 2990 and max(wide["max"]) == 100.0
+    assert get(server.url + "api/series?runs=1&px=200&tag=t&from=7000&to=8000") == {}
