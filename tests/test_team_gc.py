@@ -169,3 +169,39 @@ def test_gc_remote_collects_stale_leases_of_dead_owners(team, capsys):
     assert _gc(capsys, "--yes")["stale_leases"] == 1
     with psycopg.connect(dsn, autocommit=True) as c:
         assert [r[0] for r in c.execute("SELECT args FROM memolab_leases")] == ["live"]
+
+
+def test_hits_are_forwarded_once_by_concurrent_forwarders(team, tmp_path):
+    """The uploader thread, the exit and `memolab sync` all forward the local hits to the team row:
+    two at once must not send the same hits twice (seen as 4 team hits for 3 in CI)."""
+    import threading
+
+    dsn, bucket = team
+    a = _machine(tmp_path / "a", dsn, bucket)
+    f(7)
+    a.journal.drain()
+    for _ in range(5):
+        f(7)  # in-memory hits are counted too
+    a.flush_hits()
+    local = a.index.lookup(f.key(7))["hits"]
+    assert local >= 1
+    real = a.link.index.add_hits
+    both_in = threading.Barrier(2, timeout=2)
+
+    def slow_add(counts):  # both forwarders have read what to send before either sends
+        try:
+            both_in.wait()
+        except threading.BrokenBarrierError:
+            pass  # the other one found nothing left to send: the claim is what is tested
+        return real(counts)
+
+    a.link.index.add_hits = slow_add
+    threads = [threading.Thread(target=a.forward_hits) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    a.link.index.add_hits = real
+    assert a.link.index.lookup(f.key(7))["hits"] == local
+    a.forward_hits()  # nothing left to send
+    assert a.link.index.lookup(f.key(7))["hits"] == local

@@ -106,9 +106,22 @@ def unsent_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, floa
         return []
 
 
-def mark_sent(index: Any, rows: Sequence[Tuple[int, int, int, float]]) -> None:
+def claim_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, float]]:
+    """``unsent_hits``, marked sent in the same write transaction: two forwarders (the uploader
+    thread and the exit, ``memolab sync`` in another process) never send the same hits twice.
+    A forwarder whose send fails gives them back (``unclaim_hits``)."""
+    try:
+        with index.write() as c:
+            rows = unsent_hits(index, limit)
+            c.executemany("UPDATE team_ids SET sent = sent + ? WHERE local_id = ?", [(n, i) for i, _, n, _ in rows])
+    except sqlite3.Error:
+        return []
+    return rows
+
+
+def unclaim_hits(index: Any, rows: Sequence[Tuple[int, int, int, float]]) -> None:
     with index.write() as c:
-        c.executemany("UPDATE team_ids SET sent = sent + ? WHERE local_id = ?", [(n, i) for i, _, n, _ in rows])
+        c.executemany("UPDATE team_ids SET sent = sent - ? WHERE local_id = ?", [(n, i) for i, _, n, _ in rows])
 
 
 def enqueue(c: sqlite3.Connection, key: Key, owner: str) -> None:

@@ -444,18 +444,23 @@ class TeamStore:
         (the local ``hits`` column is the ledger, so nothing waits in memory): the team
         then knows each result's team-wide last use. Advisory; by the uploader thread,
         at exit of a process that used the team store, and by ``memolab sync``."""
-        rows = journal.unsent_hits(self.index)
-        if not rows or not self.link.usable():
+        if not journal.unsent_hits(self.index, 1) or not self.link.usable():
             return 0
+        rows = journal.claim_hits(self.index)  # claimed first: a concurrent forwarder sends the others
         counts: Dict[int, Tuple[int, float]] = {}
         for _, tid, n, t in rows:
             m, u = counts.get(tid, (0, 0.0))
             counts[tid] = (m + n, max(t, u))
+        if not counts:
+            return 0
         try:
             self.link.run(lambda: self.link.index.add_hits(counts))
         except Offline:
+            journal.unclaim_hits(self.index, rows)  # not sent: sent next time
             return 0
-        journal.mark_sent(self.index, rows)
+        except BaseException:
+            journal.unclaim_hits(self.index, rows)
+            raise
         return len(rows)
 
     def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
