@@ -31,13 +31,14 @@ enabled = True
 
 
 class _Entry:
-    __slots__ = ("ref", "stamp", "digest", "origin")
+    __slots__ = ("ref", "stamp", "digest", "origin", "keep")
 
-    def __init__(self, ref: "weakref.ref[Any]", stamp: Any, digest: bytes, origin: Any) -> None:
+    def __init__(self, ref: "weakref.ref[Any]", stamp: Any, digest: bytes, origin: Any, keep: Any) -> None:
         self.ref = ref
         self.stamp = stamp
         self.digest = digest
         self.origin = origin
+        self.keep = keep  # what the stamp's addresses need kept (a tensor's storage pin)
 
 
 _entries: Dict[int, _Entry] = {}
@@ -63,8 +64,9 @@ def lookup(obj: Any, stamp: Any) -> Optional[bytes]:
     return e.digest
 
 
-def remember(obj: Any, stamp: Any, digest: bytes, origin: Any = None) -> None:
-    """Record ``digest`` for ``obj`` as long as it lives and keeps ``stamp``."""
+def remember(obj: Any, stamp: Any, digest: bytes, origin: Any = None, keep: Any = None) -> None:
+    """Record ``digest`` for ``obj`` as long as it lives and keeps ``stamp``; ``keep`` is held
+    with the entry (what keeps an address in the stamp from being reused)."""
     if not enabled or stamp is None:
         return
     key = id(obj)
@@ -76,7 +78,7 @@ def remember(obj: Any, stamp: Any, digest: bytes, origin: Any = None) -> None:
         old = _entries.get(key)
         if origin is None and old is not None and old.ref() is obj:
             origin = old.origin
-        _entries[key] = _Entry(ref, stamp, digest, origin)
+        _entries[key] = _Entry(ref, stamp, digest, origin, keep)
 
 
 def forget(obj: Any) -> None:

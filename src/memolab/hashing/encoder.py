@@ -22,16 +22,13 @@ class Encoder:
     a new object and turn into a false back-reference.
     """
 
-    __slots__ = ("h", "buf", "memo", "keep", "untrusted", "config_only")
+    __slots__ = ("h", "buf", "memo", "keep", "config_only")
 
     def __init__(self) -> None:
         self.h = new_hasher()
         self.buf = bytearray()
         self.memo: Dict[int, int] = {}
         self.keep: List[Any] = []
-        #: > 0 while encoding state whose leaves may change behind their
-        #: mutation detectors (a Module's buffers): the identity cache is off there.
-        self.untrusted = 0
         #: > 0 while encoding an object whose key is its configuration (a data
         #: loader, a sampler, a dataset): handlers leave out running state there,
         #: e.g. a seeded generator counts by its seed, not its position.
@@ -85,12 +82,13 @@ class Encoder:
         ``obj`` cannot have changed since it was recorded; otherwise it is computed
         and, if a stamp exists, recorded for next time.
         """
-        stamp = None if self.untrusted or not identity.enabled else leaf.stamp(obj)
+        trusted = identity.enabled
+        stamp = leaf.stamp(obj) if trusted else None
         d = identity.lookup(obj, stamp) if stamp is not None else None
         if d is None:
+            stamp = leaf.track(obj) if trusted else None  # before the content is read
             d = leaf.digest(obj)
-            if stamp is not None:
-                identity.remember(obj, stamp, d)
+            leaf.remember(obj, stamp, d)
         self.write(b"H" + d)
 
     def flush(self) -> None:

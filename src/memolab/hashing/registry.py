@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional
 
-from .. import codegraph
+from .. import codegraph, identity
 
 # ``Encoder`` (hashing.encoder) by name only: the encoder imports this module
 Handler = Callable[["Encoder", Any], None]  # noqa: F821
@@ -79,15 +79,28 @@ class Leaf:
     have changed, or ``None`` when a change could go unnoticed (then the leaf is
     always rehashed). ``loaded(obj)`` is ``stamp`` for a leaf just loaded from
     the store, whose memory the store vouches for (read-only blob mappings).
+    ``pin(obj)``, if given, returns an object the identity entry keeps alive with
+    it (a tensor's storage address, held so that no new storage can take it).
+    ``track(obj)``, if given, is ``stamp`` after making ``obj``'s changes visible to
+    it where that is possible (a tensor's storage made copy-on-write): called when
+    the cache had no usable entry, before ``digest`` reads the content.
     """
 
-    __slots__ = ("digest", "stamp", "loaded")
+    __slots__ = ("digest", "stamp", "loaded", "pin", "track")
 
     def __init__(self, digest: Callable[[Any], bytes], stamp: Callable[[Any], Any],
-                 loaded: Optional[Callable[[Any], Any]] = None) -> None:
+                 loaded: Optional[Callable[[Any], Any]] = None, pin: Optional[Callable[[Any], Any]] = None,
+                 track: Optional[Callable[[Any], Any]] = None) -> None:
         self.digest = digest
         self.stamp = stamp
         self.loaded = loaded or stamp
+        self.pin = pin
+        self.track = track or stamp
+
+    def remember(self, obj: Any, stamp: Any, digest: bytes, origin: Any = None) -> None:
+        """Record ``digest`` for ``obj`` under ``stamp`` in the identity cache (with its pin)."""
+        if stamp is not None:
+            identity.remember(obj, stamp, digest, origin, self.pin(obj) if self.pin is not None else None)
 
 
 leaves: Dict[type, Leaf] = {}

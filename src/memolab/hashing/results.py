@@ -101,9 +101,9 @@ def _leaf_digest(x: Any, lf: Leaf) -> bytes:
     stamp = lf.stamp(x) if identity.enabled else None
     d = identity.lookup(x, stamp) if stamp is not None else None
     if d is None:
+        stamp = lf.track(x) if identity.enabled else None  # before the content is read
         d = lf.digest(x)
-        if stamp is not None:
-            identity.remember(x, stamp, d)
+        lf.remember(x, stamp, d)
     return d
 
 
@@ -148,4 +148,4 @@ def remember_loaded(value: Any, key: Any = None, token: Optional[List[str]] = No
     if len(leaves) != len(token):
         return  # not the shape we saved: trust nothing
     for (x, lf), d in zip(leaves, token):
-        identity.remember(x, lf.loaded(x), bytes.fromhex(d), origin)
+        lf.remember(x, lf.loaded(x), bytes.fromhex(d), origin)

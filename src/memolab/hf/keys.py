@@ -211,7 +211,7 @@ def encode_hf_table(enc: Any, table: Any) -> None:
     if enc.memoize(table):
         return
     enc.write(b"\x1bh")
-    enc.write(b"H" + digest(table, trusted=not enc.untrusted))
+    enc.write(b"H" + digest(table))
 
 
 # -- the objects around the tables: HF's own classes by their attributes ----------------------

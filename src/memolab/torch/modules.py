@@ -1,11 +1,12 @@
 """``nn.Module``: class by code + state (``training``, parameters, all buffers, submodules, attributes).
 
 Hook dicts are left out: they are keyed by global handle counters (a module
-built later gets other keys for the same hooks). Nothing under a module comes
-from the identity cache: BatchNorm updates its running statistics in the kernel
-without bumping their version counter, and parameters are written through
-``p.data`` — no cheap stamp proves a module unchanged, so it is rehashed, at
-memory speed, on every call (docs/torch.md, "Identity caches").
+built later gets other keys for the same hooks). Its parameters and buffers come
+from the identity cache like any tensor: only while their storage stays
+copy-on-write, which every write ends — BatchNorm's kernel updating its running
+statistics, a fused optimizer step, ``p.data.add_()`` — although none of those
+moves a version counter (``tensors._stamp``; docs/torch.md, "Identity caches").
+Its Python-level state (attributes, submodules, ``training``) is walked on every call.
 """
 from __future__ import annotations
 
@@ -18,11 +19,7 @@ from ..hashing import Encoder
 
 
 def encode_module(enc: Encoder, m: Any) -> None:
-    enc.untrusted += 1
-    try:
-        enc.encode_object(m)
-    finally:
-        enc.untrusted -= 1
+    enc.encode_object(m)
 
 
 def register() -> None:

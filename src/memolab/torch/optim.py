@@ -10,8 +10,9 @@ Registered lazily on the first optimizer hashed (``register_lazy("torch.optim")`
 never by building one: constructing an optimizer imports ``torch._dynamo``
 (about a second and 800 modules) that hashing a tensor must not pay.
 
-Like modules, an optimizer's state tensors are updated by fused and foreach
-kernels: nothing under an optimizer comes from the identity cache.
+An optimizer's state tensors are updated by fused and foreach kernels, which move
+no version counter: they come from the identity cache only while their storage
+stays copy-on-write, which those writes end (``tensors._stamp``).
 """
 from __future__ import annotations
 
@@ -60,21 +61,17 @@ def _attributes(opt: Any) -> Dict[str, Any]:
 def encode_optimizer(enc: Encoder, opt: Any) -> None:
     if enc.memoize(opt):
         return
-    enc.untrusted += 1
-    try:
-        enc.write(b"\x10O")
-        enc.encode_class(type(opt))
-        enc.encode_child(_attributes(opt), "")
-        by_pos, other = _positional_state(opt)
-        enc.write(b"\x10o")
-        enc.encode_child(by_pos, ".state")
-        if other:  # state of tensors in no param group (rare): keyed by the tensors
-            enc.write(b"+")
-            enc.encode_child(dict(other), ".state")
-        else:
-            enc.write(b"-")
-    finally:
-        enc.untrusted -= 1
+    enc.write(b"\x10O")
+    enc.encode_class(type(opt))
+    enc.encode_child(_attributes(opt), "")
+    by_pos, other = _positional_state(opt)
+    enc.write(b"\x10o")
+    enc.encode_child(by_pos, ".state")
+    if other:  # state of tensors in no param group (rare): keyed by the tensors
+        enc.write(b"+")
+        enc.encode_child(dict(other), ".state")
+    else:
+        enc.write(b"-")
 
 
 def register() -> None:

@@ -85,38 +85,99 @@ def raw_bytes(x: Any) -> memoryview:
 
 
 _is_cow = getattr(torch._C, "_is_cow_tensor", None)
+_lazy_clone = getattr(torch, "_lazy_clone", None)
+_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+_TRACKED = _is_cow is not None and _lazy_clone is not None and _storage_use_count is not None \
+    and hasattr(torch.Tensor, "_use_count")
 
 
 def _stamp(t: Any) -> Any:
-    if t.requires_grad and t.is_leaf:
-        return None  # parameters: ``p.data`` writes do not move the version counter
-    if t.layout != torch.strided:
+    """What must be unchanged for ``t``'s recorded digest to be reused, or None (rehash it).
+
+    Only a storage whose every write torch can see is trusted: a *copy-on-write*
+    storage (``_is_cow_tensor``). torch materializes such a storage on the first
+    access able to write it — an in-place op, any kernel writing through it (a fused
+    optimizer step, BatchNorm's running statistics), a write through ``.data``, a view,
+    a ``state_dict()`` alias or ``untyped_storage()``, and every export of its address
+    (``.numpy()``, DLPack, ``data_ptr()``) — and from then on it is no longer
+    copy-on-write. A digest is recorded only for a storage that is copy-on-write before
+    its bytes are read (``_track`` makes it so), and reused only while it still is: a
+    storage made copy-on-write again later is a new recording (``_track`` replaces the
+    entry), never a match of the old one. Everything else is rehashed: CUDA tensors,
+    shared memory, file mappings, memory shared with numpy, inference tensors, storages
+    other tensors held when it was first hashed (docs/torch.md, "Identity caches")."""
+    if not _TRACKED or t.layout != torch.strided or t.device.type != "cpu" or not _is_cow(t):
         return None
     try:
         version = t._version
     except RuntimeError:  # inference tensors track no version
         return None
     storage = t.untyped_storage()
-    if _is_cow is not None and _is_cow(t):
-        # A lazy clone of a stored blob (``pickling._lazy_copy_of_blob``) that no
-        # access able to write has touched since: torch materializes a private
-        # copy on the first such access (in-place op, ``.numpy()``, DLPack,
-        # ``data_ptr()``), and then this is False for good. No pointer is read
-        # here: ``data_ptr()`` itself would materialize.
-        return ("cow", storage._cdata, version, t.shape, t.stride(), t.storage_offset(), t.dtype, t.device,
-                t.requires_grad)
     if not storage.resizable():
-        # Memory shared with numpy or a buffer (``from_numpy``, ``frombuffer``,
-        # after ``t.numpy()``): writes there are invisible to the counter, so
-        # such tensors are rehashed, at memory speed, rather than trusted.
+        # memory shared with numpy (``t.numpy()`` also materializes: this is belt and braces)
         return None
-    # a tensor exported with ``.numpy()`` afterwards flips ``resizable`` (stamp
-    # None from then on); ``.data = other`` moves the data pointer
-    return (version, t.const_data_ptr(), storage._cdata, t.shape, t.stride(), t.storage_offset(), t.dtype,
-            t.device, t.requires_grad)
+    # the storage's address is pinned by the entry (``_pin``): no later storage can reuse it
+    return (storage._cdata, version, t.shape, t.stride(), t.storage_offset(), t.dtype, t.requires_grad)
 
 
-LEAF = Leaf(tensor_digest, _stamp, _stamp)
+def _track(t: Any, loaded: bool = False) -> Any:
+    """``_stamp``, after making ``t``'s storage copy-on-write if it may be (``_adopt``):
+    called on a miss of the identity cache, before the bytes are read. ``loaded``: the
+    storage was made by memolab's unpickler a moment ago (an inline result's bytes copied
+    into torch-owned memory), so no address of it has gone out, whoever else holds it
+    (views within the result)."""
+    if (_TRACKED and t.layout == torch.strided and t.device.type == "cpu" and not _is_cow(t)
+            and not t.is_inference()):
+        storage = t.untyped_storage()
+        if storage.resizable():
+            _adopt(t, storage, loaded)
+    return _stamp(t)
+
+
+def _track_loaded(t: Any) -> Any:
+    return _track(t, loaded=True)
+
+
+def _adopt(t: Any, storage: Any, loaded: bool = False) -> bool:
+    """Make ``t``'s storage copy-on-write (``torch._lazy_clone``, the clone dropped at
+    once: the storage keeps its memory and address, and the next write takes it back
+    without a copy). Only a storage nobody else holds: one tensor (this one, held by
+    Python alone) and our storage object. Another tensor on it, or another holder of
+    this tensor (a DLPack export holds one), may be how a raw address went out before
+    now, and a write through that address would go unseen. Storages torch cannot
+    clone lazily (shared memory, file mappings, pinned memory) stay untrusted."""
+    if not loaded and (_storage_use_count(storage._cdata) != 2 or t._use_count() != 1):
+        return False
+    try:
+        _lazy_clone(t.detach())
+    except RuntimeError:
+        return False
+    return bool(_is_cow(t))
+
+
+class _Pin:
+    """Holds a storage's address for as long as an identity entry refers to it: a weak
+    reference to the storage object keeps its address from being reused by a new storage,
+    so a tensor that was given another storage (``.data = other``) never matches its old
+    entry."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, storage: Any) -> None:
+        self.handle = storage._weak_ref()
+
+    def __del__(self) -> None:
+        try:
+            torch.UntypedStorage._free_weak_ref(self.handle)
+        except Exception:  # interpreter shutdown: torch may be gone
+            pass
+
+
+def _pin(t: Any) -> Any:
+    return _Pin(t.untyped_storage())
+
+
+LEAF = Leaf(tensor_digest, _stamp, _track_loaded, pin=_pin, track=_track)
 
 
 def encode_tensor(enc: Encoder, t: Any) -> None:
