@@ -36,6 +36,7 @@ WORKER = textwrap.dedent('''
     from pathlib import Path
     import memolab
     from memolab import cli
+    import work
     from work import f, expected, same
     seen = []
     warnings.showwarning = lambda message, *a, **k: seen.append(str(message))
@@ -76,7 +77,7 @@ WORKER = textwrap.dedent('''
     (barrier / str(me)).touch()
     while len(list(barrier.iterdir())) < nprocs:
         time.sleep(0.02)
-    os.environ["STRESS_PHASE"] = "2"
+    work.knobs.phase = "2"
     order = [(i, k) for i in range(keys) for k in kinds]
     rng.shuffle(order)
     for i, kind in order:

@@ -116,6 +116,7 @@ WORKER = textwrap.dedent('''
     S.Index._write.__exit__, S.Index.release = exit_, release
 
     from memolab.store import get_store
+    import work
     from work import f, expected, same
     rng = random.Random(int(sys.argv[1]))
     done_path = sys.argv[2]
@@ -126,7 +127,7 @@ WORKER = textwrap.dedent('''
         if r < 0.04:
             get_store().collect_garbage()
             continue
-        os.environ["STRESS_PHASE"] = "fresh" if r < 0.3 else "call"  # read at compute time, not keyed
+        work.knobs.phase = "fresh" if r < 0.3 else "call"  # read at compute time, not keyed
         try:
             v = f.fresh(i, kind) if r < 0.3 else f(i, kind)
         except ValueError:

@@ -505,11 +505,12 @@ def test_a_memo_rebuilt_in_another_process_keeps_collective_false():
     def f(x):
         return x
 
-    m = memolab.memo(collective=False)(f)
+    m = memolab.memo(collective=False, global_rng=False, env=["X"])(f)
     fn, args = m.__reduce__()
-    assert args[-1] is False and fn(*args).collective is False
+    rebuilt = fn(*args)
+    assert rebuilt.collective is False and rebuilt.global_rng is False and rebuilt.env == ("X",)
     fn, args = memolab.memo(f).__reduce__()
-    assert fn(*args).collective is True
+    assert fn(*args).collective is True and fn(*args).global_rng is True
 
 
 SLOWMOD = """

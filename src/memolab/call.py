@@ -15,7 +15,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, hashing, hooks
+from . import codegraph, config, globalrng, hashing, hooks, implicit
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -23,7 +23,7 @@ from .summary import summarize
 from .text import short_repr
 from .tracking import runs
 
-__all__ = ["Call", "Running", "running", "arg_snapshot", "IMPLICIT"]
+__all__ = ["Call", "Running", "running", "arg_snapshot", "memory_hit", "IMPLICIT", "UNSTORED"]
 
 #: the argument name under which a memoized callable object's own state is keyed
 IMPLICIT = "<callable>"
@@ -64,10 +64,17 @@ def running() -> Optional[Running]:
     return _running.get()
 
 
-def arg_snapshot(bound: inspect.BoundArguments, per_arg: Dict[str, str], implicit: Any) -> Dict[str, List[str]]:
-    """Per argument: its digest and a short repr (the key's arguments as shown and explained)."""
-    return {n: [d, short_repr(bound.arguments[n] if n in bound.arguments else implicit)]
-            for n, d in per_arg.items()}
+def arg_snapshot(named: List[Tuple[str, Any]], per_arg: Dict[str, str]) -> Dict[str, List[str]]:
+    """Per argument (and pseudo-argument: a callable's state, a global switch, a generator
+    state): its digest and a short repr (the key's arguments as shown and explained)."""
+    values = dict(named)
+    return {n: [d, short_repr(values.get(n))] for n, d in per_arg.items()}
+
+
+#: a call whose key a stored row sent elsewhere this many times computes without the store
+ROUTES_PER_CALL = 4
+#: ``Call.reroute``'s answer when the rows of a call's global generator states run in circles
+UNSTORED = "unstored"
 
 
 class Call:
@@ -76,8 +83,8 @@ class Call:
     Warnings' stack levels count the frames above them to where the call was made:
     the step, ``lifecycle``, the driver, ``MemoFunction._call``, ``__call__``."""
 
-    __slots__ = ("memo", "bound", "key", "per_arg", "cv", "store", "force", "files", "named", "retried",
-                 "snapshot", "pending", "loads")
+    __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
+                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
@@ -85,6 +92,9 @@ class Call:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
         self.bound = bound
         self.key = key
+        #: the key as the arguments made it (``key`` differs once a row routed the call:
+        #: see ``reroute``); every rank of a collective call agrees on this one
+        self.key0 = key
         self.per_arg = per_arg
         self.cv = cv
         self.store = store
@@ -101,6 +111,42 @@ class Call:
         self.pending: List[Callable[[Any], None]] = []
         #: stored rows of the key this call found unusable (``again``)
         self.loads = 0
+        #: the global generators while the body runs (``globalrng.begin``), and what it did to them
+        self.rng_frame: Optional[Tuple[Any, Any]] = None
+        self.rng: Optional[globalrng.Outcome] = None
+        #: how often a stored row sent this call to another key (``reroute``)
+        self.routes = 0
+        #: the environment variables the body reads (``implicit.environ_frame``)
+        self.env_frame: Any = None
+
+    # -- global generators ---------------------------------------------------------------
+    def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
+        """``row`` was found for this call's key: None to use it; else the key to look at
+        instead (the call has moved there), or ``UNSTORED``.
+
+        A row whose body drew from a global generator (``globalrng``) records the digest of
+        that generator's state at its entry; it serves only a call made with the generators
+        in those states. Any other call goes to the key of its own states — computed from
+        the arguments' key and the current states of the generators the row names — where
+        an evaluation made from those states is stored, or will be."""
+        deps = _rng_deps(row)
+        if not deps:
+            return None
+        now = globalrng.mismatch(deps)
+        if now is None:
+            return None
+        self.routes += 1
+        if self.routes > ROUTES_PER_CALL:
+            return UNSTORED
+        fn, code, args, schema = self.key0
+        self.key = (fn, code, globalrng.routed(args, now), schema)
+        self.per_arg = dict(self.per_arg, **{globalrng.pseudo_argument(n): d for n, d in now.items()})
+        self.snapshot = None
+        return self.key
+
+    def from_memory(self) -> Tuple[bool, Any]:
+        """A hit on this process's in-memory copy of the key's result, or (False, None)."""
+        return memory_hit(self.store, self.key)
 
     # -- looking up ----------------------------------------------------------------------
     def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
@@ -136,6 +182,7 @@ class Call:
             store.mark_corrupt(key, row, e.reason)
             return False, None
         store.count_hit(row["id"])
+        value = globalrng.restore(value)
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
         return True, value
 
@@ -204,7 +251,7 @@ class Call:
     def call_snapshot(self) -> Dict[str, List[str]]:
         """``arg_snapshot`` of this call, made once for its miss record and its result's row."""
         if self.snapshot is None:
-            self.snapshot = arg_snapshot(self.bound, self.per_arg, self.memo.implicit)
+            self.snapshot = arg_snapshot(self.named + _states_named(self.per_arg), self.per_arg)
         return self.snapshot
 
     # -- computing -----------------------------------------------------------------------
@@ -215,12 +262,23 @@ class Call:
         return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
 
     def enter(self, run: Any) -> Tuple[Running, Any]:
-        """``running()`` is this evaluation while the function computes."""
-        hooks.before_computing()  # integrations acting inside computations (HF's cache names)
+        """``running()`` is this evaluation while the function computes; the global
+        generators are watched while it does (``globalrng``)."""
+        hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
         ev = Running(self.key, self.store, run, self.force)
-        return ev, _running.set(ev)
+        token = _running.set(ev)
+        self.env_frame = implicit.environ_frame()
+        if self.memo.global_rng:
+            self.rng_frame = globalrng.begin()
+        return ev, token
 
     def leave(self, token: Any, seconds: float) -> None:
+        if self.rng_frame is not None:
+            frame, self.rng_frame = self.rng_frame, None
+            self.rng = globalrng.end(*frame)
+        if self.env_frame is not None:
+            frame, self.env_frame = self.env_frame, None
+            implicit.env_read(frame, self.memo.symbol, self.memo.env)
         _running.reset(token)
         self.store.note_duration(self.key, seconds)
 
@@ -318,9 +376,18 @@ class Call:
         store, key, memo, cv = self.store, self.key, self.memo, self.cv
         t1 = time.time()
         info = runtime_info()
+        rng, stored = self.rng, value
+        args = self.call_snapshot()
+        if rng is not None and (rng.deps or rng.exit):
+            # the generators' states travel with the result (a hit restores them), and the
+            # states it was made from are what a later call must have to use it (``reroute``)
+            stored = globalrng.Result(value, rng.deps, rng.exit)
+            states = {globalrng.pseudo_argument(n): d for n, d in rng.deps.items()}
+            args = {**{n: a for n, a in args.items() if not globalrng.is_pseudo_argument(n)},
+                    **arg_snapshot(_states_named(states), states)}
         snapshot = {
             "deps": cv.deps,
-            "args": self.call_snapshot(),
+            "args": args,
             "ignored": sorted(memo.ignore),
             "version": memo.version,
             "result": short_repr(value),
@@ -328,6 +395,8 @@ class Call:
             # digests of the result's arrays/tensors: a loaded copy passed to
             # another memoized function is then hashed in O(1) (hashing.remember_loaded)
             "result_digest": hashing.result_token(value),
+            # generator -> digest of its state at entry: a row used only from those states
+            "rng_deps": rng.deps if rng is not None and rng.deps else None,
         }
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
         fields = {
@@ -337,7 +406,7 @@ class Call:
             "snapshot": _json(snapshot),
         }
         try:
-            eval_id = store.save(key, owner, value, fields, sources)
+            eval_id = store.save(key, owner, stored, fields, sources)
             hashing.note_result(key, snapshot["result_digest"], eval_id)
         except Exception as e:
             store.release(key, owner)
@@ -351,6 +420,74 @@ class Call:
             return None
         store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
         return eval_id
+
+
+def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:
+    """(True, value) if this process holds ``key``'s result in memory and may use it.
+
+    A result made from global generator states (``globalrng``) serves only a call made
+    from the same states; for another, the copy of the key those states route to is
+    looked at instead (``Call.reroute`` does the same against the store). A hit restores
+    the generators to where the body left them."""
+    now: Optional[Dict[str, str]] = None
+
+    def fits(row: Dict[str, Any]) -> bool:
+        nonlocal now
+        deps = _rng_deps(row)
+        if deps is None:
+            return True
+        now = globalrng.mismatch(deps)
+        return now is None
+
+    found, value = store.load_from_memory(key, fits)
+    if not found and now is not None:
+        fn, code, args, schema = key
+        key, now = (fn, code, globalrng.routed(args, now), schema), None
+        found, value = store.load_from_memory(key, fits)
+    if not found:
+        return False, None
+    value = globalrng.restore(value)
+    hashing.remember_loaded(value, key)
+    return True, value
+
+
+class _State:
+    """A global generator's state as the snapshot shows it (its digest, shortened)."""
+
+    __slots__ = ("digest",)
+
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+
+    def __repr__(self) -> str:
+        return f"<state {self.digest[:12]}>"
+
+
+def _states_named(per_arg: Dict[str, str]) -> List[Tuple[str, Any]]:
+    """(pseudo-argument, value as shown) of each global generator state in ``per_arg``."""
+    return [(n, _State(d)) for n, d in per_arg.items() if globalrng.is_pseudo_argument(n)]
+
+
+def _rng_deps(row: Dict[str, Any]) -> Optional[Dict[str, str]]:
+    """The generator states a stored row was made from (``snapshot.rng_deps``), or None.
+    A value that is not a mapping of names to digests (damage) matches no state."""
+    import json
+
+    try:
+        if "rng_deps" in row:  # extracted by the lookup (JSON1): no snapshot to parse
+            text = row["rng_deps"]
+            if not text:
+                return None
+            deps = json.loads(text)
+        else:
+            snap = row.get("snapshot")
+            deps = json.loads(snap).get("rng_deps") if snap and '"rng_deps"' in snap else None
+    except (ValueError, AttributeError):
+        deps = {"?": "damaged"}
+    if deps is not None and not (isinstance(deps, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in deps.items())):
+        deps = {"?": "damaged"}
+    return deps or None
 
 
 def _with_pending(pending: List[Callable[[Any], None]],

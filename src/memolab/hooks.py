@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Tuple
 
 LAZY_HOOKS: Dict[str, Dict[str, str]] = {
     # run before the first type with a class from the module in its MRO is hashed
@@ -56,6 +56,19 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         # HF's cache names made inside a computation carry memolab's code digest
         "datasets": "memolab.hf.cache:install",
     },
+    # process-wide random generators a memoized body may draw from (``memolab.globalrng``):
+    # registered once their module is imported, also in the middle of a body (called with no
+    # arguments; each registers its generators and wraps the library's seed functions)
+    "global_rng": {
+        "random": "memolab.globalrng:register_random",
+        "numpy": "memolab.globalrng:register_numpy",
+        "torch": "memolab.torch.rng:register_global",
+    },
+    # switches of a library that change results (torch's default dtype, TF32, determinism):
+    # registered before the first key made once the module is imported (``memolab.implicit``)
+    "switches": {
+        "torch": "memolab.torch.numerics:register",
+    },
     # who drives a memoized call once the module is imported: a function returning the driver, or
     # None while it does not apply (``memolab.distributed.collective_driver``)
     "drivers": {
@@ -64,40 +77,72 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
     },
 }
 
-_computing_done: set = set()
+#: the tables whose hooks run once their module is imported, watched while a body computes
+_ON_IMPORT = ("computing", "global_rng")
+_done: set = set()  # (table, module) run already
+#: modules whose import the watcher saw (imported after ``import memolab``)
+_seen: set = set()
+
+
+def watch_imports() -> None:
+    """From now on, run a ``global_rng`` hook the moment its module is imported (called by
+    ``import memolab``): a generator whose import memolab saw is known to be unseeded
+    until the program seeds it (``globalrng``)."""
+    if any(m not in sys.modules for m in LAZY_HOOKS["global_rng"]) and _watcher not in sys.meta_path:
+        sys.meta_path.insert(0, _watcher)
+
+
+def import_was_watched(module: str) -> bool:
+    """Did the watcher see ``module`` imported (so nothing ran between its import and its hooks)?"""
+    return module in _seen
 
 
 def before_computing() -> None:
-    """Run, once each, the ``computing`` hooks whose module has been imported (a dict
-    lookup per hook and miss until then; nothing once all have run). A module not
-    imported yet is watched: a computation that imports it in its body must not run
-    its first minutes without the hook, so the hook runs right after that import."""
-    table = LAZY_HOOKS["computing"]
-    if len(_computing_done) == len(table):
+    """Run, once each, the ``computing`` and ``global_rng`` hooks whose module has been
+    imported (a dict lookup per hook and miss until then; nothing once all have run). A
+    module not imported yet is watched: a computation that imports it in its body must
+    not run its first minutes without the hook (nor draw from a generator unwatched), so
+    the hook runs right after that import."""
+    if _all_watched_done():
         return
-    for module in table:
-        if module not in _computing_done:
-            if module in sys.modules:
-                _run_computing(module)
-            elif _watcher not in sys.meta_path:
-                sys.meta_path.insert(0, _watcher)
+    for table in _ON_IMPORT:
+        for module in LAZY_HOOKS[table]:
+            if (table, module) not in _done:
+                if module in sys.modules:
+                    _run_on_import(module, (table,))
+                elif _watcher not in sys.meta_path:
+                    sys.meta_path.insert(0, _watcher)
 
 
-def _run_computing(module: str) -> None:
-    if module not in _computing_done:
-        _computing_done.add(module)
-        if len(_computing_done) == len(LAZY_HOOKS["computing"]) and _watcher in sys.meta_path:
-            sys.meta_path.remove(_watcher)  # nothing left to watch for
-        run(LAZY_HOOKS["computing"][module])
+def _all_watched_done() -> bool:
+    return all((t, m) in _done for t in _ON_IMPORT for m in LAZY_HOOKS[t])
+
+
+def run_imported(table: str) -> None:
+    """Run, once each, the hooks of ``table`` whose module has been imported (a few set
+    lookups: called on every key for the ``switches`` table)."""
+    for module in LAZY_HOOKS[table]:
+        if (table, module) not in _done and module in sys.modules:
+            _run_on_import(module, (table,))
+
+
+def _run_on_import(module: str, tables: Tuple[str, ...] = _ON_IMPORT) -> None:
+    for table in tables:
+        target = LAZY_HOOKS[table].get(module)
+        if target is not None and (table, module) not in _done:
+            _done.add((table, module))
+            if _watcher in sys.meta_path and _all_watched_done():
+                sys.meta_path.remove(_watcher)  # nothing left to watch for
+            run(target)
 
 
 class _ImportWatcher:
-    """A meta path finder that finds nothing itself: for a module of the ``computing``
-    table it asks the finders after it, and wraps the loader it gets so the hook runs
-    once the module has been executed."""
+    """A meta path finder that finds nothing itself: for a module of the ``computing`` or
+    ``global_rng`` table it asks the finders after it, and wraps the loader it gets so the
+    hooks run once the module has been executed."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in LAZY_HOOKS["computing"] or name in _computing_done:
+        if not any(name in LAZY_HOOKS[t] and (t, name) not in _done for t in _ON_IMPORT):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -114,7 +159,8 @@ class _ImportWatcher:
 
         def exec_module(module: Any) -> None:
             execute(module)
-            _run_computing(name)
+            _seen.add(name)
+            _run_on_import(name)
 
         loader.exec_module = exec_module  # this spec's loader only: one per import of the module
         return spec

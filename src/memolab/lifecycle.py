@@ -69,6 +69,7 @@ class Steps(Protocol):
     key: Any
     force: bool
 
+    def reroute(self, row: Row) -> Optional[Any]: ...
     def lease_free(self) -> bool: ...
     def miss_writer(self) -> Optional[Callable[[Any], None]]: ...
     def load(self, row: Row) -> Tuple[bool, Any]: ...
@@ -118,6 +119,14 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
                     state, row = yield from claim(store, key, owner, force, call.miss_writer())
                     if state == "hit":
                         held = ""
+                if state == "hit":
+                    where = call.reroute(row)  # type: ignore[arg-type]
+                    if where is not None:
+                        # made from other global generator states: look where this call's belong
+                        if where != "unstored":
+                            key = where
+                            continue
+                        state = "unstored"
                 if state == "hit":
                     found, value = call.load(row)  # type: ignore[arg-type]
                     if found:

@@ -12,11 +12,13 @@ import functools
 import inspect
 import os
 import sys
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
 from . import codegraph, config, distributed, files, hashing
-from .call import IMPLICIT, Call, Running, arg_snapshot, running
+from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
 from .explain import Explanation, explain_key
+from .implicit import parts as implicit_parts
 from .lifecycle import drive_async, drive_sync, lifecycle
 from .store import Key, Store, get_store
 from .text import short_repr
@@ -30,7 +32,8 @@ class MemoFunction:
 
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
                  deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-                 version_sensitivity: Optional[str] = None, collective: bool = True) -> None:
+                 version_sensitivity: Optional[str] = None, collective: bool = True, global_rng: bool = True,
+                 env: Sequence[str] = ()) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -58,7 +61,16 @@ class MemoFunction:
         self.version_sensitivity = version_sensitivity
         #: inside a process group, every rank makes this call together (docs/distributed.md)
         self.collective = bool(collective)
-        self.symbol = codegraph.symbol_of(fn)
+        #: the global random generators the body draws from join the key (``globalrng``)
+        self.global_rng = bool(global_rng)
+        if isinstance(env, str) or not all(isinstance(v, str) and v for v in env):
+            raise TypeError(f"@memo(env=...) takes a list of environment variable names, not {env!r}")
+        #: environment variables whose values join the key
+        self.env = tuple(env)
+        # named after the user code it runs: a library decorator without functools.wraps
+        # names every wrapper alike (``codegraph.runs``)
+        self.symbol = codegraph.symbol_of(codegraph.runs(fn))
+        _claim_symbol(self)
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
         self.implicit: Optional[Any] = None if codegraph.is_code(codegraph.unwrap(fn)) else fn
@@ -88,7 +100,7 @@ class MemoFunction:
         if module not in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             return _memo_by_name, (module, qualname)
         return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
-                               self.version_sensitivity, self.collective)
+                               self.version_sensitivity, self.collective, self.global_rng, self.env)
 
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
@@ -147,6 +159,9 @@ class MemoFunction:
         named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
         if self.implicit is not None:
             named.append((IMPLICIT, self.implicit))
+        # switches that change results (torch's default dtype, TF32, ...) while not at their
+        # defaults, and the environment variables of ``env``: docs/cache-rules.md
+        named.extend(implicit_parts(self.env))
         return named
 
     def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion,
@@ -212,9 +227,8 @@ class MemoFunction:
         key, per_arg, cv, named = self._key(bound)
         store = self.store()
         if not force and memory:
-            found, value = store.load_from_memory(key)
+            found, value = memory_hit(store, key)
             if found:
-                hashing.remember_loaded(value, key)
                 return None, value
         return Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named), None
 
@@ -222,8 +236,14 @@ class MemoFunction:
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
         bound = self.bind(args, kwargs)
-        key, per_arg, cv, _ = self._key(bound)
-        return explain_key(self.store(), key, arg_snapshot(bound, per_arg, self.implicit), cv)
+        key, per_arg, cv, named = self._key(bound)
+        store = self.store()
+        call = Call(self, bound, key, per_arg, cv, store, False, False, named)
+        for _ in range(ROUTES_PER_CALL):  # where the call's global generator states send it
+            row = store.index.lookup(call.key)
+            if row is None or call.reroute(row) is None:
+                break
+        return explain_key(store, call.key, call.call_snapshot(), cv)
 
     def clear(self) -> int:
         """Forget every stored evaluation of this function; returns how many."""
@@ -256,10 +276,35 @@ def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
                   store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
-                  collective: bool = True) -> "MemoFunction":
+                  collective: bool = True, global_rng: bool = True, env: Sequence[str] = ()) -> "MemoFunction":
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
-                        version_sensitivity=version_sensitivity, collective=collective)
+                        version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
+                        env=env)
+
+
+#: symbol -> the live memoized functions named so whose code memolab cannot see (a library
+#: wrapper holding no visible user function): two of them would share every key
+_opaque: "Dict[str, weakref.WeakSet[MemoFunction]]" = {}
+
+
+def _claim_symbol(m: "MemoFunction") -> None:
+    """Refuse a second live memoized function that could only be told from another by code
+    memolab cannot see: both would have one name and one code digest, so one's stored
+    results would be returned for the other's calls."""
+    target = codegraph.runs(m.fn)
+    if not callable(target) or codegraph.is_user_code(target) or "<locals>" not in getattr(target, "__qualname__", ""):
+        return  # user code (its digest tells functions apart) or a library function of its own name
+    live = _opaque.setdefault(m.symbol, weakref.WeakSet())
+    for other in list(live):
+        if other.fn is not m.fn:
+            raise TypeError(
+                f"@memo: {m.symbol} is a wrapper made by a library decorator that hides the function it runs "
+                f"(no functools.wraps, no function in its closure); memolab cannot tell it from {other.fn!r}, "
+                "another memoized wrapper of the same name, so they would share stored results. Put @memo "
+                "directly on your function (innermost), make the decorator use functools.wraps, or memoize "
+                "a named function that calls the wrapped one.")
+    live.add(m)
 
 
 class _BoundMemo:
@@ -292,12 +337,13 @@ def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
          store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
-         collective: bool = ...) -> Callable[[F], F]: ...
+         collective: bool = ..., global_rng: bool = ..., env: Sequence[str] = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
          deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-         version_sensitivity: Optional[str] = None, collective: bool = True) -> Any:
+         version_sensitivity: Optional[str] = None, collective: bool = True, global_rng: bool = True,
+         env: Sequence[str] = ()) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -308,10 +354,15 @@ def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (),
     (``exact|minor|major|ignore``); defaults to ``configure(version_sensitivity=...)``.
     ``collective``: inside a ``torch.distributed`` group, every rank makes the call and the
     ranks agree on hit or miss; ``False`` for a call one rank makes alone (docs/distributed.md).
+    ``global_rng``: the global random generators (torch, numpy, ``random``) a body draws from
+    join its key, and a hit leaves them where the body did; ``False`` ignores them
+    (docs/cache-rules.md, "Global random generators").
+    ``env``: environment variables whose values join the key.
     """
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
-                            version_sensitivity=version_sensitivity, collective=collective)
+                            version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
+                            env=env)
 
     if fn is not None:
         return wrap(fn)

@@ -34,11 +34,12 @@ from . import bytecode, origins
 from .bytecode import digest_text
 from .classes import ClassCheck, class_info, class_infos
 from .graph import Root
-from .where import CODE_SCHEMA, CodeVersion, MISSING, is_code, is_user_code, symbol_of, unwrap, warn_once, warned
+from .where import CODE_SCHEMA, CodeVersion, MISSING, is_code, is_user_code, runs, symbol_of, unwrap, warn_once, warned
 
 key_module = origins.key_module
 
-__all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "key_module", "normalized_source", "CODE_SCHEMA"]
+__all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "runs", "is_user_code", "is_code", "key_module",
+           "normalized_source", "CODE_SCHEMA"]
 
 
 def normalized_source(src: str) -> str:

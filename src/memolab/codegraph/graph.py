@@ -25,10 +25,12 @@ from .where import (
     MISSING as _MISSING,
     cell_value as _cell,
     defaults_of as _defaults,
+    held_functions as _held_functions,
     is_code as _is_code,
     is_immutable as _is_immutable,
     module_ns as _module_ns,
     origin_of as _origin,
+    runs as _runs,
     short as _short,
     symbol_module as _mod,
     unwrap as _unwrap,
@@ -96,17 +98,31 @@ class Graph:
                 return f"builtin:{symbol_of(obj)}"
             return self.key_of(obj)
         if kind == SKIP:
-            return "memolab"
+            wrapped = getattr(obj, "__memolab_wraps__", None)
+            # memolab's own wrappers of library functions (the seed functions it watches:
+            # ``globalrng``) count as the function they wrap, whenever the name was bound
+            return "memolab" if wrapped is None else self.target(wrapped)
         self.deps[sym] = version
-        if isinstance(obj, types.FunctionType) and _unwrap(obj) is not obj and id(obj) not in self._unwrapping:
-            # A library decorator that returns a *function* (contextlib.contextmanager,
-            # functools.singledispatch, torch.no_grad()) holds the user's code only in
-            # ``__wrapped__``: the library counts by version, the code it wraps by its own.
-            self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
-            try:
-                return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
-            finally:
-                self._unwrapping.discard(id(obj))
+        if isinstance(obj, types.FunctionType) and id(obj) not in self._unwrapping:
+            if _unwrap(obj) is not obj:
+                # A library decorator that returns a *function* (contextlib.contextmanager,
+                # functools.singledispatch, torch.no_grad()) holds the user's code only in
+                # ``__wrapped__``: the library counts by version, the code it wraps by its own.
+                self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
+                try:
+                    return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
+                finally:
+                    self._unwrapping.discard(id(obj))
+            held = [h for h in _held_functions(obj) if _origin(_runs(h))[0] == USER]
+            if held:
+                # A library decorator without ``functools.wraps``: its wrapper holds the user's
+                # function in a closure cell (or a default). That code is what runs: it counts by
+                # its own, and the wrapper by the library's version and its own name.
+                self._unwrapping.add(id(obj))
+                try:
+                    return "+".join([f"{sym}({obj.__qualname__})", *(self.target(h) for h in held)])
+                finally:
+                    self._unwrapping.discard(id(obj))
         return sym
 
     def held_code(self, wrapper: types.FunctionType) -> List[str]:

@@ -5,6 +5,7 @@ functions, reading cells and defaults, short reprs, and the value hasher that
 ``memolab.hashing`` hands over (codegraph never imports hashing)."""
 from __future__ import annotations
 
+import functools
 import inspect
 import reprlib
 import sys
@@ -157,3 +158,39 @@ def unwrap(obj: Any) -> Any:
 
 def is_code(obj: Any) -> bool:
     return isinstance(obj, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType))
+
+
+def held_functions(f: types.FunctionType) -> List[Any]:
+    """The functions and classes a function holds in its closure cells and defaults: what a
+    wrapper made by a decorator without ``functools.wraps`` runs (its ``fn`` cell)."""
+    held = [cell_value(c) for c in f.__closure__ or ()] + [v for _, v in defaults_of(f)]
+    out = []
+    for v in held:
+        v = unwrap(v)
+        if v is not f and isinstance(v, (types.FunctionType, type)) and not any(v is o for o in out):
+            out.append(v)
+    return out
+
+
+def runs(obj: Any, depth: int = 0) -> Any:
+    """The user code a memoized callable really runs, for its name (``symbol_of``).
+
+    ``functools.wraps`` leaves ``__wrapped__``; a library decorator that does not
+    leaves only a wrapper named like every other wrapper it makes
+    (``lib:deco.<locals>.wrapper``), holding the user's function in a closure cell:
+    two memoized functions under it would share one name. So a library function counts
+    as the one user function it holds (through further library wrappers); a partial as
+    its function, a bound method as its function. Anything else — user code, a library
+    function holding no user function or several — counts as itself. (A user's own
+    closure is not followed: a closure that *calls* a function it holds is no wrapper
+    of it, and its code digest already covers what it holds.)"""
+    f = unwrap(obj)
+    while isinstance(f, functools.partial):
+        f = unwrap(f.func)
+    if isinstance(f, types.MethodType):
+        f = unwrap(f.__func__)
+    if not isinstance(f, types.FunctionType) or depth > 4 or is_user_code(f):
+        return f
+    found = [g for g in (runs(h, depth + 1) for h in held_functions(f))
+             if isinstance(g, (types.FunctionType, type)) and is_user_code(g)]
+    return found[0] if len(found) == 1 else f

@@ -336,13 +336,15 @@ class Store:
         buffers = [self.blobs.get(d, size, mapped=True, verify=verify) for d, size in source]
         return _loads(payload, buffers)
 
-    def load_from_memory(self, key: Key) -> Tuple[bool, Any]:
+    def load_from_memory(self, key: Key, accept: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[bool, Any]:
         with self._memory_lock:
             entry = self._memory.get(key)
             if entry is None:
                 return False, None
             self._memory.move_to_end(key)
         row, payload, source = entry
+        if accept is not None and not accept(row):
+            return False, None
         try:
             value = self._unpickle(payload, source)
         except StoreMiss:

@@ -181,7 +181,7 @@ class NoStore:
     def owner_id(self) -> str:
         return f"nostore:{os.getpid()}:{threading.get_ident()}"
 
-    def load_from_memory(self, key: Key) -> Tuple[bool, Any]:
+    def load_from_memory(self, key: Key, accept: Any = None) -> Tuple[bool, Any]:
         return False, None
 
     def try_acquire(self, *a: Any, **k: Any) -> Tuple[str, Optional[Dict[str, Any]]]:

@@ -161,7 +161,8 @@ class MemoStore(Protocol):
     def release(self, key: Key, owner: str) -> None:
         """Best effort: never raises."""
 
-    def load_from_memory(self, key: Key) -> Tuple[bool, Any]: ...
+    def load_from_memory(self, key: Key, accept: Optional[Callable[[Row], bool]] = None) -> Tuple[bool, Any]:
+        """This process's copy of ``key``'s result, if it has one whose row ``accept``s (not counted as a hit else)."""
 
     def forget(self, fn: Optional[str] = None) -> None: ...
 

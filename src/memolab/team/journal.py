@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import config
-from ..store.sqlite import Key
+from ..store.sqlite import LOOKUP_ONLY, Key
 from .link import Failed, Offline
 
 DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
@@ -71,7 +71,7 @@ MIN_AGE = 0.3
 DRAIN_SECONDS = config.env_setting("MEMOLAB_REMOTE_DRAIN")
 
 #: columns of a local row that are this store's own, not the evaluation's
-_LOCAL_ONLY = ("id", "hits", "last_hit", "reason", "status", "result_token", "key_ok")
+_LOCAL_ONLY = ("id", "hits", "last_hit", "reason", "status") + LOOKUP_ONLY
 
 
 def ensure(c: sqlite3.Connection) -> None:

@@ -36,7 +36,7 @@ from .. import config
 from ..errors import CorruptBlob, MemolabWarning
 from ..store import Store, signing
 from ..store.blobs import fsync_dir as _fsync_dir
-from ..store.sqlite import Key, host_name
+from ..store.sqlite import LOOKUP_ONLY, Key, host_name
 from . import journal
 from .link import Link, Offline
 
@@ -62,7 +62,7 @@ def layered(store: Store, remote: Tuple[str, Optional[str]]) -> Any:
 
 
 #: fields of a team row that are the team's own bookkeeping, not the evaluation's
-_TEAM_ONLY = ("id", "hits", "last_hit", "reason", "status", "logs", "uploaded_by", "result_token", "key_ok")
+_TEAM_ONLY = ("id", "hits", "last_hit", "reason", "status", "logs", "uploaded_by") + LOOKUP_ONLY
 
 
 def local_fields(row: Dict[str, Any]) -> Dict[str, Any]:

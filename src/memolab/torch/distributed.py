@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from .. import config, hashing
+from ..call import UNSTORED
 from ..distributed import DistributedError, rank_local
 from ..distributed import settings as distributed_settings
 from ..errors import MemolabWarning
@@ -238,7 +239,8 @@ def drive(prepare: Callable[[], Any], fn: Callable[..., Any]) -> Any:
 
 
 def _decision(ex: Exchange, seq: int, what: str, call: Any, **more: Any) -> None:
-    ex.set(f"{seq}/d", json.dumps({"d": what, "key": _key_digest(call.key), "symbol": call.key[0], **more}))
+    # the key every rank made (a row rank 0 found may route its lookup elsewhere: ``Call.reroute``)
+    ex.set(f"{seq}/d", json.dumps({"d": what, "key": _key_digest(call.key0), "symbol": call.key[0], **more}))
 
 
 def _local(call: Any, fn: Callable[..., Any]) -> Any:
@@ -302,9 +304,8 @@ def _lead(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any]) -> Any:
             decided = True
             raise DistributedError(text)
         if not call.force:
-            found, value = call.store.load_from_memory(call.key)
+            found, value = call.from_memory()
             if found:
-                hashing.remember_loaded(value, call.key)
                 _decision(ex, seq, "hit", call)
                 decided = True
                 beat.stop()
@@ -426,16 +427,20 @@ def _compute(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any]) -> Any:
 
 def _load(call: Any) -> Tuple[bool, Any]:
     """This rank's copy of a hit: from memory, else from its store (False: not there)."""
-    store, key = call.store, call.key
+    store = call.store
     try:
-        found, value = store.load_from_memory(key)
+        found, value = call.from_memory()
         if found:
-            hashing.remember_loaded(value, key)
             return True, value
         for _ in range(_LOADS):
-            row = store.lookup(key)
+            row = store.lookup(call.key)
             if row is None:
                 return False, None
+            where = call.reroute(row)  # made from other global generator states: where ours are
+            if where is not None:
+                if where == UNSTORED:
+                    return False, None
+                continue
             found, value = call.load(row)
             if found:
                 return True, value

@@ -1,0 +1,462 @@
+"""Process-wide random generators: what a memoized body drew from joins its key.
+
+``torch.manual_seed(args.seed); model = train(cfg)`` is the most common line of
+ML code, and ``train``'s result depends on the seed although the seed is no
+argument: the body draws from a *global* generator (torch's default CPU one,
+numpy's legacy ``np.random`` state, Python's ``random``; CUDA's once it is
+initialised). So a miss watches them:
+
+* **Before and after the body** each generator's state is digested. One that
+  moved, and was not first reseeded by the body, was *drawn from*: the body's
+  result depends on its state at entry.
+* **Seeding is seen where it happens.** The seed/set functions users call
+  (``torch.manual_seed``, ``np.random.seed``, ``random.seed``, their
+  ``set_state`` kin, and so ``torch.random.fork_rng``'s restore) are wrapped by
+  thin functions that tell every computation in progress: a body whose first
+  touch of a generator is a seed (its state still what it was at entry)
+  reseeded it before drawing — the caller's state does not matter
+  (``seed_everything(cfg.seed)`` at the top of ``train``). A draw undone by a
+  ``set_state`` is still a draw: the set is seen with the state moved.
+* **The evaluation records** the entry digests of what it drew from (``deps``)
+  and the exit state of every generator it changed (``exit``).
+
+A stored row with ``deps`` is used only when the current states have those
+digests (``mismatch``); otherwise the call is routed to the key of the current
+states (``routed``), so seed 0 and seed 1 are two evaluations and a function
+that draws nothing is never split by the seed. A hit sets every generator the
+evaluation changed to its exit state (``restore``): the rest of the program
+draws exactly what it would have drawn had the body run.
+
+**Unseeded generators.** torch, numpy and ``random`` seed their global generators
+from the operating system when they are imported: a program that never seeds one
+gets other numbers in every process, and any result drawn from it is as good as
+another. Such a generator's state counts as ``UNSEEDED`` (a body drawing from it
+hits in any process where it is unseeded too, as it would without memolab) until
+the program seeds or sets it. memolab can only know that a generator is unseeded
+if it watched the module's import: the seed functions are wrapped the moment
+torch, numpy or ``random`` is imported after ``import memolab``. A module
+imported *before* memolab may have been seeded already, so its generator counts
+by its exact state (safe, and a body drawing from it unseeded then computes in
+every new process; import memolab first, seed, or opt out with
+``@memo(global_rng=False)``). A module not imported at all is unseeded (a body
+that imports it gets an OS-seeded generator).
+
+numpy's and torch's generators register through ``hooks.LAZY_HOOKS["global_rng"]``;
+this module imports neither.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import xxhash
+
+__all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
+           "current", "mismatch", "routed", "Result", "restore", "pseudo_argument", "is_pseudo_argument",
+           "UNSEEDED"]
+
+#: the state of a generator that was seeded by the operating system (or is not imported)
+UNSEEDED = "unseeded"
+#: how a pseudo-argument of the key names a generator (``explain`` shows it)
+_ARG = "<global rng {}>"
+
+
+@dataclass
+class Generator:
+    """One process-wide generator: how to read, compare, digest and set its state."""
+
+    name: str
+    #: its state, as ``set`` takes it back
+    get: Callable[[], Any]
+    set: Callable[[Any], None]
+    #: a state as a cheap value to compare (``==``): a body's entry and exit are compared on
+    #: every miss, and digested only when a result depends on them
+    token: Callable[[Any], Any]
+    digest: Callable[[Any], str]
+    #: the top-level module it lives in
+    module: str
+    #: its state comes from a seed or a set the program made (else from the OS: ``UNSEEDED``)
+    seeded: bool = True
+
+
+_generators: Dict[str, Generator] = {}
+
+
+def register(gen: Generator) -> None:
+    """Watch ``gen`` from now on (called by its ``global_rng`` hook once its module is imported).
+    Unseeded only if memolab saw the module's import: nobody can have seeded it before."""
+    from . import hooks
+
+    gen.seeded = not hooks.import_was_watched(gen.module)
+    _generators[gen.name] = gen
+    for frame in _frames.get():
+        # a body that imported the module: its state from here on is what draws are judged against
+        frame.baseline.setdefault(gen.name, gen.token(gen.get()))
+
+
+def _available() -> Dict[str, Generator]:
+    """The registered generators, after registering those whose module was imported since."""
+    from . import hooks
+
+    hooks.run_imported("global_rng")
+    return _generators
+
+
+def current(names: Any) -> Dict[str, str]:
+    """Each named generator's state as a key sees it: its digest, or ``UNSEEDED``."""
+    gens = _available()
+    out = {}
+    for n in names:
+        g = gens.get(n)
+        out[n] = g.digest(g.get()) if g is not None and g.seeded else UNSEEDED
+    return out
+
+
+# -- a computation in progress ---------------------------------------------------------
+
+
+class Frame:
+    """One memoized body in progress: the generators' states at its entry, and what it
+    learned of each (``settled``: True = reseeded before any draw, False = drew)."""
+
+    __slots__ = ("entry", "baseline", "settled", "start", "threads")
+
+    def __init__(self, entry: Dict[str, Any], baseline: Dict[str, Any]) -> None:
+        #: the state at entry of each seeded generator (``None``: unseeded): digested for the
+        #: key only if the result turns out to depend on it
+        self.entry = entry
+        self.baseline = baseline  # each generator's ``token`` at entry: a draw is judged against it
+        self.settled: Dict[str, bool] = {}
+        #: where this body's window of other threads' calls starts in ``_calls``
+        self.start = 0
+        #: the threads running when the body began, but its own: their calls are not the body's
+        self.threads: Dict[int, Any] = {}
+
+
+_frames: "contextvars.ContextVar[Tuple[Frame, ...]]" = contextvars.ContextVar("memolab_rng_frames", default=())
+
+# Other threads draw from the global generators while a body computes: a Dask worker's
+# or tornado's event loop draws from ``random`` (jitter, work stealing) several times a
+# second. A state that moved is then no proof that the body drew. So while any body is in
+# progress, the module functions that draw or read a state are wrapped (``wrap``, kind
+# "draw"; outside bodies they are the library's own, at full speed), and a call made by a
+# thread with no body of its own is recorded with the state before and after it. A body
+# whose generator moved only by such calls, one after the other from its entry state to
+# its exit state, made by threads that already ran when it began, did not draw from it.
+# Anything else that moved the state — a draw through a function bound before memolab
+# wrapped it, a thread the body started — breaks that chain, and counts as the body's draw.
+_active = 0
+_calls: List[Tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
+_lock = threading.Lock()
+#: (module, name, the library's function, its wrapper): in place while a body is in progress
+_draws: List[Tuple[Any, str, Any, Any]] = []
+
+
+def _swap(wrapped: bool) -> None:
+    for module, name, fn, wrapper in _draws:
+        if getattr(module, name, None) is (fn if wrapped else wrapper):  # unless the program replaced it
+            setattr(module, name, wrapper if wrapped else fn)
+
+
+@dataclass
+class Outcome:
+    """What a body did to the global generators."""
+
+    #: generator -> its state at entry as a key sees it, for every generator the result depends on
+    deps: Dict[str, str] = field(default_factory=dict)
+    #: generator -> its state at exit, for every generator the body changed, and whether that
+    #: state came from a seed (a hit leaves the generator seeded or unseeded as the body did)
+    exit: Dict[str, Tuple[Any, bool]] = field(default_factory=dict)
+
+
+def begin() -> Tuple[Frame, Any]:
+    """A body starts: record the states, push its frame (``end`` pops it)."""
+    global _active
+    gens = _available()
+    with _lock:  # other threads' calls are recorded from here on, before the states are read
+        _active += 1
+        if _active == 1:
+            _swap(True)
+        start = len(_calls)
+    states = {n: g.get() for n, g in gens.items()}
+    frame = Frame({n: (states[n] if g.seeded else None) for n, g in gens.items()},
+                  {n: g.token(states[n]) for n, g in gens.items()})
+    frame.start = start
+    me = threading.current_thread()
+    frame.threads = {id(t): t for t in threading.enumerate() if t is not me}
+    return frame, _frames.set(_frames.get() + (frame,))
+
+
+def end(frame: Frame, token: Any) -> Outcome:
+    """The body is over (returned or raised): what it depends on, what to restore on a hit."""
+    global _active
+    _frames.reset(token)
+    out = Outcome()
+    states = {n: (g, g.get()) for n, g in _available().items()}  # read before other threads stop being recorded
+    with _lock:
+        window = _calls[frame.start:]
+        _active -= 1
+        if not _active:
+            _calls.clear()
+            _swap(False)
+    for name, (gen, state) in states.items():
+        settled = frame.settled.get(name)
+        if settled is None and _others_only(frame, name, gen.token(state), window):
+            continue  # untouched by the body
+        if settled is not True:
+            entry = frame.entry.get(name)  # None: unseeded at entry, or imported by the body
+            out.deps[name] = UNSEEDED if entry is None else gen.digest(entry)
+        out.exit[name] = (state, gen.seeded)
+    return out
+
+
+def _others_only(frame: Frame, name: str, now: Any, window: List[Tuple[str, Any, Any, Any]]) -> bool:
+    """Is every move of ``name`` from the body's entry to ``now`` a call another thread made?"""
+    cur = frame.baseline.get(name)
+    for n, before, after, thread in window:
+        if n != name or after == cur:
+            continue  # another generator's, or a call whose move the entry state already holds
+        if before != cur or id(thread) not in frame.threads:
+            return False
+        cur = after
+    return cur == now
+
+
+def _seeded(name: str) -> None:
+    """A seed or set of ``name`` is about to happen: settle it in every body in progress."""
+    frames = _frames.get()
+    if not frames:
+        return
+    gen = _generators.get(name)
+    now = gen.token(gen.get()) if gen is not None else None
+    for frame in frames:
+        if name not in frame.settled:
+            frame.settled[name] = now is not None and now == frame.baseline.get(name)
+
+
+def _drew(name: str) -> None:
+    for frame in _frames.get():
+        frame.settled.setdefault(name, False)
+
+
+def _foreign(fn: Callable[..., Any], names: Tuple[str, ...], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """A watched call made by a thread with no body in progress while others are: recorded."""
+    gens = [(n, _generators[n]) for n in names if n in _generators]
+    before = [g.token(g.get()) for _, g in gens]
+    out = fn(*args, **kwargs)
+    after = [g.token(g.get()) for _, g in gens]
+    me = threading.current_thread()
+    with _lock:
+        if _active:
+            _calls.extend((n, b, a, me) for (n, _), b, a in zip(gens, before, after))
+    return out
+
+
+def _never(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+    return False
+
+
+def wrap(fn: Callable[..., Any], names: Tuple[str, ...], kind: str = "seed",
+         entropy: Callable[[Tuple[Any, ...], Dict[str, Any]], bool] = _never) -> Callable[..., Any]:
+    """``fn``, a function of generators ``names`` that programs call, telling bodies in
+    progress what it does: ``kind="seed"`` (it seeds or sets them: settled, and marked
+    seeded after — unseeded if ``entropy`` says this call seeds from the OS, as
+    ``torch.seed()`` and ``random.seed()`` do), or ``"draw"`` (it draws from them: the
+    body drew). Transparent to keys: ``codegraph`` and ``hashing`` see
+    ``__memolab_wraps__``, the function itself."""
+    if getattr(fn, "__memolab_wraps__", None) is not None:
+        return fn
+    seeds = kind == "seed"
+
+    @functools.wraps(fn)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        if not _active:
+            out = fn(*args, **kwargs)
+        elif _frames.get():
+            for n in names:
+                if seeds:
+                    _seeded(n)
+                else:
+                    _drew(n)
+            out = fn(*args, **kwargs)
+        else:
+            out = _foreign(fn, names, args, kwargs)
+        if seeds:
+            seeded = not entropy(args, kwargs)
+            for n in names:
+                g = _generators.get(n)
+                if g is not None:
+                    g.seeded = seeded
+        return out
+
+    watched.__memolab_wraps__ = fn  # type: ignore[attr-defined]
+    return watched
+
+
+def original(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` itself, not memolab's seed-watching wrapper of it."""
+    return getattr(fn, "__memolab_wraps__", None) or fn
+
+
+def patch(module: Any, attrs: List[str], *names: str, kind: str = "seed",
+          entropy: Callable[[Tuple[Any, ...], Dict[str, Any]], bool] = _never) -> None:
+    """Wrap ``module.attr`` for each of ``attrs`` (see ``wrap``): a seed function for good, a
+    draw or read function only while a body is in progress (a hot loop of ``random.random()``
+    pays nothing outside memoized computations)."""
+    for a in attrs:
+        fn = getattr(module, a, None)
+        if not callable(fn) or getattr(fn, "__memolab_wraps__", None) is not None:
+            continue
+        wrapper = wrap(fn, names, kind, entropy)
+        if kind == "seed":
+            setattr(module, a, wrapper)
+        else:
+            with _lock:
+                _draws.append((module, a, fn, wrapper))
+                if _active:
+                    setattr(module, a, wrapper)
+
+
+def always(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+    """``entropy`` of a function that always seeds from the OS (``torch.seed()``)."""
+    return True
+
+
+def no_seed_given(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+    """``entropy`` of ``seed(a=None)``: from the OS when called without a seed."""
+    given = args[0] if args else next(iter(kwargs.values()), None)
+    return given is None
+
+
+# -- rows and results ---------------------------------------------------------------------
+
+
+def mismatch(deps: Dict[str, str]) -> Optional[Dict[str, str]]:
+    """None if every generator in ``deps`` is in that state now; else the current states."""
+    now = current(deps)
+    return None if now == deps else now
+
+
+def routed(args_digest: str, states: Dict[str, str]) -> str:
+    """The argument part of the key of a call made with the generators in ``states``."""
+    parts = [args_digest] + [f"{n}={d}" for n, d in sorted(states.items())]
+    return xxhash.xxh3_128_hexdigest("\0".join(parts).encode())
+
+
+def pseudo_argument(name: str) -> str:
+    return _ARG.format(name)
+
+
+def is_pseudo_argument(name: str) -> bool:
+    return name.startswith("<global rng ")
+
+
+class Result:
+    """A stored result with the generator states its body left (restored by a hit)."""
+
+    __slots__ = ("value", "deps", "exit")
+
+    def __init__(self, value: Any, deps: Dict[str, str], exit: Dict[str, Tuple[Any, bool]]) -> None:
+        self.value = value
+        self.deps = deps
+        self.exit = exit
+
+    def __reduce__(self) -> Any:
+        return Result, (self.value, self.deps, self.exit)
+
+
+def restore(value: Any) -> Any:
+    """A loaded result: set the generators its body changed, seeded or unseeded as the body
+    left them (telling any body in progress: a result drawn from a state is a draw, one a
+    body made after seeding is a seed), and return the value itself."""
+    if type(value) is not Result:
+        return value
+    if _frames.get():
+        for n in value.deps:
+            _drew(n)
+        for n in value.exit:
+            if n not in value.deps:
+                _seeded(n)
+    gens = _available()
+    for name, (state, seeded) in value.exit.items():
+        gen = gens.get(name) or _import_for(name)
+        if gen is not None:
+            gen.set(state)
+            gen.seeded = seeded
+    return value.value
+
+
+def _import_for(name: str) -> Optional[Generator]:
+    """The generator ``name`` of a module the body imported and this process has not."""
+    from . import hooks
+
+    module = name.split(".")[0]
+    if module not in hooks.LAZY_HOOKS["global_rng"]:
+        return None
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception:
+        return None
+    return _available().get(name)
+
+
+# -- the generators themselves -------------------------------------------------------------
+
+_pack_I = struct.Struct("<625I").pack
+
+
+def _random_digest(state: Any) -> str:
+    version, internal, gauss = state
+    return xxhash.xxh3_128_hexdigest(_pack_I(*internal) + repr((version, gauss)).encode())
+
+
+def _itself(state: Any) -> Any:
+    return state
+
+
+#: ``random``'s module functions that draw from its global generator
+_RANDOM_DRAWS = ["random", "uniform", "triangular", "randint", "choice", "randrange", "sample", "shuffle", "choices",
+                 "normalvariate", "lognormvariate", "expovariate", "vonmisesvariate", "gammavariate", "gauss",
+                 "betavariate", "paretovariate", "weibullvariate", "getrandbits", "randbytes", "binomialvariate"]
+
+
+def register_random() -> None:
+    import random
+
+    register(Generator("random", original(random.getstate), original(random.setstate), _itself, _random_digest,
+                       "random"))
+    patch(random, ["seed"], "random", entropy=no_seed_given)
+    patch(random, ["setstate"], "random")
+    patch(random, _RANDOM_DRAWS, "random", kind="draw")
+
+
+def register_numpy() -> None:
+    """numpy's legacy global ``RandomState`` (``np.random.rand``, ``np.random.seed``);
+    ``np.random.default_rng()`` generators are objects passed as arguments."""
+    import numpy as np
+    import numpy.random.mtrand as mtrand
+
+    get_state = original(np.random.get_state)
+
+    def get() -> Any:
+        return get_state(legacy=False)
+
+    def token(state: Any) -> Any:
+        # the cached second normal counts: a draw that uses it moves nothing else
+        s = state["state"]
+        return (state["bit_generator"], s["pos"], state["has_gauss"], state["gauss"], s["key"].tobytes())
+
+    def digest(state: Any) -> str:
+        t = token(state)
+        return xxhash.xxh3_128_hexdigest(repr(t[:4]).encode() + t[4])
+
+    register(Generator("numpy", get, original(np.random.set_state), token, digest, "numpy"))
+    for module in (np.random, mtrand):
+        patch(module, ["seed"], "numpy", entropy=no_seed_given)
+        patch(module, ["set_state"], "numpy")

@@ -1,0 +1,143 @@
+"""What a body reads besides its arguments: the parts of it a key sees, and the warnings
+for the parts it cannot.
+
+* **Switches that change results** (torch's default dtype, deterministic
+  algorithms, TF32 and matmul precision, …) join every key as one pseudo-argument
+  once their library is imported and only while one differs from its default, so
+  keys made with the defaults are the same whether or not the library is imported
+  (``register_switches``; torch's: ``memolab.torch.numerics``).
+* **Environment variables** named in ``@memo(env=[...])`` join the key by value.
+  Any other variable a body reads by name from user code (``os.environ[...]``,
+  ``os.getenv``, ``in os.environ``) is noted while it computes and warned about
+  once per function and variable: its value is not in the key (``watch_environ``).
+
+The other inputs no key sees (``sys.argv``, the working directory, files read by
+path, the clock) are listed in docs/cache-rules.md, "What is not in a key".
+"""
+from __future__ import annotations
+
+import contextvars
+import dis
+import os
+import sys
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+__all__ = ["register_switches", "parts", "environ_frame", "env_read", "ENV_ARG"]
+
+#: ``name -> reader``: the non-default switches of a library, as a value to hash, or None
+_switches: Dict[str, Callable[[], Optional[Dict[str, Any]]]] = {}
+
+#: the pseudo-argument an environment variable of ``@memo(env=...)`` joins the key as
+ENV_ARG = "<env {}>"
+
+
+def register_switches(name: str, reader: Callable[[], Optional[Dict[str, Any]]]) -> None:
+    """Key every call by ``reader()`` (the switches of library ``name`` that differ from
+    their defaults) whenever it is not None."""
+    _switches[name] = reader
+
+
+def parts(env: Sequence[str]) -> List[Tuple[str, Any]]:
+    """The pseudo-arguments of a call: non-default switches, then ``env``'s variables."""
+    from . import hooks
+
+    hooks.run_imported("switches")
+    out: List[Tuple[str, Any]] = []
+    for name, reader in _switches.items():
+        got = reader()
+        if got is not None:
+            out.append((f"<{name} switches>", got))
+    for var in env:
+        out.append((ENV_ARG.format(var), os.environ.get(var)))
+    return out
+
+
+# -- environment variables read while computing ----------------------------------------
+
+
+class _Reads:
+    """The variables one body read by name from user code."""
+
+    __slots__ = ("names", "where")
+
+    def __init__(self) -> None:
+        self.names: Set[str] = set()
+        self.where: Dict[str, str] = {}
+
+
+_reads: "contextvars.ContextVar[Tuple[_Reads, ...]]" = contextvars.ContextVar("memolab_env_reads", default=())
+
+#: the frames between a user's read of one variable and ``__getitem__``: nothing else
+#: (a copy, ``items()``, iteration) counts as reading a variable by name
+_READERS = frozenset(("get", "getenv", "__contains__", "getenvb"))
+
+
+class _WatchedEnviron(os._Environ):  # type: ignore[name-defined,misc]
+    """``os.environ``'s own class, noting a variable a body reads by name (``__class__``
+    is swapped in place: the same object, the same data, every reference to it sees it)."""
+
+    def __getitem__(self, key: Any) -> Any:
+        if _reads.get():
+            _note(key)
+        return super().__getitem__(key)
+
+
+_OS_MODULES = ("os", "_collections_abc", "collections.abc")
+_SUBSCRIPT = dis.opmap["BINARY_SUBSCR"]
+
+
+def _note(key: Any) -> None:
+    f = sys._getframe(2)
+    direct = True
+    while f is not None and f.f_code.co_name in _READERS and f.f_globals.get("__name__") in _OS_MODULES:
+        f, direct = f.f_back, False
+    if f is None or not _is_user(f):
+        return
+    if direct and f.f_code.co_code[f.f_lasti] != _SUBSCRIPT:
+        return  # read from C by something the user called (``dict(os.environ)``): no variable by name
+    where = f"{os.path.basename(f.f_code.co_filename)} line {f.f_lineno}"
+    for r in _reads.get():
+        if key not in r.names:
+            r.names.add(key)
+            r.where[key] = where
+
+
+def _is_user(frame: Any) -> bool:
+    from .codegraph import origins
+
+    return origins.module_origin(frame.f_globals.get("__name__"), frame.f_code.co_filename)[0] == origins.USER
+
+
+def _watch() -> None:
+    if type(os.environ) is os._Environ:  # type: ignore[attr-defined]
+        try:
+            os.environ.__class__ = _WatchedEnviron
+        except TypeError:  # another library replaced it already: its reads go unnoticed
+            pass
+
+
+def environ_frame() -> Tuple[_Reads, Any]:
+    """A body starts: note what it reads (``env_read`` ends it)."""
+    _watch()
+    r = _Reads()
+    return r, _reads.set(_reads.get() + (r,))
+
+
+def env_read(frame: Tuple[_Reads, Any], symbol: str, declared: Sequence[str]) -> None:
+    """The body is over: warn once per function and variable it read that is not in its key."""
+    r, token = frame
+    _reads.reset(token)
+    for var in sorted(r.names - set(declared)):
+        if (symbol, var) in _warned:
+            continue
+        _warned.add((symbol, var))
+        from .errors import MemolabWarning
+
+        warnings.warn(f"memolab: {symbol} read the environment variable {var} while computing ({r.where[var]}); "
+                      f"its value is not part of the key, so a result computed with another value could be "
+                      f"returned. Pass it as an argument, or declare it: @memo(env=[{var!r}])", MemolabWarning,
+                      stacklevel=2)
+
+
+_warned: Set[Tuple[str, str]] = set()
