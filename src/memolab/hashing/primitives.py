@@ -14,8 +14,12 @@ from .. import config
 
 #: Bump SCHEMA when the encoding changes, so new keys can never collide with old
 #: ones. h2: large buffers are hashed as a tree of CHUNK-byte chunks, large
-#: leaves (arrays, tensors) enter their parent as their own digest.
-SCHEMA = "h2"
+#: leaves (arrays, tensors) enter their parent as their own digest. h3 (memolab
+#: 0.2): a key may carry pseudo-arguments (the state of a global random generator
+#: the body drew from, torch switches not at their default, ``@memo(env=...)``),
+#: and a row records the generator states it was made from: an h2 row may have
+#: drawn from a generator without saying so, so none is used again.
+SCHEMA = "h3"
 ALGORITHM = "xxh3_128"
 #: Chunk size of the buffer tree. Part of the encoding (a different size gives
 #: different digests), hence part of KEY_SCHEMA; the thread count is not.
