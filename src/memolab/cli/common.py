@@ -242,7 +242,12 @@ def open_store(args: argparse.Namespace):
     # a store being created by another process has its folders before its index file
     if not ((root / "index.sqlite").is_file() or (root / "blobs").is_dir()):
         raise CliError(PROBLEM, f"no store at {root} (nothing memoized there yet? set MEMOLAB_STORE or --store)")
-    return get_store(root)
+    store = get_store(root)
+    from ..store.health import NoStore
+
+    if isinstance(store, NoStore):
+        raise store.problem  # nothing of it can be read (its folders are links, its index damaged): one line
+    return store
 
 
 def writable_store(args: argparse.Namespace):

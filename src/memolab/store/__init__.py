@@ -39,7 +39,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
-from . import perms, signing
+from . import layout, perms, signing
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
 from .inline import loads_result as _loads
@@ -87,6 +87,7 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         perms.prepare_root(self.root)  # a new store is private unless group sharing is configured
+        layout.check(self.root)  # a store whose own folders are links is refused, never followed
         self.index = self.index_class(self.root / "index.sqlite")
         self.blobs = self.blob_class(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
         self._owner: Optional[str] = None

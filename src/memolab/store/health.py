@@ -32,6 +32,7 @@ from .. import config
 from ..errors import MemolabWarning, StoreUnavailable
 from . import signing
 from .blobs import BlobFolder
+from .layout import is_digest
 from .perms import writable_by_others
 from .schema import check_schema, newer_schema  # noqa: F401 (both also imported from here)
 from .sqlite import Index, Key
@@ -289,6 +290,8 @@ def row_problem(row: Dict[str, Any]) -> Optional[str]:
         for d, size in json.loads(row.get("buffers") or "[]"):
             if not isinstance(d, str) or not isinstance(size, int):
                 return "damaged buffers column"
+            if not is_digest(d):
+                return f"damaged buffers column ({d[:80]!r} is not a blob digest)"
         for col in ("code_refs", "snapshot", "versions"):
             if row.get(col):
                 json.loads(row[col])
@@ -296,6 +299,8 @@ def row_problem(row: Dict[str, Any]) -> Optional[str]:
         return f"damaged {col} column ({type(e).__name__}: {e})"
     if row.get("payload") is not None and not isinstance(row.get("payload_size"), int):
         return "damaged payload_size column"
+    if row.get("payload") is not None and not is_digest(row["payload"]):
+        return f"damaged payload column ({str(row['payload'])[:80]!r} is not a blob digest)"
     return None
 
 
