@@ -20,7 +20,7 @@ from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
 from .summary import summarize
-from .text import short_repr
+from .text import mask_args, short_repr
 from .tracking import runs
 
 __all__ = ["Call", "Running", "running", "arg_snapshot", "IMPLICIT"]
@@ -65,9 +65,11 @@ def running() -> Optional[Running]:
 
 
 def arg_snapshot(bound: inspect.BoundArguments, per_arg: Dict[str, str], implicit: Any) -> Dict[str, List[str]]:
-    """Per argument: its digest and a short repr (the key's arguments as shown and explained)."""
-    return {n: [d, short_repr(bound.arguments[n] if n in bound.arguments else implicit)]
-            for n, d in per_arg.items()}
+    """Per argument: its digest and a short repr (the key's arguments as shown and explained).
+    Secrets are masked: an argument whose name says it is one (``hub_token``, ``api_key``) shows
+    ``<masked>``, and the repr of any other masks its secret-named fields (``short_repr``)."""
+    return mask_args({n: [d, short_repr(bound.arguments[n] if n in bound.arguments else implicit)]
+                      for n, d in per_arg.items()})
 
 
 class Call:

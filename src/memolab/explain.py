@@ -14,6 +14,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+from .text import mask_args
+
 if TYPE_CHECKING:
     from .codegraph import CodeVersion
     from .store import Key, Store
@@ -148,6 +150,8 @@ def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key
         return
     ex.evaluation = old["id"]
     snap = json.loads(old["snapshot"] or "{}")
+    if isinstance(snap.get("args"), dict):
+        snap["args"] = mask_args(snap["args"])  # (an older memolab's rows hold secrets unmasked)
     if old["schema"] != schema:
         ex.reasons.append(f"key schema changed: {old['schema']} -> {schema} (a memolab upgrade)")
     if old["code"] != code:

@@ -312,10 +312,16 @@ def _suggest(name: str, fns: List[str]) -> str:
 
 
 def snapshot_of(row: Dict[str, Any]) -> Dict[str, Any]:
+    """An evaluation's snapshot, its arguments' secrets masked (rows of an older memolab hold them)."""
+    from ..text import mask_args
+
     try:
-        return json.loads(row.get("snapshot") or "{}")
+        snap = json.loads(row.get("snapshot") or "{}")
     except ValueError:
         return {}
+    if isinstance(snap, dict) and isinstance(snap.get("args"), dict):
+        snap["args"] = mask_args(snap["args"])
+    return snap
 
 
 def args_summary(row: Dict[str, Any], width: int = 60) -> str:
