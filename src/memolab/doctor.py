@@ -149,12 +149,12 @@ def repair_index(root: Path, out: Out) -> int:
 # -- checks of a readable store ------------------------------------------------------------------
 
 def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -> int:
-    from .store import get_store
+    from .store.reading import open_for_reading
     from .store import tmpfiles
     from .store.health import row_problem, undecodable_rows
     from .store.layout import is_digest
 
-    store = get_store(root)
+    store = open_for_reading(root)  # an older store is checked as it is, never migrated (nothing changed then)
     readonly = hasattr(store, "problem")
     if readonly:
         out(f"note: {store.problem}; nothing will be changed")

@@ -34,7 +34,7 @@ from . import signing
 from .blobs import BlobFolder
 from .layout import is_digest
 from .perms import writable_by_others
-from .schema import check_schema, newer_schema  # noqa: F401 (both also imported from here)
+from .schema import check_schema, newer_schema, read_shims  # noqa: F401 (also imported from here)
 from .sqlite import Index, Key
 
 _warned: Set[str] = set()
@@ -86,6 +86,9 @@ class ReadOnlyIndex(Index):
     again on a fresh connection.
     """
 
+    #: nothing can be written through it: readers create what is missing in ``temp`` (``read_shims``)
+    read_only = True
+
     def __init__(self, path: Path) -> None:  # noqa: D107 (no super().__init__: it writes)
         self.path = Path(path)
         self._local = threading.local()
@@ -106,7 +109,9 @@ class ReadOnlyIndex(Index):
     def conn(self) -> sqlite3.Connection:
         loc = self._local
         c = getattr(loc, "conn", None)
-        if c is not None and loc.pid == config.pid() and (not loc.immutable or loc.fp == self._fingerprint()):
+        if c is not None and loc.pid == config.pid() and (not loc.immutable or loc.fp == self._fingerprint()) \
+                and (not loc.shimmed or loc.cookie == c.execute("PRAGMA main.schema_version").fetchone()[0]):
+            # (a file read through shims that another process migrated meanwhile: read afresh, in its new shape)
             return c
         uri = self.path.absolute().as_uri()
         fp = self._fingerprint()
@@ -119,6 +124,9 @@ class ReadOnlyIndex(Index):
                 raise  # a pending WAL holds committed data the file alone lacks
             c = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
             immutable = True
+        # an older file: the current shape in ``temp`` (never written to the file)
+        loc.shimmed = read_shims(c)
+        loc.cookie = c.execute("PRAGMA main.schema_version").fetchone()[0] if loc.shimmed else None
         loc.conn, loc.pid, loc.immutable, loc.fp = c, config.pid(), immutable, fp
         return c
 

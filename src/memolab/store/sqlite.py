@@ -24,87 +24,13 @@ from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imp
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
 from .process import host_name, process_table, start_time
 from .process import process_table as _process_table, start_time as _start_time  # noqa: F401 (old names)
-from .schema import SCHEMA_VERSION, check_schema, newer_schema  # noqa: F401 (also imported from here)
+from .schema import SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS evaluations(
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    fn TEXT NOT NULL,
-    code TEXT NOT NULL,
-    args TEXT NOT NULL,
-    schema TEXT NOT NULL,
-    status TEXT NOT NULL,
-    payload TEXT,
-    payload_size INTEGER,
-    buffers TEXT,
-    size INTEGER,
-    started REAL,
-    finished REAL,
-    duration REAL,
-    host TEXT,
-    python TEXT,
-    versions TEXT,
-    snapshot TEXT,
-    hits INTEGER NOT NULL DEFAULT 0,
-    last_hit REAL,
-    code_refs TEXT,
-    signature TEXT,
-    reason TEXT,
-    inline BLOB,
-    UNIQUE(fn, code, args, schema)
-);
--- WITHOUT ROWID: one b-tree, not a table plus its key's index, so taking and
--- dropping a lease each write one page, not two (stores made before this keep
--- the rowid form: the same statements work on both)
-CREATE TABLE IF NOT EXISTS leases(
-    fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    heartbeat REAL NOT NULL,
-    PRIMARY KEY(fn, code, args, schema)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS sources(
-    digest TEXT PRIMARY KEY,
-    symbol TEXT NOT NULL,
-    source TEXT NOT NULL
-);
--- no AUTOINCREMENT (older stores have it): a miss then writes no
--- sqlite_sequence page; ids still grow, since only the oldest rows are deleted
-CREATE TABLE IF NOT EXISTS misses(
-    id INTEGER PRIMARY KEY,
-    fn TEXT NOT NULL,
-    time REAL NOT NULL,
-    explanation TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS blob_stamps(
-    digest TEXT PRIMARY KEY,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    inode INTEGER NOT NULL
-);
--- indexes --
-CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
--- (fn, finished) first, for a function's evaluations newest first; the summed
--- columns after it make `memolab ls` a scan of this index, not of the table
-CREATE INDEX IF NOT EXISTS evaluations_summary ON evaluations(fn, finished, size, hits, duration);
--- the miss explanation's nearest evaluation: same arguments, else same code
-CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args, finished);
-CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
--- partial, small by construction: rows that refer to blob files (gc's
--- references) and rows out of use (what gc drops first)
-CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
-CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
-"""
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
                 "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
                 "code_refs", "signature", "reason")
-
-#: Columns added after schema 1 shipped: (name, type). Nullable, so an older
-#: memolab reading a migrated file (it names its columns) still works, and
-#: rows written before the migration simply have no code references/signature.
-_ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"), ("inline", "BLOB"))
 
 #: What a hit reads: the listing columns plus the inline bytes (payload, then
 #: each buffer in order), which listings never fetch.
@@ -287,42 +213,9 @@ class Index:
             self._migrate(conn, version)
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
-        """Create the schema, or bring a file written by an older memolab up to date in place.
-
-        Every step is idempotent and the version is written last, under the
-        write lock: two processes migrating at once, or a migration cut short by
-        a crash, end in the same state as one that ran alone.
-        """
-        if version > SCHEMA_VERSION:
-            raise newer_schema(self.path, version)  # before anything is written: not ours to change
-        check_schema(conn, self.path)  # a file of a memolab that set no user_version yet
-        if version == 0:
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file: clear/gc can shrink it
-        _enter_wal(conn)  # persistent in the file: set once, here
-        # the table DDL first: the indexes below name columns an old file gains only now
-        tables, indexes = _DDL.split("-- indexes --")
-        conn.executescript(tables)
-        self._add_columns(conn)
-        conn.executescript(indexes + "DROP INDEX IF EXISTS evaluations_fn;")  # schema 1's, now evaluations_summary
-        with self.write() as c:
-            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row and int(row[0]) > SCHEMA_VERSION:
-                raise newer_schema(self.path, row[0])
-            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
-    def _add_columns(self, conn: sqlite3.Connection) -> None:
-        """Add the columns an older memolab's file lacks (nullable: its rows keep working)."""
-        have = {r[1] for r in conn.execute("PRAGMA table_info(evaluations)")}
-        missing = [(n, t) for n, t in _ADDED_COLUMNS if n not in have]
-        if not missing:
-            return
-        with self.write() as c:
-            # Re-read under the write lock: another process may have just migrated.
-            have = {r[1] for r in c.execute("PRAGMA table_info(evaluations)")}
-            for name, typ in missing:
-                if name not in have:
-                    c.execute(f"ALTER TABLE evaluations ADD COLUMN {name} {typ}")
+        """Create the schema, or bring a file written by an older memolab up to date in place
+        (``schema.migrate``: its steps by version, idempotent, the version written last)."""
+        migrate(conn, self.path, version, self.write, lambda: _enter_wal(conn))
 
     # -- connections ------------------------------------------------------------------
     def conn(self) -> sqlite3.Connection:

@@ -19,13 +19,18 @@ from . import names, schema
 _ensured: set = set()
 
 
-def _conn(index: Any) -> Any:
+def ready(index: Any) -> Any:
+    """``index``'s connection, its log tables there (made in ``temp`` for an index that must not
+    be written: ``schema.ensure``)."""
     c = index.conn()
     key = (str(index.path), id(c))
     if key not in _ensured:
-        schema.ensure(c)
+        schema.ensure(c, read_only=bool(getattr(index, "read_only", False)))
         _ensured.add(key)
     return c
+
+
+_conn = ready
 
 
 def _f(x: Optional[float]) -> Optional[float]:

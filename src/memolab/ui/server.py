@@ -292,10 +292,10 @@ class DashboardServer(ThreadingHTTPServer):
 
     def __init__(self, store_root: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False,
                  token: Optional[str] = None) -> None:
-        from ..store import get_store
+        from ..store.reading import open_for_reading
 
         self.store_root = Path(store_root)
-        self.index = get_store(self.store_root).index
+        self.index = open_for_reading(self.store_root).index  # a store an older memolab wrote: read, never migrated
         self.verbose = verbose
         #: (path, bytes sent) of the latest requests: what a view costs, for tests and the benchmark
         self.served: Deque[Tuple[str, int]] = deque(maxlen=10_000)
