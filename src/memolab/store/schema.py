@@ -174,12 +174,13 @@ def file_version(conn: sqlite3.Connection) -> int:
     v = conn.execute("PRAGMA main.user_version").fetchone()[0]
     if v:
         return int(v)
+    # every version wrote its number in ``meta`` last: a file without it is being created (or
+    # its creation was cut short), never an older store
     if conn.execute("SELECT 1 FROM main.sqlite_master WHERE type='table' AND name='meta'").fetchone() is None:
-        return 1 if conn.execute("SELECT 1 FROM main.sqlite_master WHERE type='table' AND "
-                                 "name='evaluations'").fetchone() else 0
+        return 0
     row = conn.execute("SELECT value FROM main.meta WHERE key='schema_version'").fetchone()
     try:
-        return int(row[0]) if row else 1
+        return int(row[0]) if row else 0
     except (TypeError, ValueError):
         return SCHEMA_VERSION + 1  # not a version we wrote: refused as newer
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from .. import config
 from ..errors import BlobsGone
 from . import signing
+from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
 from .gcplan import log_bytes, plan_by_size  # noqa: F401 (plan_by_size: also imported from here)
 from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
@@ -205,6 +206,7 @@ class Index:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._sources_seen: Set[str] = set()
+        self.progress = Progress()  # leases seen and since when (store/leases.py, rule 2)
         conn = self.conn()
         # The fast path: one header read. A current store needs no schema work,
         # and opening it writes nothing (a read-only store still serves hits).
@@ -331,7 +333,22 @@ class Index:
         ``force`` skips the stored row (recompute and overwrite). ``on_owner``
         runs in the same transaction when we take the lease (the miss record:
         one commit instead of two)."""
-        now = time.time()
+        key = tuple(key)  # type: ignore[assignment]
+        locks = self.key_locks()
+        took = locks.take(key) if locks is not None else None  # (rule 1 of store/leases.py: before the row)
+        state = "wait"
+        try:
+            state, row = self._claim(key, owner, ttl, force, on_owner, took)
+            return state, row
+        finally:
+            if took:
+                if state == "owner" and locks.owners.get(key) != owner:  # type: ignore[union-attr]
+                    locks.owners[key] = owner  # type: ignore[union-attr]  (held until recorded or released)
+                else:
+                    locks.drop(key)  # type: ignore[union-attr]
+
+    def _claim(self, key: Key, owner: str, ttl: float, force: bool, on_owner: Optional[Callable[[sqlite3.Connection], None]],
+               took: Optional[bool]) -> Tuple[str, Optional[Dict[str, Any]]]:
         with self.write() as c:
             if not force:
                 row, damaged = _read(c, _HIT_SQL, HIT_COLUMNS, key)
@@ -341,23 +358,72 @@ class Index:
                     # judged under the write lock, on the row as it is now: a row that
                     # cannot be read goes out of use, and our computation replaces it
                     c.execute(_RETIRE_SQL, (damaged[2], damaged[0]))
+            if took is False:
+                return "wait", None  # a live process of this kernel owns (or is claiming) the key
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
-            here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
-            # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
-            if lease is None or lease[0] == owner or here is False or (now - lease[1] > ttl and here is None):
+            if lease is None or lease[0] == owner or self._given_up(key, lease[0], lease[1], ttl, took):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
-                          (*key, owner, now))
+                          (*key, owner, time.time()))
                 if on_owner is not None:
                     on_owner(c)
+                self.progress.forget(key)
                 return "owner", None
             return "wait", None
 
+    def key_locks(self) -> Optional[HostLocks]:
+        """This process's key locks of this index (``store/leases.py``, rule 1), made on the first
+        claim (a process that only hits creates no lock file); None where there can be none."""
+        if getattr(self, "_locks_pid", None) != config.pid():
+            self._locks = host_locks(self.path)
+            self._locks_pid = config.pid()
+        return self._locks
+
+    def _given_up(self, key: Key, holder: str, heartbeat: float, ttl: float, took: Optional[bool],
+                  judge_progress: bool = True) -> bool:
+        """May the lease of ``holder`` be taken over (``store/leases.py``)? ``took``: we hold the
+        key's lock (no other process of this kernel does). ``judge_progress``: rule 2 too (a
+        claimer polling); gc asks once and leaves such leases to claimers."""
+        if took and uses_locks(holder) and same_kernel(holder, process_table()):
+            if owner_pid(holder) == os.getpid():  # our own process: its record of what it holds
+                return self._locks is None or self._locks.owners.get(key) != holder
+            return True  # released (its release may have failed to delete the row) or dead
+        if owner_alive_here(holder) is False:
+            return True
+        return judge_progress and self.progress.stale(key, holder, heartbeat, ttl)
+
+    def abandoned_leases(self, c: sqlite3.Connection) -> List[Tuple[Any, ...]]:
+        """(owner, fn, code, args, schema) of the leases whose owners provably gave them up: dead
+        on this host, or of this kernel and not holding the key's lock. Others are left to the
+        claimers, which judge them by their heartbeat's progress."""
+        locks = self.key_locks()
+        gone = []
+        for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
+            key = tuple(k)
+            took = locks.take(key) if locks is not None else None  # type: ignore[arg-type]
+            try:
+                if self._given_up(key, o, hb, 0.0, took, judge_progress=False):  # type: ignore[arg-type]
+                    gone.append((o, *k))
+            finally:
+                if took:
+                    locks.drop(key)  # type: ignore[union-attr, arg-type]
+        return gone
+
+    def _let_go(self, key: Key, owner: str) -> None:
+        """``owner`` no longer holds ``key`` here: its key lock goes (and what we saw of it)."""
+        locks = getattr(self, "_locks", None)
+        if locks is not None and getattr(self, "_locks_pid", None) == config.pid() \
+                and locks.owners.get(tuple(key)) == owner:  # type: ignore[arg-type]
+            del locks.owners[tuple(key)]  # type: ignore[arg-type]
+            locks.drop(tuple(key))  # type: ignore[arg-type]
+
     def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
+        # every beat changes the value (even if this clock stood still or went back): observers
+        # judge a lease by whether its heartbeat moves, never by comparing it with their clock
         now = time.time()
         with self.write() as c:
             for key, owner in held:
-                c.execute("UPDATE leases SET heartbeat=? WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
-                          (now, *key, owner))
+                c.execute("UPDATE leases SET heartbeat=MAX(?, heartbeat + 0.001) WHERE fn=? AND code=? AND args=? "
+                          "AND schema=? AND owner=?", (now, *key, owner))
 
     def live_leases(self, ttl: float) -> int:
         """How many computations are in flight (leases heart-beaten within ``ttl``)."""
@@ -365,8 +431,13 @@ class Index:
         return int(row[0])
 
     def release(self, key: Key, owner: str) -> None:
-        with self.write() as c:
-            c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
+        """Drop ``owner``'s lease; its key lock goes even if deleting the row fails (a full disk):
+        then claimers of this kernel take the key at once, others once its heartbeat stops moving."""
+        try:
+            with self.write() as c:
+                c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
+        finally:
+            self._let_go(key, owner)
 
     def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
                present: Callable[[], bool] = lambda: True,
@@ -386,6 +457,7 @@ class Index:
         new_sources = [(d, sym, src) for d, (sym, src) in sources.items() if d not in self._sources_seen]
         eval_id = self._record(key, owner, cols, vals, new_sources, present, also)
         self._sources_seen.update(d for d, _, _ in new_sources)
+        self._let_go(key, owner)
         return eval_id
 
     def _record(self, key: Key, owner: str, cols: List[str], vals: List[Any], new_sources: List[Tuple[str, str, str]],

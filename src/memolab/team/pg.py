@@ -6,8 +6,9 @@ both). What differs, and why:
 
 - Single flight across machines: a lease is a row locked in a transaction; its
   heartbeat and expiry use the DATABASE clock (``clock_timestamp()``), never the
-  client's: the machines' clocks differ. A dead owner on this host
-  (``owner_alive_here``) is taken over at once, as locally.
+  client's: the machines' clocks differ. A lease not heart-beaten for the TTL by that
+  clock is taken over whoever holds it (a live process whose release failed too); a
+  dead owner on this host (``owner_alive_here``) at once (store/leases.py).
 - Round trips are what costs here (~55 µs each on loopback, a few ms across a
   network), so: ``lookup`` is one prepared statement in autocommit mode;
   ``lookup_many``/``heartbeat``/``add_hits`` one statement over arrays;
@@ -323,8 +324,10 @@ class PgIndex:
                 if state == "held":
                     holder, age = r[1], r[2]
                     here = owner_alive_here(holder)
-                    # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
-                    if not (here is False or (age > ttl and here is None)):
+                    # a dead owner on this host is taken over at once; any other, alive or not, once
+                    # its heartbeat has not moved for the TTL by the database's clock (a live owner
+                    # whose release failed included: its pid says nothing of its lease)
+                    if not (here is False or age > ttl):
                         return "wait", None
                     # compare-and-swap: only that holder's lease, still dead or stale now, and
                     # no row stored meanwhile; else ask again
