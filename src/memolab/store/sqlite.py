@@ -509,10 +509,7 @@ class Index:
         cannot be used by anyone: it does not decode (``retire_damaged``), or it is refused
         and the new one is correctly signed (``_refused``)."""
         out: List[Tuple[int, bool]] = []
-        check = signing.key_check()
         with self.write() as c:
-            if check is not None:  # the first signed publish records whose key this index's rows are under
-                c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (signing.KEY_CHECK, check))
             for key, fields, sources in rows:
                 have = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
                                  "AND status='done'", key).fetchone()
@@ -521,6 +518,9 @@ class Index:
                 else:
                     f = {k: v for k, v in fields.items() if k in _PUBLISHED and k not in ("id", "fn", "code", "args",
                                                                                          "schema", "status")}
+                    if f.get("finished") is None:  # left to the index's clock (``clock``): a publisher's may be off
+                        f["finished"] = time.time()
+                        f["started"] = f["finished"] - float(f.get("duration") or 0.0)
                     cols = ["fn", "code", "args", "schema", "status", *f]
                     cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) "
                                     f"VALUES ({','.join('?' * len(cols))})", [*key, "done", *f.values()])
@@ -539,6 +539,25 @@ class Index:
         old, _ = _read(c, _HIT_SQL, HIT_COLUMNS, key)
         recorded = c.execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
         return old is not None and signing.replaces(key, old, fields, recorded[0] if recorded else None)
+
+    # -- the team's key and clock (``team.protocol.EvalIndex``) ----------------------------------
+    def team_key(self) -> Optional[str]:
+        """The key check ``memolab remote upgrade`` recorded (``signing.key_check``), or None."""
+        row = self.conn().execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
+        return row[0] if row else None
+
+    def set_team_key(self, check: str, replace: bool = False) -> Tuple[Optional[str], str]:
+        """Record ``check`` as the team's key unless one is recorded (``replace``: whatever is);
+        (the one before, the one now)."""
+        with self.write() as c:
+            row = c.execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
+            if row is None or replace:
+                c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (signing.KEY_CHECK, check))
+            return (row[0] if row else None), (check if row is None or replace else row[0])
+
+    def clock(self) -> float:
+        """This index's time (seconds): every time the team store compares is taken from it."""
+        return time.time()
 
     def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
                    limit: Optional[int] = None) -> List[Dict[str, Any]]:
@@ -720,9 +739,10 @@ class Index:
 def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
                 stamps: Dict[str, Tuple[int, int, int]]) -> None:
     """Batched hit counts and blob stamps, inside the caller's write transaction."""
-    if counts:
+    if counts:  # (a time of None: now, by this index's clock)
+        now = time.time()
         c.executemany("UPDATE evaluations SET hits=hits+?, last_hit=MAX(COALESCE(last_hit,0),?) WHERE id=?",
-                      [(n, t, i) for i, (n, t) in counts.items()])
+                      [(n, now if t is None else t, i) for i, (n, t) in counts.items()])
     if stamps:
         c.executemany("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)",
                       [(d, *st) for d, st in stamps.items()])
