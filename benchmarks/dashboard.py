@@ -112,7 +112,7 @@ def compare(p, srv, ids: List[int], ntags: int) -> dict:
     out = {}
     n0 = len(srv.served)
     t0 = time.perf_counter()
-    pg.goto(srv.url + f"?fn={FN}&runs=" + ",".join(map(str, ids)))
+    pg.goto(srv.link(f"?fn={FN}&runs=" + ",".join(map(str, ids))))
     pg.evaluate(LONGTASKS)
     pg.wait_for_function(ALL_DRAWN, arg=[len(ids), ntags], timeout=300_000)
     out["open"] = time.perf_counter() - t0
@@ -155,7 +155,7 @@ def every_chart_in_view(p, srv, ids: List[int], rounds: int = 3) -> dict:
     select all (the series fetched the first time only), then one run toggled off and on."""
     browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
     pg = browser.new_page(viewport={"width": 1400, "height": 6000})
-    pg.goto(srv.url + f"?fn={FN}&runs=")
+    pg.goto(srv.link(f"?fn={FN}&runs="))
     pg.wait_for_selector("body[data-ready='1']")
     pg.evaluate(LONGTASKS)
     row = f"#runs tbody tr[data-run='{ids[len(ids) // 2]}']"
@@ -205,7 +205,7 @@ def main() -> None:
             pg.on("pageerror", lambda e: errors.append(str(e)))
             pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             t = time.perf_counter()
-            pg.goto(srv.url + f"?fn={FN}&runs=")
+            pg.goto(srv.link(f"?fn={FN}&runs="))
             pg.wait_for_selector("body[data-ready='1']")
             rows.append(("page ready (no run selected)", time.perf_counter() - t, "", ""))
             pg.evaluate(LONGTASKS)

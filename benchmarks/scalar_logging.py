@@ -130,7 +130,7 @@ def dashboard_latency(runs: int, points: int, big: int) -> None:
         build = time.perf_counter() - t0
         total = runs * points + big
         srv, _ = serve_in_thread(store.root)
-        u = srv.url + "api/"
+        u = srv.base + "api/"
         some = ",".join(str(i) for i in range(1, 6))
         cases = [
             ("functions", u + "functions"),
@@ -146,16 +146,17 @@ def dashboard_latency(runs: int, points: int, big: int) -> None:
             times, size = [], 0
             for _ in range(5):
                 t = time.perf_counter()
-                with urllib.request.urlopen(url) as resp:
+                req = urllib.request.Request(url, headers={"Authorization": f"Bearer {srv.token}"})
+                with urllib.request.urlopen(req) as resp:
                     size = len(resp.read())
                 times.append(time.perf_counter() - t)
             print(f"| {name} | {statistics.median(times) * 1e3:.1f} | {size / 1024:.0f} |")
-        page_timings(srv.url, big_id, big, runs)
+        page_timings(srv.link, big_id, big, runs)
         srv.shutdown()
         srv.server_close()
 
 
-def page_timings(url: str, big_id: int, big: int, runs: int) -> None:
+def page_timings(link, big_id: int, big: int, runs: int) -> None:
     """The same store in headless Chromium: load the page, list 1,000 evaluations, overlay charts."""
     chromium = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
     try:
@@ -173,7 +174,7 @@ def page_timings(url: str, big_id: int, big: int, runs: int) -> None:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=args)
         pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.goto(url + "?fn=bench:train")  # warm-up: browser start, first compile of the page's script
+        pg.goto(link("?fn=bench:train"))  # warm-up: browser start, first compile of the page's script
         pg.wait_for_selector("body[data-ready='1']")
         t = time.perf_counter()
         pg.reload()
@@ -188,7 +189,7 @@ def page_timings(url: str, big_id: int, big: int, runs: int) -> None:
         ms = pg.evaluate("""() => { const t = performance.now(); state.showAll = true; renderRuns();
             document.body.offsetHeight; return performance.now() - t; }""")
         rows.append((f"'show all': draw all {runs} rows (incl. layout)", ms))
-        pg.goto(url + "?fn=bench:long")
+        pg.goto(link("?fn=bench:long"))
         pg.wait_for_selector("body[data-ready='1']")
         ms = pg.evaluate(f"""async () => {{ const t = performance.now();
             state.selected.push("{big_id}"); renderRuns(); await refreshTab(); return performance.now() - t; }}""")

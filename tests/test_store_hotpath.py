@@ -178,7 +178,8 @@ def test_a_schema_1_store_is_migrated_in_place_and_keeps_its_results(tmp_path, b
     del s
     _downgrade_to_schema_1(root / "index.sqlite")
     monkeypatch.setattr(memolab.store, "INLINE_MAX", 32 << 10)
-    s = Store(root)
+    with pytest.warns(memolab.MemolabWarning, match="from schema 1 to"):  # said once, as it is done
+        s = Store(root)
     assert s.index.conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert s.index.conn().execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
     state, row = s.acquire(KEY, "r")

@@ -83,6 +83,7 @@ def test_owner_whose_lease_was_taken_over_does_not_overwrite_the_new_result(tmp_
     configure(lease_ttl=0.3)
     try:
         assert a.try_acquire(KEY, "a") == ("owner", None)
+        assert b.try_acquire(KEY, "b") == ("wait", None)  # (a owner of another machine: judged by its heartbeat)
         time.sleep(0.5)  # a stops heart-beating (a long C call holding the GIL, a suspended laptop)
         assert b.try_acquire(KEY, "b") == ("owner", None)
         kept = b.save(KEY, "b", {"by": "b"}, _fields(), {})

@@ -54,6 +54,8 @@ def test_a_row_published_without_the_key_is_replaced_by_a_signed_recomputation(j
     u = Machine("U", root, team, calls)  # no key: publishes unsigned rows
     b, c, d = (Machine(n, root, team, calls, KEY) for n in "BCD")
     u.run(61, 62)  # a blob result and an inline one
+    up = b.cli("remote", "upgrade")  # the team's key is established (here after U published)
+    assert up.returncode == 0 and "recorded now" in up.stdout, up.stdout + up.stderr
     b.run(61, 62)
     assert computed(calls) == ["U 61", "U 62", "B 61", "B 62"], "refused, so recomputed (once)"
     assert all(sig for _, _, _, sig in team_rows(team)), "the signed recomputations replaced the unsigned rows"
@@ -69,6 +71,7 @@ def test_a_forged_row_is_replaced_and_a_valid_one_never_is(job, team):
     root, calls = job
     a, b, c = (Machine(n, root, team, calls, KEY) for n in "ABC")
     m = Machine("M", root, team, calls, {"MEMOLAB_HMAC_KEY": "another-key"})
+    assert a.cli("remote", "upgrade").returncode == 0  # the team's key: A's
     a.run(71)
     valid = team_rows(team)
     m.run(71)  # another key: the team's row looks forged to it; it recomputes, and must not replace it
@@ -115,6 +118,9 @@ def _row(payload: str):
 
 @pytest.mark.parametrize("index", ["sqlite", "postgres"], indirect=True)
 def test_publish_replaces_a_refused_row_only(index, monkeypatch):
+    from memolab.store import signing
+
+    assert index.set_team_key(signing.key_check()) == (None, signing.key_check())  # (memolab remote upgrade)
     key, good = _row("p1")
     _, other = _row("p2")
     first, new = index.publish(key, good, {})

@@ -1,6 +1,8 @@
 """The dashboard's HTTP API and the `memolab ui` command (no browser here; see test_ui_browser.py)."""
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 import socket
@@ -27,11 +29,25 @@ def get(url, raw=False):
         return (r.headers["Content-Type"], body) if raw else json.loads(body)
 
 
+@contextlib.contextmanager
+def authorized(srv):
+    """``urllib`` requests (``get``) carry the server's access token while in the block, as a
+    script's ``Authorization: Bearer`` header: every request needs it, on loopback too."""
+    opener = urllib.request.build_opener()
+    opener.addheaders = [("Authorization", f"Bearer {srv.token}")]
+    urllib.request.install_opener(opener)
+    try:
+        yield srv
+    finally:
+        urllib.request.install_opener(None)
+
+
 @pytest.fixture
 def server(tmp_store):
     get_store()  # create the store
     srv, t = serve_in_thread(tmp_store)
-    yield srv
+    with authorized(srv):
+        yield srv
     srv.shutdown()
     srv.server_close()
 
@@ -49,7 +65,7 @@ def test_api_serves_runs_and_their_logs(server):
     train(1.0)
     train(2.0)
     assert server.server_address[0] == "127.0.0.1"
-    u = server.url + "api/"
+    u = server.base + "api/"
     fns = get(u + "functions")
     assert [f["fn"] for f in fns] == [train.symbol] and fns[0]["runs"] == 2 and fns[0]["evaluations"] == 2
     runs = get(u + "runs?fn=" + train.symbol)
@@ -72,17 +88,17 @@ def test_api_serves_runs_and_their_logs(server):
     hp = get(u + "hparams?fn=" + train.symbol)
     assert hp["hparams"] == ["lr", "tag"] and hp["metrics"] == ["loss"]
     assert sorted(r["metrics"]["loss"] for r in hp["rows"]) == [1.0, 2.0]
-    ctype, html = get(server.url, raw=True)
+    ctype, html = get(server.base, raw=True)
     assert ctype.startswith("text/html") and all(f"/static/{f}".encode() in html for f in ("app.js", "charts.js", "panels.js"))
-    ctype, js = get(server.url + "static/charts.js", raw=True)
+    ctype, js = get(server.base + "static/charts.js", raw=True)
     assert "javascript" in ctype and b"drawScalarCard" in js
     for lib in ("uPlot.iife.min.js", "marked.umd.js", "purify.min.js"):  # vendored: the page works offline
-        ctype, body = get(server.url + "static/vendor/" + lib, raw=True)
+        ctype, body = get(server.base + "static/vendor/" + lib, raw=True)
         assert "javascript" in ctype and len(body) > 10_000
 
 
 def test_api_errors_are_clear(server):
-    u = server.url
+    u = server.base
     for path, status, msg in [("api/nope", 404, "unknown API route 'nope'"),
                               ("api/scalars?runs=1", 400, "missing query parameter 'tag'"),
                               ("api/scalars?runs=a,b&tag=x", 400, "runs must be a positive integer id"),
@@ -202,8 +218,12 @@ def test_memolab_ui_command_serves_on_localhost(project):
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = p.stdout.readline()
-        assert f"http://127.0.0.1:{port}/" in line
-        fns = get(f"http://127.0.0.1:{port}/api/functions")
+        assert f"http://127.0.0.1:{port}/?token=" in line
+        token = line.split("?token=", 1)[1].split()[0]
+        with pytest.raises(urllib.error.HTTPError) as e:  # on loopback too: no token, no data
+            get(f"http://127.0.0.1:{port}/api/functions")
+        assert e.value.code == 401
+        fns = get(f"http://127.0.0.1:{port}/api/functions?token={token}")
         assert [f["fn"] for f in fns] == ["__main__:job"]
     finally:
         p.terminate()

@@ -222,7 +222,7 @@ def test_dashboard_charts_overlay_and_tabs(dashboard, page):
     assert "-        loss *= 1 - lr * 0.5" in diff and "+        loss *= 1 - lr * 0.4" in diff
     pg.screenshot(path=str(SHOTS / "code_diff.png"), full_page=True)
     assert pg.errors == []
-    outside = [u for u in pg.requests if not (u.startswith(srv.url) or u.startswith("data:"))]
+    outside = [u for u in pg.requests if not (u.startswith(srv.base) or u.startswith("data:"))]
     assert outside == [] and any(u.endswith("/static/app.js") for u in pg.requests)
 
 
@@ -249,7 +249,7 @@ def test_running_evaluation_updates_live(tmp_store, page):
         pg = page
         while len(progress) < 10:
             time.sleep(0.05)
-        pg.goto(srv.url + "?fn=" + slow_training.symbol)
+        pg.goto(srv.link("?fn=" + slow_training.symbol))
         pg.wait_for_selector("#runs tbody tr[data-run] .status.running", timeout=20000)
         select_runs(pg, run_ids(pg))
         wait_points(pg, "loss", "10")  # the background flush already wrote them while the function runs
@@ -282,7 +282,7 @@ def test_a_long_runs_table_is_virtual_filtered_and_selected_in_bulk(tmp_store, p
     srv, _ = serve_in_thread(tmp_store)
     try:
         pg = page
-        pg.goto(srv.url + "?fn=many:f")
+        pg.goto(srv.link("?fn=many:f"))
         pg.wait_for_selector("body[data-ready='1']")
         assert "2000 evaluation(s), 20 selected" in pg.inner_text("#run-count")
         selected = pg.eval_on_selector_all("#runs tbody tr.selected", "rs => rs.map(r => +r.dataset.run)")
@@ -335,7 +335,7 @@ def test_two_scripts_defining_train_are_told_apart_in_the_dashboard(project, pag
     project.run("a.py")
     srv, _ = serve_in_thread(project.store)
     try:
-        page.goto(srv.url + "?fn=__main__:train")
+        page.goto(srv.link("?fn=__main__:train"))
         page.wait_for_selector("body[data-ready='1']")
         assert page.inner_text("#functions li[data-fn='__main__:train']").startswith("train (a.py, b.py)")
         rows = page.query_selector_all("#runs tbody tr[data-run]")

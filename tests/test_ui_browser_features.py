@@ -186,7 +186,7 @@ def test_histograms_text_images_diff_and_url_state(lab, page):
     pg = page
     (old,), (new,) = by(runs, 0.01)[:1], by(runs, 0.01)[1:]
     (b,) = by(runs, 0.02)
-    pg.goto(srv.url + f"?fn={featjob.fit.symbol}&runs={new['id']},{b['id']}&tab=histograms")
+    pg.goto(srv.link(f"?fn={featjob.fit.symbol}&runs={new['id']},{b['id']}&tab=histograms"))
     pg.wait_for_selector("body[data-ready='1']")
     # the view came back from the URL
     assert pg.get_attribute("#tabs button.active", "data-tab") == "histograms"

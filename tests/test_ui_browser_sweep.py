@@ -59,7 +59,7 @@ def sweep(tmp_store, page):
     srv, _ = serve_in_thread(tmp_store)
 
     def show(query):
-        page.goto(srv.url + query)
+        page.goto(srv.link(query))
         page.wait_for_selector("body[data-ready='1']")
         drawn(page, 0)
         return page

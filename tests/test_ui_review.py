@@ -26,7 +26,7 @@ from test_ui import get, server  # noqa: F401  (server is a fixture)
 ])
 def test_hostile_api_inputs_get_a_clear_error(server, path, status, msg):
     with pytest.raises(urllib.error.HTTPError) as e:
-        get(server.url + path)
+        get(server.base + path)
     assert e.value.code == status and msg in json.loads(e.value.read())["error"]
 
 
@@ -39,15 +39,15 @@ def test_image_route_serves_only_images(server):
         return 0
 
     f()
-    runs = [r for r in get(server.url + f"api/runs?fn={f.symbol}") if isinstance(r["id"], int)]
-    (img,) = get(server.url + f"api/images?run={runs[0]['id']}&tag=img")
-    ctype, body = get(server.url + f"api/image/{img['id']}", raw=True)
+    runs = [r for r in get(server.base + f"api/runs?fn={f.symbol}") if isinstance(r["id"], int)]
+    (img,) = get(server.base + f"api/images?run={runs[0]['id']}&tag=img")
+    ctype, body = get(server.base + f"api/image/{img['id']}", raw=True)
     assert ctype == "image/png" and body.startswith(b"\x89PNG")
     for other in range(1, img["id"] + 5):
         if other == img["id"]:
             continue
         with pytest.raises(urllib.error.HTTPError) as e:
-            get(server.url + f"api/image/{other}", raw=True)
+            get(server.base + f"api/image/{other}", raw=True)
         assert e.value.code == 404
 
 
@@ -61,7 +61,7 @@ def test_a_huge_max_is_capped(server):
         return 0
 
     g()
-    (run,) = [r for r in get(server.url + f"api/runs?fn={g.symbol}") if isinstance(r["id"], int)]
-    s = get(server.url + f"api/scalars?runs={run['id']}&tag=x&max=1000000000000")[str(run["id"])]
+    (run,) = [r for r in get(server.base + f"api/runs?fn={g.symbol}") if isinstance(r["id"], int)]
+    s = get(server.base + f"api/scalars?runs={run['id']}&tag=x&max=1000000000000")[str(run["id"])]
     assert s["n"] == MAX_POINTS + 2000 and s.get("downsampled")  # not a series as long as the client asked
     assert len(s["step"]) <= MAX_POINTS + 1 and s["step"][-1] == MAX_POINTS + 1999  # the last point stays exact

@@ -16,10 +16,13 @@ from memolab.ui.server import serve_in_thread
 from test_ui import server  # noqa: F401  (a fixture)
 
 
-def request(srv, path, host=None, headers=None):
+def request(srv, path, host=None, headers=None, token=True):
+    """GET ``path``; with ``token`` (and no other credentials given) as a script would, its Bearer header."""
     port = srv.server_address[1]
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     h = dict(headers or {})
+    if token and not h and "token=" not in path:
+        h["Authorization"] = f"Bearer {srv.token}"
     if host is not None:
         h["Host"] = host
     c.request("GET", path, headers=h)
@@ -82,14 +85,16 @@ def test_beyond_loopback_every_request_needs_the_token(tmp_store):
     try:
         assert srv.token and len(srv.token) >= 20
         assert f"?token={srv.token}" in srv.url
-        for path in ("/", "/api/functions", "/static/app.js", f"/api/functions?token={srv.token[:-1]}{'y' if srv.token.endswith('x') else 'x'}"):
-            status, _, body = request(srv, path, host="gpubox:8765")
+        for path in ("/", "/api/functions", "/static/app.js"):
+            status, _, body = request(srv, path, host="gpubox:8765", token=False)
             assert status == 401, path
+        wrong = f"/api/functions?token={srv.token[:-1]}{'y' if srv.token.endswith('x') else 'x'}"
+        assert request(srv, wrong, host="gpubox:8765", token=False)[0] == 403
         status, headers, _ = request(srv, f"/?token={srv.token}", host="gpubox:8765")
-        assert status == 200 and f"memolab_token={srv.token}" in headers["Set-Cookie"]
+        assert status == 200 and f"{srv.cookie_name}={srv.token}" in headers["Set-Cookie"]
         assert "HttpOnly" in headers["Set-Cookie"] and "SameSite=Strict" in headers["Set-Cookie"]
         # the browser sends the cookie with every later request
-        status, _, _ = request(srv, "/api/functions", host="gpubox:8765", headers={"Cookie": f"memolab_token={srv.token}"})
+        status, _, _ = request(srv, "/api/functions", host="gpubox:8765", headers={"Cookie": f"{srv.cookie_name}={srv.token}"})
         assert status == 200
         status, _, _ = request(srv, "/api/functions", headers={"Authorization": f"Bearer {srv.token}"})
         assert status == 200
@@ -118,3 +123,24 @@ def test_ui_command_warns_when_not_on_loopback(project):
     finally:
         p.terminate()
         p.communicate(timeout=10)  # reaps it and closes its pipes
+
+
+@pytest.mark.parametrize("how", ["none", "wrong", "non-ascii", "non-ascii-cookie", "non-ascii-bearer"])
+def test_on_loopback_too_every_request_needs_the_token(server, how):
+    """On 127.0.0.1 the dashboard used to need no token: another user of the machine read the runs
+    of a private (0700) store. And a non-ASCII ``?token=`` was a 500 with a server traceback."""
+    assert server.server_address[0] == "127.0.0.1" and server.token and f"?token={server.token}" in server.url
+    path, headers = {"none": ("/api/functions", {}),
+                     "wrong": (f"/api/functions?token={server.token[::-1]}", {}),
+                     "non-ascii": ("/api/functions?token=%C3%A9t%C3%A9", {}),
+                     "non-ascii-cookie": ("/api/functions", {"Cookie": f"{server.cookie_name}=\u00e9t\u00e9".encode().decode("latin-1")}),
+                     "non-ascii-bearer": ("/api/functions", {"Authorization": "Bearer \u00e9t\u00e9".encode().decode("latin-1")}),
+                     }[how]
+    for p in (path, path.replace("/api/functions", "/"), path.replace("/api/functions", "/static/app.js")):
+        status, _, body = request(server, p, headers=headers, token=False)
+        assert status == (401 if how == "none" else 403), (p, status, body[:200])
+        assert b"Traceback" not in body and b"internal error" not in body
+    assert request(server, f"/api/functions?token={server.token}", token=False)[0] == 200
+    # the DNS-rebinding guard stays: the right token with a foreign Host header is refused
+    status, _, body = request(server, f"/api/functions?token={server.token}", host="evil.example:8765", token=False)
+    assert status == 403 and b"DNS rebinding" in body

@@ -15,6 +15,7 @@ from memolab.store import get_store
 from memolab.tracking import sink as S
 from memolab.ui import series
 from memolab.ui.server import serve_in_thread
+from test_ui import authorized
 
 
 def get(url):
@@ -40,7 +41,8 @@ def start(run, fn="sweep:f", **hp):
 def server(tmp_store):
     get_store()
     srv, _ = serve_in_thread(tmp_store)
-    yield srv
+    with authorized(srv):
+        yield srv
     srv.shutdown()
     srv.server_close()
 
@@ -56,7 +58,7 @@ def test_one_request_serves_every_tag_of_every_run_sized_to_the_chart(server):
             recs += points(run, tag, range(5000), lambda s, r=run: 100.0 if s == spike.get(r) else math.sin(s / 50.0))
         recs += points(run, "short", range(30))
     write(index, recs)
-    got = get(server.url + "api/series?runs=1,2,3&px=400")
+    got = get(server.base + "api/series?runs=1,2,3&px=400")
     assert sorted(got) == ["short", "train/loss", "val/loss", "x"] and all(sorted(v) == ["1", "2", "3"] for v in got.values())
     assert [p for p, _ in server.served if "/api/series" in p] and len(server.served) == 1  # one request
     for tag in ("train/loss", "val/loss", "x"):
@@ -71,7 +73,7 @@ def test_one_request_serves_every_tag_of_every_run_sized_to_the_chart(server):
             assert min(s["min"]) == pytest.approx(-1.0, abs=1e-3)
     assert got["short"]["1"]["step"] == list(range(30)) and "min" not in got["short"]["1"]  # short: as logged
     # a wider chart gets more buckets, never more than two points a pixel
-    wide = get(server.url + "api/series?runs=1&px=1400&tag=x")
+    wide = get(server.base + "api/series?runs=1&px=1400&tag=x")
     assert list(wide) == ["x"] and 400 < len(wide["x"]["1"]["step"]) <= 2800
 
 
@@ -88,7 +90,7 @@ def test_a_live_refresh_sends_only_the_new_points(server):
     index = get_store().index
     write(index, [start(1), start(2)] + points(1, "a", range(3000)) + points(1, "b", range(100))
           + points(2, "a", range(3000)))
-    url = server.url + "api/series?runs=1,2&px=500"
+    url = server.base + "api/series?runs=1,2&px=500"
     full = get(url)
     held = {r: {t: [full[t][r]["n"], full[t][r]["step"][-1]] for t in full if r in full[t]} for r in ("1", "2")}
     # nothing new: nothing but an empty object
@@ -118,25 +120,25 @@ def test_a_live_refresh_sends_only_the_new_points(server):
 def test_the_heartbeat_is_cheap_and_changes_only_when_something_does(server):
     index = get_store().index
     write(index, [start(1)] + points(1, "a", range(10)) + [(S.END, 1, "done", 5.0, None)])
-    hb = get(server.url + "api/heartbeat")
-    assert hb["running"] == {} and get(server.url + "api/heartbeat") == hb
+    hb = get(server.base + "api/heartbeat")
+    assert hb["running"] == {} and get(server.base + "api/heartbeat") == hb
     assert server.served[-1][1] < 200
     write(index, [start(2)])
-    hb2 = get(server.url + "api/heartbeat")
+    hb2 = get(server.base + "api/heartbeat")
     assert hb2["sig"] != hb["sig"] and list(hb2["running"]) == ["2"]
     write(index, points(2, "a", range(5)))  # a running run logs: its entry moves, the signature does not
-    hb3 = get(server.url + "api/heartbeat")
+    hb3 = get(server.base + "api/heartbeat")
     assert hb3["sig"] == hb2["sig"] and hb3["running"]["2"] >= hb2["running"]["2"]
     write(index, [(S.END, 2, "done", 9.0, None)])
-    assert get(server.url + "api/heartbeat")["running"] == {}
+    assert get(server.base + "api/heartbeat")["running"] == {}
 
 
 def test_metric_stats_give_last_min_max_and_points(server):
     index = get_store().index
     write(index, [start(1)] + points(1, "a", range(200), lambda s: float(s % 17) - 3.0))
-    got = get(server.url + "api/metrics?fn=sweep:f&minmax=1")
+    got = get(server.base + "api/metrics?fn=sweep:f&minmax=1")
     assert got == {"1": {"a": [float(199 % 17) - 3.0, -3.0, 13.0, 200]}}
-    assert get(server.url + "api/metrics?fn=sweep:f") == {"1": {"a": [float(199 % 17) - 3.0, None, None, 200]}}
+    assert get(server.base + "api/metrics?fn=sweep:f") == {"1": {"a": [float(199 % 17) - 3.0, None, None, 200]}}
 
 
 @pytest.mark.parametrize("path, msg", [
@@ -153,7 +155,7 @@ def test_metric_stats_give_last_min_max_and_points(server):
 ])
 def test_bad_series_requests_get_a_clear_400(server, path, msg):
     with pytest.raises(urllib.error.HTTPError) as e:
-        get(server.url + "api/" + path)
+        get(server.base + "api/" + path)
     assert e.value.code == 400 and msg in json.loads(e.value.read())["error"]
 
 
@@ -178,23 +180,23 @@ def test_the_csv_download_reads_every_point_as_logged(server, monkeypatch):
     f = lambda s: bad.get(s, (s * 7919 % 1000) / 7.0)  # noqa: E731  (noisy: a bucket mean is none of these)
     write(index, [start(1), start(2)] + points(1, "loss", range(5000), f) + points(2, "loss", range(0, 5000, 2), f)
           + points(1, "other", range(10)))
-    summary = get(server.url + "api/series?runs=1,2&px=400&tag=loss")["loss"]["1"]
+    summary = get(server.base + "api/series?runs=1,2&px=400&tag=loss")["loss"]["1"]
     assert summary["downsampled"] and len(summary["value"]) < 1000
-    got = get(server.url + "api/points?runs=1,2&tag=loss")
+    got = get(server.base + "api/points?runs=1,2&tag=loss")
     assert sorted(got) == ["1", "2"]
     assert got["1"]["step"] == list(range(5000)) and got["2"]["step"] == list(range(0, 5000, 2))
     assert got["1"]["wall"][:3] == [1000.0, 1001.0, 1002.0]
     assert got["1"]["value"][3:6] == ["inf", "-inf", "nan"]
     assert got["1"]["value"][6:] == [f(s) for s in range(6, 5000)]
-    assert get(server.url + "api/points?runs=1&tag=nope") == {}
+    assert get(server.base + "api/points?runs=1&tag=nope") == {}
     from memolab.ui import server as ui_server
 
     monkeypatch.setattr(ui_server, "MAX_DOWNLOAD", 7000)
     with pytest.raises(urllib.error.HTTPError) as e:
-        get(server.url + "api/points?runs=1,2&tag=loss")
+        get(server.base + "api/points?runs=1,2&tag=loss")
     assert e.value.code == 400 and "7,500 points of 'loss'" in json.loads(e.value.read())["error"]
     with pytest.raises(urllib.error.HTTPError) as e:
-        get(server.url + "api/points?runs=1")
+        get(server.base + "api/points?runs=1")
     assert e.value.code == 400 and "tag" in json.loads(e.value.read())["error"]
 
 
@@ -204,10 +206,10 @@ def test_a_zoomed_range_is_sent_as_its_points(server):
     index = get_store().index
     write(index, [start(1), start(2)] + points(1, "t", range(5000), lambda s: 100.0 if s == 1777 else 1.0)
           + points(2, "t", range(0, 1000)))
-    got = get(server.url + "api/series?runs=1,2&px=200&tag=t&from=1500&to=1800")["t"]
+    got = get(server.base + "api/series?runs=1,2&px=200&tag=t&from=1500&to=1800")["t"]
     assert sorted(got) == ["1"]  # run 2 has no point there
     assert got["1"]["step"] == list(range(1500, 1801)) and got["1"]["n"] == 301 and not got["1"].get("downsampled")
-    wide = get(server.url + "api/series?runs=1&px=200&tag=t&from=1000&to=2999")["t"]["1"]
+    wide = get(server.base + "api/series?runs=1&px=200&tag=t&from=1000&to=2999")["t"]["1"]
     assert wide["downsampled"] and wide["n"] == 2000 and len(wide["step"]) == 200
     assert wide["step"][0] == 1000 and wide["step"][-1] == 2990 and max(wide["max"]) == 100.0
-    assert get(server.url + "api/series?runs=1&px=200&tag=t&from=7000&to=8000") == {}
+    assert get(server.base + "api/series?runs=1&px=200&tag=t&from=7000&to=8000") == {}

@@ -20,7 +20,7 @@ from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
 from .summary import summarize
-from .text import short_repr
+from .text import mask_args, short_repr
 from .tracking import runs
 
 __all__ = ["Call", "Running", "running", "arg_snapshot", "memory_hit", "IMPLICIT", "UNSTORED"]
@@ -66,9 +66,11 @@ def running() -> Optional[Running]:
 
 def arg_snapshot(named: List[Tuple[str, Any]], per_arg: Dict[str, str]) -> Dict[str, List[str]]:
     """Per argument (and pseudo-argument: a callable's state, a global switch, a generator
-    state): its digest and a short repr (the key's arguments as shown and explained)."""
+    state): its digest and a short repr (the key's arguments as shown and explained).
+    Secrets are masked: an argument whose name says it is one (``hub_token``, ``api_key``) shows
+    ``<masked>``, and the repr of any other masks its secret-named fields (``short_repr``)."""
     values = dict(named)
-    return {n: [d, short_repr(values.get(n))] for n, d in per_arg.items()}
+    return mask_args({n: [d, short_repr(values.get(n))] for n, d in per_arg.items()})
 
 
 #: a call whose key a stored row sent elsewhere this many times computes without the store

@@ -149,11 +149,12 @@ def repair_index(root: Path, out: Out) -> int:
 # -- checks of a readable store ------------------------------------------------------------------
 
 def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -> int:
-    from .store import get_store
+    from .store.reading import open_for_reading
     from .store import tmpfiles
     from .store.health import row_problem, undecodable_rows
+    from .store.layout import is_digest
 
-    store = get_store(root)
+    store = open_for_reading(root)  # an older store is checked as it is, never migrated (nothing changed then)
     readonly = hasattr(store, "problem")
     if readonly:
         out(f"note: {store.problem}; nothing will be changed")
@@ -210,7 +211,8 @@ def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -
 
     def decide(c: Any) -> Tuple[List[Tuple[str, str]], Dict[int, List[str]]]:
         refs = store.index.referenced_blobs(only_done=True)
-        missing = [d for d in refs if d not in damaged and not store.blobs.path(d).exists()]
+        # (a name that is no digest is a damaged row, marked below: never made a path)
+        missing = [d for d in refs if d not in damaged and is_digest(d) and not store.blobs.path(d).exists()]
         problems = [(d, p) for d, p in damaged.items()] + [(d, "missing") for d in missing]
         affected: Dict[int, List[str]] = {}
         for d in [*damaged, *missing]:
@@ -275,6 +277,16 @@ def run(root: Path, repair: bool = False, out: Out = print, facts: Optional[Dict
     if not root.is_dir():
         out(f"no store at {root}" + (" (it is a file)" if root.exists() else ""))
         return 1 if root.exists() else 0
+    from .errors import StoreUnavailable
+    from .store import layout
+
+    try:
+        layout.check(root)  # a store whose folders are links: nothing is checked, moved or deleted through them
+    except StoreUnavailable as e:
+        out(str(e))
+        if facts is not None:
+            facts["index_problem"] = str(e)
+        return 1
     problem, repairable = _index_problem(root / "index.sqlite")
     if facts is not None:
         facts["index_problem"] = problem

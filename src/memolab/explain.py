@@ -12,7 +12,9 @@ import datetime as _dt
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from .text import mask_args
 
 if TYPE_CHECKING:
     from .codegraph import CodeVersion
@@ -148,27 +150,61 @@ def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key
         return
     ex.evaluation = old["id"]
     snap = json.loads(old["snapshot"] or "{}")
+    if isinstance(snap.get("args"), dict):
+        snap["args"] = mask_args(snap["args"])  # (an older memolab's rows hold secrets unmasked)
+    versions = _memolab_versions(old)
     if old["schema"] != schema:
-        ex.reasons.append(f"key schema changed: {old['schema']} -> {schema} (a memolab upgrade)")
+        # Keys of another key schema differ whatever the code and arguments: the digests of both
+        # were made by other rules, so they are compared by what the user wrote (source texts,
+        # argument reprs), never by digest, and only a difference there is the user's.
+        ex.reasons.append(f"memolab's key schema changed: evaluation #{old['id']} was stored under key schema "
+                          f"{old['schema']} ({versions[0]}), this memolab ({versions[1]}) keys calls with {schema}; "
+                          "every result stored before the upgrade is computed once more (not a change of your code "
+                          "or arguments)")
+        if old["code"] != code and deps is not None:
+            _code_reasons(store, ex, snap, deps, source, sensitivity, old["code"], code, by_source=True)
+        if old["args"] != _args:
+            ex.reasons.extend(r for r in _arg_reasons(snap.get("args", {}), args) if "same repr" not in r
+                              and r != "new arguments")
+        return
     if old["code"] != code:
         if deps is None:
             ex.reasons.append("code changed (which code is no longer known: no evaluation of the new code is stored)")
         else:
-            _code_reasons(store, ex, snap, deps, source, sensitivity, old["code"], code)
+            _code_reasons(store, ex, snap, deps, source, sensitivity, old["code"], code,
+                          memolab=versions if versions[0] != versions[1] else None)
     if old["args"] != _args:
         ex.reasons.extend(_arg_reasons(snap.get("args", {}), args))
     if unusable and old["args"] == _args and old["code"] == code and old["schema"] == schema:
         ex.reasons.append(f"stored evaluation #{old['id']} is damaged or was removed")
 
 
+def _memolab_versions(old: Dict[str, Any]) -> Tuple[str, str]:
+    """("memolab X", "memolab Y"): the memolab that stored ``old`` (its ``versions``) and this one."""
+    from ._version import __version__
+
+    try:
+        stored = json.loads(old.get("versions") or "{}").get("memolab")
+    except (ValueError, AttributeError):
+        stored = None
+    return (f"memolab {stored}" if stored else "an older memolab"), f"memolab {__version__}"
+
+
 def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], new_deps: Dict[str, str],
-                  source: Callable[[str], Optional[str]], sens: str, old_code: str, new_code: str) -> None:
+                  source: Callable[[str], Optional[str]], sens: str, old_code: str, new_code: str,
+                  by_source: bool = False, memolab: Optional[Tuple[str, str]] = None) -> None:
+    """``by_source``: the digests were made by other rules (another key schema): a dependency counts
+    as changed only where its source text is known to differ. ``memolab``: (stored, now) when
+    another memolab stored ``old``: a digest that changed under an unchanged source text is said
+    to be that, not an edit."""
     old_deps: Dict[str, str] = snap.get("deps", {})
     changed = False
     for sym in sorted(set(old_deps) | set(new_deps)):
         a, b = old_deps.get(sym), new_deps.get(sym)
         if a == b:
             continue
+        if by_source and (a is None or b is None or sym.startswith(("pkg:", "python:"))):
+            continue  # what a new memolab counts as a dependency may differ too: only edits are told
         changed = True
         if a is None:
             ex.reasons.append(f"new dependency `{sym}`")
@@ -181,17 +217,24 @@ def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], new_dep
             if truncate(a, sens) != truncate(b, sens):
                 ex.reasons.append(f"{sym[sym.index(':') + 1:]} {a} -> {b}")
         else:
-            ex.reasons.append(f"`{sym}` changed")
             old_src = store.index.source(a)
             new_src = source(sym)
             if old_src is not None and new_src is not None and old_src != new_src:
+                ex.reasons.append(f"`{sym}` changed")
                 ex.diffs[sym] = _diff(old_src, new_src, sym)
+            elif by_source:
+                continue  # not known to differ: the digest's rules did
+            elif old_src is not None and old_src == new_src and memolab is not None:
+                ex.reasons.append(f"`{sym}`: its source is unchanged, its digest is not: {memolab[0]} stored it, "
+                                  f"{memolab[1]} digests code by other rules (not an edit of yours)")
+            else:
+                ex.reasons.append(f"`{sym}` changed")
     old_v = snap.get("version")
     new_v = new_code.partition("+v")[2] or None
     if old_v != new_v:
         changed = True
         ex.reasons.append(f"version salt changed: {old_v!r} -> {new_v!r}")
-    if not changed:
+    if not changed and not by_source:
         ex.reasons.append("code digest changed")
 
 

@@ -228,13 +228,15 @@ def store_root(args: argparse.Namespace) -> Path:
     return Path(args.store).expanduser() if getattr(args, "store", None) else config.store_path()
 
 
-def open_store(args: argparse.Namespace):
+def open_store(args: argparse.Namespace, write: bool = False):
     """The store named by ``--store`` (or the configured one); it must exist.
 
     No command creates a store: ``memolab --store /typo ls`` says there is none (exit 1)
-    instead of leaving an empty store behind.
+    instead of leaving an empty store behind. A command that only reads (``write`` False)
+    never migrates a store an older memolab wrote: it reads it as it is (``store.reading``).
     """
     from ..store import get_store
+    from ..store.reading import open_for_reading
 
     root = store_root(args)
     if root.exists() and not root.is_dir():
@@ -242,13 +244,18 @@ def open_store(args: argparse.Namespace):
     # a store being created by another process has its folders before its index file
     if not ((root / "index.sqlite").is_file() or (root / "blobs").is_dir()):
         raise CliError(PROBLEM, f"no store at {root} (nothing memoized there yet? set MEMOLAB_STORE or --store)")
-    return get_store(root)
+    store = get_store(root) if write else open_for_reading(root)
+    from ..store.health import NoStore
+
+    if isinstance(store, NoStore):
+        raise store.problem  # nothing of it can be read (its folders are links, its index damaged): one line
+    return store
 
 
 def writable_store(args: argparse.Namespace):
     """``_store`` for commands that delete: a store that can only be read (a read-only mount, a
     damaged or newer index: the store's ``problem``) is refused before anything is asked."""
-    store = open_store(args)
+    store = open_store(args, write=True)
     problem = getattr(store, "problem", None)
     if isinstance(problem, BaseException):
         raise problem
@@ -307,10 +314,16 @@ def _suggest(name: str, fns: List[str]) -> str:
 
 
 def snapshot_of(row: Dict[str, Any]) -> Dict[str, Any]:
+    """An evaluation's snapshot, its arguments' secrets masked (rows of an older memolab hold them)."""
+    from ..text import mask_args
+
     try:
-        return json.loads(row.get("snapshot") or "{}")
+        snap = json.loads(row.get("snapshot") or "{}")
     except ValueError:
         return {}
+    if isinstance(snap, dict) and isinstance(snap.get("args"), dict):
+        snap["args"] = mask_args(snap["args"])
+    return snap
 
 
 def args_summary(row: Dict[str, Any], width: int = 60) -> str:

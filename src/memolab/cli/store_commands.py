@@ -260,7 +260,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
         raise CliError(USAGE, "--grace applies to gc --remote only")
     from ..tracking import retention
 
-    store = open_store(args)
+    store = open_store(args, write=not args.dry_run)  # a dry run reads: an older store is not migrated
     store.flush_hits()
     drop = store.gc_plan(args.older_than, args.max_size)  # least recently used first, selected in SQL
     stale = retention.stale_runs(store.index, args.older_than) if args.older_than is not None else []
@@ -327,3 +327,37 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return OK
 
 
+
+
+def _upgrade_options(p: argparse.ArgumentParser) -> None:
+    json_option(p)
+
+
+@command("upgrade", "bring a store an older memolab wrote up to this memolab's schema (commands that only read never do)")
+@options(_upgrade_options)
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    from ..store import schema
+    from ..store.reading import older_version
+
+    root = open_store(args).root  # (read: it must exist, and a store whose folders are links is refused)
+    before = older_version(root / "index.sqlite")
+    said = schema.announce
+    schema.announce = lambda path, old, new: None  # said below, as this command's output
+    try:
+        store = open_store(args, write=True)
+    finally:
+        schema.announce = said
+    problem = getattr(store, "problem", None)
+    if isinstance(problem, BaseException):
+        raise problem
+    r = {"store": str(root), "from": before or schema.SCHEMA_VERSION, "to": schema.SCHEMA_VERSION,
+         "changed": before is not None}
+    if args.json:
+        emit_json(r)
+    elif before is None:
+        print(f"the store {root} is up to date (schema {schema.SCHEMA_VERSION})")
+    else:
+        steps = [f"  {v}: {what}" for v, what, _ in schema.STEPS if v > before]
+        print(f"upgraded the store {root} from schema {before} to {schema.SCHEMA_VERSION}; an older memolab can no "
+              "longer use it:\n" + "\n".join(steps))
+    return OK

@@ -39,13 +39,14 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
-from . import perms, signing
+from . import layout, perms, signing
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
 from .inline import loads_result as _loads
 from .misses import insert_miss
 from .process import runtime_info  # noqa: F401  (re-exported: call.py records it with each evaluation)
-from .sqlite import NEWEST_ID_SQL, Index, Key, owner_alive_here, process_token, savepoint, write_usage
+from .leases import LOCKS_MARK
+from .sqlite import NEWEST_ID_SQL, Index, Key, process_token, savepoint, write_usage
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
@@ -87,6 +88,7 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         perms.prepare_root(self.root)  # a new store is private unless group sharing is configured
+        layout.check(self.root)  # a store whose own folders are links is refused, never followed
         self.index = self.index_class(self.root / "index.sqlite")
         self.blobs = self.blob_class(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
         self._owner: Optional[str] = None
@@ -130,7 +132,8 @@ class Store:
         """host:pid:start:nonce (``owner_alive_here`` reads the first three); made
         on the first miss, since a hit takes no lease (reading /proc costs)."""
         if self._owner is None:
-            self._owner = f"{process_token()}:{uuid.uuid4().hex[:8]}"
+            locks = getattr(self.index, "key_locks", lambda: None)()  # "L": it takes key locks (store/leases.py)
+            self._owner = f"{process_token()}:{LOCKS_MARK if locks is not None else ''}{uuid.uuid4().hex[:8]}"
         return self._owner
 
     def owner_id(self) -> str:
@@ -553,14 +556,9 @@ class Store:
             for d, _ in dead:
                 self.blobs.delete(d)
             c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d, _ in dead])
-            # Leases of owners that died (SIGKILL, a lost machine) are otherwise
-            # only cleared when their key is asked for again.
-            now, ttl = time.time(), config.settings().lease_ttl
-            gone = []
-            for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
-                here = owner_alive_here(o)  # dead here, or unknown and no longer heart-beaten
-                if here is False or (here is None and now - hb > ttl):
-                    gone.append((o, *k))
+            # Leases of owners that provably gave them up (died, or released them where deleting
+            # the row failed) are otherwise only cleared when their key is asked for again.
+            gone = self.index.abandoned_leases(c)
             c.executemany("DELETE FROM leases WHERE owner=? AND fn=? AND code=? AND args=? AND schema=?", gone)
         self.blobs.clean_tmp()
         from .health import compact

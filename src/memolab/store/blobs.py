@@ -18,8 +18,10 @@ of hit counts), so reading works on a read-only or full disk.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import stat
 import threading
 import time
 import uuid
@@ -30,9 +32,11 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
 import blake3
 
 from ..errors import CorruptBlob
-from . import tmpfiles
+from . import layout, tmpfiles
 
 Buffer = Union[bytes, bytearray, memoryview]
+#: a blob is read without following a link at its name (``layout``: memolab never follows one)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
 _OVERLAP_MIN = 16 << 20  # hash while writing for blobs at least this large
 
@@ -120,6 +124,11 @@ class BlobFolder:
         self._verified: Dict[str, Stamp] = {}
 
     def path(self, digest: str) -> Path:
+        """Where blob ``digest`` lives. A name that is no digest (read from a damaged or
+        crafted index row: ``../../Documents/thesis.tex``) is never made a path: it raises
+        ``CorruptBlob``, which takes the row out of use like any damaged blob."""
+        if not layout.is_digest(digest):
+            raise CorruptBlob(f"damaged index row: {str(digest)[:80]!r} is not a blob digest")
         return self.dir / digest[:2] / digest[2:]
 
     @staticmethod
@@ -177,8 +186,12 @@ class BlobFolder:
         blobs while computations are in flight (``Store.unreferenced_blobs``).
         """
         try:
-            st = final.stat()
+            st = final.lstat()
         except FileNotFoundError:
+            return False
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            # a link, or a file another name also holds (a hard link memolab did not make): never
+            # touched in place; our own copy is written and renamed over the store's name
             return False
         if not (st.st_size == size and self._get_stamp(digest) == self._stamp(st)):
             return False
@@ -191,7 +204,7 @@ class BlobFolder:
 
     def mtime(self, digest: str) -> float:
         try:
-            return self.path(digest).stat().st_mtime
+            return self.path(digest).lstat().st_mtime
         except FileNotFoundError:
             return 0.0
 
@@ -235,9 +248,13 @@ class BlobFolder:
         """
         p = self.path(digest)
         try:
-            fd = os.open(p, os.O_RDONLY)
+            fd = os.open(p, _READ_FLAGS)
         except FileNotFoundError:
             raise CorruptBlob(f"blob {digest[:12]} is missing") from None
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.EMLINK):  # a link at a blob's name: not ours, never followed
+                raise CorruptBlob(f"blob {digest[:12]} is a link, not a file memolab wrote") from None
+            raise
         try:
             st = os.fstat(fd)
             if st.st_size != size:
@@ -274,9 +291,11 @@ class BlobFolder:
         """Re-hash one blob in full; returns a problem description or None."""
         p = self.path(digest)
         try:
-            st = p.stat()
+            st = p.lstat()
         except FileNotFoundError:
             return "missing"
+        if not stat.S_ISREG(st.st_mode):
+            return "not a file memolab wrote (a link): left alone"
         try:
             data = self.get(digest, st.st_size, mapped=True, verify="always")
             del data
@@ -285,37 +304,52 @@ class BlobFolder:
         return None
 
     def quarantine(self, digest: str) -> None:
-        p = self.path(digest)
-        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        """Move a damaged blob into ``quarantine/`` (the evidence). Only a regular file at the
+        blob's name, moved relative to descriptors of folders opened without following links
+        (``layout.open_dir``): a link, or a folder swapped for one, is never followed."""
+        self.path(digest)  # a digest, or CorruptBlob
         try:
-            # unique name: a second damaged copy must not overwrite the first (the evidence)
-            os.replace(p, self.quarantine_dir / f"{digest}.{time.time_ns()}.{uuid.uuid4().hex[:6]}")
+            self.quarantine_dir.mkdir(exist_ok=True)
+            with layout.open_dir(self.root, "blobs", digest[:2]) as src, layout.open_dir(self.root, "quarantine") as dst:
+                if layout.regular_file(digest[2:], src) is None:
+                    return
+                # unique name: a second damaged copy must not overwrite the first
+                os.rename(digest[2:], f"{digest}.{time.time_ns()}.{uuid.uuid4().hex[:6]}", src_dir_fd=src, dst_dir_fd=dst)
         except FileNotFoundError:
             pass
 
     def delete(self, digest: str) -> None:
+        """Remove the blob file ``digest`` (a regular file only, never through a link)."""
+        self.path(digest)
         try:
-            self.path(digest).unlink()
+            with layout.open_dir(self.root, "blobs", digest[:2]) as fd:
+                if layout.regular_file(digest[2:], fd) is not None:
+                    os.unlink(digest[2:], dir_fd=fd)
         except FileNotFoundError:
             pass
 
     def size(self, digest: str) -> int:
         try:
-            return self.path(digest).stat().st_size
+            return self.path(digest).lstat().st_size
         except FileNotFoundError:
             return 0
 
     def __iter__(self) -> Iterator[str]:
         """Every stored digest, in order. Plain strings from ``scandir``: a
         listing of 100k blobs must not build and sort 100k ``Path`` objects."""
+        # only what memolab writes: the 256 fan-out folders and files named by digests; a link
+        # (to a folder or a file) or any other name is not ours and is never listed, so never
+        # verified, quarantined or collected
         try:
-            subs = sorted(e.name for e in os.scandir(self.dir) if len(e.name) == 2 and e.is_dir())
+            subs = sorted(e.name for e in os.scandir(self.dir)
+                          if layout.is_fan_out(e.name) and e.is_dir(follow_symlinks=False))
         except FileNotFoundError:
             return
         for sub in subs:
             try:
-                names = sorted(e.name for e in os.scandir(os.path.join(self.dir, sub)))
-            except FileNotFoundError:
+                names = sorted(e.name for e in os.scandir(os.path.join(self.dir, sub))
+                               if e.is_file(follow_symlinks=False) and layout.is_digest(sub + e.name))
+            except (FileNotFoundError, NotADirectoryError):
                 continue
             for name in names:
                 yield sub + name

@@ -32,8 +32,9 @@ from .. import config
 from ..errors import MemolabWarning, StoreUnavailable
 from . import signing
 from .blobs import BlobFolder
+from .layout import is_digest
 from .perms import writable_by_others
-from .schema import check_schema, newer_schema  # noqa: F401 (both also imported from here)
+from .schema import check_schema, newer_schema, read_shims  # noqa: F401 (also imported from here)
 from .sqlite import Index, Key
 
 _warned: Set[str] = set()
@@ -85,6 +86,9 @@ class ReadOnlyIndex(Index):
     again on a fresh connection.
     """
 
+    #: nothing can be written through it: readers create what is missing in ``temp`` (``read_shims``)
+    read_only = True
+
     def __init__(self, path: Path) -> None:  # noqa: D107 (no super().__init__: it writes)
         self.path = Path(path)
         self._local = threading.local()
@@ -105,7 +109,9 @@ class ReadOnlyIndex(Index):
     def conn(self) -> sqlite3.Connection:
         loc = self._local
         c = getattr(loc, "conn", None)
-        if c is not None and loc.pid == config.pid() and (not loc.immutable or loc.fp == self._fingerprint()):
+        if c is not None and loc.pid == config.pid() and (not loc.immutable or loc.fp == self._fingerprint()) \
+                and (not loc.shimmed or loc.cookie == c.execute("PRAGMA main.schema_version").fetchone()[0]):
+            # (a file read through shims that another process migrated meanwhile: read afresh, in its new shape)
             return c
         uri = self.path.absolute().as_uri()
         fp = self._fingerprint()
@@ -118,6 +124,9 @@ class ReadOnlyIndex(Index):
                 raise  # a pending WAL holds committed data the file alone lacks
             c = sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None, check_same_thread=False)
             immutable = True
+        # an older file: the current shape in ``temp`` (never written to the file)
+        loc.shimmed = read_shims(c)
+        loc.cookie = c.execute("PRAGMA main.schema_version").fetchone()[0] if loc.shimmed else None
         loc.conn, loc.pid, loc.immutable, loc.fp = c, config.pid(), immutable, fp
         return c
 
@@ -289,6 +298,8 @@ def row_problem(row: Dict[str, Any]) -> Optional[str]:
         for d, size in json.loads(row.get("buffers") or "[]"):
             if not isinstance(d, str) or not isinstance(size, int):
                 return "damaged buffers column"
+            if not is_digest(d):
+                return f"damaged buffers column ({d[:80]!r} is not a blob digest)"
         for col in ("code_refs", "snapshot", "versions"):
             if row.get(col):
                 json.loads(row[col])
@@ -296,6 +307,8 @@ def row_problem(row: Dict[str, Any]) -> Optional[str]:
         return f"damaged {col} column ({type(e).__name__}: {e})"
     if row.get("payload") is not None and not isinstance(row.get("payload_size"), int):
         return "damaged payload_size column"
+    if row.get("payload") is not None and not is_digest(row["payload"]):
+        return f"damaged payload column ({str(row['payload'])[:80]!r} is not a blob digest)"
     return None
 
 

@@ -81,10 +81,12 @@ def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
 
 
 def key_check() -> Optional[str]:
-    """A check value of the current key (an HMAC of a fixed text: it tells nothing of the
-    key), recorded by an index the first time a signed row is published into it. A machine
-    whose check differs has another key: every row it verifies looks forged to it, so it
-    must never replace one (``replaces``); the recorded check is the team's."""
+    """A check value of the current key (an HMAC of a fixed text: it tells nothing of the key
+    but, like any signature, lets a weak key be guessed offline: use a long random one). The
+    team's is recorded in its index by ``memolab remote upgrade`` (``set_team_key``), never by
+    whoever publishes first: a teammate with a mistyped key used to fix the team's identity so.
+    A machine whose check differs has another key: every row it verifies looks forged to it, so
+    it never replaces one (``replaces``) and publishes nothing (``key_refusal``)."""
     s = secret()
     if s is None:
         return None
@@ -106,3 +108,20 @@ def replaces(key: Sequence[str], old: Dict[str, Any], new: Dict[str, Any], recor
     mine = key_check()
     return (mine is not None and recorded_check == mine and problem(key, new) is None
             and problem(key, old) is not None)
+
+
+def key_refusal(recorded: Optional[str]) -> Optional[str]:
+    """Why this machine must not publish into a team index whose key check is ``recorded``
+    (None: none recorded, nothing to compare: it may), or None when it may."""
+    if recorded is None:
+        return None
+    mine = key_check()
+    if mine == recorded:
+        return None
+    if mine is None:
+        return (f"the team store's rows are signed (`memolab remote upgrade` recorded the team's key) and ${ENV} "
+                "is not set here: results computed here are not published (set the team's key)")
+    return (f"${ENV} here is not the team's key (its check value differs from the one `memolab remote upgrade` "
+            "recorded in the team store, check " + recorded.rpartition(":")[2][:12] + "...): results computed here "
+            "are not published and team rows are not replaced; set the team's key, or make this key the team's "
+            "with `memolab remote upgrade --set-key`")

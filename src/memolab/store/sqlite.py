@@ -19,92 +19,19 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from .. import config
 from ..errors import BlobsGone
 from . import signing
+from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
 from .gcplan import log_bytes, plan_by_size  # noqa: F401 (plan_by_size: also imported from here)
 from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
 from .process import host_name, process_table, start_time
 from .process import process_table as _process_table, start_time as _start_time  # noqa: F401 (old names)
-from .schema import SCHEMA_VERSION, check_schema, newer_schema  # noqa: F401 (also imported from here)
+from .schema import SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE IF NOT EXISTS evaluations(
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    fn TEXT NOT NULL,
-    code TEXT NOT NULL,
-    args TEXT NOT NULL,
-    schema TEXT NOT NULL,
-    status TEXT NOT NULL,
-    payload TEXT,
-    payload_size INTEGER,
-    buffers TEXT,
-    size INTEGER,
-    started REAL,
-    finished REAL,
-    duration REAL,
-    host TEXT,
-    python TEXT,
-    versions TEXT,
-    snapshot TEXT,
-    hits INTEGER NOT NULL DEFAULT 0,
-    last_hit REAL,
-    code_refs TEXT,
-    signature TEXT,
-    reason TEXT,
-    inline BLOB,
-    UNIQUE(fn, code, args, schema)
-);
--- WITHOUT ROWID: one b-tree, not a table plus its key's index, so taking and
--- dropping a lease each write one page, not two (stores made before this keep
--- the rowid form: the same statements work on both)
-CREATE TABLE IF NOT EXISTS leases(
-    fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
-    owner TEXT NOT NULL,
-    heartbeat REAL NOT NULL,
-    PRIMARY KEY(fn, code, args, schema)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS sources(
-    digest TEXT PRIMARY KEY,
-    symbol TEXT NOT NULL,
-    source TEXT NOT NULL
-);
--- no AUTOINCREMENT (older stores have it): a miss then writes no
--- sqlite_sequence page; ids still grow, since only the oldest rows are deleted
-CREATE TABLE IF NOT EXISTS misses(
-    id INTEGER PRIMARY KEY,
-    fn TEXT NOT NULL,
-    time REAL NOT NULL,
-    explanation TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS blob_stamps(
-    digest TEXT PRIMARY KEY,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    inode INTEGER NOT NULL
-);
--- indexes --
-CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
--- (fn, finished) first, for a function's evaluations newest first; the summed
--- columns after it make `memolab ls` a scan of this index, not of the table
-CREATE INDEX IF NOT EXISTS evaluations_summary ON evaluations(fn, finished, size, hits, duration);
--- the miss explanation's nearest evaluation: same arguments, else same code
-CREATE INDEX IF NOT EXISTS evaluations_args ON evaluations(fn, args, finished);
-CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
--- partial, small by construction: rows that refer to blob files (gc's
--- references) and rows out of use (what gc drops first)
-CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
-CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
-"""
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
                 "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
                 "code_refs", "signature", "reason")
-
-#: Columns added after schema 1 shipped: (name, type). Nullable, so an older
-#: memolab reading a migrated file (it names its columns) still works, and
-#: rows written before the migration simply have no code references/signature.
-_ADDED_COLUMNS = (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"), ("inline", "BLOB"))
 
 #: What a hit reads: the listing columns plus the inline bytes (payload, then
 #: each buffer in order), which listings never fetch.
@@ -283,6 +210,7 @@ class Index:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._sources_seen: Set[str] = set()
+        self.progress = Progress()  # leases seen and since when (store/leases.py, rule 2)
         conn = self.conn()
         # The fast path: one header read. A current store needs no schema work,
         # and opening it writes nothing (a read-only store still serves hits).
@@ -291,42 +219,9 @@ class Index:
             self._migrate(conn, version)
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
-        """Create the schema, or bring a file written by an older memolab up to date in place.
-
-        Every step is idempotent and the version is written last, under the
-        write lock: two processes migrating at once, or a migration cut short by
-        a crash, end in the same state as one that ran alone.
-        """
-        if version > SCHEMA_VERSION:
-            raise newer_schema(self.path, version)  # before anything is written: not ours to change
-        check_schema(conn, self.path)  # a file of a memolab that set no user_version yet
-        if version == 0:
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # takes effect on a new file: clear/gc can shrink it
-        _enter_wal(conn)  # persistent in the file: set once, here
-        # the table DDL first: the indexes below name columns an old file gains only now
-        tables, indexes = _DDL.split("-- indexes --")
-        conn.executescript(tables)
-        self._add_columns(conn)
-        conn.executescript(indexes + "DROP INDEX IF EXISTS evaluations_fn;")  # schema 1's, now evaluations_summary
-        with self.write() as c:
-            row = c.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row and int(row[0]) > SCHEMA_VERSION:
-                raise newer_schema(self.path, row[0])
-            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-
-    def _add_columns(self, conn: sqlite3.Connection) -> None:
-        """Add the columns an older memolab's file lacks (nullable: its rows keep working)."""
-        have = {r[1] for r in conn.execute("PRAGMA table_info(evaluations)")}
-        missing = [(n, t) for n, t in _ADDED_COLUMNS if n not in have]
-        if not missing:
-            return
-        with self.write() as c:
-            # Re-read under the write lock: another process may have just migrated.
-            have = {r[1] for r in c.execute("PRAGMA table_info(evaluations)")}
-            for name, typ in missing:
-                if name not in have:
-                    c.execute(f"ALTER TABLE evaluations ADD COLUMN {name} {typ}")
+        """Create the schema, or bring a file written by an older memolab up to date in place
+        (``schema.migrate``: its steps by version, idempotent, the version written last)."""
+        migrate(conn, self.path, version, self.write, lambda: _enter_wal(conn))
 
     # -- connections ------------------------------------------------------------------
     def conn(self) -> sqlite3.Connection:
@@ -442,7 +337,22 @@ class Index:
         ``force`` skips the stored row (recompute and overwrite). ``on_owner``
         runs in the same transaction when we take the lease (the miss record:
         one commit instead of two)."""
-        now = time.time()
+        key = tuple(key)  # type: ignore[assignment]
+        locks = self.key_locks()
+        took = locks.take(key) if locks is not None else None  # (rule 1 of store/leases.py: before the row)
+        state = "wait"
+        try:
+            state, row = self._claim(key, owner, ttl, force, on_owner, took)
+            return state, row
+        finally:
+            if took:
+                if state == "owner" and locks.owners.get(key) != owner:  # type: ignore[union-attr]
+                    locks.owners[key] = owner  # type: ignore[union-attr]  (held until recorded or released)
+                else:
+                    locks.drop(key)  # type: ignore[union-attr]
+
+    def _claim(self, key: Key, owner: str, ttl: float, force: bool, on_owner: Optional[Callable[[sqlite3.Connection], None]],
+               took: Optional[bool]) -> Tuple[str, Optional[Dict[str, Any]]]:
         with self.write() as c:
             if not force:
                 row, damaged = _read(c, _HIT_SQL, HIT_COLUMNS, key)
@@ -452,23 +362,72 @@ class Index:
                     # judged under the write lock, on the row as it is now: a row that
                     # cannot be read goes out of use, and our computation replaces it
                     c.execute(_RETIRE_SQL, (damaged[2], damaged[0]))
+            if took is False:
+                return "wait", None  # a live process of this kernel owns (or is claiming) the key
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
-            here = None if lease is None or lease[0] == owner else owner_alive_here(lease[0])
-            # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
-            if lease is None or lease[0] == owner or here is False or (now - lease[1] > ttl and here is None):
+            if lease is None or lease[0] == owner or self._given_up(key, lease[0], lease[1], ttl, took):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
-                          (*key, owner, now))
+                          (*key, owner, time.time()))
                 if on_owner is not None:
                     on_owner(c)
+                self.progress.forget(key)
                 return "owner", None
             return "wait", None
 
+    def key_locks(self) -> Optional[HostLocks]:
+        """This process's key locks of this index (``store/leases.py``, rule 1), made on the first
+        claim (a process that only hits creates no lock file); None where there can be none."""
+        if getattr(self, "_locks_pid", None) != config.pid():
+            self._locks = host_locks(self.path)
+            self._locks_pid = config.pid()
+        return self._locks
+
+    def _given_up(self, key: Key, holder: str, heartbeat: float, ttl: float, took: Optional[bool],
+                  judge_progress: bool = True) -> bool:
+        """May the lease of ``holder`` be taken over (``store/leases.py``)? ``took``: we hold the
+        key's lock (no other process of this kernel does). ``judge_progress``: rule 2 too (a
+        claimer polling); gc asks once and leaves such leases to claimers."""
+        if took and uses_locks(holder) and same_kernel(holder, process_table()):
+            if owner_pid(holder) == os.getpid():  # our own process: its record of what it holds
+                return self._locks is None or self._locks.owners.get(key) != holder
+            return True  # released (its release may have failed to delete the row) or dead
+        if owner_alive_here(holder) is False:
+            return True
+        return judge_progress and self.progress.stale(key, holder, heartbeat, ttl)
+
+    def abandoned_leases(self, c: sqlite3.Connection) -> List[Tuple[Any, ...]]:
+        """(owner, fn, code, args, schema) of the leases whose owners provably gave them up: dead
+        on this host, or of this kernel and not holding the key's lock. Others are left to the
+        claimers, which judge them by their heartbeat's progress."""
+        locks = self.key_locks()
+        gone = []
+        for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
+            key = tuple(k)
+            took = locks.take(key) if locks is not None else None  # type: ignore[arg-type]
+            try:
+                if self._given_up(key, o, hb, 0.0, took, judge_progress=False):  # type: ignore[arg-type]
+                    gone.append((o, *k))
+            finally:
+                if took:
+                    locks.drop(key)  # type: ignore[union-attr, arg-type]
+        return gone
+
+    def _let_go(self, key: Key, owner: str) -> None:
+        """``owner`` no longer holds ``key`` here: its key lock goes (and what we saw of it)."""
+        locks = getattr(self, "_locks", None)
+        if locks is not None and getattr(self, "_locks_pid", None) == config.pid() \
+                and locks.owners.get(tuple(key)) == owner:  # type: ignore[arg-type]
+            del locks.owners[tuple(key)]  # type: ignore[arg-type]
+            locks.drop(tuple(key))  # type: ignore[arg-type]
+
     def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
+        # every beat changes the value (even if this clock stood still or went back): observers
+        # judge a lease by whether its heartbeat moves, never by comparing it with their clock
         now = time.time()
         with self.write() as c:
             for key, owner in held:
-                c.execute("UPDATE leases SET heartbeat=? WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
-                          (now, *key, owner))
+                c.execute("UPDATE leases SET heartbeat=MAX(?, heartbeat + 0.001) WHERE fn=? AND code=? AND args=? "
+                          "AND schema=? AND owner=?", (now, *key, owner))
 
     def live_leases(self, ttl: float) -> int:
         """How many computations are in flight (leases heart-beaten within ``ttl``)."""
@@ -476,8 +435,13 @@ class Index:
         return int(row[0])
 
     def release(self, key: Key, owner: str) -> None:
-        with self.write() as c:
-            c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
+        """Drop ``owner``'s lease; its key lock goes even if deleting the row fails (a full disk):
+        then claimers of this kernel take the key at once, others once its heartbeat stops moving."""
+        try:
+            with self.write() as c:
+                c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
+        finally:
+            self._let_go(key, owner)
 
     def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
                present: Callable[[], bool] = lambda: True,
@@ -497,6 +461,7 @@ class Index:
         new_sources = [(d, sym, src) for d, (sym, src) in sources.items() if d not in self._sources_seen]
         eval_id = self._record(key, owner, cols, vals, new_sources, present, also)
         self._sources_seen.update(d for d, _, _ in new_sources)
+        self._let_go(key, owner)
         return eval_id
 
     def _record(self, key: Key, owner: str, cols: List[str], vals: List[Any], new_sources: List[Tuple[str, str, str]],
@@ -548,10 +513,7 @@ class Index:
         cannot be used by anyone: it does not decode (``retire_damaged``), or it is refused
         and the new one is correctly signed (``_refused``)."""
         out: List[Tuple[int, bool]] = []
-        check = signing.key_check()
         with self.write() as c:
-            if check is not None:  # the first signed publish records whose key this index's rows are under
-                c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES (?, ?)", (signing.KEY_CHECK, check))
             for key, fields, sources in rows:
                 have = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
                                  "AND status='done'", key).fetchone()
@@ -560,6 +522,9 @@ class Index:
                 else:
                     f = {k: v for k, v in fields.items() if k in _PUBLISHED and k not in ("id", "fn", "code", "args",
                                                                                          "schema", "status")}
+                    if f.get("finished") is None:  # left to the index's clock (``clock``): a publisher's may be off
+                        f["finished"] = time.time()
+                        f["started"] = f["finished"] - float(f.get("duration") or 0.0)
                     cols = ["fn", "code", "args", "schema", "status", *f]
                     cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) "
                                     f"VALUES ({','.join('?' * len(cols))})", [*key, "done", *f.values()])
@@ -578,6 +543,25 @@ class Index:
         old, _ = _read(c, _HIT_SQL, HIT_COLUMNS, key)
         recorded = c.execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
         return old is not None and signing.replaces(key, old, fields, recorded[0] if recorded else None)
+
+    # -- the team's key and clock (``team.protocol.EvalIndex``) ----------------------------------
+    def team_key(self) -> Optional[str]:
+        """The key check ``memolab remote upgrade`` recorded (``signing.key_check``), or None."""
+        row = self.conn().execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
+        return row[0] if row else None
+
+    def set_team_key(self, check: str, replace: bool = False) -> Tuple[Optional[str], str]:
+        """Record ``check`` as the team's key unless one is recorded (``replace``: whatever is);
+        (the one before, the one now)."""
+        with self.write() as c:
+            row = c.execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
+            if row is None or replace:
+                c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (signing.KEY_CHECK, check))
+            return (row[0] if row else None), (check if row is None or replace else row[0])
+
+    def clock(self) -> float:
+        """This index's time (seconds): every time the team store compares is taken from it."""
+        return time.time()
 
     def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
                    limit: Optional[int] = None) -> List[Dict[str, Any]]:
@@ -759,9 +743,10 @@ class Index:
 def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
                 stamps: Dict[str, Tuple[int, int, int]]) -> None:
     """Batched hit counts and blob stamps, inside the caller's write transaction."""
-    if counts:
+    if counts:  # (a time of None: now, by this index's clock)
+        now = time.time()
         c.executemany("UPDATE evaluations SET hits=hits+?, last_hit=MAX(COALESCE(last_hit,0),?) WHERE id=?",
-                      [(n, t, i) for i, (n, t) in counts.items()])
+                      [(n, now if t is None else t, i) for i, (n, t) in counts.items()])
     if stamps:
         c.executemany("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)",
                       [(d, *st) for d, st in stamps.items()])

@@ -10,16 +10,23 @@ judged from here (another host or container, an older name without a tag) only
 after ``older_than`` seconds without a write.
 
 Name: ``<label>.<pid>-<start>-<table>.<random>``; ``<label>`` is the digest
-prefix or ``pending`` (hashed while written).
+prefix, ``pending`` (hashed while written) or ``download`` (a team store's download).
+Only names of that shape that are regular files are ever judged (or removed): a store
+made elsewhere may hold anything in ``tmp/``, and memolab deletes only what it writes
+(``is_tmp_name``), never through a link (``layout.open_dir``).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import stat
 import time
 import uuid
 from pathlib import Path
 from typing import Iterator, List, NamedTuple, Optional
+
+from . import layout
 
 _TAG: List[str] = []
 
@@ -37,6 +44,16 @@ def writer_tag() -> str:
 
 def tmp_name(label: str) -> str:
     return f"{label}.{writer_tag()}.{uuid.uuid4().hex[:8]}"
+
+
+#: the names ``tmp_name`` makes (and the older ``label.pid.random``), nothing else; labels are
+#: a digest's prefix or a word (``pending``, ``download``)
+_OURS = re.compile(r"[0-9a-z]{1,32}\.\d+(?:-(?:\d+|x)-[0-9a-f]{8})?\.[0-9a-f]{8}\Z")
+
+
+def is_tmp_name(name: str) -> bool:
+    """Is ``name`` one memolab gives its temporary files?"""
+    return _OURS.match(name) is not None
 
 
 def writer_alive(name: str) -> Optional[bool]:
@@ -75,31 +92,45 @@ class TmpFile(NamedTuple):
 
 
 def scan(tmp_dir: Path, now: Optional[float] = None) -> Iterator[TmpFile]:
+    """memolab's temporary files in ``tmp_dir``: regular files with names it gives (a link, a
+    folder or a file of another name is not ours, and is never listed)."""
     now = time.time() if now is None else now
     try:
+        if stat.S_ISLNK(os.lstat(tmp_dir).st_mode):
+            return  # (``layout.check`` refuses such a store; never listed through the link)
         entries = list(os.scandir(tmp_dir))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return
     for e in entries:
+        if not is_tmp_name(e.name):
+            continue
         try:
             st = e.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue  # published or removed meanwhile
-        yield TmpFile(Path(e.path), st.st_size, now - st.st_mtime, writer_alive(e.name))
+        if stat.S_ISREG(st.st_mode):
+            yield TmpFile(Path(e.path), st.st_size, now - st.st_mtime, writer_alive(e.name))
 
 
 def reclaim(tmp_dir: Path, older_than: float = 3600.0) -> List[TmpFile]:
-    """Remove the temporary files of dead writers, and any not written for ``older_than`` s."""
+    """Remove the temporary files of dead writers, and any not written for ``older_than`` s
+    (only memolab's: ``scan``), relative to the folder opened without following a link."""
     gone = []
-    for t in scan(tmp_dir):
-        if t.alive is True:
-            continue
-        if t.alive is False or t.age > older_than:
-            try:
-                t.path.unlink()
-                gone.append(t)
-            except FileNotFoundError:
-                pass
-            except OSError:
-                pass  # a read-only store: reported by doctor, removed by whoever can write
+    doomed = [t for t in scan(tmp_dir) if t.alive is False or (t.alive is None and t.age > older_than)]
+    if not doomed:
+        return gone
+    tmp_dir = Path(tmp_dir)
+    try:
+        with layout.open_dir(tmp_dir.parent, tmp_dir.name) as fd:
+            for t in doomed:
+                try:
+                    if layout.regular_file(t.path.name, fd) is not None:
+                        os.unlink(t.path.name, dir_fd=fd)
+                        gone.append(t)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    pass  # a read-only store: reported by doctor, removed by whoever can write
+    except FileNotFoundError:
+        pass
     return gone

@@ -64,7 +64,11 @@ def _queued(store: Any) -> int:
 
 def _remote_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=("status", "upgrade"),
-                   help="status: reachable? schema version? queued vs uploaded; upgrade: migrate the team schema")
+                   help="status: reachable? schema version? the team's key? queued vs uploaded; upgrade: migrate "
+                        "the team schema and record the team's key (this machine's MEMOLAB_HMAC_KEY) if none is")
+    p.add_argument("--set-key", action="store_true",
+                   help="with upgrade: make this machine's MEMOLAB_HMAC_KEY the team's, replacing the one recorded "
+                        "(a deliberate change of the team's key: rows signed with the old one are then recomputed)")
     json_option(p)
 
 
@@ -105,6 +109,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
 
         link = Link(remote[0], remote[1], config.settings().remote_timeout)
     t0 = time.monotonic()
+    recorded: Optional[str] = None
     if remote[0].lower().startswith(("postgresql://", "postgres://")):
         # read-only and bounded: never creates the schema, checks all of it
         from .pgschema import status as pg_status
@@ -114,6 +119,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
         out["schema_version"] = st["schema"]
         out["supported"] = f"{st['supported'][0]}-{st['supported'][1]}"
         out["team_evaluations"] = st.get("evaluations")
+        recorded = st.get("team_key")
         if not st["ok"]:
             # an empty database is usable (the first client creates the schema); a damaged or
             # unsupported schema, or a server that does not answer in time, is not
@@ -126,6 +132,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
             out["index_reachable"] = True
             out["schema_version"], out["supported"] = _schema(idx)
             out["team_evaluations"] = sum(f["evaluations"] for f in link.attempt(idx.functions))
+            recorded = link.attempt(idx.team_key)
         except Offline:
             out["error"] = link.disabled or link.last_error
     try:
@@ -137,6 +144,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
     except Offline:
         out["error"] = out["error"] or link.disabled or link.last_error
     out["reachable"] = out["index_reachable"] and out["blobs_reachable"]
+    out["team_key"] = _short(recorded)
+    out["key_matches"] = None if recorded is None or not out["signed"] else recorded == signing.key_check()
     out["seconds"] = round(time.monotonic() - t0, 3)
     if args.json:
         emit_json(out)
@@ -153,6 +162,15 @@ def cmd_remote(args: argparse.Namespace) -> int:
             print(f"schema       {out['schema_version']} (this memolab supports {out['supported']})")
         if out["team_evaluations"] is not None:
             print(f"team         {out['team_evaluations']} evaluation(s)")
+        if out["index_reachable"]:
+            if out["team_key"] is None:
+                print("team key     none recorded: `memolab remote upgrade` with the team's MEMOLAB_HMAC_KEY records it "
+                      "(until then a machine with a mistyped key can publish rows the others refuse)")
+            elif out["key_matches"] is False or not out["signed"]:
+                print(f"team key     {out['team_key']}: NOT this machine's MEMOLAB_HMAC_KEY: nothing computed here is "
+                      "published")
+            else:
+                print(f"team key     {out['team_key']}: this machine's MEMOLAB_HMAC_KEY")
         print(f"this store   {out['store']}: {out['queued']} queued for upload, {out['uploaded']} uploaded")
         if out["failing"]:
             print(f"failing      {out['failing']} queued result(s) were refused by the team store: "
@@ -188,22 +206,57 @@ def _schema(idx: Any) -> tuple:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    """Migrate the team schema, then establish the team's key: the check value of this machine's
+    ``MEMOLAB_HMAC_KEY`` (``signing.key_check``: it tells nothing of the key) is recorded if none
+    is, and compared with the recorded one otherwise (``--set-key`` replaces it). Every client
+    compares its own with it and refuses to publish when they differ (``TeamStore.key_refusal``)."""
     from .. import config
+    from ..store import signing
+    from .link import open_index
 
     remote = config.remote()
     if remote is None or not remote[0]:
         raise CliError(PROBLEM, "no team index configured: set MEMOLAB_REMOTE=postgresql://… (docs/team.md)")
-    if not remote[0].lower().startswith(("postgresql://", "postgres://")):
-        print(f"{redact(remote[0])}: a SQLite team index upgrades itself when opened; nothing to do")
-        return 0
-    from .pg import upgrade
+    if remote[0].lower().startswith(("postgresql://", "postgres://")):
+        from .pg import upgrade
 
-    result = upgrade(remote[0])
+        result: Any = upgrade(remote[0])
+    else:
+        result = "a SQLite team index upgrades itself when opened"
+    mine = signing.key_check()
+    key: Dict[str, Any] = {"recorded": None, "this_machine": mine is not None, "matches": None, "changed": False}
+    index = open_index(remote[0], config.settings().remote_timeout)
+    try:
+        if mine is not None:
+            before, now = index.set_team_key(mine, replace=args.set_key)
+            key.update(recorded=_short(now), matches=now == mine, changed=before != now)
+        else:
+            recorded = index.team_key()
+            key.update(recorded=_short(recorded))
+    finally:
+        close = getattr(index, "close", None)
+        if close is not None:
+            close()
     if args.json:
-        emit_json({"index": redact(remote[0]), "result": result})
+        emit_json({"index": redact(remote[0]), "result": result, "team_key": key})
     else:
         print(f"team schema of {redact(remote[0])}: {result if result is not None else 'up to date'}")
-    return 0
+        if mine is None:
+            print("team key     " + (f"recorded ({key['recorded']}); not compared: MEMOLAB_HMAC_KEY is not set here"
+                                     if key["recorded"] else "none recorded: set MEMOLAB_HMAC_KEY (the team's secret) "
+                                     "and run `memolab remote upgrade` again to record it"))
+        elif key["matches"]:
+            print(f"team key     {'recorded now' if key['changed'] else 'recorded'} ({key['recorded']}): this "
+                  "machine's MEMOLAB_HMAC_KEY is the team's")
+        else:
+            print(f"team key     recorded ({key['recorded']}) differs from this machine's MEMOLAB_HMAC_KEY: this "
+                  "machine publishes nothing; set the team's key, or pass --set-key to make this key the team's")
+    return 0 if key["matches"] is not False else PROBLEM
+
+
+def _short(check: Optional[str]) -> Optional[str]:
+    """A recorded key check as shown: its first hex digits (enough to tell two apart)."""
+    return None if check is None else "check " + check.rpartition(":")[2][:12]
 
 
 # -- sync -------------------------------------------------------------------------------------
@@ -257,10 +310,14 @@ def _sync(args: argparse.Namespace) -> int:
 
 # -- pull -------------------------------------------------------------------------------------
 
+class Age(float):
+    """``--since 2d``: that long before now by the team index's clock (``cmd_pull``), not this machine's."""
+
+
 def _parse_since(text: str) -> float:
-    """``2d`` (that long ago), or a date/time (``2026-01-31``, ``2026-01-31T12:00``)."""
+    """``2d`` (that long ago: an ``Age``), or a date/time (``2026-01-31``, ``2026-01-31T12:00``)."""
     try:
-        return time.time() - parse_age(text)
+        return Age(parse_age(text))
     except argparse.ArgumentTypeError:
         pass
     try:
@@ -294,8 +351,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
                 bars.append(Progress("pull: downloading", total).__enter__())
             bars[0].update(n)
 
+        since = args.since
+        if isinstance(since, Age):
+            since = store.link.attempt(store.link.index.clock) - since
         try:
-            r = store.pull(fn, args.since, progress=step)
+            r = store.pull(fn, since, progress=step)
         finally:
             if bars:
                 bars[0].__exit__(None, None, None)

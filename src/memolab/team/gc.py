@@ -35,7 +35,6 @@ bucket, so each step is chosen to be safe on its own):
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -72,7 +71,7 @@ class Plan:
 def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: Optional[int] = None,
          grace: float = DEFAULT_GRACE, now: Optional[float] = None) -> Plan:
     """What ``gc --remote`` would delete now (nothing is changed)."""
-    now = time.time() if now is None else now
+    now = index.clock() if now is None else now  # the database's clock: a machine's may be off by days
     rows = index.gc_plan(None if older_than is None else now - older_than, max_size)
     refs = index.referenced_digests(exclude={r["id"] for r in rows})
     out = Plan(rows, [], grace=grace)

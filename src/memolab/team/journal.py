@@ -296,6 +296,13 @@ class Journal:
             if not items:
                 return 0
             run = link.attempt if force else link.run
+            refused = store.key_refusal(run)
+            if refused is not None:
+                # another key than the team's (or none where the team signs): nothing is published,
+                # and the team leases held for these results go (another machine computes them)
+                link.last_error = refused
+                store.drop_team_leases(items)
+                raise Failed()
             idx = store.index
             rows: List[Tuple[Key, str, Dict[str, Any], Dict[str, Tuple[str, str]]]] = []
             puts: List[Tuple[str, Any]] = []
@@ -308,6 +315,7 @@ class Journal:
                     continue
                 local_ids[tuple(key)] = local["id"]  # type: ignore[index]
                 fields = team_fields(local)
+                fields["finished"] = fields["started"] = None  # the team index's clock: this machine's may be off
                 if local.get("inline") is None:
                     digests = [local["payload"], *(d for d, _ in json.loads(local["buffers"] or "[]"))]
                     paths = [store.blobs.path(d) for d in digests]

@@ -121,6 +121,7 @@ class TeamStore:
         self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
         self._adopting: Dict[Key, threading.Lock] = {}  # key -> held while this process imports it
         self._tl = threading.local()
+        self._key_verdict: Optional[Tuple[float, Optional[str]]] = None  # (when, ``key_refusal``'s answer)
         local.beat_with.append(self._team_leases)
         local.record_hooks.append(self._queue_upload)
         self.journal = journal.Journal(self)
@@ -392,6 +393,23 @@ class TeamStore:
             return {}
         return {d: x for d, x in zip(digests, datas) if x is not None}
 
+    # -- the team's key -------------------------------------------------------------------------
+    def key_refusal(self, run: Optional[Callable[[Callable[[], Any]], Any]] = None) -> Optional[str]:
+        """Why this machine must not publish (nor take team leases): its ``MEMOLAB_HMAC_KEY`` is
+        not the team's (``signing.key_refusal`` against the check ``memolab remote upgrade``
+        recorded), or None. Asked of the team index once a minute; said once per process.
+        ``Offline`` when the team store is down (``run``: how to ask, default ``link.run``)."""
+        import time
+
+        now = time.monotonic()
+        v = self._key_verdict
+        if v is None or now - v[0] > 60.0:
+            recorded = (run or self.link.run)(lambda: self.link.index.team_key())
+            v = self._key_verdict = (now, signing.key_refusal(recorded))
+            if v[1] is not None:
+                _warn_once("team-key", f"memolab: {v[1]}")
+        return v[1]
+
     # -- leases: this machine, then the team -------------------------------------------------
     def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None) -> Tuple[str, Optional[Dict[str, Any]]]:
         ttl = config.settings().lease_ttl
@@ -404,6 +422,8 @@ class TeamStore:
         if self._team_held.get(key) == owner or not self.link.usable():
             return "owner", None
         try:
+            if self.key_refusal() is not None:
+                return "owner", None  # its result will not be published: no team lease to hold others back
             tstate, trow = self.link.run(lambda: self.link.index.claim(key, owner, ttl, force))
         except Offline:
             return "owner", None  # compute here; the result is uploaded when the team store is back
@@ -447,10 +467,10 @@ class TeamStore:
         if not journal.unsent_hits(self.index, 1) or not self.link.usable():
             return 0
         rows = journal.claim_hits(self.index)  # claimed first: a concurrent forwarder sends the others
-        counts: Dict[int, Tuple[int, float]] = {}
+        counts: Dict[int, Tuple[int, Optional[float]]] = {}
         for _, tid, n, t in rows:
-            m, u = counts.get(tid, (0, 0.0))
-            counts[tid] = (m + n, max(t, u))
+            # last used: now, by the team index's clock (this machine's may be off by days)
+            counts[tid] = (counts.get(tid, (0, None))[0] + n, None)
         if not counts:
             return 0
         try:

@@ -89,6 +89,10 @@ def export(index: Any, eval_id: int) -> Optional[bytes]:
     if not runs:
         return None
     ids = [r[cols.index("id")] for r in runs]
+    if "hparams" in cols:  # (recorded masked; an older memolab's runs were not: masked on their way out)
+        h = cols.index("hparams")
+        for r in runs:
+            r[h] = _masked_hparams(r[h])
     doc: Dict[str, Any] = {"format": FORMAT, "runs": {"columns": cols, "rows": runs}, "tables": {}}
     q = ",".join("?" * len(ids))
     for t in _RUN_TABLES:
@@ -96,6 +100,15 @@ def export(index: Any, eval_id: int) -> Optional[bytes]:
         tcols = [d[0] for d in cur.description]
         doc["tables"][t] = {"columns": tcols, "rows": [[_enc(v) for v in r] for r in cur.fetchall()]}
     return zlib.compress(json.dumps(doc, separators=(",", ":"), allow_nan=True).encode("utf-8"), 6)
+
+
+def _masked_hparams(text: Any) -> Any:
+    from ..text import mask_secrets
+
+    try:
+        return json.dumps(mask_secrets(json.loads(text))) if isinstance(text, str) and text else text
+    except ValueError:
+        return text
 
 
 def import_bundle(index: Any, data: bytes, eval_id: int) -> int:

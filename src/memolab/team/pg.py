@@ -6,8 +6,9 @@ both). What differs, and why:
 
 - Single flight across machines: a lease is a row locked in a transaction; its
   heartbeat and expiry use the DATABASE clock (``clock_timestamp()``), never the
-  client's: the machines' clocks differ. A dead owner on this host
-  (``owner_alive_here``) is taken over at once, as locally.
+  client's: the machines' clocks differ. A lease not heart-beaten for the TTL by that
+  clock is taken over whoever holds it (a live process whose release failed too); a
+  dead owner on this host (``owner_alive_here``) at once (store/leases.py).
 - Round trips are what costs here (~55 µs each on loopback, a few ms across a
   network), so: ``lookup`` is one prepared statement in autocommit mode;
   ``lookup_many``/``heartbeat``/``add_hits`` one statement over arrays;
@@ -67,9 +68,15 @@ _HIT_ID_SQL = f"SELECT id FROM memolab_evaluations WHERE {_WHERE_KEY} AND status
 # Written as an upsert that replaces every column: SQLite's INSERT OR REPLACE
 # (a fresh row, a new id, unspecified columns at their defaults), atomically.
 _REPLACE_SET = ", ".join(f"{c} = EXCLUDED.{c}" for c in ("id", "status") + _DATA_COLS)
+# A row published without ``finished`` (the uploader's: a machine's clock may be off by days)
+# gets the database's: ``finished`` is then when it reached the team, ``started`` that less its
+# duration. Every time the team store compares (gc's cutoffs, pull --since, leases) is the server's.
+_FINISHED = f"COALESCE(%(finished)s::float8, {_NOW})"
+_STARTED = f"COALESCE(%(started)s::float8, {_NOW} - COALESCE(%(duration)s::float8, 0))"
+_VALUE = {"hits": "COALESCE(%(hits)s, 0)", "finished": _FINISHED, "started": _STARTED}
 _INSERT = (f"INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('status',) + _DATA_COLS)}) "
            f"VALUES (%(fn)s, %(code)s, %(args)s, %(schema)s, 'done', "
-           + ", ".join("COALESCE(%(hits)s, 0)" if c == "hits" else f"%({c})s" for c in _DATA_COLS) + ") "
+           + ", ".join(_VALUE.get(c, f"%({c})s") for c in _DATA_COLS) + ") "
            f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET}")
 _RECORD_SQL = _INSERT + " RETURNING id"
 # ``publish_many`` in one statement, whatever the batch size: the rows, the sources
@@ -87,16 +94,14 @@ _PUBLISH_MANY_SQL = (
     + f") WITH ORDINALITY AS v({', '.join(_KEY_COLS + _DATA_COLS)}, ord)), "
     f"ins AS (INSERT INTO memolab_evaluations AS e ({', '.join(_KEY_COLS + ('status',) + _DATA_COLS)}) "
     f"SELECT {', '.join(_KEY_COLS)}, 'done', "
-    + ", ".join("COALESCE(hits, 0)" if c == "hits" else c for c in _DATA_COLS)
+    + ", ".join({"hits": "COALESCE(hits, 0)", "finished": f"COALESCE(finished, {_NOW})",
+                 "started": f"COALESCE(started, {_NOW} - COALESCE(duration, 0))"}.get(c, c) for c in _DATA_COLS)
     + f" FROM v ORDER BY {_KEY_ORDER} "
     f"ON CONFLICT ON CONSTRAINT memolab_evaluations_key DO UPDATE SET {_REPLACE_SET} WHERE e.status <> 'done' "
     "RETURNING e.id, e.fn, e.code, e.args, e.schema), "
     "src AS (INSERT INTO memolab_sources(digest, symbol, source) "
     "SELECT * FROM unnest(%(s_digest)s::text[], %(s_symbol)s::text[], %(s_source)s::text[]) "
     "ON CONFLICT DO NOTHING), "
-    # the first signed publish records whose key the team's rows are under (``signing.key_check``)
-    "kc AS (INSERT INTO memolab_meta(key, value) SELECT %(key_check_name)s::text, %(key_check)s::text "
-    "WHERE %(key_check)s::text IS NOT NULL ON CONFLICT (key) DO NOTHING), "
     "dl AS (DELETE FROM memolab_leases l WHERE %(owner)s::text IS NOT NULL AND (l.fn, l.code, l.args, l.schema, "
     "l.owner) IN (SELECT fn, code, args, schema, %(owner)s::text FROM v)) "
     "SELECT v.ord, COALESCE(ins.id, d.id), ins.id IS NOT NULL FROM v "
@@ -323,8 +328,10 @@ class PgIndex:
                 if state == "held":
                     holder, age = r[1], r[2]
                     here = owner_alive_here(holder)
-                    # a dead owner on this host is taken over at once; elsewhere, after its heartbeat stops
-                    if not (here is False or (age > ttl and here is None)):
+                    # a dead owner on this host is taken over at once; any other, alive or not, once
+                    # its heartbeat has not moved for the TTL by the database's clock (a live owner
+                    # whose release failed included: its pid says nothing of its lease)
+                    if not (here is False or age > ttl):
                         return "wait", None
                     # compare-and-swap: only that holder's lease, still dead or stale now, and
                     # no row stored meanwhile; else ask again
@@ -436,7 +443,8 @@ class PgIndex:
                 arrays[c].append(x)
         srcs = sorted({d: (d, sym, src) for _, _, s in rows for d, (sym, src) in s.items()}.values())
         arrays.update(s_digest=[x[0] for x in srcs], s_symbol=[x[1] for x in srcs], s_source=[x[2] for x in srcs],
-                      owner=owner, key_check_name=signing.KEY_CHECK, key_check=signing.key_check())
+                      owner=owner)
+        mine = signing.key_check()
 
         def work(c: psycopg.Connection) -> List[Tuple[int, bool]]:
             got: Dict[Key, Tuple[int, bool]] = {}
@@ -452,7 +460,7 @@ class PgIndex:
                 if have is None:
                     raise pgerrors.SerializationFailure("a published row vanished")  # retried by _run
                 got[k] = (int(have[0]), False)
-            if arrays["key_check"] is not None:
+            if mine is not None:
                 got.update(self._replace_refused(c, {k: rows[i][1] for k, i in uniq if not got[k][1]}))
             return [got[tuple(k)] if i == first[tuple(k)] else (got[tuple(k)][0], False)  # type: ignore[index]
                     for i, (k, _, _) in enumerate(rows)]
@@ -479,6 +487,29 @@ class PgIndex:
                 out[k] = (int(new[0]), True)
         return out
 
+    # -- the team's key and clock ------------------------------------------------------------
+    def team_key(self) -> Optional[str]:
+        """The key check ``memolab remote upgrade`` recorded (``signing.key_check``), or None."""
+        row = self._run(lambda c: c.execute("SELECT value FROM memolab_meta WHERE key = %s",
+                                            (signing.KEY_CHECK,)).fetchone())
+        return row[0] if row else None
+
+    def set_team_key(self, check: str, replace: bool = False) -> Tuple[Optional[str], str]:
+        """Record ``check`` as the team's key unless one is recorded (``replace``: whatever is);
+        (the one before, the one now). One statement."""
+        def work(c: psycopg.Connection) -> Tuple[Optional[str], str]:
+            with c.transaction():
+                row = c.execute("SELECT value FROM memolab_meta WHERE key = %s FOR UPDATE", (signing.KEY_CHECK,)).fetchone()
+                if row is None or replace:
+                    c.execute("INSERT INTO memolab_meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+                              "SET value = EXCLUDED.value", (signing.KEY_CHECK, check))
+                return (row[0] if row else None), (check if row is None or replace else row[0])
+        return self._run(work, slow=True)
+
+    def clock(self) -> float:
+        """The database's time (seconds): every time the team store compares is taken from it."""
+        return float(self._run(lambda c: c.execute(f"SELECT {_NOW}").fetchone())[0])  # type: ignore[index]
+
     def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
                    limit: Optional[int] = None) -> List[Row]:
         sql = f"{_SELECT_ROW} WHERE status = 'done'"
@@ -503,13 +534,15 @@ class PgIndex:
         Rows are locked in id order: concurrent batches never deadlock."""
         if not counts:
             return
-        ids = sorted(counts)
-        arrays = [ids, [int(counts[i][0]) for i in ids], [float(counts[i][1]) for i in ids]]
+        ids = sorted(counts)  # (a time of None: now, by the database's clock)
+        arrays = [ids, [int(counts[i][0]) for i in ids],
+                  [None if counts[i][1] is None else float(counts[i][1]) for i in ids]]
         self._run(lambda c: c.execute(
             "WITH u AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::float8[]) AS u(id, n, t)), "
             "locked AS (SELECT e.id FROM memolab_evaluations e WHERE e.id IN (SELECT id FROM u) "
             "ORDER BY e.id FOR UPDATE) "
-            "UPDATE memolab_evaluations e SET hits = e.hits + u.n, last_hit = GREATEST(COALESCE(e.last_hit, 0), u.t) "
+            f"UPDATE memolab_evaluations e SET hits = e.hits + u.n, last_hit = GREATEST(COALESCE(e.last_hit, 0), "
+            f"COALESCE(u.t, {_NOW})) "
             "FROM u WHERE e.id = u.id AND e.id IN (SELECT id FROM locked)", arrays), slow=True)
 
     # -- listing and maintenance ------------------------------------------------------------

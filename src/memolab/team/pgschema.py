@@ -419,6 +419,8 @@ def _status(conn: psycopg.Connection, dsn: str, out: Dict[str, Any]) -> None:
     except TeamSchemaError as e:
         out["message"] = str(e)
     out.update(evaluations=None, done=None, functions=None, size=None, leases=None)
+    key = conn.execute("SELECT value FROM memolab_meta WHERE key = 'hmac_check'").fetchone()
+    out["team_key"] = key[0] if key else None  # (``signing.KEY_CHECK``; recorded by ``memolab remote upgrade``)
     out["leases"] = int(conn.execute("SELECT count(*) FROM memolab_leases").fetchone()[0])  # type: ignore[index]
     n, done, fns, size = conn.execute(
         "SELECT count(*), count(*) FILTER (WHERE status = 'done'), count(DISTINCT fn), "

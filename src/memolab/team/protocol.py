@@ -56,7 +56,9 @@ class EvalIndex(Protocol):
         """Insert a finished evaluation computed elsewhere (a local store uploading it, a
         team row imported locally): (id, True) if inserted; (id of the row already
         there, False) if the key has a 'done' row, which is never replaced. A row out
-        of use (corrupt, stale) is replaced. ``owner``'s lease of the key is dropped."""
+        of use (corrupt, stale) is replaced. ``owner``'s lease of the key is dropped. A row
+        without ``finished`` gets the index's clock (``clock``), ``started`` that less its
+        duration: what the uploader sends, since a machine's clock may be off by days."""
 
     def publish_many(self, rows: Sequence[Tuple[Key, Row, Sources]]) -> List[Tuple[int, bool]]:
         """``publish`` for a batch, in one transaction (``memolab sync``)."""
@@ -68,8 +70,19 @@ class EvalIndex(Protocol):
     def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
         """Take a row out of use; ``lookup`` no longer finds it."""
 
-    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = ...) -> None:
-        """Add batched hit counts (id -> (n, last hit time)); last_hit only grows."""
+    def add_hits(self, counts: Dict[int, Tuple[int, Optional[float]]],
+                 stamps: Dict[str, Tuple[int, int, int]] = ...) -> None:
+        """Add batched hit counts (id -> (n, last hit time; None: now by the index's clock));
+        last_hit only grows."""
+
+    def team_key(self) -> Optional[str]:
+        """The team's key check (``signing.key_check``) recorded by ``memolab remote upgrade``, or None."""
+
+    def set_team_key(self, check: str, replace: bool = False) -> Tuple[Optional[str], str]:
+        """Record the team's key check unless one is recorded (``replace``: whatever is): (before, now)."""
+
+    def clock(self) -> float:
+        """The index's time in seconds (the database server's): what every comparison of times uses."""
 
     # -- listing and maintenance ---------------------------------------------------------
     def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),

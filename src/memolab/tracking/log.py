@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any, Dict, Mapping, Optional
 
+from ..text import mask_secrets
 from . import runs as _runs
 from . import sink as _sink
 
@@ -139,7 +140,8 @@ def hparams(values: Dict[str, Any]) -> None:
     if not isinstance(values, Mapping):
         raise TypeError(f"memolab.log.hparams: expected a dict, got {type(values).__qualname__}")
     run = _current()
-    run.sink.q.append((_sink.HPARAMS, run.id, {str(k): _runs.hparam_value(v) for k, v in values.items()}))
+    # secrets masked as the arguments' are (text.is_secret_name)
+    run.sink.q.append((_sink.HPARAMS, run.id, mask_secrets({str(k): _runs.hparam_value(v) for k, v in values.items()})))
 
 
 def name(text: str) -> None:

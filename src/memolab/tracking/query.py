@@ -13,18 +13,24 @@ import math
 import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from ..text import mask_args, mask_secrets
 from . import names, schema
 
 _ensured: set = set()
 
 
-def _conn(index: Any) -> Any:
+def ready(index: Any) -> Any:
+    """``index``'s connection, its log tables there (made in ``temp`` for an index that must not
+    be written: ``schema.ensure``)."""
     c = index.conn()
     key = (str(index.path), id(c))
     if key not in _ensured:
-        schema.ensure(c)
+        schema.ensure(c, read_only=bool(getattr(index, "read_only", False)))
         _ensured.add(key)
     return c
+
+
+_conn = ready
 
 
 def _f(x: Optional[float]) -> Optional[float]:
@@ -151,7 +157,7 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
         if r["status"] == "running" and not alive(r):
             r["status"] = "lost"  # its process died without finishing it
             r["finished"] = r["updated"]
-        r["hparams"] = names.flatten(json.loads(r["hparams"] or "{}"))
+        r["hparams"] = names.flatten(mask_secrets(json.loads(r["hparams"] or "{}")))  # (older stores: unmasked)
         ev = evs.get(r["eval_id"])
         r["duration"] = (r["finished"] or now) - r["started"]
         r["hits"] = 0
@@ -173,7 +179,7 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
                         "name": None, "started": ev["started"], "finished": ev["finished"], "updated": ev["finished"],
                         "status": ev["status"], "eval_id": ev["id"], "pid": None, "host": None, "stored": True,
                         "script": None,
-                        "hparams": {k: v[1] for k, v in (snap.get("args") or {}).items()},
+                        "hparams": {k: v[1] for k, v in mask_args(snap.get("args") or {}).items()},
                         "duration": ev["duration"], "hits": ev["hits"], "result": _result(snap), "size": ev["size"],
                         "metrics": {}, "error": None})
     by_fn: Dict[str, List[Dict[str, Any]]] = {}

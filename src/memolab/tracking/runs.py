@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import config as _config
 from ..store.process import script_path
+from ..text import mask_secrets
 from . import output as _output
 from . import sink as _sink
 
@@ -173,7 +174,8 @@ def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], s
         "fn": fn, "code": key[1], "args": key[2], "schema": key[3],
         "parent": parent.id if parent is not None else None,
         "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "script": script_path(),
-        "hparams": {n: hparam_value(v) for n, v in arguments.items() if type(v) not in NOT_HPARAMS},
+        # secrets (``hub_token``, ``api_key``: text.is_secret_name) are masked at any depth
+        "hparams": mask_secrets({n: hparam_value(v) for n, v in arguments.items() if type(v) not in NOT_HPARAMS}),
     }
     run = Run(new_id(), s, fn, fields)
     s.q.append((_sink.START, run.id, fields))

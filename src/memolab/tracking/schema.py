@@ -84,11 +84,20 @@ ADDED_RUN_COLUMNS = (
 _STATEMENTS = tuple(x.strip() for x in DDL.split(";") if x.strip())
 
 
-def ensure(conn: sqlite3.Connection) -> None:
+def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
     """Create what is missing. Safe inside the caller's transaction: statement by
     statement, never ``executescript``, which first COMMITs whatever transaction the
     connection is in; a caller's ``BEGIN IMMEDIATE`` then silently became autocommit
-    (a logs bundle was imported row by row, and its final COMMIT failed)."""
+    (a logs bundle was imported row by row, and its final COMMIT failed).
+
+    ``read_only``: a connection that must not write its file (a read-only store, or an
+    older one a command only reads): what is missing is made in its ``temp`` schema instead
+    (``store.schema.shim_tables``), empty tables and NULL columns."""
+    if read_only:
+        from ..store.schema import shim_tables
+
+        shim_tables(conn, DDL)
+        return
     for stmt in _STATEMENTS:
         conn.execute(stmt)
     have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}

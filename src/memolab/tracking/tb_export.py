@@ -289,11 +289,15 @@ def run_dirname(run: Dict[str, Any]) -> str:
     """``<args>__code-<8 hex>__<status>_<id>``: the code version keeps apart two evaluations
     that differ only in code; the id is the evaluation id the CLI takes (``eval12``), or the
     run id (``run1234``) for a run that stored nothing (failed, lost, running)."""
+    # Every part comes from the store, which someone else may have made: each is slugged (no
+    # separator, no leading dot), so a crafted status (``../../../.bashrc``) or code digest
+    # cannot name a directory outside the export (``export`` checks the result once more).
     hp = run.get("hparams") or {}
-    args = ",".join(f"{k}={v}" for k, v in hp.items())
-    code = f"__code-{run['code'][:8]}" if run.get("code") else ""
-    ident = f"eval{run['eval_id']}" if run.get("eval_id") and run.get("stored") else f"run{run['id']}"
-    return f"{_slug(args) if args else 'noargs'}{code}__{run['status']}_{ident}"
+    args = ",".join(f"{k}={v}" for k, v in hp.items()) if isinstance(hp, dict) else str(hp)
+    code = f"__code-{_slug(str(run['code'])[:8], 8)}" if run.get("code") else ""
+    ident = f"eval{_slug(str(run['eval_id']), 20)}" if run.get("eval_id") and run.get("stored") \
+        else f"run{_slug(str(run['id']), 20)}"
+    return f"{_slug(args) if args else 'noargs'}{code}__{_slug(str(run['status']), 20)}_{ident}"
 
 
 def fn_dirname(fn: str) -> str:
@@ -364,9 +368,12 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None,
     manifest = _read_manifest(out)
     written = Exported()
     now_runs: Dict[str, Dict[str, Any]] = {}
+    root = out.resolve()
     for run in runs_to_export(index, fn):
         rel = f"{fn_dirname(run['fn'])}/{run_dirname(run)}"
         d = out / rel
+        if root not in (root / rel).resolve().parents:
+            raise ValueError(f"export-tb: run {run['id']!r} would be written outside {out} ({rel!r}): not written")
         w = EventFileWriter(d)
         metrics: List[str] = []
         try:

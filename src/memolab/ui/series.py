@@ -128,8 +128,7 @@ def window(index: Any, runs: Sequence[int], tag: str, px: int, s0: int, s1: int)
     Sized to the chart as a whole series is (as logged up to ``2 * px`` points, else ``px``
     buckets from the points), read from the points in that range only (the primary key's order:
     run, tag, step). ``n`` counts the points in the range."""
-    c = index.conn()
-    schema.ensure(c)
+    c = query.ready(index)
     out: Dict[str, Dict[str, Any]] = {}
     for run in runs:
         (n,) = c.execute("SELECT COUNT(*) FROM scalars WHERE run=? AND tag=? AND step >= ? AND step <= ?",
@@ -156,8 +155,7 @@ def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: in
     a series it holds whole is left out, one that grew is sent as its new points (``append``),
     one whose steps went backwards is sent whole (``reset``).
     """
-    c = index.conn()
-    schema.ensure(c)
+    c = query.ready(index)
     seen = seen or {}
     out: Dict[str, Dict[str, Dict[str, Any]]] = {}
     if not runs:
@@ -218,8 +216,7 @@ def _exact(v: float) -> Any:
 
 
 def point_count(index: Any, runs: Sequence[int], tag: str) -> int:
-    c = index.conn()
-    schema.ensure(c)
+    c = query.ready(index)
     n = 0
     for i in range(0, len(runs), 500):
         part = list(runs[i:i + 500])
@@ -246,8 +243,7 @@ def heartbeat(index: Any) -> Dict[str, Any]:
     An idle page polls this and nothing else; ``sig`` changes when a run starts or ends or an
     evaluation is stored or hit, ``running`` (run id -> last write) when a running run logs.
     """
-    c = index.conn()
-    schema.ensure(c)
+    c = query.ready(index)
     ev = c.execute("SELECT COUNT(*), MAX(finished), SUM(hits) FROM evaluations").fetchone()
     rn = c.execute("SELECT COUNT(*), MAX(started), MAX(finished), SUM(status='running') FROM runs").fetchone()
     running = {str(r): u for r, u in c.execute("SELECT id, updated FROM runs WHERE status='running'")}
@@ -260,8 +256,7 @@ def metric_stats(index: Any, fn: str, minmax: bool = False) -> Dict[str, Dict[st
     Read from the per-tag summaries, and with ``minmax`` the per-block ones, never from the points;
     min and max are None unless asked for (a sweep's blocks are ~100,000 rows).
     """
-    c = index.conn()
-    schema.ensure(c)
+    c = query.ready(index)
     out: Dict[str, Dict[str, List[Any]]] = {}
     runs = [r for (r,) in c.execute("SELECT id FROM runs WHERE fn=?", (fn,))]
     for i in range(0, len(runs), 500):

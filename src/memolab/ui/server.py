@@ -2,14 +2,19 @@
 
 Binds to 127.0.0.1 by default: the store holds code and results. Guards:
 
+- Every request carries a random access token, on loopback too (as Jupyter does):
+  127.0.0.1 is reachable by every user of the machine, and a private (0700) store
+  must not be readable through its dashboard by another local user. The printed URL
+  carries it (``?token=``); the browser keeps it in a cookie named after the port
+  (two dashboards on one host do not overwrite each other's); scripts may send
+  ``Authorization: Bearer <token>``. No token: 401; a wrong one (any text, non-ASCII
+  included): 403.
 - DNS rebinding: a page on ``evil.example`` whose name is re-pointed at 127.0.0.1
-  would otherwise read the API from the victim's browser. Every request's ``Host``
-  header must be a loopback name (127.0.0.1, localhost, [::1]) or the ``--host``
-  the server was started with; anything else gets 403.
-- Bound to any other address (``memolab ui --host 0.0.0.0`` on a remote GPU box),
-  every request must carry a random access token (printed once in the URL; the
-  browser keeps it in a cookie) and the Host check is left to the token, since
-  the name a remote browser uses for the box cannot be known here.
+  would otherwise reach the API from the victim's browser. On loopback every
+  request's ``Host`` header must be a loopback name (127.0.0.1, localhost, [::1]) or
+  the ``--host`` the server was started with; anything else gets 403. Bound to any
+  other address (``memolab ui --host 0.0.0.0`` on a remote GPU box) the Host check is
+  left to the token, since the name a remote browser uses for the box cannot be known.
 - A failure never sends a traceback or a server path to the browser: it is
   logged on the server's stderr and the client gets "internal error".
 
@@ -195,7 +200,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _check_host(self) -> None:
-        if self.server.token is not None:
+        if not self.server.loopback:
             return  # bound beyond loopback: the token guards, whatever name the box is reached by
         host = (self.headers.get("Host") or "").strip().lower()
         if host.startswith("["):
@@ -207,20 +212,26 @@ class Handler(BaseHTTPRequestHandler):
                                 f"open the dashboard as {self.server.url}")
 
     def _check_token(self, q: Dict[str, List[str]]) -> Optional[str]:
-        """With a token: accept it from ``?token=`` (then set a cookie), the cookie, or a Bearer header."""
+        """Accept the token from ``?token=`` (then set a cookie), the cookie, or a Bearer header."""
         token = self.server.token
-        if token is None:
-            return None
+        cookie_name = self.server.cookie_name
         given = (q.get("token") or [""])[0]
-        if given and hmac.compare_digest(given, token):
-            return f"memolab_token={token}; Path=/; HttpOnly; SameSite=Strict"
+        if given and _same(given, token):
+            return f"{cookie_name}={token}; Path=/; HttpOnly; SameSite=Strict"
+        offered = bool(given)
         for part in (self.headers.get("Cookie") or "").split(";"):
             k, _, v = part.strip().partition("=")
-            if k == "memolab_token" and hmac.compare_digest(v, token):
-                return None
+            if k == cookie_name:
+                if _same(v, token):
+                    return None
+                offered = True
         auth = self.headers.get("Authorization") or ""
-        if auth.startswith("Bearer ") and hmac.compare_digest(auth[7:].strip(), token):
-            return None
+        if auth.startswith("Bearer "):
+            if _same(auth[7:].strip(), token):
+                return None
+            offered = True
+        if offered:
+            raise ApiError(403, "wrong access token for this dashboard: open the URL `memolab ui` printed")
         raise ApiError(401, "this dashboard needs its access token: open the URL `memolab ui` printed")
 
     def _static(self, path: str) -> Tuple[int, str, bytes]:
@@ -262,6 +273,12 @@ class Handler(BaseHTTPRequestHandler):
         return 200, "application/json", json.dumps(fn(), allow_nan=False, default=str, separators=(",", ":")).encode()
 
 
+def _same(given: str, token: str) -> bool:
+    """Constant-time comparison of a token offered with ours; text that is not ASCII (which
+    ``hmac.compare_digest`` refuses with a TypeError) is simply not the token."""
+    return given.isascii() and hmac.compare_digest(given, token)
+
+
 def _diff(index: Any, a: str, b: str) -> Dict[str, Any]:
     ia, ib = _bounded(a, "a"), _bounded(b, "b")
     try:
@@ -275,30 +292,44 @@ class DashboardServer(ThreadingHTTPServer):
 
     def __init__(self, store_root: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False,
                  token: Optional[str] = None) -> None:
-        from ..store import get_store
+        from ..store.reading import open_for_reading
 
         self.store_root = Path(store_root)
-        self.index = get_store(self.store_root).index
+        self.index = open_for_reading(self.store_root).index  # a store an older memolab wrote: read, never migrated
         self.verbose = verbose
         #: (path, bytes sent) of the latest requests: what a view costs, for tests and the benchmark
         self.served: Deque[Tuple[str, int]] = deque(maxlen=10_000)
         self.host = host
         if ":" in host:
             self.address_family = socket.AF_INET6
-        # a token is required whenever the server is reachable from other machines
-        self.token = token if token is not None else (None if is_loopback(host) else secrets.token_urlsafe(18))
+        # a token on every request, loopback included: other users of this machine reach 127.0.0.1 too
+        self.token = token if token else secrets.token_urlsafe(18)
+        self.loopback = is_loopback(host)
         h = host.lower()
         self.allowed_hosts = set(LOOPBACK_NAMES) | {h, f"[{h}]" if ":" in h and not h.startswith("[") else h}
         super().__init__((host, port), Handler)
+        # cookies are per host, not per port: each dashboard's is named after its port
+        self.cookie_name = f"memolab_token_{self.server_address[1]}"
 
     @property
-    def url(self) -> str:
+    def base(self) -> str:
+        """``http://host:port/``, without the token."""
         host, port = self.server_address[:2]
         if host in ("0.0.0.0", "::"):  # every interface: the name other machines reach this one by
             host = socket.getfqdn()
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{port}/" + (f"?token={self.token}" if self.token else "")
+        return f"http://{host}:{port}/"
+
+    def link(self, rel: str = "") -> str:
+        """The URL of ``rel`` (``api/runs?fn=f``, ``?fn=f``) with the access token in its query."""
+        path, _, query = rel.partition("?")
+        return f"{self.base}{path}?{query + '&' if query else ''}token={self.token}"
+
+    @property
+    def url(self) -> str:
+        """The dashboard's address with its token: what ``memolab ui`` prints and opens."""
+        return self.link()
 
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")

@@ -45,7 +45,15 @@ def remote_ranged_gets() -> Optional[bool]:
 
 
 def blob_key(digest: str) -> str:
-    """The key of ``digest`` under a store's prefix: ``blobs/ab/abcd…``."""
+    """The key of ``digest`` under a store's prefix: ``blobs/ab/abcd…``. A name read from a team
+    row that is no digest (``../../x``: a crafted or damaged row) never becomes a key or a path:
+    ``CorruptBlob``, as for a blob that does not verify."""
+    from ...store.layout import is_digest
+
+    if not is_digest(digest):
+        from ...errors import CorruptBlob
+
+        raise CorruptBlob(f"damaged team row: {str(digest)[:80]!r} is not a blob digest")
     return f"blobs/{digest[:2]}/{digest}"
 
 
