@@ -30,7 +30,7 @@ class MemoFunction:
 
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
                  deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-                 version_sensitivity: Optional[str] = None, collective: bool = True) -> None:
+                 version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -56,8 +56,9 @@ class MemoFunction:
             raise ValueError(f"version_sensitivity must be one of {config.VERSION_SENSITIVITIES}, "
                              f"not {version_sensitivity!r}")
         self.version_sensitivity = version_sensitivity
-        #: inside a process group, every rank makes this call together (docs/distributed.md)
-        self.collective = bool(collective)
+        #: inside a process group, every rank makes this call together (docs/distributed.md): True (every
+        #: rank computes), "main_first"/"local_main_first" (computed once per job), False (rank-local)
+        self.collective: Union[bool, str] = distributed.check_collective(collective)
         self.symbol = codegraph.symbol_of(fn)
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
@@ -175,16 +176,19 @@ class MemoFunction:
         if "torch.distributed" in sys.modules:  # a dict lookup: the seam of the distributed driver
             drive = distributed.collective_driver()  # None outside a group of 2+ ranks or when rank-local
             if drive is not None:
-                if not self.collective:
+                if self.collective is False:
                     with distributed.rank_local():  # what its body calls is this rank's own too
                         return self._call(args, kwargs, force)
-                def prepare() -> Optional[Call]:
-                    # every rank keys the call and takes the branch the group agrees on: no
-                    # answer from this process's memory alone (another rank's may lack it)
-                    with distributed.keying():
-                        return self._prepare(args, kwargs, force, memory=False)[0]
 
-                return drive(prepare, self.fn)
+                def prepare(collective: bool) -> Tuple[Optional[Call], Any]:
+                    # a collective call: every rank keys it and takes the branch the group agrees
+                    # on, no answer from this process's memory alone (another rank's may lack it)
+                    if not collective:
+                        return self._prepare(args, kwargs, force)
+                    with distributed.keying():
+                        return self._prepare(args, kwargs, force, memory=False)
+
+                return drive(prepare, self.fn, distributed.mode_of(self.collective))
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
@@ -256,7 +260,7 @@ def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
                   store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
-                  collective: bool = True) -> "MemoFunction":
+                  collective: Union[bool, str] = True) -> "MemoFunction":
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective)
@@ -292,12 +296,12 @@ def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
          store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
-         collective: bool = ...) -> Callable[[F], F]: ...
+         collective: Union[bool, str] = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
          deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-         version_sensitivity: Optional[str] = None, collective: bool = True) -> Any:
+         version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -307,7 +311,9 @@ def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (),
     ``version_sensitivity``: how much of third-party package versions joins the key
     (``exact|minor|major|ignore``); defaults to ``configure(version_sensitivity=...)``.
     ``collective``: inside a ``torch.distributed`` group, every rank makes the call and the
-    ranks agree on hit or miss; ``False`` for a call one rank makes alone (docs/distributed.md).
+    ranks agree on hit or miss; ``False`` for a call one rank makes alone; ``"main_first"``:
+    computed once per job by rank 0 while the others wait and load it (``"local_main_first"``:
+    by one rank per store the ranks share), for bodies that run no collectives (docs/distributed.md).
     """
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
