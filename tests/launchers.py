@@ -45,7 +45,7 @@ def run_job(cmd: Sequence[str], root: Path, env: Dict[str, str], deadline: float
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise AssertionError(f"{cmd[-1]} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}")
+        raise AssertionError(f"{' '.join(cmd[-3:])} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}")
     finally:
         try:  # what the job left behind (a rank that outlived torchrun): never past the test
             os.killpg(p.pid, signal.SIGKILL)
@@ -53,7 +53,7 @@ def run_job(cmd: Sequence[str], root: Path, env: Dict[str, str], deadline: float
             pass
     cp = subprocess.CompletedProcess(list(cmd), p.returncode, out, err)
     if check and p.returncode != 0:
-        raise AssertionError(f"{cmd[-1]} failed ({p.returncode}):\nstdout:\n{out}\nstderr:\n{err[-6000:]}")
+        raise AssertionError(f"{' '.join(cmd[-3:])} failed ({p.returncode}):\nstdout:\n{out}\nstderr:\n{err[-6000:]}")
     return cp
 
 
@@ -77,9 +77,10 @@ def launch_accelerate(root: Path, script: str, env: Optional[Dict[str, str]] = N
 
 
 def run_script(root: Path, script: str, env: Optional[Dict[str, str]] = None, deadline: float = DEADLINE,
-               check: bool = True) -> subprocess.CompletedProcess:
-    """``python script`` in ``root`` (a script that starts its ranks itself: Lightning's launcher)."""
-    return run_job([sys.executable, script], root, job_env(root, env), deadline, check)
+               check: bool = True, args: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """``python script [args]`` in ``root`` (a script that starts processes itself: Lightning's
+    launcher, submitit's executor)."""
+    return run_job([sys.executable, script, *args], root, job_env(root, env), deadline, check)
 
 
 def marks(path: Path) -> List[str]:

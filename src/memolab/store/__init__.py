@@ -39,7 +39,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
-from . import perms, signing
+from . import mounts, perms, signing
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
 from .inline import loads_result as _loads
@@ -708,6 +708,7 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
                 # of raising: the caller still gets its value. Degraded stores are opened
                 # again after ``configure()``.
                 s = _open(p)
+                mounts.warn_if_network(p)  # once per store and process: SQLite is not safe on NFS
                 if remote is not None and type(s) is Store:
                     s = _team_store(s, remote)
                 _stores[k] = s
