@@ -31,6 +31,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch.distributed as dist
 
+from ..config import environ_bytes
 from ..distributed import DistributedError
 from ..lifecycle import drive_sync, lifecycle
 from .exchange import GatedSteps, exchange, key_digest, result_digest, warn_once
@@ -50,10 +51,12 @@ def lightning_child() -> bool:
     """Was this process started by Lightning's launcher (``_SubprocessScriptLauncher``), its group
     not initialised yet? It sets ``LOCAL_RANK`` (1..), ``NODE_RANK`` and ``WORLD_SIZE``; torchrun
     sets ``TORCHELASTIC_RUN_ID`` instead of ``NODE_RANK``."""
-    env = os.environ
-    local, world = env.get("LOCAL_RANK", ""), env.get("WORLD_SIZE", "")
-    return (local.isdigit() and int(local) >= 1 and world.isdigit() and int(world) >= 2 and "NODE_RANK" in env
-            and "TORCHELASTIC_RUN_ID" not in env and bool(env.get("MASTER_PORT")))
+    local = environ_bytes(b"LOCAL_RANK")  # (asked on every call outside a group: a dict lookup, no more)
+    if not local or local == b"0":
+        return False
+    world = environ_bytes(b"WORLD_SIZE") or b""
+    return (local.isdigit() and world.isdigit() and int(world) >= 2 and environ_bytes(b"NODE_RANK") is not None
+            and environ_bytes(b"TORCHELASTIC_RUN_ID") is None and bool(environ_bytes(b"MASTER_PORT")))
 
 
 def driver() -> Optional[Callable[..., Any]]:
