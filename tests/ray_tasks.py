@@ -8,6 +8,7 @@ memo, with the same key, as the driver. Computations are counted with files in `
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from memolab import memo
 
 @memo(ignore=["marks"])
 def square(k: int, marks: str) -> dict:
+    # longer than MEMOLAB_LEASE_FREE_BELOW (1 ms): every miss takes the key's lease (a quicker
+    # function may be computed by two workers at once, by design: docs/cache-rules.md)
+    time.sleep(0.02)
     Path(marks, f"done-{k}-{os.getpid()}-{uuid.uuid4().hex[:8]}").touch()
     return {"k": k, "square": k * k}
 
