@@ -1,11 +1,13 @@
 """What a collective memoized call costs under torchrun (docs/distributed.md, "Overhead").
 
 Launches ``--nproc N`` CPU ranks (gloo) on a fresh store; each rank makes ``--calls``
-calls of a tiny memoized function four ways: collective misses, collective hits (in
-memory), rank-local misses and rank-local hits (``@memo(collective=False)``), and rank 0
-prints a table of per-call times with the collective/rank-local ratio (same job, same
-machine). Then, outside any group, a torch-importing process's in-memory hit with the
-driver seam in place vs with ``LAZY_HOOKS["drivers"]`` emptied.
+calls of a tiny memoized function six ways: misses and hits (in memory) of a collective
+call, of a main-first one (``@memo(collective="main_first")``: rank 0 computes, the others
+wait and load) and of a rank-local one (``@memo(collective=False)``), and rank 0 prints a
+table of per-call times with each one's ratio to rank-local (same job, same machine).
+Then, outside any group, a torch-importing process's in-memory hit with the driver seam in
+place vs with ``LAZY_HOOKS["drivers"]`` emptied, without and with Lightning imported (where
+the seam watches for a group that Lightning's launcher may start inside a call).
 
     .venv/bin/python benchmarks/distributed.py [--nproc 2] [--calls 300]
 """
@@ -31,6 +33,10 @@ import memolab
 def coll(i: int):
     return i * 2
 
+@memolab.memo(collective="main_first")
+def first(i: int):
+    return i * 2
+
 @memolab.memo(collective=False)
 def local(i: int):
     return i * 2
@@ -45,18 +51,21 @@ def per_call(f):
         f(i)
     return (time.perf_counter() - t) / n * 1e3
 
-rows = [("miss", per_call(coll), per_call(local)), ("hit (in memory)", per_call(coll), per_call(local))]
+rows = [("miss", per_call(coll), per_call(first), per_call(local)),
+        ("hit (in memory)", per_call(coll), per_call(first), per_call(local))]
 if dist.get_rank() == 0:
-    print(f"{'call':<18}{'collective ms':>15}{'rank-local ms':>15}{'ratio':>8}")
-    for name, c, l in rows:
-        print(f"{name:<18}{c:>15.3f}{l:>15.3f}{c / l:>8.1f}")
+    print(f"{'call':<18}{'collective ms':>15}{'main-first ms':>15}{'rank-local ms':>15}{'ratios':>12}")
+    for name, c, m, l in rows:
+        print(f"{name:<18}{c:>15.3f}{m:>15.3f}{l:>15.3f}{c / l:>6.1f}{m / l:>6.1f}")
 dist.barrier()
 dist.destroy_process_group()
 """
 
 SEAM = """
-import time, memolab, torch
+import sys, time, memolab, torch
 import memolab.hooks
+if sys.argv[1:] == ["lightning"]:
+    import lightning
 
 @memolab.memo
 def f(x: int):
@@ -78,8 +87,9 @@ saved = dict(memolab.hooks.LAZY_HOOKS["drivers"])
 memolab.hooks.LAZY_HOOKS["drivers"].clear()
 without = best()
 memolab.hooks.LAZY_HOOKS["drivers"].update(saved)
-print(f"outside a group, torch imported: in-memory hit {with_seam:.2f} us with the seam, {without:.2f} us without "
-      f"(+{with_seam - without:.2f} us)")
+what = "torch and lightning" if sys.argv[1:] == ["lightning"] else "torch"
+print(f"outside a group, {what} imported: in-memory hit {with_seam:.2f} us with the seam, {without:.2f} us "
+      f"without (+{with_seam - without:.2f} us)")
 """
 
 
@@ -97,8 +107,9 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={a.nproc}",
                         "--master_addr=127.0.0.1", f"--master_port={port}", "ranks.py", str(a.calls)],
                        cwd=d, env=env, check=True, timeout=600, stderr=subprocess.DEVNULL)
-        subprocess.run([sys.executable, "-c", SEAM], cwd=d, env={**env, "MEMOLAB_STORE": str(Path(d, "store2"))},
-                       check=True, timeout=600)
+        for extra in ([], ["lightning"]):
+            subprocess.run([sys.executable, "-c", SEAM, *extra], cwd=d,
+                           env={**env, "MEMOLAB_STORE": str(Path(d, "store2"))}, check=True, timeout=600)
 
 
 if __name__ == "__main__":

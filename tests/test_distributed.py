@@ -2,20 +2,15 @@
 
 Real jobs: ``python -m torch.distributed.run --nproc_per_node=2`` on CPU with gloo, each
 script in fresh processes, each launch with a deadline (the whole process group is
-killed past it) so a hang fails fast instead of waiting for torch's 30 minutes.
-Body runs are counted through a file each rank appends to.
+killed past it: tests/launchers.py) so a hang fails fast instead of waiting for torch's
+30 minutes. Body runs are counted through a file each rank appends to.
 """
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
@@ -25,49 +20,7 @@ import torch.distributed as dist  # noqa: E402
 if not dist.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-#: a deadline for one 2-rank launch: far above its few seconds, far below torch's 30 minutes
-DEADLINE = 120
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(root: Path, script: str, env: Optional[Dict[str, str]] = None, nproc: int = 2,
-           deadline: float = DEADLINE, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``script`` under torchrun in ``root``: its own session, killed whole past ``deadline``."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([SRC, str(root)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
-    e.setdefault("MEMOLAB_STORE", str(root / "store"))
-    e["PYTHONDONTWRITEBYTECODE"] = "1"
-    e["OMP_NUM_THREADS"] = "1"
-    e.update(env or {})
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-           f"--master_port={_port()}", script]
-    p = subprocess.Popen(cmd, cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=deadline)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        raise AssertionError(f"{script} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}")
-    cp = subprocess.CompletedProcess(cmd, p.returncode, out, err)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{script} failed ({p.returncode}):\nstdout:\n{out}\nstderr:\n{err[-6000:]}")
-    return cp
-
-
-def marks(path: Path) -> List[str]:
-    return path.read_text().split() if path.exists() else []
-
-
-def results(root: Path, name: str) -> Dict[int, dict]:
-    return {r: json.loads((root / f"{name}.{r}.json").read_text()) for r in (0, 1)}
+from launchers import SRC, launch, launch_accelerate, marks, results  # noqa: E402
 
 
 # The exact case of the issue: a memoized training step that builds its DDP module inside
@@ -452,26 +405,6 @@ with open(f"acc.{rank}.json", "w") as f:
 acc.wait_for_everyone()
 dist.destroy_process_group()
 """
-
-
-def launch_accelerate(root: Path, script: str, env: Optional[Dict[str, str]] = None) -> None:
-    """``accelerate launch`` with 2 CPU processes (``--multi_gpu`` is its multi-process mode; the
-    script's ``Accelerator(cpu=True)`` picks gloo on CPU)."""
-    e = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(root)]), "MEMOLAB_STORE": str(root / "store"),
-         "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "HF_HOME": str(root / "hf"),
-         "HF_DATASETS_OFFLINE": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes=2",
-           "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", f"--main_process_port={_port()}",
-           script]
-    p = subprocess.Popen(cmd, cwd=root, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=DEADLINE)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        raise AssertionError(f"{script} did not finish within {DEADLINE} s (a hang):\n{out}\n{err[-4000:]}")
-    assert p.returncode == 0, f"{script} failed ({p.returncode}):\n{out}\n{err[-6000:]}"
 
 
 def test_accelerate_launch_with_2_cpu_processes_misses_then_hits(tmp_path):

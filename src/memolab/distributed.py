@@ -7,7 +7,13 @@ that one rank makes alone (inside ``if rank == 0:``) is marked rank-local, by
 ``@memo(collective=False)`` or by a ``with rank_local():`` block; it keeps the
 single-process behaviour, and so does every memoized call inside its body.
 
-This module only answers "collective or not?": the driver is reached through
+A collective call may instead be computed **once per job**: by rank 0 while the
+other ranks wait and then load it (``@memo(collective="main_first")`` or a ``with
+main_first():`` block), or by one rank per store that ranks share, e.g. one per
+node with node-local stores (``"local_main_first"``, ``main_first(local=True)``),
+for a body that runs no collectives (data preparation).
+
+This module only answers "collective or not, and how?": the driver is reached through
 ``hooks.LAZY_HOOKS["drivers"]`` once its module (``torch.distributed``) is
 imported, so ``import memolab`` never imports torch. docs/distributed.md has
 the rules.
@@ -22,8 +28,11 @@ from typing import Any, Callable, Dict, Iterator, Optional
 from . import hooks
 from .errors import MemolabError
 
-__all__ = ["rank_local", "is_rank_local", "collective_driver", "keying_collective", "keying", "configure",
-           "settings", "DistributedError"]
+__all__ = ["rank_local", "is_rank_local", "main_first", "mode_of", "check_collective", "collective_driver",
+           "in_group", "keying_collective", "keying", "configure", "settings", "DistributedError", "MODES"]
+
+#: what ``@memo(collective=...)`` accepts besides True (every rank computes) and False (rank-local)
+MODES = ("main_first", "local_main_first")
 
 
 class DistributedError(MemolabError):
@@ -33,6 +42,7 @@ class DistributedError(MemolabError):
 
 _rank_local: "contextvars.ContextVar[bool]" = contextvars.ContextVar("memolab_rank_local", default=False)
 _keying: "contextvars.ContextVar[bool]" = contextvars.ContextVar("memolab_collective_keying", default=False)
+_main_first: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("memolab_main_first", default=None)
 
 #: ``timeout``: seconds a rank waits for the others to reach a collective call (None:
 #: ``$MEMOLAB_DIST_TIMEOUT``, else 30 lease TTLs, 300 s by default, a tenth of torch's default);
@@ -67,6 +77,35 @@ def is_rank_local() -> bool:
     return _rank_local.get()
 
 
+@contextlib.contextmanager
+def main_first(local: bool = False) -> Iterator[None]:
+    """Collective memoized calls made in this block are computed once per job: by rank 0 while
+    the other ranks wait, then load its result (``local=True``: by the first rank of each set of
+    ranks that share a store, e.g. one per node with node-local stores). For bodies that run no
+    collectives (data preparation, tokenization); docs/distributed.md, "Computed once per job"."""
+    token = _main_first.set("local_main_first" if local else "main_first")
+    try:
+        yield
+    finally:
+        _main_first.reset(token)
+
+
+def check_collective(value: Any) -> Any:
+    """``@memo(collective=...)``: True, False, "main_first" or "local_main_first" (a clear error else)."""
+    if isinstance(value, bool) or value in MODES:
+        return value
+    raise ValueError(f"@memo(collective=...) must be True, False, 'main_first' or 'local_main_first', not {value!r}")
+
+
+def mode_of(collective: Any) -> str:
+    """How a collective call of a function declared ``collective`` runs here: "collective" (every
+    rank computes), "main_first" or "local_main_first". A function's own main-first mode wins
+    over a ``main_first()`` block, which wins over the default."""
+    if collective in MODES:
+        return collective
+    return _main_first.get() or "collective"
+
+
 def keying_collective() -> bool:
     """Is the call being keyed a collective one? (A ``DistributedSampler`` of this very rank then
     keys alike on every rank.)"""
@@ -85,10 +124,12 @@ def keying() -> Iterator[None]:
 _resolved: Dict[str, Callable[[], Any]] = {}
 
 
-def collective_driver() -> Optional[Callable[[Any, Callable[..., Any]], Any]]:
-    """The driver of a collective call made here, or None: no process group of more than
-    one rank is initialised, or the call is rank-local. A dict lookup per driver module
-    until that module (``torch.distributed``) is imported."""
+def collective_driver() -> Optional[Callable[..., Any]]:
+    """The driver of a memoized call made here, or None: the call is rank-local, or no driver
+    applies (no process group of more than one rank, and none that could come to exist during
+    the call, e.g. by Lightning's launcher). A dict lookup per driver module until that module
+    (``torch.distributed``) is imported. A driver is called as ``drive(prepare, fn, mode)``,
+    ``prepare(collective)`` keying the call; its ``in_group`` says whether a group exists."""
     if _rank_local.get():
         return None
     for module, target in hooks.LAZY_HOOKS["drivers"].items():
@@ -100,3 +141,10 @@ def collective_driver() -> Optional[Callable[[Any, Callable[..., Any]], Any]]:
             if drive is not None:
                 return drive
     return None
+
+
+def in_group() -> bool:
+    """Is a memoized call made here a collective of an initialised process group? (A checkpoint
+    restored in its body must then agree across ranks.)"""
+    drive = collective_driver()
+    return drive is not None and bool(getattr(drive, "in_group", False))

@@ -72,8 +72,14 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
     # who drives a memoized call once the module is imported: a function returning the driver, or
     # None while it does not apply (``memolab.distributed.collective_driver``)
     "drivers": {
-        # inside an initialised process group of 2+ ranks, the ranks agree on hit or miss
+        # inside an initialised process group of 2+ ranks, the ranks agree on hit or miss; outside
+        # one, where Lightning's launcher may start ranks inside a call, they agree afterwards
         "torch.distributed": "memolab.torch.distributed:active_driver",
+    },
+    # is this process one whose exit runs no atexit handlers? (asked once its module is imported,
+    # when a store is opened: its usage is then written after each hit, ``store.usage``)
+    "exits": {
+        "ray": "memolab.ray:killed_at_exit",  # a Ray worker is killed, never exits
     },
 }
 
@@ -167,6 +173,18 @@ class _ImportWatcher:
 
 
 _watcher = _ImportWatcher()
+
+
+def exits_without_atexit() -> bool:
+    """Will this process end without running its ``atexit`` handlers (``LAZY_HOOKS["exits"]``)?"""
+    for module, target in LAZY_HOOKS["exits"].items():
+        if module in sys.modules:
+            try:
+                if resolve(target)():
+                    return True
+            except Exception:
+                pass
+    return False
 
 
 def run(target: str, *args: Any) -> None:

@@ -32,8 +32,8 @@ class MemoFunction:
 
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
                  deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-                 version_sensitivity: Optional[str] = None, collective: bool = True, global_rng: bool = True,
-                 env: Sequence[str] = ()) -> None:
+                 version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True,
+                 global_rng: bool = True, env: Sequence[str] = ()) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -59,8 +59,9 @@ class MemoFunction:
             raise ValueError(f"version_sensitivity must be one of {config.VERSION_SENSITIVITIES}, "
                              f"not {version_sensitivity!r}")
         self.version_sensitivity = version_sensitivity
-        #: inside a process group, every rank makes this call together (docs/distributed.md)
-        self.collective = bool(collective)
+        #: inside a process group, every rank makes this call together (docs/distributed.md): True (every
+        #: rank computes), "main_first"/"local_main_first" (computed once per job), False (rank-local)
+        self.collective: Union[bool, str] = distributed.check_collective(collective)
         #: the global random generators the body draws from join the key (``globalrng``)
         self.global_rng = bool(global_rng)
         if isinstance(env, str) or not all(isinstance(v, str) and v for v in env):
@@ -190,16 +191,19 @@ class MemoFunction:
         if "torch.distributed" in sys.modules:  # a dict lookup: the seam of the distributed driver
             drive = distributed.collective_driver()  # None outside a group of 2+ ranks or when rank-local
             if drive is not None:
-                if not self.collective:
+                if self.collective is False:
                     with distributed.rank_local():  # what its body calls is this rank's own too
                         return self._call(args, kwargs, force)
-                def prepare() -> Optional[Call]:
-                    # every rank keys the call and takes the branch the group agrees on: no
-                    # answer from this process's memory alone (another rank's may lack it)
-                    with distributed.keying():
-                        return self._prepare(args, kwargs, force, memory=False)[0]
 
-                return drive(prepare, self.fn)
+                def prepare(collective: bool) -> Tuple[Optional[Call], Any]:
+                    # a collective call: every rank keys it and takes the branch the group agrees
+                    # on, no answer from this process's memory alone (another rank's may lack it)
+                    if not collective:
+                        return self._prepare(args, kwargs, force)
+                    with distributed.keying():
+                        return self._prepare(args, kwargs, force, memory=False)
+
+                return drive(prepare, self.fn, distributed.mode_of(self.collective))
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
@@ -276,7 +280,7 @@ def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
                   store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
-                  collective: bool = True, global_rng: bool = True, env: Sequence[str] = ()) -> "MemoFunction":
+                  collective: Union[bool, str] = True, global_rng: bool = True, env: Sequence[str] = ()) -> "MemoFunction":
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
@@ -337,12 +341,12 @@ def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
          store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
-         collective: bool = ..., global_rng: bool = ..., env: Sequence[str] = ...) -> Callable[[F], F]: ...
+         collective: Union[bool, str] = ..., global_rng: bool = ..., env: Sequence[str] = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
          deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-         version_sensitivity: Optional[str] = None, collective: bool = True, global_rng: bool = True,
+         version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True, global_rng: bool = True,
          env: Sequence[str] = ()) -> Any:
     """Persistently memoize ``fn``.
 
@@ -353,7 +357,9 @@ def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (),
     ``version_sensitivity``: how much of third-party package versions joins the key
     (``exact|minor|major|ignore``); defaults to ``configure(version_sensitivity=...)``.
     ``collective``: inside a ``torch.distributed`` group, every rank makes the call and the
-    ranks agree on hit or miss; ``False`` for a call one rank makes alone (docs/distributed.md).
+    ranks agree on hit or miss; ``False`` for a call one rank makes alone; ``"main_first"``:
+    computed once per job by rank 0 while the others wait and load it (``"local_main_first"``:
+    by one rank per store the ranks share), for bodies that run no collectives (docs/distributed.md).
     ``global_rng``: the global random generators (torch, numpy, ``random``) a body draws from
     join its key, and a hit leaves them where the body did; ``False`` ignores them
     (docs/cache-rules.md, "Global random generators").

@@ -39,7 +39,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
-from . import layout, perms, signing
+from . import layout, mounts, perms, signing
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
 from .inline import loads_result as _loads
@@ -47,12 +47,12 @@ from .misses import insert_miss
 from .process import runtime_info  # noqa: F401  (re-exported: call.py records it with each evaluation)
 from .leases import LOCKS_MARK
 from .sqlite import NEWEST_ID_SQL, Index, Key, process_token, savepoint, write_usage
+from .usage import Flusher
 
 __all__ = ["Store", "get_store", "Key", "digest_bytes"]
 
 _MEMORY_ENTRIES = 4096
 _MEMORY_BYTES = 256 << 20
-_HIT_FLUSH_SECONDS = 2.0
 
 #: Results whose payload plus buffers fit in this many bytes are stored in
 #: their index row instead of blob files. Measured (benchmarks/store_scaling.py
@@ -110,10 +110,7 @@ class Store:
         # usage not yet written: hit counts (id -> (n, last time)) and stamps earned by loads
         self._hits: Dict[int, Tuple[int, float]] = {}
         self._stamps: Dict[str, Tuple[int, int, int]] = {}
-        self._flusher: Optional[threading.Thread] = None
-        # the flusher thread starts only once this process has been hitting for a while:
-        # a short script's counts are written at exit, without a thread started for them
-        self._flusher_due = time.monotonic() + _HIT_FLUSH_SECONDS
+        self.usage = Flusher(self.flush_hits)  # writes them when due (usage.py)
         self._riders = threading.local()  # see ``ride_along``
         # (fn, code digest) of results this process stored here: a later miss of that code
         # is explained when asked (``explain.settle`` reads its dependencies from them)
@@ -392,26 +389,11 @@ class Store:
     def count_hit(self, eval_id: int) -> None:
         n, _ = self._hits.get(eval_id, (0, 0.0))
         self._hits[eval_id] = (n + 1, time.time())
-        if self._flusher is None and time.monotonic() > self._flusher_due:
-            self._start_flusher()
+        self.usage.noted()
 
     def _defer_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
         self._stamps[digest] = stamp
-        if self._flusher is None and time.monotonic() > self._flusher_due:
-            self._start_flusher()
-
-    def _start_flusher(self) -> None:
-        with self.held_lock:
-            if self._flusher is not None:
-                return
-            self._flusher = threading.Thread(target=self._flush_loop, name="memolab-usage", daemon=True)
-            self._flusher.start()
-
-    def _flush_loop(self) -> None:
-        # Off the hit path: a busy index makes this thread wait, never a caller.
-        while True:
-            time.sleep(_HIT_FLUSH_SECONDS)
-            self.flush_hits()
+        self.usage.noted()
 
     def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
         # Swapped, not copied: a hit counted meanwhile lands in the new dict.
@@ -726,6 +708,7 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
                 # of raising: the caller still gets its value. Degraded stores are opened
                 # again after ``configure()``.
                 s = _open(p)
+                mounts.warn_if_network(p)  # once per store and process: SQLite is not safe on NFS
                 if remote is not None and type(s) is Store:
                     s = _team_store(s, remote)
                 _stores[k] = s

@@ -125,6 +125,8 @@ class TeamStore:
         local.beat_with.append(self._team_leases)
         local.record_hooks.append(self._queue_upload)
         self.journal = journal.Journal(self)
+        if local.usage.prompt:  # a process killed at its end (a Ray worker): hits go up as they are written
+            local.usage.after.append(self.forward_hits)
         self.link.queued = lambda: journal.count(self.index)
         self.link.on_probe_due = self.journal.wake
         try:

@@ -189,9 +189,9 @@ def _agree_across_ranks(ev: Any, step: Optional[int]) -> None:
     (docs/distributed.md): they compare before any of them loads it."""
     if "torch.distributed" not in sys.modules:
         return
-    from ..distributed import collective_driver
+    from ..distributed import in_group
 
-    if collective_driver() is None:  # no group, or a rank-local computation
+    if not in_group():  # no group, or a rank-local computation
         return
     from . import distributed
 

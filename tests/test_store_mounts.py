@@ -1,0 +1,109 @@
+"""A local store on a network filesystem is reported once (issue 42; docs/team.md, "Slurm").
+
+No NFS here: the detector is pinned on the real ``/proc/self/mountinfo`` format (lines as the
+kernel writes them, and this machine's own table), and the warning end to end in a fresh
+process whose mount table is faked at its seam (``memolab.store.mounts.mount_table``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memolab.store import mounts
+
+from conftest import SRC
+
+# proc(5)'s example line, a bind mount with optional fields, an NFS mount whose point has a space
+# (written \040) and a Lustre mount with no optional field
+MOUNTINFO = textwrap.dedent(r"""
+    36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+    27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard
+    128 27 0:53 / /mnt/team\040share rw,relatime shared:70 master:3 - nfs4 filer:/export/team rw,vers=4.2,hard
+    140 27 0:61 / /lustre rw,relatime - lustre 10.0.0.1@o2ib:/scratch rw,flock
+    141 140 0:62 / /lustre/local rw - tmpfs tmpfs rw
+    not a mountinfo line
+""")
+
+
+def test_mountinfo_lines_parse_as_the_kernel_writes_them():
+    got = mounts.parse_mountinfo(MOUNTINFO)
+    assert got == [
+        mounts.Mount("/mnt2", "ext3", "/dev/root"),
+        mounts.Mount("/", "ext4", "/dev/vda"),
+        mounts.Mount("/mnt/team share", "nfs4", "filer:/export/team"),
+        mounts.Mount("/lustre", "lustre", "10.0.0.1@o2ib:/scratch"),
+        mounts.Mount("/lustre/local", "tmpfs", "tmpfs"),
+    ]
+    table = mounts.parse_mountinfo(MOUNTINFO)
+    assert mounts.mount_of("/mnt/team share/me/.memolab", table).fstype == "nfs4"
+    assert mounts.mount_of("/mnt/team shared/x", table).point == "/"  # a prefix of the name is not a parent
+    assert mounts.mount_of("/lustre/run/1", table).fstype == "lustre"
+    assert mounts.mount_of("/lustre/local/x", table).fstype == "tmpfs"  # the deepest mount point wins
+    assert {"nfs4", "lustre", "cifs", "gpfs"} <= mounts.NETWORK_FILESYSTEMS
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mountinfo"), reason="no /proc/self/mountinfo (not Linux)")
+def test_this_machines_mount_table_parses_and_holds_the_working_directory(tmp_path):
+    text = mounts.mount_table()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    table = mounts.parse_mountinfo(text)
+    assert len(table) == len(lines)  # every line of the real table parses
+    assert any(m.point == "/" for m in table)
+    m = mounts.mount_of(tmp_path, table)
+    assert m is not None and os.path.realpath(tmp_path).startswith(m.point.rstrip("/") + "/")
+    link = tmp_path / "link"
+    link.symlink_to("/")
+    assert mounts.mount_of(link, table).point == "/"  # the real path decides
+
+
+SCRIPT = """
+import json, sys, warnings
+from memolab.store import mounts
+
+point, fstype = sys.argv[1], sys.argv[2]
+fake = ("27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\\n"
+        f"128 27 0:53 / {point.replace(' ', chr(92) + '040')} rw,relatime shared:70 - {fstype} filer:/export rw\\n")
+mounts.mount_table = lambda: fake   # the seam: what /proc/self/mountinfo would say
+
+import memolab
+
+@memolab.memo
+def double(x):
+    return x * 2
+
+@memolab.memo
+def triple(x):
+    return x * 3
+
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    values = [double(i) for i in range(3)] + [triple(1), double(1)]
+print(json.dumps({"values": values, "warnings": [str(x.message) for x in w],
+                  "stored": len(double.evaluations()) + len(triple.evaluations())}))
+"""
+
+
+@pytest.mark.parametrize("fstype", ["nfs4", "lustre", "ext4"])
+def test_a_store_on_a_network_filesystem_is_reported_once_and_still_used(tmp_path, fstype):
+    point = tmp_path / "team share"  # a space: written \040 in the mount table
+    store = point / "me" / ".memolab"
+    (tmp_path / "probe.py").write_text(textwrap.dedent(SCRIPT))
+    env = {**os.environ, "PYTHONPATH": SRC, "MEMOLAB_STORE": str(store), "PYTHONDONTWRITEBYTECODE": "1"}
+    cp = subprocess.run([sys.executable, str(tmp_path / "probe.py"), str(point), fstype], env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout)
+    assert out["values"] == [0, 2, 4, 3, 2] and out["stored"] == 4  # warned, never refused
+    about = [w for w in out["warnings"] if "network filesystem" in w]
+    if fstype == "ext4":
+        assert about == []
+        return
+    assert len(about) == 1, out["warnings"]  # once per process, however many calls and functions
+    assert f"({fstype} filer:/export mounted at {point})" in about[0]
+    assert str(Path(store)) in about[0] and "team store" in about[0] and "docs/team.md" in about[0]
