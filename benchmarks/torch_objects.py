@@ -12,6 +12,12 @@ group by writing a function and appending it to ``ROWS``.
    the process that computed it, in a process that loaded it from the store,
    and with the identity cache off (what every call would cost without it).
    Target: < 50 µs.
+3. ``row_repeat_state``: the key of ~100 MB of model state passed again and
+   again, unchanged: a module (and its Adam state), a ``state_dict()`` of it, and
+   a module whose ``state_dict()`` was held before anything was hashed (aliases
+   of its parameters: rehashed, docs/torch.md "Identity caches"), and the
+   identity cache off. Run it on the code before and after a change to the
+   identity rules.
 
 Rounds are interleaved (every variant once per round), and each cell is the
 median with the min–max spread.
@@ -204,8 +210,40 @@ def row_repeat_key(args: argparse.Namespace) -> Table:
     return title, ("argument", "key, µs", "first load, ms"), rows
 
 
+# -- 3. repeat key of unchanged model state ---------------------------------------------------
+
+def row_repeat_state(args: argparse.Namespace) -> Table:
+    model, opt = build_model(args.state_mb / 4)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    hashing.hash_arguments([("m", model), ("opt", opt)])  # the module and its optimizer first: their storages proven
+    sd = model.state_dict()  # made afterwards: its aliases share that proof
+    held, _ = build_model(args.state_mb / 4)
+    held_sd = held.state_dict()  # aliases held before anything was hashed: neither is provable
+
+    def off(x):
+        identity.enabled = False
+        try:
+            return hashing.hash_arguments([("x", x)])
+        finally:
+            identity.enabled = True
+
+    variants = {
+        "a module": lambda: hashing.hash_arguments([("m", model)]),
+        "a module + its Adam state": lambda: hashing.hash_arguments([("m", model), ("opt", opt)]),
+        "its state_dict(), made after the module was hashed": lambda: hashing.hash_arguments([("sd", sd)]),
+        "a state_dict() made before anything was hashed": lambda: hashing.hash_arguments([("sd", held_sd)]),
+        "its module (a state_dict() of it held since before)": lambda: hashing.hash_arguments([("m", held)]),
+        "a module, identity cache off (full rehash)": lambda: off(model),
+    }
+    res = interleaved(variants, args.rounds, inner=3)
+    rows = [(k, cell(s, 1e6)) for k, s in res.items()]
+    title = (f"Repeat key of unchanged model state, {nbytes / 2**20:.0f} MiB of parameters (hash_arguments), "
+             f"µs median (min–max) over {args.rounds} interleaved rounds")
+    return title, ("argument", "key, µs"), rows
+
+
 #: the row groups, in print order; add yours here
-ROWS: List[Callable[[argparse.Namespace], Table]] = [row_model_adam, row_repeat_key]
+ROWS: List[Callable[[argparse.Namespace], Table]] = [row_model_adam, row_repeat_key, row_repeat_state]
 
 
 def main() -> None:
@@ -213,6 +251,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--mib", type=int, default=500, help="size of the memoized dataset")
     ap.add_argument("--params", type=float, default=25, help="model size in millions of parameters")
+    ap.add_argument("--state-mb", type=float, default=100, help="parameter size of row_repeat_state, in MB")
     ap.add_argument("--only", default="", help="comma-separated row functions to run")
     ap.add_argument("--child-load", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store", default="", help=argparse.SUPPRESS)

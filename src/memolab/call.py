@@ -473,14 +473,15 @@ def _states_named(per_arg: Dict[str, str]) -> List[Tuple[str, Any]]:
 def _rng_deps(row: Dict[str, Any]) -> Optional[Dict[str, str]]:
     """The generator states a stored row was made from (``snapshot.rng_deps``), or None.
     A value that is not a mapping of names to digests (damage) matches no state."""
+    if "rng_deps" in row:  # extracted by the lookup (JSON1): no snapshot to parse
+        text = row["rng_deps"]
+        if not text:
+            return None  # the common case, on every hit: nothing to parse
     import json
 
     try:
-        if "rng_deps" in row:  # extracted by the lookup (JSON1): no snapshot to parse
-            text = row["rng_deps"]
-            if not text:
-                return None
-            deps = json.loads(text)
+        if "rng_deps" in row:
+            deps = json.loads(row["rng_deps"])
         else:
             snap = row.get("snapshot")
             deps = json.loads(snap).get("rng_deps") if snap and '"rng_deps"' in snap else None

@@ -125,11 +125,18 @@ def _all_watched_done() -> bool:
 
 
 def run_imported(table: str) -> None:
-    """Run, once each, the hooks of ``table`` whose module has been imported (a few set
-    lookups: called on every key for the ``switches`` table)."""
-    for module in LAZY_HOOKS[table]:
-        if (table, module) not in _done and module in sys.modules:
+    """Run, once each, the hooks of ``table`` whose module has been imported (called on every
+    key for the ``switches`` table: one dict lookup per hook not run yet, nothing once all ran)."""
+    pending = _pending.get(table)
+    if pending is None:
+        pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done]
+    for module in pending:
+        if module in sys.modules:
             _run_on_import(module, (table,))
+
+
+#: table -> its modules whose hook has not run (``run_imported``'s list, shrunk as they run)
+_pending: Dict[str, list] = {}
 
 
 def _run_on_import(module: str, tables: Tuple[str, ...] = _ON_IMPORT) -> None:
@@ -137,6 +144,9 @@ def _run_on_import(module: str, tables: Tuple[str, ...] = _ON_IMPORT) -> None:
         target = LAZY_HOOKS[table].get(module)
         if target is not None and (table, module) not in _done:
             _done.add((table, module))
+            pending = _pending.get(table)
+            if pending is not None and module in pending:
+                pending.remove(module)
             if _watcher in sys.meta_path and _all_watched_done():
                 sys.meta_path.remove(_watcher)  # nothing left to watch for
             run(target)

@@ -23,6 +23,8 @@ import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+from . import hooks
+
 __all__ = ["register_switches", "parts", "environ_frame", "env_read", "ENV_ARG"]
 
 #: ``name -> reader``: the non-default switches of a library, as a value to hash, or None
@@ -38,11 +40,14 @@ def register_switches(name: str, reader: Callable[[], Optional[Dict[str, Any]]])
     _switches[name] = reader
 
 
+_NONE: List[Tuple[str, Any]] = []
+
+
 def parts(env: Sequence[str]) -> List[Tuple[str, Any]]:
     """The pseudo-arguments of a call: non-default switches, then ``env``'s variables."""
-    from . import hooks
-
     hooks.run_imported("switches")
+    if not _switches and not env:
+        return _NONE
     out: List[Tuple[str, Any]] = []
     for name, reader in _switches.items():
         got = reader()

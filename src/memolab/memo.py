@@ -162,7 +162,9 @@ class MemoFunction:
             named.append((IMPLICIT, self.implicit))
         # switches that change results (torch's default dtype, TF32, ...) while not at their
         # defaults, and the environment variables of ``env``: docs/cache-rules.md
-        named.extend(implicit_parts(self.env))
+        extra = implicit_parts(self.env)
+        if extra:
+            named.extend(extra)
         return named
 
     def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion,
