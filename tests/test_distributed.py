@@ -504,3 +504,49 @@ def test_followers_wait_while_rank_0_waits_for_another_jobs_lease(tmp_path):
     out = results(tmp_path, "waiter")
     for r in (0, 1):
         assert out[r]["value"] == 21 and not out[r]["warnings"]
+
+
+SEEDED = """
+import json, os
+import torch, torch.distributed as dist
+import memolab
+
+def count(name):
+    with open(name, "a") as f:
+        f.write(f"{dist.get_rank()}\\n")
+
+@memolab.memo
+def noisy(n: int):
+    count("noisy.marks")
+    return torch.randn(n).tolist()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+seed = int(os.environ["SEED"])
+torch.manual_seed(seed)   # every rank the same seed: a collective call from equal states
+value = noisy(3)
+after = torch.rand(1).item()
+with open(f"seeded.{rank}.json", "w") as f:
+    json.dump({"value": value, "after": after}, f)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_a_collective_call_drawing_from_the_seeded_generator_is_keyed_by_the_seed(tmp_path):
+    """Issue 34 under torchrun: the ranks agree on the key they all made, rank 0's lookup is
+    routed to the key of the generator state (seed 1 never gets seed 0's result), and a hit
+    leaves every rank's generator where the body left it."""
+    (tmp_path / "seeded.py").write_text(textwrap.dedent(SEEDED))
+    out = {}
+    for seed in ("0", "1", "0"):
+        launch(tmp_path, "seeded.py", env={"SEED": seed})
+        out.setdefault(seed, []).append(results(tmp_path, "seeded"))
+    torch = pytest.importorskip("torch")
+    for seed in ("0", "1"):
+        torch.manual_seed(int(seed))
+        truth = {"value": torch.randn(3).tolist(), "after": torch.rand(1).item()}
+        for job in out[seed]:
+            for r in (0, 1):
+                assert job[r]["value"] == pytest.approx(truth["value"], abs=0) and job[r]["after"] == truth["after"]
+    assert sorted(marks(tmp_path / "noisy.marks")) == ["0", "0", "1", "1"]  # seeds 0 and 1 once each, then a hit
