@@ -86,7 +86,8 @@ class Call:
     the step, ``lifecycle``, the driver, ``MemoFunction._call``, ``__call__``."""
 
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
-                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame")
+                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
+                 "state_deps")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
@@ -118,8 +119,11 @@ class Call:
         self.rng: Optional[globalrng.Outcome] = None
         #: how often a stored row sent this call to another key (``reroute``)
         self.routes = 0
-        #: the environment variables the body reads (``implicit.environ_frame``)
+        #: the environment variables the body reads (``implicit.environ_frame``), the imports it tries
         self.env_frame: Any = None
+        self.imports: Any = None
+        #: what the result depends on besides its key (``implicit``): generator states, libraries
+        self.state_deps: Dict[str, str] = {}
 
     # -- global generators ---------------------------------------------------------------
     def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
@@ -127,22 +131,23 @@ class Call:
         instead (the call has moved there), or ``UNSTORED``.
 
         A row whose body drew from a global generator (``globalrng``) records the digest of
-        that generator's state at its entry; it serves only a call made with the generators
-        in those states. Any other call goes to the key of its own states — computed from
-        the arguments' key and the current states of the generators the row names — where
-        an evaluation made from those states is stored, or will be."""
-        deps = _rng_deps(row)
+        that generator's state at its entry, and one whose body imported a library inside a
+        function records its version (``implicit``); it serves only a call made in those
+        states. Any other call goes to the key of its own states — computed from the
+        arguments' key and the current states the row names — where an evaluation made
+        in those states is stored, or will be."""
+        deps = _state_deps(row)
         if not deps:
             return None
-        now = globalrng.mismatch(deps)
+        now = implicit.mismatch(deps)
         if now is None:
             return None
         self.routes += 1
         if self.routes > ROUTES_PER_CALL:
             return UNSTORED
         fn, code, args, schema = self.key0
-        self.key = (fn, code, globalrng.routed(args, now), schema)
-        self.per_arg = dict(self.per_arg, **{globalrng.pseudo_argument(n): d for n, d in now.items()})
+        self.key = (fn, code, implicit.routed(args, now), schema)
+        self.per_arg = dict(self.per_arg, **{implicit.pseudo_argument(n): d for n, d in now.items()})
         self.snapshot = None
         return self.key
 
@@ -270,6 +275,7 @@ class Call:
         ev = Running(self.key, self.store, run, self.force)
         token = _running.set(ev)
         self.env_frame = implicit.environ_frame()
+        self.imports = implicit.imports_frame()
         if self.memo.global_rng:
             self.rng_frame = globalrng.begin()
         return ev, token
@@ -281,6 +287,11 @@ class Call:
         if self.env_frame is not None:
             frame, self.env_frame = self.env_frame, None
             implicit.env_read(frame, self.memo.symbol, self.memo.env)
+        if self.imports is not None:
+            frame, self.imports = self.imports, None
+            self.state_deps = implicit.imports_used(frame, self.cv.lazy)
+        if self.rng is not None:
+            self.state_deps.update(self.rng.deps)
         _running.reset(token)
         self.store.note_duration(self.key, seconds)
 
@@ -381,11 +392,12 @@ class Call:
         rng, stored = self.rng, value
         args = self.call_snapshot()
         if rng is not None and (rng.deps or rng.exit):
-            # the generators' states travel with the result (a hit restores them), and the
-            # states it was made from are what a later call must have to use it (``reroute``)
+            # the generators' states travel with the result: a hit restores them
             stored = globalrng.Result(value, rng.deps, rng.exit)
-            states = {globalrng.pseudo_argument(n): d for n, d in rng.deps.items()}
-            args = {**{n: a for n, a in args.items() if not globalrng.is_pseudo_argument(n)},
+        if self.state_deps:
+            # the states it was made in are what a later call must have to use it (``reroute``)
+            states = {implicit.pseudo_argument(n): d for n, d in self.state_deps.items()}
+            args = {**{n: a for n, a in args.items() if not implicit.is_pseudo_argument(n)},
                     **arg_snapshot(_states_named(states), states)}
         snapshot = {
             "deps": cv.deps,
@@ -397,8 +409,9 @@ class Call:
             # digests of the result's arrays/tensors: a loaded copy passed to
             # another memoized function is then hashed in O(1) (hashing.remember_loaded)
             "result_digest": hashing.result_token(value),
-            # generator -> digest of its state at entry: a row used only from those states
-            "rng_deps": rng.deps if rng is not None and rng.deps else None,
+            # generator -> digest of its state at entry, "pkg:<library>" -> version: a row used
+            # only in those states
+            "state_deps": self.state_deps or None,
         }
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
         fields = {
@@ -435,16 +448,16 @@ def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:
 
     def fits(row: Dict[str, Any]) -> bool:
         nonlocal now
-        deps = _rng_deps(row)
+        deps = _state_deps(row)
         if deps is None:
             return True
-        now = globalrng.mismatch(deps)
+        now = implicit.mismatch(deps)
         return now is None
 
     found, value = store.load_from_memory(key, fits)
     if not found and now is not None:
         fn, code, args, schema = key
-        key, now = (fn, code, globalrng.routed(args, now), schema), None
+        key, now = (fn, code, implicit.routed(args, now), schema), None
         found, value = store.load_from_memory(key, fits)
     if not found:
         return False, None
@@ -467,24 +480,24 @@ class _State:
 
 def _states_named(per_arg: Dict[str, str]) -> List[Tuple[str, Any]]:
     """(pseudo-argument, value as shown) of each global generator state in ``per_arg``."""
-    return [(n, _State(d)) for n, d in per_arg.items() if globalrng.is_pseudo_argument(n)]
+    return [(n, _State(d)) for n, d in per_arg.items() if implicit.is_pseudo_argument(n)]
 
 
-def _rng_deps(row: Dict[str, Any]) -> Optional[Dict[str, str]]:
-    """The generator states a stored row was made from (``snapshot.rng_deps``), or None.
-    A value that is not a mapping of names to digests (damage) matches no state."""
-    if "rng_deps" in row:  # extracted by the lookup (JSON1): no snapshot to parse
-        text = row["rng_deps"]
+def _state_deps(row: Dict[str, Any]) -> Optional[Dict[str, str]]:
+    """The states a stored row was made in (``snapshot.state_deps``: generator states, library
+    versions), or None. A value that is not a mapping of names to digests (damage) matches no state."""
+    if "state_deps" in row:  # extracted by the lookup (JSON1): no snapshot to parse
+        text = row["state_deps"]
         if not text:
             return None  # the common case, on every hit: nothing to parse
     import json
 
     try:
-        if "rng_deps" in row:
-            deps = json.loads(row["rng_deps"])
+        if "state_deps" in row:
+            deps = json.loads(row["state_deps"])
         else:
             snap = row.get("snapshot")
-            deps = json.loads(snap).get("rng_deps") if snap and '"rng_deps"' in snap else None
+            deps = json.loads(snap).get("state_deps") if snap and '"state_deps"' in snap else None
     except (ValueError, AttributeError):
         deps = {"?": "damaged"}
     if deps is not None and not (isinstance(deps, dict) and all(

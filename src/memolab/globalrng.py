@@ -21,9 +21,9 @@ initialised). So a miss watches them:
   and the exit state of every generator it changed (``exit``).
 
 A stored row with ``deps`` is used only when the current states have those
-digests (``mismatch``); otherwise the call is routed to the key of the current
-states (``routed``), so seed 0 and seed 1 are two evaluations and a function
-that draws nothing is never split by the seed. A hit sets every generator the
+digests (``implicit.mismatch``); otherwise the call is routed to the key of the
+current states (``implicit.routed``), so seed 0 and seed 1 are two evaluations
+and a function that draws nothing is never split by the seed. A hit sets every generator the
 evaluation changed to its exit state (``restore``): the rest of the program
 draws exactly what it would have drawn had the body run.
 
@@ -56,13 +56,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import xxhash
 
 __all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
-           "current", "mismatch", "routed", "Result", "restore", "pseudo_argument", "is_pseudo_argument",
-           "UNSEEDED"]
+           "current", "Result", "restore", "UNSEEDED"]
 
 #: the state of a generator that was seeded by the operating system (or is not imported)
 UNSEEDED = "unseeded"
-#: how a pseudo-argument of the key names a generator (``explain`` shows it)
-_ARG = "<global rng {}>"
 
 
 @dataclass
@@ -333,26 +330,6 @@ def no_seed_given(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
 
 
 # -- rows and results ---------------------------------------------------------------------
-
-
-def mismatch(deps: Dict[str, str]) -> Optional[Dict[str, str]]:
-    """None if every generator in ``deps`` is in that state now; else the current states."""
-    now = current(deps)
-    return None if now == deps else now
-
-
-def routed(args_digest: str, states: Dict[str, str]) -> str:
-    """The argument part of the key of a call made with the generators in ``states``."""
-    parts = [args_digest] + [f"{n}={d}" for n, d in sorted(states.items())]
-    return xxhash.xxh3_128_hexdigest("\0".join(parts).encode())
-
-
-def pseudo_argument(name: str) -> str:
-    return _ARG.format(name)
-
-
-def is_pseudo_argument(name: str) -> bool:
-    return name.startswith("<global rng ")
 
 
 class Result:

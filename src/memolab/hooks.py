@@ -88,6 +88,26 @@ _ON_IMPORT = ("computing", "global_rng")
 _done: set = set()  # (table, module) run already
 #: modules whose import the watcher saw (imported after ``import memolab``)
 _seen: set = set()
+#: the sets of top-level modules a computation in progress tried to import (``note_imports``)
+_noting: list = []
+
+
+def note_imports() -> set:
+    """Start noting the top-level modules imported (or tried) from now on; ``end_imports`` stops.
+    The watcher stays in ``sys.meta_path`` while any set is open."""
+    names: set = set()
+    _noting.append(names)
+    if _watcher not in sys.meta_path:
+        sys.meta_path.insert(0, _watcher)
+    return names
+
+
+def end_imports(names: set) -> set:
+    try:
+        _noting.remove(names)
+    except ValueError:
+        pass
+    return names
 
 
 def watch_imports() -> None:
@@ -130,7 +150,7 @@ def run_imported(table: str) -> None:
     pending = _pending.get(table)
     if pending is None:
         pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done]
-    for module in pending:
+    for module in list(pending) if pending else ():  # a copy: running a hook takes it out of ``pending``
         if module in sys.modules:
             _run_on_import(module, (table,))
 
@@ -147,7 +167,7 @@ def _run_on_import(module: str, tables: Tuple[str, ...] = _ON_IMPORT) -> None:
             pending = _pending.get(table)
             if pending is not None and module in pending:
                 pending.remove(module)
-            if _watcher in sys.meta_path and _all_watched_done():
+            if _watcher in sys.meta_path and _all_watched_done() and not _noting:
                 sys.meta_path.remove(_watcher)  # nothing left to watch for
             run(target)
 
@@ -158,6 +178,9 @@ class _ImportWatcher:
     hooks run once the module has been executed."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if _noting and path is None:  # a top-level module not imported yet: a computation tries it
+            for names in _noting:
+                names.add(name)
         if not any(name in LAZY_HOOKS[t] and (t, name) not in _done for t in _ON_IMPORT):
             return None
         for finder in sys.meta_path:

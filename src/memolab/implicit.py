@@ -1,6 +1,13 @@
 """What a body reads besides its arguments: the parts of it a key sees, and the warnings
 for the parts it cannot.
 
+* **State a result depends on** (``state_deps`` of a stored row): the entry states
+  of the global random generators its body drew from (``globalrng``), and the
+  versions of the libraries its body imported inside a function
+  (``lazy:<package>`` in the code digest, ``imports_frame``). A row is used only by
+  a call made in the same states (``mismatch``); another is routed to the key of
+  its own states (``routed``).
+
 * **Switches that change results** (torch's default dtype, deterministic
   algorithms, TF32 and matmul precision, …) join every key as one pseudo-argument
   once their library is imported and only while one differs from its default, so
@@ -25,7 +32,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from . import hooks
 
-__all__ = ["register_switches", "parts", "environ_frame", "env_read", "ENV_ARG"]
+__all__ = ["register_switches", "parts", "environ_frame", "env_read", "ENV_ARG", "current", "mismatch", "routed",
+           "pseudo_argument", "is_pseudo_argument", "imports_frame", "imports_used", "package_state"]
 
 #: ``name -> reader``: the non-default switches of a library, as a value to hash, or None
 _switches: Dict[str, Callable[[], Optional[Dict[str, Any]]]] = {}
@@ -146,3 +154,79 @@ def env_read(frame: Tuple[_Reads, Any], symbol: str, declared: Sequence[str]) ->
 
 
 _warned: Set[Tuple[str, str]] = set()
+
+
+# -- state a result depends on: generator states, libraries imported in a body ---------------
+
+#: how a pseudo-argument of the key names a state (``explain`` shows it)
+_PKG = "pkg:"
+
+
+def pseudo_argument(name: str) -> str:
+    if name.startswith(_PKG):
+        return f"<library {name[len(_PKG):]}>"
+    return f"<global rng {name}>"
+
+
+def is_pseudo_argument(name: str) -> bool:
+    return name.startswith("<global rng ") or name.startswith("<library ")
+
+
+def package_state(top: str) -> str:
+    """An importable library's version (from its metadata, without importing it), or "absent"."""
+    from .codegraph import origins
+
+    if top not in sys.modules and origins.origin_of_name(top) == origins.PACKAGE and not _installed(top):
+        return "absent"
+    return origins.distribution_of(top)[1]
+
+
+def _installed(top: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
+
+
+def current(names: Any) -> Dict[str, str]:
+    """Each named state as a key sees it now: a generator's (``globalrng.current``) or a library's."""
+    from . import globalrng
+
+    out = globalrng.current([n for n in names if not n.startswith(_PKG)])
+    for n in names:
+        if n.startswith(_PKG):
+            out[n] = package_state(n[len(_PKG):])
+    return out
+
+
+def mismatch(deps: Dict[str, str]) -> Optional[Dict[str, str]]:
+    """None if every state in ``deps`` is as recorded; else the current states."""
+    now = current(deps)
+    return None if now == deps else now
+
+
+def routed(args_digest: str, states: Dict[str, str]) -> str:
+    """The argument part of the key of a call made in ``states``."""
+    import xxhash
+
+    parts = [args_digest] + [f"{n}={d}" for n, d in sorted(states.items())]
+    return xxhash.xxh3_128_hexdigest("\0".join(parts).encode())
+
+
+def imports_frame() -> Any:
+    """A body starts: the import attempts it makes are noted (``hooks.note_imports``)."""
+    return hooks.note_imports()
+
+
+def imports_used(frame: Any, lazy: Any) -> Dict[str, str]:
+    """The body is over: ``pkg:<top>`` -> version of each library of ``lazy`` (imported inside
+    a function of its code) that is imported now, or that the body tried to import and could
+    not ("absent": a fallback ran). A library the body never reached counts for nothing."""
+    attempted = hooks.end_imports(frame)
+    out = {}
+    for top in lazy:
+        if top in sys.modules or top in attempted:
+            out[_PKG + top] = package_state(top)
+    return out

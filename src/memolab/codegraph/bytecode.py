@@ -93,6 +93,7 @@ _OP = dis.opmap
 _CACHE, _EXTENDED_ARG = _OP.get("CACHE", -1), _OP["EXTENDED_ARG"]
 _LOAD_CONST, _IMPORT_NAME = _OP["LOAD_CONST"], _OP["IMPORT_NAME"]
 _LOAD_GLOBAL = _OP["LOAD_GLOBAL"]
+_BINARY_SUBSCR = _OP["BINARY_SUBSCR"]
 # LOAD_NAME appears in class bodies nested in a function: a name it does not
 # find in the class namespace comes from the globals
 _NAME_OPS = frozenset(_OP[o] for o in ("LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL") if o in _OP)
@@ -127,6 +128,55 @@ def _instructions(code: types.CodeType) -> List[Tuple[int, int, int]]:
 
 
 _HASCONST = frozenset(dis.hasconst)
+_HASNAME = frozenset(dis.hasname)
+#: name instructions whose argument carries flag bits below the name's index
+_NAME_SHIFT = {_LOAD_GLOBAL: _GLOBAL_SHIFT, **{o: _ATTR_SHIFT for o in _ATTRS if o != _METHOD}}
+_MAKE_FUNCTION = _OP["MAKE_FUNCTION"]
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+#: MAKE_FUNCTION's flags (3.11, 3.12): annotations and a closure are values below the code object
+_ANNOTATIONS, _CLOSURE = 0x04, 0x08
+
+
+def _value_start(ins: List[Tuple[int, int, int]], end: int) -> Optional[int]:
+    """The index of the first instruction of the one value the instructions up to ``end`` push,
+    or None where that cannot be told by stack effects alone (a jump inside)."""
+    need = 1
+    j = end
+    while j >= 0:
+        op, arg, _ = ins[j]
+        if op in _JUMPS:
+            return None
+        try:
+            need -= dis.stack_effect(op, arg if op >= dis.HAVE_ARGUMENT else None, jump=False)
+        except ValueError:
+            return None
+        if need == 0:
+            return j
+        if need < 0:
+            return None
+        j -= 1
+    return None
+
+
+def _annotations(ins: List[Tuple[int, int, int]]) -> Set[int]:
+    """Indices of the instructions that build the annotations of functions defined in this code
+    (``def inner(x: int) -> str`` nested in a function): annotations never count, as for the
+    function itself, whose ``__annotations__`` are no part of its code. (3.11 and 3.12: 3.13
+    sets them with SET_FUNCTION_ATTRIBUTE, where they still count.)"""
+    out: Set[int] = set()
+    for m, (op, arg, _) in enumerate(ins):
+        if op != _MAKE_FUNCTION or not arg & _ANNOTATIONS or sys.version_info >= (3, 13):
+            continue
+        end = m - 2  # below the code object (LOAD_CONST)
+        if arg & _CLOSURE:
+            start = _value_start(ins, end)
+            if start is None:
+                continue
+            end = start - 1
+        start = _value_start(ins, end)
+        if start is not None:
+            out.update(range(start, end + 1))
+    return out
 _digests: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
 
 
@@ -142,16 +192,26 @@ def code_digest(code: types.CodeType) -> str:
         return d
     consts = code.co_consts
     stream: List[str] = []
-    for op, arg, _ in _instructions(code):
+    ins = _instructions(code)
+    skip = _annotations(ins)
+    names = code.co_names
+    for i, (op, arg, _) in enumerate(ins):
+        if i in skip:
+            continue
         if op in _HASCONST:
             stream.append("K")
             _const(consts[arg], stream)
+        elif op in _HASNAME:
+            # by the name itself, not its index in ``co_names``: names only annotations read
+            # are left out, and would shift every later index
+            shift = _NAME_SHIFT.get(op, 0)
+            stream.append(f"{op}.{arg & ((1 << shift) - 1)}.{names[arg >> shift]}")
         else:
             stream.append(f"{op}.{arg}")
     d = digest_text(
         "code", code.co_name,
         f"{code.co_argcount},{code.co_posonlyargcount},{code.co_kwonlyargcount},{code.co_flags}",
-        repr(code.co_names), repr(code.co_varnames), repr(code.co_freevars), repr(code.co_cellvars),
+        repr(code.co_varnames), repr(code.co_freevars), repr(code.co_cellvars),
         getattr(code, "co_exceptiontable", b"").hex(), " ".join(stream))
     _digests[code] = d
     return d
@@ -186,6 +246,9 @@ def _getattr_object(ins: List[Tuple[int, int, int]], j: int, names: tuple, const
 
 def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str, Optional[Ref]]]) -> None:
     ins = _instructions(code)
+    skip = _annotations(ins)
+    if skip:  # names read only by annotations are no dependencies
+        ins = [x for i, x in enumerate(ins) if i not in skip]
     names, consts = code.co_names, code.co_consts
     # names a class body binds itself are its own attributes, not globals
     local = {names[a] for o, a, _ in ins if o == _STORE_NAME} | {"__name__"}
@@ -205,6 +268,9 @@ def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str, Op
                 chain.append(names[jarg] if jop == _METHOD else names[jarg >> _ATTR_SHIFT])
                 j += 1
             refs.add(tuple(chain))
+            if chain == ["sys", "modules"] and j + 1 < n and ins[j][0] != _LOAD_CONST \
+                    and any(ins[k][0] == _BINARY_SUBSCR for k in range(j, min(j + 4, n))):
+                dynamic.append((_line_at(code, off), "sys.modules[...] with a computed name", None))
             if chain[-1] in ("import_module", "__import__"):
                 # ``importlib.import_module("m")`` (however spelled) and ``__import__("m")``:
                 # the chain consumed the attribute, so the module is read here
@@ -246,6 +312,63 @@ def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str, Op
     for c in consts:
         if type(c) is types.CodeType:
             _scan(c, refs, dynamic)
+
+
+_STORE_ATTR, _DELETE_ATTR = _OP["STORE_ATTR"], _OP["DELETE_ATTR"]
+_LOAD_NAME = _OP["LOAD_NAME"]
+_ROOTS = frozenset((_LOAD_GLOBAL, _LOAD_NAME))
+
+
+def _chain_before(ins: List[Tuple[int, int, int]], end: int, names: tuple) -> Optional[Tuple[str, ...]]:
+    """The ``a.b.c`` (a global or module-level name and attributes) loaded by the instructions
+    ending at ``end``, or None for anything else."""
+    attrs: List[str] = []
+    j = end
+    while j >= 0 and ins[j][0] in _ATTRS and ins[j][0] != _METHOD:
+        attrs.append(names[ins[j][1] >> _ATTR_SHIFT])
+        j -= 1
+    if j < 0 or ins[j][0] not in _ROOTS:
+        return None
+    op, arg, _ = ins[j]
+    root = names[arg >> _GLOBAL_SHIFT] if op == _LOAD_GLOBAL else names[arg]
+    return (root, *reversed(attrs))
+
+
+def _chain_after(ins: List[Tuple[int, int, int]], start: int, names: tuple) -> Tuple[Optional[Tuple[str, ...]], int]:
+    """The ``a.b.c`` loaded by the instructions from ``start`` on, and the index after it."""
+    if start >= len(ins) or ins[start][0] not in _ROOTS:
+        return None, start
+    op, arg, _ = ins[start]
+    chain = [names[arg >> _GLOBAL_SHIFT] if op == _LOAD_GLOBAL else names[arg]]
+    j = start + 1
+    while j < len(ins) and ins[j][0] in _ATTRS and ins[j][0] != _METHOD:
+        chain.append(names[ins[j][1] >> _ATTR_SHIFT])
+        j += 1
+    return tuple(chain), j
+
+
+def patch_sites(code: types.CodeType) -> List[Tuple[Tuple[str, ...], Optional[str]]]:
+    """Where ``code`` (and the code nested in it) assigns or deletes an attribute of something
+    a global name leads to: ``X.a.attr = v``, ``del X.attr``, ``setattr(X.a, "attr", v)``
+    (the attribute None when ``setattr`` computes it). ``codegraph.patches`` keeps those whose
+    ``X`` is a library's."""
+    out: List[Tuple[Tuple[str, ...], Optional[str]]] = []
+    ins = _instructions(code)
+    names, consts = code.co_names, code.co_consts
+    for i, (op, arg, _) in enumerate(ins):
+        if op in (_STORE_ATTR, _DELETE_ATTR):
+            chain = _chain_before(ins, i - 1, names)
+            if chain is not None:
+                out.append((chain, names[arg]))
+        elif op in _ROOTS and (names[arg >> _GLOBAL_SHIFT] if op == _LOAD_GLOBAL else names[arg]) == "setattr":
+            chain, j = _chain_after(ins, i + 1, names)
+            if chain is not None:
+                c = consts[ins[j][1]] if j < len(ins) and ins[j][0] == _LOAD_CONST else None
+                out.append((chain, c if isinstance(c, str) else None))
+    for c in consts:
+        if type(c) is types.CodeType:
+            out.extend(patch_sites(c))
+    return out
 
 
 def last_line(code: types.CodeType) -> int:

@@ -19,7 +19,8 @@ from .classes import (
     ClassCheck as _ClassCheck,
     class_info as _class_info,
 )
-from .origins import SKIP, USER
+from .origins import SKIP, STDLIB, USER
+from .patches import MISSING as _PATCH_MISSING, planted, user_code as _user_function
 from .where import CODE_SCHEMA, CodeVersion, symbol_of
 from .where import (
     MISSING as _MISSING,
@@ -63,6 +64,13 @@ class Graph:
         self._queue: List[Any] = []
         self._unwrapping: set = set()
         self._keep: List[Any] = []
+        #: third-party packages user code imports inside a function (``import x`` in a body): not in
+        #: the digest; a computation that imported one records its version (``implicit``)
+        self.lazy: set = set()
+        #: (class ``__dict__`` mappingproxy, name, object) a chain went through in a library class:
+        #: compared by identity on every call (no version tag to read there)
+        self.identity_slots: List[Tuple[Any, str, Any]] = []
+        self._watched_classes: set = set()
 
     # keys of user code nodes
     def key_of(self, obj: Any) -> str:
@@ -159,24 +167,80 @@ class Graph:
             return self.value(f"{_mod(ns)}:{name}", ns, name)
         slots = [(ns, name, obj)]
         cur_ns, cur_name = ns, name
-        for attr in ref[1:]:
-            if not isinstance(obj, types.ModuleType) or _origin(obj)[0] != USER:
-                break
-            d = obj.__dict__
-            nxt = d.get(attr, _MISSING)
-            if nxt is _MISSING:
-                # a submodule not imported yet or an attribute set later: watch that slot
-                self.code_slots.extend(slots)
-                return self.value(f"{_mod(d)}:{attr}", d, attr)
-            slots.append((d, attr, nxt))
-            cur_ns, cur_name, obj = d, attr, nxt
+        for i, attr in enumerate(ref[1:]):
+            if isinstance(obj, types.ModuleType) and _origin(obj)[0] == USER:
+                d = obj.__dict__
+                nxt = d.get(attr, _MISSING)
+                if nxt is _MISSING and "__getattr__" in d:
+                    # a helper served by the package's own ``__getattr__`` (PEP 562): user code,
+                    # run as the function's own access would run it; no slot holds it to watch
+                    served = getattr(obj, attr, _MISSING)
+                    if _is_code(_unwrap(served)):
+                        self.code_slots.extend(slots)
+                        return self.target(served)
+                if nxt is _MISSING:
+                    # a submodule not imported yet or an attribute set later: watch that slot
+                    self.code_slots.extend(slots)
+                    return self.value(f"{_mod(d)}:{attr}", d, attr)
+                slots.append((d, attr, nxt))
+                cur_ns, cur_name, obj = d, attr, nxt
+                continue
+            if _is_library_namespace(obj):
+                return self.library_chain(obj, ref[i + 1:], slots)
+            break
+        if _is_library_namespace(obj):
+            self.code_slots.extend(slots)
+            return self.library_chain(obj, (), [])
         if _is_code(_unwrap(obj)):
             self.code_slots.extend(slots)
             return self.target(obj)
         self.code_slots.extend(slots[:-1])
         return self.value(f"{_mod(cur_ns)}:{cur_name}", cur_ns, cur_name)
 
+    def library_chain(self, lib: Any, attrs: Tuple[Any, ...], slots: List[Tuple[Any, str, Any]]) -> str:
+        """``lib.a.b...`` where ``lib`` is a library module or class: it counts as the library
+        (by version), plus any user code found planted at the end of the chain. The names are
+        read from ``__dict__``s, never with ``getattr`` (a lazy module would import), and every
+        slot passed is watched: user code assigned there later is seen on the next call."""
+        self.code_slots.extend(slots)
+        obj = lib
+        self.watch_library_class(obj)
+        for attr in attrs:
+            found = _library_attr(obj, attr)
+            if found is None:
+                break
+            owner, nxt = found
+            if type(owner) is dict:
+                self.code_slots.append((owner, attr, nxt))
+            else:
+                self.identity_slots.append((owner, attr, nxt))
+            obj = nxt
+            if not _is_library_namespace(obj):
+                break
+            self.watch_library_class(obj)
+        label = self.target(lib)
+        planted = _user_function(obj)
+        return label if planted is None else f"{label}+{self.target(planted)}"
+
+    def watch_library_class(self, obj: Any) -> None:
+        """A library class a chain of user code reaches (``fancylib.Layer()``) and its bases: a
+        method assigned to one later (``Layer.forward = f``) is seen on the next call, as a
+        user class's is (``ClassCheck``: one version tag per class in the graph's stamp)."""
+        if not issubclass(type(obj), type):
+            return
+        for klass in obj.__mro__:
+            if klass is object or id(klass) in self._watched_classes or klass.__module__ == "builtins":
+                continue
+            self._watched_classes.add(id(klass))
+            self.class_checks.append(_ClassCheck(klass))
+
     def resolve_import(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
+        """An import statement inside a function. User code is imported and followed (it is what
+        the key hashes). A library is never imported, nor read through ``getattr``, to classify
+        a name: importing it can cost seconds (``transformers``) and run anything; it counts as
+        ``lazy:<package>`` whether or not it is installed, and a computation that imported it
+        records its version with the result (``implicit``), so a function whose body never
+        reaches the import (``GPT.from_pretrained`` in a training) never depends on it."""
         import importlib.util
 
         _, level, module, name = ref
@@ -185,7 +249,20 @@ class Graph:
                 base = importlib.util.resolve_name("." * level + module, ns.get("__package__") or "")
             else:
                 base = module
-            mod = sys.modules.get(base) or importlib.import_module(base)
+        except Exception:
+            return f"unresolved-import:{'.' * level}{module}"
+        mod = sys.modules.get(base)
+        top = base.split(".")[0]
+        kind = USER if level else (_origin(mod)[0] if mod is not None else origins.origin_of_name(top))
+        if kind == STDLIB:
+            self.deps["python:stdlib"] = origins.PYTHON_VERSION
+            return "python:stdlib"
+        if kind != USER:
+            self.lazy.add(top)
+            planted = _user_function(mod.__dict__.get(name, None)) if mod is not None and name else None
+            return f"lazy:{top}" if planted is None else f"lazy:{top}+{self.target(planted)}"
+        try:
+            mod = mod or importlib.import_module(base)
         except Exception:
             return f"unresolved-import:{'.' * level}{module}"
         if name is None:
@@ -205,6 +282,20 @@ class Graph:
     def build(self, roots: Iterable[Any]) -> None:
         for r in roots:
             self.root(r)
+        plants, wholes = planted()
+        for where, owner, name, raw, fn in plants:
+            # the slots of libraries user code patches: user code there runs wherever the library
+            # is used, and whatever is assigned there later is seen on the next call (``patches``)
+            if fn is not None:
+                self.deps[f"<patch {where}>"] = digest_text(self.target(fn))
+            if raw is _PATCH_MISSING:
+                continue  # not assigned yet (the patch runs later): watched through its namespace below
+            if type(owner) is dict:
+                self.code_slots.append((owner, name, raw))
+            else:
+                self.identity_slots.append((owner, name, raw))
+        for target in wholes:
+            self.watch_library_class(target)
         i = 0
         while i < len(self._queue):
             self.visit(self._queue[i])
@@ -261,6 +352,12 @@ class Graph:
                 if content is not obj and _is_code(_unwrap(content)):
                     bindings.append(f"<closure {name} code>={self.target(content)}")
                 bindings.append(f"<closure {name}>={self.value(f'{key}.<closure {name}>', cell, None)}")
+            # attributes set on the function (``helper.scale = 3`` at module level), read by value
+            for name in sorted(n for n in vars(obj) if not (n.startswith("__") and n.endswith("__"))):
+                v = vars(obj)[name]
+                if _is_code(_unwrap(v)):
+                    bindings.append(f"<attr {name} code>={self.target(v)}")
+                bindings.append(f"<attr {name}>={self.value(f'{key}.<attr {name}>', vars(obj), name)}")
         elif isinstance(obj, type):
             info = _class_info(obj)
             self.class_checks.append(_ClassCheck(obj))
@@ -286,6 +383,13 @@ class Graph:
             refs = frozenset((n,) for n in ns if not (n.startswith("__") and n.endswith("__")))
         for ref in sorted(refs, key=repr):
             bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, ns)}")
+            resolver = _string_resolver(ref, ns)
+            if resolver is not None:
+                line = getattr(getattr(obj, "__code__", None), "co_firstlineno", 0)
+                _warn_once((where, key, resolver),
+                           f"memolab: `{key}` (line {line} of {os.path.basename(str(where))}) calls {resolver}, "
+                           "which finds code by a name in a string or a config: the code it reaches cannot be "
+                           "tracked; declare it with @memo(deps=[...]) so that editing it invalidates results")
         for other_ns, names in other_refs:
             for ref in sorted(names, key=repr):
                 bindings.append(f"{'.'.join(map(str, ref))}={self.resolve(ref, other_ns)}")
@@ -317,6 +421,56 @@ class Graph:
         v = ns.get(name, _MISSING)
         if v is not _MISSING:
             self.code_slots.append((ns, name, v))
+
+
+#: library functions that find code by a name given as a string (a config's ``_target_``)
+_RESOLVERS = {"pydoc": ("locate",), "hydra": ("instantiate", "call", "get_class", "get_method", "get_object",
+                                               "get_static_method")}
+
+
+def _string_resolver(ref: Tuple[Any, ...], ns: Dict[str, Any]) -> Optional[str]:
+    """``pydoc.locate``, ``hydra.utils.instantiate`` and their kin when ``ref`` names one: the
+    function's result is code the graph cannot see."""
+    if ref[0] == "@import":
+        return None
+    obj = ns.get(ref[0], _MISSING)
+    for attr in ref[1:]:
+        found = _library_attr(obj, attr) if _is_library_namespace(obj) else None
+        if found is None:
+            return None
+        obj = found[1]
+    module = getattr(obj, "__module__", None)
+    name = getattr(obj, "__name__", None)
+    if isinstance(module, str) and name in _RESOLVERS.get(module.split(".")[0], ()) and callable(obj):
+        return f"{module.split('.')[0]}'s {name}()"
+    return None
+
+
+def _same_code(now: Any, expected: Any, multi: bool) -> bool:
+    """Slot values that are the graph's, but for memolab's own wrappers of them: the drawing
+    functions of ``random`` are wrapped only while a memoized body runs (``globalrng``)."""
+    pairs = zip(now, expected) if multi else ((now, expected),)
+    return all(a is b or getattr(a, "__memolab_wraps__", None) is b for a, b in pairs)
+
+
+def _is_library_namespace(obj: Any) -> bool:
+    """A module or class that is not the user's (nor memolab's): read by version, not by code."""
+    # by the object's real type: ``isinstance`` would ask a proxy's ``__class__`` (a deprecation warning)
+    return issubclass(type(obj), (types.ModuleType, type)) and _origin(obj)[0] not in (USER, SKIP)
+
+
+def _library_attr(obj: Any, attr: str) -> Optional[Tuple[Any, Any]]:
+    """(the namespace holding it, the value) of ``obj.attr`` for a library module or class, read from
+    ``__dict__``s only; None where only ``getattr`` would find it (a lazy attribute, an instance's)."""
+    if issubclass(type(obj), types.ModuleType):
+        d = obj.__dict__
+        v = d.get(attr, _MISSING)
+        return None if v is _MISSING else (d, v)
+    for klass in getattr(obj, "__mro__", ()):
+        own = klass.__dict__
+        if attr in own:
+            return own, own[attr]
+    return None
 
 
 class _NsCheck:
@@ -379,6 +533,7 @@ class Root:
                 entry(ns)
             else:
                 entry(ns)[1][name] = obj
+        self.same.extend(g.identity_slots)
         # value slots of one namespace are read with one itemgetter; cells and
         # names not bound yet are read one by one, on every call
         self.vslow: List[int] = []
@@ -463,7 +618,8 @@ class Root:
                     # ask the *new* object, which may claim equality (or return an array)
                     if c.cget is not None:
                         now = c.cget(ns)
-                        if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected):
+                        if not (all(map(operator.is_, now, c.cexpected)) if c.cmulti else now is c.cexpected) \
+                                and not _same_code(now, c.cexpected, c.cmulti):
                             return None
                     if c.absent and any(map(ns.__contains__, c.absent)):
                         return None  # a name now shadows the builtin the graph resolved it to
@@ -477,7 +633,8 @@ class Root:
                     dirty.extend(c.vidx)
             seen_tags.append((c, tag))
         for ns, name, obj in self.same:
-            if ns.get(name, _MISSING) is not obj:
+            now = ns.get(name, _MISSING)
+            if now is not obj and getattr(now, "__memolab_wraps__", None) is not obj:
                 return None
         for fn, code in g.code_checks:
             if fn.__code__ is not code:
@@ -519,7 +676,8 @@ class Root:
         unset, so they never reach this path.
         """
         for ns, name, obj in self.same:
-            if ns.get(name, _MISSING) is not obj:
+            now = ns.get(name, _MISSING)
+            if now is not obj and getattr(now, "__memolab_wraps__", None) is not obj:
                 return None
         for fn, code in self.graph.code_checks:
             if fn.__code__ is not code:
@@ -543,4 +701,4 @@ class Root:
             b = f"{k}={v}".encode("utf-8", "surrogatepass")
             h.update(len(b).to_bytes(8, "little"))
             h.update(b)
-        return CodeVersion(h.hexdigest(), deps, sources, self.sensitivity)
+        return CodeVersion(h.hexdigest(), deps, sources, self.sensitivity, frozenset(g.lazy))

@@ -59,6 +59,50 @@ def module_origin(name: Optional[str], filename: Optional[str]) -> Origin:
     return hit
 
 
+def kind_of(name: str, filename: Optional[str]) -> str:
+    """``_classify``'s kind alone (``USER``, ``PACKAGE``, ``STDLIB``, ``SKIP``), without finding the
+    distribution (its metadata costs milliseconds a package)."""
+    top = name.split(".", 1)[0]
+    if top == "memolab":
+        return SKIP
+    if top in ("__main__", "__mp_main__"):
+        return USER
+    if filename and not filename.startswith("<"):
+        real = os.path.realpath(filename)
+        if real.startswith(_STDLIB_DIRS) and not _in_site(real):
+            return STDLIB  # the interpreter's own folder (``_sysconfigdata_*`` is no listed module)
+        return PACKAGE if _in_site(real) else USER
+    hit = _cache.get((name, filename))
+    return hit[0] if hit is not None else _classify(name, filename)[0]
+
+
+def origin_of_name(top: str) -> str:
+    """The kind (``USER``, ``PACKAGE``, ``STDLIB``) of top-level module ``top``, found without
+    importing it (``find_spec`` reads the import path only). A module that cannot be found is a
+    library by its name: whether it is installed must not change what it counts as."""
+    hit = _name_kinds.get(top)
+    if hit is None:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError, AttributeError):
+            spec = None
+        if spec is None:
+            hit = PACKAGE
+        elif spec.origin in ("built-in", "frozen"):
+            hit = STDLIB
+        else:
+            where = spec.origin if spec.origin not in (None, "namespace") else \
+                next(iter(spec.submodule_search_locations or ()), None)
+            hit = _classify(top, where)[0]
+        _name_kinds[top] = hit
+    return hit
+
+
+_name_kinds: Dict[str, str] = {}
+
+
 def _classify(name: str, filename: Optional[str]) -> Origin:
     top = name.split(".", 1)[0]
     if top == "memolab":
@@ -72,6 +116,11 @@ def _classify(name: str, filename: Optional[str]) -> Origin:
         if _in_site(real):
             dist, version = distribution_of(top)
             return (PACKAGE, f"pkg:{dist}", version)
+        return (USER, "", "")
+    if not top and filename == "<string>":
+        # code compiled from a string, under compile()'s own file name, in globals of no module
+        # (``exec(src, {})``): code to hash. Libraries that generate code name its file
+        # ("<attrs generated hash ...>") and may put per-process values in it: not this.
         return (USER, "", "")
     if top in sys.stdlib_module_names or top in sys.builtin_module_names or top in ("builtins", ""):
         return (STDLIB, "python:stdlib", PYTHON_VERSION)

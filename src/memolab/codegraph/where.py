@@ -12,13 +12,14 @@ import sys
 import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from . import origins
 from .origins import STDLIB, USER
 
 
-CODE_SCHEMA = "c2"
+#: c3 (memolab 0.2): names by their text in the digest, annotations of nested functions left out
+CODE_SCHEMA = "c3"
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,9 @@ class CodeVersion:
     sources: Dict[str, str] = field(default_factory=dict)
     #: how much of a package version joined ``digest`` (exact|minor|major|ignore)
     sensitivity: str = "minor"
+    #: top-level packages the code imports inside a function body: their versions are not in
+    #: ``digest``; a computation that imported one records it (``memolab.implicit``)
+    lazy: FrozenSet[str] = frozenset()
 
 
 def symbol_of(obj: Any) -> str:

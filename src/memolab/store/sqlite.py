@@ -39,7 +39,7 @@ EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payl
 #: by SQLite (JSON1, built in since 3.38) so that a hit parses a short list
 #: instead of the whole snapshot.
 _JSON1 = sqlite3.sqlite_version_info >= (3, 38)
-_TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '$.rng_deps')" if _JSON1 else "")
+_TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '$.state_deps')" if _JSON1 else "")
 # The row is found through the key's unique index, then read by rowid, and the
 # key is compared with the *table's* columns (the last column, ``key_ok``): a
 # damaged index b-tree can point a key at another key's row, and SQLite would
@@ -47,11 +47,11 @@ _TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '
 # (the table row is read anyway), one statement.
 _WHERE_KEY = (", fn=?1 AND code=?2 AND args=?3 AND schema=?4 FROM evaluations WHERE id=("
               "SELECT id FROM evaluations WHERE fn=?1 AND code=?2 AND args=?3 AND schema=?4) AND status='done'")
-#: ``rng_deps``: the global generator states a row was made from (``call.Call.reroute``), likewise
-_EXTRACTED = ("result_token", "rng_deps") if _JSON1 else ()
+#: ``state_deps``: the states a row was made in (``call.Call.reroute``), likewise
+_EXTRACTED = ("result_token", "state_deps") if _JSON1 else ()
 #: what a lookup returns besides the table's columns (the extracted ones and the key check):
 #: this index's reading aids, never fields of the evaluation (a team upload leaves them out)
-LOOKUP_ONLY = ("result_token", "rng_deps", "key_ok")
+LOOKUP_ONLY = ("result_token", "state_deps", "key_ok")
 HIT_COLUMNS = EVAL_COLUMNS + ("inline",) + _EXTRACTED
 _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
 #: What loading needs and nothing more: every column fetched is a few hundred

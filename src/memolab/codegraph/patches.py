@@ -1,0 +1,153 @@
+"""User code planted into libraries: a dependency of every memoized function.
+
+``transformers.models.llama.LlamaAttention.forward = my_forward`` (the
+flash-attention style patch), ``torch.nn.functional.relu = my_relu``,
+``math.sqrt = my_sqrt``: a library counts by its version, but once user code is
+planted into it, the library runs that code, and any memoized function whose
+computation reaches the library may run it — with no name in the user's own code
+leading there.
+
+A plant is made by user code, so that is where memolab looks: the source of every
+loaded user module (``__main__`` included) is compiled once (cached by file and
+modification time) and its code scanned for *patch sites* — ``X.attr = ...``,
+``setattr(X, "attr", ...)`` and ``del X.attr`` whose ``X`` is a library module or
+class, resolved in the module's namespace without ``getattr``. Each site is a slot
+to watch on every call (``Graph.build``): user code found there now is part of every
+code digest, and whatever is assigned there later is seen on the next call. A
+``setattr`` with a computed name watches the whole library class or module it targets.
+This scales with the user's code, not with the libraries' (torch alone has 110,000
+names). Not seen: a plant made by code memolab cannot read (a notebook cell once
+executed, ``exec`` of a string), unless the memoized function's own code names the
+planted slot (``Graph.library_chain`` watches every library slot a chain reaches).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import bytecode
+from .origins import USER, kind_of
+from .where import origin_of
+
+#: (where, the namespace it sits in: a module's dict or a class's mappingproxy, its name, the value there
+#: now, the user's code it is or holds, or None)
+Plant = Tuple[str, Any, str, Any, Any]
+#: a patch site: (chain of names from a module global, attribute or None for a computed one)
+Site = Tuple[Tuple[str, ...], Optional[str]]
+
+MISSING = _MISSING = object()
+_sites_cache: Dict[Tuple[str, int, int], List[Site]] = {}
+_cache: Tuple[int, List[Plant], List[Any]] = (-1, [], [])
+
+
+def user_code(v: Any) -> Optional[Any]:
+    """The user function (or class) ``v`` is or holds (through a staticmethod, classmethod,
+    property), or None."""
+    t = type(v)
+    if t is staticmethod or t is classmethod:
+        v = v.__func__
+    elif t is property:
+        v = v.fget
+    if type(v) is types.FunctionType:
+        return v if origin_of(v)[0] == USER and _in_user_module(v) else None
+    if issubclass(type(v), type) and origin_of(v)[0] == USER:
+        m = sys.modules.get(v.__module__)
+        return v if m is not None and origin_of(m)[0] == USER else None
+    return None
+
+
+def _in_user_module(f: types.FunctionType) -> bool:
+    """Is ``f`` defined in a user module that is loaded (not code a library generated from a
+    string: namedtuple's ``__new__`` runs in globals named ``namedtuple_Point``)?"""
+    name = f.__globals__.get("__name__")
+    m = sys.modules.get(name) if isinstance(name, str) else None
+    return m is not None and getattr(m, "__dict__", None) is f.__globals__ and origin_of(m)[0] == USER
+
+
+def planted() -> Tuple[List[Plant], List[Any]]:
+    """(the slots of library namespaces user code patches, with what they hold now; the library
+    classes and modules it patches by computed names), cached until more modules load."""
+    global _cache
+    n = len(sys.modules)
+    if _cache[0] == n:
+        return _cache[1], _cache[2]
+    plants: Dict[Tuple[int, str], Plant] = {}
+    wholes: Dict[int, Any] = {}
+    for modname, m in list(sys.modules.items()):
+        if not issubclass(type(m), types.ModuleType):
+            continue
+        ns = getattr(m, "__dict__", None)
+        path = getattr(m, "__file__", None)
+        if type(ns) is not dict or not path or _kind(modname, m) != USER:
+            continue
+        for chain, attr in _sites(path):
+            target = _resolve(chain, ns)
+            if target is None:
+                continue
+            where = target.__name__ if issubclass(type(target), types.ModuleType) \
+                else f"{target.__module__}.{target.__qualname__}"
+            owner = target.__dict__
+            if attr is None:
+                wholes.setdefault(id(target), target)
+                names = list(owner)
+            else:
+                names = [attr]
+            for a in names:
+                v = owner.get(a, _MISSING)
+                f = user_code(v) if v is not _MISSING else None
+                if attr is None and f is None:
+                    continue  # a whole library class or module: only what user code put there
+                plants.setdefault((id(owner), a), (f"{where}.{a}", owner, a, v, f))
+    out = sorted(plants.values(), key=lambda p: p[0])
+    _cache = (n, out, list(wholes.values()))
+    return out, _cache[2]
+
+
+_kinds: Dict[str, str] = {}
+
+
+def _kind(modname: str, m: Any) -> str:
+    """A module's kind, by its top-level package's (found once: a package's submodules are its;
+    ``torch.ops`` has a ``__file__`` of ``_ops.py``, relative to nothing)."""
+    top = modname.split(".")[0]
+    kind = _kinds.get(top)
+    if kind is None:
+        root = sys.modules.get(top) if top in ("__main__", "__mp_main__") or top != modname else m
+        root = root if root is not None else m
+        path = getattr(root, "__file__", None) or next(iter(getattr(root, "__path__", None) or ()), None)
+        kind = _kinds[top] = kind_of(top, path)
+    return kind
+
+
+def _resolve(chain: Tuple[str, ...], ns: Dict[str, Any]) -> Any:
+    """The library module or class ``chain`` names in ``ns`` (through ``__dict__``s only), or None."""
+    obj = ns.get(chain[0], _MISSING)
+    for attr in chain[1:]:
+        d = getattr(obj, "__dict__", None) if issubclass(type(obj), (types.ModuleType, type)) else None
+        if d is None:
+            return None
+        obj = d.get(attr, _MISSING)
+    if obj is _MISSING or not issubclass(type(obj), (types.ModuleType, type)):
+        return None
+    kind = origin_of(obj)[0]
+    return obj if kind != USER and not getattr(obj, "__name__", "").startswith("memolab") else None
+
+
+def _sites(path: str) -> List[Site]:
+    """The patch sites in the source file ``path`` (cached by its stat)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return []
+    key = (path, st.st_mtime_ns, st.st_size)
+    hit = _sites_cache.get(key)
+    if hit is None:
+        try:
+            with open(path, "rb") as f:
+                code = compile(f.read(), path, "exec", dont_inherit=True)
+        except (OSError, SyntaxError, ValueError):
+            code = None
+        hit = _sites_cache[key] = sorted(bytecode.patch_sites(code)) if code is not None else []
+    return hit
