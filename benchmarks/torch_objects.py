@@ -195,14 +195,11 @@ def row_repeat_key(args: argparse.Namespace) -> Table:
         off = interleaved(variants, args.rounds)
         identity.enabled = True
         loaded = _run_child(args, store, {})
-        mapped = _run_child(args, store, {"MEMOLAB_TORCH_SHARED_BYTES": "0"})
     rows = []
     for what in ("dataset", "loader"):
         rows.append((f"memoized {what}, in the process that computed it", cell(here[what], 1e6), "–"))
         rows.append((f"memoized {what}, in a process that loaded it from the store", cell(loaded[what], 1e6),
                      f"{loaded['load'][0] * 1e3:.0f}" if what == "dataset" else "–"))
-        rows.append((f"memoized {what}, loaded with MEMOLAB_TORCH_SHARED_BYTES=0 (zero-copy mapping, rehashed)",
-                     cell(mapped[what], 1e6), f"{mapped['load'][0] * 1e3:.0f}" if what == "dataset" else "–"))
         rows.append((f"memoized {what}, identity cache off (full rehash)", cell(off[what], 1e6), "–"))
     title = (f"Repeat key of a memoized {args.mib} MiB TensorDataset and a DataLoader over it "
              f"(hash_arguments), µs median (min–max) over {args.rounds} interleaved rounds; "

@@ -299,10 +299,11 @@ def test_inference_tensors_have_no_version_and_rehash():
 
 
 def test_loaded_tensor_results_are_trusted_until_something_could_write(tmp_store, tcomputed):
-    """A loaded tensor is a lazy (copy-on-write) clone of one in-memory copy of its
-    blob: its stored digest is trusted while ``torch._C._is_cow_tensor`` holds, and
-    every access that could write (here a ``t.numpy()`` write, invisible to
-    ``t._version``) materializes a private copy and ends that for good."""
+    """A loaded tensor is a private (copy-on-write) mapping of its blob: its stored digest
+    is trusted while the page table shows no page of it written, and any write (here a
+    ``t.numpy()`` write, invisible to ``t._version``) ends that."""
+    from memolab.torch import tensors
+
     @memolab.memo
     def make(n):
         return torch.arange(n, dtype=torch.float32)
@@ -310,13 +311,13 @@ def test_loaded_tensor_results_are_trusted_until_something_could_write(tmp_store
     expected = H(make(50_000).clone())
     make.store().forget()
     t = make(50_000)
-    assert torch._C._is_cow_tensor(t)
+    assert tensors._stamp(t) is not None
     n = tcomputed["n"]
     d = H(t)
     assert d == expected and tcomputed["n"] == n  # the stored digest, nothing hashed
-    assert torch._C._is_cow_tensor(t)  # hashing read it without materializing it
+    assert tensors._stamp(t) is not None  # hashing read it: no page written
     t.numpy()[0] = -5
-    assert not torch._C._is_cow_tensor(t)
+    assert tensors._stamp(t) is None
     assert H(t) != d and H(t) == H(t.clone())
     u = make(50_000)  # another load: its own lazy clone, unaffected by the write to t
     assert H(u) == expected and float(u[0]) == 0.0

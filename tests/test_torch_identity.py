@@ -219,7 +219,9 @@ def test_loaded_tensor_mutation_routes_miss(tmp_store, route):
     make_tensor(100_000)
     make_tensor.store().forget()  # the next call loads from the store (an out-of-band blob)
     t = make_tensor(100_000)
-    assert torch._C._is_cow_tensor(t)
+    from memolab.torch import tensors
+
+    assert tensors._stamp(t) is not None  # trusted until written
     d = H(t)
     _tensor_routes()[route](t)
     assert H(t) != d and H(t) == H(t.clone())
@@ -239,25 +241,21 @@ def test_loaded_dataset_and_loader_are_o1_and_follow_mutations(tmp_store, digest
     assert H(ds) != d and H(ds) == H(_copy(ds))
 
 
-def test_loaded_blob_copy_lives_as_long_as_its_tensors(tmp_store, monkeypatch):
-    from memolab.torch import pickling as tp
+def test_a_loaded_tensor_is_a_private_mapping_of_its_blob(tmp_store, blob_results):
+    """No copy at load: each hit maps the blob copy-on-write; a write to one hit reaches neither
+    the blob nor another hit, and the identity cache trusts a hit until a page of it is written."""
+    from memolab.torch import tensors
 
     make_tensor(200_000)
     make_tensor.store().forget()
     t = make_tensor(200_000)
-    u = make_tensor(200_000)  # an in-memory hit: another lazy clone of the same copy
-    assert len(tp._masters) == 1 and torch._C._is_cow_tensor(u)
-    del t
-    assert len(tp._masters) == 1  # u still shares it
-    del u
-    import gc
-
-    gc.collect()
-    assert not tp._masters  # dropping the results frees the copy, as with a mapping
-
-    monkeypatch.setenv("MEMOLAB_TORCH_SHARED_BYTES", "0")  # the mapping instead: no copy, never trusted
-    v = make_tensor(200_000)
-    assert not tp._masters and not torch._C._is_cow_tensor(v)
-    assert not v.untyped_storage().resizable()
-    d = H(v)
-    assert H(v) == d == H(v.clone())
+    u = make_tensor(200_000)  # another hit: its own mapping
+    assert tensors._mapping_of(t.untyped_storage()) is not None
+    assert t.untyped_storage().data_ptr() != u.untyped_storage().data_ptr()
+    d = H(t)
+    assert tensors._stamp(t) is not None  # unwritten: O(1)
+    t.numpy()[7] = -1.0  # a write no version counter sees
+    assert tensors._stamp(t) is None and H(t) != d and H(t) == H(t.clone())
+    assert float(u[7]) == 7.0  # the other hit is untouched
+    make_tensor.store().forget()
+    assert float(make_tensor(200_000)[7]) == 7.0  # and so is the blob

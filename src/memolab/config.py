@@ -234,7 +234,6 @@ ENV: Dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("MEMOLAB_INLINE_MAX", Number(0, 16 << 20, "bytes", integer=True), 32 << 10),
     EnvVar("MEMOLAB_HASH_THREADS", Number(1, 256, "threads", integer=True), None,
            default_text="automatic (the idle cores, at most 8)"),
-    EnvVar("MEMOLAB_TORCH_SHARED_BYTES", Number(0, 1 << 40, "bytes", integer=True), 4 << 30),
     # None: 30 lease TTLs (300 s by default), a tenth of torch's own 30-minute collective timeout
     EnvVar("MEMOLAB_DIST_TIMEOUT", Number(1, 86400, "seconds"), None,
            default_text="30 × MEMOLAB_LEASE_TTL (300 s)"),

@@ -15,14 +15,11 @@ come through the storage reducer below).
 from __future__ import annotations
 
 import pickle
-import threading
-from collections import OrderedDict
-import weakref
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import torch
 
-from .. import config
+from . import tensors
 
 
 class _StorageMemory:
@@ -68,127 +65,57 @@ def _rebuild_storage(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage
     if nbytes == 0:
         s = torch.UntypedStorage(0)
     else:
-        s = _lazy_copy_of_blob(buf, nbytes)
-        if s is None:
-            from ..store.blobs import copy_on_write, mapped_blob
+        from ..store.blobs import copy_on_write, mapped_blob
 
-            if mapped_blob(buf) is None:
-                # in-band or unmapped bytes: copy them into torch-owned memory (resizable,
-                # so the identity cache can see a later ``.numpy()`` export)
-                s = _owned_copy(buf, nbytes).untyped_storage()
-            else:
-                # a torch without lazy clones: a private mapping (never trusted by the
-                # identity cache: non-resizable), never the read-only one
-                s = torch.frombuffer(copy_on_write(buf), dtype=torch.uint8, count=nbytes).untyped_storage()
-    if device != "cpu":
-        from ..errors import StoreMiss
-
-        try:
-            s = s.to(device=torch.device(device))  # type: ignore[call-arg]
-        except (RuntimeError, AssertionError) as e:
-            raise StoreMiss(f"stored tensor lived on {device}, which this process cannot use: {e}") from None
+        if mapped_blob(buf) is not None and device == "cpu":
+            # A blob: a private (copy-on-write) mapping of its file, loaded at the speed of the
+            # disk, never copied up front; each load its own pages (a write to one hit never
+            # reaches the blob nor another hit). Trusted by the identity cache while the page
+            # table says no page of it was written (``tensors._stamp``, ``pagemap``).
+            view = copy_on_write(buf)
+            s = torch.frombuffer(view, dtype=torch.uint8, count=nbytes).untyped_storage()
+            tensors.mapped(s)
+        elif device != "cpu":
+            s = _to_device(buf, nbytes, device)
+            return s
+        else:
+            # in-band (an inline result) or unmapped bytes: copied into torch-owned memory, which
+            # the identity cache makes copy-on-write when the result is loaded (``tensors._track``)
+            s = _owned_copy(buf, nbytes).untyped_storage()
     return s
 
 
-# -- loaded storages: lazy (copy-on-write) clones of one in-memory copy per blob ---------------
-#
-# A storage over a mapping of its blob (``torch.frombuffer``) is non-resizable
-# from birth, so a later ``t.numpy()`` write could never be seen and the
-# identity cache could not trust a loaded tensor. Instead, the first load of a
-# blob in a process copies it once into torch-owned memory (the *master*), and
-# every load hands out ``torch._lazy_clone`` of it: zero-copy, and torch itself
-# materializes a private copy on the first access that could write (in-place
-# ops, ``.numpy()``, DLPack, ``data_ptr()``). ``torch._C._is_cow_tensor`` then
-# turns False for good — the sticky proof ``tensors._stamp`` needs. A master is
-# kept while a tensor rebuilt on one of its clones lives (so dropping a result
-# frees its memory, as with a mapping), and at most ``MEMOLAB_TORCH_SHARED_BYTES``
-# of masters (default 4 GiB, least recently used dropped first; memory still
-# shared with live clones stays alive through them). A blob above the limit is
-# mapped copy-on-write instead, untrusted by the identity cache.
+def _to_device(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage:
+    """A storage that lived on ``device`` (a GPU), restored there: the blob's bytes read into
+    pinned host memory, then copied to the device in one transfer."""
+    from ..errors import StoreMiss
 
-_masters: "OrderedDict[Tuple[str, int], torch.Tensor]" = OrderedDict()
-_master_bytes = 0
-_masters_lock = threading.Lock()
-#: live tensors per master, and which master a just-rebuilt clone storage belongs to
-_live: Dict[Tuple[str, int], int] = {}
-_clone_of: Dict[int, Tuple[str, int]] = {}
+    try:
+        dev = torch.device(device)
+        pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=dev.type == "cuda")
+        _copy_into(pinned, buf, nbytes)
+        out = pinned.to(dev, non_blocking=True)
+        if dev.type == "cuda":
+            torch.cuda.current_stream(dev).synchronize()
+        return out.untyped_storage()
+    except (RuntimeError, AssertionError) as e:
+        raise StoreMiss(f"stored tensor lived on {device}, which this process cannot use: {e}") from None
 
 
-def _drop_master(key: Tuple[str, int]) -> None:
-    global _master_bytes
-    old = _masters.pop(key, None)
-    if old is not None:
-        _master_bytes -= old.numel()
-    for k in [k for k, v in _clone_of.items() if v == key]:
-        del _clone_of[k]
-
-
-def _track(t: torch.Tensor, storage: torch.UntypedStorage) -> None:
-    """Keep the master of ``storage`` while ``t`` lives."""
-    key = _clone_of.get(storage._cdata)
-    if key is None:
-        return
-    with _masters_lock:
-        _live[key] = _live.get(key, 0) + 1
-    weakref.finalize(t, _release, key)
-
-
-def _release(key: Tuple[str, int]) -> None:
-    with _masters_lock:
-        n = _live.get(key, 0) - 1
-        if n > 0:
-            _live[key] = n
-        else:
-            _live.pop(key, None)
-            _drop_master(key)
-
-
-def _master_limit() -> int:
-    return config.env_setting("MEMOLAB_TORCH_SHARED_BYTES")  # validated in one place (docs/settings.md)
-
-
-def _owned_copy(buf: Any, nbytes: int) -> torch.Tensor:
-    """``buf``'s bytes in torch-owned memory: one ``memmove``. Measured in fresh
-    processes on the busy development machine: torch's threaded ``copy_`` was
-    2-3x slower, and asking for transparent huge pages (``madvise``) 2x slower
-    (compaction), though both won in a warm process."""
+def _copy_into(t: torch.Tensor, buf: Any, nbytes: int) -> None:
     import ctypes
 
     import numpy as np
 
-    t = torch.empty(nbytes, dtype=torch.uint8)
     src = np.frombuffer(buf, dtype=np.uint8, count=nbytes)
     ctypes.memmove(t.data_ptr(), src.ctypes.data, nbytes)
+
+
+def _owned_copy(buf: Any, nbytes: int) -> torch.Tensor:
+    """``buf``'s bytes in torch-owned memory: one ``memmove``."""
+    t = torch.empty(nbytes, dtype=torch.uint8)
+    _copy_into(t, buf, nbytes)
     return t
-
-
-def _lazy_copy_of_blob(buf: Any, nbytes: int) -> Optional[torch.UntypedStorage]:
-    global _master_bytes
-    if not (hasattr(torch, "_lazy_clone") and hasattr(torch._C, "_is_cow_tensor")):
-        return None
-    from ..store.blobs import mapped_blob
-
-    path = mapped_blob(buf)
-    if path is None or nbytes > _master_limit():
-        return None
-    key = (path, nbytes)
-    with _masters_lock:
-        master = _masters.get(key)
-        if master is not None:
-            _masters.move_to_end(key)
-    if master is None:
-        master = _owned_copy(buf, nbytes)  # torch-owned: lazy clones need its allocator
-        with _masters_lock:
-            if key not in _masters:
-                _masters[key] = master
-                _master_bytes += nbytes
-                while _master_bytes > _master_limit() and len(_masters) > 1:
-                    _drop_master(next(iter(_masters)))
-            master = _masters.get(key, master)
-    clone = torch._lazy_clone(master).untyped_storage()
-    with _masters_lock:
-        _clone_of[clone._cdata] = key
-    return clone
 
 
 def _reduce_typed_storage(p: Any, storage: Any) -> Any:
@@ -214,8 +141,6 @@ def _reduce_tensor(p: Any, t: torch.Tensor) -> Any:
 def _rebuild_tensor(storage: torch.UntypedStorage, offset: int, size: tuple, stride: tuple, dtype: torch.dtype,
                     requires_grad: bool) -> torch.Tensor:
     t = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
-    if _clone_of:
-        _track(t, storage)
     if requires_grad:
         t.requires_grad_(True)
     return t

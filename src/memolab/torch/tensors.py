@@ -5,34 +5,23 @@ their C-order bytes: views, transposes and clones of equal values hash equal,
 ``reshape(2, 3)`` and ``reshape(3, 2)`` do not. Bytes, not values: ``0.0`` and
 ``-0.0`` differ, and so do NaN payloads (same rule as Python floats).
 
-Identity cache: a tensor's ``_version`` counter changes on every in-place op
-(including ``x[i] = ...``, ``out=`` and writes through views), so a tensor we
-have hashed and whose stamp (version, data pointer, shape, strides, dtype,
-device) is unchanged keeps its digest. Measured exceptions, where memory
-changes without the counter moving, are excluded (see docs/torch.md):
-
-* ``nn.Parameter`` and other leaf tensors that require grad: ``p.data.add_()``
-  is idiomatic and bypasses the counter;
-* everything inside an ``nn.Module`` or an optimizer (``modules``, ``optim``):
-  BatchNorm updates its running stats in the kernel without bumping their version;
-* tensors sharing memory with numpy or a Python buffer (``from_numpy``,
-  ``frombuffer``, after ``t.numpy()``): writes on the numpy side are invisible
-  to the counter. Torch marks such storage non-resizable (measured:
-  ``t.numpy()`` flips ``untyped_storage().resizable()`` to False), so these are
-  recognised and always rehashed;
-* tensors loaded from the store are lazy (copy-on-write) clones of one copy of
-  their blob (``pickling``): trusted while ``torch._C._is_cow_tensor`` holds,
-  which every access that could write ends for good;
-* inference-mode tensors, which have no version counter.
+Identity cache (``_stamp``; the rules and their proofs: docs/torch.md, "Identity
+caches"): a recorded digest is reused only while torch or the kernel proves the
+memory unwritten — a CPU storage made copy-on-write when first hashed (``_track``),
+which torch materializes on the first access able to write it, or a stored
+tensor's private mapping of its blob, no page of which the page table shows
+written (``pagemap``). Version counters alone prove nothing (fused optimizer steps,
+BatchNorm kernels and ``.data`` writes move none). Everything else is rehashed.
 """
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+import threading
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from .. import hashing
+from .. import hashing, pagemap
 from ..errors import HashError
 from ..hashing import Encoder, Leaf
 
@@ -106,18 +95,26 @@ def _stamp(t: Any) -> Any:
     entry), never a match of the old one. Everything else is rehashed: CUDA tensors,
     shared memory, file mappings, memory shared with numpy, inference tensors, storages
     other tensors held when it was first hashed (docs/torch.md, "Identity caches")."""
-    if not _TRACKED or t.layout != torch.strided or t.device.type != "cpu" or not _is_cow(t):
+    if not _TRACKED or t.layout != torch.strided or t.device.type != "cpu":
         return None
     try:
         version = t._version
     except RuntimeError:  # inference tensors track no version
         return None
     storage = t.untyped_storage()
-    if not storage.resizable():
-        # memory shared with numpy (``t.numpy()`` also materializes: this is belt and braces)
-        return None
+    if _is_cow(t):
+        if not storage.resizable():
+            return None  # memory shared with numpy (``t.numpy()`` also materializes: belt and braces)
+        kind = "cow"
+    else:
+        # a stored tensor: a private mapping of its blob, unchanged while the kernel's page table
+        # shows no page of it written (by anything: torch, numpy, DLPack, ctypes)
+        where = _mapping_of(storage) if _mapped else None
+        if where is None or not pagemap.untouched(*where):
+            return None
+        kind = "map"
     # the storage's address is pinned by the entry (``_pin``): no later storage can reuse it
-    return (storage._cdata, version, t.shape, t.stride(), t.storage_offset(), t.dtype, t.requires_grad)
+    return (kind, storage._cdata, version, t.shape, t.stride(), t.storage_offset(), t.dtype, t.requires_grad)
 
 
 def _track(t: Any, loaded: bool = False) -> Any:
@@ -166,6 +163,10 @@ class _Pin:
     def __init__(self, storage: Any) -> None:
         self.handle = storage._weak_ref()
 
+    def expired(self) -> bool:
+        """Has the storage been freed (its address held by this pin alone)?"""
+        return bool(torch.UntypedStorage._expired(self.handle))
+
     def __del__(self) -> None:
         try:
             torch.UntypedStorage._free_weak_ref(self.handle)
@@ -175,6 +176,40 @@ class _Pin:
 
 def _pin(t: Any) -> Any:
     return _Pin(t.untyped_storage())
+
+
+# -- stored tensors: private mappings of their blobs, trusted while no page was written ----------
+#
+# storage address -> (its mapping's start, length, a pin keeping the address from being reused by
+# another storage while the entry lives). Recorded by ``pickling`` when it rebuilds a storage.
+_mapped: Dict[int, Tuple[int, int, _Pin]] = {}
+_mapped_lock = threading.Lock()
+
+
+def mapped(storage: Any) -> None:
+    """Record ``storage`` as a private mapping of a blob (its pages are the blob's until written)."""
+    ptr = _address(storage)
+    with _mapped_lock:
+        if len(_mapped) > 4096:  # storages freed since: their pins let go of the addresses
+            for k in [k for k, (_, _, p) in _mapped.items() if p.expired()]:
+                del _mapped[k]
+        _mapped[storage._cdata] = (ptr, storage.nbytes(), _Pin(storage))
+
+
+def _mapping_of(storage: Any) -> Optional[Tuple[int, int]]:
+    """(start, length) of the blob mapping ``storage`` still is, or None."""
+    got = _mapped.get(storage._cdata)
+    if got is None:
+        return None
+    ptr, n, p = got
+    if p.expired() or storage.nbytes() != n or _address(storage) != ptr:
+        return None  # another storage at that address, or this one given other memory (``share_memory_``)
+    return ptr, n
+
+
+def _address(storage: Any) -> int:
+    # the const pointer: reading it must not count as a write anywhere
+    return torch.empty(0, dtype=torch.uint8).set_(storage).const_data_ptr()
 
 
 LEAF = Leaf(tensor_digest, _stamp, _track_loaded, pin=_pin, track=_track)
