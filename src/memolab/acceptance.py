@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from . import expiry
 from .errors import NotAccepted
 from .explain import Explanation, last_miss
-from .store.accepts import decoded, summary, who
+from .store.accepts import covering, decoded, summary, who  # noqa: F401 (covering: here for the faces)
 
 __all__ = ["explain_found", "proposal", "record", "accept_call", "undo", "undo_for", "covering"]
 
@@ -160,6 +160,7 @@ def undo(store: Any, fn: str, accept_id: Optional[int] = None, new_code: Optiona
     """Take back accept ``accept_id`` of ``fn``, else those from ``new_code``, else ``fn``'s newest;
     the accepts taken back (each with ``team``: what the team store did). ``NotAccepted`` if none
     is active."""
+    refresh(store, fn)
     active = store.index.accepts(fn)
     if accept_id is not None:
         targets = [a for a in active if a["id"] == accept_id]
@@ -180,28 +181,20 @@ def undo(store: Any, fn: str, accept_id: Optional[int] = None, new_code: Optiona
     return out
 
 
+def refresh(store: Any, fn: str) -> None:
+    """Bring this store's copies of ``fn``'s accepts up to date (a team store: from the team
+    index, for the current key schema), best effort."""
+    from .hashing import KEY_SCHEMA
+
+    try:
+        store.accepts_of(fn, KEY_SCHEMA)
+    except Exception:
+        pass
+
+
 def undo_for(memo: Any, accept_id: Optional[int]) -> List[Dict[str, Any]]:
     """``MemoFunction.undo_accept``: this code's accepts (or ``accept_id``) taken back."""
     return undo(memo.store(), memo.symbol, accept_id, None if accept_id is not None else memo.code_digest())
-
-
-def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> Dict[str, List[Dict[str, Any]]]:
-    """code -> the accepts of ``fn`` naming it (as the new code or the old one), for ``show``,
-    ``why``, ``runs`` and the dashboard; {} for an index without accepts."""
-    accepts = getattr(index, "accepts", None)
-    if accepts is None:
-        return {}
-    try:
-        found = accepts(fn, active=active)
-    except Exception:
-        return {}
-    want = set(codes)
-    out: Dict[str, List[Dict[str, Any]]] = {}
-    for a in found:
-        for c in (a["new_code"], a["old_code"]):
-            if c in want:
-                out.setdefault(c, []).append(a)
-    return out
 
 
 def as_json(a: Dict[str, Any]) -> Dict[str, Any]:

@@ -45,6 +45,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     if args.list:
         store = open_store(args)
         fn = resolve_function(store, args.func)
+        acceptance.refresh(store, fn)
         return _list(store, fn, args)
     if args.id is not None and not args.undo:
         raise CliError(2, "--id goes with --undo (the accept to take back)")

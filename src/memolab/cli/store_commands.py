@@ -108,8 +108,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         return show_run(store, run, args.json)
     e = rows[0]
     logs = _logs_of(store, e["id"])
+    from ..acceptance import as_json, covering
+
+    accepts = covering(store.index, e["fn"], [e["code"]], active=False).get(e["code"], [])
     if args.json:
-        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1]})
+        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1],
+                   "accepts": [as_json(a) for a in accepts]})
         return OK
     snap = snapshot_of(e)
     try:
@@ -143,6 +147,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("  code dependencies:")
         for sym, d in sorted(snap["deps"].items()):
             print(f"    {sym}  {str(d)[:16]}")
+    if accepts:
+        from ..store.accepts import summary
+
+        print("  accepted changes (this evaluation's code, `memolab accept`):")
+        for a in accepts:
+            side = "used by" if a["old_code"] == e["code"] else "uses"
+            print(f"    {summary(a)}: this code {side} code {(a['new_code'] if side == 'used by' else a['old_code'])[:8]}…")
     metrics: Dict[str, object] = {}
     for r in logs[0]:
         metrics.update(r.get("metrics") or {})
@@ -188,11 +199,23 @@ def cmd_why(args: argparse.Namespace) -> int:
         return OK
     t = miss.pop("time")
     ex = Explanation.from_dict(miss)
+    from ..acceptance import as_json, covering
+
+    code = (ex.change or {}).get("code")
+    accepts = [a for a in covering(store.index, fn, [code]).get(code, []) if a["new_code"] == code] if code else []
     if args.json:
-        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}})
+        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}, "accepts": [as_json(a) for a in accepts]})
         return OK
     print(f"last miss {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S}):")
     print(str(ex))
+    if accepts:
+        from ..store.accepts import summary
+
+        for a in accepts:
+            print(f"accepted since: {summary(a)} (`memolab accept {args.func} --undo` takes it back)")
+    elif code and ex.change and not ex.hit:
+        print(f"(a change of code alone: `memolab accept {args.func}` shows it again and, if you confirm, records "
+              "that it gives the same results)")
     return OK
 
 

@@ -35,7 +35,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from . import signing
 
-__all__ = ["COLUMNS", "SIGNED", "MAX_LINKS", "sign", "problem", "resolve", "who", "AcceptIndex", "summary", "short"]
+__all__ = ["COLUMNS", "SIGNED", "MAX_LINKS", "sign", "problem", "resolve", "who", "AcceptIndex", "summary", "short",
+           "covering", "usable", "record", "decoded"]
 
 #: the columns of the local ``accepts`` table (``schema.DDL``)
 COLUMNS = ("id", "fn", "schema", "new_code", "old_code", "time", "user_name", "host", "deps_before", "deps_after",
@@ -134,12 +135,35 @@ def decoded(a: Dict[str, Any], field: str) -> Dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
+def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> Dict[str, List[Dict[str, Any]]]:
+    """code -> the accepts of ``fn`` naming it (as the new code or the old one), for ``show``,
+    ``why``, ``runs`` and the dashboard; {} for an index without accepts."""
+    accepts = getattr(index, "accepts", None)
+    if accepts is None:
+        return {}
+    try:
+        found = accepts(fn, active=active)
+    except Exception:
+        return {}
+    want = set(codes)
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for a in found:
+        for c in (a["new_code"], a["old_code"]):
+            if c in want:
+                out.setdefault(c, []).append(a)
+    return out
+
+
+
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM accepts"
 
 
 class AcceptIndex:
     """The ``accepts`` table of an SQLite index (the local one, or a team index on SQLite):
     mixed into ``store.sqlite.Index``, which gives ``conn()`` and ``write()``."""
+
+    #: (a team index on PostgreSQL at schema 1 has none: ``team.pgaccepts``)
+    accepts_supported = True
 
     def conn(self) -> sqlite3.Connection:  # pragma: no cover (the index's own)
         raise NotImplementedError
