@@ -7,7 +7,7 @@ import json
 from typing import Dict
 
 from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, checkpoint_wal, command, confirm,
-                     emit_json, eval_json, footer, human_age, human_duration, human_size, index_bytes, json_option,
+                     emit_json, eval_json, expired, expired_counts, footer, human_age, human_duration, human_size, index_bytes, json_option,
                      known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
                      resolve_function, snapshot_of, table, terminal_width, writable_store)
 from .run_commands import find_run, list_runs, parse_id, print_tags, show_run
@@ -28,16 +28,20 @@ def cmd_ls(args: argparse.Namespace) -> int:
         fns = store.index.functions()
         only_runs = [f for f in known_functions(store) if f.startswith("<process:") or
                      (f not in {x["fn"] for x in fns} and _has_runs_of(store, f))]
+        gone = expired_counts(store)
+        for f in fns:
+            f["expired"] = gone.get(f["fn"], 0)
         if args.json:
             emit_json({"store": str(store.root), "functions": fns, "runs_only": only_runs})
             return OK
         if not fns:
             print(f"no stored evaluations in {store.root}")
         else:
+            extra = ["EXPIRED"] if gone else []
             rows = [(f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
-                     human_age(f["last"])) for f in fns]
-            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN"], rows, right=(1, 2, 3, 4),
-                        width=terminal_width(args.wide), flex=(0,)))
+                     human_age(f["last"]), *([f["expired"] or ""] if gone else [])) for f in fns]
+            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN", *extra], rows,
+                        right=(1, 2, 3, 4, 6) if gone else (1, 2, 3, 4), width=terminal_width(args.wide), flex=(0,)))
         if only_runs:
             print(f"logged runs without stored evaluations: {', '.join(only_runs)} (memolab runs NAME)")
         return OK
@@ -52,7 +56,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
         return OK
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
-             e["code"][:8], e["status"] if e["status"] != "done" else "", args_summary(e, 10**6)) for e in evs]
+             e["code"][:8], "expired" if expired(e) else e["status"] if e["status"] != "done" else "",
+             args_summary(e, 10**6)) for e in evs]
     print(fn)
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
                 width=terminal_width(args.wide), flex=(7,)))
