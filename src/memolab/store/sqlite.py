@@ -734,9 +734,11 @@ class Index(AcceptIndex):
             if fn is None:
                 n = c.execute("DELETE FROM evaluations").rowcount
                 c.execute("DELETE FROM misses")
+                c.execute("DELETE FROM accepts")  # (a team's accepts are copied again from the team)
             else:
                 n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
                 c.execute("DELETE FROM misses WHERE fn=?", (fn,))
+                c.execute("DELETE FROM accepts WHERE fn=?", (fn,))
             from . import checkpoints
 
             checkpoints.clear(c, fn)
