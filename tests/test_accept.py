@@ -448,3 +448,15 @@ def test_resolve_follows_chains_nearest_first_and_stops_at_cycles():
     assert got == [("D", [4]), ("B", [2]), ("A", [2, 1])]  # newest first among equals; C itself never
     line = [dict(id=i, new_code=f"c{i}", old_code=f"c{i - 1}", time=float(i)) for i in range(1, 30)]
     assert len(resolve(line, "c29")) == MAX_LINKS
+
+
+def test_clear_takes_back_the_functions_accepts(project):
+    project.write("job.py", SCRIPT)
+    value(project)
+    edit(project, 'print("cleared", n)  # LOG')
+    stopped(project)
+    memolab(project, "accept", "train", "--yes")
+    assert json.loads(memolab(project, "accept", "train", "--list", "--json").stdout)["accepts"]
+    memolab(project, "clear", "train", "--yes")
+    with sqlite3.connect(project.store / "index.sqlite") as c:
+        assert c.execute("SELECT COUNT(*) FROM accepts").fetchone()[0] == 0

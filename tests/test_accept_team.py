@@ -124,3 +124,25 @@ def test_an_accept_made_while_the_team_store_is_away_is_sent_by_sync(machines, t
     n = len(computed(calls))
     assert b.run(5) == first and len(computed(calls)) == n  # B follows the accept sync sent
     assert json.loads(a.cli("sync", "--json").stdout)["accepts"] == 0  # sent once
+
+
+def test_a_signed_teams_accept_is_followed_only_under_the_teams_key(tmp_path):
+    team = LocalTeam(tmp_path)
+    (tmp_path / "job.py").write_text(JOB)
+    calls = tmp_path / "calls"
+    a, b, c = (Machine(n, tmp_path, team, calls) for n in "ABC")
+    key = {"MEMOLAB_HMAC_KEY": "the-teams-key-0123456789"}
+    first = a.run(2, **key)
+    edit(tmp_path, 'print("training", n, "signed")  # LOG')
+    subprocess.run([sys.executable, str(tmp_path / "job.py"), "2"], cwd=tmp_path, env=a.env(STOP="1", **key),
+                   capture_output=True, text=True, timeout=120)
+    cp = a.cli("accept", "train", "--yes", **key)
+    assert "recorded on the team store too" in cp.stdout, cp.stdout + cp.stderr
+    assert b.run(2, **key) == first  # the team's key: followed
+    n = len(computed(calls))
+    # another key: the accept (and the results) look forged to C: never followed, computed there
+    got = subprocess.run([sys.executable, str(tmp_path / "job.py"), "2"], cwd=tmp_path,
+                         env=c.env(MEMOLAB_HMAC_KEY="another-key-0123456789"), capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0 and json.loads(got.stdout.strip().splitlines()[-1])["machine"] == "C"
+    assert len(computed(calls)) == n + 1
