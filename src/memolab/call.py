@@ -192,7 +192,10 @@ class Call:
 
     def from_memory(self) -> Tuple[bool, Any]:
         """A hit on this process's in-memory copy of the key's result, or (False, None)."""
-        return memory_hit(self.store, self.key)
+        at, memo = self.at, self.memo
+        fresh = None if at is None else (lambda row: expiry.verdict(row, at, memo.max_age, memo.validate,
+                                                                    memo.symbol) is None)
+        return memory_hit(self.store, self.key, fresh)
 
     # -- looking up ----------------------------------------------------------------------
     def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
