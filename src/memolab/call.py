@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextvars
 import inspect
 import sys
-import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, globalrng, hashing, hooks, implicit
+from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -87,7 +86,7 @@ class Call:
 
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
                  "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
-                 "state_deps")
+                 "state_deps", "via", "at", "expiry")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
@@ -124,6 +123,13 @@ class Call:
         self.imports: Any = None
         #: what the result depends on besides its key (``implicit``): generator states, libraries
         self.state_deps: Dict[str, str] = {}
+        #: the row in hand was found under other code the user accepted as this code
+        #: (``accepted``): (the key it is stored under, the accepts followed); None: under ``key``
+        self.via: Optional[Tuple[Any, List[Dict[str, Any]]]] = None
+        #: when the call started, by memolab's clock (``expiry``): what a stored row's age is judged at
+        self.at: Optional[float] = expiry.now() if memo.max_age is not None or memo.validate is not None else None
+        #: why the stored row of the key expired (``expired``): the call recomputes it
+        self.expiry: Optional[str] = None
 
     # -- global generators ---------------------------------------------------------------
     def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
@@ -149,16 +155,57 @@ class Call:
         self.key = (fn, code, implicit.routed(args, now), schema)
         self.per_arg = dict(self.per_arg, **{implicit.pseudo_argument(n): d for n, d in now.items()})
         self.snapshot = None
+        self.via = None
         return self.key
+
+    # -- accepted code changes and expiry -------------------------------------------------------
+    def accepted(self, row: Optional[Dict[str, Any]], lookup: Optional[Callable[[Any], Any]] = None) -> Optional[Dict[str, Any]]:
+        """The row this call may use: ``row`` when one was found under its key; else one stored
+        under code the user accepted as giving the same results as this code (``memolab accept``:
+        the same function, argument digest and key schema, only the code digest replaced, as
+        ``store/accepts.py`` says); else None. ``via`` says which."""
+        self.via = None
+        if row is not None or self.force or self.memo.code == "version":
+            return row
+        fn, code, args, schema = self.key
+        try:
+            found = self.store.accepts_of(fn, schema)
+        except Exception:  # accepts are a shortcut: never a reason to fail or to skip the store
+            return None
+        if not found:
+            return None
+        from .store.accepts import resolve
+
+        look = lookup or self.store.lookup
+        for old, chain in resolve(found, code):
+            k = (fn, old, args, schema)
+            other = look(k)
+            if other is not None:
+                self.via = (k, chain)
+                return other
+        return None
+
+    def expired(self, row: Dict[str, Any]) -> Optional[str]:
+        """Why stored ``row`` is expired for this call (``@memo(max_age=..., validate=...)``), or
+        None. An expired row makes the call recompute and replace it (as ``fresh()`` does)."""
+        if self.at is None:
+            return None
+        why = expiry.verdict(row, self.at, self.memo.max_age, self.memo.validate, self.memo.symbol)
+        if why is not None:
+            self.expiry, self.force, self.via = why, True, None
+        return why
 
     def from_memory(self) -> Tuple[bool, Any]:
         """A hit on this process's in-memory copy of the key's result, or (False, None)."""
-        return memory_hit(self.store, self.key)
+        at, memo = self.at, self.memo
+        fresh = None if at is None else (lambda row: expiry.verdict(row, at, memo.max_age, memo.validate,
+                                                                    memo.symbol) is None)
+        return memory_hit(self.store, self.key, fresh)
 
     # -- looking up ----------------------------------------------------------------------
     def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
         """(True, value) of a stored row; (False, None) if it cannot be used (taken out of use)."""
-        store, key = self.store, self.key
+        store, key = self.store, (self.via[0] if self.via is not None else self.key)
         try:
             value = store.load(key, row)
         except CodeChanged as e:
@@ -246,7 +293,10 @@ class Call:
         explained now (bounded: indexed reads of the nearest evaluation)."""
         store, key = self.store, self.key
         try:
-            if not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
+            if self.expiry is not None:
+                text = _json({"fn": self.memo.symbol, "hit": False, "reasons": [self.expiry], "diffs": {},
+                              "evaluation": None})
+            elif not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
                 # the evaluations that exist now, before this miss stores its own
                 text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity), store.newest_id())
             else:
@@ -265,7 +315,7 @@ class Call:
     def start(self) -> Tuple[float, Any]:
         """We own the key's lease (its miss recorded with it), or need none (a quick
         function): open a run for its logs."""
-        t0 = time.time()
+        t0 = expiry.now()
         return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
 
     def enter(self, run: Any) -> Tuple[Running, Any]:
@@ -387,7 +437,7 @@ class Call:
 
     def _save(self, owner: str, value: Any, t0: float) -> Optional[int]:
         store, key, memo, cv = self.store, self.key, self.memo, self.cv
-        t1 = time.time()
+        t1 = expiry.now()
         info = runtime_info()
         rng, stored = self.rng, value
         args = self.call_snapshot()
@@ -413,6 +463,8 @@ class Call:
             # only in those states
             "state_deps": self.state_deps or None,
         }
+        if memo.max_age is not None:  # what `memolab ls` tells expired rows by (the code's own max_age decides hits)
+            snapshot["max_age"], snapshot["expires"] = memo.max_age, t0 + memo.max_age
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
         fields = {
             "started": t0, "finished": t1, "duration": t1 - t0,
@@ -437,17 +489,20 @@ class Call:
         return eval_id
 
 
-def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:
+def memory_hit(store: Any, key: Key, fresh: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[bool, Any]:
     """(True, value) if this process holds ``key``'s result in memory and may use it.
 
     A result made from global generator states (``globalrng``) serves only a call made
     from the same states; for another, the copy of the key those states route to is
     looked at instead (``Call.reroute`` does the same against the store). A hit restores
-    the generators to where the body left them."""
+    the generators to where the body left them. ``fresh(row)``: False for a copy that
+    expired (``expiry``): the call then goes to the store, which recomputes it."""
     now: Optional[Dict[str, str]] = None
 
     def fits(row: Dict[str, Any]) -> bool:
         nonlocal now
+        if fresh is not None and not fresh(row):
+            return False
         deps = _state_deps(row)
         if deps is None:
             return True

@@ -30,6 +30,11 @@ class Explanation:
     #: unified diffs of changed code, symbol -> diff text
     diffs: Dict[str, str] = field(default_factory=dict)
     evaluation: Optional[int] = None
+    #: a miss caused by code alone (evaluation #``evaluation`` has the same arguments and key
+    #: schema): what ``memolab accept`` records: ``code`` (this code's digest), ``stored`` (the
+    #: evaluation's), ``args``, ``schema``, ``deps`` (this code's dependency digests) and
+    #: ``sources`` (this code's text of each changed dependency)
+    change: Optional[Dict[str, Any]] = None
 
     def __bool__(self) -> bool:
         return self.hit
@@ -43,11 +48,16 @@ class Explanation:
         return "\n".join(lines)
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}
+        out = {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}
+        if self.change is not None:
+            out["change"] = self.change
+        return out
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Explanation":
-        return cls(d["fn"], d["hit"], list(d.get("reasons", [])), dict(d.get("diffs", {})), d.get("evaluation"))
+        change = d.get("change")
+        return cls(d["fn"], d["hit"], list(d.get("reasons", [])), dict(d.get("diffs", {})), d.get("evaluation"),
+                   change if isinstance(change, dict) else None)
 
 
 def _when(t: Optional[float]) -> str:
@@ -177,6 +187,26 @@ def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key
         ex.reasons.extend(_arg_reasons(snap.get("args", {}), args))
     if unusable and old["args"] == _args and old["code"] == code and old["schema"] == schema:
         ex.reasons.append(f"stored evaluation #{old['id']} is damaged or was removed")
+    if old["args"] == _args and old["schema"] == schema and old["code"] != code and deps is not None:
+        # a miss caused by code alone: what `memolab accept` needs to record it as giving the same results
+        ex.change = {"code": code, "stored": old["code"], "args": _args, "schema": schema, "deps": dict(deps),
+                     "sources": {sym: text for sym in ex.diffs if (text := source(sym)) is not None}}
+        _taken_back(store, ex, fn, code)
+
+
+def _taken_back(store: "Store", ex: Explanation, fn: str, code: str) -> None:
+    """Say so when this code's change was accepted once and the accept was taken back."""
+    accepts = getattr(store.index, "accepts", None)
+    if accepts is None:
+        return
+    try:
+        gone = [a for a in accepts(fn, active=False) if a["new_code"] == code and a.get("undone")]
+    except Exception:
+        return  # advisory
+    if gone:
+        from .store.accepts import summary
+
+        ex.reasons.append(f"this code's change was accepted, then taken back: {summary(gone[-1])}")
 
 
 def _memolab_versions(old: Dict[str, Any]) -> Tuple[str, str]:
@@ -314,6 +344,8 @@ def record_problem(miss: Dict[str, Any]) -> Optional[str]:
         return "its diffs are not text by symbol"
     if miss.get("evaluation") is not None and not _is(miss.get("evaluation"), int):
         return "its evaluation id is not a number"
+    if miss.get("change") is not None and not _is(miss.get("change"), dict):
+        return "its code change is not a mapping"
     return None
 
 

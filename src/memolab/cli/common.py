@@ -337,7 +337,7 @@ def eval_json(e: Dict[str, Any], full: bool = False) -> Dict[str, Any]:
     out = {"id": e["id"], "fn": e["fn"], "status": e["status"], "started": e["started"], "finished": e["finished"],
            "duration": e["duration"], "size": e["size"], "hits": e["hits"], "last_hit": e["last_hit"],
            "code": e["code"], "arguments": {k: v[1] for k, v in snap.get("args", {}).items()},
-           "result": snap.get("result")}
+           "result": snap.get("result"), "expires": _expires(snap), "expired": expired(e, snap)}
     if full:
         try:
             versions = json.loads(e["versions"] or "{}")
@@ -347,6 +347,30 @@ def eval_json(e: Dict[str, Any], full: bool = False) -> Dict[str, Any]:
                     "versions": versions, "ignored": snap.get("ignored") or [], "deps": snap.get("deps") or {},
                     "reason": e.get("reason")})
     return out
+
+
+def _expires(snap: Dict[str, Any]) -> Optional[float]:
+    v = snap.get("expires")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def expired(e: Dict[str, Any], snap: Optional[Dict[str, Any]] = None) -> bool:
+    """Has stored evaluation ``e`` expired (``@memo(max_age=...)`` when it was stored: its snapshot's
+    ``expires``)? A call judges by its own code's ``max_age``; this is what the store can tell."""
+    when = _expires(snapshot_of(e) if snap is None else snap)
+    return e.get("status") == "done" and when is not None and when < time.time()
+
+
+def expired_counts(store: Any) -> Dict[str, int]:
+    """fn -> how many of its stored evaluations have expired (see ``expired``); {} if unknown."""
+    try:
+        rows = store.index.conn().execute(
+            "SELECT fn, COUNT(*) FROM evaluations WHERE status='done' AND instr(snapshot, '\"expires\"') > 0 AND "
+            "(CASE WHEN json_valid(snapshot) THEN json_extract(snapshot, '$.expires') END) < ? GROUP BY fn",
+            (time.time(),)).fetchall()
+    except Exception:  # (no JSON1: advisory)
+        return {}
+    return {fn: int(n) for fn, n in rows}
 
 
 def index_bytes(root: Any) -> int:

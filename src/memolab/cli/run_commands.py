@@ -29,7 +29,7 @@ def run_json(r: Dict[str, Any]) -> Dict[str, Any]:
     return {"id": r["id"], "fn": r["fn"], "name": r.get("label"), "status": r["status"], "started": r["started"],
             "finished": r.get("finished"), "duration": r.get("duration"), "evaluation": ev, "code": r.get("code"),
             "parent": r.get("parent"), "script": r.get("script"), "hparams": r.get("hparams") or {},
-            "metrics": r.get("metrics") or {}, "error": r.get("error")}
+            "metrics": r.get("metrics") or {}, "error": r.get("error"), "accepted": r.get("accepted") or []}
 
 
 def where(r: Dict[str, Any]) -> str:
@@ -112,6 +112,12 @@ def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
     more = footer(len(shown), total, "runs", "--limit N or --all for more")
     if more:
         print(more)
+    accepted = {a["id"]: (r["fn"], a) for r in shown for a in r.get("accepted") or []}
+    if accepted:
+        print("accepted code changes (`memolab accept FUNC --undo` takes one back):")
+        for fn_, a in sorted(accepted.values(), key=lambda x: x[1]["id"]):
+            print(f"  {short_name(fn_)}: accept #{a['id']}: code {a['new_code'][:8]}… gives the results of code "
+                  f"{a['old_code'][:8]}… (accepted by {a['by']} {human_age(a['time'])})")
     return OK
 
 

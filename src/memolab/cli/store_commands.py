@@ -7,7 +7,7 @@ import json
 from typing import Dict
 
 from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, checkpoint_wal, command, confirm,
-                     emit_json, eval_json, footer, human_age, human_duration, human_size, index_bytes, json_option,
+                     emit_json, eval_json, expired, expired_counts, footer, human_age, human_duration, human_size, index_bytes, json_option,
                      known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
                      resolve_function, snapshot_of, table, terminal_width, writable_store)
 from .run_commands import find_run, list_runs, parse_id, print_tags, show_run
@@ -28,16 +28,20 @@ def cmd_ls(args: argparse.Namespace) -> int:
         fns = store.index.functions()
         only_runs = [f for f in known_functions(store) if f.startswith("<process:") or
                      (f not in {x["fn"] for x in fns} and _has_runs_of(store, f))]
+        gone = expired_counts(store)
+        for f in fns:
+            f["expired"] = gone.get(f["fn"], 0)
         if args.json:
             emit_json({"store": str(store.root), "functions": fns, "runs_only": only_runs})
             return OK
         if not fns:
             print(f"no stored evaluations in {store.root}")
         else:
+            extra = ["EXPIRED"] if gone else []
             rows = [(f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
-                     human_age(f["last"])) for f in fns]
-            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN"], rows, right=(1, 2, 3, 4),
-                        width=terminal_width(args.wide), flex=(0,)))
+                     human_age(f["last"]), *([f["expired"] or ""] if gone else [])) for f in fns]
+            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN", *extra], rows,
+                        right=(1, 2, 3, 4, 6) if gone else (1, 2, 3, 4), width=terminal_width(args.wide), flex=(0,)))
         if only_runs:
             print(f"logged runs without stored evaluations: {', '.join(only_runs)} (memolab runs NAME)")
         return OK
@@ -52,7 +56,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
         return OK
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
-             e["code"][:8], e["status"] if e["status"] != "done" else "", args_summary(e, 10**6)) for e in evs]
+             e["code"][:8], "expired" if expired(e) else e["status"] if e["status"] != "done" else "",
+             args_summary(e, 10**6)) for e in evs]
     print(fn)
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
                 width=terminal_width(args.wide), flex=(7,)))
@@ -108,8 +113,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         return show_run(store, run, args.json)
     e = rows[0]
     logs = _logs_of(store, e["id"])
+    from ..acceptance import as_json, covering
+
+    accepts = covering(store.index, e["fn"], [e["code"]], active=False).get(e["code"], [])
     if args.json:
-        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1]})
+        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1],
+                   "accepts": [as_json(a) for a in accepts]})
         return OK
     snap = snapshot_of(e)
     try:
@@ -143,6 +152,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("  code dependencies:")
         for sym, d in sorted(snap["deps"].items()):
             print(f"    {sym}  {str(d)[:16]}")
+    if accepts:
+        from ..store.accepts import summary
+
+        print("  accepted changes (this evaluation's code, `memolab accept`):")
+        for a in accepts:
+            side = "used by" if a["old_code"] == e["code"] else "uses"
+            print(f"    {summary(a)}: this code {side} code {(a['new_code'] if side == 'used by' else a['old_code'])[:8]}…")
     metrics: Dict[str, object] = {}
     for r in logs[0]:
         metrics.update(r.get("metrics") or {})
@@ -188,11 +204,23 @@ def cmd_why(args: argparse.Namespace) -> int:
         return OK
     t = miss.pop("time")
     ex = Explanation.from_dict(miss)
+    from ..acceptance import as_json, covering
+
+    code = (ex.change or {}).get("code")
+    accepts = [a for a in covering(store.index, fn, [code]).get(code, []) if a["new_code"] == code] if code else []
     if args.json:
-        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}})
+        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}, "accepts": [as_json(a) for a in accepts]})
         return OK
     print(f"last miss {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S}):")
     print(str(ex))
+    if accepts:
+        from ..store.accepts import summary
+
+        for a in accepts:
+            print(f"accepted since: {summary(a)} (`memolab accept {args.func} --undo` takes it back)")
+    elif code and ex.change and not ex.hit:
+        print(f"(a change of code alone: `memolab accept {args.func}` shows it again and, if you confirm, records "
+              "that it gives the same results)")
     return OK
 
 

@@ -472,6 +472,23 @@ class Store:
         self.flush_hits()
         self.index.close()
 
+    # -- accepted code changes (store/accepts.py: ``memolab accept``) ------------------------------
+    def accepts_of(self, fn: str, schema: str) -> List[Dict[str, Any]]:
+        """The active accepts of ``fn`` under key schema ``schema`` that may be followed."""
+        from .accepts import usable
+
+        return usable(self.index.accepts(fn, schema))
+
+    def record_accept(self, rec: Dict[str, Any]) -> Dict[str, Any]:
+        """Record accept ``rec`` (signed): ``{"id", "team"}`` (``team``: None, no team store here)."""
+        from .accepts import record
+
+        return {"id": record(self.index, rec), "team": None}
+
+    def undo_accept(self, accept_id: int, by: str) -> Dict[str, Any]:
+        """Take accept ``accept_id`` back: ``{"undone": was it active, "team": None}``."""
+        return {"undone": self.index.undo_accept(accept_id, by=by), "team": None}
+
     # -- maintenance ---------------------------------------------------------------------
     def clear(self, fn: Optional[str] = None) -> int:
         self.forget(fn)

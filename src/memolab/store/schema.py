@@ -89,6 +89,27 @@ CREATE TABLE IF NOT EXISTS blob_stamps(
     mtime_ns INTEGER NOT NULL,
     inode INTEGER NOT NULL
 );
+-- accepted code changes (store/accepts.py): calls keyed with new_code may use what is stored under old_code
+CREATE TABLE IF NOT EXISTS accepts(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    fn TEXT NOT NULL,
+    schema TEXT NOT NULL,
+    new_code TEXT NOT NULL,
+    old_code TEXT NOT NULL,
+    time REAL NOT NULL,
+    user_name TEXT,
+    host TEXT,
+    deps_before TEXT,
+    deps_after TEXT,
+    diffs TEXT,
+    evaluation INTEGER,
+    undone REAL,
+    undone_by TEXT,
+    team_id INTEGER,
+    origin TEXT NOT NULL DEFAULT 'here',
+    pending_undo INTEGER NOT NULL DEFAULT 0,
+    signature TEXT
+);
 -- indexes --
 CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
 -- (fn, finished) first, for a function's evaluations newest first; the summed
@@ -101,6 +122,7 @@ CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
 -- references) and rows out of use (what gc drops first)
 CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
 CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
+CREATE INDEX IF NOT EXISTS accepts_fn ON accepts(fn, schema, new_code);
 """
 
 #: Columns added to a table after it shipped: table -> ((name, type), ...). Nullable, so an older
@@ -131,12 +153,18 @@ def _step_2(conn: sqlite3.Connection, write: Write) -> None:
     conn.executescript(DDL.split("-- indexes --")[1] + "DROP INDEX IF EXISTS evaluations_fn;")  # schema 1's
 
 
+def _step_3(conn: sqlite3.Connection, write: Write) -> None:
+    # the table itself is in ``DDL`` (created before the steps run)
+    conn.execute("CREATE INDEX IF NOT EXISTS accepts_fn ON accepts(fn, schema, new_code)")
+
+
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
 STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
     (2, "small results inline (evaluations.inline), the miss-explanation and gc indexes, the version "
         "mirrored in SQLite's user_version header field (opening a current store is one header read)", _step_2),
+    (3, "accepted code changes (the accepts table: `memolab accept`)", _step_3),
 ]
 
 #: The version this memolab writes. An older memolab refuses a file of a newer one (it reads

@@ -329,7 +329,16 @@ function runRow(r, cols) {
   const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
   const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
   const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
-  if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
+  // a code change the user accepted as giving the same results (`memolab accept`): marked as such on
+  // both codes it names, instead of "code changed"
+  const accepted = r.accepted || [];
+  if (accepted.length) {
+    code.append(el("span", {
+      class: "badge accepted", text: "accepted change",
+      title: accepted.map((a) => `accept #${a.id}: code ${a.new_code.slice(0, 8)}… gives the results of code ` +
+        `${a.old_code.slice(0, 8)}… (accepted by ${a.by}, ${fmtTime(a.time)}; memolab accept --undo takes it back)`).join("\n"),
+    }));
+  } else if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
   const args = (scriptOf(r) ? `${scriptOf(r)} · ` : "") + (r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams));
   return el("tr", {
     "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "", class: sel ? "selected" : "",
