@@ -36,6 +36,8 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "lightning": "memolab.lightning.keys:register",
         "pytorch_lightning": "memolab.lightning.keys:register_pytorch_lightning",
         "lightning_fabric": "memolab.lightning.keys:register_lightning_fabric",
+        # OmegaConf/Hydra configs by their resolved values, types and structure, not their internals
+        "omegaconf": "memolab.omegaconf.keys:register",
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {
