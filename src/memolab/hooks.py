@@ -38,6 +38,11 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "lightning_fabric": "memolab.lightning.keys:register_lightning_fabric",
         # OmegaConf/Hydra configs by their resolved values, types and structure, not their internals
         "omegaconf": "memolab.omegaconf.keys:register",
+        # live handles refused with what to pass instead (docs/hashing.md, "Live handles")
+        "optuna": "memolab.handles.optuna:register",
+        "sqlite3": "memolab.handles.databases:register_sqlite3",
+        "psycopg": "memolab.handles.databases:register_psycopg",
+        "sqlalchemy": "memolab.handles.databases:register_sqlalchemy",
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {
