@@ -9,7 +9,6 @@ cursors (sqlite3, psycopg, SQLAlchemy engines, connections and sessions).
 """
 from __future__ import annotations
 
-import logging
 import sqlite3
 import subprocess
 import sys
@@ -114,12 +113,6 @@ def test_a_psycopg_connection_is_refused(postgres_dsn):
         with con.cursor() as cur:
             with pytest.raises(HashError, match="a psycopg Cursor is a live handle"):
                 hashing.hash_value(cur)
-
-
-def test_a_logger_keys_by_its_name():
-    """Not a live handle: a logger cannot change a result, and pickle's rule keys it by its name."""
-    assert hashing.hash_value(logging.getLogger("a.b")) == hashing.hash_value(logging.getLogger("a.b"))
-    assert hashing.hash_value(logging.getLogger("a.b")) != hashing.hash_value(logging.getLogger("a.c"))
 
 
 def test_registering_the_handles_imports_nothing_the_user_did_not():
