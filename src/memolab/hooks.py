@@ -38,6 +38,8 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "lightning_fabric": "memolab.lightning.keys:register_lightning_fabric",
         # OmegaConf/Hydra configs by their resolved values, types and structure, not their internals
         "omegaconf": "memolab.omegaconf.keys:register",
+        # models, generation configs, fast tokenizers, TrainingArguments by their declared content
+        "transformers": "memolab.transformers.keys:register",
         "pandas": "memolab.pandas.keys:register",  # derived values pandas caches as it is used left out
         # live handles refused with what to pass instead (docs/hashing.md, "Live handles")
         "optuna": "memolab.handles.optuna:register",
