@@ -261,3 +261,18 @@ def test_import_memolab_transformers_keys_imports_no_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"}).stdout
     assert out.strip() == "[]"
+
+
+def test_a_trainer_argument_is_refused_naming_its_path(built, tmp_path):
+    """A Trainer is a run (log history with run times, callbacks, optimizer): refused as Lightning's is."""
+    import torch
+
+    from memolab.errors import HashError
+
+    rows = [{"input_ids": torch.tensor([1, 2, 3]), "labels": torch.tensor([1, 2, 3])}] * 2
+    trainer = transformers.Trainer(model=built["model"](), args=built["args"](out=str(tmp_path / "t"), use_cpu=True),
+                                   train_dataset=rows)
+    with pytest.raises(HashError) as ei:
+        hashing.hash_value({"trainer": trainer})
+    assert ei.value.path == "['trainer']" and "a transformers Trainer is a live handle" in str(ei.value)
+    assert "build the Trainer inside the memoized function" in str(ei.value)

@@ -27,15 +27,17 @@ stays out:
   from its own settings and the call's arguments (a bare ``tokenizers.Tokenizer``
   keeps them: its ``encode`` uses them);
 * a model as any ``nn.Module`` (class by code, weights, buffers, submodules,
-  attributes: its config and generation config by these rules), and every
-  transformers object keyed by the generic rule, without the values its
-  ``cached_property`` attributes stored (derived by the class's code, keyed);
+  attributes: its config and generation config by these rules), without the
+  values its ``cached_property`` attributes stored (derived by the class's code,
+  which is keyed), and a ``PretrainedConfig`` the same way;
 * ``TrainingArguments`` by the settings that change results: its dataclass fields
   less ``NOT_RESULTS`` (where outputs and logs go, who reports, hub pushes, speed
   settings, which rank a process is), plus what it derives from the machine that
   does change results (``n_gpu``, ``world_size``, the device type).
 
-A ``PretrainedConfig`` keys by the generic rule: every attribute it holds was
+A ``Trainer`` is refused, as Lightning's is: it is a run, not a value.
+
+A ``PretrainedConfig`` keys by the generic rule (less its cached properties): every attribute it holds was
 measured stable, and ``to_dict()`` would drop settings that change what a model
 computes (the attention implementation).
 """
@@ -48,6 +50,7 @@ import sys
 from typing import Any, Dict, FrozenSet
 
 from .. import hashing
+from ..handles import refuse_live
 from ..hashing import Encoder
 
 #: lead byte of a library object keyed by its integration's own rule (docs/hashing.md)
@@ -137,7 +140,8 @@ def register() -> None:
                        ("transformers.generation.configuration_utils", _generation),
                        ("transformers.tokenization_utils_tokenizers", _tokenizers),
                        ("transformers.training_args", _training_args),
-                       ("transformers.modeling_utils", _models)):
+                       ("transformers.modeling_utils", _models),
+                       ("transformers.trainer", _trainer)):
         if module in sys.modules:
             fn()
         else:
@@ -164,3 +168,12 @@ def _training_args() -> None:
 
 def _models() -> None:
     hashing.register_handler(sys.modules["transformers.modeling_utils"].PreTrainedModel, encode_object)
+
+
+def _trainer() -> None:
+    # a Trainer is a run: its state (log history with run times, global step), callbacks, optimizer,
+    # accelerator; as Lightning's Trainer (memolab.lightning.keys), it is refused
+    hashing.register_handler(sys.modules["transformers.trainer"].Trainer, refuse_live(
+        "a transformers Trainer", "it carries the state of a run (its log history with run times, step, "
+        "callbacks, optimizer, accelerator)", "what it is built from (the model, TrainingArguments, datasets: "
+        "they are keyed) and build the Trainer inside the memoized function"))
