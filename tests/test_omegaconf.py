@@ -258,3 +258,46 @@ def test_import_memolab_imports_no_omegaconf():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"}).stdout
     assert out.strip() == "[]"
+
+
+ROUNDTRIP = COUNTED + '''
+import dataclasses
+from omegaconf import OmegaConf
+from memolab import identity
+
+
+@dataclasses.dataclass
+class Opt:
+    lr: float = 0.1
+    betas: tuple = (0.9, 0.99)
+
+
+@memo
+def make():
+    ran("make")
+    cfg = OmegaConf.merge(OmegaConf.structured(Opt), {"lr": "${oc.env:LR,0.5}"})
+    root = OmegaConf.create({"opt": cfg, "steps": 3, "tags": ["a", "${steps}"]})
+    root.tags[1]  # resolved once: the resolver cache is filled where it was computed
+    return root
+
+
+@memo
+def take(cfg):
+    return 0
+
+
+cfg = make()
+identity.enabled = False
+print(json.dumps({"key": take.key(cfg)[2], "type": type(cfg).__name__, "lr": cfg.opt.lr}))
+'''
+
+
+def test_a_config_returned_by_a_memoized_function_keys_alike_once_loaded(project):
+    project.write("rt.py", ROUNDTRIP)
+    computed = project.run_json("rt.py", env={"PYTHONHASHSEED": "1"})
+    loaded = project.run_json("rt.py", env={"PYTHONHASHSEED": "2"})
+    assert runs(project) == ["make"]
+    assert computed == loaded and loaded["type"] == "DictConfig"
+    # an interpolation in a loaded config resolves where it is read: here, another environment
+    other = project.run_json("rt.py", env={"LR": "0.25"})
+    assert other["lr"] == 0.25 and other["key"] != computed["key"] and runs(project) == ["make"]
