@@ -88,6 +88,11 @@ def test_database_handles_are_refused_naming_their_path(tmp_path):
             hashing.hash_value({"db": handle})
         assert ei.value.path == "['db']" and f"{what} is a live handle" in str(ei.value)
         assert "memolab.File(path)" in str(ei.value)
+    con.execute("CREATE TABLE t (b BLOB)")
+    con.execute("INSERT INTO t VALUES (zeroblob(4))")
+    with con.blobopen("t", "b", 1) as blob:
+        with pytest.raises(HashError, match="a sqlite3 Blob is a live handle"):
+            hashing.hash_value(blob)
     con.close()
     sqlalchemy = pytest.importorskip("sqlalchemy")
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'db2.sqlite'}")

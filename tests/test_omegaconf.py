@@ -175,6 +175,10 @@ def test_values_types_and_structure_count():
     OmegaConf.set_struct(strict, True)
     assert H(strict) != H(C({"a": 1}))
     assert isinstance(a, DictConfig) and isinstance(C([1]), ListConfig)
+    # the node's class counts (what assigning to it accepts), not only the value it holds
+    from omegaconf.nodes import IntegerNode
+
+    assert H(C({"a": IntegerNode(1)})) != H(C({"a": 1})) and C({"a": IntegerNode(1)}).a == 1
 
 
 @dataclasses.dataclass
