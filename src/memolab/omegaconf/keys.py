@@ -17,10 +17,11 @@ hit. Now a container node is keyed by:
   accepts) and its **resolved value** as reading it would return it: an
   interpolation by what it resolves to now (an environment variable's value, a
   ``${now:...}`` by the time it resolves to, which the resolver cache then pins
-  for that config), a nested config by the same rule, ``???`` as missing. An
-  interpolation that cannot be resolved now (an unset variable, a key that does
-  not exist) is keyed by its text and the kind of error: reading it would raise,
-  and once it resolves the key changes.
+  for that config) *and* by its text (``OmegaConf.to_yaml`` shows the text), a
+  nested config by the same rule, ``???`` as missing. An interpolation that
+  cannot be resolved now (an unset variable, a key that does not exist) is keyed
+  by its text and the kind of error: reading it would raise, and once it resolves
+  the key changes.
 
 Left out: the resolver cache, the node's key in its parent and its parent (a
 sub-config keys by its own content, wherever it sits; interpolations that reach
@@ -83,13 +84,16 @@ def encode_config(enc: Encoder, cfg: Any) -> None:
         enc.encode_child([child_entry(cfg, i) for i in range(len(cfg))], "")
 
 
-def child_entry(cfg: Any, key: Any) -> Tuple[str, Any]:
-    """(the node's class, the value reading ``cfg[key]`` returns, or a marker of why it has none)."""
+def child_entry(cfg: Any, key: Any) -> Tuple[str, Any, Any]:
+    """(the node's class, an interpolation's text or None, the value reading ``cfg[key]`` returns or a
+    marker of why it has none). The text counts too: ``OmegaConf.to_yaml(cfg)`` and
+    ``to_container(cfg)`` show it, so a function may return it."""
     node = cfg._get_node(key)
     kind = type(node).__name__
     if node._is_missing():
-        return kind, Missing()
-    return kind, resolved_or_error(lambda: cfg[key], node)
+        return kind, None, Missing()
+    text = str(node._value()) if node._is_interpolation() else None
+    return kind, text, resolved_or_error(lambda: cfg[key], node)
 
 
 def resolved_or_error(read: Any, node: Any) -> Any:
