@@ -57,11 +57,11 @@ def encode_config(enc: Encoder, cfg: Any) -> None:
         return
     from omegaconf import DictConfig
 
-    if cfg._is_interpolation():  # a whole container given as ``${...}``: what it resolves to
+    if cfg._is_interpolation():  # a container node that is itself ``${...}``: its text and its target
         enc.write(LEAD)
         enc.write_str("omegaconf.interpolation")
-        child = resolved_or_error(lambda: cfg._dereference_node(), cfg)
-        enc.encode_child(child, "")
+        enc.write_str(str(cfg._value()))
+        enc.encode_child(resolved_or_error(lambda: cfg._dereference_node(), cfg), "")
         return
     meta = cfg._metadata
     enc.write(LEAD)
