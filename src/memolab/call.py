@@ -15,7 +15,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, globalrng, hashing, hooks, implicit
+from . import codegraph, config, globalrng, hashing, hooks, implicit, report
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -86,7 +86,8 @@ class Call:
     the step, ``lifecycle``, the driver, ``MemoFunction._call``, ``__call__``."""
 
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
-                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame")
+                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "miss_text", "announced",
+                 "computed")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
@@ -120,6 +121,11 @@ class Call:
         self.routes = 0
         #: the environment variables the body reads (``implicit.environ_frame``)
         self.env_frame: Any = None
+        #: the miss record ``miss_writer`` made (JSON text), which ``report`` explains from
+        self.miss_text: Optional[str] = None
+        #: ``report`` announced this miss (its store is then announced too); seconds it computed
+        self.announced = False
+        self.computed: Optional[float] = None
 
     # -- global generators ---------------------------------------------------------------
     def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
@@ -154,6 +160,7 @@ class Call:
     def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
         """(True, value) of a stored row; (False, None) if it cannot be used (taken out of use)."""
         store, key = self.store, self.key
+        t0 = time.perf_counter()
         try:
             value = store.load(key, row)
         except CodeChanged as e:
@@ -183,6 +190,9 @@ class Call:
                           MemolabWarning, stacklevel=6)
             store.mark_corrupt(key, row, e.reason)
             return False, None
+        seconds = time.perf_counter() - t0
+        if seconds >= report.SLOW or report.every_call(self.memo):  # a big result, or level 2
+            _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
         value = globalrng.restore(value)
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
@@ -248,6 +258,7 @@ class Call:
                 text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force))
         except Exception:  # explaining must never stop the computation
             return None
+        self.miss_text = text
         return store.miss_rider(self.memo.symbol, text)
 
     def call_snapshot(self) -> Dict[str, List[str]]:
@@ -260,6 +271,7 @@ class Call:
     def start(self) -> Tuple[float, Any]:
         """We own the key's lease (its miss recorded with it), or need none (a quick
         function): open a run for its logs."""
+        self.announced = bool(_quietly(report.miss, self))  # on the ``memolab`` logger, if its verbosity says so
         t0 = time.time()
         return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
 
@@ -283,6 +295,8 @@ class Call:
             implicit.env_read(frame, self.memo.symbol, self.memo.env)
         _running.reset(token)
         self.store.note_duration(self.key, seconds)
+        self.computed = seconds
+        report.note(self.store, self.key, seconds)
 
     def failed(self, owner: str, run: Any, error: Optional[BaseException] = None) -> None:
         self.store.release(self.key, owner)
@@ -408,7 +422,9 @@ class Call:
             "snapshot": _json(snapshot),
         }
         try:
+            s0 = time.perf_counter()
             eval_id = store.save(key, owner, stored, fields, sources)
+            saving = time.perf_counter() - s0
             hashing.note_result(key, snapshot["result_digest"], eval_id)
         except Exception as e:
             store.release(key, owner)
@@ -421,7 +437,16 @@ class Call:
                               "but the next call will recompute it.", MemolabWarning, stacklevel=7)
             return None
         store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
+        _quietly(report.stored, self, eval_id, saving, self.computed, self.announced)
         return eval_id
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
+    """A ``report`` line: what memolab says must never fail the call it speaks of."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
 
 
 def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:

@@ -33,7 +33,7 @@ class MemoFunction:
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
                  deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
                  version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True,
-                 global_rng: bool = True, env: Sequence[str] = ()) -> None:
+                 global_rng: bool = True, env: Sequence[str] = (), verbose: Union[None, bool, int] = None) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -68,6 +68,8 @@ class MemoFunction:
             raise TypeError(f"@memo(env=...) takes a list of environment variable names, not {env!r}")
         #: environment variables whose values join the key
         self.env = tuple(env)
+        #: what its calls say on the ``memolab`` logger (``report``); None: ``configure(verbose=...)``
+        self.verbose: Optional[int] = _verbosity(verbose)
         # named after the user code it runs: a library decorator without functools.wraps
         # names every wrapper alike (``codegraph.runs``)
         self.symbol = codegraph.symbol_of(codegraph.runs(fn))
@@ -101,7 +103,7 @@ class MemoFunction:
         if module not in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             return _memo_by_name, (module, qualname)
         return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
-                               self.version_sensitivity, self.collective, self.global_rng, self.env)
+                               self.version_sensitivity, self.collective, self.global_rng, self.env, self.verbose)
 
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
@@ -280,11 +282,20 @@ def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
                   store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
-                  collective: Union[bool, str] = True, global_rng: bool = True, env: Sequence[str] = ()) -> "MemoFunction":
+                  collective: Union[bool, str] = True, global_rng: bool = True, env: Sequence[str] = (),
+                  verbose: Optional[int] = None) -> "MemoFunction":
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                        env=env)
+                        env=env, verbose=verbose)
+
+
+def _verbosity(v: Union[None, bool, int]) -> Optional[int]:
+    """``@memo(verbose=...)``: None (the process's setting), True/False, or a level 0..2."""
+    try:
+        return config.ENV["MEMOLAB_VERBOSE"].rule.check(v)
+    except ValueError:
+        raise TypeError(f"@memo(verbose=...) takes True, False or a level 0, 1 or 2, not {v!r}") from None
 
 
 #: symbol -> the live memoized functions named so whose code memolab cannot see (a library
@@ -341,13 +352,14 @@ def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
          store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
-         collective: Union[bool, str] = ..., global_rng: bool = ..., env: Sequence[str] = ...) -> Callable[[F], F]: ...
+         collective: Union[bool, str] = ..., global_rng: bool = ..., env: Sequence[str] = ...,
+         verbose: Union[None, bool, int] = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
          deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
          version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True, global_rng: bool = True,
-         env: Sequence[str] = ()) -> Any:
+         env: Sequence[str] = (), verbose: Union[None, bool, int] = None) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -364,11 +376,14 @@ def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (),
     join its key, and a hit leaves them where the body did; ``False`` ignores them
     (docs/cache-rules.md, "Global random generators").
     ``env``: environment variables whose values join the key.
+    ``verbose``: what its calls say on the ``memolab`` logger (True/1: misses and what takes
+    time, 2: every call past this process's memory, False/0: nothing); None follows
+    ``configure(verbose=...)`` / ``$MEMOLAB_VERBOSE`` (docs/logging.md, "What memolab says").
     """
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
                             version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                            env=env)
+                            env=env, verbose=verbose)
 
     if fn is not None:
         return wrap(fn)

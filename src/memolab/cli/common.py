@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..progress import Bar
+
 COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
 
@@ -177,43 +179,9 @@ def confirm(args: argparse.Namespace, action: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-class Progress:
-    """A one-line progress bar on stderr while it is a terminal; nothing at all on a pipe or file.
-
-    Hand-written (30 lines) rather than a dependency: it needs no import at ``import memolab``
-    and draws at most ~10 times a second, so a loop over a million items does not pay for it.
-    """
-
-    def __init__(self, label: str, total: int, unit: str = "") -> None:
-        self.label, self.total, self.unit = label, max(0, int(total)), unit
-        self.done = 0
-        self.on = self.total > 0 and sys.stderr.isatty()
-        self._last = 0.0
-
-    def __enter__(self) -> "Progress":
-        self._draw(force=True)
-        return self
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        self._draw()
-
-    def _draw(self, force: bool = False) -> None:
-        if not self.on:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1 and self.done < self.total:
-            return
-        self._last = now
-        frac = min(1.0, self.done / self.total)
-        bar = "#" * int(frac * 24)
-        sys.stderr.write(f"\r{self.label} [{bar:<24}] {self.done}/{self.total}{self.unit} {frac:4.0%}")
-        sys.stderr.flush()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.on:
-            sys.stderr.write("\r\033[K")  # erase the bar: the command's own output follows
-            sys.stderr.flush()
+#: the progress bar of every command (``memolab.progress``: on a terminal only, once the work has
+#: lasted ``MEMOLAB_PROGRESS_DELAY``; tqdm's drawing when it is installed)
+Progress = Bar
 
 
 def emit_json(data: Any) -> None:
