@@ -47,8 +47,8 @@ __all__ = ["SLOW", "level", "every_call", "note", "miss", "stored", "loaded", "L
 SLOW = 1.0
 LOGGER_NAME = "memolab"
 
-#: (store root, fn, code) -> every computation of it in this process took less than ``SLOW``
-_quick: Dict[Tuple[str, str, str], bool] = {}
+#: (id of the store, fn, code) -> every computation of it in this process took less than ``SLOW``
+_quick: Dict[Tuple[int, str, str], bool] = {}
 
 
 def _rank_other_than_0() -> bool:
@@ -78,12 +78,12 @@ def every_call(memo: Any) -> bool:
 
 def note(store: Any, key: Any, seconds: float) -> None:
     """A computation of ``key`` took ``seconds`` (its later misses are announced at level 1 only if one was slow)."""
-    k = (str(getattr(store, "root", "")), key[0], key[1])
+    k = (id(store), key[0], key[1])
     _quick[k] = _quick.get(k, True) and seconds < SLOW
 
 
 def _known_quick(store: Any, key: Any) -> bool:
-    return _quick.get((str(getattr(store, "root", "")), key[0], key[1]), False)
+    return _quick.get((id(store), key[0], key[1]), False)
 
 
 # -- the lines -----------------------------------------------------------------------------
@@ -117,13 +117,36 @@ def _reason(ex: Dict[str, Any]) -> str:
         return "miss"
     first = reasons[0]
     if first.startswith("`") and first.endswith("` changed"):
-        first = f"code of {_name(first[1:-len('` changed')])} changed"
+        sym = first[1:-len("` changed")]
+        diff = (ex.get("diffs") or {}).get(sym)
+        member = _changed_def(diff) if isinstance(diff, str) else None
+        name = _name(sym)
+        if member and member != name.split(".")[-1]:
+            name = f"{name}.{member}"  # a class's method: what the user edited
+        first = f"code of {name} changed"
     elif first.startswith("new arguments: "):
         first = "new arguments: " + first[len("new arguments: "):]
     if len(first) > 100:
         first = first[:99] + "…"
     more = len(reasons) - 1
     return first + (f" (and {more} more)" if more else "")
+
+
+def _changed_def(diff: str) -> Optional[str]:
+    """The function a unified diff's first change is in (the last ``def`` above it, in the
+    diff's context), or None."""
+    import re
+
+    last = None
+    for line in diff.splitlines():
+        if line.startswith(("---", "+++", "@@")):
+            continue
+        m = re.match(r"^[ +-]\s*(?:async\s+)?def\s+(\w+)", line)
+        if line[:1] in "+-" and not (m and line[:1] == "+" and last is None):
+            return last if last is not None else (m.group(1) if m else None)
+        if m:
+            last = m.group(1)
+    return last
 
 
 def _explanation(call: Any) -> Dict[str, Any]:
