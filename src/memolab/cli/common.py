@@ -337,18 +337,20 @@ def checkpoint_wal(store) -> None:
 
 
 def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def removed_line(verb: str, r: Dict[str, Any], what: str = "") -> str:
     """``cleared F: 2 evaluations, 3 runs, 1200 log points; freed 1.2 MB (2 blobs: 1.1 MB; index 300 KB -> 200 KB)``"""
     freed = "would free" if verb.startswith("would") else "freed"
+    about = "~" if r.get("index_estimated") else ""  # a dry run's index share is an estimate
     index_part = ""
     if r.get("index_bytes_before") is not None:
-        index_part = f"; index {human_size(r['index_bytes_before'])} -> {human_size(r['index_bytes_after'])}"
+        index_part = f"; index {human_size(r['index_bytes_before'])} -> {about}{human_size(r['index_bytes_after'])}"
     return (f"{verb}{' ' + what + ':' if what else ''} {plural(r['evaluations'], 'evaluation')}, "
             f"{plural(r['runs'], 'run')}, {plural(r['log_points'], 'log point')}; {freed} "
-            f"{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}{index_part})")
+            f"{about}{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}"
+            f"{index_part})")
 
 
 def positive_int(text: str) -> int:

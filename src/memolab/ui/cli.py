@@ -84,10 +84,20 @@ def cmd_export_tb(args: argparse.Namespace) -> int:
     from ..cli.common import Progress, open_store, resolve_function
     from ..tracking import tb_export
 
+    from ..cli.common import PROBLEM, CliError
+
     store = open_store(args)  # never creates one: a typo in --store is an error, not an empty export
     fn = resolve_function(store, args.func) if args.func is not None else None
-    with Progress("exporting runs", tb_export.count_runs(store.index, fn)) as bar:
-        result = tb_export.export(store.index, Path(args.dir), fn, progress=bar.update)
+    out = Path(args.dir)
+    if out.exists() and not out.is_dir():
+        raise CliError(PROBLEM, f"export-tb: {out} is a file, not a directory: give a directory (made if missing), "
+                                "e.g. tb-logs")
+    try:
+        with Progress("exporting runs", tb_export.count_runs(store.index, fn)) as bar:
+            result = tb_export.export(store.index, out, fn, progress=bar.update)
+    except (FileExistsError, NotADirectoryError, PermissionError, IsADirectoryError) as e:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        raise CliError(PROBLEM, f"export-tb: cannot write the export under {out}: {e.strerror or e}{where}") from None
     removed = f"; removed {len(result.removed)} stale run director{'y' if len(result.removed) == 1 else 'ies'}" \
         if result.removed else ""
     print(f"wrote {len(result)} run(s) under {args.dir}{removed}; view them with: tensorboard --logdir {args.dir}")
