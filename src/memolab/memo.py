@@ -256,7 +256,17 @@ class MemoFunction:
         return self.store().clear(self.symbol)
 
     def evaluations(self) -> List[Dict[str, Any]]:
-        return self.store().index.evaluations(self.symbol)
+        """Every stored evaluation of this function (rows of the index), newest first; a table in a notebook."""
+        return Evaluations(self.store().index.evaluations(self.symbol))
+
+
+class Evaluations(List[Dict[str, Any]]):
+    """``MemoFunction.evaluations()``: a plain list of rows, shown as a table in a notebook."""
+
+    def _repr_html_(self) -> str:
+        from .display import evaluations_table
+
+        return evaluations_table(self)
 
 
 def _lookup(module: str, qualname: str) -> Any:
