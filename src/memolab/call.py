@@ -191,7 +191,7 @@ class Call:
             store.mark_corrupt(key, row, e.reason)
             return False, None
         seconds = time.perf_counter() - t0
-        if seconds >= report.SLOW or report.every_call(self.memo):  # a big result, or level 2
+        if seconds >= report.SLOW or "loaded_bytes" in row or report.every_call(self.memo):  # slow, big, or level 2
             _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
         value = globalrng.restore(value)

@@ -11,8 +11,9 @@ Levels (``MEMOLAB_VERBOSE``, ``configure(verbose=...)``, ``@memo(verbose=...)``)
 * 1, the default: what takes time. A miss is announced unless every computation of its
   function's code in this process took less than ``SLOW`` (so the first miss of each
   function is, and a loop of quick misses says one line, not thousands); a store or a
-  load is announced when it took ``SLOW`` or more, and the store of an announced miss
-  always (it ends the story the miss line began). On a rank other than 0 of a
+  load is announced when it took ``SLOW`` or more, a load of a big result (64 MiB or
+  more: ``progress.BIG``) always, and the store of an announced miss always (it ends the
+  story the miss line began). On a rank other than 0 of a
   distributed job (``RANK``/``LOCAL_RANK`` set and not 0) the default is 0: every rank
   would say the same.
 * 2: every call that is not a hit from this process's memory: each miss, store and load.
@@ -197,13 +198,15 @@ def stored(call: Any, eval_id: Optional[int], seconds: float, computed: Optional
 def loaded(call: Any, row: Dict[str, Any], seconds: float) -> None:
     """Announce a hit read from the store (a slow one, or every one at level 2)."""
     lv = level(call.memo)
-    if lv == 0 or (lv == 1 and seconds < SLOW):
+    if lv == 0 or (lv == 1 and seconds < SLOW and "loaded_bytes" not in row):
         return
     _say(f"{_call_text(call)} loaded {human_bytes(_row_size(row))} from the store in {human_seconds(seconds)} "
          f"(evaluation #{row.get('id')})")
 
 
 def _row_size(row: Dict[str, Any]) -> int:
+    if row.get("loaded_bytes") is not None:
+        return int(row["loaded_bytes"])
     if row.get("size") is not None:
         return int(row["size"])
     n = int(row.get("payload_size") or 0)

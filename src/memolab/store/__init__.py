@@ -326,7 +326,10 @@ class Store:
             payload = bytes(self.blobs.get(row["payload"], row["payload_size"], verify="always"))
             source = refs
         total = sum(n for _, n in source) if type(source) is not tuple else 0
-        bar = result_bar("loading", key[0], total) if total >= BIG_RESULT else None
+        bar = None
+        if total >= BIG_RESULT:  # a big result: a bar if it lasts, and the caller says what it loaded
+            bar = result_bar("loading", key[0], total)
+            row["loaded_bytes"] = total + row["payload_size"]
         try:
             value = self._unpickle(payload, source, None if bar is None else bar.update)
         finally:
