@@ -167,3 +167,32 @@ def test_why_not_by_platform():
     assert why_not({"WAYLAND_DISPLAY": "wayland-0"}, "linux") is None
     assert why_not({}, "darwin") is None and why_not({}, "win32") is None
     assert why_not({"SSH_TTY": "/dev/pts/1"}, "darwin") == "this is an SSH session"
+
+
+def test_the_printed_url_opens_the_dashboard_in_chromium(stocked):
+    """The first line's URL, token included, is all a real browser needs: Debian's Chromium
+    (driven by Playwright) loads the page and its data from it."""
+    from pathlib import Path
+
+    chromium = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
+    if not Path(chromium).exists():
+        if os.environ.get("CI"):
+            raise AssertionError(f"no Chromium at {chromium}: make system-deps installs Debian's chromium")
+        pytest.skip(f"no Chromium at {chromium} (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is pinned in the dev extra")
+    project, tmp = stocked
+    ui = Ui(project, {}, "--no-browser")
+    try:
+        url = _url(ui.line())
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+            try:
+                page = browser.new_page()
+                page.goto(url)
+                page.wait_for_selector("body[data-ready='1']", timeout=30000)
+                assert "job" in page.inner_text("body")
+                assert "token=" not in page.url  # dropped from the address bar once the cookie is set
+            finally:
+                browser.close()
+    finally:
+        ui.close()
