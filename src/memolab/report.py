@@ -35,7 +35,6 @@ silences them as well.
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -53,9 +52,10 @@ _quick: Dict[Tuple[int, str, str], bool] = {}
 
 
 def _rank_other_than_0() -> bool:
-    for var in ("RANK", "LOCAL_RANK"):
-        v = os.environ.get(var)
-        if v is not None and v.strip() not in ("", "0"):
+    env = config.environ_bytes  # 30 ns a read: every miss asks
+    for var in (b"RANK", b"LOCAL_RANK"):
+        v = env(var)
+        if v is not None and v.strip() not in (b"", b"0"):
             return True
     return False
 
@@ -73,7 +73,7 @@ def level(memo: Any) -> int:
 
 def every_call(memo: Any) -> bool:
     """Is every store hit of ``memo`` to be announced (level 2)? Cheap: the hit path asks."""
-    v = memo.verbose
+    v = getattr(memo, "verbose", None)
     return v == 2 if v is not None else config.settings().verbose == 2
 
 
