@@ -191,7 +191,8 @@ class Call:
             store.mark_corrupt(key, row, e.reason)
             return False, None
         seconds = time.perf_counter() - t0
-        if seconds >= report.SLOW or "loaded_bytes" in row or report.every_call(self.memo):  # slow, big, or level 2
+        v = self.memo.verbose  # (the hit path: attributes, not calls)
+        if seconds >= report.SLOW or "loaded_bytes" in row or v == 2 or (v is None and report.ALL):  # slow, big, level 2
             _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
         value = globalrng.restore(value)

@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import config
 from .text import human_bytes, human_seconds
 
-__all__ = ["SLOW", "level", "every_call", "note", "miss", "stored", "loaded", "LOGGER_NAME"]
+__all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "LOGGER_NAME"]
 
 #: seconds from which a computation, a store or a load counts as taking time (level 1)
 SLOW = 1.0
@@ -72,9 +72,22 @@ def level(memo: Any) -> int:
 
 
 def every_call(memo: Any) -> bool:
-    """Is every store hit of ``memo`` to be announced (level 2)? Cheap: the hit path asks."""
+    """Is every store hit of ``memo`` to be announced (level 2)?"""
     v = getattr(memo, "verbose", None)
-    return v == 2 if v is not None else config.settings().verbose == 2
+    return v == 2 if v is not None else ALL
+
+
+#: ``configure(verbose=2)`` or ``MEMOLAB_VERBOSE=2``: every call is said. Kept up to date by
+#: ``configure()`` so the hit path reads a module attribute, not the settings
+ALL = config.settings().verbose == 2
+
+
+def _configured(old: Any, new: Any) -> None:
+    global ALL
+    ALL = new.verbose == 2
+
+
+config.on_configure.append(_configured)
 
 
 def note(store: Any, key: Any, seconds: float) -> None:
