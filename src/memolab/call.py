@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit
+from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, report
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -86,7 +86,8 @@ class Call:
 
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
                  "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
-                 "state_deps", "via", "at", "expiry")
+                 "state_deps", "via", "at", "expiry",
+                 "miss_text", "announced", "computed")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
@@ -130,6 +131,11 @@ class Call:
         self.at: Optional[float] = expiry.now() if memo.max_age is not None or memo.validate is not None else None
         #: why the stored row of the key expired (``expired``): the call recomputes it
         self.expiry: Optional[str] = None
+        #: the miss record ``miss_writer`` made (JSON text), which ``report`` explains from
+        self.miss_text: Optional[str] = None
+        #: ``report`` announced this miss (its store is then announced too); seconds it computed
+        self.announced = False
+        self.computed: Optional[float] = None
 
     # -- global generators ---------------------------------------------------------------
     def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
@@ -206,6 +212,7 @@ class Call:
     def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
         """(True, value) of a stored row; (False, None) if it cannot be used (taken out of use)."""
         store, key = self.store, (self.via[0] if self.via is not None else self.key)
+        t0 = time.perf_counter()
         try:
             value = store.load(key, row)
         except CodeChanged as e:
@@ -235,6 +242,10 @@ class Call:
                           MemolabWarning, stacklevel=6)
             store.mark_corrupt(key, row, e.reason)
             return False, None
+        seconds = time.perf_counter() - t0
+        v = self.memo.verbose  # (the hit path: attributes, not calls)
+        if seconds >= report.SLOW or "loaded_bytes" in row or v == 2 or (v is None and report.ALL):  # slow, big, level 2
+            _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
         value = globalrng.restore(value)
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
@@ -303,6 +314,7 @@ class Call:
                 text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force))
         except Exception:  # explaining must never stop the computation
             return None
+        self.miss_text = text
         return store.miss_rider(self.memo.symbol, text)
 
     def call_snapshot(self) -> Dict[str, List[str]]:
@@ -315,6 +327,7 @@ class Call:
     def start(self) -> Tuple[float, Any]:
         """We own the key's lease (its miss recorded with it), or need none (a quick
         function): open a run for its logs."""
+        self.announced = bool(_quietly(report.miss, self))  # on the ``memolab`` logger, if its verbosity says so
         t0 = expiry.now()
         return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
 
@@ -344,6 +357,8 @@ class Call:
             self.state_deps.update(self.rng.deps)
         _running.reset(token)
         self.store.note_duration(self.key, seconds)
+        self.computed = seconds
+        report.note(self.store, self.key, seconds)
 
     def failed(self, owner: str, run: Any, error: Optional[BaseException] = None) -> None:
         self.store.release(self.key, owner)
@@ -473,7 +488,9 @@ class Call:
             "snapshot": _json(snapshot),
         }
         try:
+            s0 = time.perf_counter()
             eval_id = store.save(key, owner, stored, fields, sources)
+            saving = time.perf_counter() - s0
             hashing.note_result(key, snapshot["result_digest"], eval_id)
         except Exception as e:
             store.release(key, owner)
@@ -486,7 +503,16 @@ class Call:
                               "but the next call will recompute it.", MemolabWarning, stacklevel=7)
             return None
         store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
+        _quietly(report.stored, self, eval_id, saving, self.computed, self.announced)
         return eval_id
+
+
+def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
+    """A ``report`` line: what memolab says must never fail the call it speaks of."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
 
 
 def memory_hit(store: Any, key: Key, fresh: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[bool, Any]:

@@ -47,6 +47,12 @@ class Explanation:
             lines.extend("    " + ln for ln in diff.rstrip("\n").splitlines())
         return "\n".join(lines)
 
+    def _repr_html_(self) -> str:
+        """In a notebook: hit or miss, the reasons, and each code diff rendered."""
+        from .display import explanation
+
+        return explanation(self)
+
     def to_dict(self) -> Dict[str, Any]:
         out = {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}
         if self.change is not None:

@@ -38,7 +38,8 @@ class MemoFunction:
                  version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True,
                  global_rng: bool = True, env: Sequence[str] = (), code: str = "digest",
                  max_age: Union[None, int, float, str, Any] = None,
-                 validate: Optional[Callable[[Dict[str, Any]], Any]] = None) -> None:
+                 validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
+                 verbose: Union[None, bool, int] = None) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -87,6 +88,8 @@ class MemoFunction:
         #: ``validate(metadata) -> bool``: False refuses a stored result (recomputed), as joblib's
         #: ``cache_validation_callback``
         self.validate = validate
+        #: what its calls say on the ``memolab`` logger (``report``); None: ``configure(verbose=...)``
+        self.verbose: Optional[int] = _verbosity(verbose)
         # named after the user code it runs: a library decorator without functools.wraps
         # names every wrapper alike (``codegraph.runs``)
         self.symbol = codegraph.symbol_of(codegraph.runs(fn))
@@ -121,7 +124,7 @@ class MemoFunction:
             return _memo_by_name, (module, qualname)
         return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
                                self.version_sensitivity, self.collective, self.global_rng, self.env, self.code,
-                               self.max_age, self.validate)
+                               self.max_age, self.validate, self.verbose)
 
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
@@ -312,7 +315,17 @@ class MemoFunction:
         return self.store().clear(self.symbol)
 
     def evaluations(self) -> List[Dict[str, Any]]:
-        return self.store().index.evaluations(self.symbol)
+        """Every stored evaluation of this function (rows of the index), newest first; a table in a notebook."""
+        return Evaluations(self.store().index.evaluations(self.symbol))
+
+
+class Evaluations(List[Dict[str, Any]]):
+    """``MemoFunction.evaluations()``: a plain list of rows, shown as a table in a notebook."""
+
+    def _repr_html_(self) -> str:
+        from .display import evaluations_table
+
+        return evaluations_table(self)
 
 
 def _lookup(module: str, qualname: str) -> Any:
@@ -340,11 +353,20 @@ def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Option
                   store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
                   collective: Union[bool, str] = True, global_rng: bool = True, env: Sequence[str] = (),
                   code: str = "digest", max_age: Optional[float] = None,
-                  validate: Optional[Callable[[Dict[str, Any]], Any]] = None) -> "MemoFunction":
+                  validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
+                  verbose: Optional[int] = None) -> "MemoFunction":
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                        env=env, code=code, max_age=max_age, validate=validate)
+                        env=env, code=code, max_age=max_age, validate=validate, verbose=verbose)
+
+
+def _verbosity(v: Union[None, bool, int]) -> Optional[int]:
+    """``@memo(verbose=...)``: None (the process's setting), True/False, or a level 0..2."""
+    try:
+        return config.ENV["MEMOLAB_VERBOSE"].rule.check(v)
+    except ValueError:
+        raise TypeError(f"@memo(verbose=...) takes True, False or a level 0, 1 or 2, not {v!r}") from None
 
 
 #: symbol -> the live memoized functions named so whose code memolab cannot see (a library
@@ -406,14 +428,16 @@ def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..
          store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
          collective: Union[bool, str] = ..., global_rng: bool = ..., env: Sequence[str] = ...,
          code: str = ..., max_age: Union[None, int, float, str, Any] = ...,
-         validate: Optional[Callable[[Dict[str, Any]], Any]] = ...) -> Callable[[F], F]: ...
+         validate: Optional[Callable[[Dict[str, Any]], Any]] = ...,
+         verbose: Union[None, bool, int] = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
          deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
          version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True, global_rng: bool = True,
          env: Sequence[str] = (), code: str = "digest", max_age: Union[None, int, float, str, Any] = None,
-         validate: Optional[Callable[[Dict[str, Any]], Any]] = None) -> Any:
+         validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
+         verbose: Union[None, bool, int] = None) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -437,11 +461,14 @@ def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (),
     ``"1d"``) are recomputed: for functions that read the outside world.
     ``validate``: ``validate(metadata) -> bool`` on every hit (the stored evaluation's ``id``,
     ``started``, ``finished``, ``duration``, ``age``); False recomputes it.
+    ``verbose``: what its calls say on the ``memolab`` logger (True/1: misses and what takes
+    time, 2: every call past this process's memory, False/0: nothing); None follows
+    ``configure(verbose=...)`` / ``$MEMOLAB_VERBOSE`` (docs/logging.md, "What memolab says").
     """
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
                             version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                            env=env, code=code, max_age=max_age, validate=validate)
+                            env=env, code=code, max_age=max_age, validate=validate, verbose=verbose)
 
     if fn is not None:
         return wrap(fn)

@@ -60,6 +60,11 @@ class Evaluation(NamedTuple):
     size: Optional[int]
     result: Optional[str]
 
+    def _repr_html_(self) -> str:
+        from .display import evaluation
+
+        return evaluation(self)
+
 
 class Run:
     """One run of a function: a computation of a memoized function, a script's process run, or a
@@ -92,6 +97,21 @@ class Run:
 
     def __repr__(self) -> str:
         return f"<memolab.Run {self.id} {self.fn} {self.name!r} {self.status}>"
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the run and its curves, one small chart per scalar tag (at most 12)."""
+        from .display import run_card
+
+        return run_card(self, [(t, self.curve(t)) for t in self.tags()[:12]])
+
+    def curve(self, tag: str, points: int = 200) -> Scalars:
+        """``tag``'s series summarised to about ``points`` points (bucket means; first and last
+        exact; None for a non-finite value): for a chart. ``scalars`` has every point."""
+        rid = self._run_id()
+        if rid is None:
+            return Scalars(tag, [], [], [])
+        p = _query.scalars(self._index, rid, tag, points)
+        return Scalars(tag, p["step"], p["value"], p["wall"])
 
     def _run_id(self) -> Optional[int]:
         return self.id if isinstance(self.id, int) else None  # "e12": an evaluation stored without a run
@@ -131,6 +151,12 @@ class Run:
 
 class RunList(List[Run]):
     """A list of runs, newest first, with ``to_pandas()``."""
+
+    def _repr_html_(self) -> str:
+        """In a notebook: a table, one row per run, final metrics in columns."""
+        from .display import runs_table
+
+        return runs_table(self)
 
     def to_pandas(self) -> Any:
         """One row per run: id, fn, name, status, started, duration, the hparams, then the final metrics."""

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..progress import Bar
+
 COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
 
@@ -177,43 +179,9 @@ def confirm(args: argparse.Namespace, action: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-class Progress:
-    """A one-line progress bar on stderr while it is a terminal; nothing at all on a pipe or file.
-
-    Hand-written (30 lines) rather than a dependency: it needs no import at ``import memolab``
-    and draws at most ~10 times a second, so a loop over a million items does not pay for it.
-    """
-
-    def __init__(self, label: str, total: int, unit: str = "") -> None:
-        self.label, self.total, self.unit = label, max(0, int(total)), unit
-        self.done = 0
-        self.on = self.total > 0 and sys.stderr.isatty()
-        self._last = 0.0
-
-    def __enter__(self) -> "Progress":
-        self._draw(force=True)
-        return self
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        self._draw()
-
-    def _draw(self, force: bool = False) -> None:
-        if not self.on:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1 and self.done < self.total:
-            return
-        self._last = now
-        frac = min(1.0, self.done / self.total)
-        bar = "#" * int(frac * 24)
-        sys.stderr.write(f"\r{self.label} [{bar:<24}] {self.done}/{self.total}{self.unit} {frac:4.0%}")
-        sys.stderr.flush()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.on:
-            sys.stderr.write("\r\033[K")  # erase the bar: the command's own output follows
-            sys.stderr.flush()
+#: the progress bar of every command (``memolab.progress``: on a terminal only, once the work has
+#: lasted ``MEMOLAB_PROGRESS_DELAY``; tqdm's drawing when it is installed)
+Progress = Bar
 
 
 def emit_json(data: Any) -> None:
@@ -393,18 +361,20 @@ def checkpoint_wal(store) -> None:
 
 
 def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def removed_line(verb: str, r: Dict[str, Any], what: str = "") -> str:
     """``cleared F: 2 evaluations, 3 runs, 1200 log points; freed 1.2 MB (2 blobs: 1.1 MB; index 300 KB -> 200 KB)``"""
     freed = "would free" if verb.startswith("would") else "freed"
+    about = "~" if r.get("index_estimated") else ""  # a dry run's index share is an estimate
     index_part = ""
     if r.get("index_bytes_before") is not None:
-        index_part = f"; index {human_size(r['index_bytes_before'])} -> {human_size(r['index_bytes_after'])}"
+        index_part = f"; index {human_size(r['index_bytes_before'])} -> {about}{human_size(r['index_bytes_after'])}"
     return (f"{verb}{' ' + what + ':' if what else ''} {plural(r['evaluations'], 'evaluation')}, "
             f"{plural(r['runs'], 'run')}, {plural(r['log_points'], 'log point')}; {freed} "
-            f"{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}{index_part})")
+            f"{about}{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}"
+            f"{index_part})")
 
 
 def positive_int(text: str) -> int:

@@ -6,7 +6,7 @@ import argparse
 import datetime as _dt
 from typing import Any, Dict, List, Optional, Sequence
 
-from .common import (OK, CliError, PROBLEM, command, emit_json, footer, human_age, human_duration, json_option,
+from .common import (OK, USAGE, CliError, PROBLEM, command, emit_json, footer, human_age, human_duration, json_option,
                      open_store, options, positive_int, resolve_function, short_name, table, terminal_width)
 
 STATUSES = ("running", "done", "failed", "interrupted", "lost")
@@ -62,23 +62,48 @@ def number(v: Optional[float]) -> str:
     return f"{v:.4g}"
 
 
-def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bool) -> str:
+#: the fewest digits of a run id the tables show (``show`` takes any unique prefix)
+SHORT_MIN = 6
+
+
+def short_length(store: Any) -> int:
+    """Digits of a run id that tell every run of the store apart (at least ``SHORT_MIN``): the
+    RUN column shows that many, as git shows commits, and ``show`` takes them."""
+    c = store.index.conn()
+    if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
+        return SHORT_MIN
+    ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
+    n = SHORT_MIN
+    for a, b in zip(ids, ids[1:]):
+        common = 0
+        for x, y in zip(a, b):
+            if x != y:
+                break
+            common += 1
+        n = max(n, common + 1)
+    return n
+
+
+def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bool, short: int = 0) -> str:
+    """``short``: digits of run ids shown (0: whole ids)."""
     width = terminal_width(args.wide)
     tags = metric_columns(rows, args.metric, 1000 if width is None else 4)
+    if width is None:
+        short = 0  # --wide or a pipe: whole ids, as `--json` has them
     while True:  # metric columns that do not fit once names are cut go, last first
-        text = _runs_table(rows, tags, width, with_fn)
+        text = _runs_table(rows, tags, width, with_fn, short)
         if width is None or not tags or max(len(ln) for ln in text.splitlines()) <= width:
             return text
         tags = tags[:-1]
 
 
-def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int], with_fn: bool) -> str:
+def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int], with_fn: bool, short: int = 0) -> str:
     # two scripts that define the same function share the symbol __main__:NAME: say which file ran
     with_fn = with_fn or len({where(r) for r in rows if r["fn"].startswith("__main__:")}) > 1
     headers = ["RUN", "STATUS"] + (["FUNCTION"] if with_fn else []) + ["NAME", "WHEN", "TOOK", "EVAL"] + tags
     body = []
     for r in rows:
-        rid = r["id"] if isinstance(r["id"], int) else "-"
+        rid = (str(r["id"])[:short] if short else r["id"]) if isinstance(r["id"], int) else "-"
         ev = f"#{r['eval_id']}" if r.get("stored") and r.get("eval_id") else "-"
         cells = [rid, r["status"]] + ([where(r)] if with_fn else []) + [
             r.get("label") or "", human_age(r["started"]), human_duration(r.get("duration")), ev]
@@ -108,7 +133,7 @@ def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
         return OK
     if fn:
         print(fn)
-    print(runs_table(shown, args, with_fn=fn is None))
+    print(runs_table(shown, args, with_fn=fn is None, short=short_length(store)))
     more = footer(len(shown), total, "runs", "--limit N or --all for more")
     if more:
         print(more)
@@ -160,13 +185,11 @@ def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
         info.append(("parent run", r["parent"]))
     if r["status"] != "done" and r.get("code") and not r.get("stored"):
         info.append(("code vs stored", _code_against_stored(store, r)))
-    w = max(len(k) for k, _ in info)
-    for k, v in info:
-        print(f"  {k.ljust(w)}  {v}")
+    print_fields(info)
     if r.get("hparams"):
         print("  hyperparameters:")
         for k, v in r["hparams"].items():
-            print(f"    {k} = {v}")
+            print(wrapped(f"    {k} = {v}", "      "))
     print_tags(tags, r.get("metrics") or {})
     for what in ("traceback", "output"):
         if fail[what]:
@@ -201,13 +224,47 @@ def print_tags(tags: Dict[str, List[str]], metrics: Dict[str, Optional[float]]) 
         if not names:
             continue
         if kind == "scalar":
-            print(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in names)}")
+            print(wrapped(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in names)}", "      "))
         else:
-            print(f"    {kind}s: {', '.join(names)}")
+            print(wrapped(f"    {kind}s: {', '.join(names)}", "      "))
+
+
+def wrapped(line: str, indent: str) -> str:
+    """``line`` folded to the terminal's width at spaces, continued under ``indent``: never in the
+    middle of a number or a name (a terminal folds at the last column, whatever is there). A pipe
+    gets it whole."""
+    width = terminal_width()
+    if width is None or len(line) <= width:
+        return line
+    import textwrap
+
+    return textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False,
+                         replace_whitespace=False, drop_whitespace=True)
+
+
+def print_fields(info: List[Any]) -> None:
+    """``  key    value`` lines, values folded under themselves (``wrapped``)."""
+    w = max(len(k) for k, _ in info)
+    for k, v in info:
+        print(wrapped(f"  {k.ljust(w)}  {v}", " " * (w + 4)))
+
+
+def run_by_prefix(store: Any, digits: str) -> Optional[Dict[str, Any]]:
+    """The one run whose id starts with ``digits`` (a short id from ``memolab runs``), or None;
+    several: a usage error listing them."""
+    c = store.index.conn()
+    if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
+        return None
+    ids = [i for (i,) in c.execute("SELECT id FROM runs WHERE CAST(id AS TEXT) LIKE ? ORDER BY id LIMIT 6",
+                                   (digits + "%",))]
+    if len(ids) > 1:
+        listed = ", ".join(str(i) for i in ids[:5]) + (", …" if len(ids) > 5 else "")
+        raise CliError(USAGE, f"{digits} is the start of several run ids ({listed}): give more digits")
+    return find_run(store, ids[0]) if ids else None
 
 
 def parse_id(text: str) -> int:
-    """``12``, ``#12``, ``e12`` (an evaluation) or a run id."""
+    """``12``, ``#12``, ``e12`` (an evaluation) or a run id (``r`` before it: a run only)."""
     t = text.strip().lstrip("#")
     if t[:1] in ("e", "r") and t[1:].isdigit():
         t = t[1:]

@@ -10,7 +10,7 @@ from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, check
                      emit_json, eval_json, expired, expired_counts, footer, human_age, human_duration, human_size, index_bytes, json_option,
                      known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
                      resolve_function, snapshot_of, table, terminal_width, writable_store)
-from .run_commands import find_run, list_runs, parse_id, print_tags, show_run
+from .run_commands import find_run, list_runs, parse_id, print_fields, print_tags, run_by_prefix, show_run, wrapped
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function (full symbol or its name)")
@@ -105,9 +105,14 @@ def _show_options(p: argparse.ArgumentParser) -> None:
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args)
     n = parse_id(args.id)
-    rows = store.index.evaluations(where="id=?", params=(n,))
+    given = args.id.strip()
+    # `#12`/`e12`: an evaluation; `r4815`: a run; bare digits: an evaluation, else the run of that
+    # id, else the one run whose id starts with them (the short ids of `memolab runs`)
+    rows = store.index.evaluations(where="id=?", params=(n,)) if not given.startswith("r") else []
     if not rows:
-        run = find_run(store, n) if _has_runs_table(store) else None
+        run = None
+        if not given.startswith(("#", "e")) and _has_runs_table(store):
+            run = find_run(store, n) or run_by_prefix(store, str(n))
         if run is None:
             raise CliError(PROBLEM, f"no evaluation #{n} (nor run {n}) in {store.root}")
         return show_run(store, run, args.json)
@@ -139,15 +144,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     ]
     if logs[0]:
         info.append(("run", ", ".join(f"{r['id']} ({r.get('label')})" for r in logs[0])))
-    w = max(len(k) for k, _ in info)
-    for k, v in info:
-        print(f"  {k.ljust(w)}  {v}")
+    print_fields(info)
     if snap.get("args"):
         print("  arguments:")
         for k, (d, r) in snap["args"].items():
-            print(f"    {k} = {r}")
+            print(wrapped(f"    {k} = {r}", "      "))
     if snap.get("ignored"):
-        print(f"  ignored arguments: {', '.join(snap['ignored'])}")
+        print(wrapped(f"  ignored arguments: {', '.join(snap['ignored'])}", "    "))
     if snap.get("deps"):
         print("  code dependencies:")
         for sym, d in sorted(snap["deps"].items()):
@@ -315,8 +318,15 @@ def cmd_gc(args: argparse.Namespace) -> int:
                     f"SELECT id FROM runs WHERE eval_id IN ({','.join('?' * len(chunk))})", chunk)]
         dead = store.unreferenced_blobs(dropping=drop_ids)
         size = sum(s for _, s in dead)
-        r = {"evaluations": len(drop), "runs": len(set(run_ids)), "log_points": retention.log_points(store.index, sorted(set(run_ids))),
+        runs = sorted(set(run_ids))
+        r = {"evaluations": len(drop), "runs": len(runs), "log_points": retention.log_points(store.index, runs),
              "blobs": len(dead), "blob_bytes": size, "bytes_freed": size, "dry_run": True}
+        # what the index would shrink by (gc vacuums it): estimated from the share of each table's rows that go
+        estimate = retention.index_bytes_freed(store.index, runs, drop_ids)
+        if estimate is not None:
+            before = index_bytes(store.root)
+            r.update(index_bytes_before=before, index_bytes_after=max(0, before - estimate),
+                     bytes_freed=size + min(estimate, before), index_estimated=True)
         if args.json:
             emit_json({**r, "evaluation_ids": drop_ids})
         else:
