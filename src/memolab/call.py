@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import sys
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
