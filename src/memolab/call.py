@@ -15,7 +15,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, globalrng, hashing, hooks, implicit
+from . import codegraph, config, globalrng, hashing, hooks, implicit, upstream
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -86,11 +86,11 @@ class Call:
     the step, ``lifecycle``, the driver, ``MemoFunction._call``, ``__call__``."""
 
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
-                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame")
+                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "visited", "edges")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
-                 named: List[Tuple[str, Any]]) -> None:
+                 named: List[Tuple[str, Any]], visited: Optional[List[Any]] = None) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
         self.bound = bound
         self.key = key
@@ -120,6 +120,21 @@ class Call:
         self.routes = 0
         #: the environment variables the body reads (``implicit.environ_frame``)
         self.env_frame: Any = None
+        #: what the argument hash walked through (``hashing.hash_arguments(visit=...)``), until a
+        #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
+        self.visited = visited
+        self.edges: Optional[List[Dict[str, str]]] = None
+
+    # -- lineage -------------------------------------------------------------------------
+    def inputs(self) -> List[Dict[str, str]]:
+        """The input edges of this call (``upstream.input_edges``), found once, on a miss."""
+        if self.edges is None:
+            visited, self.visited = self.visited, None
+            try:
+                self.edges = upstream.input_edges(self.named, visited, self.per_arg, self.store, self.key0)
+            except Exception:  # lineage is information: never fail a call over it
+                self.edges = []
+        return self.edges
 
     # -- global generators ---------------------------------------------------------------
     def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
@@ -186,6 +201,8 @@ class Call:
         store.count_hit(row["id"])
         value = globalrng.restore(value)
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
+        self.visited = None
+        upstream.mark(value, store, row["id"], key)
         return True, value
 
     def _row_replaced(self, row: Dict[str, Any]) -> bool:
@@ -241,11 +258,13 @@ class Call:
         explained now (bounded: indexed reads of the nearest evaluation)."""
         store, key = self.store, self.key
         try:
+            inputs = self.inputs()
             if not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
                 # the evaluations that exist now, before this miss stores its own
-                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity), store.newest_id())
+                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity, inputs),
+                                   store.newest_id())
             else:
-                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force))
+                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force, inputs=inputs))
         except Exception:  # explaining must never stop the computation
             return None
         return store.miss_rider(self.memo.symbol, text)
@@ -267,6 +286,7 @@ class Call:
         """``running()`` is this evaluation while the function computes; the global
         generators are watched while it does (``globalrng``)."""
         hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
+        self.inputs()  # (the walk's objects are let go before the body runs)
         ev = Running(self.key, self.store, run, self.force)
         token = _running.set(ev)
         self.env_frame = implicit.environ_frame()
@@ -380,6 +400,7 @@ class Call:
         info = runtime_info()
         rng, stored = self.rng, value
         args = self.call_snapshot()
+        token, value_digest = hashing.result_digests(value)
         if rng is not None and (rng.deps or rng.exit):
             # the generators' states travel with the result (a hit restores them), and the
             # states it was made from are what a later call must have to use it (``reroute``)
@@ -396,10 +417,17 @@ class Call:
             "result_summary": summarize(value),  # "state_dict: 6 tensors, 1.2 MB" for the dashboard
             # digests of the result's arrays/tensors: a loaded copy passed to
             # another memoized function is then hashed in O(1) (hashing.remember_loaded)
-            "result_digest": hashing.result_token(value),
+            "result_digest": token,
             # generator -> digest of its state at entry: a row used only from those states
             "rng_deps": rng.deps if rng is not None and rng.deps else None,
         }
+        # lineage (upstream.py): where the arguments' results of other evaluations sit, and this
+        # result's digest as an argument (how a copy of it is recognised later)
+        inputs = self.inputs()
+        if inputs:
+            snapshot["inputs"] = inputs
+        if value_digest is not None:
+            snapshot["value_digest"] = value_digest
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
         fields = {
             "started": t0, "finished": t1, "duration": t1 - t0,
@@ -410,6 +438,7 @@ class Call:
         try:
             eval_id = store.save(key, owner, stored, fields, sources)
             hashing.note_result(key, snapshot["result_digest"], eval_id)
+            upstream.mark(value, store, eval_id, key, self.bound.arguments.values())
         except Exception as e:
             store.release(key, owner)
             from .pickling import find_unpicklable
@@ -432,9 +461,11 @@ def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:
     looked at instead (``Call.reroute`` does the same against the store). A hit restores
     the generators to where the body left them."""
     now: Optional[Dict[str, str]] = None
+    rid = 0
 
     def fits(row: Dict[str, Any]) -> bool:
-        nonlocal now
+        nonlocal now, rid
+        rid = row["id"]
         deps = _rng_deps(row)
         if deps is None:
             return True
@@ -450,6 +481,7 @@ def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:
         return False, None
     value = globalrng.restore(value)
     hashing.remember_loaded(value, key)
+    upstream.mark(value, store, rid, key)
     return True, value
 
 

@@ -17,14 +17,27 @@ things hold at lookup time:
 
 ``origin`` records the evaluation an object was loaded from (``id → evaluation``),
 so tools can tell a memoized result when they see one.
+
+**Lineage** (the second table, ``mark_result`` / ``origin_entry``): every object a memoized
+call returns, computed or loaded, is marked with the evaluation it came from (an ``Origin``:
+the store, the evaluation id, its key), so that a later memoized call whose arguments hold it
+records that evaluation as an input (``memolab.upstream``). Marks are information, never part
+of a key, and follow the same identity rules: a weak reference compared with ``is`` (an id
+reused after the object died never matches), or, for a small ``dict``/``list`` of plain
+scalars (which cannot be weakly referenced: a dict of metrics), the object itself held in a
+bounded table, so its id cannot be reused while the mark exists.
 """
 from __future__ import annotations
 
+import sys
 import threading
+import types
 import weakref
+from collections import OrderedDict
 from typing import Any, Dict, Optional, Tuple
 
-__all__ = ["lookup", "remember", "forget", "origin_of", "clear", "trust_exporter", "is_trusted_exporter", "enabled"]
+__all__ = ["lookup", "remember", "forget", "origin_of", "clear", "trust_exporter", "is_trusted_exporter", "enabled",
+           "Origin", "mark_result", "origin_entry", "marked", "lineage"]
 
 #: Switch for benchmarks and for the paranoid; the cache is on by default.
 enabled = True
@@ -89,7 +102,10 @@ def forget(obj: Any) -> None:
 
 
 def origin_of(obj: Any) -> Any:
-    """The evaluation ``obj`` was loaded from (an evaluation id), or None."""
+    """The evaluation ``obj`` came from (an evaluation id), or None."""
+    o = origin_entry(obj)
+    if o is not None:
+        return o[1]
     e = _entries.get(id(obj))
     if e is None or e.ref() is not obj:
         return None
@@ -100,6 +116,124 @@ def clear() -> None:
     with _lock:
         _entries.clear()
         _exporters.clear()
+    _origins.clear()
+    _held.clear()
+
+
+# -- lineage: the evaluation each returned object came from -------------------------------
+
+#: Switch for benchmarks (lineage off: nothing is marked, so nothing is collected).
+lineage = True
+
+
+#: The evaluation an object came from: (the store it is recorded in (its root), its id there,
+#: its key (function, code digest, argument digest, key schema)). A plain tuple: one is made
+#: on every hit.
+Origin = Tuple[Any, int, Tuple[str, str, str, str]]
+
+
+#: id(obj) -> (weak reference to obj, its origin); the reference's callback drops the entry
+_origins: Dict[int, Tuple[Any, Origin]] = {}
+#: id(obj) -> (obj, its origin) for small dicts and lists of scalars (no weak reference to them):
+#: held, so their id cannot be reused while marked; the oldest go first
+_held: "OrderedDict[int, Tuple[Any, Origin]]" = OrderedDict()
+_HELD_MAX = 1024
+_HELD_LEN = 64  # items at most in a held container
+_ATOMS = frozenset((int, float, complex, bool, str, bytes, type(None)))
+#: never marked: shared by the whole program, not made by the call that returned them
+_SHARED = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType, types.MethodType)
+#: how far into a returned container (a tuple of datasets, a dict of arrays) marks go
+_MARK_DEPTH = 3
+_MARK_MAX = 64
+
+
+def _gone(ref: "weakref.KeyedRef") -> None:
+    e = _origins.get(ref.key)
+    if e is not None and e[0] is ref:
+        del _origins[ref.key]
+
+
+def _small_scalars(obj: Any) -> bool:
+    """A dict or list of at most ``_HELD_LEN`` small values none of which can be marked itself (plain
+    numbers and strings, numpy scalars): cheap to hold."""
+    t = type(obj)
+    if len(obj) > _HELD_LEN or not obj:
+        return False
+    for x in (obj.values() if t is dict else obj):
+        tx = type(x)
+        if tx not in _ATOMS and (tx.__weakrefoffset__ or isinstance(x, (tuple, list, dict, set, frozenset))):
+            return False
+        if sys.getsizeof(x) > 1024:
+            return False
+    return True
+
+
+def _mark(obj: Any, origin: Origin) -> bool:
+    """Mark ``obj`` itself; False if it cannot be told apart from other objects later."""
+    t = type(obj)
+    if t.__weakrefoffset__:
+        if isinstance(obj, _SHARED):
+            return True  # never marked, nor looked into
+        key = id(obj)
+        _origins[key] = (weakref.KeyedRef(obj, _gone, key), origin)
+        return True
+    if (t is dict or t is list) and _small_scalars(obj):
+        key = id(obj)
+        _held[key] = (obj, origin)
+        _held.move_to_end(key)
+        while len(_held) > _HELD_MAX:
+            _held.popitem(last=False)
+        return True
+    return False
+
+
+def mark_result(value: Any, origin: Origin, arguments: Any = ()) -> None:
+    """Mark what a memoized call returned (and, inside a tuple, list or dict that cannot be marked
+    itself, what it holds: a tuple of datasets, a dict of arrays) as coming from ``origin``.
+    A plain scalar is never marked: equal numbers and strings are often one shared object.
+    ``arguments``: the call's own argument objects: one returned inside the result
+    (``{"cfg": cfg, "model": m}``) did not come from it (the result itself is marked whatever it
+    is: a body that changes its argument in place and returns it made what it returns)."""
+    if not lineage:
+        return
+    budget = [_MARK_MAX]
+    _mark_into(value, origin, 0, budget, frozenset(map(id, arguments)) if arguments else frozenset())
+
+
+def _mark_into(value: Any, origin: Origin, depth: int, budget: list, passed: frozenset) -> None:
+    t = type(value)
+    if t in _ATOMS or budget[0] <= 0 or (depth and id(value) in passed):
+        return
+    budget[0] -= 1
+    if _mark(value, origin) or depth >= _MARK_DEPTH:
+        return
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, (tuple, list)):
+        items = value
+    else:
+        return
+    for i, x in enumerate(items):
+        if i >= _MARK_MAX or budget[0] <= 0:
+            break
+        _mark_into(x, origin, depth + 1, budget, passed)
+
+
+def marked() -> bool:
+    """Is any object marked at all? (When not, a call's arguments hold no upstream result.)"""
+    return bool(_origins) or bool(_held)
+
+
+def origin_entry(obj: Any) -> Optional[Origin]:
+    """The evaluation ``obj`` itself came from (``mark_result``), or None."""
+    key = id(obj)
+    e = _origins.get(key)
+    if e is not None:
+        return e[1] if e[0]() is obj else None
+    h = _held.get(key)
+    if h is not None and h[0] is obj:
+        return h[1]
+    return None
 
 
 # -- buffers whose memory nobody can write ------------------------------------------

@@ -165,11 +165,12 @@ class MemoFunction:
         named.extend(implicit_parts(self.env))
         return named
 
-    def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion,
-                                                           List[Tuple[str, Any]]]:
+    def _key(self, bound: inspect.BoundArguments, visit: Optional[List[Any]] = None
+             ) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion, List[Tuple[str, Any]]]:
+        """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
         cv = self.code_version()
         named = self._named(bound)
-        args_digest, per_arg = hashing.hash_arguments(named)
+        args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
         return (self.symbol, self._code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv, named
 
     # -- calling ---------------------------------------------------------------------
@@ -228,26 +229,28 @@ class MemoFunction:
         """Key the call. A hit on this process's in-memory copies returns (None, value) (``memory``)."""
         bound = self.bind(args, kwargs)
         hashed_files = files.encoded
-        key, per_arg, cv, named = self._key(bound)
+        visit: List[Any] = []  # where a miss looks for results of other evaluations (memolab.upstream)
+        key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
         if not force and memory:
             found, value = memory_hit(store, key)
             if found:
                 return None, value
-        return Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named), None
+        return Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named, visit), None
 
     # -- inspection ------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
         bound = self.bind(args, kwargs)
-        key, per_arg, cv, named = self._key(bound)
+        visit: List[Any] = []
+        key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
-        call = Call(self, bound, key, per_arg, cv, store, False, False, named)
+        call = Call(self, bound, key, per_arg, cv, store, False, False, named, visit)
         for _ in range(ROUTES_PER_CALL):  # where the call's global generator states send it
             row = store.index.lookup(call.key)
             if row is None or call.reroute(row) is None:
                 break
-        return explain_key(store, call.key, call.call_snapshot(), cv)
+        return explain_key(store, call.key, call.call_snapshot(), cv, inputs=call.inputs())
 
     def clear(self) -> int:
         """Forget every stored evaluation of this function; returns how many."""
