@@ -262,7 +262,9 @@ def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]], told: fro
 
 
 def _short(fn: str) -> str:
-    return fn.rsplit(":", 1)[-1]
+    """``prepare`` for ``pkg.data:prepare``, ``Trainer.fit`` for a method (a function defined in
+    another function: its own name)."""
+    return fn.rsplit(":", 1)[-1].rsplit("<locals>.", 1)[-1]
 
 
 def _argument_of(path: str, names: Any) -> Optional[str]:

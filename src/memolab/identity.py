@@ -37,7 +37,7 @@ from collections import OrderedDict
 from typing import Any, Dict, Optional, Tuple
 
 __all__ = ["lookup", "remember", "forget", "origin_of", "clear", "trust_exporter", "is_trusted_exporter", "enabled",
-           "Origin", "mark_result", "origin_entry", "marked", "lineage"]
+           "Origin", "mark_result", "origin_entry", "origin_where", "path_segment", "marked", "lineage"]
 
 #: Switch for benchmarks and for the paranoid; the cache is on by default.
 enabled = True
@@ -132,11 +132,13 @@ lineage = True
 Origin = Tuple[Any, int, Tuple[str, str, str, str]]
 
 
-#: id(obj) -> (weak reference to obj, its origin); the reference's callback drops the entry
-_origins: Dict[int, Tuple[Any, Origin]] = {}
-#: id(obj) -> (obj, its origin) for small dicts and lists of scalars (no weak reference to them):
-#: held, so their id cannot be reused while marked; the oldest go first
-_held: "OrderedDict[int, Tuple[Any, Origin]]" = OrderedDict()
+#: id(obj) -> (weak reference to obj, its origin, where it sat in the result); the reference's
+#: callback drops the entry. Where it sat: the path segments from the result to it (``()`` for
+#: the result itself, ``("[0]",)`` for the first of a returned tuple: ``path_segment``)
+_origins: Dict[int, Tuple[Any, Origin, Tuple[str, ...]]] = {}
+#: id(obj) -> (obj, its origin, where) for small dicts and lists of scalars (no weak reference to
+#: them): held, so their id cannot be reused while marked; the oldest go first
+_held: "OrderedDict[int, Tuple[Any, Origin, Tuple[str, ...]]]" = OrderedDict()
 _HELD_MAX = 1024
 _HELD_LEN = 64  # items at most in a held container
 _ATOMS = frozenset((int, float, complex, bool, str, bytes, type(None)))
@@ -168,18 +170,27 @@ def _small_scalars(obj: Any) -> bool:
     return True
 
 
-def _mark(obj: Any, origin: Origin) -> bool:
+def path_segment(k: Any) -> str:
+    """How a key or index reads in an argument path: ``[0]``, ``['X']`` (``[<key>]`` for a key that
+    is not a plain scalar)."""
+    if isinstance(k, (str, int, float, bool)) or k is None:
+        text = repr(k)
+        return f"[{text if len(text) <= 60 else text[:57] + '...'}]"
+    return "[<key>]"
+
+
+def _mark(obj: Any, origin: Origin, where: Tuple[str, ...]) -> bool:
     """Mark ``obj`` itself; False if it cannot be told apart from other objects later."""
     t = type(obj)
     if t.__weakrefoffset__:
         if isinstance(obj, _SHARED):
             return True  # never marked, nor looked into
         key = id(obj)
-        _origins[key] = (weakref.KeyedRef(obj, _gone, key), origin)
+        _origins[key] = (weakref.KeyedRef(obj, _gone, key), origin, where)
         return True
     if (t is dict or t is list) and _small_scalars(obj):
         key = id(obj)
-        _held[key] = (obj, origin)
+        _held[key] = (obj, origin, where)
         _held.move_to_end(key)
         while len(_held) > _HELD_MAX:
             _held.popitem(last=False)
@@ -197,26 +208,26 @@ def mark_result(value: Any, origin: Origin, arguments: Any = ()) -> None:
     if not lineage:
         return
     budget = [_MARK_MAX]
-    _mark_into(value, origin, 0, budget, frozenset(map(id, arguments)) if arguments else frozenset())
+    _mark_into(value, origin, (), budget, frozenset(map(id, arguments)) if arguments else frozenset())
 
 
-def _mark_into(value: Any, origin: Origin, depth: int, budget: list, passed: frozenset) -> None:
+def _mark_into(value: Any, origin: Origin, where: Tuple[str, ...], budget: list, passed: frozenset) -> None:
     t = type(value)
-    if t in _ATOMS or budget[0] <= 0 or (depth and id(value) in passed):
+    if t in _ATOMS or budget[0] <= 0 or (where and id(value) in passed):
         return
     budget[0] -= 1
-    if _mark(value, origin) or depth >= _MARK_DEPTH:
+    if _mark(value, origin, where) or len(where) >= _MARK_DEPTH:
         return
     if isinstance(value, dict):
-        items: Any = value.values()
+        items: Any = value.items()
     elif isinstance(value, (tuple, list)):
-        items = value
+        items = enumerate(value)
     else:
         return
-    for i, x in enumerate(items):
+    for i, (k, x) in enumerate(items):
         if i >= _MARK_MAX or budget[0] <= 0:
             break
-        _mark_into(x, origin, depth + 1, budget, passed)
+        _mark_into(x, origin, where + (path_segment(k),), budget, passed)
 
 
 def marked() -> bool:
@@ -226,13 +237,19 @@ def marked() -> bool:
 
 def origin_entry(obj: Any) -> Optional[Origin]:
     """The evaluation ``obj`` itself came from (``mark_result``), or None."""
+    got = origin_where(obj)
+    return None if got is None else got[0]
+
+
+def origin_where(obj: Any) -> Optional[Tuple[Origin, Tuple[str, ...]]]:
+    """(the evaluation ``obj`` came from, the path segments from its result to it), or None."""
     key = id(obj)
     e = _origins.get(key)
     if e is not None:
-        return e[1] if e[0]() is obj else None
+        return (e[1], e[2]) if e[0]() is obj else None
     h = _held.get(key)
     if h is not None and h[0] is obj:
-        return h[1]
+        return h[1], h[2]
     return None
 
 

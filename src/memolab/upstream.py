@@ -46,17 +46,17 @@ def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], 
     """The input edges of a call (see the module's doc), as its snapshot records them:
     ``{"path", "fn", "code", "args", "schema", "by"}`` (plus ``"store"``: the root of another
     store the evaluation is recorded in), sorted by path, at most ``MAX_EDGES``."""
-    found: Dict[int, List[Tuple[Any, Any]]] = {}  # argument index -> [(object, origin)]
+    found: Dict[int, List[Tuple[Any, Any, Tuple[str, ...]]]] = {}  # argument -> [(object, origin, where)]
     if visited and identity.marked():
         keep, ends = visited[0]
-        get = identity.origin_entry
+        get = identity.origin_where
         arg = 0
         for i, obj in enumerate(keep):
             while arg < len(ends) - 1 and i >= ends[arg]:
                 arg += 1
             o = get(obj)
             if o is not None:
-                found.setdefault(arg, []).append((obj, o))
+                found.setdefault(arg, []).append((obj, o[0], o[1]))
     edges: List[Dict[str, str]] = []
     root = getattr(store, "root", None)
     for arg, objs in found.items():
@@ -70,15 +70,21 @@ def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], 
     return edges[:MAX_EDGES]
 
 
-def _edges_of(name: str, value: Any, objs: List[Tuple[Any, Any]], root: Any) -> List[Dict[str, str]]:
+def _edges_of(name: str, value: Any, objs: List[Tuple[Any, Any, Tuple[str, ...]]],
+              root: Any) -> List[Dict[str, str]]:
     """One edge per evaluation found in argument ``name``: at the path of its object, or (several
-    objects of one evaluation: a dict of its arrays) at the path they have in common."""
-    paths = _paths(name, value, {id(o): o for o, _ in objs})
+    objects of one evaluation: a dict of its arrays) at the path they have in common. An object
+    that sat inside its result (``{"w": array}``: the dict itself cannot be marked) at the end of
+    the path it has here stands for its result: the edge is at the result's place (``model``,
+    not ``model['w']``)."""
+    paths = _paths(name, value, {id(o): o for o, _, _ in objs})
     per: Dict[Tuple[Any, Any], List[List[str]]] = {}
-    for obj, origin in objs:
+    for obj, origin, where in objs:
         p = paths.get(id(obj), [name])
         if p is None:
             continue  # inside another object that came from an evaluation: an input of that one
+        if where and len(p) > len(where) and tuple(p[-len(where):]) == where:
+            p = p[:-len(where)]
         per.setdefault((origin[0], tuple(origin[2])), []).append(p)
     out = []
     for (where, key), ps in per.items():
@@ -96,11 +102,7 @@ def _edges_of(name: str, value: Any, objs: List[Tuple[Any, Any]], root: Any) -> 
     return out
 
 
-def _segment_key(k: Any) -> str:
-    if isinstance(k, (str, int, float, bool)) or k is None:
-        text = repr(k)
-        return f"[{text if len(text) <= 60 else text[:57] + '...'}]"
-    return "[<key>]"
+_segment_key = identity.path_segment
 
 
 def _children(obj: Any) -> List[Tuple[str, Any]]:

@@ -16,7 +16,8 @@ const svgEl = (tag, attrs = {}, ...kids) => {
   for (const k of kids) e.append(k);
   return e;
 };
-const shortFn = (fn) => fn.split(":").pop();
+// `prepare` for `pkg.data:prepare`, `Trainer.fit` for a method, a nested function by its own name
+const shortFn = (fn) => fn.split(":").pop().split("<locals>.").pop();
 
 // ---- the evaluation panel ---------------------------------------------------------------------
 function evalLink(fn, id, text) {
