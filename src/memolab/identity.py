@@ -132,13 +132,13 @@ lineage = True
 Origin = Tuple[Any, int, Tuple[str, str, str, str]]
 
 
-#: id(obj) -> (weak reference to obj, its origin, where it sat in the result); the reference's
-#: callback drops the entry. Where it sat: the path segments from the result to it (``()`` for
-#: the result itself, ``("[0]",)`` for the first of a returned tuple: ``path_segment``)
-_origins: Dict[int, Tuple[Any, Origin, Tuple[str, ...]]] = {}
+#: id(obj) -> (weak reference to obj, its origin, where it sat in the result); entries of dead
+#: objects are swept now and then (``_set``). Where it sat: the keys and indexes from the result to it (``()`` for
+#: the result itself, ``(0,)`` for the first of a returned tuple; ``path_segment`` writes them)
+_origins: Dict[int, Tuple[Any, Origin, Tuple[Any, ...]]] = {}
 #: id(obj) -> (obj, its origin, where) for small dicts and lists of scalars (no weak reference to
 #: them): held, so their id cannot be reused while marked; the oldest go first
-_held: "OrderedDict[int, Tuple[Any, Origin, Tuple[str, ...]]]" = OrderedDict()
+_held: "OrderedDict[int, Tuple[Any, Origin, Tuple[Any, ...]]]" = OrderedDict()
 _HELD_MAX = 1024
 _HELD_LEN = 64  # items at most in a held container
 _ATOMS = frozenset((int, float, complex, bool, str, bytes, type(None)))
@@ -149,23 +149,32 @@ _MARK_DEPTH = 3
 _MARK_MAX = 64
 
 
-def _gone(ref: "weakref.KeyedRef") -> None:
-    e = _origins.get(ref.key)
-    if e is not None and e[0] is ref:
-        del _origins[ref.key]
+#: ``_origins`` is swept of entries whose object died once it holds this many (then twice what is
+#: left): plain weak references without a callback are what CPython makes fastest (one shared
+#: reference per object), and a dead entry is harmless meanwhile (its reference answers None)
+_sweep_at = 4096
+
+
+def _set(key: int, entry: Tuple[Any, Origin, Tuple[Any, ...]]) -> None:
+    global _sweep_at
+    _origins[key] = entry
+    if len(_origins) >= _sweep_at:
+        for k in [k for k, e in list(_origins.items()) if e[0]() is None]:
+            _origins.pop(k, None)
+        _sweep_at = max(4096, 2 * len(_origins))
 
 
 def _small_scalars(obj: Any) -> bool:
     """A dict or list of at most ``_HELD_LEN`` small values none of which can be marked itself (plain
     numbers and strings, numpy scalars): cheap to hold."""
-    t = type(obj)
     if len(obj) > _HELD_LEN or not obj:
         return False
-    for x in (obj.values() if t is dict else obj):
+    for x in (obj.values() if type(obj) is dict else obj):
         tx = type(x)
-        if tx not in _ATOMS and (tx.__weakrefoffset__ or isinstance(x, (tuple, list, dict, set, frozenset))):
-            return False
-        if sys.getsizeof(x) > 1024:
+        if tx in _ATOMS:
+            if (tx is str or tx is bytes) and len(x) > 1024:
+                return False
+        elif tx.__weakrefoffset__ or isinstance(x, (tuple, list, dict, set, frozenset)) or sys.getsizeof(x) > 1024:
             return False
     return True
 
@@ -179,23 +188,7 @@ def path_segment(k: Any) -> str:
     return "[<key>]"
 
 
-def _mark(obj: Any, origin: Origin, where: Tuple[str, ...]) -> bool:
-    """Mark ``obj`` itself; False if it cannot be told apart from other objects later."""
-    t = type(obj)
-    if t.__weakrefoffset__:
-        if isinstance(obj, _SHARED):
-            return True  # never marked, nor looked into
-        key = id(obj)
-        _origins[key] = (weakref.KeyedRef(obj, _gone, key), origin, where)
-        return True
-    if (t is dict or t is list) and _small_scalars(obj):
-        key = id(obj)
-        _held[key] = (obj, origin, where)
-        _held.move_to_end(key)
-        while len(_held) > _HELD_MAX:
-            _held.popitem(last=False)
-        return True
-    return False
+_NONE: frozenset = frozenset()
 
 
 def mark_result(value: Any, origin: Origin, arguments: Any = ()) -> None:
@@ -204,19 +197,31 @@ def mark_result(value: Any, origin: Origin, arguments: Any = ()) -> None:
     A plain scalar is never marked: equal numbers and strings are often one shared object.
     ``arguments``: the call's own argument objects: one returned inside the result
     (``{"cfg": cfg, "model": m}``) did not come from it (the result itself is marked whatever it
-    is: a body that changes its argument in place and returns it made what it returns)."""
+    is: a body that changes its argument in place and returns it made what it returns).
+    (On every hit: the common results, an object or a dict of arrays, take a microsecond or two.)"""
     if not lineage:
         return
-    budget = [_MARK_MAX]
-    _mark_into(value, origin, (), budget, frozenset(map(id, arguments)) if arguments else frozenset())
-
-
-def _mark_into(value: Any, origin: Origin, where: Tuple[str, ...], budget: list, passed: frozenset) -> None:
     t = type(value)
-    if t in _ATOMS or budget[0] <= 0 or (where and id(value) in passed):
+    if t in _ATOMS:
         return
-    budget[0] -= 1
-    if _mark(value, origin, where) or len(where) >= _MARK_DEPTH:
+    if t.__weakrefoffset__:
+        if not isinstance(value, _SHARED):
+            _set(id(value), (weakref.ref(value), origin, ()))
+        return
+    _mark_inside(value, t, origin, (), [_MARK_MAX], frozenset(map(id, arguments)) if arguments else _NONE)
+
+
+def _mark_inside(value: Any, t: type, origin: Origin, where: Tuple[Any, ...], budget: list, passed: frozenset) -> None:
+    """``value`` cannot be weakly referenced: hold it (a small dict or list of scalars), else mark
+    what it holds. ``where``: the keys and indexes from the result to it."""
+    if (t is dict or t is list) and _small_scalars(value):
+        key = id(value)
+        _held[key] = (value, origin, where)
+        _held.move_to_end(key)
+        while len(_held) > _HELD_MAX:
+            _held.popitem(last=False)
+        return
+    if len(where) >= _MARK_DEPTH:
         return
     if isinstance(value, dict):
         items: Any = value.items()
@@ -227,7 +232,15 @@ def _mark_into(value: Any, origin: Origin, where: Tuple[str, ...], budget: list,
     for i, (k, x) in enumerate(items):
         if i >= _MARK_MAX or budget[0] <= 0:
             break
-        _mark_into(x, origin, where + (path_segment(k),), budget, passed)
+        tx = type(x)
+        if tx in _ATOMS or id(x) in passed:
+            continue
+        budget[0] -= 1
+        if tx.__weakrefoffset__:
+            if not isinstance(x, _SHARED):
+                _set(id(x), (weakref.ref(x), origin, where + (k,)))
+        else:
+            _mark_inside(x, tx, origin, where + (k,), budget, passed)
 
 
 def marked() -> bool:
@@ -241,8 +254,8 @@ def origin_entry(obj: Any) -> Optional[Origin]:
     return None if got is None else got[0]
 
 
-def origin_where(obj: Any) -> Optional[Tuple[Origin, Tuple[str, ...]]]:
-    """(the evaluation ``obj`` came from, the path segments from its result to it), or None."""
+def origin_where(obj: Any) -> Optional[Tuple[Origin, Tuple[Any, ...]]]:
+    """(the evaluation ``obj`` came from, the keys and indexes from its result to it), or None."""
     key = id(obj)
     e = _origins.get(key)
     if e is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import identity
+from . import hashing, identity
 from .store import edges as store_edges
 
 __all__ = ["input_edges", "mark", "MAX_EDGES"]
@@ -47,16 +47,20 @@ def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], 
     ``{"path", "fn", "code", "args", "schema", "by"}`` (plus ``"store"``: the root of another
     store the evaluation is recorded in), sorted by path, at most ``MAX_EDGES``."""
     found: Dict[int, List[Tuple[Any, Any, Tuple[str, ...]]]] = {}  # argument -> [(object, origin, where)]
-    if visited and identity.marked():
+    with_leaves = set()  # arguments holding an array or tensor: only those can match a result by content
+    if visited:
         keep, ends = visited[0]
-        get = identity.origin_where
+        get = identity.origin_where if identity.marked() else None
+        large = hashing.leaves
         arg = 0
         for i, obj in enumerate(keep):
             while arg < len(ends) - 1 and i >= ends[arg]:
                 arg += 1
-            o = get(obj)
+            if type(obj) in large:
+                with_leaves.add(arg)
+            o = get(obj) if get is not None else None
             if o is not None:
-                found.setdefault(arg, []).append((obj, o[0], o[1]))
+                found.setdefault(arg, []).append((obj, o[0], tuple(map(identity.path_segment, o[1]))))
     edges: List[Dict[str, str]] = []
     root = getattr(store, "root", None)
     for arg, objs in found.items():
@@ -64,8 +68,8 @@ def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], 
             continue
         name, value = named[arg]
         edges.extend(_edges_of(name, value, objs, root))
-    have = {n for n, _ in (named[a] for a in found if a < len(named))}
-    edges.extend(_by_content(named, have, per_arg, store, key))
+    candidates = [named[a] for a in sorted(with_leaves - set(found)) if a < len(named)]
+    edges.extend(_by_content(candidates, per_arg, store, key))
     edges.sort(key=lambda e: e["path"])
     return edges[:MAX_EDGES]
 
@@ -155,12 +159,13 @@ def _paths(name: str, value: Any, targets: Dict[int, Any]) -> Dict[int, Optional
     return out
 
 
-def _by_content(named: Sequence[Tuple[str, Any]], have: set, per_arg: Dict[str, str], store: Any,
+def _by_content(named: Sequence[Tuple[str, Any]], per_arg: Dict[str, str], store: Any,
                 key: Any) -> List[Dict[str, str]]:
-    """Arguments holding no marked object whose digest is that of a stored result (``by content``)."""
+    """Those of ``named`` (arguments holding arrays or tensors and no marked object) whose digest is
+    that of a stored result (``by content``): a result gets a value digest only if it holds some."""
     want = {}
     for name, value in named:
-        if name in have or name.startswith("<") or type(value) in _ATOMS or name not in per_arg:
+        if name.startswith("<") or name not in per_arg:
             continue
         want[per_arg[name]] = name
     if not want:

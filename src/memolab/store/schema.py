@@ -159,7 +159,9 @@ def _step_2(conn: sqlite3.Connection, write: Write) -> None:
 LINEAGE_TRIGGERS = """
 CREATE INDEX IF NOT EXISTS inputs_upstream ON inputs(fn, code, args, schema);
 CREATE INDEX IF NOT EXISTS outputs_evaluation ON outputs(evaluation);
-CREATE TRIGGER IF NOT EXISTS lineage_replace BEFORE INSERT ON evaluations BEGIN
+CREATE TRIGGER IF NOT EXISTS lineage_replace BEFORE INSERT ON evaluations
+WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema)
+BEGIN
     DELETE FROM inputs WHERE evaluation = (SELECT id FROM evaluations
         WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema);
     DELETE FROM outputs WHERE evaluation = (SELECT id FROM evaluations
