@@ -142,7 +142,8 @@ function drawPipeline(g) {
     if (x2 - x1 > COL_GAP + 1 || x2 <= x1) {
       // past a column between them (or back to an earlier one): along the gap above the rows, never
       // under another evaluation's box (it would look like the edge went through it)
-      const lane = Math.min(a.y, b.y) - ROW_GAP / 2, h = COL_GAP / 2;
+      // (lanes a few pixels apart by target, so that two such edges do not draw one line)
+      const lane = Math.min(a.y, b.y) - ROW_GAP / 2 + ((Number(String(e.to).replace(/\D/g, "")) % 3) - 1) * 3, h = COL_GAP / 2;
       d = `M ${x1} ${y1} L ${x1 + h - 6} ${y1} Q ${x1 + h} ${y1} ${x1 + h} ${y1 - 6} L ${x1 + h} ${lane + 6} Q ${x1 + h} ${lane} ${x1 + h + 6} ${lane} `
         + `L ${x2 - h - 6} ${lane} Q ${x2 - h} ${lane} ${x2 - h} ${lane + 6} L ${x2 - h} ${y2 - 6} Q ${x2 - h} ${y2} ${x2 - h + 6} ${y2} L ${x2} ${y2}`;
     } else {
