@@ -177,7 +177,10 @@ def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key
             _code_reasons(store, ex, snap, deps, source, sensitivity, old["code"], code,
                           memolab=versions if versions[0] != versions[1] else None)
     if old["args"] != _args:
-        told = _upstream_reasons(store, ex, old, snap.get("args", {}), args, inputs, sensitivity)
+        try:
+            told = _upstream_reasons(store, ex, old, snap.get("args", {}), args, inputs, sensitivity)
+        except (sqlite3.Error, ValueError, TypeError, KeyError, AttributeError):
+            told = frozenset()  # lineage explains, it never stops an explanation
         ex.reasons.extend(_arg_reasons(snap.get("args", {}), args, told))
     if unusable and old["args"] == _args and old["code"] == code and old["schema"] == schema:
         ex.reasons.append(f"stored evaluation #{old['id']} is damaged or was removed")

@@ -38,7 +38,10 @@ def mark(value: Any, store: Any, eval_id: int, key: Any, arguments: Any = ()) ->
     """``value`` (returned by the evaluation ``eval_id`` of ``key`` in ``store``) came from there;
     ``arguments``: the objects the call was given (``identity.mark_result``)."""
     if identity.lineage and type(value) not in _ATOMS:
-        identity.mark_result(value, (store.root, eval_id, key), arguments)
+        try:
+            identity.mark_result(value, (store.root, eval_id, key), arguments)
+        except Exception:  # a container whose items cannot be listed: lineage is information only
+            pass
 
 
 def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], per_arg: Dict[str, str],

@@ -36,6 +36,18 @@ def recorded_snapshot(row: Dict[str, Any]) -> Dict[str, Any]:
     return snap if isinstance(snap, dict) else {}
 
 
+#: input edges read from one snapshot at most (memolab records at most 256: more is not its row)
+_READ_MAX = 1024
+
+
+def shown(text: str, limit: int = 300) -> str:
+    """``text`` as it may be printed: a path or name from a row another machine wrote could hold
+    terminal control sequences; those are escaped, and a very long one is cut."""
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def recorded_inputs(row: Dict[str, Any]) -> List[Dict[str, Any]]:
     """The input edges ``row``'s snapshot records, each ``{"path", "key", "by", "store"?}``;
     entries that are not well formed are left out."""
@@ -43,7 +55,7 @@ def recorded_inputs(row: Dict[str, Any]) -> List[Dict[str, Any]]:
     out: List[Dict[str, Any]] = []
     if not isinstance(got, list):
         return out
-    for e in got:
+    for e in got[:_READ_MAX]:
         if not isinstance(e, dict):
             continue
         key = tuple(e.get(k) for k in ("fn", "code", "args", "schema"))
@@ -97,10 +109,12 @@ def inputs_of(index: Any, row: Dict[str, Any]) -> List[Dict[str, Any]]:
     found = resolve(index, [e["key"] for e in edges if "store" not in e])
     out = []
     for e in sorted(edges, key=lambda e: e["path"]):
-        more = {"path": e["path"], "by": e["by"]}
+        more = {"path": shown(e["path"]), "by": shown(e["by"], 20)}
         if "store" in e:
-            more["store"] = e["store"]
-        out.append(_edge(e["key"], found.get(e["key"]) if "store" not in e else None, **more))
+            more["store"] = shown(e["store"])
+        edge = _edge(e["key"], found.get(e["key"]) if "store" not in e else None, **more)
+        edge["function"] = shown(edge["function"])
+        out.append(edge)
     return out
 
 
@@ -114,7 +128,7 @@ def used_by(index: Any, key: Key) -> List[Dict[str, Any]]:
                      tuple(key))
     out = []
     for i, fn, path, status, how in rows:
-        e = {"function": fn, "evaluation": int(i), "path": path, "by": how or "object"}
+        e = {"function": shown(fn), "evaluation": int(i), "path": shown(path), "by": shown(how or "object", 20)}
         if status != "done":
             e["status"] = status
         out.append(e)
