@@ -302,7 +302,10 @@ def _upstream_reasons(store: "Store", ex: Explanation, old: Dict[str, Any], old_
         new_id = found.get(now[path], (None,))[0]
         here = f"`{_short(now[path][0])}` #{new_id}" if new_id else f"`{_short(now[path][0])}`"
         if was is None:
-            ex.reasons.append(f"argument `{path}` now comes from {here} (before, not from a stored evaluation)")
+            # (the stored evaluation recorded no input there: none, or a memolab before lineage
+            # stored it; which, nobody can say: its arguments' change is told as usual)
+            ex.reasons.append(f"argument `{path}` now comes from {here}")
+            continue
         else:
             old_id = found.get(was, (None,))[0]
             then = f"#{old_id}" if old_id else "an evaluation no longer stored"
