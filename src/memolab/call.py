@@ -15,7 +15,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, report
+from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, report, upstream
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -88,11 +88,11 @@ class Call:
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
                  "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
                  "state_deps", "via", "at", "expiry",
-                 "miss_text", "announced", "computed")
+                 "miss_text", "announced", "computed", "visited", "edges")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
-                 named: List[Tuple[str, Any]]) -> None:
+                 named: List[Tuple[str, Any]], visited: Optional[List[Any]] = None) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
         self.bound = bound
         self.key = key
@@ -137,6 +137,21 @@ class Call:
         #: ``report`` announced this miss (its store is then announced too); seconds it computed
         self.announced = False
         self.computed: Optional[float] = None
+        #: what the argument hash walked through (``hashing.hash_arguments(visit=...)``), until a
+        #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
+        self.visited = visited
+        self.edges: Optional[List[Dict[str, str]]] = None
+
+    # -- lineage -------------------------------------------------------------------------
+    def inputs(self) -> List[Dict[str, str]]:
+        """The input edges of this call (``upstream.input_edges``), found once, on a miss."""
+        if self.edges is None:
+            visited, self.visited = self.visited, None
+            try:
+                self.edges = upstream.input_edges(self.named, visited, self.per_arg, self.store, self.key0)
+            except Exception:  # lineage is information: never fail a call over it
+                self.edges = []
+        return self.edges
 
     # -- global generators ---------------------------------------------------------------
     def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
@@ -250,6 +265,8 @@ class Call:
         store.count_hit(row["id"])
         value = globalrng.restore(value)
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
+        self.visited = None
+        upstream.mark(value, store, row["id"], key)
         return True, value
 
     def _row_replaced(self, row: Dict[str, Any]) -> bool:
@@ -305,14 +322,16 @@ class Call:
         explained now (bounded: indexed reads of the nearest evaluation)."""
         store, key = self.store, self.key
         try:
+            inputs = self.inputs()
             if self.expiry is not None:
                 text = _json({"fn": self.memo.symbol, "hit": False, "reasons": [self.expiry], "diffs": {},
                               "evaluation": None})
             elif not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
                 # the evaluations that exist now, before this miss stores its own
-                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity), store.newest_id())
+                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity, inputs),
+                                   store.newest_id())
             else:
-                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force))
+                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force, inputs=inputs))
         except Exception:  # explaining must never stop the computation
             return None
         self.miss_text = text
@@ -336,6 +355,7 @@ class Call:
         """``running()`` is this evaluation while the function computes; the global
         generators are watched while it does (``globalrng``)."""
         hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
+        self.inputs()  # (the walk's objects are let go before the body runs)
         ev = Running(self.key, self.store, run, self.force)
         token = _running.set(ev)
         self.env_frame = implicit.environ_frame()
@@ -457,6 +477,7 @@ class Call:
         info = runtime_info()
         rng, stored = self.rng, value
         args = self.call_snapshot()
+        token, value_digest = hashing.result_digests(value)
         if rng is not None and (rng.deps or rng.exit):
             # the generators' states travel with the result: a hit restores them
             stored = globalrng.Result(value, rng.deps, rng.exit)
@@ -474,13 +495,20 @@ class Call:
             "result_summary": summarize(value),  # "state_dict: 6 tensors, 1.2 MB" for the dashboard
             # digests of the result's arrays/tensors: a loaded copy passed to
             # another memoized function is then hashed in O(1) (hashing.remember_loaded)
-            "result_digest": hashing.result_token(value),
+            "result_digest": token,
             # generator -> digest of its state at entry, "pkg:<library>" -> version: a row used
             # only in those states
             "state_deps": self.state_deps or None,
         }
         if memo.max_age is not None:  # what `memolab ls` tells expired rows by (the code's own max_age decides hits)
             snapshot["max_age"], snapshot["expires"] = memo.max_age, t0 + memo.max_age
+        # lineage (upstream.py): where the arguments' results of other evaluations sit, and this
+        # result's digest as an argument (how a copy of it is recognised later)
+        inputs = self.inputs()
+        if inputs:
+            snapshot["inputs"] = inputs
+        if value_digest is not None:
+            snapshot["value_digest"] = value_digest
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
         fields = {
             "started": t0, "finished": t1, "duration": t1 - t0,
@@ -493,6 +521,7 @@ class Call:
             eval_id = store.save(key, owner, stored, fields, sources)
             saving = time.perf_counter() - s0
             hashing.note_result(key, snapshot["result_digest"], eval_id)
+            upstream.mark(value, store, eval_id, key, self.bound.arguments.values())
         except Exception as e:
             store.release(key, owner)
             from .pickling import find_unpicklable
@@ -525,9 +554,11 @@ def memory_hit(store: Any, key: Key, fresh: Optional[Callable[[Dict[str, Any]], 
     the generators to where the body left them. ``fresh(row)``: False for a copy that
     expired (``expiry``): the call then goes to the store, which recomputes it."""
     now: Optional[Dict[str, str]] = None
+    rid = 0
 
     def fits(row: Dict[str, Any]) -> bool:
-        nonlocal now
+        nonlocal now, rid
+        rid = row["id"]
         if fresh is not None and not fresh(row):
             return False
         deps = _state_deps(row)
@@ -545,6 +576,7 @@ def memory_hit(store: Any, key: Key, fresh: Optional[Callable[[Dict[str, Any]], 
         return False, None
     value = globalrng.restore(value)
     hashing.remember_loaded(value, key)
+    upstream.mark(value, store, rid, key)
     return True, value
 
 

@@ -195,11 +195,12 @@ class MemoFunction:
             named.extend(extra)
         return named
 
-    def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion,
-                                                           List[Tuple[str, Any]]]:
+    def _key(self, bound: inspect.BoundArguments, visit: Optional[List[Any]] = None
+             ) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion, List[Tuple[str, Any]]]:
+        """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
         cv = self.code_version()
         named = self._named(bound)
-        args_digest, per_arg = hashing.hash_arguments(named)
+        args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
         return (self.symbol, self.code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv, named
 
     # -- calling ---------------------------------------------------------------------
@@ -258,7 +259,8 @@ class MemoFunction:
         """Key the call. A hit on this process's in-memory copies returns (None, value) (``memory``)."""
         bound = self.bind(args, kwargs)
         hashed_files = files.encoded
-        key, per_arg, cv, named = self._key(bound)
+        visit: List[Any] = []  # where a miss looks for results of other evaluations (memolab.upstream)
+        key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
         at = None if self.max_age is None and self.validate is None else expiry.now()  # (read once a call)
         if not force and memory:
@@ -267,7 +269,7 @@ class MemoFunction:
             found, value = memory_hit(store, key, fresh)
             if found:
                 return None, value
-        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named)
+        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named, visit)
         call.at = at
         return call, None
 
@@ -275,9 +277,10 @@ class MemoFunction:
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
         bound = self.bind(args, kwargs)
-        key, per_arg, cv, named = self._key(bound)
+        visit: List[Any] = []
+        key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
-        call = Call(self, bound, key, per_arg, cv, store, False, False, named)
+        call = Call(self, bound, key, per_arg, cv, store, False, False, named, visit)
         row = None
         for _ in range(ROUTES_PER_CALL):  # where the call's global generator states send it
             row = call.accepted(store.index.lookup(call.key), store.index.lookup)  # (or accepted code's)
@@ -289,7 +292,7 @@ class MemoFunction:
             found = explain_found(call, row)
             if found is not None:
                 return found
-        return explain_key(store, call.key, call.call_snapshot(), cv)
+        return explain_key(store, call.key, call.call_snapshot(), cv, inputs=call.inputs())
 
     def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> Dict[str, Any]:
         """Record that this function's current code gives the same results as the code a miss

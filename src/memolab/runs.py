@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Union
 
 from .tracking import query as _query
 
-__all__ = ["runs", "Run", "RunList", "Scalars", "Evaluation"]
+__all__ = ["runs", "Run", "RunList", "Scalars", "Evaluation", "Edge"]
 
 STATUSES = ("running", "done", "failed", "interrupted", "lost")
 
@@ -64,6 +64,17 @@ class Evaluation(NamedTuple):
         from .display import evaluation
 
         return evaluation(self)
+
+
+class Edge(NamedTuple):
+    """One lineage edge of a run's evaluation: in ``Run.inputs``, the evaluation (of ``fn``) an
+    object at argument ``path`` came from; in ``Run.used_by``, an evaluation (of ``fn``) that took
+    this one's result at its argument ``path``. ``evaluation`` is None for an input no longer stored
+    (cleared, collected by ``gc``)."""
+
+    path: str
+    fn: str
+    evaluation: Optional[int]
 
 
 class Run:
@@ -113,6 +124,33 @@ class Run:
         p = _query.scalars(self._index, rid, tag, points)
         return Scalars(tag, p["step"], p["value"], p["wall"])
 
+    def _evaluation_row(self) -> Optional[Dict[str, Any]]:
+        if self.evaluation is None:
+            return None
+        rows = self._index.evaluations(where="id=?", params=(self.evaluation.id,), limit=1)
+        return rows[0] if rows else None
+
+    @property
+    def inputs(self) -> List[Edge]:
+        """What the run's evaluation was made from: for each argument path holding a result of
+        another evaluation, that evaluation (docs/cache-rules.md, "Lineage"). Empty without one."""
+        from .store import edges
+
+        row = self._evaluation_row()
+        return [] if row is None else [Edge(e["path"], e["function"], e["evaluation"])
+                                        for e in edges.inputs_of(self._index, row)]
+
+    @property
+    def used_by(self) -> List[Edge]:
+        """The evaluations that took this run's result as an input (oldest first)."""
+        from .store import edges
+
+        row = self._evaluation_row()
+        if row is None:
+            return []
+        key = (row["fn"], row["code"], row["args"], row["schema"])
+        return [Edge(e["path"], e["function"], e["evaluation"]) for e in edges.used_by(self._index, key)]
+
     def _run_id(self) -> Optional[int]:
         return self.id if isinstance(self.id, int) else None  # "e12": an evaluation stored without a run
 
@@ -146,6 +184,7 @@ class Run:
                 "finished": self.finished, "duration": self.duration, "code": self.code, "error": self.error,
                 "script": self.script,
                 "evaluation": self.evaluation._asdict() if self.evaluation else None,
+                "inputs": [e._asdict() for e in self.inputs], "used_by": [e._asdict() for e in self.used_by],
                 "hparams": self.hparams, "metrics": self.metrics}
 
 

@@ -10,6 +10,7 @@ from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, check
                      emit_json, eval_json, expired, expired_counts, footer, human_age, human_duration, human_size, index_bytes, json_option,
                      known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
                      resolve_function, snapshot_of, table, terminal_width, writable_store)
+from ..store import edges
 from .run_commands import find_run, list_runs, parse_id, print_fields, print_tags, run_by_prefix, show_run, wrapped
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
@@ -121,9 +122,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ..acceptance import as_json, covering
 
     accepts = covering(store.index, e["fn"], [e["code"]], active=False).get(e["code"], [])
+    inputs = edges.inputs_of(store.index, e)
+    users = edges.used_by(store.index, (e["fn"], e["code"], e["args"], e["schema"]))
     if args.json:
         emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1],
-                   "accepts": [as_json(a) for a in accepts]})
+                   "accepts": [as_json(a) for a in accepts],
+                   "inputs": [{k: v for k, v in i.items() if k != "code"} for i in inputs],
+                   "used_by": users})
         return OK
     snap = snapshot_of(e)
     try:
@@ -151,6 +156,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(wrapped(f"    {k} = {r}", "      "))
     if snap.get("ignored"):
         print(wrapped(f"  ignored arguments: {', '.join(snap['ignored'])}", "    "))
+    print_lineage(inputs, users)
     if snap.get("deps"):
         print("  code dependencies:")
         for sym, d in sorted(snap["deps"].items()):
@@ -167,6 +173,25 @@ def cmd_show(args: argparse.Namespace) -> int:
         metrics.update(r.get("metrics") or {})
     print_tags(logs[1], metrics)  # type: ignore[arg-type]
     return OK
+
+
+def print_lineage(inputs, users) -> None:
+    """An evaluation's inputs (argument path <- the evaluation an object there came from) and users."""
+    if inputs:
+        print("  inputs (argument <- the evaluation it came from):")
+        w = max(len(i["path"]) for i in inputs)
+        for i in inputs:
+            if i.get("store"):
+                where = f"{i['function']} (recorded in another store, {i['store']})"
+            elif i["evaluation"] is None:
+                where = f"{i['function']} (not stored any more: cleared or collected)"
+            else:
+                where = f"{i['function']} #{i['evaluation']}" + (f" ({i['status']})" if i.get("status") else "")
+            print(f"    {i['path'].ljust(w)}  <- {where}{'  (by content)' if i.get('by') == 'content' else ''}")
+    if users:
+        print("  used by:")
+        for u in users:
+            print(f"    {u['function']} #{u['evaluation']} (as {u['path']})" + (f" ({u['status']})" if u.get("status") else ""))
 
 
 def _has_runs_table(store) -> bool:
@@ -235,6 +260,10 @@ def _destructive_options(p: argparse.ArgumentParser) -> None:
 
 def _clear_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function, or a script's process runs (e.g. train.py); all if omitted")
+    p.add_argument("--downstream", action="store_true",
+                   help="also forget the evaluations built on what is cleared (their inputs came from it), "
+                        "transitively; says which before asking")
+    p.add_argument("--dry-run", action="store_true", help="say what would be cleared, clear nothing")
     _destructive_options(p)
 
 
@@ -243,27 +272,89 @@ def _clear_options(p: argparse.ArgumentParser) -> None:
 def cmd_clear(args: argparse.Namespace) -> int:
     from ..tracking import retention
 
-    store = writable_store(args)
+    if args.downstream and not args.func:
+        raise CliError(USAGE, "clear --downstream needs a function: what is built on everything is everything")
+    store = open_store(args, write=not args.dry_run)  # a dry run reads: an older store is not migrated
     fn = resolve_function(store, args.func) if args.func else None
     what = fn or f"every function in {store.root}"
-    if not confirm(args, f"forget the stored evaluations and logged runs of {what}"):
+    down = _downstream_plan(store, fn, args.json) if args.downstream else []
+    if args.dry_run:
+        own = _count_evaluations(store, fn) if fn else store.index.conn().execute(
+            "SELECT COUNT(*) FROM evaluations").fetchone()[0]
+        r = {"fn": fn, "dry_run": True, "evaluations": own + len(down), "downstream": down}
+        if args.json:
+            emit_json(r)
+        else:
+            print(f"would clear {what}: {plural(own, 'evaluation')}"
+                  + (f" and {plural(len(down), 'evaluation')} built on them" if args.downstream else "")
+                  + "; dry run: nothing cleared")
+        return OK
+    problem = getattr(store, "problem", None)
+    if isinstance(problem, BaseException):
+        raise problem  # a store that can only be read: nothing can be cleared
+    also = f" and the {plural(len(down), 'evaluation')} built on them" if down else ""
+    if not confirm(args, f"forget the stored evaluations and logged runs of {what}{also}"):
         print("nothing cleared")
         return PROBLEM
     before = index_bytes(store.root)
+    own = [i for (i,) in store.index.conn().execute("SELECT id FROM evaluations WHERE fn=?", (fn,))] if fn else []
+    left = len(edges.downstream(store.index, own)) if own and not args.downstream else 0
     store.forget(fn)
     n = store.index.clear(fn)
+    if down:
+        for f in {d["function"] for d in down}:
+            store.forget(f)
+        ids = [d["evaluation"] for d in down]
+        for i in range(0, len(ids), 500):
+            store.index.delete_evaluations(ids[i:i + 500])
     purged = retention.purge_counts(store.index, fn) + retention.purge_orphans_counts(store.index)
     blobs, blob_bytes = store.collect_garbage()
     checkpoint_wal(store)
     after = index_bytes(store.root)
-    r = {"fn": fn, "evaluations": n, "runs": purged.runs, "log_points": purged.points, "blobs": blobs,
+    r = {"fn": fn, "evaluations": n + len(down), "runs": purged.runs, "log_points": purged.points, "blobs": blobs,
          "blob_bytes": blob_bytes, "index_bytes_before": before, "index_bytes_after": after,
          "bytes_freed": blob_bytes + max(0, before - after)}
+    if args.downstream:
+        r["downstream"] = down
     if args.json:
         emit_json(r)
     else:
-        print(removed_line("cleared", r, what))
+        print(removed_line("cleared", r, what + (f" (and {plural(len(down), 'evaluation')} built on it)"
+                                                 if args.downstream else "")))
+        if left:
+            print(f"{plural(left, 'evaluation')} built on them {'stays' if left == 1 else 'stay'}: their inputs from "
+                  f"{fn} now show as not stored any more (memolab clear {args.func} --downstream forgets those too)")
     return OK
+
+
+def _downstream_plan(store, fn: str, quiet: bool):
+    """The evaluations built on ``fn``'s, transitively (``[{"function", "evaluation"}]``, nearest
+    first), listed on stdout unless ``quiet``: what ``clear --downstream`` forgets besides."""
+    ids = [i for (i,) in store.index.conn().execute("SELECT id FROM evaluations WHERE fn=?", (fn,))]
+    down = edges.downstream(store.index, ids)
+    names = _functions_of(store, down)
+    plan = [{"function": names[i], "evaluation": i} for i in down if i in names]
+    fns: Dict[str, list] = {}
+    for d in plan:
+        fns.setdefault(d["function"], []).append(d["evaluation"])
+    if not quiet:
+        if not plan:
+            print(f"no evaluation is built on those of {fn}")
+        else:
+            print(f"built on the evaluations of {fn} (their inputs came from them), and cleared with them:")
+            for f, ids_ in sorted(fns.items()):
+                print(f"  {f}  " + ", ".join(f"#{i}" for i in sorted(ids_)))
+    return plan
+
+
+def _functions_of(store, ids):
+    out = {}
+    c = store.index.conn()
+    for k in range(0, len(ids), 500):
+        part = list(ids[k:k + 500])
+        q = ",".join("?" * len(part))
+        out.update((int(i), f) for i, f in c.execute(f"SELECT id, fn FROM evaluations WHERE id IN ({q})", part))
+    return out
 
 
 def _gc_options(p: argparse.ArgumentParser) -> None:

@@ -83,6 +83,25 @@ CREATE TABLE IF NOT EXISTS misses(
     time REAL NOT NULL,
     explanation TEXT NOT NULL
 );
+-- lineage (schema 3): an index of what the evaluations' snapshots say, kept by the triggers of
+-- ``LINEAGE_TRIGGERS`` (whoever inserts a row: a call, a team row adopted, a pull): the
+-- evaluation's inputs (argument path -> the key of the evaluation an object there came from),
+-- and the digest of a result as an argument (its "value digest") -> the evaluation
+CREATE TABLE IF NOT EXISTS inputs(
+    evaluation INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    fn TEXT NOT NULL,
+    code TEXT NOT NULL,
+    args TEXT NOT NULL,
+    schema TEXT NOT NULL,
+    how TEXT,
+    PRIMARY KEY(evaluation, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outputs(
+    digest TEXT NOT NULL,
+    evaluation INTEGER NOT NULL,
+    PRIMARY KEY(digest, evaluation)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blob_stamps(
     digest TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -158,6 +177,67 @@ def _step_3(conn: sqlite3.Connection, write: Write) -> None:
     conn.execute("CREATE INDEX IF NOT EXISTS accepts_fn ON accepts(fn, schema, new_code)")
 
 
+#: The lineage tables follow the evaluations whatever writes them: a row inserted (by a call, by a
+#: team row adopted, by ``pull``) indexes the inputs and value digest its snapshot records; a row
+#: replaced (``INSERT OR REPLACE``: SQLite fires no delete trigger for the row it replaces) or
+#: deleted (``clear``, ``gc``) takes its own entries along. A snapshot that is not JSON indexes
+#: nothing (the row itself is judged where it is read). Edges *to* an evaluation that is gone
+#: stay: they name its key, and are shown as "not stored any more". SQLite parses the snapshot
+#: once per ``json_*`` call: each statement reads it through one ``json_each`` (three parses a
+#: row with lineage: validity, inputs, value digest; none for a row without).
+LINEAGE_TRIGGERS = """
+CREATE INDEX IF NOT EXISTS inputs_upstream ON inputs(fn, code, args, schema);
+CREATE INDEX IF NOT EXISTS outputs_evaluation ON outputs(evaluation);
+CREATE TRIGGER IF NOT EXISTS lineage_replace BEFORE INSERT ON evaluations
+WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema)
+BEGIN
+    DELETE FROM inputs WHERE evaluation = (SELECT id FROM evaluations
+        WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema);
+    DELETE FROM outputs WHERE evaluation = (SELECT id FROM evaluations
+        WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema);
+END;
+CREATE TRIGGER IF NOT EXISTS lineage_add AFTER INSERT ON evaluations
+WHEN NEW.snapshot IS NOT NULL AND (instr(NEW.snapshot, '"inputs"') > 0 OR instr(NEW.snapshot, '"value_digest"') > 0)
+     AND json_valid(NEW.snapshot) BEGIN
+    INSERT OR IGNORE INTO inputs(evaluation, path, fn, code, args, schema, how)
+        SELECT NEW.id, json_extract(value, '$.path'), json_extract(value, '$.fn'), json_extract(value, '$.code'),
+               json_extract(value, '$.args'), json_extract(value, '$.schema'), json_extract(value, '$.by')
+        FROM json_each(NEW.snapshot, '$.inputs')
+        WHERE type = 'object' AND json_type(value, '$.path') = 'text' AND json_type(value, '$.fn') = 'text'
+          AND json_type(value, '$.code') = 'text' AND json_type(value, '$.args') = 'text'
+          AND json_type(value, '$.schema') = 'text';
+    INSERT OR IGNORE INTO outputs(digest, evaluation)
+        SELECT value, NEW.id FROM json_each(NEW.snapshot) WHERE key = 'value_digest' AND type = 'text';
+END;
+CREATE TRIGGER IF NOT EXISTS lineage_drop AFTER DELETE ON evaluations BEGIN
+    DELETE FROM inputs WHERE evaluation = OLD.id;
+    DELETE FROM outputs WHERE evaluation = OLD.id;
+END;
+"""
+
+
+def _step_4(conn: sqlite3.Connection, write: Write) -> None:
+    try:
+        conn.execute("SELECT json_valid('{}')")
+    except sqlite3.OperationalError:
+        return  # an SQLite without JSON: lineage is read from the snapshots alone (no "used by" index)
+    with write() as c:  # (not executescript: it would commit the write transaction first)
+        for stmt in _split(LINEAGE_TRIGGERS):
+            c.execute(stmt)
+
+
+def _split(script: str) -> List[str]:
+    """The statements of ``script`` (a trigger's body holds ';': split at 'END;' and plain ';')."""
+    out, cur = [], []
+    for line in script.strip().splitlines():
+        cur.append(line)
+        text = "\n".join(cur).strip()
+        if text.endswith("END;") or (text.endswith(";") and "BEGIN" not in text):
+            out.append(text)
+            cur = []
+    return out
+
+
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
@@ -165,6 +245,8 @@ STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
     (2, "small results inline (evaluations.inline), the miss-explanation and gc indexes, the version "
         "mirrored in SQLite's user_version header field (opening a current store is one header read)", _step_2),
     (3, "accepted code changes (the accepts table: `memolab accept`)", _step_3),
+    (4, "lineage: the evaluations' inputs (argument path -> the evaluation an object there came from) and "
+        "results' value digests, indexed by triggers (inputs, outputs)", _step_4),
 ]
 
 #: The version this memolab writes. An older memolab refuses a file of a newer one (it reads

@@ -9,9 +9,10 @@
 // one). An idle page asks only /api/heartbeat. Charts are drawn in short tasks, visible ones
 // first, so the page never freezes; the runs table draws only the rows in view.
 //
-// Three classic scripts sharing one global scope: charts.js (the scalar charts) and panels.js
-// (histograms, images, text, HParams, code diff) are loaded first; this one holds the state, the
-// runs table, the tabs and the live refresh, and starts the page.
+// Four classic scripts sharing one global scope: charts.js (the scalar charts), panels.js
+// (histograms, images, text, HParams, code diff) and lineage.js (an evaluation's panel, the
+// pipeline graph) are loaded first; this one holds the state, the runs table, the tabs and the
+// live refresh, and starts the page.
 "use strict";
 
 // 20 colours that stay apart on white (Tableau 10, then darker partners), and dash styles after
@@ -295,7 +296,7 @@ function renderRuns() {
   $("#run-count").textContent = `${filtered}${state.runs.length} evaluation(s), ${state.selected.length} selected`;
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
-  $("#empty").classList.toggle("hidden", state.selected.length > 0 || state.tab === "hparams" || state.tab === "diff");
+  $("#empty").classList.toggle("hidden", state.selected.length > 0 || ["hparams", "diff", "pipeline"].includes(state.tab));
   renderColumnPicker();
 }
 
@@ -344,7 +345,9 @@ function runRow(r, cols) {
     "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "", class: sel ? "selected" : "",
     title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
   }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status })),
-  el("td", { class: "id", text: idText(r), title: `run ${r.id}` }), el("td", { text: args, title: args }),
+  el("td", { class: "id", title: `run ${r.id}` }, r.eval_id && r.stored
+    ? el("a", { href: "#", class: "eval-open", title: "its inputs, what used it", onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showEvaluation(r.eval_id); } }, idText(r))
+    : idText(r)), el("td", { text: args, title: args }),
   code, el("td", { text: fmtTime(r.started) }),
   el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
   el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
@@ -408,6 +411,7 @@ async function refreshTab() {
       const ids = state.selected.slice();
       if (state.tab === "scalars") { await renderScalars(ids); continue; }
       if (state.tab === "hparams") { await renderHparams(); continue; }
+      if (state.tab === "pipeline") { await renderPipeline(); continue; }
       state.tags = ids.length ? await api("tags?runs=" + ids.join(",")) : { scalar: [], histogram: [], image: [], text: [] };
       for (const id of ids) state.fetchedAt["o" + id] = (state.hb?.running || {})[id];
       if (state.tab === "histograms") await renderHistograms(ids);
@@ -438,7 +442,7 @@ async function poll() {
     }
     if (!state.fn) return;
     const stale = state.selected.some((id) => isStale(id, state.tab === "scalars" ? "" : "o"));
-    if (state.tab === "scalars" ? stale : state.tab === "hparams" ? hb.sig !== prev?.sig : stale) await refreshTab();
+    if (state.tab === "scalars" ? stale : state.tab === "hparams" || state.tab === "pipeline" ? hb.sig !== prev?.sig : stale) await refreshTab();
   } catch (e) { console.error(e); }
 }
 
