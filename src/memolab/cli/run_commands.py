@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .common import (OK, CliError, PROBLEM, command, emit_json, footer, human_age, human_duration, json_option,
+from .common import (OK, USAGE, CliError, PROBLEM, command, emit_json, footer, human_age, human_duration, json_option,
                      open_store, options, positive_int, resolve_function, short_name, table, terminal_width)
 
 STATUSES = ("running", "done", "failed", "interrupted", "lost")
@@ -17,6 +17,10 @@ def _runs_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", choices=STATUSES, action="append", help="only runs with this status (repeatable)")
     p.add_argument("--metric", action="append", metavar="TAG",
                    help="a scalar tag to show the final value of (repeatable; default: the most common tags)")
+    p.add_argument("--tag", action="append", metavar="TAG", help="only runs carrying this tag (repeatable: all of them)")
+    p.add_argument("--sort", metavar="METRIC[:min|max]",
+                   help="best first by the final value of a scalar tag (loss-like tags: lowest; else highest; "
+                        "`:min`/`:max` says which); runs without it last")
     p.add_argument("--limit", type=positive_int, default=50, help="runs to show, newest first (default 50)")
     p.add_argument("--all", action="store_true", help="show every run")
     p.add_argument("--wide", action="store_true", help="do not cut columns to the terminal's width")
@@ -29,7 +33,8 @@ def run_json(r: Dict[str, Any]) -> Dict[str, Any]:
     return {"id": r["id"], "fn": r["fn"], "name": r.get("label"), "status": r["status"], "started": r["started"],
             "finished": r.get("finished"), "duration": r.get("duration"), "evaluation": ev, "code": r.get("code"),
             "parent": r.get("parent"), "script": r.get("script"), "hparams": r.get("hparams") or {},
-            "metrics": r.get("metrics") or {}, "error": r.get("error")}
+            "metrics": r.get("metrics") or {}, "error": r.get("error"), "run_tags": r.get("run_tags") or [],
+            "notes": r.get("notes") or []}
 
 
 def where(r: Dict[str, Any]) -> str:
@@ -46,12 +51,39 @@ def metric_columns(rows: Sequence[Dict[str, Any]], chosen: Optional[List[str]], 
     """The tags given, else the ``most`` tags logged by the most runs (``val/``, then ``train/`` first on ties)."""
     if chosen:
         return chosen
+    from ..tracking.names import is_system_tag
+
     count: Dict[str, int] = {}
     for r in rows:
         for t in r.get("metrics") or {}:
-            count[t] = count.get(t, 0) + 1
+            if not is_system_tag(t):  # sys/cpu is how the machine was, not what the run found
+                count[t] = count.get(t, 0) + 1
     rank = {"val": 0, "train": 1}
     return sorted(count, key=lambda t: (-count[t], rank.get(t.split("/")[0], 2), t))[:most]
+
+
+def sort_key(text: str) -> Tuple[str, bool]:
+    """``val/loss`` -> (tag, lower is better by its name); ``val/acc:min`` says so outright."""
+    from ..tracking.names import lower_is_better
+
+    tag, _, how = text.rpartition(":") if text.endswith((":min", ":max")) else (text, "", "")
+    if not tag:
+        raise CliError(USAGE, f"--sort needs a scalar tag, got {text!r}")
+    return tag, (how == "min") if how else lower_is_better(tag)
+
+
+def best_first(rows: List[Dict[str, Any]], tag: str, lower: bool) -> List[Dict[str, Any]]:
+    """Runs by the final value of ``tag``, best first (stable: newest first among equals); runs
+    without a value (not logged, NaN) last."""
+    import math
+
+    def key(r: Dict[str, Any]) -> Tuple[int, float]:
+        v = (r.get("metrics") or {}).get(tag)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return (1, 0.0)
+        return (0, v if lower else -v)
+
+    return sorted(rows, key=key)
 
 
 def number(v: Optional[float]) -> str:
@@ -80,8 +112,9 @@ def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int
     for r in rows:
         rid = r["id"] if isinstance(r["id"], int) else "-"
         ev = f"#{r['eval_id']}" if r.get("stored") and r.get("eval_id") else "-"
+        label = " ".join([r.get("label") or "", *(f"[{t}]" for t in r.get("run_tags") or [])]).strip()
         cells = [rid, r["status"]] + ([where(r)] if with_fn else []) + [
-            r.get("label") or "", human_age(r["started"]), human_duration(r.get("duration")), ev]
+            label, human_age(r["started"]), human_duration(r.get("duration")), ev]
         cells += [number((r.get("metrics") or {}).get(t)) for t in tags]
         body.append(cells)
     name_col = 3 if with_fn else 2
@@ -97,7 +130,16 @@ def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
     rows = query.runs(store.index, fn)
     if args.status:
         rows = [r for r in rows if r["status"] in args.status]
+    for t in getattr(args, "tag", None) or []:
+        rows = [r for r in rows if t in (r.get("run_tags") or [])]
     rows.sort(key=lambda r: r["started"] or 0, reverse=True)
+    if getattr(args, "sort", None):
+        tag, lower = sort_key(args.sort)
+        rows = best_first(rows, tag, lower)
+        if not args.metric:
+            args.metric = [tag]
+        elif tag not in args.metric:
+            args.metric = [tag, *args.metric]
     total = len(rows)
     shown = rows if args.all else rows[: args.limit]
     if args.json:
@@ -162,6 +204,7 @@ def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
         for k, v in r["hparams"].items():
             print(f"    {k} = {v}")
     print_tags(tags, r.get("metrics") or {})
+    print_notes(r.get("run_tags") or [], r.get("notes") or [])
     for what in ("traceback", "output"):
         if fail[what]:
             print(f"  {'output (its last lines)' if what == 'output' else what}:")
@@ -198,6 +241,20 @@ def print_tags(tags: Dict[str, List[str]], metrics: Dict[str, Optional[float]]) 
             print(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in names)}")
         else:
             print(f"    {kind}s: {', '.join(names)}")
+
+
+def print_notes(tags: List[str], notes: List[Dict[str, Any]]) -> None:
+    """Its tags on one line, then its notes, oldest first, each with when it was written."""
+    if tags:
+        print(f"  tags: {', '.join(tags)}")
+    if notes:
+        print("  notes:")
+        for n in notes:
+            when = _dt.datetime.fromtimestamp(n["time"]).strftime("%Y-%m-%d %H:%M")
+            lines = n["text"].splitlines() or [""]
+            print(f"    {when}  {lines[0]}")
+            for line in lines[1:]:
+                print(f"                      {line}")
 
 
 def parse_id(text: str) -> int:

@@ -10,7 +10,9 @@ from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, check
                      emit_json, eval_json, footer, human_age, human_duration, human_size, index_bytes, json_option,
                      known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
                      resolve_function, snapshot_of, table, terminal_width, writable_store)
-from .run_commands import find_run, list_runs, parse_id, print_tags, show_run
+from . import ids
+from .note_commands import eval_marks
+from .run_commands import find_run, list_runs, print_notes, print_tags, show_run
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function (full symbol or its name)")
@@ -99,17 +101,14 @@ def _show_options(p: argparse.ArgumentParser) -> None:
 @options(_show_options)
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args)
-    n = parse_id(args.id)
-    rows = store.index.evaluations(where="id=?", params=(n,))
-    if not rows:
-        run = find_run(store, n) if _has_runs_table(store) else None
-        if run is None:
-            raise CliError(PROBLEM, f"no evaluation #{n} (nor run {n}) in {store.root}")
-        return show_run(store, run, args.json)
-    e = rows[0]
+    kind, n = ids.resolve(store, args.id)  # the ids the dashboard shows: #12, r1475626
+    if kind == "run":
+        return show_run(store, find_run(store, n), args.json)
+    e = store.index.evaluations(where="id=?", params=(n,))[0]
     logs = _logs_of(store, e["id"])
+    marks = eval_marks(store, e["id"], logs[0])
     if args.json:
-        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1]})
+        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1], **marks})
         return OK
     snap = snapshot_of(e)
     try:
@@ -147,6 +146,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     for r in logs[0]:
         metrics.update(r.get("metrics") or {})
     print_tags(logs[1], metrics)  # type: ignore[arg-type]
+    print_notes(marks["run_tags"], marks["notes"])
     return OK
 
 

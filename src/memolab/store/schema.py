@@ -83,6 +83,17 @@ CREATE TABLE IF NOT EXISTS misses(
     time REAL NOT NULL,
     explanation TEXT NOT NULL
 );
+-- notes and tags (schema 3) on a run or an evaluation (``tracking/annotations.py``): kind is
+-- 'note' or 'tag', source says who wrote it (log: memolab.log.note/tag, cli, dashboard)
+CREATE TABLE IF NOT EXISTS annotations(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run INTEGER,
+    evaluation INTEGER,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    time REAL NOT NULL,
+    source TEXT
+);
 CREATE TABLE IF NOT EXISTS blob_stamps(
     digest TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -101,6 +112,11 @@ CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
 -- references) and rows out of use (what gc drops first)
 CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
 CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
+-- schema 3: a run's or an evaluation's notes and tags; a tag once per run or evaluation
+CREATE INDEX IF NOT EXISTS annotations_run ON annotations(run) WHERE run IS NOT NULL;
+CREATE INDEX IF NOT EXISTS annotations_evaluation ON annotations(evaluation) WHERE evaluation IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS annotations_tag ON annotations(COALESCE(run, 0), COALESCE(evaluation, 0), text)
+    WHERE kind = 'tag';
 """
 
 #: Columns added to a table after it shipped: table -> ((name, type), ...). Nullable, so an older
@@ -131,12 +147,23 @@ def _step_2(conn: sqlite3.Connection, write: Write) -> None:
     conn.executescript(DDL.split("-- indexes --")[1] + "DROP INDEX IF EXISTS evaluations_fn;")  # schema 1's
 
 
+def _step_3(conn: sqlite3.Connection, write: Write) -> None:
+    # the table is in ``DDL`` (created before the steps run); its indexes are the DDL's last three
+    indexes = DDL.split("-- schema 3:")[1].split("\n", 1)[1]
+    with write() as c:
+        for stmt in indexes.split(";"):
+            if stmt.strip():
+                c.execute(stmt)
+
+
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
 STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
     (2, "small results inline (evaluations.inline), the miss-explanation and gc indexes, the version "
         "mirrored in SQLite's user_version header field (opening a current store is one header read)", _step_2),
+    (3, "notes and tags on runs and evaluations (the annotations table: memolab.log.note, memolab tag, the "
+        "dashboard)", _step_3),
 ]
 
 #: The version this memolab writes. An older memolab refuses a file of a newer one (it reads

@@ -95,3 +95,27 @@ def labels(runs: Sequence[Mapping[str, Any]], width: int = 48) -> List[str]:
             text = f"#{r['eval_id']}" if r.get("eval_id") else f"run {str(r.get('id'))[-6:]}"
         out.append(text if len(text) <= width else text[: width - 1] + "…")
     return out
+
+
+# -- which way is better -------------------------------------------------------------------------
+# A metric whose name says it measures a loss, an error or a perplexity is better lower, any other
+# higher (accuracy, F1, reward), as W&B's and Aim's summaries assume; the dashboard's column
+# header and ``memolab runs --sort TAG:max`` override it. charts-best.js applies the same rule.
+_LOWER_ANYWHERE = ("loss", "error", "perplexity")
+_LOWER_WORDS = frozenset(("err", "ppl", "mse", "mae", "rmse", "nll", "wer", "cer", "fid", "cost", "regret",
+                          "latency", "distance"))
+
+
+def lower_is_better(tag: str) -> bool:
+    """``val/loss``, ``train_error``, ``ppl``, ``val/mse`` -> True; ``val/acc``, ``reward`` -> False."""
+    t = tag.lower()
+    if any(w in t for w in _LOWER_ANYWHERE):
+        return True
+    import re
+
+    return any(w in _LOWER_WORDS for w in re.split(r"[^a-z0-9]+", t))
+
+
+def is_system_tag(tag: str) -> bool:
+    """``sys/cpu``: a system metric memolab sampled, not a result of the computation."""
+    return tag.startswith("sys/")

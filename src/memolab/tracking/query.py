@@ -14,7 +14,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from ..text import mask_args, mask_secrets
-from . import names, schema
+from . import names, notes, schema
 
 _ensured: set = set()
 
@@ -182,6 +182,10 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
                         "hparams": {k: v[1] for k, v in mask_args(snap.get("args") or {}).items()},
                         "duration": ev["duration"], "hits": ev["hits"], "result": _result(snap), "size": ev["size"],
                         "metrics": {}, "error": None})
+    marks = notes.for_runs(c, out)
+    for r in out:  # its own notes and tags, and its stored evaluation's
+        m = notes.as_json(marks.get(r["id"]))
+        r["run_tags"], r["notes"] = m["tags"], m["notes"]
     by_fn: Dict[str, List[Dict[str, Any]]] = {}
     for r in out:
         by_fn.setdefault(r["fn"], []).append(r)
