@@ -27,11 +27,12 @@ DEFAULT = {
     "MEMOLAB_REMOTE_TIMEOUT": 3.0, "MEMOLAB_VERSION_SENSITIVITY": "minor", "MEMOLAB_STORE_SHARING": "user",
     "MEMOLAB_REMOTE_DRAIN": 10.0, "MEMOLAB_REMOTE_CONCURRENCY": 16, "MEMOLAB_REMOTE_RANGED_GETS": None,
     "MEMOLAB_INLINE_MAX": 32768, "MEMOLAB_HASH_THREADS": None,
-    "MEMOLAB_DIST_TIMEOUT": None,
+    "MEMOLAB_DIST_TIMEOUT": None, "MEMOLAB_SYSTEM_METRICS": 10.0,
 }
 #: the few (variable, value) among KINDS that are good values, and what they mean
 GOOD = {("MEMOLAB_LEASE_FREE_BELOW", "0"): 0.0, ("MEMOLAB_REMOTE_DRAIN", "0"): 0.0,
-        ("MEMOLAB_REMOTE_RANGED_GETS", "0"): False, ("MEMOLAB_INLINE_MAX", "0"): 0}
+        ("MEMOLAB_REMOTE_RANGED_GETS", "0"): False, ("MEMOLAB_INLINE_MAX", "0"): 0,
+        ("MEMOLAB_SYSTEM_METRICS", "0"): 0.0}
 FLOATS = [v for v, d in DEFAULT.items() if isinstance(d, float)]
 #: the settings ``configure()`` takes, by variable
 SETTING = {"MEMOLAB_LEASE_TTL": "lease_ttl", "MEMOLAB_HEARTBEAT": "heartbeat",
@@ -139,6 +140,7 @@ def test_bad_values_never_crash_import_a_call_or_the_cli(project, tmp_path):
             "MEMOLAB_INLINE_MAX": memolab.store.INLINE_MAX,
             "MEMOLAB_HASH_THREADS": config.env_setting("MEMOLAB_HASH_THREADS"),
             "MEMOLAB_DIST_TIMEOUT": config.env_setting("MEMOLAB_DIST_TIMEOUT"),
+            "MEMOLAB_SYSTEM_METRICS": config.env_setting("MEMOLAB_SYSTEM_METRICS"),
         }
         out["timeouts"] = [memolab.team.pg.remote_timeout(), memolab.team.blobs.remote_timeout()]
         print(json.dumps(out))

@@ -27,6 +27,7 @@ from ..store.process import script_path
 from ..text import mask_secrets
 from . import output as _output
 from . import sink as _sink
+from . import system as _system
 
 TRACEBACK_LIMIT = 20_000  # characters of a failed run's traceback kept (its end: the raise site)
 
@@ -184,6 +185,7 @@ def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], s
         _open[run.id] = run
         _watch_sigterm()
         _output.start(_tail_of_current)
+        _system.watch(run)  # CPU, memory, GPU sampled off this thread while it computes (sys/ tags)
     return run, _current.set(run)
 
 
@@ -282,6 +284,7 @@ def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] =
     if handle is None:
         return
     run, token = handle
+    _system.unwatch(run)
     try:
         _current.reset(token)
     except ValueError:  # ended in another context (should not happen); fall back to clearing
