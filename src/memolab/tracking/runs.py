@@ -87,9 +87,16 @@ def hparam_value(v: Any, _depth: int = 0) -> Any:
         return v if len(v) <= 200 else v[:197] + "..."
     if _depth == 0 and _config_cost(v, 0, [0]) <= _CONFIG_BUDGET:
         return _config_value(v, 0)
+    return _shown(v)
+
+
+def _shown(v: Any) -> str:
+    """A model, a dataset, a loader as a typed summary (``Net: 3 layers, 1.2 K params``), anything
+    else as its short repr."""
+    from ..summary import typed
     from ..text import short_repr
 
-    return short_repr(v)
+    return typed(v) or short_repr(v)
 
 
 _CONFIG_BUDGET = 200
@@ -132,9 +139,7 @@ def _config_value(v: Any, depth: int) -> Any:
     items = _config_items(v) if depth < 6 else None
     if items is not None:
         return {str(k): _config_value(x, depth + 1) for k, x in items}
-    from ..text import short_repr
-
-    return short_repr(v)
+    return _shown(v)
 
 
 def _config_items(v: Any) -> Optional[list]:
