@@ -166,7 +166,8 @@ def _match(fns: Iterable[str], name: str) -> str:
 def runs(fn: Any = None, *, status: Union[None, str, Iterable[str]] = None, name: Optional[str] = None,
          tag: Optional[str] = None, store: Any = None, limit: Optional[int] = None) -> RunList:
     """The runs of ``fn`` (a memoized function, its full symbol ``pkg.mod:train``, or an unambiguous
-    suffix such as ``train``; a script's process runs as ``train.py``), or of every function, newest first.
+    suffix such as ``train``; a script's function as ``a.py:train``; a script's process runs as
+    ``train.py``), or of every function, newest first.
 
     ``status``: one of running, done, failed, interrupted, lost (or several); ``name``: a regular
     expression searched in the run's name; ``tag``: only runs carrying this tag (theirs or their
@@ -186,13 +187,18 @@ def runs(fn: Any = None, *, status: Union[None, str, Iterable[str]] = None, name
     else:
         st = get_store()
     index = st.index
-    symbol = None
+    symbol = script = None
     if fn is not None:
         symbol = getattr(fn, "symbol", None)
         if symbol is None:
             if not isinstance(fn, str):
                 raise TypeError(f"memolab.runs: fn must be a memoized function or a name, got {type(fn).__qualname__}")
-            symbol = _match((f["fn"] for f in _query.functions(index)), fn)
+            entries = _query.function_entries(index)
+            by_label = [e for e in entries if e["label"] == fn and e["script"]]  # "a.py:train"
+            if len(by_label) == 1:
+                symbol, script = by_label[0]["fn"], by_label[0]["script"]
+            else:
+                symbol = _match((f["fn"] for f in entries), fn)
     wanted = None
     if status is not None:
         wanted = {status} if isinstance(status, str) else set(status)
@@ -205,6 +211,8 @@ def runs(fn: Any = None, *, status: Union[None, str, Iterable[str]] = None, name
     out = RunList()
     for row in _query.runs(index, symbol):
         if wanted is not None and row["status"] not in wanted:
+            continue
+        if script is not None and row.get("script") != script:
             continue
         r = Run(row, index)
         if pattern is not None and not pattern.search(r.name):

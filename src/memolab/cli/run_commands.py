@@ -128,6 +128,9 @@ def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
     from ..tracking import query
 
     rows = query.runs(store.index, fn)
+    script = getattr(args, "script", None)
+    if script:  # a.py:train: the runs of that script
+        rows = [r for r in rows if r.get("script") == script]
     if args.status:
         rows = [r for r in rows if r["status"] in args.status]
     for t in getattr(args, "tag", None) or []:
@@ -149,7 +152,9 @@ def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
         print(f"no runs{' of ' + fn if fn else ''} in {store.root}")
         return OK
     if fn:
-        print(fn)
+        from .ids import shown_function
+
+        print(shown_function(store, fn, script, rows))
     print(runs_table(shown, args, with_fn=fn is None))
     more = footer(len(shown), total, "runs", "--limit N or --all for more")
     if more:
@@ -160,9 +165,12 @@ def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
 @command("runs", "list runs (running, failed, interrupted and lost ones too) with their names and final metrics")
 @options(_runs_options)
 def cmd_runs(args: argparse.Namespace) -> int:
+    from .ids import split_script
+
     store = open_store(args)
     store.flush_hits()
-    fn = resolve_function(store, args.func) if args.func else None
+    name, args.script = split_script(store, args.func) if args.func else (None, None)
+    fn = resolve_function(store, name) if name else None
     return list_runs(store, fn, args)
 
 

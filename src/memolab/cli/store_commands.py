@@ -27,7 +27,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args)
     store.flush_hits()
     if not args.func:
-        fns = store.index.functions()
+        fns = ids.function_rows(store, store.index.functions())  # a.py:train and b.py:train apart
         only_runs = [f for f in known_functions(store) if f.startswith("<process:") or
                      (f not in {x["fn"] for x in fns} and _has_runs_of(store, f))]
         if args.json:
@@ -36,31 +36,44 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if not fns:
             print(f"no stored evaluations in {store.root}")
         else:
-            rows = [(f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
+            rows = [(f.get("label") or f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
                      human_age(f["last"])) for f in fns]
             print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN"], rows, right=(1, 2, 3, 4),
                         width=terminal_width(args.wide), flex=(0,)))
         if only_runs:
-            print(f"logged runs without stored evaluations: {', '.join(only_runs)} (memolab runs NAME)")
+            shown = [ids.shown_function(store, f) for f in only_runs]
+            print(f"logged runs without stored evaluations: {', '.join(shown)} (memolab runs NAME)")
         return OK
-    fn = resolve_function(store, args.func)
-    total = _count_evaluations(store, fn)
+    name, args.script = ids.split_script(store, args.func)  # a.py:train: that script's evaluations
+    fn = resolve_function(store, name)
+    mine = ids.eval_ids_of_script(store, fn, args.script) if args.script else None
+    total = _count_evaluations(store, fn) if mine is None else len(mine)
     if not total and not args.json and _has_runs_of(store, fn):
         # a script's process runs, or a function whose every run failed: its runs are what there is
         args.status, args.metric, args.all = None, None, False
         return list_runs(store, fn, args)
-    evs = store.index.evaluations(fn, limit=args.limit)
+    if mine is None:
+        evs = store.index.evaluations(fn, limit=args.limit)
+    else:
+        evs = store.index.evaluations(fn, where=f"id IN ({','.join(str(i) for i in mine) or 'NULL'})",
+                                      limit=args.limit)
     if args.json:
         emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
         return OK
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
              e["code"][:8], e["status"] if e["status"] != "done" else "", args_summary(e, 10**6)) for e in evs]
-    print(fn)
+    print(ids.shown_function(store, fn, args.script))
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
                 width=terminal_width(args.wide), flex=(7,)))
     more = footer(len(evs), total, "evaluations", "--limit N for more")
     if more:
         print(more)
+    if fn.startswith("__main__:") and not args.script:
+        from ..tracking.query import function_entries
+
+        each = [e["label"] for e in function_entries(store.index) if e["fn"] == fn and e["script"]]
+        if len(each) > 1:
+            print(f"(evaluations of {len(each)} scripts' {fn[9:]}: memolab ls {each[0]} lists one)")
     unstored = _unstored_runs(store, fn)
     if unstored:
         print(f"also {', '.join(f'{n} {s}' for s, n in sorted(unstored.items()))} run(s) without a stored evaluation: "

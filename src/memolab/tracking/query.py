@@ -112,6 +112,48 @@ def functions(index: Any) -> List[Dict[str, Any]]:
     return sorted(out.values(), key=lambda d: d["fn"])
 
 
+def function_entries(index: Any) -> List[Dict[str, Any]]:
+    """``functions`` as people tell them apart: a script's ``__main__:train`` once per script that
+    ran it (``a.py:train``, ``b.py:train``: ``names.function_label``), with that script's runs and
+    evaluations; its evaluations no run of a known script produced (an older store) under the bare
+    symbol. Each entry: fn, script (absolute path or None), label, and the counts of ``functions``."""
+    c = _conn(index)
+    out: List[Dict[str, Any]] = []
+    mains = []
+    for f in functions(index):
+        if not f["fn"].startswith("__main__:") or not f.get("scripts"):
+            out.append({**f, "script": None, "label": f["fn"]})
+        else:
+            mains.append(f)
+    if not mains:
+        return out
+    labels = names.script_labels(sorted({p for f in mains for p in f["scripts"]}))
+    running = {r["id"] for r in _running(c)}
+    for f in mains:
+        per: Dict[Optional[str], Dict[str, Any]] = {}
+        seen_evals: set = set()
+        for rid, script, started, ev, stored in c.execute(
+                "SELECT r.id, r.script, r.started, r.eval_id, e.id IS NOT NULL FROM runs r "
+                "LEFT JOIN evaluations e ON e.id = r.eval_id WHERE r.fn=?", (f["fn"],)):
+            d = per.setdefault(script, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
+            d["runs"] += 1
+            d["running"] += rid in running
+            d["last"] = max(d["last"], started or 0)
+            if stored:
+                d["evaluations"].add(ev)
+                seen_evals.add(ev)
+        unknown = f["evaluations"] - len(seen_evals)
+        if unknown > 0 or None in per:
+            d = per.setdefault(None, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
+            d["unknown"] = max(0, unknown)
+        for script, d in sorted(per.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
+            label = names.function_label(f["fn"], labels.get(script)) if script else f["fn"]
+            out.append({"fn": f["fn"], "script": script, "label": label, "runs": d["runs"],
+                        "evaluations": len(d["evaluations"]) + d.get("unknown", 0), "running": d["running"],
+                        "hits": f["hits"], "last": d["last"] or f["last"]})
+    return sorted(out, key=lambda d: d["label"])
+
+
 _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", "finished", "updated", "status",
              "hparams", "eval_id", "pid", "host", "error", "script")
 
