@@ -61,11 +61,19 @@ def cmd_export_tb(args: argparse.Namespace) -> int:
     from ..cli.common import Progress, open_store, resolve_function
     from ..tracking import tb_export
 
+    from ..cli.ids import split_script
+
     store = open_store(args)  # never creates one: a typo in --store is an error, not an empty export
-    fn = resolve_function(store, args.func) if args.func is not None else None
-    with Progress("exporting runs", tb_export.count_runs(store.index, fn)) as bar:
-        result = tb_export.export(store.index, Path(args.dir), fn, progress=bar.update)
+    name, script = split_script(store, args.func) if args.func is not None else (None, None)  # a.py:train
+    fn = resolve_function(store, name) if name is not None else None
+    with Progress("exporting runs", tb_export.count_runs(store.index, fn, script)) as bar:
+        result = tb_export.export(store.index, Path(args.dir), fn, progress=bar.update, script=script)
     removed = f"; removed {len(result.removed)} stale run director{'y' if len(result.removed) == 1 else 'ies'}" \
         if result.removed else ""
     print(f"wrote {len(result)} run(s) under {args.dir}{removed}; view them with: tensorboard --logdir {args.dir}")
+    others = sorted({Path(d).parent.name for d in result} - {result.experiment}, key=lambda f: (f.startswith("_"), f))
+    if result.experiment and others:
+        # TensorBoard compares one experiment per logdir (tracking/tb_export.experiment_function)
+        print(f"HParams compares {result.experiment}'s runs; for another function: "
+              f"tensorboard --logdir {Path(args.dir) / others[0]}")
     return 0
