@@ -159,7 +159,7 @@ _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", 
 
 
 def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None,
-         limit: Optional[int] = None) -> List[Dict[str, Any]]:
+         limit: Optional[int] = None, script: Optional[str] = None) -> List[Dict[str, Any]]:
     """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
 
     ``status`` is running, done, failed, interrupted, or lost (stored as running, but its process
@@ -167,12 +167,19 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     arguments that differ between the rows returned (``names.labels``).
 
     A row's ``id`` is the run id, or ``"e<eval id>"`` for an evaluation stored without a run.
+    ``script``: only the runs of that script (a script's ``__main__`` function, ``a.py:train``);
+    ``""``: those of no known script, and the evaluations stored without a run.
     """
     c = _conn(index)
     where, params = [], []
     if fn is not None:
         where.append("fn=?")
         params.append(fn)
+    if script:
+        where.append("script=?")
+        params.append(script)
+    elif script == "":
+        where.append("script IS NULL")
     if ids is not None:
         where.append(f"id IN ({','.join('?' * len(ids))})")
         params.extend(ids)
@@ -212,7 +219,10 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
             r["result"] = _result(_snapshot(ev))
             r["size"] = ev["size"]
         out.append(r)
-    if ids is None:
+    if ids is None and not script:
+        if script == "":  # evaluations that runs of a known script produced are that script's
+            used |= {e for (e,) in c.execute("SELECT DISTINCT eval_id FROM runs WHERE script IS NOT NULL"
+                                              + (" AND fn=?" if fn is not None else ""), (fn,) if fn is not None else ())}
         for ev in evs.values():
             if ev["id"] in used:
                 continue
@@ -383,9 +393,10 @@ def texts(index: Any, run: int, tag: str) -> List[Dict[str, Any]]:
             for e in events(index, run, "text", tag, with_data=True)]
 
 
-def hparams(index: Any, fn: str) -> Dict[str, Any]:
-    """Runs of ``fn`` with their hyperparameters and final (last-step) value of every scalar."""
-    rs = [r for r in runs(index, fn) if isinstance(r["id"], int)]
+def hparams(index: Any, fn: str, script: Optional[str] = None) -> Dict[str, Any]:
+    """Runs of ``fn`` (of ``script``: ``runs``) with their hyperparameters and final (last-step)
+    value of every scalar, and their name (a ``SummaryWriter``'s log_dir, ``memolab.log.name``) or label."""
+    rs = [r for r in runs(index, fn, script=script) if isinstance(r["id"], int)]
     metrics: Dict[int, Dict[str, Any]] = {}
     if rs:
         ids = [r["id"] for r in rs]
@@ -394,8 +405,8 @@ def hparams(index: Any, fn: str) -> Dict[str, Any]:
             metrics.setdefault(run, {})[tag] = _f(v)
     hp_keys = sorted({k for r in rs for k in r["hparams"]})
     m_keys = sorted({k for m in metrics.values() for k in m})
-    rows = [{"id": r["id"], "status": r["status"], "eval_id": r["eval_id"], "code": r["code"],
-             "hparams": r["hparams"], "metrics": metrics.get(r["id"], {})} for r in rs]
+    rows = [{"id": r["id"], "status": r["status"], "eval_id": r["eval_id"], "code": r["code"], "name": r.get("name"),
+             "label": r.get("label"), "hparams": r["hparams"], "metrics": metrics.get(r["id"], {})} for r in rs]
     return {"hparams": hp_keys, "metrics": m_keys, "rows": rows}
 
 
