@@ -28,7 +28,8 @@ screenshots: $(STAMP) system-deps
 	$(PY) examples/screenshots.py
 
 # The dashboard's browser tests drive Debian's headless Chromium; the team store's
-# tests start a PostgreSQL server of their own (initdb + pg_ctl from Debian's package).
+# tests start a PostgreSQL server of their own (initdb + pg_ctl from Debian's package);
+# the command line's terminal tests run it in tmux at 80 columns (tests/test_cli_terminal.py).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
@@ -36,6 +37,8 @@ system-deps:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || { \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
+	@command -v tmux >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq tmux >/dev/null; }
 
 # Two workers, each taking whole test files (--dist loadfile: a file's servers and fixtures
 # stay in one process); CI's machines have 2 cores. The 15 slowest tests are printed.

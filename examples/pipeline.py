@@ -1,8 +1,11 @@
-"""A small PyTorch pipeline with two memoized steps.
+"""A small PyTorch pipeline with three memoized steps: load_data -> train -> evaluate.
 
-Run it twice: the second run, a new process, gets the dataset and the trained
-model from the store in milliseconds. Edit `Net.forward` and only `train`
-reruns (`load_data` does not depend on it); `--explain` says why, with a diff.
+Run it twice: the second run, a new process, gets the dataset, the trained
+model and its score from the store in milliseconds. Edit `Net.forward` and only
+`train` and `evaluate` rerun (`load_data` does not depend on it); `--explain`
+says why, with a diff, and `memolab why evaluate` names the new model it got.
+Each evaluation records what it was made from (`memolab show ID`, the
+dashboard's Pipeline tab).
 """
 import sys
 import time
@@ -65,7 +68,9 @@ def train(data: TensorDataset, epochs: int = 3, lr: float = 1e-2, verbose: bool 
     return model
 
 
-def mse(model: Net, data: TensorDataset) -> float:
+@memo
+def evaluate(model: Net, data: TensorDataset) -> float:
+    """The trained model's mean squared error (its inputs: train's model, load_data's dataset)."""
     x, y = data.tensors
     with torch.no_grad():
         return nn.functional.mse_loss(model(x), y).item()
@@ -78,5 +83,5 @@ if __name__ == "__main__":
         print(train.explain(data))
     model = train(data)
     took = time.perf_counter() - t0
-    print(f"mse = {mse(model, data):.6f}   load_data + train: {took * 1000:.1f} ms   "
+    print(f"mse = {evaluate(model, data):.6f}   load_data + train: {took * 1000:.1f} ms   "
           f"(import torch + memolab: {(t_imported - t_start) * 1000:.0f} ms)")

@@ -1,4 +1,5 @@
-"""The memolab demo, with PyTorch: a miss, a hit in a new process, a miss after a code edit.
+"""The memolab demo, with PyTorch: a miss, a hit in a new process, a miss after a code edit
+(and `memolab why evaluate` naming the upstream evaluation its new input came from).
 
 It copies `examples/pipeline.py` into `build/demo/` (its own small workspace,
 so its store is `build/demo/.memolab`; `$MEMOLAB_DEMO_DIR` picks another
@@ -40,6 +41,7 @@ def main() -> None:
     step("python pipeline.py --explain  # 3rd run: load_data hits, train recomputes (why: the diff)",
          "pipeline.py", "--explain")
     step("memolab why train", "-m", "memolab", "why", "train")
+    step("memolab why evaluate    # lineage: the model it got came from another train", "-m", "memolab", "why", "evaluate")
     step("memolab ls", "-m", "memolab", "ls")
     # the venv's own script by its full path: `memolab` alone is "command not found" in a fresh
     # shell where the venv is not activated

@@ -4,7 +4,8 @@ Runs `examples/run_demo.py` (its store: `build/demo/.memolab`: the demo's two tr
 before and after the edit of `forward`), serves that store with `memolab ui` on a free
 port, and photographs the dashboard in Debian's headless Chromium (driven by Playwright,
 as the browser tests do): the scalars of both trainings overlaid, their hyperparameters,
-and the code diff between them. Writes `docs/screenshots/demo_*.png`.
+the code diff between them, and the pipeline (load_data -> train -> evaluate, both
+versions, the edited step marked). Writes `docs/screenshots/demo_*.png`.
 
     .venv/bin/python examples/screenshots.py [--out docs/screenshots] [--skip-demo]
 """
@@ -67,6 +68,16 @@ def shoot(url: str, out: Path) -> None:
             compare.click()
             pg.wait_for_timeout(1000)
             pg.screenshot(path=str(out / "demo_code_diff.png"), full_page=True)
+        # the pipeline around the two evaluations of the last step, one of them's panel open
+        pg.goto(f"{base}?fn=__main__:evaluate&tab=pipeline")
+        pg.wait_for_selector("body[data-ready='1']", timeout=30000)
+        pg.wait_for_selector("#pipeline-graph g.node[data-eval]", timeout=30000)
+        newest = pg.query_selector("#runs tbody tr[data-eval] a.eval-open")
+        if newest is not None:
+            newest.click()
+            pg.wait_for_selector("#eval-panel:not(.hidden)", timeout=30000)
+        pg.wait_for_timeout(500)
+        pg.screenshot(path=str(out / "demo_pipeline.png"), full_page=True)
         browser.close()
 
 

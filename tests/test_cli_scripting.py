@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 
@@ -166,11 +167,12 @@ def test_json_output(logged):
     assert cp.returncode == 1 and "no evaluation #999999" in cp.stderr
 
 
-def _on_a_terminal(project, *args):
+def _on_a_terminal(project, *args, env=None):
     """Run with stderr on a pseudo-terminal; returns what was written to it."""
     main, sub = pty.openpty()
     try:
-        p = subprocess.Popen([sys.executable, "-m", "memolab", *args], cwd=project.root, env=_env(project),
+        p = subprocess.Popen([sys.executable, "-m", "memolab", *args], cwd=project.root,
+                             env={**_env(project), **(env or {})},
                              stdout=subprocess.PIPE, stderr=sub, stdin=subprocess.DEVNULL)
         os.close(sub)
         chunks = []
@@ -189,9 +191,14 @@ def _on_a_terminal(project, *args):
 
 
 def test_progress_bar_on_a_terminal_only(logged, tmp_path):
-    assert "verifying blobs [" in _on_a_terminal(logged, "doctor")
-    assert "exporting runs [" in _on_a_terminal(logged, "export-tb", str(tmp_path / "tb"))
-    gc = _on_a_terminal(logged, "gc", "--older-than", "0s", "--yes")
-    assert "gc: dropping evaluations [" in gc and "gc: collecting unreferenced blobs [" in gc
+    """A terminal gets a bar (here at once: MEMOLAB_PROGRESS_DELAY=0; by default only work that
+    lasts 2 s draws one), tqdm's when it is installed; a pipe never does."""
+    now = {"MEMOLAB_PROGRESS_DELAY": "0"}
+    assert re.search(r"verifying blobs: +\d+%\|", _on_a_terminal(logged, "doctor", env=now))
+    assert "exporting runs: " in _on_a_terminal(logged, "export-tb", str(tmp_path / "tb"), env=now)
+    assert "verifying blobs" not in _on_a_terminal(logged, "doctor")  # quick work: no bar after the default delay
+    assert "verifying blobs" not in _on_a_terminal(logged, "doctor", env={**now, "MEMOLAB_PROGRESS": "off"})
+    gc = _on_a_terminal(logged, "gc", "--older-than", "0s", "--yes", env=now)
+    assert "gc: dropping evaluations: " in gc and "gc: collecting unreferenced blobs: " in gc
     cp = memolab(logged, "doctor")
     assert cp.stderr == ""  # a pipe gets no bar

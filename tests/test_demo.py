@@ -30,6 +30,8 @@ def test_demo_tells_the_pytorch_story(tmp_path):
     assert "__main__:train: hit" in out
     assert "`__main__:Net` changed" in out and "-        return self.out(torch.relu(self.hidden(x)))" in out
     assert "load_data + train:" in out and "memolab ui" in out
+    # lineage: evaluate missed because its model now comes from another evaluation of train
+    assert "argument `model` now comes from `train` #4 (was #2: `train`'s code changed" in out, out
     # the hint works from a fresh shell (no venv activated): an executable by its full path
     exe = re.search(r"&& (\S+) (?:-m memolab )?ui", out)[1]
     assert os.path.isabs(exe) and os.access(exe, os.X_OK), exe

@@ -261,6 +261,22 @@ def test_policy_applies_to_slots_too():
     assert H(S(1, 2)) == H(S(1, 3)) and H(S(1, 2)) != H(S(2, 2))
 
 
+def test_an_object_whose_attributes_are_all_excluded_keys_as_one_with_none():
+    """A cache filled as the object is used (pandas' ``_cache``, excluded by policy) is no state:
+    pickle saves none for an empty ``__dict__``, so the object keys as before it was used (issue 35)."""
+    class Dtype:
+        def derived(self):
+            self.__dict__.setdefault("_cache", {})["x"] = 1
+
+    memolab.register_policy(Dtype, exclude={"_cache"})
+    d = Dtype()
+    key = H(d)
+    d.derived()
+    assert H(d) == key
+    d.other = 2
+    assert H(d) != key
+
+
 # -- errors name the path -----------------------------------------------------------------
 
 def test_error_paths_name_the_offending_object():

@@ -507,14 +507,14 @@ def test_pg_schema_refused_when_older_or_newer(postgres_dsn):
 
     PgIndex(postgres_dsn).close()  # an empty database gets the current schema
     _set_version(postgres_dsn, 0)
-    with pytest.raises(StoreConfigError, match=r"team schema 0 .* is older than this memolab's 1: "
+    with pytest.raises(StoreConfigError, match=r"team schema 0 .* is older than this memolab's 2: "
                                                 r"run `memolab remote upgrade`"):
         PgIndex(postgres_dsn)
     st = status(postgres_dsn)
     assert st["reachable"] and st["schema"] == 0 and not st["ok"] and "memolab remote upgrade" in st["message"]
     _set_version(postgres_dsn, 99)
     with pytest.raises(TeamSchemaError, match=r"team schema 99 .* is newer than this memolab supports "
-                                              r"\(1\.\.1\): upgrade memolab") as e:
+                                              r"\(1\.\.2\): upgrade memolab") as e:
         PgIndex(postgres_dsn)
     assert e.value.version == 99
     with pytest.raises(TeamSchemaError, match="newer"):
@@ -532,22 +532,22 @@ def test_pg_status_and_upgrade_of_an_empty_database(postgres_dsn):
     assert st["reachable"] and st["schema"] is None and not st["ok"]  # status writes nothing
     with pytest.raises(TeamSchemaError, match="no memolab schema"):
         PgIndex(postgres_dsn, create=False)
-    assert upgrade(postgres_dsn) == {"from": None, "to": 1, "changed": True}
-    assert upgrade(postgres_dsn) == {"from": 1, "to": 1, "changed": False}
+    assert upgrade(postgres_dsn) == {"from": None, "to": 2, "changed": True}
+    assert upgrade(postgres_dsn) == {"from": 2, "to": 2, "changed": False}
     with PgIndex(postgres_dsn) as ix:
         ix.publish(key(1), fields(1, size=7), {})
         ix.claim(key(2), "A", ttl=60)
     st = status(postgres_dsn)
     assert (st["schema"], st["ok"], st["evaluations"], st["done"], st["functions"], st["size"], st["leases"]) == \
-        (1, True, 1, 1, 1, 7, 1)
+        (2, True, 1, 1, 1, 7, 1)
 
 
-SCHEMA_2 = """
+SCHEMA_3 = """
 import memolab.team.pg as pg
 import memolab.team.pgschema as pgschema  # the schema, its versions and migrations
-pgschema.TEAM_SCHEMA_VERSION = 2
-pgschema.SUPPORTED = (2, 2)
-pgschema.STEPS.append((2, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT",
+pgschema.TEAM_SCHEMA_VERSION = 3
+pgschema.SUPPORTED = (3, 3)
+pgschema.STEPS.append((3, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT",
                       "CREATE INDEX memolab_evaluations_extra ON memolab_evaluations(extra)"]))
 """
 
@@ -557,7 +557,7 @@ def test_pg_upgrade_from_an_older_version_under_concurrency(postgres_dsn, tmp_pa
 
     with PgIndex(postgres_dsn) as ix:
         ix.publish(key(1), fields(1, inline=True), {})
-    body = SCHEMA_2 + textwrap.dedent("""
+    body = SCHEMA_3 + textwrap.dedent("""
     try:
         pg.PgIndex(sys.argv[1])
         refused = ""
@@ -571,13 +571,13 @@ def test_pg_upgrade_from_an_older_version_under_concurrency(postgres_dsn, tmp_pa
     outs = [[json.loads(line) for line in out.strip().splitlines()]
             for out in run_children(tmp_path, body, [[postgres_dsn], [postgres_dsn]])]
     for (first, after) in outs:
-        assert "team schema 1" in first["refused"] and "older than this memolab's 2" in first["refused"]
+        assert "team schema 2" in first["refused"] and "older than this memolab's 3" in first["refused"]
         assert "memolab remote upgrade" in first["refused"]
-        assert after == {"version": 2, "row": "args1"}
+        assert after == {"version": 3, "row": "args1"}
     ups = sorted((o[0]["upgrade"] for o in outs), key=lambda u: not u["changed"])
-    assert ups == [{"from": 1, "to": 2, "changed": True}, {"from": 2, "to": 2, "changed": False}]
-    # this (version 1) memolab now refuses the database
-    with pytest.raises(TeamSchemaError, match="team schema 2 .* newer"):
+    assert ups == [{"from": 2, "to": 3, "changed": True}, {"from": 3, "to": 3, "changed": False}]
+    # this (version 2) memolab now refuses the database
+    with pytest.raises(TeamSchemaError, match="team schema 3 .* newer"):
         PgIndex(postgres_dsn)
     import psycopg
 
@@ -587,6 +587,29 @@ def test_pg_upgrade_from_an_older_version_under_concurrency(postgres_dsn, tmp_pa
     assert cols == ["extra"]
 
 
+def test_pg_schema_1_works_without_shared_accepts_until_upgraded(postgres_dsn, monkeypatch):
+    """A team database an older memolab made (schema 1, no memolab_accepts) is used as it is:
+    no accept is shared through it, and recording one says why, until `memolab remote upgrade`."""
+    import memolab.team.pg as pg
+    import memolab.team.pgschema as pgschema
+    from memolab.team.pgaccepts import AcceptsUnsupported
+
+    with monkeypatch.context() as m:  # what the older memolab created
+        m.setattr(pgschema, "TEAM_SCHEMA_VERSION", 1)
+        m.setattr(pgschema, "STEPS", pgschema.STEPS[:1])
+        pg.PgIndex(postgres_dsn).close()
+    with pg.PgIndex(postgres_dsn) as ix:
+        assert ix.version == 1 and not ix.accepts_supported and ix.accepts("f") == []
+        with pytest.raises(AcceptsUnsupported, match="predates accepts"):
+            ix.add_accept(ACCEPT)
+        ix.publish(key(1), fields(1), {})
+    assert pg.upgrade(postgres_dsn) == {"from": 1, "to": 2, "changed": True}
+    with pg.PgIndex(postgres_dsn) as ix:
+        assert ix.accepts_supported and ix.lookup(key(1))["args"] == "args1"
+        i = ix.add_accept(ACCEPT)
+        assert [a["id"] for a in ix.accepts("f")] == [i]
+
+
 def test_pg_upgrade_honours_lock_timeout(postgres_dsn, monkeypatch):
     import psycopg
 
@@ -594,9 +617,9 @@ def test_pg_upgrade_honours_lock_timeout(postgres_dsn, monkeypatch):
     import memolab.team.pgschema as pgschema
 
     pg.PgIndex(postgres_dsn).close()
-    monkeypatch.setattr(pgschema, "TEAM_SCHEMA_VERSION", 2)
-    monkeypatch.setattr(pgschema, "SUPPORTED", (2, 2))
-    monkeypatch.setattr(pgschema, "STEPS", pgschema.STEPS + [(2, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT"])])
+    monkeypatch.setattr(pgschema, "TEAM_SCHEMA_VERSION", 3)
+    monkeypatch.setattr(pgschema, "SUPPORTED", (3, 3))
+    monkeypatch.setattr(pgschema, "STEPS", pgschema.STEPS + [(3, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT"])])
     with psycopg.connect(postgres_dsn) as reader:  # a client in the middle of a long read
         reader.execute("SELECT count(*) FROM memolab_evaluations").fetchone()
         with pytest.raises(pg.TeamSchemaError, match=r"could not lock a table within 0.2 s .* nothing was changed"):
@@ -606,8 +629,8 @@ def test_pg_upgrade_honours_lock_timeout(postgres_dsn, monkeypatch):
         other.execute("SELECT pg_advisory_lock(%s)", (pg._LOCK_KEY,))
         with pytest.raises(pg.TeamSchemaError, match="another client has been creating or upgrading"):
             pg.upgrade(postgres_dsn, wait=0.2)
-    assert pg.status(postgres_dsn)["schema"] == 1  # both refusals left version 1 intact
-    assert pg.upgrade(postgres_dsn, lock_timeout=5) == {"from": 1, "to": 2, "changed": True}
+    assert pg.status(postgres_dsn)["schema"] == 2  # both refusals left version 2 intact
+    assert pg.upgrade(postgres_dsn, lock_timeout=5) == {"from": 2, "to": 3, "changed": True}
 
 
 def test_pg_stopped_server_raises_remote_unavailable(postgres_server, postgres_dsn):
@@ -773,3 +796,25 @@ def test_pg_sigkilled_holder_on_another_machine_is_taken_over_after_its_ttl(post
             p.wait()
         time.sleep(ttl * 1.5)
         assert ix.claim(key(1), "B", ttl=ttl)[0] == "owner"
+
+
+# -- accepted code changes (store/accepts.py): the same operations on both indexes ----------------
+ACCEPT = {"fn": "f", "schema": "h3", "new_code": "code-new", "old_code": "code-old", "time": 1000.0,
+          "user_name": "alice", "host": "box", "deps_before": "{}", "deps_after": "{}", "diffs": "{}",
+          "signature": None}
+
+
+def test_accepts_are_recorded_listed_and_taken_back(index):
+    assert index.accepts("f") == []
+    i = index.add_accept(ACCEPT)
+    j = index.add_accept({**ACCEPT, "new_code": "code-newer", "old_code": "code-new", "time": 2000.0})
+    k = index.add_accept({**ACCEPT, "fn": "g"})
+    got = index.accepts("f", "h3")
+    assert [a["id"] for a in got] == [i, j] and got[0]["user_name"] == "alice" and got[0]["time"] == 1000.0
+    assert [a["id"] for a in index.accepts()] == [i, j, k] and index.accepts("f", "h2") == []
+    assert index.undo_accept(i, when=3000.0, by="bob@box") is True
+    assert index.undo_accept(i, by="bob@box") is False  # once
+    assert [a["id"] for a in index.accepts("f")] == [j]
+    gone = index.accepts("f", active=False)
+    assert [(a["id"], a["undone"], a["undone_by"]) for a in gone] == [(i, 3000.0, "bob@box"), (j, None, None)]
+    assert [a["id"] for a in index.accepts(ids=[j, k])] == [j, k]

@@ -22,7 +22,7 @@ __all__ = [
     "memo", "MemoFunction", "configure",
     "register_hasher", "register_opaque", "register_policy", "File", "Dir",
     "HashError", "StoreMiss", "CodeChanged", "CorruptBlob", "MemolabError", "MemolabWarning",
-    "log", "SummaryWriter", "checkpoint", "runs",
+    "log", "SummaryWriter", "checkpoint", "runs", "ui",
     "__version__",
 ]
 
@@ -42,6 +42,10 @@ def __getattr__(name: str):  # type: ignore[no-untyped-def]
 
         globals()["runs"] = runs  # importing the submodule set this attribute to the module
         return runs
+    if name == "ui":  # memolab.ui(): the dashboard served by this process (memolab/ui/notebook.py)
+        import importlib
+
+        return importlib.import_module(".ui", __name__)  # the package is callable
     if name == "SummaryWriter":
         from .tracking.writer import SummaryWriter
         return SummaryWriter

@@ -15,7 +15,7 @@ import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import codegraph, config, globalrng, hashing, hooks, implicit
+from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, report, upstream
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -88,11 +88,12 @@ class Call:
 
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
                  "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
-                 "state_deps")
+                 "state_deps", "via", "at", "expiry",
+                 "miss_text", "announced", "computed", "visited", "edges")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
-                 named: List[Tuple[str, Any]]) -> None:
+                 named: List[Tuple[str, Any]], visited: Optional[List[Any]] = None) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
         self.bound = bound
         self.key = key
@@ -125,6 +126,33 @@ class Call:
         self.imports: Any = None
         #: what the result depends on besides its key (``implicit``): generator states, libraries
         self.state_deps: Dict[str, str] = {}
+        #: the row in hand was found under other code the user accepted as this code
+        #: (``accepted``): (the key it is stored under, the accepts followed); None: under ``key``
+        self.via: Optional[Tuple[Any, List[Dict[str, Any]]]] = None
+        #: when the call started, by memolab's clock (``expiry``): what a stored row's age is judged at
+        self.at: Optional[float] = expiry.now() if memo.max_age is not None or memo.validate is not None else None
+        #: why the stored row of the key expired (``expired``): the call recomputes it
+        self.expiry: Optional[str] = None
+        #: the miss record ``miss_writer`` made (JSON text), which ``report`` explains from
+        self.miss_text: Optional[str] = None
+        #: ``report`` announced this miss (its store is then announced too); seconds it computed
+        self.announced = False
+        self.computed: Optional[float] = None
+        #: what the argument hash walked through (``hashing.hash_arguments(visit=...)``), until a
+        #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
+        self.visited = visited
+        self.edges: Optional[List[Dict[str, str]]] = None
+
+    # -- lineage -------------------------------------------------------------------------
+    def inputs(self) -> List[Dict[str, str]]:
+        """The input edges of this call (``upstream.input_edges``), found once, on a miss."""
+        if self.edges is None:
+            visited, self.visited = self.visited, None
+            try:
+                self.edges = upstream.input_edges(self.named, visited, self.per_arg, self.store, self.key0)
+            except Exception:  # lineage is information: never fail a call over it
+                self.edges = []
+        return self.edges
 
     # -- global generators ---------------------------------------------------------------
     def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
@@ -150,16 +178,58 @@ class Call:
         self.key = (fn, code, implicit.routed(args, now), schema)
         self.per_arg = dict(self.per_arg, **{implicit.pseudo_argument(n): d for n, d in now.items()})
         self.snapshot = None
+        self.via = None
         return self.key
+
+    # -- accepted code changes and expiry -------------------------------------------------------
+    def accepted(self, row: Optional[Dict[str, Any]], lookup: Optional[Callable[[Any], Any]] = None) -> Optional[Dict[str, Any]]:
+        """The row this call may use: ``row`` when one was found under its key; else one stored
+        under code the user accepted as giving the same results as this code (``memolab accept``:
+        the same function, argument digest and key schema, only the code digest replaced, as
+        ``store/accepts.py`` says); else None. ``via`` says which."""
+        self.via = None
+        if row is not None or self.force or self.memo.code == "version":
+            return row
+        fn, code, args, schema = self.key
+        try:
+            found = self.store.accepts_of(fn, schema)
+        except Exception:  # accepts are a shortcut: never a reason to fail or to skip the store
+            return None
+        if not found:
+            return None
+        from .store.accepts import resolve
+
+        look = lookup or self.store.lookup
+        for old, chain in resolve(found, code):
+            k = (fn, old, args, schema)
+            other = look(k)
+            if other is not None:
+                self.via = (k, chain)
+                return other
+        return None
+
+    def expired(self, row: Dict[str, Any]) -> Optional[str]:
+        """Why stored ``row`` is expired for this call (``@memo(max_age=..., validate=...)``), or
+        None. An expired row makes the call recompute and replace it (as ``fresh()`` does)."""
+        if self.at is None:
+            return None
+        why = expiry.verdict(row, self.at, self.memo.max_age, self.memo.validate, self.memo.symbol)
+        if why is not None:
+            self.expiry, self.force, self.via = why, True, None
+        return why
 
     def from_memory(self) -> Tuple[bool, Any]:
         """A hit on this process's in-memory copy of the key's result, or (False, None)."""
-        return memory_hit(self.store, self.key)
+        at, memo = self.at, self.memo
+        fresh = None if at is None else (lambda row: expiry.verdict(row, at, memo.max_age, memo.validate,
+                                                                    memo.symbol) is None)
+        return memory_hit(self.store, self.key, fresh)
 
     # -- looking up ----------------------------------------------------------------------
     def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
         """(True, value) of a stored row; (False, None) if it cannot be used (taken out of use)."""
-        store, key = self.store, self.key
+        store, key = self.store, (self.via[0] if self.via is not None else self.key)
+        t0 = time.perf_counter()
         try:
             value = store.load(key, row)
         except CodeChanged as e:
@@ -189,9 +259,15 @@ class Call:
                           MemolabWarning, stacklevel=6)
             store.mark_corrupt(key, row, e.reason)
             return False, None
+        seconds = time.perf_counter() - t0
+        v = self.memo.verbose  # (the hit path: attributes, not calls)
+        if seconds >= report.SLOW or "loaded_bytes" in row or v == 2 or (v is None and report.ALL):  # slow, big, level 2
+            _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
         value = globalrng.restore(value)
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
+        self.visited = None
+        upstream.mark(value, store, row["id"], key)
         return True, value
 
     def _row_replaced(self, row: Dict[str, Any]) -> bool:
@@ -247,13 +323,19 @@ class Call:
         explained now (bounded: indexed reads of the nearest evaluation)."""
         store, key = self.store, self.key
         try:
-            if not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
+            inputs = self.inputs()
+            if self.expiry is not None:
+                text = _json({"fn": self.memo.symbol, "hit": False, "reasons": [self.expiry], "diffs": {},
+                              "evaluation": None})
+            elif not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
                 # the evaluations that exist now, before this miss stores its own
-                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity), store.newest_id())
+                text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity, inputs),
+                                   store.newest_id())
             else:
-                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force))
+                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force, inputs=inputs))
         except Exception:  # explaining must never stop the computation
             return None
+        self.miss_text = text
         return store.miss_rider(self.memo.symbol, text)
 
     def call_snapshot(self) -> Dict[str, List[str]]:
@@ -266,13 +348,15 @@ class Call:
     def start(self) -> Tuple[float, Any]:
         """We own the key's lease (its miss recorded with it), or need none (a quick
         function): open a run for its logs."""
-        t0 = time.time()
+        self.announced = bool(_quietly(report.miss, self))  # on the ``memolab`` logger, if its verbosity says so
+        t0 = expiry.now()
         return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
 
     def enter(self, run: Any) -> Tuple[Running, Any]:
         """``running()`` is this evaluation while the function computes; the global
         generators are watched while it does (``globalrng``)."""
         hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
+        self.inputs()  # (the walk's objects are let go before the body runs)
         ev = Running(self.key, self.store, run, self.force)
         token = _running.set(ev)
         self.env_frame = implicit.environ_frame()
@@ -295,6 +379,8 @@ class Call:
             self.state_deps.update(self.rng.deps)
         _running.reset(token)
         self.store.note_duration(self.key, seconds)
+        self.computed = seconds
+        report.note(self.store, self.key, seconds)
 
     def failed(self, owner: str, run: Any, error: Optional[BaseException] = None) -> None:
         self.store.release(self.key, owner)
@@ -388,10 +474,11 @@ class Call:
 
     def _save(self, owner: str, value: Any, t0: float) -> Optional[int]:
         store, key, memo, cv = self.store, self.key, self.memo, self.cv
-        t1 = time.time()
+        t1 = expiry.now()
         info = runtime_info()
         rng, stored = self.rng, value
         args = self.call_snapshot()
+        token, value_digest = hashing.result_digests(value)
         if rng is not None and (rng.deps or rng.exit):
             # the generators' states travel with the result: a hit restores them
             stored = globalrng.Result(value, rng.deps, rng.exit)
@@ -409,11 +496,20 @@ class Call:
             "result_summary": summarize(value),  # "state_dict: 6 tensors, 1.2 MB" for the dashboard
             # digests of the result's arrays/tensors: a loaded copy passed to
             # another memoized function is then hashed in O(1) (hashing.remember_loaded)
-            "result_digest": hashing.result_token(value),
+            "result_digest": token,
             # generator -> digest of its state at entry, "pkg:<library>" -> version: a row used
             # only in those states
             "state_deps": self.state_deps or None,
         }
+        if memo.max_age is not None:  # what `memolab ls` tells expired rows by (the code's own max_age decides hits)
+            snapshot["max_age"], snapshot["expires"] = memo.max_age, t0 + memo.max_age
+        # lineage (upstream.py): where the arguments' results of other evaluations sit, and this
+        # result's digest as an argument (how a copy of it is recognised later)
+        inputs = self.inputs()
+        if inputs:
+            snapshot["inputs"] = inputs
+        if value_digest is not None:
+            snapshot["value_digest"] = value_digest
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
         fields = {
             "started": t0, "finished": t1, "duration": t1 - t0,
@@ -422,8 +518,11 @@ class Call:
             "snapshot": _json(snapshot),
         }
         try:
+            s0 = time.perf_counter()
             eval_id = store.save(key, owner, stored, fields, sources)
+            saving = time.perf_counter() - s0
             hashing.note_result(key, snapshot["result_digest"], eval_id)
+            upstream.mark(value, store, eval_id, key, self.bound.arguments.values())
         except Exception as e:
             store.release(key, owner)
             from .pickling import find_unpicklable
@@ -435,20 +534,34 @@ class Call:
                               "but the next call will recompute it.", MemolabWarning, stacklevel=7)
             return None
         store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
+        _quietly(report.stored, self, eval_id, saving, self.computed, self.announced)
         return eval_id
 
 
-def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:
+def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
+    """A ``report`` line: what memolab says must never fail the call it speaks of."""
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def memory_hit(store: Any, key: Key, fresh: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[bool, Any]:
     """(True, value) if this process holds ``key``'s result in memory and may use it.
 
     A result made from global generator states (``globalrng``) serves only a call made
     from the same states; for another, the copy of the key those states route to is
     looked at instead (``Call.reroute`` does the same against the store). A hit restores
-    the generators to where the body left them."""
+    the generators to where the body left them. ``fresh(row)``: False for a copy that
+    expired (``expiry``): the call then goes to the store, which recomputes it."""
     now: Optional[Dict[str, str]] = None
+    rid = 0
 
     def fits(row: Dict[str, Any]) -> bool:
-        nonlocal now
+        nonlocal now, rid
+        rid = row["id"]
+        if fresh is not None and not fresh(row):
+            return False
         deps = _state_deps(row)
         if deps is None:
             return True
@@ -464,6 +577,7 @@ def memory_hit(store: Any, key: Key) -> Tuple[bool, Any]:
         return False, None
     value = globalrng.restore(value)
     hashing.remember_loaded(value, key)
+    upstream.mark(value, store, rid, key)
     return True, value
 
 

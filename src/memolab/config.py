@@ -92,6 +92,11 @@ class Settings:
     remote_blobs: Optional[str] = None
     #: seconds a team-store connection or request may take before we work offline
     remote_timeout: float = 3.0
+    #: what memolab says on the ``memolab`` logger as calls run (``report``): 0 nothing, 1 what
+    #: takes time (misses of functions not known to be quick, stores and loads of a second or
+    #: more), 2 every call that is not a hit from this process's memory; None: 1, but 0 on a
+    #: rank other than 0 of a distributed job (docs/logging.md, "What memolab says")
+    verbose: Optional[int] = None
     extra: dict = field(default_factory=dict)
 
 
@@ -182,6 +187,33 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class Level:
+    """A verbosity: 0 (off), 1 (on) or 2 (every call); ``configure()`` also takes True and False."""
+
+    def accepted(self) -> str:
+        return f"0, 1 or 2; {'/'.join(_OFF_WORDS[1:])} (0), {'/'.join(_ON_WORDS[1:])} (1)"
+
+    def parse(self, raw: str) -> int:
+        v = raw.lower()
+        if v in ("0", "1", "2"):
+            return int(v)
+        if v in _OFF_WORDS:
+            return 0
+        if v in _ON_WORDS:
+            return 1
+        raise ValueError("is not a verbosity")
+
+    def check(self, v: Any) -> Optional[int]:
+        if v is None:
+            return None  # back to the default
+        if isinstance(v, bool):
+            return int(v)
+        if isinstance(v, numbers.Integral) and 0 <= v <= 2:
+            return int(v)
+        raise ValueError("is not a verbosity")
+
+
+@dataclass(frozen=True)
 class Folder:
     """A directory (made absolute when read), an off word ("": disabled) or an on word (None: the default place)."""
 
@@ -252,6 +284,11 @@ ENV: Dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("MEMOLAB_DIST_TIMEOUT", Number(1, 86400, "seconds"), None,
            default_text="30 × MEMOLAB_LEASE_TTL (300 s)"),
     EnvVar("MEMOLAB_CODE_CACHE", Folder(), None, default_text="$XDG_CACHE_HOME/memolab/code (~/.cache/memolab/code)"),
+    EnvVar("MEMOLAB_VERBOSE", Level(), None, setting="verbose",
+           default_text="1 (0 on ranks other than 0 of a distributed job)"),
+    # auto: bars on a terminal (and in a Jupyter kernel) only; on: on any stderr; off: never
+    EnvVar("MEMOLAB_PROGRESS", Switch(), None, default_text="auto"),
+    EnvVar("MEMOLAB_PROGRESS_DELAY", Number(0, 3600, "seconds"), 2.0),
     # system metrics (CPU, memory, GPU) sampled during a memoized computation (tracking/system.py)
     EnvVar("MEMOLAB_SYSTEM_METRICS", SecondsOrOff(3600), 10.0),
 )}

@@ -54,6 +54,11 @@ class Unloadable(StoreMiss):
     """A stored result's own code (``__setstate__``, a reconstructor) refused to rebuild it."""
 
 
+class NotAccepted(MemolabError, ValueError):
+    """``accept`` recorded nothing: nothing to accept (a hit, a miss not caused by code alone), or no
+    confirmation was given. The message says which."""
+
+
 class StoreConfigError(MemolabError, ValueError):
     """The configured store location cannot be a store (a URL of an unsupported backend)."""
 

@@ -14,6 +14,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
+from .store import edges as store_edges
 from .text import mask_args
 
 if TYPE_CHECKING:
@@ -30,6 +31,11 @@ class Explanation:
     #: unified diffs of changed code, symbol -> diff text
     diffs: Dict[str, str] = field(default_factory=dict)
     evaluation: Optional[int] = None
+    #: a miss caused by code alone (evaluation #``evaluation`` has the same arguments and key
+    #: schema): what ``memolab accept`` records: ``code`` (this code's digest), ``stored`` (the
+    #: evaluation's), ``args``, ``schema``, ``deps`` (this code's dependency digests) and
+    #: ``sources`` (this code's text of each changed dependency)
+    change: Optional[Dict[str, Any]] = None
 
     def __bool__(self) -> bool:
         return self.hit
@@ -42,12 +48,23 @@ class Explanation:
             lines.extend("    " + ln for ln in diff.rstrip("\n").splitlines())
         return "\n".join(lines)
 
+    def _repr_html_(self) -> str:
+        """In a notebook: hit or miss, the reasons, and each code diff rendered."""
+        from .display import explanation
+
+        return explanation(self)
+
     def to_dict(self) -> Dict[str, Any]:
-        return {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}
+        out = {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}
+        if self.change is not None:
+            out["change"] = self.change
+        return out
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Explanation":
-        return cls(d["fn"], d["hit"], list(d.get("reasons", [])), dict(d.get("diffs", {})), d.get("evaluation"))
+        change = d.get("change")
+        return cls(d["fn"], d["hit"], list(d.get("reasons", [])), dict(d.get("diffs", {})), d.get("evaluation"),
+                   change if isinstance(change, dict) else None)
 
 
 def _when(t: Optional[float]) -> str:
@@ -85,8 +102,10 @@ def _diff(old: str, new: str, sym: str) -> str:
 
 
 def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False,
-                missing: bool = False) -> Explanation:
-    """``missing``: the caller has just looked the key up and found no usable row."""
+                missing: bool = False, inputs: Optional[List[Dict[str, str]]] = None) -> Explanation:
+    """``missing``: the caller has just looked the key up and found no usable row. ``inputs``: the
+    call's input edges (``upstream.input_edges``): an argument now made by another upstream
+    evaluation is named, with why that one differs."""
     fn, code, _args, schema = key
     row = None if missing else store.index.lookup(key)
     if row is not None and not forced:
@@ -113,7 +132,7 @@ def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
     old = _closest(store, key, script)
     if old is None and script is not None and _other_script(store, ex, key, script):
         return ex
-    _against(store, ex, old, key, args, cv.deps, cv.sources.get, cv.sensitivity, row is None)
+    _against(store, ex, old, key, args, cv.deps, cv.sources.get, cv.sensitivity, row is None, inputs)
     return ex
 
 
@@ -141,9 +160,9 @@ def _other_script(store: "Store", ex: Explanation, key: "Key", script: str, befo
 
 def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key: "Key", args: Dict[str, List[str]],
              deps: Optional[Dict[str, str]], source: Callable[[str], Optional[str]], sensitivity: str,
-             unusable: bool) -> None:
-    """The reasons ``key`` (its argument snapshot ``args``, code ``deps``) differs from
-    the stored evaluation ``old``; ``source(symbol)``: the code's text now, for diffs."""
+             unusable: bool, inputs: Optional[List[Dict[str, str]]] = None) -> None:
+    """The reasons ``key`` (its argument snapshot ``args``, code ``deps``, input edges ``inputs``)
+    differs from the stored evaluation ``old``; ``source(symbol)``: the code's text now, for diffs."""
     fn, code, _args, schema = key
     if old is None:
         ex.reasons.append("no stored evaluation of this function yet")
@@ -174,9 +193,33 @@ def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key
             _code_reasons(store, ex, snap, deps, source, sensitivity, old["code"], code,
                           memolab=versions if versions[0] != versions[1] else None)
     if old["args"] != _args:
-        ex.reasons.extend(_arg_reasons(snap.get("args", {}), args))
+        try:
+            told = _upstream_reasons(store, ex, old, snap.get("args", {}), args, inputs, sensitivity)
+        except (sqlite3.Error, ValueError, TypeError, KeyError, AttributeError):
+            told = frozenset()  # lineage explains, it never stops an explanation
+        ex.reasons.extend(_arg_reasons(snap.get("args", {}), args, told))
     if unusable and old["args"] == _args and old["code"] == code and old["schema"] == schema:
         ex.reasons.append(f"stored evaluation #{old['id']} is damaged or was removed")
+    if old["args"] == _args and old["schema"] == schema and old["code"] != code and deps is not None:
+        # a miss caused by code alone: what `memolab accept` needs to record it as giving the same results
+        ex.change = {"code": code, "stored": old["code"], "args": _args, "schema": schema, "deps": dict(deps),
+                     "sources": {sym: text for sym in ex.diffs if (text := source(sym)) is not None}}
+        _taken_back(store, ex, fn, code)
+
+
+def _taken_back(store: "Store", ex: Explanation, fn: str, code: str) -> None:
+    """Say so when this code's change was accepted once and the accept was taken back."""
+    accepts = getattr(store.index, "accepts", None)
+    if accepts is None:
+        return
+    try:
+        gone = [a for a in accepts(fn, active=False) if a["new_code"] == code and a.get("undone")]
+    except Exception:
+        return  # advisory
+    if gone:
+        from .store.accepts import summary
+
+        ex.reasons.append(f"this code's change was accepted, then taken back: {summary(gone[-1])}")
 
 
 def _memolab_versions(old: Dict[str, Any]) -> Tuple[str, str]:
@@ -238,10 +281,13 @@ def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], new_dep
         ex.reasons.append("code digest changed")
 
 
-def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> List[str]:
+def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]], told: frozenset = frozenset()) -> List[str]:
+    """``told``: arguments already explained (by the upstream evaluation they now come from)."""
     out = []
     for name in list(new) + [n for n in old if n not in new]:
         a, b = old.get(name), new.get(name)
+        if name in told:
+            continue
         if a is None:
             out.append(f"new argument {name} = {b[1]}")
         elif b is None:
@@ -251,12 +297,134 @@ def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]]) -> List[s
                 out.append(f"new arguments: {name} {a[1]} -> {b[1]}")
             else:
                 out.append(f"new arguments: {name} changed (same repr {b[1]}, different content)")
-    return out or ["new arguments"]
+    return out or ([] if told else ["new arguments"])
 
 
-def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False) -> Dict[str, Any]:
+def _short(fn: str) -> str:
+    """``prepare`` for ``pkg.data:prepare``, ``Trainer.fit`` for a method (a function defined in
+    another function: its own name)."""
+    return fn.rsplit(":", 1)[-1].rsplit("<locals>.", 1)[-1]
+
+
+def _argument_of(path: str, names: Any) -> Optional[str]:
+    """The argument ``path`` (``ds``, ``loader.dataset``, ``data['X']``) is inside, if one of ``names``."""
+    for n in sorted(names, key=len, reverse=True):
+        if path == n or path.startswith((n + ".", n + "[")):
+            return n
+    return None
+
+
+def _upstream_reasons(store: "Store", ex: Explanation, old: Dict[str, Any], old_args: Dict[str, List[str]],
+                      new_args: Dict[str, List[str]], inputs: Optional[List[Dict[str, str]]],
+                      sensitivity: str) -> frozenset:
+    """Arguments that changed because another upstream evaluation made them: "argument `ds` now
+    comes from `prepare` #5 (was #3: `prepare`'s code changed — diff below)", with that code's
+    diff in ``ex.diffs``. Returns the arguments so explained."""
+    if not inputs:
+        return frozenset()
+    changed = {n for n in new_args if n in old_args and old_args[n][0] != new_args[n][0]}
+    before = {e["path"]: e["key"] for e in store_edges.recorded_inputs(old)}
+    # (an edge to another store's evaluation cannot be compared with this store's rows)
+    now = {e["path"]: (e["fn"], e["code"], e["args"], e["schema"]) for e in inputs if "store" not in e}
+    told = set()
+    for path in sorted(now):
+        arg = _argument_of(path, changed)
+        if arg is None or before.get(path) == now[path]:
+            continue
+        was = before.get(path)
+        if was is None:
+            was = next((k for p, k in before.items() if _argument_of(p, {arg}) and k[0] == now[path][0]), None)
+        found = store_edges.resolve(store.index, [now[path]] + ([was] if was else []))
+        new_id = found.get(now[path], (None,))[0]
+        here = f"`{_short(now[path][0])}` #{new_id}" if new_id else f"`{_short(now[path][0])}`"
+        if was is None:
+            # (the stored evaluation recorded no input there: none, or a memolab before lineage
+            # stored it; which, nobody can say: its arguments' change is told as usual)
+            ex.reasons.append(f"argument `{path}` now comes from {here}")
+            continue
+        else:
+            old_id = found.get(was, (None,))[0]
+            then = f"#{old_id}" if old_id else "an evaluation no longer stored"
+            if was[0] != now[path][0]:
+                then = f"`{_short(was[0])}` {then}"
+            why = _upstream_change(store, ex, was, now[path], found, sensitivity)
+            ex.reasons.append(f"argument `{path}` now comes from {here} (was {then}{': ' + why if why else ''})")
+        told.add(arg)
+    return frozenset(told)
+
+
+def _upstream_change(store: "Store", ex: Explanation, was: Tuple[str, str, str, str], now: Tuple[str, str, str, str],
+                     found: Dict[Any, Tuple[int, str]], sensitivity: str) -> str:
+    """Why the upstream evaluation ``now`` differs from ``was`` (same function): its code (the
+    diff joins ``ex.diffs``), its arguments, or memolab's key schema."""
+    if was[0] != now[0]:
+        return ""
+    name = _short(now[0])
+    rows = {}
+    for k in (was, now):
+        if k in found:
+            got = store.index.evaluations(where="id=?", params=(found[k][0],), limit=1)
+            if got:
+                rows[k] = got[0]
+    snaps = {k: store_edges.recorded_snapshot(r) for k, r in rows.items()}
+    parts = []
+    if was[3] != now[3]:
+        parts.append("memolab's key schema changed")
+    if was[1] != now[1]:
+        what = f"`{name}`'s code changed"
+        if was in snaps and now in snaps:
+            sub = Explanation(now[0], False)
+            new_deps = snaps[now].get("deps") or {}
+            _code_reasons(store, sub, snaps[was], new_deps, lambda sym: store.index.source(new_deps[sym])
+                          if sym in new_deps else None, sensitivity, was[1], now[1])
+            ex.diffs.update(sub.diffs)
+            detail = [r for r in sub.reasons if r not in ("code digest changed", f"`{now[0]}` changed")]
+            if detail:
+                what += " (" + "; ".join(detail) + ")"
+            if sub.diffs:
+                what += " — diff below"
+        parts.append(what)
+    if was[2] != now[2]:
+        what = f"`{name}`'s arguments changed"
+        if was in snaps and now in snaps:
+            a, b = snaps[was].get("args") or {}, snaps[now].get("args") or {}
+            # an argument of its own that another upstream evaluation made: named (its own line
+            # of this explanation, or the upstream's, says why), not its repr
+            ups = _upstream_moves(store, rows[was], rows[now], a, b)
+            detail = [f"its argument `{p}` comes from {there}" for p, there in ups.items()]
+            detail += [r for r in _arg_reasons(a, b, frozenset(_argument_of(p, b) for p in ups))
+                       if r != "new arguments"]
+            if detail:
+                what += ": " + "; ".join(detail)
+        parts.append(what)
+    return "; ".join(parts)
+
+
+def _upstream_moves(store: "Store", old: Dict[str, Any], new: Dict[str, Any], old_args: Dict[str, List[str]],
+                    new_args: Dict[str, List[str]]) -> Dict[str, str]:
+    """path -> "`prepare` #6 (was #1)" for each input of ``new`` at a changed argument that another
+    evaluation made than the one ``old`` had there."""
+    changed = {n for n in new_args if n in old_args and old_args[n][0] != new_args[n][0]}
+    before = {e["path"]: e["key"] for e in store_edges.recorded_inputs(old)}
+    out: Dict[str, str] = {}
+    for e in store_edges.recorded_inputs(new):
+        p, k = e["path"], e["key"]
+        if _argument_of(p, changed) is None or before.get(p) == k:
+            continue
+        found = store_edges.resolve(store.index, [k] + ([before[p]] if p in before else []))
+        now_id = found.get(k, (None,))[0]
+        was_id = found.get(before[p], (None,))[0] if p in before else None
+        text = f"`{_short(k[0])}` " + (f"#{now_id}" if now_id else "(not stored any more)")
+        if p in before:
+            text += f" (was #{was_id})" if was_id else " (was an evaluation no longer stored)"
+        out[p] = text
+    return out
+
+
+def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False,
+                inputs: Optional[List[Dict[str, str]]] = None) -> Dict[str, Any]:
     """Why a call missed (the caller found no usable row for ``key``), or was forced."""
-    return explain_key(store, key, args, cv, forced=forced, missing=not forced).to_dict()
+    return explain_key(store, key, args, cv, forced=forced, missing=not forced, inputs=inputs).to_dict()
 
 
 # -- misses explained when asked ----------------------------------------------------------
@@ -271,11 +439,15 @@ def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
 # a miss of new code (an edit: the miss users ask about) is explained at once, with
 # its diffs, even if its computation never finishes.
 
-def pending_miss(key: "Key", args: Dict[str, List[str]], sensitivity: str) -> str:
+def pending_miss(key: "Key", args: Dict[str, List[str]], sensitivity: str,
+                 inputs: Optional[List[Dict[str, str]]] = None) -> str:
     """The JSON text of a deferred miss record, less ``before`` (see ``with_before``)."""
     fn, code, a, schema = key
-    return json.dumps({"fn": fn, "hit": False, "pending": True, "code": code, "args": a, "schema": schema,
-                       "snapshot": args, "sensitivity": sensitivity, "script": _own_script(fn)}, default=str)
+    record = {"fn": fn, "hit": False, "pending": True, "code": code, "args": a, "schema": schema,
+              "snapshot": args, "sensitivity": sensitivity, "script": _own_script(fn)}
+    if inputs:
+        record["inputs"] = inputs
+    return json.dumps(record, default=str)
 
 
 def with_before(text: str, before: Optional[int]) -> str:
@@ -314,6 +486,8 @@ def record_problem(miss: Dict[str, Any]) -> Optional[str]:
         return "its diffs are not text by symbol"
     if miss.get("evaluation") is not None and not _is(miss.get("evaluation"), int):
         return "its evaluation id is not a number"
+    if miss.get("change") is not None and not _is(miss.get("change"), dict):
+        return "its code change is not a mapping"
     return None
 
 
@@ -350,7 +524,10 @@ def settle(store: "Store", miss: Dict[str, Any], fn: Optional[str] = None) -> Di
             snap = idx.snapshot_of_code(fn, key[1], key[3])
             deps = json.loads(snap).get("deps") if snap else None
         src = (lambda sym: idx.source(deps[sym])) if deps else (lambda sym: None)
-        _against(store, ex, old, key, miss.get("snapshot") or {}, deps, src, miss.get("sensitivity") or "minor", True)
+        inputs = miss.get("inputs") if isinstance(miss.get("inputs"), list) else None
+        _against(store, ex, old, key, miss.get("snapshot") or {}, deps, src, miss.get("sensitivity") or "minor", True,
+                 [e for e in inputs if isinstance(e, dict) and all(isinstance(e.get(k), str) for k in
+                  ("path", "fn", "code", "args", "schema"))] if inputs else None)
     except (ValueError, KeyError, TypeError, AttributeError, sqlite3.Error) as e:
         # a damaged record or row: say so, and never fail `memolab why` over it
         ex = Explanation(fn, False, [f"this miss cannot be explained now ({type(e).__name__}: {e})"])

@@ -36,6 +36,17 @@ LAZY_HOOKS: Dict[str, Dict[str, str]] = {
         "lightning": "memolab.lightning.keys:register",
         "pytorch_lightning": "memolab.lightning.keys:register_pytorch_lightning",
         "lightning_fabric": "memolab.lightning.keys:register_lightning_fabric",
+        # OmegaConf/Hydra configs by their resolved values, types and structure, not their internals
+        "omegaconf": "memolab.omegaconf.keys:register",
+        # models, generation configs, fast tokenizers, TrainingArguments by their declared content
+        "transformers": "memolab.transformers.keys:register",
+        "pandas": "memolab.pandas.keys:register",  # derived values pandas caches as it is used left out
+        # live handles refused with what to pass instead (docs/hashing.md, "Live handles")
+        "optuna": "memolab.handles.optuna:register",
+        "sqlite3": "memolab.handles.databases:register_sqlite3",
+        "psycopg": "memolab.handles.databases:register_psycopg",
+        "sqlalchemy": "memolab.handles.databases:register_sqlalchemy",
+        "polars": "memolab.handles.polars:register",  # a LazyFrame reads files its plan only names
     },
     # run the first time an object of a type from the top-level module is pickled
     "pickling": {

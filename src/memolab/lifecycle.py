@@ -68,8 +68,11 @@ class Steps(Protocol):
     store: Any
     key: Any
     force: bool
+    expiry: Optional[str]  # why the row in hand expired (set by ``expired``): the call recomputes it
 
     def reroute(self, row: Row) -> Optional[Any]: ...
+    def accepted(self, row: Optional[Row]) -> Optional[Row]: ...
+    def expired(self, row: Row) -> Optional[str]: ...
     def lease_free(self) -> bool: ...
     def miss_writer(self) -> Optional[Callable[[Any], None]]: ...
     def load(self, row: Row) -> Tuple[bool, Any]: ...
@@ -108,7 +111,8 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
     try:
         while True:
             try:
-                row = None if force else store.lookup(key)
+                # (no row under the key: perhaps one under code the user accepted as this code)
+                row = call.accepted(None if force else store.lookup(key))
                 if row is not None:
                     state = "hit"
                 elif call.lease_free():
@@ -119,6 +123,14 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
                     state, row = yield from claim(store, key, owner, force, call.miss_writer())
                     if state == "hit":
                         held = ""
+                        row = call.accepted(row)
+                    elif state == "owner" and force and call.expiry is not None:
+                        # recomputing an expired row: another process may have just done it
+                        # while we waited for its lease (then its row is fresh: use it)
+                        again = store.lookup(key)
+                        if again is not None and call.expired(again) is None:
+                            call.release(owner)
+                            held, state, row = "", "hit", again
                 if state == "hit":
                     where = call.reroute(row)  # type: ignore[arg-type]
                     if where is not None:
@@ -127,6 +139,9 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
                             key = where
                             continue
                         state = "unstored"
+                if state == "hit" and call.expired(row) is not None:  # type: ignore[arg-type]
+                    force = True  # (``expired`` made the call one that recomputes and replaces it)
+                    continue
                 if state == "hit":
                     found, value = call.load(row)  # type: ignore[arg-type]
                     if found:

@@ -15,7 +15,7 @@ import sys
 import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
 
-from . import codegraph, config, distributed, files, hashing
+from . import codegraph, config, distributed, expiry, files, hashing
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
 from .explain import Explanation, explain_key
 from .implicit import parts as implicit_parts
@@ -27,13 +27,19 @@ __all__ = ["memo", "MemoFunction", "running", "Running", "short_repr"]  # the la
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: ``@memo(code=...)``: what of the code joins a key
+CODE_MODES = ("digest", "version")
+
 class MemoFunction:
     """A memoized function. Call it like the original; see ``explain``, ``fresh``, ``clear``."""
 
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
                  deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
                  version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True,
-                 global_rng: bool = True, env: Sequence[str] = ()) -> None:
+                 global_rng: bool = True, env: Sequence[str] = (), code: str = "digest",
+                 max_age: Union[None, int, float, str, Any] = None,
+                 validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
+                 verbose: Union[None, bool, int] = None) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -68,6 +74,22 @@ class MemoFunction:
             raise TypeError(f"@memo(env=...) takes a list of environment variable names, not {env!r}")
         #: environment variables whose values join the key
         self.env = tuple(env)
+        if code not in CODE_MODES:
+            raise ValueError(f"@memo(code=...) must be one of {CODE_MODES}, not {code!r}")
+        if code == "version" and self.version is None:
+            raise ValueError(f"@memo(code='version') on {fn.__qualname__}: keys calls by version= alone, ignoring the "
+                             "code, so it needs version=... (bump it whenever a change of the code changes results)")
+        #: "digest": the code digest joins the key; "version": only ``version`` does (docs/cache-rules.md)
+        self.code = code
+        #: stored results older than this many seconds are recomputed (``expiry``); None: never
+        self.max_age = expiry.parse_max_age(max_age)
+        if validate is not None and not callable(validate):
+            raise TypeError(f"@memo(validate=...) takes a function of the stored evaluation's metadata, not {validate!r}")
+        #: ``validate(metadata) -> bool``: False refuses a stored result (recomputed), as joblib's
+        #: ``cache_validation_callback``
+        self.validate = validate
+        #: what its calls say on the ``memolab`` logger (``report``); None: ``configure(verbose=...)``
+        self.verbose: Optional[int] = _verbosity(verbose)
         # named after the user code it runs: a library decorator without functools.wraps
         # names every wrapper alike (``codegraph.runs``)
         self.symbol = codegraph.symbol_of(codegraph.runs(fn))
@@ -101,7 +123,8 @@ class MemoFunction:
         if module not in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             return _memo_by_name, (module, qualname)
         return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
-                               self.version_sensitivity, self.collective, self.global_rng, self.env)
+                               self.version_sensitivity, self.collective, self.global_rng, self.env, self.code,
+                               self.max_age, self.validate, self.verbose)
 
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
@@ -121,9 +144,14 @@ class MemoFunction:
         return store
 
     def code_version(self) -> codegraph.CodeVersion:
+        if self.code == "version":  # keyed by ``version`` alone: the code is not even read
+            return codegraph.CodeVersion("version", sensitivity=self.version_sensitivity or "ignore")
         return codegraph.function_code(self.fn, self.deps, self.version_sensitivity)
 
-    def _code_digest(self, cv: codegraph.CodeVersion) -> str:
+    def code_digest(self, cv: Optional[codegraph.CodeVersion] = None) -> str:
+        """The code part of this function's keys now (of ``cv``, its code version, if given)."""
+        if cv is None:
+            cv = self.code_version()
         return cv.digest if self.version is None else f"{cv.digest}+v{self.version}"
 
     def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> inspect.BoundArguments:
@@ -167,12 +195,13 @@ class MemoFunction:
             named.extend(extra)
         return named
 
-    def _key(self, bound: inspect.BoundArguments) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion,
-                                                           List[Tuple[str, Any]]]:
+    def _key(self, bound: inspect.BoundArguments, visit: Optional[List[Any]] = None
+             ) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion, List[Tuple[str, Any]]]:
+        """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
         cv = self.code_version()
         named = self._named(bound)
-        args_digest, per_arg = hashing.hash_arguments(named)
-        return (self.symbol, self._code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv, named
+        args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
+        return (self.symbol, self.code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv, named
 
     # -- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -230,33 +259,76 @@ class MemoFunction:
         """Key the call. A hit on this process's in-memory copies returns (None, value) (``memory``)."""
         bound = self.bind(args, kwargs)
         hashed_files = files.encoded
-        key, per_arg, cv, named = self._key(bound)
+        visit: List[Any] = []  # where a miss looks for results of other evaluations (memolab.upstream)
+        key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
+        at = None if self.max_age is None and self.validate is None else expiry.now()  # (read once a call)
         if not force and memory:
-            found, value = memory_hit(store, key)
+            fresh = None if at is None else (lambda row: expiry.verdict(row, at, self.max_age, self.validate,
+                                                                         self.symbol) is None)
+            found, value = memory_hit(store, key, fresh)
             if found:
                 return None, value
-        return Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named), None
+        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named, visit)
+        call.at = at
+        return call, None
 
     # -- inspection ------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
         bound = self.bind(args, kwargs)
-        key, per_arg, cv, named = self._key(bound)
+        visit: List[Any] = []
+        key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
-        call = Call(self, bound, key, per_arg, cv, store, False, False, named)
+        call = Call(self, bound, key, per_arg, cv, store, False, False, named, visit)
+        row = None
         for _ in range(ROUTES_PER_CALL):  # where the call's global generator states send it
-            row = store.index.lookup(call.key)
+            row = call.accepted(store.index.lookup(call.key), store.index.lookup)  # (or accepted code's)
             if row is None or call.reroute(row) is None:
                 break
-        return explain_key(store, call.key, call.call_snapshot(), cv)
+        if row is not None and (call.via is not None or call.at is not None):
+            from .acceptance import explain_found
+
+            found = explain_found(call, row)
+            if found is not None:
+                return found
+        return explain_key(store, call.key, call.call_snapshot(), cv, inputs=call.inputs())
+
+    def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> Dict[str, Any]:
+        """Record that this function's current code gives the same results as the code a miss
+        was compared with (``memolab accept``): later calls with this code use the evaluations
+        stored under that code, without computing. With arguments, the miss of that call; with
+        none (for a function that needs some), the function's last recorded miss, which must be
+        of this code. Shows the diff, then asks (on a terminal) unless ``yes``; refuses without
+        either. Returns the accept (``id``, ``fn``, ``new_code``, ``old_code``, ...).
+        (A function with a parameter named ``yes`` passes it positionally here.)"""
+        from .acceptance import accept_call
+
+        return accept_call(self, args, kwargs, yes)
+
+    def undo_accept(self, accept_id: Optional[int] = None) -> List[Dict[str, Any]]:
+        """Take back the accepts that let this function's current code use results of other code
+        (or the one numbered ``accept_id``): such calls miss again. Returns those taken back."""
+        from .acceptance import undo_for
+
+        return undo_for(self, accept_id)
 
     def clear(self) -> int:
         """Forget every stored evaluation of this function; returns how many."""
         return self.store().clear(self.symbol)
 
     def evaluations(self) -> List[Dict[str, Any]]:
-        return self.store().index.evaluations(self.symbol)
+        """Every stored evaluation of this function (rows of the index), newest first; a table in a notebook."""
+        return Evaluations(self.store().index.evaluations(self.symbol))
+
+
+class Evaluations(List[Dict[str, Any]]):
+    """``MemoFunction.evaluations()``: a plain list of rows, shown as a table in a notebook."""
+
+    def _repr_html_(self) -> str:
+        from .display import evaluations_table
+
+        return evaluations_table(self)
 
 
 def _lookup(module: str, qualname: str) -> Any:
@@ -282,11 +354,22 @@ def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
                   store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
-                  collective: Union[bool, str] = True, global_rng: bool = True, env: Sequence[str] = ()) -> "MemoFunction":
+                  collective: Union[bool, str] = True, global_rng: bool = True, env: Sequence[str] = (),
+                  code: str = "digest", max_age: Optional[float] = None,
+                  validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
+                  verbose: Optional[int] = None) -> "MemoFunction":
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                        env=env)
+                        env=env, code=code, max_age=max_age, validate=validate, verbose=verbose)
+
+
+def _verbosity(v: Union[None, bool, int]) -> Optional[int]:
+    """``@memo(verbose=...)``: None (the process's setting), True/False, or a level 0..2."""
+    try:
+        return config.ENV["MEMOLAB_VERBOSE"].rule.check(v)
+    except ValueError:
+        raise TypeError(f"@memo(verbose=...) takes True, False or a level 0, 1 or 2, not {v!r}") from None
 
 
 #: symbol -> the live memoized functions named so whose code memolab cannot see (a library
@@ -334,6 +417,9 @@ class _BoundMemo:
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         return self._memo.explain(self._obj, *args, **kwargs)
 
+    def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> Dict[str, Any]:
+        return self._memo.accept(self._obj, *args, yes=yes, **kwargs)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._memo, name)
 
@@ -343,13 +429,18 @@ def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
          store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
-         collective: Union[bool, str] = ..., global_rng: bool = ..., env: Sequence[str] = ...) -> Callable[[F], F]: ...
+         collective: Union[bool, str] = ..., global_rng: bool = ..., env: Sequence[str] = ...,
+         code: str = ..., max_age: Union[None, int, float, str, Any] = ...,
+         validate: Optional[Callable[[Dict[str, Any]], Any]] = ...,
+         verbose: Union[None, bool, int] = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
          deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
          version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True, global_rng: bool = True,
-         env: Sequence[str] = ()) -> Any:
+         env: Sequence[str] = (), code: str = "digest", max_age: Union[None, int, float, str, Any] = None,
+         validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
+         verbose: Union[None, bool, int] = None) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -366,11 +457,21 @@ def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (),
     join its key, and a hit leaves them where the body did; ``False`` ignores them
     (docs/cache-rules.md, "Global random generators").
     ``env``: environment variables whose values join the key.
+    ``code``: ``"digest"`` (the default: the code and everything it depends on join the key) or
+    ``"version"``: only ``version`` does, the code is ignored (joblib's ``ignore_code``; an edit that
+    changes results is then served stale results until ``version`` is bumped: docs/cache-rules.md).
+    ``max_age``: stored results older than this (seconds, a ``timedelta``, or ``"30m"``, ``"12h"``,
+    ``"1d"``) are recomputed: for functions that read the outside world.
+    ``validate``: ``validate(metadata) -> bool`` on every hit (the stored evaluation's ``id``,
+    ``started``, ``finished``, ``duration``, ``age``); False recomputes it.
+    ``verbose``: what its calls say on the ``memolab`` logger (True/1: misses and what takes
+    time, 2: every call past this process's memory, False/0: nothing); None follows
+    ``configure(verbose=...)`` / ``$MEMOLAB_VERBOSE`` (docs/logging.md, "What memolab says").
     """
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
                             version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                            env=env)
+                            env=env, code=code, max_age=max_age, validate=validate, verbose=verbose)
 
     if fn is not None:
         return wrap(fn)

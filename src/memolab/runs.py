@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Union
 from .tracking import query as _query
 from .tracking.notes import Note
 
-__all__ = ["runs", "Run", "RunList", "Scalars", "Evaluation", "Note"]
+__all__ = ["runs", "Run", "RunList", "Scalars", "Evaluation", "Edge", "Note"]
 
 STATUSES = ("running", "done", "failed", "interrupted", "lost")
 
@@ -60,6 +60,22 @@ class Evaluation(NamedTuple):
     hits: int
     size: Optional[int]
     result: Optional[str]
+
+    def _repr_html_(self) -> str:
+        from .display import evaluation
+
+        return evaluation(self)
+
+
+class Edge(NamedTuple):
+    """One lineage edge of a run's evaluation: in ``Run.inputs``, the evaluation (of ``fn``) an
+    object at argument ``path`` came from; in ``Run.used_by``, an evaluation (of ``fn``) that took
+    this one's result at its argument ``path``. ``evaluation`` is None for an input no longer stored
+    (cleared, collected by ``gc``)."""
+
+    path: str
+    fn: str
+    evaluation: Optional[int]
 
 
 class Run:
@@ -98,6 +114,48 @@ class Run:
     def __repr__(self) -> str:
         return f"<memolab.Run {self.id} {self.fn} {self.name!r} {self.status}>"
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the run and its curves, one small chart per scalar tag (at most 12)."""
+        from .display import run_card
+
+        return run_card(self, [(t, self.curve(t)) for t in self.tags()[:12]])
+
+    def curve(self, tag: str, points: int = 200) -> Scalars:
+        """``tag``'s series summarised to about ``points`` points (bucket means; first and last
+        exact; None for a non-finite value): for a chart. ``scalars`` has every point."""
+        rid = self._run_id()
+        if rid is None:
+            return Scalars(tag, [], [], [])
+        p = _query.scalars(self._index, rid, tag, points)
+        return Scalars(tag, p["step"], p["value"], p["wall"])
+
+    def _evaluation_row(self) -> Optional[Dict[str, Any]]:
+        if self.evaluation is None:
+            return None
+        rows = self._index.evaluations(where="id=?", params=(self.evaluation.id,), limit=1)
+        return rows[0] if rows else None
+
+    @property
+    def inputs(self) -> List[Edge]:
+        """What the run's evaluation was made from: for each argument path holding a result of
+        another evaluation, that evaluation (docs/cache-rules.md, "Lineage"). Empty without one."""
+        from .store import edges
+
+        row = self._evaluation_row()
+        return [] if row is None else [Edge(e["path"], e["function"], e["evaluation"])
+                                        for e in edges.inputs_of(self._index, row)]
+
+    @property
+    def used_by(self) -> List[Edge]:
+        """The evaluations that took this run's result as an input (oldest first)."""
+        from .store import edges
+
+        row = self._evaluation_row()
+        if row is None:
+            return []
+        key = (row["fn"], row["code"], row["args"], row["schema"])
+        return [Edge(e["path"], e["function"], e["evaluation"]) for e in edges.used_by(self._index, key)]
+
     def _run_id(self) -> Optional[int]:
         return self.id if isinstance(self.id, int) else None  # "e12": an evaluation stored without a run
 
@@ -131,11 +189,18 @@ class Run:
                 "finished": self.finished, "duration": self.duration, "code": self.code, "error": self.error,
                 "script": self.script, "run_tags": self.run_tags, "notes": [n._asdict() for n in self.notes],
                 "evaluation": self.evaluation._asdict() if self.evaluation else None,
+                "inputs": [e._asdict() for e in self.inputs], "used_by": [e._asdict() for e in self.used_by],
                 "hparams": self.hparams, "metrics": self.metrics}
 
 
 class RunList(List[Run]):
     """A list of runs, newest first, with ``to_pandas()``."""
+
+    def _repr_html_(self) -> str:
+        """In a notebook: a table, one row per run, final metrics in columns."""
+        from .display import runs_table
+
+        return runs_table(self)
 
     def to_pandas(self) -> Any:
         """One row per run: id, fn, name, status, started, duration, the hparams, then the final metrics."""

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 import reprlib
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
-__all__ = ["short_repr", "is_secret_name", "mask_secrets", "mask_repr", "MASKED"]
+__all__ = ["short_repr", "is_secret_name", "mask_secrets", "mask_repr", "MASKED", "human_bytes", "human_seconds"]
 
 _repr = reprlib.Repr()
 _repr.maxstring = 80
@@ -115,3 +115,27 @@ def mask_args(args: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
             v = [v[0], MASKED if is_secret_name(n) and v[1] not in ("None", "True", "False") else mask_repr(v[1])]
         out[n] = v
     return out
+
+
+def human_bytes(n: Optional[float]) -> str:
+    """Binary units, as file managers and ``ls -h`` show a result's size: ``1.2 GiB``."""
+    n = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def human_seconds(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.0f} ms"
+    if s < 60:
+        return f"{s:.1f} s"
+    m, sec = divmod(int(round(s)), 60)
+    if m < 60:
+        return f"{m}m {sec:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m"

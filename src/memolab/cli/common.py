@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..progress import Bar
+
 COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
 
@@ -177,43 +179,9 @@ def confirm(args: argparse.Namespace, action: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-class Progress:
-    """A one-line progress bar on stderr while it is a terminal; nothing at all on a pipe or file.
-
-    Hand-written (30 lines) rather than a dependency: it needs no import at ``import memolab``
-    and draws at most ~10 times a second, so a loop over a million items does not pay for it.
-    """
-
-    def __init__(self, label: str, total: int, unit: str = "") -> None:
-        self.label, self.total, self.unit = label, max(0, int(total)), unit
-        self.done = 0
-        self.on = self.total > 0 and sys.stderr.isatty()
-        self._last = 0.0
-
-    def __enter__(self) -> "Progress":
-        self._draw(force=True)
-        return self
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        self._draw()
-
-    def _draw(self, force: bool = False) -> None:
-        if not self.on:
-            return
-        now = time.monotonic()
-        if not force and now - self._last < 0.1 and self.done < self.total:
-            return
-        self._last = now
-        frac = min(1.0, self.done / self.total)
-        bar = "#" * int(frac * 24)
-        sys.stderr.write(f"\r{self.label} [{bar:<24}] {self.done}/{self.total}{self.unit} {frac:4.0%}")
-        sys.stderr.flush()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.on:
-            sys.stderr.write("\r\033[K")  # erase the bar: the command's own output follows
-            sys.stderr.flush()
+#: the progress bar of every command (``memolab.progress``: on a terminal only, once the work has
+#: lasted ``MEMOLAB_PROGRESS_DELAY``; tqdm's drawing when it is installed)
+Progress = Bar
 
 
 def emit_json(data: Any) -> None:
@@ -337,7 +305,7 @@ def eval_json(e: Dict[str, Any], full: bool = False) -> Dict[str, Any]:
     out = {"id": e["id"], "fn": e["fn"], "status": e["status"], "started": e["started"], "finished": e["finished"],
            "duration": e["duration"], "size": e["size"], "hits": e["hits"], "last_hit": e["last_hit"],
            "code": e["code"], "arguments": {k: v[1] for k, v in snap.get("args", {}).items()},
-           "result": snap.get("result")}
+           "result": snap.get("result"), "expires": _expires(snap), "expired": expired(e, snap)}
     if full:
         try:
             versions = json.loads(e["versions"] or "{}")
@@ -347,6 +315,30 @@ def eval_json(e: Dict[str, Any], full: bool = False) -> Dict[str, Any]:
                     "versions": versions, "ignored": snap.get("ignored") or [], "deps": snap.get("deps") or {},
                     "reason": e.get("reason")})
     return out
+
+
+def _expires(snap: Dict[str, Any]) -> Optional[float]:
+    v = snap.get("expires")
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def expired(e: Dict[str, Any], snap: Optional[Dict[str, Any]] = None) -> bool:
+    """Has stored evaluation ``e`` expired (``@memo(max_age=...)`` when it was stored: its snapshot's
+    ``expires``)? A call judges by its own code's ``max_age``; this is what the store can tell."""
+    when = _expires(snapshot_of(e) if snap is None else snap)
+    return e.get("status") == "done" and when is not None and when < time.time()
+
+
+def expired_counts(store: Any) -> Dict[str, int]:
+    """fn -> how many of its stored evaluations have expired (see ``expired``); {} if unknown."""
+    try:
+        rows = store.index.conn().execute(
+            "SELECT fn, COUNT(*) FROM evaluations WHERE status='done' AND instr(snapshot, '\"expires\"') > 0 AND "
+            "(CASE WHEN json_valid(snapshot) THEN json_extract(snapshot, '$.expires') END) < ? GROUP BY fn",
+            (time.time(),)).fetchall()
+    except Exception:  # (no JSON1: advisory)
+        return {}
+    return {fn: int(n) for fn, n in rows}
 
 
 def index_bytes(root: Any) -> int:
@@ -369,18 +361,20 @@ def checkpoint_wal(store) -> None:
 
 
 def plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def removed_line(verb: str, r: Dict[str, Any], what: str = "") -> str:
     """``cleared F: 2 evaluations, 3 runs, 1200 log points; freed 1.2 MB (2 blobs: 1.1 MB; index 300 KB -> 200 KB)``"""
     freed = "would free" if verb.startswith("would") else "freed"
+    about = "~" if r.get("index_estimated") else ""  # a dry run's index share is an estimate
     index_part = ""
     if r.get("index_bytes_before") is not None:
-        index_part = f"; index {human_size(r['index_bytes_before'])} -> {human_size(r['index_bytes_after'])}"
+        index_part = f"; index {human_size(r['index_bytes_before'])} -> {about}{human_size(r['index_bytes_after'])}"
     return (f"{verb}{' ' + what + ':' if what else ''} {plural(r['evaluations'], 'evaluation')}, "
             f"{plural(r['runs'], 'run')}, {plural(r['log_points'], 'log point')}; {freed} "
-            f"{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}{index_part})")
+            f"{about}{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}"
+            f"{index_part})")
 
 
 def positive_int(text: str) -> int:

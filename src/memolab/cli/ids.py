@@ -16,6 +16,14 @@ from .common import PROBLEM, USAGE, CliError
 SHORT_MIN = 6
 
 
+def _conn(store: Any) -> Any:
+    """The index's connection with the log tables in their current shape (an older store's runs
+    table lacks columns: ``query.ready`` shims them on a read-only one)."""
+    from ..tracking import query
+
+    return query.ready(store.index)
+
+
 def _has_runs(c: Any) -> bool:
     return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
 
@@ -59,7 +67,7 @@ def resolve(store: Any, text: str) -> Tuple[str, int]:
     if not digits.isdigit() or len(digits) > 19 or not 0 < int(digits) < 2 ** 63:
         raise CliError(PROBLEM, f"not an evaluation or run id: {text!r} (`memolab ls FUNC` and `memolab runs` list them)")
     n = int(digits)
-    c = store.index.conn()
+    c = _conn(store)
     if kind in ("evaluation", "any"):
         if c.execute("SELECT 1 FROM evaluations WHERE id=?", (n,)).fetchone():
             return "evaluation", n
@@ -83,7 +91,7 @@ def split_script(store: Any, name: str) -> Tuple[str, Any]:
     head, sep, fn = name.rpartition(":")
     if not sep or not head.endswith(".py") or head.startswith("<"):
         return name, None
-    c = store.index.conn()
+    c = _conn(store)
     if not _has_runs(c):
         return name, None
     from ..tracking.names import script_labels
@@ -101,7 +109,7 @@ def split_script(store: Any, name: str) -> Tuple[str, Any]:
 
 def eval_ids_of_script(store: Any, fn: str, script: str) -> List[int]:
     """The stored evaluations of ``fn`` that a run of ``script`` produced."""
-    c = store.index.conn()
+    c = _conn(store)
     return [i for (i,) in c.execute("SELECT DISTINCT e.id FROM runs r JOIN evaluations e ON e.id = r.eval_id "
                                     "WHERE r.fn=? AND r.script=?", (fn, script))]
 
@@ -111,7 +119,7 @@ def function_rows(store: Any, rows: List[dict]) -> List[dict]:
     ``a.py:train``, ``b.py:train``, and ``script``), as the dashboard lists them."""
     from ..tracking import query
 
-    c = store.index.conn()
+    c = _conn(store)
     if not _has_runs(c) or not any(r["fn"].startswith("__main__:") for r in rows):
         return rows
     entries = {}
@@ -156,7 +164,7 @@ def shown_function(store: Any, fn: str, script: Any = None, rows: Any = None) ->
         return fn
     from ..tracking.names import function_label, script_labels
 
-    c = store.index.conn()
+    c = _conn(store)
     paths = [p for (p,) in c.execute("SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL", (fn,))] \
         if _has_runs(c) else []
     if script is None and rows is not None:

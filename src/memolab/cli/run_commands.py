@@ -33,8 +33,8 @@ def run_json(r: Dict[str, Any]) -> Dict[str, Any]:
     return {"id": r["id"], "fn": r["fn"], "name": r.get("label"), "status": r["status"], "started": r["started"],
             "finished": r.get("finished"), "duration": r.get("duration"), "evaluation": ev, "code": r.get("code"),
             "parent": r.get("parent"), "script": r.get("script"), "hparams": r.get("hparams") or {},
-            "metrics": r.get("metrics") or {}, "error": r.get("error"), "run_tags": r.get("run_tags") or [],
-            "notes": r.get("notes") or []}
+            "metrics": r.get("metrics") or {}, "error": r.get("error"), "accepted": r.get("accepted") or [],
+            "run_tags": r.get("run_tags") or [], "notes": r.get("notes") or []}
 
 
 def where(r: Dict[str, Any]) -> str:
@@ -94,23 +94,35 @@ def number(v: Optional[float]) -> str:
     return f"{v:.4g}"
 
 
-def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bool) -> str:
+def short_length(store: Any) -> int:
+    """Digits of a run id that tell every run of the store apart (at least ``ids.SHORT_MIN``): the
+    RUN column shows that many, as git shows commits, and ``show`` takes them (as the dashboard)."""
+    from ..tracking import query
+    from .ids import short_length as digits
+
+    return digits(query.ready(store.index))
+
+
+def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bool, short: int = 0) -> str:
+    """``short``: digits of run ids shown (0: whole ids)."""
     width = terminal_width(args.wide)
     tags = metric_columns(rows, args.metric, 1000 if width is None else 4)
+    if width is None:
+        short = 0  # --wide or a pipe: whole ids, as `--json` has them
     while True:  # metric columns that do not fit once names are cut go, last first
-        text = _runs_table(rows, tags, width, with_fn)
+        text = _runs_table(rows, tags, width, with_fn, short)
         if width is None or not tags or max(len(ln) for ln in text.splitlines()) <= width:
             return text
         tags = tags[:-1]
 
 
-def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int], with_fn: bool) -> str:
+def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int], with_fn: bool, short: int = 0) -> str:
     # two scripts that define the same function share the symbol __main__:NAME: say which file ran
     with_fn = with_fn or len({where(r) for r in rows if r["fn"].startswith("__main__:")}) > 1
     headers = ["RUN", "STATUS"] + (["FUNCTION"] if with_fn else []) + ["NAME", "WHEN", "TOOK", "EVAL"] + tags
     body = []
     for r in rows:
-        rid = r["id"] if isinstance(r["id"], int) else "-"
+        rid = (str(r["id"])[:short] if short else r["id"]) if isinstance(r["id"], int) else "-"
         ev = f"#{r['eval_id']}" if r.get("stored") and r.get("eval_id") else "-"
         label = " ".join([r.get("label") or "", *(f"[{t}]" for t in r.get("run_tags") or [])]).strip()
         cells = [rid, r["status"]] + ([where(r)] if with_fn else []) + [
@@ -155,10 +167,16 @@ def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
         from .ids import shown_function
 
         print(shown_function(store, fn, script, rows))
-    print(runs_table(shown, args, with_fn=fn is None))
+    print(runs_table(shown, args, with_fn=fn is None, short=short_length(store)))
     more = footer(len(shown), total, "runs", "--limit N or --all for more")
     if more:
         print(more)
+    accepted = {a["id"]: (r["fn"], a) for r in shown for a in r.get("accepted") or []}
+    if accepted:
+        print("accepted code changes (`memolab accept FUNC --undo` takes one back):")
+        for fn_, a in sorted(accepted.values(), key=lambda x: x[1]["id"]):
+            print(f"  {short_name(fn_)}: accept #{a['id']}: code {a['new_code'][:8]}… gives the results of code "
+                  f"{a['old_code'][:8]}… (accepted by {a['by']} {human_age(a['time'])})")
     return OK
 
 
@@ -204,13 +222,11 @@ def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
         info.append(("parent run", r["parent"]))
     if r["status"] != "done" and r.get("code") and not r.get("stored"):
         info.append(("code vs stored", _code_against_stored(store, r)))
-    w = max(len(k) for k, _ in info)
-    for k, v in info:
-        print(f"  {k.ljust(w)}  {v}")
+    print_fields(info)
     if r.get("hparams"):
         print("  hyperparameters:")
         for k, v in r["hparams"].items():
-            print(f"    {k} = {v}")
+            print(wrapped(f"    {k} = {v}", "      "))
     print_tags(tags, r.get("metrics") or {})
     print_notes(r.get("run_tags") or [], r.get("notes") or [])
     for what in ("traceback", "output"):
@@ -246,9 +262,29 @@ def print_tags(tags: Dict[str, List[str]], metrics: Dict[str, Optional[float]]) 
         if not names:
             continue
         if kind == "scalar":
-            print(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in names)}")
+            print(wrapped(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in names)}", "      "))
         else:
-            print(f"    {kind}s: {', '.join(names)}")
+            print(wrapped(f"    {kind}s: {', '.join(names)}", "      "))
+
+
+def wrapped(line: str, indent: str) -> str:
+    """``line`` folded to the terminal's width at spaces, continued under ``indent``: never in the
+    middle of a number or a name (a terminal folds at the last column, whatever is there). A pipe
+    gets it whole."""
+    width = terminal_width()
+    if width is None or len(line) <= width:
+        return line
+    import textwrap
+
+    return textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False,
+                         replace_whitespace=False, drop_whitespace=True)
+
+
+def print_fields(info: List[Any]) -> None:
+    """``  key    value`` lines, values folded under themselves (``wrapped``)."""
+    w = max(len(k) for k, _ in info)
+    for k, v in info:
+        print(wrapped(f"  {k.ljust(w)}  {v}", " " * (w + 4)))
 
 
 def print_notes(tags: List[str], notes: List[Dict[str, Any]]) -> None:
@@ -263,17 +299,3 @@ def print_notes(tags: List[str], notes: List[Dict[str, Any]]) -> None:
             print(f"    {when}  {lines[0]}")
             for line in lines[1:]:
                 print(f"                      {line}")
-
-
-def parse_id(text: str) -> int:
-    """``12``, ``#12``, ``e12`` (an evaluation) or a run id."""
-    t = text.strip().lstrip("#")
-    if t[:1] in ("e", "r") and t[1:].isdigit():
-        t = t[1:]
-    try:
-        n = int(t)
-    except ValueError:
-        raise CliError(PROBLEM, f"not an evaluation or run id: {text!r} (`memolab ls FUNC` and `memolab runs` list them)")
-    if not 0 < n < 2**63:
-        raise CliError(PROBLEM, f"no evaluation or run {text} in the store")
-    return n

@@ -7,12 +7,13 @@ import json
 from typing import Dict
 
 from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, checkpoint_wal, command, confirm,
-                     emit_json, eval_json, footer, human_age, human_duration, human_size, index_bytes, json_option,
+                     emit_json, eval_json, expired, expired_counts, footer, human_age, human_duration, human_size, index_bytes, json_option,
                      known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
                      resolve_function, snapshot_of, table, terminal_width, writable_store)
+from ..store import edges
 from . import ids
 from .note_commands import eval_marks
-from .run_commands import find_run, list_runs, print_notes, print_tags, show_run
+from .run_commands import find_run, list_runs, print_fields, print_notes, print_tags, show_run, wrapped
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function (full symbol or its name)")
@@ -30,16 +31,21 @@ def cmd_ls(args: argparse.Namespace) -> int:
         fns = ids.function_rows(store, store.index.functions())  # a.py:train and b.py:train apart
         only_runs = [f for f in known_functions(store) if f.startswith("<process:") or
                      (f not in {x["fn"] for x in fns} and _has_runs_of(store, f))]
+        gone = expired_counts(store)
+        for f in fns:
+            f["expired"] = gone.get(f["fn"], 0)
         if args.json:
             emit_json({"store": str(store.root), "functions": fns, "runs_only": only_runs})
             return OK
         if not fns:
             print(f"no stored evaluations in {store.root}")
         else:
-            rows = [(f.get("label") or f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
-                     human_age(f["last"])) for f in fns]
-            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN"], rows, right=(1, 2, 3, 4),
-                        width=terminal_width(args.wide), flex=(0,)))
+            extra = ["EXPIRED"] if gone else []
+            rows = [(f.get("label") or f["fn"], f["evaluations"], human_size(f["size"]), f["hits"],
+                     human_duration(f["compute"]), human_age(f["last"]), *([f["expired"] or ""] if gone else []))
+                    for f in fns]
+            print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN", *extra], rows,
+                        right=(1, 2, 3, 4, 6) if gone else (1, 2, 3, 4), width=terminal_width(args.wide), flex=(0,)))
         if only_runs:
             shown = [ids.shown_function(store, f) for f in only_runs]
             print(f"logged runs without stored evaluations: {', '.join(shown)} (memolab runs NAME)")
@@ -61,7 +67,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
         return OK
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
-             e["code"][:8], e["status"] if e["status"] != "done" else "", args_summary(e, 10**6)) for e in evs]
+             e["code"][:8], "expired" if expired(e) else e["status"] if e["status"] != "done" else "",
+             args_summary(e, 10**6)) for e in evs]
     print(ids.shown_function(store, fn, args.script))
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
                 width=terminal_width(args.wide), flex=(7,)))
@@ -120,8 +127,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     e = store.index.evaluations(where="id=?", params=(n,))[0]
     logs = _logs_of(store, e["id"])
     marks = eval_marks(store, e["id"], logs[0])
+    from ..acceptance import as_json, covering
+
+    accepts = covering(store.index, e["fn"], [e["code"]], active=False).get(e["code"], [])
+    inputs = edges.inputs_of(store.index, e)
+    users = edges.used_by(store.index, (e["fn"], e["code"], e["args"], e["schema"]))
     if args.json:
-        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1], **marks})
+        emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1],
+                   "accepts": [as_json(a) for a in accepts],
+                   "inputs": [{k: v for k, v in i.items() if k != "code"} for i in inputs],
+                   "used_by": users, **marks})
         return OK
     snap = snapshot_of(e)
     try:
@@ -142,25 +157,50 @@ def cmd_show(args: argparse.Namespace) -> int:
     ]
     if logs[0]:
         info.append(("run", ", ".join(f"{r['id']} ({r.get('label')})" for r in logs[0])))
-    w = max(len(k) for k, _ in info)
-    for k, v in info:
-        print(f"  {k.ljust(w)}  {v}")
+    print_fields(info)
     if snap.get("args"):
         print("  arguments:")
         for k, (d, r) in snap["args"].items():
-            print(f"    {k} = {r}")
+            print(wrapped(f"    {k} = {r}", "      "))
     if snap.get("ignored"):
-        print(f"  ignored arguments: {', '.join(snap['ignored'])}")
+        print(wrapped(f"  ignored arguments: {', '.join(snap['ignored'])}", "    "))
+    print_lineage(inputs, users)
     if snap.get("deps"):
         print("  code dependencies:")
         for sym, d in sorted(snap["deps"].items()):
             print(f"    {sym}  {str(d)[:16]}")
+    if accepts:
+        from ..store.accepts import summary
+
+        print("  accepted changes (this evaluation's code, `memolab accept`):")
+        for a in accepts:
+            side = "used by" if a["old_code"] == e["code"] else "uses"
+            print(f"    {summary(a)}: this code {side} code {(a['new_code'] if side == 'used by' else a['old_code'])[:8]}…")
     metrics: Dict[str, object] = {}
     for r in logs[0]:
         metrics.update(r.get("metrics") or {})
     print_tags(logs[1], metrics)  # type: ignore[arg-type]
     print_notes(marks["run_tags"], marks["notes"])
     return OK
+
+
+def print_lineage(inputs, users) -> None:
+    """An evaluation's inputs (argument path <- the evaluation an object there came from) and users."""
+    if inputs:
+        print("  inputs (argument <- the evaluation it came from):")
+        w = max(len(i["path"]) for i in inputs)
+        for i in inputs:
+            if i.get("store"):
+                where = f"{i['function']} (recorded in another store, {i['store']})"
+            elif i["evaluation"] is None:
+                where = f"{i['function']} (not stored any more: cleared or collected)"
+            else:
+                where = f"{i['function']} #{i['evaluation']}" + (f" ({i['status']})" if i.get("status") else "")
+            print(f"    {i['path'].ljust(w)}  <- {where}{'  (by content)' if i.get('by') == 'content' else ''}")
+    if users:
+        print("  used by:")
+        for u in users:
+            print(f"    {u['function']} #{u['evaluation']} (as {u['path']})" + (f" ({u['status']})" if u.get("status") else ""))
 
 
 def _has_runs_table(store) -> bool:
@@ -201,11 +241,23 @@ def cmd_why(args: argparse.Namespace) -> int:
         return OK
     t = miss.pop("time")
     ex = Explanation.from_dict(miss)
+    from ..acceptance import as_json, covering
+
+    code = (ex.change or {}).get("code")
+    accepts = [a for a in covering(store.index, fn, [code]).get(code, []) if a["new_code"] == code] if code else []
     if args.json:
-        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}})
+        emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}, "accepts": [as_json(a) for a in accepts]})
         return OK
     print(f"last miss {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S}):")
     print(str(ex))
+    if accepts:
+        from ..store.accepts import summary
+
+        for a in accepts:
+            print(f"accepted since: {summary(a)} (`memolab accept {args.func} --undo` takes it back)")
+    elif code and ex.change and not ex.hit:
+        print(f"(a change of code alone: `memolab accept {args.func}` shows it again and, if you confirm, records "
+              "that it gives the same results)")
     return OK
 
 
@@ -217,6 +269,10 @@ def _destructive_options(p: argparse.ArgumentParser) -> None:
 
 def _clear_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function, or a script's process runs (e.g. train.py); all if omitted")
+    p.add_argument("--downstream", action="store_true",
+                   help="also forget the evaluations built on what is cleared (their inputs came from it), "
+                        "transitively; says which before asking")
+    p.add_argument("--dry-run", action="store_true", help="say what would be cleared, clear nothing")
     _destructive_options(p)
 
 
@@ -225,27 +281,89 @@ def _clear_options(p: argparse.ArgumentParser) -> None:
 def cmd_clear(args: argparse.Namespace) -> int:
     from ..tracking import retention
 
-    store = writable_store(args)
+    if args.downstream and not args.func:
+        raise CliError(USAGE, "clear --downstream needs a function: what is built on everything is everything")
+    store = open_store(args, write=not args.dry_run)  # a dry run reads: an older store is not migrated
     fn = resolve_function(store, args.func) if args.func else None
     what = fn or f"every function in {store.root}"
-    if not confirm(args, f"forget the stored evaluations and logged runs of {what}"):
+    down = _downstream_plan(store, fn, args.json) if args.downstream else []
+    if args.dry_run:
+        own = _count_evaluations(store, fn) if fn else store.index.conn().execute(
+            "SELECT COUNT(*) FROM evaluations").fetchone()[0]
+        r = {"fn": fn, "dry_run": True, "evaluations": own + len(down), "downstream": down}
+        if args.json:
+            emit_json(r)
+        else:
+            print(f"would clear {what}: {plural(own, 'evaluation')}"
+                  + (f" and {plural(len(down), 'evaluation')} built on them" if args.downstream else "")
+                  + "; dry run: nothing cleared")
+        return OK
+    problem = getattr(store, "problem", None)
+    if isinstance(problem, BaseException):
+        raise problem  # a store that can only be read: nothing can be cleared
+    also = f" and the {plural(len(down), 'evaluation')} built on them" if down else ""
+    if not confirm(args, f"forget the stored evaluations and logged runs of {what}{also}"):
         print("nothing cleared")
         return PROBLEM
     before = index_bytes(store.root)
+    own = [i for (i,) in store.index.conn().execute("SELECT id FROM evaluations WHERE fn=?", (fn,))] if fn else []
+    left = len(edges.downstream(store.index, own)) if own and not args.downstream else 0
     store.forget(fn)
     n = store.index.clear(fn)
+    if down:
+        for f in {d["function"] for d in down}:
+            store.forget(f)
+        ids = [d["evaluation"] for d in down]
+        for i in range(0, len(ids), 500):
+            store.index.delete_evaluations(ids[i:i + 500])
     purged = retention.purge_counts(store.index, fn) + retention.purge_orphans_counts(store.index)
     blobs, blob_bytes = store.collect_garbage()
     checkpoint_wal(store)
     after = index_bytes(store.root)
-    r = {"fn": fn, "evaluations": n, "runs": purged.runs, "log_points": purged.points, "blobs": blobs,
+    r = {"fn": fn, "evaluations": n + len(down), "runs": purged.runs, "log_points": purged.points, "blobs": blobs,
          "blob_bytes": blob_bytes, "index_bytes_before": before, "index_bytes_after": after,
          "bytes_freed": blob_bytes + max(0, before - after)}
+    if args.downstream:
+        r["downstream"] = down
     if args.json:
         emit_json(r)
     else:
-        print(removed_line("cleared", r, what))
+        print(removed_line("cleared", r, what + (f" (and {plural(len(down), 'evaluation')} built on it)"
+                                                 if args.downstream else "")))
+        if left:
+            print(f"{plural(left, 'evaluation')} built on them {'stays' if left == 1 else 'stay'}: their inputs from "
+                  f"{fn} now show as not stored any more (memolab clear {args.func} --downstream forgets those too)")
     return OK
+
+
+def _downstream_plan(store, fn: str, quiet: bool):
+    """The evaluations built on ``fn``'s, transitively (``[{"function", "evaluation"}]``, nearest
+    first), listed on stdout unless ``quiet``: what ``clear --downstream`` forgets besides."""
+    ids = [i for (i,) in store.index.conn().execute("SELECT id FROM evaluations WHERE fn=?", (fn,))]
+    down = edges.downstream(store.index, ids)
+    names = _functions_of(store, down)
+    plan = [{"function": names[i], "evaluation": i} for i in down if i in names]
+    fns: Dict[str, list] = {}
+    for d in plan:
+        fns.setdefault(d["function"], []).append(d["evaluation"])
+    if not quiet:
+        if not plan:
+            print(f"no evaluation is built on those of {fn}")
+        else:
+            print(f"built on the evaluations of {fn} (their inputs came from them), and cleared with them:")
+            for f, ids_ in sorted(fns.items()):
+                print(f"  {f}  " + ", ".join(f"#{i}" for i in sorted(ids_)))
+    return plan
+
+
+def _functions_of(store, ids):
+    out = {}
+    c = store.index.conn()
+    for k in range(0, len(ids), 500):
+        part = list(ids[k:k + 500])
+        q = ",".join("?" * len(part))
+        out.update((int(i), f) for i, f in c.execute(f"SELECT id, fn FROM evaluations WHERE id IN ({q})", part))
+    return out
 
 
 def _gc_options(p: argparse.ArgumentParser) -> None:
@@ -300,8 +418,15 @@ def cmd_gc(args: argparse.Namespace) -> int:
                     f"SELECT id FROM runs WHERE eval_id IN ({','.join('?' * len(chunk))})", chunk)]
         dead = store.unreferenced_blobs(dropping=drop_ids)
         size = sum(s for _, s in dead)
-        r = {"evaluations": len(drop), "runs": len(set(run_ids)), "log_points": retention.log_points(store.index, sorted(set(run_ids))),
+        runs = sorted(set(run_ids))
+        r = {"evaluations": len(drop), "runs": len(runs), "log_points": retention.log_points(store.index, runs),
              "blobs": len(dead), "blob_bytes": size, "bytes_freed": size, "dry_run": True}
+        # what the index would shrink by (gc vacuums it): estimated from the share of each table's rows that go
+        estimate = retention.index_bytes_freed(store.index, runs, drop_ids)
+        if estimate is not None:
+            before = index_bytes(store.root)
+            r.update(index_bytes_before=before, index_bytes_after=max(0, before - estimate),
+                     bytes_freed=size + min(estimate, before), index_estimated=True)
         if args.json:
             emit_json({**r, "evaluation_ids": drop_ids})
         else:

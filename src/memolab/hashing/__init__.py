@@ -47,13 +47,13 @@ from .primitives import (ALGORITHM, CHUNK, KEY_SCHEMA, NAME_TOKENS, SCHEMA, STR_
                          chunk_digests, hash_threads, name_token, pack_Q, str_token)
 from .registry import (Handler, Leaf, dispatch, excluded_attributes, lazy, leaves, register_lazy, register_leaf,
                        register_policy, resolved)
-from .results import note_result, register_result_walk, remember_loaded, result_token
+from .results import note_result, register_result_walk, remember_loaded, result_digests, result_token
 
 __all__ = [
     "ALGORITHM", "CHUNK", "KEY_SCHEMA", "SCHEMA", "TREE_MIN", "Encoder", "Handler", "Leaf", "chunk_digests",
     "excluded_attributes", "hash_arguments", "hash_threads", "hash_value", "note_result", "register_handler",
     "register_hasher", "register_lazy", "register_leaf", "register_opaque", "register_policy",
-    "register_result_walk", "remember_loaded", "result_token",
+    "register_result_walk", "remember_loaded", "result_digests", "result_token",
 ]
 
 # The names this module had when it was one file, for code and tests that reach

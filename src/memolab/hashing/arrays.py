@@ -1,11 +1,19 @@
 """numpy arrays, scalars and dtypes: registered (``register``) before the first
 type from numpy is hashed (the lazy hooks in ``memolab.hooks``). Arrays are large
 leaves: they enter their parent as their own digest, reused from the identity
-cache where a stamp vouches the memory cannot have changed."""
+cache where a stamp vouches the memory cannot have changed.
+
+An array's content is its dtype, shape and the bytes of its values in C order,
+read through a ``uint8`` view: the buffer protocol refuses ``datetime64`` and
+``timedelta64`` (and structs holding them), whose int64 values with the unit in
+the dtype string are their content. Bytes that are no value's are left out:
+the padding of aligned or sparse structs and the six (or two) unused bytes of an
+x87 ``longdouble``, which numpy leaves as whatever was in memory (measured:
+``np.array([1.5], np.longdouble)`` differs there between two processes)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Tuple
 
 from .. import identity
 from .encoder import Encoder
@@ -19,14 +27,21 @@ def register() -> None:
     import numpy as np
 
     def dtype_str(d: Any) -> str:
-        return d.str if d.fields is None else repr(d.descr)
+        # a struct by its repr: names, formats, offsets, itemsize and alignment (``descr`` cannot
+        # spell overlapping fields); any other dtype by its str, the unit of a datetime included
+        return d.str if d.fields is None else repr(d)
+
+    extended = extended_precision(np)
 
     def array_digest(arr: Any) -> bytes:
         sub = Encoder()
         sub.write_str(dtype_str(arr.dtype))
         sub.write(pack_Q(arr.ndim) + b"".join(pack_q(s) for s in arr.shape))
         a = np.ascontiguousarray(arr)  # C order: views and transposes hash by value
-        sub.write_buffer(memoryview(a.reshape(-1)).cast("B"))
+        if padded(a.dtype, extended):
+            write_values(sub, a, extended)
+        else:
+            sub.write_buffer(raw_bytes(np, a))
         return sub.digest()
 
     def exporter(arr: Any) -> Any:
@@ -102,6 +117,8 @@ def register() -> None:
         enc.write_str(x.dtype.str)
         if x.dtype.hasobject:
             enc.encode_child(x.item(), "")
+        elif padded(x.dtype, extended):  # a long double, a struct record: its values, not its padding
+            enc.write(b"H" + array_digest(np.asarray(x)))
         else:
             enc.write(x.tobytes())
 
@@ -116,3 +133,58 @@ def register() -> None:
     dispatch[np.dtype] = enc_dtype
     for t in set(type(np.dtype(c)) for c in "?bBhHiIlLqQefdgFDGSUVOMm"):
         dispatch[t] = enc_dtype
+
+
+def extended_precision(np: Any) -> Tuple[int, int]:
+    """``(significant, size)`` of a ``longdouble`` whose last bytes are padding: ``(10, 16)``
+    (or ``(10, 12)``) for the x87 80-bit format on a little-endian machine; ``(0, 0)`` where
+    every byte counts (IEEE quad, double-double, a long double that is a double)."""
+    ld = np.dtype(np.longdouble)
+    if ld.itemsize > 10 and np.finfo(np.longdouble).nmant == 63 and sys.byteorder == "little":
+        return 10, ld.itemsize
+    return 0, 0
+
+
+def padded(d: Any, extended: Tuple[int, int]) -> bool:
+    """Does an array of ``d`` hold bytes that are no value's (struct padding, bytes two fields
+    share or none covers, a long double's unused bytes)?"""
+    if d.subdtype is not None:
+        return padded(d.subdtype[0], extended)
+    if d.fields is None:
+        return extended[1] > 0 and d.kind in "fc" and d.itemsize == extended[1] * (2 if d.kind == "c" else 1)
+    end = 0
+    for name in d.names:
+        fd, offset = d.fields[name][:2]
+        if offset != end or padded(fd, extended):
+            return True
+        end = offset + fd.itemsize
+    return end != d.itemsize
+
+
+def write_values(sub: Encoder, a: Any, extended: Tuple[int, int]) -> None:
+    """The values of the C-contiguous ``a`` whose dtype is ``padded``: a struct field by field
+    (its name, then its values, a subarray flattened), a long double by its significant bytes
+    (the first ones, the last ones where it is stored byte-swapped)."""
+    import numpy as np
+
+    d = a.dtype
+    if d.fields is not None:
+        sub.write(pack_Q(len(d.names)))
+        for name in d.names:
+            sub.write_str(name)
+            write_values(sub, np.ascontiguousarray(a[name]), extended)
+    elif padded(d, extended):
+        significant, size = extended
+        parts = np.frombuffer(raw_bytes(np, a), np.uint8).reshape(-1, size)
+        kept = parts[:, size - significant:] if d.byteorder == ">" else parts[:, :significant]
+        sub.write_buffer(memoryview(np.ascontiguousarray(kept).reshape(-1)))
+    else:
+        sub.write_buffer(raw_bytes(np, a))
+
+
+def raw_bytes(np: Any, a: Any) -> memoryview:
+    """The C-contiguous ``a``'s memory as flat bytes, without a copy, through a ``uint8`` view
+    (the buffer protocol refuses ``datetime64``, ``timedelta64`` and structs holding them)."""
+    if a.size == 0 or a.dtype.itemsize == 0:
+        return memoryview(b"")
+    return memoryview(a.reshape(-1).view(np.uint8))

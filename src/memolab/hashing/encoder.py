@@ -246,15 +246,19 @@ def _scalar_key(named: Sequence[Tuple[str, Any]]) -> Optional[tuple]:
     return tuple(parts)
 
 
-def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args") -> Tuple[str, Dict[str, str]]:
+def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args",
+                   visit: Optional[List[Any]] = None) -> Tuple[str, Dict[str, str]]:
     """Digest bound arguments: (combined digest, {name: per-argument digest}).
 
     One memo spans all arguments so ``f(a, a)`` and ``f(a, copy(a))`` differ;
     per-argument digests let ``explain`` say which argument changed.
+    ``visit``: a list to which the objects the walk went through are appended, as
+    ``(objects in visit order, [where each argument's objects end])`` (nothing for a call of
+    plain scalars): where a miss looks for results of other evaluations (``memolab.upstream``).
     """
     k = _scalar_key(named)
     if k is None:
-        return hash_arguments_uncached(named, root)
+        return hash_arguments_uncached(named, root, visit)
     gen = _registry_generation
     hit = _scalar_digests.get(k)
     if hit is not None and hit[0] == gen:
@@ -266,9 +270,14 @@ def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args") -> Tupl
     return digest, per
 
 
-def hash_arguments_uncached(named: Sequence[Tuple[str, Any]], root: str) -> Tuple[str, Dict[str, str]]:
+def hash_arguments_uncached(named: Sequence[Tuple[str, Any]], root: str,
+                            visit: Optional[List[Any]] = None) -> Tuple[str, Dict[str, str]]:
     enc = Encoder()
     per: Dict[str, str] = {}
+    ends: Optional[List[int]] = None
+    if visit is not None:
+        ends = []
+        visit.append((enc.keep, ends))
     for name, value in named:
         if per:
             enc.restart()
@@ -279,6 +288,8 @@ def hash_arguments_uncached(named: Sequence[Tuple[str, Any]], root: str) -> Tupl
         except RecursionError:
             raise HashError("value is nested too deeply to hash", f"{root}[{name!r}]", value) from None
         per[name] = enc.hexdigest()
+        if ends is not None:
+            ends.append(len(enc.keep))
     top = [KEY_SCHEMA_B]
     for name, d in per.items():
         top.append(pack_Q(len(name)) + name.encode() + d.encode())

@@ -78,7 +78,10 @@ def encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset())
         excluded = excluded_attributes(t) if policies else exclude
         if exclude and excluded is not exclude:
             excluded = excluded | exclude
-        _encode_state(enc, state, excluded)
+        # attributes that are all left out are no state: pickle saves none for an empty __dict__, so an
+        # object whose cache was filled as it was used (and is excluded) keys as it did before
+        if not (excluded and type(state) is dict and all(k in excluded for k in state)):
+            _encode_state(enc, state, excluded)
     if listitems is not None:
         enc.write(b"L")
         enc.encode_child(list(listitems), "")

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import identity
 from ..reducers import reducers
+from .encoder import Encoder
 from .objects import resolve
 from .registry import Handler, Leaf, dispatch, excluded_attributes, leaves
 
@@ -120,6 +121,47 @@ def result_token(value: Any) -> Optional[List[str]]:
         return [_leaf_digest(x, lf).hex() for x, lf in leaves] or None
     except Exception:  # a result we cannot hash is still a result
         return None
+
+
+class _KnownLeaves(Encoder):
+    """An encoder that takes the digests of leaves it was given (by object) instead of
+    computing them again: a result's leaves were just digested for its token."""
+
+    __slots__ = ("known",)
+
+    def write_leaf(self, obj: Any, leaf: Leaf) -> None:
+        got = self.known.get(id(obj))
+        if got is not None and got[0] is obj:
+            self.write(b"H" + got[1])
+            return
+        Encoder.write_leaf(self, obj, leaf)
+
+
+def result_digests(value: Any) -> Tuple[Optional[List[str]], Optional[str]]:
+    """(``result_token(value)``, the digest ``value`` has as an argument), the latter only for a
+    result holding arrays or tensors (a token), else None.
+
+    The second is what a later call passed an equal object as an argument hashes it to (its
+    per-argument digest): how a result that reached that call as a copy (a Dask worker's
+    transfer, a file written and read again) is told to come from this evaluation
+    (``memolab.upstream``, "by content"). Equal plain data (``None``, a number, a small config)
+    is too common to say so: those results get none."""
+    try:
+        found: List[Tuple[Any, Leaf]] = []
+        _walk_leaves(value, found)
+        digests = [_leaf_digest(x, lf) for x, lf in found]
+    except Exception:  # a result we cannot hash is still a result
+        return None, None
+    if not digests:
+        return None, None
+    token = [d.hex() for d in digests]
+    try:
+        enc = _KnownLeaves()
+        enc.known = {id(x): (x, d) for (x, _), d in zip(found, digests)}
+        enc.encode(value)
+        return token, enc.hexdigest()
+    except Exception:  # not hashable as an argument (a live generator inside): no content lineage
+        return token, None
 
 
 def note_result(key: Any, token: Optional[List[str]], origin: Any = None) -> None:

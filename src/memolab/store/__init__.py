@@ -39,6 +39,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
+from ..progress import result_progress
 from . import layout, mounts, perms, signing
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
@@ -267,26 +268,28 @@ class Store:
 
     def _save_blobs(self, key: Key, owner: str, base: Dict[str, Any], payload: bytes, buffers: List[Any],
                     sources: Dict[str, Tuple[str, str]]) -> int:
-        def put_and_record() -> int:
-            pd, psize = self.blobs.put(payload)
-            # One blob per buffer: content-addressed, so equal arrays across results share one file.
-            brefs = [self.blobs.put(b) for b in buffers]
-            paths = [self.blobs.path(d) for d in [pd, *(d for d, _ in brefs)]]
-            row = dict(base, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
-                       size=psize + sum(s for _, s in brefs), inline=None)
-            row["signature"] = signing.sign(key, row)
-            # gc may take a blob between our put and our record (it deletes what
-            # no row refers to yet unless our lease looks live, and a slow owner's
-            # lease may not). The record checks, under the lock gc deletes under.
-            return self.index.record(key, owner, row, sources, present=lambda: all(p.exists() for p in paths),
-                                     also=self._usage_into)
+        total = len(payload) + sum(memoryview(b).nbytes for b in buffers)
+        with result_progress("storing", key[0], total) as step:  # a bar for a big result, drawn if it lasts
+            def put_and_record() -> int:
+                pd, psize = self.blobs.put(payload, progress=step)
+                # One blob per buffer: content-addressed, so equal arrays across results share one file.
+                brefs = [self.blobs.put(b, progress=step) for b in buffers]
+                paths = [self.blobs.path(d) for d in [pd, *(d for d, _ in brefs)]]
+                row = dict(base, payload=pd, payload_size=psize, buffers=json.dumps(brefs),
+                           size=psize + sum(s for _, s in brefs), inline=None)
+                row["signature"] = signing.sign(key, row)
+                # gc may take a blob between our put and our record (it deletes what
+                # no row refers to yet unless our lease looks live, and a slow owner's
+                # lease may not). The record checks, under the lock gc deletes under.
+                return self.index.record(key, owner, row, sources, present=lambda: all(p.exists() for p in paths),
+                                         also=self._usage_into)
 
-        try:
-            return put_and_record()
-        except BlobsGone:
-            # Rare: put again while holding the index, so gc cannot interleave this time.
-            with self.index.write():
+            try:
                 return put_and_record()
+            except BlobsGone:
+                # Rare: put again while holding the index, so gc cannot interleave this time.
+                with self.index.write():
+                    return put_and_record()
 
     def check_entry(self, key: Key, row: Dict[str, Any]) -> Optional[str]:
         """Why ``row`` cannot be used, found without reading blobs (signature, code references), or None."""
@@ -317,11 +320,15 @@ class Store:
             # The payload runs code when unpickled: it is re-hashed in full, every time.
             payload = bytes(self.blobs.get(row["payload"], row["payload_size"], verify="always"))
             source = refs
-        value = self._unpickle(payload, source)
+        total = sum(n for _, n in source) if type(source) is not tuple else 0
+        with result_progress("loading", key[0], total) as step:
+            if step is not None:  # a big result: the caller says what it loaded
+                row["loaded_bytes"] = total + row["payload_size"]
+            value = self._unpickle(payload, source, step)
         self._remember(key, row, payload, source)
         return value
 
-    def _unpickle(self, payload: bytes, source: Any) -> Any:
+    def _unpickle(self, payload: bytes, source: Any, progress: Optional[Callable[[int], None]] = None) -> Any:
         """Unpickle with the buffers of ``source``: a list of blob refs, or a tuple of inline views."""
         if type(source) is tuple:  # inline: verified when the row was read
             return _loads(payload, source)
@@ -333,7 +340,7 @@ class Store:
         # digests, but a stat stamp is no proof (whoever can edit a blob can
         # put its mtime back). Unsigned stores trust the stamp, as documented.
         verify = "always" if source and signing.secret() is not None else "stamp"
-        buffers = [self.blobs.get(d, size, mapped=True, verify=verify) for d, size in source]
+        buffers = [self.blobs.get(d, size, mapped=True, verify=verify, progress=progress) for d, size in source]
         return _loads(payload, buffers)
 
     def load_from_memory(self, key: Key, accept: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[bool, Any]:
@@ -471,6 +478,23 @@ class Store:
         file descriptors: the file, ``-wal``, ``-shm``). A later call reopens it."""
         self.flush_hits()
         self.index.close()
+
+    # -- accepted code changes (store/accepts.py: ``memolab accept``) ------------------------------
+    def accepts_of(self, fn: str, schema: str) -> List[Dict[str, Any]]:
+        """The active accepts of ``fn`` under key schema ``schema`` that may be followed."""
+        from .accepts import usable
+
+        return usable(self.index.accepts(fn, schema))
+
+    def record_accept(self, rec: Dict[str, Any]) -> Dict[str, Any]:
+        """Record accept ``rec`` (signed): ``{"id", "team"}`` (``team``: None, no team store here)."""
+        from .accepts import record
+
+        return {"id": record(self.index, rec), "team": None}
+
+    def undo_accept(self, accept_id: int, by: str) -> Dict[str, Any]:
+        """Take accept ``accept_id`` back: ``{"undone": was it active, "team": None}``."""
+        return {"undone": self.index.undo_accept(accept_id, by=by), "team": None}
 
     # -- maintenance ---------------------------------------------------------------------
     def clear(self, fn: Optional[str] = None) -> int:

@@ -39,13 +39,32 @@ Buffer = Union[bytes, bytearray, memoryview]
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
 _OVERLAP_MIN = 16 << 20  # hash while writing for blobs at least this large
+#: bytes between two steps of a progress bar (a write, a hash): small enough for a bar to move
+#: every ~50 ms on a fast disk, large enough that the steps cost nothing
+_STEP = 32 << 20
+
+#: ``progress(n)``: n more bytes written or verified (``memolab.progress.Bar.update``)
+Progress = Optional[Callable[[int], None]]
 
 
-def digest_bytes(data: Buffer) -> str:
+def digest_bytes(data: Buffer, progress: Progress = None) -> str:
     mv = memoryview(data)
     if mv.nbytes >= _PARALLEL_MIN:
-        return blake3.blake3(mv, max_threads=blake3.blake3.AUTO).hexdigest()
-    return blake3.blake3(mv).hexdigest()
+        if progress is None or mv.nbytes <= _STEP:
+            h = blake3.blake3(mv, max_threads=blake3.blake3.AUTO)
+        else:  # in steps, to report them: the same digest (BLAKE3 is incremental)
+            h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+            flat = mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv
+            for i in range(0, flat.nbytes, _STEP):
+                h.update(flat[i:i + _STEP])
+                progress(min(_STEP, flat.nbytes - i))
+            return h.hexdigest()
+        digest = h.hexdigest()
+    else:
+        digest = blake3.blake3(mv).hexdigest()
+    if progress is not None:
+        progress(mv.nbytes)
+    return digest
 
 
 def fsync_dir(path: "os.PathLike[str] | str") -> None:
@@ -135,21 +154,24 @@ class BlobFolder:
     def _stamp(st: os.stat_result) -> Stamp:
         return (st.st_size, st.st_mtime_ns, st.st_ino)
 
-    def put(self, data: Buffer, digest: Optional[str] = None) -> Tuple[str, int]:
-        """Store ``data``; returns (digest, size). Existing intact blobs are reused."""
+    def put(self, data: Buffer, digest: Optional[str] = None, progress: Progress = None) -> Tuple[str, int]:
+        """Store ``data``; returns (digest, size). Existing intact blobs are reused.
+        ``progress(n)`` is told of the bytes as they are written."""
         mv = memoryview(data).cast("B") if memoryview(data).ndim != 1 or memoryview(data).format != "B" else memoryview(data)
         size = mv.nbytes
         if digest is None and size >= _OVERLAP_MIN:
-            return self._put_overlapped(mv)
+            return self._put_overlapped(mv, progress)
         digest = digest or digest_bytes(mv)
         final = self.path(digest)
         if self._intact(final, digest, size):
+            if progress is not None:
+                progress(size)
             return digest, size  # deduplicated: the same bytes are already here
-        tmp = self._write_tmp(mv, digest[:16])
+        tmp = self._write_tmp(mv, digest[:16], progress)
         self._publish(tmp, final, digest)
         return digest, size
 
-    def _put_overlapped(self, mv: memoryview) -> Tuple[str, int]:
+    def _put_overlapped(self, mv: memoryview, progress: Progress = None) -> Tuple[str, int]:
         """Hash and write at the same time (BLAKE3 releases the GIL): a large store
         costs about one write instead of a hash plus a write. The price: bytes
         that turn out to be stored already were written once for nothing."""
@@ -164,7 +186,7 @@ class BlobFolder:
         th = threading.Thread(target=hash_it, name="memolab-blob-hash", daemon=True)
         th.start()
         try:
-            tmp = self._write_tmp(mv, "pending")
+            tmp = self._write_tmp(mv, "pending", progress)
         finally:
             th.join()
         if isinstance(out[0], BaseException):
@@ -208,14 +230,17 @@ class BlobFolder:
         except FileNotFoundError:
             return 0.0
 
-    def _write_tmp(self, mv: memoryview, name: str) -> Path:
+    def _write_tmp(self, mv: memoryview, name: str, progress: Progress = None) -> Path:
         tmp = self.tmp / tmpfiles.tmp_name(name)  # names its writer: litter of a dead one is reclaimed at once
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        step = 1 << 30 if progress is None else _STEP
         try:
             view = mv
             while view.nbytes:
-                n = os.write(fd, view[: 1 << 30])
+                n = os.write(fd, view[:step])
                 view = view[n:]
+                if progress is not None:
+                    progress(n)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -234,7 +259,8 @@ class BlobFolder:
             return  # collected at once by a concurrent gc: the record notices and puts it again
         self._set_stamp(digest, self._stamp(st))
 
-    def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp", writable: bool = False) -> Buffer:
+    def get(self, digest: str, size: int, *, mapped: bool = False, verify: str = "stamp", writable: bool = False,
+            progress: Progress = None) -> Buffer:
         """Read a blob. ``verify='always'`` re-hashes; ``'stamp'`` trusts a matching stamp.
 
         ``mapped`` maps the file read-only: numpy arrays over it are immutable,
@@ -271,13 +297,15 @@ class BlobFolder:
                     data = f.read()
             stamp = self._stamp(st)
             if verify == "always" or (self._verified.get(digest) != stamp and self._get_stamp(digest) != stamp):
-                if digest_bytes(data) != digest:
+                if digest_bytes(data, progress) != digest:
                     self._verified.pop(digest, None)
                     self.quarantine(digest)
                     raise CorruptBlob(f"blob {digest[:12]} does not match its digest")
                 if self._verified.get(digest) != stamp:
                     self._verified[digest] = stamp
                     self._defer_stamp(digest, stamp)  # never a write on the read path
+            elif progress is not None:
+                progress(size)  # trusted by its stamp: nothing to read now
             return data
         finally:
             os.close(fd)

@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from .. import config
 from ..errors import MemolabWarning, StoreUnavailable
@@ -209,6 +209,9 @@ class NoStore:
 
     def flush_hits(self) -> None:
         pass
+
+    def accepts_of(self, fn: str, schema: str) -> List[Dict[str, Any]]:
+        return []  # nothing is stored: nothing to use through an accepted change either
 
     @property
     def index(self) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .. import config
 
-__all__ = ["host_name", "start_time", "process_table", "runtime_info", "script_path"]
+__all__ = ["host_name", "start_time", "process_table", "runtime_info", "script_path", "in_kernel", "notebook_path"]
 
 
 _script: Optional[str] = None
@@ -23,12 +23,64 @@ def script_path() -> Optional[str]:
     """The absolute path of the script this process runs (``sys.argv[0]``), or None (``-c``, a REPL).
     Two scripts that each define ``train`` share the symbol ``__main__:train`` (and, with the
     same code and arguments, the same key: the same computation); their runs record which file
-    ran, and a miss is explained against evaluations of its own script only."""
+    ran, and a miss is explained against evaluations of its own script only. A Jupyter kernel
+    runs the notebook, not ``ipykernel_launcher.py``: its path is the notebook's
+    (``notebook_path``), or None when Jupyter does not say which."""
     global _script
     if _script is None:
-        a = sys.argv[0] if sys.argv else ""
-        _script = os.path.abspath(a) if a and a not in ("-c", "-") and os.path.isfile(a) else ""
+        if in_kernel():
+            _script = notebook_path() or ""
+        else:
+            a = sys.argv[0] if sys.argv else ""
+            _script = os.path.abspath(a) if a and a not in ("-c", "-") and os.path.isfile(a) else ""
     return _script or None
+
+
+def in_kernel() -> bool:
+    """Does this process run a Jupyter (IPython) kernel?"""
+    if "ipykernel" not in sys.modules:
+        return False
+    a = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return a.startswith("ipykernel") or "ipykernel_launcher" in a or a == "__main__.py"
+
+
+def notebook_path() -> Optional[str]:
+    """The notebook a Jupyter kernel runs, as Jupyter tells its kernel: ``$JPY_SESSION_NAME``
+    (set by Jupyter Server and nbclient/papermill when they know it), the ``jupyter_session``
+    of the kernel's connection file (``-f FILE``), or VS Code's ``__vsc_ipynb_file__``. A path
+    relative to the server's root is found from the kernel's working directory (the notebook's
+    own, by default). None when nothing says."""
+    found = os.environ.get("JPY_SESSION_NAME") or _from_connection_file() or _from_vscode()
+    if not found:
+        return None
+    if os.path.isabs(found):
+        return found
+    for candidate in (os.path.abspath(found), os.path.abspath(os.path.basename(found))):
+        if os.path.isfile(candidate):
+            return candidate
+    return found
+
+
+def _from_connection_file() -> Optional[str]:
+    argv = sys.argv or []
+    for i, a in enumerate(argv):
+        path = argv[i + 1] if a == "-f" and i + 1 < len(argv) else a[3:] if a.startswith("-f=") else None
+        if path:
+            try:
+                import json
+
+                with open(path, encoding="utf-8") as f:
+                    session = json.load(f).get("jupyter_session")
+                return session if isinstance(session, str) and session else None
+            except (OSError, ValueError, AttributeError):
+                return None
+    return None
+
+
+def _from_vscode() -> Optional[str]:
+    main = sys.modules.get("__main__")
+    v = getattr(main, "__vsc_ipynb_file__", None)
+    return v if isinstance(v, str) and v else None
 
 
 def host_name() -> str:

@@ -83,7 +83,26 @@ CREATE TABLE IF NOT EXISTS misses(
     time REAL NOT NULL,
     explanation TEXT NOT NULL
 );
--- notes and tags (schema 3) on a run or an evaluation (``tracking/annotations.py``): kind is
+-- lineage (schema 4): an index of what the evaluations' snapshots say, kept by the triggers of
+-- ``LINEAGE_TRIGGERS`` (whoever inserts a row: a call, a team row adopted, a pull): the
+-- evaluation's inputs (argument path -> the key of the evaluation an object there came from),
+-- and the digest of a result as an argument (its "value digest") -> the evaluation
+CREATE TABLE IF NOT EXISTS inputs(
+    evaluation INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    fn TEXT NOT NULL,
+    code TEXT NOT NULL,
+    args TEXT NOT NULL,
+    schema TEXT NOT NULL,
+    how TEXT,
+    PRIMARY KEY(evaluation, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS outputs(
+    digest TEXT NOT NULL,
+    evaluation INTEGER NOT NULL,
+    PRIMARY KEY(digest, evaluation)
+) WITHOUT ROWID;
+-- notes and tags (schema 5) on a run or an evaluation (``tracking/annotations.py``): kind is
 -- 'note' or 'tag', source says who wrote it (log: memolab.log.note/tag, cli, dashboard)
 CREATE TABLE IF NOT EXISTS annotations(
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -100,6 +119,27 @@ CREATE TABLE IF NOT EXISTS blob_stamps(
     mtime_ns INTEGER NOT NULL,
     inode INTEGER NOT NULL
 );
+-- accepted code changes (store/accepts.py): calls keyed with new_code may use what is stored under old_code
+CREATE TABLE IF NOT EXISTS accepts(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    fn TEXT NOT NULL,
+    schema TEXT NOT NULL,
+    new_code TEXT NOT NULL,
+    old_code TEXT NOT NULL,
+    time REAL NOT NULL,
+    user_name TEXT,
+    host TEXT,
+    deps_before TEXT,
+    deps_after TEXT,
+    diffs TEXT,
+    evaluation INTEGER,
+    undone REAL,
+    undone_by TEXT,
+    team_id INTEGER,
+    origin TEXT NOT NULL DEFAULT 'here',
+    pending_undo INTEGER NOT NULL DEFAULT 0,
+    signature TEXT
+);
 -- indexes --
 CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
 -- (fn, finished) first, for a function's evaluations newest first; the summed
@@ -112,7 +152,8 @@ CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
 -- references) and rows out of use (what gc drops first)
 CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
 CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
--- schema 3: a run's or an evaluation's notes and tags; a tag once per run or evaluation
+CREATE INDEX IF NOT EXISTS accepts_fn ON accepts(fn, schema, new_code);
+-- schema 5: a run's or an evaluation's notes and tags; a tag once per run or evaluation
 CREATE INDEX IF NOT EXISTS annotations_run ON annotations(run) WHERE run IS NOT NULL;
 CREATE INDEX IF NOT EXISTS annotations_evaluation ON annotations(evaluation) WHERE evaluation IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS annotations_tag ON annotations(COALESCE(run, 0), COALESCE(evaluation, 0), text)
@@ -148,8 +189,74 @@ def _step_2(conn: sqlite3.Connection, write: Write) -> None:
 
 
 def _step_3(conn: sqlite3.Connection, write: Write) -> None:
+    # the table itself is in ``DDL`` (created before the steps run)
+    conn.execute("CREATE INDEX IF NOT EXISTS accepts_fn ON accepts(fn, schema, new_code)")
+
+
+#: The lineage tables follow the evaluations whatever writes them: a row inserted (by a call, by a
+#: team row adopted, by ``pull``) indexes the inputs and value digest its snapshot records; a row
+#: replaced (``INSERT OR REPLACE``: SQLite fires no delete trigger for the row it replaces) or
+#: deleted (``clear``, ``gc``) takes its own entries along. A snapshot that is not JSON indexes
+#: nothing (the row itself is judged where it is read). Edges *to* an evaluation that is gone
+#: stay: they name its key, and are shown as "not stored any more". SQLite parses the snapshot
+#: once per ``json_*`` call: each statement reads it through one ``json_each`` (three parses a
+#: row with lineage: validity, inputs, value digest; none for a row without).
+LINEAGE_TRIGGERS = """
+CREATE INDEX IF NOT EXISTS inputs_upstream ON inputs(fn, code, args, schema);
+CREATE INDEX IF NOT EXISTS outputs_evaluation ON outputs(evaluation);
+CREATE TRIGGER IF NOT EXISTS lineage_replace BEFORE INSERT ON evaluations
+WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema)
+BEGIN
+    DELETE FROM inputs WHERE evaluation = (SELECT id FROM evaluations
+        WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema);
+    DELETE FROM outputs WHERE evaluation = (SELECT id FROM evaluations
+        WHERE fn=NEW.fn AND code=NEW.code AND args=NEW.args AND schema=NEW.schema);
+END;
+CREATE TRIGGER IF NOT EXISTS lineage_add AFTER INSERT ON evaluations
+WHEN NEW.snapshot IS NOT NULL AND (instr(NEW.snapshot, '"inputs"') > 0 OR instr(NEW.snapshot, '"value_digest"') > 0)
+     AND json_valid(NEW.snapshot) BEGIN
+    INSERT OR IGNORE INTO inputs(evaluation, path, fn, code, args, schema, how)
+        SELECT NEW.id, json_extract(value, '$.path'), json_extract(value, '$.fn'), json_extract(value, '$.code'),
+               json_extract(value, '$.args'), json_extract(value, '$.schema'), json_extract(value, '$.by')
+        FROM json_each(NEW.snapshot, '$.inputs')
+        WHERE type = 'object' AND json_type(value, '$.path') = 'text' AND json_type(value, '$.fn') = 'text'
+          AND json_type(value, '$.code') = 'text' AND json_type(value, '$.args') = 'text'
+          AND json_type(value, '$.schema') = 'text';
+    INSERT OR IGNORE INTO outputs(digest, evaluation)
+        SELECT value, NEW.id FROM json_each(NEW.snapshot) WHERE key = 'value_digest' AND type = 'text';
+END;
+CREATE TRIGGER IF NOT EXISTS lineage_drop AFTER DELETE ON evaluations BEGIN
+    DELETE FROM inputs WHERE evaluation = OLD.id;
+    DELETE FROM outputs WHERE evaluation = OLD.id;
+END;
+"""
+
+
+def _step_4(conn: sqlite3.Connection, write: Write) -> None:
+    try:
+        conn.execute("SELECT json_valid('{}')")
+    except sqlite3.OperationalError:
+        return  # an SQLite without JSON: lineage is read from the snapshots alone (no "used by" index)
+    with write() as c:  # (not executescript: it would commit the write transaction first)
+        for stmt in _split(LINEAGE_TRIGGERS):
+            c.execute(stmt)
+
+
+def _split(script: str) -> List[str]:
+    """The statements of ``script`` (a trigger's body holds ';': split at 'END;' and plain ';')."""
+    out, cur = [], []
+    for line in script.strip().splitlines():
+        cur.append(line)
+        text = "\n".join(cur).strip()
+        if text.endswith("END;") or (text.endswith(";") and "BEGIN" not in text):
+            out.append(text)
+            cur = []
+    return out
+
+
+def _step_5(conn: sqlite3.Connection, write: Write) -> None:
     # the table is in ``DDL`` (created before the steps run); its indexes are the DDL's last three
-    indexes = DDL.split("-- schema 3:")[1].split("\n", 1)[1]
+    indexes = DDL.split("-- schema 5:")[1].split("\n", 1)[1]
     with write() as c:
         for stmt in indexes.split(";"):
             if stmt.strip():
@@ -162,8 +269,11 @@ def _step_3(conn: sqlite3.Connection, write: Write) -> None:
 STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
     (2, "small results inline (evaluations.inline), the miss-explanation and gc indexes, the version "
         "mirrored in SQLite's user_version header field (opening a current store is one header read)", _step_2),
-    (3, "notes and tags on runs and evaluations (the annotations table: memolab.log.note, memolab tag, the "
-        "dashboard)", _step_3),
+    (3, "accepted code changes (the accepts table: `memolab accept`)", _step_3),
+    (4, "lineage: the evaluations' inputs (argument path -> the evaluation an object there came from) and "
+        "results' value digests, indexed by triggers (inputs, outputs)", _step_4),
+    (5, "notes and tags on runs and evaluations (the annotations table: memolab.log.note, memolab tag, the "
+        "dashboard)", _step_5),
 ]
 
 #: The version this memolab writes. An older memolab refuses a file of a newer one (it reads

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 from .. import config
 from ..errors import BlobsGone
 from . import signing
+from .accepts import AcceptIndex
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
 from .gcplan import log_bytes, plan_by_size  # noqa: F401 (plan_by_size: also imported from here)
 from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
@@ -58,8 +59,10 @@ _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
 #: nanoseconds of a hit. Only an unsigned store may use it (a signature covers
 #: the snapshot, so a signed store reads it and the signature), and only with
 #: JSON1 (else the result token comes from the snapshot).
-LEAN_COLUMNS = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "inline") + _EXTRACTED
-_LEAN_SQL = f"SELECT {','.join(LEAN_COLUMNS[:7])}{_TOKEN}{_WHERE_KEY}"
+#: (``started``, ``finished``, ``duration``: what an expiring function's hit judges, ``memo(max_age=...)``)
+_LEAN_BASE = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "inline", "started", "finished", "duration")
+LEAN_COLUMNS = _LEAN_BASE + _EXTRACTED
+_LEAN_SQL = f"SELECT {','.join(_LEAN_BASE)}{_TOKEN}{_WHERE_KEY}"
 # What ``lookup`` runs: the same, whatever the row's status (at most one row per
 # key: UNIQUE), so that a miss learns in the same statement whether the key has
 # no row at all (the common miss) or one out of use, which the miss explanation
@@ -204,7 +207,7 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.05)
 
 
-class Index:
+class Index(AcceptIndex):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -731,9 +734,11 @@ class Index:
             if fn is None:
                 n = c.execute("DELETE FROM evaluations").rowcount
                 c.execute("DELETE FROM misses")
+                c.execute("DELETE FROM accepts")  # (a team's accepts are copied again from the team)
             else:
                 n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
                 c.execute("DELETE FROM misses WHERE fn=?", (fn,))
+                c.execute("DELETE FROM accepts WHERE fn=?", (fn,))
             from . import checkpoints
 
             checkpoints.clear(c, fn)

@@ -294,17 +294,23 @@ def _sync(args: argparse.Namespace) -> int:
             n = store.journal.drain(progress=bar.update)
         store.flush_hits()
         store.forward_hits()
+        from . import accepts
+
+        pushed = accepts.push(store)  # accepts (and undos) made here while the team store was away
     except Offline as e:
         raise _unreachable(store, e) from None
     store.link.came_back()
     left = _queued(store)
-    out = {"uploaded": n, "added_by_all": added, "queued": left, "resent": resent}
+    out = {"uploaded": n, "added_by_all": added, "queued": left, "resent": resent, "accepts": pushed["accepts"],
+           "undos": pushed["undos"]}
     if args.json:
         emit_json(out)
     else:
         extra = f" ({added} earlier result(s) added by --all)" if args.all else ""
         lost = f" ({resent} the team index had lost, sent again)" if resent else ""
-        print(f"uploaded {n} result(s){extra}{lost}; {left} still queued")
+        sent = (f"; sent {pushed['accepts']} accept(s) and {pushed['undos']} undo(s) made here"
+                if pushed["accepts"] or pushed["undos"] else "")
+        print(f"uploaded {n} result(s){extra}{lost}{sent}; {left} still queued")
     return 0 if left == 0 else PROBLEM
 
 

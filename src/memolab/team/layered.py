@@ -412,6 +412,22 @@ class TeamStore:
                 _warn_once("team-key", f"memolab: {v[1]}")
         return v[1]
 
+    # -- accepted code changes: the team's are followed everywhere (team/accepts.py) ----------------
+    def accepts_of(self, fn: str, schema: str) -> List[Dict[str, Any]]:
+        from . import accepts
+
+        return accepts.accepts_of(self, fn, schema)
+
+    def record_accept(self, rec: Dict[str, Any]) -> Dict[str, Any]:
+        from . import accepts
+
+        return accepts.record(self, rec)
+
+    def undo_accept(self, accept_id: int, by: str) -> Dict[str, Any]:
+        from . import accepts
+
+        return accepts.undo(self, accept_id, by)
+
     # -- leases: this machine, then the team -------------------------------------------------
     def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None) -> Tuple[str, Optional[Dict[str, Any]]]:
         ttl = config.settings().lease_ttl

@@ -49,6 +49,7 @@ from .pgschema import (DATA_COLS as _DATA_COLS, KEY_COLS as _KEY_COLS, NOW as _N
                        network_error as _network, read_version as _read_version, remote_timeout, status, upgrade,
                        where, MARGIN, bounded, one_line, migrate_budget, session_settings, slow_budget)
 from .deadline import WATCHDOG
+from .pgaccepts import PgAcceptIndex
 
 Key = Tuple[str, str, str, str]
 Row = Dict[str, Any]
@@ -140,7 +141,7 @@ def _key_arrays(keys: Sequence[Key]) -> List[List[str]]:
     return [[k[i] for k in keys] for i in range(4)]
 
 
-class PgIndex:
+class PgIndex(PgAcceptIndex):
     """The team index: ``EvalIndex`` on PostgreSQL. One connection per thread (and per process)."""
 
     def __init__(self, dsn: str, timeout: Optional[float] = None, create: bool = True) -> None:

@@ -23,8 +23,12 @@ from .deadline import WATCHDOG
 T = TypeVar("T")
 
 #: The schema this memolab writes, and the range of versions it can work with.
-TEAM_SCHEMA_VERSION = 1
-SUPPORTED = (1, 1)
+TEAM_SCHEMA_VERSION = 2
+#: version 1 lacks ``memolab_accepts`` only: this memolab works with it, without sharing accepts
+#: (``PgIndex.accepts_supported``) until ``memolab remote upgrade`` brings it to 2
+SUPPORTED = (1, 2)
+#: the first version with ``memolab_accepts`` (accepted code changes, shared by the team)
+ACCEPTS_SINCE = 2
 
 #: pg_advisory_xact_lock key serialising schema creation and upgrades ('memolab1').
 LOCK_KEY = int.from_bytes(b"memolab1", "big") & 0x7FFFFFFFFFFFFFFF
@@ -131,6 +135,18 @@ STEPS: List[Tuple[int, List[str]]] = [
         # ... and one for `pull` of every function: done rows by finish time
         "CREATE INDEX memolab_evaluations_pull ON memolab_evaluations(finished, id) WHERE status = 'done'",
         _CLAIM_FUNCTION,
+    ]),
+    # accepted code changes (store/accepts.py): the team's, followed by every machine; kept as
+    # history (an undo sets ``undone``), signed like rows when the team signs
+    (2, [
+        """CREATE TABLE memolab_accepts(
+            id BIGSERIAL PRIMARY KEY,
+            fn TEXT NOT NULL, schema TEXT NOT NULL, new_code TEXT NOT NULL, old_code TEXT NOT NULL,
+            time DOUBLE PRECISION NOT NULL, user_name TEXT, host TEXT,
+            deps_before TEXT, deps_after TEXT, diffs TEXT,
+            undone DOUBLE PRECISION, undone_by TEXT,
+            signature TEXT, uploaded_by TEXT)""",
+        "CREATE INDEX memolab_accepts_fn ON memolab_accepts(fn, schema, new_code)",
     ]),
 ]
 

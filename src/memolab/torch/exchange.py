@@ -244,7 +244,7 @@ def load_copy(call: Any) -> Tuple[bool, Any]:
         if found:
             return True, value
         for _ in range(_LOADS):
-            row = store.lookup(call.key)
+            row = call.accepted(store.lookup(call.key))  # (or one of code the user accepted as this)
             if row is None:
                 return False, None
             where = call.reroute(row)  # made from other global generator states: where ours are

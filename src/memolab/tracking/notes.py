@@ -1,4 +1,4 @@
-"""Notes and tags on runs and evaluations (the index's ``annotations`` table, store schema 3).
+"""Notes and tags on runs and evaluations (the index's ``annotations`` table, store schema 5).
 
 A *tag* is a short word (``baseline``, ``paper-fig-3``) a run or an evaluation carries once; a
 *note* is free text, kept with the time it was written, in order. Both come from

@@ -241,9 +241,17 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     by_fn: Dict[str, List[Dict[str, Any]]] = {}
     for r in out:
         by_fn.setdefault(r["fn"], []).append(r)
-    for group in by_fn.values():  # a label says how a run differs from the other runs of its function
+    from ..store.accepts import covering
+
+    for f, group in by_fn.items():  # a label says how a run differs from the other runs of its function
         for r, label in zip(group, names.labels(group)):
             r["label"] = label
+        # the accepted code changes naming a run's code (`memolab accept`): the dashboard marks them
+        acc = covering(index, f, [r["code"] for r in group if r.get("code")])
+        for r in group:
+            r["accepted"] = [{"id": a["id"], "new_code": a["new_code"], "old_code": a["old_code"],
+                              "by": f"{a.get('user_name') or '?'}@{a.get('host') or '?'}", "time": a["time"]}
+                             for a in acc.get(r.get("code") or "", [])]
     return out
 
 

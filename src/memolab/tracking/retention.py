@@ -134,3 +134,36 @@ def log_points(index: Any, run_ids: List[int]) -> int:
         for t in ("scalars", "log_events"):
             n += c.execute(f"SELECT COUNT(*) FROM {t} WHERE run IN ({q})", chunk).fetchone()[0]
     return n
+
+
+def index_bytes_freed(index: Any, run_ids: List[int], eval_ids: List[int]) -> Optional[int]:
+    """About how many bytes of the index deleting these runs (with their logs) and evaluations
+    would free (a dry run's estimate): for each table, the share of its rows that would go
+    times the pages of the table and of its indexes (SQLite's ``dbstat``). None where ``dbstat``
+    is not compiled in."""
+    c = index.conn()
+    try:
+        pages = {name: n for name, n in c.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")}
+    except Exception:
+        return None
+    by_table: Dict[str, int] = {}
+    for tbl, name in c.execute("SELECT tbl_name, name FROM sqlite_master WHERE type IN ('table', 'index')"):
+        by_table[tbl] = by_table.get(tbl, 0) + int(pages.get(name) or 0)
+    plan = [("evaluations", "id", eval_ids)]
+    if _has_runs(c):
+        plan += [("runs", "id", run_ids)] + [(t, "run", run_ids) for t in _LOG_TABLES]
+    total = 0.0
+    for table, col, ids in plan:
+        size = by_table.get(table, 0)
+        if not ids or not size:
+            continue
+        rows = c.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        if not rows:
+            continue
+        going = 0
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            going += c.execute(f"SELECT COUNT(*) FROM {table} WHERE {col} IN ({','.join('?' * len(chunk))})",
+                               chunk).fetchone()[0]
+        total += size * going / rows
+    return int(total)

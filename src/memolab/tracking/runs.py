@@ -23,7 +23,7 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 from .. import config as _config
-from ..store.process import script_path
+from ..store.process import in_kernel, script_path
 from ..text import mask_secrets
 from . import output as _output
 from . import sink as _sink
@@ -351,9 +351,10 @@ def process_run() -> Run:
             s = _sink.sink_for(st.index)
             fn = _script_fn()
             run = Run(new_id(), s, fn)
+            name, hparams = _process_name()
             s.q.append((_sink.START, run.id, {
-                "fn": fn, "name": " ".join(sys.argv)[:300], "started": time.time(), "parent": _forked_from,
-                "pid": os.getpid(), "host": socket.gethostname(), "script": script_path(), "hparams": {"argv": " ".join(sys.argv[1:])[:200]},
+                "fn": fn, "name": name, "started": time.time(), "parent": _forked_from,
+                "pid": os.getpid(), "host": socket.gethostname(), "script": script_path(), "hparams": hparams,
             }))
             _process_run = run
             _process_gen = _config.generation()
@@ -478,8 +479,20 @@ def unbind(token: Any) -> None:
 
 
 def _script_fn() -> str:
+    if in_kernel():  # a notebook's runs are named after it, not after ipykernel_launcher.py
+        nb = script_path()
+        return f"<process:{os.path.basename(nb) if nb else 'notebook'}>"
     script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     return f"<process:{script or 'python'}>"
+
+
+def _process_name() -> Tuple[str, Dict[str, Any]]:
+    """A process run's name and hyperparameters: the command line, or a notebook's name (a
+    kernel's command line is its connection file)."""
+    if in_kernel():
+        nb = script_path()
+        return (os.path.basename(nb) if nb else "notebook"), ({"notebook": nb} if nb else {})
+    return " ".join(sys.argv)[:300], {"argv": " ".join(sys.argv[1:])[:200]}
 
 
 # -- SIGTERM: the runs of this process are interrupted, not lost ----------------------------

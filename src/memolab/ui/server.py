@@ -39,6 +39,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..cli.ids import short_length
+from ..store import edges
+from ..text import mask_args
 from ..tracking import query
 from . import series, views
 
@@ -310,6 +312,8 @@ class Handler(BaseHTTPRequestHandler):
             "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),
             "hparams": lambda: query.hparams(index, _one(q, "fn"), "" if "none" in q else q["script"][0] if "script" in q else None),
             "diff": lambda: _diff(index, _one(q, "a"), _one(q, "b")),
+            "evaluation": lambda: _evaluation(index, _id(_one(q, "id"), "id")),
+            "lineage": lambda: edges.graph(index, _ints(_one(q, "evals", ""), "evals")),
         }.get(route)
         if fn is None:
             raise ApiError(404, f"unknown API route {route!r}")
@@ -327,6 +331,22 @@ def _run_page(index: Any, run_id: int) -> Dict[str, Any]:
         return views.run_page(index, run_id)
     except views.NotFound as e:
         raise ApiError(404, str(e.args[0])) from None
+
+
+def _evaluation(index: Any, eid: int) -> Dict[str, Any]:
+    """One evaluation as its panel shows it: arguments, result, and its lineage (inputs, users)."""
+    rows = index.evaluations(where="id=?", params=(eid,), limit=1)
+    if not rows:
+        raise ApiError(404, f"no evaluation #{eid}")
+    e = rows[0]
+    snap = edges.recorded_snapshot(e)
+    args = snap.get("args") if isinstance(snap.get("args"), dict) else {}
+    shown = {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1}
+    return {"id": e["id"], "fn": e["fn"], "code": e["code"], "status": e["status"], "finished": e["finished"],
+            "duration": e["duration"], "hits": e["hits"], "size": e["size"], "arguments": shown,
+            "result": snap.get("result_summary") or snap.get("result"),
+            "inputs": edges.inputs_of(index, e), "used_by": edges.used_by(index, (e["fn"], e["code"], e["args"],
+                                                                                   e["schema"]))}
 
 
 def _diff(index: Any, a: str, b: str) -> Dict[str, Any]:

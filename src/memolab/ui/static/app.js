@@ -10,10 +10,10 @@
 // first, so the page never freezes; the runs table draws only the rows in view.
 //
 // Classic scripts sharing one global scope: charts.js (the scalar charts), panels.js (histograms,
-// images, text, code diff), views.js (the view in the URL, the filter on the charts, the best run,
-// groups), runpage.js (a run's page, notes and tags) and hpviz.js (HParams: parallel coordinates
-// with brushing, a scatter) are loaded first; this one holds the state, the runs table, the tabs
-// and the live refresh, and starts the page.
+// images, text, code diff), lineage.js (an evaluation's panel, the pipeline graph), views.js (the
+// view in the URL, the filter on the charts, the best run, groups), runpage.js (a run's page, notes
+// and tags) and hpviz.js (HParams: parallel coordinates with brushing, a scatter) are loaded first;
+// this one holds the state, the runs table, the tabs and the live refresh, and starts the page.
 "use strict";
 
 // 20 colours that stay apart on white (Tableau 10, then darker partners), and dash styles after
@@ -286,7 +286,7 @@ function renderRuns() {
     + (shown !== state.selected.length ? ` (${shown} pass the filter)` : "");
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
-  $("#empty").classList.toggle("hidden", state.selected.length > 0 || state.tab === "hparams" || state.tab === "diff");
+  $("#empty").classList.toggle("hidden", state.selected.length > 0 || ["hparams", "diff", "pipeline"].includes(state.tab));
   $("#empty").textContent = state.runs.length ? "Select evaluations in the table to see their logs."
     : "No runs yet: call a memoized function (its arguments and logs are recorded), or log outside one with memolab.log.scalar().";
   renderColumnPicker();
@@ -333,7 +333,16 @@ function runRow(r, cols) {
   const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
   const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
   const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
-  if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
+  // a code change the user accepted as giving the same results (`memolab accept`): marked as such on
+  // both codes it names, instead of "code changed"
+  const accepted = r.accepted || [];
+  if (accepted.length) {
+    code.append(el("span", {
+      class: "badge accepted", text: "accepted change",
+      title: accepted.map((a) => `accept #${a.id}: code ${a.new_code.slice(0, 8)}… gives the results of code ` +
+        `${a.old_code.slice(0, 8)}… (accepted by ${a.by}, ${fmtTime(a.time)}; memolab accept --undo takes it back)`).join("\n"),
+    }));
+  } else if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
   const args = r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams);
   const best = state.bestRow === String(r.id);
   const argsCell = el("td", { title: args + ((r.run_tags || []).length ? `\ntags: ${r.run_tags.join(", ")}` : "") },
@@ -347,7 +356,9 @@ function runRow(r, cols) {
     class: (sel ? "selected" : "") + (best ? " best" : ""),
     title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
   }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status }), ...(logged ? [open] : [])),
-  el("td", { class: "id", text: (best ? "★ " : "") + idText(r), title: `run ${r.id}` + (best ? ` — best ${state.primary}` : "") }), argsCell,
+  el("td", { class: "id", title: `run ${r.id}` + (best ? ` — best ${state.primary}` : "") }, ...(best ? ["★ "] : []), r.eval_id && r.stored
+    ? el("a", { href: "#", class: "eval-open", title: "its inputs, what used it", onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showEvaluation(r.eval_id); } }, idText(r))
+    : idText(r)), argsCell,
   code, el("td", { text: fmtTime(r.started) }),
   el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
   el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
@@ -416,6 +427,7 @@ async function refreshTab() {
       const ids = shownIds();  // the selection, narrowed by the run filter
       if (state.tab === "scalars") { await renderScalars(ids); continue; }
       if (state.tab === "hparams") { await renderHparams(); continue; }
+      if (state.tab === "pipeline") { await renderPipeline(); continue; }
       state.tags = ids.length ? await api("tags?runs=" + ids.join(",")) : { scalar: [], histogram: [], image: [], text: [] };
       for (const id of ids) state.fetchedAt["o" + id] = (state.hb?.running || {})[id];
       if (state.tab === "histograms") await renderHistograms(ids);
@@ -446,7 +458,7 @@ async function poll() {
     }
     if (!state.fn) return;
     const stale = state.selected.some((id) => isStale(id, state.tab === "scalars" ? "" : "o"));
-    if (state.tab === "scalars" ? stale : state.tab === "hparams" ? hb.sig !== prev?.sig : stale) await refreshTab();
+    if (state.tab === "scalars" ? stale : state.tab === "hparams" || state.tab === "pipeline" ? hb.sig !== prev?.sig : stale) await refreshTab();
   } catch (e) { console.error(e); }
 }
 
