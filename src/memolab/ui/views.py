@@ -2,20 +2,17 @@
 
 ``run_page`` gathers one run: its status (a failed run's error, traceback and output tail), its
 arguments (typed summaries: ``TensorDataset: 8,000 × 16``), its result's summary, the tags it
-logged, its notes and tags, its parent and child runs, and (issue 39) what its evaluation was made
-from and what used it. ``annotate`` is the page's one write: a note or a tag added or removed.
+logged, its notes and tags, its parent and child runs, and its lineage: the evaluations its
+evaluation was made from and those made from it (``store/edges.py``, as ``memolab show`` and the
+Pipeline tab). ``annotate`` is the page's one write: a note or a tag added or removed.
 """
 from __future__ import annotations
 
-import json
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
+from ..store import edges
+from ..text import mask_args
 from ..tracking import notes, query
-
-#: LINEAGE HOOK (issue 39): the evaluations a run's evaluation was made from and those made from
-#: it. ``lineage(index, eval_row) -> {"inputs": [...], "used_by": [...]}``; None until the lineage
-#: index (store/edges.py) registers it. The run page shows its section only when this is set.
-lineage: Optional[Callable[[Any, Dict[str, Any]], Dict[str, Any]]] = None
 
 
 class NotFound(KeyError):
@@ -42,24 +39,19 @@ def run_page(index: Any, run_id: int) -> Dict[str, Any]:
         ev = index.evaluations(where="id=?", params=(r["eval_id"],), limit=1)
         if ev:
             e = ev[0]
-            try:
-                snap = json.loads(e.get("snapshot") or "{}")
-            except ValueError:
-                snap = {}
-            from ..text import mask_args
-
+            snap = edges.recorded_snapshot(e)
             args = snap.get("args") if isinstance(snap.get("args"), dict) else {}
             out["evaluation"] = {
                 "id": e["id"], "hits": e["hits"], "size": e["size"], "finished": e["finished"],
                 "duration": e["duration"], "code": e["code"],
                 "arguments": {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1},
                 "result": snap.get("result_summary") or snap.get("result"),
-                "deps": sorted((snap.get("deps") or {}).keys()),
+                "deps": sorted(snap["deps"]) if isinstance(snap.get("deps"), dict) else [],
             }
             marks = notes.as_json(notes.for_evaluations(c, [e["id"]]).get(e["id"]))
             out["evaluation"]["run_tags"], out["evaluation"]["notes"] = marks["tags"], marks["notes"]
-            if lineage is not None:  # LINEAGE HOOK (issue 39)
-                out["lineage"] = lineage(index, e)
+            out["lineage"] = {"inputs": edges.inputs_of(index, e),
+                              "used_by": edges.used_by(index, (e["fn"], e["code"], e["args"], e["schema"]))}
     return out
 
 

@@ -356,7 +356,7 @@ function runRow(r, cols) {
     class: (sel ? "selected" : "") + (best ? " best" : ""),
     title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
   }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status }), ...(logged ? [open] : [])),
-  el("td", { class: "id", title: `run ${r.id}` + (best ? ` — best ${state.primary}` : "") }, ...(best ? ["★ "] : []), r.eval_id && r.stored
+  el("td", { class: "id", title: `run ${r.id}` + (best ? ` — best ${state.primary}` : "") }, r.eval_id && r.stored
     ? el("a", { href: "#", class: "eval-open", title: "its inputs, what used it", onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showEvaluation(r.eval_id); } }, idText(r))
     : idText(r)), argsCell,
   code, el("td", { text: fmtTime(r.started) }),
@@ -365,7 +365,7 @@ function runRow(r, cols) {
   ...cols.slice(9).map(([, k]) => {
     const tag = k.slice(2), top = state.best[tag] === String(r.id);
     return el("td", { class: "num" + (top ? " best" : ""), title: top ? `best ${tag} (${lowerIsBetter(tag) ? "lowest" : "highest"})` : "",
-      text: (top ? "★ " : "") + fmtNum(metricValue(r, tag)) });
+      text: fmtNum(metricValue(r, tag)) });
   }));
 }
 
@@ -481,6 +481,7 @@ async function init() {
     state.filterTimer = setTimeout(() => refreshTab(), 150);
   });
   initGroupControls();
+  initHparamsViz();
   $("#runs-wrap").addEventListener("scroll", () => { if (!state.rowFrame) state.rowFrame = requestAnimationFrame(() => { state.rowFrame = null; renderRows(); }); });
   $("#smoothing").addEventListener("input", () => { $("#smoothing-val").textContent = (+$("#smoothing").value).toFixed(2); saveUrl(); redrawScalars(); });
   $("#xaxis").addEventListener("change", () => { saveUrl(); redrawScalars(); });

@@ -89,15 +89,23 @@ function renderRunPage(d) {
       ...(d.traceback ? [el("h4", { text: "traceback" }), el("pre", { class: "traceback", text: d.traceback })] : []),
       ...(d.output ? [el("h4", { text: "output (its last lines)" }), el("pre", { class: "output", text: d.output })] : [])));
   }
-  // LINEAGE HOOK (issue 39): what this run's evaluation was made from and what used it. The server
-  // fills `d.lineage` once the lineage index registers ui/views.lineage; the pipeline view's module
-  // may then define renderRunLineage(box, d). Until then the section is not shown.
-  const lineage = el("div", { class: "card", id: "run-lineage", "data-hook": "lineage" }, el("h3", { text: "Lineage" }));
-  if (d.lineage && typeof window.renderRunLineage === "function") {
-    window.renderRunLineage(lineage, d);
-    sections.push(lineage);
-  }
+  if (d.lineage) sections.push(lineageCard(d));
   $("#run-page").replaceChildren(...sections);
+}
+
+// What its evaluation was made from and what was made from it (store/edges.py, as `memolab show`
+// and the Pipeline tab): each a link to that evaluation (lineage.js), and its whole pipeline.
+function lineageCard(d) {
+  const { inputs, used_by: users } = d.lineage;
+  const from = inputs.map((i) => el("li", { "data-path": i.path }, el("code", { text: i.path }), " ← ",
+    i.store ? el("span", { class: "muted", text: `${shortFn(i.function)} (another store)` }) : evalLink(i.function, i.evaluation),
+    i.by === "content" ? el("span", { class: "muted small", text: " (by content)" }) : ""));
+  const to = users.map((u) => el("li", {}, evalLink(u.function, u.evaluation), el("span", { class: "muted", text: ` as ${u.path}` })));
+  return el("div", { class: "card lineage", id: "run-lineage" }, el("h3", { text: `Lineage of evaluation #${d.evaluation.id}` }),
+    el("h4", { text: "made from" }), from.length ? el("ul", { class: "inputs" }, ...from) : el("p", { class: "muted inputs", text: "no other evaluation" }),
+    el("h4", { text: "used by" }), to.length ? el("ul", { class: "users" }, ...to) : el("p", { class: "muted users", text: "no evaluation used it yet" }),
+    el("button", { type: "button", class: "linkish show-pipeline", onclick: () => { state.pipelineFocus = [d.evaluation.id]; closeRunPage(false); showTab("pipeline"); } },
+      "show its pipeline ⟶"));
 }
 
 // tags: chips with a × each, and a box to add one (Enter)
