@@ -164,7 +164,8 @@ function drainDraws() {
   if (state.firstDrawn && !state.idleMarked) requestAnimationFrame(() => setTimeout(markIdle, 0));
 }
 function markIdle() {
-  if (state.idleMarked || drawQueue.length || refreshing || state.inflight) return;
+  if (state.idleMarked) return;
+  if (drawQueue.length || refreshing || state.inflight) { setTimeout(markIdle, 20); return; }  // looked at again
   state.idleMarked = true;
   performance.mark("memolab:idle");
 }
@@ -342,6 +343,8 @@ function finishCard(c, tag) {
   if (!c.detail) delete canvas.dataset.detail;
   card._u = c.u;
   canvas.dataset.best = c.best || "";
+  // the runs whose line ends in a cross (failed, interrupted, lost: drawMarks)
+  canvas.dataset.ended = c.grouped ? "" : series.filter((s) => ["failed", "interrupted", "lost"].includes(runById(s.id)?.status)).map((s) => s.id).join(",");
   canvas.dataset.grouped = c.grouped ? "1" : "";
   // one line, whatever the number of runs: the values are in the tooltip; the best first
   const LEGEND = 8;
