@@ -27,7 +27,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Tuple
 
 CHROMIUM = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -35,7 +34,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 FN = "sweep:train"
 
 
-def build(root: Path, runs: int, tags: int, steps: int, running: int = 1) -> Tuple[List[int], List[str]]:
+def build(root: Path, runs: int, tags: int, steps: int, running: int = 1) -> tuple[list[int], list[str]]:
     """A sweep written through the sink in bulk: ``runs`` runs of FN (the last ``running`` still running)."""
     from memolab.store import Store
     from memolab.tracking import sink as S
@@ -62,7 +61,7 @@ def build(root: Path, runs: int, tags: int, steps: int, running: int = 1) -> Tup
     return ids, names
 
 
-def grow(root: Path, run: int, tags: List[str], start: int, n: int) -> None:
+def grow(root: Path, run: int, tags: list[str], start: int, n: int) -> None:
     from memolab.store import Store
     from memolab.tracking import sink as S
 
@@ -103,7 +102,7 @@ def old_static(rev: str) -> Path:
     return d
 
 
-def compare(p, srv, ids: List[int], ntags: int) -> dict:
+def compare(p, srv, ids: list[int], ntags: int) -> dict:
     """One page, one view: open with every run selected (from the URL), deselect one, sit idle."""
     browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
     # tall enough for every chart to be in view: the page now draws charts out of view only when
@@ -150,7 +149,7 @@ IN_PAGE = """(sel) => new Promise((res) => {
   check(); })"""
 
 
-def every_chart_in_view(p, srv, ids: List[int], rounds: int = 3) -> dict:
+def every_chart_in_view(p, srv, ids: list[int], rounds: int = 3) -> dict:
     """The issue's targets with all 20 charts in view (a window 6,000 px tall), timed in the page:
     select all (the series fetched the first time only), then one run toggled off and on."""
     browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -201,7 +200,7 @@ def main() -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors: List[str] = []
+            errors: list[str] = []
             pg.on("pageerror", lambda e: errors.append(str(e)))
             pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             t = time.perf_counter()
@@ -292,7 +291,7 @@ def main() -> None:
     for name, s, n, b in rows:
         print(f"| {name:<50} | {s:8.3f} | {n!s:>8} | {b!s:>10} |")
     print("(requests and bytes: /api/series only, gzipped as sent, except the idle row: every request)")
-    print(f"\nEvery chart in view (1400x6000 window), in the page: click to the frame after the last chart is drawn (ms)")
+    print("\nEvery chart in view (1400x6000 window), in the page: click to the frame after the last chart is drawn (ms)")
     print(f"| {'step':<40} | {'median':>7} | {'min-max':>11} | {'n':>3} |")
     print(f"|{'-' * 42}|{'-' * 8}:|{'-' * 12}:|{'-' * 4}:|")
     for name, v in tall.items():

@@ -31,8 +31,9 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 warnings.simplefilter("ignore")
@@ -57,7 +58,7 @@ def per_call_us(fn: Callable[[], Any], budget: float = 0.3) -> float:
     return statistics.median(samples) * 1e6
 
 
-def fmt(xs: List[float], scale: float = 1.0, unit: str = "") -> str:
+def fmt(xs: list[float], scale: float = 1.0, unit: str = "") -> str:
     xs = [x * scale for x in xs]
     return f"{statistics.median(xs):.3g}{unit} ({min(xs):.3g}-{max(xs):.3g})"
 
@@ -127,7 +128,7 @@ def run(args: Any, base: str) -> None:
 
     # -- 2. store and first load (first: its results feed table 1) -----------------------------
     holder = Holder(ds)
-    rows: Dict[str, List[float]] = {k: [] for k in ("memolab store", "save_to_disk", "memolab first load",
+    rows: dict[str, list[float]] = {k: [] for k in ("memolab store", "save_to_disk", "memolab first load",
                                                      "load_from_disk", "memolab store, memory-mapped")}
     loaded = mapped = None
     for r in range(args.repeat):
@@ -146,7 +147,7 @@ def run(args: Any, base: str) -> None:
         for name, fn in (pair if r % 2 == 0 else pair[::-1]):
             rows[name].append(timed(fn))
         produce.store().forget()  # the hit reads the index, the payload and maps the blobs
-        box: Dict[str, Any] = {}
+        box: dict[str, Any] = {}
         pair = [("memolab first load", lambda: box.__setitem__("m", produce(holder, "x"))),
                 ("load_from_disk", lambda: box.__setitem__("h", datasets.load_from_disk(os.path.join(d, "hf"))))]
         for name, fn in (pair if r % 2 == 0 else pair[::-1]):

@@ -40,9 +40,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -127,7 +127,7 @@ def main() -> None:
     def mem_put_big() -> None:
         assert rput.put(big_d, memoryview(big))
 
-    cases: Dict[str, Dict[str, Callable[[], None]]] = {
+    cases: dict[str, dict[str, Callable[[], None]]] = {
         f"get {a.count} objects of 1-10 MB ({many_mb:.0f} MB)": {
             "raw boto3 get_object().read() (memory)": lambda: list(pool.map(raw_read, many_keys)) and None,
             "raw boto3 download_file (files)": lambda: list(pool.map(raw_download, many_keys)) and None,
@@ -151,7 +151,7 @@ def main() -> None:
         },
     }
     sizes = {name: (many_mb if "objects" in name else big_mb) for name in cases}
-    times: Dict[str, Dict[str, List[float]]] = {c: {m: [] for m in ms} for c, ms in cases.items()}
+    times: dict[str, dict[str, list[float]]] = {c: {m: [] for m in ms} for c, ms in cases.items()}
 
     for rnd in range(a.rounds + 1):  # round 0: warm-up, not counted
         counter["round"] = rnd

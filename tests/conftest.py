@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Dict, Optional
 
 import pytest
 
@@ -135,7 +134,7 @@ class Project:
                 f.unlink()
         return p
 
-    def run(self, *args: str, env: Optional[Dict[str, str]] = None, check: bool = True,
+    def run(self, *args: str, env: dict[str, str] | None = None, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess:
         e = dict(os.environ)
         e["PYTHONPATH"] = os.pathsep.join([SRC, str(self.root)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))

@@ -10,7 +10,6 @@ once loaded.
 """
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys

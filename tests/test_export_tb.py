@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -129,7 +126,8 @@ def test_export_tb_command(project, tmp_path):
 def _session_groups(logdir):
     """What TensorBoard's HParams tab shows, computed by the hparams plugin's own backend."""
     from tensorboard import context as tb_context
-    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer as pem
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
     from tensorboard.plugins import base_plugin
     from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
 

@@ -12,17 +12,16 @@ import logging
 import math
 import pathlib
 import struct
-import sys
 import threading
 
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import hashing
 from memolab.errors import HashError
-from memolab.hashing import hash_arguments, hash_value as H
-from conftest import Calls
-
+from memolab.hashing import hash_arguments
+from memolab.hashing import hash_value as H
 
 # -- atoms ------------------------------------------------------------------------------
 

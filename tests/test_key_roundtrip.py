@@ -11,8 +11,6 @@ copy, or any later process, gets). Two processes for all the types.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from conftest import Project

@@ -25,12 +25,11 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset  # noqa: E402
 
 import memolab  # noqa: E402
+from conftest import SRC, Calls  # noqa: E402
 from memolab import HashError, hashing, memo  # noqa: E402
 from memolab.lightning import MemolabLogger  # noqa: E402
 from memolab.store import get_store  # noqa: E402
 from memolab.tracking import query  # noqa: E402
-
-from conftest import SRC, Calls  # noqa: E402
 
 PATCH_ATTRS = {"__pl_saved_args", "__pl_saved_kwargs", "__pl_inside_init"}
 #: the loaders DM made under Trainer.fit, by name (kept outside the datamodule, whose attributes are

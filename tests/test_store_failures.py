@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import tmpfs_at
 
 import memolab
+from conftest import tmpfs_at
 from memolab import config
 from memolab.errors import StoreConfigError
 

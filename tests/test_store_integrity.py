@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from conftest import tmpfs_at
 
+from conftest import tmpfs_at
 from memolab import configure
 from memolab.store import Store
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import signal
@@ -15,10 +14,10 @@ import numpy as np
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import memo
 from memolab.store import get_store
 from memolab.tracking import query
-from conftest import Calls
 
 
 def index():

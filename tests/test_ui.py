@@ -2,19 +2,18 @@
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 import memolab
 from memolab import memo

@@ -10,12 +10,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import memolab

@@ -6,15 +6,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-import numpy as np
 import pytest
-
-from test_ui_browser import SHOTS, page, run_ids, select_runs, wait_points  # noqa: F401  (page is a fixture)
 
 import memolab
 from memolab.store import get_store
 from memolab.tracking import query
 from memolab.ui.server import serve_in_thread
+from test_ui_browser import SHOTS, page, run_ids, select_runs, wait_points  # noqa: F401  (page is a fixture)
 
 JOB = '''
 import numpy as np

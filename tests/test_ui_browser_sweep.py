@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from test_ui_browser import page  # noqa: F401  (a fixture)
-
 from memolab.store import get_store
 from memolab.tracking import sink as S
 from memolab.ui.server import serve_in_thread
+from test_ui_browser import page  # noqa: F401  (a fixture)
 
 FN = "sweep:train"
 TAGS = ["lr", "sys/gpu", "train/acc", "train/loss", "val/acc", "val/loss", "x/a", "x/b"]

@@ -5,8 +5,8 @@ the first time a value from those libraries is hashed or stored.
 """
 from __future__ import annotations
 
-from ._version import __version__
 from . import hooks as _hooks
+from ._version import __version__
 
 # before anything else: torch, numpy and ``random`` imported from here on have their seed
 # functions watched from their first line (memolab.globalrng: an unseeded generator)

@@ -24,10 +24,10 @@ from __future__ import annotations
 import fnmatch
 import mmap
 import os
-import stat as stat_mod
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from collections.abc import Iterable
+from typing import Any, Union
 
 from . import hashing
 from .errors import HashError
@@ -105,7 +105,7 @@ class Dir(os.PathLike):
 
 # -- the stat cache --------------------------------------------------------------------
 
-StatKey = Tuple[int, int, int, int, int]
+StatKey = tuple[int, int, int, int, int]
 
 
 def _stat_key(st: os.stat_result) -> StatKey:
@@ -116,10 +116,10 @@ class _StatCache:
     """abspath -> (stat key, digest, hashed_at_ns), in memory and in ``<store>/filestats.sqlite``."""
 
     def __init__(self) -> None:
-        self.memory: Dict[str, Tuple[StatKey, bytes, int]] = {}
+        self.memory: dict[str, tuple[StatKey, bytes, int]] = {}
         self.lock = threading.Lock()
         self._db: Any = None
-        self._db_where: Optional[Tuple[str, int]] = None
+        self._db_where: tuple[str, int] | None = None
 
     def db(self) -> Any:
         from . import config
@@ -161,7 +161,7 @@ class _StatCache:
             for p, size, m, c, ino, dev, d, at in rows:
                 self.memory.setdefault(p, ((size, m, c, ino, dev), bytes(d), at))
 
-    def get(self, path: str, key: StatKey) -> Optional[bytes]:
+    def get(self, path: str, key: StatKey) -> bytes | None:
         e = self.memory.get(path)
         if e is None or e[0] != key:
             return None
@@ -169,7 +169,7 @@ class _StatCache:
             return None  # racily clean: it may have changed within one timestamp tick
         return e[1]
 
-    def put_many(self, entries: List[Tuple[str, StatKey, bytes, int]]) -> None:
+    def put_many(self, entries: list[tuple[str, StatKey, bytes, int]]) -> None:
         if not entries:
             return
         with self.lock:
@@ -193,7 +193,7 @@ class _StatCache:
 _cache = _StatCache()
 
 
-def _digest_file(path: str, st: os.stat_result) -> Tuple[bytes, os.stat_result]:
+def _digest_file(path: str, st: os.stat_result) -> tuple[bytes, os.stat_result]:
     """Content digest of ``path``; retried if the file changes while we read it."""
     global files_hashed
     for _ in range(3):
@@ -216,7 +216,7 @@ def _digest_file(path: str, st: os.stat_result) -> Tuple[bytes, os.stat_result]:
     raise HashError(f"file {path!r} keeps changing while it is being hashed", "", path)
 
 
-def file_digest(path: str, pending: Optional[List[Tuple[str, StatKey, bytes, int]]] = None) -> bytes:
+def file_digest(path: str, pending: list[tuple[str, StatKey, bytes, int]] | None = None) -> bytes:
     """Digest of one regular file's content, from the stat cache when its stat is unchanged."""
     st = os.stat(path)
     key = _stat_key(st)
@@ -246,9 +246,9 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
     enc.write(file_digest(path))
 
 
-def _walk(root: str, exclude: Tuple[str, ...]) -> List[Tuple[str, str, str]]:
+def _walk(root: str, exclude: tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(relative posix path, kind, absolute path) of every entry below ``root``, sorted."""
-    out: List[Tuple[str, str, str]] = []
+    out: list[tuple[str, str, str]] = []
     stack = [""]
     while stack:
         rel_dir = stack.pop()
@@ -283,7 +283,7 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
         raise HashError(f"memolab.Dir({d.path!r}) {what}", "", d)
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
-    pending: List[Tuple[str, StatKey, bytes, int]] = []
+    pending: list[tuple[str, StatKey, bytes, int]] = []
     enc.write(b"\x12" + hashing.pack_Q(len(entries)))
     try:
         for rel, kind, path in entries:

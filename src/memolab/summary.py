@@ -8,12 +8,13 @@ and tensors are recognised by their ``shape``/``dtype`` attributes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from .text import short_repr
 
-Rule = Callable[[Any], Optional[str]]
-RULES: List[Rule] = []
+Rule = Callable[[Any], str | None]
+RULES: list[Rule] = []
 
 
 def register(rule: Rule) -> Rule:
@@ -30,7 +31,7 @@ def _size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def _tensor_bytes(x: Any) -> Optional[int]:
+def _tensor_bytes(x: Any) -> int | None:
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
         return None
     nb = getattr(x, "nbytes", None)
@@ -46,7 +47,7 @@ def _dtype(x: Any) -> str:
     return str(x.dtype).replace("torch.", "")
 
 
-def _array(x: Any) -> Optional[str]:
+def _array(x: Any) -> str | None:
     nb = _tensor_bytes(x)
     if nb is None:
         return None
@@ -54,7 +55,7 @@ def _array(x: Any) -> Optional[str]:
     return f"{type(x).__name__} {_dtype(x)}[{shape}], {_size(nb)}"
 
 
-def _mapping(x: Any) -> Optional[str]:
+def _mapping(x: Any) -> str | None:
     if not isinstance(x, dict) or not x:
         return None
     sizes = [_tensor_bytes(v) for v in x.values()]
@@ -63,13 +64,13 @@ def _mapping(x: Any) -> Optional[str]:
     return f"{type(x).__name__}: {len(x)} item{'s' if len(x) != 1 else ''}"
 
 
-def _sequence(x: Any) -> Optional[str]:
+def _sequence(x: Any) -> str | None:
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
         return f"{type(x).__name__}: {len(x)} item{'s' if len(x) != 1 else ''}"
     return None
 
 
-def _plain(x: Any) -> Optional[str]:
+def _plain(x: Any) -> str | None:
     if x is None or isinstance(x, (bool, int, float, complex)):
         return repr(x)
     if isinstance(x, str):

@@ -4,14 +4,43 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-from typing import Dict
 
-from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, checkpoint_wal, command, confirm,
-                     emit_json, eval_json, expired, expired_counts, footer, human_age, human_duration, human_size, index_bytes, json_option,
-                     known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
-                     resolve_function, snapshot_of, table, terminal_width, writable_store)
 from ..store import edges
+from .common import (
+    OK,
+    PROBLEM,
+    USAGE,
+    CliError,
+    Progress,
+    args_summary,
+    checkpoint_wal,
+    command,
+    confirm,
+    emit_json,
+    eval_json,
+    expired,
+    expired_counts,
+    footer,
+    human_age,
+    human_duration,
+    human_size,
+    index_bytes,
+    json_option,
+    known_functions,
+    open_store,
+    options,
+    parse_age,
+    parse_size,
+    plural,
+    positive_int,
+    removed_line,
+    resolve_function,
+    snapshot_of,
+    table,
+    terminal_width,
+)
 from .run_commands import find_run, list_runs, parse_id, print_fields, print_tags, run_by_prefix, show_run, wrapped
+
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function (full symbol or its name)")
@@ -76,13 +105,13 @@ def _count_evaluations(store, fn: str) -> int:
     return store.index.conn().execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0]
 
 
-def _unstored_runs(store, fn: str) -> Dict[str, int]:
+def _unstored_runs(store, fn: str) -> dict[str, int]:
     """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost)."""
     if not _has_runs_of(store, fn):
         return {}
     from ..tracking import query
 
-    out: Dict[str, int] = {}
+    out: dict[str, int] = {}
     for r in query.runs(store.index, fn):
         if not r.get("stored") and r["status"] != "done":
             out[r["status"]] = out.get(r["status"], 0) + 1
@@ -168,7 +197,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         for a in accepts:
             side = "used by" if a["old_code"] == e["code"] else "uses"
             print(f"    {summary(a)}: this code {side} code {(a['new_code'] if side == 'used by' else a['old_code'])[:8]}…")
-    metrics: Dict[str, object] = {}
+    metrics: dict[str, object] = {}
     for r in logs[0]:
         metrics.update(r.get("metrics") or {})
     print_tags(logs[1], metrics)  # type: ignore[arg-type]
@@ -334,7 +363,7 @@ def _downstream_plan(store, fn: str, quiet: bool):
     down = edges.downstream(store.index, ids)
     names = _functions_of(store, down)
     plan = [{"function": names[i], "evaluation": i} for i in down if i in names]
-    fns: Dict[str, list] = {}
+    fns: dict[str, list] = {}
     for d in plan:
         fns.setdefault(d["function"], []).append(d["evaluation"])
     if not quiet:
@@ -394,7 +423,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             if len(drop) > 30:
                 print(f"… and {len(drop) - 30} more")
         if stale:
-            kinds: Dict[str, int] = {}
+            kinds: dict[str, int] = {}
             for r in stale:
                 kinds[r["fn"]] = kinds.get(r["fn"], 0) + 1
             print("runs without a stored evaluation: " + ", ".join(f"{fn} ({n})" for fn, n in sorted(kinds.items())))

@@ -8,14 +8,16 @@ import struct
 import sys
 import types
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .. import codegraph
 from ..errors import HashError
 from .encoder import Encoder, hash_value
 from .objects import child_error, encode_class, encode_extra_state, resolve
-from .primitives import pack_d, pack_q, pack_Q
+from .primitives import pack_d, pack_Q, pack_q
 from .registry import TYPE_BLIND, Handler, dispatch
+
 
 def _encode_none(enc: Encoder, obj: Any) -> None:
     enc.buf += b"N"
@@ -137,11 +139,11 @@ def _encode_ordered_dict(enc: Encoder, obj: OrderedDict) -> None:
     encode_extra_state(enc, obj)
 
 
-def _first(kv: Tuple[Any, Any]) -> Any:
+def _first(kv: tuple[Any, Any]) -> Any:
     return kv[0]
 
 
-def _encode_items(enc: Encoder, items: Iterable[Tuple[Any, Any]], ordered: bool) -> None:
+def _encode_items(enc: Encoder, items: Iterable[tuple[Any, Any]], ordered: bool) -> None:
     items = list(items)
     if not ordered:
         if all([type(kv[0]) is str for kv in items]):

@@ -4,13 +4,24 @@ type nobody registered (inherited from a base, or one of these rules)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, FrozenSet
+from typing import Any
 
 from .. import codegraph
 from ..errors import HashError
 from .primitives import NAME_TOKENS, name_token, pack_Q, str_token
-from .registry import (STRUCTURAL, TYPE_BLIND, Handler, dispatch, excluded_attributes, lazy, policies, resolved,
-                       run_lazy, type_name)
+from .registry import (
+    STRUCTURAL,
+    TYPE_BLIND,
+    Handler,
+    dispatch,
+    excluded_attributes,
+    lazy,
+    policies,
+    resolved,
+    run_lazy,
+    type_name,
+)
+
 
 def child_error(e: BaseException, segment: str, obj: Any) -> HashError:
     """Turn a failure below a container into a HashError whose path names the child.
@@ -47,7 +58,7 @@ def _encode_protocol(enc: Encoder, obj: Any) -> None:
 
 # -- generic objects ---------------------------------------------------------------
 
-def encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()) -> None:
+def encode_object(enc: Encoder, obj: Any, exclude: frozenset[str] = frozenset()) -> None:
     """Class identity (symbol + code digest) plus what pickle would save."""
     if enc.memoize(obj):
         return
@@ -93,7 +104,7 @@ def encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset())
         enc.encode_child(tmp, "")
 
 
-def _encode_state(enc: Encoder, state: Any, excluded: FrozenSet[str] = frozenset()) -> None:
+def _encode_state(enc: Encoder, state: Any, excluded: frozenset[str] = frozenset()) -> None:
     enc.buf += b"S"  # an atom: the next write flushes
     if type(state) is dict:
         # attributes: path segments read as ``.name``

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from typing import Any, Dict, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import xxhash
 
@@ -111,8 +112,8 @@ def chunk_digests(mv: memoryview) -> bytes:
 #: config walk repeats on every call: attribute names, class symbols, code
 #: digests. Keyed by value (strings are immutable, so an entry never goes stale);
 #: bounded, short strings only.
-NAME_TOKENS: Dict[str, bytes] = {}
-STR_TOKENS: Dict[str, bytes] = {}
+NAME_TOKENS: dict[str, bytes] = {}
+STR_TOKENS: dict[str, bytes] = {}
 TOKEN_CACHE_MAX = 4096
 
 

@@ -4,7 +4,8 @@ policies). The handlers live in ``builtins``, ``objects`` and the integrations;
 ``objects.resolve`` finds the handler of a type not registered itself."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .. import codegraph, identity
 
@@ -23,10 +24,10 @@ Handler = Callable[["Encoder", Any], None]  # noqa: F821
 # the generic one cached for good.
 
 
-dispatch: Dict[type, Handler] = {}
+dispatch: dict[type, Handler] = {}
 #: types whose ``dispatch`` entry was resolved (inherited or generic), not registered
 resolved: set = set()
-lazy: Dict[str, Callable[[], None]] = {}
+lazy: dict[str, Callable[[], None]] = {}
 
 
 def register_lazy(module: str, register: Callable[[], None]) -> None:
@@ -89,8 +90,8 @@ class Leaf:
     __slots__ = ("digest", "stamp", "loaded", "pin", "track")
 
     def __init__(self, digest: Callable[[Any], bytes], stamp: Callable[[Any], Any],
-                 loaded: Optional[Callable[[Any], Any]] = None, pin: Optional[Callable[[Any], Any]] = None,
-                 track: Optional[Callable[[Any], Any]] = None) -> None:
+                 loaded: Callable[[Any], Any] | None = None, pin: Callable[[Any], Any] | None = None,
+                 track: Callable[[Any], Any] | None = None) -> None:
         self.digest = digest
         self.stamp = stamp
         self.loaded = loaded or stamp
@@ -103,7 +104,7 @@ class Leaf:
             identity.remember(obj, stamp, digest, origin, self.pin(obj) if self.pin is not None else None)
 
 
-leaves: Dict[type, Leaf] = {}
+leaves: dict[type, Leaf] = {}
 
 
 def register_leaf(type_: type, leaf: Leaf) -> None:
@@ -113,8 +114,8 @@ def register_leaf(type_: type, leaf: Leaf) -> None:
 
 # -- attribute policies ---------------------------------------------------------------
 
-policies: Dict[type, FrozenSet[str]] = {}
-_policy_cache: Dict[type, FrozenSet[str]] = {}
+policies: dict[type, frozenset[str]] = {}
+_policy_cache: dict[type, frozenset[str]] = {}
 
 
 def register_policy(type_: type, *, exclude: Iterable[str] = ()) -> None:
@@ -127,7 +128,7 @@ def register_policy(type_: type, *, exclude: Iterable[str] = ()) -> None:
     _policy_cache.clear()
 
 
-def excluded_attributes(t: type) -> FrozenSet[str]:
+def excluded_attributes(t: type) -> frozenset[str]:
     got = _policy_cache.get(t)
     if got is None:
         got = frozenset()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from .. import identity
 from ..reducers import reducers
@@ -22,7 +22,7 @@ from .registry import Handler, Leaf, dispatch, excluded_attributes, leaves
 # leaf's ``loaded`` stamp, i.e. only where a later change would be detected.
 
 _MAX_TOKENS = 4096
-_result_tokens: "OrderedDict[Any, Tuple[List[str], Any]]" = OrderedDict()
+_result_tokens: OrderedDict[Any, tuple[list[str], Any]] = OrderedDict()
 _tokens_lock = threading.Lock()
 
 
@@ -62,10 +62,10 @@ def _plain_pickled(t: type) -> bool:
     return got
 
 
-_plain_cache: Dict[type, bool] = {}
+_plain_cache: dict[type, bool] = {}
 
 
-def _walk_leaves(value: Any, out: List[Tuple[Any, Leaf]], depth: int = 0, seen: Optional[set] = None) -> None:
+def _walk_leaves(value: Any, out: list[tuple[Any, Leaf]], depth: int = 0, seen: set | None = None) -> None:
     """The large leaves of a result, in a deterministic order: inside lists, tuples,
     dicts and objects with plain pickling whose handler allows it (``register_result_walk``)."""
     t = type(value)
@@ -108,7 +108,7 @@ def _leaf_digest(x: Any, lf: Leaf) -> bytes:
     return d
 
 
-def result_token(value: Any) -> Optional[List[str]]:
+def result_token(value: Any) -> list[str] | None:
     """Digests of ``value``'s large leaves (arrays, tensors; see ``_walk_leaves``), or None.
 
     The computed value's leaves are entered into the identity cache on the way
@@ -116,7 +116,7 @@ def result_token(value: Any) -> Optional[List[str]]:
     function costs O(1) in the process that computed it too.
     """
     try:
-        leaves: List[Tuple[Any, Leaf]] = []
+        leaves: list[tuple[Any, Leaf]] = []
         _walk_leaves(value, leaves)
         return [_leaf_digest(x, lf).hex() for x, lf in leaves] or None
     except Exception:  # a result we cannot hash is still a result
@@ -137,7 +137,7 @@ class _KnownLeaves(Encoder):
         Encoder.write_leaf(self, obj, leaf)
 
 
-def result_digests(value: Any) -> Tuple[Optional[List[str]], Optional[str]]:
+def result_digests(value: Any) -> tuple[list[str] | None, str | None]:
     """(``result_token(value)``, the digest ``value`` has as an argument), the latter only for a
     result holding arrays or tensors (a token), else None.
 
@@ -147,7 +147,7 @@ def result_digests(value: Any) -> Tuple[Optional[List[str]], Optional[str]]:
     (``memolab.upstream``, "by content"). Equal plain data (``None``, a number, a small config)
     is too common to say so: those results get none."""
     try:
-        found: List[Tuple[Any, Leaf]] = []
+        found: list[tuple[Any, Leaf]] = []
         _walk_leaves(value, found)
         digests = [_leaf_digest(x, lf) for x, lf in found]
     except Exception:  # a result we cannot hash is still a result
@@ -164,7 +164,7 @@ def result_digests(value: Any) -> Tuple[Optional[List[str]], Optional[str]]:
         return token, None
 
 
-def note_result(key: Any, token: Optional[List[str]], origin: Any = None) -> None:
+def note_result(key: Any, token: list[str] | None, origin: Any = None) -> None:
     if not token:
         return
     with _tokens_lock:
@@ -174,7 +174,7 @@ def note_result(key: Any, token: Optional[List[str]], origin: Any = None) -> Non
             _result_tokens.popitem(last=False)
 
 
-def remember_loaded(value: Any, key: Any = None, token: Optional[List[str]] = None, origin: Any = None) -> None:
+def remember_loaded(value: Any, key: Any = None, token: list[str] | None = None, origin: Any = None) -> None:
     """Record a value just loaded from the store under the digests it was stored with."""
     if token is None:
         got = _result_tokens.get(key)
@@ -185,7 +185,7 @@ def remember_loaded(value: Any, key: Any = None, token: Optional[List[str]] = No
         note_result(key, token, origin)
     if not identity.enabled:
         return
-    leaves: List[Tuple[Any, Leaf]] = []
+    leaves: list[tuple[Any, Leaf]] = []
     _walk_leaves(value, leaves)
     if len(leaves) != len(token):
         return  # not the shape we saved: trust nothing

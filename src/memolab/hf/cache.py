@@ -25,7 +25,8 @@ function computes once ``datasets`` is imported (``memolab.hooks``, the
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import xxhash
 

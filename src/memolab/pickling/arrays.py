@@ -6,13 +6,14 @@ stored pickles refer to."""
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..reducers import Reducer
 from . import np_from_buffer, np_view
 
 
-def register(register_reducer: Callable[[type, Optional[Reducer]], None]) -> None:
+def register(register_reducer: Callable[[type, Reducer | None], None]) -> None:
     import numpy as np
 
     register_reducer(np.ndarray, _reduce_ndarray)

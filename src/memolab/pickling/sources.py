@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import textwrap
 import types
-from typing import Any, Dict, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
-_file_defs: Dict[Tuple[str, int, int], Dict[str, str]] = {}
+_file_defs: dict[tuple[str, int, int], dict[str, str]] = {}
 
 
-def _definitions(path: str) -> Optional[Dict[str, str]]:
+def _definitions(path: str) -> dict[str, str] | None:
     """qualname -> fingerprint of every named definition (def, class, assignment) in ``path``."""
     import ast
 
@@ -48,7 +49,7 @@ def _definitions(path: str) -> Optional[Dict[str, str]]:
             text = seg
         return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
 
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
 
     def visit(body: List[Any], prefix: str) -> None:
         for node in body:
@@ -74,7 +75,7 @@ def _definitions(path: str) -> Optional[Dict[str, str]]:
     return out
 
 
-def source_fingerprint(obj: Any, anchor: str) -> Optional[Tuple[str, str]]:
+def source_fingerprint(obj: Any, anchor: str) -> tuple[str, str] | None:
     """(absolute file, fingerprint of ``anchor``'s definition in it), when both are known."""
     import inspect
 
@@ -91,7 +92,7 @@ def source_fingerprint(obj: Any, anchor: str) -> Optional[Tuple[str, str]]:
     return (path, fp) if fp else None
 
 
-def source_changed(anchor: str, source: Optional[Sequence[str]]) -> Optional[str]:
+def source_changed(anchor: str, source: Sequence[str] | None) -> str | None:
     if not source:
         return None
     path, fp = source

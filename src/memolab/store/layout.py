@@ -28,8 +28,8 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 from ..errors import StoreUnavailable
 
@@ -70,7 +70,7 @@ def linked(root: Path, rel: str) -> StoreUnavailable:
         f"computed but not stored. Remove the link ({p}) if you trust the rest of the store, or use another store")
 
 
-def _is_link(path: str) -> Optional[bool]:
+def _is_link(path: str) -> bool | None:
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
     except FileNotFoundError:
@@ -127,7 +127,7 @@ def open_dir(root: Path, *parts: str) -> Iterator[int]:
         os.close(fd)
 
 
-def regular_file(name: str, dir_fd: int) -> Optional[os.stat_result]:
+def regular_file(name: str, dir_fd: int) -> os.stat_result | None:
     """The stat of ``name`` in ``dir_fd`` if it is a regular file (a link, a folder: None)."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

@@ -25,8 +25,9 @@ import re
 import sqlite3
 import threading
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
+from typing import Any, ContextManager
 
 from ..errors import MemolabWarning, StoreUnavailable
 
@@ -147,7 +148,7 @@ CREATE INDEX IF NOT EXISTS accepts_fn ON accepts(fn, schema, new_code);
 #: Columns added to a table after it shipped: table -> ((name, type), ...). Nullable, so an older
 #: memolab reading a migrated file (it names its columns) still works, and rows written before
 #: the migration simply have none (no code references, no signature, no inline bytes).
-ADDED_COLUMNS: Dict[str, Tuple[Tuple[str, str], ...]] = {
+ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "evaluations": (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"), ("inline", "BLOB")),
 }
 
@@ -226,7 +227,7 @@ def _step_4(conn: sqlite3.Connection, write: Write) -> None:
             c.execute(stmt)
 
 
-def _split(script: str) -> List[str]:
+def _split(script: str) -> list[str]:
     """The statements of ``script`` (a trigger's body holds ';': split at 'END;' and plain ';')."""
     out, cur = [], []
     for line in script.strip().splitlines():
@@ -241,7 +242,7 @@ def _split(script: str) -> List[str]:
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
-STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
+STEPS: list[tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
     (2, "small results inline (evaluations.inline), the miss-explanation and gc indexes, the version "
         "mirrored in SQLite's user_version header field (opening a current store is one header read)", _step_2),
     (3, "accepted code changes (the accepts table: `memolab accept`)", _step_3),
@@ -254,7 +255,7 @@ STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
 SCHEMA_VERSION = STEPS[-1][0]
 
 
-def _columns(conn: sqlite3.Connection, schema: str, table: str) -> List[str]:
+def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f"PRAGMA {schema}.table_info({table})")]
 
 
@@ -340,7 +341,7 @@ def migrate(conn: sqlite3.Connection, path: Path, version: int, write: Write, en
 
 # -- reading an older file as it is ------------------------------------------------------------
 
-def _statements(ddl: str) -> List[str]:
+def _statements(ddl: str) -> list[str]:
     ddl = re.sub(r"--[^\n]*", "", ddl)  # (comments may hold a ';')
     return [x.strip() for x in ddl.split(";") if x.strip().upper().startswith("CREATE TABLE")]
 
@@ -350,7 +351,7 @@ def _table_name(stmt: str) -> str:
     return head[-1]
 
 
-def shim_tables(conn: sqlite3.Connection, ddl: str, added: Optional[Dict[str, Sequence[Tuple[str, str]]]] = None) -> int:
+def shim_tables(conn: sqlite3.Connection, ddl: str, added: dict[str, Sequence[tuple[str, str]]] | None = None) -> int:
     """Make the tables of ``ddl`` readable in their current shape on ``conn`` without writing its
     file: each one missing becomes an empty ``TEMP`` table, each one lacking columns a ``TEMP``
     view of the file's table with the missing columns as NULL. How many objects were made."""

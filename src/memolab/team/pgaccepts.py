@@ -5,7 +5,8 @@ operations as the local index's ``accepts`` table (``store.accepts.AcceptIndex``
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from .pgschema import ACCEPTS_SINCE, NOW
 
@@ -33,8 +34,8 @@ class PgAcceptIndex:
     def accepts_supported(self) -> bool:
         return self.version >= ACCEPTS_SINCE
 
-    def accepts(self, fn: Optional[str] = None, schema: Optional[str] = None, active: bool = True,
-                ids: Optional[Sequence[int]] = None) -> List[Dict[str, Any]]:
+    def accepts(self, fn: str | None = None, schema: str | None = None, active: bool = True,
+                ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """Accepts (of ``fn``, under ``schema``), oldest first; ``active``: those not undone. One statement."""
         if not self.accepts_supported:
             return []
@@ -53,7 +54,7 @@ class PgAcceptIndex:
         rows = self._run(lambda c: c.execute(sql, params).fetchall())
         return [dict(zip(TEAM_COLUMNS, r)) for r in rows]
 
-    def add_accept(self, rec: Dict[str, Any]) -> int:
+    def add_accept(self, rec: dict[str, Any]) -> int:
         """Record accept ``rec`` (signed by whoever made it); its team id."""
         if not self.accepts_supported:
             raise AcceptsUnsupported(f"the team index is at schema {self.version}, which predates accepts")
@@ -64,7 +65,7 @@ class PgAcceptIndex:
         row = self._run(lambda c: c.execute(sql, [values[k] for k in cols]).fetchone())
         return int(row[0])  # type: ignore[index]
 
-    def undo_accept(self, accept_id: int, when: Optional[float] = None, by: Optional[str] = None,
+    def undo_accept(self, accept_id: int, when: float | None = None, by: str | None = None,
                     pending: bool = False) -> bool:
         """Take accept ``accept_id`` back (the database's clock unless ``when``); whether it was active."""
         if not self.accepts_supported:

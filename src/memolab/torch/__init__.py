@@ -23,7 +23,7 @@ from .policy import SETTINGS as _settings
 _RNG_MODES = ("seed", "exact")
 
 
-def configure(*, rng: Optional[str] = None) -> Dict[str, Any]:
+def configure(*, rng: str | None = None) -> dict[str, Any]:
     """Set the torch hashing policy; returns the settings now in force.
 
     ``rng="seed"`` (default): a data loader's, sampler's or dataset's key is its
@@ -40,7 +40,7 @@ def configure(*, rng: Optional[str] = None) -> Dict[str, Any]:
     return dict(_settings)
 
 
-def settings() -> Dict[str, Any]:
+def settings() -> dict[str, Any]:
     return dict(_settings)
 
 

@@ -15,7 +15,8 @@ come through the storage reducer below).
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -146,7 +147,7 @@ def _rebuild_tensor(storage: torch.UntypedStorage, offset: int, size: tuple, str
     return t
 
 
-def register(register_reducer: Callable[[type, Optional[Callable[[Any, Any], Any]]], None]) -> None:
+def register(register_reducer: Callable[[type, Callable[[Any, Any], Any] | None], None]) -> None:
     register_reducer(torch.Tensor, _reduce_tensor)
     register_reducer(torch.UntypedStorage, _reduce_untyped_storage)
     register_reducer(torch.TypedStorage, _reduce_typed_storage)

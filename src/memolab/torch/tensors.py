@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -182,7 +182,7 @@ def _pin(t: Any) -> Any:
 #
 # storage address -> (its mapping's start, length, a pin keeping the address from being reused by
 # another storage while the entry lives). Recorded by ``pickling`` when it rebuilds a storage.
-_mapped: Dict[int, Tuple[int, int, _Pin]] = {}
+_mapped: dict[int, tuple[int, int, _Pin]] = {}
 _mapped_lock = threading.Lock()
 
 
@@ -196,7 +196,7 @@ def mapped(storage: Any) -> None:
         _mapped[storage._cdata] = (ptr, storage.nbytes(), _Pin(storage))
 
 
-def _mapping_of(storage: Any) -> Optional[Tuple[int, int]]:
+def _mapping_of(storage: Any) -> tuple[int, int] | None:
     """(start, length) of the blob mapping ``storage`` still is, or None."""
     got = _mapped.get(storage._cdata)
     if got is None:

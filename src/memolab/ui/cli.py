@@ -81,10 +81,8 @@ def _export_options(p: argparse.ArgumentParser) -> None:
 @command("export-tb", "write logged runs as TensorBoard event files (one run directory per evaluation)")
 @options(_export_options)
 def cmd_export_tb(args: argparse.Namespace) -> int:
-    from ..cli.common import Progress, open_store, resolve_function
+    from ..cli.common import PROBLEM, CliError, Progress, open_store, resolve_function
     from ..tracking import tb_export
-
-    from ..cli.common import PROBLEM, CliError
 
     store = open_store(args)  # never creates one: a typo in --store is an error, not an empty export
     fn = resolve_function(store, args.func) if args.func is not None else None
