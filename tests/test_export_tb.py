@@ -126,8 +126,7 @@ def test_export_tb_command(project, tmp_path):
 def _session_groups(logdir):
     """What TensorBoard's HParams tab shows, computed by the hparams plugin's own backend."""
     from tensorboard import context as tb_context
-    from tensorboard.backend.event_processing import data_provider
-    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer as pem
     from tensorboard.plugins import base_plugin
     from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment, list_session_groups
 

@@ -20,8 +20,7 @@ import memolab
 from conftest import Calls
 from memolab import hashing
 from memolab.errors import HashError
-from memolab.hashing import hash_arguments
-from memolab.hashing import hash_value as H
+from memolab.hashing import hash_arguments, hash_value as H
 
 # -- atoms ------------------------------------------------------------------------------
 

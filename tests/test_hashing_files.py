@@ -9,8 +9,7 @@ import memolab
 from conftest import Calls
 from memolab import files
 from memolab.errors import HashError
-from memolab.hashing import hash_arguments
-from memolab.hashing import hash_value as H
+from memolab.hashing import hash_arguments, hash_value as H
 
 
 @pytest.fixture

@@ -511,8 +511,11 @@ def test_find_unpicklable_names_the_path():
     assert path == "result['bad'][1]" and "lock" in reason
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 _leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8)
 _values = st.recursive(_leaves, lambda kids: st.lists(kids, max_size=4) | st.tuples(kids, kids)

@@ -62,8 +62,7 @@ def test_an_unstorable_step_or_walltime_is_refused_at_the_call(tmp_store, bad):
 def test_export_and_listing_include_every_run_not_the_newest_5000(tmp_store, tmp_path):
     # query.runs had LIMIT 5000: export-tb silently skipped the oldest runs, and the
     # dashboard listed their stored evaluations as "stored without logs"
-    from memolab.tracking import runs as _runs
-    from memolab.tracking import tb_export
+    from memolab.tracking import runs as _runs, tb_export
 
     @memo
     def oldest(x):

@@ -12,8 +12,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 import memolab
 from memolab import memo

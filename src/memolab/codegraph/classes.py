@@ -16,20 +16,10 @@ from . import bytecode, dictversion
 from .bytecode import digest_text
 from .where import (
     cell_value as _cell,
-)
-from .where import (
     defaults_of as _defaults,
-)
-from .where import (
     is_code as _is_code,
-)
-from .where import (
     module_ns as _module_ns,
-)
-from .where import (
     short as _short,
-)
-from .where import (
     unwrap as _unwrap,
 )
 

@@ -16,54 +16,25 @@ import xxhash
 
 from . import bytecode, dictversion, origins
 from .bytecode import digest_text
-from .classes import (
-    ClassCheck as _ClassCheck,
-)
-from .classes import (
-    class_info as _class_info,
-)
+from .classes import ClassCheck as _ClassCheck, class_info as _class_info
 from .origins import SKIP, STDLIB, USER
-from .patches import MISSING as _PATCH_MISSING
-from .patches import planted
-from .patches import user_code as _user_function
-from .where import CODE_SCHEMA, CodeVersion, symbol_of
+from .patches import MISSING as _PATCH_MISSING, planted, user_code as _user_function
 from .where import (
+    CODE_SCHEMA,
     MISSING as _MISSING,
-)
-from .where import (
+    CodeVersion,
     cell_value as _cell,
-)
-from .where import (
     defaults_of as _defaults,
-)
-from .where import (
     held_functions as _held_functions,
-)
-from .where import (
     is_code as _is_code,
-)
-from .where import (
     is_immutable as _is_immutable,
-)
-from .where import (
     module_ns as _module_ns,
-)
-from .where import (
     origin_of as _origin,
-)
-from .where import (
     runs as _runs,
-)
-from .where import (
     short as _short,
-)
-from .where import (
     symbol_module as _mod,
-)
-from .where import (
+    symbol_of,
     unwrap as _unwrap,
-)
-from .where import (
     warn_once as _warn_once,
 )
 

@@ -43,8 +43,7 @@ from ..errors import BlobsGone, StoreMiss, StoreUnavailable
 from ..progress import result_progress
 from . import layout, mounts, perms, signing
 from .blobs import BlobFolder, digest_bytes
-from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
-from .inline import loads_result as _loads
+from .inline import inline_problem, loads_result as _loads, split_inline  # noqa: F401  (inline_problem: doctor's)
 from .leases import LOCKS_MARK
 from .misses import insert_miss
 from .process import runtime_info  # noqa: F401  (re-exported: call.py records it with each evaluation)

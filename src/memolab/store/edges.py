@@ -183,7 +183,7 @@ def by_content(index: Any, digests: Iterable[str]) -> dict[str, tuple[int, Key]]
     for d, i, *key in c.execute(
             f"SELECT o.digest, e.id, e.fn, e.code, e.args, e.schema FROM outputs o JOIN evaluations e "
             f"ON e.id = o.evaluation WHERE o.digest IN ({q}) AND e.status='done' ORDER BY e.id", want):
-        out[d] = (int(i), tuple(key))  # type: ignore[assignment]  (the newest last: it stays)
+        out[d] = (int(i), tuple(key))  # type: ignore[assignment]  # 4 columns; the newest last: it stays
     return out
 
 

@@ -20,12 +20,7 @@ inherit from them (they are ``runtime_checkable`` for the tests' ``isinstance``)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import (
-    Any,
-    ContextManager,
-    Protocol,
-    runtime_checkable,
-)
+from typing import Any, ContextManager, Protocol, runtime_checkable
 
 Key = tuple[str, str, str, str]  # fn, code, args, schema
 Row = dict[str, Any]

@@ -26,8 +26,7 @@ from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, use
 from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
 
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
-from .process import host_name, process_table, start_time
-from .process import process_table as _process_table  # noqa: F401 (old names)
+from .process import host_name, process_table, process_table as _process_table, start_time  # noqa: F401 (_process_table: the old name)
 from .schema import SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
@@ -350,7 +349,7 @@ class Index(AcceptIndex):
         finally:
             if took:
                 if state == "owner" and locks.owners.get(key) != owner:  # type: ignore[union-attr]
-                    locks.owners[key] = owner  # type: ignore[union-attr]  (held until recorded or released)
+                    locks.owners[key] = owner  # type: ignore[union-attr]  # held until recorded or released
                 else:
                     locks.drop(key)  # type: ignore[union-attr]
 

@@ -27,6 +27,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from .. import config
@@ -347,7 +348,7 @@ class Journal:
                     by_owner.setdefault(owner, []).append((key, fields, sources))
                 published: dict[Key, int] = {}
                 for owner, group in by_owner.items():
-                    got = run(lambda: link.index.publish_many(group, owner=owner or None))
+                    got = run(partial(link.index.publish_many, group, owner=owner or None))
                     published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got))
             except Failed:
                 # Not an outage: these items wait behind the others (ordered by attempts)
@@ -412,7 +413,7 @@ class Journal:
         lost: list[Key] = []
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
-            there = run(lambda: link.index.lookup_many(chunk))
+            there = run(partial(link.index.lookup_many, chunk))
             missing = [k for k in chunk if k not in there]
             lost.extend(missing)
             with self.store.index.write() as w:

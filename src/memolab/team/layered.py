@@ -31,6 +31,7 @@ import json
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from .. import config
@@ -329,7 +330,7 @@ class TeamStore:
                 if final.exists():
                     continue
                 try:
-                    self.link.run(lambda: blobs.get_to(d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))
+                    self.link.run(partial(blobs.get_to, d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))
                 except CorruptBlob as e1:
                     raise _corrupt(d, getattr(e1, "reason", str(e1))) from e1
             raise
@@ -511,7 +512,7 @@ class TeamStore:
                 del self._team_held[key]
             if owner:
                 try:
-                    self.link.run(lambda: self.link.index.release(key, owner))
+                    self.link.run(partial(self.link.index.release, key, owner))
                 except Offline:
                     pass
 
@@ -640,7 +641,7 @@ class TeamStore:
         missing: list[Key] = []
         for i in range(0, len(done), 500):
             chunk = done[i:i + 500]
-            there = self.link.attempt(lambda: self.link.index.lookup_many(chunk))
+            there = self.link.attempt(partial(self.link.index.lookup_many, chunk))
             missing.extend(k for k in chunk if tuple(k) not in there)
         if missing:
             with self.index.write() as c:

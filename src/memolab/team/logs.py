@@ -156,8 +156,7 @@ def _columns(c: Any) -> dict[str, set]:
 
 
 def _import(c: Any, doc: dict[str, Any], eval_id: int, where: tuple[str, int]) -> int:
-    from ..tracking import runs as _runs
-    from ..tracking import schema
+    from ..tracking import runs as _runs, schema
 
     have = _COLUMNS.get(where)
     if have is None:

@@ -34,6 +34,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
@@ -44,29 +45,29 @@ from ..store import signing
 from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
 from .deadline import WATCHDOG
 from .pgaccepts import PgAcceptIndex
-from .pgschema import DATA_COLS as _DATA_COLS  # noqa: F401
-from .pgschema import KEY_COLS as _KEY_COLS
 from .pgschema import (
+    DATA_COLS as _DATA_COLS,  # noqa: F401
+    KEY_COLS as _KEY_COLS,
     MARGIN,
+    NOW as _NOW,
     ROW_COLUMNS,
+    TEXT_COLS as _TEXT_COLS,
+    TYPES as _TYPES,
+    SchemaIncomplete as _Inconsistent,
     TeamSchemaError,
     bounded,
+    check_version as _check_version,
+    connect as _connect,
+    migrate as _migrate,
     migrate_budget,
+    network_error as _network,
     one_line,
+    read_version as _read_version,
     remote_timeout,
     session_settings,
     slow_budget,
     where,
 )
-from .pgschema import NOW as _NOW
-from .pgschema import TEXT_COLS as _TEXT_COLS
-from .pgschema import TYPES as _TYPES
-from .pgschema import SchemaIncomplete as _Inconsistent
-from .pgschema import check_version as _check_version
-from .pgschema import connect as _connect
-from .pgschema import migrate as _migrate
-from .pgschema import network_error as _network
-from .pgschema import read_version as _read_version
 
 Key = tuple[str, str, str, str]
 Row = dict[str, Any]
@@ -270,7 +271,7 @@ class PgIndex(PgAcceptIndex):
             armed = None
             try:
                 if self._local.budget != budget:
-                    bounded(conn, t, lambda: conn.execute(*session_settings(budget)))
+                    bounded(conn, t, partial(conn.execute, *session_settings(budget)))
                     self._local.budget = budget
                 armed = WATCHDOG.arm(conn.pgconn.socket, budget + MARGIN)
                 return work(conn)

@@ -25,8 +25,7 @@ import torch.distributed as dist
 
 from .. import config, hashing
 from ..call import UNSTORED
-from ..distributed import rank_local
-from ..distributed import settings as distributed_settings
+from ..distributed import rank_local, settings as distributed_settings
 from ..errors import MemolabWarning
 from ..lifecycle import STORE_TROUBLE, drive_sync, lifecycle
 from ..tracking import runs

@@ -477,8 +477,7 @@ def _is_node(v: Any) -> bool:
 
 def _node_classes() -> list[type]:
     import torchdata.nodes as tn
-    from torchdata.nodes import loader as tl
-    from torchdata.nodes import map as tm
+    from torchdata.nodes import loader as tl, map as tm
 
     seen: dict[type, None] = {}
     for name in tn.__all__:

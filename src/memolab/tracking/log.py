@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..text import mask_secrets
-from . import runs as _runs
-from . import sink as _sink
+from . import runs as _runs, sink as _sink
 
 __all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "name", "flush", "current_run"]
 

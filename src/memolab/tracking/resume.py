@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import runs as _runs
-from . import schema
+from . import runs as _runs, schema
 
 
 def mark() -> dict[str, Any] | None:

@@ -25,8 +25,7 @@ from typing import Any
 from .. import config as _config
 from ..store.process import in_kernel, script_path
 from ..text import mask_secrets
-from . import output as _output
-from . import sink as _sink
+from . import output as _output, sink as _sink
 
 TRACEBACK_LIMIT = 20_000  # characters of a failed run's traceback kept (its end: the raise site)
 

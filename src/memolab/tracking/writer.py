@@ -15,8 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import log as _log
-from . import runs as _runs
+from . import log as _log, runs as _runs
 
 
 def _label(log_dir: Any, comment: str) -> str | None:

@@ -7,20 +7,17 @@ from typing import Any
 
 from ...errors import RemoteUnavailable
 from ...store.blobs import fsync_dir
-from .common import CHUNK, DIGEST_RE, Data, MissingBlob, RemoteBlobs, blob_key
 from .common import (
+    CHUNK,
+    DIGEST_RE,
+    Data,
+    MissingBlob,
+    RemoteBlobs,
     Source as _Source,
-)
-from .common import (
+    blob_key,
     bounded_probe as _bounded_probe,
-)
-from .common import (
     check_bytes as _check,
-)
-from .common import (
     copy_verified as _copy_verified,
-)
-from .common import (
     unlink_quietly as _unlink,
 )
 

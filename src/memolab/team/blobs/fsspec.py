@@ -8,17 +8,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ...errors import RemoteUnavailable, StoreConfigError
-from .common import CHUNK, DIGEST_RE, Data, MissingBlob, RemoteBlobs, blob_key
 from .common import (
+    CHUNK,
+    DIGEST_RE,
+    Data,
+    MissingBlob,
+    RemoteBlobs,
     Source as _Source,
-)
-from .common import (
+    blob_key,
     bounded_probe as _bounded_probe,
-)
-from .common import (
     check_bytes as _check,
-)
-from .common import (
     copy_verified as _copy_verified,
 )
 

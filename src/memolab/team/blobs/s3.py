@@ -25,27 +25,15 @@ from .common import (
     Data,
     MissingBlob,
     RemoteBlobs,
-    blob_key,
-    run_all,
-    write_all,
-)
-from .common import (
     Source as _Source,
-)
-from .common import (
+    blob_key,
     check_bytes as _check,
-)
-from .common import (
     finish as _finish,
-)
-from .common import (
     new_hasher as _hasher,
-)
-from .common import (
+    run_all,
     tmp_beside as _tmp_beside,
-)
-from .common import (
     unlink_quietly as _unlink,
+    write_all,
 )
 
 _UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
