@@ -207,7 +207,7 @@ def main() -> None:
 
         cold()
         first_ts: list = []
-        for r in range(a.rounds):
+        for _ in range(a.rounds):
             first_ts.append(first())
             for label in order:
                 fn, unit, ts = rows[label]

@@ -72,7 +72,8 @@ def grow(root: Path, run: int, tags: list[str], start: int, n: int) -> None:
     sk.flush()
 
 
-LONGTASKS = """() => { window.__long = []; new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); })
+LONGTASKS = """() => { window.__long = [];
+                new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); })
                 .observe({ type: 'longtask', buffered: false }); }"""
 
 
@@ -117,7 +118,8 @@ def compare(p, srv, ids: list[int], ntags: int) -> dict:
     out["open"] = time.perf_counter() - t0
     data = [b for path, b in list(srv.served)[n0:] if path.startswith("/api/")]
     out["open_reqs"], out["open_bytes"] = len(data), sum(data)
-    out["legend"] = pg.evaluate("() => Math.max(...[...document.querySelectorAll('#charts .legend')].map(l => l.getBoundingClientRect().height))")
+    out["legend"] = pg.evaluate("() => Math.max(...[...document.querySelectorAll('#charts .legend')]"
+                                ".map(l => l.getBoundingClientRect().height))")
     gone = str(ids[len(ids) // 2])
     row = f"#runs tbody tr[data-run='{gone}']"
     pg.eval_on_selector("#runs-wrap", "(w, sel) => { const r = document.querySelector(sel); if (r) r.scrollIntoView(); }", row)
@@ -160,7 +162,8 @@ def every_chart_in_view(p, srv, ids: list[int], rounds: int = 3) -> dict:
     row = f"#runs tbody tr[data-run='{ids[len(ids) // 2]}']"
     out: dict = {"select all, first (fetch included)": [], "select all, series held": [], "toggle one run": []}
     for r in range(rounds):
-        out["select all, first (fetch included)" if r == 0 else "select all, series held"].append(pg.evaluate(IN_PAGE, "#select-all"))
+        label = "select all, first (fetch included)" if r == 0 else "select all, series held"
+        out[label].append(pg.evaluate(IN_PAGE, "#select-all"))
         for _ in range(2):
             out["toggle one run"].append(pg.evaluate(IN_PAGE, row))
         pg.evaluate(IN_PAGE, "#select-none")

@@ -235,7 +235,8 @@ def main() -> None:
         ratio = f"{j / m:,.1f}x" if m and j else "-"
         # joblib's child over memolab's child of the same round (they ran back to back,
         # most often at the same machine speed), median (min–max) over rounds
-        same = ([r2[case] / r1[case] for r1, r2 in zip(rounds["memolab"], rounds["joblib"]) if case in r1 and case in r2]
+        same = ([r2[case] / r1[case] for r1, r2 in zip(rounds["memolab"], rounds["joblib"], strict=False)
+                 if case in r1 and case in r2]
                 if len(rounds["memolab"]) == len(rounds["joblib"]) else [])
         print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} | "
               + (summary_ratio(same) if same else "-") + " |")

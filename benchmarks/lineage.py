@@ -174,7 +174,7 @@ def micro() -> None:
              "a small dict of floats (held)": lambda: {"acc": 0.5, "loss": 0.1}, "a float (never marked)": lambda: 0.5}
     print("\n| result marked | cost per hit |\n|---|---|")
     for label, make_value in cases.items():
-        def marked() -> None:
+        def marked(make_value: Callable[[], object] = make_value) -> None:
             identity.mark_result(make_value(), origin)
 
         n = 20000

@@ -90,7 +90,7 @@ def main() -> None:
     # the objects every get reads: put once by memolab (same keys for the raw readers)
     rb = open_blobs(f"s3://{bucket}/get", concurrency=a.concurrency, ranged_gets=True)
     rb1 = open_blobs(f"s3://{bucket}/get", concurrency=a.concurrency)  # auto: one stream on loopback
-    rb.put_many(list(zip(many_d, many)))
+    rb.put_many(list(zip(many_d, many, strict=False)))
     rb.put(big_d, big)
     many_keys = [rb._key(d) for d in many_d]
     big_key = rb._key(big_d)
@@ -112,7 +112,7 @@ def main() -> None:
 
     def raw_put_many() -> None:
         p = fresh_prefix("rawput")
-        list(pool.map(lambda kd: raw.put_object(Bucket=bucket, Key=f"{p}/{kd[0]}", Body=kd[1]), zip(many_d, many)))
+        list(pool.map(lambda kd: raw.put_object(Bucket=bucket, Key=f"{p}/{kd[0]}", Body=kd[1]), zip(many_d, many, strict=False)))
 
     def raw_put_big() -> None:
         raw.upload_fileobj(io.BytesIO(big), bucket, f"{fresh_prefix('rawput')}/{big_d}", Config=tc)
@@ -122,7 +122,7 @@ def main() -> None:
     rput = open_blobs(f"s3://{bucket}/put", concurrency=a.concurrency)
 
     def mem_put_many() -> None:
-        assert all(rput.put_many(list(zip(many_d, many))))
+        assert all(rput.put_many(list(zip(many_d, many, strict=False))))
 
     def mem_put_big() -> None:
         assert rput.put(big_d, memoryview(big))
@@ -132,7 +132,7 @@ def main() -> None:
             "raw boto3 get_object().read() (memory)": lambda: list(pool.map(raw_read, many_keys)) and None,
             "raw boto3 download_file (files)": lambda: list(pool.map(raw_download, many_keys)) and None,
             "memolab get_many_to (files, verified)": lambda: rb.get_many_to(
-                [(d, len(x), out_dir / d) for d, x in zip(many_d, many)]),
+                [(d, len(x), out_dir / d) for d, x in zip(many_d, many, strict=False)]),
         },
         f"get one {big_mb:.0f} MB object": {
             "raw boto3 get_object().read() (memory)": lambda: raw_read(big_key) and None,

@@ -360,14 +360,15 @@ def main() -> None:
           f"{spread(rounds['raw'], mbps)} | 1.00 |")
     print(f"| raw boto3 GET as above, each file fsynced (the durability a pull gives its files) | "
           f"{spread(rounds['raw_fsync'], mbps)} | {med['raw_fsync'] / med['raw']:.2f} |")
-    print(f"| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record (rows, logs, code texts) | {spread(rounds['pull'], mbps)} | "
+    print("| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record (rows, logs, code texts) | "
+          f"{spread(rounds['pull'], mbps)} | "
           f"{med['pull'] / med['raw']:.2f} |")
     print(f"| `memolab pull` as a command, wall time incl. interpreter start-up and imports (not the same work) | "
           f"{spread(rounds['pull_cli'], mbps)} | {med['pull_cli'] / med['raw']:.2f} |")
     print()
     # the same ratio taken within each round (pull and raw GET ran back to back): less exposed
     # to the load of other jobs drifting between rounds than the ratio of the two medians
-    per_round = [p / r for p, r in zip(rounds["pull"], rounds["raw"])]
+    per_round = [p / r for p, r in zip(rounds["pull"], rounds["raw"], strict=False)]
     print(f"pull / raw GET: {med['pull'] / med['raw']:.0%} of the medians; within each round "
           f"{spread(per_round, lambda v: f'{v:.0%}')} (target >= 70%)")
 

@@ -109,11 +109,11 @@ def main() -> None:
                         ("floor", "floor: import torch + torch.load")):
         rs = results[name]
         print(f"{label:34}{fmt([r['process'] for r in rs]):>28}{fmt([r['work'] for r in rs]):>30}")
-    diff = [m["process"] - f["process"] for m, f in zip(results["memolab"], results["floor"])]
-    work_diff = [m["work"] - f["work"] for m, f in zip(results["memolab"], results["floor"])]
-    imp = [m["imports"] - f["imports"] for m, f in zip(results["memolab"], results["floor"])]
+    diff = [m["process"] - f["process"] for m, f in zip(results["memolab"], results["floor"], strict=False)]
+    work_diff = [m["work"] - f["work"] for m, f in zip(results["memolab"], results["floor"], strict=False)]
+    imp = [m["imports"] - f["imports"] for m, f in zip(results["memolab"], results["floor"], strict=False)]
     print(f"{'memolab - floor':34}{fmt(diff):>28}{fmt(work_diff):>30}")
-    pre_work = [m["work"] - f["work"] for m, f in zip(results["pre"], results["floor"])]
+    pre_work = [m["work"] - f["work"] for m, f in zip(results["pre"], results["floor"], strict=False)]
     print(f"{'  pre-imported - floor':34}{'':>28}{fmt(pre_work):>30}")
     own = statistics.median(imp) + statistics.median(work_diff)
     print(f"memolab's own cost: imports (memolab + the pipeline module) {statistics.median(imp) * 1000:.1f} ms "

@@ -168,5 +168,5 @@ def journal(path: Path) -> list[dict[str, Any]]:
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     cells = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])

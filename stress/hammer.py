@@ -95,7 +95,7 @@ def _overlaps(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     bad = []
     for k, iv in by_key.items():
         iv.sort()
-        for (a0, a1, ap), (b0, b1, bp) in zip(iv, iv[1:]):
+        for (_, a1, ap), (b0, _, bp) in zip(iv, iv[1:], strict=False):
             if b0 < a1 and ap != bp:
                 bad.append((k, ap, bp))
     return bad

@@ -45,7 +45,7 @@ def run_job(cmd: Sequence[str], root: Path, env: dict[str, str], deadline: float
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise AssertionError(f"{' '.join(cmd[-3:])} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}")
+        raise AssertionError(f"{' '.join(cmd[-3:])} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}") from None
     finally:
         try:  # what the job left behind (a rank that outlived torchrun): never past the test
             os.killpg(p.pid, signal.SIGKILL)

@@ -62,7 +62,7 @@ class _Scan:
             edges: dict[str, int] = {}
             aliases: dict[str, str] = {}  # local name -> memolab module it is bound to
 
-            def edge(target: str, line: int) -> None:
+            def edge(target: str, line: int, mod: str = mod, edges: dict[str, int] = edges) -> None:
                 if target != mod and target in modules:
                     edges.setdefault(target, line)
 
@@ -167,10 +167,10 @@ def _where(mod: str, line: int) -> str:
 
 
 def test_no_import_cycles_counting_imports_inside_functions():
-    edges = {m: {t: l for t, l in es.items() if (m, t) not in ALLOWED_EDGES} for m, es in SCAN.edges.items()}
+    edges = {m: {t: ln for t, ln in es.items() if (m, t) not in ALLOWED_EDGES} for m, es in SCAN.edges.items()}
     problems = []
     for cycle in _cycles(edges):
-        steps = [f"{a} -> {b} ({_where(a, edges[a][b])})" for a, b in zip(cycle, cycle[1:])]
+        steps = [f"{a} -> {b} ({_where(a, edges[a][b])})" for a, b in zip(cycle, cycle[1:], strict=False)]
         problems.append("import cycle:\n    " + "\n    ".join(steps))
     assert not problems, "\n".join(problems)
 

@@ -157,9 +157,11 @@ CASES = [
           "main.py": main_py("run(x)", "from pkg.core import run")},
          {"pkg/util.py": "def g(x):\n    return x + 100\n"}, "miss", "`pkg.util:g` changed"),
     Case("closure cell value changed",
-         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\nscale = make_scaler(2)\n",
+         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\n"
+                        "scale = make_scaler(2)\n",
           "main.py": main_py("scale(x)", "from helpers import scale")},
-         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\nscale = make_scaler(7)\n"},
+         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\n"
+                        "scale = make_scaler(7)\n"},
          "miss", "<closure k>"),
     Case("user class of an argument edited",
          {"models.py": NET, "other.py": "def unrelated():\n    return 1\n",

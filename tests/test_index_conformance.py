@@ -328,7 +328,7 @@ def test_publish_many_batch(index):
     out = index.publish_many(batch)
     assert len(out) == len(batch)
     by_args = {}
-    for (k, _, _), (eid, new) in zip(batch, out):
+    for (k, _, _), (eid, new) in zip(batch, out, strict=False):
         by_args.setdefault(k[2], []).append((eid, new))
     assert by_args["args5"] == [(pre, False)]
     assert by_args["args7"][0][1] is True and by_args["args7"][0][0] != corrupt

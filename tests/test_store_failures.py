@@ -455,8 +455,8 @@ def test_temp_files_of_dead_writers_are_reclaimed_at_once_and_reported(world):
     from memolab.store import tmpfiles
 
     store = populated(world)
-    code = ("import sys; sys.path.insert(0, %r); from memolab.store import tmpfiles; "
-            "print(tmpfiles.tmp_name('deadbeef'))" % SRC)
+    code = (f"import sys; sys.path.insert(0, {SRC!r}); from memolab.store import tmpfiles; "
+            "print(tmpfiles.tmp_name('deadbeef'))")
     name = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     (store / "tmp" / name).write_bytes(b"x" * 5000)        # its writer has exited: reclaimable now
     (store / "tmp" / tmpfiles.tmp_name("live")).write_bytes(b"y")  # ours, alive: kept

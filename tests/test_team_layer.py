@@ -58,10 +58,10 @@ if os.environ.get("CRASH"):
 class Machine:
     """One machine: a local store directory, used by fresh processes."""
 
-    def __init__(self, name: str, root: Path, team, calls: Path, extra: dict[str, str] = {}) -> None:
+    def __init__(self, name: str, root: Path, team, calls: Path, extra: dict[str, str] | None = None) -> None:
         self.name, self.root, self.team, self.calls = name, root, team, calls
         self.store = root / f"store-{name}"
-        self.extra = dict(extra)
+        self.extra = dict(extra or {})
 
     def env(self, **kw: str) -> dict[str, str]:
         e = dict(os.environ)

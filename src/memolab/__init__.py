@@ -12,11 +12,11 @@ from ._version import __version__
 # functions watched from their first line (memolab.globalrng: an unseeded generator)
 _hooks.watch_imports()
 
-from .config import configure
-from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss
-from .files import Dir, File
-from .hashing import register_hasher, register_opaque, register_policy
-from .memo import MemoFunction, memo
+from .config import configure  # noqa: E402 (after watch_imports)
+from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss  # noqa: E402 (after watch_imports)
+from .files import Dir, File  # noqa: E402 (after watch_imports)
+from .hashing import register_hasher, register_opaque, register_policy  # noqa: E402 (after watch_imports)
+from .memo import MemoFunction, memo  # noqa: E402 (after watch_imports)
 
 __all__ = [
     "memo", "MemoFunction", "configure",

@@ -197,7 +197,7 @@ def encode_columns(enc: Any, schema: Any, columns: Any, num_rows: int) -> None:
     enc.write(_pack_Q(len(sb)) + sb)
     enc.encode_child(schema_metadata(schema), ".schema.metadata")
     enc.write_uint(num_rows)
-    for name, col in zip(schema.names, columns):
+    for _name, col in zip(schema.names, columns, strict=False):
         enc.write(b"H" + column_digest(col.chunks if isinstance(col, pa.ChunkedArray) else [col]))
 
 

@@ -98,7 +98,8 @@ def _status(s: str) -> str:
 def sparkline(steps: Sequence[float], values: Sequence[float | None], colour: str = _COLOURS[0],
               width: int = 220, height: int = 60) -> str:
     """An inline SVG line of ``values`` over ``steps`` (gaps at None and non-finite values)."""
-    pts = [(s, v) for s, v in zip(steps, values) if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
+    pts = [(s, v) for s, v in zip(steps, values, strict=False)
+           if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
     if not pts:
         return f'<svg width="{width}" height="{height}"></svg>'
     xs = [p[0] for p in pts]

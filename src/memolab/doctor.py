@@ -121,7 +121,7 @@ def repair_index(root: Path, out: Out) -> int:
     kept = dropped = 0
     with store.index.write() as c:
         for r in rows:
-            row = dict(zip(cols, r))
+            row = dict(zip(cols, r, strict=False))
             if row["status"] != "done" or row_problem(row) is not None:
                 dropped += 1
                 continue

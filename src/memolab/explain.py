@@ -454,7 +454,7 @@ def pending_miss(key: Key, args: dict[str, list[str]], sensitivity: str,
 def with_before(text: str, before: int | None) -> str:
     """``pending_miss``'s text with ``before``, the newest evaluation id at the miss (read
     before its lease or result is written)."""
-    return '{"before": %d, ' % (before or 0) + text[1:]
+    return f'{{"before": {int(before or 0)}, ' + text[1:]
 
 
 def _is(v: Any, t: Any) -> bool:

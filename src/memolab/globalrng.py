@@ -250,7 +250,7 @@ def _foreign(fn: Callable[..., Any], names: tuple[str, ...], args: tuple[Any, ..
     me = threading.current_thread()
     with _lock:
         if _active:
-            _calls.extend((n, b, a, me) for (n, _), b, a in zip(gens, before, after))
+            _calls.extend((n, b, a, me) for (n, _), b, a in zip(gens, before, after, strict=False))
     return out
 
 

@@ -161,7 +161,7 @@ class MemoFunction:
         if fast is not None and len(args) <= self._fast_npos:
             # ``Signature.bind`` costs more than the rest of a hit: for plain
             # signatures bind by hand, and fall back to it for anything unusual.
-            values = dict(zip(fast, args))
+            values = dict(zip(fast, args, strict=False))
             ok = True
             for k, v in kwargs.items():
                 if k in values or k not in self._defaults_or_required:

@@ -64,7 +64,7 @@ def is_secret_name(name: Any) -> bool:
     words = [w.lower() for w in _WORD.findall(name)]
     if not words:
         return False
-    if _SECRET_WORDS.intersection(words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:])):
+    if _SECRET_WORDS.intersection(words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:], strict=False)):
         return True
     return words[-1] == "token" and not (len(words) > 1 and words[-2] in _SPECIAL_TOKENS)
 

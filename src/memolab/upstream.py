@@ -168,7 +168,7 @@ def _by_content(named: Sequence[tuple[str, Any]], per_arg: dict[str, str], store
     """Those of ``named`` (arguments holding arrays or tensors and no marked object) whose digest is
     that of a stored result (``by content``): a result gets a value digest only if it holds some."""
     want = {}
-    for name, value in named:
+    for name, _value in named:
         if name.startswith("<") or name not in per_arg:
             continue
         want[per_arg[name]] = name

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 from .common import (  # noqa: F401
     COMMANDS,

@@ -139,7 +139,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence
                 r[i] = _cut(r[i], widths[i])
 
     def fmt(r: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(r, widths, strict=False))).rstrip()
 
     out = [fmt(headers), fmt(["─" * w for w in widths])]
     out.extend(fmt(r) for r in cells)

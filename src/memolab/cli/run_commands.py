@@ -92,9 +92,9 @@ def short_length(store: Any) -> int:
         return SHORT_MIN
     ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
     n = SHORT_MIN
-    for a, b in zip(ids, ids[1:]):
+    for a, b in zip(ids, ids[1:], strict=False):
         common = 0
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             if x != y:
                 break
             common += 1
@@ -289,7 +289,8 @@ def parse_id(text: str) -> int:
     try:
         n = int(t)
     except ValueError:
-        raise CliError(PROBLEM, f"not an evaluation or run id: {text!r} (`memolab ls FUNC` and `memolab runs` list them)")
+        raise CliError(PROBLEM, f"not an evaluation or run id: {text!r} "
+                                "(`memolab ls FUNC` and `memolab runs` list them)") from None
     if not 0 < n < 2**63:
         raise CliError(PROBLEM, f"no evaluation or run {text} in the store")
     return n

@@ -181,7 +181,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print_fields(info)
     if snap.get("args"):
         print("  arguments:")
-        for k, (d, r) in snap["args"].items():
+        for k, (_d, r) in snap["args"].items():
             print(wrapped(f"    {k} = {r}", "      "))
     if snap.get("ignored"):
         print(wrapped(f"  ignored arguments: {', '.join(snap['ignored'])}", "    "))

@@ -29,7 +29,7 @@ import textwrap
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any, List, Optional
+from typing import Any
 
 from . import bytecode, origins
 from .bytecode import digest_text

@@ -66,7 +66,7 @@ class ClassInfo:
                 by_ns.setdefault(id(f.__globals__), (f.__globals__, set()))[1].update(a.refs)
                 dynamic.extend(a.dynamic)
                 own.append(f)
-                for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+                for name, cell in zip(f.__code__.co_freevars, f.__closure__ or (), strict=False):
                     if name != "__class__":  # the cell ``super()`` uses holds the class itself
                         self.values.append((f"{label}.<closure {name}>", _cell(cell)))
                 # ``def __init__(self, hidden=HIDDEN)``: the default was computed when the

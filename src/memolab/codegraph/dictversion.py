@@ -57,7 +57,8 @@ def _self_test() -> bool:
     d: dict = {"a": 1, "b": 2, "c": 3}
     if c_ssize_t.from_address(id(d) + _USED_OFFSET).value != 3:
         return False
-    if bytes(char8.from_address(id(d) + _TAG_OFFSET)) != c_uint64.from_address(id(d) + _TAG_OFFSET).value.to_bytes(8, sys.byteorder):
+    at = id(d) + _TAG_OFFSET
+    if bytes(char8.from_address(at)) != c_uint64.from_address(at).value.to_bytes(8, sys.byteorder):
         return False
     tag = c_uint64.from_address(id(d) + _TAG_OFFSET)
     seen = [tag.value]

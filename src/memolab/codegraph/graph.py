@@ -347,7 +347,7 @@ class Graph:
                     bindings.append(f"<default {name}>={self.target(v)}")
                 elif obj is not self._root_fn:  # the root's defaults are bound into its arguments
                     bindings.append(f"<default {name}>={self.value_digest(v, f'{key}.<default {name}>')}")
-            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=False):
                 content = _cell(cell)
                 if content is not obj and _is_code(_unwrap(content)):
                     bindings.append(f"<closure {name} code>={self.target(content)}")
@@ -449,7 +449,7 @@ def _string_resolver(ref: tuple[Any, ...], ns: dict[str, Any]) -> str | None:
 def _same_code(now: Any, expected: Any, multi: bool) -> bool:
     """Slot values that are the graph's, but for memolab's own wrappers of them: the drawing
     functions of ``random`` are wrapped only while a memoized body runs (``globalrng``)."""
-    pairs = zip(now, expected) if multi else ((now, expected),)
+    pairs = zip(now, expected, strict=False) if multi else ((now, expected),)
     return all(a is b or getattr(a, "__memolab_wraps__", None) is b for a, b in pairs)
 
 
@@ -537,7 +537,7 @@ class Root:
         # value slots of one namespace are read with one itemgetter; cells and
         # names not bound yet are read one by one, on every call
         self.vslow: list[int] = []
-        for i, (sym, where, name) in enumerate(g.value_slots):
+        for i, (_sym, where, name) in enumerate(g.value_slots):
             if name is not None and type(where) is dict and name in where:
                 e = entry(where)
                 e[2].append(name)
@@ -688,7 +688,7 @@ class Root:
         g = self.graph
         deps = dict(self.static)
         sources = dict(g.sources)
-        for (sym, where, name), (v, d) in zip(g.value_slots, self.values):
+        for (sym, _where, _name), (v, d) in zip(g.value_slots, self.values, strict=False):
             deps[sym] = d
             if v is not _MISSING and not _is_code(v):
                 sources[sym] = f"{sym.rpartition(':')[2]} = {_short(v)}\n"

@@ -24,7 +24,7 @@ Origin = tuple[str, str, str]  # (kind, dependency symbol, full version)
 _STDLIB_DIRS = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"),
                                                              sysconfig.get_paths().get("platstdlib")) if p})
 _SITE_PARTS = ("site-packages", "dist-packages")
-PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
+PYTHON_VERSION = "{}.{}.{}".format(*sys.version_info[:3])
 
 _cache: dict[tuple[str, str | None], Origin] = {}
 _dists: dict[str, list] | None = None

@@ -109,7 +109,7 @@ def defaults_of(f: types.FunctionType, named: bool = False) -> list[tuple[Any, A
     if named and pos:
         code = f.__code__
         params = code.co_varnames[:code.co_argcount][-len(pos):]
-        first: list[tuple[Any, Any]] = list(zip(params, pos))
+        first: list[tuple[Any, Any]] = list(zip(params, pos, strict=False))
     else:
         first = list(enumerate(pos))
     return first + sorted((f.__kwdefaults__ or {}).items())

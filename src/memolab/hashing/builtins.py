@@ -107,7 +107,7 @@ def _encode_seq(tag: bytes, int_tag: bytes, float_tag: bytes) -> Handler:
         get = dispatch.get
         buf = enc.buf
         try:
-            for i, x in enumerate(obj):
+            for i, x in enumerate(obj):  # noqa: B007 (i names the failing element in the except below)
                 h = get(type(x))
                 if h is None:
                     h = resolve(type(x))
@@ -176,7 +176,8 @@ def _encode_set(tag: bytes) -> Handler:
         try:
             digests = sorted(hash_value(x) for x in obj)
         except HashError as e:
-            raise e.at("{<element>}")
+            e.at("{<element>}")  # the same error, its path completed
+            raise
         for d in digests:
             enc.write(d.encode("ascii"))
 
@@ -195,7 +196,7 @@ def _encode_function(enc: Encoder, obj: Any) -> None:
     cells = getattr(obj, "__closure__", None)
     if cells:
         enc.write(b"(")
-        for name, cell in zip(obj.__code__.co_freevars, cells):
+        for name, cell in zip(obj.__code__.co_freevars, cells, strict=False):
             try:
                 value = cell.cell_contents
             except ValueError:  # an empty cell (variable not yet bound)
@@ -291,7 +292,8 @@ def register_builtins() -> None:
     for t in (pathlib.PosixPath, pathlib.WindowsPath, pathlib.PurePosixPath, pathlib.PureWindowsPath):
         reg[t] = (lambda tag: lambda enc, obj: (enc.write(b"p"), enc.write_str(tag), enc.write_str(str(obj))))(t.__name__)
     reg[decimal.Decimal] = lambda enc, obj: (enc.write(b"$"), enc.write_str(str(obj)))
-    reg[fractions.Fraction] = lambda enc, obj: (enc.write(b"/"), _encode_int(enc, obj.numerator), _encode_int(enc, obj.denominator))
+    reg[fractions.Fraction] = lambda enc, obj: (enc.write(b"/"), _encode_int(enc, obj.numerator),
+                                                _encode_int(enc, obj.denominator))
     reg[uuid.UUID] = lambda enc, obj: enc.write(b"u" + obj.bytes)
     for t in (datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone):
         reg[t] = (lambda tag: lambda enc, obj: (enc.write(b"z"), enc.write_str(tag), enc.write_str(repr(obj))))(t.__name__)

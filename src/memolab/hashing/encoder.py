@@ -137,7 +137,8 @@ class Encoder:
         try:
             self.encode(obj)
         except HashError as e:
-            raise e.at(segment)
+            e.at(segment)  # the same error, its path completed
+            raise
         except RecursionError:
             raise HashError("value is nested too deeply to hash", segment, obj) from None
 
@@ -208,7 +209,8 @@ def hash_value(obj: Any, path: str = "") -> str:
     try:
         enc.encode(obj)
     except HashError as e:
-        raise e.at(path)
+        e.at(path)  # the same error, its path completed
+        raise
     except RecursionError:
         raise HashError("value is nested too deeply to hash", path, obj) from None
     return enc.hexdigest()
@@ -285,7 +287,8 @@ def hash_arguments_uncached(named: Sequence[tuple[str, Any]], root: str,
         try:
             enc.encode(value)
         except HashError as e:
-            raise e.at(f"{root}[{name!r}]")
+            e.at(f"{root}[{name!r}]")  # the same error, its path completed
+            raise
         except RecursionError:
             raise HashError("value is nested too deeply to hash", f"{root}[{name!r}]", value) from None
         per[name] = enc.hexdigest()

@@ -5,12 +5,25 @@ policies). The handlers live in ``builtins``, ``objects`` and the integrations;
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 from .. import codegraph, identity
 
-# ``Encoder`` (hashing.encoder) by name only: the encoder imports this module
-Handler = Callable[["Encoder", Any], None]  # noqa: F821
+#: ``handler(enc, obj)``: ``enc`` is the ``Encoder`` (hashing.encoder), which imports this module,
+#: so it is not named here: a handler may annotate it as the ``Encoder`` or as ``Encoding``
+Handler = Callable[[Any, Any], None]
+
+
+class Encoding(Protocol):
+    """What the generic rules (hashing.objects) use of the ``Encoder`` they are given."""
+
+    buf: bytearray
+
+    def write(self, data: bytes) -> None: ...
+    def write_str(self, s: str) -> None: ...
+    def memoize(self, obj: Any) -> bool: ...
+    def encode(self, obj: Any) -> None: ...
+    def encode_child(self, obj: Any, segment: str) -> None: ...
 
 # -- registry ----------------------------------------------------------------------
 #

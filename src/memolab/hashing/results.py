@@ -157,7 +157,7 @@ def result_digests(value: Any) -> tuple[list[str] | None, str | None]:
     token = [d.hex() for d in digests]
     try:
         enc = _KnownLeaves()
-        enc.known = {id(x): (x, d) for (x, _), d in zip(found, digests)}
+        enc.known = {id(x): (x, d) for (x, _), d in zip(found, digests, strict=False)}
         enc.encode(value)
         return token, enc.hexdigest()
     except Exception:  # not hashable as an argument (a live generator inside): no content lineage
@@ -189,5 +189,5 @@ def remember_loaded(value: Any, key: Any = None, token: list[str] | None = None,
     _walk_leaves(value, leaves)
     if len(leaves) != len(token):
         return  # not the shape we saved: trust nothing
-    for (x, lf), d in zip(leaves, token):
+    for (x, lf), d in zip(leaves, token, strict=False):
         lf.remember(x, lf.loaded(x), bytes.fromhex(d), origin)

@@ -131,7 +131,7 @@ def rebuild_table(schema: Any, columns: list[Any], digest: bytes, digest_schema:
         t = pa.Table.from_arrays(arrays, schema=schema)
     else:  # rows without columns (every column removed): only the count is data
         t = pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"]).replace_schema_metadata(schema.metadata)
-    if all([_fresh_memory(buf, w) for buf, w in zip(columns, wrapped)]):
+    if all([_fresh_memory(buf, w) for buf, w in zip(columns, wrapped, strict=False)]):
         keys.remember_loaded(t, digest, digest_schema)
     return InMemoryTable(t)
 

@@ -44,14 +44,14 @@ import sys
 import types
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from ..errors import CodeChanged, StoreMiss
 from ..hooks import LAZY_HOOKS, hook
 from ..reducers import Reducer, reducers
 from .canon import canon, global_names
 from .locate import anchor_of, code_digest, is_library_module, lookup_symbol, name_of, walk_qualname
-from .refs import check_refs, load_error
+from .refs import check_refs as check_refs, load_error  # (X as X: also used as pickling.check_refs)
 from .sources import source_changed, source_fingerprint
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
@@ -59,7 +59,7 @@ OUT_OF_BAND_MIN = 64 * 1024
 #: Bump when the encoding changes; stored in the index next to each payload.
 FORMAT = "p2"
 
-_PYVER = "%d.%d" % sys.version_info[:2]
+_PYVER = "{}.{}".format(*sys.version_info[:2])
 
 # the table is shared with ``hashing`` (memolab/reducers.py), which must know the types rebuilt here
 _reducers = reducers
@@ -246,7 +246,7 @@ def _reduce_code(p: Pickler, code: types.CodeType) -> Any:
 def _make_code(pyver: str, values: Sequence[Any]) -> types.CodeType:
     if pyver != _PYVER:
         raise CodeChanged(f"stored code was compiled by Python {pyver}; this is Python {_PYVER}")
-    return _reduce_class.__code__.replace(**dict(zip(_CODE_FIELDS, values)))
+    return _reduce_class.__code__.replace(**dict(zip(_CODE_FIELDS, values, strict=False)))
 
 
 _EMPTY_CELL = "__memolab_empty_cell__"
@@ -306,7 +306,7 @@ def _function_setstate(fn: Any, state: dict[str, Any]) -> Any:
     fn.__globals__.update(state["globals"])
     fn.__defaults__ = state["defaults"]
     fn.__kwdefaults__ = state["kwdefaults"]
-    for cell, v in zip(fn.__closure__ or (), state.get("closure", ())):  # payloads written before cells were shared
+    for cell, v in zip(fn.__closure__ or (), state.get("closure", ()), strict=False):  # payloads written before cells were shared
         if not (isinstance(v, str) and v == _EMPTY_CELL):
             cell.cell_contents = v
     fn.__dict__.update(state["dict"])

@@ -51,9 +51,9 @@ def _definitions(path: str) -> dict[str, str] | None:
 
     out: dict[str, str] = {}
 
-    def visit(body: List[Any], prefix: str) -> None:
+    def visit(body: list[Any], prefix: str) -> None:
         for node in body:
-            names: List[str] = []
+            names: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names = [node.name]
             elif isinstance(node, ast.Assign):

@@ -36,7 +36,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ContextManager, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
@@ -260,7 +260,7 @@ class Store:
         """A small result: its bytes in the row, one transaction, no file."""
         views = [memoryview(b).cast("B") if memoryview(b).format != "B" or memoryview(b).ndim != 1 else memoryview(b)
                  for b in buffers]
-        brefs = [(digest_bytes(v), n) for v, n in zip(views, sizes)]
+        brefs = [(digest_bytes(v), n) for v, n in zip(views, sizes, strict=False)]
         row = dict(base, payload=digest_bytes(payload), payload_size=len(payload), buffers=json.dumps(brefs) if brefs else "[]",
                    size=len(payload) + sum(sizes), inline=b"".join([payload, *views]))
         row["signature"] = signing.sign(key, row)
@@ -434,7 +434,7 @@ class Store:
             riders = self._riders = threading.local()
         riders.fn = None if fn is None else _savepointed(fn)
 
-    def logs_pending(self, key: Key) -> ContextManager[None]:
+    def logs_pending(self, key: Key) -> contextlib.AbstractContextManager[None]:
         """A block around saving ``key`` and then writing its run's logs (which name the saved
         evaluation, so they come after it). Nothing here; a team store uploads the result only
         after the block, with its logs."""

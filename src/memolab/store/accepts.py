@@ -200,7 +200,7 @@ class AcceptIndex:
             if self._accepts_table():
                 raise
             return []  # an index without the table (nothing accepted in it yet)
-        return [dict(zip(COLUMNS, r)) for r in rows]
+        return [dict(zip(COLUMNS, r, strict=False)) for r in rows]
 
     def add_accept(self, rec: dict[str, Any]) -> int:
         """Record accept ``rec`` (its columns; ``time`` defaults to now); its id."""

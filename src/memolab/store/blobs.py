@@ -28,14 +28,14 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import blake3
 
 from ..errors import CorruptBlob
 from . import layout, tmpfiles
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 #: a blob is read without following a link at its name (``layout``: memolab never follows one)
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
@@ -45,7 +45,7 @@ _OVERLAP_MIN = 16 << 20  # hash while writing for blobs at least this large
 _STEP = 32 << 20
 
 #: ``progress(n)``: n more bytes written or verified (``memolab.progress.Bar.update``)
-Progress = Optional[Callable[[int], None]]
+Progress = Callable[[int], None] | None
 
 
 def digest_bytes(data: Buffer, progress: Progress = None) -> str:

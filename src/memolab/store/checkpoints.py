@@ -89,7 +89,7 @@ def load(store: Any, key: Key) -> tuple[int, Any] | None:
                              key).fetchone()
     if r is None:
         return None
-    row = dict(zip(_COLS, r))
+    row = dict(zip(_COLS, r, strict=False))
     bad = signing.problem(_signed_key(key), row)
     if bad is None and row["code_refs"]:
         bad = pickling.check_refs(json.loads(row["code_refs"]))
@@ -110,7 +110,7 @@ def drop(store: Any, key: Key) -> None:
 def listing(index: Any, fn: str | None = None) -> list:
     _ensure(index)
     sql = "SELECT fn, code, args, schema, step, created FROM checkpoints" + (" WHERE fn=?" if fn else "")
-    return [dict(zip(("fn", "code", "args", "schema", "step", "created"), r))
+    return [dict(zip(("fn", "code", "args", "schema", "step", "created"), r, strict=False))
             for r in index.conn().execute(sql, (fn,) if fn else ())]
 
 

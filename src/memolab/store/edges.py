@@ -224,7 +224,7 @@ def graph(index: Any, ids: Iterable[int], limit: int = GRAPH_MAX) -> dict[str, A
         if fresh:
             q = ",".join("?" * len(fresh))
             for r in c.execute(f"SELECT {','.join(_GRAPH_COLS)} FROM evaluations WHERE id IN ({q})", fresh):
-                nodes[int(r[0])] = dict(zip(_GRAPH_COLS, r))
+                nodes[int(r[0])] = dict(zip(_GRAPH_COLS, r, strict=False))
         for i in batch:
             row = nodes.get(i)
             if row is None or i in expanded:

@@ -8,14 +8,15 @@ importing the tracking layer that writes the logs.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 __all__ = ["plan_by_size", "log_bytes"]
 
 
 def plan_by_size(rows: Iterable[tuple], cutoff: float | None, max_size: int,
-                 logs: dict[int, int] = {}) -> list[tuple]:
+                 logs: Mapping[int, int] = MappingProxyType({})) -> list[tuple]:
     """The rows ``gc_plan`` drops, given every evaluation least recently used first as
     (id, fn, finished, last_hit, size, status, payload, payload_size, buffers, is_inline,
     last_use): those out of use or last used before ``cutoff``, then the least recently

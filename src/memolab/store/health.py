@@ -130,9 +130,9 @@ class ReadOnlyIndex(Index):
         loc.conn, loc.pid, loc.immutable, loc.fp = c, config.pid(), immutable, fp
         return c
 
-    def lookup(self, key: Key, **kw: Any) -> dict[str, Any] | None:
+    def lookup(self, key: Key, lean: bool = False) -> dict[str, Any] | None:
         for _ in range(5):
-            row = super().lookup(key, **kw)
+            row = super().lookup(key, lean)
             loc = self._local
             if not loc.immutable or loc.fp == self._fingerprint():
                 return row
@@ -149,7 +149,7 @@ class ReadOnlyIndex(Index):
     def drop_stamps(self, digests: Any) -> None:
         pass
 
-    def add_hits(self, counts: Any) -> None:
+    def add_hits(self, counts: Any, stamps: Any = None) -> None:
         pass
 
     def record_miss(self, fn: str, explanation: dict[str, Any]) -> None:
@@ -280,7 +280,7 @@ def undecodable_rows(index: Any) -> dict[int, dict[str, Any]]:
         for r in conn.execute(f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations"):
             bad = False
             row = {}
-            for col, v in zip(EVAL_COLUMNS, r):
+            for col, v in zip(EVAL_COLUMNS, r, strict=False):
                 if isinstance(v, bytes):
                     try:
                         v = v.decode("utf-8")

@@ -26,8 +26,9 @@ import sqlite3
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ContextManager
+from typing import Any
 
 from ..errors import MemolabWarning, StoreUnavailable
 
@@ -152,7 +153,7 @@ ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "evaluations": (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"), ("inline", "BLOB")),
 }
 
-Write = Callable[[], ContextManager[sqlite3.Connection]]
+Write = Callable[[], AbstractContextManager[sqlite3.Connection]]
 
 
 def _add_columns(conn: sqlite3.Connection, write: Write) -> None:

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, use
 from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
 
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
-from .process import host_name, process_table, process_table as _process_table, start_time  # noqa: F401 (_process_table: the old name)
+from .process import host_name, process_table, process_table as _process_table, start_time, start_time as _start_time  # noqa: F401 (old names)
 from .schema import SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
@@ -90,7 +90,7 @@ def row_damage(c: sqlite3.Connection, key: Key) -> tuple[int, str, str] | None:
     r = c.execute(_RAW_SQL, key).fetchone()
     if r is None or not r[-1]:
         return None  # no row (or the key index points elsewhere: ``_checked`` says so)
-    raw = dict(zip(_TEXT_COLUMNS, r[1:-2]))
+    raw = dict(zip(_TEXT_COLUMNS, r[1:-2], strict=False))
     why = None
     for col, v in raw.items():
         try:
@@ -150,7 +150,7 @@ def _checked(row: tuple | None, columns: tuple[str, ...]) -> dict[str, Any] | No
         return None
     if not row[-1]:
         raise sqlite3.DatabaseError("the index returned the row of another key: the index is damaged")
-    return dict(zip(columns, row))
+    return dict(zip(columns, row, strict=False))
 
 
 Key = tuple[str, str, str, str]  # fn, code, args, schema
@@ -319,7 +319,7 @@ class Index(AcceptIndex):
                 "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None:
             sql, params = _NEAREST_IN_SCRIPT_SQL, params + (script,)
         r = c.execute(sql, params).fetchone()
-        return dict(zip(EVAL_COLUMNS, r)) if r is not None else None
+        return dict(zip(EVAL_COLUMNS, r, strict=False)) if r is not None else None
 
     def snapshot_of_code(self, fn: str, code: str, schema: str) -> str | None:
         """The snapshot (JSON text) of an evaluation of ``fn`` with code digest ``code``, or
@@ -579,7 +579,7 @@ class Index(AcceptIndex):
         sql += " ORDER BY finished ASC, id ASC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(cols, r)) for r in self.conn().execute(sql, args)]
+        return [dict(zip(cols, r, strict=False)) for r in self.conn().execute(sql, args)]
 
     def retire_damaged(self, key: Key) -> bool:
         """Take the 'done' row of ``key`` out of use if it cannot be read (``row_damage``);
@@ -595,10 +595,10 @@ class Index(AcceptIndex):
         with self.write() as c:
             c.execute("UPDATE evaluations SET status=?, reason=? WHERE id=?", (status, reason, eval_id))
 
-    def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] = {}) -> None:
+    def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] | None = None) -> None:
         """Write batched hit counts and blob stamps in one transaction (off the hit path)."""
         with self.write() as c:
-            write_usage(c, counts, stamps)
+            write_usage(c, counts, stamps or {})
 
     def evaluations(self, fn: str | None = None, where: str = "", params: Sequence[Any] = (),
                     order: str = "finished DESC", limit: int | None = None) -> list[dict[str, Any]]:
@@ -615,7 +615,7 @@ class Index(AcceptIndex):
         sql += f" ORDER BY {order}"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(EVAL_COLUMNS, r)) for r in self.conn().execute(sql, args)]
+        return [dict(zip(EVAL_COLUMNS, r, strict=False)) for r in self.conn().execute(sql, args)]
 
     def functions(self) -> list[dict[str, Any]]:
         rows = self.conn().execute(
@@ -692,7 +692,7 @@ class Index(AcceptIndex):
                 refs.setdefault(d, []).append(i)
         return refs
 
-    def referenced_digests(self, exclude: set[int] = set()) -> set[str]:
+    def referenced_digests(self, exclude: Collection[int] = frozenset()) -> set[str]:
         """Digests of the blob files that evaluations (other than ``exclude``) refer to."""
         refs: set[str] = set()
         add = refs.add
@@ -721,12 +721,12 @@ class Index(AcceptIndex):
         if max_size is None:
             where = "status!='done'" + (f" OR {self._LAST_USE} < ?" if cutoff is not None else "")
             sql = f"SELECT {cols} FROM evaluations WHERE {where} ORDER BY {self._LAST_USE} ASC"
-            return [dict(zip(self._GC_COLS, r)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
+            return [dict(zip(self._GC_COLS, r, strict=False)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
                f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
         logs = log_bytes(self)  # an evaluation's logs go with it, so they count toward its size
         drop = plan_by_size(c.execute(sql), cutoff, max_size, logs)
-        return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
+        return [dict(zip(self._GC_COLS, r[:6], strict=False)) for r in drop]
 
     def clear(self, fn: str | None = None) -> int:
         with self.write() as c:

@@ -176,7 +176,7 @@ def _import(c: Any, doc: dict[str, Any], eval_id: int, where: tuple[str, int]) -
         remap[int(r[rcols.index("id")])] = _runs.new_id()
     keep = [i for i, n in enumerate(rcols) if n in have["runs"]]
     for r in doc["runs"]["rows"]:
-        row = dict(zip(rcols, r))
+        row = dict(zip(rcols, r, strict=False))
         row["id"] = remap[int(row["id"])]
         row["eval_id"] = eval_id
         row["parent"] = remap.get(row.get("parent")) if row.get("parent") is not None else None

@@ -33,7 +33,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -46,11 +46,15 @@ from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
 from .deadline import WATCHDOG
 from .pgaccepts import PgAcceptIndex
 from .pgschema import (
-    DATA_COLS as _DATA_COLS,  # noqa: F401
+    DATA_COLS as _DATA_COLS,  # noqa: F401 (the tests read these here)
     KEY_COLS as _KEY_COLS,
+    LOCK_KEY as _LOCK_KEY,  # noqa: F401
     MARGIN,
     NOW as _NOW,
     ROW_COLUMNS,
+    STEPS as _STEPS,  # noqa: F401
+    SUPPORTED as SUPPORTED,  # (X as X: imported from here too, by team/cli.py and the tests)
+    TEAM_SCHEMA_VERSION as TEAM_SCHEMA_VERSION,
     TEXT_COLS as _TEXT_COLS,
     TYPES as _TYPES,
     SchemaIncomplete as _Inconsistent,
@@ -66,6 +70,8 @@ from .pgschema import (
     remote_timeout,
     session_settings,
     slow_budget,
+    status as status,
+    upgrade as upgrade,
     where,
 )
 
@@ -305,7 +311,7 @@ class PgIndex(PgAcceptIndex):
         copied into the local index whole."""
         def work(c: psycopg.Connection) -> Row | None:
             row = c.execute(_LOOKUP_SQL, tuple(key), prepare=True).fetchone()
-            return None if row is None else dict(zip(ROW_COLUMNS, row))
+            return None if row is None else dict(zip(ROW_COLUMNS, row, strict=False))
         return self._run(work)
 
     def lookup_many(self, keys: Sequence[Key]) -> dict[Key, Row]:
@@ -316,7 +322,7 @@ class PgIndex(PgAcceptIndex):
         def work(c: psycopg.Connection) -> dict[Key, Row]:
             out: dict[Key, Row] = {}
             for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys), prepare=True).fetchall():
-                d = dict(zip(ROW_COLUMNS, r))
+                d = dict(zip(ROW_COLUMNS, r, strict=False))
                 out[(d["fn"], d["code"], d["args"], d["schema"])] = d
             return out
         return self._run(work)
@@ -341,7 +347,7 @@ class PgIndex(PgAcceptIndex):
                 assert r is not None
                 state = r[0]
                 if state == "hit":
-                    return "hit", dict(zip(ROW_COLUMNS, r[3:]))
+                    return "hit", dict(zip(ROW_COLUMNS, r[3:], strict=False))
                 if state == "again":
                     continue
                 if state == "held":
@@ -398,7 +404,7 @@ class PgIndex(PgAcceptIndex):
     # -- results ----------------------------------------------------------------------------
     def _values(self, key: Key, fields: Row) -> dict[str, Any]:
         v: dict[str, Any] = {c: fields.get(c) for c in _DATA_COLS}
-        v.update(zip(_KEY_COLS, key))
+        v.update(zip(_KEY_COLS, key, strict=False))
         if v["uploaded_by"] is None:
             v["uploaded_by"] = self.who
         if isinstance(v["inline"], memoryview):
@@ -495,7 +501,7 @@ class PgIndex(PgAcceptIndex):
         recorded = c.execute("SELECT value FROM memolab_meta WHERE key = %s", (signing.KEY_CHECK,)).fetchone()
         out: dict[Key, tuple[int, bool]] = {}
         for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(list(wanted))).fetchall():
-            old = dict(zip(ROW_COLUMNS, r))
+            old = dict(zip(ROW_COLUMNS, r, strict=False))
             k = (old["fn"], old["code"], old["args"], old["schema"])
             if not signing.replaces(k, old, wanted[k], recorded[0] if recorded else None):
                 continue
@@ -542,13 +548,13 @@ class PgIndex(PgAcceptIndex):
         sql += " ORDER BY finished ASC NULLS FIRST, id ASC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(ROW_COLUMNS, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
+        return [dict(zip(ROW_COLUMNS, r, strict=False)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
 
     def mark_corrupt(self, eval_id: int, reason: str | None = None, status: str = "corrupt") -> None:
         self._run(lambda c: c.execute("UPDATE memolab_evaluations SET status = %s, reason = %s WHERE id = %s",
                                       (status, reason, eval_id)))
 
-    def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] = {}) -> None:
+    def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] | None = None) -> None:
         """Hit counts in one statement (``stamps``, local blob-file stamps, mean nothing here).
         Rows are locked in id order: concurrent batches never deadlock."""
         if not counts:
@@ -583,7 +589,7 @@ class PgIndex(PgAcceptIndex):
         sql += f" ORDER BY {_order_sql(order)}"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(cols, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
+        return [dict(zip(cols, r, strict=False)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
 
     def functions(self) -> list[dict[str, Any]]:
         rows = self._run(lambda c: c.execute(
@@ -592,7 +598,7 @@ class PgIndex(PgAcceptIndex):
         return [dict(fn=r[0], evaluations=int(r[1]), size=int(r[2] or 0), last=r[3], hits=int(r[4] or 0),
                      compute=float(r[5] or 0.0)) for r in rows]
 
-    def referenced_digests(self, exclude: set[int] = set()) -> set[str]:
+    def referenced_digests(self, exclude: Collection[int] = frozenset()) -> set[str]:
         """Digests of the blobs rows (other than ``exclude``) refer to: payload and
         buffers of rows without inline bytes, and every row's logs bundle (unless inline)."""
         import json
@@ -630,11 +636,11 @@ class PgIndex(PgAcceptIndex):
             cond = "status <> 'done'" + (f" OR {_LAST_USE} < %s" if cutoff is not None else "")
             sql = f"SELECT {cols} FROM memolab_evaluations WHERE {cond} ORDER BY {_LAST_USE} ASC, id ASC"
             rows = self._run(lambda c: c.execute(sql, () if cutoff is None else (float(cutoff),)).fetchall(), slow=True)
-            return [dict(zip(self._GC_COLS, r)) for r in rows]
+            return [dict(zip(self._GC_COLS, r, strict=False)) for r in rows]
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {_LAST_USE} "
                f"FROM memolab_evaluations ORDER BY {_LAST_USE} ASC, id ASC")
         drop = plan_by_size(self._run(lambda c: c.execute(sql).fetchall(), slow=True), cutoff, max_size)
-        return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
+        return [dict(zip(self._GC_COLS, r[:6], strict=False)) for r in drop]
 
     def delete_evaluations(self, ids: Sequence[int]) -> None:
         ids = [int(i) for i in ids]

@@ -52,7 +52,7 @@ class PgAcceptIndex:
         sql = (f"SELECT {', '.join(TEAM_COLUMNS)} FROM memolab_accepts"
                + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY id")
         rows = self._run(lambda c: c.execute(sql, params).fetchall())
-        return [dict(zip(TEAM_COLUMNS, r)) for r in rows]
+        return [dict(zip(TEAM_COLUMNS, r, strict=False)) for r in rows]
 
     def add_accept(self, rec: dict[str, Any]) -> int:
         """Record accept ``rec`` (signed by whoever made it); its team id."""

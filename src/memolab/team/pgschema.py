@@ -292,7 +292,7 @@ def read_version(conn: psycopg.Connection) -> int | None:
             raise SchemaIncomplete("the team database has memolab tables but no memolab_meta table: "
                                 "it is damaged or was not created by memolab", None)
         return None
-    missing = [f"{kind} {name.split('(')[0]}" for (kind, name), there in zip(PARTS, row[1:]) if not there]
+    missing = [f"{kind} {name.split('(')[0]}" for (kind, name), there in zip(PARTS, row[1:], strict=False) if not there]
     if missing:
         raise SchemaIncomplete(f"the team schema is incomplete: {', '.join(missing)} missing (damaged? "
                                "`memolab remote upgrade` cannot repair it: restore it or start a new database)", None)

@@ -15,7 +15,7 @@ signature), so a row signed on one machine verifies on another.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
 Key = tuple[str, str, str, str]  # fn, code, args, schema
@@ -72,7 +72,7 @@ class EvalIndex(Protocol):
         """Take a row out of use; ``lookup`` no longer finds it."""
 
     def add_hits(self, counts: dict[int, tuple[int, float | None]],
-                 stamps: dict[str, tuple[int, int, int]] = ...) -> None:
+                 stamps: dict[str, tuple[int, int, int]] | None = ...) -> None:
         """Add batched hit counts (id -> (n, last hit time; None: now by the index's clock));
         last_hit only grows."""
 
@@ -93,7 +93,7 @@ class EvalIndex(Protocol):
     def functions(self) -> list[dict[str, Any]]:
         """Per function: evaluations, size, last, hits, compute (sum of durations)."""
 
-    def referenced_digests(self, exclude: set[int] = ...) -> set[str]:
+    def referenced_digests(self, exclude: Collection[int] = ...) -> set[str]:
         """Digests of blobs rows (other than ``exclude``) refer to (inline rows refer to none)."""
 
     def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[Row]:

@@ -14,7 +14,7 @@ hooks import the modules of this subpackage.
 # every object is in docs/torch.md.
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 __all__ = ["configure", "settings", "resumable", "Resumable"]
 

@@ -79,7 +79,7 @@ def restore_rng(state: dict[str, Any], generators: list[torch.Generator] = ()) -
     if len(saved) != len(generators):
         raise ValueError(f"the position was taken with {len(saved)} torch.Generator(s) in the loader, "
                          f"this loader has {len(generators)}: it is not the loader the position belongs to")
-    for g, s in zip(generators, saved):
+    for g, s in zip(generators, saved, strict=False):
         g.set_state(s)
 
 

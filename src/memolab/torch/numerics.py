@@ -73,7 +73,7 @@ def switches() -> dict[str, Any] | None:
     if values == _defaults:
         return None
     out = {}
-    for name, v, d in zip(_names, values, _defaults):
+    for name, v, d in zip(_names, values, _defaults, strict=False):
         if _same(v) != _same(d):
             out[name] = str(v) if isinstance(v, torch.dtype) else v
     return out or None

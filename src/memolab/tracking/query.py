@@ -87,7 +87,7 @@ def running_alive(c: Any) -> Any:
 def _running(c: Any, fn: str | None = None) -> list[dict[str, Any]]:
     cols = ("id", "fn", "code", "args", "schema", "pid", "host")
     sql = f"SELECT {','.join(cols)} FROM runs WHERE status='running'" + (" AND fn=?" if fn else "")
-    rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn else ())]
+    rows = [dict(zip(cols, r, strict=False)) for r in c.execute(sql, (fn,) if fn else ())]
     alive = running_alive(c)
     return [r for r in rows if alive(r)]
 
@@ -143,12 +143,12 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
         # Only for callers that page on purpose: export and the dashboard need every run, else an
         # old run's logs are skipped and its stored evaluation is listed as one without logs.
         sql += f" LIMIT {int(limit)}"
-    rows = [dict(zip(_RUN_COLS, r)) for r in c.execute(sql, params)]
+    rows = [dict(zip(_RUN_COLS, r, strict=False)) for r in c.execute(sql, params)]
     ev_sql = "SELECT id, fn, code, args, status, started, finished, duration, hits, last_hit, size, snapshot FROM evaluations"
     evs = {}
     for r in c.execute(ev_sql + (" WHERE fn=?" if fn is not None else ""), (fn,) if fn is not None else ()):
         evs[r[0]] = dict(zip(("id", "fn", "code", "args", "status", "started", "finished", "duration", "hits", "last_hit",
-                              "size", "snapshot"), r))
+                              "size", "snapshot"), r, strict=False))
     used = set()
     out = []
     now = time.time()
@@ -189,7 +189,7 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
     from ..store.accepts import covering
 
     for f, group in by_fn.items():  # a label says how a run differs from the other runs of its function
-        for r, label in zip(group, names.labels(group)):
+        for r, label in zip(group, names.labels(group), strict=False):
             r["label"] = label
         # the accepted code changes naming a run's code (`memolab accept`): the dashboard marks them
         acc = covering(index, f, [r["code"] for r in group if r.get("code")])
@@ -203,7 +203,7 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
 def failure(index: Any, run: int) -> dict[str, str | None]:
     """A failed or interrupted run's ``error``, ``traceback`` and the tail of its ``output`` (None when absent)."""
     row = _conn(index).execute("SELECT error, traceback, output FROM runs WHERE id=?", (run,)).fetchone()
-    return dict(zip(("error", "traceback", "output"), row or (None, None, None)))
+    return dict(zip(("error", "traceback", "output"), row or (None, None, None), strict=False))
 
 
 def points(index: Any, run: int, tag: str) -> dict[str, list[Any]]:

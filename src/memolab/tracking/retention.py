@@ -52,7 +52,7 @@ def _delete(c: Any, ids: list[int]) -> Purged:
 def _finished_runs(c: Any, fn: str | None) -> list[dict]:
     cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
     sql = f"SELECT {','.join(cols)} FROM runs" + (" WHERE fn=?" if fn is not None else "")
-    rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn is not None else ())]
+    rows = [dict(zip(cols, r, strict=False)) for r in c.execute(sql, (fn,) if fn is not None else ())]
     # A killed process never marks its runs finished: they stay 'running' in the table. They
     # are judged as the dashboard judges them (lease gone or stale, pid dead): lost runs go,
     # a live process's runs stay.

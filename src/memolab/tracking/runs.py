@@ -442,7 +442,8 @@ def _new_writer_run(label: str, call: Run | None) -> Run:
     else:
         s = _process_sink()
         fields = {"fn": _script_fn(), "hparams": {}, "parent": _process_run.id if _process_run is not None else None}
-    fields.update({"name": label, "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "script": script_path()})
+    fields.update({"name": label, "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+                   "script": script_path()})
     run = Run(new_id(), s, fields["fn"], fields)
     run.writer = label
     s.q.append((_sink.START, run.id, fields))

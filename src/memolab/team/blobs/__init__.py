@@ -45,7 +45,7 @@ interface and what the backends share); this module opens a store by URL.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ...errors import StoreConfigError
@@ -56,10 +56,8 @@ from .common import (
     PART_SIZE,
     Data,
     MissingBlob,
-    R,
     RemoteBlobs,
     Source,
-    T,
     blob_key,
     remote_concurrency,
     remote_ranged_gets,

@@ -369,7 +369,7 @@ class RemoteBlobs:
     def exists_many(self, digests: Iterable[str]) -> set[str]:
         ds = list(dict.fromkeys(digests))
         found = run_all(self.exists, ds, self.concurrency)
-        return {d for d, ok in zip(ds, found) if ok}
+        return {d for d, ok in zip(ds, found, strict=False) if ok}
 
     def list(self) -> Iterator[tuple[str, int, float]]:
         """Every stored blob as (digest, size, last-modified epoch seconds), for ``gc --remote``."""

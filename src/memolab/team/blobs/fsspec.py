@@ -13,6 +13,7 @@ from .common import (
     DIGEST_RE,
     Data,
     MissingBlob,
+    R,
     RemoteBlobs,
     Source as _Source,
     blob_key,
