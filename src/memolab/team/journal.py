@@ -27,7 +27,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from typing import Any
 
 from .. import config
@@ -324,7 +323,7 @@ class Journal:
                     if not all(p.exists() for p in paths):
                         gone.append(key)  # a local blob lost: the next call recomputes and queues it again
                         continue
-                    puts.extend(zip(digests, paths))
+                    puts.extend(zip(digests, paths, strict=False))
                 bundle = self._bundle(local["id"])
                 if bundle is not None:
                     from . import logs
@@ -348,8 +347,10 @@ class Journal:
                     by_owner.setdefault(owner, []).append((key, fields, sources))
                 published: dict[Key, int] = {}
                 for owner, group in by_owner.items():
-                    got = run(partial(link.index.publish_many, group, owner=owner or None))
-                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got))
+                    # the loop's values bound as defaults; ``link.index`` is read inside ``run`` (it connects
+                    # lazily: a link that is down or disabled answers Offline without being touched)
+                    got = run(lambda group=group, owner=owner: link.index.publish_many(group, owner=owner or None))
+                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got, strict=False))
             except Failed:
                 # Not an outage: these items wait behind the others (ordered by attempts)
                 # and are tried again later; the error is kept for `memolab remote status`.
@@ -386,7 +387,7 @@ class Journal:
             deps = json.loads(row.get("snapshot") or "{}").get("deps") or {}
             c = self.store.index.conn()
             out = {}
-            for sym, d in deps.items():
+            for d in deps.values():
                 r = c.execute("SELECT symbol, source FROM sources WHERE digest=?", (d,)).fetchone()
                 if r is not None:
                     out[d] = (r[0], r[1])
@@ -413,7 +414,7 @@ class Journal:
         lost: list[Key] = []
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
-            there = run(partial(link.index.lookup_many, chunk))
+            there = run(lambda chunk=chunk: link.index.lookup_many(chunk))
             missing = [k for k in chunk if k not in there]
             lost.extend(missing)
             with self.store.index.write() as w:

@@ -31,7 +31,6 @@ import json
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
 from typing import Any
 
 from .. import config
@@ -263,9 +262,9 @@ class TeamStore:
         with self.index.write() as c:
             ids = [eid for eid, _ in self.index.publish_many([(k, local_fields(r), {}) for k, r in pairs])]
             self.index.add_sources(sources or {})  # (nested: in this transaction)
-            journal.remember_ids(self.index, [(eid, int(r["id"])) for eid, (_, r) in zip(ids, pairs)
+            journal.remember_ids(self.index, [(eid, int(r["id"])) for eid, (_, r) in zip(ids, pairs, strict=False)
                                               if r.get("id") is not None], c)
-            for eid, (_, r) in zip(ids, pairs):
+            for eid, (_, r) in zip(ids, pairs, strict=False):
                 data = bundles.get(r.get("logs") or "")
                 if data is not None:
                     try:
@@ -330,7 +329,7 @@ class TeamStore:
                 if final.exists():
                     continue
                 try:
-                    self.link.run(partial(blobs.get_to, d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))
+                    self.link.run(lambda d=d, n=n, final=final: blobs.get_to(d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))
                 except CorruptBlob as e1:
                     raise _corrupt(d, getattr(e1, "reason", str(e1))) from e1
             raise
@@ -395,7 +394,7 @@ class TeamStore:
             datas = self.link.run(lambda: run_all(fetch, digests, getattr(self.link.blobs, "concurrency", 8)))
         except Exception:  # Offline, or anything else: logs are never worth a failure
             return {}
-        return {d: x for d, x in zip(digests, datas) if x is not None}
+        return {d: x for d, x in zip(digests, datas, strict=False) if x is not None}
 
     # -- the team's key -------------------------------------------------------------------------
     def key_refusal(self, run: Callable[[Callable[[], Any]], Any] | None = None) -> str | None:
@@ -488,7 +487,7 @@ class TeamStore:
             return 0
         rows = journal.claim_hits(self.index)  # claimed first: a concurrent forwarder sends the others
         counts: dict[int, tuple[int, float | None]] = {}
-        for _, tid, n, t in rows:
+        for _, tid, n, _t in rows:
             # last used: now, by the team index's clock (this machine's may be off by days)
             counts[tid] = (counts.get(tid, (0, None))[0] + n, None)
         if not counts:
@@ -512,7 +511,9 @@ class TeamStore:
                 del self._team_held[key]
             if owner:
                 try:
-                    self.link.run(partial(self.link.index.release, key, owner))
+                    # ``link.index`` read inside ``run``: it connects lazily, and a link that is down
+                    # answers Offline without being touched (the loop's values bound as defaults)
+                    self.link.run(lambda key=key, owner=owner: self.link.index.release(key, owner))
                 except Offline:
                     pass
 
@@ -584,7 +585,7 @@ class TeamStore:
         keys = [(r["fn"], r["code"], r["args"], r["schema"]) for r in rows]
         have = self.index.lookup_many(keys)
         new, refused = [], 0
-        for k, r in zip(keys, rows):
+        for k, r in zip(keys, rows, strict=False):
             if k in have:
                 continue
             if signing.problem(k, r) is not None:
@@ -641,7 +642,7 @@ class TeamStore:
         missing: list[Key] = []
         for i in range(0, len(done), 500):
             chunk = done[i:i + 500]
-            there = self.link.attempt(partial(self.link.index.lookup_many, chunk))
+            there = self.link.attempt(lambda chunk=chunk: self.link.index.lookup_many(chunk))
             missing.extend(k for k in chunk if tuple(k) not in there)
         if missing:
             with self.index.write() as c:
