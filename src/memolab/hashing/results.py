@@ -22,6 +22,8 @@ from .registry import Handler, Leaf, dispatch, excluded_attributes, leaves
 # leaf's ``loaded`` stamp, i.e. only where a later change would be detected.
 
 _MAX_TOKENS = 4096
+# object.__getstate__ is Python 3.11's: on 3.10 a class without its own has none at all
+_OBJECT_GETSTATE = getattr(object, "__getstate__", None)
 _result_tokens: OrderedDict[Any, tuple[list[str], Any]] = OrderedDict()
 _tokens_lock = threading.Lock()
 
@@ -55,7 +57,7 @@ def _plain_pickled(t: type) -> bool:
     if got is None:
         got = (getattr(t, "__reduce_ex__", None) is object.__reduce_ex__
                and getattr(t, "__reduce__", None) is object.__reduce__
-               and getattr(t, "__getstate__", object.__getstate__) is object.__getstate__
+               and getattr(t, "__getstate__", _OBJECT_GETSTATE) is _OBJECT_GETSTATE
                and not hasattr(t, "__setstate__")
                and "__slots__" not in vars(t))
         _plain_cache[t] = got
@@ -128,6 +130,7 @@ class _KnownLeaves(Encoder):
     computing them again: a result's leaves were just digested for its token."""
 
     __slots__ = ("known",)
+    known: dict[int, Any]
 
     def write_leaf(self, obj: Any, leaf: Leaf) -> None:
         got = self.known.get(id(obj))
