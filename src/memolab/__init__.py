@@ -5,6 +5,8 @@ the first time a value from those libraries is hashed or stored.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from . import hooks as _hooks
 from ._version import __version__
 
@@ -27,7 +29,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+if TYPE_CHECKING:  # what __getattr__ loads on first use, as type checkers should see it
+    from . import ui as ui
+    from .runs import runs as runs
+    from .torch.checkpoint import checkpoint as checkpoint
+    from .tracking import log as log
+    from .tracking.writer import SummaryWriter as SummaryWriter
+
+
+def __getattr__(name: str) -> Any:
     # Logging is loaded on first use: `import memolab` must stay fast.
     if name == "log":
         import importlib

@@ -23,7 +23,7 @@ from typing import Any
 from . import expiry
 from .errors import NotAccepted
 from .explain import Explanation, last_miss
-from .store.accepts import covering, decoded, summary, who  # noqa: F401 (covering: here for the faces)
+from .store.accepts import covering, decoded as decoded, summary as summary, who  # noqa: F401 (covering: here for the faces)
 
 __all__ = ["explain_found", "proposal", "record", "accept_call", "undo", "undo_for", "covering"]
 

@@ -671,7 +671,7 @@ _VERSIONS: dict[tuple[str, ...], str] = {}
 def _versions_json(memolab_version: str) -> str:
     """``{"memolab": ..., "numpy": ..., "torch": ...}`` as JSON, made once per set of versions."""
     loaded = _loaded_versions()
-    k = (memolab_version, *loaded.items())  # type: ignore[arg-type]
+    k = (memolab_version, *loaded.items())
     text = _VERSIONS.get(k)  # type: ignore[arg-type]
     if text is None:
         text = _VERSIONS[k] = _json({"memolab": memolab_version, **loaded})  # type: ignore[index]

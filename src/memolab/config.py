@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 _lock = threading.Lock()
 
@@ -98,7 +98,7 @@ class Settings:
     #: more), 2 every call that is not a hit from this process's memory; None: 1, but 0 on a
     #: rank other than 0 of a distributed job (docs/logging.md, "What memolab says")
     verbose: int | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # -- MEMOLAB_* variables: every one with a value to check is parsed here, and only here -----
@@ -147,9 +147,9 @@ class Number:
                 self.integer and not isinstance(v, numbers.Integral)):
             raise ValueError(f"is not {self._kind()}")
         # compared before float(): an int too large for a float must be refused, not overflow
-        if not self.lo <= v <= self.hi:
+        if not self.lo <= v <= self.hi:  # type: ignore[operator]  # numbers.Real/Integral: mypy has no arithmetic for the numbers ABCs
             raise ValueError("is out of range")
-        return int(v) if self.integer else float(v)
+        return int(v) if self.integer else float(v)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
@@ -166,7 +166,7 @@ class Choice:
     def check(self, v: Any) -> str:
         if v not in self.options:
             raise ValueError("is not an accepted value")
-        return v
+        return cast(str, v)  # one of the options
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ class Level:
             return None  # back to the default
         if isinstance(v, bool):
             return int(v)
-        if isinstance(v, numbers.Integral) and 0 <= v <= 2:
+        if isinstance(v, numbers.Integral) and 0 <= v <= 2:  # type: ignore[operator]  # numbers.Real/Integral: mypy has no arithmetic for the numbers ABCs
             return int(v)
         raise ValueError("is not a verbosity")
 
@@ -284,7 +284,7 @@ _CHECKS: dict[str, Any] = {v.setting: v.rule for v in ENV.values() if v.setting}
 _BAD = object()
 #: (variable, raw value) -> its value, or _BAD: a value is parsed (and reported) once
 _parsed: dict[tuple[str, str], Any] = {}
-_reported: set = set()
+_reported: set[tuple[str, ...]] = set()
 
 
 def _report(key: tuple[str, ...], line: str) -> None:
@@ -413,11 +413,9 @@ def _tool_table(workspace: Path) -> dict[str, Any]:
     try:
         text = p.read_text(encoding="utf-8")
         if "tool.memolab" in text:
-            try:
+            if sys.version_info >= (3, 11):  # (no tomllib in Python 3.10)
                 import tomllib
-            except ImportError:  # Python 3.10
-                tomllib = None  # type: ignore[assignment]
-            if tomllib is not None:
+
                 table = tomllib.loads(text).get("tool", {}).get("memolab", {}) or {}
     except (OSError, ValueError):
         table = {}

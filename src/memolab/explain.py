@@ -290,7 +290,7 @@ def _arg_reasons(old: dict[str, list[str]], new: dict[str, list[str]], told: fro
         if name in told:
             continue
         if a is None:
-            out.append(f"new argument {name} = {b[1]}")
+            out.append(f"new argument {name} = {b[1]}")  # type: ignore[index]  # not in old: in new
         elif b is None:
             out.append(f"argument {name} no longer passed (was {a[1]})")
         elif a[0] != b[0]:

@@ -31,6 +31,7 @@ from typing import Any, Union
 
 from . import hashing
 from .errors import HashError
+from .hashing.primitives import pack_Q
 
 __all__ = ["File", "Dir"]
 
@@ -48,7 +49,7 @@ encoded = 0
 PathArg = Union[str, "os.PathLike[str]"]
 
 
-class File(os.PathLike):
+class File(os.PathLike[str]):
     """A file argument whose key is its content."""
 
     __slots__ = ("path",)
@@ -72,7 +73,7 @@ class File(os.PathLike):
         return (type(self), (self.path,))
 
 
-class Dir(os.PathLike):
+class Dir(os.PathLike[str]):
     """A directory argument whose key is the names and content of everything below it.
 
     ``exclude``: glob patterns matched against each entry's path relative to
@@ -284,7 +285,7 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
     pending: list[tuple[str, StatKey, bytes, int]] = []
-    enc.write(b"\x12" + hashing.pack_Q(len(entries)))
+    enc.write(b"\x12" + pack_Q(len(entries)))
     try:
         for rel, kind, path in entries:
             enc.write_str(rel)

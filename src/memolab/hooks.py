@@ -213,7 +213,7 @@ class _ImportWatcher:
             _seen.add(name)
             _run_on_import(name)
 
-        loader.exec_module = exec_module  # this spec's loader only: one per import of the module
+        loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]  # this spec's loader only: one per import of the module
         return spec
 
 

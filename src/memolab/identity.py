@@ -84,7 +84,7 @@ def remember(obj: Any, stamp: Any, digest: bytes, origin: Any = None, keep: Any 
         return
     key = id(obj)
     try:
-        ref = weakref.ref(obj, lambda r, key=key: _drop(key, r))
+        ref = weakref.ref(obj, lambda r, key=key: _drop(key, r))  # type: ignore[misc]  # (a default it cannot type)
     except TypeError:  # not weak-referenceable: we could not tell a reused id apart
         return
     with _lock:
@@ -282,7 +282,7 @@ _exporters: dict[int, weakref.ref[Any]] = {}
 def trust_exporter(obj: Any) -> None:
     key = id(obj)
     try:
-        ref = weakref.ref(obj, lambda r, key=key: _exporters.pop(key, None) if _exporters.get(key) is r else None)
+        ref = weakref.ref(obj, lambda r, key=key: _exporters.pop(key, None) if _exporters.get(key) is r else None)  # type: ignore[misc]
     except TypeError:
         return
     _exporters[key] = ref

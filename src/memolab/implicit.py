@@ -27,6 +27,7 @@ import contextvars
 import dis
 import os
 import sys
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -87,7 +88,7 @@ _reads: contextvars.ContextVar[tuple[_Reads, ...]] = contextvars.ContextVar("mem
 _READERS = frozenset(("get", "getenv", "__contains__", "getenvb"))
 
 
-class _WatchedEnviron(os._Environ):  # type: ignore[name-defined,misc]
+class _WatchedEnviron(os._Environ):
     """``os.environ``'s own class, noting a variable a body reads by name (``__class__``
     is swapped in place: the same object, the same data, every reference to it sees it)."""
 
@@ -102,7 +103,7 @@ _SUBSCRIPT = dis.opmap["BINARY_SUBSCR"]
 
 
 def _note(key: Any) -> None:
-    f = sys._getframe(2)
+    f: types.FrameType | None = sys._getframe(2)
     direct = True
     while f is not None and f.f_code.co_name in _READERS and f.f_globals.get("__name__") in _OS_MODULES:
         f, direct = f.f_back, False
@@ -124,7 +125,7 @@ def _is_user(frame: Any) -> bool:
 
 
 def _watch() -> None:
-    if type(os.environ) is os._Environ:  # type: ignore[attr-defined]
+    if type(os.environ) is os._Environ:
         try:
             os.environ.__class__ = _WatchedEnviron
         except TypeError:  # another library replaced it already: its reads go unnoticed

@@ -201,7 +201,7 @@ def drive_sync(gen: Generator[Request, Any, Any], fn: Callable[..., Any] | None,
                 answer = fn(*bound.args, **bound.kwargs)  # type: ignore[misc]
         except BaseException as e:
             error = e
-    raise error  # type: ignore[misc]  # set: the loop leaves only by return, raise or this break
+    raise error  # set: the loop leaves only by return, raise or this break
 
 
 async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Awaitable[Any]], bound: Any) -> Any:

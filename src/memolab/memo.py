@@ -14,10 +14,11 @@ import os
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from . import codegraph, config, distributed, expiry, files, hashing
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
+from .codegraph.where import unwrap
 from .explain import Explanation, explain_key
 from .implicit import parts as implicit_parts
 from .lifecycle import drive_async, drive_sync, lifecycle
@@ -35,7 +36,7 @@ class MemoFunction:
     """A memoized function. Call it like the original; see ``explain``, ``fresh``, ``clear``."""
 
     def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: str | None = None,
-                 deps: Iterable[Any] = (), store: None | str | os.PathLike = None,
+                 deps: Iterable[Any] = (), store: None | str | os.PathLike[str] = None,
                  version_sensitivity: str | None = None, collective: bool | str = True,
                  global_rng: bool = True, env: Sequence[str] = (), code: str = "digest",
                  max_age: None | int | float | str | Any = None,
@@ -97,7 +98,7 @@ class MemoFunction:
         _claim_symbol(self)
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
-        self.implicit: Any | None = None if codegraph.is_code(codegraph.unwrap(fn)) else fn
+        self.implicit: Any | None = None if codegraph.is_code(unwrap(fn)) else fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self._store_path = store
         self._store_cache: tuple[Any, Store | None] = (None, None)
@@ -173,7 +174,7 @@ class MemoFunction:
                     if k not in values:
                         values[k] = d
                 if len(values) == len(fast):
-                    return inspect.BoundArguments(self.signature, {k: values[k] for k in fast})  # type: ignore[arg-type]
+                    return inspect.BoundArguments(self.signature, {k: values[k] for k in fast})
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -354,7 +355,7 @@ def _memo_by_name(module: str, qualname: str) -> MemoFunction:
 
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: str | None, deps: Iterable[Any],
-                  store: None | str | os.PathLike, version_sensitivity: str | None,
+                  store: None | str | os.PathLike[str], version_sensitivity: str | None,
                   collective: bool | str = True, global_rng: bool = True, env: Sequence[str] = (),
                   code: str = "digest", max_age: float | None = None,
                   validate: Callable[[dict[str, Any]], Any] | None = None,
@@ -368,7 +369,7 @@ def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: str | 
 def _verbosity(v: None | bool | int) -> int | None:
     """``@memo(verbose=...)``: None (the process's setting), True/False, or a level 0..2."""
     try:
-        return config.ENV["MEMOLAB_VERBOSE"].rule.check(v)
+        return cast("int | None", config.ENV["MEMOLAB_VERBOSE"].rule.check(v))
     except ValueError:
         raise TypeError(f"@memo(verbose=...) takes True, False or a level 0, 1 or 2, not {v!r}") from None
 
@@ -429,7 +430,7 @@ class _BoundMemo:
 def memo(fn: F) -> F: ...
 @overload
 def memo(*, ignore: Sequence[str] = ..., version: str | int | None = ..., deps: Iterable[Any] = ...,
-         store: None | str | os.PathLike = ..., version_sensitivity: str | None = ...,
+         store: None | str | os.PathLike[str] = ..., version_sensitivity: str | None = ...,
          collective: bool | str = ..., global_rng: bool = ..., env: Sequence[str] = ...,
          code: str = ..., max_age: None | int | float | str | Any = ...,
          validate: Callable[[dict[str, Any]], Any] | None = ...,
@@ -437,7 +438,7 @@ def memo(*, ignore: Sequence[str] = ..., version: str | int | None = ..., deps: 
 
 
 def memo(fn: Callable[..., Any] | None = None, *, ignore: Sequence[str] = (), version: str | int | None = None,
-         deps: Iterable[Any] = (), store: None | str | os.PathLike = None,
+         deps: Iterable[Any] = (), store: None | str | os.PathLike[str] = None,
          version_sensitivity: str | None = None, collective: bool | str = True, global_rng: bool = True,
          env: Sequence[str] = (), code: str = "digest", max_age: None | int | float | str | Any = None,
          validate: Callable[[dict[str, Any]], Any] | None = None,

@@ -45,7 +45,7 @@ class Scalars(NamedTuple):
     value: list[float]
     wall: list[float]
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return len(self.step)
 
     def to_pandas(self) -> Any:

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import hashing, identity
+from . import identity
+from .hashing.registry import leaves as large_leaves
 from .store import edges as store_edges
 
 __all__ = ["input_edges", "mark", "MAX_EDGES"]
@@ -55,7 +56,7 @@ def input_edges(named: Sequence[tuple[str, Any]], visited: list[Any] | None, per
     if visited:
         keep, ends = visited[0]
         get = identity.origin_where if identity.marked() else None
-        large = hashing.leaves
+        large = large_leaves
         arg = 0
         for i, obj in enumerate(keep):
             while arg < len(ends) - 1 and i >= ends[arg]:

@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
     """Usage errors are one line on stderr (``memolab ls: argument --limit: must be 1 or more, got -3``),
     exit 2, as every other error of the command line is one line."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(USAGE, f"memolab: {self.prog.replace('memolab ', '', 1) + ': ' if ' ' in self.prog else ''}"
                          f"{message} (see {self.prog} --help)\n")
 

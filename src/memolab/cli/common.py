@@ -198,7 +198,7 @@ def store_root(args: argparse.Namespace) -> Path:
     return Path(args.store).expanduser() if getattr(args, "store", None) else config.store_path()
 
 
-def open_store(args: argparse.Namespace, write: bool = False):
+def open_store(args: argparse.Namespace, write: bool = False) -> Any:
     """The store named by ``--store`` (or the configured one); it must exist.
 
     No command creates a store: ``memolab --store /typo ls`` says there is none (exit 1)
@@ -222,7 +222,7 @@ def open_store(args: argparse.Namespace, write: bool = False):
     return store
 
 
-def writable_store(args: argparse.Namespace):
+def writable_store(args: argparse.Namespace) -> Any:
     """``_store`` for commands that delete: a store that can only be read (a read-only mount, a
     damaged or newer index: the store's ``problem``) is refused before anything is asked."""
     store = open_store(args, write=True)
@@ -232,7 +232,7 @@ def writable_store(args: argparse.Namespace):
     return store
 
 
-def known_functions(store) -> list[str]:
+def known_functions(store: Any) -> list[str]:
     """Every function name the store knows: stored evaluations, logged runs (process runs
     such as ``<process:train.py>`` too) and functions that only ever missed."""
     c = store.index.conn()
@@ -250,7 +250,7 @@ def short_name(fn: str) -> str:
     return fn.split(":")[-1].split(".")[-1] if ":" in fn else fn
 
 
-def resolve_function(store, name: str) -> str:
+def resolve_function(store: Any, name: str) -> str:
     """Accept a full symbol (``pkg.mod:f``) or an unambiguous suffix (``f``, ``mod:f``, ``run.py``
     for the process run of ``run.py``); every command that takes a function goes through here."""
     fns = known_functions(store)
@@ -354,7 +354,7 @@ def index_bytes(root: Any) -> int:
     return n
 
 
-def checkpoint_wal(store) -> None:
+def checkpoint_wal(store: Any) -> None:
     # fold the WAL back so the size measured after a deletion is the index's own
     try:
         store.index.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

@@ -212,7 +212,7 @@ def show_run(store: Any, r: dict[str, Any], as_json: bool) -> int:
     for what in ("traceback", "output"):
         if fail[what]:
             print(f"  {'output (its last lines)' if what == 'output' else what}:")
-            for line in fail[what].rstrip("\n").splitlines():
+            for line in fail[what].rstrip("\n").splitlines():  # type: ignore[union-attr]  # set: fail[what] is truthy
                 print(f"    {line}")
     return OK
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from ..store import edges
 from .common import (
@@ -101,11 +103,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return OK
 
 
-def _count_evaluations(store, fn: str) -> int:
+def _count_evaluations(store: Any, fn: str) -> int:
     return store.index.conn().execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0]
 
 
-def _unstored_runs(store, fn: str) -> dict[str, int]:
+def _unstored_runs(store: Any, fn: str) -> dict[str, int]:
     """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost)."""
     if not _has_runs_of(store, fn):
         return {}
@@ -118,7 +120,7 @@ def _unstored_runs(store, fn: str) -> dict[str, int]:
     return out
 
 
-def _has_runs_of(store, fn: str) -> bool:
+def _has_runs_of(store: Any, fn: str) -> bool:
     c = store.index.conn()
     if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
         return False
@@ -204,7 +206,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     return OK
 
 
-def print_lineage(inputs, users) -> None:
+def print_lineage(inputs: Sequence[dict[str, Any]], users: Sequence[dict[str, Any]]) -> None:
     """An evaluation's inputs (argument path <- the evaluation an object there came from) and users."""
     if inputs:
         print("  inputs (argument <- the evaluation it came from):")
@@ -223,12 +225,12 @@ def print_lineage(inputs, users) -> None:
             print(f"    {u['function']} #{u['evaluation']} (as {u['path']})" + (f" ({u['status']})" if u.get("status") else ""))
 
 
-def _has_runs_table(store) -> bool:
+def _has_runs_table(store: Any) -> bool:
     c = store.index.conn()
     return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
 
 
-def _logs_of(store, eval_id: int):
+def _logs_of(store: Any, eval_id: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
     """(the runs attached to an evaluation, their logged tags by kind)."""
     from ..tracking import query
 
@@ -306,7 +308,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     store = open_store(args, write=not args.dry_run)  # a dry run reads: an older store is not migrated
     fn = resolve_function(store, args.func) if args.func else None
     what = fn or f"every function in {store.root}"
-    down = _downstream_plan(store, fn, args.json) if args.downstream else []
+    down = _downstream_plan(store, fn, args.json) if args.downstream and fn else []
     if args.dry_run:
         own = _count_evaluations(store, fn) if fn else store.index.conn().execute(
             "SELECT COUNT(*) FROM evaluations").fetchone()[0]
@@ -356,13 +358,13 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return OK
 
 
-def _downstream_plan(store, fn: str, quiet: bool):
+def _downstream_plan(store: Any, fn: str, quiet: bool) -> list[dict[str, Any]]:
     """The evaluations built on ``fn``'s, transitively (``[{"function", "evaluation"}]``, nearest
     first), listed on stdout unless ``quiet``: what ``clear --downstream`` forgets besides."""
     ids = [i for (i,) in store.index.conn().execute("SELECT id FROM evaluations WHERE fn=?", (fn,))]
     down = edges.downstream(store.index, ids)
     names = _functions_of(store, down)
-    plan = [{"function": names[i], "evaluation": i} for i in down if i in names]
+    plan: list[dict[str, Any]] = [{"function": names[i], "evaluation": i} for i in down if i in names]
     fns: dict[str, list] = {}
     for d in plan:
         fns.setdefault(d["function"], []).append(d["evaluation"])
@@ -376,8 +378,8 @@ def _downstream_plan(store, fn: str, quiet: bool):
     return plan
 
 
-def _functions_of(store, ids):
-    out = {}
+def _functions_of(store: Any, ids: Sequence[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
     c = store.index.conn()
     for k in range(0, len(ids), 500):
         part = list(ids[k:k + 500])

@@ -98,8 +98,8 @@ def _value_digest(v: Any, sym: str) -> str:
         return f"unhashable:{type(v).__module__}.{type(v).__qualname__}"
 
 
-_function_roots: weakref.WeakKeyDictionary[Any, _Root] = weakref.WeakKeyDictionary()
-_object_roots: weakref.WeakKeyDictionary[Any, _Root] = weakref.WeakKeyDictionary()
+_function_roots: weakref.WeakKeyDictionary[Any, Root] = weakref.WeakKeyDictionary()
+_object_roots: weakref.WeakKeyDictionary[Any, Root] = weakref.WeakKeyDictionary()
 
 
 from .. import config as _config  # noqa: E402  (config imports nothing of ours)
@@ -125,7 +125,7 @@ def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: 
     return _rebuild(_function_roots, fn, [fn, *extra], extra, sens)
 
 
-def _current(obj: Any, root: _Root) -> CodeVersion | None:
+def _current(obj: Any, root: Root) -> CodeVersion | None:
     ids = _active.ids
     i = id(obj)
     ids.add(i)

@@ -211,7 +211,7 @@ class ClassCheck:
         """Read the class dict's version tag from now on (``_Root._arm``). ``last`` stays
         unset: the next ``unchanged`` compares the attributes once more, then records it."""
         self.tag = dictversion.tag_reader(self.dict) if self.dict is not None else None
-        self.view = dictversion.tag_view(self.dict) if self.tag is not None else None
+        self.view = dictversion.tag_view(self.dict) if self.tag is not None else None  # type: ignore[arg-type]  # tag: dict set
         self.last = None
 
     def unchanged(self) -> bool:

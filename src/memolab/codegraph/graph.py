@@ -118,7 +118,7 @@ class Graph:
                 # ``__wrapped__``: the library counts by version, the code it wraps by its own.
                 self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
                 try:
-                    return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
+                    return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])  # type: ignore[attr-defined]
                 finally:
                     self._unwrapping.discard(id(obj))
             held = [h for h in _held_functions(obj) if _origin(_runs(h))[0] == USER]
@@ -528,7 +528,7 @@ class Root:
             if name not in c.absent:
                 c.absent += (name,)
         for ns, name, obj in g.code_slots:
-            if type(obj).__eq__ is not object.__eq__:
+            if type(obj).__eq__ is not object.__eq__:  # type: ignore[comparison-overlap]
                 self.same.append((ns, name, obj))
                 entry(ns)
             else:
@@ -537,7 +537,7 @@ class Root:
         # value slots of one namespace are read with one itemgetter; cells and
         # names not bound yet are read one by one, on every call
         self.vslow: list[int] = []
-        for i, (_sym, where, name) in enumerate(g.value_slots):
+        for i, (_sym, where, name) in enumerate(g.value_slots):  # type: ignore[assignment]  # (None: a cell)
             if name is not None and type(where) is dict and name in where:
                 e = entry(where)
                 e[2].append(name)
@@ -588,7 +588,7 @@ class Root:
             cc.arm()
         views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
         views += [cc.view for cc in self.graph.class_checks]
-        self.views = None if None in views else tuple(views)
+        self.views = None if None in views else tuple(views)  # type: ignore[arg-type]  # (no None in them)
         self.stamp = None
 
     def current(self) -> CodeVersion | None:
@@ -646,7 +646,7 @@ class Root:
         changed = self.cv is None
         slots = g.value_slots
         for i in dirty:
-            sym, where, name = slots[i]
+            sym, where, name = slots[i]  # type: ignore[assignment]  # (None: a cell)
             v = _cell(where) if name is None else where.get(name, _MISSING)
             last_v, d = values[i]
             if v is last_v and _is_immutable(v):

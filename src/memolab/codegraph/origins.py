@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import sysconfig
+from collections.abc import Mapping
 
 USER, PACKAGE, STDLIB, SKIP = "user", "pkg", "stdlib", "skip"
 
@@ -27,7 +28,7 @@ _SITE_PARTS = ("site-packages", "dist-packages")
 PYTHON_VERSION = "{}.{}.{}".format(*sys.version_info[:3])
 
 _cache: dict[tuple[str, str | None], Origin] = {}
-_dists: dict[str, list] | None = None
+_dists: Mapping[str, list[str]] | None = None
 _versions: dict[str, tuple[str, str]] = {}
 
 

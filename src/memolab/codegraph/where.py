@@ -167,7 +167,7 @@ def held_functions(f: types.FunctionType) -> list[Any]:
     """The functions and classes a function holds in its closure cells and defaults: what a
     wrapper made by a decorator without ``functools.wraps`` runs (its ``fn`` cell)."""
     held = [cell_value(c) for c in f.__closure__ or ()] + [v for _, v in defaults_of(f)]
-    out = []
+    out: list[Any] = []
     for v in held:
         v = unwrap(v)
         if v is not f and isinstance(v, (types.FunctionType, type)) and not any(v is o for o in out):

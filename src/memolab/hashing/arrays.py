@@ -129,6 +129,7 @@ def register() -> None:
 
     dispatch[np.ndarray] = enc_array
     leaves[np.ndarray] = leaf
+    t: type
     for t in set(np.sctypeDict.values()):
         dispatch[t] = enc_scalar
     dispatch[np.dtype] = enc_dtype
@@ -159,7 +160,7 @@ def padded(d: Any, extended: tuple[int, int]) -> bool:
         if offset != end or padded(fd, extended):
             return True
         end = offset + fd.itemsize
-    return end != d.itemsize
+    return bool(end != d.itemsize)
 
 
 def write_values(sub: Encoder, a: Any, extended: tuple[int, int]) -> None:
@@ -178,7 +179,7 @@ def write_values(sub: Encoder, a: Any, extended: tuple[int, int]) -> None:
         significant, size = extended
         parts = np.frombuffer(raw_bytes(np, a), np.uint8).reshape(-1, size)
         kept = parts[:, size - significant:] if d.byteorder == ">" else parts[:, :significant]
-        sub.write_buffer(memoryview(np.ascontiguousarray(kept).reshape(-1)))
+        sub.write_buffer(memoryview(np.ascontiguousarray(kept).reshape(-1)))  # type: ignore[arg-type]  # numpy's stubs: no __buffer__
     else:
         sub.write_buffer(raw_bytes(np, a))
 

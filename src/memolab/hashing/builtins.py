@@ -76,7 +76,7 @@ def _encode_memoryview(enc: Encoder, obj: memoryview) -> None:
 
 
 def _encode_seq(tag: bytes, int_tag: bytes, float_tag: bytes) -> Handler:
-    def handler(enc: Encoder, obj: Sequence) -> None:
+    def handler(enc: Encoder, obj: Sequence[Any]) -> None:
         if enc.memoize(obj):
             return
         n = len(obj)
@@ -124,14 +124,14 @@ def _sort_key_digest(x: Any) -> str:
     return hash_value(x)
 
 
-def _encode_dict(enc: Encoder, obj: dict) -> None:
+def _encode_dict(enc: Encoder, obj: dict[Any, Any]) -> None:
     if enc.memoize(obj):
         return
     enc.write(b"d" + pack_Q(len(obj)))
     _encode_items(enc, obj.items(), ordered=False)
 
 
-def _encode_ordered_dict(enc: Encoder, obj: OrderedDict) -> None:
+def _encode_ordered_dict(enc: Encoder, obj: OrderedDict[Any, Any]) -> None:
     if enc.memoize(obj):
         return
     enc.write(b"o" + pack_Q(len(obj)))
@@ -253,6 +253,12 @@ def _refuse(reason: str) -> Handler:
     return handler
 
 
+def _encode_fraction(enc: Any, obj: Any) -> None:  # a fractions.Fraction
+    enc.write(b"/")
+    _encode_int(enc, obj.numerator)
+    _encode_int(enc, obj.denominator)
+
+
 def register_builtins() -> None:
     import datetime
     import decimal
@@ -289,11 +295,11 @@ def register_builtins() -> None:
     reg[type(NotImplemented)] = lambda enc, obj: enc.write(b"!")
     reg[range] = lambda enc, obj: enc.write(b"r" + pack_q(obj.start) + pack_q(obj.stop) + pack_q(obj.step))
     reg[slice] = lambda enc, obj: (enc.write(b":"), enc.encode_child((obj.start, obj.stop, obj.step), ""))
+    t: type
     for t in (pathlib.PosixPath, pathlib.WindowsPath, pathlib.PurePosixPath, pathlib.PureWindowsPath):
         reg[t] = (lambda tag: lambda enc, obj: (enc.write(b"p"), enc.write_str(tag), enc.write_str(str(obj))))(t.__name__)
     reg[decimal.Decimal] = lambda enc, obj: (enc.write(b"$"), enc.write_str(str(obj)))
-    reg[fractions.Fraction] = lambda enc, obj: (enc.write(b"/"), _encode_int(enc, obj.numerator),
-                                                _encode_int(enc, obj.denominator))
+    reg[fractions.Fraction] = _encode_fraction
     reg[uuid.UUID] = lambda enc, obj: enc.write(b"u" + obj.bytes)
     for t in (datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone):
         reg[t] = (lambda tag: lambda enc, obj: (enc.write(b"z"), enc.write_str(tag), enc.write_str(repr(obj))))(t.__name__)

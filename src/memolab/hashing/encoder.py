@@ -231,11 +231,11 @@ def hash_value(obj: Any, path: str = "") -> str:
 _SCALARS = frozenset((int, str, bytes, bool, type(None)))
 _SCALAR_MAX = 256  # characters or bytes: longer values are encoded (and not kept here)
 _SCALAR_ENTRIES = 4096
-_scalar_digests: dict[tuple, tuple[int, str, dict[str, str]]] = {}
+_scalar_digests: dict[tuple[Any, ...], tuple[int, str, dict[str, str]]] = {}
 _registry_generation = 0
 
 
-def _scalar_key(named: Sequence[tuple[str, Any]]) -> tuple | None:
+def _scalar_key(named: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
     parts = []
     for name, v in named:
         t = type(v)

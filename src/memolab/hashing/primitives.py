@@ -35,7 +35,7 @@ pack_d = struct.Struct("<d").pack
 pack_Q = struct.Struct("<Q").pack
 
 
-def new_hasher():
+def new_hasher() -> xxhash.xxh3_128:
     return xxhash.xxh3_128()
 
 
@@ -62,7 +62,7 @@ def hash_threads() -> int:
     """
     n = config.env_setting("MEMOLAB_HASH_THREADS")  # validated in one place (docs/settings.md)
     if n is not None:
-        return n
+        return int(n)  # (an int already: validated)
     cores = os.cpu_count() or 1
     try:
         idle = cores - os.getloadavg()[0] + 1

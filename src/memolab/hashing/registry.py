@@ -10,8 +10,9 @@ from typing import Any, Protocol
 from .. import codegraph, identity
 
 #: ``handler(enc, obj)``: ``enc`` is the ``Encoder`` (hashing.encoder), which imports this module,
-#: so it is not named here: a handler may annotate it as the ``Encoder`` or as ``Encoding``
-Handler = Callable[[Any, Any], None]
+#: so it is not named here: a handler may annotate it as the ``Encoder`` or as ``Encoding``; what it
+#: returns is ignored (a lambda may return its writes' tuple)
+Handler = Callable[[Any, Any], object]
 
 
 class Encoding(Protocol):
@@ -39,7 +40,7 @@ class Encoding(Protocol):
 
 dispatch: dict[type, Handler] = {}
 #: types whose ``dispatch`` entry was resolved (inherited or generic), not registered
-resolved: set = set()
+resolved: set[type] = set()
 lazy: dict[str, Callable[[], None]] = {}
 
 
@@ -159,7 +160,7 @@ def type_name(t: type) -> str:
 #: built-in value types whose handler writes the content but not the exact type:
 #: a subclass (``class Config(OrderedDict)`` overriding ``__getitem__``) would
 #: otherwise share keys with its base
-TYPE_BLIND: set = set()
+TYPE_BLIND: set[type] = set()
 
 
 #: built-in containers and scalars: a subclass never inherits their handler (it may carry attributes)

@@ -30,7 +30,7 @@ _tokens_lock = threading.Lock()
 
 #: handlers whose objects a result walk enters (attribute by attribute): plain
 #: objects and, registered by torch support, datasets, samplers and loaders
-_walk_handlers: set = set()
+_walk_handlers: set[Any] = set()
 
 
 def register_result_walk(handler: Handler) -> None:
@@ -67,7 +67,7 @@ def _plain_pickled(t: type) -> bool:
 _plain_cache: dict[type, bool] = {}
 
 
-def _walk_leaves(value: Any, out: list[tuple[Any, Leaf]], depth: int = 0, seen: set | None = None) -> None:
+def _walk_leaves(value: Any, out: list[tuple[Any, Leaf]], depth: int = 0, seen: set[int] | None = None) -> None:
     """The large leaves of a result, in a deterministic order: inside lists, tuples,
     dicts and objects with plain pickling whose handler allows it (``register_result_walk``)."""
     t = type(value)

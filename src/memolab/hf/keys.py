@@ -89,7 +89,7 @@ def _forget(table: dict[int, Any], key: int, ref: weakref.ref[Any]) -> None:
 
 def _set_verdict(table: Any, trusted: bool) -> None:
     key = id(table)
-    ref = weakref.ref(table, lambda r, key=key: _forget(_verdicts, key, r))
+    ref = weakref.ref(table, lambda r, key=key: _forget(_verdicts, key, r))  # type: ignore[misc]  # (a default it cannot type)
     with _lock:
         _verdicts[key] = (ref, trusted)
 
@@ -99,7 +99,7 @@ def trust_mapping(mapping: Any, start: int, size: int) -> None:
     blob: nobody can write it while it lives (and the entry goes when it dies)."""
     global _sorted
     key = id(mapping)
-    ref = weakref.ref(mapping, lambda r, key=key: _forget(_blob_ranges, key, r))
+    ref = weakref.ref(mapping, lambda r, key=key: _forget(_blob_ranges, key, r))  # type: ignore[misc]  # (a default it cannot type)
     with _lock:
         _blob_ranges[key] = (ref, start, start + size)
         _sorted = None
@@ -317,7 +317,7 @@ def _register_objects() -> None:
                 register_handler(cls, encode_hf_value)
     for cls in _own:
         if dataclasses.is_dataclass(cls):
-            _init_fields[cls] = tuple(sorted(f.name for f in dataclasses.fields(cls) if f.init))
+            _init_fields[cls] = tuple(sorted(f.name for f in dataclasses.fields(cls) if f.init))  # type: ignore[index]  # a dataclass type
 
 
 def know_kinds(table: Any) -> None:

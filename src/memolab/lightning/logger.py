@@ -18,8 +18,8 @@ try:
     from lightning.pytorch.loggers import Logger
     from lightning.pytorch.utilities import rank_zero_only
 except ImportError:  # the standalone package
-    from pytorch_lightning.loggers import Logger  # type: ignore[no-redef]
-    from pytorch_lightning.utilities import rank_zero_only  # type: ignore[no-redef]
+    from pytorch_lightning.loggers import Logger  # type: ignore[assignment]  # the same class, under its old package
+    from pytorch_lightning.utilities import rank_zero_only
 
 from ..tracking import log as _log
 from ..tracking.writer import SummaryWriter

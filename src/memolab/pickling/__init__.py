@@ -51,7 +51,7 @@ from ..hooks import LAZY_HOOKS, hook
 from ..reducers import Reducer, reducers
 from .canon import canon, global_names
 from .locate import anchor_of, code_digest, is_library_module, lookup_symbol, name_of, walk_qualname
-from .refs import check_refs as check_refs, load_error  # (X as X: also used as pickling.check_refs)
+from .refs import check_refs as check_refs, load_error as load_error  # (X as X: also imported from here)
 from .sources import source_changed, source_fingerprint
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
@@ -137,14 +137,14 @@ def _resolve(t: type) -> Reducer | None:
 def _reduce_honest(p: Pickler, obj: Any) -> Any:
     """object's default reduction, but by ``type(obj)``: copyreg's uses ``obj.__class__``."""
     t = type(obj)
-    if t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:
+    if t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:  # type: ignore[comparison-overlap]
         return NotImplemented  # the class's own reduction knows best
     return _new_instance, (t,), obj.__getstate__()
 
 
 def _new_instance(cls: type) -> Any:
     # Deliberately not __init__: unpickling restores state, it does not construct.
-    return cls.__new__(cls)
+    return cls.__new__(cls)  # type: ignore[call-overload]  # any class: object's __new__ or its own
 
 
 # -- functions and classes ---------------------------------------------------------------
@@ -171,7 +171,7 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     source = source_fingerprint(anchor_obj, anchor) if anchor else None
     rec = (modname, qual, d, anchor, anchor_digest, source)
     if anchor:
-        p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
+        p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest
     if isinstance(obj, type):
         slot, _ = p.by_value_classes.setdefault(id(obj), ([], obj))
         return _class_by_value(obj, rec, slot, p)
@@ -486,7 +486,7 @@ def _np_from_buffer(buf: Any, dtype: Any, shape: tuple[int, ...], order: str) ->
     flat = np.frombuffer(buf, dtype=np.uint8)
     if dtype.itemsize == 0 or flat.size == 0:
         return np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
-    return flat.view(dtype).reshape(shape, order=order)  # type: ignore[call-overload]
+    return flat.view(dtype).reshape(shape, order=order)
 
 
 def _np_view(root: Any, dtype: Any, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Any:
@@ -510,7 +510,7 @@ def register_dataclasses(register_reducer: Callable[[type, Reducer | None], None
         return lambda p, obj: (_dataclass_sentinel, (name,))
 
     register_reducer(dataclasses._FIELD_BASE, lambda p, obj: (_dataclass_sentinel, (obj.name,)))  # type: ignore[attr-defined]
-    register_reducer(dataclasses._MISSING_TYPE, by_name("MISSING"))  # type: ignore[attr-defined]
+    register_reducer(dataclasses._MISSING_TYPE, by_name("MISSING"))
     register_reducer(dataclasses._KW_ONLY_TYPE, by_name("KW_ONLY"))  # type: ignore[attr-defined]
 
 

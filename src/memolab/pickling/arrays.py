@@ -47,4 +47,4 @@ def _np_bytes(arr: Any, order: str) -> Any:
 
     if arr.size == 0 or arr.dtype.itemsize == 0:
         return np.empty(0, dtype=np.uint8)
-    return arr.reshape(-1, order=order).view(np.uint8)  # type: ignore[call-overload]
+    return arr.reshape(-1, order=order).view(np.uint8)

@@ -39,8 +39,8 @@ def _definitions(path: str) -> dict[str, str] | None:
     try:
         from ..codegraph import normalized_source  # docstrings and comments do not count
     except ImportError:  # pragma: no cover - only if codegraph drops it
-        def normalized_source(seg: str) -> str:
-            return ast.dump(ast.parse(textwrap.dedent(seg)), include_attributes=False)
+        def normalized_source(src: str) -> str:
+            return ast.dump(ast.parse(textwrap.dedent(src)), include_attributes=False)
 
     def fingerprint(seg: str) -> str:
         try:

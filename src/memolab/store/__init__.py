@@ -36,17 +36,17 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
 from ..progress import result_progress
 from . import layout, mounts, perms, signing
 from .blobs import BlobFolder, digest_bytes
-from .inline import inline_problem, loads_result as _loads, split_inline  # noqa: F401  (inline_problem: doctor's)
+from .inline import inline_problem as inline_problem, loads_result as _loads, split_inline  # (inline_problem: doctor's)
 from .leases import LOCKS_MARK
 from .misses import insert_miss
-from .process import runtime_info  # noqa: F401  (re-exported: call.py records it with each evaluation)
+from .process import runtime_info as runtime_info  # (re-exported: call.py records it with each evaluation)
 from .sqlite import NEWEST_ID_SQL, Index, Key, process_token, savepoint, write_usage
 from .usage import Flusher
 
@@ -85,6 +85,7 @@ class Store:
     #: may a quick function's miss compute without a lease (``MemoFunction._call``)?
     #: Not where a miss takes more than a local lease (the team store's) or none (read-only)
     lease_free = True
+    _generation: int  # a degraded store's ``config.generation()`` when ``get_store`` opened it
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -163,7 +164,7 @@ class Store:
         from ..lifecycle import claim, drive_sync  # the one wait loop, shared with memoized calls
 
         try:
-            return drive_sync(claim(self, key, owner, force, on_owner), None)
+            return cast("tuple[str, dict[str, Any] | None]", drive_sync(claim(self, key, owner, force, on_owner), None))
         except BaseException:
             # a wait cut short (Ctrl-C) gives back what the claim may hold: a team store keeps
             # its local lease while the team says "wait"
@@ -314,6 +315,7 @@ class Store:
         refs = [tuple(r) for r in json.loads(row["buffers"])] if row["buffers"] and row["buffers"] != "[]" else []
         # a listing row (Index.evaluations) does not carry the inline bytes: read them
         inline = row["inline"] if "inline" in row else self.index.inline_of(row["id"])
+        source: tuple[memoryview, ...] | list[tuple[Any, ...]]  # views of the inline column, or blob refs
         if inline is not None:
             payload, source = split_inline(inline, row, refs)
         else:
@@ -416,7 +418,7 @@ class Store:
         write_usage(c, hits, stamps)
         riders = getattr(self, "_riders", None)
         rider = getattr(riders, "fn", None)
-        if rider is not None:
+        if rider is not None and riders is not None:  # (a rider is found on riders only)
             riders.fn = None
             if isinstance(c, sqlite3.Connection):  # an index of another database (team.pg) takes no rider
                 rider(c)
@@ -447,7 +449,7 @@ class Store:
 
     def newest_id(self) -> int | None:
         """The newest evaluation's id: a miss explained when asked is compared with what existed before it."""
-        return self.index.conn().execute(NEWEST_ID_SQL).fetchone()[0]
+        return cast("int | None", self.index.conn().execute(NEWEST_ID_SQL).fetchone()[0])
 
     def miss_rider(self, fn: str, record: str) -> Callable[[sqlite3.Connection], None]:
         """A rider (``ride_along``, ``acquire(on_owner=...)``) recording why ``fn`` missed in the
@@ -655,7 +657,7 @@ class ReadOnlyStore(Store):
             raise self.problem  # a miss: computed, not stored (no lease to take)
         return "hit", row
 
-    acquire = try_acquire
+    acquire = try_acquire  # type: ignore[assignment]  # (its options by keyword: on_owner, and looked_up in **kw)
 
     def release(self, key: Key, owner: str) -> None:
         pass
@@ -714,7 +716,7 @@ def _retire_replaced(old: config.Settings, new: config.Settings) -> None:
 config.on_configure.append(_retire_replaced)
 
 
-def get_store(path: os.PathLike | None = None) -> Store:
+def get_store(path: str | os.PathLike[str] | None = None) -> Store:
     """The store for ``path`` (default: the configured one), shared per process.
 
     Never raises for a store that cannot be used: see ``open_store``

@@ -180,7 +180,8 @@ class AcceptIndex:
     def accepts(self, fn: str | None = None, schema: str | None = None, active: bool = True,
                 ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """Accepts (of ``fn``, under ``schema``), oldest first; ``active``: those not undone."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if fn is not None:
             clauses.append("fn=?")
             params.append(fn)
@@ -210,16 +211,16 @@ class AcceptIndex:
         with self.write() as c:
             cur = c.execute(f"INSERT INTO accepts({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                             [rec[k] for k in cols])
-            return int(cur.lastrowid)  # type: ignore[arg-type]
+            return int(cur.lastrowid)
 
     def undo_accept(self, accept_id: int, when: float | None = None, by: str | None = None,
                     pending: bool = False) -> bool:
         """Take accept ``accept_id`` back (it stays, as history); whether it was active.
         ``pending``: the undo is still to be sent to the team index."""
         with self.write() as c:
-            return c.execute("UPDATE accepts SET undone=?, undone_by=?, pending_undo=? WHERE id=? AND undone IS NULL",
+            return bool(c.execute("UPDATE accepts SET undone=?, undone_by=?, pending_undo=? WHERE id=? AND undone IS NULL",
                              (time.time() if when is None else when, by, 1 if pending else 0,
-                              int(accept_id))).rowcount > 0
+                              int(accept_id))).rowcount > 0)
 
     def set_accept_team(self, accept_id: int, team_id: int | None, pending_undo: bool = False) -> None:
         """Accept ``accept_id`` is on the team index as ``team_id`` (its undo sent, unless ``pending_undo``)."""
@@ -228,7 +229,7 @@ class AcceptIndex:
                       (team_id, 1 if pending_undo else 0, int(accept_id)))
 
 
-_refused: set = set()
+_refused: set[tuple[Any, ...]] = set()
 
 
 def usable(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

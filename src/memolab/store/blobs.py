@@ -113,7 +113,7 @@ def copy_on_write(buf: Any) -> Any:
     if not mv.readonly:
         return buf
     path = _mapped_from.get(mv.obj) if isinstance(mv.obj, mmap.mmap) else None
-    if path is not None and mv.nbytes == len(mv.obj):
+    if path is not None and mv.nbytes == len(mv.obj):  # type: ignore[arg-type]  # an mmap (path found)
         try:
             with open(path, "rb") as f:
                 m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
@@ -176,7 +176,7 @@ class BlobFolder:
         """Hash and write at the same time (BLAKE3 releases the GIL): a large store
         costs about one write instead of a hash plus a write. The price: bytes
         that turn out to be stored already were written once for nothing."""
-        out: list = []
+        out: list[Any] = []
 
         def hash_it() -> None:
             try:

@@ -107,7 +107,7 @@ def drop(store: Any, key: Key) -> None:
         c.execute("DELETE FROM checkpoints WHERE fn=? AND code=? AND args=? AND schema=?", key)
 
 
-def listing(index: Any, fn: str | None = None) -> list:
+def listing(index: Any, fn: str | None = None) -> list[dict[str, Any]]:
     _ensure(index)
     sql = "SELECT fn, code, args, schema, step, created FROM checkpoints" + (" WHERE fn=?" if fn else "")
     return [dict(zip(("fn", "code", "args", "schema", "step", "created"), r, strict=False))

@@ -142,7 +142,7 @@ def _keys_of(c: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Key]:
         part = list(ids[i:i + 500])
         q = ",".join("?" * len(part))
         for r in c.execute(f"SELECT id, fn, code, args, schema FROM evaluations WHERE id IN ({q})", part):
-            out[int(r[0])] = tuple(r[1:])  # type: ignore[assignment]
+            out[int(r[0])] = tuple(r[1:])
     return out
 
 
@@ -183,7 +183,7 @@ def by_content(index: Any, digests: Iterable[str]) -> dict[str, tuple[int, Key]]
     for d, i, *key in c.execute(
             f"SELECT o.digest, e.id, e.fn, e.code, e.args, e.schema FROM outputs o JOIN evaluations e "
             f"ON e.id = o.evaluation WHERE o.digest IN ({q}) AND e.status='done' ORDER BY e.id", want):
-        out[d] = (int(i), tuple(key))  # type: ignore[assignment]  # 4 columns; the newest last: it stays
+        out[d] = (int(i), tuple(key))  # 4 columns; the newest last: it stays
     return out
 
 

@@ -15,16 +15,16 @@ from typing import Any
 __all__ = ["plan_by_size", "log_bytes"]
 
 
-def plan_by_size(rows: Iterable[tuple], cutoff: float | None, max_size: int,
-                 logs: Mapping[int, int] = MappingProxyType({})) -> list[tuple]:
+def plan_by_size(rows: Iterable[tuple[Any, ...]], cutoff: float | None, max_size: int,
+                 logs: Mapping[int, int] = MappingProxyType({})) -> list[tuple[Any, ...]]:
     """The rows ``gc_plan`` drops, given every evaluation least recently used first as
     (id, fn, finished, last_hit, size, status, payload, payload_size, buffers, is_inline,
     last_use): those out of use or last used before ``cutoff``, then the least recently
     used until what is left fits ``max_size`` bytes. A blob shared by several rows counts
     once, and only stops counting when its last keeper goes; inline bytes and ``logs``
     (id -> bytes) belong to their row alone. The same plan for every index."""
-    drop: list[tuple] = []
-    keep: list[tuple] = []
+    drop: list[tuple[Any, ...]] = []
+    keep: list[tuple[Any, ...]] = []
     uses: dict[str, list[int]] = {}  # blob digest -> [rows of `keep` using it, size]
     total = 0
     for r in rows:

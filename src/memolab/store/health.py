@@ -112,7 +112,7 @@ class ReadOnlyIndex(Index):
         if c is not None and loc.pid == config.pid() and (not loc.immutable or loc.fp == self._fingerprint()) \
                 and (not loc.shimmed or loc.cookie == c.execute("PRAGMA main.schema_version").fetchone()[0]):
             # (a file read through shims that another process migrated meanwhile: read afresh, in its new shape)
-            return c
+            return c  # type: ignore[no-any-return]  # (this thread's connection)
         uri = self.path.absolute().as_uri()
         fp = self._fingerprint()
         try:
@@ -177,7 +177,7 @@ class ReadOnlyBlobFolder(BlobFolder):
 class NoStore:
     """Stands in for a store that cannot be used at all: every call computes."""
 
-    stored_codes: frozenset = frozenset()  # nothing is stored: every miss is explained at once
+    stored_codes: frozenset[str] = frozenset()  # nothing is stored: every miss is explained at once
     lease_free = False
 
     def __init__(self, root: Path, problem: StoreUnavailable) -> None:

@@ -53,7 +53,7 @@ def split_inline(inline: bytes, row: dict[str, Any], refs: list[tuple[str, int]]
     views = []
     at = n
     for d, size in refs:
-        v = mv[at:at + size]
+        v = mv[at:at + size]  # type: ignore[index]  # refs: the column holds buffers, so mv is set
         at += size
         if digest_bytes(v) != d:
             raise CorruptBlob(f"inline buffer {d[:12]} of #{row['id']} does not match its digest")

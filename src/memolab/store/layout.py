@@ -30,6 +30,7 @@ import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from ..errors import StoreUnavailable
 
@@ -105,7 +106,7 @@ def open_dir(root: Path, *parts: str) -> Iterator[int]:
     meanwhile, nothing outside the store is reached."""
     fd = os.open(os.fspath(root), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        done = []
+        done: list[Any] = []
         for part in parts:
             try:
                 sub = os.open(part, _DIR_FLAGS, dir_fd=fd)

@@ -74,7 +74,7 @@ def parse_mountinfo(text: str) -> list[Mount]:
     return out
 
 
-def mount_of(path: os.PathLike, mounts: list[Mount]) -> Mount | None:
+def mount_of(path: os.PathLike[str], mounts: list[Mount]) -> Mount | None:
     """The mount holding ``path`` (its real path): the last-mounted of the longest mount points above it."""
     real = os.path.realpath(os.fspath(path))
     best: Mount | None = None
@@ -86,7 +86,7 @@ def mount_of(path: os.PathLike, mounts: list[Mount]) -> Mount | None:
     return best
 
 
-def network_mount(path: os.PathLike) -> Mount | None:
+def network_mount(path: os.PathLike[str]) -> Mount | None:
     """The network-filesystem mount holding ``path``, or None (a local disk, or no mount table)."""
     text = mount_table()
     if text is None:

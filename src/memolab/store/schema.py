@@ -297,7 +297,7 @@ def file_version(conn: sqlite3.Connection) -> int:
         return SCHEMA_VERSION + 1  # not a version we wrote: refused as newer
 
 
-_announced: set = set()
+_announced: set[str] = set()
 _announced_lock = threading.Lock()
 
 

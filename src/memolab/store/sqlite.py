@@ -18,16 +18,22 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..errors import BlobsGone
+from ..errors import BlobsGone as BlobsGone  # (also imported from here)
 from . import signing
 from .accepts import AcceptIndex
-from .gcplan import log_bytes, plan_by_size  # noqa: F401 (plan_by_size: also imported from here)
+from .gcplan import log_bytes, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
-from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
+from .misses import MISSES_KEPT, insert_miss, parse_miss as parse_miss  # noqa: F401 (also imported from here)
 
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
-from .process import host_name, process_table, process_table as _process_table, start_time, start_time as _start_time  # noqa: F401 (old names)
-from .schema import SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
+from .process import (  # noqa: F401 (old names)
+    host_name as host_name,
+    process_table,
+    process_table as _process_table,
+    start_time,
+    start_time as _start_time,
+)
+from .schema import SCHEMA_VERSION as SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
                 "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
@@ -145,7 +151,7 @@ NEWEST_ID_SQL = "SELECT max(id) FROM evaluations"
 _PUBLISHED = frozenset(EVAL_COLUMNS + ("inline",))
 
 
-def _checked(row: tuple | None, columns: tuple[str, ...]) -> dict[str, Any] | None:
+def _checked(row: tuple[Any, ...] | None, columns: tuple[str, ...]) -> dict[str, Any] | None:
     if row is None:
         return None
     if not row[-1]:
@@ -313,7 +319,7 @@ class Index(AcceptIndex):
         None; ``before``: among those with ids up to it (the evaluations a past miss saw);
         ``script``: among those that script computed or whose script is unknown."""
         c = self.conn()
-        params: tuple = (*key, _MAX_ID if before is None else before)
+        params: tuple[Any, ...] = (*key, _MAX_ID if before is None else before)
         sql = _NEAREST_SQL
         if script is not None and c.execute(
                 "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None:
@@ -405,22 +411,22 @@ class Index(AcceptIndex):
         gone = []
         for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
             key = tuple(k)
-            took = locks.take(key) if locks is not None else None  # type: ignore[arg-type]
+            took = locks.take(key) if locks is not None else None
             try:
-                if self._given_up(key, o, hb, 0.0, took, judge_progress=False):  # type: ignore[arg-type]
+                if self._given_up(key, o, hb, 0.0, took, judge_progress=False):
                     gone.append((o, *k))
             finally:
-                if took:
-                    locks.drop(key)  # type: ignore[union-attr, arg-type]
+                if took and locks is not None:  # (took only with locks)
+                    locks.drop(key)
         return gone
 
     def _let_go(self, key: Key, owner: str) -> None:
         """``owner`` no longer holds ``key`` here: its key lock goes (and what we saw of it)."""
         locks = getattr(self, "_locks", None)
         if locks is not None and getattr(self, "_locks_pid", None) == config.pid() \
-                and locks.owners.get(tuple(key)) == owner:  # type: ignore[arg-type]
-            del locks.owners[tuple(key)]  # type: ignore[arg-type]
-            locks.drop(tuple(key))  # type: ignore[arg-type]
+                and locks.owners.get(tuple(key)) == owner:
+            del locks.owners[tuple(key)]
+            locks.drop(tuple(key))
 
     def heartbeat(self, held: Iterable[tuple[Key, str]]) -> None:
         # every beat changes the value (even if this clock stood still or went back): observers
@@ -489,7 +495,7 @@ class Index(AcceptIndex):
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
-            eval_id = int(cur.lastrowid)
+            eval_id = int(cur.lastrowid)  # type: ignore[arg-type]  # set by the INSERT
             if also is not None:
                 also(c)
             return eval_id
@@ -530,7 +536,7 @@ class Index(AcceptIndex):
                     cols = ["fn", "code", "args", "schema", "status", *f]
                     cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) "
                                     f"VALUES ({','.join('?' * len(cols))})", [*key, "done", *f.values()])
-                    out.append((int(cur.lastrowid), True))
+                    out.append((int(cur.lastrowid), True))  # type: ignore[arg-type]  # set by the INSERT
                 self.add_sources(sources)  # (nested: in this transaction)
                 if owner is not None:
                     c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
@@ -661,7 +667,7 @@ class Index(AcceptIndex):
     # -- blob stamps and references ---------------------------------------------------------
     def get_stamp(self, digest: str) -> tuple[int, int, int] | None:
         row = self.conn().execute("SELECT size, mtime_ns, inode FROM blob_stamps WHERE digest=?", (digest,)).fetchone()
-        return tuple(row) if row else None  # type: ignore[return-value]
+        return tuple(row) if row else None
 
     def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         with self.write() as c:

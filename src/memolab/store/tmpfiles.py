@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import layout
 
@@ -116,7 +116,7 @@ def scan(tmp_dir: Path, now: float | None = None) -> Iterator[TmpFile]:
 def reclaim(tmp_dir: Path, older_than: float = 3600.0) -> list[TmpFile]:
     """Remove the temporary files of dead writers, and any not written for ``older_than`` s
     (only memolab's: ``scan``), relative to the folder opened without following a link."""
-    gone = []
+    gone: list[Any] = []
     doomed = [t for t in scan(tmp_dir) if t.alive is False or (t.alive is None and t.age > older_than)]
     if not doomed:
         return gone

@@ -33,7 +33,7 @@ class Flusher:
         #: written within PROMPT_SECONDS of each hit (a process that never runs its atexit handlers)
         self.prompt = hooks.exits_without_atexit()
         #: run after each prompt write (a team store sends the hits on to the team's rows)
-        self.after: list[Callable[[], None]] = []
+        self.after: list[Callable[[], object]] = []  # (what each returns is ignored)
         self._wake = threading.Event()
         self._lock = threading.Lock()
 

@@ -89,7 +89,7 @@ WATCHDOG = Watchdog()
 def _after_fork() -> None:
     # a child has no watchdog thread, and may have been forked while that thread held the
     # condition's lock: start from a fresh watchdog rather than wait on a lock nobody releases
-    WATCHDOG.__init__(WATCHDOG._kill)
+    WATCHDOG.__init__(WATCHDOG._kill)  # type: ignore[misc]  # re-initialised in a forked child
 
 
 if hasattr(os, "register_at_fork"):

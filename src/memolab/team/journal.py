@@ -350,7 +350,7 @@ class Journal:
                     # the loop's values bound as defaults; ``link.index`` is read inside ``run`` (it connects
                     # lazily: a link that is down or disabled answers Offline without being touched)
                     got = run(lambda group=group, owner=owner: link.index.publish_many(group, owner=owner or None))
-                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got, strict=False))
+                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got, strict=False))  # type: ignore[misc]  # 4 columns
             except Failed:
                 # Not an outage: these items wait behind the others (ordered by attempts)
                 # and are tried again later; the error is kept for `memolab remote status`.

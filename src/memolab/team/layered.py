@@ -30,7 +30,7 @@ import contextlib
 import json
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import config
@@ -41,10 +41,10 @@ from ..store.sqlite import LOOKUP_ONLY, Key, host_name
 from . import journal
 from .link import Link, Offline
 
-_warned: set = set()
+_warned: set[Hashable] = set()
 
 
-def _warn_once(what: str, message: str) -> None:
+def _warn_once(what: Hashable, message: str) -> None:
     if what not in _warned:
         _warned.add(what)
         warnings.warn(message, MemolabWarning, stacklevel=3)
@@ -329,7 +329,7 @@ class TeamStore:
                 if final.exists():
                     continue
                 try:
-                    self.link.run(lambda d=d, n=n, final=final: blobs.get_to(d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))
+                    self.link.run(lambda d=d, n=n, final=final: blobs.get_to(d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))  # type: ignore[misc]  # (defaults it cannot type)
                 except CorruptBlob as e1:
                     raise _corrupt(d, getattr(e1, "reason", str(e1))) from e1
             raise
@@ -513,7 +513,7 @@ class TeamStore:
                 try:
                     # ``link.index`` read inside ``run``: it connects lazily, and a link that is down
                     # answers Offline without being touched (the loop's values bound as defaults)
-                    self.link.run(lambda key=key, owner=owner: self.link.index.release(key, owner))
+                    self.link.run(lambda key=key, owner=owner: self.link.index.release(key, owner))  # type: ignore[misc]  # (defaults it cannot type)
                 except Offline:
                     pass
 
@@ -642,7 +642,7 @@ class TeamStore:
         missing: list[Key] = []
         for i in range(0, len(done), 500):
             chunk = done[i:i + 500]
-            there = self.link.attempt(lambda chunk=chunk: self.link.index.lookup_many(chunk))
+            there = self.link.attempt(lambda chunk=chunk: self.link.index.lookup_many(chunk))  # type: ignore[misc]  # (defaults it cannot type)
             missing.extend(k for k in chunk if tuple(k) not in there)
         if missing:
             with self.index.write() as c:

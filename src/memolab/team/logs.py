@@ -179,7 +179,7 @@ def _import(c: Any, doc: dict[str, Any], eval_id: int, where: tuple[str, int]) -
         row = dict(zip(rcols, r, strict=False))
         row["id"] = remap[int(row["id"])]
         row["eval_id"] = eval_id
-        row["parent"] = remap.get(row.get("parent")) if row.get("parent") is not None else None
+        row["parent"] = remap.get(row.get("parent")) if row.get("parent") is not None else None  # type: ignore[arg-type]  # checked not None
         names = [rcols[i] for i in keep]
         c.execute(f"INSERT INTO runs({','.join(names)}) VALUES ({','.join('?' * len(names))})",
                   [row[n] for n in names])

@@ -39,7 +39,8 @@ class PgAcceptIndex:
         """Accepts (of ``fn``, under ``schema``), oldest first; ``active``: those not undone. One statement."""
         if not self.accepts_supported:
             return []
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         for col, v in (("fn", fn), ("schema", schema)):
             if v is not None:
                 clauses.append(f"{col} = %s")
@@ -63,7 +64,7 @@ class PgAcceptIndex:
         cols = list(values)
         sql = (f"INSERT INTO memolab_accepts({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)}) RETURNING id")
         row = self._run(lambda c: c.execute(sql, [values[k] for k in cols]).fetchone())
-        return int(row[0])  # type: ignore[index]
+        return int(row[0])
 
     def undo_accept(self, accept_id: int, when: float | None = None, by: str | None = None,
                     pending: bool = False) -> bool:

@@ -14,7 +14,7 @@ hooks import the modules of this subpackage.
 # every object is in docs/torch.md.
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["configure", "settings", "resumable", "Resumable"]
 
@@ -44,7 +44,11 @@ def settings() -> dict[str, Any]:
     return dict(_settings)
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+if TYPE_CHECKING:  # loaded on first use by __getattr__
+    from .iteration import Resumable as Resumable, resumable as resumable
+
+
+def __getattr__(name: str) -> Any:
     # ``memolab.torch.resumable``: imported on first use, like the rest of this package
     if name in ("resumable", "Resumable"):
         from . import iteration

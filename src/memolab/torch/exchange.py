@@ -130,7 +130,7 @@ def connect(rank: int, world: int) -> Exchange | None:
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if addr and port:
         try:
-            base = dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,
+            base = dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,  # type: ignore[attr-defined]  # re-exported by torch.distributed from its C module
                                  timeout=timedelta(seconds=3 * config.settings().lease_ttl))
         except Exception:
             base = None
@@ -147,7 +147,7 @@ def connect(rank: int, world: int) -> Exchange | None:
     gen = base.add(f"memolab/gen/{rank}", 1)
     run = os.environ.get("TORCHELASTIC_RUN_ID", "")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return Exchange(dist.PrefixStore(f"memolab/{run}/{restart}/{gen}", base), rank, world)
+    return Exchange(dist.PrefixStore(f"memolab/{run}/{restart}/{gen}", base), rank, world)  # type: ignore[attr-defined]  # re-exported by torch.distributed from its C module
 
 
 class Beat:

@@ -31,8 +31,8 @@ from __future__ import annotations
 import copy
 import random
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import torch
 
@@ -53,20 +53,20 @@ def _generators(loader: Any) -> list[torch.Generator]:
     return list(found.values())
 
 
-def capture_rng(generators: list[torch.Generator] = ()) -> dict[str, Any]:
+def capture_rng(generators: Sequence[torch.Generator] = ()) -> dict[str, Any]:
     """The global random states (torch CPU, CUDA where initialised, ``random``,
     numpy's legacy global) plus those of ``generators``, as plain data."""
     state: dict[str, Any] = {"torch": torch.get_rng_state(), "random": random.getstate()}
     np = sys.modules.get("numpy")
     if np is not None:
         state["numpy"] = np.random.get_state()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # untested here: no GPU
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untested here: no GPU
         state["cuda"] = torch.cuda.get_rng_state_all()
     state["generators"] = [g.get_state() for g in generators]
     return state
 
 
-def restore_rng(state: dict[str, Any], generators: list[torch.Generator] = ()) -> None:
+def restore_rng(state: dict[str, Any], generators: Sequence[torch.Generator] = ()) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["random"])
     if "numpy" in state:
@@ -98,7 +98,7 @@ class Resumable:
 
     def __init__(self, loader: Any) -> None:
         if isinstance(loader, Resumable):
-            loader = loader.loader
+            loader = loader.loader  # type: ignore[has-type]  # a wrapped loader
         self.loader = loader
         self._snapshot: dict[str, Any] | None = None  # RNG states at the iter() of the epoch in progress
         self._consumed = 0
@@ -310,9 +310,9 @@ def resumable(loader: Any) -> Resumable:
 def _stateful_position(dl: Any) -> dict[str, Any] | None:
     """A StatefulDataLoader's position: a loaded state not yet used, or its live iteration's."""
     if getattr(dl, "next_iter_state", None) is not None:
-        return dl.next_iter_state
+        return cast("dict[str, Any]", dl.next_iter_state)
     if getattr(dl, "_iterator", None) is not None:
-        return dl.state_dict()
+        return cast("dict[str, Any]", dl.state_dict())
     return None
 
 
@@ -326,7 +326,7 @@ def _reduce_stateful_dataloader(p: Any, dl: Any) -> Any:
 
 
 def _rebuild_stateful_dataloader(cls: type, state: dict[str, Any], position: dict[str, Any] | None) -> Any:
-    dl = cls.__new__(cls)
+    dl = cls.__new__(cls)  # type: ignore[call-overload]  # any class
     dl.__dict__.update(state)  # DataLoader.__setattr__ refuses some names after init: bypass it, as pickle does
     if position is not None:
         dl.load_state_dict(position)
@@ -339,7 +339,7 @@ def _rebuild_stateful_dataloader(cls: type, state: dict[str, Any], position: dic
 # (plus, for a SamplerWrapper, its generator rewound to the epoch's start) and
 # are positioned by that one reset when the graph is loaded.
 
-def _inner_nodes(p: Any) -> set:
+def _inner_nodes(p: Any) -> set[Any]:
     s = getattr(p, "_memolab_inner_nodes", None)
     if s is None:
         s = set()
@@ -415,7 +415,7 @@ def _reduce_node(p: Any, node: Any) -> Any:
 
 def _rebuild_node(cls: type, state: dict[str, Any], position: dict[str, Any] | None,
                   rewind: torch.Tensor | None = None) -> Any:
-    node = cls.__new__(cls)
+    node = cls.__new__(cls)  # type: ignore[call-overload]  # any class
     node.__dict__.update(state)
     if rewind is not None:
         node.sampler.generator.set_state(rewind)
@@ -437,7 +437,7 @@ def _epoch_start_generator(node: Any) -> torch.Tensor | None:
     it = node._it
     state = it.state_dict() if hasattr(it, "state_dict") else None
     if isinstance(state, dict) and isinstance(state.get("generator"), torch.Tensor):
-        return state["generator"]
+        return cast(torch.Tensor, state["generator"])
     sampler = node.sampler
     if getattr(sampler, "generator", None) is not None or type(sampler).__name__ in _RANDOM_SAMPLERS:
         import pickle

@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -230,7 +231,7 @@ class _Guard:
             return
         if now - self._since < _STUCK:
             return
-        caller = frame
+        caller: types.FrameType | None = frame
         while caller is not None and caller.f_code.co_filename.startswith(_TORCH):
             caller = caller.f_back
         called_from = f", called from {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""

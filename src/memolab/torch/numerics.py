@@ -38,14 +38,14 @@ _SWITCHES: list[tuple[str, Callable[[], Any], Any]] = [
     ("default_dtype", torch.get_default_dtype, torch.float32),
     ("deterministic_algorithms", _C._get_deterministic_algorithms, False),
     ("cudnn.deterministic", _C._get_cudnn_deterministic, False),
-    ("mkldnn.deterministic", getattr(_C, "_get_mkldnn_deterministic", None), False),
+    ("mkldnn.deterministic", getattr(_C, "_get_mkldnn_deterministic", None), False),  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
     ("cuda.matmul.allow_tf32", _C._get_cublas_allow_tf32, False),
     ("cudnn.allow_tf32", _C._get_cudnn_allow_tf32, True),
-    ("cuda.matmul.allow_fp16_reduced_precision_reduction",
+    ("cuda.matmul.allow_fp16_reduced_precision_reduction",  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
      getattr(_C, "_get_cublas_allow_fp16_reduced_precision_reduction", None), (True, True)),
-    ("cuda.matmul.allow_bf16_reduced_precision_reduction",
+    ("cuda.matmul.allow_bf16_reduced_precision_reduction",  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
      getattr(_C, "_get_cublas_allow_bf16_reduced_precision_reduction", None), (True, True)),
-    ("cpu.allow_fp16_reduced_precision_reduction",
+    ("cpu.allow_fp16_reduced_precision_reduction",  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
      getattr(_C, "_get_cpu_allow_fp16_reduced_precision_reduction", None), False),
 ]
 #: (name, backend, op, default): cuDNN's convolutions and RNNs default to TF32, as ``cudnn.allow_tf32`` does

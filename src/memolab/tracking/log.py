@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..text import mask_secrets
 from . import runs as _runs, sink as _sink
@@ -45,7 +45,7 @@ def _step(run: _runs.Run, tag: str, step: Any) -> int:
         if not _I64_MIN <= step <= _I64_MAX:  # SQLite cannot store it: refuse it here, naming the tag
             raise ValueError(f"memolab.log: step for {tag!r} must fit in 64 bits, got {step}")
     run.steps[tag] = step
-    return step
+    return cast(int, step)
 
 
 def _wall(tag: str, walltime: Any) -> float:

@@ -128,7 +128,8 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
     A row's ``id`` is the run id, or ``"e<eval id>"`` for an evaluation stored without a run.
     """
     c = _conn(index)
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if fn is not None:
         where.append("fn=?")
         params.append(fn)
@@ -287,7 +288,7 @@ def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> dict[str,
 def _with_last(c: Any, run: int, tag: str, n: int, rows: list[tuple]) -> dict[str, Any]:
     last = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, seq DESC LIMIT 1",
                      (run, tag)).fetchone()
-    out = {"n": n, "step": [r[1] for r in rows], "wall": [r[2] for r in rows], "value": [_f(r[3]) for r in rows],
+    out: dict[str, Any] = {"n": n, "step": [r[1] for r in rows], "wall": [r[2] for r in rows], "value": [_f(r[3]) for r in rows],
            "min": [_f(r[4]) for r in rows], "max": [_f(r[5]) for r in rows], "downsampled": True}
     if out["step"][-1] != last[0]:  # the final value is what people read off a curve: keep it exact
         for k, v in (("step", last[0]), ("wall", last[1]), ("value", _f(last[2])), ("min", _f(last[2])), ("max", _f(last[2]))):

@@ -437,7 +437,7 @@ def _new_writer_run(label: str, call: Run | None) -> Run:
     if call is not None:
         s = call.sink
         f = call.fields
-        fields = {"fn": call.fn, "code": f.get("code"), "args": f.get("args"), "schema": f.get("schema"),
+        fields: dict[str, Any] = {"fn": call.fn, "code": f.get("code"), "args": f.get("args"), "schema": f.get("schema"),
                   "hparams": dict(f.get("hparams") or {}), "parent": call.id}
     else:
         s = _process_sink()

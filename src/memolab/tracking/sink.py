@@ -71,6 +71,11 @@ class Sink:
             self._lock.release()
 
     def _write(self, items: list[tuple]) -> None:
+        starts: list[Any]
+        ends: list[Any]
+        scalars: list[Any]
+        events: list[Any]
+        hparams: list[Any]
         starts, ends, scalars, events, hparams = [], [], [], [], []
         # per (run, tag): [n, last step, its value, its wall, first step, steps never decreased, prior count]
         last: dict[tuple[int, str], list[Any]] = {}
@@ -254,12 +259,12 @@ class _Discard:
         return 0
 
 
-DISCARD = _Discard()
+DISCARD: Any = _Discard()  # stands where a Sink goes (sink_for)
 
 
 def sink_for(index: Any) -> Sink:
     if getattr(index, "discard_logs", False):
-        return DISCARD  # type: ignore[return-value]
+        return DISCARD  # what a run uses of a sink: q, flush, index (None)
     key = str(index.path)
     s = _sinks.get(key)
     if s is None:

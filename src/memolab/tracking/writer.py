@@ -21,7 +21,7 @@ from . import log as _log, runs as _runs
 def _label(log_dir: Any, comment: str) -> str | None:
     if log_dir is None or str(log_dir) == "":
         return None
-    text = os.path.normpath(os.fspath(log_dir)) + (comment or "")
+    text: str = os.path.normpath(os.fspath(log_dir)) + (comment or "")
     return text if len(text) <= 200 else "…" + text[-199:]
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["Dashboard", "open_dashboard"]
 
@@ -34,7 +34,7 @@ class Dashboard:
 
     @property
     def url(self) -> str:
-        return self.server.url
+        return cast(str, self.server.url)
 
     def __repr__(self) -> str:
         return f"memolab dashboard for {self.store}: {self.url}"

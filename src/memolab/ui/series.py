@@ -45,8 +45,9 @@ def _raw(rows: list[tuple], n: int) -> dict[str, Any]:
 
 
 def _buckets(rows: list[tuple], n: int, last: tuple | None) -> dict[str, Any]:
-    out = {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [r[2] for r in rows],
-           "min": [r[3] for r in rows], "max": [r[4] for r in rows], "downsampled": True}
+    out: dict[str, Any] = {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows],
+                           "value": [r[2] for r in rows], "min": [r[3] for r in rows], "max": [r[4] for r in rows],
+                           "downsampled": True}
     if last is not None and (not out["step"] or out["step"][-1] != last[0]):
         # the final value is what people read off a curve: keep it exact
         v = last[2]
@@ -118,7 +119,7 @@ def after(c: Any, run: int, tag: str, n: int, seen: int, last_seen: int, px: int
         out = _raw(rows, n)
     else:
         last = _last(c, run, tag)
-        out = _buckets(_by_step(c, run, tag, px, last_seen, last[0], seen), n, last)
+        out = _buckets(_by_step(c, run, tag, px, last_seen, last[0], seen), n, last)  # type: ignore[index]  # many rows: the scalar's last point exists
     out["append"] = True
     return out
 

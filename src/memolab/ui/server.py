@@ -107,7 +107,7 @@ def _series(index: Any, q: dict[str, list[str]]) -> Any:
     runs, px = _ints(_one(q, "runs", ""), "runs"), _pixels(_one(q, "px", "600"))
     if "from" in q or "to" in q:  # a zoomed chart's detail: one tag, the points in a step range
         return series.window(index, runs, _one(q, "tag"), px, _step(_one(q, "from"), "from"), _step(_one(q, "to"), "to"))
-    return series.batch(index, runs, q.get("tag"), px, _seen(_one(q, "seen", "{}")))
+    return series.batch(index, runs, q.get("tag"), px, _seen(_one(q, "seen", "{}")))  # type: ignore[arg-type]  # lists are sequences
 
 
 def _id(s: str, name: str) -> int:
@@ -292,7 +292,7 @@ def _evaluation(index: Any, eid: int) -> dict[str, Any]:
     e = rows[0]
     snap = edges.recorded_snapshot(e)
     args = snap.get("args") if isinstance(snap.get("args"), dict) else {}
-    shown = {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1}
+    shown = {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1}  # type: ignore[arg-type]  # a JSON object of the row
     return {"id": e["id"], "fn": e["fn"], "code": e["code"], "status": e["status"], "finished": e["finished"],
             "duration": e["duration"], "hits": e["hits"], "size": e["size"], "arguments": shown,
             "result": snap.get("result_summary") or snap.get("result"),
@@ -339,8 +339,8 @@ class DashboardServer(ThreadingHTTPServer):
         if host in ("0.0.0.0", "::"):  # every interface: the name other machines reach this one by
             host = socket.getfqdn()
         if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}/"
+            host = f"[{host}]"  # type: ignore[str-bytes-safe]  # an AF_INET/AF_INET6 address: text
+        return f"http://{host}:{port}/"  # type: ignore[str-bytes-safe]  # an AF_INET/AF_INET6 address: text
 
     def link(self, rel: str = "") -> str:
         """The URL of ``rel`` (``api/runs?fn=f``, ``?fn=f``) with the access token in its query."""

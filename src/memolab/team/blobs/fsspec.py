@@ -102,7 +102,7 @@ class FsspecBlobs(RemoteBlobs):
 
     def delete(self, digests: Iterable[str]) -> None:
         paths = [self._path(d) for d in digests]
-        existing = [p for p in paths if self._guard("exists", lambda p=p: self.fs.exists(p))]
+        existing = [p for p in paths if self._guard("exists", lambda p=p: self.fs.exists(p))]  # type: ignore[misc]  # (a default it cannot type)
         if existing:
             self._guard("delete", lambda: self.fs.rm(existing))
 
