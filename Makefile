@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
 
-.PHONY: demo ui screenshots lint test bench clean system-deps
+.PHONY: demo ui screenshots lint test test-stress bench clean system-deps
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ lint: $(STAMP)
 # stay in one process); CI's machines have 2 cores. The 15 slowest tests are printed.
 test: $(STAMP) system-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
+
+# The suite 3 times while spinning processes keep every core busy, and a census of what failed
+# in each run (stress/suite_under_load.py): a test that passes only on an idle machine is flaky.
+test-stress: $(STAMP) system-deps
+	$(PY) stress/suite_under_load.py --runs 3
 
 # Every benchmark script in benchmarks/ (each `benchmarks/*.py` not starting with
 # `_`, so a script added there is run without editing this file), peers side by

@@ -11,9 +11,14 @@ drives the page in Debian's headless Chromium (Playwright) to time:
 * the same targets with every chart in view (a window 6,000 px tall), timed inside the page;
 * then the same view in the page before this rework (``--before REV``, served from git by the same
   server) and now, in a window tall enough to show every chart: opened with all runs selected,
-  one run deselected, 10 s idle.
+  one run deselected, 10 s idle;
+* first draw at any width (issue 40): the bare URL (the 20 newest runs selected) in windows 1,280
+  to 1,920 px wide, timed in the page from navigation to its first chart drawn
+  (``memolab:first-draw``) and to idle (``memolab:idle``: every chart in view drawn, no request
+  left), with the summary level chosen by the series (now) and by the chart's width (before).
+  Targets: < 1 s to first draw, < 1.5 s to idle. ``--widths-only`` runs this part alone.
 
-    python benchmarks/dashboard.py [--runs 50] [--tags 20] [--steps 5000] [--store DIR]
+    python benchmarks/dashboard.py [--runs 50] [--tags 20] [--steps 5000] [--store DIR] [--widths-only]
 
 Pass --store to reuse a store this script built before (building 5 M points takes ~20 s).
 Timings are wall clock on whatever machine runs it; quote ratios and the deterministic columns.
@@ -172,12 +177,81 @@ def every_chart_in_view(p, srv, ids: list[int], rounds: int = 3) -> dict:
     return out
 
 
+WIDTHS = (1280, 1400, 1600, 1920)
+MARKS = """() => new Promise((res) => { const get = () => {
+  const f = performance.getEntriesByName('memolab:first-draw')[0], i = performance.getEntriesByName('memolab:idle')[0];
+  if (f && i) res([f.startTime, i.startTime]); else setTimeout(get, 20); }; get(); })"""
+
+
+def width_dependent_level(n: int, ordered: bool, px: int) -> int:
+    """The summary level as it was chosen before issue 40: from the blocks only while one block
+    spans at most 16 pixels of the chart, so a wider window read every point."""
+    from memolab.tracking import schema
+
+    nblocks = -(-n // schema.BLOCK)
+    if n <= 2 * px or not ordered or nblocks * 16 < px:
+        return 0
+    return max(1, -(-nblocks // px))
+
+
+def first_draw(p, srv, rounds: int = 3) -> dict:
+    """{width: ([first-draw ms], [idle ms])}: the bare URL opened in a fresh page at each width."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    out: dict = {}
+    for w in WIDTHS:
+        for _ in range(rounds):
+            pg = browser.new_page(viewport={"width": w, "height": 1000})
+            pg.goto(srv.link(""))
+            f, i = pg.evaluate(MARKS)
+            out.setdefault(w, ([], []))[0].append(f)
+            out[w][1].append(i)
+            pg.close()
+    browser.close()
+    return out
+
+
+def print_widths(now: dict, before: dict, label: str) -> None:
+    med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    print(f"\nFirst draw at any width, {label}: the bare URL (20 newest runs selected), in the page, "
+          f"median of {len(next(iter(now.values()))[0])} (ms)")
+    print(f"| {'window':>7} | {'first draw now':>14} | {'idle now':>9} | {'first draw before':>17} | "
+          f"{'idle before':>11} | {'idle before / now':>17} |")
+    print(f"|{'-' * 8}:|{'-' * 15}:|{'-' * 10}:|{'-' * 18}:|{'-' * 12}:|{'-' * 18}:|")
+    for w in now:
+        fn, i_n = med(now[w][0]), med(now[w][1])
+        fb, i_b = (med(before[w][0]), med(before[w][1])) if w in before else (float("nan"), float("nan"))
+        print(f"| {w:>5}px | {fn:14.0f} | {i_n:9.0f} | {fb:17.0f} | {i_b:11.0f} | {i_b / i_n:16.1f}x |")
+
+
+def widths_part(root: Path, label: str) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from memolab.ui import series
+    from memolab.ui.server import serve_in_thread
+
+    srv, _ = serve_in_thread(root)
+    try:
+        with sync_playwright() as p:
+            now = first_draw(p, srv)
+            level = series.blocks_per_bucket
+            series.blocks_per_bucket = width_dependent_level
+            try:
+                before = first_draw(p, srv)
+            finally:
+                series.blocks_per_bucket = level
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    print_widths(now, before, label)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--tags", type=int, default=20)
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--store", type=Path)
+    ap.add_argument("--widths-only", action="store_true", help="only the first draw at each window width")
     ap.add_argument("--before", default="69bc26a^", metavar="REV",
                     help="compare with the page at this git revision (default: before issue 28's rework; '' skips)")
     a = ap.parse_args()
@@ -192,6 +266,13 @@ def main() -> None:
     if not (root / "index.sqlite").exists():
         build(root, a.runs, a.tags, a.steps)
         print(f"built {a.runs} runs x {a.tags} tags x {a.steps} steps in {time.perf_counter() - t:.1f} s ({root})")
+    if a.widths_only:
+        try:
+            widths_part(root, f"{a.runs} runs x {a.tags} tags x {a.steps} steps")
+        finally:
+            if a.store is None:
+                shutil.rmtree(root.parent, ignore_errors=True)
+        return
     c = Store(root).index.conn()
     ids = [r for (r,) in c.execute("SELECT id FROM runs WHERE fn=? ORDER BY started DESC", (FN,))]
     tags = [t for (t,) in c.execute("SELECT DISTINCT tag FROM scalar_tags ORDER BY tag")]
@@ -282,6 +363,7 @@ def main() -> None:
                     finally:
                         ui_server.STATIC = now_static
                         shutil.rmtree(before_dir, ignore_errors=True)
+        widths_part(root, f"{len(ids)} runs x {len(tags)} tags x {a.steps} steps")
     finally:
         srv.shutdown()
         srv.server_close()

@@ -69,9 +69,10 @@ WORK = textwrap.dedent('''
     def note(event):
         path = knobs.journal
         if path:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(fd, (json.dumps(event) + "\\n").encode())
-            os.close(fd)
+            # not os.write: kill9's worker patches it, and a body calling a patched function
+            # is keyed by the patch (the verifying process, unpatched, would see other code)
+            with open(path, "ab", buffering=0) as fh:
+                fh.write((json.dumps(event) + "\\n").encode())
 
     @memolab.memo
     def f(i, kind):
@@ -94,6 +95,9 @@ VERIFY = textwrap.dedent('''
     warnings.simplefilter("ignore")
     from memolab import doctor
     from work import f, expected, same, computed
+    if (Path(__file__).parent / "faults.py").exists():
+        import faults  # kill9's hooks, planted here as in its workers (they only count here)
+        faults.install("none")
     store = Path(sys.argv[1])
     done = [tuple(x) for x in json.loads(Path(sys.argv[2]).read_text())] if len(sys.argv) > 2 else None
     lines = []

@@ -41,30 +41,44 @@ import _harness as H  # noqa: E402
 STEPS = {"tmp_write": ("before", "mid"), "fsync": ("before", "after"), "rename": ("before", "after"),
          "commit": ("before", "after"), "release": ("before", "after")}
 
-WORKER = textwrap.dedent('''
-    import json, os, random, signal, sys, time, warnings
-    warnings.simplefilter("ignore")
-    spec = sys.argv[3]                       # "none", "count", or "step:k:when"
-    counts = {}
-    target = None
-    if spec.startswith("step:"):
-        _, step_, k_, when_ = spec.split(":")
-        target = (step_, int(k_), when_)
+# The fault hooks live in a module of their own that every process of a run imports, the
+# verifying ones too (they only count there): a user function planted in a library slot is part of
+# every memoized function's code (docs/code-dependencies.md), so a verifier that planted nothing
+# would see other code and recompute everything. Their counters are opaque for the same reason: a
+# plain global dict would be keyed by value and change the key at every write.
+FAULTS = textwrap.dedent('''
+    import os, signal, sys
+    import memolab
+
+
+    class State:
+        """Occurrences of each step so far and the fault to inject (step, k, when), if any."""
+
+        def __init__(self):
+            self.counts = {}
+            self.target = None
+
+    memolab.register_opaque(State)
+    state = State()
+    _write, _fsync, _replace = os.write, os.fsync, os.replace
+
 
     def die():
         os.kill(os.getpid(), signal.SIGKILL)
 
+
     def hit(step):
         """Count one occurrence of ``step``; the fault to inject now, if any."""
-        counts[step] = counts.get(step, 0) + 1
-        if target and target[0] == step and target[1] == counts[step]:
-            return target[2]
+        state.counts[step] = state.counts.get(step, 0) + 1
+        t = state.target
+        if t and t[0] == step and t[1] == state.counts[step]:
+            return t[2]
         return None
+
 
     def from_blobs():
         return sys._getframe(2).f_globals.get("__name__", "").startswith("memolab.store")
 
-    _write, _fsync, _replace = os.write, os.fsync, os.replace
 
     def write(fd, data):
         when = hit("tmp_write") if from_blobs() else None
@@ -75,6 +89,7 @@ WORKER = textwrap.dedent('''
             die()
         return _write(fd, data)
 
+
     def fsync(fd):
         when = hit("fsync") if from_blobs() else None
         if when == "before":
@@ -82,6 +97,7 @@ WORKER = textwrap.dedent('''
         _fsync(fd)
         if when == "after":
             die()
+
 
     def replace(a, b, **kw):
         when = hit("rename") if from_blobs() else None
@@ -91,10 +107,10 @@ WORKER = textwrap.dedent('''
         if when == "after":
             die()
 
-    os.write, os.fsync, os.replace = write, fsync, replace
 
     from memolab.store import sqlite as S
     _exit, _release = S.Index._write.__exit__, S.Index.release
+
 
     def exit_(self, et, ev, tb):
         when = hit("commit") if (et is None and not self.nested) else None
@@ -105,6 +121,7 @@ WORKER = textwrap.dedent('''
             die()
         return r
 
+
     def release(self, key, owner):
         when = hit("release")
         if when == "before":
@@ -113,8 +130,22 @@ WORKER = textwrap.dedent('''
         if when == "after":
             die()
 
-    S.Index._write.__exit__, S.Index.release = exit_, release
 
+    def install(spec):
+        """``spec``: "none", "count", or "step:k:when"."""
+        if spec.startswith("step:"):
+            _, step_, k_, when_ = spec.split(":")
+            state.target = (step_, int(k_), when_)
+        os.write, os.fsync, os.replace = write, fsync, replace
+        S.Index._write.__exit__, S.Index.release = exit_, release
+''')
+
+WORKER = textwrap.dedent('''
+    import json, os, random, sys, time, warnings
+    warnings.simplefilter("ignore")
+    import faults
+    faults.install(sys.argv[3])
+    _write = faults._write
     from memolab.store import get_store
     import work
     from work import f, expected, same
@@ -137,7 +168,7 @@ WORKER = textwrap.dedent('''
         fd = os.open(done_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         _write(fd, (json.dumps([i, kind, time.time()]) + "\\n").encode())
         os.close(fd)
-    print(json.dumps(counts))
+    print(json.dumps(faults.state.counts))
 ''')
 
 
@@ -157,6 +188,7 @@ def _recomputed(computed_path: Path, done_path: Path) -> list[Any]:
 def run(trials: int, work: Path, ops: int = 40, seed: int = 0, log=print) -> dict[str, Any]:
     H.setup(work)
     (work / "worker.py").write_text(WORKER)
+    (work / "faults.py").write_text(FAULTS)
     store, done_path, computed_path = work / "store", work / "done.jsonl", work / "computed.jsonl"
     rng = random.Random(seed)
     # how often each step occurs for this workload (a count run on a scratch store)

@@ -44,6 +44,26 @@ def _close_test_stores(tmp_path_factory):
     close_open_stores(tmp_path_factory.getbasetemp())
 
 
+@pytest.fixture(autouse=True)
+def _no_leaks_between_tests():
+    """Whatever a test left in ``os.environ`` or in ``configure()`` is put back after it, so no
+    later test sees another's settings (a non-team test once saw the ``MEMOLAB_REMOTE`` of a
+    team test's dropped database)."""
+    from dataclasses import fields
+
+    env, settings = dict(os.environ), config.settings()
+    yield
+    if dict(os.environ) != env:
+        for k in set(os.environ) - set(env):
+            del os.environ[k]
+        os.environ.update(env)
+    now = config.settings()
+    changed = {f.name: getattr(settings, f.name) for f in fields(settings)
+               if getattr(now, f.name) != getattr(settings, f.name)}
+    if changed:
+        memolab.configure(**changed)
+
+
 class Calls(list):
     """A list that tests append to from inside a memoized function, to count real runs.
 
@@ -155,3 +175,56 @@ class Project:
 @pytest.fixture
 def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")
+
+
+_OTHER_USER_RUNTIME: dict[str, object] = {}
+
+
+def other_user_python(*extra_modules: str) -> tuple:
+    """``(python, pythonpath)`` with which a child run as another user (``setpriv`` to nobody) can
+    import memolab and ``extra_modules``, wherever this checkout lives: from a private (0700) folder
+    the checkout and its venv are not readable by that user, so memolab, its dependencies and the
+    modules asked for are copied once per test process to a world-readable temporary folder, and the
+    child runs the base interpreter (the venv's ``bin/python`` is only a link into the venv)."""
+    import atexit
+    import importlib.util
+    import shutil
+    import tempfile
+
+    def reachable(path: str) -> bool:
+        try:
+            return all(os.stat(p).st_mode & 0o001 for p in [path, *Path(path).parents])
+        except OSError:
+            return False
+
+    # this interpreter, else the system's of the same version (a pyenv build under a 0700 home is
+    # out of reach; the copied extension modules are built for the version, not the build)
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    candidates = [os.path.realpath(sys.executable), f"/usr/bin/python{version}", f"/usr/local/bin/python{version}"]
+    python = next((c for c in candidates if reachable(c)), None)
+    if python is None:
+        pytest.skip(f"no Python {version} other users can run ({', '.join(candidates)}), so no child can run as one")
+    key = ",".join(sorted(extra_modules))
+    if key not in _OTHER_USER_RUNTIME:
+        root = Path(tempfile.mkdtemp(prefix="memolab-other-user-"))
+        atexit.register(shutil.rmtree, root, True)
+        tops = {"memolab", "xxhash", "blake3", *extra_modules}
+        for top in sorted(tops):
+            spec = importlib.util.find_spec(top)
+            if spec is None or spec.origin is None:
+                pytest.skip(f"{top} is not importable here, so it cannot be given to another user's child")
+            src = Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin)
+            dst = root / src.name
+            if src.is_dir():
+                shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("__pycache__", "tests"))
+                libs = src.parent / f"{top}.libs"  # vendored shared libraries of a manylinux wheel (numpy)
+                if libs.is_dir():
+                    shutil.copytree(libs, root / libs.name)
+            else:
+                shutil.copy2(src, dst)
+        for d, _, fs in os.walk(root):
+            os.chmod(d, 0o755)
+            for x in fs:
+                os.chmod(os.path.join(d, x), 0o644)
+        _OTHER_USER_RUNTIME[key] = str(root)
+    return python, str(_OTHER_USER_RUNTIME[key])

@@ -66,7 +66,7 @@ def store(tmp_path_factory):
 def test_runs_lists_every_run_with_status_name_and_final_metrics(store):
     out = memolab(store, "runs", "train").stdout
     lines = out.splitlines()
-    assert lines[0] == "__main__:train"
+    assert lines[0] == "job.py:train"  # a script's function, named by its file (issue 40)
     header = lines[1].split()
     assert header[:7] == ["RUN", "STATUS", "NAME", "WHEN", "TOOK", "EVAL", "val/acc"] and "train/loss" in header
     failed = [ln for ln in lines if " failed " in ln]

@@ -127,10 +127,10 @@ def test_store_option_after_the_command_and_short_names_everywhere(logged, tmp_p
     del env_free["MEMOLAB_STORE"]
     cp = subprocess.run([sys.executable, "-m", "memolab", "ls", "--store", str(logged.store)], cwd=tmp_path,
                         env=env_free, capture_output=True, text=True, timeout=60)
-    assert cp.returncode == 0 and "__main__:train" in cp.stdout
+    assert cp.returncode == 0 and "job.py:train" in cp.stdout and "job.py:broken" in cp.stdout
     out = tmp_path / "tb"
     cp = memolab(logged, "export-tb", str(out), "train")  # the short name, as `ls train` takes it
-    assert "wrote 1 run(s)" in cp.stdout and (out / "__main__.train").is_dir()
+    assert "wrote 1 run(s)" in cp.stdout and (out / "job.py.train").is_dir()
 
 
 def test_ambiguous_and_misspelt_names(project):

@@ -89,3 +89,14 @@ def test_fingerprint_sees_every_field_the_analysis_reads():
     fps = {code_cache.fingerprint(f.__code__) for f in (a, b, c, d)}
     assert len(fps) == 4
     assert code_cache.fingerprint(a.__code__) == code_cache.fingerprint(a.__code__)
+
+
+def test_a_fingerprint_does_not_depend_on_who_else_holds_the_constants():
+    """marshal's format 3+ writes back-references by reference count: holding one more reference
+    to a constant changed the bytes, so a long-lived process (a test worker) missed the cache."""
+    ns: dict = {}
+    exec(compile("def f(x):\n    return (x, 'a constant string', 1.5, (1, 2))\n", "m.py", "exec"), ns)
+    code = ns["f"].__code__
+    before = code_cache.fingerprint(code)
+    held = [list(code.co_consts), list(code.co_names)]  # what other objects of a busy process do
+    assert code_cache.fingerprint(code) == before and held

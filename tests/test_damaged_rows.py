@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import other_user_python
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 SCRIPT = """
@@ -183,9 +185,10 @@ def test_a_damaged_row_on_a_store_that_cannot_be_written_costs_a_computation_not
             os.chmod(d, 0o755)
             for x in fs:
                 os.chmod(os.path.join(d, x), 0o644)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(shared / "p")]),
+        python, src = other_user_python()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, str(shared / "p")]),
                    MEMOLAB_STORE=str(shared / "p" / ".memolab"), PYTHONDONTWRITEBYTECODE="1")
-        cp = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "f.py", "3"],
+        cp = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "f.py", "3"],
                             cwd=shared / "p", env=env, capture_output=True, text=True, timeout=60)
         assert cp.returncode == 0, cp.stderr
         out = json.loads(cp.stdout.strip().splitlines()[-1])

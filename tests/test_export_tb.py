@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -116,7 +119,7 @@ def test_export_tb_command(project, tmp_path):
     out = tmp_path / "tb"
     cp = project.run("-m", "memolab", "export-tb", str(out), "__main__:job")
     assert "wrote 2 run(s)" in cp.stdout
-    run_dirs = sorted(p for p in (out / "__main__.job").iterdir())
+    run_dirs = sorted(p for p in (out / "job.py.job").iterdir())  # a script's function: as the dashboard names it
     assert [d.name.split("__")[0] for d in run_dirs] == ["k=1", "k=2"]
     assert [e.value for e in load(run_dirs[1]).Scalars("x")] == [0.0, 2.0, 4.0, 6.0, 8.0]
     bad = project.run("-m", "memolab", "export-tb", str(out), "nope:fn", check=False)
@@ -218,7 +221,7 @@ def test_evaluations_differing_only_in_code_get_distinct_names(project, tmp_path
     project.run("job.py")
     out = tmp_path / "tb"
     project.run("-m", "memolab", "export-tb", str(out), "job")
-    names = sorted(p.name for p in (out / "__main__.job").iterdir())
+    names = sorted(p.name for p in (out / "job.py.job").iterdir())
     assert len(names) == 2 and names[0] != names[1]
     assert {n.split("__")[0] for n in names} == {"k=1"} and all("__code-" in n for n in names)
 
@@ -237,3 +240,104 @@ def test_scalar_fast_path_writes_the_same_bytes(tmp_path):
 
     assert after_first(a._tmp.read_bytes()) == after_first(b._tmp.read_bytes()) != b""
     a.abort(), b.abort()
+
+
+WHOLE_STORE = """
+import memolab
+from memolab import memo
+
+@memo
+def fit(lr, opt="adam"):
+    for s in range(5):
+        memolab.log.scalar("loss", lr * (5 - s), step=s)
+        memolab.log.scalar("val/acc", s / 5 + lr, step=s)
+    return lr
+
+@memo
+def other(k, width=3):
+    memolab.log.scalar("y", float(k))
+    return k
+
+for lr in (0.1, 0.01, 0.001):
+    fit(lr)
+    fit(lr, "sgd")
+other(1)
+other(2, 5)
+memolab.log.scalar("outside", 1.0)  # the script's process run
+w = memolab.SummaryWriter("runs/exp1")
+w.add_scalar("z", 1.0)
+w.close()
+"""
+
+
+def test_a_whole_store_export_keeps_hparams_comparable_and_log_dir_names(project):
+    """A whole-store export of two functions (and a script's process and writer runs): TensorBoard
+    reads one HParams experiment per logdir, and its parallel-coordinates view draws only the
+    sessions with a value in every column shown. The experiment listed every function's arguments
+    and metrics (lr of one, k of the other), so it drew no line at all (issue 40). Now it is the
+    function with the most runs: each of its sessions has every column. Run directories are named
+    after a script's function as the dashboard names it (job.py.fit) and keep a run's log_dir name."""
+    project.write("job.py", WHOLE_STORE)
+    project.run("job.py")
+    out = project.root / "tb"
+    cp = project.run("-m", "memolab", "export-tb", str(out))
+    assert "HParams compares job.py.fit's runs; for another function: tensorboard --logdir" in cp.stdout
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["_process.job.py_", "job.py.fit", "job.py.other"]
+    assert any(p.name.startswith("runs_exp1__done_run") for p in (out / "_process.job.py_").iterdir())
+    exp, res = _session_groups(out)
+    assert sorted(h.name for h in exp.hparam_infos) == ["lr", "opt"]
+    assert sorted(m.name.tag for m in exp.metric_infos) == ["loss", "val/acc"]
+    drawn = [g for g in res.session_groups if all(h.name in g.hparams for h in exp.hparam_infos)
+             and {m.name.tag for m in g.metric_values} >= {m.name.tag for m in exp.metric_infos}]
+    assert len(drawn) == 6  # every run of fit: what the parallel-coordinates view draws
+    # one function's own logdir compares its runs (TensorBoard computes its experiment from them)
+    exp, res = _session_groups(out / "job.py.other")
+    assert sorted(h.name for h in exp.hparam_infos) == ["k", "width"] and len(res.session_groups) == 2
+
+
+def test_tensorboards_parallel_coordinates_view_draws_a_whole_store_export(project):
+    """The same export in TensorBoard's own page (tensorboard on 127.0.0.1, Debian's Chromium):
+    its parallel-coordinates plot holds a line for each of fit's six runs (none before)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        pytest.skip(f"no Chromium at {chromium}")
+    import socket
+    import time
+
+    project.write("job.py", WHOLE_STORE)
+    project.run("job.py")
+    out = project.root / "tb"
+    project.run("-m", "memolab", "export-tb", str(out))
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(out), "--port", str(port),
+                           "--host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"])
+            pg = browser.new_page(viewport={"width": 1400, "height": 900})
+            deadline = time.monotonic() + 60
+            while True:  # until tensorboard answers
+                try:
+                    pg.goto(f"http://127.0.0.1:{port}/#hparams", timeout=5000)
+                    pg.wait_for_selector("text=PARALLEL COORDINATES VIEW", timeout=15000)
+                    break
+                except Exception:
+                    if time.monotonic() > deadline or tb.poll() is not None:
+                        raise
+                    time.sleep(0.5)
+            pg.click("text=PARALLEL COORDINATES VIEW")
+            plot = """() => { const find = (root, out = []) => { for (const e of root.querySelectorAll('*')) {
+                if (e.tagName === 'TF-HPARAMS-PARALLEL-COORDS-PLOT') out.push(e); if (e.shadowRoot) find(e.shadowRoot, out); }
+                return out; }; const p = find(document)[0];
+                return p && p.sessionGroups ? [p._validSessionGroups.length, p.sessionGroups.length] : null; }"""
+            pg.wait_for_function(plot, timeout=30000)
+            assert pg.evaluate(plot) == [6, 10]
+            browser.close()
+    finally:
+        os.killpg(tb.pid, 15)
+        tb.wait(30)

@@ -28,12 +28,14 @@ DEFAULT = {
     "MEMOLAB_REMOTE_DRAIN": 10.0, "MEMOLAB_REMOTE_CONCURRENCY": 16, "MEMOLAB_REMOTE_RANGED_GETS": None,
     "MEMOLAB_INLINE_MAX": 32768, "MEMOLAB_HASH_THREADS": None,
     "MEMOLAB_DIST_TIMEOUT": None, "MEMOLAB_VERBOSE": None, "MEMOLAB_PROGRESS": None, "MEMOLAB_PROGRESS_DELAY": 2.0,
+    "MEMOLAB_SYSTEM_METRICS": 10.0,
 }
 #: the few (variable, value) among KINDS that are good values, and what they mean
 GOOD = {("MEMOLAB_LEASE_FREE_BELOW", "0"): 0.0, ("MEMOLAB_REMOTE_DRAIN", "0"): 0.0,
         ("MEMOLAB_REMOTE_RANGED_GETS", "0"): False, ("MEMOLAB_INLINE_MAX", "0"): 0,
         ("MEMOLAB_VERBOSE", "0"): 0, ("MEMOLAB_PROGRESS", "0"): False,
-        ("MEMOLAB_PROGRESS_DELAY", "0"): 0.0}
+        ("MEMOLAB_PROGRESS_DELAY", "0"): 0.0,
+        ("MEMOLAB_SYSTEM_METRICS", "0"): 0.0}
 FLOATS = [v for v, d in DEFAULT.items() if isinstance(d, float)]
 #: the settings ``configure()`` takes, by variable
 SETTING = {"MEMOLAB_LEASE_TTL": "lease_ttl", "MEMOLAB_HEARTBEAT": "heartbeat",
@@ -151,6 +153,7 @@ def test_bad_values_never_crash_import_a_call_or_the_cli(project, tmp_path):
             "MEMOLAB_VERBOSE": s.verbose,
             "MEMOLAB_PROGRESS": config.env_setting("MEMOLAB_PROGRESS"),
             "MEMOLAB_PROGRESS_DELAY": config.env_setting("MEMOLAB_PROGRESS_DELAY"),
+            "MEMOLAB_SYSTEM_METRICS": config.env_setting("MEMOLAB_SYSTEM_METRICS"),
         }
         out["timeouts"] = [memolab.team.pg.remote_timeout(), memolab.team.blobs.remote_timeout()]
         print(json.dumps(out))

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import memolab
-from conftest import tmpfs_at
+from conftest import other_user_python, tmpfs_at
 from memolab import config
 from memolab.errors import StoreConfigError
 
@@ -81,23 +81,27 @@ def as_nobody() -> list:
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def run(world: Path, store: Path, *ns: int, user: bool = False, env=None) -> dict:
-    """Run the script in a fresh process against ``store``; ``user``: as another user (nobody)."""
-    e = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, str(world)]), MEMOLAB_STORE=str(store),
+def run(world: Path, store: Path, *ns: int, user: bool = False, env=None, their_python: bool = False) -> dict:
+    """Run the script in a fresh process against ``store``; ``user``: as another user (nobody);
+    ``their_python``: as us, with the interpreter and copy that user gets (a result stored with
+    another Python's version is, rightly, not a hit for them)."""
+    python, src = other_user_python("numpy") if user or their_python else (sys.executable, SRC)
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join([src, str(world)]), MEMOLAB_STORE=str(store),
              PYTHONDONTWRITEBYTECODE="1")
     e.pop("MEMOLAB_HMAC_KEY", None)
     e.update(env or {})
     pre = as_nobody() if user else []
-    cp = subprocess.run([*pre, sys.executable, str(world / "f.py"), *map(str, ns)], cwd=str(world), env=e,
+    cp = subprocess.run([*pre, python, str(world / "f.py"), *map(str, ns)], cwd=str(world), env=e,
                         capture_output=True, text=True, timeout=120)
     assert cp.returncode == 0, cp.stderr
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
 def cli(store: Path, *args: str, user: bool = False) -> subprocess.CompletedProcess:
-    e = dict(os.environ, PYTHONPATH=SRC)
+    python, src = other_user_python() if user else (sys.executable, SRC)
+    e = dict(os.environ, PYTHONPATH=src)
     pre = as_nobody() if user else []
-    return subprocess.run([*pre, sys.executable, "-m", "memolab", "--store", str(store), *args], env=e, cwd="/",
+    return subprocess.run([*pre, python, "-m", "memolab", "--store", str(store), *args], env=e, cwd="/",
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)  # never a terminal
 
 
@@ -105,9 +109,9 @@ def no_traceback(cp: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in cp.stdout + cp.stderr, cp.stdout + cp.stderr
 
 
-def populated(world: Path) -> Path:
+def populated(world: Path, their_python: bool = False) -> Path:
     store = world / "store"
-    out = run(world, store, 10, 100_000)
+    out = run(world, store, 10, 100_000, their_python=their_python)
     assert out["computed"] == [10, 100_000] and out["warnings"] == []
     return store
 
@@ -164,7 +168,7 @@ def test_unwritable_parent_computes_and_warns_once(world):
 def test_another_users_readable_store_serves_hits(world):
     """A store readable but not writable by us (another user's, shared read-only) is opened read-only."""
     as_nobody()
-    store = populated(world)
+    store = populated(world, their_python=True)
     for p in [store, *store.rglob("*")]:
         os.chmod(p, 0o755 if p.is_dir() else 0o644)
     out = run(world, store, 10, 100_000, 3, user=True)

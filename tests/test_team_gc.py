@@ -195,12 +195,21 @@ def test_hits_are_forwarded_once_by_concurrent_forwarders(team, tmp_path):
         return real(counts)
 
     a.link.index.add_hits = slow_add
-    threads = [threading.Thread(target=a.forward_hits) for _ in range(2)]
+    errors: list = []
+
+    def forward():
+        try:
+            a.forward_hits()
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=forward) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join(120)  # a bound for a hang, not a timing: a loaded machine may take seconds here
     a.link.index.add_hits = real
+    assert not any(t.is_alive() for t in threads) and errors == [], errors
     assert a.link.index.lookup(f.key(7))["hits"] == local
     a.forward_hits()  # nothing left to send
     assert a.link.index.lookup(f.key(7))["hits"] == local

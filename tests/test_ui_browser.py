@@ -304,7 +304,7 @@ def test_a_long_runs_table_is_virtual_filtered_and_selected_in_bulk(tmp_store, p
         pg.fill("#run-filter", "status:failed")
         pg.wait_for_function("() => document.querySelector('#run-count').textContent.startsWith('20 of 2000')")
         assert all(r % 100 == 0 for r in shown())
-        pg.fill("#run-filter", "^#?run …19[0-9]{2}$|i=1999")
+        pg.fill("#run-filter", "^r19[0-9]{2}\\b =1999\\b")  # a run shown as r1999 (cli/ids.py)
         pg.wait_for_function("() => document.querySelector('#run-count').textContent.startsWith('1 of 2000')")
         assert shown() == [1999]
         pg.fill("#run-filter", "status:failed")
@@ -323,8 +323,9 @@ def test_a_long_runs_table_is_virtual_filtered_and_selected_in_bulk(tmp_store, p
 
 
 def test_two_scripts_defining_train_are_told_apart_in_the_dashboard(project, page):
-    """Both scripts' functions are __main__:train: the sidebar names the files, each run says which
-    file it came from, and "code changed" marks an edit of one script, never the other script's code."""
+    """Both scripts' functions are __main__:train: the sidebar has one entry per file, named as
+    `memolab ls` names them (a.py:train, b.py:train), each with its own runs, and "code changed"
+    marks an edit of one script, never the other script's code."""
     a = "from memolab import memo\n@memo\ndef train(n):\n    return n{}\ntrain(1)\n"
     project.write("a.py", a.format(""))
     project.run("a.py")
@@ -336,14 +337,17 @@ def test_two_scripts_defining_train_are_told_apart_in_the_dashboard(project, pag
     try:
         page.goto(srv.link("?fn=__main__:train"))
         page.wait_for_selector("body[data-ready='1']")
-        assert page.inner_text("#functions li[data-fn='__main__:train']").startswith("train (a.py, b.py)")
+        entries = page.eval_on_selector_all("#functions li[data-fn='__main__:train']", "ls => ls.map(l => l.dataset.label)")
+        assert sorted(entries) == ["a.py:train", "b.py:train"]
+        assert page.inner_text("#fn-title") == "a.py:train"  # the only script of the URL's function first
         rows = page.query_selector_all("#runs tbody tr[data-run]")
-        cells = sorted(r.query_selector("td:nth-child(4)").inner_text() for r in rows)
-        assert [c.split(" · ")[0] for c in cells] == ["a.py", "a.py", "b.py"], cells
         changed = [r for r in rows if "code changed" in r.inner_text()]
-        assert len(changed) == 1 and changed[0].query_selector("td:nth-child(4)").inner_text().startswith("a.py"), \
-            [r.inner_text() for r in rows]
-        assert page.errors == []
+        assert len(rows) == 2 and len(changed) == 1, [r.inner_text() for r in rows]
+        page.click("#functions li[data-label='b.py:train']")
+        page.wait_for_function("() => document.querySelector('#fn-title').textContent === 'b.py:train'")
+        page.wait_for_function("() => document.querySelectorAll('#runs tbody tr[data-run]').length === 1")
+        assert "code changed" not in page.inner_text("#runs tbody")
+        assert "script=" in page.url and page.errors == []
     finally:
         srv.shutdown()
         srv.server_close()

@@ -128,7 +128,7 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     assert heights and max(heights) <= 20
     assert "+21 more" in pg.inner_text(".card[data-tag='lr'] .legend")
 
-    # the tooltip: run label and value, highest value first, inside the window even at its corner
+    # the tooltip: run label and value, best first (a loss: lowest first), inside the window even at its corner
     card = pg.query_selector(".card[data-tag='train/loss']")
     card.scroll_into_view_if_needed()
     pg.evaluate("() => window.scrollBy(0, 150)")  # the chart near the bottom of the window
@@ -140,7 +140,8 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     vw, vh = pg.evaluate("() => [document.documentElement.clientWidth, window.innerHeight]")
     assert tb["x"] >= 0 and tb["y"] >= 0 and tb["x"] + tb["width"] <= vw and tb["y"] + tb["height"] <= vh
     vals = [float(v) for v in tip.eval_on_selector_all(".tip-val", "vs => vs.map(v => v.textContent)")]
-    assert len(vals) == 20 and vals == sorted(vals, reverse=True)
+    assert len(vals) == 20 and vals == sorted(vals)
+    assert "lowest first" in tip.inner_text()
     assert "… and 9 more" in tip.inner_text()
     labels = tip.eval_on_selector_all(".tip-label", "ls => ls.map(l => l.textContent)")
     # labels name the run by what differs between runs (not the constant steps=100000)
@@ -168,9 +169,11 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     assert len(reqs) == 1 and f"runs={live}&" in reqs[0][0] and "seen=" in reqs[0][0]
     assert reqs[0][1] < 20_000, reqs  # 400 new points; the full series of that run were far more
 
-    # the runs table's metric columns: train/ then val/ first; HParams fits its box
+    # the runs table's metric columns: the validation loss and accuracy first, then train/, never
+    # sys/ unless chosen; HParams fits its box
     heads = pg.eval_on_selector_all("#runs thead th", "ths => ths.map(t => t.dataset.col).filter(c => c.startsWith('⟶'))")
-    assert [h.split()[1].split("/")[0] for h in heads[:4]] == ["train", "train", "val", "val"] and len(heads) == 6
+    assert [h.split()[1] for h in heads[:4]] == ["val/loss", "val/acc", "train/acc", "train/loss"] and len(heads) == 6
+    assert not any("sys/" in h for h in heads)
     pg.click("#tabs button[data-tab='hparams']")
     pg.wait_for_selector("#hparams tbody tr")
     cols = pg.eval_on_selector_all("#hparams th", "ths => ths.map(t => t.dataset.col)")
@@ -181,8 +184,10 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     shown = pg.eval_on_selector_all(f"#hparams tbody td:nth-child({steps_col + 1})", "ts => ts.map(t => t.textContent)")
     assert set(shown) == {"100000"}  # as written, not 1.000e+5
     assert pg.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
-    # parallel coordinates: the arguments that vary, then a metric (val/ first)
-    assert pg.get_attribute("#parcoords", "data-axes") == "lr|width|seed|⟶ val/acc"
+    # parallel coordinates: the arguments that vary, then a metric (the validation loss first);
+    # lr spans four decades: a log axis
+    assert pg.get_attribute("#parcoords", "data-axes") == "lr|width|seed|⟶ val/loss"
+    assert pg.get_attribute("#parcoords", "data-log") == "lr"
     pg.click("#hparams th[data-col='⟶ train/loss']")  # sorting a metric column picks it
     pg.wait_for_function("() => document.querySelector('#parcoords').dataset.axes.endsWith('train/loss')")
     assert pg.errors == []

@@ -72,9 +72,13 @@ def test_one_request_serves_every_tag_of_every_run_sized_to_the_chart(server):
             assert (max(s["max"]) == 100.0) == (int(run) in spike)  # the spike survives
             assert min(s["min"]) == pytest.approx(-1.0, abs=1e-3)
     assert got["short"]["1"]["step"] == list(range(30)) and "min" not in got["short"]["1"]  # short: as logged
-    # a wider chart gets more buckets, never more than two points a pixel
+    # the summary level does not depend on the chart's width (issue 40: a 1,400 px window read
+    # every point, a 1,280 px one the blocks): one bucket per 64-point block, and the last point
     wide = get(server.base + "api/series?runs=1&px=1400&tag=x")
-    assert list(wide) == ["x"] and 400 < len(wide["x"]["1"]["step"]) <= 2800
+    assert list(wide) == ["x"] and wide["x"]["1"] == got["x"]["1"] and len(got["x"]["1"]["step"]) == 79 + 1
+    # only a chart narrower than its blocks gets fewer buckets (two blocks each), at most one a pixel
+    narrow = get(server.base + "api/series?runs=1&px=50&tag=x")["x"]["1"]
+    assert len(narrow["step"]) == 40 + 1 and max(narrow["max"]) == 100.0
 
 
 def test_a_series_whose_steps_went_back_is_bucketed_by_step(tmp_store):

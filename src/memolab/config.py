@@ -245,6 +245,20 @@ class EnvVar:
         return self.default_text or _num(d)
 
 
+@dataclass(frozen=True)
+class SecondsOrOff:
+    """A number of seconds from 0 to ``hi`` (0: off), or an off word (0)."""
+    hi: float
+
+    def accepted(self) -> str:
+        return f"a number of seconds from 0 (off) to {_num(self.hi)}, or {'/'.join(_OFF_WORDS[1:])} (off)"
+
+    def parse(self, raw: str) -> float:
+        if raw.lower() in _OFF_WORDS:
+            return 0.0
+        return float(Number(0, self.hi, "seconds").parse(raw))
+
+
 SECONDS_TTL = Number(0.01, 86400, "seconds")
 SECONDS_HEARTBEAT = Number(0.001, 3600, "seconds")
 SECONDS_LEASE_FREE = Number(0, 60, "seconds")
@@ -276,6 +290,8 @@ ENV: dict[str, EnvVar] = {v.name: v for v in (
     # auto: bars on a terminal (and in a Jupyter kernel) only; on: on any stderr; off: never
     EnvVar("MEMOLAB_PROGRESS", Switch(), None, default_text="auto"),
     EnvVar("MEMOLAB_PROGRESS_DELAY", Number(0, 3600, "seconds"), 2.0),
+    # system metrics (CPU, memory, GPU) sampled during a memoized computation (tracking/system.py)
+    EnvVar("MEMOLAB_SYSTEM_METRICS", SecondsOrOff(3600), 10.0),
 )}
 
 #: the checks ``configure()`` applies, by keyword

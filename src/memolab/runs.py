@@ -23,8 +23,9 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from .tracking import query as _query
+from .tracking.notes import Note
 
-__all__ = ["runs", "Run", "RunList", "Scalars", "Evaluation", "Edge"]
+__all__ = ["runs", "Run", "RunList", "Scalars", "Evaluation", "Edge", "Note"]
 
 STATUSES = ("running", "done", "failed", "interrupted", "lost")
 
@@ -106,6 +107,10 @@ class Run:
         #: the stored evaluation (None for a run that stored nothing: failed, interrupted, a process run)
         self.evaluation: Evaluation | None = (
             Evaluation(int(ev), int(row.get("hits") or 0), row.get("size"), row.get("result")) if ev else None)
+        #: its tags (``memolab.log.tag``, ``memolab tag ID TAG``, the dashboard), its evaluation's included
+        self.run_tags: list[str] = list(row.get("run_tags") or [])
+        #: its notes (and its evaluation's), oldest first: ``Note(text, time, source, id)``
+        self.notes: list[Note] = [Note(**n) for n in row.get("notes") or []]
 
     def __repr__(self) -> str:
         return f"<memolab.Run {self.id} {self.fn} {self.name!r} {self.status}>"
@@ -183,7 +188,7 @@ class Run:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "fn": self.fn, "name": self.name, "status": self.status, "started": self.started,
                 "finished": self.finished, "duration": self.duration, "code": self.code, "error": self.error,
-                "script": self.script,
+                "script": self.script, "run_tags": self.run_tags, "notes": [n._asdict() for n in self.notes],
                 "evaluation": self.evaluation._asdict() if self.evaluation else None,
                 "inputs": [e._asdict() for e in self.inputs], "used_by": [e._asdict() for e in self.used_by],
                 "hparams": self.hparams, "metrics": self.metrics}
@@ -203,7 +208,8 @@ class RunList(list[Run]):
         rows = []
         for r in self:
             d: dict[str, Any] = {"id": r.id, "fn": r.fn, "name": r.name, "status": r.status, "started": r.started,
-                                 "duration": r.duration, "evaluation": r.evaluation.id if r.evaluation else None}
+                                 "duration": r.duration, "evaluation": r.evaluation.id if r.evaluation else None,
+                                 "run_tags": ",".join(r.run_tags)}
             d.update(r.hparams)
             d.update(r.metrics)
             rows.append(d)
@@ -224,12 +230,14 @@ def _match(fns: Iterable[str], name: str) -> str:
 
 
 def runs(fn: Any = None, *, status: None | str | Iterable[str] = None, name: str | None = None,
-         store: Any = None, limit: int | None = None) -> RunList:
+         tag: str | None = None, store: Any = None, limit: int | None = None) -> RunList:
     """The runs of ``fn`` (a memoized function, its full symbol ``pkg.mod:train``, or an unambiguous
-    suffix such as ``train``; a script's process runs as ``train.py``), or of every function, newest first.
+    suffix such as ``train``; a script's function as ``a.py:train``; a script's process runs as
+    ``train.py``), or of every function, newest first.
 
     ``status``: one of running, done, failed, interrupted, lost (or several); ``name``: a regular
-    expression searched in the run's name; ``store``: a store directory (default: the configured one);
+    expression searched in the run's name; ``tag``: only runs carrying this tag (theirs or their
+    evaluation's); ``store``: a store directory (default: the configured one);
     ``limit``: at most that many runs. Stored evaluations that have no run are included
     (their ``id`` is ``"e<evaluation id>"``).
     """
@@ -245,13 +253,18 @@ def runs(fn: Any = None, *, status: None | str | Iterable[str] = None, name: str
     else:
         st = get_store()
     index = st.index
-    symbol = None
+    symbol = script = None
     if fn is not None:
         symbol = getattr(fn, "symbol", None)
         if symbol is None:
             if not isinstance(fn, str):
                 raise TypeError(f"memolab.runs: fn must be a memoized function or a name, got {type(fn).__qualname__}")
-            symbol = _match((f["fn"] for f in _query.functions(index)), fn)
+            entries = _query.function_entries(index)
+            by_label = [e for e in entries if e["label"] == fn and e["script"]]  # "a.py:train"
+            if len(by_label) == 1:
+                symbol, script = by_label[0]["fn"], by_label[0]["script"]
+            else:
+                symbol = _match((f["fn"] for f in entries), fn)
     wanted = None
     if status is not None:
         wanted = {status} if isinstance(status, str) else set(status)
@@ -265,8 +278,12 @@ def runs(fn: Any = None, *, status: None | str | Iterable[str] = None, name: str
     for row in _query.runs(index, symbol):
         if wanted is not None and row["status"] not in wanted:
             continue
+        if script is not None and row.get("script") != script:
+            continue
         r = Run(row, index)
         if pattern is not None and not pattern.search(r.name):
+            continue
+        if tag is not None and tag not in r.run_tags:
             continue
         out.append(r)
         if limit is not None and len(out) >= limit:

@@ -84,7 +84,134 @@ for _rule in (_sequence, _mapping, _array, _plain):
     register(_rule)
 
 
+# -- typed summaries of arguments: what a model, a dataset, a loader is, not its repr ----------------
+# ``Net: 3 layers, 1.2 K params``, ``TensorDataset: 8,000 × 16``, ``DataLoader: 250 batches of 32``.
+# Shown for a computation's arguments (its run's hyperparameters, its evaluation's arguments) in
+# place of a repr that is either an address (``<TensorDataset object>``) or a page of text (a
+# module's). No rule imports a library: a class is recognised once its library is imported, which
+# it must be for such an object to exist. Each rule is cheap (no iteration over a dataset's items).
+TYPED: list[Rule] = []
+
+
+def register_typed(rule: Rule) -> Rule:
+    TYPED.insert(0, rule)
+    return rule
+
+
+def count(n: float) -> str:
+    """8000 -> ``8,000``; 1234567 params -> ``1.2 M`` (see ``_params``)."""
+    return f"{int(n):,}"
+
+
+def _params(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return str(n)
+
+
+def _isinstance_of(x: Any, module: str, path: str) -> bool:
+    import sys
+
+    mod = sys.modules.get(module)
+    if mod is None:
+        return False
+    obj: Any = mod
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return isinstance(obj, type) and isinstance(x, obj)
+
+
+def _module(x: Any) -> str | None:
+    if not _isinstance_of(x, "torch", "nn.Module"):
+        return None
+    leaves = sum(1 for m in x.modules() if next(iter(m.children()), None) is None)
+    params = sum(int(p.numel()) for p in x.parameters())
+    return f"{type(x).__name__}: {leaves} layer{'s' if leaves != 1 else ''}, {_params(params)} params"
+
+
+def _torch_dataset(x: Any) -> str | None:
+    if not _isinstance_of(x, "torch", "utils.data.Dataset"):
+        return None
+    tensors = getattr(x, "tensors", None)  # a TensorDataset
+    if isinstance(tensors, tuple) and tensors and hasattr(tensors[0], "shape"):
+        shape = " × ".join([count(d) for d in tuple(tensors[0].shape)])
+        more = f" ({len(tensors)} tensors)" if len(tensors) > 1 else ""
+        return f"{type(x).__name__}: {shape}{more}"
+    try:
+        return f"{type(x).__name__}: {count(len(x))} items"
+    except Exception:
+        return None
+
+
+def _loader(x: Any) -> str | None:
+    if not _isinstance_of(x, "torch", "utils.data.DataLoader"):
+        return None
+    try:
+        n = len(x)
+    except Exception:
+        return f"{type(x).__name__} (batches of {x.batch_size})"
+    return f"{type(x).__name__}: {count(n)} batches of {x.batch_size}"
+
+
+def _optimizer(x: Any) -> str | None:
+    if not _isinstance_of(x, "torch", "optim.Optimizer"):
+        return None
+    groups = x.param_groups
+    lr = groups[0].get("lr") if groups else None
+    return f"{type(x).__name__}: {len(groups)} param group{'s' if len(groups) != 1 else ''}" + (
+        f", lr={lr:g}" if isinstance(lr, (int, float)) else "")
+
+
+def _frame(x: Any) -> str | None:
+    if not (_isinstance_of(x, "pandas", "DataFrame") or _isinstance_of(x, "polars", "DataFrame")):
+        return None
+    rows, cols = x.shape
+    return f"{type(x).__name__}: {count(rows)} × {count(cols)}"
+
+
+def _hf_dataset(x: Any) -> str | None:
+    if not _isinstance_of(x, "datasets", "Dataset"):
+        return None
+    cols = list(x.column_names)
+    shown = ", ".join(cols[:4]) + (", …" if len(cols) > 4 else "")
+    return f"{type(x).__name__}: {count(x.num_rows)} rows × {len(cols)} columns ({shown})"
+
+
+def _big_array(x: Any) -> str | None:
+    # an array or tensor of more than 16 values: its type, shape and size (a short one's repr shows its values)
+    shape = getattr(x, "shape", None)
+    if not isinstance(shape, tuple) and type(shape).__name__ != "Size":
+        return None
+    n = 1
+    for d in tuple(shape):  # type: ignore[arg-type]  # a tuple or a torch.Size
+        n *= int(d)
+    return _array(x) if n > 16 else None
+
+
+for _rule in (_big_array, _hf_dataset, _frame, _optimizer, _loader, _torch_dataset, _module):
+    register_typed(_rule)
+
+
+def typed(obj: Any) -> str | None:
+    """A typed summary of an argument when a rule knows its type (a model, a dataset, a loader, a
+    frame, a big array), else None (its repr says it better: a number, a string, a small config)."""
+    for rule in TYPED:
+        try:
+            s = rule(obj)
+        except Exception:
+            s = None
+        if s:
+            return s
+    return None
+
+
 def summarize(obj: Any) -> str:
+    t = typed(obj)
+    if t is not None and not _tensor_bytes(obj):
+        return t  # a model, a dataset (arrays keep their rule below: their size in bytes)
     for rule in RULES:
         try:
             s = rule(obj)

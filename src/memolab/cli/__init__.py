@@ -54,14 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="DIR", help=store_help)
     p.add_argument("--version", action="version", version=f"memolab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    # registered in this order, the order `memolab --help` lists them in (not sorted)
+    # isort: off
+    from . import store_commands  # noqa: F401  (registers `ls`, `show`, `why`, `clear`, `gc`)
+    from . import run_commands  # noqa: F401  (registers `runs`)
+    from . import accept_commands  # noqa: F401  (registers `accept`)
+    from . import note_commands  # noqa: F401  (registers `tag` and `note`)
+    from ..ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
     from .. import doctor as _doctor  # noqa: F401  (registers `doctor`)
     from ..team import cli as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)
-    from ..ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
-    from . import (
-        accept_commands,  # noqa: F401  (registers `accept`)
-        run_commands,  # noqa: F401  (registers `runs`)
-        store_commands,  # noqa: F401  (registers `ls`, `show`, `why`, `clear`, `gc`)
-    )
+    # isort: on
     for name, (fn, configure, help_) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         # `memolab ls --store DIR` as well as `memolab --store DIR ls`; SUPPRESS keeps a

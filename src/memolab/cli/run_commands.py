@@ -9,7 +9,6 @@ from typing import Any
 
 from .common import (
     OK,
-    PROBLEM,
     USAGE,
     CliError,
     command,
@@ -35,6 +34,10 @@ def _runs_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", choices=STATUSES, action="append", help="only runs with this status (repeatable)")
     p.add_argument("--metric", action="append", metavar="TAG",
                    help="a scalar tag to show the final value of (repeatable; default: the most common tags)")
+    p.add_argument("--tag", action="append", metavar="TAG", help="only runs carrying this tag (repeatable: all of them)")
+    p.add_argument("--sort", metavar="METRIC[:min|max]",
+                   help="best first by the final value of a scalar tag (loss-like tags: lowest; else highest; "
+                        "`:min`/`:max` says which); runs without it last")
     p.add_argument("--limit", type=positive_int, default=50, help="runs to show, newest first (default 50)")
     p.add_argument("--all", action="store_true", help="show every run")
     p.add_argument("--wide", action="store_true", help="do not cut columns to the terminal's width")
@@ -47,7 +50,8 @@ def run_json(r: dict[str, Any]) -> dict[str, Any]:
     return {"id": r["id"], "fn": r["fn"], "name": r.get("label"), "status": r["status"], "started": r["started"],
             "finished": r.get("finished"), "duration": r.get("duration"), "evaluation": ev, "code": r.get("code"),
             "parent": r.get("parent"), "script": r.get("script"), "hparams": r.get("hparams") or {},
-            "metrics": r.get("metrics") or {}, "error": r.get("error"), "accepted": r.get("accepted") or []}
+            "metrics": r.get("metrics") or {}, "error": r.get("error"), "accepted": r.get("accepted") or [],
+            "run_tags": r.get("run_tags") or [], "notes": r.get("notes") or []}
 
 
 def where(r: dict[str, Any]) -> str:
@@ -64,12 +68,39 @@ def metric_columns(rows: Sequence[dict[str, Any]], chosen: list[str] | None, mos
     """The tags given, else the ``most`` tags logged by the most runs (``val/``, then ``train/`` first on ties)."""
     if chosen:
         return chosen
+    from ..tracking.names import is_system_tag
+
     count: dict[str, int] = {}
     for r in rows:
         for t in r.get("metrics") or {}:
-            count[t] = count.get(t, 0) + 1
+            if not is_system_tag(t):  # sys/cpu is how the machine was, not what the run found
+                count[t] = count.get(t, 0) + 1
     rank = {"val": 0, "train": 1}
     return sorted(count, key=lambda t: (-count[t], rank.get(t.split("/")[0], 2), t))[:most]
+
+
+def sort_key(text: str) -> tuple[str, bool]:
+    """``val/loss`` -> (tag, lower is better by its name); ``val/acc:min`` says so outright."""
+    from ..tracking.names import lower_is_better
+
+    tag, _, how = text.rpartition(":") if text.endswith((":min", ":max")) else (text, "", "")
+    if not tag:
+        raise CliError(USAGE, f"--sort needs a scalar tag, got {text!r}")
+    return tag, (how == "min") if how else lower_is_better(tag)
+
+
+def best_first(rows: list[dict[str, Any]], tag: str, lower: bool) -> list[dict[str, Any]]:
+    """Runs by the final value of ``tag``, best first (stable: newest first among equals); runs
+    without a value (not logged, NaN) last."""
+    import math
+
+    def key(r: dict[str, Any]) -> tuple[int, float]:
+        v = (r.get("metrics") or {}).get(tag)
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return (1, 0.0)
+        return (0, v if lower else -v)
+
+    return sorted(rows, key=key)
 
 
 def number(v: float | None) -> str:
@@ -80,26 +111,13 @@ def number(v: float | None) -> str:
     return f"{v:.4g}"
 
 
-#: the fewest digits of a run id the tables show (``show`` takes any unique prefix)
-SHORT_MIN = 6
-
-
 def short_length(store: Any) -> int:
-    """Digits of a run id that tell every run of the store apart (at least ``SHORT_MIN``): the
-    RUN column shows that many, as git shows commits, and ``show`` takes them."""
-    c = store.index.conn()
-    if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
-        return SHORT_MIN
-    ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
-    n = SHORT_MIN
-    for a, b in zip(ids, ids[1:], strict=False):
-        common = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            common += 1
-        n = max(n, common + 1)
-    return n
+    """Digits of a run id that tell every run of the store apart (at least ``ids.SHORT_MIN``): the
+    RUN column shows that many, as git shows commits, and ``show`` takes them (as the dashboard)."""
+    from ..tracking import query
+    from .ids import short_length as digits
+
+    return digits(query.ready(store.index))
 
 
 def runs_table(rows: list[dict[str, Any]], args: argparse.Namespace, with_fn: bool, short: int = 0) -> str:
@@ -123,8 +141,9 @@ def _runs_table(rows: list[dict[str, Any]], tags: list[str], width: int | None, 
     for r in rows:
         rid = (str(r["id"])[:short] if short else r["id"]) if isinstance(r["id"], int) else "-"
         ev = f"#{r['eval_id']}" if r.get("stored") and r.get("eval_id") else "-"
+        label = " ".join([r.get("label") or "", *(f"[{t}]" for t in r.get("run_tags") or [])]).strip()
         cells = [rid, r["status"]] + ([where(r)] if with_fn else []) + [
-            r.get("label") or "", human_age(r["started"]), human_duration(r.get("duration")), ev]
+            label, human_age(r["started"]), human_duration(r.get("duration")), ev]
         cells += [number((r.get("metrics") or {}).get(t)) for t in tags]
         body.append(cells)
     name_col = 3 if with_fn else 2
@@ -138,9 +157,21 @@ def list_runs(store: Any, fn: str | None, args: argparse.Namespace) -> int:
     from ..tracking import query
 
     rows = query.runs(store.index, fn)
+    script = getattr(args, "script", None)
+    if script:  # a.py:train: the runs of that script
+        rows = [r for r in rows if r.get("script") == script]
     if args.status:
         rows = [r for r in rows if r["status"] in args.status]
+    for t in getattr(args, "tag", None) or []:
+        rows = [r for r in rows if t in (r.get("run_tags") or [])]
     rows.sort(key=lambda r: r["started"] or 0, reverse=True)
+    if getattr(args, "sort", None):
+        tag, lower = sort_key(args.sort)
+        rows = best_first(rows, tag, lower)
+        if not args.metric:
+            args.metric = [tag]
+        elif tag not in args.metric:
+            args.metric = [tag, *args.metric]
     total = len(rows)
     shown = rows if args.all else rows[: args.limit]
     if args.json:
@@ -150,7 +181,9 @@ def list_runs(store: Any, fn: str | None, args: argparse.Namespace) -> int:
         print(f"no runs{' of ' + fn if fn else ''} in {store.root}")
         return OK
     if fn:
-        print(fn)
+        from .ids import shown_function
+
+        print(shown_function(store, fn, script, rows))
     print(runs_table(shown, args, with_fn=fn is None, short=short_length(store)))
     more = footer(len(shown), total, "runs", "--limit N or --all for more")
     if more:
@@ -167,9 +200,12 @@ def list_runs(store: Any, fn: str | None, args: argparse.Namespace) -> int:
 @command("runs", "list runs (running, failed, interrupted and lost ones too) with their names and final metrics")
 @options(_runs_options)
 def cmd_runs(args: argparse.Namespace) -> int:
+    from .ids import split_script
+
     store = open_store(args)
     store.flush_hits()
-    fn = resolve_function(store, args.func) if args.func else None
+    name, args.script = split_script(store, args.func) if args.func else (None, None)
+    fn = resolve_function(store, name) if name else None
     return list_runs(store, fn, args)
 
 
@@ -209,6 +245,7 @@ def show_run(store: Any, r: dict[str, Any], as_json: bool) -> int:
         for k, v in r["hparams"].items():
             print(wrapped(f"    {k} = {v}", "      "))
     print_tags(tags, r.get("metrics") or {})
+    print_notes(r.get("run_tags") or [], r.get("notes") or [])
     for what in ("traceback", "output"):
         if fail[what]:
             print(f"  {'output (its last lines)' if what == 'output' else what}:")
@@ -267,30 +304,15 @@ def print_fields(info: list[Any]) -> None:
         print(wrapped(f"  {k.ljust(w)}  {v}", " " * (w + 4)))
 
 
-def run_by_prefix(store: Any, digits: str) -> dict[str, Any] | None:
-    """The one run whose id starts with ``digits`` (a short id from ``memolab runs``), or None;
-    several: a usage error listing them."""
-    c = store.index.conn()
-    if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
-        return None
-    ids = [i for (i,) in c.execute("SELECT id FROM runs WHERE CAST(id AS TEXT) LIKE ? ORDER BY id LIMIT 6",
-                                   (digits + "%",))]
-    if len(ids) > 1:
-        listed = ", ".join(str(i) for i in ids[:5]) + (", …" if len(ids) > 5 else "")
-        raise CliError(USAGE, f"{digits} is the start of several run ids ({listed}): give more digits")
-    return find_run(store, ids[0]) if ids else None
-
-
-def parse_id(text: str) -> int:
-    """``12``, ``#12``, ``e12`` (an evaluation) or a run id (``r`` before it: a run only)."""
-    t = text.strip().lstrip("#")
-    if t[:1] in ("e", "r") and t[1:].isdigit():
-        t = t[1:]
-    try:
-        n = int(t)
-    except ValueError:
-        raise CliError(PROBLEM, f"not an evaluation or run id: {text!r} "
-                                "(`memolab ls FUNC` and `memolab runs` list them)") from None
-    if not 0 < n < 2**63:
-        raise CliError(PROBLEM, f"no evaluation or run {text} in the store")
-    return n
+def print_notes(tags: list[str], notes: list[dict[str, Any]]) -> None:
+    """Its tags on one line, then its notes, oldest first, each with when it was written."""
+    if tags:
+        print(f"  tags: {', '.join(tags)}")
+    if notes:
+        print("  notes:")
+        for n in notes:
+            when = _dt.datetime.fromtimestamp(n["time"]).strftime("%Y-%m-%d %H:%M")
+            lines = n["text"].splitlines() or [""]
+            print(f"    {when}  {lines[0]}")
+            for line in lines[1:]:
+                print(f"                      {line}")

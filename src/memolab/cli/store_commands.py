@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store import edges
+from . import ids
 from .common import (
     OK,
     PROBLEM,
@@ -41,7 +42,8 @@ from .common import (
     table,
     terminal_width,
 )
-from .run_commands import find_run, list_runs, parse_id, print_fields, print_tags, run_by_prefix, show_run, wrapped
+from .note_commands import eval_marks
+from .run_commands import find_run, list_runs, print_fields, print_notes, print_tags, show_run, wrapped
 
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
@@ -57,7 +59,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     store = open_store(args)
     store.flush_hits()
     if not args.func:
-        fns = store.index.functions()
+        fns = ids.function_rows(store, store.index.functions())  # a.py:train and b.py:train apart
         only_runs = [f for f in known_functions(store) if f.startswith("<process:") or
                      (f not in {x["fn"] for x in fns} and _has_runs_of(store, f))]
         gone = expired_counts(store)
@@ -70,32 +72,46 @@ def cmd_ls(args: argparse.Namespace) -> int:
             print(f"no stored evaluations in {store.root}")
         else:
             extra = ["EXPIRED"] if gone else []
-            rows = [(f["fn"], f["evaluations"], human_size(f["size"]), f["hits"], human_duration(f["compute"]),
-                     human_age(f["last"]), *([f["expired"] or ""] if gone else [])) for f in fns]
+            rows = [(f.get("label") or f["fn"], f["evaluations"], human_size(f["size"]), f["hits"],
+                     human_duration(f["compute"]), human_age(f["last"]), *([f["expired"] or ""] if gone else []))
+                    for f in fns]
             print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN", *extra], rows,
                         right=(1, 2, 3, 4, 6) if gone else (1, 2, 3, 4), width=terminal_width(args.wide), flex=(0,)))
         if only_runs:
-            print(f"logged runs without stored evaluations: {', '.join(only_runs)} (memolab runs NAME)")
+            shown = [ids.shown_function(store, f) for f in only_runs]
+            print(f"logged runs without stored evaluations: {', '.join(shown)} (memolab runs NAME)")
         return OK
-    fn = resolve_function(store, args.func)
-    total = _count_evaluations(store, fn)
+    name, args.script = ids.split_script(store, args.func)  # a.py:train: that script's evaluations
+    fn = resolve_function(store, name)
+    mine = ids.eval_ids_of_script(store, fn, args.script) if args.script else None
+    total = _count_evaluations(store, fn) if mine is None else len(mine)
     if not total and not args.json and _has_runs_of(store, fn):
         # a script's process runs, or a function whose every run failed: its runs are what there is
         args.status, args.metric, args.all = None, None, False
         return list_runs(store, fn, args)
-    evs = store.index.evaluations(fn, limit=args.limit)
+    if mine is None:
+        evs = store.index.evaluations(fn, limit=args.limit)
+    else:
+        evs = store.index.evaluations(fn, where=f"id IN ({','.join(str(i) for i in mine) or 'NULL'})",
+                                      limit=args.limit)
     if args.json:
         emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
         return OK
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
              e["code"][:8], "expired" if expired(e) else e["status"] if e["status"] != "done" else "",
              args_summary(e, 10**6)) for e in evs]
-    print(fn)
+    print(ids.shown_function(store, fn, args.script))
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
                 width=terminal_width(args.wide), flex=(7,)))
     more = footer(len(evs), total, "evaluations", "--limit N for more")
     if more:
         print(more)
+    if fn.startswith("__main__:") and not args.script:
+        from ..tracking.query import function_entries
+
+        each = [e["label"] for e in function_entries(store.index) if e["fn"] == fn and e["script"]]
+        if len(each) > 1:
+            print(f"(evaluations of {len(each)} scripts' {fn[9:]}: memolab ls {each[0]} lists one)")
     unstored = _unstored_runs(store, fn)
     if unstored:
         print(f"also {', '.join(f'{n} {s}' for s, n in sorted(unstored.items()))} run(s) without a stored evaluation: "
@@ -136,20 +152,12 @@ def _show_options(p: argparse.ArgumentParser) -> None:
 @options(_show_options)
 def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args)
-    n = parse_id(args.id)
-    given = args.id.strip()
-    # `#12`/`e12`: an evaluation; `r4815`: a run; bare digits: an evaluation, else the run of that
-    # id, else the one run whose id starts with them (the short ids of `memolab runs`)
-    rows = store.index.evaluations(where="id=?", params=(n,)) if not given.startswith("r") else []
-    if not rows:
-        run = None
-        if not given.startswith(("#", "e")) and _has_runs_table(store):
-            run = find_run(store, n) or run_by_prefix(store, str(n))
-        if run is None:
-            raise CliError(PROBLEM, f"no evaluation #{n} (nor run {n}) in {store.root}")
-        return show_run(store, run, args.json)
-    e = rows[0]
+    kind, n = ids.resolve(store, args.id)  # the ids the dashboard shows: #12, r1475626
+    if kind == "run":
+        return show_run(store, find_run(store, n), args.json)  # type: ignore[arg-type]  # resolved: it exists
+    e = store.index.evaluations(where="id=?", params=(n,))[0]
     logs = _logs_of(store, e["id"])
+    marks = eval_marks(store, e["id"], logs[0])
     from ..acceptance import as_json, covering
 
     accepts = covering(store.index, e["fn"], [e["code"]], active=False).get(e["code"], [])
@@ -159,7 +167,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1],
                    "accepts": [as_json(a) for a in accepts],
                    "inputs": [{k: v for k, v in i.items() if k != "code"} for i in inputs],
-                   "used_by": users})
+                   "used_by": users, **marks})
         return OK
     snap = snapshot_of(e)
     try:
@@ -203,6 +211,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     for r in logs[0]:
         metrics.update(r.get("metrics") or {})
     print_tags(logs[1], metrics)  # type: ignore[arg-type]
+    print_notes(marks["run_tags"], marks["notes"])
     return OK
 
 

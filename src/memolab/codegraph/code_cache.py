@@ -40,7 +40,7 @@ import xxhash
 
 from .. import config
 
-_FORMAT = 1
+_FORMAT = 2  # 2: fingerprints of marshal format 2
 _lock = threading.Lock()
 #: source path -> [stat key, {(qualname, firstlineno): entry}, dirty]
 _files: dict[str, list] = {}
@@ -119,13 +119,15 @@ def _entries(path: str) -> list | None:
 
 
 def fingerprint(code: types.CodeType) -> str:
-    """xxh3 of ``marshal.dumps(code)``: every field of the code object and of
+    """xxh3 of ``marshal.dumps(code, 2)``: every field of the code object and of
     the code nested in it (instructions, names, constants, flags, line and
-    exception tables), serialised in C. The same code can serialise to other
-    bytes in another process (marshal's back-references follow reference
-    counts; a frozenset's order follows salted string hashes): that is a cache
-    miss, never a wrong hit, since different code never serialises alike."""
-    return xxhash.xxh3_128_hexdigest(marshal.dumps(code))
+    exception tables), serialised in C. Format 2, because from format 3 on marshal
+    writes a back-reference for any object whose reference count is above one, so
+    the same code serialised differently in a long-lived process that happened to
+    share a constant (a test run's worker missed the cache that way). A frozenset's
+    order still follows salted string hashes: that is a cache miss, never a wrong
+    hit, since different code never serialises alike."""
+    return xxhash.xxh3_128_hexdigest(marshal.dumps(code, 2))
 
 
 def get(code: types.CodeType) -> tuple[str, str, frozenset, tuple] | None:

@@ -85,7 +85,7 @@ CREATE TABLE IF NOT EXISTS misses(
     time REAL NOT NULL,
     explanation TEXT NOT NULL
 );
--- lineage (schema 3): an index of what the evaluations' snapshots say, kept by the triggers of
+-- lineage (schema 4): an index of what the evaluations' snapshots say, kept by the triggers of
 -- ``LINEAGE_TRIGGERS`` (whoever inserts a row: a call, a team row adopted, a pull): the
 -- evaluation's inputs (argument path -> the key of the evaluation an object there came from),
 -- and the digest of a result as an argument (its "value digest") -> the evaluation
@@ -104,6 +104,17 @@ CREATE TABLE IF NOT EXISTS outputs(
     evaluation INTEGER NOT NULL,
     PRIMARY KEY(digest, evaluation)
 ) WITHOUT ROWID;
+-- notes and tags (schema 5) on a run or an evaluation (``tracking/annotations.py``): kind is
+-- 'note' or 'tag', source says who wrote it (log: memolab.log.note/tag, cli, dashboard)
+CREATE TABLE IF NOT EXISTS annotations(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run INTEGER,
+    evaluation INTEGER,
+    kind TEXT NOT NULL,
+    text TEXT NOT NULL,
+    time REAL NOT NULL,
+    source TEXT
+);
 CREATE TABLE IF NOT EXISTS blob_stamps(
     digest TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
@@ -144,6 +155,11 @@ CREATE INDEX IF NOT EXISTS evaluations_code ON evaluations(fn, code, finished);
 CREATE INDEX IF NOT EXISTS evaluations_blobs ON evaluations(id) WHERE inline IS NULL;
 CREATE INDEX IF NOT EXISTS evaluations_unused ON evaluations(id) WHERE status != 'done';
 CREATE INDEX IF NOT EXISTS accepts_fn ON accepts(fn, schema, new_code);
+-- schema 5: a run's or an evaluation's notes and tags; a tag once per run or evaluation
+CREATE INDEX IF NOT EXISTS annotations_run ON annotations(run) WHERE run IS NOT NULL;
+CREATE INDEX IF NOT EXISTS annotations_evaluation ON annotations(evaluation) WHERE evaluation IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS annotations_tag ON annotations(COALESCE(run, 0), COALESCE(evaluation, 0), text)
+    WHERE kind = 'tag';
 """
 
 #: Columns added to a table after it shipped: table -> ((name, type), ...). Nullable, so an older
@@ -240,6 +256,15 @@ def _split(script: str) -> list[str]:
     return out
 
 
+def _step_5(conn: sqlite3.Connection, write: Write) -> None:
+    # the table is in ``DDL`` (created before the steps run); its indexes are the DDL's last three
+    indexes = DDL.split("-- schema 5:")[1].split("\n", 1)[1]
+    with write() as c:
+        for stmt in indexes.split(";"):
+            if stmt.strip():
+                c.execute(stmt)
+
+
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
@@ -249,6 +274,8 @@ STEPS: list[tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
     (3, "accepted code changes (the accepts table: `memolab accept`)", _step_3),
     (4, "lineage: the evaluations' inputs (argument path -> the evaluation an object there came from) and "
         "results' value digests, indexed by triggers (inputs, outputs)", _step_4),
+    (5, "notes and tags on runs and evaluations (the annotations table: memolab.log.note, memolab tag, the "
+        "dashboard)", _step_5),
 ]
 
 #: The version this memolab writes. An older memolab refuses a file of a newer one (it reads

@@ -18,7 +18,8 @@ from typing import Any, cast
 from ..text import mask_secrets
 from . import runs as _runs, sink as _sink
 
-__all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "name", "flush", "current_run"]
+__all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "name", "note", "tag", "flush",
+           "current_run"]
 
 _time = time.time
 _current = _runs.current
@@ -154,6 +155,25 @@ def name(text: str) -> None:
     if not text:
         raise ValueError("memolab.log.name: the name is empty")
     _runs.set_name(_current(), text[:200])
+
+
+def note(text: str) -> None:
+    """Add a note to the current run (shown on its page in the dashboard, by ``memolab show`` and in
+    ``memolab.runs()``); several notes are kept in order."""
+    from .notes import check_note
+
+    run = _current()
+    run.sink.q.append((_sink.NOTE, run.id, "note", check_note(text, "memolab.log.note"), _time()))
+
+
+def tag(*tags: str) -> None:
+    """Tag the current run (``memolab.log.tag("baseline")``): filter by it in the dashboard
+    (``tag:baseline``), ``memolab runs --tag baseline`` and ``memolab.runs(tag="baseline")``."""
+    from .notes import check_tag
+
+    run = _current()
+    for t in tags:
+        run.sink.q.append((_sink.NOTE, run.id, "tag", check_tag(t, "memolab.log.tag"), _time()))
 
 
 def flush() -> None:

@@ -96,3 +96,58 @@ def labels(runs: Sequence[Mapping[str, Any]], width: int = 48) -> list[str]:
             text = f"#{r['eval_id']}" if r.get("eval_id") else f"run {str(r.get('id'))[-6:]}"
         out.append(text if len(text) <= width else text[: width - 1] + "…")
     return out
+
+
+# -- which way is better -------------------------------------------------------------------------
+# A metric whose name says it measures a loss, an error or a perplexity is better lower, any other
+# higher (accuracy, F1, reward), as W&B's and Aim's summaries assume; the dashboard's column
+# header and ``memolab runs --sort TAG:max`` override it. charts-best.js applies the same rule.
+_LOWER_ANYWHERE = ("loss", "error", "perplexity")
+_LOWER_WORDS = frozenset(("err", "ppl", "mse", "mae", "rmse", "nll", "wer", "cer", "fid", "cost", "regret",
+                          "latency", "distance"))
+
+
+def lower_is_better(tag: str) -> bool:
+    """``val/loss``, ``train_error``, ``ppl``, ``val/mse`` -> True; ``val/acc``, ``reward`` -> False."""
+    t = tag.lower()
+    if any(w in t for w in _LOWER_ANYWHERE):
+        return True
+    import re
+
+    return any(w in _LOWER_WORDS for w in re.split(r"[^a-z0-9]+", t))
+
+
+def is_system_tag(tag: str) -> bool:
+    """``sys/cpu``: a system metric memolab sampled, not a result of the computation."""
+    return tag.startswith("sys/")
+
+
+# -- one name per function, everywhere ------------------------------------------------------------
+# A script's functions are all ``__main__:NAME`` (keys do not depend on the file), so two scripts
+# that each define ``train`` share a symbol. People tell them apart by file: ``a.py:train``. The
+# dashboard's sidebar and titles, ``memolab ls``/``runs`` and the HParams export all say so, and
+# every command that takes a function takes that name back (``cli.ids.split_script``).
+
+def script_labels(paths: Sequence[str]) -> dict[str, str]:
+    """Each script path -> the shortest tail of it no other path ends with (``train.py``, else
+    ``exp1/train.py`` when ``exp2/train.py`` exists too)."""
+    import os
+
+    out: dict[str, str] = {}
+    parts = {p: p.replace(os.sep, "/").split("/") for p in paths}
+    for p, ps in parts.items():
+        for k in range(1, len(ps) + 1):
+            tail = "/".join(ps[-k:])
+            if not any(o != p and "/".join(os_[-k:]) == tail for o, os_ in parts.items()):
+                out[p] = tail
+                break
+        else:
+            out[p] = p
+    return out
+
+
+def function_label(fn: str, script_label: str | None = None) -> str:
+    """``__main__:train`` of ``a.py`` -> ``a.py:train``; any other function as it is."""
+    if fn.startswith("__main__:") and script_label:
+        return f"{script_label}:{fn[9:]}"
+    return fn

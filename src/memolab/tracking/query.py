@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..text import mask_args, mask_secrets
-from . import names, schema
+from . import names, notes, schema
 
 _ensured: set = set()
 
@@ -113,12 +113,54 @@ def functions(index: Any) -> list[dict[str, Any]]:
     return sorted(out.values(), key=lambda d: d["fn"])
 
 
+def function_entries(index: Any) -> list[dict[str, Any]]:
+    """``functions`` as people tell them apart: a script's ``__main__:train`` once per script that
+    ran it (``a.py:train``, ``b.py:train``: ``names.function_label``), with that script's runs and
+    evaluations; its evaluations no run of a known script produced (an older store) under the bare
+    symbol. Each entry: fn, script (absolute path or None), label, and the counts of ``functions``."""
+    c = _conn(index)
+    out: list[dict[str, Any]] = []
+    mains = []
+    for f in functions(index):
+        if not f["fn"].startswith("__main__:") or not f.get("scripts"):
+            out.append({**f, "script": None, "label": f["fn"]})
+        else:
+            mains.append(f)
+    if not mains:
+        return out
+    labels = names.script_labels(sorted({p for f in mains for p in f["scripts"]}))
+    running = {r["id"] for r in _running(c)}
+    for f in mains:
+        per: dict[str | None, dict[str, Any]] = {}
+        seen_evals: set = set()
+        for rid, script, started, ev, stored in c.execute(
+                "SELECT r.id, r.script, r.started, r.eval_id, e.id IS NOT NULL FROM runs r "
+                "LEFT JOIN evaluations e ON e.id = r.eval_id WHERE r.fn=?", (f["fn"],)):
+            d = per.setdefault(script, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
+            d["runs"] += 1
+            d["running"] += rid in running
+            d["last"] = max(d["last"], started or 0)
+            if stored:
+                d["evaluations"].add(ev)
+                seen_evals.add(ev)
+        unknown = f["evaluations"] - len(seen_evals)
+        if unknown > 0 or None in per:
+            d = per.setdefault(None, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
+            d["unknown"] = max(0, unknown)
+        for script, d in sorted(per.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
+            label = names.function_label(f["fn"], labels.get(script)) if script else f["fn"]
+            out.append({"fn": f["fn"], "script": script, "label": label, "runs": d["runs"],
+                        "evaluations": len(d["evaluations"]) + d.get("unknown", 0), "running": d["running"],
+                        "hits": f["hits"], "last": d["last"] or f["last"]})
+    return sorted(out, key=lambda d: d["label"])
+
+
 _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", "finished", "updated", "status",
              "hparams", "eval_id", "pid", "host", "error", "script")
 
 
 def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
-         limit: int | None = None) -> list[dict[str, Any]]:
+         limit: int | None = None, script: str | None = None) -> list[dict[str, Any]]:
     """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
 
     ``status`` is running, done, failed, interrupted, or lost (stored as running, but its process
@@ -126,6 +168,8 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
     arguments that differ between the rows returned (``names.labels``).
 
     A row's ``id`` is the run id, or ``"e<eval id>"`` for an evaluation stored without a run.
+    ``script``: only the runs of that script (a script's ``__main__`` function, ``a.py:train``);
+    ``""``: those of no known script, and the evaluations stored without a run.
     """
     c = _conn(index)
     where: list[str] = []
@@ -133,6 +177,11 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
     if fn is not None:
         where.append("fn=?")
         params.append(fn)
+    if script:
+        where.append("script=?")
+        params.append(script)
+    elif script == "":
+        where.append("script IS NULL")
     if ids is not None:
         where.append(f"id IN ({','.join('?' * len(ids))})")
         params.extend(ids)
@@ -172,7 +221,10 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
             r["result"] = _result(_snapshot(ev))
             r["size"] = ev["size"]
         out.append(r)
-    if ids is None:
+    if ids is None and not script:
+        if script == "":  # evaluations that runs of a known script produced are that script's
+            used |= {e for (e,) in c.execute("SELECT DISTINCT eval_id FROM runs WHERE script IS NOT NULL"
+                                              + (" AND fn=?" if fn is not None else ""), (fn,) if fn is not None else ())}
         for ev in evs.values():
             if ev["id"] in used:
                 continue
@@ -184,6 +236,10 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
                         "hparams": {k: v[1] for k, v in mask_args(snap.get("args") or {}).items()},
                         "duration": ev["duration"], "hits": ev["hits"], "result": _result(snap), "size": ev["size"],
                         "metrics": {}, "error": None})
+    marks = notes.for_runs(c, out)
+    for r in out:  # its own notes and tags, and its stored evaluation's
+        m = notes.as_json(marks.get(r["id"]))
+        r["run_tags"], r["notes"] = m["tags"], m["notes"]
     by_fn: dict[str, list[dict[str, Any]]] = {}
     for r in out:
         by_fn.setdefault(r["fn"], []).append(r)
@@ -347,9 +403,10 @@ def texts(index: Any, run: int, tag: str) -> list[dict[str, Any]]:
             for e in events(index, run, "text", tag, with_data=True)]
 
 
-def hparams(index: Any, fn: str) -> dict[str, Any]:
-    """Runs of ``fn`` with their hyperparameters and final (last-step) value of every scalar."""
-    rs = [r for r in runs(index, fn) if isinstance(r["id"], int)]
+def hparams(index: Any, fn: str, script: str | None = None) -> dict[str, Any]:
+    """Runs of ``fn`` (of ``script``: ``runs``) with their hyperparameters and final (last-step)
+    value of every scalar, and their name (a ``SummaryWriter``'s log_dir, ``memolab.log.name``) or label."""
+    rs = [r for r in runs(index, fn, script=script) if isinstance(r["id"], int)]
     metrics: dict[int, dict[str, Any]] = {}
     if rs:
         ids = [r["id"] for r in rs]
@@ -358,8 +415,8 @@ def hparams(index: Any, fn: str) -> dict[str, Any]:
             metrics.setdefault(run, {})[tag] = _f(v)
     hp_keys = sorted({k for r in rs for k in r["hparams"]})
     m_keys = sorted({k for m in metrics.values() for k in m})
-    rows = [{"id": r["id"], "status": r["status"], "eval_id": r["eval_id"], "code": r["code"],
-             "hparams": r["hparams"], "metrics": metrics.get(r["id"], {})} for r in rs]
+    rows = [{"id": r["id"], "status": r["status"], "eval_id": r["eval_id"], "code": r["code"], "name": r.get("name"),
+             "label": r.get("label"), "hparams": r["hparams"], "metrics": metrics.get(r["id"], {})} for r in rs]
     return {"hparams": hp_keys, "metrics": m_keys, "rows": rows}
 
 

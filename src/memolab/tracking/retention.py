@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 # moved to the store, which weighs logs when it plans a gc; still importable from here
 from ..store.gcplan import log_bytes  # noqa: F401
+from . import notes as _notes
 
 _LOG_TABLES = ("scalars", "scalar_tags", "scalar_blocks", "log_events")
 
@@ -46,6 +47,7 @@ def _delete(c: Any, ids: list[int]) -> Purged:
         for t in _LOG_TABLES:
             c.execute(f"DELETE FROM {t} WHERE run IN ({q})", chunk)
         c.execute(f"DELETE FROM runs WHERE id IN ({q})", chunk)
+    _notes.delete_runs(c, ids)  # a run's notes and tags go with it
     return Purged(len(ids), points)
 
 
@@ -78,6 +80,7 @@ def purge(index: Any, fn: str | None = None) -> int:
 def purge_orphans_counts(index: Any) -> Purged:
     """Delete runs (and logs) whose evaluation no longer exists."""
     with index.write() as c:
+        _notes.purge_evaluations(c)  # an evaluation's notes and tags live as long as it does
         if not _has_runs(c):
             return Purged()
         ids = [r[0] for r in c.execute(

@@ -25,7 +25,7 @@ from typing import Any
 from .. import config as _config
 from ..store.process import in_kernel, script_path
 from ..text import mask_secrets
-from . import output as _output, sink as _sink
+from . import output as _output, sink as _sink, system as _system
 
 TRACEBACK_LIMIT = 20_000  # characters of a failed run's traceback kept (its end: the raise site)
 
@@ -85,9 +85,16 @@ def hparam_value(v: Any, _depth: int = 0) -> Any:
         return v if len(v) <= 200 else v[:197] + "..."
     if _depth == 0 and _config_cost(v, 0, [0]) <= _CONFIG_BUDGET:
         return _config_value(v, 0)
+    return _shown(v)
+
+
+def _shown(v: Any) -> str:
+    """A model, a dataset, a loader as a typed summary (``Net: 3 layers, 1.2 K params``), anything
+    else as its short repr."""
+    from ..summary import typed
     from ..text import short_repr
 
-    return short_repr(v)
+    return typed(v) or short_repr(v)
 
 
 _CONFIG_BUDGET = 200
@@ -130,9 +137,7 @@ def _config_value(v: Any, depth: int) -> Any:
     items = _config_items(v) if depth < 6 else None
     if items is not None:
         return {str(k): _config_value(x, depth + 1) for k, x in items}
-    from ..text import short_repr
-
-    return short_repr(v)
+    return _shown(v)
 
 
 def _config_items(v: Any) -> list | None:
@@ -183,6 +188,7 @@ def _begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], s
         _open[run.id] = run
         _watch_sigterm()
         _output.start(_tail_of_current)
+        _system.watch(run)  # CPU, memory, GPU sampled off this thread while it computes (sys/ tags)
     return run, _current.set(run)
 
 
@@ -281,6 +287,7 @@ def end(handle: tuple[Run, Any] | None, status: str, eval_id: int | None = None,
     if handle is None:
         return
     run, token = handle
+    _system.unwatch(run)
     try:
         _current.reset(token)
     except ValueError:  # ended in another context (should not happen); fall back to clearing

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from . import schema
+from . import notes, schema
 
 INTERVAL = 1.0
 WAKE_AT = 20_000
@@ -29,7 +29,7 @@ WAKE_AT = 20_000
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
 # queue record kinds (first tuple element)
-START, END, SCALAR, EVENT, HPARAMS, NAME = 0, 1, 2, 3, 4, 5
+START, END, SCALAR, EVENT, HPARAMS, NAME, NOTE = 0, 1, 2, 3, 4, 5, 6
 
 
 class Sink:
@@ -167,6 +167,8 @@ class Sink:
         elif kind == NAME:
             _, run, name = it
             hparams.append((run, name))  # applied in order with the hparams records
+        elif kind == NOTE:  # memolab.log.note()/tag(): (NOTE, run, "note"|"tag", text, time)
+            hparams.append((it[1], it))
 
     def _commit(self, items: list[tuple], c: Any, last: dict[tuple[int, str], list[Any]],
                 blocks: dict[tuple[int, str, int], list[Any]], starts: list, ends: list, scalars: list, events: list,
@@ -205,6 +207,10 @@ class Sink:
             for run, values in hparams:
                 if isinstance(values, str):  # a NAME record
                     c.execute("UPDATE runs SET name=? WHERE id=?", (values, run))
+                    continue
+                if isinstance(values, tuple):  # a NOTE record
+                    _, _, nkind, text, when = values
+                    notes.insert(c, nkind, text, run=run, when=when, source="log")
                     continue
                 row = c.execute("SELECT hparams FROM runs WHERE id=?", (run,)).fetchone()
                 if row is not None:

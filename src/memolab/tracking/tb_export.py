@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from . import query
+from . import names, query
 
 # -- CRC32C (Castagnoli) ---------------------------------------------------------------------
 # Every record carries two CRC32Cs of its bytes. The pure-Python loop below runs at ~8 MB/s,
@@ -287,28 +287,35 @@ def _slug(s: str, limit: int = 60) -> str:
 
 
 def run_dirname(run: dict[str, Any]) -> str:
-    """``<args>__code-<8 hex>__<status>_<id>``: the code version keeps apart two evaluations
-    that differ only in code; the id is the evaluation id the CLI takes (``eval12``), or the
-    run id (``run1234``) for a run that stored nothing (failed, lost, running)."""
+    """``<name or args>__code-<8 hex>__<status>_<id>``: a run's own name (``memolab.log.name``, a
+    ``SummaryWriter``'s log_dir: ``runs/lr0.1`` -> ``runs_lr0.1``) else its arguments; the code
+    version keeps apart two evaluations that differ only in code; the id is the evaluation id the
+    CLI takes (``eval12``), or the run id (``run1234``) for a run that stored nothing (failed,
+    lost, running)."""
     # Every part comes from the store, which someone else may have made: each is slugged (no
     # separator, no leading dot), so a crafted status (``../../../.bashrc``) or code digest
     # cannot name a directory outside the export (``export`` checks the result once more).
     hp = run.get("hparams") or {}
     args = ",".join(f"{k}={v}" for k, v in hp.items()) if isinstance(hp, dict) else str(hp)
+    if run.get("name") and not (str(run.get("fn", "")).startswith("<process:") and "argv" in hp):
+        args = str(run["name"])  # (a script's own process run is named by its whole command line)
     code = f"__code-{_slug(str(run['code'])[:8], 8)}" if run.get("code") else ""
     ident = f"eval{_slug(str(run['eval_id']), 20)}" if run.get("eval_id") and run.get("stored") \
         else f"run{_slug(str(run['id']), 20)}"
     return f"{_slug(args) if args else 'noargs'}{code}__{_slug(str(run['status']), 20)}_{ident}"
 
 
-def fn_dirname(fn: str) -> str:
-    return _slug(fn.replace(":", "."), 120)
+def fn_dirname(fn: str, label: str | None = None) -> str:
+    """``pkg.mod.train``; a script's function as the dashboard names it (``a.py:train`` -> ``a.py.train``)."""
+    return _slug((label or fn).replace(":", "."), 120)
 
 
 class Exported(list):
-    """The run directories written (a list of Paths); ``removed``: stale ones deleted."""
+    """The run directories written (a list of Paths); ``removed``: stale ones deleted;
+    ``experiment``: the function directory the HParams experiment compares."""
 
     removed: list[Path]
+    experiment: str | None = None
 
 
 def _read_manifest(out: Path) -> dict[str, Any]:
@@ -347,16 +354,17 @@ def _remove_run_dir(out: Path, rel: str) -> bool:
     return True
 
 
-def runs_to_export(index: Any, fn: str | None = None) -> list[dict[str, Any]]:
-    return [r for r in query.runs(index, fn) if isinstance(r["id"], int)]  # a row without a run has no logs
+def runs_to_export(index: Any, fn: str | None = None, script: str | None = None) -> list[dict[str, Any]]:
+    # a row without a run has no logs; ``script``: only that script's runs of a __main__ function
+    return [r for r in query.runs(index, fn) if isinstance(r["id"], int) and (script is None or r.get("script") == script)]
 
 
-def count_runs(index: Any, fn: str | None = None) -> int:
-    return len(runs_to_export(index, fn))
+def count_runs(index: Any, fn: str | None = None, script: str | None = None) -> int:
+    return len(runs_to_export(index, fn, script))
 
 
 def export(index: Any, out_dir: os.PathLike, fn: str | None = None,
-           progress: Callable[[int], None] | None = None) -> Exported:
+           progress: Callable[[int], None] | None = None, script: str | None = None) -> Exported:
     """Write every run (of ``fn``, or all) as a TensorBoard run directory; returns the directories.
 
     The export owns what it wrote, recorded in ``out_dir/.memolab-export.json``: a run directory
@@ -370,8 +378,11 @@ def export(index: Any, out_dir: os.PathLike, fn: str | None = None,
     written = Exported()
     now_runs: dict[str, dict[str, Any]] = {}
     root = out.resolve()
-    for run in runs_to_export(index, fn):
-        rel = f"{fn_dirname(run['fn'])}/{run_dirname(run)}"
+    runs = runs_to_export(index, fn, script)
+    scripts = names.script_labels(sorted({r["script"] for r in runs if r.get("script")}))
+    for run in runs:
+        label = names.function_label(run["fn"], scripts.get(run.get("script") or ""))
+        rel = f"{fn_dirname(run['fn'], label)}/{run_dirname(run)}"
         d = out / rel
         if root not in (root / rel).resolve().parents:
             raise ValueError(f"export-tb: run {run['id']!r} would be written outside {out} ({rel!r}): not written")
@@ -401,28 +412,50 @@ def export(index: Any, out_dir: os.PathLike, fn: str | None = None,
             raise
         w.close()
         written.append(d)
-        now_runs[rel] = {"fn": run["fn"], "hparams": run["hparams"], "metrics": sorted(metrics)}
+        now_runs[rel] = {"fn": run["fn"], "script": run.get("script"), "hparams": run["hparams"], "metrics": sorted(metrics)}
         if progress is not None:
             progress(1)
     # stale: what an earlier export wrote for the functions exported now, and is not written now
     removed = []
     for rel, info in list(manifest["runs"].items()):
-        if rel in now_runs or (fn is not None and info.get("fn") != fn):
+        if rel in now_runs or (fn is not None and info.get("fn") != fn) or (
+                script is not None and info.get("script") != script):
             continue
         if _remove_run_dir(out, rel):
             removed.append(out / rel)
         del manifest["runs"][rel]
     manifest["runs"].update(now_runs)
-    _write_experiment(out, manifest)
+    written.experiment = _write_experiment(out, manifest)
     _write_manifest(out, manifest)
     written.removed = removed
     return written
 
 
-def _write_experiment(out: Path, manifest: dict[str, Any]) -> None:
+def experiment_function(manifest: dict[str, Any]) -> str | None:
+    """The function whose runs the export's HParams experiment compares: the one with the most runs
+    (ties: the first by name), scripts' process runs last.
+
+    TensorBoard reads one experiment per logdir, and its parallel-coordinates view draws only the
+    sessions that have a value in every column shown: an experiment listing the arguments of two
+    functions (``lr`` of one, ``k`` of the other) drew no line at all. So the experiment at the
+    root is one function's; every session still has its own hparams (the table view lists them all)
+    and ``tensorboard --logdir DIR/<function>`` compares any other function."""
+    count: dict[str, int] = {}
+    for rel in manifest["runs"]:
+        fdir = rel.split("/", 1)[0]
+        count[fdir] = count.get(fdir, 0) + 1
+    if not count:
+        return None
+    return min(count, key=lambda f: (f.startswith("_process"), -count[f], f))
+
+
+def _write_experiment(out: Path, manifest: dict[str, Any]) -> str | None:
+    chosen = experiment_function(manifest)
     hp: dict[str, list[Any]] = {}
     metrics: set = set()
-    for info in manifest["runs"].values():
+    for rel, info in manifest["runs"].items():
+        if rel.split("/", 1)[0] != chosen:
+            continue
         for k, v in (info.get("hparams") or {}).items():
             hp.setdefault(k, []).append(v)
         metrics.update(info.get("metrics") or [])
@@ -433,6 +466,7 @@ def _write_experiment(out: Path, manifest: dict[str, Any]) -> None:
         w.abort()
         raise
     w.close()
+    return chosen
 
 
 def is_nan(x: float) -> bool:

@@ -82,21 +82,28 @@ def _export_options(p: argparse.ArgumentParser) -> None:
 @options(_export_options)
 def cmd_export_tb(args: argparse.Namespace) -> int:
     from ..cli.common import PROBLEM, CliError, Progress, open_store, resolve_function
+    from ..cli.ids import split_script
     from ..tracking import tb_export
 
     store = open_store(args)  # never creates one: a typo in --store is an error, not an empty export
-    fn = resolve_function(store, args.func) if args.func is not None else None
+    name, script = split_script(store, args.func) if args.func is not None else (None, None)  # a.py:train
+    fn = resolve_function(store, name) if name is not None else None
     out = Path(args.dir)
     if out.exists() and not out.is_dir():
         raise CliError(PROBLEM, f"export-tb: {out} is a file, not a directory: give a directory (made if missing), "
                                 "e.g. tb-logs")
     try:
-        with Progress("exporting runs", tb_export.count_runs(store.index, fn)) as bar:
-            result = tb_export.export(store.index, out, fn, progress=bar.update)
+        with Progress("exporting runs", tb_export.count_runs(store.index, fn, script)) as bar:
+            result = tb_export.export(store.index, out, fn, progress=bar.update, script=script)
     except (FileExistsError, NotADirectoryError, PermissionError, IsADirectoryError) as e:
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
         raise CliError(PROBLEM, f"export-tb: cannot write the export under {out}: {e.strerror or e}{where}") from None
     removed = f"; removed {len(result.removed)} stale run director{'y' if len(result.removed) == 1 else 'ies'}" \
         if result.removed else ""
     print(f"wrote {len(result)} run(s) under {args.dir}{removed}; view them with: tensorboard --logdir {args.dir}")
+    others = sorted({Path(d).parent.name for d in result} - {result.experiment}, key=lambda f: (f.startswith("_"), f))
+    if result.experiment and others:
+        # TensorBoard compares one experiment per logdir (tracking/tb_export.experiment_function)
+        print(f"HParams compares {result.experiment}'s runs; for another function: "
+              f"tensorboard --logdir {Path(args.dir) / others[0]}")
     return 0

@@ -5,11 +5,16 @@ sent as it is only while it has at most ``2 * px`` points. A longer one is summa
 most ``px`` buckets: the mean (the line) plus each bucket's min and max (the band), so a
 one-point spike stays visible, as TensorBoard and W&B do. The last point is always exact.
 
-Buckets come from ``scalar_blocks`` (per-64-point summaries kept by the sink) when those are
-fine enough: at least one block per 16 pixels. Reading 50 runs x 20 tags x 5,000 steps that way
-is ~4,000 summary rows per tag instead of 250,000 points (0.1 s against 4.8 s on the reference
-machine, see benchmarks/dashboard.py). A series too short for blocks to be that fine, or whose
-steps went backwards (blocks are then not step ranges), is bucketed from its points by step.
+**The summary level depends on the series, not on the chart's width.** A series of at least
+``MIN_BLOCKS`` blocks (more than 960 points) is summarised from ``scalar_blocks`` (per-64-point
+summaries kept by the sink): one bucket per block, or per several blocks when there are more
+blocks than pixels. Reading 50 runs x 20 tags x 5,000 steps that way is ~4,000 summary rows per
+tag instead of 250,000 points (0.1 s against 4.8 s on the reference machine). Choosing the level
+by the width made a 1,400 px window read every point (a chart there was just too wide for the
+blocks) and draw a 24-run view in 2.2-4.0 s, against 0.6-1.0 s at 1,280 px (issue 40; now the
+same at every width: benchmarks/dashboard.py). A zoomed chart asks for the points of its range
+(``window``). A shorter series is sent as logged (at most ``2 * px`` points) or bucketed by step;
+so is one whose steps went backwards (blocks are then not step ranges).
 
 Live refresh is incremental: the page says, per series it holds, how many points it has and
 its last step; the answer holds only the points after those (a series that grew by more than
@@ -24,8 +29,8 @@ from typing import Any
 
 from ..tracking import query, schema
 
-#: a block summary is used while one block spans at most this many pixels
-PX_PER_BLOCK = 16
+#: a series of at least this many blocks is summarised from them, whatever the chart's width
+MIN_BLOCKS = 16
 
 
 def _f(x: float | None) -> float | None:
@@ -75,10 +80,10 @@ def _by_step(c: Any, run: int, tag: str, px: int, s0: int, s1: int, seen: int = 
 
 def full(c: Any, run: int, tag: str, n: int, ordered: bool, first: int, last_step: int, px: int) -> dict[str, Any]:
     """The whole series, at most ``2 * px`` points."""
-    if n <= 2 * px:
+    k = blocks_per_bucket(n, bool(ordered), px)
+    if not k and n <= 2 * px:
         rows = c.execute(f"SELECT {POINT} FROM scalars WHERE run=? AND tag=? ORDER BY step, seq", (run, tag)).fetchall()
         return _raw(rows, n)
-    k = blocks_per_bucket(n, bool(ordered), px)
     if k:
         rows = [r[1:] for r in _from_blocks(c, [run], tag, k)]
     else:
@@ -89,9 +94,10 @@ def full(c: Any, run: int, tag: str, n: int, ordered: bool, first: int, last_ste
 
 
 def blocks_per_bucket(n: int, ordered: bool, px: int) -> int:
-    """How many block summaries make one bucket of a series summarised from them; 0: not from blocks."""
+    """How many block summaries make one bucket of a series summarised from them; 0: not from
+    blocks. Only a series past ``px`` blocks (64 points a pixel) gets a width-dependent answer."""
     nblocks = -(-n // schema.BLOCK)
-    if n <= 2 * px or not ordered or nblocks * PX_PER_BLOCK < px:
+    if not ordered or nblocks < MIN_BLOCKS:
         return 0
     return max(1, -(-nblocks // px))
 

@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from ..cli.ids import short_length
 from ..store import edges
 from ..text import mask_args
 from ..tracking import query
-from . import series
+from . import series, views
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -165,14 +166,20 @@ class Handler(BaseHTTPRequestHandler):
         if self.server.verbose:
             super().log_message(fmt, *args)
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        """The page's one write: a note or a tag (``/api/annotate``, a JSON body)."""
+        self.do_GET(post=True)
+
+    def do_GET(self, post: bool = False) -> None:  # noqa: N802 (http.server's naming)
         url = urlparse(self.path)
         q = parse_qs(url.query)
         cookie = None
         try:
             self._check_host()
             cookie = self._check_token(q)
-            if url.path.startswith("/api/"):
+            if post:
+                status, ctype, body = self._post(url.path)
+            elif url.path.startswith("/api/"):
                 status, ctype, body = self._api(url.path[5:], q)
             else:
                 status, ctype, body = self._static(url.path)
@@ -237,6 +244,38 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(403, "wrong access token for this dashboard: open the URL `memolab ui` printed")
         raise ApiError(401, "this dashboard needs its access token: open the URL `memolab ui` printed")
 
+    def _post(self, path: str) -> tuple[int, str, bytes]:
+        """A write from the page itself: JSON (a cross-site form cannot send it without asking),
+        from this page's origin, at most 64 KB."""
+        if path != "/api/annotate":
+            raise ApiError(404, f"unknown API route {path!r}")
+        origin = self.headers.get("Origin")
+        if origin is not None and origin.rstrip("/").lower() != f"http://{(self.headers.get('Host') or '').lower()}":
+            raise ApiError(403, "a write must come from the dashboard's own page")
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json":
+            raise ApiError(415, "send JSON")
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = -1
+        if not 0 < n <= 65536:
+            raise ApiError(400, "a JSON body of at most 64 KB")
+        try:
+            body = json.loads(self.rfile.read(n))
+        except ValueError:
+            raise ApiError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body must be a JSON object")
+        try:
+            out = views.annotate(self.server.index, body)
+        except views.Refused as e:
+            raise ApiError(409, str(e)) from None
+        except views.NotFound as e:
+            raise ApiError(404, str(e.args[0])) from None
+        except (ValueError, TypeError) as e:
+            raise ApiError(400, str(e)) from None
+        return 200, "application/json", json.dumps(out, allow_nan=False, default=str).encode()
+
     def _static(self, path: str) -> tuple[int, str, bytes]:
         name = "index.html" if path in ("", "/") else unquote(path).lstrip("/").removeprefix("static/")
         f = (STATIC / name).resolve()
@@ -256,8 +295,12 @@ class Handler(BaseHTTPRequestHandler):
             return 200, "image/png", data
         fn: Callable[[], Any] | None = {
             "info": lambda: {"store": str(self.server.store_root)},
-            "functions": lambda: query.functions(index),
-            "runs": lambda: query.runs(index, q.get("fn", [None])[0]),
+            "functions": lambda: query.function_entries(index),
+            # a script's function: its runs only (``none=1``: the function's runs of no known script)
+            "runs": lambda: views.runs_of(index, q.get("fn", [None])[0],
+                                          "" if "none" in q else q["script"][0] if "script" in q else None),
+            "run": lambda: _run_page(index, _id(_one(q, "id"), "id")),
+            "ids": lambda: {"short": short_length(query.ready(index))},
             "tags": lambda: query.tags(index, _ints(_one(q, "runs", ""), "runs")),
             "scalars": lambda: {str(r): query.scalars(index, r, _one(q, "tag"), _max_points(_one(q, "max", "1000")))
                                 for r in _ints(_one(q, "runs"), "runs")},
@@ -268,7 +311,8 @@ class Handler(BaseHTTPRequestHandler):
             "histograms": lambda: query.events(index, _id(_one(q, "run"), "run"), "histogram", _one(q, "tag")),
             "images": lambda: query.events(index, _id(_one(q, "run"), "run"), "image", _one(q, "tag")),
             "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),
-            "hparams": lambda: query.hparams(index, _one(q, "fn")),
+            "hparams": lambda: query.hparams(index, _one(q, "fn"),
+                                             "" if "none" in q else q["script"][0] if "script" in q else None),
             "diff": lambda: _diff(index, _one(q, "a"), _one(q, "b")),
             "evaluation": lambda: _evaluation(index, _id(_one(q, "id"), "id")),
             "lineage": lambda: edges.graph(index, _ints(_one(q, "evals", ""), "evals")),
@@ -284,6 +328,13 @@ def _same(given: str, token: str) -> bool:
     return given.isascii() and hmac.compare_digest(given, token)
 
 
+def _run_page(index: Any, run_id: int) -> dict[str, Any]:
+    try:
+        return views.run_page(index, run_id)
+    except views.NotFound as e:
+        raise ApiError(404, str(e.args[0])) from None
+
+
 def _evaluation(index: Any, eid: int) -> dict[str, Any]:
     """One evaluation as its panel shows it: arguments, result, and its lineage (inputs, users)."""
     rows = index.evaluations(where="id=?", params=(eid,), limit=1)
@@ -292,7 +343,7 @@ def _evaluation(index: Any, eid: int) -> dict[str, Any]:
     e = rows[0]
     snap = edges.recorded_snapshot(e)
     args = snap.get("args") if isinstance(snap.get("args"), dict) else {}
-    shown = {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1}  # type: ignore[arg-type]  # a JSON object of the row
+    shown = {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1}  # type: ignore[arg-type]  # a dict
     return {"id": e["id"], "fn": e["fn"], "code": e["code"], "status": e["status"], "finished": e["finished"],
             "duration": e["duration"], "hits": e["hits"], "size": e["size"], "arguments": shown,
             "result": snap.get("result_summary") or snap.get("result"),
@@ -340,7 +391,7 @@ class DashboardServer(ThreadingHTTPServer):
             host = socket.getfqdn()
         if ":" in host:
             host = f"[{host}]"  # type: ignore[str-bytes-safe]  # an AF_INET/AF_INET6 address: text
-        return f"http://{host}:{port}/"  # type: ignore[str-bytes-safe]  # an AF_INET/AF_INET6 address: text
+        return f"http://{host}:{port}/"  # type: ignore[str-bytes-safe]
 
     def link(self, rel: str = "") -> str:
         """The URL of ``rel`` (``api/runs?fn=f``, ``?fn=f``) with the access token in its query."""

@@ -9,10 +9,11 @@
 // one). An idle page asks only /api/heartbeat. Charts are drawn in short tasks, visible ones
 // first, so the page never freezes; the runs table draws only the rows in view.
 //
-// Four classic scripts sharing one global scope: charts.js (the scalar charts), panels.js
-// (histograms, images, text, HParams, code diff) and lineage.js (an evaluation's panel, the
-// pipeline graph) are loaded first; this one holds the state, the runs table, the tabs and the
-// live refresh, and starts the page.
+// Classic scripts sharing one global scope: charts.js (the scalar charts), panels.js (histograms,
+// images, text, code diff), lineage.js (an evaluation's panel, the pipeline graph), views.js (the
+// view in the URL, the filter on the charts, the best run, groups), runpage.js (a run's page, notes
+// and tags) and hpviz.js (HParams: parallel coordinates with brushing, a scatter) are loaded first;
+// this one holds the state, the runs table, the tabs and the live refresh, and starts the page.
 "use strict";
 
 // 20 colours that stay apart on white (Tableau 10, then darker partners), and dash styles after
@@ -29,6 +30,9 @@ const state = {
   hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
   fetched: new Set(), fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, scripts: null, metricCols: null, stat: "last",
   stats: {}, drawSeq: 0, hpConst: false,
+  // a script's __main__ function is one entry per script (its absolute path; "" none known)
+  script: null, short: 6, filter: null, dirs: {}, page: null,
+  group: { by: "", pattern: "", band: "minmax", on: true },
 };
 
 const $ = (sel) => document.querySelector(sel);
@@ -44,11 +48,17 @@ const el = (tag, attrs = {}, ...kids) => {
   return e;
 };
 
-async function api(path) {
-  const r = await fetch("/api/" + path);
-  const body = await r.json();
-  if (!r.ok) throw new Error(body.error || r.statusText);
-  return body;
+async function api(path, post) {
+  state.inflight = (state.inflight || 0) + 1;
+  try {
+    const r = await fetch("/api/" + path, post === undefined ? undefined
+      : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(post) });
+    const body = await r.json();
+    if (!r.ok) throw new Error(body.error || r.statusText);
+    return body;
+  } finally {
+    state.inflight--;
+  }
 }
 
 // ---- formatting -------------------------------------------------------------
@@ -71,9 +81,11 @@ function fmtDur(s) {
 function fmtTime(t) { return t ? new Date(t * 1000).toLocaleString() : "–"; }
 function argText(hp) { return Object.entries(hp || {}).map(([k, v]) => `${k}=${fmtArg(v)}`).join(", "); }
 // One id everywhere, the one the CLI takes (`memolab show 5`): the evaluation id. A run that
-// stored nothing (failed, lost, still running, a script's process run) has none: it is shown
-// as "run" plus the end of its run id.
-function idText(r) { return r.eval_id && r.stored ? `#${r.eval_id}` : `run …${String(r.id).slice(-4)}`; }
+// stored nothing (failed, lost, still running, a script's process run) has none: it is shown as
+// the start of its run id that tells it apart in the store, after an r (`memolab show r147562`,
+// as `memolab runs` shows it: cli/ids.py).
+function idText(r) { return r.eval_id && r.stored ? `#${r.eval_id}` : runShort(r.id); }
+function runShort(id) { return typeof id === "number" || /^\d+$/.test(String(id)) ? `r${String(id).slice(0, state.short)}` : String(id); }
 function codeDiffers() {
   const codes = new Set(state.selected.map(runById).filter((r) => r && r.code).map((r) => r.code));
   return codes.size > 1;
@@ -98,7 +110,7 @@ function varyingKeys() {
 function runLabel(r) {
   if (!r) return "?";
   const code = codeDiffers() && r.code ? ` · code ${r.code.slice(0, 8)}` : "";
-  const script = scriptOf(r) ? `${scriptOf(r)} ` : "";
+  const script = "";  // one script per entry of the sidebar: its name is in the title
   const name = r.name || r.run_name || r.display_name;
   if (name) return `${script}${String(name).slice(0, 60)} (${idText(r)})${code}`;
   const hp = r.hparams || {};
@@ -121,34 +133,21 @@ function dashOf(id) { return DASHES[Math.floor(styleIndex(id) / COLORS.length) %
 function runById(id) { return state.byId ? state.byId.get(String(id)) : undefined; }
 const isProcess = (fn) => fn.startsWith("<process:");
 
-// ---- the view lives in the URL: ?fn=…&runs=…&tab=…&tags=… (share it, reload it) -------------
-function saveUrl() {
-  const p = new URLSearchParams();
-  if (state.fn) p.set("fn", state.fn);
-  p.set("runs", state.selected.join(","));  // present even when empty: a reload must not auto-select
-  if (state.tab !== "scalars") p.set("tab", state.tab);
-  const tags = $("#tag-filter").value;
-  if (tags) p.set("tags", tags);
-  const q = p.toString();
-  history.replaceState(null, "", q ? "?" + q : location.pathname);
-}
-
 // ---- functions: memoized functions first, scripts' process runs in their own group -------------
-// a script's function as a person tells it apart: train.py:train (or train (a.py, b.py) when two
-// scripts each define one)
-function fnLabel(f) {
-  const names = (f.scripts || []).map((p) => p.split("/").pop());
-  if (!f.fn.startsWith("__main__:") || !names.length) return f.fn;
-  const name = f.fn.slice(9);
-  return names.length === 1 ? `${names[0]}:${name}` : `${name} (${names.join(", ")})`;
-}
+// One name per function, as `memolab ls` and `runs` say it: a script's function is its file's
+// (`a.py:train`), one entry per script that ran it (query.function_entries labels them).
+const entryKey = (fn, script) => `${fn}\u0000${script ?? ""}`;
+function fnLabel(f) { return isProcess(f.fn) ? f.fn.slice(9, -1) : f.label || f.fn; }
+function currentEntry() { return (state.entries || []).find((f) => f.fn === state.fn && (f.script ?? null) === (state.script ?? null)); }
 async function loadFunctions() {
-  const fns = await api("functions");
+  const fns = state.entries = await api("functions");
   const filter = $("#fn-filter").value.toLowerCase();
-  const item = (f) => el("li", { "data-fn": f.fn, class: f.fn === state.fn ? "active" : "", onclick: () => selectFunction(f.fn), title: f.fn },
-    isProcess(f.fn) ? f.fn.slice(9, -1) : fnLabel(f),
+  const item = (f) => el("li", { "data-fn": f.fn, "data-script": f.script ?? "", "data-label": fnLabel(f),
+    class: f.fn === state.fn && (f.script ?? null) === (state.script ?? null) ? "active" : "",
+    onclick: () => selectFunction(f.fn, false, f.script ?? null), title: f.script ? `${f.fn} in ${f.script}` : f.fn },
+    fnLabel(f),
     el("span", { class: "count", text: `${Math.max(f.runs, f.evaluations)}${f.running ? " ●" : ""}` }));
-  const shown = fns.filter((f) => f.fn.toLowerCase().includes(filter));
+  const shown = fns.filter((f) => f.fn.toLowerCase().includes(filter) || fnLabel(f).toLowerCase().includes(filter));
   $("#functions").replaceChildren(...shown.filter((f) => !isProcess(f.fn)).map(item));
   const scripts = shown.filter((f) => isProcess(f.fn));
   $("#scripts").replaceChildren(...scripts.map(item));
@@ -158,12 +157,15 @@ async function loadFunctions() {
   return fns;
 }
 
-async function selectFunction(fn, keep = false) {
-  const fresh = state.fn !== fn && !keep;
+async function selectFunction(fn, keep = false, script = null) {
+  const fresh = (state.fn !== fn || (state.script ?? null) !== (script ?? null)) && !keep;
   if (fresh) { state.selected = []; state.colors = {}; state.nextColor = 0; state.runsSig = null; state.metricCols = null; }
   state.fn = fn;
-  for (const li of document.querySelectorAll("#sidebar li")) li.classList.toggle("active", li.dataset.fn === fn);
-  $("#fn-title").textContent = isProcess(fn) ? `${fn} (logs of a script, outside memoized calls)` : fn;
+  state.script = script;
+  for (const li of document.querySelectorAll("#sidebar li")) li.classList.toggle("active", li.dataset.fn === fn && li.dataset.script === (script ?? ""));
+  const entry = currentEntry() || { fn, label: fn };
+  $("#fn-title").textContent = isProcess(fn) ? `${fnLabel(entry)} (logs of a script, outside memoized calls)` : fnLabel(entry);
+  $("#fn-title").title = script ? `${fn} in ${script}` : fn;
   await loadRuns();
   if (fresh || state.autoSelect) {
     state.autoSelect = false;
@@ -180,13 +182,18 @@ async function selectFunction(fn, keep = false) {
 const ROW_H = 28;  // every row is this tall (CSS): the tables draw only the rows in view
 const METRIC_COLS = 6;
 
-// the metric columns: chosen by the user, else the tags with the most points, train/ and val/ first
+// the metric columns: chosen by the user, else a validation loss and accuracy first (val/loss,
+// eval/acc: what a sweep is judged by), then train/ and val/ tags, then the tags with the most
+// points; system metrics (sys/) only when chosen
 function metricTags() {
   const all = new Map();
   for (const r of state.runs) for (const t of Object.keys(r.metrics || {})) all.set(t, (all.get(t) || 0) + ((state.stats[r.id] || {})[t]?.[3] || 1));
-  const rank = (t) => (t.startsWith("train/") ? 0 : t.startsWith("val/") ? 1 : 2);
+  const heldOut = (t) => /^(val|valid|validation|eval|test)[/_]/i.test(t);
+  const rank = (t) => (isSysTag(t) ? 9 : heldOut(t) && /loss/i.test(t) ? 0 : heldOut(t) && /acc/i.test(t) ? 1
+    : t.startsWith("train/") ? 2 : t.startsWith("val/") ? 3 : 4);
   const tags = [...all.keys()].sort((a, b) => rank(a) - rank(b) || all.get(b) - all.get(a) || (a < b ? -1 : 1));
-  return { all: tags, shown: state.metricCols ? state.metricCols.filter((t) => all.has(t)) : tags.slice(0, METRIC_COLS) };
+  const dflt = tags.filter((t) => !isSysTag(t)).slice(0, METRIC_COLS);
+  return { all: tags, shown: state.metricCols ? state.metricCols.filter((t) => all.has(t)) : dflt };
 }
 
 function metricValue(r, tag) {
@@ -216,17 +223,15 @@ function codeChanges() {
   }
   return out;
 }
-// the file a run came from, when the function's runs came from several scripts ("a.py"), else ""
-function scriptOf(r) {
-  if (state.scripts === null) state.scripts = new Set(state.runs.map((x) => x.script).filter(Boolean)).size;
-  return state.scripts > 1 && r.script ? r.script.split("/").pop() : "";
-}
+// (each script's function is an entry of its own: no run needs its file beside its arguments)
+function scriptOf(r) { return ""; }
 
 async function loadRuns(force = true) {
   if (!state.fn) return false;
-  const runs = await api("runs?fn=" + encodeURIComponent(state.fn));
+  const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
+  const runs = await api("runs?fn=" + encodeURIComponent(state.fn) + which);
   // polling must not rebuild the table when nothing changed
-  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.status === "running" && Math.round(r.duration)]));
+  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.notes.length, r.status === "running" && Math.round(r.duration)]));
   const changed = sig !== state.runsSig;
   state.runs = runs;
   state.byId = new Map(runs.map((r) => [String(r.id), r]));
@@ -234,7 +239,8 @@ async function loadRuns(force = true) {
   state.varying = null;
   state.scripts = null;
   state.selected = state.selected.filter((id) => runById(id));
-  if (changed) loadStats();
+  if (state.filter) compileFilter();  // labels (and so the regex's subjects) may have changed
+  if (changed) { loadStats(); syncGroupControls(); }
   if (changed || force) renderRuns();
   return changed;
 }
@@ -248,37 +254,11 @@ function loadStats() {
     .catch((e) => console.error(e));
 }
 
-// the runs filter: words, all of which must match: `status:failed`, `lr=0.1` (or != < > <= >=
-// on an argument), or a regex over the label, arguments and status
-function runFilter() {
-  const src = $("#run-filter").value.trim();
-  $("#run-filter").style.borderColor = "";
-  if (!src) return null;
-  const preds = src.split(/\s+/).map((tok) => {
-    let m = tok.match(/^status:(\S+)$/);
-    if (m) return (r) => r.status.startsWith(m[1]);
-    m = tok.match(/^([\w.\/-]+)(<=|>=|!=|=|<|>)(.+)$/);
-    if (m) {
-      const [, k, op, want] = m;
-      return (r) => {
-        const v = (r.hparams || {})[k];
-        if (v === undefined) return op === "!=";
-        const a = typeof v === "number" ? v : fmtArg(v), b = typeof v === "number" ? +want : want;
-        return op === "=" ? a === b || fmtArg(v) === want : op === "!=" ? a !== b && fmtArg(v) !== want
-          : op === "<" ? a < b : op === ">" ? a > b : op === "<=" ? a <= b : a >= b;
-      };
-    }
-    let re = null;
-    try { re = new RegExp(tok, "i"); } catch (e) { $("#run-filter").style.borderColor = "red"; }
-    return (r) => !re || re.test(`${runLabel(r)} ${r.name || ""} ${argText(r.hparams)} ${r.status}`);
-  });
-  return (r) => preds.every((p) => p(r));
-}
-
 function renderRuns() {
   const cols = runCols();
   state.cols = cols;
   const { key, dir } = state.sort;
+  markBest(cols);
   const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? metricValue(r, key.slice(2)) : r[key];
   const keep = runFilter();
   const rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => [val(r), r]);
@@ -286,17 +266,29 @@ function renderRuns() {
   state.view = rows.map((p) => p[1]);
   state.selSet = new Set(state.selected);
   state.changes = codeChanges();
-  $("#runs thead").replaceChildren(el("tr", {}, ...cols.map(([label, k]) => el("th", {
-    "data-col": label,
-    onclick: () => { if (!k) return; state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 }; renderRuns(); },
-    text: label + (k && k === key ? (dir > 0 ? " ▲" : " ▼") : ""),
-  }))));
+  $("#runs thead").replaceChildren(el("tr", {}, ...cols.map(([label, k]) => {
+    const th = el("th", {
+      "data-col": label,
+      onclick: () => { if (!k) return; state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 }; renderRuns(); },
+      text: label + (k && k === key ? (dir > 0 ? " ▲" : " ▼") : ""),
+    });
+    if (k && k.startsWith("m:")) {  // which way is better: click to turn it (the best row follows)
+      const tag = k.slice(2), low = lowerIsBetter(tag);
+      th.prepend(el("span", { class: "dir", "data-dir": low ? "min" : "max", title: `${low ? "lower" : "higher"} is better (click to turn)`,
+        onclick: (ev) => { ev.stopPropagation(); toggleDirection(tag); } }, low ? "↓" : "↑"), " ");
+    }
+    return th;
+  })));
   renderRows();
   const filtered = state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
-  $("#run-count").textContent = `${filtered}${state.runs.length} evaluation(s), ${state.selected.length} selected`;
+  const shown = shownIds().length;
+  $("#run-count").textContent = `${filtered}${state.runs.length} evaluation(s), ${state.selected.length} selected`
+    + (shown !== state.selected.length ? ` (${shown} pass the filter)` : "");
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
   $("#empty").classList.toggle("hidden", state.selected.length > 0 || ["hparams", "diff", "pipeline"].includes(state.tab));
+  $("#empty").textContent = state.runs.length ? "Select evaluations in the table to see their logs."
+    : "No runs yet: call a memoized function (its arguments and logs are recorded), or log outside one with memolab.log.scalar().";
   renderColumnPicker();
 }
 
@@ -317,6 +309,17 @@ function virtualRows(wrap, tbody, rows, ncols, make) {
   const one = tbody.querySelector("tr[data-run]");
   const measured = one ? one.getBoundingClientRect().height : 0;
   if (measured > 0 && Math.abs(measured - h) > 0.5) { state.rowH = measured; virtualRows(wrap, tbody, rows, ncols, make); }
+}
+
+// the best run of each metric column among the rows the filter shows (by the value the columns
+// show, in the column's direction), and of the sorted metric (else the first): its row
+function markBest(cols) {
+  const keep = state.filter, rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => String(r.id));
+  state.best = {};
+  for (const [, k] of cols) if (k && k.startsWith("m:")) state.best[k.slice(2)] = bestOf(k.slice(2), rows);
+  const primary = state.sort.key && state.sort.key.startsWith("m:") ? state.sort.key.slice(2) : (metricTags().shown[0] || null);
+  state.bestRow = primary ? state.best[primary] ?? bestOf(primary, rows) : null;
+  state.primary = primary;
 }
 
 function runRow(r, cols) {
@@ -340,18 +343,30 @@ function runRow(r, cols) {
         `${a.old_code.slice(0, 8)}… (accepted by ${a.by}, ${fmtTime(a.time)}; memolab accept --undo takes it back)`).join("\n"),
     }));
   } else if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
-  const args = (scriptOf(r) ? `${scriptOf(r)} · ` : "") + (r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams));
+  const args = r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams);
+  const best = state.bestRow === String(r.id);
+  const argsCell = el("td", { title: args + ((r.run_tags || []).length ? `\ntags: ${r.run_tags.join(", ")}` : "") },
+    ...(r.run_tags || []).map((t) => el("span", { class: "chip", text: t })),
+    ...((r.notes || []).length ? [el("span", { class: "note-count", title: r.notes.map((n) => n.text).join("\n"), text: `✎${r.notes.length}` })] : []),
+    args);
+  const open = el("button", { type: "button", class: "open-run", title: "open this run's page: status, arguments, notes, traceback",
+    onclick: (ev) => { ev.stopPropagation(); openRunPage(String(r.id)); } }, "⋯");
   return el("tr", {
-    "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "", class: sel ? "selected" : "",
+    "data-run": String(r.id), "data-eval": r.eval_id && r.stored ? String(r.eval_id) : "",
+    class: (sel ? "selected" : "") + (best ? " best" : ""),
     title: logged ? "" : "stored without logs", onclick: () => logged && toggleRun(String(r.id)),
-  }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status })),
-  el("td", { class: "id", title: `run ${r.id}` }, r.eval_id && r.stored
+  }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status }), ...(logged ? [open] : [])),
+  el("td", { class: "id", title: `run ${r.id}` + (best ? ` — best ${state.primary}` : "") }, r.eval_id && r.stored
     ? el("a", { href: "#", class: "eval-open", title: "its inputs, what used it", onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showEvaluation(r.eval_id); } }, idText(r))
-    : idText(r)), el("td", { text: args, title: args }),
+    : idText(r)), argsCell,
   code, el("td", { text: fmtTime(r.started) }),
   el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
   el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
-  ...cols.slice(9).map(([, k]) => el("td", { class: "num", text: fmtNum(metricValue(r, k.slice(2))) })));
+  ...cols.slice(9).map(([, k]) => {
+    const tag = k.slice(2), top = state.best[tag] === String(r.id);
+    return el("td", { class: "num" + (top ? " best" : ""), title: top ? `best ${tag} (${lowerIsBetter(tag) ? "lowest" : "highest"})` : "",
+      text: fmtNum(metricValue(r, tag)) });
+  }));
 }
 
 function renderColumnPicker() {
@@ -370,7 +385,7 @@ function renderColumnPicker() {
 }
 
 function setSelection(ids) {
-  state.selected = ids;
+  state.selected = ids.map(String);
   const keep = new Set(ids);
   for (const id of Object.keys(state.colors)) if (!keep.has(id)) delete state.colors[id];
   renderRuns();
@@ -395,6 +410,7 @@ function showTab(tab) {
   state.tab = tab;
   for (const b of document.querySelectorAll("#tabs button")) b.classList.toggle("active", b.dataset.tab === tab);
   for (const s of document.querySelectorAll(".tab")) s.classList.toggle("hidden", s.id !== "tab-" + tab);
+  if (state.page) closeRunPage(false);
   renderRuns();
   saveUrl();
   if (tab !== "diff") refreshTab();
@@ -408,7 +424,7 @@ async function refreshTab() {
   try {
     do {
       refreshing.again = false;
-      const ids = state.selected.slice();
+      const ids = shownIds();  // the selection, narrowed by the run filter
       if (state.tab === "scalars") { await renderScalars(ids); continue; }
       if (state.tab === "hparams") { await renderHparams(); continue; }
       if (state.tab === "pipeline") { await renderPipeline(); continue; }
@@ -446,42 +462,60 @@ async function poll() {
   } catch (e) { console.error(e); }
 }
 
+// a URL naming a script's function without its script: its only (or first) script's entry
+function defaultScript(fn) {
+  const mine = (state.entries || []).filter((f) => f.fn === fn);
+  return mine.length ? mine[0].script ?? null : null;
+}
+
 async function init() {
   const info = await api("info");
   $("#store").textContent = info.store;
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
   $("#fn-filter").addEventListener("input", loadFunctions);
   $("#tag-filter").addEventListener("input", () => { saveUrl(); refreshTab(); });
-  $("#run-filter").addEventListener("input", renderRuns);
+  // the filter narrows the charts too: redrawn once typing pauses
+  $("#run-filter").addEventListener("input", () => {
+    compileFilter(); renderRuns(); saveUrl();
+    clearTimeout(state.filterTimer);
+    state.filterTimer = setTimeout(() => refreshTab(), 150);
+  });
+  initGroupControls();
+  initHparamsViz();
   $("#runs-wrap").addEventListener("scroll", () => { if (!state.rowFrame) state.rowFrame = requestAnimationFrame(() => { state.rowFrame = null; renderRows(); }); });
-  $("#smoothing").addEventListener("input", () => { $("#smoothing-val").textContent = (+$("#smoothing").value).toFixed(2); redrawScalars(); });
-  $("#xaxis").addEventListener("change", redrawScalars);
-  $("#logscale").addEventListener("change", redrawScalars);
+  $("#smoothing").addEventListener("input", () => { $("#smoothing-val").textContent = (+$("#smoothing").value).toFixed(2); saveUrl(); redrawScalars(); });
+  $("#xaxis").addEventListener("change", () => { saveUrl(); redrawScalars(); });
+  $("#logscale").addEventListener("change", () => { saveUrl(); redrawScalars(); });
   $("#hist-mode").addEventListener("change", () => refreshTab());
   $("#select-none").addEventListener("click", () => setSelection([]));
   $("#select-all").addEventListener("click", selectAll);
   $("#metric-stat").addEventListener("change", () => {
     state.stat = $("#metric-stat").value;
-    if (state.stat !== "last" && !state.statsMinmax) loadStats(); else renderRuns();
+    saveUrl();
+    if (state.stat !== "last" && !state.statsMinmax) loadStats(); else { renderRuns(); redrawScalars(); }
   });
   $("#hp-const").addEventListener("click", () => { state.hpConst = !state.hpConst; drawHparams(); });
   $("#hparams-wrap").addEventListener("scroll", () => { if (!state.hpFrame) state.hpFrame = requestAnimationFrame(() => { state.hpFrame = null; renderHpRows(); }); });
   $("#compare-code").addEventListener("click", compareCode);
   window.addEventListener("resize", () => { redrawScalars(); renderRows(); });
   const url = new URLSearchParams(location.search);
-  if (url.get("tags")) $("#tag-filter").value = url.get("tags");
+  restoreView(url);
+  compileFilter();
   state.hb = await api("heartbeat");
+  state.short = (await api("ids")).short;
   const fns = await loadFunctions();
   // open on what was asked for, else on the most recently run memoized function (not a script's process run)
   const memoized = fns.filter((f) => !isProcess(f.fn)).sort((a, b) => (b.last || 0) - (a.last || 0));
-  const wanted = url.get("fn") || (memoized[0] || fns[0] || {}).fn;
+  const first = memoized[0] || fns[0] || {};
+  const wanted = url.get("fn") || first.fn;
   if (wanted) {
     state.selected = (url.get("runs") || "").split(",").filter(Boolean);
     state.autoSelect = !url.has("runs");  // a shared or reloaded view keeps its selection, even an empty one
-    await selectFunction(wanted, true);
+    await selectFunction(wanted, true, url.get("fn") ? (url.has("script") ? url.get("script") : defaultScript(wanted)) : first.script ?? null);
   }
   const tab = url.get("tab");
   if (tab && document.querySelector(`#tabs button[data-tab="${CSS.escape(tab)}"]`)) showTab(tab);
+  if (state.page) openRunPage(state.page);
   saveUrl();  // also drops an access token from the address bar: the cookie carries it from here on
   document.body.dataset.ready = "1";
   setInterval(poll, 2000);

@@ -78,6 +78,13 @@ async function renderScalars(ids) {
   await fetchSeries(ids);
   const tags = scalarTags(ids);
   const box = $("#charts");
+  const hint = $("#charts-empty");
+  if (hint) {  // an empty tab says what to log to fill it
+    hint.classList.toggle("hidden", tags.length > 0 || !ids.length);
+    hint.textContent = Object.keys(state.series).length && !tags.length && $("#tag-filter").value
+      ? `No tag matches ${$("#tag-filter").value}.`
+      : "No scalars in these runs: log them with memolab.log.scalar(\"loss\", value) (or SummaryWriter.add_scalar) inside the memoized function.";
+  }
   const groups = new Map();
   for (const tag of tags) { const g = groupOf(tag); if (!groups.has(g)) groups.set(g, []); groups.get(g).push(tag); }
   const sections = [];
@@ -141,15 +148,26 @@ function scheduleDraw(tags) {
 function drainDraws() {
   drawTimer = null;
   const t0 = performance.now();
+  const shown = shownIds();
   while (drawQueue.length && performance.now() - t0 < 80) {
     const tag = drawQueue.shift(), c = state.charts[tag];
     if (c && c.inView === false) { c.dirty = true; continue; }
     if (c) c.dirty = false;
-    drawScalarCard(tag, state.selected);
+    drawScalarCard(tag, shown);
   }
   if (drawQueue.length) { drawTimer = setTimeout(drainDraws, 0); return; }
   document.body.dataset.dirty = String(Object.values(state.charts).filter((c) => c.dirty).length);
   document.body.dataset.drawn = String(++state.drawSeq);
+  // timings read by benchmarks/dashboard.py, inside the page: the first chart drawn, and idle (every
+  // chart in view drawn, nothing asked of the server any more)
+  if (!state.firstDrawn && Object.values(state.charts).some((c) => c.u)) { state.firstDrawn = true; performance.mark("memolab:first-draw"); }
+  if (state.firstDrawn && !state.idleMarked) requestAnimationFrame(() => setTimeout(markIdle, 0));
+}
+function markIdle() {
+  if (state.idleMarked) return;
+  if (drawQueue.length || refreshing || state.inflight) { setTimeout(markIdle, 20); return; }  // looked at again
+  state.idleMarked = true;
+  performance.mark("memolab:idle");
 }
 
 function redrawScalars() {
@@ -202,18 +220,26 @@ function drawScalarCard(tag, ids) {
   const xmode = $("#xaxis").value;
   const width = Math.max(200, plot.clientWidth || 400);
   const per = state.series[tag] || {};
+  const grouped = grouping();
+  // what decides the best run and the end-of-line marks: the value shown, the directions, statuses
+  const msig = [state.stat, lowerIsBetter(tag), grouped && JSON.stringify(state.group)];
   // nothing new for this chart (a run toggled elsewhere, a poll with no new points): nothing to do
-  const dsig = JSON.stringify([ids.map((id) => [id, per[id]?.n, per[id]?.step.length, runLabel(runById(id)), colorOf(id)]), logY, xmode, $("#smoothing").value, width]);
+  const dsig = JSON.stringify([ids.map((id) => [id, per[id]?.n, per[id]?.step.length, runLabel(runById(id)), colorOf(id), runById(id)?.status,
+    metricValue(runById(id) || {}, tag)]), logY, xmode, $("#smoothing").value, width, msig]);
   if (c.u && c.dsig === dsig) return;
   c.dsig = dsig;
-  const vsig = JSON.stringify([logY, xmode, $("#smoothing").value, width]);
-  if (c.u && c.vsig === vsig && showInPlace(c, per, ids)) { finishCard(c, tag); return; }
-  const series = seriesFor(tag, ids);
+  const vsig = JSON.stringify([logY, xmode, $("#smoothing").value, width, msig]);
+  if (c.u && c.vsig === vsig && !grouped && showInPlace(c, per, ids)) { c.best = bestOf(tag, c.series.map((s) => s.id)); finishCard(c, tag); c.u.redraw(false); return; }
+  const series = grouped ? groupSeriesFor(tag, ids) : seriesFor(tag, ids);
+  c.best = grouped ? bestGroup(tag, series) : bestOf(tag, series.map((s) => s.id));
+  c.grouped = grouped;
   // few runs: the smoothed line, the raw one faint behind it and the min/max band; many runs: the
-  // smoothed line only (the raw value is in the tooltip), else 50 runs are 200 series to draw
-  const bandsOn = series.length <= MAX_BANDS;
+  // smoothed line only (the raw value is in the tooltip), else 50 runs are 200 series to draw.
+  // Groups: each group's mean, and its band (min-max or +-std), whatever their number.
+  const bandsOn = grouped || series.length <= MAX_BANDS;
   const pos = plotted(logY);
-  const tables = series.map((s) => [s.x, s.y.map(pos), ...(bandsOn ? [s.raw.map(pos)] : []), ...(s.lo && bandsOn ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
+  const rawOn = bandsOn && !grouped;
+  const tables = series.map((s) => [s.x, s.y.map(pos), ...(rawOn ? [s.raw.map(pos)] : []), ...(s.lo && bandsOn ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
   const data = tables.length ? uPlot.join(tables) : [[]];
   const opts = [{}];
   const bands = [];
@@ -222,21 +248,22 @@ function drawScalarCard(tag, ids) {
     const few = s.x.length <= 2;  // a single point (add_hparams' final metric) needs a marker, not a line
     // many runs: 1 px lines (stroking is most of a redraw: toggling one run of 50 on 20 charts
     // took ~200 ms with 2 px lines, ~110 ms with 1 px; 50 thick lines are a blur anyway)
-    opts.push({ label: s.label, stroke: s.color, width: bandsOn ? 2 : 1, spanGaps: false, ...(s.dash ? { dash: s.dash } : {}),
+    const top = s.id === c.best;  // the best run (or group) of this metric: drawn thicker, a star at its end
+    opts.push({ label: s.label, stroke: s.color, width: (bandsOn ? 2 : 1) + (top ? 1.5 : 0), spanGaps: grouped, ...(s.dash ? { dash: s.dash } : {}),
       ...(few ? { points: { show: true, size: 8, fill: s.color } } : {}) });
     k += 1;
-    if (bandsOn) {
+    if (rawOn) {
       opts.push({ label: s.label + " (raw)", stroke: alpha(s.color, 0.3), width: 1, points: { show: false } });
       k += 1;
     }
     if (s.lo && bandsOn) {
       opts.push({ label: "min", stroke: "transparent", points: { show: false } });
       opts.push({ label: "max", stroke: "transparent", points: { show: false } });
-      bands.push({ series: [k + 1, k], fill: alpha(s.color, 0.12) });
+      bands.push({ series: [k + 1, k], fill: alpha(s.color, grouped ? 0.18 : 0.12) });
       k += 2;
     }
   }
-  const sig = JSON.stringify([series.map((s) => [s.id, s.label, s.color, s.dash, !!s.lo]), bandsOn, logY, xmode]);
+  const sig = JSON.stringify([series.map((s) => [s.id, s.label, s.color, s.dash, !!s.lo]), bandsOn, logY, xmode, c.best]);
   if (c.u && c.sig === sig) {
     c.u.setData(data, !c.zoomed);  // live updates keep a zoomed view as it is
     if (c.u.width !== width) c.u.setSize({ width, height: 240 });
@@ -258,6 +285,7 @@ function drawScalarCard(tag, ids) {
           values: logY ? (u, splits) => splits.map(logLabel) : (u, splits) => splits.map(fmtNum) },
       ],
       hooks: {
+        draw: [(u) => drawMarks(u, tag)],
         setCursor: [(u) => showTooltip(u, tag)],
         setSelect: [(u) => { if (u.select.width > 0) c.zoomed = true; }],
         setScale: [(u, key) => { if (key === "x") zoomedTo(tag); }],
@@ -272,6 +300,7 @@ function drawScalarCard(tag, ids) {
   c.vsig = vsig;
   c.series = series;
   c.bandsOn = bandsOn;
+  c.rawOn = rawOn;
   c.detail = c.tip = null;  // drawn from the summaries again: a zoomed view asks for its points anew
   finishCard(c, tag);
   if (c.zoomed) zoomedTo(tag);
@@ -313,12 +342,57 @@ function finishCard(c, tag) {
   canvas.dataset.sent = (c.detail ? c.tip : series).map((s) => s.x.length).join(",");  // points drawn: at most ~2 per pixel
   if (!c.detail) delete canvas.dataset.detail;
   card._u = c.u;
-  // one line, whatever the number of runs: the values are in the tooltip
+  canvas.dataset.best = c.best || "";
+  // the runs whose line ends in a cross (failed, interrupted, lost: drawMarks)
+  canvas.dataset.ended = c.grouped ? "" : series.filter((s) => ["failed", "interrupted", "lost"].includes(runById(s.id)?.status)).map((s) => s.id).join(",");
+  canvas.dataset.grouped = c.grouped ? "1" : "";
+  // one line, whatever the number of runs: the values are in the tooltip; the best first
   const LEGEND = 8;
-  card.querySelector(".legend").replaceChildren(...series.slice(0, LEGEND).map((s) => el("span", { title: s.label },
-    el("span", { class: "swatch", style: `background:${s.color}` }),
-    `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])})`)),
+  const order = [...series].sort((a, b) => (b.id === c.best) - (a.id === c.best));
+  const ended = (s) => { const st = runById(s.id)?.status; return ["failed", "interrupted", "lost"].includes(st) ? `, ${st}` : ""; };
+  const what = (s) => s.group ? `${s.label}  (mean${state.group.band === "std" ? " ± std" : state.group.band === "minmax" ? ", min–max" : ""})`
+    : `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])}${ended(s)})`;
+  card.querySelector(".legend").replaceChildren(...order.slice(0, LEGEND).map((s) => el("span", { title: s.label, class: s.id === c.best ? "best" : "" },
+    el("span", { class: "swatch", style: `background:${s.color}` }), (s.id === c.best ? "★ " : "") + what(s))),
   ...(series.length > LEGEND ? [el("span", { class: "muted", text: `+${series.length - LEGEND} more: hover for values` })] : []));
+}
+
+// Marks at the end of lines: a star on the best run's (or group's), a cross on a failed,
+// interrupted or lost run's (where it stopped), drawn over the plot after each redraw.
+function drawMarks(u, tag) {
+  const c = state.charts[tag];
+  if (!c || !c.series) return;
+  const g = u.ctx, dpr = window.devicePixelRatio || 1;
+  const idx = new Map(c.all.map((s, i) => [s.id, i]));
+  const tip = c.tip || c.detail?.all;
+  g.save();
+  for (const s of c.series) {
+    const st = c.grouped ? null : runById(s.id)?.status;
+    const bad = st === "failed" || st === "interrupted" || st === "lost";
+    if (!bad && s.id !== c.best) continue;
+    const src = (tip && tip[idx.get(s.id)]) || s;
+    let j = src.y.length - 1;
+    while (j >= 0 && (src.y[j] === null || src.y[j] === undefined)) j--;
+    if (j < 0) continue;
+    const x = u.valToPos(src.x[j], "x", true), y = u.valToPos(src.y[j], "y", true);
+    if (!Number.isFinite(x) || !Number.isFinite(y)) continue;
+    const r = 5 * dpr;
+    g.lineWidth = 2 * dpr;
+    if (bad) {  // ✕ where it stopped
+      g.strokeStyle = st === "lost" ? "#7a8294" : "#c62828";
+      g.beginPath(); g.moveTo(x - r, y - r); g.lineTo(x + r, y + r); g.moveTo(x + r, y - r); g.lineTo(x - r, y + r); g.stroke();
+    }
+    if (s.id === c.best) {  // ★ at the best one's end
+      g.fillStyle = s.color; g.strokeStyle = "#fff"; g.lineWidth = 1 * dpr;
+      g.beginPath();
+      for (let k = 0; k < 10; k++) {
+        const a = -Math.PI / 2 + k * Math.PI / 5, rr = (k % 2 ? 0.45 : 1) * 7 * dpr;
+        g.lineTo(x + rr * Math.cos(a), y + rr * Math.sin(a));
+      }
+      g.closePath(); g.fill(); g.stroke();
+    }
+  }
+  g.restore();
 }
 
 // log axis labels: 1e-3 … 1e3 as plain numbers inside the usual range, every split labelled
@@ -336,7 +410,7 @@ function resetZoom(tag) {
   c.detailSeq = (c.detailSeq || 0) + 1;  // a detail still in flight is dropped
   if (c.detail) {  // drawn from the zoomed range's points: the summaries come back
     c.dsig = c.sig = null;
-    drawScalarCard(tag, state.selected);
+    drawScalarCard(tag, shownIds());
   } else c.u.setData(c.u.data, true);
 }
 
@@ -349,7 +423,7 @@ function resetZoom(tag) {
 // value at the range's start, so the line does not jump when the points arrive.
 function zoomedTo(tag) {
   const c = state.charts[tag];
-  if (!c || !c.u || !c.zoomed || $("#xaxis").value !== "step" || !c.all || !c.all.some((s) => s.downsampled)) return;
+  if (!c || !c.u || !c.zoomed || c.grouped || $("#xaxis").value !== "step" || !c.all || !c.all.some((s) => s.downsampled)) return;
   const s0 = Math.floor(c.u.scales.x.min), s1 = Math.ceil(c.u.scales.x.max);
   if (!Number.isFinite(s0) || !Number.isFinite(s1) || (c.detail && c.detail.s0 === s0 && c.detail.s1 === s1)) return;
   clearTimeout(c.detailTimer);
@@ -376,7 +450,7 @@ async function fetchDetail(tag, s0, s1) {
     return { ...s, x: d.step, step: d.step, wall: d.wall, raw: d.value, y: smoothFrom(s, d, w, s0),
       lo: d.min || d.value, hi: d.max || d.value, downsampled: !!d.downsampled };
   });
-  const tables = detail.map((s, i) => [s.x, s.y.map(pos), ...(c.bandsOn ? [s.raw.map(pos)] : []),
+  const tables = detail.map((s, i) => [s.x, s.y.map(pos), ...(c.rawOn ? [s.raw.map(pos)] : []),
     ...(all[i].lo && c.bandsOn ? [s.lo.map(pos), s.hi.map(pos)] : [])]);
   const lo = u.scales.x.min, hi = u.scales.x.max;
   c.detail = { s0, s1, all: detail };
@@ -401,10 +475,12 @@ function smoothFrom(s, d, w, s0) {
   return d.value.map((v) => (v === null ? null : (last = last * wd + (1 - wd) * v)));
 }
 
-//: tooltip rows shown (highest values first); the rest are counted
+//: tooltip rows shown (best values first); the rest are counted
 const TIP_ROWS = 20;
 
-// a crosshair tooltip: every run's value at the cursor's x, highest first, inside the window
+// A crosshair tooltip: every run's (or group's) value at the cursor's x, sorted the way the metric
+// is better (lowest first for a loss), inside the window. The best run of the chart is always
+// listed, marked with a star, even when more runs are near the cursor than rows are shown.
 function showTooltip(u, tag) {
   const c = state.charts[tag];
   const idx = u.cursor.idx;
@@ -419,17 +495,31 @@ function showTooltip(u, tag) {
     const j = nearest(s.x, x);
     if (j >= 0 && Math.abs(s.x[j] - x) <= tol) found.push([s.raw[j], s.y[j], s, j]);
   }
-  found.sort((a, b) => (b[0] ?? -Infinity) - (a[0] ?? -Infinity));
-  const rows = found.slice(0, TIP_ROWS).map(([v, sm, s, j]) => el("div", { class: "tip-row" },
+  const low = lowerIsBetter(tag);
+  const none = low ? Infinity : -Infinity;
+  found.sort((a, b) => (low ? 1 : -1) * ((a[0] ?? none) - (b[0] ?? none)));
+  let shown = found.slice(0, TIP_ROWS);
+  const best = found.find((f) => f[2].id === c.best);
+  if (best && !shown.includes(best)) shown = [...shown.slice(0, TIP_ROWS - 1), best];  // never hidden
+  const band = (s, j) => {
+    if (!s.group) return ` (smoothed ${fmtNum(s.y[j])})`;
+    const a = s.agg;
+    if (!a || j >= a.count.length) return "";
+    const spread = state.group.band === "std" ? ` ± ${fmtNum(a.sd[j])}` : ` [${fmtNum(a.min[j])}, ${fmtNum(a.max[j])}]`;
+    return `${spread} · ${a.count[j]} of ${s.members.length} run${s.members.length === 1 ? "" : "s"}`;
+  };
+  const rows = shown.map(([v, sm, s, j]) => el("div", { class: "tip-row" + (s.id === c.best ? " best" : "") },
     el("span", { class: "swatch", style: `background:${s.color}` }), el("b", { class: "tip-val", text: fmtNum(v) }),
-    el("span", { class: "tip-label", text: s.label }), el("span", { class: "muted", text: ` (smoothed ${fmtNum(sm)})` })));
-  if (found.length > TIP_ROWS) rows.push(el("div", { class: "muted", text: `… and ${found.length - TIP_ROWS} more` }));
+    el("span", { class: "tip-label", text: (s.id === c.best ? "★ " : "") + s.label }), el("span", { class: "muted", text: band(s, j) })));
+  if (found.length > shown.length) rows.push(el("div", { class: "muted", text: `… and ${found.length - shown.length} more` }));
   let tip = c.card.querySelector(".tooltip");
   if (!tip) { tip = el("div", { class: "tooltip" }); c.card.querySelector(".plot").append(tip); }
   const xl = xmode === "wall" ? new Date(x * 1000).toLocaleString() : `${xmode === "step" ? "step" : "t"} ${fmtNum(x)}${xmode === "relative" ? " s" : ""}`;
-  const notes = new Set(found.slice(0, TIP_ROWS).map(([, , s, j]) => bucketNote(s, j)).filter((n) => n));
+  const notes = new Set(shown.map(([, , s, j]) => bucketNote(s, j)).filter((n) => n));
   const note = notes.size === 1 ? [...notes][0] : notes.size ? "values are bucket means (summarised series)" : "";
-  tip.replaceChildren(el("b", { text: xl }), ...(note ? [el("span", { class: "muted tip-note", text: ` · ${note}` })] : []), ...rows);
+  const order = `${low ? "lowest" : "highest"} first`;
+  tip.replaceChildren(el("b", { text: xl }), ...(note ? [el("span", { class: "muted tip-note", text: ` · ${note}` })] : []),
+    el("span", { class: "muted tip-order", text: ` · ${order}` }), ...rows);
   // fixed to the window and kept inside it: right of the cursor, else left; below, else above
   const box = u.over.getBoundingClientRect();
   const cx = box.left + u.cursor.left, cy = box.top + u.cursor.top;
@@ -466,7 +556,7 @@ async function downloadCsv(tag) {
   const c = state.charts[tag];
   if (!c) return;
   // every point as logged, read for the download: the chart holds bucket means, not logged values
-  const ids = seriesFor(tag, state.selected).map((s) => s.id);
+  const ids = seriesFor(tag, shownIds()).map((s) => s.id);
   let got;
   try {
     got = await api(`points?runs=${ids.join(",")}&tag=${encodeURIComponent(tag)}`);

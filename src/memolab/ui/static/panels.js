@@ -1,5 +1,5 @@
-// memolab dashboard: histograms, images, text, HParams (with parallel coordinates) and the code diff
-// (loaded before app.js, which holds the state and starts the page).
+// memolab dashboard: histograms, images, text and the code diff (loaded before app.js, which holds
+// the state and starts the page; HParams are in hpviz.js).
 "use strict";
 
 // ---- histograms: a shared x-range per tag; offset ridges or distribution bands ---------------------
@@ -24,6 +24,7 @@ async function renderHistograms(ids) {
       el("div", { class: "grid" }, ...cards.map((c) => c[0]))), cards, lo, hi]);
   }
   box.replaceChildren(...sections.map((s) => s[0]));
+  if (!sections.length && ids.length) box.append(emptyHint("histogram"));
   for (const [, cards, lo, hi] of sections) {
     for (const [, canvas, hs, color] of cards) (mode === "offset" ? drawRidges : drawDistribution)(canvas, hs, color, lo, hi);
   }
@@ -184,118 +185,18 @@ async function renderByTag(box, kind, ids, fetchItems, render, cls) {
     sections.push(sec);
   }
   box.replaceChildren(...sections);
+  if (!sections.length && ids.length) box.append(emptyHint(kind));
 }
 
-// ---- hparams: arguments (in the order the function takes them) vs final metrics, sortable -------------
-async function renderHparams() {
-  if (!state.fn) return;
-  const data = await api("hparams?fn=" + encodeURIComponent(state.fn));
-  state.hpData = data;
-  drawHparams();
-}
+// an empty tab says what to log to fill it
+const LOG_HINTS = {
+  histogram: 'No histograms in these runs: memolab.log.histogram("fc1.weight", tensor) (or SummaryWriter.add_histogram) logs one.',
+  image: 'No images in these runs: memolab.log.image("samples", array_HWC) or memolab.log.figure("confusion", fig) logs one.',
+  text: 'No text in these runs: memolab.log.text("notes", "markdown text") (or SummaryWriter.add_text) logs some.',
+};
+function emptyHint(kind) { return el("p", { class: "muted empty-hint", "data-kind": kind, text: LOG_HINTS[kind] }); }
 
-function drawHparams() {
-  const data = state.hpData;
-  if (!data) return;
-  // argument order as the function declares it (the order of each run's arguments), not alphabetical
-  const order = [];
-  const seen = new Set();
-  for (const r of data.rows) for (const k of Object.keys(r.hparams || {})) if (!seen.has(k)) { seen.add(k); order.push(k); }
-  const constant = (get) => { const vals = new Set(data.rows.map((r) => JSON.stringify(get(r) ?? null))); return vals.size <= 1 && data.rows.length > 1; };
-  const hpCols = order.map((k) => [k, (r) => r.hparams[k], "arg"]);
-  const rank = (t) => (t.startsWith("train/") ? 0 : t.startsWith("val/") ? 1 : 2);
-  data.metrics.sort((a, b) => rank(a) - rank(b) || (a < b ? -1 : 1));  // as the runs table: train/, val/ first
-  const hidden = state.hpConst ? [] : hpCols.filter(([, get]) => constant(get)).map(([k]) => k);
-  const cols = [["status", (r) => r.status], ["id", (r) => r.eval_id || null], ["code", (r) => (r.code || "").slice(0, 8)],
-    ...hpCols.filter(([k]) => !hidden.includes(k)), ...data.metrics.map((k) => ["⟶ " + k, (r) => r.metrics[k], "metric"])];
-  $("#hp-const").textContent = hidden.length ? `show ${hidden.length} constant column(s): ${hidden.join(", ")}`.slice(0, 120) : state.hpConst ? "hide constant columns" : "";
-  const { key, dir } = state.hpSort;
-  const rows = [...data.rows];
-  const col = cols.find((c) => c[0] === key);
-  if (col) {
-    const get = col[1];
-    rows.sort((a, b) => {
-      const x = get(a), y = get(b);
-      if (x === y) return 0; if (x === undefined || x === null) return 1; if (y === undefined || y === null) return -1;
-      return (typeof x === "number" && typeof y === "number" ? x - y : String(x) < String(y) ? -1 : 1) * dir;
-    });
-  }
-  $("#hparams thead").replaceChildren(el("tr", {}, ...cols.map(([label]) => el("th", {
-    "data-col": label, text: label + (label === key ? (dir > 0 ? " ▲" : " ▼") : ""),
-    onclick: () => { state.hpSort = { key: label, dir: state.hpSort.key === label ? -state.hpSort.dir : 1 }; drawHparams(); },
-  }))));
-  state.hpRows = rows;
-  state.hpCols = cols;
-  renderHpRows();
-  drawParallel(data, hpCols.filter(([, get]) => !constant(get)), key && key.startsWith("⟶ ") ? key.slice(2) : null);
-}
-
-// like the runs table, only the rows in view are in the DOM (10,000 evaluations scroll like 50)
-function renderHpRows() {
-  const wrap = $("#hparams-wrap"), rows = state.hpRows || [], cols = state.hpCols || [];
-  virtualRows(wrap, $("#hparams tbody"), rows, cols.length, (r) => el("tr", { "data-run": String(r.id) },
-    ...cols.map(([label, get, kind], i) => {
-      const v = get(r);
-      const text = i === 1 ? idText({ ...r, stored: !!r.eval_id }) : kind === "arg" ? fmtArg(v) : typeof v === "number" ? fmtNum(v) : v === undefined ? "–" : String(v);
-      return el("td", { text, class: kind === "metric" || typeof v === "number" ? "num" : "" });
-    })));
-}
-
-// Parallel coordinates (as TensorBoard's HParams plugin): one axis per argument that varies, then
-// the metric (the sorted metric column, else the first val/ or train/ one); one line per run,
-// coloured by that metric (blue low, red high). Numbers on a linear axis (log when positive and
-// spread over more than two decades), anything else as evenly spaced categories.
-function drawParallel(data, argCols, metric) {
-  const canvas = $("#parcoords");
-  const metrics = data.metrics;
-  metric = metric || metrics.find((m) => m.startsWith("val/")) || metrics.find((m) => m.startsWith("train/")) || metrics[0];
-  const axes = [...argCols.map(([k, get]) => [k, get]), ...(metric ? [["⟶ " + metric, (r) => r.metrics[metric]]] : [])];
-  canvas.classList.toggle("hidden", axes.length < 2 || data.rows.length < 2);
-  canvas.dataset.axes = axes.map((a) => a[0]).join("|");
-  if (canvas.classList.contains("hidden")) return;
-  const [g, W, H] = setupCanvas(canvas);
-  const pad = { l: 30, r: 60, t: 28, b: 22 };
-  const scales = axes.map(([, get]) => {
-    const vals = data.rows.map(get).filter((v) => v !== undefined && v !== null);
-    if (vals.length && vals.every((v) => typeof v === "number")) {
-      const lo = Math.min(...vals), hi = Math.max(...vals);
-      const log = lo > 0 && hi / lo > 100;
-      const f = log ? Math.log10 : (v) => v;
-      return { lo, hi, at: (v) => typeof v !== "number" ? null : hi === lo ? 0.5 : (f(v) - f(lo)) / (f(hi) - f(lo)) };
-    }
-    const cats = [...new Set(vals.map((v) => fmtArg(v)))].sort();
-    return { cats, at: (v) => v === undefined || v === null ? null : cats.length === 1 ? 0.5 : cats.indexOf(fmtArg(v)) / (cats.length - 1) };
-  });
-  const x = (i) => pad.l + (axes.length === 1 ? 0 : i / (axes.length - 1)) * (W - pad.l - pad.r);
-  const y = (t) => H - pad.b - t * (H - pad.t - pad.b);
-  const m = scales[scales.length - 1], mget = axes[axes.length - 1][1];
-  const rows = data.rows.length > 3000 ? data.rows.filter((r, i) => i % Math.ceil(data.rows.length / 3000) === 0) : data.rows;
-  g.lineWidth = 1;
-  for (const r of rows) {
-    const t = metric ? m.at(mget(r)) : null;
-    g.strokeStyle = t === null ? "rgba(120,120,120,0.35)" : `hsla(${240 - 240 * t}, 75%, 45%, 0.55)`;
-    g.beginPath();
-    let pen = false;
-    axes.forEach(([, get], i) => {
-      const v = scales[i].at(get(r));
-      if (v === null) { pen = false; return; }
-      if (pen) g.lineTo(x(i), y(v)); else g.moveTo(x(i), y(v));
-      pen = true;
-    });
-    g.stroke();
-  }
-  g.fillStyle = "#1d2330"; g.strokeStyle = "#5b6475"; g.textAlign = "center"; g.textBaseline = "alphabetic";
-  axes.forEach(([label], i) => {
-    g.beginPath(); g.moveTo(x(i), y(0)); g.lineTo(x(i), y(1)); g.stroke();
-    g.fillText(label.length > 22 ? label.slice(0, 21) + "…" : label, x(i), 14);
-    const s = scales[i];
-    const ends = s.cats ? [s.cats[0], s.cats[s.cats.length - 1]] : [s.lo, s.hi].map(i < argCols.length ? fmtArg : fmtNum);
-    g.fillStyle = "#5b6475";
-    g.fillText(ends[1] ?? "", x(i), y(1) - 3);
-    g.fillText(ends[0] ?? "", x(i), H - 6);
-    g.fillStyle = "#1d2330";
-  });
-}
+// ---- HParams: hpviz.js
 
 // ---- code diff between two stored evaluations: always older -> newer --------------------------------
 async function compareCode() {

@@ -1,0 +1,175 @@
+"""One id per thing, the same in the dashboard and on the command line.
+
+An evaluation is ``#12`` (``12``, ``e12``); a run is its 52-bit id, or the start of it that tells
+it apart from every other run of the store, shown with an ``r`` (``r147562``), as git shortens
+commits. The dashboard shows exactly these (``short_length`` is served to it), and every command
+that takes an id (``show``, ``tag``, ``note``) takes them back (``resolve``): bare digits are an
+evaluation first, then the run of that id, then the one run whose id starts with them.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .common import PROBLEM, USAGE, CliError
+
+#: the fewest digits of a run id shown (``memolab runs``, the dashboard)
+SHORT_MIN = 6
+
+
+def _conn(store: Any) -> Any:
+    """The index's connection with the log tables in their current shape (an older store's runs
+    table lacks columns: ``query.ready`` shims them on a read-only one)."""
+    from ..tracking import query
+
+    return query.ready(store.index)
+
+
+def _has_runs(c: Any) -> bool:
+    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
+
+
+def short_length(c: Any) -> int:
+    """Digits of a run id that tell every run of the store apart (at least ``SHORT_MIN``)."""
+    if not _has_runs(c):
+        return SHORT_MIN
+    ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
+    n = SHORT_MIN
+    for a, b in zip(ids, ids[1:], strict=False):
+        common = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            common += 1
+        n = max(n, common + 1)
+    return n
+
+
+def _runs_starting(c: Any, digits: str) -> list[int]:
+    if not _has_runs(c):
+        return []
+    return [i for (i,) in c.execute("SELECT id FROM runs WHERE CAST(id AS TEXT) LIKE ? ORDER BY id LIMIT 6",
+                                    (digits + "%",))]
+
+
+def resolve(store: Any, text: str) -> tuple[str, int]:
+    """``("evaluation", id)`` or ``("run", id)`` for an id as the dashboard and the CLI show it:
+    ``12``, ``#12``, ``e12`` (an evaluation), ``r1475626`` or ``run …`` digits (a run, any unique
+    start of its id), or bare digits (an evaluation, else that run, else the run starting so)."""
+    t = text.strip()
+    for prefix in ("run ", "run", "r"):
+        if t.lower().startswith(prefix) and t[len(prefix):].strip().rstrip("…").isdigit():
+            kind, digits = "run", t[len(prefix):].strip().rstrip("…")
+            break
+    else:
+        kind, digits = "any", t.lstrip("#")
+        if t[:1] in ("#", "e") and t.lstrip("#e").isdigit():
+            kind, digits = "evaluation", t.lstrip("#e")
+    if not digits.isdigit() or len(digits) > 19 or not 0 < int(digits) < 2 ** 63:
+        raise CliError(PROBLEM, f"not an evaluation or run id: {text!r} (`memolab ls FUNC` and `memolab runs` list them)")
+    n = int(digits)
+    c = _conn(store)
+    if kind in ("evaluation", "any"):
+        if c.execute("SELECT 1 FROM evaluations WHERE id=?", (n,)).fetchone():
+            return "evaluation", n
+        if kind == "evaluation":
+            raise CliError(PROBLEM, f"no evaluation #{n} in {store.root}")
+    if _has_runs(c) and c.execute("SELECT 1 FROM runs WHERE id=?", (n,)).fetchone():
+        return "run", n
+    found = _runs_starting(c, digits)
+    if len(found) > 1:
+        listed = ", ".join(str(i) for i in found[:5]) + (", …" if len(found) > 5 else "")
+        raise CliError(USAGE, f"{digits} is the start of several run ids ({listed}): give more digits")
+    if found:
+        return "run", found[0]
+    raise CliError(PROBLEM, f"no evaluation #{n} (nor run {digits}) in {store.root}")
+
+
+# -- a script's functions: a.py:train -------------------------------------------------------------
+def split_script(store: Any, name: str) -> tuple[str, Any]:
+    """``a.py:train`` (as ``ls``, ``runs`` and the dashboard name a script's function) ->
+    (``train``, the script's absolute path); any other name -> (name, None)."""
+    head, sep, fn = name.rpartition(":")
+    if not sep or not head.endswith(".py") or head.startswith("<"):
+        return name, None
+    c = _conn(store)
+    if not _has_runs(c):
+        return name, None
+    from ..tracking.names import script_labels
+
+    paths = [p for (p,) in c.execute("SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL",
+                                     (f"__main__:{fn}",))]
+    labels = script_labels(paths)
+    found = [p for p in paths if labels[p] == head or p == head or p.endswith("/" + head)]
+    if len(found) != 1:
+        raise CliError(PROBLEM if not found else USAGE,
+                       f"no run of {fn} from a script {head}" if not found else
+                       f"{head} names several scripts ({', '.join(found)}): give more of the path")
+    return f"__main__:{fn}", found[0]
+
+
+def eval_ids_of_script(store: Any, fn: str, script: str) -> list[int]:
+    """The stored evaluations of ``fn`` that a run of ``script`` produced."""
+    c = _conn(store)
+    return [i for (i,) in c.execute("SELECT DISTINCT e.id FROM runs r JOIN evaluations e ON e.id = r.eval_id "
+                                    "WHERE r.fn=? AND r.script=?", (fn, script))]
+
+
+def function_rows(store: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``Index.functions()`` rows with each script's ``__main__`` function apart (``label``
+    ``a.py:train``, ``b.py:train``, and ``script``), as the dashboard lists them."""
+    from ..tracking import query
+
+    c = _conn(store)
+    if not _has_runs(c) or not any(r["fn"].startswith("__main__:") for r in rows):
+        return rows
+    entries: dict[str, list[dict[str, Any]]] = {}
+    for e in query.function_entries(store.index):
+        if e["script"] is not None and e["evaluations"]:
+            entries.setdefault(e["fn"], []).append(e)
+    out = []
+    for r in rows:
+        parts = entries.get(r["fn"])
+        if not parts:
+            out.append(r)
+            continue
+        claimed: set[int] = set()
+        for e in parts:
+            ids_ = eval_ids_of_script(store, r["fn"], e["script"])
+            claimed.update(ids_)
+            out.append({**_summed(c, r["fn"], ids_), "label": e["label"], "script": e["script"]})
+        rest = [i for (i,) in c.execute("SELECT id FROM evaluations WHERE fn=?", (r["fn"],)) if i not in claimed]
+        if rest:
+            out.append({**_summed(c, r["fn"], rest), "label": r["fn"], "script": None})
+    return out
+
+
+def _summed(c: Any, fn: str, eval_ids: list[int]) -> dict[str, Any]:
+    n, size, last, hits, compute = 0, 0, None, 0, 0.0
+    for i in range(0, len(eval_ids), 500):
+        part = eval_ids[i:i + 500]
+        row = c.execute(f"SELECT COUNT(*), SUM(size), MAX(finished), SUM(hits), SUM(duration) FROM evaluations "
+                        f"WHERE id IN ({','.join('?' * len(part))})", part).fetchone()
+        n += row[0]
+        size += row[1] or 0
+        last = max(last or 0, row[2] or 0) or last
+        hits += row[3] or 0
+        compute += row[4] or 0.0
+    return {"fn": fn, "evaluations": n, "size": size, "last": last, "hits": hits, "compute": compute}
+
+
+def shown_function(store: Any, fn: str, script: Any = None, rows: Any = None) -> str:
+    """The heading of a function's table: ``a.py:train`` for a script's function (the one script
+    asked for, or the only one its ``rows`` came from), else its symbol."""
+    if not fn.startswith("__main__:"):
+        return fn
+    from ..tracking.names import function_label, script_labels
+
+    c = _conn(store)
+    paths = [p for (p,) in c.execute("SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL", (fn,))] \
+        if _has_runs(c) else []
+    if script is None and rows is not None:
+        mine = {r.get("script") for r in rows}
+        script = next(iter(mine)) if len(mine) == 1 else None
+    if script is None and len(paths) == 1:
+        script = paths[0]
+    return function_label(fn, script_labels(paths).get(script)) if script else fn
