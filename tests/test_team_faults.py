@@ -549,3 +549,31 @@ def test_the_watchdog_cuts_only_what_overran():
     for a, b in pairs:
         a.close()
         b.close()
+
+
+def test_a_team_call_on_a_link_that_is_down_does_not_open_the_team_index(tmp_path, monkeypatch):
+    """A link that is down answers Offline at once: ``link.index`` (which connects on first use)
+    is read inside ``Link.run``, never bound before it, so giving up a team lease while the
+    team store is down neither waits on a connection nor lets RemoteUnavailable escape."""
+    import warnings
+
+    from memolab.errors import RemoteUnavailable
+    from memolab.store import Store
+    from memolab.team import link as link_mod
+    from memolab.team.layered import TeamStore
+
+    opened: list[str] = []
+
+    def refused(url: str, timeout: float) -> None:
+        opened.append(url)
+        raise RemoteUnavailable("connection refused")
+
+    monkeypatch.setattr(link_mod, "open_index", refused)
+    ts = TeamStore(Store(tmp_path / "store"), "postgresql://127.0.0.1:9/none", (tmp_path / "blobs").as_uri())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one warning that the team store is down
+        ts.link.went_down(RemoteUnavailable("down"))
+    key = ("m:f", "c", "a", "s")
+    ts._team_held[key] = "me"
+    ts.drop_team_leases([(key, "me")])  # best effort: given up quietly
+    assert opened == []
