@@ -33,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -155,7 +154,7 @@ print(json.dumps(out))
 '''
 
 
-def child(what: str, root: str, mb: int) -> Dict[str, float]:
+def child(what: str, root: str, mb: int) -> dict[str, float]:
     env = dict(os.environ, MEMOLAB_SRC=SRC, OMP_NUM_THREADS="2")
     cp = subprocess.run([sys.executable, "-c", CHILD, what, root, str(mb)], env=env, capture_output=True, text=True,
                         timeout=1800)
@@ -164,7 +163,7 @@ def child(what: str, root: str, mb: int) -> Dict[str, float]:
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
-def med(xs: List[float]) -> str:
+def med(xs: list[float]) -> str:
     return f"{statistics.median(xs) * 1e3:.1f} ({min(xs) * 1e3:.1f}–{max(xs) * 1e3:.1f})"
 
 
@@ -194,7 +193,7 @@ def main() -> None:
         stores = ["memolab-torch-store", "torch-save", "safetensors-save"]
         for w in loads:  # warm the page cache: every loader reads files the cache holds
             child(w, root, args.mb)
-        res: Dict[str, List[Dict[str, float]]] = {w: [] for w in loads + stores}
+        res: dict[str, list[dict[str, float]]] = {w: [] for w in loads + stores}
         for _ in range(args.rounds):
             for w in loads + stores:
                 res[w].append(child(w, root, args.mb))

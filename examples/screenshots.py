@@ -27,7 +27,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-def serve(store: Path) -> "tuple[subprocess.Popen, str]":
+def serve(store: Path) -> tuple[subprocess.Popen, str]:
     """``memolab ui`` on a free port; its process and the URL it printed."""
     proc = subprocess.Popen([sys.executable, "-m", "memolab", "ui", "--port", "0", "--no-browser"],
                             cwd=store.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
