@@ -27,8 +27,8 @@ def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
     n = _misses_here.get(fn, 0)
     _misses_here[fn] = n + 1
     if n % _TRIM_EVERY == 0:
-        c.execute("DELETE FROM misses WHERE fn=?1 AND id <= (SELECT id FROM misses WHERE fn=?1 ORDER BY id DESC "
-                  f"LIMIT 1 OFFSET {MISSES_KEPT})", (fn,))
+        c.execute("DELETE FROM misses WHERE fn=:fn AND id <= (SELECT id FROM misses WHERE fn=:fn ORDER BY id DESC "
+                  f"LIMIT 1 OFFSET {MISSES_KEPT})", {"fn": fn})
 
 
 def parse_miss(fn: str, t: Any, raw: bytes | None) -> dict[str, Any]:

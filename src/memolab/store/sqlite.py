@@ -51,8 +51,8 @@ _TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '
 # damaged index b-tree can point a key at another key's row, and SQLite would
 # report the key from the index entry. The same page visits as a plain lookup
 # (the table row is read anyway), one statement.
-_WHERE_KEY = (", fn=?1 AND code=?2 AND args=?3 AND schema=?4 FROM evaluations WHERE id=("
-              "SELECT id FROM evaluations WHERE fn=?1 AND code=?2 AND args=?3 AND schema=?4) AND status='done'")
+_WHERE_KEY = (", fn=:k1 AND code=:k2 AND args=:k3 AND schema=:k4 FROM evaluations WHERE id=("
+              "SELECT id FROM evaluations WHERE fn=:k1 AND code=:k2 AND args=:k3 AND schema=:k4) AND status='done'")
 #: ``state_deps``: the states a row was made in (``call.Call.reroute``), likewise
 _EXTRACTED = ("result_token", "state_deps") if _JSON1 else ()
 #: what a lookup returns besides the table's columns (the extracted ones and the key check):
@@ -93,7 +93,7 @@ def row_damage(c: sqlite3.Connection, key: Key) -> tuple[int, str, str] | None:
     column that is not UTF-8, a snapshot that is not JSON); None when there is no row or it
     reads. Judged from the row's raw bytes: a verdict about its content, never about the
     moment (a lock, an I/O error)."""
-    r = c.execute(_RAW_SQL, key).fetchone()
+    r = c.execute(_RAW_SQL, key_params(*key)).fetchone()
     if r is None or not r[-1]:
         return None  # no row (or the key index points elsewhere: ``_checked`` says so)
     raw = dict(zip(_TEXT_COLUMNS, r[1:-2], strict=False))
@@ -109,11 +109,18 @@ def row_damage(c: sqlite3.Connection, key: Key) -> tuple[int, str, str] | None:
     return None if why is None else (int(r[0]), raw["status"] or "", f"damaged index row: {why}")
 
 
+def key_params(*values: Any) -> dict[str, Any]:
+    """The named parameters ``:k1``, ``:k2``, ... of the statements here, from a key (and what
+    follows it). Named, not ``?1``: from Python 3.12 sqlite3 reads ``?NNN`` as a name, warns
+    when it is given a sequence (DeprecationWarning), and 3.14 refuses it."""
+    return {f"k{i}": v for i, v in enumerate(values, 1)}
+
+
 def _read(c: sqlite3.Connection, sql: str, cols: tuple[str, ...],
           key: Key) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
     """(the row ``sql`` reads for ``key``, None), or (None, ``row_damage``) for a row it cannot read."""
     try:
-        return _checked(c.execute(sql, key).fetchone(), cols), None
+        return _checked(c.execute(sql, key_params(*key)).fetchone(), cols), None
     except (sqlite3.OperationalError, UnicodeDecodeError) as e:  # (Python < 3.12 raises the latter for bad text)
         try:
             damage = row_damage(c, key)
@@ -131,17 +138,17 @@ _RETIRE_SQL = "UPDATE evaluations SET status='corrupt', reason=? WHERE id=? AND 
 #: same arguments (only code changed), else same code (only arguments changed),
 #: else the newest. One statement: UNION ALL stops at the first row found.
 _NEAREST_SQL = " UNION ALL ".join(
-    f"SELECT * FROM (SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=?1 AND {where} AND status='done' "
-    "AND id<=?5 "
-    "ORDER BY finished DESC LIMIT 1)" for where in ("args=?3 AND schema=?4", "code=?2 AND schema=?4", "1")) + " LIMIT 1"
+    f"SELECT * FROM (SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=:k1 AND {where} AND status='done' "
+    "AND id<=:k5 "
+    "ORDER BY finished DESC LIMIT 1)" for where in ("args=:k3 AND schema=:k4", "code=:k2 AND schema=:k4", "1")) + " LIMIT 1"
 
 
 #: ``_NEAREST_SQL`` among the evaluations a given script computed (or whose script is not
 #: known): two scripts that each define ``train`` share the symbol ``__main__:train``, and
 #: one script's evaluation is not an earlier version of the other's.
 _NEAREST_IN_SCRIPT_SQL = _NEAREST_SQL.replace(
-    "AND id<=?5 ", "AND id<=?5 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.eval_id=evaluations.id "
-    "AND r.script IS NOT NULL AND r.script!=?6) ")
+    "AND id<=:k5 ", "AND id<=:k5 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.eval_id=evaluations.id "
+    "AND r.script IS NOT NULL AND r.script!=:k6) ")
 
 _MAX_ID = 2 ** 63 - 1
 #: the newest evaluation's id (ids only grow: AUTOINCREMENT), bounding what a deferred miss is compared with
@@ -324,7 +331,7 @@ class Index(AcceptIndex):
         if script is not None and c.execute(
                 "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None:
             sql, params = _NEAREST_IN_SCRIPT_SQL, params + (script,)
-        r = c.execute(sql, params).fetchone()
+        r = c.execute(sql, key_params(*params)).fetchone()
         return dict(zip(EVAL_COLUMNS, r, strict=False)) if r is not None else None
 
     def snapshot_of_code(self, fn: str, code: str, schema: str) -> str | None:
