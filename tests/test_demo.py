@@ -36,4 +36,5 @@ def test_demo_tells_the_pytorch_story(tmp_path):
     exe = re.search(r"&& (\S+) (?:-m memolab )?ui", out)[1]
     assert os.path.isabs(exe) and os.access(exe, os.X_OK), exe
     ls = out[out.index("$ memolab ls"):]
-    assert re.search(r"__main__:load_data\s+1\s", ls) and re.search(r"__main__:train\s+2\s", ls)
+    # a script's functions are named by their script in ls (issue 40), as in runs and the dashboard
+    assert re.search(r"pipeline\.py:load_data\s+1\s", ls) and re.search(r"pipeline\.py:train\s+2\s", ls), ls

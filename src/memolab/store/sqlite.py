@@ -110,9 +110,7 @@ def row_damage(c: sqlite3.Connection, key: Key) -> tuple[int, str, str] | None:
 
 
 def key_params(*values: Any) -> dict[str, Any]:
-    """The named parameters ``:k1``, ``:k2``, ... of the statements here, from a key (and what
-    follows it). Named, not ``?1``: from Python 3.12 sqlite3 reads ``?NNN`` as a name, warns
-    when it is given a sequence (DeprecationWarning), and 3.14 refuses it."""
+    """``:k1``, ``:k2``, ... from a key (not ``?1``: Python 3.12 warns of it, 3.14 refuses it)."""
     return {f"k{i}": v for i, v in enumerate(values, 1)}
 
 
