@@ -228,3 +228,41 @@ def other_user_python(*extra_modules: str) -> tuple:
                 os.chmod(os.path.join(d, x), 0o644)
         _OTHER_USER_RUNTIME[key] = str(root)
     return python, str(_OTHER_USER_RUNTIME[key])
+
+
+# -- test files ordered longest first --------------------------------------------------------------
+# ``make test`` runs two workers that take whole files (--dist loadfile, --no-loadscope-reorder);
+# with the slowest files first, the run ends on short ones and neither worker idles long at its
+# end (the longest-processing-time rule). The seconds per file are recorded by
+# ``pytest --record-durations`` (a whole run writes tests/durations.json); a file not recorded
+# yet is placed as a 10 s one.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", action="store_true",
+                     help="write each test file's total seconds to tests/durations.json at the end")
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        seconds = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    order = {}
+    for i, item in enumerate(items):
+        order.setdefault(item.nodeid.split("::")[0], i)
+    items.sort(key=lambda it: (-float(seconds.get(it.nodeid.split("::")[0], 10.0)),
+                               order[it.nodeid.split("::")[0]]))
+
+
+_recorded: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _recorded[report.nodeid.split("::")[0]] = _recorded.get(report.nodeid.split("::")[0], 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.config.getoption("--record-durations") and not hasattr(session.config, "workerinput") and _recorded:
+        DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_recorded.items())}, indent=0) + "\n")
