@@ -29,7 +29,7 @@ const MAX_IDS = 1000;
 const state = {
   fn: null, runs: [], selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
   hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
-  fetched: new Set(), partial: {}, fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, scripts: null, metricCols: null, stat: "last",
+  fetched: new Set(), partial: {}, restComing: false, fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, scripts: null, metricCols: null, stat: "last",
   stats: {}, drawSeq: 0, hpConst: false,
   // a script's __main__ function is one entry per script (its absolute path; "" none known)
   script: null, short: 6, filter: null, dirs: {}, page: null,

@@ -110,9 +110,14 @@ async function renderScalars(ids) {
   const first = tagsInViewFirst(ids);
   if (first) {
     await fetchSeries(ids, first.near);
+    state.restComing = true;
     layoutScalars(ids, [...new Set([...first.planned, ...scalarTags(ids)])].sort(), first.near);
   }
-  await fetchSeries(ids);
+  try {
+    await fetchSeries(ids);
+  } finally {
+    state.restComing = false;
+  }
   layoutScalars(ids, scalarTags(ids));
 }
 
@@ -179,7 +184,8 @@ function scalarCard(tag) {
 // a task over ~200 ms is a freeze the user feels, and each task ends with a paint of the page.
 // A chart known to be out of view is marked dirty instead and drawn when it comes within 200 px:
 // toggling one run of 50 redraws the few charts on screen, not all 20. body[data-drawn] counts
-// the times the queue ran dry, body[data-dirty] is how many charts wait to be scrolled to.
+// the times the queue ran dry (a view's charts in view drawn, not while the rest of its tags is
+// being fetched), body[data-dirty] is how many charts wait to be scrolled to.
 const nearView = new IntersectionObserver((entries) => {
   const now = [];
   for (const e of entries) {
@@ -220,7 +226,9 @@ function drainDraws() {
   }
   if (drawQueue.length) { drawTimer = setTimeout(drainDraws, 0); return; }
   document.body.dataset.dirty = String(Object.values(state.charts).filter((c) => c.dirty).length);
-  document.body.dataset.drawn = String(++state.drawSeq);
+  // a view fetched in two steps (the charts in view, then the rest) is counted once, when the
+  // second is drawn too: tests and benchmarks read it as "the view is drawn"
+  if (!state.restComing) document.body.dataset.drawn = String(++state.drawSeq);
   // timings read by benchmarks/dashboard.py, inside the page: the first chart drawn, and idle (every
   // chart in view drawn, nothing asked of the server any more)
   if (!state.firstDrawn && Object.values(state.charts).some((c) => c.u)) { state.firstDrawn = true; performance.mark("memolab:first-draw"); }
