@@ -1,12 +1,12 @@
 # Two commands set up everything on a fresh machine:
 #   make demo   - create .venv, install memolab with all extras, run the demo
-#   make test   - the same set-up, then the whole test suite
+#   make test   - the same set-up, the static checks (make lint), then the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
 
-.PHONY: demo ui screenshots test test-stress bench clean system-deps
+.PHONY: demo ui screenshots lint test test-stress bench clean system-deps
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -40,9 +40,16 @@ system-deps:
 	@command -v tmux >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq tmux >/dev/null; }
 
+# The static checks, configured in pyproject.toml (both pinned in its dev extra): ruff (pycodestyle,
+# pyflakes, bugbear, imports, pyupgrade) on everything Python here, mypy (strict) on src/memolab.
+LINT_PATHS := src tests benchmarks stress examples
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINT_PATHS)
+	$(PY) -m mypy
+
 # Two workers, each taking whole test files (--dist loadfile: a file's servers and fixtures
 # stay in one process); CI's machines have 2 cores. The 15 slowest tests are printed.
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=15
 
 # The suite 3 times while spinning processes keep every core busy, and a census of what failed

@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "tests") not in sys.path:
@@ -23,7 +23,7 @@ from memolab import memo  # noqa: E402
 
 
 @memo
-def small(i: int) -> Dict[str, Any]:
+def small(i: int) -> dict[str, Any]:
     """A small result: stored inline in its index row (no blob)."""
     return {"i": i, "name": f"result {i}", "values": list(range(8))}
 
@@ -78,7 +78,7 @@ def use(store: str, dsn: str, blobs_url: str) -> Any:
     return st
 
 
-def hit_worker(store: str, dsn: str, blobs_url: str, env: Dict[str, str], keys: List[int], barrier: Any,
+def hit_worker(store: str, dsn: str, blobs_url: str, env: dict[str, str], keys: list[int], barrier: Any,
                out: Any) -> None:
     """One of N concurrent processes: team hits of ``keys`` (a fresh local store), then the
     same keys as local hits (read from the local store); wall-clock stamps for the parent."""

@@ -9,6 +9,10 @@ waits for), the libraries alternating round by round, all reading files the page
 * **hit + read**: the same, then every element summed once;
 * **peak MB**: the process's peak resident memory above what it held before the call, after the read
   (a copy of the result would show as twice its size);
+* **warm**: memolab's hit after another memoized call in the same process (its first-call costs
+  paid: the store opened, the code graph's scan of loaded modules, memolab's torch support imported);
+* every child collects garbage before its timings (``import torch`` leaves a full collection due, and
+  whatever allocates first pays it: 85-100 ms, memolab's first call here, not the peers');
 * **key**: ``hash_arguments`` of the loaded result, as the argument of another memoized call (O(1) in
   memolab: a private mapping of a blob is trusted while no page of it was written);
 * **store**: a miss's own cost, the body excluded (memolab: pickling, blob writes, fsyncs, the index
@@ -29,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -37,7 +40,7 @@ CHILD = r'''
 import json, os, resource, sys, time
 sys.path.insert(0, os.environ["MEMOLAB_SRC"])
 what, root, mb = sys.argv[1], sys.argv[2], int(sys.argv[3])
-import torch, numpy as np
+import gc, torch, numpy as np
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -56,6 +59,9 @@ def total(x):
     return sum(float(v.sum()) for v in x.values())
 
 out = {}
+# ``import torch`` leaves a full collection due (its objects are young): whatever allocates next
+# pays it, 85-100 ms here, so every child collects before its timings, memolab's and the peers'
+gc.collect()
 if what.startswith("memolab"):
     import memolab
     from memolab import hashing
@@ -80,6 +86,15 @@ if what.startswith("memolab"):
         out["store"] = time.perf_counter() - t
         out["peak_mb"] = (peak() - base) / 2**20
     else:
+        if what.endswith("-warm"):
+            # another memoized function called first: its first-call costs (the store opened, the
+            # code graph's scan of the loaded modules, memolab.torch imported) are not this hit's
+            @memolab.memo
+            def tiny(n: int):
+                return torch.zeros(n)
+
+            tiny(4)
+            gc.collect()
         base = rss()
         t = time.perf_counter()
         x = result(kind, mb)
@@ -139,7 +154,7 @@ print(json.dumps(out))
 '''
 
 
-def child(what: str, root: str, mb: int) -> Dict[str, float]:
+def child(what: str, root: str, mb: int) -> dict[str, float]:
     env = dict(os.environ, MEMOLAB_SRC=SRC, OMP_NUM_THREADS="2")
     cp = subprocess.run([sys.executable, "-c", CHILD, what, root, str(mb)], env=env, capture_output=True, text=True,
                         timeout=1800)
@@ -148,7 +163,7 @@ def child(what: str, root: str, mb: int) -> Dict[str, float]:
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
-def med(xs: List[float]) -> str:
+def med(xs: list[float]) -> str:
     return f"{statistics.median(xs) * 1e3:.1f} ({min(xs) * 1e3:.1f}–{max(xs) * 1e3:.1f})"
 
 
@@ -174,11 +189,11 @@ def main() -> None:
         del value
         for kind in ("torch", "numpy"):  # the stores the hits read
             child(f"memolab-{kind}-store", root, args.mb)
-        loads = ["memolab-torch", "torch-load", "safetensors-load", "memolab-numpy", "numpy-load"]
+        loads = ["memolab-torch", "memolab-torch-warm", "torch-load", "safetensors-load", "memolab-numpy", "numpy-load"]
         stores = ["memolab-torch-store", "torch-save", "safetensors-save"]
         for w in loads:  # warm the page cache: every loader reads files the cache holds
             child(w, root, args.mb)
-        res: Dict[str, List[Dict[str, float]]] = {w: [] for w in loads + stores}
+        res: dict[str, list[dict[str, float]]] = {w: [] for w in loads + stores}
         for _ in range(args.rounds):
             for w in loads + stores:
                 res[w].append(child(w, root, args.mb))
@@ -207,7 +222,10 @@ def main() -> None:
         mhr = statistics.median([r["hit"] + r["read"] for r in res["memolab-torch"]])
         ts = statistics.median([r["store"] for r in res["torch-save"]])
         ms = statistics.median([r["store"] for r in res["memolab-torch-store"]])
-        print(f"\nhit / torch.load(mmap=True): {mh / tl:.1f}x (target: <= 5x + 5 ms: {mh * 1e3:.1f} ms vs "
+        mw = statistics.median([r["hit"] for r in res["memolab-torch-warm"]])
+        print(f"\nwarm hit (a memoized call before it in the process) / torch.load(mmap=True): {mw / tl:.1f}x "
+              f"({mw * 1e3:.1f} ms vs the target's {5 * tl * 1e3 + 5:.1f} ms)")
+        print(f"hit / torch.load(mmap=True): {mh / tl:.1f}x (target: <= 5x + 5 ms: {mh * 1e3:.1f} ms vs "
               f"{5 * tl * 1e3 + 5:.1f} ms); hit+read / torch.load+read: {mhr / tlr:.2f}x (target <= 1.3x); "
               f"store / torch.save: {ms / ts:.2f}x (target <= 1.5x)")
     finally:

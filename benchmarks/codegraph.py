@@ -67,12 +67,12 @@ def generate(root: Path, name: str, lines: int, classes: int, per_module: int = 
             out += [
                 f"def f{i}(x):",
                 f'    """Function {i} of module {m}."""',
-                f"    ys = [math.sqrt(abs(v)) * SCALE for v in range(x % 7)]",
+                "    ys = [math.sqrt(abs(v)) * SCALE for v in range(x % 7)]",
                 f"    g = lambda z: z + consts.OFFSET + {i}",
                 f"    if x > {i}:",
                 f"        return {callee} + g(sum(ys))",
-                f"    total = sum(g(v) for v in ys)",
-                f"    return total + len(ys)",
+                "    total = sum(g(v) for v in ys)",
+                "    return total + len(ys)",
                 "",
             ]
         out += cls_lines
@@ -207,7 +207,7 @@ def main() -> None:
 
         cold()
         first_ts: list = []
-        for r in range(a.rounds):
+        for _ in range(a.rounds):
             first_ts.append(first())
             for label in order:
                 fn, unit, ts = rows[label]

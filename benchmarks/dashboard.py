@@ -35,7 +35,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Tuple
 
 CHROMIUM = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -43,7 +42,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 FN = "sweep:train"
 
 
-def build(root: Path, runs: int, tags: int, steps: int, running: int = 1) -> Tuple[List[int], List[str]]:
+def build(root: Path, runs: int, tags: int, steps: int, running: int = 1) -> tuple[list[int], list[str]]:
     """A sweep written through the sink in bulk: ``runs`` runs of FN (the last ``running`` still running)."""
     from memolab.store import Store
     from memolab.tracking import sink as S
@@ -70,7 +69,7 @@ def build(root: Path, runs: int, tags: int, steps: int, running: int = 1) -> Tup
     return ids, names
 
 
-def grow(root: Path, run: int, tags: List[str], start: int, n: int) -> None:
+def grow(root: Path, run: int, tags: list[str], start: int, n: int) -> None:
     from memolab.store import Store
     from memolab.tracking import sink as S
 
@@ -81,7 +80,8 @@ def grow(root: Path, run: int, tags: List[str], start: int, n: int) -> None:
     sk.flush()
 
 
-LONGTASKS = """() => { window.__long = []; new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); })
+LONGTASKS = """() => { window.__long = [];
+                new PerformanceObserver((l) => { for (const e of l.getEntries()) window.__long.push(e.duration); })
                 .observe({ type: 'longtask', buffered: false }); }"""
 
 
@@ -115,7 +115,7 @@ def old_static(rev: str) -> Path:
     return d
 
 
-def compare(p, srv, ids: List[int], ntags: int) -> dict:
+def compare(p, srv, ids: list[int], ntags: int) -> dict:
     """One page, one view: open with every run selected (from the URL), deselect one, sit idle."""
     browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
     # tall enough for every chart to be in view: the page now draws charts out of view only when
@@ -130,7 +130,8 @@ def compare(p, srv, ids: List[int], ntags: int) -> dict:
     out["open"] = time.perf_counter() - t0
     data = [b for path, b in list(srv.served)[n0:] if path.startswith("/api/")]
     out["open_reqs"], out["open_bytes"] = len(data), sum(data)
-    out["legend"] = pg.evaluate("() => Math.max(...[...document.querySelectorAll('#charts .legend')].map(l => l.getBoundingClientRect().height))")
+    out["legend"] = pg.evaluate("() => Math.max(...[...document.querySelectorAll('#charts .legend')]"
+                                ".map(l => l.getBoundingClientRect().height))")
     gone = str(ids[len(ids) // 2])
     row = f"#runs tbody tr[data-run='{gone}']"
     pg.eval_on_selector("#runs-wrap", "(w, sel) => { const r = document.querySelector(sel); if (r) r.scrollIntoView(); }", row)
@@ -162,7 +163,7 @@ IN_PAGE = """(sel) => new Promise((res) => {
   check(); })"""
 
 
-def every_chart_in_view(p, srv, ids: List[int], rounds: int = 3) -> dict:
+def every_chart_in_view(p, srv, ids: list[int], rounds: int = 3) -> dict:
     """The issue's targets with all 20 charts in view (a window 6,000 px tall), timed in the page:
     select all (the series fetched the first time only), then one run toggled off and on."""
     browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -173,7 +174,8 @@ def every_chart_in_view(p, srv, ids: List[int], rounds: int = 3) -> dict:
     row = f"#runs tbody tr[data-run='{ids[len(ids) // 2]}']"
     out: dict = {"select all, first (fetch included)": [], "select all, series held": [], "toggle one run": []}
     for r in range(rounds):
-        out["select all, first (fetch included)" if r == 0 else "select all, series held"].append(pg.evaluate(IN_PAGE, "#select-all"))
+        label = "select all, first (fetch included)" if r == 0 else "select all, series held"
+        out[label].append(pg.evaluate(IN_PAGE, "#select-all"))
         for _ in range(2):
             out["toggle one run"].append(pg.evaluate(IN_PAGE, row))
         pg.evaluate(IN_PAGE, "#select-none")
@@ -333,7 +335,7 @@ def main() -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors: List[str] = []
+            errors: list[str] = []
             pg.on("pageerror", lambda e: errors.append(str(e)))
             pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             t = time.perf_counter()
@@ -425,7 +427,7 @@ def main() -> None:
     for name, s, n, b in rows:
         print(f"| {name:<50} | {s:8.3f} | {n!s:>8} | {b!s:>10} |")
     print("(requests and bytes: /api/series only, gzipped as sent, except the idle row: every request)")
-    print(f"\nEvery chart in view (1400x6000 window), in the page: click to the frame after the last chart is drawn (ms)")
+    print("\nEvery chart in view (1400x6000 window), in the page: click to the frame after the last chart is drawn (ms)")
     print(f"| {'step':<40} | {'median':>7} | {'min-max':>11} | {'n':>3} |")
     print(f"|{'-' * 42}|{'-' * 8}:|{'-' * 12}:|{'-' * 4}:|")
     for name, v in tall.items():

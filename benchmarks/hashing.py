@@ -126,7 +126,8 @@ def main():
     from memolab import hashing, identity
 
     print(f"# memolab hashing benchmark: {args.mib} MiB, python {sys.version.split()[0]}, "
-          f"{os.cpu_count()} cores, memolab threads now {hashing.hash_threads()} (load {os.getloadavg()[0]:.1f}), schema {hashing.KEY_SCHEMA}")
+          f"{os.cpu_count()} cores, memolab threads now {hashing.hash_threads()} (load {os.getloadavg()[0]:.1f}), "
+          f"schema {hashing.KEY_SCHEMA}")
     n = args.mib * (1 << 20) // 4
     arr = np.random.default_rng(0).random(n, dtype=np.float32)
     # its own storage: a tensor sharing memory with numpy (from_numpy) is never identity-cached
@@ -178,14 +179,15 @@ def main():
             timed((name, kind), fn)
         for kind, obj in (("np.ndarray", arr), ("torch.Tensor", ten)):
             n_threads = hashing.hash_threads()  # what the next call uses (it reads the load average)
-            timed(("**memolab** (threads: see below)", kind), lambda: hashing.hash_value(obj))
-            timed((auto, f"array bytes, after {kind}"), lambda: one_thread(hashing.chunk_digests, mv, str(n_threads)))
+            timed(("**memolab** (threads: see below)", kind), lambda obj=obj: hashing.hash_value(obj))
+            timed((auto, f"array bytes, after {kind}"),
+                  lambda n_threads=n_threads: one_thread(hashing.chunk_digests, mv, str(n_threads)))
             chose.append(n_threads)
         for name, kind, obj in slow:  # peers: single-threaded, the same rounds
             if (name, kind) in failed:
                 continue
             try:
-                timed((name, kind), lambda: ext[name](obj))
+                timed((name, kind), lambda name=name, obj=obj: ext[name](obj))
             except Exception as e:  # a peer that cannot hash the object at all
                 failed[(name, kind)] = f"error: {type(e).__name__}"
 
@@ -229,8 +231,8 @@ def main():
     per: dict = {}
     for _ in range(args.repeat):  # interleaved rounds, as above
         for name, fn in small.items():
-            per.setdefault((name, "cfg"), []).append(per_call(lambda: fn(cfg), budget=0.1))
-            per.setdefault((name, "ints"), []).append(per_call(lambda: fn(ints), budget=0.2))
+            per.setdefault((name, "cfg"), []).append(per_call(lambda fn=fn: fn(cfg), budget=0.1))
+            per.setdefault((name, "ints"), []).append(per_call(lambda fn=fn: fn(ints), budget=0.2))
 
     def spread(xs, f):
         return f"{statistics.median(xs):{f}} ({min(xs):{f}}–{max(xs):{f}})"

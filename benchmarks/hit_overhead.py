@@ -44,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional
 
 CHILD = r"""
 import time
@@ -151,7 +150,7 @@ ROWS = [
 ]
 
 
-def child_env(workdir: str) -> Dict[str, str]:
+def child_env(workdir: str) -> dict[str, str]:
     env = dict(os.environ, HITSAVE_LOCAL_CACHE_DIR=os.path.join(workdir, "hitsave"), XDG_CACHE_HOME=workdir,
                XDG_CONFIG_HOME=workdir)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's run has bytecode caches: so do we
@@ -167,7 +166,7 @@ def run(lib: str, python: str, workdir: str, mb: int, repeat: int, mode: str) ->
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
-def fmt(s: Optional[float]) -> str:
+def fmt(s: float | None) -> str:
     if s is None:
         return "-"
     if s < 1e-3:
@@ -175,14 +174,14 @@ def fmt(s: Optional[float]) -> str:
     return f"{s * 1e3:,.2f} ms"
 
 
-def summary(values: List[float]) -> str:
+def summary(values: list[float]) -> str:
     if not values:
         return "failed"
     m = statistics.median(values)
     return f"{fmt(m)} ({fmt(min(values))}–{fmt(max(values))})"
 
 
-def summary_ratio(values: List[float]) -> str:
+def summary_ratio(values: list[float]) -> str:
     return f"{statistics.median(values):,.1f}x ({min(values):,.1f}–{max(values):,.1f})"
 
 
@@ -197,15 +196,15 @@ def main() -> None:
     libs = [("memolab", sys.executable), ("joblib", sys.executable)]
     if args.hitsave_python:
         libs.append(("hitsave", args.hitsave_python))
-    rounds: Dict[str, List[dict]] = {lib: [] for lib, _ in libs}
-    errors: Dict[str, str] = {}
+    rounds: dict[str, list[dict]] = {lib: [] for lib, _ in libs}
+    errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as d:
         open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
         open(os.path.join(d, "child.py"), "w").write(CHILD)
         for lib, py in libs:  # fill each store and write bytecode caches: untimed
             run(lib, py, d, args.mb, args.repeat, "fill")
             run(lib, py, d, args.mb, args.repeat, "first")
-        paired: List[dict] = []
+        paired: list[dict] = []
         for _ in range(args.rounds):
             for lib, py in libs:
                 r = run(lib, py, d, args.mb, args.repeat, "measure")
@@ -236,7 +235,8 @@ def main() -> None:
         ratio = f"{j / m:,.1f}x" if m and j else "-"
         # joblib's child over memolab's child of the same round (they ran back to back,
         # most often at the same machine speed), median (min–max) over rounds
-        same = ([r2[case] / r1[case] for r1, r2 in zip(rounds["memolab"], rounds["joblib"]) if case in r1 and case in r2]
+        same = ([r2[case] / r1[case] for r1, r2 in zip(rounds["memolab"], rounds["joblib"], strict=False)
+                 if case in r1 and case in r2]
                 if len(rounds["memolab"]) == len(rounds["joblib"]) else [])
         print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} | "
               + (summary_ratio(same) if same else "-") + " |")
@@ -248,7 +248,7 @@ def main() -> None:
                 ratio = summary_ratio([r["paired_ratio"] for r in paired])
             else:
                 cells, ratio = [f"failed: {errors.get('paired', '?')[:60]}"] + ["-"] * (len(cols) - 1), "-"
-            print(f"| hit read from the store, trivial: both in one process, alternating blocks of 25 | "
+            print("| hit read from the store, trivial: both in one process, alternating blocks of 25 | "
                   + " | ".join(cells) + f" | - | {ratio} |")
 
 

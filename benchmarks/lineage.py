@@ -32,8 +32,8 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from memolab import hashing, identity, memo, upstream
 from memolab.store import get_store
 
 
-def make(store: Path) -> Dict[str, Callable]:
+def make(store: Path) -> dict[str, Callable]:
     @memo(store=store)
     def prepare(n):
         x = np.arange(n, dtype=np.float64)
@@ -76,7 +76,7 @@ class Mode:
         self.fns["score"]({"lr": 0.1, "name": "a"})
         self.next = 1
 
-    def __enter__(self) -> "Mode":
+    def __enter__(self) -> Mode:
         self.saved = (identity.lineage, upstream.input_edges, hashing.result_digests)
         if not self.on:
             identity.lineage = False
@@ -139,12 +139,12 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         on, off = Mode(True, Path(d) / "on"), Mode(False, Path(d) / "off")
-        res: Dict[str, Dict[str, List[float]]] = {c: {"on": [], "off": [], "ratio": [], "on_min": [], "off_min": []}
+        res: dict[str, dict[str, list[float]]] = {c: {"on": [], "off": [], "ratio": [], "on_min": [], "off_min": []}
                                                   for c, _ in CASES}
         for _ in range(args.rounds):
             for case, _ in CASES:
                 n = args.block if not case.startswith("miss") else max(20, args.block // 4)
-                pairs: List[Tuple[float, float]] = []
+                pairs: list[tuple[float, float]] = []
                 for b in range(args.blocks):
                     order = (on, off) if b % 2 == 0 else (off, on)
                     t = {m.on: block(m, case, n) for m in order}
@@ -174,7 +174,7 @@ def micro() -> None:
              "a small dict of floats (held)": lambda: {"acc": 0.5, "loss": 0.1}, "a float (never marked)": lambda: 0.5}
     print("\n| result marked | cost per hit |\n|---|---|")
     for label, make_value in cases.items():
-        def marked() -> None:
+        def marked(make_value: Callable[[], object] = make_value) -> None:
             identity.mark_result(make_value(), origin)
 
         n = 20000

@@ -14,12 +14,11 @@ Part 3 (when Playwright and /usr/bin/chromium are there) times the page itself o
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import argparse
 import json
+import os
 import subprocess
+import sys
 import tempfile
 
 CHILD = r"""

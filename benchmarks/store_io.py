@@ -34,7 +34,8 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from collections.abc import Callable
+from typing import Any
 
 
 def fsync_tree(path: str) -> None:
@@ -47,13 +48,13 @@ def fsync_tree(path: str) -> None:
             os.close(fd)
 
 
-def timed(fn: Callable[[], Any]) -> Tuple[float, Any]:
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     t = time.perf_counter()
     out = fn()
     return time.perf_counter() - t, out
 
 
-def load_once(load: Callable[[], Any]) -> Tuple[float, float]:
+def load_once(load: Callable[[], Any]) -> tuple[float, float]:
     """(time to get the object back, that + reading every byte once)."""
     gc.collect()
     dt, obj = timed(load)
@@ -62,7 +63,7 @@ def load_once(load: Callable[[], Any]) -> Tuple[float, float]:
     return dt, dt + time.perf_counter() - t
 
 
-Case = Tuple[Callable[[str], None], Callable[[str], Any]]  # store(dir), load(dir)
+Case = tuple[Callable[[str], None], Callable[[str], Any]]  # store(dir), load(dir)
 
 
 def case_raw(arr: Any) -> Case:
@@ -99,7 +100,7 @@ def case_memolab(value: Any) -> Case:
 
     memolab.register_opaque(_Holder)
     holder = _Holder(value)
-    fns: Dict[str, Any] = {}
+    fns: dict[str, Any] = {}
 
     def fn_for(d: str) -> Any:
         if d not in fns:
@@ -185,7 +186,7 @@ def main() -> None:
     arr = np.random.default_rng(0).random(n, dtype=np.float32)
     t = torch.from_numpy(arr.copy())  # its own bytes: memolab must not dedup it against the numpy case
     t.add_(1.0)
-    cases: List[Tuple[str, Case]] = [
+    cases: list[tuple[str, Case]] = [
         ("raw write() + fsync (disk limit)", case_raw(arr)),
         ("memolab @memo, numpy result", case_memolab(arr)),
         ("memolab @memo, torch result", case_memolab(t)),
@@ -196,12 +197,12 @@ def main() -> None:
     ]
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     cases = [c for c in cases if not only or c[0].startswith("raw") or any(o in c[0] for o in only)]
-    stores: Dict[str, List[float]] = {name: [] for name, _ in cases}
-    pct: Dict[str, List[float]] = {name: [] for name, _ in cases}
-    loads: Dict[str, List[float]] = {name: [] for name, _ in cases}
-    load_sums: Dict[str, List[float]] = {name: [] for name, _ in cases}
-    first: Dict[str, float] = {}
-    errors: Dict[str, str] = {}
+    stores: dict[str, list[float]] = {name: [] for name, _ in cases}
+    pct: dict[str, list[float]] = {name: [] for name, _ in cases}
+    loads: dict[str, list[float]] = {name: [] for name, _ in cases}
+    load_sums: dict[str, list[float]] = {name: [] for name, _ in cases}
+    first: dict[str, float] = {}
+    errors: dict[str, str] = {}
 
     def one(name: str, store: Callable[[str], None], load: Callable[[str], Any], timed_load: bool) -> float:
         d = tempfile.mkdtemp(prefix="memolab-bench-", dir=args.dir)
@@ -265,7 +266,7 @@ def main() -> None:
           "| load (mapped) | load + sum |")
     print("|---|---|---|---|---|---|---|")
 
-    def spread(xs: List[float], f: Callable[[float], str]) -> str:
+    def spread(xs: list[float], f: Callable[[float], str]) -> str:
         return f"{f(statistics.median(xs))} ({f(min(xs))}–{f(max(xs))})"
 
     for name, _ in cases:

@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
 
 CHILD = r"""
 import json, os, statistics, sys, time, warnings
@@ -208,7 +207,7 @@ elif mode == "sweep":
 """
 
 
-def env() -> Dict[str, str]:
+def env() -> dict[str, str]:
     e = dict(os.environ)
     e.pop("PYTHONDONTWRITEBYTECODE", None)
     return e
@@ -232,7 +231,7 @@ def cli_time(workdir: str, *args: str) -> float:
     return time.perf_counter() - t
 
 
-def fmt(s: Optional[float]) -> str:
+def fmt(s: float | None) -> str:
     if s is None:
         return "-"
     if s < 1e-3:
@@ -242,11 +241,11 @@ def fmt(s: Optional[float]) -> str:
     return f"{s:,.2f} s"
 
 
-def med(vals: List[float]) -> Optional[float]:
+def med(vals: list[float]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def cell(vals: List[float]) -> str:
+def cell(vals: list[float]) -> str:
     if not vals:
         return "-"
     if len(vals) == 1:
@@ -254,7 +253,7 @@ def cell(vals: List[float]) -> str:
     return f"{fmt(med(vals))} ({fmt(min(vals))}–{fmt(max(vals))})"
 
 
-def ratio(a: Optional[float], b: Optional[float]) -> str:
+def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:,.2f}" if a and b else "-"
 
 
@@ -268,9 +267,9 @@ def scaling(args: argparse.Namespace, root: str) -> None:
           "| joblib miss | memolab / joblib | `memolab ls` | `gc --dry-run` |")
     print("|" + "---|" * 9)
     first_miss = None
-    best: List[tuple] = []
-    paired: List[tuple] = []
-    means: List[tuple] = []
+    best: list[tuple] = []
+    paired: list[tuple] = []
+    means: list[tuple] = []
     for n in sizes:
         d = os.path.join(root, f"n{n}")
         os.makedirs(d)
@@ -285,10 +284,10 @@ def scaling(args: argparse.Namespace, root: str) -> None:
         # 0.5 GB of dirty pages; right after it, hits ran 2x slower on these 2 cores, on a
         # 1-entry store in the same process too (the write-back competing for the CPU)
         os.sync()
-        res: Dict[str, Dict[str, List[float]]] = {lib: {"hit": [], "hit_best": [], "miss": [], "miss_best": [],
+        res: dict[str, dict[str, list[float]]] = {lib: {"hit": [], "hit_best": [], "miss": [], "miss_best": [],
                                                         "miss_mean": []} for lib in libs}
         ls, gc = [], []
-        pair: List[dict] = []
+        pair: list[dict] = []
         for r in range(args.rounds):
             for lib in libs:
                 out = child(d, lib, "measure", {"hits": args.hits, "misses": args.misses, "round": r})
@@ -351,7 +350,7 @@ def scaling(args: argparse.Namespace, root: str) -> None:
 def procs(args: argparse.Namespace, d: str) -> None:
     if not os.path.exists(os.path.join(d, "joblib")):
         child(d, "joblib", "fill", {"n": 1})
-    rates: Dict[str, List[float]] = {"memolab": [], "joblib": []}
+    rates: dict[str, list[float]] = {"memolab": [], "joblib": []}
     for _ in range(args.rounds):
         for lib in ("memolab", "joblib"):
             start = time.time() + 3.0  # after every child has imported

@@ -40,9 +40,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -90,7 +90,7 @@ def main() -> None:
     # the objects every get reads: put once by memolab (same keys for the raw readers)
     rb = open_blobs(f"s3://{bucket}/get", concurrency=a.concurrency, ranged_gets=True)
     rb1 = open_blobs(f"s3://{bucket}/get", concurrency=a.concurrency)  # auto: one stream on loopback
-    rb.put_many(list(zip(many_d, many)))
+    rb.put_many(list(zip(many_d, many, strict=False)))
     rb.put(big_d, big)
     many_keys = [rb._key(d) for d in many_d]
     big_key = rb._key(big_d)
@@ -112,7 +112,7 @@ def main() -> None:
 
     def raw_put_many() -> None:
         p = fresh_prefix("rawput")
-        list(pool.map(lambda kd: raw.put_object(Bucket=bucket, Key=f"{p}/{kd[0]}", Body=kd[1]), zip(many_d, many)))
+        list(pool.map(lambda kd: raw.put_object(Bucket=bucket, Key=f"{p}/{kd[0]}", Body=kd[1]), zip(many_d, many, strict=False)))
 
     def raw_put_big() -> None:
         raw.upload_fileobj(io.BytesIO(big), bucket, f"{fresh_prefix('rawput')}/{big_d}", Config=tc)
@@ -122,17 +122,17 @@ def main() -> None:
     rput = open_blobs(f"s3://{bucket}/put", concurrency=a.concurrency)
 
     def mem_put_many() -> None:
-        assert all(rput.put_many(list(zip(many_d, many))))
+        assert all(rput.put_many(list(zip(many_d, many, strict=False))))
 
     def mem_put_big() -> None:
         assert rput.put(big_d, memoryview(big))
 
-    cases: Dict[str, Dict[str, Callable[[], None]]] = {
+    cases: dict[str, dict[str, Callable[[], None]]] = {
         f"get {a.count} objects of 1-10 MB ({many_mb:.0f} MB)": {
             "raw boto3 get_object().read() (memory)": lambda: list(pool.map(raw_read, many_keys)) and None,
             "raw boto3 download_file (files)": lambda: list(pool.map(raw_download, many_keys)) and None,
             "memolab get_many_to (files, verified)": lambda: rb.get_many_to(
-                [(d, len(x), out_dir / d) for d, x in zip(many_d, many)]),
+                [(d, len(x), out_dir / d) for d, x in zip(many_d, many, strict=False)]),
         },
         f"get one {big_mb:.0f} MB object": {
             "raw boto3 get_object().read() (memory)": lambda: raw_read(big_key) and None,
@@ -151,7 +151,7 @@ def main() -> None:
         },
     }
     sizes = {name: (many_mb if "objects" in name else big_mb) for name in cases}
-    times: Dict[str, Dict[str, List[float]]] = {c: {m: [] for m in ms} for c, ms in cases.items()}
+    times: dict[str, dict[str, list[float]]] = {c: {m: [] for m in ms} for c, ms in cases.items()}
 
     for rnd in range(a.rounds + 1):  # round 0: warm-up, not counted
         counter["round"] = rnd

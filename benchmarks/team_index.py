@@ -22,14 +22,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def fields(i: int, fin: float) -> Dict[str, Any]:
+def fields(i: int, fin: float) -> dict[str, Any]:
     return dict(payload=f"{i:064x}", payload_size=1000, buffers="[]", size=1000, started=fin - 1, finished=fin,
                 duration=1.0, host="bench", python="3.11", versions="{}",
                 snapshot=json.dumps({"result_digest": [f"r{i}"]}), hits=0, code_refs="[]",
@@ -40,7 +41,7 @@ def key(fn: str, i: int) -> tuple:
     return (fn, "c" * 64, f"{i:064x}", "s1")
 
 
-def operations(ix: Any, tag: str) -> Dict[str, Callable[[], float]]:
+def operations(ix: Any, tag: str) -> dict[str, Callable[[], float]]:
     """name -> a function timing one batch and returning seconds per operation."""
     ix.publish_many([(key("hot", i), fields(i, 1000.0 + i), {}) for i in range(1000)])
     ids = [r["id"] for r in ix.rows_since(fn="hot")]
@@ -124,7 +125,7 @@ def main() -> None:
         raw = psycopg.connect(dsn, autocommit=True)
         ops = {"SQLite": operations(sq, "sqlite"), "PostgreSQL": operations(pg, "pg")}
         ops["PostgreSQL"]["SELECT 1 (round-trip floor)"] = lambda: _select1(raw)
-        res: Dict[str, Dict[str, List[float]]] = {b: {n: [] for n in o} for b, o in ops.items()}
+        res: dict[str, dict[str, list[float]]] = {b: {n: [] for n in o} for b, o in ops.items()}
         for _ in range(a.rounds):  # interleaved: every operation of both backends once per round
             for name in ops["PostgreSQL"]:
                 for b in ops:

@@ -62,16 +62,13 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _team  # noqa: E402
+import memolab  # noqa: E402
 from _team import Servers, big, hit_worker, shard, small, use  # noqa: E402
 
-import memolab  # noqa: E402
 
-
-def fmt(s: Optional[float]) -> str:
+def fmt(s: float | None) -> str:
     if s is None:
         return "-"
     if s < 1e-3:
@@ -81,7 +78,7 @@ def fmt(s: Optional[float]) -> str:
     return f"{s:,.2f} s"
 
 
-def spread(values: List[float], unit=fmt) -> str:
+def spread(values: list[float], unit=fmt) -> str:
     if not values:
         return "failed"
     return f"{unit(statistics.median(values))} ({unit(min(values))}–{unit(max(values))})"
@@ -137,7 +134,7 @@ class Bench:
         self.big_blob = max(blob_refs(brow), key=lambda ref: ref[1])  # the array's buffer
 
     # -- hits --------------------------------------------------------------------------------
-    def small_hits(self, n: int) -> Dict[str, float]:
+    def small_hits(self, n: int) -> dict[str, float]:
         path = self.fresh()
         st = use(path, self.s.dsn, self.s.blobs_url)
         team, local = [], []
@@ -153,7 +150,7 @@ class Bench:
         self.drop(path)
         return {"small_team": statistics.median(team), "small_local": statistics.median(local)}
 
-    def big_hit(self) -> Dict[str, float]:
+    def big_hit(self) -> dict[str, float]:
         path = self.fresh()
         st = use(path, self.s.dsn, self.s.blobs_url)
         t = time.perf_counter()
@@ -210,7 +207,7 @@ class Bench:
         return dt
 
     # -- N processes ---------------------------------------------------------------------------
-    def concurrent(self, n: int) -> Dict[str, float]:
+    def concurrent(self, n: int) -> dict[str, float]:
         ctx = multiprocessing.get_context("spawn")
         barrier, out = ctx.Barrier(n), ctx.Queue()
         stores = [self.fresh() for _ in range(n)]
@@ -277,7 +274,7 @@ class Bench:
         return self.pull_bytes / dt
 
 
-def hits_tables(args: argparse.Namespace, b: "Bench", rounds: Dict[str, List[float]], med: Dict[str, float]) -> None:
+def hits_tables(args: argparse.Namespace, b: Bench, rounds: dict[str, list[float]], med: dict[str, float]) -> None:
     w = args.workers
     print("| case | local store | team store | team / local |")
     print("|---|---|---|---|")
@@ -319,7 +316,7 @@ def main() -> None:
 
     servers = Servers()
     work = Path(tempfile.mkdtemp(prefix="memolab-team-bench-"))
-    rounds: Dict[str, List[float]] = {}
+    rounds: dict[str, list[float]] = {}
     try:
         b = Bench(args, servers, work)
         b.fill()
@@ -363,14 +360,15 @@ def main() -> None:
           f"{spread(rounds['raw'], mbps)} | 1.00 |")
     print(f"| raw boto3 GET as above, each file fsynced (the durability a pull gives its files) | "
           f"{spread(rounds['raw_fsync'], mbps)} | {med['raw_fsync'] / med['raw']:.2f} |")
-    print(f"| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record (rows, logs, code texts) | {spread(rounds['pull'], mbps)} | "
+    print("| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record (rows, logs, code texts) | "
+          f"{spread(rounds['pull'], mbps)} | "
           f"{med['pull'] / med['raw']:.2f} |")
     print(f"| `memolab pull` as a command, wall time incl. interpreter start-up and imports (not the same work) | "
           f"{spread(rounds['pull_cli'], mbps)} | {med['pull_cli'] / med['raw']:.2f} |")
     print()
     # the same ratio taken within each round (pull and raw GET ran back to back): less exposed
     # to the load of other jobs drifting between rounds than the ratio of the two medians
-    per_round = [p / r for p, r in zip(rounds["pull"], rounds["raw"])]
+    per_round = [p / r for p, r in zip(rounds["pull"], rounds["raw"], strict=False)]
     print(f"pull / raw GET: {med['pull'] / med['raw']:.0%} of the medians; within each round "
           f"{spread(per_round, lambda v: f'{v:.0%}')} (target >= 70%)")
 

@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +67,7 @@ torch.save(pipeline.train(data).state_dict(), "model.pt")
 """
 
 
-def run(work: Path, code: str) -> Dict[str, float]:
+def run(work: Path, code: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(work)]),
                MEMOLAB_STORE=str(work / ".memolab"))
     t = time.perf_counter()
@@ -79,7 +78,7 @@ def run(work: Path, code: str) -> Dict[str, float]:
     return out
 
 
-def fmt(xs: List[float]) -> str:
+def fmt(xs: list[float]) -> str:
     return f"{statistics.median(xs) * 1000:8.1f} ms  ({min(xs) * 1000:.0f}–{max(xs) * 1000:.0f})"
 
 
@@ -93,7 +92,7 @@ def main() -> None:
         shutil.copy(ROOT / "examples" / "pipeline.py", work / "pipeline.py")
         run(work, MEMOLAB)  # the misses: compute and store
         run(work, SAVE_FLOOR)
-        results: Dict[str, List[Dict[str, float]]] = {"memolab": [], "pre": [], "floor": []}
+        results: dict[str, list[dict[str, float]]] = {"memolab": [], "pre": [], "floor": []}
         run(work, MEMOLAB), run(work, FLOOR)  # warm the OS file cache (and the bytecode caches)
         for _ in range(args.rounds):  # interleaved: the machine's noise hits all alike
             results["memolab"].append(run(work, MEMOLAB))
@@ -110,11 +109,11 @@ def main() -> None:
                         ("floor", "floor: import torch + torch.load")):
         rs = results[name]
         print(f"{label:34}{fmt([r['process'] for r in rs]):>28}{fmt([r['work'] for r in rs]):>30}")
-    diff = [m["process"] - f["process"] for m, f in zip(results["memolab"], results["floor"])]
-    work_diff = [m["work"] - f["work"] for m, f in zip(results["memolab"], results["floor"])]
-    imp = [m["imports"] - f["imports"] for m, f in zip(results["memolab"], results["floor"])]
+    diff = [m["process"] - f["process"] for m, f in zip(results["memolab"], results["floor"], strict=False)]
+    work_diff = [m["work"] - f["work"] for m, f in zip(results["memolab"], results["floor"], strict=False)]
+    imp = [m["imports"] - f["imports"] for m, f in zip(results["memolab"], results["floor"], strict=False)]
     print(f"{'memolab - floor':34}{fmt(diff):>28}{fmt(work_diff):>30}")
-    pre_work = [m["work"] - f["work"] for m, f in zip(results["pre"], results["floor"])]
+    pre_work = [m["work"] - f["work"] for m, f in zip(results["pre"], results["floor"], strict=False)]
     print(f"{'  pre-imported - floor':34}{'':>28}{fmt(pre_work):>30}")
     own = statistics.median(imp) + statistics.median(work_diff)
     print(f"memolab's own cost: imports (memolab + the pipeline module) {statistics.median(imp) * 1000:.1f} ms "

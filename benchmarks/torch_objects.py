@@ -38,8 +38,8 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 warnings.simplefilter("ignore")
@@ -50,14 +50,14 @@ import xxhash  # noqa: E402
 import memolab  # noqa: E402
 from memolab import hashing, identity  # noqa: E402
 
-Table = Tuple[str, Sequence[str], List[Sequence[str]]]
+Table = tuple[str, Sequence[str], list[Sequence[str]]]
 
 
 # -- measuring ----------------------------------------------------------------------------
 
-def interleaved(variants: Dict[str, Callable[[], object]], rounds: int, inner: int = 1) -> Dict[str, List[float]]:
+def interleaved(variants: dict[str, Callable[[], object]], rounds: int, inner: int = 1) -> dict[str, list[float]]:
     """Seconds per call of each variant; every round runs every variant once (``inner`` calls)."""
-    out: Dict[str, List[float]] = {k: [] for k in variants}
+    out: dict[str, list[float]] = {k: [] for k in variants}
     for fn in variants.values():
         fn()  # warm up (lazy registration, page faults)
     for _ in range(rounds):
@@ -69,7 +69,7 @@ def interleaved(variants: Dict[str, Callable[[], object]], rounds: int, inner: i
     return out
 
 
-def cell(samples: List[float], scale: float, fmt: str = "{:.1f}") -> str:
+def cell(samples: list[float], scale: float, fmt: str = "{:.1f}") -> str:
     med = statistics.median(samples) * scale
     return f"{fmt.format(med)} ({fmt.format(min(samples) * scale)}–{fmt.format(max(samples) * scale)})"
 
@@ -83,7 +83,7 @@ def render(table: Table) -> str:
 
 # -- 1. a 25M-parameter model + Adam ---------------------------------------------------------
 
-def build_model(params_m: float) -> Tuple[torch.nn.Module, torch.optim.Optimizer]:
+def build_model(params_m: float) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     width = 2048
     layers = max(1, round(params_m * 1e6 / (width * width + width)))
     torch.manual_seed(0)
@@ -95,7 +95,7 @@ def build_model(params_m: float) -> Tuple[torch.nn.Module, torch.optim.Optimizer
     return model, opt
 
 
-def _tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> List[torch.Tensor]:
+def _tensors(model: torch.nn.Module, opt: torch.optim.Optimizer) -> list[torch.Tensor]:
     out = [p.detach() for p in model.parameters()]
     for st in opt.state.values():
         out += [v for v in st.values() if isinstance(v, torch.Tensor)]
@@ -159,7 +159,7 @@ def make_loader(ds, batch_size: int):
                                        generator=torch.Generator().manual_seed(0))
 
 
-def _repeat_key_variants(mib: int) -> Dict[str, Callable[[], object]]:
+def _repeat_key_variants(mib: int) -> dict[str, Callable[[], object]]:
     ds = load_dataset(mib)
     dl = make_loader(ds, 256)
     return {"dataset": lambda: hashing.hash_arguments([("ds", ds)]),
@@ -177,7 +177,7 @@ def _child_load(args: argparse.Namespace) -> None:
     print(json.dumps(res))
 
 
-def _run_child(args: argparse.Namespace, store: str, env: Dict[str, str]) -> Dict[str, List[float]]:
+def _run_child(args: argparse.Namespace, store: str, env: dict[str, str]) -> dict[str, list[float]]:
     cp = subprocess.run([sys.executable, __file__, "--child-load", "--store", store, "--mib", str(args.mib),
                          "--rounds", str(args.rounds)], capture_output=True, text=True, timeout=900,
                         env=dict(os.environ, **env))
@@ -240,7 +240,7 @@ def row_repeat_state(args: argparse.Namespace) -> Table:
 
 
 #: the row groups, in print order; add yours here
-ROWS: List[Callable[[argparse.Namespace], Table]] = [row_model_adam, row_repeat_key, row_repeat_state]
+ROWS: list[Callable[[argparse.Namespace], Table]] = [row_model_adam, row_repeat_key, row_repeat_state]
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-def serve(store: Path) -> "tuple[subprocess.Popen, str]":
+def serve(store: Path) -> tuple[subprocess.Popen, str]:
     """``memolab ui`` on a free port; its process and the URL it printed."""
     env = {k: v for k, v in os.environ.items() if k != "MEMOLAB_STORE"}  # the workspace's own store
     proc = subprocess.Popen([sys.executable, "-m", "memolab", "ui", "--port", "0", "--no-browser"],

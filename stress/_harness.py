@@ -14,8 +14,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = str(REPO / "src")
@@ -128,7 +129,7 @@ def setup(work_dir: Path) -> None:
     (work_dir / "verify.py").write_text(VERIFY)
 
 
-def env(work_dir: Path, store: Path, **extra: str) -> Dict[str, str]:
+def env(work_dir: Path, store: Path, **extra: str) -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([SRC, str(work_dir)])
     e["MEMOLAB_STORE"] = str(store)
@@ -146,9 +147,9 @@ def run_json(work_dir: Path, store: Path, script: str, *args: str, timeout: floa
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
 
-def verify(work_dir: Path, store: Path, done: Optional[Sequence[Sequence[Any]]] = None) -> Dict[str, Any]:
+def verify(work_dir: Path, store: Path, done: Sequence[Sequence[Any]] | None = None) -> dict[str, Any]:
     """Doctor, integrity check and reload of ``done`` (default: every stored evaluation) in a fresh process."""
-    args: List[str] = [str(store)]
+    args: list[str] = [str(store)]
     if done is not None:
         listed = work_dir / "done.json"
         listed.write_text(json.dumps([list(x) for x in done]))
@@ -156,7 +157,7 @@ def verify(work_dir: Path, store: Path, done: Optional[Sequence[Sequence[Any]]] 
     return run_json(work_dir, store, "verify.py", *args)
 
 
-def journal(path: Path) -> List[Dict[str, Any]]:
+def journal(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     out = []
@@ -171,5 +172,5 @@ def journal(path: Path) -> List[Dict[str, Any]]:
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     cells = [[str(c) for c in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    line = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # noqa: E402
@@ -90,7 +90,7 @@ def _umount(d: Path) -> None:
     subprocess.run(["umount", "-l", str(d)], capture_output=True)
 
 
-def diskfull(work: Path, procs: int = 2, calls: int = 60, size_mb: int = 3) -> Dict[str, Any]:
+def diskfull(work: Path, procs: int = 2, calls: int = 60, size_mb: int = 3) -> dict[str, Any]:
     H.setup(work)
     (work / "worker.py").write_text(WORKER)
     disk = work / "disk"
@@ -102,7 +102,7 @@ def diskfull(work: Path, procs: int = 2, calls: int = 60, size_mb: int = 3) -> D
         ps = [subprocess.Popen([sys.executable, str(work / "worker.py"), str(s), str(calls)], cwd=work,
                                env=H.env(work, store, **extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
               for s in range(procs)]
-        fig: Dict[str, Any] = {"mode": "tmpfs" if mounted else "injected ENOSPC", "calls": 0, "wrong": 0, "raised": []}
+        fig: dict[str, Any] = {"mode": "tmpfs" if mounted else "injected ENOSPC", "calls": 0, "wrong": 0, "raised": []}
         for p in ps:
             out, err = p.communicate(timeout=600)
             if p.returncode != 0:
@@ -124,7 +124,7 @@ def diskfull(work: Path, procs: int = 2, calls: int = 60, size_mb: int = 3) -> D
             _umount(disk)
 
 
-def readonly(work: Path, keys: int = 20, new: int = 5) -> Dict[str, Any]:
+def readonly(work: Path, keys: int = 20, new: int = 5) -> dict[str, Any]:
     H.setup(work)
     (work / "reader.py").write_text(READER)
     store = work / "store"

@@ -25,13 +25,12 @@ import io
 import os
 import random
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # noqa: E402
@@ -51,7 +50,7 @@ def _build(work: Path) -> Path:
     return pristine
 
 
-def _flip(rng: random.Random, store: Path) -> Tuple[str, int]:
+def _flip(rng: random.Random, store: Path) -> tuple[str, int]:
     blobs = [p for p in (store / "blobs").rglob("*") if p.is_file()]
     target = store / "index.sqlite" if rng.random() < 0.5 else rng.choice(blobs)  # half and half
     data = bytearray(target.read_bytes())
@@ -66,18 +65,18 @@ def _flip(rng: random.Random, store: Path) -> Tuple[str, int]:
     return ("index" if target.name == "index.sqlite" else "blob"), n
 
 
-def run(inputs: int, work: Path, seed: int = 0) -> Dict[str, Any]:
+def run(inputs: int, work: Path, seed: int = 0) -> dict[str, Any]:
     pristine = _build(work)
     sys.path.insert(0, str(work))
     os.environ.pop("MEMOLAB_HMAC_KEY", None)
+    from work import computed, expected, f, same  # type: ignore[import-not-found]
+
     import memolab
     from memolab import cli
     from memolab.store import _stores
 
-    from work import computed, expected, f, same  # type: ignore[import-not-found]
-
     rng = random.Random(seed)
-    fig: Dict[str, Any] = {"inputs": 0, "calls": 0, "hits": 0, "misses": 0, "wrong": [], "raised": [],
+    fig: dict[str, Any] = {"inputs": 0, "calls": 0, "hits": 0, "misses": 0, "wrong": [], "raised": [],
                            "cli_raised": [], "tracebacks": 0, "targets": {"index": 0, "blob": 0}, "flips": 0,
                            "warned": 0}
     for n in range(inputs):

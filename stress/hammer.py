@@ -26,7 +26,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # noqa: E402
@@ -90,20 +90,20 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def _overlaps(events: List[Dict[str, Any]]) -> List[Tuple[Any, ...]]:
-    by_key: Dict[Tuple[Any, ...], List[Tuple[float, float, int]]] = {}
+def _overlaps(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    by_key: dict[tuple[Any, ...], list[tuple[float, float, int]]] = {}
     for e in events:
         by_key.setdefault(tuple(e["compute"]), []).append((e["t0"], e["t1"], e["pid"]))
     bad = []
     for k, iv in by_key.items():
         iv.sort()
-        for (a0, a1, ap), (b0, b1, bp) in zip(iv, iv[1:]):
+        for (_, a1, ap), (b0, _, bp) in zip(iv, iv[1:], strict=False):
             if b0 < a1 and ap != bp:
                 bad.append((k, ap, bp))
     return bad
 
 
-def run(procs: int, seconds: float, work: Path, keys: int = 6, compute_s: float = 0.005) -> Dict[str, Any]:
+def run(procs: int, seconds: float, work: Path, keys: int = 6, compute_s: float = 0.005) -> dict[str, Any]:
     H.setup(work)
     (work / "worker.py").write_text(WORKER)
     store, journal, barrier = work / "store", work / "computed.jsonl", work / "barrier"
@@ -117,12 +117,12 @@ def run(procs: int, seconds: float, work: Path, keys: int = 6, compute_s: float 
                             str(barrier)], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            env=H.env(work, store, STRESS_JOURNAL=str(journal), STRESS_COMPUTE_S=str(compute_s)))
           for me in range(procs)]
-    ops: Dict[str, int] = {}
+    ops: dict[str, int] = {}
     for out in _collect(ps, seconds + 600):
         for k, n in json.loads(out.strip().splitlines()[-1]).items():
             ops[k] = ops.get(k, 0) + n
     events = H.journal(journal)
-    phase2: Dict[Tuple[Any, ...], int] = {}
+    phase2: dict[tuple[Any, ...], int] = {}
     for e in events:
         if e.get("phase") == "2" and e["compute"][1] != "boom":
             phase2[tuple(e["compute"])] = phase2.get(tuple(e["compute"]), 0) + 1
@@ -142,15 +142,15 @@ def run(procs: int, seconds: float, work: Path, keys: int = 6, compute_s: float 
     return fig
 
 
-def _collect(ps: List["subprocess.Popen[str]"], timeout: float) -> List[str]:
+def _collect(ps: list[subprocess.Popen[str]], timeout: float) -> list[str]:
     """The workers' outputs. The first worker to fail stops the run with its own
     error: the others would wait at the barrier for it until the timeout, and
     their (innocent) time-out would be all the report said."""
     import threading
 
-    outs: Dict[int, Tuple[str, str]] = {}
+    outs: dict[int, tuple[str, str]] = {}
 
-    def read(i: int, p: "subprocess.Popen[str]") -> None:
+    def read(i: int, p: subprocess.Popen[str]) -> None:
         outs[i] = p.communicate()  # drains both pipes, so no worker blocks on a full one
 
     readers = [threading.Thread(target=read, args=(i, p), daemon=True) for i, p in enumerate(ps)]
@@ -174,7 +174,7 @@ def _collect(ps: List["subprocess.Popen[str]"], timeout: float) -> List[str]:
     return [outs[i][0] for i in range(len(ps))]
 
 
-def ok(fig: Dict[str, Any]) -> bool:
+def ok(fig: dict[str, Any]) -> bool:
     return (not fig["overlaps"] and not fig["phase2_repeats"] and fig["leases_left"] == 0 and fig["tmp_left"] == 0
             and fig["not_done"] == 0 and fig["doctor_rc"] == 0 and fig["integrity"] == ["ok"]
             and not fig["lost"] and not fig["wrong"])

@@ -33,7 +33,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # noqa: E402
@@ -172,20 +172,20 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def _done(path: Path) -> List[Tuple[int, str]]:
+def _done(path: Path) -> list[tuple[int, str]]:
     return sorted({(x[0], x[1]) for x in H.journal(path)})
 
 
-def _recomputed(computed_path: Path, done_path: Path) -> List[Any]:
+def _recomputed(computed_path: Path, done_path: Path) -> list[Any]:
     """Plain calls that computed a key after an earlier call of it had returned: lost results."""
-    done_at: Dict[Tuple[int, str], float] = {}
+    done_at: dict[tuple[int, str], float] = {}
     for e in H.journal(done_path):
         done_at.setdefault((e[0], e[1]), e[2])
     return [e["compute"] for e in H.journal(computed_path)
             if e.get("phase") == "call" and e["t0"] > done_at.get(tuple(e["compute"]), float("inf"))]
 
 
-def run(trials: int, work: Path, ops: int = 40, seed: int = 0, log=print) -> Dict[str, Any]:
+def run(trials: int, work: Path, ops: int = 40, seed: int = 0, log=print) -> dict[str, Any]:
     H.setup(work)
     (work / "worker.py").write_text(WORKER)
     (work / "faults.py").write_text(FAULTS)
@@ -197,7 +197,7 @@ def run(trials: int, work: Path, ops: int = 40, seed: int = 0, log=print) -> Dic
     # a random kill lands within a worker's life, however fast the library has become
     # (a fixed 0.3-1.0 s let most workers finish first once misses got faster)
     life = time.monotonic() - t0
-    plan: List[str] = []
+    plan: list[str] = []
     n_step = trials - trials * 2 // 5  # three fifths at write steps, two fifths at random moments
     combos = [(s, w) for s, ws in STEPS.items() for w in ws if counts.get(s)]
     for t in range(n_step):
@@ -206,7 +206,7 @@ def run(trials: int, work: Path, ops: int = 40, seed: int = 0, log=print) -> Dic
         plan.append(f"step:{s}:{1 + rng.randrange(max(1, counts[s] // 2))}:{w}")
     plan += ["random"] * (trials - n_step)
     rng.shuffle(plan)
-    figures: Dict[str, Any] = {"trials": 0, "killed": 0, "by_step": {}, "checked": 0, "lost": [], "wrong": [],
+    figures: dict[str, Any] = {"trials": 0, "killed": 0, "by_step": {}, "checked": 0, "lost": [], "wrong": [],
                                "doctor_failures": [], "integrity_failures": 0, "ops": ops, "counts": counts}
     verified: set = set()
     for t, spec in enumerate(plan):

@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
 
 ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^\.*(?P<fault>[\w-]+|remote status against a silent index): (?:longest call )?(?P<s>[\d.]+) s")
@@ -28,7 +27,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    worst: Dict[str, float] = {}
+    worst: dict[str, float] = {}
     failed = 0
     for i in range(args.runs):
         cp = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Dict, Optional
 
 import pytest
 
@@ -155,7 +154,7 @@ class Project:
                 f.unlink()
         return p
 
-    def run(self, *args: str, env: Optional[Dict[str, str]] = None, check: bool = True,
+    def run(self, *args: str, env: dict[str, str] | None = None, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess:
         e = dict(os.environ)
         e["PYTHONPATH"] = os.pathsep.join([SRC, str(self.root)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
@@ -178,7 +177,7 @@ def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")
 
 
-_OTHER_USER_RUNTIME: Dict[str, object] = {}
+_OTHER_USER_RUNTIME: dict[str, object] = {}
 
 
 def other_user_python(*extra_modules: str) -> tuple:

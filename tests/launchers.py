@@ -10,8 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -25,7 +25,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def job_env(root: Path, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def job_env(root: Path, env: dict[str, str] | None = None) -> dict[str, str]:
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([SRC, str(root)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
     e.setdefault("MEMOLAB_STORE", str(root / "store"))
@@ -35,7 +35,7 @@ def job_env(root: Path, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return e
 
 
-def run_job(cmd: Sequence[str], root: Path, env: Dict[str, str], deadline: float = DEADLINE,
+def run_job(cmd: Sequence[str], root: Path, env: dict[str, str], deadline: float = DEADLINE,
             check: bool = True) -> subprocess.CompletedProcess:
     """Run ``cmd`` in ``root`` in a session of its own; SIGKILL the whole session past ``deadline``."""
     p = subprocess.Popen(list(cmd), cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -45,7 +45,7 @@ def run_job(cmd: Sequence[str], root: Path, env: Dict[str, str], deadline: float
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
-        raise AssertionError(f"{' '.join(cmd[-3:])} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}")
+        raise AssertionError(f"{' '.join(cmd[-3:])} did not finish within {deadline} s (a hang):\n{out}\n{err[-4000:]}") from None
     finally:
         try:  # what the job left behind (a rank that outlived torchrun): never past the test
             os.killpg(p.pid, signal.SIGKILL)
@@ -57,7 +57,7 @@ def run_job(cmd: Sequence[str], root: Path, env: Dict[str, str], deadline: float
     return cp
 
 
-def launch(root: Path, script: str, env: Optional[Dict[str, str]] = None, nproc: int = 2,
+def launch(root: Path, script: str, env: dict[str, str] | None = None, nproc: int = 2,
            deadline: float = DEADLINE, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``script`` under torchrun in ``root``."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
@@ -65,7 +65,7 @@ def launch(root: Path, script: str, env: Optional[Dict[str, str]] = None, nproc:
     return run_job(cmd, root, job_env(root, env), deadline, check)
 
 
-def launch_accelerate(root: Path, script: str, env: Optional[Dict[str, str]] = None,
+def launch_accelerate(root: Path, script: str, env: dict[str, str] | None = None,
                       deadline: float = DEADLINE) -> subprocess.CompletedProcess:
     """``accelerate launch`` with 2 CPU processes (``--multi_gpu`` is its multi-process mode; the
     script's ``Accelerator(cpu=True)`` picks gloo on CPU)."""
@@ -76,16 +76,16 @@ def launch_accelerate(root: Path, script: str, env: Optional[Dict[str, str]] = N
     return run_job(cmd, root, e, deadline)
 
 
-def run_script(root: Path, script: str, env: Optional[Dict[str, str]] = None, deadline: float = DEADLINE,
+def run_script(root: Path, script: str, env: dict[str, str] | None = None, deadline: float = DEADLINE,
                check: bool = True, args: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """``python script [args]`` in ``root`` (a script that starts processes itself: Lightning's
     launcher, submitit's executor)."""
     return run_job([sys.executable, script, *args], root, job_env(root, env), deadline, check)
 
 
-def marks(path: Path) -> List[str]:
+def marks(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def results(root: Path, name: str, ranks: Sequence[int] = (0, 1)) -> Dict[int, dict]:
+def results(root: Path, name: str, ranks: Sequence[int] = (0, 1)) -> dict[int, dict]:
     return {r: json.loads((root / f"{name}.{r}.json").read_text()) for r in ranks}

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 
@@ -38,7 +37,7 @@ class Machine:
         self.name, self.root, self.team, self.calls = name, root, team, calls
         self.store = root / f"store-{name}"
 
-    def env(self, **kw: str) -> Dict[str, str]:
+    def env(self, **kw: str) -> dict[str, str]:
         e = dict(os.environ)
         e.pop("MEMOLAB_HMAC_KEY", None)
         e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(self.store), CALLS=str(self.calls), MACHINE=self.name,
@@ -63,7 +62,7 @@ class Machine:
                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
-def computed(calls: Path) -> List[str]:
+def computed(calls: Path) -> list[str]:
     return calls.read_text().split("\n")[:-1] if calls.exists() else []
 
 

@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Dict, List, Set, Tuple
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = "memolab"
 MAX_LINES = 800
 
 #: (importer, imported) edges not yet cut; the cycle check runs without them
-ALLOWED_EDGES: Set[Tuple[str, str]] = set()
+ALLOWED_EDGES: set[tuple[str, str]] = set()
 #: (importer, module, name) private imports not yet made public
-ALLOWED_PRIVATE: Set[Tuple[str, str, str]] = set()
+ALLOWED_PRIVATE: set[tuple[str, str, str]] = set()
 #: modules still over MAX_LINES
-ALLOWED_LONG: Set[str] = set()
+ALLOWED_LONG: set[str] = set()
 
 
-def _modules(src: Path) -> Dict[str, Tuple[Path, bool]]:
+def _modules(src: Path) -> dict[str, tuple[Path, bool]]:
     out = {}
     for p in sorted((src / PKG).rglob("*.py")):
         parts = list(p.relative_to(src).with_suffix("").parts)
@@ -55,15 +54,15 @@ def _absolute(mod: str, is_pkg: bool, level: int, name: str | None) -> str:
 class _Scan:
     """Edges (with their line), private imports and private attribute reads of every module."""
 
-    def __init__(self, modules: Dict[str, Tuple[Path, bool]]) -> None:
-        self.edges: Dict[str, Dict[str, int]] = {}
-        self.private: List[Tuple[str, str, str, int]] = []
+    def __init__(self, modules: dict[str, tuple[Path, bool]]) -> None:
+        self.edges: dict[str, dict[str, int]] = {}
+        self.private: list[tuple[str, str, str, int]] = []
         for mod, (path, is_pkg) in modules.items():
             tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-            edges: Dict[str, int] = {}
-            aliases: Dict[str, str] = {}  # local name -> memolab module it is bound to
+            edges: dict[str, int] = {}
+            aliases: dict[str, str] = {}  # local name -> memolab module it is bound to
 
-            def edge(target: str, line: int) -> None:
+            def edge(target: str, line: int, mod: str = mod, edges: dict[str, int] = edges) -> None:
                 if target != mod and target in modules:
                     edges.setdefault(target, line)
 
@@ -98,13 +97,13 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def _cycles(edges: Dict[str, Dict[str, int]]) -> List[List[str]]:
+def _cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
     """One cycle (as a list of modules, first repeated last) per strongly connected group."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    stack: List[str] = []
-    on: Set[str] = set()
-    groups: List[List[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    groups: list[list[str]] = []
 
     def strong(v: str) -> None:
         index[v] = low[v] = len(index)
@@ -135,7 +134,7 @@ def _cycles(edges: Dict[str, Dict[str, int]]) -> List[List[str]]:
         members = set(group)
         start = group[0]
         # shortest way back to the start inside the group: the cycle to show
-        prev: Dict[str, str] = {}
+        prev: dict[str, str] = {}
         frontier = [start]
         found = None
         while frontier and found is None:
@@ -168,10 +167,10 @@ def _where(mod: str, line: int) -> str:
 
 
 def test_no_import_cycles_counting_imports_inside_functions():
-    edges = {m: {t: l for t, l in es.items() if (m, t) not in ALLOWED_EDGES} for m, es in SCAN.edges.items()}
+    edges = {m: {t: ln for t, ln in es.items() if (m, t) not in ALLOWED_EDGES} for m, es in SCAN.edges.items()}
     problems = []
     for cycle in _cycles(edges):
-        steps = [f"{a} -> {b} ({_where(a, edges[a][b])})" for a, b in zip(cycle, cycle[1:])]
+        steps = [f"{a} -> {b} ({_where(a, edges[a][b])})" for a, b in zip(cycle, cycle[1:], strict=False)]
         problems.append("import cycle:\n    " + "\n    ".join(steps))
     assert not problems, "\n".join(problems)
 

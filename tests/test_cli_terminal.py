@@ -4,7 +4,6 @@
 onto a file is one line."""
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil

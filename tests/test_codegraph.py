@@ -204,7 +204,8 @@ def test_identical_immutable_globals_are_not_rehashed(mods, monkeypatch):
     codegraph.function_code(m.f)
     hashed = []
     real = hashing.hash_value
-    monkeypatch.setattr(codegraph, "_hash_value", lambda v, path="": hashed.append(v) or real(v, path))  # what hashing handed over
+    # what hashing handed over
+    monkeypatch.setattr(codegraph, "_hash_value", lambda v, path="": hashed.append(v) or real(v, path))
     codegraph.function_code(m.f)
     assert hashed == [[1]]  # only the mutable list
 
@@ -269,7 +270,7 @@ def test_third_party_and_stdlib_are_keyed_by_version_not_source(mods):
     m = mods.write("cg_pkg", "import numpy as np\nimport os.path\n\ndef f(x):\n    return np.mean(x), os.path.join('a')\n")
     deps = codegraph.function_code(m.f).deps
     assert deps["pkg:numpy"] == np.__version__
-    assert deps["python:stdlib"] == "%d.%d.%d" % sys.version_info[:3]
+    assert deps["python:stdlib"] == "{}.{}.{}".format(*sys.version_info[:3])
     assert not any(k.startswith("numpy") for k in deps)
 
 
@@ -324,7 +325,7 @@ def test_unresolvable_code_is_warned_about_once_with_its_location(mods):
 
 
 def test_getattr_on_a_module_needs_no_warning_the_module_counts_whole(mods):
-    p = mods.write("cg_plugins", "def a(x):\n    return x\n")
+    mods.write("cg_plugins", "def a(x):\n    return x\n")
     src = ("import importlib\nimport cg_plugins\n\ndef f(n, x):\n    return getattr(cg_plugins, n)(x)\n\n"
            "def g(n, x):\n    return getattr(importlib.import_module('cg_plugins'), n)(x)\n")
     m = mods.write("cg_getattr_mod", src)
@@ -443,7 +444,8 @@ def test_helpers_wrapped_by_library_decorators_count_with_their_own_code(mods):
     # contextlib.contextmanager and functools.singledispatch (like torch.no_grad())
     # return a *function* defined in library code: the user's code is only
     # reachable through ``__wrapped__`` (and singledispatch's registry).
-    cm = "import contextlib\n\n@contextlib.contextmanager\ndef scale():\n    yield 2\n\ndef f(x):\n    with scale() as k:\n        return x * k\n"
+    cm = ("import contextlib\n\n@contextlib.contextmanager\ndef scale():\n    yield 2\n\n"
+          "def f(x):\n    with scale() as k:\n        return x * k\n")
     m = mods.write("cg_libdeco_cm", cm)
     d0 = digest(m.f)
     assert "cg_libdeco_cm:scale" in codegraph.function_code(m.f).deps

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Dict, Optional
 
 import pytest
 
@@ -48,12 +47,12 @@ ARGS = {args}
 @dataclass
 class Case:
     name: str
-    files: Dict[str, str]
-    edit: Dict[str, str]
+    files: dict[str, str]
+    edit: dict[str, str]
     expect: str  # "hit" or "miss"
     #: a phrase the explanation of the miss must contain
-    why: Optional[str] = None
-    env: Dict[str, str] = field(default_factory=dict)
+    why: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
     #: False where the edit changes what memolab must key on but not the result (a version bump)
     value_changes: bool = True
 
@@ -94,7 +93,7 @@ def f(model, x):
 FAKEPKG = "env/lib/site-packages/fakepkg/__init__.py"
 
 
-def dist_info(version: str) -> Dict[str, str]:
+def dist_info(version: str) -> dict[str, str]:
     d = f"env/lib/site-packages/fakepkg-{version}.dist-info"
     return {f"{d}/METADATA": f"Metadata-Version: 2.1\nName: fakepkg\nVersion: {version}\n",
             f"{d}/top_level.txt": "fakepkg\n",
@@ -158,9 +157,11 @@ CASES = [
           "main.py": main_py("run(x)", "from pkg.core import run")},
          {"pkg/util.py": "def g(x):\n    return x + 100\n"}, "miss", "`pkg.util:g` changed"),
     Case("closure cell value changed",
-         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\nscale = make_scaler(2)\n",
+         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\n"
+                        "scale = make_scaler(2)\n",
           "main.py": main_py("scale(x)", "from helpers import scale")},
-         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\nscale = make_scaler(7)\n"},
+         {"helpers.py": "def make_scaler(k):\n    def scale(x):\n        return x * k\n    return scale\n\n"
+                        "scale = make_scaler(7)\n"},
          "miss", "<closure k>"),
     Case("user class of an argument edited",
          {"models.py": NET, "other.py": "def unrelated():\n    return 1\n",
@@ -215,7 +216,7 @@ CASES = [
 ]
 
 
-def _write_all(project, files: Dict[str, str]) -> None:
+def _write_all(project, files: dict[str, str]) -> None:
     for rel, text in files.items():
         if rel.endswith("METADATA") and text == "":
             # removing a dist-info is how an upgrade replaces it

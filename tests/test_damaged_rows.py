@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import other_user_python
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -16,8 +16,7 @@ every row's file (miss, with the value the edit implies).
 """
 from __future__ import annotations
 
-import json
-from typing import Dict, NamedTuple
+from typing import NamedTuple
 
 import pytest
 
@@ -37,7 +36,7 @@ class Row(NamedTuple):
     why: str = ""
 
 
-ROWS: Dict[str, Row] = {
+ROWS: dict[str, Row] = {
     "method default, class reached from the body": Row(
         "class Net:\n    def __init__(self, n_in=16, hidden=K):\n        self.hidden = hidden\n",
         "Net().hidden + x", why="+#   __init__.<default hidden> = 3"),

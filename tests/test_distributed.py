@@ -22,7 +22,6 @@ if not dist.is_available():
 
 from launchers import SRC, launch, launch_accelerate, marks, results  # noqa: E402
 
-
 # The exact case of the issue: a memoized training step that builds its DDP module inside
 # the body, called on every rank. Before: rank 0 took the lease and blocked in DDP's
 # constructor waiting for rank 1, which waited for rank 0's lease (hung until the deadline).

@@ -107,7 +107,8 @@ def test_hash_error_names_the_path(project):
             print(e)
     """)
     out = project.run("job.py").stdout.strip()
-    assert out == "args['loader'].dataset.gen: cannot hash a live generator (its position is hidden state); pass what creates it instead"
+    assert out == ("args['loader'].dataset.gen: cannot hash a live generator (its position is hidden state); "
+                   "pass what creates it instead")
 
 
 SLOW = """

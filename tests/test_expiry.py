@@ -12,10 +12,9 @@ import sys
 import pytest
 
 import memolab
+from conftest import SRC, Calls
 from memolab import expiry
 from memolab.expiry import parse_max_age
-
-from conftest import SRC, Calls
 
 
 class Clock:

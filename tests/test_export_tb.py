@@ -83,7 +83,7 @@ def test_export_roundtrip_every_point(tmp_store, tmp_path):
         hs = ea.Histograms("w")
         ours_h = query.events(index, run["id"], "histogram", "w")
         assert [h.step for h in hs] == [0, 100, 200]
-        for h, o in zip(hs, ours_h):
+        for h, o in zip(hs, ours_h, strict=False):
             hv = h.histogram_value
             assert (hv.min, hv.max, hv.num, hv.sum) == (o["meta"]["min"], o["meta"]["max"], o["meta"]["num"], o["meta"]["sum"])
             assert list(hv.bucket_limit) == o["meta"]["limits"] and list(hv.bucket) == o["meta"]["counts"]

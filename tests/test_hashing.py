@@ -12,17 +12,15 @@ import logging
 import math
 import pathlib
 import struct
-import sys
 import threading
 
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import hashing
 from memolab.errors import HashError
 from memolab.hashing import hash_arguments, hash_value as H
-from conftest import Calls
-
 
 # -- atoms ------------------------------------------------------------------------------
 
@@ -398,12 +396,12 @@ def test_flag_values_without_a_name_hash_by_value():
         R = 1
         W = 2
 
-    class I(enum.IntFlag):
+    class Bits(enum.IntFlag):
         A = 1
         B = 2
 
     assert H(P(0)) == H(P(0)) and H(P(0)) != H(P.R)
-    assert H(I(8)) != H(I(4)) and H(I(0)) != H(I(8))
+    assert H(Bits(8)) != H(Bits(4)) and H(Bits(0)) != H(Bits(8))
     assert H(P.R | P.W) != H(P.R)
 
 

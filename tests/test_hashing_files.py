@@ -1,16 +1,15 @@
 """memolab.File / memolab.Dir: keys follow content; unchanged files cost a stat."""
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import files
 from memolab.errors import HashError
 from memolab.hashing import hash_arguments, hash_value as H
-from conftest import Calls
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import memolab
-from memolab import hashing, identity
+from memolab import identity
 from memolab.hashing import hash_value as H
 
 

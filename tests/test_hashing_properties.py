@@ -20,8 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from memolab.hashing import hash_value as H
 

@@ -333,7 +333,8 @@ def test_a_memory_mapped_dataset_is_stored_as_its_file(tmp_store, tmp_path, monk
         assert not loaded.cache_files
         assert loaded.data.table.equals(computed.data.table) and loaded.features == computed.features
         hashed = []
-        monkeypatch.setattr(hf_keys, "table_digest", lambda t, real=hf_keys.table_digest: hashed.append(1) or real(t))
+        monkeypatch.setattr(hf_keys, "table_digest",
+                            lambda t, real=hf_keys.table_digest, hashed=hashed: hashed.append(1) or real(t))
         key = memolab.hashing.hash_value(loaded)
         assert not hashed  # the digest stored with the rows, under the stamp of their blobs
         assert key == memolab.hashing.hash_value(computed)

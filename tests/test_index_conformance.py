@@ -18,7 +18,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 import pytest
 
@@ -67,7 +67,7 @@ def barrier():
 """
 
 
-def run_children(tmp_path: Path, body: str, args: List[List[str]], timeout: float = 60) -> List[str]:
+def run_children(tmp_path: Path, body: str, args: list[list[str]], timeout: float = 60) -> list[str]:
     """Run ``body`` (Python, with ``open_index``, ``barrier()`` and ``sys.argv``) in one
     fresh process per argument list, all at once; their stdouts."""
     run = tmp_path / f"children_{time.monotonic_ns()}"
@@ -103,7 +103,7 @@ def key(i: Any, fn: str = "pkg.mod.f") -> tuple:
     return (fn, "code" + "0" * 60, f"args{i}", "schema1")
 
 
-def fields(i: int = 0, inline: bool = False, finished: float = 1000.0, size: int = 100, **kw) -> Dict[str, Any]:
+def fields(i: int = 0, inline: bool = False, finished: float = 1000.0, size: int = 100, **kw) -> dict[str, Any]:
     f = dict(payload=f"{i:064x}", payload_size=size, buffers="[]", size=size, started=finished - 2.5,
              finished=finished, duration=2.5, host="hostA", python="3.11.7", versions='{"numpy": "2.0"}',
              snapshot=json.dumps({"result_digest": [f"r{i}"], "i": i}), hits=0, last_hit=None,
@@ -117,7 +117,7 @@ COMMON = ("fn", "code", "args", "schema", "status", "payload", "payload_size", "
           "signature", "reason", "inline")
 
 
-def same(row: Dict[str, Any], k: tuple, f: Dict[str, Any]) -> None:
+def same(row: dict[str, Any], k: tuple, f: dict[str, Any]) -> None:
     """``row`` holds ``f`` verbatim under key ``k``."""
     assert (row["fn"], row["code"], row["args"], row["schema"]) == k
     assert row["status"] == "done"
@@ -328,7 +328,7 @@ def test_publish_many_batch(index):
     out = index.publish_many(batch)
     assert len(out) == len(batch)
     by_args = {}
-    for (k, _, _), (eid, new) in zip(batch, out):
+    for (k, _, _), (eid, new) in zip(batch, out, strict=False):
         by_args.setdefault(k[2], []).append((eid, new))
     assert by_args["args5"] == [(pre, False)]
     assert by_args["args7"][0][1] is True and by_args["args7"][0][0] != corrupt
@@ -473,7 +473,7 @@ def test_concurrent_claims_from_processes_compute_each_key_once(index, spec, tmp
     print(json.dumps({{"owned": [k[2] for k in owned], "seen": seen}}))
     """
     outs = run_children(tmp_path, body, [[spec, f"proc{i}"] for i in range(n_procs)])
-    owners: Dict[str, List[str]] = {}
+    owners: dict[str, list[str]] = {}
     views = []
     for i, out in enumerate(outs):
         res = json.loads(out.strip().splitlines()[-1])

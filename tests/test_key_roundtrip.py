@@ -11,8 +11,6 @@ copy, or any later process, gets). Two processes for all the types.
 """
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from conftest import Project
@@ -295,8 +293,8 @@ def keyed(tmp_path_factory):
 @pytest.mark.parametrize("name", NAMES)
 def test_a_loaded_result_keys_as_the_computed_one(keyed, name):
     computed, loaded = keyed
-    c, l = computed[name], loaded[name]
-    assert l["type"] == c["type"] or (name == "np_memmap" and l["type"] == "ndarray")
-    assert l["key"] == c["key"], f"{name}: a call's key changed once the value was loaded"
-    assert l["fresh"] == c["fresh"], f"{name}: the value's content digest changed once it was loaded"
+    c, ld = computed[name], loaded[name]
+    assert ld["type"] == c["type"] or (name == "np_memmap" and ld["type"] == "ndarray")
+    assert ld["key"] == c["key"], f"{name}: a call's key changed once the value was loaded"
+    assert ld["fresh"] == c["fresh"], f"{name}: the value's content digest changed once it was loaded"
     assert c["fresh"] == c["key"]  # the identity cache never changes a key, it only skips work

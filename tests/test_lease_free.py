@@ -18,10 +18,10 @@ import time
 import pytest
 
 import memolab
+from conftest import SRC
 from memolab import memo
 from memolab.explain import last_miss
 from memolab.store import Store, get_store
-from conftest import SRC
 
 
 def _leased(store, call) -> bool:

@@ -23,11 +23,10 @@ import warnings
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import config, memo
 from memolab.errors import MemolabWarning
 from memolab.lifecycle import COMPUTE, Pause, claim, lifecycle
-
-from conftest import Calls
 
 DRIVERS = ["sync", "async"]
 #: generous bound for a thread a test waits on: a hang fails the test instead of the run

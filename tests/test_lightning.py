@@ -25,12 +25,11 @@ from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset  # noqa: E402
 
 import memolab  # noqa: E402
+from conftest import SRC, Calls  # noqa: E402
 from memolab import HashError, hashing, memo  # noqa: E402
 from memolab.lightning import MemolabLogger  # noqa: E402
 from memolab.store import get_store  # noqa: E402
 from memolab.tracking import query  # noqa: E402
-
-from conftest import SRC, Calls  # noqa: E402
 
 PATCH_ATTRS = {"__pl_saved_args", "__pl_saved_kwargs", "__pl_inside_init"}
 #: the loaders DM made under Trainer.fit, by name (kept outside the datamodule, whose attributes are
@@ -201,7 +200,7 @@ def test_memolab_logger_outside_a_memoized_call_logs_to_the_process_run(tmp_stor
 
     def pts(tag):
         s = query.scalars(idx, run, tag)
-        return list(zip(s["step"], s["value"]))
+        return list(zip(s["step"], s["value"], strict=False))
 
     assert pts("train_loss_step") == [(3, 0.5), (7, 0.25)] and pts("epoch") == [(3, 0.0), (7, 1.0)]
     (r,) = query.runs(idx, ids=[run])
@@ -219,7 +218,7 @@ def test_memolab_logger_outside_a_memoized_call_logs_to_the_process_run(tmp_stor
     evaluate(2.0)
     (ev_run,) = [r for r in query.runs(idx, evaluate.symbol) if isinstance(r["id"], int)]
     s = query.scalars(idx, ev_run["id"], "inside")
-    assert list(zip(s["step"], s["value"])) == [(0, 2.0)] and ev_run["eval_id"] is not None
+    assert list(zip(s["step"], s["value"], strict=False)) == [(0, 2.0)] and ev_run["eval_id"] is not None
     assert "inside" not in query.tags(idx, [run])["scalar"]
 
 

@@ -31,9 +31,8 @@ def test_dask_tasks_record_their_inputs_on_one_worker_and_across_workers(tmp_pat
         import distributed  # under CI a missing distributed is a failure, not a skip
     else:
         distributed = pytest.importorskip("distributed")
-    from memolab.workers import Configure
-
     import lineage_tasks as t
+    from memolab.workers import Configure
 
     old = config.settings()
     try:

@@ -15,10 +15,9 @@ import textwrap
 
 import cloudpickle
 
+from conftest import SRC
 from memolab import memo
 from memolab.memo import MemoFunction
-
-from conftest import SRC
 
 
 @memo(ignore=["verbose"], version="3")

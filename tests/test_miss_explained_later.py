@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import memolab
 from memolab import memo
 from memolab.explain import last_miss

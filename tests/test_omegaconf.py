@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-from typing import List, Optional
 
 import pytest
 
@@ -52,7 +51,7 @@ print(json.dumps(scaled(cfg)))
 '''
 
 
-def runs(project) -> List[str]:
+def runs(project) -> list[str]:
     p = project.root / "runs.txt"
     return p.read_text().split() if p.exists() else []
 
@@ -197,8 +196,8 @@ class Model2:
 @dataclasses.dataclass
 class Cfg:
     model: Model = dataclasses.field(default_factory=Model)
-    lrs: List[float] = dataclasses.field(default_factory=lambda: [0.1, 0.01])
-    seed: Optional[int] = None
+    lrs: list[float] = dataclasses.field(default_factory=lambda: [0.1, 0.01])
+    seed: int | None = None
 
 
 def test_structured_configs_key_by_their_class_and_types():
@@ -240,9 +239,8 @@ def test_an_unresolvable_interpolation_is_keyed_by_its_text_until_it_resolves(mo
 
 
 def test_a_memoized_function_sees_an_env_change_in_process(tmp_store, monkeypatch):
-    from memolab import memo
-
     from conftest import Calls
+    from memolab import memo
 
     calls = Calls()
 

@@ -65,7 +65,7 @@ def test_datetime_and_timedelta_arrays_store_in_and_out_of_band():
               np.zeros(4, dtype=[("t", "M8[ns]"), ("x", ">f8")]), np.zeros((2, 0), dtype="m8[s]")]
     data, buffers = pickling.dumps(values)
     out = pickling.loads(data, buffers)
-    for got, want in zip(out, values):
+    for got, want in zip(out, values, strict=False):
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
     assert np.shares_memory(out[1], out[2]) and np.shares_memory(out[1], out[3])
@@ -244,7 +244,7 @@ def test_by_value_abc_keeps_its_virtual_subclasses():
     import abc
 
     def make():
-        class Shape(abc.ABC):
+        class Shape(abc.ABC):  # noqa: B024 (an ABC with no abstract method: its class pickles by reference)
             pass
 
         class Ext:
@@ -511,8 +511,11 @@ def test_find_unpicklable_names_the_path():
     assert path == "result['bad'][1]" and "lock" in reason
 
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 _leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8)
 _values = st.recursive(_leaves, lambda kids: st.lists(kids, max_size=4) | st.tuples(kids, kids)

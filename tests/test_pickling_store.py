@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab.explain import last_miss
 from memolab.store.sqlite import Index
-from conftest import Calls
 
 OLD_SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);

@@ -9,8 +9,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from conftest import SRC
 
 LINE = re.compile(r"^memolab: .*$", re.M)

@@ -5,8 +5,7 @@ import os
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import Calls
 from memolab import CorruptBlob, configure

@@ -26,8 +26,9 @@ import asyncio
 import json
 import sqlite3
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ FIELDS = {"started": 1.0, "finished": 2.0, "duration": 1.0, "snapshot": "{}"}
 KINDS = ["local", "read-only", "unusable", "team-sqlite+file", "team-postgresql+s3"]
 
 #: how each degraded store differs (see the module doc); the team stores differ only in ``team``
-DIFFERS: Dict[str, str] = {
+DIFFERS: dict[str, str] = {
     "read-only": "serves hits; a miss raises StoreUnavailable; writes nothing",
     "unusable": "serves nothing: lookup and try_acquire raise StoreUnavailable",
 }

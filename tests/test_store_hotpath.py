@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import memo
 from memolab.explain import last_miss
 from memolab.store import INLINE_MAX, Store, get_store
 from memolab.store.sqlite import SCHEMA_VERSION
-from conftest import Calls
 
 KEY = ("mod:f", "code", "args", "schema")
 WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "BEGIN", "COMMIT", "CREATE", "ALTER", "DROP")
@@ -340,7 +340,7 @@ def test_environment_reads_on_the_hit_path_follow_every_change(monkeypatch):
     monkeypatch.delenv("MEMOLAB_HMAC_KEY", raising=False)
     assert environ_bytes(b"MEMOLAB_HMAC_KEY") is None and signing.secret() is None
     monkeypatch.setenv("MEMOLAB_HMAC_KEY", "clé")
-    assert signing.secret() == "clé".encode("utf-8")  # the bytes os.environ.get(...).encode() gave
+    assert signing.secret() == "clé".encode()  # the bytes os.environ.get(...).encode() gave
     os.environ["MEMOLAB_HMAC_KEY"] = "k2"
     assert signing.secret() == b"k2"
     monkeypatch.setenv("MEMOLAB_HMAC_KEY", "")

@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from conftest import tmpfs_at
 
+from conftest import tmpfs_at
 from memolab import configure
 from memolab.store import Store
 
@@ -266,7 +266,7 @@ def test_a_new_store_opened_by_many_at_once_opens_for_all(tmp_path):
         path = tmp_path / f"s{i}" / "index.sqlite"
         gate = threading.Barrier(4)
 
-        def open_it() -> None:
+        def open_it(gate=gate, path=path) -> None:  # this round's, bound
             gate.wait()
             try:
                 Index(path)

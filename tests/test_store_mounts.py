@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from memolab.store import mounts
-
 from conftest import SRC
+from memolab.store import mounts
 
 # proc(5)'s example line, a bind mount with optional fields, an NFS mount whose point has a space
 # (written \040) and a Lustre mount with no optional field

@@ -172,7 +172,7 @@ def test_why_names_memolab_key_schema_not_the_users_unchanged_code(project):
     why = _memolab(project, "why", "plain").stdout
     from memolab.hashing import KEY_SCHEMA
 
-    assert "memolab's key schema changed" in why and f"h1-xxh3_128-c4m" in why and KEY_SCHEMA in why, why
+    assert "memolab's key schema changed" in why and "h1-xxh3_128-c4m" in why and KEY_SCHEMA in why, why
     assert "memolab 0.0.9" in why
     assert "`__main__:plain` changed" not in why and "new arguments" not in why and "code digest changed" not in why
     # and an edit of the code under an older key schema is still told, with its diff

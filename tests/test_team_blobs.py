@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -188,8 +187,8 @@ def test_batches_exists_list_delete(remote, tmp_path):
     rb, _ = remote
     datas = [blob(1000 + i, i) for i in range(40)]
     ds = [digest_bytes(x) for x in datas]
-    assert rb.put_many(list(zip(ds, datas))) == [True] * 40
-    assert rb.put_many(list(zip(ds, datas))) == [False] * 40
+    assert rb.put_many(list(zip(ds, datas, strict=False))) == [True] * 40
+    assert rb.put_many(list(zip(ds, datas, strict=False))) == [False] * 40
     absent = [digest_bytes(b"absent %d" % i) for i in range(5)]
     assert rb.exists_many(ds + absent) == set(ds)
     # a shard asked for many digests is listed instead of HEAD-ed: same answer
@@ -197,10 +196,10 @@ def test_batches_exists_list_delete(remote, tmp_path):
     assert rb.exists_many(same_shard) == {ds[0]}
     listed = {d: (size, mtime) for d, size, mtime in rb.list()}
     assert set(listed) == set(ds)
-    assert all(listed[d][0] == len(x) for d, x in zip(ds, datas))
+    assert all(listed[d][0] == len(x) for d, x in zip(ds, datas, strict=False))
     assert all(abs(listed[d][1] - time.time()) < 3600 for d in ds)
-    rb.get_many_to([(d, len(x), tmp_path / d) for d, x in zip(ds, datas)])
-    assert all((tmp_path / d).read_bytes() == x for d, x in zip(ds, datas))
+    rb.get_many_to([(d, len(x), tmp_path / d) for d, x in zip(ds, datas, strict=False)])
+    assert all((tmp_path / d).read_bytes() == x for d, x in zip(ds, datas, strict=False))
     rb.delete(ds[:30] + absent)
     assert {d for d, _, _ in rb.list()} == set(ds[30:])
     assert rb.exists_many(ds) == set(ds[30:])
@@ -210,12 +209,12 @@ def test_get_many_reports_a_corrupt_one_after_the_rest(remote, tmp_path):
     rb, tamper = remote
     datas = [b"blob %d" % i * 50 for i in range(6)]
     ds = [digest_bytes(x) for x in datas]
-    rb.put_many(list(zip(ds, datas)))
+    rb.put_many(list(zip(ds, datas, strict=False)))
     tamper(ds[2], b"evil")
     with pytest.raises(CorruptBlob):
-        rb.get_many_to([(d, len(x), tmp_path / d) for d, x in zip(ds, datas)])
+        rb.get_many_to([(d, len(x), tmp_path / d) for d, x in zip(ds, datas, strict=False)])
     assert not (tmp_path / ds[2]).exists()
-    assert all((tmp_path / d).read_bytes() == x for i, (d, x) in enumerate(zip(ds, datas)) if i != 2)
+    assert all((tmp_path / d).read_bytes() == x for i, (d, x) in enumerate(zip(ds, datas, strict=False)) if i != 2)
 
 
 CONCURRENT_PUT = """
@@ -379,10 +378,10 @@ def test_streamed_gets_reuse_the_connection(s3_bucket, tmp_path):
     rb = open_blobs(s3_bucket, concurrency=1)
     datas = [os.urandom(100_000 + i) for i in range(6)]
     ds = [digest_bytes(x) for x in datas]
-    rb.put_many(list(zip(ds, datas)))
+    rb.put_many(list(zip(ds, datas, strict=False)))
     pools = rb._client()._endpoint.http_session._manager.pools
-    rb.get_many_to([(d, len(x), tmp_path / d) for d, x in zip(ds, datas)])
-    for d, x in zip(ds, datas):
+    rb.get_many_to([(d, len(x), tmp_path / d) for d, x in zip(ds, datas, strict=False)])
+    for d, x in zip(ds, datas, strict=False):
         assert rb.get(d, len(x)) == x
     assert sum(p.num_connections for p in pools._container.values()) == 1
 
@@ -394,7 +393,7 @@ def test_run_all_semantics():
         assert tb.run_all(lambda x: x * 2, list(range(50)), workers) == [x * 2 for x in range(50)]
         done = []
 
-        def corrupt_at_3(x):
+        def corrupt_at_3(x, done=done):
             if x == 3:
                 raise CorruptBlob("bad")
             done.append(x)
@@ -404,7 +403,7 @@ def test_run_all_semantics():
         assert sorted(done) == [x for x in range(20) if x != 3]
         done.clear()
 
-        def down(x):
+        def down(x, done=done):
             done.append(x)
             raise RemoteUnavailable("down")
 

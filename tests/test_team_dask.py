@@ -34,7 +34,6 @@ import memolab  # noqa: E402
 from memolab import config  # noqa: E402
 from memolab.tracking import query  # noqa: E402
 from memolab.workers import Configure  # noqa: E402
-
 from team_dask_tasks import Environ, marks_of, square  # noqa: E402
 
 # no MEMOLAB_HMAC_KEY in these tests: the team layer says once that results are unsigned

@@ -16,8 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -87,7 +87,7 @@ class Rig:
         self.bucket_url = bucket_url
         self.proxied_dsn = dsn.replace(f":{pg.port}/", f":{self.pg_proxy.port}/")
 
-    def env(self, machine: str, proxied: bool = True) -> Dict[str, str]:
+    def env(self, machine: str, proxied: bool = True) -> dict[str, str]:
         e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "MEMOLAB_"))}
         e.update(self.s3.env)
         e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(self.root / f"store-{machine}"), CALLS=str(self.calls),
@@ -100,15 +100,15 @@ class Rig:
         return e
 
     def run(self, machine: str, *args: str, proxied: bool = True,
-            env: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, float], str]:
+            env: dict[str, str] | None = None) -> tuple[dict[str, float], str]:
         cp = subprocess.run([sys.executable, str(self.root / "job.py"), *args], cwd=self.root,
                             env={**self.env(machine, proxied), **(env or {})}, capture_output=True, text=True,
                             timeout=60)
         assert cp.returncode == 0, cp.stderr
         return json.loads(cp.stdout.strip().splitlines()[-1]), cp.stderr
 
-    def run_with_fault(self, machine: str, before: List[str], after: List[str], inject: Callable[[], None],
-                       clear: Callable[[], None]) -> Tuple[Dict[str, float], str]:
+    def run_with_fault(self, machine: str, before: list[str], after: list[str], inject: Callable[[], None],
+                       clear: Callable[[], None]) -> tuple[dict[str, float], str]:
         """Run ``before`` (team store fine), inject the fault, run ``after``, clear it."""
         flag = self.root / f"flag-{machine}"
         proc = subprocess.Popen([sys.executable, str(self.root / "job.py"), *before, f"wait:{flag}", *after],
@@ -137,7 +137,7 @@ class Rig:
         return subprocess.run([sys.executable, "-m", "memolab", *args], cwd=self.root,
                               env=self.env(machine, proxied=False), capture_output=True, text=True, timeout=60)
 
-    def computed(self) -> List[str]:
+    def computed(self) -> list[str]:
         return self.calls.read_text().split("\n")[:-1] if self.calls.exists() else []
 
     def team_args(self) -> int:
@@ -160,7 +160,7 @@ def rig(tmp_path, postgres_server, postgres_dsn, s3_server, s3_bucket) -> Iterat
         r.close()
 
 
-def _postgres_pids(pg) -> List[int]:
+def _postgres_pids(pg) -> list[int]:
     """The postmaster and its children (the backends, the background processes)."""
     main = int((pg.data / "postmaster.pid").read_text().split("\n")[0])
     pids = [main]
@@ -194,9 +194,9 @@ class Lock:
             self.conn.close()
 
 
-def _faults(rig: Rig) -> Dict[str, Tuple[Callable[[], None], Callable[[], None]]]:
+def _faults(rig: Rig) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     lock = Lock(rig.dsn)
-    frozen: List[int] = []
+    frozen: list[int] = []
 
     def freeze() -> None:
         frozen.extend(_postgres_pids(rig.pg))
@@ -525,7 +525,7 @@ def test_the_watchdog_cuts_only_what_overran():
 
     dog = Watchdog()
     pairs = [socket.socketpair() for _ in range(3)]
-    got: Dict[int, Tuple[bytes, float]] = {}
+    got: dict[int, tuple[bytes, float]] = {}
 
     def read(i: int, seconds: float) -> None:
         a, _ = pairs[i]
@@ -549,3 +549,31 @@ def test_the_watchdog_cuts_only_what_overran():
     for a, b in pairs:
         a.close()
         b.close()
+
+
+def test_a_team_call_on_a_link_that_is_down_does_not_open_the_team_index(tmp_path, monkeypatch):
+    """A link that is down answers Offline at once: ``link.index`` (which connects on first use)
+    is read inside ``Link.run``, never bound before it, so giving up a team lease while the
+    team store is down neither waits on a connection nor lets RemoteUnavailable escape."""
+    import warnings
+
+    from memolab.errors import RemoteUnavailable
+    from memolab.store import Store
+    from memolab.team import link as link_mod
+    from memolab.team.layered import TeamStore
+
+    opened: list[str] = []
+
+    def refused(url: str, timeout: float) -> None:
+        opened.append(url)
+        raise RemoteUnavailable("connection refused")
+
+    monkeypatch.setattr(link_mod, "open_index", refused)
+    ts = TeamStore(Store(tmp_path / "store"), "postgresql://127.0.0.1:9/none", (tmp_path / "blobs").as_uri())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the one warning that the team store is down
+        ts.link.went_down(RemoteUnavailable("down"))
+    key = ("m:f", "c", "a", "s")
+    ts._team_held[key] = "me"
+    ts.drop_team_leases([(key, "me")])  # best effort: given up quietly
+    assert opened == []

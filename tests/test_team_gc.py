@@ -13,10 +13,9 @@ import time
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import cli, config
 from memolab.store import get_store
-
-from conftest import Calls
 
 calls = Calls()
 

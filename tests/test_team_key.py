@@ -14,10 +14,9 @@ import json
 import os
 import time
 
+from conftest import SRC
 from test_team_layer import JOB, Machine, computed
 from test_team_refused_rows import team_rows
-
-from conftest import SRC
 
 KEY = {"MEMOLAB_HMAC_KEY": "team-secret"}
 TYPO = {"MEMOLAB_HMAC_KEY": "team-secert"}

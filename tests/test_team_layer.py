@@ -15,14 +15,12 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 
 import memolab
-from memolab import config
-
 from conftest import SRC
+from memolab import config
 from servers.team import LocalTeam  # noqa: F401  (the `team` and `pg_team` fixtures come from there too)
 
 JOB = '''
@@ -60,12 +58,12 @@ if os.environ.get("CRASH"):
 class Machine:
     """One machine: a local store directory, used by fresh processes."""
 
-    def __init__(self, name: str, root: Path, team, calls: Path, extra: Dict[str, str] = {}) -> None:
+    def __init__(self, name: str, root: Path, team, calls: Path, extra: dict[str, str] | None = None) -> None:
         self.name, self.root, self.team, self.calls = name, root, team, calls
         self.store = root / f"store-{name}"
-        self.extra = dict(extra)
+        self.extra = dict(extra or {})
 
-    def env(self, **kw: str) -> Dict[str, str]:
+    def env(self, **kw: str) -> dict[str, str]:
         e = dict(os.environ)
         e.pop("MEMOLAB_HMAC_KEY", None)
         e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(self.store), CALLS=str(self.calls), MACHINE=self.name,
@@ -87,7 +85,7 @@ class Machine:
                               capture_output=True, text=True, timeout=120)
 
 
-def computed(calls: Path) -> List[str]:
+def computed(calls: Path) -> list[str]:
     return calls.read_text().split("\n")[:-1] if calls.exists() else []
 
 
@@ -157,8 +155,9 @@ def test_logs_travel_inline_when_small_and_as_a_blob_when_large(tmp_path, pg_tea
     a, b, c = (Machine(n, tmp_path, pg_team, calls) for n in "ABC")
     a.run(40)
     a.run(41, POINTS="3000")
-    import psycopg
     import sqlite3
+
+    import psycopg
 
     with psycopg.connect(pg_team.env["MEMOLAB_REMOTE"]) as conn:
         refs = dict(conn.execute("SELECT args, logs FROM memolab_evaluations").fetchall())
@@ -169,7 +168,7 @@ def test_logs_travel_inline_when_small_and_as_a_blob_when_large(tmp_path, pg_tea
     keys = {o["Key"].rsplit("/", 1)[1] for o in s3.list_objects_v2(Bucket=pg_team.bucket).get("Contents", [])}
     assert large in keys, "the large bundle is a blob"
 
-    def points(m: Machine) -> Dict[str, int]:
+    def points(m: Machine) -> dict[str, int]:
         with sqlite3.connect(m.store / "index.sqlite") as conn:
             return dict(conn.execute("SELECT s.tag, count(*) FROM runs r JOIN scalars s ON s.run = r.id "
                                      "GROUP BY s.tag").fetchall())

@@ -21,10 +21,9 @@ if os.environ.get("CI"):
 ray = pytest.importorskip("ray")
 
 import memolab  # noqa: E402
+from conftest import SRC  # noqa: E402
 from memolab import config  # noqa: E402
 from memolab.store import Store  # noqa: E402
-
-from conftest import SRC  # noqa: E402
 
 TESTS = str(Path(__file__).resolve().parent)
 #: a bound on every wait for Ray (workers start in seconds idle; far longer on a loaded 2-core machine)

@@ -160,7 +160,6 @@ def test_checkpoint_outside_a_memoized_call_does_nothing(tmp_store):
 
 def test_checkpoint_blobs_survive_gc_and_clear_removes_them(tmp_store):
     from conftest import Calls
-
     from memolab import memo
     from memolab.store import get_store
 
@@ -237,7 +236,6 @@ def test_a_checkpoint_that_cannot_be_saved_warns_and_training_goes_on(tmp_store)
 
 def test_a_code_edit_between_crash_and_rerun_ignores_the_checkpoint(tmp_store):
     from conftest import Calls
-
     from memolab import memo
 
     def make(step_size: int):
@@ -258,9 +256,8 @@ def test_a_code_edit_between_crash_and_rerun_ignores_the_checkpoint(tmp_store):
 
 
 def test_seconds_and_signed_checkpoints(tmp_store, monkeypatch):
-    from conftest import Calls
-
     import memolab
+    from conftest import Calls
     from memolab import MemolabWarning, memo
 
     monkeypatch.setenv("MEMOLAB_HMAC_KEY", "k1")
@@ -293,7 +290,6 @@ def test_async_memoized_functions_checkpoint_too(tmp_store):
     import asyncio
 
     from conftest import Calls
-
     from memolab import memo
 
     @memo

@@ -12,11 +12,11 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 
 import torch.nn.functional as F  # noqa: E402
-from conftest import Calls  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 
 import memolab  # noqa: E402
-from memolab import hashing, identity  # noqa: E402
+from conftest import Calls  # noqa: E402
+from memolab import hashing  # noqa: E402
 from memolab.hashing import hash_value as H  # noqa: E402
 
 

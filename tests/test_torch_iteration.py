@@ -45,7 +45,7 @@ def _loader(workers: int) -> DataLoader:
 
 
 def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=False))
 
 
 def _roundtrip(obj):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import signal
@@ -15,10 +14,10 @@ import numpy as np
 import pytest
 
 import memolab
+from conftest import Calls
 from memolab import memo
 from memolab.store import get_store
 from memolab.tracking import query
-from conftest import Calls
 
 
 def index():
@@ -31,7 +30,7 @@ def runs_of(fn_symbol):
 
 def points(run_id, tag):
     s = query.scalars(index(), run_id, tag, max_points=10**9)
-    return list(zip(s["step"], s["value"]))
+    return list(zip(s["step"], s["value"], strict=False))
 
 
 def test_logs_attach_to_the_evaluation_and_survive_a_hit(tmp_store):
@@ -229,7 +228,7 @@ def test_summary_writer_is_a_drop_in(tmp_store):
             writer.add_scalars("acc", {"train": 0.5 + step / 10, "val": 0.4 + step / 10}, step)
         writer.add_histogram("w", torch.randn(100, requires_grad=True), 0)
         writer.add_image("img", torch.rand(3, 8, 8), 0)
-        writer.add_text("cfg", "lr=%s" % lr, 0)
+        writer.add_text("cfg", f"lr={lr}", 0)
         fig = plt.figure(figsize=(2, 2))
         plt.plot([1, 2, 3])
         writer.add_figure("fig", fig, 0)

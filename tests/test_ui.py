@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import contextlib
-
 import json
 import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -150,7 +148,7 @@ def test_downsampling_property(tmp_path_factory, n, seed, max_points, stride, ba
     if backwards:
         steps.reverse()
     per = -(-len(values) // flushes)
-    for i, (step, v) in enumerate(zip(steps, values)):
+    for i, (step, v) in enumerate(zip(steps, values, strict=False)):
         s.q.append((SCALAR, 1, "t", step, float(i), v))
         if (i + 1) % per == 0:
             s.flush()
@@ -161,7 +159,7 @@ def test_downsampling_property(tmp_path_factory, n, seed, max_points, stride, ba
     assert out["step"] == sorted(set(out["step"]))
     at_max = values[steps.index(max(steps))]
     if len(values) <= max_points:
-        assert out["value"] == [v for _, v in sorted(zip(steps, values))]
+        assert out["value"] == [v for _, v in sorted(zip(steps, values, strict=False))]
     else:
         assert len(out["step"]) <= max_points + 2
         assert min(out["min"]) == min(values) and max(out["max"]) == max(values)
@@ -251,7 +249,7 @@ def test_a_run_whose_owner_holds_the_gil_is_not_shown_lost(tmp_path):
         with store.index.write() as c:
             c.execute("INSERT INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                       (*key, owner, _time.time() - 3600))  # not beaten for an hour
-        run = dict(zip(("fn", "code", "args", "schema"), key))
+        run = dict(zip(("fn", "code", "args", "schema"), key, strict=False))
         assert _alive(store.index.conn())(run)
         proc.kill()
         proc.wait()

@@ -10,12 +10,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import memolab
@@ -132,7 +130,8 @@ def colored_pixels(pg, tag, hex_color):
             const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
             let n = 0;
             for (let i = 0; i < d.length; i += 4)
-                if (d[i + 3] > 200 && Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) + Math.abs(d[i + 2] - want[2]) < 30) n++;
+                if (d[i + 3] > 200
+                    && Math.abs(d[i] - want[0]) + Math.abs(d[i + 1] - want[1]) + Math.abs(d[i + 2] - want[2]) < 30) n++;
             return n;
         }""", [tag, hex_color])
 

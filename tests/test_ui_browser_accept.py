@@ -8,10 +8,9 @@ import os
 import subprocess
 import sys
 
-from test_ui_browser import page  # noqa: F401  (a fixture)
-
 from conftest import SRC
 from memolab.ui.server import serve_in_thread
+from test_ui_browser import page  # noqa: F401  (a fixture)
 
 JOB = '''
 import os

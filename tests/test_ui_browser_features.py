@@ -6,15 +6,13 @@ from __future__ import annotations
 import importlib
 import sys
 
-import numpy as np
 import pytest
-
-from test_ui_browser import SHOTS, page, run_ids, select_runs, wait_points  # noqa: F401  (page is a fixture)
 
 import memolab
 from memolab.store import get_store
 from memolab.tracking import query
 from memolab.ui.server import serve_in_thread
+from test_ui_browser import SHOTS, page, run_ids, select_runs, wait_points  # noqa: F401  (page is a fixture)
 
 JOB = '''
 import numpy as np
@@ -76,7 +74,7 @@ def lab(tmp_store, tmp_path, monkeypatch):
 
 
 def by(runs, lr, status="done"):
-    rs = sorted((r for (l, s, _), r in runs.items() if l == lr and s == status), key=lambda r: r["started"])
+    rs = sorted((r for (rlr, s, _), r in runs.items() if rlr == lr and s == status), key=lambda r: r["started"])
     return rs
 
 
@@ -127,7 +125,8 @@ def test_charts_tooltips_zoom_groups_markers_and_csv(lab, page):
     assert "mean of" not in tip  # points as logged (a summarised series says so: test_ui_browser_sweep)
 
     # zoom by dragging, then reset
-    xr = "() => { const u = document.querySelector(\".card[data-tag='train/loss']\")._u; return [u.scales.x.min, u.scales.x.max]; }"
+    xr = ("() => { const u = document.querySelector(\".card[data-tag='train/loss']\")._u; "
+          "return [u.scales.x.min, u.scales.x.max]; }")
     full = pg.evaluate(xr)
     pg.mouse.move(box["x"] + box["width"] * 0.2, box["y"] + 20)
     pg.mouse.down()
@@ -177,7 +176,7 @@ def test_charts_tooltips_zoom_groups_markers_and_csv(lab, page):
         pg.click(".card[data-tag='val/loss'] button.csv")
     lines = open(dl.value.path()).read().splitlines()
     assert lines[0] == "run,id,arguments,step,wall_time,value" and len(lines) == 1 + 2 * 4
-    assert all(l.split(",")[0] in (str(old["id"]), str(new["id"])) for l in lines[1:])
+    assert all(ln.split(",")[0] in (str(old["id"]), str(new["id"])) for ln in lines[1:])
     assert pg.errors == []
 
 
@@ -202,7 +201,7 @@ def test_histograms_text_images_diff_and_url_state(lab, page):
     width = canvas.evaluate("c => c.clientWidth")
     assert labels[0][0] == "step 0" and 5 <= len(labels) < 40
     assert all(t.startswith("step ") and x >= 0 and x + w <= width for t, x, y, w in labels)
-    assert all(b[2] - a[2] >= 13 for a, b in zip(labels, labels[1:]))
+    assert all(b[2] - a[2] >= 13 for a, b in zip(labels, labels[1:], strict=False))
     # titles are cut with an ellipsis (full text on hover), never broken inside a word
     style = canvas.evaluate("c => { const s = getComputedStyle(c.closest('.card').querySelector('h3'));"
                             " return [s.whiteSpace, s.textOverflow]; }")

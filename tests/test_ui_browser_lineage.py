@@ -138,7 +138,7 @@ def test_the_pipeline_view_draws_the_graph_newest_first_with_code_changes(pipeli
 def test_an_evaluations_panel_links_to_its_inputs_and_users(pipeline, page):
     srv, ids = pipeline
     pg = page
-    (p1, p2), (t1, t2), (e1, e2) = ids["prepare"], ids["train"], ids["evaluate"]
+    (_, p2), (_, t2), (_, e2) = ids["prepare"], ids["train"], ids["evaluate"]
     pg.goto(srv.link("?fn=lineagejob:evaluate"))
     pg.wait_for_selector("body[data-ready='1']")
     pg.click(f"#runs tbody tr[data-eval='{e2}'] a.eval-open")

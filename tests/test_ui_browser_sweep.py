@@ -11,11 +11,10 @@ import time
 
 import pytest
 
-from test_ui_browser import page  # noqa: F401  (a fixture)
-
 from memolab.store import get_store
 from memolab.tracking import sink as S
 from memolab.ui.server import serve_in_thread
+from test_ui_browser import page  # noqa: F401  (a fixture)
 
 FN = "sweep:train"
 TAGS = ["lr", "sys/gpu", "train/acc", "train/loss", "val/acc", "val/loss", "x/a", "x/b"]
@@ -114,7 +113,8 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     assert set(built) <= set(near) and set(TAGS) - set(built)
     # every series is held at most 2 points a pixel (2,000 steps, 200 for val/)
     plot_w = pg.evaluate("() => document.querySelector('#charts .plot').clientWidth")
-    sent = pg.evaluate("() => [...document.querySelectorAll('#charts canvas[data-sent]')].flatMap(c => c.dataset.sent.split(',').map(Number))")
+    sent = pg.evaluate("() => [...document.querySelectorAll('#charts canvas[data-sent]')]"
+                       ".flatMap(c => c.dataset.sent.split(',').map(Number))")
     assert len(sent) >= 20 and max(sent) <= 2 * plot_w
 
     # select all: the 10 runs not held yet, in view first then the rest
@@ -164,7 +164,7 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     assert "… and 9 more" in tip.inner_text()
     labels = tip.eval_on_selector_all(".tip-label", "ls => ls.map(l => l.textContent)")
     # labels name the run by what differs between runs (not the constant steps=100000)
-    assert all("steps=" not in l and "seed=" in l for l in labels if "baseline" not in l)
+    assert all("steps=" not in lb and "seed=" in lb for lb in labels if "baseline" not in lb)
     pg.mouse.move(0, 0)
 
     # idle: the running run writes nothing, so only the heartbeat is asked
@@ -219,7 +219,8 @@ def test_toggling_runs_of_a_chart_of_many_shows_and_hides_them_in_place(sweep):
     does not hold, or 10 runs or fewer (whose bands come back), make a new chart."""
     ids, _, show = sweep
     pg = show(f"?fn={FN}&runs=" + ",".join(map(str, ids[:25])))
-    chart = "() => { const c = state.charts['lr']; return [c.u.scales.y.min, c.u.scales.y.max, c.u.series.filter((s, i) => i && s.show).length, c.card.querySelector('canvas').dataset.runs]; }"
+    chart = ("() => { const c = state.charts['lr']; return [c.u.scales.y.min, c.u.scales.y.max, "
+             "c.u.series.filter((s, i) => i && s.show).length, c.card.querySelector('canvas').dataset.runs]; }")
     pg.evaluate("() => { window.__u = state.charts['lr'].u; }")
     same = "() => state.charts['lr'].u === window.__u"
     lo0, hi0, shown, runs = pg.evaluate(chart)
@@ -273,7 +274,7 @@ def test_toggling_runs_of_a_chart_of_many_shows_and_hides_them_in_place(sweep):
         pg.click(".card[data-tag='lr'] button.csv")
     lines = open(dl.value.path()).read().splitlines()
     assert lines[0] == "run,id,arguments,step,wall_time,value" and len(lines) == 1 + 2 * 2000
-    first = [l.rsplit(",", 3) for l in lines[1:] if l.startswith("1000,")]
+    first = [ln.rsplit(",", 3) for ln in lines[1:] if ln.startswith("1000,")]
     assert [int(st) for _, st, _, _ in first] == list(range(2000))
     assert all(float(v) == math.exp(-int(st) / 700) + 0.05 * math.sin(int(st)) for _, st, _, v in first)
     assert pg.errors == []
@@ -316,7 +317,7 @@ def test_a_zoomed_chart_draws_the_points_of_its_range(sweep):
     step = int(pg.inner_text(f"{card} .tooltip b").split()[1].replace(",", ""))
     vals = sorted(float(v) for v in pg.eval_on_selector_all(f"{card} .tooltip .tip-val", "vs => vs.map(v => v.textContent)"))
     want = sorted((1 + r / 30) * math.exp(-step / 700) + 0.05 * math.sin(step) for r in (0, 1))
-    assert all(abs(a - b) < 1e-4 * abs(b) for a, b in zip(vals, want)), (step, vals, want)
+    assert all(abs(a - b) < 1e-4 * abs(b) for a, b in zip(vals, want, strict=False)), (step, vals, want)
     pg.mouse.move(0, 0)
     # reset zoom: the summary again
     pg.click(f"{card} button.reset")

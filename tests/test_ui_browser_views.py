@@ -14,11 +14,10 @@ import urllib.parse
 
 import pytest
 
-from test_ui_browser import page  # noqa: F401  (a fixture)
-
 from memolab.store import get_store
 from memolab.tracking import query
 from memolab.ui.server import serve_in_thread
+from test_ui_browser import page  # noqa: F401  (a fixture)
 
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]
 
@@ -146,7 +145,8 @@ def test_best_run_groups_filter_and_the_view_in_the_url(sweep, page):
     assert "group=lr" in pg.url
     agg = pg.evaluate("""() => { const s = state.charts['val/loss'].series.find(s => s.id === 'g:lr=0.3');
         const i = s.agg.x.indexOf(190), j = s.agg.x.indexOf(40);
-        return [s.members.length, s.agg.count[i], s.agg.raw[i], s.agg.min[i], s.agg.max[i], s.agg.count[j], s.lo[i] !== null]; }""")
+        return [s.members.length, s.agg.count[i], s.agg.raw[i], s.agg.min[i], s.agg.max[i], s.agg.count[j],
+                s.lo[i] !== null]; }""")
     at190 = [curve(0.3, seed, 190) + 0.05 for seed in range(4)]
     assert agg[0] == 5 and agg[1] == 4 and agg[5] == 5 and agg[6]
     assert agg[2] == pytest.approx(sum(at190) / 4) and agg[3] == pytest.approx(min(at190)) and agg[4] == pytest.approx(max(at190))

@@ -63,7 +63,7 @@ class Ui:
         self.p = subprocess.Popen([sys.executable, "-m", "memolab", "ui", "--port", "0", *args], cwd=project.root,
                                   env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                   text=True)
-        self.lines: "queue.Queue[str]" = queue.Queue()
+        self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):

@@ -133,7 +133,8 @@ def test_on_loopback_too_every_request_needs_the_token(server, how):
     path, headers = {"none": ("/api/functions", {}),
                      "wrong": (f"/api/functions?token={server.token[::-1]}", {}),
                      "non-ascii": ("/api/functions?token=%C3%A9t%C3%A9", {}),
-                     "non-ascii-cookie": ("/api/functions", {"Cookie": f"{server.cookie_name}=\u00e9t\u00e9".encode().decode("latin-1")}),
+                     "non-ascii-cookie": ("/api/functions",
+                                          {"Cookie": f"{server.cookie_name}=\u00e9t\u00e9".encode().decode("latin-1")}),
                      "non-ascii-bearer": ("/api/functions", {"Authorization": "Bearer \u00e9t\u00e9".encode().decode("latin-1")}),
                      }[how]
     for p in (path, path.replace("/api/functions", "/"), path.replace("/api/functions", "/static/app.js")):

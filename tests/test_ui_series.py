@@ -68,7 +68,7 @@ def test_one_request_serves_every_tag_of_every_run_sized_to_the_chart(server):
             assert len(s["step"]) <= 2 * 400 and len(s["min"]) == len(s["max"]) == len(s["value"]) == len(s["step"])
             assert s["step"] == sorted(s["step"]) and s["step"][0] == 0 and s["step"][-1] == 4999
             assert s["value"][-1] == pytest.approx(math.sin(4999 / 50.0))  # the last point is exact
-            assert all(lo <= v <= hi for lo, v, hi in zip(s["min"], s["value"], s["max"]))
+            assert all(lo <= v <= hi for lo, v, hi in zip(s["min"], s["value"], s["max"], strict=False))
             assert (max(s["max"]) == 100.0) == (int(run) in spike)  # the spike survives
             assert min(s["min"]) == pytest.approx(-1.0, abs=1e-3)
     assert got["short"]["1"]["step"] == list(range(30)) and "min" not in got["short"]["1"]  # short: as logged

@@ -5,18 +5,20 @@ the first time a value from those libraries is hashed or stored.
 """
 from __future__ import annotations
 
-from ._version import __version__
+from typing import TYPE_CHECKING, Any
+
 from . import hooks as _hooks
+from ._version import __version__
 
 # before anything else: torch, numpy and ``random`` imported from here on have their seed
 # functions watched from their first line (memolab.globalrng: an unseeded generator)
 _hooks.watch_imports()
 
-from .config import configure
-from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss
-from .files import Dir, File
-from .hashing import register_hasher, register_opaque, register_policy
-from .memo import MemoFunction, memo
+from .config import configure  # noqa: E402 (after watch_imports)
+from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss  # noqa: E402 (after watch_imports)
+from .files import Dir, File  # noqa: E402 (after watch_imports)
+from .hashing import register_hasher, register_opaque, register_policy  # noqa: E402 (after watch_imports)
+from .memo import MemoFunction, memo  # noqa: E402 (after watch_imports)
 
 __all__ = [
     "memo", "MemoFunction", "configure",
@@ -27,7 +29,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+if TYPE_CHECKING:  # what __getattr__ loads on first use, as type checkers should see it
+    from . import ui as ui
+    from .runs import runs as runs
+    from .torch.checkpoint import checkpoint as checkpoint
+    from .tracking import log as log
+    from .tracking.writer import SummaryWriter as SummaryWriter
+
+
+def __getattr__(name: str) -> Any:
     # Logging is loaded on first use: `import memolab` must stay fast.
     if name == "log":
         import importlib

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import expiry
 from .errors import NotAccepted
 from .explain import Explanation, last_miss
-from .store.accepts import covering, decoded, summary, who  # noqa: F401 (covering: here for the faces)
+from .store.accepts import covering, decoded as decoded, summary as summary, who  # noqa: F401 (covering: here for the faces)
 
 __all__ = ["explain_found", "proposal", "record", "accept_call", "undo", "undo_for", "covering"]
 
 
-def explain_found(call: Any, row: Dict[str, Any]) -> Optional[Explanation]:
+def explain_found(call: Any, row: dict[str, Any]) -> Explanation | None:
     """``explain`` of a call for which ``row`` was found: expired (a miss), or found through an
     accepted change (a hit, saying which accept); None for a plain hit (``explain_key`` says it)."""
     fn = call.memo.symbol
@@ -46,7 +47,7 @@ def explain_found(call: Any, row: Dict[str, Any]) -> Optional[Explanation]:
                                   + "; then ".join(summary(a) for a in chain)], evaluation=row["id"])
 
 
-def proposal(store: Any, fn: str, miss: Dict[str, Any]) -> Dict[str, Any]:
+def proposal(store: Any, fn: str, miss: dict[str, Any]) -> dict[str, Any]:
     """The accept that miss ``miss`` (an ``Explanation.to_dict()``) calls for: its record, less who
     and when. ``NotAccepted`` saying why there is none (a hit, a miss not caused by code alone,
     an evaluation gone since, a ``version=`` bump)."""
@@ -80,7 +81,7 @@ def proposal(store: Any, fn: str, miss: Dict[str, Any]) -> Dict[str, Any]:
             "sources": change.get("sources") or {}}
 
 
-def existing(store: Any, prop: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def existing(store: Any, prop: dict[str, Any]) -> dict[str, Any] | None:
     """The active accept that already records ``prop``, or None."""
     for a in store.index.accepts(prop["fn"], prop["schema"]):
         if a["new_code"] == prop["new_code"] and a["old_code"] == prop["old_code"]:
@@ -88,7 +89,7 @@ def existing(store: Any, prop: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return None
 
 
-def record(store: Any, prop: Dict[str, Any]) -> Dict[str, Any]:
+def record(store: Any, prop: dict[str, Any]) -> dict[str, Any]:
     """Record ``prop`` (``proposal``) as accepted by this user on this host, now: the accept's
     record, with ``team`` (what the team store did with it: see ``TeamStore.record_accept``)."""
     user, host = who()
@@ -104,7 +105,7 @@ def record(store: Any, prop: Dict[str, Any]) -> Dict[str, Any]:
     return dict(got[0] if got else rec, team=done.get("team"))
 
 
-def describe(miss: Dict[str, Any]) -> str:
+def describe(miss: dict[str, Any]) -> str:
     """The miss as ``memolab why`` prints it: its reasons and diffs."""
     return str(Explanation.from_dict(miss))
 
@@ -122,7 +123,7 @@ def _confirm(question: str, yes: bool) -> None:
         raise NotAccepted("not accepted: nothing recorded")
 
 
-def accept_call(memo: Any, args: Sequence[Any], kwargs: Dict[str, Any], yes: bool) -> Dict[str, Any]:
+def accept_call(memo: Any, args: Sequence[Any], kwargs: dict[str, Any], yes: bool) -> dict[str, Any]:
     """``MemoFunction.accept`` (see there)."""
     fn = memo.symbol
     if memo.code == "version":
@@ -156,7 +157,7 @@ def accept_call(memo: Any, args: Sequence[Any], kwargs: Dict[str, Any], yes: boo
     return record(store, prop)
 
 
-def undo(store: Any, fn: str, accept_id: Optional[int] = None, new_code: Optional[str] = None) -> List[Dict[str, Any]]:
+def undo(store: Any, fn: str, accept_id: int | None = None, new_code: str | None = None) -> list[dict[str, Any]]:
     """Take back accept ``accept_id`` of ``fn``, else those from ``new_code``, else ``fn``'s newest;
     the accepts taken back (each with ``team``: what the team store did). ``NotAccepted`` if none
     is active."""
@@ -192,12 +193,12 @@ def refresh(store: Any, fn: str) -> None:
         pass
 
 
-def undo_for(memo: Any, accept_id: Optional[int]) -> List[Dict[str, Any]]:
+def undo_for(memo: Any, accept_id: int | None) -> list[dict[str, Any]]:
     """``MemoFunction.undo_accept``: this code's accepts (or ``accept_id``) taken back."""
     return undo(memo.store(), memo.symbol, accept_id, None if accept_id is not None else memo.code_digest())
 
 
-def as_json(a: Dict[str, Any]) -> Dict[str, Any]:
+def as_json(a: dict[str, Any]) -> dict[str, Any]:
     """The documented JSON form of an accept (docs/cli.md)."""
     return {"id": a.get("id"), "fn": a.get("fn"), "schema": a.get("schema"), "new_code": a.get("new_code"),
             "old_code": a.get("old_code"), "time": a.get("time"), "user": a.get("user_name"), "host": a.get("host"),

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any, Dict
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,8 +54,8 @@ class _Lanes:
     __slots__ = ("h", "count")
 
     def __init__(self) -> None:
-        self.h: Dict[str, Any] = {}
-        self.count: Dict[str, int] = {}
+        self.h: dict[str, Any] = {}
+        self.count: dict[str, int] = {}
 
     def feed(self, path: str, data: Any) -> None:
         if memoryview(data).nbytes == 0:
@@ -176,7 +176,7 @@ def column_digest(chunks: Any) -> bytes:
     return lanes.digest()
 
 
-def schema_metadata(schema: Any) -> Dict[bytes, bytes]:
+def schema_metadata(schema: Any) -> dict[bytes, bytes]:
     """The schema metadata that is content: HF's ``fingerprint`` (a name for its own cache,
     random where a transform cannot be hashed) is left out of the ``huggingface`` entry."""
     meta = dict(schema.metadata or {})
@@ -197,7 +197,7 @@ def encode_columns(enc: Any, schema: Any, columns: Any, num_rows: int) -> None:
     enc.write(_pack_Q(len(sb)) + sb)
     enc.encode_child(schema_metadata(schema), ".schema.metadata")
     enc.write_uint(num_rows)
-    for name, col in zip(schema.names, columns):
+    for _name, col in zip(schema.names, columns, strict=False):
         enc.write(b"H" + column_digest(col.chunks if isinstance(col, pa.ChunkedArray) else [col]))
 
 

@@ -13,7 +13,8 @@ import inspect
 import sys
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, report, upstream
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
@@ -45,7 +46,7 @@ class Running:
         self.force = force  # computed by ``fresh()``: start over, whatever was checkpointed
         #: checkpoints are saved here (False: a rank other than 0 of a collective call, docs/distributed.md)
         self.writes = True
-        self.on_stored: List[Callable[[], None]] = []
+        self.on_stored: list[Callable[[], None]] = []
 
     def stored(self) -> None:
         """The result is stored: run what waited for that (dropping checkpoints)."""
@@ -56,15 +57,15 @@ class Running:
                 pass
 
 
-_running: "contextvars.ContextVar[Optional[Running]]" = contextvars.ContextVar("memolab_evaluation", default=None)
+_running: contextvars.ContextVar[Running | None] = contextvars.ContextVar("memolab_evaluation", default=None)
 
 
-def running() -> Optional[Running]:
+def running() -> Running | None:
     """The memoized evaluation computing in this context (a miss in progress), or None."""
     return _running.get()
 
 
-def arg_snapshot(named: List[Tuple[str, Any]], per_arg: Dict[str, str]) -> Dict[str, List[str]]:
+def arg_snapshot(named: list[tuple[str, Any]], per_arg: dict[str, str]) -> dict[str, list[str]]:
     """Per argument (and pseudo-argument: a callable's state, a global switch, a generator
     state): its digest and a short repr (the key's arguments as shown and explained).
     Secrets are masked: an argument whose name says it is one (``hub_token``, ``api_key``) shows
@@ -91,9 +92,9 @@ class Call:
                  "state_deps", "via", "at", "expiry",
                  "miss_text", "announced", "computed", "visited", "edges")
 
-    def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: Dict[str, str],
+    def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
-                 named: List[Tuple[str, Any]], visited: Optional[List[Any]] = None) -> None:
+                 named: list[tuple[str, Any]], visited: list[Any] | None = None) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
         self.bound = bound
         self.key = key
@@ -111,40 +112,40 @@ class Call:
         #: a damaged row of this key was taken out of use (at most once per call)
         self.retried = False
         #: the argument snapshot, once made (``call_snapshot``)
-        self.snapshot: Optional[Dict[str, List[str]]] = None
+        self.snapshot: dict[str, list[str]] | None = None
         #: a lease-free miss's record, until written (with the result, or alone)
-        self.pending: List[Callable[[Any], None]] = []
+        self.pending: list[Callable[[Any], None]] = []
         #: stored rows of the key this call found unusable (``again``)
         self.loads = 0
         #: the global generators while the body runs (``globalrng.begin``), and what it did to them
-        self.rng_frame: Optional[Tuple[Any, Any]] = None
-        self.rng: Optional[globalrng.Outcome] = None
+        self.rng_frame: tuple[Any, Any] | None = None
+        self.rng: globalrng.Outcome | None = None
         #: how often a stored row sent this call to another key (``reroute``)
         self.routes = 0
         #: the environment variables the body reads (``implicit.environ_frame``), the imports it tries
         self.env_frame: Any = None
         self.imports: Any = None
         #: what the result depends on besides its key (``implicit``): generator states, libraries
-        self.state_deps: Dict[str, str] = {}
+        self.state_deps: dict[str, str] = {}
         #: the row in hand was found under other code the user accepted as this code
         #: (``accepted``): (the key it is stored under, the accepts followed); None: under ``key``
-        self.via: Optional[Tuple[Any, List[Dict[str, Any]]]] = None
+        self.via: tuple[Any, list[dict[str, Any]]] | None = None
         #: when the call started, by memolab's clock (``expiry``): what a stored row's age is judged at
-        self.at: Optional[float] = expiry.now() if memo.max_age is not None or memo.validate is not None else None
+        self.at: float | None = expiry.now() if memo.max_age is not None or memo.validate is not None else None
         #: why the stored row of the key expired (``expired``): the call recomputes it
-        self.expiry: Optional[str] = None
+        self.expiry: str | None = None
         #: the miss record ``miss_writer`` made (JSON text), which ``report`` explains from
-        self.miss_text: Optional[str] = None
+        self.miss_text: str | None = None
         #: ``report`` announced this miss (its store is then announced too); seconds it computed
         self.announced = False
-        self.computed: Optional[float] = None
+        self.computed: float | None = None
         #: what the argument hash walked through (``hashing.hash_arguments(visit=...)``), until a
         #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
         self.visited = visited
-        self.edges: Optional[List[Dict[str, str]]] = None
+        self.edges: list[dict[str, str]] | None = None
 
     # -- lineage -------------------------------------------------------------------------
-    def inputs(self) -> List[Dict[str, str]]:
+    def inputs(self) -> list[dict[str, str]]:
         """The input edges of this call (``upstream.input_edges``), found once, on a miss."""
         if self.edges is None:
             visited, self.visited = self.visited, None
@@ -155,7 +156,7 @@ class Call:
         return self.edges
 
     # -- global generators ---------------------------------------------------------------
-    def reroute(self, row: Dict[str, Any]) -> Optional[Any]:
+    def reroute(self, row: dict[str, Any]) -> Any | None:
         """``row`` was found for this call's key: None to use it; else the key to look at
         instead (the call has moved there), or ``UNSTORED``.
 
@@ -182,7 +183,7 @@ class Call:
         return self.key
 
     # -- accepted code changes and expiry -------------------------------------------------------
-    def accepted(self, row: Optional[Dict[str, Any]], lookup: Optional[Callable[[Any], Any]] = None) -> Optional[Dict[str, Any]]:
+    def accepted(self, row: dict[str, Any] | None, lookup: Callable[[Any], Any] | None = None) -> dict[str, Any] | None:
         """The row this call may use: ``row`` when one was found under its key; else one stored
         under code the user accepted as giving the same results as this code (``memolab accept``:
         the same function, argument digest and key schema, only the code digest replaced, as
@@ -208,7 +209,7 @@ class Call:
                 return other
         return None
 
-    def expired(self, row: Dict[str, Any]) -> Optional[str]:
+    def expired(self, row: dict[str, Any]) -> str | None:
         """Why stored ``row`` is expired for this call (``@memo(max_age=..., validate=...)``), or
         None. An expired row makes the call recompute and replace it (as ``fresh()`` does)."""
         if self.at is None:
@@ -218,7 +219,7 @@ class Call:
             self.expiry, self.force, self.via = why, True, None
         return why
 
-    def from_memory(self) -> Tuple[bool, Any]:
+    def from_memory(self) -> tuple[bool, Any]:
         """A hit on this process's in-memory copy of the key's result, or (False, None)."""
         at, memo = self.at, self.memo
         fresh = None if at is None else (lambda row: expiry.verdict(row, at, memo.max_age, memo.validate,
@@ -226,7 +227,7 @@ class Call:
         return memory_hit(self.store, self.key, fresh)
 
     # -- looking up ----------------------------------------------------------------------
-    def load(self, row: Dict[str, Any]) -> Tuple[bool, Any]:
+    def load(self, row: dict[str, Any]) -> tuple[bool, Any]:
         """(True, value) of a stored row; (False, None) if it cannot be used (taken out of use)."""
         store, key = self.store, (self.via[0] if self.via is not None else self.key)
         t0 = time.perf_counter()
@@ -270,7 +271,7 @@ class Call:
         upstream.mark(value, store, row["id"], key)
         return True, value
 
-    def _row_replaced(self, row: Dict[str, Any]) -> bool:
+    def _row_replaced(self, row: dict[str, Any]) -> bool:
         try:
             now = self.store.index.lookup(self.key)
         except Exception:
@@ -314,7 +315,7 @@ class Call:
         self.pending[:] = [] if writer is None else [writer]
         return True
 
-    def miss_writer(self) -> Optional[Callable[[Any], None]]:
+    def miss_writer(self) -> Callable[[Any], None] | None:
         """Why this call misses, recorded with the lease we are about to take, in its
         transaction (a lease-free miss: with its result); None if it cannot be
         explained. A miss of code this process has seen stored, whose key has no row
@@ -338,21 +339,21 @@ class Call:
         self.miss_text = text
         return store.miss_rider(self.memo.symbol, text)
 
-    def call_snapshot(self) -> Dict[str, List[str]]:
+    def call_snapshot(self) -> dict[str, list[str]]:
         """``arg_snapshot`` of this call, made once for its miss record and its result's row."""
         if self.snapshot is None:
             self.snapshot = arg_snapshot(self.named + _states_named(self.per_arg), self.per_arg)
         return self.snapshot
 
     # -- computing -----------------------------------------------------------------------
-    def start(self) -> Tuple[float, Any]:
+    def start(self) -> tuple[float, Any]:
         """We own the key's lease (its miss recorded with it), or need none (a quick
         function): open a run for its logs."""
         self.announced = bool(_quietly(report.miss, self))  # on the ``memolab`` logger, if its verbosity says so
         t0 = expiry.now()
         return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
 
-    def enter(self, run: Any) -> Tuple[Running, Any]:
+    def enter(self, run: Any) -> tuple[Running, Any]:
         """``running()`` is this evaluation while the function computes; the global
         generators are watched while it does (``globalrng``)."""
         hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
@@ -382,7 +383,7 @@ class Call:
         self.computed = seconds
         report.note(self.store, self.key, seconds)
 
-    def failed(self, owner: str, run: Any, error: Optional[BaseException] = None) -> None:
+    def failed(self, owner: str, run: Any, error: BaseException | None = None) -> None:
         self.store.release(self.key, owner)
         self._write_pending()
         runs.end(run, "failed", error=error)
@@ -406,13 +407,13 @@ class Call:
             pass  # the explanation is advisory: never fail the call over it
 
     # -- storing -------------------------------------------------------------------------
-    def done(self, owner: str, value: Any, t0: float, run: Any, ev: Optional[Running] = None) -> None:
+    def done(self, owner: str, value: Any, t0: float, run: Any, ev: Running | None = None) -> None:
         try:
             self._finish(owner, value, t0, run, ev)
         finally:
             self._write_pending()
 
-    def _finish(self, owner: str, value: Any, t0: float, run: Any, ev: Optional[Running]) -> None:
+    def _finish(self, owner: str, value: Any, t0: float, run: Any, ev: Running | None) -> None:
         store, key = self.store, self.key
         if not self.force and not store.known_absent(key) and self._unloadable(value):
             store.release(key, owner)
@@ -472,7 +473,7 @@ class Call:
         except Exception:  # a file vanished: not what the key says either
             return False
 
-    def _save(self, owner: str, value: Any, t0: float) -> Optional[int]:
+    def _save(self, owner: str, value: Any, t0: float) -> int | None:
         store, key, memo, cv = self.store, self.key, self.memo, self.cv
         t1 = expiry.now()
         info = runtime_info()
@@ -546,7 +547,7 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
-def memory_hit(store: Any, key: Key, fresh: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[bool, Any]:
+def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | None = None) -> tuple[bool, Any]:
     """(True, value) if this process holds ``key``'s result in memory and may use it.
 
     A result made from global generator states (``globalrng``) serves only a call made
@@ -554,10 +555,10 @@ def memory_hit(store: Any, key: Key, fresh: Optional[Callable[[Dict[str, Any]], 
     looked at instead (``Call.reroute`` does the same against the store). A hit restores
     the generators to where the body left them. ``fresh(row)``: False for a copy that
     expired (``expiry``): the call then goes to the store, which recomputes it."""
-    now: Optional[Dict[str, str]] = None
+    now: dict[str, str] | None = None
     rid = 0
 
-    def fits(row: Dict[str, Any]) -> bool:
+    def fits(row: dict[str, Any]) -> bool:
         nonlocal now, rid
         rid = row["id"]
         if fresh is not None and not fresh(row):
@@ -593,12 +594,12 @@ class _State:
         return f"<state {self.digest[:12]}>"
 
 
-def _states_named(per_arg: Dict[str, str]) -> List[Tuple[str, Any]]:
+def _states_named(per_arg: dict[str, str]) -> list[tuple[str, Any]]:
     """(pseudo-argument, value as shown) of each global generator state in ``per_arg``."""
     return [(n, _State(d)) for n, d in per_arg.items() if implicit.is_pseudo_argument(n)]
 
 
-def _state_deps(row: Dict[str, Any]) -> Optional[Dict[str, str]]:
+def _state_deps(row: dict[str, Any]) -> dict[str, str] | None:
     """The states a stored row was made in (``snapshot.state_deps``: generator states, library
     versions), or None. A value that is not a mapping of names to digests (damage) matches no state."""
     if "state_deps" in row:  # extracted by the lookup (JSON1): no snapshot to parse
@@ -621,8 +622,8 @@ def _state_deps(row: Dict[str, Any]) -> Optional[Dict[str, str]]:
     return deps or None
 
 
-def _with_pending(pending: List[Callable[[Any], None]],
-                  rider: Optional[Callable[[Any], None]]) -> Callable[[Any], None]:
+def _with_pending(pending: list[Callable[[Any], None]],
+                  rider: Callable[[Any], None] | None) -> Callable[[Any], None]:
     """A rider writing a lease-free miss's record, then ``rider`` (a run's)."""
     def both(c: Any) -> None:
         pending[0](c)
@@ -633,7 +634,7 @@ def _with_pending(pending: List[Callable[[Any], None]],
     return both
 
 
-def _result_token(row: Dict[str, Any]) -> Optional[List[str]]:
+def _result_token(row: dict[str, Any]) -> list[str] | None:
     if "result_token" in row and signing.secret() is None:
         # the two answers of most small results, without parsing: no token recorded
         # (nothing the result walk remembers) or one without arrays or tensors
@@ -665,20 +666,20 @@ def _json(obj: Any) -> str:
     return json.dumps(obj, default=str)  # insertion order: arguments stay in signature order
 
 
-_VERSIONS: Dict[Tuple[str, ...], str] = {}
+_VERSIONS: dict[tuple[str, ...], str] = {}
 
 
 def _versions_json(memolab_version: str) -> str:
     """``{"memolab": ..., "numpy": ..., "torch": ...}`` as JSON, made once per set of versions."""
     loaded = _loaded_versions()
-    k = (memolab_version, *loaded.items())  # type: ignore[arg-type]
+    k = (memolab_version, *loaded.items())
     text = _VERSIONS.get(k)  # type: ignore[arg-type]
     if text is None:
         text = _VERSIONS[k] = _json({"memolab": memolab_version, **loaded})  # type: ignore[index]
     return text
 
 
-def _loaded_versions() -> Dict[str, str]:
+def _loaded_versions() -> dict[str, str]:
     out = {}
     for name in ("numpy", "torch"):
         m = sys.modules.get(name)

@@ -20,9 +20,10 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, cast
 
 _lock = threading.Lock()
 
@@ -35,9 +36,9 @@ _lock = threading.Lock()
 # str keys) the plain lookup.
 _ENV_DATA = getattr(os.environ, "_data", None)
 if os.name == "posix" and isinstance(_ENV_DATA, dict) and isinstance(next(iter(_ENV_DATA), b""), bytes):
-    environ_bytes: Callable[[bytes], Optional[bytes]] = _ENV_DATA.get
+    environ_bytes: Callable[[bytes], bytes | None] = _ENV_DATA.get
 else:  # pragma: no cover - not POSIX
-    def environ_bytes(name: bytes) -> Optional[bytes]:
+    def environ_bytes(name: bytes) -> bytes | None:
         """``$name`` as bytes, or None."""
         v = os.environ.get(name.decode("ascii"))
         return None if v is None else v.encode("utf-8", "surrogateescape")
@@ -69,7 +70,7 @@ STORE_SHARINGS = ("user", "group")
 
 @dataclass(frozen=True)
 class Settings:
-    store: Optional[str] = None
+    store: str | None = None
     #: how much of a third-party package's version joins the code digest
     version_sensitivity: str = "minor"
     #: seconds between lease heartbeats; a lease is stale after ``lease_ttl``
@@ -88,16 +89,16 @@ class Settings:
     #: ``sqlite:///path`` for one host) and the team blob store (``s3://bucket/prefix``,
     #: ``file:///shared/dir``). None: read from ``$MEMOLAB_REMOTE``/``$MEMOLAB_REMOTE_BLOBS``,
     #: else from ``[tool.memolab]`` in the workspace's ``pyproject.toml``.
-    remote: Optional[str] = None
-    remote_blobs: Optional[str] = None
+    remote: str | None = None
+    remote_blobs: str | None = None
     #: seconds a team-store connection or request may take before we work offline
     remote_timeout: float = 3.0
     #: what memolab says on the ``memolab`` logger as calls run (``report``): 0 nothing, 1 what
     #: takes time (misses of functions not known to be quick, stores and loads of a second or
     #: more), 2 every call that is not a hit from this process's memory; None: 1, but 0 on a
     #: rank other than 0 of a distributed job (docs/logging.md, "What memolab says")
-    verbose: Optional[int] = None
-    extra: dict = field(default_factory=dict)
+    verbose: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # -- MEMOLAB_* variables: every one with a value to check is parsed here, and only here -----
@@ -146,15 +147,15 @@ class Number:
                 self.integer and not isinstance(v, numbers.Integral)):
             raise ValueError(f"is not {self._kind()}")
         # compared before float(): an int too large for a float must be refused, not overflow
-        if not self.lo <= v <= self.hi:
+        if not self.lo <= v <= self.hi:  # type: ignore[operator]  # numbers.Real/Integral: mypy has no arithmetic for the numbers ABCs
             raise ValueError("is out of range")
-        return int(v) if self.integer else float(v)
+        return int(v) if self.integer else float(v)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
 class Choice:
     """One of ``options`` (in the environment: any case, spaces around ignored)."""
-    options: Tuple[str, ...]
+    options: tuple[str, ...]
 
     def accepted(self) -> str:
         return "one of " + ", ".join(self.options)
@@ -165,7 +166,7 @@ class Choice:
     def check(self, v: Any) -> str:
         if v not in self.options:
             raise ValueError("is not an accepted value")
-        return v
+        return cast(str, v)  # one of the options
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,7 @@ class Switch:
     def accepted(self) -> str:
         return f"{'/'.join(_ON_WORDS)} (on), {'/'.join(_OFF_WORDS)} (off) or auto"
 
-    def parse(self, raw: str) -> Optional[bool]:
+    def parse(self, raw: str) -> bool | None:
         v = raw.lower()
         if v in _ON_WORDS:
             return True
@@ -203,12 +204,12 @@ class Level:
             return 1
         raise ValueError("is not a verbosity")
 
-    def check(self, v: Any) -> Optional[int]:
+    def check(self, v: Any) -> int | None:
         if v is None:
             return None  # back to the default
         if isinstance(v, bool):
             return int(v)
-        if isinstance(v, numbers.Integral) and 0 <= v <= 2:
+        if isinstance(v, numbers.Integral) and 0 <= v <= 2:  # type: ignore[operator]  # numbers.Real/Integral: mypy has no arithmetic for the numbers ABCs
             return int(v)
         raise ValueError("is not a verbosity")
 
@@ -220,7 +221,7 @@ class Folder:
     def accepted(self) -> str:
         return f"a directory, {'/'.join(_OFF_WORDS)} (off) or {'/'.join(_ON_WORDS)} (the default directory)"
 
-    def parse(self, raw: str) -> Optional[str]:
+    def parse(self, raw: str) -> str | None:
         v = raw.lower()
         if v in _OFF_WORDS:
             return ""
@@ -235,9 +236,9 @@ class EnvVar:
     rule: Any  # Number, Choice, Switch or Folder: ``parse(raw)`` raises ValueError(why) for a bad value
     default: Any  # in effect when unset, empty or bad
     #: how messages and docs say the default (when its value alone does not say it)
-    default_text: Optional[str] = None
+    default_text: str | None = None
     #: the ``Settings`` field it sets (read once, at import), if any
-    setting: Optional[str] = None
+    setting: str | None = None
 
     def describe_default(self, default: Any = None) -> str:
         d = self.default if default is None else default
@@ -264,7 +265,7 @@ SECONDS_LEASE_FREE = Number(0, 60, "seconds")
 SECONDS_REMOTE = Number(0.1, 600, "seconds")
 SECONDS_DRAIN = Number(0, 3600, "seconds")
 
-ENV: Dict[str, EnvVar] = {v.name: v for v in (
+ENV: dict[str, EnvVar] = {v.name: v for v in (
     EnvVar("MEMOLAB_LEASE_TTL", SECONDS_TTL, 10.0, setting="lease_ttl"),
     # the default depends on the lease's TTL: see ``read_env``
     EnvVar("MEMOLAB_HEARTBEAT", SECONDS_HEARTBEAT, 1.0, setting="heartbeat"),
@@ -294,15 +295,15 @@ ENV: Dict[str, EnvVar] = {v.name: v for v in (
 )}
 
 #: the checks ``configure()`` applies, by keyword
-_CHECKS: Dict[str, Any] = {v.setting: v.rule for v in ENV.values() if v.setting}
+_CHECKS: dict[str, Any] = {v.setting: v.rule for v in ENV.values() if v.setting}
 
 _BAD = object()
 #: (variable, raw value) -> its value, or _BAD: a value is parsed (and reported) once
-_parsed: Dict[Tuple[str, str], Any] = {}
-_reported: set = set()
+_parsed: dict[tuple[str, str], Any] = {}
+_reported: set[tuple[str, ...]] = set()
 
 
-def _report(key: Tuple[str, ...], line: str) -> None:
+def _report(key: tuple[str, ...], line: str) -> None:
     """``line`` on stderr, once per process for ``key``. Not ``warnings.warn``: that prints
     the file and source line of whoever imported memolab, two lines about the wrong place."""
     with _lock:
@@ -318,7 +319,7 @@ def _report(key: Tuple[str, ...], line: str) -> None:
             pass
 
 
-def _value(var: EnvVar, raw: Optional[str], default: Any) -> Any:
+def _value(var: EnvVar, raw: str | None, default: Any) -> Any:
     if raw is None or not raw.strip():  # empty counts as unset (the shell's ``VAR= cmd``)
         return default
     v = _parsed.get((var.name, raw), None)
@@ -367,10 +368,10 @@ _settings = read_env()
 _generation = 0  # bumped on every configure() so cached stores are dropped
 #: called as ``fn(old, new)`` after every ``configure()`` (the store module retires the team
 #: stores a new remote replaces); registered by importers, so config imports nothing of theirs
-on_configure: List[Callable[["Settings", "Settings"], None]] = []
+on_configure: list[Callable[[Settings, Settings], None]] = []
 
 
-def find_workspace(start: Optional[Path] = None) -> Path:
+def find_workspace(start: Path | None = None) -> Path:
     # os.path, not pathlib: a third of the cost, and a script's first call runs this twice
     # (the store's location, then the team store's settings in [tool.memolab])
     here = os.path.realpath(start if start is not None else os.getcwd())
@@ -409,10 +410,10 @@ def store_path() -> Path:
     return find_workspace() / ".memolab"
 
 
-_pyproject_cache: Dict[str, Tuple[int, Dict[str, Any]]] = {}
+_pyproject_cache: dict[str, tuple[int, dict[str, Any]]] = {}
 
 
-def _tool_table(workspace: Path) -> Dict[str, Any]:
+def _tool_table(workspace: Path) -> dict[str, Any]:
     """``[tool.memolab]`` of the workspace's pyproject.toml ({} if none). tomllib is
     imported only when the file's text mentions ``tool.memolab``: a project without
     it pays a read, not a TOML parser. Cached by modification time."""
@@ -424,15 +425,13 @@ def _tool_table(workspace: Path) -> Dict[str, Any]:
     hit = _pyproject_cache.get(str(p))
     if hit is not None and hit[0] == st.st_mtime_ns:
         return hit[1]
-    table: Dict[str, Any] = {}
+    table: dict[str, Any] = {}
     try:
         text = p.read_text(encoding="utf-8")
         if "tool.memolab" in text:
-            try:
+            if sys.version_info >= (3, 11):  # (no tomllib in Python 3.10)
                 import tomllib
-            except ImportError:  # Python 3.10
-                tomllib = None  # type: ignore[assignment]
-            if tomllib is not None:
+
                 table = tomllib.loads(text).get("tool", {}).get("memolab", {}) or {}
     except (OSError, ValueError):
         table = {}
@@ -440,7 +439,7 @@ def _tool_table(workspace: Path) -> Dict[str, Any]:
     return table
 
 
-def remote() -> Optional[Tuple[str, Optional[str]]]:
+def remote() -> tuple[str, str | None] | None:
     """The configured team store: (index URL, blob store URL or None), or None.
 
     Each of the two is taken from ``configure()``, else ``$MEMOLAB_REMOTE`` /

@@ -11,7 +11,8 @@ from __future__ import annotations
 import html
 import math
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .text import human_bytes, human_seconds
 
@@ -38,7 +39,7 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def _age(t: Optional[float]) -> str:
+def _age(t: float | None) -> str:
     if not t:
         return "–"
     d = time.time() - t
@@ -58,9 +59,9 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequenc
     return f"<table {_TABLE}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def metric_columns(runs: Sequence[Any], most: int = 6) -> List[str]:
+def metric_columns(runs: Sequence[Any], most: int = 6) -> list[str]:
     """The tags logged by the most runs (``val/``, then ``train/`` first on ties)."""
-    count: Dict[str, int] = {}
+    count: dict[str, int] = {}
     for r in runs:
         for t in r.metrics or {}:
             count[t] = count.get(t, 0) + 1
@@ -94,10 +95,11 @@ def _status(s: str) -> str:
     return f'<span style="color:{colour}">{_e(s)}</span>'
 
 
-def sparkline(steps: Sequence[float], values: Sequence[Optional[float]], colour: str = _COLOURS[0],
+def sparkline(steps: Sequence[float], values: Sequence[float | None], colour: str = _COLOURS[0],
               width: int = 220, height: int = 60) -> str:
     """An inline SVG line of ``values`` over ``steps`` (gaps at None and non-finite values)."""
-    pts = [(s, v) for s, v in zip(steps, values) if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
+    pts = [(s, v) for s, v in zip(steps, values, strict=False)
+           if v is not None and isinstance(v, (int, float)) and math.isfinite(v)]
     if not pts:
         return f'<svg width="{width}" height="{height}"></svg>'
     xs = [p[0] for p in pts]
@@ -111,7 +113,7 @@ def sparkline(steps: Sequence[float], values: Sequence[Optional[float]], colour:
             f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{path}"/></svg>')
 
 
-def run_card(run: Any, curves: Sequence[Tuple[str, Any]]) -> str:
+def run_card(run: Any, curves: Sequence[tuple[str, Any]]) -> str:
     """A run: what it is, then one small chart per scalar tag (``curves``: (tag, Scalars))."""
     ev = run.evaluation
     facts = [("function", run.fn), ("status", run.status), ("started", _age(run.started)),
@@ -166,7 +168,7 @@ def evaluation(ev: Any) -> str:
             f'{_e(human_bytes(ev.size))}, result <code>{_e(ev.result)}</code></span>')
 
 
-def evaluations_table(rows: Sequence[Dict[str, Any]]) -> str:
+def evaluations_table(rows: Sequence[dict[str, Any]]) -> str:
     """``MemoFunction.evaluations()``: id, when, how long it took, size, hits, arguments, result."""
     import json
 

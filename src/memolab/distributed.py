@@ -23,7 +23,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import sys
-from typing import Any, Callable, Dict, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from . import hooks
 from .errors import MemolabError
@@ -40,17 +41,17 @@ class DistributedError(MemolabError):
     arguments, another call at the same place in their sequence of calls)."""
 
 
-_rank_local: "contextvars.ContextVar[bool]" = contextvars.ContextVar("memolab_rank_local", default=False)
-_keying: "contextvars.ContextVar[bool]" = contextvars.ContextVar("memolab_collective_keying", default=False)
-_main_first: "contextvars.ContextVar[Optional[str]]" = contextvars.ContextVar("memolab_main_first", default=None)
+_rank_local: contextvars.ContextVar[bool] = contextvars.ContextVar("memolab_rank_local", default=False)
+_keying: contextvars.ContextVar[bool] = contextvars.ContextVar("memolab_collective_keying", default=False)
+_main_first: contextvars.ContextVar[str | None] = contextvars.ContextVar("memolab_main_first", default=None)
 
 #: ``timeout``: seconds a rank waits for the others to reach a collective call (None:
 #: ``$MEMOLAB_DIST_TIMEOUT``, else 30 lease TTLs, 300 s by default, a tenth of torch's default);
 #: a silent decider is given up after 3 lease TTLs
-_SETTINGS: Dict[str, Optional[float]] = {"timeout": None}
+_SETTINGS: dict[str, float | None] = {"timeout": None}
 
 
-def configure(*, timeout: Optional[float] = None) -> Dict[str, Optional[float]]:
+def configure(*, timeout: float | None = None) -> dict[str, float | None]:
     """Set how long a rank waits for the other ranks to reach a collective call (seconds)."""
     if timeout is not None:
         if not timeout > 0:
@@ -59,7 +60,7 @@ def configure(*, timeout: Optional[float] = None) -> Dict[str, Optional[float]]:
     return dict(_SETTINGS)
 
 
-def settings() -> Dict[str, Optional[float]]:
+def settings() -> dict[str, float | None]:
     return dict(_SETTINGS)
 
 
@@ -121,10 +122,10 @@ def keying() -> Iterator[None]:
         _keying.reset(token)
 
 
-_resolved: Dict[str, Callable[[], Any]] = {}
+_resolved: dict[str, Callable[[], Any]] = {}
 
 
-def collective_driver() -> Optional[Callable[..., Any]]:
+def collective_driver() -> Callable[..., Any] | None:
     """The driver of a memoized call made here, or None: the call is rank-local, or no driver
     applies (no process group of more than one rank, and none that could come to exist during
     the call, e.g. by Lightning's launcher). A dict lookup per driver module until that module

@@ -24,15 +24,16 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 from .cli.common import PROBLEM, CliError, Progress, command, confirm, emit_json, human_size, options, store_root, table
 
 Out = Callable[[str], None]
 
 
-def _index_problem(path: Path) -> Tuple[Optional[str], bool]:
+def _index_problem(path: Path) -> tuple[str | None, bool]:
     """(problem, repairable) of the index file: None when it opens and passes ``integrity_check``."""
     from .errors import StoreUnavailable
     from .store.health import ReadOnlyIndex
@@ -55,9 +56,9 @@ def _index_problem(path: Path) -> Tuple[Optional[str], bool]:
 
 # -- repair --------------------------------------------------------------------------------
 
-def _read_rows(conn: sqlite3.Connection, table_: str, cols: List[str], order: str) -> Tuple[List[Tuple[Any, ...]], int]:
+def _read_rows(conn: sqlite3.Connection, table_: str, cols: list[str], order: str) -> tuple[list[tuple[Any, ...]], int]:
     """The rows of ``table_`` that can be read, skipping over damaged stretches: (rows, read errors)."""
-    out: List[Tuple[Any, ...]] = []
+    out: list[tuple[Any, ...]] = []
     errors = 0
     last: Any = None
     skip = 1
@@ -78,7 +79,7 @@ def _read_rows(conn: sqlite3.Connection, table_: str, cols: List[str], order: st
             skip *= 4  # jump over the damaged pages, further each time
 
 
-def _intact(store: Any, row: Dict[str, Any]) -> bool:
+def _intact(store: Any, row: dict[str, Any]) -> bool:
     """Is everything a salvaged row refers to present and equal to its digest?"""
     refs = [tuple(r) for r in json.loads(row["buffers"] or "[]")]
     if row.get("inline") is not None:  # payload and buffers inside the row itself
@@ -101,9 +102,9 @@ def repair_index(root: Path, out: Out) -> int:
         os.replace(f"{index}-wal", f"{aside}-wal")  # committed rows may live only there
     Path(f"{index}-shm").unlink(missing_ok=True)
     out(f"moved the damaged index to {aside.name}")
-    rows: List[Tuple[Any, ...]] = []
-    cols: List[str] = list(EVAL_COLUMNS)
-    sources: List[Tuple[Any, ...]] = []
+    rows: list[tuple[Any, ...]] = []
+    cols: list[str] = list(EVAL_COLUMNS)
+    sources: list[tuple[Any, ...]] = []
     errors = 0
     try:
         old = sqlite3.connect(f"{aside.absolute().as_uri()}?mode=ro", uri=True)
@@ -120,7 +121,7 @@ def repair_index(root: Path, out: Out) -> int:
     kept = dropped = 0
     with store.index.write() as c:
         for r in rows:
-            row = dict(zip(cols, r))
+            row = dict(zip(cols, r, strict=False))
             if row["status"] != "done" or row_problem(row) is not None:
                 dropped += 1
                 continue
@@ -148,11 +149,11 @@ def repair_index(root: Path, out: Out) -> int:
 
 # -- checks of a readable store ------------------------------------------------------------------
 
-def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -> int:
-    from .store.reading import open_for_reading
+def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None) -> int:
     from .store import tmpfiles
     from .store.health import row_problem, undecodable_rows
     from .store.layout import is_digest
+    from .store.reading import open_for_reading
 
     store = open_for_reading(root)  # an older store is checked as it is, never migrated (nothing changed then)
     readonly = hasattr(store, "problem")
@@ -169,7 +170,7 @@ def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -
                 c.execute(f"UPDATE evaluations SET {', '.join(k + '=?' for k in sets)}, status='corrupt', reason=? "
                           "WHERE id=?", [row[k] for k in sets] + ["undecodable text in the index", i])
     # rows that do not decode
-    undecodable: Dict[int, str] = {i: "text that is not UTF-8" for i in garbled}
+    undecodable: dict[int, str] = {i: "text that is not UTF-8" for i in garbled}
     skip = f" AND id NOT IN ({','.join(str(int(i)) for i in garbled)})" if garbled else ""
     for row in store.index.evaluations(where="status='done'" + skip):
         why = row_problem(row)
@@ -197,7 +198,7 @@ def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -
             c.executemany("DELETE FROM misses WHERE id=?", [(i,) for i in bad_misses])
     # blobs against their digests
     checked = 0
-    damaged: Dict[str, str] = {}
+    damaged: dict[str, str] = {}
     digests = list(store.blobs)
     with Progress("verifying blobs", len(digests)) as bar:  # a bar on a terminal, nothing on a pipe
         for d in digests:
@@ -209,12 +210,12 @@ def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -
             if problem and problem != "missing" and not problem.endswith("is missing"):
                 damaged[d] = problem
 
-    def decide(c: Any) -> Tuple[List[Tuple[str, str]], Dict[int, List[str]]]:
+    def decide(c: Any) -> tuple[list[tuple[str, str]], dict[int, list[str]]]:
         refs = store.index.referenced_blobs(only_done=True)
         # (a name that is no digest is a damaged row, marked below: never made a path)
         missing = [d for d in refs if d not in damaged and is_digest(d) and not store.blobs.path(d).exists()]
         problems = [(d, p) for d, p in damaged.items()] + [(d, "missing") for d in missing]
-        affected: Dict[int, List[str]] = {}
+        affected: dict[int, list[str]] = {}
         for d in [*damaged, *missing]:
             for i in refs.get(d, []):
                 affected.setdefault(i, []).append(d)
@@ -254,7 +255,7 @@ def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -
     # temporary files of writers that are gone
     litter = [t for t in tmpfiles.scan(store.blobs.tmp) if t.alive is not True]
     dead = [t for t in litter if t.alive is False or t.age > 3600]
-    removed: List[Any] = []
+    removed: list[Any] = []
     if dead:
         removed = [] if readonly else tmpfiles.reclaim(store.blobs.tmp)
         size = sum(t.size for t in dead)
@@ -271,7 +272,7 @@ def _check_store(root: Path, out: Out, facts: Optional[Dict[str, Any]] = None) -
     return 1 if bad else 0
 
 
-def run(root: Path, repair: bool = False, out: Out = print, facts: Optional[Dict[str, Any]] = None,
+def run(root: Path, repair: bool = False, out: Out = print, facts: dict[str, Any] | None = None,
         confirm_repair: Callable[[], bool] = lambda: True) -> int:
     root = Path(root)
     if not root.is_dir():
@@ -320,8 +321,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     root = store_root(args)
     if not root.is_dir():  # like every command: no store is made here, and none is a problem (exit 1)
         raise CliError(PROBLEM, f"no store at {root}" + (" (it is a file)" if root.exists() else ""))
-    lines: List[str] = []
-    facts: Dict[str, Any] = {"index_problem": None, "repaired": False}
+    lines: list[str] = []
+    facts: dict[str, Any] = {"index_problem": None, "repaired": False}
     out: Out = lines.append if args.json else print
     # --repair moves the index aside: asked only when there is something to repair, and
     # refused without a terminal unless --yes (as clear and gc are)

@@ -27,7 +27,7 @@ class HashError(MemolabError, TypeError):
     def _message(self) -> str:
         return f"{self.path}: {self.reason}" if self.path else self.reason
 
-    def at(self, prefix: str) -> "HashError":
+    def at(self, prefix: str) -> HashError:
         """Return the same error with ``prefix`` put in front of its path."""
         self.path = prefix + self.path
         self.args = (self._message(),)

@@ -26,7 +26,8 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
-from typing import Any, Callable, Dict, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["now", "set_clock", "parse_max_age", "verdict", "metadata", "human"]
 
@@ -38,7 +39,7 @@ def now() -> float:
     return _clock()
 
 
-def set_clock(clock: Optional[Callable[[], float]]) -> Callable[[], float]:
+def set_clock(clock: Callable[[], float] | None) -> Callable[[], float]:
     """Make ``clock()`` memolab's time (None: ``time.time`` again); returns the clock it replaces."""
     global _clock
     old = _clock
@@ -50,7 +51,7 @@ _SPANS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.
 _AGE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$")
 
 
-def parse_max_age(value: Union[None, int, float, str, _dt.timedelta]) -> Optional[float]:
+def parse_max_age(value: None | int | float | str | _dt.timedelta) -> float | None:
     """``max_age`` in seconds: a number of seconds, a ``timedelta``, or text such as ``"90s"``,
     ``"30m"``, ``"12h"``, ``"1d"``, ``"2w"`` (None: never expires)."""
     if value is None:
@@ -86,7 +87,7 @@ def human(seconds: float) -> str:
     return f"{s}s"
 
 
-def metadata(row: Dict[str, Any], at: float) -> Dict[str, Any]:
+def metadata(row: dict[str, Any], at: float) -> dict[str, Any]:
     """What a ``validate`` callback is given about a stored evaluation, judged at time ``at``."""
     started = row.get("started")
     return {"id": row.get("id"), "time": started, "started": started, "finished": row.get("finished"),
@@ -94,8 +95,8 @@ def metadata(row: Dict[str, Any], at: float) -> Dict[str, Any]:
             "host": row.get("host")}
 
 
-def verdict(row: Dict[str, Any], at: float, max_age: Optional[float], validate: Optional[Callable[[Dict[str, Any]], Any]],
-            symbol: str) -> Optional[str]:
+def verdict(row: dict[str, Any], at: float, max_age: float | None, validate: Callable[[dict[str, Any]], Any] | None,
+            symbol: str) -> str | None:
     """Why stored ``row`` is expired for a call that started at ``at``, or None to use it."""
     finished = row.get("finished")
     if finished is not None and finished > at:

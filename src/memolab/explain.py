@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any
 
 from .store import edges as store_edges
 from .text import mask_args
@@ -27,15 +28,15 @@ class Explanation:
     fn: str
     hit: bool
     #: one line per reason, most important first
-    reasons: List[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
     #: unified diffs of changed code, symbol -> diff text
-    diffs: Dict[str, str] = field(default_factory=dict)
-    evaluation: Optional[int] = None
+    diffs: dict[str, str] = field(default_factory=dict)
+    evaluation: int | None = None
     #: a miss caused by code alone (evaluation #``evaluation`` has the same arguments and key
     #: schema): what ``memolab accept`` records: ``code`` (this code's digest), ``stored`` (the
     #: evaluation's), ``args``, ``schema``, ``deps`` (this code's dependency digests) and
     #: ``sources`` (this code's text of each changed dependency)
-    change: Optional[Dict[str, Any]] = None
+    change: dict[str, Any] | None = None
 
     def __bool__(self) -> bool:
         return self.hit
@@ -54,24 +55,24 @@ class Explanation:
 
         return explanation(self)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}
         if self.change is not None:
             out["change"] = self.change
         return out
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "Explanation":
+    def from_dict(cls, d: dict[str, Any]) -> Explanation:
         change = d.get("change")
         return cls(d["fn"], d["hit"], list(d.get("reasons", [])), dict(d.get("diffs", {})), d.get("evaluation"),
                    change if isinstance(change, dict) else None)
 
 
-def _when(t: Optional[float]) -> str:
+def _when(t: float | None) -> str:
     return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "?"
 
 
-def _own_script(fn: str) -> Optional[str]:
+def _own_script(fn: str) -> str | None:
     """The script whose evaluations a miss of ``fn`` is compared with: this process's script for
     a ``__main__`` function (another script defining a function of the same name is not an
     earlier version of it), else None (any evaluation)."""
@@ -82,7 +83,7 @@ def _own_script(fn: str) -> Optional[str]:
     return script_path()
 
 
-def _closest(store: "Store", key: "Key", script: Optional[str] = None) -> Optional[Dict[str, Any]]:
+def _closest(store: Store, key: Key, script: str | None = None) -> dict[str, Any] | None:
     fn, code, args, schema = key
     idx = store.index
     nearest = getattr(idx, "nearest", None)
@@ -101,8 +102,8 @@ def _diff(old: str, new: str, sym: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{sym} (stored)", f"{sym} (now)", n=2))
 
 
-def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False,
-                missing: bool = False, inputs: Optional[List[Dict[str, str]]] = None) -> Explanation:
+def explain_key(store: Store, key: Key, args: dict[str, list[str]], cv: CodeVersion, forced: bool = False,
+                missing: bool = False, inputs: list[dict[str, str]] | None = None) -> Explanation:
     """``missing``: the caller has just looked the key up and found no usable row. ``inputs``: the
     call's input edges (``upstream.input_edges``): an argument now made by another upstream
     evaluation is named, with why that one differs."""
@@ -136,7 +137,7 @@ def explain_key(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
     return ex
 
 
-def _other_script(store: "Store", ex: Explanation, key: "Key", script: str, before: Optional[int] = None) -> bool:
+def _other_script(store: Store, ex: Explanation, key: Key, script: str, before: int | None = None) -> bool:
     """A ``__main__`` function whose stored evaluations all came from other scripts: say so, and
     compare with none of them (another file's ``train`` is not an earlier version of this one's).
     False if there are none either."""
@@ -158,9 +159,9 @@ def _other_script(store: "Store", ex: Explanation, key: "Key", script: str, befo
     return True
 
 
-def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key: "Key", args: Dict[str, List[str]],
-             deps: Optional[Dict[str, str]], source: Callable[[str], Optional[str]], sensitivity: str,
-             unusable: bool, inputs: Optional[List[Dict[str, str]]] = None) -> None:
+def _against(store: Store, ex: Explanation, old: dict[str, Any] | None, key: Key, args: dict[str, list[str]],
+             deps: dict[str, str] | None, source: Callable[[str], str | None], sensitivity: str,
+             unusable: bool, inputs: list[dict[str, str]] | None = None) -> None:
     """The reasons ``key`` (its argument snapshot ``args``, code ``deps``, input edges ``inputs``)
     differs from the stored evaluation ``old``; ``source(symbol)``: the code's text now, for diffs."""
     fn, code, _args, schema = key
@@ -207,7 +208,7 @@ def _against(store: "Store", ex: Explanation, old: Optional[Dict[str, Any]], key
         _taken_back(store, ex, fn, code)
 
 
-def _taken_back(store: "Store", ex: Explanation, fn: str, code: str) -> None:
+def _taken_back(store: Store, ex: Explanation, fn: str, code: str) -> None:
     """Say so when this code's change was accepted once and the accept was taken back."""
     accepts = getattr(store.index, "accepts", None)
     if accepts is None:
@@ -222,7 +223,7 @@ def _taken_back(store: "Store", ex: Explanation, fn: str, code: str) -> None:
         ex.reasons.append(f"this code's change was accepted, then taken back: {summary(gone[-1])}")
 
 
-def _memolab_versions(old: Dict[str, Any]) -> Tuple[str, str]:
+def _memolab_versions(old: dict[str, Any]) -> tuple[str, str]:
     """("memolab X", "memolab Y"): the memolab that stored ``old`` (its ``versions``) and this one."""
     from ._version import __version__
 
@@ -233,14 +234,14 @@ def _memolab_versions(old: Dict[str, Any]) -> Tuple[str, str]:
     return (f"memolab {stored}" if stored else "an older memolab"), f"memolab {__version__}"
 
 
-def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], new_deps: Dict[str, str],
-                  source: Callable[[str], Optional[str]], sens: str, old_code: str, new_code: str,
-                  by_source: bool = False, memolab: Optional[Tuple[str, str]] = None) -> None:
+def _code_reasons(store: Store, ex: Explanation, snap: dict[str, Any], new_deps: dict[str, str],
+                  source: Callable[[str], str | None], sens: str, old_code: str, new_code: str,
+                  by_source: bool = False, memolab: tuple[str, str] | None = None) -> None:
     """``by_source``: the digests were made by other rules (another key schema): a dependency counts
     as changed only where its source text is known to differ. ``memolab``: (stored, now) when
     another memolab stored ``old``: a digest that changed under an unchanged source text is said
     to be that, not an edit."""
-    old_deps: Dict[str, str] = snap.get("deps", {})
+    old_deps: dict[str, str] = snap.get("deps", {})
     changed = False
     for sym in sorted(set(old_deps) | set(new_deps)):
         a, b = old_deps.get(sym), new_deps.get(sym)
@@ -281,7 +282,7 @@ def _code_reasons(store: "Store", ex: Explanation, snap: Dict[str, Any], new_dep
         ex.reasons.append("code digest changed")
 
 
-def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]], told: frozenset = frozenset()) -> List[str]:
+def _arg_reasons(old: dict[str, list[str]], new: dict[str, list[str]], told: frozenset = frozenset()) -> list[str]:
     """``told``: arguments already explained (by the upstream evaluation they now come from)."""
     out = []
     for name in list(new) + [n for n in old if n not in new]:
@@ -289,7 +290,7 @@ def _arg_reasons(old: Dict[str, List[str]], new: Dict[str, List[str]], told: fro
         if name in told:
             continue
         if a is None:
-            out.append(f"new argument {name} = {b[1]}")
+            out.append(f"new argument {name} = {b[1]}")  # type: ignore[index]  # not in old: in new
         elif b is None:
             out.append(f"argument {name} no longer passed (was {a[1]})")
         elif a[0] != b[0]:
@@ -306,7 +307,7 @@ def _short(fn: str) -> str:
     return fn.rsplit(":", 1)[-1].rsplit("<locals>.", 1)[-1]
 
 
-def _argument_of(path: str, names: Any) -> Optional[str]:
+def _argument_of(path: str, names: Any) -> str | None:
     """The argument ``path`` (``ds``, ``loader.dataset``, ``data['X']``) is inside, if one of ``names``."""
     for n in sorted(names, key=len, reverse=True):
         if path == n or path.startswith((n + ".", n + "[")):
@@ -314,8 +315,8 @@ def _argument_of(path: str, names: Any) -> Optional[str]:
     return None
 
 
-def _upstream_reasons(store: "Store", ex: Explanation, old: Dict[str, Any], old_args: Dict[str, List[str]],
-                      new_args: Dict[str, List[str]], inputs: Optional[List[Dict[str, str]]],
+def _upstream_reasons(store: Store, ex: Explanation, old: dict[str, Any], old_args: dict[str, list[str]],
+                      new_args: dict[str, list[str]], inputs: list[dict[str, str]] | None,
                       sensitivity: str) -> frozenset:
     """Arguments that changed because another upstream evaluation made them: "argument `ds` now
     comes from `prepare` #5 (was #3: `prepare`'s code changed — diff below)", with that code's
@@ -353,8 +354,8 @@ def _upstream_reasons(store: "Store", ex: Explanation, old: Dict[str, Any], old_
     return frozenset(told)
 
 
-def _upstream_change(store: "Store", ex: Explanation, was: Tuple[str, str, str, str], now: Tuple[str, str, str, str],
-                     found: Dict[Any, Tuple[int, str]], sensitivity: str) -> str:
+def _upstream_change(store: Store, ex: Explanation, was: tuple[str, str, str, str], now: tuple[str, str, str, str],
+                     found: dict[Any, tuple[int, str]], sensitivity: str) -> str:
     """Why the upstream evaluation ``now`` differs from ``was`` (same function): its code (the
     diff joins ``ex.diffs``), its arguments, or memolab's key schema."""
     if was[0] != now[0]:
@@ -400,13 +401,13 @@ def _upstream_change(store: "Store", ex: Explanation, was: Tuple[str, str, str, 
     return "; ".join(parts)
 
 
-def _upstream_moves(store: "Store", old: Dict[str, Any], new: Dict[str, Any], old_args: Dict[str, List[str]],
-                    new_args: Dict[str, List[str]]) -> Dict[str, str]:
+def _upstream_moves(store: Store, old: dict[str, Any], new: dict[str, Any], old_args: dict[str, list[str]],
+                    new_args: dict[str, list[str]]) -> dict[str, str]:
     """path -> "`prepare` #6 (was #1)" for each input of ``new`` at a changed argument that another
     evaluation made than the one ``old`` had there."""
     changed = {n for n in new_args if n in old_args and old_args[n][0] != new_args[n][0]}
     before = {e["path"]: e["key"] for e in store_edges.recorded_inputs(old)}
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for e in store_edges.recorded_inputs(new):
         p, k = e["path"], e["key"]
         if _argument_of(p, changed) is None or before.get(p) == k:
@@ -421,8 +422,8 @@ def _upstream_moves(store: "Store", old: Dict[str, Any], new: Dict[str, Any], ol
     return out
 
 
-def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "CodeVersion", forced: bool = False,
-                inputs: Optional[List[Dict[str, str]]] = None) -> Dict[str, Any]:
+def miss_record(store: Store, key: Key, args: dict[str, list[str]], cv: CodeVersion, forced: bool = False,
+                inputs: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Why a call missed (the caller found no usable row for ``key``), or was forced."""
     return explain_key(store, key, args, cv, forced=forced, missing=not forced, inputs=inputs).to_dict()
 
@@ -439,8 +440,8 @@ def miss_record(store: "Store", key: "Key", args: Dict[str, List[str]], cv: "Cod
 # a miss of new code (an edit: the miss users ask about) is explained at once, with
 # its diffs, even if its computation never finishes.
 
-def pending_miss(key: "Key", args: Dict[str, List[str]], sensitivity: str,
-                 inputs: Optional[List[Dict[str, str]]] = None) -> str:
+def pending_miss(key: Key, args: dict[str, list[str]], sensitivity: str,
+                 inputs: list[dict[str, str]] | None = None) -> str:
     """The JSON text of a deferred miss record, less ``before`` (see ``with_before``)."""
     fn, code, a, schema = key
     record = {"fn": fn, "hit": False, "pending": True, "code": code, "args": a, "schema": schema,
@@ -450,17 +451,17 @@ def pending_miss(key: "Key", args: Dict[str, List[str]], sensitivity: str,
     return json.dumps(record, default=str)
 
 
-def with_before(text: str, before: Optional[int]) -> str:
+def with_before(text: str, before: int | None) -> str:
     """``pending_miss``'s text with ``before``, the newest evaluation id at the miss (read
     before its lease or result is written)."""
-    return '{"before": %d, ' % (before or 0) + text[1:]
+    return f'{{"before": {int(before or 0)}, ' + text[1:]
 
 
 def _is(v: Any, t: Any) -> bool:
     return isinstance(v, t) and not (t is int and isinstance(v, bool))
 
 
-def record_problem(miss: Dict[str, Any]) -> Optional[str]:
+def record_problem(miss: dict[str, Any]) -> str | None:
     """What is damaged in a recorded miss (as ``Index.last_miss`` returns it), or None. A
     record is written whole by this module, so a field missing or of the wrong type is
     damage (a flipped byte, a hand edit), never an older format."""
@@ -491,7 +492,7 @@ def record_problem(miss: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def settle(store: "Store", miss: Dict[str, Any], fn: Optional[str] = None) -> Dict[str, Any]:
+def settle(store: Store, miss: dict[str, Any], fn: str | None = None) -> dict[str, Any]:
     """A recorded miss as ``Explanation.to_dict`` (plus its ``time``): deferred ones are explained now.
     A damaged record (``record_problem``) says what is damaged and how to remove it, and never
     raises: ``fn``, the function asked about, names it when the record cannot."""
@@ -536,7 +537,7 @@ def settle(store: "Store", miss: Dict[str, Any], fn: Optional[str] = None) -> Di
     return out
 
 
-def last_miss(store: "Store", fn: str) -> Optional[Dict[str, Any]]:
+def last_miss(store: Store, fn: str) -> dict[str, Any] | None:
     """Why ``fn`` last missed (``Explanation.to_dict`` plus ``time``), or None if no miss is recorded."""
     miss = store.index.last_miss(fn)
     return None if miss is None else settle(store, miss, fn)

@@ -24,13 +24,14 @@ from __future__ import annotations
 import fnmatch
 import mmap
 import os
-import stat as stat_mod
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from collections.abc import Iterable
+from typing import Any, Union
 
 from . import hashing
 from .errors import HashError
+from .hashing.primitives import pack_Q
 
 __all__ = ["File", "Dir"]
 
@@ -48,7 +49,7 @@ encoded = 0
 PathArg = Union[str, "os.PathLike[str]"]
 
 
-class File(os.PathLike):
+class File(os.PathLike[str]):
     """A file argument whose key is its content."""
 
     __slots__ = ("path",)
@@ -72,7 +73,7 @@ class File(os.PathLike):
         return (type(self), (self.path,))
 
 
-class Dir(os.PathLike):
+class Dir(os.PathLike[str]):
     """A directory argument whose key is the names and content of everything below it.
 
     ``exclude``: glob patterns matched against each entry's path relative to
@@ -105,7 +106,7 @@ class Dir(os.PathLike):
 
 # -- the stat cache --------------------------------------------------------------------
 
-StatKey = Tuple[int, int, int, int, int]
+StatKey = tuple[int, int, int, int, int]
 
 
 def _stat_key(st: os.stat_result) -> StatKey:
@@ -116,10 +117,10 @@ class _StatCache:
     """abspath -> (stat key, digest, hashed_at_ns), in memory and in ``<store>/filestats.sqlite``."""
 
     def __init__(self) -> None:
-        self.memory: Dict[str, Tuple[StatKey, bytes, int]] = {}
+        self.memory: dict[str, tuple[StatKey, bytes, int]] = {}
         self.lock = threading.Lock()
         self._db: Any = None
-        self._db_where: Optional[Tuple[str, int]] = None
+        self._db_where: tuple[str, int] | None = None
 
     def db(self) -> Any:
         from . import config
@@ -161,7 +162,7 @@ class _StatCache:
             for p, size, m, c, ino, dev, d, at in rows:
                 self.memory.setdefault(p, ((size, m, c, ino, dev), bytes(d), at))
 
-    def get(self, path: str, key: StatKey) -> Optional[bytes]:
+    def get(self, path: str, key: StatKey) -> bytes | None:
         e = self.memory.get(path)
         if e is None or e[0] != key:
             return None
@@ -169,7 +170,7 @@ class _StatCache:
             return None  # racily clean: it may have changed within one timestamp tick
         return e[1]
 
-    def put_many(self, entries: List[Tuple[str, StatKey, bytes, int]]) -> None:
+    def put_many(self, entries: list[tuple[str, StatKey, bytes, int]]) -> None:
         if not entries:
             return
         with self.lock:
@@ -193,7 +194,7 @@ class _StatCache:
 _cache = _StatCache()
 
 
-def _digest_file(path: str, st: os.stat_result) -> Tuple[bytes, os.stat_result]:
+def _digest_file(path: str, st: os.stat_result) -> tuple[bytes, os.stat_result]:
     """Content digest of ``path``; retried if the file changes while we read it."""
     global files_hashed
     for _ in range(3):
@@ -216,7 +217,7 @@ def _digest_file(path: str, st: os.stat_result) -> Tuple[bytes, os.stat_result]:
     raise HashError(f"file {path!r} keeps changing while it is being hashed", "", path)
 
 
-def file_digest(path: str, pending: Optional[List[Tuple[str, StatKey, bytes, int]]] = None) -> bytes:
+def file_digest(path: str, pending: list[tuple[str, StatKey, bytes, int]] | None = None) -> bytes:
     """Digest of one regular file's content, from the stat cache when its stat is unchanged."""
     st = os.stat(path)
     key = _stat_key(st)
@@ -246,9 +247,9 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
     enc.write(file_digest(path))
 
 
-def _walk(root: str, exclude: Tuple[str, ...]) -> List[Tuple[str, str, str]]:
+def _walk(root: str, exclude: tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(relative posix path, kind, absolute path) of every entry below ``root``, sorted."""
-    out: List[Tuple[str, str, str]] = []
+    out: list[tuple[str, str, str]] = []
     stack = [""]
     while stack:
         rel_dir = stack.pop()
@@ -283,8 +284,8 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
         raise HashError(f"memolab.Dir({d.path!r}) {what}", "", d)
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
-    pending: List[Tuple[str, StatKey, bytes, int]] = []
-    enc.write(b"\x12" + hashing.pack_Q(len(entries)))
+    pending: list[tuple[str, StatKey, bytes, int]] = []
+    enc.write(b"\x12" + pack_Q(len(entries)))
     try:
         for rel, kind, path in entries:
             enc.write_str(rel)

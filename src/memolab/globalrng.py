@@ -50,8 +50,9 @@ import contextvars
 import functools
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 import xxhash
 
@@ -80,7 +81,7 @@ class Generator:
     seeded: bool = True
 
 
-_generators: Dict[str, Generator] = {}
+_generators: dict[str, Generator] = {}
 
 
 def register(gen: Generator) -> None:
@@ -95,7 +96,7 @@ def register(gen: Generator) -> None:
         frame.baseline.setdefault(gen.name, gen.token(gen.get()))
 
 
-def _available() -> Dict[str, Generator]:
+def _available() -> dict[str, Generator]:
     """The registered generators, after registering those whose module was imported since."""
     from . import hooks
 
@@ -103,7 +104,7 @@ def _available() -> Dict[str, Generator]:
     return _generators
 
 
-def current(names: Any) -> Dict[str, str]:
+def current(names: Any) -> dict[str, str]:
     """Each named generator's state as a key sees it: its digest, or ``UNSEEDED``."""
     gens = _available()
     out = {}
@@ -122,19 +123,19 @@ class Frame:
 
     __slots__ = ("entry", "baseline", "settled", "start", "threads")
 
-    def __init__(self, entry: Dict[str, Any], baseline: Dict[str, Any]) -> None:
+    def __init__(self, entry: dict[str, Any], baseline: dict[str, Any]) -> None:
         #: the state at entry of each seeded generator (``None``: unseeded): digested for the
         #: key only if the result turns out to depend on it
         self.entry = entry
         self.baseline = baseline  # each generator's ``token`` at entry: a draw is judged against it
-        self.settled: Dict[str, bool] = {}
+        self.settled: dict[str, bool] = {}
         #: where this body's window of other threads' calls starts in ``_calls``
         self.start = 0
         #: the threads running when the body began, but its own: their calls are not the body's
-        self.threads: Dict[int, Any] = {}
+        self.threads: dict[int, Any] = {}
 
 
-_frames: "contextvars.ContextVar[Tuple[Frame, ...]]" = contextvars.ContextVar("memolab_rng_frames", default=())
+_frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("memolab_rng_frames", default=())
 
 # Other threads draw from the global generators while a body computes: a Dask worker's
 # or tornado's event loop draws from ``random`` (jitter, work stealing) several times a
@@ -147,10 +148,10 @@ _frames: "contextvars.ContextVar[Tuple[Frame, ...]]" = contextvars.ContextVar("m
 # Anything else that moved the state — a draw through a function bound before memolab
 # wrapped it, a thread the body started — breaks that chain, and counts as the body's draw.
 _active = 0
-_calls: List[Tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
+_calls: list[tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
 _lock = threading.Lock()
 #: (module, name, the library's function, its wrapper): in place while a body is in progress
-_draws: List[Tuple[Any, str, Any, Any]] = []
+_draws: list[tuple[Any, str, Any, Any]] = []
 
 
 def _swap(wrapped: bool) -> None:
@@ -164,13 +165,13 @@ class Outcome:
     """What a body did to the global generators."""
 
     #: generator -> its state at entry as a key sees it, for every generator the result depends on
-    deps: Dict[str, str] = field(default_factory=dict)
+    deps: dict[str, str] = field(default_factory=dict)
     #: generator -> its state at exit, for every generator the body changed, and whether that
     #: state came from a seed (a hit leaves the generator seeded or unseeded as the body did)
-    exit: Dict[str, Tuple[Any, bool]] = field(default_factory=dict)
+    exit: dict[str, tuple[Any, bool]] = field(default_factory=dict)
 
 
-def begin() -> Tuple[Frame, Any]:
+def begin() -> tuple[Frame, Any]:
     """A body starts: record the states, push its frame (``end`` pops it)."""
     global _active
     gens = _available()
@@ -211,7 +212,7 @@ def end(frame: Frame, token: Any) -> Outcome:
     return out
 
 
-def _others_only(frame: Frame, name: str, now: Any, window: List[Tuple[str, Any, Any, Any]]) -> bool:
+def _others_only(frame: Frame, name: str, now: Any, window: list[tuple[str, Any, Any, Any]]) -> bool:
     """Is every move of ``name`` from the body's entry to ``now`` a call another thread made?"""
     cur = frame.baseline.get(name)
     for n, before, after, thread in window:
@@ -240,7 +241,7 @@ def _drew(name: str) -> None:
         frame.settled.setdefault(name, False)
 
 
-def _foreign(fn: Callable[..., Any], names: Tuple[str, ...], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+def _foreign(fn: Callable[..., Any], names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A watched call made by a thread with no body in progress while others are: recorded."""
     gens = [(n, _generators[n]) for n in names if n in _generators]
     before = [g.token(g.get()) for _, g in gens]
@@ -249,16 +250,16 @@ def _foreign(fn: Callable[..., Any], names: Tuple[str, ...], args: Tuple[Any, ..
     me = threading.current_thread()
     with _lock:
         if _active:
-            _calls.extend((n, b, a, me) for (n, _), b, a in zip(gens, before, after))
+            _calls.extend((n, b, a, me) for (n, _), b, a in zip(gens, before, after, strict=False))
     return out
 
 
-def _never(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+def _never(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return False
 
 
-def wrap(fn: Callable[..., Any], names: Tuple[str, ...], kind: str = "seed",
-         entropy: Callable[[Tuple[Any, ...], Dict[str, Any]], bool] = _never) -> Callable[..., Any]:
+def wrap(fn: Callable[..., Any], names: tuple[str, ...], kind: str = "seed",
+         entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never) -> Callable[..., Any]:
     """``fn``, a function of generators ``names`` that programs call, telling bodies in
     progress what it does: ``kind="seed"`` (it seeds or sets them: settled, and marked
     seeded after — unseeded if ``entropy`` says this call seeds from the OS, as
@@ -299,8 +300,8 @@ def original(fn: Callable[..., Any]) -> Callable[..., Any]:
     return getattr(fn, "__memolab_wraps__", None) or fn
 
 
-def patch(module: Any, attrs: List[str], *names: str, kind: str = "seed",
-          entropy: Callable[[Tuple[Any, ...], Dict[str, Any]], bool] = _never) -> None:
+def patch(module: Any, attrs: list[str], *names: str, kind: str = "seed",
+          entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never) -> None:
     """Wrap ``module.attr`` for each of ``attrs`` (see ``wrap``): a seed function for good, a
     draw or read function only while a body is in progress (a hot loop of ``random.random()``
     pays nothing outside memoized computations)."""
@@ -318,12 +319,12 @@ def patch(module: Any, attrs: List[str], *names: str, kind: str = "seed",
                     setattr(module, a, wrapper)
 
 
-def always(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+def always(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """``entropy`` of a function that always seeds from the OS (``torch.seed()``)."""
     return True
 
 
-def no_seed_given(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> bool:
+def no_seed_given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """``entropy`` of ``seed(a=None)``: from the OS when called without a seed."""
     given = args[0] if args else next(iter(kwargs.values()), None)
     return given is None
@@ -337,7 +338,7 @@ class Result:
 
     __slots__ = ("value", "deps", "exit")
 
-    def __init__(self, value: Any, deps: Dict[str, str], exit: Dict[str, Tuple[Any, bool]]) -> None:
+    def __init__(self, value: Any, deps: dict[str, str], exit: dict[str, tuple[Any, bool]]) -> None:
         self.value = value
         self.deps = deps
         self.exit = exit
@@ -367,7 +368,7 @@ def restore(value: Any) -> Any:
     return value.value
 
 
-def _import_for(name: str) -> Optional[Generator]:
+def _import_for(name: str) -> Generator | None:
     """The generator ``name`` of a module the body imported and this process has not."""
     from . import hooks
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-from typing import Any, Callable, Dict, Tuple
+from collections.abc import Callable
+from typing import Any
 
-LAZY_HOOKS: Dict[str, Dict[str, str]] = {
+LAZY_HOOKS: dict[str, dict[str, str]] = {
     # run before the first type with a class from the module in its MRO is hashed
     "hashing": {
         "numpy": "memolab.hashing.arrays:register",
@@ -167,10 +168,10 @@ def run_imported(table: str) -> None:
 
 
 #: table -> its modules whose hook has not run (``run_imported``'s list, shrunk as they run)
-_pending: Dict[str, list] = {}
+_pending: dict[str, list] = {}
 
 
-def _run_on_import(module: str, tables: Tuple[str, ...] = _ON_IMPORT) -> None:
+def _run_on_import(module: str, tables: tuple[str, ...] = _ON_IMPORT) -> None:
     for table in tables:
         target = LAZY_HOOKS[table].get(module)
         if target is not None and (table, module) not in _done:
@@ -212,7 +213,7 @@ class _ImportWatcher:
             _seen.add(name)
             _run_on_import(name)
 
-        loader.exec_module = exec_module  # this spec's loader only: one per import of the module
+        loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]  # this spec's loader only: one per import of the module
         return spec
 
 

@@ -34,7 +34,7 @@ import threading
 import types
 import weakref
 from collections import OrderedDict
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 __all__ = ["lookup", "remember", "forget", "origin_of", "clear", "trust_exporter", "is_trusted_exporter", "enabled",
            "Origin", "mark_result", "origin_entry", "origin_where", "path_segment", "marked", "lineage"]
@@ -46,7 +46,7 @@ enabled = True
 class _Entry:
     __slots__ = ("ref", "stamp", "digest", "origin", "keep")
 
-    def __init__(self, ref: "weakref.ref[Any]", stamp: Any, digest: bytes, origin: Any, keep: Any) -> None:
+    def __init__(self, ref: weakref.ref[Any], stamp: Any, digest: bytes, origin: Any, keep: Any) -> None:
         self.ref = ref
         self.stamp = stamp
         self.digest = digest
@@ -54,11 +54,11 @@ class _Entry:
         self.keep = keep  # what the stamp's addresses need kept (a tensor's storage pin)
 
 
-_entries: Dict[int, _Entry] = {}
+_entries: dict[int, _Entry] = {}
 _lock = threading.Lock()
 
 
-def _drop(key: int, ref: "weakref.ref[Any]") -> None:
+def _drop(key: int, ref: weakref.ref[Any]) -> None:
     # Called when the object dies: remove the entry unless a newer object with
     # the same id has already replaced it.
     with _lock:
@@ -67,7 +67,7 @@ def _drop(key: int, ref: "weakref.ref[Any]") -> None:
             del _entries[key]
 
 
-def lookup(obj: Any, stamp: Any) -> Optional[bytes]:
+def lookup(obj: Any, stamp: Any) -> bytes | None:
     """The digest recorded for ``obj`` if it is the same object with the same stamp."""
     if not enabled:
         return None
@@ -84,7 +84,7 @@ def remember(obj: Any, stamp: Any, digest: bytes, origin: Any = None, keep: Any 
         return
     key = id(obj)
     try:
-        ref = weakref.ref(obj, lambda r, key=key: _drop(key, r))
+        ref = weakref.ref(obj, lambda r, key=key: _drop(key, r))  # type: ignore[misc]  # (a default it cannot type)
     except TypeError:  # not weak-referenceable: we could not tell a reused id apart
         return
     with _lock:
@@ -129,16 +129,16 @@ lineage = True
 #: The evaluation an object came from: (the store it is recorded in (its root), its id there,
 #: its key (function, code digest, argument digest, key schema)). A plain tuple: one is made
 #: on every hit.
-Origin = Tuple[Any, int, Tuple[str, str, str, str]]
+Origin = tuple[Any, int, tuple[str, str, str, str]]
 
 
 #: id(obj) -> (weak reference to obj, its origin, where it sat in the result); entries of dead
 #: objects are swept now and then (``_set``). Where it sat: the keys and indexes from the result to it (``()`` for
 #: the result itself, ``(0,)`` for the first of a returned tuple; ``path_segment`` writes them)
-_origins: Dict[int, Tuple[Any, Origin, Tuple[Any, ...]]] = {}
+_origins: dict[int, tuple[Any, Origin, tuple[Any, ...]]] = {}
 #: id(obj) -> (obj, its origin, where) for small dicts and lists of scalars (no weak reference to
 #: them): held, so their id cannot be reused while marked; the oldest go first
-_held: "OrderedDict[int, Tuple[Any, Origin, Tuple[Any, ...]]]" = OrderedDict()
+_held: OrderedDict[int, tuple[Any, Origin, tuple[Any, ...]]] = OrderedDict()
 _HELD_MAX = 1024
 _HELD_LEN = 64  # items at most in a held container
 _ATOMS = frozenset((int, float, complex, bool, str, bytes, type(None)))
@@ -155,7 +155,7 @@ _MARK_MAX = 64
 _sweep_at = 4096
 
 
-def _set(key: int, entry: Tuple[Any, Origin, Tuple[Any, ...]]) -> None:
+def _set(key: int, entry: tuple[Any, Origin, tuple[Any, ...]]) -> None:
     global _sweep_at
     _origins[key] = entry
     if len(_origins) >= _sweep_at:
@@ -211,7 +211,7 @@ def mark_result(value: Any, origin: Origin, arguments: Any = ()) -> None:
     _mark_inside(value, t, origin, (), [_MARK_MAX], frozenset(map(id, arguments)) if arguments else _NONE)
 
 
-def _mark_inside(value: Any, t: type, origin: Origin, where: Tuple[Any, ...], budget: list, passed: frozenset) -> None:
+def _mark_inside(value: Any, t: type, origin: Origin, where: tuple[Any, ...], budget: list, passed: frozenset) -> None:
     """``value`` cannot be weakly referenced: hold it (a small dict or list of scalars), else mark
     what it holds. ``where``: the keys and indexes from the result to it."""
     if (t is dict or t is list) and _small_scalars(value):
@@ -248,13 +248,13 @@ def marked() -> bool:
     return bool(_origins) or bool(_held)
 
 
-def origin_entry(obj: Any) -> Optional[Origin]:
+def origin_entry(obj: Any) -> Origin | None:
     """The evaluation ``obj`` itself came from (``mark_result``), or None."""
     got = origin_where(obj)
     return None if got is None else got[0]
 
 
-def origin_where(obj: Any) -> Optional[Tuple[Origin, Tuple[Any, ...]]]:
+def origin_where(obj: Any) -> tuple[Origin, tuple[Any, ...]] | None:
     """(the evaluation ``obj`` came from, the keys and indexes from its result to it), or None."""
     key = id(obj)
     e = _origins.get(key)
@@ -276,13 +276,13 @@ def origin_where(obj: Any) -> Optional[Tuple[Origin, Tuple[Any, ...]]]:
 # loaded; a user's own read-only mmap is *not* trusted, since another process
 # may rewrite the file under it.
 
-_exporters: Dict[int, "weakref.ref[Any]"] = {}
+_exporters: dict[int, weakref.ref[Any]] = {}
 
 
 def trust_exporter(obj: Any) -> None:
     key = id(obj)
     try:
-        ref = weakref.ref(obj, lambda r, key=key: _exporters.pop(key, None) if _exporters.get(key) is r else None)
+        ref = weakref.ref(obj, lambda r, key=key: _exporters.pop(key, None) if _exporters.get(key) is r else None)  # type: ignore[misc]
     except TypeError:
         return
     _exporters[key] = ref
@@ -293,6 +293,6 @@ def is_trusted_exporter(obj: Any) -> bool:
     return r is not None and r() is obj
 
 
-def stats() -> Tuple[int, int]:
+def stats() -> tuple[int, int]:
     """(entries, trusted exporters) — for tests and benchmarks."""
     return len(_entries), len(_exporters)

@@ -27,8 +27,10 @@ import contextvars
 import dis
 import os
 import sys
+import types
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import hooks
 
@@ -36,27 +38,27 @@ __all__ = ["register_switches", "parts", "environ_frame", "env_read", "ENV_ARG",
            "pseudo_argument", "is_pseudo_argument", "imports_frame", "imports_used", "package_state"]
 
 #: ``name -> reader``: the non-default switches of a library, as a value to hash, or None
-_switches: Dict[str, Callable[[], Optional[Dict[str, Any]]]] = {}
+_switches: dict[str, Callable[[], dict[str, Any] | None]] = {}
 
 #: the pseudo-argument an environment variable of ``@memo(env=...)`` joins the key as
 ENV_ARG = "<env {}>"
 
 
-def register_switches(name: str, reader: Callable[[], Optional[Dict[str, Any]]]) -> None:
+def register_switches(name: str, reader: Callable[[], dict[str, Any] | None]) -> None:
     """Key every call by ``reader()`` (the switches of library ``name`` that differ from
     their defaults) whenever it is not None."""
     _switches[name] = reader
 
 
-_NONE: List[Tuple[str, Any]] = []
+_NONE: list[tuple[str, Any]] = []
 
 
-def parts(env: Sequence[str]) -> List[Tuple[str, Any]]:
+def parts(env: Sequence[str]) -> list[tuple[str, Any]]:
     """The pseudo-arguments of a call: non-default switches, then ``env``'s variables."""
     hooks.run_imported("switches")
     if not _switches and not env:
         return _NONE
-    out: List[Tuple[str, Any]] = []
+    out: list[tuple[str, Any]] = []
     for name, reader in _switches.items():
         got = reader()
         if got is not None:
@@ -75,18 +77,18 @@ class _Reads:
     __slots__ = ("names", "where")
 
     def __init__(self) -> None:
-        self.names: Set[str] = set()
-        self.where: Dict[str, str] = {}
+        self.names: set[str] = set()
+        self.where: dict[str, str] = {}
 
 
-_reads: "contextvars.ContextVar[Tuple[_Reads, ...]]" = contextvars.ContextVar("memolab_env_reads", default=())
+_reads: contextvars.ContextVar[tuple[_Reads, ...]] = contextvars.ContextVar("memolab_env_reads", default=())
 
 #: the frames between a user's read of one variable and ``__getitem__``: nothing else
 #: (a copy, ``items()``, iteration) counts as reading a variable by name
 _READERS = frozenset(("get", "getenv", "__contains__", "getenvb"))
 
 
-class _WatchedEnviron(os._Environ):  # type: ignore[name-defined,misc]
+class _WatchedEnviron(os._Environ):
     """``os.environ``'s own class, noting a variable a body reads by name (``__class__``
     is swapped in place: the same object, the same data, every reference to it sees it)."""
 
@@ -101,7 +103,7 @@ _SUBSCRIPT = dis.opmap["BINARY_SUBSCR"]
 
 
 def _note(key: Any) -> None:
-    f = sys._getframe(2)
+    f: types.FrameType | None = sys._getframe(2)
     direct = True
     while f is not None and f.f_code.co_name in _READERS and f.f_globals.get("__name__") in _OS_MODULES:
         f, direct = f.f_back, False
@@ -123,21 +125,21 @@ def _is_user(frame: Any) -> bool:
 
 
 def _watch() -> None:
-    if type(os.environ) is os._Environ:  # type: ignore[attr-defined]
+    if type(os.environ) is os._Environ:
         try:
             os.environ.__class__ = _WatchedEnviron
         except TypeError:  # another library replaced it already: its reads go unnoticed
             pass
 
 
-def environ_frame() -> Tuple[_Reads, Any]:
+def environ_frame() -> tuple[_Reads, Any]:
     """A body starts: note what it reads (``env_read`` ends it)."""
     _watch()
     r = _Reads()
     return r, _reads.set(_reads.get() + (r,))
 
 
-def env_read(frame: Tuple[_Reads, Any], symbol: str, declared: Sequence[str]) -> None:
+def env_read(frame: tuple[_Reads, Any], symbol: str, declared: Sequence[str]) -> None:
     """The body is over: warn once per function and variable it read that is not in its key."""
     r, token = frame
     _reads.reset(token)
@@ -153,7 +155,7 @@ def env_read(frame: Tuple[_Reads, Any], symbol: str, declared: Sequence[str]) ->
                       stacklevel=2)
 
 
-_warned: Set[Tuple[str, str]] = set()
+_warned: set[tuple[str, str]] = set()
 
 
 # -- state a result depends on: generator states, libraries imported in a body ---------------
@@ -190,7 +192,7 @@ def _installed(top: str) -> bool:
         return False
 
 
-def current(names: Any) -> Dict[str, str]:
+def current(names: Any) -> dict[str, str]:
     """Each named state as a key sees it now: a generator's (``globalrng.current``) or a library's."""
     from . import globalrng
 
@@ -201,13 +203,13 @@ def current(names: Any) -> Dict[str, str]:
     return out
 
 
-def mismatch(deps: Dict[str, str]) -> Optional[Dict[str, str]]:
+def mismatch(deps: dict[str, str]) -> dict[str, str] | None:
     """None if every state in ``deps`` is as recorded; else the current states."""
     now = current(deps)
     return None if now == deps else now
 
 
-def routed(args_digest: str, states: Dict[str, str]) -> str:
+def routed(args_digest: str, states: dict[str, str]) -> str:
     """The argument part of the key of a call made in ``states``."""
     import xxhash
 
@@ -220,7 +222,7 @@ def imports_frame() -> Any:
     return hooks.note_imports()
 
 
-def imports_used(frame: Any, lazy: Any) -> Dict[str, str]:
+def imports_used(frame: Any, lazy: Any) -> dict[str, str]:
     """The body is over: ``pkg:<top>`` -> version of each library of ``lazy`` (imported inside
     a function of its code) that is imported now, or that the body tried to import and could
     not ("absent": a fallback ran). A library the body never reached counts for nothing."""

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Awaitable, Callable, Dict, Generator, NamedTuple, Optional, Protocol, Tuple
-
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, NamedTuple, Protocol
 
 __all__ = ["Pause", "Compute", "COMPUTE", "Steps", "claim", "lifecycle", "drive_sync", "drive_async"]
 
@@ -50,7 +50,7 @@ class Compute:
 COMPUTE = Compute()
 
 Request = Any  # Pause | Compute
-Row = Dict[str, Any]
+Row = dict[str, Any]
 
 #: what the store raises when it cannot serve a call: the value is computed without it
 #: (``StoreUnavailable`` is an ``OSError``; an index text that does not decode, a ``UnicodeDecodeError``)
@@ -68,18 +68,18 @@ class Steps(Protocol):
     store: Any
     key: Any
     force: bool
-    expiry: Optional[str]  # why the row in hand expired (set by ``expired``): the call recomputes it
+    expiry: str | None  # why the row in hand expired (set by ``expired``): the call recomputes it
 
-    def reroute(self, row: Row) -> Optional[Any]: ...
-    def accepted(self, row: Optional[Row]) -> Optional[Row]: ...
-    def expired(self, row: Row) -> Optional[str]: ...
+    def reroute(self, row: Row) -> Any | None: ...
+    def accepted(self, row: Row | None) -> Row | None: ...
+    def expired(self, row: Row) -> str | None: ...
     def lease_free(self) -> bool: ...
-    def miss_writer(self) -> Optional[Callable[[Any], None]]: ...
-    def load(self, row: Row) -> Tuple[bool, Any]: ...
+    def miss_writer(self) -> Callable[[Any], None] | None: ...
+    def load(self, row: Row) -> tuple[bool, Any]: ...
     def again(self) -> bool: ...
     def trouble(self, e: BaseException) -> bool: ...
-    def start(self) -> Tuple[float, Any]: ...
-    def enter(self, run: Any) -> Tuple[Any, Any]: ...
+    def start(self) -> tuple[float, Any]: ...
+    def enter(self, run: Any) -> tuple[Any, Any]: ...
     def leave(self, token: Any, seconds: float) -> None: ...
     def failed(self, owner: str, run: Any, error: BaseException) -> None: ...
     def done(self, owner: str, value: Any, t0: float, run: Any, ev: Any) -> None: ...
@@ -87,7 +87,7 @@ class Steps(Protocol):
 
 
 def claim(store: Any, key: Any, owner: str, force: bool = False,
-          on_owner: Optional[Callable[[Any], None]] = None) -> Generator[Pause, None, Tuple[str, Optional[Row]]]:
+          on_owner: Callable[[Any], None] | None = None) -> Generator[Pause, None, tuple[str, Row | None]]:
     """Poll ``store.try_acquire`` until the key is stored ('hit', row) or its lease is
     ours ('owner', None), pausing with a bounded back-off in between: the one wait loop."""
     delay = _FIRST_PAUSE
@@ -175,13 +175,13 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
             call.release(held)
 
 
-def drive_sync(gen: Generator[Request, Any, Any], fn: Optional[Callable[..., Any]], bound: Any = None) -> Any:
+def drive_sync(gen: Generator[Request, Any, Any], fn: Callable[..., Any] | None, bound: Any = None) -> Any:
     """Run ``gen`` in this thread: sleep for a ``Pause``; for ``COMPUTE`` call ``fn`` with the
     arguments of ``bound`` (``inspect.BoundArguments``, read only then: a hit never pays for
     ``.args``/``.kwargs``). What either raises (``KeyboardInterrupt`` in the sleep too) is
     thrown into ``gen``, which settles (gives a held lease back) and raises it again."""
     answer: Any = None
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
     while True:
         try:
             request = gen.send(answer) if error is None else gen.throw(error)
@@ -201,7 +201,7 @@ def drive_sync(gen: Generator[Request, Any, Any], fn: Optional[Callable[..., Any
                 answer = fn(*bound.args, **bound.kwargs)  # type: ignore[misc]
         except BaseException as e:
             error = e
-    raise error  # type: ignore[misc]  (set: the loop leaves only by return, raise or this break)
+    raise error  # set: the loop leaves only by return, raise or this break
 
 
 async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Awaitable[Any]], bound: Any) -> Any:
@@ -213,7 +213,7 @@ async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Await
     import asyncio  # here: asyncio alone costs 30 ms of `import memolab`
 
     answer: Any = None
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
     while True:
         try:
             request = gen.send(answer) if error is None else gen.throw(error)

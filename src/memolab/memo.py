@@ -13,10 +13,12 @@ import inspect
 import os
 import sys
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union, overload
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar, cast, overload
 
 from . import codegraph, config, distributed, expiry, files, hashing
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
+from .codegraph.where import unwrap
 from .explain import Explanation, explain_key
 from .implicit import parts as implicit_parts
 from .lifecycle import drive_async, drive_sync, lifecycle
@@ -33,13 +35,13 @@ CODE_MODES = ("digest", "version")
 class MemoFunction:
     """A memoized function. Call it like the original; see ``explain``, ``fresh``, ``clear``."""
 
-    def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: Optional[str] = None,
-                 deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-                 version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True,
+    def __init__(self, fn: Callable[..., Any], *, ignore: Sequence[str] = (), version: str | None = None,
+                 deps: Iterable[Any] = (), store: None | str | os.PathLike[str] = None,
+                 version_sensitivity: str | None = None, collective: bool | str = True,
                  global_rng: bool = True, env: Sequence[str] = (), code: str = "digest",
-                 max_age: Union[None, int, float, str, Any] = None,
-                 validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
-                 verbose: Union[None, bool, int] = None) -> None:
+                 max_age: None | int | float | str | Any = None,
+                 validate: Callable[[dict[str, Any]], Any] | None = None,
+                 verbose: None | bool | int = None) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -54,7 +56,7 @@ class MemoFunction:
         self.ignore = frozenset(ignore)
         params = list(self.signature.parameters.values())
         plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
-        self._fast_names: Optional[Tuple[str, ...]] = tuple(p.name for p in params) if plain else None
+        self._fast_names: tuple[str, ...] | None = tuple(p.name for p in params) if plain else None
         # positional slots exist only for positional-or-keyword parameters (they come first)
         self._fast_npos = sum(p.kind == p.POSITIONAL_OR_KEYWORD for p in params)
         self._defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
@@ -67,7 +69,7 @@ class MemoFunction:
         self.version_sensitivity = version_sensitivity
         #: inside a process group, every rank makes this call together (docs/distributed.md): True (every
         #: rank computes), "main_first"/"local_main_first" (computed once per job), False (rank-local)
-        self.collective: Union[bool, str] = distributed.check_collective(collective)
+        self.collective: bool | str = distributed.check_collective(collective)
         #: the global random generators the body draws from join the key (``globalrng``)
         self.global_rng = bool(global_rng)
         if isinstance(env, str) or not all(isinstance(v, str) and v for v in env):
@@ -89,17 +91,17 @@ class MemoFunction:
         #: ``cache_validation_callback``
         self.validate = validate
         #: what its calls say on the ``memolab`` logger (``report``); None: ``configure(verbose=...)``
-        self.verbose: Optional[int] = _verbosity(verbose)
+        self.verbose: int | None = _verbosity(verbose)
         # named after the user code it runs: a library decorator without functools.wraps
         # names every wrapper alike (``codegraph.runs``)
         self.symbol = codegraph.symbol_of(codegraph.runs(fn))
         _claim_symbol(self)
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
-        self.implicit: Optional[Any] = None if codegraph.is_code(codegraph.unwrap(fn)) else fn
+        self.implicit: Any | None = None if codegraph.is_code(unwrap(fn)) else fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self._store_path = store
-        self._store_cache: Tuple[Any, Optional[Store]] = (None, None)
+        self._store_cache: tuple[Any, Store | None] = (None, None)
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -148,19 +150,19 @@ class MemoFunction:
             return codegraph.CodeVersion("version", sensitivity=self.version_sensitivity or "ignore")
         return codegraph.function_code(self.fn, self.deps, self.version_sensitivity)
 
-    def code_digest(self, cv: Optional[codegraph.CodeVersion] = None) -> str:
+    def code_digest(self, cv: codegraph.CodeVersion | None = None) -> str:
         """The code part of this function's keys now (of ``cv``, its code version, if given)."""
         if cv is None:
             cv = self.code_version()
         return cv.digest if self.version is None else f"{cv.digest}+v{self.version}"
 
-    def bind(self, args: Sequence[Any], kwargs: Dict[str, Any]) -> inspect.BoundArguments:
+    def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """Bind with defaults applied; arguments always in signature order (the key depends on it)."""
         fast = self._fast_names
         if fast is not None and len(args) <= self._fast_npos:
             # ``Signature.bind`` costs more than the rest of a hit: for plain
             # signatures bind by hand, and fall back to it for anything unusual.
-            values = dict(zip(fast, args))
+            values = dict(zip(fast, args, strict=False))
             ok = True
             for k, v in kwargs.items():
                 if k in values or k not in self._defaults_or_required:
@@ -172,7 +174,7 @@ class MemoFunction:
                     if k not in values:
                         values[k] = d
                 if len(values) == len(fast):
-                    return inspect.BoundArguments(self.signature, {k: values[k] for k in fast})  # type: ignore[arg-type]
+                    return inspect.BoundArguments(self.signature, {k: values[k] for k in fast})
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -184,7 +186,7 @@ class MemoFunction:
         """The store key this call would use (function, code digest, argument digest, schema)."""
         return self._key(self.bind(args, kwargs))[0]
 
-    def _named(self, bound: inspect.BoundArguments) -> List[Tuple[str, Any]]:
+    def _named(self, bound: inspect.BoundArguments) -> list[tuple[str, Any]]:
         named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
         if self.implicit is not None:
             named.append((IMPLICIT, self.implicit))
@@ -195,8 +197,8 @@ class MemoFunction:
             named.extend(extra)
         return named
 
-    def _key(self, bound: inspect.BoundArguments, visit: Optional[List[Any]] = None
-             ) -> Tuple[Key, Dict[str, str], codegraph.CodeVersion, List[Tuple[str, Any]]]:
+    def _key(self, bound: inspect.BoundArguments, visit: list[Any] | None = None
+             ) -> tuple[Key, dict[str, str], codegraph.CodeVersion, list[tuple[str, Any]]]:
         """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
         cv = self.code_version()
         named = self._named(bound)
@@ -218,7 +220,7 @@ class MemoFunction:
     # The decision logic of a call past this process's memory is ``lifecycle.lifecycle``, one
     # generator for both: the sync call drives it in this thread, the async one in its task.
     # An in-memory hit returns before it (``_prepare``): no generator, no owner id.
-    def _call(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
+    def _call(self, args: Sequence[Any], kwargs: dict[str, Any], force: bool) -> Any:
         if "torch.distributed" in sys.modules:  # a dict lookup: the seam of the distributed driver
             drive = distributed.collective_driver()  # None outside a group of 2+ ranks or when rank-local
             if drive is not None:
@@ -226,7 +228,7 @@ class MemoFunction:
                     with distributed.rank_local():  # what its body calls is this rank's own too
                         return self._call(args, kwargs, force)
 
-                def prepare(collective: bool) -> Tuple[Optional[Call], Any]:
+                def prepare(collective: bool) -> tuple[Call | None, Any]:
                     # a collective call: every rank keys it and takes the branch the group agrees
                     # on, no answer from this process's memory alone (another rank's may lack it)
                     if not collective:
@@ -240,7 +242,7 @@ class MemoFunction:
             return value
         return drive_sync(lifecycle(call, call.store.owner_id), self.fn, call.bound)
 
-    async def _acall(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool) -> Any:
+    async def _acall(self, args: Sequence[Any], kwargs: dict[str, Any], force: bool) -> Any:
         call, value = self._prepare(args, kwargs, force)  # keyed when awaited, as the function runs
         if call is None:
             return value
@@ -254,12 +256,12 @@ class MemoFunction:
 
         return await drive_async(lifecycle(call, task_owner), self.fn, call.bound)
 
-    def _prepare(self, args: Sequence[Any], kwargs: Dict[str, Any], force: bool,
-                 memory: bool = True) -> Tuple[Optional[Call], Any]:
+    def _prepare(self, args: Sequence[Any], kwargs: dict[str, Any], force: bool,
+                 memory: bool = True) -> tuple[Call | None, Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value) (``memory``)."""
         bound = self.bind(args, kwargs)
         hashed_files = files.encoded
-        visit: List[Any] = []  # where a miss looks for results of other evaluations (memolab.upstream)
+        visit: list[Any] = []  # where a miss looks for results of other evaluations (memolab.upstream)
         key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
         at = None if self.max_age is None and self.validate is None else expiry.now()  # (read once a call)
@@ -277,7 +279,7 @@ class MemoFunction:
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
         bound = self.bind(args, kwargs)
-        visit: List[Any] = []
+        visit: list[Any] = []
         key, per_arg, cv, named = self._key(bound, visit)
         store = self.store()
         call = Call(self, bound, key, per_arg, cv, store, False, False, named, visit)
@@ -294,7 +296,7 @@ class MemoFunction:
                 return found
         return explain_key(store, call.key, call.call_snapshot(), cv, inputs=call.inputs())
 
-    def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> Dict[str, Any]:
+    def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> dict[str, Any]:
         """Record that this function's current code gives the same results as the code a miss
         was compared with (``memolab accept``): later calls with this code use the evaluations
         stored under that code, without computing. With arguments, the miss of that call; with
@@ -306,7 +308,7 @@ class MemoFunction:
 
         return accept_call(self, args, kwargs, yes)
 
-    def undo_accept(self, accept_id: Optional[int] = None) -> List[Dict[str, Any]]:
+    def undo_accept(self, accept_id: int | None = None) -> list[dict[str, Any]]:
         """Take back the accepts that let this function's current code use results of other code
         (or the one numbered ``accept_id``): such calls miss again. Returns those taken back."""
         from .acceptance import undo_for
@@ -317,12 +319,12 @@ class MemoFunction:
         """Forget every stored evaluation of this function; returns how many."""
         return self.store().clear(self.symbol)
 
-    def evaluations(self) -> List[Dict[str, Any]]:
+    def evaluations(self) -> list[dict[str, Any]]:
         """Every stored evaluation of this function (rows of the index), newest first; a table in a notebook."""
         return Evaluations(self.store().index.evaluations(self.symbol))
 
 
-class Evaluations(List[Dict[str, Any]]):
+class Evaluations(list[dict[str, Any]]):
     """``MemoFunction.evaluations()``: a plain list of rows, shown as a table in a notebook."""
 
     def _repr_html_(self) -> str:
@@ -341,7 +343,7 @@ def _lookup(module: str, qualname: str) -> Any:
     return obj
 
 
-def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
+def _memo_by_name(module: str, qualname: str) -> MemoFunction:
     """Unpickling a memo sent by reference: import its module, take the memo it exposes."""
     import importlib
 
@@ -352,32 +354,32 @@ def _memo_by_name(module: str, qualname: str) -> "MemoFunction":
     return obj
 
 
-def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: Optional[str], deps: Iterable[Any],
-                  store: Union[None, str, os.PathLike], version_sensitivity: Optional[str],
-                  collective: Union[bool, str] = True, global_rng: bool = True, env: Sequence[str] = (),
-                  code: str = "digest", max_age: Optional[float] = None,
-                  validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
-                  verbose: Optional[int] = None) -> "MemoFunction":
+def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: str | None, deps: Iterable[Any],
+                  store: None | str | os.PathLike[str], version_sensitivity: str | None,
+                  collective: bool | str = True, global_rng: bool = True, env: Sequence[str] = (),
+                  code: str = "digest", max_age: float | None = None,
+                  validate: Callable[[dict[str, Any]], Any] | None = None,
+                  verbose: int | None = None) -> MemoFunction:
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
                         env=env, code=code, max_age=max_age, validate=validate, verbose=verbose)
 
 
-def _verbosity(v: Union[None, bool, int]) -> Optional[int]:
+def _verbosity(v: None | bool | int) -> int | None:
     """``@memo(verbose=...)``: None (the process's setting), True/False, or a level 0..2."""
     try:
-        return config.ENV["MEMOLAB_VERBOSE"].rule.check(v)
+        return cast("int | None", config.ENV["MEMOLAB_VERBOSE"].rule.check(v))
     except ValueError:
         raise TypeError(f"@memo(verbose=...) takes True, False or a level 0, 1 or 2, not {v!r}") from None
 
 
 #: symbol -> the live memoized functions named so whose code memolab cannot see (a library
 #: wrapper holding no visible user function): two of them would share every key
-_opaque: "Dict[str, weakref.WeakSet[MemoFunction]]" = {}
+_opaque: dict[str, weakref.WeakSet[MemoFunction]] = {}
 
 
-def _claim_symbol(m: "MemoFunction") -> None:
+def _claim_symbol(m: MemoFunction) -> None:
     """Refuse a second live memoized function that could only be told from another by code
     memolab cannot see: both would have one name and one code digest, so one's stored
     results would be returned for the other's calls."""
@@ -417,7 +419,7 @@ class _BoundMemo:
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         return self._memo.explain(self._obj, *args, **kwargs)
 
-    def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> Dict[str, Any]:
+    def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> dict[str, Any]:
         return self._memo.accept(self._obj, *args, yes=yes, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -427,20 +429,20 @@ class _BoundMemo:
 @overload
 def memo(fn: F) -> F: ...
 @overload
-def memo(*, ignore: Sequence[str] = ..., version: Optional[Union[str, int]] = ..., deps: Iterable[Any] = ...,
-         store: Union[None, str, os.PathLike] = ..., version_sensitivity: Optional[str] = ...,
-         collective: Union[bool, str] = ..., global_rng: bool = ..., env: Sequence[str] = ...,
-         code: str = ..., max_age: Union[None, int, float, str, Any] = ...,
-         validate: Optional[Callable[[Dict[str, Any]], Any]] = ...,
-         verbose: Union[None, bool, int] = ...) -> Callable[[F], F]: ...
+def memo(*, ignore: Sequence[str] = ..., version: str | int | None = ..., deps: Iterable[Any] = ...,
+         store: None | str | os.PathLike[str] = ..., version_sensitivity: str | None = ...,
+         collective: bool | str = ..., global_rng: bool = ..., env: Sequence[str] = ...,
+         code: str = ..., max_age: None | int | float | str | Any = ...,
+         validate: Callable[[dict[str, Any]], Any] | None = ...,
+         verbose: None | bool | int = ...) -> Callable[[F], F]: ...
 
 
-def memo(fn: Optional[Callable[..., Any]] = None, *, ignore: Sequence[str] = (), version: Optional[Union[str, int]] = None,
-         deps: Iterable[Any] = (), store: Union[None, str, os.PathLike] = None,
-         version_sensitivity: Optional[str] = None, collective: Union[bool, str] = True, global_rng: bool = True,
-         env: Sequence[str] = (), code: str = "digest", max_age: Union[None, int, float, str, Any] = None,
-         validate: Optional[Callable[[Dict[str, Any]], Any]] = None,
-         verbose: Union[None, bool, int] = None) -> Any:
+def memo(fn: Callable[..., Any] | None = None, *, ignore: Sequence[str] = (), version: str | int | None = None,
+         deps: Iterable[Any] = (), store: None | str | os.PathLike[str] = None,
+         version_sensitivity: str | None = None, collective: bool | str = True, global_rng: bool = True,
+         env: Sequence[str] = (), code: str = "digest", max_age: None | int | float | str | Any = None,
+         validate: Callable[[dict[str, Any]], Any] | None = None,
+         verbose: None | bool | int = None) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).

@@ -17,18 +17,17 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Optional
 
 __all__ = ["untouched"]
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PRESENT, _SWAPPED, _FILE = 1 << 63, 1 << 62, 1 << 61
-_fd: Optional[int] = None
+_fd: int | None = None
 _fd_pid = 0
 _lock = threading.Lock()
 
 
-def _pagemap() -> Optional[int]:
+def _pagemap() -> int | None:
     global _fd, _fd_pid
     pid = os.getpid()
     if _fd is None or _fd_pid != pid:  # a forked child reads its own page table
@@ -42,7 +41,7 @@ def _pagemap() -> Optional[int]:
     return _fd if _fd >= 0 else None
 
 
-def untouched(addr: int, nbytes: int) -> Optional[bool]:
+def untouched(addr: int, nbytes: int) -> bool | None:
     """True if no page of the private mapping ``[addr, addr + nbytes)`` has been written (or
     swapped out: only a written private page can be); False if one has; None if this cannot
     be told here (not Linux, no ``/proc``)."""

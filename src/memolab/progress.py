@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from . import config
 
@@ -56,7 +57,7 @@ class Bar:
     """``with Bar("verifying blobs", n) as bar: ... bar.update(k)``: a bar on stderr once the
     work has lasted the delay, erased when it ends (the command's own output follows)."""
 
-    def __init__(self, label: str, total: int, unit: str = "", delay: Optional[float] = None) -> None:
+    def __init__(self, label: str, total: int, unit: str = "", delay: float | None = None) -> None:
         self.label, self.total, self.unit = label, max(0, int(total)), unit
         self.done = 0
         self.on = self.total > 0 and wanted()
@@ -64,7 +65,7 @@ class Bar:
         self._t0 = time.monotonic()
         self._bar: Any = None  # tqdm's, or ``_Plain``, once drawn
 
-    def __enter__(self) -> "Bar":
+    def __enter__(self) -> Bar:
         if self.on and self.delay <= 0:
             self._draw()
         return self
@@ -110,7 +111,7 @@ def result_bar(verb: str, symbol: str, size: int) -> Bar:
 
 
 @contextlib.contextmanager
-def result_progress(verb: str, symbol: str, size: int) -> Iterator[Optional[Callable[[int], None]]]:
+def result_progress(verb: str, symbol: str, size: int) -> Iterator[Callable[[int], None] | None]:
     """The update function of a big result's bar (``result_bar``), closed on the way out;
     None for a result under ``BIG`` bytes, which gets no bar and costs nothing."""
     if size < BIG:

@@ -8,10 +8,11 @@ until ``memolab.pickling`` is imported.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 #: ``reducer(pickler, obj)`` returns a reduce tuple, or ``NotImplemented`` for pickle's own handling
 Reducer = Callable[[Any, Any], Any]
 
 #: type -> its reducer; ``None`` means "pickle's own handling" (also cached for types resolved to it)
-reducers: Dict[type, Optional[Reducer]] = {}
+reducers: dict[type, Reducer | None] = {}

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from . import config
 from .text import human_bytes, human_seconds
@@ -48,7 +48,7 @@ SLOW = 1.0
 LOGGER_NAME = "memolab"
 
 #: (id of the store, fn, code) -> every computation of it in this process took less than ``SLOW``
-_quick: Dict[Tuple[int, str, str], bool] = {}
+_quick: dict[tuple[int, str, str], bool] = {}
 
 
 def _rank_other_than_0() -> bool:
@@ -124,9 +124,9 @@ def _call_text(call: Any, width: int = 60) -> str:
     return f"{_name(call.memo.symbol)}({args})"
 
 
-def _reason(ex: Dict[str, Any]) -> str:
+def _reason(ex: dict[str, Any]) -> str:
     """The first reason of an explanation in a few words: ``code of Net.forward changed``."""
-    reasons: List[str] = [r for r in ex.get("reasons") or [] if isinstance(r, str)]
+    reasons: list[str] = [r for r in ex.get("reasons") or [] if isinstance(r, str)]
     if not reasons:
         return "miss"
     first = reasons[0]
@@ -146,7 +146,7 @@ def _reason(ex: Dict[str, Any]) -> str:
     return first + (f" (and {more} more)" if more else "")
 
 
-def _changed_def(diff: str) -> Optional[str]:
+def _changed_def(diff: str) -> str | None:
     """The function a unified diff's first change is in (the last ``def`` above it, in the
     diff's context), or None."""
     import re
@@ -163,7 +163,7 @@ def _changed_def(diff: str) -> Optional[str]:
     return last
 
 
-def _explanation(call: Any) -> Dict[str, Any]:
+def _explanation(call: Any) -> dict[str, Any]:
     """Why ``call`` missed, from the record its miss wrote (``Call.miss_writer``): a record
     explained at once is read back; a deferred one is explained now, by ``explain.settle``
     (what ``memolab why`` runs)."""
@@ -197,7 +197,7 @@ def miss(call: Any) -> bool:
     return True
 
 
-def stored(call: Any, eval_id: Optional[int], seconds: float, computed: Optional[float], announced: bool) -> None:
+def stored(call: Any, eval_id: int | None, seconds: float, computed: float | None, announced: bool) -> None:
     """Announce a store (after an announced miss, a slow store, or at level 2)."""
     lv = level(call.memo)
     if lv == 0 or (lv == 1 and not announced and seconds < SLOW):
@@ -208,7 +208,7 @@ def stored(call: Any, eval_id: Optional[int], seconds: float, computed: Optional
     _say(f"{_name(call.memo.symbol)} stored {what} in {human_seconds(seconds)}{took}")
 
 
-def loaded(call: Any, row: Dict[str, Any], seconds: float) -> None:
+def loaded(call: Any, row: dict[str, Any], seconds: float) -> None:
     """Announce a hit read from the store (a slow one, or every one at level 2)."""
     lv = level(call.memo)
     if lv == 0 or (lv == 1 and seconds < SLOW and "loaded_bytes" not in row):
@@ -217,7 +217,7 @@ def loaded(call: Any, row: Dict[str, Any], seconds: float) -> None:
          f"(evaluation #{row.get('id')})")
 
 
-def _row_size(row: Dict[str, Any]) -> int:
+def _row_size(row: dict[str, Any]) -> int:
     if row.get("loaded_bytes") is not None:
         return int(row["loaded_bytes"])
     if row.get("size") is not None:
@@ -230,7 +230,7 @@ def _row_size(row: Dict[str, Any]) -> int:
     return n
 
 
-def _stored_size(store: Any, eval_id: Optional[int]) -> Optional[int]:
+def _stored_size(store: Any, eval_id: int | None) -> int | None:
     if eval_id is None:
         return None
     try:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import re
 import sys
 import types
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Union
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from .tracking import query as _query
 from .tracking.notes import Note
@@ -41,11 +42,11 @@ class Scalars(NamedTuple):
     """Every point of one tag of one run, in step order (NaN and inf as floats)."""
 
     tag: str
-    step: List[int]
-    value: List[float]
-    wall: List[float]
+    step: list[int]
+    value: list[float]
+    wall: list[float]
 
-    def __len__(self) -> int:  # type: ignore[override]
+    def __len__(self) -> int:
         return len(self.step)
 
     def to_pandas(self) -> Any:
@@ -58,8 +59,8 @@ class Evaluation(NamedTuple):
 
     id: int
     hits: int
-    size: Optional[int]
-    result: Optional[str]
+    size: int | None
+    result: str | None
 
     def _repr_html_(self) -> str:
         from .display import evaluation
@@ -75,41 +76,41 @@ class Edge(NamedTuple):
 
     path: str
     fn: str
-    evaluation: Optional[int]
+    evaluation: int | None
 
 
 class Run:
     """One run of a function: a computation of a memoized function, a script's process run, or a
     ``SummaryWriter(log_dir)``'s run. ``id`` is the run id (``memolab show ID`` takes it too)."""
 
-    def __init__(self, row: Dict[str, Any], index: Any) -> None:
+    def __init__(self, row: dict[str, Any], index: Any) -> None:
         self._row = row
         self._index = index
-        self.id: Union[int, str] = row["id"]
+        self.id: int | str = row["id"]
         self.fn: str = row["fn"]
         #: the run's own name, else the arguments that differ from the other runs of its function
         self.name: str = row.get("label") or str(row["id"])
         self.status: str = row["status"]
         #: arguments (and ``log.hparams`` values) with nested configs flattened: ``cfg.optim.lr``
-        self.hparams: Dict[str, Any] = dict(row.get("hparams") or {})
+        self.hparams: dict[str, Any] = dict(row.get("hparams") or {})
         #: the last value of every scalar tag
-        self.metrics: Dict[str, Optional[float]] = dict(row.get("metrics") or {})
+        self.metrics: dict[str, float | None] = dict(row.get("metrics") or {})
         self.started: float = row["started"]
-        self.finished: Optional[float] = row.get("finished")
-        self.duration: Optional[float] = row.get("duration")
-        self.code: Optional[str] = row.get("code")
-        self.parent: Optional[int] = row.get("parent")
-        self.error: Optional[str] = row.get("error")
+        self.finished: float | None = row.get("finished")
+        self.duration: float | None = row.get("duration")
+        self.code: str | None = row.get("code")
+        self.parent: int | None = row.get("parent")
+        self.error: str | None = row.get("error")
         #: the script that ran it (absolute path), telling apart two scripts' ``__main__:train``
-        self.script: Optional[str] = row.get("script")
+        self.script: str | None = row.get("script")
         ev = row.get("eval_id") if row.get("stored") else None
         #: the stored evaluation (None for a run that stored nothing: failed, interrupted, a process run)
-        self.evaluation: Optional[Evaluation] = (
+        self.evaluation: Evaluation | None = (
             Evaluation(int(ev), int(row.get("hits") or 0), row.get("size"), row.get("result")) if ev else None)
         #: its tags (``memolab.log.tag``, ``memolab tag ID TAG``, the dashboard), its evaluation's included
-        self.run_tags: List[str] = list(row.get("run_tags") or [])
+        self.run_tags: list[str] = list(row.get("run_tags") or [])
         #: its notes (and its evaluation's), oldest first: ``Note(text, time, source, id)``
-        self.notes: List[Note] = [Note(**n) for n in row.get("notes") or []]
+        self.notes: list[Note] = [Note(**n) for n in row.get("notes") or []]
 
     def __repr__(self) -> str:
         return f"<memolab.Run {self.id} {self.fn} {self.name!r} {self.status}>"
@@ -129,14 +130,14 @@ class Run:
         p = _query.scalars(self._index, rid, tag, points)
         return Scalars(tag, p["step"], p["value"], p["wall"])
 
-    def _evaluation_row(self) -> Optional[Dict[str, Any]]:
+    def _evaluation_row(self) -> dict[str, Any] | None:
         if self.evaluation is None:
             return None
         rows = self._index.evaluations(where="id=?", params=(self.evaluation.id,), limit=1)
         return rows[0] if rows else None
 
     @property
-    def inputs(self) -> List[Edge]:
+    def inputs(self) -> list[Edge]:
         """What the run's evaluation was made from: for each argument path holding a result of
         another evaluation, that evaluation (docs/cache-rules.md, "Lineage"). Empty without one."""
         from .store import edges
@@ -146,7 +147,7 @@ class Run:
                                         for e in edges.inputs_of(self._index, row)]
 
     @property
-    def used_by(self) -> List[Edge]:
+    def used_by(self) -> list[Edge]:
         """The evaluations that took this run's result as an input (oldest first)."""
         from .store import edges
 
@@ -156,10 +157,10 @@ class Run:
         key = (row["fn"], row["code"], row["args"], row["schema"])
         return [Edge(e["path"], e["function"], e["evaluation"]) for e in edges.used_by(self._index, key)]
 
-    def _run_id(self) -> Optional[int]:
+    def _run_id(self) -> int | None:
         return self.id if isinstance(self.id, int) else None  # "e12": an evaluation stored without a run
 
-    def tags(self) -> List[str]:
+    def tags(self) -> list[str]:
         """The scalar tags this run logged."""
         rid = self._run_id()
         return [] if rid is None else _query.tags(self._index, [rid])["scalar"]
@@ -173,18 +174,18 @@ class Run:
         return Scalars(tag, p["step"], p["value"], p["wall"])
 
     @property
-    def traceback(self) -> Optional[str]:
+    def traceback(self) -> str | None:
         """A failed or interrupted run's traceback (its last 20,000 characters)."""
         rid = self._run_id()
         return None if rid is None else _query.failure(self._index, rid)["traceback"]
 
     @property
-    def output(self) -> Optional[str]:
+    def output(self) -> str | None:
         """The tail (16,000 characters) of what a failed or interrupted computation printed."""
         rid = self._run_id()
         return None if rid is None else _query.failure(self._index, rid)["output"]
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "fn": self.fn, "name": self.name, "status": self.status, "started": self.started,
                 "finished": self.finished, "duration": self.duration, "code": self.code, "error": self.error,
                 "script": self.script, "run_tags": self.run_tags, "notes": [n._asdict() for n in self.notes],
@@ -193,7 +194,7 @@ class Run:
                 "hparams": self.hparams, "metrics": self.metrics}
 
 
-class RunList(List[Run]):
+class RunList(list[Run]):
     """A list of runs, newest first, with ``to_pandas()``."""
 
     def _repr_html_(self) -> str:
@@ -206,7 +207,7 @@ class RunList(List[Run]):
         """One row per run: id, fn, name, status, started, duration, the hparams, then the final metrics."""
         rows = []
         for r in self:
-            d: Dict[str, Any] = {"id": r.id, "fn": r.fn, "name": r.name, "status": r.status, "started": r.started,
+            d: dict[str, Any] = {"id": r.id, "fn": r.fn, "name": r.name, "status": r.status, "started": r.started,
                                  "duration": r.duration, "evaluation": r.evaluation.id if r.evaluation else None,
                                  "run_tags": ",".join(r.run_tags)}
             d.update(r.hparams)
@@ -228,8 +229,8 @@ def _match(fns: Iterable[str], name: str) -> str:
     raise LookupError(f"memolab.runs: {name!r} matches {', '.join(found)}; give the full name")
 
 
-def runs(fn: Any = None, *, status: Union[None, str, Iterable[str]] = None, name: Optional[str] = None,
-         tag: Optional[str] = None, store: Any = None, limit: Optional[int] = None) -> RunList:
+def runs(fn: Any = None, *, status: None | str | Iterable[str] = None, name: str | None = None,
+         tag: str | None = None, store: Any = None, limit: int | None = None) -> RunList:
     """The runs of ``fn`` (a memoized function, its full symbol ``pkg.mod:train``, or an unambiguous
     suffix such as ``train``; a script's function as ``a.py:train``; a script's process runs as
     ``train.py``), or of every function, newest first.

@@ -8,12 +8,13 @@ and tensors are recognised by their ``shape``/``dtype`` attributes.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from .text import short_repr
 
-Rule = Callable[[Any], Optional[str]]
-RULES: List[Rule] = []
+Rule = Callable[[Any], str | None]
+RULES: list[Rule] = []
 
 
 def register(rule: Rule) -> Rule:
@@ -30,7 +31,7 @@ def _size(n: float) -> str:
     return f"{n:.1f} GB"
 
 
-def _tensor_bytes(x: Any) -> Optional[int]:
+def _tensor_bytes(x: Any) -> int | None:
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
         return None
     nb = getattr(x, "nbytes", None)
@@ -46,7 +47,7 @@ def _dtype(x: Any) -> str:
     return str(x.dtype).replace("torch.", "")
 
 
-def _array(x: Any) -> Optional[str]:
+def _array(x: Any) -> str | None:
     nb = _tensor_bytes(x)
     if nb is None:
         return None
@@ -54,7 +55,7 @@ def _array(x: Any) -> Optional[str]:
     return f"{type(x).__name__} {_dtype(x)}[{shape}], {_size(nb)}"
 
 
-def _mapping(x: Any) -> Optional[str]:
+def _mapping(x: Any) -> str | None:
     if not isinstance(x, dict) or not x:
         return None
     sizes = [_tensor_bytes(v) for v in x.values()]
@@ -63,13 +64,13 @@ def _mapping(x: Any) -> Optional[str]:
     return f"{type(x).__name__}: {len(x)} item{'s' if len(x) != 1 else ''}"
 
 
-def _sequence(x: Any) -> Optional[str]:
+def _sequence(x: Any) -> str | None:
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
         return f"{type(x).__name__}: {len(x)} item{'s' if len(x) != 1 else ''}"
     return None
 
 
-def _plain(x: Any) -> Optional[str]:
+def _plain(x: Any) -> str | None:
     if x is None or isinstance(x, (bool, int, float, complex)):
         return repr(x)
     if isinstance(x, str):
@@ -89,7 +90,7 @@ for _rule in (_sequence, _mapping, _array, _plain):
 # place of a repr that is either an address (``<TensorDataset object>``) or a page of text (a
 # module's). No rule imports a library: a class is recognised once its library is imported, which
 # it must be for such an object to exist. Each rule is cheap (no iteration over a dataset's items).
-TYPED: List[Rule] = []
+TYPED: list[Rule] = []
 
 
 def register_typed(rule: Rule) -> Rule:
@@ -123,7 +124,7 @@ def _isinstance_of(x: Any, module: str, path: str) -> bool:
     return isinstance(obj, type) and isinstance(x, obj)
 
 
-def _module(x: Any) -> Optional[str]:
+def _module(x: Any) -> str | None:
     if not _isinstance_of(x, "torch", "nn.Module"):
         return None
     leaves = sum(1 for m in x.modules() if next(iter(m.children()), None) is None)
@@ -131,7 +132,7 @@ def _module(x: Any) -> Optional[str]:
     return f"{type(x).__name__}: {leaves} layer{'s' if leaves != 1 else ''}, {_params(params)} params"
 
 
-def _torch_dataset(x: Any) -> Optional[str]:
+def _torch_dataset(x: Any) -> str | None:
     if not _isinstance_of(x, "torch", "utils.data.Dataset"):
         return None
     tensors = getattr(x, "tensors", None)  # a TensorDataset
@@ -145,7 +146,7 @@ def _torch_dataset(x: Any) -> Optional[str]:
         return None
 
 
-def _loader(x: Any) -> Optional[str]:
+def _loader(x: Any) -> str | None:
     if not _isinstance_of(x, "torch", "utils.data.DataLoader"):
         return None
     try:
@@ -155,7 +156,7 @@ def _loader(x: Any) -> Optional[str]:
     return f"{type(x).__name__}: {count(n)} batches of {x.batch_size}"
 
 
-def _optimizer(x: Any) -> Optional[str]:
+def _optimizer(x: Any) -> str | None:
     if not _isinstance_of(x, "torch", "optim.Optimizer"):
         return None
     groups = x.param_groups
@@ -164,14 +165,14 @@ def _optimizer(x: Any) -> Optional[str]:
         f", lr={lr:g}" if isinstance(lr, (int, float)) else "")
 
 
-def _frame(x: Any) -> Optional[str]:
+def _frame(x: Any) -> str | None:
     if not (_isinstance_of(x, "pandas", "DataFrame") or _isinstance_of(x, "polars", "DataFrame")):
         return None
     rows, cols = x.shape
     return f"{type(x).__name__}: {count(rows)} × {count(cols)}"
 
 
-def _hf_dataset(x: Any) -> Optional[str]:
+def _hf_dataset(x: Any) -> str | None:
     if not _isinstance_of(x, "datasets", "Dataset"):
         return None
     cols = list(x.column_names)
@@ -179,13 +180,13 @@ def _hf_dataset(x: Any) -> Optional[str]:
     return f"{type(x).__name__}: {count(x.num_rows)} rows × {len(cols)} columns ({shown})"
 
 
-def _big_array(x: Any) -> Optional[str]:
+def _big_array(x: Any) -> str | None:
     # an array or tensor of more than 16 values: its type, shape and size (a short one's repr shows its values)
     shape = getattr(x, "shape", None)
     if not isinstance(shape, tuple) and type(shape).__name__ != "Size":
         return None
     n = 1
-    for d in tuple(shape):
+    for d in tuple(shape):  # type: ignore[arg-type]  # a tuple or a torch.Size
         n *= int(d)
     return _array(x) if n > 16 else None
 
@@ -194,7 +195,7 @@ for _rule in (_big_array, _hf_dataset, _frame, _optimizer, _loader, _torch_datas
     register_typed(_rule)
 
 
-def typed(obj: Any) -> Optional[str]:
+def typed(obj: Any) -> str | None:
     """A typed summary of an argument when a rule knows its type (a model, a dataset, a loader, a
     frame, a big array), else None (its repr says it better: a number, a string, a small config)."""
     for rule in TYPED:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import reprlib
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 __all__ = ["short_repr", "is_secret_name", "mask_secrets", "mask_repr", "MASKED", "human_bytes", "human_seconds"]
 
@@ -64,7 +64,7 @@ def is_secret_name(name: Any) -> bool:
     words = [w.lower() for w in _WORD.findall(name)]
     if not words:
         return False
-    if _SECRET_WORDS.intersection(words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:])):
+    if _SECRET_WORDS.intersection(words) or any(p in _SECRET_PAIRS for p in zip(words, words[1:], strict=False)):
         return True
     return words[-1] == "token" and not (len(words) > 1 and words[-2] in _SPECIAL_TOKENS)
 
@@ -91,7 +91,7 @@ _FIELD = re.compile(r"""(?P<q>['"]?)(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)(?P<
                     r"""(?P<value>'(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|b'(?:[^'\\]|\\.)*'?|(?![{\[(<])[^,)}\]\s]+)""")
 
 
-def _mask_field(m: "re.Match[str]") -> str:
+def _mask_field(m: re.Match[str]) -> str:
     value = m.group("value")
     if not is_secret_name(m.group("name")) or value in ("None", "True", "False"):
         return m.group(0)
@@ -106,10 +106,10 @@ def mask_repr(text: str) -> str:
     return _FIELD.sub(_mask_field, text)
 
 
-def mask_args(args: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
+def mask_args(args: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """An argument snapshot (``{name: [digest, repr]}``) with secrets masked: an argument whose
     name says it is one shows MASKED, any other's repr is masked inside (``mask_repr``)."""
-    out: Dict[str, List[Any]] = {}
+    out: dict[str, list[Any]] = {}
     for n, v in args.items():
         if isinstance(v, list) and len(v) == 2 and isinstance(v[1], str):
             v = [v[0], MASKED if is_secret_name(n) and v[1] not in ("None", "True", "False") else mask_repr(v[1])]
@@ -117,7 +117,7 @@ def mask_args(args: Dict[str, List[Any]]) -> Dict[str, List[Any]]:
     return out
 
 
-def human_bytes(n: Optional[float]) -> str:
+def human_bytes(n: float | None) -> str:
     """Binary units, as file managers and ``ls -h`` show a result's size: ``1.2 GiB``."""
     n = float(n or 0)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):

@@ -19,9 +19,11 @@ key alike (the key hashes content), and nothing here can change a key, a hit or 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
-from . import hashing, identity
+from . import identity
+from .hashing.registry import leaves as large_leaves
 from .store import edges as store_edges
 
 __all__ = ["input_edges", "mark", "MAX_EDGES"]
@@ -44,17 +46,17 @@ def mark(value: Any, store: Any, eval_id: int, key: Any, arguments: Any = ()) ->
             pass
 
 
-def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], per_arg: Dict[str, str],
-                store: Any, key: Any) -> List[Dict[str, str]]:
+def input_edges(named: Sequence[tuple[str, Any]], visited: list[Any] | None, per_arg: dict[str, str],
+                store: Any, key: Any) -> list[dict[str, str]]:
     """The input edges of a call (see the module's doc), as its snapshot records them:
     ``{"path", "fn", "code", "args", "schema", "by"}`` (plus ``"store"``: the root of another
     store the evaluation is recorded in), sorted by path, at most ``MAX_EDGES``."""
-    found: Dict[int, List[Tuple[Any, Any, Tuple[str, ...]]]] = {}  # argument -> [(object, origin, where)]
+    found: dict[int, list[tuple[Any, Any, tuple[str, ...]]]] = {}  # argument -> [(object, origin, where)]
     with_leaves = set()  # arguments holding an array or tensor: only those can match a result by content
     if visited:
         keep, ends = visited[0]
         get = identity.origin_where if identity.marked() else None
-        large = hashing.leaves
+        large = large_leaves
         arg = 0
         for i, obj in enumerate(keep):
             while arg < len(ends) - 1 and i >= ends[arg]:
@@ -64,7 +66,7 @@ def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], 
             o = get(obj) if get is not None else None
             if o is not None:
                 found.setdefault(arg, []).append((obj, o[0], tuple(map(identity.path_segment, o[1]))))
-    edges: List[Dict[str, str]] = []
+    edges: list[dict[str, str]] = []
     root = getattr(store, "root", None)
     for arg, objs in found.items():
         if arg >= len(named):
@@ -77,15 +79,15 @@ def input_edges(named: Sequence[Tuple[str, Any]], visited: Optional[List[Any]], 
     return edges[:MAX_EDGES]
 
 
-def _edges_of(name: str, value: Any, objs: List[Tuple[Any, Any, Tuple[str, ...]]],
-              root: Any) -> List[Dict[str, str]]:
+def _edges_of(name: str, value: Any, objs: list[tuple[Any, Any, tuple[str, ...]]],
+              root: Any) -> list[dict[str, str]]:
     """One edge per evaluation found in argument ``name``: at the path of its object, or (several
     objects of one evaluation: a dict of its arrays) at the path they have in common. An object
     that sat inside its result (``{"w": array}``: the dict itself cannot be marked) at the end of
     the path it has here stands for its result: the edge is at the result's place (``model``,
     not ``model['w']``)."""
     paths = _paths(name, value, {id(o): o for o, _, _ in objs})
-    per: Dict[Tuple[Any, Any], List[List[str]]] = {}
+    per: dict[tuple[Any, Any], list[list[str]]] = {}
     for obj, origin, where in objs:
         p = paths.get(id(obj), [name])
         if p is None:
@@ -112,14 +114,14 @@ def _edges_of(name: str, value: Any, objs: List[Tuple[Any, Any, Tuple[str, ...]]
 _segment_key = identity.path_segment
 
 
-def _children(obj: Any) -> List[Tuple[str, Any]]:
+def _children(obj: Any) -> list[tuple[str, Any]]:
     if isinstance(obj, dict):
         return [(_segment_key(k), v) for k, v in list(obj.items())]
     if isinstance(obj, (list, tuple)):
         return [(f"[{i}]", v) for i, v in enumerate(obj)]
     if isinstance(obj, (set, frozenset, _OPAQUE)):
         return []
-    out: List[Tuple[str, Any]] = []
+    out: list[tuple[str, Any]] = []
     d = getattr(obj, "__dict__", None)
     if type(d) is dict:
         out.extend((f".{k}" if isinstance(k, str) and k.isidentifier() else _segment_key(k), v)
@@ -134,15 +136,15 @@ def _children(obj: Any) -> List[Tuple[str, Any]]:
     return out
 
 
-def _paths(name: str, value: Any, targets: Dict[int, Any]) -> Dict[int, Optional[List[str]]]:
+def _paths(name: str, value: Any, targets: dict[int, Any]) -> dict[int, list[str] | None]:
     """id -> the path (segments) of each target in ``value``: the first found, breadth first; None
     for a target found only inside another target. Targets not reached are absent."""
-    out: Dict[int, Optional[List[str]]] = {}
+    out: dict[int, list[str] | None] = {}
     seen = set()
-    frontier: List[Tuple[Any, List[str], bool]] = [(value, [name], False)]
+    frontier: list[tuple[Any, list[str], bool]] = [(value, [name], False)]
     visited = 0
     while frontier and visited < _WALK_MAX and len(out) < len(targets):
-        nxt: List[Tuple[Any, List[str], bool]] = []
+        nxt: list[tuple[Any, list[str], bool]] = []
         for obj, path, inside in frontier:
             if type(obj) in _ATOMS or id(obj) in seen:
                 continue
@@ -162,12 +164,12 @@ def _paths(name: str, value: Any, targets: Dict[int, Any]) -> Dict[int, Optional
     return out
 
 
-def _by_content(named: Sequence[Tuple[str, Any]], per_arg: Dict[str, str], store: Any,
-                key: Any) -> List[Dict[str, str]]:
+def _by_content(named: Sequence[tuple[str, Any]], per_arg: dict[str, str], store: Any,
+                key: Any) -> list[dict[str, str]]:
     """Those of ``named`` (arguments holding arrays or tensors and no marked object) whose digest is
     that of a stored result (``by content``): a result gets a value digest only if it holds some."""
     want = {}
-    for name, value in named:
+    for name, _value in named:
         if name.startswith("<") or name not in per_arg:
             continue
         want[per_arg[name]] = name

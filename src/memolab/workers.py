@@ -15,7 +15,7 @@ Importing this module imports ``distributed``; ``import memolab`` does not.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict
+from typing import Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -28,7 +28,7 @@ class Configure(WorkerPlugin):
     name = "memolab-configure"
 
     def __init__(self, **changes: Any) -> None:
-        self.changes: Dict[str, Any] = changes
+        self.changes: dict[str, Any] = changes
 
     def setup(self, worker: Any) -> None:
         from . import config

@@ -23,7 +23,6 @@ import socket
 import struct
 import threading
 import time
-from typing import List, Optional
 
 
 def _readable(sock: socket.socket, timeout: float) -> bool:
@@ -35,7 +34,7 @@ def _readable(sock: socket.socket, timeout: float) -> bool:
 
 
 class _Conn:
-    def __init__(self, proxy: "FaultProxy", client: socket.socket, upstream: socket.socket) -> None:
+    def __init__(self, proxy: FaultProxy, client: socket.socket, upstream: socket.socket) -> None:
         self.proxy = proxy
         self.client, self.upstream = client, upstream
         self.sent = 0
@@ -104,7 +103,7 @@ class FaultProxy:
         self.mode = "pass"
         self.latency = 0.0
         self.stall_after = 0
-        self.conns: List[_Conn] = []
+        self.conns: list[_Conn] = []
         self.accepted = 0
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -155,7 +154,7 @@ class FaultProxy:
     def open_connections(self) -> int:
         return sum(not c.closed for c in self.conns)
 
-    def close(self, *_: Optional[object]) -> None:
+    def close(self, *_: object | None) -> None:
         self._closed = True
         self.reset()
         try:

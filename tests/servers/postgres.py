@@ -29,8 +29,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
 
 import pytest
 
@@ -44,9 +44,9 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"PostgreSQL not available: {reason}")
 
 
-def find_bin() -> Optional[Path]:
+def find_bin() -> Path | None:
     """The directory holding ``initdb`` and ``pg_ctl``: Debian's newest version, else PATH."""
-    def version(p: str) -> List[int]:
+    def version(p: str) -> list[int]:
         m = re.search(r"/postgresql/([\d.]+)/bin", p)
         return [int(x) for x in m.group(1).split(".") if x] if m else [0]
 
@@ -59,7 +59,7 @@ def find_bin() -> Optional[Path]:
     return None
 
 
-def _server_user() -> Optional[pwd.struct_passwd]:
+def _server_user() -> pwd.struct_passwd | None:
     """None when not root (the server runs as us); else an unprivileged user, created if needed."""
     if os.geteuid() != 0:
         return None
@@ -98,7 +98,7 @@ class PgServer:
 
     # -- processes ----------------------------------------------------------------------------
     def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        kw: Dict[str, object] = {}
+        kw: dict[str, object] = {}
         if self.user is not None:
             kw = dict(user=self.user.pw_uid, group=self.user.pw_gid, extra_groups=[])
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}

@@ -27,7 +27,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,7 @@ class S3Server:
 
     def __init__(self) -> None:
         self.port = free_port()
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="memolab-moto-", suffix=".log", delete=False)
         self._buckets = itertools.count()
 
@@ -58,7 +59,7 @@ class S3Server:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def env(self) -> Dict[str, str]:
+    def env(self) -> dict[str, str]:
         return {**ENV, "AWS_ENDPOINT_URL": self.endpoint}
 
     @property

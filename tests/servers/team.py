@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 
@@ -38,13 +37,13 @@ class LocalTeam:
     def up(self) -> None:
         os.rename(self.root / "team.away", self.root / "team")
 
-    def hits(self) -> Dict[str, int]:
+    def hits(self) -> dict[str, int]:
         import sqlite3
 
         with sqlite3.connect(self.root / "team" / "index.sqlite") as c:
             return dict(c.execute("SELECT args, hits FROM evaluations"))
 
-    def blob_files(self) -> List[Path]:
+    def blob_files(self) -> list[Path]:
         return [p for p in (self.root / "team" / "blobs").rglob("*") if p.is_file()]
 
     def corrupt_blob(self, digest: str) -> None:
@@ -79,7 +78,7 @@ class PgS3Team:
         self.s3.start()
         self.s3.client().create_bucket(Bucket=self.bucket)
 
-    def hits(self) -> Dict[str, int]:
+    def hits(self) -> dict[str, int]:
         import psycopg
 
         with psycopg.connect(self.env["MEMOLAB_REMOTE"]) as c:

@@ -10,18 +10,37 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import NoReturn, Optional, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
-from .common import (COMMANDS, OK, PROBLEM, USAGE, CliError, Progress, command, confirm, emit_json,  # noqa: F401
-                     human_age, human_duration, human_size, options, parse_age, parse_size, resolve_function,
-                     short_name, store_root, table)
+from .common import (  # noqa: F401
+    COMMANDS,
+    OK,
+    PROBLEM,
+    USAGE,
+    CliError,
+    Progress,
+    command,
+    confirm,
+    emit_json,
+    human_age,
+    human_duration,
+    human_size,
+    options,
+    parse_age,
+    parse_size,
+    resolve_function,
+    short_name,
+    store_root,
+    table,
+)
 
 
 class Parser(argparse.ArgumentParser):
     """Usage errors are one line on stderr (``memolab ls: argument --limit: must be 1 or more, got -3``),
     exit 2, as every other error of the command line is one line."""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(USAGE, f"memolab: {self.prog.replace('memolab ', '', 1) + ': ' if ' ' in self.prog else ''}"
                          f"{message} (see {self.prog} --help)\n")
 
@@ -35,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", metavar="DIR", help=store_help)
     p.add_argument("--version", action="version", version=f"memolab {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    # registered in this order, the order `memolab --help` lists them in (not sorted)
+    # isort: off
     from . import store_commands  # noqa: F401  (registers `ls`, `show`, `why`, `clear`, `gc`)
     from . import run_commands  # noqa: F401  (registers `runs`)
     from . import accept_commands  # noqa: F401  (registers `accept`)
@@ -42,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ..ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
     from .. import doctor as _doctor  # noqa: F401  (registers `doctor`)
     from ..team import cli as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)
+    # isort: on
     for name, (fn, configure, help_) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         # `memolab ls --store DIR` as well as `memolab --store DIR ls`; SUPPRESS keeps a
@@ -52,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_fn", None):

@@ -3,10 +3,22 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-from typing import Any, Dict, List
+from typing import Any
 
-from .common import (OK, PROBLEM, CliError, command, confirm, emit_json, human_age, json_option, open_store, options,
-                     resolve_function, writable_store)
+from .common import (
+    OK,
+    PROBLEM,
+    CliError,
+    command,
+    confirm,
+    emit_json,
+    human_age,
+    json_option,
+    open_store,
+    options,
+    resolve_function,
+    writable_store,
+)
 
 
 def _accept_options(p: argparse.ArgumentParser) -> None:
@@ -21,7 +33,7 @@ def _accept_options(p: argparse.ArgumentParser) -> None:
     json_option(p)
 
 
-def _team_note(a: Dict[str, Any]) -> str:
+def _team_note(a: dict[str, Any]) -> str:
     team = a.get("team")
     if team is None:
         return ""
@@ -95,7 +107,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
 def _list(store: Any, fn: str, args: argparse.Namespace) -> int:
     from .. import acceptance
 
-    accepts: List[Dict[str, Any]] = store.index.accepts(fn, active=not args.all)
+    accepts: list[dict[str, Any]] = store.index.accepts(fn, active=not args.all)
     if args.json:
         emit_json({"fn": fn, "accepts": [acceptance.as_json(a) for a in accepts]})
         return OK

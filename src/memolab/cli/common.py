@@ -13,12 +13,13 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 from ..progress import Bar
 
-COMMANDS: Dict[str, Tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
 
 def command(name: str, help: str) -> Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]]:
@@ -61,7 +62,7 @@ def parse_age(text: str) -> float:
     return float(m.group(1)) * _SPANS[m.group(2)]
 
 
-def human_size(n: Optional[float]) -> str:
+def human_size(n: float | None) -> str:
     n = float(n or 0)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
@@ -70,7 +71,7 @@ def human_size(n: Optional[float]) -> str:
     return f"{n:.1f} TB"
 
 
-def human_duration(s: Optional[float]) -> str:
+def human_duration(s: float | None) -> str:
     if s is None:
         return "-"
     if s < 1e-3:
@@ -86,7 +87,7 @@ def human_duration(s: Optional[float]) -> str:
     return f"{h}h {m:02d}m"
 
 
-def human_age(t: Optional[float], now: Optional[float] = None) -> str:
+def human_age(t: float | None, now: float | None = None) -> str:
     if not t:
         return "-"
     d = (now or time.time()) - t
@@ -101,7 +102,7 @@ def human_age(t: Optional[float], now: Optional[float] = None) -> str:
     return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d")
 
 
-def terminal_width(wide: bool = False) -> Optional[int]:
+def terminal_width(wide: bool = False) -> int | None:
     """The width tables must fit, or None for no limit: ``--wide``, or stdout is no terminal (a pipe
     or a file gets whole cells, so ``grep`` finds them) and ``$COLUMNS`` does not say otherwise."""
     import shutil
@@ -118,7 +119,7 @@ def _cut(text: str, width: int) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = (),
-          width: Optional[int] = None, flex: Sequence[int] = ()) -> str:
+          width: int | None = None, flex: Sequence[int] = ()) -> str:
     """Aligned columns. With ``width``, the ``flex`` columns (the long free-text ones: names,
     arguments) are cut, widest first, down to 8 characters each, so a line fits the terminal."""
     cells = [[str(c) for c in r] for r in rows]
@@ -138,7 +139,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence
                 r[i] = _cut(r[i], widths[i])
 
     def fmt(r: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(r, widths, strict=False))).rstrip()
 
     out = [fmt(headers), fmt(["─" * w for w in widths])]
     out.extend(fmt(r) for r in cells)
@@ -196,7 +198,7 @@ def store_root(args: argparse.Namespace) -> Path:
     return Path(args.store).expanduser() if getattr(args, "store", None) else config.store_path()
 
 
-def open_store(args: argparse.Namespace, write: bool = False):
+def open_store(args: argparse.Namespace, write: bool = False) -> Any:
     """The store named by ``--store`` (or the configured one); it must exist.
 
     No command creates a store: ``memolab --store /typo ls`` says there is none (exit 1)
@@ -220,7 +222,7 @@ def open_store(args: argparse.Namespace, write: bool = False):
     return store
 
 
-def writable_store(args: argparse.Namespace):
+def writable_store(args: argparse.Namespace) -> Any:
     """``_store`` for commands that delete: a store that can only be read (a read-only mount, a
     damaged or newer index: the store's ``problem``) is refused before anything is asked."""
     store = open_store(args, write=True)
@@ -230,7 +232,7 @@ def writable_store(args: argparse.Namespace):
     return store
 
 
-def known_functions(store) -> List[str]:
+def known_functions(store: Any) -> list[str]:
     """Every function name the store knows: stored evaluations, logged runs (process runs
     such as ``<process:train.py>`` too) and functions that only ever missed."""
     c = store.index.conn()
@@ -248,7 +250,7 @@ def short_name(fn: str) -> str:
     return fn.split(":")[-1].split(".")[-1] if ":" in fn else fn
 
 
-def resolve_function(store, name: str) -> str:
+def resolve_function(store: Any, name: str) -> str:
     """Accept a full symbol (``pkg.mod:f``) or an unambiguous suffix (``f``, ``mod:f``, ``run.py``
     for the process run of ``run.py``); every command that takes a function goes through here."""
     fns = known_functions(store)
@@ -264,14 +266,14 @@ def resolve_function(store, name: str) -> str:
     raise CliError(USAGE, f"{name!r} is ambiguous: it matches {', '.join(matches)}; give the full name")
 
 
-def _suggest(name: str, fns: List[str]) -> str:
+def _suggest(name: str, fns: list[str]) -> str:
     """Close full names, each once (two modules' ``train`` are listed by their full symbols)."""
     import difflib
 
-    by_short: Dict[str, List[str]] = {}
+    by_short: dict[str, list[str]] = {}
     for f in fns:
         by_short.setdefault(short_name(f), []).append(f)
-    close: List[str] = []
+    close: list[str] = []
     for c in difflib.get_close_matches(name, list(by_short) + fns, n=5):
         for full in by_short.get(c, [c]):
             # a short name shared by several functions is shown as their full names
@@ -281,7 +283,7 @@ def _suggest(name: str, fns: List[str]) -> str:
     return f" (did you mean {', '.join(close[:3])}?)" if close else ""
 
 
-def snapshot_of(row: Dict[str, Any]) -> Dict[str, Any]:
+def snapshot_of(row: dict[str, Any]) -> dict[str, Any]:
     """An evaluation's snapshot, its arguments' secrets masked (rows of an older memolab hold them)."""
     from ..text import mask_args
 
@@ -294,12 +296,12 @@ def snapshot_of(row: Dict[str, Any]) -> Dict[str, Any]:
     return snap
 
 
-def args_summary(row: Dict[str, Any], width: int = 60) -> str:
+def args_summary(row: dict[str, Any], width: int = 60) -> str:
     text = ", ".join(f"{k}={v[1]}" for k, v in snapshot_of(row).get("args", {}).items())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def eval_json(e: Dict[str, Any], full: bool = False) -> Dict[str, Any]:
+def eval_json(e: dict[str, Any], full: bool = False) -> dict[str, Any]:
     """The documented JSON form of an evaluation (docs/cli.md)."""
     snap = snapshot_of(e)
     out = {"id": e["id"], "fn": e["fn"], "status": e["status"], "started": e["started"], "finished": e["finished"],
@@ -317,12 +319,12 @@ def eval_json(e: Dict[str, Any], full: bool = False) -> Dict[str, Any]:
     return out
 
 
-def _expires(snap: Dict[str, Any]) -> Optional[float]:
+def _expires(snap: dict[str, Any]) -> float | None:
     v = snap.get("expires")
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def expired(e: Dict[str, Any], snap: Optional[Dict[str, Any]] = None) -> bool:
+def expired(e: dict[str, Any], snap: dict[str, Any] | None = None) -> bool:
     """Has stored evaluation ``e`` expired (``@memo(max_age=...)`` when it was stored: its snapshot's
     ``expires``)? A call judges by its own code's ``max_age``; this is what the store can tell."""
     when = _expires(snapshot_of(e) if snap is None else snap)
@@ -334,7 +336,7 @@ _EXPIRED_WHERE = ("status='done' AND instr(snapshot, '\"expires\"') > 0 AND "
                   "(CASE WHEN json_valid(snapshot) THEN json_extract(snapshot, '$.expires') END) < ?")
 
 
-def expired_counts(store: Any) -> Dict[str, int]:
+def expired_counts(store: Any) -> dict[str, int]:
     """fn -> how many of its stored evaluations have expired (see ``expired``); {} if unknown."""
     try:
         rows = store.index.conn().execute(
@@ -344,7 +346,7 @@ def expired_counts(store: Any) -> Dict[str, int]:
     return {fn: int(n) for fn, n in rows}
 
 
-def expired_among(conn: Any, eval_ids: List[int]) -> Optional[int]:
+def expired_among(conn: Any, eval_ids: list[int]) -> int | None:
     """How many of the evaluations ``eval_ids`` have expired (a script's share of a function that
     several scripts define: ``ls`` lists them apart); None if unknown."""
     n, now = 0, time.time()
@@ -369,7 +371,7 @@ def index_bytes(root: Any) -> int:
     return n
 
 
-def checkpoint_wal(store) -> None:
+def checkpoint_wal(store: Any) -> None:
     # fold the WAL back so the size measured after a deletion is the index's own
     try:
         store.index.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
@@ -381,7 +383,7 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def removed_line(verb: str, r: Dict[str, Any], what: str = "") -> str:
+def removed_line(verb: str, r: dict[str, Any], what: str = "") -> str:
     """``cleared F: 2 evaluations, 3 runs, 1200 log points; freed 1.2 MB (2 blobs: 1.1 MB; index 300 KB -> 200 KB)``"""
     freed = "would free" if verb.startswith("would") else "freed"
     about = "~" if r.get("index_estimated") else ""  # a dry run's index share is an estimate
@@ -405,7 +407,7 @@ def positive_int(text: str) -> int:
     return n
 
 
-def footer(shown: int, total: int, what: str, hint: str) -> Optional[str]:
+def footer(shown: int, total: int, what: str, hint: str) -> str | None:
     """``50 of 10,000 runs shown (--limit N or --all for more)``, or None when all are shown."""
     if shown >= total:
         return None

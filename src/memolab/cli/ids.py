@@ -8,7 +8,7 @@ evaluation first, then the run of that id, then the one run whose id starts with
 """
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any
 
 from .common import PROBLEM, USAGE, CliError, expired_among
 
@@ -34,9 +34,9 @@ def short_length(c: Any) -> int:
         return SHORT_MIN
     ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
     n = SHORT_MIN
-    for a, b in zip(ids, ids[1:]):
+    for a, b in zip(ids, ids[1:], strict=False):
         common = 0
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             if x != y:
                 break
             common += 1
@@ -44,14 +44,14 @@ def short_length(c: Any) -> int:
     return n
 
 
-def _runs_starting(c: Any, digits: str) -> List[int]:
+def _runs_starting(c: Any, digits: str) -> list[int]:
     if not _has_runs(c):
         return []
     return [i for (i,) in c.execute("SELECT id FROM runs WHERE CAST(id AS TEXT) LIKE ? ORDER BY id LIMIT 6",
                                     (digits + "%",))]
 
 
-def resolve(store: Any, text: str) -> Tuple[str, int]:
+def resolve(store: Any, text: str) -> tuple[str, int]:
     """``("evaluation", id)`` or ``("run", id)`` for an id as the dashboard and the CLI show it:
     ``12``, ``#12``, ``e12`` (an evaluation), ``r1475626`` or ``run …`` digits (a run, any unique
     start of its id), or bare digits (an evaluation, else that run, else the run starting so)."""
@@ -85,7 +85,7 @@ def resolve(store: Any, text: str) -> Tuple[str, int]:
 
 
 # -- a script's functions: a.py:train -------------------------------------------------------------
-def split_script(store: Any, name: str) -> Tuple[str, Any]:
+def split_script(store: Any, name: str) -> tuple[str, Any]:
     """``a.py:train`` (as ``ls``, ``runs`` and the dashboard name a script's function) ->
     (``train``, the script's absolute path); any other name -> (name, None)."""
     head, sep, fn = name.rpartition(":")
@@ -107,14 +107,14 @@ def split_script(store: Any, name: str) -> Tuple[str, Any]:
     return f"__main__:{fn}", found[0]
 
 
-def eval_ids_of_script(store: Any, fn: str, script: str) -> List[int]:
+def eval_ids_of_script(store: Any, fn: str, script: str) -> list[int]:
     """The stored evaluations of ``fn`` that a run of ``script`` produced."""
     c = _conn(store)
     return [i for (i,) in c.execute("SELECT DISTINCT e.id FROM runs r JOIN evaluations e ON e.id = r.eval_id "
                                     "WHERE r.fn=? AND r.script=?", (fn, script))]
 
 
-def function_rows(store: Any, rows: List[dict]) -> List[dict]:
+def function_rows(store: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``Index.functions()`` rows with each script's ``__main__`` function apart (``label``
     ``a.py:train``, ``b.py:train``, and ``script``), as the dashboard lists them."""
     from ..tracking import query
@@ -122,7 +122,7 @@ def function_rows(store: Any, rows: List[dict]) -> List[dict]:
     c = _conn(store)
     if not _has_runs(c) or not any(r["fn"].startswith("__main__:") for r in rows):
         return rows
-    entries = {}
+    entries: dict[str, list[dict[str, Any]]] = {}
     for e in query.function_entries(store.index):
         if e["script"] is not None and e["evaluations"]:
             entries.setdefault(e["fn"], []).append(e)
@@ -132,7 +132,7 @@ def function_rows(store: Any, rows: List[dict]) -> List[dict]:
         if not parts:
             out.append(r)
             continue
-        claimed: set = set()
+        claimed: set[int] = set()
         for e in parts:
             ids_ = eval_ids_of_script(store, r["fn"], e["script"])
             claimed.update(ids_)
@@ -143,7 +143,7 @@ def function_rows(store: Any, rows: List[dict]) -> List[dict]:
     return out
 
 
-def _summed(c: Any, fn: str, eval_ids: List[int]) -> dict:
+def _summed(c: Any, fn: str, eval_ids: list[int]) -> dict[str, Any]:
     n, size, last, hits, compute = 0, 0, None, 0, 0.0
     for i in range(0, len(eval_ids), 500):
         part = eval_ids[i:i + 500]

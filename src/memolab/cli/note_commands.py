@@ -7,18 +7,18 @@ opened to be written, so an older one is upgraded first (and says so).
 from __future__ import annotations
 
 import argparse
-from typing import Any, Dict, List
+from typing import Any
 
 from . import ids
 from .common import OK, PROBLEM, CliError, command, emit_json, json_option, open_store, options
 
 
-def _target(store: Any, text: str) -> Dict[str, Any]:
+def _target(store: Any, text: str) -> dict[str, Any]:
     kind, n = ids.resolve(store, text)
     return {"evaluation": n} if kind == "evaluation" else {"run": n}
 
 
-def _shown(target: Dict[str, Any]) -> str:
+def _shown(target: dict[str, Any]) -> str:
     return f"evaluation #{target['evaluation']}" if "evaluation" in target else f"run {target['run']}"
 
 
@@ -85,7 +85,7 @@ def cmd_note(args: argparse.Namespace) -> int:
     return OK
 
 
-def _marks(store: Any, target: Dict[str, Any]) -> Dict[str, List[Any]]:
+def _marks(store: Any, target: dict[str, Any]) -> dict[str, list[Any]]:
     from ..tracking import notes
 
     c = store.index.conn()
@@ -97,7 +97,7 @@ def _marks(store: Any, target: Dict[str, Any]) -> Dict[str, List[Any]]:
     return {"run_tags": m["tags"], "notes": m["notes"]}
 
 
-def eval_marks(store: Any, eval_id: int, runs: List[Dict[str, Any]]) -> Dict[str, List[Any]]:
+def eval_marks(store: Any, eval_id: int, runs: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """An evaluation's own tags and notes, and those of the runs that produced it (``show``)."""
     from ..tracking import notes
 
@@ -107,5 +107,5 @@ def eval_marks(store: Any, eval_id: int, runs: List[Dict[str, Any]]) -> Dict[str
     seen = {n["id"] for n in got}
     for r in runs:
         tags += [t for t in r.get("run_tags") or [] if t not in tags]
-        got += [n for n in r.get("notes") or [] if n["id"] not in seen and not seen.add(n["id"])]
+        got += [n for n in r.get("notes") or [] if n["id"] not in seen and not seen.add(n["id"])]  # type: ignore[func-returns-value]
     return {"run_tags": tags, "notes": sorted(got, key=lambda n: (n["time"], n["id"]))}

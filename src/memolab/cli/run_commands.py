@@ -4,10 +4,27 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
-from .common import (OK, USAGE, CliError, PROBLEM, command, emit_json, footer, human_age, human_duration, json_option,
-                     open_store, options, positive_int, resolve_function, short_name, table, terminal_width)
+from .common import (
+    OK,
+    USAGE,
+    CliError,
+    command,
+    emit_json,
+    footer,
+    human_age,
+    human_duration,
+    json_option,
+    open_store,
+    options,
+    positive_int,
+    resolve_function,
+    short_name,
+    table,
+    terminal_width,
+)
 
 STATUSES = ("running", "done", "failed", "interrupted", "lost")
 
@@ -27,7 +44,7 @@ def _runs_options(p: argparse.ArgumentParser) -> None:
     json_option(p)
 
 
-def run_json(r: Dict[str, Any]) -> Dict[str, Any]:
+def run_json(r: dict[str, Any]) -> dict[str, Any]:
     """The documented JSON form of a run (docs/cli.md)."""
     ev = r.get("eval_id") if r.get("stored") else None
     return {"id": r["id"], "fn": r["fn"], "name": r.get("label"), "status": r["status"], "started": r["started"],
@@ -37,7 +54,7 @@ def run_json(r: Dict[str, Any]) -> Dict[str, Any]:
             "run_tags": r.get("run_tags") or [], "notes": r.get("notes") or []}
 
 
-def where(r: Dict[str, Any]) -> str:
+def where(r: dict[str, Any]) -> str:
     """A function as a person tells it apart: ``train.py:train`` for a script's ``__main__:train``."""
     import os
 
@@ -47,13 +64,13 @@ def where(r: Dict[str, Any]) -> str:
     return short_name(fn)
 
 
-def metric_columns(rows: Sequence[Dict[str, Any]], chosen: Optional[List[str]], most: int) -> List[str]:
+def metric_columns(rows: Sequence[dict[str, Any]], chosen: list[str] | None, most: int) -> list[str]:
     """The tags given, else the ``most`` tags logged by the most runs (``val/``, then ``train/`` first on ties)."""
     if chosen:
         return chosen
     from ..tracking.names import is_system_tag
 
-    count: Dict[str, int] = {}
+    count: dict[str, int] = {}
     for r in rows:
         for t in r.get("metrics") or {}:
             if not is_system_tag(t):  # sys/cpu is how the machine was, not what the run found
@@ -62,7 +79,7 @@ def metric_columns(rows: Sequence[Dict[str, Any]], chosen: Optional[List[str]], 
     return sorted(count, key=lambda t: (-count[t], rank.get(t.split("/")[0], 2), t))[:most]
 
 
-def sort_key(text: str) -> Tuple[str, bool]:
+def sort_key(text: str) -> tuple[str, bool]:
     """``val/loss`` -> (tag, lower is better by its name); ``val/acc:min`` says so outright."""
     from ..tracking.names import lower_is_better
 
@@ -72,12 +89,12 @@ def sort_key(text: str) -> Tuple[str, bool]:
     return tag, (how == "min") if how else lower_is_better(tag)
 
 
-def best_first(rows: List[Dict[str, Any]], tag: str, lower: bool) -> List[Dict[str, Any]]:
+def best_first(rows: list[dict[str, Any]], tag: str, lower: bool) -> list[dict[str, Any]]:
     """Runs by the final value of ``tag``, best first (stable: newest first among equals); runs
     without a value (not logged, NaN) last."""
     import math
 
-    def key(r: Dict[str, Any]) -> Tuple[int, float]:
+    def key(r: dict[str, Any]) -> tuple[int, float]:
         v = (r.get("metrics") or {}).get(tag)
         if v is None or (isinstance(v, float) and math.isnan(v)):
             return (1, 0.0)
@@ -86,7 +103,7 @@ def best_first(rows: List[Dict[str, Any]], tag: str, lower: bool) -> List[Dict[s
     return sorted(rows, key=key)
 
 
-def number(v: Optional[float]) -> str:
+def number(v: float | None) -> str:
     if v is None:
         return "-"
     if v == int(v) and abs(v) < 1e15:
@@ -103,7 +120,7 @@ def short_length(store: Any) -> int:
     return digits(query.ready(store.index))
 
 
-def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bool, short: int = 0) -> str:
+def runs_table(rows: list[dict[str, Any]], args: argparse.Namespace, with_fn: bool, short: int = 0) -> str:
     """``short``: digits of run ids shown (0: whole ids)."""
     width = terminal_width(args.wide)
     tags = metric_columns(rows, args.metric, 1000 if width is None else 4)
@@ -116,7 +133,7 @@ def runs_table(rows: List[Dict[str, Any]], args: argparse.Namespace, with_fn: bo
         tags = tags[:-1]
 
 
-def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int], with_fn: bool, short: int = 0) -> str:
+def _runs_table(rows: list[dict[str, Any]], tags: list[str], width: int | None, with_fn: bool, short: int = 0) -> str:
     # two scripts that define the same function share the symbol __main__:NAME: say which file ran
     with_fn = with_fn or len({where(r) for r in rows if r["fn"].startswith("__main__:")}) > 1
     headers = ["RUN", "STATUS"] + (["FUNCTION"] if with_fn else []) + ["NAME", "WHEN", "TOOK", "EVAL"] + tags
@@ -136,7 +153,7 @@ def _runs_table(rows: List[Dict[str, Any]], tags: List[str], width: Optional[int
                  width=width, flex=flex)
 
 
-def list_runs(store: Any, fn: Optional[str], args: argparse.Namespace) -> int:
+def list_runs(store: Any, fn: str | None, args: argparse.Namespace) -> int:
     from ..tracking import query
 
     rows = query.runs(store.index, fn)
@@ -192,7 +209,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return list_runs(store, fn, args)
 
 
-def find_run(store: Any, run_id: int) -> Optional[Dict[str, Any]]:
+def find_run(store: Any, run_id: int) -> dict[str, Any] | None:
     from ..tracking import query
 
     rows = query.runs(store.index, ids=[run_id])
@@ -202,7 +219,7 @@ def find_run(store: Any, run_id: int) -> Optional[Dict[str, Any]]:
     return next((r for r in query.runs(store.index, rows[0]["fn"]) if r["id"] == run_id), rows[0])
 
 
-def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
+def show_run(store: Any, r: dict[str, Any], as_json: bool) -> int:
     """``memolab show RUN_ID``: a run in full, its logged tags, and a failure's traceback and output."""
     from ..tracking import query
 
@@ -232,12 +249,12 @@ def show_run(store: Any, r: Dict[str, Any], as_json: bool) -> int:
     for what in ("traceback", "output"):
         if fail[what]:
             print(f"  {'output (its last lines)' if what == 'output' else what}:")
-            for line in fail[what].rstrip("\n").splitlines():
+            for line in fail[what].rstrip("\n").splitlines():  # type: ignore[union-attr]  # set: fail[what] is truthy
                 print(f"    {line}")
     return OK
 
 
-def _code_against_stored(store: Any, r: Dict[str, Any]) -> str:
+def _code_against_stored(store: Any, r: dict[str, Any]) -> str:
     """Whether a run that stored nothing ran the code of a stored evaluation: a failure after an edit
     points at the edit (``memolab why`` diffs the last miss against what was stored)."""
     c = store.index.conn()
@@ -252,7 +269,7 @@ def _code_against_stored(store: Any, r: Dict[str, Any]) -> str:
     return "no stored evaluation of this function to compare with"
 
 
-def print_tags(tags: Dict[str, List[str]], metrics: Dict[str, Optional[float]]) -> None:
+def print_tags(tags: dict[str, list[str]], metrics: dict[str, float | None]) -> None:
     """The logged tags by kind, scalars with their final value."""
     if not any(tags.values()):
         print("  logs: none")
@@ -280,14 +297,14 @@ def wrapped(line: str, indent: str) -> str:
                          replace_whitespace=False, drop_whitespace=True)
 
 
-def print_fields(info: List[Any]) -> None:
+def print_fields(info: list[Any]) -> None:
     """``  key    value`` lines, values folded under themselves (``wrapped``)."""
     w = max(len(k) for k, _ in info)
     for k, v in info:
         print(wrapped(f"  {k.ljust(w)}  {v}", " " * (w + 4)))
 
 
-def print_notes(tags: List[str], notes: List[Dict[str, Any]]) -> None:
+def print_notes(tags: list[str], notes: list[dict[str, Any]]) -> None:
     """Its tags on one line, then its notes, oldest first, each with when it was written."""
     if tags:
         print(f"  tags: {', '.join(tags)}")

@@ -4,16 +4,47 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-from typing import Dict
+from collections.abc import Sequence
+from typing import Any
 
-from .common import (OK, PROBLEM, USAGE, CliError, Progress, args_summary, checkpoint_wal, command, confirm,
-                     emit_json, eval_json, expired, expired_counts, footer, human_age, human_duration, human_size, index_bytes, json_option,
-                     known_functions, open_store, options, parse_age, parse_size, plural, positive_int, removed_line,
-                     resolve_function, snapshot_of, table, terminal_width, writable_store)
 from ..store import edges
 from . import ids
+from .common import (
+    OK,
+    PROBLEM,
+    USAGE,
+    CliError,
+    Progress,
+    args_summary,
+    checkpoint_wal,
+    command,
+    confirm,
+    emit_json,
+    eval_json,
+    expired,
+    expired_counts,
+    footer,
+    human_age,
+    human_duration,
+    human_size,
+    index_bytes,
+    json_option,
+    known_functions,
+    open_store,
+    options,
+    parse_age,
+    parse_size,
+    plural,
+    positive_int,
+    removed_line,
+    resolve_function,
+    snapshot_of,
+    table,
+    terminal_width,
+)
 from .note_commands import eval_marks
 from .run_commands import find_run, list_runs, print_fields, print_notes, print_tags, show_run, wrapped
+
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("func", nargs="?", help="a function (full symbol or its name)")
@@ -88,24 +119,24 @@ def cmd_ls(args: argparse.Namespace) -> int:
     return OK
 
 
-def _count_evaluations(store, fn: str) -> int:
+def _count_evaluations(store: Any, fn: str) -> int:
     return store.index.conn().execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0]
 
 
-def _unstored_runs(store, fn: str) -> Dict[str, int]:
+def _unstored_runs(store: Any, fn: str) -> dict[str, int]:
     """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost)."""
     if not _has_runs_of(store, fn):
         return {}
     from ..tracking import query
 
-    out: Dict[str, int] = {}
+    out: dict[str, int] = {}
     for r in query.runs(store.index, fn):
         if not r.get("stored") and r["status"] != "done":
             out[r["status"]] = out.get(r["status"], 0) + 1
     return out
 
 
-def _has_runs_of(store, fn: str) -> bool:
+def _has_runs_of(store: Any, fn: str) -> bool:
     c = store.index.conn()
     if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
         return False
@@ -123,7 +154,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = open_store(args)
     kind, n = ids.resolve(store, args.id)  # the ids the dashboard shows: #12, r1475626
     if kind == "run":
-        return show_run(store, find_run(store, n), args.json)
+        return show_run(store, find_run(store, n), args.json)  # type: ignore[arg-type]  # resolved: it exists
     e = store.index.evaluations(where="id=?", params=(n,))[0]
     logs = _logs_of(store, e["id"])
     marks = eval_marks(store, e["id"], logs[0])
@@ -160,7 +191,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print_fields(info)
     if snap.get("args"):
         print("  arguments:")
-        for k, (d, r) in snap["args"].items():
+        for k, (_d, r) in snap["args"].items():
             print(wrapped(f"    {k} = {r}", "      "))
     if snap.get("ignored"):
         print(wrapped(f"  ignored arguments: {', '.join(snap['ignored'])}", "    "))
@@ -176,7 +207,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         for a in accepts:
             side = "used by" if a["old_code"] == e["code"] else "uses"
             print(f"    {summary(a)}: this code {side} code {(a['new_code'] if side == 'used by' else a['old_code'])[:8]}…")
-    metrics: Dict[str, object] = {}
+    metrics: dict[str, object] = {}
     for r in logs[0]:
         metrics.update(r.get("metrics") or {})
     print_tags(logs[1], metrics)  # type: ignore[arg-type]
@@ -184,7 +215,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     return OK
 
 
-def print_lineage(inputs, users) -> None:
+def print_lineage(inputs: Sequence[dict[str, Any]], users: Sequence[dict[str, Any]]) -> None:
     """An evaluation's inputs (argument path <- the evaluation an object there came from) and users."""
     if inputs:
         print("  inputs (argument <- the evaluation it came from):")
@@ -203,12 +234,12 @@ def print_lineage(inputs, users) -> None:
             print(f"    {u['function']} #{u['evaluation']} (as {u['path']})" + (f" ({u['status']})" if u.get("status") else ""))
 
 
-def _has_runs_table(store) -> bool:
+def _has_runs_table(store: Any) -> bool:
     c = store.index.conn()
     return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
 
 
-def _logs_of(store, eval_id: int):
+def _logs_of(store: Any, eval_id: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
     """(the runs attached to an evaluation, their logged tags by kind)."""
     from ..tracking import query
 
@@ -286,7 +317,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     store = open_store(args, write=not args.dry_run)  # a dry run reads: an older store is not migrated
     fn = resolve_function(store, args.func) if args.func else None
     what = fn or f"every function in {store.root}"
-    down = _downstream_plan(store, fn, args.json) if args.downstream else []
+    down = _downstream_plan(store, fn, args.json) if args.downstream and fn else []
     if args.dry_run:
         own = _count_evaluations(store, fn) if fn else store.index.conn().execute(
             "SELECT COUNT(*) FROM evaluations").fetchone()[0]
@@ -336,14 +367,14 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return OK
 
 
-def _downstream_plan(store, fn: str, quiet: bool):
+def _downstream_plan(store: Any, fn: str, quiet: bool) -> list[dict[str, Any]]:
     """The evaluations built on ``fn``'s, transitively (``[{"function", "evaluation"}]``, nearest
     first), listed on stdout unless ``quiet``: what ``clear --downstream`` forgets besides."""
     ids = [i for (i,) in store.index.conn().execute("SELECT id FROM evaluations WHERE fn=?", (fn,))]
     down = edges.downstream(store.index, ids)
     names = _functions_of(store, down)
-    plan = [{"function": names[i], "evaluation": i} for i in down if i in names]
-    fns: Dict[str, list] = {}
+    plan: list[dict[str, Any]] = [{"function": names[i], "evaluation": i} for i in down if i in names]
+    fns: dict[str, list] = {}
     for d in plan:
         fns.setdefault(d["function"], []).append(d["evaluation"])
     if not quiet:
@@ -356,8 +387,8 @@ def _downstream_plan(store, fn: str, quiet: bool):
     return plan
 
 
-def _functions_of(store, ids):
-    out = {}
+def _functions_of(store: Any, ids: Sequence[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
     c = store.index.conn()
     for k in range(0, len(ids), 500):
         part = list(ids[k:k + 500])
@@ -403,7 +434,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
             if len(drop) > 30:
                 print(f"… and {len(drop) - 30} more")
         if stale:
-            kinds: Dict[str, int] = {}
+            kinds: dict[str, int] = {}
             for r in stale:
                 kinds[r["fn"]] = kinds.get(r["fn"], 0) + 1
             print("runs without a stored evaluation: " + ", ".join(f"{fn} ({n})" for fn, n in sorted(kinds.items())))

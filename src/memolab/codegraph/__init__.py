@@ -28,13 +28,14 @@ from __future__ import annotations
 import textwrap
 import threading
 import weakref
-from typing import Any, Iterable, List, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from . import bytecode, origins
 from .bytecode import digest_text
 from .classes import ClassCheck, class_info, class_infos
 from .graph import Root
-from .where import CODE_SCHEMA, CodeVersion, MISSING, is_code, is_user_code, runs, symbol_of, unwrap, warn_once, warned
+from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, runs, symbol_of, unwrap, warn_once, warned
 
 key_module = origins.key_module
 
@@ -97,18 +98,18 @@ def _value_digest(v: Any, sym: str) -> str:
         return f"unhashable:{type(v).__module__}.{type(v).__qualname__}"
 
 
-_function_roots: "weakref.WeakKeyDictionary[Any, _Root]" = weakref.WeakKeyDictionary()
-_object_roots: "weakref.WeakKeyDictionary[Any, _Root]" = weakref.WeakKeyDictionary()
+_function_roots: weakref.WeakKeyDictionary[Any, Root] = weakref.WeakKeyDictionary()
+_object_roots: weakref.WeakKeyDictionary[Any, Root] = weakref.WeakKeyDictionary()
 
 
 from .. import config as _config  # noqa: E402  (config imports nothing of ours)
 
 
-def _sensitivity(override: Optional[str]) -> str:
+def _sensitivity(override: str | None) -> str:
     return override if override is not None else _config.settings().version_sensitivity
 
 
-def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: Optional[str] = None) -> CodeVersion:
+def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: str | None = None) -> CodeVersion:
     """The code version of ``fn``: the digest of its binding graph (plus ``extra_deps``).
 
     Cheap on repeat: the graph is cached per function; only the globals and
@@ -124,7 +125,7 @@ def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: 
     return _rebuild(_function_roots, fn, [fn, *extra], extra, sens)
 
 
-def _current(obj: Any, root: _Root) -> Optional[CodeVersion]:
+def _current(obj: Any, root: Root) -> CodeVersion | None:
     ids = _active.ids
     i = id(obj)
     ids.add(i)
@@ -134,7 +135,7 @@ def _current(obj: Any, root: _Root) -> Optional[CodeVersion]:
         ids.discard(i)
 
 
-def _rebuild(table: Any, obj: Any, objs: List[Any], extra: tuple, sens: str) -> CodeVersion:
+def _rebuild(table: Any, obj: Any, objs: list[Any], extra: tuple, sens: str) -> CodeVersion:
     ids = _active.ids
     i = id(obj)
     ids.add(i)

@@ -29,13 +29,13 @@ import sys
 import textwrap
 import types
 import weakref
-from typing import Any, FrozenSet, List, Optional, Set, Tuple
+from typing import Any
 
 import xxhash
 
 from . import code_cache
 
-Ref = Tuple[Any, ...]
+Ref = tuple[Any, ...]
 
 
 def digest_text(*parts: str) -> str:
@@ -53,8 +53,8 @@ class Analysis:
 
     __slots__ = ("digest", "source", "refs", "dynamic")
 
-    def __init__(self, digest: str, source: str, refs: FrozenSet[Ref],
-                 dynamic: Tuple[Tuple[int, str, Optional[Ref]], ...]) -> None:
+    def __init__(self, digest: str, source: str, refs: frozenset[Ref],
+                 dynamic: tuple[tuple[int, str, Ref | None], ...]) -> None:
         self.digest = digest
         self.source = source
         self.refs = refs
@@ -66,7 +66,7 @@ _DYNAMIC = {"eval": "eval()", "exec": "exec()", "globals": "globals()", "vars": 
             "__import__": "__import__() with a computed name"}
 
 
-def _const(c: Any, out: List[str]) -> None:
+def _const(c: Any, out: list[str]) -> None:
     t = type(c)
     if t is types.CodeType:
         out.append("code:" + code_digest(c))
@@ -77,9 +77,9 @@ def _const(c: Any, out: List[str]) -> None:
         out.append(")")
     elif t is frozenset:
         # a set literal's order follows string hashing, which is salted per process
-        parts: List[str] = []
+        parts: list[str] = []
         for x in c:
-            sub: List[str] = []
+            sub: list[str] = []
             _const(x, sub)
             parts.append("\x1f".join(sub))
         out.append("{" + "\x1e".join(sorted(parts)) + "}")
@@ -105,7 +105,7 @@ _ATTR_SHIFT = 1 if sys.version_info >= (3, 12) else 0
 _METHOD = _OP.get("LOAD_METHOD", -1)
 
 
-def _instructions(code: types.CodeType) -> List[Tuple[int, int, int]]:
+def _instructions(code: types.CodeType) -> list[tuple[int, int, int]]:
     """(opcode, argument, offset) of each real instruction: a plain byte walk, no ``dis`` objects.
 
     ``dis.get_instructions`` builds a named tuple per instruction and costs most
@@ -137,7 +137,7 @@ _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 _ANNOTATIONS, _CLOSURE = 0x04, 0x08
 
 
-def _value_start(ins: List[Tuple[int, int, int]], end: int) -> Optional[int]:
+def _value_start(ins: list[tuple[int, int, int]], end: int) -> int | None:
     """The index of the first instruction of the one value the instructions up to ``end`` push,
     or None where that cannot be told by stack effects alone (a jump inside)."""
     need = 1
@@ -158,12 +158,12 @@ def _value_start(ins: List[Tuple[int, int, int]], end: int) -> Optional[int]:
     return None
 
 
-def _annotations(ins: List[Tuple[int, int, int]]) -> Set[int]:
+def _annotations(ins: list[tuple[int, int, int]]) -> set[int]:
     """Indices of the instructions that build the annotations of functions defined in this code
     (``def inner(x: int) -> str`` nested in a function): annotations never count, as for the
     function itself, whose ``__annotations__`` are no part of its code. (3.11 and 3.12: 3.13
     sets them with SET_FUNCTION_ATTRIBUTE, where they still count.)"""
-    out: Set[int] = set()
+    out: set[int] = set()
     for m, (op, arg, _) in enumerate(ins):
         if op != _MAKE_FUNCTION or not arg & _ANNOTATIONS or sys.version_info >= (3, 13):
             continue
@@ -177,7 +177,7 @@ def _annotations(ins: List[Tuple[int, int, int]]) -> Set[int]:
         if start is not None:
             out.update(range(start, end + 1))
     return out
-_digests: "weakref.WeakKeyDictionary[types.CodeType, str]" = weakref.WeakKeyDictionary()
+_digests: weakref.WeakKeyDictionary[types.CodeType, str] = weakref.WeakKeyDictionary()
 
 
 def code_digest(code: types.CodeType) -> str:
@@ -191,7 +191,7 @@ def code_digest(code: types.CodeType) -> str:
     if d is not None:
         return d
     consts = code.co_consts
-    stream: List[str] = []
+    stream: list[str] = []
     ins = _instructions(code)
     skip = _annotations(ins)
     names = code.co_names
@@ -224,7 +224,7 @@ def _line_at(code: types.CodeType, offset: int) -> int:
     return code.co_firstlineno
 
 
-def _getattr_object(ins: List[Tuple[int, int, int]], j: int, names: tuple, consts: tuple) -> Optional[Ref]:
+def _getattr_object(ins: list[tuple[int, int, int]], j: int, names: tuple, consts: tuple) -> Ref | None:
     """The object of ``getattr(obj, name)`` when it is a global chain or ``importlib.import_module("m")``.
 
     When that object is a module, the whole module is a dependency already and
@@ -244,7 +244,7 @@ def _getattr_object(ins: List[Tuple[int, int, int]], j: int, names: tuple, const
     return tuple(chain)
 
 
-def _scan(code: types.CodeType, refs: Set[Ref], dynamic: List[Tuple[int, str, Optional[Ref]]]) -> None:
+def _scan(code: types.CodeType, refs: set[Ref], dynamic: list[tuple[int, str, Ref | None]]) -> None:
     ins = _instructions(code)
     skip = _annotations(ins)
     if skip:  # names read only by annotations are no dependencies
@@ -319,10 +319,10 @@ _LOAD_NAME = _OP["LOAD_NAME"]
 _ROOTS = frozenset((_LOAD_GLOBAL, _LOAD_NAME))
 
 
-def _chain_before(ins: List[Tuple[int, int, int]], end: int, names: tuple) -> Optional[Tuple[str, ...]]:
+def _chain_before(ins: list[tuple[int, int, int]], end: int, names: tuple) -> tuple[str, ...] | None:
     """The ``a.b.c`` (a global or module-level name and attributes) loaded by the instructions
     ending at ``end``, or None for anything else."""
-    attrs: List[str] = []
+    attrs: list[str] = []
     j = end
     while j >= 0 and ins[j][0] in _ATTRS and ins[j][0] != _METHOD:
         attrs.append(names[ins[j][1] >> _ATTR_SHIFT])
@@ -334,7 +334,7 @@ def _chain_before(ins: List[Tuple[int, int, int]], end: int, names: tuple) -> Op
     return (root, *reversed(attrs))
 
 
-def _chain_after(ins: List[Tuple[int, int, int]], start: int, names: tuple) -> Tuple[Optional[Tuple[str, ...]], int]:
+def _chain_after(ins: list[tuple[int, int, int]], start: int, names: tuple) -> tuple[tuple[str, ...] | None, int]:
     """The ``a.b.c`` loaded by the instructions from ``start`` on, and the index after it."""
     if start >= len(ins) or ins[start][0] not in _ROOTS:
         return None, start
@@ -347,12 +347,12 @@ def _chain_after(ins: List[Tuple[int, int, int]], start: int, names: tuple) -> T
     return tuple(chain), j
 
 
-def patch_sites(code: types.CodeType) -> List[Tuple[Tuple[str, ...], Optional[str]]]:
+def patch_sites(code: types.CodeType) -> list[tuple[tuple[str, ...], str | None]]:
     """Where ``code`` (and the code nested in it) assigns or deletes an attribute of something
     a global name leads to: ``X.a.attr = v``, ``del X.attr``, ``setattr(X.a, "attr", v)``
     (the attribute None when ``setattr`` computes it). ``codegraph.patches`` keeps those whose
     ``X`` is a library's."""
-    out: List[Tuple[Tuple[str, ...], Optional[str]]] = []
+    out: list[tuple[tuple[str, ...], str | None]] = []
     ins = _instructions(code)
     names, consts = code.co_names, code.co_consts
     for i, (op, arg, _) in enumerate(ins):
@@ -393,7 +393,7 @@ def excerpt(code: types.CodeType) -> str:
     return textwrap.dedent("".join(lines[code.co_firstlineno - 1:last_line(code)]))
 
 
-_analyses: "weakref.WeakKeyDictionary[types.CodeType, Analysis]" = weakref.WeakKeyDictionary()
+_analyses: weakref.WeakKeyDictionary[types.CodeType, Analysis] = weakref.WeakKeyDictionary()
 
 
 def analyse_code(code: types.CodeType) -> Analysis:
@@ -404,8 +404,8 @@ def analyse_code(code: types.CodeType) -> Analysis:
         if cached is not None:
             a = _analyses[code] = Analysis(*cached)
             return a
-        refs: Set[Ref] = set()
-        dynamic: List[Tuple[int, str, Optional[Ref]]] = []
+        refs: set[Ref] = set()
+        dynamic: list[tuple[int, str, Ref | None]] = []
         _scan(code, refs, dynamic)
         a = _analyses[code] = Analysis(code_digest(code), excerpt(code), frozenset(refs), tuple(dynamic))
         code_cache.put(code, a.digest, a.source, a.refs, a.dynamic)

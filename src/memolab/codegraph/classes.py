@@ -10,7 +10,7 @@ import operator
 import textwrap
 import types
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from . import bytecode, dictversion
 from .bytecode import digest_text
@@ -22,7 +22,6 @@ from .where import (
     short as _short,
     unwrap as _unwrap,
 )
-
 
 # -- classes ---------------------------------------------------------------------------------
 
@@ -43,16 +42,16 @@ class ClassInfo:
 
     def __init__(self, cls: type) -> None:
         self.stamp = _class_stamp(cls)
-        parts: List[str] = [cls.__qualname__]
+        parts: list[str] = [cls.__qualname__]
         #: id(globals) -> (globals, names read): methods made by exec (attrs) run with
         #: globals of their own, and a name must be resolved where its code looks it up
-        by_ns: Dict[int, Tuple[Dict[str, Any], set]] = {}
+        by_ns: dict[int, tuple[dict[str, Any], set]] = {}
         dynamic: list = []
         #: (label, code object held by the class that is not its own method)
-        self.edges: List[Tuple[str, Any]] = []
+        self.edges: list[tuple[str, Any]] = []
         #: (label, plain attribute value): hashed when the graph is built
-        self.values: List[Tuple[str, Any]] = []
-        own: List[types.FunctionType] = []
+        self.values: list[tuple[str, Any]] = []
+        own: list[types.FunctionType] = []
         prefix = cls.__qualname__ + "."
 
         def function(label: str, f: Any) -> None:
@@ -67,7 +66,7 @@ class ClassInfo:
                 by_ns.setdefault(id(f.__globals__), (f.__globals__, set()))[1].update(a.refs)
                 dynamic.extend(a.dynamic)
                 own.append(f)
-                for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+                for name, cell in zip(f.__code__.co_freevars, f.__closure__ or (), strict=False):
                     if name != "__class__":  # the cell ``super()`` uses holds the class itself
                         self.values.append((f"{label}.<closure {name}>", _cell(cell)))
                 # ``def __init__(self, hidden=HIDDEN)``: the default was computed when the
@@ -129,7 +128,7 @@ class ClassInfo:
             self.source += "# values held since the class was defined:\n" + "\n".join(shown) + "\n"
 
 
-def _class_excerpt(cls: type, own: List[types.FunctionType]) -> str:
+def _class_excerpt(cls: type, own: list[types.FunctionType]) -> str:
     """The ``class`` statement's source, found from its methods' lines (classes carry no line number)."""
     if not own:
         return ""
@@ -151,17 +150,17 @@ def _class_excerpt(cls: type, own: List[types.FunctionType]) -> str:
     return textwrap.dedent("".join(lines[start - 1:last]))
 
 
-class_infos: "weakref.WeakKeyDictionary[type, ClassInfo]" = weakref.WeakKeyDictionary()
+class_infos: weakref.WeakKeyDictionary[type, ClassInfo] = weakref.WeakKeyDictionary()
 
 
-def _class_stamp(cls: type) -> Tuple[Tuple[str, ...], Tuple[Any, ...]]:
+def _class_stamp(cls: type) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     """What a class's analysis was made from: its attributes and the code objects of its functions.
 
     IPython's ``%autoreload`` patches an old class in place (``setattr`` on the
     class, ``__code__`` on its functions) while notebooks keep using it.
     """
     names = tuple(cls.__dict__)
-    objs: List[Any] = []
+    objs: list[Any] = []
     for v in cls.__dict__.values():
         objs.append(v)
         f = getattr(v, "__func__", None) if isinstance(v, (staticmethod, classmethod)) else v
@@ -205,14 +204,14 @@ class ClassCheck:
         # no tag until ``arm`` (a graph's second check): every check compares the attributes
         self.tag: Any = None
         #: the same tag as raw bytes, gathered with every other tag of the graph (``_Root.views``)
-        self.view: Optional[memoryview] = None
+        self.view: memoryview | None = None
         self.last = None
 
     def arm(self) -> None:
         """Read the class dict's version tag from now on (``_Root._arm``). ``last`` stays
         unset: the next ``unchanged`` compares the attributes once more, then records it."""
         self.tag = dictversion.tag_reader(self.dict) if self.dict is not None else None
-        self.view = dictversion.tag_view(self.dict) if self.tag is not None else None
+        self.view = dictversion.tag_view(self.dict) if self.tag is not None else None  # type: ignore[arg-type]  # tag: dict set
         self.last = None
 
     def unchanged(self) -> bool:

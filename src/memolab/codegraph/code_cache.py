@@ -34,7 +34,7 @@ import os
 import sys
 import threading
 import types
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import xxhash
 
@@ -43,15 +43,15 @@ from .. import config
 _FORMAT = 2  # 2: fingerprints of marshal format 2
 _lock = threading.Lock()
 #: source path -> [stat key, {(qualname, firstlineno): entry}, dirty]
-_files: Dict[str, list] = {}
-_dir: Optional[str] = None
-_salt: Optional[str] = None
+_files: dict[str, list] = {}
+_dir: str | None = None
+_salt: str | None = None
 _registered = False
 #: analyses reused / not found or not matching, in this process (tests count them)
 stats = {"hit": 0, "miss": 0}
 
 
-def _cache_dir() -> Optional[str]:
+def _cache_dir() -> str | None:
     global _dir
     if _dir is None:
         env = os.environ.get("MEMOLAB_CODE_CACHE")
@@ -84,7 +84,7 @@ def _analysis_salt() -> str:
     return _salt
 
 
-def _stat_key(path: str) -> Optional[Tuple[int, int]]:
+def _stat_key(path: str) -> tuple[int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -97,7 +97,7 @@ def _file_of(path: str) -> str:
     return os.path.join(_cache_dir() or "", f"{name}.{_analysis_salt()}.marshal")
 
 
-def _entries(path: str) -> Optional[list]:
+def _entries(path: str) -> list | None:
     """The in-process record of ``path``'s cached analyses, read from disk on first use."""
     rec = _files.get(path)
     if rec is not None:
@@ -105,7 +105,7 @@ def _entries(path: str) -> Optional[list]:
     key = _stat_key(path)
     if key is None:
         return None  # no file to key by (exec, a deleted module): not cached
-    entries: Dict[Any, Any] = {}
+    entries: dict[Any, Any] = {}
     try:
         with open(_file_of(path), "rb") as f:
             data = marshal.load(f)
@@ -130,7 +130,7 @@ def fingerprint(code: types.CodeType) -> str:
     return xxhash.xxh3_128_hexdigest(marshal.dumps(code, 2))
 
 
-def get(code: types.CodeType) -> Optional[Tuple[str, str, frozenset, tuple]]:
+def get(code: types.CodeType) -> tuple[str, str, frozenset, tuple] | None:
     """(digest, excerpt, refs, dynamic) analysed by some process for this very code, or None."""
     if _cache_dir() is None:
         return None

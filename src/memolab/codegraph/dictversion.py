@@ -14,9 +14,9 @@ returns None and callers compare every name, which is correct, only slower.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
-_works: Optional[bool] = None
+_works: bool | None = None
 _U64: Any = None     # a c_uint64 type
 _CHAR8: Any = None   # a c_char * 8 array type
 
@@ -57,7 +57,8 @@ def _self_test() -> bool:
     d: dict = {"a": 1, "b": 2, "c": 3}
     if c_ssize_t.from_address(id(d) + _USED_OFFSET).value != 3:
         return False
-    if bytes(char8.from_address(id(d) + _TAG_OFFSET)) != c_uint64.from_address(id(d) + _TAG_OFFSET).value.to_bytes(8, sys.byteorder):
+    at = id(d) + _TAG_OFFSET
+    if bytes(char8.from_address(at)) != c_uint64.from_address(at).value.to_bytes(8, sys.byteorder):
         return False
     tag = c_uint64.from_address(id(d) + _TAG_OFFSET)
     seen = [tag.value]
@@ -74,7 +75,7 @@ def _self_test() -> bool:
     return len(set(seen)) == len(seen) and tag.value == x
 
 
-def tag_reader(d: dict) -> Optional[Any]:
+def tag_reader(d: dict) -> Any | None:
     """An object whose ``.value`` is ``d``'s current version tag, or None where unsupported.
 
     The caller must keep ``d`` alive as long as it uses the reader.
@@ -90,7 +91,7 @@ def tag_reader(d: dict) -> Optional[Any]:
     return _U64.from_address(id(d) + _TAG_OFFSET)
 
 
-def tag_view(d: dict) -> Optional[memoryview]:
+def tag_view(d: dict) -> memoryview | None:
     """The 8 bytes of ``d``'s version tag as a live memoryview, or None where unsupported.
 
     ``b"".join(views)`` reads many tags in one C-level pass (about 12 ns a

@@ -9,21 +9,20 @@ import os
 import sys
 import threading
 import types
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import xxhash
 
 from . import bytecode, dictversion, origins
 from .bytecode import digest_text
-from .classes import (
-    ClassCheck as _ClassCheck,
-    class_info as _class_info,
-)
+from .classes import ClassCheck as _ClassCheck, class_info as _class_info
 from .origins import SKIP, STDLIB, USER
 from .patches import MISSING as _PATCH_MISSING, planted, user_code as _user_function
-from .where import CODE_SCHEMA, CodeVersion, symbol_of
 from .where import (
+    CODE_SCHEMA,
     MISSING as _MISSING,
+    CodeVersion,
     cell_value as _cell,
     defaults_of as _defaults,
     held_functions as _held_functions,
@@ -34,6 +33,7 @@ from .where import (
     runs as _runs,
     short as _short,
     symbol_module as _mod,
+    symbol_of,
     unwrap as _unwrap,
     warn_once as _warn_once,
 )
@@ -46,30 +46,30 @@ class Graph:
         self.sensitivity = sensitivity
         #: the package's value hasher (``codegraph.set_value_hasher``), handed down with each build
         self.value_digest = value_digest
-        self.deps: Dict[str, str] = {}
-        self.sources: Dict[str, str] = {}
-        self.code_slots: List[Tuple[Dict[str, Any], str, Any]] = []
-        self.code_checks: List[Tuple[types.FunctionType, types.CodeType]] = []
+        self.deps: dict[str, str] = {}
+        self.sources: dict[str, str] = {}
+        self.code_slots: list[tuple[dict[str, Any], str, Any]] = []
+        self.code_checks: list[tuple[types.FunctionType, types.CodeType]] = []
         #: user classes the graph went through, each checked on every call (``_ClassCheck``)
-        self.class_checks: List["_ClassCheck"] = []
+        self.class_checks: list[_ClassCheck] = []
         #: (namespace, name) of names that resolved to a builtin because the namespace lacks them
-        self.absent: List[Tuple[Dict[str, Any], str]] = []
+        self.absent: list[tuple[dict[str, Any], str]] = []
         #: (symbol, namespace dict or cell, name or None for a cell)
-        self.value_slots: List[Tuple[str, Any, Optional[str]]] = []
-        self._keys: Dict[int, str] = {}
+        self.value_slots: list[tuple[str, Any, str | None]] = []
+        self._keys: dict[int, str] = {}
         self._used: set = set()
         self._value_seen: set = set()
         self._root_fn: Any = None
         self._allow_callable = True  # only the first root, the memoized callable itself
-        self._queue: List[Any] = []
+        self._queue: list[Any] = []
         self._unwrapping: set = set()
-        self._keep: List[Any] = []
+        self._keep: list[Any] = []
         #: third-party packages user code imports inside a function (``import x`` in a body): not in
         #: the digest; a computation that imported one records its version (``implicit``)
         self.lazy: set = set()
         #: (class ``__dict__`` mappingproxy, name, object) a chain went through in a library class:
         #: compared by identity on every call (no version tag to read there)
-        self.identity_slots: List[Tuple[Any, str, Any]] = []
+        self.identity_slots: list[tuple[Any, str, Any]] = []
         self._watched_classes: set = set()
 
     # keys of user code nodes
@@ -118,7 +118,7 @@ class Graph:
                 # ``__wrapped__``: the library counts by version, the code it wraps by its own.
                 self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
                 try:
-                    return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])
+                    return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])  # type: ignore[attr-defined]
                 finally:
                     self._unwrapping.discard(id(obj))
             held = [h for h in _held_functions(obj) if _origin(_runs(h))[0] == USER]
@@ -133,7 +133,7 @@ class Graph:
                     self._unwrapping.discard(id(obj))
         return sym
 
-    def held_code(self, wrapper: types.FunctionType) -> List[str]:
+    def held_code(self, wrapper: types.FunctionType) -> list[str]:
         """Labels of code a library wrapper keeps in its attributes (singledispatch's ``registry``)."""
         out = []
         for name in sorted(vars(wrapper)):
@@ -146,14 +146,14 @@ class Graph:
                     out.append(f"{name}={self.target(h)}")
         return out
 
-    def value(self, sym: str, where: Any, name: Optional[str]) -> str:
+    def value(self, sym: str, where: Any, name: str | None) -> str:
         k = (id(where), name)
         if k not in self._value_seen:
             self._value_seen.add(k)
             self.value_slots.append((sym, where, name))
         return sym
 
-    def resolve(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
+    def resolve(self, ref: tuple[Any, ...], ns: dict[str, Any]) -> str:
         if ref[0] == "@import":
             return self.resolve_import(ref, ns)
         name = ref[0]
@@ -197,7 +197,7 @@ class Graph:
         self.code_slots.extend(slots[:-1])
         return self.value(f"{_mod(cur_ns)}:{cur_name}", cur_ns, cur_name)
 
-    def library_chain(self, lib: Any, attrs: Tuple[Any, ...], slots: List[Tuple[Any, str, Any]]) -> str:
+    def library_chain(self, lib: Any, attrs: tuple[Any, ...], slots: list[tuple[Any, str, Any]]) -> str:
         """``lib.a.b...`` where ``lib`` is a library module or class: it counts as the library
         (by version), plus any user code found planted at the end of the chain. The names are
         read from ``__dict__``s, never with ``getattr`` (a lazy module would import), and every
@@ -234,7 +234,7 @@ class Graph:
             self._watched_classes.add(id(klass))
             self.class_checks.append(_ClassCheck(klass))
 
-    def resolve_import(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> str:
+    def resolve_import(self, ref: tuple[Any, ...], ns: dict[str, Any]) -> str:
         """An import statement inside a function. User code is imported and followed (it is what
         the key hashes). A library is never imported, nor read through ``getattr``, to classify
         a name: importing it can cost seconds (``transformers``) and run anything; it counts as
@@ -331,8 +331,8 @@ class Graph:
 
     def visit(self, obj: Any) -> None:
         key = self._keys[id(obj)]
-        bindings: List[str] = []
-        other_refs: Tuple[Tuple[Dict[str, Any], frozenset], ...] = ()
+        bindings: list[str] = []
+        other_refs: tuple[tuple[dict[str, Any], frozenset], ...] = ()
         if isinstance(obj, types.FunctionType):
             a = bytecode.analyse_code(obj.__code__)
             digest, refs, dynamic, source, ns = a.digest, a.refs, a.dynamic, a.source, obj.__globals__
@@ -347,7 +347,7 @@ class Graph:
                     bindings.append(f"<default {name}>={self.target(v)}")
                 elif obj is not self._root_fn:  # the root's defaults are bound into its arguments
                     bindings.append(f"<default {name}>={self.value_digest(v, f'{key}.<default {name}>')}")
-            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+            for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=False):
                 content = _cell(cell)
                 if content is not obj and _is_code(_unwrap(content)):
                     bindings.append(f"<closure {name} code>={self.target(content)}")
@@ -404,7 +404,7 @@ class Graph:
         if source:
             self.sources[key] = source
 
-    def reads_module(self, ref: Tuple[Any, ...], ns: Dict[str, Any]) -> bool:
+    def reads_module(self, ref: tuple[Any, ...], ns: dict[str, Any]) -> bool:
         """Does ``ref`` name a module? If so, depend on all of it."""
         if ref[0] == "@import":
             label = self.resolve_import(ref, ns)
@@ -417,7 +417,7 @@ class Graph:
             return True
         return False
 
-    def watch(self, ns: Dict[str, Any], name: str) -> None:
+    def watch(self, ns: dict[str, Any], name: str) -> None:
         v = ns.get(name, _MISSING)
         if v is not _MISSING:
             self.code_slots.append((ns, name, v))
@@ -428,7 +428,7 @@ _RESOLVERS = {"pydoc": ("locate",), "hydra": ("instantiate", "call", "get_class"
                                                "get_static_method")}
 
 
-def _string_resolver(ref: Tuple[Any, ...], ns: Dict[str, Any]) -> Optional[str]:
+def _string_resolver(ref: tuple[Any, ...], ns: dict[str, Any]) -> str | None:
     """``pydoc.locate``, ``hydra.utils.instantiate`` and their kin when ``ref`` names one: the
     function's result is code the graph cannot see."""
     if ref[0] == "@import":
@@ -449,7 +449,7 @@ def _string_resolver(ref: Tuple[Any, ...], ns: Dict[str, Any]) -> Optional[str]:
 def _same_code(now: Any, expected: Any, multi: bool) -> bool:
     """Slot values that are the graph's, but for memolab's own wrappers of them: the drawing
     functions of ``random`` are wrapped only while a memoized body runs (``globalrng``)."""
-    pairs = zip(now, expected) if multi else ((now, expected),)
+    pairs = zip(now, expected, strict=False) if multi else ((now, expected),)
     return all(a is b or getattr(a, "__memolab_wraps__", None) is b for a, b in pairs)
 
 
@@ -459,7 +459,7 @@ def _is_library_namespace(obj: Any) -> bool:
     return issubclass(type(obj), (types.ModuleType, type)) and _origin(obj)[0] not in (USER, SKIP)
 
 
-def _library_attr(obj: Any, attr: str) -> Optional[Tuple[Any, Any]]:
+def _library_attr(obj: Any, attr: str) -> tuple[Any, Any] | None:
     """(the namespace holding it, the value) of ``obj.attr`` for a library module or class, read from
     ``__dict__``s only; None where only ``getattr`` would find it (a lazy attribute, an instance's)."""
     if issubclass(type(obj), types.ModuleType):
@@ -479,16 +479,16 @@ class _NsCheck:
     __slots__ = ("ns", "tag", "last_tag", "cget", "cexpected", "cmulti", "absent", "vget", "vidx", "vmulti",
                  "vlast", "vimmutable")
 
-    def __init__(self, ns: Dict[str, Any]) -> None:
+    def __init__(self, ns: dict[str, Any]) -> None:
         self.ns = ns
         self.tag: Any = None  # set by ``Root._arm``
         self.last_tag: Any = None
         self.cget: Any = None
         self.cexpected: Any = None
         self.cmulti = False
-        self.absent: Tuple[str, ...] = ()
+        self.absent: tuple[str, ...] = ()
         self.vget: Any = None
-        self.vidx: Tuple[int, ...] = ()
+        self.vidx: tuple[int, ...] = ()
         self.vmulti = False
         self.vlast: tuple = ()
         self.vimmutable = False
@@ -500,7 +500,7 @@ class Root:
     __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "lock",
                  "views", "stamp", "armed", "__weakref__")
 
-    def __init__(self, objs: List[Any], extra: tuple, sensitivity: str,
+    def __init__(self, objs: list[Any], extra: tuple, sensitivity: str,
                  value_digest: Callable[[Any, str], str]) -> None:
         # ``current`` reads namespaces, then records what it saw (tags, value
         # slots): two threads interleaving there could record an old value
@@ -512,23 +512,23 @@ class Root:
         g.build(objs)
         self.static = dict(g.deps)
         #: per value slot: (last object seen, its digest)
-        self.values: List[Tuple[Any, str]] = [(_MISSING, "") for _ in g.value_slots]
-        per_ns: Dict[int, Tuple[_NsCheck, Dict[str, Any], List[str], List[int]]] = {}
+        self.values: list[tuple[Any, str]] = [(_MISSING, "") for _ in g.value_slots]
+        per_ns: dict[int, tuple[_NsCheck, dict[str, Any], list[str], list[int]]] = {}
 
-        def entry(ns: Dict[str, Any]) -> Tuple[_NsCheck, Dict[str, Any], List[str], List[int]]:
+        def entry(ns: dict[str, Any]) -> tuple[_NsCheck, dict[str, Any], list[str], list[int]]:
             e = per_ns.get(id(ns))
             if e is None:
                 e = per_ns[id(ns)] = (_NsCheck(ns), {}, [], [])
             return e
 
         #: (namespace, name, object) whose type overrides ``==``: checked by identity one by one
-        self.same: List[Tuple[Any, str, Any]] = []
+        self.same: list[tuple[Any, str, Any]] = []
         for ns, name in g.absent:
             c = entry(ns)[0]
             if name not in c.absent:
                 c.absent += (name,)
         for ns, name, obj in g.code_slots:
-            if type(obj).__eq__ is not object.__eq__:
+            if type(obj).__eq__ is not object.__eq__:  # type: ignore[comparison-overlap]
                 self.same.append((ns, name, obj))
                 entry(ns)
             else:
@@ -536,15 +536,15 @@ class Root:
         self.same.extend(g.identity_slots)
         # value slots of one namespace are read with one itemgetter; cells and
         # names not bound yet are read one by one, on every call
-        self.vslow: List[int] = []
-        for i, (sym, where, name) in enumerate(g.value_slots):
+        self.vslow: list[int] = []
+        for i, (_sym, where, name) in enumerate(g.value_slots):  # type: ignore[assignment]  # (None: a cell)
             if name is not None and type(where) is dict and name in where:
                 e = entry(where)
                 e[2].append(name)
                 e[3].append(i)
             else:
                 self.vslow.append(i)
-        self.checks: List[_NsCheck] = []
+        self.checks: list[_NsCheck] = []
         for c, code, vnames, vidx in per_ns.values():
             if code:
                 keys = sorted(code)
@@ -556,11 +556,11 @@ class Root:
                 c.vidx = tuple(vidx)
                 c.vmulti = len(vnames) > 1
             self.checks.append(c)
-        self.views: Optional[Tuple[memoryview, ...]] = None
+        self.views: tuple[memoryview, ...] | None = None
         #: the stamp taken *before* the last full check that found everything unchanged
         #: and immutable; None while some value must be re-read on every call
-        self.stamp: Optional[bytes] = None
-        self.cv: Optional[CodeVersion] = None
+        self.stamp: bytes | None = None
+        self.cv: CodeVersion | None = None
         #: version tags are read from the graph's second check on (``_arm``)
         self.armed = False
 
@@ -588,15 +588,15 @@ class Root:
             cc.arm()
         views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
         views += [cc.view for cc in self.graph.class_checks]
-        self.views = None if None in views else tuple(views)
+        self.views = None if None in views else tuple(views)  # type: ignore[arg-type]  # (no None in them)
         self.stamp = None
 
-    def current(self) -> Optional[CodeVersion]:
+    def current(self) -> CodeVersion | None:
         """This graph's code version now, or None when the graph must be rebuilt."""
         with self.lock:
             return self._current()
 
-    def _current(self) -> Optional[CodeVersion]:
+    def _current(self) -> CodeVersion | None:
         g = self.graph
         if not self.armed and self.cv is not None:
             self._arm()
@@ -605,7 +605,7 @@ class Root:
         if stamp is not None and stamp == self.stamp:
             return self._current_quiet()
         values = self.values
-        dirty: List[int] = []
+        dirty: list[int] = []
         seen_tags = []
         for c in self.checks:
             tag = c.tag.value if c.tag is not None else None
@@ -646,7 +646,7 @@ class Root:
         changed = self.cv is None
         slots = g.value_slots
         for i in dirty:
-            sym, where, name = slots[i]
+            sym, where, name = slots[i]  # type: ignore[assignment]  # (None: a cell)
             v = _cell(where) if name is None else where.get(name, _MISSING)
             last_v, d = values[i]
             if v is last_v and _is_immutable(v):
@@ -667,7 +667,7 @@ class Root:
         self.stamp = stamp if quiet else None
         return self.cv
 
-    def _current_quiet(self) -> Optional[CodeVersion]:
+    def _current_quiet(self) -> CodeVersion | None:
         """``_current`` when no dict the graph went through was written since a full check.
 
         What no dict tag covers is still checked: names resolved through an
@@ -688,7 +688,7 @@ class Root:
         g = self.graph
         deps = dict(self.static)
         sources = dict(g.sources)
-        for (sym, where, name), (v, d) in zip(g.value_slots, self.values):
+        for (sym, _where, _name), (v, d) in zip(g.value_slots, self.values, strict=False):
             deps[sym] = d
             if v is not _MISSING and not _is_code(v):
                 sources[sym] = f"{sym.rpartition(':')[2]} = {_short(v)}\n"

@@ -16,20 +16,20 @@ import os
 import re
 import sys
 import sysconfig
-from typing import Dict, Optional, Tuple
+from collections.abc import Mapping
 
 USER, PACKAGE, STDLIB, SKIP = "user", "pkg", "stdlib", "skip"
 
-Origin = Tuple[str, str, str]  # (kind, dependency symbol, full version)
+Origin = tuple[str, str, str]  # (kind, dependency symbol, full version)
 
 _STDLIB_DIRS = tuple({os.path.realpath(p) + os.sep for p in (sysconfig.get_paths().get("stdlib"),
                                                              sysconfig.get_paths().get("platstdlib")) if p})
 _SITE_PARTS = ("site-packages", "dist-packages")
-PYTHON_VERSION = "%d.%d.%d" % sys.version_info[:3]
+PYTHON_VERSION = "{}.{}.{}".format(*sys.version_info[:3])
 
-_cache: Dict[Tuple[str, Optional[str]], Origin] = {}
-_dists: Optional[Dict[str, list]] = None
-_versions: Dict[str, Tuple[str, str]] = {}
+_cache: dict[tuple[str, str | None], Origin] = {}
+_dists: Mapping[str, list[str]] | None = None
+_versions: dict[str, tuple[str, str]] = {}
 
 
 #: What multiprocessing's ``spawn``/``forkserver`` children call the parent's main
@@ -50,7 +50,7 @@ def key_module(name: str) -> str:
     return "__main__" if name == MP_MAIN else name
 
 
-def module_origin(name: Optional[str], filename: Optional[str]) -> Origin:
+def module_origin(name: str | None, filename: str | None) -> Origin:
     """Classify module ``name`` whose code lives in ``filename`` (cached per pair)."""
     key = (name or "", filename)
     hit = _cache.get(key)
@@ -59,7 +59,7 @@ def module_origin(name: Optional[str], filename: Optional[str]) -> Origin:
     return hit
 
 
-def kind_of(name: str, filename: Optional[str]) -> str:
+def kind_of(name: str, filename: str | None) -> str:
     """``_classify``'s kind alone (``USER``, ``PACKAGE``, ``STDLIB``, ``SKIP``), without finding the
     distribution (its metadata costs milliseconds a package)."""
     top = name.split(".", 1)[0]
@@ -100,10 +100,10 @@ def origin_of_name(top: str) -> str:
     return hit
 
 
-_name_kinds: Dict[str, str] = {}
+_name_kinds: dict[str, str] = {}
 
 
-def _classify(name: str, filename: Optional[str]) -> Origin:
+def _classify(name: str, filename: str | None) -> Origin:
     top = name.split(".", 1)[0]
     if top == "memolab":
         return (SKIP, "", "")
@@ -136,7 +136,7 @@ def _in_site(path: str) -> bool:
     return any(p in _SITE_PARTS for p in parts)
 
 
-def distribution_of(top: str) -> Tuple[str, str]:
+def distribution_of(top: str) -> tuple[str, str]:
     """(distribution name, version) that provides top-level import name ``top``."""
     hit = _versions.get(top)
     if hit is not None:

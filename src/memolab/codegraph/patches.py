@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import sys
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from . import bytecode
 from .origins import USER, kind_of
@@ -33,16 +33,16 @@ from .where import origin_of
 
 #: (where, the namespace it sits in: a module's dict or a class's mappingproxy, its name, the value there
 #: now, the user's code it is or holds, or None)
-Plant = Tuple[str, Any, str, Any, Any]
+Plant = tuple[str, Any, str, Any, Any]
 #: a patch site: (chain of names from a module global, attribute or None for a computed one)
-Site = Tuple[Tuple[str, ...], Optional[str]]
+Site = tuple[tuple[str, ...], str | None]
 
 MISSING = _MISSING = object()
-_sites_cache: Dict[Tuple[str, int, int], List[Site]] = {}
-_cache: Tuple[int, List[Plant], List[Any]] = (-1, [], [])
+_sites_cache: dict[tuple[str, int, int], list[Site]] = {}
+_cache: tuple[int, list[Plant], list[Any]] = (-1, [], [])
 
 
-def user_code(v: Any) -> Optional[Any]:
+def user_code(v: Any) -> Any | None:
     """The user function (or class) ``v`` is or holds (through a staticmethod, classmethod,
     property), or None."""
     t = type(v)
@@ -66,15 +66,15 @@ def _in_user_module(f: types.FunctionType) -> bool:
     return m is not None and getattr(m, "__dict__", None) is f.__globals__ and origin_of(m)[0] == USER
 
 
-def planted() -> Tuple[List[Plant], List[Any]]:
+def planted() -> tuple[list[Plant], list[Any]]:
     """(the slots of library namespaces user code patches, with what they hold now; the library
     classes and modules it patches by computed names), cached until more modules load."""
     global _cache
     n = len(sys.modules)
     if _cache[0] == n:
         return _cache[1], _cache[2]
-    plants: Dict[Tuple[int, str], Plant] = {}
-    wholes: Dict[int, Any] = {}
+    plants: dict[tuple[int, str], Plant] = {}
+    wholes: dict[int, Any] = {}
     for modname, m in list(sys.modules.items()):
         if not issubclass(type(m), types.ModuleType):
             continue
@@ -105,7 +105,7 @@ def planted() -> Tuple[List[Plant], List[Any]]:
     return out, _cache[2]
 
 
-_kinds: Dict[str, str] = {}
+_kinds: dict[str, str] = {}
 
 
 def _kind(modname: str, m: Any) -> str:
@@ -121,7 +121,7 @@ def _kind(modname: str, m: Any) -> str:
     return kind
 
 
-def _resolve(chain: Tuple[str, ...], ns: Dict[str, Any]) -> Any:
+def _resolve(chain: tuple[str, ...], ns: dict[str, Any]) -> Any:
     """The library module or class ``chain`` names in ``ns`` (through ``__dict__``s only), or None."""
     obj = ns.get(chain[0], _MISSING)
     for attr in chain[1:]:
@@ -135,7 +135,7 @@ def _resolve(chain: Tuple[str, ...], ns: Dict[str, Any]) -> Any:
     return obj if kind != USER and not getattr(obj, "__name__", "").startswith("memolab") else None
 
 
-def _sites(path: str) -> List[Site]:
+def _sites(path: str) -> list[Site]:
     """The patch sites in the source file ``path`` (cached by its stat)."""
     try:
         st = os.stat(path)

@@ -12,11 +12,10 @@ import sys
 import types
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any
 
 from . import origins
 from .origins import STDLIB, USER
-
 
 #: c3 (memolab 0.2): names by their text in the digest, annotations of nested functions left out
 CODE_SCHEMA = "c3"
@@ -29,14 +28,14 @@ class CodeVersion:
     digest: str
     #: symbol -> digest of every piece of code the function depends on (itself
     #: included); ``pkg:<dist>`` / ``python:stdlib`` map to their full version
-    deps: Dict[str, str] = field(default_factory=dict)
+    deps: dict[str, str] = field(default_factory=dict)
     #: symbol -> source excerpt, for diffs in ``explain``
-    sources: Dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
     #: how much of a package version joined ``digest`` (exact|minor|major|ignore)
     sensitivity: str = "minor"
     #: top-level packages the code imports inside a function body: their versions are not in
     #: ``digest``; a computation that imported one records it (``memolab.implicit``)
-    lazy: FrozenSet[str] = frozenset()
+    lazy: frozenset[str] = frozenset()
 
 
 def symbol_of(obj: Any) -> str:
@@ -52,17 +51,17 @@ MISSING = object()
 warned: set = set()
 
 
-def symbol_module(ns: Dict[str, Any]) -> str:
+def symbol_module(ns: dict[str, Any]) -> str:
     """The module part of a symbol: the same ``module:qualname`` form as ``symbol_of``."""
     return origins.key_module(ns.get("__name__") or "?")
 
 
-def module_ns(name: Optional[str]) -> Dict[str, Any]:
+def module_ns(name: str | None) -> dict[str, Any]:
     m = sys.modules.get(name or "")
     return getattr(m, "__dict__", None) or {}
 
 
-def origin_of(obj: Any) -> Tuple[str, str, str]:
+def origin_of(obj: Any) -> tuple[str, str, str]:
     if isinstance(obj, types.FunctionType):
         name = obj.__globals__.get("__name__") or obj.__module__
         filename = obj.__code__.co_filename
@@ -93,7 +92,7 @@ def is_user_code(obj: Any) -> bool:
     return origin_of(obj)[0] == USER
 
 
-def warn_once(where: Tuple[Any, ...], message: str) -> None:
+def warn_once(where: tuple[Any, ...], message: str) -> None:
     if where in warned:
         return
     warned.add(where)
@@ -102,7 +101,7 @@ def warn_once(where: Tuple[Any, ...], message: str) -> None:
     warnings.warn(message, MemolabWarning, stacklevel=5)
 
 
-def defaults_of(f: types.FunctionType, named: bool = False) -> List[Tuple[Any, Any]]:
+def defaults_of(f: types.FunctionType, named: bool = False) -> list[tuple[Any, Any]]:
     """(position, or the parameter's name if ``named``, and value) of every default ``f``
     was defined with; keyword-only ones by name. Plain functions keep positions, as
     their labels have always been (a new label would recompute every stored result)."""
@@ -110,7 +109,7 @@ def defaults_of(f: types.FunctionType, named: bool = False) -> List[Tuple[Any, A
     if named and pos:
         code = f.__code__
         params = code.co_varnames[:code.co_argcount][-len(pos):]
-        first: List[Tuple[Any, Any]] = list(zip(params, pos))
+        first: list[tuple[Any, Any]] = list(zip(params, pos, strict=False))
     else:
         first = list(enumerate(pos))
     return first + sorted((f.__kwdefaults__ or {}).items())
@@ -164,11 +163,11 @@ def is_code(obj: Any) -> bool:
     return isinstance(obj, (types.FunctionType, type, types.ModuleType, types.BuiltinFunctionType))
 
 
-def held_functions(f: types.FunctionType) -> List[Any]:
+def held_functions(f: types.FunctionType) -> list[Any]:
     """The functions and classes a function holds in its closure cells and defaults: what a
     wrapper made by a decorator without ``functools.wraps`` runs (its ``fn`` cell)."""
     held = [cell_value(c) for c in f.__closure__ or ()] + [v for _, v in defaults_of(f)]
-    out = []
+    out: list[Any] = []
     for v in held:
         v = unwrap(v)
         if v is not f and isinstance(v, (types.FunctionType, type)) and not any(v is o for o in out):

@@ -25,7 +25,9 @@ def register_sqlite3() -> None:
     file = "the rows it reads (a query's result), or the database file as memolab.File(path)"
     hashing.register_handler(sqlite3.Connection, refuse("a sqlite3 Connection", file))
     hashing.register_handler(sqlite3.Cursor, refuse("a sqlite3 Cursor", file))
-    hashing.register_handler(sqlite3.Blob, refuse("a sqlite3 Blob", file))
+    blob = getattr(sqlite3, "Blob", None)  # Python 3.11+
+    if blob is not None:
+        hashing.register_handler(blob, refuse("a sqlite3 Blob", file))
 
 
 def register_psycopg() -> None:

@@ -40,13 +40,43 @@ from __future__ import annotations
 from .. import codegraph
 from ..hooks import LAZY_HOOKS, hook
 from .builtins import encode_str, register_builtins
-from .encoder import (Encoder, hash_arguments, hash_arguments_uncached, hash_value, register_handler,
-                      register_hasher, register_opaque)
+from .encoder import (
+    Encoder,
+    hash_arguments,
+    hash_arguments_uncached,
+    hash_value,
+    register_handler,
+    register_hasher,
+    register_opaque,
+)
 from .objects import encode_object
-from .primitives import (ALGORITHM, CHUNK, KEY_SCHEMA, NAME_TOKENS, SCHEMA, STR_TOKENS, TOKEN_CACHE_MAX, TREE_MIN,
-                         chunk_digests, hash_threads, name_token, pack_Q, str_token)
-from .registry import (Handler, Leaf, dispatch, excluded_attributes, lazy, leaves, register_lazy, register_leaf,
-                       register_policy, resolved)
+from .primitives import (
+    ALGORITHM,
+    CHUNK,
+    KEY_SCHEMA,
+    NAME_TOKENS,
+    SCHEMA,
+    STR_TOKENS,
+    TOKEN_CACHE_MAX,
+    TREE_MIN,
+    chunk_digests,
+    hash_threads,
+    name_token,
+    pack_Q,
+    str_token,
+)
+from .registry import (
+    Handler,
+    Leaf,
+    dispatch,
+    excluded_attributes,
+    lazy,
+    leaves,
+    register_lazy,
+    register_leaf,
+    register_policy,
+    resolved,
+)
 from .results import note_result, register_result_walk, remember_loaded, result_digests, result_token
 
 __all__ = [

@@ -13,13 +13,14 @@ x87 ``longdouble``, which numpy leaves as whatever was in memory (measured:
 from __future__ import annotations
 
 import sys
-from typing import Any, Tuple
+from typing import Any
 
 from .. import identity
 from .encoder import Encoder
 from .objects import encode_class, encode_extra_state
-from .primitives import pack_q, pack_Q
+from .primitives import pack_Q, pack_q
 from .registry import Leaf, dispatch, leaves, type_name
+
 
 def register() -> None:
     import mmap
@@ -128,6 +129,7 @@ def register() -> None:
 
     dispatch[np.ndarray] = enc_array
     leaves[np.ndarray] = leaf
+    t: type
     for t in set(np.sctypeDict.values()):
         dispatch[t] = enc_scalar
     dispatch[np.dtype] = enc_dtype
@@ -135,7 +137,7 @@ def register() -> None:
         dispatch[t] = enc_dtype
 
 
-def extended_precision(np: Any) -> Tuple[int, int]:
+def extended_precision(np: Any) -> tuple[int, int]:
     """``(significant, size)`` of a ``longdouble`` whose last bytes are padding: ``(10, 16)``
     (or ``(10, 12)``) for the x87 80-bit format on a little-endian machine; ``(0, 0)`` where
     every byte counts (IEEE quad, double-double, a long double that is a double)."""
@@ -145,7 +147,7 @@ def extended_precision(np: Any) -> Tuple[int, int]:
     return 0, 0
 
 
-def padded(d: Any, extended: Tuple[int, int]) -> bool:
+def padded(d: Any, extended: tuple[int, int]) -> bool:
     """Does an array of ``d`` hold bytes that are no value's (struct padding, bytes two fields
     share or none covers, a long double's unused bytes)?"""
     if d.subdtype is not None:
@@ -158,10 +160,10 @@ def padded(d: Any, extended: Tuple[int, int]) -> bool:
         if offset != end or padded(fd, extended):
             return True
         end = offset + fd.itemsize
-    return end != d.itemsize
+    return bool(end != d.itemsize)
 
 
-def write_values(sub: Encoder, a: Any, extended: Tuple[int, int]) -> None:
+def write_values(sub: Encoder, a: Any, extended: tuple[int, int]) -> None:
     """The values of the C-contiguous ``a`` whose dtype is ``padded``: a struct field by field
     (its name, then its values, a subarray flattened), a long double by its significant bytes
     (the first ones, the last ones where it is stored byte-swapped)."""
@@ -177,7 +179,7 @@ def write_values(sub: Encoder, a: Any, extended: Tuple[int, int]) -> None:
         significant, size = extended
         parts = np.frombuffer(raw_bytes(np, a), np.uint8).reshape(-1, size)
         kept = parts[:, size - significant:] if d.byteorder == ">" else parts[:, :significant]
-        sub.write_buffer(memoryview(np.ascontiguousarray(kept).reshape(-1)))
+        sub.write_buffer(memoryview(np.ascontiguousarray(kept).reshape(-1)))  # type: ignore[arg-type]  # numpy's stubs: no __buffer__
     else:
         sub.write_buffer(raw_bytes(np, a))
 

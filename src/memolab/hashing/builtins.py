@@ -8,14 +8,16 @@ import struct
 import sys
 import types
 from collections import OrderedDict
-from typing import Any, Iterable, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .. import codegraph
 from ..errors import HashError
 from .encoder import Encoder, hash_value
 from .objects import child_error, encode_class, encode_extra_state, resolve
-from .primitives import pack_d, pack_q, pack_Q
+from .primitives import pack_d, pack_Q, pack_q
 from .registry import TYPE_BLIND, Handler, dispatch
+
 
 def _encode_none(enc: Encoder, obj: Any) -> None:
     enc.buf += b"N"
@@ -74,7 +76,7 @@ def _encode_memoryview(enc: Encoder, obj: memoryview) -> None:
 
 
 def _encode_seq(tag: bytes, int_tag: bytes, float_tag: bytes) -> Handler:
-    def handler(enc: Encoder, obj: Sequence) -> None:
+    def handler(enc: Encoder, obj: Sequence[Any]) -> None:
         if enc.memoize(obj):
             return
         n = len(obj)
@@ -105,7 +107,7 @@ def _encode_seq(tag: bytes, int_tag: bytes, float_tag: bytes) -> Handler:
         get = dispatch.get
         buf = enc.buf
         try:
-            for i, x in enumerate(obj):
+            for i, x in enumerate(obj):  # noqa: B007 (i names the failing element in the except below)
                 h = get(type(x))
                 if h is None:
                     h = resolve(type(x))
@@ -122,14 +124,14 @@ def _sort_key_digest(x: Any) -> str:
     return hash_value(x)
 
 
-def _encode_dict(enc: Encoder, obj: dict) -> None:
+def _encode_dict(enc: Encoder, obj: dict[Any, Any]) -> None:
     if enc.memoize(obj):
         return
     enc.write(b"d" + pack_Q(len(obj)))
     _encode_items(enc, obj.items(), ordered=False)
 
 
-def _encode_ordered_dict(enc: Encoder, obj: OrderedDict) -> None:
+def _encode_ordered_dict(enc: Encoder, obj: OrderedDict[Any, Any]) -> None:
     if enc.memoize(obj):
         return
     enc.write(b"o" + pack_Q(len(obj)))
@@ -137,11 +139,11 @@ def _encode_ordered_dict(enc: Encoder, obj: OrderedDict) -> None:
     encode_extra_state(enc, obj)
 
 
-def _first(kv: Tuple[Any, Any]) -> Any:
+def _first(kv: tuple[Any, Any]) -> Any:
     return kv[0]
 
 
-def _encode_items(enc: Encoder, items: Iterable[Tuple[Any, Any]], ordered: bool) -> None:
+def _encode_items(enc: Encoder, items: Iterable[tuple[Any, Any]], ordered: bool) -> None:
     items = list(items)
     if not ordered:
         if all([type(kv[0]) is str for kv in items]):
@@ -174,7 +176,8 @@ def _encode_set(tag: bytes) -> Handler:
         try:
             digests = sorted(hash_value(x) for x in obj)
         except HashError as e:
-            raise e.at("{<element>}")
+            e.at("{<element>}")  # the same error, its path completed
+            raise
         for d in digests:
             enc.write(d.encode("ascii"))
 
@@ -193,7 +196,7 @@ def _encode_function(enc: Encoder, obj: Any) -> None:
     cells = getattr(obj, "__closure__", None)
     if cells:
         enc.write(b"(")
-        for name, cell in zip(obj.__code__.co_freevars, cells):
+        for name, cell in zip(obj.__code__.co_freevars, cells, strict=False):
             try:
                 value = cell.cell_contents
             except ValueError:  # an empty cell (variable not yet bound)
@@ -250,6 +253,12 @@ def _refuse(reason: str) -> Handler:
     return handler
 
 
+def _encode_fraction(enc: Any, obj: Any) -> None:  # a fractions.Fraction
+    enc.write(b"/")
+    _encode_int(enc, obj.numerator)
+    _encode_int(enc, obj.denominator)
+
+
 def register_builtins() -> None:
     import datetime
     import decimal
@@ -286,10 +295,11 @@ def register_builtins() -> None:
     reg[type(NotImplemented)] = lambda enc, obj: enc.write(b"!")
     reg[range] = lambda enc, obj: enc.write(b"r" + pack_q(obj.start) + pack_q(obj.stop) + pack_q(obj.step))
     reg[slice] = lambda enc, obj: (enc.write(b":"), enc.encode_child((obj.start, obj.stop, obj.step), ""))
+    t: type
     for t in (pathlib.PosixPath, pathlib.WindowsPath, pathlib.PurePosixPath, pathlib.PureWindowsPath):
         reg[t] = (lambda tag: lambda enc, obj: (enc.write(b"p"), enc.write_str(tag), enc.write_str(str(obj))))(t.__name__)
     reg[decimal.Decimal] = lambda enc, obj: (enc.write(b"$"), enc.write_str(str(obj)))
-    reg[fractions.Fraction] = lambda enc, obj: (enc.write(b"/"), _encode_int(enc, obj.numerator), _encode_int(enc, obj.denominator))
+    reg[fractions.Fraction] = _encode_fraction
     reg[uuid.UUID] = lambda enc, obj: enc.write(b"u" + obj.bytes)
     for t in (datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone):
         reg[t] = (lambda tag: lambda enc, obj: (enc.write(b"z"), enc.write_str(tag), enc.write_str(repr(obj))))(t.__name__)

@@ -3,14 +3,15 @@ points ``hash_value`` and ``hash_arguments`` (with the remembered digests of
 scalar-only calls), and the registration functions that change handlers."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .. import identity
 from ..errors import HashError
-from .primitives import (KEY_SCHEMA_B, TREE_MIN, chunk_digests, hexdigest_of, new_hasher, pack_d, pack_q,
-                         pack_Q)
 from .objects import encode_class, encode_extra_state, encode_object, resolve
+from .primitives import KEY_SCHEMA_B, TREE_MIN, chunk_digests, hexdigest_of, new_hasher, pack_d, pack_Q, pack_q
 from .registry import Handler, Leaf, dispatch, forget_resolved, resolved, type_name
+
 
 class Encoder:
     """Streams type-tagged tokens of one or more values into a hasher.
@@ -27,8 +28,8 @@ class Encoder:
     def __init__(self) -> None:
         self.h = new_hasher()
         self.buf = bytearray()
-        self.memo: Dict[int, int] = {}
-        self.keep: List[Any] = []
+        self.memo: dict[int, int] = {}
+        self.keep: list[Any] = []
         #: > 0 while encoding an object whose key is its configuration (a data
         #: loader, a sampler, a dataset): handlers leave out running state there,
         #: e.g. a seeded generator counts by its seed, not its position.
@@ -75,7 +76,7 @@ class Encoder:
             self.h.update(pack_Q(n))
             self.h.update(mv)
 
-    def write_leaf(self, obj: Any, leaf: "Leaf") -> None:
+    def write_leaf(self, obj: Any, leaf: Leaf) -> None:
         """Write a large leaf (array, tensor) as the digest of its own encoding.
 
         The digest comes from the identity cache when ``leaf.stamp`` vouches that
@@ -136,7 +137,8 @@ class Encoder:
         try:
             self.encode(obj)
         except HashError as e:
-            raise e.at(segment)
+            e.at(segment)  # the same error, its path completed
+            raise
         except RecursionError:
             raise HashError("value is nested too deeply to hash", segment, obj) from None
 
@@ -207,7 +209,8 @@ def hash_value(obj: Any, path: str = "") -> str:
     try:
         enc.encode(obj)
     except HashError as e:
-        raise e.at(path)
+        e.at(path)  # the same error, its path completed
+        raise
     except RecursionError:
         raise HashError("value is nested too deeply to hash", path, obj) from None
     return enc.hexdigest()
@@ -228,11 +231,11 @@ def hash_value(obj: Any, path: str = "") -> str:
 _SCALARS = frozenset((int, str, bytes, bool, type(None)))
 _SCALAR_MAX = 256  # characters or bytes: longer values are encoded (and not kept here)
 _SCALAR_ENTRIES = 4096
-_scalar_digests: Dict[tuple, Tuple[int, str, Dict[str, str]]] = {}
+_scalar_digests: dict[tuple[Any, ...], tuple[int, str, dict[str, str]]] = {}
 _registry_generation = 0
 
 
-def _scalar_key(named: Sequence[Tuple[str, Any]]) -> Optional[tuple]:
+def _scalar_key(named: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
     parts = []
     for name, v in named:
         t = type(v)
@@ -246,8 +249,8 @@ def _scalar_key(named: Sequence[Tuple[str, Any]]) -> Optional[tuple]:
     return tuple(parts)
 
 
-def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args",
-                   visit: Optional[List[Any]] = None) -> Tuple[str, Dict[str, str]]:
+def hash_arguments(named: Sequence[tuple[str, Any]], root: str = "args",
+                   visit: list[Any] | None = None) -> tuple[str, dict[str, str]]:
     """Digest bound arguments: (combined digest, {name: per-argument digest}).
 
     One memo spans all arguments so ``f(a, a)`` and ``f(a, copy(a))`` differ;
@@ -270,11 +273,11 @@ def hash_arguments(named: Sequence[Tuple[str, Any]], root: str = "args",
     return digest, per
 
 
-def hash_arguments_uncached(named: Sequence[Tuple[str, Any]], root: str,
-                            visit: Optional[List[Any]] = None) -> Tuple[str, Dict[str, str]]:
+def hash_arguments_uncached(named: Sequence[tuple[str, Any]], root: str,
+                            visit: list[Any] | None = None) -> tuple[str, dict[str, str]]:
     enc = Encoder()
-    per: Dict[str, str] = {}
-    ends: Optional[List[int]] = None
+    per: dict[str, str] = {}
+    ends: list[int] | None = None
     if visit is not None:
         ends = []
         visit.append((enc.keep, ends))
@@ -284,7 +287,8 @@ def hash_arguments_uncached(named: Sequence[Tuple[str, Any]], root: str,
         try:
             enc.encode(value)
         except HashError as e:
-            raise e.at(f"{root}[{name!r}]")
+            e.at(f"{root}[{name!r}]")  # the same error, its path completed
+            raise
         except RecursionError:
             raise HashError("value is nested too deeply to hash", f"{root}[{name!r}]", value) from None
         per[name] = enc.hexdigest()

@@ -4,13 +4,25 @@ type nobody registered (inherited from a base, or one of these rules)."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, FrozenSet
+from typing import Any
 
 from .. import codegraph
 from ..errors import HashError
 from .primitives import NAME_TOKENS, name_token, pack_Q, str_token
-from .registry import (STRUCTURAL, TYPE_BLIND, Handler, dispatch, excluded_attributes, lazy, policies, resolved,
-                       run_lazy, type_name)
+from .registry import (
+    STRUCTURAL,
+    TYPE_BLIND,
+    Encoding,
+    Handler,
+    dispatch,
+    excluded_attributes,
+    lazy,
+    policies,
+    resolved,
+    run_lazy,
+    type_name,
+)
+
 
 def child_error(e: BaseException, segment: str, obj: Any) -> HashError:
     """Turn a failure below a container into a HashError whose path names the child.
@@ -23,7 +35,7 @@ def child_error(e: BaseException, segment: str, obj: Any) -> HashError:
     return HashError("value is nested too deeply to hash", segment, obj)
 
 
-def encode_extra_state(enc: Encoder, obj: Any) -> None:
+def encode_extra_state(enc: Encoding, obj: Any) -> None:
     """Attributes that a subclass instance carries besides its container data."""
     d = getattr(obj, "__dict__", None)
     if d:
@@ -33,13 +45,13 @@ def encode_extra_state(enc: Encoder, obj: Any) -> None:
         enc.write(b"-")  # explicit, so an optional part can never be confused with what follows
 
 
-def encode_class(enc: Encoder, obj: type) -> None:
+def encode_class(enc: Encoding, obj: type) -> None:
     # same bytes as write(b"C"), write_str(symbol), write_str(digest); both are
     # recomputed on every call (a class's code can change), only their encodings are cached
     enc.write(b"C" + str_token(codegraph.symbol_of(obj)) + str_token(codegraph.object_digest(obj)))
 
 
-def _encode_protocol(enc: Encoder, obj: Any) -> None:
+def _encode_protocol(enc: Encoding, obj: Any) -> None:
     enc.write(b"X")
     enc.write_str(type_name(type(obj)))
     enc.encode_child(obj.__memo_hash__(), ".__memo_hash__()")
@@ -47,7 +59,7 @@ def _encode_protocol(enc: Encoder, obj: Any) -> None:
 
 # -- generic objects ---------------------------------------------------------------
 
-def encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset()) -> None:
+def encode_object(enc: Encoding, obj: Any, exclude: frozenset[str] = frozenset()) -> None:
     """Class identity (symbol + code digest) plus what pickle would save."""
     if enc.memoize(obj):
         return
@@ -93,7 +105,7 @@ def encode_object(enc: Encoder, obj: Any, exclude: FrozenSet[str] = frozenset())
         enc.encode_child(tmp, "")
 
 
-def _encode_state(enc: Encoder, state: Any, excluded: FrozenSet[str] = frozenset()) -> None:
+def _encode_state(enc: Encoding, state: Any, excluded: frozenset[str] = frozenset()) -> None:
     enc.buf += b"S"  # an atom: the next write flushes
     if type(state) is dict:
         # attributes: path segments read as ``.name``
@@ -149,7 +161,7 @@ def resolve(t: type) -> Handler:
 
 
 def _subclass_of(base_handler: Handler) -> Handler:
-    def handler(enc: Encoder, obj: Any) -> None:
+    def handler(enc: Encoding, obj: Any) -> None:
         enc.write(b"\x1a")  # a subclass of a value type: its class (by code) comes first
         encode_class(enc, type(obj))
         base_handler(enc, obj)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from typing import Any, Dict, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import xxhash
 
@@ -34,7 +35,7 @@ pack_d = struct.Struct("<d").pack
 pack_Q = struct.Struct("<Q").pack
 
 
-def new_hasher():
+def new_hasher() -> xxhash.xxh3_128:
     return xxhash.xxh3_128()
 
 
@@ -61,7 +62,7 @@ def hash_threads() -> int:
     """
     n = config.env_setting("MEMOLAB_HASH_THREADS")  # validated in one place (docs/settings.md)
     if n is not None:
-        return n
+        return int(n)  # (an int already: validated)
     cores = os.cpu_count() or 1
     try:
         idle = cores - os.getloadavg()[0] + 1
@@ -111,8 +112,8 @@ def chunk_digests(mv: memoryview) -> bytes:
 #: config walk repeats on every call: attribute names, class symbols, code
 #: digests. Keyed by value (strings are immutable, so an entry never goes stale);
 #: bounded, short strings only.
-NAME_TOKENS: Dict[str, bytes] = {}
-STR_TOKENS: Dict[str, bytes] = {}
+NAME_TOKENS: dict[str, bytes] = {}
+STR_TOKENS: dict[str, bytes] = {}
 TOKEN_CACHE_MAX = 4096
 
 

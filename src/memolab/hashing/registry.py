@@ -4,12 +4,27 @@ policies). The handlers live in ``builtins``, ``objects`` and the integrations;
 ``objects.resolve`` finds the handler of a type not registered itself."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from .. import codegraph, identity
 
-# ``Encoder`` (hashing.encoder) by name only: the encoder imports this module
-Handler = Callable[["Encoder", Any], None]  # noqa: F821
+#: ``handler(enc, obj)``: ``enc`` is the ``Encoder`` (hashing.encoder), which imports this module,
+#: so it is not named here: a handler may annotate it as the ``Encoder`` or as ``Encoding``; what it
+#: returns is ignored (a lambda may return its writes' tuple)
+Handler = Callable[[Any, Any], object]
+
+
+class Encoding(Protocol):
+    """What the generic rules (hashing.objects) use of the ``Encoder`` they are given."""
+
+    buf: bytearray
+
+    def write(self, data: bytes) -> None: ...
+    def write_str(self, s: str) -> None: ...
+    def memoize(self, obj: Any) -> bool: ...
+    def encode(self, obj: Any) -> None: ...
+    def encode_child(self, obj: Any, segment: str) -> None: ...
 
 # -- registry ----------------------------------------------------------------------
 #
@@ -23,10 +38,10 @@ Handler = Callable[["Encoder", Any], None]  # noqa: F821
 # the generic one cached for good.
 
 
-dispatch: Dict[type, Handler] = {}
+dispatch: dict[type, Handler] = {}
 #: types whose ``dispatch`` entry was resolved (inherited or generic), not registered
-resolved: set = set()
-lazy: Dict[str, Callable[[], None]] = {}
+resolved: set[type] = set()
+lazy: dict[str, Callable[[], None]] = {}
 
 
 def register_lazy(module: str, register: Callable[[], None]) -> None:
@@ -89,8 +104,8 @@ class Leaf:
     __slots__ = ("digest", "stamp", "loaded", "pin", "track")
 
     def __init__(self, digest: Callable[[Any], bytes], stamp: Callable[[Any], Any],
-                 loaded: Optional[Callable[[Any], Any]] = None, pin: Optional[Callable[[Any], Any]] = None,
-                 track: Optional[Callable[[Any], Any]] = None) -> None:
+                 loaded: Callable[[Any], Any] | None = None, pin: Callable[[Any], Any] | None = None,
+                 track: Callable[[Any], Any] | None = None) -> None:
         self.digest = digest
         self.stamp = stamp
         self.loaded = loaded or stamp
@@ -103,7 +118,7 @@ class Leaf:
             identity.remember(obj, stamp, digest, origin, self.pin(obj) if self.pin is not None else None)
 
 
-leaves: Dict[type, Leaf] = {}
+leaves: dict[type, Leaf] = {}
 
 
 def register_leaf(type_: type, leaf: Leaf) -> None:
@@ -113,8 +128,8 @@ def register_leaf(type_: type, leaf: Leaf) -> None:
 
 # -- attribute policies ---------------------------------------------------------------
 
-policies: Dict[type, FrozenSet[str]] = {}
-_policy_cache: Dict[type, FrozenSet[str]] = {}
+policies: dict[type, frozenset[str]] = {}
+_policy_cache: dict[type, frozenset[str]] = {}
 
 
 def register_policy(type_: type, *, exclude: Iterable[str] = ()) -> None:
@@ -127,7 +142,7 @@ def register_policy(type_: type, *, exclude: Iterable[str] = ()) -> None:
     _policy_cache.clear()
 
 
-def excluded_attributes(t: type) -> FrozenSet[str]:
+def excluded_attributes(t: type) -> frozenset[str]:
     got = _policy_cache.get(t)
     if got is None:
         got = frozenset()
@@ -145,7 +160,7 @@ def type_name(t: type) -> str:
 #: built-in value types whose handler writes the content but not the exact type:
 #: a subclass (``class Config(OrderedDict)`` overriding ``__getitem__``) would
 #: otherwise share keys with its base
-TYPE_BLIND: set = set()
+TYPE_BLIND: set[type] = set()
 
 
 #: built-in containers and scalars: a subclass never inherits their handler (it may carry attributes)

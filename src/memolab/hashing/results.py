@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from .. import identity
 from ..reducers import reducers
@@ -22,13 +22,15 @@ from .registry import Handler, Leaf, dispatch, excluded_attributes, leaves
 # leaf's ``loaded`` stamp, i.e. only where a later change would be detected.
 
 _MAX_TOKENS = 4096
-_result_tokens: "OrderedDict[Any, Tuple[List[str], Any]]" = OrderedDict()
+# object.__getstate__ is Python 3.11's: on 3.10 a class without its own has none at all
+_OBJECT_GETSTATE = getattr(object, "__getstate__", None)
+_result_tokens: OrderedDict[Any, tuple[list[str], Any]] = OrderedDict()
 _tokens_lock = threading.Lock()
 
 
 #: handlers whose objects a result walk enters (attribute by attribute): plain
 #: objects and, registered by torch support, datasets, samplers and loaders
-_walk_handlers: set = set()
+_walk_handlers: set[Any] = set()
 
 
 def register_result_walk(handler: Handler) -> None:
@@ -55,17 +57,17 @@ def _plain_pickled(t: type) -> bool:
     if got is None:
         got = (getattr(t, "__reduce_ex__", None) is object.__reduce_ex__
                and getattr(t, "__reduce__", None) is object.__reduce__
-               and getattr(t, "__getstate__", object.__getstate__) is object.__getstate__
+               and getattr(t, "__getstate__", _OBJECT_GETSTATE) is _OBJECT_GETSTATE
                and not hasattr(t, "__setstate__")
                and "__slots__" not in vars(t))
         _plain_cache[t] = got
     return got
 
 
-_plain_cache: Dict[type, bool] = {}
+_plain_cache: dict[type, bool] = {}
 
 
-def _walk_leaves(value: Any, out: List[Tuple[Any, Leaf]], depth: int = 0, seen: Optional[set] = None) -> None:
+def _walk_leaves(value: Any, out: list[tuple[Any, Leaf]], depth: int = 0, seen: set[int] | None = None) -> None:
     """The large leaves of a result, in a deterministic order: inside lists, tuples,
     dicts and objects with plain pickling whose handler allows it (``register_result_walk``)."""
     t = type(value)
@@ -108,7 +110,7 @@ def _leaf_digest(x: Any, lf: Leaf) -> bytes:
     return d
 
 
-def result_token(value: Any) -> Optional[List[str]]:
+def result_token(value: Any) -> list[str] | None:
     """Digests of ``value``'s large leaves (arrays, tensors; see ``_walk_leaves``), or None.
 
     The computed value's leaves are entered into the identity cache on the way
@@ -116,7 +118,7 @@ def result_token(value: Any) -> Optional[List[str]]:
     function costs O(1) in the process that computed it too.
     """
     try:
-        leaves: List[Tuple[Any, Leaf]] = []
+        leaves: list[tuple[Any, Leaf]] = []
         _walk_leaves(value, leaves)
         return [_leaf_digest(x, lf).hex() for x, lf in leaves] or None
     except Exception:  # a result we cannot hash is still a result
@@ -128,6 +130,7 @@ class _KnownLeaves(Encoder):
     computing them again: a result's leaves were just digested for its token."""
 
     __slots__ = ("known",)
+    known: dict[int, Any]
 
     def write_leaf(self, obj: Any, leaf: Leaf) -> None:
         got = self.known.get(id(obj))
@@ -137,7 +140,7 @@ class _KnownLeaves(Encoder):
         Encoder.write_leaf(self, obj, leaf)
 
 
-def result_digests(value: Any) -> Tuple[Optional[List[str]], Optional[str]]:
+def result_digests(value: Any) -> tuple[list[str] | None, str | None]:
     """(``result_token(value)``, the digest ``value`` has as an argument), the latter only for a
     result holding arrays or tensors (a token), else None.
 
@@ -147,7 +150,7 @@ def result_digests(value: Any) -> Tuple[Optional[List[str]], Optional[str]]:
     (``memolab.upstream``, "by content"). Equal plain data (``None``, a number, a small config)
     is too common to say so: those results get none."""
     try:
-        found: List[Tuple[Any, Leaf]] = []
+        found: list[tuple[Any, Leaf]] = []
         _walk_leaves(value, found)
         digests = [_leaf_digest(x, lf) for x, lf in found]
     except Exception:  # a result we cannot hash is still a result
@@ -157,14 +160,14 @@ def result_digests(value: Any) -> Tuple[Optional[List[str]], Optional[str]]:
     token = [d.hex() for d in digests]
     try:
         enc = _KnownLeaves()
-        enc.known = {id(x): (x, d) for (x, _), d in zip(found, digests)}
+        enc.known = {id(x): (x, d) for (x, _), d in zip(found, digests, strict=False)}
         enc.encode(value)
         return token, enc.hexdigest()
     except Exception:  # not hashable as an argument (a live generator inside): no content lineage
         return token, None
 
 
-def note_result(key: Any, token: Optional[List[str]], origin: Any = None) -> None:
+def note_result(key: Any, token: list[str] | None, origin: Any = None) -> None:
     if not token:
         return
     with _tokens_lock:
@@ -174,7 +177,7 @@ def note_result(key: Any, token: Optional[List[str]], origin: Any = None) -> Non
             _result_tokens.popitem(last=False)
 
 
-def remember_loaded(value: Any, key: Any = None, token: Optional[List[str]] = None, origin: Any = None) -> None:
+def remember_loaded(value: Any, key: Any = None, token: list[str] | None = None, origin: Any = None) -> None:
     """Record a value just loaded from the store under the digests it was stored with."""
     if token is None:
         got = _result_tokens.get(key)
@@ -185,9 +188,9 @@ def remember_loaded(value: Any, key: Any = None, token: Optional[List[str]] = No
         note_result(key, token, origin)
     if not identity.enabled:
         return
-    leaves: List[Tuple[Any, Leaf]] = []
+    leaves: list[tuple[Any, Leaf]] = []
     _walk_leaves(value, leaves)
     if len(leaves) != len(token):
         return  # not the shape we saved: trust nothing
-    for (x, lf), d in zip(leaves, token):
+    for (x, lf), d in zip(leaves, token, strict=False):
         lf.remember(x, lf.loaded(x), bytes.fromhex(d), origin)

@@ -25,7 +25,8 @@ function computes once ``datasets`` is imported (``memolab.hooks``, the
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import xxhash
 
@@ -56,12 +57,12 @@ def install() -> None:
         return
     original = fingerprint.update_fingerprint
     if not getattr(original, _MARK, False):
-        fingerprint.update_fingerprint = _mixed(original)
+        fingerprint.update_fingerprint = _mixed(original)  # type: ignore[attr-defined]  # datasets' module, patched
     # modules that imported it by name (``from .fingerprint import update_fingerprint``)
     for name in ("datasets.arrow_dataset",):
         mod = sys.modules.get(name)
         if mod is not None and not getattr(getattr(mod, "update_fingerprint", None), _MARK, False):
-            mod.update_fingerprint = fingerprint.update_fingerprint
+            mod.update_fingerprint = fingerprint.update_fingerprint  # type: ignore[attr-defined]  # datasets' module, patched
 
 
 def installed() -> bool:

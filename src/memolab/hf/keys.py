@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import pyarrow as pa
 
@@ -68,17 +68,17 @@ def table_digest(table: Any) -> bytes:
 # rebuilt on (``remember_loaded``), and tables derived from them (a ``select``,
 # a slice, a concatenation) whose every buffer lies inside such a mapping.
 
-_verdicts: Dict[int, Tuple["weakref.ref[Any]", bool]] = {}
+_verdicts: dict[int, tuple[weakref.ref[Any], bool]] = {}
 #: id(mapping) -> (weakref to it, start address, end address): blob mappings tables were rebuilt on
-_blob_ranges: Dict[int, Tuple["weakref.ref[Any]", int, int]] = {}
+_blob_ranges: dict[int, tuple[weakref.ref[Any], int, int]] = {}
 _lock = threading.Lock()
 
 
 #: the live ranges of ``_blob_ranges`` sorted by start, rebuilt after a change (None)
-_sorted: Optional[List[Tuple[int, int, "weakref.ref[Any]"]]] = None
+_sorted: list[tuple[int, int, weakref.ref[Any]]] | None = None
 
 
-def _forget(table: Dict[int, Any], key: int, ref: "weakref.ref[Any]") -> None:
+def _forget(table: dict[int, Any], key: int, ref: weakref.ref[Any]) -> None:
     global _sorted
     with _lock:
         got = table.get(key)
@@ -89,7 +89,7 @@ def _forget(table: Dict[int, Any], key: int, ref: "weakref.ref[Any]") -> None:
 
 def _set_verdict(table: Any, trusted: bool) -> None:
     key = id(table)
-    ref = weakref.ref(table, lambda r, key=key: _forget(_verdicts, key, r))
+    ref = weakref.ref(table, lambda r, key=key: _forget(_verdicts, key, r))  # type: ignore[misc]  # (a default it cannot type)
     with _lock:
         _verdicts[key] = (ref, trusted)
 
@@ -99,13 +99,13 @@ def trust_mapping(mapping: Any, start: int, size: int) -> None:
     blob: nobody can write it while it lives (and the entry goes when it dies)."""
     global _sorted
     key = id(mapping)
-    ref = weakref.ref(mapping, lambda r, key=key: _forget(_blob_ranges, key, r))
+    ref = weakref.ref(mapping, lambda r, key=key: _forget(_blob_ranges, key, r))  # type: ignore[misc]  # (a default it cannot type)
     with _lock:
         _blob_ranges[key] = (ref, start, start + size)
         _sorted = None
 
 
-def _ranges() -> List[Tuple[int, int, "weakref.ref[Any]"]]:
+def _ranges() -> list[tuple[int, int, weakref.ref[Any]]]:
     global _sorted
     with _lock:
         if _sorted is None:
@@ -113,7 +113,7 @@ def _ranges() -> List[Tuple[int, int, "weakref.ref[Any]"]]:
         return _sorted
 
 
-def _in_blobs(address: int, size: int, ranges: List[Tuple[int, int, "weakref.ref[Any]"]]) -> bool:
+def _in_blobs(address: int, size: int, ranges: list[tuple[int, int, weakref.ref[Any]]]) -> bool:
     # live mappings never overlap: the one starting last at or before ``address`` is the candidate
     i = bisect.bisect_right(ranges, address, key=lambda r: r[0]) - 1
     if i < 0:
@@ -122,7 +122,7 @@ def _in_blobs(address: int, size: int, ranges: List[Tuple[int, int, "weakref.ref
     return address + size <= hi and ref() is not None
 
 
-def _vouched(arr: Any, ranges: List[Tuple[int, int, "weakref.ref[Any]"]]) -> bool:
+def _vouched(arr: Any, ranges: list[tuple[int, int, weakref.ref[Any]]]) -> bool:
     for buf in arr.buffers():  # children's buffers included
         if buf is not None and buf.size and not _in_blobs(buf.address, buf.size, ranges):
             return False
@@ -131,7 +131,7 @@ def _vouched(arr: Any, ranges: List[Tuple[int, int, "weakref.ref[Any]"]]) -> boo
     return True
 
 
-def _memory_stamp(table: Any) -> Optional[Tuple[str]]:
+def _memory_stamp(table: Any) -> tuple[str] | None:
     got = _verdicts.get(id(table))
     if got is not None and got[0]() is table:
         return _MEMORY if got[1] else None
@@ -141,7 +141,7 @@ def _memory_stamp(table: Any) -> Optional[Tuple[str]]:
     return _MEMORY if trusted else None
 
 
-def _file_stamp(path: str) -> Optional[Tuple[Any, ...]]:
+def _file_stamp(path: str) -> tuple[Any, ...] | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -171,7 +171,7 @@ def stamp(table: Any) -> Any:
     return None  # a subclass of HF's or a user's: its memory is not known
 
 
-_kinds: Dict[type, str] = {}
+_kinds: dict[type, str] = {}
 
 
 def digest(table: Any, trusted: bool = True) -> bytes:
@@ -248,7 +248,7 @@ def encode_dataset(enc: Any, ds: Any) -> None:
 
 #: dataclass -> the fields its constructor takes (the rest, ``Value.pa_type`` or
 #: ``ClassLabel._str2int``, is derived from them)
-_init_fields: Dict[type, Tuple[str, ...]] = {}
+_init_fields: dict[type, tuple[str, ...]] = {}
 
 
 def encode_hf_value(enc: Any, obj: Any) -> None:
@@ -317,7 +317,7 @@ def _register_objects() -> None:
                 register_handler(cls, encode_hf_value)
     for cls in _own:
         if dataclasses.is_dataclass(cls):
-            _init_fields[cls] = tuple(sorted(f.name for f in dataclasses.fields(cls) if f.init))
+            _init_fields[cls] = tuple(sorted(f.name for f in dataclasses.fields(cls) if f.init))  # type: ignore[index]  # a dataclass type
 
 
 def know_kinds(table: Any) -> None:

@@ -30,7 +30,8 @@ another memoized function does not rehash it (``keys.remember_loaded``).
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, List, Optional
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -121,7 +122,7 @@ def _fresh_memory(buf: Any, wrapped: Any) -> bool:
     return type(buf) is memoryview and buf.readonly and type(buf.obj) is bytes
 
 
-def rebuild_table(schema: Any, columns: List[Any], digest: bytes, digest_schema: str, num_rows: int = 0) -> Any:
+def rebuild_table(schema: Any, columns: list[Any], digest: bytes, digest_schema: str, num_rows: int = 0) -> Any:
     from datasets.table import InMemoryTable
 
     wrapped = [pa.py_buffer(buf) for buf in columns]
@@ -130,12 +131,12 @@ def rebuild_table(schema: Any, columns: List[Any], digest: bytes, digest_schema:
         t = pa.Table.from_arrays(arrays, schema=schema)
     else:  # rows without columns (every column removed): only the count is data
         t = pa.table({"_": pa.nulls(num_rows)}).drop_columns(["_"]).replace_schema_metadata(schema.metadata)
-    if all([_fresh_memory(buf, w) for buf, w in zip(columns, wrapped)]):
+    if all([_fresh_memory(buf, w) for buf, w in zip(columns, wrapped, strict=False)]):
         keys.remember_loaded(t, digest, digest_schema)
     return InMemoryTable(t)
 
 
-def rebuild_mapped(file: Any, replays: List[Any], schema: Any, num_rows: int, digest: bytes,
+def rebuild_mapped(file: Any, replays: list[Any], schema: Any, num_rows: int, digest: bytes,
                    digest_schema: str) -> Any:
     """A memory-mapped table stored as its file: the stream read from memolab's blob, HF's
     replays applied; checked against the rows and schema it was stored with."""
@@ -151,7 +152,7 @@ def rebuild_mapped(file: Any, replays: List[Any], schema: Any, num_rows: int, di
     return InMemoryTable(t)
 
 
-def rebuild_concatenation(blocks: List[List[Any]], schema: Any, num_rows: int, digest: bytes,
+def rebuild_concatenation(blocks: list[list[Any]], schema: Any, num_rows: int, digest: bytes,
                           digest_schema: str) -> Any:
     """A concatenation of rebuilt blocks, as HF's own unpickling joins them."""
     from datasets.table import ConcatenationTable
@@ -171,7 +172,7 @@ _mapped: Any = None
 _concatenation: Any = None
 
 
-def register(register_reducer: Callable[[type, Optional[Callable[[Any, Any], Any]]], None]) -> None:
+def register(register_reducer: Callable[[type, Callable[[Any, Any], Any] | None], None]) -> None:
     from datasets import table
 
     global _mapped, _concatenation

@@ -26,8 +26,9 @@ first time one of its types is hashed, so registering never imports Lightning.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable, Dict, Set
+from typing import Any
 
 from .. import hashing
 from ..errors import HashError
@@ -49,7 +50,7 @@ DATAMODULE_RUNTIME = frozenset({"trainer"})
 #: HyperparametersMixin (modules and datamodules): whether the hparams go to the loggers
 HPARAMS_RUNTIME = frozenset({"_log_hyperparams"})
 
-_done: Set[str] = set()
+_done: set[str] = set()
 
 
 def encode_lightning_module(enc: Encoder, m: Any) -> None:
@@ -91,7 +92,7 @@ def _fabric(name: str) -> None:
     hashing.register_opaque(sys.modules[f"{name}.loggers.logger"].Logger)
 
 
-_FAMILIES: Dict[str, Dict[str, Callable[[str], None]]] = {
+_FAMILIES: dict[str, dict[str, Callable[[str], None]]] = {
     "lightning": {"lightning.fabric": _fabric, "lightning.pytorch": _pytorch},
     "pytorch_lightning": {"pytorch_lightning": _pytorch},
     "lightning_fabric": {"lightning_fabric": _fabric},

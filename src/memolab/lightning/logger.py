@@ -11,14 +11,15 @@ as the TensorBoard and CSV loggers do: it is the epoch axis.
 from __future__ import annotations
 
 from argparse import Namespace
-from typing import Any, Dict, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
 try:
     from lightning.pytorch.loggers import Logger
     from lightning.pytorch.utilities import rank_zero_only
 except ImportError:  # the standalone package
-    from pytorch_lightning.loggers import Logger  # type: ignore[no-redef]
-    from pytorch_lightning.utilities import rank_zero_only  # type: ignore[no-redef]
+    from pytorch_lightning.loggers import Logger  # type: ignore[assignment]  # the same class, under its old package
+    from pytorch_lightning.utilities import rank_zero_only
 
 from ..tracking import log as _log
 from ..tracking.writer import SummaryWriter
@@ -26,9 +27,9 @@ from ..tracking.writer import SummaryWriter
 __all__ = ["MemolabLogger"]
 
 
-def flatten(params: Mapping[str, Any], prefix: str = "", sep: str = "/") -> Dict[str, Any]:
+def flatten(params: Mapping[str, Any], prefix: str = "", sep: str = "/") -> dict[str, Any]:
     """Nested dicts and ``Namespace``s as one level, keys joined with ``sep`` (as TensorBoardLogger does)."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for k, v in params.items():
         key = f"{prefix}{k}"
         if isinstance(v, Namespace):
@@ -52,27 +53,27 @@ class MemolabLogger(Logger):
     ``self.logger.experiment.add_histogram(...)`` for TensorBoard keeps working.
     """
 
-    def __init__(self, name: str = "memolab", version: Optional[Union[int, str]] = None,
-                 save_dir: Optional[str] = None, prefix: str = "") -> None:
+    def __init__(self, name: str = "memolab", version: int | str | None = None,
+                 save_dir: str | None = None, prefix: str = "") -> None:
         super().__init__()
         self._name = name
         self._version = version
         self._save_dir = save_dir
         self._prefix = prefix
-        self._writer: Optional[SummaryWriter] = None
+        self._writer: SummaryWriter | None = None
 
     @property
     def name(self) -> str:
         return self._name
 
     @property
-    def version(self) -> Union[int, str]:
+    def version(self) -> int | str:
         # read when asked (not cached): a logger made outside a memoized function and used inside
         # one names the run of the computation it is used in
         return self._version if self._version is not None else _log.current_run()
 
     @property
-    def save_dir(self) -> Optional[str]:
+    def save_dir(self) -> str | None:
         return self._save_dir
 
     @property
@@ -82,13 +83,13 @@ class MemolabLogger(Logger):
         return self._writer
 
     @rank_zero_only
-    def log_metrics(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         prefix = f"{self._prefix}-" if self._prefix else ""
         for k, v in metrics.items():
             _log.scalar(prefix + str(k), v, step)
 
     @rank_zero_only
-    def log_hyperparams(self, params: Union[Mapping[str, Any], Namespace, None], *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
         if params is None:
             return
         if isinstance(params, Namespace):

@@ -32,7 +32,7 @@ effects or a random result is run by keying too (docs/hashing.md).
 """
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 from .. import hashing
 from ..hashing import Encoder
@@ -84,7 +84,7 @@ def encode_config(enc: Encoder, cfg: Any) -> None:
         enc.encode_child([child_entry(cfg, i) for i in range(len(cfg))], "")
 
 
-def child_entry(cfg: Any, key: Any) -> Tuple[str, Any, Any]:
+def child_entry(cfg: Any, key: Any) -> tuple[str, Any, Any]:
     """(the node's class, an interpolation's text or None, the value reading ``cfg[key]`` returns or a
     marker of why it has none). The text counts too: ``OmegaConf.to_yaml(cfg)`` and
     ``to_container(cfg)`` show it, so a function may return it."""

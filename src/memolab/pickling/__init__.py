@@ -43,14 +43,15 @@ import pickle
 import sys
 import types
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..errors import CodeChanged, StoreMiss
 from ..hooks import LAZY_HOOKS, hook
 from ..reducers import Reducer, reducers
 from .canon import canon, global_names
 from .locate import anchor_of, code_digest, is_library_module, lookup_symbol, name_of, walk_qualname
-from .refs import check_refs, load_error
+from .refs import check_refs as check_refs, load_error as load_error  # (X as X: also imported from here)
 from .sources import source_changed, source_fingerprint
 
 #: Buffers smaller than this stay inside the pickle: a blob per tiny array costs more than it saves.
@@ -58,14 +59,14 @@ OUT_OF_BAND_MIN = 64 * 1024
 #: Bump when the encoding changes; stored in the index next to each payload.
 FORMAT = "p2"
 
-_PYVER = "%d.%d" % sys.version_info[:2]
+_PYVER = "{}.{}".format(*sys.version_info[:2])
 
 # the table is shared with ``hashing`` (memolab/reducers.py), which must know the types rebuilt here
 _reducers = reducers
-_lazy: Dict[str, Callable[[], None]] = {}
+_lazy: dict[str, Callable[[], None]] = {}
 
 
-def register_reducer(type_: type, reducer: Optional[Reducer]) -> None:
+def register_reducer(type_: type, reducer: Reducer | None) -> None:
     """Reduce exact instances of ``type_`` with ``reducer(pickler, obj)``.
 
     The reducer returns a reduce tuple, or ``NotImplemented`` for pickle's own
@@ -88,16 +89,16 @@ class Pickler(pickle.Pickler):
     check them, and ``explain`` say why, without unpickling.
     """
 
-    def __init__(self, file: Any, buffers: List[memoryview]) -> None:
+    def __init__(self, file: Any, buffers: list[memoryview]) -> None:
         self.out_of_band = buffers
         super().__init__(file, protocol=5, buffer_callback=self._buffer)
-        self.refs: Dict[str, Any] = {}
+        self.refs: dict[str, Any] = {}
         # id(class) -> (its slot in this dump, the class): see _class_skeleton
-        self.by_value_classes: Dict[int, Tuple[List[Any], type]] = {}
+        self.by_value_classes: dict[int, tuple[list[Any], type]] = {}
         # id(module globals) -> (the one namespace its by-value functions share on load, the globals)
         # id(set) -> (the canon.Sorted wrapper that writes it, the set)
-        self.sorted_sets: Dict[int, Tuple[Any, Any]] = {}
-        self.shared_globals: Dict[int, Tuple[Dict[str, Any], Dict[str, Any]]] = {}
+        self.sorted_sets: dict[int, tuple[Any, Any]] = {}
+        self.shared_globals: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     def _buffer(self, buf: pickle.PickleBuffer) -> bool:
         raw = buf.raw()
@@ -117,14 +118,14 @@ class Pickler(pickle.Pickler):
         return reducer(self, obj)
 
 
-def _resolve(t: type) -> Optional[Reducer]:
+def _resolve(t: type) -> Reducer | None:
     top = t.__module__.partition(".")[0] if isinstance(t.__module__, str) else ""
     reg = _lazy.pop(top, None)
     if reg is not None:
         reg()
         if t in _reducers:
             return _reducers[t]
-    r: Optional[Reducer] = None
+    r: Reducer | None = None
     if issubclass(t, type):
         r = _reduce_class  # metaclasses (ABCMeta, …) make classes: classes are code
     elif any("__class__" in vars(k) for k in t.__mro__[:-1]):
@@ -136,14 +137,14 @@ def _resolve(t: type) -> Optional[Reducer]:
 def _reduce_honest(p: Pickler, obj: Any) -> Any:
     """object's default reduction, but by ``type(obj)``: copyreg's uses ``obj.__class__``."""
     t = type(obj)
-    if t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:
+    if t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:  # type: ignore[comparison-overlap]
         return NotImplemented  # the class's own reduction knows best
     return _new_instance, (t,), obj.__getstate__()
 
 
 def _new_instance(cls: type) -> Any:
     # Deliberately not __init__: unpickling restores state, it does not construct.
-    return cls.__new__(cls)
+    return cls.__new__(cls)  # type: ignore[call-overload]  # any class: object's __new__ or its own
 
 
 # -- functions and classes ---------------------------------------------------------------
@@ -170,7 +171,7 @@ def _reduce_code_object(p: Pickler, obj: Any) -> Any:
     source = source_fingerprint(anchor_obj, anchor) if anchor else None
     rec = (modname, qual, d, anchor, anchor_digest, source)
     if anchor:
-        p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest  # type: ignore[assignment]
+        p.refs[f"{modname}:{anchor}"] = [anchor_digest, *source] if source else anchor_digest
     if isinstance(obj, type):
         slot, _ = p.by_value_classes.setdefault(id(obj), ([], obj))
         return _class_by_value(obj, rec, slot, p)
@@ -200,7 +201,7 @@ def _load_ref(modname: str, qual: str, digest: str) -> Any:
     return obj
 
 
-def _live_definition(rec: tuple) -> Optional[Any]:
+def _live_definition(rec: tuple) -> Any | None:
     """The live object to use instead of a rebuilt one, or None; ``CodeChanged`` if the anchor changed."""
     modname, qual, _digest_, anchor, anchor_digest, source = rec
     if anchor is None:
@@ -222,7 +223,7 @@ def _live_definition(rec: tuple) -> Optional[Any]:
 
 # Objects built from stored code that still await their state. A live definition
 # returned instead of a skeleton must never have stored state written into it.
-_skeletons: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_skeletons: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 _CODE_FIELDS = tuple(f for f in (
@@ -245,7 +246,7 @@ def _reduce_code(p: Pickler, code: types.CodeType) -> Any:
 def _make_code(pyver: str, values: Sequence[Any]) -> types.CodeType:
     if pyver != _PYVER:
         raise CodeChanged(f"stored code was compiled by Python {pyver}; this is Python {_PYVER}")
-    return _reduce_class.__code__.replace(**dict(zip(_CODE_FIELDS, values)))
+    return _reduce_class.__code__.replace(**dict(zip(_CODE_FIELDS, values, strict=False)))
 
 
 _EMPTY_CELL = "__memolab_empty_cell__"
@@ -284,7 +285,7 @@ def _function_by_value(fn: types.FunctionType, rec: tuple, p: Pickler) -> Any:
             _function_setstate)
 
 
-def _function_skeleton(code: types.CodeType, cells: Any, rec: tuple, g: Optional[Dict[str, Any]] = None) -> Any:
+def _function_skeleton(code: types.CodeType, cells: Any, rec: tuple, g: dict[str, Any] | None = None) -> Any:
     live = _live_definition(rec)
     if live is not None:
         return live
@@ -298,14 +299,14 @@ def _function_skeleton(code: types.CodeType, cells: Any, rec: tuple, g: Optional
     return fn
 
 
-def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
+def _function_setstate(fn: Any, state: dict[str, Any]) -> Any:
     if fn not in _skeletons:
         return fn
     _skeletons.discard(fn)
     fn.__globals__.update(state["globals"])
     fn.__defaults__ = state["defaults"]
     fn.__kwdefaults__ = state["kwdefaults"]
-    for cell, v in zip(fn.__closure__ or (), state.get("closure", ())):  # payloads written before cells were shared
+    for cell, v in zip(fn.__closure__ or (), state.get("closure", ()), strict=False):  # payloads written before cells were shared
         if not (isinstance(v, str) and v == _EMPTY_CELL):
             cell.cell_contents = v
     fn.__dict__.update(state["dict"])
@@ -320,7 +321,7 @@ def _function_setstate(fn: Any, state: Dict[str, Any]) -> Any:
 _CLASS_SKIP = frozenset(("__dict__", "__weakref__", "_abc_impl", "__module__", "__qualname__", "__doc__"))
 
 
-def _class_by_value(cls: type, rec: tuple, slot: List[Any], p: Pickler) -> Any:
+def _class_by_value(cls: type, rec: tuple, slot: list[Any], p: Pickler) -> Any:
     ns = dict(cls.__dict__)
     slots = ns.get("__slots__")
     if slots is not None:
@@ -359,7 +360,7 @@ def _plain(v: Any) -> bool:
 _ABC_REGISTRY = "__memolab_abc_registry__"
 
 
-def _abc_registry(cls: type) -> List[type]:
+def _abc_registry(cls: type) -> list[type]:
     import abc
 
     try:
@@ -370,8 +371,8 @@ def _abc_registry(cls: type) -> List[type]:
     return [c for c in (r() for r in refs) if c is not None]
 
 
-def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any], rec: tuple,
-                    slot: Optional[List[Any]] = None) -> Any:
+def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: dict[str, Any], rec: tuple,
+                    slot: list[Any] | None = None) -> Any:
     # A class can be reached again while its own construction is being written
     # (its base's state refers back to it): pickle then writes the construction
     # twice and keeps the first result. Making a second class would run the
@@ -394,7 +395,7 @@ def _class_skeleton(meta: type, name: str, bases: tuple, kwargs: Dict[str, Any],
     return cls
 
 
-def _class_setstate(cls: Any, state: Dict[str, Any]) -> Any:
+def _class_setstate(cls: Any, state: dict[str, Any]) -> Any:
     if cls not in _skeletons:
         return cls
     _skeletons.discard(cls)
@@ -467,28 +468,28 @@ register_reducer(functools.cached_property,
 register_reducer(types.MappingProxyType, lambda p, obj: (_mappingproxy, (dict(obj),)))
 
 
-def _cached_property(func: Any, state: Dict[str, Any]) -> Any:
+def _cached_property(func: Any, state: dict[str, Any]) -> Any:
     cp = functools.cached_property(func)
     cp.__dict__.update(state)
     return cp
 
 
-def _mappingproxy(d: Dict[Any, Any]) -> Any:
+def _mappingproxy(d: dict[Any, Any]) -> Any:
     return types.MappingProxyType(d)  # the type has no importable name of its own
 
 
 # -- numpy: rebuilding arrays (their reduction is memolab.pickling.arrays) ------------------
 
-def _np_from_buffer(buf: Any, dtype: Any, shape: Tuple[int, ...], order: str) -> Any:
+def _np_from_buffer(buf: Any, dtype: Any, shape: tuple[int, ...], order: str) -> Any:
     import numpy as np
 
     flat = np.frombuffer(buf, dtype=np.uint8)
     if dtype.itemsize == 0 or flat.size == 0:
         return np.empty(shape, dtype=dtype, order=order)  # type: ignore[call-overload]
-    return flat.view(dtype).reshape(shape, order=order)  # type: ignore[call-overload]
+    return flat.view(dtype).reshape(shape, order=order)
 
 
-def _np_view(root: Any, dtype: Any, shape: Tuple[int, ...], strides: Tuple[int, ...], offset: int) -> Any:
+def _np_view(root: Any, dtype: Any, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Any:
     import numpy as np
 
     base = root.reshape(-1, order="A").view(np.uint8)
@@ -500,7 +501,7 @@ def _np_view(root: Any, dtype: Any, shape: Tuple[int, ...], strides: Tuple[int, 
 np_from_buffer, np_view = _np_from_buffer, _np_view
 
 
-def register_dataclasses(register_reducer: Callable[[type, Optional[Reducer]], None]) -> None:
+def register_dataclasses(register_reducer: Callable[[type, Reducer | None], None]) -> None:
     # dataclasses compares its sentinels by identity (``f._field_type is _FIELD``,
     # ``default is MISSING``); copies made by unpickling would silently drop fields.
     import dataclasses
@@ -509,7 +510,7 @@ def register_dataclasses(register_reducer: Callable[[type, Optional[Reducer]], N
         return lambda p, obj: (_dataclass_sentinel, (name,))
 
     register_reducer(dataclasses._FIELD_BASE, lambda p, obj: (_dataclass_sentinel, (obj.name,)))  # type: ignore[attr-defined]
-    register_reducer(dataclasses._MISSING_TYPE, by_name("MISSING"))  # type: ignore[attr-defined]
+    register_reducer(dataclasses._MISSING_TYPE, by_name("MISSING"))
     register_reducer(dataclasses._KW_ONLY_TYPE, by_name("KW_ONLY"))  # type: ignore[attr-defined]
 
 
@@ -525,17 +526,17 @@ for _toplevel, _target in LAZY_HOOKS["pickling"].items():
 
 # -- public API ------------------------------------------------------------------------------
 
-def dumps_with_refs(obj: Any) -> Tuple[bytes, List[memoryview], Dict[str, Any]]:
+def dumps_with_refs(obj: Any) -> tuple[bytes, list[memoryview], dict[str, Any]]:
     """(pickle bytes, out-of-band buffers in order, code references: {symbol: digest,
     or [digest, source file, fingerprint] for code stored by value})."""
-    buffers: List[memoryview] = []
+    buffers: list[memoryview] = []
     f = io.BytesIO()
     p = Pickler(f, buffers)
     p.dump(obj)
     return f.getvalue(), buffers, p.refs
 
 
-def dumps(obj: Any) -> Tuple[bytes, List[memoryview]]:
+def dumps(obj: Any) -> tuple[bytes, list[memoryview]]:
     """Serialise ``obj``: (pickle bytes, out-of-band buffers in order)."""
     data, buffers, _ = dumps_with_refs(obj)
     return data, buffers
@@ -551,7 +552,7 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
         raise load_error(e) from e
 
 
-def find_unpicklable(obj: Any, path: str = "result", _depth: int = 0, _seen: Optional[set] = None) -> Tuple[str, str]:
+def find_unpicklable(obj: Any, path: str = "result", _depth: int = 0, _seen: set | None = None) -> tuple[str, str]:
     """Locate the innermost part of ``obj`` that cannot be stored: (path, reason)."""
     seen = _seen if _seen is not None else set()
     try:
@@ -562,7 +563,7 @@ def find_unpicklable(obj: Any, path: str = "result", _depth: int = 0, _seen: Opt
     if id(obj) in seen or _depth > 50:
         return path, reason
     seen.add(id(obj))
-    children: List[Tuple[str, Any]] = []
+    children: list[tuple[str, Any]] = []
     if isinstance(obj, dict):
         children = [(f"{path}[{k!r}]", v) for k, v in obj.items()]
     elif isinstance(obj, (list, tuple, set, frozenset)):

@@ -6,13 +6,14 @@ stored pickles refer to."""
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from ..reducers import Reducer
 from . import np_from_buffer, np_view
 
 
-def register(register_reducer: Callable[[type, Optional[Reducer]], None]) -> None:
+def register(register_reducer: Callable[[type, Reducer | None], None]) -> None:
     import numpy as np
 
     register_reducer(np.ndarray, _reduce_ndarray)
@@ -46,4 +47,4 @@ def _np_bytes(arr: Any, order: str) -> Any:
 
     if arr.size == 0 or arr.dtype.itemsize == 0:
         return np.empty(0, dtype=np.uint8)
-    return arr.reshape(-1, order=order).view(np.uint8)  # type: ignore[call-overload]
+    return arr.reshape(-1, order=order).view(np.uint8)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import types
-from typing import Any, List
+from typing import Any
 
 
 class Sorted:
@@ -30,7 +30,7 @@ def canon(v: Any, p: Any) -> Any:
     return w
 
 
-def global_names(code: types.CodeType) -> List[str]:
+def global_names(code: types.CodeType) -> list[str]:
     names = list(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):

@@ -9,12 +9,13 @@ import os
 import sys
 import sysconfig
 import types
-from typing import Any, Optional, Tuple
+from typing import Any
 
 from ..codegraph.origins import key_module
 
+
 @functools.lru_cache(maxsize=1)
-def _library_roots() -> Tuple[str, ...]:
+def _library_roots() -> tuple[str, ...]:
     # The interpreter's own library folders only, not sys.prefix as a whole:
     # with a system Python (prefix /usr) user code under /usr/src/app would
     # otherwise pass for library code and lose its change checks.
@@ -30,7 +31,7 @@ def _library_roots() -> Tuple[str, ...]:
     return tuple(sorted(os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_library_module(modname: str) -> bool:
     """Library code is pickled by name; user code by checked reference."""
     top = modname.partition(".")[0]
@@ -53,7 +54,7 @@ def walk_qualname(root: Any, qualname: str) -> Any:
     return obj
 
 
-def lookup_symbol(modname: str, qualname: str, *, import_: bool) -> Tuple[bool, Any]:
+def lookup_symbol(modname: str, qualname: str, *, import_: bool) -> tuple[bool, Any]:
     """(True, obj) if ``modname:qualname`` resolves, else (False, None)."""
     mod = sys.modules.get(modname)
     if mod is None and import_:
@@ -75,14 +76,14 @@ def code_digest(obj: Any) -> str:
     return object_digest(obj)
 
 
-def name_of(obj: Any) -> Tuple[str, str]:
+def name_of(obj: Any) -> tuple[str, str]:
     # A spawned child's copy of the script (``__mp_main__``) is the script: stored
     # like ``__main__`` code, so a program that never imports multiprocessing loads it.
     mod = key_module(getattr(obj, "__module__", None) or "__main__")
     return mod, getattr(obj, "__qualname__", None) or obj.__name__
 
 
-def anchor_of(obj: Any) -> Optional[str]:
+def anchor_of(obj: Any) -> str | None:
     """The qualname, inside ``obj``'s module, of what a change check resolves:
     ``obj`` itself when reachable by name, else the outermost enclosing named
     function or class, else a module global bound to ``obj``."""

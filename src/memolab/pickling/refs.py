@@ -3,7 +3,7 @@ references it was stored with (``check_refs``), and the miss an exception raised
 while unpickling stands for (``load_error``)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 from ..errors import CodeChanged, StoreMiss, Unloadable
 from .locate import code_digest, lookup_symbol
@@ -25,7 +25,7 @@ def load_error(e: Exception) -> StoreMiss:
     return Unloadable(f"stored result cannot be rebuilt: {type(e).__name__}: {e}")
 
 
-def check_refs(refs: Dict[str, Any]) -> Optional[str]:
+def check_refs(refs: dict[str, Any]) -> str | None:
     """Why the code references of a stored result no longer hold, or None.
 
     Cheap (no unpickling); used by ``explain``. Symbols of ``__main__`` that the

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import textwrap
 import types
-from typing import Any, Dict, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
-_file_defs: Dict[Tuple[str, int, int], Dict[str, str]] = {}
+_file_defs: dict[tuple[str, int, int], dict[str, str]] = {}
 
 
-def _definitions(path: str) -> Optional[Dict[str, str]]:
+def _definitions(path: str) -> dict[str, str] | None:
     """qualname -> fingerprint of every named definition (def, class, assignment) in ``path``."""
     import ast
 
@@ -38,8 +39,8 @@ def _definitions(path: str) -> Optional[Dict[str, str]]:
     try:
         from ..codegraph import normalized_source  # docstrings and comments do not count
     except ImportError:  # pragma: no cover - only if codegraph drops it
-        def normalized_source(seg: str) -> str:
-            return ast.dump(ast.parse(textwrap.dedent(seg)), include_attributes=False)
+        def normalized_source(src: str) -> str:
+            return ast.dump(ast.parse(textwrap.dedent(src)), include_attributes=False)
 
     def fingerprint(seg: str) -> str:
         try:
@@ -48,11 +49,11 @@ def _definitions(path: str) -> Optional[Dict[str, str]]:
             text = seg
         return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
 
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
 
-    def visit(body: List[Any], prefix: str) -> None:
+    def visit(body: list[Any], prefix: str) -> None:
         for node in body:
-            names: List[str] = []
+            names: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names = [node.name]
             elif isinstance(node, ast.Assign):
@@ -74,7 +75,7 @@ def _definitions(path: str) -> Optional[Dict[str, str]]:
     return out
 
 
-def source_fingerprint(obj: Any, anchor: str) -> Optional[Tuple[str, str]]:
+def source_fingerprint(obj: Any, anchor: str) -> tuple[str, str] | None:
     """(absolute file, fingerprint of ``anchor``'s definition in it), when both are known."""
     import inspect
 
@@ -91,7 +92,7 @@ def source_fingerprint(obj: Any, anchor: str) -> Optional[Tuple[str, str]]:
     return (path, fp) if fp else None
 
 
-def source_changed(anchor: str, source: Optional[Sequence[str]]) -> Optional[str]:
+def source_changed(anchor: str, source: Sequence[str] | None) -> str | None:
     if not source:
         return None
     path, fp = source

@@ -34,19 +34,19 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, cast
 
 from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
 from ..progress import result_progress
 from . import layout, mounts, perms, signing
 from .blobs import BlobFolder, digest_bytes
-from .inline import inline_problem, split_inline  # noqa: F401  (inline_problem: doctor's)
-from .inline import loads_result as _loads
-from .misses import insert_miss
-from .process import runtime_info  # noqa: F401  (re-exported: call.py records it with each evaluation)
+from .inline import inline_problem as inline_problem, loads_result as _loads, split_inline  # (inline_problem: doctor's)
 from .leases import LOCKS_MARK
+from .misses import insert_miss
+from .process import runtime_info as runtime_info  # (re-exported: call.py records it with each evaluation)
 from .sqlite import NEWEST_ID_SQL, Index, Key, process_token, savepoint, write_usage
 from .usage import Flusher
 
@@ -67,7 +67,7 @@ INLINE_MAX: int = config.env_setting("MEMOLAB_INLINE_MAX")
 
 #: every Store of this process still referenced: weakly, so that one the program let go of
 #: (and its index's open files) is freed, as ``atexit.register(store.flush_hits)`` never allowed
-_live: "weakref.WeakSet[Store]" = weakref.WeakSet()
+_live: weakref.WeakSet[Store] = weakref.WeakSet()
 
 
 def _flush_live() -> None:
@@ -85,6 +85,7 @@ class Store:
     #: may a quick function's miss compute without a lease (``MemoFunction._call``)?
     #: Not where a miss takes more than a local lease (the team store's) or none (read-only)
     lease_free = True
+    _generation: int  # a degraded store's ``config.generation()`` when ``get_store`` opened it
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -92,33 +93,33 @@ class Store:
         layout.check(self.root)  # a store whose own folders are links is refused, never followed
         self.index = self.index_class(self.root / "index.sqlite")
         self.blobs = self.blob_class(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
-        self._owner: Optional[str] = None
-        self._held: Dict[Tuple[Key, str], int] = {}
+        self._owner: str | None = None
+        self._held: dict[tuple[Key, str], int] = {}
         #: guards the leases held (ours and ``beat_with``'s) and the start of background threads
         self.held_lock = threading.Lock()
-        self._beat: Optional[threading.Thread] = None
+        self._beat: threading.Thread | None = None
         self._beat_stop = threading.Event()
         # What a store layered on this one (``TeamStore``, by composition) adds to it: more
         # leases to heart-beat with ours (each callable, run under ``held_lock``, returns a
         # callable that beats them, or None while it holds none: the heartbeat thread ends
         # once nobody holds anything), and writes made in every result's record transaction.
-        self.beat_with: List[Callable[[], Optional[Callable[[], None]]]] = []
-        self.record_hooks: List[Callable[[Any], None]] = []
+        self.beat_with: list[Callable[[], Callable[[], None] | None]] = []
+        self.record_hooks: list[Callable[[Any], None]] = []
         # key -> (row, payload, buffer refs): a hit in this process costs an unpickle and an mmap, not a read
-        self._memory: "OrderedDict[Key, Tuple[Dict[str, Any], bytes, List[Any]]]" = OrderedDict()
+        self._memory: OrderedDict[Key, tuple[dict[str, Any], bytes, list[Any]]] = OrderedDict()
         self._memory_bytes = 0
         self._memory_lock = threading.Lock()
         # usage not yet written: hit counts (id -> (n, last time)) and stamps earned by loads
-        self._hits: Dict[int, Tuple[int, float]] = {}
-        self._stamps: Dict[str, Tuple[int, int, int]] = {}
+        self._hits: dict[int, tuple[int, float]] = {}
+        self._stamps: dict[str, tuple[int, int, int]] = {}
         self.usage = Flusher(self.flush_hits)  # writes them when due (usage.py)
         self._riders = threading.local()  # see ``ride_along``
         # (fn, code digest) of results this process stored here: a later miss of that code
         # is explained when asked (``explain.settle`` reads its dependencies from them)
-        self.stored_codes: Set[Tuple[str, str]] = set()
+        self.stored_codes: set[tuple[str, str]] = set()
         # (fn, code digest) -> every computation of it here so far took less than
         # ``lease_free_below`` (see ``note_duration``)
-        self.quick_codes: Dict[Tuple[str, str], bool] = {}
+        self.quick_codes: dict[tuple[str, str], bool] = {}
         _live.add(self)  # its hit counts are written at exit (``_flush_live``)
 
     def __repr__(self) -> str:
@@ -139,7 +140,7 @@ class Store:
         return f"{self.owner}:{threading.get_ident()}"
 
     def try_acquire(self, key: Key, owner: str, force: bool = False,
-                    on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+                    on_owner: Callable[[sqlite3.Connection], None] | None = None) -> tuple[str, dict[str, Any] | None]:
         """One attempt: ('hit', row), ('owner', None) or ('wait', None). ``on_owner``
         writes with the lease, in its transaction (see ``Index.claim``)."""
         state, row = self.index.claim(key, owner, config.settings().lease_ttl, force, on_owner)
@@ -147,13 +148,13 @@ class Store:
             self._hold(key, owner)
         return state, row
 
-    def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
+    def lookup(self, key: Key) -> dict[str, Any] | None:
         """The stored row of ``key`` with what loading needs, or None: one point
         query, no lock taken, nothing written. A hit ends here."""
         return self.index.lookup(key, lean=signing.secret() is None)
 
     def acquire(self, key: Key, owner: str, force: bool = False, looked_up: bool = False,
-                on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+                on_owner: Callable[[sqlite3.Connection], None] | None = None) -> tuple[str, dict[str, Any] | None]:
         """Block until the key is stored ('hit', row) or we own its lease ('owner', None).
         ``looked_up``: the caller's ``lookup`` just found nothing; go straight to the lease."""
         if not force and not looked_up:
@@ -163,7 +164,7 @@ class Store:
         from ..lifecycle import claim, drive_sync  # the one wait loop, shared with memoized calls
 
         try:
-            return drive_sync(claim(self, key, owner, force, on_owner), None)
+            return cast("tuple[str, dict[str, Any] | None]", drive_sync(claim(self, key, owner, force, on_owner), None))
         except BaseException:
             # a wait cut short (Ctrl-C) gives back what the claim may hold: a team store keeps
             # its local lease while the team says "wait"
@@ -240,7 +241,7 @@ class Store:
             pass
 
     # -- results -----------------------------------------------------------------------
-    def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
+    def save(self, key: Key, owner: str, value: Any, fields: dict[str, Any], sources: dict[str, tuple[str, str]]) -> int:
         """Serialise and store ``value``; raises whatever pickling raises (nothing is recorded then)."""
         from .. import pickling
 
@@ -255,19 +256,19 @@ class Store:
         self.forget_key(key)  # an in-process copy of an overwritten (fresh) result is outdated
         return eval_id
 
-    def _save_inline(self, key: Key, owner: str, base: Dict[str, Any], payload: bytes, buffers: List[Any],
-                     sizes: List[int], sources: Dict[str, Tuple[str, str]]) -> int:
+    def _save_inline(self, key: Key, owner: str, base: dict[str, Any], payload: bytes, buffers: list[Any],
+                     sizes: list[int], sources: dict[str, tuple[str, str]]) -> int:
         """A small result: its bytes in the row, one transaction, no file."""
         views = [memoryview(b).cast("B") if memoryview(b).format != "B" or memoryview(b).ndim != 1 else memoryview(b)
                  for b in buffers]
-        brefs = [(digest_bytes(v), n) for v, n in zip(views, sizes)]
+        brefs = [(digest_bytes(v), n) for v, n in zip(views, sizes, strict=False)]
         row = dict(base, payload=digest_bytes(payload), payload_size=len(payload), buffers=json.dumps(brefs) if brefs else "[]",
                    size=len(payload) + sum(sizes), inline=b"".join([payload, *views]))
         row["signature"] = signing.sign(key, row)
         return self.index.record(key, owner, row, sources, also=self._usage_into)
 
-    def _save_blobs(self, key: Key, owner: str, base: Dict[str, Any], payload: bytes, buffers: List[Any],
-                    sources: Dict[str, Tuple[str, str]]) -> int:
+    def _save_blobs(self, key: Key, owner: str, base: dict[str, Any], payload: bytes, buffers: list[Any],
+                    sources: dict[str, tuple[str, str]]) -> int:
         total = len(payload) + sum(memoryview(b).nbytes for b in buffers)
         with result_progress("storing", key[0], total) as step:  # a bar for a big result, drawn if it lasts
             def put_and_record() -> int:
@@ -291,7 +292,7 @@ class Store:
                 with self.index.write():
                     return put_and_record()
 
-    def check_entry(self, key: Key, row: Dict[str, Any]) -> Optional[str]:
+    def check_entry(self, key: Key, row: dict[str, Any]) -> str | None:
         """Why ``row`` cannot be used, found without reading blobs (signature, code references), or None."""
         from .. import pickling
 
@@ -304,7 +305,7 @@ class Store:
             bad = pickling.check_refs(refs)
         return bad
 
-    def load(self, key: Key, row: Dict[str, Any]) -> Any:
+    def load(self, key: Key, row: dict[str, Any]) -> Any:
         """The stored value of ``row``; ``StoreMiss`` if it cannot be loaded faithfully
         (``CodeChanged`` when code it refers to changed); ``ValueError``, ``TypeError`` (and
         their kin) when a column of the row does not decode: the caller takes it out of use."""
@@ -314,6 +315,7 @@ class Store:
         refs = [tuple(r) for r in json.loads(row["buffers"])] if row["buffers"] and row["buffers"] != "[]" else []
         # a listing row (Index.evaluations) does not carry the inline bytes: read them
         inline = row["inline"] if "inline" in row else self.index.inline_of(row["id"])
+        source: tuple[memoryview, ...] | list[tuple[Any, ...]]  # views of the inline column, or blob refs
         if inline is not None:
             payload, source = split_inline(inline, row, refs)
         else:
@@ -328,7 +330,7 @@ class Store:
         self._remember(key, row, payload, source)
         return value
 
-    def _unpickle(self, payload: bytes, source: Any, progress: Optional[Callable[[int], None]] = None) -> Any:
+    def _unpickle(self, payload: bytes, source: Any, progress: Callable[[int], None] | None = None) -> Any:
         """Unpickle with the buffers of ``source``: a list of blob refs, or a tuple of inline views."""
         if type(source) is tuple:  # inline: verified when the row was read
             return _loads(payload, source)
@@ -343,7 +345,7 @@ class Store:
         buffers = [self.blobs.get(d, size, mapped=True, verify=verify, progress=progress) for d, size in source]
         return _loads(payload, buffers)
 
-    def load_from_memory(self, key: Key, accept: Optional[Callable[[Dict[str, Any]], bool]] = None) -> Tuple[bool, Any]:
+    def load_from_memory(self, key: Key, accept: Callable[[dict[str, Any]], bool] | None = None) -> tuple[bool, Any]:
         with self._memory_lock:
             entry = self._memory.get(key)
             if entry is None:
@@ -362,7 +364,7 @@ class Store:
         self.count_hit(row["id"])
         return True, value
 
-    def _remember(self, key: Key, row: Dict[str, Any], payload: bytes, source: Any) -> None:
+    def _remember(self, key: Key, row: dict[str, Any], payload: bytes, source: Any) -> None:
         with self._memory_lock:
             old = self._memory.pop(key, None)
             if old is not None:
@@ -373,13 +375,13 @@ class Store:
                 _, (_, p, _) = self._memory.popitem(last=False)
                 self._memory_bytes -= len(p)
 
-    def forget(self, fn: Optional[str] = None) -> None:
+    def forget(self, fn: str | None = None) -> None:
         """Drop in-process copies (of one function, or all)."""
         with self._memory_lock:
             for k in [k for k in self._memory if fn is None or k[0] == fn]:
                 self._memory_bytes -= len(self._memory.pop(k)[1])
 
-    def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
+    def mark_corrupt(self, key: Key, row: dict[str, Any], reason: str | None = None, status: str = "corrupt") -> None:
         self.forget_key(key)
         try:
             self.index.mark_corrupt(row["id"], reason, status)
@@ -398,11 +400,11 @@ class Store:
         self._hits[eval_id] = (n + 1, time.time())
         self.usage.noted()
 
-    def _defer_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
+    def _defer_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         self._stamps[digest] = stamp
         self.usage.noted()
 
-    def _take_usage(self) -> Tuple[Dict[int, Tuple[int, float]], Dict[str, Tuple[int, int, int]]]:
+    def _take_usage(self) -> tuple[dict[int, tuple[int, float]], dict[str, tuple[int, int, int]]]:
         # Swapped, not copied: a hit counted meanwhile lands in the new dict.
         # Approximate by design: a count racing the swap, or a SIGKILL, is lost.
         hits, self._hits = self._hits, {}
@@ -416,14 +418,14 @@ class Store:
         write_usage(c, hits, stamps)
         riders = getattr(self, "_riders", None)
         rider = getattr(riders, "fn", None)
-        if rider is not None:
+        if rider is not None and riders is not None:  # (a rider is found on riders only)
             riders.fn = None
             if isinstance(c, sqlite3.Connection):  # an index of another database (team.pg) takes no rider
                 rider(c)
         for hook in self.record_hooks:
             hook(c)  # (raising rolls the record back: recorded with its hooks' writes, or not at all)
 
-    def ride_along(self, fn: Optional[Callable[[sqlite3.Connection], None]]) -> None:
+    def ride_along(self, fn: Callable[[sqlite3.Connection], None] | None) -> None:
         """Run ``fn(connection)`` inside this thread's next result record (``save``), in
         its transaction, after the row is written; None withdraws it. A rider that
         raises is rolled back alone (a savepoint): the result is recorded anyway.
@@ -434,7 +436,7 @@ class Store:
             riders = self._riders = threading.local()
         riders.fn = None if fn is None else _savepointed(fn)
 
-    def logs_pending(self, key: Key) -> ContextManager[None]:
+    def logs_pending(self, key: Key) -> contextlib.AbstractContextManager[None]:
         """A block around saving ``key`` and then writing its run's logs (which name the saved
         evaluation, so they come after it). Nothing here; a team store uploads the result only
         after the block, with its logs."""
@@ -445,9 +447,9 @@ class Store:
         """This thread's last lookup of ``key`` found no row at all (not even one out of use)."""
         return self.index.known_absent(key)
 
-    def newest_id(self) -> Optional[int]:
+    def newest_id(self) -> int | None:
         """The newest evaluation's id: a miss explained when asked is compared with what existed before it."""
-        return self.index.conn().execute(NEWEST_ID_SQL).fetchone()[0]
+        return cast("int | None", self.index.conn().execute(NEWEST_ID_SQL).fetchone()[0])
 
     def miss_rider(self, fn: str, record: str) -> Callable[[sqlite3.Connection], None]:
         """A rider (``ride_along``, ``acquire(on_owner=...)``) recording why ``fn`` missed in the
@@ -480,24 +482,24 @@ class Store:
         self.index.close()
 
     # -- accepted code changes (store/accepts.py: ``memolab accept``) ------------------------------
-    def accepts_of(self, fn: str, schema: str) -> List[Dict[str, Any]]:
+    def accepts_of(self, fn: str, schema: str) -> list[dict[str, Any]]:
         """The active accepts of ``fn`` under key schema ``schema`` that may be followed."""
         from .accepts import usable
 
         return usable(self.index.accepts(fn, schema))
 
-    def record_accept(self, rec: Dict[str, Any]) -> Dict[str, Any]:
+    def record_accept(self, rec: dict[str, Any]) -> dict[str, Any]:
         """Record accept ``rec`` (signed): ``{"id", "team"}`` (``team``: None, no team store here)."""
         from .accepts import record
 
         return {"id": record(self.index, rec), "team": None}
 
-    def undo_accept(self, accept_id: int, by: str) -> Dict[str, Any]:
+    def undo_accept(self, accept_id: int, by: str) -> dict[str, Any]:
         """Take accept ``accept_id`` back: ``{"undone": was it active, "team": None}``."""
         return {"undone": self.index.undo_accept(accept_id, by=by), "team": None}
 
     # -- maintenance ---------------------------------------------------------------------
-    def clear(self, fn: Optional[str] = None) -> int:
+    def clear(self, fn: str | None = None) -> int:
         self.forget(fn)
         self.stored_codes = {c for c in self.stored_codes if fn is not None and c[0] != fn}
         n = self.index.clear(fn)
@@ -510,7 +512,7 @@ class Store:
     #: while anything computes, unreferenced blobs this recent are spared by gc
     IN_FLIGHT_GRACE = 3600.0
 
-    def unreferenced_blobs(self, dropping: Sequence[int] = (), among: Optional[Sequence[str]] = None) -> List[Tuple[str, int]]:
+    def unreferenced_blobs(self, dropping: Sequence[int] = (), among: Sequence[str] | None = None) -> list[tuple[str, int]]:
         """Blobs no evaluation (other than ``dropping``) refers to: [(digest, size)].
 
         A writer puts its blobs first and records its evaluation after, so a
@@ -531,8 +533,8 @@ class Store:
             out.append((d, self.blobs.size(d)))
         return out
 
-    def gc_plan(self, older_than: Optional[float] = None, max_size: Optional[int] = None,
-                now: Optional[float] = None) -> List[Dict[str, Any]]:
+    def gc_plan(self, older_than: float | None = None, max_size: int | None = None,
+                now: float | None = None) -> list[dict[str, Any]]:
         """The evaluations ``gc`` drops, least recently used first: those out of
         use (not 'done'), those unused for ``older_than`` seconds, then the least
         recently used until what is left fits ``max_size`` bytes (a deduplicated
@@ -544,7 +546,7 @@ class Store:
         cutoff = None if older_than is None else now - older_than
         return self.index.gc_plan(cutoff, max_size)
 
-    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
+    def collect_garbage(self, dry_run: bool = False) -> tuple[int, int]:
         """Delete blobs no evaluation refers to: (count, bytes)."""
         if dry_run:
             dead = self.unreferenced_blobs()
@@ -649,13 +651,13 @@ class ReadOnlyStore(Store):
         super().__init__(root)
 
     def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None,
-                    **kw: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
+                    **kw: Any) -> tuple[str, dict[str, Any] | None]:
         row = None if force else self.index.lookup(key)
         if row is None:
             raise self.problem  # a miss: computed, not stored (no lease to take)
         return "hit", row
 
-    acquire = try_acquire
+    acquire = try_acquire  # type: ignore[assignment]  # (its options by keyword: on_owner, and looked_up in **kw)
 
     def release(self, key: Key, owner: str) -> None:
         pass
@@ -663,7 +665,7 @@ class ReadOnlyStore(Store):
     def save(self, *a: Any, **k: Any) -> int:
         raise self.problem
 
-    def mark_corrupt(self, key: Key, row: Dict[str, Any], reason: Optional[str] = None, status: str = "corrupt") -> None:
+    def mark_corrupt(self, key: Key, row: dict[str, Any], reason: str | None = None, status: str = "corrupt") -> None:
         self.forget_key(key)
 
     def count_hit(self, eval_id: int) -> None:
@@ -675,16 +677,16 @@ class ReadOnlyStore(Store):
     def write_rider(self, rider: Callable[[sqlite3.Connection], None]) -> None:
         pass  # a miss record is advisory: a store that can only be read keeps none
 
-    def clear(self, fn: Optional[str] = None) -> int:
+    def clear(self, fn: str | None = None) -> int:
         raise self.problem
 
-    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
+    def collect_garbage(self, dry_run: bool = False) -> tuple[int, int]:
         if dry_run:
             return super().collect_garbage(dry_run=True)
         raise self.problem
 
 
-_stores: Dict[Tuple[str, int, Any], Store] = {}
+_stores: dict[tuple[str, int, Any], Store] = {}
 _stores_lock = threading.Lock()
 
 
@@ -714,7 +716,7 @@ def _retire_replaced(old: config.Settings, new: config.Settings) -> None:
 config.on_configure.append(_retire_replaced)
 
 
-def get_store(path: Optional[os.PathLike] = None) -> Store:
+def get_store(path: str | os.PathLike[str] | None = None) -> Store:
     """The store for ``path`` (default: the configured one), shared per process.
 
     Never raises for a store that cannot be used: see ``open_store``
@@ -746,7 +748,7 @@ def get_store(path: Optional[os.PathLike] = None) -> Store:
 TEAM_STORE_FACTORY = "memolab.team.layered:layered"
 
 
-def _team_store(store: Store, remote: Tuple[str, Optional[str]]) -> Any:
+def _team_store(store: Store, remote: tuple[str, str | None]) -> Any:
     module, _, name = TEAM_STORE_FACTORY.partition(":")
     return getattr(importlib.import_module(module), name)(store, remote)
 

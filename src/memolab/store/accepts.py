@@ -31,7 +31,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from . import signing
 
@@ -49,21 +50,21 @@ MAX_LINKS = 8
 MAX_CODES = 32
 
 
-def _message(rec: Dict[str, Any]) -> List[str]:
+def _message(rec: dict[str, Any]) -> list[str]:
     return ["accept"] + [str(rec.get(f)) for f in SIGNED]
 
 
-def sign(rec: Dict[str, Any]) -> Optional[str]:
+def sign(rec: dict[str, Any]) -> str | None:
     """The signature of accept ``rec`` under ``MEMOLAB_HMAC_KEY`` (None without one)."""
     return signing.sign(_message(rec), {})
 
 
-def problem(rec: Dict[str, Any]) -> Optional[str]:
+def problem(rec: dict[str, Any]) -> str | None:
     """Why accept ``rec`` must not be followed under the current key, or None."""
     return signing.problem(_message(rec), {"signature": rec.get("signature")})
 
 
-def who() -> Tuple[str, str]:
+def who() -> tuple[str, str]:
     """(user, host) of this process: who an accept or an undo is recorded as made by."""
     import getpass
 
@@ -78,21 +79,21 @@ def who() -> Tuple[str, str]:
     return user, host_name()
 
 
-def resolve(accepts: Iterable[Dict[str, Any]], code: str) -> List[Tuple[str, List[Dict[str, Any]]]]:
+def resolve(accepts: Iterable[dict[str, Any]], code: str) -> list[tuple[str, list[dict[str, Any]]]]:
     """The codes a call keyed with ``code`` may use, through the active ``accepts`` of its function
     and key schema: [(old code, [the accepts followed, first link first])], nearest first (one link,
     then two, ...), newest accept first among equals; ``code`` itself and cycles excluded; at most
     ``MAX_LINKS`` links and ``MAX_CODES`` codes."""
-    by_new: Dict[str, List[Dict[str, Any]]] = {}
+    by_new: dict[str, list[dict[str, Any]]] = {}
     for a in accepts:
         by_new.setdefault(a["new_code"], []).append(a)
     for links in by_new.values():
         links.sort(key=lambda a: (-(a.get("time") or 0.0), -(a.get("id") or 0)))
-    out: List[Tuple[str, List[Dict[str, Any]]]] = []
+    out: list[tuple[str, list[dict[str, Any]]]] = []
     seen = {code}
-    frontier: List[Tuple[str, List[Dict[str, Any]]]] = [(code, [])]
+    frontier: list[tuple[str, list[dict[str, Any]]]] = [(code, [])]
     for _ in range(MAX_LINKS):
-        nxt: List[Tuple[str, List[Dict[str, Any]]]] = []
+        nxt: list[tuple[str, list[dict[str, Any]]]] = []
         for c, chain in frontier:
             for a in by_new.get(c, ()):
                 old = a["old_code"]
@@ -109,11 +110,11 @@ def resolve(accepts: Iterable[Dict[str, Any]], code: str) -> List[Tuple[str, Lis
     return out
 
 
-def short(code: Optional[str]) -> str:
+def short(code: str | None) -> str:
     return (code or "?")[:8]
 
 
-def summary(a: Dict[str, Any]) -> str:
+def summary(a: dict[str, Any]) -> str:
     """One line: ``accept #3: code 5e6f7a8b… = 1a2b3c4d… (accepted by alice@box 2026-01-02 12:00)``."""
     import datetime as _dt
 
@@ -126,7 +127,7 @@ def summary(a: Dict[str, Any]) -> str:
     return line
 
 
-def decoded(a: Dict[str, Any], field: str) -> Dict[str, Any]:
+def decoded(a: dict[str, Any], field: str) -> dict[str, Any]:
     """A JSON column of an accept (``deps_before``, ``deps_after``, ``diffs``) as a dict ({} if damaged)."""
     try:
         v = json.loads(a.get(field) or "{}")
@@ -135,7 +136,7 @@ def decoded(a: Dict[str, Any], field: str) -> Dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> Dict[str, List[Dict[str, Any]]]:
+def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> dict[str, list[dict[str, Any]]]:
     """code -> the accepts of ``fn`` naming it (as the new code or the old one), for ``show``,
     ``why``, ``runs`` and the dashboard; {} for an index without accepts."""
     accepts = getattr(index, "accepts", None)
@@ -146,7 +147,7 @@ def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> 
     except Exception:
         return {}
     want = set(codes)
-    out: Dict[str, List[Dict[str, Any]]] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for a in found:
         for c in (a["new_code"], a["old_code"]):
             if c in want:
@@ -176,10 +177,11 @@ class AcceptIndex:
         return self.conn().execute("SELECT 1 FROM sqlite_master WHERE name='accepts' UNION ALL "
                                    "SELECT 1 FROM sqlite_temp_master WHERE name='accepts'").fetchone() is not None
 
-    def accepts(self, fn: Optional[str] = None, schema: Optional[str] = None, active: bool = True,
-                ids: Optional[Sequence[int]] = None) -> List[Dict[str, Any]]:
+    def accepts(self, fn: str | None = None, schema: str | None = None, active: bool = True,
+                ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """Accepts (of ``fn``, under ``schema``), oldest first; ``active``: those not undone."""
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if fn is not None:
             clauses.append("fn=?")
             params.append(fn)
@@ -199,9 +201,9 @@ class AcceptIndex:
             if self._accepts_table():
                 raise
             return []  # an index without the table (nothing accepted in it yet)
-        return [dict(zip(COLUMNS, r)) for r in rows]
+        return [dict(zip(COLUMNS, r, strict=False)) for r in rows]
 
-    def add_accept(self, rec: Dict[str, Any]) -> int:
+    def add_accept(self, rec: dict[str, Any]) -> int:
         """Record accept ``rec`` (its columns; ``time`` defaults to now); its id."""
         rec = dict(rec)
         rec.setdefault("time", time.time())
@@ -209,28 +211,28 @@ class AcceptIndex:
         with self.write() as c:
             cur = c.execute(f"INSERT INTO accepts({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                             [rec[k] for k in cols])
-            return int(cur.lastrowid)  # type: ignore[arg-type]
+            return int(cur.lastrowid)
 
-    def undo_accept(self, accept_id: int, when: Optional[float] = None, by: Optional[str] = None,
+    def undo_accept(self, accept_id: int, when: float | None = None, by: str | None = None,
                     pending: bool = False) -> bool:
         """Take accept ``accept_id`` back (it stays, as history); whether it was active.
         ``pending``: the undo is still to be sent to the team index."""
         with self.write() as c:
-            return c.execute("UPDATE accepts SET undone=?, undone_by=?, pending_undo=? WHERE id=? AND undone IS NULL",
+            return bool(c.execute("UPDATE accepts SET undone=?, undone_by=?, pending_undo=? WHERE id=? AND undone IS NULL",
                              (time.time() if when is None else when, by, 1 if pending else 0,
-                              int(accept_id))).rowcount > 0
+                              int(accept_id))).rowcount > 0)
 
-    def set_accept_team(self, accept_id: int, team_id: Optional[int], pending_undo: bool = False) -> None:
+    def set_accept_team(self, accept_id: int, team_id: int | None, pending_undo: bool = False) -> None:
         """Accept ``accept_id`` is on the team index as ``team_id`` (its undo sent, unless ``pending_undo``)."""
         with self.write() as c:
             c.execute("UPDATE accepts SET team_id=?, pending_undo=? WHERE id=?",
                       (team_id, 1 if pending_undo else 0, int(accept_id)))
 
 
-_refused: set = set()
+_refused: set[tuple[Any, ...]] = set()
 
 
-def usable(recs: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def usable(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The accepts of ``recs`` that may be followed: those whose signature verifies under the
     current key (all of them without a key). One that does not is said once per process."""
     out = []
@@ -250,7 +252,7 @@ def usable(recs: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return out
 
 
-def record(index: Any, rec: Dict[str, Any]) -> int:
+def record(index: Any, rec: dict[str, Any]) -> int:
     """Sign and record accept ``rec`` in ``index``; its id there."""
     rec = dict(rec)
     rec.setdefault("time", time.time())

@@ -26,15 +26,16 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import Any
 
 import blake3
 
 from ..errors import CorruptBlob
 from . import layout, tmpfiles
 
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 #: a blob is read without following a link at its name (``layout``: memolab never follows one)
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
@@ -44,7 +45,7 @@ _OVERLAP_MIN = 16 << 20  # hash while writing for blobs at least this large
 _STEP = 32 << 20
 
 #: ``progress(n)``: n more bytes written or verified (``memolab.progress.Bar.update``)
-Progress = Optional[Callable[[int], None]]
+Progress = Callable[[int], None] | None
 
 
 def digest_bytes(data: Buffer, progress: Progress = None) -> str:
@@ -67,7 +68,7 @@ def digest_bytes(data: Buffer, progress: Progress = None) -> str:
     return digest
 
 
-def fsync_dir(path: "os.PathLike[str] | str") -> None:
+def fsync_dir(path: os.PathLike[str] | str) -> None:
     """Make the entries of directory ``path`` (a rename into it) durable; where the file
     system cannot fsync a directory, nothing more can be done and nothing is raised."""
     try:
@@ -82,14 +83,14 @@ def fsync_dir(path: "os.PathLike[str] | str") -> None:
         os.close(fd)
 
 
-Stamp = Tuple[int, int, int]  # size, mtime_ns, inode
+Stamp = tuple[int, int, int]  # size, mtime_ns, inode
 
 # Which blob file each of our mappings came from, so a read-only mapping can be
 # re-mapped copy-on-write on demand (weak: a dropped mapping leaves no entry).
-_mapped_from: "weakref.WeakKeyDictionary[mmap.mmap, str]" = weakref.WeakKeyDictionary()
+_mapped_from: weakref.WeakKeyDictionary[mmap.mmap, str] = weakref.WeakKeyDictionary()
 
 
-def mapped_blob(buf: Any) -> Optional[str]:
+def mapped_blob(buf: Any) -> str | None:
     """The path of the blob ``buf`` maps in full (read-only), or None for any other buffer."""
     try:
         mv = memoryview(buf)
@@ -112,7 +113,7 @@ def copy_on_write(buf: Any) -> Any:
     if not mv.readonly:
         return buf
     path = _mapped_from.get(mv.obj) if isinstance(mv.obj, mmap.mmap) else None
-    if path is not None and mv.nbytes == len(mv.obj):
+    if path is not None and mv.nbytes == len(mv.obj):  # type: ignore[arg-type]  # an mmap (path found)
         try:
             with open(path, "rb") as f:
                 m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
@@ -127,7 +128,7 @@ class BlobFolder:
     """Blobs under ``root/blobs/ab/cdef…``; ``root/tmp`` and ``root/quarantine`` beside."""
 
     def __init__(self, root: Path,
-                 get_stamp: Callable[[str], Optional[Stamp]] = lambda d: None,
+                 get_stamp: Callable[[str], Stamp | None] = lambda d: None,
                  set_stamp: Callable[[str, Stamp], None] = lambda d, s: None,
                  defer_stamp: Callable[[str, Stamp], None] = lambda d, s: None) -> None:
         self.root = Path(root)
@@ -140,7 +141,7 @@ class BlobFolder:
         self._set_stamp = set_stamp
         self._defer_stamp = defer_stamp
         #: digest -> stamp of blobs verified (or written) by this process
-        self._verified: Dict[str, Stamp] = {}
+        self._verified: dict[str, Stamp] = {}
 
     def path(self, digest: str) -> Path:
         """Where blob ``digest`` lives. A name that is no digest (read from a damaged or
@@ -154,7 +155,7 @@ class BlobFolder:
     def _stamp(st: os.stat_result) -> Stamp:
         return (st.st_size, st.st_mtime_ns, st.st_ino)
 
-    def put(self, data: Buffer, digest: Optional[str] = None, progress: Progress = None) -> Tuple[str, int]:
+    def put(self, data: Buffer, digest: str | None = None, progress: Progress = None) -> tuple[str, int]:
         """Store ``data``; returns (digest, size). Existing intact blobs are reused.
         ``progress(n)`` is told of the bytes as they are written."""
         mv = memoryview(data).cast("B") if memoryview(data).ndim != 1 or memoryview(data).format != "B" else memoryview(data)
@@ -171,11 +172,11 @@ class BlobFolder:
         self._publish(tmp, final, digest)
         return digest, size
 
-    def _put_overlapped(self, mv: memoryview, progress: Progress = None) -> Tuple[str, int]:
+    def _put_overlapped(self, mv: memoryview, progress: Progress = None) -> tuple[str, int]:
         """Hash and write at the same time (BLAKE3 releases the GIL): a large store
         costs about one write instead of a hash plus a write. The price: bytes
         that turn out to be stored already were written once for nothing."""
-        out: list = []
+        out: list[Any] = []
 
         def hash_it() -> None:
             try:
@@ -315,7 +316,7 @@ class BlobFolder:
         wrote it (a download streamed against its digest): loads trust it by stamp from now on."""
         self._set_stamp(digest, self._stamp(st))
 
-    def verify(self, digest: str) -> Optional[str]:
+    def verify(self, digest: str) -> str | None:
         """Re-hash one blob in full; returns a problem description or None."""
         p = self.path(digest)
         try:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from . import signing
 
@@ -29,11 +29,11 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 );
 """
 
-Key = Tuple[str, str, str, str]
+Key = tuple[str, str, str, str]
 _COLS = ("step", "created", "payload", "payload_size", "buffers", "code_refs", "signature")
 
 
-def _signed_key(key: Key) -> Tuple[str, ...]:
+def _signed_key(key: Key) -> tuple[str, ...]:
     # not an evaluation's signature: a checkpoint row cannot pass for a result
     return ("checkpoint", *key)
 
@@ -77,7 +77,7 @@ def save(store: Any, key: Key, step: int, value: Any) -> None:
             put_and_record()
 
 
-def load(store: Any, key: Key) -> Optional[Tuple[int, Any]]:
+def load(store: Any, key: Key) -> tuple[int, Any] | None:
     """(step, value) of the checkpoint of ``key``, or None. Raises ``StoreMiss``
     (``CodeChanged``) when it exists but cannot be used."""
     from .. import pickling
@@ -89,7 +89,7 @@ def load(store: Any, key: Key) -> Optional[Tuple[int, Any]]:
                              key).fetchone()
     if r is None:
         return None
-    row = dict(zip(_COLS, r))
+    row = dict(zip(_COLS, r, strict=False))
     bad = signing.problem(_signed_key(key), row)
     if bad is None and row["code_refs"]:
         bad = pickling.check_refs(json.loads(row["code_refs"]))
@@ -107,16 +107,16 @@ def drop(store: Any, key: Key) -> None:
         c.execute("DELETE FROM checkpoints WHERE fn=? AND code=? AND args=? AND schema=?", key)
 
 
-def listing(index: Any, fn: Optional[str] = None) -> list:
+def listing(index: Any, fn: str | None = None) -> list[dict[str, Any]]:
     _ensure(index)
     sql = "SELECT fn, code, args, schema, step, created FROM checkpoints" + (" WHERE fn=?" if fn else "")
-    return [dict(zip(("fn", "code", "args", "schema", "step", "created"), r))
+    return [dict(zip(("fn", "code", "args", "schema", "step", "created"), r, strict=False))
             for r in index.conn().execute(sql, (fn,) if fn else ())]
 
 
-def referenced(conn: sqlite3.Connection) -> Dict[str, int]:
+def referenced(conn: sqlite3.Connection) -> dict[str, int]:
     """blob digest -> a (negative) reference id, for every blob a checkpoint uses."""
-    out: Dict[str, int] = {}
+    out: dict[str, int] = {}
     try:
         rows = conn.execute("SELECT rowid, payload, buffers FROM checkpoints").fetchall()
     except sqlite3.OperationalError:  # no checkpoint was ever written to this store
@@ -128,7 +128,7 @@ def referenced(conn: sqlite3.Connection) -> Dict[str, int]:
     return out
 
 
-def clear(conn: sqlite3.Connection, fn: Optional[str] = None) -> None:
+def clear(conn: sqlite3.Connection, fn: str | None = None) -> None:
     try:
         if fn is None:
             conn.execute("DELETE FROM checkpoints")

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = ["recorded_snapshot", "recorded_inputs", "inputs_of", "used_by", "downstream", "by_content", "graph", "resolve"]
 
-Key = Tuple[str, str, str, str]
+Key = tuple[str, str, str, str]
 
 #: the most evaluations the lineage graph of the dashboard collects (it walks both ways)
 GRAPH_MAX = 400
 
 
-def recorded_snapshot(row: Dict[str, Any]) -> Dict[str, Any]:
+def recorded_snapshot(row: dict[str, Any]) -> dict[str, Any]:
     """``row``'s snapshot as a dict ({} when it does not parse)."""
     try:
         snap = json.loads(row.get("snapshot") or "{}")
@@ -48,11 +49,11 @@ def shown(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def recorded_inputs(row: Dict[str, Any]) -> List[Dict[str, Any]]:
+def recorded_inputs(row: dict[str, Any]) -> list[dict[str, Any]]:
     """The input edges ``row``'s snapshot records, each ``{"path", "key", "by", "store"?}``;
     entries that are not well formed are left out."""
     got = recorded_snapshot(row).get("inputs")
-    out: List[Dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     if not isinstance(got, list):
         return out
     for e in got[:_READ_MAX]:
@@ -68,7 +69,7 @@ def recorded_inputs(row: Dict[str, Any]) -> List[Dict[str, Any]]:
     return out
 
 
-def _conn(index: Any) -> Optional[sqlite3.Connection]:
+def _conn(index: Any) -> sqlite3.Connection | None:
     conn = getattr(index, "conn", None)
     return conn() if conn is not None else None
 
@@ -78,10 +79,10 @@ def _has(c: sqlite3.Connection, table: str) -> bool:
                      "WHERE name=? LIMIT 1", (table, table)).fetchone() is not None
 
 
-def resolve(index: Any, keys: Iterable[Key]) -> Dict[Key, Tuple[int, str]]:
+def resolve(index: Any, keys: Iterable[Key]) -> dict[Key, tuple[int, str]]:
     """key -> (id, status) of the evaluation stored under each key in this index (those there are)."""
     c = _conn(index)
-    out: Dict[Key, Tuple[int, str]] = {}
+    out: dict[Key, tuple[int, str]] = {}
     if c is None:
         return out
     for key in dict.fromkeys(tuple(k) for k in keys):
@@ -92,8 +93,8 @@ def resolve(index: Any, keys: Iterable[Key]) -> Dict[Key, Tuple[int, str]]:
     return out
 
 
-def _edge(key: Key, found: Optional[Tuple[int, str]], **more: Any) -> Dict[str, Any]:
-    e: Dict[str, Any] = {**more, "function": key[0], "evaluation": found[0] if found else None}
+def _edge(key: Key, found: tuple[int, str] | None, **more: Any) -> dict[str, Any]:
+    e: dict[str, Any] = {**more, "function": key[0], "evaluation": found[0] if found else None}
     if found is None:
         e["missing"] = True  # cleared, collected, or never here
     elif found[1] != "done":
@@ -102,7 +103,7 @@ def _edge(key: Key, found: Optional[Tuple[int, str]], **more: Any) -> Dict[str, 
     return e
 
 
-def inputs_of(index: Any, row: Dict[str, Any]) -> List[Dict[str, Any]]:
+def inputs_of(index: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
     """``row``'s inputs as shown: ``{"path", "function", "evaluation" (id here, or None), "code",
     "by", "missing"?, "status"?, "store"?}``, by path."""
     edges = recorded_inputs(row)
@@ -118,7 +119,7 @@ def inputs_of(index: Any, row: Dict[str, Any]) -> List[Dict[str, Any]]:
     return out
 
 
-def used_by(index: Any, key: Key) -> List[Dict[str, Any]]:
+def used_by(index: Any, key: Key) -> list[dict[str, Any]]:
     """The evaluations whose inputs name ``key``: ``{"function", "evaluation", "path", "by", "status"?}``, oldest first."""
     c = _conn(index)
     if c is None or not _has(c, "inputs"):
@@ -135,25 +136,25 @@ def used_by(index: Any, key: Key) -> List[Dict[str, Any]]:
     return out
 
 
-def _keys_of(c: sqlite3.Connection, ids: Sequence[int]) -> Dict[int, Key]:
-    out: Dict[int, Key] = {}
+def _keys_of(c: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Key]:
+    out: dict[int, Key] = {}
     for i in range(0, len(ids), 500):
         part = list(ids[i:i + 500])
         q = ",".join("?" * len(part))
         for r in c.execute(f"SELECT id, fn, code, args, schema FROM evaluations WHERE id IN ({q})", part):
-            out[int(r[0])] = tuple(r[1:])  # type: ignore[assignment]
+            out[int(r[0])] = tuple(r[1:])
     return out
 
 
-def _users(c: sqlite3.Connection, keys: Iterable[Key]) -> Set[int]:
-    found: Set[int] = set()
+def _users(c: sqlite3.Connection, keys: Iterable[Key]) -> set[int]:
+    found: set[int] = set()
     for key in keys:
         found.update(int(r[0]) for r in c.execute(
             "SELECT evaluation FROM inputs WHERE fn=? AND code=? AND args=? AND schema=?", key))
     return found
 
 
-def downstream(index: Any, ids: Iterable[int]) -> List[int]:
+def downstream(index: Any, ids: Iterable[int]) -> list[int]:
     """Every evaluation built on ``ids``, transitively (those of ``ids`` themselves left out), in the
     order they were found (nearest first)."""
     c = _conn(index)
@@ -161,7 +162,7 @@ def downstream(index: Any, ids: Iterable[int]) -> List[int]:
     if c is None or not start or not _has(c, "inputs"):
         return []
     seen = set(start)
-    order: List[int] = []
+    order: list[int] = []
     frontier = sorted(start)
     while frontier:
         users = _users(c, _keys_of(c, frontier).values()) - seen
@@ -171,24 +172,24 @@ def downstream(index: Any, ids: Iterable[int]) -> List[int]:
     return order
 
 
-def by_content(index: Any, digests: Iterable[str]) -> Dict[str, Tuple[int, Key]]:
+def by_content(index: Any, digests: Iterable[str]) -> dict[str, tuple[int, Key]]:
     """digest -> (id, key) of the newest stored evaluation whose result, as an argument, has that digest."""
     c = _conn(index)
     want = list(dict.fromkeys(digests))
-    out: Dict[str, Tuple[int, Key]] = {}
+    out: dict[str, tuple[int, Key]] = {}
     if c is None or not want or not _has(c, "outputs"):
         return out
     q = ",".join("?" * len(want))
     for d, i, *key in c.execute(
             f"SELECT o.digest, e.id, e.fn, e.code, e.args, e.schema FROM outputs o JOIN evaluations e "
             f"ON e.id = o.evaluation WHERE o.digest IN ({q}) AND e.status='done' ORDER BY e.id", want):
-        out[d] = (int(i), tuple(key))  # type: ignore[assignment]  (the newest last: it stays)
+        out[d] = (int(i), tuple(key))  # 4 columns; the newest last: it stays
     return out
 
 
-def _code_changed(c: sqlite3.Connection, rows: Dict[int, Dict[str, Any]]) -> Set[int]:
+def _code_changed(c: sqlite3.Connection, rows: dict[int, dict[str, Any]]) -> set[int]:
     """Those of ``rows`` whose code differs from the function's evaluation stored just before them."""
-    out: Set[int] = set()
+    out: set[int] = set()
     for i, r in rows.items():
         prev = c.execute("SELECT code FROM evaluations WHERE fn=? AND schema=? AND (finished < ? OR "
                          "(finished = ? AND id < ?)) ORDER BY finished DESC, id DESC LIMIT 1",
@@ -201,29 +202,29 @@ def _code_changed(c: sqlite3.Connection, rows: Dict[int, Dict[str, Any]]) -> Set
 _GRAPH_COLS = ("id", "fn", "code", "args", "schema", "status", "finished", "duration", "snapshot")
 
 
-def graph(index: Any, ids: Iterable[int], limit: int = GRAPH_MAX) -> Dict[str, Any]:
+def graph(index: Any, ids: Iterable[int], limit: int = GRAPH_MAX) -> dict[str, Any]:
     """The lineage around evaluations ``ids`` (their inputs and users, transitively, at most
     ``limit`` evaluations): ``{"nodes": [{"id", "fn", "code", "status", "finished", "duration",
     "result", "code_changed", "selected"}], "edges": [{"from", "to", "path", "by"}], "missing":
     [{"to", "path", "function"}], "truncated"}``; nodes newest first."""
     c = _conn(index)
     chosen = [int(i) for i in ids]
-    nodes: Dict[int, Dict[str, Any]] = {}
-    edges: List[Dict[str, Any]] = []
-    missing: List[Dict[str, Any]] = []
+    nodes: dict[int, dict[str, Any]] = {}
+    edges: list[dict[str, Any]] = []
+    missing: list[dict[str, Any]] = []
     if c is None:
         return {"nodes": [], "edges": [], "missing": [], "truncated": False}
     inputs_table = _has(c, "inputs")
     todo = list(dict.fromkeys(chosen))
     truncated = False
-    expanded: Set[int] = set()
+    expanded: set[int] = set()
     while todo:
         batch, todo = todo[:200], todo[200:]
         fresh = [i for i in batch if i not in nodes]
         if fresh:
             q = ",".join("?" * len(fresh))
             for r in c.execute(f"SELECT {','.join(_GRAPH_COLS)} FROM evaluations WHERE id IN ({q})", fresh):
-                nodes[int(r[0])] = dict(zip(_GRAPH_COLS, r))
+                nodes[int(r[0])] = dict(zip(_GRAPH_COLS, r, strict=False))
         for i in batch:
             row = nodes.get(i)
             if row is None or i in expanded:

@@ -8,22 +8,24 @@ importing the tracking layer that writes the logs.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
 
 __all__ = ["plan_by_size", "log_bytes"]
 
 
-def plan_by_size(rows: Iterable[tuple], cutoff: Optional[float], max_size: int,
-                 logs: Dict[int, int] = {}) -> List[tuple]:
+def plan_by_size(rows: Iterable[tuple[Any, ...]], cutoff: float | None, max_size: int,
+                 logs: Mapping[int, int] = MappingProxyType({})) -> list[tuple[Any, ...]]:
     """The rows ``gc_plan`` drops, given every evaluation least recently used first as
     (id, fn, finished, last_hit, size, status, payload, payload_size, buffers, is_inline,
     last_use): those out of use or last used before ``cutoff``, then the least recently
     used until what is left fits ``max_size`` bytes. A blob shared by several rows counts
     once, and only stops counting when its last keeper goes; inline bytes and ``logs``
     (id -> bytes) belong to their row alone. The same plan for every index."""
-    drop: List[tuple] = []
-    keep: List[tuple] = []
-    uses: Dict[str, List[int]] = {}  # blob digest -> [rows of `keep` using it, size]
+    drop: list[tuple[Any, ...]] = []
+    keep: list[tuple[Any, ...]] = []
+    uses: dict[str, list[int]] = {}  # blob digest -> [rows of `keep` using it, size]
     total = 0
     for r in rows:
         if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
@@ -57,7 +59,7 @@ def plan_by_size(rows: Iterable[tuple], cutoff: Optional[float], max_size: int,
     return drop
 
 
-def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Optional[str]) -> List[Tuple[str, int]]:
+def _blobs_of(payload: str | None, payload_size: int | None, buffers: str | None) -> list[tuple[str, int]]:
     out = [(payload, payload_size or 0)] if payload else []
     if buffers and buffers != "[]":
         try:
@@ -67,7 +69,7 @@ def _blobs_of(payload: Optional[str], payload_size: Optional[int], buffers: Opti
     return out
 
 
-def log_bytes(index: Any) -> Dict[int, int]:
+def log_bytes(index: Any) -> dict[int, int]:
     """About how many bytes of the index each evaluation's logs take: {eval_id: bytes}.
 
     Counted from the rows (their values plus a fixed per-row overhead), so that
@@ -75,7 +77,7 @@ def log_bytes(index: Any) -> Dict[int, int]:
     c = index.conn()
     if c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is None:
         return {}
-    out: Dict[int, int] = {}
+    out: dict[int, int] = {}
     queries = (
         "SELECT r.eval_id, SUM(48 + length(s.tag)) FROM scalars s JOIN runs r ON r.id = s.run "
         "WHERE r.eval_id IS NOT NULL GROUP BY r.eval_id",

@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any
 
 from .. import config
 from ..errors import MemolabWarning, StoreUnavailable
@@ -37,7 +37,7 @@ from .perms import writable_by_others
 from .schema import check_schema, newer_schema, read_shims  # noqa: F401 (also imported from here)
 from .sqlite import Index, Key
 
-_warned: Set[str] = set()
+_warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
@@ -94,10 +94,10 @@ class ReadOnlyIndex(Index):
         self._local = threading.local()
         check_schema(self.conn(), self.path)
 
-    def _fingerprint(self) -> Tuple[Any, ...]:
+    def _fingerprint(self) -> tuple[Any, ...]:
         try:
             st = os.stat(self.path)
-            key: Tuple[Any, ...] = (st.st_mtime_ns, st.st_size, st.st_ino)
+            key: tuple[Any, ...] = (st.st_mtime_ns, st.st_size, st.st_ino)
         except OSError:
             key = ()
         try:
@@ -112,7 +112,7 @@ class ReadOnlyIndex(Index):
         if c is not None and loc.pid == config.pid() and (not loc.immutable or loc.fp == self._fingerprint()) \
                 and (not loc.shimmed or loc.cookie == c.execute("PRAGMA main.schema_version").fetchone()[0]):
             # (a file read through shims that another process migrated meanwhile: read afresh, in its new shape)
-            return c
+            return c  # type: ignore[no-any-return]  # (this thread's connection)
         uri = self.path.absolute().as_uri()
         fp = self._fingerprint()
         try:
@@ -130,9 +130,9 @@ class ReadOnlyIndex(Index):
         loc.conn, loc.pid, loc.immutable, loc.fp = c, config.pid(), immutable, fp
         return c
 
-    def lookup(self, key: Key, **kw: Any) -> Optional[Dict[str, Any]]:
+    def lookup(self, key: Key, lean: bool = False) -> dict[str, Any] | None:
         for _ in range(5):
-            row = super().lookup(key, **kw)
+            row = super().lookup(key, lean)
             loc = self._local
             if not loc.immutable or loc.fp == self._fingerprint():
                 return row
@@ -143,19 +143,19 @@ class ReadOnlyIndex(Index):
     discard_logs = True
 
     # Nothing is written: a read must never need a write to succeed.
-    def set_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
+    def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         pass
 
     def drop_stamps(self, digests: Any) -> None:
         pass
 
-    def add_hits(self, counts: Any) -> None:
+    def add_hits(self, counts: Any, stamps: Any = None) -> None:
         pass
 
-    def record_miss(self, fn: str, explanation: Dict[str, Any]) -> None:
+    def record_miss(self, fn: str, explanation: dict[str, Any]) -> None:
         pass
 
-    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+    def mark_corrupt(self, eval_id: int, reason: str | None = None, status: str = "corrupt") -> None:
         pass
 
 
@@ -167,7 +167,7 @@ class ReadOnlyBlobFolder(BlobFolder):
             d = Path(root)
             self.root, self.dir, self.tmp, self.quarantine_dir = d, d / "blobs", d / "tmp", d / "quarantine"
             self._get_stamp = a[0] if a else k.get("get_stamp", lambda d: None)
-            self._verified: Dict[str, Any] = {}
+            self._verified: dict[str, Any] = {}
         self._set_stamp = self._defer_stamp = lambda d, s: None  # a read never writes
 
     def quarantine(self, digest: str) -> None:
@@ -177,7 +177,7 @@ class ReadOnlyBlobFolder(BlobFolder):
 class NoStore:
     """Stands in for a store that cannot be used at all: every call computes."""
 
-    stored_codes: frozenset = frozenset()  # nothing is stored: every miss is explained at once
+    stored_codes: frozenset[str] = frozenset()  # nothing is stored: every miss is explained at once
     lease_free = False
 
     def __init__(self, root: Path, problem: StoreUnavailable) -> None:
@@ -190,10 +190,10 @@ class NoStore:
     def owner_id(self) -> str:
         return f"nostore:{os.getpid()}:{threading.get_ident()}"
 
-    def load_from_memory(self, key: Key, accept: Any = None) -> Tuple[bool, Any]:
+    def load_from_memory(self, key: Key, accept: Any = None) -> tuple[bool, Any]:
         return False, None
 
-    def try_acquire(self, *a: Any, **k: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
+    def try_acquire(self, *a: Any, **k: Any) -> tuple[str, dict[str, Any] | None]:
         raise self.problem
 
     acquire = lookup = try_acquire
@@ -201,7 +201,7 @@ class NoStore:
     def release(self, *a: Any) -> None:
         pass
 
-    def forget(self, fn: Optional[str] = None) -> None:
+    def forget(self, fn: str | None = None) -> None:
         pass
 
     def forget_key(self, key: Key) -> None:
@@ -210,17 +210,17 @@ class NoStore:
     def flush_hits(self) -> None:
         pass
 
-    def accepts_of(self, fn: str, schema: str) -> List[Dict[str, Any]]:
+    def accepts_of(self, fn: str, schema: str) -> list[dict[str, Any]]:
         return []  # nothing is stored: nothing to use through an accepted change either
 
     @property
     def index(self) -> Any:
         return _NullIndex(self.root / "index.sqlite", self.problem)
 
-    def clear(self, fn: Optional[str] = None) -> int:
+    def clear(self, fn: str | None = None) -> int:
         raise self.problem
 
-    def collect_garbage(self, dry_run: bool = False) -> Tuple[int, int]:
+    def collect_garbage(self, dry_run: bool = False) -> tuple[int, int]:
         raise self.problem
 
 
@@ -239,7 +239,7 @@ class _NullIndex:
 
 # -- rows that do not decode, results that do not rebuild --------------------------------------
 
-def unloadable(store: Any, key: Key) -> Optional[Tuple[str, str]]:
+def unloadable(store: Any, key: Key) -> tuple[str, str] | None:
     """(why, payload digest) when the stored copy of ``key`` could not be rebuilt last time.
 
     Storing the same result again would only be refused again on every later
@@ -267,7 +267,7 @@ def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
     return done
 
 
-def undecodable_rows(index: Any) -> Dict[int, Dict[str, Any]]:
+def undecodable_rows(index: Any) -> dict[int, dict[str, Any]]:
     """Rows holding text that is not UTF-8 (a flipped byte): {id: the row, decoded with replacements}.
 
     Read with a bytes text factory so one bad row cannot stop the scan."""
@@ -275,12 +275,12 @@ def undecodable_rows(index: Any) -> Dict[int, Dict[str, Any]]:
 
     conn = ReadOnlyIndex(index.path).conn()  # a private connection (read-only mounts included)
     conn.text_factory = bytes
-    out: Dict[int, Dict[str, Any]] = {}
+    out: dict[int, dict[str, Any]] = {}
     try:
         for r in conn.execute(f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations"):
             bad = False
             row = {}
-            for col, v in zip(EVAL_COLUMNS, r):
+            for col, v in zip(EVAL_COLUMNS, r, strict=False):
                 if isinstance(v, bytes):
                     try:
                         v = v.decode("utf-8")
@@ -294,7 +294,7 @@ def undecodable_rows(index: Any) -> Dict[int, Dict[str, Any]]:
     return out
 
 
-def row_problem(row: Dict[str, Any]) -> Optional[str]:
+def row_problem(row: dict[str, Any]) -> str | None:
     """Why an index row cannot even be decoded (its JSON or sizes are damaged), or None."""
     col = "buffers"
     try:

@@ -3,7 +3,8 @@ into payload and buffers, each checked against its digest, and unpickled."""
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import CorruptBlob, StoreMiss
 from .blobs import digest_bytes
@@ -25,7 +26,7 @@ def loads_result(payload: bytes, buffers: Sequence[Any]) -> Any:
         raise pickling.load_error(e) from e
 
 
-def inline_problem(row: Dict[str, Any]) -> Optional[str]:
+def inline_problem(row: dict[str, Any]) -> str | None:
     """Why the inline bytes of ``row`` (payload, buffers, payload_size, inline) do not match
     what the row says of them, or None: what a load of it would refuse (``doctor``)."""
     try:
@@ -38,7 +39,7 @@ def inline_problem(row: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]) -> Tuple[bytes, Tuple[memoryview, ...]]:
+def split_inline(inline: bytes, row: dict[str, Any], refs: list[tuple[str, int]]) -> tuple[bytes, tuple[memoryview, ...]]:
     """Payload and buffers of an inline row, each checked against its digest
     (the row may be damaged or hand-edited like any file): ``CorruptBlob`` if not."""
     n = row["payload_size"]
@@ -52,7 +53,7 @@ def split_inline(inline: bytes, row: Dict[str, Any], refs: List[Tuple[str, int]]
     views = []
     at = n
     for d, size in refs:
-        v = mv[at:at + size]
+        v = mv[at:at + size]  # type: ignore[index]  # refs: the column holds buffers, so mv is set
         at += size
         if digest_bytes(v) != d:
             raise CorruptBlob(f"inline buffer {d[:12]} of #{row['id']} does not match its digest")

@@ -28,8 +28,9 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any
 
 from ..errors import StoreUnavailable
 
@@ -70,7 +71,7 @@ def linked(root: Path, rel: str) -> StoreUnavailable:
         f"computed but not stored. Remove the link ({p}) if you trust the rest of the store, or use another store")
 
 
-def _is_link(path: str) -> Optional[bool]:
+def _is_link(path: str) -> bool | None:
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
     except FileNotFoundError:
@@ -105,7 +106,7 @@ def open_dir(root: Path, *parts: str) -> Iterator[int]:
     meanwhile, nothing outside the store is reached."""
     fd = os.open(os.fspath(root), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        done = []
+        done: list[Any] = []
         for part in parts:
             try:
                 sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
@@ -127,7 +128,7 @@ def open_dir(root: Path, *parts: str) -> Iterator[int]:
         os.close(fd)
 
 
-def regular_file(name: str, dir_fd: int) -> Optional[os.stat_result]:
+def regular_file(name: str, dir_fd: int) -> os.stat_result | None:
     """The stat of ``name`` in ``dir_fd`` if it is a regular file (a link, a folder: None)."""
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

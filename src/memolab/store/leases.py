@@ -46,9 +46,8 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Dict, Optional, Tuple
 
-Key = Tuple[str, str, str, str]
+Key = tuple[str, str, str, str]
 
 __all__ = ["HostLocks", "host_locks", "LOCKS_MARK", "uses_locks", "same_kernel", "Progress"]
 
@@ -73,13 +72,13 @@ class HostLocks:
 
     def __init__(self, path: Path, mode: int) -> None:
         self.path, self.mode = path, mode
-        self.fd: Optional[int] = None
+        self.fd: int | None = None
         self._lock = threading.Lock()
-        self._count: Dict[int, int] = {}
+        self._count: dict[int, int] = {}
         #: key -> the owner of this process holding its lease (rule 1 within the process)
-        self.owners: Dict[Key, str] = {}
+        self.owners: dict[Key, str] = {}
 
-    def take(self, key: Key) -> Optional[bool]:
+    def take(self, key: Key) -> bool | None:
         """Take the key's lock (counted): False if another process holds it, None if the file
         cannot be locked now (rules 2 and 3 decide then)."""
         off = _offset(key)
@@ -119,12 +118,12 @@ class HostLocks:
             self.fd = None
 
 
-_files: Dict[str, HostLocks] = {}
+_files: dict[str, HostLocks] = {}
 _files_lock = threading.Lock()
 _pid = [os.getpid()]
 
 
-def host_locks(index_path: Path) -> Optional[HostLocks]:
+def host_locks(index_path: Path) -> HostLocks | None:
     """This process's ``HostLocks`` of the store whose index is ``index_path`` (its
     ``leases.lock`` beside it, created with the index's mode), or None where they cannot be had
     (a read-only folder, a file system without record locks): rules 2 and 3 decide then."""
@@ -161,7 +160,7 @@ def uses_locks(owner: str) -> bool:
     return len(parts) >= 4 and parts[3].startswith(LOCKS_MARK)
 
 
-def same_kernel(owner: str, table: Optional[str]) -> bool:
+def same_kernel(owner: str, table: str | None) -> bool:
     """Does ``owner`` run on this kernel (its boot id, the last part of its process table tag,
     is ours: containers sharing the store included)? ``table``: ours (``process.process_table``)."""
     if not table:
@@ -173,7 +172,7 @@ def same_kernel(owner: str, table: Optional[str]) -> bool:
     return bool(theirs) and theirs.rpartition(".")[2] == table.rpartition(".")[2]
 
 
-def owner_pid(owner: str) -> Optional[int]:
+def owner_pid(owner: str) -> int | None:
     try:
         return int(owner.split(":")[1])
     except (IndexError, ValueError):
@@ -185,7 +184,7 @@ class Progress:
     monotonic clock. ``stale`` once the same (owner, heartbeat) has stood for ``ttl``."""
 
     def __init__(self) -> None:
-        self._seen: Dict[Key, Tuple[str, float, float]] = {}
+        self._seen: dict[Key, tuple[str, float, float]] = {}
 
     def stale(self, key: Key, owner: str, heartbeat: float, ttl: float) -> bool:
         now = time.monotonic()

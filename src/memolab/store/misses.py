@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any, Dict, Optional
+from typing import Any
 
 __all__ = ["MISSES_KEPT", "insert_miss", "parse_miss"]
 
@@ -13,7 +13,7 @@ __all__ = ["MISSES_KEPT", "insert_miss", "parse_miss"]
 #: misses kept per function (at least; see ``insert_miss``)
 MISSES_KEPT = 20
 _TRIM_EVERY = 16
-_misses_here: Dict[str, int] = {}
+_misses_here: dict[str, int] = {}
 
 
 def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
@@ -27,11 +27,11 @@ def insert_miss(c: sqlite3.Connection, fn: str, explanation: str) -> None:
     n = _misses_here.get(fn, 0)
     _misses_here[fn] = n + 1
     if n % _TRIM_EVERY == 0:
-        c.execute("DELETE FROM misses WHERE fn=?1 AND id <= (SELECT id FROM misses WHERE fn=?1 ORDER BY id DESC "
-                  f"LIMIT 1 OFFSET {MISSES_KEPT})", (fn,))
+        c.execute("DELETE FROM misses WHERE fn=:fn AND id <= (SELECT id FROM misses WHERE fn=:fn ORDER BY id DESC "
+                  f"LIMIT 1 OFFSET {MISSES_KEPT})", {"fn": fn})
 
 
-def parse_miss(fn: str, t: Any, raw: Optional[bytes]) -> Dict[str, Any]:
+def parse_miss(fn: str, t: Any, raw: bytes | None) -> dict[str, Any]:
     """A miss record as written (plus ``time``); one whose text is not a JSON object (read as
     bytes, so text that is not UTF-8 is damage here, not an error) says so under ``damaged``,
     for whoever shows it (``explain.record_problem``)."""

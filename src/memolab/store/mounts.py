@@ -20,7 +20,7 @@ import re
 import threading
 import warnings
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Set
+from typing import NamedTuple
 
 __all__ = ["Mount", "NETWORK_FILESYSTEMS", "mount_table", "parse_mountinfo", "mount_of", "network_mount",
            "warn_if_network"]
@@ -41,7 +41,7 @@ class Mount(NamedTuple):
     source: str
 
 
-def mount_table() -> Optional[str]:
+def mount_table() -> str | None:
     """This process's mount table (``/proc/self/mountinfo``), or None where there is none."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
@@ -58,7 +58,7 @@ def _unescape(field: str) -> str:
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
-def parse_mountinfo(text: str) -> List[Mount]:
+def parse_mountinfo(text: str) -> list[Mount]:
     """The mounts of a ``/proc/PID/mountinfo`` text (``proc(5)``): ``ID PARENT MAJ:MIN ROOT POINT
     OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS``; a line that does not parse is skipped."""
     out = []
@@ -74,10 +74,10 @@ def parse_mountinfo(text: str) -> List[Mount]:
     return out
 
 
-def mount_of(path: os.PathLike, mounts: List[Mount]) -> Optional[Mount]:
+def mount_of(path: os.PathLike[str], mounts: list[Mount]) -> Mount | None:
     """The mount holding ``path`` (its real path): the last-mounted of the longest mount points above it."""
     real = os.path.realpath(os.fspath(path))
-    best: Optional[Mount] = None
+    best: Mount | None = None
     for m in mounts:
         point = m.point.rstrip("/") or "/"
         if real == point or real.startswith(point if point == "/" else point + "/"):
@@ -86,7 +86,7 @@ def mount_of(path: os.PathLike, mounts: List[Mount]) -> Optional[Mount]:
     return best
 
 
-def network_mount(path: os.PathLike) -> Optional[Mount]:
+def network_mount(path: os.PathLike[str]) -> Mount | None:
     """The network-filesystem mount holding ``path``, or None (a local disk, or no mount table)."""
     text = mount_table()
     if text is None:
@@ -95,7 +95,7 @@ def network_mount(path: os.PathLike) -> Optional[Mount]:
     return m if m is not None and m.fstype in NETWORK_FILESYSTEMS else None
 
 
-_warned: Set[str] = set()
+_warned: set[str] = set()
 _lock = threading.Lock()
 
 

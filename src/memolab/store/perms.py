@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import List, Optional
 
 from .. import config
 
@@ -99,11 +98,11 @@ def _group_shared(st: os.stat_result) -> bool:
         return True
 
 
-def writable_by_others(root: Path) -> List[str]:
+def writable_by_others(root: Path) -> list[str]:
     """The parts of a store that users other than its owner can write (empty when private).
 
     A private root directory protects everything under it, whatever their modes."""
-    out: List[str] = []
+    out: list[str] = []
     try:
         rst = root.stat()
     except OSError:
@@ -120,7 +119,7 @@ def writable_by_others(root: Path) -> List[str]:
     return out
 
 
-def mode_of(path: Path) -> Optional[int]:
+def mode_of(path: Path) -> int | None:
     try:
         return stat.S_IMODE(path.stat().st_mode)
     except OSError:

@@ -9,17 +9,17 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from .. import config
 
 __all__ = ["host_name", "start_time", "process_table", "runtime_info", "script_path", "in_kernel", "notebook_path"]
 
 
-_script: Optional[str] = None
+_script: str | None = None
 
 
-def script_path() -> Optional[str]:
+def script_path() -> str | None:
     """The absolute path of the script this process runs (``sys.argv[0]``), or None (``-c``, a REPL).
     Two scripts that each define ``train`` share the symbol ``__main__:train`` (and, with the
     same code and arguments, the same key: the same computation); their runs record which file
@@ -44,7 +44,7 @@ def in_kernel() -> bool:
     return a.startswith("ipykernel") or "ipykernel_launcher" in a or a == "__main__.py"
 
 
-def notebook_path() -> Optional[str]:
+def notebook_path() -> str | None:
     """The notebook a Jupyter kernel runs, as Jupyter tells its kernel: ``$JPY_SESSION_NAME``
     (set by Jupyter Server and nbclient/papermill when they know it), the ``jupyter_session``
     of the kernel's connection file (``-f FILE``), or VS Code's ``__vsc_ipynb_file__``. A path
@@ -61,7 +61,7 @@ def notebook_path() -> Optional[str]:
     return found
 
 
-def _from_connection_file() -> Optional[str]:
+def _from_connection_file() -> str | None:
     argv = sys.argv or []
     for i, a in enumerate(argv):
         path = argv[i + 1] if a == "-f" and i + 1 < len(argv) else a[3:] if a.startswith("-f=") else None
@@ -77,7 +77,7 @@ def _from_connection_file() -> Optional[str]:
     return None
 
 
-def _from_vscode() -> Optional[str]:
+def _from_vscode() -> str | None:
     main = sys.modules.get("__main__")
     v = getattr(main, "__vsc_ipynb_file__", None)
     return v if isinstance(v, str) and v else None
@@ -89,7 +89,7 @@ def host_name() -> str:
     return socket.gethostname()
 
 
-def start_time(pid: int) -> Optional[str]:
+def start_time(pid: int) -> str | None:
     """When process ``pid`` started (clock ticks since boot), or None where /proc cannot say."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -103,10 +103,10 @@ def start_time(pid: int) -> Optional[str]:
     return fields[19].decode()
 
 
-_WHERE: List[Optional[str]] = []
+_WHERE: list[str | None] = []
 
 
-def process_table() -> Optional[str]:
+def process_table() -> str | None:
     """Which process table our pids belong to: pid namespace and boot. Two
     containers can share a host name (host networking) but not a pid namespace."""
     if not _WHERE:
@@ -120,10 +120,10 @@ def process_table() -> Optional[str]:
     return _WHERE[0]
 
 
-_RUNTIME: Dict[Tuple[int, str], Dict[str, Any]] = {}
+_RUNTIME: dict[tuple[int, str], dict[str, Any]] = {}
 
 
-def runtime_info() -> Dict[str, Any]:
+def runtime_info() -> dict[str, Any]:
     """Host, Python, memolab and platform: made once per process (and per host name,
     which may change under a long-running process; ``gethostname`` is one syscall)."""
     host = host_name()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from ..errors import StoreUnavailable
 from . import ReadOnlyStore, get_store
@@ -20,7 +20,7 @@ from .schema import SCHEMA_VERSION, file_version
 __all__ = ["open_for_reading", "older_version"]
 
 
-def older_version(index: Path) -> Optional[int]:
+def older_version(index: Path) -> int | None:
     """The schema version of the index file ``index`` if it is older than this memolab's (a
     store another memolab wrote and this one has not migrated), else None. Read-only: nothing is
     created or written (a file that cannot be read this way is for ``get_store`` to judge)."""

@@ -25,8 +25,10 @@ import re
 import sqlite3
 import threading
 import warnings
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 from ..errors import MemolabWarning, StoreUnavailable
 
@@ -163,11 +165,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS annotations_tag ON annotations(COALESCE(run, 0
 #: Columns added to a table after it shipped: table -> ((name, type), ...). Nullable, so an older
 #: memolab reading a migrated file (it names its columns) still works, and rows written before
 #: the migration simply have none (no code references, no signature, no inline bytes).
-ADDED_COLUMNS: Dict[str, Tuple[Tuple[str, str], ...]] = {
+ADDED_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "evaluations": (("code_refs", "TEXT"), ("signature", "TEXT"), ("reason", "TEXT"), ("inline", "BLOB")),
 }
 
-Write = Callable[[], ContextManager[sqlite3.Connection]]
+Write = Callable[[], AbstractContextManager[sqlite3.Connection]]
 
 
 def _add_columns(conn: sqlite3.Connection, write: Write) -> None:
@@ -242,7 +244,7 @@ def _step_4(conn: sqlite3.Connection, write: Write) -> None:
             c.execute(stmt)
 
 
-def _split(script: str) -> List[str]:
+def _split(script: str) -> list[str]:
     """The statements of ``script`` (a trigger's body holds ';': split at 'END;' and plain ';')."""
     out, cur = [], []
     for line in script.strip().splitlines():
@@ -266,7 +268,7 @@ def _step_5(conn: sqlite3.Connection, write: Write) -> None:
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
-STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
+STEPS: list[tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
     (2, "small results inline (evaluations.inline), the miss-explanation and gc indexes, the version "
         "mirrored in SQLite's user_version header field (opening a current store is one header read)", _step_2),
     (3, "accepted code changes (the accepts table: `memolab accept`)", _step_3),
@@ -281,7 +283,7 @@ STEPS: List[Tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
 SCHEMA_VERSION = STEPS[-1][0]
 
 
-def _columns(conn: sqlite3.Connection, schema: str, table: str) -> List[str]:
+def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f"PRAGMA {schema}.table_info({table})")]
 
 
@@ -322,7 +324,7 @@ def file_version(conn: sqlite3.Connection) -> int:
         return SCHEMA_VERSION + 1  # not a version we wrote: refused as newer
 
 
-_announced: set = set()
+_announced: set[str] = set()
 _announced_lock = threading.Lock()
 
 
@@ -367,7 +369,7 @@ def migrate(conn: sqlite3.Connection, path: Path, version: int, write: Write, en
 
 # -- reading an older file as it is ------------------------------------------------------------
 
-def _statements(ddl: str) -> List[str]:
+def _statements(ddl: str) -> list[str]:
     ddl = re.sub(r"--[^\n]*", "", ddl)  # (comments may hold a ';')
     return [x.strip() for x in ddl.split(";") if x.strip().upper().startswith("CREATE TABLE")]
 
@@ -377,7 +379,7 @@ def _table_name(stmt: str) -> str:
     return head[-1]
 
 
-def shim_tables(conn: sqlite3.Connection, ddl: str, added: Optional[Dict[str, Sequence[Tuple[str, str]]]] = None) -> int:
+def shim_tables(conn: sqlite3.Connection, ddl: str, added: dict[str, Sequence[tuple[str, str]]] | None = None) -> int:
     """Make the tables of ``ddl`` readable in their current shape on ``conn`` without writing its
     file: each one missing becomes an empty ``TEMP`` table, each one lacking columns a ``TEMP``
     view of the file's table with the missing columns as NULL. How many objects were made."""

@@ -13,7 +13,8 @@ as a miss; without the key nothing is checked (and nothing signed).
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..config import environ_bytes
 
@@ -30,17 +31,17 @@ _SIGNED_V2 = _SIGNED + ("snapshot",)
 _ENV_B = ENV.encode("ascii")
 
 
-def secret() -> Optional[bytes]:
+def secret() -> bytes | None:
     """The key's bytes (as the environment holds them), or None when unset or empty.
     Read afresh on every call (three times a hit: through ``config.environ_bytes``, 30 ns)."""
     return environ_bytes(_ENV_B) or None
 
 
-def _message(key: Sequence[str], row: Dict[str, Any], fields: Sequence[str]) -> bytes:
+def _message(key: Sequence[str], row: dict[str, Any], fields: Sequence[str]) -> bytes:
     return json.dumps([list(key), [row.get(f) for f in fields]], separators=(",", ":")).encode("utf-8")
 
 
-def _mac(secret_: bytes, key: Sequence[str], row: Dict[str, Any], v2: bool = True) -> str:
+def _mac(secret_: bytes, key: Sequence[str], row: dict[str, Any], v2: bool = True) -> str:
     # imported here: only stores that sign pay for hashlib and hmac
     import hashlib
     import hmac
@@ -49,14 +50,14 @@ def _mac(secret_: bytes, key: Sequence[str], row: Dict[str, Any], v2: bool = Tru
     return _PREFIX + (_V2 if v2 else "") + mac
 
 
-def sign(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
+def sign(key: Sequence[str], row: dict[str, Any]) -> str | None:
     s = secret()
     if s is None:
         return None
     return _mac(s, key, row)
 
 
-def snapshot_trusted(row: Dict[str, Any]) -> bool:
+def snapshot_trusted(row: dict[str, Any]) -> bool:
     """May the row's snapshot (its result digests) be believed? Always without
     a key (nothing is checked then); with one, only under a version-2 signature
     (older signatures, still accepted for the result itself, do not cover it)."""
@@ -65,7 +66,7 @@ def snapshot_trusted(row: Dict[str, Any]) -> bool:
     return str(row.get("signature") or "").startswith(_PREFIX + _V2)
 
 
-def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
+def problem(key: Sequence[str], row: dict[str, Any]) -> str | None:
     """Why ``row`` must be refused under the current key, or None."""
     s = secret()
     if s is None:
@@ -80,7 +81,7 @@ def problem(key: Sequence[str], row: Dict[str, Any]) -> Optional[str]:
     return None
 
 
-def key_check() -> Optional[str]:
+def key_check() -> str | None:
     """A check value of the current key (an HMAC of a fixed text: it tells nothing of the key
     but, like any signature, lets a weak key be guessed offline: use a long random one). The
     team's is recorded in its index by ``memolab remote upgrade`` (``set_team_key``), never by
@@ -99,7 +100,7 @@ def key_check() -> Optional[str]:
 KEY_CHECK = "hmac_check"  # the name a key check is kept under in an index's meta table
 
 
-def replaces(key: Sequence[str], old: Dict[str, Any], new: Dict[str, Any], recorded_check: Optional[str]) -> bool:
+def replaces(key: Sequence[str], old: dict[str, Any], new: dict[str, Any], recorded_check: str | None) -> bool:
     """May ``new``, a row being published for ``key``, replace ``old``, the row stored for it?
     Only when ``old`` is refused (unsigned, or a signature that does not match: forged, or
     published by a machine without the key), ``new`` verifies, and this machine's key is
@@ -110,7 +111,7 @@ def replaces(key: Sequence[str], old: Dict[str, Any], new: Dict[str, Any], recor
             and problem(key, old) is not None)
 
 
-def key_refusal(recorded: Optional[str]) -> Optional[str]:
+def key_refusal(recorded: str | None) -> str | None:
     """Why this machine must not publish into a team index whose key check is ``recorded``
     (None: none recorded, nothing to compare: it may), or None when it may."""
     if recorded is None:

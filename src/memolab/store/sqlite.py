@@ -13,22 +13,27 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any
 
 from .. import config
-from ..errors import BlobsGone
+from ..errors import BlobsGone as BlobsGone  # (also imported from here)
 from . import signing
 from .accepts import AcceptIndex
+from .gcplan import log_bytes, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
-from .gcplan import log_bytes, plan_by_size  # noqa: F401 (plan_by_size: also imported from here)
-from .misses import MISSES_KEPT, insert_miss, parse_miss  # noqa: F401 (also imported from here)
+from .misses import MISSES_KEPT, insert_miss, parse_miss as parse_miss  # noqa: F401 (also imported from here)
+
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
-from .process import host_name, process_table, start_time
-from .process import process_table as _process_table, start_time as _start_time  # noqa: F401 (old names)
-from .schema import SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
-
-
+from .process import (  # noqa: F401 (old names)
+    host_name as host_name,
+    process_table,
+    process_table as _process_table,
+    start_time,
+    start_time as _start_time,
+)
+from .schema import SCHEMA_VERSION as SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
                 "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
@@ -46,8 +51,8 @@ _TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '
 # damaged index b-tree can point a key at another key's row, and SQLite would
 # report the key from the index entry. The same page visits as a plain lookup
 # (the table row is read anyway), one statement.
-_WHERE_KEY = (", fn=?1 AND code=?2 AND args=?3 AND schema=?4 FROM evaluations WHERE id=("
-              "SELECT id FROM evaluations WHERE fn=?1 AND code=?2 AND args=?3 AND schema=?4) AND status='done'")
+_WHERE_KEY = (", fn=:k1 AND code=:k2 AND args=:k3 AND schema=:k4 FROM evaluations WHERE id=("
+              "SELECT id FROM evaluations WHERE fn=:k1 AND code=:k2 AND args=:k3 AND schema=:k4) AND status='done'")
 #: ``state_deps``: the states a row was made in (``call.Call.reroute``), likewise
 _EXTRACTED = ("result_token", "state_deps") if _JSON1 else ()
 #: what a lookup returns besides the table's columns (the extracted ones and the key check):
@@ -83,15 +88,15 @@ _RAW_SQL = (f"SELECT id, {', '.join(f'CAST({c} AS BLOB)' for c in _TEXT_COLUMNS)
             + _WHERE_KEY[: -len(_STATUS_ANY)])
 
 
-def row_damage(c: sqlite3.Connection, key: Key) -> Optional[Tuple[int, str, str]]:
+def row_damage(c: sqlite3.Connection, key: Key) -> tuple[int, str, str] | None:
     """(id, status, what is damaged) when the stored row of ``key`` cannot be read (a text
     column that is not UTF-8, a snapshot that is not JSON); None when there is no row or it
     reads. Judged from the row's raw bytes: a verdict about its content, never about the
     moment (a lock, an I/O error)."""
-    r = c.execute(_RAW_SQL, key).fetchone()
+    r = c.execute(_RAW_SQL, key_params(*key)).fetchone()
     if r is None or not r[-1]:
         return None  # no row (or the key index points elsewhere: ``_checked`` says so)
-    raw = dict(zip(_TEXT_COLUMNS, r[1:-2]))
+    raw = dict(zip(_TEXT_COLUMNS, r[1:-2], strict=False))
     why = None
     for col, v in raw.items():
         try:
@@ -104,11 +109,18 @@ def row_damage(c: sqlite3.Connection, key: Key) -> Optional[Tuple[int, str, str]
     return None if why is None else (int(r[0]), raw["status"] or "", f"damaged index row: {why}")
 
 
-def _read(c: sqlite3.Connection, sql: str, cols: Tuple[str, ...],
-          key: Key) -> Tuple[Optional[Dict[str, Any]], Optional[Tuple[int, str, str]]]:
+def key_params(*values: Any) -> dict[str, Any]:
+    """The named parameters ``:k1``, ``:k2``, ... of the statements here, from a key (and what
+    follows it). Named, not ``?1``: from Python 3.12 sqlite3 reads ``?NNN`` as a name, warns
+    when it is given a sequence (DeprecationWarning), and 3.14 refuses it."""
+    return {f"k{i}": v for i, v in enumerate(values, 1)}
+
+
+def _read(c: sqlite3.Connection, sql: str, cols: tuple[str, ...],
+          key: Key) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
     """(the row ``sql`` reads for ``key``, None), or (None, ``row_damage``) for a row it cannot read."""
     try:
-        return _checked(c.execute(sql, key).fetchone(), cols), None
+        return _checked(c.execute(sql, key_params(*key)).fetchone(), cols), None
     except (sqlite3.OperationalError, UnicodeDecodeError) as e:  # (Python < 3.12 raises the latter for bad text)
         try:
             damage = row_damage(c, key)
@@ -126,17 +138,17 @@ _RETIRE_SQL = "UPDATE evaluations SET status='corrupt', reason=? WHERE id=? AND 
 #: same arguments (only code changed), else same code (only arguments changed),
 #: else the newest. One statement: UNION ALL stops at the first row found.
 _NEAREST_SQL = " UNION ALL ".join(
-    f"SELECT * FROM (SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=?1 AND {where} AND status='done' "
-    "AND id<=?5 "
-    "ORDER BY finished DESC LIMIT 1)" for where in ("args=?3 AND schema=?4", "code=?2 AND schema=?4", "1")) + " LIMIT 1"
+    f"SELECT * FROM (SELECT {','.join(EVAL_COLUMNS)} FROM evaluations WHERE fn=:k1 AND {where} AND status='done' "
+    "AND id<=:k5 "
+    "ORDER BY finished DESC LIMIT 1)" for where in ("args=:k3 AND schema=:k4", "code=:k2 AND schema=:k4", "1")) + " LIMIT 1"
 
 
 #: ``_NEAREST_SQL`` among the evaluations a given script computed (or whose script is not
 #: known): two scripts that each define ``train`` share the symbol ``__main__:train``, and
 #: one script's evaluation is not an earlier version of the other's.
 _NEAREST_IN_SCRIPT_SQL = _NEAREST_SQL.replace(
-    "AND id<=?5 ", "AND id<=?5 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.eval_id=evaluations.id "
-    "AND r.script IS NOT NULL AND r.script!=?6) ")
+    "AND id<=:k5 ", "AND id<=:k5 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.eval_id=evaluations.id "
+    "AND r.script IS NOT NULL AND r.script!=:k6) ")
 
 _MAX_ID = 2 ** 63 - 1
 #: the newest evaluation's id (ids only grow: AUTOINCREMENT), bounding what a deferred miss is compared with
@@ -146,15 +158,15 @@ NEWEST_ID_SQL = "SELECT max(id) FROM evaluations"
 _PUBLISHED = frozenset(EVAL_COLUMNS + ("inline",))
 
 
-def _checked(row: Optional[tuple], columns: Tuple[str, ...]) -> Optional[Dict[str, Any]]:
+def _checked(row: tuple[Any, ...] | None, columns: tuple[str, ...]) -> dict[str, Any] | None:
     if row is None:
         return None
     if not row[-1]:
         raise sqlite3.DatabaseError("the index returned the row of another key: the index is damaged")
-    return dict(zip(columns, row))
+    return dict(zip(columns, row, strict=False))
 
 
-Key = Tuple[str, str, str, str]  # fn, code, args, schema
+Key = tuple[str, str, str, str]  # fn, code, args, schema
 
 
 #: Keeps source texts (digest, symbol, text): keyed by digest, never changed, so a text
@@ -212,7 +224,7 @@ class Index(AcceptIndex):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        self._sources_seen: Set[str] = set()
+        self._sources_seen: set[str] = set()
         self.progress = Progress()  # leases seen and since when (store/leases.py, rule 2)
         conn = self.conn()
         # The fast path: one header read. A current store needs no schema work,
@@ -281,11 +293,11 @@ class Index(AcceptIndex):
             elif self.c.in_transaction:  # SQLite may have rolled back on its own (SQLITE_FULL)
                 self.c.execute("ROLLBACK")
 
-    def write(self) -> "Index._write":
+    def write(self) -> Index._write:
         return Index._write(self.conn())
 
     # -- evaluations --------------------------------------------------------------------
-    def lookup(self, key: Key, lean: bool = False) -> Optional[Dict[str, Any]]:
+    def lookup(self, key: Key, lean: bool = False) -> dict[str, Any] | None:
         """The stored evaluation of ``key`` (with its inline bytes), or None: one
         point query on the key's unique index, no transaction, no write.
         ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
@@ -309,32 +321,32 @@ class Index(AcceptIndex):
         even one out of use)? Lets a miss skip reading what such a row would say."""
         return getattr(self._local, "absent", None) == key
 
-    def nearest(self, key: Key, before: Optional[int] = None, script: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    def nearest(self, key: Key, before: int | None = None, script: str | None = None) -> dict[str, Any] | None:
         """The stored evaluation of ``key``'s function closest to it (see ``_NEAREST_SQL``), or
         None; ``before``: among those with ids up to it (the evaluations a past miss saw);
         ``script``: among those that script computed or whose script is unknown."""
         c = self.conn()
-        params: tuple = (*key, _MAX_ID if before is None else before)
+        params: tuple[Any, ...] = (*key, _MAX_ID if before is None else before)
         sql = _NEAREST_SQL
         if script is not None and c.execute(
                 "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None:
             sql, params = _NEAREST_IN_SCRIPT_SQL, params + (script,)
-        r = c.execute(sql, params).fetchone()
-        return dict(zip(EVAL_COLUMNS, r)) if r is not None else None
+        r = c.execute(sql, key_params(*params)).fetchone()
+        return dict(zip(EVAL_COLUMNS, r, strict=False)) if r is not None else None
 
-    def snapshot_of_code(self, fn: str, code: str, schema: str) -> Optional[str]:
+    def snapshot_of_code(self, fn: str, code: str, schema: str) -> str | None:
         """The snapshot (JSON text) of an evaluation of ``fn`` with code digest ``code``, or
         None: its ``deps`` are those of every evaluation of that code."""
         r = self.conn().execute("SELECT snapshot FROM evaluations WHERE fn=? AND code=? AND schema=? "
                                 "AND snapshot IS NOT NULL ORDER BY finished DESC LIMIT 1", (fn, code, schema)).fetchone()
         return r[0] if r else None
 
-    def inline_of(self, eval_id: int) -> Optional[bytes]:
+    def inline_of(self, eval_id: int) -> bytes | None:
         row = self.conn().execute("SELECT inline FROM evaluations WHERE id=?", (eval_id,)).fetchone()
         return row[0] if row else None
 
     def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
-              on_owner: Optional[Callable[[sqlite3.Connection], None]] = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+              on_owner: Callable[[sqlite3.Connection], None] | None = None) -> tuple[str, dict[str, Any] | None]:
         """Atomically: ('hit', row) if stored; else ('owner', None) if we took the
         lease (free, or its holder stopped heart-beating); else ('wait', None).
         ``force`` skips the stored row (recompute and overwrite). ``on_owner``
@@ -350,12 +362,12 @@ class Index(AcceptIndex):
         finally:
             if took:
                 if state == "owner" and locks.owners.get(key) != owner:  # type: ignore[union-attr]
-                    locks.owners[key] = owner  # type: ignore[union-attr]  (held until recorded or released)
+                    locks.owners[key] = owner  # type: ignore[union-attr]  # held until recorded or released
                 else:
                     locks.drop(key)  # type: ignore[union-attr]
 
-    def _claim(self, key: Key, owner: str, ttl: float, force: bool, on_owner: Optional[Callable[[sqlite3.Connection], None]],
-               took: Optional[bool]) -> Tuple[str, Optional[Dict[str, Any]]]:
+    def _claim(self, key: Key, owner: str, ttl: float, force: bool, on_owner: Callable[[sqlite3.Connection], None] | None,
+               took: bool | None) -> tuple[str, dict[str, Any] | None]:
         with self.write() as c:
             if not force:
                 row, damaged = _read(c, _HIT_SQL, HIT_COLUMNS, key)
@@ -377,7 +389,7 @@ class Index(AcceptIndex):
                 return "owner", None
             return "wait", None
 
-    def key_locks(self) -> Optional[HostLocks]:
+    def key_locks(self) -> HostLocks | None:
         """This process's key locks of this index (``store/leases.py``, rule 1), made on the first
         claim (a process that only hits creates no lock file); None where there can be none."""
         if getattr(self, "_locks_pid", None) != config.pid():
@@ -385,7 +397,7 @@ class Index(AcceptIndex):
             self._locks_pid = config.pid()
         return self._locks
 
-    def _given_up(self, key: Key, holder: str, heartbeat: float, ttl: float, took: Optional[bool],
+    def _given_up(self, key: Key, holder: str, heartbeat: float, ttl: float, took: bool | None,
                   judge_progress: bool = True) -> bool:
         """May the lease of ``holder`` be taken over (``store/leases.py``)? ``took``: we hold the
         key's lock (no other process of this kernel does). ``judge_progress``: rule 2 too (a
@@ -398,7 +410,7 @@ class Index(AcceptIndex):
             return True
         return judge_progress and self.progress.stale(key, holder, heartbeat, ttl)
 
-    def abandoned_leases(self, c: sqlite3.Connection) -> List[Tuple[Any, ...]]:
+    def abandoned_leases(self, c: sqlite3.Connection) -> list[tuple[Any, ...]]:
         """(owner, fn, code, args, schema) of the leases whose owners provably gave them up: dead
         on this host, or of this kernel and not holding the key's lock. Others are left to the
         claimers, which judge them by their heartbeat's progress."""
@@ -406,24 +418,24 @@ class Index(AcceptIndex):
         gone = []
         for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
             key = tuple(k)
-            took = locks.take(key) if locks is not None else None  # type: ignore[arg-type]
+            took = locks.take(key) if locks is not None else None
             try:
-                if self._given_up(key, o, hb, 0.0, took, judge_progress=False):  # type: ignore[arg-type]
+                if self._given_up(key, o, hb, 0.0, took, judge_progress=False):
                     gone.append((o, *k))
             finally:
-                if took:
-                    locks.drop(key)  # type: ignore[union-attr, arg-type]
+                if took and locks is not None:  # (took only with locks)
+                    locks.drop(key)
         return gone
 
     def _let_go(self, key: Key, owner: str) -> None:
         """``owner`` no longer holds ``key`` here: its key lock goes (and what we saw of it)."""
         locks = getattr(self, "_locks", None)
         if locks is not None and getattr(self, "_locks_pid", None) == config.pid() \
-                and locks.owners.get(tuple(key)) == owner:  # type: ignore[arg-type]
-            del locks.owners[tuple(key)]  # type: ignore[arg-type]
-            locks.drop(tuple(key))  # type: ignore[arg-type]
+                and locks.owners.get(tuple(key)) == owner:
+            del locks.owners[tuple(key)]
+            locks.drop(tuple(key))
 
-    def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
+    def heartbeat(self, held: Iterable[tuple[Key, str]]) -> None:
         # every beat changes the value (even if this clock stood still or went back): observers
         # judge a lease by whether its heartbeat moves, never by comparing it with their clock
         now = time.time()
@@ -446,9 +458,9 @@ class Index(AcceptIndex):
         finally:
             self._let_go(key, owner)
 
-    def record(self, key: Key, owner: str, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
+    def record(self, key: Key, owner: str, fields: dict[str, Any], sources: dict[str, tuple[str, str]],
                present: Callable[[], bool] = lambda: True,
-               also: Optional[Callable[[sqlite3.Connection], None]] = None) -> int:
+               also: Callable[[sqlite3.Connection], None] | None = None) -> int:
         """Store a finished evaluation and drop our lease, in one transaction.
 
         ``present`` says whether the blobs the row refers to are all still there.
@@ -467,8 +479,8 @@ class Index(AcceptIndex):
         self._let_go(key, owner)
         return eval_id
 
-    def _record(self, key: Key, owner: str, cols: List[str], vals: List[Any], new_sources: List[Tuple[str, str, str]],
-                present: Callable[[], bool], also: Optional[Callable[[sqlite3.Connection], None]]) -> int:
+    def _record(self, key: Key, owner: str, cols: list[str], vals: list[Any], new_sources: list[tuple[str, str, str]],
+                present: Callable[[], bool], also: Callable[[sqlite3.Connection], None] | None) -> int:
         with self.write() as c:
             # Our lease dropped first (rolled back with the rest if we raise below).
             held = owner and c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
@@ -490,14 +502,14 @@ class Index(AcceptIndex):
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
-            eval_id = int(cur.lastrowid)
+            eval_id = int(cur.lastrowid)  # type: ignore[arg-type]  # set by the INSERT
             if also is not None:
                 also(c)
             return eval_id
 
     # -- rows computed elsewhere (the team store: see ``team.protocol.EvalIndex``) -------------
-    def lookup_many(self, keys: Sequence[Key]) -> Dict[Key, Dict[str, Any]]:
-        out: Dict[Key, Dict[str, Any]] = {}
+    def lookup_many(self, keys: Sequence[Key]) -> dict[Key, dict[str, Any]]:
+        out: dict[Key, dict[str, Any]] = {}
         c = self.conn()
         for key in keys:  # point queries on an embedded database: no round trips to batch
             row, _ = _read(c, _HIT_SQL, HIT_COLUMNS, key)  # (one that cannot be read is not had)
@@ -505,17 +517,17 @@ class Index(AcceptIndex):
                 out[tuple(key)] = row  # type: ignore[index]
         return out
 
-    def publish(self, key: Key, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]],
-                owner: Optional[str] = None) -> Tuple[int, bool]:
+    def publish(self, key: Key, fields: dict[str, Any], sources: dict[str, tuple[str, str]],
+                owner: str | None = None) -> tuple[int, bool]:
         return self.publish_many([(key, fields, sources)], owner)[0]
 
-    def publish_many(self, rows: Sequence[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]],
-                     owner: Optional[str] = None) -> List[Tuple[int, bool]]:
+    def publish_many(self, rows: Sequence[tuple[Key, dict[str, Any], dict[str, tuple[str, str]]]],
+                     owner: str | None = None) -> list[tuple[int, bool]]:
         """Insert finished rows computed elsewhere; a key's 'done' row is never replaced
         (the first result published wins: others may already be reading it), unless it
         cannot be used by anyone: it does not decode (``retire_damaged``), or it is refused
         and the new one is correctly signed (``_refused``)."""
-        out: List[Tuple[int, bool]] = []
+        out: list[tuple[int, bool]] = []
         with self.write() as c:
             for key, fields, sources in rows:
                 have = c.execute("SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
@@ -531,14 +543,14 @@ class Index(AcceptIndex):
                     cols = ["fn", "code", "args", "schema", "status", *f]
                     cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) "
                                     f"VALUES ({','.join('?' * len(cols))})", [*key, "done", *f.values()])
-                    out.append((int(cur.lastrowid), True))
+                    out.append((int(cur.lastrowid), True))  # type: ignore[arg-type]  # set by the INSERT
                 self.add_sources(sources)  # (nested: in this transaction)
                 if owner is not None:
                     c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
                               (*key, owner))
         return out
 
-    def _refused(self, c: sqlite3.Connection, key: Key, fields: Dict[str, Any]) -> bool:
+    def _refused(self, c: sqlite3.Connection, key: Key, fields: dict[str, Any]) -> bool:
         """Is the 'done' row of ``key`` one ``fields`` may replace (``signing.replaces``)? Asked
         under the write lock, which the replacement is made under too: atomic."""
         if signing.secret() is None:
@@ -548,12 +560,12 @@ class Index(AcceptIndex):
         return old is not None and signing.replaces(key, old, fields, recorded[0] if recorded else None)
 
     # -- the team's key and clock (``team.protocol.EvalIndex``) ----------------------------------
-    def team_key(self) -> Optional[str]:
+    def team_key(self) -> str | None:
         """The key check ``memolab remote upgrade`` recorded (``signing.key_check``), or None."""
         row = self.conn().execute("SELECT value FROM meta WHERE key=?", (signing.KEY_CHECK,)).fetchone()
         return row[0] if row else None
 
-    def set_team_key(self, check: str, replace: bool = False) -> Tuple[Optional[str], str]:
+    def set_team_key(self, check: str, replace: bool = False) -> tuple[str | None, str]:
         """Record ``check`` as the team's key unless one is recorded (``replace``: whatever is);
         (the one before, the one now)."""
         with self.write() as c:
@@ -566,11 +578,11 @@ class Index(AcceptIndex):
         """This index's time (seconds): every time the team store compares is taken from it."""
         return time.time()
 
-    def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
-                   limit: Optional[int] = None) -> List[Dict[str, Any]]:
+    def rows_since(self, fn: str | None = None, since: float | None = None,
+                   limit: int | None = None) -> list[dict[str, Any]]:
         cols = EVAL_COLUMNS + ("inline",)
         sql = f"SELECT {','.join(cols)} FROM evaluations WHERE status='done'"
-        args: List[Any] = []
+        args: list[Any] = []
         if fn is not None:
             sql += " AND fn=?"
             args.append(fn)
@@ -580,7 +592,7 @@ class Index(AcceptIndex):
         sql += " ORDER BY finished ASC, id ASC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(cols, r)) for r in self.conn().execute(sql, args)]
+        return [dict(zip(cols, r, strict=False)) for r in self.conn().execute(sql, args)]
 
     def retire_damaged(self, key: Key) -> bool:
         """Take the 'done' row of ``key`` out of use if it cannot be read (``row_damage``);
@@ -591,18 +603,18 @@ class Index(AcceptIndex):
             damaged = row_damage(c, key)
             return damaged is not None and c.execute(_RETIRE_SQL, (damaged[2], damaged[0])).rowcount > 0
 
-    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+    def mark_corrupt(self, eval_id: int, reason: str | None = None, status: str = "corrupt") -> None:
         """Take an evaluation out of use (``status`` 'corrupt', 'stale' or 'refused'), keeping why."""
         with self.write() as c:
             c.execute("UPDATE evaluations SET status=?, reason=? WHERE id=?", (status, reason, eval_id))
 
-    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = {}) -> None:
+    def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] | None = None) -> None:
         """Write batched hit counts and blob stamps in one transaction (off the hit path)."""
         with self.write() as c:
-            write_usage(c, counts, stamps)
+            write_usage(c, counts, stamps or {})
 
-    def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
-                    order: str = "finished DESC", limit: Optional[int] = None) -> List[Dict[str, Any]]:
+    def evaluations(self, fn: str | None = None, where: str = "", params: Sequence[Any] = (),
+                    order: str = "finished DESC", limit: int | None = None) -> list[dict[str, Any]]:
         clauses, args = [], []
         if fn is not None:
             clauses.append("fn=?")
@@ -616,9 +628,9 @@ class Index(AcceptIndex):
         sql += f" ORDER BY {order}"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(EVAL_COLUMNS, r)) for r in self.conn().execute(sql, args)]
+        return [dict(zip(EVAL_COLUMNS, r, strict=False)) for r in self.conn().execute(sql, args)]
 
-    def functions(self) -> List[Dict[str, Any]]:
+    def functions(self) -> list[dict[str, Any]]:
         rows = self.conn().execute(
             "SELECT fn, COUNT(*), SUM(size), MAX(finished), SUM(hits), SUM(duration) FROM evaluations GROUP BY fn ORDER BY fn")
         return [dict(fn=r[0], evaluations=r[1], size=r[2] or 0, last=r[3], hits=r[4] or 0, compute=r[5] or 0.0) for r in rows]
@@ -627,20 +639,20 @@ class Index(AcceptIndex):
         with self.write() as c:
             c.executemany("DELETE FROM evaluations WHERE id=?", [(i,) for i in ids])
 
-    def add_sources(self, sources: Dict[str, Tuple[str, str]]) -> None:
+    def add_sources(self, sources: dict[str, tuple[str, str]]) -> None:
         """Keep source texts (digest -> (symbol, text)); those already here stay as they are."""
         if sources:
             with self.write() as c:
                 c.executemany(KEEP_SOURCES_SQL, [(d, sym, src) for d, (sym, src) in sources.items()])
 
-    def source(self, digest: str) -> Optional[str]:
+    def source(self, digest: str) -> str | None:
         row = self.conn().execute("SELECT source FROM sources WHERE digest=?", (digest,)).fetchone()
         return row[0] if row else None
 
-    def sources_of(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+    def sources_of(self, digests: Iterable[str]) -> dict[str, tuple[str, str]]:
         """digest -> (symbol, source text) of those of ``digests`` this index keeps."""
         ds = list(dict.fromkeys(digests))
-        out: Dict[str, Tuple[str, str]] = {}
+        out: dict[str, tuple[str, str]] = {}
         c = self.conn()
         for i in range(0, len(ds), 500):
             part = ds[i:i + 500]
@@ -650,21 +662,21 @@ class Index(AcceptIndex):
         return out
 
     # -- misses ---------------------------------------------------------------------------
-    def record_miss(self, fn: str, explanation: Dict[str, Any]) -> None:
+    def record_miss(self, fn: str, explanation: dict[str, Any]) -> None:
         with self.write() as c:
             insert_miss(c, fn, json.dumps(explanation))
 
-    def last_miss(self, fn: str) -> Optional[Dict[str, Any]]:
+    def last_miss(self, fn: str) -> dict[str, Any] | None:
         row = self.conn().execute("SELECT time, CAST(explanation AS BLOB) FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1",
                                   (fn,)).fetchone()
         return None if not row else parse_miss(fn, row[0], row[1])
 
     # -- blob stamps and references ---------------------------------------------------------
-    def get_stamp(self, digest: str) -> Optional[Tuple[int, int, int]]:
+    def get_stamp(self, digest: str) -> tuple[int, int, int] | None:
         row = self.conn().execute("SELECT size, mtime_ns, inode FROM blob_stamps WHERE digest=?", (digest,)).fetchone()
-        return tuple(row) if row else None  # type: ignore[return-value]
+        return tuple(row) if row else None
 
-    def set_stamp(self, digest: str, stamp: Tuple[int, int, int]) -> None:
+    def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         with self.write() as c:
             c.execute("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)", (digest, *stamp))
 
@@ -672,9 +684,9 @@ class Index(AcceptIndex):
         with self.write() as c:
             c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d in digests])
 
-    def referenced_blobs(self, only_done: bool = False) -> Dict[str, List[int]]:
+    def referenced_blobs(self, only_done: bool = False) -> dict[str, list[int]]:
         """blob digest -> ids of the evaluations that use it."""
-        refs: Dict[str, List[int]] = {}
+        refs: dict[str, list[int]] = {}
         # Inline rows hold their bytes in the row: their digests name no file.
         sql = "SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL" + (" AND status='done'" if only_done else "")
         for i, payload, buffers in self.conn().execute(sql):
@@ -693,9 +705,9 @@ class Index(AcceptIndex):
                 refs.setdefault(d, []).append(i)
         return refs
 
-    def referenced_digests(self, exclude: Set[int] = set()) -> Set[str]:
+    def referenced_digests(self, exclude: Collection[int] = frozenset()) -> set[str]:
         """Digests of the blob files that evaluations (other than ``exclude``) refer to."""
-        refs: Set[str] = set()
+        refs: set[str] = set()
         add = refs.add
         for i, payload, buffers in self.conn().execute("SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL"):
             if i in exclude:
@@ -715,21 +727,21 @@ class Index(AcceptIndex):
     _LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
     _GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
 
-    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Dict[str, Any]]:
+    def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[dict[str, Any]]:
         """See ``Store.gc_plan``; ``cutoff``: drop what was last used before it."""
         c = self.conn()
         cols = ",".join(self._GC_COLS)
         if max_size is None:
             where = "status!='done'" + (f" OR {self._LAST_USE} < ?" if cutoff is not None else "")
             sql = f"SELECT {cols} FROM evaluations WHERE {where} ORDER BY {self._LAST_USE} ASC"
-            return [dict(zip(self._GC_COLS, r)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
+            return [dict(zip(self._GC_COLS, r, strict=False)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
                f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
         logs = log_bytes(self)  # an evaluation's logs go with it, so they count toward its size
         drop = plan_by_size(c.execute(sql), cutoff, max_size, logs)
-        return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
+        return [dict(zip(self._GC_COLS, r[:6], strict=False)) for r in drop]
 
-    def clear(self, fn: Optional[str] = None) -> int:
+    def clear(self, fn: str | None = None) -> int:
         with self.write() as c:
             if fn is None:
                 n = c.execute("DELETE FROM evaluations").rowcount
@@ -745,8 +757,8 @@ class Index(AcceptIndex):
         return n
 
 
-def write_usage(c: sqlite3.Connection, counts: Dict[int, Tuple[int, float]],
-                stamps: Dict[str, Tuple[int, int, int]]) -> None:
+def write_usage(c: sqlite3.Connection, counts: dict[int, tuple[int, float]],
+                stamps: dict[str, tuple[int, int, int]]) -> None:
     """Batched hit counts and blob stamps, inside the caller's write transaction."""
     if counts:  # (a time of None: now, by this index's clock)
         now = time.time()
@@ -764,7 +776,7 @@ def process_token() -> str:
     return f"{host_name()}:{os.getpid()}:{start_time(os.getpid()) or '?'}/{process_table() or '?'}"
 
 
-def owner_alive_here(owner: str) -> Optional[bool]:
+def owner_alive_here(owner: str) -> bool | None:
     """Is the owner of a lease a process on this host that is still running?
     True or False where the process table can say, None where it cannot
     (another host, no /proc, our own process): the heartbeat decides then.

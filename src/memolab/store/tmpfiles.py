@@ -23,12 +23,13 @@ import re
 import stat
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from . import layout
 
-_TAG: List[str] = []
+_TAG: list[str] = []
 
 
 def writer_tag() -> str:
@@ -56,7 +57,7 @@ def is_tmp_name(name: str) -> bool:
     return _OURS.match(name) is not None
 
 
-def writer_alive(name: str) -> Optional[bool]:
+def writer_alive(name: str) -> bool | None:
     """Is the writer of temporary file ``name`` still running? None where we cannot tell."""
     parts = name.split(".")
     if len(parts) < 3:
@@ -84,14 +85,14 @@ class TmpFile(NamedTuple):
     size: int
     age: float
     #: True running, False dead, None cannot tell
-    alive: Optional[bool]
+    alive: bool | None
 
     @property
     def reclaimable(self) -> bool:
         return self.alive is False
 
 
-def scan(tmp_dir: Path, now: Optional[float] = None) -> Iterator[TmpFile]:
+def scan(tmp_dir: Path, now: float | None = None) -> Iterator[TmpFile]:
     """memolab's temporary files in ``tmp_dir``: regular files with names it gives (a link, a
     folder or a file of another name is not ours, and is never listed)."""
     now = time.time() if now is None else now
@@ -112,10 +113,10 @@ def scan(tmp_dir: Path, now: Optional[float] = None) -> Iterator[TmpFile]:
             yield TmpFile(Path(e.path), st.st_size, now - st.st_mtime, writer_alive(e.name))
 
 
-def reclaim(tmp_dir: Path, older_than: float = 3600.0) -> List[TmpFile]:
+def reclaim(tmp_dir: Path, older_than: float = 3600.0) -> list[TmpFile]:
     """Remove the temporary files of dead writers, and any not written for ``older_than`` s
     (only memolab's: ``scan``), relative to the folder opened without following a link."""
-    gone = []
+    gone: list[Any] = []
     doomed = [t for t in scan(tmp_dir) if t.alive is False or (t.alive is None and t.age > older_than)]
     if not doomed:
         return gone

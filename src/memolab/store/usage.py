@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, List, Optional
+from collections.abc import Callable
 
 from .. import hooks
 
@@ -28,12 +28,12 @@ class Flusher:
 
     def __init__(self, flush: Callable[[], None]) -> None:
         self.flush = flush
-        self.thread: Optional[threading.Thread] = None
+        self.thread: threading.Thread | None = None
         self.due = time.monotonic() + HIT_FLUSH_SECONDS
         #: written within PROMPT_SECONDS of each hit (a process that never runs its atexit handlers)
         self.prompt = hooks.exits_without_atexit()
         #: run after each prompt write (a team store sends the hits on to the team's rows)
-        self.after: List[Callable[[], None]] = []
+        self.after: list[Callable[[], object]] = []  # (what each returns is ignored)
         self._wake = threading.Event()
         self._lock = threading.Lock()
 

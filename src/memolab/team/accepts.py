@@ -13,7 +13,7 @@
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any
 
 from ..store.accepts import usable
 from .link import Offline
@@ -29,7 +29,7 @@ def _supported(store: Any) -> bool:
     return bool(getattr(store.link.index, "accepts_supported", True))
 
 
-def accepts_of(store: Any, fn: str, schema: str) -> List[Dict[str, Any]]:
+def accepts_of(store: Any, fn: str, schema: str) -> list[dict[str, Any]]:
     """The accepts of ``fn`` under ``schema`` a call on ``store`` (a ``TeamStore``) may follow."""
     index = store.local.index
     if store.link.usable():
@@ -43,7 +43,7 @@ def accepts_of(store: Any, fn: str, schema: str) -> List[Dict[str, Any]]:
     return usable(index.accepts(fn, schema))
 
 
-def _sync(index: Any, local: List[Dict[str, Any]], team: List[Dict[str, Any]]) -> None:
+def _sync(index: Any, local: list[dict[str, Any]], team: list[dict[str, Any]]) -> None:
     """Bring the local copies of the team's accepts (of one function) to the team's state."""
     by_team = {a["team_id"]: a for a in local if a.get("team_id") is not None}
     for t in team:
@@ -55,7 +55,7 @@ def _sync(index: Any, local: List[Dict[str, Any]], team: List[Dict[str, Any]]) -
             index.undo_accept(mine["id"], when=t["undone"], by=t.get("undone_by"))
 
 
-def record(store: Any, rec: Dict[str, Any]) -> Dict[str, Any]:
+def record(store: Any, rec: dict[str, Any]) -> dict[str, Any]:
     """``TeamStore.record_accept``: locally, then on the team index: ``{"id", "team"}`` where
     ``team`` is ``published``, ``offline`` (``memolab sync`` sends it), ``old-schema`` (a team index
     at schema 1) or ``refused`` (this machine's key is not the team's: it publishes nothing)."""
@@ -86,7 +86,7 @@ def _publish(store: Any, local_id: int) -> str:
     return "published"
 
 
-def _send_undo(store: Any, a: Dict[str, Any]) -> str:
+def _send_undo(store: Any, a: dict[str, Any]) -> str:
     try:
         store.link.attempt(lambda: store.link.index.undo_accept(a["team_id"], when=a.get("undone"),
                                                                 by=a.get("undone_by")))
@@ -96,7 +96,7 @@ def _send_undo(store: Any, a: Dict[str, Any]) -> str:
     return "undone"
 
 
-def undo(store: Any, accept_id: int, by: str) -> Dict[str, Any]:
+def undo(store: Any, accept_id: int, by: str) -> dict[str, Any]:
     """``TeamStore.undo_accept``: here at once, then on the team index (``team``: ``undone``,
     ``offline``: sent by ``memolab sync``; None for an accept the team never had)."""
     index = store.local.index
@@ -109,7 +109,7 @@ def undo(store: Any, accept_id: int, by: str) -> Dict[str, Any]:
     return {"undone": done, "team": _send_undo(store, now)}
 
 
-def push(store: Any) -> Dict[str, int]:
+def push(store: Any) -> dict[str, int]:
     """Send what the team index lacks: accepts made here while it was unreachable, and undos
     (``memolab sync``). ``Offline`` if it is down."""
     index = store.local.index

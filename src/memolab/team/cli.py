@@ -10,9 +10,20 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any
 
-from ..cli.common import PROBLEM, USAGE, CliError, Progress, command, emit_json, json_option, options, parse_age, store_root
+from ..cli.common import (
+    PROBLEM,
+    USAGE,
+    CliError,
+    Progress,
+    command,
+    emit_json,
+    json_option,
+    options,
+    parse_age,
+    store_root,
+)
 
 
 def _quiet() -> None:
@@ -46,7 +57,7 @@ def _team_store(args: argparse.Namespace, create: bool = False) -> Any:
     return store
 
 
-def _unreachable(store: Any, e: Optional[BaseException] = None) -> CliError:
+def _unreachable(store: Any, e: BaseException | None = None) -> CliError:
     from .link import Failed
 
     what = "team store error" if isinstance(e, Failed) else "team store unreachable"
@@ -88,7 +99,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
         raise CliError(PROBLEM, "no team store configured: set MEMOLAB_REMOTE and MEMOLAB_REMOTE_BLOBS (docs/team.md)")
     root = store_root(args)
     local = (root / "index.sqlite").is_file()
-    out: Dict[str, Any] = {"index": redact(remote[0]), "blobs": remote[1], "store": str(root),
+    out: dict[str, Any] = {"index": redact(remote[0]), "blobs": remote[1], "store": str(root),
                            "reachable": False, "index_reachable": False, "blobs_reachable": False,
                            "schema_version": None, "supported": None, "error": None,
                            "queued": 0, "uploaded": 0, "team_evaluations": None,
@@ -109,7 +120,7 @@ def cmd_remote(args: argparse.Namespace) -> int:
 
         link = Link(remote[0], remote[1], config.settings().remote_timeout)
     t0 = time.monotonic()
-    recorded: Optional[str] = None
+    recorded: str | None = None
     if remote[0].lower().startswith(("postgresql://", "postgres://")):
         # read-only and bounded: never creates the schema, checks all of it
         from .pgschema import status as pg_status
@@ -224,7 +235,7 @@ def _upgrade(args: argparse.Namespace) -> int:
     else:
         result = "a SQLite team index upgrades itself when opened"
     mine = signing.key_check()
-    key: Dict[str, Any] = {"recorded": None, "this_machine": mine is not None, "matches": None, "changed": False}
+    key: dict[str, Any] = {"recorded": None, "this_machine": mine is not None, "matches": None, "changed": False}
     index = open_index(remote[0], config.settings().remote_timeout)
     try:
         if mine is not None:
@@ -254,7 +265,7 @@ def _upgrade(args: argparse.Namespace) -> int:
     return 0 if key["matches"] is not False else PROBLEM
 
 
-def _short(check: Optional[str]) -> Optional[str]:
+def _short(check: str | None) -> str | None:
     """A recorded key check as shown: its first hex digits (enough to tell two apart)."""
     return None if check is None else "check " + check.rpartition(":")[2][:12]
 
@@ -346,11 +357,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from .link import Offline
 
     store = _team_store(args, create=True)
-    fn: Optional[str] = None
+    fn: str | None = None
     try:
         if args.function:
             fn = _resolve(args.function, [f["fn"] for f in store.link.attempt(store.link.index.functions)])
-        bars: List[Progress] = []
+        bars: list[Progress] = []
 
         def step(n: int, total: int) -> None:
             if not bars:  # the total is known once the one rows_since query answered
@@ -378,7 +389,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resolve(name: str, fns: List[str]) -> str:
+def _resolve(name: str, fns: list[str]) -> str:
     from ..cli.common import short_name
 
     if name in fns:

@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from typing import Callable, Dict, Optional
+from collections.abc import Callable
 
 
 class Armed:
@@ -47,9 +47,9 @@ class Watchdog:
     def __init__(self, kill: Callable[[int], None] = shutdown_fd) -> None:
         self._kill = kill
         self._cv = threading.Condition()
-        self._armed: Dict[int, Armed] = {}  # by the arming thread's ident: one operation per thread
-        self._thread: Optional[threading.Thread] = None
-        self._next: Optional[float] = None
+        self._armed: dict[int, Armed] = {}  # by the arming thread's ident: one operation per thread
+        self._thread: threading.Thread | None = None
+        self._next: float | None = None
 
     def arm(self, fd: int, seconds: float) -> Armed:
         a = Armed(time.monotonic() + seconds, fd)
@@ -89,7 +89,7 @@ WATCHDOG = Watchdog()
 def _after_fork() -> None:
     # a child has no watchdog thread, and may have been forked while that thread held the
     # condition's lock: start from a fresh watchdog rather than wait on a lock nobody releases
-    WATCHDOG.__init__(WATCHDOG._kill)
+    WATCHDOG.__init__(WATCHDOG._kill)  # type: ignore[misc]  # re-initialised in a forked child
 
 
 if hasattr(os, "register_at_fork"):

@@ -36,7 +36,7 @@ bucket, so each step is chosen to be safe on its own):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 #: blobs last written less than this many seconds ago are never deleted
 DEFAULT_GRACE = 3600.0
@@ -46,21 +46,21 @@ _BATCH = 1000
 @dataclass
 class Plan:
     #: team rows to drop, least recently used first (id, fn, finished, last_hit, size, status)
-    rows: List[Dict[str, Any]]
+    rows: list[dict[str, Any]]
     #: blobs referenced by no row once ``rows`` are gone and older than the grace: (digest, size)
-    blobs: List[Tuple[str, int]]
+    blobs: list[tuple[str, int]]
     #: blobs referenced by no row but younger than the grace (uploads in flight): kept
-    young: List[Tuple[str, int]] = field(default_factory=list)
+    young: list[tuple[str, int]] = field(default_factory=list)
     #: objects in the blob store, and their bytes, before anything is deleted
     listed: int = 0
     listed_bytes: int = 0
     #: multipart uploads started before the grace period and never completed: (key, id, initiated)
-    uploads: List[Tuple[str, str, float]] = field(default_factory=list)
+    uploads: list[tuple[str, str, float]] = field(default_factory=list)
     grace: float = DEFAULT_GRACE
     #: team leases not heart-beaten for the grace period (their owners are dead)
     leases: int = 0
 
-    def summary(self, dry_run: bool) -> Dict[str, Any]:
+    def summary(self, dry_run: bool) -> dict[str, Any]:
         return {"evaluations": len(self.rows), "evaluation_ids": [r["id"] for r in self.rows],
                 "blobs": len(self.blobs), "blob_bytes": sum(n for _, n in self.blobs),
                 "young_blobs_kept": len(self.young), "young_bytes_kept": sum(n for _, n in self.young),
@@ -68,8 +68,8 @@ class Plan:
                 "abandoned_uploads": len(self.uploads), "stale_leases": self.leases, "dry_run": dry_run}
 
 
-def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: Optional[int] = None,
-         grace: float = DEFAULT_GRACE, now: Optional[float] = None) -> Plan:
+def plan(index: Any, blobs: Any, older_than: float | None = None, max_size: int | None = None,
+         grace: float = DEFAULT_GRACE, now: float | None = None) -> Plan:
     """What ``gc --remote`` would delete now (nothing is changed)."""
     now = index.clock() if now is None else now  # the database's clock: a machine's may be off by days
     rows = index.gc_plan(None if older_than is None else now - older_than, max_size)
@@ -91,7 +91,7 @@ def plan(index: Any, blobs: Any, older_than: Optional[float] = None, max_size: O
     return out
 
 
-def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> Dict[str, Any]:
+def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> dict[str, Any]:
     """Delete what ``p`` planned: rows first, then the blobs still unreferenced."""
     ids = [r["id"] for r in p.rows]
     for i in range(0, len(ids), _BATCH):

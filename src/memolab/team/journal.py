@@ -26,7 +26,8 @@ import json
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .. import config
 from ..store.sqlite import LOOKUP_ONLY, Key
@@ -80,7 +81,7 @@ def ensure(c: sqlite3.Connection) -> None:
     c.execute(UNCONFIRMED_DDL)
 
 
-def remember_ids(index: Any, pairs: Sequence[Tuple[int, int]], c: Optional[sqlite3.Connection] = None) -> None:
+def remember_ids(index: Any, pairs: Sequence[tuple[int, int]], c: sqlite3.Connection | None = None) -> None:
     """Record (local id, team id) pairs (best effort: they only route hit counts)."""
     if not pairs:
         return
@@ -96,7 +97,7 @@ def remember_ids(index: Any, pairs: Sequence[Tuple[int, int]], c: Optional[sqlit
         pass
 
 
-def unsent_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, float]]:
+def unsent_hits(index: Any, limit: int = 1000) -> list[tuple[int, int, int, float]]:
     """(local id, team id, hits not yet sent, last hit) of rows hit since their last forwarding."""
     try:
         return index.conn().execute(
@@ -106,7 +107,7 @@ def unsent_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, floa
         return []
 
 
-def claim_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, float]]:
+def claim_hits(index: Any, limit: int = 1000) -> list[tuple[int, int, int, float]]:
     """``unsent_hits``, marked sent in the same write transaction: two forwarders (the uploader
     thread and the exit, ``memolab sync`` in another process) never send the same hits twice.
     A forwarder whose send fails gives them back (``unclaim_hits``)."""
@@ -119,7 +120,7 @@ def claim_hits(index: Any, limit: int = 1000) -> List[Tuple[int, int, int, float
     return rows
 
 
-def unclaim_hits(index: Any, rows: Sequence[Tuple[int, int, int, float]]) -> None:
+def unclaim_hits(index: Any, rows: Sequence[tuple[int, int, int, float]]) -> None:
     with index.write() as c:
         c.executemany("UPDATE team_ids SET sent = sent - ? WHERE local_id = ?", [(n, i) for i, _, n, _ in rows])
 
@@ -144,7 +145,7 @@ def count(index: Any) -> int:
         return 0
 
 
-def failing(index: Any) -> Tuple[int, Optional[str]]:
+def failing(index: Any) -> tuple[int, str | None]:
     """Queued results the team store refused (not an outage): how many, and the last error."""
     try:
         c = index.conn()
@@ -163,7 +164,7 @@ def uploaded_count(index: Any) -> int:
         return 0
 
 
-def team_fields(row: Dict[str, Any]) -> Dict[str, Any]:
+def team_fields(row: dict[str, Any]) -> dict[str, Any]:
     """A local row as it travels to the team index (fields verbatim: the signature still verifies)."""
     return {k: v for k, v in row.items() if k not in _LOCAL_ONLY}
 
@@ -183,7 +184,7 @@ class Journal:
     def __init__(self, store: Any) -> None:
         self.store = store
         self._wake = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._upload_lock = threading.Lock()  # one batch at a time (thread, sync, exit)
         # one importer at a time: the exit's import waits (bounded) for the thread's import in
@@ -193,11 +194,11 @@ class Journal:
         #: a read-only process (``memolab remote status``): nothing is uploaded at exit
         self.read_only = False
         #: (local eval id, the team row's ``logs`` value) to import off the hit path
-        self.logs_wanted: List[Tuple[int, str]] = []
+        self.logs_wanted: list[tuple[int, str]] = []
         #: digests of source texts to copy from the team (``TeamStore.import_sources``)
-        self.sources_wanted: Dict[str, None] = {}
+        self.sources_wanted: dict[str, None] = {}
         #: keys saved by this process whose run has not written its logs yet (``hold``)
-        self._held: Dict[Key, int] = {}
+        self._held: dict[Key, int] = {}
         self._held_lock = threading.Lock()
 
     # -- the background thread ------------------------------------------------------------
@@ -275,7 +276,7 @@ class Journal:
                 self._held[key] = n
         self.wake()
 
-    def _queued(self, limit: int, min_age: float) -> List[Tuple[Key, str]]:
+    def _queued(self, limit: int, min_age: float) -> list[tuple[Key, str]]:
         c = self.store.index.conn()
         with self._held_lock:
             held = set(self._held)
@@ -304,10 +305,10 @@ class Journal:
                 store.drop_team_leases(items)
                 raise Failed()
             idx = store.index
-            rows: List[Tuple[Key, str, Dict[str, Any], Dict[str, Tuple[str, str]]]] = []
-            puts: List[Tuple[str, Any]] = []
-            gone: List[Key] = []
-            local_ids: Dict[Key, int] = {}
+            rows: list[tuple[Key, str, dict[str, Any], dict[str, tuple[str, str]]]] = []
+            puts: list[tuple[str, Any]] = []
+            gone: list[Key] = []
+            local_ids: dict[Key, int] = {}
             for key, owner in items:
                 local = idx.lookup(key)
                 if local is None:
@@ -322,7 +323,7 @@ class Journal:
                     if not all(p.exists() for p in paths):
                         gone.append(key)  # a local blob lost: the next call recomputes and queues it again
                         continue
-                    puts.extend(zip(digests, paths))
+                    puts.extend(zip(digests, paths, strict=False))
                 bundle = self._bundle(local["id"])
                 if bundle is not None:
                     from . import logs
@@ -341,13 +342,15 @@ class Journal:
                     seen: set = set()
                     uniq = [(d, p) for d, p in puts if not (d in seen or seen.add(d))]  # type: ignore[func-returns-value]
                     run(lambda: link.blobs.put_many(uniq))
-                by_owner: Dict[str, List[Tuple[Key, Dict[str, Any], Dict[str, Tuple[str, str]]]]] = {}
+                by_owner: dict[str, list[tuple[Key, dict[str, Any], dict[str, tuple[str, str]]]]] = {}
                 for key, owner, fields, sources in rows:
                     by_owner.setdefault(owner, []).append((key, fields, sources))
-                published: Dict[Key, int] = {}
+                published: dict[Key, int] = {}
                 for owner, group in by_owner.items():
-                    got = run(lambda: link.index.publish_many(group, owner=owner or None))
-                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got))
+                    # the loop's values bound as defaults; ``link.index`` is read inside ``run`` (it connects
+                    # lazily: a link that is down or disabled answers Offline without being touched)
+                    got = run(lambda group=group, owner=owner: link.index.publish_many(group, owner=owner or None))
+                    published.update((tuple(k), int(tid)) for (k, _, _), (tid, _) in zip(group, got, strict=False))  # type: ignore[misc]  # 4 columns
             except Failed:
                 # Not an outage: these items wait behind the others (ordered by attempts)
                 # and are tried again later; the error is kept for `memolab remote status`.
@@ -370,7 +373,7 @@ class Journal:
             store.uploaded([(k, o) for k, o, *_ in rows])
             return len(done)
 
-    def _bundle(self, eval_id: int) -> Optional[bytes]:
+    def _bundle(self, eval_id: int) -> bytes | None:
         try:
             from . import logs
 
@@ -378,13 +381,13 @@ class Journal:
         except Exception:
             return None  # logs never hold a result back
 
-    def _sources(self, row: Dict[str, Any]) -> Dict[str, Tuple[str, str]]:
+    def _sources(self, row: dict[str, Any]) -> dict[str, tuple[str, str]]:
         """The source texts the row's code digests name (``explain`` shows diffs from them)."""
         try:
             deps = json.loads(row.get("snapshot") or "{}").get("deps") or {}
             c = self.store.index.conn()
             out = {}
-            for sym, d in deps.items():
+            for d in deps.values():
                 r = c.execute("SELECT symbol, source FROM sources WHERE digest=?", (d,)).fetchone()
                 if r is not None:
                     out[d] = (r[0], r[1])
@@ -408,10 +411,10 @@ class Journal:
             return 0  # no such table yet
         with self.store.index.write() as w:
             w.execute("DELETE FROM team_unconfirmed WHERE published < ?", (time.time() - CONFIRM_WITHIN,))
-        lost: List[Key] = []
+        lost: list[Key] = []
         for i in range(0, len(keys), 500):
             chunk = keys[i:i + 500]
-            there = run(lambda: link.index.lookup_many(chunk))
+            there = run(lambda chunk=chunk: link.index.lookup_many(chunk))
             missing = [k for k in chunk if k not in there]
             lost.extend(missing)
             with self.store.index.write() as w:
@@ -421,7 +424,7 @@ class Journal:
                 w.executemany("DELETE FROM team_unconfirmed WHERE fn=? AND code=? AND args=? AND schema=?", chunk)
         return len(lost)
 
-    def drain(self, deadline: Optional[float] = None, progress: Optional[Callable[[int], None]] = None,
+    def drain(self, deadline: float | None = None, progress: Callable[[int], None] | None = None,
               force: bool = True) -> int:
         """Upload everything queued (until ``deadline``, a ``time.monotonic()``); how many left the queue.
         ``Offline`` if the team store is down."""

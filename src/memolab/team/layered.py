@@ -30,7 +30,8 @@ import contextlib
 import json
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from typing import Any
 
 from .. import config
 from ..errors import CorruptBlob, MemolabWarning
@@ -40,16 +41,16 @@ from ..store.sqlite import LOOKUP_ONLY, Key, host_name
 from . import journal
 from .link import Link, Offline
 
-_warned: set = set()
+_warned: set[Hashable] = set()
 
 
-def _warn_once(what: str, message: str) -> None:
+def _warn_once(what: Hashable, message: str) -> None:
     if what not in _warned:
         _warned.add(what)
         warnings.warn(message, MemolabWarning, stacklevel=3)
 
 
-def layered(store: Store, remote: Tuple[str, Optional[str]]) -> Any:
+def layered(store: Store, remote: tuple[str, str | None]) -> Any:
     """A ``TeamStore`` holding ``store`` (a plain local store, just opened) in front of ``remote``;
     ``store`` itself when the team store is not fully configured. What ``memolab.store`` calls
     (``TEAM_STORE_FACTORY``) when a team store is configured."""
@@ -65,11 +66,11 @@ def layered(store: Store, remote: Tuple[str, Optional[str]]) -> Any:
 _TEAM_ONLY = ("id", "hits", "last_hit", "reason", "status", "logs", "uploaded_by") + LOOKUP_ONLY
 
 
-def local_fields(row: Dict[str, Any]) -> Dict[str, Any]:
+def local_fields(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k not in _TEAM_ONLY}
 
 
-def blob_refs(row: Dict[str, Any]) -> List[Tuple[str, int]]:
+def blob_refs(row: dict[str, Any]) -> list[tuple[str, int]]:
     """(digest, size) of the blobs a row refers to (none for an inline row)."""
     if row.get("inline") is not None:
         return []
@@ -78,10 +79,10 @@ def blob_refs(row: Dict[str, Any]) -> List[Tuple[str, int]]:
     return refs
 
 
-def code_digests(rows: Iterable[Dict[str, Any]]) -> List[str]:
+def code_digests(rows: Iterable[dict[str, Any]]) -> list[str]:
     """The digests of the code a row depended on (its snapshot's ``deps``; package and
     Python versions name no source text): what ``explain`` diffs against on a miss."""
-    out: Dict[str, None] = {}
+    out: dict[str, None] = {}
     for r in rows:
         try:
             deps = json.loads(r.get("snapshot") or "{}").get("deps") or {}
@@ -117,11 +118,11 @@ class TeamStore:
             setattr(self, name, getattr(local, name))
         self.link = Link(index_url, blobs_url, config.settings().remote_timeout)
         self.identity = f"{host_name()}:{self.root}"
-        self._team_held: Dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
-        self._tried: Dict[Key, Any] = {}  # key -> team row id imported once by this process
-        self._adopting: Dict[Key, threading.Lock] = {}  # key -> held while this process imports it
+        self._team_held: dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
+        self._tried: dict[Key, Any] = {}  # key -> team row id imported once by this process
+        self._adopting: dict[Key, threading.Lock] = {}  # key -> held while this process imports it
         self._tl = threading.local()
-        self._key_verdict: Optional[Tuple[float, Optional[str]]] = None  # (when, ``key_refusal``'s answer)
+        self._key_verdict: tuple[float, str | None] | None = None  # (when, ``key_refusal``'s answer)
         local.beat_with.append(self._team_leases)
         local.record_hooks.append(self._queue_upload)
         self.journal = journal.Journal(self)
@@ -178,7 +179,7 @@ class TeamStore:
     acquire = Store.acquire
 
     # -- reading: local first, then the team ------------------------------------------------
-    def lookup(self, key: Key) -> Optional[Dict[str, Any]]:
+    def lookup(self, key: Key) -> dict[str, Any] | None:
         row = self.local.lookup(key)
         if row is not None or not self.link.usable():
             return row  # a local hit never touches the network
@@ -188,7 +189,7 @@ class TeamStore:
             return None
         return None if trow is None else self.adopt(key, trow)
 
-    def adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    def adopt(self, key: Key, trow: dict[str, Any]) -> dict[str, Any] | None:
         """Import team row ``trow`` of ``key`` into the local store; the local row, or None if refused."""
         # One import of a key at a time in this process: two threads (two Dask tasks of
         # one key on a worker) that both find the team row must not both download it,
@@ -201,7 +202,7 @@ class TeamStore:
                 return self.local.lookup(key)
             return self._adopt(key, trow)
 
-    def _adopt(self, key: Key, trow: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    def _adopt(self, key: Key, trow: dict[str, Any]) -> dict[str, Any] | None:
         self._tried[key] = trow.get("id")
         bad = signing.problem(key, trow)
         if bad is not None:
@@ -225,7 +226,7 @@ class TeamStore:
         self.journal.want_sources(code_digests([trow]))  # for `explain`'s diffs, later and in a batch
         return local
 
-    def team_texts(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+    def team_texts(self, digests: Iterable[str]) -> dict[str, tuple[str, str]]:
         """The team's source texts of those of ``digests`` this store lacks (one query; {} when
         offline): rows imported from the team then explain their misses with diffs, as
         local ones do."""
@@ -246,8 +247,8 @@ class TeamStore:
         self.index.add_sources(got)
         return len(got)
 
-    def record_imported(self, pairs: Sequence[Tuple[Key, Dict[str, Any]]], bundles: Dict[str, bytes],
-                        sources: Optional[Dict[str, Tuple[str, str]]] = None) -> int:
+    def record_imported(self, pairs: Sequence[tuple[Key, dict[str, Any]]], bundles: dict[str, bytes],
+                        sources: dict[str, tuple[str, str]] | None = None) -> int:
         """Record team rows locally, their blobs in place: in ONE local transaction, the rows,
         their team ids (hit counts are forwarded by them) and the logs bundles at hand
         (``bundles`` by the rows' ``logs`` values). The logs once followed in transactions
@@ -261,9 +262,9 @@ class TeamStore:
         with self.index.write() as c:
             ids = [eid for eid, _ in self.index.publish_many([(k, local_fields(r), {}) for k, r in pairs])]
             self.index.add_sources(sources or {})  # (nested: in this transaction)
-            journal.remember_ids(self.index, [(eid, int(r["id"])) for eid, (_, r) in zip(ids, pairs)
+            journal.remember_ids(self.index, [(eid, int(r["id"])) for eid, (_, r) in zip(ids, pairs, strict=False)
                                               if r.get("id") is not None], c)
-            for eid, (_, r) in zip(ids, pairs):
+            for eid, (_, r) in zip(ids, pairs, strict=False):
                 data = bundles.get(r.get("logs") or "")
                 if data is not None:
                     try:
@@ -272,7 +273,7 @@ class TeamStore:
                         pass  # logs are never worth a failure (nothing of this bundle was kept)
         return runs
 
-    def refuse(self, trow: Dict[str, Any], e: BaseException) -> None:
+    def refuse(self, trow: dict[str, Any], e: BaseException) -> None:
         """A team result that does not verify: never used; taken out of use on the team too."""
         _warn_once(("corrupt", trow.get("id")), f"memolab: team result #{trow.get('id')} of {trow.get('fn')} cannot be "
                                                 f"used ({getattr(e, 'reason', e)}); recomputing")
@@ -286,9 +287,9 @@ class TeamStore:
         except Offline:
             pass
 
-    def fetch_blobs(self, rows: Sequence[Dict[str, Any]]) -> int:
+    def fetch_blobs(self, rows: Sequence[dict[str, Any]]) -> int:
         """Download the blobs ``rows`` refer to that the local folder lacks, verified; how many."""
-        want: Dict[str, int] = {}
+        want: dict[str, int] = {}
         for r in rows:
             for d, n in blob_refs(r):
                 p = self.blobs.path(d)
@@ -328,7 +329,7 @@ class TeamStore:
                 if final.exists():
                     continue
                 try:
-                    self.link.run(lambda: blobs.get_to(d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))
+                    self.link.run(lambda d=d, n=n, final=final: blobs.get_to(d, n, final, tmp_dir=self.blobs.tmp, sync_dir=False))  # type: ignore[misc]  # (defaults it cannot type)
                 except CorruptBlob as e1:
                     raise _corrupt(d, getattr(e1, "reason", str(e1))) from e1
             raise
@@ -368,7 +369,7 @@ class TeamStore:
         except Exception:
             return 0  # logs are never worth a failure
 
-    def fetch_bundles(self, digests: Sequence[str]) -> Dict[str, bytes]:
+    def fetch_bundles(self, digests: Sequence[str]) -> dict[str, bytes]:
         """Logs bundles by digest, fetched concurrently (as blobs are: one at a time they cost
         two round trips each, a third of a pull's time on loopback); those that cannot be had
         are left out (logs are best effort)."""
@@ -379,7 +380,7 @@ class TeamStore:
         if not digests:
             return {}
 
-        def fetch(digest: str) -> Optional[bytes]:
+        def fetch(digest: str) -> bytes | None:
             blobs = self.link.blobs
             try:
                 size = _blob_size(blobs, digest)
@@ -393,10 +394,10 @@ class TeamStore:
             datas = self.link.run(lambda: run_all(fetch, digests, getattr(self.link.blobs, "concurrency", 8)))
         except Exception:  # Offline, or anything else: logs are never worth a failure
             return {}
-        return {d: x for d, x in zip(digests, datas) if x is not None}
+        return {d: x for d, x in zip(digests, datas, strict=False) if x is not None}
 
     # -- the team's key -------------------------------------------------------------------------
-    def key_refusal(self, run: Optional[Callable[[Callable[[], Any]], Any]] = None) -> Optional[str]:
+    def key_refusal(self, run: Callable[[Callable[[], Any]], Any] | None = None) -> str | None:
         """Why this machine must not publish (nor take team leases): its ``MEMOLAB_HMAC_KEY`` is
         not the team's (``signing.key_refusal`` against the check ``memolab remote upgrade``
         recorded), or None. Asked of the team index once a minute; said once per process.
@@ -413,23 +414,23 @@ class TeamStore:
         return v[1]
 
     # -- accepted code changes: the team's are followed everywhere (team/accepts.py) ----------------
-    def accepts_of(self, fn: str, schema: str) -> List[Dict[str, Any]]:
+    def accepts_of(self, fn: str, schema: str) -> list[dict[str, Any]]:
         from . import accepts
 
         return accepts.accepts_of(self, fn, schema)
 
-    def record_accept(self, rec: Dict[str, Any]) -> Dict[str, Any]:
+    def record_accept(self, rec: dict[str, Any]) -> dict[str, Any]:
         from . import accepts
 
         return accepts.record(self, rec)
 
-    def undo_accept(self, accept_id: int, by: str) -> Dict[str, Any]:
+    def undo_accept(self, accept_id: int, by: str) -> dict[str, Any]:
         from . import accepts
 
         return accepts.undo(self, accept_id, by)
 
     # -- leases: this machine, then the team -------------------------------------------------
-    def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None) -> Tuple[str, Optional[Dict[str, Any]]]:
+    def try_acquire(self, key: Key, owner: str, force: bool = False, on_owner: Any = None) -> tuple[str, dict[str, Any] | None]:
         ttl = config.settings().lease_ttl
         mine = self.local.holds(key, owner)  # polling a team lease: the local one is ours already
         state, row = self.index.claim(key, owner, ttl, force, None if mine else on_owner)
@@ -469,7 +470,7 @@ class TeamStore:
             except Offline:
                 pass  # it goes stale after its TTL
 
-    def uploaded(self, done: Iterable[Tuple[Key, str]]) -> None:
+    def uploaded(self, done: Iterable[tuple[Key, str]]) -> None:
         """The uploader published these (dropping their team leases): stop heart-beating them."""
         with self.local.held_lock:
             for key, owner in done:
@@ -485,8 +486,8 @@ class TeamStore:
         if not journal.unsent_hits(self.index, 1) or not self.link.usable():
             return 0
         rows = journal.claim_hits(self.index)  # claimed first: a concurrent forwarder sends the others
-        counts: Dict[int, Tuple[int, Optional[float]]] = {}
-        for _, tid, n, t in rows:
+        counts: dict[int, tuple[int, float | None]] = {}
+        for _, tid, n, _t in rows:
             # last used: now, by the team index's clock (this machine's may be off by days)
             counts[tid] = (counts.get(tid, (0, None))[0] + n, None)
         if not counts:
@@ -501,7 +502,7 @@ class TeamStore:
             raise
         return len(rows)
 
-    def drop_team_leases(self, held: Iterable[Tuple[Key, str]]) -> None:
+    def drop_team_leases(self, held: Iterable[tuple[Key, str]]) -> None:
         """Give up team leases whose results cannot be uploaded now (best effort)."""
         for key, owner in held:
             with self.local.held_lock:
@@ -510,11 +511,13 @@ class TeamStore:
                 del self._team_held[key]
             if owner:
                 try:
-                    self.link.run(lambda: self.link.index.release(key, owner))
+                    # ``link.index`` read inside ``run``: it connects lazily, and a link that is down
+                    # answers Offline without being touched (the loop's values bound as defaults)
+                    self.link.run(lambda key=key, owner=owner: self.link.index.release(key, owner))  # type: ignore[misc]  # (defaults it cannot type)
                 except Offline:
                     pass
 
-    def _team_leases(self) -> Optional[Callable[[], None]]:
+    def _team_leases(self) -> Callable[[], None] | None:
         """The local heartbeat's question (``Store.beat_with``, asked under its lock): the team
         leases held until their upload, and what beats them, or None while none is held."""
         team = list(self._team_held.items())
@@ -543,7 +546,7 @@ class TeamStore:
         self.local.close()
 
     # -- writing: locally at once, uploaded in the background ------------------------------------
-    def save(self, key: Key, owner: str, value: Any, fields: Dict[str, Any], sources: Dict[str, Tuple[str, str]]) -> int:
+    def save(self, key: Key, owner: str, value: Any, fields: dict[str, Any], sources: dict[str, tuple[str, str]]) -> int:
         # Imported now, not at exit: the exit drain may need the S3 client's thread pools,
         # and a module registering with ``threading`` during interpreter shutdown fails.
         import concurrent.futures.thread  # noqa: F401
@@ -573,8 +576,8 @@ class TeamStore:
             journal.enqueue(c, *up)  # the result's transaction: recorded and queued, or neither
 
     # -- pull ----------------------------------------------------------------------------
-    def pull(self, fn: Optional[str] = None, since: Optional[float] = None,
-             progress: Any = None) -> Dict[str, int]:
+    def pull(self, fn: str | None = None, since: float | None = None,
+             progress: Any = None) -> dict[str, int]:
         """Import the team's results of ``fn`` finished after ``since``: one ``rows_since``
         query, the missing blobs downloaded concurrently, rows published locally in one
         transaction, their logs imported. ``Offline`` if the team store is down."""
@@ -582,7 +585,7 @@ class TeamStore:
         keys = [(r["fn"], r["code"], r["args"], r["schema"]) for r in rows]
         have = self.index.lookup_many(keys)
         new, refused = [], 0
-        for k, r in zip(keys, rows):
+        for k, r in zip(keys, rows, strict=False):
             if k in have:
                 continue
             if signing.problem(k, r) is not None:
@@ -590,13 +593,13 @@ class TeamStore:
                 continue
             new.append((k, r))
         fetched = 0
-        ok: List[Tuple[Key, Dict[str, Any]]] = []
+        ok: list[tuple[Key, dict[str, Any]]] = []
         # logs bundles by the rows' ``logs`` values: the small ones came inline in the rows; the
         # others come down meanwhile, alongside the blobs (attached once the rows are in)
         from . import logs
 
-        bundles: Dict[str, bytes] = {}
-        want_logs: List[str] = []
+        bundles: dict[str, bytes] = {}
+        want_logs: list[str] = []
         for _, r in new:
             digest, data = logs.parse_ref(r.get("logs"))
             if data is not None:
@@ -636,10 +639,10 @@ class TeamStore:
         """Queue every local result the team index lacks (computed before the remote was configured)."""
         done = [(r["fn"], r["code"], r["args"], r["schema"]) for r in
                 self.index.evaluations(where="status='done'", order="id")]
-        missing: List[Key] = []
+        missing: list[Key] = []
         for i in range(0, len(done), 500):
             chunk = done[i:i + 500]
-            there = self.link.attempt(lambda: self.link.index.lookup_many(chunk))
+            there = self.link.attempt(lambda chunk=chunk: self.link.index.lookup_many(chunk))  # type: ignore[misc]  # (defaults it cannot type)
             missing.extend(k for k in chunk if tuple(k) not in there)
         if missing:
             with self.index.write() as c:
@@ -649,7 +652,7 @@ class TeamStore:
         return len(missing)
 
 
-def _blob_size(blobs: Any, digest: str) -> Optional[int]:
+def _blob_size(blobs: Any, digest: str) -> int | None:
     """The size of a remote blob whose size no row records (a logs bundle: the team row
     keeps only its digest): a stat or a HEAD (``RemoteBlobs.size``), None if absent."""
     return blobs.size(digest)

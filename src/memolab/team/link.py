@@ -18,8 +18,9 @@ import sqlite3
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import MemolabWarning, RemoteUnavailable, StoreConfigError, StoreMiss
 
@@ -71,12 +72,12 @@ class Link:
         self._blobs: Any = None
         self._lock = threading.Lock()
         #: None while up; else when it went down
-        self.down_since: Optional[float] = None
-        self.last_error: Optional[str] = None
+        self.down_since: float | None = None
+        self.last_error: str | None = None
         self.probe_at = 0.0
         self._interval = PROBE_FIRST
         #: a configuration problem: the team store is not used by this process at all
-        self.disabled: Optional[str] = None
+        self.disabled: str | None = None
         self._warned = False
         self._warned_error = False
         #: an operation succeeded in this process (exit work never opens a first connection)

@@ -27,7 +27,7 @@ import binascii
 import json
 import re
 import zlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 #: tables keyed by run, copied verbatim (the derived summaries too: they are
 #: what the dashboard reads, and recomputing them would need the sink's logic)
@@ -40,7 +40,7 @@ _INLINE = "z:"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 
-def inline_ref(bundle: bytes) -> Optional[str]:
+def inline_ref(bundle: bytes) -> str | None:
     """The ``logs`` value that carries ``bundle`` in the row itself, or None if it is too
     large for a row (it goes to the blob store, named by its digest)."""
     if len(bundle) > INLINE_MAX:
@@ -48,7 +48,7 @@ def inline_ref(bundle: bytes) -> Optional[str]:
     return _INLINE + base64.b64encode(bundle).decode("ascii")
 
 
-def parse_ref(ref: Optional[str]) -> Tuple[Optional[str], Optional[bytes]]:
+def parse_ref(ref: str | None) -> tuple[str | None, bytes | None]:
     """A team row's ``logs`` value: ``(digest, None)`` for a bundle in the blob store,
     ``(None, bytes)`` for one inline, ``(None, None)`` for none or a value that is
     neither (another client's damage: logs are best effort, never worth a failure)."""
@@ -78,7 +78,7 @@ def _has_runs(c: Any) -> bool:
     return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
 
 
-def export(index: Any, eval_id: int) -> Optional[bytes]:
+def export(index: Any, eval_id: int) -> bytes | None:
     """The bundle of the runs attached to local evaluation ``eval_id``, or None if it has none."""
     c = index.conn()
     if not _has_runs(c):
@@ -93,7 +93,7 @@ def export(index: Any, eval_id: int) -> Optional[bytes]:
         h = cols.index("hparams")
         for r in runs:
             r[h] = _masked_hparams(r[h])
-    doc: Dict[str, Any] = {"format": FORMAT, "runs": {"columns": cols, "rows": runs}, "tables": {}}
+    doc: dict[str, Any] = {"format": FORMAT, "runs": {"columns": cols, "rows": runs}, "tables": {}}
     q = ",".join("?" * len(ids))
     for t in _RUN_TABLES:
         cur = c.execute(f"SELECT * FROM {t} WHERE run IN ({q})", ids)
@@ -145,17 +145,17 @@ _COLUMNS_SQL = ("SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m
 #: much as the rest of a small import (one is part of every team hit). Kept only for tables
 #: found already there, never for tables this transaction creates (a rollback would take them
 #: back); columns are only ever added (by a newer memolab), and one missing here is skipped.
-_COLUMNS: Dict[Tuple[str, int], Dict[str, set]] = {}
+_COLUMNS: dict[tuple[str, int], dict[str, set]] = {}
 
 
-def _columns(c: Any) -> Dict[str, set]:
-    have: Dict[str, set] = {}
+def _columns(c: Any) -> dict[str, set]:
+    have: dict[str, set] = {}
     for t, col in c.execute(_COLUMNS_SQL):
         have.setdefault(t, set()).add(col)
     return have
 
 
-def _import(c: Any, doc: Dict[str, Any], eval_id: int, where: Tuple[str, int]) -> int:
+def _import(c: Any, doc: dict[str, Any], eval_id: int, where: tuple[str, int]) -> int:
     from ..tracking import runs as _runs, schema
 
     have = _COLUMNS.get(where)
@@ -168,18 +168,18 @@ def _import(c: Any, doc: Dict[str, Any], eval_id: int, where: Tuple[str, int]) -
             have = _columns(c)
     if c.execute("SELECT 1 FROM runs WHERE eval_id=? LIMIT 1", (eval_id,)).fetchone():
         return 0
-    rcols: List[str] = list(doc["runs"]["columns"])
+    rcols: list[str] = list(doc["runs"]["columns"])
     if "id" not in rcols:
         raise ValueError("logs bundle without run ids")
-    remap: Dict[int, int] = {}
+    remap: dict[int, int] = {}
     for r in doc["runs"]["rows"]:
         remap[int(r[rcols.index("id")])] = _runs.new_id()
     keep = [i for i, n in enumerate(rcols) if n in have["runs"]]
     for r in doc["runs"]["rows"]:
-        row = dict(zip(rcols, r))
+        row = dict(zip(rcols, r, strict=False))
         row["id"] = remap[int(row["id"])]
         row["eval_id"] = eval_id
-        row["parent"] = remap.get(row.get("parent")) if row.get("parent") is not None else None
+        row["parent"] = remap.get(row.get("parent")) if row.get("parent") is not None else None  # type: ignore[arg-type]  # checked not None
         names = [rcols[i] for i in keep]
         c.execute(f"INSERT INTO runs({','.join(names)}) VALUES ({','.join('?' * len(names))})",
                   [row[n] for n in names])

@@ -33,7 +33,9 @@ import os
 import re
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar
+from collections.abc import Callable, Collection, Iterable, Sequence
+from functools import partial
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -41,18 +43,40 @@ from psycopg import errors as pgerrors
 from ..errors import RemoteUnavailable
 from ..store import signing
 from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
-
-from .pgschema import (DATA_COLS as _DATA_COLS, KEY_COLS as _KEY_COLS, NOW as _NOW,  # noqa: F401
-                       ROW_COLUMNS, STEPS as _STEPS, SUPPORTED, TEAM_SCHEMA_VERSION, TEXT_COLS as _TEXT_COLS,
-                       TYPES as _TYPES, LOCK_KEY as _LOCK_KEY, SchemaIncomplete as _Inconsistent, TeamSchemaError,
-                       check_version as _check_version, connect as _connect, migrate as _migrate,
-                       network_error as _network, read_version as _read_version, remote_timeout, status, upgrade,
-                       where, MARGIN, bounded, one_line, migrate_budget, session_settings, slow_budget)
 from .deadline import WATCHDOG
 from .pgaccepts import PgAcceptIndex
+from .pgschema import (
+    DATA_COLS as _DATA_COLS,  # noqa: F401 (the tests read these here)
+    KEY_COLS as _KEY_COLS,
+    LOCK_KEY as _LOCK_KEY,  # noqa: F401
+    MARGIN,
+    NOW as _NOW,
+    ROW_COLUMNS,
+    STEPS as _STEPS,  # noqa: F401
+    SUPPORTED as SUPPORTED,  # (X as X: imported from here too, by team/cli.py and the tests)
+    TEAM_SCHEMA_VERSION as TEAM_SCHEMA_VERSION,
+    TEXT_COLS as _TEXT_COLS,
+    TYPES as _TYPES,
+    SchemaIncomplete as _Inconsistent,
+    TeamSchemaError,
+    bounded,
+    check_version as _check_version,
+    connect as _connect,
+    migrate as _migrate,
+    migrate_budget,
+    network_error as _network,
+    one_line,
+    read_version as _read_version,
+    remote_timeout,
+    session_settings,
+    slow_budget,
+    status as status,
+    upgrade as upgrade,
+    where,
+)
 
-Key = Tuple[str, str, str, str]
-Row = Dict[str, Any]
+Key = tuple[str, str, str, str]
+Row = dict[str, Any]
 T = TypeVar("T")
 
 
@@ -137,20 +161,20 @@ def _order_sql(order: str) -> str:
     return ", ".join(terms)
 
 
-def _key_arrays(keys: Sequence[Key]) -> List[List[str]]:
+def _key_arrays(keys: Sequence[Key]) -> list[list[str]]:
     return [[k[i] for k in keys] for i in range(4)]
 
 
 class PgIndex(PgAcceptIndex):
     """The team index: ``EvalIndex`` on PostgreSQL. One connection per thread (and per process)."""
 
-    def __init__(self, dsn: str, timeout: Optional[float] = None, create: bool = True) -> None:
+    def __init__(self, dsn: str, timeout: float | None = None, create: bool = True) -> None:
         self.dsn = dsn
         self.timeout = timeout
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._conns: List[Tuple[int, psycopg.Connection]] = []
-        self._sources_seen: Set[str] = set()
+        self._conns: list[tuple[int, psycopg.Connection]] = []
+        self._sources_seen: set[str] = set()
         try:
             self.who = f"{getpass.getuser()}@{host_name()}"
         except Exception:  # no user name (a container without passwd entry)
@@ -228,7 +252,7 @@ class PgIndex(PgAcceptIndex):
                 except Exception:
                     pass
 
-    def __enter__(self) -> "PgIndex":
+    def __enter__(self) -> PgIndex:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -253,7 +277,7 @@ class PgIndex(PgAcceptIndex):
             armed = None
             try:
                 if self._local.budget != budget:
-                    bounded(conn, t, lambda: conn.execute(*session_settings(budget)))
+                    bounded(conn, t, partial(conn.execute, *session_settings(budget)))
                     self._local.budget = budget
                 armed = WATCHDOG.arm(conn.pgconn.socket, budget + MARGIN)
                 return work(conn)
@@ -281,49 +305,49 @@ class PgIndex(PgAcceptIndex):
         raise AssertionError("unreachable")
 
     # -- the hot path ----------------------------------------------------------------------
-    def lookup(self, key: Key, lean: bool = False) -> Optional[Row]:
+    def lookup(self, key: Key, lean: bool = False) -> Row | None:
         """The 'done' row of ``key`` or None: one prepared statement, autocommit (no
         transaction round trips). ``lean`` is accepted and ignored: a team row is
         copied into the local index whole."""
-        def work(c: psycopg.Connection) -> Optional[Row]:
+        def work(c: psycopg.Connection) -> Row | None:
             row = c.execute(_LOOKUP_SQL, tuple(key), prepare=True).fetchone()
-            return None if row is None else dict(zip(ROW_COLUMNS, row))
+            return None if row is None else dict(zip(ROW_COLUMNS, row, strict=False))
         return self._run(work)
 
-    def lookup_many(self, keys: Sequence[Key]) -> Dict[Key, Row]:
+    def lookup_many(self, keys: Sequence[Key]) -> dict[Key, Row]:
         keys = [tuple(k) for k in keys]  # type: ignore[misc]
         if not keys:
             return {}
 
-        def work(c: psycopg.Connection) -> Dict[Key, Row]:
-            out: Dict[Key, Row] = {}
+        def work(c: psycopg.Connection) -> dict[Key, Row]:
+            out: dict[Key, Row] = {}
             for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys), prepare=True).fetchall():
-                d = dict(zip(ROW_COLUMNS, r))
+                d = dict(zip(ROW_COLUMNS, r, strict=False))
                 out[(d["fn"], d["code"], d["args"], d["schema"])] = d
             return out
         return self._run(work)
 
-    def inline_of(self, eval_id: int) -> Optional[bytes]:
+    def inline_of(self, eval_id: int) -> bytes | None:
         row = self._run(lambda c: c.execute("SELECT inline FROM memolab_evaluations WHERE id = %s",
                                             (eval_id,)).fetchone())
         return row[0] if row else None
 
     # -- single flight ---------------------------------------------------------------------
     def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
-              on_owner: Optional[Callable[[psycopg.Connection], None]] = None) -> Tuple[str, Optional[Row]]:
+              on_owner: Callable[[psycopg.Connection], None] | None = None) -> tuple[str, Row | None]:
         """See ``EvalIndex.claim``: one round trip (``memolab_claim``), two for a
         takeover. ``on_owner(conn)`` runs after the lease is taken, not in its
         transaction (unlike the local index, nothing rides along with a claim here)."""
         key = tuple(key)  # type: ignore[assignment]
 
-        def work(c: psycopg.Connection) -> Tuple[str, Optional[Row]]:
+        def work(c: psycopg.Connection) -> tuple[str, Row | None]:
             for _ in range(20):
                 r = c.execute("SELECT * FROM memolab_claim(%s, %s, %s, %s, %s, %s)", (*key, owner, force),
                               prepare=True).fetchone()
                 assert r is not None
                 state = r[0]
                 if state == "hit":
-                    return "hit", dict(zip(ROW_COLUMNS, r[3:]))
+                    return "hit", dict(zip(ROW_COLUMNS, r[3:], strict=False))
                 if state == "again":
                     continue
                 if state == "held":
@@ -349,7 +373,7 @@ class PgIndex(PgAcceptIndex):
             raise pgerrors.SerializationFailure("the lease of this key keeps changing hands")  # retried by _run
         return self._run(work)
 
-    def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
+    def heartbeat(self, held: Iterable[tuple[Key, str]]) -> None:
         held = list(held)
         if not held:
             return
@@ -378,18 +402,18 @@ class PgIndex(PgAcceptIndex):
         return int(row[0])  # type: ignore[index]
 
     # -- results ----------------------------------------------------------------------------
-    def _values(self, key: Key, fields: Row) -> Dict[str, Any]:
-        v: Dict[str, Any] = {c: fields.get(c) for c in _DATA_COLS}
-        v.update(zip(_KEY_COLS, key))
+    def _values(self, key: Key, fields: Row) -> dict[str, Any]:
+        v: dict[str, Any] = {c: fields.get(c) for c in _DATA_COLS}
+        v.update(zip(_KEY_COLS, key, strict=False))
         if v["uploaded_by"] is None:
             v["uploaded_by"] = self.who
         if isinstance(v["inline"], memoryview):
             v["inline"] = bytes(v["inline"])
         return v
 
-    def record(self, key: Key, owner: str, fields: Row, sources: Dict[str, Tuple[str, str]],
+    def record(self, key: Key, owner: str, fields: Row, sources: dict[str, tuple[str, str]],
                present: Callable[[], bool] = lambda: True,
-               also: Optional[Callable[[psycopg.Connection], None]] = None) -> int:
+               also: Callable[[psycopg.Connection], None] | None = None) -> int:
         """See ``Index.record``: stored and our lease dropped in one transaction; a
         lease lost to another owner who already stored a row keeps that row."""
         key = tuple(key)  # type: ignore[assignment]
@@ -419,22 +443,22 @@ class PgIndex(PgAcceptIndex):
         self._sources_seen.update(d for d, _, _ in new_sources)
         return eval_id
 
-    def publish(self, key: Key, fields: Row, sources: Dict[str, Tuple[str, str]],
-                owner: Optional[str] = None) -> Tuple[int, bool]:
+    def publish(self, key: Key, fields: Row, sources: dict[str, tuple[str, str]],
+                owner: str | None = None) -> tuple[int, bool]:
         return self.publish_many([(key, fields, sources)], owner)[0]
 
-    def publish_many(self, rows: Sequence[Tuple[Key, Row, Dict[str, Tuple[str, str]]]],
-                     owner: Optional[str] = None) -> List[Tuple[int, bool]]:
+    def publish_many(self, rows: Sequence[tuple[Key, Row, dict[str, tuple[str, str]]]],
+                     owner: str | None = None) -> list[tuple[int, bool]]:
         """See ``EvalIndex.publish_many``: one statement for the batch (one round
         trip, atomic). A key given twice: its first row is published, the later ones
         get (that id, False), as on the local index."""
         if not rows:
             return []
-        first: Dict[Key, int] = {}  # key -> position of its first row in the batch
+        first: dict[Key, int] = {}  # key -> position of its first row in the batch
         for i, (k, _, _) in enumerate(rows):
             first.setdefault(tuple(k), i)  # type: ignore[arg-type]
         uniq = list(first.items())
-        arrays: Dict[str, Any] = {c: [] for c in _KEY_COLS + _DATA_COLS}
+        arrays: dict[str, Any] = {c: [] for c in _KEY_COLS + _DATA_COLS}
         for k, i in uniq:
             v = self._values(k, rows[i][1])
             for c in arrays:
@@ -447,9 +471,9 @@ class PgIndex(PgAcceptIndex):
                       owner=owner)
         mine = signing.key_check()
 
-        def work(c: psycopg.Connection) -> List[Tuple[int, bool]]:
-            got: Dict[Key, Tuple[int, bool]] = {}
-            late: List[Key] = []
+        def work(c: psycopg.Connection) -> list[tuple[int, bool]]:
+            got: dict[Key, tuple[int, bool]] = {}
+            late: list[Key] = []
             for ord_, eid, new in c.execute(_PUBLISH_MANY_SQL, arrays, prepare=True).fetchall():
                 k = uniq[ord_ - 1][0]
                 if eid is None:
@@ -467,7 +491,7 @@ class PgIndex(PgAcceptIndex):
                     for i, (k, _, _) in enumerate(rows)]
         return self._run(work, slow=True)
 
-    def _replace_refused(self, c: psycopg.Connection, wanted: Dict[Key, Row]) -> Dict[Key, Tuple[int, bool]]:
+    def _replace_refused(self, c: psycopg.Connection, wanted: dict[Key, Row]) -> dict[Key, tuple[int, bool]]:
         """Of the keys whose 'done' row stood against a publish (``wanted``: key -> the row
         published), replace those whose row is refused by the one published
         (``signing.replaces``): (new id, True) for each replaced."""
@@ -475,9 +499,9 @@ class PgIndex(PgAcceptIndex):
         if not wanted:
             return {}
         recorded = c.execute("SELECT value FROM memolab_meta WHERE key = %s", (signing.KEY_CHECK,)).fetchone()
-        out: Dict[Key, Tuple[int, bool]] = {}
+        out: dict[Key, tuple[int, bool]] = {}
         for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(list(wanted))).fetchall():
-            old = dict(zip(ROW_COLUMNS, r))
+            old = dict(zip(ROW_COLUMNS, r, strict=False))
             k = (old["fn"], old["code"], old["args"], old["schema"])
             if not signing.replaces(k, old, wanted[k], recorded[0] if recorded else None):
                 continue
@@ -489,16 +513,16 @@ class PgIndex(PgAcceptIndex):
         return out
 
     # -- the team's key and clock ------------------------------------------------------------
-    def team_key(self) -> Optional[str]:
+    def team_key(self) -> str | None:
         """The key check ``memolab remote upgrade`` recorded (``signing.key_check``), or None."""
         row = self._run(lambda c: c.execute("SELECT value FROM memolab_meta WHERE key = %s",
                                             (signing.KEY_CHECK,)).fetchone())
         return row[0] if row else None
 
-    def set_team_key(self, check: str, replace: bool = False) -> Tuple[Optional[str], str]:
+    def set_team_key(self, check: str, replace: bool = False) -> tuple[str | None, str]:
         """Record ``check`` as the team's key unless one is recorded (``replace``: whatever is);
         (the one before, the one now). One statement."""
-        def work(c: psycopg.Connection) -> Tuple[Optional[str], str]:
+        def work(c: psycopg.Connection) -> tuple[str | None, str]:
             with c.transaction():
                 row = c.execute("SELECT value FROM memolab_meta WHERE key = %s FOR UPDATE", (signing.KEY_CHECK,)).fetchone()
                 if row is None or replace:
@@ -511,10 +535,10 @@ class PgIndex(PgAcceptIndex):
         """The database's time (seconds): every time the team store compares is taken from it."""
         return float(self._run(lambda c: c.execute(f"SELECT {_NOW}").fetchone())[0])  # type: ignore[index]
 
-    def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
-                   limit: Optional[int] = None) -> List[Row]:
+    def rows_since(self, fn: str | None = None, since: float | None = None,
+                   limit: int | None = None) -> list[Row]:
         sql = f"{_SELECT_ROW} WHERE status = 'done'"
-        args: List[Any] = []
+        args: list[Any] = []
         if fn is not None:
             sql += " AND fn = %s"
             args.append(fn)
@@ -524,13 +548,13 @@ class PgIndex(PgAcceptIndex):
         sql += " ORDER BY finished ASC NULLS FIRST, id ASC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(ROW_COLUMNS, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
+        return [dict(zip(ROW_COLUMNS, r, strict=False)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
 
-    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+    def mark_corrupt(self, eval_id: int, reason: str | None = None, status: str = "corrupt") -> None:
         self._run(lambda c: c.execute("UPDATE memolab_evaluations SET status = %s, reason = %s WHERE id = %s",
                                       (status, reason, eval_id)))
 
-    def add_hits(self, counts: Dict[int, Tuple[int, float]], stamps: Dict[str, Tuple[int, int, int]] = {}) -> None:
+    def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] | None = None) -> None:
         """Hit counts in one statement (``stamps``, local blob-file stamps, mean nothing here).
         Rows are locked in id order: concurrent batches never deadlock."""
         if not counts:
@@ -547,8 +571,8 @@ class PgIndex(PgAcceptIndex):
             "FROM u WHERE e.id = u.id AND e.id IN (SELECT id FROM locked)", arrays), slow=True)
 
     # -- listing and maintenance ------------------------------------------------------------
-    def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
-                    order: str = "finished DESC", limit: Optional[int] = None) -> List[Row]:
+    def evaluations(self, fn: str | None = None, where: str = "", params: Sequence[Any] = (),
+                    order: str = "finished DESC", limit: int | None = None) -> list[Row]:
         """Rows without ``inline``. ``where`` is SQL of PostgreSQL's dialect; its ``?``
         placeholders are taken as ``%s`` (the local index's style)."""
         cols = tuple(c for c in ROW_COLUMNS if c != "inline")
@@ -565,23 +589,23 @@ class PgIndex(PgAcceptIndex):
         sql += f" ORDER BY {_order_sql(order)}"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [dict(zip(cols, r)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
+        return [dict(zip(cols, r, strict=False)) for r in self._run(lambda c: c.execute(sql, args).fetchall(), slow=True)]
 
-    def functions(self) -> List[Dict[str, Any]]:
+    def functions(self) -> list[dict[str, Any]]:
         rows = self._run(lambda c: c.execute(
             "SELECT fn, count(*), sum(size), max(finished), sum(hits), sum(duration) FROM memolab_evaluations "
             'GROUP BY fn ORDER BY fn COLLATE "C"').fetchall(), slow=True)
         return [dict(fn=r[0], evaluations=int(r[1]), size=int(r[2] or 0), last=r[3], hits=int(r[4] or 0),
                      compute=float(r[5] or 0.0)) for r in rows]
 
-    def referenced_digests(self, exclude: Set[int] = set()) -> Set[str]:
+    def referenced_digests(self, exclude: Collection[int] = frozenset()) -> set[str]:
         """Digests of the blobs rows (other than ``exclude``) refer to: payload and
         buffers of rows without inline bytes, and every row's logs bundle (unless inline)."""
         import json
 
         from .logs import parse_ref
 
-        refs: Set[str] = set()
+        refs: set[str] = set()
         rows = self._run(lambda c: c.execute(
             "SELECT id, payload, buffers, logs, inline IS NULL FROM memolab_evaluations "
             "WHERE inline IS NULL OR logs IS NOT NULL").fetchall(), slow=True)
@@ -604,7 +628,7 @@ class PgIndex(PgAcceptIndex):
 
     _GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
 
-    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Row]:
+    def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[Row]:
         """See ``Index.gc_plan`` (the same plan; logs bundles are not weighed: their
         size is the blob store's to tell)."""
         cols = ", ".join(self._GC_COLS)
@@ -612,30 +636,30 @@ class PgIndex(PgAcceptIndex):
             cond = "status <> 'done'" + (f" OR {_LAST_USE} < %s" if cutoff is not None else "")
             sql = f"SELECT {cols} FROM memolab_evaluations WHERE {cond} ORDER BY {_LAST_USE} ASC, id ASC"
             rows = self._run(lambda c: c.execute(sql, () if cutoff is None else (float(cutoff),)).fetchall(), slow=True)
-            return [dict(zip(self._GC_COLS, r)) for r in rows]
+            return [dict(zip(self._GC_COLS, r, strict=False)) for r in rows]
         sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {_LAST_USE} "
                f"FROM memolab_evaluations ORDER BY {_LAST_USE} ASC, id ASC")
         drop = plan_by_size(self._run(lambda c: c.execute(sql).fetchall(), slow=True), cutoff, max_size)
-        return [dict(zip(self._GC_COLS, r[:6])) for r in drop]
+        return [dict(zip(self._GC_COLS, r[:6], strict=False)) for r in drop]
 
     def delete_evaluations(self, ids: Sequence[int]) -> None:
         ids = [int(i) for i in ids]
         if ids:
             self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE id = ANY(%s)", (ids,)), slow=True)
 
-    def clear(self, fn: Optional[str] = None) -> int:
+    def clear(self, fn: str | None = None) -> int:
         if fn is None:
             cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations"), slow=True)
         else:
             cur = self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE fn = %s", (fn,)), slow=True)
         return int(cur.rowcount)
 
-    def source(self, digest: str) -> Optional[str]:
+    def source(self, digest: str) -> str | None:
         row = self._run(lambda c: c.execute("SELECT source FROM memolab_sources WHERE digest = %s",
                                             (digest,)).fetchone())
         return row[0] if row else None
 
-    def sources_of(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+    def sources_of(self, digests: Iterable[str]) -> dict[str, tuple[str, str]]:
         """See ``EvalIndex.sources_of``: one round trip."""
         ds = list(dict.fromkeys(digests))
         if not ds:

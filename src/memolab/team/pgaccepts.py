@@ -5,7 +5,8 @@ operations as the local index's ``accepts`` table (``store.accepts.AcceptIndex``
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from .pgschema import ACCEPTS_SINCE, NOW
 
@@ -33,12 +34,13 @@ class PgAcceptIndex:
     def accepts_supported(self) -> bool:
         return self.version >= ACCEPTS_SINCE
 
-    def accepts(self, fn: Optional[str] = None, schema: Optional[str] = None, active: bool = True,
-                ids: Optional[Sequence[int]] = None) -> List[Dict[str, Any]]:
+    def accepts(self, fn: str | None = None, schema: str | None = None, active: bool = True,
+                ids: Sequence[int] | None = None) -> list[dict[str, Any]]:
         """Accepts (of ``fn``, under ``schema``), oldest first; ``active``: those not undone. One statement."""
         if not self.accepts_supported:
             return []
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         for col, v in (("fn", fn), ("schema", schema)):
             if v is not None:
                 clauses.append(f"{col} = %s")
@@ -51,9 +53,9 @@ class PgAcceptIndex:
         sql = (f"SELECT {', '.join(TEAM_COLUMNS)} FROM memolab_accepts"
                + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY id")
         rows = self._run(lambda c: c.execute(sql, params).fetchall())
-        return [dict(zip(TEAM_COLUMNS, r)) for r in rows]
+        return [dict(zip(TEAM_COLUMNS, r, strict=False)) for r in rows]
 
-    def add_accept(self, rec: Dict[str, Any]) -> int:
+    def add_accept(self, rec: dict[str, Any]) -> int:
         """Record accept ``rec`` (signed by whoever made it); its team id."""
         if not self.accepts_supported:
             raise AcceptsUnsupported(f"the team index is at schema {self.version}, which predates accepts")
@@ -62,9 +64,9 @@ class PgAcceptIndex:
         cols = list(values)
         sql = (f"INSERT INTO memolab_accepts({', '.join(cols)}) VALUES ({', '.join('%s' for _ in cols)}) RETURNING id")
         row = self._run(lambda c: c.execute(sql, [values[k] for k in cols]).fetchone())
-        return int(row[0])  # type: ignore[index]
+        return int(row[0])
 
-    def undo_accept(self, accept_id: int, when: Optional[float] = None, by: Optional[str] = None,
+    def undo_accept(self, accept_id: int, when: float | None = None, by: str | None = None,
                     pending: bool = False) -> bool:
         """Take accept ``accept_id`` back (the database's clock unless ``when``); whether it was active."""
         if not self.accepts_supported:

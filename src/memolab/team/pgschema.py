@@ -9,7 +9,8 @@ never loads it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
@@ -18,7 +19,6 @@ from .. import config
 from ..errors import RemoteUnavailable, StoreConfigError
 from ..store.sqlite import EVAL_COLUMNS
 from .deadline import WATCHDOG
-
 
 T = TypeVar("T")
 
@@ -103,7 +103,7 @@ $fn$"""
 #: ``ROW_COLUMNS``: a later version that changes the columns must freeze step 1's
 #: text as it is now, and recreate ``memolab_claim`` (it returns every column) in
 #: its own step; ``SUPPORTED`` then says which older clients can still call it.
-STEPS: List[Tuple[int, List[str]]] = [
+STEPS: list[tuple[int, list[str]]] = [
     (1, [
         "CREATE TABLE memolab_meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         """CREATE TABLE memolab_evaluations(
@@ -154,7 +154,7 @@ STEPS: List[Tuple[int, List[str]]] = [
 class TeamSchemaError(StoreConfigError):
     """The team database's schema is outside the range this memolab supports."""
 
-    def __init__(self, message: str, version: Optional[int]) -> None:
+    def __init__(self, message: str, version: int | None) -> None:
         self.version = version
         super().__init__(message)
 
@@ -187,7 +187,7 @@ def one_line(e: BaseException) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def network_error(e: BaseException, conn: Optional[psycopg.Connection] = None) -> bool:
+def network_error(e: BaseException, conn: psycopg.Connection | None = None) -> bool:
     """Is ``e`` the network or the server going away (not a problem of the statement)?"""
     if conn is not None and (conn.broken or conn.closed):
         return True
@@ -216,7 +216,7 @@ def slow_budget(t: float) -> float:
 MARGIN = 0.25
 
 
-def session_settings(budget: float) -> Tuple[str, Tuple[str, str, str]]:
+def session_settings(budget: float) -> tuple[str, tuple[str, str, str]]:
     """The statement (one round trip) setting a session's server-side bounds for operations
     of ``budget`` seconds: ``statement_timeout`` and ``lock_timeout`` (a table locked by
     another session), and ``idle_in_transaction_session_timeout`` (a client that dies inside
@@ -241,7 +241,7 @@ def bounded(conn: psycopg.Connection, seconds: float, work: Callable[[], T]) -> 
         WATCHDOG.disarm(armed)
 
 
-def connect(dsn: str, timeout: Optional[float] = None, budget: Optional[float] = None) -> psycopg.Connection:
+def connect(dsn: str, timeout: float | None = None, budget: float | None = None) -> psycopg.Connection:
     """A session whose every wait is bounded: connecting (``connect_timeout``, libpq's floor is
     2 s), a silent peer (TCP keepalives, ``tcp_user_timeout``), each statement of it
     (``session_settings(budget)``; ``budget`` defaults to ``timeout``)."""
@@ -251,7 +251,7 @@ def connect(dsn: str, timeout: Optional[float] = None, budget: Optional[float] =
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as e:
         raise StoreConfigError(f"the team index is not a valid PostgreSQL URL or DSN: {e}") from None
-    kw: Dict[str, Any] = {}
+    kw: dict[str, Any] = {}
     # bounded waits: connecting, and a peer that vanishes mid-call (unacknowledged
     # data, silent idle connection) instead of the kernel's 15-minute defaults
     # (TCP_KEEPIDLE's ceiling is 32767 s: more fails every connection)
@@ -261,7 +261,7 @@ def connect(dsn: str, timeout: Optional[float] = None, budget: Optional[float] =
     for k, v in defaults.items():
         if k not in params:
             kw[k] = v
-    conn: Optional[psycopg.Connection] = None
+    conn: psycopg.Connection | None = None
     try:
         conn = psycopg.connect(dsn, autocommit=True, **kw)
         c = conn
@@ -280,7 +280,7 @@ PARTS = (("table", "memolab_evaluations"), ("table", "memolab_leases"), ("table"
          ("function", "memolab_claim(text,text,text,text,text,boolean)"))
 
 
-def read_version(conn: psycopg.Connection) -> Optional[int]:
+def read_version(conn: psycopg.Connection) -> int | None:
     """The schema version of the database, or None when it holds no memolab schema.
     ``SchemaIncomplete`` when part of it is missing (a table, the ``memolab_claim`` function)."""
     probes = ", ".join(f"to_regclass('{name}') IS NOT NULL" if kind == "table"
@@ -292,7 +292,7 @@ def read_version(conn: psycopg.Connection) -> Optional[int]:
             raise SchemaIncomplete("the team database has memolab tables but no memolab_meta table: "
                                 "it is damaged or was not created by memolab", None)
         return None
-    missing = [f"{kind} {name.split('(')[0]}" for (kind, name), there in zip(PARTS, row[1:]) if not there]
+    missing = [f"{kind} {name.split('(')[0]}" for (kind, name), there in zip(PARTS, row[1:], strict=False) if not there]
     if missing:
         raise SchemaIncomplete(f"the team schema is incomplete: {', '.join(missing)} missing (damaged? "
                                "`memolab remote upgrade` cannot repair it: restore it or start a new database)", None)
@@ -317,7 +317,7 @@ def check_version(version: int, dsn: str) -> None:
 
 
 def migrate(conn: psycopg.Connection, dsn: str, lock_timeout: float, wait: float,
-             create_only: bool = False) -> Tuple[Optional[int], int]:
+             create_only: bool = False) -> tuple[int | None, int]:
     """Bring the schema to ``TEAM_SCHEMA_VERSION`` in one transaction; (from, to).
 
     The advisory lock serialises migrators (two ``memolab remote upgrade`` at once:
@@ -363,7 +363,7 @@ def migrate_budget(lock_timeout: float, wait: float) -> float:
 
 
 def upgrade(dsn: str, lock_timeout: float = 5.0, wait: float = 60.0,
-            timeout: Optional[float] = None) -> Dict[str, Any]:
+            timeout: float | None = None) -> dict[str, Any]:
     """Create or upgrade the team schema (``memolab remote upgrade``).
 
     ``lock_timeout``: the longest a DDL statement waits for its table lock;
@@ -382,7 +382,7 @@ def upgrade(dsn: str, lock_timeout: float = 5.0, wait: float = 60.0,
     return {"from": before, "to": after, "changed": before != after}
 
 
-def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
+def status(dsn: str, timeout: float | None = None) -> dict[str, Any]:
     """What ``memolab remote status`` shows; never raises for an unreachable or stalled server,
     answers within about ``timeout`` (connecting: libpq's floor of 2 s) and writes nothing.
 
@@ -391,7 +391,7 @@ def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
     when the schema is there: evaluations, done, functions, size, leases (None for
     what could not be counted in time: ``message`` says so)."""
     t = timeout if timeout is not None else remote_timeout()
-    out: Dict[str, Any] = {"reachable": False, "where": where(dsn), "server": None, "schema": None,
+    out: dict[str, Any] = {"reachable": False, "where": where(dsn), "server": None, "schema": None,
                            "supported": SUPPORTED, "ok": False, "message": ""}
     try:
         conn = connect(dsn, t)
@@ -416,7 +416,7 @@ def status(dsn: str, timeout: Optional[float] = None) -> Dict[str, Any]:
     return out
 
 
-def _status(conn: psycopg.Connection, dsn: str, out: Dict[str, Any]) -> None:
+def _status(conn: psycopg.Connection, dsn: str, out: dict[str, Any]) -> None:
     out["server"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
     try:
         version = read_version(conn)

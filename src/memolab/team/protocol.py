@@ -15,29 +15,30 @@ signature), so a row signed on one machine verifies on another.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Set, Tuple
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Protocol
 
-Key = Tuple[str, str, str, str]  # fn, code, args, schema
-Row = Dict[str, Any]
-Sources = Dict[str, Tuple[str, str]]  # digest -> (symbol, source text)
+Key = tuple[str, str, str, str]  # fn, code, args, schema
+Row = dict[str, Any]
+Sources = dict[str, tuple[str, str]]  # digest -> (symbol, source text)
 
 
 class EvalIndex(Protocol):
     # -- the hot path ------------------------------------------------------------------
-    def lookup(self, key: Key, lean: bool = False) -> Optional[Row]:
+    def lookup(self, key: Key, lean: bool = False) -> Row | None:
         """The 'done' row of ``key`` (with ``inline``), or None. One query, no write, no lock."""
 
-    def lookup_many(self, keys: Sequence[Key]) -> Dict[Key, Row]:
+    def lookup_many(self, keys: Sequence[Key]) -> dict[Key, Row]:
         """``lookup`` for several keys in one round trip (``pull``, a batch of tasks)."""
 
     # -- single flight -----------------------------------------------------------------
     def claim(self, key: Key, owner: str, ttl: float, force: bool = False,
-              on_owner: Any = None) -> Tuple[str, Optional[Row]]:
+              on_owner: Any = None) -> tuple[str, Row | None]:
         """Atomically: ('hit', row) if stored (unless ``force``); else ('owner', None) if
         the lease was free, ours, or its holder is dead (on this host) or stopped
         heart-beating for ``ttl`` seconds; else ('wait', None)."""
 
-    def heartbeat(self, held: Iterable[Tuple[Key, str]]) -> None:
+    def heartbeat(self, held: Iterable[tuple[Key, str]]) -> None:
         """Refresh the leases ``(key, owner)`` (only where ``owner`` still holds them)."""
 
     def release(self, key: Key, owner: str) -> None:
@@ -52,7 +53,7 @@ class EvalIndex(Protocol):
         """Store a finished evaluation computed under ``owner``'s lease and drop the lease.
         A lease lost to another owner who already stored a row keeps that row (its id is returned)."""
 
-    def publish(self, key: Key, fields: Row, sources: Sources, owner: Optional[str] = None) -> Tuple[int, bool]:
+    def publish(self, key: Key, fields: Row, sources: Sources, owner: str | None = None) -> tuple[int, bool]:
         """Insert a finished evaluation computed elsewhere (a local store uploading it, a
         team row imported locally): (id, True) if inserted; (id of the row already
         there, False) if the key has a 'done' row, which is never replaced. A row out
@@ -60,50 +61,50 @@ class EvalIndex(Protocol):
         without ``finished`` gets the index's clock (``clock``), ``started`` that less its
         duration: what the uploader sends, since a machine's clock may be off by days."""
 
-    def publish_many(self, rows: Sequence[Tuple[Key, Row, Sources]]) -> List[Tuple[int, bool]]:
+    def publish_many(self, rows: Sequence[tuple[Key, Row, Sources]]) -> list[tuple[int, bool]]:
         """``publish`` for a batch, in one transaction (``memolab sync``)."""
 
-    def rows_since(self, fn: Optional[str] = None, since: Optional[float] = None,
-                   limit: Optional[int] = None) -> List[Row]:
+    def rows_since(self, fn: str | None = None, since: float | None = None,
+                   limit: int | None = None) -> list[Row]:
         """'done' rows (with ``inline``) finished after ``since``, oldest first: what ``pull`` fetches."""
 
-    def mark_corrupt(self, eval_id: int, reason: Optional[str] = None, status: str = "corrupt") -> None:
+    def mark_corrupt(self, eval_id: int, reason: str | None = None, status: str = "corrupt") -> None:
         """Take a row out of use; ``lookup`` no longer finds it."""
 
-    def add_hits(self, counts: Dict[int, Tuple[int, Optional[float]]],
-                 stamps: Dict[str, Tuple[int, int, int]] = ...) -> None:
+    def add_hits(self, counts: dict[int, tuple[int, float | None]],
+                 stamps: dict[str, tuple[int, int, int]] | None = ...) -> None:
         """Add batched hit counts (id -> (n, last hit time; None: now by the index's clock));
         last_hit only grows."""
 
-    def team_key(self) -> Optional[str]:
+    def team_key(self) -> str | None:
         """The team's key check (``signing.key_check``) recorded by ``memolab remote upgrade``, or None."""
 
-    def set_team_key(self, check: str, replace: bool = False) -> Tuple[Optional[str], str]:
+    def set_team_key(self, check: str, replace: bool = False) -> tuple[str | None, str]:
         """Record the team's key check unless one is recorded (``replace``: whatever is): (before, now)."""
 
     def clock(self) -> float:
         """The index's time in seconds (the database server's): what every comparison of times uses."""
 
     # -- listing and maintenance ---------------------------------------------------------
-    def evaluations(self, fn: Optional[str] = None, where: str = "", params: Sequence[Any] = (),
-                    order: str = "finished DESC", limit: Optional[int] = None) -> List[Row]:
+    def evaluations(self, fn: str | None = None, where: str = "", params: Sequence[Any] = (),
+                    order: str = "finished DESC", limit: int | None = None) -> list[Row]:
         """Rows without ``inline`` (``where`` only for the local index: its SQL dialect)."""
 
-    def functions(self) -> List[Dict[str, Any]]:
+    def functions(self) -> list[dict[str, Any]]:
         """Per function: evaluations, size, last, hits, compute (sum of durations)."""
 
-    def referenced_digests(self, exclude: Set[int] = ...) -> Set[str]:
+    def referenced_digests(self, exclude: Collection[int] = ...) -> set[str]:
         """Digests of blobs rows (other than ``exclude``) refer to (inline rows refer to none)."""
 
-    def gc_plan(self, cutoff: Optional[float], max_size: Optional[int]) -> List[Row]:
+    def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[Row]:
         """What gc drops, least recently used first (see ``Store.gc_plan``)."""
 
     def delete_evaluations(self, ids: Sequence[int]) -> None: ...
 
-    def clear(self, fn: Optional[str] = None) -> int: ...
+    def clear(self, fn: str | None = None) -> int: ...
 
-    def source(self, digest: str) -> Optional[str]: ...
+    def source(self, digest: str) -> str | None: ...
 
-    def sources_of(self, digests: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+    def sources_of(self, digests: Iterable[str]) -> dict[str, tuple[str, str]]:
         """digest -> (symbol, source text) of those of ``digests`` kept here, in one query:
         the code texts a row's snapshot names, for ``explain``'s diffs on another machine."""

@@ -14,7 +14,7 @@ hooks import the modules of this subpackage.
 # every object is in docs/torch.md.
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["configure", "settings", "resumable", "Resumable"]
 
@@ -23,7 +23,7 @@ from .policy import SETTINGS as _settings
 _RNG_MODES = ("seed", "exact")
 
 
-def configure(*, rng: Optional[str] = None) -> Dict[str, Any]:
+def configure(*, rng: str | None = None) -> dict[str, Any]:
     """Set the torch hashing policy; returns the settings now in force.
 
     ``rng="seed"`` (default): a data loader's, sampler's or dataset's key is its
@@ -40,11 +40,15 @@ def configure(*, rng: Optional[str] = None) -> Dict[str, Any]:
     return dict(_settings)
 
 
-def settings() -> Dict[str, Any]:
+def settings() -> dict[str, Any]:
     return dict(_settings)
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+if TYPE_CHECKING:  # loaded on first use by __getattr__
+    from .iteration import Resumable as Resumable, resumable as resumable
+
+
+def __getattr__(name: str) -> Any:
     # ``memolab.torch.resumable``: imported on first use, like the rest of this package
     if name in ("resumable", "Resumable"):
         from . import iteration

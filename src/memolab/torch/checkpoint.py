@@ -29,13 +29,13 @@ import random
 import sys
 import time
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any
 
 _FORMAT = 1
 
 
-def _capture_rng() -> Dict[str, Any]:
-    state: Dict[str, Any] = {"random": random.getstate()}
+def _capture_rng() -> dict[str, Any]:
+    state: dict[str, Any] = {"random": random.getstate()}
     np = sys.modules.get("numpy")
     if np is not None:
         state["numpy"] = np.random.get_state()
@@ -47,7 +47,7 @@ def _capture_rng() -> Dict[str, Any]:
     return state
 
 
-def _restore_rng(state: Dict[str, Any]) -> None:
+def _restore_rng(state: dict[str, Any]) -> None:
     random.setstate(state["random"])
     if "numpy" in state:
         import numpy as np
@@ -64,7 +64,7 @@ def _restore_rng(state: Dict[str, Any]) -> None:
 class Checkpoint:
     """Periodic, explicit checkpoints of one memoized computation (see the module docstring)."""
 
-    def __init__(self, objects: Dict[str, Any], every: Optional[int], seconds: Optional[float], keep: bool) -> None:
+    def __init__(self, objects: dict[str, Any], every: int | None, seconds: float | None, keep: bool) -> None:
         from ..memo import running
 
         for name, obj in objects.items():
@@ -82,7 +82,7 @@ class Checkpoint:
         #: steps counted so far (restored with the checkpoint)
         self.steps = 0
         #: the step the computation resumed from, or None when it started afresh
-        self.resumed_from: Optional[int] = None
+        self.resumed_from: int | None = None
         self._ev = running()
         self._last = time.monotonic()
         self._restored = False
@@ -101,7 +101,7 @@ class Checkpoint:
         return f"<memolab.checkpoint {where}, step {self.steps}>"
 
     # -- resuming -----------------------------------------------------------------------------
-    def restore(self, **defaults: Any) -> Dict[str, Any]:
+    def restore(self, **defaults: Any) -> dict[str, Any]:
         """Load the last checkpoint of this computation, if any, and return its extras
         (over ``defaults``). Call it once, before training and before logging."""
         self._restored = True
@@ -184,7 +184,7 @@ class Checkpoint:
         checkpoints.drop(ev.store, ev.key)
 
 
-def _agree_across_ranks(ev: Any, step: Optional[int]) -> None:
+def _agree_across_ranks(ev: Any, step: int | None) -> None:
     """In a collective call of a process group, every rank must resume from the same step
     (docs/distributed.md): they compare before any of them loads it."""
     if "torch.distributed" not in sys.modules:
@@ -204,7 +204,7 @@ def _warning() -> type:
     return MemolabWarning
 
 
-def checkpoint(every: Optional[int] = None, *, seconds: Optional[float] = None, keep: bool = False,
+def checkpoint(every: int | None = None, *, seconds: float | None = None, keep: bool = False,
                **objects: Any) -> Checkpoint:
     """Checkpoint the memoized computation running here every ``every`` steps and/or ``seconds``.
 

@@ -25,7 +25,7 @@ position is part of its key. Every rule is written down in docs/torch.md.
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import torch.utils.data as tud
 
@@ -68,7 +68,7 @@ def encode_data(enc: Encoder, obj: Any) -> None:
         enc.config_only -= 1
 
 
-def _yielded(state: Any) -> Optional[int]:
+def _yielded(state: Any) -> int | None:
     """Batches already yielded in the epoch a StatefulDataLoader state describes (None if unknown)."""
     if not isinstance(state, dict):
         return None
@@ -122,7 +122,7 @@ def encode_distributed_sampler(enc: Encoder, sampler: Any) -> None:
     enc.encode_child(rank, ".rank")
 
 
-def _own_rank() -> Optional[int]:
+def _own_rank() -> int | None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return None

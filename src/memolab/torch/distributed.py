@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
@@ -37,15 +38,25 @@ from .. import hashing
 from ..distributed import DistributedError
 from ..lifecycle import drive_sync, lifecycle
 from . import launched, main_first
-from .exchange import (Exchange, GatedSteps, beat_of, compute_local, exchange, key_digest, receive, result_digest,
-                       serve, warn_once)
+from .exchange import (
+    Exchange,
+    GatedSteps,
+    beat_of,
+    compute_local,
+    exchange,
+    key_digest,
+    receive,
+    result_digest,
+    serve,
+    warn_once,
+)
 
 __all__ = ["active_driver", "drive", "register_hashing", "Exchange", "agree_on_checkpoint"]
 
 _AVAILABLE = dist.is_available()
 
 
-def active_driver() -> Optional[Callable[..., Any]]:
+def active_driver() -> Callable[..., Any] | None:
     """``drive`` inside an initialised group of two or more ranks; outside one, the driver of a
     process where a group may come to exist inside a memoized call (Lightning's launcher,
     ``launched.watch``), else None (asked on every call of a process that imported torch: a few
@@ -231,7 +242,7 @@ def _compute(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any]) -> Any:
     return value
 
 
-def agree_on_checkpoint(symbol: str, step: Optional[int]) -> None:
+def agree_on_checkpoint(symbol: str, step: int | None) -> None:
     """Inside a collective computation: every rank found the same checkpoint step (or none), or
     every rank raises ``DistributedError`` (node-local stores: one rank would resume, another
     start over, and DDP would hang or train on mismatched weights). Called by

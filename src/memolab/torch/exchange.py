@@ -17,15 +17,15 @@ import pickle
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any
 
 import torch.distributed as dist
 
 from .. import config, hashing
 from ..call import UNSTORED
-from ..distributed import rank_local
-from ..distributed import settings as distributed_settings
+from ..distributed import rank_local, settings as distributed_settings
 from ..errors import MemolabWarning
 from ..lifecycle import STORE_TROUBLE, drive_sync, lifecycle
 from ..tracking import runs
@@ -45,9 +45,9 @@ class Exchange:
         self.rank = rank
         self.world = world
         self.seq = 0
-        self.beat: Optional[Beat] = None
+        self.beat: Beat | None = None
         #: names each call set beyond the collective call's own (a main-first call's), deleted with it
-        self.extra: Dict[int, List[str]] = {}
+        self.extra: dict[int, list[str]] = {}
         #: computations during which this group came to exist (``launched``), numbered
         self.launches = 0
 
@@ -68,7 +68,7 @@ class Exchange:
     def get(self, key: str) -> bytes:
         return self.store.get(key)
 
-    def wait(self, keys: List[str], timeout: float, alive: Optional[str] = None) -> bool:
+    def wait(self, keys: list[str], timeout: float, alive: str | None = None) -> bool:
         """Wait until every key is set: False after ``timeout`` seconds, or, once ``alive``
         (a counter the decider bumps) has moved, after 3 lease TTLs without it moving. The
         store's own blocking wait, in slices of at most 0.25 s: answered the moment a key is
@@ -105,8 +105,8 @@ class Exchange:
                 pass
 
 
-_exchanges: Dict[Tuple[int, int, int, int], Optional[Exchange]] = {}
-_warned: Set[str] = set()
+_exchanges: dict[tuple[int, int, int, int], Exchange | None] = {}
+_warned: set[str] = set()
 
 
 def warn_once(what: str, text: str, stacklevel: int = 4) -> None:
@@ -115,7 +115,7 @@ def warn_once(what: str, text: str, stacklevel: int = 4) -> None:
         warnings.warn(text, MemolabWarning, stacklevel=stacklevel)
 
 
-def exchange() -> Optional[Exchange]:
+def exchange() -> Exchange | None:
     """The exchange of the current default group (made on its first collective call), or None
     when no key-value store can be reached."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -125,12 +125,12 @@ def exchange() -> Optional[Exchange]:
     return _exchanges[k]
 
 
-def connect(rank: int, world: int) -> Optional[Exchange]:
+def connect(rank: int, world: int) -> Exchange | None:
     base: Any = None
     addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
     if addr and port:
         try:
-            base = dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,
+            base = dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,  # type: ignore[attr-defined]  # re-exported by torch.distributed from its C module
                                  timeout=timedelta(seconds=3 * config.settings().lease_ttl))
         except Exception:
             base = None
@@ -147,7 +147,7 @@ def connect(rank: int, world: int) -> Optional[Exchange]:
     gen = base.add(f"memolab/gen/{rank}", 1)
     run = os.environ.get("TORCHELASTIC_RUN_ID", "")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return Exchange(dist.PrefixStore(f"memolab/{run}/{restart}/{gen}", base), rank, world)
+    return Exchange(dist.PrefixStore(f"memolab/{run}/{restart}/{gen}", base), rank, world)  # type: ignore[attr-defined]  # re-exported by torch.distributed from its C module
 
 
 class Beat:
@@ -157,8 +157,8 @@ class Beat:
     body's collective detector)."""
 
     def __init__(self, ex: Exchange) -> None:
-        self.key: Optional[str] = None
-        self.watch: Optional[Callable[[], None]] = None
+        self.key: str | None = None
+        self.watch: Callable[[], None] | None = None
         interval = min(1.0, config.settings().lease_ttl / 10)
 
         def beat() -> None:
@@ -178,7 +178,7 @@ class Beat:
 
         threading.Thread(target=beat, name="memolab-distributed-beat", daemon=True).start()
 
-    def start(self, key: str, watch: Optional[Callable[[], None]] = None) -> "Beat":
+    def start(self, key: str, watch: Callable[[], None] | None = None) -> Beat:
         self.key, self.watch = key, watch
         return self
 
@@ -221,7 +221,7 @@ def serve(ex: Exchange, seq: int, value: Any, ranks: Iterable[int], name: str = 
                 ex.set(f"{seq}/{name}", f"E{type(e).__name__}: {e}".encode())
 
 
-def receive(ex: Exchange, seq: int, call: Any, name: str = "v", sender: int = 0) -> Tuple[bool, Any]:
+def receive(ex: Exchange, seq: int, call: Any, name: str = "v", sender: int = 0) -> tuple[bool, Any]:
     """This rank's copy of a value another rank has: from its own store, else the bytes the
     sender posts. (False, why) when neither comes."""
     found, value = load_copy(call)
@@ -236,7 +236,7 @@ def receive(ex: Exchange, seq: int, call: Any, name: str = "v", sender: int = 0)
     return True, pickle.loads(data[1:])
 
 
-def load_copy(call: Any) -> Tuple[bool, Any]:
+def load_copy(call: Any) -> tuple[bool, Any]:
     """This rank's copy of a hit: from memory, else from its store (False: not there)."""
     store = call.store
     try:

@@ -31,16 +31,17 @@ from __future__ import annotations
 import copy
 import random
 import sys
-from typing import Any, Dict, Iterator, List, Optional
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
 
 import torch
 
 # -- random-number states ------------------------------------------------------------------
 
 
-def _generators(loader: Any) -> List[torch.Generator]:
+def _generators(loader: Any) -> list[torch.Generator]:
     """The torch.Generators a DataLoader draws from (its own, its sampler's), each once."""
-    found: Dict[int, torch.Generator] = {}
+    found: dict[int, torch.Generator] = {}
     candidates = [getattr(loader, "generator", None)]
     for s in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
         candidates.append(getattr(s, "generator", None))
@@ -52,20 +53,20 @@ def _generators(loader: Any) -> List[torch.Generator]:
     return list(found.values())
 
 
-def capture_rng(generators: List[torch.Generator] = ()) -> Dict[str, Any]:
+def capture_rng(generators: Sequence[torch.Generator] = ()) -> dict[str, Any]:
     """The global random states (torch CPU, CUDA where initialised, ``random``,
     numpy's legacy global) plus those of ``generators``, as plain data."""
-    state: Dict[str, Any] = {"torch": torch.get_rng_state(), "random": random.getstate()}
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "random": random.getstate()}
     np = sys.modules.get("numpy")
     if np is not None:
         state["numpy"] = np.random.get_state()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():  # untested here: no GPU
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untested here: no GPU
         state["cuda"] = torch.cuda.get_rng_state_all()
     state["generators"] = [g.get_state() for g in generators]
     return state
 
 
-def restore_rng(state: Dict[str, Any], generators: List[torch.Generator] = ()) -> None:
+def restore_rng(state: dict[str, Any], generators: Sequence[torch.Generator] = ()) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["random"])
     if "numpy" in state:
@@ -78,7 +79,7 @@ def restore_rng(state: Dict[str, Any], generators: List[torch.Generator] = ()) -
     if len(saved) != len(generators):
         raise ValueError(f"the position was taken with {len(saved)} torch.Generator(s) in the loader, "
                          f"this loader has {len(generators)}: it is not the loader the position belongs to")
-    for g, s in zip(generators, saved):
+    for g, s in zip(generators, saved, strict=False):
         g.set_state(s)
 
 
@@ -97,12 +98,12 @@ class Resumable:
 
     def __init__(self, loader: Any) -> None:
         if isinstance(loader, Resumable):
-            loader = loader.loader
+            loader = loader.loader  # type: ignore[has-type]  # a wrapped loader
         self.loader = loader
-        self._snapshot: Optional[Dict[str, Any]] = None  # RNG states at the iter() of the epoch in progress
+        self._snapshot: dict[str, Any] | None = None  # RNG states at the iter() of the epoch in progress
         self._consumed = 0
-        self._live: Optional[Iterator[Any]] = None
-        self._pending: Optional[Dict[str, Any]] = None  # a mid-epoch position to resume at the next iter()
+        self._live: Iterator[Any] | None = None
+        self._pending: dict[str, Any] | None = None  # a mid-epoch position to resume at the next iter()
         # the next epoch must reuse a persistent-workers iterator that this process
         # does not have yet (a state taken between epochs by a loader that had one)
         self._restart_workers = False
@@ -119,7 +120,7 @@ class Resumable:
         return len(self.loader)
 
     # -- iteration ----------------------------------------------------------------------
-    def __iter__(self) -> "_ResumableIterator":
+    def __iter__(self) -> _ResumableIterator:
         if self._pending is not None:
             self._replay(self._pending)
         elif self._live is None:
@@ -160,7 +161,7 @@ class Resumable:
         iter(self.loader)
         restore_rng(now, gens)
 
-    def _replay(self, pos: Dict[str, Any]) -> None:
+    def _replay(self, pos: dict[str, Any]) -> None:
         self._pending = None
         gens = _generators(self.loader)
         if pos["snapshot"].get("reused") and not _reuses_iterator(self.loader):
@@ -181,7 +182,7 @@ class Resumable:
         restore_rng(pos["now"], gens)
 
     # -- explicit state (the torchdata.nodes model) --------------------------------------------
-    def get_state(self) -> Dict[str, Any]:
+    def get_state(self) -> dict[str, Any]:
         """Where the loader is: the RNG snapshot of the epoch in progress (None between
         epochs and before the first), the batches consumed, and the RNG states now."""
         if self._pending is not None:
@@ -195,7 +196,7 @@ class Resumable:
             return {"snapshot": None, "consumed": 0, "now": now}
         return {"snapshot": self._snapshot, "consumed": self._consumed, "now": now}
 
-    def reset(self, state: Optional[Dict[str, Any]] = None) -> None:
+    def reset(self, state: dict[str, Any] | None = None) -> None:
         """Abandon the epoch in progress; with ``state``, resume there.
 
         A state taken within an epoch resumes at the next ``iter()``, which replays
@@ -217,10 +218,10 @@ class Resumable:
         self._restart_workers = bool(state["now"].get("reused"))
 
     # torch's Stateful protocol (torch.distributed.checkpoint, StatefulDataLoader users)
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"position": self.get_state()}
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reset(state.get("position"))  # None: a state saved before between-epoch positions existed
 
     # -- storing and keying ---------------------------------------------------------------------
@@ -252,7 +253,7 @@ class _ResumableIterator:
     def __init__(self, owner: Resumable) -> None:
         self._owner = owner
 
-    def __iter__(self) -> "_ResumableIterator":
+    def __iter__(self) -> _ResumableIterator:
         return self
 
     def __next__(self) -> Any:
@@ -268,13 +269,13 @@ def _reuses_iterator(loader: Any) -> bool:
             and getattr(loader, "_iterator", None) is not None)
 
 
-def _checked(state: Dict[str, Any]) -> Dict[str, Any]:
+def _checked(state: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(state, dict) or not {"snapshot", "consumed", "now"} <= set(state):
         raise ValueError("not a position of memolab.torch.resumable (expected what get_state() returns)")
     return state
 
 
-def _rebuild_resumable(loader: Any, position: Optional[Dict[str, Any]], restart_workers: bool = False) -> Resumable:
+def _rebuild_resumable(loader: Any, position: dict[str, Any] | None, restart_workers: bool = False) -> Resumable:
     r = Resumable(loader)
     if position is not None:
         r.reset(position)
@@ -306,12 +307,12 @@ def resumable(loader: Any) -> Resumable:
 # -- torchdata: StatefulDataLoader and torchdata.nodes ------------------------------------------
 
 
-def _stateful_position(dl: Any) -> Optional[Dict[str, Any]]:
+def _stateful_position(dl: Any) -> dict[str, Any] | None:
     """A StatefulDataLoader's position: a loaded state not yet used, or its live iteration's."""
     if getattr(dl, "next_iter_state", None) is not None:
-        return dl.next_iter_state
+        return cast("dict[str, Any]", dl.next_iter_state)
     if getattr(dl, "_iterator", None) is not None:
-        return dl.state_dict()
+        return cast("dict[str, Any]", dl.state_dict())
     return None
 
 
@@ -324,8 +325,8 @@ def _reduce_stateful_dataloader(p: Any, dl: Any) -> Any:
     return _rebuild_stateful_dataloader, (type(dl), state, position)
 
 
-def _rebuild_stateful_dataloader(cls: type, state: Dict[str, Any], position: Optional[Dict[str, Any]]) -> Any:
-    dl = cls.__new__(cls)
+def _rebuild_stateful_dataloader(cls: type, state: dict[str, Any], position: dict[str, Any] | None) -> Any:
+    dl = cls.__new__(cls)  # type: ignore[call-overload]  # any class
     dl.__dict__.update(state)  # DataLoader.__setattr__ refuses some names after init: bypass it, as pickle does
     if position is not None:
         dl.load_state_dict(position)
@@ -338,7 +339,7 @@ def _rebuild_stateful_dataloader(cls: type, state: Dict[str, Any], position: Opt
 # (plus, for a SamplerWrapper, its generator rewound to the epoch's start) and
 # are positioned by that one reset when the graph is loaded.
 
-def _inner_nodes(p: Any) -> set:
+def _inner_nodes(p: Any) -> set[Any]:
     s = getattr(p, "_memolab_inner_nodes", None)
     if s is None:
         s = set()
@@ -368,8 +369,8 @@ def _reduce_nodes_loader(p: Any, loader: Any) -> Any:
     return _rebuild_nodes_loader, (type(loader), loader.root, loader.restart_on_stop_iteration, pending, live)
 
 
-def _rebuild_nodes_loader(cls: type, root: Any, restart: bool, pending: Optional[Dict[str, Any]],
-                          live: Optional[Dict[str, Any]] = None) -> Any:
+def _rebuild_nodes_loader(cls: type, root: Any, restart: bool, pending: dict[str, Any] | None,
+                          live: dict[str, Any] | None = None) -> Any:
     loader = cls(root, restart_on_stop_iteration=restart)
     if pending is not None:
         loader.load_state_dict(pending)
@@ -389,7 +390,7 @@ def _node_started(node: Any) -> bool:
     return bool(node.__dict__.get("_BaseNode__initialized", False))
 
 
-def _node_config(node: Any) -> Dict[str, Any]:
+def _node_config(node: Any) -> dict[str, Any]:
     """A node's attributes minus the live iteration (iterators, threads): what
     ``reset()`` rebuilds. Child nodes stay (they are configuration), reduced in turn."""
     from torchdata.nodes import BaseNode
@@ -412,9 +413,9 @@ def _reduce_node(p: Any, node: Any) -> Any:
     return _rebuild_node, (type(node), _node_config(node), position, _epoch_start_generator(node))
 
 
-def _rebuild_node(cls: type, state: Dict[str, Any], position: Optional[Dict[str, Any]],
-                  rewind: Optional[torch.Tensor] = None) -> Any:
-    node = cls.__new__(cls)
+def _rebuild_node(cls: type, state: dict[str, Any], position: dict[str, Any] | None,
+                  rewind: torch.Tensor | None = None) -> Any:
+    node = cls.__new__(cls)  # type: ignore[call-overload]  # any class
     node.__dict__.update(state)
     if rewind is not None:
         node.sampler.generator.set_state(rewind)
@@ -423,7 +424,7 @@ def _rebuild_node(cls: type, state: Dict[str, Any], position: Optional[Dict[str,
     return node
 
 
-def _epoch_start_generator(node: Any) -> Optional[torch.Tensor]:
+def _epoch_start_generator(node: Any) -> torch.Tensor | None:
     """For a SamplerWrapper part-way through an epoch: its sampler's generator state
     at the start of the epoch, which resuming needs (``reset(state)`` draws the
     epoch's order again, then skips what was yielded). torchdata's own
@@ -436,7 +437,7 @@ def _epoch_start_generator(node: Any) -> Optional[torch.Tensor]:
     it = node._it
     state = it.state_dict() if hasattr(it, "state_dict") else None
     if isinstance(state, dict) and isinstance(state.get("generator"), torch.Tensor):
-        return state["generator"]
+        return cast(torch.Tensor, state["generator"])
     sampler = node.sampler
     if getattr(sampler, "generator", None) is not None or type(sampler).__name__ in _RANDOM_SAMPLERS:
         import pickle
@@ -474,12 +475,11 @@ def _is_node(v: Any) -> bool:
     return isinstance(v, BaseNode)
 
 
-def _node_classes() -> List[type]:
+def _node_classes() -> list[type]:
     import torchdata.nodes as tn
-    from torchdata.nodes import loader as tl
-    from torchdata.nodes import map as tm
+    from torchdata.nodes import loader as tl, map as tm
 
-    seen: Dict[type, None] = {}
+    seen: dict[type, None] = {}
     for name in tn.__all__:
         c = getattr(tn, name)
         if isinstance(c, type) and issubclass(c, tn.BaseNode):
@@ -493,8 +493,8 @@ def _node_classes() -> List[type]:
 def register_pickling(register_reducer: Any) -> None:
     """Reducers for torchdata's loaders (exact types, as memolab's pickler dispatches)."""
     try:
-        from torchdata.stateful_dataloader import StatefulDataLoader
         import torchdata.nodes as tn
+        from torchdata.stateful_dataloader import StatefulDataLoader
     except Exception:  # torchdata too old or broken for this torch: pickle's own handling
         return
     register_reducer(StatefulDataLoader, _reduce_stateful_dataloader)
@@ -519,7 +519,6 @@ def register_hashing() -> None:
 def _handler(cls: type, substitute: Any) -> Any:
     """Hash a node as its class plus ``substitute(node)``; a node reached again (a
     bound ``epoch_updater`` points back at its node) is a back-reference."""
-    from .. import hashing
 
     tag = f"{cls.__module__}:{cls.__qualname__}"
 

@@ -27,7 +27,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch.distributed as dist
 
@@ -43,7 +44,7 @@ MARK = "MEMOLAB_COMPUTING"
 
 _LIGHTNING = ("lightning", "pytorch_lightning", "lightning_fabric")
 
-_marks: Dict[int, List[str]] = {}  # thread -> key digests it is computing, outermost first
+_marks: dict[int, list[str]] = {}  # thread -> key digests it is computing, outermost first
 _marks_lock = threading.Lock()
 
 
@@ -59,7 +60,7 @@ def lightning_child() -> bool:
             and environ_bytes(b"TORCHELASTIC_RUN_ID") is None and bool(environ_bytes(b"MASTER_PORT")))
 
 
-def driver() -> Optional[Callable[..., Any]]:
+def driver() -> Callable[..., Any] | None:
     """``watch`` where a group may come to exist inside a memoized call (Lightning is imported, or
     Lightning's launcher started this process), else None."""
     for name in _LIGHTNING:
@@ -169,7 +170,7 @@ def _agree(call: Any, value: Any) -> bool:
             raise DistributedError(error)
         return False
     others = [f"{name}/{r}" for r in range(1, ex.world)]
-    verdict: Dict[str, Any] = {"store": False, "error": ""}
+    verdict: dict[str, Any] = {"store": False, "error": ""}
     if not ex.wait(others, ex.arrival_timeout()):
         warn_once(f"late {symbol}", f"{symbol}: the ranks started inside this call did not finish it within "
                   f"{ex.arrival_timeout():.0f} s of rank 0; the result is returned but not stored")

@@ -27,7 +27,9 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional
+import types
+from collections.abc import Callable
+from typing import Any
 
 import torch.distributed as dist
 
@@ -98,7 +100,7 @@ def _lead(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any], mode: str, 
             raise DistributedError(text)
         leaders = [0] * ex.world
         if mode == "local_main_first":
-            first: Dict[str, int] = {where: 0}
+            first: dict[str, int] = {where: 0}
             for r in range(1, ex.world):
                 leaders[r] = first.setdefault(posted[r].partition("|")[2], r)
         ex.extra[seq] = [f"{x}/{r}" for r in sorted(set(leaders)) for x in ("alive", "mf", "v")]
@@ -135,7 +137,7 @@ def _follow(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any], mode: str
         raise DistributedError(f"{symbol}: rank 0 failed before this main-first call was computed ({d['error']})")
     if d["d"] == "solo":
         return compute_local(call, fn)
-    leaders: List[int] = d["leaders"]
+    leaders: list[int] = d["leaders"]
     leader = leaders[ex.rank]
     if leader == ex.rank:  # the first rank on its store: compute (or load) it for the others there
         beat = beat_of(ex).start(f"{seq}/alive/{ex.rank}")
@@ -169,7 +171,7 @@ def _ttl() -> float:
     return config.settings().lease_ttl
 
 
-def _as_leader(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any], followers: List[int], beat: Any) -> Any:
+def _as_leader(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any], followers: list[int], beat: Any) -> Any:
     """Run the single-process call here for ``followers`` (beating while it runs, its body watched
     for collectives), post how it went, and send the value to a follower whose store lacks it."""
     symbol = call.key[0]
@@ -210,7 +212,7 @@ class _Guard:
 
     def __init__(self, ex: Exchange, seq: int, symbol: str) -> None:
         self.ex, self.seq, self.symbol = ex, seq, symbol
-        self.thread: Optional[int] = None
+        self.thread: int | None = None
         self.tripped = False
         self.text = ""
         self._at: Any = None
@@ -229,7 +231,7 @@ class _Guard:
             return
         if now - self._since < _STUCK:
             return
-        caller = frame
+        caller: types.FrameType | None = frame
         while caller is not None and caller.f_code.co_filename.startswith(_TORCH):
             caller = caller.f_back
         called_from = f", called from {caller.f_code.co_filename}:{caller.f_lineno}" if caller is not None else ""

@@ -17,7 +17,8 @@ switch is set, and a stale switch would be a wrong result.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -33,18 +34,18 @@ def _fp32(backend: str, op: str) -> Callable[[], Any]:
 #: (name, reader, default). An fp32 precision of "none" defers to the legacy switches
 #: (``allow_tf32``), which are read too; "ieee" is what "none" means by default, and
 #: ``set_float32_matmul_precision("highest")`` writes it: both count as the default.
-_SWITCHES: List[Tuple[str, Callable[[], Any], Any]] = [
+_SWITCHES: list[tuple[str, Callable[[], Any], Any]] = [
     ("default_dtype", torch.get_default_dtype, torch.float32),
     ("deterministic_algorithms", _C._get_deterministic_algorithms, False),
     ("cudnn.deterministic", _C._get_cudnn_deterministic, False),
-    ("mkldnn.deterministic", getattr(_C, "_get_mkldnn_deterministic", None), False),
+    ("mkldnn.deterministic", getattr(_C, "_get_mkldnn_deterministic", None), False),  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
     ("cuda.matmul.allow_tf32", _C._get_cublas_allow_tf32, False),
     ("cudnn.allow_tf32", _C._get_cudnn_allow_tf32, True),
-    ("cuda.matmul.allow_fp16_reduced_precision_reduction",
+    ("cuda.matmul.allow_fp16_reduced_precision_reduction",  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
      getattr(_C, "_get_cublas_allow_fp16_reduced_precision_reduction", None), (True, True)),
-    ("cuda.matmul.allow_bf16_reduced_precision_reduction",
+    ("cuda.matmul.allow_bf16_reduced_precision_reduction",  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
      getattr(_C, "_get_cublas_allow_bf16_reduced_precision_reduction", None), (True, True)),
-    ("cpu.allow_fp16_reduced_precision_reduction",
+    ("cpu.allow_fp16_reduced_precision_reduction",  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
      getattr(_C, "_get_cpu_allow_fp16_reduced_precision_reduction", None), False),
 ]
 #: (name, backend, op, default): cuDNN's convolutions and RNNs default to TF32, as ``cudnn.allow_tf32`` does
@@ -54,16 +55,16 @@ _FP32 = [("fp32_precision", "generic", "all", "none"), ("cuda.matmul.fp32_precis
          ("mkldnn.conv.fp32_precision", "mkldnn", "conv", "none"),
          ("mkldnn.rnn.fp32_precision", "mkldnn", "rnn", "none")]
 
-_names: Tuple[str, ...] = ()
-_readers: Tuple[Callable[[], Any], ...] = ()
-_defaults: Tuple[Any, ...] = ()
+_names: tuple[str, ...] = ()
+_readers: tuple[Callable[[], Any], ...] = ()
+_defaults: tuple[Any, ...] = ()
 #: every reader called in one tuple display: 1.3 µs where a comprehension takes 2.8
-_read_all: Callable[[], Tuple[Any, ...]] = tuple
+_read_all: Callable[[], tuple[Any, ...]] = tuple
 #: values that mean the same as the default ("none" and "ieee" of an fp32 precision)
 _SAME = {"none": "ieee"}
 
 
-def switches() -> Optional[Dict[str, Any]]:
+def switches() -> dict[str, Any] | None:
     """The switches that differ from their default, or None (the common case)."""
     try:
         values = _read_all()
@@ -72,7 +73,7 @@ def switches() -> Optional[Dict[str, Any]]:
     if values == _defaults:
         return None
     out = {}
-    for name, v, d in zip(_names, values, _defaults):
+    for name, v, d in zip(_names, values, _defaults, strict=False):
         if _same(v) != _same(d):
             out[name] = str(v) if isinstance(v, torch.dtype) else v
     return out or None

@@ -16,7 +16,7 @@ stays copy-on-write, which those writes end (``tensors._stamp``).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import torch
 
@@ -27,14 +27,14 @@ from ..hashing import Encoder
 _EXCLUDE = frozenset({"_zero_grad_profile_name", "_warned_capturable_if_run_uncaptured", "_opt_called"})
 
 
-def _positional_state(opt: Any) -> Tuple[List[Tuple[int, Any]], Dict[Any, Any]]:
+def _positional_state(opt: Any) -> tuple[list[tuple[int, Any]], dict[Any, Any]]:
     """(state by parameter position, state of tensors not in any group)."""
-    index: Dict[int, int] = {}
+    index: dict[int, int] = {}
     for g in opt.param_groups:
         for p in g["params"]:
             index.setdefault(id(p), len(index))
-    by_pos: List[Tuple[int, Any]] = []
-    other: Dict[Any, Any] = {}
+    by_pos: list[tuple[int, Any]] = []
+    other: dict[Any, Any] = {}
     for k, v in opt.state.items():
         i = index.get(id(k))
         if i is None:
@@ -45,7 +45,7 @@ def _positional_state(opt: Any) -> Tuple[List[Tuple[int, Any]], Dict[Any, Any]]:
     return by_pos, other
 
 
-def _attributes(opt: Any) -> Dict[str, Any]:
+def _attributes(opt: Any) -> dict[str, Any]:
     """The optimizer's own attributes, not ``__getstate__``'s three: a subclass's
     extra attributes (which its ``step`` may read) count too."""
     out = {}

@@ -15,7 +15,8 @@ come through the storage reducer below).
 from __future__ import annotations
 
 import pickle
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -30,7 +31,7 @@ class _StorageMemory:
     def __init__(self, storage: torch.UntypedStorage) -> None:
         self.storage = storage
         # the const pointer: a lazy clone (a loaded tensor stored again) must not be materialized
-        ptr = torch.empty(0, dtype=torch.uint8).set_(storage).const_data_ptr()
+        ptr = torch.empty(0, dtype=torch.uint8).set_(storage).const_data_ptr()  # type: ignore[attr-defined]  # torch's stubs lag its API
         self.__array_interface__ = {"data": (ptr, False), "shape": (storage.nbytes(),),
                                     "typestr": "|u1", "version": 3}
 
@@ -56,14 +57,14 @@ def _reduce_untyped_storage(p: Any, storage: torch.UntypedStorage) -> Any:
     if device.type == "meta":
         return NotImplemented
     if device.type != "cpu":
-        storage = storage.cpu()
+        storage = storage.cpu()  # type: ignore[no-untyped-call]  # torch's stubs lag its API
     data = _storage_bytes(storage)
     return _rebuild_storage, (pickle.PickleBuffer(data) if len(data) else b"", storage.nbytes(), str(device))
 
 
 def _rebuild_storage(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage:
     if nbytes == 0:
-        s = torch.UntypedStorage(0)
+        s = torch.UntypedStorage(0)  # type: ignore[no-untyped-call]  # torch's stubs lag its API
     else:
         from ..store.blobs import copy_on_write, mapped_blob
 
@@ -123,7 +124,7 @@ def _reduce_typed_storage(p: Any, storage: Any) -> Any:
 
 
 def _rebuild_typed_storage(untyped: torch.UntypedStorage, dtype: torch.dtype) -> Any:
-    return torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+    return torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)  # type: ignore[no-untyped-call]  # torch's stubs lag its API
 
 
 def _reduce_tensor(p: Any, t: torch.Tensor) -> Any:
@@ -146,7 +147,7 @@ def _rebuild_tensor(storage: torch.UntypedStorage, offset: int, size: tuple, str
     return t
 
 
-def register(register_reducer: Callable[[type, Optional[Callable[[Any, Any], Any]]], None]) -> None:
+def register(register_reducer: Callable[[type, Callable[[Any, Any], Any] | None], None]) -> None:
     register_reducer(torch.Tensor, _reduce_tensor)
     register_reducer(torch.UntypedStorage, _reduce_untyped_storage)
     register_reducer(torch.TypedStorage, _reduce_typed_storage)

@@ -55,7 +55,7 @@ def _state_digest(state: Any) -> str:
 def _cuda_state() -> Any:
     cuda = torch.cuda
     get_all = globalrng.original(cuda.get_rng_state_all)
-    if not cuda.is_initialized():
+    if not cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch's stubs lag its API
         # Not initialised yet: the states CUDA will start from are the seeds queued for
         # it (``torch.manual_seed`` queues its seed), else torch's default seed.
         tracker = getattr(cuda, "_lazy_seed_tracker", None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import torch
 
@@ -67,15 +67,15 @@ def raw_bytes(x: Any) -> memoryview:
     if n == 0:
         return memoryview(b"")
     # const: reading a lazy (copy-on-write) clone must not materialize it
-    ptr = (torch.empty(0, dtype=torch.uint8).set_(x) if isinstance(x, torch.UntypedStorage) else x).const_data_ptr()
+    ptr = (torch.empty(0, dtype=torch.uint8).set_(x) if isinstance(x, torch.UntypedStorage) else x).const_data_ptr()  # type: ignore[union-attr]  # torch's stubs lag its API
     arr = (ctypes.c_char * n).from_address(ptr)
     arr.owner = x  # type: ignore[attr-defined]  # the memory lives as long as the view
     return memoryview(arr).cast("B")
 
 
-_is_cow = getattr(torch._C, "_is_cow_tensor", None)
-_lazy_clone = getattr(torch, "_lazy_clone", None)
-_storage_use_count = getattr(torch._C, "_storage_Use_Count", None)
+_is_cow: Any = getattr(torch._C, "_is_cow_tensor", None)
+_lazy_clone: Any = getattr(torch, "_lazy_clone", None)
+_storage_use_count: Any = getattr(torch._C, "_storage_Use_Count", None)
 _TRACKED = _is_cow is not None and _lazy_clone is not None and _storage_use_count is not None \
     and hasattr(torch.Tensor, "_use_count")
 
@@ -169,7 +169,7 @@ class _Pin:
 
     def __del__(self) -> None:
         try:
-            torch.UntypedStorage._free_weak_ref(self.handle)
+            torch.UntypedStorage._free_weak_ref(self.handle)  # type: ignore[no-untyped-call]  # torch's stubs lag its API
         except Exception:  # interpreter shutdown: torch may be gone
             pass
 
@@ -182,7 +182,7 @@ def _pin(t: Any) -> Any:
 #
 # storage address -> (its mapping's start, length, a pin keeping the address from being reused by
 # another storage while the entry lives). Recorded by ``pickling`` when it rebuilds a storage.
-_mapped: Dict[int, Tuple[int, int, _Pin]] = {}
+_mapped: dict[int, tuple[int, int, _Pin]] = {}
 _mapped_lock = threading.Lock()
 
 
@@ -196,7 +196,7 @@ def mapped(storage: Any) -> None:
         _mapped[storage._cdata] = (ptr, storage.nbytes(), _Pin(storage))
 
 
-def _mapping_of(storage: Any) -> Optional[Tuple[int, int]]:
+def _mapping_of(storage: Any) -> tuple[int, int] | None:
     """(start, length) of the blob mapping ``storage`` still is, or None."""
     got = _mapped.get(storage._cdata)
     if got is None:
@@ -209,7 +209,7 @@ def _mapping_of(storage: Any) -> Optional[Tuple[int, int]]:
 
 def _address(storage: Any) -> int:
     # the const pointer: reading it must not count as a write anywhere
-    return torch.empty(0, dtype=torch.uint8).set_(storage).const_data_ptr()
+    return torch.empty(0, dtype=torch.uint8).set_(storage).const_data_ptr()  # type: ignore[attr-defined]  # torch's stubs lag its API
 
 
 LEAF = Leaf(tensor_digest, _stamp, _track_loaded, pin=_pin, track=_track)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 
 def to_numpy(x: Any) -> Any:
@@ -24,7 +24,7 @@ def to_numpy(x: Any) -> Any:
     return np.asarray(x)
 
 
-def image_array(img: Any, dataformats: Optional[str] = None, where: str = "image") -> Any:
+def image_array(img: Any, dataformats: str | None = None, where: str = "image") -> Any:
     """A uint8 HxWxC (C in 1, 3, 4) copy of ``img``: an array, a tensor or a PIL image.
 
     Floats are taken to be in [0, 1] (the TensorBoard convention); ``dataformats``
@@ -65,7 +65,7 @@ def image_array(img: Any, dataformats: Optional[str] = None, where: str = "image
     return np.clip(np.rint(f * 255.0), 0, 255).astype(np.uint8)
 
 
-def image_png(a: Any) -> Tuple[bytes, Tuple[int, int, int]]:
+def image_png(a: Any) -> tuple[bytes, tuple[int, int, int]]:
     """PNG bytes of a uint8 HxWxC array, and (H, W, C)."""
     h, w, c = a.shape
     color = {1: 0, 3: 2, 4: 6}[c]  # grey, RGB, RGBA
@@ -79,7 +79,7 @@ def image_png(a: Any) -> Tuple[bytes, Tuple[int, int, int]]:
     return png, (h, w, c)
 
 
-def png_size(png: bytes) -> Tuple[int, int, int]:
+def png_size(png: bytes) -> tuple[int, int, int]:
     """(H, W, channels) from a PNG header."""
     if png[:8] != b"\x89PNG\r\n\x1a\n":
         raise ValueError("not a PNG")
@@ -87,7 +87,7 @@ def png_size(png: bytes) -> Tuple[int, int, int]:
     return h, w, {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}.get(color, 3)
 
 
-def histogram(values: Any, bins: Any = 64, where: str = "histogram") -> Dict[str, Any]:
+def histogram(values: Any, bins: Any = 64, where: str = "histogram") -> dict[str, Any]:
     """Summary of ``values``: min, max, count, sums, and bucket right edges with counts.
 
     Non-finite values are counted in ``nonfinite`` and left out of the buckets,

@@ -12,11 +12,11 @@ else happens on the flusher thread.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, cast
 
 from ..text import mask_secrets
-from . import runs as _runs
-from . import sink as _sink
+from . import runs as _runs, sink as _sink
 
 __all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "name", "note", "tag", "flush",
            "current_run"]
@@ -35,7 +35,7 @@ def _tag(tag: Any, what: str) -> str:
     return tag
 
 
-def _step(run: "_runs.Run", tag: str, step: Any) -> int:
+def _step(run: _runs.Run, tag: str, step: Any) -> int:
     if step is None:
         step = run.steps.get(tag, -1) + 1
     else:
@@ -46,7 +46,7 @@ def _step(run: "_runs.Run", tag: str, step: Any) -> int:
         if not _I64_MIN <= step <= _I64_MAX:  # SQLite cannot store it: refuse it here, naming the tag
             raise ValueError(f"memolab.log: step for {tag!r} must fit in 64 bits, got {step}")
     run.steps[tag] = step
-    return step
+    return cast(int, step)
 
 
 def _wall(tag: str, walltime: Any) -> float:
@@ -58,7 +58,7 @@ def _wall(tag: str, walltime: Any) -> float:
                         f"got {type(walltime).__qualname__} {walltime!r}") from None
 
 
-def scalar(tag: str, value: Any, step: Optional[int] = None, walltime: Optional[float] = None) -> None:
+def scalar(tag: str, value: Any, step: int | None = None, walltime: float | None = None) -> None:
     """Log one number (int, float, numpy scalar, one-element tensor)."""
     run = _current()
     if type(tag) is not str:
@@ -78,8 +78,8 @@ def scalar(tag: str, value: Any, step: Optional[int] = None, walltime: Optional[
         _sink.wake()
 
 
-def scalars(values: Mapping[str, Any], step: Optional[int] = None, main_tag: str = "",
-            walltime: Optional[float] = None) -> None:
+def scalars(values: Mapping[str, Any], step: int | None = None, main_tag: str = "",
+            walltime: float | None = None) -> None:
     """Log several numbers at one step; tags are ``main_tag/name`` when ``main_tag`` is given."""
     if not isinstance(values, Mapping):
         raise TypeError(f"memolab.log.scalars: expected a dict of tag -> number, got {type(values).__qualname__}")
@@ -88,14 +88,14 @@ def scalars(values: Mapping[str, Any], step: Optional[int] = None, main_tag: str
         scalar(prefix + _tag(k, "scalars"), v, step, walltime)
 
 
-def _event(kind: str, tag: str, step: Any, payload: Any, walltime: Optional[float]) -> None:
+def _event(kind: str, tag: str, step: Any, payload: Any, walltime: float | None) -> None:
     run = _current()
     st = _step(run, tag, step)
     run.sink.q.append((_EVENT, run.id, kind, tag, st, _time() if walltime is None else _wall(tag, walltime), payload))
 
 
-def histogram(tag: str, values: Any, step: Optional[int] = None, bins: Any = 64,
-              walltime: Optional[float] = None) -> None:
+def histogram(tag: str, values: Any, step: int | None = None, bins: Any = 64,
+              walltime: float | None = None) -> None:
     """Log the distribution of an array/tensor/list (summarised to ``bins`` buckets now)."""
     from .encode import histogram as summarise
 
@@ -103,22 +103,22 @@ def histogram(tag: str, values: Any, step: Optional[int] = None, bins: Any = 64,
            walltime)
 
 
-def image(tag: str, img: Any, step: Optional[int] = None, dataformats: Optional[str] = None,
-          walltime: Optional[float] = None) -> None:
+def image(tag: str, img: Any, step: int | None = None, dataformats: str | None = None,
+          walltime: float | None = None) -> None:
     """Log an image: HxW, HxWxC or CxHxW array/tensor (uint8, or floats in [0, 1]) or a PIL image."""
     from .encode import image_array
 
     _event("image", _tag(tag, "image"), step, image_array(img, dataformats, where=f"memolab.log.image({tag!r})"), walltime)
 
 
-def text(tag: str, value: str, step: Optional[int] = None, walltime: Optional[float] = None) -> None:
+def text(tag: str, value: str, step: int | None = None, walltime: float | None = None) -> None:
     """Log a string (shown as text; markdown is not rendered)."""
     if not isinstance(value, str):
         raise TypeError(f"memolab.log.text({tag!r}): value must be a str, got {type(value).__qualname__}")
     _event("text", _tag(tag, "text"), step, value, walltime)
 
 
-def figure(tag: str, fig: Any, step: Optional[int] = None, close: bool = True, walltime: Optional[float] = None) -> None:
+def figure(tag: str, fig: Any, step: int | None = None, close: bool = True, walltime: float | None = None) -> None:
     """Log a matplotlib figure as a PNG (rendered now: matplotlib is not thread-safe)."""
     import io
 
@@ -136,7 +136,7 @@ def figure(tag: str, fig: Any, step: Optional[int] = None, close: bool = True, w
     _event("png", _tag(tag, "figure"), step, (data, png_size(data)), walltime)
 
 
-def hparams(values: Dict[str, Any]) -> None:
+def hparams(values: dict[str, Any]) -> None:
     """Add hyperparameters to the current run (the memoized function's arguments are already there)."""
     if not isinstance(values, Mapping):
         raise TypeError(f"memolab.log.hparams: expected a dict, got {type(values).__qualname__}")

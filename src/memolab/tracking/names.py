@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
-def flatten(hparams: Mapping[str, Any], sep: str = ".") -> Dict[str, Any]:
+def flatten(hparams: Mapping[str, Any], sep: str = ".") -> dict[str, Any]:
     """``{"cfg": {"optim": {"lr": 0.1}}, "seed": 1}`` -> ``{"cfg.optim.lr": 0.1, "seed": 1}``, in order."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
 
     def walk(prefix: str, v: Any) -> None:
         if isinstance(v, Mapping) and v:
@@ -43,10 +44,10 @@ def value_text(v: Any, width: int = 24) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def differing(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+def differing(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The flattened hyperparameter names whose values differ between ``rows`` (``hparams`` dicts), in order."""
     flat = [flatten(r or {}) for r in rows]
-    keys: List[str] = []
+    keys: list[str] = []
     seen = set()
     for f in flat:
         for k in f:
@@ -63,7 +64,7 @@ def differing(rows: Sequence[Mapping[str, Any]]) -> List[str]:
     return out
 
 
-def _short_keys(keys: List[str]) -> Dict[str, str]:
+def _short_keys(keys: list[str]) -> dict[str, str]:
     """The shortest dotted suffix of each key that no other key ends with (``cfg.optim.lr`` -> ``lr``)."""
     out = {}
     for k in keys:
@@ -78,13 +79,13 @@ def _short_keys(keys: List[str]) -> Dict[str, str]:
     return out
 
 
-def labels(runs: Sequence[Mapping[str, Any]], width: int = 48) -> List[str]:
+def labels(runs: Sequence[Mapping[str, Any]], width: int = 48) -> list[str]:
     """One label per run (dicts with ``id``, ``name``, ``hparams``, optionally ``eval_id``)."""
     keys = differing([r.get("hparams") or {} for r in runs])
     short = _short_keys(keys)
     out = []
     for r in runs:
-        name: Optional[str] = r.get("name")
+        name: str | None = r.get("name")
         if name:
             out.append(name if len(name) <= width else name[: width - 1] + "…")
             continue
@@ -127,12 +128,12 @@ def is_system_tag(tag: str) -> bool:
 # dashboard's sidebar and titles, ``memolab ls``/``runs`` and the HParams export all say so, and
 # every command that takes a function takes that name back (``cli.ids.split_script``).
 
-def script_labels(paths: Sequence[str]) -> Dict[str, str]:
+def script_labels(paths: Sequence[str]) -> dict[str, str]:
     """Each script path -> the shortest tail of it no other path ends with (``train.py``, else
     ``exp1/train.py`` when ``exp2/train.py`` exists too)."""
     import os
 
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     parts = {p: p.replace(os.sep, "/").split("/") for p in paths}
     for p, ps in parts.items():
         for k in range(1, len(ps) + 1):
@@ -145,7 +146,7 @@ def script_labels(paths: Sequence[str]) -> Dict[str, str]:
     return out
 
 
-def function_label(fn: str, script_label: Optional[str] = None) -> str:
+def function_label(fn: str, script_label: str | None = None) -> str:
     """``__main__:train`` of ``a.py`` -> ``a.py:train``; any other function as it is."""
     if fn.startswith("__main__:") and script_label:
         return f"{script_label}:{fn[9:]}"

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 __all__ = ["Note", "TAG_RE", "check_tag", "check_note", "add", "remove", "for_runs", "for_evaluations",
            "runs_tagged", "delete_runs", "purge_evaluations"]
@@ -33,7 +34,7 @@ class Note(NamedTuple):
 
     text: str
     time: float
-    source: Optional[str]
+    source: str | None
     id: int
 
 
@@ -60,15 +61,15 @@ def _has_table(c: Any) -> bool:
                      "SELECT 1 FROM sqlite_temp_master WHERE name='annotations'").fetchone() is not None
 
 
-def insert(c: Any, kind: str, text: str, run: Optional[int] = None, evaluation: Optional[int] = None,
-           when: Optional[float] = None, source: Optional[str] = None) -> None:
+def insert(c: Any, kind: str, text: str, run: int | None = None, evaluation: int | None = None,
+           when: float | None = None, source: str | None = None) -> None:
     """Add inside the caller's write transaction (the sink's, ``add``'s); a tag already there stays once."""
     c.execute("INSERT OR IGNORE INTO annotations(run, evaluation, kind, text, time, source) VALUES (?,?,?,?,?,?)",
               (run, evaluation, kind, text, time.time() if when is None else when, source))
 
 
-def add(index: Any, kind: str, text: str, run: Optional[int] = None, evaluation: Optional[int] = None,
-        source: Optional[str] = None) -> bool:
+def add(index: Any, kind: str, text: str, run: int | None = None, evaluation: int | None = None,
+        source: str | None = None) -> bool:
     """Add a note or a tag to one run or one evaluation (exactly one of them); False when the tag was
     there already."""
     if kind not in KINDS:
@@ -82,8 +83,8 @@ def add(index: Any, kind: str, text: str, run: Optional[int] = None, evaluation:
         return c.total_changes > before
 
 
-def remove(index: Any, kind: str, text: Optional[str] = None, run: Optional[int] = None,
-           evaluation: Optional[int] = None, note_id: Optional[int] = None) -> int:
+def remove(index: Any, kind: str, text: str | None = None, run: int | None = None,
+           evaluation: int | None = None, note_id: int | None = None) -> int:
     """Remove a tag (by its text) or a note (by its id) of a run or an evaluation; how many went."""
     with index.write() as c:
         before = c.total_changes
@@ -103,8 +104,8 @@ def _rows(c: Any, column: str, ids: Sequence[int]) -> Iterable[tuple]:
                              f"({','.join('?' * len(part))}) ORDER BY time, id", part)
 
 
-def _collect(rows: Iterable[tuple]) -> Dict[int, Dict[str, list]]:
-    out: Dict[int, Dict[str, list]] = {}
+def _collect(rows: Iterable[tuple]) -> dict[int, dict[str, list]]:
+    out: dict[int, dict[str, list]] = {}
     for owner, kind, text, when, source, aid in rows:
         d = out.setdefault(owner, {"tags": [], "notes": []})
         if kind == "tag":
@@ -115,21 +116,21 @@ def _collect(rows: Iterable[tuple]) -> Dict[int, Dict[str, list]]:
     return out
 
 
-def for_evaluations(c: Any, eval_ids: Sequence[int]) -> Dict[int, Dict[str, list]]:
+def for_evaluations(c: Any, eval_ids: Sequence[int]) -> dict[int, dict[str, list]]:
     """eval id -> {"tags": [...], "notes": [Note, ...]} (only those that have any)."""
     if not eval_ids or not _has_table(c):
         return {}
     return _collect(_rows(c, "evaluation", eval_ids))
 
 
-def for_runs(c: Any, runs: Sequence[Dict[str, Any]]) -> Dict[Any, Dict[str, list]]:
+def for_runs(c: Any, runs: Sequence[dict[str, Any]]) -> dict[Any, dict[str, list]]:
     """run id -> {"tags", "notes"}: a run's own and its stored evaluation's, for rows of ``query.runs``
     (a row without a run, ``"e12"``, gets its evaluation's)."""
     if not runs or not _has_table(c):
         return {}
     own = _collect(_rows(c, "run", [r["id"] for r in runs if isinstance(r["id"], int)]))
     evs = _collect(_rows(c, "evaluation", sorted({r["eval_id"] for r in runs if r.get("eval_id") and r.get("stored")})))
-    out: Dict[Any, Dict[str, list]] = {}
+    out: dict[Any, dict[str, list]] = {}
     for r in runs:
         mine = own.get(r["id"]) if isinstance(r["id"], int) else None
         ev = evs.get(r["eval_id"]) if r.get("eval_id") and r.get("stored") else None
@@ -142,9 +143,9 @@ def for_runs(c: Any, runs: Sequence[Dict[str, Any]]) -> Dict[Any, Dict[str, list
     return out
 
 
-def runs_tagged(c: Any, tag: str) -> Dict[str, set]:
+def runs_tagged(c: Any, tag: str) -> dict[str, set]:
     """{"runs": run ids, "evaluations": eval ids} carrying ``tag``."""
-    out: Dict[str, set] = {"runs": set(), "evaluations": set()}
+    out: dict[str, set] = {"runs": set(), "evaluations": set()}
     if not _has_table(c):
         return out
     for run, ev in c.execute("SELECT run, evaluation FROM annotations WHERE kind='tag' AND text=?", (tag,)):
@@ -155,7 +156,7 @@ def runs_tagged(c: Any, tag: str) -> Dict[str, set]:
     return out
 
 
-def delete_runs(c: Any, run_ids: List[int]) -> None:
+def delete_runs(c: Any, run_ids: list[int]) -> None:
     """Inside the caller's write transaction: the annotations of runs being deleted."""
     if not _has_table(c):
         return
@@ -173,7 +174,7 @@ def purge_evaluations(c: Any) -> int:
     return c.total_changes - before
 
 
-def as_json(d: Optional[Dict[str, list]]) -> Dict[str, Any]:
+def as_json(d: dict[str, list] | None) -> dict[str, Any]:
     """``{"tags": [...], "notes": [{"text", "time", "source", "id"}]}`` for the API and ``--json``."""
     d = d or {}
     return {"tags": list(d.get("tags", [])), "notes": [n._asdict() for n in d.get("notes", [])]}

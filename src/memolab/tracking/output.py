@@ -19,7 +19,8 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 LIMIT = 16_000  # characters of output kept per run (the last ones)
 
@@ -43,7 +44,7 @@ class Tail:
         while self.size - len(self.chunks[0]) >= LIMIT:
             self.size -= len(self.chunks.popleft())
 
-    def text(self) -> Optional[str]:
+    def text(self) -> str | None:
         if not self.chunks:
             return None
         s = "".join(self.chunks)
@@ -53,7 +54,7 @@ class Tail:
 class Tee:
     """A text stream that forwards everything to ``inner`` and copies writes to the current run's tail."""
 
-    def __init__(self, inner: Any, tail_of: Callable[[], Optional[Tail]]) -> None:
+    def __init__(self, inner: Any, tail_of: Callable[[], Tail | None]) -> None:
         self._inner = inner
         self._tail_of = tail_of
 
@@ -80,7 +81,7 @@ _depth = 0
 _saved: dict = {}
 
 
-def start(tail_of: Callable[[], Optional[Tail]]) -> None:
+def start(tail_of: Callable[[], Tail | None]) -> None:
     """A computation begins: wrap the standard streams if no computation has yet."""
     global _depth
     with _lock:

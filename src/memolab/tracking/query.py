@@ -11,7 +11,8 @@ import difflib
 import json
 import math
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..text import mask_args, mask_secrets
 from . import names, notes, schema
@@ -33,7 +34,7 @@ def ready(index: Any) -> Any:
 _conn = ready
 
 
-def _f(x: Optional[float]) -> Optional[float]:
+def _f(x: float | None) -> float | None:
     # JSON has no NaN/inf; the dashboard draws gaps for null
     return None if x is None or not math.isfinite(x) else x
 
@@ -59,7 +60,7 @@ def running_alive(c: Any) -> Any:
     leases = {tuple(r[:4]): (r[4], r[5]) for r in c.execute("SELECT fn, code, args, schema, heartbeat, owner FROM leases")}
     here = socket.gethostname()
 
-    def alive(r: Dict[str, Any]) -> bool:
+    def alive(r: dict[str, Any]) -> bool:
         if r.get("code") is not None:
             lease = leases.get((r["fn"], r["code"], r["args"], r["schema"]))
             if lease is not None:
@@ -83,21 +84,21 @@ def running_alive(c: Any) -> Any:
     return alive
 
 
-def _running(c: Any, fn: Optional[str] = None) -> List[Dict[str, Any]]:
+def _running(c: Any, fn: str | None = None) -> list[dict[str, Any]]:
     cols = ("id", "fn", "code", "args", "schema", "pid", "host")
     sql = f"SELECT {','.join(cols)} FROM runs WHERE status='running'" + (" AND fn=?" if fn else "")
-    rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn else ())]
+    rows = [dict(zip(cols, r, strict=False)) for r in c.execute(sql, (fn,) if fn else ())]
     alive = running_alive(c)
     return [r for r in rows if alive(r)]
 
 
-def functions(index: Any) -> List[Dict[str, Any]]:
+def functions(index: Any) -> list[dict[str, Any]]:
     """Every function with stored evaluations or logged runs."""
     c = _conn(index)
-    out: Dict[str, Dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for fn, n, hits, last in c.execute("SELECT fn, COUNT(*), SUM(hits), MAX(finished) FROM evaluations GROUP BY fn"):
         out[fn] = {"fn": fn, "evaluations": n, "hits": hits or 0, "runs": 0, "running": 0, "last": last}
-    running: Dict[str, int] = {}
+    running: dict[str, int] = {}
     for r in _running(c):
         running[r["fn"]] = running.get(r["fn"], 0) + 1
     for fn, n, last in c.execute("SELECT fn, COUNT(*), MAX(started) FROM runs GROUP BY fn"):
@@ -112,13 +113,13 @@ def functions(index: Any) -> List[Dict[str, Any]]:
     return sorted(out.values(), key=lambda d: d["fn"])
 
 
-def function_entries(index: Any) -> List[Dict[str, Any]]:
+def function_entries(index: Any) -> list[dict[str, Any]]:
     """``functions`` as people tell them apart: a script's ``__main__:train`` once per script that
     ran it (``a.py:train``, ``b.py:train``: ``names.function_label``), with that script's runs and
     evaluations; its evaluations no run of a known script produced (an older store) under the bare
     symbol. Each entry: fn, script (absolute path or None), label, and the counts of ``functions``."""
     c = _conn(index)
-    out: List[Dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     mains = []
     for f in functions(index):
         if not f["fn"].startswith("__main__:") or not f.get("scripts"):
@@ -130,7 +131,7 @@ def function_entries(index: Any) -> List[Dict[str, Any]]:
     labels = names.script_labels(sorted({p for f in mains for p in f["scripts"]}))
     running = {r["id"] for r in _running(c)}
     for f in mains:
-        per: Dict[Optional[str], Dict[str, Any]] = {}
+        per: dict[str | None, dict[str, Any]] = {}
         seen_evals: set = set()
         for rid, script, started, ev, stored in c.execute(
                 "SELECT r.id, r.script, r.started, r.eval_id, e.id IS NOT NULL FROM runs r "
@@ -158,8 +159,8 @@ _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", 
              "hparams", "eval_id", "pid", "host", "error", "script")
 
 
-def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = None,
-         limit: Optional[int] = None, script: Optional[str] = None) -> List[Dict[str, Any]]:
+def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
+         limit: int | None = None, script: str | None = None) -> list[dict[str, Any]]:
     """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
 
     ``status`` is running, done, failed, interrupted, or lost (stored as running, but its process
@@ -171,7 +172,8 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     ``""``: those of no known script, and the evaluations stored without a run.
     """
     c = _conn(index)
-    where, params = [], []
+    where: list[str] = []
+    params: list[Any] = []
     if fn is not None:
         where.append("fn=?")
         params.append(fn)
@@ -191,12 +193,12 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
         # Only for callers that page on purpose: export and the dashboard need every run, else an
         # old run's logs are skipped and its stored evaluation is listed as one without logs.
         sql += f" LIMIT {int(limit)}"
-    rows = [dict(zip(_RUN_COLS, r)) for r in c.execute(sql, params)]
+    rows = [dict(zip(_RUN_COLS, r, strict=False)) for r in c.execute(sql, params)]
     ev_sql = "SELECT id, fn, code, args, status, started, finished, duration, hits, last_hit, size, snapshot FROM evaluations"
     evs = {}
     for r in c.execute(ev_sql + (" WHERE fn=?" if fn is not None else ""), (fn,) if fn is not None else ()):
         evs[r[0]] = dict(zip(("id", "fn", "code", "args", "status", "started", "finished", "duration", "hits", "last_hit",
-                              "size", "snapshot"), r))
+                              "size", "snapshot"), r, strict=False))
     used = set()
     out = []
     now = time.time()
@@ -238,13 +240,13 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     for r in out:  # its own notes and tags, and its stored evaluation's
         m = notes.as_json(marks.get(r["id"]))
         r["run_tags"], r["notes"] = m["tags"], m["notes"]
-    by_fn: Dict[str, List[Dict[str, Any]]] = {}
+    by_fn: dict[str, list[dict[str, Any]]] = {}
     for r in out:
         by_fn.setdefault(r["fn"], []).append(r)
     from ..store.accepts import covering
 
     for f, group in by_fn.items():  # a label says how a run differs from the other runs of its function
-        for r, label in zip(group, names.labels(group)):
+        for r, label in zip(group, names.labels(group), strict=False):
             r["label"] = label
         # the accepted code changes naming a run's code (`memolab accept`): the dashboard marks them
         acc = covering(index, f, [r["code"] for r in group if r.get("code")])
@@ -255,13 +257,13 @@ def runs(index: Any, fn: Optional[str] = None, ids: Optional[Sequence[int]] = No
     return out
 
 
-def failure(index: Any, run: int) -> Dict[str, Optional[str]]:
+def failure(index: Any, run: int) -> dict[str, str | None]:
     """A failed or interrupted run's ``error``, ``traceback`` and the tail of its ``output`` (None when absent)."""
     row = _conn(index).execute("SELECT error, traceback, output FROM runs WHERE id=?", (run,)).fetchone()
-    return dict(zip(("error", "traceback", "output"), row or (None, None, None)))
+    return dict(zip(("error", "traceback", "output"), row or (None, None, None), strict=False))
 
 
-def points(index: Any, run: int, tag: str) -> Dict[str, List[Any]]:
+def points(index: Any, run: int, tag: str) -> dict[str, list[Any]]:
     """Every point of one series, in step order: {"step", "wall", "value"} (NaN/inf kept as floats)."""
     rows = _conn(index).execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step, seq",
                                 (run, tag)).fetchall()
@@ -269,14 +271,14 @@ def points(index: Any, run: int, tag: str) -> Dict[str, List[Any]]:
             "value": [float("nan") if r[2] is None else r[2] for r in rows]}
 
 
-def _result(snap: Dict[str, Any]) -> Optional[str]:
+def _result(snap: dict[str, Any]) -> str | None:
     # the typed summary ("state_dict: 6 tensors, 1.2 MB"); older rows have only the repr
     return snap.get("result_summary") or snap.get("result")
 
 
-def _final_metrics(c: Any, ids: List[int]) -> Dict[int, Dict[str, Optional[float]]]:
+def _final_metrics(c: Any, ids: list[int]) -> dict[int, dict[str, float | None]]:
     """run -> {tag: last value}: read from ``scalar_tags``, never from the points."""
-    out: Dict[int, Dict[str, Optional[float]]] = {}
+    out: dict[int, dict[str, float | None]] = {}
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]
         q = ",".join("?" * len(chunk))
@@ -285,17 +287,17 @@ def _final_metrics(c: Any, ids: List[int]) -> Dict[int, Dict[str, Optional[float
     return out
 
 
-def _snapshot(ev: Dict[str, Any]) -> Dict[str, Any]:
+def _snapshot(ev: dict[str, Any]) -> dict[str, Any]:
     try:
         return json.loads(ev.get("snapshot") or "{}")
     except ValueError:
         return {}
 
 
-def tags(index: Any, run_ids: Iterable[int]) -> Dict[str, List[str]]:
+def tags(index: Any, run_ids: Iterable[int]) -> dict[str, list[str]]:
     """Tags by kind ("scalar", "histogram", "image", "text") over the given runs."""
     ids = [int(i) for i in run_ids]
-    out: Dict[str, List[str]] = {"scalar": [], "histogram": [], "image": [], "text": []}
+    out: dict[str, list[str]] = {"scalar": [], "histogram": [], "image": [], "text": []}
     if not ids:
         return out
     c = _conn(index)
@@ -306,7 +308,7 @@ def tags(index: Any, run_ids: Iterable[int]) -> Dict[str, List[str]]:
     return out
 
 
-def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> Dict[str, Any]:
+def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> dict[str, Any]:
     """One series: {"n", "step", "wall", "value", "min", "max"}; at most ~``max_points`` points.
 
     Downsampled series carry per-bucket min/max so a spike never disappears.
@@ -339,10 +341,10 @@ def scalars(index: Any, run: int, tag: str, max_points: int = 1000) -> Dict[str,
     return _with_last(c, run, tag, n, rows)
 
 
-def _with_last(c: Any, run: int, tag: str, n: int, rows: List[tuple]) -> Dict[str, Any]:
+def _with_last(c: Any, run: int, tag: str, n: int, rows: list[tuple]) -> dict[str, Any]:
     last = c.execute("SELECT step, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, seq DESC LIMIT 1",
                      (run, tag)).fetchone()
-    out = {"n": n, "step": [r[1] for r in rows], "wall": [r[2] for r in rows], "value": [_f(r[3]) for r in rows],
+    out: dict[str, Any] = {"n": n, "step": [r[1] for r in rows], "wall": [r[2] for r in rows], "value": [_f(r[3]) for r in rows],
            "min": [_f(r[4]) for r in rows], "max": [_f(r[5]) for r in rows], "downsampled": True}
     if out["step"][-1] != last[0]:  # the final value is what people read off a curve: keep it exact
         for k, v in (("step", last[0]), ("wall", last[1]), ("value", _f(last[2])), ("min", _f(last[2])), ("max", _f(last[2]))):
@@ -350,9 +352,9 @@ def _with_last(c: Any, run: int, tag: str, n: int, rows: List[tuple]) -> Dict[st
     return out
 
 
-def all_scalars(index: Any, run: int) -> Dict[str, List[tuple]]:
+def all_scalars(index: Any, run: int) -> dict[str, list[tuple]]:
     """Every point of every tag of a run: {tag: [(step, wall, value), ...]} (for export, not for the UI)."""
-    out: Dict[str, List[tuple]] = {}
+    out: dict[str, list[tuple]] = {}
     for tag, step, wall, value in _conn(index).execute(
             "SELECT tag, step, wall, value FROM scalars WHERE run=? ORDER BY tag, step, seq", (run,)):
         out.setdefault(tag, []).append((step, wall, float("nan") if value is None else value))
@@ -370,12 +372,12 @@ def _finite_meta(m: Any) -> Any:
     return m
 
 
-def events(index: Any, run: int, kind: str, tag: Optional[str] = None, with_data: bool = False,
-           exact: bool = False) -> List[Dict[str, Any]]:
+def events(index: Any, run: int, kind: str, tag: str | None = None, with_data: bool = False,
+           exact: bool = False) -> list[dict[str, Any]]:
     """Events of a run; ``exact`` keeps non-finite numbers in ``meta`` (export), else they are None (JSON API)."""
     cols = "id, tag, step, wall, meta" + (", data" if with_data else "")
     sql = f"SELECT {cols} FROM log_events WHERE run=? AND kind=?"
-    params: List[Any] = [run, kind]
+    params: list[Any] = [run, kind]
     if tag is not None:
         sql += " AND tag=?"
         params.append(tag)
@@ -389,23 +391,23 @@ def events(index: Any, run: int, kind: str, tag: Optional[str] = None, with_data
     return out
 
 
-def event_data(index: Any, event_id: int, kind: Optional[str] = None) -> Optional[bytes]:
+def event_data(index: Any, event_id: int, kind: str | None = None) -> bytes | None:
     """The payload of one event; with ``kind``, only an event of that kind (the image route serves PNGs only)."""
     sql = "SELECT data FROM log_events WHERE id=?" + (" AND kind=?" if kind is not None else "")
     row = _conn(index).execute(sql, (event_id, kind) if kind is not None else (event_id,)).fetchone()
     return bytes(row[0]) if row and row[0] is not None else None
 
 
-def texts(index: Any, run: int, tag: str) -> List[Dict[str, Any]]:
+def texts(index: Any, run: int, tag: str) -> list[dict[str, Any]]:
     return [{"step": e["step"], "wall": e["wall"], "text": (e["data"] or b"").decode("utf-8", "replace")}
             for e in events(index, run, "text", tag, with_data=True)]
 
 
-def hparams(index: Any, fn: str, script: Optional[str] = None) -> Dict[str, Any]:
+def hparams(index: Any, fn: str, script: str | None = None) -> dict[str, Any]:
     """Runs of ``fn`` (of ``script``: ``runs``) with their hyperparameters and final (last-step)
     value of every scalar, and their name (a ``SummaryWriter``'s log_dir, ``memolab.log.name``) or label."""
     rs = [r for r in runs(index, fn, script=script) if isinstance(r["id"], int)]
-    metrics: Dict[int, Dict[str, Any]] = {}
+    metrics: dict[int, dict[str, Any]] = {}
     if rs:
         ids = [r["id"] for r in rs]
         q = ",".join("?" * len(ids))
@@ -418,11 +420,11 @@ def hparams(index: Any, fn: str, script: Optional[str] = None) -> Dict[str, Any]
     return {"hparams": hp_keys, "metrics": m_keys, "rows": rows}
 
 
-def code_diff(index: Any, a: int, b: int) -> Dict[str, Any]:
+def code_diff(index: Any, a: int, b: int) -> dict[str, Any]:
     """Unified diff between the dependency snapshots of two evaluations (by eval id)."""
     c = _conn(index)
 
-    def deps(eid: int) -> Dict[str, str]:
+    def deps(eid: int) -> dict[str, str]:
         row = c.execute("SELECT snapshot FROM evaluations WHERE id=?", (eid,)).fetchone()
         if row is None:
             raise KeyError(f"no evaluation #{eid}")

@@ -11,13 +11,12 @@ The crashed run itself is left as it was, like any run whose process died.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional
+from typing import Any
 
-from . import runs as _runs
-from . import schema
+from . import runs as _runs, schema
 
 
-def mark() -> Optional[Dict[str, Any]]:
+def mark() -> dict[str, Any] | None:
     """Flush the current run's logs and say how far they go."""
     run = _runs.in_call()
     if run is None:
@@ -29,7 +28,7 @@ def mark() -> Optional[Dict[str, Any]]:
     return {"run": run.id, "scalars": tags, "events": last_event or 0, "steps": dict(run.steps)}
 
 
-def continue_from(m: Optional[Dict[str, Any]]) -> None:
+def continue_from(m: dict[str, Any] | None) -> None:
     """Give the current run the logs of ``m``'s run up to the mark."""
     run = _runs.in_call()
     if run is None or not m:
@@ -57,12 +56,12 @@ def continue_from(m: Optional[Dict[str, Any]]) -> None:
     run.steps.update({str(k): int(v) for k, v in m.get("steps", {}).items()})
 
 
-def _summaries(c: Any, run: int, tag: str, rows: List[Any]) -> None:
+def _summaries(c: Any, run: int, tag: str, rows: list[Any]) -> None:
     """``scalar_tags`` and ``scalar_blocks`` for points copied in bulk (the sink keeps them per flush)."""
-    last_step: Optional[int] = None
+    last_step: int | None = None
     last_value = last_wall = None
     ordered = 1
-    blocks: Dict[int, List[Any]] = {}
+    blocks: dict[int, list[Any]] = {}
     for step, seq, wall, value in rows:
         if last_step is not None and step < last_step:
             ordered = 0

@@ -15,7 +15,7 @@ the CLI can say exactly what it removed.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 # moved to the store, which weighs logs when it plans a gc; still importable from here
 from ..store.gcplan import log_bytes  # noqa: F401
@@ -29,7 +29,7 @@ class Purged(NamedTuple):
     #: scalar points + histogram/image/text events
     points: int = 0
 
-    def __add__(self, other: "Purged") -> "Purged":  # type: ignore[override]
+    def __add__(self, other: Purged) -> Purged:  # type: ignore[override]
         return Purged(self.runs + other.runs, self.points + other.points)
 
 
@@ -37,7 +37,7 @@ def _has_runs(c: Any) -> bool:
     return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
 
 
-def _delete(c: Any, ids: List[int]) -> Purged:
+def _delete(c: Any, ids: list[int]) -> Purged:
     points = 0
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]
@@ -51,10 +51,10 @@ def _delete(c: Any, ids: List[int]) -> Purged:
     return Purged(len(ids), points)
 
 
-def _finished_runs(c: Any, fn: Optional[str]) -> List[dict]:
+def _finished_runs(c: Any, fn: str | None) -> list[dict]:
     cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
     sql = f"SELECT {','.join(cols)} FROM runs" + (" WHERE fn=?" if fn is not None else "")
-    rows = [dict(zip(cols, r)) for r in c.execute(sql, (fn,) if fn is not None else ())]
+    rows = [dict(zip(cols, r, strict=False)) for r in c.execute(sql, (fn,) if fn is not None else ())]
     # A killed process never marks its runs finished: they stay 'running' in the table. They
     # are judged as the dashboard judges them (lease gone or stale, pid dead): lost runs go,
     # a live process's runs stay.
@@ -64,7 +64,7 @@ def _finished_runs(c: Any, fn: Optional[str]) -> List[dict]:
     return [r for r in rows if r["status"] != "running" or not alive(r)]
 
 
-def purge_counts(index: Any, fn: Optional[str] = None) -> Purged:
+def purge_counts(index: Any, fn: str | None = None) -> Purged:
     """Delete the finished runs (and logs) of ``fn``, or of every function."""
     with index.write() as c:
         if not _has_runs(c):
@@ -72,7 +72,7 @@ def purge_counts(index: Any, fn: Optional[str] = None) -> Purged:
         return _delete(c, [r["id"] for r in _finished_runs(c, fn)])
 
 
-def purge(index: Any, fn: Optional[str] = None) -> int:
+def purge(index: Any, fn: str | None = None) -> int:
     """Delete the finished runs (and logs) of ``fn``, or of every function; returns how many."""
     return purge_counts(index, fn).runs
 
@@ -93,7 +93,7 @@ def purge_orphans(index: Any) -> int:
     return purge_orphans_counts(index).runs
 
 
-def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> List[dict]:
+def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> list[dict]:
     """Finished runs with no stored evaluation (process runs, failed and lost runs) last written
     more than ``older_than`` seconds ago: what ``gc --older-than`` drops besides evaluations."""
     c = index.conn()
@@ -111,7 +111,7 @@ def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> List[d
     return out
 
 
-def delete_runs(index: Any, ids: List[int]) -> Purged:
+def delete_runs(index: Any, ids: list[int]) -> Purged:
     """Delete these runs and their logs (runs still running are spared)."""
     if not ids:
         return Purged()
@@ -122,7 +122,7 @@ def delete_runs(index: Any, ids: List[int]) -> Purged:
         return _delete(c, [i for i in ids if i in finished])
 
 
-def log_points(index: Any, run_ids: List[int]) -> int:
+def log_points(index: Any, run_ids: list[int]) -> int:
     """How many log points these runs hold (for a dry run)."""
     c = index.conn()
     if not _has_runs(c) or not run_ids:
@@ -136,7 +136,7 @@ def log_points(index: Any, run_ids: List[int]) -> int:
     return n
 
 
-def index_bytes_freed(index: Any, run_ids: List[int], eval_ids: List[int]) -> Optional[int]:
+def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> int | None:
     """About how many bytes of the index deleting these runs (with their logs) and evaluations
     would free (a dry run's estimate): for each table, the share of its rows that would go
     times the pages of the table and of its indexes (SQLite's ``dbstat``). None where ``dbstat``
@@ -146,7 +146,7 @@ def index_bytes_freed(index: Any, run_ids: List[int], eval_ids: List[int]) -> Op
         pages = {name: n for name, n in c.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")}
     except Exception:
         return None
-    by_table: Dict[str, int] = {}
+    by_table: dict[str, int] = {}
     for tbl, name in c.execute("SELECT tbl_name, name FROM sqlite_master WHERE type IN ('table', 'index')"):
         by_table[tbl] = by_table.get(tbl, 0) + int(pages.get(name) or 0)
     plan = [("evaluations", "id", eval_ids)]

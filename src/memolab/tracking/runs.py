@@ -20,20 +20,18 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from .. import config as _config
 from ..store.process import in_kernel, script_path
 from ..text import mask_secrets
-from . import output as _output
-from . import sink as _sink
-from . import system as _system
+from . import output as _output, sink as _sink, system as _system
 
 TRACEBACK_LIMIT = 20_000  # characters of a failed run's traceback kept (its end: the raise site)
 
 
 
-def interruptions() -> Tuple[type, ...]:
+def interruptions() -> tuple[type, ...]:
     """Exceptions that stop a computation without it having failed: Ctrl-C, a cancelled task.
     (asyncio is not imported for this: 30 ms of ``import memolab``; unimported, nothing was cancelled.)"""
     aio = sys.modules.get("asyncio")
@@ -41,8 +39,8 @@ def interruptions() -> Tuple[type, ...]:
     # SIGTERMException is one) ends a computation that did not fail
     return (KeyboardInterrupt, SystemExit, aio.CancelledError) if aio is not None else (KeyboardInterrupt, SystemExit)
 
-_current: contextvars.ContextVar[Optional["Run"]] = contextvars.ContextVar("memolab_run", default=None)
-_process_run: Optional["Run"] = None
+_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("memolab_run", default=None)
+_process_run: Run | None = None
 _process_gen = -1
 _process_lock = threading.Lock()
 
@@ -50,16 +48,16 @@ _process_lock = threading.Lock()
 class Run:
     __slots__ = ("id", "sink", "steps", "fn", "fields", "named", "writer", "children", "tail")
 
-    def __init__(self, run_id: int, sink: "_sink.Sink", fn: str, fields: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, run_id: int, sink: _sink.Sink, fn: str, fields: dict[str, Any] | None = None) -> None:
         self.id = run_id
         self.sink = sink
         self.fn = fn
-        self.steps: Dict[str, int] = {}  # tag -> last step, for calls that give no step
+        self.steps: dict[str, int] = {}  # tag -> last step, for calls that give no step
         self.fields = fields or {}  # its START record's fields (key, hparams): a writer's child run copies them
         self.named = False  # memolab.log.name() was called: a writer's log_dir does not rename it
-        self.writer: Optional[str] = None  # the log_dir of the SummaryWriter whose run this is
-        self.children: Dict[str, "Run"] = {}  # log_dir -> run of another writer used inside this computation
-        self.tail: Optional[_output.Tail] = None  # what it printed (memoized computations only)
+        self.writer: str | None = None  # the log_dir of the SummaryWriter whose run this is
+        self.children: dict[str, Run] = {}  # log_dir -> run of another writer used inside this computation
+        self.tail: _output.Tail | None = None  # what it printed (memoized computations only)
 
     def __repr__(self) -> str:
         return f"<memolab run {self.id} of {self.fn}>"
@@ -142,7 +140,7 @@ def _config_value(v: Any, depth: int) -> Any:
     return _shown(v)
 
 
-def _config_items(v: Any) -> Optional[list]:
+def _config_items(v: Any) -> list | None:
     """(key, value) pairs of a config-like value, or None: a dict (or any Mapping, as OmegaConf's),
     a dataclass instance, an ``argparse.Namespace``/``SimpleNamespace``."""
     from collections.abc import Mapping
@@ -160,7 +158,7 @@ def _config_items(v: Any) -> Optional[list]:
     return None
 
 
-def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Optional[Tuple[Run, Any]]:
+def begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], store: Any) -> tuple[Run, Any] | None:
     """Start a run for a computation of ``fn``; returns the handle ``end`` needs.
 
     Logging must never stop a computation: if the run cannot be set up (say the
@@ -173,7 +171,7 @@ def begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], st
         return None
 
 
-def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], store: Any) -> Tuple[Run, Any]:
+def _begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], store: Any) -> tuple[Run, Any]:
     s = _sink.sink_for(store.index)
     parent = _current.get()
     fields = {
@@ -194,17 +192,17 @@ def _begin(fn: str, key: Tuple[str, str, str, str], arguments: Dict[str, Any], s
     return run, _current.set(run)
 
 
-def _tail_of_current() -> Optional[_output.Tail]:
+def _tail_of_current() -> _output.Tail | None:
     r = _current.get()
     return r.tail if r is not None else None
 
 
 #: runs begun in this process and not ended yet (memoized computations and writers' runs):
 #: what a SIGTERM marks interrupted
-_open: Dict[int, Run] = {}
+_open: dict[int, Run] = {}
 
 
-def traceback_text(e: BaseException) -> Optional[str]:
+def traceback_text(e: BaseException) -> str | None:
     """The formatted traceback, bounded to its last ``TRACEBACK_LIMIT`` characters (where it was raised)."""
     import traceback
 
@@ -219,7 +217,7 @@ def traceback_text(e: BaseException) -> Optional[str]:
     return text if len(text) <= TRACEBACK_LIMIT else "…" + text[-(TRACEBACK_LIMIT - 1):]
 
 
-def status_of(error: Optional[BaseException], default: str) -> str:
+def status_of(error: BaseException | None, default: str) -> str:
     """``interrupted`` for Ctrl-C and a cancelled task: the computation did not fail, it was stopped."""
     return "interrupted" if error is not None and isinstance(error, interruptions()) else default
 
@@ -246,10 +244,10 @@ class Rider:
 
     __slots__ = ("run", "key", "start", "done")
 
-    def __init__(self, run: Run, key: Tuple[str, str, str, str]) -> None:
+    def __init__(self, run: Run, key: tuple[str, str, str, str]) -> None:
         self.run = run
         self.key = key
-        self.start: Optional[tuple] = None
+        self.start: tuple | None = None
         self.done = False
 
     def __call__(self, c: Any) -> None:
@@ -278,12 +276,12 @@ class Rider:
             s._lock.release()
 
 
-def rider(handle: Optional[Tuple[Run, Any]], key: Tuple[str, str, str, str]) -> Optional[Rider]:
+def rider(handle: tuple[Run, Any] | None, key: tuple[str, str, str, str]) -> Rider | None:
     return None if handle is None else Rider(handle[0], key)
 
 
-def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] = None,
-        error: Optional[BaseException] = None, written: Optional[Rider] = None) -> None:
+def end(handle: tuple[Run, Any] | None, status: str, eval_id: int | None = None,
+        error: BaseException | None = None, written: Rider | None = None) -> None:
     """Finish a run and flush: when a memoized call returns (or raises), its logs are on disk.
     ``written``: a ``Rider`` that wrote the finished run with the result (committed)."""
     if handle is None:
@@ -322,7 +320,7 @@ def end(handle: Optional[Tuple[Run, Any]], status: str, eval_id: Optional[int] =
         _sink.wake()  # the background thread retries; never fail the user's call over logs
 
 
-def in_call() -> Optional[Run]:
+def in_call() -> Run | None:
     """The run of the memoized call running in this context, if any (not the process run)."""
     return _current.get()
 
@@ -396,7 +394,7 @@ def set_name(run: Run, name: str, explicit: bool = True) -> None:
 
 
 #: log_dir -> the run of a writer used outside any memoized computation
-_writer_runs: Dict[str, Run] = {}
+_writer_runs: dict[str, Run] = {}
 _writer_gen = -1
 
 
@@ -436,22 +434,23 @@ def writer_target(label: str) -> Run:
     return r
 
 
-def _process_sink() -> "_sink.Sink":
+def _process_sink() -> _sink.Sink:
     from .. import store as _store
 
     return _sink.sink_for(_store.get_store().index)
 
 
-def _new_writer_run(label: str, call: Optional[Run]) -> Run:
+def _new_writer_run(label: str, call: Run | None) -> Run:
     if call is not None:
         s = call.sink
         f = call.fields
-        fields = {"fn": call.fn, "code": f.get("code"), "args": f.get("args"), "schema": f.get("schema"),
+        fields: dict[str, Any] = {"fn": call.fn, "code": f.get("code"), "args": f.get("args"), "schema": f.get("schema"),
                   "hparams": dict(f.get("hparams") or {}), "parent": call.id}
     else:
         s = _process_sink()
         fields = {"fn": _script_fn(), "hparams": {}, "parent": _process_run.id if _process_run is not None else None}
-    fields.update({"name": label, "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "script": script_path()})
+    fields.update({"name": label, "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(),
+                   "script": script_path()})
     run = Run(new_id(), s, fields["fn"], fields)
     run.writer = label
     s.q.append((_sink.START, run.id, fields))
@@ -486,7 +485,7 @@ def _script_fn() -> str:
     return f"<process:{script or 'python'}>"
 
 
-def _process_name() -> Tuple[str, Dict[str, Any]]:
+def _process_name() -> tuple[str, dict[str, Any]]:
     """A process run's name and hyperparameters: the command line, or a notebook's name (a
     kernel's command line is its connection file)."""
     if in_kernel():
@@ -543,7 +542,7 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 _sink.before_exit.append(lambda: finish_process_run(at_exit=True))
 
-_forked_from: Optional[int] = None
+_forked_from: int | None = None
 
 
 def _after_fork() -> None:

@@ -17,7 +17,8 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from . import notes, schema
 
@@ -37,12 +38,12 @@ class Sink:
     def __init__(self, index: Any) -> None:
         self.index = index
         self.q: deque = deque()
-        self._counts: Dict[Tuple[int, str], int] = {}  # points written per (run, tag): each point's block
+        self._counts: dict[tuple[int, str], int] = {}  # points written per (run, tag): each point's block
         self._lock = threading.Lock()  # one drainer at a time keeps records in order
         with self._lock:
             schema.ensure(index.conn())
 
-    def flush(self, timeout: Optional[float] = None) -> int:
+    def flush(self, timeout: float | None = None) -> int:
         """Write everything queued so far; returns the number of records written.
         With ``timeout``, give up (returning 0) if another drainer holds the queue that long:
         a signal handler may have interrupted this very thread inside a flush."""
@@ -50,7 +51,7 @@ class Sink:
             return 0
         try:
             q = self.q
-            items: List[tuple] = []
+            items: list[tuple] = []
             pop = q.popleft
             try:
                 while True:
@@ -69,13 +70,18 @@ class Sink:
         finally:
             self._lock.release()
 
-    def _write(self, items: List[tuple]) -> None:
+    def _write(self, items: list[tuple]) -> None:
+        starts: list[Any]
+        ends: list[Any]
+        scalars: list[Any]
+        events: list[Any]
+        hparams: list[Any]
         starts, ends, scalars, events, hparams = [], [], [], [], []
         # per (run, tag): [n, last step, its value, its wall, first step, steps never decreased, prior count]
-        last: Dict[Tuple[int, str], List[Any]] = {}
-        blocks: Dict[Tuple[int, str, int], List[Any]] = {}
+        last: dict[tuple[int, str], list[Any]] = {}
+        blocks: dict[tuple[int, str, int], list[Any]] = {}
         c = self.index.conn()
-        dropped: List[str] = []
+        dropped: list[str] = []
         for it in items:
             try:
                 self._add(it, c, last, blocks, starts, ends, scalars, events, hparams)
@@ -93,7 +99,7 @@ class Sink:
                           MemolabWarning, stacklevel=2)
         self._commit(items, c, last, blocks, starts, ends, scalars, events, hparams)
 
-    def _add(self, it: tuple, c: Any, last: Dict[Tuple[int, str], List[Any]], blocks: Dict[Tuple[int, str, int], List[Any]],
+    def _add(self, it: tuple, c: Any, last: dict[tuple[int, str], list[Any]], blocks: dict[tuple[int, str, int], list[Any]],
              starts: list, ends: list, scalars: list, events: list, hparams: list) -> None:
         """Turn one queued record into rows; raises (touching nothing) if it cannot be stored."""
         kind = it[0]
@@ -164,8 +170,8 @@ class Sink:
         elif kind == NOTE:  # memolab.log.note()/tag(): (NOTE, run, "note"|"tag", text, time)
             hparams.append((it[1], it))
 
-    def _commit(self, items: List[tuple], c: Any, last: Dict[Tuple[int, str], List[Any]],
-                blocks: Dict[Tuple[int, str, int], List[Any]], starts: list, ends: list, scalars: list, events: list,
+    def _commit(self, items: list[tuple], c: Any, last: dict[tuple[int, str], list[Any]],
+                blocks: dict[tuple[int, str, int], list[Any]], starts: list, ends: list, scalars: list, events: list,
                 hparams: list) -> None:
         now = time.time()
         with self.index.write():
@@ -221,7 +227,7 @@ class Sink:
             self._counts[rt] = v[6] + v[0]
 
 
-def _encode(kind: str, payload: Any) -> Tuple[Optional[str], Optional[bytes]]:
+def _encode(kind: str, payload: Any) -> tuple[str | None, bytes | None]:
     """Turn a queued payload into (meta JSON, data bytes) — off the caller's thread."""
     if kind == "image":
         from .encode import image_png
@@ -240,10 +246,10 @@ def _encode(kind: str, payload: Any) -> Tuple[Optional[str], Optional[bytes]]:
 
 
 # -- one flusher thread for every sink of the process -------------------------------------
-_sinks: Dict[str, Sink] = {}
+_sinks: dict[str, Sink] = {}
 _sinks_lock = threading.Lock()
 _wake = threading.Event()
-_thread: Optional[threading.Thread] = None
+_thread: threading.Thread | None = None
 
 
 class _Discard:
@@ -255,16 +261,16 @@ class _Discard:
     def __init__(self) -> None:
         self.q: deque = deque(maxlen=0)
 
-    def flush(self, timeout: Optional[float] = None) -> int:
+    def flush(self, timeout: float | None = None) -> int:
         return 0
 
 
-DISCARD = _Discard()
+DISCARD: Any = _Discard()  # stands where a Sink goes (sink_for)
 
 
 def sink_for(index: Any) -> Sink:
     if getattr(index, "discard_logs", False):
-        return DISCARD  # type: ignore[return-value]
+        return DISCARD  # what a run uses of a sink: q, flush, index (None)
     key = str(index.path)
     s = _sinks.get(key)
     if s is None:
@@ -304,7 +310,7 @@ def _loop() -> None:
                 time.sleep(0.05)
 
 
-def flush_all(timeout: Optional[float] = None) -> None:
+def flush_all(timeout: float | None = None) -> None:
     """Write every queued log record of this process now (blocking; see ``Sink.flush`` for ``timeout``)."""
     for s in list(_sinks.values()):
         s.flush(timeout)
@@ -312,7 +318,7 @@ def flush_all(timeout: Optional[float] = None) -> None:
 
 #: called first at exit, before the last flush: the runs module ends the process run here
 #: (it registers itself; this module never imports it, since it imports this one)
-before_exit: List[Callable[[], None]] = []
+before_exit: list[Callable[[], None]] = []
 
 
 def _at_exit() -> None:
@@ -372,5 +378,5 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork)
 
 
-def finite_or_none(x: Optional[float]) -> Optional[float]:
+def finite_or_none(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else x

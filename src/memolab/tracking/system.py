@@ -25,11 +25,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from . import sink as _sink
 
-Sample = Dict[str, float]
+Sample = dict[str, float]
 
 
 def interval() -> float:
@@ -46,10 +47,10 @@ class ProcSource:
     def __init__(self) -> None:
         self.page = os.sysconf("SC_PAGE_SIZE")
         self.cores = os.cpu_count() or 1
-        self.last: Optional[Tuple[float, float, float, float]] = None  # (wall, proc cpu, busy, total)
+        self.last: tuple[float, float, float, float] | None = None  # (wall, proc cpu, busy, total)
 
     @staticmethod
-    def _stat() -> Tuple[float, float]:
+    def _stat() -> tuple[float, float]:
         with open("/proc/stat", "rb") as f:
             parts = [float(x) for x in f.readline().split()[1:]]
         idle = parts[3] + (parts[4] if len(parts) > 4 else 0.0)  # idle + iowait
@@ -68,7 +69,7 @@ class ProcSource:
             if now > w0:
                 out["sys/proc_cpu"] = 100.0 * (proc - p0) / (now - w0)
         self.last = (now, proc, busy, total)
-        mem: Dict[str, float] = {}
+        mem: dict[str, float] = {}
         with open("/proc/meminfo", "rb") as f:
             for line in f:
                 k, _, v = line.partition(b":")
@@ -96,7 +97,7 @@ class PsutilSource:
                 "sys/proc_memory_mb": self.proc.memory_info().rss / 1e6}
 
 
-def _visible_gpus() -> Optional[List[int]]:
+def _visible_gpus() -> list[int] | None:
     """The physical GPU indexes ``CUDA_VISIBLE_DEVICES`` names (None: all, or not indexes)."""
     v = os.environ.get("CUDA_VISIBLE_DEVICES")
     if v is None:
@@ -150,9 +151,9 @@ class SmiSource:
         return out
 
 
-def cpu_source() -> Optional[Any]:
+def cpu_source() -> Any | None:
     try:
-        import psutil  # type: ignore[import-not-found]
+        import psutil
 
         return PsutilSource(psutil)
     except Exception:
@@ -167,7 +168,7 @@ def cpu_source() -> Optional[Any]:
     return None
 
 
-def gpu_source() -> Optional[Any]:
+def gpu_source() -> Any | None:
     try:
         import pynvml  # type: ignore[import-not-found]
 
@@ -189,15 +190,15 @@ def gpu_source() -> Optional[Any]:
 class Sampler:
     """One thread for the process; runs are watched while their computations run."""
 
-    def __init__(self, sources: Optional[Callable[[], List[Any]]] = None) -> None:
+    def __init__(self, sources: Callable[[], list[Any]] | None = None) -> None:
         #: run id -> [Run, its start (wall clock), when its next sample is due]
-        self.runs: Dict[int, List[Any]] = {}
+        self.runs: dict[int, list[Any]] = {}
         self.every = 10.0
         self.wake = threading.Event()
-        self.thread: Optional[threading.Thread] = None
+        self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
         self.make_sources = sources or (lambda: [s for s in (cpu_source(), gpu_source()) if s is not None])
-        self.sources: Optional[List[Any]] = None
+        self.sources: list[Any] | None = None
 
     def watch(self, run: Any, every: float) -> None:
         self.every = every

@@ -19,8 +19,9 @@ import re
 import socket
 import struct
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any
 
 from . import names, query
 
@@ -45,7 +46,7 @@ def crc32c_py(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _native_crc32c() -> Optional[Callable[[bytes], int]]:
+def _native_crc32c() -> Callable[[bytes], int] | None:
     try:
         import google_crc32c
 
@@ -109,7 +110,7 @@ def f_packed_doubles(field: int, xs: Iterable[float]) -> bytes:
     return f_bytes(field, b"".join(struct.pack("<d", float(x)) for x in xs))
 
 
-def event(wall: float, step: int, summary: Optional[bytes] = None, file_version: Optional[str] = None) -> bytes:
+def event(wall: float, step: int, summary: bytes | None = None, file_version: str | None = None) -> bytes:
     out = f_double(1, wall) + f_varint(2, step)
     if file_version is not None:
         out += f_bytes(3, file_version.encode())
@@ -118,8 +119,8 @@ def event(wall: float, step: int, summary: Optional[bytes] = None, file_version:
     return out
 
 
-def summary_value(tag: str, *, simple: Optional[float] = None, image: Optional[bytes] = None,
-                  histo: Optional[bytes] = None, tensor: Optional[bytes] = None, metadata: Optional[bytes] = None) -> bytes:
+def summary_value(tag: str, *, simple: float | None = None, image: bytes | None = None,
+                  histo: bytes | None = None, tensor: bytes | None = None, metadata: bytes | None = None) -> bytes:
     v = f_bytes(1, tag.encode())
     if simple is not None:
         v += f_float(2, simple)
@@ -138,7 +139,7 @@ def image_proto(h: int, w: int, channels: int, png: bytes) -> bytes:
     return f_varint(1, h) + f_varint(2, w) + f_varint(3, channels) + f_bytes(4, png)
 
 
-def histo_proto(h: Dict[str, Any]) -> bytes:
+def histo_proto(h: dict[str, Any]) -> bytes:
     return (f_double(1, h["min"]) + f_double(2, h["max"]) + f_double(3, h["num"]) + f_double(4, h["sum"])
             + f_double(5, h["sum_squares"]) + f_packed_doubles(6, h["limits"]) + f_packed_doubles(7, h["counts"]))
 
@@ -167,7 +168,7 @@ class EventFileWriter:
     def add(self, wall: float, step: int, summary: bytes) -> None:
         self._f.write(record(event(wall, step, summary)))
 
-    def add_scalars(self, tag: str, points: Iterable[Tuple[int, float, float]]) -> None:
+    def add_scalars(self, tag: str, points: Iterable[tuple[int, float, float]]) -> None:
         """Many points of one scalar tag: the same bytes as ``add(wall, step, summary_value(tag,
         simple=v))`` each, with the constant parts encoded once (a 200k-point export spent most
         of its time re-encoding the tag)."""
@@ -230,7 +231,7 @@ def _hp_metadata(plugin_data: bytes) -> bytes:
     return f_bytes(1, f_bytes(1, b"hparams") + f_bytes(2, f_varint(1, 0) + plugin_data))
 
 
-def session_start(hparams: Dict[str, Any], group: str, started: float) -> bytes:
+def session_start(hparams: dict[str, Any], group: str, started: float) -> bytes:
     entries = b"".join(f_bytes(1, f_bytes(1, k.encode()) + f_bytes(2, _pb_value(v))) for k, v in hparams.items())
     info = entries + f_bytes(4, group.encode()) + f_double(5, started)
     return summary_value(HPARAMS_SESSION_START_TAG, tensor=_NULL_TENSOR, metadata=_hp_metadata(f_bytes(3, info)))
@@ -241,7 +242,7 @@ def session_end(status: str, finished: float) -> bytes:
     return summary_value(HPARAMS_SESSION_END_TAG, tensor=_NULL_TENSOR, metadata=_hp_metadata(f_bytes(4, info)))
 
 
-def _hp_type(values: List[Any]) -> int:
+def _hp_type(values: list[Any]) -> int:
     if all(isinstance(v, bool) for v in values):
         return 2  # DATA_TYPE_BOOL
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
@@ -249,7 +250,7 @@ def _hp_type(values: List[Any]) -> int:
     return 1  # DATA_TYPE_STRING
 
 
-def experiment(hparams: Dict[str, List[Any]], metrics: List[str], created: float) -> bytes:
+def experiment(hparams: dict[str, list[Any]], metrics: list[str], created: float) -> bytes:
     infos = b""
     for name, values in sorted(hparams.items()):
         t = _hp_type(values)
@@ -264,7 +265,7 @@ def experiment(hparams: Dict[str, List[Any]], metrics: List[str], created: float
     return summary_value(HPARAMS_EXPERIMENT_TAG, tensor=_NULL_TENSOR, metadata=_hp_metadata(f_bytes(2, exp)))
 
 
-def hparams_markdown(hparams: Dict[str, Any]) -> str:
+def hparams_markdown(hparams: dict[str, Any]) -> str:
     """A markdown table with its header row (without one TensorBoard renders a paragraph)."""
     if not hparams:
         return "(no arguments)"
@@ -285,7 +286,7 @@ def _slug(s: str, limit: int = 60) -> str:
     return s[:limit] or "_"
 
 
-def run_dirname(run: Dict[str, Any]) -> str:
+def run_dirname(run: dict[str, Any]) -> str:
     """``<name or args>__code-<8 hex>__<status>_<id>``: a run's own name (``memolab.log.name``, a
     ``SummaryWriter``'s log_dir: ``runs/lr0.1`` -> ``runs_lr0.1``) else its arguments; the code
     version keeps apart two evaluations that differ only in code; the id is the evaluation id the
@@ -304,7 +305,7 @@ def run_dirname(run: Dict[str, Any]) -> str:
     return f"{_slug(args) if args else 'noargs'}{code}__{_slug(str(run['status']), 20)}_{ident}"
 
 
-def fn_dirname(fn: str, label: Optional[str] = None) -> str:
+def fn_dirname(fn: str, label: str | None = None) -> str:
     """``pkg.mod.train``; a script's function as the dashboard names it (``a.py:train`` -> ``a.py.train``)."""
     return _slug((label or fn).replace(":", "."), 120)
 
@@ -313,11 +314,11 @@ class Exported(list):
     """The run directories written (a list of Paths); ``removed``: stale ones deleted;
     ``experiment``: the function directory the HParams experiment compares."""
 
-    removed: List[Path]
-    experiment: Optional[str] = None
+    removed: list[Path]
+    experiment: str | None = None
 
 
-def _read_manifest(out: Path) -> Dict[str, Any]:
+def _read_manifest(out: Path) -> dict[str, Any]:
     try:
         m = json.loads((out / MANIFEST).read_text())
         if isinstance(m, dict) and isinstance(m.get("runs"), dict):
@@ -327,7 +328,7 @@ def _read_manifest(out: Path) -> Dict[str, Any]:
     return {"version": 1, "runs": {}}
 
 
-def _write_manifest(out: Path, m: Dict[str, Any]) -> None:
+def _write_manifest(out: Path, m: dict[str, Any]) -> None:
     tmp = out / f"{MANIFEST}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(m, indent=1, sort_keys=True))
     os.replace(tmp, out / MANIFEST)
@@ -353,17 +354,17 @@ def _remove_run_dir(out: Path, rel: str) -> bool:
     return True
 
 
-def runs_to_export(index: Any, fn: Optional[str] = None, script: Optional[str] = None) -> List[Dict[str, Any]]:
+def runs_to_export(index: Any, fn: str | None = None, script: str | None = None) -> list[dict[str, Any]]:
     # a row without a run has no logs; ``script``: only that script's runs of a __main__ function
     return [r for r in query.runs(index, fn) if isinstance(r["id"], int) and (script is None or r.get("script") == script)]
 
 
-def count_runs(index: Any, fn: Optional[str] = None, script: Optional[str] = None) -> int:
+def count_runs(index: Any, fn: str | None = None, script: str | None = None) -> int:
     return len(runs_to_export(index, fn, script))
 
 
-def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None,
-           progress: Optional[Callable[[int], None]] = None, script: Optional[str] = None) -> Exported:
+def export(index: Any, out_dir: os.PathLike, fn: str | None = None,
+           progress: Callable[[int], None] | None = None, script: str | None = None) -> Exported:
     """Write every run (of ``fn``, or all) as a TensorBoard run directory; returns the directories.
 
     The export owns what it wrote, recorded in ``out_dir/.memolab-export.json``: a run directory
@@ -375,7 +376,7 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None,
     out.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(out)
     written = Exported()
-    now_runs: Dict[str, Dict[str, Any]] = {}
+    now_runs: dict[str, dict[str, Any]] = {}
     root = out.resolve()
     runs = runs_to_export(index, fn, script)
     scripts = names.script_labels(sorted({r["script"] for r in runs if r.get("script")}))
@@ -386,7 +387,7 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None,
         if root not in (root / rel).resolve().parents:
             raise ValueError(f"export-tb: run {run['id']!r} would be written outside {out} ({rel!r}): not written")
         w = EventFileWriter(d)
-        metrics: List[str] = []
+        metrics: list[str] = []
         try:
             w.add(run["started"], 0, summary_value("hparams", tensor=text_tensor(hparams_markdown(run["hparams"])),
                                                    metadata=_TEXT_METADATA))
@@ -430,7 +431,7 @@ def export(index: Any, out_dir: os.PathLike, fn: Optional[str] = None,
     return written
 
 
-def experiment_function(manifest: Dict[str, Any]) -> Optional[str]:
+def experiment_function(manifest: dict[str, Any]) -> str | None:
     """The function whose runs the export's HParams experiment compares: the one with the most runs
     (ties: the first by name), scripts' process runs last.
 
@@ -439,8 +440,8 @@ def experiment_function(manifest: Dict[str, Any]) -> Optional[str]:
     functions (``lr`` of one, ``k`` of the other) drew no line at all. So the experiment at the
     root is one function's; every session still has its own hparams (the table view lists them all)
     and ``tensorboard --logdir DIR/<function>`` compares any other function."""
-    count: Dict[str, int] = {}
-    for rel, info in manifest["runs"].items():
+    count: dict[str, int] = {}
+    for rel in manifest["runs"]:
         fdir = rel.split("/", 1)[0]
         count[fdir] = count.get(fdir, 0) + 1
     if not count:
@@ -448,9 +449,9 @@ def experiment_function(manifest: Dict[str, Any]) -> Optional[str]:
     return min(count, key=lambda f: (f.startswith("_process"), -count[f], f))
 
 
-def _write_experiment(out: Path, manifest: Dict[str, Any]) -> Optional[str]:
+def _write_experiment(out: Path, manifest: dict[str, Any]) -> str | None:
     chosen = experiment_function(manifest)
-    hp: Dict[str, List[Any]] = {}
+    hp: dict[str, list[Any]] = {}
     metrics: set = set()
     for rel, info in manifest["runs"].items():
         if rel.split("/", 1)[0] != chosen:

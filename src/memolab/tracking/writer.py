@@ -12,21 +12,21 @@ export-tb`` for that).
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from . import log as _log
-from . import runs as _runs
+from . import log as _log, runs as _runs
 
 
-def _label(log_dir: Any, comment: str) -> Optional[str]:
+def _label(log_dir: Any, comment: str) -> str | None:
     if log_dir is None or str(log_dir) == "":
         return None
-    text = os.path.normpath(os.fspath(log_dir)) + (comment or "")
+    text: str = os.path.normpath(os.fspath(log_dir)) + (comment or "")
     return text if len(text) <= 200 else "…" + text[-199:]
 
 
 class SummaryWriter:
-    def __init__(self, log_dir: Optional[str] = None, comment: str = "", purge_step: Optional[int] = None,
+    def __init__(self, log_dir: str | None = None, comment: str = "", purge_step: int | None = None,
                  max_queue: int = 10, flush_secs: int = 120, filename_suffix: str = "") -> None:
         self.log_dir = log_dir
         self.comment = comment
@@ -46,45 +46,45 @@ class SummaryWriter:
     def __repr__(self) -> str:
         return f"memolab.SummaryWriter(log_dir={self.log_dir!r})"
 
-    def get_logdir(self) -> Optional[str]:
+    def get_logdir(self) -> str | None:
         return self.log_dir
 
-    def add_scalar(self, tag: str, scalar_value: Any, global_step: Optional[int] = None, walltime: Optional[float] = None,
+    def add_scalar(self, tag: str, scalar_value: Any, global_step: int | None = None, walltime: float | None = None,
                    new_style: bool = False, double_precision: bool = False) -> None:
         self._call(_log.scalar, tag, scalar_value, global_step, walltime)
 
-    def add_scalars(self, main_tag: str, tag_scalar_dict: Mapping[str, Any], global_step: Optional[int] = None,
-                    walltime: Optional[float] = None) -> None:
+    def add_scalars(self, main_tag: str, tag_scalar_dict: Mapping[str, Any], global_step: int | None = None,
+                    walltime: float | None = None) -> None:
         self._call(_log.scalars, tag_scalar_dict, global_step, main_tag=main_tag, walltime=walltime)
 
-    def add_histogram(self, tag: str, values: Any, global_step: Optional[int] = None, bins: Any = "tensorflow",
-                      walltime: Optional[float] = None, max_bins: Optional[int] = None) -> None:
+    def add_histogram(self, tag: str, values: Any, global_step: int | None = None, bins: Any = "tensorflow",
+                      walltime: float | None = None, max_bins: int | None = None) -> None:
         self._call(_log.histogram, tag, values, global_step, bins=max_bins or bins, walltime=walltime)
 
-    def add_image(self, tag: str, img_tensor: Any, global_step: Optional[int] = None, walltime: Optional[float] = None,
+    def add_image(self, tag: str, img_tensor: Any, global_step: int | None = None, walltime: float | None = None,
                   dataformats: str = "CHW") -> None:
         self._call(_log.image, tag, img_tensor, global_step, dataformats=dataformats, walltime=walltime)
 
-    def add_images(self, tag: str, img_tensor: Any, global_step: Optional[int] = None, walltime: Optional[float] = None,
+    def add_images(self, tag: str, img_tensor: Any, global_step: int | None = None, walltime: float | None = None,
                    dataformats: str = "NCHW") -> None:
         # One image per sample, tagged tag/0, tag/1, ... (TensorBoard tiles them into one picture instead).
         fmt = dataformats.upper().replace("N", "")
         for i in range(len(img_tensor)):
             self._call(_log.image, f"{tag}/{i}", img_tensor[i], global_step, dataformats=fmt, walltime=walltime)
 
-    def add_text(self, tag: str, text_string: str, global_step: Optional[int] = None, walltime: Optional[float] = None) -> None:
+    def add_text(self, tag: str, text_string: str, global_step: int | None = None, walltime: float | None = None) -> None:
         self._call(_log.text, tag, text_string, global_step, walltime)
 
-    def add_figure(self, tag: str, figure: Any, global_step: Optional[int] = None, close: bool = True,
-                   walltime: Optional[float] = None) -> None:
+    def add_figure(self, tag: str, figure: Any, global_step: int | None = None, close: bool = True,
+                   walltime: float | None = None) -> None:
         if isinstance(figure, list):
             for i, f in enumerate(figure):
                 self._call(_log.figure, f"{tag}/{i}", f, global_step, close=close, walltime=walltime)
         else:
             self._call(_log.figure, tag, figure, global_step, close=close, walltime=walltime)
 
-    def add_hparams(self, hparam_dict: Dict[str, Any], metric_dict: Dict[str, Any], hparam_domain_discrete: Any = None,
-                    run_name: Optional[str] = None, global_step: Optional[int] = None) -> None:
+    def add_hparams(self, hparam_dict: dict[str, Any], metric_dict: dict[str, Any], hparam_domain_discrete: Any = None,
+                    run_name: str | None = None, global_step: int | None = None) -> None:
         """Hyperparameters join the run's own (its arguments); metrics are logged as scalars."""
         if not isinstance(hparam_dict, Mapping) or not isinstance(metric_dict, Mapping):
             raise TypeError("add_hparams: hparam_dict and metric_dict must be dicts")
@@ -102,7 +102,7 @@ class SummaryWriter:
             _runs.end_writer_run(self._label)
         _log.flush()
 
-    def __enter__(self) -> "SummaryWriter":
+    def __enter__(self) -> SummaryWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:

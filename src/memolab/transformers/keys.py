@@ -47,7 +47,7 @@ import dataclasses
 import functools
 import json
 import sys
-from typing import Any, Dict, FrozenSet
+from typing import Any
 
 from .. import hashing
 from ..handles import refuse_live
@@ -76,10 +76,10 @@ NOT_RESULTS = frozenset({
 #: a fast tokenizer backend's state that each call of the tokenizer sets (``set_truncation_and_padding``)
 PER_CALL = ("truncation", "padding")
 
-_derived: Dict[type, FrozenSet[str]] = {}
+_derived: dict[type, frozenset[str]] = {}
 
 
-def derived(t: type) -> FrozenSet[str]:
+def derived(t: type) -> frozenset[str]:
     """The attribute names under which ``functools.cached_property`` attributes of ``t`` store their values."""
     got = _derived.get(t)
     if got is None:

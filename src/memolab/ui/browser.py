@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["TEXT_BROWSERS", "why_not", "choose"]
 
@@ -32,7 +33,7 @@ _GRAPHICAL = ("xdg-open", "gio", "x-www-browser", "firefox", "chromium", "chromi
               "brave-browser", "microsoft-edge", "epiphany", "konqueror", "falkon")
 
 
-def why_not(env: Optional[Mapping[str, str]] = None, platform: Optional[str] = None) -> Optional[str]:
+def why_not(env: Mapping[str, str] | None = None, platform: str | None = None) -> str | None:
     """Why no browser can show the dashboard here (one line), or None."""
     env = os.environ if env is None else env
     platform = sys.platform if platform is None else platform
@@ -52,7 +53,7 @@ def _program(controller: Any) -> str:
     return os.path.basename(first)
 
 
-def choose() -> Tuple[Optional[Any], Optional[str]]:
+def choose() -> tuple[Any | None, str | None]:
     """(a ``webbrowser`` controller of a graphical browser, None), or (None, why not)."""
     why = why_not()
     if why is not None:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import html
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, cast
 
 __all__ = ["Dashboard", "open_dashboard"]
 
-_open: Dict[str, "Dashboard"] = {}
+_open: dict[str, Dashboard] = {}
 _lock = threading.Lock()
 
 
@@ -34,7 +34,7 @@ class Dashboard:
 
     @property
     def url(self) -> str:
-        return self.server.url
+        return cast(str, self.server.url)
 
     def __repr__(self) -> str:
         return f"memolab dashboard for {self.store}: {self.url}"
@@ -54,7 +54,7 @@ class Dashboard:
         self.server.server_close()
 
 
-def open_dashboard(store: Union[None, str, Path] = None, port: int = 0, host: str = "127.0.0.1") -> Dashboard:
+def open_dashboard(store: None | str | Path = None, port: int = 0, host: str = "127.0.0.1") -> Dashboard:
     """Serve the dashboard of ``store`` (default: the configured store) from this process."""
     from .. import config
     from .server import serve_in_thread

@@ -24,7 +24,8 @@ be extended that way and is sent whole again (``reset``).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from ..tracking import query, schema
 
@@ -32,7 +33,7 @@ from ..tracking import query, schema
 MIN_BLOCKS = 16
 
 
-def _f(x: Optional[float]) -> Optional[float]:
+def _f(x: float | None) -> float | None:
     # JSON has no NaN/inf; the page draws a gap for null
     return None if x is None or not math.isfinite(x) else x
 
@@ -44,13 +45,14 @@ WALL = "ROUND({}, 3)"
 FINITE = "(CASE WHEN abs({0}) <= 1.7976931348623157e308 THEN {0} END)"
 
 
-def _raw(rows: List[tuple], n: int) -> Dict[str, Any]:
+def _raw(rows: list[tuple], n: int) -> dict[str, Any]:
     return {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [r[2] for r in rows]}
 
 
-def _buckets(rows: List[tuple], n: int, last: Optional[tuple]) -> Dict[str, Any]:
-    out = {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows], "value": [r[2] for r in rows],
-           "min": [r[3] for r in rows], "max": [r[4] for r in rows], "downsampled": True}
+def _buckets(rows: list[tuple], n: int, last: tuple | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"n": n, "step": [r[0] for r in rows], "wall": [r[1] for r in rows],
+                           "value": [r[2] for r in rows], "min": [r[3] for r in rows], "max": [r[4] for r in rows],
+                           "downsampled": True}
     if last is not None and (not out["step"] or out["step"][-1] != last[0]):
         # the final value is what people read off a curve: keep it exact
         v = last[2]
@@ -62,12 +64,12 @@ def _buckets(rows: List[tuple], n: int, last: Optional[tuple]) -> Dict[str, Any]
 POINT = f"step, {WALL.format('wall')}, {FINITE.format('value')}"
 
 
-def _last(c: Any, run: int, tag: str) -> Optional[tuple]:
+def _last(c: Any, run: int, tag: str) -> tuple | None:
     return c.execute(f"SELECT {POINT} FROM scalars WHERE run=? AND tag=? ORDER BY step DESC, seq DESC LIMIT 1",
                      (run, tag)).fetchone()
 
 
-def _by_step(c: Any, run: int, tag: str, px: int, s0: int, s1: int, seen: int = 0) -> List[tuple]:
+def _by_step(c: Any, run: int, tag: str, px: int, s0: int, s1: int, seen: int = 0) -> list[tuple]:
     width = max(1, -(-(s1 - s0 + 1) // px))
     return c.execute(
         f"SELECT MIN(step), {WALL.format('AVG(wall)')}, {FINITE.format('AVG(value)')}, {FINITE.format('MIN(value)')},"
@@ -76,7 +78,7 @@ def _by_step(c: Any, run: int, tag: str, px: int, s0: int, s1: int, seen: int = 
         (run, tag, s0, s1, seen, s0, width)).fetchall()
 
 
-def full(c: Any, run: int, tag: str, n: int, ordered: bool, first: int, last_step: int, px: int) -> Dict[str, Any]:
+def full(c: Any, run: int, tag: str, n: int, ordered: bool, first: int, last_step: int, px: int) -> dict[str, Any]:
     """The whole series, at most ``2 * px`` points."""
     k = blocks_per_bucket(n, bool(ordered), px)
     if not k and n <= 2 * px:
@@ -100,7 +102,7 @@ def blocks_per_bucket(n: int, ordered: bool, px: int) -> int:
     return max(1, -(-nblocks // px))
 
 
-def _from_blocks(c: Any, runs: Sequence[int], tag: str, k: int) -> List[tuple]:
+def _from_blocks(c: Any, runs: Sequence[int], tag: str, k: int) -> list[tuple]:
     # one query for every run of a sweep whose series have the same length (the common case)
     q = ",".join("?" * len(runs))
     if k == 1:  # a bucket per block: nothing to group
@@ -115,7 +117,7 @@ def _from_blocks(c: Any, runs: Sequence[int], tag: str, k: int) -> List[tuple]:
         " GROUP BY run, block / ? ORDER BY run, 2", (tag, *runs, k)).fetchall()
 
 
-def after(c: Any, run: int, tag: str, n: int, seen: int, last_seen: int, px: int) -> Dict[str, Any]:
+def after(c: Any, run: int, tag: str, n: int, seen: int, last_seen: int, px: int) -> dict[str, Any]:
     """The points of an ordered series after the ``seen`` first ones (whose last step was ``last_seen``)."""
     rows = c.execute(f"SELECT {POINT} FROM scalars WHERE run=? AND tag=? AND step >= ? AND seq >= ?"
                      " ORDER BY step, seq LIMIT ?", (run, tag, last_seen, seen, 2 * px + 1)).fetchall()
@@ -123,19 +125,19 @@ def after(c: Any, run: int, tag: str, n: int, seen: int, last_seen: int, px: int
         out = _raw(rows, n)
     else:
         last = _last(c, run, tag)
-        out = _buckets(_by_step(c, run, tag, px, last_seen, last[0], seen), n, last)
+        out = _buckets(_by_step(c, run, tag, px, last_seen, last[0], seen), n, last)  # type: ignore[index]  # many rows: the scalar's last point exists
     out["append"] = True
     return out
 
 
-def window(index: Any, runs: Sequence[int], tag: str, px: int, s0: int, s1: int) -> Dict[str, Dict[str, Dict[str, Any]]]:
+def window(index: Any, runs: Sequence[int], tag: str, px: int, s0: int, s1: int) -> dict[str, dict[str, dict[str, Any]]]:
     """``{tag: {run: series}}`` of the points with ``s0 <= step <= s1``: a zoomed chart's detail.
 
     Sized to the chart as a whole series is (as logged up to ``2 * px`` points, else ``px``
     buckets from the points), read from the points in that range only (the primary key's order:
     run, tag, step). ``n`` counts the points in the range."""
     c = query.ready(index)
-    out: Dict[str, Dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for run in runs:
         (n,) = c.execute("SELECT COUNT(*) FROM scalars WHERE run=? AND tag=? AND step >= ? AND step <= ?",
                          (run, tag, s0, s1)).fetchone()
@@ -150,11 +152,11 @@ def window(index: Any, runs: Sequence[int], tag: str, px: int, s0: int, s1: int)
     return {tag: out} if out else {}
 
 
-Seen = Dict[str, Dict[str, Sequence[int]]]
+Seen = dict[str, dict[str, Sequence[int]]]
 
 
-def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: int,
-          seen: Optional[Seen] = None, skip: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, Dict[str, Any]]]:
+def batch(index: Any, runs: Sequence[int], tags: Sequence[str] | None, px: int,
+          seen: Seen | None = None, skip: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """``{tag: {run: series}}`` for every scalar tag (or only ``tags``; never those in ``skip``) of ``runs``.
 
     ``seen`` is ``{run: {tag: [points held, last step held]}}`` for what the page already has:
@@ -163,15 +165,15 @@ def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: in
     """
     c = query.ready(index)
     seen = seen or {}
-    out: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
     if not runs:
         return out
-    metas: List[Tuple[Any, ...]] = []
+    metas: list[tuple[Any, ...]] = []
     for i in range(0, len(runs), 500):
         chunk = list(runs[i:i + 500])
         sql = (f"SELECT run, tag, n, ordered, first_step, last_step, last_value, last_wall FROM scalar_tags"
                f" WHERE run IN ({','.join('?' * len(chunk))})")
-        params: List[Any] = chunk
+        params: list[Any] = chunk
         if tags is not None:
             sql += f" AND tag IN ({','.join('?' * len(tags))})"
             params = params + list(tags)
@@ -181,7 +183,7 @@ def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: in
         metas.extend(c.execute(sql, params))
     # whole series summarised from blocks, grouped by tag and bucket size: 20 queries for a
     # 50-run x 20-tag view instead of 1,000
-    grouped: Dict[Tuple[str, int], List[Tuple[Any, ...]]] = {}
+    grouped: dict[tuple[str, int], list[tuple[Any, ...]]] = {}
     rest = []
     for m in metas:
         run, tag, n, ordered, first, last_step, last_value, last_wall = m
@@ -194,7 +196,7 @@ def batch(index: Any, runs: Sequence[int], tags: Optional[Sequence[str]], px: in
     for (tag, k), ms in grouped.items():
         for i in range(0, len(ms), 500):
             part = ms[i:i + 500]
-            rows: Dict[int, List[tuple]] = {}
+            rows: dict[int, list[tuple]] = {}
             for r in _from_blocks(c, [m[0] for m in part], tag, k):
                 rows.setdefault(r[0], []).append(r[1:])
             for run, _, n, _, _, last_step, last_value, last_wall in part:
@@ -235,9 +237,9 @@ def point_count(index: Any, runs: Sequence[int], tag: str) -> int:
     return n
 
 
-def points(index: Any, runs: Sequence[int], tag: str) -> Dict[str, Dict[str, List[Any]]]:
+def points(index: Any, runs: Sequence[int], tag: str) -> dict[str, dict[str, list[Any]]]:
     """``{run: {"step", "wall", "value"}}``: every point of ``tag`` logged by ``runs``, in step order."""
-    out: Dict[str, Dict[str, List[Any]]] = {}
+    out: dict[str, dict[str, list[Any]]] = {}
     for run in runs:
         p = query.points(index, run, tag)
         if p["step"]:
@@ -246,7 +248,7 @@ def points(index: Any, runs: Sequence[int], tag: str) -> Dict[str, Dict[str, Lis
     return out
 
 
-def heartbeat(index: Any) -> Dict[str, Any]:
+def heartbeat(index: Any) -> dict[str, Any]:
     """What changed, cheaply: counts and newest times of runs and evaluations, and the running runs.
 
     An idle page polls this and nothing else; ``sig`` changes when a run starts or ends or an
@@ -259,14 +261,14 @@ def heartbeat(index: Any) -> Dict[str, Any]:
     return {"sig": f"{ev[0]}:{ev[1]}:{ev[2]}:{rn[0]}:{rn[1]}:{rn[2]}:{rn[3]}", "running": running}
 
 
-def metric_stats(index: Any, fn: str, minmax: bool = False) -> Dict[str, Dict[str, List[Any]]]:
+def metric_stats(index: Any, fn: str, minmax: bool = False) -> dict[str, dict[str, list[Any]]]:
     """``{run: {tag: [last, min, max, points]}}`` for the runs of ``fn``: the runs table's metric columns.
 
     Read from the per-tag summaries, and with ``minmax`` the per-block ones, never from the points;
     min and max are None unless asked for (a sweep's blocks are ~100,000 rows).
     """
     c = query.ready(index)
-    out: Dict[str, Dict[str, List[Any]]] = {}
+    out: dict[str, dict[str, list[Any]]] = {}
     runs = [r for (r,) in c.execute("SELECT id FROM runs WHERE fn=?", (fn,))]
     for i in range(0, len(runs), 500):
         part = runs[i:i + 500]

@@ -32,10 +32,11 @@ import mimetypes
 import secrets
 import socket
 import threading
+from collections import deque
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from collections import deque
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..cli.ids import short_length
@@ -68,7 +69,7 @@ def _bounded(x: str, name: str) -> int:
     return int(x)
 
 
-def _ints(s: str, name: str) -> List[int]:
+def _ints(s: str, name: str) -> list[int]:
     ids = [_bounded(x, name) for x in s.split(",") if x.strip()]
     if len(ids) > MAX_IDS:
         raise ApiError(400, f"at most {MAX_IDS} {name} per request, got {len(ids)}")
@@ -84,7 +85,7 @@ MAX_POINTS = 10_000
 MAX_DOWNLOAD = 2_000_000
 
 
-def _points(index: Any, runs: List[int], tag: str) -> Dict[str, Dict[str, List[Any]]]:
+def _points(index: Any, runs: list[int], tag: str) -> dict[str, dict[str, list[Any]]]:
     n = series.point_count(index, runs, tag)
     if n > MAX_DOWNLOAD:
         raise ApiError(400, f"{n:,} points of {tag!r} in these runs, more than one download takes ({MAX_DOWNLOAD:,}): "
@@ -103,12 +104,12 @@ def _step(s: str, name: str) -> int:
     return v
 
 
-def _series(index: Any, q: Dict[str, List[str]]) -> Any:
+def _series(index: Any, q: dict[str, list[str]]) -> Any:
     runs, px = _ints(_one(q, "runs", ""), "runs"), _pixels(_one(q, "px", "600"))
     if "from" in q or "to" in q:  # a zoomed chart's detail: one tag, the points in a step range
         return series.window(index, runs, _one(q, "tag"), px, _step(_one(q, "from"), "from"), _step(_one(q, "to"), "to"))
     # tag=: only these tags (the charts in view, first); skip=: every other one (the rest, next)
-    return series.batch(index, runs, q.get("tag"), px, _seen(_one(q, "seen", "{}")), q.get("skip"))
+    return series.batch(index, runs, q.get("tag"), px, _seen(_one(q, "seen", "{}")), q.get("skip"))  # type: ignore[arg-type]  # lists are sequences
 
 
 def _id(s: str, name: str) -> int:
@@ -132,7 +133,7 @@ def _pixels(s: str) -> int:
     return max(50, int(s))
 
 
-def _seen(s: str) -> Dict[str, Dict[str, List[int]]]:
+def _seen(s: str) -> dict[str, dict[str, list[int]]]:
     """``{run: {tag: [points held, last step held]}}``, as the page sends it for a live refresh."""
     try:
         d = json.loads(s)
@@ -147,7 +148,7 @@ def _seen(s: str) -> Dict[str, Dict[str, List[int]]]:
     return d
 
 
-def _one(q: Dict[str, List[str]], name: str, default: Optional[str] = None) -> str:
+def _one(q: dict[str, list[str]], name: str, default: str | None = None) -> str:
     v = q.get(name)
     if not v:
         if default is None:
@@ -157,7 +158,7 @@ def _one(q: Dict[str, List[str]], name: str, default: Optional[str] = None) -> s
 
 
 class Handler(BaseHTTPRequestHandler):
-    server: "DashboardServer"
+    server: DashboardServer
     protocol_version = "HTTP/1.1"
     # headers and body go out in two writes; with Nagle + delayed ACKs every response would wait ~40 ms
     disable_nagle_algorithm = True
@@ -221,7 +222,7 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(403, f"Host {host[:80]!r} is not allowed (a DNS rebinding guard): "
                                 f"open the dashboard as {self.server.url}")
 
-    def _check_token(self, q: Dict[str, List[str]]) -> Optional[str]:
+    def _check_token(self, q: dict[str, list[str]]) -> str | None:
         """Accept the token from ``?token=`` (then set a cookie), the cookie, or a Bearer header."""
         token = self.server.token
         cookie_name = self.server.cookie_name
@@ -244,7 +245,7 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(403, "wrong access token for this dashboard: open the URL `memolab ui` printed")
         raise ApiError(401, "this dashboard needs its access token: open the URL `memolab ui` printed")
 
-    def _post(self, path: str) -> Tuple[int, str, bytes]:
+    def _post(self, path: str) -> tuple[int, str, bytes]:
         """A write from the page itself: JSON (a cross-site form cannot send it without asking),
         from this page's origin, at most 64 KB."""
         if path != "/api/annotate":
@@ -276,7 +277,7 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, str(e)) from None
         return 200, "application/json", json.dumps(out, allow_nan=False, default=str).encode()
 
-    def _static(self, path: str) -> Tuple[int, str, bytes]:
+    def _static(self, path: str) -> tuple[int, str, bytes]:
         name = "index.html" if path in ("", "/") else unquote(path).lstrip("/").removeprefix("static/")
         f = (STATIC / name).resolve()
         if STATIC not in f.parents or not f.is_file():  # no ../ escapes
@@ -286,14 +287,14 @@ class Handler(BaseHTTPRequestHandler):
             ctype += "; charset=utf-8"
         return 200, ctype, f.read_bytes()
 
-    def _api(self, route: str, q: Dict[str, List[str]]) -> Tuple[int, str, bytes]:
+    def _api(self, route: str, q: dict[str, list[str]]) -> tuple[int, str, bytes]:
         index = self.server.index
         if route.startswith("image/"):
             data = query.event_data(index, _id(route[6:], "image id"), kind="image")
             if data is None:
                 raise ApiError(404, f"no image {route[6:]}")
             return 200, "image/png", data
-        fn: Optional[Callable[[], Any]] = {
+        fn: Callable[[], Any] | None = {
             "info": lambda: {"store": str(self.server.store_root)},
             "functions": lambda: query.function_entries(index),
             # a script's function: its runs only (``none=1``: the function's runs of no known script)
@@ -311,7 +312,8 @@ class Handler(BaseHTTPRequestHandler):
             "histograms": lambda: query.events(index, _id(_one(q, "run"), "run"), "histogram", _one(q, "tag")),
             "images": lambda: query.events(index, _id(_one(q, "run"), "run"), "image", _one(q, "tag")),
             "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),
-            "hparams": lambda: query.hparams(index, _one(q, "fn"), "" if "none" in q else q["script"][0] if "script" in q else None),
+            "hparams": lambda: query.hparams(index, _one(q, "fn"),
+                                             "" if "none" in q else q["script"][0] if "script" in q else None),
             "diff": lambda: _diff(index, _one(q, "a"), _one(q, "b")),
             "evaluation": lambda: _evaluation(index, _id(_one(q, "id"), "id")),
             "lineage": lambda: edges.graph(index, _ints(_one(q, "evals", ""), "evals")),
@@ -327,14 +329,14 @@ def _same(given: str, token: str) -> bool:
     return given.isascii() and hmac.compare_digest(given, token)
 
 
-def _run_page(index: Any, run_id: int) -> Dict[str, Any]:
+def _run_page(index: Any, run_id: int) -> dict[str, Any]:
     try:
         return views.run_page(index, run_id)
     except views.NotFound as e:
         raise ApiError(404, str(e.args[0])) from None
 
 
-def _evaluation(index: Any, eid: int) -> Dict[str, Any]:
+def _evaluation(index: Any, eid: int) -> dict[str, Any]:
     """One evaluation as its panel shows it: arguments, result, and its lineage (inputs, users)."""
     rows = index.evaluations(where="id=?", params=(eid,), limit=1)
     if not rows:
@@ -342,7 +344,7 @@ def _evaluation(index: Any, eid: int) -> Dict[str, Any]:
     e = rows[0]
     snap = edges.recorded_snapshot(e)
     args = snap.get("args") if isinstance(snap.get("args"), dict) else {}
-    shown = {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1}
+    shown = {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1}  # type: ignore[arg-type]  # a dict
     return {"id": e["id"], "fn": e["fn"], "code": e["code"], "status": e["status"], "finished": e["finished"],
             "duration": e["duration"], "hits": e["hits"], "size": e["size"], "arguments": shown,
             "result": snap.get("result_summary") or snap.get("result"),
@@ -350,7 +352,7 @@ def _evaluation(index: Any, eid: int) -> Dict[str, Any]:
                                                                                    e["schema"]))}
 
 
-def _diff(index: Any, a: str, b: str) -> Dict[str, Any]:
+def _diff(index: Any, a: str, b: str) -> dict[str, Any]:
     ia, ib = _bounded(a, "a"), _bounded(b, "b")
     try:
         return query.code_diff(index, ia, ib)
@@ -362,14 +364,14 @@ class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, store_root: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False,
-                 token: Optional[str] = None) -> None:
+                 token: str | None = None) -> None:
         from ..store.reading import open_for_reading
 
         self.store_root = Path(store_root)
         self.index = open_for_reading(self.store_root).index  # a store an older memolab wrote: read, never migrated
         self.verbose = verbose
         #: (path, bytes sent) of the latest requests: what a view costs, for tests and the benchmark
-        self.served: Deque[Tuple[str, int]] = deque(maxlen=10_000)
+        self.served: deque[tuple[str, int]] = deque(maxlen=10_000)
         self.host = host
         if ":" in host:
             self.address_family = socket.AF_INET6
@@ -389,8 +391,8 @@ class DashboardServer(ThreadingHTTPServer):
         if host in ("0.0.0.0", "::"):  # every interface: the name other machines reach this one by
             host = socket.getfqdn()
         if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{port}/"
+            host = f"[{host}]"  # type: ignore[str-bytes-safe]  # an AF_INET/AF_INET6 address: text
+        return f"http://{host}:{port}/"  # type: ignore[str-bytes-safe]
 
     def link(self, rel: str = "") -> str:
         """The URL of ``rel`` (``api/runs?fn=f``, ``?fn=f``) with the access token in its query."""
@@ -417,7 +419,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def serve_in_thread(store_root: Path, port: int = 0, host: str = "127.0.0.1") -> Tuple[DashboardServer, threading.Thread]:
+def serve_in_thread(store_root: Path, port: int = 0, host: str = "127.0.0.1") -> tuple[DashboardServer, threading.Thread]:
     """Start a server (default 127.0.0.1; ``port=0``: any free port) in a daemon thread; for tests and notebooks."""
     srv = DashboardServer(store_root, port, host)
     t = threading.Thread(target=srv.serve_forever, name="memolab-ui", daemon=True)

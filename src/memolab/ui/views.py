@@ -8,7 +8,7 @@ Pipeline tab). ``annotate`` is the page's one write: a note or a tag added or re
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from ..store import edges
 from ..text import mask_args
@@ -19,14 +19,14 @@ class NotFound(KeyError):
     pass
 
 
-def run_page(index: Any, run_id: int) -> Dict[str, Any]:
+def run_page(index: Any, run_id: int) -> dict[str, Any]:
     rows = query.runs(index, ids=[run_id])
     if not rows:
         raise NotFound(f"no run {run_id}")
     # labelled as among its function's runs (the label says how it differs from them)
     r = next((x for x in query.runs(index, rows[0]["fn"]) if x["id"] == run_id), rows[0])
     c = query.ready(index)
-    out: Dict[str, Any] = {k: r.get(k) for k in (
+    out: dict[str, Any] = {k: r.get(k) for k in (
         "id", "fn", "name", "label", "status", "started", "finished", "duration", "code", "parent", "eval_id",
         "stored", "hits", "size", "result", "error", "script", "host", "pid", "hparams", "metrics", "run_tags", "notes")}
     out.update(query.failure(index, run_id))
@@ -44,7 +44,8 @@ def run_page(index: Any, run_id: int) -> Dict[str, Any]:
             out["evaluation"] = {
                 "id": e["id"], "hits": e["hits"], "size": e["size"], "finished": e["finished"],
                 "duration": e["duration"], "code": e["code"],
-                "arguments": {k: v[1] for k, v in mask_args(args).items() if isinstance(v, list) and len(v) > 1},
+                "arguments": {k: v[1] for k, v in mask_args(args).items()  # type: ignore[arg-type]  # a dict (checked)
+                              if isinstance(v, list) and len(v) > 1},
                 "result": snap.get("result_summary") or snap.get("result"),
                 "deps": sorted(snap["deps"]) if isinstance(snap.get("deps"), dict) else [],
             }
@@ -59,7 +60,7 @@ class Refused(Exception):
     """A write the store cannot take (read-only, an older schema only read): said to the page as 409."""
 
 
-def annotate(index: Any, body: Dict[str, Any]) -> Dict[str, Any]:
+def annotate(index: Any, body: dict[str, Any]) -> dict[str, Any]:
     """``{"run" | "evaluation": id, "kind": "tag" | "note", "text", "op": "add" | "remove", "note_id"}``."""
     if getattr(index, "read_only", False):
         raise Refused("this store is open read-only (written by an older memolab, or read-only here): "
@@ -67,7 +68,7 @@ def annotate(index: Any, body: Dict[str, Any]) -> Dict[str, Any]:
     kind, op = body.get("kind"), body.get("op", "add")
     if kind not in notes.KINDS or op not in ("add", "remove"):
         raise ValueError("kind must be tag or note, op add or remove")
-    target: Dict[str, int] = {}
+    target: dict[str, int] = {}
     for key in ("run", "evaluation"):
         v = body.get(key)
         if v is not None:
@@ -84,7 +85,7 @@ def annotate(index: Any, body: Dict[str, Any]) -> Dict[str, Any]:
         raise NotFound(f"no evaluation #{target['evaluation']}")
     text = body.get("text")
     if op == "add":
-        notes.add(index, kind, text, source="dashboard", **target)
+        notes.add(index, kind, text, source="dashboard", **target)  # type: ignore[arg-type]  # checked by notes.add
     elif kind == "note":
         note_id = body.get("note_id")
         if not isinstance(note_id, int) or isinstance(note_id, bool):
@@ -99,6 +100,6 @@ def annotate(index: Any, body: Dict[str, Any]) -> Dict[str, Any]:
     return notes.as_json(got)
 
 
-def runs_of(index: Any, fn: Optional[str], script: Optional[str]) -> List[Dict[str, Any]]:
+def runs_of(index: Any, fn: str | None, script: str | None) -> list[dict[str, Any]]:
     """``/api/runs``: a function's runs, of one script when ``script`` is given (``""``: of none)."""
     return query.runs(index, fn, script=script)

@@ -45,12 +45,26 @@ interface and what the backends share); this module opens a store by URL.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ...errors import StoreConfigError
-from .common import (CHUNK, DIGEST_RE, MULTIPART_MIN, PART_SIZE, Data, MissingBlob, R, RemoteBlobs, Source, T,
-                     blob_key, remote_concurrency, remote_ranged_gets, remote_timeout, run_all, write_all)
+from .common import (
+    CHUNK,
+    DIGEST_RE,
+    MULTIPART_MIN,
+    PART_SIZE,
+    Data,
+    MissingBlob,
+    RemoteBlobs,
+    Source,
+    blob_key,
+    remote_concurrency,
+    remote_ranged_gets,
+    remote_timeout,
+    run_all,
+    write_all,
+)
 from .file import FileBlobs
 from .fsspec import FsspecBlobs
 
@@ -59,8 +73,8 @@ __all__ = ["CHUNK", "DIGEST_RE", "MULTIPART_MIN", "PART_SIZE", "Data", "FileBlob
            "remote_timeout", "run_all", "write_all"]
 
 
-def open_blobs(url: str, *, timeout: Optional[float] = None, concurrency: Optional[int] = None,
-               ranged_gets: Optional[bool] = None) -> RemoteBlobs:
+def open_blobs(url: str, *, timeout: float | None = None, concurrency: int | None = None,
+               ranged_gets: bool | None = None) -> RemoteBlobs:
     """The remote blob store at ``url`` (``s3://bucket/prefix``, ``file:///dir``, fsspec URLs).
 
     ``timeout``, ``concurrency``, ``ranged_gets`` default to ``MEMOLAB_REMOTE_TIMEOUT``
@@ -68,7 +82,7 @@ def open_blobs(url: str, *, timeout: Optional[float] = None, concurrency: Option
     on, except for an S3 endpoint on loopback).
     Nothing is contacted here: the first operation (or ``ping``) is."""
     u = urlparse(url)
-    kw: Dict[str, Any] = {"timeout": timeout, "concurrency": concurrency, "ranged_gets": ranged_gets}
+    kw: dict[str, Any] = {"timeout": timeout, "concurrency": concurrency, "ranged_gets": ranged_gets}
     if u.scheme == "s3":
         if not u.netloc:
             raise StoreConfigError(f"{url}: expected s3://bucket/prefix")

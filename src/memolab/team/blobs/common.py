@@ -5,11 +5,12 @@ the bounded probe of a ping, writing a downloaded blob verified (``finish``,
 backend keeps are in the package docstring (``memolab.team.blobs``)."""
 from __future__ import annotations
 
+import builtins
 import os
 import re
 import threading
-from typing import (Any, Callable, Iterable, Iterator, List, Optional, Sequence, Set, Tuple,
-                    TypeVar, Union)
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar, Union
 
 from ... import config
 from ...errors import CorruptBlob, RemoteUnavailable
@@ -39,7 +40,7 @@ def remote_concurrency() -> int:
     return config.env_setting("MEMOLAB_REMOTE_CONCURRENCY")
 
 
-def remote_ranged_gets() -> Optional[bool]:
+def remote_ranged_gets() -> bool | None:
     """``MEMOLAB_REMOTE_RANGED_GETS``: True on, False off, None auto (see ``S3Blobs.ranged``)."""
     return config.env_setting("MEMOLAB_REMOTE_RANGED_GETS")
 
@@ -63,8 +64,8 @@ class Source:
     """The bytes of one put: in memory (a zero-copy view) or in a file (read as needed)."""
 
     def __init__(self, data: Data) -> None:
-        self.path: Optional[str] = None
-        self.mv: Optional[memoryview] = None
+        self.path: str | None = None
+        self.mv: memoryview | None = None
         if isinstance(data, (str, os.PathLike)):
             self.path = os.fspath(data)
             self.size = os.stat(self.path).st_size
@@ -82,7 +83,7 @@ class Source:
                 else self.mv.tobytes()  # small (< MULTIPART_MIN): one bounded copy
         return open(self.path, "rb")  # type: ignore[arg-type]
 
-    def window(self, offset: int, length: int) -> "_Window":
+    def window(self, offset: int, length: int) -> _Window:
         return _Window(self, offset, length)
 
 
@@ -143,7 +144,7 @@ class _Window:
 
 # -- concurrency -----------------------------------------------------------------------------
 
-def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
+def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
     """``[fn(x) for x in items]`` on up to ``workers`` daemon threads, results in order.
 
     The first ``RemoteUnavailable`` stops the batch (items not yet started are
@@ -153,8 +154,8 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
     n = len(items)
     if n == 0:
         return []
-    results: List[Any] = [None] * n
-    errors: List[Tuple[int, BaseException]] = []
+    results: list[Any] = [None] * n
+    errors: list[tuple[int, BaseException]] = []
     stop = threading.Event()
     it = iter(range(n))
     lock = threading.Lock()
@@ -186,11 +187,11 @@ def run_all(fn: Callable[[T], R], items: Sequence[T], workers: int) -> List[R]:
     return results
 
 
-def bounded_probe(url: str, probe: Callable[[], Any], timeout: float) -> Optional[BaseException]:
+def bounded_probe(url: str, probe: Callable[[], Any], timeout: float) -> BaseException | None:
     """Run ``probe`` on a daemon thread and wait at most ``timeout`` seconds: a file system
     that hangs (a dead NFS server) must cost a bounded wait, not minutes. What it raised,
     or None; ``RemoteUnavailable`` if it gave no answer in time."""
-    out: List[BaseException] = []
+    out: list[BaseException] = []
 
     def run() -> None:
         try:
@@ -209,7 +210,7 @@ def bounded_probe(url: str, probe: Callable[[], Any], timeout: float) -> Optiona
 # -- writing a verified file ----------------------------------------------------------------
 
 
-def write_all(fd: int, data: Any, at: Optional[int] = None) -> None:
+def write_all(fd: int, data: Any, at: int | None = None) -> None:
     """``os.write`` (or ``pwrite`` at ``at``) until every byte is out: a write may be short."""
     mv = memoryview(data)
     while mv.nbytes:
@@ -221,7 +222,7 @@ def write_all(fd: int, data: Any, at: Optional[int] = None) -> None:
         mv = mv[n:]
 
 
-def tmp_beside(path: str, tmp_dir: "Optional[os.PathLike[str] | str]" = None) -> str:
+def tmp_beside(path: str, tmp_dir: os.PathLike[str] | str | None = None) -> str:
     """A temporary name in ``tmp_dir`` (default: ``path``'s directory; it must be on the same
     file system as ``path``, for the final rename), named as the local store's blob writers
     name theirs (``store.tmpfiles``): a download killed midway into a store's ``tmp/`` is
@@ -258,7 +259,7 @@ def finish(tmp: str, fd: int, path: str, digest: str, got: str, size: int, writt
 
 
 def copy_verified(source: Any, read: Callable[[], Any], digest: str, size: int, path: str,
-                   tmp_dir: "Optional[os.PathLike[str] | str]", sync_dir: bool) -> None:
+                   tmp_dir: os.PathLike[str] | str | None, sync_dir: bool) -> None:
     """``get_to`` of a store read as a stream: ``read()``'s chunks (until an empty one, or
     past ``size``) hashed and written to a temporary file beside ``path``, published there
     only with the right bytes (``finish``). ``source``, what ``read`` reads, is closed
@@ -316,8 +317,8 @@ class RemoteBlobs:
 
     url: str
 
-    def __init__(self, url: str, *, timeout: Optional[float] = None, concurrency: Optional[int] = None,
-                 ranged_gets: Optional[bool] = None) -> None:
+    def __init__(self, url: str, *, timeout: float | None = None, concurrency: int | None = None,
+                 ranged_gets: bool | None = None) -> None:
         self.url = url
         self.timeout = remote_timeout() if timeout is None else timeout
         self.concurrency = remote_concurrency() if concurrency is None else max(1, concurrency)
@@ -336,8 +337,8 @@ class RemoteBlobs:
         """The verified bytes of ``digest`` (``CorruptBlob``/``MissingBlob`` otherwise)."""
         raise NotImplementedError
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
-               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
+    def get_to(self, digest: str, size: int, path: os.PathLike[str] | str, *,
+               tmp_dir: os.PathLike[str] | str | None = None, sync_dir: bool = True) -> None:
         """Stream ``digest`` into the file ``path``, verified on the way: ``path`` appears
         (atomically, fsynced, replacing any file there) only with the right bytes.
 
@@ -349,28 +350,28 @@ class RemoteBlobs:
     def exists(self, digest: str) -> bool:
         raise NotImplementedError
 
-    def size(self, digest: str) -> Optional[int]:
+    def size(self, digest: str) -> int | None:
         """The stored size of ``digest`` (one HEAD/stat), or None if absent: for blobs whose
         size no row records (a logs bundle). Not verified: ``get`` still checks it."""
         raise NotImplementedError
 
     # batches
-    def put_many(self, items: Sequence[Tuple[str, Data]]) -> List[bool]:
+    def put_many(self, items: Sequence[tuple[str, Data]]) -> builtins.list[bool]:
         return run_all(lambda it: self.put(it[0], it[1]), list(items), self.concurrency)
 
-    def get_many_to(self, items: Sequence[Tuple[str, int, "os.PathLike[str] | str"]], *,
-                    tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
+    def get_many_to(self, items: Sequence[tuple[str, int, os.PathLike[str] | str]], *,
+                    tmp_dir: os.PathLike[str] | str | None = None, sync_dir: bool = True) -> None:
         """``get_to`` for each ``(digest, size, path)``, concurrently. A corrupt or missing
         blob does not stop the others (their files are in place); its error is raised at the end."""
         run_all(lambda it: self.get_to(it[0], it[1], it[2], tmp_dir=tmp_dir, sync_dir=sync_dir), list(items),
                 self.concurrency)
 
-    def exists_many(self, digests: Iterable[str]) -> Set[str]:
+    def exists_many(self, digests: Iterable[str]) -> set[str]:
         ds = list(dict.fromkeys(digests))
         found = run_all(self.exists, ds, self.concurrency)
-        return {d for d, ok in zip(ds, found) if ok}
+        return {d for d, ok in zip(ds, found, strict=False) if ok}
 
-    def list(self) -> Iterator[Tuple[str, int, float]]:
+    def list(self) -> Iterator[tuple[str, int, float]]:
         """Every stored blob as (digest, size, last-modified epoch seconds), for ``gc --remote``."""
         raise NotImplementedError
 
@@ -378,7 +379,7 @@ class RemoteBlobs:
         """Delete these blobs (absent ones are fine), in batches."""
         raise NotImplementedError
 
-    def ping(self, timeout: Optional[float] = None) -> None:
+    def ping(self, timeout: float | None = None) -> None:
         """Return quickly if the store answers, else raise ``RemoteUnavailable``."""
         raise NotImplementedError
 

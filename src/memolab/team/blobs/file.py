@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator, Optional, Set, Tuple
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from ...errors import RemoteUnavailable
 from ...store.blobs import fsync_dir
-from .common import CHUNK, DIGEST_RE, Data, MissingBlob, RemoteBlobs, blob_key
 from .common import (
+    CHUNK,
+    DIGEST_RE,
+    Data,
+    MissingBlob,
+    RemoteBlobs,
     Source as _Source,
+    blob_key,
     bounded_probe as _bounded_probe,
     check_bytes as _check,
     copy_verified as _copy_verified,
@@ -95,8 +101,8 @@ class FileBlobs(RemoteBlobs):
         with os.fdopen(fd, "rb") as f:
             return _check(f.read(), digest, size)
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
-               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
+    def get_to(self, digest: str, size: int, path: os.PathLike[str] | str, *,
+               tmp_dir: os.PathLike[str] | str | None = None, sync_dir: bool = True) -> None:
         f = os.fdopen(self._open(digest), "rb", buffering=0)
         buf = bytearray(CHUNK)
         mv = memoryview(buf)
@@ -106,18 +112,18 @@ class FileBlobs(RemoteBlobs):
         self._dirs()
         return os.path.exists(self._path(digest))
 
-    def size(self, digest: str) -> Optional[int]:
+    def size(self, digest: str) -> int | None:
         self._dirs()
         try:
             return os.stat(self._path(digest)).st_size
         except FileNotFoundError:
             return None
 
-    def exists_many(self, digests: Iterable[str]) -> Set[str]:
+    def exists_many(self, digests: Iterable[str]) -> set[str]:
         self._dirs()
         return {d for d in dict.fromkeys(digests) if os.path.exists(self._path(d))}
 
-    def list(self) -> Iterator[Tuple[str, int, float]]:
+    def list(self) -> Iterator[tuple[str, int, float]]:
         self._dirs()
         base = os.path.join(self.root, "blobs")
         for sub in sorted(os.listdir(base)):
@@ -138,7 +144,7 @@ class FileBlobs(RemoteBlobs):
         for d in digests:
             _unlink(self._path(d))
 
-    def ping(self, timeout: Optional[float] = None) -> None:
+    def ping(self, timeout: float | None = None) -> None:
         # a hung NFS mount blocks stat() for minutes: asked within a bounded wait
         e = _bounded_probe(self.url, self._dirs, self.timeout if timeout is None else timeout)
         if e is not None:

@@ -4,12 +4,19 @@ such a store is opened, never at ``import memolab.team.blobs``."""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ...errors import RemoteUnavailable, StoreConfigError
-from .common import CHUNK, DIGEST_RE, Data, MissingBlob, RemoteBlobs, blob_key
 from .common import (
+    CHUNK,
+    DIGEST_RE,
+    Data,
+    MissingBlob,
+    R,
+    RemoteBlobs,
     Source as _Source,
+    blob_key,
     bounded_probe as _bounded_probe,
     check_bytes as _check,
     copy_verified as _copy_verified,
@@ -41,7 +48,7 @@ class FsspecBlobs(RemoteBlobs):
     def _path(self, digest: str) -> str:
         return f"{self.root}/{blob_key(digest)}"
 
-    def _guard(self, what: str, fn: Callable[[], R], digest: Optional[str] = None) -> R:
+    def _guard(self, what: str, fn: Callable[[], R], digest: str | None = None) -> R:
         try:
             return fn()
         except FileNotFoundError:
@@ -67,8 +74,8 @@ class FsspecBlobs(RemoteBlobs):
     def get(self, digest: str, size: int) -> bytes:
         return _check(self._guard("get", lambda: self.fs.cat_file(self._path(digest)), digest), digest, size)
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
-               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
+    def get_to(self, digest: str, size: int, path: os.PathLike[str] | str, *,
+               tmp_dir: os.PathLike[str] | str | None = None, sync_dir: bool = True) -> None:
         f = self._guard("open", lambda: self.fs.open(self._path(digest), "rb"), digest)
         _copy_verified(f, lambda: self._guard("read", lambda: f.read(CHUNK), digest), digest, size, os.fspath(path),
                        tmp_dir, sync_dir)
@@ -76,13 +83,13 @@ class FsspecBlobs(RemoteBlobs):
     def exists(self, digest: str) -> bool:
         return bool(self._guard("exists", lambda: self.fs.exists(self._path(digest))))
 
-    def size(self, digest: str) -> Optional[int]:
+    def size(self, digest: str) -> int | None:
         try:
             return int(self._guard("size", lambda: self.fs.size(self._path(digest)), digest))
         except MissingBlob:
             return None
 
-    def list(self) -> Iterator[Tuple[str, int, float]]:
+    def list(self) -> Iterator[tuple[str, int, float]]:
         found = self._guard("list", lambda: self.fs.find(f"{self.root}/blobs", detail=True))
         for name, info in sorted(found.items()):
             d = name.rsplit("/", 1)[-1]
@@ -95,11 +102,11 @@ class FsspecBlobs(RemoteBlobs):
 
     def delete(self, digests: Iterable[str]) -> None:
         paths = [self._path(d) for d in digests]
-        existing = [p for p in paths if self._guard("exists", lambda p=p: self.fs.exists(p))]
+        existing = [p for p in paths if self._guard("exists", lambda p=p: self.fs.exists(p))]  # type: ignore[misc]  # (a default it cannot type)
         if existing:
             self._guard("delete", lambda: self.fs.rm(existing))
 
-    def ping(self, timeout: Optional[float] = None) -> None:
+    def ping(self, timeout: float | None = None) -> None:
         e = _bounded_probe(self.url, lambda: self._guard("ping", lambda: self.fs.ls(self.root)
                                                           if self.fs.exists(self.root) else None),
                            self.timeout if timeout is None else timeout)

@@ -9,21 +9,31 @@ batched deletes.
 """
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ...errors import CorruptBlob, RemoteUnavailable, StoreConfigError
-from .common import (CHUNK, DIGEST_RE, MULTIPART_MIN, PART_SIZE, Data, MissingBlob, RemoteBlobs, blob_key, run_all,
-                     write_all)
 from .common import (
+    CHUNK,
+    DIGEST_RE,
+    MULTIPART_MIN,
+    PART_SIZE,
+    Data,
+    MissingBlob,
+    RemoteBlobs,
     Source as _Source,
+    blob_key,
     check_bytes as _check,
     finish as _finish,
     new_hasher as _hasher,
+    run_all,
     tmp_beside as _tmp_beside,
     unlink_quietly as _unlink,
+    write_all,
 )
 
 _UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
@@ -61,14 +71,14 @@ class S3Blobs(RemoteBlobs):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self._lock = threading.Lock()
-        self._clients: Dict[str, Any] = {}
+        self._clients: dict[str, Any] = {}
         self._slots = threading.BoundedSemaphore(self.concurrency)
 
     # -- plumbing
     def _key(self, digest: str) -> str:
         return f"{self.prefix}/{blob_key(digest)}" if self.prefix else blob_key(digest)
 
-    def _client(self, kind: str = "main", timeout: Optional[float] = None) -> Any:
+    def _client(self, kind: str = "main", timeout: float | None = None) -> Any:
         """``main``: uploads, listing, deleting (background and maintenance); ``read``: what a
         caller waits for; ``slow``: a long read timeout (completing a multipart upload takes
         the server a while); ``ping``: like ``read``, with the caller's timeout."""
@@ -97,7 +107,7 @@ class S3Blobs(RemoteBlobs):
                 self._clients[name] = c
         return c
 
-    def _fail(self, e: BaseException, what: str, digest: Optional[str] = None) -> BaseException:
+    def _fail(self, e: BaseException, what: str, digest: str | None = None) -> BaseException:
         """The memolab error for a boto3/botocore/network failure."""
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -130,8 +140,8 @@ class S3Blobs(RemoteBlobs):
             return RemoteUnavailable(f"team blob store {self.url} unreachable ({what}): {e!r}")
         return e
 
-    def _call(self, op: str, digest: Optional[str] = None, kind: str = "main",
-              timeout: Optional[float] = None, **kw: Any) -> Any:
+    def _call(self, op: str, digest: str | None = None, kind: str = "main",
+              timeout: float | None = None, **kw: Any) -> Any:
         if kind == "main" and op in _CALLER_OPS:
             kind = "read"
         with self._slots:
@@ -144,7 +154,7 @@ class S3Blobs(RemoteBlobs):
                 raise err from e
 
     @staticmethod
-    def _condition(e: Optional[BaseException]) -> Optional[str]:
+    def _condition(e: BaseException | None) -> str | None:
         """'exists' for a failed If-None-Match (412: the object is there), 'conflict' for
         S3's 409 ConditionalRequestConflict (another conditional write of the key is in
         flight: it may yet fail, so ask again), else None."""
@@ -176,7 +186,7 @@ class S3Blobs(RemoteBlobs):
             finally:
                 body = kw.get("Body")
                 if hasattr(body, "seek"):
-                    body.seek(0)  # a retry sends the body again
+                    body.seek(0)  # type: ignore[union-attr]  # a retry sends the body again
         return False  # not reached
 
     # -- put
@@ -200,7 +210,7 @@ class S3Blobs(RemoteBlobs):
         upload_id = self._call("create_multipart_upload", Key=key)["UploadId"]
         done = False
         try:
-            def one(span: Tuple[int, int, int]) -> Dict[str, Any]:
+            def one(span: tuple[int, int, int]) -> dict[str, Any]:
                 num, off, n = span
                 w = src.window(off, n)
                 try:
@@ -225,7 +235,7 @@ class S3Blobs(RemoteBlobs):
                     pass  # best effort: a lifecycle rule reaps abandoned uploads
 
     # -- get
-    def _ranges(self, size: int) -> List[Tuple[int, int]]:
+    def _ranges(self, size: int) -> builtins.list[tuple[int, int]]:
         return [(off, min(PART_SIZE, size - off)) for off in range(0, size, PART_SIZE)]
 
     def _read_range(self, digest: str, off: int, n: int, sink: Callable[[int, Any], None]) -> int:
@@ -234,7 +244,7 @@ class S3Blobs(RemoteBlobs):
         self._announced(r, digest, n, f" at offset {off}")
         return self._drain(r["Body"], digest, off, n, sink, r.get("ContentLength"))
 
-    def _announced(self, r: Dict[str, Any], digest: str, n: int, where: str = "") -> None:
+    def _announced(self, r: dict[str, Any], digest: str, n: int, where: str = "") -> None:
         """A response announcing another length than ``n`` is a wrong-sized object: corrupt,
         known before reading a byte (a short read later is the network's doing instead)."""
         cl = r.get("ContentLength")
@@ -242,13 +252,13 @@ class S3Blobs(RemoteBlobs):
             r["Body"].close()
             raise CorruptBlob(f"remote blob {digest[:12]} has {cl} bytes{where}, expected {n}")
 
-    def _cut(self, digest: str, got: int, announced: Optional[int]) -> None:
+    def _cut(self, digest: str, got: int, announced: int | None) -> None:
         if announced is not None and got < int(announced):
             raise RemoteUnavailable(f"team blob store {self.url}: connection closed after {got} of "
                                     f"{announced} bytes of blob {digest[:12]}")
 
     def _drain(self, body: Any, digest: str, off: int, limit: int, sink: Callable[[int, Any], None],
-               announced: Optional[int] = None) -> int:
+               announced: int | None = None) -> int:
         """Read ``body`` to its end (or past ``limit`` bytes: a wrong-sized object), handing
         each chunk to ``sink(offset, chunk)`` at once: a chunk may be a view of a buffer
         that the next read reuses.
@@ -317,7 +327,7 @@ class S3Blobs(RemoteBlobs):
             if sum(got) != size:
                 raise CorruptBlob(f"remote blob {digest[:12]} has {sum(got)} bytes, expected {size}")
             self._assert_whole(digest, size)
-            return _check(buf, digest, size)  # type: ignore[return-value]
+            return _check(buf, digest, size)
         r = self._call("get_object", digest, Key=self._key(digest))
         self._announced(r, digest, size)
         body = r["Body"]
@@ -342,8 +352,8 @@ class S3Blobs(RemoteBlobs):
         r["Body"].close()
         raise CorruptBlob(f"remote blob {digest[:12]} is larger than {size} bytes")
 
-    def get_to(self, digest: str, size: int, path: "os.PathLike[str] | str", *,
-               tmp_dir: "Optional[os.PathLike[str] | str]" = None, sync_dir: bool = True) -> None:
+    def get_to(self, digest: str, size: int, path: os.PathLike[str] | str, *,
+               tmp_dir: os.PathLike[str] | str | None = None, sync_dir: bool = True) -> None:
         path = os.fspath(path)
         if size >= MULTIPART_MIN and self.ranged:
             return self._get_to_ranged(digest, size, path, tmp_dir, sync_dir)
@@ -369,7 +379,7 @@ class S3Blobs(RemoteBlobs):
             raise
         _finish(tmp, fd, path, digest, h.hexdigest(), size, written, sync_dir)
 
-    def _get_to_ranged(self, digest: str, size: int, path: str, tmp_dir: "Optional[os.PathLike[str] | str]" = None,
+    def _get_to_ranged(self, digest: str, size: int, path: str, tmp_dir: os.PathLike[str] | str | None = None,
                        sync_dir: bool = True) -> None:
         """Parallel ranged GETs written in place with ``pwrite``; the parts are hashed in
         order as soon as the ones before them are in (read back through a mapping of the
@@ -428,36 +438,36 @@ class S3Blobs(RemoteBlobs):
     def exists(self, digest: str) -> bool:
         return self.size(digest) is not None
 
-    def size(self, digest: str) -> Optional[int]:
+    def size(self, digest: str) -> int | None:
         try:
             return int(self._call("head_object", digest, Key=self._key(digest))["ContentLength"])
         except MissingBlob:
             return None
 
-    def exists_many(self, digests: Iterable[str]) -> Set[str]:
+    def exists_many(self, digests: Iterable[str]) -> set[str]:
         """Concurrent HEADs; a shard (``blobs/ab/``) asked for many digests is listed instead."""
         ds = list(dict.fromkeys(digests))
-        shards: Dict[str, List[str]] = {}
+        shards: dict[str, list[str]] = {}
         for d in ds:
             shards.setdefault(d[:2], []).append(d)
         listed = [s for s, members in shards.items() if len(members) >= 16]
         heads = [d for s, members in shards.items() if len(members) < 16 for d in members]
 
-        def shard(s: str) -> Set[str]:
+        def shard(s: str) -> set[str]:
             want = set(shards[s])
             return {k for k, _, _ in self._list_under(f"blobs/{s}/") if k in want}
 
-        found: Set[str] = set()
+        found: set[str] = set()
         for part in run_all(shard, listed, self.concurrency):
             found |= part
         found |= RemoteBlobs.exists_many(self, heads)
         return found
 
-    def _list_under(self, sub: str) -> Iterator[Tuple[str, int, float]]:
+    def _list_under(self, sub: str) -> Iterator[tuple[str, int, float]]:
         prefix = f"{self.prefix}/{sub}" if self.prefix else sub
-        token: Optional[str] = None
+        token: str | None = None
         while True:
-            kw: Dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
+            kw: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
             if token:
                 kw["ContinuationToken"] = token
             page = self._call("list_objects_v2", **kw)
@@ -469,7 +479,7 @@ class S3Blobs(RemoteBlobs):
                 return
             token = page.get("NextContinuationToken")
 
-    def list(self) -> Iterator[Tuple[str, int, float]]:
+    def list(self) -> Iterator[tuple[str, int, float]]:
         return self._list_under("blobs/")
 
     def delete(self, digests: Iterable[str]) -> None:
@@ -482,13 +492,13 @@ class S3Blobs(RemoteBlobs):
                 raise RemoteUnavailable(f"team blob store {self.url}: could not delete {e.get('Key')}: "
                                         f"{e.get('Code')}: {e.get('Message', '')}")
 
-    def stale_uploads(self, before: float) -> List[Tuple[str, str, float]]:
+    def stale_uploads(self, before: float) -> builtins.list[tuple[str, str, float]]:
         """memolab's multipart uploads under this prefix started before ``before`` (a time):
         (key, upload id, initiated); left by a process killed mid-upload, their parts are
         kept (and billed) until aborted."""
         prefix = f"{self.prefix}/blobs/" if self.prefix else "blobs/"
-        out: List[Tuple[str, str, float]] = []
-        kw: Dict[str, Any] = {"Prefix": prefix, "MaxUploads": 1000}
+        out: list[tuple[str, str, float]] = []
+        kw: dict[str, Any] = {"Prefix": prefix, "MaxUploads": 1000}
         while True:
             page = self._call("list_multipart_uploads", **kw)
             for u in page.get("Uploads", ()):
@@ -499,7 +509,7 @@ class S3Blobs(RemoteBlobs):
                 return out
             kw.update(KeyMarker=page.get("NextKeyMarker"), UploadIdMarker=page.get("NextUploadIdMarker"))
 
-    def abort_uploads(self, uploads: Iterable[Tuple[str, str, float]]) -> int:
+    def abort_uploads(self, uploads: Iterable[tuple[str, str, float]]) -> int:
         """Abort these multipart uploads (their parts are deleted); how many were aborted
         (one already completed or aborted meanwhile is not counted)."""
         from botocore.exceptions import ClientError
@@ -515,7 +525,7 @@ class S3Blobs(RemoteBlobs):
                 raise
         return n
 
-    def ping(self, timeout: Optional[float] = None) -> None:
+    def ping(self, timeout: float | None = None) -> None:
         """One HEAD of the bucket, no retry, ``timeout`` seconds for connect and read."""
         self._call("head_bucket", kind="ping", timeout=self.timeout if timeout is None else timeout)
 
