@@ -23,7 +23,7 @@ demo: $(STAMP)
 ui: $(STAMP)
 	cd build/demo && $(CURDIR)/$(VENV)/bin/memolab ui
 
-# the README's screenshots, from the demo's own store (runs the demo; needs Debian's chromium)
+# the README's screenshots, from the demo's own store and a sweep's (runs both; needs Debian's chromium)
 screenshots: $(STAMP) system-deps
 	$(PY) examples/screenshots.py
 

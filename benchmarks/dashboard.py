@@ -16,9 +16,12 @@ drives the page in Debian's headless Chromium (Playwright) to time:
   to 1,920 px wide, timed in the page from navigation to its first chart drawn
   (``memolab:first-draw``) and to idle (``memolab:idle``: every chart in view drawn, no request
   left), with the summary level chosen by the series (now) and by the chart's width (before).
-  Targets: < 1 s to first draw, < 1.5 s to idle. ``--widths-only`` runs this part alone.
+  Targets: < 1 s to first draw, < 1.5 s to idle. ``--widths-only`` runs this part alone;
+  ``--widths-only --page-before REV`` compares the page now with the page at REV instead (same
+  server and store, the two opened in turn at each width, ``--rounds`` times).
 
     python benchmarks/dashboard.py [--runs 50] [--tags 20] [--steps 5000] [--store DIR] [--widths-only]
+                                   [--page-before REV --rounds N]
 
 Pass --store to reuse a store this script built before (building 5 M points takes ~20 s).
 Timings are wall clock on whatever machine runs it; quote ratios and the deterministic columns.
@@ -101,10 +104,14 @@ def old_static(rev: str) -> Path:
 
     d = Path(tempfile.mkdtemp(prefix="memolab-dash-before-"))
     shutil.copytree(server.STATIC / "vendor", d / "vendor")
-    for name in ("app.js", "index.html", "style.css"):
-        out = subprocess.run(["git", "show", f"{rev}:src/memolab/ui/static/{name}"], capture_output=True, check=True,
-                             cwd=Path(__file__).resolve().parents[1])
-        (d / name).write_bytes(out.stdout)
+    repo = Path(__file__).resolve().parents[1]
+    names = subprocess.run(["git", "ls-tree", "--name-only", rev, "src/memolab/ui/static/"], capture_output=True,
+                           check=True, cwd=repo, text=True).stdout.split()
+    for name in (Path(n).name for n in names):  # the page's own files (app.js, charts.js, ...), not vendor/
+        if name != "vendor":
+            out = subprocess.run(["git", "show", f"{rev}:src/memolab/ui/static/{name}"], capture_output=True, check=True,
+                                 cwd=repo)
+            (d / name).write_bytes(out.stdout)
     return d
 
 
@@ -200,27 +207,64 @@ def first_draw(p, srv, rounds: int = 3) -> dict:
     out: dict = {}
     for w in WIDTHS:
         for _ in range(rounds):
-            pg = browser.new_page(viewport={"width": w, "height": 1000})
-            pg.goto(srv.link(""))
-            f, i = pg.evaluate(MARKS)
-            out.setdefault(w, ([], []))[0].append(f)
-            out[w][1].append(i)
-            pg.close()
+            open_once(browser, srv, w, out)
     browser.close()
     return out
+
+
+def open_once(browser, srv, w: int, out: dict) -> None:
+    pg = browser.new_page(viewport={"width": w, "height": 1000})
+    pg.goto(srv.link(""))
+    f, i = pg.evaluate(MARKS)
+    out.setdefault(w, ([], []))[0].append(f)
+    out[w][1].append(i)
+    pg.close()
+
+
+def pages_part(root: Path, rev: str, rounds: int, label: str) -> None:
+    """The page now and the page at ``rev`` (same server, same store), opened in turn at each width,
+    ``rounds`` times: a loaded machine slows both alike."""
+    from playwright.sync_api import sync_playwright
+
+    from memolab.ui import server as ui_server
+    from memolab.ui.server import serve_in_thread
+
+    before_dir, now_static = old_static(rev), ui_server.STATIC
+    srv, _ = serve_in_thread(root)
+    now: dict = {}
+    before: dict = {}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            for _ in range(rounds):
+                for w in WIDTHS:
+                    for static, out in ((before_dir, before), (now_static, now)):
+                        ui_server.STATIC = static
+                        open_once(browser, srv, w, out)
+            browser.close()
+    finally:
+        ui_server.STATIC = now_static
+        srv.shutdown()
+        srv.server_close()
+        shutil.rmtree(before_dir, ignore_errors=True)
+    print_widths(now, before, f"{label}, the page now and at {rev}")
 
 
 def print_widths(now: dict, before: dict, label: str) -> None:
     med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
     print(f"\nFirst draw at any width, {label}: the bare URL (20 newest runs selected), in the page, "
           f"median of {len(next(iter(now.values()))[0])} (ms)")
-    print(f"| {'window':>7} | {'first draw now':>14} | {'idle now':>9} | {'first draw before':>17} | "
-          f"{'idle before':>11} | {'idle before / now':>17} |")
-    print(f"|{'-' * 8}:|{'-' * 15}:|{'-' * 10}:|{'-' * 18}:|{'-' * 12}:|{'-' * 18}:|")
+    print(f"| {'window':>7} | {'first draw now':>14} | {'idle now':>9} | {'first draw before':>17} | {'idle before':>11} "
+          f"| {'first draw before / now':>23} | {'idle before / now':>17} |")
+    print(f"|{'-' * 8}:|{'-' * 15}:|{'-' * 10}:|{'-' * 18}:|{'-' * 12}:|{'-' * 24}:|{'-' * 18}:|")
     for w in now:
         fn, i_n = med(now[w][0]), med(now[w][1])
         fb, i_b = (med(before[w][0]), med(before[w][1])) if w in before else (float("nan"), float("nan"))
-        print(f"| {w:>5}px | {fn:14.0f} | {i_n:9.0f} | {fb:17.0f} | {i_b:11.0f} | {i_b / i_n:16.1f}x |")
+        print(f"| {w:>5}px | {fn:14.0f} | {i_n:9.0f} | {fb:17.0f} | {i_b:11.0f} | {fb / fn:22.2f}x | {i_b / i_n:16.2f}x |")
+    every = lambda d, k: [v for w in d for v in d[w][k]]  # noqa: E731
+    if before:
+        fb, ib, fn_, in_ = med(every(before, 0)), med(every(before, 1)), med(every(now, 0)), med(every(now, 1))
+        print(f"| {'all':>7} | {fn_:14.0f} | {in_:9.0f} | {fb:17.0f} | {ib:11.0f} | {fb / fn_:22.2f}x | {ib / in_:16.2f}x |")
 
 
 def widths_part(root: Path, label: str) -> None:
@@ -252,6 +296,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--store", type=Path)
     ap.add_argument("--widths-only", action="store_true", help="only the first draw at each window width")
+    ap.add_argument("--page-before", metavar="REV",
+                    help="with --widths-only: compare the page now with the page at REV (same server), not the "
+                         "summary level by width")
+    ap.add_argument("--rounds", type=int, default=3, help="with --page-before: rounds (default 3)")
     ap.add_argument("--before", default="69bc26a^", metavar="REV",
                     help="compare with the page at this git revision (default: before issue 28's rework; '' skips)")
     a = ap.parse_args()
@@ -268,7 +316,10 @@ def main() -> None:
         print(f"built {a.runs} runs x {a.tags} tags x {a.steps} steps in {time.perf_counter() - t:.1f} s ({root})")
     if a.widths_only:
         try:
-            widths_part(root, f"{a.runs} runs x {a.tags} tags x {a.steps} steps")
+            if a.page_before:
+                pages_part(root, a.page_before, a.rounds, f"{a.runs} runs x {a.tags} tags x {a.steps} steps")
+            else:
+                widths_part(root, f"{a.runs} runs x {a.tags} tags x {a.steps} steps")
         finally:
             if a.store is None:
                 shutil.rmtree(root.parent, ignore_errors=True)

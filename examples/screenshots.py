@@ -7,6 +7,11 @@ as the browser tests do): the scalars of both trainings overlaid, their hyperpar
 the code diff between them, and the pipeline (load_data -> train -> evaluate, both
 versions, the edited step marked). Writes `docs/screenshots/demo_*.png`.
 
+Then runs `examples/sweep.py` in a workspace of its own (`build/demo-sweep`: 3 learning rates x
+4 seeds, and one that diverges) and photographs the sweep views: the runs grouped by `lr` (each
+group's mean and its min-max band), every run with the best one starred, and the page of the run
+that failed (its traceback, arguments, tags and note). Writes `docs/screenshots/sweep_*.png`.
+
     .venv/bin/python examples/screenshots.py [--out docs/screenshots] [--skip-demo]
 """
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -22,6 +28,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEMO = Path(os.environ.get("MEMOLAB_DEMO_DIR") or ROOT / "build" / "demo")
+SWEEP = DEMO.parent / "demo-sweep"
+#: the page has drawn every chart in view and asks nothing more (charts.js marks it)
+IDLE = "() => performance.getEntriesByName('memolab:idle').length > 0"
 CHROMIUM = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -29,8 +38,9 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 def serve(store: Path) -> tuple[subprocess.Popen, str]:
     """``memolab ui`` on a free port; its process and the URL it printed."""
+    env = {k: v for k, v in os.environ.items() if k != "MEMOLAB_STORE"}  # the workspace's own store
     proc = subprocess.Popen([sys.executable, "-m", "memolab", "ui", "--port", "0", "--no-browser"],
-                            cwd=store.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=store.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     deadline = time.monotonic() + 30
     assert proc.stdout is not None
     while time.monotonic() < deadline:
@@ -52,11 +62,11 @@ def shoot(url: str, out: Path) -> None:
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         pg = browser.new_page(viewport={"width": 1400, "height": 900})
-        # no `fn`: the dashboard opens on the most recent memoized function (the demo's `train`)
-        # with its runs selected
-        pg.goto(url)
+        # the demo's `train` (the most recent function is `evaluate`, which logs no scalars), its
+        # runs selected
+        pg.goto(url + ("&" if "?" in url else "?") + "fn=__main__%3Atrain")
         pg.wait_for_selector("body[data-ready='1']", timeout=30000)
-        pg.wait_for_timeout(1500)  # the charts draw after the data arrives
+        pg.wait_for_function(IDLE, timeout=30000)  # the charts draw after the data arrives
         pg.screenshot(path=str(out / "demo_scalars.png"), full_page=True)
         view = pg.url.split("?", 1)[1] if "?" in pg.url else ""
         pg.goto(f"{base}?{view}&tab=hparams" if view else f"{base}?tab=hparams")
@@ -81,6 +91,47 @@ def shoot(url: str, out: Path) -> None:
         browser.close()
 
 
+def make_sweep() -> Path:
+    """``examples/sweep.py`` run in a fresh workspace of its own; its store."""
+    shutil.rmtree(SWEEP, ignore_errors=True)
+    SWEEP.mkdir(parents=True)
+    (SWEEP / "pyproject.toml").write_text("[project]\nname = 'memolab-sweep'\n")
+    shutil.copy(HERE / "sweep.py", SWEEP / "sweep.py")
+    env = {k: v for k, v in os.environ.items() if k != "MEMOLAB_STORE"}
+    env["MEMOLAB_SYSTEM_METRICS"] = "off"  # runs of a few ms: sys/ charts would be one point each
+    subprocess.run([sys.executable, "sweep.py"], cwd=SWEEP, env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return SWEEP / ".memolab"
+
+
+def shoot_sweep(url: str, out: Path) -> None:
+    from playwright import sync_api
+
+    base, _, token = url.partition("?")
+    token = f"{token}&" if token else ""
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        # grouped by lr: each group's mean, its min-max band, the best group starred (the runs
+        # that finished: the filter narrows the charts)
+        pg.goto(f"{base}?{token}group=lr&band=minmax&tags=val%2F&q=status%3Adone")
+        pg.wait_for_selector("#charts canvas[data-grouped='1']", timeout=30000)
+        pg.wait_for_function(IDLE, timeout=30000)
+        pg.screenshot(path=str(out / "sweep_grouped.png"))
+        # every run: the best one starred in the charts and the table (val/loss, lowest first), the
+        # failed one's lines ending in a cross; a log axis for a loss spanning decades
+        pg.goto(f"{base}?{token}tags=loss&logy=1")
+        pg.wait_for_selector("#charts canvas[data-best]:not([data-best=''])", timeout=30000)
+        pg.wait_for_function(IDLE, timeout=30000)
+        pg.screenshot(path=str(out / "sweep_best.png"))
+        # the page of the run that failed
+        failed = pg.evaluate("() => String(state.runs.find((r) => r.status === 'failed').id)")
+        pg.goto(f"{base}?{token}run={failed}")
+        pg.wait_for_selector("#run-page:not(.hidden) pre", timeout=30000)
+        pg.screenshot(path=str(out / "sweep_run_page.png"), full_page=True)
+        browser.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
@@ -94,7 +145,13 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"screenshots of the demo's store in {args.out}")
+    proc, url = serve(make_sweep())
+    try:
+        shoot_sweep(url, Path(args.out))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"screenshots of the demo's and the sweep's stores in {args.out}")
     return 0
 
 

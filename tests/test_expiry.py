@@ -238,3 +238,43 @@ def test_expiry_across_processes_and_ls_shows_what_has_expired(project):
     why = subprocess.run([sys.executable, "-m", "memolab", "why", "fetch"], env=e, capture_output=True, text=True,
                          cwd=project.root, check=True).stdout
     assert "expired" in why and "max_age is 1d" in why
+
+
+SCRIPT = '''
+import json, os, sys, time
+import memolab
+from memolab import expiry
+
+expiry.set_clock(lambda: time.time() + float(os.environ.get("SKEW", "0")))
+
+@memolab.memo(max_age="1d")
+def train(n):
+    return {"n": n, "script": %r}
+
+print(json.dumps(train(int(sys.argv[1]))))
+'''
+
+
+def test_ls_counts_each_scripts_expired_results_on_its_own_row(project):
+    """Two scripts' ``train`` are both ``__main__:train`` in the index; ``ls`` lists them apart
+    (``a.py:train``, ``b.py:train``), and each row's EXPIRED counts only its own script's results."""
+    project.write("a.py", SCRIPT % "a")
+    project.write("b.py", SCRIPT % "b")
+    old = {"SKEW": str(-3 * 86400)}  # computed three days ago: expired now
+    for n in ("1", "2"):
+        project.run_json("a.py", n, env=old)
+    project.run_json("b.py", "1")  # fresh
+    project.run_json("b.py", "2", env=old)
+    project.run_json("b.py", "3")
+    e = dict(os.environ, PYTHONPATH=SRC, MEMOLAB_STORE=str(project.store), COLUMNS="200")
+    fns = json.loads(subprocess.run([sys.executable, "-m", "memolab", "ls", "--json"], env=e, capture_output=True,
+                                    text=True, cwd=project.root, check=True).stdout)["functions"]
+    rows = {f.get("label"): f for f in fns}
+    assert set(rows) == {"a.py:train", "b.py:train"}, fns
+    assert (rows["a.py:train"]["evaluations"], rows["a.py:train"]["expired"]) == (2, 2)
+    assert (rows["b.py:train"]["evaluations"], rows["b.py:train"]["expired"]) == (3, 1)
+    text = subprocess.run([sys.executable, "-m", "memolab", "ls", "--wide"], env=e, capture_output=True, text=True,
+                          cwd=project.root, check=True).stdout
+    lines = {ln.split()[0]: ln.split() for ln in text.splitlines() if ln.startswith(("a.py", "b.py"))}
+    assert lines["a.py:train"][1] == "2" and lines["a.py:train"][-1] == "2", text
+    assert lines["b.py:train"][1] == "3" and lines["b.py:train"][-1] == "1", text

@@ -46,6 +46,18 @@ def series_requests(srv, since=0):
     return [(p, b) for p, b in list(srv.served)[since:] if p.startswith("/api/series")]
 
 
+def in_view_then_rest(reqs, commas):
+    """The tags asked for first (tag=) and those asked for next (every other: skip= the first),
+    checking that the two requests name the same runs."""
+    from urllib.parse import parse_qs, urlparse
+
+    assert len(reqs) == 2, reqs
+    first, second = (parse_qs(urlparse(p).query) for p, _ in reqs)
+    assert first["runs"] == second["runs"] and first["runs"][0].count(",") == commas
+    assert "skip" not in first and "tag" not in second and sorted(second["skip"]) == sorted(first["tag"])
+    return first["tag"], {t for t in TAGS if t not in first["tag"]}
+
+
 def drawn(pg, before):
     pg.wait_for_function(f"() => +(document.body.dataset.drawn || 0) > {before}", timeout=30000)
 
@@ -88,24 +100,31 @@ def drag_zoom(pg, box):
 def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points(sweep):
     ids, srv, show = sweep
     pg = show(f"?fn={FN}")
-    # on arrival: the 20 newest runs selected, all their tags in one request
+    # on arrival: the 20 newest runs selected, the tags of the charts in view first, then the others
+    # of them, each series sent once; charts out of view are not made until scrolled to
     sel = pg.evaluate("() => state.selected")
     assert sel == [str(i) for i in ids[::-1][:20]]
-    reqs = series_requests(srv)
-    assert len(reqs) == 1 and reqs[0][0].count(",") == 19
+    pg.wait_for_function("() => state.fetched.size === 20")
+    near, rest = in_view_then_rest(series_requests(srv), 19)
+    shown = pg.evaluate("""() => Object.entries(state.charts).filter(([t, c]) => {
+        const r = c.card.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; }).map(([t]) => t).sort()""")
+    assert shown and set(shown) <= set(near) and rest == set(TAGS) - set(near)
+    built = pg.evaluate("() => Object.entries(state.charts).filter(([t, c]) => c.u).map(([t]) => t)")
+    assert set(built) <= set(near) and set(TAGS) - set(built)
     # every series is held at most 2 points a pixel (2,000 steps, 200 for val/)
     plot_w = pg.evaluate("() => document.querySelector('#charts .plot').clientWidth")
     sent = pg.evaluate("() => [...document.querySelectorAll('#charts canvas[data-sent]')]"
                        ".flatMap(c => c.dataset.sent.split(',').map(Number))")
     assert len(sent) >= 20 and max(sent) <= 2 * plot_w
 
-    # select all: one more request, for the 10 runs not held yet
+    # select all: the 10 runs not held yet, in view first then the rest
     n0 = len(srv.served)
     before = pg.evaluate("() => +document.body.dataset.drawn")
     pg.click("#select-all")
     drawn(pg, before)
-    reqs = series_requests(srv, n0)
-    assert len(reqs) == 1 and reqs[0][0].count(",") == 9
+    pg.wait_for_function("() => state.fetched.size === 30")
+    near, rest = in_view_then_rest(series_requests(srv, n0), 9)
+    assert set(near) | rest == set(TAGS)
     assert "30 selected" in pg.inner_text("#run-count")
     # 30 runs, 30 styles: 20 colours, then dashes
     styles = pg.evaluate("() => state.selected.map(id => colorOf(id) + JSON.stringify(dashOf(id)))")

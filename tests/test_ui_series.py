@@ -79,6 +79,11 @@ def test_one_request_serves_every_tag_of_every_run_sized_to_the_chart(server):
     # only a chart narrower than its blocks gets fewer buckets (two blocks each), at most one a pixel
     narrow = get(server.base + "api/series?runs=1&px=50&tag=x")["x"]["1"]
     assert len(narrow["step"]) == 40 + 1 and max(narrow["max"]) == 100.0
+    # the charts in view first (tag=), then every other tag (skip=): together the whole, nothing twice
+    first = get(server.base + "api/series?runs=1,2,3&px=400&tag=x&tag=val%2Floss")
+    rest = get(server.base + "api/series?runs=1,2,3&px=400&skip=x&skip=val%2Floss")
+    assert sorted(first) == ["val/loss", "x"] and sorted(rest) == ["short", "train/loss"]
+    assert {**first, **rest} == got
 
 
 def test_a_series_whose_steps_went_back_is_bucketed_by_step(tmp_store):

@@ -331,16 +331,33 @@ def expired(e: dict[str, Any], snap: dict[str, Any] | None = None) -> bool:
     return e.get("status") == "done" and when is not None and when < time.time()
 
 
+#: an evaluations row that has expired (``expired``'s rule in SQL; one parameter: now)
+_EXPIRED_WHERE = ("status='done' AND instr(snapshot, '\"expires\"') > 0 AND "
+                  "(CASE WHEN json_valid(snapshot) THEN json_extract(snapshot, '$.expires') END) < ?")
+
+
 def expired_counts(store: Any) -> dict[str, int]:
     """fn -> how many of its stored evaluations have expired (see ``expired``); {} if unknown."""
     try:
         rows = store.index.conn().execute(
-            "SELECT fn, COUNT(*) FROM evaluations WHERE status='done' AND instr(snapshot, '\"expires\"') > 0 AND "
-            "(CASE WHEN json_valid(snapshot) THEN json_extract(snapshot, '$.expires') END) < ? GROUP BY fn",
-            (time.time(),)).fetchall()
+            f"SELECT fn, COUNT(*) FROM evaluations WHERE {_EXPIRED_WHERE} GROUP BY fn", (time.time(),)).fetchall()
     except Exception:  # (no JSON1: advisory)
         return {}
     return {fn: int(n) for fn, n in rows}
+
+
+def expired_among(conn: Any, eval_ids: list[int]) -> int | None:
+    """How many of the evaluations ``eval_ids`` have expired (a script's share of a function that
+    several scripts define: ``ls`` lists them apart); None if unknown."""
+    n, now = 0, time.time()
+    try:
+        for i in range(0, len(eval_ids), 500):
+            part = eval_ids[i:i + 500]
+            n += conn.execute(f"SELECT COUNT(*) FROM evaluations WHERE id IN ({','.join('?' * len(part))}) AND "
+                              f"{_EXPIRED_WHERE}", (*part, now)).fetchone()[0]
+    except Exception:  # (no JSON1: advisory)
+        return None
+    return n
 
 
 def index_bytes(root: Any) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import PROBLEM, USAGE, CliError
+from .common import PROBLEM, USAGE, CliError, expired_among
 
 #: the fewest digits of a run id shown (``memolab runs``, the dashboard)
 SHORT_MIN = 6
@@ -154,7 +154,11 @@ def _summed(c: Any, fn: str, eval_ids: list[int]) -> dict[str, Any]:
         last = max(last or 0, row[2] or 0) or last
         hits += row[3] or 0
         compute += row[4] or 0.0
-    return {"fn": fn, "evaluations": n, "size": size, "last": last, "hits": hits, "compute": compute}
+    out = {"fn": fn, "evaluations": n, "size": size, "last": last, "hits": hits, "compute": compute}
+    gone = expired_among(c, eval_ids)  # this script's share, not the whole function's
+    if gone is not None:
+        out["expired"] = gone
+    return out
 
 
 def shown_function(store: Any, fn: str, script: Any = None, rows: Any = None) -> str:

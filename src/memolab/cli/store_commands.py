@@ -63,8 +63,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         only_runs = [f for f in known_functions(store) if f.startswith("<process:") or
                      (f not in {x["fn"] for x in fns} and _has_runs_of(store, f))]
         gone = expired_counts(store)
-        for f in fns:
-            f["expired"] = gone.get(f["fn"], 0)
+        for f in fns:  # a script's row (a.py:train) counted its own evaluations' already
+            f["expired"] = f["expired"] if "expired" in f else gone.get(f["fn"], 0)
         if args.json:
             emit_json({"store": str(store.root), "functions": fns, "runs_only": only_runs})
             return OK

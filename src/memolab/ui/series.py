@@ -156,8 +156,8 @@ Seen = dict[str, dict[str, Sequence[int]]]
 
 
 def batch(index: Any, runs: Sequence[int], tags: Sequence[str] | None, px: int,
-          seen: Seen | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{tag: {run: series}}`` for every scalar tag (or only ``tags``) of ``runs``.
+          seen: Seen | None = None, skip: Sequence[str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{tag: {run: series}}`` for every scalar tag (or only ``tags``; never those in ``skip``) of ``runs``.
 
     ``seen`` is ``{run: {tag: [points held, last step held]}}`` for what the page already has:
     a series it holds whole is left out, one that grew is sent as its new points (``append``),
@@ -176,7 +176,10 @@ def batch(index: Any, runs: Sequence[int], tags: Sequence[str] | None, px: int,
         params: list[Any] = chunk
         if tags is not None:
             sql += f" AND tag IN ({','.join('?' * len(tags))})"
-            params = chunk + list(tags)
+            params = params + list(tags)
+        if skip:  # the page holds these already (the charts in view, asked for first)
+            sql += f" AND tag NOT IN ({','.join('?' * len(skip))})"
+            params = params + list(skip)
         metas.extend(c.execute(sql, params))
     # whole series summarised from blocks, grouped by tag and bucket size: 20 queries for a
     # 50-run x 20-tag view instead of 1,000

@@ -108,7 +108,8 @@ def _series(index: Any, q: dict[str, list[str]]) -> Any:
     runs, px = _ints(_one(q, "runs", ""), "runs"), _pixels(_one(q, "px", "600"))
     if "from" in q or "to" in q:  # a zoomed chart's detail: one tag, the points in a step range
         return series.window(index, runs, _one(q, "tag"), px, _step(_one(q, "from"), "from"), _step(_one(q, "to"), "to"))
-    return series.batch(index, runs, q.get("tag"), px, _seen(_one(q, "seen", "{}")))  # type: ignore[arg-type]  # lists are sequences
+    # tag=: only these tags (the charts in view, first); skip=: every other one (the rest, next)
+    return series.batch(index, runs, q.get("tag"), px, _seen(_one(q, "seen", "{}")), q.get("skip"))  # type: ignore[arg-type]  # lists are sequences
 
 
 def _id(s: str, name: str) -> int:

@@ -3,8 +3,9 @@
 // DOMPurify render logged text as sanitised markdown. Nothing is fetched from elsewhere: the page
 // works offline and ships inside the Python package.
 //
-// At the scale of a sweep (50 runs x 20 tags x 5,000 steps): the scalars of a view come in one
-// batched request sized to the charts' pixel width (/api/series), are kept per run and tag, and
+// At the scale of a sweep (50 runs x 20 tags x 5,000 steps): the scalars of a view come in two
+// batched requests sized to the charts' pixel width (/api/series: the tags of the charts in view,
+// then the others), are kept per run and tag, and
 // are fetched again only for what changed (a newly selected run; the new points of a running
 // one). An idle page asks only /api/heartbeat. Charts are drawn in short tasks, visible ones
 // first, so the page never freezes; the runs table draws only the rows in view.
@@ -28,7 +29,7 @@ const MAX_IDS = 1000;
 const state = {
   fn: null, runs: [], selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
   hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
-  fetched: new Set(), fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, scripts: null, metricCols: null, stat: "last",
+  fetched: new Set(), partial: {}, restComing: false, fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, scripts: null, metricCols: null, stat: "last",
   stats: {}, drawSeq: 0, hpConst: false,
   // a script's __main__ function is one entry per script (its absolute path; "" none known)
   script: null, short: 6, filter: null, dirs: {}, page: null,
@@ -166,14 +167,14 @@ async function selectFunction(fn, keep = false, script = null) {
   const entry = currentEntry() || { fn, label: fn };
   $("#fn-title").textContent = isProcess(fn) ? `${fnLabel(entry)} (logs of a script, outside memoized calls)` : fnLabel(entry);
   $("#fn-title").title = script ? `${fn} in ${script}` : fn;
-  await loadRuns();
+  await loadRuns(true, false);
   if (fresh || state.autoSelect) {
     state.autoSelect = false;
     // arriving on a function shows its newest runs at once
     state.selected = state.runs.filter((r) => typeof r.id === "number").sort((a, b) => b.started - a.started)
       .slice(0, AUTO_SELECT).map((r) => String(r.id));
-    renderRuns();
   }
+  renderRuns();
   saveUrl();
   await refreshTab();
 }
@@ -226,7 +227,7 @@ function codeChanges() {
 // (each script's function is an entry of its own: no run needs its file beside its arguments)
 function scriptOf(r) { return ""; }
 
-async function loadRuns(force = true) {
+async function loadRuns(force = true, render = true) {
   if (!state.fn) return false;
   const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
   const runs = await api("runs?fn=" + encodeURIComponent(state.fn) + which);
@@ -241,7 +242,7 @@ async function loadRuns(force = true) {
   state.selected = state.selected.filter((id) => runById(id));
   if (state.filter) compileFilter();  // labels (and so the regex's subjects) may have changed
   if (changed) { loadStats(); syncGroupControls(); }
-  if (changed || force) renderRuns();
+  if ((changed || force) && render) renderRuns();
   return changed;
 }
 
@@ -469,8 +470,8 @@ function defaultScript(fn) {
 }
 
 async function init() {
-  const info = await api("info");
-  $("#store").textContent = info.store;
+  // what the page opens on, asked for at once (one round trip, not four in a row)
+  const asked = Promise.all([api("info"), api("heartbeat"), api("ids"), loadFunctions()]);
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
   $("#fn-filter").addEventListener("input", loadFunctions);
   $("#tag-filter").addEventListener("input", () => { saveUrl(); refreshTab(); });
@@ -501,9 +502,10 @@ async function init() {
   const url = new URLSearchParams(location.search);
   restoreView(url);
   compileFilter();
-  state.hb = await api("heartbeat");
-  state.short = (await api("ids")).short;
-  const fns = await loadFunctions();
+  const [info, hb, ids, fns] = await asked;
+  $("#store").textContent = info.store;
+  state.hb = hb;
+  state.short = ids.short;
   // open on what was asked for, else on the most recently run memoized function (not a script's process run)
   const memoized = fns.filter((f) => !isProcess(f.fn)).sort((a, b) => (b.last || 0) - (a.last || 0));
   const first = memoized[0] || fns[0] || {};
