@@ -41,8 +41,9 @@ def main() -> None:
     try:
         for run in range(1, a.runs + 1):
             t0 = time.monotonic()
-            cp = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-                                 "--dist", "loadfile", "--no-loadscope-reorder", *a.pytest_args], cwd=REPO, capture_output=True, text=True)
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+                   "--no-loadscope-reorder", *a.pytest_args]
+            cp = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             took = time.monotonic() - t0
             failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", cp.stdout, re.M)))
             summary = (cp.stdout.strip().splitlines() or [""])[-1]
