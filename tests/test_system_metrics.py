@@ -134,3 +134,27 @@ def test_the_setting_is_parsed_in_config():
 
     var = config.ENV["MEMOLAB_SYSTEM_METRICS"]
     assert var.rule.parse("off") == 0.0 and var.rule.parse("2.5") == 2.5 and var.default == 10.0
+
+
+def test_the_sampler_thread_ends_at_exit_before_modules_are_torn_down(project):
+    """A daemon thread inside psutil or an import while the interpreter finalizes can crash the
+    process: the sampler is stopped and joined by an exit handler. Each run's last words are
+    printed by an exit handler registered before memolab's (so run after it)."""
+    project.write("exits.py", """
+import atexit, json, threading
+def last_words():
+    alive = [t.name for t in threading.enumerate() if t.name == "memolab-system-metrics"]
+    print(json.dumps({"sampler_alive_at_exit": alive}))
+atexit.register(last_words)
+import memolab
+
+@memolab.memo
+def quick(x):
+    return x + 1
+
+print(json.dumps({"value": quick(1)}))
+""")
+    for _ in range(3):
+        cp = project.run("exits.py", env={"MEMOLAB_SYSTEM_METRICS": "0.05"})
+        assert cp.returncode == 0, cp.stderr
+        assert cp.stdout.strip().splitlines()[-1] == '{"sampler_alive_at_exit": []}', cp.stdout

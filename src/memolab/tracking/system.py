@@ -22,6 +22,7 @@ never disturb a computation.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import time
@@ -199,6 +200,7 @@ class Sampler:
         self.lock = threading.Lock()
         self.make_sources = sources or (lambda: [s for s in (cpu_source(), gpu_source()) if s is not None])
         self.sources: list[Any] | None = None
+        self.closing = False
 
     def watch(self, run: Any, every: float) -> None:
         self.every = every
@@ -209,22 +211,35 @@ class Sampler:
                 if self.thread is None or not self.thread.is_alive():
                     self.thread = threading.Thread(target=self._loop, name="memolab-system-metrics", daemon=True)
                     self.thread.start()
+                    atexit.register(self.stop)
                     return
         self.wake.set()  # the loop recomputes when the next sample is due
 
     def unwatch(self, run: Any) -> None:
         self.runs.pop(run.id, None)
 
+    def stop(self, timeout: float = 2.0) -> None:
+        """At exit, before the interpreter tears its modules down: the thread ends (within
+        ``timeout``), so it is never inside psutil, NVML or an import while that happens (a
+        daemon thread there can crash the exiting process: a test's child once died by SIGSEGV
+        after storing its result)."""
+        self.closing = True
+        self.wake.set()
+        t = self.thread
+        if t is not None and t.is_alive() and t is not threading.current_thread():
+            t.join(timeout)
+
     def _loop(self) -> None:
         if self.sources is None:
             self.sources = self.make_sources()
         self._read()  # a first reading: CPU use is measured between two
-        while True:
+        while not self.closing:
             due = [d for _, _, d in list(self.runs.values())]
-            # idle (a daemon thread, never joined) until a computation starts, else until the next due sample
+            # idle (a daemon thread, joined at exit) until a computation starts, else until the next due sample
             self.wake.wait(None if not due else max(0.0, min(due) - time.time()))
             self.wake.clear()
-            self.tick()
+            if not self.closing:
+                self.tick()
 
     def _read(self) -> Sample:
         values: Sample = {}
