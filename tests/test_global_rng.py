@@ -40,31 +40,40 @@ def _pair(project, script, *args):
     return project.run_json(script, *args), project.run_json(script, *args, env={"MEMO_OFF": "1"})
 
 
-@pytest.mark.parametrize("gen", ["torch", "numpy", "random"])
-def test_a_body_drawing_from_a_global_generator_is_keyed_by_its_state(project, gen):
-    draw = {"torch": "float(torch.randn(3).sum())", "numpy": "float(np.random.randn(3).sum())",
-            "random": "random.gauss(0, 1)"}[gen]
-    seed = {"torch": "torch.manual_seed(seed)", "numpy": "np.random.seed(seed)", "random": "random.seed(seed)"}[gen]
-    project.write("train.py", PRELUDE + f'''
+def test_a_body_drawing_from_a_global_generator_is_keyed_by_its_state(project):
+    """One function per generator (torch, numpy, ``random``), run in the same fresh processes with
+    the three generators seeded apart: each is keyed by its own generator's state, and by no other's
+    (a change of torch's seed recomputes the torch function only)."""
+    project.write("train.py", PRELUDE + '''
 @memo()
-def train(n):
-    calls.append(n)
-    return {draw} * n
+def train_torch(n):
+    calls.append("torch")
+    return float(torch.randn(3).sum()) * n
 
-seed = int(sys.argv[1])
-torch.manual_seed(100); np.random.seed(100); random.seed(100)
-{seed}
-value = train(2)
-print(json.dumps({{"value": value, "after": draw_after(), "calls": len(calls)}}))
+@memo()
+def train_numpy(n):
+    calls.append("numpy")
+    return float(np.random.randn(3).sum()) * n
+
+@memo()
+def train_random(n):
+    calls.append("random")
+    return random.gauss(0, 1) * n
+
+t, n, r = (int(a) for a in sys.argv[1:4])
+torch.manual_seed(t); np.random.seed(n); random.seed(r)
+values = {"torch": train_torch(2), "numpy": train_numpy(2), "random": train_random(2)}
+print(json.dumps({"value": values, "after": draw_after(), "calls": sorted(calls)}))
 ''')
-    truth = {seed: project.run_json("train.py", seed, env={"MEMO_OFF": "1"}) for seed in ("0", "1")}
-    runs = {}
-    for seed in ("0", "1", "0"):
-        got = project.run_json("train.py", seed)
-        assert got["value"] == truth[seed]["value"], f"seed {seed}: a result of another seed"
-        assert got["after"] == truth[seed]["after"], f"seed {seed}: the program drew other numbers after the call"
-        runs.setdefault(seed, []).append(got["calls"])
-    assert runs == {"0": [1, 0], "1": [1]}  # each seed computed once, then hit
+    # seeds (torch, numpy, random) -> the functions that must compute there
+    plan = [((0, 0, 0), ["numpy", "random", "torch"]), ((1, 0, 0), ["torch"]), ((1, 1, 1), ["numpy", "random"]),
+            ((0, 0, 0), [])]
+    truth = {seeds: project.run_json("train.py", *map(str, seeds), env={"MEMO_OFF": "1"}) for seeds, _ in plan}
+    for seeds, computed in plan:
+        got = project.run_json("train.py", *map(str, seeds))
+        assert got["value"] == truth[seeds]["value"], f"seeds {seeds}: a result of other seeds"
+        assert got["after"] == truth[seeds]["after"], f"seeds {seeds}: the program drew other numbers after the calls"
+        assert got["calls"] == computed, (seeds, got["calls"])
 
 
 def test_a_function_drawing_nothing_is_never_split_by_the_seed(project):
