@@ -130,7 +130,9 @@ def _instructions(code: types.CodeType) -> list[tuple[int, int, int]]:
 _HASCONST = frozenset(dis.hasconst)
 _HASNAME = frozenset(dis.hasname)
 #: name instructions whose argument carries flag bits below the name's index
-_NAME_SHIFT = {_LOAD_GLOBAL: _GLOBAL_SHIFT, **{o: _ATTR_SHIFT for o in _ATTRS if o != _METHOD}}
+#: (3.12's LOAD_SUPER_ATTR, ``super().name``: two flag bits)
+_NAME_SHIFT = {_LOAD_GLOBAL: _GLOBAL_SHIFT, **{o: _ATTR_SHIFT for o in _ATTRS if o != _METHOD},
+               **({_OP["LOAD_SUPER_ATTR"]: 2} if "LOAD_SUPER_ATTR" in _OP else {})}
 _MAKE_FUNCTION = _OP["MAKE_FUNCTION"]
 _JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
 #: MAKE_FUNCTION's flags (3.11, 3.12): annotations and a closure are values below the code object

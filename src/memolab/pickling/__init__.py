@@ -139,7 +139,13 @@ def _reduce_honest(p: Pickler, obj: Any) -> Any:
     t = type(obj)
     if t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:  # type: ignore[comparison-overlap]
         return NotImplemented  # the class's own reduction knows best
-    return _new_instance, (t,), obj.__getstate__()
+    getstate = getattr(t, "__getstate__", None)  # by the type: a proxy's __getattr__ would forward
+    if getstate is not None:
+        return _new_instance, (t,), getstate(obj)
+    # Python 3.10 (object.__getstate__ is 3.11's): a plain instance's state is its __dict__
+    if any("__slots__" in vars(k) for k in t.__mro__[:-1]):
+        return NotImplemented  # slots would be lost here: the default reduction
+    return _new_instance, (t,), object.__getattribute__(obj, "__dict__") or None
 
 
 def _new_instance(cls: type) -> Any:
