@@ -170,7 +170,7 @@ def test_gc_remote_collects_stale_leases_of_dead_owners(team, capsys):
         assert [r[0] for r in c.execute("SELECT args FROM memolab_leases")] == ["live"]
 
 
-def test_hits_are_forwarded_once_by_concurrent_forwarders(team, tmp_path):
+def test_hits_are_forwarded_once_by_concurrent_forwarders(team, tmp_path, monkeypatch):
     """The uploader thread, the exit and `memolab sync` all forward the local hits to the team row:
     two at once must not send the same hits twice (seen as 4 team hits for 3 in CI)."""
     import threading
@@ -184,17 +184,24 @@ def test_hits_are_forwarded_once_by_concurrent_forwarders(team, tmp_path):
     a.flush_hits()
     local = a.index.lookup(f.key(7))["hits"]
     assert local >= 1
-    real = a.link.index.add_hits
-    both_in = threading.Barrier(2, timeout=2)
+    from memolab.team import journal
 
-    def slow_add(counts):  # both forwarders have read what to send before either sends
-        try:
+    real = journal.unsent_hits
+    # both forwarders have seen hits to send before either claims them: the claim is what is
+    # tested. The wait is before the team is contacted, so no team deadline can cut it short
+    # (a wait inside the send once ran past the link's timeout on a loaded machine: 0 hits sent).
+    both_in = threading.Barrier(2, timeout=60)
+
+    waited: set = set()
+
+    def both_see(*args, **kw):
+        n = real(*args, **kw)
+        me = threading.current_thread()
+        if me in threads and me not in waited:  # a forwarder's first look (the claim looks again)
+            waited.add(me)
             both_in.wait()
-        except threading.BrokenBarrierError:
-            pass  # the other one found nothing left to send: the claim is what is tested
-        return real(counts)
+        return n
 
-    a.link.index.add_hits = slow_add
     errors: list = []
 
     def forward():
@@ -204,11 +211,12 @@ def test_hits_are_forwarded_once_by_concurrent_forwarders(team, tmp_path):
             errors.append(e)
 
     threads = [threading.Thread(target=forward) for _ in range(2)]
+    monkeypatch.setattr(journal, "unsent_hits", both_see)
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)  # a bound for a hang, not a timing: a loaded machine may take seconds here
-    a.link.index.add_hits = real
+        t.join(120)  # a bound for a hang, not a timing
+    monkeypatch.setattr(journal, "unsent_hits", real)
     assert not any(t.is_alive() for t in threads) and errors == [], errors
     assert a.link.index.lookup(f.key(7))["hits"] == local
     a.forward_hits()  # nothing left to send
