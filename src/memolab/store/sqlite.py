@@ -50,9 +50,9 @@ _TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '
 # key is compared with the *table's* columns (the last column, ``key_ok``): a
 # damaged index b-tree can point a key at another key's row, and SQLite would
 # report the key from the index entry. The same page visits as a plain lookup
-# (the table row is read anyway), one statement.
-_WHERE_KEY = (", fn=:k1 AND code=:k2 AND args=:k3 AND schema=:k4 FROM evaluations WHERE id=("
-              "SELECT id FROM evaluations WHERE fn=:k1 AND code=:k2 AND args=:k3 AND schema=:k4) AND status='done'")
+# (the table row is read anyway), one statement. Its parameters: ``key + key``.
+_WHERE_KEY = (", fn=? AND code=? AND args=? AND schema=? FROM evaluations WHERE id=("
+              "SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=?) AND status='done'")
 #: ``state_deps``: the states a row was made in (``call.Call.reroute``), likewise
 _EXTRACTED = ("result_token", "state_deps") if _JSON1 else ()
 #: what a lookup returns besides the table's columns (the extracted ones and the key check):
@@ -93,7 +93,7 @@ def row_damage(c: sqlite3.Connection, key: Key) -> tuple[int, str, str] | None:
     column that is not UTF-8, a snapshot that is not JSON); None when there is no row or it
     reads. Judged from the row's raw bytes: a verdict about its content, never about the
     moment (a lock, an I/O error)."""
-    r = c.execute(_RAW_SQL, key_params(*key)).fetchone()
+    r = c.execute(_RAW_SQL, key + key).fetchone()
     if r is None or not r[-1]:
         return None  # no row (or the key index points elsewhere: ``_checked`` says so)
     raw = dict(zip(_TEXT_COLUMNS, r[1:-2], strict=False))
@@ -118,7 +118,7 @@ def _read(c: sqlite3.Connection, sql: str, cols: tuple[str, ...],
           key: Key) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
     """(the row ``sql`` reads for ``key``, None), or (None, ``row_damage``) for a row it cannot read."""
     try:
-        return _checked(c.execute(sql, key_params(*key)).fetchone(), cols), None
+        return _checked(c.execute(sql, key + key).fetchone(), cols), None
     except (sqlite3.OperationalError, UnicodeDecodeError) as e:  # (Python < 3.12 raises the latter for bad text)
         try:
             damage = row_damage(c, key)
