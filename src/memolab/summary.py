@@ -198,7 +198,12 @@ for _rule in (_big_array, _hf_dataset, _frame, _optimizer, _loader, _torch_datas
 def typed(obj: Any) -> str | None:
     """A typed summary of an argument when a rule knows its type (a model, a dataset, a loader, a
     frame, a big array), else None (its repr says it better: a number, a string, a small config)."""
-    for rule in TYPED:
+    return _first(TYPED, obj)
+
+
+def _first(rules: list[Rule], obj: Any) -> str | None:
+    """What the first rule that knows ``obj`` says (a rule that fails knows nothing), or None."""
+    for rule in rules:
         try:
             s = rule(obj)
         except Exception:
@@ -212,11 +217,4 @@ def summarize(obj: Any) -> str:
     t = typed(obj)
     if t is not None and not _tensor_bytes(obj):
         return t  # a model, a dataset (arrays keep their rule below: their size in bytes)
-    for rule in RULES:
-        try:
-            s = rule(obj)
-        except Exception:
-            s = None
-        if s:
-            return s
-    return f"{type(obj).__name__}: {short_repr(obj)}"[:120]
+    return _first(RULES, obj) or f"{type(obj).__name__}: {short_repr(obj)}"[:120]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..progress import Bar
+from ..text import human_seconds
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
@@ -72,19 +73,7 @@ def human_size(n: float | None) -> str:
 
 
 def human_duration(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{s * 1e3:.0f} ms"
-    if s < 60:
-        return f"{s:.1f} s"
-    m, sec = divmod(int(round(s)), 60)
-    if m < 60:
-        return f"{m}m {sec:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h {m:02d}m"
+    return "-" if s is None else human_seconds(s)
 
 
 def human_age(t: float | None, now: float | None = None) -> str:
