@@ -9,29 +9,14 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
-
-CHROMIUM = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
-if os.environ.get("CI"):
-    assert Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium"
-    import playwright.sync_api as sync_api
-else:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
-
-ROOT = Path(__file__).resolve().parents[1]
-SHOTS = ROOT / os.environ.get("MEMOLAB_SCREENSHOTS", "build/screenshots")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+from test_ui_browser import SHOTS, page  # noqa: F401  (page is a fixture: Chromium as test_ui_browser drives it)
 
 PIPE = '''
 import numpy as np
@@ -84,21 +69,6 @@ def pipeline(tmp_store, tmp_path, monkeypatch):
     srv.shutdown()
     srv.server_close()
     sys.modules.pop("lineagejob", None)
-
-
-@pytest.fixture
-def page():
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.errors = errors
-        pg.requests = []
-        pg.on("request", lambda r: pg.requests.append(r.url))
-        yield pg
-        browser.close()
 
 
 def boxes(pg):
