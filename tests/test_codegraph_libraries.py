@@ -353,3 +353,44 @@ print(json.dumps({"v": outer(4), "calls": len(calls)}))
     assert project.run_json("ann.py") == {"v": 8, "calls": 0}
     project.write("ann.py", body.replace("return y * 2", "return y * 3"))
     assert project.run_json("ann.py") == {"v": 12, "calls": 1}
+
+
+def test_the_walk_over_loaded_modules_survives_an_import_in_the_middle_of_it():
+    """Building the walk's item tuples can run a collection; a finalizer (or the thread it lets in)
+    that imports then grows ``sys.modules`` mid-walk. This raised "dictionary changed size during
+    iteration" from a memoized call (CI, under load); the collection is forced here at every offset."""
+    import gc
+    import sys
+    import types
+
+    from memolab.codegraph import patches
+
+    added: list[str] = []
+
+    class Importer:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: freed only by a collection
+
+        def __del__(self) -> None:
+            name = f"_memolab_test_finalizer_import_{len(added)}"
+            added.append(name)
+            sys.modules[name] = types.ModuleType(name)
+
+    old = gc.get_threshold()
+    try:
+        for threshold in range(2, 400, 5):
+            gc.collect()
+            gc.disable()
+            for _ in range(3):
+                Importer()
+            sys.modules[f"_memolab_test_fresh_{threshold}"] = types.ModuleType("fresh")  # a new walk
+            added.append(f"_memolab_test_fresh_{threshold}")
+            gc.set_threshold(threshold)
+            gc.enable()
+            patches.planted()
+    finally:
+        gc.set_threshold(*old)
+        gc.enable()
+        for name in added:
+            sys.modules.pop(name, None)
+    assert sum(n.startswith("_memolab_test_finalizer") for n in added) > 0

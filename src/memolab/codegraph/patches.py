@@ -75,7 +75,9 @@ def planted() -> tuple[list[Plant], list[Any]]:
         return _cache[1], _cache[2]
     plants: dict[tuple[int, str], Plant] = {}
     wholes: dict[int, Any] = {}
-    for modname, m in list(sys.modules.items()):
+    # A copy, not list(items()): building the item tuples can run a collection, whose finalizers
+    # (or the thread they let in) may import a module mid-walk ("dictionary changed size").
+    for modname, m in sys.modules.copy().items():
         if not issubclass(type(m), types.ModuleType):
             continue
         ns = getattr(m, "__dict__", None)

@@ -102,7 +102,7 @@ def anchor_of(obj: Any) -> str | None:
                 if ok and isinstance(enclosing, (type, types.FunctionType)):
                     return ".".join(parts[:i])
             break
-    for name, value in list(vars(mod).items()):
+    for name, value in vars(mod).copy().items():  # an import elsewhere may add a submodule mid-walk
         if value is obj:
             return name
     return None
