@@ -623,3 +623,61 @@ def test_a_typeddict_class_has_a_digest_and_its_results_store(tmp_store):
         return Row(a=x)
 
     assert f(1) == {"a": 1} and f(1) == {"a": 1}
+
+
+def test_the_folder_cached_realpath_equals_the_os_one_through_every_kind_of_link(tmp_path):
+    """origins.realpath resolves each folder once (a module's kind hangs on it: a site-packages
+    file reached through a link is a library's, not the user's); it must agree with
+    os.path.realpath on every loaded module and through links to folders, to files, relative,
+    chained, dangling, and paths that are not normal."""
+    import os
+
+    d = tmp_path
+    (d / "a" / "b" / "c").mkdir(parents=True)
+    (d / "a" / "b" / "c" / "f.py").write_text("")
+    os.symlink(d / "a" / "b", d / "l1")
+    os.symlink("../a/b/c", d / "a" / "l2")
+    os.symlink("l1/c", d / "l3")
+    os.symlink("c/f.py", d / "a" / "b" / "lf.py")
+    os.symlink("/nonexistent/x", d / "dangling")
+    os.symlink("loop2", d / "loop1")
+    os.symlink("loop1", d / "loop2")
+    cases = [f"{d}/l1/c/f.py", f"{d}/a/l2/f.py", f"{d}/l3/f.py", f"{d}/a/b/lf.py", f"{d}/l1/lf.py",
+             f"{d}/dangling", f"{d}/dangling/y.py", f"{d}/loop1/x.py", f"{d}/nope/x.py", "/", "//x",
+             f"{d}/a/l2/../f.py", f"{d}/./l1/c/f.py", "relative/x.py"]
+    cases += [f for f in (getattr(m, "__file__", None) for m in list(sys.modules.values())) if f]
+    for path in cases * 2:  # the second pass reads the folder cache
+        assert origins.realpath(path) == os.path.realpath(path), path
+
+
+def test_a_distributions_name_and_version_read_from_its_headers_equal_the_parsed_metadata(tmp_path):
+    """distribution_of reads Name and Version from the metadata's header lines (the email parser
+    costs milliseconds a package): the same answer as importlib.metadata for every installed
+    distribution, and for files whose headers are folded, spaced or missing."""
+    from importlib import metadata
+
+    def truth(name):
+        d = metadata.distribution(name)
+        return d.metadata["Name"] or name, d.version
+
+    names = sorted({d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]})
+    site = tmp_path / "site"
+    odd = {
+        "spaced": "Metadata-Version: 2.1\nName:   spaced  \nVersion:\t1.2.3 \nSummary: x\n\nName: body-is-not-a-header\n",
+        "folded": "Metadata-Version: 2.1\nSummary: one\n  Version: 9.9 (a continuation)\nName: folded\nVersion: 2.0\n",
+        "crlf": "Metadata-Version: 2.1\r\nName: crlf\r\nVersion: 3.0\r\n\r\nbody\r\n",
+        "noversion": "Metadata-Version: 2.1\nName: noversion\n\nVersion: 7 (the body)\n",
+    }
+    for name, text in odd.items():
+        info = site / f"{name}-0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_bytes(text.encode())
+    sys.path.insert(0, str(site))
+    try:
+        origins.clear()
+        for name in names + list(odd):
+            assert origins.distribution_of(name) == truth(name), name
+    finally:
+        sys.path.remove(str(site))
+        origins.clear()
+    assert len(names) > 50
