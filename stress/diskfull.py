@@ -60,7 +60,34 @@ WORKER = textwrap.dedent('''
 ''')
 
 READER = textwrap.dedent('''
-    import json, sys, warnings
+    import gc, json, sqlite3, sys, warnings
+    import memolab
+
+
+    class Count(list):
+        """Opaque: planted code (the connect below) reads it, and a plain list would be keyed by value."""
+
+
+    memolab.register_opaque(Count)
+    unclosed = Count()
+
+
+    class Tracked(sqlite3.Connection):
+        """A connection that counts itself when it is freed without being closed (the
+        garbage collector then holds the file open until it runs; 3.13 warns)."""
+        was_closed = False
+
+        def close(self):
+            self.was_closed = True
+            super().close()
+
+        def __del__(self):
+            if not self.was_closed:
+                unclosed.append(1)
+
+
+    plain_connect = sqlite3.connect
+    sqlite3.connect = lambda *a, **k: plain_connect(*a, **{"factory": Tracked, **k})
     from work import f, expected, same, computed
     stored = [tuple(x) for x in json.loads(sys.argv[1])]
     new = [(10_000 + i, "big") for i in range(int(sys.argv[2]))]
@@ -74,6 +101,8 @@ READER = textwrap.dedent('''
                 out["raised"].append(f"{type(e).__name__}: {e}")
     out["computed"] = [list(c) for c in computed]
     out["warnings"] = [str(x.message) for x in w]
+    gc.collect()
+    out["unclosed"] = len(unclosed)
     print(json.dumps(out))
 ''')
 
@@ -151,6 +180,7 @@ def readonly(work: Path, keys: int = 20, new: int = 5) -> dict[str, Any]:
             cli.append((" ".join(args), cp.returncode, "Traceback" in cp.stdout + cp.stderr))
         return {"mode": "read-only mount" if mounted else "chmod a-w", "stored": len(stored), "new": new,
                 "wrong": r["wrong"], "raised": r["raised"], "computed": r["computed"], "warnings": r["warnings"],
+                "unclosed": r["unclosed"],
                 "cli": cli}
     finally:
         if mounted:

@@ -53,6 +53,7 @@ def test_a_read_only_store_serves_hits_and_never_raises(tmp_path):
     assert r["wrong"] == 0 and r["raised"] == [], r
     assert sorted(map(tuple, r["computed"])) == sorted([(10_000 + i, "big") for i in range(3)] * 2), r["computed"]
     assert len(r["warnings"]) == 1, r["warnings"]
+    assert r["unclosed"] == 0  # a connection that failed to open was closed, not left to the collector
     assert not any(tb for *_, tb in r["cli"]), r["cli"]
     assert [rc for a, rc, _ in r["cli"] if a != "clear --yes"] == [0, 0, 0, 0], r["cli"]
 

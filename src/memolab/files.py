@@ -131,8 +131,11 @@ class _StatCache:
             return None
         where = (str(root), os.getpid())
         if self._db_where != where:
+            if self._db is not None and self._db_where is not None and self._db_where[1] == where[1]:
+                self._db.close()  # another store's table, this process's connection (never a forked parent's)
             self._db, self._db_where = None, where
             self.memory.clear()  # another store: its table is the authority
+            c = None
             try:
                 import sqlite3
 
@@ -145,6 +148,8 @@ class _StatCache:
                 self._db = c
             except Exception:  # a read-only or odd store: the memory cache still works
                 self._db = None
+                if c is not None:
+                    c.close()
         return self._db
 
     def load_prefix(self, prefix: str) -> None:

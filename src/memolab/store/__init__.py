@@ -92,7 +92,11 @@ class Store:
         perms.prepare_root(self.root)  # a new store is private unless group sharing is configured
         layout.check(self.root)  # a store whose own folders are links is refused, never followed
         self.index = self.index_class(self.root / "index.sqlite")
-        self.blobs = self.blob_class(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
+        try:
+            self.blobs = self.blob_class(self.root, self.index.get_stamp, self.index.set_stamp, self._defer_stamp)
+        except BaseException:
+            self.index.close()
+            raise
         self._owner: str | None = None
         self._held: dict[tuple[Key, str], int] = {}
         #: guards the leases held (ours and ``beat_with``'s) and the start of background threads
@@ -780,12 +784,9 @@ def close_open_stores(under: Path) -> int:
 
 
 def _open(p: Path) -> Any:
-    """``open_store(p)``, without importing ``health`` for a store that opens cleanly.
-
-    ``health`` (degraded stores, repair) is only needed when something is
-    wrong; its import is about 0.5 ms of the first call of every script. Any
-    failure here goes to ``open_store``, which opens the store afresh and
-    decides what the failure means, so the outcome is the same either way."""
+    """``open_store(p)``, without importing ``health`` (degraded stores, repair: about 0.5 ms of the
+    first call of every script) for a store that opens cleanly. Any failure here goes to
+    ``open_store``, which opens the store afresh and decides what the failure means."""
     try:
         store = Store(p) if p.is_dir() else None
     except Exception:

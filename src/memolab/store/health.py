@@ -34,7 +34,7 @@ from . import signing
 from .blobs import BlobFolder
 from .layout import is_digest
 from .perms import writable_by_others
-from .schema import check_schema, newer_schema, read_shims  # noqa: F401 (also imported from here)
+from .schema import check_schema, connect, newer_schema, read_shims  # noqa: F401 (also imported from here)
 from .sqlite import Index, Key
 
 _warned: set[str] = set()
@@ -113,11 +113,14 @@ class ReadOnlyIndex(Index):
                 and (not loc.shimmed or loc.cookie == c.execute("PRAGMA main.schema_version").fetchone()[0]):
             # (a file read through shims that another process migrated meanwhile: read afresh, in its new shape)
             return c  # type: ignore[no-any-return]  # (this thread's connection)
+        if c is not None and loc.pid == config.pid():
+            c.close()  # this process's, read afresh (one inherited through a fork is never closed here)
+        loc.conn = None
         uri = self.path.absolute().as_uri()
         fp = self._fingerprint()
         try:
-            c = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=60.0, isolation_level=None, check_same_thread=False)
-            c.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            c = connect(f"{uri}?mode=ro", ["SELECT COUNT(*) FROM sqlite_master"], uri=True, timeout=60.0,
+                        isolation_level=None, check_same_thread=False)
             immutable = False
         except sqlite3.OperationalError:
             if fp[-1]:
@@ -136,7 +139,8 @@ class ReadOnlyIndex(Index):
             loc = self._local
             if not loc.immutable or loc.fp == self._fingerprint():
                 return row
-            loc.conn = None  # written meanwhile: read again
+            loc.conn.close()  # written meanwhile: read again
+            loc.conn = None
         raise StoreUnavailable("read-only", f"the index {self.path} keeps changing under a read-only reader")
 
     #: logs of computations on a read-only store go nowhere (tracking.sink)

@@ -414,3 +414,17 @@ def read_shims(conn: sqlite3.Connection) -> bool:
         return False
     shim_tables(conn, DDL)
     return True
+
+
+def connect(target: str, setup: Sequence[str] = (), **options: Any) -> sqlite3.Connection:
+    """``sqlite3.connect(target, **options)``, then ``setup``'s statements: a connection whose
+    set-up fails (a read-only file, a damaged one) is closed, not left to the garbage collector,
+    which holds the file open until it runs (and 3.13 reports it: ``ResourceWarning``)."""
+    c: sqlite3.Connection = sqlite3.connect(target, **options)
+    try:
+        for statement in setup:
+            c.execute(statement).fetchall()
+    except BaseException:
+        c.close()
+        raise
+    return c

@@ -33,7 +33,7 @@ from .process import (  # noqa: F401 (old names)
     start_time,
     start_time as _start_time,
 )
-from .schema import SCHEMA_VERSION as SCHEMA_VERSION, check_schema, migrate, newer_schema  # noqa: F401 (also imported from here)
+from .schema import SCHEMA_VERSION as SCHEMA_VERSION, check_schema, connect, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
                 "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
@@ -224,12 +224,14 @@ class Index(AcceptIndex):
         self._local = threading.local()
         self._sources_seen: set[str] = set()
         self.progress = Progress()  # leases seen and since when (store/leases.py, rule 2)
-        conn = self.conn()
-        # The fast path: one header read. A current store needs no schema work,
-        # and opening it writes nothing (a read-only store still serves hits).
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
-            self._migrate(conn, version)
+        try:  # the fast path: one header read (a current store needs no schema work; opening it writes nothing)
+            conn = self.conn()
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version != SCHEMA_VERSION:
+                self._migrate(conn, version)
+        except BaseException:
+            self.close()  # an index that cannot open keeps no connection (the caller opens it otherwise)
+            raise
 
     def _migrate(self, conn: sqlite3.Connection, version: int) -> None:
         """Create the schema, or bring a file written by an older memolab up to date in place
@@ -240,13 +242,11 @@ class Index(AcceptIndex):
     def conn(self) -> sqlite3.Connection:
         c = getattr(self._local, "conn", None)
         if c is None or self._local.pid != config.pid():
-            # timeout= is SQLite's busy timeout. synchronous=NORMAL in WAL mode: a
-            # commit survives a crash of the process, not necessarily of the
-            # machine (see "Durability" in docs/storage-format.md).
-            c = sqlite3.connect(str(self.path), timeout=60.0, isolation_level=None, check_same_thread=False)
-            c.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = c
-            self._local.pid = config.pid()
+            # timeout= is SQLite's busy timeout. synchronous=NORMAL in WAL mode: a commit survives a crash
+            # of the process, not necessarily of the machine (see "Durability" in docs/storage-format.md).
+            c = connect(str(self.path), ["PRAGMA synchronous=NORMAL"], timeout=60.0, isolation_level=None,
+                        check_same_thread=False)
+            self._local.conn, self._local.pid = c, config.pid()
         return c
 
     def close(self) -> None:
