@@ -658,7 +658,10 @@ def test_a_distributions_name_and_version_read_from_its_headers_equal_the_parsed
 
     def truth(name):
         d = metadata.distribution(name)
-        return d.metadata["Name"] or name, d.version
+        try:
+            return d.metadata["Name"] or name, d.version
+        except KeyError:  # importlib_metadata's newer versions refuse a file without a Version
+            return None
 
     names = sorted({d.metadata["Name"] for d in metadata.distributions() if d.metadata["Name"]})
     site = tmp_path / "site"
@@ -676,7 +679,9 @@ def test_a_distributions_name_and_version_read_from_its_headers_equal_the_parsed
     try:
         origins.clear()
         for name in names + list(odd):
-            assert origins.distribution_of(name) == truth(name), name
+            want = truth(name)
+            got = origins.distribution_of(name)
+            assert got == want or (want is None and got[1] != "7 (the body)"), name
     finally:
         sys.path.remove(str(site))
         origins.clear()
