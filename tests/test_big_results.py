@@ -102,6 +102,48 @@ def test_a_hit_maps_its_blob_and_trusts_it_only_while_unwritten(project, blob_re
     assert again["other_hit_untouched"] and again["calls"] == 0
 
 
+UNPICKLING_WRITES = r'''
+import json, sys
+import torch
+import memolab
+from memolab import hashing
+from memolab.torch import tensors
+
+class Writer:
+    """Writes into a tensor of the result while the result is unpickled, through numpy: no
+    version counter moves, only the page table sees it."""
+    def __init__(self, t):
+        self.t = t
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.t.numpy()[0] = 42.0
+
+@memolab.memo
+def make(n: int):
+    t = torch.zeros(n)
+    return {"t": t, "w": Writer(t)}
+
+r = make(1_000_000)
+count = {"n": 0}
+real = tensors.LEAF.digest
+tensors.LEAF.digest = lambda t: count.__setitem__("n", count["n"] + 1) or real(t)
+key = hashing.hash_arguments([("t", r["t"])])[0]
+print(json.dumps({"first": float(r["t"][0]), "rehashed": count["n"],
+                  "key_is_the_contents": key == hashing.hash_arguments([("t", r["t"].clone())])[0]}))
+'''
+
+
+def test_a_write_made_while_a_hit_is_unpickled_is_seen_by_the_next_key(project, blob_results):
+    """A hit records a mapped tensor's stored digest without reading the page table (every later
+    stamp reads it): a page written during the unpickling itself, by a ``__setstate__`` through
+    numpy, must still make the next key rehash the tensor and see its contents."""
+    project.write("unpickle.py", UNPICKLING_WRITES)
+    project.run_json("unpickle.py")
+    hit = project.run_json("unpickle.py")
+    assert hit["first"] == 42.0 and hit["rehashed"] == 1 and hit["key_is_the_contents"], hit
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine: the GPU restore path "
                     "(pinned host memory, one transfer) runs only where a GPU is present")
 def test_a_result_that_lived_on_a_gpu_comes_back_on_its_device(project):  # pragma: no cover - needs a GPU

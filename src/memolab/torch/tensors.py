@@ -80,7 +80,7 @@ _TRACKED = _is_cow is not None and _lazy_clone is not None and _storage_use_coun
     and hasattr(torch.Tensor, "_use_count")
 
 
-def _stamp(t: Any) -> Any:
+def _stamp(t: Any, pages: bool = True) -> Any:
     """What must be unchanged for ``t``'s recorded digest to be reused, or None (rehash it).
 
     Only a storage whose every write torch can see is trusted: a *copy-on-write*
@@ -94,7 +94,11 @@ def _stamp(t: Any) -> Any:
     storage made copy-on-write again later is a new recording (``_track`` replaces the
     entry), never a match of the old one. Everything else is rehashed: CUDA tensors,
     shared memory, file mappings, memory shared with numpy, inference tensors, storages
-    other tensors held when it was first hashed (docs/torch.md, "Identity caches")."""
+    other tensors held when it was first hashed (docs/torch.md, "Identity caches").
+
+    ``pages=False``: a mapping's page table is not read (what ``_track_loaded`` records for a
+    mapping made a moment ago: every stamp it is compared with reads it, and a page written at
+    any time since the mapping was made, during the unpickling included, shows there then)."""
     if not _TRACKED or t.layout != torch.strided or t.device.type != "cpu":
         return None
     try:
@@ -110,7 +114,7 @@ def _stamp(t: Any) -> Any:
         # a stored tensor: a private mapping of its blob, unchanged while the kernel's page table
         # shows no page of it written (by anything: torch, numpy, DLPack, ctypes)
         where = _mapping_of(storage) if _mapped else None
-        if where is None or not pagemap.untouched(*where):
+        if where is None or (pages and not pagemap.untouched(*where)):
             return None
         kind = "map"
     # the storage's address is pinned by the entry (``_pin``): no later storage can reuse it
@@ -128,7 +132,7 @@ def _track(t: Any, loaded: bool = False) -> Any:
         storage = t.untyped_storage()
         if storage.resizable():
             _adopt(t, storage, loaded)
-    return _stamp(t)
+    return _stamp(t, pages=not loaded)
 
 
 def _track_loaded(t: Any) -> Any:
