@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,8 +33,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--spinners", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--logs", type=Path, default=None,
+                    help="folder for each run's whole output (default: a new temporary folder)")
     ap.add_argument("pytest_args", nargs="*")
     a = ap.parse_args()
+    logs = a.logs or Path(tempfile.mkdtemp(prefix="memolab-suite-under-load-"))
+    logs.mkdir(parents=True, exist_ok=True)
     spinners = [mp.Process(target=spin, daemon=True) for _ in range(a.spinners)]
     for p in spinners:
         p.start()
@@ -45,10 +50,12 @@ def main() -> None:
                    "--no-loadscope-reorder", *a.pytest_args]
             cp = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             took = time.monotonic() - t0
+            (logs / f"run-{run}.log").write_text(cp.stdout + cp.stderr)  # the failures' tracebacks
             failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", cp.stdout, re.M)))
             summary = (cp.stdout.strip().splitlines() or [""])[-1]
             rows.append((run, took, cp.returncode, failed, summary))
-            print(f"run {run}/{a.runs}: {took / 60:.1f} min, exit {cp.returncode}: {summary}", flush=True)
+            print(f"run {run}/{a.runs}: {took / 60:.1f} min, exit {cp.returncode}: {summary} "
+                  f"(output: {logs / f'run-{run}.log'})", flush=True)
             for f in failed:
                 print(f"    {f}", flush=True)
     finally:
