@@ -131,8 +131,7 @@ class _StatCache:
             return None
         where = (str(root), os.getpid())
         if self._db_where != where:
-            if self._db is not None and self._db_where is not None and self._db_where[1] == where[1]:
-                self._db.close()  # another store's table, this process's connection (never a forked parent's)
+            # (the previous store's connection is dropped, not closed: another thread may be using it)
             self._db, self._db_where = None, where
             self.memory.clear()  # another store: its table is the authority
             c = None
