@@ -305,3 +305,58 @@ print(json.dumps(out))
     assert first["calls"] == ["pure", "in_a_thread"]
     other = project.run_json("threads.py", "1")
     assert other["calls"] == ["in_a_thread"]  # pure drew nothing of its own
+
+
+def test_other_threads_drawing_through_methods_bound_early_or_begun_before_the_body(project):
+    """``distributed``'s compression probe draws through a ``randint`` bound at import, and
+    ``dask.sizeof`` samples in the event loop while a task's body starts: neither is a draw
+    of the body's (CI: a Dask task computed twice). A draw of the body's own through a
+    primitive no wrapper or class sees still counts while the other thread draws (a record
+    is kept only if replaying it gives the state after it)."""
+    project.write("early.py", PRELUDE + '''
+import threading, time
+from random import randint, sample  # bound at import, as distributed.protocol.compression does
+early = random._inst.random  # the C primitive itself, bound before memolab swapped anything
+
+stop = threading.Event()
+ticks = Calls()
+
+def loop():
+    while not stop.is_set():
+        ticks.append(randint(0, 9))
+        sample(range(100), 30)
+        random.shuffle(list(range(50)))
+        time.sleep(0)  # lets the main thread's stores have the interpreter back
+
+def wait_ticks():
+    t = len(ticks)
+    while len(ticks) < t + 3:
+        time.sleep(0.0005)
+
+@memo()
+def pure(n):
+    calls.append("pure")
+    wait_ticks()
+    return n * 2
+
+@memo()
+def drawing(n):
+    calls.append("drawing")
+    wait_ticks()
+    return early() * n
+
+bg = threading.Thread(target=loop, daemon=True)
+bg.start()
+wait_ticks()
+random.seed(int(sys.argv[1]))
+out = {"pure": [pure(n) for n in range(12)], "drawing": [drawing(n) for n in range(12)]}
+stop.set()
+out["calls"] = {name: calls.count(name) for name in ("pure", "drawing")}
+print(json.dumps(out))
+''')
+    first = project.run_json("early.py", "0")
+    assert first["calls"] == {"pure": 12, "drawing": 12}
+    other = project.run_json("early.py", "1")
+    assert other["pure"] == first["pure"]
+    # pure drew nothing of its own; every drawing body drew, whatever the other thread did
+    assert other["calls"] == {"pure": 0, "drawing": 12}

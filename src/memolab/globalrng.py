@@ -138,26 +138,91 @@ class Frame:
 _frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("memolab_rng_frames", default=())
 
 # Other threads draw from the global generators while a body computes: a Dask worker's
-# or tornado's event loop draws from ``random`` (jitter, work stealing) several times a
-# second. A state that moved is then no proof that the body drew. So while any body is in
-# progress, the module functions that draw or read a state are wrapped (``wrap``, kind
-# "draw"; outside bodies they are the library's own, at full speed), and a call made by a
-# thread with no body of its own is recorded with the state before and after it. A body
-# whose generator moved only by such calls, one after the other from its entry state to
-# its exit state, made by threads that already ran when it began, did not draw from it.
-# Anything else that moved the state — a draw through a function bound before memolab
-# wrapped it, a thread the body started — breaks that chain, and counts as the body's draw.
+# or tornado's event loop draws from ``random`` (jitter, work stealing, ``dask.sizeof``'s
+# samples, ``distributed``'s compression probe through a ``randint`` it bound at import)
+# several times a second. A state that moved is then no proof that the body drew. So
+# while any body is in progress and other threads run, ``random``'s global instance has
+# its class swapped for one whose two primitives (``random``, ``getrandbits``: every other
+# method draws through them, looked up on the instance at each draw) record a call made
+# by a thread with no body of its own, with the state before and after it. A body whose
+# generator moved only by such calls, one after the other from its entry state to its
+# exit state, made by threads that already ran when it began, did not draw from it.
+# Anything else that moved the state — a draw through ``random.random`` bound before
+# memolab wrapped it, a thread the body started — breaks that chain, and counts as the
+# body's draw. Three things make a record proof of the other thread's move alone:
+# * a record is made under ``_lock``, and ``begin``/``end`` read the states under it, so a
+#   call is wholly before or after the entry and exit states;
+# * a method already running when a body begins (``random.sample``'s loop) looks its
+#   primitive up at each draw, so its draws from then on are recorded too;
+# * a record is kept only if replaying the call on a copy of the state before it gives
+#   the state after it (``_replays``): a draw of the body's own, made between the two reads
+#   through a function no wrapper sees, fails the replay and so breaks the chain.
 _active = 0
 _calls: list[tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
-_lock = threading.Lock()
+#: re-entrant: a finalizer run by a collection while a thread holds it may draw
+_lock = threading.RLock()
 #: (module, name, the library's function, its wrapper): in place while a body is in progress
 _draws: list[tuple[Any, str, Any, Any]] = []
+#: (instance, its class, the recording class): swapped while a body is in progress and
+#: other threads run (``begin``)
+_instances: list[tuple[Any, type, type]] = []
 
 
 def _swap(wrapped: bool) -> None:
     for module, name, fn, wrapper in _draws:
         if getattr(module, name, None) is (fn if wrapped else wrapper):  # unless the program replaced it
             setattr(module, name, wrapper if wrapped else fn)
+    if not wrapped:
+        _swap_classes(False)
+
+
+def _swap_classes(recording: bool) -> bool:
+    """Swap the recording classes in (or out); whether any was swapped."""
+    done = False
+    for inst, cls, recorder in _instances:
+        if type(inst) is (cls if recording else recorder):  # unless the program replaced it
+            inst.__class__ = recorder if recording else cls
+            done = True
+    return done
+
+
+#: how long a body's start waits for other threads to leave a method begun before the swap
+SETTLE_S = 0.05
+
+
+def _settle() -> None:
+    """Wait (bounded) until every other thread that was inside a method of a class just
+    swapped has left that call: such a call may hold a primitive it looked up before the
+    swap (``getrandbits = self.getrandbits`` in ``Random._randbelow``), whose draws no
+    record would see. A thread still inside at the deadline makes its draws the body's."""
+    import sys
+    import time
+    import types
+
+    codes = {f.__code__ for _, cls, _ in _instances for f in vars(cls).values() if isinstance(f, types.FunctionType)}
+    me = threading.get_ident()
+
+    def inside() -> dict[int, Any]:
+        out = {}
+        for tid, top in sys._current_frames().items():
+            f: types.FrameType | None = top
+            while f is not None and tid != me:
+                if f.f_code in codes:
+                    out[tid] = f  # the outermost such frame: left last
+                f = f.f_back
+        return out
+
+    begun = inside()
+    deadline = time.monotonic() + SETTLE_S
+    while begun and time.monotonic() < deadline:
+        time.sleep(0.0002)
+        now = sys._current_frames()
+        for tid in list(begun):
+            f = now.get(tid)
+            while f is not None and f is not begun[tid]:
+                f = f.f_back
+            if f is None:  # the call has returned (a held frame object is never reused)
+                del begun[tid]
 
 
 @dataclass
@@ -175,17 +240,22 @@ def begin() -> tuple[Frame, Any]:
     """A body starts: record the states, push its frame (``end`` pops it)."""
     global _active
     gens = _available()
-    with _lock:  # other threads' calls are recorded from here on, before the states are read
+    me = threading.current_thread()
+    threads = {id(t): t for t in threading.enumerate() if t is not me}
+    with _lock:  # other threads' calls are recorded from here on, wholly before or after the states
         _active += 1
         if _active == 1:
             _swap(True)
+        swapped = bool(threads) and _swap_classes(True)
+    if swapped:
+        _settle()
+    with _lock:
         start = len(_calls)
-    states = {n: g.get() for n, g in gens.items()}
+        states = {n: g.get() for n, g in gens.items()}
     frame = Frame({n: (states[n] if g.seeded else None) for n, g in gens.items()},
                   {n: g.token(states[n]) for n, g in gens.items()})
     frame.start = start
-    me = threading.current_thread()
-    frame.threads = {id(t): t for t in threading.enumerate() if t is not me}
+    frame.threads = threads
     return frame, _frames.set(_frames.get() + (frame,))
 
 
@@ -194,8 +264,9 @@ def end(frame: Frame, token: Any) -> Outcome:
     global _active
     _frames.reset(token)
     out = Outcome()
-    states = {n: (g, g.get()) for n, g in _available().items()}  # read before other threads stop being recorded
-    with _lock:
+    gens = _available()
+    with _lock:  # read before other threads stop being recorded
+        states = {n: (g, g.get()) for n, g in gens.items()}
         window = _calls[frame.start:]
         _active -= 1
         if not _active:
@@ -241,16 +312,44 @@ def _drew(name: str) -> None:
         frame.settled.setdefault(name, False)
 
 
-def _foreign(fn: Callable[..., Any], names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A watched call made by a thread with no body in progress while others are: recorded."""
-    gens = [(n, _generators[n]) for n in names if n in _generators]
-    before = [g.token(g.get()) for _, g in gens]
-    out = fn(*args, **kwargs)
-    after = [g.token(g.get()) for _, g in gens]
-    me = threading.current_thread()
+def recording_class(cls: type, name: str, primitives: tuple[str, ...], base: type) -> type:
+    """A subclass of ``cls`` (layout unchanged: its instances' ``__class__`` can be swapped)
+    whose ``primitives`` — the methods of ``base``, a C type, that every draw goes through —
+    note a draw of a body in progress, and record one made by another thread (``_record``)."""
+    scratch = cls()
+
+    def method(primitive: Callable[..., Any]) -> Callable[..., Any]:
+        def draw(self: Any, *args: Any) -> Any:
+            if _frames.get():
+                _drew(name)
+                return primitive(self, *args)
+            return _record(name, primitive, self, args, scratch)
+
+        draw.__name__ = draw.__qualname__ = primitive.__name__
+        return draw
+
+    def reduce(self: Any) -> Any:  # a copy or a pickle is of the library's class
+        return cls, (), self.getstate()
+
+    body: dict[str, Any] = {p: method(getattr(base, p)) for p in primitives}
+    body.update(__reduce__=reduce, __module__=cls.__module__, __qualname__=cls.__qualname__)
+    return type(cls.__name__, (cls,), body)
+
+
+def _record(name: str, primitive: Callable[..., Any], inst: Any, args: tuple[Any, ...], scratch: Any) -> Any:
+    """A primitive draw by a thread with no body of its own while a body is in progress:
+    recorded if replaying it on ``scratch`` proves that it alone moved the state."""
     with _lock:
-        if _active:
-            _calls.extend((n, b, a, me) for (n, _), b, a in zip(gens, before, after, strict=False))
+        if not _active:
+            return primitive(inst, *args)
+        before = inst.getstate()
+        out = primitive(inst, *args)
+        after = inst.getstate()
+        scratch.setstate(before)
+        primitive(scratch, *args)
+        if scratch.getstate() == after:
+            gen = _generators[name]
+            _calls.append((name, gen.token(before), gen.token(after), threading.current_thread()))
     return out
 
 
@@ -259,13 +358,15 @@ def _never(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def wrap(fn: Callable[..., Any], names: tuple[str, ...], kind: str = "seed",
-         entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never) -> Callable[..., Any]:
+         entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never, via: Any = None) -> Callable[..., Any]:
     """``fn``, a function of generators ``names`` that programs call, telling bodies in
     progress what it does: ``kind="seed"`` (it seeds or sets them: settled, and marked
     seeded after — unseeded if ``entropy`` says this call seeds from the OS, as
     ``torch.seed()`` and ``random.seed()`` do), or ``"draw"`` (it draws from them: the
-    body drew). Transparent to keys: ``codegraph`` and ``hashing`` see
-    ``__memolab_wraps__``, the function itself."""
+    body drew). A call by another thread while a body is in progress goes to the method
+    of the same name of ``via`` (the instance whose bound method ``fn`` is: its recording
+    class sees it), or to ``fn`` unrecorded. Transparent to keys: ``codegraph`` and
+    ``hashing`` see ``__memolab_wraps__``, the function itself."""
     if getattr(fn, "__memolab_wraps__", None) is not None:
         return fn
     seeds = kind == "seed"
@@ -281,8 +382,10 @@ def wrap(fn: Callable[..., Any], names: tuple[str, ...], kind: str = "seed",
                 else:
                     _drew(n)
             out = fn(*args, **kwargs)
+        elif via is not None:
+            out = getattr(via, fn.__name__)(*args, **kwargs)
         else:
-            out = _foreign(fn, names, args, kwargs)
+            out = fn(*args, **kwargs)
         if seeds:
             seeded = not entropy(args, kwargs)
             for n in names:
@@ -301,7 +404,7 @@ def original(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def patch(module: Any, attrs: list[str], *names: str, kind: str = "seed",
-          entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never) -> None:
+          entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never, via: Any = None) -> None:
     """Wrap ``module.attr`` for each of ``attrs`` (see ``wrap``): a seed function for good, a
     draw or read function only while a body is in progress (a hot loop of ``random.random()``
     pays nothing outside memoized computations)."""
@@ -309,7 +412,7 @@ def patch(module: Any, attrs: list[str], *names: str, kind: str = "seed",
         fn = getattr(module, a, None)
         if not callable(fn) or getattr(fn, "__memolab_wraps__", None) is not None:
             continue
-        wrapper = wrap(fn, names, kind, entropy)
+        wrapper = wrap(fn, names, kind, entropy, via)
         if kind == "seed":
             setattr(module, a, wrapper)
         else:
@@ -411,7 +514,16 @@ def register_random() -> None:
                        "random"))
     patch(random, ["seed"], "random", entropy=no_seed_given)
     patch(random, ["setstate"], "random")
-    patch(random, _RANDOM_DRAWS, "random", kind="draw")
+    inst = getattr(random, "_inst", None)
+    if type(inst) is not random.Random:  # replaced by the program: other threads' draws count as the body's
+        patch(random, _RANDOM_DRAWS, "random", kind="draw")
+        return
+    import _random
+
+    recorder = recording_class(random.Random, "random", ("random", "getrandbits"), _random.Random)
+    with _lock:
+        _instances.append((inst, random.Random, recorder))
+    patch(random, _RANDOM_DRAWS, "random", kind="draw", via=inst)
 
 
 def register_numpy() -> None:
