@@ -35,6 +35,11 @@ def draw_after():
 '''
 
 
+#: for the tests of ``random`` alone: a fresh process without numpy and torch starts in a
+#: tenth of the time
+LIGHT = PRELUDE.replace("import numpy as np\nimport torch\n", "").split("def draw_after")[0]
+
+
 def _pair(project, script, *args):
     """(memoized, un-memoized) outputs of ``script`` run with ``args`` in fresh processes."""
     return project.run_json(script, *args), project.run_json(script, *args, env={"MEMO_OFF": "1"})
@@ -263,7 +268,7 @@ def test_other_threads_drawing_are_not_the_bodys_draws(project):
     """An event loop drawing from ``random`` in another thread (Dask's, tornado's) moves the
     state while a body computes: that is no draw of the body's. A draw by a thread the body
     starts itself is one."""
-    project.write("threads.py", PRELUDE + '''
+    project.write("threads.py", LIGHT + '''
 import threading, time
 from random import random as early_random  # bound after memolab wrapped it: watched
 
@@ -313,7 +318,7 @@ def test_other_threads_drawing_through_methods_bound_early_or_begun_before_the_b
     of the body's (CI: a Dask task computed twice). A draw of the body's own through a
     primitive no wrapper or class sees still counts while the other thread draws (a record
     is kept only if replaying it gives the state after it)."""
-    project.write("early.py", PRELUDE + '''
+    project.write("early.py", LIGHT + '''
 import threading, time
 from random import randint, sample  # bound at import, as distributed.protocol.compression does
 early = random._inst.random  # the C primitive itself, bound before memolab swapped anything
