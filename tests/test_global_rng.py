@@ -365,3 +365,42 @@ print(json.dumps(out))
     assert other["pure"] == first["pure"]
     # pure drew nothing of its own; every drawing body drew, whatever the other thread did
     assert other["calls"] == {"pure": 0, "drawing": 12}
+
+
+def test_a_collection_while_other_threads_frames_are_read_does_not_hang(project):
+    """A body's start reads the other threads' frames (``sys._current_frames``); a collection
+    that frees a ``threading.local`` in there deadlocked CPython 3.11.7 (python/cpython#106883):
+    the whole suite hung in a worker. Every collection here frees one and makes the next."""
+    project.write("gc_hang.py", LIGHT + '''
+import gc, threading, time
+
+stop = threading.Event()
+
+def loop():
+    while not stop.is_set():
+        random.random()
+        time.sleep(0.001)
+
+threading.Thread(target=loop, daemon=True).start()
+
+class Regrow:
+    def __del__(self):
+        if not stop.is_set():  # (else the collections at exit never end)
+            r = Regrow()
+            r.me, r.local = r, threading.local()
+
+r = Regrow()
+r.me, r.local = r, threading.local()
+del r
+gc.set_threshold(1)
+
+@memo()
+def f(n):
+    return n
+
+out = [f(n) for n in range(30)]
+stop.set()
+gc.set_threshold(700)
+print(json.dumps({"out": out, "gc": gc.isenabled()}))
+''')
+    assert project.run_json("gc_hang.py", timeout=60) == {"out": list(range(30)), "gc": True}

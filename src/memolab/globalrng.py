@@ -57,7 +57,7 @@ from typing import Any
 import xxhash
 
 __all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
-           "current", "Result", "restore", "UNSEEDED"]
+           "current", "Result", "restore", "UNSEEDED", "thread_frames", "recording_class"]
 
 #: the state of a generator that was seeded by the operating system (or is not imported)
 UNSEEDED = "unseeded"
@@ -186,6 +186,24 @@ def _swap_classes(recording: bool) -> bool:
     return done
 
 
+def thread_frames() -> dict[int, Any]:
+    """``sys._current_frames()``, with no collection while it runs: it allocates while it holds
+    the runtime's list of threads, and a finalizer a collection runs there (a ``threading.local``'s
+    dealloc) takes that lock again: a deadlock in the CPython releases without the fix of
+    python/cpython#106883 (3.10, early 3.11 and 3.12; CI's 3.11.7 hung in it). A program that
+    disabled collections keeps them disabled."""
+    import gc
+    import sys
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
+
+
 #: how long a body's start waits for other threads to leave a method begun before the swap
 SETTLE_S = 0.05
 
@@ -195,7 +213,6 @@ def _settle() -> None:
     swapped has left that call: such a call may hold a primitive it looked up before the
     swap (``getrandbits = self.getrandbits`` in ``Random._randbelow``), whose draws no
     record would see. A thread still inside at the deadline makes its draws the body's."""
-    import sys
     import time
     import types
 
@@ -204,7 +221,7 @@ def _settle() -> None:
 
     def inside() -> dict[int, Any]:
         out = {}
-        for tid, top in sys._current_frames().items():
+        for tid, top in thread_frames().items():
             f: types.FrameType | None = top
             while f is not None and tid != me:
                 if f.f_code in codes:
@@ -216,7 +233,7 @@ def _settle() -> None:
     deadline = time.monotonic() + SETTLE_S
     while begun and time.monotonic() < deadline:
         time.sleep(0.0002)
-        now = sys._current_frames()
+        now = thread_frames()
         for tid in list(begun):
             f = now.get(tid)
             while f is not None and f is not begun[tid]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 import time
 import types
@@ -34,6 +33,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..distributed import DistributedError
+from ..globalrng import thread_frames
 from .exchange import Exchange, beat_of, compute_local, key_digest, receive, serve, warn_once
 
 __all__ = ["drive"]
@@ -220,7 +220,7 @@ class _Guard:
 
     def check(self) -> None:
         ident = self.thread
-        frame = sys._current_frames().get(ident) if ident is not None and not self.tripped else None
+        frame = thread_frames().get(ident) if ident is not None and not self.tripped else None
         if frame is None or not frame.f_code.co_filename.startswith(_TORCH_DIST):
             self._at = None
             return
