@@ -47,11 +47,13 @@ lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
 
-# Two workers, each taking whole test files (--dist loadfile: a file's servers and fixtures
+# Three workers, each taking whole test files (--dist loadfile: a file's servers and fixtures
 # stay in one process), the slowest files first (tests/durations.json, read by tests/conftest.py;
-# --no-loadscope-reorder keeps that order); CI's machines have 2 cores. The 15 slowest tests are printed.
+# --no-loadscope-reorder keeps that order). CI's machines have 2 cores: two workers left a fifth
+# of them idle (tests waiting on their child processes, servers and disks), and took 9.5 min
+# there; three take 8.5. The 15 slowest tests are printed.
 test: $(STAMP) system-deps lint
-	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 # The suite 3 times while spinning processes keep every core busy, and a census of what failed
 # in each run (stress/suite_under_load.py): a test that passes only on an idle machine is flaky.

@@ -1,7 +1,7 @@
 """The whole test suite, several times, while other work keeps every core busy (`make test-stress`).
 
 A test that passes only on an idle machine is a flaky test: this runs the suite as CI does
-(``pytest -n 2 --dist loadfile``) ``--runs`` times while ``--spinners`` processes (default: one
+(``pytest -n 3 --dist loadfile``, as ``make test``) ``--runs`` times while ``--spinners`` processes (default: one
 per core) burn CPU, and prints a census: each run's time and the tests that failed in it. It
 exits non-zero if any run failed. The spinners are killed however the run ends.
 
@@ -46,7 +46,7 @@ def main() -> None:
     try:
         for run in range(1, a.runs + 1):
             t0 = time.monotonic()
-            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadfile",
                    "--no-loadscope-reorder", *a.pytest_args]
             cp = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
             took = time.monotonic() - t0

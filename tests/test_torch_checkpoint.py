@@ -83,11 +83,15 @@ if __name__ == "__main__":
 def _curves(store) -> dict:
     c = sqlite3.connect(str(store / "index.sqlite"))
     run = c.execute("SELECT r.id FROM runs r JOIN evaluations e ON r.eval_id = e.id WHERE e.fn LIKE '%train'").fetchone()[0]
-    points = c.execute("SELECT tag, step, seq, value FROM scalars WHERE run=? ORDER BY tag, seq", (run,)).fetchall()
-    tags = c.execute("SELECT tag, n, last_step, last_value, first_step, ordered FROM scalar_tags WHERE run=? ORDER BY tag",
-                     (run,)).fetchall()
-    blocks = c.execute("SELECT tag, block, n, step_min, step_max, value_sum, vmin, vmax FROM scalar_blocks WHERE run=? "
-                       "ORDER BY tag, block", (run,)).fetchall()
+    # the training's own curves: a run longer than the system-metrics interval (10 s: under load)
+    # has sys/ tags as well, sampled at other moments in each run
+    mine = "tag NOT LIKE 'sys/%'"
+    points = c.execute(f"SELECT tag, step, seq, value FROM scalars WHERE run=? AND {mine} ORDER BY tag, seq",
+                       (run,)).fetchall()
+    tags = c.execute("SELECT tag, n, last_step, last_value, first_step, ordered FROM scalar_tags "
+                     f"WHERE run=? AND {mine} ORDER BY tag", (run,)).fetchall()
+    blocks = c.execute("SELECT tag, block, n, step_min, step_max, value_sum, vmin, vmax FROM scalar_blocks "
+                       f"WHERE run=? AND {mine} ORDER BY tag, block", (run,)).fetchall()
     events = c.execute("SELECT kind, tag, step, meta, data FROM log_events WHERE run=? ORDER BY id", (run,)).fetchall()
     assert events  # the histograms are compared too
     return {"points": points, "tags": tags, "blocks": blocks, "events": events}

@@ -190,8 +190,8 @@ def thread_frames() -> dict[int, Any]:
     """``sys._current_frames()``, with no collection while it runs: it allocates while it holds
     the runtime's list of threads, and a finalizer a collection runs there (a ``threading.local``'s
     dealloc) takes that lock again: a deadlock in the CPython releases without the fix of
-    python/cpython#106883 (3.10, early 3.11 and 3.12; CI's 3.11.7 hung in it). A program that
-    disabled collections keeps them disabled."""
+    python/cpython#106883 (CI's 3.11.7 hung in it). A program that disabled collections keeps
+    them disabled."""
     import gc
     import sys
 
