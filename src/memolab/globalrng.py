@@ -155,7 +155,7 @@ _frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("mem
 # * a method already running when a body begins (``random.sample``'s loop) looks its
 #   primitive up at each draw, so its draws from then on are recorded too;
 # * a record is kept only if replaying the call on a copy of the state before it gives
-#   the state after it (``_replays``): a draw of the body's own, made between the two reads
+#   the state after it (``_record``): a draw of the body's own, made between the two reads
 #   through a function no wrapper sees, fails the replay and so breaks the chain.
 _active = 0
 _calls: list[tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
