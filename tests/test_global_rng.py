@@ -270,7 +270,6 @@ def test_other_threads_drawing_are_not_the_bodys_draws(project):
     starts itself is one."""
     project.write("threads.py", LIGHT + '''
 import threading, time
-from random import random as early_random  # bound after memolab wrapped it: watched
 
 stop = threading.Event()
 ticks = Calls()  # opaque: a global the body reads is otherwise part of its code digest
