@@ -50,8 +50,8 @@ lint: $(STAMP)
 # Three workers, each taking whole test files (--dist loadfile: a file's servers and fixtures
 # stay in one process), the slowest files first (tests/durations.json, read by tests/conftest.py;
 # --no-loadscope-reorder keeps that order). CI's machines have 2 cores: two workers left a fifth
-# of them idle (tests waiting on their child processes, servers and disks), and took 9.5 min
-# there; three take 8.5. The 15 slowest tests are printed.
+# of them idle (tests waiting on their child processes, servers and disks) and took 9.4 min on a
+# quiet 2-core machine (10.0 on CI); three take 8.5 to 9.0 there. The 15 slowest tests are printed.
 test: $(STAMP) system-deps lint
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
