@@ -50,6 +50,7 @@ import contextvars
 import functools
 import struct
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +167,8 @@ _draws: list[tuple[Any, str, Any, Any]] = []
 #: (instance, its class, the recording class): swapped while a body is in progress and
 #: other threads run (``begin``)
 _instances: list[tuple[Any, type, type]] = []
+#: the code of those classes' own methods (``_settle`` looks for it in other threads' frames)
+_method_codes: set[Any] = set()
 
 
 def _swap(wrapped: bool) -> None:
@@ -214,9 +217,7 @@ def _settle() -> None:
     swap (``getrandbits = self.getrandbits`` in ``Random._randbelow``), whose draws no
     record would see. A thread still inside at the deadline makes its draws the body's."""
     import time
-    import types
 
-    codes = {f.__code__ for _, cls, _ in _instances for f in vars(cls).values() if isinstance(f, types.FunctionType)}
     me = threading.get_ident()
 
     def inside() -> dict[int, Any]:
@@ -224,7 +225,7 @@ def _settle() -> None:
         for tid, top in thread_frames().items():
             f: types.FrameType | None = top
             while f is not None and tid != me:
-                if f.f_code in codes:
+                if f.f_code in _method_codes:
                     out[tid] = f  # the outermost such frame: left last
                 f = f.f_back
         return out
@@ -540,6 +541,7 @@ def register_random() -> None:
     recorder = recording_class(random.Random, "random", ("random", "getrandbits"), _random.Random)
     with _lock:
         _instances.append((inst, random.Random, recorder))
+        _method_codes.update(f.__code__ for f in vars(random.Random).values() if isinstance(f, types.FunctionType))
     patch(random, _RANDOM_DRAWS, "random", kind="draw", via=inst)
 
 
