@@ -15,6 +15,7 @@ import pytest
 import memolab
 from conftest import Calls
 from memolab import cli, config
+from memolab.errors import MemolabWarning
 from memolab.store import get_store
 
 calls = Calls()
@@ -31,8 +32,10 @@ def f(i: int) -> bytes:
 
 
 def _machine(path, dsn, bucket):
-    """Use local store ``path`` in front of the team store; returns it."""
-    memolab.configure(store=str(path), remote=dsn, remote_blobs=bucket)
+    """Use local store ``path`` in front of the team store; returns it. The link's deadline is
+    generous: these tests are about what gc and the hit forwarding do, and a loaded CI machine
+    once took more than the default 3 s to answer, which marks the team store down."""
+    memolab.configure(store=str(path), remote=dsn, remote_blobs=bucket, remote_timeout=30.0)
     return get_store()
 
 
@@ -49,7 +52,8 @@ def team(tmp_path, postgres_dsn, s3_bucket, monkeypatch, blob_results):
     monkeypatch.setenv("MEMOLAB_REMOTE_BLOBS", s3_bucket)
     old = config.settings()
     yield postgres_dsn, s3_bucket
-    memolab.configure(store=old.store, remote=old.remote, remote_blobs=old.remote_blobs)
+    memolab.configure(store=old.store, remote=old.remote, remote_blobs=old.remote_blobs,
+                      remote_timeout=old.remote_timeout)
 
 
 def test_gc_remote_keeps_what_the_team_uses_dry_run_first_and_spares_young_blobs(team, tmp_path, capsys):
@@ -220,10 +224,52 @@ def test_hits_are_forwarded_once_by_concurrent_forwarders(team, tmp_path, monkey
     assert not any(t.is_alive() for t in threads) and errors == [], errors
     # a send the link's deadline cut short (a loaded machine: 0 hits sent, seen twice) gives its
     # claim back, to be sent next time: what is tested is that no hit is sent twice
+    # A send cut short also marks the team store down (callers then stop contacting it until the
+    # uploader's probe finds it back): the probe is asked here, as the uploader would.
     for _ in range(5):
         if not journal.unsent_hits(a.index, 1):
             break
+        if not a.link.usable():
+            assert a.link.probe(), a.link.last_error
         a.forward_hits()
     assert a.link.index.lookup(f.key(7))["hits"] == local
     a.forward_hits()  # nothing left to send
     assert a.link.index.lookup(f.key(7))["hits"] == local
+
+
+def test_hits_whose_send_was_cut_short_are_sent_once_when_the_team_store_is_back(team, tmp_path, monkeypatch):
+    """A send of hits that fails (the link's deadline on a loaded machine) gives its claim back and
+    marks the team store down: nothing is sent while it is down, and once a probe finds it back
+    the hits are sent exactly once."""
+    from memolab.team import journal
+
+    dsn, bucket = team
+    a = _machine(tmp_path / "a", dsn, bucket)
+    f(8)
+    a.journal.drain()
+    for _ in range(3):
+        f(8)
+    a.flush_hits()
+    local = a.index.lookup(f.key(8))["hits"]
+    assert local >= 1
+    index = a.link.index
+    real = type(index).add_hits
+    cut: list = []
+
+    def cut_short(self, counts):
+        if not cut:
+            cut.append(counts)
+            raise TimeoutError("the link's deadline")
+        return real(self, counts)
+
+    monkeypatch.setattr(type(index), "add_hits", cut_short)
+    with pytest.warns(MemolabWarning, match="unreachable"):
+        assert a.forward_hits() == 0
+    assert cut and not a.link.usable()
+    assert journal.unsent_hits(a.index, 1), "the claim of a failed send is given back"
+    assert a.forward_hits() == 0  # down: not contacted
+    assert a.link.probe()
+    assert a.forward_hits() == 1
+    assert a.link.index.lookup(f.key(8))["hits"] == local
+    assert a.forward_hits() == 0
+    assert a.link.index.lookup(f.key(8))["hits"] == local
