@@ -400,29 +400,39 @@ def test_sync_sends_again_what_a_crashed_database_lost(rig):
     WAL writer held (SIGSTOP), machine A publishes two results (acknowledged, visible), then
     the WAL writer is killed: the postmaster ends every session and recovers from the WAL on
     disk, without them. ``memolab sync`` finds them missing and sends them again; machine B
-    then hits all three without computing."""
+    then hits every result without computing."""
     import psycopg
 
     rig.run("A", "0", proxied=False)
-    with psycopg.connect(rig.dsn, autocommit=True) as c:
-        c.execute("CHECKPOINT")  # the schema and row 0 on disk: only what follows is at risk
-    walwriter = _walwriter(rig.pg)
-    os.kill(walwriter, signal.SIGSTOP)
-    try:
-        rig.run("A", "1", "2", proxied=False)  # both published at exit: acknowledged
-        assert rig.team_args() == 3
-    finally:
-        _crash_and_recover(rig.pg, walwriter, rig.dsn)
-    lost = 3 - rig.team_args()
-    print(f"rows lost by the crash: {lost} of 2 acknowledged")
-    assert lost == 2, "the crash lost nothing: this test no longer exercises a lost write"
+    # Whether PostgreSQL loses the two commits is up to it: once in about five loaded whole runs it
+    # had written them anyway (cause not found; a kill is also seen late by a loaded postmaster,
+    # which ``_crash_and_recover`` waits for). Then the premise is tried again with two new rows:
+    # what is tested is what memolab does once a write is lost.
+    args: list[str] = ["0"]
+    for attempt in range(3):
+        new = [str(len(args)), str(len(args) + 1)]
+        args += new
+        with psycopg.connect(rig.dsn, autocommit=True) as c:
+            c.execute("CHECKPOINT")  # the schema and the rows so far on disk: only what follows is at risk
+        walwriter = _walwriter(rig.pg)
+        os.kill(walwriter, signal.SIGSTOP)
+        try:
+            rig.run("A", *new, proxied=False)  # both published at exit: acknowledged
+            assert rig.team_args() == len(args)
+        finally:
+            _crash_and_recover(rig.pg, walwriter, rig.dsn)
+        lost = len(args) - rig.team_args()
+        print(f"attempt {attempt + 1}: rows lost by the crash: {lost} of 2 acknowledged")
+        if lost:
+            break
+    assert lost == 2, "the crash lost nothing, 3 times: this test no longer exercises a lost write"
     synced = rig.cli("A", "sync", "--json")
     assert synced.returncode == 0, synced.stderr
     out = json.loads(synced.stdout)
     assert out["resent"] == 2 and out["uploaded"] == 2 and out["queued"] == 0, out
-    assert rig.team_args() == 3
-    rig.run("B", "0", "1", "2", proxied=False)
-    assert rig.computed() == ["A 0", "A 1", "A 2"]
+    assert rig.team_args() == len(args)
+    rig.run("B", *args, proxied=False)
+    assert rig.computed() == [f"A {a}" for a in args]
 
 
 def test_the_background_uploader_sends_again_what_the_team_index_lost(rig):
