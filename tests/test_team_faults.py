@@ -364,9 +364,9 @@ def _walwriter(pg) -> int:
 def _crash_and_recover(pg, walwriter: int, dsn: str, seconds: float = 60) -> None:
     """Kill the WAL writer and wait until the server has recovered. A SIGKILL is delivered
     asynchronously: until the killed process has exited and the postmaster has reaped it, the
-    server still answers from memory, with the rows the crash is about to lose (a loaded CI machine
-    counted them: "the crash lost nothing"). A new WAL writer starts only once crash recovery is
-    over, so the crash is seen when one runs under another pid."""
+    server still answers from memory, with the rows the crash is about to lose (one possible cause
+    of the "crash lost nothing" seen under load). A new WAL writer starts only once crash recovery
+    is over, so the crash is seen when one runs under another pid."""
     os.kill(walwriter, signal.SIGKILL)
     deadline = time.monotonic() + seconds
     while True:
@@ -404,10 +404,10 @@ def test_sync_sends_again_what_a_crashed_database_lost(rig):
     import psycopg
 
     rig.run("A", "0", proxied=False)
-    # Whether PostgreSQL loses the two commits is up to it: once in about five loaded whole runs it
-    # had written them anyway (cause not found; a kill is also seen late by a loaded postmaster,
-    # which ``_crash_and_recover`` waits for). Then the premise is tried again with two new rows:
-    # what is tested is what memolab does once a write is lost.
+    # Whether PostgreSQL loses the two commits is up to it: in 1 of 5 whole runs, and in 1 of 2 loaded
+    # runs of the team files, they were there after the crash (cause not found; a kill seen late by a
+    # loaded postmaster is now waited for). Then the premise is tried again with two new rows: what
+    # is tested is what memolab does once a write is lost.
     args: list[str] = ["0"]
     for attempt in range(3):
         new = [str(len(args)), str(len(args) + 1)]
