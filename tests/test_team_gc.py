@@ -298,3 +298,49 @@ def test_hits_whose_send_was_cut_short_are_sent_once_when_the_team_store_is_back
     assert a.link.index.lookup(f.key(8))["hits"] == local
     assert a.forward_hits() == 0
     assert a.link.index.lookup(f.key(8))["hits"] == local
+
+
+def test_hits_the_uploader_thread_is_sending_at_exit_reach_the_team(team, tmp_path, monkeypatch):
+    """The exit waits for the background thread's round: hits that thread has claimed (marked sent
+    locally) and is still sending are not left to a daemon thread the interpreter ends. Before,
+    the exit's own forwarding found nothing left to claim and returned at once."""
+    import threading
+
+    dsn, bucket = team
+    a = _machine(tmp_path / "a", dsn, bucket)
+    index = a.link.index
+    real = type(index).add_hits
+    sending, go = threading.Event(), threading.Event()
+
+    def held_in_flight(self, counts):
+        # every send of the thread is held, from the start: it may forward the hits before the wake
+        if threading.current_thread().name == "memolab-team-uploader":
+            sending.set()
+            go.wait(60)
+        return real(self, counts)
+
+    monkeypatch.setattr(type(index), "add_hits", held_in_flight)
+    f(9)
+    a.journal.drain()
+    for _ in range(4):
+        f(9)
+    a.flush_hits()
+    local = a.index.lookup(f.key(9))["hits"]
+    assert local >= 1
+    a.journal.wake()  # its round: nothing to upload, then the hits, claimed and sent (held here)
+    assert sending.wait(60), "the uploader thread never sent the hits"
+    exited = threading.Event()
+
+    def exit_then_mark():
+        a.journal.drain_at_exit()
+        exited.set()
+
+    threading.Thread(target=exit_then_mark).start()
+    # the send is let go once the exit has returned (the old behaviour), or after 2 s of waiting
+    # for it (the exit now waits for the thread): either way it then completes
+    exited.wait(2)
+    returned_first = exited.is_set()
+    go.set()
+    assert exited.wait(60)
+    assert not returned_first, "the exit returned while the thread's send was in flight"
+    assert a.link.index.lookup(f.key(9))["hits"] == local

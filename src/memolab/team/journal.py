@@ -465,6 +465,13 @@ class Journal:
 
     def _exit_work(self) -> None:
         link = self.store.link
+        # The background thread ends its round first (told to stop, it takes no new one). Hit counts
+        # it has claimed are marked sent before they go: the exit's own forwarding would find none
+        # left and return while that send is still in flight, and the daemon thread dies with the
+        # interpreter. Bounded: the caller joins this work for DRAIN_SECONDS at most.
+        th = self._thread
+        if th is not None and th is not threading.current_thread():
+            th.join(DRAIN_SECONDS)
         try:
             self.import_logs()  # of results hit in this process (small, a few GETs)
             if count(self.store.index):
