@@ -82,8 +82,8 @@ def layout(request, client, tmp_path):
         dsn = request.getfixturevalue("postgres_dsn")
         bucket = request.getfixturevalue("s3_bucket")  # sets AWS_* here; the workers get them below
         client.register_plugin(Environ({k: v for k, v in os.environ.items() if k.startswith("AWS_")}))
-        # a generous deadline: what is tested is single flight across machines, and on a loaded
-        # CI machine the default 3 s once cut in (the team store taken for down: a key computed twice)
+        # a generous deadline: what is tested is single flight across machines, and on a heavily
+        # loaded machine the default 3 s once cut in (the team store taken for down: a key computed twice)
         client.register_plugin(Configure(store=str(tmp_path / "worker-{worker}"), remote=dsn, remote_blobs=bucket,
                                          remote_timeout=30.0))
         memolab.configure(store=str(tmp_path / "client"), remote=dsn, remote_blobs=bucket, remote_timeout=30.0)
