@@ -44,9 +44,7 @@ def _quiet(m) -> None:
     its own still in flight when a test reads the team row (a loaded machine) was seen as hits
     lost. From then on the test's own ``forward_hits`` and ``drain`` are the only senders."""
     m.journal.stop()
-    if m.journal._thread is not None:
-        m.journal._thread.join(60)
-        assert not m.journal._thread.is_alive(), "the uploader thread did not end"
+    assert m.journal.join(60), "the uploader thread did not end"
 
 
 def _gc(capsys, *argv):

@@ -217,6 +217,16 @@ class Journal:
         self._stop = True
         self._wake.set()
 
+    def join(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for a stopped background thread to end its round; whether
+        it has (or none runs). Hit counts it claimed are marked sent before they go: until it
+        ends, they may be in flight."""
+        th = self._thread
+        if th is None or th is threading.current_thread():
+            return True
+        th.join(timeout)
+        return not th.is_alive()
+
     def _loop(self) -> None:
         link = self.store.link
         while not self._stop:
@@ -465,13 +475,11 @@ class Journal:
 
     def _exit_work(self) -> None:
         link = self.store.link
-        # The background thread ends its round first (told to stop, it takes no new one). Hit counts
-        # it has claimed are marked sent before they go: the exit's own forwarding would find none
-        # left and return while that send is still in flight, and the daemon thread dies with the
-        # interpreter. Bounded: the caller joins this work for DRAIN_SECONDS at most.
-        th = self._thread
-        if th is not None and th is not threading.current_thread():
-            th.join(DRAIN_SECONDS)
+        # The background thread ends its round first (told to stop, it takes no new one): the exit's
+        # own forwarding would find the hits it claimed gone and return while they are still in
+        # flight, and the daemon thread dies with the interpreter. Bounded: the caller joins this
+        # work for DRAIN_SECONDS at most.
+        self.join(DRAIN_SECONDS)
         try:
             self.import_logs()  # of results hit in this process (small, a few GETs)
             if count(self.store.index):
