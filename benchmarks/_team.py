@@ -60,7 +60,9 @@ class Servers:
         self.s3 = S3Server()
         self.s3.start()
         self.blobs_url = f"s3://{self.s3.make_bucket()}/memolab"
-        self.env = self.s3.env  # AWS_ENDPOINT_URL + dummy credentials, for us and our children
+        # AWS_ENDPOINT_URL + dummy credentials, for us and our children; an unsigned team store
+        # (no MEMOLAB_HMAC_KEY here) is loaded only when opted into (docs/team.md, "Trust")
+        self.env = {**self.s3.env, "MEMOLAB_TEAM_UNSIGNED": "1"}
         os.environ.update(self.env)
 
     def close(self) -> None:

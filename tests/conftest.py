@@ -23,6 +23,11 @@ if "MEMOLAB_CODE_CACHE" not in os.environ:
 
     os.environ["MEMOLAB_CODE_CACHE"] = tempfile.mkdtemp(prefix="memolab-code-cache-")
 
+# Loading an unsigned team store's results is opt-in (docs/team.md, "Trust"): the team tests that
+# run without MEMOLAB_HMAC_KEY test everything else about the team store, so they opt in (their
+# subprocesses inherit it); the tests of the default (tests/test_team_trust.py) take it away.
+os.environ.setdefault("MEMOLAB_TEAM_UNSIGNED", "1")
+
 import memolab
 from memolab import config
 

@@ -94,7 +94,8 @@ class Rig:
                  MACHINE=machine, MEMOLAB_REMOTE_TIMEOUT=str(TIMEOUT), MEMOLAB_REMOTE_DRAIN="3",
                  PYTHONDONTWRITEBYTECODE="1", MEMOLAB_REMOTE=self.proxied_dsn if proxied else self.dsn,
                  MEMOLAB_REMOTE_BLOBS=self.bucket_url,
-                 MEMOLAB_CODE_CACHE=os.environ.get("MEMOLAB_CODE_CACHE", ""), TEAM_DSN=self.dsn)
+                 MEMOLAB_CODE_CACHE=os.environ.get("MEMOLAB_CODE_CACHE", ""), TEAM_DSN=self.dsn,
+                 MEMOLAB_TEAM_UNSIGNED="1")  # an unsigned team store, loaded by opting in (docs/team.md, Trust)
         if proxied:
             e["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{self.s3_proxy.port}"
         return e

@@ -19,6 +19,8 @@ from typing import Any
 from ..config import environ_bytes
 
 ENV = "MEMOLAB_HMAC_KEY"
+#: set to 1 to load a team store's results without a key (docs/team.md, "Trust"): an explicit opt-in
+UNSIGNED_ENV = "MEMOLAB_TEAM_UNSIGNED"
 _PREFIX = "hmac-sha256:"
 _SIGNED = ("payload", "payload_size", "buffers", "code_refs")
 # Version 2 also signs the snapshot: its result_digest is how a loaded array
@@ -126,3 +128,36 @@ def key_refusal(recorded: str | None) -> str | None:
             "recorded in the team store, check " + recorded.rpartition(":")[2][:12] + "...): results computed here "
             "are not published and team rows are not replaced; set the team's key, or make this key the team's "
             "with `memolab remote upgrade --set-key`")
+
+
+#: what a keyless machine says when the team signs (``load_refusal``)
+TEAM_SIGNS = f"the team signs its results; set {ENV} to use them (computing locally)"
+
+
+def unsigned_allowed() -> bool:
+    """Has the user said, with ``$MEMOLAB_TEAM_UNSIGNED=1``, that an unsigned team store may be
+    loaded without a key? Exactly ``1``: a security choice is never guessed from a typo."""
+    import os
+
+    return os.environ.get(UNSIGNED_ENV, "").strip() == "1"
+
+
+def load_refusal(recorded: str | None) -> str | None:
+    """Why this machine must not load (unpickle) any row of a team store whose recorded key check
+    is ``recorded`` (``memolab remote upgrade``; None: none recorded), or None when it may.
+
+    With a key every row is verified on its own (``problem``): nothing to refuse wholesale.
+    Without one, nothing can be verified: a team that signs (a check is recorded) is never
+    loaded, whatever the user opts into (a row without a valid signature is, for this team,
+    a forgery or a mistake: the keyed machines refuse it too); an unsigned team only with
+    ``$MEMOLAB_TEAM_UNSIGNED=1``, the user's statement that everyone who can write the team
+    store may run code in this process."""
+    if secret() is not None:
+        return None
+    if recorded is not None:
+        return TEAM_SIGNS
+    if unsigned_allowed():
+        return None
+    return (f"the team store is unsigned and {ENV} is not set here: its results are not loaded, since anyone "
+            f"who can write the team store could run code in this process (computing locally); set the team's "
+            f"{ENV}, or {UNSIGNED_ENV}=1 to trust an unsigned team store (docs/team.md, Trust)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import sys
 import time
 from typing import Any
 
@@ -379,6 +380,8 @@ def cmd_pull(args: argparse.Namespace) -> int:
     except Offline as e:
         raise _unreachable(store, e) from None
     r["function"] = fn
+    if r.get("not_loaded"):
+        print(f"memolab: {r['not_loaded']}", file=sys.stderr)  # why nothing was imported (warnings are quiet here)
     if args.json:
         emit_json(r)
     else:

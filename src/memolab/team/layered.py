@@ -18,7 +18,11 @@
 
 Integrity: a team row is untrusted input. Its blobs are verified before they
 enter the local store; with ``MEMOLAB_HMAC_KEY`` its signature is checked
-before it is imported (and again on every load, as for any local row). A team
+before it is imported (and again on every load, as for any local row). Without
+the key no team row is loaded at all where the team signs (its key check is
+recorded), nor from an unsigned team store unless ``MEMOLAB_TEAM_UNSIGNED=1``
+says to (``signing.load_refusal``): a row this machine cannot verify is never
+unpickled. A team
 result that turns out corrupt is refused: the caller recomputes, the team row
 is taken out of use and the damaged object deleted, so the recomputed result
 can replace it.
@@ -122,7 +126,7 @@ class TeamStore:
         self._tried: dict[Key, Any] = {}  # key -> team row id imported once by this process
         self._adopting: dict[Key, threading.Lock] = {}  # key -> held while this process imports it
         self._tl = threading.local()
-        self._key_verdict: tuple[float, str | None] | None = None  # (when, ``key_refusal``'s answer)
+        self._team_check: tuple[float, str | None] | None = None  # (when, the team's recorded key check)
         local.beat_with.append(self._team_leases)
         local.record_hooks.append(self._queue_upload)
         self.journal = journal.Journal(self)
@@ -136,10 +140,10 @@ class TeamStore:
             pending = journal.count(self.index)
         except Exception:
             pending = 0  # a read-only store: nothing of ours to upload
-        if signing.secret() is None:
-            _warn_once("hmac", "memolab: a team store is configured without MEMOLAB_HMAC_KEY: results are not signed, "
-                               "so anyone with write access to the team store can run code in this process "
-                               "(see docs/team.md, trust model)")
+        if signing.secret() is None and signing.unsigned_allowed():
+            _warn_once("hmac", "memolab: a team store is configured without MEMOLAB_HMAC_KEY and MEMOLAB_TEAM_UNSIGNED=1: "
+                               "results are not signed, so anyone with write access to the team store can run code "
+                               "in this process (see docs/team.md, trust model)")
         # Run by ``threading`` at shutdown, before threads are joined and before the
         # interpreter finalizes (where a new thread or a module registering with
         # ``threading``, as the S3 client's pools do, is refused); ``atexit`` otherwise.
@@ -184,6 +188,8 @@ class TeamStore:
         if row is not None or not self.link.usable():
             return row  # a local hit never touches the network
         try:
+            if self.load_refusal() is not None:
+                return None  # nothing of the team's may be loaded here: not even asked for
             trow = self.link.run(lambda: self.link.index.lookup(key))
         except Offline:
             return None
@@ -204,7 +210,11 @@ class TeamStore:
 
     def _adopt(self, key: Key, trow: dict[str, Any]) -> dict[str, Any] | None:
         self._tried[key] = trow.get("id")
-        bad = signing.problem(key, trow)
+        try:
+            bad = self.load_refusal() or signing.problem(key, trow)
+        except Offline:
+            del self._tried[key]  # not refused: asked again once the team store is back
+            return None
         if bad is not None:
             _warn_once(("sig", key), f"memolab: team result #{trow.get('id')} of {key[0]} refused ({bad}); recomputing")
             return None
@@ -402,15 +412,30 @@ class TeamStore:
         not the team's (``signing.key_refusal`` against the check ``memolab remote upgrade``
         recorded), or None. Asked of the team index once a minute; said once per process.
         ``Offline`` when the team store is down (``run``: how to ask, default ``link.run``)."""
+        why = signing.key_refusal(self.team_check(run))
+        if why is not None:
+            _warn_once("team-key", f"memolab: {why}")
+        return why
+
+    def load_refusal(self, run: Callable[[Callable[[], Any]], Any] | None = None) -> str | None:
+        """Why no team row may be loaded on this machine (``signing.load_refusal``: no key while
+        the team signs, or an unsigned team store not opted into), or None; said once per
+        process. ``Offline`` when the team store is down and must be asked."""
+        why = signing.load_refusal(self.team_check(run)) if signing.secret() is None else None
+        if why is not None:
+            _warn_once("team-load", f"memolab: {why}")
+        return why
+
+    def team_check(self, run: Callable[[Callable[[], Any]], Any] | None = None) -> str | None:
+        """The key check ``memolab remote upgrade`` recorded in the team index (None: none),
+        asked once a minute (``run``: how to ask, default ``link.run``)."""
         import time
 
         now = time.monotonic()
-        v = self._key_verdict
+        v = self._team_check
         if v is None or now - v[0] > 60.0:
             recorded = (run or self.link.run)(lambda: self.link.index.team_key())
-            v = self._key_verdict = (now, signing.key_refusal(recorded))
-            if v[1] is not None:
-                _warn_once("team-key", f"memolab: {v[1]}")
+            v = self._team_check = (now, recorded)
         return v[1]
 
     # -- accepted code changes: the team's are followed everywhere (team/accepts.py) ----------------
@@ -443,6 +468,8 @@ class TeamStore:
         try:
             if self.key_refusal() is not None:
                 return "owner", None  # its result will not be published: no team lease to hold others back
+            if self.load_refusal() is not None:
+                return "owner", None  # another machine's result could not be used here: no waiting for one
             tstate, trow = self.link.run(lambda: self.link.index.claim(key, owner, ttl, force))
         except Offline:
             return "owner", None  # compute here; the result is uploaded when the team store is back
@@ -585,10 +612,11 @@ class TeamStore:
         keys = [(r["fn"], r["code"], r["args"], r["schema"]) for r in rows]
         have = self.index.lookup_many(keys)
         new, refused = [], 0
+        wholesale = self.load_refusal(self.link.attempt)  # (said once, on stderr)
         for k, r in zip(keys, rows, strict=False):
             if k in have:
                 continue
-            if signing.problem(k, r) is not None:
+            if wholesale is not None or signing.problem(k, r) is not None:
                 refused += 1
                 continue
             new.append((k, r))
@@ -633,7 +661,7 @@ class TeamStore:
                 logs_thread.join()
             logs_n = self.record_imported(ok, bundles, texts)
         return {"team_rows": len(rows), "imported": len(ok), "already_here": len(have), "refused": refused,
-                "blobs": fetched, "runs": logs_n}
+                "blobs": fetched, "runs": logs_n, "not_loaded": wholesale}
 
     def enqueue_all(self) -> int:
         """Queue every local result the team index lacks (computed before the remote was configured)."""

@@ -1,0 +1,87 @@
+"""A machine never unpickles a team row it cannot verify (issue 49, item 1).
+
+After ``memolab remote upgrade`` recorded the team's key check, a machine without
+``MEMOLAB_HMAC_KEY`` refused to publish but still loaded team rows: a writer of the team
+database rewrote one row's inline result into a pickle that creates a file (its payload
+digest and size matching, its signature NULL), and the keyless machine ran it. Now a
+keyless machine loads nothing from a team that signs, and an unsigned team store is
+loaded only with ``MEMOLAB_TEAM_UNSIGNED=1`` (the test session opts in for the other
+team tests: these take it away). Machines are fresh processes with local stores of their
+own in front of PostgreSQL + moto S3.
+"""
+from __future__ import annotations
+
+import json
+import pickle
+
+from test_team_layer import JOB, Machine, computed
+
+KEY = {"MEMOLAB_HMAC_KEY": "team-secret"}
+NO_OPT_IN = {"MEMOLAB_TEAM_UNSIGNED": ""}  # (empty: unset, as the shell's ``VAR= cmd``)
+OPT_IN = {"MEMOLAB_TEAM_UNSIGNED": "1"}
+SIGNS = "the team signs its results; set MEMOLAB_HMAC_KEY to use them"
+
+
+class _Forged:
+    """What the forger stores: unpickling it creates the file ``path`` (any code would do)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def forge_inline_rows(dsn: str, marker) -> int:
+    """Rewrite every inline team row into the forged pickle, its digest and size matching,
+    unsigned: what someone with write access to the team database can do."""
+    import psycopg
+
+    from memolab.store.blobs import digest_bytes
+
+    evil = pickle.dumps(_Forged(str(marker)))
+    with psycopg.connect(dsn) as c:
+        return c.execute("UPDATE memolab_evaluations SET inline=%s, payload=%s, payload_size=%s, buffers='[]', "
+                         "signature=NULL WHERE inline IS NOT NULL", (evil, digest_bytes(evil), len(evil))).rowcount
+
+
+def test_a_keyless_machine_never_loads_a_forged_row_of_a_team_that_signs(tmp_path, pg_team):
+    (tmp_path / "job.py").write_text(JOB)
+    calls, marker = tmp_path / "calls", tmp_path / "pwned"
+    a = Machine("A", tmp_path, pg_team, calls, KEY)
+    assert a.cli("remote", "upgrade").returncode == 0  # the team signs from now on
+    a.run(2)  # a small result: inline in its team row
+    assert forge_inline_rows(pg_team.env["MEMOLAB_REMOTE"], marker) == 1
+    # without the key, and even opted into unsigned team stores (the team's choice to sign wins)
+    for name, extra in (("N", NO_OPT_IN), ("O", OPT_IN)):
+        n = Machine(name, tmp_path, pg_team, calls, extra)
+        cp = n.run(2, check=False)
+        assert not marker.exists(), f"{name}: the forged row was unpickled"
+        assert cp.returncode == 0, cp.stderr
+        assert cp.stderr.count(SIGNS) == 1, cp.stderr
+        pulled = n.cli("pull", "--json")
+        assert not marker.exists(), f"{name}: `pull` imported the forged row and a load ran it"
+        assert pulled.returncode == 0 and json.loads(pulled.stdout)["imported"] == 0, pulled.stdout + pulled.stderr
+        assert SIGNS in pulled.stderr, pulled.stderr
+        assert n.run(2).returncode == 0 and not marker.exists()  # its own local result, a hit
+    assert computed(calls) == ["A 2", "N 2", "O 2"]
+    b = Machine("B", tmp_path, pg_team, calls, KEY)  # the team's key refuses the forgery as before
+    b.run(2)
+    assert computed(calls) == ["A 2", "N 2", "O 2", "B 2"] and not marker.exists()
+
+
+def test_an_unsigned_team_store_is_loaded_only_when_opted_into(tmp_path, pg_team):
+    (tmp_path / "job.py").write_text(JOB)
+    calls = tmp_path / "calls"
+    u = Machine("U", tmp_path, pg_team, calls, NO_OPT_IN)
+    u.run(3, 4)  # no key, no opt-in: computed, published unsigned (teammates who opted in may use them)
+    v = Machine("V", tmp_path, pg_team, calls, NO_OPT_IN)
+    cp = v.run(3, 4)
+    assert computed(calls) == ["U 3", "U 4", "V 3", "V 4"], "an unsigned team store's rows were loaded"
+    assert cp.stderr.count("MEMOLAB_TEAM_UNSIGNED=1 to trust an unsigned team store") == 1, cp.stderr
+    pulled = Machine("P", tmp_path, pg_team, calls, NO_OPT_IN).cli("pull", "--json")
+    assert json.loads(pulled.stdout)["imported"] == 0, pulled.stdout + pulled.stderr
+    w = Machine("W", tmp_path, pg_team, calls, OPT_IN)
+    cp = w.run(3, 4)  # opted in: team hits, and the warning that says what was opted into
+    assert computed(calls) == ["U 3", "U 4", "V 3", "V 4"], "opted in, yet recomputed"
+    assert "MEMOLAB_TEAM_UNSIGNED=1: results are not signed" in cp.stderr, cp.stderr
