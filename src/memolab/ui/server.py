@@ -16,7 +16,15 @@ Binds to 127.0.0.1 by default: the store holds code and results. Guards:
   other address (``memolab ui --host 0.0.0.0`` on a remote GPU box) the Host check is
   left to the token, since the name a remote browser uses for the box cannot be known.
 - A failure never sends a traceback or a server path to the browser: it is
-  logged on the server's stderr and the client gets "internal error".
+  logged on the server's stderr and the client gets "internal error". A path the
+  file system cannot even name (``/static/%00``) is a 404.
+- Bounded clients (127.0.0.1 is every local user's, and a browser keeps idle
+  connections open): a connection that sends nothing for ``Handler.timeout``
+  seconds (half a request line, an idle keep-alive) is closed; at most
+  ``DashboardServer.max_connections`` are served at once (each holds a thread and
+  a descriptor), more are answered 503 and closed at once, without a thread. A
+  client that goes away mid-response is not an error: logged at DEBUG, never a
+  traceback on the user's terminal.
 
 Each request thread gets its own SQLite connection from the index (connections
 cannot cross threads); reads never block the training processes writing logs
@@ -160,6 +168,8 @@ def _one(q: dict[str, list[str]], name: str, default: str | None = None) -> str:
 class Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     protocol_version = "HTTP/1.1"
+    #: seconds a connection may stay silent (reading a request, or idle between two): then closed
+    timeout = 20.0
     # headers and body go out in two writes; with Nagle + delayed ACKs every response would wait ~40 ms
     disable_nagle_algorithm = True
 
@@ -279,8 +289,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _static(self, path: str) -> tuple[int, str, bytes]:
         name = "index.html" if path in ("", "/") else unquote(path).lstrip("/").removeprefix("static/")
-        f = (STATIC / name).resolve()
-        if STATIC not in f.parents or not f.is_file():  # no ../ escapes
+        try:
+            f = (STATIC / name).resolve()
+            found = STATIC in f.parents and f.is_file()  # no ../ escapes
+        except (ValueError, OSError):  # a name no file can have (an embedded NUL byte, too long)
+            found = False
+        if not found:
             return 404, "text/plain", b"not found"
         ctype = mimetypes.guess_type(f.name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype.endswith("javascript"):
@@ -362,6 +376,8 @@ def _diff(index: Any, a: str, b: str) -> dict[str, Any]:
 
 class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True
+    #: connections served at once; more are answered 503 and closed (no thread, no descriptor kept)
+    max_connections = 64
 
     def __init__(self, store_root: Path, port: int = 0, host: str = "127.0.0.1", verbose: bool = False,
                  token: str | None = None) -> None:
@@ -380,9 +396,47 @@ class DashboardServer(ThreadingHTTPServer):
         self.loopback = is_loopback(host)
         h = host.lower()
         self.allowed_hosts = set(LOOPBACK_NAMES) | {h, f"[{h}]" if ":" in h and not h.startswith("[") else h}
+        self._slots = threading.BoundedSemaphore(self.max_connections)
         super().__init__((host, port), Handler)
         # cookies are per host, not per port: each dashboard's is named after its port
         self.cookie_name = f"memolab_token_{self.server_address[1]}"
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._busy(request)
+            return
+        try:
+            super().process_request(request, client_address)  # a thread, which gives the slot back
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _busy(self, request: Any) -> None:
+        """Every slot taken: a short 503, sent without waiting (a fresh socket's buffer holds it), and closed."""
+        try:
+            request.setblocking(False)
+            request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 37\r\n"
+                         b"Connection: close\r\nRetry-After: 5\r\n\r\nthe dashboard is busy: try again soon")
+        except OSError as e:
+            log.debug("memolab ui: could not send 503 to a connection over the limit: %r", e)
+        self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away (reset, closed before its answer, timed out) is no error of
+        the server's: DEBUG only. Anything else: logged with its traceback, as before."""
+        import sys
+
+        e = sys.exc_info()[1]
+        if isinstance(e, (ConnectionError, TimeoutError)):
+            log.debug("memolab ui: client %s went away: %r", client_address, e)
+            return
+        log.error("memolab ui: serving %s failed", client_address, exc_info=True)
 
     @property
     def base(self) -> str:
