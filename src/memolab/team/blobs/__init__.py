@@ -26,8 +26,10 @@ Rules every backend keeps:
   caller vouches that the bytes match the digest (the team layer uploads from
   the verified local blob folder). A remote object damaged behind our back stays
   damaged (gets raise ``CorruptBlob``) until it is deleted and put again.
-- **Quick failure.** Network and endpoint failures (refused, timed out, 5xx,
-  no such bucket, bad credentials) raise ``memolab.errors.RemoteUnavailable``
+- **Back-pressure is retried.** S3's throttling (503 SlowDown) and 500s are
+  asked again with jittered back-off within the timeout (``S3Blobs._call``).
+- **Quick failure.** Network and endpoint failures (refused, timed out, other 5xx,
+  throttling past the timeout, no such bucket, bad credentials) raise ``memolab.errors.RemoteUnavailable``
   naming the URL. Connect/read timeouts are ``MEMOLAB_REMOTE_TIMEOUT`` seconds
   (default 3), one retry at most; a batch stops at its first such failure.
   Local failures (a full disk in ``get_to``) raise their own ``OSError``.

@@ -46,6 +46,23 @@ _UNAVAILABLE_CODES = {"NoSuchBucket": "the bucket does not exist",
 #: what a caller waits for (a team hit's download): the ``read`` client's bounded single attempt
 _CALLER_OPS = frozenset(("get_object", "head_object"))
 
+#: S3's "busy now, ask again" (503 SlowDown is its normal throttling signal; a 500 is transient
+#: by S3's own documentation): retried with jittered back-off within the timeout, never an outage
+_BUSY_CODES = frozenset(("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
+                         "ThrottlingException", "RequestLimitExceeded"))
+_BUSY_STATUS = frozenset((500, 503))
+#: the first back-off (doubling, full jitter: each sleep uniform in [0, step]) and its ceiling
+BUSY_FIRST, BUSY_MAX = 0.05, 1.0
+
+
+def _busy(e: BaseException) -> bool:
+    from botocore.exceptions import ClientError
+
+    if not isinstance(e, ClientError):
+        return False
+    code = str(e.response.get("Error", {}).get("Code", ""))
+    return code in _BUSY_CODES or e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in _BUSY_STATUS
+
 
 class _PastTheEnd(CorruptBlob):
     """A ranged GET starting past the object's end (416 InvalidRange): the object is shorter
@@ -142,16 +159,35 @@ class S3Blobs(RemoteBlobs):
 
     def _call(self, op: str, digest: str | None = None, kind: str = "main",
               timeout: float | None = None, **kw: Any) -> Any:
+        """``op`` on the bucket. Throttled or a transient server error (``_busy``): asked again
+        after a jittered, doubling back-off, for at most the timeout (``MEMOLAB_REMOTE_TIMEOUT``)
+        from the first try; only then ``RemoteUnavailable`` (the team store is marked down, and
+        the uploader's probe brings it back). A slot is not held while backing off."""
         if kind == "main" and op in _CALLER_OPS:
             kind = "read"
-        with self._slots:
-            try:
-                return getattr(self._client(kind, timeout), op)(Bucket=self.bucket, **kw)
-            except Exception as e:
-                err = self._fail(e, op, digest)
-                if err is e:
-                    raise
-                raise err from e
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        step, tries = BUSY_FIRST, 0
+        while True:
+            tries += 1
+            with self._slots:
+                try:
+                    return getattr(self._client(kind, timeout), op)(Bucket=self.bucket, **kw)
+                except Exception as e:
+                    busy = _busy(e)
+                    if not busy or time.monotonic() + step > deadline:
+                        err = self._fail(e, op, digest)
+                        if err is e:
+                            raise
+                        if busy:
+                            err = RemoteUnavailable(f"{err} (still busy after {tries} tries)")
+                        raise err from e
+            import random
+
+            time.sleep(random.uniform(0, step))  # full jitter: throttled clients do not retry in step
+            step = min(step * 2, BUSY_MAX)
+            body = kw.get("Body")
+            if hasattr(body, "seek"):
+                body.seek(0)  # the next try sends the body again
 
     @staticmethod
     def _condition(e: BaseException | None) -> str | None:
