@@ -22,7 +22,7 @@ from typing import Any
 
 from . import expiry
 from .errors import NotAccepted
-from .explain import Explanation, last_miss
+from .explain import Explanation, last_code_miss
 from .store.accepts import covering, decoded as decoded, summary as summary, who  # noqa: F401 (covering: here for the faces)
 
 __all__ = ["explain_found", "proposal", "record", "accept_call", "undo", "undo_for", "covering"]
@@ -137,14 +137,14 @@ def accept_call(memo: Any, args: Sequence[Any], kwargs: dict[str, Any], yes: boo
             raise
         bound = False  # the function needs arguments: its last recorded miss
     store = memo.store()
+    now = memo.code_digest()
     if bound:
         miss = memo.explain(*args, **kwargs).to_dict()
     else:
-        miss = last_miss(store, fn)
+        miss = last_code_miss(store, fn, now)  # this code's, whatever missed since for other reasons
         if miss is None:
             raise NotAccepted(f"{fn}: no miss recorded: call it (or pass a call's arguments to accept)")
     prop = proposal(store, fn, miss)
-    now = memo.code_digest()
     if prop["new_code"] != now:
         raise NotAccepted(f"{fn}: its last recorded miss was of code {prop['new_code'][:8]}…, not of this process's "
                           f"code {now[:8]}…: pass the arguments of a call that misses to accept this code")

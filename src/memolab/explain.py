@@ -541,3 +541,19 @@ def last_miss(store: Store, fn: str) -> dict[str, Any] | None:
     """Why ``fn`` last missed (``Explanation.to_dict`` plus ``time``), or None if no miss is recorded."""
     miss = store.index.last_miss(fn)
     return None if miss is None else settle(store, miss, fn)
+
+
+def last_code_miss(store: Store, fn: str, code: str | None = None) -> dict[str, Any] | None:
+    """``fn``'s newest recorded miss caused by code alone (of code digest ``code``, when given):
+    what ``accept`` is about, however many misses of other causes (a cluster's workers calling
+    with new arguments) were recorded since. Else its newest miss (which says why there is
+    nothing to accept), or None if none is recorded."""
+    from .store.misses import MISSES_KEPT, recent_misses
+
+    recent = recent_misses(store.index, fn, 2 * MISSES_KEPT)  # (at most 20 + 15 per writer: see insert_miss)
+    for raw in recent:
+        miss = settle(store, raw, fn)
+        change = miss.get("change")
+        if isinstance(change, dict) and (code is None or change.get("code") == code):
+            return miss
+    return settle(store, recent[0], fn) if recent else None

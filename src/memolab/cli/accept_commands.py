@@ -52,7 +52,7 @@ def _team_note(a: dict[str, Any]) -> str:
 def cmd_accept(args: argparse.Namespace) -> int:
     from .. import acceptance
     from ..errors import NotAccepted
-    from ..explain import last_miss
+    from ..explain import last_code_miss
 
     if args.list:
         store = open_store(args)
@@ -72,7 +72,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
                 for a in undone:
                     print(f"taken back: {acceptance.summary(a)}{_team_note(a)}; calls of this code miss again")
             return OK
-        miss = last_miss(store, fn)
+        # the newest miss caused by code alone, not the newest miss: on a cluster any worker's
+        # call with new arguments is recorded after it
+        miss = last_code_miss(store, fn)
         if miss is None:
             raise NotAccepted(f"{fn}: no miss recorded: nothing to accept")
         t = miss.get("time")

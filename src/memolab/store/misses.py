@@ -7,7 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
-__all__ = ["MISSES_KEPT", "insert_miss", "parse_miss"]
+__all__ = ["MISSES_KEPT", "insert_miss", "parse_miss", "recent_misses"]
 
 
 #: misses kept per function (at least; see ``insert_miss``)
@@ -43,3 +43,10 @@ def parse_miss(fn: str, t: Any, raw: bytes | None) -> dict[str, Any]:
         d = {"fn": fn, "damaged": "its text is not a JSON object"}
     d["time"] = t
     return d
+
+
+def recent_misses(index: Any, fn: str, limit: int) -> list[dict[str, Any]]:
+    """``fn``'s last ``limit`` miss records in ``index`` (a local ``Index``), newest first."""
+    rows = index.conn().execute("SELECT time, CAST(explanation AS BLOB) FROM misses WHERE fn=? ORDER BY id DESC "
+                                "LIMIT ?", (fn, limit)).fetchall()
+    return [parse_miss(fn, t, raw) for t, raw in rows]

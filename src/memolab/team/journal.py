@@ -240,6 +240,7 @@ class Journal:
                 if link.down_since is not None:
                     if time.monotonic() < link.probe_at or not link.probe():
                         continue
+                self.store.release_unreleased()  # leases whose release was lost with a connection
                 self.import_logs()
                 while self.upload_batch(min_age=MIN_AGE) > 0 and not self._stop:
                     pass
@@ -460,7 +461,10 @@ class Journal:
         if self.read_only:
             return
         if link.disabled is not None or link.down_since is not None:
-            return  # down: no wait at all; the queue is uploaded by the next process or `memolab sync`
+            # down: no wait for uploads (the next process or `memolab sync` sends them), but the
+            # team leases still held go in one bounded try: others must not wait out their TTL
+            self.store.release_at_exit()
+            return
         try:
             t = threading.Thread(target=self._exit_work, name="memolab-team-exit", daemon=True)
             t.start()
@@ -489,6 +493,7 @@ class Journal:
                 self.store.forward_hits()
         except Exception:
             pass
+        self.store.release_at_exit()  # leases of results the drain did not upload, or whose release failed
 
     # -- logs of evaluations imported from the team ----------------------------------------
     def want_logs(self, eval_id: int, ref: str) -> None:

@@ -123,6 +123,7 @@ class TeamStore:
         self.link = Link(index_url, blobs_url, config.settings().remote_timeout)
         self.identity = f"{host_name()}:{self.root}"
         self._team_held: dict[Key, str] = {}  # key -> owner of the team lease we hold until the upload
+        self._unreleased: dict[Key, str] = {}  # key -> owner of a team lease whose release did not reach the server
         self._tried: dict[Key, Any] = {}  # key -> team row id imported once by this process
         self._adopting: dict[Key, threading.Lock] = {}  # key -> held while this process imports it
         self._tl = threading.local()
@@ -476,6 +477,8 @@ class TeamStore:
         if tstate == "owner":
             with self.local.held_lock:
                 self._team_held[key] = owner
+                if self._unreleased.get(key) == owner:
+                    del self._unreleased[key]  # (ours again: not to be released behind our back)
             return "owner", None
         if tstate == "hit" and trow is not None:
             local = self.adopt(key, trow)
@@ -492,10 +495,52 @@ class TeamStore:
             if team:
                 del self._team_held[key]
         if team:
+            self._release_team([(key, owner)])
+
+    def _release_team(self, leases: Sequence[tuple[Key, str]]) -> None:
+        """Release these team leases (held no more). Those the server cannot be told of now (down,
+        a lost connection, a server out of connections) are remembered and released when it
+        answers again (``release_unreleased``: the uploader's next round, the exit), instead of
+        holding other machines back until their TTL and staying in the table."""
+        for i, (key, owner) in enumerate(leases):
+            if not owner:
+                continue
             try:
-                self.link.run(lambda: self.link.index.release(key, owner))
+                # ``link.index`` read inside ``run``: it connects lazily, and a link that is down
+                # answers Offline without being touched (the loop's values bound as defaults)
+                self.link.run(lambda key=key, owner=owner: self.link.index.release(key, owner))  # type: ignore[misc]  # (defaults it cannot type)
             except Offline:
-                pass  # it goes stale after its TTL
+                with self.local.held_lock:
+                    self._unreleased.update((k, o) for k, o in leases[i:] if o)
+                self.journal.wake()  # (it probes a team store that is down, then releases them)
+                return
+
+    def release_unreleased(self, run: Callable[[Callable[[], Any]], Any] | None = None) -> int:
+        """Release the team leases whose release did not reach the server (``_release_team``);
+        how many. ``Offline`` if it still does not answer: they stay remembered."""
+        with self.local.held_lock:
+            todo = [(k, o) for k, o in self._unreleased.items() if self._team_held.get(k) != o]
+        for key, owner in todo:
+            (run or self.link.run)(lambda key=key, owner=owner: self.link.index.release(key, owner))  # type: ignore[misc]  # (defaults it cannot type)
+            with self.local.held_lock:
+                if self._unreleased.get(key) == owner:
+                    del self._unreleased[key]
+        return len(todo)
+
+    def release_at_exit(self) -> int:
+        """At exit: the team leases this process still holds (results whose upload did not go:
+        another machine may compute them now) and those whose release failed, released in one
+        try bounded by the timeout, even while the team store is marked down (its connection
+        was lost; the server may well answer). How many."""
+        with self.local.held_lock:
+            self._unreleased.update((k, o) for k, o in self._team_held.items() if o)
+            self._team_held.clear()
+        if not self._unreleased or self.link.disabled is not None:
+            return 0
+        try:
+            return self.release_unreleased(self.link.attempt)
+        except Offline:
+            return 0  # they go stale after their TTL (`memolab doctor` lists those of dead owners)
 
     def uploaded(self, done: Iterable[tuple[Key, str]]) -> None:
         """The uploader published these (dropping their team leases): stop heart-beating them."""
@@ -530,19 +575,15 @@ class TeamStore:
         return len(rows)
 
     def drop_team_leases(self, held: Iterable[tuple[Key, str]]) -> None:
-        """Give up team leases whose results cannot be uploaded now (best effort)."""
+        """Give up team leases whose results cannot be uploaded now."""
+        dropped = []
         for key, owner in held:
             with self.local.held_lock:
                 if self._team_held.get(key) != owner:
                     continue
                 del self._team_held[key]
-            if owner:
-                try:
-                    # ``link.index`` read inside ``run``: it connects lazily, and a link that is down
-                    # answers Offline without being touched (the loop's values bound as defaults)
-                    self.link.run(lambda key=key, owner=owner: self.link.index.release(key, owner))  # type: ignore[misc]  # (defaults it cannot type)
-                except Offline:
-                    pass
+            dropped.append((key, owner))
+        self._release_team(dropped)
 
     def _team_leases(self) -> Callable[[], None] | None:
         """The local heartbeat's question (``Store.beat_with``, asked under its lock): the team
