@@ -396,6 +396,12 @@ class PgIndex(PgAcceptIndex):
         cur = self._run(lambda c: c.execute(sql, (float(age),)), slow=True)
         return int(cur.rowcount) if drop else int(cur.fetchone()[0])  # type: ignore[index]
 
+    def lease_owners(self) -> list[tuple[str, Key]]:
+        """(owner, key) of every lease (``memolab doctor``: those of dead owners of this host)."""
+        rows = self._run(lambda c: c.execute("SELECT owner, fn, code, args, schema FROM memolab_leases").fetchall(),
+                         slow=True)
+        return [(r[0], (r[1], r[2], r[3], r[4])) for r in rows]
+
     def live_leases(self, ttl: float) -> int:
         row = self._run(lambda c: c.execute(f"SELECT count(*) FROM memolab_leases WHERE heartbeat > {_NOW} - %s",
                                             (float(ttl),)).fetchone())
