@@ -16,7 +16,7 @@ by an hour (two machines or containers sharing a store). The rules, in order:
    and takes these locks (its id says so), the owner has released it, or died: taken over at
    once. A release that failed to delete the row still dropped the lock, so the key is free.
    Within one process (POSIX locks are per process) the process's own record of the leases it
-   holds says the same.
+   holds says the same; a claimer is recorded as holding before its claim commits (``settle``).
 2. **Elsewhere: heartbeat progress on the observer's clock.** An owner this kernel cannot judge
    (another machine, an older memolab, a file system without locks) is judged by whether its
    heartbeat *moves*: the observer remembers the (owner, heartbeat) it saw and when, by its own
@@ -111,6 +111,20 @@ class HostLocks:
                 except OSError:
                     pass  # nothing else can be done; the kernel drops it when the process ends
             self._close_if_idle()
+
+    def settle(self, key: Key, owner: str, prior: str | None, owns: bool) -> None:
+        """After a claim by ``owner`` that took the key's lock (counted): kept if the claim made
+        ``owner`` the holder (``owns``), given back otherwise. The claim registers the holder in
+        ``owners`` inside its transaction, before the commit: registered after it, a sibling
+        thread reading the committed row in between took its own process's fresh lease for a
+        released one (POSIX locks do not tell threads apart) and computed the key again.
+        ``prior``: the holder registered before the claim (the same owner claiming again while
+        it holds the key, polling another lease: its extra count goes back)."""
+        if owns and prior != owner:
+            return  # held until recorded or released
+        if not owns and prior != owner and self.owners.get(key) == owner:
+            del self.owners[key]  # registered, but the claim did not commit
+        self.drop(key)
 
     def _close_if_idle(self) -> None:
         if not self._count and self.fd is not None:

@@ -353,16 +353,13 @@ class Index(AcceptIndex):
         key = tuple(key)  # type: ignore[assignment]
         locks = self.key_locks()
         took = locks.take(key) if locks is not None else None  # (rule 1 of store/leases.py: before the row)
-        state = "wait"
+        state, prior = "wait", locks.owners.get(key) if took else None  # type: ignore[union-attr]
         try:
-            state, row = self._claim(key, owner, ttl, force, on_owner, took)
+            state, row = self._claim(key, owner, ttl, force, on_owner, took)  # (registers us as holding it)
             return state, row
         finally:
             if took:
-                if state == "owner" and locks.owners.get(key) != owner:  # type: ignore[union-attr]
-                    locks.owners[key] = owner  # type: ignore[union-attr]  # held until recorded or released
-                else:
-                    locks.drop(key)  # type: ignore[union-attr]
+                locks.settle(key, owner, prior, state == "owner")  # type: ignore[union-attr]
 
     def _claim(self, key: Key, owner: str, ttl: float, force: bool, on_owner: Callable[[sqlite3.Connection], None] | None,
                took: bool | None) -> tuple[str, dict[str, Any] | None]:
@@ -381,6 +378,8 @@ class Index(AcceptIndex):
             if lease is None or lease[0] == owner or self._given_up(key, lease[0], lease[1], ttl, took):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                           (*key, owner, time.time()))
+                if took:  # registered before the commit: a sibling thread reading the row sees it held (rule 1)
+                    self._locks.owners[key] = owner  # type: ignore[union-attr]
                 if on_owner is not None:
                     on_owner(c)
                 self.progress.forget(key)
