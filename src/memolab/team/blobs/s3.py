@@ -165,13 +165,20 @@ class S3Blobs(RemoteBlobs):
         the uploader's probe brings it back). A slot is not held while backing off."""
         if kind == "main" and op in _CALLER_OPS:
             kind = "read"
+        try:
+            call = getattr(self._client(kind, timeout), op)  # (made first: importing boto3 is no request)
+        except Exception as e:
+            err = self._fail(e, op, digest)
+            if err is e:
+                raise
+            raise err from e
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         step, tries = BUSY_FIRST, 0
         while True:
             tries += 1
             with self._slots:
                 try:
-                    return getattr(self._client(kind, timeout), op)(Bucket=self.bucket, **kw)
+                    return call(Bucket=self.bucket, **kw)
                 except Exception as e:
                     busy = _busy(e)
                     if not busy or time.monotonic() + step > deadline:
