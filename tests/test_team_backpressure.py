@@ -28,7 +28,9 @@ sys.argv = [sys.argv[0]]
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "job.py")).read())
 import memolab.store
 st = memolab.store.get_store()
+t0 = time.monotonic()
 f(int(os.environ["FIRST"]))  # S3 throttling every request: this one is computed here
+first = time.monotonic() - t0
 open(os.environ["FLAG"] + ".offline", "w").close()
 deadline = time.monotonic() + 60
 while not os.path.exists(os.environ["FLAG"] + ".healed"):
@@ -37,7 +39,9 @@ while not os.path.exists(os.environ["FLAG"] + ".healed"):
 while not st.link.usable():  # a probe (the uploader's, 2 s after the failure) finds S3 answering again
     assert time.monotonic() < deadline, "never came back online"
     time.sleep(0.05)
-print(json.dumps(f(int(os.environ["SECOND"]))["n"]), flush=True)
+t0 = time.monotonic()
+n = f(int(os.environ["SECOND"]))["n"]
+print(json.dumps([n, first, time.monotonic() - t0]), flush=True)
 """
 
 
@@ -92,6 +96,9 @@ def test_throttling_that_outlasts_the_timeout_goes_offline_and_comes_back_after_
             p.kill()
             p.wait()
     assert p.returncode == 0, err
-    assert json.loads(out.strip().splitlines()[-1]) == 15
+    n, first, second = json.loads(out.strip().splitlines()[-1])
+    assert n == 15
+    print(f"throttled out: the call took {first:.2f} s (MEMOLAB_REMOTE_TIMEOUT=1); after the probe, a team hit in "
+          f"{second:.2f} s")
     assert "still busy after" in err, err  # went offline, saying why
     assert computed(calls) == ["A 13", "A 15", "B 13"], "after the probe, 15 was recomputed instead of downloaded"
