@@ -645,7 +645,7 @@ class TeamStore:
 
     # -- pull ----------------------------------------------------------------------------
     def pull(self, fn: str | None = None, since: float | None = None,
-             progress: Any = None) -> dict[str, int]:
+             progress: Any = None) -> dict[str, Any]:
         """Import the team's results of ``fn`` finished after ``since``: one ``rows_since``
         query, the missing blobs downloaded concurrently, rows published locally in one
         transaction, their logs imported. ``Offline`` if the team store is down."""

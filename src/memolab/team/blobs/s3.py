@@ -192,7 +192,7 @@ class S3Blobs(RemoteBlobs):
 
             time.sleep(random.uniform(0, step))  # full jitter: throttled clients do not retry in step
             step = min(step * 2, BUSY_MAX)
-            body = kw.get("Body")
+            body: Any = kw.get("Body")
             if hasattr(body, "seek"):
                 body.seek(0)  # the next try sends the body again
 
