@@ -85,3 +85,44 @@ def test_an_unsigned_team_store_is_loaded_only_when_opted_into(tmp_path, pg_team
     cp = w.run(3, 4)  # opted in: team hits, and the warning that says what was opted into
     assert computed(calls) == ["U 3", "U 4", "V 3", "V 4"], "opted in, yet recomputed"
     assert "MEMOLAB_TEAM_UNSIGNED=1: results are not signed" in cp.stderr, cp.stderr
+
+
+ACCEPT_JOB = '''
+import json, os, sys
+import memolab
+
+@memolab.memo
+def train(n):
+    with open(os.environ["CALLS"], "a") as f:
+        f.write(f"{os.environ['MACHINE']} {n}\\n")
+    print("training", n)  # LOG
+    if os.environ.get("STOP"):
+        raise SystemExit("stopped by hand")
+    return {"n": n}
+
+print(json.dumps([train(int(a))["n"] for a in sys.argv[1:]]), flush=True)
+'''
+
+
+def test_a_keyless_machine_follows_no_team_accept_it_cannot_verify(tmp_path, pg_team):
+    """An accept decides which results a call gets: where the team signs, a keyless machine
+    follows none of the team's accepts (one stripped of its signature here), as it loads none
+    of its rows: it recomputes instead of serving its own old-code result for new code."""
+    import psycopg
+
+    (tmp_path / "job.py").write_text(ACCEPT_JOB)
+    calls = tmp_path / "calls"
+    a = Machine("A", tmp_path, pg_team, calls, KEY)
+    n = Machine("N", tmp_path, pg_team, calls, NO_OPT_IN)
+    assert a.cli("remote", "upgrade").returncode == 0
+    n.run(1)  # its own result, under the old code (the team's key refuses it: not published)
+    a.run(1)
+    (tmp_path / "job.py").write_text(ACCEPT_JOB.replace('print("training", n)  # LOG', 'print("training!", n)'))
+    cp = a.run(1, check=False, STOP="1")  # a miss caused by code alone, its recomputation stopped
+    assert cp.returncode != 0 and "stopped by hand" in cp.stderr, cp.stderr
+    acc = a.cli("accept", "train", "--yes", "--json")
+    assert acc.returncode == 0 and json.loads(acc.stdout)["accepted"]["team"] == "published", acc.stdout + acc.stderr
+    with psycopg.connect(pg_team.env["MEMOLAB_REMOTE"]) as c:
+        assert c.execute("UPDATE memolab_accepts SET signature = NULL").rowcount == 1  # the forger's copy
+    n.run(1)
+    assert computed(calls) == ["N 1", "A 1", "A 1", "N 1"], "a keyless machine followed an unverifiable accept"

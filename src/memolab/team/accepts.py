@@ -9,7 +9,8 @@
   taken back are taken back here. While the team store is unreachable, the local copies are
   followed as they were last seen (an undo made elsewhere reaches this machine when it is back).
 - Every accept is verified before it is followed (``store.accepts.usable``: its signature,
-  when the team signs).
+  when the team signs); a machine that may load no team row (``TeamStore.load_refusal``)
+  follows none of the team's accepts.
 """
 from __future__ import annotations
 
@@ -34,8 +35,11 @@ def accepts_of(store: Any, fn: str, schema: str) -> list[dict[str, Any]]:
     index = store.local.index
     if store.link.usable():
         try:
-            team = store.link.run(lambda: store.link.index.accepts(fn, schema, active=False)
-                                  if _supported(store) else None)
+            # an accept decides which stored results a call gets: where no team row may be loaded
+            # (no key while the team signs, an unsigned team not opted into) none of the team's
+            # accepts is followed either, since none can be verified
+            team = None if store.load_refusal() is not None else store.link.run(
+                lambda: store.link.index.accepts(fn, schema, active=False) if _supported(store) else None)
         except Offline:
             team = None
         if team is not None:
