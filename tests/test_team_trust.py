@@ -79,6 +79,8 @@ def test_an_unsigned_team_store_is_loaded_only_when_opted_into(tmp_path, pg_team
     cp = v.run(3, 4)
     assert computed(calls) == ["U 3", "U 4", "V 3", "V 4"], "an unsigned team store's rows were loaded"
     assert cp.stderr.count("MEMOLAB_TEAM_UNSIGNED=1 to trust an unsigned team store") == 1, cp.stderr
+    st = json.loads(v.cli("remote", "status", "--json").stdout)
+    assert st["loads"] is False and "MEMOLAB_TEAM_UNSIGNED=1" in st["not_loaded"], st
     pulled = Machine("P", tmp_path, pg_team, calls, NO_OPT_IN).cli("pull", "--json")
     assert json.loads(pulled.stdout)["imported"] == 0, pulled.stdout + pulled.stderr
     w = Machine("W", tmp_path, pg_team, calls, OPT_IN)

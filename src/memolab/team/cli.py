@@ -158,6 +158,10 @@ def cmd_remote(args: argparse.Namespace) -> int:
     out["reachable"] = out["index_reachable"] and out["blobs_reachable"]
     out["team_key"] = _short(recorded)
     out["key_matches"] = None if recorded is None or not out["signed"] else recorded == signing.key_check()
+    # whether this machine loads the team's results (docs/team.md, "Trust"; a team that cannot be
+    # asked for its key check is judged as unsigned)
+    out["not_loaded"] = signing.load_refusal(recorded)
+    out["loads"] = out["not_loaded"] is None
     out["seconds"] = round(time.monotonic() - t0, 3)
     if args.json:
         emit_json(out)
@@ -188,8 +192,11 @@ def cmd_remote(args: argparse.Namespace) -> int:
             print(f"failing      {out['failing']} queued result(s) were refused by the team store: "
                   f"{out['last_upload_error']}")
         if not out["signed"]:
-            print("signing      OFF: MEMOLAB_HMAC_KEY is not set, so anyone who can write to the team store can run "
-                  "code in this process (docs/team.md)")
+            if out["loads"]:
+                print("signing      OFF: MEMOLAB_HMAC_KEY is not set and MEMOLAB_TEAM_UNSIGNED=1, so anyone who can "
+                      "write to the team store can run code in this process (docs/team.md)")
+            else:
+                print(f"signing      OFF: team results are not loaded here ({out['not_loaded']})")
     return 0 if out["reachable"] else PROBLEM
 
 
