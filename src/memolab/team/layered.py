@@ -43,7 +43,7 @@ from ..store import Store, signing
 from ..store.blobs import fsync_dir as _fsync_dir
 from ..store.sqlite import LOOKUP_ONLY, Key, host_name
 from . import journal
-from .link import Link, Offline
+from .link import Failed, Link, Offline
 
 _warned: set[Hashable] = set()
 
@@ -521,7 +521,10 @@ class TeamStore:
         with self.local.held_lock:
             todo = [(k, o) for k, o in self._unreleased.items() if self._team_held.get(k) != o]
         for key, owner in todo:
-            (run or self.link.run)(lambda key=key, owner=owner: self.link.index.release(key, owner))  # type: ignore[misc]  # (defaults it cannot type)
+            try:
+                (run or self.link.run)(lambda key=key, owner=owner: self.link.index.release(key, owner))  # type: ignore[misc]  # (defaults it cannot type)
+            except Failed:
+                pass  # refused, not an outage (a permission): given up, never holding the uploads back
             with self.local.held_lock:
                 if self._unreleased.get(key) == owner:
                     del self._unreleased[key]
