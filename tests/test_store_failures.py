@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import memolab
-from conftest import other_user_python, tmpfs_at
+from conftest import other_user_python, skip_or_fail, tmpfs_at
 from memolab import config
 from memolab.errors import StoreConfigError
 
@@ -77,7 +77,7 @@ def _mounts_under(d: Path):
 def as_nobody() -> list:
     """The command prefix that runs a process as user nobody (we are root; setpriv drops every capability)."""
     if not ROOT or not shutil.which("setpriv"):
-        pytest.skip("needs root and setpriv to run as another user")
+        skip_or_fail("needs root and setpriv to run as another user")
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
@@ -119,9 +119,9 @@ def populated(world: Path, their_python: bool = False) -> Path:
 def read_only_mount(src: Path, dst: Path) -> None:
     dst.mkdir()
     if not ROOT or subprocess.run(["mount", "--bind", str(src), str(dst)], capture_output=True).returncode:
-        pytest.skip("cannot bind-mount here (not root)")
+        skip_or_fail("cannot bind-mount here (not root)")
     if subprocess.run(["mount", "-o", "remount,ro,bind", str(dst)], capture_output=True).returncode:
-        pytest.skip("cannot remount read-only here")
+        skip_or_fail("cannot remount read-only here")
 
 
 # -- stores that cannot be written -----------------------------------------------------------------
