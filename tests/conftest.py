@@ -106,6 +106,33 @@ def _no_leaks_between_tests():
         memolab.configure(**changed)
 
 
+@pytest.fixture(autouse=True)
+def _sigint_stays_python_s():
+    """Ctrl-C reaches every test as Python's ``KeyboardInterrupt``: a SIGINT handler (or signal
+    wake-up fd) a test or a library it ran left behind is put back, and the test that left it fails
+    naming it. Found under load: nbclient (test_notebook) adds asyncio's no-op SIGINT handler with
+    ``loop.add_signal_handler`` and removes it only if the kernel started; a kernel that did not
+    start in time left it, and it swallowed ``_thread.interrupt_main()`` in a later file of that
+    worker (test_lifecycle waited forever). Only the main thread can set signal handlers."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    yield
+    now = signal.getsignal(signal.SIGINT)
+    now_fd = signal.set_wakeup_fd(fd)  # (put back whatever it was)
+    if now is not handler:
+        signal.signal(signal.SIGINT, handler)
+    if now is not handler or now_fd != fd:
+        pytest.fail(f"this test left SIGINT's handler {now!r} (was {handler!r}) and the signal wake-up fd {now_fd} "
+                    f"(was {fd}): both put back; a later test's Ctrl-C would have been swallowed", pytrace=False)
+
+
 class Calls(list):
     """A list that tests append to from inside a memoized function, to count real runs.
 
