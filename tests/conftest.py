@@ -133,6 +133,34 @@ def _sigint_stays_python_s():
                     f"(was {fd}): both put back; a later test's Ctrl-C would have been swallowed", pytrace=False)
 
 
+def read_terminal(fd: int, proc: subprocess.Popen, timeout: float = 120) -> bytes:
+    """All that ``proc`` writes to the pseudo-terminal whose main end is ``fd``, until it closes the
+    other end, within ``timeout`` seconds: past it ``proc`` is killed and the test fails (a child
+    that hangs must fail the test, not the run: every wait has a bound)."""
+    import select
+    import time
+
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"{proc.args}: its terminal still open after {timeout} s (a hang): "
+                                 f"{b''.join(chunks)[-2000:]!r}")
+        if not select.select([fd], [], [], min(left, 1.0))[0]:
+            continue
+        try:
+            b = os.read(fd, 65536)
+        except OSError:  # EIO: the other end is closed
+            break
+        if not b:
+            break
+        chunks.append(b)
+    return b"".join(chunks)
+
+
 class Calls(list):
     """A list that tests append to from inside a memoized function, to count real runs.
 

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import SRC
+from conftest import SRC, read_terminal
 
 SCRIPT = '''
 import json, os, sys
@@ -166,15 +166,7 @@ def test_accept_on_a_terminal_asks_and_declining_records_nothing(project):
                                  env=env(project), stdin=sub, stdout=sub, stderr=sub)
             os.close(sub)
             os.write(main, answer)
-            chunks = []
-            while True:
-                try:
-                    b = os.read(main, 4096)
-                except OSError:
-                    break
-                if not b:
-                    break
-                chunks.append(b)
+            chunks = [read_terminal(main, p)]
             p.wait(timeout=60)
             return b"".join(chunks).decode()
         finally:
