@@ -173,24 +173,44 @@ def calls() -> dict[str, tuple]:
 
 
 def _code_digest(obj: object) -> tuple[str, dict[str, str]]:
+    """The digest, and the dependencies it was made of (what the failure message compares)."""
     from memolab import codegraph
 
     if isinstance(obj, type):
-        return codegraph.object_digest(obj), {}
+        digest = codegraph.object_digest(obj)
+        root = codegraph._object_roots.get(obj)  # (a test's look at the graph behind it)
+        cv = getattr(root, "cv", None)
+        return digest, dict(sorted(cv.deps.items())) if cv is not None else {}
     cv = codegraph.function_code(obj)
     return cv.digest, dict(sorted(cv.deps.items()))
+
+
+#: Vectors whose digest holds the Python version, by design: an enum class and an OmegaConf config
+#: count the standard library's version (their base classes), a dataclass the code the standard
+#: library generates for it (``__repr__``), so a user's Python upgrade recomputes results keyed by
+#: them. They are pinned per Python minor version (``by_python``), checked on each version pinned;
+#: ``--write`` on another version adds its entry. (The pandas frame counts pandas' minor version the
+#: same way: pandas is pinned exactly in the dev extra, and a new pin is a library's drift, written
+#: with ``--write --same-schema``.)
+PYTHON_DEPENDENT = {"values": {"dataclass", "enum", "enum str", "OmegaConf"}, "code": {"dataclass Point", "enum Color"}}
 
 
 def compute() -> dict:
     """The vectors, as this memolab computes them in this process."""
     from memolab import codegraph, hashing
 
-    out: dict = {"KEY_SCHEMA": hashing.KEY_SCHEMA, "CODE_SCHEMA": codegraph.CODE_SCHEMA}
-    out["values"] = {name: hashing.hash_value(v) for name, v in values()}
+    python = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    out: dict = {"KEY_SCHEMA": hashing.KEY_SCHEMA, "CODE_SCHEMA": codegraph.CODE_SCHEMA, "python": python}
+    mine: dict = {"values": {}, "code": {}}
+    out["by_python"] = {python: mine}
+    out["values"] = {}
+    for name, v in values():
+        (mine if name in PYTHON_DEPENDENT["values"] else out)["values"][name] = hashing.hash_value(v)
     out["code"] = {}
     out["code_deps"] = {}
     for name, obj in code().items():
-        out["code"][name], out["code_deps"][name] = _code_digest(obj)
+        digest, out["code_deps"][name] = _code_digest(obj)
+        (mine if name in PYTHON_DEPENDENT["code"] else out)["code"][name] = digest
     out["keys"] = {name: list(fn.key(*a, **kw)) for name, (fn, a, kw) in calls().items()}
     return out
 
@@ -356,9 +376,11 @@ def report() -> dict:
 def differences(pinned: dict, now: dict) -> list[str]:
     """Lines naming each pinned vector that changed (a name added is not a change)."""
     lines = []
+    python = now["python"]
     for part in ("values", "code", "keys"):
-        for name, want in pinned.get(part, {}).items():
-            got = now[part].get(name)
+        versioned = pinned.get("by_python", {}).get(python, {}).get(part, {})
+        for name, want in [*pinned.get(part, {}).items(), *versioned.items()]:
+            got = now[part].get(name, now["by_python"][python].get(part, {}).get(name))
             if got != want:
                 extra = ""
                 if part == "code":
@@ -387,7 +409,11 @@ def main() -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ns = p.parse_args()
     if not ns.child:  # the work is always done in the controlled environment
-        out = run_in_subprocess(*(["--write"] if ns.write else []), *(["--same-schema"] if ns.same_schema else []))
+        try:
+            out = run_in_subprocess(*(["--write"] if ns.write else []), *(["--same-schema"] if ns.same_schema else []))
+        except RuntimeError as e:  # (a refused --write says why)
+            print(e, file=sys.stderr)
+            return 1
         print(json.dumps(out, indent=1))
         return 0
     if not ns.write:
@@ -402,6 +428,8 @@ def main() -> int:
               "(hashing/primitives.py SCHEMA, codegraph/where.py CODE_SCHEMA), write the CHANGELOG's "
               "'Recomputed once' entry, then --write again:\n  " + "\n  ".join(moved), file=sys.stderr)
         return 1
+    if same:  # the other Python versions' entries stay valid under the same schemas
+        now["by_python"] = {**pinned.get("by_python", {}), **now["by_python"]}
     VECTORS.write_text(json.dumps(now, indent=1, ensure_ascii=True) + "\n")
     with tempfile.TemporaryDirectory(prefix="memolab-golden-store-") as tmp:
         added = write_store(Path(tmp))

@@ -43,8 +43,14 @@ def test_digests_keys_and_stores_of_earlier_releases_do_not_drift():
                              f"(it adds a store fixture for {schemas} and keeps the old one)")
     unpinned = [f"{part}[{name!r}]" for part in ("values", "code", "keys") for name in now[part]
                 if name not in pinned[part]]
+    # the vectors that hold Python's version (golden.PYTHON_DEPENDENT) are checked where pinned
+    versioned = pinned.get("by_python", {}).get(now["python"])
+    if versioned is not None:
+        unpinned += [f"{part}[{name!r}] (Python {now['python']})" for part in ("values", "code")
+                     for name in now["by_python"][now["python"]][part] if name not in versioned[part]]
     assert not unpinned, f"not pinned yet: {unpinned}; run `python tests/golden.py --write`"
     assert len(now["values"]) >= 50 and len(now["code"]) >= 3 and len(now["keys"]) >= 3
+    assert pinned["by_python"], "no Python version's entry is pinned"
 
     # the store fixtures: each read without loss; the current schemas' one hit, older ones miss by design
     fixtures = {s["fixture"]: s for s in got["stores"]}
@@ -61,6 +67,6 @@ def test_the_vectors_name_what_moved():
     pinned = {"values": {"int 0": "a"}, "code": {"f": "x"}, "code_deps": {"f": {"m:f": "1", "m:g": "2"}},
               "keys": {}}
     now = {"values": {"int 0": "b", "new": "c"}, "code": {"f": "y"}, "code_deps": {"f": {"m:f": "1", "m:g": "3"}},
-           "keys": {}}
+           "keys": {}, "python": "3.11", "by_python": {"3.11": {"values": {}, "code": {}}}}
     assert golden.differences(pinned, now) == [
         "values['int 0']: pinned a, now b", "code['f']: pinned x, now y (dependencies that moved: ['m:g'])"]
