@@ -2,8 +2,9 @@
 
 Their code digests are pinned in vectors.json and the store fixtures under stores/ hold results
 keyed by them: an edit here changes those digests and reads as a schema change that was not
-made. A new case goes in a new module next to this one. Nothing here imports a library or the
-standard library (a library counts by its version, so the digests would move with Python's).
+made. A new case goes in a new module next to this one. The functions use no library and no
+standard module (a library counts by its version: the digests would move with it); the dataclass
+and the enum count Python's version by design (golden.PYTHON_DEPENDENT).
 """
 from __future__ import annotations
 
