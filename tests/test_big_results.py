@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import require
+
+torch = require("torch")
 
 SCRIPT = r'''
 import json, os, sys
@@ -145,7 +147,8 @@ def test_a_write_made_while_a_hit_is_unpickled_is_seen_by_the_next_key(project, 
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine: the GPU restore path "
-                    "(pinned host memory, one transfer) runs only where a GPU is present")
+                    "(pinned host memory, one transfer) runs only where a GPU is present. The one skip CI "
+                    "allows (CI has no GPU; every other missing tool fails there: conftest.skip_or_fail)")
 def test_a_result_that_lived_on_a_gpu_comes_back_on_its_device(project):  # pragma: no cover - needs a GPU
     project.write("gpu.py", """
         import json, torch, memolab

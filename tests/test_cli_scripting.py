@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from conftest import read_terminal
+
 JOB = """
 import sys
 import memolab
@@ -175,15 +177,7 @@ def _on_a_terminal(project, *args, env=None):
                              env={**_env(project), **(env or {})},
                              stdout=subprocess.PIPE, stderr=sub, stdin=subprocess.DEVNULL)
         os.close(sub)
-        chunks = []
-        while True:
-            try:
-                b = os.read(main, 4096)
-            except OSError:
-                break
-            if not b:
-                break
-            chunks.append(b)
+        chunks = [read_terminal(main, p)]
         p.wait(timeout=60)
         return b"".join(chunks).decode()
     finally:

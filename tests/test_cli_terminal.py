@@ -14,10 +14,23 @@ import uuid
 
 import pytest
 
-from conftest import SRC
+from conftest import SRC, require_tool
 
 TMUX = shutil.which("tmux")
-needs_tmux = pytest.mark.skipif(TMUX is None, reason="tmux is not installed (Debian's tmux: make system-deps)")
+
+def _needs_tmux(fn):
+    """A test that drives tmux: skipped without it, failed under CI (conftest.require_tool)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*a, **kw):
+        require_tool("tmux")
+        return fn(*a, **kw)
+
+    return run
+
+
+needs_tmux = _needs_tmux
 
 SWEEP = """
     import memolab

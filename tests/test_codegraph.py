@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 
+from conftest import require
 from memolab import codegraph, hashing, memo
 from memolab.codegraph import bytecode, dictversion, origins
 from memolab.errors import MemolabWarning
@@ -266,7 +267,7 @@ def test_memoized_helpers_count_as_their_function(mods, tmp_store):
 
 
 def test_third_party_and_stdlib_are_keyed_by_version_not_source(mods):
-    np = pytest.importorskip("numpy")
+    np = require("numpy")
     m = mods.write("cg_pkg", "import numpy as np\nimport os.path\n\ndef f(x):\n    return np.mean(x), os.path.join('a')\n")
     deps = codegraph.function_code(m.f).deps
     assert deps["pkg:numpy"] == np.__version__
@@ -281,7 +282,7 @@ def test_version_truncation_by_sensitivity():
 
 
 def test_version_sensitivity_changes_which_part_of_a_version_counts(mods):
-    pytest.importorskip("numpy")
+    require("numpy")
     m = mods.write("cg_sens", "import numpy\n\ndef f(x):\n    return numpy.sum(x)\n")
     ds = {s: digest(m.f, version_sensitivity=s) for s in ("exact", "minor", "major", "ignore")}
     assert len(set(ds.values())) == 4
@@ -485,7 +486,7 @@ def test_a_helper_rebound_to_an_object_with_its_own_eq_is_seen(mods):
     # The per-call check must compare namespace slots by identity: an object whose
     # ``==`` says True to anything hid the rebinding, one whose ``==`` returns an
     # array made the check raise instead of rebuilding the graph.
-    np = pytest.importorskip("numpy")
+    np = require("numpy")
     m = mods.write("cg_rebind_eq", "def helper(x):\n    return x + 1\n\ndef f(x):\n    return helper(x)\n")
     d0 = digest(m.f)
 
@@ -539,7 +540,7 @@ def test_ipython_autoreload_patching_a_class_in_place_is_seen(mods, tmp_path):
     # %autoreload 2 reloads the module and patches the *old* class's methods in
     # place (their __code__), so a notebook's `from model import Net` keeps the
     # old class object: its cached analysis must not outlive that patch
-    autoreload = pytest.importorskip("IPython.extensions.autoreload")
+    autoreload = require("IPython.extensions.autoreload")
     src = "class Net:\n    def forward(self, x):\n        return x * 2\n"
     model = mods.write("cg_ar_model", src)
     m = mods.write("cg_ar_user", "from cg_ar_model import Net\n\ndef f(x):\n    return Net().forward(x)\n")

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 PRELUDE = '''
@@ -125,7 +127,7 @@ print(json.dumps({"loss": loss, "calls": len(calls), "key": train.key(5, 0)[1],
 def test_a_nanogpt_hit_imports_no_library_training_never_reaches(project):
     """``GPT.from_pretrained`` imports transformers; training never calls it. No key ever imports
     it (a 4-7 s import on every hit before), and the key is the same whether or not it is installed."""
-    pytest.importorskip("torch")
+    require("torch")
     project.write("model.py", NANOGPT)
     project.write("train.py", TRAIN)
     first = project.run_json("train.py")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import other_user_python
+from conftest import other_user_python, skip_or_fail
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -175,7 +175,7 @@ def test_a_damaged_row_on_a_store_that_cannot_be_written_costs_a_computation_not
     """The row cannot be taken out of use there: the call computes without storing (it looped
     on the row forever)."""
     if not shutil.which("setpriv") or os.geteuid() != 0:
-        pytest.skip("needs root and setpriv to read the store as another user")
+        skip_or_fail("needs root and setpriv to read the store as another user")
     proj.run_json("f.py", "3")
     damage(proj, "buffers='{{broken'")
     shared = Path(tempfile.mkdtemp(prefix="memolab-ro-", dir="/tmp"))

@@ -16,12 +16,12 @@ import sys
 
 import pytest
 
-from conftest import SRC, Calls, Project
+from conftest import SRC, Calls, Project, require
 
-np = pytest.importorskip("numpy")
-pd = pytest.importorskip("pandas")
-pl = pytest.importorskip("polars")
-pytest.importorskip("sklearn")
+np = require("numpy")
+pd = require("pandas")
+pl = require("polars")
+require("sklearn")
 
 from memolab import File, hashing, memo  # noqa: E402
 from memolab.errors import HashError  # noqa: E402

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+from conftest import require
+
+require("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
 

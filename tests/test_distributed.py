@@ -14,11 +14,13 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import require, skip_or_fail
+
+torch = require("torch")
 import torch.distributed as dist  # noqa: E402
 
 if not dist.is_available():
-    pytest.skip("torch.distributed is not available", allow_module_level=True)
+    skip_or_fail("torch.distributed is not available", allow_module_level=True)
 
 from launchers import SRC, launch, launch_accelerate, marks, results  # noqa: E402
 
@@ -407,7 +409,7 @@ dist.destroy_process_group()
 
 
 def test_accelerate_launch_with_2_cpu_processes_misses_then_hits(tmp_path):
-    pytest.importorskip("accelerate")
+    require("accelerate")
     (tmp_path / "acc.py").write_text(textwrap.dedent(ACCELERATE))
     launch_accelerate(tmp_path, "acc.py", env={"PLAIN": "1"})
     assert sorted(marks(tmp_path / "acc.marks")) == ["0", "0", "1", "1"]  # plain + the miss, per rank
@@ -541,7 +543,7 @@ def test_a_collective_call_drawing_from_the_seeded_generator_is_keyed_by_the_see
     for seed in ("0", "1", "0"):
         launch(tmp_path, "seeded.py", env={"SEED": seed})
         out.setdefault(seed, []).append(results(tmp_path, "seeded"))
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     for seed in ("0", "1"):
         torch.manual_seed(int(seed))
         truth = {"value": torch.randn(3).tolist(), "after": torch.rand(1).item()}

@@ -13,11 +13,13 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import require, skip_or_fail
+
+torch = require("torch")
 import torch.distributed as dist  # noqa: E402
 
 if not dist.is_available():
-    pytest.skip("torch.distributed is not available", allow_module_level=True)
+    skip_or_fail("torch.distributed is not available", allow_module_level=True)
 
 from launchers import launch, marks, results  # noqa: E402
 

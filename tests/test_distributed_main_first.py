@@ -10,11 +10,13 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import require, skip_or_fail
+
+torch = require("torch")
 import torch.distributed as dist  # noqa: E402
 
 if not dist.is_available():
-    pytest.skip("torch.distributed is not available", allow_module_level=True)
+    skip_or_fail("torch.distributed is not available", allow_module_level=True)
 
 from launchers import launch, launch_accelerate, marks, results  # noqa: E402
 
@@ -181,7 +183,7 @@ dist.destroy_process_group()
 
 
 def test_main_first_under_accelerate_launch_computes_on_the_main_process_only(tmp_path):
-    pytest.importorskip("accelerate")
+    require("accelerate")
     (tmp_path / "acc.py").write_text(textwrap.dedent(ACCELERATE))
     launch_accelerate(tmp_path, "acc.py")
     assert marks(tmp_path / "acc.marks") == ["0"]

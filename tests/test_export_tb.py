@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import memolab
+from conftest import require, require_tool
 from memolab import memo
 from memolab.store import get_store
 from memolab.tracking import query, tb_export
 
-ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+ea_mod = require("tensorboard.backend.event_processing.event_accumulator")
 SIZE = {"scalars": 0, "images": 0, "histograms": 0, "tensors": 0, "compressedHistograms": 0}
 
 
@@ -34,7 +35,7 @@ def test_crc32c_known_vectors(crc):
 
 
 def test_native_crc32c_is_used_when_installed():
-    pytest.importorskip("google_crc32c")
+    require("google_crc32c")
     assert tb_export.CRC32C_NATIVE  # the `tb` extra: ~1000x the pure-Python loop
 
 
@@ -298,10 +299,9 @@ def test_a_whole_store_export_keeps_hparams_comparable_and_log_dir_names(project
 def test_tensorboards_parallel_coordinates_view_draws_a_whole_store_export(project):
     """The same export in TensorBoard's own page (tensorboard on 127.0.0.1, Debian's Chromium):
     its parallel-coordinates plot holds a line for each of fit's six runs (none before)."""
-    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api = require("playwright.sync_api")
     chromium = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
-    if not os.path.exists(chromium):
-        pytest.skip(f"no Chromium at {chromium}")
+    require_tool("chromium", chromium)
     import socket
     import time
 

@@ -7,10 +7,10 @@ hit leaves the generators where the body left them).
 """
 from __future__ import annotations
 
-import pytest
+from conftest import require
 
-pytest.importorskip("torch")
-pytest.importorskip("numpy")
+require("torch")
+require("numpy")
 
 PRELUDE = r'''
 import json, os, random, sys

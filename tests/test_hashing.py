@@ -17,7 +17,7 @@ import threading
 import pytest
 
 import memolab
-from conftest import Calls
+from conftest import Calls, require
 from memolab import hashing
 from memolab.errors import HashError
 from memolab.hashing import hash_arguments, hash_value as H
@@ -150,7 +150,7 @@ def test_dataclasses_by_class_and_fields():
 
 
 def test_attrs_classes():
-    attr = pytest.importorskip("attr")
+    attr = require("attr")
 
     @attr.s(slots=True)
     class A:
@@ -370,7 +370,7 @@ def test_subclasses_of_value_types_do_not_share_keys_with_their_base():
 def test_numpy_subclasses_hash_their_own_state():
     # the same bytes under another mask, or another attribute of a user subclass,
     # are other values: the sum of a masked array depends on its mask
-    np = pytest.importorskip("numpy")
+    np = require("numpy")
     a = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
     b = np.ma.array([1.0, 2.0, 3.0], mask=[0, 0, 0])
     assert a.sum() != b.sum()

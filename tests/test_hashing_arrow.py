@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-np = pytest.importorskip("numpy")
+from conftest import require
+
+pa = require("pyarrow")
+np = require("numpy")
 
 from memolab.hashing import hash_value as H  # noqa: E402
 
@@ -98,7 +100,7 @@ def test_layouts_read_through_ipc_hash_deterministically():
 
 @pytest.fixture
 def hf_offline(tmp_path, monkeypatch):
-    datasets = pytest.importorskip("datasets")
+    datasets = require("datasets")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return datasets
@@ -150,7 +152,7 @@ print(json.dumps({"rows": list(ds["a"]), "total": total(ds), "cache": cache}))
 
 @pytest.mark.slow
 def test_a_rewritten_cache_file_changes_the_dataset_key(project, tmp_path):
-    pytest.importorskip("datasets")
+    require("datasets")
     project.write("rows.csv", "a\n1\n2\n")
     project.write("job.py", HF_SCRIPT)
     env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import memolab
+from conftest import require
 from memolab import identity
 from memolab.hashing import hash_value as H
 
@@ -223,7 +224,7 @@ def test_loaded_result_in_a_new_process(project):
 
 # -- torch --------------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
+torch = require("torch")
 
 
 @pytest.fixture

@@ -22,9 +22,9 @@ import sys
 
 import pytest
 
-from conftest import SRC, Calls
+from conftest import SRC, Calls, require
 
-np = pytest.importorskip("numpy")
+np = require("numpy")
 
 CATALOGUE = r'''
 import os

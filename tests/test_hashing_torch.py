@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import require
 
-torch = pytest.importorskip("torch")
+torch = require("torch")
 
 from memolab.hashing import hash_value as H  # noqa: E402
 

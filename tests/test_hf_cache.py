@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("datasets")
+from conftest import require
+
+require("datasets")
 pytestmark = pytest.mark.slow
 
 JOB = r'''

@@ -7,9 +7,11 @@ import os
 
 import pytest
 
-datasets = pytest.importorskip("datasets")
-np = pytest.importorskip("numpy")
-pa = pytest.importorskip("pyarrow")
+from conftest import require
+
+datasets = require("datasets")
+np = require("numpy")
+pa = require("pyarrow")
 
 import memolab.hf.keys as hf_keys  # noqa: E402
 from memolab.hashing import hash_value as H  # noqa: E402

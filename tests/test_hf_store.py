@@ -11,7 +11,9 @@ import shutil
 
 import pytest
 
-pytest.importorskip("datasets")
+from conftest import require
+
+require("datasets")
 pytestmark = pytest.mark.slow
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Project
+from conftest import Project, require
 
-pytest.importorskip("torch")
-pytest.importorskip("pyarrow")
-pytest.importorskip("datasets")
+require("torch")
+require("pyarrow")
+require("datasets")
 
 VALUES = r'''
 import dataclasses, enum, os

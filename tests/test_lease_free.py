@@ -61,6 +61,36 @@ def test_a_function_leases_until_it_proves_quick_and_for_good_once_it_is_slow(tm
     assert [f(i) for i in range(5)] == list(range(5))
 
 
+def test_at_the_default_threshold_a_body_of_0_9_ms_is_quick_and_one_of_1_1_ms_slow(tmp_store, monkeypatch):
+    """The default ``lease_free_below`` (1 ms), not this file's 150 ms: what the body took is read
+    from a clock the body itself moves (memolab.lifecycle's ``perf_counter``), so no load can move
+    it. Load only lengthens real bodies, which then lease: the safe side (a lease costs one write,
+    never a wrong result or a computation more), which is why the default stays 1 ms."""
+    import dataclasses
+    import types
+
+    from conftest import Calls
+    from memolab import config, lifecycle
+
+    default = next(f.default for f in dataclasses.fields(config.Settings) if f.name == "lease_free_below")
+    assert default == 0.001
+    memolab.configure(lease_free_below=default)
+    clock = Calls([1000.0])  # opaque: the body's own moves do not change its key
+    monkeypatch.setattr(lifecycle, "time", types.SimpleNamespace(perf_counter=lambda: clock[0], sleep=time.sleep))
+
+    @memo
+    def f(x, took):
+        clock[0] += took
+        return x
+
+    store = get_store()
+    assert _leased(store, lambda: f(0, 0.0009))      # nothing known of this code yet
+    assert not _leased(store, lambda: f(1, 0.0009))  # 0.9 ms: quick at the default
+    assert not _leased(store, lambda: f(2, 0.0011))  # judged by those before it...
+    assert _leased(store, lambda: f(3, 0.0))         # ...but 1.1 ms was slow: leases for good
+    assert (f(1, 0.0009), f(3, 0.0)) == (1, 3) and store.index.conn().execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0
+
+
 def test_lease_free_below_zero_makes_every_miss_lease(tmp_store):
     @memo
     def f(x):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import _thread
 import asyncio
+import signal
 import threading
 import time
 import warnings
@@ -33,15 +34,27 @@ DRIVERS = ["sync", "async"]
 JOIN = 120
 
 
+def _gate_closed(gate, deadline: float) -> bool:
+    """The computation's poll: a gate never opened within JOIN fails the test instead of hanging
+    the run (a Ctrl-C that never arrived: a SIGINT handler that swallows it, see conftest)."""
+    if gate is None or gate:
+        return False
+    if time.monotonic() > deadline:
+        raise AssertionError(f"the gate was not opened within {JOIN} s: the interrupt meant to end this "
+                             f"computation never arrived (SIGINT's handler: {signal.getsignal(signal.SIGINT)!r})")
+    return True
+
+
 def memoized(kind: str, calls: Calls, gate=None):
     """f(x) = x * 10, memoized, sync or async; appends x to ``calls`` when it computes.
     ``gate``: a ``Calls`` the computation polls until something is put in it (a poll, not a
-    lock's wait: Ctrl-C reaches Python code between two sleeps)."""
+    lock's wait: Ctrl-C reaches Python code between two sleeps), for JOIN seconds at most."""
     if kind == "sync":
         @memo
         def f(x):
             calls.append(x)
-            while gate is not None and not gate:
+            deadline = time.monotonic() + JOIN
+            while _gate_closed(gate, deadline):
                 time.sleep(0.01)
             if x < 0:
                 raise ValueError("negative")
@@ -50,7 +63,8 @@ def memoized(kind: str, calls: Calls, gate=None):
         @memo
         async def f(x):
             calls.append(x)
-            while gate is not None and not gate:
+            deadline = time.monotonic() + JOIN
+            while _gate_closed(gate, deadline):
                 await asyncio.sleep(0.01)
             if x < 0:
                 raise ValueError("negative")
@@ -261,13 +275,16 @@ def test_an_interrupted_computation_gives_the_lease_back(kind):
     f = memoized(kind, calls, gate)
     store = f.store()
     if kind == "sync":
-        threading.Thread(target=lambda: (_wait_for(calls), _thread.interrupt_main())).start()
+        _sigint_raises()
+        threading.Thread(target=lambda: _wait_for(calls) and _thread.interrupt_main(), daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             f(6)
     else:
         async def main():
             task = asyncio.ensure_future(f(6))
+            deadline = time.monotonic() + JOIN
             while not calls:
+                assert time.monotonic() < deadline, "the computation never started"
                 await asyncio.sleep(0.01)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -376,7 +393,8 @@ def test_store_acquire_interrupted_while_the_team_says_wait_keeps_no_local_lease
     other = "other-box:1:1:machine:1"
     assert store.link.index.claim(key, other, 30.0) == ("owner", None)
     spy = Spy(store, monkeypatch)
-    threading.Thread(target=lambda: (spy.waiting.wait(JOIN), _thread.interrupt_main())).start()
+    _sigint_raises()
+    threading.Thread(target=lambda: spy.waiting.wait(JOIN) and _thread.interrupt_main(), daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         store.acquire(key, store.owner_id())
     assert "wait" in spy.answers
@@ -384,24 +402,37 @@ def test_store_acquire_interrupted_while_the_team_says_wait_keeps_no_local_lease
     store.link.index.release(key, other)
 
 
-def _wait_for(calls: Calls) -> None:
-    for _ in range(JOIN * 100):
-        if calls:
-            return
+def _wait_for(calls: Calls) -> bool:
+    """Whether ``calls`` got something within JOIN s. The helper threads interrupt only then: an
+    interrupt sent after the test gave up would land in whatever test runs next."""
+    deadline = time.monotonic() + JOIN
+    while not calls:
+        if time.monotonic() > deadline:
+            return False
         threading.Event().wait(0.01)
+    return True
+
+
+def _sigint_raises() -> None:
+    """``_thread.interrupt_main()`` raises ``KeyboardInterrupt`` only under Python's own SIGINT handler."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, \
+        f"SIGINT's handler is {signal.getsignal(signal.SIGINT)!r}: Ctrl-C would not raise (left by an earlier test?)"
 
 
 def _interrupt_the_wait(kind: str, f, x, spy: Spy) -> None:
     """Call ``f(x)``, which waits for another owner, and interrupt it there: Ctrl-C in the main
     thread (sync), a cancelled task (async)."""
     if kind == "sync":
-        threading.Thread(target=lambda: (spy.waiting.wait(JOIN), _thread.interrupt_main())).start()
+        _sigint_raises()
+        threading.Thread(target=lambda: spy.waiting.wait(JOIN) and _thread.interrupt_main(), daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             f(x)
     else:
         async def main():
             task = asyncio.ensure_future(f(x))
+            deadline = time.monotonic() + JOIN
             while not spy.waiting.is_set():
+                assert time.monotonic() < deadline, "the call never waited for the other owner"
                 await asyncio.sleep(0.01)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):

@@ -18,14 +18,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("lightning")
+from conftest import require
+
+require("lightning")
 import lightning as L  # noqa: E402
 import torch  # noqa: E402
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset  # noqa: E402
 
 import memolab  # noqa: E402
-from conftest import SRC, Calls  # noqa: E402
+from conftest import SRC, Calls  # noqa: E402, require
 from memolab import HashError, hashing, memo  # noqa: E402
 from memolab.lightning import MemolabLogger  # noqa: E402
 from memolab.store import get_store  # noqa: E402
@@ -164,7 +166,7 @@ def test_a_trainer_or_fabric_argument_is_refused_naming_its_path(fitted, tmp_sto
 
 
 def test_the_standalone_pytorch_lightning_package_registers_the_same_rules():
-    ptl = pytest.importorskip("pytorch_lightning")
+    ptl = require("pytorch_lightning")
 
     class D(ptl.LightningDataModule):
         def __init__(self) -> None:

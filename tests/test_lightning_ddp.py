@@ -12,11 +12,13 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("lightning")
+from conftest import require, skip_or_fail
+
+require("lightning")
 import torch.distributed as dist  # noqa: E402
 
 if not dist.is_available():
-    pytest.skip("torch.distributed is not available", allow_module_level=True)
+    skip_or_fail("torch.distributed is not available", allow_module_level=True)
 
 from launchers import marks, results, run_script  # noqa: E402
 

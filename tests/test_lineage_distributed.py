@@ -11,12 +11,10 @@
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
-import pytest
-
 import memolab
+from conftest import require, skip_or_fail
 from memolab import config
 from memolab.store import edges, get_store
 
@@ -27,10 +25,7 @@ def _inputs(store, fn):
 
 
 def test_dask_tasks_record_their_inputs_on_one_worker_and_across_workers(tmp_path):
-    if os.environ.get("CI"):
-        import distributed  # under CI a missing distributed is a failure, not a skip
-    else:
-        distributed = pytest.importorskip("distributed")
+    distributed = require("distributed")
     import lineage_tasks as t
     from memolab.workers import Configure
 
@@ -108,11 +103,11 @@ dist.destroy_process_group()
 
 
 def test_torchrun_ranks_record_inputs(tmp_path):
-    pytest.importorskip("torch")
+    require("torch")
     import torch.distributed as dist
 
     if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
+        skip_or_fail("torch.distributed is not available")
     from launchers import launch, results
 
     (tmp_path / "ranks.py").write_text(textwrap.dedent(RANKS))

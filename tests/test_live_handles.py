@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from conftest import SRC, Calls
+from conftest import SRC, Calls, require
 from memolab import hashing, memo
 from memolab.errors import HashError
 
-optuna = pytest.importorskip("optuna")
+optuna = require("optuna")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -94,7 +94,7 @@ def test_database_handles_are_refused_naming_their_path(tmp_path):
         with pytest.raises(HashError, match="a sqlite3 Blob is a live handle"):
             hashing.hash_value(blob)
     con.close()
-    sqlalchemy = pytest.importorskip("sqlalchemy")
+    sqlalchemy = require("sqlalchemy")
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'db2.sqlite'}")
     with pytest.raises(HashError, match="an SQLAlchemy Engine is a live handle"):
         hashing.hash_value(engine)
@@ -110,7 +110,7 @@ def test_database_handles_are_refused_naming_their_path(tmp_path):
 
 
 def test_a_psycopg_connection_is_refused(postgres_dsn):
-    psycopg = pytest.importorskip("psycopg")
+    psycopg = require("psycopg")
     with psycopg.connect(postgres_dsn) as con:
         with pytest.raises(HashError) as ei:
             hashing.hash_value({"con": con})

@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
-from conftest import SRC
+from conftest import SRC, require
 
-nbformat = pytest.importorskip("nbformat", reason="nbformat is pinned in the dev extra")
-nbclient = pytest.importorskip("nbclient", reason="nbclient is pinned in the dev extra")
-pytest.importorskip("ipykernel", reason="ipykernel is pinned in the dev extra")
+nbformat = require("nbformat", reason="nbformat is pinned in the dev extra")
+nbclient = require("nbclient", reason="nbclient is pinned in the dev extra")
+require("ipykernel", reason="ipykernel is pinned in the dev extra")
 
 CELLS = [
     """

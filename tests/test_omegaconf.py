@@ -13,10 +13,10 @@ import sys
 
 import pytest
 
-from conftest import SRC
+from conftest import SRC, require
 
-omegaconf = pytest.importorskip("omegaconf")
-pytest.importorskip("hydra")
+omegaconf = require("omegaconf")
+require("hydra")
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf  # noqa: E402
 

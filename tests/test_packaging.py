@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 import memolab
+from conftest import require
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "src" / "memolab"
@@ -51,7 +52,7 @@ def source_files() -> list:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    pytest.importorskip("build", reason="the dev extra pins build (make test installs it)")
+    require("build", reason="the dev extra pins build (make test installs it)")
     root = tmp_path_factory.mktemp("pkg")
     tree = root / "tree"
     tree.mkdir()

@@ -13,6 +13,8 @@ import stat
 
 import pytest
 
+from conftest import require
+
 pytestmark = pytest.mark.slow
 
 HELPERS = '''
@@ -311,7 +313,7 @@ print(json.dumps(ok))
 
 
 def test_numpy_and_torch_buffers_round_trip_mapped_with_aliasing(project):
-    pytest.importorskip("torch")
+    require("torch")
     project.write("arrays.py", ARRAYS)
     first = project.run("arrays.py")
     cp = project.run("arrays.py")

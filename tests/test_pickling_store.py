@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import memolab
-from conftest import Calls
+from conftest import Calls, require
 from memolab.explain import last_miss
 from memolab.store.sqlite import Index
 
@@ -89,7 +89,7 @@ def test_buffers_are_recorded_per_blob_and_writes_stay_private(tmp_store):
 
 
 def test_torch_results_are_writable_but_writes_stay_private(tmp_store):
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     base = torch.arange(1 << 16, dtype=torch.float64)
 
     @memolab.memo

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from conftest import SRC
+from conftest import SRC, read_terminal
 
 LINE = re.compile(r"^memolab: .*$", re.M)
 
@@ -255,15 +255,7 @@ def on_a_terminal(project, *args, env=None):
         p = subprocess.Popen([sys.executable, *args], cwd=project.root, env=e, stdout=subprocess.PIPE, stderr=sub,
                              stdin=subprocess.DEVNULL)
         os.close(sub)
-        chunks = []
-        while True:
-            try:
-                b = os.read(main, 65536)
-            except OSError:
-                break
-            if not b:
-                break
-            chunks.append(b)
+        chunks = [read_terminal(main, p)]
         out = p.stdout.read().decode()
         assert p.wait(timeout=120) == 0, (out, b"".join(chunks).decode(errors="replace"))
         return out, b"".join(chunks).decode(errors="replace")

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import memolab
+from conftest import require
 from memolab.tracking import names
 
 SWEEP = """
@@ -289,7 +290,7 @@ def test_writers_with_other_log_dirs_inside_one_computation_are_its_children(tmp
 
 def test_a_state_dict_argument_stays_one_short_repr():
     # keeping it nested would repr each of its tensors at every computation's start
-    torch = pytest.importorskip("torch")
+    torch = require("torch")
     from memolab.tracking.runs import hparam_value
 
     assert isinstance(hparam_value({f"layer{i}.weight": torch.zeros(2) for i in range(50)}), str)

@@ -15,7 +15,7 @@ import zlib
 
 import pytest
 
-from conftest import SRC
+from conftest import SRC, require
 from memolab.text import MASKED, is_secret_name, mask_repr, mask_secrets, short_repr
 
 HUB = "hf_SECRETxHUBxTOKENx0123456789"
@@ -79,7 +79,7 @@ def test_secrets_are_masked_in_every_record_and_view_but_keys_still_see_them(pro
     out = json.loads(_run(project, "job.py", HUB).splitlines()[-1])
     assert out["value"] == 1.0
     if not out["real"].startswith("transformers"):
-        assert os.environ.get("CI") != "true", "transformers (the dev extra) must be installed under CI"
+        require("transformers")  # a skip here, a failure under CI
     # nothing memolab wrote holds a secret: the index, its WAL, blobs (the result is a float)
     for p, data in _everything_under(project.store):
         for secret in (HUB, API, PASSWORD):

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("submitit")
+from conftest import require
+
+require("submitit")
 
 from launchers import run_script  # noqa: E402
 

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 import memolab
+from conftest import require
 from memolab import config
 from memolab.errors import StoreMiss, StoreUnavailable
 from memolab.store import ReadOnlyStore, Store
@@ -345,7 +346,7 @@ def blobs(request, tmp_path):
     elif kind == "s3":
         url = request.getfixturevalue("s3_bucket")
     else:
-        pytest.importorskip("fsspec")
+        require("fsspec")
         url = f"memory://memolab-conformance/{tmp_path.name}"
     rb = open_blobs(url)
     yield kind, rb

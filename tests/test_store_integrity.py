@@ -264,7 +264,7 @@ def test_a_new_store_opened_by_many_at_once_opens_for_all(tmp_path):
     errors = []
     for i in range(60):
         path = tmp_path / f"s{i}" / "index.sqlite"
-        gate = threading.Barrier(4)
+        gate = threading.Barrier(4, timeout=60)  # every wait bounded: a lost thread fails, never hangs
 
         def open_it(gate=gate, path=path) -> None:  # this round's, bound
             gate.wait()
@@ -277,7 +277,8 @@ def test_a_new_store_opened_by_many_at_once_opens_for_all(tmp_path):
         for t in ts:
             t.start()
         for t in ts:
-            t.join()
+            t.join(60)
+            assert not t.is_alive(), "an Index() open did not return within 60 s"
     assert errors == []
 
 

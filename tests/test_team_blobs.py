@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from conftest import require
 from memolab.errors import CorruptBlob, RemoteUnavailable, StoreConfigError, StoreMiss
 from memolab.store.blobs import digest_bytes
 from memolab.team import blobs as tb
@@ -339,7 +340,7 @@ def test_file_store_must_exist(tmp_path):
 
 
 def test_fsspec_memory_scheme(tmp_path):
-    pytest.importorskip("fsspec")
+    require("fsspec")
     rb = open_blobs("memory://memolab-test-blobs")
     data = b"through fsspec"
     d = digest_bytes(data)

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-if os.environ.get("CI"):
-    import distributed  # noqa: F401  (under CI a missing distributed is a failure, not a skip)
-distributed = pytest.importorskip("distributed")
+from conftest import require
+
+distributed = require("distributed")  # (under CI a missing distributed is a failure, not a skip)
 
 import dask  # noqa: E402
 

@@ -73,14 +73,21 @@ def test_team_times_are_the_database_servers_not_the_machines(tmp_path, pg_team)
     ahead = Machine("F", tmp_path, pg_team, calls, {"PYTHONPATH": f"{skew}{os.pathsep}{SRC}", "SKEW": str(60 * day)})
     a = Machine("A", tmp_path, pg_team, calls)
     behind.run(91)
-    behind.run(91)  # a local hit, forwarded to the team row: its last use
+    behind.run(91)  # a local hit: a process that only hit locally sends nothing (docs/team.md)
     import psycopg
 
-    with psycopg.connect(pg_team.env["MEMOLAB_REMOTE"]) as c:
-        finished, last_hit, hits = c.execute("SELECT finished, last_hit, hits FROM memolab_evaluations").fetchone()
+    def team_row():
+        with psycopg.connect(pg_team.env["MEMOLAB_REMOTE"]) as c:
+            return c.execute("SELECT finished, last_hit, hits FROM memolab_evaluations").fetchone()
+
+    finished, last_hit, hits = team_row()
     now = time.time()
     assert abs(finished - now) < 3600, "the row's finish time is the publishing machine's clock"
-    assert hits == 0 or abs(last_hit - now) < 3600
+    assert (hits, last_hit) == (0, None), "a process that only hit locally connected to send its count"
+    cp = behind.cli("sync", "--json")  # the next use of the team store forwards the hit: its last use
+    assert cp.returncode == 0, cp.stderr
+    finished, last_hit, hits = team_row()
+    assert hits == 1 and abs(last_hit - now) < 3600, ("the hit's time is the database server's", hits, last_hit, now)
     gc = a.cli("gc", "--remote", "--older-than", "30d", "--yes", "--json")
     assert gc.returncode == 0, gc.stderr
     assert json.loads(gc.stdout)["evaluations"] == 0, gc.stdout

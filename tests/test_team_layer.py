@@ -37,6 +37,11 @@ def f(n):
     if os.environ.get("HOLD"):
         open(os.environ["HOLD"], "w").close()
         time.sleep(600)
+    if os.environ.get("GATE"):  # computing until the test opens the gate (a file), 120 s at most
+        open(os.environ["GATE"] + ".in", "w").close()
+        t = time.monotonic()
+        while not os.path.exists(os.environ["GATE"]) and time.monotonic() - t < 120:
+            time.sleep(0.02)
     # n even: a small result (inline in the index row); n odd: blob files
     return {"n": n, "data": bytes([n % 256]) * (60000 if n % 2 else 10)}
 
@@ -298,6 +303,56 @@ def test_team_lease_of_a_killed_machine_is_taken_over_after_ttl(machines, tmp_pa
         if pa.poll() is None:
             pa.kill()
             pa.wait()
+
+
+def test_single_flight_across_machines_at_the_default_remote_timeout(machines, tmp_path):
+    """The default MEMOLAB_REMOTE_TIMEOUT (3 s; unset here, where the other tests of this file set
+    2 s): B calls the key A is computing, waits on the team's lease and gets A's result; computed
+    once. A team statement that ran past the timeout would take the team store for down and B would
+    compute the key too. Under `make test-stress`'s load this is the test that says whether the
+    default holds on a loaded machine (test_team_dask and test_team_gc raise it to 30 s: they test
+    other things)."""
+    a, b, calls = machines
+    gate = tmp_path / "gate"
+
+    def start(m):
+        env = {k: v for k, v in m.env(GATE=str(gate)).items() if k != "MEMOLAB_REMOTE_TIMEOUT"}
+        return subprocess.Popen([sys.executable, str(m.root / "job.py"), "52"], cwd=m.root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def until(what, cond, p):
+        deadline = time.monotonic() + 60
+        while not cond():
+            assert p.poll() is None, f"{what}: the process ended: {p.communicate()}"
+            assert time.monotonic() < deadline, f"{what} within 60 s"
+            time.sleep(0.02)
+
+    def b_waits():  # B holds its local lease while the team says "wait" (or while it asks)
+        try:
+            with sqlite3.connect(f"{(b.store / 'index.sqlite').as_uri()}?mode=ro", uri=True) as c:
+                return c.execute("SELECT COUNT(*) FROM leases").fetchone()[0] > 0
+        except sqlite3.Error:
+            return False  # not made yet
+
+    import sqlite3
+
+    pa = start(a)
+    pb = None
+    try:
+        until("A computes", Path(f"{gate}.in").exists, pa)
+        pb = start(b)
+        until("B asks for the key", b_waits, pb)
+        gate.touch()
+        outs = [p.communicate(timeout=120) for p in (pa, pb)]
+        for p, (out, err) in zip((pa, pb), outs, strict=True):
+            assert p.returncode == 0, err.decode()
+            assert json.loads(out.decode().strip().splitlines()[-1]) == [52]
+        assert computed(calls) == ["A 52"], "B computed the key too: the team store was taken for down"
+    finally:
+        for p in (pa, pb):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 # -- configuration -------------------------------------------------------------------------

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import multiprocessing
 
-import pytest
-
 import memolab
+from conftest import require
 from memolab import config
 
 
@@ -34,7 +33,7 @@ def _open(dsn: str, q) -> None:
 
 
 def test_clients_creating_the_schema_at_once_all_succeed(postgres_server):
-    pytest.importorskip("psycopg")
+    require("psycopg")
     ctx = multiprocessing.get_context("fork")
     for _ in range(4):
         dsn = postgres_server.new_database()

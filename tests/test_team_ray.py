@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-if os.environ.get("CI"):
-    import ray  # noqa: F401  (under CI a missing ray is a failure, not a skip)
-ray = pytest.importorskip("ray")
+from conftest import require
+
+ray = require("ray")  # (under CI a missing ray is a failure, not a skip)
 
 import memolab  # noqa: E402
-from conftest import SRC  # noqa: E402
+from conftest import SRC  # noqa: E402, require
 from memolab import config  # noqa: E402
 from memolab.store import Store  # noqa: E402
 

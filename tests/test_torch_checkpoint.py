@@ -11,7 +11,9 @@ import sqlite3
 
 import pytest
 
-pytest.importorskip("torch")
+from conftest import require
+
+require("torch")
 
 TRAIN = """
 import json, os, sys

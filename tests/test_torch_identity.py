@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-np = pytest.importorskip("numpy")
+from conftest import require
+
+torch = require("torch")
+np = require("numpy")
 
 import torch.nn.functional as F  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 
 import memolab  # noqa: E402
-from conftest import Calls  # noqa: E402
+from conftest import Calls  # noqa: E402, require
 from memolab import hashing  # noqa: E402
 from memolab.hashing import hash_value as H  # noqa: E402
 

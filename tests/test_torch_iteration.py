@@ -5,14 +5,15 @@ compared bitwise, augmentation included.
 """
 from __future__ import annotations
 
-import os
 import random
 import warnings
 
 import pytest
 
-torch = pytest.importorskip("torch")
-np = pytest.importorskip("numpy")
+from conftest import require
+
+torch = require("torch")
+np = require("numpy")
 
 from torch.utils.data import DataLoader, Dataset  # noqa: E402
 
@@ -175,10 +176,7 @@ def test_resumable_returned_mid_epoch_resumes_in_a_new_process(project):
 # -- torchdata ----------------------------------------------------------------------------------
 
 def _torchdata():
-    if os.environ.get("CI"):
-        import torchdata  # noqa: F401  (under CI a missing torchdata is a failure, not a skip)
-    else:
-        pytest.importorskip("torchdata")
+    require("torchdata")
     warnings.filterwarnings("ignore", module="torchdata")
 
 
@@ -302,10 +300,7 @@ def test_nodes_position_that_cannot_be_resumed_exactly_is_not_stored():
 # -- Accelerate ---------------------------------------------------------------------------------
 
 def test_resumable_accelerate_loader_stored_mid_epoch_resumes_exactly():
-    if os.environ.get("CI"):
-        import accelerate  # noqa: F401  (under CI a missing accelerate is a failure, not a skip)
-    else:
-        pytest.importorskip("accelerate")
+    require("accelerate")
     from accelerate import Accelerator
 
     warnings.filterwarnings("ignore", module="accelerate")

@@ -16,8 +16,10 @@ import sqlite3
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("numpy")
+from conftest import require
+
+require("torch")
+require("numpy")
 
 POSITIONS = """
 import json, pickle, random, sys

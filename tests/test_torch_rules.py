@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
 from memolab import hashing
 from memolab.hashing import hash_value as H
 
@@ -31,12 +32,7 @@ def fresh(code: str, timeout: float = 120) -> dict:
 
 def optional(name: str):
     """A test dependency (pinned in the dev extra): skipped where it cannot be imported, never under CI."""
-    try:
-        return pytest.importorskip(name)
-    except pytest.skip.Exception:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is a pinned test dependency (dev extra) and must be installed under CI")
-        raise
+    return require(name)
 
 
 # -- registration: the first object hashed may be a user subclass --------------------------------
@@ -195,7 +191,7 @@ def test_hashing_tensors_modules_and_loaders_imports_no_compiler_stack():
 
 # -- optimizers -----------------------------------------------------------------------------
 
-torch = pytest.importorskip("torch")
+torch = require("torch")
 
 
 def test_adam_state_is_keyed_by_position_not_by_hashing_parameters(leaf_digests):

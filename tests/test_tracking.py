@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import memolab
-from conftest import Calls
+from conftest import Calls, require
 from memolab import memo
 from memolab.store import get_store
 from memolab.tracking import query
@@ -150,7 +150,7 @@ def test_async_memoized_function_logs_to_its_run(tmp_store):
 
 
 def test_histograms_images_text_roundtrip(tmp_store):
-    PIL = pytest.importorskip("PIL.Image")
+    PIL = require("PIL.Image")
     rng = np.random.default_rng(0)
     w = rng.normal(size=1000)
     rgb = rng.integers(0, 256, size=(5, 7, 3), dtype=np.uint8)
@@ -216,8 +216,8 @@ def test_bad_input_names_the_tag(tmp_store):
 
 
 def test_summary_writer_is_a_drop_in(tmp_store):
-    torch = pytest.importorskip("torch")
-    plt = pytest.importorskip("matplotlib.pyplot")
+    torch = require("torch")
+    plt = require("matplotlib.pyplot")
     from memolab import SummaryWriter
 
     @memo
@@ -443,7 +443,7 @@ def test_a_forked_child_logs_to_its_own_runs(tmp_store):
 
 
 def test_pil_images_are_logged_as_their_pixels(tmp_store):
-    Image = pytest.importorskip("PIL.Image")
+    Image = require("PIL.Image")
     import io
 
     rgb = Image.new("RGB", (4, 3), (10, 200, 30))

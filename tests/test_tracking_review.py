@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import memolab
+from conftest import require
 from memolab import memo
 from memolab.store import get_store
 from memolab.tracking import query
@@ -197,7 +198,7 @@ def test_clear_deletes_lost_runs_too(project):
 def test_exporting_again_into_the_same_directory_does_not_double_the_points(tmp_store, tmp_path):
     # Each export wrote a new events.out.tfevents.<now>... file next to the previous one, and
     # TensorBoard reads every event file of a run directory: every point showed up twice.
-    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    ea_mod = require("tensorboard.backend.event_processing.event_accumulator")
     from memolab.tracking import tb_export
 
     @memo

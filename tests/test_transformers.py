@@ -17,11 +17,11 @@ import sys
 
 import pytest
 
-from conftest import SRC, Project
+from conftest import SRC, Project, require
 
-pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
+require("torch")
+transformers = require("transformers")
+require("tokenizers")
 
 from memolab import hashing  # noqa: E402
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import require
+
+torch = require("torch")
 
 SCRIPT = r'''
 import copy, json, os, sys

@@ -17,18 +17,14 @@ from pathlib import Path
 import pytest
 
 import memolab
+from conftest import require, require_tool
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
 
 CHROMIUM = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
-if os.environ.get("CI"):
-    # CI must prove the dashboard works: never let a missing browser pass as a skip
-    assert Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium"
-    import playwright.sync_api as sync_api
-else:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+# CI must prove the dashboard works: a missing browser or Playwright fails there, never passes as a skip
+sync_api = require("playwright.sync_api")
+require_tool("chromium", CHROMIUM)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / os.environ.get("MEMOLAB_SCREENSHOTS", "build/screenshots")

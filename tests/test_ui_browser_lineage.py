@@ -111,8 +111,8 @@ def test_an_evaluations_panel_links_to_its_inputs_and_users(pipeline, page):
     (_, p2), (_, t2), (_, e2) = ids["prepare"], ids["train"], ids["evaluate"]
     pg.goto(srv.link("?fn=lineagejob:evaluate"))
     pg.wait_for_selector("body[data-ready='1']")
-    # (a click event, not a mouse press and release: the table may be drawn again between them)
-    pg.dispatch_event(f"#runs tbody tr[data-eval='{e2}'] a.eval-open", "click")
+    # a real click (press and release): the table is not drawn again while a pointer is down in it
+    pg.click(f"#runs tbody tr[data-eval='{e2}'] a.eval-open")
     pg.wait_for_selector(f"#eval-panel[data-eval='{e2}']")
     links = {a.get_attribute("data-fn").split(":")[-1]: int(a.get_attribute("data-eval"))
              for a in pg.query_selector_all("#eval-inputs a.lineage-link")}
@@ -150,7 +150,7 @@ def test_inputs_no_longer_stored_are_drawn_as_gone(pipeline, page):
     assert sorted(int(g.get_attribute("data-gone-for")) for g in ghosts) == sorted(ids["evaluate"])
     assert all("not stored any more" in g.text_content() for g in ghosts)
     assert sorted(boxes(pg)) == sorted(ids["prepare"] + ids["evaluate"])
-    pg.dispatch_event(f"#runs tbody tr[data-eval='{ids['evaluate'][1]}'] a.eval-open", "click")
+    pg.click(f"#runs tbody tr[data-eval='{ids['evaluate'][1]}'] a.eval-open")
     pg.wait_for_selector("#eval-panel:not(.hidden)")
     assert "train (not stored any more)" in pg.inner_text("#eval-inputs")
     assert not pg.errors, pg.errors

@@ -198,10 +198,10 @@ def test_a_runs_page_its_notes_and_tags_and_its_lineage(sweep, page):
     # a failed run: its error, traceback and the tail of what it printed
     pg.eval_on_selector("#runs-wrap", "(w, id) => document.querySelector(`#runs tbody tr[data-run='${id}']`).scrollIntoView()",
                         str(failed["id"]))
-    # a click event on the button itself: the table is drawn again when the scroll's frame or the
-    # runs' statistics land, and a mouse press and release that straddle that land on two
-    # different buttons (no click: the test failed so once in a full run)
-    pg.dispatch_event(f"#runs tbody tr[data-run='{failed['id']}'] .open-run", "click")
+    # a real click on the button: the table is drawn again when the scroll's frame or the runs'
+    # statistics land, but not while a pointer is down in it, so a press and its release are on
+    # one button (they straddled a redraw once in a full run, and the click was lost)
+    pg.click(f"#runs tbody tr[data-run='{failed['id']}'] .open-run")
     pg.wait_for_selector(f"body[data-page='{failed['id']}']")
     text = pg.inner_text("#run-page")
     assert "FloatingPointError: loss is nan at step 50" in text and "about to diverge" in text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SRC
+from conftest import SRC, require, require_tool
 
 HANGING_TEXT_BROWSER = """#!/bin/sh
 # a text browser: it takes over the terminal and never returns
@@ -172,14 +172,10 @@ def test_why_not_by_platform():
 def test_the_printed_url_opens_the_dashboard_in_chromium(stocked):
     """The first line's URL, token included, is all a real browser needs: Debian's Chromium
     (driven by Playwright) loads the page and its data from it."""
-    from pathlib import Path
 
     chromium = os.environ.get("MEMOLAB_CHROMIUM", "/usr/bin/chromium")
-    if not Path(chromium).exists():
-        if os.environ.get("CI"):
-            raise AssertionError(f"no Chromium at {chromium}: make system-deps installs Debian's chromium")
-        pytest.skip(f"no Chromium at {chromium} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is pinned in the dev extra")
+    require_tool("chromium", chromium)
+    sync_api = require("playwright.sync_api", reason="playwright is pinned in the dev extra")
     project, tmp = stocked
     ui = Ui(project, {}, "--no-browser")
     try:

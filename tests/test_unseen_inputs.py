@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import memolab
+from conftest import require
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -49,7 +50,7 @@ print(json.dumps({"value": make(5), "calls": len(calls), "key": make.key(5)[2]})
 
 
 def test_torch_switches_that_change_results_join_the_key(project):
-    pytest.importorskip("torch")
+    require("torch")
     project.write("sw.py", SWITCHES)
     plain = project.run_json("sw.py", "untouched")
     assert plain["value"][0] == "torch.float32"
@@ -65,7 +66,7 @@ def test_torch_switches_that_change_results_join_the_key(project):
 
 
 def test_explain_names_the_switch(project):
-    pytest.importorskip("torch")
+    require("torch")
     project.write("why.py", """
         import json, torch, memolab
 

@@ -39,9 +39,9 @@ _USERS = ("postgres", "memolab-pg")
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"PostgreSQL is required under CI: {reason} (make system-deps installs it)")
-    pytest.skip(f"PostgreSQL not available: {reason}")
+    from conftest import skip_or_fail
+
+    skip_or_fail(f"PostgreSQL not available: {reason} (make system-deps installs it)")
 
 
 def find_bin() -> Path | None:

@@ -267,7 +267,9 @@ function renderRuns() {
   state.view = rows.map((p) => p[1]);
   state.selSet = new Set(state.selected);
   state.changes = codeChanges();
-  $("#runs thead").replaceChildren(el("tr", {}, ...cols.map(([label, k]) => {
+  // a pointer down in the table: its head and rows are drawn after the release (a click survives)
+  if (pressedIn($("#runs"))) whenReleased("runs", renderRuns);
+  else $("#runs thead").replaceChildren(el("tr", {}, ...cols.map(([label, k]) => {
     const th = el("th", {
       "data-col": label,
       onclick: () => { if (!k) return; state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 }; renderRuns(); },
@@ -280,7 +282,7 @@ function renderRuns() {
     }
     return th;
   })));
-  renderRows();
+  if (!pressedIn($("#runs"))) renderRows();
   const filtered = state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
   const shown = shownIds().length;
   $("#run-count").textContent = `${filtered}${state.runs.length} evaluation(s), ${state.selected.length} selected`
@@ -295,6 +297,7 @@ function renderRuns() {
 
 // only the rows in view (plus a margin) are in the DOM: 10,000 runs sort and scroll like 50
 function renderRows() {
+  if (pressedIn($("#runs tbody"))) { whenReleased("runs rows", renderRows); return; }  // (renderRuns)
   const wrap = $("#runs-wrap"), rows = state.view || [], cols = state.cols || runCols();
   virtualRows(wrap, $("#runs tbody"), rows, cols.length, (r) => runRow(r, cols));
 }

@@ -4,6 +4,28 @@
 // a task at a time, the ones in view first, the others when scrolled to.
 "use strict";
 
+// ---- nothing is drawn again under a pressed pointer ---------------------------------------------------
+// A drag-zoom is a press, moves and a release; a click is a press and a release on one element. A
+// chart or a table row drawn again in between (the 2 s refresh, a series landing, the runs table
+// sorted anew) takes the release on a new element: the zoom or the click was lost (under load, and
+// for a user watching a live sweep). So what a pointer is down on is not drawn again until the
+// release: ``pressedIn(node)`` says a pointer is down inside it, ``whenReleased(key, f)`` runs ``f``
+// once after the release (after the click it makes), the last ``f`` of each ``key``.
+const press = { target: null, pending: new Map() };
+document.addEventListener("pointerdown", (e) => { press.target = e.target; }, true);
+function releasePress() {
+  press.target = null;
+  if (!press.pending.size) return;
+  const todo = [...press.pending.values()];
+  press.pending.clear();
+  setTimeout(() => { for (const f of todo) f(); }, 0);  // a task later: the click of this release first
+}
+window.addEventListener("pointerup", releasePress, true);
+window.addEventListener("pointercancel", releasePress, true);
+window.addEventListener("blur", releasePress);
+function pressedIn(node) { return press.target !== null && !!node && node.contains(press.target); }
+function whenReleased(key, f) { press.pending.set(key, f); }
+
 // ---- scalars: in view first, then the rest; kept per run and tag, fetched again only when they grow ----
 function tagFilter() {
   const src = $("#tag-filter").value.trim();
@@ -221,6 +243,7 @@ function drainDraws() {
     if (c && c.inView === undefined) c.inView = nearViewNow(c.card);
     if (c && c.inView === false) { c.dirty = true; continue; }
     if (c && !state.series[tag]) { c.dirty = true; continue; }  // a card laid out ahead of its series
+    if (c && c.u && pressedIn(c.card)) { whenReleased("chart " + tag, () => scheduleDraw([tag])); continue; }
     if (c) c.dirty = false;
     drawScalarCard(tag, shown);
   }
@@ -339,6 +362,8 @@ function drawScalarCard(tag, ids) {
     c.u.setData(data, !c.zoomed);  // live updates keep a zoomed view as it is
     if (c.u.width !== width) c.u.setSize({ width, height: 240 });
   } else {
+    // a zoomed chart made anew (a run's line added, the best run changed) keeps its step range
+    const keep = c.u && c.zoomed && c.xmode === xmode ? { min: c.u.scales.x.min, max: c.u.scales.x.max } : null;
     c.u?.destroy();
     c.zoomed = false;
     c.u = new uPlot({
@@ -365,6 +390,8 @@ function drawScalarCard(tag, ids) {
     c.u.over.addEventListener("mouseleave", () => hideTooltip(tag));
     c.u.over.addEventListener("dblclick", () => resetZoom(tag));
     c.sig = c.fullSig = sig;
+    c.xmode = xmode;
+    if (keep && Number.isFinite(keep.min) && Number.isFinite(keep.max)) { c.zoomed = true; c.u.setScale("x", keep); }
   }
   c.all = series;  // what the uPlot instance holds, shown or not (showInPlace)
   for (const s of series) s.shown = true;
@@ -480,7 +507,8 @@ function resetZoom(tag) {
   clearTimeout(c.detailTimer);
   c.detailSeq = (c.detailSeq || 0) + 1;  // a detail still in flight is dropped
   if (c.detail) {  // drawn from the zoomed range's points: the summaries come back
-    c.dsig = c.sig = null;
+    // (a chart of many runs is made anew too: toggling runs in place would keep the detail)
+    c.dsig = c.sig = c.vsig = null;
     drawScalarCard(tag, shownIds());
   } else c.u.setData(c.u.data, true);
 }
@@ -513,6 +541,8 @@ async function fetchDetail(tag, s0, s1) {
     return;
   }
   if (seq !== c.detailSeq || c.u !== u || c.all !== all || !c.zoomed) return;  // superseded meanwhile
+  // a pointer down on the chart (a new drag may be starting): asked again after the release
+  if (pressedIn(c.card)) { whenReleased("detail " + tag, () => zoomedTo(tag)); return; }
   const per = got[tag] || {};
   if (!Object.keys(per).length) return;  // no point in the range: the summary stays
   const w = parseFloat($("#smoothing").value), pos = plotted($("#logscale").checked);
