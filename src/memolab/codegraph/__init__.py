@@ -115,6 +115,10 @@ def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: 
     Cheap on repeat: the graph is cached per function; only the globals and
     closure cells it reads are re-checked (see the module docstring).
     """
+    if id(fn) in _active.ids:
+        # its digest is being computed: a value it reads holds it (a memoized function in a dict
+        # of steps); the outer digest covers its code, as ``object_digest`` says of a cycle
+        return CodeVersion(digest_text("cycle", symbol_of(fn)))
     sens = _sensitivity(version_sensitivity)
     extra = extra_deps if type(extra_deps) is tuple else tuple(extra_deps)
     root = _function_roots.get(fn)
