@@ -28,6 +28,7 @@ constants, attributes and tensors), less the per-save random id and the source p
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from typing import Any
 
@@ -123,8 +124,32 @@ def _archive_digest_parts(buf: bytes) -> list[tuple[str, bytes]]:
         # are not what it computes
         if name.endswith(("/serialization_id", ".debug_pkl")):
             continue
-        out.append((name.partition("/")[2], z.read(name)))
+        data = z.read(name)
+        if name.endswith(".py") and "/code/" in name:
+            data = _canonical_code(data)
+        out.append((name.partition("/")[2], data))
     return out
+
+
+_DECLARATION = re.compile(rb"^  [A-Za-z_]\w* : ")
+
+
+def _canonical_code(code: bytes) -> bytes:
+    """TorchScript's code text with each run of class-level declarations (``in_features :
+    Final[int] = 3``) sorted: torch writes them in the order of a set, which Python salts per
+    process; they declare, so their order means nothing (the methods keep theirs)."""
+    lines = code.split(b"\n")
+    out: list[bytes] = []
+    run: list[bytes] = []
+    for line in lines:
+        if _DECLARATION.match(line):
+            run.append(line)
+            continue
+        out.extend(sorted(run))
+        run = []
+        out.append(line)
+    out.extend(sorted(run))
+    return b"\n".join(out)
 
 
 def encode_scripted(enc: Encoder, m: Any) -> None:
