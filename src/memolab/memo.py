@@ -371,7 +371,7 @@ def _memo_by_name(module: str, qualname: str) -> MemoFunction:
 def _by_value(fn: Callable[..., Any]) -> bytes | None:
     """``fn`` by value (cloudpickle's bytes), or None where cloudpickle is missing or refuses it."""
     try:
-        import cloudpickle
+        import cloudpickle  # type: ignore[import-untyped]
     except ImportError:
         return None
     try:

@@ -115,7 +115,7 @@ def planted() -> tuple[list[Plant], list[Any]]:
     if _cache[0] != n:
         _cache = (n, *_watched_sites())
     plants: list[Plant] = []
-    for where, owner, a, target in _cache[1]:
+    for where, owner, a, _target in _cache[1]:
         names = [a] if a is not None else list(owner)
         for name in names:
             v = owner.get(name, _MISSING)

@@ -71,7 +71,7 @@ def encode_object(enc: Encoding, obj: Any, exclude: frozenset[str] = frozenset()
     # layouts are reduced there), and so does the key: it is what pickle would save
     reducer = copyreg.dispatch_table.get(t)
     try:
-        rv = reducer(obj) if reducer is not None else obj.__reduce_ex__(4)
+        rv: Any = reducer(obj) if reducer is not None else obj.__reduce_ex__(4)
     except Exception as e:  # the object says it cannot be pickled
         raise HashError(f"cannot hash {t.__qualname__} object ({e})", "", obj) from None
     if isinstance(rv, str):  # a global singleton, pickled by name
