@@ -255,3 +255,23 @@ def test_a_script_memo_runs_in_spawn_and_fork_pools(project):
     got = project.run_json("pool.py")
     assert got == {"pickle": True, "spawn pool": [1, 4, 9], "spawn executor": [16, 25], "fork pool": [1, 4, 9],
                    "fork executor": [16, 25], "runs": 5}
+
+
+def test_copyreg_reduced_values_and_lru_cache_parameters_hash_by_what_they_compute():
+    import functools
+    import re
+
+    np = pytest.importorskip("numpy")
+    from memolab.hashing import hash_value
+
+    assert hash_value(np.sin) == hash_value(np.sin) != hash_value(np.cos)  # a library's singletons: by name
+    assert hash_value(np.add) != hash_value(np.multiply)
+    assert hash_value(re.compile("a+")) == hash_value(re.compile("a+"))  # by pattern and flags
+    assert hash_value(re.compile("a+")) != hash_value(re.compile("a+", re.I)) != hash_value(re.compile("b"))
+
+    def f(x):
+        return x
+
+    plain, typed = functools.lru_cache(maxsize=None)(f), functools.lru_cache(maxsize=None, typed=True)(f)
+    assert hash_value(plain) == hash_value(functools.cache(f))
+    assert hash_value(plain) != hash_value(typed)  # typed=True keeps f(1) and f(1.0) apart: another result

@@ -384,18 +384,27 @@ def _by_value(fn: Callable[..., Any]) -> bytes | None:
 
 
 def _memo_from_script(qualname: str, by_value: bytes | None, options: tuple[Any, ...]) -> MemoFunction:
-    """Unpickling a script's memo: the script's own where this process runs it (a pool's child),
-    else the function that came by value with the same options."""
-    for module in ("__main__", "__mp_main__"):
-        obj = _lookup(module, qualname)
-        if isinstance(obj, MemoFunction):
-            return obj
-    if by_value is None:
-        raise TypeError(f"__main__:{qualname} is not a memoized function in this process, and it could not be "
-                        "sent by value (install cloudpickle)")
+    """Unpickling a script's memo: the script's own where this process runs the same script (a
+    pool's child: its memo has its code graph built already), else the function that came by
+    value with the same options (a Dask or Ray worker, or a process whose ``__main__`` is another
+    program that happens to define a function of the same name)."""
     import pickle
 
-    return _rebuild_memo(pickle.loads(by_value), *options)
+    fn = pickle.loads(by_value) if by_value is not None else None
+    for module in ("__main__", "__mp_main__"):
+        obj = _lookup(module, qualname)
+        if isinstance(obj, MemoFunction) and (fn is None or _same_code(obj.fn, fn)):
+            return obj
+    if fn is None:
+        raise TypeError(f"__main__:{qualname} is not a memoized function in this process, and it could not be "
+                        "sent by value (install cloudpickle)")
+    return _rebuild_memo(fn, *options)
+
+
+def _same_code(a: Any, b: Any) -> bool:
+    """Do two functions run the same code (code objects compare by instructions, constants, names)?"""
+    ca, cb = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    return ca is not None and ca == cb
 
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: str | None, deps: Iterable[Any],
