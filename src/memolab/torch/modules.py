@@ -71,16 +71,18 @@ def _hooks(d: dict[str, Any], table: tuple[tuple[str, tuple[str, ...]], ...],
     return out
 
 
-def encode_module(enc: Encoder, m: Any) -> None:
+def encode_module(enc: Encoder, m: Any, exclude: frozenset[str] = frozenset()) -> None:
+    """A module by the generic rule (less ``exclude``, attributes an integration knows are derived)
+    and its hooks; the handler of every ``nn.Module``, and what integrations call for theirs."""
     if type(m).__module__ == "torch.nn.utils.parametrize" and "parametrizations" in (m.__dict__.get("_modules") or ()):
         encode_parametrized(enc, m)
         return
     d = m.__dict__
     hooks = _hooks(d, _TABLE, "_is_full_backward_hook")
     if hooks is None or enc.seen(m):
-        enc.encode_object(m)  # (a second visit: a back-reference, hooks and all)
+        enc.encode_object(m, exclude)  # (a second visit: a back-reference, hooks and all)
         return
-    enc.encode_object(m)
+    enc.encode_object(m, exclude)
     enc.write(LEAD)
     enc.write_str("torch.nn.Module hooks")
     _encode_hooks(enc, hooks)
