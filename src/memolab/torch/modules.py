@@ -28,6 +28,7 @@ constants, attributes and tensors), less the per-save random id and the source p
 from __future__ import annotations
 
 import io
+import operator
 import re
 import zipfile
 from typing import Any
@@ -44,6 +45,8 @@ LEAD = b"\x1c"
 _TABLE: tuple[tuple[str, tuple[str, ...]], ...] = ()
 #: the same for the process-wide hooks of ``torch.nn.modules.module``
 _GLOBAL_TABLE: tuple[tuple[str, tuple[str, ...]], ...] = ()
+_GLOBALS: dict[str, Any] = {}
+_global_dicts: Any = tuple
 _FLAG_SUFFIXES = ("_with_kwargs", "_always_called")
 
 
@@ -175,8 +178,8 @@ def encode_scripted(enc: Encoder, m: Any) -> None:
 def global_hooks() -> dict[str, Any] | None:
     """The process-wide module hooks (``register_module_forward_hook`` and its kin) while any is
     registered, as a pseudo-argument of every key; None (the common case) while none is."""
-    g = vars(torch.nn.modules.module)
-    if not any(g.get(n) for n, _ in _GLOBAL_TABLE):
+    g = _GLOBALS
+    if not any(_global_dicts(g)):  # one C call for all of them: this runs on every key
         return None
     hooks = _hooks(g, _GLOBAL_TABLE, "_global_is_full_backward_hook")
     if hooks is None:
@@ -191,12 +194,15 @@ def register_switches() -> None:
 
 
 def _fill_tables() -> None:
-    global _TABLE, _GLOBAL_TABLE
+    global _TABLE, _GLOBAL_TABLE, _GLOBALS, _global_dicts
     sample = torch.nn.Module().__dict__
     _TABLE = _table([k for k in sample if "hook" in k], sample)
-    g = vars(torch.nn.modules.module)
+    g = _GLOBALS = vars(torch.nn.modules.module)
     names = [k for k in g if k.startswith("_global_") and "hook" in k]
     _GLOBAL_TABLE = _table(names, g)
+    # the hook dicts read by name on every call (torch mutates them in place; a rebinding is seen too)
+    dict_names = [n for n, _ in _GLOBAL_TABLE]
+    _global_dicts = operator.itemgetter(*dict_names) if len(dict_names) > 1 else lambda g: [g[n] for n in dict_names]
 
 
 def register() -> None:
