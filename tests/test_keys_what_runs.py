@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from memolab import memo
+
 _HOOKS = """
     import json, sys, torch
     import torch.nn.utils.parametrize as P
@@ -275,3 +277,25 @@ def test_copyreg_reduced_values_and_lru_cache_parameters_hash_by_what_they_compu
     plain, typed = functools.lru_cache(maxsize=None)(f), functools.lru_cache(maxsize=None, typed=True)(f)
     assert hash_value(plain) == hash_value(functools.cache(f))
     assert hash_value(plain) != hash_value(typed)  # typed=True keeps f(1) and f(1.0) apart: another result
+
+
+class _Scaled:
+    def __init__(self, w: int) -> None:
+        self.w = w
+
+    @memo
+    def predict(self, x: int) -> int:
+        return self.w * x
+
+
+@memo
+def _step(x: int) -> int:
+    return x + 1
+
+
+def test_a_memoized_function_or_method_as_a_value_keys_by_its_code_and_its_object():
+    from memolab.hashing import hash_value
+
+    assert hash_value(_step) == hash_value(_step)
+    # a bound memoized method carries its object: two instances are two computations
+    assert hash_value(_Scaled(2).predict) == hash_value(_Scaled(2).predict) != hash_value(_Scaled(3).predict)

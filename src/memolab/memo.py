@@ -460,13 +460,6 @@ class _BoundMemo:
         self._memo = memo_fn
         self._obj = obj
 
-    def __memo_hash__(self) -> Any:
-        # Passed as an argument (``run(step_fn=step)``), a memoized function counts as what it
-        # runs: its code digest (everything it depends on, ``deps`` and ``version``), the defaults
-        # it binds and a callable object's own state; never its name (an edit of a module's
-        # function would keep its callers' keys).
-        return ("memo", self.symbol, self.code_digest(), self._defaults, self.implicit)
-
     def __reduce__(self) -> Any:
         return _BoundMemo, (self._memo, self._obj)
 
