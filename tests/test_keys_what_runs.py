@@ -236,7 +236,7 @@ _POOL = """
     from concurrent.futures import ProcessPoolExecutor
     from memolab import memo
 
-    @memo
+    @memo(validate=lambda meta: True)  # options the standard pickler cannot carry travel too
     def work(x):
         return x * x
 

@@ -139,7 +139,7 @@ class MemoFunction:
             # name holds the memo), so it goes as that name *and* as the function by value, in
             # bytes cloudpickle wrote: a pool's child has the script as its ``__main__`` and takes
             # its memo (warm graph, same key); a Dask or Ray worker has not and rebuilds it
-            return _memo_from_script, (qualname, _by_value(self.fn), options)
+            return _memo_from_script, (qualname, _by_value((self.fn, options)))
         return _rebuild_memo, (self.fn, *options)
 
     # -- key -------------------------------------------------------------------------
@@ -368,29 +368,31 @@ def _memo_by_name(module: str, qualname: str) -> MemoFunction:
     return obj
 
 
-def _by_value(fn: Callable[..., Any]) -> bytes | None:
-    """``fn`` by value (cloudpickle's bytes), or None where cloudpickle is missing or refuses it."""
+def _by_value(value: Any) -> bytes | None:
+    """``value`` (a function and its memo's options) by value: cloudpickle's bytes, or None where
+    cloudpickle is missing or refuses it (a global the function reads, a ``validate`` lambda, cannot
+    travel): then the name alone goes."""
     try:
         import cloudpickle  # type: ignore[import-untyped]
     except ImportError:
         return None
     try:
-        return cast(bytes, cloudpickle.dumps(fn))
-    except Exception as e:  # a global it reads cannot travel: the name alone goes
+        return cast(bytes, cloudpickle.dumps(value))
+    except Exception as e:
         import logging
 
-        logging.getLogger("memolab").debug("memolab: %s cannot be pickled by value (%s): sent by name", fn, e)
+        logging.getLogger("memolab").debug("memolab: %r cannot be pickled by value (%s): sent by name", value, e)
         return None
 
 
-def _memo_from_script(qualname: str, by_value: bytes | None, options: tuple[Any, ...]) -> MemoFunction:
+def _memo_from_script(qualname: str, by_value: bytes | None) -> MemoFunction:
     """Unpickling a script's memo: the script's own where this process runs the same script (a
     pool's child: its memo has its code graph built already), else the function that came by
     value with the same options (a Dask or Ray worker, or a process whose ``__main__`` is another
     program that happens to define a function of the same name)."""
     import pickle
 
-    fn = pickle.loads(by_value) if by_value is not None else None
+    fn, options = pickle.loads(by_value) if by_value is not None else (None, ())
     for module in ("__main__", "__mp_main__"):
         obj = _lookup(module, qualname)
         if isinstance(obj, MemoFunction) and (fn is None or _same_code(obj.fn, fn)):
