@@ -18,6 +18,9 @@ group by writing a function and appending it to ``ROWS``.
    of its parameters: rehashed, docs/torch.md "Identity caches"), and the
    identity cache off. Run it on the code before and after a change to the
    identity rules.
+4. ``row_hooks``: a memoized call's hit on a small MLP without hooks, with a
+   forward hook on the model, with one on each layer, with a process-wide hook
+   registered; and the key of the same model scripted (TorchScript archive).
 
 Rounds are interleaved (every variant once per round), and each cell is the
 median with the min–max spread.
@@ -239,8 +242,57 @@ def row_repeat_state(args: argparse.Namespace) -> Table:
     return title, ("argument", "key, µs"), rows
 
 
+# -- 4. a hit with module hooks -----------------------------------------------------------------
+
+STEER = torch.zeros(256)
+
+
+@memolab.memo
+def _predict(model, x):
+    return model(x)
+
+
+def row_hooks(args: argparse.Namespace) -> Table:
+    """A memoized call's hit (in this process's memory) on a 12-layer MLP, without hooks, with a
+    steering hook on the model, with one on every layer, with a process-wide hook; and the key
+    of the same model scripted with TorchScript (hashed by its saved archive)."""
+    def mlp() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(12)])
+
+    x = torch.ones(1, 256)
+    plain, top, every = mlp(), mlp(), mlp()
+    top.register_forward_hook(lambda m, i, o: o + STEER)
+    for layer in every:
+        layer.register_forward_hook(lambda m, i, o: o + STEER)
+    scripted = torch.jit.script(mlp())
+    with tempfile.TemporaryDirectory() as store:
+        memolab.configure(store=store)
+        variants: dict[str, Callable[[], object]] = {
+            "no hooks": lambda: _predict(plain, x),
+            "a forward hook on the model": lambda: _predict(top, x),
+            "a forward hook on each of 12 layers": lambda: _predict(every, x),
+        }
+        res = interleaved(variants, args.rounds, inner=20)
+        handle = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o)
+        try:
+            res.update(interleaved({"no hooks, a process-wide hook registered": lambda: _predict(plain, x)},
+                                   args.rounds, inner=20))
+        finally:
+            handle.remove()
+        res.update(interleaved({"key of the model (hash_arguments)": lambda: hashing.hash_arguments([("m", plain)]),
+                                "key of it scripted (torch.jit.script)":
+                                    lambda: hashing.hash_arguments([("m", scripted)])}, args.rounds, inner=5))
+    base = statistics.median(res["no hooks"])
+    rows = [(k, cell(s, 1e6), f"{statistics.median(s) / base:.2f}" if "key of" not in k else "–")
+            for k, s in res.items()]
+    title = (f"A memoized call's hit with module hooks (12 × Linear(256, 256), 0.8M parameters), "
+             f"µs median (min–max) over {args.rounds} interleaved rounds")
+    return title, ("call", "µs", "vs no hooks"), rows
+
+
 #: the row groups, in print order; add yours here
-ROWS: list[Callable[[argparse.Namespace], Table]] = [row_model_adam, row_repeat_key, row_repeat_state]
+ROWS: list[Callable[[argparse.Namespace], Table]] = [row_model_adam, row_repeat_key, row_repeat_state, row_hooks]
 
 
 def main() -> None:

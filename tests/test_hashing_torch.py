@@ -51,14 +51,19 @@ def test_tensor_aliasing_is_encoded():
     assert H((a, a)) != H((a, a.clone()))
 
 
-def test_modules_by_class_and_state_not_hooks():
+def test_modules_by_class_state_and_hooks_not_handle_ids():
     torch.manual_seed(0)
     m1 = torch.nn.Linear(3, 2)
     torch.manual_seed(0)
     m2 = torch.nn.Linear(3, 2)
     assert H(m1) == H(m2)
-    m2.register_forward_hook(lambda *a: None)  # hook dicts are keyed by global counters
+    h2 = m2.register_forward_hook(lambda *a: None)  # a hook changes what a module runs
+    assert H(m1) != H(m2)
+    torch.nn.Linear(1, 1).register_forward_hook(print)  # moves the global handle counter
+    h1 = m1.register_forward_hook(lambda *a: None)  # the same hook under another handle id
     assert H(m1) == H(m2)
+    h1.remove()
+    h2.remove()
     m2.eval()
     assert H(m1) != H(m2)
     m2.train()

@@ -191,6 +191,10 @@ def test_the_content_counts(built, tmp_path):
     tok4 = built["tokenizer"]()
     tok4.backend_tokenizer.pre_tokenizer = None  # the backend's pipeline counts
     assert H(tok4) != tkey
+    m4 = built["model"]()
+    assert H(m4) == key
+    m4.transformer.h[0].register_forward_hook(lambda mod, i, o: (o[0] + 1, *o[1:]))  # a steering hook counts
+    assert H(m4) != key
 
 
 def test_the_salted_generation_config_hash_is_left_out(built):

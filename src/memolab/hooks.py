@@ -80,6 +80,7 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
     # registered before the first key made once the module is imported (``memolab.implicit``)
     "switches": {
         "torch": "memolab.torch.numerics:register",
+        "torch.nn.modules.module": "memolab.torch.modules:register_switches",  # process-wide module hooks
     },
     # who drives a memoized call once the module is imported: a function returning the driver, or
     # None while it does not apply (``memolab.distributed.collective_driver``)

@@ -112,6 +112,13 @@ class MemoFunction:
             return self
         return _BoundMemo(self, obj)
 
+    def __memo_hash__(self) -> Any:
+        # Passed as an argument (``run(step_fn=step)``), a memoized function counts as what it
+        # runs: its code digest (everything it depends on, ``deps`` and ``version``), the defaults
+        # it binds and a callable object's own state; never its name (an edit of a module's
+        # function would keep its callers' keys).
+        return ("memo", self.symbol, self.code_digest(), self._defaults, self.implicit)
+
     def __reduce__(self) -> Any:
         # Sent to another process (a Dask worker, a process pool): the store handle,
         # its connections and in-memory copies never travel. A memoized function its
@@ -124,9 +131,16 @@ class MemoFunction:
         # (``__mp_main__`` is a spawned child's copy of the script: no other process imports it either)
         if module not in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             return _memo_by_name, (module, qualname)
-        return _rebuild_memo, (self.fn, tuple(sorted(self.ignore)), self.version, self.deps, self._store_path,
-                               self.version_sensitivity, self.collective, self.global_rng, self.env, self.code,
-                               self.max_age, self.validate, self.verbose)
+        options = (tuple(sorted(self.ignore)), self.version, self.deps, self._store_path, self.version_sensitivity,
+                   self.collective, self.global_rng, self.env, self.code, self.max_age, self.validate, self.verbose)
+        if module in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
+            # A script's memo: the standard pickler (``multiprocessing``'s pools, spawn or fork) can
+            # carry no function of ``__main__`` by value, and cannot name ``self.fn`` (the script's
+            # name holds the memo), so it goes as that name *and* as the function by value, in
+            # bytes cloudpickle wrote: a pool's child has the script as its ``__main__`` and takes
+            # its memo (warm graph, same key); a Dask or Ray worker has not and rebuilds it
+            return _memo_from_script, (qualname, _by_value((self.fn, options)))
+        return _rebuild_memo, (self.fn, *options)
 
     # -- key -------------------------------------------------------------------------
     def store(self) -> Store:
@@ -352,6 +366,47 @@ def _memo_by_name(module: str, qualname: str) -> MemoFunction:
     if not isinstance(obj, MemoFunction):
         raise TypeError(f"{module}:{qualname} is not a memoized function in this process")
     return obj
+
+
+def _by_value(value: Any) -> bytes | None:
+    """``value`` (a function and its memo's options) by value: cloudpickle's bytes, or None where
+    cloudpickle is missing or refuses it (a global the function reads, a ``validate`` lambda, cannot
+    travel): then the name alone goes."""
+    try:
+        import cloudpickle  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    try:
+        return cast(bytes, cloudpickle.dumps(value))
+    except Exception as e:
+        import logging
+
+        logging.getLogger("memolab").debug("memolab: %r cannot be pickled by value (%s): sent by name", value, e)
+        return None
+
+
+def _memo_from_script(qualname: str, by_value: bytes | None) -> MemoFunction:
+    """Unpickling a script's memo: the script's own where this process runs the same script (a
+    pool's child: its memo has its code graph built already), else the function that came by
+    value with the same options (a Dask or Ray worker, or a process whose ``__main__`` is another
+    program that happens to define a function of the same name)."""
+    import pickle
+
+    fn, options = pickle.loads(by_value) if by_value is not None else (None, ())
+    for module in ("__main__", "__mp_main__"):
+        obj = _lookup(module, qualname)
+        if isinstance(obj, MemoFunction) and (fn is None or _same_code(obj.fn, fn)):
+            return obj
+    if fn is None:
+        raise TypeError(f"__main__:{qualname} is not a memoized function in this process, and it could not be "
+                        "sent by value (install cloudpickle)")
+    return _rebuild_memo(fn, *options)
+
+
+def _same_code(a: Any, b: Any) -> bool:
+    """Do two functions run the same code (code objects compare by instructions, constants, names)?"""
+    ca, cb = getattr(a, "__code__", None), getattr(b, "__code__", None)
+    return ca is not None and ca == cb
 
 
 def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: str | None, deps: Iterable[Any],

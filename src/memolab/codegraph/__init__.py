@@ -115,6 +115,10 @@ def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: 
     Cheap on repeat: the graph is cached per function; only the globals and
     closure cells it reads are re-checked (see the module docstring).
     """
+    if id(fn) in _active.ids:
+        # its digest is being computed: a value it reads holds it (a memoized function in a dict
+        # of steps); the outer digest covers its code, as ``object_digest`` says of a cycle
+        return CodeVersion(digest_text("cycle", symbol_of(fn)))
     sens = _sensitivity(version_sensitivity)
     extra = extra_deps if type(extra_deps) is tuple else tuple(extra_deps)
     root = _function_roots.get(fn)
@@ -140,16 +144,33 @@ def _rebuild(table: Any, obj: Any, objs: list[Any], extra: tuple, sens: str) -> 
     i = id(obj)
     ids.add(i)
     try:
-        root = _Root(objs, extra, sens, _value_digest)
+        for _ in range(_BUILDS):
+            root = _Root(objs, extra, sens, _value_digest)
+            try:
+                table[obj] = root
+            except TypeError:  # not weak-referenceable: rebuilt on every call, still correct
+                pass
+            cv = root.current()
+            if cv is not None:
+                return cv
+            # Out of date the moment it was built: another thread rebound a name the graph went
+            # through while it was built. Build again (the writes settle); never fail the call.
         try:
-            table[obj] = root
-        except TypeError:  # not weak-referenceable: rebuilt on every call, still correct
+            table.pop(obj, None)  # the next call builds afresh
+        except TypeError:
             pass
-        cv = root.current()
-        assert cv is not None, "a graph cannot be stale right after it was built"
-        return cv
+        _warn_once(("unstable", symbol_of(obj)),
+                   f"memolab: the code {symbol_of(obj)} depends on kept changing while its digest was computed "
+                   f"({_BUILDS} tries); this call gets a key of its own (a miss, never a stale hit)")
+        import uuid
+
+        return CodeVersion(f"unstable-{uuid.uuid4().hex}", sensitivity=sens)
     finally:
         ids.discard(i)
+
+
+#: graph builds before a call whose code keeps changing under it gets a key of its own
+_BUILDS = 5
 
 
 def object_digest(obj: Any) -> str:

@@ -39,7 +39,7 @@ Site = tuple[tuple[str, ...], str | None]
 
 MISSING = _MISSING = object()
 _sites_cache: dict[tuple[str, int, int], list[Site]] = {}
-_cache: tuple[int, list[Plant], list[Any]] = (-1, [], [])
+_cache: tuple[int, list[Any], list[Any]] = (-1, [], [])
 
 
 def user_code(v: Any) -> Any | None:
@@ -66,14 +66,75 @@ def _in_user_module(f: types.FunctionType) -> bool:
     return m is not None and getattr(m, "__dict__", None) is f.__globals__ and origin_of(m)[0] == USER
 
 
+#: Library slots whose code cannot change what a computation returns, only what the process shows
+#: or does on its way out: a warning's display, the hooks of uncaught exceptions and of the
+#: interactive display, ``atexit``, and the whole of ``logging`` (handlers, formatters, loggers).
+#: User code planted there (``warnings.showwarning = show``, ``sys.excepthook = hook``,
+#: ``logging.Formatter.format = fmt``) joins no key: it would join *every* memoized function's,
+#: and one that reads a start-time global (a run directory, a timestamp) would make every key
+#: differ in every process. A memoized function that names such a slot itself
+#: (``Graph.library_chain``) still depends on it. (docs/code-dependencies.md, "Patched libraries")
+NEUTRAL_SLOTS: dict[str, frozenset[str] | None] = {
+    "warnings": frozenset(("showwarning", "formatwarning", "_showwarnmsg", "_formatwarnmsg")),
+    "sys": frozenset(("excepthook", "displayhook", "unraisablehook", "breakpointhook")),
+    "threading": frozenset(("excepthook",)),
+    "atexit": None,   # every name
+    "logging": None,  # every name of the package, its submodules' and its classes'
+}
+
+
+def neutral(target: Any, attr: str | None) -> bool:
+    """Is ``target.attr`` (``attr`` None: any name of it) a slot that cannot change a result?"""
+    name = target.__name__ if issubclass(type(target), types.ModuleType) else getattr(target, "__module__", "")
+    if not isinstance(name, str):
+        return False
+    top = name.split(".")[0]
+    if top not in NEUTRAL_SLOTS:
+        return False
+    names = NEUTRAL_SLOTS[top]
+    if names is None:
+        return True
+    # the named slots are module attributes: ``warnings.showwarning``, not a class's
+    return name == top and attr is not None and attr in names
+
+
+#: a watched site: (where, the namespace it sits in, its name or None for every name, the target)
+_Site = tuple[str, Any, str | None, Any]
+
+
 def planted() -> tuple[list[Plant], list[Any]]:
     """(the slots of library namespaces user code patches, with what they hold now; the library
-    classes and modules it patches by computed names), cached until more modules load."""
+    classes and modules it patches by computed names).
+
+    Which slots are watched is cached until more modules load; what they hold is read on every
+    call: a value cached with them went stale when the slot was written after the cache was
+    made (a patch restored, ``torch.nn.Linear.forward = orig``), and a graph built from that
+    stale value was out of date the moment it was built."""
     global _cache
     n = len(sys.modules)
-    if _cache[0] == n:
-        return _cache[1], _cache[2]
-    plants: dict[tuple[int, str], Plant] = {}
+    if _cache[0] != n:
+        _cache = (n, *_watched_sites())
+    plants: list[Plant] = []
+    for where, owner, a, _target in _cache[1]:
+        names = [a] if a is not None else list(owner)
+        for name in names:
+            v = owner.get(name, _MISSING)
+            f = user_code(v) if v is not _MISSING else None
+            if a is None and f is None:
+                continue  # a whole library class or module: only what user code put there
+            plants.append((f"{where}.{name}", owner, name, v, f))
+    seen: set[tuple[int, str]] = set()
+    out = []
+    for p in sorted(plants, key=lambda p: p[0]):
+        k = (id(p[1]), p[2])
+        if k not in seen:
+            seen.add(k)
+            out.append(p)
+    return out, _cache[2]
+
+
+def _watched_sites() -> tuple[list[_Site], list[Any]]:
+    sites: dict[tuple[int, str | None], _Site] = {}
     wholes: dict[int, Any] = {}
     # A copy, not list(items()): building the item tuples can run a collection, whose finalizers
     # (or the thread they let in) may import a module mid-walk ("dictionary changed size").
@@ -86,25 +147,14 @@ def planted() -> tuple[list[Plant], list[Any]]:
             continue
         for chain, attr in _sites(path):
             target = _resolve(chain, ns)
-            if target is None:
+            if target is None or neutral(target, attr):
                 continue
             where = target.__name__ if issubclass(type(target), types.ModuleType) \
                 else f"{target.__module__}.{target.__qualname__}"
-            owner = target.__dict__
             if attr is None:
                 wholes.setdefault(id(target), target)
-                names = list(owner)
-            else:
-                names = [attr]
-            for a in names:
-                v = owner.get(a, _MISSING)
-                f = user_code(v) if v is not _MISSING else None
-                if attr is None and f is None:
-                    continue  # a whole library class or module: only what user code put there
-                plants.setdefault((id(owner), a), (f"{where}.{a}", owner, a, v, f))
-    out = sorted(plants.values(), key=lambda p: p[0])
-    _cache = (n, out, list(wholes.values()))
-    return out, _cache[2]
+            sites.setdefault((id(target.__dict__), attr), (where, target.__dict__, attr, target))
+    return sorted(sites.values(), key=lambda s: (s[0], s[2] or "")), list(wholes.values())
 
 
 _kinds: dict[str, str] = {}

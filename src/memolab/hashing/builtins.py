@@ -345,6 +345,17 @@ def register_builtins() -> None:
         enc.encode_child(obj.keywords, ".keywords")
 
     reg[functools.partial] = enc_partial
+
+    def enc_lru_cache(enc: Encoder, obj: Any) -> None:
+        # pickled by name alone: it counts as the function it wraps (code digest, closure, defaults)
+        # and the parameters that decide which calls share a cached value
+        enc.write(b"\x1c")
+        enc.write_str("functools.lru_cache")
+        enc.encode_child(obj.__wrapped__, ".__wrapped__")
+        params = obj.cache_parameters()
+        enc.encode_child((params.get("maxsize"), params.get("typed")), ".cache_parameters()")
+
+    reg[type(functools.lru_cache(maxsize=None)(_encode_none))] = enc_lru_cache
     TYPE_BLIND.update((OrderedDict, functools.partial, decimal.Decimal, fractions.Fraction, uuid.UUID,
                         pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath,
                         datetime.datetime, datetime.date, datetime.time, datetime.timedelta, datetime.timezone))

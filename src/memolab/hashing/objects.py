@@ -3,6 +3,9 @@
 type nobody registered (inherited from a base, or one of these rules)."""
 from __future__ import annotations
 
+import copyreg
+import sys
+import types
 from collections import OrderedDict
 from typing import Any
 
@@ -64,11 +67,22 @@ def encode_object(enc: Encoding, obj: Any, exclude: frozenset[str] = frozenset()
     if enc.memoize(obj):
         return
     t = type(obj)
+    # pickle asks copyreg's table before the object (numpy's ufuncs, compiled regexes, torch's
+    # layouts are reduced there), and so does the key: it is what pickle would save
+    reducer = copyreg.dispatch_table.get(t)
     try:
-        rv = obj.__reduce_ex__(4)
+        rv: Any = reducer(obj) if reducer is not None else obj.__reduce_ex__(4)
     except Exception as e:  # the object says it cannot be pickled
         raise HashError(f"cannot hash {t.__qualname__} object ({e})", "", obj) from None
     if isinstance(rv, str):  # a global singleton, pickled by name
+        home = getattr(obj, "__module__", None)
+        home = home if isinstance(home, str) else t.__module__
+        if _user_module(home):
+            # user code's own singleton (``CONFIG = Config()`` with a ``__reduce__`` naming it): its
+            # name says nothing of what it holds, which the user edits; it counts by class code and state
+            _encode_singleton(enc, obj, t, f"{codegraph.key_module(home)}:{rv}", exclude)
+            return
+        # a library's singleton (``np.sin``, a sentinel): its name, under its library's version
         enc.write(b"G")
         enc.write_str(f"{codegraph.key_module(t.__module__)}:{rv}")
         return
@@ -103,6 +117,29 @@ def encode_object(enc: Encoding, obj: Any, exclude: frozenset[str] = frozenset()
         items = list(dictitems)
         tmp = OrderedDict(items) if ordered else dict(items)
         enc.encode_child(tmp, "")
+
+
+def _user_module(name: str) -> bool:
+    """Is the module ``name`` (loaded) the user's code, by codegraph's classification?"""
+    m = sys.modules.get(name)
+    return m is not None and issubclass(type(m), types.ModuleType) and codegraph.is_user_code(m)
+
+
+def _encode_singleton(enc: Encoding, obj: Any, t: type, name: str, exclude: frozenset[str]) -> None:
+    # b"O" + the class token, then 0x1d: a user singleton by its name and state (its
+    # ``__getstate__``: ``__dict__`` and slots), never read by pickle
+    enc.write(b"OC" + str_token(codegraph.symbol_of(t)) + str_token(codegraph.object_digest(t)) + b"\x1d")
+    enc.write_str(name)
+    getstate = getattr(obj, "__getstate__", None)
+    try:
+        state = getstate() if getstate is not None else getattr(obj, "__dict__", None)
+    except Exception as e:
+        raise HashError(f"cannot hash {t.__qualname__} object {name} ({e})", "", obj) from None
+    if state is None:
+        enc.write(b"-")
+        return
+    excluded = excluded_attributes(t) | exclude
+    _encode_state(enc, state, excluded)
 
 
 def _encode_state(enc: Encoding, state: Any, excluded: frozenset[str] = frozenset()) -> None:

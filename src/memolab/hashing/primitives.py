@@ -19,8 +19,11 @@ from .. import config
 #: 0.2): a key may carry pseudo-arguments (the state of a global random generator
 #: the body drew from, torch switches not at their default, ``@memo(env=...)``),
 #: and a row records the generator states it was made from: an h2 row may have
-#: drawn from a generator without saying so, so none is used again.
-SCHEMA = "h3"
+#: drawn from a generator without saying so, so none is used again. h4: what a
+#: callable argument runs, not its name: a memoized function by its code digest,
+#: an ``lru_cache`` function by the one it wraps, a user singleton pickled by name
+#: by its state, a module's hooks (issue 47).
+SCHEMA = "h4"
 ALGORITHM = "xxh3_128"
 #: Chunk size of the buffer tree. Part of the encoding (a different size gives
 #: different digests), hence part of KEY_SCHEMA; the thread count is not.

@@ -166,8 +166,15 @@ def _training_args() -> None:
     hashing.register_handler(sys.modules["transformers.training_args"].TrainingArguments, encode_training_arguments)
 
 
+def encode_model(enc: Encoder, m: Any) -> None:
+    """A model as any ``nn.Module`` (its hooks included), without what ``cached_property`` attributes stored."""
+    from ..torch.modules import encode_module
+
+    encode_module(enc, m, derived(type(m)))
+
+
 def _models() -> None:
-    hashing.register_handler(sys.modules["transformers.modeling_utils"].PreTrainedModel, encode_object)
+    hashing.register_handler(sys.modules["transformers.modeling_utils"].PreTrainedModel, encode_model)
 
 
 def _trainer() -> None:
