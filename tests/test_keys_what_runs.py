@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import require
 from memolab import memo
 
 _HOOKS = """
@@ -99,7 +100,7 @@ _HOOKS = """
 
 
 def test_module_hooks_parametrizations_and_torchscript_in_fresh_processes(project):
-    pytest.importorskip("torch")
+    require("torch")
     project.write("hooks.py", _HOOKS)
     first = project.run_json("hooks.py")
     runs = first.pop("runs")
@@ -263,7 +264,7 @@ def test_copyreg_reduced_values_and_lru_cache_parameters_hash_by_what_they_compu
     import functools
     import re
 
-    np = pytest.importorskip("numpy")
+    np = require("numpy")
     from memolab.hashing import hash_value
 
     assert hash_value(np.sin) == hash_value(np.sin) != hash_value(np.cos)  # a library's singletons: by name
