@@ -44,6 +44,22 @@ def reads_seed(dl):
     it = iter(dl)
     return it._base_seed % 1000
 
+@memolab.memo
+def reseeds(dl):
+    calls.append("reseeds")
+    out = [float(b[0][0]) for b in dl]
+    torch.manual_seed(1)  # after the loader's base seed, before any draw of its own
+    return out + [float(torch.rand(1))]
+
+class Eager(torch.utils.data.Sampler):
+    """Draws its order from the global generator in ``iter()`` itself, before the base seed."""
+
+    def __len__(self):
+        return 16
+
+    def __iter__(self):
+        return iter(torch.randperm(16).tolist())
+
 out = {}
 if mode == "unseeded":
     plain = DataLoader(ds, batch_size=4)
@@ -54,6 +70,8 @@ if mode == "unseeded":
     out["why shuffled"] = str(firsts.explain(shuffled))
     out["workers"] = firsts(workers)
     out["why workers"] = str(firsts.explain(workers))
+    out["eager"] = firsts(DataLoader(ds, batch_size=4, sampler=Eager()))
+    out["reseeds"] = reseeds(plain)
 else:
     run = (lambda f, *a: f.__wrapped__(*a)) if mode == "seeded truth" else (lambda f, *a: f(*a))
     out["firsts"] = run(firsts, DataLoader(ds, batch_size=2))
@@ -68,11 +86,12 @@ print(json.dumps(out))
 def test_loader_base_seed_without_workers_joins_no_key(project):
     project.write("loaders.py", LOADERS)
     first = project.run_json("loaders.py", "unseeded")
-    assert first["calls"] == ["firsts"] * 3 and first["plain"] == [0, 4, 8, 12]
+    assert first["calls"] == ["firsts"] * 4 + ["reseeds"] and first["plain"] == [0, 4, 8, 12]
     again = project.run_json("loaders.py", "unseeded")  # another unseeded process
-    # a plain loader hits; a shuffling one orders its batches with the global generator, and a
-    # worker is seeded by it: both keyed by its state (a miss here), and the miss says why
-    assert again["calls"] == ["firsts"] * 2 and again["plain"] == first["plain"]
+    # a plain loader hits; a shuffling one orders its batches with the global generator, a worker is
+    # seeded by it, a sampler draws from it eagerly: each keyed by its state (a miss here); why is said
+    assert again["calls"] == ["firsts"] * 3 and again["plain"] == first["plain"]
+    assert again["reseeds"] == first["reseeds"]  # the base seed, then a seed: no draw of the caller's state
     assert "the loader shuffles with the global torch generator: seed it, or give the DataLoader a generator" \
         in again["why shuffled"], again["why shuffled"]
     assert "the loader seeds its worker processes from the global torch generator" in again["why workers"], \
