@@ -19,6 +19,11 @@ initialised). So a miss watches them:
   ``set_state`` is still a draw: the set is seen with the state moved.
 * **The evaluation records** the entry digests of what it drew from (``deps``)
   and the exit state of every generator it changed (``exit``).
+* **A draw proven to reach nothing is no draw** (``neutral``: a ``DataLoader``'s base
+  seed without workers, ``memolab.torch.loaderseed``): the body still has not touched
+  the generator, and a hit makes the same draw again (``replay``) — a relative move,
+  so the generator ends where the body would leave it from the caller's state.
+  A draw that may reach the result says why on a miss (``reason``).
 
 A stored row with ``deps`` is used only when the current states have those
 digests (``implicit.mismatch``); otherwise the call is routed to the key of the

@@ -16,9 +16,9 @@ process (read from the registers below); an environment that changes one
 (``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``) keys its calls apart from processes
 without it, which is what it should do.
 
-Cost: one C call per switch on every key once torch is imported (about 1 µs for
-all of them, ``benchmarks/hit_overhead.py``): torch has no notification when a
-switch is set, and a stale switch would be a wrong result.
+Cost: one C call per switch on every key once torch is imported (about 1.5 µs for
+all of them, ``benchmarks/hit_overhead.py``; the call state adds about 0.5): torch
+has no notification when a switch is set, and a stale switch would be a wrong result.
 """
 from __future__ import annotations
 
