@@ -51,6 +51,11 @@ def reseeds(dl):
     torch.manual_seed(1)  # after the loader's base seed, before any draw of its own
     return out + [float(torch.rand(1))]
 
+@memolab.memo
+def outer(dl):
+    calls.append("outer")
+    return firsts(dl)  # a hit inside: its base seed drawn again, no draw of this body either
+
 class Eager(torch.utils.data.Sampler):
     """Draws its order from the global generator in ``iter()`` itself, before the base seed."""
 
@@ -72,6 +77,7 @@ if mode == "unseeded":
     out["why workers"] = str(firsts.explain(workers))
     out["eager"] = firsts(DataLoader(ds, batch_size=4, sampler=Eager()))
     out["reseeds"] = reseeds(plain)
+    out["outer"] = outer(plain)
 else:
     run = (lambda f, *a: f.__wrapped__(*a)) if mode == "seeded truth" else (lambda f, *a: f(*a))
     out["firsts"] = run(firsts, DataLoader(ds, batch_size=2))
@@ -86,7 +92,7 @@ print(json.dumps(out))
 def test_loader_base_seed_without_workers_joins_no_key(project):
     project.write("loaders.py", LOADERS)
     first = project.run_json("loaders.py", "unseeded")
-    assert first["calls"] == ["firsts"] * 4 + ["reseeds"] and first["plain"] == [0, 4, 8, 12]
+    assert first["calls"] == ["firsts"] * 4 + ["reseeds", "outer"] and first["plain"] == [0, 4, 8, 12]
     again = project.run_json("loaders.py", "unseeded")  # another unseeded process
     # a plain loader hits; a shuffling one orders its batches with the global generator, a worker is
     # seeded by it, a sampler draws from it eagerly: each keyed by its state (a miss here); why is said
@@ -244,3 +250,16 @@ def test_library_decorator_arguments_count(project):
     assert edited["out"] == ["torch.float16", True, "torch.float16", 3.0 * 2, "torch.float16"]
     assert edited["calls"] == sorted(["via_helper", "via_grad", "via_module", "via_compiled", "itself"])
     assert project.run_json("main.py")["calls"] == []
+
+
+def test_a_result_without_replayed_draws_pickles_as_before():
+    # rows whose body made no neutral draw keep the form every memolab reads
+    import pickle
+
+    from memolab import globalrng
+
+    plain = globalrng.Result(1, {"torch": "d"}, {})
+    assert plain.__reduce__()[1] == (1, {"torch": "d"}, {})
+    back = pickle.loads(pickle.dumps(globalrng.Result(2, {}, {}, {"torch": ["torch.loader_base_seed"]})))
+    assert (back.value, back.replay) == (2, {"torch": ["torch.loader_base_seed"]})
+    assert pickle.loads(pickle.dumps(plain)).replay == {}
