@@ -191,6 +191,10 @@ class Net(torch.nn.Module):
 @torch.compile(backend="eager", dynamic=False)
 def compiled(a):
     return a + 1
+
+@functools.partial(torch.compile, backend="eager", dynamic=False)
+def compiled_by_partial(a):
+    return a + 2
 '''
 
 MAIN = '''
@@ -226,13 +230,18 @@ def via_compiled(n):
     return float(helpers.compiled(torch.ones(n)).sum())
 
 @memolab.memo
+def via_partial(n):
+    calls.append("via_partial")
+    return float(helpers.compiled_by_partial(torch.ones(n)).sum())
+
+@memolab.memo
 @torch.autocast("cpu", dtype=torch.bfloat16)
 def itself(n):
     calls.append("itself")
     a = torch.ones(n, n)
     return str((a @ a).dtype)
 
-out = [via_helper(3), via_grad(3), via_module(helpers.Net(), 3), via_compiled(3), itself(3)]
+out = [via_helper(3), via_grad(3), via_module(helpers.Net(), 3), via_compiled(3), via_partial(3), itself(3)]
 print(json.dumps({"out": out, "calls": sorted(calls)}))
 '''
 
@@ -241,14 +250,14 @@ def test_library_decorator_arguments_count(project):
     project.write("helpers.py", HELPERS)
     project.write("main.py", MAIN)
     first = project.run_json("main.py")
-    assert first["out"] == ["torch.bfloat16", False, "torch.bfloat16", 3.0 * 2, "torch.bfloat16"]
+    assert first["out"] == ["torch.bfloat16", False, "torch.bfloat16", 3.0 * 2, 3.0 * 3, "torch.bfloat16"]
     assert project.run_json("main.py")["calls"] == []
     project.write("helpers.py", HELPERS.replace("dtype=torch.bfloat16", "dtype=torch.float16")
                   .replace("torch.no_grad()", "torch.enable_grad()").replace("dynamic=False", "dynamic=True"))
     project.write("main.py", MAIN.replace("dtype=torch.bfloat16", "dtype=torch.float16"))
     edited = project.run_json("main.py")
-    assert edited["out"] == ["torch.float16", True, "torch.float16", 3.0 * 2, "torch.float16"]
-    assert edited["calls"] == sorted(["via_helper", "via_grad", "via_module", "via_compiled", "itself"])
+    assert edited["out"] == ["torch.float16", True, "torch.float16", 3.0 * 2, 3.0 * 3, "torch.float16"]
+    assert edited["calls"] == sorted(["via_helper", "via_grad", "via_module", "via_compiled", "via_partial", "itself"])
     assert project.run_json("main.py")["calls"] == []
 
 
