@@ -480,9 +480,9 @@ class Call:
         rng, stored = self.rng, value
         args = self.call_snapshot()
         token, value_digest = hashing.result_digests(value)
-        if rng is not None and (rng.deps or rng.exit):
+        if rng is not None and (rng.deps or rng.exit or rng.replay):
             # the generators' states travel with the result: a hit restores them
-            stored = globalrng.Result(value, rng.deps, rng.exit)
+            stored = globalrng.Result(value, rng.deps, rng.exit, rng.replay)
         if self.state_deps:
             # the states it was made in are what a later call must have to use it (``reroute``)
             states = {implicit.pseudo_argument(n): d for n, d in self.state_deps.items()}
@@ -502,6 +502,8 @@ class Call:
             # only in those states
             "state_deps": self.state_deps or None,
         }
+        if rng is not None and rng.why:  # why a generator's state is in the key, for a miss line
+            snapshot["state_why"] = {implicit.pseudo_argument(n): w for n, w in rng.why.items()}
         if memo.max_age is not None:  # what `memolab ls` tells expired rows by (the code's own max_age decides hits)
             snapshot["max_age"], snapshot["expires"] = memo.max_age, t0 + memo.max_age
         # lineage (upstream.py): where the arguments' results of other evaluations sit, and this

@@ -198,7 +198,8 @@ def _against(store: Store, ex: Explanation, old: dict[str, Any] | None, key: Key
             told = _upstream_reasons(store, ex, old, snap.get("args", {}), args, inputs, sensitivity)
         except (sqlite3.Error, ValueError, TypeError, KeyError, AttributeError):
             told = frozenset()  # lineage explains, it never stops an explanation
-        ex.reasons.extend(_arg_reasons(snap.get("args", {}), args, told))
+        why = snap.get("state_why") or {}
+        ex.reasons.extend(_told_why(r, why) for r in _arg_reasons(snap.get("args", {}), args, told))
     if unusable and old["args"] == _args and old["code"] == code and old["schema"] == schema:
         ex.reasons.append(f"stored evaluation #{old['id']} is damaged or was removed")
     if old["args"] == _args and old["schema"] == schema and old["code"] != code and deps is not None:
@@ -299,6 +300,14 @@ def _arg_reasons(old: dict[str, list[str]], new: dict[str, list[str]], told: fro
             else:
                 out.append(f"new arguments: {name} changed (same repr {b[1]}, different content)")
     return out or ([] if told else ["new arguments"])
+
+
+def _told_why(reason: str, why: dict[str, str]) -> str:
+    """A changed generator state's line, with why the stored evaluation depended on it."""
+    for name, text in why.items():
+        if reason.startswith(f"new arguments: {name} "):
+            return f"{reason} — {text}"
+    return reason
 
 
 def _short(fn: str) -> str:

@@ -19,6 +19,11 @@ initialised). So a miss watches them:
   ``set_state`` is still a draw: the set is seen with the state moved.
 * **The evaluation records** the entry digests of what it drew from (``deps``)
   and the exit state of every generator it changed (``exit``).
+* **A draw proven to reach nothing is no draw** (``neutral``: a ``DataLoader``'s base
+  seed without workers, ``memolab.torch.loaderseed``): the body still has not touched
+  the generator, and a hit makes the same draw again (``replay``) — a relative move,
+  so the generator ends where the body would leave it from the caller's state.
+  A draw that may reach the result says why on a miss (``reason``).
 
 A stored row with ``deps`` is used only when the current states have those
 digests (``implicit.mismatch``); otherwise the call is routed to the key of the
@@ -58,7 +63,8 @@ from typing import Any
 import xxhash
 
 __all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
-           "current", "Result", "restore", "UNSEEDED", "thread_frames", "recording_class"]
+           "current", "Result", "restore", "UNSEEDED", "thread_frames", "recording_class", "neutral", "drew", "reason",
+           "register_replay", "on_swap", "in_progress"]
 
 #: the state of a generator that was seeded by the operating system (or is not imported)
 UNSEEDED = "unseeded"
@@ -122,7 +128,7 @@ class Frame:
     """One memoized body in progress: the generators' states at its entry, and what it
     learned of each (``settled``: True = reseeded before any draw, False = drew)."""
 
-    __slots__ = ("entry", "baseline", "settled", "start", "threads")
+    __slots__ = ("entry", "baseline", "settled", "start", "threads", "replay", "why")
 
     def __init__(self, entry: dict[str, Any], baseline: dict[str, Any]) -> None:
         #: the state at entry of each seeded generator (``None``: unseeded): digested for the
@@ -134,6 +140,10 @@ class Frame:
         self.start = 0
         #: the threads running when the body began, but its own: their calls are not the body's
         self.threads: dict[int, Any] = {}
+        #: generator -> the draws whose value provably reached nothing (``neutral``), in order
+        self.replay: dict[str, list[str]] = {}
+        #: generator -> why a draw from it may reach the result, in words (``reason``)
+        self.why: dict[str, str] = {}
 
 
 _frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("memolab_rng_frames", default=())
@@ -171,7 +181,26 @@ _instances: list[tuple[Any, type, type]] = []
 _method_codes: set[Any] = set()
 
 
+#: called with True when the first body begins, False when the last ends (under ``_lock``)
+_swap_hooks: list[Callable[[bool], None]] = []
+
+
+def on_swap(hook: Callable[[bool], None]) -> None:
+    """Call ``hook(True)`` while any body is in progress from now on, ``hook(False)`` after."""
+    with _lock:
+        _swap_hooks.append(hook)
+        if _active:
+            hook(True)
+
+
+def in_progress() -> bool:
+    """Is a body of this context computing?"""
+    return bool(_frames.get())
+
+
 def _swap(wrapped: bool) -> None:
+    for hook in _swap_hooks:
+        hook(wrapped)
     for module, name, fn, wrapper in _draws:
         if getattr(module, name, None) is (fn if wrapped else wrapper):  # unless the program replaced it
             setattr(module, name, wrapper if wrapped else fn)
@@ -252,6 +281,10 @@ class Outcome:
     #: generator -> its state at exit, for every generator the body changed, and whether that
     #: state came from a seed (a hit leaves the generator seeded or unseeded as the body did)
     exit: dict[str, tuple[Any, bool]] = field(default_factory=dict)
+    #: generator -> the neutral draws (``neutral``) that alone moved it: a hit makes them again
+    replay: dict[str, list[str]] = field(default_factory=dict)
+    #: generator -> why the result depends on it, in words (for every generator of ``deps`` told one)
+    why: dict[str, str] = field(default_factory=dict)
 
 
 def begin() -> tuple[Frame, Any]:
@@ -293,10 +326,14 @@ def end(frame: Frame, token: Any) -> Outcome:
     for name, (gen, state) in states.items():
         settled = frame.settled.get(name)
         if settled is None and _others_only(frame, name, gen.token(state), window):
+            if frame.replay.get(name):
+                out.replay[name] = frame.replay[name]  # moved by neutral draws alone
             continue  # untouched by the body
         if settled is not True:
             entry = frame.entry.get(name)  # None: unseeded at entry, or imported by the body
             out.deps[name] = UNSEEDED if entry is None else gen.digest(entry)
+            if name in frame.why:
+                out.why[name] = frame.why[name]
         out.exit[name] = (state, gen.seeded)
     return out
 
@@ -328,6 +365,46 @@ def _seeded(name: str) -> None:
 def _drew(name: str) -> None:
     for frame in _frames.get():
         frame.settled.setdefault(name, False)
+
+
+def drew(name: str) -> None:
+    """The bodies in progress drew from generator ``name`` (a value they read, ``neutral``'s undone)."""
+    _drew(name)
+
+
+def neutral(name: str, op: str, before: Any, after: Any) -> None:
+    """A draw ``op`` (a name ``register_replay`` gave) moved generator ``name`` from state token
+    ``before`` to ``after``, and its value provably reaches no result (the caller's proof: a
+    ``DataLoader``'s base seed with no workers, ``memolab.torch.loaderseed``). A body in progress
+    that had not touched the generator yet still has not: the draw joins no key, and a hit of
+    its result makes the same draw again (``restore``), leaving the generator where the body would."""
+    for frame in _frames.get():
+        if name not in frame.settled and frame.baseline.get(name) == before:
+            frame.baseline[name] = after
+            frame.replay.setdefault(name, []).append(op)
+
+
+def reason(name: str, text: str) -> None:
+    """Why a draw from generator ``name`` the body makes may reach its result, in words: the miss
+    line of a call keyed by the generator's state says it (``Outcome.why``)."""
+    for frame in _frames.get():
+        frame.why.setdefault(name, text)
+
+
+#: op -> (generator, the function making that draw again)
+_replays: dict[str, tuple[str, Callable[[], None]]] = {}
+
+
+def register_replay(op: str, name: str, fn: Callable[[], None]) -> None:
+    _replays[op] = (name, fn)
+
+
+def _replay(ops: list[str], gen: Generator) -> None:
+    for op in ops:
+        name, fn = _replays[op]
+        before = gen.token(gen.get())
+        fn()
+        neutral(name, op, before, gen.token(gen.get()))  # a body in progress: as if it drew it itself
 
 
 def recording_class(cls: type, name: str, primitives: tuple[str, ...], base: type) -> type:
@@ -455,17 +532,22 @@ def no_seed_given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 class Result:
-    """A stored result with the generator states its body left (restored by a hit)."""
+    """A stored result with the generator states its body left (restored by a hit), and the
+    neutral draws it made from the others (made again by a hit)."""
 
-    __slots__ = ("value", "deps", "exit")
+    __slots__ = ("value", "deps", "exit", "replay")
 
-    def __init__(self, value: Any, deps: dict[str, str], exit: dict[str, tuple[Any, bool]]) -> None:
+    def __init__(self, value: Any, deps: dict[str, str], exit: dict[str, tuple[Any, bool]],
+                 replay: dict[str, list[str]] | None = None) -> None:
         self.value = value
         self.deps = deps
         self.exit = exit
+        self.replay = replay or {}
 
     def __reduce__(self) -> Any:
-        return Result, (self.value, self.deps, self.exit)
+        if not self.replay:  # the form every memolab reads
+            return Result, (self.value, self.deps, self.exit)
+        return Result, (self.value, self.deps, self.exit, self.replay)
 
 
 def restore(value: Any) -> Any:
@@ -486,6 +568,10 @@ def restore(value: Any) -> Any:
         if gen is not None:
             gen.set(state)
             gen.seeded = seeded
+    for name, ops in value.replay.items():
+        gen = gens.get(name) or _import_for(name)
+        if gen is not None and name not in value.exit and all(op in _replays for op in ops):
+            _replay(ops, gen)
     return value.value
 
 

@@ -82,6 +82,12 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
         "torch": "memolab.torch.numerics:register",
         "torch.nn.modules.module": "memolab.torch.modules:register_switches",  # process-wide module hooks
     },
+    # a library decorator's arguments kept in its wrapper's closure (``@torch.autocast(...)``): the
+    # readers of their configuration, registered before a graph reads one (``codegraph.decorators``)
+    "decorators": {
+        "torch": "memolab.torch.decorators:register",
+        "torch._dynamo": "memolab.torch.decorators:register_dynamo",
+    },
     # who drives a memoized call once the module is imported: a function returning the driver, or
     # None while it does not apply (``memolab.distributed.collective_driver``)
     "drivers": {

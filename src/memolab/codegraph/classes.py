@@ -56,8 +56,11 @@ class ClassInfo:
 
         def function(label: str, f: Any) -> None:
             if hasattr(f, "__wrapped__") and not isinstance(f, type):
-                if isinstance(f, types.FunctionType) and not f.__qualname__.startswith(prefix):
-                    self.edges.append((label + ".<wrapper>", f))  # the decorator's own code
+                # the decorator's own code (and a library's arguments, ``Graph.target``), by the code's
+                # own name: ``functools.wraps`` copies the method's onto the wrapper
+                if isinstance(f, types.FunctionType) and not getattr(f.__code__, "co_qualname", f.__qualname__) \
+                        .startswith(prefix):
+                    self.edges.append((label + ".<wrapper>", f))
                 f = _unwrap(f)
             if isinstance(f, types.FunctionType) and f.__qualname__.startswith(prefix) \
                     and f.__module__ == cls.__module__:

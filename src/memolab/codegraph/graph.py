@@ -14,7 +14,7 @@ from typing import Any
 
 import xxhash
 
-from . import bytecode, dictversion, origins
+from . import bytecode, decorators as _decorators, dictversion, origins
 from .bytecode import digest_text
 from .classes import ClassCheck as _ClassCheck, class_info as _class_info
 from .origins import SKIP, STDLIB, USER
@@ -99,7 +99,7 @@ class Graph:
         if not isinstance(obj, types.FunctionType):
             # lru_cache, @memo and other wrapper objects count as what they wrap; a
             # wrapper *function* is code of its own, and ``visit`` follows ``__wrapped__``
-            obj = _unwrap(obj)
+            obj = _decorators.unwrap_objects(obj)
         kind, sym, version = _origin(obj)
         if kind == USER:
             if isinstance(obj, types.BuiltinFunctionType):
@@ -118,7 +118,8 @@ class Graph:
                 # ``__wrapped__``: the library counts by version, the code it wraps by its own.
                 self._unwrapping.add(id(obj))  # a wrapper reachable from its own attributes ends here
                 try:
-                    return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj)])  # type: ignore[attr-defined]
+                    return "+".join([sym, self.target(obj.__wrapped__), *self.held_code(obj),  # type: ignore[attr-defined]
+                                     *self.decorator_args(obj)])
                 finally:
                     self._unwrapping.discard(id(obj))
             held = [h for h in _held_functions(obj) if _origin(_runs(h))[0] == USER]
@@ -128,7 +129,8 @@ class Graph:
                 # its own, and the wrapper by the library's version and its own name.
                 self._unwrapping.add(id(obj))
                 try:
-                    return "+".join([f"{sym}({obj.__qualname__})", *(self.target(h) for h in held)])
+                    return "+".join([f"{sym}({obj.__qualname__})", *(self.target(h) for h in held),
+                                     *self.decorator_args(obj)])
                 finally:
                     self._unwrapping.discard(id(obj))
         return sym
@@ -145,6 +147,13 @@ class Graph:
                 if _is_code(_unwrap(h)):
                     out.append(f"{name}={self.target(h)}")
         return out
+
+    def decorator_args(self, wrapper: types.FunctionType) -> list[str]:
+        """A library wrapper's decorator arguments, kept in its closure (``@torch.autocast("cpu",
+        dtype=...)``), by value (``decorators.closure_state``)."""
+        sym = f"{symbol_of(wrapper)}.<decorator>"
+        return [f"<closure {name}>={self.value_digest(v, f'{sym}.{name}')}"
+                for name, v in _decorators.closure_state(wrapper)]
 
     def value(self, sym: str, where: Any, name: str | None) -> str:
         k = (id(where), name)
@@ -319,8 +328,13 @@ class Graph:
             r = type(r)
         self._allow_callable = False
         if _is_code(_unwrap(r)):
-            self.target(r)
+            label = self.target(r)
             f = _unwrap(r)
+            key = self._keys.get(id(f))
+            if key is not None and label != key:
+                # a library decorator between ``@memo`` and the code (``@torch.autocast(...)``): its
+                # version and arguments are in the label, which no binding of a referrer holds
+                self.deps[f"{key}.<decorators>"] = digest_text(label)
             if isinstance(f, types.FunctionType):
                 self._root_fn = self._root_fn or f
                 # the root may be a notebook function whose ``__code__`` an autoreloader swaps

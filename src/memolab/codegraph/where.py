@@ -17,8 +17,10 @@ from typing import Any
 from . import origins
 from .origins import STDLIB, USER
 
-#: c3 (memolab 0.2): names by their text in the digest, annotations of nested functions left out
-CODE_SCHEMA = "c3"
+#: c3 (memolab 0.2): names by their text in the digest, annotations of nested functions left out;
+#: c4: a library decorator's arguments (its wrapper's closure) and a library wrapper between @memo and
+#: the code count (codegraph.decorators)
+CODE_SCHEMA = "c4"
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,23 @@
 
 ``torch.set_default_dtype(torch.float64)`` makes ``torch.randn(3)`` float64;
 ``torch.use_deterministic_algorithms(True)``, TF32 and the fp32 matmul precision,
-reduced-precision reductions pick other kernels with other bits. None of them is
-an argument, so each joins the key (``memolab.implicit``) — but only while it
+reduced-precision reductions pick other kernels with other bits. The state a call
+runs under counts the same way: ``with torch.autocast("cpu")`` makes a matmul
+bfloat16 (which device types are enabled, the dtype of each — a bare
+``torch.autocast(dt)`` entered in the body takes it — and the weight-cast cache);
+``torch.no_grad()``/``inference_mode()`` change ``requires_grad``, ``grad_fn``,
+inference tensors and the fast paths some modules take (``nn.MultiheadAttention``);
+``torch.set_default_device("meta")``/``with torch.device(...)`` move every factory
+call. None of them is an argument, so each joins the key (``memolab.implicit``) — but only while it
 differs from torch's default: a process that never imported torch, or left every
 switch alone, keys exactly as before. The defaults are torch's own for a plain
 process (read from the registers below); an environment that changes one
 (``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``) keys its calls apart from processes
 without it, which is what it should do.
 
-Cost: one C call per switch on every key once torch is imported (about 1 µs for
-all of them, ``benchmarks/hit_overhead.py``): torch has no notification when a
-switch is set, and a stale switch would be a wrong result.
+Cost: one C call per switch on every key once torch is imported (about 1.5 µs for
+all of them, ``benchmarks/hit_overhead.py``; the call state adds about 0.5): torch
+has no notification when a switch is set, and a stale switch would be a wrong result.
 """
 from __future__ import annotations
 
@@ -31,6 +37,23 @@ def _fp32(backend: str, op: str) -> Callable[[], Any]:
     return functools.partial(_C._get_fp32_precision_getter, backend, op)
 
 
+def _autocast_enabled() -> tuple[tuple[str, str], ...]:
+    """(device type, dtype) of each device type autocast is enabled for (one C call when none is:
+    the common case)."""
+    if not _C._is_any_autocast_enabled():
+        return ()
+    return tuple((dt, str(torch.get_autocast_dtype(dt))) for dt in _AUTOCAST_DEVICES if torch.is_autocast_enabled(dt))
+
+
+def _default_device() -> str:
+    """``torch.get_default_device()`` (5 µs) only when a torch function mode is active: a default
+    device other than the CPU is a ``DeviceContext`` mode (``set_default_device``, ``with
+    torch.device(...)``); the default tensor type's device (``set_default_tensor_type``) is C's."""
+    if not _C._len_torch_function_stack():
+        return str(_C._get_default_device())
+    return str(torch.get_default_device())
+
+
 #: (name, reader, default). An fp32 precision of "none" defers to the legacy switches
 #: (``allow_tf32``), which are read too; "ieee" is what "none" means by default, and
 #: ``set_float32_matmul_precision("highest")`` writes it: both count as the default.
@@ -47,6 +70,19 @@ _SWITCHES: list[tuple[str, Callable[[], Any], Any]] = [
      getattr(_C, "_get_cublas_allow_bf16_reduced_precision_reduction", None), (True, True)),
     ("cpu.allow_fp16_reduced_precision_reduction",  # type: ignore[list-item]  # None: this torch build lacks it (skipped)
      getattr(_C, "_get_cpu_allow_fp16_reduced_precision_reduction", None), False),
+]
+#: autocast's device types, and the dtype each defaults to in a plain process
+_AUTOCAST_DTYPES = {"cpu": torch.bfloat16, "cuda": torch.float16, "xpu": torch.float16, "mps": torch.float16,
+                    "hpu": torch.bfloat16, "xla": torch.bfloat16, "ipu": torch.float16, "mtia": torch.float16,
+                    "maia": torch.bfloat16, "privateuseone": torch.float16}
+_AUTOCAST_DEVICES: tuple[str, ...] = ()
+#: the state a call runs under (grad mode, autocast, default device): read like the switches above
+_MODES: list[tuple[str, Callable[[], Any], Any]] = [
+    ("grad_enabled", torch.is_grad_enabled, True),
+    ("inference_mode", torch.is_inference_mode_enabled, False),
+    ("autocast", _autocast_enabled, ()),
+    ("autocast.cache_enabled", torch.is_autocast_cache_enabled, True),
+    ("default_device", _default_device, "cpu"),
 ]
 #: (name, backend, op, default): cuDNN's convolutions and RNNs default to TF32, as ``cudnn.allow_tf32`` does
 _FP32 = [("fp32_precision", "generic", "all", "none"), ("cuda.matmul.fp32_precision", "cuda", "matmul", "none"),
@@ -90,10 +126,37 @@ def _safe(read: Callable[[], Any]) -> Any:
         return f"<{type(e).__name__}>"
 
 
+def _accelerator() -> str | None:
+    try:
+        acc = torch.accelerator.current_accelerator()
+    except Exception:  # an older torch (no torch.accelerator): CUDA's, if any
+        return "cuda" if torch.cuda.is_available() else None
+    return None if acc is None else str(acc.type)
+
+
+def _autocast_dtype(device: str) -> Callable[[], Any]:
+    return functools.partial(torch.get_autocast_dtype, device)
+
+
+def _call(i: int, read: Callable[[], Any]) -> str:
+    """``read()`` as source: a partial of string arguments as a direct call (no partial to go through)."""
+    if isinstance(read, functools.partial) and not read.keywords and all(type(a) is str for a in read.args):
+        return f"r{i}({', '.join(map(repr, read.args))})"
+    return f"r{i}()"
+
+
 def register() -> None:
-    global _names, _readers, _defaults, _read_all
+    global _names, _readers, _defaults, _read_all, _AUTOCAST_DEVICES
     names, readers, defaults = [], [], []
-    table = _SWITCHES + [(n, _fp32(b, o), d) for n, b, o, d in _FP32]
+    supported = getattr(_C, "_autocast_supported_devices", None)
+    _AUTOCAST_DEVICES = tuple(supported() if supported is not None else ("cpu", "cuda"))
+    # The dtype a bare ``torch.autocast(dt)`` entered in the body takes, read (0.2 µs each) for
+    # the device types whose tensors can exist here: the CPU and this process's accelerator. A
+    # device type this table does not know (a newer torch): its dtype now is its default.
+    acc = _accelerator()
+    dtypes = [(f"autocast.{dt}.dtype", _autocast_dtype(dt), _AUTOCAST_DTYPES.get(dt) or _safe(_autocast_dtype(dt)))
+              for dt in _AUTOCAST_DEVICES if dt == "cpu" or dt == acc]
+    table = _SWITCHES + [(n, _fp32(b, o), d) for n, b, o, d in _FP32] + _MODES + dtypes
     for name, read, default in table:
         if read is None:
             continue
@@ -105,6 +168,6 @@ def register() -> None:
         readers.append(read)
         defaults.append(default)
     _names, _readers, _defaults = tuple(names), tuple(readers), tuple(defaults)
-    calls = ", ".join(f"r{i}()" for i in range(len(readers)))
-    _read_all = eval(f"lambda: ({calls},)", {f"r{i}": r for i, r in enumerate(readers)})
+    calls = ", ".join(_call(i, r) for i, r in enumerate(readers))
+    _read_all = eval(f"lambda: ({calls},)", {f"r{i}": getattr(r, "func", r) for i, r in enumerate(readers)})
     implicit.register_switches("torch", switches)

@@ -83,6 +83,9 @@ def register_global() -> None:
     globalrng.register(globalrng.Generator("torch", globalrng.original(torch.get_rng_state),
                                            globalrng.original(torch.set_rng_state), _state_token, _state_digest,
                                            "torch"))
+    from . import loaderseed
+
+    loaderseed.register()  # a loader's base seed without workers: no draw
     seeds_all = ("torch", "torch.cuda")  # ``torch.manual_seed`` and ``torch.seed`` seed every device
     for module in (torch, torch.random):
         globalrng.patch(module, ["manual_seed"], *seeds_all)
