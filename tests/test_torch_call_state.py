@@ -6,9 +6,9 @@ autocast, grad mode and the default device are switches of the key
 docs/cache-rules.md, docs/code-dependencies.md)."""
 from __future__ import annotations
 
-import pytest
+from conftest import require
 
-pytest.importorskip("torch")
+require("torch")
 
 # torch imported before memolab: its generator counts by its exact state, as in most scripts
 LOADERS = r'''
