@@ -26,7 +26,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Union
 
 from . import hashing
@@ -47,6 +47,10 @@ files_hashed = 0
 encoded = 0
 
 PathArg = Union[str, "os.PathLike[str]"]
+
+#: told the path of every ``File`` argument hashed (``memolab.reads``: a body making a call
+#: with it consumed that file, whatever the call's own body opens)
+on_file: Callable[[str], None] | None = None
 
 
 class File(os.PathLike[str]):
@@ -238,6 +242,11 @@ def file_digest(path: str, pending: list[tuple[str, StatKey, bytes, int]] | None
     return d
 
 
+def remember_digests(entries: list[tuple[str, StatKey, bytes, int]]) -> None:
+    """Keep the digests ``file_digest(path, pending)`` collected (one transaction)."""
+    _cache.put_many(entries)
+
+
 def _encode_file(enc: hashing.Encoder, f: File) -> None:
     global encoded
     encoded += 1
@@ -249,6 +258,8 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
         _cache.load_prefix(path)
     enc.write(b"\x11")
     enc.write(file_digest(path))
+    if on_file is not None:  # a memoized body running: the key of a call it makes depends on this file
+        on_file(path)
 
 
 def _walk(root: str, exclude: tuple[str, ...]) -> list[tuple[str, str, str]]:

@@ -1,0 +1,619 @@
+"""What a memoized body consumed besides its arguments: files it read by path, and the
+evaluations of other memoized functions it used (docs/cache-rules.md, "Files read by path").
+
+A body that opens ``"data/rows.csv"`` by path is keyed by the path string, not by the rows:
+without more, the file's next version would be answered with the old result. So while a
+body runs, the files it reads are recorded, stamped (size, mtime_ns, inode; a content digest
+where cheap) and stored with its evaluation (``snapshot["reads"]``); a hit first checks the
+stamps, and a changed, deleted or newly created file makes it a miss that recomputes and
+replaces the row (``why`` says "data/rows.csv changed ...").
+
+**How reads are seen.** One process-wide ``sys.addaudithook`` (an audit hook can never be
+removed, so it is installed once, lazily, when the first memoized body starts) watches the
+``open`` event (``open``, ``io.open``, ``os.open``, and everything built on them: numpy,
+pandas, ``torch.load``, pickle, PIL, json, yaml ...), the ``os.listdir``/``os.scandir`` events
+(a dataset folder whose listing changes: ``glob``, ``os.walk``, ``Path.iterdir``) and the
+events of the calls that change files (``os.remove``, ``os.rename``, ``os.mkdir``,
+``os.rmdir``, ``os.truncate``). Its first test is whether any body is running in this
+process (a dict's truthiness): the cost with none running is one Python call per audit event.
+
+**Whose read it is.** The evaluation computing in the current context (a ``ContextVar``:
+an asyncio task's body owns its reads); a read from a context with none (a thread the body
+started, a thread pool) is recorded for every body running in the process at that moment:
+too much at worst (a spurious miss later), never too little.
+
+**What is not a read.** Files the body opened for writing, created, renamed or removed
+(its own outputs), the interpreter's and installed packages' files, the source and bytecode
+of modules it imported (the code digest covers code), ``/proc``, ``/sys``, ``/dev``, and
+memolab's own store files.
+
+**Nested calls.** A memoized call made inside a body hands its own record (and itself: its
+function, code digest with ``version``, start time) to the body that made it, hit or miss, so
+a caller's record holds everything it consumed, transitively; a caller's hit checks each
+file stamp and each evaluation it used (the inner function's current code and ``version``,
+its ``max_age``/``validate``) in O(items), one ``stat`` per file.
+
+**Stamps across machines.** A path inside the workspace is recorded relative to it, and a
+relative path as given (it is resolved against the working directory at the hit, as the body
+would); anything else is absolute. A stamp whose ``stat`` differs (another machine, a
+``git checkout``) is settled by the content digest, recorded for files up to
+``DIGEST_MAX`` bytes; a larger file whose stamp differs is a miss.
+
+Not seen: reads in other processes (``DataLoader`` workers, ``multiprocessing``), files
+opened by C/C++ code that bypasses Python's ``open`` (``pyarrow`` memory maps, OpenCV,
+``sqlite3``, ``h5py``'s own driver), and anything read over the network. Pass such inputs
+as ``memolab.File``/``memolab.Dir`` arguments: that is the way to say "by content".
+"""
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from . import expiry, files
+
+__all__ = ["Recorder", "begin", "end", "register", "consumed", "stale", "record_text", "active",
+           "DIGEST_MAX", "MAX_ITEMS"]
+
+log = logging.getLogger("memolab")
+
+#: files up to this size get a content digest (their stamp then survives another machine, a copy)
+DIGEST_MAX = 16 << 20
+#: a record of more files, folders and evaluations than this is not kept: the result is not stored
+MAX_ITEMS = 20_000
+#: a file modified this recently before it was stamped is checked by content (as ``files.RACY_NS``)
+RACY_NS = files.RACY_NS
+
+_rec: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("memolab_reads", default=None)
+#: every recorder whose body runs now, in any thread: id -> recorder
+_active: dict[int, Recorder] = {}
+_lock = threading.Lock()
+_hooked = False
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+_CHANGES = frozenset(("os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.truncate"))
+_EVENTS = frozenset(("open", "os.listdir", "os.scandir")) | _CHANGES
+#: memolab's own layers: what they open inside a body (a nested call's lookup, load and store,
+#: its code digest, the settings) is memolab's, not the body's
+_OWN = tuple(f"memolab.{m}" for m in ("store", "team", "files", "codegraph", "config", "call", "memo", "hashing",
+                                       "pickling", "tracking", "explain", "upstream", "implicit", "globalrng",
+                                       "hooks", "report", "runs", "summary", "identity", "acceptance"))
+_CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd")
+
+
+class Recorder:
+    """What one running body consumed (files by path, folders listed, evaluations used)."""
+
+    __slots__ = ("files", "absent", "dirs", "written", "calls", "merged", "started", "__weakref__")
+
+    def __init__(self) -> None:
+        #: abspath -> (path as given, stat key, when stamped ns), stamped at the first open
+        self.files: dict[str, tuple[str, tuple[int, int, int] | None, int]] = {}
+        #: abspath -> path as given: opened for reading and did not exist
+        self.absent: dict[str, str] = {}
+        #: abspath -> (path as given, names digest, mtime_ns, ino, when stamped ns)
+        self.dirs: dict[str, tuple[str, str, int, int, int]] = {}
+        #: what the body opened for writing, created, renamed or removed (and their folders)
+        self.written: set[str] = set()
+        #: (fn, code, started) -> [fn, code, started, finished, max_age, id]
+        self.calls: dict[tuple[Any, ...], list[Any]] = {}
+        #: finished records of nested calls (stored form), merged at the end
+        self.merged: list[dict[str, Any]] = []
+        self.started = expiry.now()
+
+
+# -- the audit hook ------------------------------------------------------------------------
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if _active and event in _EVENTS:  # (nothing running: one dict test per event)
+        try:
+            _seen(event, args)
+        except Exception:  # an audit hook that raises fails the operation it audits: never
+            log.debug("memolab.reads: audit event %s not recorded", event, exc_info=True)
+
+
+def _install() -> None:
+    global _hooked
+    with _lock:
+        if not _hooked:
+            sys.addaudithook(_hook)
+            _hooked = True
+
+
+def _text(p: Any) -> str | None:
+    if isinstance(p, str):
+        return p
+    if isinstance(p, bytes):
+        return os.fsdecode(p)
+    if isinstance(p, os.PathLike):
+        q = os.fspath(p)
+        return q if isinstance(q, str) else os.fsdecode(q)
+    return None  # a file descriptor: its open was seen, or it is not a file by path
+
+
+def _seen(event: str, args: tuple[Any, ...], own: bool = True) -> None:
+    """``own``: reads memolab makes for itself are told from the body's (``_by_memolab``)."""
+    rec = _rec.get()
+    targets = (rec,) if rec is not None else tuple(_active.values())  # another thread: every body
+    if event == "open":
+        given = _text(args[0])
+        if given is None:
+            return
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+        mode = args[1] if len(args) > 1 else None
+        writes = bool(flags & _WRITE_FLAGS) or (isinstance(mode, str) and any(c in mode for c in "wax+"))
+        where = os.path.abspath(given)
+        if _ignored(where) or (own and _by_memolab()):
+            return
+        if writes:
+            for r in targets:
+                r.written.add(where)
+            return
+        stamp: tuple[int, int, int] | None
+        try:
+            st = os.stat(where)
+            stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+        except FileNotFoundError:
+            stamp = None
+        except OSError:
+            return  # not a file the body can read either
+        now = time.time_ns()
+        for r in targets:
+            if where in r.files or where in r.absent:
+                continue
+            if stamp is None:
+                r.absent[where] = given
+            elif os.path.isdir(where):
+                continue
+            else:
+                r.files[where] = (given, stamp, now)
+        return
+    if event in _CHANGES:
+        paths = [_text(a) for a in args[:2] if not isinstance(a, int)] if event == "os.rename" else [_text(args[0])]
+        for p in paths:
+            if p is None:
+                continue
+            where = os.path.abspath(p)
+            for r in targets:
+                r.written.add(where)
+                r.written.add(os.path.dirname(where))  # its folder's listing is the body's doing too
+        return
+    # os.listdir / os.scandir: a folder's listing
+    given = _text(args[0]) if args and args[0] is not None else "."
+    if given is None:
+        return
+    where = os.path.abspath(given)
+    if _ignored(where) or all(where in r.dirs for r in targets) or _by_memolab():
+        return
+    for r in targets:
+        r.dirs.setdefault(where, (given, "", 0, 0, 0))  # (placeholder: the listing below is audited too)
+    stamp2 = _dir_stamp(where)
+    if stamp2 is None:
+        gone = not os.path.lexists(where)  # (a file listed as a folder: the body's error, not an input)
+        for r in targets:
+            if where in r.dirs and r.dirs[where][1] == "":
+                del r.dirs[where]
+                if gone:
+                    r.absent.setdefault(where, given)
+        return
+    for r in targets:
+        if r.dirs.get(where, ("", ""))[1] == "":
+            r.dirs[where] = (given, *stamp2)
+
+
+def _by_memolab() -> bool:
+    """Is this memolab's own work (a nested call's store reads, its code digest, a checkpoint)
+    rather than the body's? The nearest memolab frame above the event says: one of memolab's
+    own layers (``_OWN``) is memolab's; the driver that called the body (``lifecycle``) or an
+    integration running the body's objects (a loader, a dataset) is the body's."""
+    try:
+        f: Any = sys._getframe(3)  # (above _by_memolab, _seen, _hook)
+    except ValueError:
+        return False
+    while f is not None:
+        name = f.f_globals.get("__name__")
+        if type(name) is str and name.startswith("memolab") and name != "memolab.reads":
+            return name.startswith(_OWN)
+        f = f.f_back
+    return False
+
+
+def _file_argument(path: str) -> None:
+    """A ``memolab.File`` argument was hashed: a running body making that call consumed it."""
+    if _rec.get() is not None:
+        _seen("open", (path, "r", os.O_RDONLY), own=False)
+
+
+files.on_file = _file_argument
+
+
+def _dir_stamp(where: str) -> tuple[str, int, int, int] | None:
+    """(digest of the sorted names, mtime_ns, ino, when) of a folder, or None if it is not one."""
+    try:
+        st = os.stat(where)
+        names = sorted(os.listdir(where))
+    except OSError:
+        return None
+    return _names_digest(names), st.st_mtime_ns, st.st_ino, time.time_ns()
+
+
+def _names_digest(names: list[str]) -> str:
+    return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+
+
+_skip: tuple[str, ...] | None = None
+_roots: set[str] = set()
+
+
+def _skipped() -> tuple[str, ...]:
+    """Prefixes never recorded: the interpreter's and installed packages' files, kernel files,
+    memolab's stores."""
+    global _skip
+    if _skip is None:
+        import site
+        import sysconfig
+
+        out = {"/proc/", "/sys/", "/dev/"}
+        paths = sysconfig.get_paths()
+        for name in ("stdlib", "platstdlib", "purelib", "platlib", "include", "platinclude"):
+            if paths.get(name):
+                out.add(os.path.join(os.path.abspath(paths[name]), ""))
+        try:
+            extra = [*site.getsitepackages(), site.getusersitepackages()]
+        except Exception:  # (some embedded interpreters lack them)
+            log.debug("memolab.reads: no site-packages list", exc_info=True)
+            extra = []
+        for p in extra:
+            out.add(os.path.join(os.path.abspath(p), ""))
+        out.discard(os.sep)
+        _skip = tuple(sorted(out))
+    return _skip + tuple(_roots)
+
+
+def own_root(root: Any) -> None:
+    """``root`` (a store's folder) holds memolab's own files: never a read of a body."""
+    p = os.path.join(os.path.abspath(os.fspath(root)), "")
+    if p not in _roots:
+        _roots.add(p)
+        real = os.path.join(os.path.realpath(p), "")
+        _roots.add(real)
+
+
+def _ignored(where: str) -> bool:
+    return where.startswith(_skipped())
+
+
+# -- a body's record -----------------------------------------------------------------------
+
+def active() -> bool:
+    """Is a body recording in this context (a nested call then hands it what it consumed)?"""
+    return _rec.get() is not None
+
+
+def begin(store_root: Any = None) -> tuple[Recorder, contextvars.Token[Recorder | None]]:
+    """A body starts: its reads are recorded until ``end``."""
+    if not _hooked:
+        _install()
+    if store_root is not None:
+        own_root(store_root)
+    rec = Recorder()
+    token = _rec.set(rec)
+    _active[id(rec)] = rec
+    return rec, token
+
+
+def end(rec: Recorder, token: contextvars.Token[Recorder | None]) -> tuple[dict[str, Any] | None, str | None]:
+    """The body ended: (its record in stored form, or None when it consumed nothing; why it must
+    not be stored, or None). A file it read that changed while it ran, or a record too large to
+    keep, is a reason not to store the result (it belongs to no one version of its inputs)."""
+    _active.pop(id(rec), None)
+    try:
+        _rec.reset(token)
+    except ValueError:  # (reset from another context: an async driver's) the value is set back
+        _rec.set(None)
+    if not (rec.files or rec.absent or rec.dirs or rec.calls or rec.merged):
+        return None, None
+    return _finish(rec)
+
+
+def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
+    written = rec.written
+    place = _Places()
+    out: dict[str, list[Any]] = {"files": [], "absent": [], "dirs": [], "calls": []}
+    unstable: str | None = None
+    modules = None
+    pending: list[Any] = []
+    for where, (given, stamp, at) in rec.files.items():
+        if where in written or stamp is None:
+            continue
+        if where.endswith(_CODE_SUFFIXES):
+            if modules is None:
+                modules = _module_files()
+            if where in modules or "__pycache__" in where:
+                continue  # an import: its code is in the code digest
+        size, mtime, ino = stamp
+        digest = None
+        try:
+            if size <= DIGEST_MAX or mtime + RACY_NS > at:
+                digest = files.file_digest(where, pending).hex()
+            st = os.stat(where)
+        except OSError:
+            unstable = unstable or f"{given} was removed while the function ran"
+            continue
+        if (st.st_size, st.st_mtime_ns, st.st_ino) != stamp:
+            unstable = unstable or f"{given} changed while the function ran"
+            continue
+        out["files"].append([given, place.of(given, where), size, mtime, ino, at, digest])
+    if pending:
+        files.remember_digests(pending)
+    for where, given in rec.absent.items():
+        if where in written or _ignored(where):
+            continue
+        if os.path.lexists(where):
+            unstable = unstable or f"{given} appeared while the function ran"
+            continue
+        out["absent"].append([given, place.of(given, where)])
+    for where, (given, names, mtime, ino, at) in rec.dirs.items():
+        if not names:
+            continue
+        if where in written:
+            now = _dir_stamp(where)  # the body changed this folder: what it left is the stamp
+            if now is None:
+                continue
+            names, mtime, ino, at = now
+        else:
+            now = _dir_stamp(where)
+            if now is None or now[0] != names:
+                unstable = unstable or f"the listing of {given} changed while the function ran"
+                continue
+        out["dirs"].append([given, place.of(given, where), names, mtime, ino, at])
+    out["calls"] = list(rec.calls.values())
+    for m in rec.merged:
+        _merge(out, m)
+    kept = {k: _unique(v) for k, v in out.items() if v}
+    if sum(len(v) for v in kept.values()) > MAX_ITEMS:
+        return None, (f"it read {sum(len(v) for v in kept.values()):,} files, folders and evaluations by path "
+                      f"(more than {MAX_ITEMS:,} are not recorded); pass its data as memolab.Dir/File arguments")
+    return kept or None, unstable
+
+
+def _unique(items: list[list[Any]]) -> list[list[Any]]:
+    seen = set()
+    out = []
+    for it in items:
+        k = json.dumps(it, default=str)
+        if k not in seen:
+            seen.add(k)
+            out.append(it)
+    return out
+
+
+def _merge(out: dict[str, list[Any]], rec: dict[str, Any]) -> None:
+    for k in ("files", "absent", "dirs", "calls"):
+        got = rec.get(k)
+        if isinstance(got, list):
+            out[k].extend(x for x in got if isinstance(x, list))
+
+
+def _module_files() -> set[str]:
+    out = set()
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str):
+            out.add(os.path.abspath(f))
+    return out
+
+
+class _Places:
+    """How a path is recorded: relative as given (the hit resolves it against its working
+    directory, as the body would), inside the workspace relative to it (``ws:``), else absolute."""
+
+    def __init__(self) -> None:
+        self.ws: str | None = None
+
+    def of(self, given: str, where: str) -> str:
+        if not os.path.isabs(given):
+            return given
+        if self.ws is None:
+            from .config import find_workspace
+
+            self.ws = os.path.join(str(find_workspace()), "")
+        real = os.path.realpath(where)
+        if real.startswith(self.ws):
+            return "ws:" + real[len(self.ws):]
+        return where
+
+
+def _resolve(where: str, ws: list[str]) -> str:
+    if where.startswith("ws:"):
+        if not ws:
+            from .config import find_workspace
+
+            ws.append(str(find_workspace()))
+        return os.path.join(ws[0], where[3:])
+    return os.path.abspath(where)
+
+
+# -- nested calls --------------------------------------------------------------------------
+
+_memos: dict[str, weakref.ReferenceType[Any]] = {}
+
+
+def register(memo: Any) -> None:
+    """``memo`` (a ``MemoFunction``) is the current definition of its symbol: what a caller's hit
+    compares the code and ``version`` it used with."""
+    try:
+        _memos[memo.symbol] = weakref.ref(memo)
+    except TypeError:
+        log.debug("memolab.reads: %r cannot be weakly referenced", memo)
+
+
+def _live(fn: str) -> Any:
+    ref = _memos.get(fn)
+    return ref() if ref is not None else None
+
+
+def consumed(key: Any, started: Any, finished: Any, rid: Any, record: Any) -> None:
+    """The evaluation of ``key`` (computed, loaded or served from memory) was used by the body
+    running in this context, with what it consumed (``record``: stored form, text or None)."""
+    rec = _rec.get()
+    if rec is None:
+        return
+    fn, code = key[0], key[1]
+    m = _live(fn)
+    max_age = getattr(m, "max_age", None)
+    k = (fn, code, started)
+    if k not in rec.calls:
+        rec.calls[k] = [fn, code, started, finished, max_age, rid]
+    if isinstance(record, str):
+        record = _parse(record)
+    if isinstance(record, dict):
+        rec.merged.append(record)
+
+
+def record_text(row: dict[str, Any]) -> str | None:
+    """The JSON text of ``row``'s record (``reads``, extracted by the lookup, or in its snapshot)."""
+    if "reads" in row:
+        text = row["reads"]
+        return text if isinstance(text, str) and text else None
+    snap = row.get("snapshot")
+    if not isinstance(snap, str) or '"reads"' not in snap:
+        return None
+    try:
+        got = json.loads(snap).get("reads")
+    except (ValueError, AttributeError):
+        return '{"damaged": true}'
+    return json.dumps(got) if got else None
+
+
+_parsed: dict[str, Any] = {}
+
+
+def _parse(text: str) -> Any:
+    got = _parsed.get(text)
+    if got is None:
+        try:
+            got = json.loads(text)
+        except ValueError:
+            got = {"damaged": True}
+        if len(_parsed) > 256:
+            _parsed.clear()
+        _parsed[text] = got
+    return got
+
+
+# -- a hit -----------------------------------------------------------------------------------
+
+def stale(row: dict[str, Any], at: float | None = None) -> str | None:
+    """Why stored ``row`` may not be used because something it consumed changed (a file read by
+    path, a folder's listing, an evaluation it used), or None. O(items): a ``stat`` per file."""
+    if "reads" in row:
+        text = row["reads"]
+        if not text:
+            return None  # the common case, on every hit: nothing recorded
+    text = record_text(row)
+    if text is None:
+        return None
+    got = _parse(text)
+    if not isinstance(got, dict) or got.get("damaged"):
+        return f"stored evaluation #{row.get('id')} cannot be used: its record of the files it read is damaged"
+    why = check(got, expiry.now() if at is None else at)
+    return None if why is None else f"{why} (stored evaluation #{row.get('id')})"
+
+
+def check(rec: dict[str, Any], at: float) -> str | None:
+    """The first thing in ``rec`` (stored form) that is not as recorded, said for ``why``."""
+    ws: list[str] = []
+    try:
+        for given, where, size, mtime, ino, stamped, digest in rec.get("files", ()):
+            p = _resolve(where, ws)
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                return f"{given} was read by path and no longer exists"
+            except OSError as e:
+                return f"{given} was read by path and cannot be read now ({e.strerror})"
+            if (st.st_size, st.st_mtime_ns, st.st_ino) == (size, mtime, ino) and mtime + RACY_NS <= stamped:
+                continue
+            if digest is not None and st.st_size == size:
+                try:
+                    if files.file_digest(p).hex() == digest:
+                        continue
+                except OSError:
+                    pass
+            return f"{given} changed (read by path)"
+        for given, where in rec.get("absent", ()):
+            if os.path.lexists(_resolve(where, ws)):
+                return f"{given} exists now (it did not when it was looked for)"
+        for given, where, names, mtime, ino, stamped in rec.get("dirs", ()):
+            p = _resolve(where, ws)
+            try:
+                st = os.stat(p)
+            except OSError:
+                return f"the folder {given} (listed) no longer exists"
+            if (st.st_mtime_ns, st.st_ino) == (mtime, ino) and mtime + RACY_NS <= stamped:
+                continue
+            try:
+                now = _names_digest(sorted(os.listdir(p)))
+            except OSError:
+                return f"the folder {given} (listed) cannot be listed now"
+            if now != names:
+                return f"the listing of {given} changed"
+        for fn, code, started, finished, max_age, rid in rec.get("calls", ()):
+            why = _call_stale(fn, code, started, finished, max_age, rid, at)
+            if why is not None:
+                return why
+    except (TypeError, ValueError):
+        return "its record of the files it read is damaged"
+    return None
+
+
+def _call_stale(fn: str, code: str, started: Any, finished: Any, max_age: Any, rid: Any, at: float) -> str | None:
+    name = fn.split(":", 1)[-1]
+    m = _live(fn)
+    if m is None and "<locals>" not in fn:
+        m = _imported(fn)
+        if m is None:
+            return f"`{name}`, whose evaluation it used, is not defined in this process"
+    if m is not None:
+        try:
+            now = m.code_digest()
+        except Exception:  # the code cannot even be read now: not the code that was used
+            log.debug("memolab.reads: code of %s", fn, exc_info=True)
+            now = None
+        if now != code:
+            old_v, new_v = code.partition("+v")[2] or None, (now or "").partition("+v")[2] or None
+            if old_v != new_v:
+                return f"the version of `{name}`, whose evaluation it used, changed: {old_v!r} -> {new_v!r}"
+            return f"the code of `{name}`, whose evaluation it used, changed"
+        max_age = m.max_age
+    validate: Callable[[dict[str, Any]], Any] | None = getattr(m, "validate", None)
+    if max_age is None and validate is None:
+        return None
+    row = {"id": rid, "started": started, "finished": finished}
+    why = expiry.verdict(row, at, max_age, validate, fn)
+    if why is not None:
+        return f"the evaluation of `{name}` it used expired: {why.split(': ', 1)[-1]}"
+    return None
+
+
+def _imported(fn: str) -> Any:
+    """The memoized function ``fn`` names, importing its module (as the body would) if needed."""
+    module = fn.split(":", 1)[0]
+    if module in ("__main__", "__mp_main__"):
+        return None
+    try:
+        import importlib
+
+        importlib.import_module(module)
+    except Exception:
+        log.debug("memolab.reads: cannot import %s", module, exc_info=True)
+        return None
+    return _live(fn)
