@@ -49,7 +49,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-import logging
 import os
 import sys
 import threading
@@ -60,10 +59,17 @@ from typing import Any
 
 from . import expiry, files
 
-__all__ = ["Recorder", "begin", "end", "register", "consumed", "stale", "record_text", "active",
+__all__ = ["Recorder", "begin", "end", "register", "consumed", "stale", "record_text", "active", "note",
            "DIGEST_MAX", "MAX_ITEMS"]
 
-log = logging.getLogger("memolab")
+
+
+def _debug(msg: str, *args: Any) -> None:
+    """A swallowed exception, said at DEBUG (``logging`` imported only then: ``import memolab`` stays lean)."""
+    import logging
+
+    logging.getLogger("memolab").debug(msg, *args, exc_info=True)
+
 
 #: files up to this size get a content digest (their stamp then survives another machine, a copy)
 DIGEST_MAX = 16 << 20
@@ -85,6 +91,9 @@ _EVENTS = frozenset(("open", "os.listdir", "os.scandir")) | _CHANGES
 _OWN = tuple(f"memolab.{m}" for m in ("store", "team", "files", "codegraph", "config", "call", "memo", "hashing",
                                        "pickling", "tracking", "explain", "upstream", "implicit", "globalrng",
                                        "hooks", "report", "runs", "summary", "identity", "acceptance"))
+#: modules of the import system: what they open and list is looking for modules
+_IMPORT_SYSTEM = frozenset(("importlib._bootstrap_external", "importlib._bootstrap", "zipimport", "pkgutil",
+                            "importlib.metadata", "importlib.resources._common", "linecache"))
 _CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd")
 
 
@@ -95,7 +104,7 @@ class Recorder:
 
     def __init__(self) -> None:
         #: abspath -> (path as given, stat key, when stamped ns), stamped at the first open
-        self.files: dict[str, tuple[str, tuple[int, int, int] | None, int]] = {}
+        self.files: dict[str, tuple[str, tuple[int, int, int, int] | None, int]] = {}
         #: abspath -> path as given: opened for reading and did not exist
         self.absent: dict[str, str] = {}
         #: abspath -> (path as given, names digest, mtime_ns, ino, when stamped ns)
@@ -116,7 +125,7 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         try:
             _seen(event, args)
         except Exception:  # an audit hook that raises fails the operation it audits: never
-            log.debug("memolab.reads: audit event %s not recorded", event, exc_info=True)
+            _debug("memolab.reads: audit event %s not recorded", event)
 
 
 def _install() -> None:
@@ -156,10 +165,10 @@ def _seen(event: str, args: tuple[Any, ...], own: bool = True) -> None:
             for r in targets:
                 r.written.add(where)
             return
-        stamp: tuple[int, int, int] | None
+        stamp: tuple[int, int, int, int] | None
         try:
             st = os.stat(where)
-            stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+            stamp = (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
         except FileNotFoundError:
             stamp = None
         except OSError:
@@ -219,10 +228,22 @@ def _by_memolab() -> bool:
         return False
     while f is not None:
         name = f.f_globals.get("__name__")
+        if name in _IMPORT_SYSTEM:
+            return True  # the import system looking for a module (its code is in the code digest)
         if type(name) is str and name.startswith("memolab") and name != "memolab.reads":
             return name.startswith(_OWN)
         f = f.f_back
     return False
+
+
+def note(path: Any) -> None:
+    """``path`` is an input of the memoized bodies running now (in this context, else all):
+    for integrations that see a library decide from a file's metadata alone whether to read it
+    (HF ``datasets`` reuses its cache of a local data file by its mtime, ``memolab.hf.cache``)."""
+    if _active:
+        given = _text(path)
+        if given is not None:
+            _seen("open", (given, "r", os.O_RDONLY), own=False)
 
 
 def _file_argument(path: str) -> None:
@@ -268,22 +289,24 @@ def _skipped() -> tuple[str, ...]:
         try:
             extra = [*site.getsitepackages(), site.getusersitepackages()]
         except Exception:  # (some embedded interpreters lack them)
-            log.debug("memolab.reads: no site-packages list", exc_info=True)
+            _debug("memolab.reads: no site-packages list")
             extra = []
         for p in extra:
             out.add(os.path.join(os.path.abspath(p), ""))
         out.discard(os.sep)
         _skip = tuple(sorted(out))
-    return _skip + tuple(_roots)
+    return _skip
 
 
-def own_root(root: Any) -> None:
-    """``root`` (a store's folder) holds memolab's own files: never a read of a body."""
+def exclude(root: Any) -> None:
+    """Nothing below ``root`` is a read of a body: a store's folder (memolab's own files), a
+    library's cache of what it derives from inputs it reports (``note``)."""
+    global _skip
     p = os.path.join(os.path.abspath(os.fspath(root)), "")
     if p not in _roots:
         _roots.add(p)
-        real = os.path.join(os.path.realpath(p), "")
-        _roots.add(real)
+        _roots.add(os.path.join(os.path.realpath(p), ""))
+        _skip = tuple(sorted(set(_skipped()) | _roots))
 
 
 def _ignored(where: str) -> bool:
@@ -302,7 +325,7 @@ def begin(store_root: Any = None) -> tuple[Recorder, contextvars.Token[Recorder 
     if not _hooked:
         _install()
     if store_root is not None:
-        own_root(store_root)
+        exclude(store_root)
     rec = Recorder()
     token = _rec.set(rec)
     _active[id(rec)] = rec
@@ -338,19 +361,19 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
                 modules = _module_files()
             if where in modules or "__pycache__" in where:
                 continue  # an import: its code is in the code digest
-        size, mtime, ino = stamp
+        size, mtime, ino, ctime = stamp
         digest = None
         try:
-            if size <= DIGEST_MAX or mtime + RACY_NS > at:
+            if size <= DIGEST_MAX or max(mtime, ctime) + RACY_NS > at:
                 digest = files.file_digest(where, pending).hex()
             st = os.stat(where)
         except OSError:
             unstable = unstable or f"{given} was removed while the function ran"
             continue
-        if (st.st_size, st.st_mtime_ns, st.st_ino) != stamp:
+        if (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) != stamp:
             unstable = unstable or f"{given} changed while the function ran"
             continue
-        out["files"].append([given, place.of(given, where), size, mtime, ino, at, digest])
+        out["files"].append([given, place.of(given, where), size, mtime, ino, ctime, at, digest])
     if pending:
         files.remember_digests(pending)
     for where, given in rec.absent.items():
@@ -385,10 +408,14 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _unique(items: list[list[Any]]) -> list[list[Any]]:
-    seen = set()
+    seen: set[Any] = set()
     out = []
     for it in items:
-        k = json.dumps(it, default=str)
+        try:
+            k: Any = tuple(it)
+            hash(k)
+        except TypeError:  # (a record another memolab wrote, holding lists)
+            k = json.dumps(it, default=str)
         if k not in seen:
             seen.add(k)
             out.append(it)
@@ -425,20 +452,21 @@ class _Places:
             from .config import find_workspace
 
             self.ws = os.path.join(str(find_workspace()), "")
-        real = os.path.realpath(where)
-        if real.startswith(self.ws):
-            return "ws:" + real[len(self.ws):]
+        if where.startswith(self.ws):  # (the workspace is a real path: a path through a link stays absolute)
+            return "ws:" + where[len(self.ws):]
         return where
 
 
 def _resolve(where: str, ws: list[str]) -> str:
+    """The file a recorded place names now: ``ws:`` in this workspace; a relative path as given
+    (the working directory's, as the body would read it); an absolute one as it is."""
     if where.startswith("ws:"):
         if not ws:
             from .config import find_workspace
 
-            ws.append(str(find_workspace()))
-        return os.path.join(ws[0], where[3:])
-    return os.path.abspath(where)
+            ws.append(os.path.join(str(find_workspace()), ""))
+        return ws[0] + where[3:]
+    return where
 
 
 # -- nested calls --------------------------------------------------------------------------
@@ -452,7 +480,7 @@ def register(memo: Any) -> None:
     try:
         _memos[memo.symbol] = weakref.ref(memo)
     except TypeError:
-        log.debug("memolab.reads: %r cannot be weakly referenced", memo)
+        _debug("memolab.reads: %r cannot be weakly referenced", memo)
 
 
 def _live(fn: str) -> Any:
@@ -532,7 +560,7 @@ def check(rec: dict[str, Any], at: float) -> str | None:
     """The first thing in ``rec`` (stored form) that is not as recorded, said for ``why``."""
     ws: list[str] = []
     try:
-        for given, where, size, mtime, ino, stamped, digest in rec.get("files", ()):
+        for given, where, size, mtime, ino, ctime, stamped, digest in rec.get("files", ()):
             p = _resolve(where, ws)
             try:
                 st = os.stat(p)
@@ -540,8 +568,9 @@ def check(rec: dict[str, Any], at: float) -> str | None:
                 return f"{given} was read by path and no longer exists"
             except OSError as e:
                 return f"{given} was read by path and cannot be read now ({e.strerror})"
-            if (st.st_size, st.st_mtime_ns, st.st_ino) == (size, mtime, ino) and mtime + RACY_NS <= stamped:
-                continue
+            if ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (size, mtime, ino, ctime)
+                    and max(mtime, ctime) + RACY_NS <= stamped):
+                continue  # (a stamp taken while the file was quiet: a change would have moved it)
             if digest is not None and st.st_size == size:
                 try:
                     if files.file_digest(p).hex() == digest:
@@ -586,7 +615,7 @@ def _call_stale(fn: str, code: str, started: Any, finished: Any, max_age: Any, r
         try:
             now = m.code_digest()
         except Exception:  # the code cannot even be read now: not the code that was used
-            log.debug("memolab.reads: code of %s", fn, exc_info=True)
+            _debug("memolab.reads: code of %s", fn)
             now = None
         if now != code:
             old_v, new_v = code.partition("+v")[2] or None, (now or "").partition("+v")[2] or None
@@ -614,6 +643,6 @@ def _imported(fn: str) -> Any:
 
         importlib.import_module(module)
     except Exception:
-        log.debug("memolab.reads: cannot import %s", module, exc_info=True)
+        _debug("memolab.reads: cannot import %s", module)
         return None
     return _live(fn)
