@@ -100,7 +100,7 @@ _CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd")
 class Recorder:
     """What one running body consumed (files by path, folders listed, evaluations used)."""
 
-    __slots__ = ("files", "absent", "dirs", "written", "calls", "merged", "started", "__weakref__")
+    __slots__ = ("files", "absent", "dirs", "written", "made", "calls", "merged", "started", "__weakref__")
 
     def __init__(self) -> None:
         #: abspath -> (path as given, stat key, when stamped ns), stamped at the first open
@@ -111,6 +111,8 @@ class Recorder:
         self.dirs: dict[str, tuple[str, str, int, int, int]] = {}
         #: what the body opened for writing, created, renamed or removed (and their folders)
         self.written: set[str] = set()
+        #: the folders it created (its own: their listing is no input)
+        self.made: set[str] = set()
         #: (fn, code, started) -> [fn, code, started, finished, max_age, id]
         self.calls: dict[tuple[Any, ...], list[Any]] = {}
         #: finished records of nested calls (stored form), merged at the end
@@ -193,6 +195,8 @@ def _seen(event: str, args: tuple[Any, ...], own: bool = True) -> None:
             for r in targets:
                 r.written.add(where)
                 r.written.add(os.path.dirname(where))  # its folder's listing is the body's doing too
+                if event == "os.mkdir":
+                    r.made.add(where)
         return
     # os.listdir / os.scandir: a folder's listing
     given = _text(args[0]) if args and args[0] is not None else "."
@@ -384,7 +388,7 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
             continue
         out["absent"].append([given, place.of(given, where)])
     for where, (given, names, mtime, ino, at) in rec.dirs.items():
-        if not names:
+        if not names or where in rec.made:
             continue
         if where in written:
             now = _dir_stamp(where)  # the body changed this folder: what it left is the stamp
