@@ -11,6 +11,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 READS = """
 import concurrent.futures, json, os, sys
@@ -311,3 +312,45 @@ def test_a_body_that_reads_nothing_records_nothing(tmp_store):
     row = plain.evaluations()[0]
     assert '"reads"' not in (row["snapshot"] or "")
     assert not reads.active()
+
+
+HF_EXAMPLE = """
+import json, os, sys
+
+import datasets
+import memolab
+from memolab import memo
+
+
+def double(batch):
+    return {"y": [v * 2 for v in batch["x"]]}
+
+
+@memo
+def prepare(csv: memolab.File):           # docs/hf.md's example: the CSV by content
+    ds = datasets.load_dataset("csv", data_files=os.fspath(csv), split="train")
+    return ds.map(double, batched=True)
+
+
+@memo
+def by_path(path):                        # the example as it was: the CSV's path as text
+    ds = datasets.load_dataset("csv", data_files=path, split="train")
+    return ds.map(double, batched=True)
+
+
+# by_path runs second: HF's cache of the CSV is warm, so HF never opens the CSV in its body
+print(json.dumps([list(prepare(memolab.File("rows.csv"))["y"]), list(by_path("rows.csv")["y"])]))
+"""
+
+
+def test_the_hf_example_never_returns_the_old_rows(project, tmp_path):
+    pytest.importorskip("datasets")
+    project.write("hf_example.py", HF_EXAMPLE)
+    project.write("rows.csv", "x\n1\n2\n")
+    env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    assert project.run_json("hf_example.py", env=env) == [[2, 4], [2, 4]]
+    with open(project.root / "rows.csv", "a") as f:
+        f.write("3\n")  # an appended row: once answered with the old dataset, silently
+    assert project.run_json("hf_example.py", env=env) == [[2, 4, 6], [2, 4, 6]]
+    # (by_path's first body found HF's cache warm and never opened the CSV: it was recorded still)
+    assert "rows.csv changed" in project.run("-m", "memolab", "why", "by_path").stdout

@@ -343,21 +343,26 @@ def end(rec: Recorder, token: contextvars.Token[Recorder | None]) -> tuple[dict[
     _active.pop(id(rec), None)
     try:
         _rec.reset(token)
-    except ValueError:  # (reset from another context: an async driver's) the value is set back
-        _rec.set(None)
+    except ValueError:  # (a token of another context: the value it replaced is set back)
+        _rec.set(None if token.old_value is contextvars.Token.MISSING else token.old_value)
     if not (rec.files or rec.absent or rec.dirs or rec.calls or rec.merged):
         return None, None
-    return _finish(rec)
+    try:
+        return _finish(rec)
+    except Exception as e:  # what it read cannot be told: its result must not be kept
+        _debug("memolab.reads: the record of a body failed")
+        return None, f"what it read by path could not be recorded ({type(e).__name__}: {e})"
 
 
 def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
-    written = rec.written
+    written = set(rec.written)
     place = _Places()
     out: dict[str, list[Any]] = {"files": [], "absent": [], "dirs": [], "calls": []}
     unstable: str | None = None
     modules = None
     pending: list[Any] = []
-    for where, (given, stamp, at) in rec.files.items():
+    # (copies: a thread the body started may still be reading, and the dicts are shared with it)
+    for where, (given, stamp, at) in list(rec.files.items()):
         if where in written or stamp is None:
             continue
         if where.endswith(_CODE_SUFFIXES):
@@ -380,14 +385,14 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
         out["files"].append([given, place.of(given, where), size, mtime, ino, ctime, at, digest])
     if pending:
         files.remember_digests(pending)
-    for where, given in rec.absent.items():
+    for where, given in list(rec.absent.items()):
         if where in written or _ignored(where):
             continue
         if os.path.lexists(where):
             unstable = unstable or f"{given} appeared while the function ran"
             continue
         out["absent"].append([given, place.of(given, where)])
-    for where, (given, names, mtime, ino, at) in rec.dirs.items():
+    for where, (given, names, mtime, ino, at) in list(rec.dirs.items()):
         if not names or where in rec.made:
             continue
         if where in written:
@@ -402,7 +407,7 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
                 continue
         out["dirs"].append([given, place.of(given, where), names, mtime, ino, at])
     out["calls"] = list(rec.calls.values())
-    for m in rec.merged:
+    for m in list(rec.merged):
         _merge(out, m)
     kept = {k: _unique(v) for k, v in out.items() if v}
     if sum(len(v) for v in kept.values()) > MAX_ITEMS:
