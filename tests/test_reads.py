@@ -175,7 +175,7 @@ def test_files_read_by_path_are_stamped_and_checked_on_every_hit(project):
 
 
 NESTED = """
-import json, os, sys
+import json, os, subprocess, sys
 import memolab
 from memolab import memo, expiry
 
@@ -222,7 +222,17 @@ def uses_fetch(v):                 # no max_age of its own: fetch's must reach i
     RAN.append("uses_fetch")
     return fetch(v) + 1
 
-out = [top("a"), uses_versioned(2), uses_fetch(3)]
+@memo
+def shell(d):                      # reads its Dir in another process: nothing opened here
+    RAN.append("shell")
+    return subprocess.run(["cat", os.path.join(d, "y.txt")], capture_output=True, text=True).stdout
+
+@memo
+def uses_shell(v):
+    RAN.append("uses_shell")
+    return shell(memolab.Dir("ydir")) + v
+
+out = [top("a"), uses_versioned(2), uses_fetch(3), uses_shell("!")]
 if os.environ.get("IN_PROCESS"):
     # the same process: its in-memory copies are checked too
     open("x.csv", "w").write("changed in process")
@@ -239,9 +249,15 @@ def _nested(project, **env):
 def test_what_nested_calls_consumed_reaches_their_callers(project):
     project.write("nested.py", NESTED)
     (project.root / "x.csv").write_text("x1")
+    (project.root / "ydir").mkdir()
+    (project.root / "ydir" / "y.txt").write_text("y1")
     r = _nested(project)
-    assert r["out"] == ["x1a!", 5, 104] and len(r["ran"]) == 7
+    assert r["out"] == ["x1a!", 5, 104, "y1!"] and len(r["ran"]) == 9
     assert _nested(project)["ran"] == []
+
+    (project.root / "ydir" / "y.txt").write_text("y2")  # a Dir argument of a call made inside
+    r = _nested(project)
+    assert r["out"][3] == "y2!" and sorted(r["ran"]) == ["shell", "uses_shell"], r
 
     (project.root / "x.csv").write_text("x2")  # the file inner's File argument names
     r = _nested(project)
@@ -262,7 +278,7 @@ def test_what_nested_calls_consumed_reaches_their_callers(project):
     assert _nested(project, SKEW=2 * 3600)["ran"] == []
 
     r = _nested(project, IN_PROCESS=1)
-    assert r["out"][3] == "changed in processa!" and r["ran"] == ["top", "outer", "inner"], r
+    assert r["out"][4] == "changed in processa!" and r["ran"] == ["top", "outer", "inner"], r
     (project.root / "x.csv").write_text("x2")
 
 

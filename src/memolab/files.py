@@ -48,9 +48,10 @@ encoded = 0
 
 PathArg = Union[str, "os.PathLike[str]"]
 
-#: told the path of every ``File`` argument hashed (``memolab.reads``: a body making a call
-#: with it consumed that file, whatever the call's own body opens)
-on_file: Callable[[str], None] | None = None
+#: told the path of every file of a ``File``/``Dir`` argument hashed, and of every folder of a
+#: ``Dir`` (True) (``memolab.reads``: a body making a call with it consumed them, whatever the
+#: call's own body opens)
+on_file: Callable[[str, bool], None] | None = None
 
 
 class File(os.PathLike[str]):
@@ -259,7 +260,7 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
     enc.write(b"\x11")
     enc.write(file_digest(path))
     if on_file is not None:  # a memoized body running: the key of a call it makes depends on this file
-        on_file(path)
+        on_file(path, False)
 
 
 def _walk(root: str, exclude: tuple[str, ...]) -> list[tuple[str, str, str]]:
@@ -299,6 +300,11 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
         raise HashError(f"memolab.Dir({d.path!r}) {what}", "", d)
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
+    if on_file is not None:
+        on_file(root, True)
+        for _rel, kind, path in entries:
+            if kind in "fd":
+                on_file(path, kind == "d")
     pending: list[tuple[str, StatKey, bytes, int]] = []
     enc.write(b"\x12" + pack_Q(len(entries)))
     try:

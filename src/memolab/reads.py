@@ -203,7 +203,7 @@ def _seen(event: str, args: tuple[Any, ...], own: bool = True) -> None:
     if given is None:
         return
     where = os.path.abspath(given)
-    if _ignored(where) or all(where in r.dirs for r in targets) or _by_memolab():
+    if _ignored(where) or all(where in r.dirs for r in targets) or (own and _by_memolab()):
         return
     for r in targets:
         r.dirs.setdefault(where, (given, "", 0, 0, 0))  # (placeholder: the listing below is audited too)
@@ -250,10 +250,11 @@ def note(path: Any) -> None:
             _seen("open", (given, "r", os.O_RDONLY), own=False)
 
 
-def _file_argument(path: str) -> None:
-    """A ``memolab.File`` argument was hashed: a running body making that call consumed it."""
+def _file_argument(path: str, folder: bool) -> None:
+    """A ``memolab.File``/``Dir`` argument was hashed: a running body making that call consumed
+    it (a file; a folder's listing)."""
     if _rec.get() is not None:
-        _seen("open", (path, "r", os.O_RDONLY), own=False)
+        _seen("os.listdir" if folder else "open", (path, "r", os.O_RDONLY), own=False)
 
 
 files.on_file = _file_argument
