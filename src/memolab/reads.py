@@ -531,19 +531,24 @@ def record_text(row: dict[str, Any]) -> str | None:
     return json.dumps(got) if got else None
 
 
+#: records parsed, by their text (an in-process hit parses its row's once); bounded in count and size
 _parsed: dict[str, Any] = {}
+_parsed_chars = 0
 
 
 def _parse(text: str) -> Any:
+    global _parsed_chars
     got = _parsed.get(text)
     if got is None:
         try:
             got = json.loads(text)
         except ValueError:
             got = {"damaged": True}
-        if len(_parsed) > 256:
+        if len(_parsed) >= 256 or _parsed_chars + len(text) > 16 << 20:
             _parsed.clear()
+            _parsed_chars = 0
         _parsed[text] = got
+        _parsed_chars += len(text)
     return got
 
 
