@@ -226,6 +226,11 @@ def _digest_file(path: str, st: os.stat_result) -> tuple[bytes, os.stat_result]:
     raise HashError(f"file {path!r} keeps changing while it is being hashed", "", path)
 
 
+def cached_digest(path: str, st: os.stat_result) -> bytes | None:
+    """The digest of ``path`` remembered for the stat ``st`` (not racily clean), or None."""
+    return _cache.get(path, _stat_key(st))
+
+
 def file_digest(path: str, pending: list[tuple[str, StatKey, bytes, int]] | None = None) -> bytes:
     """Digest of one regular file's content, from the stat cache when its stat is unchanged."""
     st = os.stat(path)

@@ -374,9 +374,14 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
         size, mtime, ino, ctime = stamp
         digest = None
         try:
-            if size <= DIGEST_MAX or max(mtime, ctime) + RACY_NS > at:
-                digest = files.file_digest(where, pending).hex()
             st = os.stat(where)
+            if (st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == stamp and (
+                    size <= DIGEST_MAX or max(mtime, ctime) + RACY_NS > at):
+                d = files.cached_digest(where, st)  # (an unchanged file: from the stat cache)
+                if d is None:
+                    d = files.file_digest(where, pending)
+                    st = os.stat(where)  # (read now: still the file the body read?)
+                digest = d.hex()
         except OSError:
             unstable = unstable or f"{given} was removed while the function ran"
             continue
