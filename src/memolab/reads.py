@@ -39,6 +39,9 @@ would); anything else is absolute. A stamp whose ``stat`` differs (another machi
 ``git checkout``) is settled by the content digest, recorded for files up to
 ``DIGEST_MAX`` bytes; a larger file whose stamp differs is a miss.
 
+The hit's side (``stale``: the record judged, the current definition of each memoized function
+``register``-ed) is ``memolab.readcheck``.
+
 Not seen: reads in other processes (``DataLoader`` workers, ``multiprocessing``), files
 opened by C/C++ code that bypasses Python's ``open`` (``pyarrow`` memory maps, OpenCV,
 ``sqlite3``, ``h5py``'s own driver), and anything read over the network. Pass such inputs
@@ -47,17 +50,15 @@ as ``memolab.File``/``memolab.Dir`` arguments: that is the way to say "by conten
 from __future__ import annotations
 
 import contextvars
-import hashlib
 import json
 import os
 import sys
 import threading
 import time
-import weakref
-from collections.abc import Callable
 from typing import Any
 
 from . import expiry, files
+from .readcheck import RACY_NS, live, names_digest, parse, record_text, register, stale
 
 __all__ = ["Recorder", "begin", "end", "register", "consumed", "stale", "record_text", "active", "note",
            "DIGEST_MAX", "MAX_ITEMS"]
@@ -75,8 +76,6 @@ def _debug(msg: str, *args: Any) -> None:
 DIGEST_MAX = 16 << 20
 #: a record of more files, folders and evaluations than this is not kept: the result is not stored
 MAX_ITEMS = 20_000
-#: a file modified this recently before it was stamped is checked by content (as ``files.RACY_NS``)
-RACY_NS = files.RACY_NS
 
 _rec: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("memolab_reads", default=None)
 #: every recorder whose body runs now, in any thread: id -> recorder
@@ -90,7 +89,7 @@ _EVENTS = frozenset(("open", "os.listdir", "os.scandir")) | _CHANGES
 #: its code digest, the settings) is memolab's, not the body's
 _OWN = tuple(f"memolab.{m}" for m in ("store", "team", "files", "codegraph", "config", "call", "memo", "hashing",
                                        "pickling", "tracking", "explain", "upstream", "implicit", "globalrng",
-                                       "hooks", "report", "runs", "summary", "identity", "acceptance"))
+                                       "hooks", "report", "runs", "summary", "identity", "acceptance", "readcheck"))
 #: modules of the import system: what they open and list is looking for modules
 _IMPORT_SYSTEM = frozenset(("importlib._bootstrap_external", "importlib._bootstrap", "zipimport", "pkgutil",
                             "importlib.metadata", "importlib.resources._common", "linecache"))
@@ -267,11 +266,7 @@ def _dir_stamp(where: str) -> tuple[str, int, int, int] | None:
         names = sorted(os.listdir(where))
     except OSError:
         return None
-    return _names_digest(names), st.st_mtime_ns, st.st_ino, time.time_ns()
-
-
-def _names_digest(names: list[str]) -> str:
-    return hashlib.blake2b("\0".join(names).encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+    return names_digest(names), st.st_mtime_ns, st.st_ino, time.time_ns()
 
 
 _skip: tuple[str, ...] | None = None
@@ -472,36 +467,7 @@ class _Places:
         return where
 
 
-def _resolve(where: str, ws: list[str]) -> str:
-    """The file a recorded place names now: ``ws:`` in this workspace; a relative path as given
-    (the working directory's, as the body would read it); an absolute one as it is."""
-    if where.startswith("ws:"):
-        if not ws:
-            from .config import find_workspace
-
-            ws.append(os.path.join(str(find_workspace()), ""))
-        return ws[0] + where[3:]
-    return where
-
-
 # -- nested calls --------------------------------------------------------------------------
-
-_memos: dict[str, weakref.ReferenceType[Any]] = {}
-
-
-def register(memo: Any) -> None:
-    """``memo`` (a ``MemoFunction``) is the current definition of its symbol: what a caller's hit
-    compares the code and ``version`` it used with."""
-    try:
-        _memos[memo.symbol] = weakref.ref(memo)
-    except TypeError:
-        _debug("memolab.reads: %r cannot be weakly referenced", memo)
-
-
-def _live(fn: str) -> Any:
-    ref = _memos.get(fn)
-    return ref() if ref is not None else None
-
 
 def consumed(key: Any, started: Any, finished: Any, rid: Any, record: Any) -> None:
     """The evaluation of ``key`` (computed, loaded or served from memory) was used by the body
@@ -510,159 +476,12 @@ def consumed(key: Any, started: Any, finished: Any, rid: Any, record: Any) -> No
     if rec is None:
         return
     fn, code = key[0], key[1]
-    m = _live(fn)
+    m = live(fn)
     max_age = getattr(m, "max_age", None)
     k = (fn, code, started)
     if k not in rec.calls:
         rec.calls[k] = [fn, code, started, finished, max_age, rid]
     if isinstance(record, str):
-        record = _parse(record)
+        record = parse(record)
     if isinstance(record, dict):
         rec.merged.append(record)
-
-
-def record_text(row: dict[str, Any]) -> str | None:
-    """The JSON text of ``row``'s record (``reads``, extracted by the lookup, or in its snapshot)."""
-    if "reads" in row:
-        text = row["reads"]
-        return text if isinstance(text, str) and text else None
-    snap = row.get("snapshot")
-    if not isinstance(snap, str) or '"reads"' not in snap:
-        return None
-    try:
-        got = json.loads(snap).get("reads")
-    except (ValueError, AttributeError):
-        return '{"damaged": true}'
-    return json.dumps(got) if got else None
-
-
-#: records parsed, by their text (an in-process hit parses its row's once); bounded in count and size
-_parsed: dict[str, Any] = {}
-_parsed_chars = 0
-
-
-def _parse(text: str) -> Any:
-    global _parsed_chars
-    got = _parsed.get(text)
-    if got is None:
-        try:
-            got = json.loads(text)
-        except ValueError:
-            got = {"damaged": True}
-        if len(_parsed) >= 256 or _parsed_chars + len(text) > 16 << 20:
-            _parsed.clear()
-            _parsed_chars = 0
-        _parsed[text] = got
-        _parsed_chars += len(text)
-    return got
-
-
-# -- a hit -----------------------------------------------------------------------------------
-
-def stale(row: dict[str, Any], at: float | None = None) -> str | None:
-    """Why stored ``row`` may not be used because something it consumed changed (a file read by
-    path, a folder's listing, an evaluation it used), or None. O(items): a ``stat`` per file."""
-    if "reads" in row:
-        text = row["reads"]
-        if not text:
-            return None  # the common case, on every hit: nothing recorded
-    text = record_text(row)
-    if text is None:
-        return None
-    got = _parse(text)
-    if not isinstance(got, dict) or got.get("damaged"):
-        return f"stored evaluation #{row.get('id')} cannot be used: its record of the files it read is damaged"
-    why = check(got, expiry.now() if at is None else at)
-    return None if why is None else f"{why} (stored evaluation #{row.get('id')})"
-
-
-def check(rec: dict[str, Any], at: float) -> str | None:
-    """The first thing in ``rec`` (stored form) that is not as recorded, said for ``why``."""
-    ws: list[str] = []
-    try:
-        for given, where, size, mtime, ino, ctime, stamped, digest in rec.get("files", ()):
-            p = _resolve(where, ws)
-            try:
-                st = os.stat(p)
-            except FileNotFoundError:
-                return f"{given} was read by path and no longer exists"
-            except OSError as e:
-                return f"{given} was read by path and cannot be read now ({e.strerror})"
-            if ((st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns) == (size, mtime, ino, ctime)
-                    and max(mtime, ctime) + RACY_NS <= stamped):
-                continue  # (a stamp taken while the file was quiet: a change would have moved it)
-            if digest is not None and st.st_size == size:
-                try:
-                    if files.file_digest(p).hex() == digest:
-                        continue
-                except OSError:
-                    pass
-            return f"{given} changed (read by path)"
-        for given, where in rec.get("absent", ()):
-            if os.path.lexists(_resolve(where, ws)):
-                return f"{given} exists now (it did not when it was looked for)"
-        for given, where, names, mtime, ino, stamped in rec.get("dirs", ()):
-            p = _resolve(where, ws)
-            try:
-                st = os.stat(p)
-            except OSError:
-                return f"the folder {given} (listed) no longer exists"
-            if (st.st_mtime_ns, st.st_ino) == (mtime, ino) and mtime + RACY_NS <= stamped:
-                continue
-            try:
-                now = _names_digest(sorted(os.listdir(p)))
-            except OSError:
-                return f"the folder {given} (listed) cannot be listed now"
-            if now != names:
-                return f"the listing of {given} changed"
-        for fn, code, started, finished, max_age, rid in rec.get("calls", ()):
-            why = _call_stale(fn, code, started, finished, max_age, rid, at)
-            if why is not None:
-                return why
-    except (TypeError, ValueError):
-        return "its record of the files it read is damaged"
-    return None
-
-
-def _call_stale(fn: str, code: str, started: Any, finished: Any, max_age: Any, rid: Any, at: float) -> str | None:
-    name = fn.split(":", 1)[-1]
-    m = _live(fn)
-    if m is None and "<locals>" not in fn:
-        m = _imported(fn)
-        if m is None:
-            return f"`{name}`, whose evaluation it used, is not defined in this process"
-    if m is not None:
-        try:
-            now = m.code_digest()
-        except Exception:  # the code cannot even be read now: not the code that was used
-            _debug("memolab.reads: code of %s", fn)
-            now = None
-        if now != code:
-            old_v, new_v = code.partition("+v")[2] or None, (now or "").partition("+v")[2] or None
-            if old_v != new_v:
-                return f"the version of `{name}`, whose evaluation it used, changed: {old_v!r} -> {new_v!r}"
-            return f"the code of `{name}`, whose evaluation it used, changed"
-        max_age = m.max_age
-    validate: Callable[[dict[str, Any]], Any] | None = getattr(m, "validate", None)
-    if max_age is None and validate is None:
-        return None
-    row = {"id": rid, "started": started, "finished": finished}
-    why = expiry.verdict(row, at, max_age, validate, fn)
-    if why is not None:
-        return f"the evaluation of `{name}` it used expired: {why.split(': ', 1)[-1]}"
-    return None
-
-
-def _imported(fn: str) -> Any:
-    """The memoized function ``fn`` names, importing its module (as the body would) if needed."""
-    module = fn.split(":", 1)[0]
-    if module in ("__main__", "__mp_main__"):
-        return None
-    try:
-        import importlib
-
-        importlib.import_module(module)
-    except Exception:
-        _debug("memolab.reads: cannot import %s", module)
-        return None
-    return _live(fn)
