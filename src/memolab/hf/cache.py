@@ -18,6 +18,12 @@ halfway and is rerun still reuses the ``.map`` results it finished, and a
 dataset's cache files stay where HF puts them. Not covered: a user's own
 ``new_fingerprint=`` or ``cache_file_name=`` (HF then uses the name given).
 
+Also while a memoized function computes: the local data files HF resolves (``load_dataset``'s
+``data_files``) are noted as the body's reads (``memolab.reads``): HF reuses its cache of a
+local file by the file's mtime without opening it, so the body would otherwise record HF's
+cache, not the CSV; and HF's cache folders are left out of the record (what HF derives from
+those files, and its locks).
+
 Installed when ``datasets`` is first hashed or pickled, and before any memoized
 function computes once ``datasets`` is imported (``memolab.hooks``, the
 ``computing`` table).
@@ -60,8 +66,9 @@ def install() -> None:
     if not getattr(original, _MARK, False):
         fingerprint.update_fingerprint = _mixed(original)  # type: ignore[attr-defined]  # datasets' module, patched
     data_files = sys.modules.get("datasets.data_files")
-    if data_files is not None and not getattr(data_files._get_origin_metadata, _MARK, False):
-        data_files._get_origin_metadata = _noting(data_files._get_origin_metadata)  # type: ignore[attr-defined]  # datasets' module, patched
+    origin = getattr(data_files, "_get_origin_metadata", None)  # (absent in another HF: nothing noted)
+    if data_files is not None and origin is not None and not getattr(origin, _MARK, False):
+        data_files._get_origin_metadata = _noting(origin)  # type: ignore[attr-defined]  # datasets' module, patched
         # HF's cache holds what it derives from those files (and its own locks): not an input
         hf_config = sys.modules.get("datasets.config")
         for where in (getattr(hf_config, "HF_DATASETS_CACHE", None), getattr(hf_config, "HF_MODULES_CACHE", None)):
