@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -370,3 +371,42 @@ def test_the_hf_example_never_returns_the_old_rows(project, tmp_path):
     assert project.run_json("hf_example.py", env=env) == [[2, 4, 6], [2, 4, 6]]
     # (by_path's first body found HF's cache warm and never opened the CSV: it was recorded still)
     assert "rows.csv changed" in project.run("-m", "memolab", "why", "by_path").stdout
+
+
+BIG = """
+import json, os
+import memolab
+from memolab import memo
+
+class Ran(list):
+    pass
+
+memolab.register_opaque(Ran)
+RAN = Ran()
+
+@memo
+def size(f: memolab.File):
+    RAN.append(1)
+    with open(f, "rb") as fh:
+        return len(fh.read())
+
+n = size(memolab.File("big.bin"))
+print(json.dumps({"ran": len(RAN), "size": n}))
+"""
+
+
+def test_a_file_argument_is_keyed_by_content_not_checked_by_stamp(project):
+    """A call's own ``memolab.File`` arguments are in its key by content: its body opening them
+    records nothing to check (a file over ``DIGEST_MAX`` has no digest: its stamp would make a
+    copy with the same bytes, or a teammate's file, a miss)."""
+    project.write("big.py", BIG)
+    big = project.root / "big.bin"
+    big.write_bytes(b"b" * (17 << 20))
+    # at rest: past the racy window (2 s), in which even a large file is digested
+    while time.time_ns() < big.stat().st_ctime_ns + 2_100_000_000:
+        time.sleep(0.1)
+    assert json.loads(project.run("big.py").stdout.splitlines()[-1]) == {"ran": 1, "size": 17 << 20}
+    copy = project.root / "copy.bin"
+    copy.write_bytes(big.read_bytes())
+    os.replace(copy, big)  # the same bytes, another inode and mtime
+    assert json.loads(project.run("big.py").stdout.splitlines()[-1]) == {"ran": 0, "size": 17 << 20}

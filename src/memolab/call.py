@@ -94,7 +94,7 @@ class Call:
                  "reads")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: dict[str, str],
-                 cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
+                 cv: codegraph.CodeVersion, store: Store, force: bool, files: bool | list[str],
                  named: list[tuple[str, Any]], visited: list[Any] | None = None) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
         self.bound = bound
@@ -368,7 +368,7 @@ class Call:
         hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
         self.inputs()  # (the walk's objects are let go before the body runs)
         ev = Running(self.key, self.store, run, self.force)
-        token = (_running.set(ev), reads.begin(self.store.root))
+        token = (_running.set(ev), reads.begin(self.store.root, self.files if isinstance(self.files, list) else ()))
         self.env_frame = implicit.environ_frame()
         self.imports = implicit.imports_frame()
         if self.memo.global_rng:

@@ -21,6 +21,7 @@ to files count as their target's content, other symlinks as their target text.
 """
 from __future__ import annotations
 
+import collections
 import fnmatch
 import mmap
 import os
@@ -47,6 +48,23 @@ files_hashed = 0
 encoded = 0
 
 PathArg = Union[str, "os.PathLike[str]"]
+
+_keyed = threading.local()
+
+
+def encoded_since(n: int) -> list[str]:
+    """The absolute paths of the ``File``/``Dir`` arguments this thread hashed since ``encoded``
+    was ``n`` (a call's own: its key holds their content, so they are no reads of its body)."""
+    log = getattr(_keyed, "log", None)
+    return [p for c, p in log if c > n] if log else []
+
+
+def _log_keyed(path: str) -> None:
+    log = getattr(_keyed, "log", None)
+    if log is None:
+        log = _keyed.log = collections.deque(maxlen=4096)
+    log.append((encoded, path))
+
 
 #: told the path of every file of a ``File``/``Dir`` argument hashed, and of every folder of a
 #: ``Dir`` (True) (``memolab.reads``: a body making a call with it consumed them, whatever the
@@ -264,6 +282,7 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
         _cache.load_prefix(path)
     enc.write(b"\x11")
     enc.write(file_digest(path))
+    _log_keyed(path)
     if on_file is not None:  # a memoized body running: the key of a call it makes depends on this file
         on_file(path, False)
 
@@ -305,6 +324,7 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
         raise HashError(f"memolab.Dir({d.path!r}) {what}", "", d)
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
+    _log_keyed(os.path.join(root, ""))
     if on_file is not None:
         on_file(root, True)
         for _rel, kind, path in entries:

@@ -272,7 +272,8 @@ class MemoFunction:
             found, value = memory_hit(store, key, fresh)
             if found:
                 return None, value
-        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named, visit)
+        # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body)
+        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded_since(hashed_files), named, visit)
         call.at = at
         return call, None
 

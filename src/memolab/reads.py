@@ -99,7 +99,8 @@ _CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".so", ".pyd")
 class Recorder:
     """What one running body consumed (files by path, folders listed, evaluations used)."""
 
-    __slots__ = ("files", "absent", "dirs", "written", "made", "calls", "merged", "started", "__weakref__")
+    __slots__ = ("files", "absent", "dirs", "written", "made", "calls", "merged", "started", "keyed",
+                 "__weakref__")
 
     def __init__(self) -> None:
         #: abspath -> (path as given, stat key, when stamped ns), stamped at the first open
@@ -117,6 +118,8 @@ class Recorder:
         #: finished records of nested calls (stored form), merged at the end
         self.merged: list[dict[str, Any]] = []
         self.started = expiry.now()
+        #: its call's own ``File`` arguments (and ``Dir`` folders, ending in a separator): keyed by content
+        self.keyed: tuple[str, ...] = ()
 
 
 # -- the audit hook ------------------------------------------------------------------------
@@ -320,13 +323,16 @@ def active() -> bool:
     return _rec.get() is not None
 
 
-def begin(store_root: Any = None) -> tuple[Recorder, contextvars.Token[Recorder | None]]:
-    """A body starts: its reads are recorded until ``end``."""
+def begin(store_root: Any = None, keyed: Any = ()) -> tuple[Recorder, contextvars.Token[Recorder | None]]:
+    """A body starts: its reads are recorded until ``end``. ``keyed``: the absolute paths of its
+    call's ``File`` arguments, and of its ``Dir`` arguments' folders (ending in a separator): the
+    key holds their content, so they are no reads to check (``files.encoded_since``)."""
     if not _hooked:
         _install()
     if store_root is not None:
         exclude(store_root)
     rec = Recorder()
+    rec.keyed = tuple(keyed)
     token = _rec.set(rec)
     _active[id(rec)] = rec
     return rec, token
@@ -358,8 +364,9 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
     modules = None
     pending: list[Any] = []
     # (copies: a thread the body started may still be reading, and the dicts are shared with it)
+    keyed = rec.keyed
     for where, (given, stamp, at) in list(rec.files.items()):
-        if where in written or stamp is None:
+        if where in written or stamp is None or (keyed and _keyed(where, keyed)):
             continue
         if where.endswith(_CODE_SUFFIXES):
             if modules is None:
@@ -387,14 +394,14 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
     if pending:
         files.remember_digests(pending)
     for where, given in list(rec.absent.items()):
-        if where in written or _ignored(where):
+        if where in written or _ignored(where) or (keyed and _keyed(where, keyed)):
             continue
         if os.path.lexists(where):
             unstable = unstable or f"{given} appeared while the function ran"
             continue
         out["absent"].append([given, place.of(given, where)])
     for where, (given, names, mtime, ino, at) in list(rec.dirs.items()):
-        if not names or where in rec.made:
+        if not names or where in rec.made or (keyed and _keyed(os.path.join(where, ""), keyed)):
             continue
         if where in written:
             now = _dir_stamp(where)  # the body changed this folder: what it left is the stamp
@@ -415,6 +422,11 @@ def _finish(rec: Recorder) -> tuple[dict[str, Any] | None, str | None]:
         return None, (f"it read {sum(len(v) for v in kept.values()):,} files, folders and evaluations by path "
                       f"(more than {MAX_ITEMS:,} are not recorded); pass its data as memolab.Dir/File arguments")
     return kept or None, unstable
+
+
+def _keyed(where: str, keyed: tuple[str, ...]) -> bool:
+    """Is ``where`` one of the call's own ``File`` arguments, or inside one of its ``Dir`` folders?"""
+    return where in keyed or where.startswith(tuple(k for k in keyed if k.endswith(os.sep)))
 
 
 def _unique(items: list[list[Any]]) -> list[list[Any]]:
