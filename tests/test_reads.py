@@ -44,6 +44,11 @@ def frame(path):                     # pandas
     return pd.read_csv(path)["x"].tolist()
 
 @memo
+def parquet(path):                   # pyarrow opens it natively: noted by memolab.arrowreads
+    RAN.append("parquet")
+    return pd.read_parquet(path)["x"].tolist()
+
+@memo
 def listing(folder):                 # a folder listed: a file added to it
     RAN.append("listing")
     return sorted(os.listdir(folder))
@@ -80,7 +85,7 @@ def own_output(path, n):             # a file the body writes, then reads back: 
     with open(path) as f:
         return len(f.read())
 
-calls = [(lines, ("data/rows.csv",)), (array, ("data/a.npy",)), (frame, ("data/t.csv",)),
+calls = [(lines, ("data/rows.csv",)), (array, ("data/a.npy",)), (frame, ("data/t.csv",)), (parquet, ("data/p.pq",)),
          (listing, ("data/folder",)), (optional, ("data/opt.txt",)), (low, ("data/low.txt",)),
          (threaded, (["data/t1.txt", "data/t2.txt"],)), (own_output, ("out/o.txt", 3))]
 out, ran = {}, []
@@ -102,6 +107,9 @@ def _setup(root):
     (d / "rows.csv").write_text("x\n1\n2\n")
     np.save(d / "a.npy", np.arange(3))
     (d / "t.csv").write_text("x\n1\n")
+    import pandas as pd
+
+    pd.DataFrame({"x": [1, 2]}).to_parquet(d / "p.pq")
     (d / "folder" / "one").write_text("1")
     (d / "low.txt").write_text("low")
     (d / "t1.txt").write_text("t1")
@@ -135,8 +143,8 @@ def test_files_read_by_path_are_stamped_and_checked_on_every_hit(project):
     root = project.root
     _setup(root)
     first = _run(project)
-    assert sorted(first["ran"]) == sorted(["lines", "array", "frame", "listing", "optional", "low", "threaded",
-                                           "own_output"])
+    assert sorted(first["ran"]) == sorted(["lines", "array", "frame", "parquet", "listing", "optional", "low",
+                                           "threaded", "own_output"])
     assert first["out"]["optional"] is None and first["out"]["lines"] == ["x", "1", "2"]
     assert _run(project)["ran"] == []  # nothing changed: every call a hit, its own output no input
 
@@ -147,11 +155,14 @@ def test_files_read_by_path_are_stamped_and_checked_on_every_hit(project):
     (d / "folder" / "two").write_text("2")
     (d / "opt.txt").write_text("now here")
     (d / "t2.txt").write_text("t2, changed")
+    import pandas as pd
+
+    pd.DataFrame({"x": [3]}).to_parquet(d / "p.pq")
     # the same bytes written again (a checkout, a copy): its stamp moves, its content does not
     (d / "low.txt").write_text("low")
     _later(d / "low.txt")
     third = _run(project)
-    assert sorted(third["ran"]) == sorted(["lines", "array", "listing", "optional", "threaded"])
+    assert sorted(third["ran"]) == sorted(["lines", "array", "parquet", "listing", "optional", "threaded"])
     assert third["out"]["lines"] == ["x", "1", "2", "3"] and third["out"]["optional"] == "now here"
 
     why = project.run("-m", "memolab", "why", "lines").stdout
