@@ -396,3 +396,39 @@ def test_a_blob_of_the_wrong_size_is_refused(blobs):
     digest = put(kind, b, data)
     with pytest.raises(StoreMiss):
         b.get(digest, len(data) + 1)
+
+
+def test_a_file_read_by_path_is_checked_on_every_store(stores, tmp_path, monkeypatch):
+    """The record of the files a body read rides in its row's snapshot: every store keeps it, and
+    a hit through any of them (another machine's through the team) checks it (``memolab.reads``)."""
+    from conftest import Calls
+    from memolab.memo import MemoFunction
+
+    data = tmp_path / "rows.csv"
+    data.write_text("x\n1\n")
+    ran = Calls()
+
+    def count(path):
+        ran.append(path)
+        with open(path) as f:
+            return len(f.read().splitlines())
+
+    f = memolab.memo(count)
+    store = stores.open()
+    monkeypatch.setattr(MemoFunction, "store", lambda self: store)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # degraded stores warn once per problem
+        assert f(str(data)) == 2 and f(str(data)) == 2
+        data.write_text("x\n1\n2\n")
+        assert f(str(data)) == 3 and f(str(data)) == 3
+    if stores.kind in DIFFERS:
+        assert len(ran) == 4  # differs: computed every time, stored never
+        return
+    assert len(ran) == 2
+    if is_team(stores.kind):
+        store.journal.drain()
+        other = stores.open("other-machine")  # a store of its own, finding the row through the team
+        monkeypatch.setattr(MemoFunction, "store", lambda self: other)
+        assert f(str(data)) == 3 and len(ran) == 2  # the same file, unchanged: the team's row is used
+        data.write_text("x\n")
+        assert f(str(data)) == 1 and len(ran) == 3

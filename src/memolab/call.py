@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, report, upstream
+from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, reads, report, upstream
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -90,10 +90,11 @@ class Call:
     __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
                  "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
                  "state_deps", "via", "at", "expiry",
-                 "miss_text", "announced", "computed", "visited", "edges")
+                 "miss_text", "announced", "computed", "visited", "edges",
+                 "reads")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: dict[str, str],
-                 cv: codegraph.CodeVersion, store: Store, force: bool, files: bool,
+                 cv: codegraph.CodeVersion, store: Store, force: bool, files: bool | list[str],
                  named: list[tuple[str, Any]], visited: list[Any] | None = None) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
         self.bound = bound
@@ -143,6 +144,9 @@ class Call:
         #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
         self.visited = visited
         self.edges: list[dict[str, str]] | None = None
+        #: what the body read by path and the evaluations it used (``reads``), and why its
+        #: result must not be stored (a file it read changed while it ran), once it ran
+        self.reads: tuple[dict[str, Any] | None, str | None] = (None, None)
 
     # -- lineage -------------------------------------------------------------------------
     def inputs(self) -> list[dict[str, str]]:
@@ -210,11 +214,14 @@ class Call:
         return None
 
     def expired(self, row: dict[str, Any]) -> str | None:
-        """Why stored ``row`` is expired for this call (``@memo(max_age=..., validate=...)``), or
-        None. An expired row makes the call recompute and replace it (as ``fresh()`` does)."""
-        if self.at is None:
-            return None
-        why = expiry.verdict(row, self.at, self.memo.max_age, self.memo.validate, self.memo.symbol)
+        """Why stored ``row`` is expired for this call (``@memo(max_age=..., validate=...)``; a file
+        it read by path changed, an evaluation it used is out of date: ``reads``), or None. An
+        expired row makes the call recompute and replace it (as ``fresh()`` does)."""
+        why = reads.stale(row, self.at)
+        if why is None:
+            if self.at is None:
+                return None
+            why = expiry.verdict(row, self.at, self.memo.max_age, self.memo.validate, self.memo.symbol)
         if why is not None:
             self.expiry, self.force, self.via = why, True, None
         return why
@@ -269,6 +276,8 @@ class Call:
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
         self.visited = None
         upstream.mark(value, store, row["id"], key)
+        if reads.active():  # a body calling this one: it used this evaluation, and what it consumed
+            reads.consumed(key, row.get("started"), row.get("finished"), row["id"], reads.record_text(row))
         return True, value
 
     def _row_replaced(self, row: dict[str, Any]) -> bool:
@@ -359,7 +368,7 @@ class Call:
         hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
         self.inputs()  # (the walk's objects are let go before the body runs)
         ev = Running(self.key, self.store, run, self.force)
-        token = _running.set(ev)
+        token = (_running.set(ev), reads.begin(self.store.root, self.files if isinstance(self.files, list) else ()))
         self.env_frame = implicit.environ_frame()
         self.imports = implicit.imports_frame()
         if self.memo.global_rng:
@@ -367,6 +376,10 @@ class Call:
         return ev, token
 
     def leave(self, token: Any, seconds: float) -> None:
+        token, reading = token
+        self.reads = reads.end(*reading)
+        # (the body that called this one, if any, consumed this evaluation and what it read)
+        reads.consumed(self.key, reading[0].started, expiry.now(), None, self.reads[0])
         if self.rng_frame is not None:
             frame, self.rng_frame = self.rng_frame, None
             self.rng = globalrng.end(*frame)
@@ -424,6 +437,13 @@ class Call:
             # belongs to neither content, so it is returned but not stored.
             warnings.warn(f"{self.memo.symbol}: a memolab.File/Dir argument changed while the function ran; the "
                           "result is returned but not stored", MemolabWarning, stacklevel=6)
+            store.release(key, owner)
+            runs.end(run, "done", None)
+            return
+        if self.reads[1] is not None:
+            # A file it read by path changed while it ran (or it read too many to record)
+            warnings.warn(f"{self.memo.symbol}: {self.reads[1]}; the result is returned but not stored",
+                          MemolabWarning, stacklevel=6)
             store.release(key, owner)
             runs.end(run, "done", None)
             return
@@ -511,6 +531,8 @@ class Call:
         inputs = self.inputs()
         if inputs:
             snapshot["inputs"] = inputs
+        if self.reads[0]:  # files read by path, evaluations used (``reads``): checked on every hit
+            snapshot["reads"] = self.reads[0]
         if value_digest is not None:
             snapshot["value_digest"] = value_digest
         sources = {d: (sym, cv.sources[sym]) for sym, d in cv.deps.items() if sym in cv.sources}
@@ -559,12 +581,15 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
     expired (``expiry``): the call then goes to the store, which recomputes it."""
     now: dict[str, str] | None = None
     rid = 0
+    used: dict[str, Any] = {}
 
     def fits(row: dict[str, Any]) -> bool:
-        nonlocal now, rid
-        rid = row["id"]
+        nonlocal now, rid, used
+        rid, used = row["id"], row
         if fresh is not None and not fresh(row):
             return False
+        if reads.stale(row) is not None:
+            return False  # a file it read changed: the store path recomputes it and says why
         deps = _state_deps(row)
         if deps is None:
             return True
@@ -581,6 +606,8 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
     value = globalrng.restore(value)
     hashing.remember_loaded(value, key)
     upstream.mark(value, store, rid, key)
+    if reads.active():
+        reads.consumed(key, used.get("started"), used.get("finished"), rid, reads.record_text(used))
     return True, value
 
 

@@ -21,12 +21,13 @@ to files count as their target's content, other symlinks as their target text.
 """
 from __future__ import annotations
 
+import collections
 import fnmatch
 import mmap
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Union
 
 from . import hashing
@@ -47,6 +48,28 @@ files_hashed = 0
 encoded = 0
 
 PathArg = Union[str, "os.PathLike[str]"]
+
+_keyed = threading.local()
+
+
+def encoded_since(n: int) -> list[str]:
+    """The absolute paths of the ``File``/``Dir`` arguments this thread hashed since ``encoded``
+    was ``n`` (a call's own: its key holds their content, so they are no reads of its body)."""
+    log = getattr(_keyed, "log", None)
+    return [p for c, p in log if c > n] if log else []
+
+
+def _log_keyed(path: str) -> None:
+    log = getattr(_keyed, "log", None)
+    if log is None:
+        log = _keyed.log = collections.deque(maxlen=4096)
+    log.append((encoded, path))
+
+
+#: told the path of every file of a ``File``/``Dir`` argument hashed, and of every folder of a
+#: ``Dir`` (True) (``memolab.reads``: a body making a call with it consumed them, whatever the
+#: call's own body opens)
+on_file: Callable[[str, bool], None] | None = None
 
 
 class File(os.PathLike[str]):
@@ -221,6 +244,11 @@ def _digest_file(path: str, st: os.stat_result) -> tuple[bytes, os.stat_result]:
     raise HashError(f"file {path!r} keeps changing while it is being hashed", "", path)
 
 
+def cached_digest(path: str, st: os.stat_result) -> bytes | None:
+    """The digest of ``path`` remembered for the stat ``st`` (not racily clean), or None."""
+    return _cache.get(path, _stat_key(st))
+
+
 def file_digest(path: str, pending: list[tuple[str, StatKey, bytes, int]] | None = None) -> bytes:
     """Digest of one regular file's content, from the stat cache when its stat is unchanged."""
     st = os.stat(path)
@@ -238,6 +266,11 @@ def file_digest(path: str, pending: list[tuple[str, StatKey, bytes, int]] | None
     return d
 
 
+def remember_digests(entries: list[tuple[str, StatKey, bytes, int]]) -> None:
+    """Keep the digests ``file_digest(path, pending)`` collected (one transaction)."""
+    _cache.put_many(entries)
+
+
 def _encode_file(enc: hashing.Encoder, f: File) -> None:
     global encoded
     encoded += 1
@@ -249,6 +282,9 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
         _cache.load_prefix(path)
     enc.write(b"\x11")
     enc.write(file_digest(path))
+    _log_keyed(path)
+    if on_file is not None:  # a memoized body running: the key of a call it makes depends on this file
+        on_file(path, False)
 
 
 def _walk(root: str, exclude: tuple[str, ...]) -> list[tuple[str, str, str]]:
@@ -288,6 +324,12 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
         raise HashError(f"memolab.Dir({d.path!r}) {what}", "", d)
     _cache.load_prefix(root)
     entries = _walk(root, d.exclude)
+    _log_keyed(os.path.join(root, ""))
+    if on_file is not None:
+        on_file(root, True)
+        for _rel, kind, path in entries:
+            if kind in "fd":
+                on_file(path, kind == "d")
     pending: list[tuple[str, StatKey, bytes, int]] = []
     enc.write(b"\x12" + pack_Q(len(entries)))
     try:

@@ -67,6 +67,8 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
     "computing": {
         # HF's cache names made inside a computation carry memolab's code digest
         "datasets": "memolab.hf.cache:install",
+        # files pyarrow opens natively (pd.read_parquet, pyarrow.parquet): noted as the body's reads
+        "pyarrow.parquet": "memolab.arrowreads:install",
     },
     # process-wide random generators a memoized body may draw from (``memolab.globalrng``):
     # registered once their module is imported, also in the middle of a body (called with no

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast, overload
 
-from . import codegraph, config, distributed, expiry, files, hashing
+from . import codegraph, config, distributed, expiry, files, hashing, reads
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
 from .codegraph.where import unwrap
 from .explain import Explanation, explain_key
@@ -96,6 +96,7 @@ class MemoFunction:
         # names every wrapper alike (``codegraph.runs``)
         self.symbol = codegraph.symbol_of(codegraph.runs(fn))
         _claim_symbol(self)
+        reads.register(self)  # what a caller's hit compares the code and version it used with
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
         self.implicit: Any | None = None if codegraph.is_code(unwrap(fn)) else fn
@@ -285,7 +286,8 @@ class MemoFunction:
             found, value = memory_hit(store, key, fresh)
             if found:
                 return None, value
-        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named, visit)
+        # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body)
+        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded_since(hashed_files), named, visit)
         call.at = at
         return call, None
 
@@ -302,7 +304,7 @@ class MemoFunction:
             row = call.accepted(store.index.lookup(call.key), store.index.lookup)  # (or accepted code's)
             if row is None or call.reroute(row) is None:
                 break
-        if row is not None and (call.via is not None or call.at is not None):
+        if row is not None:  # (expired, a file it read changed, found through an accept)
             from .acceptance import explain_found
 
             found = explain_found(call, row)

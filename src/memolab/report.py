@@ -168,7 +168,7 @@ def _explanation(call: Any) -> dict[str, Any]:
     explained at once is read back; a deferred one is explained now, by ``explain.settle``
     (what ``memolab why`` runs)."""
     text = getattr(call, "miss_text", None)
-    if call.force:
+    if call.force and getattr(call, "expiry", None) is None:  # (an expired row is recomputed too: it says why)
         return {"reasons": ["recomputation forced with .fresh()"]}
     if not text:
         return {"reasons": []}

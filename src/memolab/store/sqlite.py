@@ -45,7 +45,7 @@ EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payl
 #: by SQLite (JSON1, built in since 3.38) so that a hit parses a short list
 #: instead of the whole snapshot.
 _JSON1 = sqlite3.sqlite_version_info >= (3, 38)
-_TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '$.state_deps')" if _JSON1 else "")
+_TOKEN = "".join(f", json_extract(snapshot, '$.{p}')" for p in ("result_digest", "state_deps", "reads")) if _JSON1 else ""
 # The row is found through the key's unique index, then read by rowid, and the
 # key is compared with the *table's* columns (the last column, ``key_ok``): a
 # damaged index b-tree can point a key at another key's row, and SQLite would
@@ -53,11 +53,11 @@ _TOKEN = (", json_extract(snapshot, '$.result_digest'), json_extract(snapshot, '
 # (the table row is read anyway), one statement. Its parameters: ``key + key``.
 _WHERE_KEY = (", fn=? AND code=? AND args=? AND schema=? FROM evaluations WHERE id=("
               "SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=?) AND status='done'")
-#: ``state_deps``: the states a row was made in (``call.Call.reroute``), likewise
-_EXTRACTED = ("result_token", "state_deps") if _JSON1 else ()
+#: ``state_deps``: the states a row was made in (``call.Call.reroute``); ``reads``: what it read (``memolab.reads``)
+_EXTRACTED = ("result_token", "state_deps", "reads") if _JSON1 else ()
 #: what a lookup returns besides the table's columns (the extracted ones and the key check):
 #: this index's reading aids, never fields of the evaluation (a team upload leaves them out)
-LOOKUP_ONLY = ("result_token", "state_deps", "key_ok")
+LOOKUP_ONLY = ("result_token", "state_deps", "reads", "key_ok")
 HIT_COLUMNS = EVAL_COLUMNS + ("inline",) + _EXTRACTED
 _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
 #: What loading needs and nothing more: every column fetched is a few hundred
