@@ -12,7 +12,8 @@ import os
 import time
 
 import numpy as np
-import pytest
+
+from conftest import require
 
 READS = """
 import concurrent.futures, json, os, sys
@@ -372,7 +373,7 @@ print(json.dumps([list(prepare(memolab.File("rows.csv"))["y"]), list(by_path("ro
 
 
 def test_the_hf_example_never_returns_the_old_rows(project, tmp_path):
-    pytest.importorskip("datasets")
+    require("datasets")
     project.write("hf_example.py", HF_EXAMPLE)
     project.write("rows.csv", "x\n1\n2\n")
     env = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
