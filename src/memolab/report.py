@@ -38,7 +38,7 @@ import json
 import time
 from typing import Any
 
-from . import config
+from . import config, errors
 from .text import human_bytes, human_seconds
 
 __all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "LOGGER_NAME"]
@@ -85,9 +85,26 @@ ALL = config.settings().verbose == 2
 def _configured(old: Any, new: Any) -> None:
     global ALL
     ALL = new.verbose == 2
+    errors.loud = _swallowed if ALL else None
 
 
 config.on_configure.append(_configured)
+
+
+def _swallowed(what: str) -> None:
+    """At level 2, a swallowed exception (``errors.swallowed``) is said with its traceback,
+    as a DEBUG record handed to the ``memolab`` logger's handlers, whatever its level."""
+    import logging
+    import sys
+
+    log = logging.getLogger(LOGGER_NAME)
+    _install(log)
+    record = log.makeRecord(LOGGER_NAME, logging.DEBUG, __file__, 0,
+                            "%s failed; memolab went on without it", (what,), sys.exc_info())
+    log.handle(record)
+
+
+errors.loud = _swallowed if ALL else None
 
 
 def note(store: Any, key: Any, seconds: float) -> None:
@@ -280,7 +297,7 @@ def _fallback_handler() -> Any:
         would receive the record: a program that configures logging later gets each line once."""
 
         def __init__(self) -> None:
-            super().__init__(logging.INFO)
+            super().__init__(logging.NOTSET)  # the logger's level decides (DEBUG: ``_swallowed``)
             self.setFormatter(logging.Formatter("memolab: %(message)s"))
 
         def emit(self, record: Any) -> None:

@@ -23,7 +23,6 @@ are kept and checked on every load, exactly as for blobs.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import json
@@ -32,7 +31,6 @@ import sqlite3
 import threading
 import time
 import uuid
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,6 +40,7 @@ from .. import config
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable
 from ..progress import result_progress
 from . import layout, mounts, perms, signing
+from .beats import Heartbeats, beat_due as beat_due, track
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem as inline_problem, loads_result as _loads, split_inline  # (inline_problem: doctor's)
 from .leases import LOCKS_MARK
@@ -65,20 +64,7 @@ _MEMORY_BYTES = 256 << 20
 INLINE_MAX: int = config.env_setting("MEMOLAB_INLINE_MAX")
 
 
-#: every Store of this process still referenced: weakly, so that one the program let go of
-#: (and its index's open files) is freed, as ``atexit.register(store.flush_hits)`` never allowed
-_live: weakref.WeakSet[Store] = weakref.WeakSet()
-
-
-def _flush_live() -> None:
-    for s in list(_live):
-        s.flush_hits()
-
-
-atexit.register(_flush_live)
-
-
-class Store:
+class Store(Heartbeats):
     # replaced by the read-only store of ``health`` (a store that can be read, not written)
     index_class = Index
     blob_class = BlobFolder
@@ -124,7 +110,8 @@ class Store:
         # (fn, code digest) -> every computation of it here so far took less than
         # ``lease_free_below`` (see ``note_duration``)
         self.quick_codes: dict[tuple[str, str], bool] = {}
-        _live.add(self)  # its hit counts are written at exit (``_flush_live``)
+        self._beat_due: float | None = None  # when a lease held since will need beats (``ticker``)
+        track(self)  # its hit counts are written at exit (``beats.flush_live``)
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -190,44 +177,6 @@ class Store:
     def holds(self, key: Key, owner: str) -> bool:
         """Does ``owner`` hold the local lease of ``key`` (taken by ``try_acquire``, not yet released)?"""
         return (key, owner) in self._held
-
-    def hold(self, key: Key, owner: str) -> None:
-        """Count a lease of ``key`` taken for ``owner`` as held: heart-beaten until released or saved."""
-        with self.held_lock:
-            self._held[(key, owner)] = self._held.get((key, owner), 0) + 1
-            if self._beat is None or not self._beat.is_alive():
-                self._beat_stop.clear()
-                self._beat = threading.Thread(target=self._heartbeat_loop, name="memolab-heartbeat", daemon=True)
-                self._beat.start()
-
-    _hold = hold  # (the name ``try_acquire`` uses)
-
-    def _unhold(self, key: Key, owner: str) -> None:
-        with self.held_lock:
-            n = self._held.get((key, owner), 0) - 1
-            if n <= 0:
-                self._held.pop((key, owner), None)
-            else:
-                self._held[(key, owner)] = n
-
-    def _heartbeat_loop(self) -> None:
-        while not self._beat_stop.wait(config.settings().heartbeat):
-            with self.held_lock:
-                held = list(self._held)
-                more = [b for b in (f() for f in self.beat_with) if b is not None]
-                if not held and not more:
-                    self._beat = None
-                    return
-            if held:
-                try:
-                    self.index.heartbeat(held)
-                except Exception:  # a busy database must not kill the heartbeat
-                    pass
-            for beat in more:
-                try:
-                    beat()
-                except Exception:
-                    pass
 
     def release(self, key: Key, owner: str) -> None:
         """Give up a lease without storing (the function raised, or its result could not be stored).

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import swallowed
+from ..store import beats as _beats
 from . import notes, schema
 
 INTERVAL = 1.0
@@ -278,9 +280,21 @@ def sink_for(index: Any) -> Sink:
             s = _sinks.get(key)
             if s is None:
                 s = _sinks[key] = Sink(index)
+                _hook_exit()
     if _thread is None:  # first sink, or a forked child (threads do not survive fork)
         _ensure_thread()
     return s
+
+
+_exit_hooked = False
+
+
+def _hook_exit() -> None:
+    """The last flush at exit, registered with the first sink (never by ``import memolab``)."""
+    global _exit_hooked
+    if not _exit_hooked:
+        _exit_hooked = True
+        atexit.register(_at_exit)
 
 
 def _ensure_thread() -> None:
@@ -290,6 +304,20 @@ def _ensure_thread() -> None:
             if _thread is None or not _thread.is_alive():
                 _thread = threading.Thread(target=_loop, name="memolab-log-flusher", daemon=True)
                 _thread.start()
+
+
+def ensure_ticking() -> bool:
+    """The flusher thread runs (started if need be), and calls ``tickers`` about once a second:
+    the one thread a computation starts; the others start from it when their work is due
+    (``store.ticker``: a lease's heartbeat; ``system``: the sampler of a run that lasts)."""
+    if _thread is None or not _thread.is_alive():
+        _ensure_thread()
+    return True
+
+
+#: called by the flusher thread on each round (each about ``INTERVAL`` apart): what starts the
+#: threads of work found due (a heartbeat, the system sampler), so that none starts for less
+tickers: list[Callable[[], None]] = []
 
 
 def wake() -> None:
@@ -307,7 +335,13 @@ def _loop() -> None:
                 s.flush()
             except Exception:
                 # records were put back; a busy database is retried on the next tick
+                swallowed("a flush of the logs (retried on the next round)")
                 time.sleep(0.05)
+        for tick in list(tickers):
+            try:
+                tick()
+            except Exception:
+                swallowed(f"the flusher's round of {tick!r}")
 
 
 def flush_all(timeout: float | None = None) -> None:
@@ -373,9 +407,12 @@ def _mp_child(_: Any) -> None:
     util.Finalize(None, _at_exit, exitpriority=100)
 
 
-atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork)
+
+
+_beats.ticker = ensure_ticking
+tickers.append(_beats.beat_due)
 
 
 def finite_or_none(x: float | None) -> float | None:
