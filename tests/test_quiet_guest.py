@@ -217,3 +217,45 @@ def test_the_self_tests_of_what_reads_internals_pass_here(project):
     lines = dict(line.split(None, 1) for line in cp.stdout.strip().splitlines())
     assert set(lines) == {"dict-version-tags", "threading-register-atexit", "torch-copy-on-write", "torch-seed-queue"}
     assert all(v == "ok" or v.startswith("skipped") for v in lines.values()), cp.stdout
+
+
+LASTING = r'''
+import json, os, sqlite3, threading, time
+import memolab
+
+names = lambda: sorted(t.name for t in threading.enumerate())
+
+@memolab.memo
+def quick(x):
+    return x
+
+def lease_beat(conn):
+    row = conn.execute("SELECT heartbeat FROM leases").fetchone()
+    return row[0] if row else None
+
+@memolab.memo
+def lasting(x):
+    conn = sqlite3.connect(os.environ["MEMOLAB_STORE"] + "/index.sqlite")
+    first = lease_beat(conn)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if {"memolab-heartbeat", "memolab-system-metrics"} <= set(names()) and lease_beat(conn) != first:
+            break
+        time.sleep(0.02)
+    return {"threads": names(), "beat_moved": lease_beat(conn) != first}
+
+quick(1)
+out = {"quick": names(), "lasting": lasting(1)}
+print(json.dumps(out))
+'''
+
+
+def test_threads_start_when_their_work_is_due(project):
+    """A quick computation starts the log flusher alone; one that lasts gets its lease's
+    heartbeat (started by the flusher's round once held a heartbeat interval, beating at once)
+    and the system sampler (once it ran half a sampling interval)."""
+    project.write("lasting.py", LASTING)
+    out = project.run_json("lasting.py", env={"MEMOLAB_SYSTEM_METRICS": "2.5", "MEMOLAB_HEARTBEAT": "0.3"})
+    assert out["quick"] == ["MainThread", "memolab-log-flusher"]
+    assert {"memolab-heartbeat", "memolab-system-metrics"} <= set(out["lasting"]["threads"])
+    assert out["lasting"]["beat_moved"]
