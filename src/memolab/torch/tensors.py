@@ -87,12 +87,13 @@ def cow_works() -> bool:
     if not _TRACKED:
         return False
     try:
-        for write in (lambda t: t.add_(1), lambda t: t.data_ptr(), lambda t: t.numpy()):
+        writes: tuple[Any, ...] = (lambda t: t.add_(1), lambda t: t.data_ptr(), lambda t: t.numpy())
+        for write in writes:
             t = torch.zeros(4)
             _lazy_clone(t)  # the clone dropped: t's storage stays copy-on-write
             if not _is_cow(t):
                 return False
-            t.const_data_ptr()
+            t.const_data_ptr()  # type: ignore[attr-defined]  # torch's stubs lag its API
             if not _is_cow(t):
                 return False
             write(t)
