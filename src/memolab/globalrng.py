@@ -70,6 +70,8 @@ from typing import Any
 
 import xxhash
 
+from .errors import swallowed
+
 __all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
            "current", "Result", "restore", "UNSEEDED", "thread_frames", "recording_class"]
 
@@ -576,6 +578,7 @@ def _import_for(name: str) -> Generator | None:
     try:
         importlib.import_module(module)
     except Exception:
+        swallowed("globalrng: _import_for")
         return None
     return _available().get(name)
 

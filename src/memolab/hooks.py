@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .errors import swallowed
+
 LAZY_HOOKS: dict[str, dict[str, str]] = {
     # run before the first type with a class from the module in its MRO is hashed
     "hashing": {
@@ -259,7 +261,7 @@ def exits_without_atexit() -> bool:
                 if resolve(target)():
                     return True
             except Exception:
-                pass
+                swallowed("hooks: exits_without_atexit")
     return False
 
 

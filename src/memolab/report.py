@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from . import config, errors
+from .errors import swallowed
 from .text import human_bytes, human_seconds
 
 __all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "LOGGER_NAME"]
@@ -135,6 +136,7 @@ def _call_text(call: Any, width: int = 60) -> str:
         snap = call.call_snapshot()
         args = ", ".join(f"{n}={r}" for n, (_, r) in snap.items() if not n.startswith("<"))
     except Exception:
+        swallowed("report: _call_text")
         args = "…"
     if len(args) > width:
         args = args[: width - 1] + "…"
@@ -206,6 +208,7 @@ def miss(call: Any) -> bool:
     try:
         why = _reason(_explanation(call))
     except Exception:  # explaining must never stop the computation
+        swallowed("report: miss")
         why = "miss"
     verb = "recomputed" if call.force else "miss"
     if why.startswith("recomputation forced"):
@@ -254,6 +257,7 @@ def _stored_size(store: Any, eval_id: int | None) -> int | None:
         rows = store.index.evaluations(where="id=?", params=(eval_id,), limit=1)
         return int(rows[0]["size"]) if rows and rows[0].get("size") is not None else None
     except Exception:
+        swallowed("report: _stored_size")
         return None
 
 
@@ -270,7 +274,7 @@ def _say(line: str) -> None:
     try:
         log.info(line)
     except Exception:  # a broken handler of the program's must not fail a call
-        pass
+        swallowed("report: _say")
 
 
 def _install(log: Any) -> None:
@@ -315,6 +319,6 @@ def _fallback_handler() -> Any:
                 err.write(self.format(record) + "\n")
                 err.flush()
             except (OSError, ValueError):
-                pass
+                swallowed("report: _fallback_handler._Fallback.emit")
 
     return _Fallback()

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from .. import config
-from ..errors import BlobsGone, StoreMiss, StoreUnavailable
+from ..errors import BlobsGone, StoreMiss, StoreUnavailable, swallowed
 from ..progress import result_progress
 from . import layout, mounts, perms, signing
 from .beats import Heartbeats, beat_due as beat_due, track
@@ -191,7 +191,7 @@ class Store(Heartbeats):
         try:
             self.index.release(key, owner)
         except sqlite3.Error:
-            pass
+            swallowed("store: Store.release")
 
     # -- results -----------------------------------------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: dict[str, Any], sources: dict[str, tuple[str, str]]) -> int:
@@ -339,7 +339,8 @@ class Store(Heartbeats):
         try:
             self.index.mark_corrupt(row["id"], reason, status)
         except sqlite3.Error:
-            pass  # the row is refused again on its next load; a recomputation overwrites it anyway
+            # the row is refused again on its next load; a recomputation overwrites it anyway
+            swallowed("store: Store.mark_corrupt")
 
     def forget_key(self, key: Key) -> None:
         with self._memory_lock:
@@ -411,7 +412,7 @@ class Store(Heartbeats):
             try:
                 insert_miss(c, fn, record)
             except sqlite3.Error:
-                pass  # the lease (or the result) matters, the explanation does not
+                swallowed("store: Store.miss_rider.write")  # the lease (or the result) matters, the explanation does not
 
         return write
 
@@ -426,7 +427,7 @@ class Store(Heartbeats):
             try:
                 self.index.add_hits(hits, stamps)
             except Exception:
-                pass  # advisory (counts) or recomputable (stamps): never fail anything over them
+                swallowed("store: Store.flush_hits")  # advisory (counts) or recomputable (stamps): never fail anything over them
 
     def close(self) -> None:
         """Write pending hit counts and close this thread's index connection (its three
@@ -534,7 +535,7 @@ def _savepointed(fn: Callable[[sqlite3.Connection], None]) -> Callable[[sqlite3.
             with savepoint(c, "memolab_rider"):
                 fn(c)
         except Exception:
-            pass  # the rider alone is rolled back: the result is recorded anyway
+            swallowed("store: _savepointed.run")  # the rider alone is rolled back: the result is recorded anyway
 
     return run
 
@@ -728,7 +729,7 @@ def close_open_stores(under: Path) -> int:
             try:
                 close()
             except Exception:
-                pass  # a store that cannot even close holds nothing worth an error here
+                swallowed("store: close_open_stores")  # a store that cannot even close holds nothing worth an error here
     return len(closing)
 
 
@@ -739,6 +740,7 @@ def _open(p: Path) -> Any:
     try:
         store = Store(p) if p.is_dir() else None
     except Exception:
+        swallowed("store: _open")
         store = None
     if store is None:
         return open_store(p)

@@ -202,7 +202,8 @@ class _Pin:
         try:
             torch.UntypedStorage._free_weak_ref(self.handle)  # type: ignore[no-untyped-call]  # torch's stubs lag its API
         except Exception:  # interpreter shutdown: torch may be gone
-            pass
+            from ..errors import swallowed
+            swallowed("torch.tensors: _Pin.__del__")
 
 
 def _pin(t: Any) -> Any:

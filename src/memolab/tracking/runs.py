@@ -155,6 +155,7 @@ def _config_items(v: Any) -> list | None:
         if type(v).__name__ in ("Namespace", "SimpleNamespace") and hasattr(v, "__dict__"):
             return list(vars(v).items())
     except Exception:
+        swallowed("tracking.runs: _config_items")
         return None
     return None
 
@@ -169,6 +170,7 @@ def begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], st
     try:
         return _begin(fn, key, arguments, store)
     except Exception:
+        swallowed("tracking.runs: begin")
         return None
 
 
@@ -214,6 +216,7 @@ def traceback_text(e: BaseException) -> str | None:
         te.stack = traceback.StackSummary.from_list([f for f in te.stack if not f.filename.startswith(own)])
         text = "".join(te.format())
     except Exception:
+        swallowed("tracking.runs: traceback_text")
         return None
     return text if len(text) <= TRACEBACK_LIMIT else "…" + text[-(TRACEBACK_LIMIT - 1):]
 
@@ -228,6 +231,7 @@ def error_text(e: BaseException, limit: int = 500) -> str:
     try:
         msg = str(e)
     except Exception:
+        swallowed("tracking.runs: error_text")
         msg = ""
     text = type(e).__qualname__ + (f": {msg}" if msg else "")
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -318,6 +322,7 @@ def end(handle: tuple[Run, Any] | None, status: str, eval_id: int | None = None,
     try:
         run.sink.flush()
     except Exception:
+        swallowed("tracking.runs: end")
         _sink.wake()  # the background thread retries; never fail the user's call over logs
 
 
@@ -512,7 +517,7 @@ def _watch_sigterm() -> None:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError, AttributeError):
-        pass
+        swallowed("tracking.runs: _watch_sigterm")
 
 
 #: when the SIGTERM came (set by the handler, the one thing it writes), and whether the runs

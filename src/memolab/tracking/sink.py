@@ -360,12 +360,12 @@ def _at_exit() -> None:
         try:
             hook()
         except Exception:
-            pass  # the flush below must still run
+            swallowed("tracking.sink: _at_exit")  # the flush below must still run
     for s in list(_sinks.values()):
         try:
             s.flush()
         except Exception:
-            pass
+            swallowed("tracking.sink: _at_exit")
 
 
 def _after_fork() -> None:

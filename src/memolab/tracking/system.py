@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import swallowed
 from . import sink as _sink
 
 Sample = dict[str, float]
@@ -160,13 +161,14 @@ def cpu_source() -> Any | None:
 
         return PsutilSource(psutil)
     except Exception:
-        pass
+        swallowed("tracking.system: cpu_source")
     if os.path.exists("/proc/stat") and os.path.exists("/proc/self/statm"):
         try:
             src = ProcSource()
             src.sample()
             return src
         except Exception:
+            swallowed("tracking.system: cpu_source")
             return None
     return None
 
@@ -177,7 +179,7 @@ def gpu_source() -> Any | None:
 
         return NvmlSource(pynvml)
     except Exception:
-        pass
+        swallowed("tracking.system: gpu_source")
     import shutil
 
     exe = shutil.which("nvidia-smi")
@@ -185,6 +187,7 @@ def gpu_source() -> Any | None:
         try:
             return SmiSource(exe)
         except Exception:
+            swallowed("tracking.system: gpu_source")
             return None
     return None
 
@@ -266,6 +269,7 @@ class Sampler:
             try:
                 values.update(s.sample())
             except Exception:
+                swallowed("tracking.system: Sampler._read")
                 self.sources.remove(s)  # type: ignore[union-attr]  # failed once: dropped, silently
         return values
 
