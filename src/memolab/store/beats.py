@@ -131,10 +131,10 @@ class Heartbeats:
                 try:
                     self.index.heartbeat(held)
                 except Exception:  # a busy database must not kill the heartbeat
-                    pass
+                    swallowed("a heartbeat of the leases held")
             for beat in more:
                 try:
                     beat()
                 except Exception:
-                    pass
+                    swallowed("a heartbeat of a layered store's leases")
 

@@ -170,6 +170,7 @@ class TeamStore:
                 journal.ensure(c)
             pending = journal.count(self.index)
         except Exception:
+            swallowed("team.layered: TeamStore.__init__")
             pending = 0  # a read-only store: nothing of ours to upload
         if signing.secret() is None:
             _warn_once("hmac", "memolab: a team store is configured without MEMOLAB_HMAC_KEY: results are not signed, "
@@ -296,7 +297,8 @@ class TeamStore:
                     try:
                         runs += logs.import_bundle(self.index, data, eid)
                     except Exception:
-                        pass  # logs are never worth a failure (nothing of this bundle was kept)
+                        # logs are never worth a failure (nothing of this bundle was kept)
+                        swallowed("team.layered: TeamStore.record_imported")
         return runs
 
     def refuse(self, trow: dict[str, Any], e: BaseException) -> None:
@@ -393,6 +395,7 @@ class TeamStore:
         except Offline:
             return 0
         except Exception:
+            swallowed("team.layered: TeamStore.import_logs")
             return 0  # logs are never worth a failure
 
     def fetch_bundles(self, digests: Sequence[str]) -> dict[str, bytes]:
@@ -414,11 +417,13 @@ class TeamStore:
             except RemoteUnavailable:
                 raise  # stops the batch: a dead network costs one timeout, not one per bundle
             except Exception:
+                swallowed("team.layered: TeamStore.fetch_bundles.fetch")
                 return None
 
         try:
             datas = self.link.run(lambda: run_all(fetch, digests, getattr(self.link.blobs, "concurrency", 8)))
         except Exception:  # Offline, or anything else: logs are never worth a failure
+            swallowed("team.layered: TeamStore.fetch_bundles")
             return {}
         return {d: x for d, x in zip(digests, datas, strict=False) if x is not None}
 
