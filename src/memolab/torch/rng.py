@@ -16,6 +16,7 @@ import torch
 import xxhash
 
 from .. import globalrng, hashing
+from ..errors import swallowed
 from ..hashing import Encoder
 from .policy import SETTINGS
 
@@ -109,7 +110,9 @@ def _queue() -> Any:
 def _queue_works() -> bool:
     """Self-test (once): ``torch.manual_seed`` and ``torch.seed`` queue their seed with their
     stack as ``_os_seeded`` reads it. Run on a queue of its own, the generator's state put
-    back after (CUDA is not initialised: nothing else is seeded)."""
+    back after (CUDA is not initialised, no other device is there: nothing else is seeded). It
+    runs once, when torch's generator is registered; a seed another thread queues in those
+    microseconds would go to the test's queue."""
     global _queue_checked
     if _queue_checked is None:
         _queue_checked = _run_queue_test()
@@ -127,6 +130,8 @@ def _run_queue_test() -> bool:
     tracker = getattr(torch.cuda, "_lazy_seed_tracker", None)
     if tracker is None or _cuda_initialised() or not isinstance(getattr(tracker, "call_order", None), list):
         return False
+    if _other_devices():  # their generators would be seeded for good: no test, no proof
+        return False
     cpu = torch.default_generator
     state, fresh = cpu.get_state(), type(tracker)()
     torch.cuda._lazy_seed_tracker = fresh
@@ -140,6 +145,19 @@ def _run_queue_test() -> bool:
     finally:
         torch.cuda._lazy_seed_tracker = tracker
         cpu.set_state(state)
+
+
+def _other_devices() -> bool:
+    """Would ``torch.manual_seed`` seed a generator other than the CPU's and CUDA's queue (MPS,
+    XPU, a custom backend)?"""
+    try:
+        mps = torch.backends.mps.is_available()
+        xpu = hasattr(torch, "xpu") and torch.xpu.is_available()
+        custom = torch._C._get_privateuse1_backend_name() != "privateuseone"
+        return bool(mps or xpu or custom)
+    except Exception:
+        swallowed("torch.rng: _other_devices")
+        return True
 
 
 def _seed_call(order: Any) -> tuple[str, Any] | None:
