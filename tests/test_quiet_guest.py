@@ -259,3 +259,22 @@ def test_threads_start_when_their_work_is_due(project):
     assert out["quick"] == ["MainThread", "memolab-log-flusher"]
     assert {"memolab-heartbeat", "memolab-system-metrics"} <= set(out["lasting"]["threads"])
     assert out["lasting"]["beat_moved"]
+
+
+def test_a_lease_taken_while_the_flusher_is_held_up_beats_on_a_thread_of_its_own(tmp_path, monkeypatch):
+    """The flusher's round starts heartbeats; while it has made none for 3 intervals (a write
+    waiting on a busy database), a lease must not wait for it: its store beats at once."""
+    from memolab import store
+    from memolab.tracking import sink
+
+    st = store.Store(tmp_path / "s")
+    key, owner = ("f", "c", "a", "s"), "me"
+    assert sink.ensure_ticking()  # the flusher runs and has ticked lately
+    monkeypatch.setattr(sink, "_ticked", time.monotonic() - 10 * sink.INTERVAL)
+    assert not sink.ensure_ticking()
+    st.hold(key, owner)
+    try:
+        assert st._beat is not None and st._beat.is_alive()
+    finally:
+        st.release(key, owner)
+        st._beat_stop.set()

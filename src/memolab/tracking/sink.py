@@ -84,7 +84,9 @@ class Sink:
         blocks: dict[tuple[int, str, int], list[Any]] = {}
         c = self.index.conn()
         dropped: list[str] = []
-        for it in items:
+        for n, it in enumerate(items):
+            if not n & 255 and threading.current_thread() is _thread:
+                tick_if_due()  # a long batch (images to encode) must not hold up a lease's heartbeat
             try:
                 self._add(it, c, last, blocks, starts, ends, scalars, events, hparams)
             except Exception as e:
@@ -298,10 +300,11 @@ def _hook_exit() -> None:
 
 
 def _ensure_thread() -> None:
-    global _thread
+    global _thread, _ticked
     if _thread is None or not _thread.is_alive():
         with _sinks_lock:
             if _thread is None or not _thread.is_alive():
+                _ticked = time.monotonic()  # (its first round: within an interval)
                 _thread = threading.Thread(target=_loop, name="memolab-log-flusher", daemon=True)
                 _thread.start()
 
@@ -309,10 +312,13 @@ def _ensure_thread() -> None:
 def ensure_ticking() -> bool:
     """The flusher thread runs (started if need be), and calls ``tickers`` about once a second:
     the one thread a computation starts; the others start from it when their work is due
-    (``store.ticker``: a lease's heartbeat; ``system``: the sampler of a run that lasts)."""
+    (``store.ticker``: a lease's heartbeat; ``system``: the sampler of a run that lasts).
+    False while it is held up (no round for ``3 * INTERVAL``: a write waiting for a busy
+    database): the caller then starts its own thread."""
     if _thread is None or not _thread.is_alive():
         _ensure_thread()
-    return True
+        return True
+    return time.monotonic() - _ticked < 3 * INTERVAL
 
 
 #: called by the flusher thread on each round (each about ``INTERVAL`` apart): what starts the
@@ -330,6 +336,7 @@ def _loop() -> None:
     while True:
         _wake.wait(INTERVAL)
         _wake.clear()
+        tick_if_due()
         for s in list(_sinks.values()):
             try:
                 s.flush()
@@ -337,11 +344,26 @@ def _loop() -> None:
                 # records were put back; a busy database is retried on the next tick
                 swallowed("a flush of the logs (retried on the next round)")
                 time.sleep(0.05)
-        for tick in list(tickers):
-            try:
-                tick()
-            except Exception:
-                swallowed(f"the flusher's round of {tick!r}")
+            tick_if_due()
+
+
+#: ``time.monotonic()`` of the flusher's last round of ``tickers``
+_ticked = 0.0
+
+
+def tick_if_due() -> None:
+    """(the flusher thread) Run ``tickers`` if a round is due: before and between its flushes,
+    and every 256 records of a long one."""
+    global _ticked
+    now = time.monotonic()
+    if now - _ticked < INTERVAL / 2:
+        return
+    _ticked = now
+    for tick in list(tickers):
+        try:
+            tick()
+        except Exception:
+            swallowed(f"the flusher's round of {tick!r}")
 
 
 def flush_all(timeout: float | None = None) -> None:
