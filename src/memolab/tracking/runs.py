@@ -562,11 +562,28 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _mark_interrupted() -> None:
-    """(a thread of its own, started by the SIGTERM handler) End the open runs as interrupted,
-    write them (waiting at most ``SIGTERM_FLUSH_S`` for a sink busy elsewhere), then SIGTERM."""
+    """(a thread of its own, started by the SIGTERM handler) End the open runs as interrupted and
+    write them, within ``SIGTERM_WAIT_S`` whatever the store does (a write waiting on a busy
+    database is left behind: the process dies with it), then SIGTERM."""
     import signal
 
     global _sigterm_marked
+    try:
+        writer = threading.Thread(target=_write_interrupted, name="memolab-sigterm", daemon=True)
+        writer.start()
+        writer.join(SIGTERM_WAIT_S)
+    except Exception:
+        swallowed("marking the runs interrupted at SIGTERM")
+    finally:
+        _sigterm_marked = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+#: how long the runs' ends may take to write before the process dies of SIGTERM anyway
+SIGTERM_WAIT_S = SIGTERM_FLUSH_S + 5.0
+
+
+def _write_interrupted() -> None:
     try:
         now = _sigterm_at
         for r in list(_open.values()):
@@ -578,9 +595,6 @@ def _mark_interrupted() -> None:
         _sink.flush_all(timeout=SIGTERM_FLUSH_S)
     except Exception:
         swallowed("marking the runs interrupted at SIGTERM")
-    finally:
-        _sigterm_marked = True
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 _sink.before_exit.append(lambda: finish_process_run(at_exit=True))
