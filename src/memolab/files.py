@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import mmap
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterable
@@ -195,7 +196,7 @@ class _StatCache:
             swallowed("files: _StatCache.put_many")
             try:
                 db.execute("ROLLBACK")
-            except Exception:
+            except sqlite3.Error:  # (no transaction left to roll back, or the database is gone)
                 swallowed("files: _StatCache.put_many")
 
 

@@ -195,7 +195,7 @@ def flush() -> None:
             swallowed("codegraph.code_cache: flush")
             try:
                 os.unlink(tmp)
-            except Exception:
+            except OSError:  # (never made, or gone)
                 swallowed("codegraph.code_cache: flush")
 
 
