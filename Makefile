@@ -6,7 +6,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
 
-.PHONY: demo ui screenshots lint test test-stress bench clean system-deps
+.PHONY: demo ui screenshots lint test test-stress bench clean system-deps selftest
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; }
 	@command -v tmux >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq tmux >/dev/null; }
+
+# The self-tests of every mechanism that reads interpreter or torch internals (dict version tags
+# at fixed offsets, copy-on-write storages, threading._register_atexit, torch's seed queue), in a
+# fresh process: a new CPython or torch release is checked with this one command (each also runs
+# at first use, falling back to the safe way where it fails; docs/architecture.md).
+selftest: $(STAMP)
+	$(PY) -m memolab.selftest
 
 # The static checks, configured in pyproject.toml (both pinned in its dev extra): ruff (pycodestyle,
 # pyflakes, bugbear, imports, pyupgrade) on everything Python here, mypy (strict) on src/memolab.

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any
 from . import hooks as _hooks
 from ._version import __version__
 
-# before anything else: torch, numpy and ``random`` imported from here on have their seed
-# functions watched from their first line (memolab.globalrng: an unseeded generator)
-_hooks.watch_imports()
+# which of random, numpy and torch were imported before memolab (read only: `import memolab`
+# patches nothing; memolab.globalrng: whether a generator may count as unseeded)
+_hooks.note_present()
 
-from .config import configure  # noqa: E402 (after watch_imports)
-from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss  # noqa: E402 (after watch_imports)
-from .files import Dir, File  # noqa: E402 (after watch_imports)
-from .hashing import register_hasher, register_opaque, register_policy  # noqa: E402 (after watch_imports)
-from .memo import MemoFunction, memo  # noqa: E402 (after watch_imports)
+from .config import configure  # noqa: E402 (after note_present)
+from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss  # noqa: E402 (after note_present)
+from .files import Dir, File  # noqa: E402 (after note_present)
+from .hashing import register_hasher, register_opaque, register_policy  # noqa: E402 (after note_present)
+from .memo import MemoFunction, memo  # noqa: E402 (after note_present)
 
 __all__ = [
     "memo", "MemoFunction", "configure",

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import expiry
-from .errors import NotAccepted
+from .errors import NotAccepted, swallowed
 from .explain import Explanation, last_code_miss
 from .store.accepts import covering, decoded as decoded, summary as summary, who  # noqa: F401 (covering: here for the faces)
 
@@ -190,7 +190,7 @@ def refresh(store: Any, fn: str) -> None:
     try:
         store.accepts_of(fn, KEY_SCHEMA)
     except Exception:
-        pass
+        swallowed("acceptance: refresh")
 
 
 def undo_for(memo: Any, accept_id: int | None) -> list[dict[str, Any]]:

@@ -54,7 +54,8 @@ class Running:
             try:
                 cb()
             except Exception:  # housekeeping must never fail a call that succeeded
-                pass
+                from .errors import swallowed
+                swallowed("call: Running.stored")
 
 
 _running: contextvars.ContextVar[Running | None] = contextvars.ContextVar("memolab_evaluation", default=None)
@@ -156,6 +157,8 @@ class Call:
             try:
                 self.edges = upstream.input_edges(self.named, visited, self.per_arg, self.store, self.key0)
             except Exception:  # lineage is information: never fail a call over it
+                from .errors import swallowed
+                swallowed("call: Call.inputs")
                 self.edges = []
         return self.edges
 
@@ -199,6 +202,8 @@ class Call:
         try:
             found = self.store.accepts_of(fn, schema)
         except Exception:  # accepts are a shortcut: never a reason to fail or to skip the store
+            from .errors import swallowed
+            swallowed("call: Call.accepted")
             return None
         if not found:
             return None
@@ -284,6 +289,8 @@ class Call:
         try:
             now = self.store.index.lookup(self.key)
         except Exception:
+            from .errors import swallowed
+            swallowed("call: Call._row_replaced")
             return False
         return now is None or now["id"] != row["id"]
 
@@ -344,6 +351,8 @@ class Call:
             else:
                 text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force, inputs=inputs))
         except Exception:  # explaining must never stop the computation
+            from .errors import swallowed
+            swallowed("call: Call.miss_writer")
             return None
         self.miss_text = text
         return store.miss_rider(self.memo.symbol, text)
@@ -407,7 +416,8 @@ class Call:
         try:
             self.store.release(self.key, owner)
         except Exception:
-            pass
+            from .errors import swallowed
+            swallowed("call: Call.release")
 
     def _write_pending(self) -> None:
         """The miss record of a lease-free miss that did not ride with a stored result."""
@@ -417,7 +427,8 @@ class Call:
         try:
             self.store.write_rider(write)
         except Exception:
-            pass  # the explanation is advisory: never fail the call over it
+            from .errors import swallowed
+            swallowed("call: Call._write_pending")  # the explanation is advisory: never fail the call over it
 
     # -- storing -------------------------------------------------------------------------
     def done(self, owner: str, value: Any, t0: float, run: Any, ev: Running | None = None) -> None:
@@ -568,6 +579,8 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception:
+        from .errors import swallowed
+        swallowed("call: _quietly")
         return None
 
 
@@ -686,6 +699,8 @@ def _result_token(row: dict[str, Any]) -> list[str] | None:
                 bytes.fromhex(d)
         return token
     except Exception:
+        from .errors import swallowed
+        swallowed("call: _result_token")
         return None
 
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
+from .errors import swallowed
+
 _lock = threading.Lock()
 
 # ``os.environ.get`` costs about 1 µs (two Python-level layers encode the name and decode
@@ -316,7 +318,7 @@ def _report(key: tuple[str, ...], line: str) -> None:
             err.write(line + "\n")
             err.flush()
         except (OSError, ValueError):
-            pass
+            swallowed("config: _report")
 
 
 def _value(var: EnvVar, raw: str | None, default: Any) -> Any:

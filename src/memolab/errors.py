@@ -5,6 +5,8 @@ without pulling in anything heavy.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class MemolabError(Exception):
     """Base class of every error memolab raises on its own behalf."""
@@ -92,3 +94,25 @@ class MemolabWarning(UserWarning):
 class BlobsGone(Exception):
     """A blob an evaluation was about to refer to was collected after it was put
     (raised by an index's ``record``: put the blobs again and retry under its lock)."""
+
+
+#: set by ``report`` while ``MEMOLAB_VERBOSE=2`` (or ``configure(verbose=2)``): shows a swallowed
+#: exception where the ``memolab`` logger, left at its default level, would drop a DEBUG record
+loud: Callable[[str], None] | None = None
+
+
+def swallowed(what: str) -> None:
+    """Leave evidence of the exception being handled, which memolab catches and goes on
+    without ("a cache problem never fails the user's call"): ``what`` failed, logged with its
+    traceback on the ``memolab`` logger at DEBUG (docs/logging.md, "Swallowed exceptions").
+    Call it from inside the ``except`` block; it never raises."""
+    try:
+        import logging
+
+        log = logging.getLogger("memolab")
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s failed; memolab went on without it", what, exc_info=True)
+        elif loud is not None:
+            loud(what)
+    except Exception:  # a broken handler of the program's: nothing more can be said  # noqa: S110
+        pass

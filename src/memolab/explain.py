@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .errors import swallowed
 from .store import edges as store_edges
 from .text import mask_args
 
@@ -217,6 +218,7 @@ def _taken_back(store: Store, ex: Explanation, fn: str, code: str) -> None:
     try:
         gone = [a for a in accepts(fn, active=False) if a["new_code"] == code and a.get("undone")]
     except Exception:
+        swallowed("explain: _taken_back")
         return  # advisory
     if gone:
         from .store.accepts import summary

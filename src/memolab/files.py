@@ -25,13 +25,14 @@ import collections
 import fnmatch
 import mmap
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Union
 
 from . import hashing
-from .errors import HashError
+from .errors import HashError, swallowed
 from .hashing.primitives import pack_Q
 
 __all__ = ["File", "Dir"]
@@ -151,6 +152,7 @@ class _StatCache:
         try:
             root = config.store_path()
         except Exception:
+            swallowed("files: _StatCache.db")
             return None
         where = (str(root), os.getpid())
         if self._db_where != where:
@@ -169,6 +171,7 @@ class _StatCache:
                           "ctime_ns INT, ino INT, dev INT, digest BLOB, hashed_at INT)")
                 self._db = c
             except Exception:  # a read-only or odd store: the memory cache still works
+                swallowed("files: _StatCache.db")
                 self._db = None
                 if c is not None:
                     c.close()
@@ -184,6 +187,7 @@ class _StatCache:
                               "WHERE path = ? OR (path >= ? AND path < ?)",
                               (prefix, prefix + os.sep, prefix + chr(ord(os.sep) + 1))).fetchall()
         except Exception:
+            swallowed("files: _StatCache.load_prefix")
             return
         with self.lock:
             for p, size, m, c, ino, dev, d, at in rows:
@@ -212,10 +216,11 @@ class _StatCache:
                            [(p, *k, d, at) for p, k, d, at in entries])
             db.execute("COMMIT")
         except Exception:  # the cache is an optimisation: never fail a call over it
+            swallowed("files: _StatCache.put_many")
             try:
                 db.execute("ROLLBACK")
-            except Exception:
-                pass
+            except sqlite3.Error:  # (no transaction left to roll back, or the database is gone)
+                swallowed("files: _StatCache.put_many")
 
 
 _cache = _StatCache()

@@ -37,14 +37,27 @@ from the operating system when they are imported: a program that never seeds one
 gets other numbers in every process, and any result drawn from it is as good as
 another. Such a generator's state counts as ``UNSEEDED`` (a body drawing from it
 hits in any process where it is unseeded too, as it would without memolab) until
-the program seeds or sets it. memolab can only know that a generator is unseeded
-if it watched the module's import: the seed functions are wrapped the moment
-torch, numpy or ``random`` is imported after ``import memolab``. A module
-imported *before* memolab may have been seeded already, so its generator counts
-by its exact state (safe, and a body drawing from it unseeded then computes in
-every new process; import memolab first, seed, or opt out with
-``@memo(global_rng=False)``). A module not imported at all is unseeded (a body
-that imports it gets an OS-seeded generator).
+the program seeds or sets it. ``import memolab`` wraps nothing: the seed
+functions are wrapped at the first memoized computation (``hooks.before_computing``,
+or a key that reads the generators). A generator counts as unseeded only where
+memolab can prove it:
+
+* its module was imported after that, under the import watcher: the seed
+  functions were wrapped from its first line, they say when it is seeded;
+* it was imported earlier, and its state or the library's own records prove
+  that nothing seeded or set it since (``Generator.proof``): numpy's keeps the
+  ``SeedSequence`` the OS seeded it from (a seed drops it; a set state is not on
+  its sequence of states), torch's records every ``torch.manual_seed`` and
+  ``torch.seed`` in its lazy CUDA seed queue (only for a torch imported after
+  ``import memolab``: ``torch/rng.py``, ``os_seeded``). Such a generator stays
+  unseeded only while that evidence does not change (``Generator.evidence``):
+  a seed through a function bound before memolab wrapped it
+  (``from torch import manual_seed`` at the top of a script) is seen there;
+* anything else (``random``, which keeps no such record; a torch imported before
+  memolab) counts by its exact state: safe, and a body drawing from it unseeded
+  then computes in every new process (seed, or opt out with
+  ``@memo(global_rng=False)``). A module not imported at all is unseeded (a body
+  that imports it gets an OS-seeded generator).
 
 numpy's and torch's generators register through ``hooks.LAZY_HOOKS["global_rng"]``;
 this module imports neither.
@@ -61,6 +74,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import xxhash
+
+from .errors import swallowed
 
 __all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
            "current", "Result", "restore", "UNSEEDED", "thread_frames", "recording_class", "neutral", "drew", "reason",
@@ -86,21 +101,83 @@ class Generator:
     module: str
     #: its state comes from a seed or a set the program made (else from the OS: ``UNSEEDED``)
     seeded: bool = True
+    #: does the state provably come from the OS, although memolab did not see the module's
+    #: import? (asked once, by ``register``; None: it cannot be known, the state counts)
+    proof: Callable[[], bool] | None = None
+    #: a value that any seed or set of the generator changes, also one made through a
+    #: function memolab did not wrap (compared with ``_same``); None: no such value exists
+    evidence: Callable[[], Any] | None = None
+    #: while unseeded: ``_WATCHED`` (its seed functions were wrapped from its import on), or
+    #: the ``evidence`` when it was last known unseeded
+    mark: Any = field(default=None, repr=False)
 
 
 _generators: dict[str, Generator] = {}
 
 
+#: ``Generator.mark`` of a generator whose module's import memolab watched
+_WATCHED = object()
+
+
 def register(gen: Generator) -> None:
     """Watch ``gen`` from now on (called by its ``global_rng`` hook once its module is imported).
-    Unseeded only if memolab saw the module's import: nobody can have seeded it before."""
+    Unseeded if memolab saw the module's import (nobody can have seeded it before), or if
+    its ``proof`` says so."""
     from . import hooks
 
-    gen.seeded = not hooks.import_was_watched(gen.module)
+    if hooks.import_was_watched(gen.module):
+        gen.seeded, gen.mark = False, _WATCHED
+    else:
+        _mark(gen, not _proved(gen))
     _generators[gen.name] = gen
     for frame in _frames.get():
         # a body that imported the module: its state from here on is what draws are judged against
         frame.baseline.setdefault(gen.name, gen.token(gen.get()))
+
+
+def _proved(gen: Generator) -> bool:
+    if gen.proof is None:
+        return False
+    try:
+        return gen.proof()
+    except Exception:  # a library whose internals moved: its state counts (safe)
+        from .errors import swallowed
+
+        swallowed(f"the proof that {gen.name}'s generator is unseeded")
+        return False
+
+
+def _mark(gen: Generator, seeded: bool) -> None:
+    """``gen`` was just seeded (or set) by the program, or from the OS (``seeded=False``)."""
+    from . import hooks
+
+    if seeded:
+        gen.seeded, gen.mark = True, None
+    elif hooks.import_was_watched(gen.module):
+        gen.seeded, gen.mark = False, _WATCHED
+    else:  # unseeded while its evidence holds; without any, by its exact state
+        ev = gen.evidence() if gen.evidence is not None else None
+        gen.seeded, gen.mark = ev is None, ev
+
+
+def _unseeded(gen: Generator) -> bool:
+    """Does ``gen``'s state still come from the OS? A generator whose evidence changed was
+    seeded or set where no wrapper saw it: it counts by its state from now on."""
+    if gen.seeded:
+        return False
+    if gen.mark is _WATCHED:
+        return True
+    if gen.evidence is not None and _same(gen.evidence(), gen.mark):
+        return True
+    gen.seeded, gen.mark = True, None
+    return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Are two evidences the same: each part the same object, or an equal int?"""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a, b, strict=True))
 
 
 def _available() -> dict[str, Generator]:
@@ -117,7 +194,7 @@ def current(names: Any) -> dict[str, str]:
     out = {}
     for n in names:
         g = gens.get(n)
-        out[n] = g.digest(g.get()) if g is not None and g.seeded else UNSEEDED
+        out[n] = g.digest(g.get()) if g is not None and not _unseeded(g) else UNSEEDED
     return out
 
 
@@ -303,7 +380,7 @@ def begin() -> tuple[Frame, Any]:
     with _lock:
         start = len(_calls)
         states = {n: g.get() for n, g in gens.items()}
-    frame = Frame({n: (states[n] if g.seeded else None) for n, g in gens.items()},
+    frame = Frame({n: (None if _unseeded(g) else states[n]) for n, g in gens.items()},
                   {n: g.token(states[n]) for n, g in gens.items()})
     frame.start = start
     frame.threads = threads
@@ -334,7 +411,7 @@ def end(frame: Frame, token: Any) -> Outcome:
             out.deps[name] = UNSEEDED if entry is None else gen.digest(entry)
             if name in frame.why:
                 out.why[name] = frame.why[name]
-        out.exit[name] = (state, gen.seeded)
+        out.exit[name] = (state, not _unseeded(gen))
     return out
 
 
@@ -486,7 +563,7 @@ def wrap(fn: Callable[..., Any], names: tuple[str, ...], kind: str = "seed",
             for n in names:
                 g = _generators.get(n)
                 if g is not None:
-                    g.seeded = seeded
+                    _mark(g, seeded)
         return out
 
     watched.__memolab_wraps__ = fn  # type: ignore[attr-defined]
@@ -567,7 +644,7 @@ def restore(value: Any) -> Any:
         gen = gens.get(name) or _import_for(name)
         if gen is not None:
             gen.set(state)
-            gen.seeded = seeded
+            _mark(gen, seeded)
     for name, ops in value.replay.items():
         gen = gens.get(name) or _import_for(name)
         if gen is not None and name not in value.exit and all(op in _replays for op in ops):
@@ -587,6 +664,7 @@ def _import_for(name: str) -> Generator | None:
     try:
         importlib.import_module(module)
     except Exception:
+        swallowed("globalrng: _import_for")
         return None
     return _available().get(name)
 
@@ -631,6 +709,10 @@ def register_random() -> None:
     patch(random, _RANDOM_DRAWS, "random", kind="draw", via=inst)
 
 
+#: how many keys (624 draws of 32 bits each) a proof follows from the generator's first state
+_PROOF_TWISTS = 64
+
+
 def register_numpy() -> None:
     """numpy's legacy global ``RandomState`` (``np.random.rand``, ``np.random.seed``);
     ``np.random.default_rng()`` generators are objects passed as arguments."""
@@ -651,7 +733,29 @@ def register_numpy() -> None:
         t = token(state)
         return xxhash.xxh3_128_hexdigest(repr(t[:4]).encode() + t[4])
 
-    register(Generator("numpy", get, original(np.random.set_state), token, digest, "numpy"))
+    def evidence() -> tuple[Any, ...] | None:
+        # ``np.random.seed`` drops the ``SeedSequence`` the OS seeded the generator from
+        bits = getattr(mtrand._rand, "_bit_generator", None)
+        seq = getattr(bits, "_seed_seq", None)
+        return None if seq is None else (bits, seq)
+
+    def proof() -> bool:
+        """Unseeded: the state is the one the generator's ``SeedSequence`` (from the OS) makes,
+        or one that draws reach from it (a set state is not, but by chance: a 19968-bit key)."""
+        bits = getattr(mtrand._rand, "_bit_generator", None)
+        seq = getattr(bits, "_seed_seq", None)
+        if type(bits) is not np.random.MT19937 or type(seq) is not np.random.SeedSequence:
+            return False
+        key = get()["state"]["key"]
+        probe = np.random.MT19937(seq)
+        for _ in range(_PROOF_TWISTS + 1):
+            if np.array_equal(probe.state["state"]["key"], key):
+                return True
+            probe.random_raw(624)  # the draws of one whole key: the next key
+        return False  # more draws than that before the first memoized call: its state counts
+
+    register(Generator("numpy", get, original(np.random.set_state), token, digest, "numpy", proof=proof,
+                       evidence=evidence))
     for module in (np.random, mtrand):
         patch(module, ["seed"], "numpy", entropy=no_seed_given)
         patch(module, ["set_state"], "numpy")

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .errors import swallowed
+
 LAZY_HOOKS: dict[str, dict[str, str]] = {
     # run before the first type with a class from the module in its MRO is hashed
     "hashing": {
@@ -107,7 +109,8 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
 #: the tables whose hooks run once their module is imported, watched while a body computes
 _ON_IMPORT = ("computing", "global_rng")
 _done: set = set()  # (table, module) run already
-#: modules whose import the watcher saw (imported after ``import memolab``)
+#: modules whose import the watcher saw (imported while it was in ``sys.meta_path``: from the
+#: first memoized computation on, never from ``import memolab``)
 _seen: set = set()
 #: the sets of top-level modules a computation in progress tried to import (``note_imports``)
 _noting: list = []
@@ -131,12 +134,22 @@ def end_imports(names: set) -> set:
     return names
 
 
-def watch_imports() -> None:
-    """From now on, run a ``global_rng`` hook the moment its module is imported (called by
-    ``import memolab``): a generator whose import memolab saw is known to be unseeded
-    until the program seeds it (``globalrng``)."""
-    if any(m not in sys.modules for m in LAZY_HOOKS["global_rng"]) and _watcher not in sys.meta_path:
-        sys.meta_path.insert(0, _watcher)
+#: the ``global_rng`` modules already imported when ``import memolab`` ran (``note_present``):
+#: only read, nothing installed, so whatever imported them may also have seeded them
+_before_memolab: frozenset[str] = frozenset()
+
+
+def note_present() -> None:
+    """Note which ``global_rng`` modules are imported already (called once by ``import memolab``,
+    which installs nothing: the watcher goes into ``sys.meta_path`` at the first memoized
+    computation, ``before_computing``)."""
+    global _before_memolab
+    _before_memolab = frozenset(m for m in LAZY_HOOKS["global_rng"] if m in sys.modules)
+
+
+def imported_after_memolab(module: str) -> bool:
+    """Was ``module`` imported after ``import memolab`` (or not at all yet)?"""
+    return module not in _before_memolab
 
 
 def import_was_watched(module: str) -> bool:
@@ -195,8 +208,15 @@ def _run_on_import(module: str, tables: tuple[str, ...] = _ON_IMPORT) -> None:
 
 class _ImportWatcher:
     """A meta path finder that finds nothing itself: for a module of the ``computing`` or
-    ``global_rng`` table it asks the finders after it, and wraps the loader it gets so the
-    hooks run once the module has been executed."""
+    ``global_rng`` table it asks the finders after it, and gives the spec a loader of its
+    own making whose ``exec_module`` runs the hooks once the module has been executed.
+
+    Only a plain file loader (``SourceFileLoader``, ``SourcelessFileLoader``,
+    ``ExtensionFileLoader``: state = name + path) is replaced, by a new instance of the
+    same class; the loader the other finder made is left as it was, and a loader of any
+    other kind (a zipimporter, the frozen or builtin importer, an editable install's) is
+    neither replaced nor modified: its module's hooks run at the next memoized call
+    (``before_computing``, ``run_imported``) instead of right after its import."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if _noting and path is None:  # a top-level module not imported yet: a computation tries it
@@ -212,18 +232,31 @@ class _ImportWatcher:
                 break
         else:
             return None
-        loader = spec.loader
-        execute = getattr(loader, "exec_module", None)
-        if execute is None:
+        loader = _own_loader(spec.loader)
+        if loader is None:
             return spec
+        execute = loader.exec_module
 
         def exec_module(module: Any) -> None:
             execute(module)
             _seen.add(name)
             _run_on_import(name)
 
-        loader.exec_module = exec_module  # type: ignore[method-assign,union-attr]  # this spec's loader only: one per import of the module
+        loader.exec_module = exec_module  # the instance memolab made just now, for this import only
+        spec.loader = loader
         return spec
+
+
+def _own_loader(loader: Any) -> Any:
+    """A new loader equal to ``loader`` (a plain file loader), or None for any other kind."""
+    from importlib import machinery
+
+    if type(loader) not in (machinery.SourceFileLoader, machinery.SourcelessFileLoader,
+                            machinery.ExtensionFileLoader):
+        return None
+    if vars(loader).keys() != {"name", "path"}:  # state of its own we would not copy
+        return None
+    return type(loader)(loader.name, loader.path)
 
 
 _watcher = _ImportWatcher()
@@ -237,7 +270,7 @@ def exits_without_atexit() -> bool:
                 if resolve(target)():
                     return True
             except Exception:
-                pass
+                swallowed("hooks: exits_without_atexit")
     return False
 
 

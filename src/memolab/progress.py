@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import config
+from .errors import swallowed
 
 __all__ = ["Bar", "BIG", "wanted", "result_bar", "result_progress"]
 
@@ -170,11 +171,11 @@ class _Plain:
             err.write(f"\r{self.label} [{bar:<24}] {self._count(self.done)}/{self._count(self.total)} {frac:4.0%}")
             err.flush()
         except (AttributeError, OSError, ValueError):
-            pass
+            swallowed("progress: _Plain._draw")
 
     def close(self) -> None:
         try:
             sys.stderr.write("\r\033[K")  # erase the bar
             sys.stderr.flush()
         except (AttributeError, OSError, ValueError):
-            pass
+            swallowed("progress: _Plain.close")

@@ -38,7 +38,8 @@ import json
 import time
 from typing import Any
 
-from . import config
+from . import config, errors
+from .errors import swallowed
 from .text import human_bytes, human_seconds
 
 __all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "LOGGER_NAME"]
@@ -85,9 +86,26 @@ ALL = config.settings().verbose == 2
 def _configured(old: Any, new: Any) -> None:
     global ALL
     ALL = new.verbose == 2
+    errors.loud = _swallowed if ALL else None
 
 
 config.on_configure.append(_configured)
+
+
+def _swallowed(what: str) -> None:
+    """At level 2, a swallowed exception (``errors.swallowed``) is said with its traceback,
+    as a DEBUG record handed to the ``memolab`` logger's handlers, whatever its level."""
+    import logging
+    import sys
+
+    log = logging.getLogger(LOGGER_NAME)
+    _install(log)
+    record = log.makeRecord(LOGGER_NAME, logging.DEBUG, __file__, 0,
+                            "%s failed; memolab went on without it", (what,), sys.exc_info())
+    log.handle(record)
+
+
+errors.loud = _swallowed if ALL else None
 
 
 def note(store: Any, key: Any, seconds: float) -> None:
@@ -118,6 +136,7 @@ def _call_text(call: Any, width: int = 60) -> str:
         snap = call.call_snapshot()
         args = ", ".join(f"{n}={r}" for n, (_, r) in snap.items() if not n.startswith("<"))
     except Exception:
+        swallowed("report: _call_text")
         args = "…"
     if len(args) > width:
         args = args[: width - 1] + "…"
@@ -189,6 +208,7 @@ def miss(call: Any) -> bool:
     try:
         why = _reason(_explanation(call))
     except Exception:  # explaining must never stop the computation
+        swallowed("report: miss")
         why = "miss"
     verb = "recomputed" if call.force else "miss"
     if why.startswith("recomputation forced"):
@@ -237,6 +257,7 @@ def _stored_size(store: Any, eval_id: int | None) -> int | None:
         rows = store.index.evaluations(where="id=?", params=(eval_id,), limit=1)
         return int(rows[0]["size"]) if rows and rows[0].get("size") is not None else None
     except Exception:
+        swallowed("report: _stored_size")
         return None
 
 
@@ -253,7 +274,7 @@ def _say(line: str) -> None:
     try:
         log.info(line)
     except Exception:  # a broken handler of the program's must not fail a call
-        pass
+        swallowed("report: _say")
 
 
 def _install(log: Any) -> None:
@@ -280,7 +301,7 @@ def _fallback_handler() -> Any:
         would receive the record: a program that configures logging later gets each line once."""
 
         def __init__(self) -> None:
-            super().__init__(logging.INFO)
+            super().__init__(logging.NOTSET)  # the logger's level decides (DEBUG: ``_swallowed``)
             self.setFormatter(logging.Formatter("memolab: %(message)s"))
 
         def emit(self, record: Any) -> None:
@@ -298,6 +319,6 @@ def _fallback_handler() -> Any:
                 err.write(self.format(record) + "\n")
                 err.flush()
             except (OSError, ValueError):
-                pass
+                swallowed("report: _fallback_handler._Fallback.emit")
 
     return _Fallback()

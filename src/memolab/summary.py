@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .errors import swallowed
 from .text import short_repr
 
 Rule = Callable[[Any], str | None]
@@ -40,6 +41,7 @@ def _tensor_bytes(x: Any) -> int | None:
     try:
         return int(x.element_size() * x.numel())  # torch
     except Exception:
+        swallowed("summary: _tensor_bytes")
         return None
 
 
@@ -143,6 +145,7 @@ def _torch_dataset(x: Any) -> str | None:
     try:
         return f"{type(x).__name__}: {count(len(x))} items"
     except Exception:
+        swallowed("summary: _torch_dataset")
         return None
 
 
@@ -152,6 +155,7 @@ def _loader(x: Any) -> str | None:
     try:
         n = len(x)
     except Exception:
+        swallowed("summary: _loader")
         return f"{type(x).__name__} (batches of {x.batch_size})"
     return f"{type(x).__name__}: {count(n)} batches of {x.batch_size}"
 
@@ -207,6 +211,7 @@ def _first(rules: list[Rule], obj: Any) -> str | None:
         try:
             s = rule(obj)
         except Exception:
+            swallowed("summary: _first")
             s = None
         if s:
             return s

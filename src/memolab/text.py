@@ -9,6 +9,8 @@ import re
 import reprlib
 from typing import Any
 
+from .errors import swallowed
+
 __all__ = ["short_repr", "is_secret_name", "mask_secrets", "mask_repr", "MASKED", "human_bytes", "human_seconds"]
 
 _repr = reprlib.Repr()
@@ -29,6 +31,7 @@ def short_repr(obj: Any) -> str:
     try:
         text = _repr.repr(obj)
     except Exception:
+        swallowed("text: short_repr")
         return f"<{type(obj).__qualname__}>"
     return mask_repr(_ADDRESS.sub("", " ".join(text.split())))
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import identity
+from .errors import swallowed
 from .hashing.registry import leaves as large_leaves
 from .store import edges as store_edges
 
@@ -43,7 +44,7 @@ def mark(value: Any, store: Any, eval_id: int, key: Any, arguments: Any = ()) ->
         try:
             identity.mark_result(value, (store.root, eval_id, key), arguments)
         except Exception:  # a container whose items cannot be listed: lineage is information only
-            pass
+            swallowed("upstream: mark")
 
 
 def input_edges(named: Sequence[tuple[str, Any]], visited: list[Any] | None, per_arg: dict[str, str],
@@ -156,6 +157,7 @@ def _paths(name: str, value: Any, targets: dict[int, Any]) -> dict[int, list[str
             try:
                 kids = _children(obj)
             except Exception:  # an object whose attributes cannot even be listed: not entered
+                swallowed("upstream: _paths")
                 kids = []
             nxt.extend((v, path + [seg], inside or hit) for seg, v in kids)
             if visited >= _WALK_MAX:
@@ -178,6 +180,7 @@ def _by_content(named: Sequence[tuple[str, Any]], per_arg: dict[str, str], store
     try:
         found = store_edges.by_content(store.index, want)
     except Exception:  # an index without the table, a read-only one: information only
+        swallowed("upstream: _by_content")
         return []
     out = []
     for d, (_, up) in found.items():

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from ..errors import swallowed
 from .common import (  # noqa: F401
     COMMANDS,
     OK,
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         except (OSError, ValueError):
-            pass
+            swallowed("cli: main")
         return 0
     except KeyboardInterrupt:
         return 130

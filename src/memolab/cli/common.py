@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import swallowed
 from ..progress import Bar
 from ..text import human_seconds
 
@@ -331,6 +332,7 @@ def expired_counts(store: Any) -> dict[str, int]:
         rows = store.index.conn().execute(
             f"SELECT fn, COUNT(*) FROM evaluations WHERE {_EXPIRED_WHERE} GROUP BY fn", (time.time(),)).fetchall()
     except Exception:  # (no JSON1: advisory)
+        swallowed("cli.common: expired_counts")
         return {}
     return {fn: int(n) for fn, n in rows}
 
@@ -345,6 +347,7 @@ def expired_among(conn: Any, eval_ids: list[int]) -> int | None:
             n += conn.execute(f"SELECT COUNT(*) FROM evaluations WHERE id IN ({','.join('?' * len(part))}) AND "
                               f"{_EXPIRED_WHERE}", (*part, now)).fetchone()[0]
     except Exception:  # (no JSON1: advisory)
+        swallowed("cli.common: expired_among")
         return None
     return n
 
@@ -356,7 +359,7 @@ def index_bytes(root: Any) -> int:
         try:
             n += os.stat(str(root / "index.sqlite") + suffix).st_size
         except OSError:
-            pass
+            swallowed("cli.common: index_bytes")
     return n
 
 
@@ -365,7 +368,7 @@ def checkpoint_wal(store: Any) -> None:
     try:
         store.index.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     except Exception:
-        pass  # a busy reader only delays it; sizes are then reported as they are
+        swallowed("cli.common: checkpoint_wal")  # a busy reader only delays it; sizes are then reported as they are
 
 
 def plural(n: int, word: str) -> str:

@@ -39,6 +39,7 @@ from typing import Any
 import xxhash
 
 from .. import config
+from ..errors import swallowed
 
 _FORMAT = 2  # 2: fingerprints of marshal format 2
 _lock = threading.Lock()
@@ -112,8 +113,10 @@ def _entries(path: str) -> list | None:
         if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == path \
                 and tuple(data[2]) == key and type(data[3]) is dict:
             entries = data[3]
-    except Exception:  # missing, unreadable, damaged or another format: start empty
+    except FileNotFoundError:  # not analysed yet: start empty
         pass
+    except Exception:  # unreadable, damaged or another format: start empty
+        swallowed("codegraph.code_cache: _entries")
     rec = _files[path] = [key, entries, False]
     return rec
 
@@ -146,6 +149,7 @@ def get(code: types.CodeType) -> tuple[str, str, frozenset, tuple] | None:
     try:
         out = e[1], e[2], frozenset(e[3]), tuple(e[4])
     except Exception:
+        swallowed("codegraph.code_cache: get")
         stats["miss"] += 1
         return None
     stats["hit"] += 1
@@ -188,10 +192,11 @@ def flush() -> None:
                 marshal.dump((_FORMAT, path, key, dict(entries)), f)
             os.replace(tmp, final)
         except Exception:
+            swallowed("codegraph.code_cache: flush")
             try:
                 os.unlink(tmp)
-            except Exception:
-                pass
+            except OSError:  # (never made, or gone)
+                swallowed("codegraph.code_cache: flush")
 
 
 def clear() -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..errors import swallowed
+
 _works: bool | None = None
 _U64: Any = None     # a c_uint64 type
 _CHAR8: Any = None   # a c_char * 8 array type
@@ -75,6 +77,14 @@ def _self_test() -> bool:
     return len(set(seen)) == len(seen) and tag.value == x
 
 
+def self_test() -> bool:
+    """The self-test ``tag_reader`` runs at first use, run again (``make selftest``)."""
+    try:
+        return _self_test()
+    except Exception:
+        return False
+
+
 def tag_reader(d: dict) -> Any | None:
     """An object whose ``.value`` is ``d``'s current version tag, or None where unsupported.
 
@@ -85,6 +95,7 @@ def tag_reader(d: dict) -> Any | None:
         try:
             _works = _self_test()
         except Exception:
+            swallowed("codegraph.dictversion: tag_reader")
             _works = False
     if not _works or type(d) is not dict:
         return None

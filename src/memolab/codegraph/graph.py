@@ -14,6 +14,7 @@ from typing import Any
 
 import xxhash
 
+from ..errors import swallowed
 from . import bytecode, decorators as _decorators, dictversion, origins
 from .bytecode import digest_text
 from .classes import ClassCheck as _ClassCheck, class_info as _class_info
@@ -259,6 +260,7 @@ class Graph:
             else:
                 base = module
         except Exception:
+            swallowed("codegraph.graph: Graph.resolve_import")
             return f"unresolved-import:{'.' * level}{module}"
         mod = sys.modules.get(base)
         top = base.split(".")[0]
@@ -273,6 +275,7 @@ class Graph:
         try:
             mod = mod or importlib.import_module(base)
         except Exception:
+            swallowed("codegraph.graph: Graph.resolve_import")
             return f"unresolved-import:{'.' * level}{module}"
         if name is None:
             return self.target(mod)
@@ -283,6 +286,7 @@ class Graph:
             try:
                 obj = sys.modules.get(f"{base}.{name}") or importlib.import_module(f"{base}.{name}")
             except Exception:
+                swallowed("codegraph.graph: Graph.resolve_import")
                 return f"unresolved-import:{base}.{name}"
         if _is_code(_unwrap(obj)):
             return self.target(obj)

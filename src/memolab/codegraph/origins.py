@@ -19,6 +19,8 @@ import sysconfig
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import swallowed
+
 USER, PACKAGE, STDLIB, SKIP = "user", "pkg", "stdlib", "skip"
 
 Origin = tuple[str, str, str]  # (kind, dependency symbol, full version)
@@ -174,6 +176,7 @@ def distribution_of(top: str) -> tuple[str, str]:
             try:
                 _dists = metadata.packages_distributions()
             except Exception:
+                swallowed("codegraph.origins: distribution_of")
                 _dists = {}
         names = sorted(_dists.get(top, []))
         if names:
@@ -181,7 +184,7 @@ def distribution_of(top: str) -> tuple[str, str]:
             try:
                 version = metadata.version(dist_name)
             except Exception:
-                pass
+                swallowed("codegraph.origins: distribution_of")
         else:
             mod = sys.modules.get(top)
             version = str(getattr(mod, "__version__", "unknown"))

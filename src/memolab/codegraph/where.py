@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import swallowed
 from . import origins
 from .origins import STDLIB, USER
 
@@ -137,6 +138,7 @@ def short(v: Any) -> str:
     try:
         return _repr.repr(v)
     except Exception:
+        swallowed("codegraph.where: short")
         return f"<{type(v).__qualname__}>"
 
 
@@ -157,6 +159,7 @@ def unwrap(obj: Any) -> Any:
         try:
             return inspect.unwrap(obj)
         except Exception:
+            swallowed("codegraph.where: unwrap")
             return obj
     return obj
 

@@ -12,6 +12,7 @@ import types
 from typing import Any
 
 from ..codegraph.origins import key_module
+from ..errors import swallowed
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,6 +62,7 @@ def lookup_symbol(modname: str, qualname: str, *, import_: bool) -> tuple[bool, 
         try:
             mod = importlib.import_module(modname)
         except Exception:
+            swallowed("pickling.locate: lookup_symbol")
             return False, None
     if mod is None:
         return False, None

@@ -13,6 +13,8 @@ Importing this module imports Ray; ``import memolab`` does not (the hook runs on
 """
 from __future__ import annotations
 
+from ..errors import swallowed
+
 __all__ = ["killed_at_exit"]
 
 
@@ -23,4 +25,5 @@ def killed_at_exit() -> bool:
     try:
         return bool(ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE)
     except Exception:  # an API that moved: the store then writes usage as in any process
+        swallowed("ray: killed_at_exit")
         return False

@@ -23,7 +23,6 @@ are kept and checked on every load, exactly as for blobs.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib
 import json
@@ -32,16 +31,16 @@ import sqlite3
 import threading
 import time
 import uuid
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from .. import config
-from ..errors import BlobsGone, StoreMiss, StoreUnavailable
+from ..errors import BlobsGone, StoreMiss, StoreUnavailable, swallowed
 from ..progress import result_progress
 from . import layout, mounts, perms, signing
+from .beats import Heartbeats, beat_due as beat_due, track
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem as inline_problem, loads_result as _loads, split_inline  # (inline_problem: doctor's)
 from .leases import LOCKS_MARK
@@ -65,20 +64,7 @@ _MEMORY_BYTES = 256 << 20
 INLINE_MAX: int = config.env_setting("MEMOLAB_INLINE_MAX")
 
 
-#: every Store of this process still referenced: weakly, so that one the program let go of
-#: (and its index's open files) is freed, as ``atexit.register(store.flush_hits)`` never allowed
-_live: weakref.WeakSet[Store] = weakref.WeakSet()
-
-
-def _flush_live() -> None:
-    for s in list(_live):
-        s.flush_hits()
-
-
-atexit.register(_flush_live)
-
-
-class Store:
+class Store(Heartbeats):
     # replaced by the read-only store of ``health`` (a store that can be read, not written)
     index_class = Index
     blob_class = BlobFolder
@@ -124,7 +110,8 @@ class Store:
         # (fn, code digest) -> every computation of it here so far took less than
         # ``lease_free_below`` (see ``note_duration``)
         self.quick_codes: dict[tuple[str, str], bool] = {}
-        _live.add(self)  # its hit counts are written at exit (``_flush_live``)
+        self._beat_due: float | None = None  # when a lease held since will need beats (``ticker``)
+        track(self)  # its hit counts are written at exit (``beats.flush_live``)
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r})"
@@ -191,44 +178,6 @@ class Store:
         """Does ``owner`` hold the local lease of ``key`` (taken by ``try_acquire``, not yet released)?"""
         return (key, owner) in self._held
 
-    def hold(self, key: Key, owner: str) -> None:
-        """Count a lease of ``key`` taken for ``owner`` as held: heart-beaten until released or saved."""
-        with self.held_lock:
-            self._held[(key, owner)] = self._held.get((key, owner), 0) + 1
-            if self._beat is None or not self._beat.is_alive():
-                self._beat_stop.clear()
-                self._beat = threading.Thread(target=self._heartbeat_loop, name="memolab-heartbeat", daemon=True)
-                self._beat.start()
-
-    _hold = hold  # (the name ``try_acquire`` uses)
-
-    def _unhold(self, key: Key, owner: str) -> None:
-        with self.held_lock:
-            n = self._held.get((key, owner), 0) - 1
-            if n <= 0:
-                self._held.pop((key, owner), None)
-            else:
-                self._held[(key, owner)] = n
-
-    def _heartbeat_loop(self) -> None:
-        while not self._beat_stop.wait(config.settings().heartbeat):
-            with self.held_lock:
-                held = list(self._held)
-                more = [b for b in (f() for f in self.beat_with) if b is not None]
-                if not held and not more:
-                    self._beat = None
-                    return
-            if held:
-                try:
-                    self.index.heartbeat(held)
-                except Exception:  # a busy database must not kill the heartbeat
-                    pass
-            for beat in more:
-                try:
-                    beat()
-                except Exception:
-                    pass
-
     def release(self, key: Key, owner: str) -> None:
         """Give up a lease without storing (the function raised, or its result could not be stored).
 
@@ -242,7 +191,7 @@ class Store:
         try:
             self.index.release(key, owner)
         except sqlite3.Error:
-            pass
+            swallowed("store: Store.release")
 
     # -- results -----------------------------------------------------------------------
     def save(self, key: Key, owner: str, value: Any, fields: dict[str, Any], sources: dict[str, tuple[str, str]]) -> int:
@@ -390,7 +339,8 @@ class Store:
         try:
             self.index.mark_corrupt(row["id"], reason, status)
         except sqlite3.Error:
-            pass  # the row is refused again on its next load; a recomputation overwrites it anyway
+            # the row is refused again on its next load; a recomputation overwrites it anyway
+            swallowed("store: Store.mark_corrupt")
 
     def forget_key(self, key: Key) -> None:
         with self._memory_lock:
@@ -462,7 +412,7 @@ class Store:
             try:
                 insert_miss(c, fn, record)
             except sqlite3.Error:
-                pass  # the lease (or the result) matters, the explanation does not
+                swallowed("store: Store.miss_rider.write")  # the lease (or the result) matters, the explanation does not
 
         return write
 
@@ -477,7 +427,7 @@ class Store:
             try:
                 self.index.add_hits(hits, stamps)
             except Exception:
-                pass  # advisory (counts) or recomputable (stamps): never fail anything over them
+                swallowed("store: Store.flush_hits")  # advisory (counts) or recomputable (stamps): never fail anything over them
 
     def close(self) -> None:
         """Write pending hit counts and close this thread's index connection (its three
@@ -585,7 +535,7 @@ def _savepointed(fn: Callable[[sqlite3.Connection], None]) -> Callable[[sqlite3.
             with savepoint(c, "memolab_rider"):
                 fn(c)
         except Exception:
-            pass  # the rider alone is rolled back: the result is recorded anyway
+            swallowed("store: _savepointed.run")  # the rider alone is rolled back: the result is recorded anyway
 
     return run
 
@@ -779,7 +729,7 @@ def close_open_stores(under: Path) -> int:
             try:
                 close()
             except Exception:
-                pass  # a store that cannot even close holds nothing worth an error here
+                swallowed("store: close_open_stores")  # a store that cannot even close holds nothing worth an error here
     return len(closing)
 
 
@@ -790,6 +740,7 @@ def _open(p: Path) -> Any:
     try:
         store = Store(p) if p.is_dir() else None
     except Exception:
+        swallowed("store: _open")
         store = None
     if store is None:
         return open_store(p)

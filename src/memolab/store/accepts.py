@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..errors import swallowed
 from . import signing
 
 __all__ = ["COLUMNS", "SIGNED", "MAX_LINKS", "sign", "problem", "resolve", "who", "AcceptIndex", "summary", "short",
@@ -73,6 +74,7 @@ def who() -> tuple[str, str]:
     try:
         user = getpass.getuser()
     except Exception:  # no user name (a container without a passwd entry)
+        swallowed("store.accepts: who")
         import os
 
         user = f"uid {os.getuid()}" if hasattr(os, "getuid") else "?"
@@ -145,6 +147,7 @@ def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> 
     try:
         found = accepts(fn, active=active)
     except Exception:
+        swallowed("store.accepts: covering")
         return {}
     want = set(codes)
     out: dict[str, list[dict[str, Any]]] = {}

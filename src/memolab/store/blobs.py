@@ -32,7 +32,7 @@ from typing import Any
 
 import blake3
 
-from ..errors import CorruptBlob
+from ..errors import CorruptBlob, swallowed
 from . import layout, tmpfiles
 
 Buffer = bytes | bytearray | memoryview
@@ -78,7 +78,7 @@ def fsync_dir(path: os.PathLike[str] | str) -> None:
     try:
         os.fsync(fd)
     except OSError:
-        pass
+        swallowed("store.blobs: fsync_dir")
     finally:
         os.close(fd)
 
@@ -120,7 +120,7 @@ def copy_on_write(buf: Any) -> Any:
             if len(m) == mv.nbytes:
                 return memoryview(m)
         except OSError:
-            pass  # the blob was collected since: fall back to a copy
+            swallowed("store.blobs: copy_on_write")  # the blob was collected since: fall back to a copy
     return bytearray(mv)
 
 

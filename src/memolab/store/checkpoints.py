@@ -16,6 +16,7 @@ import sqlite3
 import time
 from typing import Any
 
+from ..errors import swallowed
 from . import signing
 
 DDL = """
@@ -135,4 +136,4 @@ def clear(conn: sqlite3.Connection, fn: str | None = None) -> None:
         else:
             conn.execute("DELETE FROM checkpoints WHERE fn=?", (fn,))
     except sqlite3.OperationalError:
-        pass
+        swallowed("store.checkpoints: clear")

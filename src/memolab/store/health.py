@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..errors import MemolabWarning, StoreUnavailable
+from ..errors import MemolabWarning, StoreUnavailable, swallowed
 from . import signing
 from .blobs import BlobFolder
 from .layout import is_digest
@@ -254,6 +254,7 @@ def unloadable(store: Any, key: Key) -> tuple[str, str] | None:
             "SELECT reason, payload FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
             "AND status='unloadable'", key).fetchone()
     except Exception:
+        swallowed("store.health: unloadable")
         return None
     return (row[0] or "it could not be rebuilt", row[1]) if row else None
 
@@ -266,6 +267,7 @@ def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
         retire = getattr(store.index, "retire_damaged", None)
         done = bool(retire(key)) if retire is not None else False
     except Exception:
+        swallowed("store.health: take_out_of_use")
         return False
     store.forget_key(key)
     return done
@@ -343,4 +345,4 @@ def compact(index: Index, min_free: float = 0.25) -> None:
             c.execute("VACUUM")
         c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     except sqlite3.Error:
-        pass
+        swallowed("store.health: compact")

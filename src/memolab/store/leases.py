@@ -47,6 +47,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..errors import swallowed
+
 Key = tuple[str, str, str, str]
 
 __all__ = ["HostLocks", "host_locks", "LOCKS_MARK", "uses_locks", "same_kernel", "Progress"]
@@ -109,7 +111,8 @@ class HostLocks:
                 try:
                     fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, off, os.SEEK_SET)
                 except OSError:
-                    pass  # nothing else can be done; the kernel drops it when the process ends
+                    # nothing else can be done; the kernel drops it when the process ends
+                    swallowed("store.leases: HostLocks.drop")
             self._close_if_idle()
 
     def settle(self, key: Key, owner: str, prior: str | None, owns: bool) -> None:

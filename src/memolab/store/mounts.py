@@ -22,6 +22,8 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
+from ..errors import swallowed
+
 __all__ = ["Mount", "NETWORK_FILESYSTEMS", "mount_table", "parse_mountinfo", "mount_of", "network_mount",
            "warn_if_network"]
 
@@ -109,6 +111,7 @@ def warn_if_network(root: Path) -> None:
     try:
         m = network_mount(root)
     except Exception:  # a check that fails says nothing: it must never cost a call
+        swallowed("store.mounts: warn_if_network")
         return
     if m is None:
         return

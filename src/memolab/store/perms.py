@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 
 from .. import config
+from ..errors import swallowed
 
 _DIR_MODE = {"user": 0o700, "group": 0o2770}
 _FILE_MODE = {"user": 0o600, "group": 0o660}
@@ -38,7 +39,7 @@ def _chmod(path: Path, mode: int) -> None:
     try:
         os.chmod(path, mode)
     except OSError:
-        pass  # a file system without modes (some network or FUSE mounts): the store still works
+        swallowed("store.perms: _chmod")  # a file system without modes (some network or FUSE mounts): the store still works
 
 
 def prepare_root(root: Path) -> None:
@@ -95,6 +96,7 @@ def _group_shared(st: os.stat_result) -> bool:
     try:
         return any(p.pw_gid == st.st_gid and p.pw_uid != st.st_uid for p in pwd.getpwall())
     except Exception:
+        swallowed("store.perms: _group_shared")
         return True
 
 

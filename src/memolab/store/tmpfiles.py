@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..errors import swallowed
 from . import layout
 
 _TAG: list[str] = []
@@ -131,7 +132,7 @@ def reclaim(tmp_dir: Path, older_than: float = 3600.0) -> list[TmpFile]:
                 except FileNotFoundError:
                     pass
                 except OSError:
-                    pass  # a read-only store: reported by doctor, removed by whoever can write
+                    swallowed("store.tmpfiles: reclaim")  # a read-only store: reported by doctor, removed by whoever can write
     except FileNotFoundError:
         pass
     return gone

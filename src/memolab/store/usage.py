@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from .. import hooks
+from ..errors import swallowed
 
 __all__ = ["Flusher", "HIT_FLUSH_SECONDS", "PROMPT_SECONDS"]
 
@@ -67,4 +68,4 @@ class Flusher:
                     try:
                         after()
                     except Exception:
-                        pass  # advisory: never let the thread die
+                        swallowed("store.usage: Flusher._loop")  # advisory: never let the thread die

@@ -38,7 +38,8 @@ def shutdown_fd(fd: int) -> None:
     try:
         s.shutdown(socket.SHUT_RDWR)
     except OSError:
-        pass
+        from ..errors import swallowed
+        swallowed("team.deadline: shutdown_fd")
     finally:
         s.close()
 

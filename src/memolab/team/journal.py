@@ -94,7 +94,8 @@ def remember_ids(index: Any, pairs: Sequence[tuple[int, int]], c: sqlite3.Connec
             with index.write() as w:
                 w.executemany(sql, pairs)
     except sqlite3.Error:
-        pass
+        from ..errors import swallowed
+        swallowed("team.journal: remember_ids")
 
 
 def unsent_hits(index: Any, limit: int = 1000) -> list[tuple[int, int, int, float]]:
@@ -251,6 +252,8 @@ class Journal:
             except Offline:
                 continue
             except Exception:
+                from ..errors import swallowed
+                swallowed("team.journal: Journal._loop")
                 continue  # never let the thread die: the queue stays for the next try or `memolab sync`
 
     def _next_wait(self) -> float:
@@ -390,6 +393,8 @@ class Journal:
 
             return logs.export(self.store.index, eval_id)
         except Exception:
+            from ..errors import swallowed
+            swallowed("team.journal: Journal._bundle")
             return None  # logs never hold a result back
 
     def _sources(self, row: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -404,6 +409,8 @@ class Journal:
                     out[d] = (r[0], r[1])
             return out
         except Exception:
+            from ..errors import swallowed
+            swallowed("team.journal: Journal._sources")
             return {}
 
     def reconcile(self, min_age: float = 0.0, force: bool = False) -> int:
@@ -474,6 +481,8 @@ class Journal:
             self._exit_work()
             return
         except Exception:
+            from ..errors import swallowed
+            swallowed("team.journal: Journal.drain_at_exit")
             return
         t.join(DRAIN_SECONDS)
 
@@ -492,7 +501,8 @@ class Journal:
                 self.store.flush_hits()  # this process's hits: written locally, then forwarded
                 self.store.forward_hits()
         except Exception:
-            pass
+            from ..errors import swallowed
+            swallowed("team.journal: Journal._exit_work")
         self.store.release_at_exit()  # leases of results the drain did not upload, or whose release failed
 
     # -- logs of evaluations imported from the team ----------------------------------------
@@ -512,7 +522,8 @@ class Journal:
                 try:
                     self.store.import_sources(wanted)
                 except Exception:
-                    pass  # texts for diffs only: never worth a failure
+                    from ..errors import swallowed
+                    swallowed("team.journal: Journal.import_logs")  # texts for diffs only: never worth a failure
         return n
 
     def want_sources(self, digests: Iterable[str]) -> None:

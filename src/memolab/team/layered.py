@@ -34,11 +34,12 @@ import contextlib
 import json
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import config
-from ..errors import CorruptBlob, MemolabWarning
+from ..errors import CorruptBlob, MemolabWarning, swallowed
 from ..store import Store, signing
 from ..store.blobs import fsync_dir as _fsync_dir
 from ..store.sqlite import LOOKUP_ONLY, Key, host_name
@@ -105,6 +106,40 @@ _LOCAL_OPERATIONS = ("owner_id", "load", "load_from_memory", "check_entry", "mar
                      "collect_garbage", "clear", "known_absent", "newest_id", "miss_rider", "write_rider")
 
 
+#: every team store of this process still referenced (weakly: one the program let go of, and
+#: its connections, is freed); each drains its journal at exit (``_drain_all``)
+_live: weakref.WeakSet[TeamStore] = weakref.WeakSet()
+_exit_hooked = False
+
+
+def _drain_at_exit(st: TeamStore) -> None:
+    """Drain ``st``'s journal at exit: one hook for every team store, registered with the first.
+    Run by ``threading`` at shutdown, before threads are joined and before the interpreter
+    finalizes (where a new thread or a module registering with ``threading``, as the S3
+    client's pools do, is refused); ``atexit`` otherwise. ``threading._register_atexit`` is
+    private: its absence (or a refusal) falls back to ``atexit`` (``memolab.selftest``)."""
+    global _exit_hooked
+    _live.add(st)
+    if _exit_hooked:
+        return
+    _exit_hooked = True
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is None:
+            raise AttributeError
+        register(_drain_all)
+    except (AttributeError, RuntimeError):
+        atexit.register(_drain_all)
+
+
+def _drain_all() -> None:
+    for st in list(_live):
+        try:
+            st.journal.drain_at_exit()
+        except Exception:  # the next store's queue must still go up
+            swallowed(f"the exit's upload of {st!r}")
+
+
 class TeamStore:
     """A local ``Store`` (held, not subclassed) whose misses consult the team store and whose
     results are uploaded to it. It satisfies ``store.protocols.LayeredStore`` as ``Store`` does:
@@ -140,21 +175,13 @@ class TeamStore:
                 journal.ensure(c)
             pending = journal.count(self.index)
         except Exception:
+            swallowed("team.layered: TeamStore.__init__")
             pending = 0  # a read-only store: nothing of ours to upload
         if signing.secret() is None and signing.unsigned_allowed():
             _warn_once("hmac", "memolab: a team store is configured without MEMOLAB_HMAC_KEY and MEMOLAB_TEAM_UNSIGNED=1: "
                                "results are not signed, so anyone with write access to the team store can run code "
                                "in this process (see docs/team.md, trust model)")
-        # Run by ``threading`` at shutdown, before threads are joined and before the
-        # interpreter finalizes (where a new thread or a module registering with
-        # ``threading``, as the S3 client's pools do, is refused); ``atexit`` otherwise.
-        register = getattr(threading, "_register_atexit", None)
-        try:
-            if register is None:
-                raise AttributeError
-            register(self.journal.drain_at_exit)
-        except (AttributeError, RuntimeError):
-            atexit.register(self.journal.drain_at_exit)
+        _drain_at_exit(self)
         if pending:
             import concurrent.futures.thread  # noqa: F401  (see save)
 
@@ -281,7 +308,8 @@ class TeamStore:
                     try:
                         runs += logs.import_bundle(self.index, data, eid)
                     except Exception:
-                        pass  # logs are never worth a failure (nothing of this bundle was kept)
+                        # logs are never worth a failure (nothing of this bundle was kept)
+                        swallowed("team.layered: TeamStore.record_imported")
         return runs
 
     def refuse(self, trow: dict[str, Any], e: BaseException) -> None:
@@ -378,6 +406,7 @@ class TeamStore:
         except Offline:
             return 0
         except Exception:
+            swallowed("team.layered: TeamStore.import_logs")
             return 0  # logs are never worth a failure
 
     def fetch_bundles(self, digests: Sequence[str]) -> dict[str, bytes]:
@@ -399,11 +428,13 @@ class TeamStore:
             except RemoteUnavailable:
                 raise  # stops the batch: a dead network costs one timeout, not one per bundle
             except Exception:
+                swallowed("team.layered: TeamStore.fetch_bundles.fetch")
                 return None
 
         try:
             datas = self.link.run(lambda: run_all(fetch, digests, getattr(self.link.blobs, "concurrency", 8)))
         except Exception:  # Offline, or anything else: logs are never worth a failure
+            swallowed("team.layered: TeamStore.fetch_bundles")
             return {}
         return {d: x for d, x in zip(digests, datas, strict=False) if x is not None}
 

@@ -163,6 +163,8 @@ class Link:
             try:
                 n = self.queued()
             except Exception:
+                from ..errors import swallowed
+                swallowed("team.link: Link.went_down")
                 n = 0
             warnings.warn(f"memolab: team store unreachable ({self.last_error}): working locally; {n} result(s) "
                           "queued for upload (uploaded in the background once it is back, or by `memolab sync`)",

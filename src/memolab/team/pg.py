@@ -178,6 +178,8 @@ class PgIndex(PgAcceptIndex):
         try:
             self.who = f"{getpass.getuser()}@{host_name()}"
         except Exception:  # no user name (a container without passwd entry)
+            from ..errors import swallowed
+            swallowed("team.pg: PgIndex.__init__")
             self.who = host_name()
         self._create = create
         try:
@@ -239,7 +241,8 @@ class PgIndex(PgAcceptIndex):
             try:
                 c.close()
             except Exception:
-                pass
+                from ..errors import swallowed
+                swallowed("team.pg: PgIndex._drop_conn")
 
     def close(self) -> None:
         """Close this process's connections (all threads')."""
@@ -250,7 +253,8 @@ class PgIndex(PgAcceptIndex):
                 try:
                     c.close()
                 except Exception:
-                    pass
+                    from ..errors import swallowed
+                    swallowed("team.pg: PgIndex.close")
 
     def __enter__(self) -> PgIndex:
         return self

@@ -285,6 +285,8 @@ def encode_ddp(enc: Any, m: Any) -> None:
     try:
         size = pg.size() if pg is not None else dist.get_world_size()
     except Exception:
+        from ..errors import swallowed
+        swallowed("torch.distributed: encode_ddp")
         size = -1
     enc.write_ints([size, int(bool(getattr(m, "broadcast_buffers", True))),
                     int(bool(getattr(m, "find_unused_parameters", False))),

@@ -102,7 +102,8 @@ class Exchange:
             try:
                 self.store.delete_key(f"{seq}/{n}")
             except Exception:
-                pass
+                from ..errors import swallowed
+                swallowed("torch.exchange: Exchange.forget")
 
 
 _exchanges: dict[tuple[int, int, int, int], Exchange | None] = {}
@@ -133,11 +134,15 @@ def connect(rank: int, world: int) -> Exchange | None:
             base = dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,  # type: ignore[attr-defined]  # re-exported by torch.distributed from its C module
                                  timeout=timedelta(seconds=3 * config.settings().lease_ttl))
         except Exception:
+            from ..errors import swallowed
+            swallowed("torch.exchange: connect")
             base = None
     if base is None:
         try:
             base = dist.distributed_c10d._get_default_store()  # init_method tcp:// or file://
         except Exception:
+            from ..errors import swallowed
+            swallowed("torch.exchange: connect")
             base = None
     if base is None:
         warn_once("store", "memolab: no key-value store of the process group can be reached (MASTER_ADDR/"
@@ -169,11 +174,14 @@ class Beat:
                     try:
                         watch()
                     except Exception:
-                        pass
+                        from ..errors import swallowed
+                        swallowed("torch.exchange: Beat.__init__.beat")
                 if key is not None:
                     try:
                         ex.store.add(key, 1)
                     except Exception:
+                        from ..errors import swallowed
+                        swallowed("torch.exchange: Beat.__init__.beat")
                         return
 
         threading.Thread(target=beat, name="memolab-distributed-beat", daemon=True).start()
@@ -200,6 +208,8 @@ def result_digest(value: Any) -> str:
     try:
         return hashing.hash_arguments([("result", value)])[0]
     except Exception as e:  # cannot be compared: stored only if every rank says the same
+        from ..errors import swallowed
+        swallowed("torch.exchange: result_digest")
         return f"unhashable: {type(e).__name__}"
 
 

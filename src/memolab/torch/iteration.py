@@ -496,6 +496,8 @@ def register_pickling(register_reducer: Any) -> None:
         import torchdata.nodes as tn
         from torchdata.stateful_dataloader import StatefulDataLoader
     except Exception:  # torchdata too old or broken for this torch: pickle's own handling
+        from ..errors import swallowed
+        swallowed("torch.iteration: register_pickling")
         return
     register_reducer(StatefulDataLoader, _reduce_stateful_dataloader)
     register_reducer(tn.Loader, _reduce_nodes_loader)
@@ -510,6 +512,8 @@ def register_hashing() -> None:
     try:
         import torchdata.nodes as tn
     except Exception:
+        from ..errors import swallowed
+        swallowed("torch.iteration: register_hashing")
         return
     hashing.register_handler(tn.Loader, _handler(tn.Loader, _hash_nodes_loader))
     for c in _node_classes():
@@ -546,5 +550,7 @@ def register_accelerate_pickling(register_reducer: Any) -> None:
     try:
         from accelerate.state import GradientState
     except Exception:
+        from ..errors import swallowed
+        swallowed("torch.iteration: register_accelerate_pickling")
         return
     register_reducer(GradientState, _reduce_gradient_state)

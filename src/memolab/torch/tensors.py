@@ -80,6 +80,33 @@ _TRACKED = _is_cow is not None and _lazy_clone is not None and _storage_use_coun
     and hasattr(torch.Tensor, "_use_count")
 
 
+def cow_works() -> bool:
+    """Self-test (at first use, and ``make selftest``): a lazy clone leaves a storage
+    copy-on-write, a const read keeps it so, and each access able to write it ends it (an
+    in-place op, ``data_ptr()``, ``.numpy()``): what ``_stamp`` trusts."""
+    if not _TRACKED:
+        return False
+    try:
+        writes: tuple[Any, ...] = (lambda t: t.add_(1), lambda t: t.data_ptr(), lambda t: t.numpy())
+        for write in writes:
+            t = torch.zeros(4)
+            _lazy_clone(t)  # the clone dropped: t's storage stays copy-on-write
+            if not _is_cow(t):
+                return False
+            t.const_data_ptr()  # type: ignore[attr-defined]  # torch's stubs lag its API
+            if not _is_cow(t):
+                return False
+            write(t)
+            if _is_cow(t):
+                return False
+        return True
+    except Exception:
+        return False
+
+
+_TRACKED = cow_works()
+
+
 def _stamp(t: Any, pages: bool = True) -> Any:
     """What must be unchanged for ``t``'s recorded digest to be reused, or None (rehash it).
 
@@ -175,7 +202,8 @@ class _Pin:
         try:
             torch.UntypedStorage._free_weak_ref(self.handle)  # type: ignore[no-untyped-call]  # torch's stubs lag its API
         except Exception:  # interpreter shutdown: torch may be gone
-            pass
+            from ..errors import swallowed
+            swallowed("torch.tensors: _Pin.__del__")
 
 
 def _pin(t: Any) -> Any:

@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import swallowed
+
 LIMIT = 16_000  # characters of output kept per run (the last ones)
 
 
@@ -65,7 +67,7 @@ class Tee:
             if t is not None and isinstance(s, str):
                 t.add(s)
         except Exception:
-            pass  # capturing is best effort: never break a print
+            swallowed("tracking.output: Tee.write")  # capturing is best effort: never break a print
         return n
 
     def writelines(self, lines: Any) -> None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
+from ..errors import swallowed
+
 # moved to the store, which weighs logs when it plans a gc; still importable from here
 from ..store.gcplan import log_bytes  # noqa: F401
 from . import notes as _notes
@@ -145,6 +147,7 @@ def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> in
     try:
         pages = {name: n for name, n in c.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")}
     except Exception:
+        swallowed("tracking.retention: index_bytes_freed")
         return None
     by_table: dict[str, int] = {}
     for tbl, name in c.execute("SELECT tbl_name, name FROM sqlite_master WHERE type IN ('table', 'index')"):

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from .. import config as _config
+from ..errors import swallowed
 from ..store.process import in_kernel, script_path
 from ..text import mask_secrets
 from . import output as _output, sink as _sink, system as _system
@@ -154,6 +155,7 @@ def _config_items(v: Any) -> list | None:
         if type(v).__name__ in ("Namespace", "SimpleNamespace") and hasattr(v, "__dict__"):
             return list(vars(v).items())
     except Exception:
+        swallowed("tracking.runs: _config_items")
         return None
     return None
 
@@ -168,6 +170,7 @@ def begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], st
     try:
         return _begin(fn, key, arguments, store)
     except Exception:
+        swallowed("tracking.runs: begin")
         return None
 
 
@@ -213,6 +216,7 @@ def traceback_text(e: BaseException) -> str | None:
         te.stack = traceback.StackSummary.from_list([f for f in te.stack if not f.filename.startswith(own)])
         text = "".join(te.format())
     except Exception:
+        swallowed("tracking.runs: traceback_text")
         return None
     return text if len(text) <= TRACEBACK_LIMIT else "…" + text[-(TRACEBACK_LIMIT - 1):]
 
@@ -227,6 +231,7 @@ def error_text(e: BaseException, limit: int = 500) -> str:
     try:
         msg = str(e)
     except Exception:
+        swallowed("tracking.runs: error_text")
         msg = ""
     text = type(e).__qualname__ + (f": {msg}" if msg else "")
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -317,6 +322,7 @@ def end(handle: tuple[Run, Any] | None, status: str, eval_id: int | None = None,
     try:
         run.sink.flush()
     except Exception:
+        swallowed("tracking.runs: end")
         _sink.wake()  # the background thread retries; never fail the user's call over logs
 
 
@@ -511,33 +517,84 @@ def _watch_sigterm() -> None:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
     except (ValueError, OSError, AttributeError):
-        pass
+        swallowed("tracking.runs: _watch_sigterm")
+
+
+#: when the SIGTERM came (set by the handler, the one thing it writes), and whether the runs
+#: have been marked since (set by the thread that marks them)
+_sigterm_at: float | None = None
+_sigterm_marked = False
+#: how long that thread waits for a sink another thread is flushing (the main thread, which the
+#: signal interrupted, goes on and finishes its flush)
+SIGTERM_FLUSH_S = 5.0
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    """Mark this process's open runs (and its process run) interrupted, with their output, then
-    die of SIGTERM as the default action would: the exit status a supervisor sees is unchanged."""
+    """Have this process's open runs (and its process run) marked interrupted, with their output,
+    then die of SIGTERM as the default action would: the exit status a supervisor sees is unchanged.
+
+    The handler runs in the main thread between two bytecodes of whatever it was doing, which
+    may hold a sink's lock or be inside a write on the same SQLite connection: it only notes the
+    time and starts a thread (``_thread.start_new_thread``: no lock of ``threading``'s, none
+    that Python code can hold across bytecodes) that queues the ends, flushes and sends SIGTERM
+    again; the handler then restores the default action and the process dies of it."""
     import signal
 
+    global _sigterm_at, _sigterm_marked
     if signal.getsignal(signal.SIGTERM) is not _on_sigterm:
         # another handler, installed later, chained to ours (Lightning's does: it stops training
         # gracefully and raises in the loop). The default action would not have run: neither do we;
         # the computation's exception ends its run as interrupted.
         return
+    if _sigterm_at is None:
+        _sigterm_at = time.time()
+        try:
+            import _thread
+
+            _thread.start_new_thread(_mark_interrupted, ())
+            return
+        except RuntimeError:  # the interpreter is shutting down: no thread starts, nothing is marked
+            _sigterm_marked = True
+    if _sigterm_marked:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+    # else: a second SIGTERM while the runs are being marked; that thread sends the last one
+
+
+def _mark_interrupted() -> None:
+    """(a thread of its own, started by the SIGTERM handler) End the open runs as interrupted and
+    write them, within ``SIGTERM_WAIT_S`` whatever the store does (a write waiting on a busy
+    database is left behind: the process dies with it), then SIGTERM."""
+    import signal
+
+    global _sigterm_marked
     try:
-        now = time.time()
+        writer = threading.Thread(target=_write_interrupted, name="memolab-sigterm", daemon=True)
+        writer.start()
+        writer.join(SIGTERM_WAIT_S)
+    except Exception:
+        swallowed("marking the runs interrupted at SIGTERM")
+    finally:
+        _sigterm_marked = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+#: how long the runs' ends may take to write before the process dies of SIGTERM anyway
+SIGTERM_WAIT_S = SIGTERM_FLUSH_S + 5.0
+
+
+def _write_interrupted() -> None:
+    try:
+        now = _sigterm_at
         for r in list(_open.values()):
             tail = r.tail.text() if r.tail is not None else None
             r.sink.q.append((_sink.END, r.id, "interrupted", now, None, "SIGTERM", None, tail))
         _open.clear()
         if _process_run is not None:
             _process_run.sink.q.append((_sink.END, _process_run.id, "interrupted", now, None, "SIGTERM"))
-        _sink.flush_all(timeout=5.0)
+        _sink.flush_all(timeout=SIGTERM_FLUSH_S)
     except Exception:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        swallowed("marking the runs interrupted at SIGTERM")
 
 
 _sink.before_exit.append(lambda: finish_process_run(at_exit=True))

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import swallowed
+from ..store import beats as _beats
 from . import notes, schema
 
 INTERVAL = 1.0
@@ -82,7 +84,9 @@ class Sink:
         blocks: dict[tuple[int, str, int], list[Any]] = {}
         c = self.index.conn()
         dropped: list[str] = []
-        for it in items:
+        for n, it in enumerate(items):
+            if not n & 255 and threading.current_thread() is _thread:
+                tick_if_due()  # a long batch (images to encode) must not hold up a lease's heartbeat
             try:
                 self._add(it, c, last, blocks, starts, ends, scalars, events, hparams)
             except Exception as e:
@@ -278,18 +282,48 @@ def sink_for(index: Any) -> Sink:
             s = _sinks.get(key)
             if s is None:
                 s = _sinks[key] = Sink(index)
+                _hook_exit()
     if _thread is None:  # first sink, or a forked child (threads do not survive fork)
         _ensure_thread()
     return s
 
 
+_exit_hooked = False
+
+
+def _hook_exit() -> None:
+    """The last flush at exit, registered with the first sink (never by ``import memolab``)."""
+    global _exit_hooked
+    if not _exit_hooked:
+        _exit_hooked = True
+        atexit.register(_at_exit)
+
+
 def _ensure_thread() -> None:
-    global _thread
+    global _thread, _ticked
     if _thread is None or not _thread.is_alive():
         with _sinks_lock:
             if _thread is None or not _thread.is_alive():
+                _ticked = time.monotonic()  # (its first round: within an interval)
                 _thread = threading.Thread(target=_loop, name="memolab-log-flusher", daemon=True)
                 _thread.start()
+
+
+def ensure_ticking() -> bool:
+    """The flusher thread runs (started if need be), and calls ``tickers`` about once a second:
+    the one thread a computation starts; the others start from it when their work is due
+    (``store.ticker``: a lease's heartbeat; ``system``: the sampler of a run that lasts).
+    False while it is held up (no round for ``3 * INTERVAL``: a write waiting for a busy
+    database): the caller then starts its own thread."""
+    if _thread is None or not _thread.is_alive():
+        _ensure_thread()
+        return True
+    return time.monotonic() - _ticked < 3 * INTERVAL
+
+
+#: called by the flusher thread on each round (each about ``INTERVAL`` apart): what starts the
+#: threads of work found due (a heartbeat, the system sampler), so that none starts for less
+tickers: list[Callable[[], None]] = []
 
 
 def wake() -> None:
@@ -302,12 +336,34 @@ def _loop() -> None:
     while True:
         _wake.wait(INTERVAL)
         _wake.clear()
+        tick_if_due()
         for s in list(_sinks.values()):
             try:
                 s.flush()
             except Exception:
                 # records were put back; a busy database is retried on the next tick
+                swallowed("a flush of the logs (retried on the next round)")
                 time.sleep(0.05)
+            tick_if_due()
+
+
+#: ``time.monotonic()`` of the flusher's last round of ``tickers``
+_ticked = 0.0
+
+
+def tick_if_due() -> None:
+    """(the flusher thread) Run ``tickers`` if a round is due: before and between its flushes,
+    and every 256 records of a long one."""
+    global _ticked
+    now = time.monotonic()
+    if now - _ticked < INTERVAL / 2:
+        return
+    _ticked = now
+    for tick in list(tickers):
+        try:
+            tick()
+        except Exception:
+            swallowed(f"the flusher's round of {tick!r}")
 
 
 def flush_all(timeout: float | None = None) -> None:
@@ -326,12 +382,12 @@ def _at_exit() -> None:
         try:
             hook()
         except Exception:
-            pass  # the flush below must still run
+            swallowed("tracking.sink: _at_exit")  # the flush below must still run
     for s in list(_sinks.values()):
         try:
             s.flush()
         except Exception:
-            pass
+            swallowed("tracking.sink: _at_exit")
 
 
 def _after_fork() -> None:
@@ -373,9 +429,12 @@ def _mp_child(_: Any) -> None:
     util.Finalize(None, _at_exit, exitpriority=100)
 
 
-atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_child=_after_fork)
+
+
+_beats.ticker = ensure_ticking
+tickers.append(_beats.beat_due)
 
 
 def finite_or_none(x: float | None) -> float | None:

@@ -6,8 +6,10 @@ utilisation and memory of each GPU when there is one. One daemon thread per proc
 ``off``: never) while at least one computation's run is open, and queues the same sample to each
 of those runs as scalars, at the step of its seconds since the run began (so the step axis is
 time). The training thread pays two dict operations per computation (``watch``/``unwatch``);
-reading ``/proc``, psutil or the GPU happens on the sampler's thread. A computation shorter than
-one interval gets no sample, so a quick call's run stays as it was (written with its result,
+reading ``/proc``, psutil or the GPU happens on the sampler's thread, which starts only once a
+computation has run for half an interval (the log flusher's round looks: ``start_due``; an interval
+of 2 s or less starts it with the first computation). A computation shorter than one interval gets
+no sample, so a quick call's run stays as it was (written with its result,
 ``runs.Rider``).
 
 Tags: ``sys/cpu`` (% of all cores, the machine), ``sys/memory`` (% of the machine's memory in use),
@@ -29,6 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import swallowed
 from . import sink as _sink
 
 Sample = dict[str, float]
@@ -158,13 +161,14 @@ def cpu_source() -> Any | None:
 
         return PsutilSource(psutil)
     except Exception:
-        pass
+        swallowed("tracking.system: cpu_source")
     if os.path.exists("/proc/stat") and os.path.exists("/proc/self/statm"):
         try:
             src = ProcSource()
             src.sample()
             return src
         except Exception:
+            swallowed("tracking.system: cpu_source")
             return None
     return None
 
@@ -175,7 +179,7 @@ def gpu_source() -> Any | None:
 
         return NvmlSource(pynvml)
     except Exception:
-        pass
+        swallowed("tracking.system: gpu_source")
     import shutil
 
     exe = shutil.which("nvidia-smi")
@@ -183,6 +187,7 @@ def gpu_source() -> Any | None:
         try:
             return SmiSource(exe)
         except Exception:
+            swallowed("tracking.system: gpu_source")
             return None
     return None
 
@@ -201,19 +206,36 @@ class Sampler:
         self.make_sources = sources or (lambda: [s for s in (cpu_source(), gpu_source()) if s is not None])
         self.sources: list[Any] | None = None
         self.closing = False
+        self.hooked = False  # ``stop`` registered at exit (with the first thread)
 
     def watch(self, run: Any, every: float) -> None:
         self.every = every
         now = time.time()
         self.runs[run.id] = [run, now, now + every]
         if self.thread is None or not self.thread.is_alive():
-            with self.lock:
-                if self.thread is None or not self.thread.is_alive():
-                    self.thread = threading.Thread(target=self._loop, name="memolab-system-metrics", daemon=True)
-                    self.thread.start()
-                    atexit.register(self.stop)
-                    return
+            if every <= 2 * _sink.INTERVAL:  # samples asked for more often than the flusher's rounds
+                self._start()
+            return  # else the flusher's round starts the thread once a run lasts (``start_due``)
         self.wake.set()  # the loop recomputes when the next sample is due
+
+    def start_due(self) -> None:
+        """(on the flusher's round) Start the thread once a watched run has lasted half an interval:
+        its first reading then, its first sample at one interval; a quick computation starts none."""
+        if self.thread is not None and self.thread.is_alive():
+            return
+        now = time.time()
+        if any(now - start >= self.every / 2 for _, start, _ in list(self.runs.values())):
+            self._start()
+
+    def _start(self) -> None:
+        with self.lock:
+            if self.closing or (self.thread is not None and self.thread.is_alive()):
+                return
+            self.thread = threading.Thread(target=self._loop, name="memolab-system-metrics", daemon=True)
+            self.thread.start()
+            if not self.hooked:
+                self.hooked = True
+                atexit.register(self.stop)
 
     def unwatch(self, run: Any) -> None:
         self.runs.pop(run.id, None)
@@ -247,6 +269,7 @@ class Sampler:
             try:
                 values.update(s.sample())
             except Exception:
+                swallowed("tracking.system: Sampler._read")
                 self.sources.remove(s)  # type: ignore[union-attr]  # failed once: dropped, silently
         return values
 
@@ -284,6 +307,13 @@ def watch(run: Any) -> None:
 
 def unwatch(run: Any) -> None:
     _sampler.unwatch(run)
+
+
+def _start_due() -> None:
+    _sampler.start_due()
+
+
+_sink.tickers.append(_start_due)
 
 
 def _after_fork() -> None:

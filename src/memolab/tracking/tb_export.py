@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..errors import swallowed
 from . import names, query
 
 # -- CRC32C (Castagnoli) ---------------------------------------------------------------------
@@ -350,7 +351,7 @@ def _remove_run_dir(out: Path, rel: str) -> bool:
         d.rmdir()
         d.parent.rmdir()  # the function's directory, once its last run is gone
     except OSError:
-        pass
+        swallowed("tracking.tb_export: _remove_run_dir")
     return True
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..cli.common import command, options
+from ..errors import swallowed
 
 
 def _ui_options(p: argparse.ArgumentParser) -> None:
@@ -70,7 +71,7 @@ def _open(controller: object, url: str) -> None:
     try:
         controller.open(url)  # type: ignore[attr-defined]
     except Exception:  # a browser that fails to start: the URL is printed
-        pass
+        swallowed("ui.cli: _open")
 
 
 def _export_options(p: argparse.ArgumentParser) -> None:

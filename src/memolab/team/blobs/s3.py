@@ -275,7 +275,8 @@ class S3Blobs(RemoteBlobs):
                 try:
                     self._call("abort_multipart_upload", Key=key, UploadId=upload_id)
                 except Exception:
-                    pass  # best effort: a lifecycle rule reaps abandoned uploads
+                    from ...errors import swallowed
+                    swallowed("team.blobs.s3: S3Blobs._put_multipart")  # best effort: a lifecycle rule reaps abandoned uploads
 
     # -- get
     def _ranges(self, size: int) -> builtins.list[tuple[int, int]]:
@@ -578,5 +579,6 @@ class S3Blobs(RemoteBlobs):
                 try:
                     c.close()
                 except Exception:
-                    pass
+                    from ...errors import swallowed
+                    swallowed("team.blobs.s3: S3Blobs.close")
             self._clients.clear()
