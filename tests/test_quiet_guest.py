@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from conftest import require
+
 GUEST = r'''
 import atexit, importlib.util, json, sys, threading, zipfile
 meta = list(sys.meta_path)
@@ -91,8 +93,8 @@ print(json.dumps(out))
 
 
 def test_import_patches_nothing_and_the_first_call_installs_what_it_needs(project):
-    pytest.importorskip("torch")
-    pytest.importorskip("numpy")
+    require("torch")
+    require("numpy")
     project.write("guest.py", GUEST)
     out = project.run_json("guest.py", str(project.root / "fake.zip"))
     assert out["meta_after_import"] and out["meta_after_libraries"]
