@@ -268,7 +268,7 @@ class MemoFunction:
         if not force and memory:
             fresh = None if at is None else (lambda row: expiry.verdict(row, at, self.max_age, self.validate,
                                                                          self.symbol) is None)
-            found, value = memory_hit(store, key, fresh)
+            found, value = memory_hit(store, key, fresh, named)
             if found:
                 return None, value
         call = Call(self, bound, key, per_arg, cv, store, force, files.encoded != hashed_files, named, visit)
