@@ -536,6 +536,8 @@ class Call:
             from .pickling import find_unpicklable
 
             path, reason = find_unpicklable(value)
+            if not path and changes is not None and changes.args:
+                path, reason = find_unpicklable(changes.args, "args")  # an argument it changed, stored with it
             where = f" at {path}" if path else ""
             if config.settings().warn_unstorable:
                 warnings.warn(f"{memo.symbol}: result not stored{where}: {reason or e}. The computed value is returned "

@@ -379,6 +379,12 @@ def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: 
     except HashError as e:
         ch.unrestorable = (e.path, f"the body left something that cannot be hashed there ({e.reason})")
         return ch
+    except Exception as e:  # a file argument vanished, say: not what the key says either
+        if any(_holds_files(v) for _, v in named):
+            ch.files = True
+        else:
+            ch.unrestorable = ("args", f"they cannot be hashed again ({type(e).__name__}: {e})")
+        return ch
     for name, value in named:
         if after.get(name) == per_arg.get(name):
             continue
@@ -387,7 +393,10 @@ def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: 
         else:
             ch.args[name] = value
     if ch.args:
-        ch.unrestorable = problems([(n, v) for n, v in named if n in ch.args])
+        try:
+            ch.unrestorable = problems([(n, v) for n, v in named if n in ch.args])
+        except Exception as e:  # an object the walk cannot read: nothing memolab could put back either
+            ch.unrestorable = ("args", f"{type(e).__name__}: {e}")
     if ch.unrestorable is None and live_before is not None:
         now = live_parts(named)
         for path, i in now.items():
