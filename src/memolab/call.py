@@ -144,7 +144,7 @@ class Call:
         self.visited = visited
         self.edges: list[dict[str, str]] | None = None
         #: the live iterators the arguments held before the body (``mutations.live_parts``)
-        self.live0: dict[str, int] | None = None
+        self.live0: mutations.Before | None = None
 
     # -- lineage -------------------------------------------------------------------------
     def inputs(self) -> list[dict[str, str]]:

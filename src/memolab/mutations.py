@@ -46,8 +46,9 @@ from .errors import HashError, MemolabError
 from .hooks import LAZY_HOOKS
 from .identity import path_segment
 
-__all__ = ["Post", "ArgRef", "Changes", "CannotRestore", "register_restorer", "register_leaf", "rule_of", "put_back",
-           "put_object", "put_replace", "live_parts", "problems", "changed", "split", "restore"]
+__all__ = ["Post", "ArgRef", "Changes", "CannotRestore", "Side", "Before", "register_restorer", "register_leaf",
+           "register_side", "rule_of", "put_back", "put_object", "put_replace", "live_parts", "problems", "changed",
+           "split", "restore"]
 
 #: how deep and wide the walks (``problems``, ``live_parts``) go into an argument
 _DEPTH = 8
@@ -83,15 +84,17 @@ class ArgRef:
 class Post:
     """A stored result with the state its body left in the arguments it changed."""
 
-    __slots__ = ("value", "args")
+    __slots__ = ("value", "args", "sides")
 
-    def __init__(self, value: Any, args: dict[str, Any]) -> None:
+    def __init__(self, value: Any, args: dict[str, Any], sides: list[tuple[Any, Any]] | None = None) -> None:
         self.value = value
         #: argument name -> the argument as the body left it (pickled with the value)
         self.args = args
+        #: (an object inside ``args``, its side state: ``register_side``), e.g. a parameter and its ``.grad``
+        self.sides = sides or []
 
     def __reduce__(self) -> Any:
-        return Post, (self.value, self.args)
+        return Post, (self.value, self.args, self.sides)
 
 
 # -- rules: how a stored state goes back into a live object ---------------------------------------
@@ -307,29 +310,72 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
 
 def _walk(named: list[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
     """(path, object) of what the arguments hold, each object once, bounded."""
+    for _, path, obj in _walk_named(named):
+        yield path, obj
+
+
+def _walk_named(named: list[tuple[str, Any]]) -> Iterator[tuple[str, str, Any]]:
+    """(argument name, path, object) of what the arguments hold, each object once, bounded."""
     seen: set[int] = set()
-    stack = [(f"args[{n!r}]", v, 0) for n, v in reversed(named)]
+    stack = [(n, f"args[{n!r}]", v, 0) for n, v in reversed(named)]
     count = 0
     while stack and count < _NODES:
-        path, obj, depth = stack.pop()
+        name, path, obj, depth = stack.pop()
         if id(obj) in seen or type(obj) in _ATOMS:
             continue
         seen.add(id(obj))
         count += 1
-        yield path, obj
+        yield name, path, obj
         if depth < _DEPTH:
-            stack.extend((path + seg, v, depth + 1) for seg, v in reversed(list(_children(obj))))
+            stack.extend((name, path + seg, v, depth + 1) for seg, v in reversed(list(_children(obj))))
 
 
 
-def live_parts(named: list[tuple[str, Any]]) -> dict[str, int]:
+class Side:
+    """State of an object that its key leaves out and a body may still change (a tensor's ``.grad``):
+    ``token(obj)`` tells whether it changed (compared with ``same``), ``read``/``write`` carry it."""
+
+    __slots__ = ("token", "same", "read", "write")
+
+    def __init__(self, token: Callable[[Any], Any], same: Callable[[Any, Any], bool], read: Callable[[Any], Any],
+                 write: Callable[[Any, Any], None]) -> None:
+        self.token, self.same, self.read, self.write = token, same, read, write
+
+
+_sides: dict[type, Side] = {}
+
+
+def register_side(type_: type, side: Side) -> None:
+    """Instances of ``type_`` (exactly) carry ``side`` state besides what their key sees."""
+    _sides[type_] = side
+
+
+class Before:
+    """What the arguments held before a body that their key does not show (``live_parts``)."""
+
+    __slots__ = ("live", "sides")
+
+    def __init__(self) -> None:
+        #: path -> the live iterator (or file) there, held so that its id cannot be reused
+        self.live: dict[str, Any] = {}
+        #: id(object) -> (argument name, the object, its side token)
+        self.sides: dict[int, tuple[str, Any, Any]] = {}
+
+
+def live_parts(named: list[tuple[str, Any]]) -> Before:
     """The live objects (iterators, files) the arguments hold, by path: what a key leaves out
-    (a DataLoader's ``_iterator``) and a body may still start. Compared before and after a body."""
-    out: dict[str, int] = {}
+    (a DataLoader's ``_iterator``) and a body may still start; and the side state (``register_side``)
+    of what they hold. Compared before and after a body."""
+    out = Before()
     try:
-        for path, obj in _walk(named):
-            if _live(type(obj)):
-                out[path] = id(obj)
+        for name, path, obj in _walk_named(named):
+            t = type(obj)
+            rule_of(t)  # (its module's rules and side states registered, lazily)
+            if _live(t):
+                out.live[path] = obj
+            side = _sides.get(t)
+            if side is not None:
+                out.sides[id(obj)] = (name, obj, side.token(obj))
     except Exception:  # a walk is a check of what the key missed; a failing one finds nothing
         pass
     return out
@@ -350,7 +396,7 @@ def problems(named: list[tuple[str, Any]]) -> tuple[str, str] | None:
 class Changes:
     """What a body did to its arguments (``changed``)."""
 
-    __slots__ = ("args", "files", "unrestorable", "refs")
+    __slots__ = ("args", "files", "unrestorable", "refs", "sides")
 
     def __init__(self) -> None:
         #: name -> the argument object, for every argument whose digest moved
@@ -361,16 +407,18 @@ class Changes:
         self.unrestorable: tuple[str, str] | None = None
         #: id(argument object) -> its name, for results that are arguments
         self.refs: dict[int, str] = {}
+        #: (object inside a changed argument, its side state)
+        self.sides: list[tuple[Any, Any]] = []
 
     def wrap(self, value: Any) -> Any:
         """What is stored for ``value``: itself, or a ``Post`` with the changed arguments."""
         out = _to_refs(value, self.refs, 0) if self.refs else value
         if not self.args and out is value:
             return value
-        return Post(out, dict(self.args))
+        return Post(out, dict(self.args), self.sides)
 
 
-def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: dict[str, int] | None) -> Changes:
+def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: Before | None) -> Changes:
     """Hash the arguments again after a body: which changed, and whether memolab can put them back."""
     ch = Changes()
     ch.refs = {id(v): n for n, v in named if type(v) not in _ATOMS}
@@ -385,8 +433,13 @@ def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: 
         else:
             ch.unrestorable = ("args", f"they cannot be hashed again ({type(e).__name__}: {e})")
         return ch
+    moved = set()  # arguments whose side state (a gradient) the body changed: no digest shows it
+    if live_before is not None:
+        for name, obj, token in live_before.sides.values():
+            if not _sides[type(obj)].same(token, _sides[type(obj)].token(obj)):
+                moved.add(name)
     for name, value in named:
-        if after.get(name) == per_arg.get(name):
+        if after.get(name) == per_arg.get(name) and name not in moved:
             continue
         if _holds_files(value):
             ch.files = True  # (the existing rule: returned, not stored)
@@ -399,10 +452,14 @@ def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: 
             ch.unrestorable = ("args", f"{type(e).__name__}: {e}")
     if ch.unrestorable is None and live_before is not None:
         now = live_parts(named)
-        for path, i in now.items():
-            if live_before.get(path) != i:
+        for path, obj in now.live.items():
+            if live_before.live.get(path) is not obj:
                 ch.unrestorable = (path, "a live iterator the body started")
                 break
+    if ch.args and ch.unrestorable is None and _sides:
+        # the side state of everything the changed arguments hold travels with them
+        ch.sides = [(obj, _sides[type(obj)].read(obj)) for _, obj in _walk([(n, v) for n, v in named if n in ch.args])
+                    if type(obj) in _sides]
     return ch
 
 
@@ -451,6 +508,11 @@ def restore(value: Any, post: Post | None, named: list[tuple[str, Any]] | None) 
         got = put_back(obj, stored, memo, f"args[{name!r}]")
         if got is not obj:
             raise CannotRestore(f"args[{name!r}]", f"a {type(obj).__qualname__} cannot be changed in place")
+    for stored_obj, state in post.sides:
+        target = memo.get(id(stored_obj))
+        side = _sides.get(type(stored_obj))
+        if target is not None and side is not None:
+            side.write(target, state)
     return _from_refs(value, live, memo, 0)
 
 

@@ -51,6 +51,28 @@ def put_optimizer(live: Any, stored: Any, memo: dict[int, Any], path: str) -> An
     return mutations.put_object(live, stored, memo, path, first=("defaults", "param_groups"))
 
 
+def _grad_token(t: Any) -> Any:
+    g = t.grad if t.is_leaf and t.requires_grad else None
+    # the gradient itself is held (its id cannot be reused meanwhile); a write in place moves its
+    # version (``backward``'s accumulation, ``zero_grad(set_to_none=False)``: both autograd-visible)
+    return None if g is None else (g, g._version)
+
+
+def _same_grad(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a[0] is b[0] and a[1] == b[1]
+
+
+def _read_grad(t: Any) -> Any:
+    return t.grad if t.is_leaf and t.requires_grad else None
+
+
+def _write_grad(t: Any, g: Any) -> None:
+    if t.is_leaf and t.requires_grad:
+        t.grad = g
+
+
 def register() -> None:
     reg = mutations.register_restorer
     reg(torch.Tensor, put_tensor, leaf=True)
@@ -59,5 +81,10 @@ def register() -> None:
     # buffers behind: attribute by attribute instead
     reg(torch.nn.Module, mutations.put_object)
     reg(torch.optim.Optimizer, put_optimizer)
+    # ``.grad``: no part of a tensor's key nor of its pickle, yet what a training step leaves (and
+    # a gradient-accumulating body makes): stored with a changed argument, set back by a hit
+    grad = mutations.Side(_grad_token, _same_grad, _read_grad, _write_grad)
+    for t in (torch.Tensor, torch.nn.Parameter):
+        mutations.register_side(t, grad)
     for t in (torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size):
         reg(t, mutations.put_replace, leaf=True)
