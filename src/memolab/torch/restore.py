@@ -84,7 +84,7 @@ def register() -> None:
     # ``.grad``: no part of a tensor's key nor of its pickle, yet what a training step leaves (and
     # a gradient-accumulating body makes): stored with a changed argument, set back by a hit
     grad = mutations.Side(_grad_token, _same_grad, _read_grad, _write_grad)
-    for t in (torch.Tensor, torch.nn.Parameter):
-        mutations.register_side(t, grad)
+    mutations.register_side(torch.Tensor, grad)
+    mutations.register_side(torch.nn.Parameter, grad)
     for t in (torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size):
         reg(t, mutations.put_replace, leaf=True)
