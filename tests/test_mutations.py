@@ -113,6 +113,31 @@ out["grads"] = [tb(p.grad).hex()[:64] + str(p.grad.shape) for p in net.parameter
 out["training"] = net.training
 out["lr"] = adam.param_groups[0]["lr"]
 
+# -- writes no version counter sees: BatchNorm's kernel, a write through .data --------------------
+@memo
+def calibrate(m, x):
+    computed.append("calibrate")
+    with torch.no_grad():
+        m(x)  # in train mode: the running statistics are written by the kernel
+    return 0
+
+
+@memo
+def nudge(m):
+    computed.append("nudge")
+    m.weight.data.add_(1.0)  # through .data: no version counter moves
+    return 0
+
+
+torch.manual_seed(4)
+bn = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+x4 = torch.randn(8, 4)
+for _ in range(2):
+    calibrate(bn, x4)
+nudge(bn[0]); nudge(bn[0])
+out["bn"] = [tb(bn[1].running_mean).hex(), tb(bn[1].running_var).hex(), int(bn[1].num_batches_tracked)]
+out["nudged"] = tb(bn[0].weight).hex()
+
 # -- a body that returns its argument returns the caller's object ----------------------------------
 @memo
 def fit(m):
@@ -238,7 +263,8 @@ print(json.dumps(out))
 
 def test_a_hit_leaves_the_arguments_as_the_body_left_them(project):
     """The issue's 3-step loop, HitSave's fashionMNIST shape (BatchNorm, fused Adam, StepLR: writes
-    no version counter sees), ``return model``, numpy arrays (with a view), plain objects, containers
+    no version counter sees; the gradients), BatchNorm's statistics and a ``.data`` write alone,
+    ``return model``, numpy arrays (with a view), plain objects, containers
     and generators: the second memoized process computes nothing and prints what the un-memoized run
     prints, the state_dicts' bytes included; a repeat of the 3 steps from the start in one process
     (answered from this process's memory in the second) too."""
@@ -265,3 +291,51 @@ def test_a_hit_leaves_the_arguments_as_the_body_left_them(project):
         assert "memolab.File/Dir argument changed" in got["warnings"][2][1]
     # §3: no "File changed" warning for a file that did not change, from the second seed on (the
     # body draws from the global generator: its key is routed by the generator's state)
+
+
+FILE_AND_RNG = r'''
+import json, random, warnings
+import memolab
+
+
+class Calls(list):
+    pass
+
+
+memolab.register_opaque(Calls)
+calls = Calls()
+
+
+@memolab.memo
+def noisy(f):
+    calls.append(1)
+    with open(f) as fh:
+        return random.random() + len(fh.read())
+
+
+with open("rows.txt", "w") as fh:
+    fh.write("1,2,3\n")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    values = []
+    for seed in (0, 1, 2, 0):
+        random.seed(seed)
+        values.append(noisy(memolab.File("rows.txt")))
+print(json.dumps({"values": values, "computed": len(calls),
+                  "warnings": [str(w.message) for w in caught if issubclass(w.category, memolab.MemolabWarning)]}))
+'''
+
+
+def test_a_file_argument_and_a_global_generator_store_every_seed(project):
+    """Issue 48 §3: a ``memolab.File`` argument and a body drawing from a global generator. From the
+    second seed on the call is routed to the key of its generator state; the check that the file did
+    not change while the body ran compared the arguments with that routed key, warned "a
+    memolab.File/Dir argument changed" and stored nothing, so every later process recomputed. Now
+    each seed is stored once, silently, and a fresh process computes nothing."""
+    project.write("noisy.py", FILE_AND_RNG)
+    first = project.run_json("noisy.py")
+    second = project.run_json("noisy.py")
+    assert first["warnings"] == [] and second["warnings"] == [], (first["warnings"], second["warnings"])
+    assert first["computed"] == 3  # seeds 0, 1, 2 (seed 0 again: a hit)
+    assert second["computed"] == 0
+    assert second["values"] == first["values"]

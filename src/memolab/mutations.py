@@ -27,6 +27,8 @@ call warns naming its path and stores nothing, as for an argument file that chan
 """
 from __future__ import annotations
 
+import array
+import collections
 import datetime
 import decimal
 import enum
@@ -275,7 +277,20 @@ _IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), frozenset, rang
               decimal.Decimal, fractions.Fraction, uuid.UUID, enum.Enum, functools.partial, property)
 for _t in _IMMUTABLE:
     register_restorer(_t, put_replace, leaf=True)
+def _put_sequence(live: Any, stored: Any, memo: dict[int, Any], path: str) -> Any:
+    """A mutable sequence of values (``deque``, ``bytearray``, ``array.array``): its items replaced."""
+    memo[id(stored)] = live
+    if isinstance(live, collections.deque):
+        live.clear()
+        live.extend(_remap(x, memo) for x in stored)
+    else:
+        live[:] = stored
+    return live
+
+
 register_restorer(dict, _put_dict)
+for _seq in (collections.deque, bytearray, array.array):
+    register_restorer(_seq, _put_sequence)
 register_restorer(list, _put_list)
 register_restorer(set, _put_set)
 register_restorer(tuple, _put_tuple)
