@@ -143,7 +143,8 @@ class Call:
         #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
         self.visited = visited
         self.edges: list[dict[str, str]] | None = None
-        #: the live iterators the arguments held before the body (``mutations.live_parts``)
+        #: what the arguments held before the body that their key does not show: live iterators,
+        #: gradients (``mutations.live_parts``)
         self.live0: mutations.Before | None = None
 
     # -- lineage -------------------------------------------------------------------------
@@ -425,7 +426,7 @@ class Call:
             return
         # the arguments hashed again against the key's own digests (``key0``'s, not a routed key's):
         # what the body changed is stored with the result and put back by a hit (``mutations``)
-        changes = mutations.changed(self.named, self.per_arg, self.live0)
+        changes = mutations.changed(self.named, self.per_arg, self.live0, self.files)
         why = None
         if changes.files:
             # A file argument was rewritten between keying and reading: the result

@@ -433,8 +433,11 @@ class Changes:
         return Post(out, dict(self.args), self.sides)
 
 
-def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: Before | None) -> Changes:
-    """Hash the arguments again after a body: which changed, and whether memolab can put them back."""
+def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: Before | None,
+            hashed_files: bool = True) -> Changes:
+    """Hash the arguments again after a body: which changed, and whether memolab can put them back.
+    ``hashed_files``: the key hashed a ``memolab.File``/``Dir`` (one that changed is no argument the
+    body changed: another writer did, and the result belongs to neither content)."""
     ch = Changes()
     ch.refs = {id(v): n for n, v in named if type(v) not in _ATOMS}
     try:
@@ -443,7 +446,7 @@ def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: 
         ch.unrestorable = (e.path, f"the body left something that cannot be hashed there ({e.reason})")
         return ch
     except Exception as e:  # a file argument vanished, say: not what the key says either
-        if any(_holds_files(v) for _, v in named):
+        if hashed_files and any(_holds_files(v) for _, v in named):
             ch.files = True
         else:
             ch.unrestorable = ("args", f"they cannot be hashed again ({type(e).__name__}: {e})")
@@ -456,7 +459,7 @@ def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: 
     for name, value in named:
         if after.get(name) == per_arg.get(name) and name not in moved:
             continue
-        if _holds_files(value):
+        if hashed_files and _holds_files(value):
             ch.files = True  # (the existing rule: returned, not stored)
         else:
             ch.args[name] = value
