@@ -152,7 +152,13 @@ def rule_of(t: type) -> Rule | None:
     if found is None:
         if callable(getattr(t, "state_dict", None)) and callable(getattr(t, "load_state_dict", None)):
             found = _put_protocol
-        elif not _live(t) and (t.__dictoffset__ or _slots(t)):
+        elif _live(t):
+            found = None
+        elif t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:
+            # rebuilt by its own reduction (a logger by its name): its attributes are not its state,
+            # the slot takes the stored object (a top-level argument of the kind: ``problems``)
+            found = put_replace
+        elif t.__dictoffset__ or _slots(t):
             found = put_object
     _resolved[t] = found
     return found
@@ -300,7 +306,7 @@ register_restorer(tuple, _put_tuple)
 
 def _children(obj: Any) -> Iterator[tuple[str, Any]]:
     t = type(obj)
-    if t in _leaves or any(c in _leaves for c in t.__mro__[:-1]):
+    if t in _leaves or any(c in _leaves for c in t.__mro__[:-1]) or rule_of(t) is put_replace:
         return
     if isinstance(obj, dict):
         for i, (k, v) in enumerate(obj.items()):
@@ -398,6 +404,10 @@ def live_parts(named: list[tuple[str, Any]]) -> Before:
 
 def problems(named: list[tuple[str, Any]]) -> tuple[str, str] | None:
     """(path, why) of the first part of these arguments that could not be put back, or None."""
+    for name, value in named:
+        t = type(value)
+        if rule_of(t) is put_replace and t not in _IMMUTABLE:
+            return f"args[{name!r}]", f"a {t.__qualname__}, which its own __reduce__ rebuilds: not changed in place"
     for path, obj in _walk(named):
         t = type(obj)
         if rule_of(t) is None:
