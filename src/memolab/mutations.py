@@ -154,7 +154,7 @@ def rule_of(t: type) -> Rule | None:
             found = _put_protocol
         elif _live(t):
             found = None
-        elif t.__reduce_ex__ is not object.__reduce_ex__ or t.__reduce__ is not object.__reduce__:
+        elif getattr(t, "__reduce_ex__", None) is not _OBJECT_REDUCE_EX or getattr(t, "__reduce__", None) is not _OBJECT_REDUCE:
             # rebuilt by its own reduction (a logger by its name): its attributes are not its state,
             # the slot takes the stored object (a top-level argument of the kind: ``problems``)
             found = put_replace
@@ -232,6 +232,8 @@ def put_object(live: Any, stored: Any, memo: dict[int, Any], path: str, first: t
 
 
 _OBJECT_GETSTATE = getattr(object, "__getstate__", None)
+_OBJECT_REDUCE_EX = object.__reduce_ex__
+_OBJECT_REDUCE = object.__reduce__
 
 
 def _put_protocol(live: Any, stored: Any, memo: dict[int, Any], path: str) -> Any:
