@@ -69,7 +69,7 @@ def step(model, opt):
 torch.manual_seed(0); model = torch.nn.Linear(2, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)
 start = {k: v.clone() for k, v in model.state_dict().items()}
 out["steps"] = [round(step(model, opt), 4) for _ in range(3)] + [round(model.weight.sum().item(), 4)]
-out["grad"] = model.weight.grad.tolist()
+out["grad"] = None if model.weight.grad is None else model.weight.grad.tolist()
 model.load_state_dict(start)
 out["steps_again"] = [round(step(model, opt), 4) for _ in range(3)] + [round(model.weight.sum().item(), 4)]
 
@@ -109,7 +109,7 @@ for t in range(3):
     losses.append(test(dl, net, loss_fn))
 out["losses"] = losses
 out["state"] = digest(net, adam, sched)
-out["grads"] = [tb(p.grad).hex()[:64] + str(p.grad.shape) for p in net.parameters()]
+out["grads"] = [None if p.grad is None else tb(p.grad).hex()[:64] + str(p.grad.shape) for p in net.parameters()]
 out["training"] = net.training
 out["lr"] = adam.param_groups[0]["lr"]
 
