@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("numpy")
+pytest.importorskip("pandas")
 
 SCRIPT = r'''
 import hashlib, io, json, os, sys, warnings
@@ -181,6 +182,22 @@ out["scaled"] = [scale(arr, tally, gen, nrng) for _ in range(2)]
 out["arr"] = arr.tolist(); out["view"] = view.tolist()
 out["tally"] = [tally.items, tally.count, sorted(tally.seen)]
 out["after_gen"] = [float(torch.rand(1, generator=gen)), float(nrng.random())]
+
+# -- a pandas DataFrame given a column and a value in place -------------------------------------------
+import pandas as pd
+
+
+@memo
+def add_column(df):
+    computed.append("add_column")
+    df["c"] = df["a"] * 2
+    df.loc[0, "a"] = 100
+    return len(df)
+
+
+frame = pd.DataFrame({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5]})
+out["add_column"] = add_column(frame)
+out["frame"] = frame.to_dict()
 
 # -- a resumable loader a body takes two batches of: the next iter() goes on where the body stopped --
 from memolab.torch import resumable

@@ -434,7 +434,7 @@ class Call:
             why = "a memolab.File/Dir argument changed while the function ran"
         elif changes.unrestorable is not None:
             path, what = changes.unrestorable
-            why = f"the function changed {path} ({what}), which memolab cannot put back on a hit"
+            why = f"memolab cannot put back on a hit what the function did to {path} ({what})"
         if why is not None:
             warnings.warn(f"{self.memo.symbol}: {why}; the result is returned but not stored", MemolabWarning,
                           stacklevel=7)  # (_finish, done, lifecycle, the driver, _call, __call__: the caller's line)

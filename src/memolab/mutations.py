@@ -40,6 +40,7 @@ import re
 import struct
 import types
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -296,6 +297,18 @@ def _put_sequence(live: Any, stored: Any, memo: dict[int, Any], path: str) -> An
     return live
 
 
+def _put_weakref(live: Any, stored: Any, memo: dict[int, Any], path: str) -> Any:
+    """A weak reference stays the caller's where it refers to what its stored one's referent went into
+    (a back-reference to the object holding it); any other cannot be made again."""
+    target = stored()
+    if target is None and live() is None:
+        return live
+    if target is not None and memo.get(id(target)) is live():
+        return live
+    raise CannotRestore(path, "a weak reference to an object memolab did not put back")
+
+
+register_restorer(weakref.ref, _put_weakref, leaf=True)
 register_restorer(dict, _put_dict)
 for _seq in (collections.deque, bytearray, array.array):
     register_restorer(_seq, _put_sequence)
@@ -477,7 +490,9 @@ def changed(named: list[tuple[str, Any]], per_arg: dict[str, str], live_before: 
             ch.args[name] = value
     if ch.args:
         try:
-            ch.unrestorable = problems([(n, v) for n, v in named if n in ch.args])
+            found = problems([(n, v) for n, v in named if n in ch.args])
+            if found is not None:
+                ch.unrestorable = (found[0], f"{found[1]}, in an argument it changed")
         except Exception as e:  # an object the walk cannot read: nothing memolab could put back either
             ch.unrestorable = ("args", f"{type(e).__name__}: {e}")
     if ch.unrestorable is None and live_before is not None:
