@@ -80,7 +80,7 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
     # (``memolab.mutations``: arguments a memoized body changed), registered on first need
     "restoring": {
         "torch": "memolab.torch.restore:register",
-        "numpy": "memolab.mutations:register_numpy",
+        "numpy": "memolab.numpy_restore:register",
     },
     # switches of a library that change results (torch's default dtype, TF32, determinism):
     # registered before the first key made once the module is imported (``memolab.implicit``)
