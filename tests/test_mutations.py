@@ -356,3 +356,43 @@ def test_a_file_argument_and_a_global_generator_store_every_seed(project):
     assert first["computed"] == 3  # seeds 0, 1, 2 (seed 0 again: a hit)
     assert second["computed"] == 0
     assert second["values"] == first["values"]
+
+
+def test_put_back_rules_keep_the_callers_objects():
+    """The rules ``memolab.mutations`` puts a stored state back with, in process: containers keep
+    their identity (and a dict its stored order), a tuple of equal values stays the caller's, objects
+    with ``__slots__`` and a ``deque`` take the stored items, a logger (rebuilt by its own
+    ``__reduce__``) is replaced whole, and what cannot be put back is named by its path."""
+    import collections
+    import logging
+
+    from memolab import mutations
+
+    class Slotted:
+        __slots__ = ("a", "b")
+
+    class Box:
+        pass
+
+    live, stored = Box(), Box()
+    live.items, stored.items = [1, {"x": 1}], [1, {"x": 2}, 3]
+    live.order, stored.order = collections.OrderedDict(a=1, b=2), collections.OrderedDict(b=3, a=1)
+    live.pair, stored.pair = (1.5, "s"), (1.5, "s")
+    live.q, stored.q = collections.deque([1]), collections.deque([2, 3])
+    live.s, stored.s = Slotted(), Slotted()
+    live.s.a, stored.s.a, stored.s.b = 1, 2, 3
+    live.log = stored.log = logging.getLogger("memolab-test")
+    live.gone, stored.new = 1, 2
+    keep = (live.items, live.items[1], live.order, live.pair, live.q, live.s)
+    assert mutations.put_back(live, stored, {}, "args['box']") is live
+    assert (live.items, live.items[1], live.order, live.pair, live.q, live.s) == keep
+    assert all(a is b for a, b in zip((live.items, live.items[1], live.order, live.pair, live.q, live.s), keep,
+                                      strict=True))
+    assert live.items == [1, {"x": 2}, 3] and list(live.order.items()) == [("b", 3), ("a", 1)]
+    assert list(live.q) == [2, 3] and (live.s.a, live.s.b) == (2, 3)
+    assert live.log is logging.getLogger("memolab-test")
+    assert not hasattr(live, "gone") and live.new == 2
+    holder = Box()
+    holder.it = iter([1, 2])
+    assert mutations.problems([("h", holder)]) == ("args['h'].it", "a live iterator")
+    assert mutations.problems([("l", logging.getLogger("x"))])[0] == "args['l']"
