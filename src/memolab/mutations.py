@@ -49,7 +49,7 @@ from .errors import HashError, MemolabError
 from .hooks import LAZY_HOOKS
 from .identity import path_segment
 
-__all__ = ["Post", "ArgRef", "Changes", "CannotRestore", "Side", "Before", "register_restorer", "register_leaf",
+__all__ = ["Post", "ArgRef", "Changes", "CannotRestore", "Side", "Before", "register_restorer",
            "register_side", "rule_of", "put_back", "put_object", "put_replace", "live_parts", "problems", "changed",
            "split", "restore"]
 
@@ -118,11 +118,6 @@ def register_restorer(type_: type, rule: Rule, leaf: bool = False) -> None:
     _rules[type_] = rule
     if leaf:
         _leaves.add(type_)
-    _resolved.clear()
-
-
-def register_leaf(type_: type) -> None:
-    _leaves.add(type_)
     _resolved.clear()
 
 
@@ -286,6 +281,8 @@ _IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), frozenset, rang
               decimal.Decimal, fractions.Fraction, uuid.UUID, enum.Enum, functools.partial, property)
 for _t in _IMMUTABLE:
     register_restorer(_t, put_replace, leaf=True)
+
+
 def _put_sequence(live: Any, stored: Any, memo: dict[int, Any], path: str) -> Any:
     """A mutable sequence of values (``deque``, ``bytearray``, ``array.array``): its items replaced."""
     memo[id(stored)] = live
