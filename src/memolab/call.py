@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, reads, report, upstream
+from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, mutations, reads, report, upstream
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
@@ -92,7 +92,7 @@ class Call:
                  "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
                  "state_deps", "via", "at", "expiry",
                  "miss_text", "announced", "computed", "visited", "edges",
-                 "reads")
+                 "reads", "live0")
 
     def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: dict[str, str],
                  cv: codegraph.CodeVersion, store: Store, force: bool, files: bool | list[str],
@@ -148,6 +148,9 @@ class Call:
         #: what the body read by path and the evaluations it used (``reads``), and why its
         #: result must not be stored (a file it read changed while it ran), once it ran
         self.reads: tuple[dict[str, Any] | None, str | None] = (None, None)
+        #: what the arguments held before the body that their key does not show: live iterators,
+        #: gradients (``mutations.live_parts``)
+        self.live0: mutations.Before | None = None
 
     # -- lineage -------------------------------------------------------------------------
     def inputs(self) -> list[dict[str, str]]:
@@ -236,7 +239,7 @@ class Call:
         at, memo = self.at, self.memo
         fresh = None if at is None else (lambda row: expiry.verdict(row, at, memo.max_age, memo.validate,
                                                                     memo.symbol) is None)
-        return memory_hit(self.store, self.key, fresh)
+        return memory_hit(self.store, self.key, fresh, self.named)
 
     # -- looking up ----------------------------------------------------------------------
     def load(self, row: dict[str, Any]) -> tuple[bool, Any]:
@@ -277,8 +280,9 @@ class Call:
         if seconds >= report.SLOW or "loaded_bytes" in row or v == 2 or (v is None and report.ALL):  # slow, big, level 2
             _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
-        value = globalrng.restore(value)
+        value, post = mutations.split(globalrng.restore(value))
         hashing.remember_loaded(value, key, _result_token(row), row["id"])
+        value = mutations.restore(value, post, self.named)  # into the caller's arguments
         self.visited = None
         upstream.mark(value, store, row["id"], key)
         if reads.active():  # a body calling this one: it used this evaluation, and what it consumed
@@ -376,6 +380,7 @@ class Call:
         generators are watched while it does (``globalrng``)."""
         hooks.before_computing()  # integrations acting inside computations (HF's cache names, generators)
         self.inputs()  # (the walk's objects are let go before the body runs)
+        self.live0 = mutations.live_parts(self.named)
         ev = Running(self.key, self.store, run, self.force)
         token = (_running.set(ev), reads.begin(self.store.root, self.files if isinstance(self.files, list) else ()))
         self.env_frame = implicit.environ_frame()
@@ -443,11 +448,20 @@ class Call:
             store.release(key, owner)
             runs.end(run, "done", None)
             return
-        if self.files and not self._same_files():
+        # the arguments hashed again against the key's own digests (``key0``'s, not a routed key's):
+        # what the body changed is stored with the result and put back by a hit (``mutations``)
+        changes = mutations.changed(self.named, self.per_arg, self.live0, bool(self.files))
+        why = None
+        if changes.files:
             # A file argument was rewritten between keying and reading: the result
             # belongs to neither content, so it is returned but not stored.
-            warnings.warn(f"{self.memo.symbol}: a memolab.File/Dir argument changed while the function ran; the "
-                          "result is returned but not stored", MemolabWarning, stacklevel=6)
+            why = "a memolab.File/Dir argument changed while the function ran"
+        elif changes.unrestorable is not None:
+            path, what = changes.unrestorable
+            why = f"memolab cannot put back on a hit what the function did to {path} ({what})"
+        if why is not None:
+            warnings.warn(f"{self.memo.symbol}: {why}; the result is returned but not stored", MemolabWarning,
+                          stacklevel=7)  # (_finish, done, lifecycle, the driver, _call, __call__: the caller's line)
             store.release(key, owner)
             runs.end(run, "done", None)
             return
@@ -466,7 +480,7 @@ class Call:
             ride(rider if not self.pending else _with_pending(self.pending, rider))
         with store.logs_pending(key):  # the run names the evaluation: a team upload waits for its logs
             try:
-                eval_id = self._save(owner, value, t0)
+                eval_id = self._save(owner, value, t0, changes)
             finally:
                 if ride is not None:
                     ride(None)
@@ -497,23 +511,17 @@ class Call:
                       MemolabWarning, stacklevel=7)
         return True
 
-    def _same_files(self) -> bool:
-        """Do the arguments (their files) still hash to the key's argument digest?"""
-        try:
-            return hashing.hash_arguments(self.named)[0] == self.key[2]
-        except Exception:  # a file vanished: not what the key says either
-            return False
-
-    def _save(self, owner: str, value: Any, t0: float) -> int | None:
+    def _save(self, owner: str, value: Any, t0: float, changes: mutations.Changes | None = None) -> int | None:
         store, key, memo, cv = self.store, self.key, self.memo, self.cv
         t1 = expiry.now()
         info = runtime_info()
-        rng, stored = self.rng, value
+        # the arguments it changed (and those it returns) travel with the result: a hit puts them back
+        rng, stored = self.rng, value if changes is None else changes.wrap(value)
         args = self.call_snapshot()
         token, value_digest = hashing.result_digests(value)
         if rng is not None and (rng.deps or rng.exit or rng.replay):
             # the generators' states travel with the result: a hit restores them
-            stored = globalrng.Result(value, rng.deps, rng.exit, rng.replay)
+            stored = globalrng.Result(stored, rng.deps, rng.exit, rng.replay)
         if self.state_deps:
             # the states it was made in are what a later call must have to use it (``reroute``)
             states = {implicit.pseudo_argument(n): d for n, d in self.state_deps.items()}
@@ -564,6 +572,8 @@ class Call:
             from .pickling import find_unpicklable
 
             path, reason = find_unpicklable(value)
+            if not path and changes is not None and changes.args:
+                path, reason = find_unpicklable(changes.args, "args")  # an argument it changed, stored with it
             where = f" at {path}" if path else ""
             if config.settings().warn_unstorable:
                 warnings.warn(f"{memo.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
@@ -584,14 +594,16 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
-def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | None = None) -> tuple[bool, Any]:
+def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | None = None,
+               named: list[tuple[str, Any]] | None = None) -> tuple[bool, Any]:
     """(True, value) if this process holds ``key``'s result in memory and may use it.
 
     A result made from global generator states (``globalrng``) serves only a call made
     from the same states; for another, the copy of the key those states route to is
     looked at instead (``Call.reroute`` does the same against the store). A hit restores
     the generators to where the body left them. ``fresh(row)``: False for a copy that
-    expired (``expiry``): the call then goes to the store, which recomputes it."""
+    expired (``expiry``): the call then goes to the store, which recomputes it. The arguments the
+    body changed are put back into ``named``'s objects, as a hit from the store does."""
     now: dict[str, str] | None = None
     rid = 0
     used: dict[str, Any] = {}
@@ -616,8 +628,9 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
         found, value = store.load_from_memory(key, fits)
     if not found:
         return False, None
-    value = globalrng.restore(value)
+    value, post = mutations.split(globalrng.restore(value))
     hashing.remember_loaded(value, key)
+    value = mutations.restore(value, post, named)
     upstream.mark(value, store, rid, key)
     if reads.active():
         reads.consumed(key, used.get("started"), used.get("finished"), rid, reads.record_text(used))

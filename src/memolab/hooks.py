@@ -80,6 +80,12 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
         "numpy": "memolab.globalrng:register_numpy",
         "torch": "memolab.torch.rng:register_global",
     },
+    # how a stored argument state goes back into the caller's object of a type from the module
+    # (``memolab.mutations``: arguments a memoized body changed), registered on first need
+    "restoring": {
+        "torch": "memolab.torch.restore:register",
+        "numpy": "memolab.numpy_restore:register",
+    },
     # switches of a library that change results (torch's default dtype, TF32, determinism):
     # registered before the first key made once the module is imported (``memolab.implicit``)
     "switches": {

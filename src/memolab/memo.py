@@ -283,7 +283,7 @@ class MemoFunction:
         if not force and memory:
             fresh = None if at is None else (lambda row: expiry.verdict(row, at, self.max_age, self.validate,
                                                                          self.symbol) is None)
-            found, value = memory_hit(store, key, fresh)
+            found, value = memory_hit(store, key, fresh, named)
             if found:
                 return None, value
         # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body)
