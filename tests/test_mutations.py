@@ -9,11 +9,11 @@ and each memoized run must print what the un-memoized one prints.
 """
 from __future__ import annotations
 
-import pytest
+from conftest import require
 
-pytest.importorskip("torch")
-pytest.importorskip("numpy")
-pytest.importorskip("pandas")
+require("torch")
+require("numpy")
+require("pandas")
 
 SCRIPT = r'''
 import hashlib, io, json, os, sys, warnings
