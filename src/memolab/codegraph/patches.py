@@ -39,7 +39,7 @@ Plant = tuple[str, Any, str, Any, Any]
 Site = tuple[tuple[str, ...], str | None]
 
 MISSING = _MISSING = object()
-_sites_cache: dict[tuple[str, int, int], list[Site]] = {}
+_sites_cache: dict[str, tuple[tuple[int, int], list[Site]]] = {}
 _cache: tuple[int, list[Plant], list[Any]] = (-1, [], [])
 
 
@@ -146,11 +146,11 @@ def _sites(path: str) -> list[Site]:
         st = os.stat(path)
     except OSError:
         return []
-    key = (path, st.st_mtime_ns, st.st_size)
-    hit = _sites_cache.get(key)
-    if hit is None:
-        hit = _sites_cache[key] = _scan(path)
-    return hit
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = _sites_cache.get(path)
+    if hit is None or hit[0] != stamp:  # one entry a file: an edited file replaces its own
+        hit = _sites_cache[path] = (stamp, _scan(path))
+    return hit[1]
 
 
 def _scan(path: str) -> list[Site]:
