@@ -66,3 +66,27 @@ def test_patch_sites_come_from_the_disk_cache_and_a_same_stat_edit_is_rescanned(
     # off: every process scans (and gets the same answer)
     off = project.run_json("run.py", env={**env, "MEMOLAB_CODE_CACHE": "off"})
     assert sorted(off["compiled"]) == ["plant.py", "run.py"] and off["value"] == "planted"
+
+
+def test_a_damaged_or_foreign_sites_file_is_a_rescan_never_an_error(tmp_path, monkeypatch):
+    import marshal
+
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cc"))
+    code_cache.clear()
+    try:
+        path = str(tmp_path / "m.py")
+        digest = code_cache.source_digest(b"import json\njson.JSONEncoder.encode = None\n")
+        code_cache.put_sites(path, digest, [(("json", "JSONEncoder"), "encode")])
+        code_cache.flush()
+        assert code_cache.get_sites(path, digest) == [(("json", "JSONEncoder"), "encode")]
+        assert code_cache.get_sites(path, code_cache.source_digest(b"other bytes")) is None  # another digest
+        [f] = (tmp_path / "cc").glob("*.sites.marshal")
+        for bad in (b"\x00garbage", marshal.dumps((2, path, digest, (((1, 2), "x"),))),
+                    marshal.dumps((2, path, digest, ((("json",), 3),))), marshal.dumps((2, path, digest, (((), "a"),)))):
+            f.write_bytes(bad)
+            assert code_cache.get_sites(path, digest) is None
+        assert code_cache.site_stats == {"hit": 1, "miss": 5}
+    finally:
+        code_cache.clear()

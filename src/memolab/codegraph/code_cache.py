@@ -138,8 +138,10 @@ def get_sites(path: str, digest: str) -> list[tuple[tuple[str, ...], str | None]
                    and (a is None or type(a) is str) for c, a in out):
                 site_stats["hit"] += 1
                 return out
-    except Exception:  # missing, unreadable, damaged or another format: scan again
-        pass
+    except FileNotFoundError:
+        pass  # never scanned here (or the cache was cleared)
+    except Exception as e:  # unreadable, damaged or another format: scan again
+        log.debug("code cache: patch sites of %s unreadable: %r", path, e)
     site_stats["miss"] += 1
     return None
 
