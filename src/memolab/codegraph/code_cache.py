@@ -40,7 +40,6 @@ digest, and is scanned afresh. A stat alone would not prove that.
 from __future__ import annotations
 
 import atexit
-import logging
 import marshal
 import os
 import sys
@@ -52,7 +51,6 @@ import xxhash
 
 from .. import config
 
-log = logging.getLogger("memolab.codegraph")
 _FORMAT = 2  # 2: fingerprints of marshal format 2
 _lock = threading.Lock()
 #: source path -> [stat key, {(qualname, firstlineno): entry}, dirty]
@@ -66,6 +64,13 @@ stats = {"hit": 0, "miss": 0}
 site_stats = {"hit": 0, "miss": 0}
 #: source path -> (content digest, sites) found by this process, written at exit
 _sites_new: dict[str, tuple[str, tuple]] = {}
+
+
+def _debug(msg: str, *args: Any) -> None:
+    # logging imported only here, when there is something to say: a quiet script never loads it
+    import logging
+
+    logging.getLogger("memolab.codegraph").debug(msg, *args)
 
 
 def _cache_dir() -> str | None:
@@ -141,7 +146,7 @@ def get_sites(path: str, digest: str) -> list[tuple[tuple[str, ...], str | None]
     except FileNotFoundError:
         pass  # never scanned here (or the cache was cleared)
     except Exception as e:  # unreadable, damaged or another format: scan again
-        log.debug("code cache: patch sites of %s unreadable: %r", path, e)
+        _debug("code cache: patch sites of %s unreadable: %r", path, e)
     site_stats["miss"] += 1
     return None
 
@@ -256,7 +261,7 @@ def _write(final: str, data: tuple) -> None:
             marshal.dump(data, f)
         os.replace(tmp, final)
     except Exception as e:
-        log.debug("code cache: could not write %s: %s", final, e)
+        _debug("code cache: could not write %s: %s", final, e)
         try:
             os.unlink(tmp)
         except OSError:
