@@ -25,6 +25,17 @@ so a new Python or a changed ``bytecode.py`` starts afresh. Files are written
 at exit, atomically (temporary file + rename); a missing, unreadable or
 damaged file is an empty cache. The format is ``marshal`` (what Python's own
 ``.pyc`` files use, with the same trust in the user's own cache directory).
+
+The same folder keeps each user module's *patch sites* (``codegraph.patches``:
+where its code assigns into a library), which every new process otherwise found
+by compiling the module's whole source (a 2,000-line script: 160 ms and 4,000
+objects, enough to tip the first memoized call into a full garbage collection of
+everything ``import torch`` made). Sites are a function of the source bytes
+alone (and of the interpreter, its ``-O`` level and memolab's scanner, all in
+the file's salt), so they are keyed by an xxh3-128 of the bytes themselves,
+read anew by every process: a file edited with its size and modification time
+unchanged (a checkout, ``cp -p``, a coarse clock) has other bytes, so another
+digest, and is scanned afresh. A stat alone would not prove that.
 """
 from __future__ import annotations
 
@@ -50,6 +61,17 @@ _salt: str | None = None
 _registered = False
 #: analyses reused / not found or not matching, in this process (tests count them)
 stats = {"hit": 0, "miss": 0}
+#: patch-site lists read from disk / scanned afresh, in this process
+site_stats = {"hit": 0, "miss": 0}
+#: source path -> (content digest, sites) found by this process, written at exit
+_sites_new: dict[str, tuple[str, tuple]] = {}
+
+
+def _debug(msg: str, *args: Any) -> None:
+    # logging imported only here, when there is something to say: a quiet script never loads it
+    import logging
+
+    logging.getLogger("memolab.codegraph").debug(msg, *args)
 
 
 def _cache_dir() -> str | None:
@@ -69,19 +91,23 @@ def _cache_dir() -> str | None:
 
 
 def _analysis_salt() -> str:
-    """Changes whenever the analysis could: the interpreter's bytecode, memolab's version, bytecode.py itself."""
+    """Changes whenever the analysis could: the interpreter's bytecode, memolab's version, the
+    scanners themselves (bytecode.py; patches.py for the sites)."""
     global _salt
     if _salt is None:
         from .._version import __version__
 
-        try:
-            # by path, not by importing it: bytecode imports this module (no cycle)
-            st = os.stat(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bytecode.py"))
-            mine = f"{st.st_size}.{st.st_mtime_ns}"
-        except (OSError, TypeError):
-            mine = "?"
+        here = os.path.dirname(os.path.abspath(__file__))
+        mine = []
+        for name in ("bytecode.py", "patches.py"):
+            try:
+                # by path, not by importing it: bytecode imports this module (no cycle)
+                st = os.stat(os.path.join(here, name))
+                mine.append(f"{st.st_size}.{st.st_mtime_ns}")
+            except (OSError, TypeError):
+                mine.append("?")
         tag = sys.implementation.cache_tag or sys.version
-        _salt = xxhash.xxh3_64_hexdigest(f"{_FORMAT}|{tag}|{sys.version}|{__version__}|{mine}".encode())
+        _salt = xxhash.xxh3_64_hexdigest(f"{_FORMAT}|{tag}|{sys.version}|{__version__}|{'|'.join(mine)}".encode())
     return _salt
 
 
@@ -93,9 +119,49 @@ def _stat_key(path: str) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
-def _file_of(path: str) -> str:
+def _file_of(path: str, kind: str = "") -> str:
     name = xxhash.xxh3_64_hexdigest(path.encode("utf-8", "surrogatepass"))
-    return os.path.join(_cache_dir() or "", f"{name}.{_analysis_salt()}.marshal")
+    return os.path.join(_cache_dir() or "", f"{name}.{_analysis_salt()}{kind}.marshal")
+
+
+def source_digest(source: bytes) -> str:
+    """What the patch sites of ``source`` are keyed by: its bytes, and the ``-O`` level its code
+    is compiled at (``if __debug__:`` blocks are dropped under ``-O``)."""
+    return f"{xxhash.xxh3_128_hexdigest(source)}.O{sys.flags.optimize}"
+
+
+def get_sites(path: str, digest: str) -> list[tuple[tuple[str, ...], str | None]] | None:
+    """The patch sites some process found in ``path`` when its bytes had ``digest``, or None."""
+    if _cache_dir() is None:
+        return None
+    try:
+        with open(_file_of(path, ".sites"), "rb") as f:
+            data = marshal.load(f)
+        if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == path \
+                and data[2] == digest and type(data[3]) is tuple:
+            out = [(chain, attr) for chain, attr in data[3]]
+            if all(type(c) is tuple and all(type(n) is str for n in c) and c
+                   and (a is None or type(a) is str) for c, a in out):
+                site_stats["hit"] += 1
+                return out
+    except FileNotFoundError:
+        pass  # never scanned here (or the cache was cleared)
+    except Exception as e:  # unreadable, damaged or another format: scan again
+        _debug("code cache: patch sites of %s unreadable: %r", path, e)
+    site_stats["miss"] += 1
+    return None
+
+
+def put_sites(path: str, digest: str, sites: list[tuple[tuple[str, ...], str | None]]) -> None:
+    """Remember the patch sites found in ``path`` with bytes of ``digest``; written at exit."""
+    global _registered
+    if _cache_dir() is None:
+        return
+    with _lock:
+        _sites_new[path] = (digest, tuple(sites))
+        if not _registered:
+            _registered = True
+            atexit.register(flush)
 
 
 def _entries(path: str) -> list | None:
@@ -176,34 +242,43 @@ def put(code: types.CodeType, digest: str, source: str, refs: frozenset, dynamic
 
 def flush() -> None:
     """Write the files that gained entries (at exit; best effort, never raises)."""
-    d = _cache_dir()
-    if d is None:
+    if _cache_dir() is None:
         return
     with _lock:
         dirty = [(p, rec) for p, rec in _files.items() if rec[2]]
         for _, rec in dirty:
             rec[2] = False
+        sites = list(_sites_new.items())
+        _sites_new.clear()
+    for path, (digest, found) in sites:
+        _write(_file_of(path, ".sites"), (_FORMAT, path, digest, found))
     for path, (key, entries, _) in dirty:
+        _write(_file_of(path), (_FORMAT, path, key, dict(entries)))
+
+
+def _write(final: str, data: tuple) -> None:
+    """``data`` into ``final`` atomically (temporary file + rename); best effort, never raises."""
+    tmp = f"{final}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        with open(tmp, "wb") as f:
+            marshal.dump(data, f)
+        os.replace(tmp, final)
+    except Exception as e:
+        _debug("code cache: could not write %s: %s", final, e)
         try:
-            os.makedirs(d, exist_ok=True)
-            final = _file_of(path)
-            tmp = f"{final}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                marshal.dump((_FORMAT, path, key, dict(entries)), f)
-            os.replace(tmp, final)
-        except Exception:
-            swallowed("codegraph.code_cache: flush")
-            try:
-                os.unlink(tmp)
-            except OSError:  # (never made, or gone)
-                swallowed("codegraph.code_cache: flush")
+            os.unlink(tmp)
+        except OSError:  # (never made, or gone)
+            swallowed("codegraph.code_cache: _write")
 
 
 def clear() -> None:
     """Forget what this process read (tests); files on disk stay."""
     with _lock:
         _files.clear()
+        _sites_new.clear()
     stats.update(hit=0, miss=0)
+    site_stats.update(hit=0, miss=0)
     global _dir, _salt
     _dir = None
     _salt = None

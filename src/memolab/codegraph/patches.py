@@ -8,10 +8,11 @@ computation reaches the library may run it — with no name in the user's own co
 leading there.
 
 A plant is made by user code, so that is where memolab looks: the source of every
-loaded user module (``__main__`` included) is compiled once (cached by file and
-modification time) and its code scanned for *patch sites* — ``X.attr = ...``,
-``setattr(X, "attr", ...)`` and ``del X.attr`` whose ``X`` is a library module or
-class, resolved in the module's namespace without ``getattr``. Each site is a slot
+loaded user module (``__main__`` included) is compiled once (cached by its stat in
+the process, and on disk by a digest of its bytes: ``code_cache``) and its code
+scanned for *patch sites* — ``X.attr = ...``, ``setattr(X, "attr", ...)`` and
+``del X.attr`` whose ``X`` is a library module or class, resolved in the module's
+namespace without ``getattr``. Each site is a slot
 to watch on every call (``Graph.build``): user code found there now is part of every
 code digest, and whatever is assigned there later is seen on the next call. A
 ``setattr`` with a computed name watches the whole library class or module it targets.
@@ -27,7 +28,7 @@ import sys
 import types
 from typing import Any
 
-from . import bytecode
+from . import bytecode, code_cache
 from .origins import USER, kind_of
 from .where import origin_of
 
@@ -38,7 +39,7 @@ Plant = tuple[str, Any, str, Any, Any]
 Site = tuple[tuple[str, ...], str | None]
 
 MISSING = _MISSING = object()
-_sites_cache: dict[tuple[str, int, int], list[Site]] = {}
+_sites_cache: dict[str, tuple[tuple[int, int], list[Site]]] = {}
 _cache: tuple[int, list[Any], list[Any]] = (-1, [], [])
 
 
@@ -188,18 +189,35 @@ def _resolve(chain: tuple[str, ...], ns: dict[str, Any]) -> Any:
 
 
 def _sites(path: str) -> list[Site]:
-    """The patch sites in the source file ``path`` (cached by its stat)."""
+    """The patch sites in the source file ``path``: cached in this process by its stat, across
+    processes by a digest of its bytes (``code_cache``: a hit compiles nothing, and allocates
+    only the sites)."""
     try:
         st = os.stat(path)
     except OSError:
         return []
-    key = (path, st.st_mtime_ns, st.st_size)
-    hit = _sites_cache.get(key)
-    if hit is None:
-        try:
-            with open(path, "rb") as f:
-                code = compile(f.read(), path, "exec", dont_inherit=True)
-        except (OSError, SyntaxError, ValueError):
-            code = None
-        hit = _sites_cache[key] = sorted(bytecode.patch_sites(code)) if code is not None else []
-    return hit
+    stamp = (st.st_mtime_ns, st.st_size)
+    hit = _sites_cache.get(path)
+    if hit is None or hit[0] != stamp:  # one entry a file: an edited file replaces its own
+        hit = _sites_cache[path] = (stamp, _scan(path))
+    return hit[1]
+
+
+def _scan(path: str) -> list[Site]:
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError:
+        return []
+    digest = code_cache.source_digest(source)
+    found = code_cache.get_sites(path, digest)
+    if found is not None:
+        return found
+    try:
+        code = compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        code = None
+    found = sorted(bytecode.patch_sites(code)) if code is not None else []
+    # the sites of exactly the bytes digested: a file rewritten meanwhile keys its own
+    code_cache.put_sites(path, digest, found)
+    return found
