@@ -142,6 +142,18 @@ CREATE TABLE IF NOT EXISTS accepts(
     pending_undo INTEGER NOT NULL DEFAULT 0,
     signature TEXT
 );
+-- schema 6 (store/marks.py): keep marks on evaluation keys (gc never drops a kept row), and the
+-- functions kept off the team store (@memo(team=False))
+CREATE TABLE IF NOT EXISTS keeps(
+    fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
+    time REAL NOT NULL,
+    source TEXT,
+    PRIMARY KEY(fn, code, args, schema)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS local_only(
+    fn TEXT PRIMARY KEY,
+    time REAL NOT NULL
+);
 -- indexes --
 CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
 -- (fn, finished) first, for a function's evaluations newest first; the summed
@@ -265,6 +277,10 @@ def _step_5(conn: sqlite3.Connection, write: Write) -> None:
                 c.execute(stmt)
 
 
+def _step_6(conn: sqlite3.Connection, write: Write) -> None:
+    pass  # its tables (keeps, local_only) are in ``DDL``, created before the steps run
+
+
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
@@ -276,6 +292,8 @@ STEPS: list[tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
         "results' value digests, indexed by triggers (inputs, outputs)", _step_4),
     (5, "notes and tags on runs and evaluations (the annotations table: memolab.log.note, memolab tag, the "
         "dashboard)", _step_5),
+    (6, "keep marks that gc never drops (the keeps table: @memo(keep=True), memolab keep) and functions kept "
+        "off the team store (the local_only table: @memo(team=False))", _step_6),
 ]
 
 #: The version this memolab writes. An older memolab refuses a file of a newer one (it reads
