@@ -2,8 +2,8 @@
 
 ``EVAL`` is an evaluation as ``ls``, ``show`` and the dashboard show it (``#12``, ``12``). The mark
 is on the evaluation's key (``store.marks``): ``gc`` (``--older-than``, ``--max-size``) and
-``gc --remote`` leave a kept result and its blobs alone. With a team store configured, the mark
-is also set on the team's row of that key (when it has one), so that team gc honours it.
+``gc --remote`` run on this machine leave a kept result and its blobs alone (the marks are in
+this store's index; the team index holds none: team gc run on another machine does not see them).
 """
 from __future__ import annotations
 
@@ -59,21 +59,12 @@ def _run(args: argparse.Namespace, keep: bool) -> int:
 
 
 def _team(store: Any, keys: list[Key], keep: bool) -> str | None:
-    """Set (or take off) the marks on the team index too, when one is configured."""
-    link = getattr(store, "link", None)
-    if link is None:
+    """What the mark means for the team store, when one is configured: the marks live in this
+    store's index, not in the team index, so ``gc --remote`` honours them when run here."""
+    if getattr(store, "link", None) is None:
         return None
-    from ..team.link import Offline
-
-    try:
-        n = link.attempt(lambda: link.index.set_keeps(keys, keep))
-    except Offline as e:
-        return f"unreachable ({e}); the mark is local only: run `memolab keep` again when it is back"
-    except AttributeError:
-        return "its index keeps no marks (SQLite team index): team gc may drop these rows"
-    if n is None:
-        return "its schema predates keep marks: run `memolab remote upgrade` (team gc ignores marks until then)"
-    return f"{n} team row(s) {'kept' if keep else 'no longer kept'}"
+    return ("`memolab gc --remote` run on this machine " + ("leaves them alone" if keep else "may drop them again")
+            + "; team gc run elsewhere does not see this store's marks")
 
 
 @command("keep", "mark evaluations kept: gc and gc --remote never drop them (@memo(keep=True) marks every one)")

@@ -8,7 +8,7 @@ importing the tracking layer that writes the logs.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -19,19 +19,28 @@ LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
 GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
 
 
-def local_plan(index: Any, cutoff: float | None, max_size: int | None) -> list[dict[str, Any]]:
+def local_plan(index: Any, cutoff: float | None, max_size: int | None,
+               kept: Collection[tuple[str, str, str, str]] = ()) -> list[dict[str, Any]]:
     """``sqlite.Index.gc_plan``: the rows to drop, selected in SQL over plain tuples. A row
-    whose key is kept (``marks``: ``@memo(keep=True)``, ``memolab keep``) is never among them
-    while it holds a result ('done'); its bytes still count toward ``max_size``."""
+    whose key is kept (``marks``: ``@memo(keep=True)``, ``memolab keep``; or one of ``kept``,
+    the marks of another store: team gc run on a machine) is never among them while it holds a
+    result ('done'); its bytes still count toward ``max_size``."""
     from .marks import KEPT_SQL
 
     c = index.conn()
+    kept_sql = KEPT_SQL
+    if kept:  # a TEMP table: never written to the file (a dry run may read a read-only store)
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS memolab_gc_kept(fn, code, args, schema)")
+        c.execute("DELETE FROM temp.memolab_gc_kept")
+        c.executemany("INSERT INTO temp.memolab_gc_kept VALUES (?,?,?,?)", [tuple(k) for k in kept])
+        kept_sql = (f"({KEPT_SQL} OR EXISTS (SELECT 1 FROM temp.memolab_gc_kept g WHERE g.fn = e.fn "
+                    "AND g.code = e.code AND g.args = e.args AND g.schema = e.schema))")
     cols = ",".join(GC_COLS)
     if max_size is None:
-        where = "status!='done'" + (f" OR ({LAST_USE} < ? AND NOT {KEPT_SQL})" if cutoff is not None else "")
+        where = "status!='done'" + (f" OR ({LAST_USE} < ? AND NOT {kept_sql})" if cutoff is not None else "")
         sql = f"SELECT {cols} FROM evaluations e WHERE {where} ORDER BY {LAST_USE} ASC"
         return [dict(zip(GC_COLS, r, strict=False)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
-    sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {LAST_USE}, {KEPT_SQL} "
+    sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {LAST_USE}, {kept_sql} "
            f"FROM evaluations e ORDER BY {LAST_USE} ASC")
     drop = plan_by_size(c.execute(sql), cutoff, max_size, log_bytes(index))
     return [dict(zip(GC_COLS, r[:6], strict=False)) for r in drop]

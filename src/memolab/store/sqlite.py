@@ -721,9 +721,9 @@ class Index(AcceptIndex):
         refs.update(checkpoints.referenced(self.conn()))
         return refs
 
-    def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[dict[str, Any]]:
+    def gc_plan(self, cutoff: float | None, max_size: int | None, kept: Collection[Key] = ()) -> list[dict[str, Any]]:
         """See ``Store.gc_plan``; ``cutoff``: drop what was last used before it (``gcplan.local_plan``)."""
-        return local_plan(self, cutoff, max_size)
+        return local_plan(self, cutoff, max_size, kept)
 
     def clear(self, fn: str | None = None) -> int:
         with self.write() as c:
