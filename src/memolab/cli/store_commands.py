@@ -497,6 +497,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     with Progress("gc: dropping runs and their logs", 1) as bar:
         purged = retention.purge_orphans_counts(store.index) + retention.delete_runs(store.index, [r["id"] for r in stale])
         bar.update()
+    from .. import snapshots
+
+    snapshots.drop_stale(store.index)  # unnamed snapshots unused here for snapshots.RECENT
     with Progress("gc: collecting unreferenced blobs", 1) as bar:
         n, size = store.collect_garbage()
         bar.update()

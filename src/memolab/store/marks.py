@@ -157,3 +157,10 @@ def after_save(store: Any, key: Key, keep: bool, team: bool) -> None:
         import logging
 
         logging.getLogger("memolab").debug("marks of %s not written: %r", key[0], e)
+
+
+def snapshot_refs(c: sqlite3.Connection) -> set[str]:
+    """The blobs the snapshots recorded in the index hold (``snapshots.py``): gc keeps them."""
+    if not _has(c, "snapshot_blobs"):
+        return set()
+    return {d for (d,) in c.execute("SELECT DISTINCT digest FROM snapshot_blobs")}

@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import config
 from ..errors import BlobsGone as BlobsGone  # (also imported from here)
-from . import signing
+from . import marks, signing
 from .accepts import AcceptIndex
 from .gcplan import local_plan, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
@@ -698,6 +698,8 @@ class Index(AcceptIndex):
         if not only_done:
             from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
 
+            for d in marks.snapshot_refs(self.conn()):
+                refs.setdefault(d, []).append(0)  # (0: held by a snapshot, no evaluation)
             for d, i in checkpoints.referenced(self.conn()).items():
                 refs.setdefault(d, []).append(i)
         return refs
@@ -719,6 +721,7 @@ class Index(AcceptIndex):
         from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
 
         refs.update(checkpoints.referenced(self.conn()))
+        refs.update(marks.snapshot_refs(self.conn()))  # files and folders by digest (memolab snapshot)
         return refs
 
     def gc_plan(self, cutoff: float | None, max_size: int | None, kept: Collection[Key] = ()) -> list[dict[str, Any]]:
