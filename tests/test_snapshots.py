@@ -136,6 +136,9 @@ def test_a_folder_round_trips_through_the_team_store_and_restores_offline(tmp_pa
     a = base_env(tmp_path, "store-a", MEMOLAB_TEAM_UNSIGNED="1", MEMOLAB_REMOTE_TIMEOUT="5", **pg_team.env)
     b = base_env(tmp_path, "store-b", MEMOLAB_TEAM_UNSIGNED="1", MEMOLAB_REMOTE_TIMEOUT="5", **pg_team.env)
     digest = cli(a, tmp_path, "snapshot", str(data)).stdout.strip()
+    # team gc run where the snapshot is recorded never deletes its blobs (no row refers to them)
+    r = json.loads(cli(a, tmp_path, "gc", "--remote", "--grace", "0s", "--yes", "--json").stdout)
+    assert r["blobs"] == 0 and r["remote_objects"] >= 300
     (tmp_path / "store-b").mkdir()
     cli(b, tmp_path, "restore", digest, str(tmp_path / "b1"))  # B has nothing: from the team store
     assert tree(tmp_path / "b1") == want

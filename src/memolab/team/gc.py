@@ -66,6 +66,8 @@ class Plan:
     #: team rows this machine's keep marks protect, and their bytes
     kept: int = 0
     kept_bytes: int = 0
+    #: blobs held by this machine's recorded snapshots (never deleted)
+    held: set[str] = field(default_factory=set)
 
     def summary(self, dry_run: bool) -> dict[str, Any]:
         return {"evaluations": len(self.rows), "evaluation_ids": [r["id"] for r in self.rows],
@@ -78,12 +80,13 @@ class Plan:
 
 def plan(index: Any, blobs: Any, older_than: float | None = None, max_size: int | None = None,
          grace: float = DEFAULT_GRACE, now: float | None = None,
-         kept: Collection[tuple[str, str, str, str]] = ()) -> Plan:
-    """What ``gc --remote`` would delete now (nothing is changed); ``kept``: keys never dropped."""
+         kept: Collection[tuple[str, str, str, str]] = (), held: Collection[str] = ()) -> Plan:
+    """What ``gc --remote`` would delete now (nothing is changed); ``kept``: keys never dropped;
+    ``held``: blobs never deleted (the snapshots recorded on this machine)."""
     now = index.clock() if now is None else now  # the database's clock: a machine's may be off by days
     rows = index.gc_plan(None if older_than is None else now - older_than, max_size, kept)
-    refs = index.referenced_digests(exclude={r["id"] for r in rows})
-    out = Plan(rows, [], grace=grace)
+    refs = index.referenced_digests(exclude={r["id"] for r in rows}) | set(held)
+    out = Plan(rows, [], grace=grace, held=set(held))
     ks = list(kept)
     for i in range(0, len(ks), _BATCH):
         found = index.lookup_many(ks[i:i + _BATCH])
@@ -112,7 +115,7 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> dict[str, 
         index.delete_evaluations(ids[i:i + _BATCH])
         if progress is not None:
             progress(len(ids[i:i + _BATCH]))
-    refs = index.referenced_digests()  # again: rows published since the plan keep their blobs
+    refs = index.referenced_digests() | p.held  # again: rows published since the plan keep their blobs
     dead = [(d, n) for d, n in p.blobs if d not in refs]
     for i in range(0, len(dead), _BATCH):
         blobs.delete([d for d, _ in dead[i:i + _BATCH]])
@@ -126,17 +129,18 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> dict[str, 
     return p.summary(dry_run=False)
 
 
-def _local_marks(args: Any) -> set[tuple[str, str, str, str]]:
-    """The keys this machine's store keeps (read without migrating it; none without a store)."""
+def _local_marks(args: Any) -> tuple[set[tuple[str, str, str, str]], set[str]]:
+    """The keys this machine's store keeps, and the blobs its snapshots hold (read without
+    migrating it; none without a store)."""
     from ..cli.common import store_root
     from ..store import marks, schema
 
     path = store_root(args) / "index.sqlite"
     if not path.is_file():
-        return set()
+        return set(), set()
     c = schema.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)  # read as it is: never migrated here
     try:
-        return marks.kept_keys(c)
+        return marks.kept_keys(c), marks.snapshot_refs(c)
     finally:
         c.close()
 
@@ -159,7 +163,8 @@ def run_cli(args: Any) -> int:
     try:
         index = open_index(remote[0], config.settings().remote_timeout)
         blobs = open_remote_blobs(remote[1], config.settings().remote_timeout)
-        p = plan(index, blobs, args.older_than, args.max_size, grace, kept=_local_marks(args))
+        kept, held = _local_marks(args)
+        p = plan(index, blobs, args.older_than, args.max_size, grace, kept=kept, held=held)
         if not dry:
             with Progress("gc --remote: deleting", len(p.rows) + len(p.blobs)) as bar:
                 r = execute(index, blobs, p, progress=bar.update)
