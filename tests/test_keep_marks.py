@@ -104,3 +104,14 @@ def test_an_older_store_without_keep_marks_is_read_without_migrating(project):
     c = sqlite3.connect(index)
     assert c.execute("PRAGMA user_version").fetchone()[0] >= 6
     assert c.execute("SELECT COUNT(*) FROM keeps").fetchone()[0] == 1
+
+
+def test_the_dashboards_runs_list_shows_the_mark(project):
+    project.write("job.py", JOB.replace("os.urandom(300_000)", "bytes([n])"))
+    job(project, 2)
+    cp = project.run("-c", "import json; from memolab.store.reading import open_for_reading; from memolab.ui import views;"
+                           " s = open_for_reading(__import__('pathlib').Path('.memolab'));"
+                           " print(json.dumps(sorted([r['fn'].rsplit(':', 1)[-1], r['kept']] for fn in ('experiment', 'step')"
+                           " for r in views.runs_of(s.index, [f['fn'] for f in s.index.functions() if f['fn'].endswith(fn)][0],"
+                           " None))))")
+    assert json.loads(cp.stdout) == [["experiment", True], ["experiment", True], ["step", False], ["step", False]]
