@@ -95,7 +95,6 @@ def test_a_folder_round_trips_bitwise_through_the_local_store_and_gc_keeps_it(tm
 
 
 def test_links_are_refused_and_an_untrusted_manifest_writes_nothing_outside(tmp_path):
-    sys.path.insert(0, SRC)
     from memolab import snapshots
     from memolab.store import Store
 
@@ -150,3 +149,27 @@ def test_a_folder_round_trips_through_the_team_store_and_restores_offline(tmp_pa
     offline = cli(c, tmp_path, "restore", digest, str(tmp_path / "c1"), check=False)  # never pulled: says so
     assert offline.returncode != 0 and "unreachable" in offline.stderr
     pg_team.up()
+
+
+def test_gc_lets_go_only_unnamed_snapshots_unused_for_30_days(tmp_path):
+    from memolab import snapshots
+    from memolab.store import Store
+
+    store = Store(tmp_path / "store")
+    for name in ("old", "named", "recent"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.bin").write_bytes(name.encode() * 1000)
+    old = snapshots.snapshot(tmp_path / "old", store=store)
+    named = snapshots.snapshot(tmp_path / "named", name="keep me", store=store)
+    recent = snapshots.snapshot(tmp_path / "recent", store=store)
+    month = snapshots.RECENT + 60
+    with store.index.write() as c:
+        c.execute("UPDATE snapshots SET used = used - ? WHERE digest IN (?, ?)", (month, old, named))
+    assert snapshots.drop_stale(store.index, dry_run=True) == [old]
+    assert snapshots.drop_stale(store.index) == [old]
+    store.collect_garbage()
+    with pytest.raises(snapshots.SnapshotError, match="not in the store"):
+        snapshots.restore(old, tmp_path / "o", store=store)
+    for d, name in ((named, "named"), (recent, "recent")):
+        assert (snapshots.restore(d, tmp_path / f"{name}-back", store=store) / "f.bin").read_bytes() == name.encode() * 1000
+    store.close()
