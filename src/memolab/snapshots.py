@@ -142,7 +142,11 @@ def _put_file(local: Store, p: Path) -> tuple[str, int]:
 def _record(local: Store, digest: str, size: int, manifest: dict[str, Any], name: str | None, source: str | None) -> None:
     blobs = {(f["blob"], f["size"]) for f in manifest["files"]} | {(digest, size)}
     now = time.time()
-    with local.index.write() as c:
+    with local.index.write() as c:  # (the lock gc deletes under: what is here now stays, recorded)
+        gone = [d for d, _ in blobs if not local.blobs.path(d).is_file()]
+        if gone:
+            raise SnapshotError(f"snapshot {digest[:12]}: {len(gone)} of its blobs were collected by a concurrent gc "
+                                "before it was recorded; take it again")
         c.execute("INSERT INTO snapshots(digest, size, kind, files, bytes, name, source, time, used) "
                   "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(digest) DO UPDATE SET used = excluded.used, "
                   "name = COALESCE(excluded.name, snapshots.name)",
