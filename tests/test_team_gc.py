@@ -342,3 +342,40 @@ def test_hits_the_uploader_thread_is_sending_at_exit_reach_the_team(team, tmp_pa
     assert exited.wait(60)
     assert not returned_first, "the exit returned while the thread's send was in flight"
     assert a.link.index.lookup(f.key(9))["hits"] == local
+
+
+def test_gc_remote_never_drops_what_this_machine_keeps(team, tmp_path, capsys):
+    """Issue 55 §2: a row kept here (``memolab keep``) survives team gc by size and by age, and
+    its blobs with it; the summary says what was kept."""
+    dsn, bucket = team
+    a = _machine(tmp_path / "a", dsn, bucket)
+    for i in (4, 5, 6):
+        f(i)
+    a.journal.drain()
+    _quiet(a)
+    local = {r["args"]: r["id"] for r in a.index.evaluations(f.symbol)}
+    assert cli.main(["keep", f"#{local[f.key(4)[2]]}"]) == 0
+    assert "team gc run elsewhere" in capsys.readouterr().out
+    idx = a.link.index
+    with idx.conn().transaction():  # f(4) the least recently used of all
+        idx.conn().execute("UPDATE memolab_evaluations SET finished = finished - 86400 WHERE args = %s",
+                           (f.key(4)[2],))
+    r = _gc(capsys, "--max-size", "1KB", "--yes")
+    assert r["kept_evaluations"] == 1 and r["kept_bytes"] >= 50_000
+    assert {x["args"] for x in idx.evaluations(f.symbol)} == {f.key(4)[2]}
+    r = _gc(capsys, "--older-than", "0s", "--yes")
+    assert r["evaluations"] == 0 and r["kept_evaluations"] == 1
+    row = idx.lookup(f.key(4))
+    listed = {d for d, _, _ in a.link.blobs.list()}
+    assert row["payload"] in listed or row["inline"] is not None
+    # its result still loads on a new machine, bitwise
+    b = _machine(tmp_path / "b", dsn, bucket)
+    n = len(calls)
+    assert f(4) == bytes([4]) * 50_000 and len(calls) == n
+    b.close()
+    # unkept here: team gc may drop it
+    assert cli.main(["--store", str(tmp_path / "a"), "unkeep", f"#{local[f.key(4)[2]]}"]) == 0
+    capsys.readouterr()
+    memolab.configure(store=str(tmp_path / "a"), remote=dsn, remote_blobs=bucket, remote_timeout=30.0)
+    r = _gc(capsys, "--older-than", "0s", "--yes")
+    assert r["evaluations"] == 1 and r["kept_evaluations"] == 0

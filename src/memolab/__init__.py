@@ -24,7 +24,7 @@ __all__ = [
     "memo", "MemoFunction", "configure",
     "register_hasher", "register_opaque", "register_policy", "File", "Dir",
     "HashError", "StoreMiss", "CodeChanged", "CorruptBlob", "MemolabError", "MemolabWarning",
-    "log", "SummaryWriter", "checkpoint", "runs", "ui",
+    "log", "SummaryWriter", "checkpoint", "runs", "ui", "snapshot", "restore",
     "__version__",
 ]
 
@@ -32,6 +32,7 @@ __all__ = [
 if TYPE_CHECKING:  # what __getattr__ loads on first use, as type checkers should see it
     from . import ui as ui
     from .runs import runs as runs
+    from .snapshots import restore as restore, snapshot as snapshot
     from .torch.checkpoint import checkpoint as checkpoint
     from .tracking import log as log
     from .tracking.writer import SummaryWriter as SummaryWriter
@@ -56,6 +57,10 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module(".ui", __name__)  # the package is callable
+    if name in ("snapshot", "restore"):  # files and folders by digest (memolab/snapshots.py)
+        from . import snapshots
+
+        return getattr(snapshots, name)
     if name == "SummaryWriter":
         from .tracking.writer import SummaryWriter
         return SummaryWriter

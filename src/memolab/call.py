@@ -19,7 +19,7 @@ from typing import Any
 from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, mutations, reads, report, upstream
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
 from .explain import miss_record, pending_miss, with_before
-from .store import Key, Store, runtime_info, signing
+from .store import Key, Store, marks, runtime_info, signing
 from .summary import summarize, typed
 from .text import mask_args, short_repr
 from .tracking import runs
@@ -580,6 +580,7 @@ class Call:
                               "but the next call will recompute it.", MemolabWarning, stacklevel=7)
             return None
         store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
+        marks.after_save(store, key, memo.keep, memo.team)  # @memo(keep=True), @memo(team=False)
         _quietly(report.stored, self, eval_id, saving, self.computed, self.announced)
         return eval_id
 

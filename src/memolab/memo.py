@@ -22,7 +22,7 @@ from .codegraph.where import unwrap
 from .explain import Explanation, explain_key
 from .implicit import parts as implicit_parts
 from .lifecycle import drive_async, drive_sync, lifecycle
-from .store import Key, Store, get_store
+from .store import Key, Store, get_store, marks
 from .text import short_repr
 
 __all__ = ["memo", "MemoFunction", "running", "Running", "short_repr"]  # the last three: here before call/text
@@ -41,7 +41,7 @@ class MemoFunction:
                  global_rng: bool = True, env: Sequence[str] = (), code: str = "digest",
                  max_age: None | int | float | str | Any = None,
                  validate: Callable[[dict[str, Any]], Any] | None = None,
-                 verbose: None | bool | int = None) -> None:
+                 verbose: None | bool | int = None, keep: bool = False, team: bool = True) -> None:
         if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(
                 f"@memo cannot memoize generator function {fn.__qualname__!r}: a generator is consumed lazily, so there is "
@@ -92,11 +92,16 @@ class MemoFunction:
         self.validate = validate
         #: what its calls say on the ``memolab`` logger (``report``); None: ``configure(verbose=...)``
         self.verbose: int | None = _verbosity(verbose)
+        #: every evaluation it stores is kept: gc never drops it (``store.marks``)
+        self.keep = bool(keep)
+        #: False: its results stay on this machine, never asked of nor published to the team store
+        self.team = bool(team)
         # named after the user code it runs: a library decorator without functools.wraps
         # names every wrapper alike (``codegraph.runs``)
         self.symbol = codegraph.symbol_of(codegraph.runs(fn))
         _claim_symbol(self)
         reads.register(self)  # what a caller's hit compares the code and version it used with
+        marks.declare(self.symbol, team=self.team)
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
         self.implicit: Any | None = None if codegraph.is_code(unwrap(fn)) else fn
@@ -133,7 +138,8 @@ class MemoFunction:
         if module not in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             return _memo_by_name, (module, qualname)
         options = (tuple(sorted(self.ignore)), self.version, self.deps, self._store_path, self.version_sensitivity,
-                   self.collective, self.global_rng, self.env, self.code, self.max_age, self.validate, self.verbose)
+                   self.collective, self.global_rng, self.env, self.code, self.max_age, self.validate, self.verbose,
+                   self.keep, self.team)
         if module in ("__main__", "__mp_main__") and _lookup(module, qualname) is self:
             # A script's memo: the standard pickler (``multiprocessing``'s pools, spawn or fork) can
             # carry no function of ``__main__`` by value, and cannot name ``self.fn`` (the script's
@@ -416,11 +422,11 @@ def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: str | 
                   collective: bool | str = True, global_rng: bool = True, env: Sequence[str] = (),
                   code: str = "digest", max_age: float | None = None,
                   validate: Callable[[dict[str, Any]], Any] | None = None,
-                  verbose: int | None = None) -> MemoFunction:
+                  verbose: int | None = None, keep: bool = False, team: bool = True) -> MemoFunction:
     """Unpickling a memo sent by value: the same options around the function that came with it."""
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                        env=env, code=code, max_age=max_age, validate=validate, verbose=verbose)
+                        env=env, code=code, max_age=max_age, validate=validate, verbose=verbose, keep=keep, team=team)
 
 
 def _verbosity(v: None | bool | int) -> int | None:
@@ -491,7 +497,7 @@ def memo(*, ignore: Sequence[str] = ..., version: str | int | None = ..., deps: 
          collective: bool | str = ..., global_rng: bool = ..., env: Sequence[str] = ...,
          code: str = ..., max_age: None | int | float | str | Any = ...,
          validate: Callable[[dict[str, Any]], Any] | None = ...,
-         verbose: None | bool | int = ...) -> Callable[[F], F]: ...
+         verbose: None | bool | int = ..., keep: bool = ..., team: bool = ...) -> Callable[[F], F]: ...
 
 
 def memo(fn: Callable[..., Any] | None = None, *, ignore: Sequence[str] = (), version: str | int | None = None,
@@ -499,7 +505,7 @@ def memo(fn: Callable[..., Any] | None = None, *, ignore: Sequence[str] = (), ve
          version_sensitivity: str | None = None, collective: bool | str = True, global_rng: bool = True,
          env: Sequence[str] = (), code: str = "digest", max_age: None | int | float | str | Any = None,
          validate: Callable[[dict[str, Any]], Any] | None = None,
-         verbose: None | bool | int = None) -> Any:
+         verbose: None | bool | int = None, keep: bool = False, team: bool = True) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -526,11 +532,16 @@ def memo(fn: Callable[..., Any] | None = None, *, ignore: Sequence[str] = (), ve
     ``verbose``: what its calls say on the ``memolab`` logger (True/1: misses and what takes
     time, 2: every call past this process's memory, False/0: nothing); None follows
     ``configure(verbose=...)`` / ``$MEMOLAB_VERBOSE`` (docs/logging.md, "What memolab says").
+    ``keep``: every evaluation it stores is kept: ``gc`` and team gc never drop it (HitSave's
+    ``@experiment``; ``memolab unkeep EVAL`` takes one off).
+    ``team``: ``False`` keeps its results on this machine: never asked of, nor uploaded to, the
+    team store, nor by ``sync`` or ``pull`` (HitSave's ``local_only``).
     """
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
                             version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
-                            env=env, code=code, max_age=max_age, validate=validate, verbose=verbose)
+                            env=env, code=code, max_age=max_age, validate=validate, verbose=verbose, keep=keep,
+                            team=team)
 
     if fn is not None:
         return wrap(fn)

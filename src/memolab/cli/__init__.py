@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import run_commands  # noqa: F401  (registers `runs`)
     from . import accept_commands  # noqa: F401  (registers `accept`)
     from . import note_commands  # noqa: F401  (registers `tag` and `note`)
+    from . import keep_commands  # noqa: F401  (registers `keep` and `unkeep`)
+    from . import snapshot_commands  # noqa: F401  (registers `snapshot` and `restore`)
     from ..ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
     from .. import doctor as _doctor  # noqa: F401  (registers `doctor`)
     from ..team import cli as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..store import edges
+from ..store import edges, marks
 from . import ids
 from .common import (
     OK,
@@ -94,12 +94,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     else:
         evs = store.index.evaluations(fn, where=f"id IN ({','.join(str(i) for i in mine) or 'NULL'})",
                                       limit=args.limit)
+    kept = marks.kept_ids(store.index.conn(), [e["id"] for e in evs])
     if args.json:
-        emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
+        emit_json({"store": str(store.root), "fn": fn, "total": total,
+                   "evaluations": [dict(eval_json(e), kept=e["id"] in kept) for e in evs]})
         return OK
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
-             e["code"][:8], "expired" if expired(e) else e["status"] if e["status"] != "done" else "",
-             args_summary(e, 10**6)) for e in evs]
+             e["code"][:8], _status(e, e["id"] in kept), args_summary(e, 10**6)) for e in evs]
     print(ids.shown_function(store, fn, args.script))
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
                 width=terminal_width(args.wide), flex=(7,)))
@@ -117,6 +118,19 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(f"also {', '.join(f'{n} {s}' for s, n in sorted(unstored.items()))} run(s) without a stored evaluation: "
               f"memolab runs {args.func}")
     return OK
+
+
+def _status(e: dict[str, Any], kept: bool) -> str:
+    """``ls``'s STATUS: expired, not 'done' (corrupt, …), and ``kept`` (gc never drops it)."""
+    s = "expired" if expired(e) else e["status"] if e["status"] != "done" else ""
+    return ", ".join(x for x in (s, "kept" if kept else "") if x)
+
+
+def _kept_line(store: Any) -> tuple[str, dict[str, int]]:
+    """gc's word on what it leaves alone: ``kept: 3 rows, 1.2 MB (memolab keep; never dropped)``."""
+    n, size = marks.kept_summary(store.index.conn())
+    return (f"kept: {plural(n, 'row')}, {human_size(size)} (keep marks: gc never drops them)",
+            {"kept_evaluations": n, "kept_bytes": size})
 
 
 def _count_evaluations(store: Any, fn: str) -> int:
@@ -458,10 +472,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
             before = index_bytes(store.root)
             r.update(index_bytes_before=before, index_bytes_after=max(0, before - estimate),
                      bytes_freed=size + min(estimate, before), index_estimated=True)
+        line, k = _kept_line(store)
         if args.json:
-            emit_json({**r, "evaluation_ids": drop_ids})
+            emit_json({**r, **k, "evaluation_ids": drop_ids})
         else:
             print(removed_line("would drop", r))
+            print(line)
         return OK
     problem = getattr(store, "problem", None)
     if isinstance(problem, BaseException):
@@ -481,6 +497,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
     with Progress("gc: dropping runs and their logs", 1) as bar:
         purged = retention.purge_orphans_counts(store.index) + retention.delete_runs(store.index, [r["id"] for r in stale])
         bar.update()
+    from .. import snapshots
+
+    snapshots.drop_stale(store.index)  # unnamed snapshots unused here for snapshots.RECENT
     with Progress("gc: collecting unreferenced blobs", 1) as bar:
         n, size = store.collect_garbage()
         bar.update()
@@ -489,10 +508,12 @@ def cmd_gc(args: argparse.Namespace) -> int:
     r = {"evaluations": len(drop), "runs": purged.runs, "log_points": purged.points, "blobs": n, "blob_bytes": size,
          "index_bytes_before": before, "index_bytes_after": after, "bytes_freed": size + max(0, before - after),
          "dry_run": False}
+    line, k = _kept_line(store)
     if args.json:
-        emit_json({**r, "evaluation_ids": [e["id"] for e in drop]})
+        emit_json({**r, **k, "evaluation_ids": [e["id"] for e in drop]})
     else:
         print(removed_line("dropped", r))
+        print(line)
     return OK
 
 

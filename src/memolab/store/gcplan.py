@@ -8,19 +8,52 @@ importing the tracking layer that writes the logs.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["plan_by_size", "log_bytes"]
+__all__ = ["plan_by_size", "log_bytes", "local_plan"]
+
+#: a row's last use: its finish or its last hit (SQLite)
+LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
+GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
+
+
+def local_plan(index: Any, cutoff: float | None, max_size: int | None,
+               kept: Collection[tuple[str, str, str, str]] = ()) -> list[dict[str, Any]]:
+    """``sqlite.Index.gc_plan``: the rows to drop, selected in SQL over plain tuples. A row
+    whose key is kept (``marks``: ``@memo(keep=True)``, ``memolab keep``; or one of ``kept``,
+    the marks of another store: team gc run on a machine) is never among them while it holds a
+    result ('done'); its bytes still count toward ``max_size``."""
+    from .marks import KEPT_SQL
+
+    c = index.conn()
+    kept_sql = KEPT_SQL
+    if kept:  # a TEMP table: never written to the file (a dry run may read a read-only store)
+        c.execute("CREATE TEMP TABLE IF NOT EXISTS memolab_gc_kept(fn, code, args, schema)")
+        c.execute("DELETE FROM temp.memolab_gc_kept")
+        c.executemany("INSERT INTO temp.memolab_gc_kept VALUES (?,?,?,?)", [tuple(k) for k in kept])
+        kept_sql = (f"({KEPT_SQL} OR EXISTS (SELECT 1 FROM temp.memolab_gc_kept g WHERE g.fn = e.fn "
+                    "AND g.code = e.code AND g.args = e.args AND g.schema = e.schema))")
+    cols = ",".join(GC_COLS)
+    if max_size is None:
+        where = "status!='done'" + (f" OR ({LAST_USE} < ? AND NOT {kept_sql})" if cutoff is not None else "")
+        sql = f"SELECT {cols} FROM evaluations e WHERE {where} ORDER BY {LAST_USE} ASC"
+        return [dict(zip(GC_COLS, r, strict=False)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
+    sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {LAST_USE}, {kept_sql} "
+           f"FROM evaluations e ORDER BY {LAST_USE} ASC")
+    drop = plan_by_size(c.execute(sql), cutoff, max_size, log_bytes(index))
+    return [dict(zip(GC_COLS, r[:6], strict=False)) for r in drop]
 
 
 def plan_by_size(rows: Iterable[tuple[Any, ...]], cutoff: float | None, max_size: int,
                  logs: Mapping[int, int] = MappingProxyType({})) -> list[tuple[Any, ...]]:
     """The rows ``gc_plan`` drops, given every evaluation least recently used first as
     (id, fn, finished, last_hit, size, status, payload, payload_size, buffers, is_inline,
-    last_use): those out of use or last used before ``cutoff``, then the least recently
-    used until what is left fits ``max_size`` bytes. A blob shared by several rows counts
+    last_use[, kept]): those out of use or last used before ``cutoff``, then the least recently
+    used until what is left fits ``max_size`` bytes. A kept row (``kept`` true) holding a result
+    is never dropped: its bytes count, and the others go until what is left fits (all of them,
+    when the kept rows alone exceed ``max_size``). A blob shared by several rows counts
     once, and only stops counting when its last keeper goes; inline bytes and ``logs``
     (id -> bytes) belong to their row alone. The same plan for every index."""
     drop: list[tuple[Any, ...]] = []
@@ -28,10 +61,12 @@ def plan_by_size(rows: Iterable[tuple[Any, ...]], cutoff: float | None, max_size
     uses: dict[str, list[int]] = {}  # blob digest -> [rows of `keep` using it, size]
     total = 0
     for r in rows:
-        if r[5] != "done" or (cutoff is not None and r[10] < cutoff):
+        kept = len(r) > 11 and bool(r[11])
+        if r[5] != "done" or (not kept and cutoff is not None and r[10] < cutoff):
             drop.append(r)
             continue
-        keep.append(r)
+        if not kept:
+            keep.append(r)
         total += logs.get(r[0], 0)
         if r[9]:
             total += r[4] or 0

@@ -142,6 +142,36 @@ CREATE TABLE IF NOT EXISTS accepts(
     pending_undo INTEGER NOT NULL DEFAULT 0,
     signature TEXT
 );
+-- schema 6 (store/marks.py): keep marks on evaluation keys (gc never drops a kept row), and the
+-- functions kept off the team store (@memo(team=False))
+CREATE TABLE IF NOT EXISTS keeps(
+    fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
+    time REAL NOT NULL,
+    source TEXT,
+    PRIMARY KEY(fn, code, args, schema)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS local_only(
+    fn TEXT PRIMARY KEY,
+    time REAL NOT NULL
+);
+-- snapshots of files and folders (snapshots.py): each taken or restored here, and the blobs it
+-- holds (gc keeps them while the snapshot is recorded)
+CREATE TABLE IF NOT EXISTS snapshots(
+    digest TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    files INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    name TEXT,
+    source TEXT,
+    time REAL NOT NULL,
+    used REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshot_blobs(
+    snapshot TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    PRIMARY KEY(snapshot, digest)
+) WITHOUT ROWID;
 -- indexes --
 CREATE INDEX IF NOT EXISTS misses_fn ON misses(fn, time);
 -- (fn, finished) first, for a function's evaluations newest first; the summed
@@ -265,6 +295,10 @@ def _step_5(conn: sqlite3.Connection, write: Write) -> None:
                 c.execute(stmt)
 
 
+def _step_6(conn: sqlite3.Connection, write: Write) -> None:
+    pass  # its tables (keeps, local_only, snapshots, snapshot_blobs) are in ``DDL``, created before the steps run
+
+
 #: (version, what it brings, the step from the version before): in order. Schema 1 was the first
 #: format (its version in ``meta`` only; ``code_refs``, ``signature`` and ``reason`` were added to
 #: it in place).
@@ -276,6 +310,9 @@ STEPS: list[tuple[int, str, Callable[[sqlite3.Connection, Write], None]]] = [
         "results' value digests, indexed by triggers (inputs, outputs)", _step_4),
     (5, "notes and tags on runs and evaluations (the annotations table: memolab.log.note, memolab tag, the "
         "dashboard)", _step_5),
+    (6, "keep marks that gc never drops (the keeps table: @memo(keep=True), memolab keep), functions kept "
+        "off the team store (the local_only table: @memo(team=False)) and snapshots of files and folders (the "
+        "snapshots and snapshot_blobs tables: memolab snapshot)", _step_6),
 ]
 
 #: The version this memolab writes. An older memolab refuses a file of a newer one (it reads

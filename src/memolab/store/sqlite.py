@@ -19,9 +19,9 @@ from typing import Any
 
 from .. import config
 from ..errors import BlobsGone as BlobsGone  # (also imported from here)
-from . import signing
+from . import marks, signing
 from .accepts import AcceptIndex
-from .gcplan import log_bytes, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
+from .gcplan import local_plan, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
 from .misses import MISSES_KEPT, insert_miss, parse_miss as parse_miss  # noqa: F401 (also imported from here)
 
@@ -698,6 +698,8 @@ class Index(AcceptIndex):
         if not only_done:
             from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
 
+            for d in marks.snapshot_refs(self.conn()):
+                refs.setdefault(d, []).append(0)  # (0: held by a snapshot, no evaluation)
             for d, i in checkpoints.referenced(self.conn()).items():
                 refs.setdefault(d, []).append(i)
         return refs
@@ -719,24 +721,12 @@ class Index(AcceptIndex):
         from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
 
         refs.update(checkpoints.referenced(self.conn()))
+        refs.update(marks.snapshot_refs(self.conn()))  # files and folders by digest (memolab snapshot)
         return refs
 
-    _LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
-    _GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
-
-    def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[dict[str, Any]]:
-        """See ``Store.gc_plan``; ``cutoff``: drop what was last used before it."""
-        c = self.conn()
-        cols = ",".join(self._GC_COLS)
-        if max_size is None:
-            where = "status!='done'" + (f" OR {self._LAST_USE} < ?" if cutoff is not None else "")
-            sql = f"SELECT {cols} FROM evaluations WHERE {where} ORDER BY {self._LAST_USE} ASC"
-            return [dict(zip(self._GC_COLS, r, strict=False)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
-        sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {self._LAST_USE} "
-               f"FROM evaluations ORDER BY {self._LAST_USE} ASC")
-        logs = log_bytes(self)  # an evaluation's logs go with it, so they count toward its size
-        drop = plan_by_size(c.execute(sql), cutoff, max_size, logs)
-        return [dict(zip(self._GC_COLS, r[:6], strict=False)) for r in drop]
+    def gc_plan(self, cutoff: float | None, max_size: int | None, kept: Collection[Key] = ()) -> list[dict[str, Any]]:
+        """See ``Store.gc_plan``; ``cutoff``: drop what was last used before it (``gcplan.local_plan``)."""
+        return local_plan(self, cutoff, max_size, kept)
 
     def clear(self, fn: str | None = None) -> int:
         with self.write() as c:

@@ -5,7 +5,10 @@ What goes:
 1. **Rows**, chosen by the team index exactly as ``memolab gc`` chooses local
    ones (``gc_plan``): rows out of use (corrupt, stale), rows not used for
    ``older_than`` seconds, then the least recently used until the blobs fit
-   ``max_size``. "Used" is team-wide: a row's ``last_hit`` on the team index
+   ``max_size``. Never a row whose key this machine keeps (``store.marks``: ``@memo(keep=True)``,
+   ``memolab keep``): its bytes count toward ``max_size``, it and its blobs stay. (Marks are
+   read from the local store of the machine running team gc; they are not in the team index.)
+   "Used" is team-wide: a row's ``last_hit`` on the team index
    grows with every machine's hits, local ones included (``team/hits.py``), so a
    result that everyone reads from their local caches is not taken for unused.
 2. **Blobs** that no remaining row refers to (payloads, buffers, logs bundles),
@@ -35,6 +38,7 @@ bucket, so each step is chosen to be safe on its own):
 """
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,22 +63,35 @@ class Plan:
     grace: float = DEFAULT_GRACE
     #: team leases not heart-beaten for the grace period (their owners are dead)
     leases: int = 0
+    #: team rows this machine's keep marks protect, and their bytes
+    kept: int = 0
+    kept_bytes: int = 0
+    #: blobs held by this machine's recorded snapshots (never deleted)
+    held: set[str] = field(default_factory=set)
 
     def summary(self, dry_run: bool) -> dict[str, Any]:
         return {"evaluations": len(self.rows), "evaluation_ids": [r["id"] for r in self.rows],
                 "blobs": len(self.blobs), "blob_bytes": sum(n for _, n in self.blobs),
                 "young_blobs_kept": len(self.young), "young_bytes_kept": sum(n for _, n in self.young),
                 "remote_objects": self.listed, "remote_bytes": self.listed_bytes,
-                "abandoned_uploads": len(self.uploads), "stale_leases": self.leases, "dry_run": dry_run}
+                "abandoned_uploads": len(self.uploads), "stale_leases": self.leases, "kept_evaluations": self.kept,
+                "kept_bytes": self.kept_bytes, "dry_run": dry_run}
 
 
 def plan(index: Any, blobs: Any, older_than: float | None = None, max_size: int | None = None,
-         grace: float = DEFAULT_GRACE, now: float | None = None) -> Plan:
-    """What ``gc --remote`` would delete now (nothing is changed)."""
+         grace: float = DEFAULT_GRACE, now: float | None = None,
+         kept: Collection[tuple[str, str, str, str]] = (), held: Collection[str] = ()) -> Plan:
+    """What ``gc --remote`` would delete now (nothing is changed); ``kept``: keys never dropped;
+    ``held``: blobs never deleted (the snapshots recorded on this machine)."""
     now = index.clock() if now is None else now  # the database's clock: a machine's may be off by days
-    rows = index.gc_plan(None if older_than is None else now - older_than, max_size)
-    refs = index.referenced_digests(exclude={r["id"] for r in rows})
-    out = Plan(rows, [], grace=grace)
+    rows = index.gc_plan(None if older_than is None else now - older_than, max_size, kept)
+    refs = index.referenced_digests(exclude={r["id"] for r in rows}) | set(held)
+    out = Plan(rows, [], grace=grace, held=set(held))
+    ks = list(kept)
+    for i in range(0, len(ks), _BATCH):
+        found = index.lookup_many(ks[i:i + _BATCH])
+        out.kept += len(found)
+        out.kept_bytes += sum(int(r.get("size") or 0) for r in found.values())
     oldest_kept = now - grace
     for digest, size, modified in blobs.list():
         out.listed += 1
@@ -98,7 +115,7 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> dict[str, 
         index.delete_evaluations(ids[i:i + _BATCH])
         if progress is not None:
             progress(len(ids[i:i + _BATCH]))
-    refs = index.referenced_digests()  # again: rows published since the plan keep their blobs
+    refs = index.referenced_digests() | p.held  # again: rows published since the plan keep their blobs
     dead = [(d, n) for d, n in p.blobs if d not in refs]
     for i in range(0, len(dead), _BATCH):
         blobs.delete([d for d, _ in dead[i:i + _BATCH]])
@@ -110,6 +127,22 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> dict[str, 
     if p.leases:
         p.leases = index.stale_leases(p.grace, drop=True)
     return p.summary(dry_run=False)
+
+
+def _local_marks(args: Any) -> tuple[set[tuple[str, str, str, str]], set[str]]:
+    """The keys this machine's store keeps, and the blobs its snapshots hold (read without
+    migrating it; none without a store)."""
+    from ..cli.common import store_root
+    from ..store import marks, schema
+
+    path = store_root(args) / "index.sqlite"
+    if not path.is_file():
+        return set(), set()
+    c = schema.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)  # read as it is: never migrated here
+    try:
+        return marks.kept_keys(c), marks.snapshot_refs(c)
+    finally:
+        c.close()
 
 
 def run_cli(args: Any) -> int:
@@ -130,7 +163,8 @@ def run_cli(args: Any) -> int:
     try:
         index = open_index(remote[0], config.settings().remote_timeout)
         blobs = open_remote_blobs(remote[1], config.settings().remote_timeout)
-        p = plan(index, blobs, args.older_than, args.max_size, grace)
+        kept, held = _local_marks(args)
+        p = plan(index, blobs, args.older_than, args.max_size, grace, kept=kept, held=held)
         if not dry:
             with Progress("gc --remote: deleting", len(p.rows) + len(p.blobs)) as bar:
                 r = execute(index, blobs, p, progress=bar.update)
@@ -163,6 +197,8 @@ def run_cli(args: Any) -> int:
           f"{human_size(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
           f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
           f"the grace period of {human_duration(grace)} ({human_size(r['young_bytes_kept'])}; perhaps uploads in flight)")
+    print(f"kept: {p.kept} row{'s' if p.kept != 1 else ''}, {human_size(p.kept_bytes)} (this machine's keep marks: "
+          "never dropped)")
     if p.leases:
         print(f"{'would drop' if dry else 'dropped'} {p.leases} team lease(s) not heart-beaten for "
               f"{human_duration(grace)} (their machines died)")

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .. import config
+from ..store import marks
 from ..store.sqlite import LOOKUP_ONLY, Key
 from .link import Failed, Offline
 
@@ -323,10 +324,11 @@ class Journal:
             puts: list[tuple[str, Any]] = []
             gone: list[Key] = []
             local_ids: dict[Key, int] = {}
+            mine = marks.local_only_functions(idx.conn())  # @memo(team=False): never leaves this machine
             for key, owner in items:
-                local = idx.lookup(key)
+                local = None if key[0] in mine else idx.lookup(key)
                 if local is None:
-                    gone.append(key)  # cleared or out of use since: nothing to upload
+                    gone.append(key)  # cleared or out of use since, or kept off the team: nothing to upload
                     continue
                 local_ids[tuple(key)] = local["id"]  # type: ignore[index]
                 fields = team_fields(local)

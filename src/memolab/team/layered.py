@@ -40,7 +40,7 @@ from typing import Any
 
 from .. import config
 from ..errors import CorruptBlob, MemolabWarning, swallowed
-from ..store import Store, signing
+from ..store import Store, marks, signing
 from ..store.blobs import fsync_dir as _fsync_dir
 from ..store.sqlite import LOOKUP_ONLY, Key, host_name
 from . import journal
@@ -213,8 +213,8 @@ class TeamStore:
     # -- reading: local first, then the team ------------------------------------------------
     def lookup(self, key: Key) -> dict[str, Any] | None:
         row = self.local.lookup(key)
-        if row is not None or not self.link.usable():
-            return row  # a local hit never touches the network
+        if row is not None or not self.link.usable() or key[0] in marks.LOCAL_ONLY:
+            return row  # a local hit never touches the network, nor a function kept off the team
         try:
             if self.load_refusal() is not None:
                 return None  # nothing of the team's may be loaded here: not even asked for
@@ -495,8 +495,8 @@ class TeamStore:
             return state, row
         if not mine:
             self.local.hold(key, owner)
-        if self._team_held.get(key) == owner or not self.link.usable():
-            return "owner", None
+        if self._team_held.get(key) == owner or not self.link.usable() or key[0] in marks.LOCAL_ONLY:
+            return "owner", None  # (@memo(team=False): computed here, no team lease, never published)
         try:
             if self.key_refusal() is not None:
                 return "owner", None  # its result will not be published: no team lease to hold others back
@@ -674,7 +674,7 @@ class TeamStore:
     def _queue_upload(self, c: Any) -> None:
         """In the local record transaction of a result this store saves (``Store.record_hooks``)."""
         up = getattr(self._tl, "upload", None)
-        if up is not None:
+        if up is not None and up[0][0] not in marks.LOCAL_ONLY:
             journal.enqueue(c, *up)  # the result's transaction: recorded and queued, or neither
 
     # -- pull ----------------------------------------------------------------------------
@@ -686,6 +686,8 @@ class TeamStore:
         rows = self.link.attempt(lambda: self.link.index.rows_since(fn, since))
         keys = [(r["fn"], r["code"], r["args"], r["schema"]) for r in rows]
         have = self.index.lookup_many(keys)
+        mine = marks.local_only_functions(self.index.conn())  # @memo(team=False): this machine's own
+        have.update((k, {}) for k in keys if k[0] in mine)
         new, refused = [], 0
         wholesale = self.load_refusal(self.link.attempt)  # (said once, on stderr)
         for k, r in zip(keys, rows, strict=False):
@@ -747,6 +749,8 @@ class TeamStore:
             chunk = done[i:i + 500]
             there = self.link.attempt(lambda chunk=chunk: self.link.index.lookup_many(chunk))  # type: ignore[misc]  # (defaults it cannot type)
             missing.extend(k for k in chunk if tuple(k) not in there)
+        mine = marks.local_only_functions(self.index.conn())  # @memo(team=False): never uploaded
+        missing = [k for k in missing if k[0] not in mine]
         if missing:
             with self.index.write() as c:
                 journal.ensure(c)

@@ -638,18 +638,24 @@ class PgIndex(PgAcceptIndex):
 
     _GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
 
-    def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[Row]:
+    def gc_plan(self, cutoff: float | None, max_size: int | None, kept: Collection[Key] = ()) -> list[Row]:
         """See ``Index.gc_plan`` (the same plan; logs bundles are not weighed: their
-        size is the blob store's to tell)."""
+        size is the blob store's to tell). ``kept``: keys whose 'done' rows are never dropped
+        (the keep marks of the machine that runs team gc)."""
         cols = ", ".join(self._GC_COLS)
+        marked = {tuple(k) for k in kept}
         if max_size is None:
             cond = "status <> 'done'" + (f" OR {_LAST_USE} < %s" if cutoff is not None else "")
-            sql = f"SELECT {cols} FROM memolab_evaluations WHERE {cond} ORDER BY {_LAST_USE} ASC, id ASC"
+            sql = (f"SELECT {cols}, code, args, schema FROM memolab_evaluations WHERE {cond} "
+                   f"ORDER BY {_LAST_USE} ASC, id ASC")
             rows = self._run(lambda c: c.execute(sql, () if cutoff is None else (float(cutoff),)).fetchall(), slow=True)
-            return [dict(zip(self._GC_COLS, r, strict=False)) for r in rows]
-        sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {_LAST_USE} "
+            return [dict(zip(self._GC_COLS, r, strict=False)) for r in rows
+                    if r[5] != "done" or (r[1], *r[6:9]) not in marked]
+        sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {_LAST_USE}, code, args, schema "
                f"FROM memolab_evaluations ORDER BY {_LAST_USE} ASC, id ASC")
-        drop = plan_by_size(self._run(lambda c: c.execute(sql).fetchall(), slow=True), cutoff, max_size)
+        rows = [(*r[:11], (r[1], *r[11:14]) in marked)
+                for r in self._run(lambda c: c.execute(sql).fetchall(), slow=True)]
+        drop = plan_by_size(rows, cutoff, max_size)
         return [dict(zip(self._GC_COLS, r[:6], strict=False)) for r in drop]
 
     def delete_evaluations(self, ids: Sequence[int]) -> None:

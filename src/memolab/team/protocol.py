@@ -96,8 +96,9 @@ class EvalIndex(Protocol):
     def referenced_digests(self, exclude: Collection[int] = ...) -> set[str]:
         """Digests of blobs rows (other than ``exclude``) refer to (inline rows refer to none)."""
 
-    def gc_plan(self, cutoff: float | None, max_size: int | None) -> list[Row]:
-        """What gc drops, least recently used first (see ``Store.gc_plan``)."""
+    def gc_plan(self, cutoff: float | None, max_size: int | None, kept: Collection[Key] = ()) -> list[Row]:
+        """What gc drops, least recently used first (see ``Store.gc_plan``), never a 'done' row
+        whose key is one of ``kept`` (keep marks: ``store.marks``)."""
 
     def delete_evaluations(self, ids: Sequence[int]) -> None: ...
 

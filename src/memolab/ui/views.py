@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store import edges
+from ..store import edges, marks
 from ..text import mask_args
 from ..tracking import notes, query
 
@@ -101,5 +101,10 @@ def annotate(index: Any, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def runs_of(index: Any, fn: str | None, script: str | None) -> list[dict[str, Any]]:
-    """``/api/runs``: a function's runs, of one script when ``script`` is given (``""``: of none)."""
-    return query.runs(index, fn, script=script)
+    """``/api/runs``: a function's runs, of one script when ``script`` is given (``""``: of none);
+    ``kept``: its evaluation is kept (gc never drops it: ``store.marks``)."""
+    rows = query.runs(index, fn, script=script)
+    kept = marks.kept_ids(index.conn(), [r["eval_id"] for r in rows if r.get("eval_id") and r.get("stored")])
+    for r in rows:
+        r["kept"] = r.get("eval_id") in kept
+    return rows

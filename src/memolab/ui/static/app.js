@@ -232,7 +232,7 @@ async function loadRuns(force = true, render = true) {
   const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
   const runs = await api("runs?fn=" + encodeURIComponent(state.fn) + which);
   // polling must not rebuild the table when nothing changed
-  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.notes.length, r.status === "running" && Math.round(r.duration)]));
+  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.kept, r.notes.length, r.status === "running" && Math.round(r.duration)]));
   const changed = sig !== state.runsSig;
   state.runs = runs;
   state.byId = new Map(runs.map((r) => [String(r.id), r]));
@@ -351,6 +351,7 @@ function runRow(r, cols) {
   const best = state.bestRow === String(r.id);
   const argsCell = el("td", { title: args + ((r.run_tags || []).length ? `\ntags: ${r.run_tags.join(", ")}` : "") },
     ...(r.run_tags || []).map((t) => el("span", { class: "chip", text: t })),
+    ...(r.kept ? [el("span", { class: "chip kept", title: "kept: gc never drops this evaluation (memolab unkeep takes it off)", text: "kept" })] : []),
     ...((r.notes || []).length ? [el("span", { class: "note-count", title: r.notes.map((n) => n.text).join("\n"), text: `✎${r.notes.length}` })] : []),
     args);
   const open = el("button", { type: "button", class: "open-run", title: "open this run's page: status, arguments, notes, traceback",

@@ -1,0 +1,166 @@
+"""Keep marks and functions kept off the team store (schema 6).
+
+**Keep marks** (``keeps``): an evaluation's key marked by ``@memo(keep=True)`` when it is stored,
+or by ``memolab keep EVAL``. ``gc`` (``gcplan``) and team gc never drop a row whose key is marked,
+so never its blobs either (a blob is collected only once no remaining row refers to it). The mark
+is on the key, not the row id: a row memolab found damaged (not 'done') is no result and is
+dropped as before, and the result recomputed for that key is kept again.
+
+**Local-only functions** (``local_only``): ``@memo(team=False)``. In the process that defines
+them (``LOCAL_ONLY``) their calls neither ask nor publish to the team store; the mark is written
+into the index with their first result, so ``memolab sync`` and ``pull`` (other processes,
+which never import the function) leave them alone too.
+
+Tables, not columns of ``evaluations``: a mark outlives a row replaced for its key, and the
+row's columns (which the team index mirrors) stay as they were. Below ``sqlite`` (it takes a
+connection), so ``gcplan`` and the index read it without importing the rest.
+"""
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["LOCAL_ONLY", "KEPT_SQL", "keep_keys", "unkeep_keys", "kept_keys", "mark_local_only",
+           "local_only_functions", "kept_summary", "is_local_only"]
+
+Key = tuple[str, str, str, str]
+
+#: symbols of the ``@memo(team=False)`` functions defined in this process
+LOCAL_ONLY: set[str] = set()
+
+#: is the ``evaluations`` row aliased ``e`` kept (an SQL expression, for the gc plan)
+KEPT_SQL = ("EXISTS (SELECT 1 FROM keeps k WHERE k.fn = e.fn AND k.code = e.code AND k.args = e.args "
+            "AND k.schema = e.schema)")
+
+
+def _has(c: sqlite3.Connection, table: str) -> bool:
+    """Is ``table`` readable on ``c`` (a file of schema 5 or older read without migrating it has
+    it only as a read shim, or not at all before the shims are made)."""
+    return c.execute("SELECT 1 FROM sqlite_master WHERE name=? UNION ALL "
+                     "SELECT 1 FROM temp.sqlite_master WHERE name=?", (table, table)).fetchone() is not None
+
+
+def keep_keys(c: sqlite3.Connection, keys: Iterable[Key], source: str) -> int:
+    """Mark ``keys`` kept, in the caller's write transaction: how many were not kept before."""
+    now = time.time()
+    n = 0
+    for k in keys:
+        n += c.execute("INSERT OR IGNORE INTO keeps(fn, code, args, schema, time, source) VALUES (?,?,?,?,?,?)",
+                       (*k, now, source)).rowcount
+    return n
+
+
+def unkeep_keys(c: sqlite3.Connection, keys: Iterable[Key]) -> int:
+    """Take the keep marks of ``keys`` off (caller's write transaction): how many there were."""
+    return sum(c.execute("DELETE FROM keeps WHERE fn=? AND code=? AND args=? AND schema=?", tuple(k)).rowcount
+               for k in keys)
+
+
+def kept_keys(c: sqlite3.Connection, keys: Sequence[Key] | None = None) -> set[Key]:
+    """The kept ones of ``keys`` (all kept keys when None)."""
+    if not _has(c, "keeps"):
+        return set()
+    if keys is None:
+        return {tuple(r) for r in c.execute("SELECT fn, code, args, schema FROM keeps")}
+    out: set[Key] = set()
+    for k in keys:
+        if c.execute("SELECT 1 FROM keeps WHERE fn=? AND code=? AND args=? AND schema=?", tuple(k)).fetchone():
+            out.add(tuple(k))  # type: ignore[arg-type]
+    return out
+
+
+def kept_ids(c: sqlite3.Connection, ids: Sequence[int]) -> set[int]:
+    """Which of the evaluations ``ids`` are kept."""
+    if not ids or not _has(c, "keeps"):
+        return set()
+    out: set[int] = set()
+    for i in range(0, len(ids), 500):
+        part = [int(x) for x in ids[i:i + 500]]
+        out.update(r[0] for r in c.execute(
+            f"SELECT e.id FROM evaluations e WHERE e.id IN ({','.join('?' * len(part))}) AND {KEPT_SQL}", part))
+    return out
+
+
+def kept_summary(c: sqlite3.Connection) -> tuple[int, int]:
+    """(rows, bytes) of the kept evaluations (their own sizes; a blob shared with others counted
+    in each): what gc will not drop, for its summary."""
+    if not _has(c, "keeps"):
+        return 0, 0
+    n, size = c.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM evaluations e WHERE {KEPT_SQL}").fetchone()
+    return int(n), int(size)
+
+
+def mark_local_only(c: sqlite3.Connection, fn: str) -> None:
+    """Record that ``fn`` is ``@memo(team=False)`` (caller's write transaction)."""
+    c.execute("INSERT OR REPLACE INTO local_only(fn, time) VALUES (?, ?)", (fn, time.time()))
+
+
+def unmark_local_only(c: sqlite3.Connection, fn: str) -> None:
+    c.execute("DELETE FROM local_only WHERE fn=?", (fn,))
+
+
+def local_only_functions(c: sqlite3.Connection) -> set[str]:
+    """Every function kept off the team store: those of this process and those the index records."""
+    out = set(LOCAL_ONLY)
+    if _has(c, "local_only"):
+        out.update(r[0] for r in c.execute("SELECT fn FROM local_only"))
+    return out
+
+
+def is_local_only(fn: str, index: Any = None) -> bool:
+    """Is ``fn`` kept off the team store (this process's functions; with ``index``, also those
+    its ``local_only`` table records)."""
+    if fn in LOCAL_ONLY:
+        return True
+    if index is None:
+        return False
+    c = index.conn()
+    return _has(c, "local_only") and c.execute("SELECT 1 FROM local_only WHERE fn=?", (fn,)).fetchone() is not None
+
+
+def declare(symbol: str, team: bool) -> None:
+    """A memoized function ``symbol`` defined in this process with ``@memo(team=team)``."""
+    if team:
+        LOCAL_ONLY.discard(symbol)
+    else:
+        LOCAL_ONLY.add(symbol)
+
+
+_recorded: set[tuple[str, str]] = set()  # (index path, fn): local_only written by this process
+
+
+def after_save(store: Any, key: Key, keep: bool, team: bool) -> None:
+    """What a memoized call of ``key`` stored adds to the index: its keep mark
+    (``@memo(keep=True)``), and the record that its function is kept off the team store
+    (``@memo(team=False)``, written once per process and index). Best effort: a store that
+    cannot be written now leaves the mark to ``memolab keep`` (logged at DEBUG)."""
+    index = getattr(store, "index", None)
+    write = getattr(index, "write", None)
+    if write is None or (not keep and team):
+        return
+    tag = (str(getattr(store, "root", "")), key[0])
+    if not keep and tag in _recorded:
+        return
+    try:
+        with write() as c:
+            if not isinstance(c, sqlite3.Connection):
+                return  # an index of another database (team.pg): the local store records marks
+            if keep:
+                keep_keys(c, [key], source="memo")
+            if not team:
+                mark_local_only(c, key[0])
+        if not team:
+            _recorded.add(tag)
+    except (sqlite3.Error, OSError) as e:
+        import logging
+
+        logging.getLogger("memolab").debug("marks of %s not written: %r", key[0], e)
+
+
+def snapshot_refs(c: sqlite3.Connection) -> set[str]:
+    """The blobs the snapshots recorded in the index hold (``snapshots.py``): gc keeps them."""
+    if not _has(c, "snapshot_blobs"):
+        return set()
+    return {d for (d,) in c.execute("SELECT DISTINCT digest FROM snapshot_blobs")}
