@@ -120,8 +120,10 @@ def test_gc_remote_max_size_drops_least_recently_used_team_wide(team, tmp_path, 
     dsn, bucket = team
     a = _machine(tmp_path / "a", dsn, bucket)
     for i in (1, 2, 3):
+        # A team row's ``finished`` is the team index's clock when it arrives (a machine's may be
+        # off), and one drain's uploads arrive in no set order: one drain each makes f(1) < f(2) < f(3)
         f(i)
-    a.journal.drain()
+        a.journal.drain()
     a.forget()
     f(1)  # the oldest computation is the most recently used
     a.flush_hits()
