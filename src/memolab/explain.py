@@ -166,7 +166,10 @@ def _against(store: Store, ex: Explanation, old: dict[str, Any] | None, key: Key
     differs from the stored evaluation ``old``; ``source(symbol)``: the code's text now, for diffs."""
     fn, code, _args, schema = key
     if old is None:
-        ex.reasons.append("no stored evaluation of this function yet")
+        from .samecode import note
+
+        same = note(store, key, deps)  # the same code stored under another module's name
+        ex.reasons.append("no stored evaluation of this function yet" + (f"; {same}" if same else ""))
         return
     ex.evaluation = old["id"]
     snap = json.loads(old["snapshot"] or "{}")

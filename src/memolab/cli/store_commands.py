@@ -37,6 +37,7 @@ from .common import (
     plural,
     positive_int,
     removed_line,
+    label_of,
     resolve_function,
     snapshot_of,
     table,
@@ -268,7 +269,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"fn": fn, "miss": None})
         else:
-            print(f"{fn}: no miss recorded")
+            print(f"{label_of(store, fn)}: no miss recorded")
         return OK
     t = miss.pop("time")
     ex = Explanation.from_dict(miss)
@@ -315,7 +316,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if args.downstream and not args.func:
         raise CliError(USAGE, "clear --downstream needs a function: what is built on everything is everything")
     store = open_store(args, write=not args.dry_run)  # a dry run reads: an older store is not migrated
-    fn = resolve_function(store, args.func) if args.func else None
+    fn = resolve_function(store, args.func, whole=True) if args.func else None
     what = fn or f"every function in {store.root}"
     down = _downstream_plan(store, fn, args.json) if args.downstream and fn else []
     if args.dry_run:
