@@ -2,8 +2,8 @@
 memory, on the ``memolab`` logger (docs/logging.md, "What memolab says").
 
     memolab: train(lr=0.1, epochs=30) miss — code of Net.forward changed (memolab why train)
-    memolab: train stored 1.2 GiB in 1.7 s (computed in 31 s)
-    memolab: embed(corpus='wiki') loaded 2.0 GiB from the store in 1.3 s (evaluation #12)
+    memolab: train stored 1.3 GB in 1.7 s (computed in 31 s)
+    memolab: embed(corpus='wiki') loaded 2.1 GB from the store in 1.3 s (evaluation #12)
 
 Levels (``MEMOLAB_VERBOSE``, ``configure(verbose=...)``, ``@memo(verbose=...)``):
 

@@ -6,12 +6,15 @@ says so, instead of "no stored evaluation of this function yet" alone."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sqlite3
 from typing import Any
 
-log = logging.getLogger(__name__)
+
+def _debug(msg: str, e: BaseException) -> None:
+    import logging  # only here: a miss at verbosity 0 imports no logging (tests/test_report.py)
+
+    logging.getLogger(__name__).debug(msg, e)
 
 
 def _renamed(deps: dict[str, str], old_mod: str, new_mod: str) -> dict[str, str]:
@@ -31,7 +34,7 @@ def _shown(c: Any, fn: str, eval_id: int) -> str:
     try:
         r = c.execute("SELECT script FROM runs WHERE eval_id=? AND script IS NOT NULL LIMIT 1", (eval_id,)).fetchone()
     except sqlite3.Error as e:  # an index without log tables: the symbol alone
-        log.debug("samecode: no runs table: %s", e)
+        _debug("samecode: no runs table: %s", e)
         r = None
     return f"`{os.path.basename(r[0])}` (`{fn}`, " if r else f"a script (`{fn}`, "
 
@@ -64,5 +67,5 @@ def note(store: Any, key: Any, deps: dict[str, str] | None) -> str | None:
                     "(docs/cache-rules.md#a-script-and-its-import: import it from a module in both places to share "
                     "results)")
     except (sqlite3.Error, ValueError, TypeError) as e:  # a note, never in the way of the miss
-        log.debug("samecode: %s", e)
+        _debug("samecode: %s", e)
     return None

@@ -7,7 +7,6 @@ this module, never the dispatcher in ``cli/__init__``: the dispatcher imports th
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import re
@@ -18,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..progress import Bar
-from ..text import human_seconds
+from ..text import (
+    human_age as human_age,  # re-exported: the one age formatter
+    human_bytes,
+    human_seconds,
+)
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
@@ -64,31 +67,12 @@ def parse_age(text: str) -> float:
 
 
 def human_size(n: float | None) -> str:
-    n = float(n or 0)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+    """``text.human_bytes``: one unit system in every face."""
+    return human_bytes(n)
 
 
 def human_duration(s: float | None) -> str:
     return "-" if s is None else human_seconds(s)
-
-
-def human_age(t: float | None, now: float | None = None) -> str:
-    if not t:
-        return "-"
-    d = (now or time.time()) - t
-    if d < 60:
-        return "just now"
-    if d < 3600:
-        return f"{int(d // 60)} min ago"
-    if d < 86400:
-        return f"{int(d // 3600)} h ago"
-    if d < 30 * 86400:
-        return f"{int(d // 86400)} d ago"
-    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d")
 
 
 def terminal_width(wide: bool = False) -> int | None:
