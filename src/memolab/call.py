@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, report, upstream
-from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
+from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable, user_stacklevel
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, runtime_info, signing
 from .summary import summarize, typed
@@ -241,14 +241,14 @@ class Call:
             # The result's own code refused to rebuild it: not damage, and the same
             # value stored again would be refused again (see ``_unloadable``).
             warnings.warn(f"{self.memo.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
-                          MemolabWarning, stacklevel=6)
+                          MemolabWarning, stacklevel=user_stacklevel())
             store.mark_corrupt(key, row, e.reason, status="unloadable")
             return False, None
         except (ValueError, TypeError, KeyError, IndexError) as e:
             # An index row that does not decode (damaged JSON or sizes): a miss
             # whose recomputation replaces the row, never an error out of the call.
             warnings.warn(f"{self.memo.symbol}: stored result #{row.get('id')} cannot be used (damaged index row: "
-                          f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=6)
+                          f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=user_stacklevel())
             store.mark_corrupt(key, row, f"damaged index row: {e}")
             return False, None
         except StoreMiss as e:
@@ -257,7 +257,7 @@ class Call:
                 # its blobs) while we read it: nothing is damaged, read again.
                 return False, None
             warnings.warn(f"{self.memo.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
-                          MemolabWarning, stacklevel=6)
+                          MemolabWarning, stacklevel=user_stacklevel())
             store.mark_corrupt(key, row, e.reason)
             return False, None
         seconds = time.perf_counter() - t0
@@ -303,7 +303,7 @@ class Call:
         # Once per store and problem: a loop of calls must not drown in warnings.
         from .store.health import warn_unusable
 
-        warn_unusable(self.memo.symbol, e, stacklevel=7)
+        warn_unusable(self.memo.symbol, e, stacklevel=user_stacklevel())
 
     # -- missing -------------------------------------------------------------------------
     def lease_free(self) -> bool:
@@ -423,7 +423,7 @@ class Call:
             # A file argument was rewritten between keying and reading: the result
             # belongs to neither content, so it is returned but not stored.
             warnings.warn(f"{self.memo.symbol}: a memolab.File/Dir argument changed while the function ran; the "
-                          "result is returned but not stored", MemolabWarning, stacklevel=6)
+                          "result is returned but not stored", MemolabWarning, stacklevel=user_stacklevel())
             store.release(key, owner)
             runs.end(run, "done", None)
             return
@@ -463,7 +463,7 @@ class Call:
             return False  # cannot even be pickled: ``_save`` says why
         warnings.warn(f"{self.memo.symbol}: result not stored: the same result stored before could not be rebuilt "
                       f"({why}), so it is computed on every call. Make its class load again (or return plain data).",
-                      MemolabWarning, stacklevel=7)
+                      MemolabWarning, stacklevel=user_stacklevel())
         return True
 
     def _same_files(self) -> bool:
@@ -532,7 +532,7 @@ class Call:
             where = f" at {path}" if path else ""
             if config.settings().warn_unstorable:
                 warnings.warn(f"{memo.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
-                              "but the next call will recompute it.", MemolabWarning, stacklevel=7)
+                              "but the next call will recompute it.", MemolabWarning, stacklevel=user_stacklevel())
             return None
         store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
         _quietly(report.stored, self, eval_id, saving, self.computed, self.announced)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .hints import rng_reason
 from .store import edges as store_edges
 from .text import mask_args
 
@@ -298,7 +299,7 @@ def _arg_reasons(old: dict[str, list[str]], new: dict[str, list[str]], told: fro
             out.append(f"argument {name} no longer passed (was {a[1]})")
         elif a[0] != b[0]:
             if a[1] != b[1]:
-                out.append(f"new arguments: {name} {a[1]} -> {b[1]}")
+                out.append(rng_reason(name, a[1], b[1]) or f"new arguments: {name} {a[1]} -> {b[1]}")
             else:
                 out.append(f"new arguments: {name} changed (same repr {b[1]}, different content)")
     return out or ([] if told else ["new arguments"])

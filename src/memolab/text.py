@@ -161,3 +161,11 @@ def human_age(t: float | None, now: float | None = None, empty: str = "-") -> st
     if d < 30 * 86400:
         return f"{int(d // 86400)} d ago"
     return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d")
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """`` (did you mean ignore?)`` for a misspelt ``word`` among ``choices``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
