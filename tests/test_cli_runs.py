@@ -112,7 +112,7 @@ def test_show_takes_run_ids_and_lists_logged_tags(store):
     doc = json.loads(memolab(store, "runs", "train", "--json").stdout)
     failed = doc["runs"][0]["id"]
     out = memolab(store, "show", str(failed)).stdout
-    assert out.startswith(f"run {failed}  __main__:train  lr=5.0")
+    assert out.startswith(f"run {failed}  job.py:train  lr=5.0")
     assert "failed (ValueError: diverged)" in out and re.search(r"\n  evaluation +none stored\n", out)
     assert "cfg.optim.lr = 5.0" in out and "train/loss = 1" in out and "texts: notes" in out
     assert 'raise ValueError("diverged")' in out and "training with 5.0" in out  # traceback and output

@@ -387,6 +387,8 @@ class Call:
         self.store.release(self.key, owner)
         self._write_pending()
         runs.end(run, "failed", error=error)
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C: one line, where its logs are
+            _quietly(report.interrupted, self, self.computed, run[0].id if run else None)
 
     def release(self, owner: str) -> None:
         """Give back a lease the call may hold (it ends without settling it: an exception, a

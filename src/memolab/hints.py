@@ -14,7 +14,8 @@ def rng_reason(name: str, old: str, new: str) -> str | None:
         return None
     gen = name[len("<global rng "):-1]
     seed = _SEED.get(gen, f"seed {gen}")
-    return (f"the global random generator {gen} was in another state: seed it before the call ({seed}) to reuse "
-            "results, or @memo(global_rng=False) if any draws will do (global generators then stay out of the key). "
-            f"The body draws from it, so its state is part of the key: {old} -> {new} "
+    return (f"the global random generator {gen} was in another state than at the stored call: seed it the same way "
+            f"before the call ({seed}) to reuse results, or @memo(global_rng=False) if any draws will do (global "
+            "generators then stay out of the key). "
+            f"The body draws from it, so its state is part of the key: {name} {old} -> {new} "
             "(docs/cache-rules.md, 'Global random generators')")

@@ -41,7 +41,7 @@ from typing import Any
 from . import config
 from .text import human_bytes, human_seconds
 
-__all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "LOGGER_NAME"]
+__all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "interrupted", "LOGGER_NAME"]
 
 #: seconds from which a computation, a store or a load counts as taking time (level 1)
 SLOW = 1.0
@@ -206,6 +206,15 @@ def stored(call: Any, eval_id: int | None, seconds: float, computed: float | Non
     took = f" (computed in {human_seconds(computed)})" if computed is not None else ""
     what = human_bytes(size) if size is not None else "its result"
     _say(f"{_name(call.memo.symbol)} stored {what} in {human_seconds(seconds)}{took}")
+
+
+def interrupted(call: Any, seconds: float | None, run_id: int | None) -> None:
+    """Ctrl-C during a miss: one line saying how long it had run and where its logs are."""
+    if level(call.memo) == 0:
+        return
+    took = f" after {human_seconds(seconds)}" if seconds is not None else ""
+    logs = f"; its logs are kept (memolab show {run_id})" if run_id is not None else ""
+    _say(f"{_name(call.memo.symbol)} interrupted{took}{logs}")
 
 
 def loaded(call: Any, row: dict[str, Any], seconds: float) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store import edges
+from ..tracking.resolve import evaluation_label
 from . import ids
 from .common import (
     OK,
@@ -175,7 +176,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         versions = json.loads(e["versions"] or "{}")
     except ValueError:
         versions = {}
-    print(f"evaluation #{e['id']}  {e['fn']}")
+    print(f"evaluation #{e['id']}  {evaluation_label(store.index, e['fn'], e['id'])}")
     info = [
         ("status", e["status"] + (f" ({e['reason']})" if e.get("reason") else "")),
         ("finished", f"{_dt.datetime.fromtimestamp(e['finished']):%Y-%m-%d %H:%M:%S} ({human_age(e['finished'])})"
@@ -272,6 +273,7 @@ def cmd_why(args: argparse.Namespace) -> int:
             print(f"{label_of(store, fn)}: no miss recorded")
         return OK
     t = miss.pop("time")
+    script = miss.get("script") if isinstance(miss.get("script"), str) else None
     ex = Explanation.from_dict(miss)
     from ..acceptance import as_json, covering
 
@@ -281,6 +283,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}, "accepts": [as_json(a) for a in accepts]})
         return OK
     print(f"last miss {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S}):")
+    ex.fn = label_of(store, fn, script)  # printed as `ls` prints it (a.py:train)
     print(str(ex))
     if accepts:
         from ..store.accepts import summary
@@ -429,7 +432,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     stale = retention.stale_runs(store.index, args.older_than) if args.older_than is not None else []
     if not args.json:
         if drop:
-            rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
+            rows = [(e["id"], evaluation_label(store.index, e["fn"], e["id"]),
+                     human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
                     for e in drop[:30]]
             print(table(["ID", "FUNCTION", "LAST USED", "SIZE"], rows, right=(0, 3)))
             if len(drop) > 30:

@@ -16,7 +16,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any
 
-from . import query
+from . import names, query
 
 
 class FunctionNotFound(LookupError):
@@ -119,7 +119,18 @@ def label_of(index: Any, fn: str, script: str | None = None) -> str:
     the only script that ran it) says which, else its symbol."""
     if not fn.startswith("__main__:"):
         return fn
-    mine = [e for e in query.function_entries(index) if e["fn"] == fn and e["script"]]
-    if script is not None:
-        mine = [e for e in mine if e["script"] == script]
-    return str(mine[0]["label"]) if len(mine) == 1 else fn
+    c = query.ready(index)
+    paths = [p for (p,) in c.execute("SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL", (fn,))]
+    if script is None and len(paths) == 1:
+        script = paths[0]
+    label = names.script_labels(paths).get(script) if script is not None else None
+    return names.function_label(fn, label) if label else fn
+
+
+def evaluation_label(index: Any, fn: str, eval_id: int) -> str:
+    """How the function of evaluation ``eval_id`` is printed (``a.py:train``: the script that stored it)."""
+    if not fn.startswith("__main__:"):
+        return fn
+    r = query.ready(index).execute("SELECT script FROM runs WHERE eval_id=? AND script IS NOT NULL LIMIT 1",
+                                   (eval_id,)).fetchone()
+    return label_of(index, fn, r[0] if r else None)
