@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +72,110 @@ def test_every_printed_name_is_accepted_back(project):
     why = memolab(project, "why", "sweep:train").stdout
     assert ("no stored evaluation of this function yet; the same code ran as `sweep.py` (`__main__:train`, "
             "1 result); as `sweep:train` it is another function") in why, why
+
+
+# -- §3: misses and errors that say what to do -----------------------------------------------------
+def test_an_unhashable_argument_names_its_remedies_at_the_callers_line(tmp_store):
+    import threading
+    import traceback
+
+    import memolab
+    from memolab.errors import HashError
+
+    @memolab.memo
+    def f(x):
+        return 1
+
+    with pytest.raises(HashError) as info:
+        f(threading.Lock())
+    text = str(info.value)
+    assert text.startswith("args['x']: cannot hash a lock\n"), text
+    assert "@memo(ignore=['x'])" in text and "memolab.register_opaque(_thread.lock)" in text, text
+    frames = traceback.extract_tb(info.value.__traceback__)
+    inside = [fr for fr in frames if f"{os.sep}memolab{os.sep}" in fr.filename]
+    assert len(inside) == 1 and inside[0].name == "__call__", frames  # the memoized function's frame alone
+    assert frames[0].filename == __file__
+    internal = traceback.extract_tb(info.value.internal_traceback)  # memolab's frames, kept for debugging
+    assert any(fr.name == "hash_arguments" for fr in internal), internal
+    # a second memoized call around it: the user's body frames are not trimmed away
+    @memolab.memo
+    def outer(n):
+        return f(threading.Lock())
+
+    with pytest.raises(HashError) as info:
+        outer(1)
+    names = [fr.name for fr in traceback.extract_tb(info.value.__traceback__)]
+    assert names[-2:] == ["outer", "__call__"], names  # the body's line, then the inner call's frame alone
+
+
+def test_an_unpicklable_result_warns_at_the_callers_line(tmp_store):
+    import threading
+    import warnings
+
+    import memolab
+
+    @memolab.memo
+    def lock(n):
+        return threading.Lock()
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        lock(1)
+    (w,) = [w for w in seen if "result not stored" in str(w.message)]
+    assert (w.filename, w.lineno) == (__file__, line), (w.filename, w.lineno)
+
+
+def test_a_misspelt_option_is_named():
+    import memolab
+
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'ignor' \(did you mean ignore\?\)"):
+        memolab.memo(ignor=["x"])
+    with pytest.raises(TypeError, match="did you mean global_rng"):
+        memolab.memo(lambda: 1, global_rgn=False)
+
+
+def test_an_unseeded_generator_miss_says_what_to_do(tmp_store):
+    import random
+
+    import memolab
+
+    @memolab.memo
+    def init(n):
+        return [random.random() for _ in range(n)]
+
+    init(2)
+    text = str(init.explain(2))
+    assert "the global random generator random was in another state" in text, text
+    assert "random.seed(0)" in text and "@memo(global_rng=False)" in text, text
+
+
+def test_ctrl_c_during_a_miss_says_one_line_with_its_logs(tmp_store, caplog):
+    import logging
+
+    import memolab
+
+    @memolab.memo
+    def train(n):
+        memolab.log.scalar("loss", 1.0, step=0)
+        raise KeyboardInterrupt
+
+    with caplog.at_level(logging.INFO, logger="memolab"), pytest.raises(KeyboardInterrupt):
+        train(1)
+    (line,) = [r.getMessage() for r in caplog.records if "interrupted" in r.getMessage()]
+    assert re.fullmatch(r".*train interrupted after [\d.]+ (µs|ms|s); its logs are kept \(memolab show \d+\)", line)
+    (run,) = memolab.runs(train, store=str(tmp_store))
+    assert str(run.id) in line and run.status == "interrupted"
+
+
+def test_one_unit_system_and_one_age_formatter():
+    from memolab import text
+    from memolab.cli import common
+
+    assert text.human_bytes(1_300_000_000) == common.human_size(1_300_000_000) == "1.3 GB"
+    assert text.human_bytes(12010) == "12.0 KB" and text.human_bytes(999) == "999 B"
+    assert common.human_age is text.human_age
+    js = (Path(SRC) / "memolab" / "ui" / "static" / "app.js").read_text()
+    assert "function fmtBytes" in js and '"KB", "MB", "GB"' in js  # the page's mirror of human_bytes
+    page = (Path(SRC) / "memolab" / "ui" / "static" / "runpage.js").read_text()
+    assert " bytes`" not in page and "fmtBytes(d.size)" in page
