@@ -41,10 +41,11 @@ class HashError(MemolabError, TypeError):
         tname = f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__
         hint = [f"if {name!r} cannot change the result, leave it out of the key: @memo(ignore=[{name!r}])"] if name \
             else []
-        if self.obj is not None:
+        if self.obj is not None and ";" not in self.reason:  # a reason with its own advice (a live handle) keeps it
             hint.append(f"if no {tname} can change a result (a logger, a client, a lock), "
                         f"memolab.register_opaque({tname}) leaves every one out of keys")
-        hint.append("else pass what it is made from (docs/cache-rules.md, 'Arguments')")
+        if ";" not in self.reason:
+            hint.append("else pass what it is made from (docs/cache-rules.md, 'Arguments')")
         self.args = (self._message() + "\n  " + ";\n  ".join(hint),)
         self.hinted, self.trim = True, True
         return self
