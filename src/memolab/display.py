@@ -148,7 +148,7 @@ def explanation(ex: Any) -> str:
         diffs.append(f"<div><b>{_e(sym)}</b><pre style=\"font-size:12px;padding:4px;border:1px solid #eee\">"
                      f"{''.join(lines)}</pre></div>")
     ev = f" (evaluation #{_e(ex.evaluation)})" if ex.evaluation is not None else ""
-    return (f'<div class="memolab-explain"><b>{_e(ex.fn)}</b>: {verdict}{ev}<ul>{reasons}</ul>'
+    return (f'<div class="memolab-explain"><b>{_e(ex.shown or ex.fn)}</b>: {verdict}{ev}<ul>{reasons}</ul>'
             f'{"".join(diffs)}</div>')
 
 

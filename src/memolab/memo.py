@@ -20,7 +20,7 @@ from . import codegraph, config, distributed, expiry, files, hashing
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
 from .codegraph.where import unwrap
 from .errors import HashError, trimmed
-from .explain import Explanation, explain_key
+from .explain import Explanation, explain_key, shown_here
 from .implicit import parts as implicit_parts
 from .lifecycle import drive_async, drive_sync, lifecycle
 from .store import Key, Store, get_store
@@ -303,7 +303,7 @@ class MemoFunction:
 
             found = explain_found(call, row)
             if found is not None:
-                return found
+                return shown_here(found)
         return explain_key(store, call.key, call.call_snapshot(), cv, inputs=call.inputs())
 
     def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> dict[str, Any]:
