@@ -93,6 +93,10 @@ def resolve(index: Any, name: str, who: str = "memolab") -> Resolved:
     matches = [e for e in entries if _suffix_of(e, name)]
     if len(matches) == 1:
         return matches[0]
+    if len({e.fn for e in matches}) == 1 and len({e.script for e in matches if e.script}) <= 1:
+        # one script's share and evaluations no run of a known script made (an older store): one
+        # function, the whole symbol; two scripts' shares stay ambiguous
+        return Resolved(matches[0].fn, None, matches[0].fn)
     labels = sorted(e.label for e in entries)
     if not matches:
         raise FunctionNotFound(f"{who}: no function matches {name!r} in {index.path.parent}" + _suggest(name, labels))
