@@ -50,9 +50,23 @@ def test_every_printed_name_is_accepted_back(project):
     assert {"sweep.py:train", "other.py:train", "pkg.prep:load", "sweep:train"} <= set(names), names
     import memolab as ml
 
-    for name in names + ["__main__:train", "load", "prep:load"]:
-        for cmd in (("why", name), ("ls", name), ("runs", name, "--all")):
-            memolab(project, *cmd)
+    every = names + ["__main__:train", "load", "prep:load", "pkg.prep.load"]
+    # every command in one process (the CLI's own entry point): each must exit 0
+    project.write("roundtrip.py", f"""
+        import contextlib, io, json, sys
+        from memolab.cli import main
+        codes = {{}}
+        for name in {every!r}:
+            for cmd in (["why", name], ["ls", name], ["runs", name, "--all"], ["clear", name, "--dry-run"]):
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
+                    codes[" ".join(cmd)] = [main(cmd), err.getvalue()]
+        print(json.dumps(codes))
+    """)
+    codes = project.run_json("roundtrip.py")
+    refused = {c: v for c, v in codes.items() if v[0] != 0 and not c.startswith("clear sweep.py:train")
+               and not c.startswith("clear other.py:train")}
+    assert not refused, refused
+    for name in every:
         assert len(ml.runs(name, store=str(project.store))) >= 1, name
     # one script's share of a symbol two scripts ran: clear acts on whole symbols only, and says so
     cp = memolab(project, "clear", "sweep.py:train", "--dry-run", check=False)

@@ -6,7 +6,8 @@ share the symbol ``__main__:train``). Every form memolab ever printed is taken b
 
 - a label ``a.py:train`` (or more of the script's path, ``exp1/a.py:train``): that script's share;
 - a full symbol ``pkg.mod:train`` or ``__main__:train``: the whole symbol (every script's share);
-- a suffix ``train``, ``mod:train``, ``mod.train``: the one label it names; several -> ambiguous,
+- a suffix ``train``, ``mod:train``, ``mod.train`` (``pkg.mod.train`` as Python names it): the one
+  label it names; several -> ambiguous,
   the candidates listed as they are printed;
 - ``run.py``: the process runs of ``run.py`` (``<process:run.py>``).
 """
@@ -77,6 +78,10 @@ def resolve(index: Any, name: str, who: str = "memolab") -> Resolved:
         if e.label == name:
             return e
     symbols = {e.fn for e in entries}
+    if ":" not in name and "." in name:  # pkg.prep.load, as Python names it: pkg.prep:load
+        dotted = name.rpartition(".")
+        if f"{dotted[0]}:{dotted[2]}" in symbols:
+            name = f"{dotted[0]}:{dotted[2]}"
     if name in symbols:  # a full symbol: the whole of it, whichever scripts ran it
         scripts = [e for e in entries if e.fn == name]
         return scripts[0] if len(scripts) == 1 else Resolved(name, None, name)
