@@ -44,17 +44,17 @@ def test_the_default_says_a_first_miss_why_and_its_store_and_nothing_on_a_hit(pr
     lines = said(cp)
     assert len(lines) == 2, cp.stderr
     assert lines[0] == ("memolab: train(lr=0.1, epochs=3, api_key=<masked>) miss — no stored evaluation of this "
-                        "function yet (memolab why train)")
+                        "function yet (memolab why job.py:train)")
     assert re.fullmatch(r"memolab: train stored \d+ B in [\d.]+ (µs|ms|s) \(computed in [\d.]+ (µs|ms|s)\)", lines[1])
     assert "sk-very-secret" not in cp.stderr
     assert said(project.run("job.py", "0.1", "0.2")) == []  # hits from the store: quiet
     project.write("job.py", TRAIN.replace("return x * 2", "return x * 3"))
     lines = said(project.run("job.py", "0.1"))
     assert lines[0] == ("memolab: train(lr=0.1, epochs=3, api_key=<masked>) miss — code of Net.forward changed "
-                        "(memolab why train)"), lines
+                        "(memolab why job.py:train)"), lines
     lines = said(project.run("job.py", "0.4"))
     assert lines[0] == ("memolab: train(lr=0.4, epochs=3, api_key=<masked>) miss — new arguments: lr 0.1 -> 0.4 "
-                        "(memolab why train)"), lines
+                        "(memolab why job.py:train)"), lines
 
 
 def test_a_slow_function_says_every_miss(project):
@@ -77,7 +77,7 @@ def test_a_slow_function_says_every_miss(project):
     misses = [ln for ln in lines if " miss — " in ln]
     assert [ln.split(" miss — ")[0] for ln in misses] == ["memolab: slow(x=1)", "memolab: slow(x=2)",
                                                             "memolab: slow(x=3)"], lines
-    assert misses[1].endswith("miss — new arguments: x 1 -> 2 (memolab why slow)"), misses
+    assert misses[1].endswith("miss — new arguments: x 1 -> 2 (memolab why slow.py:slow)"), misses
     assert len([ln for ln in lines if ln.startswith("memolab: slow stored ")]) == 3
 
 
@@ -138,7 +138,7 @@ def test_fresh_says_it_recomputes(project):
         f.fresh(1)
     """)
     lines = said(project.run("fresh.py", env={"MEMOLAB_VERBOSE": "2"}))
-    assert "memolab: f(x=1) recomputed — fresh() asked for it (memolab why f)" in lines, lines
+    assert "memolab: f(x=1) recomputed — fresh() asked for it (memolab why fresh.py:f)" in lines, lines
 
 
 def test_ranks_other_than_0_are_quiet_unless_asked(project):

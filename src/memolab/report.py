@@ -108,7 +108,17 @@ def _name(symbol: str) -> str:
 
 
 def _short(symbol: str) -> str:
-    """What ``memolab why`` takes for ``symbol``: its last name."""
+    """What ``memolab why`` takes for ``symbol``: its last name; for a script's function the name
+    ``memolab ls`` prints (``sweep.py:train``), which stays unambiguous when a second script or an
+    import of this one defines ``train`` too."""
+    if symbol.startswith("__main__:"):
+        from .store.process import script_path
+
+        script = script_path()
+        if script:
+            import os
+
+            return f"{os.path.basename(script)}:{_name(symbol)}"
     return _name(symbol).split(".")[-1]
 
 

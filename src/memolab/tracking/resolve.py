@@ -86,7 +86,7 @@ def resolve(index: Any, name: str, who: str = "memolab") -> Resolved:
         scripts = [e for e in entries if e.fn == name]
         return scripts[0] if len(scripts) == 1 else Resolved(name, None, name)
     head, sep, tail = name.rpartition(":")
-    if sep and head.endswith(".py") and not head.startswith("<"):  # more of a script's path than printed
+    if sep and head.endswith((".py", ".ipynb")) and not head.startswith("<"):  # more of a script's path than printed
         found = [e for e in entries if e.script and e.fn == f"__main__:{tail}"
                  and (e.script == head or e.script.endswith("/" + head.lstrip("./")))]
         if len(found) == 1:
