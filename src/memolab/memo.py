@@ -216,7 +216,9 @@ class MemoFunction:
         try:
             return self._call(args, kwargs, False)
         except HashError as e:  # an argument memolab cannot key: the error at the caller's line
-            raise trimmed(e) from e.__cause__
+            if not getattr(e, "trim", False):
+                raise  # raised by the body (an inner call's, already trimmed): untouched
+            raise trimmed(e) from None
 
     def fresh(self, *args: Any, **kwargs: Any) -> Any:
         """Recompute this call and overwrite what is stored."""
@@ -225,7 +227,9 @@ class MemoFunction:
         try:
             return self._call(args, kwargs, True)
         except HashError as e:
-            raise trimmed(e) from e.__cause__
+            if not getattr(e, "trim", False):
+                raise
+            raise trimmed(e) from None
 
     # The decision logic of a call past this process's memory is ``lifecycle.lifecycle``, one
     # generator for both: the sync call drives it in this thread, the async one in its task.
