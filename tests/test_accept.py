@@ -143,7 +143,7 @@ def test_what_an_accept_records_and_where_it_is_shown(project):
     assert value(project) == first
     # the hit through the accept is explained as such
     out = project.run_json("job.py", "3", env={"EXPLAIN": "1", "MEMOLAB_HMAC_KEY": ""})
-    assert out.startswith("__main__:train: hit") and "accept #1" in out
+    assert out.startswith("job.py:train: hit") and "accept #1" in out
 
     memolab(project, "accept", "train", "--undo")
     listed = json.loads(memolab(project, "accept", "train", "--list", "--all", "--json").stdout)["accepts"]

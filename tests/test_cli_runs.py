@@ -112,7 +112,7 @@ def test_show_takes_run_ids_and_lists_logged_tags(store):
     doc = json.loads(memolab(store, "runs", "train", "--json").stdout)
     failed = doc["runs"][0]["id"]
     out = memolab(store, "show", str(failed)).stdout
-    assert out.startswith(f"run {failed}  __main__:train  lr=5.0")
+    assert out.startswith(f"run {failed}  job.py:train  lr=5.0")
     assert "failed (ValueError: diverged)" in out and re.search(r"\n  evaluation +none stored\n", out)
     assert "cfg.optim.lr = 5.0" in out and "train/loss = 1" in out and "texts: notes" in out
     assert 'raise ValueError("diverged")' in out and "training with 5.0" in out  # traceback and output
@@ -166,15 +166,15 @@ def test_two_scripts_defining_train_are_told_apart(project):
     project.write("b.py", "from memolab import memo\n@memo\ndef train(n):\n    return n * 2\ntrain(1)\n")
     project.run("a.py")
     project.run("b.py")
-    out = memolab(project, "runs", "train").stdout
+    out = memolab(project, "runs", "__main__:train").stdout  # the whole symbol; `train` alone is ambiguous
     assert "a.py:train" in out and "b.py:train" in out
-    why = memolab(project, "why", "train").stdout
+    why = memolab(project, "why", "__main__:train").stdout
     assert "no evaluation of `train` from b.py is stored yet" in why and f"came from {project.root / 'a.py'}" in why
     assert "changed" not in why and "diff" not in why, why
     # an edit of a.py is compared with a.py's evaluation, not with b.py's (newer, same arguments)
     project.write("a.py", "from memolab import memo\n@memo\ndef train(n):\n    return n + 1\ntrain(1)\n")
     project.run("a.py")
-    why = memolab(project, "why", "train").stdout
+    why = memolab(project, "why", "a.py:train").stdout
     assert "`__main__:train` changed" in why and "-    return n\n" in why and "+    return n + 1" in why, why
     assert "n * 2" not in why, why
     # a miss explained when asked (code this process stored, new arguments) is also within its script
@@ -182,9 +182,9 @@ def test_two_scripts_defining_train_are_told_apart(project):
     project.write("d.py", "from memolab import memo\n@memo\ndef train(n):\n    return n - 1\ntrain(1)\ntrain(2)\n")
     project.run("c.py")
     project.run("d.py")
-    miss = json.loads(memolab(project, "why", "train", "--json").stdout)["miss"]
+    miss = json.loads(memolab(project, "why", "d.py:train", "--json").stdout)["miss"]
     assert miss["reasons"] == ["new arguments: n 1 -> 2"], miss
     import memolab as ml
 
-    assert sorted({r.script for r in ml.runs("train", store=str(project.store))}) == [
+    assert sorted({r.script for r in ml.runs("__main__:train", store=str(project.store))}) == [
         str(project.root / f"{s}.py") for s in "abcd"]

@@ -29,7 +29,7 @@ def test_demo_tells_the_pytorch_story(tmp_path):
     out = cp.stdout
     first, second, third = re.findall(r"mse = ([0-9.]+)", out)
     assert first == second != third  # the hit returns the same model; the edited forward trains another
-    assert "__main__:train: hit" in out
+    assert "pipeline.py:train: hit" in out
     assert "`__main__:Net` changed" in out and "-        return self.out(torch.relu(self.hidden(x)))" in out
     assert "load_data + train:" in out and "memolab ui" in out
     # lineage: evaluate missed because its model now comes from another evaluation of train

@@ -108,7 +108,8 @@ def test_hash_error_names_the_path(project):
     """)
     out = project.run("job.py").stdout.strip()
     assert out == ("args['loader'].dataset.gen: cannot hash a live generator (its position is hidden state); "
-                   "pass what creates it instead")
+                   "pass what creates it instead\n"
+                   "  if 'loader' cannot change the result, leave it out of the key: @memo(ignore=['loader'])")
 
 
 SLOW = """

@@ -448,8 +448,8 @@ def test_the_lightning_demo_misses_then_hits_in_a_new_process(project):
     project.write("lightning_demo.py", demo.read_text())
     first = project.run("lightning_demo.py", env=ENV).stdout.splitlines()
     second = project.run("lightning_demo.py", env=ENV).stdout.splitlines()
-    assert first[:2] == ["__main__:fit: miss", "returned module attached to a Trainer: True"]
-    assert second[:2] == ["__main__:fit: hit", "returned module attached to a Trainer: False"]
+    assert first[:2] == ["lightning_demo.py:fit: miss", "returned module attached to a Trainer: True"]
+    assert second[:2] == ["lightning_demo.py:fit: hit", "returned module attached to a Trainer: False"]
     assert first[2:] == second[2:]  # the same module (validated by a Trainer of the script's own), the same curves
     assert first[2].startswith("val/loss = ")
     assert any(ln.strip().startswith("train/loss_step: 24 points") for ln in second)

@@ -102,7 +102,7 @@ def test_a_notebook_in_a_real_kernel(project, kernel_spec, how):
     nb, path = _run(project, kernel_spec, env)
     cells = nb.cells
     # the first miss says why, in the cell's output (its stderr stream)
-    assert "memolab: train(lr=0.1) miss — no stored evaluation of this function yet (memolab why train)" in \
+    assert "memolab: train(lr=0.1) miss — no stored evaluation of this function yet (memolab why sweep.ipynb:train)" in \
         _outputs(cells[0], "stderr")
     table = _outputs(cells[1], "html")
     assert table.startswith("<table") and ">train/loss</th>" in table and ">val/acc</th>" in table

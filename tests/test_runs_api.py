@@ -121,7 +121,7 @@ def test_runs_api_filters_and_pandas(swept):
     assert len(memolab.runs("train", store=st, limit=2)) == 2
     with pytest.raises(ValueError, match="unknown status"):
         memolab.runs(store=st, status="finished")
-    with pytest.raises(LookupError, match="no function 'trian'"):
+    with pytest.raises(LookupError, match="no function matches 'trian'.*did you mean sweep.py:train"):
         memolab.runs("trian", store=st)
     df = memolab.runs("train", status="done", store=st).to_pandas()
     assert {"name", "cfg.optim.lr", "val/acc"} <= set(df.columns) and len(df) == 3

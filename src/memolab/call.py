@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, mutations, reads, report, upstream
-from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable
+from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable, user_stacklevel
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, marks, runtime_info, signing
 from .summary import summarize, typed
@@ -256,14 +256,14 @@ class Call:
             # The result's own code refused to rebuild it: not damage, and the same
             # value stored again would be refused again (see ``_unloadable``).
             warnings.warn(f"{self.memo.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
-                          MemolabWarning, stacklevel=6)
+                          MemolabWarning, stacklevel=user_stacklevel())
             store.mark_corrupt(key, row, e.reason, status="unloadable")
             return False, None
         except (ValueError, TypeError, KeyError, IndexError) as e:
             # An index row that does not decode (damaged JSON or sizes): a miss
             # whose recomputation replaces the row, never an error out of the call.
             warnings.warn(f"{self.memo.symbol}: stored result #{row.get('id')} cannot be used (damaged index row: "
-                          f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=6)
+                          f"{type(e).__name__}: {e}); recomputing", MemolabWarning, stacklevel=user_stacklevel())
             store.mark_corrupt(key, row, f"damaged index row: {e}")
             return False, None
         except StoreMiss as e:
@@ -272,7 +272,7 @@ class Call:
                 # its blobs) while we read it: nothing is damaged, read again.
                 return False, None
             warnings.warn(f"{self.memo.symbol}: stored result #{row['id']} cannot be used ({e.reason}); recomputing",
-                          MemolabWarning, stacklevel=6)
+                          MemolabWarning, stacklevel=user_stacklevel())
             store.mark_corrupt(key, row, e.reason)
             return False, None
         seconds = time.perf_counter() - t0
@@ -323,7 +323,7 @@ class Call:
         # Once per store and problem: a loop of calls must not drown in warnings.
         from .store.health import warn_unusable
 
-        warn_unusable(self.memo.symbol, e, stacklevel=7)
+        warn_unusable(self.memo.symbol, e, stacklevel=user_stacklevel())
 
     # -- missing -------------------------------------------------------------------------
     def lease_free(self) -> bool:
@@ -414,6 +414,8 @@ class Call:
         self.store.release(self.key, owner)
         self._write_pending()
         runs.end(run, "failed", error=error)
+        if isinstance(error, KeyboardInterrupt):  # Ctrl-C: one line, where its logs are
+            _quietly(report.interrupted, self, self.computed, run[0].id if run else None)
 
     def release(self, owner: str) -> None:
         """Give back a lease the call may hold (it ends without settling it: an exception, a
@@ -461,14 +463,14 @@ class Call:
             why = f"memolab cannot put back on a hit what the function did to {path} ({what})"
         if why is not None:
             warnings.warn(f"{self.memo.symbol}: {why}; the result is returned but not stored", MemolabWarning,
-                          stacklevel=7)  # (_finish, done, lifecycle, the driver, _call, __call__: the caller's line)
+                          stacklevel=user_stacklevel())
             store.release(key, owner)
             runs.end(run, "done", None)
             return
         if self.reads[1] is not None:
             # A file it read by path changed while it ran (or it read too many to record)
             warnings.warn(f"{self.memo.symbol}: {self.reads[1]}; the result is returned but not stored",
-                          MemolabWarning, stacklevel=6)
+                          MemolabWarning, stacklevel=user_stacklevel())
             store.release(key, owner)
             runs.end(run, "done", None)
             return
@@ -508,7 +510,7 @@ class Call:
             return False  # cannot even be pickled: ``_save`` says why
         warnings.warn(f"{self.memo.symbol}: result not stored: the same result stored before could not be rebuilt "
                       f"({why}), so it is computed on every call. Make its class load again (or return plain data).",
-                      MemolabWarning, stacklevel=7)
+                      MemolabWarning, stacklevel=user_stacklevel())
         return True
 
     def _save(self, owner: str, value: Any, t0: float, changes: mutations.Changes | None = None) -> int | None:
@@ -577,7 +579,7 @@ class Call:
             where = f" at {path}" if path else ""
             if config.settings().warn_unstorable:
                 warnings.warn(f"{memo.symbol}: result not stored{where}: {reason or e}. The computed value is returned "
-                              "but the next call will recompute it.", MemolabWarning, stacklevel=7)
+                              "but the next call will recompute it.", MemolabWarning, stacklevel=user_stacklevel())
             return None
         store.stored_codes.add((key[0], key[1]))  # this code's later misses can be explained when asked
         marks.after_save(store, key, memo.keep, memo.team)  # @memo(keep=True), @memo(team=False)

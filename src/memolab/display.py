@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import html
 import math
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .text import human_bytes, human_seconds
+from .text import human_age, human_bytes, human_seconds
 
 __all__ = ["runs_table", "run_card", "explanation", "evaluation", "evaluations_table", "sparkline"]
 
@@ -40,16 +39,7 @@ def _num(v: Any) -> str:
 
 
 def _age(t: float | None) -> str:
-    if not t:
-        return "–"
-    d = time.time() - t
-    if d < 60:
-        return "just now"
-    if d < 3600:
-        return f"{int(d // 60)} min ago"
-    if d < 86400:
-        return f"{int(d // 3600)} h ago"
-    return time.strftime("%Y-%m-%d", time.localtime(t))
+    return human_age(t, empty="–")  # the one age formatter (text.human_age)
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:
@@ -158,7 +148,7 @@ def explanation(ex: Any) -> str:
         diffs.append(f"<div><b>{_e(sym)}</b><pre style=\"font-size:12px;padding:4px;border:1px solid #eee\">"
                      f"{''.join(lines)}</pre></div>")
     ev = f" (evaluation #{_e(ex.evaluation)})" if ex.evaluation is not None else ""
-    return (f'<div class="memolab-explain"><b>{_e(ex.fn)}</b>: {verdict}{ev}<ul>{reasons}</ul>'
+    return (f'<div class="memolab-explain"><b>{_e(ex.shown or ex.fn)}</b>: {verdict}{ev}<ul>{reasons}</ul>'
             f'{"".join(diffs)}</div>')
 
 

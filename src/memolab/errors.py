@@ -29,6 +29,29 @@ class HashError(MemolabError, TypeError):
     def _message(self) -> str:
         return f"{self.path}: {self.reason}" if self.path else self.reason
 
+    def for_user(self) -> HashError:
+        """The same error with the remedies in its message, as a call of a memoized function raises it
+        (``@memo(ignore=[...])``, ``memolab.register_opaque``), marked for ``trimmed``: the frames of
+        memolab's hashing are no use to the caller (they stay in ``internal_traceback``)."""
+        import re
+
+        if getattr(self, "hinted", False):
+            return self
+        m = re.match(r"args\['([^']+)'\]", self.path)
+        name = m.group(1) if m else None
+        kind = type(self.obj)
+        tname = f"{kind.__module__}.{kind.__qualname__}" if kind.__module__ != "builtins" else kind.__qualname__
+        hint = [f"if {name!r} cannot change the result, leave it out of the key: @memo(ignore=[{name!r}])"] if name \
+            else []
+        if self.obj is not None and ";" not in self.reason:  # a reason with its own advice (a live handle) keeps it
+            hint.append(f"if no {tname} can change a result (a logger, a client, a lock), "
+                        f"memolab.register_opaque({tname}) leaves every one out of keys")
+        if ";" not in self.reason:
+            hint.append("else pass what it is made from (docs/cache-rules.md, 'Arguments')")
+        self.args = (self._message() + "\n  " + ";\n  ".join(hint),)
+        self.hinted, self.trim = True, True
+        return self
+
     def at(self, prefix: str) -> HashError:
         """Return the same error with ``prefix`` put in front of its path."""
         self.path = prefix + self.path
@@ -116,3 +139,33 @@ def swallowed(what: str) -> None:
             loud(what)
     except Exception:  # a broken handler of the program's: nothing more can be said  # noqa: S110
         pass
+
+
+def trimmed(e: BaseException) -> BaseException:
+    """``e`` to re-raise from the memoized function's own frame (``MemoFunction.__call__``): once,
+    without the frames memolab's keying added (kept as ``e.internal_traceback``; all of them shown at
+    ``MEMOLAB_VERBOSE=2``). An error the user's body raised is never touched."""
+    import os
+
+    if not getattr(e, "trim", False):
+        return e
+    e.trim = False  # type: ignore[attr-defined]  # once: an outer memoized call keeps the frames of the body
+    if os.environ.get("MEMOLAB_VERBOSE", "").strip() == "2":
+        return e
+    e.internal_traceback = e.__traceback__  # type: ignore[attr-defined]
+    return e.with_traceback(None)
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning its caller raises point at the first frame outside memolab
+    (the user's call of a memoized function, or the line of their body that made a nested one), however
+    many of memolab's frames lie between: counted, never a constant that goes stale when a frame is added."""
+    import os
+    import sys
+
+    pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    f = sys._getframe(1)  # the function that calls ``warnings.warn``: stacklevel 1
+    level = 1
+    while f is not None and f.f_code.co_filename.startswith(pkg):
+        f, level = f.f_back, level + 1  # type: ignore[assignment]
+    return level

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import swallowed
+from .hints import rng_reason
 from .store import edges as store_edges
 from .text import mask_args
 
@@ -38,12 +39,14 @@ class Explanation:
     #: evaluation's), ``args``, ``schema``, ``deps`` (this code's dependency digests) and
     #: ``sources`` (this code's text of each changed dependency)
     change: dict[str, Any] | None = None
+    #: the function as ``memolab ls`` prints it (``sweep.py:train``), when it is not ``fn``
+    shown: str | None = None
 
     def __bool__(self) -> bool:
         return self.hit
 
     def __str__(self) -> str:
-        head = f"{self.fn}: {'hit' if self.hit else 'miss'}"
+        head = f"{self.shown or self.fn}: {'hit' if self.hit else 'miss'}"
         lines = [head] + [f"  - {r}" for r in self.reasons]
         for sym, diff in self.diffs.items():
             lines.append(f"  diff of {sym}:")
@@ -105,6 +108,23 @@ def _diff(old: str, new: str, sym: str) -> str:
 
 def explain_key(store: Store, key: Key, args: dict[str, list[str]], cv: CodeVersion, forced: bool = False,
                 missing: bool = False, inputs: list[dict[str, str]] | None = None) -> Explanation:
+    """``explained`` (below), the function named as ``memolab ls`` names it: ``sweep.py:train`` for a
+    function of this process's script (``__main__:train`` in a notebook, which has none)."""
+    return shown_here(explained(store, key, args, cv, forced, missing, inputs))
+
+
+def shown_here(ex: Explanation) -> Explanation:
+    """``ex`` with ``shown`` set for a function of this process's script (``sweep.py:train``)."""
+    script = _own_script(ex.fn)
+    if script is not None:
+        import os
+
+        ex.shown = f"{os.path.basename(script)}:{ex.fn.split(':', 1)[1]}"
+    return ex
+
+
+def explained(store: Store, key: Key, args: dict[str, list[str]], cv: CodeVersion, forced: bool = False,
+              missing: bool = False, inputs: list[dict[str, str]] | None = None) -> Explanation:
     """``missing``: the caller has just looked the key up and found no usable row. ``inputs``: the
     call's input edges (``upstream.input_edges``): an argument now made by another upstream
     evaluation is named, with why that one differs."""
@@ -167,7 +187,10 @@ def _against(store: Store, ex: Explanation, old: dict[str, Any] | None, key: Key
     differs from the stored evaluation ``old``; ``source(symbol)``: the code's text now, for diffs."""
     fn, code, _args, schema = key
     if old is None:
-        ex.reasons.append("no stored evaluation of this function yet")
+        from .samecode import note
+
+        same = note(store, key, deps)  # the same code stored under another module's name
+        ex.reasons.append("no stored evaluation of this function yet" + (f"; {same}" if same else ""))
         return
     ex.evaluation = old["id"]
     snap = json.loads(old["snapshot"] or "{}")
@@ -298,7 +321,7 @@ def _arg_reasons(old: dict[str, list[str]], new: dict[str, list[str]], told: fro
             out.append(f"argument {name} no longer passed (was {a[1]})")
         elif a[0] != b[0]:
             if a[1] != b[1]:
-                out.append(f"new arguments: {name} {a[1]} -> {b[1]}")
+                out.append(rng_reason(name, a[1], b[1]) or f"new arguments: {name} {a[1]} -> {b[1]}")
             else:
                 out.append(f"new arguments: {name} changed (same repr {b[1]}, different content)")
     return out or ([] if told else ["new arguments"])
@@ -436,7 +459,7 @@ def _upstream_moves(store: Store, old: dict[str, Any], new: dict[str, Any], old_
 def miss_record(store: Store, key: Key, args: dict[str, list[str]], cv: CodeVersion, forced: bool = False,
                 inputs: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Why a call missed (the caller found no usable row for ``key``), or was forced."""
-    return explain_key(store, key, args, cv, forced=forced, missing=not forced, inputs=inputs).to_dict()
+    return explained(store, key, args, cv, forced=forced, missing=not forced, inputs=inputs).to_dict()
 
 
 # -- misses explained when asked ----------------------------------------------------------

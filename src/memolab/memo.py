@@ -19,7 +19,8 @@ from typing import Any, TypeVar, cast, overload
 from . import codegraph, config, distributed, expiry, files, hashing, reads
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
 from .codegraph.where import unwrap
-from .explain import Explanation, explain_key
+from .errors import HashError, trimmed
+from .explain import Explanation, explain_key, shown_here
 from .implicit import parts as implicit_parts
 from .lifecycle import drive_async, drive_sync, lifecycle
 from .store import Key, Store, get_store, marks
@@ -223,20 +224,33 @@ class MemoFunction:
         """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
         cv = self.code_version()
         named = self._named(bound)
-        args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
+        try:
+            args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
+        except HashError as e:
+            raise e.for_user() from None  # its remedies; trimmed in __call__
         return (self.symbol, self.code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv, named
 
     # -- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.is_async:
             return self._acall(args, kwargs, False)
-        return self._call(args, kwargs, False)
+        try:
+            return self._call(args, kwargs, False)
+        except HashError as e:  # an argument memolab cannot key: the error at the caller's line
+            if not getattr(e, "trim", False):
+                raise  # raised by the body (an inner call's, already trimmed): untouched
+            raise trimmed(e) from None
 
     def fresh(self, *args: Any, **kwargs: Any) -> Any:
         """Recompute this call and overwrite what is stored."""
         if self.is_async:
             return self._acall(args, kwargs, True)
-        return self._call(args, kwargs, True)
+        try:
+            return self._call(args, kwargs, True)
+        except HashError as e:
+            if not getattr(e, "trim", False):
+                raise
+            raise trimmed(e) from None
 
     # The decision logic of a call past this process's memory is ``lifecycle.lifecycle``, one
     # generator for both: the sync call drives it in this thread, the async one in its task.
@@ -315,7 +329,7 @@ class MemoFunction:
 
             found = explain_found(call, row)
             if found is not None:
-                return found
+                return shown_here(found)
         return explain_key(store, call.key, call.call_snapshot(), cv, inputs=call.inputs())
 
     def accept(self, *args: Any, yes: bool = False, **kwargs: Any) -> dict[str, Any]:
@@ -505,7 +519,7 @@ def memo(fn: Callable[..., Any] | None = None, *, ignore: Sequence[str] = (), ve
          version_sensitivity: str | None = None, collective: bool | str = True, global_rng: bool = True,
          env: Sequence[str] = (), code: str = "digest", max_age: None | int | float | str | Any = None,
          validate: Callable[[dict[str, Any]], Any] | None = None,
-         verbose: None | bool | int = None, keep: bool = False, team: bool = True) -> Any:
+         verbose: None | bool | int = None, keep: bool = False, team: bool = True, **unknown: Any) -> Any:
     """Persistently memoize ``fn``.
 
     ``ignore``: parameter names left out of the key (verbosity, devices, loggers).
@@ -537,6 +551,13 @@ def memo(fn: Callable[..., Any] | None = None, *, ignore: Sequence[str] = (), ve
     ``team``: ``False`` keeps its results on this machine: never asked of, nor uploaded to, the
     team store, nor by ``sync`` or ``pull`` (HitSave's ``local_only``).
     """
+    if unknown:  # @memo(ignor=["x"]): "did you mean ignore?"
+        from .text import did_you_mean
+
+        bad = sorted(unknown)[0]
+        raise TypeError(f"memo() got an unexpected keyword argument {bad!r}"
+                        + did_you_mean(bad, sorted(memo.__kwdefaults__ or ())))
+
     def wrap(f: Callable[..., Any]) -> Any:
         return MemoFunction(f, ignore=ignore, version=None if version is None else str(version), deps=deps, store=store,
                             version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,

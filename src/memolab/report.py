@@ -1,9 +1,9 @@
 """What memolab says as calls run: one line per call that is not a hit from this process's
 memory, on the ``memolab`` logger (docs/logging.md, "What memolab says").
 
-    memolab: train(lr=0.1, epochs=30) miss — code of Net.forward changed (memolab why train)
-    memolab: train stored 1.2 GiB in 1.7 s (computed in 31 s)
-    memolab: embed(corpus='wiki') loaded 2.0 GiB from the store in 1.3 s (evaluation #12)
+    memolab: train(lr=0.1, epochs=30) miss — code of Net.forward changed (memolab why train.py:train)
+    memolab: train stored 1.3 GB in 1.7 s (computed in 31 s)
+    memolab: embed(corpus='wiki') loaded 2.1 GB from the store in 1.3 s (evaluation #12)
 
 Levels (``MEMOLAB_VERBOSE``, ``configure(verbose=...)``, ``@memo(verbose=...)``):
 
@@ -42,7 +42,7 @@ from . import config, errors
 from .errors import swallowed
 from .text import human_bytes, human_seconds
 
-__all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "LOGGER_NAME"]
+__all__ = ["SLOW", "ALL", "level", "every_call", "note", "miss", "stored", "loaded", "interrupted", "LOGGER_NAME"]
 
 #: seconds from which a computation, a store or a load counts as taking time (level 1)
 SLOW = 1.0
@@ -126,7 +126,17 @@ def _name(symbol: str) -> str:
 
 
 def _short(symbol: str) -> str:
-    """What ``memolab why`` takes for ``symbol``: its last name."""
+    """What ``memolab why`` takes for ``symbol``: its last name; for a script's function the name
+    ``memolab ls`` prints (``sweep.py:train``), which stays unambiguous when a second script or an
+    import of this one defines ``train`` too."""
+    if symbol.startswith("__main__:"):
+        from .store.process import script_path
+
+        script = script_path()
+        if script:
+            import os
+
+            return f"{os.path.basename(script)}:{_name(symbol)}"
     return _name(symbol).split(".")[-1]
 
 
@@ -226,6 +236,15 @@ def stored(call: Any, eval_id: int | None, seconds: float, computed: float | Non
     took = f" (computed in {human_seconds(computed)})" if computed is not None else ""
     what = human_bytes(size) if size is not None else "its result"
     _say(f"{_name(call.memo.symbol)} stored {what} in {human_seconds(seconds)}{took}")
+
+
+def interrupted(call: Any, seconds: float | None, run_id: int | None) -> None:
+    """Ctrl-C during a miss: one line saying how long it had run and where its logs are."""
+    if level(call.memo) == 0:
+        return
+    took = f" after {human_seconds(seconds)}" if seconds is not None else ""
+    logs = f"; its logs are kept (memolab show {run_id})" if run_id is not None else ""
+    _say(f"{_name(call.memo.symbol)} interrupted{took}{logs}")
 
 
 def loaded(call: Any, row: dict[str, Any], seconds: float) -> None:

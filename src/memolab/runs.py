@@ -216,19 +216,6 @@ class RunList(list[Run]):
         return _pandas().DataFrame(rows)
 
 
-def _match(fns: Iterable[str], name: str) -> str:
-    fns = sorted(set(fns))
-    if name in fns:
-        return name
-    found = sorted({f for f in fns if f.endswith(":" + name) or f.endswith("." + name) or f == f"<process:{name}>"
-                    or f.split(":")[-1] == name})
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise LookupError(f"memolab.runs: no function {name!r} in the store (it has: {', '.join(fns) or 'none'})")
-    raise LookupError(f"memolab.runs: {name!r} matches {', '.join(found)}; give the full name")
-
-
 def runs(fn: Any = None, *, status: None | str | Iterable[str] = None, name: str | None = None,
          tag: str | None = None, store: Any = None, limit: int | None = None) -> RunList:
     """The runs of ``fn`` (a memoized function, its full symbol ``pkg.mod:train``, or an unambiguous
@@ -259,12 +246,11 @@ def runs(fn: Any = None, *, status: None | str | Iterable[str] = None, name: str
         if symbol is None:
             if not isinstance(fn, str):
                 raise TypeError(f"memolab.runs: fn must be a memoized function or a name, got {type(fn).__qualname__}")
-            entries = _query.function_entries(index)
-            by_label = [e for e in entries if e["label"] == fn and e["script"]]  # "a.py:train"
-            if len(by_label) == 1:
-                symbol, script = by_label[0]["fn"], by_label[0]["script"]
-            else:
-                symbol = _match((f["fn"] for f in entries), fn)
+            from .tracking import resolve
+
+            # the CLI's resolver: a.py:train, __main__:train, pkg.mod:train, train; ambiguous -> LookupError
+            found = resolve.resolve(index, fn, who="memolab.runs")
+            symbol, script = found.fn, found.script
     wanted = None
     if status is not None:
         wanted = {status} if isinstance(status, str) else set(status)

@@ -25,11 +25,9 @@ def register(rule: Rule) -> Rule:
 
 
 def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
+    from .text import human_bytes  # one unit system in every face
+
+    return human_bytes(n)
 
 
 def _tensor_bytes(x: Any) -> int | None:

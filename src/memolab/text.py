@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import swallowed
 
-__all__ = ["short_repr", "is_secret_name", "mask_secrets", "mask_repr", "MASKED", "human_bytes", "human_seconds"]
+__all__ = ["short_repr", "is_secret_name", "mask_secrets", "mask_repr", "MASKED", "human_bytes", "human_seconds", "human_age"]
 
 _repr = reprlib.Repr()
 _repr.maxstring = 80
@@ -121,13 +121,15 @@ def mask_args(args: dict[str, list[Any]]) -> dict[str, list[Any]]:
 
 
 def human_bytes(n: float | None) -> str:
-    """Binary units, as file managers and ``ls -h`` show a result's size: ``1.2 GiB``."""
+    """THE size formatter of every face (the log, notebooks, the CLI, the dashboard's summaries; the
+    page's JavaScript ``fmtBytes`` mirrors it): decimal units, as disks, clouds and the dashboard
+    count, ``1.3 GB`` (1 KB = 1000 B); ``parse_size`` takes both ``GB`` and ``GiB`` back."""
     n = float(n or 0)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
 
 
 def human_seconds(s: float) -> str:
@@ -142,3 +144,31 @@ def human_seconds(s: float) -> str:
         return f"{m}m {sec:02d}s"
     h, m = divmod(m, 60)
     return f"{h}h {m:02d}m"
+
+
+def human_age(t: float | None, now: float | None = None, empty: str = "-") -> str:
+    """THE age formatter of every face (CLI tables, notebooks): ``just now``, ``5 min ago``, ``3 h ago``,
+    ``2 d ago``, then the date."""
+    import datetime as _dt
+    import time
+
+    if not t:
+        return empty
+    d = (now or time.time()) - t
+    if d < 60:
+        return "just now"
+    if d < 3600:
+        return f"{int(d // 60)} min ago"
+    if d < 86400:
+        return f"{int(d // 3600)} h ago"
+    if d < 30 * 86400:
+        return f"{int(d // 86400)} d ago"
+    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d")
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    """`` (did you mean ignore?)`` for a misspelt ``word`` among ``choices``, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""

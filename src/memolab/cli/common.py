@@ -7,7 +7,6 @@ this module, never the dispatcher in ``cli/__init__``: the dispatcher imports th
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import re
@@ -19,7 +18,11 @@ from typing import Any
 
 from ..errors import swallowed
 from ..progress import Bar
-from ..text import human_seconds
+from ..text import (
+    human_age as human_age,  # re-exported: the one age formatter
+    human_bytes,
+    human_seconds,
+)
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
@@ -65,31 +68,12 @@ def parse_age(text: str) -> float:
 
 
 def human_size(n: float | None) -> str:
-    n = float(n or 0)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+    """``text.human_bytes``: one unit system in every face."""
+    return human_bytes(n)
 
 
 def human_duration(s: float | None) -> str:
     return "-" if s is None else human_seconds(s)
-
-
-def human_age(t: float | None, now: float | None = None) -> str:
-    if not t:
-        return "-"
-    d = (now or time.time()) - t
-    if d < 60:
-        return "just now"
-    if d < 3600:
-        return f"{int(d // 60)} min ago"
-    if d < 86400:
-        return f"{int(d // 3600)} h ago"
-    if d < 30 * 86400:
-        return f"{int(d // 86400)} d ago"
-    return _dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d")
 
 
 def terminal_width(wide: bool = False) -> int | None:
@@ -225,52 +209,48 @@ def writable_store(args: argparse.Namespace) -> Any:
 def known_functions(store: Any) -> list[str]:
     """Every function name the store knows: stored evaluations, logged runs (process runs
     such as ``<process:train.py>`` too) and functions that only ever missed."""
-    c = store.index.conn()
-    names = {f["fn"] for f in store.index.functions()}
-    if c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
-        names.update(r[0] for r in c.execute("SELECT DISTINCT fn FROM runs"))
-    names.update(r[0] for r in c.execute("SELECT DISTINCT fn FROM misses"))
-    return sorted(names)
+    from ..tracking import resolve
+
+    return resolve.known_functions(store.index)
 
 
 def short_name(fn: str) -> str:
     """``pkg.mod:train`` -> ``train``; ``<process:run.py>`` -> ``run.py``."""
-    if fn.startswith("<process:") and fn.endswith(">"):
-        return fn[len("<process:"):-1]
-    return fn.split(":")[-1].split(".")[-1] if ":" in fn else fn
+    from ..tracking import resolve
+
+    return resolve.short_name(fn)
 
 
-def resolve_function(store: Any, name: str) -> str:
-    """Accept a full symbol (``pkg.mod:f``) or an unambiguous suffix (``f``, ``mod:f``, ``run.py``
-    for the process run of ``run.py``); every command that takes a function goes through here."""
-    fns = known_functions(store)
-    if name in fns:
-        return name
-    matches = [f for f in fns if f.endswith(":" + name) or f.endswith("." + name) or short_name(f) == name
-               or f.split(":")[-1] == name]
-    matches = sorted(set(matches))
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise CliError(PROBLEM, f"no function matches {name!r} in {store.root}" + _suggest(name, fns))
-    raise CliError(USAGE, f"{name!r} is ambiguous: it matches {', '.join(matches)}; give the full name")
+def resolve_name(store: Any, name: str) -> Any:
+    """``tracking.resolve.resolve`` (the resolver ``memolab.runs`` uses too) with its errors as the
+    CLI's: every form memolab prints a function in (``a.py:train``, ``__main__:train``,
+    ``pkg.mod:train``, ``train``) is taken back."""
+    from ..tracking import resolve
+
+    try:
+        return resolve.resolve(store.index, name, who="memolab")
+    except resolve.AmbiguousFunction as e:
+        raise CliError(USAGE, str(e).removeprefix("memolab: ")) from None
+    except resolve.FunctionNotFound as e:
+        raise CliError(PROBLEM, str(e).removeprefix("memolab: ")) from None
 
 
-def _suggest(name: str, fns: list[str]) -> str:
-    """Close full names, each once (two modules' ``train`` are listed by their full symbols)."""
-    import difflib
+def resolve_function(store: Any, name: str, whole: bool = False) -> str:
+    """The symbol ``name`` means; every command that takes a function goes through here (or
+    ``resolve_name``). ``whole``: the command acts on every script's share of a script's function
+    (``clear``), so one script's label is refused where several scripts share the symbol."""
+    r = resolve_name(store, name)
+    if whole and r.script is not None and label_of(store, r.fn) == r.fn:
+        raise CliError(USAGE, f"{name} is one script's share of {r.fn}, which several scripts ran; this command "
+                              f"acts on the whole symbol: give {r.fn} to act on every script's")
+    return str(r.fn)
 
-    by_short: dict[str, list[str]] = {}
-    for f in fns:
-        by_short.setdefault(short_name(f), []).append(f)
-    close: list[str] = []
-    for c in difflib.get_close_matches(name, list(by_short) + fns, n=5):
-        for full in by_short.get(c, [c]):
-            # a short name shared by several functions is shown as their full names
-            shown = c if len(by_short.get(c, [])) == 1 else full
-            if shown not in close:
-                close.append(shown)
-    return f" (did you mean {', '.join(close[:3])}?)" if close else ""
+
+def label_of(store: Any, fn: str, script: str | None = None) -> str:
+    """How ``fn`` is printed everywhere (``a.py:train`` for a script's function)."""
+    from ..tracking import resolve
+
+    return resolve.label_of(store.index, fn, script)
 
 
 def snapshot_of(row: dict[str, Any]) -> dict[str, Any]:

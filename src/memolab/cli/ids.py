@@ -87,24 +87,12 @@ def resolve(store: Any, text: str) -> tuple[str, int]:
 # -- a script's functions: a.py:train -------------------------------------------------------------
 def split_script(store: Any, name: str) -> tuple[str, Any]:
     """``a.py:train`` (as ``ls``, ``runs`` and the dashboard name a script's function) ->
-    (``train``, the script's absolute path); any other name -> (name, None)."""
-    head, sep, fn = name.rpartition(":")
-    if not sep or not head.endswith(".py") or head.startswith("<"):
-        return name, None
-    c = _conn(store)
-    if not _has_runs(c):
-        return name, None
-    from ..tracking.names import script_labels
+    (``__main__:train``, the script's absolute path); any other name -> (its symbol, None).
+    The resolver is ``tracking.resolve``, the one ``memolab.runs`` uses."""
+    from .common import resolve_name
 
-    paths = [p for (p,) in c.execute("SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL",
-                                     (f"__main__:{fn}",))]
-    labels = script_labels(paths)
-    found = [p for p in paths if labels[p] == head or p == head or p.endswith("/" + head)]
-    if len(found) != 1:
-        raise CliError(PROBLEM if not found else USAGE,
-                       f"no run of {fn} from a script {head}" if not found else
-                       f"{head} names several scripts ({', '.join(found)}): give more of the path")
-    return f"__main__:{fn}", found[0]
+    r = resolve_name(store, name)
+    return r.fn, r.script
 
 
 def eval_ids_of_script(store: Any, fn: str, script: str) -> list[int]:

@@ -17,6 +17,7 @@ from .common import (
     human_age,
     human_duration,
     json_option,
+    label_of,
     open_store,
     options,
     positive_int,
@@ -228,7 +229,7 @@ def show_run(store: Any, r: dict[str, Any], as_json: bool) -> int:
     if as_json:
         emit_json({**run_json(r), "tags": tags, "traceback": fail["traceback"], "output": fail["output"]})
         return OK
-    print(f"run {r['id']}  {r['fn']}  {r.get('label') or ''}")
+    print(f"run {r['id']}  {label_of(store, r['fn'], r.get('script'))}  {r.get('label') or ''}")
     started = f"{_dt.datetime.fromtimestamp(r['started']):%Y-%m-%d %H:%M:%S} ({human_age(r['started'])})"
     info = [("status", r["status"] + (f" ({r['error']})" if r.get("error") else "")),
             ("started", started), ("took", human_duration(r.get("duration"))),

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store import edges, marks
+from ..tracking.resolve import evaluation_label
 from . import ids
 from .common import (
     OK,
@@ -30,6 +31,7 @@ from .common import (
     index_bytes,
     json_option,
     known_functions,
+    label_of,
     open_store,
     options,
     parse_age,
@@ -188,7 +190,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         versions = json.loads(e["versions"] or "{}")
     except ValueError:
         versions = {}
-    print(f"evaluation #{e['id']}  {e['fn']}")
+    print(f"evaluation #{e['id']}  {evaluation_label(store.index, e['fn'], e['id'])}")
     info = [
         ("status", e["status"] + (f" ({e['reason']})" if e.get("reason") else "")),
         ("finished", f"{_dt.datetime.fromtimestamp(e['finished']):%Y-%m-%d %H:%M:%S} ({human_age(e['finished'])})"
@@ -282,9 +284,10 @@ def cmd_why(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"fn": fn, "miss": None})
         else:
-            print(f"{fn}: no miss recorded")
+            print(f"{label_of(store, fn)}: no miss recorded")
         return OK
     t = miss.pop("time")
+    script = miss.get("script") if isinstance(miss.get("script"), str) else None
     ex = Explanation.from_dict(miss)
     from ..acceptance import as_json, covering
 
@@ -294,6 +297,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         emit_json({"fn": fn, "miss": {"time": t, **ex.to_dict()}, "accepts": [as_json(a) for a in accepts]})
         return OK
     print(f"last miss {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S}):")
+    ex.fn = label_of(store, fn, script)  # printed as `ls` prints it (a.py:train)
     print(str(ex))
     if accepts:
         from ..store.accepts import summary
@@ -329,7 +333,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
     if args.downstream and not args.func:
         raise CliError(USAGE, "clear --downstream needs a function: what is built on everything is everything")
     store = open_store(args, write=not args.dry_run)  # a dry run reads: an older store is not migrated
-    fn = resolve_function(store, args.func) if args.func else None
+    fn = resolve_function(store, args.func, whole=True) if args.func else None
     what = fn or f"every function in {store.root}"
     down = _downstream_plan(store, fn, args.json) if args.downstream and fn else []
     if args.dry_run:
@@ -442,7 +446,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
     stale = retention.stale_runs(store.index, args.older_than) if args.older_than is not None else []
     if not args.json:
         if drop:
-            rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
+            rows = [(e["id"], evaluation_label(store.index, e["fn"], e["id"]),
+                     human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
                     for e in drop[:30]]
             print(table(["ID", "FUNCTION", "LAST USED", "SIZE"], rows, right=(0, 3)))
             if len(drop) > 30:

@@ -79,6 +79,15 @@ function fmtDur(s) {
   if (s < 7200) return (s / 60).toFixed(1) + " min";
   return (s / 3600).toFixed(1) + " h";
 }
+// a size as every face says it (memolab.text.human_bytes): decimal units, 1 KB = 1000 B
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "–";
+  let v = +n;
+  for (const unit of ["B", "KB", "MB", "GB", "TB"]) {
+    if (Math.abs(v) < 1000 || unit === "TB") return unit === "B" ? `${v.toFixed(0)} B` : `${v.toFixed(1)} ${unit}`;
+    v /= 1000;
+  }
+}
 function fmtTime(t) { return t ? new Date(t * 1000).toLocaleString() : "–"; }
 function argText(hp) { return Object.entries(hp || {}).map(([k, v]) => `${k}=${fmtArg(v)}`).join(", "); }
 // One id everywhere, the one the CLI takes (`memolab show 5`): the evaluation id. A run that

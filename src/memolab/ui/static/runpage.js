@@ -48,7 +48,7 @@ function renderRunPage(d) {
     ["status", d.status + (d.error ? ` — ${d.error}` : "")],
     ["id", `${idText({ ...d, id: d.id })}  (run ${d.id})`],
     ["function", fnLabel(currentEntry() || { fn: d.fn }) === d.fn || !d.script ? d.fn : `${fnLabel(currentEntry())}  (${d.fn})`],
-    ["evaluation", d.evaluation ? `#${d.evaluation.id}: ${d.evaluation.hits} hit(s), ${d.size ?? "?"} bytes` : "none stored"],
+    ["evaluation", d.evaluation ? `#${d.evaluation.id}: ${d.evaluation.hits} hit(s), ${d.size === null || d.size === undefined ? "size unknown" : fmtBytes(d.size)}` : "none stored"],
     ["started", fmtTime(d.started)], ["took", fmtDur(d.duration)],
     ["code", (d.code || "–").slice(0, 16)], ["host", `${d.host || "–"}, pid ${d.pid || "–"}`],
     ...(d.script ? [["script", d.script]] : []),
