@@ -171,8 +171,9 @@ async function selectFunction(fn, keep = false, script = null) {
   if (fresh || state.autoSelect) {
     state.autoSelect = false;
     // arriving on a function shows its newest runs at once
-    state.selected = state.runs.filter((r) => typeof r.id === "number").sort((a, b) => b.started - a.started)
-      .slice(0, AUTO_SELECT).map((r) => String(r.id));
+    const logged = state.runs.filter((r) => typeof r.id === "number");
+    state.selected = logged.sort((a, b) => b.started - a.started).slice(0, AUTO_SELECT).map((r) => String(r.id));
+    state.autoPicked = { ids: state.selected.join(","), of: logged.length };
   }
   renderRuns();
   saveUrl();
@@ -293,6 +294,16 @@ function renderRuns() {
   $("#empty").textContent = state.runs.length ? "Select evaluations in the table to see their logs."
     : "No runs yet: call a memoized function (its arguments and logs are recorded), or log outside one with memolab.log.scalar().";
   renderColumnPicker();
+  explainSelection();
+}
+
+// Why these runs are selected, while the selection is the one made on arrival: "20 of 24" said
+// nothing of the 4 left out (the newest AUTO_SELECT, so a big sweep's first draw stays quick).
+function explainSelection() {
+  const why = $("#run-why"), a = state.autoPicked;
+  const auto = !!a && a.ids === state.selected.join(",") && a.of > state.selected.length;
+  why.classList.toggle("hidden", !auto);
+  if (auto) why.textContent = `— the ${state.selected.length} newest of ${a.of} runs, selected on arrival; "select all" draws every one`;
 }
 
 // only the rows in view (plus a margin) are in the DOM: 10,000 runs sort and scroll like 50
@@ -509,8 +520,11 @@ async function init() {
   $("#store").textContent = info.store;
   state.hb = hb;
   state.short = ids.short;
-  // open on what was asked for, else on the most recently run memoized function (not a script's process run)
-  const memoized = fns.filter((f) => !isProcess(f.fn)).sort((a, b) => (b.last || 0) - (a.last || 0));
+  // open on what was asked for, else on the memoized function (not a script's process run) whose runs
+  // logged scalars most recently: a sweep's curves, not its pipeline's last step (evaluate, no scalars);
+  // among functions that logged none, the most recently run
+  const memoized = fns.filter((f) => !isProcess(f.fn))
+    .sort((a, b) => (b.scalars_last || 0) - (a.scalars_last || 0) || (b.last || 0) - (a.last || 0));
   const first = memoized[0] || fns[0] || {};
   const wanted = url.get("fn") || first.fn;
   if (wanted) {

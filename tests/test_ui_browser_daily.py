@@ -1,0 +1,108 @@
+"""The dashboard as a daily sweep tool (issue 54), in headless Chromium at 1280 and 1920 px, on a
+24-run sweep (3 optimizers x 4 learning rates x 2 seeds of train, prepare -> train -> evaluate, one
+code edit after 20 runs: tests/sweep24.py). See test_ui_browser.py for the browser set-up."""
+from __future__ import annotations
+
+import pytest
+
+import sweep24
+from memolab.store import get_store
+from memolab.ui.server import serve_in_thread
+from test_ui_browser import page  # noqa: F401  (a fixture)
+
+WIDTHS = (1280, 1920)
+
+
+@pytest.fixture
+def daily(tmp_store, page):  # noqa: F811
+    """The sweep written and served: (runs, open(query, width)), which opens the page at that
+    query and width and returns it once its charts are drawn."""
+    runs = sweep24.build(get_store().index)
+    srv, _ = serve_in_thread(tmp_store)
+
+    def open_(query="", width=1920):
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.goto(srv.link(query))
+        page.wait_for_selector("body[data-ready='1']")
+        page.wait_for_function("() => +(document.body.dataset.drawn || 0) > 0", timeout=30000)
+        return page
+
+    try:
+        yield runs, open_
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+LAYOUT = """() => {
+  const secs = [...document.querySelectorAll('#charts details.group')];
+  const grid = document.querySelector('#charts details.group[open] .grid');
+  const cols = getComputedStyle(grid).gridTemplateColumns.split(' ').length;
+  const card = grid.querySelector('.card').getBoundingClientRect();
+  const canvas = grid.querySelector('.card canvas'), why = document.querySelector('#run-why');
+  return { fn: state.fn, sections: secs.map((d) => [d.dataset.group, d.open]), cols,
+           gridW: grid.getBoundingClientRect().width, cardW: card.width,
+           canvasW: canvas ? canvas.getBoundingClientRect().width : 0,
+           why: why.classList.contains('hidden') ? '' : why.textContent,
+           count: document.querySelector('#run-count').textContent };
+}"""
+
+LEGEND = """(tag) => {
+  const lg = document.querySelector(`#charts .card[data-tag='${tag}'] .legend`);
+  const box = lg.getBoundingClientRect();
+  const items = [...lg.children];
+  // every entry within the legend's box and within its card: none cut off, none hidden past its edge
+  return { texts: items.map((s) => s.textContent), allIn: items.every((s) => {
+    const r = s.getBoundingClientRect();
+    return r.height > 0 && r.right <= box.right + 1 && r.bottom <= box.bottom + 1 + lg.scrollHeight - lg.clientHeight; }),
+    fits: lg.scrollWidth <= lg.clientWidth + 1 };
+}"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_page_fills_the_width_opens_on_the_curves_and_folds_sys(daily, width):
+    runs, open_ = daily
+    pg = open_("", width)  # no function asked for: the one whose runs logged scalars most recently
+    got = pg.evaluate(LAYOUT)
+    # evaluate started last (and is first alphabetically) but logged no scalar: train's curves open
+    assert got["fn"] == sweep24.TRAIN
+    # the user's own sections first, the machine's samples last and folded
+    assert got["sections"] == [["train", True], ["val", True], ["sys", False]]
+    main_w = width - 240 - 32  # the sidebar and main's padding
+    assert got["gridW"] >= main_w - 40
+    # as many columns as 400 px cards fit (1280: 2, 1920: 4): the width is used, not 2 fixed columns
+    assert got["cols"] == (main_w + 12) // 412
+    assert got["cardW"] * got["cols"] + 12 * (got["cols"] - 1) >= got["gridW"] - 2
+    assert got["canvasW"] >= got["cardW"] - 40  # each chart is drawn as wide as its card
+    # why 20 of the 24 runs are selected
+    assert got["count"].startswith("24 evaluation(s), 20 selected")
+    assert "the 20 newest of 24 runs, selected on arrival" in got["why"]
+    pg.click("#select-all")
+    pg.wait_for_function("() => document.querySelector('#run-why').classList.contains('hidden')")
+    # a wider card: fewer columns, charts redrawn as wide
+    before = pg.evaluate("() => +document.body.dataset.drawn")
+    pg.select_option("#card-width", "560")
+    pg.wait_for_function(f"() => +document.body.dataset.drawn > {before}")
+    got = pg.evaluate(LAYOUT)
+    assert got["cols"] == max(1, (main_w + 12) // 572) and got["canvasW"] >= got["cardW"] - 40
+    # opening sys shows its charts
+    pg.click("#charts details.group[data-group='sys'] > summary")
+    pg.wait_for_selector("#charts .card[data-tag='sys/cpu'] canvas[data-runs]")
+    assert not pg.errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_legend_wraps_instead_of_cutting_groups_off(daily, width):
+    runs, open_ = daily
+    pg = open_(f"?fn={sweep24.TRAIN}&group=optimizer", width)
+    pg.wait_for_function("() => document.querySelector(\"#charts canvas[data-tag='val/loss']\")?.dataset.grouped === '1'")
+    got = pg.evaluate(LEGEND, "val/loss")
+    for opt in sweep24.OPTIMIZERS:  # every group visible, sgd too
+        assert any(f"optimizer={opt}" in t for t in got["texts"]), got["texts"]
+    assert got["allIn"] and got["fits"]
+    # ungrouped, 20 runs: all 20 listed (wrapped, scrolled past three lines), none cut at the card's edge
+    pg.evaluate("() => { state.group.on = false; redrawScalars(); }")
+    pg.wait_for_function("() => document.querySelector(\"#charts canvas[data-tag='val/loss']\")?.dataset.grouped === ''")
+    got = pg.evaluate(LEGEND, "val/loss")
+    assert len(got["texts"]) == 20 and got["fits"]
+    assert not pg.errors
