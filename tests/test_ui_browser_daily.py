@@ -106,3 +106,34 @@ def test_a_legend_wraps_instead_of_cutting_groups_off(daily, width):
     got = pg.evaluate(LEGEND, "val/loss")
     assert len(got["texts"]) == 20 and got["fits"]
     assert not pg.errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_varying_arguments_are_sortable_columns_and_the_constant_ones_folded(daily, width):
+    runs, open_ = daily
+    pg = open_(f"?fn={sweep24.TRAIN}", width)
+    heads = pg.eval_on_selector_all("#runs thead th", "ths => ths.map(t => t.dataset.col)")
+    assert heads[3:7] == ["lr", "optimizer", "seed", "other arguments"]
+    # in view, not cut off behind four constant tensor summaries
+    right = pg.eval_on_selector("#runs-wrap", "w => w.getBoundingClientRect().right")
+    for k in ("lr", "optimizer", "seed"):
+        assert pg.eval_on_selector(f"#runs th[data-col='{k}']", "t => t.getBoundingClientRect().right") <= right
+    cells = "(k) => [...document.querySelectorAll(`#runs tbody tr[data-run] td[data-arg='${k}']`)].map(t => t.textContent)"
+    # sorted by a column: ascending, then descending
+    pg.click("#runs th[data-col='lr']")
+    lrs = [float(x) for x in pg.evaluate(cells, "lr")]
+    assert lrs == sorted(lrs) and len(set(lrs)) == 4
+    pg.click("#runs th[data-col='lr']")
+    lrs = [float(x) for x in pg.evaluate(cells, "lr")]
+    assert lrs == sorted(lrs, reverse=True)
+    pg.click("#runs th[data-col='optimizer']")
+    opts = pg.evaluate(cells, "optimizer")
+    assert opts == sorted(opts) and opts[0] == "adam"
+    # the constants folded into one cell (its tooltip has them all), unfolded on demand
+    row = "#runs tbody tr[data-run] td.args"
+    assert pg.inner_text(row) == "5 constant"
+    assert "batch=64" in pg.get_attribute(row, "title") and "lr=" in pg.get_attribute(row, "title")
+    pg.click("#runs th[data-col='other arguments'] .fold")
+    pg.wait_for_function("() => document.querySelector('#runs tbody tr[data-run] td.args').textContent.startsWith('batch=64')")
+    assert "lr=" not in pg.inner_text(row)  # (in its own column)
+    assert not pg.errors

@@ -204,12 +204,27 @@ function metricValue(r, tag) {
   return s ? s[state.stat === "min" ? 1 : 2] : undefined;
 }
 
+// The arguments that vary between the function's runs, each a sortable column of its own (a:lr,
+// a:optimizer, a:seed): a sweep's arguments began with its name and four constant tensor summaries,
+// so what told its runs apart was cut off. The constant ones are folded into one cell (its tooltip
+// lists them; "show" in its head unfolds them). One run: nothing varies, every argument is shown.
+const ARG_COLS = 8;
+function argKeys() { return state.runs.length > 1 ? varyingKeys().slice(0, ARG_COLS) : []; }
+
 function runCols() {
+  const args = argKeys();
   return [
-    ["", null], ["status", "status"], ["id", "eval_id"], ["arguments", "args"], ["code", "code"], ["started", "started"],
+    ["", null], ["status", "status"], ["id", "eval_id"], ...args.map((k) => [k, "a:" + k]),
+    [args.length ? "other arguments" : "arguments", "args"], ["code", "code"], ["started", "started"],
     ["duration", "duration"], ["hits", "hits"], ["result", "result"],
     ...metricTags().shown.map((t) => ["⟶ " + t, "m:" + t]),
   ];
+}
+
+// a value of an argument column, as it sorts: numbers as numbers, anything else as its text
+function argValue(r, k) {
+  const v = (r.hparams || {})[k];
+  return v === undefined || v === null ? undefined : typeof v === "number" ? v : fmtArg(v);
 }
 
 // a run whose code differs from the run of the same function started just before it
@@ -261,7 +276,8 @@ function renderRuns() {
   state.cols = cols;
   const { key, dir } = state.sort;
   markBest(cols);
-  const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? metricValue(r, key.slice(2)) : r[key];
+  const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? metricValue(r, key.slice(2))
+    : key.startsWith("a:") ? argValue(r, key.slice(2)) : r[key];
   const keep = runFilter();
   const rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => [val(r), r]);
   rows.sort(([x], [y]) => (x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1) * (x === null || x === undefined || y === null || y === undefined ? 1 : dir));
@@ -295,6 +311,15 @@ function renderRuns() {
     : "No runs yet: call a memoized function (its arguments and logs are recorded), or log outside one with memolab.log.scalar().";
   renderColumnPicker();
   explainSelection();
+  foldToggle();
+}
+
+// "show"/"fold" in the head of the constant arguments' column
+function foldToggle() {
+  const th = document.querySelector('#runs thead th[data-col="other arguments"]');
+  if (!th || th.querySelector(".fold")) return;
+  th.append(" ", el("button", { type: "button", class: "linkish fold", title: "the arguments every run has the same value of",
+    onclick: (ev) => { ev.stopPropagation(); state.argsOpen = !state.argsOpen; renderRuns(); } }, state.argsOpen ? "fold" : "show"));
 }
 
 // Why these runs are selected, while the selection is the one made on arrival: "20 of 24" said
@@ -347,7 +372,7 @@ function runRow(r, cols) {
   // a script's process run stores nothing by design: "(not stored)" is for memoized calls only
   const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
   const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
-  const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
+  const code = el("td", { class: "code", title: r.code || "" }, (r.code || "").slice(0, 8));
   // a code change the user accepted as giving the same results (`memolab accept`): marked as such on
   // both codes it names, instead of "code changed"
   const accepted = r.accepted || [];
@@ -360,10 +385,21 @@ function runRow(r, cols) {
   } else if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
   const args = r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams);
   const best = state.bestRow === String(r.id);
-  const argsCell = el("td", { title: args + ((r.run_tags || []).length ? `\ntags: ${r.run_tags.join(", ")}` : "") },
+  // the arguments of their own columns are left out of this cell; the constant ones are folded
+  const own = new Set(cols.filter(([, k]) => k && k.startsWith("a:")).map(([, k]) => k.slice(2)));
+  const rest = Object.fromEntries(Object.entries(r.hparams || {}).filter(([k]) => !own.has(k)));
+  const nrest = Object.keys(rest).length;
+  const folded = own.size > 0 && !state.argsOpen;
+  const restText = folded ? (nrest ? `${nrest} constant` : "") : argText(rest);
+  const argsCell = el("td", { class: "args", title: args + ((r.run_tags || []).length ? `\ntags: ${r.run_tags.join(", ")}` : "") },
     ...(r.run_tags || []).map((t) => el("span", { class: "chip", text: t })),
     ...((r.notes || []).length ? [el("span", { class: "note-count", title: r.notes.map((n) => n.text).join("\n"), text: `✎${r.notes.length}` })] : []),
-    args);
+    ...(r.name ? [r.name + (restText ? " · " : "")] : []),
+    ...(restText ? [folded ? el("span", { class: "muted folded" }, restText) : restText] : []));
+  const argCells = cols.filter(([, k]) => k && k.startsWith("a:")).map(([, k]) => {
+    const v = (r.hparams || {})[k.slice(2)];
+    return el("td", { class: "arg" + (typeof v === "number" ? " num" : ""), "data-arg": k.slice(2), text: fmtArg(v) });
+  });
   const open = el("button", { type: "button", class: "open-run", title: "open this run's page: status, arguments, notes, traceback",
     onclick: (ev) => { ev.stopPropagation(); openRunPage(String(r.id)); } }, "⋯");
   return el("tr", {
@@ -373,11 +409,11 @@ function runRow(r, cols) {
   }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status }), ...(logged ? [open] : [])),
   el("td", { class: "id", title: `run ${r.id}` + (best ? ` — best ${state.primary}` : "") }, r.eval_id && r.stored
     ? el("a", { href: "#", class: "eval-open", title: "its inputs, what used it", onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showEvaluation(r.eval_id); } }, idText(r))
-    : idText(r)), argsCell,
+    : idText(r)), ...argCells, argsCell,
   code, el("td", { text: fmtTime(r.started) }),
   el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
   el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
-  ...cols.slice(9).map(([, k]) => {
+  ...cols.filter(([, k]) => k && k.startsWith("m:")).map(([, k]) => {
     const tag = k.slice(2), top = state.best[tag] === String(r.id);
     return el("td", { class: "num" + (top ? " best" : ""), title: top ? `best ${tag} (${lowerIsBetter(tag) ? "lowest" : "highest"})` : "",
       text: fmtNum(metricValue(r, tag)) });
