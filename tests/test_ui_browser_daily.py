@@ -137,3 +137,50 @@ def test_the_varying_arguments_are_sortable_columns_and_the_constant_ones_folded
     pg.wait_for_function("() => document.querySelector('#runs tbody tr[data-run] td.args').textContent.startsWith('batch=64')")
     assert "lr=" not in pg.inner_text(row)  # (in its own column)
     assert not pg.errors
+
+
+def legend_of(pg, tag):
+    return pg.eval_on_selector_all(f"#charts .card[data-tag='{tag}'] .legend > span",
+                                   "ss => ss.map(s => s.title || s.textContent)")
+
+
+def test_groups_know_their_code_versions(daily):
+    """After one code edit (runs 120-123: GELU for ReLU), grouping by optimizer averaged runs of two
+    codes into one group silently: such a group is marked; the code version is a group-by key, a
+    split of every group, and a filter."""
+    runs, open_ = daily
+    pg = open_(f"?fn={sweep24.TRAIN}&group=optimizer")
+    before = pg.evaluate("() => +document.body.dataset.drawn")
+    pg.click("#select-all")
+    pg.wait_for_function(f"() => +document.body.dataset.drawn > {before} && "
+                         "document.querySelector(\"#charts canvas[data-tag='val/loss']\").dataset.runs.split(',').length === 3")
+    relu, gelu = sweep24.CODE_RELU[:7], sweep24.CODE_GELU[:7]
+    assert pg.get_attribute("#charts canvas[data-tag='val/loss']", "data-mixed") == "g:optimizer=sgd"
+    sgd = [t for t in legend_of(pg, "val/loss") if t.startswith("optimizer=sgd")]
+    assert sgd == [f"optimizer=sgd (8 runs) ⚠ 2 code versions: {relu}×4, {gelu}×4"]
+    marked = pg.eval_on_selector("#charts .card[data-tag='val/loss'] .legend .mixed", "s => s.textContent")
+    assert marked.startswith("optimizer=sgd")
+
+    def regroup(js, want):
+        pg.evaluate(js)
+        pg.wait_for_function("(want) => { const c = document.querySelector(\"#charts canvas[data-tag='val/loss']\");"
+                             " return c && c.dataset.runs === want; }", arg=want)
+
+    # a group that spans code versions split by version (the others keep their names): none spans two
+    pg.check("#group-code")
+    regroup("() => 0", ",".join(["g:optimizer=adam", "g:optimizer=rmsprop", f"g:optimizer=sgd · code {relu}",
+                                 f"g:optimizer=sgd · code {gelu}"]))
+    assert pg.get_attribute("#charts canvas[data-tag='val/loss']", "data-mixed") == ""
+    assert "gcode=1" in pg.url
+    # the code version as the group-by key
+    assert pg.eval_on_selector("#group-by option[value='@code']", "o => o.textContent") == "code version"
+    pg.select_option("#group-by", "@code")
+    regroup("() => 0", f"g:code {relu},g:code {gelu}")
+    assert sorted(legend_of(pg, "val/loss")) == [f"code {relu} (20 runs)", f"code {gelu} (4 runs)"]
+    # and as a filter
+    pg.fill("#run-filter", f"code:{gelu}")
+    pg.wait_for_function("() => document.querySelectorAll('#runs tbody tr[data-run]').length === 4")
+    assert sorted(pg.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => +r.dataset.run)")) == runs["train"][20:]
+    assert pg.inner_text("#run-count").startswith("4 of 24 evaluation(s)")
+    regroup("() => 0", f"g:code {gelu}")
+    assert not pg.errors

@@ -483,7 +483,8 @@ function finishCard(c, tag) {
   const ended = (s) => { const st = runById(s.id)?.status; return ["failed", "interrupted", "lost"].includes(st) ? `, ${st}` : ""; };
   const what = (s) => s.group ? `${s.label}  (mean${state.group.band === "std" ? " ± std" : state.group.band === "minmax" ? ", min–max" : ""})`
     : `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])}${ended(s)})`;
-  card.querySelector(".legend").replaceChildren(...order.slice(0, LEGEND).map((s) => el("span", { title: s.label, class: s.id === c.best ? "best" : "" },
+  canvas.dataset.mixed = series.filter((s) => s.codes > 1).map((s) => s.id).join(",");  // groups spanning code versions
+  card.querySelector(".legend").replaceChildren(...order.slice(0, LEGEND).map((s) => el("span", { title: s.label, class: (s.id === c.best ? "best" : "") + (s.codes > 1 ? " mixed" : "") },
     el("span", { class: "swatch", style: `background:${s.color}` }), (s.id === c.best ? "★ " : "") + what(s))),
   ...(series.length > LEGEND ? [el("span", { class: "muted", text: `+${series.length - LEGEND} more: hover for values` })] : []));
 }
