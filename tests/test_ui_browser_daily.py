@@ -184,3 +184,36 @@ def test_groups_know_their_code_versions(daily):
     assert pg.inner_text("#run-count").startswith("4 of 24 evaluation(s)")
     regroup("() => 0", f"g:code {gelu}")
     assert not pg.errors
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_hparams_several_metric_axes_scatter_on_lr_labels_whole_and_24_colours_apart(daily, width):
+    runs, open_ = daily
+    pg = open_(f"?fn={sweep24.TRAIN}&tab=hparams", width)
+    pg.wait_for_selector("#parcoords:not(.hidden)")
+    pg.wait_for_function("() => document.querySelector('#parcoords').dataset.clipped !== undefined")
+    axes = pg.get_attribute("#parcoords", "data-axes").split("|")
+    # the varying arguments, then the validation loss (it colours the lines) and two more metrics
+    assert axes == ["lr", "optimizer", "seed", "⟶ val/loss", "⟶ val/acc", "⟶ train/loss"]
+    assert pg.get_attribute("#parcoords", "data-clipped") == "0"  # `rmsprop` whole, not `sprop`
+    # the scatter's x: the varying numeric argument with the most values, not the first one
+    assert pg.input_value("#scatter-x") == "lr" and pg.input_value("#scatter-y") == "val/loss"
+    # 24 runs selected: 24 colours, no two alike
+    pg.evaluate("(ids) => setSelection(ids)", [str(i) for i in runs["train"]])
+    colours = pg.evaluate("() => state.selected.map((id) => colorOf(id))")
+    assert len(set(colours)) == 24
+
+    def lab(h):  # CIE L*a*b* (D65) of an sRGB colour
+        rgb = [int(h[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        r, g, b = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb]
+        xyz = ((0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047, 0.2126 * r + 0.7152 * g + 0.0722 * b,
+               (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883)
+        fx, fy, fz = [c ** (1 / 3) if c > 0.008856 else 7.787 * c + 16 / 116 for c in xyz]
+        return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
+
+    import itertools
+    import math
+
+    closest = min(math.dist(lab(a), lab(b)) for a, b in itertools.combinations(colours, 2))
+    assert closest > 25, closest  # (the old palette's 24: 4.6, similar blues)
+    assert not pg.errors

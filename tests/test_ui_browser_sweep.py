@@ -138,10 +138,10 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     near, rest = in_view_then_rest(series_requests(srv, n0), 9)
     assert set(near) | rest == set(TAGS)
     assert "30 selected" in pg.inner_text("#run-count")
-    # 30 runs, 30 styles: 20 colours, then dashes
+    # 30 runs, 30 styles: 24 colours, then dashes
     styles = pg.evaluate("() => state.selected.map(id => colorOf(id) + JSON.stringify(dashOf(id)))")
     assert len(set(styles)) == 30
-    assert len(set(pg.evaluate("() => state.selected.map(colorOf)"))) == 20
+    assert len(set(pg.evaluate("() => state.selected.map(colorOf)"))) == 24
 
     # deselect one run: nothing is fetched, the charts in view drop it
     n0 = len(srv.served)
@@ -216,12 +216,12 @@ def test_a_sweep_is_fetched_once_drawn_compactly_and_refreshed_by_its_new_points
     shown = pg.eval_on_selector_all(f"#hparams tbody td:nth-child({steps_col + 1})", "ts => ts.map(t => t.textContent)")
     assert set(shown) == {"100000"}  # as written, not 1.000e+5
     assert pg.evaluate("() => document.documentElement.scrollWidth <= document.documentElement.clientWidth")
-    # parallel coordinates: the arguments that vary, then a metric (the validation loss first);
-    # lr spans four decades: a log axis
-    assert pg.get_attribute("#parcoords", "data-axes") == "lr|width|seed|⟶ val/loss"
+    # parallel coordinates: the arguments that vary, then the metrics (the validation loss first, it
+    # colours the lines; two more, held-out first); lr spans four decades: a log axis
+    assert pg.get_attribute("#parcoords", "data-axes") == "lr|width|seed|⟶ val/loss|⟶ val/acc|⟶ lr"
     assert pg.get_attribute("#parcoords", "data-log") == "lr"
     pg.click("#hparams th[data-col='⟶ train/loss']")  # sorting a metric column picks it
-    pg.wait_for_function("() => document.querySelector('#parcoords').dataset.axes.endsWith('train/loss')")
+    pg.wait_for_function("() => document.querySelector('#parcoords').dataset.axes.split('|')[3] === '⟶ train/loss'")
     assert pg.errors == []
 
 
