@@ -131,7 +131,8 @@ function drawParallel(data, argCols, metric) {
     .sort((a, b) => (/^(val|valid|eval|test)[/_]/.test(b) - /^(val|valid|eval|test)[/_]/.test(a)) || (a < b ? -1 : 1)).slice(0, MORE_METRICS) : [];
   const axes = [...argCols.map(([k, get]) => [k, get]), ...(metric ? [metric, ...others].map((mt) => ["⟶ " + mt, (r) => r.metrics[mt]]) : [])];
   const mi = argCols.length;  // the colouring metric's axis
-  canvas.classList.toggle("hidden", axes.length < 2 || data.rows.length < 2);
+  // (no argument varies: nothing to compare the metrics across)
+  canvas.classList.toggle("hidden", !argCols.length || axes.length < 2 || data.rows.length < 2);
   $("#hp-brush-bar").classList.toggle("hidden", canvas.classList.contains("hidden"));
   canvas.dataset.axes = axes.map((a) => a[0]).join("|");
   if (canvas.classList.contains("hidden")) { state.hpGeo = null; return; }

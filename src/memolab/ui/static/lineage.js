@@ -111,7 +111,9 @@ function pipelineLabel(n) {
   if (!r) return null;
   const name = r.name || argText(Object.fromEntries(varyingKeys().filter((k) => k in (r.hparams || {})).map((k) => [k, r.hparams[k]])));
   const m = state.primary, v = m ? metricValue(r, m) : undefined;
-  return { title: `#${n.id} ${name}`.slice(0, 30), sub: m && v !== undefined ? `${m} ${fmtNum(v)}`.slice(0, 32) : null };
+  if (!name && (!m || v === undefined)) return null;  // nothing to add to the function and id
+  return { title: name ? `#${n.id} ${name}`.slice(0, 30) : `${shortFn(n.fn)} #${n.id}`,
+    sub: m && v !== undefined ? `${m} ${fmtNum(v)}`.slice(0, 32) : null };
 }
 
 // the column of each function: the longest chain of functions feeding it (its depth in the pipeline)
