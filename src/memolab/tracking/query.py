@@ -115,8 +115,9 @@ def functions(index: Any) -> list[dict[str, Any]]:
     return sorted(out.values(), key=lambda d: d["fn"])
 
 
-#: the newest runs of a function looked at for its newest scalar: one index range, however many runs
-SCALARS_LAST_RUNS = 1000
+#: the newest runs of a function looked at for its newest scalar: one short index range however many
+#: runs it has (function_entries also serves the CLI's name resolution: a few lookups per function)
+SCALARS_LAST_RUNS = 50
 
 
 def _scalars_last(c: Any, fn: str) -> float | None:
