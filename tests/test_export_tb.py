@@ -341,3 +341,45 @@ def test_tensorboards_parallel_coordinates_view_draws_a_whole_store_export(proje
     finally:
         os.killpg(tb.pid, 15)
         tb.wait(30)
+
+
+def test_hparams_view_opens_on_the_varying_arguments_and_no_empty_root_run(tmp_store, tmp_path):
+    """A sweep (issue 54): TensorBoard shows the experiment's first hparams and hides the rest;
+    sorted by name it opened on the constant ``batch``/``ds`` with ``lr``, ``opt`` and ``seed``
+    hidden. The varying arguments come first, marked ``differs``. The experiment's event file at
+    the logdir's root made an empty run ``.``, listed first in every tab: it lives beside a run's
+    events now, and a re-export removes the root file an earlier export left."""
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+
+    @memo
+    def sweep(batch, ds, lr, opt, seed):
+        memolab.log.scalar("val/loss", lr * (seed + 1))
+        return lr
+
+    for opt in ("adam", "sgd"):
+        for lr in (0.1, 0.01):
+            sweep(64, {"name": "mnist", "size": 100}, lr, opt, 0)
+    sweep(64, {"name": "mnist", "size": 100}, 0.1, "adam", 1)
+    out = tmp_path / "tb"
+    out.mkdir()
+    legacy = out / "events.out.tfevents.0000000001.host.memolab"  # what an earlier export left at the root
+    legacy.write_bytes(tb_export.record(tb_export.event(1.0, 0, file_version="brain.Event:2")))
+    tb_export.export(get_store().index, out)
+    exp, res = _session_groups(out)
+    assert [(h.name, h.differs) for h in exp.hparam_infos] == [
+        ("lr", True), ("opt", True), ("seed", True), ("batch", False), ("ds.name", False), ("ds.size", False)]
+    assert len(res.session_groups) == 5
+    mux = pem.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(out))
+    mux.Reload()
+    runs = sorted(mux.Runs())
+    assert "." not in runs and len(runs) == 5 and not legacy.exists()
+    assert not list(out.glob("events.out.tfevents.*"))
+    # a re-export of one run keeps the experiment; clearing the function leaves no experiment behind
+    tb_export.export(get_store().index, out, sweep.symbol)
+    exp, _ = _session_groups(out)
+    assert [h.name for h in exp.hparam_infos][:3] == ["lr", "opt", "seed"]
+    assert len(list(out.rglob("events.out.tfevents.*.memolab-hparams"))) == 1
+    sweep.clear()
+    tb_export.export(get_store().index, out)
+    assert not list(out.rglob("events.out.tfevents.*"))

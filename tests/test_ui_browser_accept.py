@@ -41,7 +41,7 @@ def _badges(pg):
     out = {}
     for row in pg.query_selector_all("#runs tbody tr[data-run]"):
         out[row.get_attribute("data-run")] = [(b.inner_text(), b.get_attribute("title") or "")
-                                              for b in row.query_selector_all("td:nth-child(5) .badge")]
+                                              for b in row.query_selector_all("td.code .badge")]
     return out
 
 

@@ -117,6 +117,7 @@ def test_charts_tooltips_zoom_groups_markers_and_csv(lab, page):
     assert colored_pixels(pg, "score", "#1f77b4") + colored_pixels(pg, "score", "#d62728") > 20  # same value: one hides the other
 
     # crosshair tooltip: every run's value at that step, with its name
+    pg.query_selector(".card[data-tag='train/loss']").scroll_into_view_if_needed()  # (legends wrap: cards are taller)
     box = pg.query_selector(".card[data-tag='train/loss'] .u-over").bounding_box()
     pg.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
     pg.wait_for_selector(".card[data-tag='train/loss'] .tooltip")

@@ -168,3 +168,33 @@ def test_the_lineage_api_needs_the_token_and_checks_its_ids(pipeline):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(srv.base + f"api/evaluation?id={ids['train'][0]}")
     assert e.value.code == 401
+
+
+def test_the_pipeline_follows_the_selection_and_labels_nodes_with_their_run(pipeline, page):
+    """A sweep on one prepared dataset (issue 54): with one train run selected the tab drew every
+    train and evaluate node the dataset fed, labelled `train #48`. It draws the selected one, what it
+    was made from and what was made from it, labelled with the run's varying arguments."""
+    from memolab.tracking import query
+
+    srv, ids = pipeline
+    lm = sys.modules["lineagejob"]
+    ds = lm.prepare(500)
+    for lr in (0.2, 0.3):
+        lm.evaluate(lm.train(ds, lr), ds)
+    index = get_store().index
+    runs = {r["hparams"]["lr"]: r for r in query.runs(index, "lineagejob:train") if r["hparams"].get("lr") in (0.2, 0.3)}
+    mine = runs[0.2]
+    pg = page
+    pg.goto(srv.link(f"?fn=lineagejob:train&tab=pipeline&runs={mine['id']}"))
+    pg.wait_for_selector("body[data-ready='1']")
+    pg.wait_for_selector(f"#pipeline-graph g.node[data-eval='{mine['eval_id']}']")
+    got = boxes(pg)
+    evals = {f: sorted(e["id"] for e in index.evaluations(f"lineagejob:{f}")) for f in ("prepare", "evaluate")}
+    mine_eval = [e for e in evals["evaluate"] if e not in ids["evaluate"]]
+    # the selected train, the prepare it was made from, the evaluate made from it: not its sibling
+    assert runs[0.3]["eval_id"] not in got and mine["eval_id"] in got
+    assert len(got) == 3 and ids["prepare"][-1] in got and len([e for e in got if e in mine_eval]) == 1
+    assert "other evaluation(s) made from the same inputs left out" in pg.inner_text("#pipeline")
+    title = pg.text_content(f"#pipeline-graph g.node[data-eval='{mine['eval_id']}'] .n-title")
+    assert title == f"#{mine['eval_id']} lr=0.2"
+    assert not pg.errors, pg.errors

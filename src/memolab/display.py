@@ -50,13 +50,18 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequenc
 
 
 def metric_columns(runs: Sequence[Any], most: int = 6) -> list[str]:
-    """The tags logged by the most runs (``val/``, then ``train/`` first on ties)."""
+    """The tags logged by the most runs (``val/``, then ``train/`` first on ties). The machine's own
+    samples (``sys/cpu``: every run has them) only when the runs logged nothing else: as in the
+    dashboard and ``memolab runs``, what a run found comes first."""
+    from .tracking.names import is_system_tag
+
     count: dict[str, int] = {}
     for r in runs:
         for t in r.metrics or {}:
             count[t] = count.get(t, 0) + 1
+    own = [t for t in count if not is_system_tag(t)]
     rank = {"val": 0, "train": 1}
-    return sorted(count, key=lambda t: (-count[t], rank.get(t.split("/")[0], 2), t))[:most]
+    return sorted(own or count, key=lambda t: (-count[t], rank.get(t.split("/")[0], 2), t))[:most]
 
 
 def runs_table(runs: Sequence[Any], limit: int = 200) -> str:

@@ -280,7 +280,15 @@ def print_tags(tags: dict[str, list[str]], metrics: dict[str, float | None]) -> 
         if not names:
             continue
         if kind == "scalar":
-            print(wrapped(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in names)}", "      "))
+            # the run's own tags first; the machine's samples (sys/cpu, sys/memory) last, on a line of their own
+            from ..tracking.names import is_system_tag
+
+            own = [t for t in names if not is_system_tag(t)]
+            system = [t for t in names if is_system_tag(t)]
+            if own:
+                print(wrapped(f"    scalars: {', '.join(f'{t} = {number(metrics.get(t))}' for t in own)}", "      "))
+            if system:
+                print(wrapped(f"    system (sys/): {', '.join(f'{t} = {number(metrics.get(t))}' for t in system)}", "      "))
         else:
             print(wrapped(f"    {kind}s: {', '.join(names)}", "      "))
 

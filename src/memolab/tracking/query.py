@@ -105,12 +105,28 @@ def functions(index: Any) -> list[dict[str, Any]]:
         d = out.setdefault(fn, {"fn": fn, "evaluations": 0, "hits": 0, "runs": 0, "running": 0, "last": last})
         d["runs"], d["running"] = n, running.get(fn, 0)
         d["last"] = max(d["last"] or 0, last or 0)
+    for d in out.values():
+        d["scalars_last"] = _scalars_last(c, d["fn"])
     # the files a script's functions came from: two scripts that each define `train` share __main__:train
     for fn, script in c.execute("SELECT DISTINCT fn, script FROM runs WHERE substr(fn, 1, 9)='__main__:' "
                                 "AND script IS NOT NULL ORDER BY fn, script"):
         if fn in out:
             out[fn].setdefault("scripts", []).append(script)
     return sorted(out.values(), key=lambda d: d["fn"])
+
+
+#: the newest runs of a function looked at for its newest scalar: one short index range however many
+#: runs it has (function_entries also serves the CLI's name resolution: a few lookups per function)
+SCALARS_LAST_RUNS = 50
+
+
+def _scalars_last(c: Any, fn: str) -> float | None:
+    """When ``fn``'s runs last logged a scalar (the wall time of its newest point, among its newest
+    runs), None when they logged none: the dashboard opens on the function with the newest curves,
+    not on a pipeline's last step (``evaluate``) that logged none."""
+    row = c.execute("SELECT MAX(t.last_wall) FROM (SELECT id FROM runs WHERE fn=? ORDER BY started DESC LIMIT ?) r "
+                    "JOIN scalar_tags t ON t.run = r.id", (fn, SCALARS_LAST_RUNS)).fetchone()
+    return row[0] if row else None
 
 
 def function_entries(index: Any) -> list[dict[str, Any]]:
@@ -151,7 +167,7 @@ def function_entries(index: Any) -> list[dict[str, Any]]:
             label = names.function_label(f["fn"], labels.get(script)) if script else f["fn"]
             out.append({"fn": f["fn"], "script": script, "label": label, "runs": d["runs"],
                         "evaluations": len(d["evaluations"]) + d.get("unknown", 0), "running": d["running"],
-                        "hits": f["hits"], "last": d["last"] or f["last"]})
+                        "hits": f["hits"], "last": d["last"] or f["last"], "scalars_last": f["scalars_last"]})
     return sorted(out, key=lambda d: d["label"])
 
 

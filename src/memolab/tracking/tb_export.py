@@ -156,10 +156,12 @@ _TEXT_METADATA = f_bytes(1, f_bytes(1, b"text"))  # SummaryMetadata{plugin_data{
 class EventFileWriter:
     """Appends events to ``events.out.tfevents.<time>.<host>.memolab`` in ``logdir``."""
 
-    def __init__(self, logdir: Path) -> None:
+    def __init__(self, logdir: Path, suffix: str = "memolab", stamp: float | None = None) -> None:
         logdir.mkdir(parents=True, exist_ok=True)
         self.logdir = logdir
-        self.path = logdir / f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.memolab"
+        self.suffix = suffix
+        when = time.time() if stamp is None else stamp
+        self.path = logdir / f"events.out.tfevents.{int(when):010d}.{socket.gethostname()}.{suffix}"
         # Written under a name TensorBoard ignores (no "tfevents"), then renamed over: a reader
         # never sees a half-written run, and an export that fails leaves the previous one whole.
         self._tmp = logdir / f".memolab-export-{os.getpid()}.tmp"
@@ -192,7 +194,7 @@ class EventFileWriter:
         self._f.close()
         # TensorBoard reads every event file of a run directory: a previous export's file left next
         # to this one would show every point twice. Only files memolab wrote are replaced.
-        for old in self.logdir.glob("events.out.tfevents.*.memolab"):
+        for old in self.logdir.glob(f"events.out.tfevents.*.{self.suffix}"):
             if old != self.path:
                 old.unlink()
         os.replace(self._tmp, self.path)
@@ -252,13 +254,21 @@ def _hp_type(values: list[Any]) -> int:
 
 
 def experiment(hparams: dict[str, list[Any]], metrics: list[str], created: float) -> bytes:
+    """The experiment: the arguments that vary between the runs first, marked ``differs``.
+
+    TensorBoard's HParams view shows the first hparams of the experiment and hides the rest;
+    sorted by name, a sweep opened on its constant arguments (``batch``, ``ds.*``) with ``lr``,
+    ``optimizer`` and ``seed`` hidden."""
+    distinct = {name: sorted({json.dumps(v, default=str, sort_keys=True) for v in values})
+                for name, values in hparams.items()}
     infos = b""
-    for name, values in sorted(hparams.items()):
-        t = _hp_type(values)
+    for name in sorted(hparams, key=lambda n: (len(distinct[n]) < 2, n)):
+        t = _hp_type(hparams[name])
         info = f_bytes(1, name.encode()) + f_varint(4, t)
         if t != 3:  # a discrete domain (ListValue) lets the tab offer a filter per value
-            distinct = sorted({json.dumps(v, default=str) for v in values})
-            info += f_bytes(5, b"".join(f_bytes(1, _pb_value(json.loads(v))) for v in distinct))
+            info += f_bytes(5, b"".join(f_bytes(1, _pb_value(json.loads(v))) for v in distinct[name]))
+        if len(distinct[name]) > 1:
+            info += f_varint(7, 1)  # HParamInfo.differs: what TensorBoard shows first
         infos += f_bytes(4, info)
     for tag in sorted(metrics):
         infos += f_bytes(5, f_bytes(1, f_bytes(1, b"") + f_bytes(2, tag.encode())))  # MetricInfo{name{group, tag}}
@@ -343,7 +353,7 @@ def _remove_run_dir(out: Path, rel: str) -> bool:
         return False  # a manifest edited to point outside the export: not ours
     if not d.is_dir():
         return False
-    for f in d.glob("events.out.tfevents.*.memolab"):
+    for f in [*d.glob("events.out.tfevents.*.memolab"), *d.glob(f"events.out.tfevents.*.{EXPERIMENT_SUFFIX}")]:
         f.unlink()
     for f in d.glob(".memolab-export-*.tmp"):
         f.unlink()
@@ -450,23 +460,43 @@ def experiment_function(manifest: dict[str, Any]) -> str | None:
     return min(count, key=lambda f: (f.startswith("_process"), -count[f], f))
 
 
+# The experiment's own event file, beside the events of one run of the compared function. At the
+# logdir's root it made a run of its own, ``.``, empty, listed first in every TensorBoard tab;
+# the hparams plugin takes the experiment from whichever run holds it. Its own suffix keeps it
+# apart from the run's events (a re-export of the run replaces those, not this).
+EXPERIMENT_SUFFIX = "memolab-hparams"
+
+
 def _write_experiment(out: Path, manifest: dict[str, Any]) -> str | None:
     chosen = experiment_function(manifest)
     hp: dict[str, list[Any]] = {}
     metrics: set = set()
-    for rel, info in manifest["runs"].items():
-        if rel.split("/", 1)[0] != chosen:
-            continue
+    rels = sorted(rel for rel in manifest["runs"] if rel.split("/", 1)[0] == chosen)
+    for rel in rels:
+        info = manifest["runs"][rel]
         for k, v in (info.get("hparams") or {}).items():
             hp.setdefault(k, []).append(v)
         metrics.update(info.get("metrics") or [])
-    w = EventFileWriter(out)  # the logdir's root run holds only the experiment
-    try:
-        w.add(time.time(), 0, experiment(hp, sorted(metrics), time.time()))
-    except BaseException:
-        w.abort()
-        raise
-    w.close()
+    root = out.resolve()
+    old = manifest.get("experiment_file")
+    # earlier exports' root experiment (the empty ``.`` run), and the experiment another run held
+    stale = list(out.glob("events.out.tfevents.*.memolab"))
+    if isinstance(old, str) and root in (root / old).resolve().parents and old.endswith(EXPERIMENT_SUFFIX):
+        stale.append(out / old)
+    manifest.pop("experiment_file", None)
+    if rels:
+        # stamp 0: read before the run's own events, which a re-export replaces
+        w = EventFileWriter(out / rels[0], suffix=EXPERIMENT_SUFFIX, stamp=0)
+        try:
+            w.add(time.time(), 0, experiment(hp, sorted(metrics), time.time()))
+        except BaseException:
+            w.abort()
+            raise
+        w.close()
+        manifest["experiment_file"] = w.path.relative_to(out).as_posix()
+        stale = [f for f in stale if f.resolve() != w.path.resolve()]
+    for f in stale:
+        f.unlink(missing_ok=True)
     return chosen
 
 

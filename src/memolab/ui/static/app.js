@@ -17,10 +17,13 @@
 // this one holds the state, the runs table, the tabs and the live refresh, and starts the page.
 "use strict";
 
-// 20 colours that stay apart on white (Tableau 10, then darker partners), and dash styles after
-// them: 80 runs before a style repeats
+// 24 colours that stay apart on white, and dash styles after them: 96 runs before a style repeats.
+// Tableau 10, then 14 picked one at a time as the farthest (CIE Lab) from all before it among
+// colours dark enough for white (L* <= 68): no two closer than ΔE 27 (Tableau 20's darker partners
+// were 4.6 apart: a sweep's 24 runs showed as similar blues)
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22",
-  "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#5254a3", "#3182bd", "#e6550d", "#31a354", "#ad494a"];
+  "#1717d3", "#000000", "#e72be7", "#1e511e", "#0b0b64", "#ae1351", "#511e47", "#aa8a40", "#13ae7f", "#174fd3",
+  "#7f13ae", "#ae5113", "#890f71", "#1e4251"];
 const DASHES = [null, [7, 3], [2, 3], [9, 3, 2, 3]];
 //: runs of the newest function selected on arrival (newest first)
 const AUTO_SELECT = 20;
@@ -180,8 +183,9 @@ async function selectFunction(fn, keep = false, script = null) {
   if (fresh || state.autoSelect) {
     state.autoSelect = false;
     // arriving on a function shows its newest runs at once
-    state.selected = state.runs.filter((r) => typeof r.id === "number").sort((a, b) => b.started - a.started)
-      .slice(0, AUTO_SELECT).map((r) => String(r.id));
+    const logged = state.runs.filter((r) => typeof r.id === "number");
+    state.selected = logged.sort((a, b) => b.started - a.started).slice(0, AUTO_SELECT).map((r) => String(r.id));
+    state.autoPicked = { ids: state.selected.join(","), of: logged.length };
   }
   renderRuns();
   saveUrl();
@@ -212,12 +216,27 @@ function metricValue(r, tag) {
   return s ? s[state.stat === "min" ? 1 : 2] : undefined;
 }
 
+// The arguments that vary between the function's runs, each a sortable column of its own (a:lr,
+// a:optimizer, a:seed): a sweep's arguments began with its name and four constant tensor summaries,
+// so what told its runs apart was cut off. The constant ones are folded into one cell (its tooltip
+// lists them; "show" in its head unfolds them). One run: nothing varies, every argument is shown.
+const ARG_COLS = 8;
+function argKeys() { return state.runs.length > 1 ? varyingKeys().slice(0, ARG_COLS) : []; }
+
 function runCols() {
+  const args = argKeys();
   return [
-    ["", null], ["status", "status"], ["id", "eval_id"], ["arguments", "args"], ["code", "code"], ["started", "started"],
+    ["", null], ["status", "status"], ["id", "eval_id"], ...args.map((k) => [k, "a:" + k]),
+    [args.length ? "other arguments" : "arguments", "args"], ["code", "code"], ["started", "started"],
     ["duration", "duration"], ["hits", "hits"], ["result", "result"],
     ...metricTags().shown.map((t) => ["⟶ " + t, "m:" + t]),
   ];
+}
+
+// a value of an argument column, as it sorts: numbers as numbers, anything else as its text
+function argValue(r, k) {
+  const v = (r.hparams || {})[k];
+  return v === undefined || v === null ? undefined : typeof v === "number" ? v : fmtArg(v);
 }
 
 // a run whose code differs from the run of the same function started just before it
@@ -269,7 +288,8 @@ function renderRuns() {
   state.cols = cols;
   const { key, dir } = state.sort;
   markBest(cols);
-  const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? metricValue(r, key.slice(2)) : r[key];
+  const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? metricValue(r, key.slice(2))
+    : key.startsWith("a:") ? argValue(r, key.slice(2)) : r[key];
   const keep = runFilter();
   const rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => [val(r), r]);
   rows.sort(([x], [y]) => (x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1) * (x === null || x === undefined || y === null || y === undefined ? 1 : dir));
@@ -302,6 +322,25 @@ function renderRuns() {
   $("#empty").textContent = state.runs.length ? "Select evaluations in the table to see their logs."
     : "No runs yet: call a memoized function (its arguments and logs are recorded), or log outside one with memolab.log.scalar().";
   renderColumnPicker();
+  explainSelection();
+  foldToggle();
+}
+
+// "show"/"fold" in the head of the constant arguments' column
+function foldToggle() {
+  const th = document.querySelector('#runs thead th[data-col="other arguments"]');
+  if (!th || th.querySelector(".fold")) return;
+  th.append(" ", el("button", { type: "button", class: "linkish fold", title: "the arguments every run has the same value of",
+    onclick: (ev) => { ev.stopPropagation(); state.argsOpen = !state.argsOpen; renderRuns(); } }, state.argsOpen ? "fold" : "show"));
+}
+
+// Why these runs are selected, while the selection is the one made on arrival: "20 of 24" said
+// nothing of the 4 left out (the newest AUTO_SELECT, so a big sweep's first draw stays quick).
+function explainSelection() {
+  const why = $("#run-why"), a = state.autoPicked;
+  const auto = !!a && a.ids === state.selected.join(",") && a.of > state.selected.length;
+  why.classList.toggle("hidden", !auto);
+  if (auto) why.textContent = `— the ${state.selected.length} newest of ${a.of} runs, selected on arrival; "select all" draws every one`;
 }
 
 // only the rows in view (plus a margin) are in the DOM: 10,000 runs sort and scroll like 50
@@ -345,7 +384,7 @@ function runRow(r, cols) {
   // a script's process run stores nothing by design: "(not stored)" is for memoized calls only
   const status = r.status + (r.stored || isProcess(r.fn) ? "" : r.status === "done" ? " (not stored)" : "");
   const result = r.status === "failed" || r.status === "lost" ? (r.error || r.status) : r.result ?? "–";
-  const code = el("td", { title: r.code || "" }, (r.code || "").slice(0, 8));
+  const code = el("td", { class: "code", title: r.code || "" }, (r.code || "").slice(0, 8));
   // a code change the user accepted as giving the same results (`memolab accept`): marked as such on
   // both codes it names, instead of "code changed"
   const accepted = r.accepted || [];
@@ -358,11 +397,22 @@ function runRow(r, cols) {
   } else if (state.changes.has(String(r.id))) code.append(el("span", { class: "badge", text: "code changed" }));
   const args = r.name ? `${r.name} · ${argText(r.hparams)}` : argText(r.hparams);
   const best = state.bestRow === String(r.id);
-  const argsCell = el("td", { title: args + ((r.run_tags || []).length ? `\ntags: ${r.run_tags.join(", ")}` : "") },
+  // the arguments of their own columns are left out of this cell; the constant ones are folded
+  const own = new Set(cols.filter(([, k]) => k && k.startsWith("a:")).map(([, k]) => k.slice(2)));
+  const rest = Object.fromEntries(Object.entries(r.hparams || {}).filter(([k]) => !own.has(k)));
+  const nrest = Object.keys(rest).length;
+  const folded = own.size > 0 && !state.argsOpen;
+  const restText = folded ? (nrest ? `${nrest} constant` : "") : argText(rest);
+  const argsCell = el("td", { class: "args", title: args + ((r.run_tags || []).length ? `\ntags: ${r.run_tags.join(", ")}` : "") },
     ...(r.run_tags || []).map((t) => el("span", { class: "chip", text: t })),
     ...(r.kept ? [el("span", { class: "chip kept", title: "kept: gc never drops this evaluation (memolab unkeep takes it off)", text: "kept" })] : []),
     ...((r.notes || []).length ? [el("span", { class: "note-count", title: r.notes.map((n) => n.text).join("\n"), text: `✎${r.notes.length}` })] : []),
-    args);
+    ...(r.name ? [r.name + (restText ? " · " : "")] : []),
+    ...(restText ? [folded ? el("span", { class: "muted folded" }, restText) : restText] : []));
+  const argCells = cols.filter(([, k]) => k && k.startsWith("a:")).map(([, k]) => {
+    const v = (r.hparams || {})[k.slice(2)];
+    return el("td", { class: "arg" + (typeof v === "number" ? " num" : ""), "data-arg": k.slice(2), text: fmtArg(v) });
+  });
   const open = el("button", { type: "button", class: "open-run", title: "open this run's page: status, arguments, notes, traceback",
     onclick: (ev) => { ev.stopPropagation(); openRunPage(String(r.id)); } }, "⋯");
   return el("tr", {
@@ -372,11 +422,11 @@ function runRow(r, cols) {
   }, el("td", {}, box, sw), el("td", {}, el("span", { class: "status " + r.status, text: status }), ...(logged ? [open] : [])),
   el("td", { class: "id", title: `run ${r.id}` + (best ? ` — best ${state.primary}` : "") }, r.eval_id && r.stored
     ? el("a", { href: "#", class: "eval-open", title: "its inputs, what used it", onclick: (ev) => { ev.preventDefault(); ev.stopPropagation(); showEvaluation(r.eval_id); } }, idText(r))
-    : idText(r)), argsCell,
+    : idText(r)), ...argCells, argsCell,
   code, el("td", { text: fmtTime(r.started) }),
   el("td", { text: fmtDur(r.duration) }), el("td", { text: String(r.hits ?? 0) }),
   el("td", { class: "result" + (r.error ? " error" : ""), text: result, title: result }),
-  ...cols.slice(9).map(([, k]) => {
+  ...cols.filter(([, k]) => k && k.startsWith("m:")).map(([, k]) => {
     const tag = k.slice(2), top = state.best[tag] === String(r.id);
     return el("td", { class: "num" + (top ? " best" : ""), title: top ? `best ${tag} (${lowerIsBetter(tag) ? "lowest" : "highest"})` : "",
       text: fmtNum(metricValue(r, tag)) });
@@ -519,8 +569,11 @@ async function init() {
   $("#store").textContent = info.store;
   state.hb = hb;
   state.short = ids.short;
-  // open on what was asked for, else on the most recently run memoized function (not a script's process run)
-  const memoized = fns.filter((f) => !isProcess(f.fn)).sort((a, b) => (b.last || 0) - (a.last || 0));
+  // open on what was asked for, else on the memoized function (not a script's process run) whose runs
+  // logged scalars most recently: a sweep's curves, not its pipeline's last step (evaluate, no scalars);
+  // among functions that logged none, the most recently run
+  const memoized = fns.filter((f) => !isProcess(f.fn))
+    .sort((a, b) => (b.scalars_last || 0) - (a.scalars_last || 0) || (b.last || 0) - (a.last || 0));
   const first = memoized[0] || fns[0] || {};
   const wanted = url.get("fn") || first.fn;
   if (wanted) {

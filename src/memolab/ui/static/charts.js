@@ -36,12 +36,43 @@ function tagFilter() {
 
 const groupOf = (tag) => (tag.includes("/") ? tag.slice(0, tag.indexOf("/")) : "");
 
-// the plot width of one chart of the grid (CSS: auto-fill, minmax(420px, 1fr), gap 12px)
+// The card width (TensorBoard's setting): the grid has as many columns as cards of at least this
+// width fit (CSS: auto-fill, minmax(var(--card-w), 1fr), gap 12px), so a wide screen is filled.
+// Kept in the browser, as TensorBoard keeps it.
+function cardWidth() {
+  const v = +(document.getElementById("card-width")?.value || 400);
+  return Number.isFinite(v) && v > 0 ? v : 400;
+}
+function applyCardWidth() {
+  const w = cardWidth();
+  document.getElementById("charts").style.setProperty("--card-w", w >= 100000 ? "100%" : w + "px");
+}
+(function initCardWidth() {  // (app.js, which defines $, is loaded after this file)
+  const sel = document.getElementById("card-width");
+  if (!sel) return;
+  let saved = null;
+  try { saved = localStorage.getItem("memolab.cardWidth"); } catch (e) { /* storage off: the default */ }
+  if (saved && [...sel.options].some((o) => o.value === saved)) sel.value = saved;
+  applyCardWidth();
+  sel.addEventListener("change", () => {
+    try { localStorage.setItem("memolab.cardWidth", sel.value); } catch (e) { /* storage off: this page only */ }
+    applyCardWidth();
+    redrawScalars();
+  });
+})();
+
+// the plot width of one chart of the grid
 function chartPx() {
   const W = $("#charts").clientWidth || $("main").clientWidth || 1000;
-  const cols = Math.max(1, Math.floor((W + 12) / 432));
+  const cols = Math.max(1, Math.floor((W + 12) / (Math.min(cardWidth(), W) + 12)));
   return Math.max(200, Math.floor((W - 12 * (cols - 1)) / cols) - 18);
 }
+
+// Sections: the user's own tags first (no prefix, then by name), the machine's samples (sys/: cpu,
+// memory, never asked for) last and folded until opened.
+const SYS_GROUP = "sys";
+const sectionRank = (g) => (g === "" ? 0 : g === SYS_GROUP ? 2 : 1);
+const foldedOnce = new Set();
 
 // a run whose series are held but may have grown: it was running when they were fetched, or is now
 function isStale(id, prefix = "") {
@@ -170,16 +201,18 @@ function layoutScalars(ids, tags, draw = null) {
   for (const tag of tags) { const g = groupOf(tag); if (!groups.has(g)) groups.set(g, []); groups.get(g).push(tag); }
   const sections = [];
   const live = new Set(tags);
-  for (const [g, gtags] of [...groups.entries()].sort((a, b) => (a[0] === "" ? -1 : b[0] === "" ? 1 : a[0] < b[0] ? -1 : 1))) {
+  for (const [g, gtags] of [...groups.entries()].sort((a, b) => sectionRank(a[0]) - sectionRank(b[0]) || (a[0] < b[0] ? -1 : 1))) {
     let sec = box.querySelector(`details.group[data-group="${CSS.escape(g)}"]`);
     if (!sec) {
-      sec = el("details", { class: "group", "data-group": g }, el("summary", {}), el("div", { class: "grid" }));
+      if (g === SYS_GROUP && !foldedOnce.has(g)) { foldedOnce.add(g); state.collapsed.add(g); }
+      sec = el("details", { class: "group" + (g === SYS_GROUP ? " sys" : ""), "data-group": g }, el("summary", {}), el("div", { class: "grid" }));
       sec.open = !state.collapsed.has(g);
       sec.addEventListener("toggle", () => {
         if (sec.open) { state.collapsed.delete(g); redrawScalars(); } else state.collapsed.add(g);
       });
     }
-    sec.querySelector("summary").textContent = `${g || "(no prefix)"}  ·  ${gtags.length} chart${gtags.length === 1 ? "" : "s"}`;
+    sec.querySelector("summary").textContent = `${g || "(no prefix)"}  ·  ${gtags.length} chart${gtags.length === 1 ? "" : "s"}`
+      + (g === SYS_GROUP ? "  ·  the machine's samples (cpu, memory), not the runs' results" : "");
     const grid = sec.querySelector(".grid");
     const cards = gtags.map((tag) => state.charts[tag]?.card || scalarCard(tag));
     if (cards.length !== grid.children.length || cards.some((c, i) => grid.children[i] !== c)) grid.replaceChildren(...cards);
@@ -444,13 +477,14 @@ function finishCard(c, tag) {
   // the runs whose line ends in a cross (failed, interrupted, lost: drawMarks)
   canvas.dataset.ended = c.grouped ? "" : series.filter((s) => ["failed", "interrupted", "lost"].includes(runById(s.id)?.status)).map((s) => s.id).join(",");
   canvas.dataset.grouped = c.grouped ? "1" : "";
-  // one line, whatever the number of runs: the values are in the tooltip; the best first
-  const LEGEND = 8;
+  // wrapped lines (scrolled past three), the best first; the values are in the tooltip
+  const LEGEND = 24;
   const order = [...series].sort((a, b) => (b.id === c.best) - (a.id === c.best));
   const ended = (s) => { const st = runById(s.id)?.status; return ["failed", "interrupted", "lost"].includes(st) ? `, ${st}` : ""; };
   const what = (s) => s.group ? `${s.label}  (mean${state.group.band === "std" ? " ± std" : state.group.band === "minmax" ? ", min–max" : ""})`
     : `${s.label}  (${s.n} pts${s.downsampled ? ", downsampled" : ""}, last ${fmtNum(s.raw[s.raw.length - 1])}${ended(s)})`;
-  card.querySelector(".legend").replaceChildren(...order.slice(0, LEGEND).map((s) => el("span", { title: s.label, class: s.id === c.best ? "best" : "" },
+  canvas.dataset.mixed = series.filter((s) => s.codes > 1).map((s) => s.id).join(",");  // groups spanning code versions
+  card.querySelector(".legend").replaceChildren(...order.slice(0, LEGEND).map((s) => el("span", { title: s.label, class: (s.id === c.best ? "best" : "") + (s.codes > 1 ? " mixed" : "") },
     el("span", { class: "swatch", style: `background:${s.color}` }), (s.id === c.best ? "★ " : "") + what(s))),
   ...(series.length > LEGEND ? [el("span", { class: "muted", text: `+${series.length - LEGEND} more: hover for values` })] : []));
 }

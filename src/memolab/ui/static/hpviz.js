@@ -19,6 +19,8 @@ async function renderHparams() {
   drawHparams();
 }
 
+//: metric axes of the parallel coordinates besides the chosen one
+const MORE_METRICS = 2;
 function hpMetricRank(t) { return isSysTag(t) ? 3 : t.startsWith("train/") ? 0 : t.startsWith("val/") ? 1 : 2; }
 
 function drawHparams() {
@@ -123,21 +125,33 @@ function drawParallel(data, argCols, metric) {
   const metrics = data.metrics.filter((m) => !isSysTag(m));
   metric = metric || metrics.find((m) => /^(val|valid|eval|test)[/_]/.test(m) && /loss/.test(m)) || metrics.find((m) => m.startsWith("val/"))
     || metrics.find((m) => m.startsWith("train/")) || metrics[0];
-  const axes = [...argCols.map(([k, get]) => [k, get]), ...(metric ? [["⟶ " + metric, (r) => r.metrics[metric]]] : [])];
-  canvas.classList.toggle("hidden", axes.length < 2 || data.rows.length < 2);
+  // several metric axes (as W&B and TensorBoard): the chosen one (it colours the lines) first, then
+  // up to MORE_METRICS others, held-out ones first
+  const others = metric ? metrics.filter((m) => m !== metric)
+    .sort((a, b) => (/^(val|valid|eval|test)[/_]/.test(b) - /^(val|valid|eval|test)[/_]/.test(a)) || (a < b ? -1 : 1)).slice(0, MORE_METRICS) : [];
+  const axes = [...argCols.map(([k, get]) => [k, get]), ...(metric ? [metric, ...others].map((mt) => ["⟶ " + mt, (r) => r.metrics[mt]]) : [])];
+  const mi = argCols.length;  // the colouring metric's axis
+  // (no argument varies: nothing to compare the metrics across)
+  canvas.classList.toggle("hidden", !argCols.length || axes.length < 2 || data.rows.length < 2);
   $("#hp-brush-bar").classList.toggle("hidden", canvas.classList.contains("hidden"));
   canvas.dataset.axes = axes.map((a) => a[0]).join("|");
   if (canvas.classList.contains("hidden")) { state.hpGeo = null; return; }
   const [g, W, H] = setupCanvas(canvas);
-  const pad = { l: 36, r: 60, t: 28, b: 22 };
-  const scales = axes.map(([, get], i) => hpScale(data.rows.map(get), i === axes.length - 1 && !!metric));
+  const scales = axes.map(([, get], i) => hpScale(data.rows.map(get), i >= mi && !!metric));
+  // room for the first axis's tick labels (right-aligned left of it: `rmsprop` was cut to `sprop`)
+  // and for the first and last axes' titles (centred on them)
+  const title = (label, s) => (label.length > 22 ? label.slice(0, 21) + "…" : label) + (s.log ? " (log)" : "");
+  const tickText = (text) => String(text).slice(0, 12);
+  const wide = (t) => g.measureText(t).width;
+  const pad = { l: Math.max(36, 8 + Math.max(0, ...scales[0].ticks.map(([, , t]) => wide(tickText(t)))), 4 + wide(title(axes[0][0], scales[0])) / 2),
+    r: Math.max(24, 4 + wide(title(axes[axes.length - 1][0], scales[scales.length - 1])) / 2), t: 28, b: 22 };
   const x = (i) => pad.l + (axes.length === 1 ? 0 : i / (axes.length - 1)) * (W - pad.l - pad.r);
   const y = (t) => H - pad.b - t * (H - pad.t - pad.b);
   state.hpGeo = { axes, scales, x, y, pad, W, H, metric };
   canvas.dataset.log = axes.filter((_, i) => scales[i].log).map((a) => a[0]).join("|");
   const brushed = hpBrushed();
   canvas.dataset.brushed = brushed ? [...brushed].join(",") : "";
-  const m = scales[scales.length - 1], mget = axes[axes.length - 1][1];
+  const m = scales[mi] || scales[scales.length - 1], mget = (axes[mi] || axes[axes.length - 1])[1];
   const rows = data.rows.length > 3000 ? data.rows.filter((r, i) => i % Math.ceil(data.rows.length / 3000) === 0) : data.rows;
   const low = metric ? lowerIsBetter(metric) : true;
   const line = (r) => {
@@ -167,18 +181,20 @@ function drawParallel(data, argCols, metric) {
     line(r);
   }
   g.lineWidth = 1;
+  const clip = [];  // every label's left and right edge: the tests check none is cut by the canvas
   axes.forEach(([label], i) => {
     const s = scales[i];
     g.strokeStyle = "#5b6475"; g.fillStyle = "#1d2330"; g.textAlign = "center"; g.textBaseline = "alphabetic";
     g.beginPath(); g.moveTo(x(i), y(0)); g.lineTo(x(i), y(1)); g.stroke();
-    const title = (label.length > 22 ? label.slice(0, 21) + "…" : label) + (s.log ? " (log)" : "");
-    g.fillText(title, x(i), 14);
+    g.fillText(title(label, s), x(i), 14);
+    clip.push([x(i) - wide(title(label, s)) / 2, x(i) + wide(title(label, s)) / 2]);
     g.fillStyle = "#5b6475"; g.textAlign = "right"; g.textBaseline = "middle";
     const every = Math.max(1, Math.ceil(s.ticks.length / 8));
     s.ticks.forEach(([, t, text], k) => {
       if (t === null || k % every) return;
       g.beginPath(); g.moveTo(x(i) - 3, y(t)); g.lineTo(x(i), y(t)); g.stroke();
-      g.fillText(String(text).slice(0, 10), x(i) - 5, y(t));
+      g.fillText(tickText(text), x(i) - 5, y(t));
+      clip.push([x(i) - 5 - wide(tickText(text)), x(i) - 5]);
     });
     const b = state.hpBrush && state.hpBrush[label];
     if (b) {  // the brushed range
@@ -186,6 +202,7 @@ function drawParallel(data, argCols, metric) {
       g.fillRect(x(i) - 7, y(b[1]), 14, y(b[0]) - y(b[1])); g.strokeRect(x(i) - 7, y(b[1]), 14, y(b[0]) - y(b[1]));
     }
   });
+  canvas.dataset.clipped = String(clip.filter(([a, b]) => a < 0 || b > W).length);
   $("#hp-brush-info").textContent = brushed ? `${brushed.size} of ${data.rows.length} runs in the brushed range${Object.keys(state.hpBrush).length > 1 ? "s" : ""}`
     : "drag along an axis to select the runs in a range";
   $("#hp-brush-clear").classList.toggle("hidden", !brushed);
@@ -259,7 +276,11 @@ function drawScatter(data, argCols, metric) {
     sel.replaceChildren(...opts.map((o) => el("option", { value: o, text: o })));
     sel.value = opts.includes(cur) ? cur : opts[0];
   };
-  fill(xs, args, args[0]);
+  // x: the varying numeric argument with the most values (lr says more than optimizer), else the first
+  const numeric = args.map((k) => [k, new Set(data.rows.map((r) => r.hparams[k]).filter((v) => typeof v === "number"))])
+    .filter(([k, vals]) => vals.size > 1 && data.rows.every((r) => r.hparams[k] === undefined || typeof r.hparams[k] === "number"));
+  numeric.sort((a, b) => b[1].size - a[1].size);
+  fill(xs, args, numeric.length ? numeric[0][0] : args[0]);
   fill(ys, metrics, metric || metrics.find((m) => /^(val|eval|test)[/_].*loss/.test(m)) || metrics.find((m) => !isSysTag(m)) || metrics[0]);
   const ax = xs.value, my = ys.value;
   const pts = data.rows.map((r) => [r, r.hparams[ax], r.metrics[my]]).filter(([, a, v]) => a !== undefined && a !== null && typeof v === "number");

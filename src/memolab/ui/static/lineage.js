@@ -67,7 +67,8 @@ const NODE_W = 190, NODE_H = 44, COL_GAP = 70, ROW_GAP = 14, PAD = 16;
 const shortTime = (t) => t ? new Date(t * 1000).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }) : "–";
 
 function selectedEvaluations() {
-  const ids = state.selected.map(runById).filter((r) => r && r.stored && r.eval_id).map((r) => r.eval_id);
+  // the selection as the charts draw it: narrowed by the run filter
+  const ids = shownIds().map(runById).filter((r) => r && r.stored && r.eval_id).map((r) => r.eval_id);
   return [...new Set([...(state.pipelineFocus || []), ...ids])];
 }
 
@@ -76,10 +77,43 @@ async function renderPipeline() {
   const ids = selectedEvaluations();
   state.pipelineFocus = null;
   if (!ids.length) { box.replaceChildren(el("p", { class: "muted", text: "Select stored evaluations to see the pipeline they belong to." })); return; }
-  const g = await api(`lineage?evals=${ids.slice(0, MAX_IDS).join(",")}`);
+  const g = followSelection(await api(`lineage?evals=${ids.slice(0, MAX_IDS).join(",")}`));
   box.replaceChildren(drawPipeline(g), el("p", { class: "muted small", text:
-    `${g.nodes.length} evaluation(s) of ${new Set(g.nodes.map((n) => n.fn)).size} function(s), ${g.edges.length} edge(s); `
+    `${g.nodes.length} evaluation(s) of ${new Set(g.nodes.map((n) => n.fn)).size} function(s), ${g.edges.length} edge(s)`
+    + (g.siblings ? ` (${g.siblings} other evaluation(s) made from the same inputs left out)` : "") + "; "
     + "columns in pipeline order, newest first; click an evaluation for its inputs and users" + (g.truncated ? " (cut: too many to draw)" : "") }));
+}
+
+// Follow the selection: the selected evaluations, what they were made from (upstream, transitively)
+// and what was made from them (downstream), not the rest of what their inputs fed: with 2 of a
+// sweep's runs selected the tab drew all 26 train and 26 evaluate nodes of the sweep's prepare.
+function followSelection(g) {
+  const sel = g.nodes.filter((n) => n.selected).map((n) => String(n.id));
+  if (!sel.length) return g;
+  const up = new Map(), down = new Map();
+  const add = (m, a, b) => { if (!m.has(a)) m.set(a, []); m.get(a).push(b); };
+  for (const e of g.edges) { add(down, String(e.from), String(e.to)); add(up, String(e.to), String(e.from)); }
+  const keep = new Set(sel);
+  for (const adj of [up, down]) {
+    const todo = [...sel];
+    while (todo.length) for (const y of adj.get(todo.pop()) || []) if (!keep.has(y)) { keep.add(y); todo.push(y); }
+  }
+  const nodes = g.nodes.filter((n) => keep.has(String(n.id)));
+  return { ...g, nodes, siblings: g.nodes.length - nodes.length,
+    edges: g.edges.filter((e) => keep.has(String(e.from)) && keep.has(String(e.to))),
+    missing: (g.missing || []).filter((m) => keep.has(String(m.to))) };
+}
+
+// a node's label: its run's name (or the arguments that vary) and the chosen metric's value, for
+// the evaluations of the function on show (the others: their id and time, as before)
+function pipelineLabel(n) {
+  const r = (state.runs || []).find((x) => x.stored && String(x.eval_id) === String(n.id));
+  if (!r) return null;
+  const name = r.name || argText(Object.fromEntries(varyingKeys().filter((k) => k in (r.hparams || {})).map((k) => [k, r.hparams[k]])));
+  const m = state.primary, v = m ? metricValue(r, m) : undefined;
+  if (!name && (!m || v === undefined)) return null;  // nothing to add to the function and id
+  return { title: name ? `#${n.id} ${name}`.slice(0, 30) : `${shortFn(n.fn)} #${n.id}`,
+    sub: m && v !== undefined ? `${m} ${fmtNum(v)}`.slice(0, 32) : null };
 }
 
 // the column of each function: the longest chain of functions feeding it (its depth in the pipeline)
@@ -164,11 +198,12 @@ function drawPipeline(g) {
   for (const n of g.nodes) {
     const p = pos.get(n.id);
     const lost = (g.missing || []).filter((m) => m.to === n.id);
+    const label = pipelineLabel(n);
     const node = svgEl("g", { class: "node" + (n.selected ? " selected" : "") + (n.code_changed ? " changed" : "") + (n.status !== "done" ? " out" : ""),
       "data-eval": String(n.id), "data-fn": n.fn, transform: `translate(${p.x},${p.y})`, onclick: () => openEvaluation(n.fn, n.id) },
       svgEl("rect", { width: String(NODE_W), height: String(NODE_H), rx: "5" }),
-      svgEl("text", { x: "8", y: "17", class: "n-title", text: `${shortFn(n.fn)} #${n.id}` }),
-      svgEl("text", { x: "8", y: "34", class: "n-sub", text: `${shortTime(n.finished)} · code ${(n.code || "").slice(0, 6)}` }),
+      svgEl("text", { x: "8", y: "17", class: "n-title", text: label ? label.title : `${shortFn(n.fn)} #${n.id}` }),
+      svgEl("text", { x: "8", y: "34", class: "n-sub", text: label && label.sub ? label.sub : `${shortTime(n.finished)} · code ${(n.code || "").slice(0, 6)}` }),
       svgEl("title", { text: `${n.fn} #${n.id}\n${n.result || ""}${n.code_changed ? "\ncode changed since the function's evaluation before it" : ""}`
         + (lost.length ? "\ninputs not stored any more: " + lost.map((m) => `${m.path} ← ${shortFn(m.function)}`).join(", ") : "") }));
     if (n.code_changed) node.append(svgEl("text", { x: String(NODE_W - 8), y: "17", class: "mark", "text-anchor": "end", text: "code changed" }));

@@ -28,6 +28,7 @@ function saveUrl() {
   put("gpat", state.group.by === "pattern" ? state.group.pattern : "", "");
   put("band", state.group.band, "minmax");
   put("grouped", state.group.by && !state.group.on ? "0" : "", "");
+  put("gcode", state.group.by && state.group.perCode ? "1" : "", "");
   put("stat", state.stat, "last");
   put("dirs", Object.entries(state.dirs).map(([t, d]) => `${t}:${d}`).join(","), "");
   put("run", state.page || "", "");
@@ -47,6 +48,7 @@ function restoreView(url) {
   state.group.pattern = url.get("gpat") || "";
   state.group.band = ["minmax", "std", "none"].includes(url.get("band")) ? url.get("band") : "minmax";
   state.group.on = url.get("grouped") !== "0";
+  state.group.perCode = url.get("gcode") === "1";
   if (["last", "min", "max"].includes(url.get("stat"))) { state.stat = url.get("stat"); $("#metric-stat").value = state.stat; }
   state.dirs = {};
   for (const part of (url.get("dirs") || "").split(",")) {
@@ -69,6 +71,8 @@ function compileFilter() {
     if (m) return (r) => r.status.startsWith(m[1]);
     m = tok.match(/^tag:(\S+)$/);
     if (m) return (r) => (r.run_tags || []).includes(m[1]);
+    m = tok.match(/^code:([0-9a-fA-F]+)$/);  // a code version by the start of its digest, as the table shows it
+    if (m) return (r) => !!r.code && r.code.toLowerCase().startsWith(m[1].toLowerCase());
     m = tok.match(/^([\w.\/-]+)(<=|>=|!=|=|<|>)(.+)$/);
     if (m) {
       const [, k, op, want] = m;
@@ -132,8 +136,11 @@ function bestOf(tag, ids) {
 // ---- groups --------------------------------------------------------------------------------------
 // by an argument (`lr`) or by a pattern over the run's label (`seed=\d+`: the part it matches, or
 // its first capture group); each group drawn as its mean with a min-max or +-std band
+//: the group-by key of a run's code version (not an argument's name: an argument may be called "code")
+const BY_CODE = "@code";
 function groupKey(r) {
   const g = state.group;
+  if (g.by === BY_CODE) return r.code ? `code ${r.code.slice(0, 7)}` : "(no code version)";
   if (g.by === "pattern") {
     let re = null;
     try { re = new RegExp(g.pattern); } catch (e) { return "(bad pattern)"; }
@@ -154,6 +161,18 @@ function groupsOf(ids) {
     const k = groupKey(r);
     if (!m.has(k)) m.set(k, []);
     m.get(k).push(id);
+  }
+  // "per code version": a group whose runs span code versions is split by version, so a band is
+  // read per version and no two codes are averaged (a group of one version keeps its name)
+  if (state.group.perCode && state.group.by !== BY_CODE) {
+    for (const [k, gids] of [...m.entries()]) {
+      const codes = codeVersions(gids);
+      if (codes.length < 2) continue;
+      m.delete(k);
+      for (const [c] of codes) m.set(`${k} · code ${c.slice(0, 7)}`, gids.filter((id) => runById(id)?.code === c));
+      const none = gids.filter((id) => !runById(id)?.code);
+      if (none.length) m.set(`${k} · (no code version)`, none);
+    }
   }
   const num = (k) => { const x = parseFloat(k.slice(k.indexOf("=") + 1)); return Number.isFinite(x) ? x : null; };
   return [...m.entries()].sort(([a], [b]) => {
@@ -224,10 +243,21 @@ function groupSeriesFor(tag, ids) {
     const members = g.ids.map((id) => byId.get(id)).filter(Boolean);
     if (!members.length) return null;
     const a = aggregate(members, px, w);
+    // a group whose runs span code versions averages runs of different code (8 ReLU and 2 GELU runs
+    // as one "adam"): said in its label, with how many runs each version has
+    const codes = codeVersions(g.ids);
+    const mixed = codes.length > 1 ? ` ⚠ ${codes.length} code versions: ${codes.map(([c, n]) => `${c.slice(0, 7)}×${n}`).join(", ")}` : "";
     return { id: "g:" + g.key, group: g, members, color: COLORS[i % COLORS.length], dash: DASHES[Math.floor(i / COLORS.length) % DASHES.length],
-      label: `${g.key} (${members.length} run${members.length === 1 ? "" : "s"})`, x: a.x, y: a.y, raw: a.raw, lo: a.lo, hi: a.hi,
-      agg: a, n: members.reduce((k, s) => k + s.n, 0), step: a.x, downsampled: false };
+      label: `${g.key} (${members.length} run${members.length === 1 ? "" : "s"})${mixed}`, x: a.x, y: a.y, raw: a.raw, lo: a.lo, hi: a.hi,
+      agg: a, n: members.reduce((k, s) => k + s.n, 0), step: a.x, downsampled: false, codes: codes.length };
   }).filter(Boolean);
+}
+
+// [code, runs] of these runs' code versions, the most runs first
+function codeVersions(ids) {
+  const n = new Map();
+  for (const id of ids) { const c = runById(id)?.code; if (c) n.set(c, (n.get(c) || 0) + 1); }
+  return [...n.entries()].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1));
 }
 
 // the groups' best by their mean of the value the columns show
@@ -247,15 +277,18 @@ function syncGroupControls() {
   const sel = $("#group-by");
   if (!sel) return;
   const keys = state.runs && state.runs.length ? varyingKeys() : [];
-  const want = ["", ...keys, "pattern"];
+  const want = ["", ...keys, BY_CODE, "pattern"];
   if (state.group.by && !want.includes(state.group.by)) want.splice(want.length - 1, 0, state.group.by);
-  sel.replaceChildren(...want.map((k) => el("option", { value: k, text: k === "" ? "none" : k === "pattern" ? "name pattern…" : k })));
+  const text = (k) => (k === "" ? "none" : k === "pattern" ? "name pattern…" : k === BY_CODE ? "code version" : k);
+  sel.replaceChildren(...want.map((k) => el("option", { value: k, text: text(k) })));
   sel.value = state.group.by;
   $("#group-pattern").classList.toggle("hidden", state.group.by !== "pattern");
   $("#group-pattern").value = state.group.pattern;
   $("#group-band").value = state.group.band;
   $("#group-on").checked = state.group.on;
   $("#group-on").disabled = !state.group.by;
+  $("#group-code").checked = !!state.group.perCode;
+  $("#group-code").disabled = !state.group.by || state.group.by === BY_CODE;
 }
 
 function initGroupControls() {
@@ -264,4 +297,5 @@ function initGroupControls() {
   $("#group-pattern").addEventListener("input", () => { state.group.pattern = $("#group-pattern").value; changed(); });
   $("#group-band").addEventListener("change", () => { state.group.band = $("#group-band").value; changed(); });
   $("#group-on").addEventListener("change", () => { state.group.on = $("#group-on").checked; changed(); });
+  $("#group-code").addEventListener("change", () => { state.group.perCode = $("#group-code").checked; changed(); });
 }
