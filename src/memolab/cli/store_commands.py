@@ -124,15 +124,22 @@ def _count_evaluations(store: Any, fn: str) -> int:
 
 
 def _unstored_runs(store: Any, fn: str) -> dict[str, int]:
-    """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost)."""
+    """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost):
+    counted in SQL (a run stored as running is read to tell a lost one), never read one by one."""
     if not _has_runs_of(store, fn):
         return {}
     from ..tracking import query
 
-    out: dict[str, int] = {}
-    for r in query.runs(store.index, fn):
-        if not r.get("stored") and r["status"] != "done":
-            out[r["status"]] = out.get(r["status"], 0) + 1
+    c = query.ready(store.index)
+    unstored = ("fn=? AND status != 'done' AND (eval_id IS NULL OR "
+                "NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.id = runs.eval_id))")
+    out: dict[str, int] = {s: n for s, n in c.execute(
+        f"SELECT status, COUNT(*) FROM runs WHERE {unstored} AND status != 'running' GROUP BY status", (fn,))}
+    cols = ("id", "fn", "code", "args", "schema", "pid", "host")
+    alive = query.running_alive(c)
+    for row in c.execute(f"SELECT {','.join(cols)} FROM runs WHERE {unstored} AND status = 'running'", (fn,)).fetchall():
+        s = "running" if alive(dict(zip(cols, row, strict=False))) else "lost"
+        out[s] = out.get(s, 0) + 1
     return out
 
 
@@ -246,8 +253,8 @@ def _logs_of(store: Any, eval_id: int) -> tuple[list[dict[str, Any]], dict[str, 
     if not _has_runs_table(store):
         return [], {}
     ids = [r for (r,) in store.index.conn().execute("SELECT id FROM runs WHERE eval_id=?", (eval_id,))]
-    runs = [r for r in query.runs(store.index, store.index.evaluations(where="id=?", params=(eval_id,))[0]["fn"])
-            if r["id"] in ids] if ids else []  # labelled among the function's runs
+    # labelled as among the function's newest runs (``query.labelled``): never all of them read
+    runs = query.labelled(store.index, query.runs(store.index, ids=ids)) if ids else []
     return runs, query.tags(store.index, ids)
 
 
