@@ -83,8 +83,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return OK
     name, args.script = ids.split_script(store, args.func)  # a.py:train: that script's evaluations
     fn = resolve_function(store, name)
-    mine = ids.eval_ids_of_script(store, fn, args.script) if args.script else None
-    total = _count_evaluations(store, fn) if mine is None else len(mine)
+    # a script's: those a run of it produced, selected in SQL (never a list of every id read)
+    mine = ("id IN (SELECT eval_id FROM runs WHERE fn=? AND script=?)", (fn, args.script)) if args.script else None
+    total = _count_evaluations(store, fn) if mine is None else store.index.conn().execute(
+        f"SELECT COUNT(*) FROM evaluations WHERE fn=? AND {mine[0]}", (fn, *mine[1])).fetchone()[0]
     if not total and not args.json and _has_runs_of(store, fn):
         # a script's process runs, or a function whose every run failed: its runs are what there is
         args.status, args.metric, args.all = None, None, False
@@ -92,8 +94,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if mine is None:
         evs = store.index.evaluations(fn, limit=args.limit)
     else:
-        evs = store.index.evaluations(fn, where=f"id IN ({','.join(str(i) for i in mine) or 'NULL'})",
-                                      limit=args.limit)
+        evs = store.index.evaluations(fn, where=mine[0], params=mine[1], limit=args.limit)
     if args.json:
         emit_json({"store": str(store.root), "fn": fn, "total": total, "evaluations": [eval_json(e) for e in evs]})
         return OK
@@ -107,9 +108,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if more:
         print(more)
     if fn.startswith("__main__:") and not args.script:
-        from ..tracking.query import function_entries
+        from ..tracking.names import function_label, script_labels
 
-        each = [e["label"] for e in function_entries(store.index) if e["fn"] == fn and e["script"]]
+        paths = [p for (p,) in store.index.conn().execute(
+            "SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL ORDER BY script", (fn,))] \
+            if _has_runs_of(store, fn) else []
+        labels = script_labels(paths)
+        each = [function_label(fn, labels.get(p)) for p in paths]
         if len(each) > 1:
             print(f"(evaluations of {len(each)} scripts' {fn[9:]}: memolab ls {each[0]} lists one)")
     unstored = _unstored_runs(store, fn)

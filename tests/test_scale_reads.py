@@ -1,0 +1,160 @@
+"""Commands and dashboard requests cost what they show, not what the store holds (issue 52 §1).
+
+A store written by real calls is grown to 1k and to 10k evaluations of one function by copying
+its rows in SQL (as ``benchmarks/store_scaling.py`` fills its million: half of them with a run
+and a logged metric, half stored without one). Then, in one fresh process per store, each command
+runs with every SQLite connection counting the statements it executes and the rows it hands to
+Python: at 10k they must be what they are at 1k (no wall-clock: the counts are deterministic).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import sys
+
+import pytest
+
+JOB = """
+import memolab
+from memolab import memo
+
+@memo
+def train(lr, seed=0):
+    memolab.log.scalar("val/loss", lr * 2, step=0)
+    memolab.log.scalar("val/loss", lr, step=1)
+    if lr > 1:
+        raise ValueError("diverged")
+    return lr + seed
+
+for lr in (0.1, 0.2, 0.3, 5.0):
+    try:
+        train(lr)
+    except ValueError:
+        pass
+"""
+
+# counts every statement and every row any sqlite3 connection of this process hands to Python
+MEASURE = r"""
+import contextlib, io, json, sqlite3, sys
+counts = {"statements": 0, "rows": 0}
+
+class Cursor(sqlite3.Cursor):
+    def execute(self, *a, **k):
+        counts["statements"] += 1
+        return super().execute(*a, **k)
+    def executemany(self, *a, **k):
+        counts["statements"] += 1
+        return super().executemany(*a, **k)
+    def __next__(self):
+        r = super().__next__()
+        counts["rows"] += 1
+        return r
+    def fetchone(self):
+        r = super().fetchone()
+        counts["rows"] += r is not None
+        return r
+    def fetchmany(self, *a, **k):
+        r = super().fetchmany(*a, **k)
+        counts["rows"] += len(r)
+        return r
+    def fetchall(self):
+        r = super().fetchall()
+        counts["rows"] += len(r)
+        return r
+
+class Connection(sqlite3.Connection):
+    def cursor(self, factory=Cursor):
+        return super().cursor(factory)
+    def execute(self, *a, **k):
+        return self.cursor().execute(*a, **k)
+    def executemany(self, *a, **k):
+        return self.cursor().executemany(*a, **k)
+
+_connect = sqlite3.connect
+sqlite3.connect = lambda *a, **k: _connect(*a, **{"factory": Connection, **k})
+
+from memolab.cli import main
+out = {}
+for name, argv in json.loads(sys.argv[1]).items():
+    counts.update(statements=0, rows=0)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(argv)
+    out[name] = {**counts, "rc": rc, "out": buf.getvalue()}
+print(json.dumps(out))
+"""
+
+
+def grow(index: str, n: int) -> None:
+    """Copy the store's first evaluation until it holds ``n`` evaluations of its function: every
+    second copy with a run (and a final ``val/loss``) made from the first run, the others without."""
+    c = sqlite3.connect(index)
+    with c:
+        base = c.execute("SELECT MIN(id) FROM evaluations").fetchone()[0]
+        have = c.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+        c.execute(
+            "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < ?) "
+            "INSERT INTO evaluations(fn, code, args, schema, status, payload, payload_size, buffers, size, started, "
+            "finished, duration, host, python, versions, snapshot, code_refs, inline) "
+            "SELECT fn, code, args || '.' || i, schema, status, payload, payload_size, buffers, size, started - 10 * i, "
+            "finished - 10 * i, duration, host, python, versions, snapshot, code_refs, inline "
+            "FROM evaluations, k WHERE id = ?", (n - have, base))
+        run = c.execute("SELECT id FROM runs WHERE eval_id = ?", (base,)).fetchone()[0]
+        c.execute(
+            "INSERT INTO runs(id, fn, code, args, schema, started, finished, updated, status, hparams, eval_id, pid, "
+            "host, script) SELECT e.id + 10000000, r.fn, e.code, e.args, e.schema, e.started, e.finished, e.finished, "
+            "'done', json_set(r.hparams, '$.lr', e.id * 0.001), e.id, r.pid, r.host, r.script "
+            "FROM evaluations e, runs r WHERE r.id = ? AND e.id > ? AND e.id % 2 = 0", (run, have))
+        c.execute("INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall, first_step, ordered) "
+                  "SELECT id, 'val/loss', 2, 1, eval_id * 0.001, finished, 0, 1 FROM runs WHERE id BETWEEN 10000000 AND 20000000")
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    from conftest import Project
+
+    project = Project(tmp_path_factory.mktemp("scale") / "proj")
+    project.write("job.py", JOB)
+    project.run("job.py")
+    out = {}
+    for n in (1000, 10000):
+        root = project.root.parent / f"store{n}"
+        shutil.copytree(project.store, root)
+        grow(str(root / "index.sqlite"), n)
+        out[n] = root
+    return project, out
+
+
+def measure(project, store, commands: dict[str, list[str]]) -> dict[str, dict]:
+    cp = project.run("-c", MEASURE, json.dumps(commands), env={"MEMOLAB_STORE": str(store), "COLUMNS": "200"})
+    return json.loads(cp.stdout.strip().splitlines()[-1])
+
+
+def test_show_ls_and_runs_read_what_they_print(stores):
+    project, by_size = stores
+    got = {}
+    for n, store in by_size.items():
+        c = sqlite3.connect(store / "index.sqlite")
+        # the first evaluation (a real call's, with its run) and the newest run
+        ev = c.execute("SELECT MIN(id) FROM evaluations").fetchone()[0]
+        run = c.execute("SELECT id FROM runs WHERE eval_id = ?", (ev,)).fetchone()[0]
+        c.close()
+        got[n] = measure(project, store, {
+            "show": ["show", str(ev)], "show-run": ["show", f"r{run}"], "ls": ["ls", "train", "--limit", "20"],
+            "runs": ["runs", "train", "--limit", "20"], "runs-json": ["runs", "train", "--limit", "5", "--json"]})
+    for name in got[1000]:
+        small, big = got[1000][name], got[10000][name]
+        assert small["rc"] == big["rc"] == 0, (name, small, big)
+        assert big["rows"] <= small["rows"] + 5, (name, small["rows"], big["rows"])
+        assert big["statements"] <= small["statements"] + 5, (name, small["statements"], big["statements"])
+    # what they print is right, not merely cheap
+    assert "val/loss = 0.1" in got[10000]["show"]["out"] and "lr=0.1" in got[10000]["show"]["out"]
+    assert "20 of 10,000 evaluations" in got[10000]["ls"]["out"] or "20 of 10000" in got[10000]["ls"]["out"]
+    doc = json.loads(got[10000]["runs-json"]["out"])
+    # every stored evaluation is listed (5,000 with a run), the failed run too, newest first
+    assert doc["total"] == 10001 and len(doc["runs"]) == 5
+    started = [r["started"] for r in doc["runs"]]
+    assert started == sorted(started, reverse=True)
+    print({n: {k: (v["statements"], v["rows"]) for k, v in g.items()} for n, g in got.items()}, file=sys.stderr)
