@@ -75,9 +75,21 @@ _connect = sqlite3.connect
 sqlite3.connect = lambda *a, **k: _connect(*a, **{"factory": Connection, **k})
 
 from memolab.cli import main
+srv = None
 out = {}
 for name, argv in json.loads(sys.argv[1]).items():
+    if argv[0] == "GET" and srv is None:  # the dashboard's server, in this process (its counts too)
+        import os, urllib.request
+        from memolab.ui.server import serve_in_thread
+        srv, _ = serve_in_thread(os.environ["MEMOLAB_STORE"])
     counts.update(statements=0, rows=0)
+    if argv[0] == "GET":
+        req = urllib.request.Request(srv.link("api/" + argv[1]).split("?token=")[0].split("&token=")[0],
+                                     headers={"Authorization": "Bearer " + srv.token})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            body = r.read()
+        out[name] = {**counts, "rc": 0, "out": body.decode(), "bytes": len(body)}
+        continue
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = main(argv)
@@ -104,7 +116,7 @@ def grow(index: str, n: int) -> None:
         c.execute(
             "INSERT INTO runs(id, fn, code, args, schema, started, finished, updated, status, hparams, eval_id, pid, "
             "host, script) SELECT e.id + 10000000, r.fn, e.code, e.args, e.schema, e.started, e.finished, e.finished, "
-            "'done', json_set(r.hparams, '$.lr', e.id * 0.001), e.id, r.pid, r.host, r.script "
+            "'done', json_set(r.hparams, '$.lr', e.id + 1000), e.id, r.pid, r.host, r.script "
             "FROM evaluations e, runs r WHERE r.id = ? AND e.id > ? AND e.id % 2 = 0", (run, have))
         c.execute("INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall, first_step, ordered) "
                   "SELECT id, 'val/loss', 2, 1, eval_id * 0.001, finished, 0, 1 FROM runs WHERE id BETWEEN 10000000 AND 20000000")
@@ -158,3 +170,35 @@ def test_show_ls_and_runs_read_what_they_print(stores):
     started = [r["started"] for r in doc["runs"]]
     assert started == sorted(started, reverse=True)
     print({n: {k: (v["statements"], v["rows"]) for k, v in g.items()} for n, g in got.items()}, file=sys.stderr)
+
+
+def test_the_dashboards_window_is_sorted_and_filtered_on_the_server(stores):
+    """/api/runs and /api/hparams with ``limit`` (what the page asks): the statements, rows read and
+    bytes sent at 10k are those at 1k; sorted by a metric, filtered by status and by an argument."""
+    project, by_size = stores
+    fn = "__main__%3Atrain"
+    asks = {"runs": ["GET", f"runs?fn={fn}&limit=50"], "hparams": ["GET", f"hparams?fn={fn}&limit=50"],
+            "by-metric": ["GET", f"runs?fn={fn}&limit=20&sort=m%3Aval%2Floss&dir=asc"],
+            "failed": ["GET", f"runs?fn={fn}&limit=20&status=failed"],
+            "arg": ["GET", f"runs?fn={fn}&limit=20&arg=lr%3D0.2"],
+            "page-2": ["GET", f"runs?fn={fn}&limit=20&offset=20"]}
+    got = {n: measure(project, store, asks) for n, store in by_size.items()}
+    for name in asks:
+        small, big = got[1000][name], got[10000][name]
+        for what in ("statements", "rows"):
+            assert big[what] <= small[what] + 5, (name, what, small[what], big[what])
+        assert big["bytes"] <= small["bytes"] * 1.1 + 200, (name, small["bytes"], big["bytes"])
+    big = {k: json.loads(v["out"]) for k, v in got[10000].items()}
+    assert big["runs"]["total"] == 10001 and len(big["runs"]["rows"]) == 50
+    started = [r["started"] for r in big["runs"]["rows"] + big["page-2"]["rows"]]
+    assert started[:20] == sorted(started[:20], reverse=True)
+    assert [r["id"] for r in big["page-2"]["rows"]] == [r["id"] for r in big["runs"]["rows"][20:40]]
+    loss = [r["metrics"]["val/loss"] for r in big["by-metric"]["rows"]]
+    assert loss == sorted(loss) and big["by-metric"]["total"] == 5003  # the best (lowest) first, every run
+    assert [r["status"] for r in big["failed"]["rows"]] == ["failed"] and big["failed"]["total"] == 1
+    assert [r["hparams"]["lr"] for r in big["arg"]["rows"]] == [0.2]
+    # the window's runs (its evaluations stored without a run have no logged hyperparameters of a run)
+    assert [r["id"] for r in big["hparams"]["rows"]] == [r["id"] for r in big["runs"]["rows"] if isinstance(r["id"], int)]
+    assert big["hparams"]["total"] == 10001
+    print({n: {k: (v["statements"], v["rows"], v["bytes"]) for k, v in g.items()} for n, g in got.items()},
+          file=sys.stderr)
