@@ -39,28 +39,35 @@ MEASURE = r"""
 import contextlib, io, json, sqlite3, sys
 counts = {"statements": 0, "rows": 0}
 
+def schema(sql):
+    # the log tables' set-up runs once per connection, and the server's threads get connections
+    # as they come: not the work of a request
+    return sql.lstrip().upper().startswith(("CREATE", "PRAGMA", "ALTER")) or "sqlite_master" in sql
+
 class Cursor(sqlite3.Cursor):
-    def execute(self, *a, **k):
-        counts["statements"] += 1
-        return super().execute(*a, **k)
+    skip = False
+    def execute(self, sql, *a, **k):
+        self.skip = schema(sql)
+        counts["statements"] += not self.skip
+        return super().execute(sql, *a, **k)
     def executemany(self, *a, **k):
         counts["statements"] += 1
         return super().executemany(*a, **k)
     def __next__(self):
         r = super().__next__()
-        counts["rows"] += 1
+        counts["rows"] += not self.skip
         return r
     def fetchone(self):
         r = super().fetchone()
-        counts["rows"] += r is not None
+        counts["rows"] += r is not None and not self.skip
         return r
     def fetchmany(self, *a, **k):
         r = super().fetchmany(*a, **k)
-        counts["rows"] += len(r)
+        counts["rows"] += 0 if self.skip else len(r)
         return r
     def fetchall(self):
         r = super().fetchall()
-        counts["rows"] += len(r)
+        counts["rows"] += 0 if self.skip else len(r)
         return r
 
 class Connection(sqlite3.Connection):

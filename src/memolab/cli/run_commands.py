@@ -111,13 +111,14 @@ def number(v: float | None) -> str:
     return f"{v:.4g}"
 
 
-def short_length(store: Any) -> int:
+def short_length(store: Any, among: list[int] | None = None) -> int:
     """Digits of a run id that tell every run of the store apart (at least ``ids.SHORT_MIN``): the
-    RUN column shows that many, as git shows commits, and ``show`` takes them (as the dashboard)."""
+    RUN column shows that many, as git shows commits, and ``show`` takes them (as the dashboard).
+    ``among``: the runs shown, when not all of them are: the digits that tell those apart."""
     from ..tracking import query
     from .ids import short_length as digits
 
-    return digits(query.ready(store.index))
+    return digits(query.ready(store.index), among)
 
 
 def runs_table(rows: list[dict[str, Any]], args: argparse.Namespace, with_fn: bool, short: int = 0) -> str:
@@ -191,7 +192,8 @@ def _print_runs(store: Any, fn: str | None, script: str | None, args: argparse.N
         from .ids import shown_function
 
         print(shown_function(store, fn, script, rows))
-    print(runs_table(shown, args, with_fn=fn is None, short=short_length(store)))
+    among = [r["id"] for r in shown if isinstance(r["id"], int)] if len(shown) < total else None  # (issue 52)
+    print(runs_table(shown, args, with_fn=fn is None, short=short_length(store, among)))
     more = footer(len(shown), total, "runs", "--limit N or --all for more")
     if more:
         print(more)
