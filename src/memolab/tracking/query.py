@@ -131,26 +131,25 @@ def function_entries(index: Any) -> list[dict[str, Any]]:
     labels = names.script_labels(sorted({p for f in mains for p in f["scripts"]}))
     running = {r["id"] for r in _running(c)}
     for f in mains:
+        # counted per script in SQLite (a function's million runs are never read into Python)
         per: dict[str | None, dict[str, Any]] = {}
-        seen_evals: set = set()
-        for rid, script, started, ev, stored in c.execute(
-                "SELECT r.id, r.script, r.started, r.eval_id, e.id IS NOT NULL FROM runs r "
-                "LEFT JOIN evaluations e ON e.id = r.eval_id WHERE r.fn=?", (f["fn"],)):
-            d = per.setdefault(script, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
-            d["runs"] += 1
-            d["running"] += rid in running
-            d["last"] = max(d["last"], started or 0)
-            if stored:
-                d["evaluations"].add(ev)
-                seen_evals.add(ev)
-        unknown = f["evaluations"] - len(seen_evals)
+        for script, n, last, evs in c.execute(
+                "SELECT r.script, COUNT(*), MAX(r.started), COUNT(DISTINCT e.id) FROM runs r "
+                "LEFT JOIN evaluations e ON e.id = r.eval_id WHERE r.fn=? GROUP BY r.script", (f["fn"],)):
+            per[script] = {"runs": n, "evaluations": evs, "running": 0, "last": last or 0}
+        for rid, script in c.execute("SELECT id, script FROM runs WHERE fn=? AND status='running'", (f["fn"],)):
+            if rid in running and script in per:
+                per[script]["running"] += 1
+        seen = c.execute("SELECT COUNT(DISTINCT r.eval_id) FROM runs r JOIN evaluations e ON e.id = r.eval_id "
+                         "WHERE r.fn=?", (f["fn"],)).fetchone()[0]
+        unknown = f["evaluations"] - seen
         if unknown > 0 or None in per:
-            d = per.setdefault(None, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
+            d = per.setdefault(None, {"runs": 0, "evaluations": 0, "running": 0, "last": 0})
             d["unknown"] = max(0, unknown)
         for script, d in sorted(per.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
             label = names.function_label(f["fn"], labels.get(script)) if script else f["fn"]
             out.append({"fn": f["fn"], "script": script, "label": label, "runs": d["runs"],
-                        "evaluations": len(d["evaluations"]) + d.get("unknown", 0), "running": d["running"],
+                        "evaluations": d["evaluations"] + d.get("unknown", 0), "running": d["running"],
                         "hits": f["hits"], "last": d["last"] or f["last"]})
     return sorted(out, key=lambda d: d["label"])
 
