@@ -209,3 +209,19 @@ def test_the_dashboards_window_is_sorted_and_filtered_on_the_server(stores):
     assert big["hparams"]["total"] == 10001
     print({n: {k: (v["statements"], v["rows"], v["bytes"]) for k, v in g.items()} for n, g in got.items()},
           file=sys.stderr)
+
+
+def test_the_newest_n_are_those_of_the_whole_list(stores):
+    """``query.runs(fn, limit=N)`` (read by index, stopping early) is the first N of every row sorted
+    newest first, labels aside; its total is the whole list's length."""
+    from memolab.store.reading import open_for_reading
+    from memolab.tracking import query
+
+    _, by_size = stores
+    index = open_for_reading(by_size[1000]).index
+    every = sorted(query.runs(index, "__main__:train"), key=lambda r: r["started"] or 0.0, reverse=True)
+    assert query.count_rows(index, "__main__:train") == len(every) == 1001
+    for n in (1, 7, 250, 2000):
+        got = query.runs(index, "__main__:train", limit=n)
+        assert [r["id"] for r in got] == [r["id"] for r in every[:n]]
+        assert [r["stored"] for r in got] == [r["stored"] for r in every[:n]]
