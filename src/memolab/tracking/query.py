@@ -233,7 +233,8 @@ def _unrun(c: Any, fn: str | None, limit: int | None, floor: list[float]) -> lis
     # ``limit`` runs chosen already: an evaluation that finished before the oldest of them started
     # cannot be among the newest (it started before it finished). Said to SQLite, so that a
     # function whose every evaluation has a run is not scanned to the end to find none.
-    floor_sql, floor_params = "", ()
+    floor_sql = ""
+    floor_params: tuple[float, ...] = ()
     if len(floor) >= limit:
         floor_sql, floor_params = "e.finished >= ? AND ", (min(x or 0.0 for x in floor),)
     cur = c.execute(f"{_EV_SQL} WHERE {where}{floor_sql}{_NO_RUN} ORDER BY e.finished DESC", (*params, *floor_params))
