@@ -36,6 +36,7 @@ file (what ``memolab.store.INLINE_MAX`` is chosen from).
 
     python benchmarks/store_scaling.py [--sizes 1,10000,100000,1000000] [--rounds 3]
     python benchmarks/store_scaling.py --inline-sweep
+    python benchmarks/store_scaling.py --reads --sizes 1000,100000,1000000 [--doctor-max 100000]
 """
 from __future__ import annotations
 
@@ -109,10 +110,22 @@ def fill_memolab(n):
         flush()
     f(0)
 
+def add_runs():
+    # a run (with a final metric) per synthetic evaluation, as real calls record them (--reads)
+    with get_store().index.write() as c:
+        c.execute("INSERT INTO runs(id, fn, code, args, schema, started, finished, updated, status, hparams, "
+                  "eval_id, host) SELECT id + 1099511627776, fn, code, args, schema, started, finished, finished, "
+                  "'done', json_object('x', -id), id, 'bench' FROM evaluations e "
+                  "WHERE NOT EXISTS (SELECT 1 FROM runs r WHERE r.eval_id = e.id)")
+        c.execute("INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall, first_step, ordered) "
+                  "SELECT id, 'val/loss', 1, 0, eval_id * 1e-6, finished, 0, 1 FROM runs WHERE id > 1099511627776")
+
 if mode == "fill":
     n = arg["n"]
     if lib == "memolab":
         fill_memolab(n)
+        if arg.get("runs"):
+            add_runs()
     else:
         for x in range(1 - n, 1):
             f(x)
@@ -229,6 +242,70 @@ def cli_time(workdir: str, *args: str) -> float:
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "memolab", *args], capture_output=True, text=True, env=e, check=True)
     return time.perf_counter() - t
+
+
+READS = r"""
+import json, os, sys, time, urllib.request
+from memolab.ui.server import serve_in_thread
+srv, _ = serve_in_thread(os.environ["MEMOLAB_STORE"])
+fn = "__main__%3Af"
+def get(path):
+    req = urllib.request.Request(srv.link("api/" + path).split("?token=")[0].split("&token=")[0],
+                                 headers={"Authorization": "Bearer " + srv.token})
+    with urllib.request.urlopen(req, timeout=3600) as r:
+        return r.read()
+t = time.perf_counter()
+sent = 0
+for path in ("info", "heartbeat", "ids", "functions", f"runs?fn={fn}&limit=2000"):
+    body = get(path)
+    sent += len(body)
+ids = [r["id"] for r in json.loads(body)["rows"] if isinstance(r["id"], int)][:1000]
+sent += len(get(f"metrics?fn={fn}&runs=" + ",".join(map(str, ids))))
+first = time.perf_counter() - t
+t = time.perf_counter()
+hp = len(get(f"hparams?fn={fn}&limit=2000"))
+print(json.dumps({"first": first, "bytes": sent, "hparams": time.perf_counter() - t, "hparams_bytes": hp}))
+"""
+
+
+def reads(args: argparse.Namespace, root: str) -> None:
+    """``--reads``: what reading costs at each size (every evaluation with a run and a final metric,
+    as real calls leave them): `ls FUNC`, `show ID`, `runs FUNC --limit 20`, `ls`, `gc --older-than
+    30d --dry-run`, `doctor`, and the dashboard's first load (the requests the page makes)."""
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"reads at store size; {args.rounds} rounds, median (min–max), a fresh process each (interpreter "
+          "start included), on a shared 2-core machine")
+    print()
+    print("| stored entries (each with a run) | `ls f` | `show ID` | `runs f --limit 20` | `ls` | "
+          "`gc --older-than 30d --dry-run` | `doctor` | dashboard first load | its bytes | HParams tab |")
+    print("|" + "---|" * 10)
+    for n in sizes:
+        d = os.path.join(root, f"r{n}")
+        os.makedirs(d)
+        open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
+        t = time.perf_counter()
+        child(d, "memolab", "fill", {"n": n, "runs": True})
+        fill_s = time.perf_counter() - t
+        os.sync()
+        e = env()
+        e["MEMOLAB_STORE"] = os.path.join(d, "store")
+        cells: dict[str, list[float]] = {}
+        page: dict[str, list[float]] = {"first": [], "bytes": [], "hparams": [], "hparams_bytes": []}
+        for _ in range(args.rounds):
+            for name, argv in (("ls f", ["ls", "f"]), ("show", ["show", "1"]), ("runs", ["runs", "f", "--limit", "20"]),
+                               ("ls", ["ls"]), ("gc", ["gc", "--older-than", "30d", "--dry-run"]),
+                               ("doctor", ["doctor"] if n <= args.doctor_max else [])):
+                if argv:
+                    cells.setdefault(name, []).append(cli_time(d, *argv))
+            cp = subprocess.run([sys.executable, "-c", READS], capture_output=True, text=True, env=e, timeout=7200)
+            if cp.returncode:
+                raise RuntimeError(cp.stderr[-2000:])
+            for k, v in json.loads(cp.stdout.strip().splitlines()[-1]).items():
+                page[k].append(v)
+        kb = f"{med(page['bytes']) / 1e3:,.0f} KB"
+        print(f"| {n:,} | " + " | ".join(cell(cells.get(k, [])) for k in ("ls f", "show", "runs", "ls", "gc", "doctor"))
+              + f" | {cell(page['first'])} | {kb} | {cell(page['hparams'])} |", flush=True)
+        print(f"<!-- filled {n:,} (with runs) in {fill_s:.1f} s -->", flush=True)
 
 
 def fmt(s: float | None) -> str:
@@ -399,6 +476,8 @@ def main() -> None:
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--proc-hits", type=int, default=2000)
     ap.add_argument("--inline-sweep", action="store_true")
+    ap.add_argument("--reads", action="store_true", help="time the reading commands and the dashboard instead")
+    ap.add_argument("--doctor-max", type=int, default=100_000, help="--reads: run doctor up to this size")
     ap.add_argument("--sweep-n", type=int, default=50)
     ap.add_argument("--dir", default=None, help="where to build the stores (default: a temporary directory)")
     args = ap.parse_args()
@@ -407,6 +486,8 @@ def main() -> None:
         open(os.path.join(root, "child.py"), "w").write(CHILD)
         if args.inline_sweep:
             sweep(args, root)
+        elif args.reads:
+            reads(args, root)
         else:
             scaling(args, root)
     finally:

@@ -42,7 +42,10 @@ def _index_problem(path: Path) -> tuple[str | None, bool]:
         return None, False
     try:
         idx = ReadOnlyIndex(path)
-        rows = [r[0] for r in idx.conn().execute("PRAGMA integrity_check(20)").fetchall()]
+        # O(the index's pages): a phase with no count SQLite reports, drawn as one step with its time
+        with Progress(f"doctor: index integrity check ({human_size(path.stat().st_size)})", 1) as bar:
+            rows = [r[0] for r in idx.conn().execute("PRAGMA integrity_check(20)").fetchall()]
+            bar.update()
     except StoreUnavailable as e:
         return str(e), e.kind == "damaged"
     except sqlite3.OperationalError as e:
@@ -162,7 +165,11 @@ def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop
     bad = 0
     # rows holding text that is not UTF-8: rewritten readable (with replacement characters)
     # and taken out of use, so `ls` and the dashboard can show them again
-    garbled = undecodable_rows(store.index)
+    # (each phase draws its bar on a terminal once it has lasted a moment: docs/performance.md
+    # says what each costs at a million rows)
+    rows = int(store.index.conn().execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+    with Progress("doctor: reading the index's rows", rows) as bar:
+        garbled = undecodable_rows(store.index, bar.update)
     if garbled and not readonly:
         with store.index.write() as c:
             for i, row in garbled.items():
@@ -172,20 +179,25 @@ def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop
     # rows that do not decode
     undecodable: dict[int, str] = {i: "text that is not UTF-8" for i in garbled}
     skip = f" AND id NOT IN ({','.join(str(int(i)) for i in garbled)})" if garbled else ""
-    for row in store.index.evaluations(where="status='done'" + skip):
-        why = row_problem(row)
-        if why:
-            undecodable[row["id"]] = why
+    with Progress("doctor: decoding the rows", rows) as bar:
+        for row in store.index.evaluations(where="status='done'" + skip):
+            bar.update()
+            why = row_problem(row)
+            if why:
+                undecodable[row["id"]] = why
     # results kept in their row: checked against their digests, as blob files are below
     from .store import inline_problem
 
-    for i, payload, payload_size, buffers, inline in store.index.conn().execute(
-            "SELECT id, payload, payload_size, buffers, inline FROM evaluations WHERE status='done' "
-            "AND inline IS NOT NULL" + skip):
-        if i not in undecodable:
-            why = inline_problem(dict(id=i, payload=payload, payload_size=payload_size, buffers=buffers, inline=inline))
-            if why:
-                undecodable[i] = why
+    with Progress("doctor: verifying results kept in the index", rows) as bar:
+        for i, payload, payload_size, buffers, inline in store.index.conn().execute(
+                "SELECT id, payload, payload_size, buffers, inline FROM evaluations WHERE status='done' "
+                "AND inline IS NOT NULL" + skip):
+            bar.update()
+            if i not in undecodable:
+                why = inline_problem(dict(id=i, payload=payload, payload_size=payload_size, buffers=buffers,
+                                          inline=inline))
+                if why:
+                    undecodable[i] = why
     # miss records `memolab why` could not explain: advisory, so removed (the next miss is recorded afresh)
     from .explain import record_problem
     from .store.sqlite import parse_miss
@@ -200,7 +212,7 @@ def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop
     checked = 0
     damaged: dict[str, str] = {}
     digests = list(store.blobs)
-    with Progress("verifying blobs", len(digests)) as bar:  # a bar on a terminal, nothing on a pipe
+    with Progress("doctor: verifying blobs", len(digests)) as bar:  # a bar on a terminal, nothing on a pipe
         for d in digests:
             checked += 1
             problem = store.blobs.verify(d)

@@ -8,6 +8,7 @@ evaluation first, then the run of that id, then the one run whose id starts with
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .common import PROBLEM, USAGE, CliError, expired_among
@@ -28,10 +29,16 @@ def _has_runs(c: Any) -> bool:
     return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
 
 
-def short_length(c: Any) -> int:
-    """Digits of a run id that tell every run of the store apart (at least ``SHORT_MIN``)."""
+def short_length(c: Any, among: Sequence[int] | None = None) -> int:
+    """Digits of a run id that tell every run of the store apart (at least ``SHORT_MIN``).
+
+    ``among``: the runs a table shows (``memolab runs --limit N``): the digits that tell each of
+    them apart from every run of the store, found by range counts over the primary key (what is
+    read grows with the rows shown, not with the store's runs)."""
     if not _has_runs(c):
         return SHORT_MIN
+    if among is not None:
+        return _short_among(c, [int(i) for i in among])
     ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
     n = SHORT_MIN
     for a, b in zip(ids, ids[1:], strict=False):
@@ -41,6 +48,23 @@ def short_length(c: Any) -> int:
                 break
             common += 1
         n = max(n, common + 1)
+    return n
+
+
+def _short_among(c: Any, ids: list[int]) -> int:
+    n = SHORT_MIN
+    for i in ids:
+        digits = str(i)
+        while n < len(digits):
+            # the ids whose decimal text starts with these n digits: one range per length of id
+            p = int(digits[:n])
+            ranges = [(p * 10 ** (d - n), (p + 1) * 10 ** (d - n) - 1) for d in range(n, 20)]
+            ranges = [(lo, min(hi, 2 ** 63 - 1)) for lo, hi in ranges if lo < 2 ** 63]
+            sql = " OR ".join("id BETWEEN ? AND ?" for _ in ranges)
+            if c.execute(f"SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE {sql} LIMIT 2)",
+                         [x for r in ranges for x in r]).fetchone()[0] < 2:
+                break
+            n += 1
     return n
 
 

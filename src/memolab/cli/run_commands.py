@@ -112,13 +112,14 @@ def number(v: float | None) -> str:
     return f"{v:.4g}"
 
 
-def short_length(store: Any) -> int:
+def short_length(store: Any, among: list[int] | None = None) -> int:
     """Digits of a run id that tell every run of the store apart (at least ``ids.SHORT_MIN``): the
-    RUN column shows that many, as git shows commits, and ``show`` takes them (as the dashboard)."""
+    RUN column shows that many, as git shows commits, and ``show`` takes them (as the dashboard).
+    ``among``: the runs shown, when not all of them are: the digits that tell those apart."""
     from ..tracking import query
     from .ids import short_length as digits
 
-    return digits(query.ready(store.index))
+    return digits(query.ready(store.index), among)
 
 
 def runs_table(rows: list[dict[str, Any]], args: argparse.Namespace, with_fn: bool, short: int = 0) -> str:
@@ -157,8 +158,12 @@ def _runs_table(rows: list[dict[str, Any]], tags: list[str], width: int | None, 
 def list_runs(store: Any, fn: str | None, args: argparse.Namespace) -> int:
     from ..tracking import query
 
-    rows = query.runs(store.index, fn)
     script = getattr(args, "script", None)
+    if not (args.all or args.status or getattr(args, "tag", None) or getattr(args, "sort", None)):
+        # the newest --limit rows, read by index; the total counted in SQL (issue 52)
+        rows = query.runs(store.index, fn, limit=args.limit, script=script or None)
+        return _print_runs(store, fn, script, args, rows, rows, query.count_rows(store.index, fn, script or None))
+    rows = query.runs(store.index, fn)
     if script:  # a.py:train: the runs of that script
         rows = [r for r in rows if r.get("script") == script]
     if args.status:
@@ -173,8 +178,11 @@ def list_runs(store: Any, fn: str | None, args: argparse.Namespace) -> int:
             args.metric = [tag]
         elif tag not in args.metric:
             args.metric = [tag, *args.metric]
-    total = len(rows)
-    shown = rows if args.all else rows[: args.limit]
+    return _print_runs(store, fn, script, args, rows, rows if args.all else rows[: args.limit], len(rows))
+
+
+def _print_runs(store: Any, fn: str | None, script: str | None, args: argparse.Namespace,
+                rows: list[dict[str, Any]], shown: list[dict[str, Any]], total: int) -> int:
     if args.json:
         emit_json({"store": str(store.root), "fn": fn, "total": total, "runs": [run_json(r) for r in shown]})
         return OK
@@ -185,7 +193,8 @@ def list_runs(store: Any, fn: str | None, args: argparse.Namespace) -> int:
         from .ids import shown_function
 
         print(shown_function(store, fn, script, rows))
-    print(runs_table(shown, args, with_fn=fn is None, short=short_length(store)))
+    among = [r["id"] for r in shown if isinstance(r["id"], int)] if len(shown) < total else None  # (issue 52)
+    print(runs_table(shown, args, with_fn=fn is None, short=short_length(store, among)))
     more = footer(len(shown), total, "runs", "--limit N or --all for more")
     if more:
         print(more)
@@ -216,8 +225,8 @@ def find_run(store: Any, run_id: int) -> dict[str, Any] | None:
     rows = query.runs(store.index, ids=[run_id])
     if not rows:
         return None
-    # its label says how it differs from the other runs of its function
-    return next((r for r in query.runs(store.index, rows[0]["fn"]) if r["id"] == run_id), rows[0])
+    # its label says how it differs from the other (newest) runs of its function
+    return query.labelled(store.index, rows)[0]
 
 
 def show_run(store: Any, r: dict[str, Any], as_json: bool) -> int:

@@ -85,8 +85,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return OK
     name, args.script = ids.split_script(store, args.func)  # a.py:train: that script's evaluations
     fn = resolve_function(store, name)
-    mine = ids.eval_ids_of_script(store, fn, args.script) if args.script else None
-    total = _count_evaluations(store, fn) if mine is None else len(mine)
+    # a script's: those a run of it produced, selected in SQL (never a list of every id read)
+    mine = ("id IN (SELECT eval_id FROM runs WHERE fn=? AND script=?)", (fn, args.script)) if args.script else None
+    total = _count_evaluations(store, fn) if mine is None else store.index.conn().execute(
+        f"SELECT COUNT(*) FROM evaluations WHERE fn=? AND {mine[0]}", (fn, *mine[1])).fetchone()[0]
     if not total and not args.json and _has_runs_of(store, fn):
         # a script's process runs, or a function whose every run failed: its runs are what there is
         args.status, args.metric, args.all = None, None, False
@@ -94,8 +96,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if mine is None:
         evs = store.index.evaluations(fn, limit=args.limit)
     else:
-        evs = store.index.evaluations(fn, where=f"id IN ({','.join(str(i) for i in mine) or 'NULL'})",
-                                      limit=args.limit)
+        evs = store.index.evaluations(fn, where=mine[0], params=mine[1], limit=args.limit)
     kept = marks.kept_ids(store.index.conn(), [e["id"] for e in evs])
     if args.json:
         emit_json({"store": str(store.root), "fn": fn, "total": total,
@@ -110,9 +111,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if more:
         print(more)
     if fn.startswith("__main__:") and not args.script:
-        from ..tracking.query import function_entries
+        from ..tracking.names import function_label, script_labels
 
-        each = [e["label"] for e in function_entries(store.index) if e["fn"] == fn and e["script"]]
+        paths = [p for (p,) in store.index.conn().execute(
+            "SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL ORDER BY script", (fn,))] \
+            if _has_runs_of(store, fn) else []
+        labels = script_labels(paths)
+        each = [function_label(fn, labels.get(p)) for p in paths]
         if len(each) > 1:
             print(f"(evaluations of {len(each)} scripts' {fn[9:]}: memolab ls {each[0]} lists one)")
     unstored = _unstored_runs(store, fn)
@@ -140,15 +145,22 @@ def _count_evaluations(store: Any, fn: str) -> int:
 
 
 def _unstored_runs(store: Any, fn: str) -> dict[str, int]:
-    """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost)."""
+    """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost):
+    counted in SQL (a run stored as running is read to tell a lost one), never read one by one."""
     if not _has_runs_of(store, fn):
         return {}
     from ..tracking import query
 
-    out: dict[str, int] = {}
-    for r in query.runs(store.index, fn):
-        if not r.get("stored") and r["status"] != "done":
-            out[r["status"]] = out.get(r["status"], 0) + 1
+    c = query.ready(store.index)
+    unstored = ("fn=? AND status != 'done' AND (eval_id IS NULL OR "
+                "NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.id = runs.eval_id))")
+    out: dict[str, int] = {s: n for s, n in c.execute(
+        f"SELECT status, COUNT(*) FROM runs WHERE {unstored} AND status != 'running' GROUP BY status", (fn,))}
+    cols = ("id", "fn", "code", "args", "schema", "pid", "host")
+    alive = query.running_alive(c)
+    for row in c.execute(f"SELECT {','.join(cols)} FROM runs WHERE {unstored} AND status = 'running'", (fn,)).fetchall():
+        s = "running" if alive(dict(zip(cols, row, strict=False))) else "lost"
+        out[s] = out.get(s, 0) + 1
     return out
 
 
@@ -262,8 +274,8 @@ def _logs_of(store: Any, eval_id: int) -> tuple[list[dict[str, Any]], dict[str, 
     if not _has_runs_table(store):
         return [], {}
     ids = [r for (r,) in store.index.conn().execute("SELECT id FROM runs WHERE eval_id=?", (eval_id,))]
-    runs = [r for r in query.runs(store.index, store.index.evaluations(where="id=?", params=(eval_id,))[0]["fn"])
-            if r["id"] in ids] if ids else []  # labelled among the function's runs
+    # labelled as among the function's newest runs (``query.labelled``): never all of them read
+    runs = query.labelled(store.index, query.runs(store.index, ids=ids)) if ids else []
     return runs, query.tags(store.index, ids)
 
 

@@ -25,6 +25,7 @@ import os
 import sqlite3
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -273,17 +274,20 @@ def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
     return done
 
 
-def undecodable_rows(index: Any) -> dict[int, dict[str, Any]]:
+def undecodable_rows(index: Any, tick: Callable[[int], None] | None = None) -> dict[int, dict[str, Any]]:
     """Rows holding text that is not UTF-8 (a flipped byte): {id: the row, decoded with replacements}.
 
-    Read with a bytes text factory so one bad row cannot stop the scan."""
+    Read with a bytes text factory so one bad row cannot stop the scan. ``tick(n)``: n more rows read
+    (``doctor``'s progress)."""
     from .sqlite import EVAL_COLUMNS
 
     conn = ReadOnlyIndex(index.path).conn()  # a private connection (read-only mounts included)
     conn.text_factory = bytes
     out: dict[int, dict[str, Any]] = {}
     try:
-        for r in conn.execute(f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations"):
+        for k, r in enumerate(conn.execute(f"SELECT {','.join(EVAL_COLUMNS)} FROM evaluations"), 1):
+            if tick is not None and k % 1000 == 0:
+                tick(1000)
             bad = False
             row = {}
             for col, v in zip(EVAL_COLUMNS, r, strict=False):

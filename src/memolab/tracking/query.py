@@ -147,26 +147,25 @@ def function_entries(index: Any) -> list[dict[str, Any]]:
     labels = names.script_labels(sorted({p for f in mains for p in f["scripts"]}))
     running = {r["id"] for r in _running(c)}
     for f in mains:
+        # counted per script in SQLite (a function's million runs are never read into Python)
         per: dict[str | None, dict[str, Any]] = {}
-        seen_evals: set = set()
-        for rid, script, started, ev, stored in c.execute(
-                "SELECT r.id, r.script, r.started, r.eval_id, e.id IS NOT NULL FROM runs r "
-                "LEFT JOIN evaluations e ON e.id = r.eval_id WHERE r.fn=?", (f["fn"],)):
-            d = per.setdefault(script, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
-            d["runs"] += 1
-            d["running"] += rid in running
-            d["last"] = max(d["last"], started or 0)
-            if stored:
-                d["evaluations"].add(ev)
-                seen_evals.add(ev)
-        unknown = f["evaluations"] - len(seen_evals)
+        for script, n, last, evs in c.execute(
+                "SELECT r.script, COUNT(*), MAX(r.started), COUNT(DISTINCT e.id) FROM runs r "
+                "LEFT JOIN evaluations e ON e.id = r.eval_id WHERE r.fn=? GROUP BY r.script", (f["fn"],)):
+            per[script] = {"runs": n, "evaluations": evs, "running": 0, "last": last or 0}
+        for rid, script in c.execute("SELECT id, script FROM runs WHERE fn=? AND status='running'", (f["fn"],)):
+            if rid in running and script in per:
+                per[script]["running"] += 1
+        seen = c.execute("SELECT COUNT(DISTINCT r.eval_id) FROM runs r JOIN evaluations e ON e.id = r.eval_id "
+                         "WHERE r.fn=?", (f["fn"],)).fetchone()[0]
+        unknown = f["evaluations"] - seen
         if unknown > 0 or None in per:
-            d = per.setdefault(None, {"runs": 0, "evaluations": set(), "running": 0, "last": 0})
+            d = per.setdefault(None, {"runs": 0, "evaluations": 0, "running": 0, "last": 0})
             d["unknown"] = max(0, unknown)
         for script, d in sorted(per.items(), key=lambda kv: (kv[0] is None, kv[0] or "")):
             label = names.function_label(f["fn"], labels.get(script)) if script else f["fn"]
             out.append({"fn": f["fn"], "script": script, "label": label, "runs": d["runs"],
-                        "evaluations": len(d["evaluations"]) + d.get("unknown", 0), "running": d["running"],
+                        "evaluations": d["evaluations"] + d.get("unknown", 0), "running": d["running"],
                         "hits": f["hits"], "last": d["last"] or f["last"], "scalars_last": f["scalars_last"]})
     return sorted(out, key=lambda d: d["label"])
 
@@ -175,18 +174,117 @@ _RUN_COLS = ("id", "fn", "code", "args", "schema", "parent", "name", "started", 
              "hparams", "eval_id", "pid", "host", "error", "script")
 
 
+#: ``query.runs``' labels say how a run differs from the other runs of its function: with a limit
+#: (``runs --limit N``, the dashboard's window, ``show``), from its function's newest this many
+#: runs and evaluations, never from all of them (a million runs would be read to label ten).
+LABEL_WINDOW = 200
+
+_EV_COLS = ("id", "fn", "code", "args", "status", "started", "finished", "duration", "hits", "last_hit", "size",
+            "snapshot")
+_EV_SQL = f"SELECT {','.join(_EV_COLS)} FROM evaluations e"
+#: a stored evaluation no run names (an older store's, a team row pulled, a run collected)
+_NO_RUN = "NOT EXISTS (SELECT 1 FROM runs r WHERE r.eval_id = e.id)"
+
+
 def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
          limit: int | None = None, script: str | None = None) -> list[dict[str, Any]]:
     """Runs (newest first) joined with their evaluation; stored evaluations that have no run are listed too.
 
     ``status`` is running, done, failed, interrupted, or lost (stored as running, but its process
     is gone). ``hparams`` are flattened (``cfg.optim.lr``); ``label`` is the run's name, else the
-    arguments that differ between the rows returned (``names.labels``).
+    arguments that differ between the rows returned (``names.labels``; with ``limit``, between the
+    newest ``LABEL_WINDOW`` rows of the function).
 
     A row's ``id`` is the run id, or ``"e<eval id>"`` for an evaluation stored without a run.
     ``script``: only the runs of that script (a script's ``__main__`` function, ``a.py:train``);
     ``""``: those of no known script, and the evaluations stored without a run.
+
+    ``limit``: the newest ``limit`` rows (runs and evaluations without one, by ``started``), read
+    through the indexes ``runs_fn`` and ``evaluations_summary``: what is read grows with ``limit``,
+    not with the function's runs.
     """
+    if limit is None:
+        return _runs(index, fn, ids, None, script)
+    out = _runs(index, fn, ids, max(int(limit), LABEL_WINDOW), script)
+    return out[:max(0, int(limit))]
+
+
+def count_rows(index: Any, fn: str | None = None, script: str | None = None) -> int:
+    """How many rows ``runs(index, fn, script=script)`` lists, counted in SQL (over the indexes
+    ``runs_fn`` and ``runs_eval``: no row is read into Python)."""
+    c = _conn(index)
+    where = " WHERE " + " AND ".join(w for w, on in (("fn=?", fn is not None), ("script=?", bool(script))) if on) \
+        if fn is not None or script else ""
+    params = [p for p in (fn, script or None) if p is not None]
+    n = int(c.execute(f"SELECT COUNT(*) FROM runs{where}", params).fetchone()[0])
+    if not script:
+        ev_where = "e.fn=? AND " if fn is not None else ""
+        n += int(c.execute(f"SELECT COUNT(*) FROM evaluations e WHERE {ev_where}{_NO_RUN}",
+                           (fn,) if fn is not None else ()).fetchone()[0])
+    return n
+
+
+def labelled(index: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` of ``runs`` (by ``ids``) labelled as among their function's newest ``LABEL_WINDOW``
+    rows (``memolab show``, the run page): what is read does not grow with the function's runs."""
+    for f in {r["fn"] for r in rows}:
+        mine = [r for r in rows if r["fn"] == f]
+        have = {r["id"] for r in mine}
+        context = [r for r in runs(index, f, limit=LABEL_WINDOW) if r["id"] not in have]
+        for r, label in zip(mine, names.labels([*mine, *context]), strict=False):
+            r["label"] = label
+    return rows
+
+
+def _unrun(c: Any, fn: str | None, limit: int | None, floor: list[float]) -> list[dict[str, Any]]:
+    """The stored evaluations no run names: every one, or (``limit``) those that may be among the
+    newest ``limit`` rows by ``started``. ``floor``: the ``started`` of the runs already chosen.
+    Read by ``finished`` (``evaluations_summary``: an evaluation started before it finished), so
+    the scan stops at the first one that finished before the ``limit``-th newest start seen."""
+    import heapq
+
+    where, params = ("e.fn=? AND " if fn is not None else ""), ((fn,) if fn is not None else ())
+    if not limit:
+        return [dict(zip(_EV_COLS, r, strict=False)) for r in c.execute(f"{_EV_SQL} WHERE {where}{_NO_RUN}", params)]
+    # ``limit`` runs chosen already: an evaluation that finished before the oldest of them started
+    # cannot be among the newest (it started before it finished). Said to SQLite, so that a
+    # function whose every evaluation has a run is not scanned to the end to find none.
+    floor_sql = ""
+    floor_params: tuple[float, ...] = ()
+    if len(floor) >= limit:
+        floor_sql, floor_params = "e.finished >= ? AND ", (min(x or 0.0 for x in floor),)
+    cur = c.execute(f"{_EV_SQL} WHERE {where}{floor_sql}{_NO_RUN} ORDER BY e.finished DESC", (*params, *floor_params))
+    heap = heapq.nlargest(limit, [x or 0.0 for x in floor])
+    heapq.heapify(heap)
+    out = []
+    for r in cur:
+        d = dict(zip(_EV_COLS, r, strict=False))
+        if d["finished"] is None:
+            break  # (NULLs sort last: read below)
+        if len(heap) >= limit and d["finished"] < heap[0]:
+            break
+        out.append(d)
+        heapq.heappush(heap, d["started"] or 0.0)
+        if len(heap) > limit:
+            heapq.heappop(heap)
+    cur.close()
+    # unfinished rows (no ``finished``) are few: a range of the same index
+    out += [dict(zip(_EV_COLS, r, strict=False)) for r in
+            c.execute(f"{_EV_SQL} WHERE {where}e.finished IS NULL AND {_NO_RUN}", params)]
+    return out
+
+
+def _evaluations_of(c: Any, eval_ids: list[int]) -> dict[int, dict[str, Any]]:
+    out = {}
+    for i in range(0, len(eval_ids), 500):
+        chunk = eval_ids[i:i + 500]
+        for r in c.execute(f"{_EV_SQL} WHERE e.id IN ({','.join('?' * len(chunk))})", chunk):
+            out[r[0]] = dict(zip(_EV_COLS, r, strict=False))
+    return out
+
+
+def _runs(index: Any, fn: str | None, ids: Sequence[int] | None, limit: int | None,
+          script: str | None) -> list[dict[str, Any]]:
     c = _conn(index)
     where: list[str] = []
     params: list[Any] = []
@@ -206,16 +304,9 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY started DESC"
     if limit is not None:
-        # Only for callers that page on purpose: export and the dashboard need every run, else an
-        # old run's logs are skipped and its stored evaluation is listed as one without logs.
         sql += f" LIMIT {int(limit)}"
     rows = [dict(zip(_RUN_COLS, r, strict=False)) for r in c.execute(sql, params)]
-    ev_sql = "SELECT id, fn, code, args, status, started, finished, duration, hits, last_hit, size, snapshot FROM evaluations"
-    evs = {}
-    for r in c.execute(ev_sql + (" WHERE fn=?" if fn is not None else ""), (fn,) if fn is not None else ()):
-        evs[r[0]] = dict(zip(("id", "fn", "code", "args", "status", "started", "finished", "duration", "hits", "last_hit",
-                              "size", "snapshot"), r, strict=False))
-    used = set()
+    evs = _evaluations_of(c, sorted({r["eval_id"] for r in rows if r["eval_id"] is not None}))
     out = []
     now = time.time()
     alive = running_alive(c)
@@ -232,18 +323,14 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
         r["stored"] = ev is not None
         r["metrics"] = metrics.get(r["id"], {})
         if ev is not None:
-            used.add(ev["id"])
             r["hits"] = ev["hits"]
             r["result"] = _result(_snapshot(ev))
             r["size"] = ev["size"]
         out.append(r)
     if ids is None and not script:
-        if script == "":  # evaluations that runs of a known script produced are that script's
-            used |= {e for (e,) in c.execute("SELECT DISTINCT eval_id FROM runs WHERE script IS NOT NULL"
-                                              + (" AND fn=?" if fn is not None else ""), (fn,) if fn is not None else ())}
-        for ev in evs.values():
-            if ev["id"] in used:
-                continue
+        # (``script == ""``: an evaluation a run of a known script produced is that script's; one no
+        # run names is of none)
+        for ev in _unrun(c, fn, limit, [r["started"] for r in rows]):
             snap = _snapshot(ev)
             out.append({"id": f"e{ev['id']}", "fn": ev["fn"], "code": ev["code"], "args": ev["args"], "parent": None,
                         "name": None, "started": ev["started"], "finished": ev["finished"], "updated": ev["finished"],
@@ -252,6 +339,9 @@ def runs(index: Any, fn: str | None = None, ids: Sequence[int] | None = None,
                         "hparams": {k: v[1] for k, v in mask_args(snap.get("args") or {}).items()},
                         "duration": ev["duration"], "hits": ev["hits"], "result": _result(snap), "size": ev["size"],
                         "metrics": {}, "error": None})
+        if limit is not None:
+            out.sort(key=lambda r: r["started"] or 0.0, reverse=True)
+            del out[limit:]
     marks = notes.for_runs(c, out)
     for r in out:  # its own notes and tags, and its stored evaluation's
         m = notes.as_json(marks.get(r["id"]))

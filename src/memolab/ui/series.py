@@ -261,7 +261,8 @@ def heartbeat(index: Any) -> dict[str, Any]:
     return {"sig": f"{ev[0]}:{ev[1]}:{ev[2]}:{rn[0]}:{rn[1]}:{rn[2]}:{rn[3]}", "running": running}
 
 
-def metric_stats(index: Any, fn: str, minmax: bool = False) -> dict[str, dict[str, list[Any]]]:
+def metric_stats(index: Any, fn: str, minmax: bool = False,
+                 runs: list[int] | None = None) -> dict[str, dict[str, list[Any]]]:
     """``{run: {tag: [last, min, max, points]}}`` for the runs of ``fn``: the runs table's metric columns.
 
     Read from the per-tag summaries, and with ``minmax`` the per-block ones, never from the points;
@@ -269,7 +270,8 @@ def metric_stats(index: Any, fn: str, minmax: bool = False) -> dict[str, dict[st
     """
     c = query.ready(index)
     out: dict[str, dict[str, list[Any]]] = {}
-    runs = [r for (r,) in c.execute("SELECT id FROM runs WHERE fn=?", (fn,))]
+    if runs is None:  # (``runs``: those the page shows; else every run of ``fn``)
+        runs = [r for (r,) in c.execute("SELECT id FROM runs WHERE fn=?", (fn,))]
     for i in range(0, len(runs), 500):
         part = runs[i:i + 500]
         q = ",".join("?" * len(part))

@@ -50,7 +50,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 from ..cli.ids import short_length
 from ..store import edges
 from ..text import mask_args
-from ..tracking import query
+from ..tracking import pages, query
 from . import series, views
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -312,8 +312,9 @@ class Handler(BaseHTTPRequestHandler):
             "info": lambda: {"store": str(self.server.store_root)},
             "functions": lambda: query.function_entries(index),
             # a script's function: its runs only (``none=1``: the function's runs of no known script)
-            "runs": lambda: views.runs_of(index, q.get("fn", [None])[0],
-                                          "" if "none" in q else q["script"][0] if "script" in q else None),
+            # ``limit`` (the page asks so): one window, sorted and filtered in SQLite (tracking/pages.py)
+            "runs": lambda: _window(index, q) if "limit" in q else views.runs_of(
+                index, q.get("fn", [None])[0], "" if "none" in q else q["script"][0] if "script" in q else None),
             "run": lambda: _run_page(index, _id(_one(q, "id"), "id")),
             "ids": lambda: {"short": short_length(query.ready(index))},
             "tags": lambda: query.tags(index, _ints(_one(q, "runs", ""), "runs")),
@@ -322,12 +323,13 @@ class Handler(BaseHTTPRequestHandler):
             "series": lambda: _series(index, q),
             "points": lambda: _points(index, _ints(_one(q, "runs", ""), "runs"), _one(q, "tag")),
             "heartbeat": lambda: series.heartbeat(index),
-            "metrics": lambda: series.metric_stats(index, _one(q, "fn"), _one(q, "minmax", "0") == "1"),
+            "metrics": lambda: series.metric_stats(index, _one(q, "fn"), _one(q, "minmax", "0") == "1",
+                                                   _ints(q["runs"][0], "runs") if "runs" in q else None),
             "histograms": lambda: query.events(index, _id(_one(q, "run"), "run"), "histogram", _one(q, "tag")),
             "images": lambda: query.events(index, _id(_one(q, "run"), "run"), "image", _one(q, "tag")),
             "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),
-            "hparams": lambda: query.hparams(index, _one(q, "fn"),
-                                             "" if "none" in q else q["script"][0] if "script" in q else None),
+            "hparams": lambda: pages.hparams_window(index, _one(q, "fn"), _script(q), _count(_one(q, "limit")))
+            if "limit" in q else query.hparams(index, _one(q, "fn"), _script(q)),
             "diff": lambda: _diff(index, _one(q, "a"), _one(q, "b")),
             "evaluation": lambda: _evaluation(index, _id(_one(q, "id"), "id")),
             "lineage": lambda: edges.graph(index, _ints(_one(q, "evals", ""), "evals")),
@@ -335,6 +337,29 @@ class Handler(BaseHTTPRequestHandler):
         if fn is None:
             raise ApiError(404, f"unknown API route {route!r}")
         return 200, "application/json", json.dumps(fn(), allow_nan=False, default=str, separators=(",", ":")).encode()
+
+
+def _script(q: dict[str, list[str]]) -> str | None:
+    """A script's function: its runs only (``none=1``: the function's runs of no known script)."""
+    return "" if "none" in q else q["script"][0] if "script" in q else None
+
+
+def _count(s: str, name: str = "limit") -> int:
+    if not s.strip().isdigit() or len(s.strip()) > 9:
+        raise ApiError(400, f"{name} must be a number of rows, got {s[:40]!r}")
+    return int(s)
+
+
+def _window(index: Any, q: dict[str, list[str]]) -> dict[str, Any]:
+    """``/api/runs?fn=F&limit=N`` (``offset``, ``sort=started|m:TAG``, ``dir=asc|desc``, ``status``
+    (repeatable), ``tag``, ``arg=NAME=VALUE``): one page of runs and their ``total``."""
+    arg = _one(q, "arg", "")
+    if arg and "=" not in arg:
+        raise ApiError(400, f"arg must be NAME=VALUE, got {arg[:40]!r}")
+    name, _, value = arg.partition("=")
+    return pages.window(index, _one(q, "fn"), _script(q), _count(_one(q, "limit")), _count(_one(q, "offset", "0"), "offset"),
+                        _one(q, "sort", "started"), _one(q, "dir", "desc") != "asc", q.get("status") or None,
+                        _one(q, "tag", "") or None, (name, value) if arg else None)
 
 
 def _same(given: str, token: str) -> bool:

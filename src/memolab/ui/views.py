@@ -24,7 +24,7 @@ def run_page(index: Any, run_id: int) -> dict[str, Any]:
     if not rows:
         raise NotFound(f"no run {run_id}")
     # labelled as among its function's runs (the label says how it differs from them)
-    r = next((x for x in query.runs(index, rows[0]["fn"]) if x["id"] == run_id), rows[0])
+    r = query.labelled(index, rows)[0]
     c = query.ready(index)
     out: dict[str, Any] = {k: r.get(k) for k in (
         "id", "fn", "name", "label", "status", "started", "finished", "duration", "code", "parent", "eval_id",

@@ -29,8 +29,12 @@ const DASHES = [null, [7, 3], [2, 3], [9, 3, 2, 3]];
 const AUTO_SELECT = 20;
 //: the most runs one request may name (the server's limit)
 const MAX_IDS = 1000;
+//: the newest runs of a function the page loads (one window: /api/runs?limit=): they are sorted
+//: and filtered here; a function with more is sorted by start or a metric on the server, and the
+//: count says "of N" (a million runs are never sent)
+const RUN_WINDOW = 2000;
 const state = {
-  fn: null, runs: [], selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
+  fn: null, runs: [], total: 0, selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
   hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
   fetched: new Set(), partial: {}, restComing: false, fetchedAt: {}, px: 0, hb: null, ticks: 0, varying: null, scripts: null, metricCols: null, stat: "last",
   stats: {}, drawSeq: 0, hpConst: false,
@@ -172,7 +176,7 @@ async function loadFunctions() {
 
 async function selectFunction(fn, keep = false, script = null) {
   const fresh = (state.fn !== fn || (state.script ?? null) !== (script ?? null)) && !keep;
-  if (fresh) { state.selected = []; state.colors = {}; state.nextColor = 0; state.runsSig = null; state.metricCols = null; }
+  if (fresh) { state.selected = []; state.colors = {}; state.nextColor = 0; state.runsSig = null; state.metricCols = null; state.total = 0; }
   state.fn = fn;
   state.script = script;
   for (const li of document.querySelectorAll("#sidebar li")) li.classList.toggle("active", li.dataset.fn === fn && li.dataset.script === (script ?? ""));
@@ -258,7 +262,13 @@ function scriptOf(r) { return ""; }
 async function loadRuns(force = true, render = true) {
   if (!state.fn) return false;
   const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
-  const runs = await api("runs?fn=" + encodeURIComponent(state.fn) + which);
+  const { key, dir } = state.sort;
+  // more runs than one window: the server sorts them (by start, or a metric's final value)
+  const bySrv = state.total > RUN_WINDOW && (key === "started" || (key.startsWith("m:") && state.stat === "last"))
+    ? `&sort=${encodeURIComponent(key)}&dir=${dir > 0 ? "asc" : "desc"}` : "";
+  const page = await api("runs?fn=" + encodeURIComponent(state.fn) + which + `&limit=${RUN_WINDOW}` + bySrv);
+  const runs = page.rows;
+  state.total = page.total;
   // polling must not rebuild the table when nothing changed
   const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.kept, r.notes.length, r.status === "running" && Math.round(r.duration)]));
   const changed = sig !== state.runsSig;
@@ -278,7 +288,9 @@ async function loadRuns(force = true, render = true) {
 // table is drawn again when they come, the charts do not wait for them
 function loadStats() {
   const fn = state.fn, minmax = state.stat !== "last";
-  api(`metrics?fn=${encodeURIComponent(fn)}${minmax ? "&minmax=1" : ""}`)
+  const some = state.total > state.runs.length  // (a window: the stats of its runs only)
+    ? "&runs=" + state.runs.filter((r) => typeof r.id === "number").slice(0, MAX_IDS).map((r) => r.id).join(",") : "";
+  api(`metrics?fn=${encodeURIComponent(fn)}${minmax ? "&minmax=1" : ""}${some}`)
     .then((st) => { if (state.fn === fn) { state.stats = st; state.statsMinmax = minmax; renderRuns(); } })
     .catch((e) => console.error(e));
 }
@@ -301,7 +313,12 @@ function renderRuns() {
   else $("#runs thead").replaceChildren(el("tr", {}, ...cols.map(([label, k]) => {
     const th = el("th", {
       "data-col": label,
-      onclick: () => { if (!k) return; state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 }; renderRuns(); },
+      onclick: () => {
+        if (!k) return;
+        state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 };
+        if (state.total > state.runs.length && (k === "started" || k.startsWith("m:"))) loadRuns(true);  // the server sorts
+        else renderRuns();
+      },
       text: label + (k && k === key ? (dir > 0 ? " ▲" : " ▼") : ""),
     });
     if (k && k.startsWith("m:")) {  // which way is better: click to turn it (the best row follows)
@@ -314,7 +331,8 @@ function renderRuns() {
   if (!pressedIn($("#runs"))) renderRows();
   const filtered = state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
   const shown = shownIds().length;
-  $("#run-count").textContent = `${filtered}${state.runs.length} evaluation(s), ${state.selected.length} selected`
+  const more = state.total > state.runs.length ? ` (the window of ${state.total})` : "";
+  $("#run-count").textContent = `${filtered}${state.runs.length}${more} evaluation(s), ${state.selected.length} selected`
     + (shown !== state.selected.length ? ` (${shown} pass the filter)` : "");
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;

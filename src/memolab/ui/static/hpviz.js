@@ -14,7 +14,7 @@
 async function renderHparams() {
   if (!state.fn) return;
   const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
-  const data = await api("hparams?fn=" + encodeURIComponent(state.fn) + which);
+  const data = await api("hparams?fn=" + encodeURIComponent(state.fn) + which + `&limit=${RUN_WINDOW}`);  // the window
   state.hpData = data;
   drawHparams();
 }

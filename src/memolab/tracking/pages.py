@@ -1,0 +1,90 @@
+"""A window of a function's runs, sorted and filtered in SQLite: what the dashboard asks for.
+
+A function evaluated a million times has a million runs; a page shows a few dozen. ``window``
+returns one page of them (``limit`` rows from ``offset``) and how many there are in all, sorted
+by when they started (the index ``runs_fn``), or by the final value of a scalar (``scalar_tags``),
+filtered by status, tag or an argument's value: the sort and the filters run in SQLite, and only
+the page's rows are read into Python and built (``query.runs`` by ids, labelled among the
+function's newest runs: ``query.labelled``).
+
+What each costs at N runs of the function: by ``started``, unfiltered, the page (an index range;
+the total is one ``COUNT`` over the same index, O(N) in SQLite's C loop, a few ms per 100k rows);
+sorted by a metric or filtered, one pass of SQLite over the function's runs (no Python object per
+run), then the page. Evaluations stored without a run are listed in the unfiltered, time-sorted
+window only (they have no metric, status of their own or tags of a run).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import query
+
+#: the most rows one page may ask for
+MAX_LIMIT = 5000
+
+
+def window(index: Any, fn: str, script: str | None = None, limit: int = 200, offset: int = 0,
+           sort: str = "started", descending: bool = True, status: list[str] | None = None,
+           tag: str | None = None, arg: tuple[str, str] | None = None) -> dict[str, Any]:
+    """{"total", "offset", "limit", "rows"}: one page of ``fn``'s runs (``script``: as ``query.runs``).
+
+    ``sort``: ``started`` or ``m:TAG`` (the tag's final value; runs without it last).
+    ``status``: keep these (``lost`` is a ``running`` run whose process is gone: told apart on the
+    page's rows, so a page filtered by it may come back shorter than ``limit``).
+    ``tag``: runs carrying it (or whose evaluation does). ``arg``: (``cfg.optim.lr``, ``"0.1"``):
+    runs whose recorded argument, as text, equals the value."""
+    limit = max(0, min(int(limit), MAX_LIMIT))
+    offset = max(0, int(offset))
+    if sort == "started" and descending and not status and not tag and not arg:
+        rows = query.runs(index, fn, limit=offset + limit, script=script or None)[offset:]
+        return {"total": query.count_rows(index, fn, script or None), "offset": offset, "limit": limit, "rows": rows}
+    c = query.ready(index)
+    where, params = ["r.fn=?"], [fn]
+    if script:
+        where.append("r.script=?")
+        params.append(script)
+    elif script == "":
+        where.append("r.script IS NULL")
+    if status:
+        stored = sorted({"running" if s == "lost" else s for s in status})
+        where.append(f"r.status IN ({','.join('?' * len(stored))})")
+        params += stored
+    if tag:
+        where.append("(r.id IN (SELECT run FROM annotations WHERE kind='tag' AND text=? AND run IS NOT NULL) OR "
+                     "r.eval_id IN (SELECT evaluation FROM annotations WHERE kind='tag' AND text=? "
+                     "AND evaluation IS NOT NULL))")
+        params += [tag, tag]
+    if arg:
+        path = "$." + ".".join('"' + p.replace('"', "") + '"' for p in arg[0].split("."))
+        where.append("CAST(json_extract(r.hparams, ?) AS TEXT) = ?")
+        params += [path, arg[1]]
+    join, order = "", f"r.started {'DESC' if descending else 'ASC'}"
+    if sort.startswith("m:"):
+        join = " LEFT JOIN scalar_tags st ON st.run = r.id AND st.tag = ?"
+        params = [sort[2:], *params]
+        order = f"st.last_value IS NULL, st.last_value {'DESC' if descending else 'ASC'}, r.started DESC"
+    body = f"FROM runs r{join} WHERE {' AND '.join(where)}"
+    if tag and not _has_annotations(c):
+        return {"total": 0, "offset": offset, "limit": limit, "rows": []}
+    total = int(c.execute(f"SELECT COUNT(*) {body}", params).fetchone()[0])
+    ids = [i for (i,) in c.execute(f"SELECT r.id {body} ORDER BY {order} LIMIT ? OFFSET ?", [*params, limit, offset])]
+    got = {r["id"]: r for r in query.labelled(index, query.runs(index, ids=ids))} if ids else {}
+    rows = [got[i] for i in ids if i in got]
+    if status:
+        rows = [r for r in rows if r["status"] in status]
+    return {"total": total, "offset": offset, "limit": limit, "rows": rows}
+
+
+def _has_annotations(c: Any) -> bool:
+    return c.execute("SELECT 1 FROM sqlite_master WHERE name='annotations'").fetchone() is not None \
+        or c.execute("SELECT 1 FROM temp.sqlite_master WHERE name='annotations'").fetchone() is not None
+
+
+def hparams_window(index: Any, fn: str, script: str | None = None, limit: int = 200) -> dict[str, Any]:
+    """``query.hparams`` of ``fn``'s newest ``limit`` runs, with ``total``: the HParams tab's rows."""
+    page = window(index, fn, script, limit)
+    rs = [r for r in page["rows"] if isinstance(r["id"], int)]
+    rows = [{"id": r["id"], "status": r["status"], "eval_id": r["eval_id"], "code": r["code"], "name": r.get("name"),
+             "label": r.get("label"), "hparams": r["hparams"], "metrics": r.get("metrics") or {}} for r in rs]
+    return {"hparams": sorted({k for r in rows for k in r["hparams"]}),
+            "metrics": sorted({k for r in rows for k in r["metrics"]}), "rows": rows, "total": page["total"]}
