@@ -179,10 +179,10 @@ def shown_function(store: Any, fn: str, script: Any = None, rows: Any = None) ->
     if not fn.startswith("__main__:"):
         return fn
     from ..tracking.names import function_label, script_labels
+    from ..tracking.query import scripts_of
 
     c = _conn(store)
-    paths = [p for (p,) in c.execute("SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL", (fn,))] \
-        if _has_runs(c) else []
+    paths = scripts_of(c, fn) if _has_runs(c) else []
     if script is None and rows is not None:
         mine = {r.get("script") for r in rows}
         script = next(iter(mine)) if len(mine) == 1 else None

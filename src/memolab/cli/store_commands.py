@@ -112,10 +112,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(more)
     if fn.startswith("__main__:") and not args.script:
         from ..tracking.names import function_label, script_labels
+        from ..tracking.query import scripts_of
 
-        paths = [p for (p,) in store.index.conn().execute(
-            "SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL ORDER BY script", (fn,))] \
-            if _has_runs_of(store, fn) else []
+        paths = scripts_of(store.index.conn(), fn) if _has_runs_of(store, fn) else []
         labels = script_labels(paths)
         each = [function_label(fn, labels.get(p)) for p in paths]
         if len(each) > 1:

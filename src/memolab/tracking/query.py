@@ -34,6 +34,22 @@ def ready(index: Any) -> Any:
 _conn = ready
 
 
+def scripts_of(c: Any, fn: str) -> list[str]:
+    """The scripts whose runs ran ``fn``, sorted. With the ``runs_fn_script`` index each is one
+    index seek past the last (a skip-scan: a million runs of one script cost a handful of seeks,
+    where ``SELECT DISTINCT`` walks all of them); a store read as it is, made before that index,
+    is walked once (``DISTINCT``)."""
+    if c.execute("SELECT 1 FROM sqlite_master WHERE type='index' AND name='runs_fn_script' "
+                 "UNION ALL SELECT 1 FROM sqlite_temp_master WHERE type='index' AND name='runs_fn_script'"
+                 ).fetchone() is None:
+        return [p for (p,) in c.execute(
+            "SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL ORDER BY script", (fn,))]
+    return [p for (p,) in c.execute(
+        "WITH RECURSIVE s(x) AS (SELECT MIN(script) FROM runs WHERE fn=?1 AND script IS NOT NULL "
+        "UNION ALL SELECT (SELECT MIN(script) FROM runs WHERE fn=?1 AND script > s.x) FROM s WHERE s.x IS NOT NULL) "
+        "SELECT x FROM s WHERE x IS NOT NULL", (fn,))]
+
+
 def _f(x: float | None) -> float | None:
     # JSON has no NaN/inf; the dashboard draws gaps for null
     return None if x is None or not math.isfinite(x) else x

@@ -129,7 +129,7 @@ def label_of(index: Any, fn: str, script: str | None = None) -> str:
     if not fn.startswith("__main__:"):
         return fn
     c = query.ready(index)
-    paths = [p for (p,) in c.execute("SELECT DISTINCT script FROM runs WHERE fn=? AND script IS NOT NULL", (fn,))]
+    paths = query.scripts_of(c, fn)
     if script is None and len(paths) == 1:
         script = paths[0]
     label = names.script_labels(paths).get(script) if script is not None else None

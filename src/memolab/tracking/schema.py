@@ -43,6 +43,8 @@ CREATE TABLE IF NOT EXISTS runs(
 );
 CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
 CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
+-- the scripts that ran a function, found in O(scripts x log runs) (``query.scripts_of``)
+CREATE INDEX IF NOT EXISTS runs_fn_script ON runs(fn, script);
 CREATE TABLE IF NOT EXISTS scalars(
     run INTEGER NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL,
     seq INTEGER NOT NULL,  -- the point's position in its (run, tag): keeps repeated steps apart, in order
