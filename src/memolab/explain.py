@@ -332,6 +332,10 @@ def _told_why(reason: str, why: dict[str, str]) -> str:
     for name, text in why.items():
         if reason.startswith(f"new arguments: {name} "):
             return f"{reason} — {text}"
+        if f" {name} " in reason and reason.startswith("the global random generator "):
+            # (``hints.rng_reason``'s general remedies) the stored evaluation's own reason is the more
+            # precise one, and goes first: a cut miss line still shows it
+            return f"{text}; {reason}"
     return reason
 
 

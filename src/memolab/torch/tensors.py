@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .. import hashing, pagemap
-from ..errors import HashError
+from ..errors import HashError, swallowed as _swallowed
 from ..hashing import Encoder, Leaf
 
 
@@ -201,9 +201,8 @@ class _Pin:
     def __del__(self) -> None:
         try:
             torch.UntypedStorage._free_weak_ref(self.handle)  # type: ignore[no-untyped-call]  # torch's stubs lag its API
-        except Exception:  # interpreter shutdown: torch may be gone
-            from ..errors import swallowed
-            swallowed("torch.tensors: _Pin.__del__")
+        except Exception:  # interpreter shutdown: torch may be gone, and with it the import system
+            _swallowed("torch.tensors: _Pin.__del__")
 
 
 def _pin(t: Any) -> Any:
