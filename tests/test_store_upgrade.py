@@ -55,14 +55,14 @@ def _memolab(project, *args, ok=True):
 
 def downgrade_to_schema_1(path):
     """What memolab wrote before schema 2: no inline column, none of its indexes, the version in
-    ``meta`` only; and the runs table of before its ``script`` column."""
+    ``meta`` only; and the runs table of before its ``script`` column (and its index)."""
     con = sqlite3.connect(path)
     con.executescript("""
         DROP INDEX evaluations_args; DROP INDEX evaluations_code; DROP INDEX evaluations_summary;
         DROP INDEX evaluations_blobs; DROP INDEX evaluations_unused;
         CREATE INDEX evaluations_fn ON evaluations(fn, finished);
         ALTER TABLE evaluations DROP COLUMN inline;
-        ALTER TABLE runs DROP COLUMN script;
+        DROP INDEX runs_fn_script; ALTER TABLE runs DROP COLUMN script;
         UPDATE meta SET value='1' WHERE key='schema_version';
         PRAGMA user_version=0;
     """)

@@ -43,8 +43,6 @@ CREATE TABLE IF NOT EXISTS runs(
 );
 CREATE INDEX IF NOT EXISTS runs_fn ON runs(fn, started);
 CREATE INDEX IF NOT EXISTS runs_eval ON runs(eval_id);
--- the scripts that ran a function, found in O(scripts x log runs) (``query.scripts_of``)
-CREATE INDEX IF NOT EXISTS runs_fn_script ON runs(fn, script);
 CREATE TABLE IF NOT EXISTS scalars(
     run INTEGER NOT NULL, tag TEXT NOT NULL, step INTEGER NOT NULL,
     seq INTEGER NOT NULL,  -- the point's position in its (run, tag): keeps repeated steps apart, in order
@@ -81,6 +79,13 @@ ADDED_RUN_COLUMNS = (
     ("script", "TEXT"),  # the absolute path of the script that ran it (sys.argv[0]), if any
 )
 
+#: indexes on those added columns: made once the columns exist (a store made before them has
+#: its runs table altered first; in the DDL they would fail there: "no such column: script")
+ADDED_RUN_INDEXES = (
+    # the scripts that ran a function, found in O(scripts x log runs) (``query.scripts_of``)
+    "CREATE INDEX IF NOT EXISTS runs_fn_script ON runs(fn, script)",
+)
+
 
 #: DDL one statement at a time (no statement or comment in it holds a ';')
 _STATEMENTS = tuple(x.strip() for x in DDL.split(";") if x.strip())
@@ -110,3 +115,5 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
             except sqlite3.OperationalError as e:  # another process added it first
                 if "duplicate column" not in str(e):
                     raise
+    for stmt in ADDED_RUN_INDEXES:
+        conn.execute(stmt)
