@@ -295,15 +295,35 @@ def _swap_classes(recording: bool) -> bool:
     return done
 
 
-def thread_frames() -> dict[int, Any]:
+#: True while a garbage collection runs, in any thread (``_collection_phase``)
+_collecting = False
+
+
+def _collection_phase(phase: str, info: dict[str, Any]) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+def thread_frames() -> dict[int, Any] | None:
     """``sys._current_frames()``, with no collection while it runs: it allocates while it holds
     the runtime's list of threads, and a finalizer a collection runs there (a ``threading.local``'s
     dealloc) takes that lock again: a deadlock in the CPython releases without the fix of
     python/cpython#106883 (CI's 3.11.7 hung in it). A program that disabled collections keeps
-    them disabled."""
+    them disabled.
+
+    None while a collection is in progress in another thread: that thread may be inside its own
+    ``sys._current_frames()`` (Dask's profiler calls it every 10 ms), holding that lock while the
+    collection's callbacks let other threads run; a second caller then waits for the lock while
+    holding the interpreter's, and neither moves (seen: a Dask worker hung in ``_settle``). A
+    callback first in ``gc.callbacks``, installed at the first call, says when one runs; callers
+    treat None as "cannot look now"."""
     import gc
     import sys
 
+    if _collection_phase not in gc.callbacks:
+        gc.callbacks.insert(0, _collection_phase)
+    if _collecting:
+        return None
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -326,9 +346,12 @@ def _settle() -> None:
 
     me = threading.get_ident()
 
-    def inside() -> dict[int, Any]:
+    def inside() -> dict[int, Any] | None:
+        frames = thread_frames()
+        if frames is None:
+            return None  # a collection runs in another thread: not now
         out = {}
-        for tid, top in thread_frames().items():
+        for tid, top in frames.items():
             f: types.FrameType | None = top
             while f is not None and tid != me:
                 if f.f_code in _method_codes:
@@ -336,11 +359,16 @@ def _settle() -> None:
                 f = f.f_back
         return out
 
-    begun = inside()
     deadline = time.monotonic() + SETTLE_S
+    begun = inside()
+    while begun is None and time.monotonic() < deadline:
+        time.sleep(0.0002)
+        begun = inside()
     while begun and time.monotonic() < deadline:
         time.sleep(0.0002)
         now = thread_frames()
+        if now is None:
+            continue
         for tid in list(begun):
             f = now.get(tid)
             while f is not None and f is not begun[tid]:

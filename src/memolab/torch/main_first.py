@@ -220,7 +220,8 @@ class _Guard:
 
     def check(self) -> None:
         ident = self.thread
-        frame = thread_frames().get(ident) if ident is not None and not self.tripped else None
+        frames = thread_frames() if ident is not None and not self.tripped else None  # None: not now
+        frame = frames.get(ident) if frames is not None and ident is not None else None
         if frame is None or not frame.f_code.co_filename.startswith(_TORCH_DIST):
             self._at = None
             return
