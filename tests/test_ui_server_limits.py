@@ -94,7 +94,12 @@ def test_hostile_clients_are_bounded_and_never_print_tracebacks(tmp_store):
             s = _connect(port)
             s.sendall(f"GET /?token={token} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode() * 2)
             _reset(s)
-        assert _get(port, f"/api/functions?token={token}")[0] == 200
+        # the reset clients' handlers may still hold the slots (a 503 then is the cap at work, by
+        # design): the dashboard answers once they are done, within a bound
+        deadline = time.monotonic() + 20
+        while (status := _get(port, f"/api/functions?token={token}")[0]) == 503 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status == 200
     finally:
         for s in held:
             s.close()
