@@ -15,6 +15,8 @@ from conftest import require
 
 require("torch")
 
+pytestmark = pytest.mark.preload("torch", "numpy")  # the runs fork from a server (tests/zygote.py)
+
 TRAIN = """
 import json, os, sys
 import torch
@@ -189,6 +191,47 @@ def test_checkpoint_blobs_survive_gc_and_clear_removes_them(tmp_store):
     assert _checkpoints(tmp_store) != []
     count.clear()
     assert _checkpoints(tmp_store) == []
+
+
+def test_points_logged_before_restore_follow_the_continued_logs(tmp_store):
+    """A resumed run may hold points of a tag before ``restore`` gives it the old run's (the
+    system metrics sampled during a slow start did; so does a program that logs first): the
+    copied points come first, the run's own after them, and logging goes on. The copy used to
+    skip the points whose numbers were taken while the sink counted on from its own, so the
+    next flush failed on the store's unique key and the resumed training raised."""
+    import memolab
+    from conftest import Calls
+    from memolab import memo
+
+    calls = Calls()
+
+    @memo
+    def count(tag: str):
+        calls.append(1)
+        memolab.log.scalar("loss", -1.0)  # before restore: this run's own first point
+        c = Counter()
+        ck = memolab.checkpoint(counter=c, every=1)
+        ck.restore()
+        while c.n < 4:
+            c.n += 1
+            memolab.log.scalar("loss", float(c.n))
+            ck.step()
+            if c.n == 2 and len(calls) == 1:
+                raise KeyboardInterrupt  # after the step-2 checkpoint
+        memolab.log.scalar("loss", 100.0)
+        return c.n
+
+    with pytest.raises(KeyboardInterrupt):
+        count("a")
+    assert count("a") == 4
+    c = sqlite3.connect(str(tmp_store / "index.sqlite"))
+    run = c.execute("SELECT r.id FROM runs r JOIN evaluations e ON r.eval_id = e.id").fetchone()[0]
+    points = c.execute("SELECT seq, value FROM scalars WHERE run=? AND tag='loss' ORDER BY seq", (run,)).fetchall()
+    assert points == list(enumerate([-1.0, 1.0, 2.0, -1.0, 3.0, 4.0, 100.0]))
+    n, last = c.execute("SELECT n, last_value FROM scalar_tags WHERE run=? AND tag='loss'", (run,)).fetchone()
+    assert (n, last) == (7, 100.0)
+    assert c.execute("SELECT SUM(n), SUM(value_sum) FROM scalar_blocks WHERE run=? AND tag='loss'",
+                     (run,)).fetchone() == (7, 108.0)
 
 
 def test_fresh_starts_over_and_keep_keeps_the_checkpoint(tmp_store):

@@ -29,29 +29,41 @@ def mark() -> dict[str, Any] | None:
 
 
 def continue_from(m: dict[str, Any] | None) -> None:
-    """Give the current run the logs of ``m``'s run up to the mark."""
+    """Give the current run the logs of ``m``'s run up to the mark, ahead of its own.
+
+    The new run may already hold points of a tag when it resumes: the system metrics sampled
+    before ``restore`` on a slow start, or what the program logged before it. The copied
+    points go first and the run's own follow them, renumbered, with the tag's summaries
+    rebuilt: a copy that skipped the points whose numbers were taken, and a sink counting on
+    from its old numbers, made the next flush fail on the store's unique key (the resumed
+    training raised from ``ck.step``)."""
     run = _runs.in_call()
     if run is None or not m:
         return
-    run.sink.flush()  # our run's START row first
     src, dst = m["run"], run.id
     index = run.sink.index
-    with index.write() as c:
+    with run.sink.drained(), index.write() as c:  # our run's START row and points first, no flush meanwhile
         for tag, n in m["scalars"].items():
-            rows = c.execute("SELECT step, seq, wall, value FROM scalars WHERE run=? AND tag=? AND seq<? ORDER BY seq",
-                             (src, tag, n)).fetchall()
-            if not rows:
+            old = c.execute("SELECT step, seq, wall, value FROM scalars WHERE run=? AND tag=? AND seq<? ORDER BY seq",
+                            (src, tag, n)).fetchall()
+            if not old:
                 continue
-            c.executemany("INSERT OR IGNORE INTO scalars(run, tag, step, seq, wall, value) VALUES (?,?,?,?,?,?)",
+            mine = c.execute("SELECT step, seq, wall, value FROM scalars WHERE run=? AND tag=? ORDER BY seq",
+                             (dst, tag)).fetchall()
+            if mine:
+                c.execute("DELETE FROM scalars WHERE run=? AND tag=?", (dst, tag))
+                c.execute("DELETE FROM scalar_blocks WHERE run=? AND tag=?", (dst, tag))
+            rows = [(step, i, wall, value) for i, (step, _, wall, value) in enumerate(old + mine)]
+            c.executemany("INSERT INTO scalars(run, tag, step, seq, wall, value) VALUES (?,?,?,?,?,?)",
                           [(dst, tag, *r) for r in rows])
             _summaries(c, dst, tag, rows)
         c.execute("INSERT INTO log_events(run, kind, tag, step, wall, meta, data) SELECT ?, kind, tag, step, wall, meta, "
                   "data FROM log_events WHERE run=? AND id<=? ORDER BY id", (dst, src, m["events"]))
         got = c.execute("SELECT hparams FROM runs WHERE id=?", (src,)).fetchone()
-        mine = c.execute("SELECT hparams FROM runs WHERE id=?", (dst,)).fetchone()
-        if got and mine:
+        mine_h = c.execute("SELECT hparams FROM runs WHERE id=?", (dst,)).fetchone()
+        if got and mine_h:
             merged = json.loads(got[0] or "{}")
-            merged.update(json.loads(mine[0] or "{}"))
+            merged.update(json.loads(mine_h[0] or "{}"))
             c.execute("UPDATE runs SET hparams=? WHERE id=?", (json.dumps(merged, default=str), dst))
     run.steps.update({str(k): int(v) for k, v in m.get("steps", {}).items()})
 

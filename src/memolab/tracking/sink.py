@@ -11,13 +11,14 @@ the process flushes at exit. A committed flush survives ``SIGKILL`` (WAL mode).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import swallowed
@@ -52,25 +53,41 @@ class Sink:
         if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
             return 0
         try:
-            q = self.q
-            items: list[tuple] = []
-            pop = q.popleft
-            try:
-                while True:
-                    items.append(pop())
-            except IndexError:
-                pass
-            if not items:
-                return 0
-            try:
-                self._write(items)
-            except BaseException:
-                # put them back (in order) so a transient "database is locked" loses nothing
-                q.extendleft(reversed(items))
-                raise
-            return len(items)
+            return self._drain()
         finally:
             self._lock.release()
+
+    @contextlib.contextmanager
+    def drained(self) -> Iterator[None]:
+        """Everything queued so far written, and no other drainer until the block ends: for a
+        block that renumbers this process's points in the store (a resumed run receiving the
+        logs of the run it continues, ``resume.continue_from``). Each tag's count is read again
+        from the store by the next flush: the numbers this process kept may have moved."""
+        with self._lock:
+            self._drain()
+            try:
+                yield
+            finally:
+                self._counts.clear()
+
+    def _drain(self) -> int:
+        q = self.q
+        items: list[tuple] = []
+        pop = q.popleft
+        try:
+            while True:
+                items.append(pop())
+        except IndexError:
+            pass
+        if not items:
+            return 0
+        try:
+            self._write(items)
+        except BaseException:
+            # put them back (in order) so a transient "database is locked" loses nothing
+            q.extendleft(reversed(items))
+            raise
+        return len(items)
 
     def _write(self, items: list[tuple]) -> None:
         starts: list[Any]
