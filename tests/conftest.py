@@ -30,6 +30,7 @@ if "MEMOLAB_CODE_CACHE" not in os.environ:
 os.environ.setdefault("MEMOLAB_TEAM_UNSIGNED", "1")
 
 import memolab
+import zygote
 from memolab import config
 
 # real servers for the team-store tests (tests/servers/): fixtures postgres_server, postgres_dsn;
@@ -237,9 +238,14 @@ def blob_results(monkeypatch):
 
 
 class Project:
-    """A throw-away project directory with its own store; scripts run in fresh processes."""
+    """A throw-away project directory with its own store; scripts run in fresh processes.
 
-    def __init__(self, root: Path) -> None:
+    ``preload`` (the ``preload`` mark of the test's module, for the ``project`` fixture): the
+    third-party modules the runs' fork server has imported (tests/zygote.py says what such a
+    child shares and when a run is a real start instead)."""
+
+    def __init__(self, root: Path, preload: tuple[str, ...] = ()) -> None:
+        self.preload = preload
         self.root = root
         self.store = root / ".memolab"
         root.mkdir(parents=True, exist_ok=True)
@@ -263,7 +269,12 @@ class Project:
         e["MEMOLAB_STORE"] = str(self.store)
         e["PYTHONDONTWRITEBYTECODE"] = "1"
         e.update(env or {})
-        cp = subprocess.run([sys.executable, *args], cwd=self.root, env=e, capture_output=True, text=True, timeout=timeout)
+        server = zygote.server(self.preload) if self.preload else None
+        if server is not None and server.can_run(args, e):
+            cp = server.run(args, self.root, e, timeout)
+        else:
+            cp = subprocess.run([sys.executable, *args], cwd=self.root, env=e, capture_output=True, text=True,
+                                timeout=timeout)
         if check and cp.returncode != 0:
             raise AssertionError(f"{args} failed ({cp.returncode}):\nstdout:\n{cp.stdout}\nstderr:\n{cp.stderr}")
         return cp
@@ -275,8 +286,9 @@ class Project:
 
 
 @pytest.fixture
-def project(tmp_path) -> Project:
-    return Project(tmp_path / "proj")
+def project(tmp_path, request) -> Project:
+    mark = request.node.get_closest_marker("preload")
+    return Project(tmp_path / "proj", preload=tuple(mark.args) if mark else ())
 
 
 _OTHER_USER_RUNTIME: dict[str, object] = {}
@@ -381,5 +393,6 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    zygote.close_all()
     if session.config.getoption("--record-durations") and not hasattr(session.config, "workerinput") and _recorded:
         DURATIONS.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_recorded.items())}, indent=0) + "\n")

@@ -13,6 +13,8 @@ from conftest import require
 
 torch = require("torch")
 
+pytestmark = pytest.mark.preload("torch", "numpy")  # the runs fork from a server (tests/zygote.py)
+
 SCRIPT = r'''
 import json, os, sys
 import numpy as np

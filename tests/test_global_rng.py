@@ -7,10 +7,14 @@ hit leaves the generators where the body left them).
 """
 from __future__ import annotations
 
+import pytest
+
 from conftest import require
 
 require("torch")
 require("numpy")
+
+pytestmark = pytest.mark.preload("torch", "numpy")
 
 PRELUDE = r'''
 import json, os, random, sys
@@ -172,6 +176,7 @@ print(json.dumps({"out": out, "calls": list(calls), "inner": first_inner}))
     assert again["out"] == truth["out"] and again["calls"] == []
 
 
+@pytest.mark.preload()  # torch imported after memolab: a real start
 def test_an_unseeded_generator_is_as_good_as_another_a_seeded_one_counts(project):
     """torch seeds its generator from the OS at import: a program that never seeds gets other
     numbers in every process, so a result drawn unseeded serves any unseeded process (as

@@ -9,11 +9,15 @@ and each memoized run must print what the un-memoized one prints.
 """
 from __future__ import annotations
 
+import pytest
+
 from conftest import require
 
 require("torch")
 require("numpy")
 require("pandas")
+
+pytestmark = pytest.mark.preload("torch", "numpy")  # the runs fork from a server (tests/zygote.py)
 
 SCRIPT = r'''
 import hashlib, io, json, os, sys, warnings

@@ -1,0 +1,270 @@
+"""A fork server for the tests' fresh processes that import heavy third-party libraries.
+
+Most end-to-end tests run a script in a new process, several times, and most of those
+scripts import torch: about 2 s of CPU each on this project's 2 cores, before a line of
+memolab runs. A test module that opts in with ``pytestmark = pytest.mark.preload("torch",
+"numpy")`` gets its ``project.run`` children forked from a server process that has imported
+those libraries and nothing else. What makes such a child a fresh process for what the
+tests check:
+
+- memolab, the user's script and its modules are imported by the child itself: nothing of
+  memolab (its caches, its patches, its store handles) exists before the script runs;
+- the script runs as ``__main__`` in a module of its own with ``sys.argv``, ``sys.path``
+  (its folder, then ``PYTHONPATH``), the working directory and the environment the test
+  gave, and the child leaves as an interpreter does: non-daemon threads joined, then the
+  ``atexit`` functions, then the streams flushed;
+- the global generators get fresh entropy as at a real start: ``random`` reseeds after
+  every fork by itself, numpy's and torch's default generators are reseeded here (a
+  real start seeds both from the operating system; the server's seeds would otherwise be
+  shared by every child, and a test of unseeded generators could pass by accident).
+
+What stays shared, and so makes a run fall back to a real ``subprocess.run``: interpreter
+options (a first argument starting with ``-``), the hash seed (``PYTHONHASHSEED`` set by
+the test; children otherwise share the server's, and hash-order dependence is caught by the
+golden digests, computed under each pytest process's own random seed), and environment
+variables the preloaded libraries read at import (``TORCH*``, ``OMP_*``, ``CUDA_*`` …: a
+test that sets one gets a real start). Tests of what a process imports must not opt in:
+the preloaded modules are already in ``sys.modules``.
+
+``MEMOLAB_TEST_NO_FORK_SERVER=1`` turns the server off (every run a real start), to compare.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: environment variables whose value a preloaded library may have read at import
+#: (``PYTHON*``: the interpreter's own start-up options, the hash seed among them)
+_READ_AT_IMPORT = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "CUDA", "NUMPY", "OPENBLAS", "GOTO", "NVIDIA",
+                   "LD_", "PYTHON")
+#: what a child reads itself, as a real start would
+_READ_BY_THE_CHILD = {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE"}
+
+
+def _send(sock: socket.socket, obj: object, fds: list[int] | None = None) -> None:
+    data = json.dumps(obj).encode()
+    msg = struct.pack("!I", len(data)) + data
+    if fds:
+        socket.send_fds(sock, [msg], fds)
+    else:
+        sock.sendall(msg)
+
+
+def _recv(sock: socket.socket, with_fds: int = 0) -> tuple[object, list[int]]:
+    fds: list[int] = []
+    head = b""
+    if with_fds:
+        head, fds, _, _ = socket.recv_fds(sock, 4, with_fds)
+    while len(head) < 4:
+        more = sock.recv(4 - len(head))
+        if not more:
+            raise EOFError("the fork server closed the connection")
+        head += more
+    (n,) = struct.unpack("!I", head)
+    data = b""
+    while len(data) < n:
+        more = sock.recv(n - len(data))
+        if not more:
+            raise EOFError("the fork server closed the connection")
+        data += more
+    return json.loads(data), fds
+
+
+class ForkServer:
+    """One per pytest process and set of preloaded modules, started at its first run."""
+
+    def __init__(self, preload: tuple[str, ...]) -> None:
+        self.preload = preload
+        self.dir = tempfile.mkdtemp(prefix="memolab-fork-server-")
+        self.path = os.path.join(self.dir, "s")
+        self.env = dict(os.environ)
+        self.proc = subprocess.Popen([sys.executable, __file__, self.path, *preload], env=self.env,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(self.path):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the fork server preloading {preload} exited ({self.proc.returncode})")
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"the fork server preloading {preload} did not start in 120 s")
+            time.sleep(0.02)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def can_run(self, args: tuple[str, ...], env: dict[str, str]) -> bool:
+        if not args or args[0].startswith("-") or not args[0].endswith(".py"):
+            return False
+        changed = {k for k in set(env) | set(self.env) if env.get(k) != self.env.get(k)}
+        return not any(k.startswith(_READ_AT_IMPORT) for k in changed - _READ_BY_THE_CHILD)
+
+    def run(self, args: tuple[str, ...], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+                open(os.devnull, "rb") as devnull, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(self.path)
+            _send(s, {"argv": list(args), "cwd": str(cwd), "env": env}, [devnull.fileno(), out.fileno(), err.fileno()])
+            (pid,), _ = _recv(s)  # type: ignore[misc]
+            s.settimeout(timeout)
+            try:
+                status, _ = _recv(s)
+            except TimeoutError:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                out.seek(0)
+                err.seek(0)
+                raise subprocess.TimeoutExpired([sys.executable, *args], timeout, out.read(), err.read()) from None
+            out.seek(0)
+            err.seek(0)
+            return subprocess.CompletedProcess([sys.executable, *args], int(status),  # type: ignore[call-overload]
+                                               out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        try:
+            os.unlink(self.path)
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+
+
+_SERVERS: dict[tuple[str, ...], ForkServer] = {}
+
+
+def server(preload: tuple[str, ...]) -> ForkServer | None:
+    """The fork server for ``preload`` (None when turned off)."""
+    if os.environ.get("MEMOLAB_TEST_NO_FORK_SERVER") == "1":
+        return None
+    s = _SERVERS.get(preload)
+    if s is None or not s.alive():
+        s = _SERVERS[preload] = ForkServer(preload)
+    return s
+
+
+def close_all() -> None:
+    for s in _SERVERS.values():
+        s.close()
+    _SERVERS.clear()
+
+
+# -- the server side ------------------------------------------------------------------
+
+
+def _child(req: dict, fds: list[int]) -> None:
+    """Become the run: never returns."""
+    code = 1
+    try:
+        os.setpgid(0, 0)  # a timeout kills the run and whatever it started
+        for target, fd in zip((0, 1, 2), fds, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        argv = req["argv"]
+        script = os.path.abspath(argv[0])
+        extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [os.path.dirname(script), *extra, *_BASE_PATH]
+        sys.argv[:] = argv
+        sys.dont_write_bytecode = req["env"].get("PYTHONDONTWRITEBYTECODE", "") != ""
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        if "torch" in sys.modules:
+            sys.modules["torch"].seed()
+        import builtins
+        import importlib.machinery
+        import types
+        main = types.ModuleType("__main__")
+        main.__file__ = script
+        main.__builtins__ = builtins  # type: ignore[attr-defined]
+        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+        main.__spec__ = None
+        sys.modules["__main__"] = main
+        with open(script, "rb") as f:
+            source = f.read()
+        try:
+            exec(compile(source, script, "exec"), main.__dict__)
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if e.code is not None and not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+        except BaseException:  # noqa: BLE001 - the interpreter prints any uncaught exception, as here
+            import traceback
+            traceback.print_exc()
+            code = 1
+        import atexit
+        import threading
+        threading._shutdown()  # type: ignore[attr-defined]  # what the interpreter does at exit, in its order
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream at exit is the script's business
+                pass
+        os._exit(code)
+
+
+def _serve(path: str) -> None:
+    import select
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the waiters are reaped by the kernel
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".tmp")
+    listener.listen(64)
+    os.rename(path + ".tmp", path)  # the client waits for the name: bound and listening by then
+    while True:
+        if not select.select([listener], [], [], 1.0)[0]:
+            if os.getppid() != parent:  # the pytest process is gone (killed): so is the server
+                os._exit(0)
+            continue
+        conn, _ = listener.accept()
+        try:
+            req, fds = _recv(conn, with_fds=3)
+        except (OSError, EOFError, ValueError):
+            conn.close()
+            continue
+        if os.fork() == 0:  # the waiter: forks the run, reports its pid and then its exit status
+            try:
+                listener.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                pid = os.fork()
+                if pid == 0:
+                    conn.close()
+                    _child(req, fds)  # type: ignore[arg-type]
+                try:
+                    os.setpgid(pid, pid)  # also here: a timeout may come before the child's own call
+                except OSError:
+                    pass
+                for fd in fds:
+                    os.close(fd)
+                _send(conn, [pid])
+                _, status = os.waitpid(pid, 0)
+                _send(conn, os.waitstatus_to_exitcode(status))
+            finally:
+                os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+
+if __name__ == "__main__":
+    _BASE_PATH = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    for name in sys.argv[2:]:
+        __import__(name)
+    _serve(sys.argv[1])
