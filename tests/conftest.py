@@ -269,7 +269,7 @@ class Project:
         e["MEMOLAB_STORE"] = str(self.store)
         e["PYTHONDONTWRITEBYTECODE"] = "1"
         e.update(env or {})
-        server = zygote.server(self.preload) if self.preload else None
+        server = zygote.server(self.preload, e) if self.preload else None
         if server is not None and server.can_run(args, e):
             cp = server.run(args, self.root, e, timeout)
         else:

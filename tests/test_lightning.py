@@ -389,6 +389,8 @@ print(json.dumps({"counts": counts(), "run": {k: run[k] for k in ("status", "eva
 
 @pytest.fixture
 def lit_project(project):
+    # its runs fork from a server (tests/zygote.py) of torch alone: plain.py checks lightning is not imported
+    project.preload = ("torch", "numpy")
     project.write("work.py", WORK)
     project.write("lit.py", LIT)
     return project

@@ -18,13 +18,14 @@ tests check:
   real start seeds both from the operating system; the server's seeds would otherwise be
   shared by every child, and a test of unseeded generators could pass by accident).
 
-What stays shared, and so makes a run fall back to a real ``subprocess.run``: interpreter
-options (a first argument starting with ``-``), the hash seed (``PYTHONHASHSEED`` set by
-the test; children otherwise share the server's, and hash-order dependence is caught by the
-golden digests, computed under each pytest process's own random seed), and environment
-variables the preloaded libraries read at import (``TORCH*``, ``OMP_*``, ``CUDA_*`` …: a
-test that sets one gets a real start). Tests of what a process imports must not opt in:
-the preloaded modules are already in ``sys.modules``.
+What a child shares with its server: the interpreter and its options (a run whose first
+argument starts with ``-`` is a real ``subprocess.run``), the hash seed (children share the
+server's; hash-order dependence is caught by the golden digests, computed under each pytest
+process's own random seed), and the environment the preloaded libraries and the interpreter
+read at start (``TORCH*``, ``OMP_*``, ``CUDA_*``, ``PYTHON*`` …): a run that sets other values
+forks from a server started with them. Tests of what a process imports, or of memolab
+imported before torch, must not opt in: the preloaded modules are in ``sys.modules`` first
+(``@pytest.mark.preload()`` on a test of a marked file gives it real starts).
 
 ``MEMOLAB_TEST_NO_FORK_SERVER=1`` turns the server off (every run a real start), to compare.
 """
@@ -81,11 +82,11 @@ def _recv(sock: socket.socket, with_fds: int = 0) -> tuple[object, list[int]]:
 class ForkServer:
     """One per pytest process and set of preloaded modules, started at its first run."""
 
-    def __init__(self, preload: tuple[str, ...]) -> None:
+    def __init__(self, preload: tuple[str, ...], env: dict[str, str]) -> None:
         self.preload = preload
         self.dir = tempfile.mkdtemp(prefix="memolab-fork-server-")
         self.path = os.path.join(self.dir, "s")
-        self.env = dict(os.environ)
+        self.env = dict(env)
         self.proc = subprocess.Popen([sys.executable, __file__, self.path, *preload], env=self.env,
                                      stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 120
@@ -103,8 +104,7 @@ class ForkServer:
     def can_run(self, args: tuple[str, ...], env: dict[str, str]) -> bool:
         if not args or args[0].startswith("-") or not args[0].endswith(".py"):
             return False
-        changed = {k for k in set(env) | set(self.env) if env.get(k) != self.env.get(k)}
-        return not any(k.startswith(_READ_AT_IMPORT) for k in changed - _READ_BY_THE_CHILD)
+        return _at_import(env) == _at_import(self.env)
 
     def run(self, args: tuple[str, ...], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
@@ -140,16 +140,26 @@ class ForkServer:
             pass
 
 
-_SERVERS: dict[tuple[str, ...], ForkServer] = {}
+def _at_import(env: dict[str, str]) -> frozenset[tuple[str, str]]:
+    return frozenset((k, v) for k, v in env.items() if k.startswith(_READ_AT_IMPORT) and k not in _READ_BY_THE_CHILD)
 
 
-def server(preload: tuple[str, ...]) -> ForkServer | None:
-    """The fork server for ``preload`` (None when turned off)."""
+_SERVERS: dict[tuple[tuple[str, ...], frozenset[tuple[str, str]]], ForkServer] = {}
+#: servers kept per pytest process (each holds the preloaded libraries' memory)
+_MAX_SERVERS = 3
+
+
+def server(preload: tuple[str, ...], env: dict[str, str]) -> ForkServer | None:
+    """The fork server for ``preload`` started with ``env``'s import-time variables (None when
+    turned off): a test that sets ``OMP_NUM_THREADS`` gets a server that imported torch with it."""
     if os.environ.get("MEMOLAB_TEST_NO_FORK_SERVER") == "1":
         return None
-    s = _SERVERS.get(preload)
+    key = (preload, _at_import(env))
+    s = _SERVERS.get(key)
     if s is None or not s.alive():
-        s = _SERVERS[preload] = ForkServer(preload)
+        while len(_SERVERS) >= _MAX_SERVERS:
+            _SERVERS.pop(next(iter(_SERVERS))).close()
+        s = _SERVERS[key] = ForkServer(preload, env)
     return s
 
 
