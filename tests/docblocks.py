@@ -100,6 +100,7 @@ def run(bs: list[Block], tmp: Path, timeout: float = 300) -> subprocess.Complete
     prog = tmp / "doc_blocks.py"
     prog.write_text(script(bs))
     env = dict(os.environ, MEMOLAB_STORE=str(tmp / "store"), PYTHONDONTWRITEBYTECODE="1",
+               HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",  # nothing downloaded at run time
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "examples")]))
     return subprocess.run([sys.executable, str(prog)], cwd=tmp, env=env, capture_output=True, text=True,
                           timeout=timeout)

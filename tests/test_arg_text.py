@@ -81,7 +81,8 @@ def test_the_summarizer_dispatches_by_type_and_elides_alike():
         pass
 
     assert summary.text(list(range(100))) == "[0, 1, 2, 3, … 96 more]"
-    assert summary.text({"a": 1, "b": [1, [2, [3]]], "c": 3, "d": 4, "e": 5}) == "{'a': 1, 'b': [1, […]], 'c': 3, 'd': 4, … 1 more}"
+    assert summary.text({"a": 1, "b": [1, [2, [3]]], "c": 3, "d": 4, "e": 5}) == \
+        "{'a': 1, 'b': [1, […]], 'c': 3, 'd': 4, … 1 more}"
     assert summary.text(Point((1, 2))) == "Point((1, 2))"
     assert summary.text("x" * 100) == repr("x" * 40) + "…"
     assert summary.text({"api_key": "sk-123", "lr": 0.1}) == "{'api_key': '<masked>', 'lr': 0.1}"
