@@ -23,7 +23,7 @@ class Net(torch.nn.Module):
 
 @memo
 def train(ds, model, optimizer, lr, seed, epochs=3):
-    return {"loss": lr * seed}
+    return {"loss": lr * seed, "weights": torch.ones(64, 64)}
 
 
 torch.manual_seed(0)
@@ -72,6 +72,7 @@ def test_every_face_shows_typed_summaries_and_a_sweep_s_varying_arguments_first(
     assert "same in all 4: " in runs and "epochs=3" in runs, runs
     assert re.search(r"optimizer=adam lr=0\.01", runs), runs
     assert "tensor(float32, 3000×20)" in out["show"] and "Net(42 params)" in out["show"], out["show"]
+    assert "'weights': tensor(float32, 64×64)" in out["show"], out["show"]  # the result too
     assert "tensor([[" not in out["show"] + out["why"]
     assert "tensor(float32, 3000×20)" in out["html"] and "Net(42 params)" in out["html"]
 

@@ -7,17 +7,21 @@ import pytest
 
 import docblocks
 
-FILES = docblocks.doc_files()
+#: the files with a block that runs (a file whose every block says why it does not is checked below)
+FILES = [p for p in docblocks.doc_files() if any(b.skip is None for b in docblocks.blocks(p))]
+
+
+def test_every_block_runs_or_says_why_not():
+    every = [b for p in docblocks.doc_files() for b in docblocks.blocks(p)]  # (a skip without a reason raises)
+    runs = [b.where for b in every if b.skip is None]
+    # README's sketch, its runs loop and its hashing hooks; docs/hf.md, logging.md and torch.md: at least these
+    assert {"README.md", "docs/hf.md", "docs/logging.md", "docs/torch.md"} <= {w.split(":")[0] for w in runs}, runs
+    assert all(b.skip and len(b.skip) > 10 for b in every if b.skip is not None)
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_the_docs_python_blocks_run(path, tmp_path):
     bs = docblocks.blocks(path)
-    assert bs, path
-    runnable = [b for b in bs if b.skip is None]
-    if not runnable:
-        pytest.skip(f"{path.name}: every block says why it does not run: "
-                    + "; ".join(f"{b.where}: {b.skip}" for b in bs))
     cp = docblocks.run(bs, tmp_path)
     assert cp.returncode == 0, (f"{docblocks.failed_block(cp.stderr)} failed:\n{cp.stderr[-4000:]}\n"
                                 f"stdout:\n{cp.stdout[-2000:]}")

@@ -132,7 +132,7 @@ def _sequence(x: Any, depth: int) -> str | None:
     if hasattr(x, "_fields"):  # a namedtuple: its repr names its fields
         return None
     base = next(b for b in type(x).__mro__ if b in _BRACKETS)  # (registered for these four)
-    opened, closed = _BRACKETS[base]
+    opened, closed = _BRACKETS[base][0], _BRACKETS[base][1]
     if depth >= DEPTH:
         return f"{opened}…{closed}" if len(x) else f"{opened}{closed}"
     items = list(x)[:ITEMS] if not isinstance(x, (set, frozenset)) else sorted(x, key=repr)[:ITEMS]
@@ -291,7 +291,10 @@ def fit(pairs: list[tuple[str, str]], width: int) -> str:
     (to ``…`` if need be), so a sweep's short arguments (``lr=0.1, seed=3``) stay in the line beside
     a long one (``ds={'Xtr': tensor(float32, 3000×20), 'y…``); only then is the line cut."""
     texts = dict(pairs)
-    joined = lambda: ", ".join(f"{n}={texts[n]}" for n, _ in pairs)  # noqa: E731
+
+    def joined() -> str:
+        return ", ".join(f"{n}={texts[n]}" for n, _ in pairs)
+
     line = joined()
     while len(line) > width:
         longest = max(texts, key=lambda n: len(texts[n]))

@@ -219,7 +219,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("hits", f"{e['hits']} (last {human_age(e['last_hit'])})"),
         ("host", f"{e['host']}, Python {e['python']}, " + ", ".join(f"{k} {v}" for k, v in versions.items())),
         ("key", f"code {e['code'][:16]}  args {e['args'][:16]}  schema {e['schema']}"),
-        ("result", snap.get("result", "?")),
+        ("result", snap.get("result_summary") or snap.get("result", "?")),  # typed, as the arguments
     ]
     if logs[0]:
         info.append(("run", ", ".join(f"{r['id']} ({r.get('label')})" for r in logs[0])))
