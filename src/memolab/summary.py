@@ -21,6 +21,7 @@ summarizer is cheap: no iteration over a dataset's items or a tensor's values.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from .errors import swallowed
@@ -135,7 +136,8 @@ def _sequence(x: Any, depth: int) -> str | None:
     opened, closed = _BRACKETS[base][0], _BRACKETS[base][1]
     if depth >= DEPTH:
         return f"{opened}…{closed}" if len(x) else f"{opened}{closed}"
-    items = list(x)[:ITEMS] if not isinstance(x, (set, frozenset)) else sorted(x, key=repr)[:ITEMS]
+    # (never a copy of a long one; a small set sorted: its order differs between processes)
+    items = sorted(x, key=repr)[:ITEMS] if base in (set, frozenset) and len(x) <= 64 else list(islice(x, ITEMS))
     inner = _items([text(v, depth + 1) for v in items], len(x))
     if base is tuple and len(x) == 1:
         inner += ","
@@ -167,7 +169,7 @@ def _mapping(x: Any, depth: int) -> str:
     if depth >= DEPTH:
         return f"{name}{{…}}" if x else f"{name}{{}}"
     parts = [f"{k!r}: {repr(MASKED) if is_secret_name(k) else text(v, depth + 1)}"
-             for k, v in list(x.items())[:ITEMS]]
+             for k, v in islice(x.items(), ITEMS)]
     shown = "{" + _items(parts, len(x)) + "}"
     return f"{name}({shown})" if name else shown
 
