@@ -162,8 +162,10 @@ def _is_array(v: Any) -> bool:
 
 def _mapping(x: Any, depth: int) -> str:
     name = "" if type(x) is dict else type(x).__name__
-    if name == "OrderedDict" and x and all(isinstance(k, str) for k in x) and all(_is_array(v) for v in x.values()):
-        # a model's state_dict (torch returns an OrderedDict): how many tensors and how big
+    if (name == "OrderedDict" or len(x) > ITEMS) and x and all(isinstance(k, str) for k in x) \
+            and all(_is_array(v) for v in x.values()):
+        # a model's state_dict (torch returns an OrderedDict), or more named arrays than a line
+        # shows: how many and how big (a few named arrays show each one's shape)
         sizes = [_tensor_bytes(v) or 0 for v in x.values()]
         return f"state_dict({_plural(len(x), 'tensor')}, {human_bytes(sum(sizes))})"
     if depth >= DEPTH:
