@@ -1,10 +1,11 @@
 # Two commands set up everything on a fresh machine:
-#   make demo   - create .venv, install memolab with all extras, run the demo
+#   make demo   - create .venv, install memolab and torch (what the demo needs, no more), run the demo
 #   make test   - the same set-up, the static checks (make lint), then the whole test suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
+DEMO_STAMP := $(VENV)/.memolab-demo-installed
 
 .PHONY: demo ui screenshots lint test test-stress bench clean system-deps selftest
 
@@ -14,9 +15,20 @@ $(STAMP): pyproject.toml Makefile
 	# the pinned CPU build of torch first: an unpinned torch pulls several GB
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,torch]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+# The demo needs memolab and torch, not the dev extra (pytest, mypy, ray, dask, transformers,
+# lightning, moto: minutes more): installed with pip's own progress, once.
+$(DEMO_STAMP): pyproject.toml Makefile
+	@echo "== first set-up, once: $(VENV) with memolab and the CPU build of PyTorch"
+	@echo "== (PyTorch is the big download: a few minutes the first time; later runs start at once)"
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install torch==2.13.0
+	$(PY) -m pip install -e '.[torch]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(PY) examples/run_demo.py
 
 # the dashboard on the demo's store (after `make demo`)

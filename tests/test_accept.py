@@ -94,6 +94,9 @@ def test_log_line_edit_accept_hit_edit_again_miss_undo_miss(project):
 
     cp = memolab(project, "accept", "train", "--yes")
     assert "diff of __main__:train" in cp.stdout and "accepted: accept #1" in cp.stdout
+    # the function as `ls --json` prints it (its label), not its symbol (issue 53 §1)
+    assert "job.py:train: miss" in cp.stdout and "__main__:train: miss" not in cp.stdout, cp.stdout
+    assert "calls of job.py:train with this code" in cp.stdout
     assert value(project) == first  # the old value (the first process's pid), and no body run
     assert body_runs(project) == 3
     assert value(project, 4)["n"] == 4 and body_runs(project) == 4  # new arguments: computed as always

@@ -47,7 +47,9 @@ def test_ls_lists_functions_and_evaluations(populated):
     assert re.search(r"job.py:prepare\s+2\s+[\d.]+ KB\s+1\s", out)
     assert re.search(r"job.py:other\s+1\s", out)
     out = memolab(populated, "ls", "prepare").stdout
-    assert "n=1000, lr=0.001" in out and "n=1000, lr=0.0003" in out
+    # the argument that varies in each row, the one both rows share once above the table (issue 53)
+    assert "same in all 2: n=1000\n" in out and re.search(r"\bhit\s+lr=0.001\n", out), out
+    assert re.search(r"\bstored\s+lr=0.0003\n", out), out
 
 
 def test_show_why_and_unknown_function(populated):

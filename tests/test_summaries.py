@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import memolab
 from memolab import memo
 from memolab.store import get_store
-from memolab.summary import summarize, typed
+from memolab.summary import summarize, text
 
 
 class Net(torch.nn.Module):
@@ -27,23 +27,26 @@ class Net(torch.nn.Module):
 def test_typed_summaries_of_models_datasets_loaders_frames_and_big_arrays():
     torch.manual_seed(0)
     ds = TensorDataset(torch.randn(8000, 16), torch.randint(0, 2, (8000,)))
-    assert typed(Net()) == "Net: 3 layers, 1.2 K params"  # 16*64+64 + 64*2+2 = 1,218
-    assert typed(Net(width=100_000)) == "Net: 3 layers, 1.9 M params"
-    assert typed(ds) == "TensorDataset: 8,000 × 16 (2 tensors)"
-    assert typed(DataLoader(ds, batch_size=32)) == "DataLoader: 250 batches of 32"
-    assert typed(torch.optim.Adam(Net().parameters(), lr=1e-3)) == "Adam: 1 param group, lr=0.001"
-    assert typed(pd.DataFrame({"a": range(8000), "b": 0.0})) == "DataFrame: 8,000 × 2"
-    assert typed(np.zeros((100, 3), np.float32)) == "ndarray float32[100×3], 1.2 KB"
-    # a short array, a number, a string, a small config: their repr says more
-    for small in (np.zeros(3), 0.1, "adam", {"lr": 0.1}, [1, 2]):
-        assert typed(small) is None
-    # results: the same summaries (arrays and state dicts keep theirs)
-    assert summarize(Net()) == "Net: 3 layers, 1.2 K params"
-    assert summarize(Net().state_dict()) == "state_dict: 4 tensors, 4.9 KB"
+    assert text(Net()) == "Net(1.2 K params)"  # 16*64+64 + 64*2+2 = 1,218
+    assert text(Net(width=100_000)) == "Net(1.9 M params)"
+    assert text(ds) == "TensorDataset(8,000×16, 2 tensors)"
+    assert text(DataLoader(ds, batch_size=32)) == "DataLoader(250 batches of 32)"
+    assert text(torch.optim.Adam(Net().parameters(), lr=1e-3)) == "Adam(lr=0.001)"
+    assert text(pd.DataFrame({"a": range(8000), "b": 0.0})) == "DataFrame(8,000×2)"
+    assert text(np.zeros((100, 3), np.float32)) == "ndarray(float32, 100×3)"
+    assert text(torch.zeros(3, 224, 224)) == "tensor(float32, 3×224×224)"
+    # a short array or tensor: its values tell calls apart; a number, a string, a small config: their repr
+    assert text(np.zeros(3)) == "ndarray([0, 0, 0], float64)" and text(torch.tensor([0.1, 2])) == "tensor([0.1, 2], float32)"
+    for small in (0.1, "adam", {"lr": 0.1}, [1, 2]):
+        assert text(small) == repr(small)
+    # results: the same summaries, with the bytes an array holds
+    assert summarize(Net()) == "Net(1.2 K params)"
+    assert summarize(Net().state_dict()) == "state_dict(4 tensors, 4.9 KB)"
+    assert summarize(np.zeros((100, 3), np.float32)) == "ndarray(float32, 100×3), 1.2 KB"
 
 
 def test_a_computations_arguments_show_as_typed_summaries(tmp_store):
-    """The run's hyperparameters and the evaluation's arguments say ``TensorDataset: 8,000 × 16``,
+    """The run's hyperparameters and the evaluation's arguments say ``TensorDataset(8,000×16, 2 tensors)``,
     not ``<torch.utils.data.dataset.TensorDataset object>``; its label tells runs apart by them."""
     @memo
     def fit(model, data, lr=0.1):
@@ -54,12 +57,12 @@ def test_a_computations_arguments_show_as_typed_summaries(tmp_store):
     fit(Net(), TensorDataset(torch.randn(8000, 16), torch.zeros(8000)))
     fit(Net(), TensorDataset(torch.randn(4000, 16), torch.zeros(4000)), lr=0.2)
     runs = memolab.runs(fit)
-    assert sorted(r.hparams["data"] for r in runs) == ["TensorDataset: 4,000 × 16 (2 tensors)",
-                                                      "TensorDataset: 8,000 × 16 (2 tensors)"]
-    assert {r.hparams["model"] for r in runs} == {"Net: 3 layers, 1.2 K params"}
-    assert {r.evaluation.result for r in runs} == {"state_dict: 4 tensors, 4.9 KB"}
+    assert sorted(r.hparams["data"] for r in runs) == ["TensorDataset(4,000×16, 2 tensors)",
+                                                      "TensorDataset(8,000×16, 2 tensors)"]
+    assert {r.hparams["model"] for r in runs} == {"Net(1.2 K params)"}
+    assert {r.evaluation.result for r in runs} == {"state_dict(4 tensors, 4.9 KB)"}
     # labels: the arguments that differ, each value cut at 24 characters
-    assert sorted(r.name for r in runs) == ["data=TensorDataset: 4,000 × … lr=0.2", "data=TensorDataset: 8,000 × … lr=0.1"]
+    assert sorted(r.name for r in runs) == ["data=TensorDataset(4,000×16,… lr=0.2", "data=TensorDataset(8,000×16,… lr=0.1"]
     snap = json.loads(get_store().index.evaluations(fit.symbol)[0]["snapshot"])
-    assert snap["args"]["model"][1] == "Net: 3 layers, 1.2 K params"
-    assert snap["args"]["data"][1].startswith("TensorDataset: ")
+    assert snap["args"]["model"][1] == "Net(1.2 K params)"
+    assert snap["args"]["data"][1].startswith("TensorDataset(")

@@ -343,7 +343,12 @@ def test_two_scripts_defining_train_are_told_apart_in_the_dashboard(project, pag
         page.wait_for_function("() => document.querySelector('#fn-title').textContent === 'b.py:train'")
         page.wait_for_function("() => document.querySelectorAll('#runs tbody tr[data-run]').length === 1")
         assert "code changed" not in page.inner_text("#runs tbody")
-        assert "script=" in page.url and page.errors == []
+        # the URL names the function as `ls --json` does (b.py:train), not __main__:train + its script
+        assert "fn=b.py%3Atrain" in page.url and "script=" not in page.url and page.errors == []
+        page.goto(srv.link("?fn=b.py:train"))  # such a URL opens that script's function
+        page.wait_for_selector("body[data-ready='1']")
+        assert page.inner_text("#fn-title") == "b.py:train"
+        assert len(page.query_selector_all("#runs tbody tr[data-run]")) == 1 and page.errors == []
     finally:
         srv.shutdown()
         srv.server_close()

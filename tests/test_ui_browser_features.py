@@ -95,7 +95,7 @@ def test_charts_tooltips_zoom_groups_markers_and_csv(lab, page):
     ids_shown = pg.eval_on_selector_all("#runs tbody tr td.id", "tds => tds.map(t => t.textContent)")
     assert f"#{old['eval_id']}" in ids_shown and f"#{new['eval_id']}" in ids_shown
     row = pg.inner_text(f"#runs tbody tr[data-run='{new['id']}']")
-    assert "state_dict: 2 tensors, 8.4 KB" in row and "code changed" in row
+    assert "{'fc1.weight': ndarray(float32, 64×32), 'fc1.bias': ndarray(float32, 64)}" in row and "code changed" in row
     assert "ValueError: diverged at step 40" in pg.inner_text(f"#runs tbody tr[data-run='{failed['id']}']")
     heads = pg.inner_text("#runs thead")
     assert "⟶ train/loss" in heads and "⟶ score" in heads

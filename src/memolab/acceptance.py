@@ -22,7 +22,7 @@ from typing import Any
 
 from . import expiry
 from .errors import NotAccepted, swallowed
-from .explain import Explanation, last_code_miss
+from .explain import Explanation, last_code_miss, shown_here
 from .store.accepts import covering, decoded as decoded, summary as summary, who  # noqa: F401 (covering: here for the faces)
 
 __all__ = ["explain_found", "proposal", "record", "accept_call", "undo", "undo_for", "covering"]
@@ -105,9 +105,14 @@ def record(store: Any, prop: dict[str, Any]) -> dict[str, Any]:
     return dict(got[0] if got else rec, team=done.get("team"))
 
 
-def describe(miss: dict[str, Any]) -> str:
-    """The miss as ``memolab why`` prints it: its reasons and diffs."""
-    return str(Explanation.from_dict(miss))
+def describe(miss: dict[str, Any], shown: str | None = None) -> str:
+    """The miss as ``memolab why`` prints it: its reasons and diffs, the function named ``shown``
+    (as ``ls`` prints it: ``sweep.py:train``), else as this process's script names it."""
+    ex = Explanation.from_dict(miss)
+    if shown is None:
+        return str(shown_here(ex))
+    ex.shown = shown
+    return str(ex)
 
 
 def _confirm(question: str, yes: bool) -> None:

@@ -20,7 +20,7 @@ from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, mu
 from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable, user_stacklevel
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, marks, runtime_info, signing
-from .summary import summarize, typed
+from .summary import summarize, text
 from .text import mask_args, short_repr
 from .tracking import runs
 
@@ -72,8 +72,8 @@ def arg_snapshot(named: list[tuple[str, Any]], per_arg: dict[str, str]) -> dict[
     Secrets are masked: an argument whose name says it is one (``hub_token``, ``api_key``) shows
     ``<masked>``, and the repr of any other masks its secret-named fields (``short_repr``)."""
     values = dict(named)
-    # a model, a dataset, a loader: a typed summary (``TensorDataset: 8,000 × 16``), not its repr
-    return mask_args({n: [d, typed(values.get(n)) or short_repr(values.get(n))] for n, d in per_arg.items()})
+    # a tensor, a model, a frame: a typed summary (``tensor(float32, 3×224×224)``), not its repr
+    return mask_args({n: [d, text(values.get(n))] for n, d in per_arg.items()})
 
 
 #: a call whose key a stored row sent elsewhere this many times computes without the store

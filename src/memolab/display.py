@@ -81,7 +81,20 @@ def runs_table(runs: Sequence[Any], limit: int = 200) -> str:
         rows.append(cells)
     n = len(headers)
     more = f"<p><small>{len(shown)} of {len(runs)} runs shown</small></p>" if len(runs) > len(shown) else ""
-    return _table(headers, rows, right=[n - 1 - i for i in range(len(tags))]) + more
+    return _shared(shown) + _table(headers, rows, right=[n - 1 - i for i in range(len(tags))]) + more
+
+
+def _shared(runs: Sequence[Any]) -> str:
+    """The arguments every run shares, said once above the table (``name`` says how each differs),
+    as ``memolab runs`` says them."""
+    from .summary import shared_line, split
+    from .tracking.names import value_text
+
+    if len(runs) < 2 or len({r.fn for r in runs}) > 1:
+        return ""
+    line = shared_line(split([{k: value_text(v, 40) for k, v in (r.hparams or {}).items()} for r in runs])[1],
+                       len(runs), 200)
+    return f"<p><small>{_e(line)}</small></p>" if line else ""
 
 
 def _status(s: str) -> str:

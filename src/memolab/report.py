@@ -140,16 +140,16 @@ def _short(symbol: str) -> str:
     return _name(symbol).split(".")[-1]
 
 
-def _call_text(call: Any, width: int = 60) -> str:
+def _call_text(call: Any, width: int = 80) -> str:
     """``train(lr=0.1, epochs=30)``, arguments as the key shows them (secrets masked), cut to ``width``."""
     try:
+        from .summary import fit
+
         snap = call.call_snapshot()
-        args = ", ".join(f"{n}={r}" for n, (_, r) in snap.items() if not n.startswith("<"))
+        args = fit([(n, r) for n, (_, r) in snap.items() if not n.startswith("<")], width)
     except Exception:
         swallowed("report: _call_text")
         args = "…"
-    if len(args) > width:
-        args = args[: width - 1] + "…"
     return f"{_name(call.memo.symbol)}({args})"
 
 

@@ -17,6 +17,7 @@ from .common import (
     open_store,
     options,
     resolve_function,
+    resolve_name,
     writable_store,
 )
 
@@ -62,7 +63,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
     if args.id is not None and not args.undo:
         raise CliError(2, "--id goes with --undo (the accept to take back)")
     store = writable_store(args)
-    fn = resolve_function(store, args.func)
+    r = resolve_name(store, args.func)
+    fn = str(r.fn)
+    shown = str(r.label)  # as `ls` prints it (sweep.py:train), not __main__:train
     try:
         if args.undo:
             undone = acceptance.undo(store, fn, args.id)
@@ -76,7 +79,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
         # call with new arguments is recorded after it
         miss = last_code_miss(store, fn)
         if miss is None:
-            raise NotAccepted(f"{fn}: no miss recorded: nothing to accept")
+            raise NotAccepted(f"{shown}: no miss recorded: nothing to accept")
         t = miss.get("time")
         prop = acceptance.proposal(store, fn, miss)
     except NotAccepted as e:
@@ -91,8 +94,8 @@ def cmd_accept(args: argparse.Namespace) -> int:
     if not args.json:
         when = f" {human_age(t)} ({_dt.datetime.fromtimestamp(t):%Y-%m-%d %H:%M:%S})" if t else ""
         print(f"last miss{when}:")
-        print(acceptance.describe(miss))
-    if not confirm(args, f"accept this change: code {prop['new_code'][:8]}… of {fn} gives the same results as code "
+        print(acceptance.describe(miss, shown))
+    if not confirm(args, f"accept this change: code {prop['new_code'][:8]}… of {shown} gives the same results as code "
                          f"{prop['old_code'][:8]}… (evaluation #{prop['evaluation']})"):
         print("not accepted: nothing recorded")
         return PROBLEM
@@ -101,7 +104,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
         emit_json({"fn": fn, "accepted": acceptance.as_json(rec), "new": True})
     else:
         print(f"accepted: {acceptance.summary(rec)}{_team_note(rec)}")
-        print(f"  calls of {fn} with this code now use the results stored under code {prop['old_code'][:8]}…; "
+        print(f"  calls of {shown} with this code now use the results stored under code {prop['old_code'][:8]}…; "
               f"`memolab accept {args.func} --undo` takes it back")
     return OK
 

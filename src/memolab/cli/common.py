@@ -266,11 +266,6 @@ def snapshot_of(row: dict[str, Any]) -> dict[str, Any]:
     return snap
 
 
-def args_summary(row: dict[str, Any], width: int = 60) -> str:
-    text = ", ".join(f"{k}={v[1]}" for k, v in snapshot_of(row).get("args", {}).items())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def eval_json(e: dict[str, Any], full: bool = False) -> dict[str, Any]:
     """The documented JSON form of an evaluation (docs/cli.md)."""
     snap = snapshot_of(e)

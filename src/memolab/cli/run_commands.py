@@ -193,6 +193,15 @@ def _print_runs(store: Any, fn: str | None, script: str | None, args: argparse.N
         from .ids import shown_function
 
         print(shown_function(store, fn, script, rows))
+        # NAME says how each run differs (its varying arguments); what they all share, once
+        from ..tracking.names import value_text
+        from .argcols import shared_line, split
+
+        if not any(r.get("name") for r in shown):  # (a named run's NAME is its name)
+            hps = [{k: value_text(v, 40) for k, v in (r.get("hparams") or {}).items()} for r in shown]
+            line = shared_line(split(hps)[1], len(shown), terminal_width(args.wide))
+            if line:
+                print(line)
     among = [r["id"] for r in shown if isinstance(r["id"], int)] if len(shown) < total else None  # (issue 52)
     print(runs_table(shown, args, with_fn=fn is None, short=short_length(store, among)))
     more = footer(len(shown), total, "runs", "--limit N or --all for more")

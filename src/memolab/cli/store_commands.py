@@ -9,14 +9,13 @@ from typing import Any
 
 from ..store import edges, marks
 from ..tracking.resolve import evaluation_label
-from . import ids
+from . import argcols, ids
 from .common import (
     OK,
     PROBLEM,
     USAGE,
     CliError,
     Progress,
-    args_summary,
     checkpoint_wal,
     command,
     confirm,
@@ -102,11 +101,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
         emit_json({"store": str(store.root), "fn": fn, "total": total,
                    "evaluations": [dict(eval_json(e), kept=e["id"] in kept) for e in evs]})
         return OK
+    # the arguments that tell the rows apart in the row; those all rows share once, above the table
+    given = argcols.of_snapshots([snapshot_of(e) for e in evs])
+    varying, shared = argcols.split(given)
     rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
-             e["code"][:8], _status(e, e["id"] in kept), args_summary(e, 10**6)) for e in evs]
+             e["code"][:8], _status(e, e["id"] in kept), argcols.cell(a, varying)) for e, a in zip(evs, given, strict=True)]
+    width = terminal_width(args.wide)
     print(ids.shown_function(store, fn, args.script))
+    line = argcols.shared_line(shared, len(evs), width)
+    if line:
+        print(line)
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
-                width=terminal_width(args.wide), flex=(7,)))
+                width=width, flex=(7,)))
     more = footer(len(evs), total, "evaluations", "--limit N for more")
     if more:
         print(more)
@@ -127,8 +133,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def _status(e: dict[str, Any], kept: bool) -> str:
-    """``ls``'s STATUS: expired, not 'done' (corrupt, …), and ``kept`` (gc never drops it)."""
-    s = "expired" if expired(e) else e["status"] if e["status"] != "done" else ""
+    """``ls``'s STATUS, what the store knows of a stored evaluation: ``hit`` (a later call used it),
+    ``stored`` (none has yet), ``expired`` (``max_age``: the next call recomputes), not usable
+    (``corrupt``, ``unloadable``: the next call recomputes), and ``kept`` (gc never drops it)."""
+    s = "expired" if expired(e) else e["status"] if e["status"] != "done" else "hit" if e["hits"] else "stored"
     return ", ".join(x for x in (s, "kept" if kept else "") if x)
 
 
@@ -211,7 +219,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("hits", f"{e['hits']} (last {human_age(e['last_hit'])})"),
         ("host", f"{e['host']}, Python {e['python']}, " + ", ".join(f"{k} {v}" for k, v in versions.items())),
         ("key", f"code {e['code'][:16]}  args {e['args'][:16]}  schema {e['schema']}"),
-        ("result", snap.get("result", "?")),
+        ("result", snap.get("result_summary") or snap.get("result", "?")),  # typed, as the arguments
     ]
     if logs[0]:
         info.append(("run", ", ".join(f"{r['id']} ({r.get('label')})" for r in logs[0])))

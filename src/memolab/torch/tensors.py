@@ -198,11 +198,13 @@ class _Pin:
         """Has the storage been freed (its address held by this pin alone)?"""
         return bool(torch.UntypedStorage._expired(self.handle))
 
-    def __del__(self) -> None:
+    # bound when the class is made: at interpreter shutdown this module's globals (torch, _swallowed)
+    # may already be None, and a pin freed then printed "TypeError: 'NoneType' object is not callable"
+    def __del__(self, _free: Any = torch.UntypedStorage._free_weak_ref, _log: Any = _swallowed) -> None:
         try:
-            torch.UntypedStorage._free_weak_ref(self.handle)  # type: ignore[no-untyped-call]  # torch's stubs lag its API
-        except Exception:  # interpreter shutdown: torch may be gone, and with it the import system
-            _swallowed("torch.tensors: _Pin.__del__")
+            _free(self.handle)
+        except Exception:  # interpreter shutdown: torch may be half torn down
+            _log("torch.tensors: _Pin.__del__")
 
 
 def _pin(t: Any) -> Any:

@@ -90,12 +90,10 @@ def hparam_value(v: Any, _depth: int = 0) -> Any:
 
 
 def _shown(v: Any) -> str:
-    """A model, a dataset, a loader as a typed summary (``Net: 3 layers, 1.2 K params``), anything
-    else as its short repr."""
-    from ..summary import typed
-    from ..text import short_repr
+    """A model, a dataset, a tensor as a typed summary (``Net(1.2 K params)``), as every face shows it."""
+    from ..summary import text
 
-    return typed(v) or short_repr(v)
+    return text(v)
 
 
 _CONFIG_BUDGET = 200

@@ -593,11 +593,13 @@ async function init() {
   const memoized = fns.filter((f) => !isProcess(f.fn))
     .sort((a, b) => (b.scalars_last || 0) - (a.scalars_last || 0) || (b.last || 0) - (a.last || 0));
   const first = memoized[0] || fns[0] || {};
-  const wanted = url.get("fn") || first.fn;
+  // ?fn= a label (a.py:train, as the URL is written) or a symbol (__main__:train, &script=)
+  const labelled = url.get("fn") && !url.has("script") ? fns.find((f) => f.label !== f.fn && f.label === url.get("fn")) : undefined;
+  const wanted = labelled ? labelled.fn : url.get("fn") || first.fn;
   if (wanted) {
     state.selected = (url.get("runs") || "").split(",").filter(Boolean);
     state.autoSelect = !url.has("runs");  // a shared or reloaded view keeps its selection, even an empty one
-    await selectFunction(wanted, true, url.get("fn") ? (url.has("script") ? url.get("script") : defaultScript(wanted)) : first.script ?? null);
+    await selectFunction(wanted, true, labelled ? labelled.script ?? null : url.get("fn") ? (url.has("script") ? url.get("script") : defaultScript(wanted)) : first.script ?? null);
   }
   const tab = url.get("tab");
   if (tab && document.querySelector(`#tabs button[data-tab="${CSS.escape(tab)}"]`)) showTab(tab);

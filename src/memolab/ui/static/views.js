@@ -14,8 +14,14 @@
 // ---- the view in the URL -----------------------------------------------------------------------
 function saveUrl() {
   const p = new URLSearchParams();
-  if (state.fn) p.set("fn", state.fn);
-  if (state.script !== null && state.script !== undefined) p.set("script", state.script);
+  // the function as `memolab ls` prints it (a.py:train: its label names the script too), which
+  // every command takes back; a symbol and a script only where no entry labels them
+  const entry = currentEntry();
+  if (entry && entry.label) p.set("fn", entry.label);
+  else {
+    if (state.fn) p.set("fn", state.fn);
+    if (state.script !== null && state.script !== undefined) p.set("script", state.script);
+  }
   p.set("runs", state.selected.join(","));  // present even when empty: a reload must not auto-select
   if (state.tab !== "scalars") p.set("tab", state.tab);
   const put = (k, v, dflt) => { if (v !== undefined && v !== null && String(v) !== String(dflt)) p.set(k, v); };
