@@ -246,3 +246,45 @@ def test_a_sweep_is_one_node_per_group_opened_by_a_click_and_labelled_with_the_m
     pg.wait_for_function("() => document.querySelectorAll('#pipeline-graph g.node.cluster').length === 4")
     assert cluster_nodes(pg) == {(f, f"seed={s}"): 12 for f in ("train", "evaluate") for s in (0, 1)}
     assert not pg.errors, pg.errors
+
+
+def test_the_hparams_metrics_and_columns_are_the_users_pick_kept_live_and_in_the_url(dash):
+    pg, srv, mod = dash
+    pg.goto(srv.link(f"?fn={TRAIN}&tab=hparams"))
+    pg.wait_for_selector("body[data-ready='1']")
+    pg.wait_for_selector("#parcoords:not(.hidden)")
+    axes = "() => document.querySelector('#parcoords').dataset.axes"
+    heads = "() => [...document.querySelectorAll('#hparams thead th')].map((t) => t.dataset.col)"
+    assert pg.evaluate(axes) == "lr|optimizer|seed|⟶ val/loss|⟶ val/acc|⟶ train/loss"  # automatic
+    pg.click("#hp-pick > summary")
+    # the lines coloured by train/loss, val/acc no axis; seed neither a column nor an axis; no
+    # train/loss column in the table (it stays an axis)
+    pg.check("#hp-pick-list input[data-colour='train/loss']")
+    pg.wait_for_function(f"() => ({axes})() === 'lr|optimizer|seed|⟶ train/loss|⟶ val/loss|⟶ val/acc'")
+    pg.uncheck("#hp-pick-list input[data-axis='val/acc']")
+    pg.wait_for_function(f"() => ({axes})() === 'lr|optimizer|seed|⟶ train/loss|⟶ val/loss'")
+    pg.uncheck("#hp-pick-list input[data-col='seed']")
+    pg.uncheck("#hp-pick-list input[data-col='train/loss']")
+    want_axes = "lr|optimizer|⟶ train/loss|⟶ val/loss"
+    pg.wait_for_function(f"() => ({axes})() === '{want_axes}' && !({heads})().includes('⟶ train/loss')")
+    want_heads = pg.evaluate(heads)
+    assert "seed" not in want_heads and "⟶ val/acc" in want_heads and "lr" in want_heads
+    assert pg.input_value("#scatter-y") == "train/loss"  # the scatter's metric: the colouring one
+    assert "hpm=train%2Floss&hpm=val%2Floss" in pg.url and "hph=seed" in pg.url and "hph=train%2Floss" in pg.url
+    # a live redraw (another evaluation stored: the page asks again and draws anew) keeps the pick
+    before = int(pg.get_attribute("#parcoords", "data-drawn"))
+    mod.prepare(501)
+    pg.wait_for_function(f"() => +document.querySelector('#parcoords').dataset.drawn > {before}", timeout=30000)
+    assert pg.evaluate(axes) == want_axes and pg.evaluate(heads) == want_heads
+    assert not pg.is_checked("#hp-pick-list input[data-axis='val/acc']") and pg.is_checked("#hp-pick-list input[data-colour='train/loss']")
+    # and so does a reload of the URL
+    pg.goto(pg.url)
+    pg.wait_for_selector("#parcoords:not(.hidden)")
+    pg.wait_for_function(f"() => ({axes})() === '{want_axes}'")
+    assert pg.evaluate(heads) == want_heads
+    # "automatic" drops the pick
+    pg.click("#hp-pick > summary")
+    pg.click("#hp-pick-reset")
+    pg.wait_for_function(f"() => ({axes})() === 'lr|optimizer|seed|⟶ val/loss|⟶ val/acc|⟶ train/loss'")
+    assert "hpm=" not in pg.url and "hph=" not in pg.url
+    assert not pg.errors, pg.errors
