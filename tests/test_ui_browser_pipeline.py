@@ -164,7 +164,7 @@ GEOMETRY = """() => {
 
 
 def test_every_edge_of_a_sweep_can_be_traced(dash):
-    pg, srv, _ = dash
+    pg, srv, mod = dash
     open_pipeline(pg, srv)
     assert pg.input_value("#pipe-by") == ""  # automatic: 24 train runs, drawn per optimizer
     pg.select_option("#pipe-by", "none")
@@ -188,6 +188,15 @@ def test_every_edge_of_a_sweep_can_be_traced(dash):
     pg.wait_for_selector("#pipeline-graph.tracing")
     hi = pg.eval_on_selector_all("#pipeline-graph path.edge.hi", "ps => ps.map(p => [p.dataset.from, p.dataset.to])")
     assert len(hi) == 2 and all(tr in pair for pair in hi)
+    # a click whose press and release straddle a live redraw (another evaluation stored: the graph
+    # is asked for again) is not lost: the node pressed is drawn again after the release
+    b = pg.query_selector(f"#pipeline-graph g.node[data-id='{tr}'] rect").bounding_box()
+    pg.mouse.move(b["x"] + 20, b["y"] + 20)
+    pg.mouse.down()
+    with pg.expect_response(lambda r: "/api/lineage" in r.url, timeout=30000):
+        mod.prepare(502)
+    pg.mouse.up()
+    pg.wait_for_selector(f"#eval-panel[data-eval='{tr}']")
     assert not pg.errors, pg.errors
 
 

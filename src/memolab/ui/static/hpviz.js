@@ -31,6 +31,8 @@ function drawHparams() {
   const data = state.hpData;
   if (!data) return;
   if (!state.hpHide) state.hpHide = new Set();
+  // a click under way on the table's head or the pick is not lost to a live redraw
+  if (pressedIn($("#hparams-wrap")) || pressedIn($("#hp-pick"))) { whenReleased("hparams", drawHparams); return; }
   // argument order as the function declares it (the order of each run's arguments), not alphabetical
   const order = [];
   const seen = new Set();

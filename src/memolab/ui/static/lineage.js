@@ -126,6 +126,8 @@ function pipelineMetricChanged() {
 function drawPipelineBox() {
   const ps = pipeState(), g0 = ps.graph;
   if (!g0) return;
+  // a node pressed (a click under way) is not replaced by a live redraw: drawn after the release
+  if (pressedIn($("#pipeline"))) { whenReleased("pipeline", drawPipelineBox); return; }
   ps.metric = state.primary;
   const { g, by, groups } = collapseSweep(g0);
   const opts = [["", `automatic${by && !ps.by ? ` (${pipeByText(by)})` : ""}`], ["none", "nothing"],
