@@ -16,7 +16,7 @@ import pytest
 import memolab
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import ARGS, CHROMIUM, sync_api
+from test_ui_browser import ARGS, CHROMIUM, SHOTS, sync_api
 
 SWEEP = '''
 import numpy as np
@@ -113,24 +113,35 @@ def open_pipeline(pg, srv, query=""):
     pg.click("#select-all")
     pg.wait_for_function("() => document.querySelectorAll('#runs tbody tr.selected').length === 24")
     # drawn for the 24 (not for the 20 selected on arrival): 1 prepare, 24 train, 24 evaluate
-    pg.wait_for_function("() => document.querySelector('#pipe-summary')?.textContent.startsWith('49 evaluation(s) of 3 function(s), 72 edge(s)')")
+    pg.wait_for_function("() => document.querySelector('#pipe-summary')?.textContent"
+                         ".startsWith('49 evaluation(s) of 3 function(s), 72 edge(s)')")
+
+
+def shot(pg, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SHOTS / name), full_page=True)
 
 
 # every edge sampled along its path (2 px apart) against every box and title it does not end at
 GEOMETRY = """() => {
   const svg = document.querySelector('#pipeline-graph');
   const base = svg.getBoundingClientRect();
-  const box = (e) => { const r = e.getBoundingClientRect(); return [r.left - base.left, r.top - base.top, r.right - base.left, r.bottom - base.top]; };
+  const box = (e) => {
+    const r = e.getBoundingClientRect();
+    return [r.left - base.left, r.top - base.top, r.right - base.left, r.bottom - base.top];
+  };
   const nodes = [...svg.querySelectorAll('g.node')].map((g) => [g.dataset.id, box(g.querySelector('rect:not(.stack)'))]);
   const titles = [...svg.querySelectorAll('text.col-title')].map(box);
   const inside = (p, [l, t, r, b], m) => p.x > l + m && p.x < r - m && p.y > t + m && p.y < b - m;
   const out = { edges: 0, underBox: [], underTitle: 0, shared: 0, samples: {} };
   const cells = new Map();  // 2 px cells -> the sources of the edges through them
-  const paths = [...svg.querySelectorAll('path.edge')];
-  for (const p of paths) {
-    out.edges++;
-    const len = p.getTotalLength(), from = p.dataset.from, to = p.dataset.to, pts = [];
+  const paths = [...svg.querySelectorAll('path.edge')].map((p) => {
+    const len = p.getTotalLength(), pts = [];
     for (let s = 0; s <= len; s += 2) pts.push(p.getPointAtLength(s));
+    return { from: p.dataset.from, to: p.dataset.to, pts };
+  });
+  for (const { from, to, pts } of paths) {
+    out.edges++;
     out.samples[from + '>' + to] = pts.map((q) => [Math.round(q.x), Math.round(q.y)]);
     for (const q of pts) {
       for (const [id, b] of nodes) if (id !== from && id !== to && inside(q, b, 0.5)) out.underBox.push([from, to, id]);
@@ -143,11 +154,10 @@ GEOMETRY = """() => {
   }
   // the longest stretch an edge runs along an edge of another source (a crossing: a few px)
   let worst = 0;
-  for (const p of paths) {
-    const len = p.getTotalLength(), from = p.dataset.from;
+  for (const { from, pts } of paths) {
     let run = 0;
-    for (let s = 0; s <= len; s += 2) {
-      const q = p.getPointAtLength(s), k = Math.round(q.x / 2) + ',' + Math.round(q.y / 2);
+    for (const q of pts) {
+      const k = Math.round(q.x / 2) + ',' + Math.round(q.y / 2);
       const srcs = cells.get(k);
       run = srcs && [...srcs].some((x) => x !== from) ? run + 2 : 0;
       worst = Math.max(worst, run);
@@ -170,6 +180,7 @@ def test_every_edge_of_a_sweep_can_be_traced(dash):
     pg.select_option("#pipe-by", "none")
     pg.wait_for_function("() => document.querySelectorAll('#pipeline-graph g.node[data-eval]').length === 49")
     got = pg.evaluate(GEOMETRY)
+    shot(pg, "pipeline_sweep.png")
     # prepare -> train, prepare -> evaluate, train -> evaluate: 72 edges
     assert got["edges"] == 72
     assert got["underBox"] == [] and got["underTitle"] == 0 and got["spill"] == []
@@ -220,6 +231,7 @@ def test_a_sweep_is_one_node_per_group_opened_by_a_click_and_labelled_with_the_m
     opts = ("adam", "rmsprop", "sgd")
     assert cluster_nodes(pg) == {(f, f"optimizer={o}"): 8 for f in ("train", "evaluate") for o in opts}
     assert "automatic (optimizer)" in pg.inner_text("#pipe-by")
+    shot(pg, "pipeline_sweep_groups.png")
     # the edges between groups drawn once, with their count: prepare feeds every group (it is not
     # collapsed: it fed all three), each train group feeds its evaluate group
     counts = sorted(int(p.get_attribute("data-count") or 1) for p in pg.query_selector_all("#pipeline-graph path.edge"))
@@ -228,13 +240,15 @@ def test_a_sweep_is_one_node_per_group_opened_by_a_click_and_labelled_with_the_m
     for o in opts:
         sub = pg.text_content(f"#pipeline-graph g.node.cluster[data-fn$=':train'][data-group='optimizer={o}'] .n-sub")
         best = min(v for e, v in final.items() if runs[e]["optimizer"] == o)
-        assert sub.startswith("8 evaluations · val/loss ") and math.isclose(number_after(sub, "val/loss"), best, rel_tol=1e-4), sub
+        assert sub.startswith("8 evaluations · val/loss "), sub
+        assert math.isclose(number_after(sub, "val/loss"), best, rel_tol=1e-4), sub
     # a click opens a group: adam's trains and evaluates one by one, the others still one node each
     pg.click("#pipeline-graph g.node.cluster[data-fn$=':train'][data-group='optimizer=adam']")
     pg.wait_for_selector("#pipe-controls button[data-open='optimizer=adam']")
     assert cluster_nodes(pg) == {(f, f"optimizer={o}"): 8 for f in ("train", "evaluate") for o in ("rmsprop", "sgd")}
     adam = sorted(e for e, h in runs.items() if h["optimizer"] == "adam")
-    nodes = {int(g.get_attribute("data-eval")): g for g in pg.query_selector_all("#pipeline-graph g.node[data-fn$=':train'][data-eval]")}
+    nodes = {int(g.get_attribute("data-eval")): g
+             for g in pg.query_selector_all("#pipeline-graph g.node[data-fn$=':train'][data-eval]")}
     assert sorted(nodes) == adam
     # each labelled with its run's varying arguments and its own value of the metric
     for e in adam:
@@ -254,6 +268,7 @@ def test_a_sweep_is_one_node_per_group_opened_by_a_click_and_labelled_with_the_m
     pg.select_option("#pipe-by", "seed")
     pg.wait_for_function("() => document.querySelectorAll('#pipeline-graph g.node.cluster').length === 4")
     assert cluster_nodes(pg) == {(f, f"seed={s}"): 12 for f in ("train", "evaluate") for s in (0, 1)}
+    assert "pby=seed" in pg.url
     assert not pg.errors, pg.errors
 
 
@@ -279,13 +294,15 @@ def test_the_hparams_metrics_and_columns_are_the_users_pick_kept_live_and_in_the
     want_heads = pg.evaluate(heads)
     assert "seed" not in want_heads and "⟶ val/acc" in want_heads and "lr" in want_heads
     assert pg.input_value("#scatter-y") == "train/loss"  # the scatter's metric: the colouring one
+    shot(pg, "hparams_pick.png")
     assert "hpm=train%2Floss&hpm=val%2Floss" in pg.url and "hph=seed" in pg.url and "hph=train%2Floss" in pg.url
     # a live redraw (another evaluation stored: the page asks again and draws anew) keeps the pick
     before = int(pg.get_attribute("#parcoords", "data-drawn"))
     mod.prepare(501)
     pg.wait_for_function(f"() => +document.querySelector('#parcoords').dataset.drawn > {before}", timeout=30000)
     assert pg.evaluate(axes) == want_axes and pg.evaluate(heads) == want_heads
-    assert not pg.is_checked("#hp-pick-list input[data-axis='val/acc']") and pg.is_checked("#hp-pick-list input[data-colour='train/loss']")
+    assert not pg.is_checked("#hp-pick-list input[data-axis='val/acc']")
+    assert pg.is_checked("#hp-pick-list input[data-colour='train/loss']")
     # and so does a reload of the URL
     pg.goto(pg.url)
     pg.wait_for_selector("#parcoords:not(.hidden)")

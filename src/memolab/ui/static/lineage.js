@@ -133,7 +133,7 @@ function drawPipelineBox() {
   const opts = [["", `automatic${by && !ps.by ? ` (${pipeByText(by)})` : ""}`], ["none", "nothing"],
     ...(grouping() ? [["@group", `the charts' groups (${pipeByText("@group")})`]] : []),
     ...varyingKeys().map((k) => [k, k]), [BY_CODE, "code version"]];
-  const sel = el("select", { id: "pipe-by", onchange: () => { ps.by = sel.value; ps.open.clear(); drawPipelineBox(); } },
+  const sel = el("select", { id: "pipe-by", onchange: () => { ps.by = sel.value; ps.open.clear(); saveUrl(); drawPipelineBox(); } },
     ...opts.map(([v, t]) => el("option", { value: v, text: t })));
   sel.value = opts.some(([v]) => v === ps.by) ? ps.by : "";
   const open = [...ps.open].sort().map((k) => el("button", { type: "button", class: "chip", "data-open": k, title: "draw this group as one node again",
@@ -192,7 +192,8 @@ function pipeByText(by) { return by === "@group" ? (state.group.by === BY_CODE ?
 function pipeCollapseBy() {
   const by = pipeState().by;
   if (by === "none") return null;
-  if (by) return by;
+  // (a choice this function cannot make, from another function's URL: automatic)
+  if (by && (by === BY_CODE || (by === "@group" ? grouping() : varyingKeys().includes(by)))) return by;
   if (grouping()) return "@group";
   const runs = state.runs || [];
   const cands = varyingKeys().map((k) => {

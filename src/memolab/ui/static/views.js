@@ -36,6 +36,7 @@ function saveUrl() {
   // the HParams pick: the metric axes in order ("" none; absent: automatic), the hidden columns
   if (state.hpAxes) { if (!state.hpAxes.length) p.set("hpm", ""); for (const m of state.hpAxes) p.append("hpm", m); }
   for (const k of state.hpHide || []) p.append("hph", k);
+  put("pby", state.pipe ? state.pipe.by : "", "");  // the pipeline's sweeps: one node per ...
   const q = p.toString();
   history.replaceState(null, "", q ? "?" + q : location.pathname);
 }
@@ -62,6 +63,7 @@ function restoreView(url) {
   state.page = url.get("run") || null;
   state.hpAxes = url.has("hpm") ? url.getAll("hpm").filter(Boolean) : null;
   state.hpHide = new Set(url.getAll("hph").filter(Boolean));
+  if (url.get("pby")) pipeState().by = url.get("pby");
   syncGroupControls();
 }
 
