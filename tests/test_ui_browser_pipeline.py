@@ -117,9 +117,12 @@ def open_pipeline(pg, srv, query=""):
                          ".startsWith('49 evaluation(s) of 3 function(s), 72 edge(s)')")
 
 
-def shot(pg, name):
+def shot(pg, name, top, bottom):
+    """A screenshot of the page from the top of one element to the bottom of another."""
     SHOTS.mkdir(parents=True, exist_ok=True)
-    pg.screenshot(path=str(SHOTS / name), full_page=True)
+    a, b = pg.locator(top).bounding_box(), pg.locator(bottom).bounding_box()
+    pg.screenshot(path=str(SHOTS / name), full_page=True,
+                  clip={"x": a["x"], "y": a["y"], "width": max(a["width"], b["width"]), "height": b["y"] + b["height"] - a["y"]})
 
 
 # every edge sampled along its path (2 px apart) against every box and title it does not end at
@@ -180,7 +183,7 @@ def test_every_edge_of_a_sweep_can_be_traced(dash):
     pg.select_option("#pipe-by", "none")
     pg.wait_for_function("() => document.querySelectorAll('#pipeline-graph g.node[data-eval]').length === 49")
     got = pg.evaluate(GEOMETRY)
-    shot(pg, "pipeline_sweep.png")
+    shot(pg, "pipeline_sweep.png", "#pipeline", "#pipeline")
     # prepare -> train, prepare -> evaluate, train -> evaluate: 72 edges
     assert got["edges"] == 72
     assert got["underBox"] == [] and got["underTitle"] == 0 and got["spill"] == []
@@ -231,7 +234,7 @@ def test_a_sweep_is_one_node_per_group_opened_by_a_click_and_labelled_with_the_m
     opts = ("adam", "rmsprop", "sgd")
     assert cluster_nodes(pg) == {(f, f"optimizer={o}"): 8 for f in ("train", "evaluate") for o in opts}
     assert "automatic (optimizer)" in pg.inner_text("#pipe-by")
-    shot(pg, "pipeline_sweep_groups.png")
+    shot(pg, "pipeline_sweep_groups.png", "#pipeline", "#pipeline")
     # the edges between groups drawn once, with their count: prepare feeds every group (it is not
     # collapsed: it fed all three), each train group feeds its evaluate group
     counts = sorted(int(p.get_attribute("data-count") or 1) for p in pg.query_selector_all("#pipeline-graph path.edge"))
@@ -294,7 +297,7 @@ def test_the_hparams_metrics_and_columns_are_the_users_pick_kept_live_and_in_the
     want_heads = pg.evaluate(heads)
     assert "seed" not in want_heads and "⟶ val/acc" in want_heads and "lr" in want_heads
     assert pg.input_value("#scatter-y") == "train/loss"  # the scatter's metric: the colouring one
-    shot(pg, "hparams_pick.png")
+    shot(pg, "hparams_pick.png", "#hp-pick", "#parcoords")
     assert "hpm=train%2Floss&hpm=val%2Floss" in pg.url and "hph=seed" in pg.url and "hph=train%2Floss" in pg.url
     # a live redraw (another evaluation stored: the page asks again and draws anew) keeps the pick
     before = int(pg.get_attribute("#parcoords", "data-drawn"))

@@ -478,7 +478,8 @@ function clusterNode(n, transform) {
   const ps = pipeState();
   return svgEl("g", { class: "node cluster" + (n.selected ? " selected" : "") + (n.codes > 1 ? " changed" : ""), "data-id": String(n.id), "data-fn": n.fn,
     "data-group": n.key, "data-count": String(n.members.length), transform, onclick: () => { ps.open.add(n.key); drawPipelineBox(); } },
-    svgEl("rect", { class: "stack", x: "4", y: "-4", width: String(nodeW), height: String(NODE_H), rx: "5" }),
+    // (the stack behind it peeks out above only: its sides are where edges leave and enter)
+    svgEl("rect", { class: "stack", x: "4", y: "-4", width: String(nodeW - 4), height: String(NODE_H), rx: "5" }),
     svgEl("rect", { width: String(nodeW), height: String(NODE_H), rx: "5" }),
     svgEl("text", { x: "8", y: "17", class: "n-title", text: fitText(n.key, nodeW - 48, TITLE_FONT) }),
     svgEl("text", { x: String(nodeW - 8), y: "17", class: "count", "text-anchor": "end", text: `×${n.members.length}` }),
