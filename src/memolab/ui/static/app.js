@@ -342,6 +342,7 @@ function renderRuns() {
   renderColumnPicker();
   explainSelection();
   foldToggle();
+  pipelineMetricChanged();
 }
 
 // "show"/"fold" in the head of the constant arguments' column

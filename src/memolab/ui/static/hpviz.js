@@ -9,6 +9,10 @@
 //   brushed runs are selected (their curves drawn) and the table narrows to them. Double-click an
 //   axis, or "clear", to drop its range.
 // * A scatter of one argument against one metric (log x for a learning rate), best run starred.
+// * The user's pick ("metrics and columns"): the metrics drawn as axes, in order, the first colouring
+//   the lines (state.hpAxes; null: automatic, the sorted metric column or the validation loss and
+//   two more), and the columns hidden from the table and the axes (state.hpHide). Both are in the
+//   URL (hpm, hph) and read at every draw, so a live redraw (new runs, new values) keeps them.
 "use strict";
 
 async function renderHparams() {
@@ -26,6 +30,9 @@ function hpMetricRank(t) { return isSysTag(t) ? 3 : t.startsWith("train/") ? 0 :
 function drawHparams() {
   const data = state.hpData;
   if (!data) return;
+  if (!state.hpHide) state.hpHide = new Set();
+  // a click under way on the table's head or the pick is not lost to a live redraw
+  if (pressedIn($("#hparams-wrap")) || pressedIn($("#hp-pick"))) { whenReleased("hparams", drawHparams); return; }
   // argument order as the function declares it (the order of each run's arguments), not alphabetical
   const order = [];
   const seen = new Set();
@@ -35,9 +42,10 @@ function drawHparams() {
   data.metrics.sort((a, b) => hpMetricRank(a) - hpMetricRank(b) || (a < b ? -1 : 1));  // as the runs table: train/, val/ first
   const hidden = state.hpConst ? [] : hpCols.filter(([, get]) => constant(get)).map(([k]) => k);
   const named = data.rows.some((r) => r.name);
+  const picked = (k) => !state.hpHide.has(k);  // the user's pick of columns
   const cols = [["status", (r) => r.status], ["id", (r) => r.eval_id || null],
     ...(named ? [["name", (r) => r.name || ""]] : []), ["code", (r) => (r.code || "").slice(0, 8)],
-    ...hpCols.filter(([k]) => !hidden.includes(k)), ...data.metrics.map((k) => ["⟶ " + k, (r) => r.metrics[k], "metric"])];
+    ...hpCols.filter(([k]) => !hidden.includes(k) && picked(k)), ...data.metrics.filter(picked).map((k) => ["⟶ " + k, (r) => r.metrics[k], "metric"])];
   $("#hp-const").textContent = hidden.length ? `show ${hidden.length} constant column(s): ${hidden.join(", ")}`.slice(0, 120) : state.hpConst ? "hide constant columns" : "";
   const { key, dir } = state.hpSort;
   const brushed = hpBrushed();
@@ -61,9 +69,44 @@ function drawHparams() {
   const empty = $("#hp-empty");
   empty.classList.toggle("hidden", data.rows.length > 0 && data.metrics.length > 0);
   empty.textContent = !data.rows.length ? "No runs of this function yet." : "No metrics to compare: log scalars (memolab.log.scalar(\"val/loss\", v)); their final values are the metric columns.";
-  const metric = key && key.startsWith("⟶ ") ? key.slice(2) : null;
-  drawParallel(data, hpCols.filter(([, get]) => !constant(get)), metric);
-  drawScatter(data, hpCols.filter(([, get]) => !constant(get)), metric);
+  // the metric axes: the user's (those this function logged), else the sorted metric column's
+  const chosen = state.hpAxes ? state.hpAxes.filter((m) => data.metrics.includes(m)) : null;
+  const metric = chosen ? chosen[0] || null : key && key.startsWith("⟶ ") ? key.slice(2) : null;
+  const varying = hpCols.filter(([k, get]) => !constant(get) && picked(k));
+  drawParallel(data, varying, metric, chosen);
+  drawScatter(data, varying, metric);
+  drawHpPicker(data, hpCols.filter(([, get]) => !constant(get)).map(([k]) => k));
+}
+
+// ---- the user's pick of metric axes and columns ----------------------------------------------------
+// Drawn again only when what it shows changed: a redraw under a pointer pressed on it would take
+// the click (the checkboxes it replaced are gone by the release).
+function drawHpPicker(data, args) {
+  const box = $("#hp-pick"), list = $("#hp-pick-list");
+  box.classList.toggle("hidden", !data.rows.length || !data.metrics.length);
+  const axes = state.hpDrawn || [];
+  const sig = JSON.stringify([args, data.metrics, [...state.hpHide].sort(), axes, !!state.hpAxes]);
+  if (list.dataset.sig === sig) return;
+  list.dataset.sig = sig;
+  const check = (attrs, on, change) => { const c = el("input", { type: "checkbox", ...attrs, onchange: () => change(c.checked) }); c.checked = on; return c; };
+  const column = (k) => check({ "data-col": k, title: "a column of the table (an argument: and its axis)" }, !state.hpHide.has(k), (on) => {
+    if (on) state.hpHide.delete(k); else state.hpHide.add(k);
+    hpPicked();
+  });
+  // axes as drawn now (automatic ones included): a change starts from what the user sees
+  const setAxes = (f) => { state.hpAxes = f([...axes]); hpPicked(); };
+  list.replaceChildren(el("tr", {}, el("th", { text: "" }), el("th", { text: "column" }), el("th", { text: "axis" }), el("th", { text: "colours" })),
+    ...args.map((k) => el("tr", { "data-arg": k }, el("td", { text: k }), el("td", {}, column(k)), el("td", { class: "muted", text: "(with its column)" }), el("td", {}))),
+    ...data.metrics.map((m) => el("tr", { "data-metric": m }, el("td", { text: m }), el("td", {}, column(m)),
+      el("td", {}, check({ "data-axis": m, title: "an axis of the parallel coordinates" }, axes.includes(m),
+        (on) => setAxes((a) => (on ? [...a.filter((x) => x !== m), m] : a.filter((x) => x !== m))))),
+      el("td", {}, el("input", { type: "radio", name: "hp-colour", "data-colour": m, title: "colour the lines by this metric", ...(axes[0] === m ? { checked: "" } : {}),
+        onchange: () => setAxes((a) => [m, ...a.filter((x) => x !== m)]) })))));
+}
+
+function hpPicked() {
+  saveUrl();
+  drawHparams();
 }
 
 // like the runs table, only the rows in view are in the DOM (10,000 evaluations scroll like 50)
@@ -120,14 +163,14 @@ function hpBrushed() {
   return keep;
 }
 
-function drawParallel(data, argCols, metric) {
+function drawParallel(data, argCols, metric, chosen) {
   const canvas = $("#parcoords");
   const metrics = data.metrics.filter((m) => !isSysTag(m));
-  metric = metric || metrics.find((m) => /^(val|valid|eval|test)[/_]/.test(m) && /loss/.test(m)) || metrics.find((m) => m.startsWith("val/"))
+  metric = chosen ? chosen[0] : metric || metrics.find((m) => /^(val|valid|eval|test)[/_]/.test(m) && /loss/.test(m)) || metrics.find((m) => m.startsWith("val/"))
     || metrics.find((m) => m.startsWith("train/")) || metrics[0];
   // several metric axes (as W&B and TensorBoard): the chosen one (it colours the lines) first, then
   // up to MORE_METRICS others, held-out ones first
-  const others = metric ? metrics.filter((m) => m !== metric)
+  const others = chosen ? chosen.slice(1) : metric ? metrics.filter((m) => m !== metric)
     .sort((a, b) => (/^(val|valid|eval|test)[/_]/.test(b) - /^(val|valid|eval|test)[/_]/.test(a)) || (a < b ? -1 : 1)).slice(0, MORE_METRICS) : [];
   const axes = [...argCols.map(([k, get]) => [k, get]), ...(metric ? [metric, ...others].map((mt) => ["⟶ " + mt, (r) => r.metrics[mt]]) : [])];
   const mi = argCols.length;  // the colouring metric's axis
@@ -135,6 +178,8 @@ function drawParallel(data, argCols, metric) {
   canvas.classList.toggle("hidden", !argCols.length || axes.length < 2 || data.rows.length < 2);
   $("#hp-brush-bar").classList.toggle("hidden", canvas.classList.contains("hidden"));
   canvas.dataset.axes = axes.map((a) => a[0]).join("|");
+  const drawn = metric ? [metric, ...others] : [];
+  state.hpDrawn = drawn;
   if (canvas.classList.contains("hidden")) { state.hpGeo = null; return; }
   const [g, W, H] = setupCanvas(canvas);
   const scales = axes.map(([, get], i) => hpScale(data.rows.map(get), i >= mi && !!metric));
@@ -148,6 +193,7 @@ function drawParallel(data, argCols, metric) {
   const x = (i) => pad.l + (axes.length === 1 ? 0 : i / (axes.length - 1)) * (W - pad.l - pad.r);
   const y = (t) => H - pad.b - t * (H - pad.t - pad.b);
   state.hpGeo = { axes, scales, x, y, pad, W, H, metric };
+  canvas.dataset.drawn = String(+(canvas.dataset.drawn || 0) + 1);
   canvas.dataset.log = axes.filter((_, i) => scales[i].log).map((a) => a[0]).join("|");
   const brushed = hpBrushed();
   canvas.dataset.brushed = brushed ? [...brushed].join(",") : "";
@@ -257,8 +303,10 @@ function initHparamsViz() {
     if (a && state.hpBrush) { delete state.hpBrush[a.label]; applyBrush(); }
   });
   $("#hp-brush-clear").addEventListener("click", () => { state.hpBrush = null; drawHparams(); });
-  $("#scatter-x").addEventListener("change", () => drawHparams());
-  $("#scatter-y").addEventListener("change", () => drawHparams());
+  $("#hp-pick-reset").addEventListener("click", () => { state.hpAxes = null; state.hpHide = new Set(); hpPicked(); });
+  // (picked by the user: kept; else each draw's default, the metric that colours the lines)
+  $("#scatter-x").addEventListener("change", () => { $("#scatter-x").dataset.picked = "1"; drawHparams(); });
+  $("#scatter-y").addEventListener("change", () => { $("#scatter-y").dataset.picked = "1"; drawHparams(); });
   $("#scatter").addEventListener("mousemove", scatterHover);
   $("#scatter").addEventListener("mouseleave", () => $("#scatter-tip").classList.add("hidden"));
 }
@@ -272,7 +320,7 @@ function drawScatter(data, argCols, metric) {
   box.classList.toggle("hidden", !args.length || !metrics.length || data.rows.length < 2);
   if (box.classList.contains("hidden")) return;
   const fill = (sel, opts, want) => {
-    const cur = sel.value || want;
+    const cur = sel.dataset.picked ? sel.value || want : want;  // the user's choice, else the default
     sel.replaceChildren(...opts.map((o) => el("option", { value: o, text: o })));
     sel.value = opts.includes(cur) ? cur : opts[0];
   };

@@ -2,7 +2,8 @@
 // metricValue... are resolved when these functions run).
 //
 // * The view in the URL: function, selection, tab, tag and run filters, smoothing, x axis, log y,
-//   grouping, metric directions, the run page (a view can be shared and survives a reload).
+//   grouping, metric directions, the run page, the HParams pick of metrics and columns (a view can
+//   be shared and survives a reload).
 // * The run filter narrows the charts as well as the table: what is drawn is the selection that
 //   passes the filter (shownIds).
 // * The best run of a metric: lower is better for loss-, error- and perplexity-like tags, higher
@@ -38,6 +39,10 @@ function saveUrl() {
   put("stat", state.stat, "last");
   put("dirs", Object.entries(state.dirs).map(([t, d]) => `${t}:${d}`).join(","), "");
   put("run", state.page || "", "");
+  // the HParams pick: the metric axes in order ("" none; absent: automatic), the hidden columns
+  if (state.hpAxes) { if (!state.hpAxes.length) p.set("hpm", ""); for (const m of state.hpAxes) p.append("hpm", m); }
+  for (const k of state.hpHide || []) p.append("hph", k);
+  put("pby", state.pipe ? state.pipe.by : "", "");  // the pipeline's sweeps: one node per ...
   const q = p.toString();
   history.replaceState(null, "", q ? "?" + q : location.pathname);
 }
@@ -62,6 +67,9 @@ function restoreView(url) {
     if (i > 0 && ["min", "max"].includes(part.slice(i + 1))) state.dirs[part.slice(0, i)] = part.slice(i + 1);
   }
   state.page = url.get("run") || null;
+  state.hpAxes = url.has("hpm") ? url.getAll("hpm").filter(Boolean) : null;
+  state.hpHide = new Set(url.getAll("hph").filter(Boolean));
+  if (url.get("pby")) pipeState().by = url.get("pby");
   syncGroupControls();
 }
 
