@@ -24,7 +24,7 @@ KINDS = ["abc", "-1", "0", HUGE]
 #: the value in effect for each kind of value (None: the variable's default); docs/settings.md
 DEFAULT = {
     "MEMOLAB_LEASE_TTL": 10.0, "MEMOLAB_HEARTBEAT": 1.0, "MEMOLAB_LEASE_FREE_BELOW": 0.001,
-    "MEMOLAB_REMOTE_TIMEOUT": 3.0, "MEMOLAB_VERSION_SENSITIVITY": "minor", "MEMOLAB_STORE_SHARING": "user",
+    "MEMOLAB_REMOTE_TIMEOUT": 10.0, "MEMOLAB_VERSION_SENSITIVITY": "minor", "MEMOLAB_STORE_SHARING": "user",
     "MEMOLAB_REMOTE_DRAIN": 10.0, "MEMOLAB_REMOTE_CONCURRENCY": 16, "MEMOLAB_REMOTE_RANGED_GETS": None,
     "MEMOLAB_INLINE_MAX": 32768, "MEMOLAB_HASH_THREADS": None,
     "MEMOLAB_DIST_TIMEOUT": None, "MEMOLAB_VERBOSE": None, "MEMOLAB_PROGRESS": None, "MEMOLAB_PROGRESS_DELAY": 2.0,
@@ -168,7 +168,7 @@ def test_bad_values_never_crash_import_a_call_or_the_cli(project, tmp_path):
             cp = project.run("job.py", str(n), env=env)
             out = json.loads(cp.stdout.strip().splitlines()[-1])
             assert out["value"] == 2 * n and out["in effect"] == want, (raw, run)
-            assert out["timeouts"] == [3.0, 3.0]
+            assert out["timeouts"] == [10.0, 10.0]
             assert (project.root / "ran.txt").read_text().count("ran") == n + 1, (raw, run)
             lines = warning_lines(cp.stderr)
             assert len(lines) == len(bad), (raw, run, cp.stderr)

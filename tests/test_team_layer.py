@@ -306,7 +306,7 @@ def test_team_lease_of_a_killed_machine_is_taken_over_after_ttl(machines, tmp_pa
 
 
 def test_single_flight_across_machines_at_the_default_remote_timeout(machines, tmp_path):
-    """The default MEMOLAB_REMOTE_TIMEOUT (3 s; unset here, where the other tests of this file set
+    """The default MEMOLAB_REMOTE_TIMEOUT (10 s; unset here, where the other tests of this file set
     2 s): B calls the key A is computing, waits on the team's lease and gets A's result; computed
     once. A team statement that ran past the timeout would take the team store for down and B would
     compute the key too. Under `make test-stress`'s load this is the test that says whether the

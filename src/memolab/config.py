@@ -94,7 +94,7 @@ class Settings:
     remote: str | None = None
     remote_blobs: str | None = None
     #: seconds a team-store connection or request may take before we work offline
-    remote_timeout: float = 3.0
+    remote_timeout: float = 10.0
     #: what memolab says on the ``memolab`` logger as calls run (``report``): 0 nothing, 1 what
     #: takes time (misses of functions not known to be quick, stores and loads of a second or
     #: more), 2 every call that is not a hit from this process's memory; None: 1, but 0 on a
@@ -272,7 +272,7 @@ ENV: dict[str, EnvVar] = {v.name: v for v in (
     # the default depends on the lease's TTL: see ``read_env``
     EnvVar("MEMOLAB_HEARTBEAT", SECONDS_HEARTBEAT, 1.0, setting="heartbeat"),
     EnvVar("MEMOLAB_LEASE_FREE_BELOW", SECONDS_LEASE_FREE, 0.001, setting="lease_free_below"),
-    EnvVar("MEMOLAB_REMOTE_TIMEOUT", SECONDS_REMOTE, 3.0, setting="remote_timeout"),
+    EnvVar("MEMOLAB_REMOTE_TIMEOUT", SECONDS_REMOTE, 10.0, setting="remote_timeout"),
     EnvVar("MEMOLAB_VERSION_SENSITIVITY", Choice(VERSION_SENSITIVITIES), "minor", setting="version_sensitivity"),
     EnvVar("MEMOLAB_STORE_SHARING", Choice(STORE_SHARINGS), "user", setting="store_sharing"),
     EnvVar("MEMOLAB_REMOTE_DRAIN", SECONDS_DRAIN, 10.0),

@@ -2,7 +2,7 @@
 
 Offline-first: the first failure of any team-store operation (a refused or timed
 out connection, a server gone) marks the team store down for this process. That
-first failure costs at most the configured timeout (``remote_timeout``, 3 s by
+first failure costs at most the configured timeout (``remote_timeout``, 10 s by
 default: the connect and read timeouts of psycopg and boto3); it is reported by
 ONE warning, and from then on callers do not touch the network at all: they work
 on the local store. Only the background uploader probes the team store again,

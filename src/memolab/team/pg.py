@@ -16,7 +16,7 @@ both). What differs, and why:
   round trips (pipeline mode); ``publish_many`` one pipeline for the whole batch.
 - A network failure (refused, timed out, server gone) raises
   ``errors.RemoteUnavailable``: the team layer goes offline then. Connecting waits
-  at most ``MEMOLAB_REMOTE_TIMEOUT`` seconds (default 3; libpq's minimum is 2).
+  at most ``MEMOLAB_REMOTE_TIMEOUT`` seconds (default 10; libpq's minimum is 2).
 - The schema lives in ``memolab_*`` tables (it can share a database with other
   applications). Its version is checked when an index is opened: an empty database
   gets the current schema (under an advisory lock); an older one is refused until

@@ -167,7 +167,7 @@ class SchemaIncomplete(TeamSchemaError):
 
 
 def remote_timeout() -> float:
-    """``MEMOLAB_REMOTE_TIMEOUT`` in seconds (default 3): how long reaching the team store may take."""
+    """``MEMOLAB_REMOTE_TIMEOUT`` in seconds (default 10): how long reaching the team store may take."""
     return config.env_setting("MEMOLAB_REMOTE_TIMEOUT")
 
 

@@ -31,7 +31,7 @@ Rules every backend keeps:
 - **Quick failure.** Network and endpoint failures (refused, timed out, other 5xx,
   throttling past the timeout, no such bucket, bad credentials) raise ``memolab.errors.RemoteUnavailable``
   naming the URL. Connect/read timeouts are ``MEMOLAB_REMOTE_TIMEOUT`` seconds
-  (default 3), one retry at most; a batch stops at its first such failure.
+  (default 10), one retry at most; a batch stops at its first such failure.
   Local failures (a full disk in ``get_to``) raise their own ``OSError``.
 - **Concurrent transfers.** ``put_many``/``get_many_to``/``exists_many`` use up
   to ``MEMOLAB_REMOTE_CONCURRENCY`` (default 16) requests at once; large objects
@@ -80,7 +80,7 @@ def open_blobs(url: str, *, timeout: float | None = None, concurrency: int | Non
     """The remote blob store at ``url`` (``s3://bucket/prefix``, ``file:///dir``, fsspec URLs).
 
     ``timeout``, ``concurrency``, ``ranged_gets`` default to ``MEMOLAB_REMOTE_TIMEOUT``
-    (3 s), ``MEMOLAB_REMOTE_CONCURRENCY`` (16), ``MEMOLAB_REMOTE_RANGED_GETS`` (auto:
+    (10 s), ``MEMOLAB_REMOTE_CONCURRENCY`` (16), ``MEMOLAB_REMOTE_RANGED_GETS`` (auto:
     on, except for an S3 endpoint on loopback).
     Nothing is contacted here: the first operation (or ``ping``) is."""
     u = urlparse(url)
