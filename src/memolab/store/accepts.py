@@ -73,7 +73,7 @@ def who() -> tuple[str, str]:
 
     try:
         user = getpass.getuser()
-    except Exception:  # no user name (a container without a passwd entry)
+    except (OSError, KeyError, ImportError):  # no user name (a container without a passwd entry)
         swallowed("store.accepts: who")
         import os
 
@@ -146,7 +146,7 @@ def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> 
         return {}
     try:
         found = accepts(fn, active=active)
-    except Exception:
+    except Exception:  # an index of any backend (the team's PostgreSQL one included): accepts are information here
         swallowed("store.accepts: covering")
         return {}
     want = set(codes)

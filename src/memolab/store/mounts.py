@@ -110,7 +110,7 @@ def warn_if_network(root: Path) -> None:
         _warned.add(key)
     try:
         m = network_mount(root)
-    except Exception:  # a check that fails says nothing: it must never cost a call
+    except OSError:  # (realpath) a check that fails says nothing: it must never cost a call
         swallowed("store.mounts: warn_if_network")
         return
     if m is None:
