@@ -174,7 +174,7 @@ def run_cli(args: Any) -> int:
         raise CliError(PROBLEM, f"gc --remote: team store unreachable ({where}): {e}") from None
     except StoreConfigError as e:
         raise CliError(PROBLEM, f"gc --remote: {e}") from None
-    except Exception as e:
+    except Exception as e:  # a driver's refusal (psycopg, botocore: errors of many kinds) is told; the rest raised
         if not type(e).__module__.startswith(("psycopg", "botocore", "boto3")):
             raise
         first = (str(e).strip().splitlines() or [""])[0]  # a refusal (permissions, …): one line, not a trace

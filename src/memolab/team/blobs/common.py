@@ -196,7 +196,7 @@ def bounded_probe(url: str, probe: Callable[[], Any], timeout: float) -> BaseExc
     def run() -> None:
         try:
             probe()
-        except BaseException as e:
+        except BaseException as e:  # handed to the caller, which raises it
             out.append(e)
 
     t = threading.Thread(target=run, name="memolab-remote-ping", daemon=True)
