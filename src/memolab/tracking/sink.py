@@ -340,7 +340,7 @@ def _loop() -> None:
         for s in list(_sinks.values()):
             try:
                 s.flush()
-            except Exception:
+            except Exception:  # the flusher thread's loop: never let it die
                 # records were put back; a busy database is retried on the next tick
                 swallowed("a flush of the logs (retried on the next round)")
                 time.sleep(0.05)
@@ -362,7 +362,7 @@ def tick_if_due() -> None:
     for tick in list(tickers):
         try:
             tick()
-        except Exception:
+        except Exception:  # the flusher thread's loop: what a ticker starts (threads) must never kill it
             swallowed(f"the flusher's round of {tick!r}")
 
 
@@ -381,12 +381,12 @@ def _at_exit() -> None:
     for hook in list(before_exit):
         try:
             hook()
-        except Exception:
+        except Exception:  # an exit hook: the flush below must still run
             swallowed("tracking.sink: _at_exit")  # the flush below must still run
     for s in list(_sinks.values()):
         try:
             s.flush()
-        except Exception:
+        except Exception:  # an exit hook: it must never break the program's exit
             swallowed("tracking.sink: _at_exit")
 
 
