@@ -137,7 +137,7 @@ _repr.maxother = 120
 def short(v: Any) -> str:
     try:
         return _repr.repr(v)
-    except Exception:
+    except Exception:  # the user's __repr__
         swallowed("codegraph.where: short")
         return f"<{type(v).__qualname__}>"
 
@@ -158,7 +158,7 @@ def unwrap(obj: Any) -> Any:
     if hasattr(obj, "__wrapped__"):
         try:
             return inspect.unwrap(obj)
-        except Exception:
+        except Exception:  # the user's objects' __wrapped__ (a cycle raises ValueError; a __getattr__ anything)
             swallowed("codegraph.where: unwrap")
             return obj
     return obj
