@@ -310,7 +310,7 @@ def _dead_leases(store: Any, out: Out, facts: dict[str, Any] | None, drop: bool)
     if drop and team and index is not None:
         try:
             dropped["team"] = deadleases.drop_team(index, team)
-        except Exception as e:
+        except Exception as e:  # the team's index (psycopg): errors of many kinds; the local check stands
             team_problem = f"{type(e).__name__}: {e}"
     rows = [("local", k[0], deadleases.describe(o)) for o, k in local] + \
            [("team", k[0], deadleases.describe(o)) for o, k in team]
