@@ -145,7 +145,7 @@ def _call_text(call: Any, width: int = 60) -> str:
     try:
         snap = call.call_snapshot()
         args = ", ".join(f"{n}={r}" for n, (_, r) in snap.items() if not n.startswith("<"))
-    except Exception:
+    except Exception:  # the snapshot holds the user's reprs: what memolab says never fails the call
         swallowed("report: _call_text")
         args = "…"
     if len(args) > width:
@@ -275,7 +275,7 @@ def _stored_size(store: Any, eval_id: int | None) -> int | None:
     try:
         rows = store.index.evaluations(where="id=?", params=(eval_id,), limit=1)
         return int(rows[0]["size"]) if rows and rows[0].get("size") is not None else None
-    except Exception:
+    except Exception:  # what memolab says never fails the call it speaks of (a store of any backend)
         swallowed("report: _stored_size")
         return None
 

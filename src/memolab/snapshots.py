@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import stat
 import time
 import uuid
@@ -303,7 +304,7 @@ def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrit
                 bar.update(f["size"])
     try:
         _record(local, digest, size, manifest, name=None, source=None)  # here now: offline next time, kept by gc
-    except Exception as e:  # a read-only store: restored all the same
+    except (sqlite3.Error, OSError, SnapshotError) as e:  # a read-only store, a concurrent gc: restored all the same
         import logging
 
         logging.getLogger("memolab").debug("snapshot %s not recorded: %r", digest[:12], e)

@@ -38,7 +38,7 @@ def _tensor_bytes(x: Any) -> int | None:
         return nb
     try:
         return int(x.element_size() * x.numel())  # torch
-    except Exception:
+    except Exception:  # the user's tensor-like object's own methods
         swallowed("summary: _tensor_bytes")
         return None
 
@@ -142,7 +142,7 @@ def _torch_dataset(x: Any) -> str | None:
         return f"{type(x).__name__}: {shape}{more}"
     try:
         return f"{type(x).__name__}: {count(len(x))} items"
-    except Exception:
+    except Exception:  # the user's dataset's own __len__
         swallowed("summary: _torch_dataset")
         return None
 
@@ -152,7 +152,7 @@ def _loader(x: Any) -> str | None:
         return None
     try:
         n = len(x)
-    except Exception:
+    except Exception:  # the user's dataset's own __len__ (an IterableDataset raises TypeError, others anything)
         swallowed("summary: _loader")
         return f"{type(x).__name__} (batches of {x.batch_size})"
     return f"{type(x).__name__}: {count(n)} batches of {x.batch_size}"
@@ -208,7 +208,7 @@ def _first(rules: list[Rule], obj: Any) -> str | None:
     for rule in rules:
         try:
             s = rule(obj)
-        except Exception:
+        except Exception:  # a summary rule reads the user's object (its attributes, its methods)
             swallowed("summary: _first")
             s = None
         if s:

@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemolabError as e:  # an unusable store, a bad location: one line, no traceback
         print(f"memolab: {e}", file=sys.stderr)
         return 1
-    except Exception as e:
+    except Exception as e:  # the CLI's last line: one line instead of a traceback (MEMOLAB_DEBUG=1 raises)
         if os.environ.get("MEMOLAB_DEBUG"):
             raise
         print(f"memolab: error: {type(e).__name__}: {e}\n(`memolab --store DIR doctor` checks the store; "
