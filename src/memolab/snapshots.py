@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import config
+from .errors import MemolabWarning
 from .store import Store, get_store
 
 __all__ = ["snapshot", "restore", "RECENT", "SnapshotError"]
@@ -168,8 +169,6 @@ def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, An
         link.attempt(lambda: link.blobs.put_many(list(dict(items).items())))
     except Offline as e:
         import warnings
-
-        from .errors import MemolabWarning
 
         warnings.warn(f"memolab: snapshot {digest[:12]} stored here but not uploaded: the team store is unreachable "
                       f"({e}); take it again once it is back", MemolabWarning, stacklevel=3)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import swallowed
+from ..errors import MemolabError, swallowed
 from .common import (  # noqa: F401
     COMMANDS,
     OK,
@@ -83,7 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_fn", None):
         parser.print_help()
         return USAGE
-    from ..errors import MemolabError
 
     port = getattr(args, "port", None)
     if port is not None and not 0 <= port <= 65535:  # bind() would raise OverflowError

@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import swallowed
+from ..errors import MemolabWarning, swallowed
 from . import origins
 from .origins import STDLIB, USER
 
@@ -99,7 +99,6 @@ def warn_once(where: tuple[Any, ...], message: str) -> None:
     if where in warned:
         return
     warned.add(where)
-    from ..errors import MemolabWarning
 
     warnings.warn(message, MemolabWarning, stacklevel=5)
 

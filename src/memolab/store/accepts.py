@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import swallowed
+from ..errors import MemolabWarning, swallowed
 from . import signing
 
 __all__ = ["COLUMNS", "SIGNED", "MAX_LINKS", "sign", "problem", "resolve", "who", "AcceptIndex", "summary", "short",
@@ -248,8 +248,6 @@ def usable(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if mark not in _refused:
             _refused.add(mark)
             import warnings
-
-            from ..errors import MemolabWarning
 
             warnings.warn(f"memolab: {summary(a)} is not followed: {bad}", MemolabWarning, stacklevel=3)
     return out

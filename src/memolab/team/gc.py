@@ -42,6 +42,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RemoteUnavailable, StoreConfigError
+
 #: blobs last written less than this many seconds ago are never deleted
 DEFAULT_GRACE = 3600.0
 _BATCH = 1000
@@ -149,7 +151,6 @@ def run_cli(args: Any) -> int:
     """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
     from .. import config
     from ..cli.common import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_duration, human_size, table
-    from ..errors import RemoteUnavailable, StoreConfigError
     from .cli import redact
     from .link import open_index, open_remote_blobs
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import config
-from ..errors import CorruptBlob, MemolabWarning, swallowed
+from ..errors import CorruptBlob, MemolabWarning, RemoteUnavailable, swallowed
 from ..store import Store, marks, signing
 from ..store.blobs import fsync_dir as _fsync_dir
 from ..store.sqlite import LOOKUP_ONLY, Key, host_name
@@ -414,7 +414,6 @@ class TeamStore:
         """Logs bundles by digest, fetched concurrently (as blobs are: one at a time they cost
         two round trips each, a third of a pull's time on loopback); those that cannot be had
         are left out (logs are best effort)."""
-        from ..errors import RemoteUnavailable
         from .blobs import run_all
 
         digests = list(dict.fromkeys(digests))

@@ -31,6 +31,8 @@ import time
 import warnings
 from typing import Any
 
+from ..errors import MemolabWarning
+
 _FORMAT = 1
 
 
@@ -199,8 +201,6 @@ def _agree_across_ranks(ev: Any, step: int | None) -> None:
 
 
 def _warning() -> type:
-    from ..errors import MemolabWarning
-
     return MemolabWarning
 
 

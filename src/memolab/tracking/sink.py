@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import swallowed
+from ..errors import MemolabWarning, swallowed
 from ..store import beats as _beats
 from . import notes, schema
 
@@ -96,8 +96,6 @@ class Sink:
                 dropped.append(f"{it[:3]!r}: {type(e).__name__}: {e}")
         if dropped:
             import warnings
-
-            from ..errors import MemolabWarning
 
             warnings.warn(f"memolab.log: dropped {len(dropped)} record(s) that cannot be stored, first {dropped[0]}",
                           MemolabWarning, stacklevel=2)

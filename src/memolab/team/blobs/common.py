@@ -52,8 +52,6 @@ def blob_key(digest: str) -> str:
     from ...store.layout import is_digest
 
     if not is_digest(digest):
-        from ...errors import CorruptBlob
-
         raise CorruptBlob(f"damaged team row: {str(digest)[:80]!r} is not a blob digest")
     return f"blobs/{digest[:2]}/{digest}"
 
