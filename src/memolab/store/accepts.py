@@ -146,7 +146,7 @@ def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> 
         return {}
     try:
         found = accepts(fn, active=active)
-    except Exception:  # an index of any backend (the team's PostgreSQL one included): accepts are information here
+    except (sqlite3.Error, OSError):  # the local index (a NoStore's raises StoreUnavailable): information here
         swallowed("store.accepts: covering")
         return {}
     want = set(codes)
