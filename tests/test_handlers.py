@@ -36,7 +36,7 @@ PKG = "memolab"
 #: handler is narrowed, never raise one
 ALLOWED: dict[str, int] = {
     "memolab.acceptance": 1,
-    "memolab.call": 10,
+    "memolab.call": 9,
     "memolab.cli": 1,
     "memolab.codegraph.dictversion": 2,
     "memolab.codegraph.graph": 2,

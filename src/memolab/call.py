@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import sqlite3
 import sys
 import time
 import warnings
@@ -289,7 +290,7 @@ class Call:
     def _row_replaced(self, row: dict[str, Any]) -> bool:
         try:
             now = self.store.index.lookup(self.key)
-        except Exception:  # the store of any backend (SQLite, PostgreSQL, S3 drivers): a check that fails says "not replaced"
+        except (sqlite3.Error, OSError):  # the local index (every store's, a team store's too): "not replaced"
             swallowed("call: Call._row_replaced")
             return False
         return now is None or now["id"] != row["id"]
