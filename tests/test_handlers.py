@@ -62,7 +62,6 @@ ALLOWED: dict[str, int] = {
     "memolab.store": 3,
     "memolab.store.beats": 2,
     "memolab.store.blobs": 1,
-    "memolab.store.health": 1,
     "memolab.store.inline": 1,
     "memolab.store.usage": 1,
     "memolab.summary": 4,

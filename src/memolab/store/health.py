@@ -267,7 +267,7 @@ def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
     try:
         retire = getattr(store.index, "retire_damaged", None)
         done = bool(retire(key)) if retire is not None else False
-    except Exception:  # judging a damaged row: whatever its damage makes reading it raise, the caller recomputes
+    except (sqlite3.Error, OSError):  # the local index (row_damage reads a damaged row's raw bytes: no decode error)
         swallowed("store.health: take_out_of_use")
         return False
     store.forget_key(key)
