@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import sqlite3
 import sys
 import time
 import warnings
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import codegraph, config, expiry, globalrng, hashing, hooks, implicit, mutations, reads, report, upstream
-from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable, user_stacklevel
+from .errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable, swallowed, user_stacklevel
 from .explain import miss_record, pending_miss, with_before
 from .store import Key, Store, marks, runtime_info, signing
 from .summary import summarize, text
@@ -54,7 +55,6 @@ class Running:
             try:
                 cb()
             except Exception:  # housekeeping must never fail a call that succeeded
-                from .errors import swallowed
                 swallowed("call: Running.stored")
 
 
@@ -160,7 +160,6 @@ class Call:
             try:
                 self.edges = upstream.input_edges(self.named, visited, self.per_arg, self.store, self.key0)
             except Exception:  # lineage is information: never fail a call over it
-                from .errors import swallowed
                 swallowed("call: Call.inputs")
                 self.edges = []
         return self.edges
@@ -205,7 +204,6 @@ class Call:
         try:
             found = self.store.accepts_of(fn, schema)
         except Exception:  # accepts are a shortcut: never a reason to fail or to skip the store
-            from .errors import swallowed
             swallowed("call: Call.accepted")
             return None
         if not found:
@@ -292,8 +290,7 @@ class Call:
     def _row_replaced(self, row: dict[str, Any]) -> bool:
         try:
             now = self.store.index.lookup(self.key)
-        except Exception:
-            from .errors import swallowed
+        except (sqlite3.Error, OSError):  # the local index (every store's, a team store's too): "not replaced"
             swallowed("call: Call._row_replaced")
             return False
         return now is None or now["id"] != row["id"]
@@ -355,7 +352,6 @@ class Call:
             else:
                 text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force, inputs=inputs))
         except Exception:  # explaining must never stop the computation
-            from .errors import swallowed
             swallowed("call: Call.miss_writer")
             return None
         self.miss_text = text
@@ -422,8 +418,7 @@ class Call:
         cancellation). Best effort, like ``Store.release``: it runs while something else is raised."""
         try:
             self.store.release(self.key, owner)
-        except Exception:
-            from .errors import swallowed
+        except Exception:  # runs while something else is raised; the store may be of any backend
             swallowed("call: Call.release")
 
     def _write_pending(self) -> None:
@@ -433,8 +428,7 @@ class Call:
         write = self.pending.pop()
         try:
             self.store.write_rider(write)
-        except Exception:
-            from .errors import swallowed
+        except Exception:  # the explanation is advisory, and the store may be of any backend
             swallowed("call: Call._write_pending")  # the explanation is advisory: never fail the call over it
 
     # -- storing -------------------------------------------------------------------------
@@ -506,8 +500,9 @@ class Call:
 
             if digest_bytes(pickling.dumps_with_refs(value)[0]) != payload_digest:
                 return False
-        except Exception:
-            return False  # cannot even be pickled: ``_save`` says why
+        except Exception:  # pickling runs the value's own code (__reduce__): it cannot even be pickled
+            swallowed("call: Call._unloadable")
+            return False  # ``_save`` says why
         warnings.warn(f"{self.memo.symbol}: result not stored: the same result stored before could not be rebuilt "
                       f"({why}), so it is computed on every call. Make its class load again (or return plain data).",
                       MemolabWarning, stacklevel=user_stacklevel())
@@ -569,7 +564,8 @@ class Call:
             saving = time.perf_counter() - s0
             hashing.note_result(key, snapshot["result_digest"], eval_id)
             upstream.mark(value, store, eval_id, key, self.bound.arguments.values())
-        except Exception as e:
+        except Exception as e:  # pickling runs the value's own code; the store may be of any backend
+            swallowed("call: storing the result")
             store.release(key, owner)
             from .pickling import find_unpicklable
 
@@ -591,8 +587,7 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
     """A ``report`` line: what memolab says must never fail the call it speaks of."""
     try:
         return fn(*args)
-    except Exception:
-        from .errors import swallowed
+    except Exception:  # report formats the user's values (their __repr__): what memolab says never fails the call
         swallowed("call: _quietly")
         return None
 
@@ -714,8 +709,7 @@ def _result_token(row: dict[str, Any]) -> list[str] | None:
             for d in token:  # a damaged snapshot must cost the O(1) re-hash, never the call
                 bytes.fromhex(d)
         return token
-    except Exception:
-        from .errors import swallowed
+    except (ValueError, TypeError, AttributeError):  # a damaged snapshot (not JSON, not a list of hex digests)
         swallowed("call: _result_token")
         return None
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
-from .errors import swallowed
+from .errors import StoreConfigError, swallowed
 
 _lock = threading.Lock()
 
@@ -395,7 +395,6 @@ def _store_location(value: str, source: str) -> Path:
     if _URL.match(value):
         if value.lower().startswith("file://"):
             return Path(value[len("file://"):]).expanduser()
-        from .errors import StoreConfigError
 
         raise StoreConfigError(
             f"{source}={value!r} looks like a URL, but memolab stores are directories: no store backend "

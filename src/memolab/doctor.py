@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from .cli.common import PROBLEM, CliError, Progress, command, confirm, emit_json, human_size, options, store_root, table
+from .errors import StoreUnavailable
 
 Out = Callable[[str], None]
 
 
 def _index_problem(path: Path) -> tuple[str | None, bool]:
     """(problem, repairable) of the index file: None when it opens and passes ``integrity_check``."""
-    from .errors import StoreUnavailable
     from .store.health import ReadOnlyIndex
 
     if not path.exists():
@@ -310,7 +310,7 @@ def _dead_leases(store: Any, out: Out, facts: dict[str, Any] | None, drop: bool)
     if drop and team and index is not None:
         try:
             dropped["team"] = deadleases.drop_team(index, team)
-        except Exception as e:
+        except Exception as e:  # the team's index (psycopg): errors of many kinds; the local check stands
             team_problem = f"{type(e).__name__}: {e}"
     rows = [("local", k[0], deadleases.describe(o)) for o, k in local] + \
            [("team", k[0], deadleases.describe(o)) for o, k in team]
@@ -336,7 +336,6 @@ def run(root: Path, repair: bool = False, out: Out = print, facts: dict[str, Any
     if not root.is_dir():
         out(f"no store at {root}" + (" (it is a file)" if root.exists() else ""))
         return 1 if root.exists() else 0
-    from .errors import StoreUnavailable
     from .store import layout
 
     try:

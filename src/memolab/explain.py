@@ -240,7 +240,7 @@ def _taken_back(store: Store, ex: Explanation, fn: str, code: str) -> None:
         return
     try:
         gone = [a for a in accepts(fn, active=False) if a["new_code"] == code and a.get("undone")]
-    except Exception:
+    except (sqlite3.Error, OSError):  # the local index (a NoStore's raises StoreUnavailable): advisory
         swallowed("explain: _taken_back")
         return  # advisory
     if gone:

@@ -151,7 +151,7 @@ class _StatCache:
 
         try:
             root = config.store_path()
-        except Exception:
+        except (OSError, ValueError):  # a store location that cannot be (StoreConfigError), a pyproject.toml unreadable
             swallowed("files: _StatCache.db")
             return None
         where = (str(root), os.getpid())
@@ -170,7 +170,7 @@ class _StatCache:
                 c.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INT, mtime_ns INT, "
                           "ctime_ns INT, ino INT, dev INT, digest BLOB, hashed_at INT)")
                 self._db = c
-            except Exception:  # a read-only or odd store: the memory cache still works
+            except (sqlite3.Error, OSError):  # a read-only or odd store: the memory cache still works
                 swallowed("files: _StatCache.db")
                 self._db = None
                 if c is not None:
@@ -186,7 +186,7 @@ class _StatCache:
             rows = db.execute("SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, hashed_at FROM files "
                               "WHERE path = ? OR (path >= ? AND path < ?)",
                               (prefix, prefix + os.sep, prefix + chr(ord(os.sep) + 1))).fetchall()
-        except Exception:
+        except sqlite3.Error:
             swallowed("files: _StatCache.load_prefix")
             return
         with self.lock:
@@ -215,7 +215,7 @@ class _StatCache:
             db.executemany("INSERT OR REPLACE INTO files VALUES (?,?,?,?,?,?,?,?)",
                            [(p, *k, d, at) for p, k, d, at in entries])
             db.execute("COMMIT")
-        except Exception:  # the cache is an optimisation: never fail a call over it
+        except sqlite3.Error:  # the cache is an optimisation: never fail a call over it
             swallowed("files: _StatCache.put_many")
             try:
                 db.execute("ROLLBACK")

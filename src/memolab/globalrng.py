@@ -141,8 +141,6 @@ def _proved(gen: Generator) -> bool:
     try:
         return gen.proof()
     except Exception:  # a library whose internals moved: its state counts (safe)
-        from .errors import swallowed
-
         swallowed(f"the proof that {gen.name}'s generator is unseeded")
         return False
 
@@ -691,7 +689,7 @@ def _import_for(name: str) -> Generator | None:
 
     try:
         importlib.import_module(module)
-    except Exception:
+    except Exception:  # importing runs the module's own code
         swallowed("globalrng: _import_for")
         return None
     return _available().get(name)

@@ -275,7 +275,7 @@ def exits_without_atexit() -> bool:
             try:
                 if resolve(target)():
                     return True
-            except Exception:
+            except Exception:  # an integration's probe of a third-party library (its state, its API of any version)
                 swallowed("hooks: exits_without_atexit")
     return False
 

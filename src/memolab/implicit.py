@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import hooks
+from .errors import MemolabWarning
 
 __all__ = ["register_switches", "parts", "environ_frame", "env_read", "ENV_ARG", "current", "mismatch", "routed",
            "pseudo_argument", "is_pseudo_argument", "imports_frame", "imports_used", "package_state"]
@@ -147,7 +148,6 @@ def env_read(frame: tuple[_Reads, Any], symbol: str, declared: Sequence[str]) ->
         if (symbol, var) in _warned:
             continue
         _warned.add((symbol, var))
-        from .errors import MemolabWarning
 
         warnings.warn(f"memolab: {symbol} read the environment variable {var} while computing ({r.where[var]}); "
                       f"its value is not part of the key, so a result computed with another value could be "

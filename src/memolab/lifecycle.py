@@ -199,7 +199,7 @@ def drive_sync(gen: Generator[Request, Any, Any], fn: Callable[..., Any] | None,
                 answer = None
             else:
                 answer = fn(*bound.args, **bound.kwargs)  # type: ignore[misc]
-        except BaseException as e:
+        except BaseException as e:  # the user's body: handed to the lifecycle, which raises it
             error = e
     raise error  # set: the loop leaves only by return, raise or this break
 
@@ -226,5 +226,5 @@ async def drive_async(gen: Generator[Request, Any, Any], fn: Callable[..., Await
                 answer = None
             else:
                 answer = await fn(*bound.args, **bound.kwargs)
-        except BaseException as e:
+        except BaseException as e:  # the user's body: handed to the lifecycle, which raises it
             error = e

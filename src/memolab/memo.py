@@ -400,7 +400,7 @@ def _by_value(value: Any) -> bytes | None:
         return None
     try:
         return cast(bytes, cloudpickle.dumps(value))
-    except Exception as e:
+    except Exception as e:  # pickling by value runs the object's own code (its globals' __reduce__)
         import logging
 
         logging.getLogger("memolab").debug("memolab: %r cannot be pickled by value (%s): sent by name", value, e)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import files, hashing
-from .errors import HashError, MemolabError
+from .errors import HashError, MemolabError, swallowed
 from .hooks import LAZY_HOOKS
 from .identity import path_segment
 
@@ -409,8 +409,8 @@ def live_parts(named: list[tuple[str, Any]]) -> Before:
             side = _sides.get(t)
             if side is not None:
                 out.sides[id(obj)] = (name, obj, side.token(obj))
-    except Exception:  # a walk is a check of what the key missed; a failing one finds nothing
-        pass
+    except Exception:  # a walk of the user's objects checks what the key missed; a failing one finds nothing
+        swallowed("mutations: live_parts")
     return out
 
 

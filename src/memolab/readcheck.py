@@ -207,7 +207,7 @@ def _imported(fn: str) -> Any:
         import importlib
 
         importlib.import_module(module)
-    except Exception:
+    except Exception:  # importing runs the module's own code
         _debug("memolab.reads: cannot import %s", module)
         return None
     return live(fn)

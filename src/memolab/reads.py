@@ -291,7 +291,7 @@ def _skipped() -> tuple[str, ...]:
                 out.add(os.path.join(os.path.abspath(paths[name]), ""))
         try:
             extra = [*site.getsitepackages(), site.getusersitepackages()]
-        except Exception:  # (some embedded interpreters lack them)
+        except AttributeError:  # (some embedded interpreters lack them)
             _debug("memolab.reads: no site-packages list")
             extra = []
         for p in extra:

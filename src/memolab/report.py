@@ -35,6 +35,7 @@ silences them as well.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from typing import Any
 
@@ -147,7 +148,7 @@ def _call_text(call: Any, width: int = 80) -> str:
 
         snap = call.call_snapshot()
         args = fit([(n, r) for n, (_, r) in snap.items() if not n.startswith("<")], width)
-    except Exception:
+    except Exception:  # the snapshot holds the user's reprs: what memolab says never fails the call
         swallowed("report: _call_text")
         args = "…"
     return f"{_name(call.memo.symbol)}({args})"
@@ -275,7 +276,7 @@ def _stored_size(store: Any, eval_id: int | None) -> int | None:
     try:
         rows = store.index.evaluations(where="id=?", params=(eval_id,), limit=1)
         return int(rows[0]["size"]) if rows and rows[0].get("size") is not None else None
-    except Exception:
+    except (sqlite3.Error, OSError):  # the local index (the caller, _quietly, takes anything else)
         swallowed("report: _stored_size")
         return None
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import stat
 import time
 import uuid
@@ -37,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import config
+from .errors import MemolabWarning
 from .store import Store, get_store
 
 __all__ = ["snapshot", "restore", "RECENT", "SnapshotError"]
@@ -167,8 +169,6 @@ def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, An
         link.attempt(lambda: link.blobs.put_many(list(dict(items).items())))
     except Offline as e:
         import warnings
-
-        from .errors import MemolabWarning
 
         warnings.warn(f"memolab: snapshot {digest[:12]} stored here but not uploaded: the team store is unreachable "
                       f"({e}); take it again once it is back", MemolabWarning, stacklevel=3)
@@ -303,7 +303,7 @@ def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrit
                 bar.update(f["size"])
     try:
         _record(local, digest, size, manifest, name=None, source=None)  # here now: offline next time, kept by gc
-    except Exception as e:  # a read-only store: restored all the same
+    except (sqlite3.Error, OSError, SnapshotError) as e:  # a read-only store, a concurrent gc: restored all the same
         import logging
 
         logging.getLogger("memolab").debug("snapshot %s not recorded: %r", digest[:12], e)

@@ -30,7 +30,7 @@ def short_repr(obj: Any) -> str:
     say they are secrets are masked (``mask_repr``)."""
     try:
         text = _repr.repr(obj)
-    except Exception:
+    except Exception:  # the user's __repr__
         swallowed("text: short_repr")
         return f"<{type(obj).__qualname__}>"
     return mask_repr(_ADDRESS.sub("", " ".join(text.split())))

@@ -19,6 +19,7 @@ key alike (the key hashes content), and nothing here can change a key, a hit or 
 """
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -179,7 +180,7 @@ def _by_content(named: Sequence[tuple[str, Any]], per_arg: dict[str, str], store
         return []
     try:
         found = store_edges.by_content(store.index, want)
-    except Exception:  # an index without the table, a read-only one: information only
+    except (sqlite3.Error, OSError):  # an index without the table, a read-only one, a NoStore's: information only
         swallowed("upstream: _by_content")
         return []
     out = []

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from ..errors import swallowed
+from ..errors import MemolabError, swallowed
 from .common import (  # noqa: F401
     COMMANDS,
     OK,
@@ -83,7 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_fn", None):
         parser.print_help()
         return USAGE
-    from ..errors import MemolabError
 
     port = getattr(args, "port", None)
     if port is not None and not 0 <= port <= 65535:  # bind() would raise OverflowError
@@ -110,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemolabError as e:  # an unusable store, a bad location: one line, no traceback
         print(f"memolab: {e}", file=sys.stderr)
         return 1
-    except Exception as e:
+    except Exception as e:  # the CLI's last line: one line instead of a traceback (MEMOLAB_DEBUG=1 raises)
         if os.environ.get("MEMOLAB_DEBUG"):
             raise
         print(f"memolab: error: {type(e).__name__}: {e}\n(`memolab --store DIR doctor` checks the store; "

@@ -5,6 +5,7 @@ import argparse
 import datetime as _dt
 from typing import Any
 
+from ..errors import NotAccepted
 from .common import (
     OK,
     PROBLEM,
@@ -52,7 +53,6 @@ def _team_note(a: dict[str, Any]) -> str:
 @options(_accept_options)
 def cmd_accept(args: argparse.Namespace) -> int:
     from .. import acceptance
-    from ..errors import NotAccepted
     from ..explain import last_code_miss
 
     if args.list:

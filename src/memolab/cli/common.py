@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -306,7 +307,7 @@ def expired_counts(store: Any) -> dict[str, int]:
     try:
         rows = store.index.conn().execute(
             f"SELECT fn, COUNT(*) FROM evaluations WHERE {_EXPIRED_WHERE} GROUP BY fn", (time.time(),)).fetchall()
-    except Exception:  # (no JSON1: advisory)
+    except (sqlite3.Error, OSError):  # (no JSON1: advisory)
         swallowed("cli.common: expired_counts")
         return {}
     return {fn: int(n) for fn, n in rows}
@@ -321,7 +322,7 @@ def expired_among(conn: Any, eval_ids: list[int]) -> int | None:
             part = eval_ids[i:i + 500]
             n += conn.execute(f"SELECT COUNT(*) FROM evaluations WHERE id IN ({','.join('?' * len(part))}) AND "
                               f"{_EXPIRED_WHERE}", (*part, now)).fetchone()[0]
-    except Exception:  # (no JSON1: advisory)
+    except (sqlite3.Error, OSError):  # (no JSON1: advisory)
         swallowed("cli.common: expired_among")
         return None
     return n
@@ -342,7 +343,7 @@ def checkpoint_wal(store: Any) -> None:
     # fold the WAL back so the size measured after a deletion is the index's own
     try:
         store.index.conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    except Exception:
+    except (sqlite3.Error, OSError):
         swallowed("cli.common: checkpoint_wal")  # a busy reader only delays it; sizes are then reported as they are
 
 

@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from ..errors import HashError
 from . import bytecode, origins
 from .bytecode import digest_text
 from .classes import ClassCheck, class_info, class_infos
@@ -87,7 +88,6 @@ def set_value_hasher(fn: Any) -> None:
 def _value_digest(v: Any, sym: str) -> str:
     if v is _MISSING:
         return "unbound"
-    from ..errors import HashError
 
     try:
         return _hash_value(v)

@@ -146,7 +146,7 @@ def get_sites(path: str, digest: str) -> list[tuple[tuple[str, ...], str | None]
                 return out
     except FileNotFoundError:
         pass  # never scanned here (or the cache was cleared)
-    except Exception as e:  # unreadable, damaged or another format: scan again
+    except (OSError, EOFError, ValueError, TypeError) as e:  # unreadable, damaged (marshal) or another format: scan again
         _debug("code cache: patch sites of %s unreadable: %r", path, e)
     site_stats["miss"] += 1
     return None
@@ -181,7 +181,7 @@ def _entries(path: str) -> list | None:
             entries = data[3]
     except FileNotFoundError:  # not analysed yet: start empty
         pass
-    except Exception:  # unreadable, damaged or another format: start empty
+    except (OSError, EOFError, ValueError, TypeError):  # unreadable, damaged (marshal) or another format: start empty
         swallowed("codegraph.code_cache: _entries")
     rec = _files[path] = [key, entries, False]
     return rec
@@ -214,7 +214,7 @@ def get(code: types.CodeType) -> tuple[str, str, frozenset, tuple] | None:
         return None
     try:
         out = e[1], e[2], frozenset(e[3]), tuple(e[4])
-    except Exception:
+    except (IndexError, TypeError):  # an entry of another shape (a damaged or older file)
         swallowed("codegraph.code_cache: get")
         stats["miss"] += 1
         return None
@@ -264,7 +264,7 @@ def _write(final: str, data: tuple) -> None:
         with open(tmp, "wb") as f:
             marshal.dump(data, f)
         os.replace(tmp, final)
-    except Exception as e:
+    except (OSError, ValueError) as e:  # (ValueError: marshal refuses a value)
         _debug("code cache: could not write %s: %s", final, e)
         try:
             os.unlink(tmp)

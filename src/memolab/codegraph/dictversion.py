@@ -81,7 +81,8 @@ def self_test() -> bool:
     """The self-test ``tag_reader`` runs at first use, run again (``make selftest``)."""
     try:
         return _self_test()
-    except Exception:
+    except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
+        swallowed("codegraph.dictversion: self_test")
         return False
 
 
@@ -94,7 +95,7 @@ def tag_reader(d: dict) -> Any | None:
     if _works is None:
         try:
             _works = _self_test()
-        except Exception:
+        except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
             swallowed("codegraph.dictversion: tag_reader")
             _works = False
     if not _works or type(d) is not dict:

@@ -259,7 +259,7 @@ class Graph:
                 base = importlib.util.resolve_name("." * level + module, ns.get("__package__") or "")
             else:
                 base = module
-        except Exception:
+        except (ImportError, ValueError):  # a relative import beyond the top-level package
             swallowed("codegraph.graph: Graph.resolve_import")
             return f"unresolved-import:{'.' * level}{module}"
         mod = sys.modules.get(base)
@@ -274,7 +274,7 @@ class Graph:
             return f"lazy:{top}" if planted is None else f"lazy:{top}+{self.target(planted)}"
         try:
             mod = mod or importlib.import_module(base)
-        except Exception:
+        except Exception:  # importing runs the module's own code
             swallowed("codegraph.graph: Graph.resolve_import")
             return f"unresolved-import:{'.' * level}{module}"
         if name is None:
@@ -285,7 +285,7 @@ class Graph:
             # which is after the key is computed: import it now, as that statement will
             try:
                 obj = sys.modules.get(f"{base}.{name}") or importlib.import_module(f"{base}.{name}")
-            except Exception:
+            except Exception:  # importing runs the module's own code
                 swallowed("codegraph.graph: Graph.resolve_import")
                 return f"unresolved-import:{base}.{name}"
         if _is_code(_unwrap(obj)):

@@ -170,12 +170,14 @@ def distribution_of(top: str) -> tuple[str, str]:
     try:
         # fast path: most distributions are named like their import package
         dist_name, version = _name_version(metadata.distribution(top), top)
-    except Exception:
+    except Exception as e:  # importlib.metadata asks every finder on sys.meta_path (third parties), reads any metadata
+        if not isinstance(e, metadata.PackageNotFoundError):  # (that one is common: an import name unlike its dist's)
+            swallowed("codegraph.origins: distribution_of")
         global _dists
         if _dists is None:
             try:
                 _dists = metadata.packages_distributions()
-            except Exception:
+            except Exception:  # reads every installed distribution's metadata files, of any shape
                 swallowed("codegraph.origins: distribution_of")
                 _dists = {}
         names = sorted(_dists.get(top, []))
@@ -183,7 +185,7 @@ def distribution_of(top: str) -> tuple[str, str]:
             dist_name = names[0]
             try:
                 version = metadata.version(dist_name)
-            except Exception:
+            except Exception:  # importlib.metadata: finders of third parties, metadata files of any shape
                 swallowed("codegraph.origins: distribution_of")
         else:
             mod = sys.modules.get(top)

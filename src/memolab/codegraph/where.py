@@ -14,7 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import swallowed
+from ..errors import MemolabWarning, swallowed
 from . import origins
 from .origins import STDLIB, USER
 
@@ -99,7 +99,6 @@ def warn_once(where: tuple[Any, ...], message: str) -> None:
     if where in warned:
         return
     warned.add(where)
-    from ..errors import MemolabWarning
 
     warnings.warn(message, MemolabWarning, stacklevel=5)
 
@@ -137,7 +136,7 @@ _repr.maxother = 120
 def short(v: Any) -> str:
     try:
         return _repr.repr(v)
-    except Exception:
+    except Exception:  # the user's __repr__
         swallowed("codegraph.where: short")
         return f"<{type(v).__qualname__}>"
 
@@ -158,7 +157,7 @@ def unwrap(obj: Any) -> Any:
     if hasattr(obj, "__wrapped__"):
         try:
             return inspect.unwrap(obj)
-        except Exception:
+        except Exception:  # the user's objects' __wrapped__ (a cycle raises ValueError; a __getattr__ anything)
             swallowed("codegraph.where: unwrap")
             return obj
     return obj

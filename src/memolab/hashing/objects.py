@@ -133,7 +133,7 @@ def _encode_singleton(enc: Encoding, obj: Any, t: type, name: str, exclude: froz
     getstate = getattr(obj, "__getstate__", None)
     try:
         state = getstate() if getstate is not None else getattr(obj, "__dict__", None)
-    except Exception as e:
+    except Exception as e:  # the object's own __getstate__ refuses: said as a HashError naming it
         raise HashError(f"cannot hash {t.__qualname__} object {name} ({e})", "", obj) from None
     if state is None:
         enc.write(b"-")

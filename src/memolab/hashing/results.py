@@ -8,6 +8,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .. import identity
+from ..errors import HashError, swallowed
 from ..reducers import reducers
 from .encoder import Encoder
 from .objects import resolve
@@ -121,7 +122,8 @@ def result_token(value: Any) -> list[str] | None:
         leaves: list[tuple[Any, Leaf]] = []
         _walk_leaves(value, leaves)
         return [_leaf_digest(x, lf).hex() for x, lf in leaves] or None
-    except Exception:  # a result we cannot hash is still a result
+    except Exception:  # the walk reads the user's objects (their attributes, buffers): a result we cannot hash is still a result
+        swallowed("hashing the result's leaves")
         return None
 
 
@@ -153,7 +155,8 @@ def result_digests(value: Any) -> tuple[list[str] | None, str | None]:
         found: list[tuple[Any, Leaf]] = []
         _walk_leaves(value, found)
         digests = [_leaf_digest(x, lf) for x, lf in found]
-    except Exception:  # a result we cannot hash is still a result
+    except Exception:  # the walk reads the user's objects (their attributes, buffers): a result we cannot hash is still a result
+        swallowed("hashing the result's leaves")
         return None, None
     if not digests:
         return None, None
@@ -163,7 +166,10 @@ def result_digests(value: Any) -> tuple[list[str] | None, str | None]:
         enc.known = {id(x): (x, d) for (x, _), d in zip(found, digests, strict=False)}
         enc.encode(value)
         return token, enc.hexdigest()
-    except Exception:  # not hashable as an argument (a live generator inside): no content lineage
+    except HashError:  # not hashable as an argument (a live generator inside): no content lineage
+        return token, None
+    except Exception:  # encoding runs the user's objects' own code (__reduce_ex__, __getstate__)
+        swallowed("hashing the result as an argument")
         return token, None
 
 

@@ -554,7 +554,7 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
         return pickle.loads(data, buffers=buffers)
     except StoreMiss:
         raise
-    except Exception as e:
+    except Exception as e:  # unpickling runs the stored classes' own code: said as a load error
         raise load_error(e) from e
 
 
@@ -564,7 +564,7 @@ def find_unpicklable(obj: Any, path: str = "result", _depth: int = 0, _seen: set
     try:
         dumps(obj)
         return "", ""
-    except Exception as e:
+    except Exception as e:  # pickling runs the object's own code: its error is the reason
         reason = f"{type(e).__name__}: {e}"
     if id(obj) in seen or _depth > 50:
         return path, reason

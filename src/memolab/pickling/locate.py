@@ -61,7 +61,7 @@ def lookup_symbol(modname: str, qualname: str, *, import_: bool) -> tuple[bool, 
     if mod is None and import_:
         try:
             mod = importlib.import_module(modname)
-        except Exception:
+        except Exception:  # importing runs the module's own code
             swallowed("pickling.locate: lookup_symbol")
             return False, None
     if mod is None:

@@ -426,7 +426,7 @@ class Store(Heartbeats):
         if hits or stamps:
             try:
                 self.index.add_hits(hits, stamps)
-            except Exception:
+            except (sqlite3.Error, OSError):  # the local index (a NoStore's raises StoreUnavailable, an OSError)
                 swallowed("store: Store.flush_hits")  # advisory (counts) or recomputable (stamps): never fail anything over them
 
     def close(self) -> None:
@@ -534,7 +534,7 @@ def _savepointed(fn: Callable[[sqlite3.Connection], None]) -> Callable[[sqlite3.
         try:
             with savepoint(c, "memolab_rider"):
                 fn(c)
-        except Exception:
+        except Exception:  # a rider (a miss record, a run's row) must never lose the result it rides with
             swallowed("store: _savepointed.run")  # the rider alone is rolled back: the result is recorded anyway
 
     return run
@@ -728,7 +728,7 @@ def close_open_stores(under: Path) -> int:
         if close is not None:
             try:
                 close()
-            except Exception:
+            except Exception:  # stores of any backend (a team store's PostgreSQL, S3 clients)
                 swallowed("store: close_open_stores")  # a store that cannot even close holds nothing worth an error here
     return len(closing)
 
@@ -739,7 +739,7 @@ def _open(p: Path) -> Any:
     ``open_store``, which opens the store afresh and decides what the failure means."""
     try:
         store = Store(p) if p.is_dir() else None
-    except Exception:
+    except Exception:  # any failure goes to open_store, which opens the store afresh and says what it means
         swallowed("store: _open")
         store = None
     if store is None:

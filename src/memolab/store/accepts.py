@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..errors import swallowed
+from ..errors import MemolabWarning, swallowed
 from . import signing
 
 __all__ = ["COLUMNS", "SIGNED", "MAX_LINKS", "sign", "problem", "resolve", "who", "AcceptIndex", "summary", "short",
@@ -73,7 +73,7 @@ def who() -> tuple[str, str]:
 
     try:
         user = getpass.getuser()
-    except Exception:  # no user name (a container without a passwd entry)
+    except (OSError, KeyError, ImportError):  # no user name (a container without a passwd entry)
         swallowed("store.accepts: who")
         import os
 
@@ -146,7 +146,7 @@ def covering(index: Any, fn: str, codes: Sequence[str], active: bool = True) -> 
         return {}
     try:
         found = accepts(fn, active=active)
-    except Exception:
+    except (sqlite3.Error, OSError):  # the local index (a NoStore's raises StoreUnavailable): information here
         swallowed("store.accepts: covering")
         return {}
     want = set(codes)
@@ -248,8 +248,6 @@ def usable(recs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         if mark not in _refused:
             _refused.add(mark)
             import warnings
-
-            from ..errors import MemolabWarning
 
             warnings.warn(f"memolab: {summary(a)} is not followed: {bad}", MemolabWarning, stacklevel=3)
     return out

@@ -61,7 +61,7 @@ def beat_due() -> None:
 def _ticking() -> bool:
     try:
         return ticker is not None and ticker()
-    except Exception:  # no thread to tick: the lease starts its own heartbeat
+    except RuntimeError:  # no thread to tick (none can start: at shutdown): the lease starts its own heartbeat
         swallowed("starting the log flusher to tick the heartbeats")
         return False
 
@@ -130,11 +130,11 @@ class Heartbeats:
             if held:
                 try:
                     self.index.heartbeat(held)
-                except Exception:  # a busy database must not kill the heartbeat
+                except Exception:  # a thread's loop: a busy database, or anything else, must not kill the heartbeat
                     swallowed("a heartbeat of the leases held")
             for beat in more:
                 try:
                     beat()
-                except Exception:
+                except Exception:  # a thread's loop; a layered store's beat talks to its team backend (PostgreSQL)
                     swallowed("a heartbeat of a layered store's leases")
 

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from typing import Any
 
-from ..errors import swallowed
+from ..errors import BlobsGone, StoreMiss, swallowed
 from . import signing
 
 DDL = """
@@ -48,7 +48,6 @@ def _ensure(index: Any) -> None:
 def save(store: Any, key: Key, step: int, value: Any) -> None:
     """Store ``value`` as the checkpoint of ``key`` (replacing the previous one)."""
     from .. import pickling
-    from ..errors import BlobsGone
 
     index = store.index
     _ensure(index)
@@ -82,7 +81,6 @@ def load(store: Any, key: Key) -> tuple[int, Any] | None:
     """(step, value) of the checkpoint of ``key``, or None. Raises ``StoreMiss``
     (``CodeChanged``) when it exists but cannot be used."""
     from .. import pickling
-    from ..errors import StoreMiss
 
     index = store.index
     _ensure(index)

@@ -254,7 +254,7 @@ def unloadable(store: Any, key: Key) -> tuple[str, str] | None:
         row = store.index.conn().execute(
             "SELECT reason, payload FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=? "
             "AND status='unloadable'", key).fetchone()
-    except Exception:
+    except (sqlite3.Error, OSError):  # the local index (a NoStore's raises StoreUnavailable, an OSError)
         swallowed("store.health: unloadable")
         return None
     return (row[0] or "it could not be rebuilt", row[1]) if row else None
@@ -267,7 +267,7 @@ def take_out_of_use(store: Any, key: Key, reason: str) -> bool:
     try:
         retire = getattr(store.index, "retire_damaged", None)
         done = bool(retire(key)) if retire is not None else False
-    except Exception:
+    except (sqlite3.Error, OSError):  # the local index (row_damage reads a damaged row's raw bytes: no decode error)
         swallowed("store.health: take_out_of_use")
         return False
     store.forget_key(key)

@@ -20,7 +20,7 @@ def loads_result(payload: bytes, buffers: Sequence[Any]) -> Any:
         return _pickle.loads(payload, buffers=buffers)
     except StoreMiss:
         raise
-    except Exception as e:
+    except Exception as e:  # unpickling runs the stored classes' own code (__setstate__, reducers): said as a load error
         from .. import pickling
 
         raise pickling.load_error(e) from e

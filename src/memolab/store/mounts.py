@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import swallowed
+from ..errors import MemolabWarning, swallowed
 
 __all__ = ["Mount", "NETWORK_FILESYSTEMS", "mount_table", "parse_mountinfo", "mount_of", "network_mount",
            "warn_if_network"]
@@ -110,12 +110,11 @@ def warn_if_network(root: Path) -> None:
         _warned.add(key)
     try:
         m = network_mount(root)
-    except Exception:  # a check that fails says nothing: it must never cost a call
+    except OSError:  # (realpath) a check that fails says nothing: it must never cost a call
         swallowed("store.mounts: warn_if_network")
         return
     if m is None:
         return
-    from ..errors import MemolabWarning
 
     warnings.warn(
         f"memolab: the store {root} is on a network filesystem ({m.fstype} {m.source} mounted at {m.point}). "

@@ -95,7 +95,7 @@ def _group_shared(st: os.stat_result) -> bool:
         return True  # some other group: its members are others
     try:
         return any(p.pw_gid == st.st_gid and p.pw_uid != st.st_uid for p in pwd.getpwall())
-    except Exception:
+    except OSError:
         swallowed("store.perms: _group_shared")
         return True
 

@@ -67,5 +67,5 @@ class Flusher:
                 for after in self.after:
                     try:
                         after()
-                    except Exception:
+                    except Exception:  # a thread's loop; the callbacks forward to a team backend: never let the thread die
                         swallowed("store.usage: Flusher._loop")  # advisory: never let the thread die

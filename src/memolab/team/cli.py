@@ -25,14 +25,13 @@ from ..cli.common import (
     parse_age,
     store_root,
 )
+from ..errors import MemolabWarning
 
 
 def _quiet() -> None:
     """The commands report the team store's state themselves: its warnings (unreachable,
     unsigned) would only repeat it on stderr."""
     import warnings
-
-    from ..errors import MemolabWarning
 
     warnings.simplefilter("ignore", MemolabWarning)
 

@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..errors import swallowed
+
 
 class Armed:
     """One armed deadline; ``fired`` tells whether the watchdog cut the socket."""
@@ -38,7 +40,6 @@ def shutdown_fd(fd: int) -> None:
     try:
         s.shutdown(socket.SHUT_RDWR)
     except OSError:
-        from ..errors import swallowed
         swallowed("team.deadline: shutdown_fd")
     finally:
         s.close()

@@ -42,6 +42,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import RemoteUnavailable, StoreConfigError
+
 #: blobs last written less than this many seconds ago are never deleted
 DEFAULT_GRACE = 3600.0
 _BATCH = 1000
@@ -149,7 +151,6 @@ def run_cli(args: Any) -> int:
     """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
     from .. import config
     from ..cli.common import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_duration, human_size, table
-    from ..errors import RemoteUnavailable, StoreConfigError
     from .cli import redact
     from .link import open_index, open_remote_blobs
 
@@ -174,7 +175,7 @@ def run_cli(args: Any) -> int:
         raise CliError(PROBLEM, f"gc --remote: team store unreachable ({where}): {e}") from None
     except StoreConfigError as e:
         raise CliError(PROBLEM, f"gc --remote: {e}") from None
-    except Exception as e:
+    except Exception as e:  # a driver's refusal (psycopg, botocore: errors of many kinds) is told; the rest raised
         if not type(e).__module__.startswith(("psycopg", "botocore", "boto3")):
             raise
         first = (str(e).strip().splitlines() or [""])[0]  # a refusal (permissions, …): one line, not a trace

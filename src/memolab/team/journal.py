@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .. import config
+from ..errors import swallowed
 from ..store import marks
 from ..store.sqlite import LOOKUP_ONLY, Key
 from .link import Failed, Offline
@@ -95,7 +96,6 @@ def remember_ids(index: Any, pairs: Sequence[tuple[int, int]], c: sqlite3.Connec
             with index.write() as w:
                 w.executemany(sql, pairs)
     except sqlite3.Error:
-        from ..errors import swallowed
         swallowed("team.journal: remember_ids")
 
 
@@ -252,8 +252,7 @@ class Journal:
                 self.store.forward_hits()
             except Offline:
                 continue
-            except Exception:
-                from ..errors import swallowed
+            except Exception:  # the uploader thread's loop, over team backends of unknown behaviour: never let it die
                 swallowed("team.journal: Journal._loop")
                 continue  # never let the thread die: the queue stays for the next try or `memolab sync`
 
@@ -394,8 +393,7 @@ class Journal:
             from . import logs
 
             return logs.export(self.store.index, eval_id)
-        except Exception:
-            from ..errors import swallowed
+        except Exception:  # logs never hold a result's upload back: any error here would stall the queue
             swallowed("team.journal: Journal._bundle")
             return None  # logs never hold a result back
 
@@ -410,8 +408,7 @@ class Journal:
                 if r is not None:
                     out[d] = (r[0], r[1])
             return out
-        except Exception:
-            from ..errors import swallowed
+        except Exception:  # texts for diffs never hold a result's upload back: any error here would stall the queue
             swallowed("team.journal: Journal._sources")
             return {}
 
@@ -482,8 +479,7 @@ class Journal:
             # bounded (the drain by its deadline, each request by the link's timeout)
             self._exit_work()
             return
-        except Exception:
-            from ..errors import swallowed
+        except Exception:  # an exit hook: it must never break the program's exit
             swallowed("team.journal: Journal.drain_at_exit")
             return
         t.join(DRAIN_SECONDS)
@@ -502,8 +498,7 @@ class Journal:
             if link.contacted:  # never a first connection at exit just for hit counts
                 self.store.flush_hits()  # this process's hits: written locally, then forwarded
                 self.store.forward_hits()
-        except Exception:
-            from ..errors import swallowed
+        except Exception:  # an exit hook's work (a thread or the exit itself), over team backends of unknown behaviour
             swallowed("team.journal: Journal._exit_work")
         self.store.release_at_exit()  # leases of results the drain did not upload, or whose release failed
 
@@ -523,8 +518,7 @@ class Journal:
                 wanted, self.sources_wanted = self.sources_wanted, {}
                 try:
                     self.store.import_sources(wanted)
-                except Exception:
-                    from ..errors import swallowed
+                except Exception:  # texts for diffs only, from a team backend of unknown behaviour: never worth a failure
                     swallowed("team.journal: Journal.import_logs")  # texts for diffs only: never worth a failure
         return n
 

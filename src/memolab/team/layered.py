@@ -32,6 +32,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import sqlite3
 import threading
 import warnings
 import weakref
@@ -39,7 +40,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import config
-from ..errors import CorruptBlob, MemolabWarning, swallowed
+from ..errors import CorruptBlob, MemolabWarning, RemoteUnavailable, swallowed
 from ..store import Store, marks, signing
 from ..store.blobs import fsync_dir as _fsync_dir
 from ..store.sqlite import LOOKUP_ONLY, Key, host_name
@@ -174,7 +175,7 @@ class TeamStore:
             with self.index.write() as c:
                 journal.ensure(c)
             pending = journal.count(self.index)
-        except Exception:
+        except (sqlite3.Error, OSError):  # the local index (a read-only one refuses the write)
             swallowed("team.layered: TeamStore.__init__")
             pending = 0  # a read-only store: nothing of ours to upload
         if signing.secret() is None and signing.unsigned_allowed():
@@ -307,8 +308,8 @@ class TeamStore:
                 if data is not None:
                     try:
                         runs += logs.import_bundle(self.index, data, eid)
-                    except Exception:
-                        # logs are never worth a failure (nothing of this bundle was kept)
+                    except Exception:  # a bundle of any shape from the team: logs are never worth a failure
+                        # (nothing of this bundle was kept)
                         swallowed("team.layered: TeamStore.record_imported")
         return runs
 
@@ -405,7 +406,7 @@ class TeamStore:
             return logs.import_bundle(self.index, data, eval_id)
         except Offline:
             return 0
-        except Exception:
+        except Exception:  # logs are never worth a failure: a team backend of unknown behaviour, bundles of any shape
             swallowed("team.layered: TeamStore.import_logs")
             return 0  # logs are never worth a failure
 
@@ -413,7 +414,6 @@ class TeamStore:
         """Logs bundles by digest, fetched concurrently (as blobs are: one at a time they cost
         two round trips each, a third of a pull's time on loopback); those that cannot be had
         are left out (logs are best effort)."""
-        from ..errors import RemoteUnavailable
         from .blobs import run_all
 
         digests = list(dict.fromkeys(digests))
@@ -427,7 +427,7 @@ class TeamStore:
                 return None if size is None else bytes(blobs.get(digest, size))  # verified against the digest
             except RemoteUnavailable:
                 raise  # stops the batch: a dead network costs one timeout, not one per bundle
-            except Exception:
+            except Exception:  # a team blob store of unknown behaviour (boto3): logs are never worth a failure
                 swallowed("team.layered: TeamStore.fetch_bundles.fetch")
                 return None
 

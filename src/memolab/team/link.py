@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import MemolabWarning, RemoteUnavailable, StoreConfigError, StoreMiss
+from ..errors import MemolabWarning, RemoteUnavailable, StoreConfigError, StoreMiss, swallowed
 
 T = TypeVar("T")
 
@@ -162,8 +162,7 @@ class Link:
             self._warned = True
             try:
                 n = self.queued()
-            except Exception:
-                from ..errors import swallowed
+            except Exception:  # inside the handler of a team failure: it must never become the user's
                 swallowed("team.link: Link.went_down")
                 n = 0
             warnings.warn(f"memolab: team store unreachable ({self.last_error}): working locally; {n} result(s) "

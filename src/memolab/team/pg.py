@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pgerrors
 
-from ..errors import RemoteUnavailable
+from ..errors import RemoteUnavailable, swallowed
 from ..store import signing
 from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
 from .deadline import WATCHDOG
@@ -177,8 +177,7 @@ class PgIndex(PgAcceptIndex):
         self._sources_seen: set[str] = set()
         try:
             self.who = f"{getpass.getuser()}@{host_name()}"
-        except Exception:  # no user name (a container without passwd entry)
-            from ..errors import swallowed
+        except (OSError, KeyError, ImportError):  # no user name (a container without passwd entry)
             swallowed("team.pg: PgIndex.__init__")
             self.who = host_name()
         self._create = create
@@ -240,8 +239,7 @@ class PgIndex(PgAcceptIndex):
         if c is not None and self._local.pid == os.getpid():
             try:
                 c.close()
-            except Exception:
-                from ..errors import swallowed
+            except (psycopg.Error, OSError):
                 swallowed("team.pg: PgIndex._drop_conn")
 
     def close(self) -> None:
@@ -252,8 +250,7 @@ class PgIndex(PgAcceptIndex):
             if pid == os.getpid():
                 try:
                     c.close()
-                except Exception:
-                    from ..errors import swallowed
+                except (psycopg.Error, OSError):
                     swallowed("team.pg: PgIndex.close")
 
     def __enter__(self) -> PgIndex:

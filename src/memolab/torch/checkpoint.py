@@ -31,6 +31,8 @@ import time
 import warnings
 from typing import Any
 
+from ..errors import MemolabWarning
+
 _FORMAT = 1
 
 
@@ -116,7 +118,7 @@ class Checkpoint:
             return extras
         try:
             found = checkpoints.load(ev.store, ev.key)
-        except Exception as e:  # damaged, tampered, or refers to code that changed: start over
+        except Exception as e:  # damaged, tampered, code changed, or its classes' own unpickling code: start over
             warnings.warn(f"{ev.key[0]}: the checkpoint of this call cannot be used ({e}); starting from the beginning",
                           _warning(), stacklevel=2)
             _agree_across_ranks(ev, None)
@@ -170,7 +172,7 @@ class Checkpoint:
         }
         try:
             checkpoints.save(ev.store, ev.key, self.steps, value)
-        except Exception as e:
+        except Exception as e:  # pickling runs the extras' own code; the store may be of any backend
             # A checkpoint is insurance: a full disk, a locked index or an
             # unstorable extra must not stop the training it protects.
             if not self._warned:
@@ -199,8 +201,6 @@ def _agree_across_ranks(ev: Any, step: int | None) -> None:
 
 
 def _warning() -> type:
-    from ..errors import MemolabWarning
-
     return MemolabWarning
 
 

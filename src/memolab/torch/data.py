@@ -88,7 +88,7 @@ def pending_resume(dl: Any) -> Any:
     if state is None and getattr(dl, "_initial_iter_for_state_dict", False) and dl._iterator is not None:
         try:
             state = dl._iterator.state_dict()  # state_dict() built the iterator that iter() will return
-        except Exception as e:  # dead workers, say: no position we could key on
+        except Exception as e:  # the user's loader (dead workers, say): no position we could key on
             raise HashError(f"cannot read the loader's pending resume position ({e})", "", dl) from None
     if state is None or _yielded(state) == 0:
         return None

@@ -36,6 +36,7 @@ from torch.utils.data import get_worker_info
 
 from .. import hashing
 from ..distributed import DistributedError
+from ..errors import swallowed
 from ..lifecycle import drive_sync, lifecycle
 from . import launched, main_first
 from .exchange import (
@@ -284,8 +285,7 @@ def encode_ddp(enc: Any, m: Any) -> None:
     pg = getattr(m, "process_group", None)
     try:
         size = pg.size() if pg is not None else dist.get_world_size()
-    except Exception:
-        from ..errors import swallowed
+    except Exception:  # torch.distributed's process group: errors of many kinds
         swallowed("torch.distributed: encode_ddp")
         size = -1
     enc.write_ints([size, int(bool(getattr(m, "broadcast_buffers", True))),

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from .. import config, hashing
 from ..call import UNSTORED
 from ..distributed import rank_local, settings as distributed_settings
-from ..errors import MemolabWarning
+from ..errors import MemolabWarning, swallowed
 from ..lifecycle import STORE_TROUBLE, drive_sync, lifecycle
 from ..tracking import runs
 
@@ -92,6 +92,7 @@ class Exchange:
                 self.store.wait(keys, timedelta(seconds=piece))
                 return True
             except Exception:  # that slice timed out (DistStoreError), or the store is unreachable:
+                swallowed("a slice of a wait on torch's store")  # (torch's store raises errors of many kinds)
                 if time.monotonic() - now < piece / 2:  # then never spin on it
                     time.sleep(piece)
 
@@ -101,8 +102,7 @@ class Exchange:
         for n in names + self.extra.pop(seq, []):
             try:
                 self.store.delete_key(f"{seq}/{n}")
-            except Exception:
-                from ..errors import swallowed
+            except Exception:  # torch's store: errors of many kinds
                 swallowed("torch.exchange: Exchange.forget")
 
 
@@ -133,15 +133,13 @@ def connect(rank: int, world: int) -> Exchange | None:
         try:
             base = dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,  # type: ignore[attr-defined]  # re-exported by torch.distributed from its C module
                                  timeout=timedelta(seconds=3 * config.settings().lease_ttl))
-        except Exception:
-            from ..errors import swallowed
+        except Exception:  # torch's TCPStore: errors of many kinds (DistStoreError, RuntimeError, ValueError)
             swallowed("torch.exchange: connect")
             base = None
     if base is None:
         try:
             base = dist.distributed_c10d._get_default_store()  # init_method tcp:// or file://
-        except Exception:
-            from ..errors import swallowed
+        except Exception:  # torch's private default store: errors of many kinds, or none in this torch
             swallowed("torch.exchange: connect")
             base = None
     if base is None:
@@ -173,14 +171,12 @@ class Beat:
                 if watch is not None:
                     try:
                         watch()
-                    except Exception:
-                        from ..errors import swallowed
+                    except Exception:  # the heartbeat thread's loop: a watcher reading torch's state must never kill it
                         swallowed("torch.exchange: Beat.__init__.beat")
                 if key is not None:
                     try:
                         ex.store.add(key, 1)
-                    except Exception:
-                        from ..errors import swallowed
+                    except Exception:  # the heartbeat thread's loop: torch's store, errors of many kinds
                         swallowed("torch.exchange: Beat.__init__.beat")
                         return
 
@@ -207,8 +203,7 @@ def key_digest(key: Any) -> str:
 def result_digest(value: Any) -> str:
     try:
         return hashing.hash_arguments([("result", value)])[0]
-    except Exception as e:  # cannot be compared: stored only if every rank says the same
-        from ..errors import swallowed
+    except Exception as e:  # hashing runs the value's own code: cannot be compared, stored only if every rank says the same
         swallowed("torch.exchange: result_digest")
         return f"unhashable: {type(e).__name__}"
 
@@ -227,7 +222,7 @@ def serve(ex: Exchange, seq: int, value: Any, ranks: Iterable[int], name: str = 
         if any(ex.get(a) == b"need" for a in acks):
             try:
                 ex.set(f"{seq}/{name}", b"P" + pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
-            except Exception as e:
+            except Exception as e:  # pickling runs the value's own code: told to the other ranks
                 ex.set(f"{seq}/{name}", f"E{type(e).__name__}: {e}".encode())
 
 

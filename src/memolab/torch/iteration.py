@@ -36,6 +36,8 @@ from typing import Any, cast
 
 import torch
 
+from ..errors import swallowed
+
 # -- random-number states ------------------------------------------------------------------
 
 
@@ -496,7 +498,6 @@ def register_pickling(register_reducer: Any) -> None:
         import torchdata.nodes as tn
         from torchdata.stateful_dataloader import StatefulDataLoader
     except Exception:  # torchdata too old or broken for this torch: pickle's own handling
-        from ..errors import swallowed
         swallowed("torch.iteration: register_pickling")
         return
     register_reducer(StatefulDataLoader, _reduce_stateful_dataloader)
@@ -511,8 +512,7 @@ def register_hashing() -> None:
 
     try:
         import torchdata.nodes as tn
-    except Exception:
-        from ..errors import swallowed
+    except Exception:  # torchdata too old or broken for this torch: its import fails in any way
         swallowed("torch.iteration: register_hashing")
         return
     hashing.register_handler(tn.Loader, _handler(tn.Loader, _hash_nodes_loader))
@@ -549,8 +549,7 @@ def _reduce_gradient_state(p: Any, state: Any) -> Any:
 def register_accelerate_pickling(register_reducer: Any) -> None:
     try:
         from accelerate.state import GradientState
-    except Exception:
-        from ..errors import swallowed
+    except Exception:  # accelerate, a third party: its import fails in any way where broken
         swallowed("torch.iteration: register_accelerate_pickling")
         return
     register_reducer(GradientState, _reduce_gradient_state)

@@ -33,6 +33,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..distributed import DistributedError
+from ..errors import swallowed
 from ..globalrng import thread_frames
 from .exchange import Exchange, beat_of, compute_local, key_digest, receive, serve, warn_once
 
@@ -244,6 +245,5 @@ class _Guard:
         self.tripped = True
         try:
             self.ex.set(f"{self.seq}/mf/{self.ex.rank}", "collective " + self.text)
-        except Exception:
-            from ..errors import swallowed
+        except Exception:  # torch's store: errors of many kinds
             swallowed("torch.main_first: _Guard.check")

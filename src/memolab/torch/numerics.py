@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from .. import implicit
+from ..errors import swallowed
 
 _C = torch._C
 
@@ -105,6 +106,7 @@ def switches() -> dict[str, Any] | None:
     try:
         values = _read_all()
     except Exception:  # a getter refusing in this state (torch raises for mixed precision APIs)
+        swallowed("reading torch's numerics switches")
         values = tuple(_safe(read) for read in _readers)
     if values == _defaults:
         return None
@@ -122,14 +124,14 @@ def _same(v: Any) -> Any:
 def _safe(read: Callable[[], Any]) -> Any:
     try:
         return read()
-    except Exception as e:
+    except Exception as e:  # torch's getters raise many kinds: the kind goes into the key
         return f"<{type(e).__name__}>"
 
 
 def _accelerator() -> str | None:
     try:
         acc = torch.accelerator.current_accelerator()
-    except Exception:  # an older torch (no torch.accelerator): CUDA's, if any
+    except (AttributeError, RuntimeError):  # an older torch (no torch.accelerator): CUDA's, if any
         return "cuda" if torch.cuda.is_available() else None
     return None if acc is None else str(acc.type)
 
@@ -162,7 +164,8 @@ def register() -> None:
             continue
         try:
             read()
-        except Exception:  # not in this torch
+        except Exception:  # torch's getters, of any version: a missing one raises AttributeError, others RuntimeError
+            swallowed(f"torch.numerics: the switch {name} (not in this torch)")
             continue
         names.append(name)
         readers.append(read)

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..errors import StoreMiss
 from . import tensors
 
 
@@ -89,8 +90,6 @@ def _rebuild_storage(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage
 def _to_device(buf: Any, nbytes: int, device: str) -> torch.UntypedStorage:
     """A storage that lived on ``device`` (a GPU), restored there: the blob's bytes read into
     pinned host memory, then copied to the device in one transfer."""
-    from ..errors import StoreMiss
-
     try:
         dev = torch.device(device)
         pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=dev.type == "cuda")

@@ -155,7 +155,7 @@ def _other_devices() -> bool:
         xpu = hasattr(torch, "xpu") and torch.xpu.is_available()
         custom = torch._C._get_privateuse1_backend_name() != "privateuseone"
         return bool(mps or xpu or custom)
-    except Exception:
+    except Exception:  # torch's backends and private _C API, of any version
         swallowed("torch.rng: _other_devices")
         return True
 

@@ -66,7 +66,7 @@ class Tee:
             t = self._tail_of()
             if t is not None and isinstance(s, str):
                 t.add(s)
-        except Exception:
+        except Exception:  # inside the user's print: capturing is best effort, it must never break the print
             swallowed("tracking.output: Tee.write")  # capturing is best effort: never break a print
         return n
 

@@ -14,6 +14,7 @@ the CLI can say exactly what it removed.
 """
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any, NamedTuple
 
@@ -146,7 +147,7 @@ def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> in
     c = index.conn()
     try:
         pages = {name: n for name, n in c.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")}
-    except Exception:
+    except sqlite3.Error:  # no dbstat compiled in: no estimate
         swallowed("tracking.retention: index_bytes_freed")
         return None
     by_table: dict[str, int] = {}

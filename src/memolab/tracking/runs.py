@@ -152,7 +152,7 @@ def _config_items(v: Any) -> list | None:
             return [(k, getattr(v, k)) for k, f in fields.items() if getattr(f, "repr", True)]
         if type(v).__name__ in ("Namespace", "SimpleNamespace") and hasattr(v, "__dict__"):
             return list(vars(v).items())
-    except Exception:
+    except Exception:  # the user's config object's own code (a Mapping's __len__, a dataclass property)
         swallowed("tracking.runs: _config_items")
         return None
     return None
@@ -167,7 +167,7 @@ def begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], st
     """
     try:
         return _begin(fn, key, arguments, store)
-    except Exception:
+    except Exception:  # logging must never stop a computation: a store of any backend, the user's arguments
         swallowed("tracking.runs: begin")
         return None
 
@@ -213,7 +213,7 @@ def traceback_text(e: BaseException) -> str | None:
         own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         te.stack = traceback.StackSummary.from_list([f for f in te.stack if not f.filename.startswith(own)])
         text = "".join(te.format())
-    except Exception:
+    except Exception:  # formatting the user's exception runs its code (__str__, its frames' objects)
         swallowed("tracking.runs: traceback_text")
         return None
     return text if len(text) <= TRACEBACK_LIMIT else "…" + text[-(TRACEBACK_LIMIT - 1):]
@@ -228,7 +228,7 @@ def error_text(e: BaseException, limit: int = 500) -> str:
     """``ValueError: boom``, bounded: what the dashboard shows for a failed run."""
     try:
         msg = str(e)
-    except Exception:
+    except Exception:  # the user's exception's own __str__
         swallowed("tracking.runs: error_text")
         msg = ""
     text = type(e).__qualname__ + (f": {msg}" if msg else "")
@@ -319,7 +319,7 @@ def end(handle: tuple[Run, Any] | None, status: str, eval_id: int | None = None,
     run.tail = None
     try:
         run.sink.flush()
-    except Exception:
+    except Exception:  # a write of any kind failing must never fail the user's call over logs
         swallowed("tracking.runs: end")
         _sink.wake()  # the background thread retries; never fail the user's call over logs
 
@@ -570,7 +570,7 @@ def _mark_interrupted() -> None:
         writer = threading.Thread(target=_write_interrupted, name="memolab-sigterm", daemon=True)
         writer.start()
         writer.join(SIGTERM_WAIT_S)
-    except Exception:
+    except Exception:  # a thread started from a SIGTERM handler: nothing may escape it
         swallowed("marking the runs interrupted at SIGTERM")
     finally:
         _sigterm_marked = True
@@ -591,7 +591,7 @@ def _write_interrupted() -> None:
         if _process_run is not None:
             _process_run.sink.q.append((_sink.END, _process_run.id, "interrupted", now, None, "SIGTERM"))
         _sink.flush_all(timeout=SIGTERM_FLUSH_S)
-    except Exception:
+    except Exception:  # the SIGTERM thread's work: the process dies of SIGTERM whatever happens here
         swallowed("marking the runs interrupted at SIGTERM")
 
 

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import swallowed
+from ..errors import MemolabWarning, swallowed
 from ..store import beats as _beats
 from . import notes, schema
 
@@ -113,8 +113,6 @@ class Sink:
                 dropped.append(f"{it[:3]!r}: {type(e).__name__}: {e}")
         if dropped:
             import warnings
-
-            from ..errors import MemolabWarning
 
             warnings.warn(f"memolab.log: dropped {len(dropped)} record(s) that cannot be stored, first {dropped[0]}",
                           MemolabWarning, stacklevel=2)
@@ -357,7 +355,7 @@ def _loop() -> None:
         for s in list(_sinks.values()):
             try:
                 s.flush()
-            except Exception:
+            except Exception:  # the flusher thread's loop: never let it die
                 # records were put back; a busy database is retried on the next tick
                 swallowed("a flush of the logs (retried on the next round)")
                 time.sleep(0.05)
@@ -379,7 +377,7 @@ def tick_if_due() -> None:
     for tick in list(tickers):
         try:
             tick()
-        except Exception:
+        except Exception:  # the flusher thread's loop: what a ticker starts (threads) must never kill it
             swallowed(f"the flusher's round of {tick!r}")
 
 
@@ -398,12 +396,12 @@ def _at_exit() -> None:
     for hook in list(before_exit):
         try:
             hook()
-        except Exception:
+        except Exception:  # an exit hook: the flush below must still run
             swallowed("tracking.sink: _at_exit")  # the flush below must still run
     for s in list(_sinks.values()):
         try:
             s.flush()
-        except Exception:
+        except Exception:  # an exit hook: it must never break the program's exit
             swallowed("tracking.sink: _at_exit")
 
 

@@ -160,14 +160,14 @@ def cpu_source() -> Any | None:
         import psutil
 
         return PsutilSource(psutil)
-    except Exception:
+    except Exception:  # psutil: a third-party library (its import, its errors of many kinds)
         swallowed("tracking.system: cpu_source")
     if os.path.exists("/proc/stat") and os.path.exists("/proc/self/statm"):
         try:
             src = ProcSource()
             src.sample()
             return src
-        except Exception:
+        except (OSError, ValueError, IndexError):  # no /proc to read, or one of another shape
             swallowed("tracking.system: cpu_source")
             return None
     return None
@@ -178,7 +178,7 @@ def gpu_source() -> Any | None:
         import pynvml  # type: ignore[import-not-found]
 
         return NvmlSource(pynvml)
-    except Exception:
+    except Exception:  # pynvml: a third-party library (its import, NVML errors of many kinds)
         swallowed("tracking.system: gpu_source")
     import shutil
 
@@ -186,7 +186,7 @@ def gpu_source() -> Any | None:
     if exe:
         try:
             return SmiSource(exe)
-        except Exception:
+        except Exception:  # nvidia-smi: an external tool, any driver's output
             swallowed("tracking.system: gpu_source")
             return None
     return None
@@ -268,7 +268,7 @@ class Sampler:
         for s in list(self.sources or []):
             try:
                 values.update(s.sample())
-            except Exception:
+            except Exception:  # psutil, NVML, nvidia-smi: third parties of unknown behaviour; dropped once failed
                 swallowed("tracking.system: Sampler._read")
                 self.sources.remove(s)  # type: ignore[union-attr]  # failed once: dropped, silently
         return values

@@ -70,7 +70,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 def _open(controller: object, url: str) -> None:
     try:
         controller.open(url)  # type: ignore[attr-defined]
-    except Exception:  # a browser that fails to start: the URL is printed
+    except Exception:  # webbrowser's controllers (any browser, any platform): the URL is printed
         swallowed("ui.cli: _open")
 
 

@@ -52,8 +52,6 @@ def blob_key(digest: str) -> str:
     from ...store.layout import is_digest
 
     if not is_digest(digest):
-        from ...errors import CorruptBlob
-
         raise CorruptBlob(f"damaged team row: {str(digest)[:80]!r} is not a blob digest")
     return f"blobs/{digest[:2]}/{digest}"
 
@@ -196,7 +194,7 @@ def bounded_probe(url: str, probe: Callable[[], Any], timeout: float) -> BaseExc
     def run() -> None:
         try:
             probe()
-        except BaseException as e:
+        except BaseException as e:  # handed to the caller, which raises it
             out.append(e)
 
     t = threading.Thread(target=run, name="memolab-remote-ping", daemon=True)

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ...errors import CorruptBlob, RemoteUnavailable, StoreConfigError
+from ...errors import CorruptBlob, RemoteUnavailable, StoreConfigError, swallowed
 from .common import (
     CHUNK,
     DIGEST_RE,
@@ -167,7 +167,7 @@ class S3Blobs(RemoteBlobs):
             kind = "read"
         try:
             call = getattr(self._client(kind, timeout), op)  # (made first: importing boto3 is no request)
-        except Exception as e:
+        except Exception as e:  # boto3/botocore raise errors of many kinds: _fail classifies, then it is raised
             err = self._fail(e, op, digest)
             if err is e:
                 raise
@@ -179,7 +179,7 @@ class S3Blobs(RemoteBlobs):
             with self._slots:
                 try:
                     return call(Bucket=self.bucket, **kw)
-                except Exception as e:
+                except Exception as e:  # boto3/botocore/urllib3 errors of many kinds: _busy and _fail classify, then it is raised
                     busy = _busy(e)
                     if not busy or time.monotonic() + step > deadline:
                         err = self._fail(e, op, digest)
@@ -274,8 +274,7 @@ class S3Blobs(RemoteBlobs):
             if not done:
                 try:
                     self._call("abort_multipart_upload", Key=key, UploadId=upload_id)
-                except Exception:
-                    from ...errors import swallowed
+                except Exception:  # boto3/botocore errors of many kinds
                     swallowed("team.blobs.s3: S3Blobs._put_multipart")  # best effort: a lifecycle rule reaps abandoned uploads
 
     # -- get
@@ -325,7 +324,7 @@ class S3Blobs(RemoteBlobs):
                         chunk: Any = buf[:n] if n else b""
                     else:
                         chunk = body.read(CHUNK)
-                except Exception as e:
+                except Exception as e:  # a streaming body (botocore/urllib3) raises errors of many kinds: _fail classifies
                     err = self._fail(e, "get_object", digest)
                     if err is e:
                         raise
@@ -377,7 +376,7 @@ class S3Blobs(RemoteBlobs):
         body = r["Body"]
         try:
             data = body.read(size + 1)  # one byte too many tells a longer object, without reading it all
-        except Exception as e:
+        except Exception as e:  # a streaming body (botocore/urllib3) raises errors of many kinds: _fail classifies
             err = self._fail(e, "get_object", digest)
             if err is e:
                 raise
@@ -578,7 +577,6 @@ class S3Blobs(RemoteBlobs):
             for c in self._clients.values():
                 try:
                     c.close()
-                except Exception:
-                    from ...errors import swallowed
+                except Exception:  # a boto3 client's close (botocore, urllib3): nothing to keep of it
                     swallowed("team.blobs.s3: S3Blobs.close")
             self._clients.clear()
