@@ -6,6 +6,8 @@ autocast, grad mode and the default device are switches of the key
 docs/cache-rules.md, docs/code-dependencies.md)."""
 from __future__ import annotations
 
+import pytest
+
 from conftest import require
 
 require("torch")
@@ -89,6 +91,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.preload("torch", "numpy")  # its scripts import torch first: forked runs (tests/zygote.py)
 def test_loader_base_seed_without_workers_joins_no_key(project):
     project.write("loaders.py", LOADERS)
     first = project.run_json("loaders.py", "unseeded")
@@ -246,6 +249,7 @@ print(json.dumps({"out": out, "calls": sorted(calls)}))
 '''
 
 
+@pytest.mark.preload("torch", "numpy")  # its scripts import torch first: forked runs (tests/zygote.py)
 def test_library_decorator_arguments_count(project):
     project.write("helpers.py", HELPERS)
     project.write("main.py", MAIN)
