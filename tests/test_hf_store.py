@@ -14,7 +14,7 @@ import pytest
 from conftest import require
 
 require("datasets")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.preload("numpy", "datasets")]  # runs fork from a server (tests/zygote.py)
 
 
 def hf_env(tmp_path):

@@ -45,7 +45,7 @@ from pathlib import Path
 #: environment variables whose value a preloaded library may have read at import
 #: (``PYTHON*``: the interpreter's own start-up options, the hash seed among them)
 _READ_AT_IMPORT = ("TORCH", "PYTORCH", "OMP_", "MKL", "KMP_", "CUDA", "NUMPY", "OPENBLAS", "GOTO", "NVIDIA",
-                   "LD_", "PYTHON")
+                   "LD_", "PYTHON", "HF_", "TOKENIZERS", "TRANSFORMERS", "ARROW")
 #: what a child reads itself, as a real start would
 _READ_BY_THE_CHILD = {"PYTHONPATH", "PYTHONDONTWRITEBYTECODE"}
 
