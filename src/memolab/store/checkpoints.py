@@ -108,13 +108,6 @@ def drop(store: Any, key: Key) -> None:
         c.execute("DELETE FROM checkpoints WHERE fn=? AND code=? AND args=? AND schema=?", key)
 
 
-def listing(index: Any, fn: str | None = None) -> list[dict[str, Any]]:
-    _ensure(index)
-    sql = "SELECT fn, code, args, schema, step, created FROM checkpoints" + (" WHERE fn=?" if fn else "")
-    return [dict(zip(("fn", "code", "args", "schema", "step", "created"), r, strict=False))
-            for r in index.conn().execute(sql, (fn,) if fn else ())]
-
-
 def referenced(conn: sqlite3.Connection) -> dict[str, int]:
     """blob digest -> a (negative) reference id, for every blob a checkpoint uses."""
     out: dict[str, int] = {}

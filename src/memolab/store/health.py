@@ -151,13 +151,7 @@ class ReadOnlyIndex(Index):
     def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         pass
 
-    def drop_stamps(self, digests: Any) -> None:
-        pass
-
     def add_hits(self, counts: Any, stamps: Any = None) -> None:
-        pass
-
-    def record_miss(self, fn: str, explanation: dict[str, Any]) -> None:
         pass
 
     def mark_corrupt(self, eval_id: int, reason: str | None = None, status: str = "corrupt") -> None:

@@ -23,7 +23,7 @@ from . import marks, signing
 from .accepts import AcceptIndex
 from .gcplan import local_plan, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
-from .misses import MISSES_KEPT, insert_miss, parse_miss as parse_miss  # noqa: F401 (also imported from here)
+from .misses import parse_miss as parse_miss  # (also imported from here)
 
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
 from .process import (  # noqa: F401 (old names)
@@ -659,10 +659,6 @@ class Index(AcceptIndex):
         return out
 
     # -- misses ---------------------------------------------------------------------------
-    def record_miss(self, fn: str, explanation: dict[str, Any]) -> None:
-        with self.write() as c:
-            insert_miss(c, fn, json.dumps(explanation))
-
     def last_miss(self, fn: str) -> dict[str, Any] | None:
         row = self.conn().execute("SELECT time, CAST(explanation AS BLOB) FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1",
                                   (fn,)).fetchone()
@@ -676,10 +672,6 @@ class Index(AcceptIndex):
     def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         with self.write() as c:
             c.execute("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)", (digest, *stamp))
-
-    def drop_stamps(self, digests: Iterable[str]) -> None:
-        with self.write() as c:
-            c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d in digests])
 
     def referenced_blobs(self, only_done: bool = False) -> dict[str, list[int]]:
         """blob digest -> ids of the evaluations that use it."""

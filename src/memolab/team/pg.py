@@ -46,13 +46,11 @@ from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
 from .deadline import WATCHDOG
 from .pgaccepts import PgAcceptIndex
 from .pgschema import (
-    DATA_COLS as _DATA_COLS,  # noqa: F401 (the tests read these here)
+    DATA_COLS as _DATA_COLS,
     KEY_COLS as _KEY_COLS,
-    LOCK_KEY as _LOCK_KEY,  # noqa: F401
     MARGIN,
     NOW as _NOW,
     ROW_COLUMNS,
-    STEPS as _STEPS,  # noqa: F401
     SUPPORTED as SUPPORTED,  # (X as X: imported from here too, by team/cli.py and the tests)
     TEAM_SCHEMA_VERSION as TEAM_SCHEMA_VERSION,
     TEXT_COLS as _TEXT_COLS,
