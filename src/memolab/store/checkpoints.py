@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..errors import swallowed
+from ..key import Key
 from . import signing
 
 DDL = """
@@ -30,7 +31,6 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 );
 """
 
-Key = tuple[str, str, str, str]
 _COLS = ("step", "created", "payload", "payload_size", "buffers", "code_refs", "signature")
 
 
