@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.memolab-installed
 DEMO_STAMP := $(VENV)/.memolab-demo-installed
 
-.PHONY: demo ui screenshots lint test test-stress bench clean system-deps selftest
+.PHONY: demo ui screenshots lint test test-stress bench readme-table clean system-deps selftest
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -82,17 +82,26 @@ test-stress: $(STAMP) system-deps
 # Every benchmark script in benchmarks/ (each `benchmarks/*.py` not starting with
 # `_`, so a script added there is run without editing this file), peers side by
 # side (adds HF `datasets` for the hashing table). One failing script does not
-# stop the others; the target fails at the end if any did.
+# stop the others; the target fails at the end if any did. Each runs through
+# benchmarks/record.py, which keeps its tables in benchmarks/results/<script>.json;
+# then the README's performance table is written from those files (readme-table).
 #   make bench BENCH_SKIP="store_io.py hashing.py"   skips scripts by file name
 # For HitSave's column: benchmarks/hit_overhead.py --hitsave-python VENV/bin/python
 BENCH_SKIP ?=
 bench: $(STAMP) system-deps
 	$(PY) -m pip install -q -e '.[dev,torch,bench]'
 	@failed=""; for f in benchmarks/[!_]*.py; do \
+	  case "$${f##*/}" in record.py|readme_table.py) continue;; esac; \
 	  case " $(BENCH_SKIP) " in *" $${f##*/} "*) echo "== $$f: skipped (BENCH_SKIP)"; continue;; esac; \
-	  echo "== $$f"; $(PY) "$$f" || failed="$$failed $${f##*/}"; \
+	  echo "== $$f"; $(PY) benchmarks/record.py "$${f##*/}" || failed="$$failed $${f##*/}"; \
 	done; \
+	$(PY) benchmarks/readme_table.py --write; \
 	if [ -n "$$failed" ]; then echo "benchmarks that failed:$$failed"; exit 1; fi
+
+# The README's performance table, from benchmarks/results/*.json (tests/test_readme_table.py
+# fails when they differ)
+readme-table:
+	$(PY) benchmarks/readme_table.py --write
 
 clean:
 	rm -rf $(VENV) build .memolab

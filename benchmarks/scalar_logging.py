@@ -79,13 +79,18 @@ def logging_cost(n: int, rounds: int, cpu: str) -> None:
         xs = [r[key] for r in got[lib]]
         return statistics.median(xs), min(xs), max(xs)
 
+    def same_round(lib: str, key: str) -> str:
+        # torch's child over this logger's child of the same round (run back to back): median (min–max)
+        rs = [t[key] / m[key] for t, m in zip(got["torch SummaryWriter"], got[lib], strict=False)]
+        return f"{statistics.median(rs):.1f}x ({min(rs):.1f}–{max(rs):.1f})" if rs else "–"
+
     where = f"pinned to core {cpu} (the logger's background thread shares it)" if cpu != "-" else "not pinned"
     print(f"\n## Cost per scalar, {n:,} scalars per round, {rounds} interleaved rounds, each logger in a fresh "
           f"process {where}; median (min–max)\n")
     print("caller thread: the logging loop's wall time / n. all-in: loop + flush until durable, wall / n, "
           "on the same core. CPU: process CPU time of all threads / n.\n")
     print("| logger | caller thread µs/scalar | all-in µs/scalar | CPU µs/scalar | flush after the loop "
-          "| torch / this, caller | torch / this, all-in |")
+          "| torch / this, caller, same round | torch / this, all-in, same round |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     base = stat("torch SummaryWriter", "caller_us")[0] if got["torch SummaryWriter"] else None
     base_all = stat("torch SummaryWriter", "wall_us")[0] if got["torch SummaryWriter"] else None
@@ -94,8 +99,8 @@ def logging_cost(n: int, rounds: int, cpu: str) -> None:
             print(f"| {lib} | – | – | – | – | – | {errors.get(lib, 'no result')} |")
             continue
         c, a, u, f = (stat(lib, k) for k in ("caller_us", "wall_us", "cpu_us", "finish_ms"))
-        r1 = f"{base / c[0]:.1f}x" if base else "–"
-        r2 = f"{base_all / a[0]:.1f}x" if base_all else "–"
+        r1 = same_round(lib, "caller_us") if base else "–"
+        r2 = same_round(lib, "wall_us") if base_all else "–"
         print(f"| {lib} | {c[0]:.2f} ({c[1]:.2f}–{c[2]:.2f}) | {a[0]:.2f} ({a[1]:.2f}–{a[2]:.2f}) "
               f"| {u[0]:.2f} ({u[1]:.2f}–{u[2]:.2f}) | {f[0]:.0f} ms | {r1} | {r2} |")
 

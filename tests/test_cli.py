@@ -102,6 +102,6 @@ def test_human_units():
     assert cli.parse_age("30d") == 30 * 86400
     with pytest.raises(argparse.ArgumentTypeError):
         cli.parse_size("ten")
-    assert cli.human_size(1_500_000) == "1.5 MB"
-    assert cli.human_duration(0.0021) == "2 ms"
-    assert cli.human_duration(125) == "2m 05s"
+    assert cli.human_bytes(1_500_000) == "1.5 MB"
+    assert cli.human_seconds(0.0021) == "2 ms"
+    assert cli.human_seconds(125) == "2m 05s"

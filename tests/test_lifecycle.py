@@ -439,3 +439,51 @@ def _interrupt_the_wait(kind: str, f, x, spy: Spy) -> None:
                 await task
         asyncio.run(main())
     assert "wait" in spy.answers
+
+
+# -- the loop's own bound (issue 56): a step that breaks its bound raises, never spins ---------------
+
+class _Endless:
+    """Steps whose store always finds a row that never loads and always says "look again"."""
+
+    def __init__(self):
+        self.store = self
+        self.key = ("m:f", "c", "a", "s")
+        self.force, self.expiry = False, None
+        self.loads = self.lookups = 0
+        self.released = []
+
+    def lookup(self, key):
+        self.lookups += 1
+        return {"id": 1}
+
+    def accepted(self, row):
+        return row
+
+    def reroute(self, row):
+        return None
+
+    def expired(self, row):
+        return None
+
+    def load(self, row):
+        self.loads += 1
+        return False, None
+
+    def again(self):
+        return True  # broken: the real ``Call.again`` stops after LOADS_PER_CALL
+
+    def release(self, owner):
+        self.released.append(owner)
+
+
+def test_the_lifecycle_loop_is_bounded_by_itself():
+    from memolab.lifecycle import ROUNDS, State, drive_sync
+
+    steps = _Endless()
+    with pytest.raises(RuntimeError, match=f"m:f went round its lifecycle {ROUNDS} times"):
+        drive_sync(lifecycle(steps, lambda: "owner-1"), lambda: 1, None)
+    assert steps.loads == steps.lookups == ROUNDS and steps.released == []
+    # the states are the store's own words: ``try_acquire`` answers 'hit', 'owner', 'wait'
+    assert [s.value for s in State] == ["hit", "free", "owner", "wait", "unstored"]
+    assert State.HIT == "hit" and State("wait") is State.WAIT

@@ -186,10 +186,23 @@ def test_one_unit_system_and_one_age_formatter():
     from memolab import text
     from memolab.cli import common
 
-    assert text.human_bytes(1_300_000_000) == common.human_size(1_300_000_000) == "1.3 GB"
+    assert text.human_bytes(1_300_000_000) == common.human_bytes(1_300_000_000) == "1.3 GB"
     assert text.human_bytes(12010) == "12.0 KB" and text.human_bytes(999) == "999 B"
     assert common.human_age is text.human_age
     js = (Path(SRC) / "memolab" / "ui" / "static" / "app.js").read_text()
     assert "function fmtBytes" in js and '"KB", "MB", "GB"' in js  # the page's mirror of human_bytes
     page = (Path(SRC) / "memolab" / "ui" / "static" / "runpage.js").read_text()
     assert " bytes`" not in page and "fmtBytes(d.size)" in page
+
+
+@pytest.mark.parametrize("seconds, shown", [
+    (None, "-"), (-5, "0 µs"), (0.00035, "350 µs"), (0.012, "12 ms"), (4.24, "4.2 s"), (60, "1m"), (90, "1m 30s"),
+    (125, "2m 05s"), (3600, "1h"), (3 * 3600 + 120, "3h 02m"), (86400, "1d"), (2 * 86400 + 3600, "2d 01h"),
+])
+def test_one_duration_formatter(seconds, shown):
+    """issue 56: durations (the log, the CLI, notebooks, ``max_age`` messages) have one formatter."""
+    from memolab import expiry, text
+    from memolab.cli import common
+
+    assert text.human_seconds(seconds) == shown
+    assert common.human_seconds is text.human_seconds and not hasattr(expiry, "human")

@@ -280,3 +280,19 @@ def test_bad_team_settings_never_cost_a_call(project, tmp_path):
 
     with sqlite3.connect(team / "index.sqlite") as c:  # uploaded at exit, within the default drain
         assert [fn for fn, in c.execute("SELECT fn FROM evaluations")] == ["__main__:triple"]
+
+
+def test_distributed_configure_checks_the_variables_rule():
+    """issue 56: ``memolab.distributed.configure(timeout=)`` is the same setting as
+    ``MEMOLAB_DIST_TIMEOUT`` and takes exactly what that variable takes (docs/settings.md)."""
+    import memolab.distributed as d
+
+    before = d.settings()
+    try:
+        for bad in (0, 0.5, -3, 86401, float("nan"), True, "10"):
+            with pytest.raises(ValueError, match=r"configure\(timeout=.*accepted: a number of seconds from 1 to 86400"):
+                d.configure(timeout=bad)
+            assert d.settings() == before  # nothing changed
+        assert d.configure(timeout=2) == {"timeout": 2.0}
+    finally:
+        d._SETTINGS.update(before)

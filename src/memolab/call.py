@@ -185,7 +185,7 @@ class Call:
         if self.routes > ROUTES_PER_CALL:
             return UNSTORED
         fn, code, args, schema = self.key0
-        self.key = (fn, code, implicit.routed(args, now), schema)
+        self.key = Key(fn, code, implicit.routed(args, now), schema)
         self.per_arg = dict(self.per_arg, **{implicit.pseudo_argument(n): d for n, d in now.items()})
         self.snapshot = None
         self.via = None
@@ -212,7 +212,7 @@ class Call:
 
         look = lookup or self.store.lookup
         for old, chain in resolve(found, code):
-            k = (fn, old, args, schema)
+            k = Key(fn, old, args, schema)
             other = look(k)
             if other is not None:
                 self.via = (k, chain)
@@ -622,7 +622,7 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
     found, value = store.load_from_memory(key, fits)
     if not found and now is not None:
         fn, code, args, schema = key
-        key, now = (fn, code, implicit.routed(args, now), schema), None
+        key, now = Key(fn, code, implicit.routed(args, now), schema), None
         found, value = store.load_from_memory(key, fits)
     if not found:
         return False, None

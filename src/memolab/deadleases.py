@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .key import Key
 from .store.sqlite import owner_alive_here
 
-Key = tuple[str, str, str, str]
 Lease = tuple[str, Key]  # (owner, key)
 
 
 def local_dead(store: Any) -> list[Lease]:
     """The local store's leases whose owners provably gave them up."""
-    return [(o, (fn, code, args, schema)) for o, fn, code, args, schema in store.index.abandoned_leases(store.index.conn())]
+    return [(o, Key(fn, code, args, schema)) for o, fn, code, args, schema in store.index.abandoned_leases(store.index.conn())]
 
 
 def drop_local(store: Any) -> int:
@@ -40,7 +40,7 @@ def team_leases(index: Any) -> list[Lease]:
     owners = getattr(index, "lease_owners", None)
     if owners is not None:
         return list(owners())
-    return [(o, (fn, code, args, schema)) for o, fn, code, args, schema in
+    return [(o, Key(fn, code, args, schema)) for o, fn, code, args, schema in
             index.conn().execute("SELECT owner, fn, code, args, schema FROM leases").fetchall()]
 
 

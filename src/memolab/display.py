@@ -38,10 +38,6 @@ def _num(v: Any) -> str:
     return str(v)
 
 
-def _age(t: float | None) -> str:
-    return human_age(t, empty="–")  # the one age formatter (text.human_age)
-
-
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:
     head = "".join(f"<th {_CELL.format('right' if i in right else 'left')}>{_e(h)}</th>" for i, h in enumerate(headers))
     body = "".join("<tr>" + "".join(f"<td {_CELL.format('right' if i in right else 'left')}>{c}</td>"
@@ -76,7 +72,8 @@ def runs_table(runs: Sequence[Any], limit: int = 200) -> str:
     for r in shown:
         ev = f"#{r.evaluation.id}" if r.evaluation else "–"
         cells = [f"<code>{_e(r.id)}</code>"] + ([_e(r.fn)] if several else []) + [
-            _e(r.name), _status(r.status), _e(_age(r.started)), _e(human_seconds(r.duration) if r.duration else "–"),
+            _e(r.name), _status(r.status), _e(human_age(r.started, empty="–")),
+            _e(human_seconds(r.duration) if r.duration else "–"),
             _e(ev)] + [_e(_num((r.metrics or {}).get(t))) for t in tags]
         rows.append(cells)
     n = len(headers)
@@ -124,7 +121,7 @@ def sparkline(steps: Sequence[float], values: Sequence[float | None], colour: st
 def run_card(run: Any, curves: Sequence[tuple[str, Any]]) -> str:
     """A run: what it is, then one small chart per scalar tag (``curves``: (tag, Scalars))."""
     ev = run.evaluation
-    facts = [("function", run.fn), ("status", run.status), ("started", _age(run.started)),
+    facts = [("function", run.fn), ("status", run.status), ("started", human_age(run.started, empty="–")),
              ("took", human_seconds(run.duration) if run.duration else "–"),
              ("evaluation", f"#{ev.id} ({ev.hits} hits, {human_bytes(ev.size)}): {ev.result}" if ev else "none stored")]
     if run.script:
@@ -191,7 +188,7 @@ def evaluations_table(rows: Sequence[dict[str, Any]]) -> str:
         from .text import mask_args
 
         args = ", ".join(f"{k}={v[1]}" for k, v in mask_args(snap.get("args") or {}).items() if not k.startswith("<"))
-        out.append([f"#{_e(e.get('id'))}", _e(_age(e.get("finished"))),
+        out.append([f"#{_e(e.get('id'))}", _e(human_age(e.get("finished"), empty="–")),
                     _e(human_seconds(e["duration"]) if e.get("duration") else "–"), _e(human_bytes(e.get("size"))),
                     _e(e.get("hits")), f"<code>{_e(args)}</code>",
                     f"<code>{_e(snap.get('result_summary') or snap.get('result'))}</code>"])

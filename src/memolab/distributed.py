@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import hooks
+from . import config, hooks
 from .errors import MemolabError
 
 __all__ = ["rank_local", "is_rank_local", "main_first", "mode_of", "check_collective", "collective_driver",
@@ -52,11 +52,18 @@ _SETTINGS: dict[str, float | None] = {"timeout": None}
 
 
 def configure(*, timeout: float | None = None) -> dict[str, float | None]:
-    """Set how long a rank waits for the other ranks to reach a collective call (seconds)."""
+    """Set how long a rank waits for the other ranks to reach a collective call (seconds).
+
+    Not ``memolab.configure``: that one holds the core's settings, which every call reads; this
+    is read only by the process-group drivers (``memolab.torch``), which the core never imports
+    (docs/settings.md, "Three configure()s"). The value is checked by the rule of
+    ``MEMOLAB_DIST_TIMEOUT``, the same setting from the environment."""
     if timeout is not None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be positive, not {timeout!r}")
-        _SETTINGS["timeout"] = float(timeout)
+        rule = config.ENV["MEMOLAB_DIST_TIMEOUT"].rule
+        try:
+            _SETTINGS["timeout"] = float(rule.check(timeout))
+        except ValueError as e:
+            raise ValueError(f"configure(timeout={timeout!r}): the value {e}; accepted: {rule.accepted()}") from None
     return dict(_SETTINGS)
 
 

@@ -28,7 +28,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .cli.common import PROBLEM, CliError, Progress, command, confirm, emit_json, human_size, options, store_root, table
+from .cli.common import (
+    PROBLEM,
+    CliError,
+    Progress,
+    command,
+    confirm,
+    emit_json,
+    human_bytes,
+    options,
+    store_root,
+    table,
+)
 from .errors import StoreUnavailable
 
 Out = Callable[[str], None]
@@ -43,7 +54,7 @@ def _index_problem(path: Path) -> tuple[str | None, bool]:
     try:
         idx = ReadOnlyIndex(path)
         # O(the index's pages): a phase with no count SQLite reports, drawn as one step with its time
-        with Progress(f"doctor: index integrity check ({human_size(path.stat().st_size)})", 1) as bar:
+        with Progress(f"doctor: index integrity check ({human_bytes(path.stat().st_size)})", 1) as bar:
             rows = [r[0] for r in idx.conn().execute("PRAGMA integrity_check(20)").fetchall()]
             bar.update()
     except StoreUnavailable as e:
@@ -271,7 +282,7 @@ def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop
     if dead:
         removed = [] if readonly else tmpfiles.reclaim(store.blobs.tmp)
         size = sum(t.size for t in dead)
-        out(f"{len(dead)} temporary file{'s' if len(dead) != 1 else ''} ({human_size(size)}) left by writers that are "
+        out(f"{len(dead)} temporary file{'s' if len(dead) != 1 else ''} ({human_bytes(size)}) left by writers that are "
             f"gone{'' if readonly else f': removed {len(removed)}'}")
     _dead_leases(store, out, facts, drop_leases and not readonly)
     if not bad:

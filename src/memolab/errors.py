@@ -5,7 +5,8 @@ without pulling in anything heavy.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Hashable
 
 
 class MemolabError(Exception):
@@ -112,6 +113,31 @@ class RemoteUnavailable(MemolabError, OSError):
 
 class MemolabWarning(UserWarning):
     """Something went wrong but the caller still got a correct value."""
+
+
+_warned: dict[str, set[Hashable]] = {}
+_warned_lock = threading.Lock()
+
+
+def warn_once(what: Hashable, message: str, stacklevel: int = 3, scope: str = "") -> None:
+    """Warn with ``message`` (a ``MemolabWarning``) once per process for ``what`` within ``scope``.
+    ``stacklevel`` is counted from the caller of ``warn_once``, as ``warnings.warn`` counts it from
+    its own caller. The one home of "say it once": a scope's memory is dropped by ``forget_warned``
+    (``codegraph.clear_caches``: a new analysis may warn again)."""
+    with _warned_lock:
+        seen = _warned.setdefault(scope, set())
+        if what in seen:
+            return
+        seen.add(what)
+    import warnings
+
+    warnings.warn(message, MemolabWarning, stacklevel=stacklevel + 1)  # +1: this frame
+
+
+def forget_warned(scope: str) -> None:
+    """Let ``warn_once`` warn again about everything of ``scope``."""
+    with _warned_lock:
+        _warned.pop(scope, None)
 
 
 class BlobsGone(Exception):

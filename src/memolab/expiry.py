@@ -29,7 +29,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["now", "set_clock", "parse_max_age", "verdict", "metadata", "human"]
+from .text import human_seconds
+
+__all__ = ["now", "set_clock", "parse_max_age", "verdict", "metadata"]
 
 _clock: Callable[[], float] = time.time
 
@@ -75,18 +77,6 @@ def parse_max_age(value: None | int | float | str | _dt.timedelta) -> float | No
     return seconds
 
 
-def human(seconds: float) -> str:
-    """``90`` -> ``1m 30s``; ``200000`` -> ``2d 7h``."""
-    s = max(0, int(round(seconds)))
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= n:
-            big, rest = divmod(s, n)
-            small = {"d": ("h", 3600), "h": ("m", 60), "m": ("s", 1)}[unit]
-            part = rest // small[1]
-            return f"{big}{unit}" + (f" {part}{small[0]}" if part else "")
-    return f"{s}s"
-
-
 def metadata(row: dict[str, Any], at: float) -> dict[str, Any]:
     """What a ``validate`` callback is given about a stored evaluation, judged at time ``at``."""
     started = row.get("started")
@@ -104,11 +94,12 @@ def verdict(row: dict[str, Any], at: float, max_age: float | None, validate: Cal
     started = row.get("started")
     if max_age is not None:
         if started is None:
-            return f"stored evaluation #{row.get('id')} expired: its start time is not recorded (max_age {human(max_age)})"
+            return (f"stored evaluation #{row.get('id')} expired: its start time is not recorded "
+                    f"(max_age {human_seconds(max_age)})")
         age = at - started
         if age > max_age:
-            return (f"stored evaluation #{row.get('id')} expired: computed {human(age)} ago, max_age is "
-                    f"{human(max_age)}")
+            return (f"stored evaluation #{row.get('id')} expired: computed {human_seconds(age)} ago, max_age is "
+                    f"{human_seconds(max_age)}")
     if validate is not None and not validate(metadata(row, at)):
         name = getattr(validate, "__qualname__", None) or repr(validate)
         return f"stored evaluation #{row.get('id')} expired: validate={name} refused it"

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import swallowed
 from .hints import rng_reason
+from .key import Key, key_of
 from .store import edges as store_edges
 from .text import mask_args
 
 if TYPE_CHECKING:
     from .codegraph import CodeVersion
-    from .store import Key, Store
+    from .store import Store
 
 
 @dataclass
@@ -364,7 +365,7 @@ def _upstream_reasons(store: Store, ex: Explanation, old: dict[str, Any], old_ar
     changed = {n for n in new_args if n in old_args and old_args[n][0] != new_args[n][0]}
     before = {e["path"]: e["key"] for e in store_edges.recorded_inputs(old)}
     # (an edge to another store's evaluation cannot be compared with this store's rows)
-    now = {e["path"]: (e["fn"], e["code"], e["args"], e["schema"]) for e in inputs if "store" not in e}
+    now = {e["path"]: key_of(e) for e in inputs if "store" not in e}
     told = set()
     for path in sorted(now):
         arg = _argument_of(path, changed)
@@ -392,7 +393,7 @@ def _upstream_reasons(store: Store, ex: Explanation, old: dict[str, Any], old_ar
     return frozenset(told)
 
 
-def _upstream_change(store: Store, ex: Explanation, was: tuple[str, str, str, str], now: tuple[str, str, str, str],
+def _upstream_change(store: Store, ex: Explanation, was: Key, now: Key,
                      found: dict[Any, tuple[int, str]], sensitivity: str) -> str:
     """Why the upstream evaluation ``now`` differs from ``was`` (same function): its code (the
     diff joins ``ex.diffs``), its arguments, or memolab's key schema."""
@@ -549,7 +550,7 @@ def settle(store: Store, miss: dict[str, Any], fn: str | None = None) -> dict[st
     fn = miss["fn"]
     ex = Explanation(fn, False)
     try:
-        key = (fn, miss["code"], miss["args"], miss["schema"])
+        key = Key(fn, miss["code"], miss["args"], miss["schema"])
         idx = store.index
         before = int(miss.get("before") or 0)
         script = miss.get("script") if _is(miss.get("script"), str) else None

@@ -36,6 +36,8 @@ import weakref
 from collections import OrderedDict
 from typing import Any
 
+from .key import Key
+
 __all__ = ["lookup", "remember", "forget", "origin_of", "clear", "trust_exporter", "is_trusted_exporter", "enabled",
            "Origin", "mark_result", "origin_entry", "origin_where", "path_segment", "marked", "lineage"]
 
@@ -129,7 +131,7 @@ lineage = True
 #: The evaluation an object came from: (the store it is recorded in (its root), its id there,
 #: its key (function, code digest, argument digest, key schema)). A plain tuple: one is made
 #: on every hit.
-Origin = tuple[Any, int, tuple[str, str, str, str]]
+Origin = tuple[Any, int, Key]
 
 
 #: id(obj) -> (weak reference to obj, its origin, where it sat in the result); entries of dead

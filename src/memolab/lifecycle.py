@@ -27,9 +27,30 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Generator
+from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["Pause", "Compute", "COMPUTE", "Steps", "claim", "lifecycle", "drive_sync", "drive_async"]
+__all__ = ["Pause", "Compute", "COMPUTE", "Steps", "State", "ROUNDS", "claim", "lifecycle", "drive_sync", "drive_async"]
+
+
+class State(str, Enum):
+    """Where a call stands in ``lifecycle``. A ``str``: the store's ``try_acquire`` answers with
+    the same words ('hit', 'owner', 'wait'), and ``call.reroute`` with 'unstored'."""
+
+    HIT = "hit"  # a stored row answers the call: load it
+    FREE = "free"  # a lease-free miss (``Steps.lease_free``): compute, claim nothing
+    OWNER = "owner"  # this call holds the key's lease: compute and store
+    WAIT = "wait"  # another owner computes the key (``claim`` polls)
+    UNSTORED = "unstored"  # compute, store nothing (a row that cannot be used, or routed nowhere)
+
+
+HIT, FREE, OWNER, UNSTORED = State.HIT, State.FREE, State.OWNER, State.UNSTORED
+
+#: rounds of ``lifecycle``'s loop at most. Each way round is bounded by its step (a reroute by
+#: ``call.ROUTES_PER_CALL``, a refused row by ``LOADS_PER_CALL``, a damaged row once, an expired
+#: row once: it recomputes); this bound, far above their sum, turns a step that breaks its own
+#: bound into an error instead of a call that never returns
+ROUNDS = 64
 
 
 class Pause(NamedTuple):
@@ -109,53 +130,54 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
     owner = ""  # ours, once made
     held = ""  # a lease this call may hold: the ``finally`` gives it back unless settled
     try:
-        while True:
+        state: str  # a ``State``, or the store's same word for one (``claim``: 'hit', 'owner')
+        for _round in range(ROUNDS):
             try:
                 # (no row under the key: perhaps one under code the user accepted as this code)
                 row = call.accepted(None if force else store.lookup(key))
                 if row is not None:
-                    state = "hit"
+                    state = HIT
                 elif call.lease_free():
-                    state = "free"
+                    state = FREE
                 else:
                     owner = held = owner or new_owner()
                     # (a team store keeps its local lease while it says "wait": held until settled)
                     state, row = yield from claim(store, key, owner, force, call.miss_writer())
-                    if state == "hit":
+                    if state == HIT:
                         held = ""
                         row = call.accepted(row)
-                    elif state == "owner" and force and call.expiry is not None:
+                    elif state == OWNER and force and call.expiry is not None:
                         # recomputing an expired row: another process may have just done it
                         # while we waited for its lease (then its row is fresh: use it)
                         again = store.lookup(key)
                         if again is not None and call.expired(again) is None:
                             call.release(owner)
-                            held, state, row = "", "hit", again
-                if state == "hit":
+                            held, state, row = "", HIT, again
+                if state == HIT:
                     where = call.reroute(row)  # type: ignore[arg-type]
                     if where is not None:
                         # made from other global generator states: look where this call's belong
-                        if where != "unstored":
+                        if where != UNSTORED:
                             key = where
                             continue
-                        state = "unstored"
-                if state == "hit" and call.expired(row) is not None:  # type: ignore[arg-type]
+                        state = UNSTORED
+                if state == HIT and call.expired(row) is not None:  # type: ignore[arg-type]
                     force = True  # (``expired`` made the call one that recomputes and replaces it)
                     continue
-                if state == "hit":
+                if state == HIT:
                     found, value = call.load(row)  # type: ignore[arg-type]
                     if found:
                         return value
                     if call.again():
                         continue
-                    state = "unstored"
+                    state = UNSTORED
             except STORE_TROUBLE as e:
                 if call.trouble(e):
                     continue  # the key's damaged row was taken out of use: claim it afresh
                 return (yield COMPUTE)
-            if state == "unstored":
+            if state == UNSTORED:
                 return (yield COMPUTE)
-            lease = owner if state == "owner" else ""  # a lease-free miss holds none
+            lease = owner if state == OWNER else ""  # a lease-free miss holds none
             t0, run = call.start()
             ev, token = call.enter(run)
             c0 = time.perf_counter()
@@ -170,6 +192,8 @@ def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, A
             call.done(lease, value, t0, run, ev)  # stores (dropping the lease) or gives it back
             held = ""
             return value
+        raise RuntimeError(f"memolab internal error: the call of {key[0] if key else '?'} went round its lifecycle "
+                           f"{ROUNDS} times without an answer (a step broke its own bound); nothing was stored")
     finally:
         if held:
             call.release(held)

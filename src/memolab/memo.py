@@ -22,6 +22,7 @@ from .codegraph.where import unwrap
 from .errors import HashError, trimmed
 from .explain import Explanation, explain_key, shown_here
 from .implicit import parts as implicit_parts
+from .key import make as make_key
 from .lifecycle import drive_async, drive_sync, lifecycle
 from .store import Key, Store, get_store, marks
 from .text import short_repr
@@ -228,7 +229,7 @@ class MemoFunction:
             args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
         except HashError as e:
             raise e.for_user() from None  # its remedies; trimmed in __call__
-        return (self.symbol, self.code_digest(cv), args_digest, hashing.KEY_SCHEMA), per_arg, cv, named
+        return make_key((self.symbol, self.code_digest(cv), args_digest, hashing.KEY_SCHEMA)), per_arg, cv, named
 
     # -- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

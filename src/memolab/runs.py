@@ -22,6 +22,7 @@ import types
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from .key import key_of
 from .tracking import query as _query
 from .tracking.notes import Note
 
@@ -154,7 +155,7 @@ class Run:
         row = self._evaluation_row()
         if row is None:
             return []
-        key = (row["fn"], row["code"], row["args"], row["schema"])
+        key = key_of(row)
         return [Edge(e["path"], e["function"], e["evaluation"]) for e in edges.used_by(self._index, key)]
 
     def _run_id(self) -> int | None:

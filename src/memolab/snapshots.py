@@ -39,6 +39,7 @@ from typing import Any
 
 from . import config
 from .errors import MemolabWarning
+from .key import Key
 from .store import Store, get_store
 
 __all__ = ["snapshot", "restore", "RECENT", "SnapshotError"]
@@ -100,7 +101,7 @@ def snapshot(path: str | os.PathLike[str], *, name: str | None = None, store: An
     s = _store(store)
     local: Store = getattr(s, "local", s)
     owner = f"{local.owner}:snap{uuid.uuid4().hex[:8]}"
-    lease = (_KEY_FN, "", owner, "")
+    lease = Key(_KEY_FN, "", owner, "")
     local.index.claim(lease, owner, config.settings().lease_ttl)  # while it lives, gc spares fresh blobs
     try:
         if stat.S_ISREG(st.st_mode):

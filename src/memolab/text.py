@@ -132,18 +132,27 @@ def human_bytes(n: float | None) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
-def human_seconds(s: float) -> str:
+def human_seconds(s: float | None, empty: str = "-") -> str:
+    """THE duration formatter of every face (the log, the CLI, notebooks, ``max_age`` messages):
+    ``350 µs``, ``12 ms``, ``4.2 s``, then the two largest units, the smaller one left out when it is
+    zero: ``2m 05s``, ``1h``, ``2d 01h``. ``None`` (not recorded) is ``empty``; a negative span
+    (another machine's clock) counts as 0."""
+    if s is None:
+        return empty
+    s = max(0.0, float(s))
     if s < 1e-3:
         return f"{s * 1e6:.0f} µs"
     if s < 1:
         return f"{s * 1e3:.0f} ms"
     if s < 60:
         return f"{s:.1f} s"
-    m, sec = divmod(int(round(s)), 60)
-    if m < 60:
-        return f"{m}m {sec:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h {m:02d}m"
+    n = int(round(s))
+    for unit, size, small, step in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if n >= size:
+            big, rest = divmod(n, size)
+            part = rest // step
+            return f"{big}{unit} {part:02d}{small}" if part else f"{big}{unit}"
+    return f"{n}s"  # pragma: no cover (59.95 s and up round to 60: "1m")
 
 
 def human_age(t: float | None, now: float | None = None, empty: str = "-") -> str:

@@ -19,10 +19,11 @@ from typing import Any
 
 from ..errors import swallowed
 from ..progress import Bar
+from ..store.inlist import chunks
 from ..text import (
     human_age as human_age,  # re-exported: the one age formatter
-    human_bytes,
-    human_seconds,
+    human_bytes as human_bytes,  # re-exported: the one size formatter
+    human_seconds as human_seconds,  # re-exported: the one duration formatter
 )
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
@@ -66,15 +67,6 @@ def parse_age(text: str) -> float:
     if not m:
         raise argparse.ArgumentTypeError(f"not an age: {text!r} (try 30d, 12h, 90m)")
     return float(m.group(1)) * _SPANS[m.group(2)]
-
-
-def human_size(n: float | None) -> str:
-    """``text.human_bytes``: one unit system in every face."""
-    return human_bytes(n)
-
-
-def human_duration(s: float | None) -> str:
-    return "-" if s is None else human_seconds(s)
 
 
 def terminal_width(wide: bool = False) -> int | None:
@@ -318,9 +310,8 @@ def expired_among(conn: Any, eval_ids: list[int]) -> int | None:
     several scripts define: ``ls`` lists them apart); None if unknown."""
     n, now = 0, time.time()
     try:
-        for i in range(0, len(eval_ids), 500):
-            part = eval_ids[i:i + 500]
-            n += conn.execute(f"SELECT COUNT(*) FROM evaluations WHERE id IN ({','.join('?' * len(part))}) AND "
+        for q, part in chunks(eval_ids):
+            n += conn.execute(f"SELECT COUNT(*) FROM evaluations WHERE id IN ({q}) AND "
                               f"{_EXPIRED_WHERE}", (*part, now)).fetchone()[0]
     except (sqlite3.Error, OSError):  # (no JSON1: advisory)
         swallowed("cli.common: expired_among")
@@ -357,10 +348,10 @@ def removed_line(verb: str, r: dict[str, Any], what: str = "") -> str:
     about = "~" if r.get("index_estimated") else ""  # a dry run's index share is an estimate
     index_part = ""
     if r.get("index_bytes_before") is not None:
-        index_part = f"; index {human_size(r['index_bytes_before'])} -> {about}{human_size(r['index_bytes_after'])}"
+        index_part = f"; index {human_bytes(r['index_bytes_before'])} -> {about}{human_bytes(r['index_bytes_after'])}"
     return (f"{verb}{' ' + what + ':' if what else ''} {plural(r['evaluations'], 'evaluation')}, "
             f"{plural(r['runs'], 'run')}, {plural(r['log_points'], 'log point')}; {freed} "
-            f"{about}{human_size(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_size(r['blob_bytes'])}"
+            f"{about}{human_bytes(r['bytes_freed'])} ({plural(r['blobs'], 'blob')}: {human_bytes(r['blob_bytes'])}"
             f"{index_part})")
 
 

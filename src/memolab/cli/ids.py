@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..store.inlist import chunks
+from ..store.schema import has_runs
 from .common import PROBLEM, USAGE, CliError, expired_among
 
 #: the fewest digits of a run id shown (``memolab runs``, the dashboard)
@@ -25,17 +27,13 @@ def _conn(store: Any) -> Any:
     return query.ready(store.index)
 
 
-def _has_runs(c: Any) -> bool:
-    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
-
-
 def short_length(c: Any, among: Sequence[int] | None = None) -> int:
     """Digits of a run id that tell every run of the store apart (at least ``SHORT_MIN``).
 
     ``among``: the runs a table shows (``memolab runs --limit N``): the digits that tell each of
     them apart from every run of the store, found by range counts over the primary key (what is
     read grows with the rows shown, not with the store's runs)."""
-    if not _has_runs(c):
+    if not has_runs(c):
         return SHORT_MIN
     if among is not None:
         return _short_among(c, [int(i) for i in among])
@@ -69,7 +67,7 @@ def _short_among(c: Any, ids: list[int]) -> int:
 
 
 def _runs_starting(c: Any, digits: str) -> list[int]:
-    if not _has_runs(c):
+    if not has_runs(c):
         return []
     return [i for (i,) in c.execute("SELECT id FROM runs WHERE CAST(id AS TEXT) LIKE ? ORDER BY id LIMIT 6",
                                     (digits + "%",))]
@@ -97,7 +95,7 @@ def resolve(store: Any, text: str) -> tuple[str, int]:
             return "evaluation", n
         if kind == "evaluation":
             raise CliError(PROBLEM, f"no evaluation #{n} in {store.root}")
-    if _has_runs(c) and c.execute("SELECT 1 FROM runs WHERE id=?", (n,)).fetchone():
+    if has_runs(c) and c.execute("SELECT 1 FROM runs WHERE id=?", (n,)).fetchone():
         return "run", n
     found = _runs_starting(c, digits)
     if len(found) > 1:
@@ -132,7 +130,7 @@ def function_rows(store: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]
     from ..tracking import query
 
     c = _conn(store)
-    if not _has_runs(c) or not any(r["fn"].startswith("__main__:") for r in rows):
+    if not has_runs(c) or not any(r["fn"].startswith("__main__:") for r in rows):
         return rows
     entries: dict[str, list[dict[str, Any]]] = {}
     for e in query.function_entries(store.index):
@@ -157,10 +155,9 @@ def function_rows(store: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]
 
 def _summed(c: Any, fn: str, eval_ids: list[int]) -> dict[str, Any]:
     n, size, last, hits, compute = 0, 0, None, 0, 0.0
-    for i in range(0, len(eval_ids), 500):
-        part = eval_ids[i:i + 500]
+    for q, part in chunks(eval_ids):
         row = c.execute(f"SELECT COUNT(*), SUM(size), MAX(finished), SUM(hits), SUM(duration) FROM evaluations "
-                        f"WHERE id IN ({','.join('?' * len(part))})", part).fetchone()
+                        f"WHERE id IN ({q})", part).fetchone()
         n += row[0]
         size += row[1] or 0
         last = max(last or 0, row[2] or 0) or last
@@ -182,7 +179,7 @@ def shown_function(store: Any, fn: str, script: Any = None, rows: Any = None) ->
     from ..tracking.query import scripts_of
 
     c = _conn(store)
-    paths = scripts_of(c, fn) if _has_runs(c) else []
+    paths = scripts_of(c, fn) if has_runs(c) else []
     if script is None and rows is not None:
         mine = {r.get("script") for r in rows}
         script = next(iter(mine)) if len(mine) == 1 else None

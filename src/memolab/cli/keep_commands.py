@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..key import Key
 from ..store import marks
 from . import ids
 from .common import OK, PROBLEM, CliError, command, emit_json, json_option, open_store, options
-
-Key = tuple[str, str, str, str]
 
 
 def _options(p: argparse.ArgumentParser) -> None:
@@ -32,7 +31,7 @@ def _keys(store: Any, texts: list[str]) -> list[tuple[int, Key]]:
         row = c.execute("SELECT fn, code, args, schema FROM evaluations WHERE id=?", (n,)).fetchone()
         if row is None:
             raise CliError(PROBLEM, f"no evaluation #{n} in {store.root}")
-        out.append((n, tuple(row)))
+        out.append((n, Key._make(row)))
     return out
 
 

@@ -15,7 +15,7 @@ from .common import (
     emit_json,
     footer,
     human_age,
-    human_duration,
+    human_seconds,
     json_option,
     label_of,
     open_store,
@@ -145,7 +145,7 @@ def _runs_table(rows: list[dict[str, Any]], tags: list[str], width: int | None, 
         ev = f"#{r['eval_id']}" if r.get("stored") and r.get("eval_id") else "-"
         label = " ".join([r.get("label") or "", *(f"[{t}]" for t in r.get("run_tags") or [])]).strip()
         cells = [rid, r["status"]] + ([where(r)] if with_fn else []) + [
-            label, human_age(r["started"]), human_duration(r.get("duration")), ev]
+            label, human_age(r["started"]), human_seconds(r.get("duration")), ev]
         cells += [number((r.get("metrics") or {}).get(t)) for t in tags]
         body.append(cells)
     name_col = 3 if with_fn else 2
@@ -250,7 +250,7 @@ def show_run(store: Any, r: dict[str, Any], as_json: bool) -> int:
     print(f"run {r['id']}  {label_of(store, r['fn'], r.get('script'))}  {r.get('label') or ''}")
     started = f"{_dt.datetime.fromtimestamp(r['started']):%Y-%m-%d %H:%M:%S} ({human_age(r['started'])})"
     info = [("status", r["status"] + (f" ({r['error']})" if r.get("error") else "")),
-            ("started", started), ("took", human_duration(r.get("duration"))),
+            ("started", started), ("took", human_seconds(r.get("duration"))),
             ("evaluation", f"#{r['eval_id']} (memolab show {r['eval_id']})" if r.get("stored") else "none stored"),
             ("code", (r.get("code") or "-")[:16]), ("host", f"{r.get('host') or '-'}, pid {r.get('pid') or '-'}"),
             ("script", r.get("script") or "-")]

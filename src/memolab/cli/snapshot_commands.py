@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .common import OK, PROBLEM, CliError, command, emit_json, human_size, json_option, open_store, options, store_root
+from .common import OK, PROBLEM, CliError, command, emit_json, human_bytes, json_option, open_store, options, store_root
 
 
 def _snapshot_options(p: argparse.ArgumentParser) -> None:
@@ -40,7 +40,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                                               strict=False)) for r in rows]})
             return OK
         for d, kind, files, size, name, source, used in rows:
-            print(f"{d}  {kind} {files} file(s) {human_size(size)}  {name or ''}  {source or ''}  "
+            print(f"{d}  {kind} {files} file(s) {human_bytes(size)}  {name or ''}  {source or ''}  "
                   f"(used {time.strftime('%Y-%m-%d', time.localtime(used))})")
         return OK
     if not args.path:

@@ -7,7 +7,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..key import key_of
 from ..store import edges, marks
+from ..store.inlist import chunks
+from ..store.schema import has_runs
 from ..tracking.resolve import evaluation_label
 from . import argcols, ids
 from .common import (
@@ -25,8 +28,8 @@ from .common import (
     expired_counts,
     footer,
     human_age,
-    human_duration,
-    human_size,
+    human_bytes,
+    human_seconds,
     index_bytes,
     json_option,
     known_functions,
@@ -73,8 +76,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             print(f"no stored evaluations in {store.root}")
         else:
             extra = ["EXPIRED"] if gone else []
-            rows = [(f.get("label") or f["fn"], f["evaluations"], human_size(f["size"]), f["hits"],
-                     human_duration(f["compute"]), human_age(f["last"]), *([f["expired"] or ""] if gone else []))
+            rows = [(f.get("label") or f["fn"], f["evaluations"], human_bytes(f["size"]), f["hits"],
+                     human_seconds(f["compute"]), human_age(f["last"]), *([f["expired"] or ""] if gone else []))
                     for f in fns]
             print(table(["FUNCTION", "EVALS", "SIZE", "HITS", "COMPUTE", "LAST RUN", *extra], rows,
                         right=(1, 2, 3, 4, 6) if gone else (1, 2, 3, 4), width=terminal_width(args.wide), flex=(0,)))
@@ -104,7 +107,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     # the arguments that tell the rows apart in the row; those all rows share once, above the table
     given = argcols.of_snapshots([snapshot_of(e) for e in evs])
     varying, shared = argcols.split(given)
-    rows = [(e["id"], human_age(e["finished"]), human_duration(e["duration"]), human_size(e["size"]), e["hits"],
+    rows = [(e["id"], human_age(e["finished"]), human_seconds(e["duration"]), human_bytes(e["size"]), e["hits"],
              e["code"][:8], _status(e, e["id"] in kept), argcols.cell(a, varying)) for e, a in zip(evs, given, strict=True)]
     width = terminal_width(args.wide)
     print(ids.shown_function(store, fn, args.script))
@@ -143,7 +146,7 @@ def _status(e: dict[str, Any], kept: bool) -> str:
 def _kept_line(store: Any) -> tuple[str, dict[str, int]]:
     """gc's word on what it leaves alone: ``kept: 3 rows, 1.2 MB (memolab keep; never dropped)``."""
     n, size = marks.kept_summary(store.index.conn())
-    return (f"kept: {plural(n, 'row')}, {human_size(size)} (keep marks: gc never drops them)",
+    return (f"kept: {plural(n, 'row')}, {human_bytes(size)} (keep marks: gc never drops them)",
             {"kept_evaluations": n, "kept_bytes": size})
 
 
@@ -173,7 +176,7 @@ def _unstored_runs(store: Any, fn: str) -> dict[str, int]:
 
 def _has_runs_of(store: Any, fn: str) -> bool:
     c = store.index.conn()
-    if not c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
+    if not has_runs(c):
         return False
     return c.execute("SELECT 1 FROM runs WHERE fn=? LIMIT 1", (fn,)).fetchone() is not None
 
@@ -197,7 +200,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     accepts = covering(store.index, e["fn"], [e["code"]], active=False).get(e["code"], [])
     inputs = edges.inputs_of(store.index, e)
-    users = edges.used_by(store.index, (e["fn"], e["code"], e["args"], e["schema"]))
+    users = edges.used_by(store.index, key_of(e))
     if args.json:
         emit_json({**eval_json(e, full=True), "runs": [r["id"] for r in logs[0]], "tags": logs[1],
                    "accepts": [as_json(a) for a in accepts],
@@ -214,8 +217,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("status", e["status"] + (f" ({e['reason']})" if e.get("reason") else "")),
         ("finished", f"{_dt.datetime.fromtimestamp(e['finished']):%Y-%m-%d %H:%M:%S} ({human_age(e['finished'])})"
          if e["finished"] else "-"),
-        ("took", human_duration(e["duration"])),
-        ("size", human_size(e["size"])),
+        ("took", human_seconds(e["duration"])),
+        ("size", human_bytes(e["size"])),
         ("hits", f"{e['hits']} (last {human_age(e['last_hit'])})"),
         ("host", f"{e['host']}, Python {e['python']}, " + ", ".join(f"{k} {v}" for k, v in versions.items())),
         ("key", f"code {e['code'][:16]}  args {e['args'][:16]}  schema {e['schema']}"),
@@ -269,16 +272,11 @@ def print_lineage(inputs: Sequence[dict[str, Any]], users: Sequence[dict[str, An
             print(f"    {u['function']} #{u['evaluation']} (as {u['path']})" + (f" ({u['status']})" if u.get("status") else ""))
 
 
-def _has_runs_table(store: Any) -> bool:
-    c = store.index.conn()
-    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
-
-
 def _logs_of(store: Any, eval_id: int) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
     """(the runs attached to an evaluation, their logged tags by kind)."""
     from ..tracking import query
 
-    if not _has_runs_table(store):
+    if not has_runs(store.index.conn()):
         return [], {}
     ids = [r for (r,) in store.index.conn().execute("SELECT id FROM runs WHERE eval_id=?", (eval_id,))]
     # labelled as among the function's newest runs (``query.labelled``): never all of them read
@@ -382,8 +380,8 @@ def cmd_clear(args: argparse.Namespace) -> int:
         for f in {d["function"] for d in down}:
             store.forget(f)
         ids = [d["evaluation"] for d in down]
-        for i in range(0, len(ids), 500):
-            store.index.delete_evaluations(ids[i:i + 500])
+        for _, part in chunks(ids):
+            store.index.delete_evaluations(part)
     purged = retention.purge_counts(store.index, fn) + retention.purge_orphans_counts(store.index)
     blobs, blob_bytes = store.collect_garbage()
     checkpoint_wal(store)
@@ -427,9 +425,7 @@ def _downstream_plan(store: Any, fn: str, quiet: bool) -> list[dict[str, Any]]:
 def _functions_of(store: Any, ids: Sequence[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     c = store.index.conn()
-    for k in range(0, len(ids), 500):
-        part = list(ids[k:k + 500])
-        q = ",".join("?" * len(part))
+    for q, part in chunks(ids):
         out.update((int(i), f) for i, f in c.execute(f"SELECT id, fn FROM evaluations WHERE id IN ({q})", part))
     return out
 
@@ -466,7 +462,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     if not args.json:
         if drop:
             rows = [(e["id"], evaluation_label(store.index, e["fn"], e["id"]),
-                     human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
+                     human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_bytes(e["size"]))
                     for e in drop[:30]]
             print(table(["ID", "FUNCTION", "LAST USED", "SIZE"], rows, right=(0, 3)))
             if len(drop) > 30:
@@ -480,11 +476,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
         drop_ids = [e["id"] for e in drop]
         run_ids = [r["id"] for r in stale]
         c = store.index.conn()
-        if drop_ids and c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone():
-            for i in range(0, len(drop_ids), 500):
-                chunk = drop_ids[i:i + 500]
-                run_ids += [x for (x,) in c.execute(
-                    f"SELECT id FROM runs WHERE eval_id IN ({','.join('?' * len(chunk))})", chunk)]
+        if drop_ids and has_runs(c):
+            for q, chunk in chunks(drop_ids):
+                run_ids += [x for (x,) in c.execute(f"SELECT id FROM runs WHERE eval_id IN ({q})", chunk)]
         dead = store.unreferenced_blobs(dropping=drop_ids)
         size = sum(s for _, s in dead)
         runs = sorted(set(run_ids))
@@ -515,9 +509,9 @@ def cmd_gc(args: argparse.Namespace) -> int:
         store.forget()
         ids = [e["id"] for e in drop]
         with Progress("gc: dropping evaluations", len(ids)) as bar:
-            for i in range(0, len(ids), 500):
-                store.index.delete_evaluations(ids[i:i + 500])
-                bar.update(len(ids[i:i + 500]))
+            for _, part in chunks(ids):
+                store.index.delete_evaluations(part)
+                bar.update(len(part))
     with Progress("gc: dropping runs and their logs", 1) as bar:
         purged = retention.purge_orphans_counts(store.index) + retention.delete_runs(store.index, [r["id"] for r in stale])
         bar.update()
@@ -539,7 +533,6 @@ def cmd_gc(args: argparse.Namespace) -> int:
         print(removed_line("dropped", r))
         print(line)
     return OK
-
 
 
 

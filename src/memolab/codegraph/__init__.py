@@ -31,12 +31,12 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import HashError
+from ..errors import HashError, forget_warned
 from . import bytecode, origins
 from .bytecode import digest_text
 from .classes import ClassCheck, class_info, class_infos
 from .graph import Root
-from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, runs, symbol_of, unwrap, warn_once, warned
+from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, runs, symbol_of, unwrap, warn_once
 
 key_module = origins.key_module
 
@@ -204,5 +204,5 @@ def clear_caches() -> None:
     class_infos.clear()
     _function_roots.clear()
     _object_roots.clear()
-    warned.clear()
+    forget_warned("codegraph")
     origins.clear()

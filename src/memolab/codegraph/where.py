@@ -10,11 +10,11 @@ import inspect
 import reprlib
 import sys
 import types
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import MemolabWarning, swallowed
+from .. import errors
+from ..errors import swallowed
 from . import origins
 from .origins import STDLIB, USER
 
@@ -51,7 +51,6 @@ def symbol_of(obj: Any) -> str:
 # -- where code lives ----------------------------------------------------------------
 
 MISSING = object()
-warned: set = set()
 
 
 def symbol_module(ns: dict[str, Any]) -> str:
@@ -95,12 +94,9 @@ def is_user_code(obj: Any) -> bool:
     return origin_of(obj)[0] == USER
 
 
-def warn_once(where: tuple[Any, ...], message: str) -> None:
-    if where in warned:
-        return
-    warned.add(where)
-
-    warnings.warn(message, MemolabWarning, stacklevel=5)
+#: ``errors.warn_once`` for the code analysis: pointing at the user's call three frames out,
+#: forgotten by ``clear_caches``
+warn_once = functools.partial(errors.warn_once, stacklevel=4, scope="codegraph")
 
 
 def defaults_of(f: types.FunctionType, named: bool = False) -> list[tuple[Any, Any]]:

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..errors import MemolabWarning, swallowed
 from . import signing
+from .inlist import placeholders
 
 __all__ = ["COLUMNS", "SIGNED", "MAX_LINKS", "sign", "problem", "resolve", "who", "AcceptIndex", "summary", "short",
            "covering", "usable", "record", "decoded"]
@@ -195,7 +196,7 @@ class AcceptIndex:
             clauses.append("undone IS NULL")
         if ids is not None:
             ids = [int(i) for i in ids]
-            clauses.append(f"id IN ({','.join('?' * len(ids)) or 'NULL'})")
+            clauses.append(f"id IN ({placeholders(len(ids)) or 'NULL'})")
             params.extend(ids)
         sql = _SELECT + (" WHERE " + " AND ".join(clauses) if clauses else "") + " ORDER BY id"
         try:

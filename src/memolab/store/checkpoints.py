@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from ..errors import BlobsGone, StoreMiss, swallowed
+from ..key import Key
 from . import signing
 
 DDL = """
@@ -30,7 +31,6 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 );
 """
 
-Key = tuple[str, str, str, str]
 _COLS = ("step", "created", "payload", "payload_size", "buffers", "code_refs", "signature")
 
 
@@ -104,13 +104,6 @@ def drop(store: Any, key: Key) -> None:
     _ensure(index)
     with index.write() as c:
         c.execute("DELETE FROM checkpoints WHERE fn=? AND code=? AND args=? AND schema=?", key)
-
-
-def listing(index: Any, fn: str | None = None) -> list[dict[str, Any]]:
-    _ensure(index)
-    sql = "SELECT fn, code, args, schema, step, created FROM checkpoints" + (" WHERE fn=?" if fn else "")
-    return [dict(zip(("fn", "code", "args", "schema", "step", "created"), r, strict=False))
-            for r in index.conn().execute(sql, (fn,) if fn else ())]
 
 
 def referenced(conn: sqlite3.Connection) -> dict[str, int]:

@@ -20,9 +20,12 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..key import Key, key_of
+from .inlist import chunks, placeholders
+from .schema import has_table
+
 __all__ = ["recorded_snapshot", "recorded_inputs", "inputs_of", "used_by", "downstream", "by_content", "graph", "resolve"]
 
-Key = tuple[str, str, str, str]
 
 #: the most evaluations the lineage graph of the dashboard collects (it walks both ways)
 GRAPH_MAX = 400
@@ -74,11 +77,6 @@ def _conn(index: Any) -> sqlite3.Connection | None:
     return conn() if conn is not None else None
 
 
-def _has(c: sqlite3.Connection, table: str) -> bool:
-    return c.execute("SELECT 1 FROM sqlite_master WHERE name=? UNION ALL SELECT 1 FROM sqlite_temp_master "
-                     "WHERE name=? LIMIT 1", (table, table)).fetchone() is not None
-
-
 def resolve(index: Any, keys: Iterable[Key]) -> dict[Key, tuple[int, str]]:
     """key -> (id, status) of the evaluation stored under each key in this index (those there are)."""
     c = _conn(index)
@@ -122,7 +120,7 @@ def inputs_of(index: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
 def used_by(index: Any, key: Key) -> list[dict[str, Any]]:
     """The evaluations whose inputs name ``key``: ``{"function", "evaluation", "path", "by", "status"?}``, oldest first."""
     c = _conn(index)
-    if c is None or not _has(c, "inputs"):
+    if c is None or not has_table(c, "inputs"):
         return []
     rows = c.execute("SELECT e.id, e.fn, i.path, e.status, i.how FROM inputs i JOIN evaluations e "
                      "ON e.id = i.evaluation WHERE i.fn=? AND i.code=? AND i.args=? AND i.schema=? ORDER BY e.id, i.path",
@@ -138,11 +136,9 @@ def used_by(index: Any, key: Key) -> list[dict[str, Any]]:
 
 def _keys_of(c: sqlite3.Connection, ids: Sequence[int]) -> dict[int, Key]:
     out: dict[int, Key] = {}
-    for i in range(0, len(ids), 500):
-        part = list(ids[i:i + 500])
-        q = ",".join("?" * len(part))
+    for q, part in chunks(ids):
         for r in c.execute(f"SELECT id, fn, code, args, schema FROM evaluations WHERE id IN ({q})", part):
-            out[int(r[0])] = tuple(r[1:])
+            out[int(r[0])] = Key._make(r[1:])
     return out
 
 
@@ -159,7 +155,7 @@ def downstream(index: Any, ids: Iterable[int]) -> list[int]:
     order they were found (nearest first)."""
     c = _conn(index)
     start = set(int(i) for i in ids)
-    if c is None or not start or not _has(c, "inputs"):
+    if c is None or not start or not has_table(c, "inputs"):
         return []
     seen = set(start)
     order: list[int] = []
@@ -177,13 +173,13 @@ def by_content(index: Any, digests: Iterable[str]) -> dict[str, tuple[int, Key]]
     c = _conn(index)
     want = list(dict.fromkeys(digests))
     out: dict[str, tuple[int, Key]] = {}
-    if c is None or not want or not _has(c, "outputs"):
+    if c is None or not want or not has_table(c, "outputs"):
         return out
-    q = ",".join("?" * len(want))
-    for d, i, *key in c.execute(
-            f"SELECT o.digest, e.id, e.fn, e.code, e.args, e.schema FROM outputs o JOIN evaluations e "
-            f"ON e.id = o.evaluation WHERE o.digest IN ({q}) AND e.status='done' ORDER BY e.id", want):
-        out[d] = (int(i), tuple(key))  # 4 columns; the newest last: it stays
+    for q, part in chunks(want):  # (a digest is in one chunk: its newest row still comes last)
+        for d, i, *key in c.execute(
+                f"SELECT o.digest, e.id, e.fn, e.code, e.args, e.schema FROM outputs o JOIN evaluations e "
+                f"ON e.id = o.evaluation WHERE o.digest IN ({q}) AND e.status='done' ORDER BY e.id", part):
+            out[d] = (int(i), Key._make(key))  # 4 columns; the newest last: it stays
     return out
 
 
@@ -214,7 +210,7 @@ def graph(index: Any, ids: Iterable[int], limit: int = GRAPH_MAX) -> dict[str, A
     missing: list[dict[str, Any]] = []
     if c is None:
         return {"nodes": [], "edges": [], "missing": [], "truncated": False}
-    inputs_table = _has(c, "inputs")
+    inputs_table = has_table(c, "inputs")
     todo = list(dict.fromkeys(chosen))
     truncated = False
     expanded: set[int] = set()
@@ -222,8 +218,8 @@ def graph(index: Any, ids: Iterable[int], limit: int = GRAPH_MAX) -> dict[str, A
         batch, todo = todo[:200], todo[200:]
         fresh = [i for i in batch if i not in nodes]
         if fresh:
-            q = ",".join("?" * len(fresh))
-            for r in c.execute(f"SELECT {','.join(_GRAPH_COLS)} FROM evaluations WHERE id IN ({q})", fresh):
+            for r in c.execute(f"SELECT {','.join(_GRAPH_COLS)} FROM evaluations WHERE id IN ({placeholders(len(fresh))})",
+                               fresh):
                 nodes[int(r[0])] = dict(zip(_GRAPH_COLS, r, strict=False))
         for i in batch:
             row = nodes.get(i)
@@ -243,7 +239,7 @@ def graph(index: Any, ids: Iterable[int], limit: int = GRAPH_MAX) -> dict[str, A
                 edges.append({"from": up[0], "to": i, "path": e["path"], "by": e["by"]})
                 todo.append(up[0])
             if inputs_table:
-                key = (row["fn"], row["code"], row["args"], row["schema"])
+                key = key_of(row)
                 for u in used_by(index, key):
                     edges.append({"from": i, "to": u["evaluation"], "path": u["path"], "by": u["by"]})
                     todo.append(u["evaluation"])

@@ -12,6 +12,9 @@ from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from ..key import Key
+from .schema import has_runs
+
 __all__ = ["plan_by_size", "log_bytes", "local_plan"]
 
 #: a row's last use: its finish or its last hit (SQLite)
@@ -20,7 +23,7 @@ GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
 
 
 def local_plan(index: Any, cutoff: float | None, max_size: int | None,
-               kept: Collection[tuple[str, str, str, str]] = ()) -> list[dict[str, Any]]:
+               kept: Collection[Key] = ()) -> list[dict[str, Any]]:
     """``sqlite.Index.gc_plan``: the rows to drop, selected in SQL over plain tuples. A row
     whose key is kept (``marks``: ``@memo(keep=True)``, ``memolab keep``; or one of ``kept``,
     the marks of another store: team gc run on a machine) is never among them while it holds a
@@ -110,7 +113,7 @@ def log_bytes(index: Any) -> dict[int, int]:
     Counted from the rows (their values plus a fixed per-row overhead), so that
     ``gc --max-size`` weighs logs too; exact page usage is not needed for that."""
     c = index.conn()
-    if c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is None:
+    if not has_runs(c):
         return {}
     out: dict[int, int] = {}
     queries = (

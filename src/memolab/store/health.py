@@ -24,31 +24,18 @@ import json
 import os
 import sqlite3
 import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .. import config
-from ..errors import MemolabWarning, StoreUnavailable, swallowed
+from ..errors import StoreUnavailable, swallowed, warn_once
 from . import signing
 from .blobs import BlobFolder
 from .layout import is_digest
 from .perms import writable_by_others
 from .schema import check_schema, connect, newer_schema, read_shims  # noqa: F401 (also imported from here)
 from .sqlite import Index, Key
-
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def warn_once(what: str, message: str, stacklevel: int = 3) -> None:
-    """Warn with ``message`` once per process for ``what`` (a store and its problem)."""
-    with _warned_lock:
-        if what in _warned:
-            return
-        _warned.add(what)
-    warnings.warn(message, MemolabWarning, stacklevel=stacklevel + 1)  # +1: this frame
 
 
 def warn_unusable(symbol: str, e: BaseException, stacklevel: int = 3) -> None:
@@ -151,13 +138,7 @@ class ReadOnlyIndex(Index):
     def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         pass
 
-    def drop_stamps(self, digests: Any) -> None:
-        pass
-
     def add_hits(self, counts: Any, stamps: Any = None) -> None:
-        pass
-
-    def record_miss(self, fn: str, explanation: dict[str, Any]) -> None:
         pass
 
     def mark_corrupt(self, eval_id: int, reason: str | None = None, status: str = "corrupt") -> None:

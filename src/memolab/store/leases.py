@@ -48,8 +48,7 @@ import time
 from pathlib import Path
 
 from ..errors import swallowed
-
-Key = tuple[str, str, str, str]
+from ..key import Key
 
 __all__ = ["HostLocks", "host_locks", "LOCKS_MARK", "uses_locks", "same_kernel", "Progress"]
 

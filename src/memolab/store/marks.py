@@ -22,10 +22,13 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..key import Key
+from .inlist import chunks
+from .schema import has_table
+
 __all__ = ["LOCAL_ONLY", "KEPT_SQL", "keep_keys", "unkeep_keys", "kept_keys", "mark_local_only",
            "local_only_functions", "kept_summary", "is_local_only"]
 
-Key = tuple[str, str, str, str]
 
 #: symbols of the ``@memo(team=False)`` functions defined in this process
 LOCAL_ONLY: set[str] = set()
@@ -33,13 +36,6 @@ LOCAL_ONLY: set[str] = set()
 #: is the ``evaluations`` row aliased ``e`` kept (an SQL expression, for the gc plan)
 KEPT_SQL = ("EXISTS (SELECT 1 FROM keeps k WHERE k.fn = e.fn AND k.code = e.code AND k.args = e.args "
             "AND k.schema = e.schema)")
-
-
-def _has(c: sqlite3.Connection, table: str) -> bool:
-    """Is ``table`` readable on ``c`` (a file of schema 5 or older read without migrating it has
-    it only as a read shim, or not at all before the shims are made)."""
-    return c.execute("SELECT 1 FROM sqlite_master WHERE name=? UNION ALL "
-                     "SELECT 1 FROM temp.sqlite_master WHERE name=?", (table, table)).fetchone() is not None
 
 
 def keep_keys(c: sqlite3.Connection, keys: Iterable[Key], source: str) -> int:
@@ -60,10 +56,10 @@ def unkeep_keys(c: sqlite3.Connection, keys: Iterable[Key]) -> int:
 
 def kept_keys(c: sqlite3.Connection, keys: Sequence[Key] | None = None) -> set[Key]:
     """The kept ones of ``keys`` (all kept keys when None)."""
-    if not _has(c, "keeps"):
+    if not has_table(c, "keeps"):
         return set()
     if keys is None:
-        return {tuple(r) for r in c.execute("SELECT fn, code, args, schema FROM keeps")}
+        return {Key._make(r) for r in c.execute("SELECT fn, code, args, schema FROM keeps")}
     out: set[Key] = set()
     for k in keys:
         if c.execute("SELECT 1 FROM keeps WHERE fn=? AND code=? AND args=? AND schema=?", tuple(k)).fetchone():
@@ -73,20 +69,18 @@ def kept_keys(c: sqlite3.Connection, keys: Sequence[Key] | None = None) -> set[K
 
 def kept_ids(c: sqlite3.Connection, ids: Sequence[int]) -> set[int]:
     """Which of the evaluations ``ids`` are kept."""
-    if not ids or not _has(c, "keeps"):
+    if not ids or not has_table(c, "keeps"):
         return set()
     out: set[int] = set()
-    for i in range(0, len(ids), 500):
-        part = [int(x) for x in ids[i:i + 500]]
-        out.update(r[0] for r in c.execute(
-            f"SELECT e.id FROM evaluations e WHERE e.id IN ({','.join('?' * len(part))}) AND {KEPT_SQL}", part))
+    for q, part in chunks([int(x) for x in ids]):
+        out.update(r[0] for r in c.execute(f"SELECT e.id FROM evaluations e WHERE e.id IN ({q}) AND {KEPT_SQL}", part))
     return out
 
 
 def kept_summary(c: sqlite3.Connection) -> tuple[int, int]:
     """(rows, bytes) of the kept evaluations (their own sizes; a blob shared with others counted
     in each): what gc will not drop, for its summary."""
-    if not _has(c, "keeps"):
+    if not has_table(c, "keeps"):
         return 0, 0
     n, size = c.execute(f"SELECT COUNT(*), COALESCE(SUM(size), 0) FROM evaluations e WHERE {KEPT_SQL}").fetchone()
     return int(n), int(size)
@@ -104,7 +98,7 @@ def unmark_local_only(c: sqlite3.Connection, fn: str) -> None:
 def local_only_functions(c: sqlite3.Connection) -> set[str]:
     """Every function kept off the team store: those of this process and those the index records."""
     out = set(LOCAL_ONLY)
-    if _has(c, "local_only"):
+    if has_table(c, "local_only"):
         out.update(r[0] for r in c.execute("SELECT fn FROM local_only"))
     return out
 
@@ -117,7 +111,7 @@ def is_local_only(fn: str, index: Any = None) -> bool:
     if index is None:
         return False
     c = index.conn()
-    return _has(c, "local_only") and c.execute("SELECT 1 FROM local_only WHERE fn=?", (fn,)).fetchone() is not None
+    return has_table(c, "local_only") and c.execute("SELECT 1 FROM local_only WHERE fn=?", (fn,)).fetchone() is not None
 
 
 def declare(symbol: str, team: bool) -> None:
@@ -161,6 +155,6 @@ def after_save(store: Any, key: Key, keep: bool, team: bool) -> None:
 
 def snapshot_refs(c: sqlite3.Connection) -> set[str]:
     """The blobs the snapshots recorded in the index hold (``snapshots.py``): gc keeps them."""
-    if not _has(c, "snapshot_blobs"):
+    if not has_table(c, "snapshot_blobs"):
         return set()
     return {d for (d,) in c.execute("SELECT DISTINCT digest FROM snapshot_blobs")}

@@ -23,7 +23,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
-Key = tuple[str, str, str, str]  # fn, code, args, schema
+from ..key import Key
+
 Row = dict[str, Any]
 
 __all__ = ["Key", "Row", "EvaluationIndex", "BlobReader", "LocalBlobs", "RemoteBlobs", "MemoStore", "LayeredStore"]

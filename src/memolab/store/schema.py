@@ -324,6 +324,19 @@ def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f"PRAGMA {schema}.table_info({table})")]
 
 
+def has_table(c: sqlite3.Connection, table: str) -> bool:
+    """Is ``table`` readable on ``c``: in the file, or as a read shim of a file of schema 5 or
+    older read without migrating it (none before the shims are made)."""
+    return c.execute("SELECT 1 FROM sqlite_master WHERE name=? UNION ALL "
+                     "SELECT 1 FROM temp.sqlite_master WHERE name=?", (table, table)).fetchone() is not None
+
+
+def has_runs(c: sqlite3.Connection) -> bool:
+    """Does the index hold the logs' ``runs`` table (made when a first run is logged,
+    ``tracking.schema``)? The one test of it: a store that never logged has no logs to read."""
+    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
+
+
 def newer_schema(path: Path, version: Any) -> StoreUnavailable:
     return StoreUnavailable(
         "newer-schema", f"{path} was written by a newer memolab (store schema {version}, this memolab reads "

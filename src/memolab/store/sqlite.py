@@ -19,11 +19,13 @@ from typing import Any
 
 from .. import config
 from ..errors import BlobsGone as BlobsGone  # (also imported from here)
+from ..key import Key as Key  # (also imported from here)
 from . import marks, signing
 from .accepts import AcceptIndex
 from .gcplan import local_plan, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
+from .inlist import chunks
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
-from .misses import MISSES_KEPT, insert_miss, parse_miss as parse_miss  # noqa: F401 (also imported from here)
+from .misses import parse_miss as parse_miss  # (also imported from here)
 
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
 from .process import (  # noqa: F401 (old names)
@@ -33,7 +35,7 @@ from .process import (  # noqa: F401 (old names)
     start_time,
     start_time as _start_time,
 )
-from .schema import SCHEMA_VERSION as SCHEMA_VERSION, check_schema, connect, migrate, newer_schema  # noqa: F401 (also imported from here)
+from .schema import SCHEMA_VERSION as SCHEMA_VERSION, check_schema, connect, has_runs, migrate, newer_schema  # noqa: F401 (also imported from here)
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
                 "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
@@ -164,7 +166,6 @@ def _checked(row: tuple[Any, ...] | None, columns: tuple[str, ...]) -> dict[str,
     return dict(zip(columns, row, strict=False))
 
 
-Key = tuple[str, str, str, str]  # fn, code, args, schema
 
 
 #: Keeps source texts (digest, symbol, text): keyed by digest, never changed, so a text
@@ -326,8 +327,7 @@ class Index(AcceptIndex):
         c = self.conn()
         params: tuple[Any, ...] = (*key, _MAX_ID if before is None else before)
         sql = _NEAREST_SQL
-        if script is not None and c.execute(
-                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None:
+        if script is not None and has_runs(c):
             sql, params = _NEAREST_IN_SCRIPT_SQL, params + (script,)
         r = c.execute(sql, key_params(*params)).fetchone()
         return dict(zip(EVAL_COLUMNS, r, strict=False)) if r is not None else None
@@ -414,7 +414,7 @@ class Index(AcceptIndex):
         locks = self.key_locks()
         gone = []
         for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
-            key = tuple(k)
+            key = Key._make(k)
             took = locks.take(key) if locks is not None else None
             try:
                 if self._given_up(key, o, hb, 0.0, took, judge_progress=False):
@@ -651,18 +651,12 @@ class Index(AcceptIndex):
         ds = list(dict.fromkeys(digests))
         out: dict[str, tuple[str, str]] = {}
         c = self.conn()
-        for i in range(0, len(ds), 500):
-            part = ds[i:i + 500]
-            q = ",".join("?" * len(part))
+        for q, part in chunks(ds):
             out.update((d, (sym, src)) for d, sym, src in
                        c.execute(f"SELECT digest, symbol, source FROM sources WHERE digest IN ({q})", part))
         return out
 
     # -- misses ---------------------------------------------------------------------------
-    def record_miss(self, fn: str, explanation: dict[str, Any]) -> None:
-        with self.write() as c:
-            insert_miss(c, fn, json.dumps(explanation))
-
     def last_miss(self, fn: str) -> dict[str, Any] | None:
         row = self.conn().execute("SELECT time, CAST(explanation AS BLOB) FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1",
                                   (fn,)).fetchone()
@@ -676,10 +670,6 @@ class Index(AcceptIndex):
     def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         with self.write() as c:
             c.execute("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)", (digest, *stamp))
-
-    def drop_stamps(self, digests: Iterable[str]) -> None:
-        with self.write() as c:
-            c.executemany("DELETE FROM blob_stamps WHERE digest=?", [(d,) for d in digests])
 
     def referenced_blobs(self, only_done: bool = False) -> dict[str, list[int]]:
         """blob digest -> ids of the evaluations that use it."""

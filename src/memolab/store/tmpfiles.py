@@ -88,10 +88,6 @@ class TmpFile(NamedTuple):
     #: True running, False dead, None cannot tell
     alive: bool | None
 
-    @property
-    def reclaimable(self) -> bool:
-        return self.alive is False
-
 
 def scan(tmp_dir: Path, now: float | None = None) -> Iterator[TmpFile]:
     """memolab's temporary files in ``tmp_dir``: regular files with names it gives (a link, a

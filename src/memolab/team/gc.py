@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RemoteUnavailable, StoreConfigError
+from ..key import Key
 
 #: blobs last written less than this many seconds ago are never deleted
 DEFAULT_GRACE = 3600.0
@@ -82,7 +83,7 @@ class Plan:
 
 def plan(index: Any, blobs: Any, older_than: float | None = None, max_size: int | None = None,
          grace: float = DEFAULT_GRACE, now: float | None = None,
-         kept: Collection[tuple[str, str, str, str]] = (), held: Collection[str] = ()) -> Plan:
+         kept: Collection[Key] = (), held: Collection[str] = ()) -> Plan:
     """What ``gc --remote`` would delete now (nothing is changed); ``kept``: keys never dropped;
     ``held``: blobs never deleted (the snapshots recorded on this machine)."""
     now = index.clock() if now is None else now  # the database's clock: a machine's may be off by days
@@ -131,7 +132,7 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> dict[str, 
     return p.summary(dry_run=False)
 
 
-def _local_marks(args: Any) -> tuple[set[tuple[str, str, str, str]], set[str]]:
+def _local_marks(args: Any) -> tuple[set[Key], set[str]]:
     """The keys this machine's store keeps, and the blobs its snapshots hold (read without
     migrating it; none without a store)."""
     from ..cli.common import store_root
@@ -150,7 +151,7 @@ def _local_marks(args: Any) -> tuple[set[tuple[str, str, str, str]], set[str]]:
 def run_cli(args: Any) -> int:
     """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
     from .. import config
-    from ..cli.common import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_duration, human_size, table
+    from ..cli.common import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_bytes, human_seconds, table
     from .cli import redact
     from .link import open_index, open_remote_blobs
 
@@ -184,9 +185,9 @@ def run_cli(args: Any) -> int:
     if args.json:
         emit_json(r)
         return OK
-    print(f"team store {where}: {p.listed} objects, {human_size(p.listed_bytes)}")
+    print(f"team store {where}: {p.listed} objects, {human_bytes(p.listed_bytes)}")
     if p.rows:
-        rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_size(e["size"]))
+        rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_bytes(e["size"]))
                 for e in p.rows[:30]]
         print(table(["ID", "FUNCTION", "LAST USED (TEAM)", "SIZE"], rows, right=(0, 3)))
         if len(p.rows) > 30:
@@ -195,17 +196,17 @@ def run_cli(args: Any) -> int:
     free = "would free" if dry else "freed"
     n_rows = len(p.rows)
     print(f"{verb} {n_rows} evaluation{'s' if n_rows != 1 else ''} from the team index; {free} "
-          f"{human_size(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
+          f"{human_bytes(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
           f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
-          f"the grace period of {human_duration(grace)} ({human_size(r['young_bytes_kept'])}; perhaps uploads in flight)")
-    print(f"kept: {p.kept} row{'s' if p.kept != 1 else ''}, {human_size(p.kept_bytes)} (this machine's keep marks: "
+          f"the grace period of {human_seconds(grace)} ({human_bytes(r['young_bytes_kept'])}; perhaps uploads in flight)")
+    print(f"kept: {p.kept} row{'s' if p.kept != 1 else ''}, {human_bytes(p.kept_bytes)} (this machine's keep marks: "
           "never dropped)")
     if p.leases:
         print(f"{'would drop' if dry else 'dropped'} {p.leases} team lease(s) not heart-beaten for "
-              f"{human_duration(grace)} (their machines died)")
+              f"{human_seconds(grace)} (their machines died)")
     if p.uploads:
         print(f"{'would abort' if dry else 'aborted'} {len(p.uploads)} multipart upload(s) abandoned more than "
-              f"{human_duration(grace)} ago (a process killed mid-upload; their parts are billed until aborted)")
+              f"{human_seconds(grace)} ago (a process killed mid-upload; their parts are billed until aborted)")
     if dry and not args.dry_run:
         print("dry run: nothing deleted; pass --yes to delete")
     return OK

@@ -32,6 +32,7 @@ from typing import Any
 from .. import config
 from ..errors import swallowed
 from ..store import marks
+from ..store.inlist import chunks
 from ..store.sqlite import LOOKUP_ONLY, Key
 from .link import Failed, Offline
 
@@ -299,7 +300,7 @@ class Journal:
                              "ORDER BY attempts, queued LIMIT ?", (time.time() - min_age, limit + len(held))).fetchall()
         except sqlite3.OperationalError:
             return []
-        items = [((r[0], r[1], r[2], r[3]), r[4]) for r in rows]
+        items = [(Key._make(r[:4]), r[4]) for r in rows]
         return [it for it in items if it[0] not in held][:limit]
 
     def upload_batch(self, limit: int = BATCH, min_age: float = 0.0, force: bool = False) -> int:
@@ -421,7 +422,7 @@ class Journal:
         run = link.attempt if force else link.run
         c = self.store.index.conn()
         try:
-            keys = [tuple(r) for r in c.execute(
+            keys = [Key._make(r) for r in c.execute(
                 "SELECT fn, code, args, schema FROM team_unconfirmed WHERE published <= ? AND published >= ? "
                 "ORDER BY published", (time.time() - min_age, time.time() - CONFIRM_WITHIN)).fetchall()]
         except sqlite3.OperationalError:
@@ -429,8 +430,7 @@ class Journal:
         with self.store.index.write() as w:
             w.execute("DELETE FROM team_unconfirmed WHERE published < ?", (time.time() - CONFIRM_WITHIN,))
         lost: list[Key] = []
-        for i in range(0, len(keys), 500):
-            chunk = keys[i:i + 500]
+        for _, chunk in chunks(keys):
             there = run(lambda chunk=chunk: link.index.lookup_many(chunk))
             missing = [k for k in chunk if k not in there]
             lost.extend(missing)

@@ -31,29 +31,25 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import sqlite3
 import threading
-import warnings
 import weakref
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from .. import config
-from ..errors import CorruptBlob, MemolabWarning, RemoteUnavailable, swallowed
+from .. import config, errors
+from ..errors import CorruptBlob, RemoteUnavailable, swallowed
+from ..key import key_of
 from ..store import Store, marks, signing
 from ..store.blobs import fsync_dir as _fsync_dir
+from ..store.inlist import chunks
 from ..store.sqlite import LOOKUP_ONLY, Key, host_name
 from . import journal
 from .link import Failed, Link, Offline
 
-_warned: set[Hashable] = set()
-
-
-def _warn_once(what: Hashable, message: str) -> None:
-    if what not in _warned:
-        _warned.add(what)
-        warnings.warn(message, MemolabWarning, stacklevel=3)
+_warn_once = functools.partial(errors.warn_once, stacklevel=2, scope="team")
 
 
 def layered(store: Store, remote: tuple[str, str | None]) -> Any:
@@ -684,7 +680,7 @@ class TeamStore:
         query, the missing blobs downloaded concurrently, rows published locally in one
         transaction, their logs imported. ``Offline`` if the team store is down."""
         rows = self.link.attempt(lambda: self.link.index.rows_since(fn, since))
-        keys = [(r["fn"], r["code"], r["args"], r["schema"]) for r in rows]
+        keys = [key_of(r) for r in rows]
         have = self.index.lookup_many(keys)
         mine = marks.local_only_functions(self.index.conn())  # @memo(team=False): this machine's own
         have.update((k, {}) for k in keys if k[0] in mine)
@@ -742,11 +738,10 @@ class TeamStore:
 
     def enqueue_all(self) -> int:
         """Queue every local result the team index lacks (computed before the remote was configured)."""
-        done = [(r["fn"], r["code"], r["args"], r["schema"]) for r in
+        done = [key_of(r) for r in
                 self.index.evaluations(where="status='done'", order="id")]
         missing: list[Key] = []
-        for i in range(0, len(done), 500):
-            chunk = done[i:i + 500]
+        for _, chunk in chunks(done):
             there = self.link.attempt(lambda chunk=chunk: self.link.index.lookup_many(chunk))  # type: ignore[misc]  # (defaults it cannot type)
             missing.extend(k for k in chunk if tuple(k) not in there)
         mine = marks.local_only_functions(self.index.conn())  # @memo(team=False): never uploaded

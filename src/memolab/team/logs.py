@@ -29,6 +29,9 @@ import re
 import zlib
 from typing import Any
 
+from ..store.inlist import placeholders
+from ..store.schema import has_runs
+
 #: tables keyed by run, copied verbatim (the derived summaries too: they are
 #: what the dashboard reads, and recomputing them would need the sink's logic)
 _RUN_TABLES = ("scalars", "scalar_tags", "scalar_blocks", "log_events")
@@ -74,14 +77,10 @@ def _dec(v: Any) -> Any:
     return v
 
 
-def _has_runs(c: Any) -> bool:
-    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
-
-
 def export(index: Any, eval_id: int) -> bytes | None:
     """The bundle of the runs attached to local evaluation ``eval_id``, or None if it has none."""
     c = index.conn()
-    if not _has_runs(c):
+    if not has_runs(c):
         return None
     cur = c.execute("SELECT * FROM runs WHERE eval_id=? AND status!='running'", (eval_id,))
     cols = [d[0] for d in cur.description]
@@ -94,7 +93,7 @@ def export(index: Any, eval_id: int) -> bytes | None:
         for r in runs:
             r[h] = _masked_hparams(r[h])
     doc: dict[str, Any] = {"format": FORMAT, "runs": {"columns": cols, "rows": runs}, "tables": {}}
-    q = ",".join("?" * len(ids))
+    q = placeholders(len(ids))
     for t in _RUN_TABLES:
         cur = c.execute(f"SELECT * FROM {t} WHERE run IN ({q})", ids)
         tcols = [d[0] for d in cur.description]

@@ -41,18 +41,17 @@ import psycopg
 from psycopg import errors as pgerrors
 
 from ..errors import RemoteUnavailable, swallowed
+from ..key import Key, key_of
 from ..store import signing
 from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
 from .deadline import WATCHDOG
 from .pgaccepts import PgAcceptIndex
 from .pgschema import (
-    DATA_COLS as _DATA_COLS,  # noqa: F401 (the tests read these here)
+    DATA_COLS as _DATA_COLS,
     KEY_COLS as _KEY_COLS,
-    LOCK_KEY as _LOCK_KEY,  # noqa: F401
     MARGIN,
     NOW as _NOW,
     ROW_COLUMNS,
-    STEPS as _STEPS,  # noqa: F401
     SUPPORTED as SUPPORTED,  # (X as X: imported from here too, by team/cli.py and the tests)
     TEAM_SCHEMA_VERSION as TEAM_SCHEMA_VERSION,
     TEXT_COLS as _TEXT_COLS,
@@ -75,7 +74,6 @@ from .pgschema import (
     where,
 )
 
-Key = tuple[str, str, str, str]
 Row = dict[str, Any]
 T = TypeVar("T")
 
@@ -324,7 +322,7 @@ class PgIndex(PgAcceptIndex):
             out: dict[Key, Row] = {}
             for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys), prepare=True).fetchall():
                 d = dict(zip(ROW_COLUMNS, r, strict=False))
-                out[(d["fn"], d["code"], d["args"], d["schema"])] = d
+                out[key_of(d)] = d
             return out
         return self._run(work)
 
@@ -401,7 +399,7 @@ class PgIndex(PgAcceptIndex):
         """(owner, key) of every lease (``memolab doctor``: those of dead owners of this host)."""
         rows = self._run(lambda c: c.execute("SELECT owner, fn, code, args, schema FROM memolab_leases").fetchall(),
                          slow=True)
-        return [(r[0], (r[1], r[2], r[3], r[4])) for r in rows]
+        return [(r[0], Key._make(r[1:5])) for r in rows]
 
     def live_leases(self, ttl: float) -> int:
         row = self._run(lambda c: c.execute(f"SELECT count(*) FROM memolab_leases WHERE heartbeat > {_NOW} - %s",
@@ -509,7 +507,7 @@ class PgIndex(PgAcceptIndex):
         out: dict[Key, tuple[int, bool]] = {}
         for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(list(wanted))).fetchall():
             old = dict(zip(ROW_COLUMNS, r, strict=False))
-            k = (old["fn"], old["code"], old["args"], old["schema"])
+            k = key_of(old)
             if not signing.replaces(k, old, wanted[k], recorded[0] if recorded else None):
                 continue
             values = self._values(k, wanted[k])

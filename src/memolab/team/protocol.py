@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Protocol
 
-Key = tuple[str, str, str, str]  # fn, code, args, schema
+from ..key import Key
+
 Row = dict[str, Any]
 Sources = dict[str, tuple[str, str]]  # digest -> (symbol, source text)
 

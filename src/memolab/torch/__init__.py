@@ -32,6 +32,9 @@ def configure(*, rng: str | None = None) -> dict[str, Any]:
     ``rng="exact"``: such a generator counts by its running state, so the key
     changes whenever it has advanced (after every epoch of a shuffling loader).
     A generator passed on its own always counts by its running state.
+
+    Not ``memolab.configure``: torch's hashing policy lives with torch's handlers, which the
+    core never imports (docs/settings.md, "Three configure()s").
     """
     if rng is not None:
         if rng not in _RNG_MODES:

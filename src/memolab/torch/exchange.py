@@ -11,22 +11,22 @@ sending a value to the ranks whose store lacks it).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import pickle
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
-from .. import config, hashing
+from .. import config, errors, hashing
 from ..call import UNSTORED
 from ..distributed import rank_local, settings as distributed_settings
-from ..errors import MemolabWarning, swallowed
+from ..errors import swallowed
 from ..lifecycle import STORE_TROUBLE, drive_sync, lifecycle
 from ..tracking import runs
 
@@ -107,13 +107,8 @@ class Exchange:
 
 
 _exchanges: dict[tuple[int, int, int, int], Exchange | None] = {}
-_warned: set[str] = set()
-
-
-def warn_once(what: str, text: str, stacklevel: int = 4) -> None:
-    if what not in _warned:
-        _warned.add(what)
-        warnings.warn(text, MemolabWarning, stacklevel=stacklevel)
+#: ``errors.warn_once`` for the ranks' exchanges (the default stacklevel: the user's call)
+warn_once = functools.partial(errors.warn_once, scope="torch.exchange")
 
 
 def exchange() -> Exchange | None:

@@ -19,6 +19,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from ..store.inlist import chunks
+from ..store.schema import has_table
+
 __all__ = ["Note", "TAG_RE", "check_tag", "check_note", "add", "remove", "for_runs", "for_evaluations",
            "runs_tagged", "delete_runs", "purge_evaluations"]
 
@@ -54,11 +57,6 @@ def check_note(text: Any, where: str = "note") -> str:
     if not t:
         raise ValueError(f"{where}: the note is empty")
     return t if len(t) <= NOTE_MAX else t[: NOTE_MAX - 1] + "…"
-
-
-def _has_table(c: Any) -> bool:
-    return c.execute("SELECT 1 FROM sqlite_master WHERE name='annotations' UNION ALL "
-                     "SELECT 1 FROM sqlite_temp_master WHERE name='annotations'").fetchone() is not None
 
 
 def insert(c: Any, kind: str, text: str, run: int | None = None, evaluation: int | None = None,
@@ -98,10 +96,9 @@ def remove(index: Any, kind: str, text: str | None = None, run: int | None = Non
 
 def _rows(c: Any, column: str, ids: Sequence[int]) -> Iterable[tuple]:
     ids = list(ids)
-    for i in range(0, len(ids), 500):
-        part = ids[i:i + 500]
+    for q, part in chunks(ids):
         yield from c.execute(f"SELECT {column}, kind, text, time, source, id FROM annotations WHERE {column} IN "
-                             f"({','.join('?' * len(part))}) ORDER BY time, id", part)
+                             f"({q}) ORDER BY time, id", part)
 
 
 def _collect(rows: Iterable[tuple]) -> dict[int, dict[str, list]]:
@@ -118,7 +115,7 @@ def _collect(rows: Iterable[tuple]) -> dict[int, dict[str, list]]:
 
 def for_evaluations(c: Any, eval_ids: Sequence[int]) -> dict[int, dict[str, list]]:
     """eval id -> {"tags": [...], "notes": [Note, ...]} (only those that have any)."""
-    if not eval_ids or not _has_table(c):
+    if not eval_ids or not has_table(c, "annotations"):
         return {}
     return _collect(_rows(c, "evaluation", eval_ids))
 
@@ -126,7 +123,7 @@ def for_evaluations(c: Any, eval_ids: Sequence[int]) -> dict[int, dict[str, list
 def for_runs(c: Any, runs: Sequence[dict[str, Any]]) -> dict[Any, dict[str, list]]:
     """run id -> {"tags", "notes"}: a run's own and its stored evaluation's, for rows of ``query.runs``
     (a row without a run, ``"e12"``, gets its evaluation's)."""
-    if not runs or not _has_table(c):
+    if not runs or not has_table(c, "annotations"):
         return {}
     own = _collect(_rows(c, "run", [r["id"] for r in runs if isinstance(r["id"], int)]))
     evs = _collect(_rows(c, "evaluation", sorted({r["eval_id"] for r in runs if r.get("eval_id") and r.get("stored")})))
@@ -146,7 +143,7 @@ def for_runs(c: Any, runs: Sequence[dict[str, Any]]) -> dict[Any, dict[str, list
 def runs_tagged(c: Any, tag: str) -> dict[str, set]:
     """{"runs": run ids, "evaluations": eval ids} carrying ``tag``."""
     out: dict[str, set] = {"runs": set(), "evaluations": set()}
-    if not _has_table(c):
+    if not has_table(c, "annotations"):
         return out
     for run, ev in c.execute("SELECT run, evaluation FROM annotations WHERE kind='tag' AND text=?", (tag,)):
         if run is not None:
@@ -158,16 +155,15 @@ def runs_tagged(c: Any, tag: str) -> dict[str, set]:
 
 def delete_runs(c: Any, run_ids: list[int]) -> None:
     """Inside the caller's write transaction: the annotations of runs being deleted."""
-    if not _has_table(c):
+    if not has_table(c, "annotations"):
         return
-    for i in range(0, len(run_ids), 500):
-        part = run_ids[i:i + 500]
-        c.execute(f"DELETE FROM annotations WHERE run IN ({','.join('?' * len(part))})", part)
+    for q, part in chunks(run_ids):
+        c.execute(f"DELETE FROM annotations WHERE run IN ({q})", part)
 
 
 def purge_evaluations(c: Any) -> int:
     """Inside the caller's write transaction: the annotations of evaluations no longer stored."""
-    if not _has_table(c):
+    if not has_table(c, "annotations"):
         return 0
     before = c.total_changes
     c.execute("DELETE FROM annotations WHERE evaluation IS NOT NULL AND evaluation NOT IN (SELECT id FROM evaluations)")

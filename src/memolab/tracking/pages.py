@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..store.inlist import placeholders
 from . import query
 
 #: the most rows one page may ask for
@@ -47,7 +48,7 @@ def window(index: Any, fn: str, script: str | None = None, limit: int = 200, off
         where.append("r.script IS NULL")
     if status:
         stored = sorted({"running" if s == "lost" else s for s in status})
-        where.append(f"r.status IN ({','.join('?' * len(stored))})")
+        where.append(f"r.status IN ({placeholders(len(stored))})")
         params += stored
     if tag:
         where.append("(r.id IN (SELECT run FROM annotations WHERE kind='tag' AND text=? AND run IS NOT NULL) OR "

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..store.inlist import chunks, placeholders
 from ..text import mask_args, mask_secrets
 from . import names, notes, schema
 
@@ -292,9 +293,8 @@ def _unrun(c: Any, fn: str | None, limit: int | None, floor: list[float]) -> lis
 
 def _evaluations_of(c: Any, eval_ids: list[int]) -> dict[int, dict[str, Any]]:
     out = {}
-    for i in range(0, len(eval_ids), 500):
-        chunk = eval_ids[i:i + 500]
-        for r in c.execute(f"{_EV_SQL} WHERE e.id IN ({','.join('?' * len(chunk))})", chunk):
+    for q, chunk in chunks(eval_ids):
+        for r in c.execute(f"{_EV_SQL} WHERE e.id IN ({q})", chunk):
             out[r[0]] = dict(zip(_EV_COLS, r, strict=False))
     return out
 
@@ -313,7 +313,7 @@ def _runs(index: Any, fn: str | None, ids: Sequence[int] | None, limit: int | No
     elif script == "":
         where.append("script IS NULL")
     if ids is not None:
-        where.append(f"id IN ({','.join('?' * len(ids))})")
+        where.append(f"id IN ({placeholders(len(ids))})")
         params.extend(ids)
     sql = f"SELECT {','.join(_RUN_COLS)} FROM runs"
     if where:
@@ -401,9 +401,7 @@ def _result(snap: dict[str, Any]) -> str | None:
 def _final_metrics(c: Any, ids: list[int]) -> dict[int, dict[str, float | None]]:
     """run -> {tag: last value}: read from ``scalar_tags``, never from the points."""
     out: dict[int, dict[str, float | None]] = {}
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        q = ",".join("?" * len(chunk))
+    for q, chunk in chunks(ids):
         for run, tag, v in c.execute(f"SELECT run, tag, last_value FROM scalar_tags WHERE run IN ({q})", chunk):
             out.setdefault(run, {})[tag] = _f(v)
     return out
@@ -423,7 +421,7 @@ def tags(index: Any, run_ids: Iterable[int]) -> dict[str, list[str]]:
     if not ids:
         return out
     c = _conn(index)
-    q = ",".join("?" * len(ids))
+    q = placeholders(len(ids))
     out["scalar"] = [t for (t,) in c.execute(f"SELECT DISTINCT tag FROM scalar_tags WHERE run IN ({q}) ORDER BY tag", ids)]
     for kind, tag in c.execute(f"SELECT DISTINCT kind, tag FROM log_events WHERE run IN ({q}) ORDER BY tag", ids):
         out.setdefault(kind, []).append(tag)
@@ -531,10 +529,9 @@ def hparams(index: Any, fn: str, script: str | None = None) -> dict[str, Any]:
     rs = [r for r in runs(index, fn, script=script) if isinstance(r["id"], int)]
     metrics: dict[int, dict[str, Any]] = {}
     if rs:
-        ids = [r["id"] for r in rs]
-        q = ",".join("?" * len(ids))
-        for run, tag, v in _conn(index).execute(f"SELECT run, tag, last_value FROM scalar_tags WHERE run IN ({q})", ids):
-            metrics.setdefault(run, {})[tag] = _f(v)
+        for q, ids in chunks([r["id"] for r in rs]):
+            for run, tag, v in _conn(index).execute(f"SELECT run, tag, last_value FROM scalar_tags WHERE run IN ({q})", ids):
+                metrics.setdefault(run, {})[tag] = _f(v)
     hp_keys = sorted({k for r in rs for k in r["hparams"]})
     m_keys = sorted({k for m in metrics.values() for k in m})
     rows = [{"id": r["id"], "status": r["status"], "eval_id": r["eval_id"], "code": r["code"], "name": r.get("name"),

@@ -22,6 +22,8 @@ from ..errors import swallowed
 
 # moved to the store, which weighs logs when it plans a gc; still importable from here
 from ..store.gcplan import log_bytes  # noqa: F401
+from ..store.inlist import chunks
+from ..store.schema import has_runs
 from . import notes as _notes
 
 _LOG_TABLES = ("scalars", "scalar_tags", "scalar_blocks", "log_events")
@@ -36,15 +38,9 @@ class Purged(NamedTuple):
         return Purged(self.runs + other.runs, self.points + other.points)
 
 
-def _has_runs(c: Any) -> bool:
-    return c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='runs'").fetchone() is not None
-
-
 def _delete(c: Any, ids: list[int]) -> Purged:
     points = 0
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        q = ",".join("?" * len(chunk))
+    for q, chunk in chunks(ids):
         for t in ("scalars", "log_events"):  # counted by primary-key range, not by scanning
             points += c.execute(f"SELECT COUNT(*) FROM {t} WHERE run IN ({q})", chunk).fetchone()[0]
         for t in _LOG_TABLES:
@@ -70,7 +66,7 @@ def _finished_runs(c: Any, fn: str | None) -> list[dict]:
 def purge_counts(index: Any, fn: str | None = None) -> Purged:
     """Delete the finished runs (and logs) of ``fn``, or of every function."""
     with index.write() as c:
-        if not _has_runs(c):
+        if not has_runs(c):
             return Purged()
         return _delete(c, [r["id"] for r in _finished_runs(c, fn)])
 
@@ -84,7 +80,7 @@ def purge_orphans_counts(index: Any) -> Purged:
     """Delete runs (and logs) whose evaluation no longer exists."""
     with index.write() as c:
         _notes.purge_evaluations(c)  # an evaluation's notes and tags live as long as it does
-        if not _has_runs(c):
+        if not has_runs(c):
             return Purged()
         ids = [r[0] for r in c.execute(
             "SELECT id FROM runs WHERE eval_id IS NOT NULL AND eval_id NOT IN (SELECT id FROM evaluations)")]
@@ -100,7 +96,7 @@ def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> list[d
     """Finished runs with no stored evaluation (process runs, failed and lost runs) last written
     more than ``older_than`` seconds ago: what ``gc --older-than`` drops besides evaluations."""
     c = index.conn()
-    if not _has_runs(c):
+    if not has_runs(c):
         return []
     stored = {r[0] for r in c.execute("SELECT id FROM evaluations")}
     cutoff = time.time() - older_than
@@ -119,7 +115,7 @@ def delete_runs(index: Any, ids: list[int]) -> Purged:
     if not ids:
         return Purged()
     with index.write() as c:
-        if not _has_runs(c):
+        if not has_runs(c):
             return Purged()
         finished = {r["id"] for r in _finished_runs(c, None)}
         return _delete(c, [i for i in ids if i in finished])
@@ -128,12 +124,10 @@ def delete_runs(index: Any, ids: list[int]) -> Purged:
 def log_points(index: Any, run_ids: list[int]) -> int:
     """How many log points these runs hold (for a dry run)."""
     c = index.conn()
-    if not _has_runs(c) or not run_ids:
+    if not has_runs(c) or not run_ids:
         return 0
     n = 0
-    for i in range(0, len(run_ids), 500):
-        chunk = run_ids[i:i + 500]
-        q = ",".join("?" * len(chunk))
+    for q, chunk in chunks(run_ids):
         for t in ("scalars", "log_events"):
             n += c.execute(f"SELECT COUNT(*) FROM {t} WHERE run IN ({q})", chunk).fetchone()[0]
     return n
@@ -154,7 +148,7 @@ def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> in
     for tbl, name in c.execute("SELECT tbl_name, name FROM sqlite_master WHERE type IN ('table', 'index')"):
         by_table[tbl] = by_table.get(tbl, 0) + int(pages.get(name) or 0)
     plan = [("evaluations", "id", eval_ids)]
-    if _has_runs(c):
+    if has_runs(c):
         plan += [("runs", "id", run_ids)] + [(t, "run", run_ids) for t in _LOG_TABLES]
     total = 0.0
     for table, col, ids in plan:
@@ -165,9 +159,7 @@ def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> in
         if not rows:
             continue
         going = 0
-        for i in range(0, len(ids), 500):
-            chunk = ids[i:i + 500]
-            going += c.execute(f"SELECT COUNT(*) FROM {table} WHERE {col} IN ({','.join('?' * len(chunk))})",
-                               chunk).fetchone()[0]
+        for q, chunk in chunks(ids):
+            going += c.execute(f"SELECT COUNT(*) FROM {table} WHERE {col} IN ({q})", chunk).fetchone()[0]
         total += size * going / rows
     return int(total)

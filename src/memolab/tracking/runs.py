@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import config as _config
 from ..errors import swallowed
+from ..key import Key
 from ..store.process import in_kernel, script_path
 from ..text import mask_secrets
 from . import output as _output, sink as _sink, system as _system
@@ -158,7 +159,7 @@ def _config_items(v: Any) -> list | None:
     return None
 
 
-def begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], store: Any) -> tuple[Run, Any] | None:
+def begin(fn: str, key: Key, arguments: dict[str, Any], store: Any) -> tuple[Run, Any] | None:
     """Start a run for a computation of ``fn``; returns the handle ``end`` needs.
 
     Logging must never stop a computation: if the run cannot be set up (say the
@@ -172,7 +173,7 @@ def begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], st
         return None
 
 
-def _begin(fn: str, key: tuple[str, str, str, str], arguments: dict[str, Any], store: Any) -> tuple[Run, Any]:
+def _begin(fn: str, key: Key, arguments: dict[str, Any], store: Any) -> tuple[Run, Any]:
     s = _sink.sink_for(store.index)
     parent = _current.get()
     fields = {
@@ -247,7 +248,7 @@ class Rider:
 
     __slots__ = ("run", "key", "start", "done")
 
-    def __init__(self, run: Run, key: tuple[str, str, str, str]) -> None:
+    def __init__(self, run: Run, key: Key) -> None:
         self.run = run
         self.key = key
         self.start: tuple | None = None
@@ -279,7 +280,7 @@ class Rider:
             s._lock.release()
 
 
-def rider(handle: tuple[Run, Any] | None, key: tuple[str, str, str, str]) -> Rider | None:
+def rider(handle: tuple[Run, Any] | None, key: Key) -> Rider | None:
     return None if handle is None else Rider(handle[0], key)
 
 

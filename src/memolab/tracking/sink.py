@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import math
 import os
 import threading
 import time
@@ -450,7 +449,3 @@ if hasattr(os, "register_at_fork"):
 
 _beats.ticker = ensure_ticking
 tickers.append(_beats.beat_due)
-
-
-def finite_or_none(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else x

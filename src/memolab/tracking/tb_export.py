@@ -498,7 +498,3 @@ def _write_experiment(out: Path, manifest: dict[str, Any]) -> str | None:
     for f in stale:
         f.unlink(missing_ok=True)
     return chosen
-
-
-def is_nan(x: float) -> bool:
-    return isinstance(x, float) and math.isnan(x)

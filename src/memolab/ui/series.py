@@ -27,6 +27,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..store.inlist import chunks, placeholders
 from ..tracking import query, schema
 
 #: a series of at least this many blocks is summarised from them, whatever the chart's width
@@ -104,7 +105,7 @@ def blocks_per_bucket(n: int, ordered: bool, px: int) -> int:
 
 def _from_blocks(c: Any, runs: Sequence[int], tag: str, k: int) -> list[tuple]:
     # one query for every run of a sweep whose series have the same length (the common case)
-    q = ",".join("?" * len(runs))
+    q = placeholders(len(runs))
     if k == 1:  # a bucket per block: nothing to group
         return c.execute(
             f"SELECT run, step_min, {WALL.format('wall_sum / n')}, {FINITE.format('value_sum / NULLIF(value_n, 0)')},"
@@ -169,16 +170,15 @@ def batch(index: Any, runs: Sequence[int], tags: Sequence[str] | None, px: int,
     if not runs:
         return out
     metas: list[tuple[Any, ...]] = []
-    for i in range(0, len(runs), 500):
-        chunk = list(runs[i:i + 500])
+    for q, chunk in chunks(runs):
         sql = (f"SELECT run, tag, n, ordered, first_step, last_step, last_value, last_wall FROM scalar_tags"
-               f" WHERE run IN ({','.join('?' * len(chunk))})")
+               f" WHERE run IN ({q})")
         params: list[Any] = chunk
         if tags is not None:
-            sql += f" AND tag IN ({','.join('?' * len(tags))})"
+            sql += f" AND tag IN ({placeholders(len(tags))})"
             params = params + list(tags)
         if skip:  # the page holds these already (the charts in view, asked for first)
-            sql += f" AND tag NOT IN ({','.join('?' * len(skip))})"
+            sql += f" AND tag NOT IN ({placeholders(len(skip))})"
             params = params + list(skip)
         metas.extend(c.execute(sql, params))
     # whole series summarised from blocks, grouped by tag and bucket size: 20 queries for a
@@ -194,8 +194,7 @@ def batch(index: Any, runs: Sequence[int], tags: Sequence[str] | None, px: int,
         else:
             rest.append(m)
     for (tag, k), ms in grouped.items():
-        for i in range(0, len(ms), 500):
-            part = ms[i:i + 500]
+        for _, part in chunks(ms):  # (``_from_blocks`` makes its own list)
             rows: dict[int, list[tuple]] = {}
             for r in _from_blocks(c, [m[0] for m in part], tag, k):
                 rows.setdefault(r[0], []).append(r[1:])
@@ -229,9 +228,8 @@ def _exact(v: float) -> Any:
 def point_count(index: Any, runs: Sequence[int], tag: str) -> int:
     c = query.ready(index)
     n = 0
-    for i in range(0, len(runs), 500):
-        part = list(runs[i:i + 500])
-        (k,) = c.execute(f"SELECT COALESCE(SUM(n), 0) FROM scalar_tags WHERE tag=? AND run IN ({','.join('?' * len(part))})",
+    for q, part in chunks(runs):
+        (k,) = c.execute(f"SELECT COALESCE(SUM(n), 0) FROM scalar_tags WHERE tag=? AND run IN ({q})",
                          (tag, *part)).fetchone()
         n += k
     return n
@@ -272,9 +270,7 @@ def metric_stats(index: Any, fn: str, minmax: bool = False,
     out: dict[str, dict[str, list[Any]]] = {}
     if runs is None:  # (``runs``: those the page shows; else every run of ``fn``)
         runs = [r for (r,) in c.execute("SELECT id FROM runs WHERE fn=?", (fn,))]
-    for i in range(0, len(runs), 500):
-        part = runs[i:i + 500]
-        q = ",".join("?" * len(part))
+    for q, part in chunks(runs):
         for run, tag, last, n in c.execute(f"SELECT run, tag, last_value, n FROM scalar_tags WHERE run IN ({q})", part):
             out.setdefault(str(run), {})[tag] = [_f(last), None, None, n]
         if not minmax:

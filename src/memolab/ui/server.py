@@ -48,6 +48,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
 from ..cli.ids import short_length
+from ..key import key_of
 from ..store import edges
 from ..text import mask_args
 from ..tracking import pages, query
@@ -387,8 +388,7 @@ def _evaluation(index: Any, eid: int) -> dict[str, Any]:
     return {"id": e["id"], "fn": e["fn"], "code": e["code"], "status": e["status"], "finished": e["finished"],
             "duration": e["duration"], "hits": e["hits"], "size": e["size"], "arguments": shown,
             "result": snap.get("result_summary") or snap.get("result"),
-            "inputs": edges.inputs_of(index, e), "used_by": edges.used_by(index, (e["fn"], e["code"], e["args"],
-                                                                                   e["schema"]))}
+            "inputs": edges.inputs_of(index, e), "used_by": edges.used_by(index, key_of(e))}
 
 
 def _diff(index: Any, a: str, b: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..key import key_of
 from ..store import edges, marks
 from ..text import mask_args
 from ..tracking import notes, query
@@ -52,7 +53,7 @@ def run_page(index: Any, run_id: int) -> dict[str, Any]:
             marks = notes.as_json(notes.for_evaluations(c, [e["id"]]).get(e["id"]))
             out["evaluation"]["run_tags"], out["evaluation"]["notes"] = marks["tags"], marks["notes"]
             out["lineage"] = {"inputs": edges.inputs_of(index, e),
-                              "used_by": edges.used_by(index, (e["fn"], e["code"], e["args"], e["schema"]))}
+                              "used_by": edges.used_by(index, key_of(e))}
     return out
 
 

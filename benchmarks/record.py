@@ -1,0 +1,89 @@
+"""Run one benchmark script and keep what it printed as JSON: ``benchmarks/results/<script>.json``.
+
+    python benchmarks/record.py hit_overhead.py --mb 20 --rounds 3
+
+Every script here prints its results as Markdown tables (median, min–max over rounds, and the
+ratio to its peer measured in the same run). This runs the script with its arguments, passes its
+output through, and writes each table (the line above it as its title, its header, its rows, cell
+by cell as printed) with the command, the date and the machine. The README's performance table is
+generated from these files (``benchmarks/readme_table.py``), so a figure there is one a benchmark
+printed, never one typed in. The figures come from a shared, loaded 2-core machine: compare the
+ratios (each measured against a peer in the same run), not the absolute times.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+MACHINE = ("a shared 2-core development machine, other jobs running: read the ratios (each against a "
+           "peer in the same run), not the absolute times")
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def notes(text: str) -> list[str]:
+    """The lines of ``text`` outside its tables (what a script says about its run: threads, load)."""
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("|")]
+
+
+def tables(text: str) -> list[dict[str, object]]:
+    """The Markdown tables of ``text``: title (the last non-empty line above), header, rows."""
+    out: list[dict[str, object]] = []
+    lines = text.splitlines()
+    i, title = 0, ""
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|") and i + 1 < len(lines) and set(lines[i + 1].replace("|", "").strip()) <= set("-: "):
+            header, rows = cells(line), []
+            i += 2
+            while i < len(lines) and lines[i].startswith("|"):
+                rows.append(cells(lines[i]))
+                i += 1
+            out.append({"title": title, "header": header, "rows": rows})
+            title = ""
+            continue
+        if line.strip():
+            title = line.strip()
+        i += 1
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 2
+    script, args = sys.argv[1], sys.argv[2:]
+    path = HERE / script
+    proc = subprocess.Popen([sys.executable, str(path), *args], stdout=subprocess.PIPE, text=True,
+                            cwd=str(HERE.parent), env=dict(os.environ))
+    printed = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        printed.append(line)
+    rc = proc.wait()
+    if rc:
+        print(f"record.py: {script} exited {rc}; nothing written", file=sys.stderr)
+        return rc
+    text = "".join(printed)
+    doc = {"script": f"benchmarks/{script}", "command": " ".join(["python", f"benchmarks/{script}", *args]),
+           "recorded": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d"),
+           "machine": MACHINE, "python": platform.python_version(), "tables": tables(text), "notes": notes(text)}
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{path.stem}.json"
+    out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    print(f"record.py: wrote {out.relative_to(HERE.parent)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
