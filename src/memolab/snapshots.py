@@ -13,8 +13,10 @@ that restored (or took) a snapshot once restores it offline from its own store.
 and ``snapshot_blobs`` the blobs it holds: ``gc`` never collects a blob a recorded snapshot
 holds. A snapshot record goes (and then its blobs, unless something else holds them) only when
 it is unnamed and was neither taken nor restored here for ``RECENT`` seconds (30 days); a named
-one (``--name``) stays until ``memolab snapshot --forget DIGEST``. Team gc spares the blobs of
-the snapshots recorded on the machine that runs it (the team index records none).
+one (``--name``) stays until ``memolab snapshot --forget DIGEST``. With a team store the snapshot
+is recorded on the team index too (team schema 3, ``team.pgmarks``): team gc on any machine spares
+its blobs, and lets go of the team's record by the same rule (used: taken, or restored from the
+team); team gc also spares the blobs of the snapshots recorded on the machine that runs it.
 
 **Safety.** Taking a snapshot reads only: symbolic links and special files in it are refused,
 naming them (a link's target is not the folder's content, and it may point anywhere). Restoring
@@ -38,11 +40,12 @@ from typing import Any
 
 from . import config
 from .store import Store, get_store
+from .store.marks import SNAPSHOT_RECENT
 
-__all__ = ["snapshot", "restore", "RECENT", "SnapshotError"]
+__all__ = ["snapshot", "restore", "forget", "RECENT", "SnapshotError"]
 
 #: an unnamed snapshot neither taken nor restored here for this long is let go by gc
-RECENT = 30 * 86400.0
+RECENT = SNAPSHOT_RECENT
 _FORMAT = "memolab-snapshot/1"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _KEY_FN = "memolab.snapshot"  # the lease a snapshot in progress holds: gc spares its fresh blobs
@@ -125,7 +128,7 @@ def snapshot(path: str | os.PathLike[str], *, name: str | None = None, store: An
         _record(local, digest, size, manifest, name=name, source=str(src.resolve()))
     finally:
         local.index.release(lease, owner)
-    _upload(s, local, digest, size, manifest)
+    _upload(s, local, digest, size, manifest, name)
     return digest
 
 
@@ -156,7 +159,22 @@ def _record(local: Store, digest: str, size: int, manifest: dict[str, Any], name
                       [(digest, d) for d, _ in blobs])
 
 
-def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, Any]) -> None:
+def _team_record(link: Any, digest: str, size: int, manifest: dict[str, Any], name: str | None) -> bool:
+    """Record the snapshot on the team index (team schema 3: team gc on any machine keeps its blobs;
+    a snapshot recorded already is marked used now); whether the team index holds snapshots."""
+    from .team.keeps import of
+
+    def work() -> bool:
+        m = of(link.index)
+        if not m.marks_supported:
+            return False
+        m.record_snapshot(digest, size, manifest["kind"], {f["blob"] for f in manifest["files"]},
+                          len(manifest["files"]), sum(f["size"] for f in manifest["files"]), name)
+        return True
+    return bool(link.attempt(work))
+
+
+def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, Any], name: str | None) -> None:
     link = getattr(s, "link", None)
     if link is None:
         return
@@ -164,7 +182,18 @@ def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, An
 
     items = [(f["blob"], local.blobs.path(f["blob"])) for f in manifest["files"]] + [(digest, local.blobs.path(digest))]
     try:
+        # recorded first, then uploaded: a team gc either read the record (and keeps the blobs) or
+        # finished deleting before it (and the upload puts back what is missing): team.pgmarks
+        recorded = _team_record(link, digest, size, manifest, name)
         link.attempt(lambda: link.blobs.put_many(list(dict(items).items())))
+        if not recorded:
+            import warnings
+
+            from .errors import MemolabWarning
+
+            warnings.warn(f"memolab: snapshot {digest[:12]} uploaded, but the team index predates shared snapshots "
+                          "(schema < 3): a team gc run on a machine that has not taken or restored it may delete its "
+                          "blobs; run `memolab remote upgrade`", MemolabWarning, stacklevel=3)
     except Offline as e:
         import warnings
 
@@ -307,8 +336,46 @@ def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrit
         import logging
 
         logging.getLogger("memolab").debug("snapshot %s not recorded: %r", digest[:12], e)
-    del from_team
+    if from_team:
+        _touch_team(s, digest)
     return dest
+
+
+def _touch_team(s: Any, digest: str) -> None:
+    """A snapshot restored from the team is used: team gc lets go only unnamed ones unused for RECENT."""
+    from .team.keeps import of
+    from .team.link import Offline
+
+    link = s.link
+    try:
+        link.attempt(lambda: of(link.index).touch_snapshot(digest) if of(link.index).marks_supported else False)
+    except Offline as e:
+        import logging
+
+        logging.getLogger("memolab").debug("snapshot %s: team record not marked used: %r", digest[:12], e)
+
+
+def forget(digest: str, *, store: Any = None) -> dict[str, Any]:
+    """Let snapshot ``digest`` go here and on the team index (``memolab snapshot --forget``): gc, and
+    team gc, may then collect its blobs (those nothing else holds). ``{"here": bool, "team": bool or
+    None (no team store) or "unreachable"}``."""
+    digest = str(digest).strip().lower()
+    s = _store(store)
+    local: Store = getattr(s, "local", s)
+    with local.index.write() as c:
+        here = c.execute("DELETE FROM snapshots WHERE digest=?", (digest,)).rowcount > 0
+        c.execute("DELETE FROM snapshot_blobs WHERE snapshot=?", (digest,))
+    team: Any = None
+    link = getattr(s, "link", None)
+    if link is not None:
+        from .team.keeps import of
+        from .team.link import Offline
+
+        try:
+            team = bool(link.attempt(lambda: of(link.index).forget_snapshot(digest)))
+        except Offline:
+            team = "unreachable"
+    return {"here": here, "team": team}
 
 
 def _folder(p: Path) -> None:
