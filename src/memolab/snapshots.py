@@ -39,10 +39,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import config
+from .files import Dir, File
 from .store import Store, get_store
 from .store.marks import SNAPSHOT_RECENT
 
-__all__ = ["snapshot", "restore", "forget", "RECENT", "SnapshotError"]
+__all__ = ["snapshot", "restore", "forget", "restore_missing", "RECENT", "SnapshotError"]
 
 #: an unnamed snapshot neither taken nor restored here for this long is let go by gc
 RECENT = SNAPSHOT_RECENT
@@ -279,15 +280,19 @@ def _fetch(s: Any, blobs: list[tuple[str, int]]) -> None:
 
 
 def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
-            store: Any = None) -> Path:
+            store: Any = None, kind: str | None = None) -> Path:
     """Give snapshot ``digest`` back at ``path`` (default: its original name in the working
-    directory), verified: from the local store, else from the team store. The path written."""
+    directory), verified: from the local store, else from the team store. The path written.
+    ``kind`` ('file', 'folder'): refused, writing nothing, if the snapshot is of another kind."""
     digest = str(digest).strip().lower()
     if not _DIGEST.match(digest):
         raise SnapshotError(f"{digest!r} is not a snapshot digest (64 hexadecimal digits, as `memolab snapshot` prints)")
     s = _store(store)
     local: Store = getattr(s, "local", s)
     manifest, size, from_team = _manifest(s, local, digest)
+    if kind is not None and manifest["kind"] != kind:
+        raise SnapshotError(f"snapshot {digest[:12]} is a {manifest['kind']}, not a {kind}; nothing restored"
+                            + (" (a folder's snapshot goes with memolab.Dir)" if kind == "file" else ""))
     files = manifest["files"]
     missing = []
     for f in files:
@@ -318,6 +323,8 @@ def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrit
     from .progress import Bar
 
     if manifest["kind"] == "file":
+        if not dest.parent.exists():
+            dest.parent.mkdir(parents=True)
         _write(local, files[0], dest, overwrite)
     else:
         _folder(dest)
@@ -419,10 +426,50 @@ def _write(local: Store, f: dict[str, Any], target: Path, overwrite: bool) -> No
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(tmp, target)
+        if st is None and not overwrite:
+            _place_new(tmp, target, data)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _place_new(tmp: Path, target: Path, data: Any) -> None:
+    """``tmp`` onto ``target``, which was missing: a hard link fails where a file appeared since
+    (the user's, written meanwhile, is never replaced); a file system without hard links gets a
+    rename after one more look."""
+    try:
+        os.link(tmp, target, follow_symlinks=False)
+    except FileExistsError:
+        if target.is_symlink() or not target.is_file() or target.read_bytes() != bytes(data):
+            raise SnapshotError(f"{target}: appeared with other content while it was restored; nothing written "
+                                "there") from None
+    except OSError:  # no hard links here (FAT, some network file systems)
+        if os.path.lexists(target):
+            raise SnapshotError(f"{target}: appeared while it was restored; nothing written there") from None
+        os.replace(tmp, target)
+        return
+    tmp.unlink()
+
+
+_KINDS = {File: "file", Dir: "folder"}
+
+
+def restore_missing(arg: File | Dir, overwrite: bool = False, keying: bool = False) -> None:
+    """``File.restore``/``Dir.restore``, and what keying a ``File(path, snapshot=D)`` whose path is
+    missing calls (``keying``: a failure is the argument's ``HashError``, naming it)."""
+    try:
+        if not arg.snapshot:
+            raise SnapshotError(f"{arg!r} names no snapshot (snapshot=DIGEST, as `memolab snapshot` prints)")
+        restore(arg.snapshot, arg.path, overwrite=overwrite, kind=_KINDS[type(arg)])
+    except SnapshotError as e:
+        if not keying:
+            raise
+        from .errors import HashError
+
+        raise HashError(f"{arg!r}: {arg.path} does not exist and could not be restored from its snapshot: {e}",
+                        "", arg) from None
 
 
 # -- gc ---------------------------------------------------------------------------------------
