@@ -35,6 +35,8 @@ import re
 import stat
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -49,6 +51,10 @@ __all__ = ["snapshot", "restore", "forget", "restore_missing", "RECENT", "Snapsh
 RECENT = SNAPSHOT_RECENT
 _FORMAT = "memolab-snapshot/1"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
+#: files stored or written at once (their fsyncs overlap), those under ``THREADED_MAX`` bytes (a
+#: file is read whole while it is stored: larger ones go one at a time)
+IO_THREADS = 8
+THREADED_MAX = 32 << 20
 _KEY_FN = "memolab.snapshot"  # the lease a snapshot in progress holds: gc spares its fresh blobs
 
 
@@ -111,16 +117,24 @@ def snapshot(path: str | os.PathLike[str], *, name: str | None = None, store: An
                                         "files": [{"path": "", "blob": d, "size": n, "exec": _exec(st.st_mode)}]}
         elif stat.S_ISDIR(st.st_mode):
             files, empty = _files(src)
-            entries = []
             from .progress import Bar
 
-            with Bar(f"snapshot {src.name}", sum(p.stat().st_size for _, p, _ in files), unit="B") as bar:
-                for i, (rel, p, mode) in enumerate(files):
-                    d, n = _put_file(local, p)
-                    bar.update(n)
-                    entries.append({"path": rel, "blob": d, "size": n, "exec": _exec(mode)})
-                    if i % 64 == 63:
+            sizes = [p.stat().st_size for _, p, _ in files]
+            got: list[tuple[str, int]] = [("", 0)] * len(files)
+            with Bar(f"snapshot {src.name}", sum(sizes), unit="B") as bar, ThreadPoolExecutor(IO_THREADS) as pool:
+                # small files at once: each blob's writes are fsynced (file and folder), a wait on the
+                # disk that threads overlap (the GIL is released); a large file alone (read whole)
+                small = [i for i, n in enumerate(sizes) if n < THREADED_MAX]
+                large = [i for i, n in enumerate(sizes) if n >= THREADED_MAX]
+                put = chain(pool.map(lambda i: _put_file(local, files[i][1]), small),
+                            (_put_file(local, files[i][1]) for i in large))  # (lazy: heartbeats as it goes)
+                for k, (i, r) in enumerate(zip(small + large, put, strict=True)):
+                    got[i] = r
+                    bar.update(r[1])
+                    if k % 64 == 63:
                         local.index.heartbeat([(lease, owner)])
+            entries = [{"path": rel, "blob": d, "size": n, "exec": _exec(mode)}
+                       for (rel, _, mode), (d, n) in zip(files, got, strict=True)]
             manifest = {"format": _FORMAT, "kind": "folder", "name": src.name, "files": entries, "folders": empty}
         else:
             raise SnapshotError(f"{src}: not a regular file or folder")
@@ -330,13 +344,20 @@ def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrit
         _folder(dest)
         for rel in manifest.get("folders", []):
             _folder_below(dest, PurePosixPath(rel))
-        with Bar(f"restore {dest.name}", sum(f["size"] for f in files), unit="B") as bar:
-            for f in files:
-                rel = PurePosixPath(f["path"])
-                if len(rel.parts) > 1:
-                    _folder_below(dest, rel.parent)
-                _write(local, f, dest.joinpath(*rel.parts), overwrite)
-                bar.update(f["size"])
+        made: set[PurePosixPath] = set()
+        for f in files:  # the folders first, one by one (each checked: a link is never followed)
+            rel = PurePosixPath(f["path"])
+            if len(rel.parts) > 1 and rel.parent not in made:
+                _folder_below(dest, rel.parent)
+                made.add(rel.parent)
+        with Bar(f"restore {dest.name}", sum(f["size"] for f in files), unit="B") as bar, \
+                ThreadPoolExecutor(IO_THREADS) as pool:
+            def one(f: dict[str, Any]) -> int:
+                _write(local, f, dest.joinpath(*PurePosixPath(f["path"]).parts), overwrite)
+                return int(f["size"])
+            small = [f for f in files if f["size"] < THREADED_MAX]
+            for n in chain(pool.map(one, small), (one(f) for f in files if f["size"] >= THREADED_MAX)):
+                bar.update(n)
     try:
         _record(local, digest, size, manifest, name=None, source=None)  # here now: offline next time, kept by gc
     except Exception as e:  # a read-only store: restored all the same
