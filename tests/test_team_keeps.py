@@ -12,6 +12,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 
 import psycopg
 import pytest
@@ -62,6 +64,19 @@ def test_an_older_team_index_gains_shared_marks_by_upgrade_and_a_late_mark_wins(
         assert ix.unkeep([KEY]) == 1 and ix.forget_snapshot("cd" * 32) and ix.snapshot_blobs() == set()
         ix.delete_evaluations([r["id"] for r in plan])
         assert ix.lookup(KEY) is None
+        # a snapshot recorded while team gc deletes blobs waits for it to finish (then uploads)
+        with pg.PgIndex(postgres_dsn) as other, psycopg.connect(postgres_dsn, autocommit=True) as c:
+            with ix.gc_lock():
+                t = threading.Thread(target=other.record_snapshot, args=("ef" * 32, 5, "file", ["ab" * 32], 1, 10))
+                t.start()
+                deadline = time.monotonic() + 30
+                while not c.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                                    ).fetchone()[0]:
+                    assert time.monotonic() < deadline, "the record never waited for the gc lock"
+                    time.sleep(0.01)
+                assert ix.snapshot_blobs() == set()  # not recorded while gc holds the lock
+            t.join(30)
+            assert not t.is_alive() and ix.snapshot_blobs() == {"ab" * 32, "ef" * 32}
 
 
 JOB = '''
@@ -129,8 +144,9 @@ def test_team_gc_on_another_machine_keeps_what_one_machine_kept_and_snapshotted(
     assert (r["evaluations"], r["kept_evaluations"]) == (2, 4), r
     rows, _ = team()
     assert sorted(fn for fn, _ in rows) == ["kept"] * 3 + ["plain"], rows
-    listed = set(run("B", "-c", "import memolab.team.link as l, memolab.config as c; r = c.remote(); "
-                                "print('\\n'.join(d for d, _, _ in l.open_remote_blobs(r[1], 5).list()))").split())
+    from memolab.team.link import open_remote_blobs
+
+    listed = {d for d, _, _ in open_remote_blobs(pg_team.env["MEMOLAB_REMOTE_BLOBS"], 30).list()}
     assert {p for _, p in rows} | held <= listed  # every kept row's and snapshot's blob is still there
     # B restores the snapshot bitwise and hits every kept result without computing
     run("B", "-m", "memolab", "restore", digest, str(tmp_path / "b1"))
