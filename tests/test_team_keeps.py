@@ -96,7 +96,15 @@ def plain(n):
     return bytes([n]) * 60000
 
 
+@memolab.memo(keep=True)
+def files_in(folder: memolab.Dir) -> int:  # keyed by the folder's content, wherever it is
+    with open(os.environ["CALLS"], "a") as fh:
+        fh.write(f"{os.environ['MACHINE']} files_in\\n")
+    return sum(len(names) for _, _, names in os.walk(folder))
+
+
 print(sum(len(kept(int(a))) + len(plain(int(a))) for a in sys.argv[1:]))
+print(files_in(memolab.Dir("data", snapshot=os.environ["SNAP"])))
 '''
 
 
@@ -113,9 +121,9 @@ def test_team_gc_on_another_machine_keeps_what_one_machine_kept_and_snapshotted(
                  MEMOLAB_INLINE_MAX="0", **pg_team.env)
         return e
 
-    def run(machine, *args):
-        cp = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env(machine), capture_output=True, text=True,
-                            timeout=180)
+    def run(machine, *args, cwd=tmp_path, snap=""):
+        cp = subprocess.run([sys.executable, *args], cwd=cwd, env={**env(machine), "SNAP": snap}, capture_output=True,
+                            text=True, timeout=180)
         assert cp.returncode == 0, cp.stderr
         return cp.stdout
 
@@ -129,30 +137,33 @@ def test_team_gc_on_another_machine_keeps_what_one_machine_kept_and_snapshotted(
             blobs = {r[0] for r in c.execute("SELECT digest FROM memolab_snapshot_blobs")}
         return rows, blobs
 
-    run("A", "job.py", "1", "2", "3")  # kept(1..3) marked as they are stored; plain(1..3) not
+    digest = run("A", "-m", "memolab", "snapshot", str(tmp_path / "data")).strip()
+    assert run("A", "job.py", "1", "2", "3", snap=digest).split()[1] == "64"  # kept(1..3) marked as stored
     with sqlite3.connect(tmp_path / "store-A" / "index.sqlite") as c:
         plain_ids = [i for (i,) in c.execute("SELECT id FROM evaluations WHERE fn LIKE '%plain' ORDER BY id")]
     out = run("A", "-m", "memolab", "keep", f"#{plain_ids[0]}")  # plain(1) by hand
     assert "kept on the team index too" in out, out
-    digest = run("A", "-m", "memolab", "snapshot", str(tmp_path / "data")).strip()
     run("A", "-m", "memolab", "sync")
     rows, held = team()
-    assert sorted(fn for fn, _ in rows) == ["kept"] * 3 + ["plain"] * 3 and len(held) > 50
+    assert sorted(fn for fn, _ in rows) == ["files_in"] + ["kept"] * 3 + ["plain"] * 3 and len(held) > 50
     # B has never seen any of it: its store holds no mark and no snapshot
     (tmp_path / "store-B").mkdir()
     r = gc_on_b("--older-than", "0s", "--max-size", "1KB")
-    assert (r["evaluations"], r["kept_evaluations"]) == (2, 4), r
+    assert (r["evaluations"], r["kept_evaluations"]) == (2, 5), r
     rows, _ = team()
-    assert sorted(fn for fn, _ in rows) == ["kept"] * 3 + ["plain"], rows
+    assert sorted(fn for fn, _ in rows) == ["files_in"] + ["kept"] * 3 + ["plain"], rows
     from memolab.team.link import open_remote_blobs
 
     listed = {d for d, _, _ in open_remote_blobs(pg_team.env["MEMOLAB_REMOTE_BLOBS"], 30).list()}
     assert {p for _, p in rows} | held <= listed  # every kept row's and snapshot's blob is still there
-    # B restores the snapshot bitwise and hits every kept result without computing
-    run("B", "-m", "memolab", "restore", digest, str(tmp_path / "b1"))
-    assert tree(tmp_path / "b1") == want
-    run("B", "job.py", "1", "2", "3")
+    # B, in a folder where the data never was: memolab.Dir(snapshot=) restores it from the team store,
+    # bitwise, and every kept result hits (files_in is keyed by the folder's content), none computed
+    (tmp_path / "b-home").mkdir()
+    assert run("B", str(tmp_path / "job.py"), "1", "2", "3", cwd=tmp_path / "b-home", snap=digest).split()[1] == "64"
+    assert tree(tmp_path / "b-home" / "data") == want
     assert sorted(x for x in calls.read_text().splitlines() if x.startswith("B")) == ["B plain 2", "B plain 3"]
+    run("B", "-m", "memolab", "restore", digest, str(tmp_path / "b1"))  # (from B's own store now)
+    assert tree(tmp_path / "b1") == want
     # A takes its mark and its snapshot back: the next team gc on B may collect them
     out = run("A", "-m", "memolab", "unkeep", f"#{plain_ids[0]}")
     assert "no longer kept on the team index" in out, out
@@ -161,5 +172,5 @@ def test_team_gc_on_another_machine_keeps_what_one_machine_kept_and_snapshotted(
     run("B", "-m", "memolab", "snapshot", "--forget", digest)  # (B recorded it by restoring it)
     r = gc_on_b("--older-than", "0s")
     rows, held = team()
-    assert sorted(fn for fn, _ in rows) == ["kept"] * 3 and held == set(), rows
+    assert sorted(fn for fn, _ in rows) == ["files_in"] + ["kept"] * 3 and held == set(), rows
     assert r["blobs"] >= 50, r
