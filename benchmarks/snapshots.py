@@ -141,8 +141,10 @@ def main() -> None:
     tar_out = timed(untar, a.rounds, lambda: rm(out_dir))
     rows.append(("local: in (snapshot / copy, tar -c)", mem_in, [min(statistics.median(copy_in), statistics.median(tar_in))]))
     rows.append(("local: out (restore / copy, tar -x)", mem_out, [min(statistics.median(copy_out), statistics.median(tar_out))]))
-    print(f"local in   memolab.snapshot {fmt(mem_in, mb)} | copytree {fmt(copy_in, mb)} | tar -c {fmt(tar_in, mb)}")
-    print(f"local out  memolab.restore  {fmt(mem_out, mb)} | copytree {fmt(copy_out, mb)} | tar -x {fmt(tar_out, mb)}")
+    print(f"local in   memolab.snapshot {fmt(mem_in, mb)} | copytree {fmt(copy_in, mb)} | tar -c {fmt(tar_in, mb)}",
+          flush=True)
+    print(f"local out  memolab.restore  {fmt(mem_out, mb)} | copytree {fmt(copy_out, mb)} | tar -x {fmt(tar_out, mb)}",
+          flush=True)
     rm(copy_dir)
     rm(store_dir)
 
@@ -205,41 +207,57 @@ def team(a: argparse.Namespace, work: Path, data: Path, want: dict[str, str], mb
             restore_b()
             mem_out.append(time.perf_counter() - t0)
             assert tree(out_dir) == want, "team restore differs"
-        client = boto3.session.Session().client("s3")
+        print(f"team in   snapshot (A: store + upload) {fmt(mem_in, mb)}", flush=True)
+        print(f"team out  restore (B: download + write) {fmt(mem_out, mb)} (bitwise: yes)", flush=True)
+        from botocore.config import Config
+
+        client = boto3.session.Session().client("s3", config=Config(read_timeout=600, retries={"max_attempts": 10}))
         tc = TransferConfig(multipart_threshold=16 * MB, multipart_chunksize=8 * MB, max_concurrency=16)
         raw_in, raw_out = [], []
-        for i in range(a.rounds):
-            rm(tar_file)
-            rm(out_dir)
-            t0 = time.perf_counter()
-            subprocess.run(["tar", "-cf", str(tar_file), "-C", str(data), "."], check=True)
-            client.upload_file(str(tar_file), bucket, f"tar/{i}.tar", Config=tc)
-            raw_in.append(time.perf_counter() - t0)
-            rm(tar_file)
-            t0 = time.perf_counter()
-            client.download_file(bucket, f"tar/{i}.tar", str(tar_file), Config=tc)
-            out_dir.mkdir()
-            subprocess.run(["tar", "-xf", str(tar_file), "-C", str(out_dir)], check=True)
-            raw_out.append(time.perf_counter() - t0)
-        print(f"team in   snapshot (A: store + upload) {fmt(mem_in, mb)} | tar -c + upload_file   {fmt(raw_in, mb)}")
-        print(f"team out  restore (B: download + write) {fmt(mem_out, mb)} | download_file + tar -x {fmt(raw_out, mb)}")
-        rows.append(("team: A snapshot / tar + upload", mem_in, raw_in))
-        rows.append(("team: B restore / download + untar", mem_out, raw_out))
-        # the network cut after the first pull: B restores from its own store
-        close_open_stores(work)
-        pg.stop()
-        s3.stop()
-        rm(out_dir)
-        memolab.configure(store=str(b_store), remote=dsn, remote_blobs=f"s3://{bucket}/r{n}", remote_timeout=2.0)
-        t0 = time.perf_counter()
-        snapshots.restore(digests[-1], out_dir)
-        off = time.perf_counter() - t0
-        assert tree(out_dir) == want, "offline restore differs"
-        print(f"offline   restore on B, team cut        {fmt([off], mb)} (bitwise: yes)")
+        try:
+            for i in range(a.rounds):
+                rm(tar_file)
+                rm(out_dir)
+                t0 = time.perf_counter()
+                subprocess.run(["tar", "-cf", str(tar_file), "-C", str(data), "."], check=True)
+                client.upload_file(str(tar_file), bucket, f"tar/{i}.tar", Config=tc)
+                raw_in.append(time.perf_counter() - t0)
+                rm(tar_file)
+                t0 = time.perf_counter()
+                client.download_file(bucket, f"tar/{i}.tar", str(tar_file), Config=tc)
+                out_dir.mkdir()
+                subprocess.run(["tar", "-xf", str(tar_file), "-C", str(out_dir)], check=True)
+                raw_out.append(time.perf_counter() - t0)
+            print(f"team baseline: tar -c + upload_file   {fmt(raw_in, mb)} | download_file + tar -x {fmt(raw_out, mb)}")
+            rows.append(("team: A snapshot / tar + upload", mem_in, raw_in))
+            rows.append(("team: B restore / download + untar", mem_out, raw_out))
+        except Exception as e:  # (moto's server has failed a 1 GB object's ranged GETs): memolab's figures stand
+            print(f"team baseline failed: {type(e).__name__}: {e}", flush=True)
+        offline(pg, s3, work, b_store, out_dir, dsn, f"s3://{bucket}/r{n}", digests[-1], want, mb)
     finally:
         s3.stop()
         pg.close()
     return rows
+
+
+def offline(pg: object, s3: object, work: Path, b_store: Path, out_dir: Path, dsn: str, blobs: str, digest: str,
+            want: dict[str, str], mb: float) -> None:
+    """The network cut after the first pull (PostgreSQL stopped, S3 unreachable): B restores from its
+    own store."""
+    import memolab
+    from memolab import snapshots
+    from memolab.store import close_open_stores
+
+    close_open_stores(work)
+    pg.stop()  # type: ignore[attr-defined]
+    s3.stop()  # type: ignore[attr-defined]
+    rm(out_dir)
+    memolab.configure(store=str(b_store), remote=dsn, remote_blobs=blobs, remote_timeout=2.0)
+    t0 = time.perf_counter()
+    snapshots.restore(digest, out_dir)
+    off = time.perf_counter() - t0
+    assert tree(out_dir) == want, "offline restore differs"
+    print(f"offline   restore on B, team cut        {fmt([off], mb)} (bitwise: yes)", flush=True)
 
 
 if __name__ == "__main__":
