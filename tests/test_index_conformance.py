@@ -507,14 +507,14 @@ def test_pg_schema_refused_when_older_or_newer(postgres_dsn):
 
     PgIndex(postgres_dsn).close()  # an empty database gets the current schema
     _set_version(postgres_dsn, 0)
-    with pytest.raises(StoreConfigError, match=r"team schema 0 .* is older than this memolab's 2: "
+    with pytest.raises(StoreConfigError, match=r"team schema 0 .* is older than this memolab's 3: "
                                                 r"run `memolab remote upgrade`"):
         PgIndex(postgres_dsn)
     st = status(postgres_dsn)
     assert st["reachable"] and st["schema"] == 0 and not st["ok"] and "memolab remote upgrade" in st["message"]
     _set_version(postgres_dsn, 99)
     with pytest.raises(TeamSchemaError, match=r"team schema 99 .* is newer than this memolab supports "
-                                              r"\(1\.\.2\): upgrade memolab") as e:
+                                              r"\(1\.\.3\): upgrade memolab") as e:
         PgIndex(postgres_dsn)
     assert e.value.version == 99
     with pytest.raises(TeamSchemaError, match="newer"):
@@ -532,22 +532,22 @@ def test_pg_status_and_upgrade_of_an_empty_database(postgres_dsn):
     assert st["reachable"] and st["schema"] is None and not st["ok"]  # status writes nothing
     with pytest.raises(TeamSchemaError, match="no memolab schema"):
         PgIndex(postgres_dsn, create=False)
-    assert upgrade(postgres_dsn) == {"from": None, "to": 2, "changed": True}
-    assert upgrade(postgres_dsn) == {"from": 2, "to": 2, "changed": False}
+    assert upgrade(postgres_dsn) == {"from": None, "to": 3, "changed": True}
+    assert upgrade(postgres_dsn) == {"from": 3, "to": 3, "changed": False}
     with PgIndex(postgres_dsn) as ix:
         ix.publish(key(1), fields(1, size=7), {})
         ix.claim(key(2), "A", ttl=60)
     st = status(postgres_dsn)
     assert (st["schema"], st["ok"], st["evaluations"], st["done"], st["functions"], st["size"], st["leases"]) == \
-        (2, True, 1, 1, 1, 7, 1)
+        (3, True, 1, 1, 1, 7, 1)
 
 
-SCHEMA_3 = """
+SCHEMA_4 = """
 import memolab.team.pg as pg
 import memolab.team.pgschema as pgschema  # the schema, its versions and migrations
-pgschema.TEAM_SCHEMA_VERSION = 3
-pgschema.SUPPORTED = (3, 3)
-pgschema.STEPS.append((3, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT",
+pgschema.TEAM_SCHEMA_VERSION = 4
+pgschema.SUPPORTED = (4, 4)
+pgschema.STEPS.append((4, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT",
                       "CREATE INDEX memolab_evaluations_extra ON memolab_evaluations(extra)"]))
 """
 
@@ -557,7 +557,7 @@ def test_pg_upgrade_from_an_older_version_under_concurrency(postgres_dsn, tmp_pa
 
     with PgIndex(postgres_dsn) as ix:
         ix.publish(key(1), fields(1, inline=True), {})
-    body = SCHEMA_3 + textwrap.dedent("""
+    body = SCHEMA_4 + textwrap.dedent("""
     try:
         pg.PgIndex(sys.argv[1])
         refused = ""
@@ -571,13 +571,13 @@ def test_pg_upgrade_from_an_older_version_under_concurrency(postgres_dsn, tmp_pa
     outs = [[json.loads(line) for line in out.strip().splitlines()]
             for out in run_children(tmp_path, body, [[postgres_dsn], [postgres_dsn]])]
     for (first, after) in outs:
-        assert "team schema 2" in first["refused"] and "older than this memolab's 3" in first["refused"]
+        assert "team schema 3" in first["refused"] and "older than this memolab's 4" in first["refused"]
         assert "memolab remote upgrade" in first["refused"]
-        assert after == {"version": 3, "row": "args1"}
+        assert after == {"version": 4, "row": "args1"}
     ups = sorted((o[0]["upgrade"] for o in outs), key=lambda u: not u["changed"])
-    assert ups == [{"from": 2, "to": 3, "changed": True}, {"from": 3, "to": 3, "changed": False}]
-    # this (version 2) memolab now refuses the database
-    with pytest.raises(TeamSchemaError, match="team schema 3 .* newer"):
+    assert ups == [{"from": 3, "to": 4, "changed": True}, {"from": 4, "to": 4, "changed": False}]
+    # this (version 3) memolab now refuses the database
+    with pytest.raises(TeamSchemaError, match="team schema 4 .* newer"):
         PgIndex(postgres_dsn)
     import psycopg
 
@@ -603,7 +603,7 @@ def test_pg_schema_1_works_without_shared_accepts_until_upgraded(postgres_dsn, m
         with pytest.raises(AcceptsUnsupported, match="predates accepts"):
             ix.add_accept(ACCEPT)
         ix.publish(key(1), fields(1), {})
-    assert pg.upgrade(postgres_dsn) == {"from": 1, "to": 2, "changed": True}
+    assert pg.upgrade(postgres_dsn) == {"from": 1, "to": 3, "changed": True}
     with pg.PgIndex(postgres_dsn) as ix:
         assert ix.accepts_supported and ix.lookup(key(1))["args"] == "args1"
         i = ix.add_accept(ACCEPT)
@@ -617,9 +617,9 @@ def test_pg_upgrade_honours_lock_timeout(postgres_dsn, monkeypatch):
     import memolab.team.pgschema as pgschema
 
     pg.PgIndex(postgres_dsn).close()
-    monkeypatch.setattr(pgschema, "TEAM_SCHEMA_VERSION", 3)
-    monkeypatch.setattr(pgschema, "SUPPORTED", (3, 3))
-    monkeypatch.setattr(pgschema, "STEPS", pgschema.STEPS + [(3, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT"])])
+    monkeypatch.setattr(pgschema, "TEAM_SCHEMA_VERSION", 4)
+    monkeypatch.setattr(pgschema, "SUPPORTED", (4, 4))
+    monkeypatch.setattr(pgschema, "STEPS", pgschema.STEPS + [(4, ["ALTER TABLE memolab_evaluations ADD COLUMN extra TEXT"])])
     with psycopg.connect(postgres_dsn) as reader:  # a client in the middle of a long read
         reader.execute("SELECT count(*) FROM memolab_evaluations").fetchone()
         with pytest.raises(pg.TeamSchemaError, match=r"could not lock a table within 0.2 s .* nothing was changed"):
@@ -629,8 +629,8 @@ def test_pg_upgrade_honours_lock_timeout(postgres_dsn, monkeypatch):
         other.execute("SELECT pg_advisory_lock(%s)", (pg._LOCK_KEY,))
         with pytest.raises(pg.TeamSchemaError, match="another client has been creating or upgrading"):
             pg.upgrade(postgres_dsn, wait=0.2)
-    assert pg.status(postgres_dsn)["schema"] == 2  # both refusals left version 2 intact
-    assert pg.upgrade(postgres_dsn, lock_timeout=5) == {"from": 2, "to": 3, "changed": True}
+    assert pg.status(postgres_dsn)["schema"] == 3  # both refusals left version 3 intact
+    assert pg.upgrade(postgres_dsn, lock_timeout=5) == {"from": 3, "to": 4, "changed": True}
 
 
 def test_pg_stopped_server_raises_remote_unavailable(postgres_server, postgres_dsn):

@@ -144,7 +144,7 @@ def test_two_machines_share_work_offline_and_sync(machines, team):
     synced = a.cli("sync", "--json")
     assert synced.returncode == 0, synced.stderr
     assert json.loads(synced.stdout) == {"uploaded": 3, "added_by_all": 0, "queued": 0, "resent": 0,
-                                         "accepts": 0, "undos": 0}
+                                         "accepts": 0, "undos": 0, "keep_marks": 0}
     b.run(5, 6, 7)
     assert computed(calls)[-3:] == ["A 5", "A 6", "A 7"] and len(computed(calls)) == 7, "B recomputed after sync"
     st = json.loads(a.cli("remote", "status", "--json").stdout)
@@ -242,7 +242,7 @@ def test_sync_all_uploads_results_from_before_the_remote(machines):
     out = a.cli("sync", "--all", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"uploaded": 2, "added_by_all": 2, "queued": 0, "resent": 0, "accepts": 0,
-                                      "undos": 0}
+                                      "undos": 0, "keep_marks": 0}
     c = Machine("C", a.root, a.team, calls)
     later = json.loads(c.cli("pull", "--since", "2999-01-01", "--json").stdout)
     assert later["imported"] == 0 and later["team_rows"] == 0

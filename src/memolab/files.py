@@ -16,8 +16,16 @@ stat walk.
 
 What is in the key: a ``File`` is its content only (not its name or location).
 A ``Dir`` is the sorted list of (relative path, kind, content digest) of
-everything below it, so renaming a file inside it changes the key; symlinks
-to files count as their target's content, other symlinks as their target text.
+everything below it, so renaming a file inside it changes the key;
+symlinks to files count as their target's content, other symlinks as their target text.
+
+**Restoring from a snapshot.** ``File(path, snapshot=DIGEST)`` (``Dir`` likewise) names a
+snapshot of the content (``memolab snapshot``): when nothing is at ``path`` as the call is keyed,
+the file (folder) is first given back from the snapshot, verified, from the store or the team
+store (``snapshots.restore_missing``), then keyed by what was written. Something at ``path``
+(the user's file, changed or not; a link) is keyed as it is and never replaced:
+``File(...).restore(overwrite=True)`` puts the snapshot's bytes back on request. The snapshot is
+not in the key: the key is the content, wherever it came from.
 """
 from __future__ import annotations
 
@@ -73,28 +81,49 @@ def _log_keyed(path: str) -> None:
 on_file: Callable[[str, bool], None] | None = None
 
 
+#: what gives a missing ``File``/``Dir`` back from its snapshot ("module:function", imported when
+#: first needed: the snapshots live above the argument hash, which never imports them)
+RESTORER = "memolab.snapshots:restore_missing"
+
+
+def _restore(arg: File | Dir, overwrite: bool = False, keying: bool = False) -> None:
+    import importlib
+
+    mod, fn = RESTORER.split(":")
+    getattr(importlib.import_module(mod), fn)(arg, overwrite=overwrite, keying=keying)
+
+
 class File(os.PathLike[str]):
-    """A file argument whose key is its content."""
+    """A file argument whose key is its content. ``snapshot``: the digest of a snapshot of it
+    (``memolab snapshot``): a missing file is given back from it before the call is keyed."""
 
-    __slots__ = ("path",)
+    __slots__ = ("path", "snapshot")
 
-    def __init__(self, path: PathArg) -> None:
+    def __init__(self, path: PathArg, snapshot: str | None = None) -> None:
         self.path = os.fspath(path)
+        self.snapshot = snapshot
 
     def __fspath__(self) -> str:
         return self.path
 
     def __repr__(self) -> str:
-        return f"memolab.File({self.path!r})"
+        extra = f", snapshot={self.snapshot!r}" if self.snapshot else ""
+        return f"memolab.File({self.path!r}{extra})"
 
     def __eq__(self, other: Any) -> bool:
-        return type(other) is type(self) and other.path == self.path
+        return type(other) is type(self) and (other.path, other.snapshot) == (self.path, self.snapshot)
 
     def __hash__(self) -> int:
         return hash((type(self), self.path))
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.path,))
+        return (type(self), (self.path, self.snapshot))
+
+    def restore(self, overwrite: bool = False) -> File:
+        """Give the file back from its snapshot (verified): a missing one is written; one holding
+        other bytes is refused (``SnapshotError``) unless ``overwrite``. Returns ``self``."""
+        _restore(self, overwrite)
+        return self
 
 
 class Dir(os.PathLike[str]):
@@ -105,27 +134,36 @@ class Dir(os.PathLike[str]):
     key, and excluded directories are not walked.
     """
 
-    __slots__ = ("path", "exclude")
+    __slots__ = ("path", "exclude", "snapshot")
 
-    def __init__(self, path: PathArg, exclude: Iterable[str] = ()) -> None:
+    def __init__(self, path: PathArg, exclude: Iterable[str] = (), snapshot: str | None = None) -> None:
         self.path = os.fspath(path)
         self.exclude = tuple(exclude)
+        self.snapshot = snapshot
 
     def __fspath__(self) -> str:
         return self.path
 
     def __repr__(self) -> str:
         extra = f", exclude={list(self.exclude)!r}" if self.exclude else ""
+        extra += f", snapshot={self.snapshot!r}" if self.snapshot else ""
         return f"memolab.Dir({self.path!r}{extra})"
 
     def __eq__(self, other: Any) -> bool:
-        return type(other) is type(self) and (other.path, other.exclude) == (self.path, self.exclude)
+        return type(other) is type(self) and (other.path, other.exclude, other.snapshot) == (
+            self.path, self.exclude, self.snapshot)
 
     def __hash__(self) -> int:
         return hash((type(self), self.path, self.exclude))
 
     def __reduce__(self) -> Any:
-        return (type(self), (self.path, self.exclude))
+        return (type(self), (self.path, self.exclude, self.snapshot))
+
+    def restore(self, overwrite: bool = False) -> Dir:
+        """Give the folder back from its snapshot (verified): missing files are written, files
+        holding other bytes refused (``SnapshotError``) unless ``overwrite``. Returns ``self``."""
+        _restore(self, overwrite)
+        return self
 
 
 # -- the stat cache --------------------------------------------------------------------
@@ -280,6 +318,8 @@ def _encode_file(enc: hashing.Encoder, f: File) -> None:
     global encoded
     encoded += 1
     path = os.path.abspath(f.path)
+    if f.snapshot is not None and not os.path.lexists(path):
+        _restore(f, keying=True)  # nothing there: given back from its snapshot (a link, dangling or not, is left alone)
     if not os.path.isfile(path):
         what = "does not exist" if not os.path.exists(path) else "is not a regular file"
         raise HashError(f"memolab.File({f.path!r}) {what}", "", f)
@@ -324,6 +364,8 @@ def _encode_dir(enc: hashing.Encoder, d: Dir) -> None:
     global encoded
     encoded += 1
     root = os.path.abspath(d.path)
+    if d.snapshot is not None and not os.path.lexists(root):
+        _restore(d, keying=True)
     if not os.path.isdir(root):
         what = "does not exist" if not os.path.exists(root) else "is not a directory"
         raise HashError(f"memolab.Dir({d.path!r}) {what}", "", d)

@@ -103,7 +103,7 @@ class MemoFunction:
         self.symbol = codegraph.symbol_of(codegraph.runs(fn))
         _claim_symbol(self)
         reads.register(self)  # what a caller's hit compares the code and version it used with
-        marks.declare(self.symbol, team=self.team)
+        marks.declare(self.symbol, team=self.team, keep=self.keep)
         # A callable object (a bound method, a partial, an instance with __call__)
         # carries inputs of its own: it is hashed with the arguments on every call.
         self.implicit: Any | None = None if codegraph.is_code(unwrap(fn)) else fn

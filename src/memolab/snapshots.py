@@ -13,8 +13,10 @@ that restored (or took) a snapshot once restores it offline from its own store.
 and ``snapshot_blobs`` the blobs it holds: ``gc`` never collects a blob a recorded snapshot
 holds. A snapshot record goes (and then its blobs, unless something else holds them) only when
 it is unnamed and was neither taken nor restored here for ``RECENT`` seconds (30 days); a named
-one (``--name``) stays until ``memolab snapshot --forget DIGEST``. Team gc spares the blobs of
-the snapshots recorded on the machine that runs it (the team index records none).
+one (``--name``) stays until ``memolab snapshot --forget DIGEST``. With a team store the snapshot
+is recorded on the team index too (team schema 3, ``team.pgmarks``): team gc on any machine spares
+its blobs, and lets go of the team's record by the same rule (used: taken, or restored from the
+team); team gc also spares the blobs of the snapshots recorded on the machine that runs it.
 
 **Safety.** Taking a snapshot reads only: symbolic links and special files in it are refused,
 naming them (a link's target is not the folder's content, and it may point anywhere). Restoring
@@ -34,20 +36,27 @@ import sqlite3
 import stat
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import config
-from .errors import MemolabWarning
+from .files import Dir, File
 from .key import Key
 from .store import Store, get_store
+from .store.marks import SNAPSHOT_RECENT
 
-__all__ = ["snapshot", "restore", "RECENT", "SnapshotError"]
+__all__ = ["snapshot", "restore", "forget", "restore_missing", "RECENT", "SnapshotError"]
 
 #: an unnamed snapshot neither taken nor restored here for this long is let go by gc
-RECENT = 30 * 86400.0
+RECENT = SNAPSHOT_RECENT
 _FORMAT = "memolab-snapshot/1"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
+#: files stored or written at once (their fsyncs overlap), those under ``THREADED_MAX`` bytes (a
+#: file is read whole while it is stored: larger ones go one at a time)
+IO_THREADS = 8
+THREADED_MAX = 32 << 20
 _KEY_FN = "memolab.snapshot"  # the lease a snapshot in progress holds: gc spares its fresh blobs
 
 
@@ -110,16 +119,24 @@ def snapshot(path: str | os.PathLike[str], *, name: str | None = None, store: An
                                         "files": [{"path": "", "blob": d, "size": n, "exec": _exec(st.st_mode)}]}
         elif stat.S_ISDIR(st.st_mode):
             files, empty = _files(src)
-            entries = []
             from .progress import Bar
 
-            with Bar(f"snapshot {src.name}", sum(p.stat().st_size for _, p, _ in files), unit="B") as bar:
-                for i, (rel, p, mode) in enumerate(files):
-                    d, n = _put_file(local, p)
-                    bar.update(n)
-                    entries.append({"path": rel, "blob": d, "size": n, "exec": _exec(mode)})
-                    if i % 64 == 63:
+            sizes = [p.stat().st_size for _, p, _ in files]
+            got: list[tuple[str, int]] = [("", 0)] * len(files)
+            with Bar(f"snapshot {src.name}", sum(sizes), unit="B") as bar, ThreadPoolExecutor(IO_THREADS) as pool:
+                # small files at once: each blob's writes are fsynced (file and folder), a wait on the
+                # disk that threads overlap (the GIL is released); a large file alone (read whole)
+                small = [i for i, n in enumerate(sizes) if n < THREADED_MAX]
+                large = [i for i, n in enumerate(sizes) if n >= THREADED_MAX]
+                put = chain(pool.map(lambda i: _put_file(local, files[i][1]), small),
+                            (_put_file(local, files[i][1]) for i in large))  # (lazy: heartbeats as it goes)
+                for k, (i, r) in enumerate(zip(small + large, put, strict=True)):
+                    got[i] = r
+                    bar.update(r[1])
+                    if k % 64 == 63:
                         local.index.heartbeat([(lease, owner)])
+            entries = [{"path": rel, "blob": d, "size": n, "exec": _exec(mode)}
+                       for (rel, _, mode), (d, n) in zip(files, got, strict=True)]
             manifest = {"format": _FORMAT, "kind": "folder", "name": src.name, "files": entries, "folders": empty}
         else:
             raise SnapshotError(f"{src}: not a regular file or folder")
@@ -128,7 +145,7 @@ def snapshot(path: str | os.PathLike[str], *, name: str | None = None, store: An
         _record(local, digest, size, manifest, name=name, source=str(src.resolve()))
     finally:
         local.index.release(lease, owner)
-    _upload(s, local, digest, size, manifest)
+    _upload(s, local, digest, size, manifest, name)
     return digest
 
 
@@ -159,7 +176,22 @@ def _record(local: Store, digest: str, size: int, manifest: dict[str, Any], name
                       [(digest, d) for d, _ in blobs])
 
 
-def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, Any]) -> None:
+def _team_record(link: Any, digest: str, size: int, manifest: dict[str, Any], name: str | None) -> bool:
+    """Record the snapshot on the team index (team schema 3: team gc on any machine keeps its blobs;
+    a snapshot recorded already is marked used now); whether the team index holds snapshots."""
+    from .team.keeps import of
+
+    def work() -> bool:
+        m = of(link.index)
+        if not m.marks_supported:
+            return False
+        m.record_snapshot(digest, size, manifest["kind"], {f["blob"] for f in manifest["files"]},
+                          len(manifest["files"]), sum(f["size"] for f in manifest["files"]), name)
+        return True
+    return bool(link.attempt(work))
+
+
+def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, Any], name: str | None) -> None:
     link = getattr(s, "link", None)
     if link is None:
         return
@@ -167,7 +199,18 @@ def _upload(s: Any, local: Store, digest: str, size: int, manifest: dict[str, An
 
     items = [(f["blob"], local.blobs.path(f["blob"])) for f in manifest["files"]] + [(digest, local.blobs.path(digest))]
     try:
+        # recorded first, then uploaded: a team gc either read the record (and keeps the blobs) or
+        # finished deleting before it (and the upload puts back what is missing): team.pgmarks
+        recorded = _team_record(link, digest, size, manifest, name)
         link.attempt(lambda: link.blobs.put_many(list(dict(items).items())))
+        if not recorded:
+            import warnings
+
+            from .errors import MemolabWarning
+
+            warnings.warn(f"memolab: snapshot {digest[:12]} uploaded, but the team index predates shared snapshots "
+                          "(schema < 3): a team gc run on a machine that has not taken or restored it may delete its "
+                          "blobs; run `memolab remote upgrade`", MemolabWarning, stacklevel=3)
     except Offline as e:
         import warnings
 
@@ -251,15 +294,19 @@ def _fetch(s: Any, blobs: list[tuple[str, int]]) -> None:
 
 
 def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrite: bool = False,
-            store: Any = None) -> Path:
+            store: Any = None, kind: str | None = None) -> Path:
     """Give snapshot ``digest`` back at ``path`` (default: its original name in the working
-    directory), verified: from the local store, else from the team store. The path written."""
+    directory), verified: from the local store, else from the team store. The path written.
+    ``kind`` ('file', 'folder'): refused, writing nothing, if the snapshot is of another kind."""
     digest = str(digest).strip().lower()
     if not _DIGEST.match(digest):
         raise SnapshotError(f"{digest!r} is not a snapshot digest (64 hexadecimal digits, as `memolab snapshot` prints)")
     s = _store(store)
     local: Store = getattr(s, "local", s)
     manifest, size, from_team = _manifest(s, local, digest)
+    if kind is not None and manifest["kind"] != kind:
+        raise SnapshotError(f"snapshot {digest[:12]} is a {manifest['kind']}, not a {kind}; nothing restored"
+                            + (" (a folder's snapshot goes with memolab.Dir)" if kind == "file" else ""))
     files = manifest["files"]
     missing = []
     for f in files:
@@ -290,26 +337,73 @@ def restore(digest: str, path: str | os.PathLike[str] | None = None, *, overwrit
     from .progress import Bar
 
     if manifest["kind"] == "file":
+        if not dest.parent.exists():
+            dest.parent.mkdir(parents=True)
         _write(local, files[0], dest, overwrite)
     else:
         _folder(dest)
         for rel in manifest.get("folders", []):
             _folder_below(dest, PurePosixPath(rel))
-        with Bar(f"restore {dest.name}", sum(f["size"] for f in files), unit="B") as bar:
-            for f in files:
-                rel = PurePosixPath(f["path"])
-                if len(rel.parts) > 1:
-                    _folder_below(dest, rel.parent)
-                _write(local, f, dest.joinpath(*rel.parts), overwrite)
-                bar.update(f["size"])
+        made: set[PurePosixPath] = set()
+        for f in files:  # the folders first, one by one (each checked: a link is never followed)
+            rel = PurePosixPath(f["path"])
+            if len(rel.parts) > 1 and rel.parent not in made:
+                _folder_below(dest, rel.parent)
+                made.add(rel.parent)
+        with Bar(f"restore {dest.name}", sum(f["size"] for f in files), unit="B") as bar, \
+                ThreadPoolExecutor(IO_THREADS) as pool:
+            def one(f: dict[str, Any]) -> int:
+                _write(local, f, dest.joinpath(*PurePosixPath(f["path"]).parts), overwrite)
+                return int(f["size"])
+            small = [f for f in files if f["size"] < THREADED_MAX]
+            for n in chain(pool.map(one, small), (one(f) for f in files if f["size"] >= THREADED_MAX)):
+                bar.update(n)
     try:
         _record(local, digest, size, manifest, name=None, source=None)  # here now: offline next time, kept by gc
     except (sqlite3.Error, OSError, SnapshotError) as e:  # a read-only store, a concurrent gc: restored all the same
         import logging
 
         logging.getLogger("memolab").debug("snapshot %s not recorded: %r", digest[:12], e)
-    del from_team
+    if from_team:
+        _touch_team(s, digest)
     return dest
+
+
+def _touch_team(s: Any, digest: str) -> None:
+    """A snapshot restored from the team is used: team gc lets go only unnamed ones unused for RECENT."""
+    from .team.keeps import of
+    from .team.link import Offline
+
+    link = s.link
+    try:
+        link.attempt(lambda: of(link.index).touch_snapshot(digest) if of(link.index).marks_supported else False)
+    except Offline as e:
+        import logging
+
+        logging.getLogger("memolab").debug("snapshot %s: team record not marked used: %r", digest[:12], e)
+
+
+def forget(digest: str, *, store: Any = None) -> dict[str, Any]:
+    """Let snapshot ``digest`` go here and on the team index (``memolab snapshot --forget``): gc, and
+    team gc, may then collect its blobs (those nothing else holds). ``{"here": bool, "team": bool or
+    None (no team store) or "unreachable"}``."""
+    digest = str(digest).strip().lower()
+    s = _store(store)
+    local: Store = getattr(s, "local", s)
+    with local.index.write() as c:
+        here = c.execute("DELETE FROM snapshots WHERE digest=?", (digest,)).rowcount > 0
+        c.execute("DELETE FROM snapshot_blobs WHERE snapshot=?", (digest,))
+    team: Any = None
+    link = getattr(s, "link", None)
+    if link is not None:
+        from .team.keeps import of
+        from .team.link import Offline
+
+        try:
+            team = bool(link.attempt(lambda: of(link.index).forget_snapshot(digest)))
+        except Offline:
+            team = "unreachable"
+    return {"here": here, "team": team}
 
 
 def _folder(p: Path) -> None:
@@ -353,10 +447,50 @@ def _write(local: Store, f: dict[str, Any], target: Path, overwrite: bool) -> No
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(tmp, target)
+        if st is None and not overwrite:
+            _place_new(tmp, target, data)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _place_new(tmp: Path, target: Path, data: Any) -> None:
+    """``tmp`` onto ``target``, which was missing: a hard link fails where a file appeared since
+    (the user's, written meanwhile, is never replaced); a file system without hard links gets a
+    rename after one more look."""
+    try:
+        os.link(tmp, target, follow_symlinks=False)
+    except FileExistsError:
+        if target.is_symlink() or not target.is_file() or target.read_bytes() != bytes(data):
+            raise SnapshotError(f"{target}: appeared with other content while it was restored; nothing written "
+                                "there") from None
+    except OSError:  # no hard links here (FAT, some network file systems)
+        if os.path.lexists(target):
+            raise SnapshotError(f"{target}: appeared while it was restored; nothing written there") from None
+        os.replace(tmp, target)
+        return
+    tmp.unlink()
+
+
+_KINDS = {File: "file", Dir: "folder"}
+
+
+def restore_missing(arg: File | Dir, overwrite: bool = False, keying: bool = False) -> None:
+    """``File.restore``/``Dir.restore``, and what keying a ``File(path, snapshot=D)`` whose path is
+    missing calls (``keying``: a failure is the argument's ``HashError``, naming it)."""
+    try:
+        if not arg.snapshot:
+            raise SnapshotError(f"{arg!r} names no snapshot (snapshot=DIGEST, as `memolab snapshot` prints)")
+        restore(arg.snapshot, arg.path, overwrite=overwrite, kind=_KINDS[type(arg)])
+    except SnapshotError as e:
+        if not keying:
+            raise
+        from .errors import HashError
+
+        raise HashError(f"{arg!r}: {arg.path} does not exist and could not be restored from its snapshot: {e}",
+                        "", arg) from None
 
 
 # -- gc ---------------------------------------------------------------------------------------

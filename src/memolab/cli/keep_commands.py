@@ -2,8 +2,8 @@
 
 ``EVAL`` is an evaluation as ``ls``, ``show`` and the dashboard show it (``#12``, ``12``). The mark
 is on the evaluation's key (``store.marks``): ``gc`` (``--older-than``, ``--max-size``) and
-``gc --remote`` run on this machine leave a kept result and its blobs alone (the marks are in
-this store's index; the team index holds none: team gc run on another machine does not see them).
+``gc --remote`` leave a kept result and its blobs alone. With a team store the mark goes to the team
+index too (team schema 3, ``team.keeps``), so team gc run on any machine honours it.
 """
 from __future__ import annotations
 
@@ -58,12 +58,25 @@ def _run(args: argparse.Namespace, keep: bool) -> int:
 
 
 def _team(store: Any, keys: list[Key], keep: bool) -> str | None:
-    """What the mark means for the team store, when one is configured: the marks live in this
-    store's index, not in the team index, so ``gc --remote`` honours them when run here."""
+    """The mark on the team index too, when a team store is configured (``team.keeps``): team gc
+    run on any machine honours it. Unreachable: ``memolab sync`` sends the marks made here."""
     if getattr(store, "link", None) is None:
         return None
-    return ("`memolab gc --remote` run on this machine " + ("leaves them alone" if keep else "may drop them again")
-            + "; team gc run elsewhere does not see this store's marks")
+    from ..team import keeps
+    from ..team.link import Offline
+
+    try:
+        if not keeps.supported(store, store.link.attempt):
+            return keeps.TEAM_KEEP_NOTE + "; team gc run on this machine honours them"
+        if keep:
+            keeps.send_marks(store, keys, store.link.attempt)
+            return "kept on the team index too: team gc on any machine leaves them alone"
+        keeps.unsend_marks(store, keys, store.link.attempt)
+        return "no longer kept on the team index (unless another machine's `memolab sync` marks them again)"
+    except Offline as e:
+        if keep:
+            return f"unreachable ({e}): kept here; `memolab sync` marks them on the team index"
+        return f"unreachable ({e}): still kept on the team index; run `memolab unkeep` again once it is back"
 
 
 @command("keep", "mark evaluations kept: gc and gc --remote never drop them (@memo(keep=True) marks every one)")

@@ -22,15 +22,16 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from .. import snapshots
 
     if args.list or args.forget:
-        store = open_store(args, write=bool(args.forget))
         if args.forget:
-            with store.index.write() as c:
-                n = c.execute("DELETE FROM snapshots WHERE digest=?", (args.forget.strip().lower(),)).rowcount
-                c.execute("DELETE FROM snapshot_blobs WHERE snapshot=?", (args.forget.strip().lower(),))
-            if not n:
-                raise CliError(PROBLEM, f"no snapshot {args.forget} recorded in {store.root}")
-            print(f"snapshot {args.forget[:12]} let go: gc may collect its blobs")
+            got = snapshots.forget(args.forget, store=store_root(args))
+            if not got["here"] and got["team"] is not True:
+                raise CliError(PROBLEM, f"no snapshot {args.forget} recorded in {store_root(args)}"
+                                        + ("" if got["team"] is None else f" nor on the team index ({got['team']})"))
+            team = {None: "", True: "; let go on the team index too", False: "",
+                    "unreachable": "; the team index is unreachable: it still keeps it"}[got["team"]]
+            print(f"snapshot {args.forget[:12]} let go: gc may collect its blobs{team}")
             return OK
+        store = open_store(args, write=False)
         c = store.index.conn()
         has = c.execute("SELECT 1 FROM sqlite_master WHERE name='snapshots'").fetchone()
         rows = c.execute("SELECT digest, kind, files, bytes, name, source, used FROM snapshots ORDER BY used DESC"

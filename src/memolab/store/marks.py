@@ -26,12 +26,20 @@ from ..key import Key
 from .inlist import chunks
 from .schema import has_table
 
-__all__ = ["LOCAL_ONLY", "KEPT_SQL", "keep_keys", "unkeep_keys", "kept_keys", "mark_local_only",
+__all__ = ["LOCAL_ONLY", "KEEP", "KEPT_SQL", "keep_keys", "unkeep_keys", "kept_keys", "mark_local_only",
            "local_only_functions", "kept_summary", "is_local_only"]
 
 
 #: symbols of the ``@memo(team=False)`` functions defined in this process
 LOCAL_ONLY: set[str] = set()
+#: symbols of the ``@memo(keep=True)`` functions defined in this process: their results are kept
+#: from the moment they are stored (the uploader marks them on the team even before ``after_save``
+#: has written the local mark)
+KEEP: set[str] = set()
+
+#: an unnamed snapshot neither taken nor restored for this long is let go by gc (``snapshots.py``;
+#: team gc: taken or restored from the team)
+SNAPSHOT_RECENT = 30 * 86400.0
 
 #: is the ``evaluations`` row aliased ``e`` kept (an SQL expression, for the gc plan)
 KEPT_SQL = ("EXISTS (SELECT 1 FROM keeps k WHERE k.fn = e.fn AND k.code = e.code AND k.args = e.args "
@@ -114,12 +122,10 @@ def is_local_only(fn: str, index: Any = None) -> bool:
     return has_table(c, "local_only") and c.execute("SELECT 1 FROM local_only WHERE fn=?", (fn,)).fetchone() is not None
 
 
-def declare(symbol: str, team: bool) -> None:
-    """A memoized function ``symbol`` defined in this process with ``@memo(team=team)``."""
-    if team:
-        LOCAL_ONLY.discard(symbol)
-    else:
-        LOCAL_ONLY.add(symbol)
+def declare(symbol: str, team: bool, keep: bool = False) -> None:
+    """A memoized function ``symbol`` defined in this process with ``@memo(team=team, keep=keep)``."""
+    (LOCAL_ONLY.discard if team else LOCAL_ONLY.add)(symbol)
+    (KEEP.add if keep else KEEP.discard)(symbol)
 
 
 _recorded: set[tuple[str, str]] = set()  # (index path, fn): local_only written by this process

@@ -315,12 +315,16 @@ def _sync(args: argparse.Namespace) -> int:
         from . import accepts
 
         pushed = accepts.push(store)  # accepts (and undos) made here while the team store was away
+        from ..store.marks import kept_keys
+        from .keeps import send_marks
+
+        marked = send_marks(store, kept_keys(store.local.index.conn()), store.link.attempt)  # (idempotent)
     except Offline as e:
         raise _unreachable(store, e) from None
     store.link.came_back()
     left = _queued(store)
     out = {"uploaded": n, "added_by_all": added, "queued": left, "resent": resent, "accepts": pushed["accepts"],
-           "undos": pushed["undos"]}
+           "undos": pushed["undos"], "keep_marks": marked}
     if args.json:
         emit_json(out)
     else:
@@ -328,6 +332,7 @@ def _sync(args: argparse.Namespace) -> int:
         lost = f" ({resent} the team index had lost, sent again)" if resent else ""
         sent = (f"; sent {pushed['accepts']} accept(s) and {pushed['undos']} undo(s) made here"
                 if pushed["accepts"] or pushed["undos"] else "")
+        sent += f"; marked {marked} kept result(s) on the team index" if marked else ""
         print(f"uploaded {n} result(s){extra}{lost}{sent}; {left} still queued")
     return 0 if left == 0 else PROBLEM
 

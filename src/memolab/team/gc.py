@@ -5,14 +5,19 @@ What goes:
 1. **Rows**, chosen by the team index exactly as ``memolab gc`` chooses local
    ones (``gc_plan``): rows out of use (corrupt, stale), rows not used for
    ``older_than`` seconds, then the least recently used until the blobs fit
-   ``max_size``. Never a row whose key this machine keeps (``store.marks``: ``@memo(keep=True)``,
-   ``memolab keep``): its bytes count toward ``max_size``, it and its blobs stay. (Marks are
-   read from the local store of the machine running team gc; they are not in the team index.)
+   ``max_size``. Never a row whose key is kept (``@memo(keep=True)``, ``memolab keep``): on the
+   team index (schema 3, ``team.keeps``: every machine's marks), or in the local store of the
+   machine running team gc; its bytes count toward ``max_size``, it and its blobs stay. A mark
+   made after the plan still wins: ``delete_evaluations`` deletes no kept row.
    "Used" is team-wide: a row's ``last_hit`` on the team index
    grows with every machine's hits, local ones included (``team/hits.py``), so a
    result that everyone reads from their local caches is not taken for unused.
 2. **Blobs** that no remaining row refers to (payloads, buffers, logs bundles),
    and only those last written more than ``grace`` seconds ago.
+   Never a blob a snapshot holds (``memolab snapshot``): those recorded on the team index (every
+   machine's), and those recorded on the machine running team gc. The team's unnamed snapshots
+   unused (taken or restored from the team) for ``marks.SNAPSHOT_RECENT`` (30 days) are let go first,
+   as ``gc`` does locally; a named one stays until ``memolab snapshot --forget``.
 3. **Abandoned multipart uploads** of blobs (S3: a process killed mid-upload leaves its
    parts, billed, until the upload is aborted) started more than ``grace`` seconds ago.
 
@@ -34,6 +39,10 @@ bucket, so each step is chosen to be safe on its own):
   that re-read and the delete. Its row then refers to a missing blob: on the
   next hit the download fails, the row is taken out of use and the result is
   recomputed and uploaded again. A lost result, never a wrong one.
+- A snapshot is recorded on the team index before its blobs are uploaded, under a shared lock
+  that team gc holds exclusively from that re-read to its last delete (``team.pgmarks``): a
+  snapshot's blob is never deleted once it is recorded (the upload after the record puts back
+  whatever a gc that finished just before took).
 - Nothing is deleted without ``--yes``: the default is a dry run.
 """
 from __future__ import annotations
@@ -71,6 +80,9 @@ class Plan:
     kept_bytes: int = 0
     #: blobs held by this machine's recorded snapshots (never deleted)
     held: set[str] = field(default_factory=set)
+    #: the team's unnamed snapshots unused since ``snapshots_cutoff`` (the database's clock): let go
+    stale_snapshots: list[str] = field(default_factory=list)
+    snapshots_cutoff: float | None = None
 
     def summary(self, dry_run: bool) -> dict[str, Any]:
         return {"evaluations": len(self.rows), "evaluation_ids": [r["id"] for r in self.rows],
@@ -78,18 +90,27 @@ class Plan:
                 "young_blobs_kept": len(self.young), "young_bytes_kept": sum(n for _, n in self.young),
                 "remote_objects": self.listed, "remote_bytes": self.listed_bytes,
                 "abandoned_uploads": len(self.uploads), "stale_leases": self.leases, "kept_evaluations": self.kept,
-                "kept_bytes": self.kept_bytes, "dry_run": dry_run}
+                "kept_bytes": self.kept_bytes, "stale_snapshots": len(self.stale_snapshots), "dry_run": dry_run}
 
 
 def plan(index: Any, blobs: Any, older_than: float | None = None, max_size: int | None = None,
          grace: float = DEFAULT_GRACE, now: float | None = None,
          kept: Collection[Key] = (), held: Collection[str] = ()) -> Plan:
-    """What ``gc --remote`` would delete now (nothing is changed); ``kept``: keys never dropped;
-    ``held``: blobs never deleted (the snapshots recorded on this machine)."""
+    """What ``gc --remote`` would delete now (nothing is changed); ``kept``: keys never dropped
+    besides those kept on the team index; ``held``: blobs never deleted besides those of the
+    snapshots recorded on the team index (the snapshots recorded on this machine)."""
+    from ..store.marks import SNAPSHOT_RECENT as RECENT
+    from .keeps import of
+
     now = index.clock() if now is None else now  # the database's clock: a machine's may be off by days
+    marks = of(index)
+    kept = set(kept) | marks.kept_keys()
     rows = index.gc_plan(None if older_than is None else now - older_than, max_size, kept)
-    refs = index.referenced_digests(exclude={r["id"] for r in rows}) | set(held)
     out = Plan(rows, [], grace=grace, held=set(held))
+    out.snapshots_cutoff = now - RECENT
+    out.stale_snapshots = marks.stale_snapshots(out.snapshots_cutoff)
+    refs = (index.referenced_digests(exclude={r["id"] for r in rows}) | out.held
+            | marks.snapshot_blobs(out.snapshots_cutoff))
     ks = list(kept)
     for i in range(0, len(ks), _BATCH):
         found = index.lookup_many(ks[i:i + _BATCH])
@@ -118,12 +139,19 @@ def execute(index: Any, blobs: Any, p: Plan, progress: Any = None) -> dict[str, 
         index.delete_evaluations(ids[i:i + _BATCH])
         if progress is not None:
             progress(len(ids[i:i + _BATCH]))
-    refs = index.referenced_digests() | p.held  # again: rows published since the plan keep their blobs
-    dead = [(d, n) for d, n in p.blobs if d not in refs]
-    for i in range(0, len(dead), _BATCH):
-        blobs.delete([d for d, _ in dead[i:i + _BATCH]])
-        if progress is not None:
-            progress(len(dead[i:i + _BATCH]))
+    from .keeps import of
+
+    marks = of(index)
+    if p.stale_snapshots and p.snapshots_cutoff is not None:  # (those still stale: one restored since stays)
+        p.stale_snapshots = marks.stale_snapshots(p.snapshots_cutoff, drop=True)
+    with marks.gc_lock():  # a snapshot is recorded on the team before this re-read or after the last delete
+        # again: rows published and snapshots recorded since the plan keep their blobs
+        refs = index.referenced_digests() | p.held | marks.snapshot_blobs(p.snapshots_cutoff)
+        dead = [(d, n) for d, n in p.blobs if d not in refs]
+        for i in range(0, len(dead), _BATCH):
+            blobs.delete([d for d, _ in dead[i:i + _BATCH]])
+            if progress is not None:
+                progress(len(dead[i:i + _BATCH]))
     p.blobs = dead
     if p.uploads:
         blobs.abort_uploads(p.uploads)
@@ -152,6 +180,7 @@ def run_cli(args: Any) -> int:
     """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
     from .. import config
     from ..cli.common import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_bytes, human_seconds, table
+    from ..store.marks import SNAPSHOT_RECENT as RECENT
     from .cli import redact
     from .link import open_index, open_remote_blobs
 
@@ -199,8 +228,11 @@ def run_cli(args: Any) -> int:
           f"{human_bytes(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
           f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
           f"the grace period of {human_seconds(grace)} ({human_bytes(r['young_bytes_kept'])}; perhaps uploads in flight)")
-    print(f"kept: {p.kept} row{'s' if p.kept != 1 else ''}, {human_bytes(p.kept_bytes)} (this machine's keep marks: "
-          "never dropped)")
+    print(f"kept: {p.kept} row{'s' if p.kept != 1 else ''}, {human_bytes(p.kept_bytes)} (keep marks, the team's and "
+          "this machine's: never dropped)")
+    if p.stale_snapshots:
+        print(f"{'would let go' if dry else 'let go'} {len(p.stale_snapshots)} unnamed team snapshot(s) unused for "
+              f"{human_seconds(RECENT)}")
     if p.leases:
         print(f"{'would drop' if dry else 'dropped'} {p.leases} team lease(s) not heart-beaten for "
               f"{human_seconds(grace)} (their machines died)")

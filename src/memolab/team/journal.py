@@ -34,6 +34,7 @@ from ..errors import swallowed
 from ..store import marks
 from ..store.inlist import chunks
 from ..store.sqlite import LOOKUP_ONLY, Key
+from . import keeps
 from .link import Failed, Offline
 
 DDL = """CREATE TABLE IF NOT EXISTS team_uploads(
@@ -354,6 +355,9 @@ class Journal:
                 fields["uploaded_by"] = store.identity
                 rows.append((key, owner, fields, self._sources(local)))
             try:
+                kept = {k for k, *_ in rows if k[0] in marks.KEEP} | marks.kept_keys(idx.conn(), [k for k, *_ in rows])
+                if kept:  # marks before rows: a kept row is never on the team unmarked (team gc elsewhere)
+                    keeps.send_marks(store, kept, run)
                 if puts:
                     seen: set = set()
                     uniq = [(d, p) for d, p in puts if not (d in seen or seen.add(d))]  # type: ignore[func-returns-value]

@@ -46,6 +46,7 @@ from ..store import signing
 from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
 from .deadline import WATCHDOG
 from .pgaccepts import PgAcceptIndex
+from .pgmarks import PgMarkIndex
 from .pgschema import (
     DATA_COLS as _DATA_COLS,
     KEY_COLS as _KEY_COLS,
@@ -163,7 +164,7 @@ def _key_arrays(keys: Sequence[Key]) -> list[list[str]]:
     return [[k[i] for k in keys] for i in range(4)]
 
 
-class PgIndex(PgAcceptIndex):
+class PgIndex(PgAcceptIndex, PgMarkIndex):
     """The team index: ``EvalIndex`` on PostgreSQL. One connection per thread (and per process)."""
 
     def __init__(self, dsn: str, timeout: float | None = None, create: bool = True) -> None:
@@ -635,10 +636,10 @@ class PgIndex(PgAcceptIndex):
 
     def gc_plan(self, cutoff: float | None, max_size: int | None, kept: Collection[Key] = ()) -> list[Row]:
         """See ``Index.gc_plan`` (the same plan; logs bundles are not weighed: their
-        size is the blob store's to tell). ``kept``: keys whose 'done' rows are never dropped
-        (the keep marks of the machine that runs team gc)."""
+        size is the blob store's to tell). Never a 'done' row whose key is kept: on the team
+        (``memolab_keeps``, schema 3) or in ``kept`` (the marks of the machine that runs team gc)."""
         cols = ", ".join(self._GC_COLS)
-        marked = {tuple(k) for k in kept}
+        marked = {tuple(k) for k in kept} | self.kept_keys()
         if max_size is None:
             cond = "status <> 'done'" + (f" OR {_LAST_USE} < %s" if cutoff is not None else "")
             sql = (f"SELECT {cols}, code, args, schema FROM memolab_evaluations WHERE {cond} "
@@ -654,9 +655,15 @@ class PgIndex(PgAcceptIndex):
         return [dict(zip(self._GC_COLS, r[:6], strict=False)) for r in drop]
 
     def delete_evaluations(self, ids: Sequence[int]) -> None:
+        """Delete rows ``ids``, never a 'done' row whose key is kept on the team (schema 3): a keep
+        mark committed after the gc plan was made, before this statement, wins."""
         ids = [int(i) for i in ids]
-        if ids:
-            self._run(lambda c: c.execute("DELETE FROM memolab_evaluations WHERE id = ANY(%s)", (ids,)), slow=True)
+        if not ids:
+            return
+        guard = (" AND NOT (status = 'done' AND EXISTS (SELECT 1 FROM memolab_keeps k WHERE k.fn = e.fn AND "
+                 "k.code = e.code AND k.args = e.args AND k.schema = e.schema))") if self.marks_supported else ""
+        self._run(lambda c: c.execute(f"DELETE FROM memolab_evaluations e WHERE id = ANY(%s){guard}", (ids,)),
+                  slow=True)
 
     def clear(self, fn: str | None = None) -> int:
         if fn is None:

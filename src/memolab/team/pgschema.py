@@ -23,12 +23,15 @@ from .deadline import WATCHDOG
 T = TypeVar("T")
 
 #: The schema this memolab writes, and the range of versions it can work with.
-TEAM_SCHEMA_VERSION = 2
-#: version 1 lacks ``memolab_accepts`` only: this memolab works with it, without sharing accepts
-#: (``PgIndex.accepts_supported``) until ``memolab remote upgrade`` brings it to 2
-SUPPORTED = (1, 2)
+TEAM_SCHEMA_VERSION = 3
+#: version 1 lacks ``memolab_accepts``, 2 the marks of 3: this memolab works with them, without
+#: sharing accepts (``PgIndex.accepts_supported``) or keep marks and snapshots
+#: (``PgIndex.marks_supported``) until ``memolab remote upgrade`` brings them to 3
+SUPPORTED = (1, 3)
 #: the first version with ``memolab_accepts`` (accepted code changes, shared by the team)
 ACCEPTS_SINCE = 2
+#: the first version with ``memolab_keeps`` and ``memolab_snapshots`` (team/pgmarks.py)
+MARKS_SINCE = 3
 
 #: pg_advisory_xact_lock key serialising schema creation and upgrades ('memolab1').
 LOCK_KEY = int.from_bytes(b"memolab1", "big") & 0x7FFFFFFFFFFFFFFF
@@ -147,6 +150,22 @@ STEPS: list[tuple[int, list[str]]] = [
             undone DOUBLE PRECISION, undone_by TEXT,
             signature TEXT, uploaded_by TEXT)""",
         "CREATE INDEX memolab_accepts_fn ON memolab_accepts(fn, schema, new_code)",
+    ]),
+    # what team gc never drops, whichever machine runs it (team/pgmarks.py): keep marks (on keys,
+    # as locally: a row replaced for its key stays kept) and the snapshots recorded on the team,
+    # with the blobs each holds. New tables only: an older client's statements are unchanged.
+    (3, [
+        """CREATE TABLE memolab_keeps(
+            fn TEXT NOT NULL, code TEXT NOT NULL, args TEXT NOT NULL, schema TEXT NOT NULL,
+            time DOUBLE PRECISION NOT NULL, kept_by TEXT,
+            PRIMARY KEY (fn, code, args, schema))""",
+        """CREATE TABLE memolab_snapshots(
+            digest TEXT PRIMARY KEY, size BIGINT NOT NULL, kind TEXT, files BIGINT, bytes BIGINT,
+            name TEXT, taken_by TEXT, time DOUBLE PRECISION NOT NULL, used DOUBLE PRECISION NOT NULL)""",
+        """CREATE TABLE memolab_snapshot_blobs(
+            snapshot TEXT NOT NULL REFERENCES memolab_snapshots(digest) ON DELETE CASCADE,
+            digest TEXT NOT NULL,
+            PRIMARY KEY (snapshot, digest))""",
     ]),
 ]
 
