@@ -354,10 +354,18 @@ DURATIONS = Path(__file__).with_name("durations.json")
 
 
 def pytest_configure(config):
-    """memolab's own modules compiled once, before any test runs: the suite starts a thousand
+    """(And Ctrl-C as Python's ``KeyboardInterrupt``: a pytest started in the background of a
+    non-interactive shell, as ``cmd &`` or a CI runner's step may be, inherits SIGINT ignored,
+    and Python installs no handler of its own then: every test of an interrupted call failed.)
+
+    memolab's own modules compiled once, before any test runs: the suite starts a thousand
     fresh processes, each told not to write bytecode (a project file edited within the second
     must never be served stale bytecode), so without this each compiled memolab from source
     (0.1 s a process: the code-graph tests took twice as long)."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if hasattr(config, "workerinput"):
         return  # the controller compiles, before the workers start
     import compileall
