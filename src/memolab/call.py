@@ -611,8 +611,10 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
         rid, used = row["id"], row
         if fresh is not None and not fresh(row):
             return False
-        if reads.stale(row) is not None:
+        if row.get("reads", True) and reads.stale(row) is not None:  # (the lookup's empty column: nothing read)
             return False  # a file it read changed: the store path recomputes it and says why
+        if row.get("state_deps", True) is None:
+            return True  # (the lookup's empty column, the common case: ``_state_deps`` says None without a call)
         deps = _state_deps(row)
         if deps is None:
             return True

@@ -182,6 +182,10 @@ class MemoFunction:
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """Bind with defaults applied; arguments always in signature order (the key depends on it)."""
         fast = self._fast_names
+        if not kwargs and fast is not None and len(args) == len(fast):
+            # every parameter given by position (the commonest call): nothing to reorder or default
+            # (lengths equal: checked above; a ``strict=`` keyword costs a keyword parse on every call)
+            return inspect.BoundArguments(self.signature, dict(zip(fast, args)))  # noqa: B905
         if fast is not None and len(args) <= self._fast_npos:
             # ``Signature.bind`` costs more than the rest of a hit: for plain
             # signatures bind by hand, and fall back to it for anything unusual.
@@ -210,7 +214,8 @@ class MemoFunction:
         return self._key(self.bind(args, kwargs))[0]
 
     def _named(self, bound: inspect.BoundArguments) -> list[tuple[str, Any]]:
-        named = [(n, v) for n, v in bound.arguments.items() if n not in self.ignore]
+        ignore = self.ignore
+        named = [(n, v) for n, v in bound.arguments.items() if n not in ignore] if ignore else [*bound.arguments.items()]
         if self.implicit is not None:
             named.append((IMPLICIT, self.implicit))
         # switches that change results (torch's default dtype, TF32, ...) while not at their

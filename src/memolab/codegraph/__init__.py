@@ -100,6 +100,9 @@ def _value_digest(v: Any, sym: str) -> str:
 
 _function_roots: weakref.WeakKeyDictionary[Any, Root] = weakref.WeakKeyDictionary()
 _object_roots: weakref.WeakKeyDictionary[Any, Root] = weakref.WeakKeyDictionary()
+#: the dict under ``_function_roots`` (weak reference -> root): what its ``get`` reads, read in
+#: ``function_code`` itself (a Python call less on every hit)
+_function_roots_data: dict[Any, Root] = _function_roots.data  # type: ignore[attr-defined]
 
 
 from .. import config as _config  # noqa: E402  (config imports nothing of ours)
@@ -115,15 +118,21 @@ def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: 
     Cheap on repeat: the graph is cached per function; only the globals and
     closure cells it reads are re-checked (see the module docstring).
     """
-    if id(fn) in _active.ids:
+    ids = _active.ids
+    if ids and id(fn) in ids:  # (``id()`` raises an audit event: asked only while some digest is under way)
         # its digest is being computed: a value it reads holds it (a memoized function in a dict
         # of steps); the outer digest covers its code, as ``object_digest`` says of a cycle
         return CodeVersion(digest_text("cycle", symbol_of(fn)))
     sens = _sensitivity(version_sensitivity)
     extra = extra_deps if type(extra_deps) is tuple else tuple(extra_deps)
-    root = _function_roots.get(fn)
+    try:
+        root = _function_roots_data.get(weakref.ref(fn))
+    except TypeError:  # not weak-referenceable (``_rebuild``: built on every call), as ``get`` says
+        root = None
     if root is not None and root.sensitivity == sens and (root.extra is extra or root.extra == extra):
-        cv = _current(fn, root)
+        cv = root.quiet()  # (hashes nothing: no cycle guard needed; checked above that none is under way)
+        if cv is None:
+            cv = _current(fn, root)
         if cv is not None:
             return cv
     return _rebuild(_function_roots, fn, [fn, *extra], extra, sens)
@@ -182,7 +191,8 @@ def object_digest(obj: Any) -> str:
     of the very class being hashed) get a digest of its name: the outer digest
     already covers its code.
     """
-    if id(obj) in _active.ids:
+    ids = _active.ids
+    if ids and id(obj) in ids:  # (see ``function_code``)
         return digest_text("cycle", symbol_of(obj))
     sens = _sensitivity(None)
     try:

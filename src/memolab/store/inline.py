@@ -9,15 +9,21 @@ from typing import Any
 from ..errors import CorruptBlob, StoreMiss
 from .blobs import digest_bytes
 
+#: ``_pickle.loads``, once the first result is loaded
+_unpickle: Any = None
+
 
 def loads_result(payload: bytes, buffers: Sequence[Any]) -> Any:
     """``pickling.loads`` without importing ``pickling`` (nor ``pickle``, 3 ms of a
     process's first hit) unless the payload names it or loading fails: plain
     ``_pickle``, the same unpickler ``pickle.loads`` is."""
-    import _pickle
+    global _unpickle
+    if _unpickle is None:  # (an ``import`` statement on every hit costs a module lookup and a spec check)
+        import _pickle
 
+        _unpickle = _pickle.loads
     try:
-        return _pickle.loads(payload, buffers=buffers)
+        return _unpickle(payload, buffers=buffers)
     except StoreMiss:
         raise
     except Exception as e:  # unpickling runs the stored classes' own code (__setstate__, reducers): said as a load error
