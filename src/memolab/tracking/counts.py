@@ -137,10 +137,17 @@ def _statements() -> list[str]:
     return [x.strip() for x in TABLES.split(";") if x.strip()]
 
 
+_NAMES = ("counts_run_digits", "counts_run_add", "counts_run_drop", "counts_run_move", "counts_evaluation_replace",
+          "counts_evaluation_add", "counts_evaluation_drop", _LAST)
+
+
 def available(c: Any) -> bool:
-    """Whether the file ``c`` reads keeps the counts (not a ``temp`` shim: that is empty)."""
-    return c.execute("SELECT 1 FROM main.sqlite_master WHERE type='trigger' AND name=?", (_LAST,)).fetchone() \
-        is not None
+    """Whether the file ``c`` reads keeps the counts: every trigger is there (a ``temp`` shim is an
+    empty table; a runs table dropped and made again has lost its triggers, and with them the
+    counts' truth: ``install`` recounts)."""
+    q = ",".join("?" * len(_NAMES))
+    return c.execute(f"SELECT COUNT(*) FROM main.sqlite_master WHERE type='trigger' AND name IN ({q})",
+                     _NAMES).fetchone()[0] == len(_NAMES)
 
 
 def install(c: sqlite3.Connection) -> bool:
