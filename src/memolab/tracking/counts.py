@@ -146,8 +146,8 @@ def available(c: Any) -> bool:
     empty table; a runs table dropped and made again has lost its triggers, and with them the
     counts' truth: ``install`` recounts)."""
     q = ",".join("?" * len(_NAMES))
-    return c.execute(f"SELECT COUNT(*) FROM main.sqlite_master WHERE type='trigger' AND name IN ({q})",
-                     _NAMES).fetchone()[0] == len(_NAMES)
+    return int(c.execute(f"SELECT COUNT(*) FROM main.sqlite_master WHERE type='trigger' AND name IN ({q})",
+                         _NAMES).fetchone()[0]) == len(_NAMES)
 
 
 def install(c: sqlite3.Connection) -> bool:
