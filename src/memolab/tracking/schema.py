@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from ..errors import swallowed
 from . import counts
 
 BLOCK = 64
@@ -123,4 +124,9 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
                     raise
     for stmt in ADDED_RUN_INDEXES:
         conn.execute(stmt)
-    counts.install(conn)  # per-function counts kept by triggers (once per store)
+    try:
+        counts.install(conn)  # per-function counts kept by triggers (once per store)
+    except sqlite3.OperationalError:
+        # another writer held the store past the busy timeout: readers count as before, and the
+        # next open tries again (the install is one transaction: nothing half made)
+        swallowed("tracking.schema: counts.install")
