@@ -36,7 +36,7 @@ file (what ``memolab.store.INLINE_MAX`` is chosen from).
 
     python benchmarks/store_scaling.py [--sizes 1,10000,100000,1000000] [--rounds 3]
     python benchmarks/store_scaling.py --inline-sweep
-    python benchmarks/store_scaling.py --reads --sizes 1000,100000,1000000 [--doctor-max 100000]
+    python benchmarks/store_scaling.py --reads --sizes 1000,100000,1000000 [--doctor-max 100000] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -81,33 +81,23 @@ if lib in ("memolab", "paired"):
     forget = get_store().forget
 
 def fill_memolab(n):
-    # n - 1 synthetic evaluations of f with other arguments, then one real one (x = 0)
-    import blake3, xxhash
-    from memolab import hashing, pickling, __version__
+    # n - 1 synthetic evaluations of f with other arguments, then one real one (x = 0). Written in
+    # SQL from one real row (a recursive CTE: a million rows in seconds, not minutes of Python); the
+    # rows carry the real row's inline payload (the result 1) under their own argument digests
     from memolab.store import get_store
-    fn, code, _, schema = f.key(0)
+    f(-1)
     store = get_store()
     now = time.time()
-    rows = []
-    def flush():
-        with store.index.write() as c:
-            c.executemany(
-                "INSERT INTO evaluations(fn, code, args, schema, status, payload, payload_size, buffers, size, started, "
-                "finished, duration, host, python, versions, snapshot, code_refs, inline) "
-                "VALUES (?,?,?,?,'done',?,?,'[]',?,?,?,0.001,'bench','3',?,?,'{}',?)", rows)
-        rows.clear()
-    for i in range(1, n):
-        x = -i
-        payload = pickling.dumps(x + 1)[0]
-        a = xxhash.xxh3_128_hexdigest(str(x).encode())
-        snap = json.dumps({"deps": {fn: code}, "args": {"x": [a, str(x)]}, "ignored": [], "version": None,
-                           "result": str(x + 1), "result_digest": None})
-        rows.append((fn, code, a, schema, blake3.blake3(payload).hexdigest(), len(payload), len(payload),
-                     now - i, now - i, json.dumps({"memolab": __version__}), snap, payload))
-        if len(rows) >= 50_000:
-            flush()
-    if rows:
-        flush()
+    with store.index.write() as c:
+        c.execute(
+            "WITH RECURSIVE seq(i) AS (SELECT 2 UNION ALL SELECT i + 1 FROM seq WHERE i < ?) "
+            "INSERT INTO evaluations(fn, code, args, schema, status, payload, payload_size, buffers, size, started, "
+            "finished, duration, host, python, versions, snapshot, code_refs, inline) "
+            "SELECT e.fn, e.code, printf('%032x', i), e.schema, 'done', e.payload, e.payload_size, e.buffers, e.size, "
+            "? - i, ? - i, 0.001, 'bench', e.python, e.versions, "
+            "json_set(e.snapshot, '$.args.x', json_array(printf('%032x', i), CAST(-i AS TEXT))), e.code_refs, e.inline "
+            "FROM seq, (SELECT * FROM evaluations WHERE status = 'done' ORDER BY id LIMIT 1) e",
+            (n - 1, now, now))
     f(0)
 
 def add_runs():
@@ -227,7 +217,10 @@ def env() -> dict[str, str]:
 
 
 def child(workdir: str, lib: str, mode: str, arg: dict, wait: bool = True):
-    cmd = [sys.executable, os.path.join(workdir, "..", "child.py"), lib, mode, workdir, json.dumps(arg)]
+    script = os.path.join(workdir, "..", "child.py")
+    if not os.path.exists(script):  # --keep: the stores' folder is not the run's temporary one
+        open(script, "w").write(CHILD)
+    cmd = [sys.executable, script, lib, mode, workdir, json.dumps(arg)]
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
     cp = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=7200)
@@ -280,11 +273,14 @@ def reads(args: argparse.Namespace, root: str) -> None:
           "`gc --older-than 30d --dry-run` | `doctor` | dashboard first load | its bytes | HParams tab |")
     print("|" + "---|" * 10)
     for n in sizes:
-        d = os.path.join(root, f"r{n}")
-        os.makedirs(d)
-        open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
+        d = os.path.join(args.keep or root, f"r{n}")
         t = time.perf_counter()
-        child(d, "memolab", "fill", {"n": n, "runs": True})
+        if not os.path.exists(os.path.join(d, "filled")):  # --keep: a store built before is reused
+            shutil.rmtree(d, ignore_errors=True)
+            os.makedirs(d)
+            open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
+            child(d, "memolab", "fill", {"n": n, "runs": True})
+            open(os.path.join(d, "filled"), "w").close()
         fill_s = time.perf_counter() - t
         os.sync()
         e = env()
@@ -479,6 +475,8 @@ def main() -> None:
     ap.add_argument("--reads", action="store_true", help="time the reading commands and the dashboard instead")
     ap.add_argument("--doctor-max", type=int, default=100_000, help="--reads: run doctor up to this size")
     ap.add_argument("--sweep-n", type=int, default=50)
+    ap.add_argument("--keep", default=None, help="--reads: build the stores under this folder and keep them "
+                    "(a store already there is reused: a million rows take minutes to write)")
     ap.add_argument("--dir", default=None, help="where to build the stores (default: a temporary directory)")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="memolab-scaling-", dir=args.dir)

@@ -176,11 +176,11 @@ def test_show_ls_and_runs_read_what_they_print(stores):
         assert small["rc"] == big["rc"] == 0, (name, small, big)
         assert big["rows"] <= small["rows"] + 5, (name, small["rows"], big["rows"])
         assert big["statements"] <= small["statements"] + 5, (name, small["statements"], big["statements"])
-    # show reads no O(N) range in SQLite either (the counts and scans of `ls` and `runs` are: their
-    # totals; docs/performance.md)
-    for name in ("show", "show-run"):
-        assert got[10000][name]["vm"] <= got[1000][name]["vm"] * 1.5 + 50, (name, got[1000][name]["vm"],
-                                                                             got[10000][name]["vm"])
+    # nor does SQLite walk more at 10k: the totals are kept counts (tracking/counts.py), the running
+    # and unfinished runs partial indexes, the newest rows index ranges
+    for name in got[1000]:  # (one tick per 1,000 instructions: a few of slack)
+        assert got[10000][name]["vm"] <= got[1000][name]["vm"] + 3, (name, got[1000][name]["vm"],
+                                                                     got[10000][name]["vm"])
     # what they print is right, not merely cheap
     assert "val/loss = 0.1" in got[10000]["show"]["out"] and "lr=0.1" in got[10000]["show"]["out"]
     assert "20 of 10,000 evaluations" in got[10000]["ls"]["out"] or "20 of 10000" in got[10000]["ls"]["out"]
@@ -202,13 +202,20 @@ def test_the_dashboards_window_is_sorted_and_filtered_on_the_server(stores):
             "by-metric": ["GET", f"runs?fn={fn}&limit=20&sort=m%3Aval%2Floss&dir=asc"],
             "failed": ["GET", f"runs?fn={fn}&limit=20&status=failed"],
             "arg": ["GET", f"runs?fn={fn}&limit=20&arg=lr%3D0.2"],
-            "page-2": ["GET", f"runs?fn={fn}&limit=20&offset=20"]}
+            "page-2": ["GET", f"runs?fn={fn}&limit=20&offset=20"],
+            # the rest of the page's first load: the sidebar, the run-id digits, the poll
+            "functions": ["GET", "functions"], "ids": ["GET", "ids"], "heartbeat": ["GET", "heartbeat"]}
     got = {n: measure(project, store, asks) for n, store in by_size.items()}
     for name in asks:
         small, big = got[1000][name], got[10000][name]
         for what in ("statements", "rows"):
             assert big[what] <= small[what] + 5, (name, what, small[what], big[what])
         assert big["bytes"] <= small["bytes"] * 1.1 + 200, (name, small["bytes"], big["bytes"])
+        if name not in ("by-metric", "failed", "arg"):  # (a sort by a metric or a filter is one pass of SQLite)
+            assert big["vm"] <= small["vm"] + 3, (name, small["vm"], big["vm"])
+    assert json.loads(got[10000]["ids"]["out"])["short"] >= 6
+    fns = json.loads(got[10000]["functions"]["out"])
+    assert sum(f["runs"] for f in fns) == 10000 - 10000 // 50 + 1 and sum(f["evaluations"] for f in fns) == 10000
     big = {k: json.loads(v["out"]) for k, v in got[10000].items()}
     assert big["runs"]["total"] == 10001 and len(big["runs"]["rows"]) == 50
     started = [r["started"] for r in big["runs"]["rows"] + big["page-2"]["rows"]]
@@ -224,7 +231,7 @@ def test_the_dashboards_window_is_sorted_and_filtered_on_the_server(stores):
     # the window's runs (its evaluations stored without a run have no logged hyperparameters of a run)
     assert [r["id"] for r in big["hparams"]["rows"]] == [r["id"] for r in big["runs"]["rows"] if isinstance(r["id"], int)]
     assert big["hparams"]["total"] == 10001
-    print({n: {k: (v["statements"], v["rows"], v["bytes"]) for k, v in g.items()} for n, g in got.items()},
+    print({n: {k: (v["statements"], v["rows"], v["vm"], v["bytes"]) for k, v in g.items()} for n, g in got.items()},
           file=sys.stderr)
 
 

@@ -219,6 +219,16 @@ def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop
     if bad_misses and not readonly:
         with store.index.write() as c:
             c.executemany("DELETE FROM misses WHERE id=?", [(i,) for i in bad_misses])
+    # the per-function counts kept by triggers (tracking/counts.py): recounted where they drifted
+    # (a writer that bypassed them: INSERT OR IGNORE of a stored key by an older memolab)
+    from .tracking import counts
+
+    drift = counts.check(store.index.conn())
+    if drift and not readonly:
+        with store.index.write() as c:
+            counts.check(c, repair=True)
+    for line in drift:
+        out(f"kept count {line}" + ("" if readonly else ": recounted"))
     # blobs against their digests
     checked = 0
     damaged: dict[str, str] = {}

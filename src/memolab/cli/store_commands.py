@@ -11,6 +11,7 @@ from ..key import key_of
 from ..store import edges, marks
 from ..store.inlist import chunks
 from ..store.schema import has_runs
+from ..tracking import counts
 from ..tracking.resolve import evaluation_label
 from . import argcols, ids
 from .common import (
@@ -151,7 +152,11 @@ def _kept_line(store: Any) -> tuple[str, dict[str, int]]:
 
 
 def _count_evaluations(store: Any, fn: str) -> int:
-    return store.index.conn().execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0]
+    c = store.index.conn()
+    if counts.available(c):  # kept by triggers: one row, not a count of the function's rows
+        row = c.execute("SELECT n FROM evaluation_counts WHERE fn=?", (fn,)).fetchone()
+        return int(row[0]) if row else 0
+    return int(c.execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0])
 
 
 def _unstored_runs(store: Any, fn: str) -> dict[str, int]:

@@ -628,7 +628,15 @@ class Index(AcceptIndex):
         return [dict(zip(EVAL_COLUMNS, r, strict=False)) for r in self.conn().execute(sql, args)]
 
     def functions(self) -> list[dict[str, Any]]:
-        rows = self.conn().execute(
+        c = self.conn()
+        if c.execute("SELECT 1 FROM main.sqlite_master WHERE type='trigger' AND name='counts_evaluation_hits'"
+                     ).fetchone() is not None:
+            # per function counts kept by triggers (``tracking/counts.py``), its newest by one index seek
+            return [dict(fn=fn, evaluations=n, size=size or 0, hits=hits or 0, compute=d or 0.0,
+                         last=c.execute("SELECT MAX(finished) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0])
+                    for fn, n, size, hits, d in c.execute("SELECT fn, n, size, hits, duration FROM evaluation_counts "
+                                                          "WHERE n > 0 ORDER BY fn").fetchall()]
+        rows = c.execute(
             "SELECT fn, COUNT(*), SUM(size), MAX(finished), SUM(hits), SUM(duration) FROM evaluations GROUP BY fn ORDER BY fn")
         return [dict(fn=r[0], evaluations=r[1], size=r[2] or 0, last=r[3], hits=r[4] or 0, compute=r[5] or 0.0) for r in rows]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..store.inlist import chunks, placeholders
 from ..text import mask_args, mask_secrets
-from . import names, notes, schema
+from . import counts, names, notes, schema
 
 _ensured: set = set()
 
@@ -112,6 +112,9 @@ def _running(c: Any, fn: str | None = None) -> list[dict[str, Any]]:
 def functions(index: Any) -> list[dict[str, Any]]:
     """Every function with stored evaluations or logged runs."""
     c = _conn(index)
+    kept = counts.functions(c)
+    if kept is not None:
+        return _functions_kept(c, kept)
     out: dict[str, dict[str, Any]] = {}
     for fn, n, hits, last in c.execute("SELECT fn, COUNT(*), SUM(hits), MAX(finished) FROM evaluations GROUP BY fn"):
         out[fn] = {"fn": fn, "evaluations": n, "hits": hits or 0, "runs": 0, "running": 0, "last": last}
@@ -130,6 +133,29 @@ def functions(index: Any) -> list[dict[str, Any]]:
         if fn in out:
             out[fn].setdefault("scripts", []).append(script)
     return sorted(out.values(), key=lambda d: d["fn"])
+
+
+def _functions_kept(c: Any, kept: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """``functions`` from the kept counts (``counts``): per function a few index seeks (its newest
+    evaluation and run), however many rows it has."""
+    running: dict[str, int] = {}
+    for r in _running(c):
+        running[r["fn"]] = running.get(r["fn"], 0) + 1
+    out = []
+    for fn, k in sorted(kept.items()):
+        last_ev = c.execute("SELECT MAX(finished) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0]
+        last_run = c.execute("SELECT MAX(started) FROM runs WHERE fn=?", (fn,)).fetchone()[0]
+        d = {"fn": fn, "evaluations": k["evaluations"], "hits": k["hits"] or 0, "runs": k["runs"],
+             "running": running.get(fn, 0) if k["runs"] else 0,
+             "last": max(last_ev or 0, last_run or 0) if k["runs"] else last_ev,
+             "scalars_last": _scalars_last(c, fn)}
+        if fn.startswith("__main__:"):
+            scripts = sorted(s for (s,) in c.execute(
+                "SELECT script FROM run_counts WHERE fn=? AND script != '' AND runs > 0", (fn,)))
+            if scripts:
+                d["scripts"] = scripts
+        out.append(d)
+    return out
 
 
 #: the newest runs of a function looked at for its newest scalar: one short index range however many
@@ -166,16 +192,21 @@ def function_entries(index: Any) -> list[dict[str, Any]]:
     for f in mains:
         # counted per script in SQLite (a function's million runs are never read into Python)
         per: dict[str | None, dict[str, Any]] = {}
-        for script, n, last, evs in c.execute(
+        kept_scripts = counts.per_script(c, f["fn"])
+        for script, n, last, evs in [] if kept_scripts is not None else c.execute(
                 "SELECT r.script, COUNT(*), MAX(r.started), COUNT(DISTINCT e.id) FROM runs r "
                 "LEFT JOIN evaluations e ON e.id = r.eval_id WHERE r.fn=? GROUP BY r.script", (f["fn"],)):
             per[script] = {"runs": n, "evaluations": evs, "running": 0, "last": last or 0}
+        for script, d in (kept_scripts or {}).items():
+            per[script] = {"runs": d["runs"], "evaluations": d["stored"], "running": 0, "last": d["last"] or 0}
         for rid, script in c.execute("SELECT id, script FROM runs WHERE fn=? AND status='running'", (f["fn"],)):
             if rid in running and script in per:
                 per[script]["running"] += 1
-        seen = c.execute("SELECT COUNT(DISTINCT r.eval_id) FROM runs r JOIN evaluations e ON e.id = r.eval_id "
-                         "WHERE r.fn=?", (f["fn"],)).fetchone()[0]
-        unknown = f["evaluations"] - seen
+        unknown = counts.unrun(c, f["fn"])
+        if unknown is None:
+            seen = c.execute("SELECT COUNT(DISTINCT r.eval_id) FROM runs r JOIN evaluations e ON e.id = r.eval_id "
+                             "WHERE r.fn=?", (f["fn"],)).fetchone()[0]
+            unknown = f["evaluations"] - seen
         if unknown > 0 or None in per:
             d = per.setdefault(None, {"runs": 0, "evaluations": 0, "running": 0, "last": 0})
             d["unknown"] = max(0, unknown)
@@ -230,6 +261,10 @@ def count_rows(index: Any, fn: str | None = None, script: str | None = None) -> 
     """How many rows ``runs(index, fn, script=script)`` lists, counted in SQL (over the indexes
     ``runs_fn`` and ``runs_eval``: no row is read into Python)."""
     c = _conn(index)
+    if fn is not None:
+        kept = counts.runs(c, fn, script or None)
+        if kept is not None:
+            return kept + (0 if script else counts.unrun(c, fn) or 0)
     where = " WHERE " + " AND ".join(w for w, on in (("fn=?", fn is not None), ("script=?", bool(script))) if on) \
         if fn is not None or script else ""
     params = [p for p in (fn, script or None) if p is not None]

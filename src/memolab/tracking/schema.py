@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import sqlite3
 
+from ..errors import swallowed
+from . import counts
+
 BLOCK = 64
 
 DDL = """
@@ -84,6 +87,10 @@ ADDED_RUN_COLUMNS = (
 ADDED_RUN_INDEXES = (
     # the scripts that ran a function, found in O(scripts x log runs) (``query.scripts_of``)
     "CREATE INDEX IF NOT EXISTS runs_fn_script ON runs(fn, script)",
+    # the running runs (few at any time, of a million): whether one is lost, the heartbeat's list
+    "CREATE INDEX IF NOT EXISTS runs_running ON runs(fn) WHERE status = 'running'",
+    # runs that did not end done (failed, interrupted, running): `ls FUNC`'s footer of unstored runs
+    "CREATE INDEX IF NOT EXISTS runs_unfinished ON runs(fn, status) WHERE status != 'done'",
 )
 
 
@@ -117,3 +124,9 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
                     raise
     for stmt in ADDED_RUN_INDEXES:
         conn.execute(stmt)
+    try:
+        counts.install(conn)  # per-function counts kept by triggers (once per store)
+    except sqlite3.OperationalError:
+        # another writer held the store past the busy timeout: readers count as before, and the
+        # next open tries again (the install is one transaction: nothing half made)
+        swallowed("tracking.schema: counts.install")

@@ -1,0 +1,278 @@
+"""How many runs and evaluations each function has, kept by triggers: what a page's "20 of
+1,000,000" costs is one row, not a count of a million.
+
+Two small tables in the store's index, maintained by SQLite triggers on ``runs`` and
+``evaluations`` (whoever writes them: a call, ``gc``, ``clear``, a team pull, a logs bundle, an
+older memolab; the triggers live in the file):
+
+* ``run_counts(fn, script, runs, stored, last)``: per function and script (``''``: no known
+  script), its runs, those of them whose ``eval_id`` names a stored evaluation, and the newest
+  ``started`` (a maximum kept on insert: deleting runs leaves it as it was);
+* ``evaluation_counts(fn, n, hits, size, duration)``: per function, its stored evaluations and the
+  sums of their hits, sizes and compute times (``memolab ls``'s columns).
+
+The evaluations stored without a run of a function are ``n - SUM(stored)`` (one run names one
+evaluation: a run records one computed call).
+
+``INSERT OR REPLACE`` removes the rows it replaces without a delete trigger (SQLite fires none
+unless ``recursive_triggers`` is on): a ``BEFORE INSERT`` trigger takes them off first, as the
+lineage triggers do (``store.schema.LINEAGE_TRIGGERS``). An ``INSERT OR IGNORE`` of an existing
+key fires that trigger and inserts nothing, so no writer uses it on ``evaluations`` (``doctor
+--repair`` inserts with ``NOT EXISTS``); ``doctor`` recounts and repairs the tables whatever made
+them drift (``check``).
+
+A store gains them the first time a memolab with them opens it to log (``tracking.schema.ensure``):
+one count of what is there and the triggers, in one write transaction. Where they are missing (an
+older store read as it is: its ``temp`` shims are empty tables), ``available`` says so and readers
+count as before.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from ..store.inlist import placeholders
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS run_counts(
+    fn TEXT NOT NULL, script TEXT NOT NULL,
+    runs INTEGER NOT NULL, stored INTEGER NOT NULL, last REAL,
+    PRIMARY KEY(fn, script)
+) WITHOUT ROWID;
+-- one row: the digits of a run id that tell every run apart (before SHORT_MIN: cli/ids.py)
+CREATE TABLE IF NOT EXISTS run_digits(n INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS evaluation_counts(
+    fn TEXT NOT NULL PRIMARY KEY, n INTEGER NOT NULL, hits INTEGER NOT NULL, size INTEGER NOT NULL,
+    duration REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+# the stored evaluations a run names, per group of run_counts
+_STORED = "EXISTS (SELECT 1 FROM evaluations WHERE id = {}.eval_id)"
+_ADD_RUN = ("INSERT INTO run_counts(fn, script, runs, stored, last) VALUES (NEW.fn, COALESCE(NEW.script, ''), 1, "
+            + _STORED.format("NEW") + ", NEW.started) ON CONFLICT(fn, script) DO UPDATE SET runs = runs + 1, "
+            "stored = stored + excluded.stored, last = MAX(COALESCE(last, excluded.last), excluded.last);")
+_DROP_RUN = ("UPDATE run_counts SET runs = runs - 1, stored = stored - " + _STORED.format("OLD")
+             + " WHERE fn = OLD.fn AND script = COALESCE(OLD.script, '');")
+# the runs naming evaluation X, counted into their own group of run_counts
+_NAMING = ("(SELECT COUNT(*) FROM runs r WHERE r.eval_id = {x} AND r.fn = run_counts.fn "
+           "AND COALESCE(r.script, '') = run_counts.script) WHERE fn IN (SELECT fn FROM runs WHERE eval_id = {x})")
+# the rows an INSERT OR REPLACE of NEW replaces (its key's, or its id's)
+_REPLACED = ("(SELECT id FROM evaluations WHERE fn = NEW.fn AND code = NEW.code AND args = NEW.args "
+             "AND schema = NEW.schema UNION SELECT id FROM evaluations WHERE id = NEW.id)")
+
+_ADD_EVALUATION = ("INSERT INTO evaluation_counts(fn, n, hits, size, duration) VALUES (NEW.fn, 1, NEW.hits, "
+                   "COALESCE(NEW.size, 0), COALESCE(NEW.duration, 0)) ON CONFLICT(fn) DO UPDATE SET n = n + 1, "
+                   "hits = hits + excluded.hits, size = size + excluded.size, duration = duration + excluded.duration;")
+_DROP_EVALUATION = ("UPDATE evaluation_counts SET n = n - 1, hits = hits - OLD.hits, size = size - COALESCE(OLD.size, 0), "
+                    "duration = duration - COALESCE(OLD.duration, 0) WHERE fn = OLD.fn;")
+
+TRIGGERS = (
+    "CREATE TRIGGER IF NOT EXISTS counts_run_add AFTER INSERT ON runs BEGIN " + _ADD_RUN + " END",
+    "CREATE TRIGGER IF NOT EXISTS counts_run_drop AFTER DELETE ON runs BEGIN " + _DROP_RUN + " END",
+    "CREATE TRIGGER IF NOT EXISTS counts_run_move AFTER UPDATE OF fn, script, eval_id ON runs "
+    "WHEN OLD.fn IS NOT NEW.fn OR OLD.script IS NOT NEW.script OR OLD.eval_id IS NOT NEW.eval_id BEGIN "
+    + _DROP_RUN + " " + _ADD_RUN + " END",
+    "CREATE TRIGGER IF NOT EXISTS counts_evaluation_replace BEFORE INSERT ON evaluations "
+    "WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn = NEW.fn AND code = NEW.code AND args = NEW.args "
+    "AND schema = NEW.schema) OR EXISTS (SELECT 1 FROM evaluations WHERE id = NEW.id) BEGIN "
+    "UPDATE evaluation_counts SET n = n - (SELECT COUNT(*) FROM evaluations o WHERE o.fn = evaluation_counts.fn "
+    f"AND o.id IN {_REPLACED}), hits = hits - (SELECT COALESCE(SUM(o.hits), 0) FROM evaluations o "
+    f"WHERE o.fn = evaluation_counts.fn AND o.id IN {_REPLACED}), size = size - (SELECT COALESCE(SUM(o.size), 0) "
+    f"FROM evaluations o WHERE o.fn = evaluation_counts.fn AND o.id IN {_REPLACED}), duration = duration - "
+    f"(SELECT COALESCE(SUM(o.duration), 0) FROM evaluations o WHERE o.fn = evaluation_counts.fn "
+    f"AND o.id IN {_REPLACED}) "
+    f"WHERE fn IN (SELECT fn FROM evaluations WHERE id IN {_REPLACED}); "
+    "UPDATE run_counts SET stored = stored - (SELECT COUNT(*) FROM runs r WHERE r.fn = run_counts.fn "
+    f"AND COALESCE(r.script, '') = run_counts.script AND r.eval_id IN {_REPLACED}) "
+    f"WHERE fn IN (SELECT fn FROM runs WHERE eval_id IN {_REPLACED}); END",
+    "CREATE TRIGGER IF NOT EXISTS counts_evaluation_add AFTER INSERT ON evaluations BEGIN "
+    + _ADD_EVALUATION + " UPDATE run_counts SET stored = stored + " + _NAMING.format(x="NEW.id") + "; END",
+    "CREATE TRIGGER IF NOT EXISTS counts_evaluation_drop AFTER DELETE ON evaluations BEGIN "
+    + _DROP_EVALUATION + " UPDATE run_counts SET stored = stored - " + _NAMING.format(x="OLD.id") + "; END",
+    "CREATE TRIGGER IF NOT EXISTS counts_evaluation_hits AFTER UPDATE OF hits, fn, size, duration ON evaluations "
+    "WHEN OLD.hits IS NOT NEW.hits OR OLD.fn IS NOT NEW.fn OR OLD.size IS NOT NEW.size "
+    "OR OLD.duration IS NOT NEW.duration BEGIN " + _DROP_EVALUATION + " " + _ADD_EVALUATION + " END",
+)
+
+
+
+def _lcp(a: str, b: str) -> str:
+    """SQL: how many leading characters two different texts ``a`` and ``b`` share: a prefix that
+    matches implies every shorter one does, so the matching prefix lengths sum to it (past the
+    shorter one's end, ``substr`` gives the whole texts, which differ)."""
+    return " + ".join(f"(substr({a}, 1, {k}) = substr({b}, 1, {k}))" for k in range(1, 20))
+
+
+def _digits_trigger() -> str:
+    """A run's id shown as its shortest unique start (``cli/ids.py``: ``r147562``): how many digits
+    tell every run apart is the longest start two ids share, plus one. A new id's longest shared
+    start is with one of its two neighbours in text order among the ids of each length, and ids of
+    one length sort as text as they do as numbers: per length, the nearest id below and above the
+    new one's start (padded or cut to that length) are two seeks of the primary key. Deleting a run
+    leaves the number as it was (still enough digits, perhaps one more than needed)."""
+    t = "CAST(NEW.id AS TEXT)"
+    near = []
+    for d in range(1, 20):
+        lo, hi = 10 ** (d - 1), min(10 ** d - 1, 2 ** 63 - 1)
+        x = f"CAST(substr({t} || '0000000000000000000', 1, {d}) AS INTEGER)"
+        # (ORDER BY … LIMIT 1, not MAX(): a seek, where an aggregate over a range walks it)
+        for order, rng in (("DESC", f"id >= {lo} AND id < {x}"), ("ASC", f"id >= {x} AND id <= {hi}")):
+            near.append(f"SELECT * FROM (SELECT id FROM runs WHERE {rng} AND id != NEW.id ORDER BY id {order} LIMIT 1)")
+    # each neighbour read once (a subquery written into an expression is run at each mention)
+    return ("CREATE TRIGGER IF NOT EXISTS counts_run_digits AFTER INSERT ON runs BEGIN "
+            f"UPDATE run_digits SET n = MAX(n, 1 + COALESCE((SELECT MAX({_lcp('t', 'o')}) FROM "
+            f"(SELECT {t} AS t, CAST(id AS TEXT) AS o FROM (" + " UNION ALL ".join(near) + "))), 0)); END")
+
+
+#: the last trigger made: its presence says the tables are filled and kept
+_LAST = "counts_evaluation_hits"
+
+#: what the tables hold, counted from the rows (install, ``check``)
+_RECOUNT_RUNS = ("SELECT r.fn, COALESCE(r.script, ''), COUNT(*), COUNT(e.id), MAX(r.started) FROM runs r "
+                 "LEFT JOIN evaluations e ON e.id = r.eval_id GROUP BY 1, 2")
+_RECOUNT_EVALUATIONS = ("SELECT fn, COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(size), 0), "
+                        "COALESCE(SUM(duration), 0) FROM evaluations GROUP BY fn")
+
+
+def _statements() -> list[str]:
+    return [x.strip() for x in TABLES.split(";") if x.strip()]
+
+
+_NAMES = ("counts_run_digits", "counts_run_add", "counts_run_drop", "counts_run_move", "counts_evaluation_replace",
+          "counts_evaluation_add", "counts_evaluation_drop", _LAST)
+
+
+def available(c: Any) -> bool:
+    """Whether the file ``c`` reads keeps the counts: every trigger is there (a ``temp`` shim is an
+    empty table; a runs table dropped and made again has lost its triggers, and with them the
+    counts' truth: ``install`` recounts)."""
+    q = placeholders(len(_NAMES))
+    return int(c.execute(f"SELECT COUNT(*) FROM main.sqlite_master WHERE type='trigger' AND name IN ({q})",
+                         _NAMES).fetchone()[0]) == len(_NAMES)
+
+
+def install(c: sqlite3.Connection) -> bool:
+    """Make the tables and triggers on a writable index that lacks them, filled from the rows
+    there, in one write transaction (the caller's, if it is in one); whether it made them."""
+    if available(c):
+        return False
+    if c.execute("SELECT 1 FROM main.sqlite_master WHERE type='table' AND name='evaluations'").fetchone() is None:
+        return False  # (not a store's index: a logs bundle's own file)
+    own = not c.in_transaction
+    if own:
+        c.execute("BEGIN IMMEDIATE")
+    try:
+        if not available(c):  # (another process may have made them meanwhile)
+            _fill(c)
+            for stmt in (_digits_trigger(), *TRIGGERS):
+                c.execute(stmt)
+        if own:
+            c.execute("COMMIT")
+    except BaseException:
+        if own and c.in_transaction:
+            c.execute("ROLLBACK")
+        raise
+    return True
+
+
+def _fill(c: sqlite3.Connection) -> None:
+    for stmt in _statements():
+        c.execute(stmt)
+    c.execute("DELETE FROM run_counts")
+    c.execute("DELETE FROM evaluation_counts")
+    c.execute(f"INSERT INTO run_counts(fn, script, runs, stored, last) {_RECOUNT_RUNS}")
+    c.execute(f"INSERT INTO evaluation_counts(fn, n, hits, size, duration) {_RECOUNT_EVALUATIONS}")
+    c.execute("DELETE FROM run_digits")
+    c.execute("INSERT INTO run_digits(n) VALUES (?)", (_shared_digits(c) + 1,))
+
+
+def _shared_digits(c: Any) -> int:
+    """The longest start two run ids share, from every id (install, ``check``)."""
+    ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
+    n = 0
+    for a, b in zip(ids, ids[1:], strict=False):
+        k = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            k += 1
+        n = max(n, k)
+    return n
+
+
+def digits(c: Any) -> int | None:
+    """The digits of a run id that tell every run apart (at least 1); None where not kept."""
+    if not available(c):
+        return None
+    row = c.execute("SELECT n FROM run_digits").fetchone()
+    return int(row[0]) if row else None
+
+
+def check(c: sqlite3.Connection, repair: bool = False) -> list[str]:
+    """What the tables say that the rows do not (``doctor``): one line per function and count;
+    with ``repair``, recounted. O(rows): ``doctor`` reads them anyway."""
+    if not available(c):
+        return []
+    want_r = {(r[0], r[1]): tuple(r[2:4]) for r in c.execute(_RECOUNT_RUNS)}
+    have_r = {(r[0], r[1]): tuple(r[2:4]) for r in c.execute("SELECT fn, script, runs, stored FROM run_counts")
+              if r[2] or r[3]}
+    # (the summed compute time is a float: kept to a millisecond)
+    want_e = {r[0]: (*r[1:4], round(r[4], 3)) for r in c.execute(_RECOUNT_EVALUATIONS)}
+    have_e = {r[0]: (*r[1:4], round(r[4], 3)) for r in c.execute("SELECT fn, n, hits, size, duration "
+                                                                  "FROM evaluation_counts") if r[1] or r[2]}
+    out = [f"runs of {fn} ({script or 'no script'}): kept {have_r.get((fn, script))}, counted {want_r.get((fn, script))}"
+           for fn, script in sorted(set(want_r) | set(have_r)) if want_r.get((fn, script)) != have_r.get((fn, script))]
+    out += [f"evaluations of {fn}: kept {have_e.get(fn)}, counted {want_e.get(fn)}"
+            for fn in sorted(set(want_e) | set(have_e)) if want_e.get(fn) != have_e.get(fn)]
+    need = _shared_digits(c) + 1
+    kept = digits(c)
+    if kept is None or kept < need:
+        out.append(f"run id digits: kept {kept}, {need} needed")
+    if out and repair:
+        _fill(c)
+    return out
+
+
+def runs(c: Any, fn: str, script: str | None = None) -> int | None:
+    """How many runs ``fn`` has (of ``script``; ``''``: of no known script); None where not kept."""
+    if not available(c):
+        return None
+    if script is None:
+        row = c.execute("SELECT SUM(runs) FROM run_counts WHERE fn=?", (fn,)).fetchone()
+    else:
+        row = c.execute("SELECT runs FROM run_counts WHERE fn=? AND script=?", (fn, script)).fetchone()
+    return int(row[0] or 0) if row else 0
+
+
+def unrun(c: Any, fn: str) -> int | None:
+    """How many of ``fn``'s stored evaluations no run names; None where not kept."""
+    if not available(c):
+        return None
+    n = c.execute("SELECT n FROM evaluation_counts WHERE fn=?", (fn,)).fetchone()
+    stored = c.execute("SELECT SUM(stored) FROM run_counts WHERE fn=?", (fn,)).fetchone()
+    return max(0, int(n[0] if n else 0) - int(stored[0] or 0 if stored else 0))
+
+
+def per_script(c: Any, fn: str) -> dict[str | None, dict[str, Any]] | None:
+    """{script or None: {"runs", "stored", "last"}} of ``fn``; None where not kept."""
+    if not available(c):
+        return None
+    return {s or None: {"runs": n, "stored": st, "last": last}
+            for s, n, st, last in c.execute("SELECT script, runs, stored, last FROM run_counts WHERE fn=? AND runs > 0",
+                                            (fn,))}
+
+
+def functions(c: Any) -> dict[str, dict[str, Any]] | None:
+    """{fn: {"evaluations", "hits", "runs", "unrun"}} of every function with either; None where not kept."""
+    if not available(c):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for fn, n, hits in c.execute("SELECT fn, n, hits FROM evaluation_counts WHERE n > 0"):
+        out[fn] = {"evaluations": n, "hits": hits, "runs": 0, "stored": 0}
+    for fn, n, st in c.execute("SELECT fn, SUM(runs), SUM(stored) FROM run_counts GROUP BY fn HAVING SUM(runs) > 0"):
+        d = out.setdefault(fn, {"evaluations": 0, "hits": 0, "runs": 0, "stored": 0})
+        d["runs"], d["stored"] = n, st
+    for d in out.values():
+        d["unrun"] = max(0, d["evaluations"] - d.pop("stored"))
+    return out
