@@ -36,10 +36,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from .. import config
+from .. import config, hooks
 from ..errors import BlobsGone, StoreMiss, StoreUnavailable, swallowed
 from ..progress import result_progress
-from . import layout, mounts, perms, signing
+from . import layout, mounts, perms, signing, waits
 from .beats import Heartbeats, beat_due as beat_due, track
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem as inline_problem, loads_result as _loads, split_inline  # (inline_problem: doctor's)
@@ -152,10 +152,8 @@ class Store(Heartbeats):
             row = self.lookup(key)  # a hit takes no lease
             if row is not None:
                 return "hit", row
-        from ..lifecycle import claim, drive_sync  # the one wait loop, shared with memoized calls
-
-        try:
-            return cast("tuple[str, dict[str, Any] | None]", drive_sync(claim(self, key, owner, force, on_owner), None))
+        try:  # the one wait loop, shared with memoized calls
+            return cast("tuple[str, dict[str, Any] | None]", waits.wait(waits.claim(self, key, owner, force, on_owner)))
         except BaseException:
             # a wait cut short (Ctrl-C) gives back what the claim may hold: a team store keeps
             # its local lease while the team says "wait"
@@ -457,9 +455,7 @@ class Store(Heartbeats):
         self.forget(fn)
         self.stored_codes = {c for c in self.stored_codes if fn is not None and c[0] != fn}
         n = self.index.clear(fn)
-        from ..tracking import retention
-
-        retention.purge(self.index, fn)  # the function's logged runs go with it
+        hooks.resolve(hooks.UPWARD["purge_logs"])(self.index, fn)  # the function's logged runs go with it
         self.collect_garbage()
         return n
 
@@ -505,9 +501,7 @@ class Store(Heartbeats):
         if dry_run:
             dead = self.unreferenced_blobs()
             return len(dead), sum(n for _, n in dead)
-        from ..tracking import retention
-
-        retention.purge_orphans(self.index)  # logs live as long as their evaluation
+        hooks.resolve(hooks.UPWARD["purge_orphan_logs"])(self.index)  # logs live as long as their evaluation
         # Walk the folder without the lock, then decide again and delete under
         # the write lock: a writer records its row under the same lock and checks
         # there that its blobs still exist (Index.record), so no row can end up
