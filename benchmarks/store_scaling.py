@@ -32,7 +32,7 @@ read from the store, started together: total hits per second, same for joblib.
 
 ``--inline-sweep`` measures the inline threshold instead: miss and
 hit-from-store cost of a result of 1 KiB … 256 KiB stored inline vs in a blob
-file (what ``memolab.store.INLINE_MAX`` is chosen from).
+file (what ``memolab.store.local.INLINE_MAX`` is chosen from).
 
     python benchmarks/store_scaling.py [--sizes 1,10000,100000,1000000] [--rounds 3]
     python benchmarks/store_scaling.py --inline-sweep
@@ -190,7 +190,7 @@ elif mode == "procs":
         f(1 + i % 50)
     print(json.dumps({"t0": t0, "t1": time.time()}))
 elif mode == "sweep":
-    import memolab.store as ms
+    import memolab.store.local as ms
     out = {}
     for size in arg["sizes"]:
         value = os.urandom(size)  # bytes pickle in-band: the whole result is the payload

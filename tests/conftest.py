@@ -232,7 +232,7 @@ def blob_results(monkeypatch):
     damage, deduplication, gc); subprocesses inherit it through the environment."""
     import memolab.store
 
-    monkeypatch.setattr(memolab.store, "INLINE_MAX", 0)
+    monkeypatch.setattr(memolab.store.local, "INLINE_MAX", 0)
     monkeypatch.setenv("MEMOLAB_INLINE_MAX", "0")
     yield
 

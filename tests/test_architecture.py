@@ -4,6 +4,11 @@
   function still means neither module can be understood, tested or changed alone.
 - **No private name across modules**: ``from .x import _name`` or ``x._name`` on an
   imported memolab module couples to what ``x`` promised nobody.
+- **Each layer imports only the layers below it** (docs/architecture.md's table):
+  ``LAYERS`` gives every package or module a rank; an import (inside a function
+  too, counted as the cycle check counts it) from a lower rank to a higher one fails,
+  naming the edge, its file and line. A lower layer that must reach a higher one asks
+  by dotted path (``hooks.UPWARD``), the way the store builds a team store.
 - **No module over 800 lines.**
 
 Edges are counted as Python resolves them: ``from .pkg import sub`` where ``sub`` is a
@@ -29,6 +34,49 @@ ALLOWED_EDGES: set[tuple[str, str]] = set()
 ALLOWED_PRIVATE: set[tuple[str, str, str]] = set()
 #: modules still over MAX_LINES
 ALLOWED_LONG: set[str] = set()
+
+#: the layers of docs/architecture.md, lowest first: a module's rank is the rank of the
+#: longest dotted prefix of its name listed here (a package's modules share its rank)
+LAYERS: list[tuple[str, list[str]]] = [
+    ("settings", ["memolab._version", "memolab.errors", "memolab.key", "memolab.config", "memolab.text", "memolab.progress",
+                  # the table of who handles what, by dotted path: the core consults it, it names no layer above
+                  "memolab.hooks",
+                  "memolab.workers"]),
+    ("code digest", ["memolab.codegraph"]),
+    ("argument hash", ["memolab.hashing", "memolab.identity", "memolab.files",
+                       # the reducers table: filled by pickling, read by hashing (a type rebuilt its own way)
+                       "memolab.reducers"]),
+    ("results", ["memolab.pickling"]),
+    ("store", ["memolab.store", "memolab.deadleases"]),
+    ("team store", ["memolab.team", "memolab.snapshots"]),
+    # what a body reads besides its arguments (the key's implicit inputs) and what it changed in place
+    ("key inputs", ["memolab.globalrng", "memolab.implicit", "memolab.reads", "memolab.readcheck",
+                    "memolab.upstream", "memolab.mutations", "memolab.expiry"]),
+    ("a call", ["memolab.lifecycle", "memolab.call", "memolab.memo", "memolab.explain", "memolab.report",
+                "memolab.summary", "memolab.acceptance", "memolab.hints", "memolab.samecode",
+                "memolab.distributed"]),
+    ("logs", ["memolab.tracking"]),
+    # Integrations depend on the core (torch's distributed driver drives calls, HF's cache
+    # hook and Lightning's logger use the call and logs layers); the core reaches them only
+    # by the dotted paths of hooks.LAZY_HOOKS, which are not edges. So they sit on top of
+    # the core, below the faces (selftest runs torch's self-tests).
+    ("integrations", ["memolab.torch", "memolab.hf", "memolab.lightning", "memolab.ray", "memolab.omegaconf",
+                      "memolab.transformers", "memolab.pandas", "memolab.handles", "memolab.arrow",
+                      "memolab.arrowreads", "memolab.numpy_restore", "memolab.pagemap"]),
+    ("faces", ["memolab", "memolab.__main__", "memolab.cli", "memolab.ui", "memolab.doctor", "memolab.selftest",
+               "memolab.display", "memolab.runs",
+               "memolab.team.cli"]),  # the team's commands (remote, sync, pull, gc --remote)
+]
+
+#: (importer, imported) upward edges not yet cut, each with why; the list can only shrink
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {
+    ("memolab.call", "memolab.tracking.runs"):
+        "a computation opens, ends and rides its run (the logs of the body): the miss path writes them",
+    ("memolab.team.logs", "memolab.tracking.runs"):
+        "a team row carries its run's logs: pulling it writes them into the local runs tables",
+    ("memolab.team.logs", "memolab.tracking.schema"):
+        "a team row carries its run's logs: pulling it reads which run columns the local index has",
+}
 
 
 def _modules(src: Path) -> dict[str, tuple[Path, bool]]:
@@ -192,6 +240,61 @@ def test_no_module_is_over_800_lines():
     assert not ALLOWED_LONG - long, f"fixed, remove from ALLOWED_LONG: {sorted(ALLOWED_LONG - long)}"
 
 
+def _rank(mod: str, ranks: dict[str, int]) -> int | None:
+    parts = mod.split(".")
+    for n in range(len(parts), 0, -1):
+        r = ranks.get(".".join(parts[:n]))
+        if r is not None:
+            return r
+    return None
+
+
+def _ranks(layers: list[tuple[str, list[str]]]) -> dict[str, int]:
+    return {name: i for i, (_, names) in enumerate(layers) for name in names}
+
+
+def _upward(scan: _Scan, layers: list[tuple[str, list[str]]]) -> list[tuple[str, str, int]]:
+    """Every edge from a lower layer to a higher one: (importer, imported, line)."""
+    ranks = _ranks(layers)
+    out = []
+    for mod, edges in sorted(scan.edges.items()):
+        for target, line in sorted(edges.items()):
+            if _rank(target, ranks) > _rank(mod, ranks):  # type: ignore[operator]
+                out.append((mod, target, line))
+    return out
+
+
+def _layer(mod: str) -> str:
+    return LAYERS[_rank(mod, _ranks(LAYERS))][0]  # type: ignore[index]
+
+
+def test_every_module_has_a_layer():
+    ranks = _ranks(LAYERS)
+    assert not [m for m in MODULES if _rank(m, ranks) is None], "give these a layer in LAYERS"
+    assert not [n for n in ranks if not any(m == n or m.startswith(n + ".") for m in MODULES)], \
+        "LAYERS names a module that is gone"
+
+
+def test_each_layer_imports_only_the_layers_below():
+    up = _upward(SCAN, LAYERS)
+    problems = [f"{_where(a, line)}: {a} ({_layer(a)}) imports {b} ({_layer(b)}), a layer above it"
+                for a, b, line in up if (a, b) not in ALLOWED_UPWARD]
+    assert not problems, "\n".join(problems)
+    gone = sorted(set(ALLOWED_UPWARD) - {(a, b) for a, b, _ in up})
+    assert not gone, f"no longer an upward edge, remove from ALLOWED_UPWARD: {gone}"
+
+
+def test_the_checker_sees_an_upward_import_inside_a_function(tmp_path):
+    pkg = tmp_path / PKG
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("def f():\n    from ..high import g\n    return g\n")
+    (pkg / "high.py").write_text("from .low import a\ng = a\n")
+    layers = [("low", ["memolab.low"]), ("high", ["memolab", "memolab.high"])]
+    assert _upward(_Scan(_modules(tmp_path)), layers) == [("memolab.low.a", "memolab.high", 2)]
+
+
 def test_allowed_edges_still_exist():
     gone = {(a, b) for a, b in ALLOWED_EDGES if b not in SCAN.edges.get(a, {})}
     assert not gone, f"cut, remove from ALLOWED_EDGES: {sorted(gone)}"
@@ -210,3 +313,11 @@ def test_the_checker_sees_a_cycle_through_a_function_local_import_and_a_private_
     assert _cycles(scan.edges) == [["memolab.a", "memolab.b", "memolab.a"]]
     assert sorted((m, s, n) for m, s, n, _ in scan.private) == [("memolab.b", "memolab.a", "_x"),
                                                                ("memolab.c", "memolab.a", "_x")]
+
+
+def test_every_upward_call_by_dotted_path_resolves():
+    """``hooks.UPWARD`` names what a lower layer calls in a higher one: each must import."""
+    from memolab import hooks
+
+    for name, target in hooks.UPWARD.items():
+        assert callable(hooks.resolve(target)), name

@@ -214,7 +214,7 @@ def test_every_column_layout_round_trips_through_the_store(tmp_store, tmp_path, 
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(memolab.store, "INLINE_MAX", 1 << 30 if inline else 0)
+    monkeypatch.setattr(memolab.store.local, "INLINE_MAX", 1 << 30 if inline else 0)
     zoo = features_zoo(datasets, np)
     cases = {
         "zoo": zoo,

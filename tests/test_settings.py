@@ -147,7 +147,7 @@ def test_bad_values_never_crash_import_a_call_or_the_cli(project, tmp_path):
             "MEMOLAB_REMOTE_DRAIN": memolab.team.journal.DRAIN_SECONDS,
             "MEMOLAB_REMOTE_CONCURRENCY": memolab.team.blobs.remote_concurrency(),
             "MEMOLAB_REMOTE_RANGED_GETS": memolab.team.blobs.remote_ranged_gets(),
-            "MEMOLAB_INLINE_MAX": memolab.store.INLINE_MAX,
+            "MEMOLAB_INLINE_MAX": memolab.store.local.INLINE_MAX,
             "MEMOLAB_HASH_THREADS": config.env_setting("MEMOLAB_HASH_THREADS"),
             "MEMOLAB_DIST_TIMEOUT": config.env_setting("MEMOLAB_DIST_TIMEOUT"),
             "MEMOLAB_VERBOSE": s.verbose,

@@ -18,7 +18,8 @@ import memolab
 from conftest import Calls
 from memolab import memo
 from memolab.explain import last_miss
-from memolab.store import INLINE_MAX, Store, get_store
+from memolab.store import Store, get_store
+from memolab.store.local import INLINE_MAX
 from memolab.store.sqlite import SCHEMA_VERSION
 
 KEY = ("mod:f", "code", "args", "schema")
@@ -86,7 +87,7 @@ def test_small_results_live_in_their_row_and_large_ones_in_blobs(tmp_store):
 def test_out_of_band_buffers_inline_come_back_read_only(tmp_store, monkeypatch):
     """With a threshold above pickling's out-of-band minimum (64 KiB), an array's
     buffer is stored in the row too, and loads as read-only as a mapped blob."""
-    monkeypatch.setattr(memolab.store, "INLINE_MAX", 1 << 20)
+    monkeypatch.setattr(memolab.store.local, "INLINE_MAX", 1 << 20)
     calls = Calls()
 
     @memo
@@ -177,7 +178,7 @@ def test_a_schema_1_store_is_migrated_in_place_and_keeps_its_results(tmp_path, b
     s.save(KEY, "w", {"old": True}, _fields(), {})
     del s
     _downgrade_to_schema_1(root / "index.sqlite")
-    monkeypatch.setattr(memolab.store, "INLINE_MAX", 32 << 10)
+    monkeypatch.setattr(memolab.store.local, "INLINE_MAX", 32 << 10)
     with pytest.warns(memolab.MemolabWarning, match="from schema 1 to"):  # said once, as it is done
         s = Store(root)
     assert s.index.conn().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
@@ -234,7 +235,7 @@ def test_gc_plan_counts_a_shared_blob_once_and_inline_bytes_per_row(tmp_path, mo
     big = np.ones(100_000)  # 800 kB, one buffer blob shared by two results
 
     def put(args, value, finished, inline_max):
-        monkeypatch.setattr(memolab.store, "INLINE_MAX", inline_max)
+        monkeypatch.setattr(memolab.store.local, "INLINE_MAX", inline_max)
         key = KEY[:2] + (args, KEY[3])
         s.acquire(key, "w")
         return s.save(key, "w", value, dict(_fields(), finished=finished), {})

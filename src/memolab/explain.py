@@ -13,7 +13,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import swallowed
 from .hints import rng_reason
@@ -56,9 +56,9 @@ class Explanation:
 
     def _repr_html_(self) -> str:
         """In a notebook: hit or miss, the reasons, and each code diff rendered."""
-        from .display import explanation
+        from . import hooks
 
-        return explanation(self)
+        return cast(str, hooks.resolve(hooks.UPWARD["explanation_html"])(self))
 
     def to_dict(self) -> dict[str, Any]:
         out = {"fn": self.fn, "hit": self.hit, "reasons": self.reasons, "diffs": self.diffs, "evaluation": self.evaluation}

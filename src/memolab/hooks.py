@@ -112,6 +112,20 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
     },
 }
 
+#: What a lower layer asks of a layer above it, by dotted path: each layer imports only the
+#: layers below it (docs/architecture.md, ``tests/test_architecture.py``), so where a lower
+#: layer's operation must end in a higher one's, it names the function here and ``resolve``s it
+#: when it runs (the way the store builds a team store from ``memolab.team.layered:layered``).
+UPWARD: dict[str, str] = {
+    # ``Store.clear(fn)``: the function's finished runs and their logs go with its results
+    "purge_logs": "memolab.tracking.retention:purge",
+    # ``Store.collect_garbage``: runs whose evaluation is gone lose their logs
+    "purge_orphan_logs": "memolab.tracking.retention:purge_orphans",
+    # ``Explanation._repr_html_`` and ``Evaluations._repr_html_``: notebooks' HTML is a face's
+    "explanation_html": "memolab.display:explanation",
+    "evaluations_html": "memolab.display:evaluations_table",
+}
+
 #: the tables whose hooks run once their module is imported, watched while a body computes
 _ON_IMPORT = ("computing", "global_rng")
 _done: set = set()  # (table, module) run already

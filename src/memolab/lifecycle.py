@@ -18,9 +18,10 @@ cancelled while it waits or computes. (A team store keeps its local lease while
 the team says "wait": before this, a cancelled wait kept it heart-beaten for the
 life of the process, and the key blocked every later call of it there.)
 
-This module imports nothing of memolab: the store (``Store.acquire`` waits with
-``claim`` and ``drive_sync``) and the memo layer both build on it. What a call does
-at each step is the ``Steps`` it is given (``memolab.call.Call``).
+The wait for another owner, ``claim`` and its ``Pause``, is the store's
+(``store/waits.py``: ``Store.acquire`` waits with it too); this module imports nothing
+else of memolab. What a call does at each step is the ``Steps`` it is given
+(``memolab.call.Call``).
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Generator
 from enum import Enum
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
+
+from .store.waits import Pause, claim
 
 __all__ = ["Pause", "Compute", "COMPUTE", "Steps", "State", "ROUNDS", "claim", "lifecycle", "drive_sync", "drive_async"]
 
@@ -53,12 +56,6 @@ HIT, FREE, OWNER, UNSTORED = State.HIT, State.FREE, State.OWNER, State.UNSTORED
 ROUNDS = 64
 
 
-class Pause(NamedTuple):
-    """Wait this long, then go on (another owner computes the key)."""
-
-    seconds: float
-
-
 class Compute:
     """Call the function with the call's arguments; send its value, or throw what it raised."""
 
@@ -76,10 +73,6 @@ Row = dict[str, Any]
 #: what the store raises when it cannot serve a call: the value is computed without it
 #: (``StoreUnavailable`` is an ``OSError``; an index text that does not decode, a ``UnicodeDecodeError``)
 STORE_TROUBLE = (sqlite3.Error, OSError, UnicodeDecodeError)
-
-#: the back-off of a wait: first poll after ``_FIRST_PAUSE``, growing by half up to ``_LONGEST_PAUSE``
-_FIRST_PAUSE = 0.01
-_LONGEST_PAUSE = 0.25
 
 
 class Steps(Protocol):
@@ -105,19 +98,6 @@ class Steps(Protocol):
     def failed(self, owner: str, run: Any, error: BaseException) -> None: ...
     def done(self, owner: str, value: Any, t0: float, run: Any, ev: Any) -> None: ...
     def release(self, owner: str) -> None: ...
-
-
-def claim(store: Any, key: Any, owner: str, force: bool = False,
-          on_owner: Callable[[Any], None] | None = None) -> Generator[Pause, None, tuple[str, Row | None]]:
-    """Poll ``store.try_acquire`` until the key is stored ('hit', row) or its lease is
-    ours ('owner', None), pausing with a bounded back-off in between: the one wait loop."""
-    delay = _FIRST_PAUSE
-    while True:
-        state, row = store.try_acquire(key, owner, force, on_owner)
-        if state != "wait":
-            return state, row
-        yield Pause(delay)
-        delay = min(delay * 1.5, _LONGEST_PAUSE)
 
 
 def lifecycle(call: Steps, new_owner: Callable[[], str]) -> Generator[Request, Any, Any]:

@@ -370,9 +370,9 @@ class Evaluations(list[dict[str, Any]]):
     """``MemoFunction.evaluations()``: a plain list of rows, shown as a table in a notebook."""
 
     def _repr_html_(self) -> str:
-        from .display import evaluations_table
+        from . import hooks
 
-        return evaluations_table(self)
+        return cast(str, hooks.resolve(hooks.UPWARD["evaluations_html"])(self))
 
 
 def _lookup(module: str, qualname: str) -> Any:

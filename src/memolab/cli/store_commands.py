@@ -453,7 +453,7 @@ def _gc_options(p: argparse.ArgumentParser) -> None:
 @options(_gc_options)
 def cmd_gc(args: argparse.Namespace) -> int:
     if args.remote:
-        from ..team.gc import run_cli
+        from ..team.cli import run_cli
 
         return run_cli(args)
     if args.grace is not None:

@@ -26,6 +26,7 @@ from ..cli.common import (
     store_root,
 )
 from ..errors import MemolabWarning
+from ..key import Key
 
 
 def _quiet() -> None:
@@ -415,3 +416,88 @@ def _resolve(name: str, fns: list[str]) -> str:
     if not matches:
         raise CliError(PROBLEM, f"no function matches {name!r} in the team store")
     raise CliError(USAGE, f"{name!r} is ambiguous: it matches {', '.join(matches)}; give the full name")
+
+
+def _local_marks(args: Any) -> tuple[set[Key], set[str]]:
+    """The keys this machine's store keeps, and the blobs its snapshots hold (read without
+    migrating it; none without a store)."""
+    from ..cli.common import store_root
+    from ..store import marks, schema
+
+    path = store_root(args) / "index.sqlite"
+    if not path.is_file():
+        return set(), set()
+    c = schema.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)  # read as it is: never migrated here
+    try:
+        return marks.kept_keys(c), marks.snapshot_refs(c)
+    finally:
+        c.close()
+
+
+def run_cli(args: Any) -> int:
+    """``memolab gc --remote [--older-than AGE] [--max-size SIZE] [--grace AGE] [--yes] [--json]``."""
+    from .. import config
+    from ..cli.common import OK, PROBLEM, CliError, Progress, emit_json, human_age, human_bytes, human_seconds, table
+    from ..errors import RemoteUnavailable, StoreConfigError
+    from ..store.marks import SNAPSHOT_RECENT as RECENT
+    from .gc import DEFAULT_GRACE, execute, plan
+    from .link import open_index, open_remote_blobs
+
+    remote = config.remote()
+    if remote is None or not remote[0] or not remote[1]:
+        raise CliError(PROBLEM, "gc --remote: no team store configured: set MEMOLAB_REMOTE (postgresql://…) and "
+                                "MEMOLAB_REMOTE_BLOBS (s3://bucket/prefix), or [tool.memolab] in pyproject.toml")
+    where = f"{redact(remote[0])} + {redact(remote[1])}"
+    grace = DEFAULT_GRACE if args.grace is None else args.grace
+    dry = args.dry_run or not args.yes  # a shared store: nothing is deleted unless asked for in so many words
+    try:
+        index = open_index(remote[0], config.settings().remote_timeout)
+        blobs = open_remote_blobs(remote[1], config.settings().remote_timeout)
+        kept, held = _local_marks(args)
+        p = plan(index, blobs, args.older_than, args.max_size, grace, kept=kept, held=held)
+        if not dry:
+            with Progress("gc --remote: deleting", len(p.rows) + len(p.blobs)) as bar:
+                r = execute(index, blobs, p, progress=bar.update)
+        else:
+            r = p.summary(dry_run=True)
+    except (RemoteUnavailable, OSError) as e:
+        raise CliError(PROBLEM, f"gc --remote: team store unreachable ({where}): {e}") from None
+    except StoreConfigError as e:
+        raise CliError(PROBLEM, f"gc --remote: {e}") from None
+    except Exception as e:  # a driver's refusal (psycopg, botocore: errors of many kinds) is told; the rest raised
+        if not type(e).__module__.startswith(("psycopg", "botocore", "boto3")):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]  # a refusal (permissions, …): one line, not a trace
+        raise CliError(PROBLEM, f"gc --remote: the team store refused it ({type(e).__name__}: {first})") from None
+    r["grace"] = grace
+    if args.json:
+        emit_json(r)
+        return OK
+    print(f"team store {where}: {p.listed} objects, {human_bytes(p.listed_bytes)}")
+    if p.rows:
+        rows = [(e["id"], e["fn"], human_age(max(e["finished"] or 0, e["last_hit"] or 0)), human_bytes(e["size"]))
+                for e in p.rows[:30]]
+        print(table(["ID", "FUNCTION", "LAST USED (TEAM)", "SIZE"], rows, right=(0, 3)))
+        if len(p.rows) > 30:
+            print(f"… and {len(p.rows) - 30} more")
+    verb = "would drop" if dry else "dropped"
+    free = "would free" if dry else "freed"
+    n_rows = len(p.rows)
+    print(f"{verb} {n_rows} evaluation{'s' if n_rows != 1 else ''} from the team index; {free} "
+          f"{human_bytes(r['blob_bytes'])} ({r['blobs']} blob{'s' if r['blobs'] != 1 else ''}); "
+          f"kept {r['young_blobs_kept']} unreferenced blob{'s' if r['young_blobs_kept'] != 1 else ''} written within "
+          f"the grace period of {human_seconds(grace)} ({human_bytes(r['young_bytes_kept'])}; perhaps uploads in flight)")
+    print(f"kept: {p.kept} row{'s' if p.kept != 1 else ''}, {human_bytes(p.kept_bytes)} (keep marks, the team's and "
+          "this machine's: never dropped)")
+    if p.stale_snapshots:
+        print(f"{'would let go' if dry else 'let go'} {len(p.stale_snapshots)} unnamed team snapshot(s) unused for "
+              f"{human_seconds(RECENT)}")
+    if p.leases:
+        print(f"{'would drop' if dry else 'dropped'} {p.leases} team lease(s) not heart-beaten for "
+              f"{human_seconds(grace)} (their machines died)")
+    if p.uploads:
+        print(f"{'would abort' if dry else 'aborted'} {len(p.uploads)} multipart upload(s) abandoned more than "
+              f"{human_seconds(grace)} ago (a process killed mid-upload; their parts are billed until aborted)")
+    if dry and not args.dry_run:
+        print("dry run: nothing deleted; pass --yes to delete")
+    return OK
