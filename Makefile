@@ -57,7 +57,7 @@ system-deps:
 # fresh process: a new CPython or torch release is checked with this one command (each also runs
 # at first use, falling back to the safe way where it fails; docs/architecture.md).
 selftest: $(STAMP)
-	$(PY) -m memolab.selftest
+	$(PY) -m memolab.cli.selftest
 
 # The static checks, configured in pyproject.toml (both pinned in its dev extra): ruff (pycodestyle,
 # pyflakes, bugbear, imports, pyupgrade) on everything Python here, mypy (strict) on src/memolab.

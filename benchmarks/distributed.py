@@ -63,7 +63,7 @@ dist.destroy_process_group()
 
 SEAM = """
 import sys, time, memolab, torch
-import memolab.hooks
+import memolab.settings.hooks
 if sys.argv[1:] == ["lightning"]:
     import lightning
 
@@ -83,10 +83,10 @@ def best():
     return b
 
 with_seam = best()
-saved = dict(memolab.hooks.LAZY_HOOKS["drivers"])
-memolab.hooks.LAZY_HOOKS["drivers"].clear()
+saved = dict(memolab.settings.hooks.LAZY_HOOKS["drivers"])
+memolab.settings.hooks.LAZY_HOOKS["drivers"].clear()
 without = best()
-memolab.hooks.LAZY_HOOKS["drivers"].update(saved)
+memolab.settings.hooks.LAZY_HOOKS["drivers"].update(saved)
 what = "torch and lightning" if sys.argv[1:] == ["lightning"] else "torch"
 print(f"outside a group, {what} imported: in-memory hit {with_seam:.2f} us with the seam, {without:.2f} us "
       f"without (+{with_seam - without:.2f} us)")

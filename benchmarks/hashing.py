@@ -123,7 +123,8 @@ def main():
     import xxhash
 
     import memolab
-    from memolab import hashing, identity
+    from memolab import hashing
+    from memolab.hashing import identity
 
     print(f"# memolab hashing benchmark: {args.mib} MiB, python {sys.version.split()[0]}, "
           f"{os.cpu_count()} cores, memolab threads now {hashing.hash_threads()} (load {os.getloadavg()[0]:.1f}), "

@@ -113,8 +113,7 @@ def run(args: Any, base: str) -> None:
     from datasets.fingerprint import Hasher, generate_fingerprint
 
     import memolab
-    from memolab import identity
-    from memolab.hashing import hash_arguments
+    from memolab.hashing import hash_arguments, identity
     from memolab.hf import keys as hf_keys
 
     datasets.disable_progress_bars()

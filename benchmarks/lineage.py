@@ -37,7 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memolab import hashing, identity, memo, upstream
+from memolab import hashing, memo
+from memolab.hashing import identity
+from memolab.inputs import upstream
 from memolab.store import get_store
 
 

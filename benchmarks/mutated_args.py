@@ -1,4 +1,4 @@
-"""Arguments a memoized body changes (``memolab.mutations``, issue 48 §1): what a miss and a hit cost.
+"""Arguments a memoized body changes (``memolab.inputs.mutations``, issue 48 §1): what a miss and a hit cost.
 
 A ~100 MB module (one 5000 x 5000 ``Linear``) passed to two memoized functions:
 
@@ -35,7 +35,8 @@ warnings.simplefilter("ignore")
 import torch  # noqa: E402
 
 import memolab  # noqa: E402
-from memolab import hashing, mutations  # noqa: E402
+from memolab import hashing  # noqa: E402
+from memolab.inputs import mutations  # noqa: E402
 
 
 def look_body(model: torch.nn.Module, x: torch.Tensor, i: int) -> float:

@@ -1,8 +1,8 @@
-"""What recording the files a body reads by path costs a call (issue 48 §2, ``memolab/reads.py``).
+"""What recording the files a body reads by path costs a call (issue 48 §2, ``memolab/inputs/reads.py``).
 
 Every memoized body runs with its reads recorded (an audit hook, one per process, that does
 nothing while no body runs); its evaluation stores the stamps, and every hit checks them. This
-script times the same calls with the recording on and off ("off": ``memolab.reads``' entry
+script times the same calls with the recording on and off ("off": ``memolab.inputs.reads``' entry
 points replaced by no-ops: memolab as it was before), in one process, in alternating blocks
 (this machine's speed swings in blocks of seconds: a pair of blocks runs at one speed).
 
@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memolab import memo, reads
+from memolab import memo
+from memolab.inputs import reads
 
 
 def _off() -> dict[str, Any]:

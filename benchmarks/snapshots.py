@@ -98,8 +98,8 @@ def main() -> None:
 
     import warnings
 
-    from memolab import snapshots
     from memolab.store import Store
+    from memolab.team import snapshots
 
     warnings.simplefilter("ignore")
     work = Path(tempfile.mkdtemp(prefix="memolab-snap-", dir=a.dir))
@@ -163,8 +163,8 @@ def team(a: argparse.Namespace, work: Path, data: Path, want: dict[str, str], mb
     from boto3.s3.transfer import TransferConfig
 
     import memolab
-    from memolab import snapshots
     from memolab.store import close_open_stores
+    from memolab.team import snapshots
     from servers.postgres import PgServer, find_bin
     from servers.s3 import S3Server
 
@@ -245,8 +245,8 @@ def offline(pg: object, s3: object, work: Path, b_store: Path, out_dir: Path, ds
     """The network cut after the first pull (PostgreSQL stopped, S3 unreachable): B restores from its
     own store."""
     import memolab
-    from memolab import snapshots
     from memolab.store import close_open_stores
+    from memolab.team import snapshots
 
     close_open_stores(work)
     pg.stop()  # type: ignore[attr-defined]

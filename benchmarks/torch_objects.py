@@ -51,7 +51,8 @@ import torch  # noqa: E402
 import xxhash  # noqa: E402
 
 import memolab  # noqa: E402
-from memolab import hashing, identity  # noqa: E402
+from memolab import hashing  # noqa: E402
+from memolab.hashing import identity  # noqa: E402
 
 Table = tuple[str, Sequence[str], list[Sequence[str]]]
 

@@ -93,7 +93,7 @@ VERIFY = textwrap.dedent('''
     import io, json, sqlite3, sys, warnings
     from pathlib import Path
     warnings.simplefilter("ignore")
-    from memolab import doctor
+    from memolab.cli import doctor
     from work import f, expected, same, computed
     if (Path(__file__).parent / "faults.py").exists():
         import faults  # kill9's hooks, planted here as in its workers (they only count here)

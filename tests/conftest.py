@@ -31,7 +31,7 @@ os.environ.setdefault("MEMOLAB_TEAM_UNSIGNED", "1")
 
 import memolab
 import zygote
-from memolab import config
+from memolab.settings import config
 
 # real servers for the team-store tests (tests/servers/): fixtures postgres_server, postgres_dsn;
 # s3_server, s3_env, s3_bucket

@@ -38,22 +38,22 @@ ALLOWED_LONG: set[str] = set()
 #: the layers of docs/architecture.md, lowest first: a module's rank is the rank of the
 #: longest dotted prefix of its name listed here (a package's modules share its rank)
 LAYERS: list[tuple[str, list[str]]] = [
-    ("settings", ["memolab._version", "memolab.errors", "memolab.key", "memolab.config", "memolab.text", "memolab.progress",
+    ("settings", ["memolab._version", "memolab.errors", "memolab.key", "memolab.settings.config", "memolab.settings.text", "memolab.settings.progress",
                   # the table of who handles what, by dotted path: the core consults it, it names no layer above
-                  "memolab.hooks",
+                  "memolab.settings.hooks",
                   "memolab.workers"]),
     ("code digest", ["memolab.codegraph"]),
-    ("argument hash", ["memolab.hashing", "memolab.identity", "memolab.files",
+    ("argument hash", ["memolab.hashing", "memolab.hashing.identity", "memolab.hashing.files",
                        # the reducers table: filled by pickling, read by hashing (a type rebuilt its own way)
-                       "memolab.reducers"]),
+                       "memolab.hashing.reducers"]),
     ("results", ["memolab.pickling"]),
-    ("store", ["memolab.store", "memolab.deadleases"]),
-    ("team store", ["memolab.team", "memolab.snapshots"]),
+    ("store", ["memolab.store", "memolab.store.deadleases"]),
+    ("team store", ["memolab.team", "memolab.team.snapshots"]),
     # what a body reads besides its arguments (the key's implicit inputs) and what it changed in place
-    ("key inputs", ["memolab.globalrng", "memolab.implicit", "memolab.reads", "memolab.readcheck",
-                    "memolab.upstream", "memolab.mutations", "memolab.expiry"]),
-    ("a call", ["memolab.lifecycle", "memolab.call", "memolab.memo", "memolab.explain", "memolab.report",
-                "memolab.summary", "memolab.acceptance", "memolab.hints", "memolab.samecode",
+    ("key inputs", ["memolab.inputs.globalrng", "memolab.inputs.implicit", "memolab.inputs.reads", "memolab.inputs.readcheck",
+                    "memolab.inputs.upstream", "memolab.inputs.mutations", "memolab.inputs.expiry"]),
+    ("a call", ["memolab.calls.lifecycle", "memolab.calls.call", "memolab.calls.memo", "memolab.calls.explain", "memolab.calls.report",
+                "memolab.calls.summary", "memolab.calls.acceptance", "memolab.calls.hints", "memolab.calls.samecode",
                 "memolab.distributed"]),
     ("logs", ["memolab.tracking"]),
     # Integrations depend on the core (torch's distributed driver drives calls, HF's cache
@@ -61,16 +61,16 @@ LAYERS: list[tuple[str, list[str]]] = [
     # by the dotted paths of hooks.LAZY_HOOKS, which are not edges. So they sit on top of
     # the core, below the faces (selftest runs torch's self-tests).
     ("integrations", ["memolab.torch", "memolab.hf", "memolab.lightning", "memolab.ray", "memolab.omegaconf",
-                      "memolab.transformers", "memolab.pandas", "memolab.handles", "memolab.arrow",
-                      "memolab.arrowreads", "memolab.numpy_restore", "memolab.pagemap"]),
-    ("faces", ["memolab", "memolab.__main__", "memolab.cli", "memolab.ui", "memolab.doctor", "memolab.selftest",
-               "memolab.display", "memolab.runs",
-               "memolab.team.cli"]),  # the team's commands (remote, sync, pull, gc --remote)
+                      "memolab.transformers", "memolab.pandas", "memolab.handles", "memolab.arrow.keys",
+                      "memolab.arrow.reads", "memolab.numpy.restore", "memolab.torch.pagemap"]),
+    ("faces", ["memolab", "memolab.__main__", "memolab.cli", "memolab.ui", "memolab.cli.doctor", "memolab.cli.selftest",
+               "memolab.ui.display", "memolab.ui.runs",
+               "memolab.cli.team_commands"]),  # the team's commands (remote, sync, pull, gc --remote)
 ]
 
 #: (importer, imported) upward edges not yet cut, each with why; the list can only shrink
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
-    ("memolab.call", "memolab.tracking.runs"):
+    ("memolab.calls.call", "memolab.tracking.runs"):
         "a computation opens, ends and rides its run (the logs of the body): the miss path writes them",
     ("memolab.team.logs", "memolab.tracking.runs"):
         "a team row carries its run's logs: pulling it writes them into the local runs tables",
@@ -317,7 +317,7 @@ def test_the_checker_sees_a_cycle_through_a_function_local_import_and_a_private_
 
 def test_every_upward_call_by_dotted_path_resolves():
     """``hooks.UPWARD`` names what a lower layer calls in a higher one: each must import."""
-    from memolab import hooks
+    from memolab.settings import hooks
 
     for name, target in hooks.UPWARD.items():
         assert callable(hooks.resolve(target)), name

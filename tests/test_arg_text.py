@@ -1,11 +1,11 @@
-"""Issue 53 §2: arguments summarised in every text face by one summarizer (memolab/summary.py),
+"""Issue 53 §2: arguments summarised in every text face by one summarizer (memolab/calls/summary.py),
 the arguments that vary between a sweep's rows first in ``ls`` and ``runs``, and ``ls``'s STATUS."""
 from __future__ import annotations
 
 import json
 import re
 
-from memolab import summary
+from memolab.calls import summary
 
 SWEEP = """
 import contextlib, io, json, logging, sys

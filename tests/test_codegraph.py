@@ -350,7 +350,7 @@ def test_names_bound_later_are_watched(mods):
 
 
 def test_explain_hides_version_changes_the_sensitivity_ignores():
-    from memolab.explain import Explanation, _code_reasons
+    from memolab.calls.explain import Explanation, _code_reasons
 
     class NoSources:
         class index:

@@ -168,7 +168,7 @@ import json, sys
 import warnings
 
 warnings.simplefilter("ignore")
-from memolab import identity
+from memolab.hashing import identity
 import values
 
 

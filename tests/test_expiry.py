@@ -1,5 +1,5 @@
 """Results that expire: ``@memo(max_age=...)`` and ``@memo(validate=...)`` (docs/cache-rules.md,
-"Results that expire"). Time is moved with memolab's injectable clock (``memolab.expiry.set_clock``),
+"Results that expire"). Time is moved with memolab's injectable clock (``memolab.inputs.expiry.set_clock``),
 never slept through; the body counts its runs in a list, never by timing."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 import memolab
 from conftest import SRC, Calls
-from memolab import expiry
-from memolab.expiry import parse_max_age
+from memolab.inputs import expiry
+from memolab.inputs.expiry import parse_max_age
 
 
 class Clock:
@@ -77,7 +77,7 @@ def test_a_result_expires_after_max_age_and_is_recomputed(tmp_store, clock):
     assert fetch("u") == "u@2" and calls == ["u", "u"]  # fresh again
     rows = fetch.evaluations()
     assert len(rows) == 1 and rows[0]["started"] == clock.t  # stamped by the same clock
-    from memolab.explain import last_miss
+    from memolab.calls.explain import last_miss
 
     assert "expired" in " ".join(last_miss(fetch.store(), fetch.symbol)["reasons"])
 
@@ -197,7 +197,7 @@ def test_an_expiring_function_and_its_waiters_compute_once(tmp_store, clock):
 JOB = '''
 import json, os, sys, time
 import memolab
-from memolab import expiry
+from memolab.inputs import expiry
 
 expiry.set_clock(lambda: time.time() + float(os.environ.get("SKEW", "0")))
 
@@ -245,7 +245,7 @@ def test_expiry_across_processes_and_ls_shows_what_has_expired(project):
 SCRIPT = '''
 import json, os, sys, time
 import memolab
-from memolab import expiry
+from memolab.inputs import expiry
 
 expiry.set_clock(lambda: time.time() + float(os.environ.get("SKEW", "0")))
 

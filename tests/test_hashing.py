@@ -338,7 +338,7 @@ def test_memo_ignore_leaves_arguments_out(tmp_store):
 
 
 def test_import_memolab_loads_neither_numpy_nor_torch(project):
-    code = "import sys, memolab, memolab.files; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
+    code = "import sys, memolab, memolab.hashing.files; print(sorted(m for m in ('numpy', 'torch') if m in sys.modules))"
     assert project.run("-c", code).stdout.strip() == "[]"
 
 

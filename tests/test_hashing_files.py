@@ -7,9 +7,8 @@ import pytest
 
 import memolab
 from conftest import Calls
-from memolab import files
 from memolab.errors import HashError
-from memolab.hashing import hash_arguments, hash_value as H
+from memolab.hashing import files, hash_arguments, hash_value as H
 
 
 @pytest.fixture
@@ -133,7 +132,8 @@ def test_stat_cache_survives_the_process(project):
     make_tree(project.root / "data")
     project.write("h.py", """
         import json, memolab
-        from memolab import files, hashing
+        from memolab.hashing import files
+        from memolab import hashing
         files.RACY_NS = 0
         d = hashing.hash_value(memolab.Dir("data"))
         print(json.dumps({"digest": d, "reads": files.files_hashed}))

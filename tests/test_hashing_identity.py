@@ -14,8 +14,7 @@ import pytest
 
 import memolab
 from conftest import require
-from memolab import identity
-from memolab.hashing import hash_value as H
+from memolab.hashing import hash_value as H, identity
 
 
 @pytest.fixture
@@ -203,7 +202,8 @@ def test_loaded_tuple_of_arrays_is_registered_leaf_by_leaf(tmp_store, computed):
 def test_loaded_result_in_a_new_process(project):
     project.write("pipe.py", """
         import json, numpy as np, memolab
-        from memolab import hashing, identity
+        from memolab import hashing
+        from memolab.hashing import identity
 
         @memolab.memo
         def load(n):

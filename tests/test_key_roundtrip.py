@@ -253,7 +253,7 @@ NAMES = [
 KEYS = r'''
 import json, sys
 
-from memolab import identity
+from memolab.hashing import identity
 
 import values
 

@@ -19,7 +19,7 @@ _HOOKS = """
     import json, sys, torch
     import torch.nn.utils.parametrize as P
     from memolab import hashing, memo
-    from memolab.implicit import parts
+    from memolab.inputs.implicit import parts
 
     @memo
     def predict(model, x):

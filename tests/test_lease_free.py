@@ -20,7 +20,7 @@ import pytest
 import memolab
 from conftest import SRC
 from memolab import memo
-from memolab.explain import last_miss
+from memolab.calls.explain import last_miss
 from memolab.store import Store, get_store
 
 
@@ -63,14 +63,15 @@ def test_a_function_leases_until_it_proves_quick_and_for_good_once_it_is_slow(tm
 
 def test_at_the_default_threshold_a_body_of_0_9_ms_is_quick_and_one_of_1_1_ms_slow(tmp_store, monkeypatch):
     """The default ``lease_free_below`` (1 ms), not this file's 150 ms: what the body took is read
-    from a clock the body itself moves (memolab.lifecycle's ``perf_counter``), so no load can move
+    from a clock the body itself moves (memolab.calls.lifecycle's ``perf_counter``), so no load can move
     it. Load only lengthens real bodies, which then lease: the safe side (a lease costs one write,
     never a wrong result or a computation more), which is why the default stays 1 ms."""
     import dataclasses
     import types
 
     from conftest import Calls
-    from memolab import config, lifecycle
+    from memolab.calls import lifecycle
+    from memolab.settings import config
 
     default = next(f.default for f in dataclasses.fields(config.Settings) if f.name == "lease_free_below")
     assert default == 0.001
@@ -97,7 +98,7 @@ def test_lease_free_below_zero_makes_every_miss_lease(tmp_store):
         return x
 
     store = get_store()
-    old = memolab.config.settings().lease_free_below
+    old = memolab.settings.config.settings().lease_free_below
     memolab.configure(lease_free_below=0)
     try:
         assert all(_leased(store, lambda i=i: f(i)) for i in range(3))

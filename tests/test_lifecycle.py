@@ -1,4 +1,4 @@
-"""One call lifecycle (memolab/lifecycle.py), under both of its drivers.
+"""One call lifecycle (memolab/calls/lifecycle.py), under both of its drivers.
 
 Every test runs a sync memoized function (``drive_sync``: sleeps and calls) and an
 async one (``drive_async``: awaits ``asyncio.sleep`` and the coroutine): hit, miss,
@@ -25,9 +25,10 @@ import pytest
 
 import memolab
 from conftest import Calls
-from memolab import config, memo
+from memolab import memo
+from memolab.calls.lifecycle import COMPUTE, Pause, claim, lifecycle
 from memolab.errors import MemolabWarning
-from memolab.lifecycle import COMPUTE, Pause, claim, lifecycle
+from memolab.settings import config
 
 DRIVERS = ["sync", "async"]
 #: generous bound for a thread a test waits on: a hang fails the test instead of the run
@@ -478,7 +479,7 @@ class _Endless:
 
 
 def test_the_lifecycle_loop_is_bounded_by_itself():
-    from memolab.lifecycle import ROUNDS, State, drive_sync
+    from memolab.calls.lifecycle import ROUNDS, State, drive_sync
 
     steps = _Endless()
     with pytest.raises(RuntimeError, match=f"m:f went round its lifecycle {ROUNDS} times"):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import memolab
-from memolab import memo, upstream
+from memolab import memo
+from memolab.inputs import upstream
 from memolab.store import get_store
 
 PIPE = """
@@ -345,7 +346,7 @@ def test_a_miss_explained_later_names_the_upstream_evaluation_too(tmp_store):
     use(prep(20))  # code seen stored, no row for the key: explained when asked
     raw = get_store().index.last_miss(use.symbol)
     assert raw.get("pending") and raw["inputs"][0]["fn"] == prep.symbol
-    from memolab.explain import last_miss
+    from memolab.calls.explain import last_miss
 
     ex = last_miss(get_store(), use.symbol)
     assert ex["reasons"] == ["argument `x` now comes from `prep` #3 (was #1: `prep`'s arguments changed: "

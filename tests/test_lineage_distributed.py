@@ -15,7 +15,7 @@ import textwrap
 
 import memolab
 from conftest import require, skip_or_fail
-from memolab import config
+from memolab.settings import config
 from memolab.store import edges, get_store
 
 

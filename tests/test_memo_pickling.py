@@ -17,7 +17,7 @@ import cloudpickle
 
 from conftest import SRC
 from memolab import memo
-from memolab.memo import MemoFunction
+from memolab.calls.memo import MemoFunction
 
 
 @memo(ignore=["verbose"], version="3")
@@ -37,7 +37,7 @@ class Model:
 def test_a_module_level_memo_pickles_by_reference(tmp_store):
     assert scaled(2) == 6  # the store is open: its connections must not travel
     data = pickle.dumps(scaled)
-    assert b"memolab.memo" in data and len(data) < 200  # a name, not the function's code
+    assert b"memolab.calls.memo" in data and len(data) < 200  # a name, not the function's code
     assert pickle.loads(data) is scaled
     bound = pickle.loads(pickle.dumps(Model(2).predict))
     assert bound(5) == 10

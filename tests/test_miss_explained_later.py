@@ -12,7 +12,7 @@ import json
 
 import memolab
 from memolab import memo
-from memolab.explain import last_miss
+from memolab.calls.explain import last_miss
 from memolab.store import get_store
 
 

@@ -1,5 +1,5 @@
 """Arguments a memoized body changes in place (issue 48 §1, §3; docs/cache-rules.md, "Arguments the
-body changes"; ``memolab.mutations``).
+body changes"; ``memolab.inputs.mutations``).
 
 ``train(dl, model, loss_fn, opt)`` trains its arguments and returns nothing or a loss: a hit must
 leave the caller's model, optimizer, scheduler, generator, arrays and objects as the body would, so
@@ -363,14 +363,14 @@ def test_a_file_argument_and_a_global_generator_store_every_seed(project):
 
 
 def test_put_back_rules_keep_the_callers_objects():
-    """The rules ``memolab.mutations`` puts a stored state back with, in process: containers keep
+    """The rules ``memolab.inputs.mutations`` puts a stored state back with, in process: containers keep
     their identity (and a dict its stored order), a tuple of equal values stays the caller's, objects
     with ``__slots__`` and a ``deque`` take the stored items, a logger (rebuilt by its own
     ``__reduce__``) is replaced whole, and what cannot be put back is named by its path."""
     import collections
     import logging
 
-    from memolab import mutations
+    from memolab.inputs import mutations
 
     class Slotted:
         __slots__ = ("a", "b")

@@ -183,8 +183,8 @@ def test_ctrl_c_during_a_miss_says_one_line_with_its_logs(tmp_store, caplog):
 
 
 def test_one_unit_system_and_one_age_formatter():
-    from memolab import text
     from memolab.cli import common
+    from memolab.settings import text
 
     assert text.human_bytes(1_300_000_000) == common.human_bytes(1_300_000_000) == "1.3 GB"
     assert text.human_bytes(12010) == "12.0 KB" and text.human_bytes(999) == "999 B"
@@ -201,8 +201,9 @@ def test_one_unit_system_and_one_age_formatter():
 ])
 def test_one_duration_formatter(seconds, shown):
     """issue 56: durations (the log, the CLI, notebooks, ``max_age`` messages) have one formatter."""
-    from memolab import expiry, text
     from memolab.cli import common
+    from memolab.inputs import expiry
+    from memolab.settings import text
 
     assert text.human_seconds(seconds) == shown
     assert common.human_seconds is text.human_seconds and not hasattr(expiry, "human")

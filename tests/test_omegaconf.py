@@ -269,7 +269,7 @@ def test_import_memolab_imports_no_omegaconf():
 ROUNDTRIP = COUNTED + '''
 import dataclasses
 from omegaconf import OmegaConf
-from memolab import identity
+from memolab.hashing import identity
 
 
 @dataclasses.dataclass

@@ -160,7 +160,7 @@ def test_by_value_bytes_are_deterministic_across_processes(project):
 EDITED = '''
 import importlib, json, sys
 import memolab
-from memolab.explain import last_miss
+from memolab.calls.explain import last_miss
 
 @memolab.memo
 def fit(kind):
@@ -199,7 +199,7 @@ def test_result_whose_class_was_edited_is_a_quiet_miss_with_reason(project):
 SHADOW = '''
 import importlib, json, sys
 import memolab
-from memolab.explain import last_miss
+from memolab.calls.explain import last_miss
 
 @memolab.memo
 def fit(mod, kind):
@@ -233,7 +233,7 @@ def test_user_module_named_like_the_stdlib_is_checked_like_user_code(project):
 MAIN_EDIT = '''
 import json, sys
 import memolab
-from memolab.explain import last_miss
+from memolab.calls.explain import last_miss
 
 class Point:
     def __init__(self, x):

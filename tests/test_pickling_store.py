@@ -12,7 +12,7 @@ import pytest
 
 import memolab
 from conftest import Calls, require
-from memolab.explain import last_miss
+from memolab.calls.explain import last_miss
 from memolab.store.sqlite import Index
 
 OLD_SCHEMA = """

@@ -70,7 +70,7 @@ f(1)
 out["trivial_miss"] = {"before": before, "after": {"threads": threads(), "atexit": atexit._ncallbacks()}}
 out["wrapped_after_first_call"] = hasattr(torch.manual_seed, "__memolab_wraps__")
 
-from memolab import globalrng
+from memolab.inputs import globalrng
 out["states_first"] = globalrng.current(["torch", "numpy", "random"])
 unseeded = [t_draw(3), n_draw(3)]
 manual_seed(7)  # the functions torch and numpy had before memolab wrapped them
@@ -215,7 +215,7 @@ def test_a_store_fault_memolab_goes_on_without_leaves_its_traceback_at_debug(pro
 
 def test_the_self_tests_of_what_reads_internals_pass_here(project):
     """``make selftest``: each mechanism that reads interpreter or torch internals, tested afresh."""
-    cp = project.run("-m", "memolab.selftest")
+    cp = project.run("-m", "memolab.cli.selftest")
     lines = dict(line.split(None, 1) for line in cp.stdout.strip().splitlines())
     assert set(lines) == {"dict-version-tags", "threading-register-atexit", "torch-copy-on-write", "torch-seed-queue"}
     assert all(v == "ok" or v.startswith("skipped") for v in lines.values()), cp.stdout

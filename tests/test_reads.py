@@ -1,5 +1,5 @@
 """Files a memoized body reads by path, and what nested memoized calls consumed, reach the key's
-hits (docs/cache-rules.md, "Files read by path"; ``memolab/reads.py``).
+hits (docs/cache-rules.md, "Files read by path"; ``memolab/inputs/reads.py``).
 
 Each test runs one script in fresh processes several times, changing files (or the script's own
 source) between the runs, and checks which bodies ran and that every value equals the
@@ -45,7 +45,7 @@ def frame(path):                     # pandas
     return pd.read_csv(path)["x"].tolist()
 
 @memo
-def parquet(path):                   # pyarrow opens it natively: noted by memolab.arrowreads
+def parquet(path):                   # pyarrow opens it natively: noted by memolab.arrow.reads
     RAN.append("parquet")
     return pd.read_parquet(path)["x"].tolist()
 
@@ -190,7 +190,8 @@ def test_files_read_by_path_are_stamped_and_checked_on_every_hit(project):
 NESTED = """
 import json, os, subprocess, sys
 import memolab
-from memolab import memo, expiry
+from memolab import memo
+from memolab.inputs import expiry
 
 class Ran(list):   # a log of runs, kept out of keys
     pass
@@ -331,7 +332,7 @@ def test_a_file_changed_while_the_body_ran_is_not_stored(project):
 
 def test_a_body_that_reads_nothing_records_nothing(tmp_store):
     import memolab
-    from memolab import reads
+    from memolab.inputs import reads
 
     @memolab.memo
     def plain(x):

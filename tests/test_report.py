@@ -1,5 +1,5 @@
-"""What memolab says as calls run (``memolab.report``, docs/logging.md "What memolab says") and
-its progress bars (``memolab.progress``), each in fresh processes as a user's script runs."""
+"""What memolab says as calls run (``memolab.calls.report``, docs/logging.md "What memolab says") and
+its progress bars (``memolab.settings.progress``), each in fresh processes as a user's script runs."""
 from __future__ import annotations
 
 import json
@@ -62,8 +62,8 @@ def test_a_slow_function_says_every_miss(project):
     deferred miss records are explained by the same machinery `memolab why` uses)."""
     project.write("slow.py", """
         import sys, time
-        import memolab, memolab.report
-        memolab.report.SLOW = 0.05  # (1 s by default)
+        import memolab, memolab.calls.report
+        memolab.calls.report.SLOW = 0.05  # (1 s by default)
 
         @memolab.memo
         def slow(x):
@@ -184,11 +184,11 @@ def test_verbose_off_costs_a_miss_nothing(project):
     a quick function's later misses do not pay for one either."""
     project.write("cost.py", """
         import json, sys
-        import memolab, memolab.explain
+        import memolab, memolab.calls.explain
 
         settled = []
-        real = memolab.explain.settle
-        memolab.explain.settle = lambda *a, **k: settled.append(1) or real(*a, **k)
+        real = memolab.calls.explain.settle
+        memolab.calls.explain.settle = lambda *a, **k: settled.append(1) or real(*a, **k)
 
         @memolab.memo
         def h(x):

@@ -129,7 +129,7 @@ def test_runs_api_filters_and_pandas(swept):
 
 
 def test_import_memolab_runs_the_module_stays_callable(swept):
-    import memolab.runs as module
+    import memolab.ui.runs as module
 
     assert callable(memolab.runs) and callable(module)
     assert len(module("train", store=str(swept.store))) == len(memolab.runs("train", store=str(swept.store)))
@@ -302,7 +302,7 @@ def test_import_memolab_stays_cheap():
     # and signal are loaded on first use only
     from conftest import SRC
 
-    code = ("import sys, memolab; print(sorted(m for m in ('memolab.runs', 'pandas', 'asyncio', 'signal', "
+    code = ("import sys, memolab; print(sorted(m for m in ('memolab.ui.runs', 'pandas', 'asyncio', 'signal', "
             "'memolab.tracking.names', 'memolab.tracking.query') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=SRC), capture_output=True,
                          text=True, check=True).stdout
@@ -384,7 +384,7 @@ def test_a_handler_chained_after_memolabs_keeps_its_graceful_stop(project):
 def test_an_object_argument_shows_without_its_address():
     """A default repr's address differs in every process: two runs with equal arguments would
     show different values, and a label (the arguments that differ) would be only addresses."""
-    from memolab.text import short_repr
+    from memolab.settings.text import short_repr
 
     class Data:
         pass

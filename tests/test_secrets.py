@@ -16,7 +16,7 @@ import zlib
 import pytest
 
 from conftest import SRC, require
-from memolab.text import MASKED, is_secret_name, mask_repr, mask_secrets, short_repr
+from memolab.settings.text import MASKED, is_secret_name, mask_repr, mask_secrets, short_repr
 
 HUB = "hf_SECRETxHUBxTOKENx0123456789"
 API = "sk-SECRETxAPIxKEYx9876543210"

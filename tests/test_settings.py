@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import memolab
-from memolab import config
+from memolab.settings import config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "settings.md"
@@ -64,7 +64,7 @@ def expected_line(var: str, raw: str, default_text: str = "") -> re.Pattern:
                       rf"accepted: {re.escape(accepted)}; using the default {re.escape(default)}")
 
 
-#: what memolab says as calls run (``memolab.report``, on by default): not a warning about a setting
+#: what memolab says as calls run (``memolab.calls.report``, on by default): not a warning about a setting
 REPORT = re.compile(r"memolab: \S+(\(.*\) (miss|recomputed|loaded) | stored )")
 
 
@@ -74,7 +74,7 @@ def warning_lines(stderr: str) -> list:
 
 REPARSE = r"""
 import io, json, os, sys
-from memolab import config
+from memolab.settings import config
 
 cases = json.loads(sys.argv[1])
 out = []
@@ -129,7 +129,7 @@ def test_bad_values_never_crash_import_a_call_or_the_cli(project, tmp_path):
     project.write("job.py", """
         import json, os, sys
         import memolab
-        from memolab import config
+        from memolab.settings import config
 
         @memolab.memo
         def double(x):
@@ -188,7 +188,7 @@ def test_bad_values_never_crash_import_a_call_or_the_cli(project, tmp_path):
 HEARTBEAT = """
 import json
 import memolab
-from memolab import config
+from memolab.settings import config
 print(json.dumps(config.settings().heartbeat))
 """
 

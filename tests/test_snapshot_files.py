@@ -42,10 +42,10 @@ print(json.dumps([rows(memolab.File("data/rows.csv", snapshot=sys.argv[1])),
 
 def test_a_missing_file_is_given_back_from_its_snapshot_and_a_users_file_never_replaced(tmp_path):
     import memolab
-    from memolab import snapshots
     from memolab.errors import HashError
     from memolab.hashing import hash_value
     from memolab.store import Store
+    from memolab.team import snapshots
 
     (tmp_path / "job.py").write_text(JOB)
     (tmp_path / "data").mkdir()

@@ -95,8 +95,8 @@ def test_a_folder_round_trips_bitwise_through_the_local_store_and_gc_keeps_it(tm
 
 
 def test_links_are_refused_and_an_untrusted_manifest_writes_nothing_outside(tmp_path):
-    from memolab import snapshots
     from memolab.store import Store
+    from memolab.team import snapshots
 
     store = Store(tmp_path / "store")
     src = tmp_path / "src"
@@ -156,8 +156,8 @@ def test_a_folder_round_trips_through_the_team_store_and_restores_offline(tmp_pa
 
 
 def test_gc_lets_go_only_unnamed_snapshots_unused_for_30_days(tmp_path):
-    from memolab import snapshots
     from memolab.store import Store
+    from memolab.team import snapshots
 
     store = Store(tmp_path / "store")
     for name in ("old", "named", "recent"):

@@ -34,8 +34,8 @@ import pytest
 
 import memolab
 from conftest import require
-from memolab import config
 from memolab.errors import StoreMiss, StoreUnavailable
+from memolab.settings import config
 from memolab.store import ReadOnlyStore, Store
 from memolab.store.health import NoStore
 from memolab.store.protocols import BlobReader, EvaluationIndex, LayeredStore, LocalBlobs, MemoStore, RemoteBlobs
@@ -290,7 +290,7 @@ def driver(request) -> str:
 def test_memoized_calls(stores, driver, monkeypatch):
     store = stores.open()
     from conftest import Calls
-    from memolab.memo import MemoFunction
+    from memolab.calls.memo import MemoFunction
 
     ran = Calls()
 
@@ -400,9 +400,9 @@ def test_a_blob_of_the_wrong_size_is_refused(blobs):
 
 def test_a_file_read_by_path_is_checked_on_every_store(stores, tmp_path, monkeypatch):
     """The record of the files a body read rides in its row's snapshot: every store keeps it, and
-    a hit through any of them (another machine's through the team) checks it (``memolab.reads``)."""
+    a hit through any of them (another machine's through the team) checks it (``memolab.inputs.reads``)."""
     from conftest import Calls
-    from memolab.memo import MemoFunction
+    from memolab.calls.memo import MemoFunction
 
     data = tmp_path / "rows.csv"
     data.write_text("x\n1\n")

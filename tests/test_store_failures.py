@@ -24,8 +24,8 @@ import pytest
 
 import memolab
 from conftest import other_user_python, skip_or_fail, tmpfs_at
-from memolab import config
 from memolab.errors import StoreConfigError
+from memolab.settings import config
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ROOT = os.geteuid() == 0

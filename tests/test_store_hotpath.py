@@ -17,7 +17,7 @@ import pytest
 import memolab
 from conftest import Calls
 from memolab import memo
-from memolab.explain import last_miss
+from memolab.calls.explain import last_miss
 from memolab.store import Store, get_store
 from memolab.store.local import INLINE_MAX
 from memolab.store.sqlite import SCHEMA_VERSION
@@ -271,7 +271,7 @@ def test_a_miss_is_two_write_transactions_with_its_run_and_explanation(tmp_store
     def f(x):
         return x + 1
 
-    old = memolab.config.settings().lease_free_below
+    old = memolab.settings.config.settings().lease_free_below
     memolab.configure(lease_free_below=5.0 if quick else 0)  # (quick: under 5 s, not 1 ms: loaded machines)
     try:
         f(0)
@@ -335,7 +335,7 @@ def test_environment_reads_on_the_hit_path_follow_every_change(monkeypatch):
     ``os.environ.get``'s 1 µs): it must still see every change made through ``os.environ``."""
     import os
 
-    from memolab.config import environ_bytes
+    from memolab.settings.config import environ_bytes
     from memolab.store import signing
 
     monkeypatch.delenv("MEMOLAB_HMAC_KEY", raising=False)
@@ -384,7 +384,7 @@ def test_a_rider_that_raises_is_rolled_back_alone_and_the_result_recorded(tmp_pa
 def test_a_forked_child_opens_its_own_connection(tmp_path):
     """The pid a hit compares against is cached (``config.pid``, no system call); a fork must
     still give the child its own SQLite connection, and the parent's must survive the child."""
-    from memolab import config
+    from memolab.settings import config
 
     calls = Calls()
 

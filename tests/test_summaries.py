@@ -1,4 +1,4 @@
-"""Typed summaries of arguments and results (memolab/summary.py): what a model, a dataset, a loader,
+"""Typed summaries of arguments and results (memolab/calls/summary.py): what a model, a dataset, a loader,
 a frame is, shown wherever a computation's arguments are (its run's hyperparameters, its
 evaluation's arguments: the dashboard, ``memolab ls``/``show``/``runs``, ``why``)."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import memolab
 from memolab import memo
+from memolab.calls.summary import summarize, text
 from memolab.store import get_store
-from memolab.summary import summarize, text
 
 
 class Net(torch.nn.Module):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from memolab import display
 from memolab.cli.run_commands import print_tags
+from memolab.ui import display
 
 
 def test_show_lists_the_runs_own_scalars_first_and_sys_on_a_line_of_its_own(capsys):

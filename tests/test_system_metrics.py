@@ -130,7 +130,7 @@ def test_gpus_through_nvidia_smi_visible_devices_only_and_a_failing_one_skipped(
 
 
 def test_the_setting_is_parsed_in_config():
-    from memolab import config
+    from memolab.settings import config
 
     var = config.ENV["MEMOLAB_SYSTEM_METRICS"]
     assert var.rule.parse("off") == 0.0 and var.rule.parse("2.5") == 2.5 and var.default == 10.0

@@ -31,7 +31,7 @@ distributed = require("distributed")  # (under CI a missing distributed is a fai
 import dask  # noqa: E402
 
 import memolab  # noqa: E402
-from memolab import config  # noqa: E402
+from memolab.settings import config  # noqa: E402
 from memolab.tracking import query  # noqa: E402
 from memolab.workers import Configure  # noqa: E402
 from team_dask_tasks import Environ, marks_of, square  # noqa: E402

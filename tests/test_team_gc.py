@@ -14,8 +14,9 @@ import pytest
 
 import memolab
 from conftest import Calls
-from memolab import cli, config
+from memolab import cli
 from memolab.errors import MemolabWarning
+from memolab.settings import config
 from memolab.store import get_store
 
 calls = Calls()

@@ -20,7 +20,7 @@ import pytest
 
 import memolab
 from conftest import SRC
-from memolab import config
+from memolab.settings import config
 from servers.team import LocalTeam  # noqa: F401  (the `team` and `pg_team` fixtures come from there too)
 
 JOB = '''

@@ -19,7 +19,7 @@ import multiprocessing
 
 import memolab
 from conftest import require
-from memolab import config
+from memolab.settings import config
 
 
 def _open(dsn: str, q) -> None:

@@ -22,7 +22,7 @@ ray = require("ray")  # (under CI a missing ray is a failure, not a skip)
 
 import memolab  # noqa: E402
 from conftest import SRC  # noqa: E402, require
-from memolab import config  # noqa: E402
+from memolab.settings import config  # noqa: E402
 from memolab.store import Store  # noqa: E402
 
 TESTS = str(Path(__file__).resolve().parent)

@@ -269,7 +269,7 @@ def test_a_result_without_replayed_draws_pickles_as_before():
     # rows whose body made no neutral draw keep the form every memolab reads
     import pickle
 
-    from memolab import globalrng
+    from memolab.inputs import globalrng
 
     plain = globalrng.Result(1, {"torch": "d"}, {})
     assert plain.__reduce__()[1] == (1, {"torch": "d"}, {})

@@ -69,7 +69,7 @@ def sweep(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(root / "mods"))
         mp.setenv("MEMOLAB_STORE", str(root / "store"))
-        old = memolab.config.settings()
+        old = memolab.settings.config.settings()
         memolab.configure(store=str(root / "store"))
         try:
             mod = importlib.import_module("pipesweep")

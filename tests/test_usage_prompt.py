@@ -20,9 +20,9 @@ from servers.team import LocalTeam
 
 SCRIPT = """
 import json, sys, time
-import memolab.hooks
+import memolab.settings.hooks
 if sys.argv[1] == "worker":
-    memolab.hooks.exits_without_atexit = lambda: True    # what memolab.ray answers in a Ray worker
+    memolab.settings.hooks.exits_without_atexit = lambda: True    # what memolab.ray answers in a Ray worker
 import memolab
 from memolab.store import get_store
 

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import hooks as _hooks
 from ._version import __version__
+from .settings import hooks as _hooks
 
 # which of random, numpy and torch were imported before memolab (read only: `import memolab`
-# patches nothing; memolab.globalrng: whether a generator may count as unseeded)
+# patches nothing; memolab.inputs.globalrng: whether a generator may count as unseeded)
 _hooks.note_present()
 
-from .config import configure  # noqa: E402 (after note_present)
+from .calls.memo import MemoFunction, memo  # noqa: E402 (after note_present)
 from .errors import CodeChanged, CorruptBlob, HashError, MemolabError, MemolabWarning, StoreMiss  # noqa: E402 (after note_present)
-from .files import Dir, File  # noqa: E402 (after note_present)
 from .hashing import register_hasher, register_opaque, register_policy  # noqa: E402 (after note_present)
-from .memo import MemoFunction, memo  # noqa: E402 (after note_present)
+from .hashing.files import Dir, File  # noqa: E402 (after note_present)
+from .settings.config import configure  # noqa: E402 (after note_present)
 
 __all__ = [
     "memo", "MemoFunction", "configure",
@@ -31,11 +31,11 @@ __all__ = [
 
 if TYPE_CHECKING:  # what __getattr__ loads on first use, as type checkers should see it
     from . import ui as ui
-    from .runs import runs as runs
-    from .snapshots import restore as restore, snapshot as snapshot
+    from .team.snapshots import restore as restore, snapshot as snapshot
     from .torch.checkpoint import checkpoint as checkpoint
     from .tracking import log as log
     from .tracking.writer import SummaryWriter as SummaryWriter
+    from .ui.runs import runs as runs
 
 
 def __getattr__(name: str) -> Any:
@@ -48,8 +48,8 @@ def __getattr__(name: str) -> Any:
         from .torch.checkpoint import checkpoint  # torch itself is imported only if the caller uses it
 
         return checkpoint
-    if name == "runs":  # memolab.runs(): read runs back (memolab/runs.py)
-        from .runs import runs
+    if name == "runs":  # memolab.runs(): read runs back (memolab/ui/runs.py)
+        from .ui.runs import runs
 
         globals()["runs"] = runs  # importing the submodule set this attribute to the module
         return runs
@@ -57,8 +57,8 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return importlib.import_module(".ui", __name__)  # the package is callable
-    if name in ("snapshot", "restore"):  # files and folders by digest (memolab/snapshots.py)
-        from . import snapshots
+    if name in ("snapshot", "restore"):  # files and folders by digest (memolab/team/snapshots.py)
+        from .team import snapshots
 
         return getattr(snapshots, name)
     if name == "SummaryWriter":

@@ -26,8 +26,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from . import config, hooks
 from .errors import MemolabError
+from .settings import config, hooks
 
 __all__ = ["rank_local", "is_rank_local", "main_first", "mode_of", "check_collective", "collective_driver",
            "in_group", "keying_collective", "keying", "configure", "settings", "DistributedError", "MODES"]

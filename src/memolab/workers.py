@@ -31,7 +31,7 @@ class Configure(WorkerPlugin):
         self.changes: dict[str, Any] = changes
 
     def setup(self, worker: Any) -> None:
-        from . import config
+        from .settings import config
 
         who = re.sub(r"[^A-Za-z0-9_.-]", "_", str(worker.name))  # a name fit for a path
         config.configure(**{k: v.replace("{worker}", who) if isinstance(v, str) else v

@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     from . import keep_commands  # noqa: F401  (registers `keep` and `unkeep`)
     from . import snapshot_commands  # noqa: F401  (registers `snapshot` and `restore`)
     from ..ui import cli as _ui_cli  # noqa: F401  (registers `ui` and `export-tb`)
-    from .. import doctor as _doctor  # noqa: F401  (registers `doctor`)
-    from ..team import cli as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)
+    from . import doctor as _doctor  # noqa: F401  (registers `doctor`)
+    from . import team_commands as _team_cli  # noqa: F401  (registers `remote`, `sync`, `pull`)
     # isort: on
     for name, (fn, configure, help_) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)

@@ -52,8 +52,8 @@ def _team_note(a: dict[str, Any]) -> str:
                    "alone) hits the stored evaluations again (--undo: take it back)")
 @options(_accept_options)
 def cmd_accept(args: argparse.Namespace) -> int:
-    from .. import acceptance
-    from ..explain import last_code_miss
+    from ..calls import acceptance
+    from ..calls.explain import last_code_miss
 
     if args.list:
         store = open_store(args)
@@ -110,7 +110,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
 
 def _list(store: Any, fn: str, args: argparse.Namespace) -> int:
-    from .. import acceptance
+    from ..calls import acceptance
 
     accepts: list[dict[str, Any]] = store.index.accepts(fn, active=not args.all)
     if args.json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..summary import shared_line, split
+from ..calls.summary import shared_line, split
 
 __all__ = ["split", "cell", "shared_line", "of_snapshots"]  # (split, shared_line: summary's, for the CLI)
 

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import swallowed
-from ..progress import Bar
-from ..store.inlist import chunks
-from ..text import (
+from ..settings.progress import Bar
+from ..settings.text import (
     human_age as human_age,  # re-exported: the one age formatter
     human_bytes as human_bytes,  # re-exported: the one size formatter
     human_seconds as human_seconds,  # re-exported: the one duration formatter
 )
+from ..store.inlist import chunks
 
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], Callable[[argparse.ArgumentParser], None], str]] = {}
 
@@ -148,7 +148,7 @@ def confirm(args: argparse.Namespace, action: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-#: the progress bar of every command (``memolab.progress``: on a terminal only, once the work has
+#: the progress bar of every command (``memolab.settings.progress``: on a terminal only, once the work has
 #: lasted ``MEMOLAB_PROGRESS_DELAY``; tqdm's drawing when it is installed)
 Progress = Bar
 
@@ -160,7 +160,7 @@ def emit_json(data: Any) -> None:
 # -- helpers ------------------------------------------------------------------------------
 
 def store_root(args: argparse.Namespace) -> Path:
-    from .. import config
+    from ..settings import config
 
     return Path(args.store).expanduser() if getattr(args, "store", None) else config.store_path()
 
@@ -248,7 +248,7 @@ def label_of(store: Any, fn: str, script: str | None = None) -> str:
 
 def snapshot_of(row: dict[str, Any]) -> dict[str, Any]:
     """An evaluation's snapshot, its arguments' secrets masked (rows of an older memolab hold them)."""
-    from ..text import mask_args
+    from ..settings.text import mask_args
 
     try:
         snap = json.loads(row.get("snapshot") or "{}")

@@ -1,5 +1,5 @@
 """``memolab snapshot PATH`` and ``memolab restore DIGEST [PATH]``: files and folders by digest
-(``memolab.snapshots``: how they are stored, kept by gc, and restored safely)."""
+(``memolab.team.snapshots``: how they are stored, kept by gc, and restored safely)."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +19,7 @@ def _snapshot_options(p: argparse.ArgumentParser) -> None:
 @command("snapshot", "store a file or folder by content (and in the team store); print its digest")
 @options(_snapshot_options)
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from .. import snapshots
+    from ..team import snapshots
 
     if args.list or args.forget:
         if args.forget:
@@ -67,7 +67,7 @@ def _restore_options(p: argparse.ArgumentParser) -> None:
 @command("restore", "give a snapshot back at PATH, verified: from this store, else from the team store")
 @options(_restore_options)
 def cmd_restore(args: argparse.Namespace) -> int:
-    from .. import snapshots
+    from ..team import snapshots
 
     try:
         where = snapshots.restore(args.digest, args.path, overwrite=args.overwrite, store=store_root(args))

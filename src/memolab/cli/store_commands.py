@@ -201,7 +201,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     e = store.index.evaluations(where="id=?", params=(n,))[0]
     logs = _logs_of(store, e["id"])
     marks = eval_marks(store, e["id"], logs[0])
-    from ..acceptance import as_json, covering
+    from ..calls.acceptance import as_json, covering
 
     accepts = covering(store.index, e["fn"], [e["code"]], active=False).get(e["code"], [])
     inputs = edges.inputs_of(store.index, e)
@@ -297,7 +297,7 @@ def _why_options(p: argparse.ArgumentParser) -> None:
 @command("why", "explain the last miss of a function")
 @options(_why_options)
 def cmd_why(args: argparse.Namespace) -> int:
-    from ..explain import Explanation, last_miss
+    from ..calls.explain import Explanation, last_miss
 
     store = open_store(args)
     fn = resolve_function(store, args.func)
@@ -311,7 +311,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     t = miss.pop("time")
     script = miss.get("script") if isinstance(miss.get("script"), str) else None
     ex = Explanation.from_dict(miss)
-    from ..acceptance import as_json, covering
+    from ..calls.acceptance import as_json, covering
 
     code = (ex.change or {}).get("code")
     accepts = [a for a in covering(store.index, fn, [code]).get(code, []) if a["new_code"] == code] if code else []
@@ -453,7 +453,7 @@ def _gc_options(p: argparse.ArgumentParser) -> None:
 @options(_gc_options)
 def cmd_gc(args: argparse.Namespace) -> int:
     if args.remote:
-        from ..team.cli import run_cli
+        from .team_commands import run_cli
 
         return run_cli(args)
     if args.grace is not None:
@@ -520,7 +520,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     with Progress("gc: dropping runs and their logs", 1) as bar:
         purged = retention.purge_orphans_counts(store.index) + retention.delete_runs(store.index, [r["id"] for r in stale])
         bar.update()
-    from .. import snapshots
+    from ..team import snapshots
 
     snapshots.drop_stale(store.index)  # unnamed snapshots unused here for snapshots.RECENT
     with Progress("gc: collecting unreferenced blobs", 1) as bar:

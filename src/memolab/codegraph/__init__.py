@@ -105,7 +105,7 @@ _object_roots: weakref.WeakKeyDictionary[Any, Root] = weakref.WeakKeyDictionary(
 _function_roots_data: dict[Any, Root] = _function_roots.data  # type: ignore[attr-defined]
 
 
-from .. import config as _config  # noqa: E402  (config imports nothing of ours)
+from ..settings import config as _config  # noqa: E402  (config imports nothing of ours)
 
 
 def _sensitivity(override: str | None) -> str:

@@ -49,8 +49,8 @@ from typing import Any
 
 import xxhash
 
-from .. import config
 from ..errors import swallowed
+from ..settings import config
 
 _FORMAT = 2  # 2: fingerprints of marshal format 2
 _lock = threading.Lock()

@@ -43,7 +43,7 @@ def register(cls: type, reader: Callable[[Any], Any]) -> None:
 
 
 def _reader(t: type) -> Callable[[Any], Any] | None:
-    from .. import hooks
+    from ..settings import hooks
 
     hooks.run_imported("decorators")
     for klass in t.__mro__:

@@ -37,7 +37,7 @@ class CodeVersion:
     #: how much of a package version joined ``digest`` (exact|minor|major|ignore)
     sensitivity: str = "minor"
     #: top-level packages the code imports inside a function body: their versions are not in
-    #: ``digest``; a computation that imported one records it (``memolab.implicit``)
+    #: ``digest``; a computation that imported one records it (``memolab.inputs.implicit``)
     lazy: frozenset[str] = frozenset()
 
 

@@ -6,7 +6,7 @@ study, its storage). Keyed by what pickle would save, each made a key that never
 repeated (a ``Trial``: one stored result per trial, never a hit) or was refused
 with a message that said nothing of what to do. Each is refused with a
 ``HashError`` naming its path and what to pass instead, as Lightning's ``Trainer``
-is (``memolab.lightning.keys``). Registered from ``memolab/hooks.py`` the first time
+is (``memolab.lightning.keys``). Registered from ``memolab/settings/hooks.py`` the first time
 a type of their library is hashed: importing this package imports none of them.
 """
 from __future__ import annotations

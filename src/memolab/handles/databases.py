@@ -19,7 +19,7 @@ def refuse(what: str, instead: str = "the rows it reads (a query's result)") -> 
 
 
 def register_sqlite3() -> None:
-    """The ``sqlite3`` hashing hook (``memolab/hooks.py``)."""
+    """The ``sqlite3`` hashing hook (``memolab/settings/hooks.py``)."""
     import sqlite3
 
     file = "the rows it reads (a query's result), or the database file as memolab.File(path)"
@@ -31,7 +31,7 @@ def register_sqlite3() -> None:
 
 
 def register_psycopg() -> None:
-    """The ``psycopg`` hashing hook (``memolab/hooks.py``)."""
+    """The ``psycopg`` hashing hook (``memolab/settings/hooks.py``)."""
     psycopg = sys.modules["psycopg"]
     hashing.register_handler(psycopg.BaseConnection, refuse("a psycopg connection"))
     for name in dir(psycopg):
@@ -45,7 +45,7 @@ def _sqlalchemy_orm() -> None:
 
 
 def register_sqlalchemy() -> None:
-    """The ``sqlalchemy`` hashing hook (``memolab/hooks.py``): engines and connections now, sessions
+    """The ``sqlalchemy`` hashing hook (``memolab/settings/hooks.py``): engines and connections now, sessions
     once ``sqlalchemy.orm`` is imported (registering imports nothing the user did not)."""
     engine = sys.modules["sqlalchemy.engine"]
     hashing.register_handler(engine.Engine, refuse("an SQLAlchemy Engine"))

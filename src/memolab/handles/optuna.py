@@ -35,7 +35,7 @@ def encode_fixed_trial(enc: Encoder, t: Any) -> None:
 
 
 def register() -> None:
-    """The ``optuna`` hashing hook (``memolab/hooks.py``)."""
+    """The ``optuna`` hashing hook (``memolab/settings/hooks.py``)."""
     optuna = sys.modules["optuna"]
     hashing.register_handler(optuna.trial.Trial, refuse_live(
         "an Optuna Trial", "its number, start time and storage belong to one run of one study, so every "

@@ -15,7 +15,7 @@ from . import refuse_live
 
 
 def register() -> None:
-    """The ``polars`` hashing hook (``memolab/hooks.py``)."""
+    """The ``polars`` hashing hook (``memolab/settings/hooks.py``)."""
     pl = sys.modules["polars"]
     hashing.register_handler(pl.LazyFrame, refuse_live(
         "a polars LazyFrame", "it is a query whose data (the files it scans) is not in it, so a file rewritten "

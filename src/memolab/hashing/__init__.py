@@ -25,7 +25,7 @@ The canonical rules (pinned by tests, written down in docs/hashing.md):
 
 Dispatch is by exact ``type(obj)`` through a registry (never ``obj.__class__``,
 which proxies override), with lazily registered handlers for third-party
-modules (``memolab.hooks``) so that ``import memolab`` imports neither numpy nor
+modules (``memolab.settings.hooks``) so that ``import memolab`` imports neither numpy nor
 torch, and this package never imports an integration.
 
 The package, bottom up: ``primitives`` (constants, packers, the chunk tree),
@@ -38,7 +38,7 @@ store). Every public name is re-exported here.
 from __future__ import annotations
 
 from .. import codegraph
-from ..hooks import LAZY_HOOKS, hook
+from ..settings.hooks import LAZY_HOOKS, hook
 from .builtins import encode_str, register_builtins
 from .encoder import (
     Encoder,

@@ -1,5 +1,5 @@
 """numpy arrays, scalars and dtypes: registered (``register``) before the first
-type from numpy is hashed (the lazy hooks in ``memolab.hooks``). Arrays are large
+type from numpy is hashed (the lazy hooks in ``memolab.settings.hooks``). Arrays are large
 leaves: they enter their parent as their own digest, reused from the identity
 cache where a stamp vouches the memory cannot have changed.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import identity
+from . import identity
 from .encoder import Encoder
 from .objects import encode_class, encode_extra_state
 from .primitives import pack_Q, pack_q

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .. import identity
 from ..errors import HashError
+from . import identity
 from .objects import encode_class, encode_extra_state, encode_object, resolve
 from .primitives import KEY_SCHEMA_B, TREE_MIN, chunk_digests, hexdigest_of, new_hasher, pack_d, pack_Q, pack_q
 from .registry import Handler, Leaf, dispatch, forget_resolved, resolved, type_name
@@ -257,7 +257,7 @@ def hash_arguments(named: Sequence[tuple[str, Any]], root: str = "args",
     per-argument digests let ``explain`` say which argument changed.
     ``visit``: a list to which the objects the walk went through are appended, as
     ``(objects in visit order, [where each argument's objects end])`` (nothing for a call of
-    plain scalars): where a miss looks for results of other evaluations (``memolab.upstream``).
+    plain scalars): where a miss looks for results of other evaluations (``memolab.inputs.upstream``).
     """
     k = _scalar_key(named)
     if k is None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import xxhash
 
-from .. import config
+from ..settings import config
 
 #: Bump SCHEMA when the encoding changes, so new keys can never collide with old
 #: ones. h2: large buffers are hashed as a tree of CHUNK-byte chunks, large

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from .. import codegraph, identity
+from .. import codegraph
+from . import identity
 
 #: ``handler(enc, obj)``: ``enc`` is the ``Encoder`` (hashing.encoder), which imports this module,
 #: so it is not named here: a handler may annotate it as the ``Encoder`` or as ``Encoding``; what it

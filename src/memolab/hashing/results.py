@@ -7,11 +7,11 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from .. import identity
 from ..errors import HashError, swallowed
-from ..reducers import reducers
+from . import identity
 from .encoder import Encoder
 from .objects import resolve
+from .reducers import reducers
 from .registry import Handler, Leaf, dispatch, excluded_attributes, leaves
 
 # -- results loaded from the store -------------------------------------------------------
@@ -149,7 +149,7 @@ def result_digests(value: Any) -> tuple[list[str] | None, str | None]:
     The second is what a later call passed an equal object as an argument hashes it to (its
     per-argument digest): how a result that reached that call as a copy (a Dask worker's
     transfer, a file written and read again) is told to come from this evaluation
-    (``memolab.upstream``, "by content"). Equal plain data (``None``, a number, a small config)
+    (``memolab.inputs.upstream``, "by content"). Equal plain data (``None``, a number, a small config)
     is too common to say so: those results get none."""
     try:
         found: list[tuple[Any, Leaf]] = []

@@ -8,7 +8,7 @@ unchanged: memolab misses (the helper is part of its code digest) and
 recomputes, but ``.map`` then returns the rows HF cached for the *old* code,
 and memolab would store them under the new code.
 
-So, while a memoized function computes (``memolab.call.running()``), every
+So, while a memoized function computes (``memolab.calls.call.running()``), every
 new fingerprint HF makes is mixed with the memoized function's symbol and code
 digest: an edit anywhere in the code memolab sees gives ``.map`` another cache
 file, which it computes with the current code; reverting the edit finds the
@@ -19,13 +19,13 @@ dataset's cache files stay where HF puts them. Not covered: a user's own
 ``new_fingerprint=`` or ``cache_file_name=`` (HF then uses the name given).
 
 Also while a memoized function computes: the local data files HF resolves (``load_dataset``'s
-``data_files``) are noted as the body's reads (``memolab.reads``): HF reuses its cache of a
+``data_files``) are noted as the body's reads (``memolab.inputs.reads``): HF reuses its cache of a
 local file by the file's mtime without opening it, so the body would otherwise record HF's
 cache, not the CSV; and HF's cache folders are left out of the record (what HF derives from
 those files, and its locks).
 
 Installed when ``datasets`` is first hashed or pickled, and before any memoized
-function computes once ``datasets`` is imported (``memolab.hooks``, the
+function computes once ``datasets`` is imported (``memolab.settings.hooks``, the
 ``computing`` table).
 """
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any
 
 import xxhash
 
-from .. import reads
-from ..call import running
+from ..calls.call import running
+from ..inputs import reads
 
 _MARK = "__memolab_code_fingerprint__"
 
@@ -85,7 +85,7 @@ def _noting(original: Callable[..., Any]) -> Callable[..., Any]:
     def _get_origin_metadata(data_files: Any, *args: Any, **kwargs: Any) -> Any:
         # HF keys its cache of a local data file by the file's mtime, and on a warm cache never
         # opens it: a memoized body would record only HF's cache files, and a hit would miss the
-        # data file's next version (``memolab.reads``). So the local data files it resolves are
+        # data file's next version (``memolab.inputs.reads``). So the local data files it resolves are
         # noted as the body's inputs.
         for f in data_files if isinstance(data_files, (list, tuple)) else ():
             if isinstance(f, str) and ("://" not in f or f.startswith("file://")):

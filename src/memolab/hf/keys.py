@@ -1,17 +1,17 @@
 """Keys of HF ``datasets``: Arrow data by content, computed once per underlying table.
 
 Registered (``register``) before the first type from ``datasets`` is hashed, by
-the lazy hooks of ``memolab.hooks``.
+the lazy hooks of ``memolab.settings.hooks``.
 
 A ``Dataset`` hashes as a plain object (info, split, format, indices table),
 ``_fingerprint`` left out: HF's name for its own cache, random where a
 transform cannot be hashed. Its tables (``InMemoryTable``,
 ``MemoryMappedTable``, ``ConcatenationTable``) enter as the digest of the rows
-they hold (``memolab.arrow``), whatever their kind: a dataset and its copy
+they hold (``memolab.arrow.keys``), whatever their kind: a dataset and its copy
 stored and loaded by memolab, or saved and loaded by HF, key alike.
 
 That digest is reused for the same underlying ``pyarrow.Table`` object (the
-identity cache of ``memolab.identity``) while its *stamp* holds:
+identity cache of ``memolab.hashing.identity``) while its *stamp* holds:
 
 * memory-mapped tables: ``(path, device, inode, size, mtime_ns, ctime_ns)`` of
   each file mapped, read at every call (one ``stat`` per file); a file
@@ -35,14 +35,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import identity
-from ..arrow import encode_columns
-from ..files import RACY_NS
-from ..hashing import KEY_SCHEMA, Encoder, excluded_attributes, register_handler, register_policy
+from ..arrow.keys import encode_columns
+from ..hashing import KEY_SCHEMA, Encoder, excluded_attributes, identity, register_handler, register_policy
+from ..hashing.files import RACY_NS
 
 #: the version of a table digest's encoding: a digest stored with a result (``store``)
 #: is believed on load only if it was made the same way. Bump it with any change to
-#: ``table_digest`` or to ``memolab.arrow``'s encoding (hf2: lengths in their offsets' width)
+#: ``table_digest`` or to ``memolab.arrow.keys``'s encoding (hf2: lengths in their offsets' width)
 DIGEST_SCHEMA = KEY_SCHEMA + "/hf2"
 #: the stamp of in-memory Arrow data that nobody can write
 _MEMORY = ("memory",)

@@ -1,7 +1,7 @@
 """Storing HF ``datasets``: their Arrow data, never paths into HF's cache.
 
 Registered (``register``) the first time an object of a type from ``datasets``
-is pickled, by the lazy hooks of ``memolab.hooks``.
+is pickled, by the lazy hooks of ``memolab.settings.hooks``.
 
 HF pickles a memory-mapped table as its file's path and the transforms to
 replay: stored that way, a result is only as good as HF's cache. Delete the

@@ -4,7 +4,7 @@
   ``save_hyperparameters()`` with the memoized evaluation being computed (else the
   process run). Importing it imports Lightning, so it is loaded on first use:
   ``from memolab.lightning import MemolabLogger``.
-* ``keys``: how Lightning objects are keyed (registered through ``memolab/hooks.py``
+* ``keys``: how Lightning objects are keyed (registered through ``memolab/settings/hooks.py``
   the first time a Lightning type is hashed; importing it imports no Lightning module).
 """
 from __future__ import annotations

@@ -108,7 +108,7 @@ def _register(top: str) -> None:
 
 
 def register() -> None:
-    """The ``lightning`` hashing hook (``memolab/hooks.py``)."""
+    """The ``lightning`` hashing hook (``memolab/settings/hooks.py``)."""
     _register("lightning")
 
 

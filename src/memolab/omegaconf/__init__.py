@@ -3,6 +3,6 @@
 * ``keys``: a ``DictConfig``/``ListConfig`` is keyed by what a function reading it
   sees: its resolved values, their types and its structure (a structured config's
   dataclass by code), never by OmegaConf's internals (the text of an interpolation,
-  the resolver cache). Registered through ``memolab/hooks.py`` the first time an
+  the resolver cache). Registered through ``memolab/settings/hooks.py`` the first time an
   OmegaConf type is hashed: importing ``memolab`` imports no OmegaConf.
 """

@@ -45,7 +45,7 @@ FLAGS = ("readonly", "struct", "allow_objects")
 
 
 def register() -> None:
-    """The ``omegaconf`` hashing hook (``memolab/hooks.py``)."""
+    """The ``omegaconf`` hashing hook (``memolab/settings/hooks.py``)."""
     from omegaconf import DictConfig, ListConfig
 
     hashing.register_handler(DictConfig, encode_config)

@@ -44,7 +44,7 @@ def encode_ndarray_backed(enc: Encoder, arr: Any) -> None:
 
 
 def register() -> None:
-    """The ``pandas`` hashing hook (``memolab/hooks.py``)."""
+    """The ``pandas`` hashing hook (``memolab/settings/hooks.py``)."""
     base = sys.modules["pandas.core.base"]
     arrays = sys.modules["pandas.core.arrays.base"]
     dtypes = sys.modules["pandas.core.dtypes.base"]

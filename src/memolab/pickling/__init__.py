@@ -47,8 +47,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import CodeChanged, StoreMiss
-from ..hooks import LAZY_HOOKS, hook
-from ..reducers import Reducer, reducers
+from ..hashing.reducers import Reducer, reducers
+from ..settings.hooks import LAZY_HOOKS, hook
 from .canon import canon, global_names
 from .locate import anchor_of, code_digest, is_library_module, lookup_symbol, name_of, walk_qualname
 from .refs import check_refs as check_refs, load_error as load_error  # (X as X: also imported from here)
@@ -61,7 +61,7 @@ FORMAT = "p2"
 
 _PYVER = "{}.{}".format(*sys.version_info[:2])
 
-# the table is shared with ``hashing`` (memolab/reducers.py), which must know the types rebuilt here
+# the table is shared with ``hashing`` (memolab/hashing/reducers.py), which must know the types rebuilt here
 _reducers = reducers
 _lazy: dict[str, Callable[[], None]] = {}
 

@@ -1,5 +1,5 @@
 """numpy arrays out of band: registered (``register``) the first time an array is
-pickled (the lazy hooks in ``memolab.hooks``). Each underlying memory block
+pickled (the lazy hooks in ``memolab.settings.hooks``). Each underlying memory block
 goes out as one raw buffer, so views keep sharing their root after a load. The
 functions that rebuild arrays stay in ``memolab.pickling``, under the names
 stored pickles refer to."""
@@ -9,7 +9,7 @@ import pickle
 from collections.abc import Callable
 from typing import Any
 
-from ..reducers import Reducer
+from ..hashing.reducers import Reducer
 from . import np_from_buffer, np_view
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import config
 from ..errors import StoreUnavailable, swallowed
+from ..settings import config
 from . import mounts, perms, signing
 from .beats import beat_due as beat_due
 from .blobs import digest_bytes

@@ -22,8 +22,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .. import config
 from ..errors import swallowed
+from ..settings import config
 from .sqlite import Index, Key
 
 #: every Store of this process still referenced: weakly, so that one the program let go of

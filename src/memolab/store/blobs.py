@@ -44,7 +44,7 @@ _OVERLAP_MIN = 16 << 20  # hash while writing for blobs at least this large
 #: every ~50 ms on a fast disk, large enough that the steps cost nothing
 _STEP = 32 << 20
 
-#: ``progress(n)``: n more bytes written or verified (``memolab.progress.Bar.update``)
+#: ``progress(n)``: n more bytes written or verified (``memolab.settings.progress.Bar.update``)
 Progress = Callable[[int], None] | None
 
 

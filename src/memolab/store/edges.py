@@ -1,7 +1,7 @@
 """Lineage in the index: what each evaluation was made from, and what used it.
 
 An evaluation's snapshot records its inputs (``"inputs"``: argument path -> the *key* of the
-evaluation an object there came from, ``memolab.upstream``) and, for a result holding arrays or
+evaluation an object there came from, ``memolab.inputs.upstream``) and, for a result holding arrays or
 tensors, its digest as an argument (``"value_digest"``). The ``inputs`` and ``outputs`` tables
 index them (kept by triggers: ``schema.LINEAGE_TRIGGERS``), so "what used #3" and "what
 follows from clearing `prepare`" are indexed reads.

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import config
 from ..errors import StoreUnavailable, swallowed, warn_once
+from ..settings import config
 from . import signing
 from .blobs import BlobFolder
 from .layout import is_digest

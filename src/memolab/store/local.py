@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from .. import config, hooks
 from ..errors import BlobsGone, StoreMiss, swallowed
-from ..progress import result_progress
+from ..settings import config, hooks
+from ..settings.progress import result_progress
 from . import layout, perms, signing, waits
 from .beats import Heartbeats, beat_due as beat_due, track
 from .blobs import BlobFolder, digest_bytes

@@ -17,8 +17,8 @@ import os
 import stat
 from pathlib import Path
 
-from .. import config
 from ..errors import swallowed
+from ..settings import config
 
 _DIR_MODE = {"user": 0o700, "group": 0o2770}
 _FILE_MODE = {"user": 0o600, "group": 0o660}

@@ -11,7 +11,7 @@ import platform
 import sys
 from typing import Any
 
-from .. import config
+from ..settings import config
 
 __all__ = ["host_name", "start_time", "process_table", "runtime_info", "script_path", "in_kernel", "notebook_path"]
 

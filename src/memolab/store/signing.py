@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..config import environ_bytes
+from ..settings.config import environ_bytes
 
 ENV = "MEMOLAB_HMAC_KEY"
 #: set to 1 to load a team store's results without a key (docs/team.md, "Trust"): an explicit opt-in

@@ -17,9 +17,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import config
 from ..errors import BlobsGone as BlobsGone  # (also imported from here)
 from ..key import Key as Key  # (also imported from here)
+from ..settings import config
 from . import marks, signing
 from .accepts import AcceptIndex
 from .gcplan import local_plan, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
@@ -55,7 +55,7 @@ _TOKEN = "".join(f", json_extract(snapshot, '$.{p}')" for p in ("result_digest",
 # (the table row is read anyway), one statement. Its parameters: ``key + key``.
 _WHERE_KEY = (", fn=? AND code=? AND args=? AND schema=? FROM evaluations WHERE id=("
               "SELECT id FROM evaluations WHERE fn=? AND code=? AND args=? AND schema=?) AND status='done'")
-#: ``state_deps``: the states a row was made in (``call.Call.reroute``); ``reads``: what it read (``memolab.reads``)
+#: ``state_deps``: the states a row was made in (``call.Call.reroute``); ``reads``: what it read (``memolab.inputs.reads``)
 _EXTRACTED = ("result_token", "state_deps", "reads") if _JSON1 else ()
 #: what a lookup returns besides the table's columns (the extracted ones and the key check):
 #: this index's reading aids, never fields of the evaluation (a team upload leaves them out)

@@ -14,8 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import hooks
 from ..errors import swallowed
+from ..settings import hooks
 
 __all__ = ["Flusher", "HIT_FLUSH_SECONDS", "PROMPT_SECONDS"]
 

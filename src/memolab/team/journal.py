@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .. import config
 from ..errors import swallowed
+from ..settings import config
 from ..store import marks
 from ..store.inlist import chunks
 from ..store.sqlite import LOOKUP_ONLY, Key

@@ -39,9 +39,10 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from .. import config, errors
+from .. import errors
 from ..errors import CorruptBlob, RemoteUnavailable, swallowed
 from ..key import key_of
+from ..settings import config
 from ..store import Store, marks, signing
 from ..store.blobs import fsync_dir as _fsync_dir
 from ..store.inlist import chunks
@@ -114,7 +115,7 @@ def _drain_at_exit(st: TeamStore) -> None:
     Run by ``threading`` at shutdown, before threads are joined and before the interpreter
     finalizes (where a new thread or a module registering with ``threading``, as the S3
     client's pools do, is refused); ``atexit`` otherwise. ``threading._register_atexit`` is
-    private: its absence (or a refusal) falls back to ``atexit`` (``memolab.selftest``)."""
+    private: its absence (or a refusal) falls back to ``atexit`` (``memolab.cli.selftest``)."""
     global _exit_hooked
     _live.add(st)
     if _exit_hooked:

@@ -102,7 +102,7 @@ def export(index: Any, eval_id: int) -> bytes | None:
 
 
 def _masked_hparams(text: Any) -> Any:
-    from ..text import mask_secrets
+    from ..settings.text import mask_secrets
 
     try:
         return json.dumps(mask_secrets(json.loads(text))) if isinstance(text, str) and text else text

@@ -53,7 +53,7 @@ from .pgschema import (
     MARGIN,
     NOW as _NOW,
     ROW_COLUMNS,
-    SUPPORTED as SUPPORTED,  # (X as X: imported from here too, by team/cli.py and the tests)
+    SUPPORTED as SUPPORTED,  # (X as X: imported from here too, by cli/team_commands.py and the tests)
     TEAM_SCHEMA_VERSION as TEAM_SCHEMA_VERSION,
     TEXT_COLS as _TEXT_COLS,
     TYPES as _TYPES,

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import errors as pgerrors
 
-from .. import config
 from ..errors import RemoteUnavailable, StoreConfigError
+from ..settings import config
 from ..store.sqlite import EVAL_COLUMNS
 from .deadline import WATCHDOG
 

@@ -67,7 +67,7 @@ class Checkpoint:
     """Periodic, explicit checkpoints of one memoized computation (see the module docstring)."""
 
     def __init__(self, objects: dict[str, Any], every: int | None, seconds: float | None, keep: bool) -> None:
-        from ..memo import running
+        from ..calls.memo import running
 
         for name, obj in objects.items():
             if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict")):

@@ -35,9 +35,9 @@ import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from .. import hashing
+from ..calls.lifecycle import drive_sync, lifecycle
 from ..distributed import DistributedError
 from ..errors import swallowed
-from ..lifecycle import drive_sync, lifecycle
 from . import launched, main_first
 from .exchange import (
     Exchange,
@@ -74,7 +74,7 @@ def active_driver() -> Callable[..., Any] | None:
 
 # -- the driver -----------------------------------------------------------------------------------
 def drive(prepare: Callable[[bool], Any], fn: Callable[..., Any], mode: str = "collective") -> Any:
-    """Run one collective call; ``prepare(True)`` keys it on this rank (a ``memolab.call.Call``).
+    """Run one collective call; ``prepare(True)`` keys it on this rank (a ``memolab.calls.call.Call``).
     A rank that cannot key it tells the others at once, so nobody waits for it. ``mode``:
     "collective" (every rank computes), or a main-first mode (``main_first.drive``)."""
     ex = exchange()

@@ -23,11 +23,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .. import config, errors, hashing
-from ..call import UNSTORED
+from .. import errors, hashing
+from ..calls.call import UNSTORED
+from ..calls.lifecycle import STORE_TROUBLE, drive_sync, lifecycle
 from ..distributed import rank_local, settings as distributed_settings
 from ..errors import swallowed
-from ..lifecycle import STORE_TROUBLE, drive_sync, lifecycle
+from ..settings import config
 from ..tracking import runs
 
 __all__ = ["Exchange", "exchange", "connect", "Beat", "beat_of", "warn_once", "key_digest", "result_digest", "compute_local",

@@ -32,9 +32,9 @@ from typing import Any
 
 import torch.distributed as dist
 
-from ..config import environ_bytes
+from ..calls.lifecycle import drive_sync, lifecycle
 from ..distributed import DistributedError
-from ..lifecycle import drive_sync, lifecycle
+from ..settings.config import environ_bytes
 from .exchange import GatedSteps, exchange, key_digest, result_digest, warn_once
 
 __all__ = ["driver", "watch", "lightning_child"]

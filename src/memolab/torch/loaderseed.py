@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, RandomSampler, dataloader as _dl
 
-from .. import globalrng
+from ..inputs import globalrng
 
 OP = "torch.loader_base_seed"
 SHUFFLES = "the loader shuffles with the global torch generator: seed it, or give the DataLoader a generator"

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from ..distributed import DistributedError
 from ..errors import swallowed
-from ..globalrng import thread_frames
+from ..inputs.globalrng import thread_frames
 from .exchange import Exchange, beat_of, compute_local, key_digest, receive, serve, warn_once
 
 __all__ = ["drive"]
@@ -167,7 +167,7 @@ def _follow(ex: Exchange, seq: int, call: Any, fn: Callable[..., Any], mode: str
 
 
 def _ttl() -> float:
-    from .. import config
+    from ..settings import config
 
     return config.settings().lease_ttl
 

@@ -35,8 +35,9 @@ from typing import Any
 
 import torch
 
-from .. import hashing, implicit
+from .. import hashing
 from ..hashing import Encoder
+from ..inputs import implicit
 
 #: lead byte of an integration's own rule, then the kind's name (docs/hashing.md)
 LEAD = b"\x1c"

@@ -9,7 +9,7 @@ bfloat16 (which device types are enabled, the dtype of each — a bare
 ``torch.no_grad()``/``inference_mode()`` change ``requires_grad``, ``grad_fn``,
 inference tensors and the fast paths some modules take (``nn.MultiheadAttention``);
 ``torch.set_default_device("meta")``/``with torch.device(...)`` move every factory
-call. None of them is an argument, so each joins the key (``memolab.implicit``) — but only while it
+call. None of them is an argument, so each joins the key (``memolab.inputs.implicit``) — but only while it
 differs from torch's default: a process that never imported torch, or left every
 switch alone, keys exactly as before. The defaults are torch's own for a plain
 process (read from the registers below); an environment that changes one
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from .. import implicit
 from ..errors import swallowed
+from ..inputs import implicit
 
 _C = torch._C
 

@@ -1,4 +1,4 @@
-"""Putting torch objects back as a memoized body left them (``memolab.mutations``): the caller's
+"""Putting torch objects back as a memoized body left them (``memolab.inputs.mutations``): the caller's
 own tensors, parameters, modules and generators take the stored state in place.
 
 A tensor is copied into (``copy_``, bitwise; its identity, its views, an optimizer's reference to a
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .. import mutations
+from ..inputs import mutations
 
 
 def put_tensor(live: Any, stored: Any, memo: dict[int, Any], path: str) -> Any:

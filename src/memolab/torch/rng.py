@@ -15,9 +15,10 @@ from typing import Any
 import torch
 import xxhash
 
-from .. import globalrng, hashing
+from .. import hashing
 from ..errors import swallowed
 from ..hashing import Encoder
+from ..inputs import globalrng
 from .policy import SETTINGS
 
 _pack_Q = struct.Struct("<Q").pack
@@ -40,7 +41,7 @@ def register() -> None:
     hashing.register_handler(torch.Generator, encode_generator)
 
 
-# -- the process-wide generators (``memolab.globalrng``) ---------------------------------------
+# -- the process-wide generators (``memolab.inputs.globalrng``) ---------------------------------------
 
 
 def _state_token(state: Any) -> bytes:
@@ -179,7 +180,7 @@ def _seed_call(order: Any) -> tuple[str, Any] | None:
 
 def _os_seeded() -> bool:
     """Does the CPU generator's state provably come from the OS (see above)?"""
-    from .. import hooks
+    from ..settings import hooks
 
     if not hooks.imported_after_memolab("torch") or _cuda_initialised():
         return False
@@ -205,7 +206,7 @@ def _evidence() -> tuple[Any, ...] | None:
 
 def register_global() -> None:
     """torch's default CPU generator, and CUDA's (by its queued seeds until it is
-    initialised), watched by ``memolab.globalrng``; the seed functions users call wrapped."""
+    initialised), watched by ``memolab.inputs.globalrng``; the seed functions users call wrapped."""
     globalrng.register(globalrng.Generator("torch", globalrng.original(torch.get_rng_state),
                                            globalrng.original(torch.set_rng_state), _state_token, _state_digest,
                                            "torch", proof=_os_seeded, evidence=_evidence))

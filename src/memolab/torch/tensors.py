@@ -21,9 +21,10 @@ from typing import Any
 
 import torch
 
-from .. import hashing, pagemap
+from .. import hashing
 from ..errors import HashError, swallowed as _swallowed
 from ..hashing import Encoder, Leaf
+from . import pagemap
 
 
 def tensor_digest(t: Any) -> bytes:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ..text import mask_secrets
+from ..settings.text import mask_secrets
 from . import runs as _runs, sink as _sink
 
 __all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "name", "note", "tag", "flush",

@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..settings.text import mask_args, mask_secrets
 from ..store.inlist import chunks, placeholders
-from ..text import mask_args, mask_secrets
 from . import counts, names, notes, schema
 
 _ensured: set = set()
@@ -68,7 +68,7 @@ def running_alive(c: Any) -> Any:
     import os
     import socket
 
-    from .. import config
+    from ..settings import config
 
     ttl = max(30.0, 3 * config.settings().lease_ttl)
     now = time.time()

@@ -22,11 +22,11 @@ import threading
 import time
 from typing import Any
 
-from .. import config as _config
 from ..errors import swallowed
 from ..key import Key
+from ..settings import config as _config
+from ..settings.text import mask_secrets
 from ..store.process import in_kernel, script_path
-from ..text import mask_secrets
 from . import output as _output, sink as _sink, system as _system
 
 TRACEBACK_LIMIT = 20_000  # characters of a failed run's traceback kept (its end: the raise site)
@@ -92,7 +92,7 @@ def hparam_value(v: Any, _depth: int = 0) -> Any:
 
 def _shown(v: Any) -> str:
     """A model, a dataset, a tensor as a typed summary (``Net(1.2 K params)``), as every face shows it."""
-    from ..summary import text
+    from ..calls.summary import text
 
     return text(v)
 

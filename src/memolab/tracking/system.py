@@ -39,7 +39,7 @@ Sample = dict[str, float]
 
 def interval() -> float:
     """Seconds between samples (``MEMOLAB_SYSTEM_METRICS``; 0: off), read at every computation."""
-    from .. import config
+    from ..settings import config
 
     return float(config.env_setting("MEMOLAB_SYSTEM_METRICS"))
 

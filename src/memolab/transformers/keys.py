@@ -133,7 +133,7 @@ def encode_training_arguments(enc: Encoder, args: Any) -> None:
 
 
 def register() -> None:
-    """The ``transformers`` hashing hook (``memolab/hooks.py``). The model's family registers when
+    """The ``transformers`` hashing hook (``memolab/settings/hooks.py``). The model's family registers when
     ``transformers.modeling_utils`` is imported (it imports torch), the others the same way: each
     on its own module, so registering imports nothing the user did not."""
     for module, fn in (("transformers.configuration_utils", _configs),

@@ -56,7 +56,7 @@ class Dashboard:
 
 def open_dashboard(store: None | str | Path = None, port: int = 0, host: str = "127.0.0.1") -> Dashboard:
     """Serve the dashboard of ``store`` (default: the configured store) from this process."""
-    from .. import config
+    from ..settings import config
     from .server import serve_in_thread
 
     root = Path(store).expanduser() if store is not None else config.store_path()

@@ -49,8 +49,8 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from ..cli.ids import short_length
 from ..key import key_of
+from ..settings.text import mask_args
 from ..store import edges
-from ..text import mask_args
 from ..tracking import pages, query
 from . import series, views
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..key import key_of
+from ..settings.text import mask_args
 from ..store import edges, marks
-from ..text import mask_args
 from ..tracking import notes, query
 
 

@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar, Union
 
-from ... import config
 from ...errors import CorruptBlob, RemoteUnavailable
+from ...settings import config
 from ...store.blobs import fsync_dir
 
 Data = Union[bytes, bytearray, memoryview, "os.PathLike[str]", str]

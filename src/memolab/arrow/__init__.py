@@ -1,0 +1,2 @@
+"""Arrow data hashed by content (``keys``) and the files Arrow's readers open (``reads``).
+"""

@@ -1,0 +1,787 @@
+"""Process-wide random generators: what a memoized body drew from joins its key.
+
+``torch.manual_seed(args.seed); model = train(cfg)`` is the most common line of
+ML code, and ``train``'s result depends on the seed although the seed is no
+argument: the body draws from a *global* generator (torch's default CPU one,
+numpy's legacy ``np.random`` state, Python's ``random``; CUDA's once it is
+initialised). So a miss watches them:
+
+* **Before and after the body** each generator's state is digested. One that
+  moved, and was not first reseeded by the body, was *drawn from*: the body's
+  result depends on its state at entry.
+* **Seeding is seen where it happens.** The seed/set functions users call
+  (``torch.manual_seed``, ``np.random.seed``, ``random.seed``, their
+  ``set_state`` kin, and so ``torch.random.fork_rng``'s restore) are wrapped by
+  thin functions that tell every computation in progress: a body whose first
+  touch of a generator is a seed (its state still what it was at entry)
+  reseeded it before drawing — the caller's state does not matter
+  (``seed_everything(cfg.seed)`` at the top of ``train``). A draw undone by a
+  ``set_state`` is still a draw: the set is seen with the state moved.
+* **The evaluation records** the entry digests of what it drew from (``deps``)
+  and the exit state of every generator it changed (``exit``).
+* **A draw proven to reach nothing is no draw** (``neutral``: a ``DataLoader``'s base
+  seed without workers, ``memolab.torch.loaderseed``): the body still has not touched
+  the generator, and a hit makes the same draw again (``replay``) — a relative move,
+  so the generator ends where the body would leave it from the caller's state.
+  A draw that may reach the result says why on a miss (``reason``).
+
+A stored row with ``deps`` is used only when the current states have those
+digests (``implicit.mismatch``); otherwise the call is routed to the key of the
+current states (``implicit.routed``), so seed 0 and seed 1 are two evaluations
+and a function that draws nothing is never split by the seed. A hit sets every generator the
+evaluation changed to its exit state (``restore``): the rest of the program
+draws exactly what it would have drawn had the body run.
+
+**Unseeded generators.** torch, numpy and ``random`` seed their global generators
+from the operating system when they are imported: a program that never seeds one
+gets other numbers in every process, and any result drawn from it is as good as
+another. Such a generator's state counts as ``UNSEEDED`` (a body drawing from it
+hits in any process where it is unseeded too, as it would without memolab) until
+the program seeds or sets it. ``import memolab`` wraps nothing: the seed
+functions are wrapped at the first memoized computation (``hooks.before_computing``,
+or a key that reads the generators). A generator counts as unseeded only where
+memolab can prove it:
+
+* its module was imported after that, under the import watcher: the seed
+  functions were wrapped from its first line, they say when it is seeded;
+* it was imported earlier, and its state or the library's own records prove
+  that nothing seeded or set it since (``Generator.proof``): numpy's keeps the
+  ``SeedSequence`` the OS seeded it from (a seed drops it; a set state is not on
+  its sequence of states), torch's records every ``torch.manual_seed`` and
+  ``torch.seed`` in its lazy CUDA seed queue (only for a torch imported after
+  ``import memolab``: ``torch/rng.py``, ``os_seeded``). Such a generator stays
+  unseeded only while that evidence does not change (``Generator.evidence``):
+  a seed through a function bound before memolab wrapped it
+  (``from torch import manual_seed`` at the top of a script) is seen there;
+* anything else (``random``, which keeps no such record; a torch imported before
+  memolab) counts by its exact state: safe, and a body drawing from it unseeded
+  then computes in every new process (seed, or opt out with
+  ``@memo(global_rng=False)``). A module not imported at all is unseeded (a body
+  that imports it gets an OS-seeded generator).
+
+numpy's and torch's generators register through ``hooks.LAZY_HOOKS["global_rng"]``;
+this module imports neither.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import struct
+import threading
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+from ..errors import swallowed
+
+__all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
+           "current", "Result", "restore", "UNSEEDED", "thread_frames", "recording_class", "neutral", "drew", "reason",
+           "register_replay", "on_swap", "in_progress"]
+
+#: the state of a generator that was seeded by the operating system (or is not imported)
+UNSEEDED = "unseeded"
+
+
+@dataclass
+class Generator:
+    """One process-wide generator: how to read, compare, digest and set its state."""
+
+    name: str
+    #: its state, as ``set`` takes it back
+    get: Callable[[], Any]
+    set: Callable[[Any], None]
+    #: a state as a cheap value to compare (``==``): a body's entry and exit are compared on
+    #: every miss, and digested only when a result depends on them
+    token: Callable[[Any], Any]
+    digest: Callable[[Any], str]
+    #: the top-level module it lives in
+    module: str
+    #: its state comes from a seed or a set the program made (else from the OS: ``UNSEEDED``)
+    seeded: bool = True
+    #: does the state provably come from the OS, although memolab did not see the module's
+    #: import? (asked once, by ``register``; None: it cannot be known, the state counts)
+    proof: Callable[[], bool] | None = None
+    #: a value that any seed or set of the generator changes, also one made through a
+    #: function memolab did not wrap (compared with ``_same``); None: no such value exists
+    evidence: Callable[[], Any] | None = None
+    #: while unseeded: ``_WATCHED`` (its seed functions were wrapped from its import on), or
+    #: the ``evidence`` when it was last known unseeded
+    mark: Any = field(default=None, repr=False)
+
+
+_generators: dict[str, Generator] = {}
+
+
+#: ``Generator.mark`` of a generator whose module's import memolab watched
+_WATCHED = object()
+
+
+def register(gen: Generator) -> None:
+    """Watch ``gen`` from now on (called by its ``global_rng`` hook once its module is imported).
+    Unseeded if memolab saw the module's import (nobody can have seeded it before), or if
+    its ``proof`` says so."""
+    from ..settings import hooks
+
+    if hooks.import_was_watched(gen.module):
+        gen.seeded, gen.mark = False, _WATCHED
+    else:
+        _mark(gen, not _proved(gen))
+    _generators[gen.name] = gen
+    for frame in _frames.get():
+        # a body that imported the module: its state from here on is what draws are judged against
+        frame.baseline.setdefault(gen.name, gen.token(gen.get()))
+
+
+def _proved(gen: Generator) -> bool:
+    if gen.proof is None:
+        return False
+    try:
+        return gen.proof()
+    except Exception:  # a library whose internals moved: its state counts (safe)
+        swallowed(f"the proof that {gen.name}'s generator is unseeded")
+        return False
+
+
+def _mark(gen: Generator, seeded: bool) -> None:
+    """``gen`` was just seeded (or set) by the program, or from the OS (``seeded=False``)."""
+    from ..settings import hooks
+
+    if seeded:
+        gen.seeded, gen.mark = True, None
+    elif hooks.import_was_watched(gen.module):
+        gen.seeded, gen.mark = False, _WATCHED
+    else:  # unseeded while its evidence holds; without any, by its exact state
+        ev = gen.evidence() if gen.evidence is not None else None
+        gen.seeded, gen.mark = ev is None, ev
+
+
+def _unseeded(gen: Generator) -> bool:
+    """Does ``gen``'s state still come from the OS? A generator whose evidence changed was
+    seeded or set where no wrapper saw it: it counts by its state from now on."""
+    if gen.seeded:
+        return False
+    if gen.mark is _WATCHED:
+        return True
+    if gen.evidence is not None and _same(gen.evidence(), gen.mark):
+        return True
+    gen.seeded, gen.mark = True, None
+    return False
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Are two evidences the same: each part the same object, or an equal int?"""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x is y or (type(x) is int and type(y) is int and x == y) for x, y in zip(a, b, strict=True))
+
+
+def _available() -> dict[str, Generator]:
+    """The registered generators, after registering those whose module was imported since."""
+    from ..settings import hooks
+
+    hooks.run_imported("global_rng")
+    return _generators
+
+
+def current(names: Any) -> dict[str, str]:
+    """Each named generator's state as a key sees it: its digest, or ``UNSEEDED``."""
+    gens = _available()
+    out = {}
+    for n in names:
+        g = gens.get(n)
+        out[n] = g.digest(g.get()) if g is not None and not _unseeded(g) else UNSEEDED
+    return out
+
+
+# -- a computation in progress ---------------------------------------------------------
+
+
+class Frame:
+    """One memoized body in progress: the generators' states at its entry, and what it
+    learned of each (``settled``: True = reseeded before any draw, False = drew)."""
+
+    __slots__ = ("entry", "baseline", "settled", "start", "threads", "replay", "why")
+
+    def __init__(self, entry: dict[str, Any], baseline: dict[str, Any]) -> None:
+        #: the state at entry of each seeded generator (``None``: unseeded): digested for the
+        #: key only if the result turns out to depend on it
+        self.entry = entry
+        self.baseline = baseline  # each generator's ``token`` at entry: a draw is judged against it
+        self.settled: dict[str, bool] = {}
+        #: where this body's window of other threads' calls starts in ``_calls``
+        self.start = 0
+        #: the threads running when the body began, but its own: their calls are not the body's
+        self.threads: dict[int, Any] = {}
+        #: generator -> the draws whose value provably reached nothing (``neutral``), in order
+        self.replay: dict[str, list[str]] = {}
+        #: generator -> why a draw from it may reach the result, in words (``reason``)
+        self.why: dict[str, str] = {}
+
+
+_frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("memolab_rng_frames", default=())
+
+# Other threads draw from the global generators while a body computes: a Dask worker's
+# or tornado's event loop draws from ``random`` (jitter, work stealing, ``dask.sizeof``'s
+# samples, ``distributed``'s compression probe through a ``randint`` it bound at import)
+# several times a second. A state that moved is then no proof that the body drew. So
+# while any body is in progress and other threads run, ``random``'s global instance has
+# its class swapped for one whose two primitives (``random``, ``getrandbits``: every other
+# method draws through them, looked up on the instance at each draw) record a call made
+# by a thread with no body of its own, with the state before and after it. A body whose
+# generator moved only by such calls, one after the other from its entry state to its
+# exit state, made by threads that already ran when it began, did not draw from it.
+# Anything else that moved the state — a draw through ``random.random`` bound before
+# memolab wrapped it, a thread the body started — breaks that chain, and counts as the
+# body's draw. Three things make a record proof of the other thread's move alone:
+# * a record is made under ``_lock``, and ``begin``/``end`` read the states under it, so a
+#   call is wholly before or after the entry and exit states;
+# * a method already running when a body begins (``random.sample``'s loop) looks its
+#   primitive up at each draw, so its draws from then on are recorded too;
+# * a record is kept only if replaying the call on a copy of the state before it gives
+#   the state after it (``_record``): a draw of the body's own, made between the two reads
+#   through a function no wrapper sees, fails the replay and so breaks the chain.
+_active = 0
+_calls: list[tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
+#: re-entrant: a finalizer run by a collection while a thread holds it may draw
+_lock = threading.RLock()
+#: (module, name, the library's function, its wrapper): in place while a body is in progress
+_draws: list[tuple[Any, str, Any, Any]] = []
+#: (instance, its class, the recording class): swapped while a body is in progress and
+#: other threads run (``begin``)
+_instances: list[tuple[Any, type, type]] = []
+#: the code of those classes' own methods (``_settle`` looks for it in other threads' frames)
+_method_codes: set[Any] = set()
+
+
+#: called with True when the first body begins, False when the last ends (under ``_lock``)
+_swap_hooks: list[Callable[[bool], None]] = []
+
+
+def on_swap(hook: Callable[[bool], None]) -> None:
+    """Call ``hook(True)`` while any body is in progress from now on, ``hook(False)`` after."""
+    with _lock:
+        _swap_hooks.append(hook)
+        if _active:
+            hook(True)
+
+
+def in_progress() -> bool:
+    """Is a body of this context computing?"""
+    return bool(_frames.get())
+
+
+def _swap(wrapped: bool) -> None:
+    for hook in _swap_hooks:
+        hook(wrapped)
+    for module, name, fn, wrapper in _draws:
+        if getattr(module, name, None) is (fn if wrapped else wrapper):  # unless the program replaced it
+            setattr(module, name, wrapper if wrapped else fn)
+    if not wrapped:
+        _swap_classes(False)
+
+
+def _swap_classes(recording: bool) -> bool:
+    """Swap the recording classes in (or out); whether any was swapped."""
+    done = False
+    for inst, cls, recorder in _instances:
+        if type(inst) is (cls if recording else recorder):  # unless the program replaced it
+            inst.__class__ = recorder if recording else cls
+            done = True
+    return done
+
+
+#: True while a garbage collection runs, in any thread (``_collection_phase``)
+_collecting = False
+
+
+def _collection_phase(phase: str, info: dict[str, Any]) -> None:
+    global _collecting
+    _collecting = phase == "start"
+
+
+def thread_frames() -> dict[int, Any] | None:
+    """``sys._current_frames()``, with no collection while it runs: it allocates while it holds
+    the runtime's list of threads, and a finalizer a collection runs there (a ``threading.local``'s
+    dealloc) takes that lock again: a deadlock in the CPython releases without the fix of
+    python/cpython#106883 (CI's 3.11.7 hung in it). A program that disabled collections keeps
+    them disabled.
+
+    None while a collection is in progress in another thread: that thread may be inside its own
+    ``sys._current_frames()`` (Dask's profiler calls it every 10 ms), holding that lock while the
+    collection's callbacks let other threads run; a second caller then waits for the lock while
+    holding the interpreter's, and neither moves (seen: a Dask worker hung in ``_settle``). A
+    callback first in ``gc.callbacks``, installed at the first call, says when one runs; callers
+    treat None as "cannot look now"."""
+    import gc
+    import sys
+
+    if _collection_phase not in gc.callbacks:
+        gc.callbacks.insert(0, _collection_phase)
+    if _collecting:
+        return None
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
+
+
+#: how long a body's start waits for other threads to leave a method begun before the swap
+SETTLE_S = 0.05
+
+
+def _settle() -> None:
+    """Wait (bounded) until every other thread that was inside a method of a class just
+    swapped has left that call: such a call may hold a primitive it looked up before the
+    swap (``getrandbits = self.getrandbits`` in ``Random._randbelow``), whose draws no
+    record would see. A thread still inside at the deadline makes its draws the body's."""
+    import time
+
+    me = threading.get_ident()
+
+    def inside() -> dict[int, Any] | None:
+        frames = thread_frames()
+        if frames is None:
+            return None  # a collection runs in another thread: not now
+        out = {}
+        for tid, top in frames.items():
+            f: types.FrameType | None = top
+            while f is not None and tid != me:
+                if f.f_code in _method_codes:
+                    out[tid] = f  # the outermost such frame: left last
+                f = f.f_back
+        return out
+
+    deadline = time.monotonic() + SETTLE_S
+    begun = inside()
+    while begun is None and time.monotonic() < deadline:
+        time.sleep(0.0002)
+        begun = inside()
+    while begun and time.monotonic() < deadline:
+        time.sleep(0.0002)
+        now = thread_frames()
+        if now is None:
+            continue
+        for tid in list(begun):
+            f = now.get(tid)
+            while f is not None and f is not begun[tid]:
+                f = f.f_back
+            if f is None:  # the call has returned (a held frame object is never reused)
+                del begun[tid]
+
+
+@dataclass
+class Outcome:
+    """What a body did to the global generators."""
+
+    #: generator -> its state at entry as a key sees it, for every generator the result depends on
+    deps: dict[str, str] = field(default_factory=dict)
+    #: generator -> its state at exit, for every generator the body changed, and whether that
+    #: state came from a seed (a hit leaves the generator seeded or unseeded as the body did)
+    exit: dict[str, tuple[Any, bool]] = field(default_factory=dict)
+    #: generator -> the neutral draws (``neutral``) that alone moved it: a hit makes them again
+    replay: dict[str, list[str]] = field(default_factory=dict)
+    #: generator -> why the result depends on it, in words (for every generator of ``deps`` told one)
+    why: dict[str, str] = field(default_factory=dict)
+
+
+def begin() -> tuple[Frame, Any]:
+    """A body starts: record the states, push its frame (``end`` pops it)."""
+    global _active
+    gens = _available()
+    me = threading.current_thread()
+    threads = {id(t): t for t in threading.enumerate() if t is not me}
+    with _lock:  # other threads' calls are recorded from here on, wholly before or after the states
+        _active += 1
+        if _active == 1:
+            _swap(True)
+        swapped = bool(threads) and _swap_classes(True)
+    if swapped:
+        _settle()
+    with _lock:
+        start = len(_calls)
+        states = {n: g.get() for n, g in gens.items()}
+    frame = Frame({n: (None if _unseeded(g) else states[n]) for n, g in gens.items()},
+                  {n: g.token(states[n]) for n, g in gens.items()})
+    frame.start = start
+    frame.threads = threads
+    return frame, _frames.set(_frames.get() + (frame,))
+
+
+def end(frame: Frame, token: Any) -> Outcome:
+    """The body is over (returned or raised): what it depends on, what to restore on a hit."""
+    global _active
+    _frames.reset(token)
+    out = Outcome()
+    gens = _available()
+    with _lock:  # read before other threads stop being recorded
+        states = {n: (g, g.get()) for n, g in gens.items()}
+        window = _calls[frame.start:]
+        _active -= 1
+        if not _active:
+            _calls.clear()
+            _swap(False)
+    for name, (gen, state) in states.items():
+        settled = frame.settled.get(name)
+        if settled is None and _others_only(frame, name, gen.token(state), window):
+            if frame.replay.get(name):
+                out.replay[name] = frame.replay[name]  # moved by neutral draws alone
+            continue  # untouched by the body
+        if settled is not True:
+            entry = frame.entry.get(name)  # None: unseeded at entry, or imported by the body
+            out.deps[name] = UNSEEDED if entry is None else gen.digest(entry)
+            if name in frame.why:
+                out.why[name] = frame.why[name]
+        out.exit[name] = (state, not _unseeded(gen))
+    return out
+
+
+def _others_only(frame: Frame, name: str, now: Any, window: list[tuple[str, Any, Any, Any]]) -> bool:
+    """Is every move of ``name`` from the body's entry to ``now`` a call another thread made?"""
+    cur = frame.baseline.get(name)
+    for n, before, after, thread in window:
+        if n != name or after == cur:
+            continue  # another generator's, or a call whose move the entry state already holds
+        if before != cur or id(thread) not in frame.threads:
+            return False
+        cur = after
+    return cur == now
+
+
+def _seeded(name: str) -> None:
+    """A seed or set of ``name`` is about to happen: settle it in every body in progress."""
+    frames = _frames.get()
+    if not frames:
+        return
+    gen = _generators.get(name)
+    now = gen.token(gen.get()) if gen is not None else None
+    for frame in frames:
+        if name not in frame.settled:
+            frame.settled[name] = now is not None and now == frame.baseline.get(name)
+
+
+def _drew(name: str) -> None:
+    for frame in _frames.get():
+        frame.settled.setdefault(name, False)
+
+
+def drew(name: str) -> None:
+    """The bodies in progress drew from generator ``name`` (a value they read, ``neutral``'s undone)."""
+    _drew(name)
+
+
+def neutral(name: str, op: str, before: Any, after: Any) -> None:
+    """A draw ``op`` (a name ``register_replay`` gave) moved generator ``name`` from state token
+    ``before`` to ``after``, and its value provably reaches no result (the caller's proof: a
+    ``DataLoader``'s base seed with no workers, ``memolab.torch.loaderseed``). A body in progress
+    that had not touched the generator yet still has not: the draw joins no key, and a hit of
+    its result makes the same draw again (``restore``), leaving the generator where the body would."""
+    for frame in _frames.get():
+        if name not in frame.settled and frame.baseline.get(name) == before:
+            frame.baseline[name] = after
+            frame.replay.setdefault(name, []).append(op)
+
+
+def reason(name: str, text: str) -> None:
+    """Why a draw from generator ``name`` the body makes may reach its result, in words: the miss
+    line of a call keyed by the generator's state says it (``Outcome.why``)."""
+    for frame in _frames.get():
+        frame.why.setdefault(name, text)
+
+
+#: op -> (generator, the function making that draw again)
+_replays: dict[str, tuple[str, Callable[[], None]]] = {}
+
+
+def register_replay(op: str, name: str, fn: Callable[[], None]) -> None:
+    _replays[op] = (name, fn)
+
+
+def _replay(ops: list[str], gen: Generator) -> None:
+    for op in ops:
+        name, fn = _replays[op]
+        before = gen.token(gen.get())
+        fn()
+        neutral(name, op, before, gen.token(gen.get()))  # a body in progress: as if it drew it itself
+
+
+def recording_class(cls: type, name: str, primitives: tuple[str, ...], base: type) -> type:
+    """A subclass of ``cls`` (layout unchanged: its instances' ``__class__`` can be swapped)
+    whose ``primitives`` — the methods of ``base``, a C type, that every draw goes through —
+    note a draw of a body in progress, and record one made by another thread (``_record``)."""
+    scratch = cls()
+
+    def method(primitive: Callable[..., Any]) -> Callable[..., Any]:
+        def draw(self: Any, *args: Any) -> Any:
+            if _frames.get():
+                _drew(name)
+                return primitive(self, *args)
+            return _record(name, primitive, self, args, scratch)
+
+        draw.__name__ = draw.__qualname__ = primitive.__name__
+        return draw
+
+    def reduce(self: Any) -> Any:  # a copy or a pickle is of the library's class
+        return cls, (), self.getstate()
+
+    body: dict[str, Any] = {p: method(getattr(base, p)) for p in primitives}
+    body.update(__reduce__=reduce, __module__=cls.__module__, __qualname__=cls.__qualname__)
+    return type(cls.__name__, (cls,), body)
+
+
+def _record(name: str, primitive: Callable[..., Any], inst: Any, args: tuple[Any, ...], scratch: Any) -> Any:
+    """A primitive draw by a thread with no body of its own while a body is in progress:
+    recorded if replaying it on ``scratch`` proves that it alone moved the state."""
+    with _lock:
+        if not _active:
+            return primitive(inst, *args)
+        before = inst.getstate()
+        out = primitive(inst, *args)
+        after = inst.getstate()
+        scratch.setstate(before)
+        primitive(scratch, *args)
+        if scratch.getstate() == after:
+            gen = _generators[name]
+            _calls.append((name, gen.token(before), gen.token(after), threading.current_thread()))
+    return out
+
+
+def _never(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    return False
+
+
+def wrap(fn: Callable[..., Any], names: tuple[str, ...], kind: str = "seed",
+         entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never, via: Any = None) -> Callable[..., Any]:
+    """``fn``, a function of generators ``names`` that programs call, telling bodies in
+    progress what it does: ``kind="seed"`` (it seeds or sets them: settled, and marked
+    seeded after — unseeded if ``entropy`` says this call seeds from the OS, as
+    ``torch.seed()`` and ``random.seed()`` do), or ``"draw"`` (it draws from them: the
+    body drew). A call by another thread while a body is in progress goes to the method
+    of the same name of ``via`` (the instance whose bound method ``fn`` is: its recording
+    class sees it), or to ``fn`` unrecorded. Transparent to keys: ``codegraph`` and
+    ``hashing`` see ``__memolab_wraps__``, the function itself."""
+    if getattr(fn, "__memolab_wraps__", None) is not None:
+        return fn
+    seeds = kind == "seed"
+
+    @functools.wraps(fn)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        if not _active:
+            out = fn(*args, **kwargs)
+        elif _frames.get():
+            for n in names:
+                if seeds:
+                    _seeded(n)
+                else:
+                    _drew(n)
+            out = fn(*args, **kwargs)
+        elif via is not None:
+            out = getattr(via, fn.__name__)(*args, **kwargs)
+        else:
+            out = fn(*args, **kwargs)
+        if seeds:
+            seeded = not entropy(args, kwargs)
+            for n in names:
+                g = _generators.get(n)
+                if g is not None:
+                    _mark(g, seeded)
+        return out
+
+    watched.__memolab_wraps__ = fn  # type: ignore[attr-defined]
+    return watched
+
+
+def original(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` itself, not memolab's seed-watching wrapper of it."""
+    return getattr(fn, "__memolab_wraps__", None) or fn
+
+
+def patch(module: Any, attrs: list[str], *names: str, kind: str = "seed",
+          entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never, via: Any = None) -> None:
+    """Wrap ``module.attr`` for each of ``attrs`` (see ``wrap``): a seed function for good, a
+    draw or read function only while a body is in progress (a hot loop of ``random.random()``
+    pays nothing outside memoized computations)."""
+    for a in attrs:
+        fn = getattr(module, a, None)
+        if not callable(fn) or getattr(fn, "__memolab_wraps__", None) is not None:
+            continue
+        wrapper = wrap(fn, names, kind, entropy, via)
+        if kind == "seed":
+            setattr(module, a, wrapper)
+        else:
+            with _lock:
+                _draws.append((module, a, fn, wrapper))
+                if _active:
+                    setattr(module, a, wrapper)
+
+
+def always(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``entropy`` of a function that always seeds from the OS (``torch.seed()``)."""
+    return True
+
+
+def no_seed_given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """``entropy`` of ``seed(a=None)``: from the OS when called without a seed."""
+    given = args[0] if args else next(iter(kwargs.values()), None)
+    return given is None
+
+
+# -- rows and results ---------------------------------------------------------------------
+
+
+class Result:
+    """A stored result with the generator states its body left (restored by a hit), and the
+    neutral draws it made from the others (made again by a hit)."""
+
+    __slots__ = ("value", "deps", "exit", "replay")
+
+    def __init__(self, value: Any, deps: dict[str, str], exit: dict[str, tuple[Any, bool]],
+                 replay: dict[str, list[str]] | None = None) -> None:
+        self.value = value
+        self.deps = deps
+        self.exit = exit
+        self.replay = replay or {}
+
+    def __reduce__(self) -> Any:
+        if not self.replay:  # the form every memolab reads
+            return Result, (self.value, self.deps, self.exit)
+        return Result, (self.value, self.deps, self.exit, self.replay)
+
+
+def restore(value: Any) -> Any:
+    """A loaded result: set the generators its body changed, seeded or unseeded as the body
+    left them (telling any body in progress: a result drawn from a state is a draw, one a
+    body made after seeding is a seed), and return the value itself."""
+    if type(value) is not Result:
+        return value
+    if _frames.get():
+        for n in value.deps:
+            _drew(n)
+        for n in value.exit:
+            if n not in value.deps:
+                _seeded(n)
+    gens = _available()
+    for name, (state, seeded) in value.exit.items():
+        gen = gens.get(name) or _import_for(name)
+        if gen is not None:
+            gen.set(state)
+            _mark(gen, seeded)
+    for name, ops in value.replay.items():
+        gen = gens.get(name) or _import_for(name)
+        if gen is not None and name not in value.exit and all(op in _replays for op in ops):
+            _replay(ops, gen)
+    return value.value
+
+
+def _import_for(name: str) -> Generator | None:
+    """The generator ``name`` of a module the body imported and this process has not."""
+    from ..settings import hooks
+
+    module = name.split(".")[0]
+    if module not in hooks.LAZY_HOOKS["global_rng"]:
+        return None
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except Exception:  # importing runs the module's own code
+        swallowed("globalrng: _import_for")
+        return None
+    return _available().get(name)
+
+
+# -- the generators themselves -------------------------------------------------------------
+
+_pack_I = struct.Struct("<625I").pack
+
+
+def _random_digest(state: Any) -> str:
+    version, internal, gauss = state
+    return xxhash.xxh3_128_hexdigest(_pack_I(*internal) + repr((version, gauss)).encode())
+
+
+def _itself(state: Any) -> Any:
+    return state
+
+
+#: ``random``'s module functions that draw from its global generator
+_RANDOM_DRAWS = ["random", "uniform", "triangular", "randint", "choice", "randrange", "sample", "shuffle", "choices",
+                 "normalvariate", "lognormvariate", "expovariate", "vonmisesvariate", "gammavariate", "gauss",
+                 "betavariate", "paretovariate", "weibullvariate", "getrandbits", "randbytes", "binomialvariate"]
+
+
+def register_random() -> None:
+    import random
+
+    register(Generator("random", original(random.getstate), original(random.setstate), _itself, _random_digest,
+                       "random"))
+    patch(random, ["seed"], "random", entropy=no_seed_given)
+    patch(random, ["setstate"], "random")
+    inst = getattr(random, "_inst", None)
+    if type(inst) is not random.Random:  # replaced by the program: other threads' draws count as the body's
+        patch(random, _RANDOM_DRAWS, "random", kind="draw")
+        return
+    import _random
+
+    recorder = recording_class(random.Random, "random", ("random", "getrandbits"), _random.Random)
+    with _lock:
+        _instances.append((inst, random.Random, recorder))
+        _method_codes.update(f.__code__ for f in vars(random.Random).values() if isinstance(f, types.FunctionType))
+    patch(random, _RANDOM_DRAWS, "random", kind="draw", via=inst)
+
+
+#: how many keys (624 draws of 32 bits each) a proof follows from the generator's first state
+_PROOF_TWISTS = 64
+
+
+def register_numpy() -> None:
+    """numpy's legacy global ``RandomState`` (``np.random.rand``, ``np.random.seed``);
+    ``np.random.default_rng()`` generators are objects passed as arguments."""
+    import numpy as np
+    import numpy.random.mtrand as mtrand
+
+    get_state = original(np.random.get_state)
+
+    def get() -> Any:
+        return get_state(legacy=False)
+
+    def token(state: Any) -> Any:
+        # the cached second normal counts: a draw that uses it moves nothing else
+        s = state["state"]
+        return (state["bit_generator"], s["pos"], state["has_gauss"], state["gauss"], s["key"].tobytes())
+
+    def digest(state: Any) -> str:
+        t = token(state)
+        return xxhash.xxh3_128_hexdigest(repr(t[:4]).encode() + t[4])
+
+    def evidence() -> tuple[Any, ...] | None:
+        # ``np.random.seed`` drops the ``SeedSequence`` the OS seeded the generator from
+        bits = getattr(mtrand._rand, "_bit_generator", None)
+        seq = getattr(bits, "_seed_seq", None)
+        return None if seq is None else (bits, seq)
+
+    def proof() -> bool:
+        """Unseeded: the state is the one the generator's ``SeedSequence`` (from the OS) makes,
+        or one that draws reach from it (a set state is not, but by chance: a 19968-bit key)."""
+        bits = getattr(mtrand._rand, "_bit_generator", None)
+        seq = getattr(bits, "_seed_seq", None)
+        if type(bits) is not np.random.MT19937 or type(seq) is not np.random.SeedSequence:
+            return False
+        key = get()["state"]["key"]
+        probe = np.random.MT19937(seq)
+        for _ in range(_PROOF_TWISTS + 1):
+            if np.array_equal(probe.state["state"]["key"], key):
+                return True
+            probe.random_raw(624)  # the draws of one whole key: the next key
+        return False  # more draws than that before the first memoized call: its state counts
+
+    register(Generator("numpy", get, original(np.random.set_state), token, digest, "numpy", proof=proof,
+                       evidence=evidence))
+    for module in (np.random, mtrand):
+        patch(module, ["seed"], "numpy", entropy=no_seed_given)
+        patch(module, ["set_state"], "numpy")

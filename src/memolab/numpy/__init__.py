@@ -1,0 +1,2 @@
+"""numpy's objects put back as a memoized body left them (``restore``).
+"""
