@@ -21,7 +21,8 @@ pytestmark = pytest.mark.skipif(tomllib is None, reason="reading pyproject.toml 
 
 #: modules whose names `memolab` and the integration packages export, and the store's API:
 #: no mypy override may relax them
-PUBLIC = ("memolab", "memolab.calls.memo", "memolab.settings.config", "memolab.errors", "memolab.hashing.files", "memolab.ui.runs",
+PUBLIC = ("memolab", "memolab.calls.memo", "memolab.settings.config", "memolab.errors", "memolab.hashing.files",
+          "memolab.ui.runs",
           "memolab.hashing", "memolab.hashing.registry", "memolab.hashing.encoder", "memolab.store",
           "memolab.store.protocols", "memolab.store.sqlite", "memolab.tracking.log", "memolab.tracking.writer",
           "memolab.ui", "memolab.ui.notebook", "memolab.torch", "memolab.torch.checkpoint", "memolab.torch.iteration",

@@ -1,8 +1,8 @@
 """Arrow data hashed by content: pyarrow tables, record batches and arrays.
 
 Imported only once pyarrow has been imported: the lazy hooks of
-``memolab.settings.hooks`` name ``register_arrow`` by dotted path, so ``hashing`` never imports this module; this module registers through
-``hashing``'s public functions.
+``memolab.settings.hooks`` name ``register_arrow`` by dotted path, so ``hashing`` never
+imports this module; this module registers through ``hashing``'s public functions.
 
 Why not what pickle would save (the generic rule)? pyarrow's protocol-4
 reduction writes a buffer as ``bytearray`` if it is mutable and as ``bytes``
