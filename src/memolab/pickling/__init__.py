@@ -555,6 +555,15 @@ def loads(data: bytes, buffers: Sequence[Any] = ()) -> Any:
     except StoreMiss:
         raise
     except Exception as e:  # unpickling runs the stored classes' own code: said as a load error
+        from . import moved
+
+        if moved.names_moved(e):  # stored before the layout: memolab's modules by their old names
+            try:
+                return moved.loads(data, buffers)
+            except StoreMiss:
+                raise
+            except Exception as again:  # the stored classes' own code again: said as a load error
+                raise load_error(again) from again
         raise load_error(e) from e
 
 

@@ -28,7 +28,10 @@ def loads_result(payload: bytes, buffers: Sequence[Any]) -> Any:
         raise
     except Exception as e:  # unpickling runs the stored classes' own code (__setstate__, reducers): said as a load error
         from .. import pickling
+        from ..pickling import moved
 
+        if moved.names_moved(e):  # stored before the layout: memolab's modules by their old names
+            return pickling.loads(payload, buffers)
         raise pickling.load_error(e) from e
 
 
