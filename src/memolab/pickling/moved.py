@@ -9,6 +9,7 @@ without this map it would load as a miss ("code that no longer loads") and recom
 once. The fast path is untouched: the store unpickles with ``_pickle`` as before and
 comes here only when that failed on a module this map renames.
 """
+# relayout: leave this file alone (its map names the old module paths on purpose)
 from __future__ import annotations
 
 import io
