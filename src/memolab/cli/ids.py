@@ -42,16 +42,7 @@ def short_length(c: Any, among: Sequence[int] | None = None) -> int:
     kept = counts.digits(c)  # kept by a trigger as runs are written: one row, not every id sorted
     if kept is not None:
         return max(SHORT_MIN, kept)
-    ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
-    n = SHORT_MIN
-    for a, b in zip(ids, ids[1:], strict=False):
-        common = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            common += 1
-        n = max(n, common + 1)
-    return n
+    return max(SHORT_MIN, counts.shared_digits(c) + 1)  # a store read as it is: from every id
 
 
 def _short_among(c: Any, ids: list[int]) -> int:

@@ -184,10 +184,10 @@ def _fill(c: sqlite3.Connection) -> None:
     c.execute(f"INSERT INTO run_counts(fn, script, runs, stored, last) {_RECOUNT_RUNS}")
     c.execute(f"INSERT INTO evaluation_counts(fn, n, hits, size, duration) {_RECOUNT_EVALUATIONS}")
     c.execute("DELETE FROM run_digits")
-    c.execute("INSERT INTO run_digits(n) VALUES (?)", (_shared_digits(c) + 1,))
+    c.execute("INSERT INTO run_digits(n) VALUES (?)", (shared_digits(c) + 1,))
 
 
-def _shared_digits(c: Any) -> int:
+def shared_digits(c: Any) -> int:
     """The longest start two run ids share, from every id (install, ``check``)."""
     ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
     n = 0
@@ -225,7 +225,7 @@ def check(c: sqlite3.Connection, repair: bool = False) -> list[str]:
            for fn, script in sorted(set(want_r) | set(have_r)) if want_r.get((fn, script)) != have_r.get((fn, script))]
     out += [f"evaluations of {fn}: kept {have_e.get(fn)}, counted {want_e.get(fn)}"
             for fn in sorted(set(want_e) | set(have_e)) if want_e.get(fn) != have_e.get(fn)]
-    need = _shared_digits(c) + 1
+    need = shared_digits(c) + 1
     kept = digits(c)
     if kept is None or kept < need:
         out.append(f"run id digits: kept {kept}, {need} needed")
