@@ -89,7 +89,7 @@ def test_the_digits_kept_are_the_fewest_that_tell_runs_apart():
     ids |= {rnd.getrandbits(52) for _ in range(300)} | {rnd.randint(1, 10**8) for _ in range(300)}
     for i in ids:
         c.execute("INSERT INTO runs(id, fn, started, status) VALUES (?, 'f', 0, 'done')", (i,))
-        assert counts.digits(c) == counts._shared_digits(c) + 1
+        assert counts.digits(c) == counts.shared_digits(c) + 1
 
 
 def test_a_store_made_before_the_counts_gains_them_once_and_reads_the_same(tmp_path):
