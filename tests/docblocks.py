@@ -1,48 +1,91 @@
-"""The docs' Python blocks as tests (issue 53 §4): every ```python block of README.md and docs/*.md
-runs, each file's blocks in order in ONE fresh process with a store of its own, unless an HTML
-comment right above the block (invisible on GitHub) says why it does not:
+"""The docs' Python blocks as tests (issue 53 §4), read by sybil (a pinned dev dependency): every
+```python block of README.md and docs/*.md runs, each file's blocks in order in ONE fresh process
+with a store of its own, unless sybil's skip comment right above it (invisible on GitHub) says why:
 
-    <!-- docs-test: skip needs a GPU and two ranks (torchrun) -->
+    <!-- skip: next "needs a GPU and two ranks (torchrun)" -->
 
-and what a block leaves to the reader (``...``, a model defined elsewhere) is made explicit by
-hidden set-up code that runs right before it, in the same process:
+(the reason is required here: a bare ``skip: next`` is an error; ``skip: start "why"`` …
+``skip: end`` skips a run of blocks), and what a block leaves to the reader (``...``, a model
+defined elsewhere) is made explicit by sybil's invisible code block, run right before it:
 
-    <!-- docs-test: setup
+    <!-- invisible-code-block: python
     cfg = {"steps": 3}
     -->
 
-No docs-testing library (sybil, pytest-examples, pytest-markdown-docs) is installed in the
-project's environment, so this is the small collector instead: ``blocks`` reads a file,
-``script`` makes the program that runs its blocks, ``run`` runs it (tests/test_docs_blocks.py).
+sybil parses and applies its skips; the blocks do not run in sybil's shared in-process namespace
+but are collected (``blocks``) and run as one script (``script``/``run``): memolab's point is a
+hit in a NEW process, and an in-process namespace would share memolab's in-memory caches between
+documents and with the test session. The script keeps each block on its own lines of the document,
+so a traceback's line number is the document's, and the last block started is named on stderr.
 """
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from unittest import SkipTest
+
+from conftest import require
+
+require("sybil", "the docs' blocks are read by sybil")
+
+from sybil import Document, Example, Sybil  # noqa: E402  (after the pinned-dependency check)
+from sybil.parsers.markdown import CodeBlockParser, SkipParser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-FENCE = re.compile(r"^(\s*)```python\s*$")
-DIRECTIVE = re.compile(r"^\s*<!--\s*docs-test:\s*(skip|setup)\b(.*)$")
 #: what a block prints before it runs: a failure names the block it was in
 MARK = "docs-test: running "
+#: where the collecting evaluator puts a document's blocks (the document's sybil namespace)
+KEY = "__docblocks__"
 
 
 @dataclass
 class Block:
     path: str  #: relative to the repository (``README.md``)
-    line: int  #: the fence's line, 1-based
+    line: int  #: the fence's line (an invisible block's comment line), 1-based
+    first: int  #: the line of the code's first line
     code: str
-    setup: str = ""
     skip: str | None = None  #: why it does not run (None: it runs)
+    hidden: bool = False  #: an invisible code block (set-up the reader does not see)
 
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+def _rel(path: str | Path) -> str:
+    p = Path(path)
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else p.name
+
+
+def _block(example: Example, skip: str | None) -> Block:
+    region, source = example.region, example.parsed
+    first = example.document.text.count("\n", 0, region.start + source.offset) + 1
+    hidden = "directive" in region.lexemes  # an HTML comment's block, not a fence
+    return Block(_rel(example.path), example.line, first, str(source), skip, hidden)
+
+
+def _collect(example: Example) -> None:
+    """sybil's evaluator for a python block: record it (it runs later, in the document's process)."""
+    example.namespace[KEY].append(_block(example, None))
+
+
+class ReasonedSkipParser(SkipParser):
+    """sybil's Markdown skip, with a reason required for ``start`` and ``next``."""
+
+    def __call__(self, document: Document) -> Any:
+        for region in super().__call__(document):
+            action, reason = region.parsed
+            if action in ("start", "next") and not (reason or "").strip():
+                raise ValueError(f'{_rel(document.path)}:{document.text.count(chr(10), 0, region.start) + 1}: '
+                                 f'a docs skip must say why: <!-- skip: {action} "REASON" -->')
+            yield region
+
+
+SYBIL = Sybil(parsers=[CodeBlockParser("python", _collect), ReasonedSkipParser()], path=str(ROOT))
 
 
 def doc_files() -> list[Path]:
@@ -50,54 +93,45 @@ def doc_files() -> list[Path]:
 
 
 def blocks(path: Path) -> list[Block]:
-    """The ```python blocks of ``path``, each with the directives right above it."""
-    lines = path.read_text().splitlines()
-    rel = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+    """The python blocks of ``path`` in order (invisible ones included), each run or skipped with
+    its reason as sybil's skip comments say."""
+    document = SYBIL.parse(path)
     out: list[Block] = []
-    skip: str | None = None
-    setup: list[str] = []
-    i = 0
-    while i < len(lines):
-        d = DIRECTIVE.match(lines[i])
-        if d and d.group(1) == "skip":
-            reason = d.group(2).split("-->")[0].strip()
-            if not reason:
-                raise ValueError(f"{rel}:{i + 1}: a docs-test skip must say why")
-            skip = reason
-        elif d:  # setup: the code up to the closing -->
-            i += 1
-            while i < len(lines) and lines[i].strip() != "-->":
-                setup.append(lines[i])
-                i += 1
-        m = FENCE.match(lines[i]) if i < len(lines) else None
-        if m:
-            start, body = i, []
-            i += 1
-            while i < len(lines) and lines[i].strip() != "```":
-                body.append(lines[i][len(m.group(1)):] if lines[i].startswith(m.group(1)) else lines[i])
-                i += 1
-            out.append(Block(rel, start + 1, "\n".join(body) + "\n", textwrap.dedent("\n".join(setup)), skip))
-            skip, setup = None, []
-        elif lines[i].strip() and not d and not lines[i].lstrip().startswith("<!--"):
-            skip, setup = None, []  # a directive binds the block right below it only
-        i += 1
+    document.namespace[KEY] = out
+    for example in document:
+        try:
+            example.evaluate()
+        except SkipTest as e:
+            out.append(_block(example, str(e)))
+    code = [r for _, r in document.regions if r.evaluator is _collect]
+    if len(code) != len(out):  # a block sybil neither handed to us nor skipped with a reason
+        lines = {document.text.count("\n", 0, r.start) + 1 for r in code} - {b.line for b in out}
+        raise ValueError(f"{_rel(path)}: python block(s) at line(s) {sorted(lines)} neither run nor "
+                         "skipped with a reason")
     return out
 
 
 def script(bs: list[Block]) -> str:
-    """One program running the blocks that run, in order (each block's set-up first)."""
-    parts = ["import sys\n"]
+    """One program running the blocks that run, in order, each at its own lines of the document."""
+    lines: list[str] = []
     for b in bs:
-        if b.skip is None:
-            parts.append(f"print({MARK + b.where!r}, file=sys.stderr, flush=True)\n")
-            parts.append(f"# ---- {b.where} (set-up)\n{b.setup}\n" if b.setup.strip() else "")
-            parts.append(f"# ---- {b.where}\n{b.code}\n")
-    return "".join(parts)
+        if b.skip is not None:
+            continue
+        lines += [""] * (b.line - 1 - len(lines))
+        lines.append(f"print({MARK + b.where!r}, file=__import__('sys').stderr, flush=True)")
+        lines += [""] * (b.first - 1 - len(lines))
+        lines += b.code.splitlines()
+    return "\n".join(lines) + "\n"
+
+
+def script_name(bs: list[Block]) -> str:
+    """``README_md.py`` for README.md's blocks: a traceback's file says which document."""
+    return (Path(bs[0].path).name if bs else "doc").replace(".", "_") + ".py"
 
 
 def run(bs: list[Block], tmp: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``bs`` (one file's blocks) in a fresh process in ``tmp``, with its own store."""
-    prog = tmp / "doc_blocks.py"
+    prog = tmp / script_name(bs)
     prog.write_text(script(bs))
     env = dict(os.environ, MEMOLAB_STORE=str(tmp / "store"), PYTHONDONTWRITEBYTECODE="1",
                HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",  # nothing downloaded at run time
