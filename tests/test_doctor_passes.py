@@ -142,7 +142,8 @@ def test_doctor_reads_each_row_once_and_still_finds_every_damage(tmp_path):
         c.execute("UPDATE evaluations SET host = CAST(x'ff41' AS TEXT) WHERE id = ?", (garbled,))
         c.execute("UPDATE evaluations SET code_refs = '{not json' WHERE id = ?", (bad_json,))
         c.execute("UPDATE evaluations SET inline = CAST(x'00' || inline AS BLOB) WHERE id = ?", (bad_inline,))
-        gone, gone_id = c.execute("SELECT payload, id FROM evaluations WHERE fn LIKE '%big' ORDER BY id LIMIT 1").fetchone()
+        (gone, gone_id), (flipped, flipped_id) = c.execute(
+            "SELECT payload, id FROM evaluations WHERE fn LIKE '%big' ORDER BY id").fetchall()
         c.execute("UPDATE evaluation_counts SET n = n + 5 WHERE fn LIKE '%big'")  # drifted
         c.execute("INSERT INTO misses(fn, time, explanation) VALUES ('__main__:train', 1, 'not json')")
         rows = {t: c.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
@@ -150,6 +151,11 @@ def test_doctor_reads_each_row_once_and_still_finds_every_damage(tmp_path):
         blobs = c.execute("SELECT COUNT(DISTINCT payload) FROM evaluations WHERE inline IS NULL").fetchone()[0]
     c.close()
     (project.store / "blobs" / gone[:2] / gone[2:]).unlink()
+    blob = project.store / "blobs" / flipped[:2] / flipped[2:]
+    data = bytearray(blob.read_bytes())
+    data[100] ^= 1  # a damaged blob: quarantined while the walk's snapshot stands (no write to the index)
+    blob.chmod(0o600)
+    blob.write_bytes(bytes(data))
 
     cp = project.run("-c", MEASURE, env={"COLUMNS": "200"})
     got = json.loads(cp.stdout.strip().splitlines()[-1])
@@ -158,12 +164,14 @@ def test_doctor_reads_each_row_once_and_still_finds_every_damage(tmp_path):
     assert got["rc"] == 1, got["out"]
     assert set(doc["undecodable"]) == {str(garbled), str(bad_json), str(bad_inline)}, doc["undecodable"]
     assert "not UTF-8" in doc["undecodable"][str(garbled)] and "code_refs" in doc["undecodable"][str(bad_json)]
-    assert doc["marked_corrupt"] == [gone_id] and doc["problems"] == [{"blob": gone, "problem": "missing"}]
+    assert doc["marked_corrupt"] == sorted([gone_id, flipped_id])
+    assert {p["blob"]: p["problem"] for p in doc["problems"]} == {flipped: f"blob {flipped[:12]} does not match its digest",
+                                                                  gone: "missing"}, doc["problems"]
     assert any(m.startswith("kept count evaluations of __main__:big") for m in doc["messages"]), doc["messages"]
     assert doc["miss_records_removed"] == 1 and doc["checked"] == blobs - 1
     c = sqlite3.connect(index)
     assert {i: s for i, s in c.execute("SELECT id, status FROM evaluations WHERE status != 'done'")} == \
-        dict.fromkeys((garbled, bad_json, bad_inline, gone_id), "corrupt")
+        dict.fromkeys((garbled, bad_json, bad_inline, gone_id, flipped_id), "corrupt")
     c.close()
 
     passes = walks(index, got["statements"])
