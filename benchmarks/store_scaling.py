@@ -37,6 +37,7 @@ file (what ``memolab.store.local.INLINE_MAX`` is chosen from).
     python benchmarks/store_scaling.py [--sizes 1,10000,100000,1000000] [--rounds 3]
     python benchmarks/store_scaling.py --inline-sweep
     python benchmarks/store_scaling.py --reads --sizes 1000,100000,1000000 [--doctor-max 100000] [--keep DIR]
+    python benchmarks/store_scaling.py --miss-tail --keep DIR --sizes 1000,1000000 [--misses 300] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -180,6 +181,33 @@ elif mode == "paired":
     with store.index.write() as c:
         c.execute("DELETE FROM evaluations WHERE id > ?", (last,))
     print(json.dumps(out))
+elif mode == "tail":
+    # --miss-tail: every miss's time (not a median: the tail is the question), with SQLite's
+    # automatic WAL checkpoint as memolab leaves it or turned off on this process's connection;
+    # then one explicit checkpoint of what the misses wrote, timed (what an automatic one costs)
+    from memolab.store import get_store
+    f(0)
+    base = 3 * 10**9 + arg["round"] * 10**7 + (0 if arg["auto"] else 10**6)
+    f(base - 1)  # untimed: a process's first miss imports what misses use
+    conn = get_store().index.conn()
+    if not arg["auto"]:
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+    wal = os.path.join(workdir, "store", "index.sqlite-wal")
+    ts, sizes = [], []
+    for i in range(arg["misses"]):
+        t = time.perf_counter()
+        f(base + i)
+        ts.append(time.perf_counter() - t)
+        sizes.append(os.path.getsize(wal) if os.path.exists(wal) else 0)
+    t = time.perf_counter()
+    ck = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    ck_s = time.perf_counter() - t
+    if not arg["auto"]:
+        conn.execute("PRAGMA wal_autocheckpoint=1000")
+    ts.sort()
+    q = lambda p: ts[min(len(ts) - 1, int(p * len(ts)))]
+    print(json.dumps({"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": ts[-1], "wal_max": max(sizes),
+                      "checkpoint_s": ck_s, "checkpoint_pages": ck[2]}))
 elif mode == "procs":
     f(1)
     while time.time() < arg["start"]:
@@ -462,6 +490,45 @@ def sweep(args: argparse.Namespace, root: str) -> None:
         print(f"| {s >> 10} KiB | {row[0]} | {row[1]} | {row[2]} | {row[3]} |")
 
 
+def miss_tail(args: argparse.Namespace, root: str) -> None:
+    """``--miss-tail``: the tail of a miss (p50/p90/p99/max of ``--misses`` misses a child) on copies
+    of the stores ``--reads --keep DIR`` built (the kept ones stay as they are), with SQLite's
+    automatic WAL checkpoint on (as memolab leaves it) and off, sizes alternating within each round;
+    and what one checkpoint of the WAL the misses wrote costs at each size."""
+    sizes = [int(s) for s in args.sizes.split(",")]
+    dirs = {}
+    for n in sizes:
+        src = os.path.join(args.keep, f"r{n}", "store")
+        if not os.path.exists(src):
+            raise SystemExit(f"no kept store at {src}: build it with --reads --keep {args.keep} --sizes {n}")
+        d = os.path.join(root, f"r{n}")
+        os.makedirs(d)
+        open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
+        shutil.copytree(src, os.path.join(d, "store"))
+        dirs[n] = d
+    os.sync()
+    got: dict[tuple[int, bool], list[dict]] = {}
+    for r in range(args.rounds):
+        for auto in (True, False):
+            for n in sizes:
+                got.setdefault((n, auto), []).append(
+                    child(dirs[n], "memolab", "tail", {"misses": args.misses, "round": r, "auto": auto}))
+    print(f"a miss's tail: {args.misses} misses a child, {args.rounds} rounds, sizes alternating; ms, "
+          "median over rounds (min–max); a shared 2-core machine")
+    print()
+    print("| stored entries | WAL checkpoint | p50 | p90 | p99 | max | WAL at most | one checkpoint of the misses' WAL |")
+    print("|" + "---|" * 8)
+    for auto in (True, False):
+        for n in sizes:
+            rows = got[(n, auto)]
+            def cell(k: str, rows: list[dict] = rows) -> str:
+                return (f"{statistics.median(x[k] for x in rows) * 1e3:.2f} "
+                        f"({min(x[k] for x in rows) * 1e3:.2f}–{max(x[k] for x in rows) * 1e3:.2f})")
+            print(f"| {n:,} | {'automatic' if auto else 'off'} | {cell('p50')} | {cell('p90')} | {cell('p99')} "
+                  f"| {cell('max')} | {max(x['wal_max'] for x in rows) / 1e6:.1f} MB | {cell('checkpoint_s')} "
+                  f"({max(x['checkpoint_pages'] for x in rows)} pages) |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1,10000,100000,1000000")
@@ -477,6 +544,8 @@ def main() -> None:
     ap.add_argument("--sweep-n", type=int, default=50)
     ap.add_argument("--keep", default=None, help="--reads: build the stores under this folder and keep them "
                     "(a store already there is reused: a million rows take minutes to write)")
+    ap.add_argument("--miss-tail", action="store_true", help="the tail of a miss (p99) on copies of the stores "
+                    "--reads --keep DIR built, WAL checkpoint on and off")
     ap.add_argument("--dir", default=None, help="where to build the stores (default: a temporary directory)")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="memolab-scaling-", dir=args.dir)
@@ -484,6 +553,8 @@ def main() -> None:
         open(os.path.join(root, "child.py"), "w").write(CHILD)
         if args.inline_sweep:
             sweep(args, root)
+        elif args.miss_tail:
+            miss_tail(args, root)
         elif args.reads:
             reads(args, root)
         else:

@@ -153,51 +153,31 @@ def repair_index(root: Path, out: Out) -> int:
 # -- checks of a readable store ------------------------------------------------------------------
 
 def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop_leases: bool = False) -> int:
-    from ..store import tmpfiles
-    from ..store.health import row_problem, undecodable_rows
-    from ..store.layout import is_digest
     from ..store.reading import open_for_reading
 
     store = open_for_reading(root)  # an older store is checked as it is, never migrated (nothing changed then)
     readonly = hasattr(store, "problem")
     if readonly:
         out(f"note: {store.problem}; nothing will be changed")
-    bad = 0
-    # rows holding text that is not UTF-8: rewritten readable (with replacement characters)
-    # and taken out of use, so `ls` and the dashboard can show them again
-    # (each phase draws its bar on a terminal once it has lasted a moment: docs/performance.md
-    # says what each costs at a million rows)
-    rows = int(store.index.conn().execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
-    with Progress("doctor: reading the index's rows", rows) as bar:
-        garbled = undecodable_rows(store.index, bar.update)
-    if garbled and not readonly:
-        with store.index.write() as c:
-            for i, row in garbled.items():
-                sets = [k for k in row if k != "id" and isinstance(row[k], str)]
-                c.execute(f"UPDATE evaluations SET {', '.join(k + '=?' for k in sets)}, status='corrupt', reason=? "
-                          "WHERE id=?", [row[k] for k in sets] + ["undecodable text in the index", i])
-    # rows that do not decode
-    undecodable: dict[int, str] = {i: "text that is not UTF-8" for i in garbled}
-    skip = f" AND id NOT IN ({','.join(str(int(i)) for i in garbled)})" if garbled else ""
-    with Progress("doctor: decoding the rows", rows) as bar:
-        for row in store.index.evaluations(where="status='done'" + skip):
-            bar.update()
-            why = row_problem(row)
-            if why:
-                undecodable[row["id"]] = why
-    # results kept in their row: checked against their digests, as blob files are below
-    from ..store import inline_problem
+    # Every row of the index read once (``doctorwalk``): text that is not UTF-8, columns that do
+    # not decode, results kept in their row against their digests, the blobs each refers to, the
+    # kept counts recounted. (Each phase draws its bar on a terminal once it has lasted a moment:
+    # docs/performance.md says what each costs at a million rows.)
+    from .doctorwalk import walk
 
-    with Progress("doctor: verifying results kept in the index", rows) as bar:
-        for i, payload, payload_size, buffers, inline in store.index.conn().execute(
-                "SELECT id, payload, payload_size, buffers, inline FROM evaluations WHERE status='done' "
-                "AND inline IS NOT NULL" + skip):
-            bar.update()
-            if i not in undecodable:
-                why = inline_problem(dict(id=i, payload=payload, payload_size=payload_size, buffers=buffers,
-                                          inline=inline))
-                if why:
-                    undecodable[i] = why
+    rows = walk(store.index, lambda total: Progress("doctor: reading the index's rows", total))
+    try:
+        return _check_rows(store, rows, out, facts, drop_leases, readonly)
+    finally:
+        rows.close()
+
+
+def _check_rows(store: Any, rows: Any, out: Out, facts: dict[str, Any] | None, drop_leases: bool, readonly: bool) -> int:
+    from ..store import tmpfiles
+    from ..store.layout import is_digest
+
+    bad = 0
+    garbled, undecodable = rows.garbled, rows.undecodable
     # miss records `memolab why` could not explain: advisory, so removed (the next miss is recorded afresh)
     from ..calls.explain import record_problem
     from ..store.sqlite import parse_miss
@@ -205,18 +185,11 @@ def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop
     bad_misses = [i for i, fn, t, raw in store.index.conn().execute(
         "SELECT id, CAST(fn AS BLOB), time, CAST(explanation AS BLOB) FROM misses")
         if record_problem(parse_miss("", t, raw)) is not None]
-    if bad_misses and not readonly:
-        with store.index.write() as c:
-            c.executemany("DELETE FROM misses WHERE id=?", [(i,) for i in bad_misses])
     # the per-function counts kept by triggers (tracking/counts.py): recounted where they drifted
     # (a writer that bypassed them: INSERT OR IGNORE of a stored key by an older memolab)
     from ..tracking import counts
 
-    drift = counts.check(store.index.conn())
-    if drift and not readonly:
-        with store.index.write() as c:
-            counts.check(c, repair=True)
-    for line in drift:
+    for line in rows.drift:
         out(f"kept count {line}" + ("" if readonly else ": recounted"))
     # blobs against their digests
     checked = 0
@@ -233,7 +206,23 @@ def _check_store(root: Path, out: Out, facts: dict[str, Any] | None = None, drop
                 damaged[d] = problem
 
     def decide(c: Any) -> tuple[list[tuple[str, str]], dict[int, list[str]]]:
-        refs = store.index.referenced_blobs(only_done=True)
+        # the walk's references and counts stand if nothing was committed since it began (asked
+        # under the write lock, before this transaction's own writes); else they are read again
+        same = rows.unchanged()
+        if c is not None:
+            # rows holding text that is not UTF-8: rewritten readable (with replacement characters)
+            # and taken out of use, so `ls` and the dashboard can show them again
+            for i, row in garbled.items():
+                sets = [k for k in row if k not in ("id", "inline") and isinstance(row[k], str)]
+                c.execute(f"UPDATE evaluations SET {', '.join(k + '=?' for k in sets)}, status='corrupt', reason=? "
+                          "WHERE id=?", [row[k] for k in sets] + ["undecodable text in the index", i])
+            if bad_misses:
+                c.executemany("DELETE FROM misses WHERE id=?", [(i,) for i in bad_misses])
+            if rows.drift and same and rows.recount is not None:
+                counts.rewrite(c, *rows.recount)
+            elif rows.drift:
+                counts.check(c, repair=True)
+        refs = rows.refs if same else store.index.referenced_blobs(only_done=True)
         # (a name that is no digest is a damaged row, marked below: never made a path)
         missing = [d for d in refs if d not in damaged and is_digest(d) and not store.blobs.path(d).exists()]
         problems = [(d, p) for d, p in damaged.items()] + [(d, "missing") for d in missing]

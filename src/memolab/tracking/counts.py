@@ -133,6 +133,8 @@ _RECOUNT_RUNS = ("SELECT r.fn, COALESCE(r.script, ''), COUNT(*), COUNT(e.id), MA
                  "LEFT JOIN evaluations e ON e.id = r.eval_id GROUP BY 1, 2")
 _RECOUNT_EVALUATIONS = ("SELECT fn, COUNT(*), COALESCE(SUM(hits), 0), COALESCE(SUM(size), 0), "
                         "COALESCE(SUM(duration), 0) FROM evaluations GROUP BY fn")
+#: (``doctor``: where its walk met a number that is not one, SQLite's arithmetic is the judge)
+RECOUNT_EVALUATIONS = _RECOUNT_EVALUATIONS
 
 
 def _statements() -> list[str]:
@@ -232,6 +234,72 @@ def check(c: sqlite3.Connection, repair: bool = False) -> list[str]:
     if out and repair:
         _fill(c)
     return out
+
+
+# -- doctor: counts made from its own walk over the rows, compared and written back -------------
+
+Kept = tuple[dict[tuple[str, str], tuple[int, int]], dict[str, tuple[Any, ...]], "int | None"]
+
+
+def as_text(v: Any) -> Any:
+    # (a connection reading with a bytes text factory, as ``doctor``'s does: names as they are kept)
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def kept(c: Any) -> Kept:
+    """What the tables hold: ({(fn, script): (runs, stored)}, {fn: (n, hits, size, duration)}, digits)."""
+    have_r = {(as_text(r[0]), as_text(r[1])): (r[2], r[3])
+              for r in c.execute("SELECT fn, script, runs, stored FROM run_counts") if r[2] or r[3]}
+    have_e = {as_text(r[0]): tuple(r[1:5]) for r in c.execute("SELECT fn, n, hits, size, duration FROM evaluation_counts")
+              if r[1] or r[2]}
+    return have_r, have_e, digits(c)
+
+
+def differences(have: Kept, want_r: dict[tuple[str, str], tuple[int, int]], want_e: dict[str, tuple[Any, ...]],
+                shared: int) -> list[str]:
+    """One line per count that ``have`` (``kept``) holds and the rows do not: ``want_r`` {(fn, script):
+    (runs, stored)}, ``want_e`` {fn: (n, hits, size, duration)}, ``shared``: the longest start two run
+    ids share."""
+    have_r, have_e_raw, kept_digits = have
+    # (the summed compute time is a float: kept to a millisecond)
+    have_e = {fn: (*v[:3], round(v[3], 3)) for fn, v in have_e_raw.items()}
+    want = {fn: (*v[:3], round(v[3], 3)) for fn, v in want_e.items()}
+    out = [f"runs of {fn} ({script or 'no script'}): kept {have_r.get((fn, script))}, counted {want_r.get((fn, script))}"
+           for fn, script in sorted(set(want_r) | set(have_r)) if want_r.get((fn, script)) != have_r.get((fn, script))]
+    out += [f"evaluations of {fn}: kept {have_e.get(fn)}, counted {want.get(fn)}"
+            for fn in sorted(set(want) | set(have_e)) if want.get(fn) != have_e.get(fn)]
+    if kept_digits is None or kept_digits < shared + 1:
+        out.append(f"run id digits: kept {kept_digits}, {shared + 1} needed")
+    return out
+
+
+def rewrite(c: sqlite3.Connection, want_r: dict[tuple[str, str], tuple[int, int, Any]],
+            want_e: dict[str, tuple[Any, ...]], shared: int) -> None:
+    """Replace the tables' rows with counts made from the rows (``doctor``'s walk, under the write
+    lock that proved nothing was written since): ``want_r`` {(fn, script): (runs, stored, last)}."""
+    c.execute("DELETE FROM run_counts")
+    c.execute("DELETE FROM evaluation_counts")
+    c.executemany("INSERT INTO run_counts(fn, script, runs, stored, last) VALUES (?,?,?,?,?)",
+                  [(fn, script, *v) for (fn, script), v in want_r.items()])
+    c.executemany("INSERT INTO evaluation_counts(fn, n, hits, size, duration) VALUES (?,?,?,?,?)",
+                  [(fn, *v) for fn, v in want_e.items()])
+    c.execute("DELETE FROM run_digits")
+    c.execute("INSERT INTO run_digits(n) VALUES (?)", (shared + 1,))
+
+
+def digits_shared_by(run_ids: Any) -> int:
+    """The longest start two of ``run_ids`` share as decimal text (``doctor``'s walk: the ids it
+    read; the same as ``_shared_digits`` of a store holding those runs)."""
+    ids = sorted(str(i) for i in run_ids)
+    n = 0
+    for a, b in zip(ids, ids[1:], strict=False):
+        k = 0
+        for x, y in zip(a, b, strict=False):
+            if x != y:
+                break
+            k += 1
+        n = max(n, k)
+    return n
 
 
 def runs(c: Any, fn: str, script: str | None = None) -> int | None:
