@@ -55,9 +55,14 @@ def _memolab(project, *args, ok=True):
 
 def downgrade_to_schema_1(path):
     """What memolab wrote before schema 2: no inline column, none of its indexes, the version in
-    ``meta`` only; and the runs table of before its ``script`` column (and its index)."""
+    ``meta`` only; and the runs table of before its ``script`` column (and its index), without the
+    counts its triggers keep (tracking/counts.py: they name ``runs.script``)."""
     con = sqlite3.connect(path)
+    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type='trigger' AND name LIKE 'counts_%'").fetchall():
+        con.execute(f"DROP TRIGGER {name}")
     con.executescript("""
+        DROP TABLE IF EXISTS run_counts; DROP TABLE IF EXISTS run_digits; DROP TABLE IF EXISTS evaluation_counts;
+        DROP INDEX IF EXISTS runs_running; DROP INDEX IF EXISTS runs_unfinished;
         DROP INDEX evaluations_args; DROP INDEX evaluations_code; DROP INDEX evaluations_summary;
         DROP INDEX evaluations_blobs; DROP INDEX evaluations_unused;
         CREATE INDEX evaluations_fn ON evaluations(fn, finished);

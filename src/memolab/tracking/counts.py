@@ -191,16 +191,7 @@ def _fill(c: sqlite3.Connection) -> None:
 
 def shared_digits(c: Any) -> int:
     """The longest start two run ids share, from every id (install, ``check``)."""
-    ids = sorted(str(i) for (i,) in c.execute("SELECT id FROM runs"))
-    n = 0
-    for a, b in zip(ids, ids[1:], strict=False):
-        k = 0
-        for x, y in zip(a, b, strict=False):
-            if x != y:
-                break
-            k += 1
-        n = max(n, k)
-    return n
+    return digits_shared_by(i for (i,) in c.execute("SELECT id FROM runs"))
 
 
 def digits(c: Any) -> int | None:
@@ -289,7 +280,7 @@ def rewrite(c: sqlite3.Connection, want_r: dict[tuple[str, str], tuple[int, int,
 
 def digits_shared_by(run_ids: Any) -> int:
     """The longest start two of ``run_ids`` share as decimal text (``doctor``'s walk: the ids it
-    read; the same as ``_shared_digits`` of a store holding those runs)."""
+    read; the same as ``shared_digits`` of a store holding those runs)."""
     ids = sorted(str(i) for i in run_ids)
     n = 0
     for a, b in zip(ids, ids[1:], strict=False):
