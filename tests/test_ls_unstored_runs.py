@@ -70,6 +70,7 @@ child.send_signal(signal.SIGTERM)
 out["rc"] = child.wait(60)
 out["interrupted"], out["interrupted_json"] = ls(), json.loads(ls("--json"))
 out["limited"] = ls("--limit", "2")
+out["one"] = ls("--limit", "1")
 # runs written before runs kept their arguments' texts have their hyperparameters only
 c = sqlite3.connect(os.path.join(os.environ["MEMOLAB_STORE"], "index.sqlite"))
 with c:
@@ -123,7 +124,10 @@ def test_ls_lists_computing_failed_and_interrupted_runs_with_the_evaluations_arg
     # --limit N: the newest N rows; what is left out is counted
     limited = out["limited"]
     assert len(_rows(limited)) == 2 and "interrupted" in limited and "failed:" in limited, limited
-    assert "0 of 4 evaluations shown" in limited, limited
+    assert "0 of 4 evaluations shown" in limited and "without a stored evaluation" not in limited, limited
+    one = out["one"]
+    assert len(_rows(one)) == 1 and "interrupted" in one, one
+    assert "also 1 failed run(s) without a stored evaluation: memolab runs train" in one, one
     # a run stored before runs kept their texts: its hyperparameters read as the texts they stand for
     # where one of their forms is one (a config kept as a dict is not: it shows in the run's row)
     older = out["older"]

@@ -102,7 +102,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         evs = store.index.evaluations(fn, where=mine[0], params=mine[1], limit=args.limit)
     kept = marks.kept_ids(store.index.conn(), [e["id"] for e in evs])
     # the runs that stored nothing (computing, failed, interrupted, lost) are rows among them, newest first
-    unstored = _unstored_runs(store, fn)
+    unstored, capped = unstored_runs.counts(store.index, fn) if _has_runs_of(store, fn) else ({}, False)
     opened = unstored_runs.newest(store.index, fn, args.limit, args.script) if unstored else []
     given = argcols.of_snapshots([snapshot_of(e) for e in evs])
     run_args = argcols.of_runs(opened, given)
@@ -116,7 +116,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                    "evaluations": [dict(eval_json(e), kept=e["id"] in kept, state=_status(e, e["id"] in kept))
                                    for e in evs],
                    "unstored_runs": [_run_json(r, a) for _, r, a in merged if "texts" in r],
-                   "unstored_total": unstored})
+                   "unstored_total": unstored, "unstored_total_capped": capped})
         return OK
     # the arguments that tell the rows apart in the row; those all rows share once, above the table
     varying, shared = argcols.split([a for _, _, a in merged])
@@ -144,11 +144,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if len(each) > 1:
             print(f"(evaluations of {len(each)} scripts' {fn[9:]}: memolab ls {each[0]} lists one)")
     left = dict(unstored)
-    for r in opened:
-        left[r["status"]] -= 1
+    for r in opened:  # (counted a moment before: one may have ended since)
+        left[r["status"]] = max(0, left.get(r["status"], 0) - 1)
     if any(left.values()):
-        print(f"also {', '.join(f'{n} {s}' for s, n in sorted(left.items()) if n)} run(s) without a stored "
-              f"evaluation: memolab runs {args.func}")
+        print(f"also {'at least ' if capped else ''}{', '.join(f'{n:,} {s}' for s, n in sorted(left.items()) if n)} "
+              f"run(s) without a stored evaluation: memolab runs {args.func}")
     return OK
 
 
@@ -189,11 +189,6 @@ def _count_evaluations(store: Any, fn: str) -> int:
         row = c.execute("SELECT n FROM evaluation_counts WHERE fn=?", (fn,)).fetchone()
         return int(row[0]) if row else 0
     return int(c.execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0])
-
-
-def _unstored_runs(store: Any, fn: str) -> dict[str, int]:
-    """Status (computing, failed, interrupted, lost) -> count of the function's runs that stored nothing."""
-    return unstored_runs.counts(store.index, fn) if _has_runs_of(store, fn) else {}
 
 
 def _has_runs_of(store: Any, fn: str) -> bool:

@@ -26,18 +26,26 @@ _COLS = ("id", "fn", "code", "args", "schema", "pid", "host", "started", "update
          "argtext", "hparams")
 
 
-def counts(index: Any, fn: str) -> dict[str, int]:
-    """Status (as shown: computing, failed, interrupted, lost) -> how many of ``fn``'s runs stored
-    nothing: counted in SQL (a run stored as running is read to tell a lost one), never read one by one."""
+#: the ended runs counted for ``ls FUNC``'s footer at most: a function that failed a million times
+#: costs this many index entries, and the footer says "or more"
+COUNT_CAP = 10_000
+
+
+def counts(index: Any, fn: str) -> tuple[dict[str, int], bool]:
+    """(status (as shown: computing, failed, interrupted, lost) -> how many of ``fn``'s runs stored
+    nothing, whether the ended ones reached ``COUNT_CAP`` (then there may be more)): counted in SQL
+    (a run stored as running is read to tell a lost one), never read one by one."""
     c = query.ready(index)
     out: dict[str, int] = {SHOWN.get(s, s): n for s, n in c.execute(
-        f"SELECT status, COUNT(*) FROM runs WHERE {UNSTORED} AND status != 'running' GROUP BY status", (fn,))}
+        f"SELECT status, COUNT(*) FROM (SELECT status FROM runs WHERE {UNSTORED} AND status != 'running' LIMIT ?) "
+        "GROUP BY status", (fn, COUNT_CAP))}
+    capped = sum(out.values()) >= COUNT_CAP
     cols = ("id", "fn", "code", "args", "schema", "pid", "host")
     alive = query.running_alive(c)
     for row in c.execute(f"SELECT {','.join(cols)} FROM runs WHERE {UNSTORED} AND status = 'running'", (fn,)).fetchall():
         s = "computing" if alive(dict(zip(cols, row, strict=False))) else "lost"
         out[s] = out.get(s, 0) + 1
-    return out
+    return out, capped
 
 
 def _has_index(c: Any, name: str) -> bool:
