@@ -25,8 +25,8 @@ class Cfg:  # a config: a run's hyperparameters hold it as {"depth": 2}, its eva
 def train(model, optimizer, lr, seed=1, epochs=3, cfg=Cfg()):
     if lr > 1:
         raise ValueError(f"diverged at lr={lr}\nsee the log for the steps")
-    if lr == 0.5:  # computes until stopped: the parent watches it computing, then sends SIGTERM
-        open(os.environ["STARTED"], "w").close()
+    if lr in (0.5, 0.7):  # computes until stopped: the parent watches it computing, then stops it
+        open(os.environ["STARTED"] + str(lr), "w").close()
         end = time.monotonic() + 120
         while time.monotonic() < end:
             time.sleep(0.05)
@@ -49,8 +49,8 @@ def until(what, seconds=60):
     raise AssertionError(f"not within {seconds} s: {what}")
 
 
-if sys.argv[1:] == ["child"]:
-    train(Net(), "adam", 0.5)
+if sys.argv[1:2] == ["child"]:
+    train(Net(), "adam", float(sys.argv[2]))
     sys.exit(0)
 
 model = Net()
@@ -61,7 +61,7 @@ try:
     train(model, "sgd", 5.0)
 except ValueError:
     pass
-child = subprocess.Popen([sys.executable, __file__, "child"])
+child = subprocess.Popen([sys.executable, __file__, "child", "0.5"])
 out = {}
 # the child's run is written by its log flusher (about a second after it starts): wait for that
 until(lambda: any(r["status"] == "computing" for r in json.loads(ls("--json"))["unstored_runs"]))
@@ -71,6 +71,12 @@ out["rc"] = child.wait(60)
 out["interrupted"], out["interrupted_json"] = ls(), json.loads(ls("--json"))
 out["limited"] = ls("--limit", "2")
 out["one"] = ls("--limit", "1")
+# killed without a word (SIGKILL): its run still says running, its process is gone: lost
+child = subprocess.Popen([sys.executable, __file__, "child", "0.7"])
+until(lambda: any(r["status"] == "computing" for r in json.loads(ls("--json"))["unstored_runs"]))
+child.kill()
+child.wait(60)
+out["lost"] = ls()
 # runs written before runs kept their arguments' texts have their hyperparameters only
 c = sqlite3.connect(os.path.join(os.environ["MEMOLAB_STORE"], "index.sqlite"))
 with c:
@@ -131,4 +137,7 @@ def test_ls_lists_computing_failed_and_interrupted_runs_with_the_evaluations_arg
     # a run stored before runs kept their texts: its hyperparameters read as the texts they stand for
     # where one of their forms is one (a config kept as a dict is not: it shows in the run's row)
     older = out["older"]
-    assert "same in all 6: model=Net(42 params), seed=1, epochs=3\n" in older and len(_rows(older)) == 6, older
+    assert "same in all 7: model=Net(42 params), seed=1, epochs=3\n" in older and len(_rows(older)) == 7, older
+    lost = out["lost"]
+    (row,) = [r for r in _rows(lost) if "lr=0.7" in r]
+    assert " lost " in row and "same in all 7: model=Net(42 params), seed=1, epochs=3, cfg=Cfg(depth=2)" in lost, lost
