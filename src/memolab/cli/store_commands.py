@@ -102,7 +102,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         evs = store.index.evaluations(fn, where=mine[0], params=mine[1], limit=args.limit)
     kept = marks.kept_ids(store.index.conn(), [e["id"] for e in evs])
     # the runs that stored nothing (computing, failed, interrupted, lost) are rows among them, newest first
-    unstored, capped = unstored_runs.counts(store.index, fn) if _has_runs_of(store, fn) else ({}, False)
+    unstored, capped = unstored_runs.counts(store.index, fn, args.script) if _has_runs_of(store, fn) else ({}, False)
     opened = unstored_runs.newest(store.index, fn, args.limit, args.script) if unstored else []
     given = argcols.of_snapshots([snapshot_of(e) for e in evs])
     run_args = argcols.of_runs(opened, given)

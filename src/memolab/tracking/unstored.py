@@ -31,18 +31,20 @@ _COLS = ("id", "fn", "code", "args", "schema", "pid", "host", "started", "update
 COUNT_CAP = 10_000
 
 
-def counts(index: Any, fn: str) -> tuple[dict[str, int], bool]:
+def counts(index: Any, fn: str, script: str | None = None) -> tuple[dict[str, int], bool]:
     """(status (as shown: computing, failed, interrupted, lost) -> how many of ``fn``'s runs stored
-    nothing, whether the ended ones reached ``COUNT_CAP`` (then there may be more)): counted in SQL
-    (a run stored as running is read to tell a lost one), never read one by one."""
+    nothing (of ``script``'s runs only, if given), whether the ended ones reached ``COUNT_CAP`` (then
+    there may be more)): counted in SQL (a run stored as running is read to tell a lost one), never
+    read one by one."""
     c = query.ready(index)
+    where, params = (UNSTORED + " AND script=?", (fn, script)) if script else (UNSTORED, (fn,))
     out: dict[str, int] = {SHOWN.get(s, s): n for s, n in c.execute(
-        f"SELECT status, COUNT(*) FROM (SELECT status FROM runs WHERE {UNSTORED} AND status != 'running' LIMIT ?) "
-        "GROUP BY status", (fn, COUNT_CAP))}
+        f"SELECT status, COUNT(*) FROM (SELECT status FROM runs WHERE {where} AND status != 'running' LIMIT ?) "
+        "GROUP BY status", (*params, COUNT_CAP))}
     capped = sum(out.values()) >= COUNT_CAP
     cols = ("id", "fn", "code", "args", "schema", "pid", "host")
     alive = query.running_alive(c)
-    for row in c.execute(f"SELECT {','.join(cols)} FROM runs WHERE {UNSTORED} AND status = 'running'", (fn,)).fetchall():
+    for row in c.execute(f"SELECT {','.join(cols)} FROM runs WHERE {where} AND status = 'running'", params).fetchall():
         s = "computing" if alive(dict(zip(cols, row, strict=False))) else "lost"
         out[s] = out.get(s, 0) + 1
     return out, capped
