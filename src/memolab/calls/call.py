@@ -372,7 +372,7 @@ class Call:
         function): open a run for its logs."""
         self.announced = bool(_quietly(report.miss, self))  # on the ``memolab`` logger, if its verbosity says so
         t0 = expiry.now()
-        return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store)
+        return t0, runs.begin(self.memo.symbol, self.key, self.bound.arguments, self.store, self.call_snapshot)
 
     def enter(self, run: Any) -> tuple[Running, Any]:
         """``running()`` is this evaluation while the function computes; the global

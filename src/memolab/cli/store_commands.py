@@ -11,7 +11,7 @@ from ..key import key_of
 from ..store import edges, marks
 from ..store.inlist import chunks
 from ..store.schema import has_runs
-from ..tracking import counts
+from ..tracking import counts, unstored as unstored_runs
 from ..tracking.resolve import evaluation_label
 from . import argcols, ids
 from .common import (
@@ -48,7 +48,7 @@ from .common import (
     terminal_width,
 )
 from .note_commands import eval_marks
-from .run_commands import find_run, list_runs, print_fields, print_notes, print_tags, show_run, wrapped
+from .run_commands import find_run, list_runs, print_fields, print_notes, print_tags, short_length, show_run, wrapped
 
 
 def _ls_options(p: argparse.ArgumentParser) -> None:
@@ -101,22 +101,36 @@ def cmd_ls(args: argparse.Namespace) -> int:
     else:
         evs = store.index.evaluations(fn, where=mine[0], params=mine[1], limit=args.limit)
     kept = marks.kept_ids(store.index.conn(), [e["id"] for e in evs])
+    # the runs that stored nothing (computing, failed, interrupted, lost) are rows among them, newest first
+    unstored, capped = unstored_runs.counts(store.index, fn, args.script) if _has_runs_of(store, fn) else ({}, False)
+    opened = unstored_runs.newest(store.index, fn, args.limit, args.script) if unstored else []
+    given = argcols.of_snapshots([snapshot_of(e) for e in evs])
+    run_args = argcols.of_runs(opened, given)
+    merged = sorted([(e["finished"] or 0.0, e, a) for e, a in zip(evs, given, strict=True)]
+                    + [(r["when"], r, a) for r, a in zip(opened, run_args, strict=True)],
+                    key=lambda x: -x[0])[:args.limit]
+    evs = [e for _, e, _ in merged if "texts" not in e]
+    opened = [r for _, r, _ in merged if "texts" in r]
     if args.json:
         emit_json({"store": str(store.root), "fn": fn, "total": total,
-                   "evaluations": [dict(eval_json(e), kept=e["id"] in kept) for e in evs]})
+                   "evaluations": [dict(eval_json(e), kept=e["id"] in kept, state=_status(e, e["id"] in kept))
+                                   for e in evs],
+                   "unstored_runs": [_run_json(r, a) for _, r, a in merged if "texts" in r],
+                   "unstored_total": unstored, "unstored_total_capped": capped})
         return OK
     # the arguments that tell the rows apart in the row; those all rows share once, above the table
-    given = argcols.of_snapshots([snapshot_of(e) for e in evs])
-    varying, shared = argcols.split(given)
-    rows = [(e["id"], human_age(e["finished"]), human_seconds(e["duration"]), human_bytes(e["size"]), e["hits"],
-             e["code"][:8], _status(e, e["id"] in kept), argcols.cell(a, varying)) for e, a in zip(evs, given, strict=True)]
+    varying, shared = argcols.split([a for _, _, a in merged])
+    short = short_length(store, [r["id"] for r in opened]) if opened and terminal_width(args.wide) else 0
+    rows = [_run_row(r, short, argcols.cell(a, varying)) if "texts" in r else
+            (r["id"], human_age(r["finished"]), human_seconds(r["duration"]), human_bytes(r["size"]), r["hits"],
+             r["code"][:8], _status(r, r["id"] in kept), argcols.cell(a, varying)) for _, r, a in merged]
     width = terminal_width(args.wide)
     print(ids.shown_function(store, fn, args.script))
-    line = argcols.shared_line(shared, len(evs), width)
+    line = argcols.shared_line(shared, len(merged), width)
     if line:
         print(line)
     print(table(["ID", "WHEN", "TOOK", "SIZE", "HITS", "CODE", "STATUS", "ARGUMENTS"], rows, right=(0, 2, 3, 4),
-                width=width, flex=(7,)))
+                width=width, flex=(6, 7)))
     more = footer(len(evs), total, "evaluations", "--limit N for more")
     if more:
         print(more)
@@ -129,11 +143,29 @@ def cmd_ls(args: argparse.Namespace) -> int:
         each = [function_label(fn, labels.get(p)) for p in paths]
         if len(each) > 1:
             print(f"(evaluations of {len(each)} scripts' {fn[9:]}: memolab ls {each[0]} lists one)")
-    unstored = _unstored_runs(store, fn)
-    if unstored:
-        print(f"also {', '.join(f'{n} {s}' for s, n in sorted(unstored.items()))} run(s) without a stored evaluation: "
-              f"memolab runs {args.func}")
+    left = dict(unstored)
+    for r in opened:  # (counted a moment before: one may have ended since)
+        left[r["status"]] = max(0, left.get(r["status"], 0) - 1)
+    if any(left.values()):
+        print(f"also {'at least ' if capped else ''}{', '.join(f'{n:,} {s}' for s, n in sorted(left.items()) if n)} "
+              f"run(s) without a stored evaluation: memolab runs {args.func}")
     return OK
+
+
+def _run_row(r: dict[str, Any], short: int, args: str) -> tuple:
+    """A run that stored nothing, as a row of ``ls FUNC``: when it ended (computing: started), how
+    long it took or has taken so far, its status and a failure's first line."""
+    rid = "r" + (str(r["id"])[:short] if short else str(r["id"]))
+    status = r["status"] + (f": {r['error']}" if r.get("error") else "")
+    when = r["started"] if r["status"] == "computing" else r["when"]
+    return (rid, human_age(when), human_seconds(r["seconds"]), "-", "-", (r["code"] or "")[:8], status, args)
+
+
+def _run_json(r: dict[str, Any], args: dict[str, str]) -> dict[str, Any]:
+    """``ls FUNC --json``'s form of a run that stored nothing (docs/cli.md)."""
+    return {"run": r["id"], "fn": r["fn"], "status": r["status"], "started": r["started"],
+            "ended": None if r["status"] == "computing" else r["when"], "seconds": r["seconds"],
+            "error": r["error"], "code": r["code"], "arguments": args}
 
 
 def _status(e: dict[str, Any], kept: bool) -> str:
@@ -157,26 +189,6 @@ def _count_evaluations(store: Any, fn: str) -> int:
         row = c.execute("SELECT n FROM evaluation_counts WHERE fn=?", (fn,)).fetchone()
         return int(row[0]) if row else 0
     return int(c.execute("SELECT COUNT(*) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0])
-
-
-def _unstored_runs(store: Any, fn: str) -> dict[str, int]:
-    """Status -> count of the function's runs that stored nothing (running, failed, interrupted, lost):
-    counted in SQL (a run stored as running is read to tell a lost one), never read one by one."""
-    if not _has_runs_of(store, fn):
-        return {}
-    from ..tracking import query
-
-    c = query.ready(store.index)
-    unstored = ("fn=? AND status != 'done' AND (eval_id IS NULL OR "
-                "NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.id = runs.eval_id))")
-    out: dict[str, int] = {s: n for s, n in c.execute(
-        f"SELECT status, COUNT(*) FROM runs WHERE {unstored} AND status != 'running' GROUP BY status", (fn,))}
-    cols = ("id", "fn", "code", "args", "schema", "pid", "host")
-    alive = query.running_alive(c)
-    for row in c.execute(f"SELECT {','.join(cols)} FROM runs WHERE {unstored} AND status = 'running'", (fn,)).fetchall():
-        s = "running" if alive(dict(zip(cols, row, strict=False))) else "lost"
-        out[s] = out.get(s, 0) + 1
-    return out
 
 
 def _has_runs_of(store: Any, fn: str) -> bool:

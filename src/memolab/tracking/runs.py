@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import swallowed
@@ -159,21 +160,26 @@ def _config_items(v: Any) -> list | None:
     return None
 
 
-def begin(fn: str, key: Key, arguments: dict[str, Any], store: Any) -> tuple[Run, Any] | None:
+def begin(fn: str, key: Key, arguments: dict[str, Any], store: Any,
+          texts: Callable[[], dict[str, list[str]]] | None = None) -> tuple[Run, Any] | None:
     """Start a run for a computation of ``fn``; returns the handle ``end`` needs.
 
     Logging must never stop a computation: if the run cannot be set up (say the
     index is locked past its timeout while creating the log tables), the call
     goes ahead without one and its logs go to the process run.
+
+    ``texts``: gives the call's argument snapshot (``call.arg_snapshot``: {name: [digest, text]}), kept
+    with the run until it ends done, so its row in ``ls FUNC`` reads as its evaluations' do.
     """
     try:
-        return _begin(fn, key, arguments, store)
+        return _begin(fn, key, arguments, store, texts)
     except Exception:  # logging must never stop a computation: a store of any backend, the user's arguments
         swallowed("tracking.runs: begin")
         return None
 
 
-def _begin(fn: str, key: Key, arguments: dict[str, Any], store: Any) -> tuple[Run, Any]:
+def _begin(fn: str, key: Key, arguments: dict[str, Any], store: Any,
+           texts: Callable[[], dict[str, list[str]]] | None) -> tuple[Run, Any]:
     s = _sink.sink_for(store.index)
     parent = _current.get()
     fields = {
@@ -182,6 +188,7 @@ def _begin(fn: str, key: Key, arguments: dict[str, Any], store: Any) -> tuple[Ru
         "started": time.time(), "pid": os.getpid(), "host": socket.gethostname(), "script": script_path(),
         # secrets (``hub_token``, ``api_key``: text.is_secret_name) are masked at any depth
         "hparams": mask_secrets({n: hparam_value(v) for n, v in arguments.items() if type(v) not in NOT_HPARAMS}),
+        "argtext": {n: v[1] for n, v in (texts() if texts is not None else {}).items()},  # (masked: arg_snapshot)
     }
     run = Run(new_id(), s, fn, fields)
     s.q.append((_sink.START, run.id, fields))

@@ -80,6 +80,10 @@ ADDED_RUN_COLUMNS = (
     ("traceback", "TEXT"),  # a failed or interrupted run's traceback (bounded, see runs.TRACEBACK_LIMIT)
     ("output", "TEXT"),  # the tail of what it printed to sys.stdout/sys.stderr (bounded, output.LIMIT)
     ("script", "TEXT"),  # the absolute path of the script that ran it (sys.argv[0]), if any
+    # its arguments as its evaluation's snapshot shows them ({name: text}, JSON: ``call.arg_snapshot``'s
+    # texts), while it has no stored evaluation: `ls FUNC`'s rows of computing, failed, interrupted
+    # runs compare with its evaluations' (the hparams are another form); dropped when it ends done
+    ("argtext", "TEXT"),
 )
 
 #: indexes on those added columns: made once the columns exist (a store made before them has
@@ -91,6 +95,8 @@ ADDED_RUN_INDEXES = (
     "CREATE INDEX IF NOT EXISTS runs_running ON runs(fn) WHERE status = 'running'",
     # runs that did not end done (failed, interrupted, running): `ls FUNC`'s footer of unstored runs
     "CREATE INDEX IF NOT EXISTS runs_unfinished ON runs(fn, status) WHERE status != 'done'",
+    # the same runs newest first: `ls FUNC --limit N`'s rows of them read N index entries, not all
+    "CREATE INDEX IF NOT EXISTS runs_open ON runs(fn, started) WHERE status != 'done'",
 )
 
 

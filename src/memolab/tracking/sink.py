@@ -174,11 +174,12 @@ class Sink:
             starts.append((run, fields["fn"], fields.get("code"), fields.get("args"), fields.get("schema"),
                            fields.get("parent"), fields.get("name"), fields["started"], fields["started"],
                            "running", json.dumps(fields.get("hparams") or {}, default=str, allow_nan=True),
-                           fields.get("pid"), fields.get("host"), fields.get("script")))
+                           fields.get("pid"), fields.get("host"), fields.get("script"),
+                           json.dumps(fields["argtext"]) if fields.get("argtext") else None))
         elif kind == END:
             _, run, status, finished, eval_id, *rest = it
             rest += [None] * (3 - len(rest))  # error, traceback, output
-            ends.append((status, finished, finished, eval_id, rest[0], rest[1], rest[2], run))
+            ends.append((status, finished, finished, eval_id, rest[0], rest[1], rest[2], status, run))
         elif kind == HPARAMS:
             _, run, values = it
             hparams.append((run, values))
@@ -196,7 +197,7 @@ class Sink:
             if starts:
                 c.executemany(
                     "INSERT OR IGNORE INTO runs(id, fn, code, args, schema, parent, name, started, updated, status, hparams,"
-                    " pid, host, script) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", starts)
+                    " pid, host, script, argtext) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", starts)
             if scalars:
                 c.executemany("INSERT INTO scalars(run, tag, step, seq, wall, value) VALUES (?,?,?,?,?,?)", scalars)
                 # SET expressions all see the old row, so the CASE compares against the previous last_step
@@ -240,7 +241,8 @@ class Sink:
                 c.executemany("UPDATE runs SET updated=? WHERE id=? AND status='running'", [(now, r) for r in touched])
             if ends:
                 c.executemany("UPDATE runs SET status=?, finished=?, updated=?, eval_id=COALESCE(?, eval_id), error=?,"
-                              " traceback=?, output=? WHERE id=?", ends)
+                              " traceback=?, output=?, argtext=CASE WHEN ?='done' THEN NULL ELSE argtext END"
+                              " WHERE id=?", ends)
         for rt, v in last.items():  # only now that it is committed
             self._counts[rt] = v[6] + v[0]
 
