@@ -125,11 +125,18 @@ def best(index: Any, fn: str, tag: str, lower: bool, script: str | None = None) 
     return {"tag": tag, "run": row[0] if row else None, "value": row[1] if row else None, "of": n}
 
 
-def groups(index: Any, fn: str, by: str, tag: str, script: str | None = None) -> dict[str, Any]:
-    """``{"by", "tag", "groups": [{"value", "runs", "n", "mean", "std", "min", "max"}]}``: ``fn``'s runs
+#: the most groups one answer lists (an argument every run has its own value of, a seed, would
+#: otherwise send one group per run): the first in value order, and how many there are
+MAX_GROUPS = 200
+
+
+def groups(index: Any, fn: str, by: str, tag: str, script: str | None = None,
+           limit: int = MAX_GROUPS) -> dict[str, Any]:
+    """``{"by", "tag", "total", "groups": [{"value", "runs", "n", "mean", "std", "min", "max"}]}``: ``fn``'s runs
     grouped by the value of the argument ``by`` (a flattened name: ``cfg.optim.lr``; runs without it:
     ``value`` null), with the count, mean, standard deviation (population), min and max of the final
-    value of ``tag`` over the ``n`` runs of the group that logged it (``runs``: all of the group's).
+    value of ``tag`` over the ``n`` runs of the group that logged it (``runs``: all of the group's);
+    the first ``limit`` groups, of ``total``.
 
     Computed by SQLite in one pass over the function's runs (no Python object per run): what the
     page would otherwise need every run for. Groups in order of their value (SQLite's order:
@@ -139,12 +146,13 @@ def groups(index: Any, fn: str, by: str, tag: str, script: str | None = None) ->
     path = _arg_path(by)
     rows = c.execute(
         "SELECT json_extract(r.hparams, ?) AS g, json_type(r.hparams, ?), COUNT(*), COUNT(st.last_value), "
-        "AVG(st.last_value), AVG(st.last_value * st.last_value), MIN(st.last_value), MAX(st.last_value) "
+        "AVG(st.last_value), AVG(st.last_value * st.last_value), MIN(st.last_value), MAX(st.last_value), "
+        "COUNT(*) OVER () "
         f"FROM runs r LEFT JOIN scalar_tags st ON st.run = r.id AND st.tag = ? WHERE {where} "
-        "GROUP BY g ORDER BY g", [path, path, tag, *params]).fetchall()
-    out = []
-    for g, kind, runs, n, mean, sq, lo, hi in rows:
+        "GROUP BY g ORDER BY g LIMIT ?", [path, path, tag, *params, max(1, limit)]).fetchall()
+    out, total = [], rows[0][8] if rows else 0
+    for g, kind, runs, n, mean, sq, lo, hi, _ in rows:
         value = json.loads(g) if kind in ("object", "array") else g
         std = max(0.0, sq - mean * mean) ** 0.5 if n else None
         out.append({"value": value, "runs": runs, "n": n, "mean": mean, "std": std, "min": lo, "max": hi})
-    return {"by": by, "tag": tag, "groups": out}
+    return {"by": by, "tag": tag, "total": total, "groups": out}

@@ -300,7 +300,8 @@ function loadGroupStats() {
     box.querySelector("thead").replaceChildren(el("tr", {}, ...[by, "runs", `n (${tag})`, "mean", "min", "max"].map((t) => el("th", { text: t }))));
     box.querySelector("tbody").replaceChildren(...g.groups.map((x) => el("tr", { class: x === best ? "best" : "", "data-group": x.value === null ? "" : fmtArg(x.value) },
       el("td", { text: x.value === null ? "(none)" : fmtArg(x.value) }), el("td", { class: "num", text: String(x.runs) }),
-      el("td", { class: "num", text: String(x.n) }), ...[x.mean, x.min, x.max].map((v) => el("td", { class: "num", text: fmtNum(v) })))));
+      el("td", { class: "num", text: String(x.n) }), ...[x.mean, x.min, x.max].map((v) => el("td", { class: "num", text: fmtNum(v) }))),
+      ...(g.total > g.groups.length ? [el("tr", { class: "more" }, el("td", { colspan: "6", class: "muted", text: `the first ${g.groups.length} of ${g.total} groups` }))] : [])));
     box.dataset.tag = tag;
     box.classList.remove("hidden");
   }).catch((e) => console.error(e));
