@@ -97,7 +97,7 @@ def test_a_long_runs_table_is_paged_to_the_screen_and_scrolls_through_every_run(
         rows = pg.eval_on_selector_all("#group-stats tbody tr",
                                        "rs => rs.map(r => [...r.children].map(td => td.textContent))")
         assert [r[0] for r in rows] == [str(x) for x in LRS]
-        for lr, (_, runs, n, mean, lo, hi) in zip(LRS, rows):
+        for lr, (_, runs, n, mean, lo, hi) in zip(LRS, rows, strict=True):
             members = [r for r in range(1, N + 1) if LRS[r % 4] == lr]
             vals = [values[r] for r in members if r in values]
             assert int(runs) == len(members) and int(n) == len(vals)
