@@ -109,20 +109,25 @@ def _arg_path(name: str) -> str:
 
 
 def best(index: Any, fn: str, tag: str, lower: bool, script: str | None = None) -> dict[str, Any]:
-    """``{"tag", "run", "value", "of"}``: the run of ``fn`` with the best final value of ``tag`` (the
-    lowest when ``lower``), among every run that logged it (``of`` of them), not only a page's.
+    """``{"tag", "run", "value"}``: the run of ``fn`` with the best final value of ``tag`` (the lowest
+    when ``lower``) among every run that logged it, not only a page's.
 
     Ties go to the newest run (the first of them in the page's newest-first order, as the page's
-    own ``bestOf`` picks); a NaN is never best (SQLite keeps it as NULL). One pass of SQLite over the
-    function's runs that logged the tag (the ``scalar_tags`` summary, never the points)."""
+    own ``bestOf`` picks); a NaN is never best (SQLite keeps it as NULL). With the index
+    ``scalar_tags_value`` (tracking/schema.py) the tag's final values are walked in order from the
+    best and the walk stops at the first of ``fn``'s runs: O(1) for a store of one function's runs,
+    O(runs of other functions that logged a better value) at worst. A store without it yet (read
+    as it is, before its first write by this version): one pass over the function's runs."""
     c = query.ready(index)
     where, params = _scope(fn, script)
-    body = (f"FROM runs r JOIN scalar_tags st ON st.run = r.id AND st.tag = ? "
-            f"WHERE {where} AND st.last_value IS NOT NULL")
-    n = int(c.execute(f"SELECT COUNT(*) {body}", [tag, *params]).fetchone()[0])
-    row = c.execute(f"SELECT r.id, st.last_value {body} ORDER BY st.last_value {'ASC' if lower else 'DESC'}, "
-                    "r.started DESC, r.id DESC LIMIT 1", [tag, *params]).fetchone()
-    return {"tag": tag, "run": row[0] if row else None, "value": row[1] if row else None, "of": n}
+    indexed = c.execute("SELECT 1 FROM sqlite_master WHERE type='index' AND name='scalar_tags_value'").fetchone()
+    # CROSS JOIN: SQLite keeps the left table the outer loop (the index's value order)
+    body = ("FROM scalar_tags st CROSS JOIN runs r ON r.id = st.run" if indexed
+            else "FROM runs r JOIN scalar_tags st ON st.run = r.id")
+    row = c.execute(f"SELECT r.id, st.last_value {body} WHERE st.tag = ? AND {where} AND st.last_value IS NOT NULL "
+                    f"ORDER BY st.last_value {'ASC' if lower else 'DESC'}, r.started DESC, r.id DESC LIMIT 1",
+                    [tag, *params]).fetchone()
+    return {"tag": tag, "run": row[0] if row else None, "value": row[1] if row else None}
 
 
 #: the most groups one answer lists (an argument every run has its own value of, a seed, would

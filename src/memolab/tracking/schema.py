@@ -91,6 +91,8 @@ ADDED_RUN_INDEXES = (
     "CREATE INDEX IF NOT EXISTS runs_running ON runs(fn) WHERE status = 'running'",
     # runs that did not end done (failed, interrupted, running): `ls FUNC`'s footer of unstored runs
     "CREATE INDEX IF NOT EXISTS runs_unfinished ON runs(fn, status) WHERE status != 'done'",
+    # the best run of a metric (``pages.best``, the dashboard's best row): walked in value order
+    "CREATE INDEX IF NOT EXISTS scalar_tags_value ON scalar_tags(tag, last_value)",
 )
 
 
