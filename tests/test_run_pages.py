@@ -48,7 +48,7 @@ def test_best_and_groups_are_those_of_every_run(tmp_store):
         assert pages.best(index, "a:f", "no/such", True)["run"] is None
         g = pages.groups(index, "a:f", "opt.lr", "val/loss")
         groups: dict = {}
-        for r, t in mine.items():
+        for t in mine.values():
             groups.setdefault(t[1].get("opt", {}).get("lr"), []).append(t[2])
         assert g["total"] == len(groups) and [x["value"] for x in g["groups"]] == sorted(groups, key=lambda k: (k is not None, k))
         for x in g["groups"]:
