@@ -36,6 +36,16 @@ def fill() -> None:
     s.flush()
 
 
+# the table is drawn for where it is scrolled to (its top spacer as tall as the rows above the first
+# drawn: app.js virtualRows), and every row drawn has come (no page still asked for)
+DRAWN = """() => {
+  const w = document.querySelector('#runs-wrap'), h = state.rowH || ROW_H;
+  const sp = document.querySelector('#runs tbody tr.spacer td');
+  return !!sp && Math.abs(parseFloat(sp.style.height) - Math.max(0, Math.floor(w.scrollTop / h) - 10) * h) < 1
+    && !document.querySelector('#runs tbody tr.pending') && !!document.querySelector('#runs tbody tr[data-run]');
+}"""
+
+
 def runs_asked(srv) -> list[dict[str, list[str]]]:
     return [urllib.parse.parse_qs(urllib.parse.urlparse(p).query) for p, _ in list(srv.served)
             if urllib.parse.urlparse(p).path == "/api/runs"]
@@ -67,8 +77,7 @@ def test_a_long_runs_table_is_paged_to_the_screen_and_scrolls_through_every_run(
         top = 0
         while True:
             pg.eval_on_selector("#runs-wrap", "(w, t) => { w.scrollTop = t; w.dispatchEvent(new Event('scroll')); }", top)
-            pg.wait_for_function("() => !document.querySelector('#runs tbody tr.pending') && "
-                                 "document.querySelector('#runs tbody tr[data-run]')")
+            pg.wait_for_function(DRAWN)
             for i in pg.eval_on_selector_all("#runs tbody tr[data-run]", "rs => rs.map(r => +r.dataset.run)"):
                 if not seen or i < seen[-1]:
                     seen.append(i)
