@@ -275,17 +275,30 @@ def get(path):
                                  headers={"Authorization": "Bearer " + srv.token})
     with urllib.request.urlopen(req, timeout=3600) as r:
         return r.read()
+def first_load(rows):  # the page's requests on arrival at f, its runs window `rows` long: (seconds, bytes)
+    t = time.perf_counter()
+    sent = 0
+    for path in ("info", "heartbeat", "ids", "functions", f"runs?fn={fn}&limit={rows}"):
+        body = get(path)
+        sent += len(body)
+    ids = [r["id"] for r in json.loads(body)["rows"] if isinstance(r["id"], int)][:1000]
+    sent += len(get(f"metrics?fn={fn}&runs=" + ",".join(map(str, ids))))
+    return time.perf_counter() - t, sent
+# what the page asks now: the rows a 1000-px screen shows and a margin (app.js screenRows: 56);
+# before: a fixed window of 2,000
+first, sent = first_load(56)
+window, window_bytes = first_load(2000)
 t = time.perf_counter()
-sent = 0
-for path in ("info", "heartbeat", "ids", "functions", f"runs?fn={fn}&limit=2000"):
-    body = get(path)
-    sent += len(body)
-ids = [r["id"] for r in json.loads(body)["rows"] if isinstance(r["id"], int)][:1000]
-sent += len(get(f"metrics?fn={fn}&runs=" + ",".join(map(str, ids))))
-first = time.perf_counter() - t
+get(f"best?fn={fn}&tag=val%2Floss&dir=min")
+best = time.perf_counter() - t
+t = time.perf_counter()
+groups = len(get(f"groups?fn={fn}&by=x&tag=val%2Floss"))
+grouped = time.perf_counter() - t
 t = time.perf_counter()
 hp = len(get(f"hparams?fn={fn}&limit=2000"))
-print(json.dumps({"first": first, "bytes": sent, "hparams": time.perf_counter() - t, "hparams_bytes": hp}))
+print(json.dumps({"first": first, "bytes": sent, "hparams": time.perf_counter() - t, "hparams_bytes": hp,
+                  "window": window, "window_bytes": window_bytes, "best": best, "groups": grouped,
+                  "groups_bytes": groups}))
 """
 
 
@@ -298,7 +311,7 @@ def reads(args: argparse.Namespace, root: str) -> None:
           "start included), on a shared 2-core machine")
     print()
     print("| stored entries (each with a run) | `ls f` | `show ID` | `runs f --limit 20` | `ls` | "
-          "`gc --older-than 30d --dry-run` | `doctor` | dashboard first load | its bytes | HParams tab |")
+          "`gc --older-than 30d --dry-run` | `doctor` | first load (1000-px screen) | its bytes | HParams tab |")
     print("|" + "---|" * 10)
     for n in sizes:
         d = os.path.join(args.keep or root, f"r{n}")
@@ -314,7 +327,8 @@ def reads(args: argparse.Namespace, root: str) -> None:
         e = env()
         e["MEMOLAB_STORE"] = os.path.join(d, "store")
         cells: dict[str, list[float]] = {}
-        page: dict[str, list[float]] = {"first": [], "bytes": [], "hparams": [], "hparams_bytes": []}
+        page: dict[str, list[float]] = {"first": [], "bytes": [], "hparams": [], "hparams_bytes": [], "window": [],
+                                        "window_bytes": [], "best": [], "groups": [], "groups_bytes": []}
         for _ in range(args.rounds):
             for name, argv in (("ls f", ["ls", "f"]), ("show", ["show", "1"]), ("runs", ["runs", "f", "--limit", "20"]),
                                ("ls", ["ls"]), ("gc", ["gc", "--older-than", "30d", "--dry-run"]),
@@ -329,6 +343,9 @@ def reads(args: argparse.Namespace, root: str) -> None:
         kb = f"{med(page['bytes']) / 1e3:,.0f} KB"
         print(f"| {n:,} | " + " | ".join(cell(cells.get(k, [])) for k in ("ls f", "show", "runs", "ls", "gc", "doctor"))
               + f" | {cell(page['first'])} | {kb} | {cell(page['hparams'])} |", flush=True)
+        print(f"<!-- {n:,}: first load with the old fixed 2,000-run window {cell(page['window'])}, "
+              f"{med(page['window_bytes']) / 1e3:,.0f} KB; /api/best {cell(page['best'])}; /api/groups (a group "
+              f"per run, 200 listed) {cell(page['groups'])} -->", flush=True)
         print(f"<!-- filled {n:,} (with runs) in {fill_s:.1f} s -->", flush=True)
 
 

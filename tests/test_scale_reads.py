@@ -251,3 +251,63 @@ def test_the_newest_n_are_those_of_the_whole_list(stores):
         got = query.runs(index, "__main__:train", limit=n)
         assert [r["id"] for r in got] == [r["id"] for r in every[:n]]
         assert [r["stored"] for r in got] == [r["stored"] for r in every[:n]]
+
+
+def test_the_pages_first_load_is_a_screen_and_its_best_run_and_groups_are_the_servers(stores):
+    """What the page asks on arrival at a function (its runs window sized to a 1000-px screen:
+    ``limit=56``, app.js ``screenRows``) costs the same statements, rows, bytes and SQLite work at
+    10k as at 1k; the best run of a metric and the group statistics over every run (``/api/best``,
+    ``/api/groups``: what the page no longer computes from the rows it holds) read a fixed number of
+    rows into Python (the best run: and a fixed SQLite work, walked from the best value; the groups:
+    one pass of SQLite, exempt from the VM check) and equal Python's own computation over every run."""
+    project, by_size = stores
+    fn = "__main__%3Atrain"
+    first = {"info": ["GET", "info"], "functions": ["GET", "functions"], "ids": ["GET", "ids"],
+             "heartbeat": ["GET", "heartbeat"], "runs": ["GET", f"runs?fn={fn}&limit=56"]}
+    server = {"best": ["GET", f"best?fn={fn}&tag=val%2Floss&dir=min"],
+              "best-max": ["GET", f"best?fn={fn}&tag=val%2Floss&dir=max"],
+              "groups": ["GET", f"groups?fn={fn}&by=seed&tag=val%2Floss"],
+              "by-lr": ["GET", f"groups?fn={fn}&by=lr&tag=val%2Floss"]}
+    got = {n: measure(project, store, {**first, **server}) for n, store in by_size.items()}
+    small, big = got[1000], got[10000]
+    for name in first:
+        for what in ("statements", "rows", "bytes"):
+            assert big[name][what] <= small[name][what] + (200 if what == "bytes" else 5), (name, what, small[name], big[name])
+        assert big[name]["vm"] <= small[name]["vm"] + 3, (name, small[name]["vm"], big[name]["vm"])
+    assert sum(big[n]["bytes"] for n in first) <= sum(small[n]["bytes"] for n in first) * 1.05 + 200
+    for name in ("best", "best-max", "groups", "by-lr"):
+        assert big[name]["statements"] == small[name]["statements"] and big[name]["rows"] == small[name]["rows"], name
+    for name in ("best", "best-max"):  # walked from the best value (scalar_tags_value), not over every run
+        assert big[name]["vm"] <= small[name]["vm"] + 3, (name, small[name]["vm"], big[name]["vm"])
+    assert len(json.loads(big["runs"]["out"])["rows"]) == 56
+    for n, store in by_size.items():  # Python's own computation over every run of the function
+        c = sqlite3.connect(store / "index.sqlite")
+        runs = c.execute("SELECT id, started, hparams FROM runs WHERE fn='__main__:train'").fetchall()
+        last = dict(c.execute("SELECT run, last_value FROM scalar_tags WHERE tag='val/loss' AND last_value IS NOT NULL"))
+        c.close()
+        logged = [(last[i], s, i) for i, s, _ in runs if i in last]
+        lo = min(logged, key=lambda x: (x[0], -x[1], -x[2]))
+        hi = min(logged, key=lambda x: (-x[0], -x[1], -x[2]))
+        for name, want in (("best", lo), ("best-max", hi)):
+            b = json.loads(got[n][name]["out"])
+            assert (b["run"], b["value"]) == (want[2], want[0]), (n, name, b, want)
+        for name, by in (("groups", "seed"), ("by-lr", "lr")):
+            groups: dict = {}
+            for i, _, hp in runs:
+                groups.setdefault(json.loads(hp or "{}").get(by), []).append(last.get(i))
+            doc = json.loads(got[n][name]["out"])
+            served = {g["value"]: g for g in doc["groups"]}
+            # every group counted; the first MAX_GROUPS (200) in value order listed
+            assert doc["total"] == len(groups) and list(served) == sorted(groups)[:200], (n, name)
+            for k in served:
+                vals = groups[k]
+                v = [x for x in vals if x is not None]
+                g = served[k]
+                assert (g["runs"], g["n"]) == (len(vals), len(v)), (n, name, k)
+                if v:
+                    assert g["min"] == min(v) and g["max"] == max(v)
+                    assert g["mean"] == pytest.approx(sum(v) / len(v), rel=1e-12)
+                    assert g["std"] == pytest.approx((sum((x - g["mean"]) ** 2 for x in v) / len(v)) ** 0.5,
+                                                     rel=1e-6, abs=1e-9)
+    print({n: {k: (v["statements"], v["rows"], v["vm"], v["bytes"]) for k, v in g.items()} for n, g in got.items()},
+          file=sys.stderr)

@@ -62,12 +62,13 @@ def downgrade_to_schema_1(path):
         con.execute(f"DROP TRIGGER {name}")
     con.executescript("""
         DROP TABLE IF EXISTS run_counts; DROP TABLE IF EXISTS run_digits; DROP TABLE IF EXISTS evaluation_counts;
-        DROP INDEX IF EXISTS runs_running; DROP INDEX IF EXISTS runs_unfinished;
+        DROP INDEX IF EXISTS runs_running; DROP INDEX IF EXISTS runs_unfinished; DROP INDEX IF EXISTS runs_open;
+        DROP INDEX IF EXISTS scalar_tags_value;
         DROP INDEX evaluations_args; DROP INDEX evaluations_code; DROP INDEX evaluations_summary;
         DROP INDEX evaluations_blobs; DROP INDEX evaluations_unused;
         CREATE INDEX evaluations_fn ON evaluations(fn, finished);
         ALTER TABLE evaluations DROP COLUMN inline;
-        DROP INDEX runs_fn_script; ALTER TABLE runs DROP COLUMN script;
+        DROP INDEX runs_fn_script; ALTER TABLE runs DROP COLUMN script; ALTER TABLE runs DROP COLUMN argtext;
         UPDATE meta SET value='1' WHERE key='schema_version';
         PRAGMA user_version=0;
     """)

@@ -15,6 +15,7 @@ window only (they have no metric, status of their own or tags of a run).
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..store.inlist import placeholders
@@ -56,7 +57,7 @@ def window(index: Any, fn: str, script: str | None = None, limit: int = 200, off
                      "AND evaluation IS NOT NULL))")
         params += [tag, tag]
     if arg:
-        path = "$." + ".".join('"' + p.replace('"', "") + '"' for p in arg[0].split("."))
+        path = _arg_path(arg[0])
         where.append("CAST(json_extract(r.hparams, ?) AS TEXT) = ?")
         params += [path, arg[1]]
     join, order = "", f"r.started {'DESC' if descending else 'ASC'}"
@@ -89,3 +90,74 @@ def hparams_window(index: Any, fn: str, script: str | None = None, limit: int = 
              "label": r.get("label"), "hparams": r["hparams"], "metrics": r.get("metrics") or {}} for r in rs]
     return {"hparams": sorted({k for r in rows for k in r["hparams"]}),
             "metrics": sorted({k for r in rows for k in r["metrics"]}), "rows": rows, "total": page["total"]}
+
+
+def _scope(fn: str, script: str | None) -> tuple[str, list[Any]]:
+    """The WHERE of ``fn``'s runs (of one script; ``""``: of none), as ``window`` filters them."""
+    where, params = "r.fn=?", [fn]
+    if script:
+        where += " AND r.script=?"
+        params.append(script)
+    elif script == "":
+        where += " AND r.script IS NULL"
+    return where, params
+
+
+def _arg_path(name: str) -> str:
+    """A flattened argument name (``cfg.optim.lr``, as the page shows it) as a JSON path of ``runs.hparams``."""
+    return "$." + ".".join('"' + p.replace('"', "") + '"' for p in name.split("."))
+
+
+def best(index: Any, fn: str, tag: str, lower: bool, script: str | None = None) -> dict[str, Any]:
+    """``{"tag", "run", "value"}``: the run of ``fn`` with the best final value of ``tag`` (the lowest
+    when ``lower``) among every run that logged it, not only a page's.
+
+    Ties go to the newest run (the first of them in the page's newest-first order, as the page's
+    own ``bestOf`` picks); a NaN is never best (SQLite keeps it as NULL). With the index
+    ``scalar_tags_value`` (tracking/schema.py) the tag's final values are walked in order from the
+    best and the walk stops at the first of ``fn``'s runs: O(1) for a store of one function's runs,
+    O(runs of other functions that logged a better value) at worst. A store without it yet (read
+    as it is, before its first write by this version): one pass over the function's runs."""
+    c = query.ready(index)
+    where, params = _scope(fn, script)
+    indexed = c.execute("SELECT 1 FROM sqlite_master WHERE type='index' AND name='scalar_tags_value'").fetchone()
+    # CROSS JOIN: SQLite keeps the left table the outer loop (the index's value order)
+    body = ("FROM scalar_tags st CROSS JOIN runs r ON r.id = st.run" if indexed
+            else "FROM runs r JOIN scalar_tags st ON st.run = r.id")
+    row = c.execute(f"SELECT r.id, st.last_value {body} WHERE st.tag = ? AND {where} AND st.last_value IS NOT NULL "
+                    f"ORDER BY st.last_value {'ASC' if lower else 'DESC'}, r.started DESC, r.id DESC LIMIT 1",
+                    [tag, *params]).fetchone()
+    return {"tag": tag, "run": row[0] if row else None, "value": row[1] if row else None}
+
+
+#: the most groups one answer lists (an argument every run has its own value of, a seed, would
+#: otherwise send one group per run): the first in value order, and how many there are
+MAX_GROUPS = 200
+
+
+def groups(index: Any, fn: str, by: str, tag: str, script: str | None = None,
+           limit: int = MAX_GROUPS) -> dict[str, Any]:
+    """``{"by", "tag", "total", "groups": [{"value", "runs", "n", "mean", "std", "min", "max"}]}``: ``fn``'s runs
+    grouped by the value of the argument ``by`` (a flattened name: ``cfg.optim.lr``; runs without it:
+    ``value`` null), with the count, mean, standard deviation (population), min and max of the final
+    value of ``tag`` over the ``n`` runs of the group that logged it (``runs``: all of the group's);
+    the first ``limit`` groups, of ``total``.
+
+    Computed by SQLite in one pass over the function's runs (no Python object per run): what the
+    page would otherwise need every run for. Groups in order of their value (SQLite's order:
+    numbers before text)."""
+    c = query.ready(index)
+    where, params = _scope(fn, script)
+    path = _arg_path(by)
+    rows = c.execute(
+        "SELECT json_extract(r.hparams, ?) AS g, json_type(r.hparams, ?), COUNT(*), COUNT(st.last_value), "
+        "AVG(st.last_value), AVG(st.last_value * st.last_value), MIN(st.last_value), MAX(st.last_value), "
+        "COUNT(*) OVER () "
+        f"FROM runs r LEFT JOIN scalar_tags st ON st.run = r.id AND st.tag = ? WHERE {where} "
+        "GROUP BY g ORDER BY g LIMIT ?", [path, path, tag, *params, max(1, limit)]).fetchall()
+    out, total = [], rows[0][8] if rows else 0
+    for g, kind, runs, n, mean, sq, lo, hi, _ in rows:
+        value = json.loads(g) if kind in ("object", "array") else g
+        std = max(0.0, sq - mean * mean) ** 0.5 if n else None
+        out.append({"value": value, "runs": runs, "n": n, "mean": mean, "std": std, "min": lo, "max": hi})
+    return {"by": by, "tag": tag, "total": total, "groups": out}

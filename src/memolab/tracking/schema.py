@@ -97,6 +97,8 @@ ADDED_RUN_INDEXES = (
     "CREATE INDEX IF NOT EXISTS runs_unfinished ON runs(fn, status) WHERE status != 'done'",
     # the same runs newest first: `ls FUNC --limit N`'s rows of them read N index entries, not all
     "CREATE INDEX IF NOT EXISTS runs_open ON runs(fn, started) WHERE status != 'done'",
+    # the best run of a metric (``pages.best``, the dashboard's best row): walked in value order
+    "CREATE INDEX IF NOT EXISTS scalar_tags_value ON scalar_tags(tag, last_value)",
 )
 
 

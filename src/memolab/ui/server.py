@@ -314,7 +314,9 @@ class Handler(BaseHTTPRequestHandler):
             "functions": lambda: query.function_entries(index),
             # a script's function: its runs only (``none=1``: the function's runs of no known script)
             # ``limit`` (the page asks so): one window, sorted and filtered in SQLite (tracking/pages.py)
-            "runs": lambda: _window(index, q) if "limit" in q else views.runs_of(
+            # ``ids``: these runs (the page's selected runs beyond the rows it holds)
+            "runs": lambda: _window(index, q) if "limit" in q else _by_ids(index, _ints(_one(q, "ids"), "ids"))
+            if "ids" in q else views.runs_of(
                 index, q.get("fn", [None])[0], "" if "none" in q else q["script"][0] if "script" in q else None),
             "run": lambda: _run_page(index, _id(_one(q, "id"), "id")),
             "ids": lambda: {"short": short_length(query.ready(index))},
@@ -331,6 +333,9 @@ class Handler(BaseHTTPRequestHandler):
             "texts": lambda: query.texts(index, _id(_one(q, "run"), "run"), _one(q, "tag")),
             "hparams": lambda: pages.hparams_window(index, _one(q, "fn"), _script(q), _count(_one(q, "limit")))
             if "limit" in q else query.hparams(index, _one(q, "fn"), _script(q)),
+            # over every run of the function, not a page's: the best run of a metric, group statistics
+            "best": lambda: pages.best(index, _one(q, "fn"), _one(q, "tag"), _one(q, "dir", "min") != "max", _script(q)),
+            "groups": lambda: pages.groups(index, _one(q, "fn"), _one(q, "by"), _one(q, "tag"), _script(q)),
             "diff": lambda: _diff(index, _one(q, "a"), _one(q, "b")),
             "evaluation": lambda: _evaluation(index, _id(_one(q, "id"), "id")),
             "lineage": lambda: edges.graph(index, _ints(_one(q, "evals", ""), "evals")),
@@ -361,6 +366,11 @@ def _window(index: Any, q: dict[str, list[str]]) -> dict[str, Any]:
     return pages.window(index, _one(q, "fn"), _script(q), _count(_one(q, "limit")), _count(_one(q, "offset", "0"), "offset"),
                         _one(q, "sort", "started"), _one(q, "dir", "desc") != "asc", q.get("status") or None,
                         _one(q, "tag", "") or None, (name, value) if arg else None)
+
+
+def _by_ids(index: Any, ids: list[int]) -> list[dict[str, Any]]:
+    """``/api/runs?ids=1,2``: these runs as a window's rows (labelled among their function's runs)."""
+    return query.labelled(index, query.runs(index, ids=ids)) if ids else []
 
 
 def _same(given: str, token: str) -> bool:

@@ -29,10 +29,13 @@ const DASHES = [null, [7, 3], [2, 3], [9, 3, 2, 3]];
 const AUTO_SELECT = 20;
 //: the most runs one request may name (the server's limit)
 const MAX_IDS = 1000;
-//: the newest runs of a function the page loads (one window: /api/runs?limit=): they are sorted
-//: and filtered here; a function with more is sorted by start or a metric on the server, and the
-//: count says "of N" (a million runs are never sent)
+//: the runs the page loads when it filters or sorts them itself (a filter, a sort by an argument,
+//: a metric's min or max): the newest of a function with more, and the count says "the window of N"
+//: (a million runs are never sent)
 const RUN_WINDOW = 2000;
+//: rows asked for beyond those the screen shows: otherwise the page asks for what it can show, the
+//: server sorts (by start, a metric's final value), and scrolling asks for the pages scrolled to
+const ROWS_MARGIN = 20;
 const state = {
   fn: null, runs: [], total: 0, selected: [], tab: "scalars", sort: { key: "started", dir: -1 },
   hpSort: { key: null, dir: 1 }, colors: {}, nextColor: 0, series: {}, tags: null, charts: {}, collapsed: new Set(),
@@ -259,36 +262,100 @@ function codeChanges() {
 // (each script's function is an entry of its own: no run needs its file beside its arguments)
 function scriptOf(r) { return ""; }
 
-async function loadRuns(force = true, render = true) {
-  if (!state.fn) return false;
+// what one request of the function's runs names: its function (and script), the sort the server does
+function runsQuery(limit, offset) {
   const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
   const { key, dir } = state.sort;
-  // more runs than one window: the server sorts them (by start, or a metric's final value)
-  const bySrv = state.total > RUN_WINDOW && (key === "started" || (key.startsWith("m:") && state.stat === "last"))
-    ? `&sort=${encodeURIComponent(key)}&dir=${dir > 0 ? "asc" : "desc"}` : "";
-  const page = await api("runs?fn=" + encodeURIComponent(state.fn) + which + `&limit=${RUN_WINDOW}` + bySrv);
+  const bySrv = serverSorts() && !(key === "started" && dir < 0) ? `&sort=${encodeURIComponent(key)}&dir=${dir > 0 ? "asc" : "desc"}` : "";
+  return "runs?fn=" + encodeURIComponent(state.fn) + which + `&limit=${limit}` + (offset ? `&offset=${offset}` : "") + bySrv;
+}
+// the server can sort by start and by a metric's final value
+function serverSorts() { const { key } = state.sort; return key === "started" || (key.startsWith("m:") && state.stat === "last"); }
+// the page filters or sorts the runs itself: it needs them all (up to RUN_WINDOW, the newest)
+function wantsAll() { return !!(state.filter || !serverSorts() || state.stat !== "last" || state.wantAll); }
+// the rows the screen can show (the viewport's height in rows), and a margin: what one page asks
+function screenRows() {
+  return Math.max(AUTO_SELECT, Math.ceil(Math.max(window.innerHeight || 0, 400) / (state.rowH || ROW_H))) + ROWS_MARGIN;
+}
+// a view that needs every run loaded while the page holds only some: load them (and back)
+function reloadIfModeChanged() {
+  if (state.paged && wantsAll()) { loadRuns(true); return true; }
+  if (state.loadedAll && !wantsAll() && state.total > state.runs.length) { loadRuns(true); return true; }
+  return false;
+}
+
+async function loadRuns(force = true, render = true) {
+  if (!state.fn) return false;
+  const all = wantsAll(), size = all ? RUN_WINDOW : screenRows();
+  const fn = state.fn, seq = state.runsSeq = (state.runsSeq || 0) + 1;
+  const page = await api(runsQuery(size, 0));
+  if (seq !== state.runsSeq || fn !== state.fn) return false;  // a newer request (another function, sort) won
   const runs = page.rows;
   state.total = page.total;
+  // paged: the first page of what the server sorted; the others come as the table is scrolled to them
+  const paged = !all && page.total > runs.length;
   // polling must not rebuild the table when nothing changed
-  const sig = JSON.stringify(runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.kept, r.notes.length, r.status === "running" && Math.round(r.duration)]));
-  const changed = sig !== state.runsSig;
+  const sig = JSON.stringify([paged, state.sort, runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.kept, r.notes.length, r.status === "running" && Math.round(r.duration)])]);
+  const changed = sig !== state.runsSig || page.total !== state.shownTotal;
+  state.shownTotal = page.total;
+  const before = state.byId;
   state.runs = runs;
   state.byId = new Map(runs.map((r) => [String(r.id), r]));
+  state.paged = paged;
+  state.loadedAll = all;
+  if (paged && (changed || !state.slots)) {
+    state.slots = new Array(page.total);
+    for (let i = 0; i < runs.length; i++) state.slots[i] = runs[i];
+    state.pageSize = size;
+    state.asked = new Set([0]);
+    state.bestSrv = {};
+  } else if (paged) {  // nothing changed: the pages scrolled to stay
+    for (const r of state.slots) if (r) state.byId.set(String(r.id), r);
+    state.runs = state.slots.filter(Boolean);
+  } else state.slots = null;
   state.runsSig = sig;
   state.varying = null;
   state.scripts = null;
+  // selected runs beyond the rows loaded (a shared view, a page scrolled away from) are asked by id
+  const missing = state.selected.filter((id) => !runById(id) && /^\d+$/.test(id));
+  for (const id of missing) { const r = before && before.get(id); if (r) state.byId.set(id, r); }
+  const ask = missing.filter((id) => !runById(id)).slice(0, MAX_IDS);
+  if (ask.length && page.total > runs.length) {
+    const got = await api(`runs?ids=${ask.join(",")}`);
+    if (seq !== state.runsSeq) return false;
+    for (const r of got) if (r.fn === fn) state.byId.set(String(r.id), r);
+  }
   state.selected = state.selected.filter((id) => runById(id));
   if (state.filter) compileFilter();  // labels (and so the regex's subjects) may have changed
-  if (changed) { loadStats(); syncGroupControls(); }
+  if (changed) { loadStats(); syncGroupControls(); loadGroupStats(); }
   if ((changed || force) && render) renderRuns();
   return changed;
+}
+
+// the pages of a paged table holding rows [first, last) not yet asked for: asked, drawn when they come
+function fillRows(first, last) {
+  if (!state.paged || !state.slots) return;
+  const size = state.pageSize, slots = state.slots, fn = state.fn, seq = state.runsSeq;
+  for (let p = Math.floor(first / size); p * size < Math.min(last, slots.length); p++) {
+    if (state.asked.has(p)) continue;
+    state.asked.add(p);
+    api(runsQuery(size, p * size)).then((page) => {
+      if (seq !== state.runsSeq || fn !== state.fn || slots !== state.slots) return;  // reloaded meanwhile
+      page.rows.forEach((r, i) => {
+        if (p * size + i < slots.length) slots[p * size + i] = r;
+        state.byId.set(String(r.id), r);
+        state.runs.push(r);
+      });
+      renderRows();
+    }).catch((e) => { state.asked.delete(p); console.error(e); });
+  }
 }
 
 // points per run and tag (the default metric columns), and min/max once the user shows them: the
 // table is drawn again when they come, the charts do not wait for them
 function loadStats() {
   const fn = state.fn, minmax = state.stat !== "last";
-  const some = state.total > state.runs.length  // (a window: the stats of its runs only)
+  const some = state.total > state.runs.length  // (a window or a page: the stats of its runs only)
     ? "&runs=" + state.runs.filter((r) => typeof r.id === "number").slice(0, MAX_IDS).map((r) => r.id).join(",") : "";
   api(`metrics?fn=${encodeURIComponent(fn)}${minmax ? "&minmax=1" : ""}${some}`)
     .then((st) => { if (state.fn === fn) { state.stats = st; state.statsMinmax = minmax; renderRuns(); } })
@@ -303,9 +370,12 @@ function renderRuns() {
   const val = (r) => key === "args" ? argText(r.hparams) : key.startsWith("m:") ? metricValue(r, key.slice(2))
     : key.startsWith("a:") ? argValue(r, key.slice(2)) : r[key];
   const keep = runFilter();
-  const rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => [val(r), r]);
-  rows.sort(([x], [y]) => (x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1) * (x === null || x === undefined || y === null || y === undefined ? 1 : dir));
-  state.view = rows.map((p) => p[1]);
+  if (state.paged) state.view = state.slots;  // (sorted by the server, the pages not yet come are holes)
+  else {
+    const rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => [val(r), r]);
+    rows.sort(([x], [y]) => (x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1) * (x === null || x === undefined || y === null || y === undefined ? 1 : dir));
+    state.view = rows.map((p) => p[1]);
+  }
   state.selSet = new Set(state.selected);
   state.changes = codeChanges();
   // a pointer down in the table: its head and rows are drawn after the release (a click survives)
@@ -316,7 +386,8 @@ function renderRuns() {
       onclick: () => {
         if (!k) return;
         state.sort = { key: k, dir: state.sort.key === k ? -state.sort.dir : 1 };
-        if (state.total > state.runs.length && (k === "started" || k.startsWith("m:"))) loadRuns(true);  // the server sorts
+        // more runs than loaded: the server sorts (paged), or the page needs them all (a sort of its own)
+        if (state.paged || state.total > state.runs.length || (state.loadedAll && state.total > RUN_WINDOW && serverSorts())) loadRuns(true);
         else renderRuns();
       },
       text: label + (k && k === key ? (dir > 0 ? " ▲" : " ▼") : ""),
@@ -329,10 +400,10 @@ function renderRuns() {
     return th;
   })));
   if (!pressedIn($("#runs"))) renderRows();
-  const filtered = state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
+  const filtered = !state.paged && state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
   const shown = shownIds().length;
-  const more = state.total > state.runs.length ? ` (the window of ${state.total})` : "";
-  $("#run-count").textContent = `${filtered}${state.runs.length}${more} evaluation(s), ${state.selected.length} selected`
+  const more = !state.paged && state.total > state.runs.length ? ` (the window of ${state.total})` : "";
+  $("#run-count").textContent = `${filtered}${state.paged ? state.total : state.runs.length}${more} evaluation(s), ${state.selected.length} selected`
     + (shown !== state.selected.length ? ` (${shown} pass the filter)` : "");
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
@@ -366,7 +437,13 @@ function explainSelection() {
 function renderRows() {
   if (pressedIn($("#runs tbody"))) { whenReleased("runs rows", renderRows); return; }  // (renderRuns)
   const wrap = $("#runs-wrap"), rows = state.view || [], cols = state.cols || runCols();
-  virtualRows(wrap, $("#runs tbody"), rows, cols.length, (r) => runRow(r, cols));
+  let lo = Infinity, hi = -1;
+  virtualRows(wrap, $("#runs tbody"), rows, cols.length, (r, i) => {
+    if (r) return runRow(r, cols);
+    lo = Math.min(lo, i); hi = Math.max(hi, i);  // a row of a page not yet come: asked for
+    return el("tr", { class: "pending" }, el("td", { colspan: String(cols.length), class: "muted", text: "…" }));
+  });
+  if (hi >= 0) fillRows(lo, hi + 1);
 }
 
 // Draws rows[first..] that fit the scrolled box (plus 10 above and below) between two spacer rows
@@ -374,9 +451,11 @@ function renderRows() {
 function virtualRows(wrap, tbody, rows, ncols, make) {
   const h = state.rowH || ROW_H;
   const first = Math.max(0, Math.floor(wrap.scrollTop / h) - 10);
-  const shown = rows.slice(first, first + Math.ceil((wrap.clientHeight || 400) / h) + 20);
+  // (a paged table's rows not yet come are holes: given to make as undefined, with their place)
+  const n = Math.max(0, Math.min(rows.length - first, Math.ceil((wrap.clientHeight || 400) / h) + 20));
+  const shown = Array.from({ length: n }, (_, i) => make(rows[first + i], first + i));
   const spacer = (px) => el("tr", { class: "spacer" }, el("td", { colspan: String(ncols), style: `height:${px}px` }));
-  tbody.replaceChildren(spacer(first * h), ...shown.map(make), spacer((rows.length - first - shown.length) * h));
+  tbody.replaceChildren(spacer(first * h), ...shown, spacer((rows.length - first - shown.length) * h));
   const one = tbody.querySelector("tr[data-run]");
   const measured = one ? one.getBoundingClientRect().height : 0;
   if (measured > 0 && Math.abs(measured - h) > 0.5) { state.rowH = measured; virtualRows(wrap, tbody, rows, ncols, make); }
@@ -386,11 +465,27 @@ function virtualRows(wrap, tbody, rows, ncols, make) {
 // show, in the column's direction), and of the sorted metric (else the first): its row
 function markBest(cols) {
   const keep = state.filter, rows = (keep ? state.runs.filter(keep) : state.runs).map((r) => String(r.id));
+  // a paged table holds a page of the runs: the best of every run is the server's (/api/best)
+  const of = (tag) => state.paged ? serverBest(tag) : bestOf(tag, rows);
   state.best = {};
-  for (const [, k] of cols) if (k && k.startsWith("m:")) state.best[k.slice(2)] = bestOf(k.slice(2), rows);
+  for (const [, k] of cols) if (k && k.startsWith("m:")) state.best[k.slice(2)] = of(k.slice(2));
   const primary = state.sort.key && state.sort.key.startsWith("m:") ? state.sort.key.slice(2) : (metricTags().shown[0] || null);
-  state.bestRow = primary ? state.best[primary] ?? bestOf(primary, rows) : null;
+  state.bestRow = primary ? state.best[primary] ?? of(primary) : null;
   state.primary = primary;
+}
+
+// the best run of every run of the function by a metric's final value, in the column's direction
+// (asked once per tag and direction after each reload; null until it comes)
+function serverBest(tag) {
+  if (isSysTag(tag)) return null;
+  const low = lowerIsBetter(tag), k = `${tag}\u0000${low ? "min" : "max"}`;
+  if (k in state.bestSrv) return state.bestSrv[k];
+  state.bestSrv[k] = null;
+  const bests = state.bestSrv, which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
+  api(`best?fn=${encodeURIComponent(state.fn)}${which}&tag=${encodeURIComponent(tag)}&dir=${low ? "min" : "max"}`)
+    .then((b) => { if (bests === state.bestSrv) { bests[k] = b.run === null ? null : String(b.run); renderRuns(); } })
+    .catch((e) => console.error(e));
+  return null;
 }
 
 function runRow(r, cols) {
@@ -481,7 +576,9 @@ function toggleRun(id) {
   setSelection(i >= 0 ? state.selected.filter((x) => x !== id) : [...state.selected, id]);
 }
 
-function selectAll() {
+async function selectAll() {
+  // a paged table: every run first (the newest RUN_WINDOW), as a filter does
+  if (state.paged) { state.wantAll = true; await loadRuns(true); state.wantAll = false; }
   // the filtered rows, in table order, that have logs (as many as one request may name)
   const have = new Set(state.selected);
   const add = (state.view || []).filter((r) => typeof r.id === "number" && !have.has(String(r.id))).map((r) => String(r.id));
@@ -559,7 +656,7 @@ async function init() {
   $("#tag-filter").addEventListener("input", () => { saveUrl(); refreshTab(); });
   // the filter narrows the charts too: redrawn once typing pauses
   $("#run-filter").addEventListener("input", () => {
-    compileFilter(); renderRuns(); saveUrl();
+    compileFilter(); if (!reloadIfModeChanged()) renderRuns(); saveUrl();
     clearTimeout(state.filterTimer);
     state.filterTimer = setTimeout(() => refreshTab(), 150);
   });
@@ -575,6 +672,7 @@ async function init() {
   $("#metric-stat").addEventListener("change", () => {
     state.stat = $("#metric-stat").value;
     saveUrl();
+    if (reloadIfModeChanged()) return;
     if (state.stat !== "last" && !state.statsMinmax) loadStats(); else { renderRuns(); redrawScalars(); }
   });
   $("#hp-const").addEventListener("click", () => { state.hpConst = !state.hpConst; drawHparams(); });

@@ -286,6 +286,27 @@ function bestGroup(tag, series) {
   return best;
 }
 
+// Grouped by an argument: each group's count and the mean, min and max of the primary metric's final
+// value over every run of the function (/api/groups: SQLite's, not the runs the page holds)
+function loadGroupStats() {
+  const box = $("#group-stats"), by = state.group.by, tag = state.primary || metricTags().shown[0];
+  if (!box) return;
+  if (!state.fn || !by || by === "pattern" || by === BY_CODE || !tag) { box.classList.add("hidden"); return; }
+  const fn = state.fn, which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
+  api(`groups?fn=${encodeURIComponent(fn)}${which}&by=${encodeURIComponent(by)}&tag=${encodeURIComponent(tag)}`).then((g) => {
+    if (state.fn !== fn || state.group.by !== by) return;
+    let best = null;
+    for (const x of g.groups) if (better(tag, x.mean, best === null ? null : best.mean)) best = x;
+    box.querySelector("thead").replaceChildren(el("tr", {}, ...[by, "runs", `n (${tag})`, "mean", "min", "max"].map((t) => el("th", { text: t }))));
+    box.querySelector("tbody").replaceChildren(...g.groups.map((x) => el("tr", { class: x === best ? "best" : "", "data-group": x.value === null ? "" : fmtArg(x.value) },
+      el("td", { text: x.value === null ? "(none)" : fmtArg(x.value) }), el("td", { class: "num", text: String(x.runs) }),
+      el("td", { class: "num", text: String(x.n) }), ...[x.mean, x.min, x.max].map((v) => el("td", { class: "num", text: fmtNum(v) }))),
+      ...(g.total > g.groups.length ? [el("tr", { class: "more" }, el("td", { colspan: "6", class: "muted", text: `the first ${g.groups.length} of ${g.total} groups` }))] : [])));
+    box.dataset.tag = tag;
+    box.classList.remove("hidden");
+  }).catch((e) => console.error(e));
+}
+
 // the controls of grouping: an argument that varies, or a name pattern; the band; grouped or not
 function syncGroupControls() {
   const sel = $("#group-by");
@@ -306,7 +327,7 @@ function syncGroupControls() {
 }
 
 function initGroupControls() {
-  const changed = () => { syncGroupControls(); saveUrl(); redrawScalars(); };
+  const changed = () => { syncGroupControls(); saveUrl(); redrawScalars(); loadGroupStats(); };
   $("#group-by").addEventListener("change", () => { state.group.by = $("#group-by").value; state.group.on = true; changed(); });
   $("#group-pattern").addEventListener("input", () => { state.group.pattern = $("#group-pattern").value; changed(); });
   $("#group-band").addEventListener("change", () => { state.group.band = $("#group-band").value; changed(); });
