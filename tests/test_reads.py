@@ -423,3 +423,20 @@ def test_a_file_argument_is_keyed_by_content_not_checked_by_stamp(project):
     copy.write_bytes(big.read_bytes())
     os.replace(copy, big)  # the same bytes, another inode and mtime
     assert json.loads(project.run("big.py").stdout.splitlines()[-1]) == {"ran": 0, "size": 17 << 20}
+
+
+def test_memolabs_own_layers_are_named_by_modules_that_exist_and_matched_at_a_dot():
+    """The frames whose reads are memolab's own (``reads.OWN``) are named by dotted module names:
+    each must name a module that exists (a module moved or renamed without this list following it
+    made its reads the body's, or the body's its), and a name matches at a dot only: ``memolab.call``
+    once claimed ``memolab.calls.lifecycle``, the driver that runs the body, and a changed file read
+    by a body was then a stale hit."""
+    import importlib.util
+
+    from memolab.inputs import reads
+
+    assert [m for m in reads.OWN if importlib.util.find_spec(m) is None] == []
+    assert reads.is_own("memolab.store.sqlite") and reads.is_own("memolab.calls.call")
+    assert not reads.is_own("memolab.calls.lifecycle")  # the driver: what the body reads is the body's
+    assert not reads.is_own("memolab.callsx") and not reads.is_own("memolab.storex.y")
+    assert not any(reads.is_own(f"memolab.{x}") for x in ("torch.iteration", "hf.cache", "lightning", "inputs.reads"))

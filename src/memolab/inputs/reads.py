@@ -87,10 +87,27 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _CHANGES = frozenset(("os.remove", "os.rename", "os.mkdir", "os.rmdir", "os.truncate"))
 _EVENTS = frozenset(("open", "os.listdir", "os.scandir")) | _CHANGES
 #: memolab's own layers: what they open inside a body (a nested call's lookup, load and store,
-#: its code digest, the settings) is memolab's, not the body's
-_OWN = tuple(f"memolab.{m}" for m in ("store", "team", "files", "codegraph", "config", "call", "memo", "hashing",
-                                       "pickling", "tracking", "explain", "upstream", "implicit", "globalrng",
-                                       "hooks", "report", "runs", "summary", "identity", "acceptance", "readcheck"))
+#: its code digest, the settings) is memolab's, not the body's. Whole packages and single modules
+#: by their exact dotted names, matched at a dot (``is_own``): a bare prefix test let
+#: ``memolab.call`` claim ``memolab.calls.lifecycle``, the driver that runs the body, so a body's
+#: own reads went unrecorded after the package's modules moved (a stale hit on a changed file).
+#: The driver (``calls.lifecycle``), the decorator's call path into the body and the integrations
+#: running the body's objects are the body's. ``tests/test_reads.py`` checks every name here names
+#: a module that exists.
+OWN = ("memolab.settings", "memolab.store", "memolab.team", "memolab.hashing", "memolab.codegraph",
+       "memolab.pickling", "memolab.tracking", "memolab.calls.call", "memolab.calls.memo",
+       "memolab.calls.explain", "memolab.calls.report", "memolab.calls.summary", "memolab.calls.acceptance",
+       "memolab.inputs.upstream", "memolab.inputs.implicit", "memolab.inputs.globalrng", "memolab.inputs.readcheck",
+       "memolab.ui.runs")
+_OWN_PREFIXES = tuple(m + "." for m in OWN)
+_OWN_NAMES = frozenset(OWN)
+
+
+def is_own(module: str) -> bool:
+    """Is ``module`` (a dotted name) one of memolab's own layers (``OWN``)?"""
+    return module in _OWN_NAMES or module.startswith(_OWN_PREFIXES)
+
+
 #: modules of the import system: what they open and list is looking for modules
 _IMPORT_SYSTEM = frozenset(("importlib._bootstrap_external", "importlib._bootstrap", "zipimport", "pkgutil",
                             "importlib.metadata", "importlib.resources._common", "linecache"))
@@ -227,7 +244,7 @@ def _seen(event: str, args: tuple[Any, ...], own: bool = True) -> None:
 def _by_memolab() -> bool:
     """Is this memolab's own work (a nested call's store reads, its code digest, a checkpoint)
     rather than the body's? The nearest memolab frame above the event says: one of memolab's
-    own layers (``_OWN``) is memolab's; the driver that called the body (``lifecycle``) or an
+    own layers (``OWN``) is memolab's; the driver that called the body (``lifecycle``) or an
     integration running the body's objects (a loader, a dataset) is the body's."""
     try:
         f: Any = sys._getframe(3)  # (above _by_memolab, _seen, _hook)
@@ -238,7 +255,7 @@ def _by_memolab() -> bool:
         if name in _IMPORT_SYSTEM:
             return True  # the import system looking for a module (its code is in the code digest)
         if type(name) is str and name.startswith("memolab") and name != "memolab.inputs.reads":
-            return name.startswith(_OWN)
+            return is_own(name)
         f = f.f_back
     return False
 
