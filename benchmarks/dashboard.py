@@ -19,9 +19,12 @@ drives the page in Debian's headless Chromium (Playwright) to time:
   Targets: < 1 s to first draw, < 1.5 s to idle. ``--widths-only`` runs this part alone;
   ``--widths-only --page-before REV`` compares the page now with the page at REV instead (same
   server and store, the two opened in turn at each width, ``--rounds`` times).
+* ``--sweep24`` (issue 54): the same first draw, on the 24-run daily sweep of tests/sweep24.py
+  (prepare -> 24 train -> 24 evaluate, 300 steps, sys/ tags, a code edit) instead of the
+  runs x tags x steps store; implies ``--widths-only`` (and takes ``--page-before``).
 
     python benchmarks/dashboard.py [--runs 50] [--tags 20] [--steps 5000] [--store DIR] [--widths-only]
-                                   [--page-before REV --rounds N]
+                                   [--page-before REV --rounds N] [--sweep24]
 
 Pass --store to reuse a store this script built before (building 5 M points takes ~20 s).
 Timings are wall clock on whatever machine runs it; quote ratios and the deterministic columns.
@@ -92,6 +95,18 @@ IN_VIEW_DRAWN = """([n, gone]) => { const cs = [...document.querySelectorAll('#c
         const r = c.getBoundingClientRect(); return r.bottom > 0 && r.top < innerHeight; });
     return cs.length > 0 && cs.every(c => { const v = c.querySelector('canvas[data-runs]');
         return v && !v.dataset.runs.split(',').includes(gone) && v.dataset.points.split(',').length === n; }); }"""
+
+
+def build_sweep24(root: Path) -> None:
+    """The 24-run sweep the browser tests use (tests/sweep24.py), written into a store at ``root``."""
+    import sys
+
+    from memolab.store import Store
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import sweep24
+
+    sweep24.build(Store(root).index)
 
 
 def old_static(rev: str) -> Path:
@@ -302,7 +317,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="with --page-before: rounds (default 3)")
     ap.add_argument("--before", default="69bc26a^", metavar="REV",
                     help="compare with the page at this git revision (default: before issue 28's rework; '' skips)")
+    ap.add_argument("--sweep24", action="store_true",
+                    help="the first draw of issue 54's 24-run sweep (tests/sweep24.py); implies --widths-only")
     a = ap.parse_args()
+    a.widths_only = a.widths_only or a.sweep24
 
     from playwright.sync_api import sync_playwright
 
@@ -311,15 +329,19 @@ def main() -> None:
 
     root = a.store or Path(tempfile.mkdtemp(prefix="memolab-dash-")) / "store"
     t = time.perf_counter()
+    label = "the 24-run sweep (tests/sweep24.py)" if a.sweep24 else f"{a.runs} runs x {a.tags} tags x {a.steps} steps"
     if not (root / "index.sqlite").exists():
-        build(root, a.runs, a.tags, a.steps)
-        print(f"built {a.runs} runs x {a.tags} tags x {a.steps} steps in {time.perf_counter() - t:.1f} s ({root})")
+        if a.sweep24:
+            build_sweep24(root)
+        else:
+            build(root, a.runs, a.tags, a.steps)
+        print(f"built {label} in {time.perf_counter() - t:.1f} s ({root})")
     if a.widths_only:
         try:
             if a.page_before:
-                pages_part(root, a.page_before, a.rounds, f"{a.runs} runs x {a.tags} tags x {a.steps} steps")
+                pages_part(root, a.page_before, a.rounds, label)
             else:
-                widths_part(root, f"{a.runs} runs x {a.tags} tags x {a.steps} steps")
+                widths_part(root, label)
         finally:
             if a.store is None:
                 shutil.rmtree(root.parent, ignore_errors=True)

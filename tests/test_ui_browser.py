@@ -263,6 +263,62 @@ def test_running_evaluation_updates_live(tmp_store, page):
         srv.server_close()
 
 
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_runs_tables_last_value_keeps_up_with_its_live_chart(tmp_store, page, width):
+    """A run logs one point at a time while the page polls: each time its chart shows the new point,
+    the runs table's last value is that point (it lagged until the 30 s look: 0.0714 beside 0.0625)."""
+    from memolab import memo
+
+    gate = threading.Semaphore(0)
+    logged = []
+
+    @memo(ignore=["gate", "logged"])  # test plumbing, not content
+    def ticking(n, gate, logged):
+        for i in range(n):
+            if i >= 3:
+                gate.acquire(timeout=60)  # one more point per release
+            memolab.log.scalar("loss", 1.0 / (i + 1), i)
+            memolab.log.flush()  # written now: the page's next heartbeat sees it
+            logged.append(i)
+        return n
+
+    t = threading.Thread(target=ticking, args=(6, gate, logged), daemon=True)
+    t.start()
+    srv, _ = serve_in_thread(tmp_store)
+    read = """(id) => {
+        const canvas = document.querySelector("#charts canvas[data-tag='loss']");
+        const s = (state.series.loss || {})[id];
+        const col = state.cols.findIndex(([, k]) => k === "m:loss");
+        const row = document.querySelector(`#runs tbody tr[data-run='${id}']`);
+        return { points: canvas && canvas.dataset.points, chart: s ? fmtNum(s.value[s.value.length - 1]) : null,
+                 table: row && col >= 0 ? row.children[col].textContent : null };
+    }"""
+    try:
+        pg = page
+        pg.set_viewport_size({"width": width, "height": 1000})
+        while len(logged) < 3:
+            time.sleep(0.02)
+        pg.goto(srv.link("?fn=" + ticking.symbol))
+        pg.wait_for_selector("#runs tbody tr[data-run] .status.running", timeout=20000)
+        (run,) = run_ids(pg)
+        select_runs(pg, [run])
+        wait_points(pg, "loss", "3")
+        for k in (4, 5):
+            gate.release()
+            while len(logged) < k:
+                time.sleep(0.02)
+            wait_points(pg, "loss", str(k))  # the chart drew the new point ...
+            got = pg.evaluate(read, run)
+            assert got == {"points": str(k), "chart": f"{1.0 / k:.6g}", "table": got["chart"]}, got  # ... the table too
+        assert pg.errors == []
+    finally:
+        for _ in range(6):
+            gate.release()
+        t.join(30)
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_a_long_runs_table_is_virtual_filtered_and_selected_in_bulk(tmp_store, page):
     """2,000 runs: the newest 20 are selected on arrival, only the rows in view are in the DOM
     (scrolling brings the others), a filter by argument, status or regex narrows the table, and
