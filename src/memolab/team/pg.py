@@ -43,7 +43,8 @@ from psycopg import errors as pgerrors
 from ..errors import RemoteUnavailable, swallowed
 from ..key import Key, key_of
 from ..store import signing
-from ..store.sqlite import BlobsGone, host_name, owner_alive_here, plan_by_size
+from ..store.leasing import owner_alive_here
+from ..store.sqlite import BlobsGone, host_name, plan_by_size
 from .deadline import WATCHDOG
 from .pgaccepts import PgAcceptIndex
 from .pgmarks import PgMarkIndex
