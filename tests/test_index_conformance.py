@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from memolab.store.sqlite import Index, process_token
+from memolab.store.leasing import process_token
+from memolab.store.sqlite import Index
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ELSEWHERE = "otherhost:4242:777/1.abc"  # a lease owner on another machine: only its heartbeat speaks for it
@@ -216,7 +217,7 @@ def test_dead_owner_on_this_host_is_taken_over_at_once(index, spec, tmp_path):
     ready = tmp_path / "ready"
     body = f"""
     ix = open_index(sys.argv[1])
-    from memolab.store.sqlite import process_token
+    from memolab.store.leasing import process_token
     print(ix.claim({k!r}, process_token(), ttl=3600)[0], flush=True)
     open({str(ready)!r}, "w").close()
     time.sleep(600)

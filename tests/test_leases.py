@@ -64,7 +64,7 @@ time.sleep(600)
 # process table in its lease ids, no lock shared with this kernel, and its clock SKEW off.
 ELSEWHERE = """
 import os, time
-import memolab.store.sqlite as ix
+import memolab.store.leasing as ix
 ix.host_name = lambda: "gpu-node-7"
 ix.process_table = lambda: "4026531836.0123456789ab"
 ix.host_locks = lambda path: None
@@ -170,7 +170,7 @@ def test_a_killed_holder_whose_clock_is_an_hour_ahead_is_taken_over_after_the_tt
 HOLD_PG = """
 import sys, time
 from memolab.team.pg import PgIndex
-from memolab.store.sqlite import process_token
+from memolab.store.leasing import process_token
 ix = PgIndex(sys.argv[1])
 key = ("m:f", "code", "args", "schema")
 print(ix.claim(key, process_token() + ":L0:1", ttl=1.0)[0], flush=True)

@@ -148,7 +148,7 @@ def test_nested_configs_are_kept_nested_within_a_budget():
     from dataclasses import dataclass
     from types import SimpleNamespace
 
-    from memolab.tracking.runs import hparam_value
+    from memolab.tracking.hparams import hparam_value
 
     @dataclass
     class Optim:
@@ -291,7 +291,7 @@ def test_writers_with_other_log_dirs_inside_one_computation_are_its_children(tmp
 def test_a_state_dict_argument_stays_one_short_repr():
     # keeping it nested would repr each of its tensors at every computation's start
     torch = require("torch")
-    from memolab.tracking.runs import hparam_value
+    from memolab.tracking.hparams import hparam_value
 
     assert isinstance(hparam_value({f"layer{i}.weight": torch.zeros(2) for i in range(50)}), str)
     assert hparam_value({"lr": 0.1, "root": __import__("pathlib").Path("/data")}) == {"lr": 0.1, "root": "PosixPath('/data')"}

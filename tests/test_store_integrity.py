@@ -285,7 +285,8 @@ def test_a_new_store_opened_by_many_at_once_opens_for_all(tmp_path):
 def test_owner_in_another_pid_namespace_is_judged_by_its_heartbeat(tmp_path):
     """Containers with host networking share the host name, not the process
     table: a pid absent from ours is no proof its owner died."""
-    from memolab.store.sqlite import host_name, process_token
+    from memolab.store.leasing import process_token
+    from memolab.store.sqlite import host_name
 
     s = Store(tmp_path / "s")
     start = process_token().split(":")[2].split("/")[0]

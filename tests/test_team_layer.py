@@ -46,7 +46,7 @@ def f(n):
     return {"n": n, "data": bytes([n % 256]) * (60000 if n % 2 else 10)}
 
 if os.environ.get("FAKE_HOST"):  # another machine: its lease owner names another host
-    import memolab.store.sqlite as s
+    import memolab.store.leasing as s
     s.host_name = lambda: os.environ["FAKE_HOST"]
 
 out = []

@@ -5,13 +5,14 @@ give back); ``Call`` does each step against the store: load a row (refusing a
 damaged one), explain a miss (with the lease, in its transaction), open the run
 its logs go to, store the result (or say why not), give a lease back. It never
 waits for another owner and never calls the function: the drivers do.
+
+The fields of a row as a call writes and reads them, and memory hits: ``calls/rows.py``.
 """
 from __future__ import annotations
 
 import contextvars
 import inspect
 import sqlite3
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -21,14 +22,15 @@ from .. import codegraph, hashing
 from ..errors import CodeChanged, MemolabWarning, StoreMiss, Unloadable, swallowed, user_stacklevel
 from ..inputs import expiry, globalrng, implicit, mutations, reads, upstream
 from ..settings import config, hooks
-from ..settings.text import mask_args, short_repr
-from ..store import Key, Store, marks, runtime_info, signing
+from ..settings.text import short_repr
+from ..store import Key, Store, marks, runtime_info
 from ..tracking import runs
 from . import report
 from .explain import miss_record, pending_miss, with_before
-from .summary import summarize, text
+from .rows import arg_snapshot, json_text, memory_hit, result_token, state_deps, states_named, versions_json
+from .summary import summarize
 
-__all__ = ["Call", "Running", "running", "arg_snapshot", "memory_hit", "IMPLICIT", "UNSTORED"]
+__all__ = ["Call", "Running", "running", "IMPLICIT", "UNSTORED"]
 
 #: the argument name under which a memoized callable object's own state is keyed
 IMPLICIT = "<callable>"
@@ -67,16 +69,6 @@ _running: contextvars.ContextVar[Running | None] = contextvars.ContextVar("memol
 def running() -> Running | None:
     """The memoized evaluation computing in this context (a miss in progress), or None."""
     return _running.get()
-
-
-def arg_snapshot(named: list[tuple[str, Any]], per_arg: dict[str, str]) -> dict[str, list[str]]:
-    """Per argument (and pseudo-argument: a callable's state, a global switch, a generator
-    state): its digest and a short repr (the key's arguments as shown and explained).
-    Secrets are masked: an argument whose name says it is one (``hub_token``, ``api_key``) shows
-    ``<masked>``, and the repr of any other masks its secret-named fields (``short_repr``)."""
-    values = dict(named)
-    # a tensor, a model, a frame: a typed summary (``tensor(float32, 3×224×224)``), not its repr
-    return mask_args({n: [d, text(values.get(n))] for n, d in per_arg.items()})
 
 
 #: a call whose key a stored row sent elsewhere this many times computes without the store
@@ -178,7 +170,7 @@ class Call:
         states. Any other call goes to the key of its own states — computed from the
         arguments' key and the current states the row names — where an evaluation made
         in those states is stored, or will be."""
-        deps = _state_deps(row)
+        deps = state_deps(row)
         if not deps:
             return None
         now = implicit.mismatch(deps)
@@ -282,7 +274,7 @@ class Call:
             _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
         value, post = mutations.split(globalrng.restore(value))
-        hashing.remember_loaded(value, key, _result_token(row), row["id"])
+        hashing.remember_loaded(value, key, result_token(row), row["id"])
         value = mutations.restore(value, post, self.named)  # into the caller's arguments
         self.visited = None
         upstream.mark(value, store, row["id"], key)
@@ -346,14 +338,14 @@ class Call:
         try:
             inputs = self.inputs()
             if self.expiry is not None:
-                text = _json({"fn": self.memo.symbol, "hit": False, "reasons": [self.expiry], "diffs": {},
+                text = json_text({"fn": self.memo.symbol, "hit": False, "reasons": [self.expiry], "diffs": {},
                               "evaluation": None})
             elif not self.force and (key[0], key[1]) in store.stored_codes and store.known_absent(key):
                 # the evaluations that exist now, before this miss stores its own
                 text = with_before(pending_miss(key, self.call_snapshot(), self.cv.sensitivity, inputs),
                                    store.newest_id())
             else:
-                text = _json(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force, inputs=inputs))
+                text = json_text(miss_record(store, key, self.call_snapshot(), self.cv, forced=self.force, inputs=inputs))
         except Exception:  # explaining must never stop the computation
             swallowed("call: Call.miss_writer")
             return None
@@ -363,7 +355,7 @@ class Call:
     def call_snapshot(self) -> dict[str, list[str]]:
         """``arg_snapshot`` of this call, made once for its miss record and its result's row."""
         if self.snapshot is None:
-            self.snapshot = arg_snapshot(self.named + _states_named(self.per_arg), self.per_arg)
+            self.snapshot = arg_snapshot(self.named + states_named(self.per_arg), self.per_arg)
         return self.snapshot
 
     # -- computing -----------------------------------------------------------------------
@@ -526,7 +518,7 @@ class Call:
             # the states it was made in are what a later call must have to use it (``reroute``)
             states = {implicit.pseudo_argument(n): d for n, d in self.state_deps.items()}
             args = {**{n: a for n, a in args.items() if not implicit.is_pseudo_argument(n)},
-                    **arg_snapshot(_states_named(states), states)}
+                    **arg_snapshot(states_named(states), states)}
         snapshot = {
             "deps": cv.deps,
             "args": args,
@@ -558,8 +550,8 @@ class Call:
         fields = {
             "started": t0, "finished": t1, "duration": t1 - t0,
             "host": info["host"], "python": info["python"],
-            "versions": _versions_json(info["memolab"]),
-            "snapshot": _json(snapshot),
+            "versions": versions_json(info["memolab"]),
+            "snapshot": json_text(snapshot),
         }
         try:
             s0 = time.perf_counter()
@@ -595,91 +587,6 @@ def _quietly(fn: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
-def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | None = None,
-               named: list[tuple[str, Any]] | None = None) -> tuple[bool, Any]:
-    """(True, value) if this process holds ``key``'s result in memory and may use it.
-
-    A result made from global generator states (``globalrng``) serves only a call made
-    from the same states; for another, the copy of the key those states route to is
-    looked at instead (``Call.reroute`` does the same against the store). A hit restores
-    the generators to where the body left them. ``fresh(row)``: False for a copy that
-    expired (``expiry``): the call then goes to the store, which recomputes it. The arguments the
-    body changed are put back into ``named``'s objects, as a hit from the store does."""
-    now: dict[str, str] | None = None
-    rid = 0
-    used: dict[str, Any] = {}
-
-    def fits(row: dict[str, Any]) -> bool:
-        nonlocal now, rid, used
-        rid, used = row["id"], row
-        if fresh is not None and not fresh(row):
-            return False
-        if row.get("reads", True) and reads.stale(row) is not None:  # (the lookup's empty column: nothing read)
-            return False  # a file it read changed: the store path recomputes it and says why
-        if row.get("state_deps", True) is None:
-            return True  # (the lookup's empty column, the common case: ``_state_deps`` says None without a call)
-        deps = _state_deps(row)
-        if deps is None:
-            return True
-        now = implicit.mismatch(deps)
-        return now is None
-
-    found, value = store.load_from_memory(key, fits)
-    if not found and now is not None:
-        fn, code, args, schema = key
-        key, now = Key(fn, code, implicit.routed(args, now), schema), None
-        found, value = store.load_from_memory(key, fits)
-    if not found:
-        return False, None
-    value, post = mutations.split(globalrng.restore(value))
-    hashing.remember_loaded(value, key)
-    value = mutations.restore(value, post, named)
-    upstream.mark(value, store, rid, key)
-    if reads.active():
-        reads.consumed(key, used.get("started"), used.get("finished"), rid, reads.record_text(used))
-    return True, value
-
-
-class _State:
-    """A global generator's state as the snapshot shows it (its digest, shortened)."""
-
-    __slots__ = ("digest",)
-
-    def __init__(self, digest: str) -> None:
-        self.digest = digest
-
-    def __repr__(self) -> str:
-        return f"<state {self.digest[:12]}>"
-
-
-def _states_named(per_arg: dict[str, str]) -> list[tuple[str, Any]]:
-    """(pseudo-argument, value as shown) of each global generator state in ``per_arg``."""
-    return [(n, _State(d)) for n, d in per_arg.items() if implicit.is_pseudo_argument(n)]
-
-
-def _state_deps(row: dict[str, Any]) -> dict[str, str] | None:
-    """The states a stored row was made in (``snapshot.state_deps``: generator states, library
-    versions), or None. A value that is not a mapping of names to digests (damage) matches no state."""
-    if "state_deps" in row:  # extracted by the lookup (JSON1): no snapshot to parse
-        text = row["state_deps"]
-        if not text:
-            return None  # the common case, on every hit: nothing to parse
-    import json
-
-    try:
-        if "state_deps" in row:
-            deps = json.loads(row["state_deps"])
-        else:
-            snap = row.get("snapshot")
-            deps = json.loads(snap).get("state_deps") if snap and '"state_deps"' in snap else None
-    except (ValueError, AttributeError):
-        deps = {"?": "damaged"}
-    if deps is not None and not (isinstance(deps, dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in deps.items())):
-        deps = {"?": "damaged"}
-    return deps or None
-
-
 def _with_pending(pending: list[Callable[[Any], None]],
                   rider: Callable[[Any], None] | None) -> Callable[[Any], None]:
     """A rider writing a lease-free miss's record, then ``rider`` (a run's)."""
@@ -690,59 +597,3 @@ def _with_pending(pending: list[Callable[[Any], None]],
         pending.clear()  # reached only if nothing raised: the savepoint keeps both
 
     return both
-
-
-def _result_token(row: dict[str, Any]) -> list[str] | None:
-    if "result_token" in row and signing.secret() is None:
-        # the two answers of most small results, without parsing: no token recorded
-        # (nothing the result walk remembers) or one without arrays or tensors
-        text = row["result_token"]
-        if text is None:
-            return None
-        if text == "[]":
-            return []
-    import json
-
-    if not signing.snapshot_trusted(row):
-        return None  # a signed store's older rows: their snapshot is not signed, so not believed
-    try:
-        if "result_token" in row:  # extracted by the lookup: a hit parses a short list, not the snapshot
-            token = json.loads(row["result_token"]) if row["result_token"] else None
-        else:
-            token = json.loads(row.get("snapshot") or "{}").get("result_digest")
-        if token is not None:
-            for d in token:  # a damaged snapshot must cost the O(1) re-hash, never the call
-                bytes.fromhex(d)
-        return token
-    except (ValueError, TypeError, AttributeError):  # a damaged snapshot (not JSON, not a list of hex digests)
-        swallowed("call: _result_token")
-        return None
-
-
-def _json(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, default=str)  # insertion order: arguments stay in signature order
-
-
-_VERSIONS: dict[tuple[str, ...], str] = {}
-
-
-def _versions_json(memolab_version: str) -> str:
-    """``{"memolab": ..., "numpy": ..., "torch": ...}`` as JSON, made once per set of versions."""
-    loaded = _loaded_versions()
-    k = (memolab_version, *loaded.items())
-    text = _VERSIONS.get(k)  # type: ignore[arg-type]
-    if text is None:
-        text = _VERSIONS[k] = _json({"memolab": memolab_version, **loaded})  # type: ignore[index]
-    return text
-
-
-def _loaded_versions() -> dict[str, str]:
-    out = {}
-    for name in ("numpy", "torch"):
-        m = sys.modules.get(name)
-        if m is not None:
-            out[name] = getattr(m, "__version__", "?")
-    return out
-

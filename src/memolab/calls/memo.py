@@ -26,9 +26,10 @@ from ..key import make as make_key
 from ..settings import config
 from ..settings.text import short_repr
 from ..store import Key, Store, get_store, marks
-from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, memory_hit, running
+from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, running
 from .explain import Explanation, explain_key, shown_here
 from .lifecycle import drive_async, drive_sync, lifecycle
+from .rows import memory_hit
 
 __all__ = ["memo", "MemoFunction", "running", "Running", "short_repr"]  # the last three: here before call/text
 

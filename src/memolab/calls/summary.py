@@ -2,7 +2,7 @@
 
 A computation's arguments are shown in the miss line, ``ls``, ``runs``, ``show``, ``why``,
 notebooks and the dashboard; all of them show the text ``text`` made when the call was keyed
-(``call.arg_snapshot``, a run's hyperparameters). A repr was useless there: a dict holding a
+(``rows.arg_snapshot``, a run's hyperparameters). A repr was useless there: a dict holding a
 tensor printed its values (``{'Xtr': tensor([[-1.1258, …``) and pushed the arguments that tell
 a sweep's calls apart (lr, seed) out of the line. Results are shown by ``summarize``: the same
 text with the bytes it holds (``state_dict(4 tensors, 4.9 KB)``).

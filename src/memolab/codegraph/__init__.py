@@ -35,7 +35,7 @@ from ..errors import HashError, forget_warned
 from . import bytecode, origins
 from .bytecode import digest_text
 from .classes import ClassCheck, class_info, class_infos
-from .graph import Root
+from .root import Root
 from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, runs, symbol_of, unwrap, warn_once
 
 key_module = origins.key_module

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..key import Key
-from .sqlite import owner_alive_here
+from .leasing import owner_alive_here
 
 Lease = tuple[str, Key]  # (owner, key)
 

@@ -42,9 +42,11 @@ from .beats import Heartbeats, beat_due as beat_due, track
 from .blobs import BlobFolder, digest_bytes
 from .inline import inline_problem as inline_problem, loads_result as _loads, split_inline  # (inline_problem: doctor's)
 from .leases import LOCKS_MARK
+from .leasing import process_token
 from .misses import insert_miss
 from .process import runtime_info as runtime_info  # (re-exported: call.py records it with each evaluation)
-from .sqlite import NEWEST_ID_SQL, Index, Key, process_token, savepoint, write_usage
+from .sqlite import NEWEST_ID_SQL, Index, Key, savepoint
+from .upkeep import write_usage
 from .usage import Flusher
 
 _MEMORY_ENTRIES = 4096

@@ -1,7 +1,7 @@
 """Process identity read from the system: host name, a process's start time, the process table.
 
 Public and below everything else in ``store``: the index names lease owners with
-them (``sqlite.process_token``, ``owner_alive_here``) and the temporary-file
+them (``leasing.process_token``, ``owner_alive_here``) and the temporary-file
 sweeper tags its files with them (``tmpfiles``), without either importing the other.
 """
 from __future__ import annotations

@@ -5,29 +5,34 @@ leaves the last committed state. Each thread gets its own connection (sqlite3
 connections must not be shared across threads). Every statement that decides
 something (take a lease, record a result) runs in ``BEGIN IMMEDIATE`` so two
 processes can never both believe they own a key.
+
+This module holds the ``Index`` class and what a call reads and writes through it: the
+statements of a lookup, a claim, a record and a publish, and damaged-row detection. Mixed
+into ``Index``: its leases (``store/leasing.py``: key locks, heartbeats, release, whether a
+lease's owner is alive), its upkeep (``store/upkeep.py``: hit counts, blob stamps and
+references, gc, clearing) and its accepts (``store/accepts.py``).
 """
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import BlobsGone as BlobsGone  # (also imported from here)
 from ..key import Key as Key  # (also imported from here)
 from ..settings import config
-from . import marks, signing
+from . import signing
 from .accepts import AcceptIndex
-from .gcplan import local_plan, plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
+from .gcplan import plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
 from .inlist import chunks
-from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
+from .leases import Progress
+from .leasing import LeaseIndex
 from .misses import parse_miss as parse_miss  # (also imported from here)
 
-# (host_name is looked up here by the functions below, so patching it here fakes another host)
+# (host_name is looked up in store/leasing.py, so patching it there fakes another host)
 from .process import (  # noqa: F401 (old names)
     host_name as host_name,
     process_table,
@@ -36,6 +41,7 @@ from .process import (  # noqa: F401 (old names)
     start_time as _start_time,
 )
 from .schema import SCHEMA_VERSION as SCHEMA_VERSION, check_schema, connect, has_runs, migrate, newer_schema  # noqa: F401 (also imported from here)
+from .upkeep import IndexUpkeep
 
 EVAL_COLUMNS = ("id", "fn", "code", "args", "schema", "status", "payload", "payload_size", "buffers", "size",
                 "started", "finished", "duration", "host", "python", "versions", "snapshot", "hits", "last_hit",
@@ -218,7 +224,7 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.05)
 
 
-class Index(AcceptIndex):
+class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -375,7 +381,7 @@ class Index(AcceptIndex):
             if took is False:
                 return "wait", None  # a live process of this kernel owns (or is claiming) the key
             lease = c.execute("SELECT owner, heartbeat FROM leases WHERE fn=? AND code=? AND args=? AND schema=?", key).fetchone()
-            if lease is None or lease[0] == owner or self._given_up(key, lease[0], lease[1], ttl, took):
+            if lease is None or lease[0] == owner or self.given_up(key, lease[0], lease[1], ttl, took):
                 c.execute("INSERT OR REPLACE INTO leases(fn, code, args, schema, owner, heartbeat) VALUES (?,?,?,?,?,?)",
                           (*key, owner, time.time()))
                 if took:  # registered before the commit: a sibling thread reading the row sees it held (rule 1)
@@ -385,75 +391,6 @@ class Index(AcceptIndex):
                 self.progress.forget(key)
                 return "owner", None
             return "wait", None
-
-    def key_locks(self) -> HostLocks | None:
-        """This process's key locks of this index (``store/leases.py``, rule 1), made on the first
-        claim (a process that only hits creates no lock file); None where there can be none."""
-        if getattr(self, "_locks_pid", None) != config.pid():
-            self._locks = host_locks(self.path)
-            self._locks_pid = config.pid()
-        return self._locks
-
-    def _given_up(self, key: Key, holder: str, heartbeat: float, ttl: float, took: bool | None,
-                  judge_progress: bool = True) -> bool:
-        """May the lease of ``holder`` be taken over (``store/leases.py``)? ``took``: we hold the
-        key's lock (no other process of this kernel does). ``judge_progress``: rule 2 too (a
-        claimer polling); gc asks once and leaves such leases to claimers."""
-        if took and uses_locks(holder) and same_kernel(holder, process_table()):
-            if owner_pid(holder) == os.getpid():  # our own process: its record of what it holds
-                return self._locks is None or self._locks.owners.get(key) != holder
-            return True  # released (its release may have failed to delete the row) or dead
-        if owner_alive_here(holder) is False:
-            return True
-        return judge_progress and self.progress.stale(key, holder, heartbeat, ttl)
-
-    def abandoned_leases(self, c: sqlite3.Connection) -> list[tuple[Any, ...]]:
-        """(owner, fn, code, args, schema) of the leases whose owners provably gave them up: dead
-        on this host, or of this kernel and not holding the key's lock. Others are left to the
-        claimers, which judge them by their heartbeat's progress."""
-        locks = self.key_locks()
-        gone = []
-        for o, hb, *k in c.execute("SELECT owner, heartbeat, fn, code, args, schema FROM leases").fetchall():
-            key = Key._make(k)
-            took = locks.take(key) if locks is not None else None
-            try:
-                if self._given_up(key, o, hb, 0.0, took, judge_progress=False):
-                    gone.append((o, *k))
-            finally:
-                if took and locks is not None:  # (took only with locks)
-                    locks.drop(key)
-        return gone
-
-    def _let_go(self, key: Key, owner: str) -> None:
-        """``owner`` no longer holds ``key`` here: its key lock goes (and what we saw of it)."""
-        locks = getattr(self, "_locks", None)
-        if locks is not None and getattr(self, "_locks_pid", None) == config.pid() \
-                and locks.owners.get(tuple(key)) == owner:
-            del locks.owners[tuple(key)]
-            locks.drop(tuple(key))
-
-    def heartbeat(self, held: Iterable[tuple[Key, str]]) -> None:
-        # every beat changes the value (even if this clock stood still or went back): observers
-        # judge a lease by whether its heartbeat moves, never by comparing it with their clock
-        now = time.time()
-        with self.write() as c:
-            for key, owner in held:
-                c.execute("UPDATE leases SET heartbeat=MAX(?, heartbeat + 0.001) WHERE fn=? AND code=? AND args=? "
-                          "AND schema=? AND owner=?", (now, *key, owner))
-
-    def live_leases(self, ttl: float) -> int:
-        """How many computations are in flight (leases heart-beaten within ``ttl``)."""
-        row = self.conn().execute("SELECT COUNT(*) FROM leases WHERE heartbeat > ?", (time.time() - ttl,)).fetchone()
-        return int(row[0])
-
-    def release(self, key: Key, owner: str) -> None:
-        """Drop ``owner``'s lease; its key lock goes even if deleting the row fails (a full disk):
-        then claimers of this kernel take the key at once, others once its heartbeat stops moving."""
-        try:
-            with self.write() as c:
-                c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
-        finally:
-            self._let_go(key, owner)
 
     def record(self, key: Key, owner: str, fields: dict[str, Any], sources: dict[str, tuple[str, str]],
                present: Callable[[], bool] = lambda: True,
@@ -605,11 +542,6 @@ class Index(AcceptIndex):
         with self.write() as c:
             c.execute("UPDATE evaluations SET status=?, reason=? WHERE id=?", (status, reason, eval_id))
 
-    def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] | None = None) -> None:
-        """Write batched hit counts and blob stamps in one transaction (off the hit path)."""
-        with self.write() as c:
-            write_usage(c, counts, stamps or {})
-
     def evaluations(self, fn: str | None = None, where: str = "", params: Sequence[Any] = (),
                     order: str = "finished DESC", limit: int | None = None) -> list[dict[str, Any]]:
         clauses, args = [], []
@@ -640,10 +572,6 @@ class Index(AcceptIndex):
             "SELECT fn, COUNT(*), SUM(size), MAX(finished), SUM(hits), SUM(duration) FROM evaluations GROUP BY fn ORDER BY fn")
         return [dict(fn=r[0], evaluations=r[1], size=r[2] or 0, last=r[3], hits=r[4] or 0, compute=r[5] or 0.0) for r in rows]
 
-    def delete_evaluations(self, ids: Sequence[int]) -> None:
-        with self.write() as c:
-            c.executemany("DELETE FROM evaluations WHERE id=?", [(i,) for i in ids])
-
     def add_sources(self, sources: dict[str, tuple[str, str]]) -> None:
         """Keep source texts (digest -> (symbol, text)); those already here stay as they are."""
         if sources:
@@ -669,119 +597,3 @@ class Index(AcceptIndex):
         row = self.conn().execute("SELECT time, CAST(explanation AS BLOB) FROM misses WHERE fn=? ORDER BY id DESC LIMIT 1",
                                   (fn,)).fetchone()
         return None if not row else parse_miss(fn, row[0], row[1])
-
-    # -- blob stamps and references ---------------------------------------------------------
-    def get_stamp(self, digest: str) -> tuple[int, int, int] | None:
-        row = self.conn().execute("SELECT size, mtime_ns, inode FROM blob_stamps WHERE digest=?", (digest,)).fetchone()
-        return tuple(row) if row else None
-
-    def set_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
-        with self.write() as c:
-            c.execute("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)", (digest, *stamp))
-
-    def referenced_blobs(self, only_done: bool = False) -> dict[str, list[int]]:
-        """blob digest -> ids of the evaluations that use it."""
-        refs: dict[str, list[int]] = {}
-        # Inline rows hold their bytes in the row: their digests name no file.
-        sql = "SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL" + (" AND status='done'" if only_done else "")
-        for i, payload, buffers in self.conn().execute(sql):
-            if payload:
-                refs.setdefault(payload, []).append(i)
-            try:
-                buf_refs = [d for d, _size in json.loads(buffers or "[]")]
-            except (ValueError, TypeError):
-                continue  # a damaged row: a miss when asked for, recomputed and replaced (its blobs are not kept)
-            for d in buf_refs:
-                refs.setdefault(d, []).append(i)
-        if not only_done:
-            from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
-
-            for d in marks.snapshot_refs(self.conn()):
-                refs.setdefault(d, []).append(0)  # (0: held by a snapshot, no evaluation)
-            for d, i in checkpoints.referenced(self.conn()).items():
-                refs.setdefault(d, []).append(i)
-        return refs
-
-    def referenced_digests(self, exclude: Collection[int] = frozenset()) -> set[str]:
-        """Digests of the blob files that evaluations (other than ``exclude``) refer to."""
-        refs: set[str] = set()
-        add = refs.add
-        for i, payload, buffers in self.conn().execute("SELECT id, payload, buffers FROM evaluations WHERE inline IS NULL"):
-            if i in exclude:
-                continue
-            if payload:
-                add(payload)
-            if buffers and buffers != "[]":
-                try:
-                    refs.update(d for d, _ in json.loads(buffers))
-                except (ValueError, TypeError):
-                    continue  # a damaged row: a miss when asked for; its blobs are not kept for it
-        from . import checkpoints  # computations in flight hold blobs too (memolab.checkpoint)
-
-        refs.update(checkpoints.referenced(self.conn()))
-        refs.update(marks.snapshot_refs(self.conn()))  # files and folders by digest (memolab snapshot)
-        return refs
-
-    def gc_plan(self, cutoff: float | None, max_size: int | None, kept: Collection[Key] = ()) -> list[dict[str, Any]]:
-        """See ``Store.gc_plan``; ``cutoff``: drop what was last used before it (``gcplan.local_plan``)."""
-        return local_plan(self, cutoff, max_size, kept)
-
-    def clear(self, fn: str | None = None) -> int:
-        with self.write() as c:
-            if fn is None:
-                n = c.execute("DELETE FROM evaluations").rowcount
-                c.execute("DELETE FROM misses")
-                c.execute("DELETE FROM accepts")  # (a team's accepts are copied again from the team)
-            else:
-                n = c.execute("DELETE FROM evaluations WHERE fn=?", (fn,)).rowcount
-                c.execute("DELETE FROM misses WHERE fn=?", (fn,))
-                c.execute("DELETE FROM accepts WHERE fn=?", (fn,))
-            from . import checkpoints
-
-            checkpoints.clear(c, fn)
-        return n
-
-
-def write_usage(c: sqlite3.Connection, counts: dict[int, tuple[int, float]],
-                stamps: dict[str, tuple[int, int, int]]) -> None:
-    """Batched hit counts and blob stamps, inside the caller's write transaction."""
-    if counts:  # (a time of None: now, by this index's clock)
-        now = time.time()
-        c.executemany("UPDATE evaluations SET hits=hits+?, last_hit=MAX(COALESCE(last_hit,0),?) WHERE id=?",
-                      [(n, now if t is None else t, i) for i, (n, t) in counts.items()])
-    if stamps:
-        c.executemany("INSERT OR REPLACE INTO blob_stamps(digest, size, mtime_ns, inode) VALUES (?,?,?,?)",
-                      [(d, *st) for d, st in stamps.items()])
-
-
-# -- lease owners: which process holds a lease, and is it alive here? -------------------------
-
-def process_token() -> str:
-    """``host:pid:start/table``: names this process for lease owners, pid reuse included."""
-    return f"{host_name()}:{os.getpid()}:{start_time(os.getpid()) or '?'}/{process_table() or '?'}"
-
-
-def owner_alive_here(owner: str) -> bool | None:
-    """Is the owner of a lease a process on this host that is still running?
-    True or False where the process table can say, None where it cannot
-    (another host, no /proc, our own process): the heartbeat decides then.
-
-    A heartbeat thread needs the GIL: an owner inside one long C call that holds
-    it (``sum(range(10**9))``, a big sort, many C extensions) stops beating and
-    its lease looks stale although it is still computing; an owner killed a
-    moment ago still looks fresh for ``lease_ttl``. On the owner's own host the
-    process table says for sure. The start time guards against a reused pid.
-    """
-    parts = owner.split(":")
-    if len(parts) < 3 or parts[0] != host_name():
-        return None
-    start, _, table = parts[2].partition("/")
-    if start in ("?", "") or table in ("?", "") or table != process_table():
-        return None  # another machine, container or boot: not our process table to ask
-    try:
-        pid = int(parts[1])
-    except ValueError:
-        return None
-    if pid == os.getpid():
-        return None  # our own threads beat through our heartbeat thread, which is running now
-    return start_time(pid) == start

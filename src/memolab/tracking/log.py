@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from ..settings.text import mask_secrets
 from . import runs as _runs, sink as _sink
+from .hparams import hparam_value
 
 __all__ = ["scalar", "scalars", "histogram", "image", "text", "figure", "hparams", "name", "note", "tag", "flush",
            "current_run"]
@@ -142,7 +143,7 @@ def hparams(values: dict[str, Any]) -> None:
         raise TypeError(f"memolab.log.hparams: expected a dict, got {type(values).__qualname__}")
     run = _current()
     # secrets masked as the arguments' are (text.is_secret_name)
-    run.sink.q.append((_sink.HPARAMS, run.id, mask_secrets({str(k): _runs.hparam_value(v) for k, v in values.items()})))
+    run.sink.q.append((_sink.HPARAMS, run.id, mask_secrets({str(k): hparam_value(v) for k, v in values.items()})))
 
 
 def name(text: str) -> None:

@@ -72,7 +72,7 @@ def running_alive(c: Any) -> Any:
 
     ttl = max(30.0, 3 * config.settings().lease_ttl)
     now = time.time()
-    from ..store.sqlite import owner_alive_here
+    from ..store.leasing import owner_alive_here
 
     leases = {tuple(r[:4]): (r[4], r[5]) for r in c.execute("SELECT fn, code, args, schema, heartbeat, owner FROM leases")}
     here = socket.gethostname()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import log as _log, runs as _runs
+from .hparams import NOT_HPARAMS
 
 
 def _label(log_dir: Any, comment: str) -> str | None:
@@ -114,4 +115,4 @@ class SummaryWriter:
 from ..hashing import register_opaque  # noqa: E402
 
 register_opaque(SummaryWriter)
-_runs.NOT_HPARAMS.add(SummaryWriter)  # nor is it a hyperparameter: its log_dir names the run instead
+NOT_HPARAMS.add(SummaryWriter)  # nor is it a hyperparameter: its log_dir names the run instead
