@@ -95,7 +95,7 @@ _EVENTS = frozenset(("open", "os.listdir", "os.scandir")) | _CHANGES
 #: running the body's objects are the body's. ``tests/test_reads.py`` checks every name here names
 #: a module that exists.
 OWN = ("memolab.settings", "memolab.store", "memolab.team", "memolab.hashing", "memolab.codegraph",
-       "memolab.pickling", "memolab.tracking", "memolab.calls.call", "memolab.calls.memo",
+       "memolab.pickling", "memolab.tracking", "memolab.calls.call", "memolab.calls.rows", "memolab.calls.memo",
        "memolab.calls.explain", "memolab.calls.report", "memolab.calls.summary", "memolab.calls.acceptance",
        "memolab.inputs.upstream", "memolab.inputs.implicit", "memolab.inputs.globalrng", "memolab.inputs.readcheck",
        "memolab.ui.runs")
