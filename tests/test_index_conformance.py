@@ -627,7 +627,7 @@ def test_pg_upgrade_honours_lock_timeout(postgres_dsn, monkeypatch):
             pg.upgrade(postgres_dsn, lock_timeout=0.2)
         reader.execute("SELECT count(*) FROM memolab_evaluations").fetchone()  # not wedged
     with psycopg.connect(postgres_dsn, autocommit=True) as other:  # another migrator holds the lock
-        other.execute("SELECT pg_advisory_lock(%s)", (pg._LOCK_KEY,))
+        other.execute("SELECT pg_advisory_lock(%s)", (pgschema.LOCK_KEY,))
         with pytest.raises(pg.TeamSchemaError, match="another client has been creating or upgrading"):
             pg.upgrade(postgres_dsn, wait=0.2)
     assert pg.status(postgres_dsn)["schema"] == 3  # both refusals left version 3 intact
