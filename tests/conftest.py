@@ -139,6 +139,20 @@ def _sigint_stays_python_s():
                     f"(was {fd}): both put back; a later test's Ctrl-C would have been swallowed", pytrace=False)
 
 
+def output_of(proc: subprocess.Popen, timeout: float = 30) -> str:
+    """What ``proc`` wrote, for an assertion's message: the process is killed first if it still
+    runs. (A message that waited for a process blocked on the test itself, as ``communicate()``
+    does on a child waiting for the test's go, hung the test under load instead of failing it:
+    seen in the census of the suite under 6 spinners, over an hour on one test.)"""
+    if proc.poll() is None:
+        proc.kill()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"(pid {proc.pid} did not end within {timeout} s of its kill)"
+    return f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+
+
 def read_terminal(fd: int, proc: subprocess.Popen, timeout: float = 120) -> bytes:
     """All that ``proc`` writes to the pseudo-terminal whose main end is ``fd``, until it closes the
     other end, within ``timeout`` seconds: past it ``proc`` is killed and the test fails (a child

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import require
+from conftest import output_of, require
 
 GUEST = r'''
 import atexit, importlib.util, json, sys, threading, zipfile
@@ -160,7 +160,7 @@ def test_a_sigterm_during_a_flush_under_its_lock_marks_the_run_and_dies_of_it(pr
                          stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (project.root / "in_flush").exists():
-        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+        assert p.poll() is None and time.monotonic() < deadline, output_of(p)
         time.sleep(0.02)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=30)  # the bound: the flush (3 s) + the thread's wait (5 s at most)

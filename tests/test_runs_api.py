@@ -12,7 +12,7 @@ import time
 import pytest
 
 import memolab
-from conftest import require
+from conftest import output_of, require
 from memolab.tracking import names
 
 SWEEP = """
@@ -197,7 +197,7 @@ def test_sigterm_marks_the_run_interrupted_and_still_dies_of_sigterm(project):
                          stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not (project.root / "ready").exists():
-        assert p.poll() is None and time.time() < deadline, p.communicate()
+        assert p.poll() is None and time.time() < deadline, output_of(p)
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=30)
@@ -372,7 +372,7 @@ def test_a_handler_chained_after_memolabs_keeps_its_graceful_stop(project):
                          stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while not (project.root / "ready").exists():
-        assert p.poll() is None and time.time() < deadline, p.communicate()
+        assert p.poll() is None and time.time() < deadline, output_of(p)
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=30)

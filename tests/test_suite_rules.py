@@ -79,3 +79,13 @@ def test_every_module_the_tests_require_is_pinned_in_the_dev_extra():
         if not owners & declared:
             missing.append(f"{module} (from {sorted(owners) or 'nothing installed'})")
     assert not missing, f"modules the tests require but the dev extra does not pin: {missing}"
+
+
+def test_no_assertion_message_waits_for_a_running_process():
+    """``assert p.poll() is None and time.monotonic() < deadline, p.communicate()``: when the deadline
+    is what failed, the message waits for a process still running (one waiting on the test's go, in
+    the census: over an hour). Such a message uses ``conftest.output_of``, which kills it first."""
+    pattern = re.compile(r"assert .*\bdeadline\b.*,.*\.communicate\(")
+    bad = [f"{p.name}:{n}" for p, src in _test_sources() for n, line in enumerate(src.splitlines(), 1)
+           if pattern.search(line)]
+    assert bad == [], bad
