@@ -66,7 +66,7 @@ ALLOWED: dict[str, int] = {
     "memolab.store.blobs": 1,
     "memolab.store.inline": 1,
     "memolab.store.usage": 1,
-    "memolab.calls.summary": 1,
+    "memolab.calls.summary": 2,
     "memolab.team.blobs.common": 2,
     "memolab.team.blobs.s3": 6,
     "memolab.cli.team_commands": 1,

@@ -66,3 +66,24 @@ def test_a_computations_arguments_show_as_typed_summaries(tmp_store):
     snap = json.loads(get_store().index.evaluations(fit.symbol)[0]["snapshot"])
     assert snap["args"]["model"][1] == "Net(1.2 K params)"
     assert snap["args"]["data"][1].startswith("TensorDataset(")
+
+
+def test_a_result_whose_size_cannot_be_read_is_summarized_without_it():
+    """A sparse tensor has no ``nbytes`` (torch raises RuntimeError): the summary of a result is for
+    the faces and never fails the call that stores it (test_key_roundtrip's t_sparse did)."""
+    from conftest import require
+
+    torch = require("torch")
+    from memolab.calls.summary import summarize
+
+    s = summarize(torch.sparse_coo_tensor([[0, 1], [1, 0]], [1.0, 2.0], (2, 2)))
+    assert isinstance(s, str) and s
+
+    class Odd:  # an array-like whose size raises something else
+        shape, dtype = (2,), "float32"
+
+        @property
+        def nbytes(self):
+            raise ValueError("no size")
+
+    assert isinstance(summarize(Odd()), str)

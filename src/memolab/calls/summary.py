@@ -146,12 +146,12 @@ def _sequence(x: Any, depth: int) -> str | None:
 
 
 def _tensor_bytes(x: Any) -> int | None:
-    nb = getattr(x, "nbytes", None)
-    if isinstance(nb, int):
-        return nb
     try:
+        nb = getattr(x, "nbytes", None)  # (a sparse tensor's raises RuntimeError: its parts have sizes)
+        if isinstance(nb, int):
+            return nb
         return int(x.element_size() * x.numel())  # torch
-    except (AttributeError, TypeError, RuntimeError):
+    except (AttributeError, TypeError, RuntimeError, NotImplementedError):
         return None
 
 
@@ -283,10 +283,13 @@ def summarize(obj: Any) -> str:
     """A result's summary for the tables (the dashboard, ``runs``): its ``text``, with the bytes an
     array, a tensor or a blob holds (``tensor(float32, 100×3), 1.2 KB``)."""
     shown = text(obj)
-    if _is_array(obj):
-        nb = _tensor_bytes(obj)
-        if nb is not None:
-            return f"{shown}, {human_bytes(nb)}"
+    try:
+        nb = _tensor_bytes(obj) if _is_array(obj) else None
+    except Exception:  # a user's array-like object's own properties: the summary goes without its size
+        swallowed("summary: summarize")
+        nb = None
+    if nb is not None:
+        return f"{shown}, {human_bytes(nb)}"
     return shown[:120]
 
 
