@@ -37,11 +37,12 @@ def test_dask_tasks_record_their_inputs_on_one_worker_and_across_workers(tmp_pat
         try:
             client.register_plugin(Configure(store=str(tmp_path / "store")))
             memolab.configure(store=str(tmp_path / "store"))
-            client.wait_for_workers(2)
+            client.wait_for_workers(2, timeout=300)  # bounds against a hang, not timings
             w0, w1 = sorted(client.scheduler_info()["workers"])
             ds = client.submit(t.prepare, 1000, workers=[w0], pure=False)
             same = client.submit(t.train, ds, 0.1, workers=[w0], pure=False)  # ds stays on w0: the object
             other = client.submit(t.train, ds, 0.2, workers=[w1], allow_other_workers=False, pure=False)  # a copy
+            distributed.wait([same, other], timeout=300)
             client.gather([same, other])
             here = t.train(client.gather(ds), 0.3)  # the client's copy
             assert here["w"].shape == (4,)

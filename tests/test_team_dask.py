@@ -88,7 +88,7 @@ def layout(request, client, tmp_path):
                                          remote_timeout=30.0))
         memolab.configure(store=str(tmp_path / "client"), remote=dsn, remote_blobs=bucket, remote_timeout=30.0)
         out.team_dsn = dsn
-    client.wait_for_workers(2)
+    client.wait_for_workers(2, timeout=GATHER_BOUND)
     yield out
     memolab.configure(store=old.store, remote=old.remote, remote_blobs=old.remote_blobs,
                       remote_timeout=old.remote_timeout)
@@ -98,14 +98,25 @@ def _worker_pids(client) -> set:
     return set(client.run(os.getpid).values())
 
 
+#: how long a test waits for its tasks: a bound against a hang (under 6 spinners a cluster lost
+#: every worker and ``gather`` waited forever in the census), not a timing
+GATHER_BOUND = 300
+
+
+def _gather(client, futures) -> list:
+    from distributed import wait
+
+    wait(futures, timeout=GATHER_BOUND)  # raises TimeoutError: the test fails instead of hanging
+    return client.gather(futures)
+
+
 def _run(client, api: str, marks: str, sleep: float = 0.0) -> list:
     if api == "submit":
-        futures = [client.submit(square, k, marks, sleep, pure=False) for k in TASKS]
-        return client.gather(futures)
+        return _gather(client, [client.submit(square, k, marks, sleep, pure=False) for k in TASKS])
     if api == "map":
-        return client.gather(client.map(square, TASKS, marks=marks, sleep=sleep, pure=False))
+        return _gather(client, client.map(square, TASKS, marks=marks, sleep=sleep, pure=False))
     tasks = [dask.delayed(square, pure=False)(k, marks, sleep) for k in TASKS]
-    return list(dask.compute(*tasks))
+    return list(_gather(client, client.compute(tasks)))
 
 
 def _check_results(results: list) -> None:
@@ -187,7 +198,7 @@ def test_a_killed_worker_computation_is_taken_over(client, layout):
         time.sleep(0.02)
     (k0, [victim]), = list(marks_of(marks, "sleeping").items())[:1]
     os.kill(victim, signal.SIGKILL)
-    results = client.gather(futures)
+    results = _gather(client, futures)
 
     _check_results(results)
     assert victim not in {r["pid"] for r in results}
