@@ -244,7 +244,9 @@ def _child(req: dict, fds: list[int]) -> None:
                 main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
                 main.__spec__ = None
                 with open(script, "rb") as f:
-                    program = compile(f.read(), script, "exec")
+                    # dont_inherit: not this file's ``from __future__ import annotations`` (the
+                    # script's own flags only: its functions' code and annotations as at a real start)
+                    program = compile(f.read(), script, "exec", dont_inherit=True)
             else:
                 import runpy
                 try:
