@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import zygote
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 #: a deadline for one 2-rank launch: far above its few seconds, far below torch's 30 minutes
@@ -36,8 +38,27 @@ def job_env(root: Path, env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_job(cmd: Sequence[str], root: Path, env: dict[str, str], deadline: float = DEADLINE,
-            check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``cmd`` in ``root`` in a session of its own; SIGKILL the whole session past ``deadline``."""
+            check: bool = True, preload: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in ``root`` in a session of its own; SIGKILL the whole session past ``deadline``.
+
+    ``preload``: ``python script.py ...`` forks from the fork server that imported those modules
+    (tests/zygote.py), in a process group of its own, killed past the deadline and after the job,
+    as the session is; the processes the job starts itself (the other ranks) are real starts."""
+    server = zygote.server(preload, env) if preload else None
+    if server is not None and cmd[0] == sys.executable and server.can_run(tuple(cmd[1:]), env):
+        try:
+            cp = server.run(tuple(cmd[1:]), root, env, deadline)
+        except subprocess.TimeoutExpired as e:
+            raise AssertionError(f"{' '.join(cmd[-3:])} did not finish within {deadline} s (a hang):\n{e.stdout!r}\n"
+                                 f"{(e.stderr or b'')[-4000:]!r}") from None
+        try:  # what the job left behind (a rank that outlived its launcher): never past the test
+            os.killpg(cp.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+        except (ProcessLookupError, PermissionError):
+            pass
+        if check and cp.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd[-3:])} failed ({cp.returncode}):\nstdout:\n{cp.stdout}\n"
+                                 f"stderr:\n{cp.stderr[-6000:]}")
+        return cp
     p = subprocess.Popen(list(cmd), cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     try:
@@ -59,10 +80,12 @@ def run_job(cmd: Sequence[str], root: Path, env: dict[str, str], deadline: float
 
 def launch(root: Path, script: str, env: dict[str, str] | None = None, nproc: int = 2,
            deadline: float = DEADLINE, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``script`` under torchrun in ``root``."""
+    """Run ``script`` under torchrun in ``root``. torchrun itself forks from a fork server that
+    imported torch (tests/zygote.py): it runs no line of memolab or of the script, and the ranks
+    it starts are real starts (``python -u script``, each in a session of its own)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
            f"--master_port={free_port()}", script]
-    return run_job(cmd, root, job_env(root, env), deadline, check)
+    return run_job(cmd, root, job_env(root, env), deadline, check, preload=("torch", "numpy"))
 
 
 def launch_accelerate(root: Path, script: str, env: dict[str, str] | None = None,
@@ -77,10 +100,10 @@ def launch_accelerate(root: Path, script: str, env: dict[str, str] | None = None
 
 
 def run_script(root: Path, script: str, env: dict[str, str] | None = None, deadline: float = DEADLINE,
-               check: bool = True, args: Sequence[str] = ()) -> subprocess.CompletedProcess:
+               check: bool = True, args: Sequence[str] = (), preload: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """``python script [args]`` in ``root`` (a script that starts processes itself: Lightning's
-    launcher, submitit's executor)."""
-    return run_job([sys.executable, script, *args], root, job_env(root, env), deadline, check)
+    launcher, submitit's executor); ``preload``: forked from a fork server (``run_job``)."""
+    return run_job([sys.executable, script, *args], root, job_env(root, env), deadline, check, preload)
 
 
 def marks(path: Path) -> list[str]:

@@ -9,7 +9,10 @@ import pytest
 from conftest import require
 
 require("datasets")
-pytestmark = pytest.mark.slow
+# JOB imports datasets before memolab and no test checks a module list: the runs fork from a
+# server that imported numpy and datasets (tests/zygote.py); the test of datasets first imported
+# inside the computation has real starts.
+pytestmark = [pytest.mark.slow, pytest.mark.preload("numpy", "datasets")]
 
 JOB = r'''
 import json, os, sys
@@ -97,6 +100,7 @@ print(json.dumps(list(prepare(os.path.abspath("rows.csv"))["y"])))
 '''
 
 
+@pytest.mark.preload()  # real starts: its point is datasets imported after memolab, inside the body
 def test_datasets_first_imported_inside_the_computation_gets_the_code_digest_too(project, tmp_path):
     project.write("rows.csv", "x\n1\n2\n3\n")
     project.write("job.py", JOB_IMPORTING_IN_BODY)

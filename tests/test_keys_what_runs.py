@@ -99,6 +99,7 @@ _HOOKS = """
 """
 
 
+@pytest.mark.preload("torch", "numpy")  # its script imports torch (numpy) before memolab: forked runs (tests/zygote.py)
 def test_module_hooks_parametrizations_and_torchscript_in_fresh_processes(project):
     require("torch")
     project.write("hooks.py", _HOOKS)

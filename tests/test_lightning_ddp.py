@@ -78,6 +78,10 @@ if __name__ == "__main__":
 """
 
 DEADLINE = 240  # a job is a few seconds idle; Lightning's imports on a loaded 2-core machine are slow
+#: fit.py imports torch and lightning before memolab and checks no module list: its first process
+#: (rank 0, or ddp_spawn's main) forks from a server that imported them (tests/zygote.py); the
+#: processes Lightning starts (rank 1, the spawned workers) are real starts
+PRELOAD = ("torch", "numpy", "lightning")
 
 
 def _points(root):
@@ -102,7 +106,7 @@ def plain_bits(tmp_path_factory):
     replaced a plain job per strategy), so both strategies' memoized fits compare with it."""
     root = tmp_path_factory.mktemp("plain")
     (root / "fit.py").write_text(textwrap.dedent(FIT))
-    run_script(root, "fit.py", env={"STRATEGY": "ddp", "PLAIN": "1"}, deadline=DEADLINE)
+    run_script(root, "fit.py", env={"STRATEGY": "ddp", "PLAIN": "1"}, deadline=DEADLINE, preload=PRELOAD)
     plain = results(root, "fit", (0, 1))
     assert marks(root / "fit.marks") == ["0", "1"] and plain[0]["bits"] == plain[1]["bits"]
     return plain[0]["bits"]
@@ -118,7 +122,7 @@ def test_a_memoized_fit_around_lightnings_ddp_runs_once_equals_the_plain_fit_and
     env = {"STRATEGY": strategy}
     ranks = (0, 1) if strategy == "ddp" else (0,)
 
-    run_script(tmp_path, "fit.py", env=env, deadline=DEADLINE)  # the miss: once per rank
+    run_script(tmp_path, "fit.py", env=env, deadline=DEADLINE, preload=PRELOAD)  # the miss: once per rank
     assert marks(tmp_path / "fit.marks") == [str(r) for r in ranks]
     first = results(tmp_path, "fit", ranks)
     assert first[0]["evaluations"] == 1
@@ -129,7 +133,7 @@ def test_a_memoized_fit_around_lightnings_ddp_runs_once_equals_the_plain_fit_and
 
     for r in ranks:
         (tmp_path / f"fit.{r}.json").unlink()
-    run_script(tmp_path, "fit.py", env=env, deadline=DEADLINE)  # the next job: a hit, no rank started
+    run_script(tmp_path, "fit.py", env=env, deadline=DEADLINE, preload=PRELOAD)  # the next job: a hit, no rank started
     assert marks(tmp_path / "fit.marks") == [str(r) for r in ranks]
     assert not (tmp_path / "fit.1.json").exists()
     assert results(tmp_path, "fit", (0,))[0] == first[0]
@@ -140,7 +144,7 @@ def test_a_rank_lightning_started_with_other_arguments_is_refused_on_every_rank(
     so it computes under its own lease; once the group exists the ranks compare (as a collective
     call does) and both raise ``DistributedError``; nothing is stored."""
     (tmp_path / "fit.py").write_text(textwrap.dedent(FIT))
-    run_script(tmp_path, "fit.py", env={"STRATEGY": "ddp", "SKEW": "1"}, deadline=DEADLINE)
+    run_script(tmp_path, "fit.py", env={"STRATEGY": "ddp", "SKEW": "1"}, deadline=DEADLINE, preload=PRELOAD)
     out = results(tmp_path, "fit")
     for r in (0, 1):
         assert "made another memoized call than rank 0" in out[r]["error"], out[r]

@@ -176,6 +176,7 @@ def test_batchnorm_buffers_of_a_returned_module_miss(tmp_store):
 
 # -- the process that loads the result from the store --------------------------------------
 
+@pytest.mark.preload("torch", "numpy")  # its script imports torch (numpy) before memolab: forked runs (tests/zygote.py)
 def test_loaded_results_in_a_new_process(project):
     """Loaded numpy leaves (read-only blob mappings) and torch tensors (lazy clones) are O(1)."""
     project.write("pipe.py", """

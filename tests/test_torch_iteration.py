@@ -167,6 +167,7 @@ print(json.dumps(out))
 
 
 @pytest.mark.slow
+@pytest.mark.preload("torch", "numpy")  # its script imports torch (numpy) before memolab: forked runs (tests/zygote.py)
 def test_resumable_returned_mid_epoch_resumes_in_a_new_process(project):
     project.write("resume.py", RESUME_SCRIPT)
     assert project.run_json("resume.py") == {"0": True, "2": True}  # computed (the live object)

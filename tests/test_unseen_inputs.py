@@ -65,6 +65,8 @@ def test_torch_switches_that_change_results_join_the_key(project):
     assert again["calls"] == 0 and again["value"] == f64["value"]
 
 
+@pytest.mark.preload("torch", "numpy")  # why.py imports torch before memolab: forked runs (tests/zygote.py); not
+# the test above, whose point is a key the same whether or not torch is imported
 def test_explain_names_the_switch(project):
     require("torch")
     project.write("why.py", """

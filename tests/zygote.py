@@ -13,13 +13,20 @@ tests check:
   (its folder, then ``PYTHONPATH``), the working directory and the environment the test
   gave, and the child leaves as an interpreter does: non-daemon threads joined, then the
   ``atexit`` functions, then the streams flushed;
+- what ``multiprocessing`` took at import is the run's: ``ORIGINAL_DIR`` (its working
+  directory), the main process's ``authkey`` (random in each process), and ``sys.orig_argv``;
 - the global generators get fresh entropy as at a real start: ``random`` reseeds after
   every fork by itself, numpy's and torch's default generators are reseeded here (a
   real start seeds both from the operating system; the server's seeds would otherwise be
-  shared by every child, and a test of unseeded generators could pass by accident).
+  shared by every child, and a test of unseeded generators could pass by accident), and so
+  are the generators a preloaded library makes for itself at import (``_SEEDED_AT_IMPORT``:
+  datasets' random fingerprints were equal in every child).
+
+``python -m module ...`` runs as the interpreter runs it (``runpy``: the module's spec, its file
+as ``sys.argv[0]``, the working directory first on ``sys.path``).
 
 What a child shares with its server: the interpreter and its options (a run whose first
-argument starts with ``-`` is a real ``subprocess.run``), the hash seed (children share the
+argument starts with ``-``, other than ``-m module``, is a real ``subprocess.run``), the hash seed (children share the
 server's; hash-order dependence is caught by the golden digests, computed under each pytest
 process's own random seed), and the environment the preloaded libraries and the interpreter
 read at start (``TORCH*``, ``OMP_*``, ``CUDA_*``, ``PYTHON*`` …): a run that sets other values
@@ -102,6 +109,9 @@ class ForkServer:
         return self.proc.poll() is None
 
     def can_run(self, args: tuple[str, ...], env: dict[str, str]) -> bool:
+        """``script.py ...`` or ``-m module ...``, started with the server's import-time variables."""
+        if args[:1] == ("-m",) and len(args) > 1 and not args[1].startswith("-"):
+            return _at_import(env) == _at_import(self.env)
         if not args or args[0].startswith("-") or not args[0].endswith(".py"):
             return False
         return _at_import(env) == _at_import(self.env)
@@ -126,8 +136,10 @@ class ForkServer:
                 raise subprocess.TimeoutExpired([sys.executable, *args], timeout, out.read(), err.read()) from None
             out.seek(0)
             err.seek(0)
-            return subprocess.CompletedProcess([sys.executable, *args], int(status),  # type: ignore[call-overload]
-                                               out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+            cp = subprocess.CompletedProcess([sys.executable, *args], int(status),  # type: ignore[call-overload]
+                                             out.read().decode(errors="replace"), err.read().decode(errors="replace"))
+            cp.pid = pid  # type: ignore[attr-defined]  # its process group's id too (what it left: killpg)
+            return cp
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -143,6 +155,11 @@ class ForkServer:
 def _at_import(env: dict[str, str]) -> frozenset[tuple[str, str]]:
     return frozenset((k, v) for k, v in env.items() if k.startswith(_READ_AT_IMPORT) and k not in _READ_BY_THE_CHILD)
 
+
+#: ``random.Random`` instances a preloaded library makes at import, unseeded (so from the OS
+#: at a real start): reseeded in each child, else every child would draw the server's numbers
+#: (datasets' random fingerprints of transforms it cannot hash: equal in two runs)
+_SEEDED_AT_IMPORT = (("datasets.fingerprint", "fingerprint_rng"),)
 
 _SERVERS: dict[tuple[tuple[str, ...], frozenset[tuple[str, str]]], ForkServer] = {}
 #: servers kept per pytest process (each holds the preloaded libraries' memory)
@@ -161,6 +178,18 @@ def server(preload: tuple[str, ...], env: dict[str, str]) -> ForkServer | None:
             _SERVERS.pop(next(iter(_SERVERS))).close()
         s = _SERVERS[key] = ForkServer(preload, env)
     return s
+
+
+def run(args: tuple[str, ...] | list[str], cwd: Path | str, env: dict[str, str], preload: tuple[str, ...],
+        timeout: float) -> subprocess.CompletedProcess:
+    """``python *args`` in ``cwd`` with ``env`` (its output captured as text), forked from the
+    server for ``preload`` where it can be (else, or with the server off, a real start): for the
+    tests' own helpers that run scripts without ``Project.run``."""
+    s = server(tuple(preload), env) if preload else None
+    if s is not None and s.can_run(tuple(args), env):
+        return s.run(tuple(args), Path(cwd), env, timeout)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
 
 
 def close_all() -> None:
@@ -186,28 +215,50 @@ def _child(req: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(req["env"])
         argv = req["argv"]
+        module = argv[1] if argv[0] == "-m" else None  # ``python -m module ...``: as runpy runs it
         script = os.path.abspath(argv[0])
         extra = [p for p in req["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [os.path.dirname(script), *extra, *_BASE_PATH]
-        sys.argv[:] = argv
+        sys.path[:] = [os.getcwd() if module else os.path.dirname(script), *extra, *_BASE_PATH]
+        sys.argv[:] = argv[1:] if module else argv  # (-m: argv[0] becomes the module's file below)
+        sys.orig_argv = [sys.orig_argv[0], *argv]  # (the server's own otherwise)
+        mp = sys.modules.get("multiprocessing.process")
+        if mp is not None:  # what it took at import in the server: its folder, its key
+            mp.ORIGINAL_DIR = os.getcwd()  # (spawned workers resolve the main script's path from it)
+            mp.current_process().authkey = os.urandom(32)
         sys.dont_write_bytecode = req["env"].get("PYTHONDONTWRITEBYTECODE", "") != ""
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
         if "torch" in sys.modules:
             sys.modules["torch"].seed()
+        for owner, name in _SEEDED_AT_IMPORT:  # their own generators, seeded from the OS at import
+            if owner in sys.modules:
+                getattr(sys.modules[owner], name).seed()
         import builtins
         import importlib.machinery
         import types
         main = types.ModuleType("__main__")
-        main.__file__ = script
         main.__builtins__ = builtins  # type: ignore[attr-defined]
-        main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
-        main.__spec__ = None
-        sys.modules["__main__"] = main
-        with open(script, "rb") as f:
-            source = f.read()
         try:
-            exec(compile(source, script, "exec"), main.__dict__)
+            if module is None:
+                main.__file__ = script
+                main.__loader__ = importlib.machinery.SourceFileLoader("__main__", script)
+                main.__spec__ = None
+                with open(script, "rb") as f:
+                    # dont_inherit: not this file's ``from __future__ import annotations`` (the
+                    # script's own flags only: its functions' code and annotations as at a real start)
+                    program = compile(f.read(), script, "exec", dont_inherit=True)
+            else:
+                import runpy
+                try:
+                    _, spec, program = runpy._get_module_details(module, runpy._Error)  # type: ignore[attr-defined]
+                except runpy._Error as e:  # type: ignore[attr-defined]  # as the interpreter reports it
+                    print(f"{sys.executable}: {e}", file=sys.stderr)
+                    raise SystemExit(1) from None
+                sys.argv[0] = spec.origin
+                main.__file__, main.__spec__, main.__loader__ = spec.origin, spec, spec.loader
+                main.__package__, main.__cached__ = spec.parent, spec.cached  # type: ignore[attr-defined]
+            sys.modules["__main__"] = main
+            exec(program, main.__dict__)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
