@@ -136,17 +136,21 @@ def log_points(index: Any, run_ids: list[int]) -> int:
 def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> int | None:
     """About how many bytes of the index deleting these runs (with their logs) and evaluations
     would free (a dry run's estimate): for each table, the share of its rows that would go
-    times the pages of the table and of its indexes (SQLite's ``dbstat``). None where ``dbstat``
-    is not compiled in."""
+    times the pages of the table and of its indexes (SQLite's ``dbstat``), less each b-tree's root
+    page, which stays however many rows go (a small store has a score of indexes: counting their
+    roots made the estimate twice what gc freed). None where ``dbstat`` is not compiled in."""
     c = index.conn()
     try:
-        pages = {name: n for name, n in c.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")}
+        pages = {name: (int(n or 0), int(k or 0))
+                 for name, n, k in c.execute("SELECT name, SUM(pgsize), COUNT(*) FROM dbstat GROUP BY name")}
     except sqlite3.Error:  # no dbstat compiled in: no estimate
         swallowed("tracking.retention: index_bytes_freed")
         return None
     by_table: dict[str, int] = {}
     for tbl, name in c.execute("SELECT tbl_name, name FROM sqlite_master WHERE type IN ('table', 'index')"):
-        by_table[tbl] = by_table.get(tbl, 0) + int(pages.get(name) or 0)
+        size, count = pages.get(name, (0, 0))
+        root = size // count if count else 0
+        by_table[tbl] = by_table.get(tbl, 0) + max(0, size - root)
     plan = [("evaluations", "id", eval_ids)]
     if has_runs(c):
         plan += [("runs", "id", run_ids)] + [(t, "run", run_ids) for t in _LOG_TABLES]
