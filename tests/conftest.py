@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -276,13 +277,32 @@ class Project:
                 f.unlink()
         return p
 
-    def run(self, *args: str, env: dict[str, str] | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+    def env(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment of this project's runs: memolab from this checkout, the project's store."""
         e = dict(os.environ)
         e["PYTHONPATH"] = os.pathsep.join([SRC, str(self.root)] + ([e["PYTHONPATH"]] if e.get("PYTHONPATH") else []))
         e["MEMOLAB_STORE"] = str(self.store)
         e["PYTHONDONTWRITEBYTECODE"] = "1"
         e.update(env or {})
+        return e
+
+    def start(self, *args: str, env: dict[str, str] | None = None, ready: str | None = None,
+              bound: float = 60) -> subprocess.Popen:
+        """A script started in a real process (to signal it, or to race it), its output piped; with
+        ``ready``, once the file the script makes when it is ready exists (a bound against a hang,
+        not a timing: past it the test fails with the script's output)."""
+        p = subprocess.Popen([sys.executable, *args], cwd=self.root, env=self.env(env), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        if ready is not None:
+            deadline = time.monotonic() + bound
+            while not (self.root / ready).exists():
+                assert p.poll() is None and time.monotonic() < deadline, output_of(p)
+                time.sleep(0.02)
+        return p
+
+    def run(self, *args: str, env: dict[str, str] | None = None, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        e = self.env(env)
         server = zygote.server(self.preload, e) if self.preload else None
         if server is not None and server.can_run(args, e):
             cp = server.run(args, self.root, e, timeout)

@@ -10,16 +10,14 @@ DEBUG with its traceback.
 """
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import output_of, require
+from conftest import require
 
 GUEST = r'''
 import atexit, importlib.util, json, sys, threading, zipfile
@@ -151,17 +149,9 @@ def test_a_sigterm_during_a_flush_under_its_lock_marks_the_run_and_dies_of_it(pr
     flush, it waited 5 s for the lock that very thread held, and the run stayed "running".
     Now it only notes the signal; a thread writes once the main thread's flush is done."""
     import memolab
-    from conftest import SRC
 
     project.write("job.py", SIGTERM_IN_FLUSH)
-    env = dict(os.environ, MEMOLAB_STORE=str(project.store), PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([SRC, str(project.root)]))
-    p = subprocess.Popen([sys.executable, "job.py"], cwd=project.root, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (project.root / "in_flush").exists():
-        assert p.poll() is None and time.monotonic() < deadline, output_of(p)
-        time.sleep(0.02)
+    p = project.start("job.py", ready="in_flush")
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=30)  # the bound: the flush (3 s) + the thread's wait (5 s at most)
     assert p.returncode == -signal.SIGTERM, err

@@ -7,12 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import memolab
-from conftest import output_of, require
+from conftest import require
 from memolab.tracking import names
 
 SWEEP = """
@@ -188,17 +187,7 @@ train(0.1)
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_sigterm_marks_the_run_interrupted_and_still_dies_of_sigterm(project):
     project.write("job.py", SIGTERM_JOB)
-    from conftest import SRC
-
-    env = dict(os.environ, MEMOLAB_STORE=str(project.store), PYTHONDONTWRITEBYTECODE="1")
-
-    env["PYTHONPATH"] = os.pathsep.join([SRC, str(project.root)])
-    p = subprocess.Popen([sys.executable, "job.py"], cwd=project.root, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (project.root / "ready").exists():
-        assert p.poll() is None and time.time() < deadline, output_of(p)
-        time.sleep(0.05)
+    p = project.start("job.py", ready="ready")
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=30)
     assert p.returncode == -signal.SIGTERM  # the exit a supervisor sees is unchanged
@@ -363,17 +352,8 @@ train(0.1)
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_handler_chained_after_memolabs_keeps_its_graceful_stop(project):
-    from conftest import SRC
-
     project.write("job.py", CHAINED_SIGTERM_JOB)
-    env = dict(os.environ, MEMOLAB_STORE=str(project.store), PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([SRC, str(project.root)]))
-    p = subprocess.Popen([sys.executable, "job.py"], cwd=project.root, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while not (project.root / "ready").exists():
-        assert p.poll() is None and time.time() < deadline, output_of(p)
-        time.sleep(0.05)
+    p = project.start("job.py", ready="ready")
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=30)
     assert p.returncode == 143  # the program's own graceful exit, not a death by SIGTERM
