@@ -64,6 +64,7 @@ from .pgschema import (
     bounded,
     check_version as _check_version,
     connect as _connect,
+    key_arrays,
     migrate as _migrate,
     migrate_budget,
     network_error as _network,
@@ -146,10 +147,6 @@ _REPLACE_REFUSED_SQL = (_INSERT + " WHERE e.status = 'done' AND ("
                         + ") RETURNING id")
 _SOURCES_SQL = "INSERT INTO memolab_sources(digest, symbol, source) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
 _DROP_LEASE_SQL = f"DELETE FROM memolab_leases WHERE {_WHERE_KEY} AND owner = %s"
-def _key_arrays(keys: Sequence[Key]) -> list[list[str]]:
-    return [[k[i] for k in keys] for i in range(4)]
-
-
 class PgIndex(PgAcceptIndex, PgMarkIndex, PgUpkeep):
     """The team index: ``EvalIndex`` on PostgreSQL. One connection per thread (and per process)."""
 
@@ -307,7 +304,7 @@ class PgIndex(PgAcceptIndex, PgMarkIndex, PgUpkeep):
 
         def work(c: psycopg.Connection) -> dict[Key, Row]:
             out: dict[Key, Row] = {}
-            for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(keys), prepare=True).fetchall():
+            for r in c.execute(_LOOKUP_MANY_SQL, key_arrays(keys), prepare=True).fetchall():
                 d = dict(zip(ROW_COLUMNS, r, strict=False))
                 out[key_of(d)] = d
             return out
@@ -363,7 +360,7 @@ class PgIndex(PgAcceptIndex, PgMarkIndex, PgUpkeep):
         held = list(held)
         if not held:
             return
-        arrays = _key_arrays([k for k, _ in held]) + [[o for _, o in held]]
+        arrays = key_arrays([k for k, _ in held]) + [[o for _, o in held]]
         self._run(lambda c: c.execute(
             f"UPDATE memolab_leases l SET heartbeat = {_NOW} "
             "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) AS h(fn, code, args, schema, owner) "
@@ -492,7 +489,7 @@ class PgIndex(PgAcceptIndex, PgMarkIndex, PgUpkeep):
             return {}
         recorded = c.execute("SELECT value FROM memolab_meta WHERE key = %s", (signing.KEY_CHECK,)).fetchone()
         out: dict[Key, tuple[int, bool]] = {}
-        for r in c.execute(_LOOKUP_MANY_SQL, _key_arrays(list(wanted))).fetchall():
+        for r in c.execute(_LOOKUP_MANY_SQL, key_arrays(list(wanted))).fetchall():
             old = dict(zip(ROW_COLUMNS, r, strict=False))
             k = key_of(old)
             if not signing.replaces(k, old, wanted[k], recorded[0] if recorded else None):

@@ -27,7 +27,7 @@ import psycopg
 
 from ..errors import RemoteUnavailable, swallowed
 from ..key import Key
-from .pgschema import MARKS_SINCE, NOW
+from .pgschema import MARKS_SINCE, NOW, key_arrays
 
 T = TypeVar("T")
 
@@ -42,10 +42,6 @@ SNAPSHOT_COLUMNS = ("digest", "size", "kind", "files", "bytes", "name", "taken_b
 
 class MarksUnsupported(Exception):
     """The team index is at a schema without keep marks and snapshots (1, 2): `memolab remote upgrade`."""
-
-
-def _arrays(keys: Sequence[Key]) -> list[list[str]]:
-    return [[k[i] for k in keys] for i in range(4)]
 
 
 class PgMarkIndex:
@@ -70,23 +66,23 @@ class PgMarkIndex:
     def keep(self, keys: Sequence[Key], by: str | None = None) -> int:
         """Mark ``keys`` kept on the team (one statement): how many were not kept before."""
         self._need()
-        keys = [tuple(k) for k in keys]  # type: ignore[misc]
+        keys = list(keys)
         if not keys:
             return 0
         cur = self._run(lambda c: c.execute(
             f"INSERT INTO memolab_keeps(fn, code, args, schema, time, kept_by) SELECT k.fn, k.code, k.args, k.schema, "
-            f"{NOW}, %s FROM {_KEY_ARRAYS} ON CONFLICT DO NOTHING", [by or self.who, *_arrays(keys)]), slow=True)
+            f"{NOW}, %s FROM {_KEY_ARRAYS} ON CONFLICT DO NOTHING", [by or self.who, *key_arrays(keys)]), slow=True)
         return int(cur.rowcount)
 
     def unkeep(self, keys: Sequence[Key]) -> int:
         """Take the team's keep marks of ``keys`` off: how many there were."""
         self._need()
-        keys = [tuple(k) for k in keys]  # type: ignore[misc]
+        keys = list(keys)
         if not keys:
             return 0
         cur = self._run(lambda c: c.execute(
             f"DELETE FROM memolab_keeps m USING {_KEY_ARRAYS} WHERE m.fn = k.fn AND m.code = k.code "
-            "AND m.args = k.args AND m.schema = k.schema", _arrays(keys)), slow=True)
+            "AND m.args = k.args AND m.schema = k.schema", key_arrays(keys)), slow=True)
         return int(cur.rowcount)
 
     def kept_keys(self) -> set[Key]:

@@ -9,13 +9,14 @@ never loads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pgerrors
 
 from ..errors import RemoteUnavailable, StoreConfigError
+from ..key import Key
 from ..settings import config
 from ..store.sqlite import EVAL_COLUMNS
 from .deadline import WATCHDOG
@@ -37,6 +38,12 @@ MARKS_SINCE = 3
 LOCK_KEY = int.from_bytes(b"memolab1", "big") & 0x7FFFFFFFFFFFFFFF
 
 NOW = "extract(epoch from clock_timestamp())::float8"  # the database's clock, seconds
+
+
+def key_arrays(keys: Sequence[Key]) -> list[list[str]]:
+    """``keys`` as four parallel arrays (fn, code, args, schema): one statement's ``unnest`` of
+    many keys, for lookups, leases and keep marks."""
+    return [[k[i] for k in keys] for i in range(4)]
 
 #: Columns of a team row: the local index's plus the logs bundle digest and who uploaded it.
 ROW_COLUMNS = EVAL_COLUMNS + ("inline", "logs", "uploaded_by")
