@@ -59,27 +59,28 @@ memolab can prove it:
   ``@memo(global_rng=False)``). A module not imported at all is unseeded (a body
   that imports it gets an OS-seeded generator).
 
-numpy's and torch's generators register through ``hooks.LAZY_HOOKS["global_rng"]``;
-this module imports neither.
+``random``'s and numpy's generators (``rnglibs``) and torch's (``torch/rng.py``) register
+through ``hooks.LAZY_HOOKS["global_rng"]``; this module imports none of them. The library
+functions that seed and draw are wrapped by ``rngwrap``, which tells this module what they
+do through its public names (``bodies``, ``active_bodies``, ``seeding``, ``drew``,
+``mark_named``, ``add_draw``, ``add_recorder``, ``record``); other threads' frames are read
+by ``threadframes``.
 """
 from __future__ import annotations
 
 import contextvars
-import functools
-import struct
 import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import xxhash
-
 from ..errors import swallowed
+from . import threadframes
 
-__all__ = ["Generator", "register", "wrap", "patch", "original", "Frame", "Outcome", "begin", "end",
-           "current", "Result", "restore", "UNSEEDED", "thread_frames", "recording_class", "neutral", "drew", "reason",
-           "register_replay", "on_swap", "in_progress"]
+__all__ = ["Generator", "register", "Frame", "Outcome", "begin", "end", "current", "Result", "restore", "UNSEEDED",
+           "neutral", "drew", "reason", "register_replay", "on_swap", "in_progress", "bodies", "active_bodies",
+           "seeding", "mark_named", "record", "add_draw", "add_recorder"]
 
 #: the state of a generator that was seeded by the operating system (or is not imported)
 UNSEEDED = "unseeded"
@@ -130,7 +131,7 @@ def register(gen: Generator) -> None:
     else:
         _mark(gen, not _proved(gen))
     _generators[gen.name] = gen
-    for frame in _frames.get():
+    for frame in bodies.get():
         # a body that imported the module: its state from here on is what draws are judged against
         frame.baseline.setdefault(gen.name, gen.token(gen.get()))
 
@@ -156,6 +157,14 @@ def _mark(gen: Generator, seeded: bool) -> None:
     else:  # unseeded while its evidence holds; without any, by its exact state
         ev = gen.evidence() if gen.evidence is not None else None
         gen.seeded, gen.mark = ev is None, ev
+
+
+def mark_named(name: str, seeded: bool) -> None:
+    """Generator ``name``, if registered, was just seeded or set (``_mark``): a wrapped seed
+    function of the library ran (``rngwrap.wrap``)."""
+    gen = _generators.get(name)
+    if gen is not None:
+        _mark(gen, seeded)
 
 
 def _unseeded(gen: Generator) -> bool:
@@ -221,7 +230,8 @@ class Frame:
         self.why: dict[str, str] = {}
 
 
-_frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("memolab_rng_frames", default=())
+#: the bodies in progress in this context, innermost last (read by ``rngwrap``'s wrappers at each call)
+bodies: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("memolab_rng_frames", default=())
 
 # Other threads draw from the global generators while a body computes: a Dask worker's
 # or tornado's event loop draws from ``random`` (jitter, work stealing, ``dask.sizeof``'s
@@ -241,9 +251,11 @@ _frames: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("mem
 # * a method already running when a body begins (``random.sample``'s loop) looks its
 #   primitive up at each draw, so its draws from then on are recorded too;
 # * a record is kept only if replaying the call on a copy of the state before it gives
-#   the state after it (``_record``): a draw of the body's own, made between the two reads
+#   the state after it (``record``): a draw of the body's own, made between the two reads
 #   through a function no wrapper sees, fails the replay and so breaks the chain.
-_active = 0
+#: how many bodies are in progress, in every thread (``rngwrap``'s wrappers read it at each call:
+#: not 0, they tell the bodies what they do); changed under ``_lock`` by ``begin`` and ``end``
+active_bodies = 0
 _calls: list[tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
 #: re-entrant: a finalizer run by a collection while a thread holds it may draw
 _lock = threading.RLock()
@@ -252,7 +264,7 @@ _draws: list[tuple[Any, str, Any, Any]] = []
 #: (instance, its class, the recording class): swapped while a body is in progress and
 #: other threads run (``begin``)
 _instances: list[tuple[Any, type, type]] = []
-#: the code of those classes' own methods (``_settle`` looks for it in other threads' frames)
+#: the code of those classes' own methods (``threadframes.settle`` looks for it in other threads' frames)
 _method_codes: set[Any] = set()
 
 
@@ -264,13 +276,31 @@ def on_swap(hook: Callable[[bool], None]) -> None:
     """Call ``hook(True)`` while any body is in progress from now on, ``hook(False)`` after."""
     with _lock:
         _swap_hooks.append(hook)
-        if _active:
+        if active_bodies:
             hook(True)
 
 
 def in_progress() -> bool:
     """Is a body of this context computing?"""
-    return bool(_frames.get())
+    return bool(bodies.get())
+
+
+def add_draw(module: Any, attr: str, fn: Any, wrapper: Any) -> None:
+    """``module.attr``, the library's draw function ``fn``, is ``wrapper`` while any body is in
+    progress (``rngwrap.patch``): swapped in at once if one is, and at every first begin."""
+    with _lock:
+        _draws.append((module, attr, fn, wrapper))
+        if active_bodies:
+            setattr(module, attr, wrapper)
+
+
+def add_recorder(inst: Any, cls: type, recorder: type) -> None:
+    """``inst``'s class ``cls`` is swapped for ``recorder`` (``rngwrap.recording_class``) while
+    a body is in progress and other threads run; a body's start waits for other threads to
+    leave ``cls``'s own methods (``threadframes.settle``)."""
+    with _lock:
+        _instances.append((inst, cls, recorder))
+        _method_codes.update(f.__code__ for f in vars(cls).values() if isinstance(f, types.FunctionType))
 
 
 def _swap(wrapped: bool) -> None:
@@ -293,87 +323,6 @@ def _swap_classes(recording: bool) -> bool:
     return done
 
 
-#: True while a garbage collection runs, in any thread (``_collection_phase``)
-_collecting = False
-
-
-def _collection_phase(phase: str, info: dict[str, Any]) -> None:
-    global _collecting
-    _collecting = phase == "start"
-
-
-def thread_frames() -> dict[int, Any] | None:
-    """``sys._current_frames()``, with no collection while it runs: it allocates while it holds
-    the runtime's list of threads, and a finalizer a collection runs there (a ``threading.local``'s
-    dealloc) takes that lock again: a deadlock in the CPython releases without the fix of
-    python/cpython#106883 (CI's 3.11.7 hung in it). A program that disabled collections keeps
-    them disabled.
-
-    None while a collection is in progress in another thread: that thread may be inside its own
-    ``sys._current_frames()`` (Dask's profiler calls it every 10 ms), holding that lock while the
-    collection's callbacks let other threads run; a second caller then waits for the lock while
-    holding the interpreter's, and neither moves (seen: a Dask worker hung in ``_settle``). A
-    callback first in ``gc.callbacks``, installed at the first call, says when one runs; callers
-    treat None as "cannot look now"."""
-    import gc
-    import sys
-
-    if _collection_phase not in gc.callbacks:
-        gc.callbacks.insert(0, _collection_phase)
-    if _collecting:
-        return None
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return sys._current_frames()
-    finally:
-        if enabled:
-            gc.enable()
-
-
-#: how long a body's start waits for other threads to leave a method begun before the swap
-SETTLE_S = 0.05
-
-
-def _settle() -> None:
-    """Wait (bounded) until every other thread that was inside a method of a class just
-    swapped has left that call: such a call may hold a primitive it looked up before the
-    swap (``getrandbits = self.getrandbits`` in ``Random._randbelow``), whose draws no
-    record would see. A thread still inside at the deadline makes its draws the body's."""
-    import time
-
-    me = threading.get_ident()
-
-    def inside() -> dict[int, Any] | None:
-        frames = thread_frames()
-        if frames is None:
-            return None  # a collection runs in another thread: not now
-        out = {}
-        for tid, top in frames.items():
-            f: types.FrameType | None = top
-            while f is not None and tid != me:
-                if f.f_code in _method_codes:
-                    out[tid] = f  # the outermost such frame: left last
-                f = f.f_back
-        return out
-
-    deadline = time.monotonic() + SETTLE_S
-    begun = inside()
-    while begun is None and time.monotonic() < deadline:
-        time.sleep(0.0002)
-        begun = inside()
-    while begun and time.monotonic() < deadline:
-        time.sleep(0.0002)
-        now = thread_frames()
-        if now is None:
-            continue
-        for tid in list(begun):
-            f = now.get(tid)
-            while f is not None and f is not begun[tid]:
-                f = f.f_back
-            if f is None:  # the call has returned (a held frame object is never reused)
-                del begun[tid]
-
 
 @dataclass
 class Outcome:
@@ -392,17 +341,17 @@ class Outcome:
 
 def begin() -> tuple[Frame, Any]:
     """A body starts: record the states, push its frame (``end`` pops it)."""
-    global _active
+    global active_bodies
     gens = _available()
     me = threading.current_thread()
     threads = {id(t): t for t in threading.enumerate() if t is not me}
     with _lock:  # other threads' calls are recorded from here on, wholly before or after the states
-        _active += 1
-        if _active == 1:
+        active_bodies += 1
+        if active_bodies == 1:
             _swap(True)
         swapped = bool(threads) and _swap_classes(True)
     if swapped:
-        _settle()
+        threadframes.settle(_method_codes)
     with _lock:
         start = len(_calls)
         states = {n: g.get() for n, g in gens.items()}
@@ -410,20 +359,20 @@ def begin() -> tuple[Frame, Any]:
                   {n: g.token(states[n]) for n, g in gens.items()})
     frame.start = start
     frame.threads = threads
-    return frame, _frames.set(_frames.get() + (frame,))
+    return frame, bodies.set(bodies.get() + (frame,))
 
 
 def end(frame: Frame, token: Any) -> Outcome:
     """The body is over (returned or raised): what it depends on, what to restore on a hit."""
-    global _active
-    _frames.reset(token)
+    global active_bodies
+    bodies.reset(token)
     out = Outcome()
     gens = _available()
     with _lock:  # read before other threads stop being recorded
         states = {n: (g, g.get()) for n, g in gens.items()}
         window = _calls[frame.start:]
-        _active -= 1
-        if not _active:
+        active_bodies -= 1
+        if not active_bodies:
             _calls.clear()
             _swap(False)
     for name, (gen, state) in states.items():
@@ -453,9 +402,9 @@ def _others_only(frame: Frame, name: str, now: Any, window: list[tuple[str, Any,
     return cur == now
 
 
-def _seeded(name: str) -> None:
+def seeding(name: str) -> None:
     """A seed or set of ``name`` is about to happen: settle it in every body in progress."""
-    frames = _frames.get()
+    frames = bodies.get()
     if not frames:
         return
     gen = _generators.get(name)
@@ -465,14 +414,10 @@ def _seeded(name: str) -> None:
             frame.settled[name] = now is not None and now == frame.baseline.get(name)
 
 
-def _drew(name: str) -> None:
-    for frame in _frames.get():
-        frame.settled.setdefault(name, False)
-
-
 def drew(name: str) -> None:
     """The bodies in progress drew from generator ``name`` (a value they read, ``neutral``'s undone)."""
-    _drew(name)
+    for frame in bodies.get():
+        frame.settled.setdefault(name, False)
 
 
 def neutral(name: str, op: str, before: Any, after: Any) -> None:
@@ -481,7 +426,7 @@ def neutral(name: str, op: str, before: Any, after: Any) -> None:
     ``DataLoader``'s base seed with no workers, ``memolab.torch.loaderseed``). A body in progress
     that had not touched the generator yet still has not: the draw joins no key, and a hit of
     its result makes the same draw again (``restore``), leaving the generator where the body would."""
-    for frame in _frames.get():
+    for frame in bodies.get():
         if name not in frame.settled and frame.baseline.get(name) == before:
             frame.baseline[name] = after
             frame.replay.setdefault(name, []).append(op)
@@ -490,7 +435,7 @@ def neutral(name: str, op: str, before: Any, after: Any) -> None:
 def reason(name: str, text: str) -> None:
     """Why a draw from generator ``name`` the body makes may reach its result, in words: the miss
     line of a call keyed by the generator's state says it (``Outcome.why``)."""
-    for frame in _frames.get():
+    for frame in bodies.get():
         frame.why.setdefault(name, text)
 
 
@@ -510,35 +455,12 @@ def _replay(ops: list[str], gen: Generator) -> None:
         neutral(name, op, before, gen.token(gen.get()))  # a body in progress: as if it drew it itself
 
 
-def recording_class(cls: type, name: str, primitives: tuple[str, ...], base: type) -> type:
-    """A subclass of ``cls`` (layout unchanged: its instances' ``__class__`` can be swapped)
-    whose ``primitives`` — the methods of ``base``, a C type, that every draw goes through —
-    note a draw of a body in progress, and record one made by another thread (``_record``)."""
-    scratch = cls()
-
-    def method(primitive: Callable[..., Any]) -> Callable[..., Any]:
-        def draw(self: Any, *args: Any) -> Any:
-            if _frames.get():
-                _drew(name)
-                return primitive(self, *args)
-            return _record(name, primitive, self, args, scratch)
-
-        draw.__name__ = draw.__qualname__ = primitive.__name__
-        return draw
-
-    def reduce(self: Any) -> Any:  # a copy or a pickle is of the library's class
-        return cls, (), self.getstate()
-
-    body: dict[str, Any] = {p: method(getattr(base, p)) for p in primitives}
-    body.update(__reduce__=reduce, __module__=cls.__module__, __qualname__=cls.__qualname__)
-    return type(cls.__name__, (cls,), body)
-
-
-def _record(name: str, primitive: Callable[..., Any], inst: Any, args: tuple[Any, ...], scratch: Any) -> Any:
-    """A primitive draw by a thread with no body of its own while a body is in progress:
-    recorded if replaying it on ``scratch`` proves that it alone moved the state."""
+def record(name: str, primitive: Callable[..., Any], inst: Any, args: tuple[Any, ...], scratch: Any) -> Any:
+    """A primitive draw by a thread with no body of its own while a body is in progress (a
+    recording class's, ``rngwrap.recording_class``): recorded if replaying it on ``scratch``
+    proves that it alone moved the state."""
     with _lock:
-        if not _active:
+        if not active_bodies:
             return primitive(inst, *args)
         before = inst.getstate()
         out = primitive(inst, *args)
@@ -549,86 +471,6 @@ def _record(name: str, primitive: Callable[..., Any], inst: Any, args: tuple[Any
             gen = _generators[name]
             _calls.append((name, gen.token(before), gen.token(after), threading.current_thread()))
     return out
-
-
-def _never(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    return False
-
-
-def wrap(fn: Callable[..., Any], names: tuple[str, ...], kind: str = "seed",
-         entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never, via: Any = None) -> Callable[..., Any]:
-    """``fn``, a function of generators ``names`` that programs call, telling bodies in
-    progress what it does: ``kind="seed"`` (it seeds or sets them: settled, and marked
-    seeded after — unseeded if ``entropy`` says this call seeds from the OS, as
-    ``torch.seed()`` and ``random.seed()`` do), or ``"draw"`` (it draws from them: the
-    body drew). A call by another thread while a body is in progress goes to the method
-    of the same name of ``via`` (the instance whose bound method ``fn`` is: its recording
-    class sees it), or to ``fn`` unrecorded. Transparent to keys: ``codegraph`` and
-    ``hashing`` see ``__memolab_wraps__``, the function itself."""
-    if getattr(fn, "__memolab_wraps__", None) is not None:
-        return fn
-    seeds = kind == "seed"
-
-    @functools.wraps(fn)
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        if not _active:
-            out = fn(*args, **kwargs)
-        elif _frames.get():
-            for n in names:
-                if seeds:
-                    _seeded(n)
-                else:
-                    _drew(n)
-            out = fn(*args, **kwargs)
-        elif via is not None:
-            out = getattr(via, fn.__name__)(*args, **kwargs)
-        else:
-            out = fn(*args, **kwargs)
-        if seeds:
-            seeded = not entropy(args, kwargs)
-            for n in names:
-                g = _generators.get(n)
-                if g is not None:
-                    _mark(g, seeded)
-        return out
-
-    watched.__memolab_wraps__ = fn  # type: ignore[attr-defined]
-    return watched
-
-
-def original(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` itself, not memolab's seed-watching wrapper of it."""
-    return getattr(fn, "__memolab_wraps__", None) or fn
-
-
-def patch(module: Any, attrs: list[str], *names: str, kind: str = "seed",
-          entropy: Callable[[tuple[Any, ...], dict[str, Any]], bool] = _never, via: Any = None) -> None:
-    """Wrap ``module.attr`` for each of ``attrs`` (see ``wrap``): a seed function for good, a
-    draw or read function only while a body is in progress (a hot loop of ``random.random()``
-    pays nothing outside memoized computations)."""
-    for a in attrs:
-        fn = getattr(module, a, None)
-        if not callable(fn) or getattr(fn, "__memolab_wraps__", None) is not None:
-            continue
-        wrapper = wrap(fn, names, kind, entropy, via)
-        if kind == "seed":
-            setattr(module, a, wrapper)
-        else:
-            with _lock:
-                _draws.append((module, a, fn, wrapper))
-                if _active:
-                    setattr(module, a, wrapper)
-
-
-def always(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """``entropy`` of a function that always seeds from the OS (``torch.seed()``)."""
-    return True
-
-
-def no_seed_given(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """``entropy`` of ``seed(a=None)``: from the OS when called without a seed."""
-    given = args[0] if args else next(iter(kwargs.values()), None)
-    return given is None
 
 
 # -- rows and results ---------------------------------------------------------------------
@@ -659,12 +501,12 @@ def restore(value: Any) -> Any:
     body made after seeding is a seed), and return the value itself."""
     if type(value) is not Result:
         return value
-    if _frames.get():
+    if bodies.get():
         for n in value.deps:
-            _drew(n)
+            drew(n)
         for n in value.exit:
             if n not in value.deps:
-                _seeded(n)
+                seeding(n)
     gens = _available()
     for name, (state, seeded) in value.exit.items():
         gen = gens.get(name) or _import_for(name)
@@ -693,95 +535,3 @@ def _import_for(name: str) -> Generator | None:
         swallowed("globalrng: _import_for")
         return None
     return _available().get(name)
-
-
-# -- the generators themselves -------------------------------------------------------------
-
-_pack_I = struct.Struct("<625I").pack
-
-
-def _random_digest(state: Any) -> str:
-    version, internal, gauss = state
-    return xxhash.xxh3_128_hexdigest(_pack_I(*internal) + repr((version, gauss)).encode())
-
-
-def _itself(state: Any) -> Any:
-    return state
-
-
-#: ``random``'s module functions that draw from its global generator
-_RANDOM_DRAWS = ["random", "uniform", "triangular", "randint", "choice", "randrange", "sample", "shuffle", "choices",
-                 "normalvariate", "lognormvariate", "expovariate", "vonmisesvariate", "gammavariate", "gauss",
-                 "betavariate", "paretovariate", "weibullvariate", "getrandbits", "randbytes", "binomialvariate"]
-
-
-def register_random() -> None:
-    import random
-
-    register(Generator("random", original(random.getstate), original(random.setstate), _itself, _random_digest,
-                       "random"))
-    patch(random, ["seed"], "random", entropy=no_seed_given)
-    patch(random, ["setstate"], "random")
-    inst = getattr(random, "_inst", None)
-    if type(inst) is not random.Random:  # replaced by the program: other threads' draws count as the body's
-        patch(random, _RANDOM_DRAWS, "random", kind="draw")
-        return
-    import _random
-
-    recorder = recording_class(random.Random, "random", ("random", "getrandbits"), _random.Random)
-    with _lock:
-        _instances.append((inst, random.Random, recorder))
-        _method_codes.update(f.__code__ for f in vars(random.Random).values() if isinstance(f, types.FunctionType))
-    patch(random, _RANDOM_DRAWS, "random", kind="draw", via=inst)
-
-
-#: how many keys (624 draws of 32 bits each) a proof follows from the generator's first state
-_PROOF_TWISTS = 64
-
-
-def register_numpy() -> None:
-    """numpy's legacy global ``RandomState`` (``np.random.rand``, ``np.random.seed``);
-    ``np.random.default_rng()`` generators are objects passed as arguments."""
-    import numpy as np
-    import numpy.random.mtrand as mtrand
-
-    get_state = original(np.random.get_state)
-
-    def get() -> Any:
-        return get_state(legacy=False)
-
-    def token(state: Any) -> Any:
-        # the cached second normal counts: a draw that uses it moves nothing else
-        s = state["state"]
-        return (state["bit_generator"], s["pos"], state["has_gauss"], state["gauss"], s["key"].tobytes())
-
-    def digest(state: Any) -> str:
-        t = token(state)
-        return xxhash.xxh3_128_hexdigest(repr(t[:4]).encode() + t[4])
-
-    def evidence() -> tuple[Any, ...] | None:
-        # ``np.random.seed`` drops the ``SeedSequence`` the OS seeded the generator from
-        bits = getattr(mtrand._rand, "_bit_generator", None)
-        seq = getattr(bits, "_seed_seq", None)
-        return None if seq is None else (bits, seq)
-
-    def proof() -> bool:
-        """Unseeded: the state is the one the generator's ``SeedSequence`` (from the OS) makes,
-        or one that draws reach from it (a set state is not, but by chance: a 19968-bit key)."""
-        bits = getattr(mtrand._rand, "_bit_generator", None)
-        seq = getattr(bits, "_seed_seq", None)
-        if type(bits) is not np.random.MT19937 or type(seq) is not np.random.SeedSequence:
-            return False
-        key = get()["state"]["key"]
-        probe = np.random.MT19937(seq)
-        for _ in range(_PROOF_TWISTS + 1):
-            if np.array_equal(probe.state["state"]["key"], key):
-                return True
-            probe.random_raw(624)  # the draws of one whole key: the next key
-        return False  # more draws than that before the first memoized call: its state counts
-
-    register(Generator("numpy", get, original(np.random.set_state), token, digest, "numpy", proof=proof,
-                       evidence=evidence))
-    for module in (np.random, mtrand):
-        patch(module, ["seed"], "numpy", entropy=no_seed_given)
-        patch(module, ["set_state"], "numpy")

@@ -97,8 +97,8 @@ _EVENTS = frozenset(("open", "os.listdir", "os.scandir")) | _CHANGES
 OWN = ("memolab.settings", "memolab.store", "memolab.team", "memolab.hashing", "memolab.codegraph",
        "memolab.pickling", "memolab.tracking", "memolab.calls.call", "memolab.calls.rows", "memolab.calls.memo",
        "memolab.calls.explain", "memolab.calls.report", "memolab.calls.summary", "memolab.calls.acceptance",
-       "memolab.inputs.upstream", "memolab.inputs.implicit", "memolab.inputs.globalrng", "memolab.inputs.readcheck",
-       "memolab.ui.runs")
+       "memolab.inputs.upstream", "memolab.inputs.implicit", "memolab.inputs.globalrng", "memolab.inputs.rngwrap",
+       "memolab.inputs.rnglibs", "memolab.inputs.threadframes", "memolab.inputs.readcheck", "memolab.ui.runs")
 _OWN_PREFIXES = tuple(m + "." for m in OWN)
 _OWN_NAMES = frozenset(OWN)
 

@@ -76,8 +76,8 @@ LAZY_HOOKS: dict[str, dict[str, str]] = {
     # registered once their module is imported, also in the middle of a body (called with no
     # arguments; each registers its generators and wraps the library's seed functions)
     "global_rng": {
-        "random": "memolab.inputs.globalrng:register_random",
-        "numpy": "memolab.inputs.globalrng:register_numpy",
+        "random": "memolab.inputs.rnglibs:register_random",
+        "numpy": "memolab.inputs.rnglibs:register_numpy",
         "torch": "memolab.torch.rng:register_global",
     },
     # how a stored argument state goes back into the caller's object of a type from the module

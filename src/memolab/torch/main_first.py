@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from ..distributed import DistributedError
 from ..errors import swallowed
-from ..inputs.globalrng import thread_frames
+from ..inputs.threadframes import thread_frames
 from .exchange import Exchange, beat_of, compute_local, key_digest, receive, serve, warn_once
 
 __all__ = ["drive"]

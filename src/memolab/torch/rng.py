@@ -18,7 +18,7 @@ import xxhash
 from .. import hashing
 from ..errors import swallowed
 from ..hashing import Encoder
-from ..inputs import globalrng
+from ..inputs import globalrng, rngwrap
 from .policy import SETTINGS
 
 _pack_Q = struct.Struct("<Q").pack
@@ -56,7 +56,7 @@ def _state_digest(state: Any) -> str:
 
 def _cuda_state() -> Any:
     cuda = torch.cuda
-    get_all = globalrng.original(cuda.get_rng_state_all)
+    get_all = rngwrap.original(cuda.get_rng_state_all)
     if not cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch's stubs lag its API
         # Not initialised yet: the states CUDA will start from are the seeds queued for
         # it (``torch.manual_seed`` queues its seed), else torch's default seed.
@@ -76,7 +76,7 @@ def _cuda_digest(state: Any) -> str:
 
 def _cuda_set(state: Any) -> None:
     if not isinstance(state, tuple):
-        globalrng.original(torch.cuda.set_rng_state_all)(state)
+        rngwrap.original(torch.cuda.set_rng_state_all)(state)
 
 
 # -- was torch seeded before memolab wrapped its seed functions? ---------------------------
@@ -137,8 +137,8 @@ def _run_queue_test() -> bool:
     state, fresh = cpu.get_state(), type(tracker)()
     torch.cuda._lazy_seed_tracker = fresh
     try:
-        seed_fn = globalrng.original(torch.random.seed)
-        globalrng.original(torch.random.manual_seed)(12345)
+        seed_fn = rngwrap.original(torch.random.seed)
+        rngwrap.original(torch.random.manual_seed)(12345)
         after_manual = _seed_call(fresh.call_order)
         got = seed_fn()
         after_seed = _seed_call(fresh.call_order)
@@ -206,22 +206,23 @@ def _evidence() -> tuple[Any, ...] | None:
 
 def register_global() -> None:
     """torch's default CPU generator, and CUDA's (by its queued seeds until it is
-    initialised), watched by ``memolab.inputs.globalrng``; the seed functions users call wrapped."""
-    globalrng.register(globalrng.Generator("torch", globalrng.original(torch.get_rng_state),
-                                           globalrng.original(torch.set_rng_state), _state_token, _state_digest,
+    initialised), watched by ``memolab.inputs.globalrng``; the seed functions users call wrapped
+    (``memolab.inputs.rngwrap``)."""
+    globalrng.register(globalrng.Generator("torch", rngwrap.original(torch.get_rng_state),
+                                           rngwrap.original(torch.set_rng_state), _state_token, _state_digest,
                                            "torch", proof=_os_seeded, evidence=_evidence))
     from . import loaderseed
 
     loaderseed.register()  # a loader's base seed without workers: no draw
     seeds_all = ("torch", "torch.cuda")  # ``torch.manual_seed`` and ``torch.seed`` seed every device
     for module in (torch, torch.random):
-        globalrng.patch(module, ["manual_seed"], *seeds_all)
-        globalrng.patch(module, ["seed"], *seeds_all, entropy=globalrng.always)
-        globalrng.patch(module, ["set_rng_state"], "torch")
+        rngwrap.patch(module, ["manual_seed"], *seeds_all)
+        rngwrap.patch(module, ["seed"], *seeds_all, entropy=rngwrap.always)
+        rngwrap.patch(module, ["set_rng_state"], "torch")
     if torch.cuda.is_available():
         globalrng.register(globalrng.Generator("torch.cuda", _cuda_state, _cuda_set, _cuda_token, _cuda_digest,
                                                "torch", proof=_os_seeded, evidence=_evidence))
         for module in (torch.cuda, torch.cuda.random):
-            globalrng.patch(module, ["manual_seed", "manual_seed_all", "set_rng_state", "set_rng_state_all"],
-                            "torch.cuda")
-            globalrng.patch(module, ["seed", "seed_all"], "torch.cuda", entropy=globalrng.always)
+            rngwrap.patch(module, ["manual_seed", "manual_seed_all", "set_rng_state", "set_rng_state_all"],
+                          "torch.cuda")
+            rngwrap.patch(module, ["seed", "seed_all"], "torch.cuda", entropy=rngwrap.always)
