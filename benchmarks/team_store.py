@@ -119,7 +119,7 @@ class Bench:
             shard(i, self.a.pull_mb)
         st.journal.drain()  # what `memolab sync` does: everything uploaded and published
         rows = st.link.index.evaluations(shard.symbol)
-        from memolab.team.layered import blob_refs
+        from memolab.team.reading import blob_refs
 
         full = st.link.index.lookup_many([(r["fn"], r["code"], r["args"], r["schema"]) for r in rows])
         # distinct objects (the arrays' pickle payloads are equal: one object for all)
