@@ -184,11 +184,13 @@ def test_code_diff_between_two_evaluations(project):
     index = get_store(project.store).index
     evs = sorted(e["id"] for e in index.evaluations("__main__:f"))
     assert len(evs) == 2
-    d = query.code_diff(index, evs[0], evs[1])
+    from memolab.tracking.codediff import code_diff
+
+    d = code_diff(index, evs[0], evs[1])
     assert not d["same"]
     text = "".join(c["diff"] for c in d["changes"])
     assert "-    return x + 1" in text and "+    return x + 2" in text
-    assert query.code_diff(index, evs[0], evs[0])["same"]
+    assert code_diff(index, evs[0], evs[0])["same"]
 
 
 def _free_port():

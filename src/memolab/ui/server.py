@@ -51,7 +51,7 @@ from ..cli.ids import short_length
 from ..key import key_of
 from ..settings.text import mask_args
 from ..store import edges
-from ..tracking import pages, query
+from ..tracking import codediff, pages, query
 from . import series, views
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -404,7 +404,7 @@ def _evaluation(index: Any, eid: int) -> dict[str, Any]:
 def _diff(index: Any, a: str, b: str) -> dict[str, Any]:
     ia, ib = _bounded(a, "a"), _bounded(b, "b")
     try:
-        return query.code_diff(index, ia, ib)
+        return codediff.code_diff(index, ia, ib)
     except KeyError as e:
         raise ApiError(404, str(e.args[0])) from None
 
