@@ -9,7 +9,8 @@
   too, counted as the cycle check counts it) from a lower rank to a higher one fails,
   naming the edge, its file and line. A lower layer that must reach a higher one asks
   by dotted path (``hooks.UPWARD``), the way the store builds a team store.
-- **No module over 800 lines.**
+- **No module over 700 lines**: every module is under 600 by design (split along its seams,
+  never trimmed to fit); the cap keeps slack for the next change.
 
 Edges are counted as Python resolves them: ``from .pkg import sub`` where ``sub`` is a
 module is an edge to ``pkg.sub``, any other name an edge to ``pkg`` (the package's
@@ -27,7 +28,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PKG = "memolab"
-MAX_LINES = 800
+MAX_LINES = 700
 
 #: (importer, imported) edges not yet cut; the cycle check runs without them
 ALLOWED_EDGES: set[tuple[str, str]] = set()
@@ -227,7 +228,7 @@ def test_no_private_name_is_imported_or_read_across_modules():
     assert not ALLOWED_PRIVATE - seen, f"fixed, remove from ALLOWED_PRIVATE: {sorted(ALLOWED_PRIVATE - seen)}"
 
 
-def test_no_module_is_over_800_lines():
+def test_no_module_is_over_700_lines():
     sizes = {m: len(p.read_text(encoding="utf-8").splitlines()) for m, (p, _) in MODULES.items()}
     long = {m for m, n in sizes.items() if n > MAX_LINES}
     problems = [f"{MODULES[m][0].relative_to(SRC.parent)}: {sizes[m]} lines (at most {MAX_LINES}: split it "
