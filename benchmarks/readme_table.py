@@ -56,12 +56,22 @@ class Results:
 
     @property
     def source(self) -> str:
-        return f"`{self.doc['command'].removeprefix('python ')}` ({self.doc['recorded']})"
+        load = self.doc.get("load_average")  # kept by record.py since issue 56 §5's second pass
+        during = f", load average {load['min']}–{load['max']}" if load else ""
+        return f"`{self.doc['command'].removeprefix('python ')}` ({self.doc['recorded']}{during})"
 
 
 def median(text: str) -> float:
     """The leading number of a cell as printed ('3.2x (3.2–3.6)', '1.99 (1.82–7.17)', '1,504.21 ms')."""
     return float(re.match(r"[\d,.]+", text.strip("*")).group(0).replace(",", ""))  # type: ignore[union-attr]
+
+
+def slower(text: str, what: str) -> str:
+    """A same-round ratio cell of memolab's time over its peer's (``what`` names it: 'memolab /
+    torch.save'): above 1 memolab is slower, and the cell says so."""
+    if median(text) > 1:
+        return f"**{what} {text}: memolab slower**"
+    return f"{what} {text}"
 
 
 def faster(text: str, peer: str) -> str:
@@ -134,22 +144,99 @@ def _lineage(lin: Results) -> list[Row]:
 
 def _big(b: Results) -> list[Row]:
     size = re.search(r"a (\d+ MiB) result", b.note("# a ")).group(1)  # type: ignore[union-attr]
-    hit = b.note("hit / torch.load(mmap=True)")
+    threads = re.search(r"on ([\d to]+) thread", b.note("memolab hashed")).group(1)  # type: ignore[union-attr]
+    within = "within each round"
+
+    def ratio(row: str) -> str:
+        return b.cell(row, "ratio", table=within)
+
     return [
-        (f"hit of a {size} torch result in a fresh process, ms (a private mapping, no copy)",
+        (f"hit of a {size} torch result, first memoized call of a fresh process, ms (a private mapping, no copy)",
          b.cell("memolab-torch", "hit, ms"), f"`torch.load(mmap=True)` {b.cell('torch-load', 'hit, ms')}",
-         "memolab / torch.load " + hit.split(": ")[1].split(" (")[0] + " (medians)"),
-        ("storing that result, fsynced, ms", b.cell("memolab-torch-store", "ms, fsynced"),
+         slower(ratio("hit / torch.load"), "memolab / torch.load")),
+        ("the same as a script's first call (`torch` and `transformers` imported, no collection before it), ms",
+         b.cell("memolab-torch-script", "hit, ms"), f"`torch.load(mmap=True)` {b.cell('torch-load-script', 'hit, ms')}",
+         slower(ratio("first call of a script"), "memolab / torch.load")),
+        ("the hit, then every element read once, ms", b.cell("memolab-torch", "hit + read"),
+         f"`torch.load(mmap=True)` + the same read {b.cell('torch-load', 'hit + read')}",
+         slower(ratio("hit + read"), "memolab / torch.load")),
+        (f"storing that result, fsynced, ms (memolab hashing on {threads} thread(s), the cores it found idle; "
+         "the peers on one)", b.cell("memolab-torch-store", "ms, fsynced"),
          f"`torch.save` {b.cell('torch-save', 'ms, fsynced')}; safetensors {b.cell('safetensors-save', 'ms, fsynced')}",
-         "memolab / torch.save " + hit.split("store / torch.save: ")[1].split(" (")[0] + " (medians)"),
+         slower(ratio("store / torch.save"), "memolab / torch.save")),
+    ]
+
+
+def _scaling(s: Results) -> list[Row]:
+    """issue 52 §1's reads: the largest store measured against the smallest, in the same rounds."""
+    ratios = next(t for t in s.doc["tables"] if t["title"].startswith("each size against"))
+    col = str(ratios["header"][-1])  # '1,000,000 / 1,000'
+    big, small = (c.strip() for c in col.split("/"))
+    title = "reads at store size"
+    out = []
+    for row, what in [
+        ("hit read from the store, trivial", "hit read from the store, trivial (median)"),
+        ("miss, small result (median", "miss, small result (median)"),
+        ("miss, small result, p99", "miss, small result, p99"),
+        ("`memolab show ID`", "`memolab show ID` (a fresh process)"),
+        ("`memolab ls f`", "`memolab ls FUNC`, the newest 50 (a fresh process)"),
+        ("`memolab runs f --limit 20`", "`memolab runs FUNC --limit 20` (a fresh process)"),
+        ("dashboard first load (", "dashboard first load (its API requests)"),
+        ("`memolab doctor`", "`memolab doctor` (a fresh process)"),
+    ]:
+        at_small = s.cell(row, small + " entries", table=title)
+        out.append((f"{what} with {big} stored evaluations of the function, each with a run, against {small}",
+                    s.cell(row, big + " entries", table=title), f"memolab at {small}: {at_small}",
+                    slower(s.cell(row, col, table="each size against"), f"{big} / {small}")
+                    .replace("memolab slower", f"slower at {big}")))
+    return out
+
+
+def _team(t: Results) -> list[Row]:
+    firsts = [str(x["header"][0]) for x in t.doc["tables"]]
+    what = next(h for h in firsts if h.startswith("pulling")).removeprefix("pulling ")
+    mb = next(h for h in firsts if h.endswith("MB object"))
+    return [
+        (f"team store pull (`memolab pull`: query, GET, verify, fsync, record), MB/s: {what}; PostgreSQL and "
+         "moto S3 on loopback", t.cell("`TeamStore.pull`", "throughput"),
+         f"raw boto3 GETs to files, nothing verified or recorded {t.cell('raw boto3 GET of the same objects', 'throughput')}",
+         faster_thr(t.cell("`TeamStore.pull`", "/ raw GET within"), "pull / raw GET")),
+        (f"team hit of a {mb.removesuffix(' object')} result in a fresh local store (row from PostgreSQL, blob "
+         "from S3, verified, fsynced, kept, mapped)", t.cell("team hit", "time"),
+         f"raw boto3, one GET to a file {t.cell('raw boto3, one GET', 'time')}",
+         slower(t.cell("raw boto3, one GET", "team hit / this within"), "team hit / raw GET")),
+    ]
+
+
+def faster_thr(text: str, what: str) -> str:
+    """A same-round ratio of memolab's throughput over its peer's: below 1 memolab is slower."""
+    if median(text) < 1:
+        return f"**{what} {text}: memolab slower**"
+    return f"{what} {text}"
+
+
+def _hf(h: Results) -> list[Row]:
+    size = re.search(r"benchmark: (\d+ MiB)", h.note("memolab HF datasets benchmark")).group(1)  # type: ignore[union-attr]
+    threads = re.search(r"on (\d+) thread", h.note("memolab hashed")).group(1)  # type: ignore[union-attr]
+    within = "memolab / HF within"
+    first = h.cell("**memolab** table digest", "time")
+    hasher = h.cell("HF Hasher.hash(ds)", "time")
+    return [
+        (f"a {size} HF dataset returned and stored (fsynced), s", h.cell("store (fsynced)", "memolab"),
+         f"`save_to_disk` + fsync {h.cell('store (fsynced)', 'HF')}", slower(h.cell("store (fsynced)", within), "memolab / HF")),
+        ("its first load in a process (memolab: a hit, mapped), s", h.cell("first load", "memolab"),
+         f"`load_from_disk` {h.cell('first load', 'HF')}", slower(h.cell("first load", within), "memolab / HF")),
+        (f"the first key of that dataset's Arrow table, ms (memolab: xxh3-128 on {threads} thread(s), the cores it "
+         "found idle; HF's `Hasher.hash`: xxhash over its pickle, one thread)", first, f"HF `Hasher.hash(ds)` {hasher}",
+         f"HF / memolab {median(hasher) / median(first):.1f}x (medians)" if median(hasher) >= median(first) else
+         f"**HF / memolab {median(hasher) / median(first):.1f}x (medians): memolab slower**"),
     ]
 
 
 #: the scripts the table quotes, and how each makes its rows
 SECTIONS: list[tuple[str, Callable[[Results], list[Row]]]] = [
     ("hit_overhead", _hits), ("hashing", _hashing), ("scalar_logging", _scalars), ("lineage", _lineage),
-    # ("big_results", _big): its rows once a run of it is recorded (this session's, --mb 64 under a load
-    # average of 28, did not finish within 10 minutes)
+    ("big_results", _big), ("store_scaling", _scaling), ("team_store", _team), ("hf_datasets", _hf),
 ]
 
 
