@@ -58,9 +58,14 @@ def per_call_us(fn: Callable[[], Any], budget: float = 0.3) -> float:
     return statistics.median(samples) * 1e6
 
 
+def num(x: float) -> str:
+    """Three significant digits, without an exponent: 948, 1,850, 0.00464."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def fmt(xs: list[float], scale: float = 1.0, unit: str = "") -> str:
     xs = [x * scale for x in xs]
-    return f"{statistics.median(xs):.3g}{unit} ({min(xs):.3g}-{max(xs):.3g})"
+    return f"{num(statistics.median(xs))}{unit} ({num(min(xs))}–{num(max(xs))})"
 
 
 def fsync_tree(path: str) -> None:
@@ -212,8 +217,7 @@ def run(args: Any, base: str) -> None:
                           (("memolab first load", "load_from_disk"), "first load")):
         ratio = statistics.median(rows[a]) / statistics.median(rows[b])
         within = [x / y for x, y in zip(rows[a], rows[b], strict=True)]
-        print(f"| {label} | {fmt(rows[a])} | {fmt(rows[b])} | {ratio:.2f} | "
-              f"{statistics.median(within):.2f} ({min(within):.2f}-{max(within):.2f}) |")
+        print(f"| {label} | {fmt(rows[a])} | {fmt(rows[b])} | {num(ratio)} | {fmt(within)} |")
     print(f"\nmemolab hashed large buffers on {hash_threads()} thread(s) at the end (the cores it finds idle; "
           "MEMOLAB_HASH_THREADS unset); raw xxh3, HF's Hasher (xxhash over pickled bytes) and save/load_from_disk "
           f"on one thread; load average {os.getloadavg()[0]:.1f} at the end")
