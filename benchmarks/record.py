@@ -6,7 +6,7 @@ Every script here prints its results as Markdown tables (median, min–max over 
 ratio to its peer measured in the same run). This runs the script with its arguments, passes its
 output through, and writes each table (the line above it as its title, its header, its rows, cell
 by cell as printed) with the command, the date, the machine and the load average it ran under
-(sampled while it ran). The README's performance table is
+(sampled every 10 s while it ran). The README's performance table is
 generated from these files (``benchmarks/readme_table.py``), so a figure there is one a benchmark
 printed, never one typed in. The figures come from a shared, loaded 2-core machine: compare the
 ratios (each measured against a peer in the same run), not the absolute times.
@@ -20,6 +20,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,20 +62,32 @@ def tables(text: str) -> list[dict[str, object]]:
 
 
 class Load:
-    """The 1-minute load average while the script ran: sampled at its start, at each line it
-    printed (at most every 10 s) and at its end. The machine is shared, so an absolute time is
-    only readable next to the load it ran under; the ratios are what holds."""
+    """The 1-minute load average while the script ran: sampled at its start, every 10 s while it
+    runs (a script may print nothing for minutes) and at its end. The machine is shared, so an
+    absolute time is only readable next to the load it ran under; the ratios are what holds."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
         self.last = 0.0
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.sample(force=True)
+        threading.Thread(target=self._every_10_s, name="record-load", daemon=True).start()
+
+    def _every_10_s(self) -> None:
+        while not self.done.wait(10):  # bounded by the script's run: stop() sets it
+            self.sample()
+
+    def stop(self) -> None:
+        self.done.set()
         self.sample(force=True)
 
     def sample(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or now - self.last >= 10:
-            self.samples.append(round(os.getloadavg()[0], 1))
-            self.last = now
+        with self.lock:
+            now = time.monotonic()
+            if force or now - self.last >= 10:
+                self.samples.append(round(os.getloadavg()[0], 1))
+                self.last = now
 
     def summary(self) -> dict[str, object]:
         s = self.samples
@@ -96,9 +109,8 @@ def main() -> int:
     for line in proc.stdout:
         sys.stdout.write(line)
         printed.append(line)
-        load.sample()
     rc = proc.wait()
-    load.sample(force=True)
+    load.stop()
     if rc:
         print(f"record.py: {script} exited {rc}; nothing written", file=sys.stderr)
         return rc
