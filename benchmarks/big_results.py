@@ -74,6 +74,7 @@ if what.startswith("memolab"):
     from memolab import hashing
     memolab.configure(store=os.path.join(root, "store"))
     kind = what.split("-")[1]
+    out["threads"] = hashing.hash_threads()  # what memolab hashes large buffers on here (idle cores)
 
     class Box:
         """The value computed before the timing (opaque: not part of the code digest)."""
@@ -228,6 +229,27 @@ def main() -> None:
         for w in stores:
             rs = res[w]
             print(f"| {w} | {med([r['store'] for r in rs])} | {statistics.median([r['peak_mb'] for r in rs]):.0f} |")
+        threads = sorted({int(r["threads"]) for w in loads + stores if w.startswith("memolab") for r in res[w]})
+        print(f"\nmemolab hashed large buffers on {' to '.join(map(str, dict.fromkeys([threads[0], threads[-1]])))} "
+              "thread(s) (the cores it found idle, MEMOLAB_HASH_THREADS unset); torch.save, torch.load and "
+              "safetensors on one thread")
+        print("\nthe same ratios within each round (the two ran in the same round), median (min–max) over rounds:\n")
+        print("| memolab / peer | ratio |")
+        print("|---|---|")
+        for label, a, b, k in (("hit / torch.load(mmap=True)", "memolab-torch", "torch-load", "hit"),
+                               ("warm hit / torch.load(mmap=True)", "memolab-torch-warm", "torch-load", "hit"),
+                               ("first call of a script / the script's torch.load(mmap=True)", "memolab-torch-script",
+                                "torch-load-script", "hit"),
+                               ("hit + read / torch.load + read", "memolab-torch", "torch-load", "hit+read"),
+                               ("hit / safetensors load_file", "memolab-torch", "safetensors-load", "hit"),
+                               ("numpy result hit / np.load(mmap_mode='r')", "memolab-numpy", "numpy-load", "hit"),
+                               ("store / torch.save (fsynced)", "memolab-torch-store", "torch-save", "store"),
+                               ("store / safetensors save_file (fsynced)", "memolab-torch-store", "safetensors-save",
+                                "store")):
+            def v(r: dict[str, float], k: str = k) -> float:
+                return r["hit"] + r["read"] if k == "hit+read" else r[k]
+            rs = [v(x) / v(y) for x, y in zip(res[a], res[b], strict=True)]
+            print(f"| {label} | {statistics.median(rs):.2f}x ({min(rs):.2f}–{max(rs):.2f}) |")
         tl = statistics.median([r["hit"] for r in res["torch-load"]])
         mh = statistics.median([r["hit"] for r in res["memolab-torch"]])
         tlr = statistics.median([r["hit"] + r["read"] for r in res["torch-load"]])

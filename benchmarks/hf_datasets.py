@@ -58,9 +58,14 @@ def per_call_us(fn: Callable[[], Any], budget: float = 0.3) -> float:
     return statistics.median(samples) * 1e6
 
 
+def num(x: float) -> str:
+    """Three significant digits, without an exponent: 948, 1,850, 0.00464."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
 def fmt(xs: list[float], scale: float = 1.0, unit: str = "") -> str:
     xs = [x * scale for x in xs]
-    return f"{statistics.median(xs):.3g}{unit} ({min(xs):.3g}-{max(xs):.3g})"
+    return f"{num(statistics.median(xs))}{unit} ({num(min(xs))}–{num(max(xs))})"
 
 
 def fsync_tree(path: str) -> None:
@@ -113,7 +118,7 @@ def run(args: Any, base: str) -> None:
     from datasets.fingerprint import Hasher, generate_fingerprint
 
     import memolab
-    from memolab.hashing import hash_arguments, identity
+    from memolab.hashing import hash_arguments, hash_threads, identity
     from memolab.hf import keys as hf_keys
 
     datasets.disable_progress_bars()
@@ -123,7 +128,7 @@ def run(args: Any, base: str) -> None:
     nbytes = table.nbytes
     print(f"memolab HF datasets benchmark: {nbytes / 2**20:.0f} MiB ({ds.num_rows} rows: int64 + strings), "
           f"datasets {datasets.__version__}, python {sys.version.split()[0]}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}\n")
+          f"load {os.getloadavg()[0]:.1f}; memolab hashes large buffers on {hash_threads()} thread(s) now\n")
 
     # -- 2. store and first load (first: its results feed table 1) -----------------------------
     holder = Holder(ds)
@@ -204,14 +209,18 @@ def run(args: Any, base: str) -> None:
     print(f"| HF generate_fingerprint(ds), memory-mapped (its file paths) | {fmt(fp_map, 1e3)} | - | - |")
 
     print("\n#### Store and first load (s, median (min-max) over interleaved rounds)\n")
-    print("| | memolab | HF | memolab / HF |")
-    print("|---|---|---|---|")
+    print("| | memolab | HF | memolab / HF (medians) | memolab / HF within each round |")
+    print("|---|---|---|---|---|")
     for (a, b), label in ((("memolab store", "save_to_disk"), "store (fsynced)"),
                           (("memolab store, memory-mapped", "save_to_disk"),
                            "store of the memory-mapped copy (as its files; vs the same save_to_disk)"),
                           (("memolab first load", "load_from_disk"), "first load")):
         ratio = statistics.median(rows[a]) / statistics.median(rows[b])
-        print(f"| {label} | {fmt(rows[a])} | {fmt(rows[b])} | {ratio:.2f} |")
+        within = [x / y for x, y in zip(rows[a], rows[b], strict=True)]
+        print(f"| {label} | {fmt(rows[a])} | {fmt(rows[b])} | {num(ratio)} | {fmt(within)} |")
+    print(f"\nmemolab hashed large buffers on {hash_threads()} thread(s) at the end (the cores it finds idle; "
+          "MEMOLAB_HASH_THREADS unset); raw xxh3, HF's Hasher (xxhash over pickled bytes) and save/load_from_disk "
+          f"on one thread; load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ file (what ``memolab.store.local.INLINE_MAX`` is chosen from).
     python benchmarks/store_scaling.py [--sizes 1,10000,100000,1000000] [--rounds 3]
     python benchmarks/store_scaling.py --inline-sweep
     python benchmarks/store_scaling.py --reads --sizes 1000,100000,1000000 [--doctor-max 100000] [--keep DIR]
+                                       [--hits 1000] [--misses 300] [--rounds 3]
     python benchmarks/store_scaling.py --miss-tail --keep DIR --sizes 1000,1000000 [--misses 300] [--rounds 3]
 """
 from __future__ import annotations
@@ -152,6 +153,36 @@ elif mode == "measure":
         return min(statistics.median(ts[i:i + k]) for i in range(0, len(ts) - k + 1, k))
     print(json.dumps({"hit": statistics.median(hits), "hit_best": fastest(hits), "miss": statistics.median(misses),
                       "miss_best": fastest(misses), "miss_mean": statistics.mean(misses)}))
+elif mode == "calls":
+    # --reads: every hit's and every miss's time (the median and the tail: p99), then the store
+    # put back at its size (the misses' evaluations and the runs they recorded deleted; the
+    # kept counts follow by their triggers)
+    t_start = time.time()
+    f(0)
+    hits = []
+    for _ in range(arg["hits"]):
+        forget()
+        t = time.perf_counter()
+        f(0)
+        hits.append(time.perf_counter() - t)
+    last = get_store().index.conn().execute("SELECT MAX(id) FROM evaluations").fetchone()[0]
+    base = 4 * 10**9 + arg["round"] * 10**6
+    f(base - 1)  # untimed: a process's first miss imports what misses use
+    misses = []
+    for i in range(arg["misses"]):
+        t = time.perf_counter()
+        f(base + i)
+        misses.append(time.perf_counter() - t)
+    store = get_store()
+    store.flush_hits()
+    with store.index.write() as c:
+        c.execute("DELETE FROM runs WHERE eval_id > ? OR (started >= ? AND host <> 'bench')", (last, t_start))
+        c.execute("DELETE FROM evaluations WHERE id > ?", (last,))
+    def q(ts, p):
+        ts = sorted(ts)
+        return ts[min(len(ts) - 1, int(p * len(ts)))]
+    print(json.dumps({"hit": statistics.median(hits), "hit_p99": q(hits, 0.99), "miss": statistics.median(misses),
+                      "miss_p99": q(misses, 0.99)}))
 elif mode == "paired":
     # Both libraries in one process, alternating blocks of calls: a pair of blocks
     # lasts milliseconds, so both run at the machine's same speed (it swings 1.7x in
@@ -246,7 +277,8 @@ def env() -> dict[str, str]:
 
 def child(workdir: str, lib: str, mode: str, arg: dict, wait: bool = True):
     script = os.path.join(workdir, "..", "child.py")
-    if not os.path.exists(script):  # --keep: the stores' folder is not the run's temporary one
+    # --keep: the stores' folder is not the run's temporary one, and its child.py may be an older one
+    if not os.path.exists(script) or open(script).read() != CHILD:
         open(script, "w").write(CHILD)
     cmd = [sys.executable, script, lib, mode, workdir, json.dumps(arg)]
     if not wait:
@@ -302,17 +334,58 @@ print(json.dumps({"first": first, "bytes": sent, "hparams": time.perf_counter() 
 """
 
 
+#: --reads: the rows of its table (issue 52 §1's), each a measurement's key and what it is
+READ_ROWS = [
+    ("hit", "hit read from the store, trivial (median of the child's hits)"),
+    ("hit_p99", "hit read from the store, p99"),
+    ("miss", "miss, small result (median of the child's misses)"),
+    ("miss_p99", "miss, small result, p99"),
+    ("ls", "`memolab ls`"),
+    ("ls f", "`memolab ls f` (prints the newest 50)"),
+    ("show", "`memolab show ID` (one evaluation with its run)"),
+    ("runs", "`memolab runs f --limit 20`"),
+    ("gc", "`memolab gc --older-than 30d --dry-run`"),
+    ("gc real", "`memolab gc --older-than 30d` (real; nothing is that old: the decision, no deletion)"),
+    ("doctor", "`memolab doctor`"),
+    ("first", "dashboard first load (its 6 API requests, a 1000-px screen of runs)"),
+    ("bytes", "dashboard first load, bytes sent"),
+    ("hparams", "dashboard HParams tab (`api/hparams?limit=2000`)"),
+    ("window", "dashboard first load with the old fixed window of 2,000 runs"),
+    ("best", "dashboard best run (`api/best`)"),
+    ("groups", "dashboard group statistics, a group per run (`api/groups`, 200 listed)"),
+]
+
+
+def reads_once(args: argparse.Namespace, n: int, d: str, r: int, into: dict[str, list[float]]) -> None:
+    """One round of ``--reads`` on the store of ``n`` entries in ``d``: the hits and misses, each
+    command in a fresh process, the dashboard's requests (a fresh process serving them)."""
+    out = child(d, "memolab", "calls", {"hits": args.hits, "misses": args.misses, "round": r})
+    for k, v in out.items():
+        into.setdefault(k, []).append(v)
+    for name, argv in (("ls f", ["ls", "f"]), ("show", ["show", "1"]), ("runs", ["runs", "f", "--limit", "20"]),
+                       ("ls", ["ls"]), ("gc", ["gc", "--older-than", "30d", "--dry-run"]),
+                       ("doctor", ["doctor"] if n <= args.doctor_max else []),
+                       ("gc real", ["gc", "--older-than", "30d", "--yes"])):
+        if argv:
+            into.setdefault(name, []).append(cli_time(d, *argv))
+    e = env()
+    e["MEMOLAB_STORE"] = os.path.join(d, "store")
+    cp = subprocess.run([sys.executable, "-c", READS], capture_output=True, text=True, env=e, timeout=7200)
+    if cp.returncode:
+        raise RuntimeError(cp.stderr[-2000:])
+    for k, v in json.loads(cp.stdout.strip().splitlines()[-1]).items():
+        into.setdefault(k, []).append(v)
+
+
 def reads(args: argparse.Namespace, root: str) -> None:
     """``--reads``: what reading costs at each size (every evaluation with a run and a final metric,
-    as real calls leave them): `ls FUNC`, `show ID`, `runs FUNC --limit 20`, `ls`, `gc --older-than
-    30d --dry-run`, `doctor`, and the dashboard's first load (the requests the page makes)."""
+    as real calls leave them): issue 52 §1's table. A hit's and a miss's median and p99, `ls`,
+    `ls FUNC`, `show ID`, `runs FUNC --limit 20`, `gc --older-than 30d` (dry run and real),
+    `doctor`, and the dashboard's first load (the requests the page makes), HParams tab, best run
+    and group statistics. The sizes take turns within each round (their order reversed every
+    other round), so the ratio of two sizes in one round is taken at one machine speed."""
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"reads at store size; {args.rounds} rounds, median (min–max), a fresh process each (interpreter "
-          "start included), on a shared 2-core machine")
-    print()
-    print("| stored entries (each with a run) | `ls f` | `show ID` | `runs f --limit 20` | `ls` | "
-          "`gc --older-than 30d --dry-run` | `doctor` | first load (1000-px screen) | its bytes | HParams tab |")
-    print("|" + "---|" * 10)
+    dirs: dict[int, str] = {}
     for n in sizes:
         d = os.path.join(args.keep or root, f"r{n}")
         t = time.perf_counter()
@@ -322,31 +395,46 @@ def reads(args: argparse.Namespace, root: str) -> None:
             open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
             child(d, "memolab", "fill", {"n": n, "runs": True})
             open(os.path.join(d, "filled"), "w").close()
-        fill_s = time.perf_counter() - t
-        os.sync()
-        e = env()
-        e["MEMOLAB_STORE"] = os.path.join(d, "store")
-        cells: dict[str, list[float]] = {}
-        page: dict[str, list[float]] = {"first": [], "bytes": [], "hparams": [], "hparams_bytes": [], "window": [],
-                                        "window_bytes": [], "best": [], "groups": [], "groups_bytes": []}
-        for _ in range(args.rounds):
-            for name, argv in (("ls f", ["ls", "f"]), ("show", ["show", "1"]), ("runs", ["runs", "f", "--limit", "20"]),
-                               ("ls", ["ls"]), ("gc", ["gc", "--older-than", "30d", "--dry-run"]),
-                               ("doctor", ["doctor"] if n <= args.doctor_max else [])):
-                if argv:
-                    cells.setdefault(name, []).append(cli_time(d, *argv))
-            cp = subprocess.run([sys.executable, "-c", READS], capture_output=True, text=True, env=e, timeout=7200)
-            if cp.returncode:
-                raise RuntimeError(cp.stderr[-2000:])
-            for k, v in json.loads(cp.stdout.strip().splitlines()[-1]).items():
-                page[k].append(v)
-        kb = f"{med(page['bytes']) / 1e3:,.0f} KB"
-        print(f"| {n:,} | " + " | ".join(cell(cells.get(k, [])) for k in ("ls f", "show", "runs", "ls", "gc", "doctor"))
-              + f" | {cell(page['first'])} | {kb} | {cell(page['hparams'])} |", flush=True)
-        print(f"<!-- {n:,}: first load with the old fixed 2,000-run window {cell(page['window'])}, "
-              f"{med(page['window_bytes']) / 1e3:,.0f} KB; /api/best {cell(page['best'])}; /api/groups (a group "
-              f"per run, 200 listed) {cell(page['groups'])} -->", flush=True)
-        print(f"<!-- filled {n:,} (with runs) in {fill_s:.1f} s -->", flush=True)
+            print(f"<!-- filled {n:,} (with runs) in {time.perf_counter() - t:.1f} s -->", flush=True)
+        else:
+            print(f"<!-- {n:,}: the store --keep built before, reused -->", flush=True)
+        dirs[n] = d
+    os.sync()
+    got: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
+    for r in range(args.rounds):
+        for n in (sizes if r % 2 == 0 else sizes[::-1]):
+            t = time.perf_counter()
+            reads_once(args, n, dirs[n], r, got[n])
+            print(f"<!-- round {r + 1}/{args.rounds}, {n:,} entries: {time.perf_counter() - t:.0f} s, load average "
+                  f"{os.getloadavg()[0]:.1f} -->", flush=True)
+    print()
+    print(f"reads at store size (issue 52 §1): every stored evaluation with a run and a final metric, as real calls "
+          f"leave them; {args.rounds} rounds, the sizes taking turns within each; {args.hits} hits and {args.misses} "
+          "misses a round in one process; each command a fresh process (interpreter start included); median (min–max) "
+          f"over rounds; a shared 2-core machine, load average {os.getloadavg()[0]:.1f} at the end")
+    print()
+    print("| operation | " + " | ".join(f"{n:,} entries" for n in sizes) + " |")
+    print("|" + "---|" * (len(sizes) + 1))
+    for key, label in READ_ROWS:
+        if key == "bytes":
+            row = [f"{med(got[n][key]) / 1e3:,.0f} KB" if got[n].get(key) else "-" for n in sizes]
+        else:
+            row = [cell(got[n].get(key, [])) for n in sizes]
+        print(f"| {label} | " + " | ".join(row) + " |")
+    if len(sizes) > 1:
+        lo = sizes[0]
+        print()
+        print(f"each size against {lo:,} entries: the ratio within each round (both measured in it), median (min–max) "
+              "over rounds; 1.00 = as fast as the small store")
+        print()
+        print("| operation | " + " | ".join(f"{n:,} / {lo:,}" for n in sizes[1:]) + " |")
+        print("|" + "---|" * len(sizes))
+        for key, label in READ_ROWS:
+            row = []
+            for n in sizes[1:]:
+                rs = [a / b for a, b in zip(got[n].get(key, []), got[lo].get(key, []), strict=False) if b]
+                row.append(f"{statistics.median(rs):,.2f} ({min(rs):,.2f}–{max(rs):,.2f})" if rs else "-")
+            print(f"| {label} | " + " | ".join(row) + " |")
 
 
 def fmt(s: float | None) -> str:

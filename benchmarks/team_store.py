@@ -84,6 +84,15 @@ def spread(values: list[float], unit=fmt) -> str:
     return f"{unit(statistics.median(values))} ({unit(min(values))}–{unit(max(values))})"
 
 
+def within(rounds: dict[str, list[float]], a: str, b: str, digits: int = 2) -> str:
+    """The ratio ``a / b`` taken within each round (both ran in it, back to back), median (min–max)
+    over rounds: less exposed to the load drifting between rounds than the ratio of two medians."""
+    rs = [x / y for x, y in zip(rounds[a], rounds[b], strict=False) if y]
+    if not rs:
+        return "failed"
+    return f"{statistics.median(rs):,.{digits}f}x ({min(rs):,.{digits}f}–{max(rs):,.{digits}f})"
+
+
 def rate(v: float) -> str:
     return f"{v:,.0f}/s"
 
@@ -276,27 +285,31 @@ class Bench:
 
 def hits_tables(args: argparse.Namespace, b: Bench, rounds: dict[str, list[float]], med: dict[str, float]) -> None:
     w = args.workers
-    print("| case | local store | team store | team / local |")
-    print("|---|---|---|---|")
+    print("| case | local store | team store | team / local (medians) | team / local within each round |")
+    print("|---|---|---|---|---|")
     print(f"| hit, small result (inline row) | {spread(rounds['small_local'])} | {spread(rounds['small_team'])} | "
-          f"{med['small_team'] / med['small_local']:,.1f}x |")
+          f"{med['small_team'] / med['small_local']:,.1f}x | {within(rounds, 'small_team', 'small_local', 1)} |")
     print(f"| hit, {args.mb} MB result | {spread(rounds['big_local'])} | {spread(rounds['big_team'])} | "
-          f"{med['big_team'] / med['big_local']:,.0f}x |")
+          f"{med['big_team'] / med['big_local']:,.0f}x | {within(rounds, 'big_team', 'big_local', 0)} |")
     for n in (w, 1):
         lk, tk = f"procs{n}_local", f"procs{n}_team"
         who = f"{n} processes at once" if n > 1 else "1 process alone"
         print(f"| hits/s, {who}, small results ({args.keys} keys each, aggregate) | "
-              f"{spread(rounds[lk], rate)} | {spread(rounds[tk], rate)} | {med[tk] / med[lk]:,.2f}x |")
+              f"{spread(rounds[lk], rate)} | {spread(rounds[tk], rate)} | {med[tk] / med[lk]:,.2f}x | "
+              f"{within(rounds, tk, lk)} |")
     print()
     print(f"the {args.mb} MB team hit against raw boto3 GETs of the same object to a file (no verification):")
     print()
-    print(f"| {args.mb} MB object | time | team hit / this |")
-    print("|---|---|---|")
+    print(f"| {args.mb} MB object | time | team hit / this (medians) | team hit / this within each round |")
+    print("|---|---|---|---|")
     how = "ranged GETs" if b.ranged else "one GET (memolab's ranged GETs are off for a loopback endpoint)"
-    print(f"| team hit (row from PostgreSQL, {how}, verify, fsync, keep, map) | {spread(rounds['big_team'])} | 1.00 |")
-    print(f"| raw boto3, one GET | {spread(rounds['big_raw'])} | {med['big_team'] / med['big_raw']:.2f} |")
-    print(f"| raw boto3, ranged GETs ({b.concurrency} at once, memolab's part size) | "
-          f"{spread(rounds['big_raw_ranged'])} | {med['big_team'] / med['big_raw_ranged']:.2f} |")
+    print(f"| team hit (row from PostgreSQL, {how}, verify, fsync, keep, map) | {spread(rounds['big_team'])} | 1.00 "
+          "| 1.00 |")
+    print(f"| raw boto3, one GET | {spread(rounds['big_raw'])} | {med['big_team'] / med['big_raw']:.2f} | "
+          f"{within(rounds, 'big_team', 'big_raw')} |")
+    print(f"| raw boto3, ranged GETs ({b.concurrency} threads at once, memolab's part size) | "
+          f"{spread(rounds['big_raw_ranged'])} | {med['big_team'] / med['big_raw_ranged']:.2f} | "
+          f"{within(rounds, 'big_team', 'big_raw_ranged')} |")
     print()
 
 
@@ -353,18 +366,23 @@ def main() -> None:
     print()
     if args.only == "all":
         hits_tables(args, b, rounds, med)
-    size = f"{args.pull_objects} results x {args.pull_mb} MB ({b.pull_bytes / 1e6:,.0f} MB), concurrency {b.concurrency}"
-    print(f"| pulling {size} | throughput | / raw GET |")
-    print("|---|---|---|")
+    size = (f"{args.pull_objects} results x {args.pull_mb} MB ({b.pull_bytes / 1e6:,.0f} MB), concurrency "
+            f"{b.concurrency} (threads: the same for pull and raw GET)")
+    print("pulling: throughput, median (min–max) over rounds; the ratio to raw GET of the medians, and taken within "
+          "each round")
+    print()
+    print(f"| pulling {size} | throughput | / raw GET (medians) | / raw GET within each round |")
+    print("|---|---|---|---|")
     print(f"| raw boto3 GET of the same objects, to files (no verification, nothing recorded) | "
-          f"{spread(rounds['raw'], mbps)} | 1.00 |")
+          f"{spread(rounds['raw'], mbps)} | 1.00 | 1.00 |")
     print(f"| raw boto3 GET as above, each file fsynced (the durability a pull gives its files) | "
-          f"{spread(rounds['raw_fsync'], mbps)} | {med['raw_fsync'] / med['raw']:.2f} |")
+          f"{spread(rounds['raw_fsync'], mbps)} | {med['raw_fsync'] / med['raw']:.2f} | "
+          f"{within(rounds, 'raw_fsync', 'raw')} |")
     print("| `TeamStore.pull` (what `memolab pull` runs): query, GET, verify, fsync, record (rows, logs, code texts) | "
           f"{spread(rounds['pull'], mbps)} | "
-          f"{med['pull'] / med['raw']:.2f} |")
+          f"{med['pull'] / med['raw']:.2f} | {within(rounds, 'pull', 'raw')} |")
     print(f"| `memolab pull` as a command, wall time incl. interpreter start-up and imports (not the same work) | "
-          f"{spread(rounds['pull_cli'], mbps)} | {med['pull_cli'] / med['raw']:.2f} |")
+          f"{spread(rounds['pull_cli'], mbps)} | {med['pull_cli'] / med['raw']:.2f} | {within(rounds, 'pull_cli', 'raw')} |")
     print()
     # the same ratio taken within each round (pull and raw GET ran back to back): less exposed
     # to the load of other jobs drifting between rounds than the ratio of the two medians
