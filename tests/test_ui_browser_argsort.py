@@ -81,7 +81,7 @@ def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # n
             pg.fill("#run-filter", words)
             first_rows(pg, want)
             assert pg.evaluate(SHOWN) == want, words
-            assert pg.inner_text("#run-count").startswith(f"{len(want)} evaluation(s)"), words
+            assert pg.inner_text("#run-count").startswith(f"{len(want)} of {N} evaluation(s)"), words
             asked = [q for q in runs_asked(srv) if "arg" in q][-1]
             assert asked.get("arg") == words.split() and int(asked["limit"][0]) == screen, asked
         # a filter and a sort by another argument together: the four oldest runs of lr=0.1, by seed
@@ -90,7 +90,7 @@ def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # n
         if "▲" not in pg.inner_text("#runs thead th[data-col='seed']"):
             pg.click("#runs thead th[data-col='seed']")
         first_rows(pg, [4, 8, 12, 16])
-        assert f"{N // 4} evaluation(s)" in pg.inner_text("#run-count")
+        assert f"{N // 4} of {N} evaluation(s)" in pg.inner_text("#run-count")
         assert pg.errors == []
     finally:
         srv.shutdown()

@@ -146,8 +146,12 @@ def check(c: sqlite3.Connection, repair: bool = False) -> list[str]:
     have = {r for r in c.execute("SELECT fn, name, runs, groups FROM arg_names") if r[2] or r[3]}
     if want != have:
         out.append(f"argument counts: {len(want ^ have)} row(s) differ")
-    if out and repair:
+    if out and repair:  # (filled as at install: without the triggers firing row by row, then them again)
+        for name in _NAMES:
+            c.execute(f"DROP TRIGGER IF EXISTS {name}")
         _fill(c)
+        for stmt in TRIGGERS:
+            c.execute(stmt)
     return out
 
 

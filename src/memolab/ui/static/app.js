@@ -410,10 +410,13 @@ function renderRuns() {
     return th;
   })));
   if (!pressedIn($("#runs"))) renderRows();
-  const filtered = !state.paged && state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
+  // filtered by the server: how many pass of the function's all (the sidebar's count)
+  const entry = currentEntry(), whole = entry ? Math.max(entry.runs, entry.evaluations) : null;
+  const bySrv = serverFilters() && whole !== null;
+  const filtered = bySrv ? `${state.total} of ` : !state.paged && state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
   const shown = shownIds().length;
-  const more = !state.paged && state.total > state.runs.length ? ` (the window of ${state.total})` : "";
-  $("#run-count").textContent = `${filtered}${state.paged ? state.total : state.runs.length}${more} evaluation(s), ${state.selected.length} selected`
+  const more = !bySrv && !state.paged && state.total > state.runs.length ? ` (the window of ${state.total})` : "";
+  $("#run-count").textContent = `${filtered}${bySrv ? whole : state.paged ? state.total : state.runs.length}${more} evaluation(s), ${state.selected.length} selected`
     + (shown !== state.selected.length ? ` (${shown} pass the filter)` : "");
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
