@@ -1,7 +1,8 @@
-"""``tracking.argindex``: every run's arguments in value order, kept by SQLite triggers whoever
-writes the runs (memolab's sink, ``log.hparams``, gc, a team pull's plain INSERT, an older memolab:
-raw SQL here), equal to what the runs' JSON says after any sequence of writes; a store made before
-it gains it once, filled from its runs; ``doctor`` tells and rebuilds what drifted."""
+"""``tracking.argindex``: every run's arguments in value order, equal to what the runs' JSON says
+after any sequence of writes by any writer (memolab's sink, ``log.hparams``, gc, a team pull's plain
+INSERT, an older memolab: raw SQL here): the triggers in the file mark each run written, and the
+reader (``sync``) indexes the marked runs; a store made before it gains it once; ``doctor`` tells
+and rebuilds what drifted."""
 from __future__ import annotations
 
 import contextlib
@@ -73,9 +74,13 @@ def test_the_kept_arguments_follow_every_writer(tmp_store):
                 with c:
                     c.execute("UPDATE runs SET status = 'failed', name = 'x' WHERE id = ?", (rng.choice(ids),))
         if step % 50 == 49:
+            if step % 100 == 99:  # (the reader's catch-up of the runs written since: now and then)
+                assert argindex.sync(get_store().index)
+                assert c.execute("SELECT COUNT(*) FROM args_pending").fetchone()[0] == 0
             assert argindex.check(c) == [], (step, k)
             assert kept(c) == recount(c), step
     # what a filter reads is what the JSON says: each run of lr 0.1 once
+    assert argindex.sync(get_store().index)
     want = {i for i, h in c.execute("SELECT id, hparams FROM runs WHERE fn = 'a:f' AND json_valid(hparams)")
             if json.loads(h).get("lr") == 0.1}
     assert {i for (i,) in c.execute("SELECT run FROM run_args WHERE fn = 'a:f' AND name = 'lr' AND value = 0.1")} == want
@@ -114,7 +119,8 @@ def test_a_store_made_before_it_gains_it_once_from_its_runs(tmp_store):
     assert not argindex.available(c) and argindex.counted(c, "a:f", "lr") is None
     with c:
         c.execute("INSERT INTO runs(id, fn, started, status, hparams) VALUES (99, 'a:f', 99.0, 'done', '{\"lr\": 0.1}')")
-    schema.ensure(c)  # its first write by this version
+    schema.ensure(c)  # its first write by this version: the tables, and every run to index
     assert argindex.available(c)
+    assert argindex.sync(get_store().index)  # (the first reader fills them)
     assert argindex.counted(c, "a:f", "lr") == (60, 3) and argindex.counted(c, "a:f", "seed") == (59, 59)
     assert argindex.check(c) == [] and not argindex.install(c)  # once

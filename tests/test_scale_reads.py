@@ -135,6 +135,10 @@ def grow(index: str, n: int) -> None:
             "FROM evaluations e, runs r WHERE r.id = ? AND e.id > ? AND e.id <= ?", (run, have, n - n // 50))
         c.execute("INSERT INTO scalar_tags(run, tag, n, last_step, last_value, last_wall, first_step, ordered) "
                   "SELECT id, 'val/loss', 2, 1, eval_id * 0.001, finished, 0, 1 FROM runs WHERE id BETWEEN 10000000 AND 20000000")
+    with c:  # the runs' arguments indexed, as a dashboard that is open keeps them (tracking/argindex.py)
+        from memolab.tracking import argindex
+
+        argindex.drain(c)
     c.close()
 
 

@@ -122,12 +122,12 @@ def vacuous_script(c: Any, fn: str, script: str | None) -> bool:
 
 
 def window(c: Any, fn: str, where: list[str], params: list[Any], args: list[ArgFilter], sort: str,
-           descending: bool, limit: int, offset: int, plain: bool) -> tuple[int, list[int]] | None:
+           descending: bool, limit: int, offset: int, plain: bool, indexed: bool) -> tuple[int, list[int]] | None:
     """(total, the page's run ids) of ``fn``'s runs passing ``where`` (on ``r``; ``plain``: it says
     no more than ``r.fn = fn``) and ``args``, sorted by ``sort`` (``started``, ``m:TAG``, ``a:NAME``),
-    driven by ``run_args``: None where it cannot be (not kept, or neither a sort by an argument nor
-    a filter that keeps runs with an argument's value)."""
-    if not argindex.available(c):
+    driven by ``run_args`` (``indexed``: up to date, ``argindex.sync``): None where it cannot be (not
+    kept, or neither a sort by an argument nor a filter that keeps runs with an argument's value)."""
+    if not indexed:
         return None
     by = sort[2:] if sort.startswith("a:") else None
     positive = [f for f in args if f.op != "!="]
@@ -187,12 +187,12 @@ def json_order(name: str, descending: bool) -> str:
             f"CASE WHEN {v} IS NULL THEN -r.id ELSE r.id END")
 
 
-def groups(c: Any, fn: str, by: str, tag: str, limit: int) -> tuple[int, list[tuple[Any, ...]]] | None:
+def groups(c: Any, fn: str, by: str, tag: str, limit: int, indexed: bool) -> tuple[int, list[tuple[Any, ...]]] | None:
     """(total, rows (value, runs, n, mean, mean of squares, min, max)) of ``fn``'s runs grouped by
     ``by``, from ``run_args``: the first ``limit`` values by a seek each, each group's runs by a
     range; None where not kept. The runs without the argument (the null group, first) are found
     by a pass over the function's runs, made only where the kept counts say there are some."""
-    kept = argindex.counted(c, fn, by)
+    kept = argindex.counted(c, fn, by) if indexed else None
     if kept is None:
         return None
     with_arg, values = kept

@@ -64,11 +64,11 @@ def window(index: Any, fn: str, script: str | None = None, limit: int = 200, off
     if tag and not _has_annotations(c):
         return {"total": 0, "offset": offset, "limit": limit, "rows": []}
     # sorted by an argument, or filtered to the runs with some value of one: a range of ``run_args``
-    got = argpages.window(c, fn, where, params, filters, sort, descending, limit, offset, len(where) == 1)
+    indexed = bool(filters or sort.startswith("a:")) and argindex.sync(index)
+    got = argpages.window(c, fn, where, params, filters, sort, descending, limit, offset, len(where) == 1, indexed)
     if got is not None:
         total, ids = got
     else:
-        indexed = argindex.available(c)
         for f in filters:
             sql, p = argpages.condition(c, fn, f, indexed)
             where.append(sql)
@@ -160,7 +160,8 @@ def groups(index: Any, fn: str, by: str, tag: str, script: str | None = None,
     over the function's runs. Groups in order of their value (SQLite's order: numbers before text;
     ``true``/``false`` and lists as the texts the page shows)."""
     c = query.ready(index)
-    kept = argpages.groups(c, fn, by, tag, max(1, limit)) if argpages.vacuous_script(c, fn, script) else None
+    kept = argpages.groups(c, fn, by, tag, max(1, limit), argindex.sync(index)) \
+        if argpages.vacuous_script(c, fn, script) else None
     if kept is not None:
         total, rows = kept
         if rows and rows[0][0] is None and not rows[0][1]:  # (no run lacks it after all: a key with a dot)
