@@ -291,14 +291,21 @@ window, window_bytes = first_load(2000)
 t = time.perf_counter()
 get(f"best?fn={fn}&tag=val%2Floss&dir=min")
 best = time.perf_counter() - t
+# the first request by an argument indexes the runs written since (tracking/argindex.py): timed apart
+t = time.perf_counter()
+get(f"runs?fn={fn}&limit=1&sort=a%3Ax")
+indexing = time.perf_counter() - t
 t = time.perf_counter()
 groups = len(get(f"groups?fn={fn}&by=x&tag=val%2Floss"))
 grouped = time.perf_counter() - t
 t = time.perf_counter()
+get(f"runs?fn={fn}&limit=56&sort=a%3Ax&dir=desc")
+by_arg = time.perf_counter() - t
+t = time.perf_counter()
 hp = len(get(f"hparams?fn={fn}&limit=2000"))
 print(json.dumps({"first": first, "bytes": sent, "hparams": time.perf_counter() - t, "hparams_bytes": hp,
                   "window": window, "window_bytes": window_bytes, "best": best, "groups": grouped,
-                  "groups_bytes": groups}))
+                  "groups_bytes": groups, "indexing": indexing, "by_arg": by_arg}))
 """
 
 
@@ -328,7 +335,8 @@ def reads(args: argparse.Namespace, root: str) -> None:
         e["MEMOLAB_STORE"] = os.path.join(d, "store")
         cells: dict[str, list[float]] = {}
         page: dict[str, list[float]] = {"first": [], "bytes": [], "hparams": [], "hparams_bytes": [], "window": [],
-                                        "window_bytes": [], "best": [], "groups": [], "groups_bytes": []}
+                                        "window_bytes": [], "best": [], "groups": [], "groups_bytes": [],
+                                        "indexing": [], "by_arg": []}
         for _ in range(args.rounds):
             for name, argv in (("ls f", ["ls", "f"]), ("show", ["show", "1"]), ("runs", ["runs", "f", "--limit", "20"]),
                                ("ls", ["ls"]), ("gc", ["gc", "--older-than", "30d", "--dry-run"]),
@@ -345,7 +353,8 @@ def reads(args: argparse.Namespace, root: str) -> None:
               + f" | {cell(page['first'])} | {kb} | {cell(page['hparams'])} |", flush=True)
         print(f"<!-- {n:,}: first load with the old fixed 2,000-run window {cell(page['window'])}, "
               f"{med(page['window_bytes']) / 1e3:,.0f} KB; /api/best {cell(page['best'])}; /api/groups (a group "
-              f"per run, 200 listed) {cell(page['groups'])} -->", flush=True)
+              f"per run, 200 listed) {cell(page['groups'])}; a screen sorted by an argument {cell(page['by_arg'])} "
+              f"(the first such request, indexing the runs' arguments: {cell(page['indexing'])}) -->", flush=True)
         print(f"<!-- filled {n:,} (with runs) in {fill_s:.1f} s -->", flush=True)
 
 

@@ -193,13 +193,14 @@ def _rebuild(c: sqlite3.Connection) -> None:
         c.execute(f"DROP TRIGGER IF EXISTS {name}")
     for stmt in _statements():
         c.execute(stmt)
+    c.execute("DROP INDEX IF EXISTS run_args_run")  # (made again once, by a sort: not entry by entry)
     c.execute("DELETE FROM run_args")
     c.execute("DELETE FROM arg_names")
     c.execute(f"INSERT OR IGNORE INTO run_args(fn, name, value, started, run) {_LEAVES_OF_ALL} "
               "ORDER BY 1, 2, 3, 4 DESC, 5 DESC")
     c.execute(f"INSERT INTO arg_names(fn, name, runs, groups) {_RECOUNT_NAMES}")
     c.execute("DELETE FROM args_pending")
-    for stmt in NAME_TRIGGERS:
+    for stmt in (*_statements(), *NAME_TRIGGERS):
         c.execute(stmt)
 
 
@@ -225,6 +226,43 @@ def check(c: sqlite3.Connection, repair: bool = False) -> list[str]:
     if out and repair:
         _rebuild(c)
     return out
+
+
+def leaf_count(row: str) -> str:
+    """SQL: how many rows of ``run_args`` the runs row ``row`` has once indexed (``doctor``'s walk
+    over the runs counts them per function in the same statement)."""
+    return f"(SELECT COUNT(*) FROM (SELECT DISTINCT name, value FROM ({leaves(row)})))"
+
+
+def walk_differences(c: Any, per_fn: dict[Any, int]) -> list[str]:
+    """What ``run_args`` and ``arg_names`` say that the runs do not, from the runs' argument counts
+    per function (``per_fn``: ``leaf_count`` summed over the runs not pending, from ``doctor``'s one
+    walk over them): ``run_args`` is read once (grouped by function and name), ``args_pending`` and
+    the pending runs' rows by key. Counts only: a row that names a wrong value but is there is not
+    seen (nothing memolab writes makes one; ``check`` compares the rows)."""
+    if not available(c) or c.execute("SELECT 1 FROM args_pending WHERE run = ?", (EVERY,)).fetchone():
+        return []
+    names = {(r[0], r[1]): (r[2], r[3]) for r in c.execute(_RECOUNT_NAMES)}
+    have = {(r[0], r[1]): (r[2], r[3]) for r in c.execute("SELECT fn, name, runs, groups FROM arg_names")
+            if r[2] or r[3]}
+    out = []
+    if names != have:
+        out.append(f"argument counts: {len(set(names.items()) ^ set(have.items()))} row(s) differ")
+    rows: dict[Any, int] = {}
+    for (fn, _), (n, _) in names.items():
+        rows[fn] = rows.get(fn, 0) + n
+    for fn, n in c.execute("SELECT fn, COUNT(*) FROM run_args WHERE run IN (SELECT run FROM args_pending) GROUP BY fn"):
+        rows[fn] -= n  # (the pending runs' rows are made again when next read)
+    bad = sorted(fn.decode("utf-8", "replace") if isinstance(fn, bytes) else str(fn)
+                 for fn in set(rows) | set(per_fn) if rows.get(fn, 0) != per_fn.get(fn, 0))
+    if bad:
+        out.append(f"argument index: the runs of {', '.join(bad[:5])} have other arguments than it holds")
+    return out
+
+
+def rebuild(c: sqlite3.Connection) -> None:
+    """``run_args`` and ``arg_names`` made again from every run (``doctor``'s repair)."""
+    _rebuild(c)
 
 
 def counted(c: Any, fn: str, name: str) -> tuple[int, int] | None:

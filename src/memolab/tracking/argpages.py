@@ -82,7 +82,8 @@ def _parts(f: ArgFilter, v: str, numbers: bool = True, texts: bool = True) -> tu
     ``numbers``/``texts``: whether values of that kind exist (a part that can match none is left
     out, so that the rest is one range)."""
     op = "=" if f.op == "!=" else f.op
-    out, params = [], []
+    out: list[str] = []
+    params: list[Any] = []
     num = js_number(f.value)
     # (each range bounded by the other kind only where values of that kind exist: one bound fewer
     # lets SQLite take the filter's two words on one argument as one range)
