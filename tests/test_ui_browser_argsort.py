@@ -44,6 +44,16 @@ def first_rows(pg, want: list[int]) -> None:
                          " && JSON.stringify(s.slice(0, w.length)) === JSON.stringify(w); }", arg=want)
 
 
+def sort_by(pg, label: str, key: str, direction: int) -> None:
+    """Click the column's head until the table is sorted by ``key`` in ``direction`` (1: ascending),
+    as the page's state says (its head's arrow is drawn only once the rows have come)."""
+    for _ in range(3):
+        if pg.evaluate("() => [state.sort.key, state.sort.dir]") == [key, direction]:
+            return
+        pg.click(f"#runs thead th[data-col='{label}']")
+    raise AssertionError(f"not sorted by {key} {direction}")
+
+
 def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # noqa: F811
     fill()
     srv, _ = serve_in_thread(tmp_store)
@@ -57,15 +67,15 @@ def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # n
 
         # sorted by seed (a number: as a number), the server's order over every run: 1, 2, 3 first,
         # then the other way round
-        pg.click("#runs thead th[data-col='seed']")
+        sort_by(pg, "seed", "a:seed", 1)
         first_rows(pg, [1, 2, 3, 4, 5])
-        pg.click("#runs thead th[data-col='seed']")
+        sort_by(pg, "seed", "a:seed", -1)
         first_rows(pg, [N, N - 1, N - 2])
         # sorted by opt (a text): "adam" before "sgd"; runs of one value newest first, and the
         # descending order is the ascending one reversed (the oldest "sgd" run last of all: run 3)
-        pg.click("#runs thead th[data-col='opt']")
+        sort_by(pg, "opt", "a:opt", 1)
         first_rows(pg, [N - 1, N - 2, N - 4])
-        pg.click("#runs thead th[data-col='opt']")
+        sort_by(pg, "opt", "a:opt", -1)
         first_rows(pg, [3, 6, 9])
         sorts = [q for q in runs_asked(srv) if q.get("sort", [""])[0].startswith("a:")]
         assert {q["sort"][0] for q in sorts} == {"a:seed", "a:opt"}
@@ -75,9 +85,7 @@ def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # n
         for words, want in (("seed<=3", [3, 2, 1]), ("lr=0.1 seed<50", [r for r in range(49, 0, -1) if r % 4 == 0]),
                             ("opt=sgd seed<10", [9, 6, 3]), ("seed>=2398", [2400, 2399, 2398]),
                             ("seed<10 opt!=sgd", [8, 7, 5, 4, 2, 1])):
-            pg.click("#runs thead th[data-col='started']")  # (the table in start order, newest first)
-            if "▼" not in pg.inner_text("#runs thead th[data-col='started']"):
-                pg.click("#runs thead th[data-col='started']")
+            sort_by(pg, "started", "started", -1)  # (the table in start order, newest first)
             pg.fill("#run-filter", words)
             first_rows(pg, want)
             assert pg.evaluate(SHOWN) == want, words
@@ -86,9 +94,7 @@ def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # n
             assert asked.get("arg") == words.split() and int(asked["limit"][0]) == screen, asked
         # a filter and a sort by another argument together: the four oldest runs of lr=0.1, by seed
         pg.fill("#run-filter", "lr=0.1")
-        pg.click("#runs thead th[data-col='seed']")
-        if "▲" not in pg.inner_text("#runs thead th[data-col='seed']"):
-            pg.click("#runs thead th[data-col='seed']")
+        sort_by(pg, "seed", "a:seed", 1)
         first_rows(pg, [4, 8, 12, 16])
         assert f"{N // 4} of {N} evaluation(s)" in pg.inner_text("#run-count")
         assert pg.errors == []
