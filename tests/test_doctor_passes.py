@@ -177,10 +177,14 @@ def test_doctor_reads_each_row_once_and_still_finds_every_damage(tmp_path):
     passes = walks(index, got["statements"])
     print(passes, {k: got[k] for k in ("rows", "listings", "verified")}, len(got["statements"]), file=sys.stderr)
     # each table walked once; the blob folder listed once and every blob read once
-    big = {t: passes.pop(t, 0) for t in ("integrity_check", "evaluations", "runs", "misses", "scalars", "scalar_tags")}
-    assert big == {"integrity_check": 1, "evaluations": 1, "runs": 1, "misses": 1, "scalars": 0, "scalar_tags": 0}, big
-    # (and the small tables: one row per function, or per lease)
-    assert set(passes) <= {"evaluation_counts", "run_counts", "run_digits", "leases"} and max(passes.values()) == 1, passes
+    big = {t: passes.pop(t, 0) for t in ("integrity_check", "evaluations", "runs", "misses", "scalars", "scalar_tags",
+                                         "run_args")}
+    assert big == {"integrity_check": 1, "evaluations": 1, "runs": 1, "misses": 1, "scalars": 0, "scalar_tags": 0,
+                   "run_args": 1}, big
+    # (and the small tables: one row per function, or per lease, or per run written since the
+    # runs' arguments were last indexed)
+    assert set(passes) <= {"evaluation_counts", "run_counts", "run_digits", "leases", "arg_names",
+                           "args_pending"} and max(passes.values()) == 1, passes
     assert got["listings"] == 1 and got["verified"] == blobs - 1
     # about one row handed to Python per row in the store (and a few more: schema, leases, the
     # rows marked corrupt): the runs' rows once, the evaluations' once

@@ -191,6 +191,12 @@ def _check_rows(store: Any, rows: Any, out: Out, facts: dict[str, Any] | None, d
 
     for line in rows.drift:
         out(f"kept count {line}" + ("" if readonly else ": recounted"))
+    # every run's arguments in value order (tracking/argindex.py), counted in the same walk:
+    # rebuilt where they drifted
+    from ..tracking import argindex
+
+    for line in rows.args_drift:
+        out(f"kept {line}" + ("" if readonly else ": rebuilt"))
     # blobs against their digests
     checked = 0
     damaged: dict[str, str] = {}
@@ -222,6 +228,8 @@ def _check_rows(store: Any, rows: Any, out: Out, facts: dict[str, Any] | None, d
                 counts.rewrite(c, *rows.recount)
             elif rows.drift:
                 counts.check(c, repair=True)
+            if rows.args_drift:
+                argindex.rebuild(c)
         refs = rows.refs if same else store.index.referenced_blobs(only_done=True)
         # (a name that is no digest is a damaged row, marked below: never made a path)
         missing = [d for d in refs if d not in damaged and is_digest(d) and not store.blobs.path(d).exists()]

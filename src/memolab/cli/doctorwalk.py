@@ -38,6 +38,8 @@ class Walk:
     refs: dict[str, list[int]] = field(default_factory=dict)
     #: the kept counts that differ from the rows (``counts.differences``); empty where not kept
     drift: list[str] = field(default_factory=list)
+    #: what the index of the runs' arguments says that the runs do not (``argindex.walk_differences``)
+    args_drift: list[str] = field(default_factory=list)
     #: the recount, for a repair: ({(fn, script): (runs, stored, last)}, {fn: (n, hits, size, duration)}, digits)
     recount: tuple[dict[tuple[str, str], tuple[Any, ...]], dict[str, tuple[Any, ...]], int] | None = None
     conn: sqlite3.Connection | None = None
@@ -70,7 +72,7 @@ def walk(index: Any, bar: Callable[[int], Any]) -> Walk:
     from ..store import inline_problem
     from ..store.health import ReadOnlyIndex, row_problem
     from ..store.sqlite import EVAL_COLUMNS
-    from ..tracking import counts
+    from ..tracking import argindex, counts
 
     out = Walk()
     conn = ReadOnlyIndex(index.path).conn()  # a private connection (read-only mounts included)
@@ -143,9 +145,16 @@ def walk(index: Any, bar: Callable[[int], Any]) -> Walk:
         if keep and have is not None:
             runs: dict[tuple[str, str], list[Any]] = {}
             ids: list[int] = []
-            for rid, fn, script, stored, started in conn.execute(
+            # (and, where the runs' arguments are indexed, how many rows of it each run has)
+            args = argindex.available(conn)
+            pending = {r for (r,) in conn.execute("SELECT run FROM args_pending")} if args else set()
+            args = args and argindex.EVERY not in pending  # (not filled yet: nothing to compare)
+            leaves: dict[Any, int] = {}
+            for rid, fn, script, stored, started, n_args in conn.execute(
                     "SELECT r.id, r.fn, COALESCE(r.script, ''), EXISTS (SELECT 1 FROM evaluations e WHERE e.id = r.eval_id), "
-                    "r.started FROM runs r"):
+                    f"r.started, {argindex.leaf_count('r') if args else '0'} FROM runs r"):
+                if args and rid not in pending:
+                    leaves[fn] = leaves.get(fn, 0) + n_args
                 g = runs.setdefault((counts.as_text(fn), counts.as_text(script)), [0, 0, None])
                 g[0] += 1
                 g[1] += stored
@@ -158,6 +167,8 @@ def walk(index: Any, bar: Callable[[int], Any]) -> Walk:
                 want_e = {counts.as_text(r[0]): tuple(r[1:5]) for r in conn.execute(counts.RECOUNT_EVALUATIONS)}
             out.drift = counts.differences(have, {k: (v[0], v[1]) for k, v in runs.items()}, want_e, shared)
             out.recount = ({k: tuple(v) for k, v in runs.items()}, want_e, shared)
+            if args:
+                out.args_drift = argindex.walk_differences(conn, leaves)
     finally:
         conn.execute("COMMIT")
     return out

@@ -15,11 +15,11 @@ window only (they have no metric, status of their own or tags of a run).
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..store.inlist import placeholders
-from . import query
+from . import argindex, argpages, query
+from .argpages import ArgFilter
 
 #: the most rows one page may ask for
 MAX_LIMIT = 5000
@@ -27,26 +27,28 @@ MAX_LIMIT = 5000
 
 def window(index: Any, fn: str, script: str | None = None, limit: int = 200, offset: int = 0,
            sort: str = "started", descending: bool = True, status: list[str] | None = None,
-           tag: str | None = None, arg: tuple[str, str] | None = None) -> dict[str, Any]:
+           tag: str | None = None, arg: tuple[str, str] | None = None, args: list[ArgFilter] | None = None,
+           code: str | None = None) -> dict[str, Any]:
     """{"total", "offset", "limit", "rows"}: one page of ``fn``'s runs (``script``: as ``query.runs``).
 
-    ``sort``: ``started`` or ``m:TAG`` (the tag's final value; runs without it last).
+    ``sort``: ``started``, ``m:TAG`` (the tag's final value; runs without it last) or ``a:NAME``
+    (an argument's value: ``argpages``).
     ``status``: keep these (``lost`` is a ``running`` run whose process is gone: told apart on the
     page's rows, so a page filtered by it may come back shorter than ``limit``).
-    ``tag``: runs carrying it (or whose evaluation does). ``arg``: (``cfg.optim.lr``, ``"0.1"``):
-    runs whose recorded argument, as text, equals the value."""
+    ``tag``: runs carrying it (or whose evaluation does). ``args``: filters on arguments
+    (``lr<=0.01``: ``argpages.ArgFilter``); ``arg``: (``cfg.optim.lr``, ``"0.1"``), one ``=`` filter.
+    ``code``: runs whose code digest starts with these hex digits."""
     limit = max(0, min(int(limit), MAX_LIMIT))
     offset = max(0, int(offset))
-    if sort == "started" and descending and not status and not tag and not arg:
+    filters = [*(args or []), *([ArgFilter(arg[0], "=", arg[1])] if arg else [])]
+    if sort == "started" and descending and not status and not tag and not filters and not code:
         rows = query.runs(index, fn, limit=offset + limit, script=script or None)[offset:]
         return {"total": query.count_rows(index, fn, script or None), "offset": offset, "limit": limit, "rows": rows}
     c = query.ready(index)
     where, params = ["r.fn=?"], [fn]
-    if script:
-        where.append("r.script=?")
-        params.append(script)
-    elif script == "":
-        where.append("r.script IS NULL")
+    if not argpages.vacuous_script(c, fn, script):  # (a script's function run by that script only: every run)
+        where.append("r.script=?" if script else "r.script IS NULL")
+        params += [script] if script else []
     if status:
         stored = sorted({"running" if s == "lost" else s for s in status})
         where.append(f"r.status IN ({placeholders(len(stored))})")
@@ -56,22 +58,35 @@ def window(index: Any, fn: str, script: str | None = None, limit: int = 200, off
                      "r.eval_id IN (SELECT evaluation FROM annotations WHERE kind='tag' AND text=? "
                      "AND evaluation IS NOT NULL))")
         params += [tag, tag]
-    if arg:
-        path = _arg_path(arg[0])
-        where.append("CAST(json_extract(r.hparams, ?) AS TEXT) = ?")
-        params += [path, arg[1]]
-    join, order = "", f"r.started {'DESC' if descending else 'ASC'}"
-    if sort.startswith("m:"):
-        join = " LEFT JOIN scalar_tags st ON st.run = r.id AND st.tag = ?"
-        params = [sort[2:], *params]
-        order = f"st.last_value IS NULL, st.last_value {'DESC' if descending else 'ASC'}, r.started DESC"
-    body = f"FROM runs r{join} WHERE {' AND '.join(where)}"
+    if code:
+        where.append("lower(r.code) LIKE ?")
+        params.append("".join(ch for ch in code.lower() if ch in "0123456789abcdef") + "%")
     if tag and not _has_annotations(c):
         return {"total": 0, "offset": offset, "limit": limit, "rows": []}
-    total = int(c.execute(f"SELECT COUNT(*) {body}", params).fetchone()[0])
-    ids = [i for (i,) in c.execute(f"SELECT r.id {body} ORDER BY {order} LIMIT ? OFFSET ?", [*params, limit, offset])]
-    got = {r["id"]: r for r in query.labelled(index, query.runs(index, ids=ids))} if ids else {}
-    rows = [got[i] for i in ids if i in got]
+    # sorted by an argument, or filtered to the runs with some value of one: a range of ``run_args``
+    indexed = bool(filters or sort.startswith("a:")) and argindex.sync(index)
+    got = argpages.window(c, fn, where, params, filters, sort, descending, limit, offset, len(where) == 1, indexed)
+    if got is not None:
+        total, ids = got
+    else:
+        for f in filters:
+            sql, p = argpages.condition(c, fn, f, indexed)
+            where.append(sql)
+            params += p
+        # (equal starts in the order of ``runs_fn``'s entries: pages never share or skip a run)
+        join, order = "", "r.started DESC, r.id DESC" if descending else "r.started ASC, r.id ASC"
+        if sort.startswith("m:"):
+            join = " LEFT JOIN scalar_tags st ON st.run = r.id AND st.tag = ?"
+            params = [sort[2:], *params]
+            order = f"st.last_value IS NULL, st.last_value {'DESC' if descending else 'ASC'}, r.started DESC, r.id DESC"
+        elif sort.startswith("a:"):
+            order = argpages.json_order(sort[2:], descending)
+        body = f"FROM runs r{join} WHERE {' AND '.join(where)}"
+        total = int(c.execute(f"SELECT COUNT(*) {body}", params).fetchone()[0])
+        ids = [i for (i,) in c.execute(f"SELECT r.id {body} ORDER BY {order} LIMIT ? OFFSET ?",
+                                       [*params, limit, offset])]
+    got_rows = {r["id"]: r for r in query.labelled(index, query.runs(index, ids=ids))} if ids else {}
+    rows = [got_rows[i] for i in ids if i in got_rows]
     if status:
         rows = [r for r in rows if r["status"] in status]
     return {"total": total, "offset": offset, "limit": limit, "rows": rows}
@@ -101,11 +116,6 @@ def _scope(fn: str, script: str | None) -> tuple[str, list[Any]]:
     elif script == "":
         where += " AND r.script IS NULL"
     return where, params
-
-
-def _arg_path(name: str) -> str:
-    """A flattened argument name (``cfg.optim.lr``, as the page shows it) as a JSON path of ``runs.hparams``."""
-    return "$." + ".".join('"' + p.replace('"', "") + '"' for p in name.split("."))
 
 
 def best(index: Any, fn: str, tag: str, lower: bool, script: str | None = None) -> dict[str, Any]:
@@ -143,21 +153,31 @@ def groups(index: Any, fn: str, by: str, tag: str, script: str | None = None,
     value of ``tag`` over the ``n`` runs of the group that logged it (``runs``: all of the group's);
     the first ``limit`` groups, of ``total``.
 
-    Computed by SQLite in one pass over the function's runs (no Python object per run): what the
-    page would otherwise need every run for. Groups in order of their value (SQLite's order:
-    numbers before text)."""
+    Where the store keeps ``run_args`` (``argindex``): the first ``limit`` values by one index seek
+    each and each group's runs by a range of it, so what is read is the groups shown (and, only
+    where some runs lack the argument, one pass to find those); the total is a kept count. Elsewhere
+    (an older store read as it is; a script's function run by several scripts): one pass of SQLite
+    over the function's runs. Groups in order of their value (SQLite's order: numbers before text;
+    ``true``/``false`` and lists as the texts the page shows)."""
     c = query.ready(index)
-    where, params = _scope(fn, script)
-    path = _arg_path(by)
-    rows = c.execute(
-        "SELECT json_extract(r.hparams, ?) AS g, json_type(r.hparams, ?), COUNT(*), COUNT(st.last_value), "
-        "AVG(st.last_value), AVG(st.last_value * st.last_value), MIN(st.last_value), MAX(st.last_value), "
-        "COUNT(*) OVER () "
-        f"FROM runs r LEFT JOIN scalar_tags st ON st.run = r.id AND st.tag = ? WHERE {where} "
-        "GROUP BY g ORDER BY g LIMIT ?", [path, path, tag, *params, max(1, limit)]).fetchall()
-    out, total = [], rows[0][8] if rows else 0
-    for g, kind, runs, n, mean, sq, lo, hi, _ in rows:
-        value = json.loads(g) if kind in ("object", "array") else g
+    kept = argpages.groups(c, fn, by, tag, max(1, limit), argindex.sync(index)) \
+        if argpages.vacuous_script(c, fn, script) else None
+    if kept is not None:
+        total, rows = kept
+        if rows and rows[0][0] is None and not rows[0][1]:  # (no run lacks it after all: a key with a dot)
+            total, rows = total - 1, rows[1:]
+    else:
+        where, params = _scope(fn, script)
+        value = argpages.json_value(by)
+        got = c.execute(
+            f"SELECT {value} AS g, COUNT(*), COUNT(st.last_value), "
+            "AVG(st.last_value), AVG(st.last_value * st.last_value), MIN(st.last_value), MAX(st.last_value), "
+            "COUNT(*) OVER () "
+            f"FROM runs r LEFT JOIN scalar_tags st ON st.run = r.id AND st.tag = ? WHERE {where} "
+            "GROUP BY g ORDER BY g LIMIT ?", [tag, *params, max(1, limit)]).fetchall()
+        total, rows = (got[0][7] if got else 0), [g[:7] for g in got]
+    out = []
+    for g, runs, n, mean, sq, lo, hi in rows:
         std = max(0.0, sq - mean * mean) ** 0.5 if n else None
-        out.append({"value": value, "runs": runs, "n": n, "mean": mean, "std": std, "min": lo, "max": hi})
+        out.append({"value": g, "runs": runs, "n": n, "mean": mean, "std": std, "min": lo, "max": hi})
     return {"by": by, "tag": tag, "total": total, "groups": out}

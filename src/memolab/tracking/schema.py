@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 
 from ..errors import swallowed
-from . import counts
+from . import argindex, counts
 
 BLOCK = 64
 
@@ -138,3 +138,7 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
         # another writer held the store past the busy timeout: readers count as before, and the
         # next open tries again (the install is one transaction: nothing half made)
         swallowed("tracking.schema: counts.install")
+    try:
+        argindex.install(conn)  # every run's arguments in value order, kept by triggers (once per store)
+    except sqlite3.OperationalError:
+        swallowed("tracking.schema: argindex.install")

@@ -51,7 +51,7 @@ from ..cli.ids import short_length
 from ..key import key_of
 from ..settings.text import mask_args
 from ..store import edges
-from ..tracking import codediff, pages, query
+from ..tracking import argpages, codediff, pages, query
 from . import series, views
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -357,15 +357,21 @@ def _count(s: str, name: str = "limit") -> int:
 
 
 def _window(index: Any, q: dict[str, list[str]]) -> dict[str, Any]:
-    """``/api/runs?fn=F&limit=N`` (``offset``, ``sort=started|m:TAG``, ``dir=asc|desc``, ``status``
-    (repeatable), ``tag``, ``arg=NAME=VALUE``): one page of runs and their ``total``."""
-    arg = _one(q, "arg", "")
-    if arg and "=" not in arg:
-        raise ApiError(400, f"arg must be NAME=VALUE, got {arg[:40]!r}")
-    name, _, value = arg.partition("=")
+    """``/api/runs?fn=F&limit=N`` (``offset``, ``sort=started|m:TAG|a:NAME``, ``dir=asc|desc``,
+    ``status`` (repeatable), ``tag``, ``code`` (a digest's start), ``arg=NAME<op>VALUE`` (repeatable;
+    ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``: the page's filter words)): one page of runs and their ``total``."""
+    args = []
+    for word in q.get("arg") or []:
+        f = argpages.parse(word)
+        if f is None and "=" in word:  # (a name the filter words do not take: NAME=VALUE as it is)
+            name, _, value = word.partition("=")
+            f = argpages.ArgFilter(name, "=", value)
+        if f is None:
+            raise ApiError(400, f"arg must be NAME=VALUE (or !=, <, <=, >, >=), got {word[:40]!r}")
+        args.append(f)
     return pages.window(index, _one(q, "fn"), _script(q), _count(_one(q, "limit")), _count(_one(q, "offset", "0"), "offset"),
                         _one(q, "sort", "started"), _one(q, "dir", "desc") != "asc", q.get("status") or None,
-                        _one(q, "tag", "") or None, (name, value) if arg else None)
+                        _one(q, "tag", "") or None, args=args, code=_one(q, "code", "") or None)
 
 
 def _by_ids(index: Any, ids: list[int]) -> list[dict[str, Any]]:

@@ -228,7 +228,14 @@ function metricValue(r, tag) {
 // so what told its runs apart was cut off. The constant ones are folded into one cell (its tooltip
 // lists them; "show" in its head unfolds them). One run: nothing varies, every argument is shown.
 const ARG_COLS = 8;
-function argKeys() { return state.runs.length > 1 ? varyingKeys().slice(0, ARG_COLS) : []; }
+function argKeys() {
+  if (state.runs.length <= 1) return [];
+  const keys = varyingKeys().slice(0, ARG_COLS);
+  // the argument sorted by keeps its column, though the rows of a page sorted by it may all share one value
+  const k = state.sort.key.startsWith("a:") ? state.sort.key.slice(2) : null;
+  if (k && !keys.includes(k) && state.runs.some((r) => k in (r.hparams || {}))) keys.push(k);
+  return keys;
+}
 
 function runCols() {
   const args = argKeys();
@@ -267,12 +274,15 @@ function runsQuery(limit, offset) {
   const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
   const { key, dir } = state.sort;
   const bySrv = serverSorts() && !(key === "started" && dir < 0) ? `&sort=${encodeURIComponent(key)}&dir=${dir > 0 ? "asc" : "desc"}` : "";
-  return "runs?fn=" + encodeURIComponent(state.fn) + which + `&limit=${limit}` + (offset ? `&offset=${offset}` : "") + bySrv;
+  return "runs?fn=" + encodeURIComponent(state.fn) + which + `&limit=${limit}` + (offset ? `&offset=${offset}` : "") + bySrv
+    + (serverFilters() ? state.srvFilter : "");
 }
-// the server can sort by start and by a metric's final value
-function serverSorts() { const { key } = state.sort; return key === "started" || (key.startsWith("m:") && state.stat === "last"); }
+// the server can sort by start, by a metric's final value and by an argument's value
+function serverSorts() { const { key } = state.sort; return key === "started" || key.startsWith("a:") || (key.startsWith("m:") && state.stat === "last"); }
+// the server filters by status, tag, code and arguments (views.js serverFilter), over every run
+function serverFilters() { return !!(state.filter && state.srvFilter !== null && state.srvFilter !== undefined); }
 // the page filters or sorts the runs itself: it needs them all (up to RUN_WINDOW, the newest)
-function wantsAll() { return !!(state.filter || !serverSorts() || state.stat !== "last" || state.wantAll); }
+function wantsAll() { return !!((state.filter && !serverFilters()) || !serverSorts() || state.stat !== "last" || state.wantAll); }
 // the rows the screen can show (the viewport's height in rows), and a margin: what one page asks
 function screenRows() {
   return Math.max(AUTO_SELECT, Math.ceil(Math.max(window.innerHeight || 0, 400) / (state.rowH || ROW_H))) + ROWS_MARGIN;
@@ -295,7 +305,7 @@ async function loadRuns(force = true, render = true) {
   // paged: the first page of what the server sorted; the others come as the table is scrolled to them
   const paged = !all && page.total > runs.length;
   // polling must not rebuild the table when nothing changed
-  const sig = JSON.stringify([paged, state.sort, runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.kept, r.notes.length, r.status === "running" && Math.round(r.duration)])]);
+  const sig = JSON.stringify([paged, state.sort, serverFilters() && state.srvFilter, runs.map((r) => [r.id, r.status, r.hits, r.stored, r.result, r.metrics, r.name, r.run_tags, r.kept, r.notes.length, r.status === "running" && Math.round(r.duration)])]);
   const changed = sig !== state.runsSig || page.total !== state.shownTotal;
   state.shownTotal = page.total;
   const before = state.byId;
@@ -400,10 +410,13 @@ function renderRuns() {
     return th;
   })));
   if (!pressedIn($("#runs"))) renderRows();
-  const filtered = !state.paged && state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
+  // filtered by the server: how many pass of the function's all (the sidebar's count)
+  const entry = currentEntry(), whole = entry ? Math.max(entry.runs, entry.evaluations) : null;
+  const bySrv = serverFilters() && whole !== null;
+  const filtered = bySrv ? `${state.total} of ` : !state.paged && state.view.length !== state.runs.length ? `${state.view.length} of ` : "";
   const shown = shownIds().length;
-  const more = !state.paged && state.total > state.runs.length ? ` (the window of ${state.total})` : "";
-  $("#run-count").textContent = `${filtered}${state.paged ? state.total : state.runs.length}${more} evaluation(s), ${state.selected.length} selected`
+  const more = !bySrv && !state.paged && state.total > state.runs.length ? ` (the window of ${state.total})` : "";
+  $("#run-count").textContent = `${filtered}${bySrv ? whole : state.paged ? state.total : state.runs.length}${more} evaluation(s), ${state.selected.length} selected`
     + (shown !== state.selected.length ? ` (${shown} pass the filter)` : "");
   const stored = state.selected.map(runById).filter((r) => r && r.eval_id && r.stored);
   $("#compare-code").disabled = stored.length !== 2;
@@ -677,7 +690,11 @@ async function init() {
   $("#tag-filter").addEventListener("input", () => { saveUrl(); refreshTab(); });
   // the filter narrows the charts too: redrawn once typing pauses
   $("#run-filter").addEventListener("input", () => {
-    compileFilter(); if (!reloadIfModeChanged()) renderRuns(); saveUrl();
+    const was = serverFilters() && state.srvFilter;
+    compileFilter();
+    // a filter the server applies (or one it no longer does) asks for the runs again
+    if (!reloadIfModeChanged()) { if ((serverFilters() && state.srvFilter) !== was) loadRuns(true); else renderRuns(); }
+    saveUrl();
     clearTimeout(state.filterTimer);
     state.filterTimer = setTimeout(() => refreshTab(), 150);
   });

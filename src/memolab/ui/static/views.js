@@ -79,6 +79,7 @@ function restoreView(url) {
 function compileFilter() {
   const src = $("#run-filter").value.trim();
   $("#run-filter").style.borderColor = "";
+  state.srvFilter = src ? serverFilter(src.split(/\s+/)) : null;
   if (!src) { state.filter = null; return; }
   const preds = src.split(/\s+/).map((tok) => {
     let m = tok.match(/^status:(\S+)$/);
@@ -92,7 +93,7 @@ function compileFilter() {
       const [, k, op, want] = m;
       return (r) => {
         const v = (r.hparams || {})[k];
-        if (v === undefined) return op === "!=";
+        if (v === undefined || v === null) return op === "!=";  // (null: no value, as the sort and the server have it)
         const a = typeof v === "number" ? v : fmtArg(v), b = typeof v === "number" ? +want : want;
         return op === "=" ? a === b || fmtArg(v) === want : op === "!=" ? a !== b && fmtArg(v) !== want
           : op === "<" ? a < b : op === ">" ? a > b : op === "<=" ? a <= b : a >= b;
@@ -105,6 +106,28 @@ function compileFilter() {
   state.filter = (r) => preds.every((p) => p(r));
 }
 function runFilter() { return state.filter; }
+
+// The filter words as the server's query (/api/runs: the same meaning, over every run of the
+// function, paged), or null where a word is one only the page can apply (a regex over the labels,
+// two tags): then the page filters the newest RUN_WINDOW runs itself, as it did every filter.
+const STATUSES = ["running", "done", "failed", "interrupted", "lost"];
+function serverFilter(words) {
+  const q = [];
+  let statuses = null, tags = 0;
+  for (const tok of words) {
+    let m = tok.match(/^status:(\S+)$/);
+    if (m) { const s = STATUSES.filter((x) => x.startsWith(m[1])); statuses = statuses ? statuses.filter((x) => s.includes(x)) : s; continue; }
+    m = tok.match(/^tag:(\S+)$/);
+    if (m) { if (++tags > 1) return null; q.push("tag=" + encodeURIComponent(m[1])); continue; }
+    m = tok.match(/^code:([0-9a-fA-F]+)$/);
+    if (m) { q.push("code=" + m[1]); continue; }
+    if (/^([\w.\/-]+)(<=|>=|!=|=|<|>)(.+)$/.test(tok)) { q.push("arg=" + encodeURIComponent(tok)); continue; }
+    return null;
+  }
+  // (no status passes every status word: a status no run has)
+  if (statuses) q.push(...(statuses.length ? statuses : ["none"]).map((s) => "status=" + s));
+  return q.length ? "&" + q.join("&") : "";
+}
 
 // what the charts draw: the selected runs that pass the filter
 function shownIds() {

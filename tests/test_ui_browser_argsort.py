@@ -1,0 +1,103 @@
+"""A sort and a filter by an argument in the runs table, in a real headless Chromium (see
+test_ui_browser.py), over a function with more runs than the page ever loads at once (the newest
+2,000, app.js RUN_WINDOW, were all a filter or a sort by an argument saw): the server sorts and
+filters every run (tracking/argpages.py), the page asks for a screen of them, and the runs it shows
+are the oldest ones, which no window of the newest 2,000 holds."""
+from __future__ import annotations
+
+import urllib.parse
+
+from memolab.store import get_store
+from memolab.ui.server import serve_in_thread
+from test_ui_browser import page  # noqa: F401  (a fixture)
+
+N = 2400  # the newest 2,000 are runs 401..2400: every run below asserted on is older
+LRS = [0.1, 0.2, 0.3, 0.4]
+
+
+def opt(r: int) -> str:
+    return "sgd" if r % 3 == 0 else "adam"
+
+
+def fill() -> None:
+    from memolab.tracking.sink import END, START, sink_for
+
+    s = sink_for(get_store().index)
+    for r in range(1, N + 1):
+        s.q.append((START, r, {"fn": "many:f", "started": float(r),
+                               "hparams": {"lr": LRS[r % 4], "seed": r, "opt": opt(r)}}))
+        s.q.append((END, r, "done", float(r) + 1, None))
+    s.flush()
+
+
+def runs_asked(srv) -> list[dict[str, list[str]]]:
+    return [urllib.parse.parse_qs(urllib.parse.urlparse(p).query) for p, _ in list(srv.served)
+            if urllib.parse.urlparse(p).path == "/api/runs"]
+
+
+SHOWN = "() => [...document.querySelectorAll('#runs tbody tr[data-run]')].map(r => +r.dataset.run)"
+
+
+def first_rows(pg, want: list[int]) -> None:
+    """Wait until the table's first rows are ``want`` (no page of it still asked for)."""
+    pg.wait_for_function(f"w => {{ const s = ({SHOWN})(); return !document.querySelector('#runs tbody tr.pending')"
+                         " && JSON.stringify(s.slice(0, w.length)) === JSON.stringify(w); }", arg=want)
+
+
+def sort_by(pg, label: str, key: str, direction: int) -> None:
+    """Click the column's head until the table is sorted by ``key`` in ``direction`` (1: ascending),
+    as the page's state says (its head's arrow is drawn only once the rows have come)."""
+    for _ in range(3):
+        if pg.evaluate("() => [state.sort.key, state.sort.dir]") == [key, direction]:
+            return
+        pg.click(f"#runs thead th[data-col='{label}']")
+    raise AssertionError(f"not sorted by {key} {direction}")
+
+
+def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # noqa: F811
+    fill()
+    srv, _ = serve_in_thread(tmp_store)
+    try:
+        pg = page
+        pg.goto(srv.link("?fn=many:f"))
+        pg.wait_for_selector("body[data-ready='1']")
+        assert f"{N} evaluation(s)" in pg.inner_text("#run-count")
+        screen = int(runs_asked(srv)[-1]["limit"][0])
+        assert screen < 200
+
+        # sorted by seed (a number: as a number), the server's order over every run: 1, 2, 3 first,
+        # then the other way round
+        sort_by(pg, "seed", "a:seed", 1)
+        first_rows(pg, [1, 2, 3, 4, 5])
+        sort_by(pg, "seed", "a:seed", -1)
+        first_rows(pg, [N, N - 1, N - 2])
+        # sorted by opt (a text): "adam" before "sgd"; runs of one value newest first, and the
+        # descending order is the ascending one reversed (the oldest "sgd" run last of all: run 3)
+        sort_by(pg, "opt", "a:opt", 1)
+        first_rows(pg, [N - 1, N - 2, N - 4])
+        sort_by(pg, "opt", "a:opt", -1)
+        first_rows(pg, [3, 6, 9])
+        sorts = [q for q in runs_asked(srv) if q.get("sort", [""])[0].startswith("a:")]
+        assert {q["sort"][0] for q in sorts} == {"a:seed", "a:opt"}
+        assert all(int(q["limit"][0]) == screen for q in sorts), "a screen a page, never the 2,000-run window"
+
+        # filters by arguments (numbers as numbers, texts as texts), applied by the server over every run
+        for words, want in (("seed<=3", [3, 2, 1]), ("lr=0.1 seed<50", [r for r in range(49, 0, -1) if r % 4 == 0]),
+                            ("opt=sgd seed<10", [9, 6, 3]), ("seed>=2398", [2400, 2399, 2398]),
+                            ("seed<10 opt!=sgd", [8, 7, 5, 4, 2, 1])):
+            sort_by(pg, "started", "started", -1)  # (the table in start order, newest first)
+            pg.fill("#run-filter", words)
+            first_rows(pg, want)
+            assert pg.evaluate(SHOWN) == want, words
+            assert pg.inner_text("#run-count").startswith(f"{len(want)} of {N} evaluation(s)"), words
+            asked = [q for q in runs_asked(srv) if "arg" in q][-1]
+            assert asked.get("arg") == words.split() and int(asked["limit"][0]) == screen, asked
+        # a filter and a sort by another argument together: the four oldest runs of lr=0.1, by seed
+        pg.fill("#run-filter", "lr=0.1")
+        sort_by(pg, "seed", "a:seed", 1)
+        first_rows(pg, [4, 8, 12, 16])
+        assert f"{N // 4} of {N} evaluation(s)" in pg.inner_text("#run-count")
+        assert pg.errors == []
+    finally:
+        srv.shutdown()
+        srv.server_close()
