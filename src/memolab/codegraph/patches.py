@@ -29,7 +29,7 @@ import types
 from typing import Any
 
 from . import bytecode, code_cache
-from .origins import USER, kind_of
+from .origins import USER, kinds_of
 from .where import origin_of
 
 #: (where, the namespace it sits in: a module's dict or a class's mappingproxy, its name, the value there
@@ -139,7 +139,9 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     wholes: dict[int, Any] = {}
     # A copy, not list(items()): building the item tuples can run a collection, whose finalizers
     # (or the thread they let in) may import a module mid-walk ("dictionary changed size").
-    for modname, m in sys.modules.copy().items():
+    modules = sys.modules.copy()
+    _classify_tops(modules)
+    for modname, m in modules.items():
         if not issubclass(type(m), types.ModuleType):
             continue
         ns = getattr(m, "__dict__", None)
@@ -161,16 +163,36 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
 _kinds: dict[str, str] = {}
 
 
+def _top_file(modname: str, m: Any) -> tuple[str, str | None]:
+    """(a module's top-level package, the file that places it: its ``__file__``, or a namespace
+    package's first folder); ``torch.ops`` has a ``__file__`` of ``_ops.py``, relative to nothing."""
+    top = modname.split(".")[0]
+    root = sys.modules.get(top) if top in ("__main__", "__mp_main__") or top != modname else m
+    root = root if root is not None else m
+    return top, getattr(root, "__file__", None) or next(iter(getattr(root, "__path__", None) or ()), None)
+
+
+def _classify_tops(modules: dict[str, Any]) -> None:
+    """Find the kind of every top-level package of ``modules`` not classified yet, in one batch
+    (``origins.kinds_of``: a folder many of them lie in is listed once, not ``lstat``-ed a file)."""
+    todo: dict[str, str | None] = {}
+    for modname, m in modules.items():
+        top = modname.split(".")[0]
+        if top in _kinds or top in todo or not issubclass(type(m), types.ModuleType) \
+                or not getattr(m, "__file__", None):
+            continue
+        top, path = _top_file(modname, m)
+        todo[top] = path
+    if todo:
+        _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
+
+
 def _kind(modname: str, m: Any) -> str:
-    """A module's kind, by its top-level package's (found once: a package's submodules are its;
-    ``torch.ops`` has a ``__file__`` of ``_ops.py``, relative to nothing)."""
+    """A module's kind, by its top-level package's (found once: a package's submodules are its)."""
     top = modname.split(".")[0]
     kind = _kinds.get(top)
     if kind is None:
-        root = sys.modules.get(top) if top in ("__main__", "__mp_main__") or top != modname else m
-        root = root if root is not None else m
-        path = getattr(root, "__file__", None) or next(iter(getattr(root, "__path__", None) or ()), None)
-        kind = _kinds[top] = kind_of(top, path)
+        kind = _kinds[top] = kinds_of([_top_file(modname, m)])[0]
     return kind
 
 
