@@ -72,13 +72,17 @@ def kind_of(name: str, filename: str | None) -> str:
     if top in ("__main__", "__mp_main__"):
         return USER
     if filename and not filename.startswith("<"):
-        real = realpath(filename)
-        if _in_site(real):
-            return PACKAGE
-        # the interpreter's own folder (``_sysconfigdata_*`` is no listed module)
-        return STDLIB if real.startswith(_STDLIB_DIRS) else USER
+        return _file_kind(realpath(filename))
     hit = _cache.get((name, filename))
     return hit[0] if hit is not None else _classify(name, filename)[0]
+
+
+def _file_kind(real: str) -> str:
+    """The kind of a module whose file's real path is ``real``: a library folder's, the interpreter's
+    own folder (``_sysconfigdata_*`` is no listed module), or else the user's."""
+    if _in_site(real):
+        return PACKAGE
+    return STDLIB if real.startswith(_STDLIB_DIRS) else USER
 
 
 def origin_of_name(top: str) -> str:
@@ -225,9 +229,33 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
             if n >= LIST_MIN and d not in _listed:
                 _list(_real_dir(d))
     try:
-        return [kind_of(name, f) for name, f in modules]
+        return [_batch_kind(name, f) for name, f in modules]
     finally:
         _listed.clear()
+
+
+#: real folder -> the kind of every file in it that is no link and not named like a library folder
+#: (``_file_kind`` of ``folder/name`` depends on the folder alone then: see ``_batch_kind``)
+_dir_kinds: dict[str, str] = {}
+
+
+def _batch_kind(name: str, f: str | None) -> str:
+    """``kind_of(name, f)``; for a file of a listed folder that is no link, by its folder's kind:
+    its real path is then ``realpath(folder)/name``, whose library-folder components are the
+    folder's (``name`` is none: checked), and which starts with a stdlib folder (each ends with a
+    separator) exactly when ``realpath(folder)/`` does."""
+    top = name.partition(".")[0]
+    if not f or top in ("memolab", "__main__", "__mp_main__") or not _plain(f):
+        return kind_of(name, f)
+    head, _, tail = f.rpartition("/")
+    real_head = _real_dirs.get(head) or _real_dir(head or "/")
+    listing = _listed.get(real_head)
+    if listing is None or tail not in listing[0] or tail in listing[1] or tail in _SITE_PARTS or real_head == "/":
+        return kind_of(name, f)
+    kind = _dir_kinds.get(real_head)
+    if kind is None:
+        kind = _dir_kinds[real_head] = _file_kind(f"{real_head}/{tail}")
+    return kind
 
 
 def _in_site(path: str) -> bool:
@@ -312,4 +340,5 @@ def clear() -> None:
     _real_dirs.clear()
     _real_dirs[os.sep] = os.sep
     _listed.clear()
+    _dir_kinds.clear()
     _dists = None

@@ -139,14 +139,22 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     wholes: dict[int, Any] = {}
     # A copy, not list(items()): building the item tuples can run a collection, whose finalizers
     # (or the thread they let in) may import a module mid-walk ("dictionary changed size").
-    modules = sys.modules.copy()
-    _classify_tops(modules)
-    for modname, m in modules.items():
+    loaded, todo = [], {}
+    for modname, m in sys.modules.copy().items():
         if not issubclass(type(m), types.ModuleType):
             continue
         ns = getattr(m, "__dict__", None)
         path = getattr(m, "__file__", None)
-        if type(ns) is not dict or not path or _kind(modname, m) != USER:
+        if type(ns) is not dict or not path:
+            continue
+        top = modname.partition(".")[0]
+        if top not in _kinds and top not in todo:
+            todo[top] = _top_file(modname, m)[1]
+        loaded.append((ns, path, top))
+    if todo:  # the kinds of the new top-level packages, in one batch (a folder many lie in: one listing)
+        _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
+    for ns, path, top in loaded:
+        if _kinds[top] != USER:
             continue
         for chain, attr in _sites(path):
             target = _resolve(chain, ns)
@@ -166,34 +174,10 @@ _kinds: dict[str, str] = {}
 def _top_file(modname: str, m: Any) -> tuple[str, str | None]:
     """(a module's top-level package, the file that places it: its ``__file__``, or a namespace
     package's first folder); ``torch.ops`` has a ``__file__`` of ``_ops.py``, relative to nothing."""
-    top = modname.split(".")[0]
+    top = modname.partition(".")[0]
     root = sys.modules.get(top) if top in ("__main__", "__mp_main__") or top != modname else m
     root = root if root is not None else m
     return top, getattr(root, "__file__", None) or next(iter(getattr(root, "__path__", None) or ()), None)
-
-
-def _classify_tops(modules: dict[str, Any]) -> None:
-    """Find the kind of every top-level package of ``modules`` not classified yet, in one batch
-    (``origins.kinds_of``: a folder many of them lie in is listed once, not ``lstat``-ed a file)."""
-    todo: dict[str, str | None] = {}
-    for modname, m in modules.items():
-        top = modname.split(".")[0]
-        if top in _kinds or top in todo or not issubclass(type(m), types.ModuleType) \
-                or not getattr(m, "__file__", None):
-            continue
-        top, path = _top_file(modname, m)
-        todo[top] = path
-    if todo:
-        _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
-
-
-def _kind(modname: str, m: Any) -> str:
-    """A module's kind, by its top-level package's (found once: a package's submodules are its)."""
-    top = modname.split(".")[0]
-    kind = _kinds.get(top)
-    if kind is None:
-        kind = _kinds[top] = kinds_of([_top_file(modname, m)])[0]
-    return kind
 
 
 def _resolve(chain: tuple[str, ...], ns: dict[str, Any]) -> Any:
