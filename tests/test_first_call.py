@@ -132,6 +132,8 @@ def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
              ("realpkg", str(site / "realpkg" / "__init__.py")), ("dangling", str(site / "dangling.py")),
              ("odd", f"{site}/./lib1.py"), ("rel", "relative/x.py"), ("none", None), ("gen", "<string>"),
              ("memolab.x", str(site / "lib2.py")), ("__main__", str(site / "lib3.py"))]
+    # and every module this process has loaded (the stdlib's and lib-dynload's folders: listed)
+    mods += [(name, getattr(m, "__file__", None)) for name, m in list(sys.modules.items())]
     origins.clear()
     try:
         batch = origins.kinds_of(mods)

@@ -221,6 +221,7 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
         for _, f in modules:
             if f and _plain(f):
                 head, _, tail = f.rpartition("/")
+                head = head or "/"
                 counts[head] = counts.get(head, 0) + 1
                 if tail.startswith("__init__."):  # a package: its own folder lies in the folder above
                     up = head.rpartition("/")[0] or "/"
