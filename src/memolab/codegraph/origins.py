@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 import sysconfig
 from collections.abc import Mapping
@@ -71,12 +72,17 @@ def kind_of(name: str, filename: str | None) -> str:
     if top in ("__main__", "__mp_main__"):
         return USER
     if filename and not filename.startswith("<"):
-        real = realpath(filename)
-        if real.startswith(_STDLIB_DIRS) and not _in_site(real):
-            return STDLIB  # the interpreter's own folder (``_sysconfigdata_*`` is no listed module)
-        return PACKAGE if _in_site(real) else USER
+        return _file_kind(realpath(filename))
     hit = _cache.get((name, filename))
     return hit[0] if hit is not None else _classify(name, filename)[0]
+
+
+def _file_kind(real: str) -> str:
+    """The kind of a module whose file's real path is ``real``: a library folder's, the interpreter's
+    own folder (``_sysconfigdata_*`` is no listed module), or else the user's."""
+    if _in_site(real):
+        return PACKAGE
+    return STDLIB if real.startswith(_STDLIB_DIRS) else USER
 
 
 def origin_of_name(top: str) -> str:
@@ -135,28 +141,128 @@ def _classify(name: str, filename: str | None) -> Origin:
 
 
 _real_dirs: dict[str, str] = {os.sep: os.sep}
+#: folder (its real path) -> (the names in it, those of them that are links): read with one
+#: listing for one batch of ``kinds_of`` (a folder many of its modules lie in: the stdlib's)
+_listed: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+#: a folder is listed when at least this many of a batch's files lie in it: the listing costs
+#: about what this many ``lstat`` calls do for a folder of a few hundred entries
+LIST_MIN = 16
+
+
+def _plain(path: str) -> bool:
+    """Is ``path`` absolute and normal (``os.path.normpath(path) == path``, with no ``//``)? Decided
+    on the string: a path this refuses takes ``os.path.realpath``'s general route."""
+    return path[:1] == "/" and "//" not in path and "/./" not in path and "/../" not in path \
+        and not path.endswith(("/", "/.", "/.."))
 
 
 def realpath(path: str) -> str:
     """``os.path.realpath``, each folder resolved once per process: classifying the ~150 packages
     a torch program loads took an lstat of every component of every path (5 ms of the first
     memoized call). realpath(d/name) is realpath(realpath(d)/name), so only the last component
-    is new; a path that is not absolute and normal takes the general route."""
-    if os.name != "posix" or not os.path.isabs(path) or os.path.normpath(path) != path:
+    is new, and whether it is a link is one ``lstat`` (or the folder's listing, within
+    ``kinds_of``); a path that is not absolute and normal takes the general route."""
+    if os.sep != "/" or not _plain(path):
         return os.path.realpath(path)
-    head, tail = os.path.split(path)
-    if not tail:
-        return os.path.realpath(path)
-    real_head = _real_dirs.get(head)
-    if real_head is None:
-        real_head = _real_dirs[head] = realpath(head)
-    joined = os.path.join(real_head, tail)
-    return os.path.realpath(joined) if os.path.islink(joined) else joined
+    head, _, tail = path.rpartition("/")
+    return _resolve(head or "/", tail, path)
+
+
+def _real_dir(d: str) -> str:
+    real = _real_dirs.get(d)
+    if real is None:
+        head, _, tail = d.rpartition("/")
+        real = _real_dirs[d] = _resolve(head or "/", tail, d)
+    return real
+
+
+def _resolve(head: str, tail: str, path: str) -> str:
+    """realpath of ``path``, which is ``head/tail`` (absolute and normal)."""
+    real_head = _real_dir(head)
+    joined = path if real_head == head else (real_head + tail if real_head == "/" else f"{real_head}/{tail}")
+    listing = _listed.get(real_head)
+    if listing is not None and tail in listing[0]:
+        link = tail in listing[1]
+    else:  # (os.path.islink: an lstat, and no answer is "not a link")
+        try:
+            link = stat.S_ISLNK(os.lstat(joined).st_mode)
+        except (OSError, ValueError):
+            link = False
+    return os.path.realpath(joined) if link else joined
+
+
+def _list(real_dir: str) -> None:
+    """Read which entries of folder ``real_dir`` are links, in one listing (``d_type``: no
+    ``lstat`` an entry, except on a file system that does not say; an entry that cannot be told
+    is left out of the names, and is asked with its own ``lstat``)."""
+    names, links = set(), set()
+    try:
+        with os.scandir(real_dir) as it:
+            for e in it:
+                try:
+                    if e.is_symlink():
+                        links.add(e.name)
+                except OSError:
+                    continue
+                names.add(e.name)
+    except OSError:
+        return  # (gone, or not readable: each file is asked with its own lstat)
+    _listed[real_dir] = (frozenset(names), frozenset(links))
+
+
+def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
+    """``kind_of`` of each (name, file) of ``modules``, with fewer system calls: each folder that
+    ``LIST_MIN`` or more of these files (or package folders) lie in is read with one listing, whose
+    entry types answer which are links, instead of an ``lstat`` each. The listing is dropped when
+    the batch is done: a file made or replaced later is asked afresh. Each answer equals
+    ``kind_of``'s, and ``realpath``'s equals ``os.path.realpath``'s (tests/test_codegraph.py)."""
+    if os.sep == "/":
+        counts: dict[str, int] = {}
+        for _, f in modules:
+            if f and _plain(f):
+                head, _, tail = f.rpartition("/")
+                head = head or "/"
+                counts[head] = counts.get(head, 0) + 1
+                if tail.startswith("__init__."):  # a package: its own folder lies in the folder above
+                    up = head.rpartition("/")[0] or "/"
+                    counts[up] = counts.get(up, 0) + 1
+        for d, n in counts.items():
+            if n >= LIST_MIN and d not in _listed:
+                _list(_real_dir(d))
+    try:
+        return [_batch_kind(name, f) for name, f in modules]
+    finally:
+        _listed.clear()
+
+
+#: real folder -> the kind of every file in it that is no link and not named like a library folder
+#: (``_file_kind`` of ``folder/name`` depends on the folder alone then: see ``_batch_kind``)
+_dir_kinds: dict[str, str] = {}
+
+
+def _batch_kind(name: str, f: str | None) -> str:
+    """``kind_of(name, f)``; for a file of a listed folder that is no link, by its folder's kind:
+    its real path is then ``realpath(folder)/name``, whose library-folder components are the
+    folder's (``name`` is none: checked), and which starts with a stdlib folder (each ends with a
+    separator) exactly when ``realpath(folder)/`` does."""
+    top = name.partition(".")[0]
+    if not f or top in ("memolab", "__main__", "__mp_main__") or not _plain(f):
+        return kind_of(name, f)
+    head, _, tail = f.rpartition("/")
+    real_head = _real_dirs.get(head) or _real_dir(head or "/")
+    listing = _listed.get(real_head)
+    if listing is None or tail not in listing[0] or tail in listing[1] or tail in _SITE_PARTS or real_head == "/":
+        return kind_of(name, f)
+    kind = _dir_kinds.get(real_head)
+    if kind is None:
+        kind = _dir_kinds[real_head] = _file_kind(f"{real_head}/{tail}")
+    return kind
 
 
 def _in_site(path: str) -> bool:
-    parts = path.split(os.sep)
-    return any(p in _SITE_PARTS for p in parts)
+    """Is a component of ``path`` a ``site-packages`` or ``dist-packages`` folder?"""
+    wrapped = f"{os.sep}{path}{os.sep}"
+    return any(f"{os.sep}{p}{os.sep}" in wrapped for p in _SITE_PARTS)
 
 
 def distribution_of(top: str) -> tuple[str, str]:
@@ -234,4 +340,6 @@ def clear() -> None:
     _versions.clear()
     _real_dirs.clear()
     _real_dirs[os.sep] = os.sep
+    _listed.clear()
+    _dir_kinds.clear()
     _dists = None

@@ -29,7 +29,7 @@ import types
 from typing import Any
 
 from . import bytecode, code_cache
-from .origins import USER, kind_of
+from .origins import USER, kinds_of
 from .where import origin_of
 
 #: (where, the namespace it sits in: a module's dict or a class's mappingproxy, its name, the value there
@@ -139,12 +139,22 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     wholes: dict[int, Any] = {}
     # A copy, not list(items()): building the item tuples can run a collection, whose finalizers
     # (or the thread they let in) may import a module mid-walk ("dictionary changed size").
+    loaded, todo = [], {}
     for modname, m in sys.modules.copy().items():
         if not issubclass(type(m), types.ModuleType):
             continue
         ns = getattr(m, "__dict__", None)
         path = getattr(m, "__file__", None)
-        if type(ns) is not dict or not path or _kind(modname, m) != USER:
+        if type(ns) is not dict or not path:
+            continue
+        top = modname.partition(".")[0]
+        if top not in _kinds and top not in todo:
+            todo[top] = _top_file(modname, m)[1]
+        loaded.append((ns, path, top))
+    if todo:  # the kinds of the new top-level packages, in one batch (a folder many lie in: one listing)
+        _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
+    for ns, path, top in loaded:
+        if _kinds[top] != USER:
             continue
         for chain, attr in _sites(path):
             target = _resolve(chain, ns)
@@ -161,17 +171,13 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
 _kinds: dict[str, str] = {}
 
 
-def _kind(modname: str, m: Any) -> str:
-    """A module's kind, by its top-level package's (found once: a package's submodules are its;
-    ``torch.ops`` has a ``__file__`` of ``_ops.py``, relative to nothing)."""
-    top = modname.split(".")[0]
-    kind = _kinds.get(top)
-    if kind is None:
-        root = sys.modules.get(top) if top in ("__main__", "__mp_main__") or top != modname else m
-        root = root if root is not None else m
-        path = getattr(root, "__file__", None) or next(iter(getattr(root, "__path__", None) or ()), None)
-        kind = _kinds[top] = kind_of(top, path)
-    return kind
+def _top_file(modname: str, m: Any) -> tuple[str, str | None]:
+    """(a module's top-level package, the file that places it: its ``__file__``, or a namespace
+    package's first folder); ``torch.ops`` has a ``__file__`` of ``_ops.py``, relative to nothing."""
+    top = modname.partition(".")[0]
+    root = sys.modules.get(top) if top in ("__main__", "__mp_main__") or top != modname else m
+    root = root if root is not None else m
+    return top, getattr(root, "__file__", None) or next(iter(getattr(root, "__path__", None) or ()), None)
 
 
 def _resolve(chain: tuple[str, ...], ns: dict[str, Any]) -> Any:
