@@ -148,6 +148,18 @@ def _stored_runs(timeout: float = 30.0) -> dict:
         time.sleep(0.05)
 
 
+def _team_rows(layout: Layout, n: int, timeout: float = GATHER_BOUND) -> list:
+    """The team rows of ``square`` once there are ``n`` of them (bounded). A worker's result goes
+    up from its journal's background uploader after the local save, so a task can be done before
+    its row is on the team: under load (a census) the index was read one upload short."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = layout.team_rows()
+        if len(rows) >= n or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
 def _runs_of(pid: int, layout: Layout) -> list:
     """The runs process ``pid`` logged, in whichever local store it used."""
     from memolab.store.sqlite import Index
@@ -210,7 +222,7 @@ def test_a_killed_worker_computation_is_taken_over(client, layout):
     assert victim in starts[k0] and len(starts[k0]) == 2
     for k, pids in starts.items():  # a key is started twice only if the killed process started it
         assert len(pids) == 1 or (len(pids) == 2 and victim in pids), (k, pids)
-    evals = layout.team_rows()  # the team index in the team layout
+    evals = _team_rows(layout, 5)  # the team index in the team layout
     assert len(evals) == 5 and len({e["args"] for e in evals}) == 5
     assert all(e["status"] == "done" for e in evals)
     for k in KEYS:  # and the client gets them: hits
