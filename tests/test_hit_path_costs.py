@@ -140,11 +140,13 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
 # what each body appended to a log (a file written, not read: no read by path is recorded).
 TWINS = textwrap.dedent(r"""
     import json, math, os, subprocess, sys
-    from memolab import memo, hashing
+    from memolab import configure, hashing, memo
+    from memolab.inputs.implicit import register_switches
 
     base, other = sys.argv[1], sys.argv[2]
     LOG, DATA = os.path.join(base, "log"), os.path.join(base, "data.txt")
     K = 1
+    MODE = [None]
     TEMPLATE = '''
     @memo(env=["KNOB"])  # (its value joins the key: a body reading ``os.environ`` has no quiet code check)
     def L_{t}(x):  # a mutable result: unpickled afresh on every hit
@@ -223,6 +225,19 @@ TWINS = textwrap.dedent(r"""
         case("store by env", pos(3))
         del os.environ["MEMOLAB_STORE"]
         case("store back", pos(3))
+        configure(store=os.path.join(other, "configured"))
+        case("store configured", pos(3))
+        configure(store=None)
+        case("configure back", pos(3))
+        configure(version_sensitivity="exact")  # the code digest's sensitivity: asked again, the same digest
+        case("sensitivity", pos(3))
+        configure(version_sensitivity="minor")
+        register_switches("lab", lambda: {"mode": MODE[0]} if MODE[0] else None)  # a library's switches
+        case("switches default", pos(3))
+        MODE[0] = "fast-math"
+        case("switch flipped", pos(3))
+        MODE[0] = None
+        case("switch back", pos(3))
         case("warm N", pos(3), "N")
         nonce = {t: globals()[f"N_{t}"].fresh(3) for t in ("fast", "full")}
         case("after fresh", pos(3), "N")
@@ -309,6 +324,12 @@ def test_the_repeat_hit_table_gives_what_the_full_path_gives_after_every_change(
     assert same("home store")["runs"] == {"L": 0, "S": 0}
     assert same("store by env")["runs"] == {"L": 1, "S": 1}
     assert same("store back")["runs"] == {"L": 0, "S": 0}
+    assert same("store configured")["runs"] == {"L": 1, "S": 1}
+    assert same("configure back")["runs"] == {"L": 0, "S": 0}
+    assert same("sensitivity")["runs"] == {"L": 1, "S": 0}  # (L uses `math`: its version joins at "exact")
+    assert same("switches default")["runs"] == {"L": 0, "S": 0}
+    assert same("switch flipped")["runs"] == {"L": 1, "S": 1}  # the switches join the key
+    assert same("switch back")["runs"] == {"L": 0, "S": 0}
     assert same("warm N", "N", values=False)["runs"] == {"N": 1}
     assert same("after fresh", "N", values=False)["runs"] == {"N": 0}  # fresh() computed it: later hits serve it
     assert out["fresh"] == {"fast": True, "full": True}
