@@ -47,6 +47,9 @@ __all__ = ["FastTable", "table_key", "eligible", "ENTRIES", "CACHES"]
 ENTRIES = 256
 #: a string or bytes argument longer than this is not looked up (the table would hold it)
 TEXT_MAX = 256
+#: inline bytes the rows of a table may hold (a copy the store evicted stays alive while its
+#: entry does); past it the table is emptied
+TABLE_BYTES = 1 << 20
 
 _SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
 #: hashed and compared by value with nothing to tell apart but the type (kept beside them)
@@ -94,15 +97,18 @@ def _part(v: Any) -> Any:
 class FastTable:
     """One memoized function's repeat hits: table key -> what its full path served."""
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "held")
 
     def __init__(self) -> None:
         #: table key -> (key, store, code graph, code version, switches/env parts, row, named,
         #: handler generation, the value to share or ``_UNPICKLE``, the row test of a load)
         self.entries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        #: inline bytes of the rows held (``TABLE_BYTES``)
+        self.held = 0
 
     def clear(self) -> None:
         self.entries = {}
+        self.held = 0
 
     def hit(self, memo: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
         """(True, value) when the full path would serve this call from the same in-memory copy."""
@@ -160,8 +166,10 @@ class FastTable:
                     is not cv:
                 return  # a code check that is not quiet (a mutable global it reads): the full path's
         atom = value if type(value) in _SCALARS and _plainly_pickled(store, key, row, value) else _UNPICKLE
-        if len(self.entries) >= ENTRIES:
-            self.entries = {}
+        size = len(row.get("inline") or b"")
+        if len(self.entries) >= ENTRIES or self.held + size > TABLE_BYTES:
+            self.clear()
+        self.held += size
 
         def accept(r: dict[str, Any], row: dict[str, Any] = row) -> bool:
             return r is row
