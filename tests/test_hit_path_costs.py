@@ -203,6 +203,11 @@ TWINS = textwrap.dedent(r"""
         case("types", [((v,), {}) for v in (1, 1.0, True, 0.0, -0.0, 3, None, float("nan"), "3", b"3")])
         out["table"] = len(L_fast._fast.entries)
         case("by name", [((), {"x": 3})])
+        copysign = math.copysign  # a name checked by identity (its type overrides ``==``)
+        math.copysign = lambda a, b: 42.0
+        case("library function rebound", pos(0.0), "L")
+        math.copysign = copysign
+        case("library function back", pos(0.0), "L")
         v = L_fast(3)
         v.append("junk")
         v[0] = "changed"
@@ -311,6 +316,8 @@ def test_the_repeat_hit_table_gives_what_the_full_path_gives_after_every_change(
     assert types["runs"] == {"L": 9, "S": 9}  # (3 was computed by "warm"); a NaN hits as its key does
     assert out["table"] == 10
     assert same("by name")["runs"] == {"L": 0, "S": 0}
+    assert same("library function rebound", "L")["values"]["L"] == [[[1, "0.0", "float", 42.0]] * 3]
+    assert same("library function back", "L")["runs"] == {"L": 0}
     # a caller's change to a returned list never reaches the next hit; a str result is shared
     assert out["mutated"][0] == out["mutated"][1] == [1, "3", "int", None]
     assert out["shared"] is True
