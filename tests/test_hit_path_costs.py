@@ -280,6 +280,23 @@ TWINS = textwrap.dedent(r"""
         case("int handler", pos(3), "L")
 
     main()
+    served = []  # a script's own loop writes its globals on every turn: the code check is then the full one
+    hit = type(L_fast._fast).hit
+
+    def counted(self, *a):
+        got = hit(self, *a)
+        if self is L_fast._fast:
+            served.append(got[0])
+        return got
+
+    type(L_fast._fast).hit = counted
+    loop = {"fast": [], "full": []}
+    for i in range(4):
+        K = 1 + i // 2  # rebound on the third turn
+        for t in ("fast", "full"):
+            loop[t].append(globals()[f"L_{t}"](3))
+    out["module loop"] = loop
+    out["module loop served"] = served
     print(json.dumps(out))
 """)
 
@@ -355,3 +372,8 @@ def test_the_repeat_hit_table_gives_what_the_full_path_gives_after_every_change(
     assert out["after option"] == 0 and out["max_age entries"] == 0
     assert same("max_age", "S")["runs"] == {"S": 0}
     assert same("int handler", "L")["runs"] == {"L": 1}  # ints digested anew: a miss
+    loop = out["module loop"]
+    assert loop["fast"] == loop["full"] == [[1, "3", "int", None]] * 2 + [[2, "3", "int", None]] * 2
+    # the table served the first two turns (each through the full code check), not the third (K
+    # rebound: computed) nor the fourth (read from the store: its copy is made by that load)
+    assert out["module loop served"] == [True, True, False, False]

@@ -15,8 +15,10 @@ the answer it gave then, and this table skips them. It is used only when that is
   A function whose defaults are not such scalars, a callable object (whose own state is
   hashed with its arguments) and an async function have no table.
 * **What else made the key** is the same object or value as when the entry was made, each
-  asked the way the full path asks it: the code digest (``MemoFunction.code_version``: the
-  code graph's quiet check when nothing was written), the handler registry's generation, the
+  asked the way the full path asks it: the code version (the code graph's quiet check, or where
+  a namespace was written, ``MemoFunction.code_version``'s full check: the very ``CodeVersion``
+  object the entry was made with, which a graph replaces whenever its digest may change), the
+  handler registry's generation, the
   store (``MemoFunction.store``: the working directory, the settings, the environment, the
   pid), and the switches and ``env=`` variables that join every key (``implicit.parts``). A
   memoized function's attributes (its options) are its own: setting any empties its table.
@@ -123,9 +125,14 @@ class FastTable:
         if e is None:
             return False, None
         key, store, root, cv, extra, row, named, gen, atom, accept = e
-        if (root is not None and codegraph.quiet_version(root, memo.version_sensitivity) is not cv) \
-                or gen != hashing.registry_generation() or implicit_parts(memo.env) != extra \
-                or memo.store() is not store:
+        if root is not None:
+            now = codegraph.quiet_version(root, memo.version_sensitivity)
+            if now is None:  # a namespace it went through was written (a script's own loop): the full check
+                now = memo.code_version()
+            if now is not cv:
+                entries.pop(k, None)
+                return False, None
+        if gen != hashing.registry_generation() or implicit_parts(memo.env) != extra or memo.store() is not store:
             entries.pop(k, None)  # (the full path makes the entry of what is true now)
             return False, None
         if atom is not _UNPICKLE:
@@ -162,9 +169,8 @@ class FastTable:
         root = None
         if memo.code != "version":  # (keyed by ``version`` alone: a code digest that cannot change)
             root = codegraph.function_root(memo.fn)
-            if root is None or root.extra != memo.deps or codegraph.quiet_version(root, memo.version_sensitivity) \
-                    is not cv:
-                return  # a code check that is not quiet (a mutable global it reads): the full path's
+            if root is None or root.cv is not cv or root.extra != memo.deps:
+                return  # a digest of a cycle, of a graph not cached: asked of the full path each time
         atom = value if type(value) in _SCALARS and _plainly_pickled(store, key, row, value) else _UNPICKLE
         size = len(row.get("inline") or b"")
         if len(self.entries) >= ENTRIES or self.held + size > TABLE_BYTES:
