@@ -119,13 +119,12 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
         assert got["stats"] == 0, (name, got)
         assert got["imported"] == [], (name, got)
     assert out["repeat"]["statements"] == 0
-    # a repeat hit is served by the repeat-hit table (``calls/fasthits``): a dozen Python calls, none of
-    # binding, keying or unpickling (the full path: bind, hash, key, look up, check, unpickle, restore, mark)
+    # a repeat hit is served by the repeat-hit table (``calls/fasthits``): 17 Python calls, none of
+    # binding, keying or unpickling (the full path: 35, to bind, hash, key, look up, check, unpickle, restore, mark)
     repeat_calls = out["repeat"]["calls"]
     assert repeat_calls.get("FastTable.hit") == 20, repeat_calls
     assert not {"MemoFunction._prepare", "MemoFunction.bind", "hash_arguments", "memory_hit", "served",
                 "Store.load_from_memory", "MemoFunction.code_version"} & set(repeat_calls), repeat_calls
-    print(repeat_calls)
     assert sum(repeat_calls.values()) <= 20 * 17, repeat_calls
     assert out["store"]["statements"] == 20  # the point read, once a hit: nothing written
     assert out["global rebound"] == 1003  # 3 + K, K rebound to 1000 after quiet hits
