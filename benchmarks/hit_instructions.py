@@ -5,8 +5,9 @@ spread); the number of instructions a hit runs does not. Each case runs in a chi
 valgrind's callgrind, collecting only inside one ``functools.reduce`` call that makes ``--n``
 hits of the same trivial ``f(3)`` (in a function, after ``gc.freeze()``, ``PYTHONHASHSEED=0``,
 memolab's usage writer held off): the import, the miss that filled the store and interpreter
-start-up are not counted. Rows: the in-process repeat (memolab's in-memory copy; joblib reads
-its store again, its cheapest hit) and the hit read from the store (memolab's in-memory copies
+start-up are not counted. Rows: the in-process repeat (memolab's repeat-hit table,
+``calls/fasthits``; joblib reads its store again, its cheapest hit), the same with the table
+switched off (memolab's full path: bind, key, the in-memory copy) and the hit read from the store (memolab's in-memory copies
 dropped before each call: the drop is counted, a few hundred instructions).
 
     python benchmarks/hit_instructions.py [--n 300]
@@ -47,6 +48,8 @@ if lib == "memolab":
     store = get_store()
     store.usage.due = float("inf")  # its batched usage write would land in the count at random
     forget = store.forget if mode == "store" else forget
+    if mode == "full":
+        trivial._fast = None  # the repeat hit without its table (calls/fasthits): the full path
 gc.collect()
 gc.freeze()
 
@@ -81,10 +84,15 @@ def main() -> None:
         open(os.path.join(d, "pyproject.toml"), "w").write("[project]\nname='bench'\n")
         open(os.path.join(d, "child.py"), "w").write(CHILD)
         rows = []
-        for mode, label in (("repeat", "in-process repeat, trivial"), ("store", "hit read from the store, trivial")):
+        cases = (("repeat", "in-process repeat, trivial"), ("full", "the same, memolab's full path (table off)"),
+                 ("store", "hit read from the store, trivial"))
+        joblib_of: dict[str, int] = {}
+        for mode, label in cases:
             m = instructions("memolab", mode, args.n, d)
-            j = instructions("joblib", mode, args.n, d)
-            rows.append((label, m, j))
+            jmode = "repeat" if mode == "full" else mode  # (joblib has no table: its repeat, counted once)
+            if jmode not in joblib_of:
+                joblib_of[jmode] = instructions("joblib", jmode, args.n, d)
+            rows.append((label, m, joblib_of[jmode]))
     print(f"instructions per hit (callgrind, {args.n} hits each)")
     print()
     print("| case | memolab | joblib.Memory | joblib / memolab |")

@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 SCRIPT = textwrap.dedent(r'''
     import collections, json, os, sys, threading
@@ -43,10 +44,14 @@ SCRIPT = textwrap.dedent(r'''
 
     sys.addaudithook(hook)
     stats = [0]
+    calls = collections.Counter()
+    counting_calls = [False]
 
     def profile(frame, event, arg):  # (not a patch of os.stat: that would join every key as a plant)
         if event == "c_call" and counting[0] and arg.__name__ in ("stat", "lstat", "fstat"):
             stats[0] += 1
+        elif event == "call" and counting_calls[0]:  # (``f_code`` is audited: counted apart)
+            calls[frame.f_code.co_qualname] += 1
     store = get_store()
     statements = []
     store.index.conn().set_trace_callback(lambda s: statements.append(s) if counting[0] else None)
@@ -65,12 +70,20 @@ SCRIPT = textwrap.dedent(r'''
 
     def measure():  # (a function: a loop at module level would write globals, as a script's own loop does)
         hits(2, True)  # not counted: what the first hit from the store imports (the loader's modules)
+        hits(1, False)  # nor the repeat hit that makes the entry of the repeat-hit table
         for name, from_store in (("repeat", False), ("store", True)):
+            if from_store:
+                hits(1, True)  # not counted: the table's entry finds its copy gone (a code check more, once)
             events.clear(); stats[0] = 0; statements.clear()
             before = set(sys.modules)
             vals = hits(20, from_store)
             out[name] = {"values": sorted(set(vals)), "events": dict(events), "stats": stats[0],
                          "statements": len(statements), "imported": sorted(set(sys.modules) - before)}
+        hits(1, False)  # (the entry, dropped by the hits from the store, made again)
+        counting_calls[0] = True
+        hits(20, False)
+        counting_calls[0] = False
+        out["repeat"]["calls"] = dict(calls)
 
     measure()
 
@@ -106,6 +119,260 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
         assert got["stats"] == 0, (name, got)
         assert got["imported"] == [], (name, got)
     assert out["repeat"]["statements"] == 0
+    # a repeat hit is served by the repeat-hit table (``calls/fasthits``): 17 Python calls, none of
+    # binding, keying or unpickling (the full path: 35, to bind, hash, key, look up, check, unpickle, restore, mark)
+    repeat_calls = out["repeat"]["calls"]
+    assert repeat_calls.get("FastTable.hit") == 20, repeat_calls
+    assert not {"MemoFunction._prepare", "MemoFunction.bind", "hash_arguments", "memory_hit", "served",
+                "Store.load_from_memory", "MemoFunction.code_version"} & set(repeat_calls), repeat_calls
+    assert sum(repeat_calls.values()) <= 20 * 17, repeat_calls
     assert out["store"]["statements"] == 20  # the point read, once a hit: nothing written
     assert out["global rebound"] == 1003  # 3 + K, K rebound to 1000 after quiet hits
     assert out["code replaced"] == 103  # 3 + 100: the code that replaced ``f``'s ran
+
+
+
+# -- the repeat-hit table (``calls/fasthits``): the new truth after every change ----------------
+#
+# Each memoized function has a twin whose table is switched off (``_fast = None``): every case
+# runs both, and the twin's values and body runs are the full path's answer. ``runs`` counts
+# what each body appended to a log (a file written, not read: no read by path is recorded).
+TWINS = textwrap.dedent(r"""
+    import json, math, os, subprocess, sys
+    from memolab import configure, hashing, memo
+    from memolab.inputs.implicit import register_switches
+    from memolab.store import get_store
+
+    base, other = sys.argv[1], sys.argv[2]
+    LOG, DATA = os.path.join(base, "log"), os.path.join(base, "data.txt")
+    K = 1
+    MODE = [None]
+    TEMPLATE = '''
+    @memo(env=["KNOB"])  # (its value joins the key: a body reading ``os.environ`` has no quiet code check)
+    def L_{t}(x):  # a mutable result: unpickled afresh on every hit
+        with open(LOG, "a") as fh: fh.write("L_{t} ")
+        return [K, repr(x), type(x).__name__, math.copysign(1.0, x) if type(x) is float else None]
+
+    @memo(env=["KNOB"])
+    def S_{t}(x):  # an immutable result: the table shares it
+        with open(LOG, "a") as fh: fh.write("S_{t} ")
+        return f"{{K}}|{{x!r}}|{{type(x).__name__}}"
+
+    @memo
+    def N_{t}(x):  # a new nonce each time it computes
+        with open(LOG, "a") as fh: fh.write("N_{t} ")
+        return os.urandom(8).hex()
+
+    @memo
+    def R_{t}(x):  # reads a file by path: checked on every hit, never in the table
+        with open(LOG, "a") as fh: fh.write("R_{t} ")
+        with open(DATA) as fh:
+            return fh.read() + str(x)
+    '''
+    for t in ("fast", "full"):
+        exec(TEMPLATE.format(t=t), globals())
+    for fn in (L_full, S_full, N_full, R_full):
+        fn._fast = None  # the twin: the full path only
+    with open(DATA, "w") as fh:
+        fh.write("one")
+
+    def runs():
+        text = open(LOG).read() if os.path.exists(LOG) else ""
+        return {name: text.split().count(name) for name in set(text.split())}
+
+    out = {}
+
+    def case(name, args, kinds="LS"):
+        # three calls of each argument list, fast and full: values and body runs
+        before = runs()
+        got = {}
+        for t in ("fast", "full"):
+            for kind in kinds:
+                fn = globals()[f"{kind}_{t}"]
+                got[f"{kind}_{t}"] = [[fn(*a, **kw) for _ in range(3)] for a, kw in args]
+        after = runs()
+        out[name] = {"values": got, "runs": {k: after.get(k, 0) - before.get(k, 0) for k in after}}
+
+    def pos(*a):
+        return [(a, {})]
+
+    def main():  # (a function: a loop at module level writes globals, which the code check sees)
+        global K
+        case("warm", pos(3))
+        out["entries"] = len(L_fast._fast.entries) + len(S_fast._fast.entries)
+        case("types", [((v,), {}) for v in (1, 1.0, True, 0.0, -0.0, 3, None, float("nan"), "3", b"3")])
+        out["table"] = len(L_fast._fast.entries)
+        case("by name", [((), {"x": 3})])
+        copysign = math.copysign  # a name checked by identity (its type overrides ``==``)
+        math.copysign = lambda a, b: 42.0
+        case("library function rebound", pos(0.0), "L")
+        math.copysign = copysign
+        case("library function back", pos(0.0), "L")
+        v = L_fast(3)
+        v.append("junk")
+        v[0] = "changed"
+        out["mutated"] = [L_fast(3), L_full(3)]
+        out["shared"] = S_fast(3) is S_fast(3)
+        K = 1000
+        case("global rebound", pos(3))
+        K = 1
+        case("global back", pos(3))
+        os.environ["KNOB"] = "on"
+        case("env switch", pos(3))
+        del os.environ["KNOB"]
+        case("env back", pos(3))
+        home = os.getcwd()
+        os.chdir(other)  # the default store follows the working directory
+        case("other store", pos(3))
+        os.chdir(home)
+        case("home store", pos(3))
+        os.environ["MEMOLAB_STORE"] = os.path.join(other, "by-env")
+        case("store by env", pos(3))
+        del os.environ["MEMOLAB_STORE"]
+        case("store back", pos(3))
+        configure(store=os.path.join(other, "configured"))
+        case("store configured", pos(3))
+        configure(store=None)
+        case("configure back", pos(3))
+        configure(version_sensitivity="exact")  # the code digest's sensitivity: asked again, the same digest
+        case("sensitivity", pos(3))
+        configure(version_sensitivity="minor")
+        register_switches("lab", lambda: {"mode": MODE[0]} if MODE[0] else None)  # a library's switches
+        case("switches default", pos(3))
+        MODE[0] = "fast-math"
+        case("switch flipped", pos(3))
+        MODE[0] = None
+        case("switch back", pos(3))
+        case("warm N", pos(3), "N")
+        nonce = {t: globals()[f"N_{t}"].fresh(3) for t in ("fast", "full")}
+        case("after fresh", pos(3), "N")
+        out["fresh"] = {t: [[nonce[t]] * 3] == out["after fresh"]["values"][f"N_{t}"] for t in nonce}
+        for fn in (L_fast, L_full):
+            fn.clear()
+        case("after clear", pos(3), "L")
+        # another process clears the store: this process's in-memory copy answers, fast or full alike
+        subprocess.run([sys.executable, "-c", "from memolab.store import get_store; get_store().clear()"],
+                       check=True)
+        case("cleared elsewhere", pos(3))
+        get_store().forget()  # what ``gc`` and ``clear`` in this process do first: the copies are dropped
+        case("copies dropped", pos(3))
+        case("reads", pos(3), "R")
+        with open(DATA, "w") as fh:
+            fh.write("two, longer")
+        case("file changed", pos(3), "R")
+        out["R entries"] = len(R_fast._fast.entries)
+        codes = {}
+        for t in ("fast", "full"):
+            fn = globals()[f"L_{t}"].fn
+            codes[t] = fn.__code__
+            fn.__code__ = (lambda x: ["new code", x]).__code__
+        case("code replaced", pos(3), "L")
+        for t in ("fast", "full"):
+            globals()[f"L_{t}"].fn.__code__ = codes[t]
+        case("code back", pos(3), "L")
+        for fn in (S_fast, S_full):
+            fn.max_age = 3600.0  # an option set: the table is emptied, and expiry is judged on every hit
+        out["after option"] = len(S_fast._fast.entries)
+        case("max_age", pos(3), "S")
+        out["max_age entries"] = len(S_fast._fast.entries)
+        hashing.register_handler(int, lambda enc, obj: enc.write(b"Z" + str(obj).encode()))
+        case("int handler", pos(3), "L")
+
+    main()
+    served = []  # a script's own loop writes its globals on every turn: the code check is then the full one
+    hit = type(L_fast._fast).hit
+
+    def counted(self, *a):
+        got = hit(self, *a)
+        if self is L_fast._fast:
+            served.append(got[0])
+        return got
+
+    type(L_fast._fast).hit = counted
+    loop = {"fast": [], "full": []}
+    for i in range(4):
+        K = 1 + i // 2  # rebound on the third turn
+        for t in ("fast", "full"):
+            loop[t].append(globals()[f"L_{t}"](3))
+    out["module loop"] = loop
+    out["module loop served"] = served
+    print(json.dumps(out))
+""")
+
+
+def test_the_repeat_hit_table_gives_what_the_full_path_gives_after_every_change(tmp_path):
+    home, other = tmp_path / "home", tmp_path / "other"
+    for d in (home, other):
+        d.mkdir()
+        (d / "pyproject.toml").write_text("[project]\nname='twins'\n")
+    script = home / "twins.py"
+    script.write_text(TWINS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMOLAB_") and k != "KNOB"}
+    cp = subprocess.run([sys.executable, str(script), str(home), str(other)], cwd=home, env=env,
+                        capture_output=True, text=True, timeout=300)
+    assert cp.returncode == 0, cp.stderr
+    out = json.loads(cp.stdout.strip().splitlines()[-1])
+
+    def same(case: str, kinds: str = "LS", values: bool = True) -> dict[str, Any]:
+        """The function and its full-path twin gave the same values and ran as often; the fast one's."""
+        got = out[case]
+        for k in kinds:
+            if values:
+                assert got["values"][f"{k}_fast"] == got["values"][f"{k}_full"], (case, got)
+            assert got["runs"].get(f"{k}_fast", 0) == got["runs"].get(f"{k}_full", 0), (case, got)
+        return {"values": {k: got["values"][f"{k}_fast"] for k in kinds},
+                "runs": {k: got["runs"].get(f"{k}_fast", 0) for k in kinds}}
+
+    # a miss, the first hit from the store, then from memory (the table's from the third call)
+    warm = same("warm")
+    assert warm["values"]["L"] == [[[1, "3", "int", None]] * 3] and warm["runs"] == {"L": 1, "S": 1}
+    assert out["entries"] == 2
+    # 1, 1.0 and True are three keys, 0.0 and -0.0 two: each computed once, then served from its own entry
+    types = same("types")
+    assert [[c[2], c[3]] for c, *_ in types["values"]["L"]][:6] == [
+        ["int", None], ["float", 1.0], ["bool", None], ["float", 1.0], ["float", -1.0], ["int", None]]
+    assert [c[1] for c, *_ in types["values"]["L"]][6:] == ["None", "nan", "'3'", "b'3'"]
+    assert types["runs"] == {"L": 9, "S": 9}  # (3 was computed by "warm"); a NaN hits as its key does
+    assert out["table"] == 10
+    assert same("by name")["runs"] == {"L": 0, "S": 0}
+    assert same("library function rebound", "L")["values"]["L"] == [[[1, "0.0", "float", 42.0]] * 3]
+    assert same("library function back", "L")["runs"] == {"L": 0}
+    # a caller's change to a returned list never reaches the next hit; a str result is shared
+    assert out["mutated"][0] == out["mutated"][1] == [1, "3", "int", None]
+    assert out["shared"] is True
+    rebound = same("global rebound")
+    assert rebound["values"]["S"] == [["1000|3|int"] * 3] and rebound["runs"] == {"L": 1, "S": 1}
+    assert same("global back")["runs"] == {"L": 0, "S": 0}
+    switched = same("env switch")
+    assert switched["runs"] == {"L": 1, "S": 1}  # a new key
+    assert same("env back")["runs"] == {"L": 0, "S": 0}
+    assert same("other store")["runs"] == {"L": 1, "S": 1}  # another store: computed there
+    assert same("home store")["runs"] == {"L": 0, "S": 0}
+    assert same("store by env")["runs"] == {"L": 1, "S": 1}
+    assert same("store back")["runs"] == {"L": 0, "S": 0}
+    assert same("store configured")["runs"] == {"L": 1, "S": 1}
+    assert same("configure back")["runs"] == {"L": 0, "S": 0}
+    assert same("sensitivity")["runs"] == {"L": 1, "S": 0}  # (L uses `math`: its version joins at "exact")
+    assert same("switches default")["runs"] == {"L": 0, "S": 0}
+    assert same("switch flipped")["runs"] == {"L": 1, "S": 1}  # the switches join the key
+    assert same("switch back")["runs"] == {"L": 0, "S": 0}
+    assert same("warm N", "N", values=False)["runs"] == {"N": 1}
+    assert same("after fresh", "N", values=False)["runs"] == {"N": 0}  # fresh() computed it: later hits serve it
+    assert out["fresh"] == {"fast": True, "full": True}
+    assert same("after clear", "L")["runs"] == {"L": 1}
+    assert same("cleared elsewhere")["runs"] == {"L": 0, "S": 0}
+    assert same("copies dropped")["runs"] == {"L": 1, "S": 1}  # the store has no row left: computed again
+    assert same("reads", "R")["values"]["R"] == [["one3"] * 3]
+    changed = same("file changed", "R")
+    assert changed["values"]["R"] == [["two, longer3"] * 3] and changed["runs"] == {"R": 1}
+    assert out["R entries"] == 0
+    assert same("code replaced", "L")["values"]["L"] == [[["new code", 3]] * 3]
+    assert same("code back", "L")["runs"] == {"L": 0}
+    assert out["after option"] == 0 and out["max_age entries"] == 0
+    assert same("max_age", "S")["runs"] == {"S": 0}
+    assert same("int handler", "L")["runs"] == {"L": 1}  # ints digested anew: a miss
+    loop = out["module loop"]
+    assert loop["fast"] == loop["full"] == [[1, "3", "int", None]] * 2 + [[2, "3", "int", None]] * 2
+    # the table served the first two turns (each through the full code check), not the third (K
+    # rebound: computed) nor the fourth (read from the store: its copy is made by that load)
+    assert out["module loop served"] == [True, True, False, False]

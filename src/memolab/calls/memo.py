@@ -28,6 +28,7 @@ from ..settings.text import short_repr
 from ..store import Key, Store, get_store, marks
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, running
 from .explain import Explanation, explain_key, shown_here
+from .fasthits import CACHES, FastTable, eligible
 from .lifecycle import drive_async, drive_sync, lifecycle
 from .rows import memory_hit
 
@@ -115,6 +116,15 @@ class MemoFunction:
         self._store_path = store
         self._store_cache: tuple[Any, Store | None] = (None, None)
         functools.update_wrapper(self, fn)
+        #: repeat hits of plain arguments (``fasthits``); None: this function cannot have one
+        self._fast = FastTable() if eligible(self.implicit, self._defaults, self.is_async) else None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name not in CACHES:  # an option changed: the fast table's entries were made under the old one
+            fast = self.__dict__.get("_fast")
+            if fast is not None:
+                fast.clear()
 
     def __repr__(self) -> str:
         return f"<memo {self.symbol}>"
@@ -242,6 +252,11 @@ class MemoFunction:
 
     # -- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = self._fast  # a repeat hit of plain arguments (``fasthits``); a process group's: ``_call``
+        if fast is not None and fast.entries and "torch.distributed" not in sys.modules:
+            found, value = fast.hit(self, args, kwargs)
+            if found:
+                return value
         if self.is_async:
             return self._acall(args, kwargs, False)
         try:
@@ -282,6 +297,11 @@ class MemoFunction:
                         return self._prepare(args, kwargs, force, memory=False)
 
                 return drive(prepare, self.fn, distributed.mode_of(self.collective))
+            fast = self._fast  # (outside a group of ranks: the table, as ``__call__`` asks it)
+            if fast is not None and not force:
+                found, value = fast.hit(self, tuple(args), kwargs)
+                if found:
+                    return value
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
@@ -313,8 +333,11 @@ class MemoFunction:
         if not force and memory:
             fresh = None if at is None else (lambda row: expiry.verdict(row, at, self.max_age, self.validate,
                                                                          self.symbol) is None)
-            found, value = memory_hit(store, key, fresh, named)
+            seen: list[Any] = []
+            found, value = memory_hit(store, key, fresh, named, seen)
             if found:
+                if at is None and self._fast is not None:
+                    self._fast.admit(self, tuple(args), kwargs, key, cv, store, named, seen, value)  # (``fasthits``)
                 return None, value
         # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body)
         call = Call(self, bound, key, per_arg, cv, store, force, files.encoded_since(hashed_files), named, visit)

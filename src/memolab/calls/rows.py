@@ -32,7 +32,7 @@ def arg_snapshot(named: list[tuple[str, Any]], per_arg: dict[str, str]) -> dict[
 
 
 def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | None = None,
-               named: list[tuple[str, Any]] | None = None) -> tuple[bool, Any]:
+               named: list[tuple[str, Any]] | None = None, seen: list[Any] | None = None) -> tuple[bool, Any]:
     """(True, value) if this process holds ``key``'s result in memory and may use it.
 
     A result made from global generator states (``globalrng``) serves only a call made
@@ -40,14 +40,14 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
     looked at instead (``Call.reroute`` does the same against the store). A hit restores
     the generators to where the body left them. ``fresh(row)``: False for a copy that
     expired (``expiry``): the call then goes to the store, which recomputes it. The arguments the
-    body changed are put back into ``named``'s objects, as a hit from the store does."""
+    body changed are put back into ``named``'s objects, as a hit from the store does. ``seen``: a
+    hit appends (the key served, its row, the value held no arguments to put back) to it."""
     now: dict[str, str] | None = None
-    rid = 0
     used: dict[str, Any] = {}
 
     def fits(row: dict[str, Any]) -> bool:
-        nonlocal now, rid, used
-        rid, used = row["id"], row
+        nonlocal now, used
+        used = row
         if fresh is not None and not fresh(row):
             return False
         if row.get("reads", True) and reads.stale(row) is not None:  # (the lookup's empty column: nothing read)
@@ -67,13 +67,30 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
         found, value = store.load_from_memory(key, fits)
     if not found:
         return False, None
+    value, post = served(store, key, value, used, named)
+    if seen is not None:
+        seen.append((key, used, post))
+    return True, value
+
+
+def served(store: Any, key: Key, value: Any, row: dict[str, Any],
+           named: list[tuple[str, Any]] | None) -> tuple[Any, bool]:
+    """An in-memory copy of ``key``'s result (``row``), unpickled: restore what the body left
+    (generators, arguments changed in place: into ``named``'s objects), remember its digests,
+    mark its lineage and tell a body in progress it used it. (The value, whether it had arguments
+    to put back.) A hit through ``calls/fasthits`` ends here too."""
     value, post = mutations.split(globalrng.restore(value))
     hashing.remember_loaded(value, key)
     value = mutations.restore(value, post, named)
-    upstream.mark(value, store, rid, key)
+    upstream.mark(value, store, row["id"], key)
     if reads.active():
-        reads.consumed(key, used.get("started"), used.get("finished"), rid, reads.record_text(used))
-    return True, value
+        used_by_body(key, row)
+    return value, post is not None
+
+
+def used_by_body(key: Key, row: dict[str, Any]) -> None:
+    """The body running in this context (``reads.active()``) used the evaluation ``row`` of ``key``."""
+    reads.consumed(key, row.get("started"), row.get("finished"), row["id"], reads.record_text(row))
 
 
 class _State:

@@ -41,7 +41,7 @@ from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, run
 key_module = origins.key_module
 
 __all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "runs", "is_user_code", "is_code", "key_module",
-           "normalized_source", "CODE_SCHEMA"]
+           "normalized_source", "CODE_SCHEMA", "function_root", "quiet_version"]
 
 
 def normalized_source(src: str) -> str:
@@ -136,6 +136,25 @@ def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: 
         if cv is not None:
             return cv
     return _rebuild(_function_roots, fn, [fn, *extra], extra, sens)
+
+
+def function_root(fn: Any) -> Root | None:
+    """The cached graph ``function_code`` checks ``fn`` against, if it has built one."""
+    try:
+        return _function_roots_data.get(weakref.ref(fn))
+    except TypeError:  # not weak-referenceable
+        return None
+
+
+def quiet_version(root: Root, version_sensitivity: str | None) -> CodeVersion | None:
+    """``root``'s code version when its quiet check proves it current (``Root.quiet``: no dict
+    it went through written since a full check, its ``__code__`` checks pass), in the
+    sensitivity ``function_code`` would ask for, with no digest under way (whose cycle guard
+    could answer otherwise); else None. Hashes nothing and builds nothing (``calls/fasthits``)."""
+    sens = version_sensitivity if version_sensitivity is not None else _config.settings().version_sensitivity
+    if _active.ids or root.sensitivity != sens:  # (``_sensitivity``, inlined: one call less a hit)
+        return None
+    return root.quiet()
 
 
 def _current(obj: Any, root: Root) -> CodeVersion | None:

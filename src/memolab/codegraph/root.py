@@ -159,16 +159,21 @@ class Root:
 
     def quiet(self) -> CodeVersion | None:
         """``current``'s answer when no dict the graph went through was written since a full
-        check found every value immutable (the stamp) and no name is checked through an object
-        that overrides ``==`` (``same``); else None: ask ``current``. It reads dict tags and
-        ``__code__`` attributes only, hashing nothing: no user code runs, so it cannot reach this
-        graph again (the caller skips the cycle guard ``current`` needs: a repeat hit's commonest case)."""
+        check found every value immutable (the stamp) and each name checked through an object
+        that overrides ``==`` (``same``: ``math.copysign``, ``os.environ``) still holds that very
+        object in its plain dict; else None: ask ``current``. It reads dict tags, dict entries and
+        ``__code__`` attributes only, hashing nothing: no user code runs (``_current_quiet``'s
+        ``getattr`` is reached only for an object that is not the one recorded), so it cannot reach
+        this graph again (the caller skips the cycle guard ``current`` needs: a repeat hit's commonest case)."""
         views = self.views
-        if views is None or self.same:
+        if views is None:
             return None
         with self.lock:
             if self.stamp is None or b"".join(views) != self.stamp:
                 return None
+            for ns, name, obj in self.same:
+                if type(ns) is not dict or ns.get(name, _MISSING) is not obj:
+                    return None
             return self._current_quiet()
 
     def _current(self) -> CodeVersion | None:

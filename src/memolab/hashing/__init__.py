@@ -48,6 +48,7 @@ from .encoder import (
     register_handler,
     register_hasher,
     register_opaque,
+    registry_generation,
 )
 from .objects import encode_object
 from .primitives import (
@@ -83,7 +84,7 @@ __all__ = [
     "ALGORITHM", "CHUNK", "KEY_SCHEMA", "SCHEMA", "TREE_MIN", "Encoder", "Handler", "Leaf", "chunk_digests",
     "excluded_attributes", "hash_arguments", "hash_threads", "hash_value", "note_result", "register_handler",
     "register_hasher", "register_lazy", "register_leaf", "register_opaque", "register_policy",
-    "register_result_walk", "remember_loaded", "result_digests", "result_token",
+    "register_result_walk", "registry_generation", "remember_loaded", "result_digests", "result_token",
 ]
 
 # The names this module had when it was one file, for code and tests that reach

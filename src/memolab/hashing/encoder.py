@@ -235,6 +235,12 @@ _scalar_digests: dict[tuple[Any, ...], tuple[int, str, dict[str, str]]] = {}
 _registry_generation = 0
 
 
+def registry_generation() -> int:
+    """Moves on with every handler registered: a digest remembered under another generation
+    (of plain scalars: ``_scalar_digests``, ``calls/fasthits``) is not believed."""
+    return _registry_generation
+
+
 def _scalar_key(named: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
     parts = []
     for name, v in named:

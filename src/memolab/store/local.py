@@ -313,6 +313,24 @@ class Store(Heartbeats):
         self.count_hit(row["id"])
         return True, value
 
+    def memory_payload(self, key: Key, row: dict[str, Any]) -> bytes | None:
+        """The payload of the in-memory copy of ``key`` whose row is ``row`` (that very object), or None."""
+        with self._memory_lock:
+            entry = self._memory.get(key)
+        return entry[1] if entry is not None and entry[0] is row else None
+
+    def hit_in_memory(self, key: Key, row: dict[str, Any]) -> bool:
+        """``load_from_memory``'s hit on the copy of ``key`` whose row is ``row`` (that very
+        object), for a caller that holds the immutable value it unpickles to (``calls/fasthits``):
+        made most recent and counted as that load is, without unpickling. False: no such copy."""
+        with self._memory_lock:
+            entry = self._memory.get(key)
+            if entry is None or entry[0] is not row:
+                return False
+            self._memory.move_to_end(key)
+        self.count_hit(row["id"])
+        return True
+
     def _remember(self, key: Key, row: dict[str, Any], payload: bytes, source: Any) -> None:
         with self._memory_lock:
             old = self._memory.pop(key, None)
