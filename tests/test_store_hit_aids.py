@@ -21,6 +21,8 @@ import sqlite3
 import warnings
 from pathlib import Path
 
+import pytest
+
 from memolab.store import Store, sqlite as index_sql
 from memolab.store.schema import SCHEMA_VERSION
 
@@ -73,6 +75,13 @@ def test_hit_aids_are_added_in_place_read_where_written_and_the_snapshot_elsewhe
         snap = {"deps": {}, "args": {}, "result": "1", "result_digest": ["ab" * 16],
                 "state_deps": {"numpy.random": "cd" * 16}, "reads": {"files": [], "dirs": []}}
         new = ("golden:aided", "c" * 32, "a" * 32, keys[0][3])
+
+        def boom(c: sqlite3.Connection) -> None:
+            raise RuntimeError("a record that rolls back")
+
+        with pytest.raises(RuntimeError):  # (its columns went with it: the next record adds them again)
+            store.index.record(new, "", dict(_fields(snap), payload="p", inline=b""), {}, also=boom)
+        assert not set(index_sql.AIDS) & _columns(db) and store.index.lookup(new, lean=True) is None
         store.save(new, "", 1, _fields(snap), {})
         assert set(index_sql.AIDS) <= _columns(db)
         with sqlite3.connect(db) as c:

@@ -517,17 +517,22 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
         keeps reading and writing it, leaving them NULL). The lean lookup reads them from then on."""
         if self._aids_here is None:
             have = {r[1] for r in c.execute("PRAGMA main.table_info(evaluations)")}
-            try:
-                for a in AIDS:
-                    if a not in have:
-                        c.execute(f"ALTER TABLE evaluations ADD COLUMN {a} TEXT")
+            missing = [a for a in AIDS if a not in have]
+            if not missing:
                 self._aids_here = True
-            except sqlite3.OperationalError:  # (a statement's failure: the transaction goes on)
+                self._lean_sql = _LOOKUP_AIDED_SQL
+                return True
+            try:
+                for a in missing:
+                    c.execute(f"ALTER TABLE evaluations ADD COLUMN {a} TEXT")
+            except sqlite3.OperationalError:  # (a statement's failure: the transaction goes on without them)
                 swallowed("store: Index._aided")
                 self._aids_here = False
-            if self._aids_here:
-                self._lean_sql = _LOOKUP_AIDED_SQL
-        return bool(self._aids_here)
+                return False
+            # not remembered: the transaction that added them may still roll back (then the next
+            # record adds them again); the next record finds them committed and says so
+            return True
+        return self._aids_here
 
     # -- rows computed elsewhere (the team store: see ``team.protocol.EvalIndex``) -------------
     def lookup_many(self, keys: Sequence[Key]) -> dict[Key, dict[str, Any]]:
