@@ -61,12 +61,6 @@ CREATE TABLE IF NOT EXISTS evaluations(
     signature TEXT,
     reason TEXT,
     inline BLOB,
-    -- hit aids: the snapshot's result_digest, state_deps, reads as JSON text ('' none), read by a hit
-    -- instead of parsing the snapshot; NULL where an older memolab wrote the row. Not a schema step:
-    -- an older file gains them at its first record by this memolab (store/sqlite.py, ``AIDS``)
-    hit_token TEXT,
-    hit_states TEXT,
-    hit_reads TEXT,
     UNIQUE(fn, code, args, schema)
 );
 -- WITHOUT ROWID: one b-tree, not a table plus its key's index, so taking and

@@ -14,7 +14,6 @@ references, gc, clearing) and its accepts (``store/accepts.py``).
 """
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BlobsGone as BlobsGone  # (also imported from here)
-from ..errors import swallowed
 from ..key import Key as Key  # (also imported from here)
 from ..settings import config
 from . import signing
@@ -86,40 +84,6 @@ _STATUS_ANY = " AND status='done'"
 _LOOKUP_SQL = _HIT_SQL[: -len(_STATUS_ANY)]
 _LOOKUP_LEAN_SQL = _LEAN_SQL[: -len(_STATUS_ANY)]
 assert _HIT_SQL.endswith(_STATUS_ANY) and _LEAN_SQL.endswith(_STATUS_ANY)
-# Hit aids: the snapshot's ``result_digest``, ``state_deps`` and ``reads`` in columns of their own
-# (JSON text, '' for none), written with the row, so that a hit reads them instead of parsing the
-# snapshot (three ``json_extract``s, ~14,000 instructions for a 240-byte snapshot, growing with it).
-# Not a schema step: an older memolab (which names its columns) reads and writes the file as before,
-# and where it wrote a row, or the file predates the columns, they are NULL and the lookup extracts
-# from the snapshot as before (``CASE``: only then). The columns are added to a file at this
-# memolab's first record into it (``Index._aided``), never by a read. (``WHEN ''``, not ``nullif``: a
-# comparison, not a function call.)
-AIDS = ("hit_token", "hit_states", "hit_reads")
-_AID_PATHS = ("result_digest", "state_deps", "reads")
-_AIDED = "".join(f", CASE WHEN {a} IS NULL THEN json_extract(snapshot, '$.{p}') WHEN {a}='' THEN NULL ELSE {a} END"
-                 for a, p in zip(AIDS, _AID_PATHS, strict=True))
-_LOOKUP_AIDED_SQL = f"SELECT {','.join(_LEAN_BASE)}{_AIDED}{_WHERE_KEY[: -len(_STATUS_ANY)]}" if _JSON1 else ""
-
-
-def hit_aids(snapshot: Any) -> list[str] | None:
-    """The hit aids of a row with ``snapshot`` (its JSON text), as the lookup's ``json_extract``
-    reads them (a list or object as minified JSON text, '' for null or absent); None (write none: the
-    lookup extracts) for a snapshot that is not a JSON object or holds anything else there."""
-    if not isinstance(snapshot, str):
-        return None
-    try:
-        snap = json.loads(snapshot)
-    except ValueError:
-        return None
-    if not isinstance(snap, dict):
-        return None
-    out = []
-    for p in _AID_PATHS:
-        v = snap.get(p)
-        if v is not None and not isinstance(v, (list, dict)):
-            return None
-        out.append("" if v is None else json.dumps(v, separators=(",", ":")))  # (json_extract's text: minified)
-    return out
 # A row these statements cannot read (text that is not UTF-8, a snapshot that is not
 # JSON: ``json_extract`` raises for it) would fail every lookup and claim of its key
 # for as long as it exists. ``_read`` tells such damage from other failures by
@@ -275,11 +239,6 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
 
 
 class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
-    #: the lean lookup's statement: with the hit aids until a file without them says otherwise
-    _lean_sql = _LOOKUP_AIDED_SQL
-    #: the file has the hit aid columns (known at this process's first record into it), or None
-    _aids_here: bool | None = None
-
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,16 +321,7 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
         point query on the key's unique index, no transaction, no write.
         ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
         if lean and _JSON1:
-            sql = self._lean_sql
-            try:
-                row, damaged = _read(self.conn(), sql, LEAN_COLUMNS, key)
-            except sqlite3.OperationalError as e:
-                if sql is not _LOOKUP_AIDED_SQL or "no such column: hit_" not in str(e):
-                    raise
-                # a file without the hit aids (made before them, and not yet recorded into by this
-                # memolab): the snapshot's JSON, as before them
-                self._lean_sql = _LOOKUP_LEAN_SQL
-                row, damaged = _read(self.conn(), _LOOKUP_LEAN_SQL, LEAN_COLUMNS, key)
+            row, damaged = _read(self.conn(), _LOOKUP_LEAN_SQL, LEAN_COLUMNS, key)
         else:
             row, damaged = _read(self.conn(), _LOOKUP_SQL, HIT_COLUMNS, key)
         if row is None:
@@ -469,19 +419,16 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
         """
         cols = ["fn", "code", "args", "schema", "status", *fields]
         vals = [*key, "done", *fields.values()]
-        # (added to the row under the write lock, once the file is known to have their columns)
-        aids = hit_aids(fields.get("snapshot")) if _JSON1 and "hit_token" not in fields else None
         # sources this process has recorded already are not written again (they are
         # keyed by digest, never change, and serve only explain's diffs)
         new_sources = [(d, sym, src) for d, (sym, src) in sources.items() if d not in self._sources_seen]
-        eval_id = self._record(key, owner, cols, vals, new_sources, present, also, aids)
+        eval_id = self._record(key, owner, cols, vals, new_sources, present, also)
         self._sources_seen.update(d for d, _, _ in new_sources)
         self._let_go(key, owner)
         return eval_id
 
     def _record(self, key: Key, owner: str, cols: list[str], vals: list[Any], new_sources: list[tuple[str, str, str]],
-                present: Callable[[], bool], also: Callable[[sqlite3.Connection], None] | None,
-                aids: list[str] | None = None) -> int:
+                present: Callable[[], bool], also: Callable[[sqlite3.Connection], None] | None) -> int:
         with self.write() as c:
             # Our lease dropped first (rolled back with the rest if we raise below).
             held = owner and c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?",
@@ -500,8 +447,6 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
                 raise BlobsGone(key)
             if new_sources:
                 c.executemany(KEEP_SOURCES_SQL, new_sources)
-            if aids is not None and self._aided(c):
-                cols, vals = [*cols, *AIDS], [*vals, *aids]
             # REPLACE: a row for this key exists if it was marked corrupt or stale, or
             # if we hold the lease to overwrite it (``fresh``).
             cur = c.execute(f"INSERT OR REPLACE INTO evaluations({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
@@ -509,30 +454,6 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
             if also is not None:
                 also(c)
             return eval_id
-
-    def _aided(self, c: sqlite3.Connection) -> bool:
-        """Does the file have the hit aid columns? Asked under the write lock at this process's
-        first record; a file without them (made before them) gains them then, in place: nullable
-        columns of their own, no schema step (the file's version is unchanged, so an older memolab
-        keeps reading and writing it, leaving them NULL). The lean lookup reads them from then on."""
-        if self._aids_here is None:
-            have = {r[1] for r in c.execute("PRAGMA main.table_info(evaluations)")}
-            missing = [a for a in AIDS if a not in have]
-            if not missing:
-                self._aids_here = True
-                self._lean_sql = _LOOKUP_AIDED_SQL
-                return True
-            try:
-                for a in missing:
-                    c.execute(f"ALTER TABLE evaluations ADD COLUMN {a} TEXT")
-            except sqlite3.OperationalError:  # (a statement's failure: the transaction goes on without them)
-                swallowed("store: Index._aided")
-                self._aids_here = False
-                return False
-            # not remembered: the transaction that added them may still roll back (then the next
-            # record adds them again); the next record finds them committed and says so
-            return True
-        return self._aids_here
 
     # -- rows computed elsewhere (the team store: see ``team.protocol.EvalIndex``) -------------
     def lookup_many(self, keys: Sequence[Key]) -> dict[Key, dict[str, Any]]:
