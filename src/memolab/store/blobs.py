@@ -49,6 +49,10 @@ Progress = Callable[[int], None] | None
 
 
 def digest_bytes(data: Buffer, progress: Progress = None) -> str:
+    if type(data) is bytes and len(data) < _PARALLEL_MIN and progress is None:
+        # (a hit's inline payload: no view to make; ``hexdigest`` builds its text a character at a
+        # time, ``digest().hex()`` in one C call: the same text, a third fewer instructions)
+        return blake3.blake3(data).digest().hex()
     mv = memoryview(data)
     if mv.nbytes >= _PARALLEL_MIN:
         if progress is None or mv.nbytes <= _STEP:
@@ -62,7 +66,7 @@ def digest_bytes(data: Buffer, progress: Progress = None) -> str:
             return h.hexdigest()
         digest = h.hexdigest()
     else:
-        digest = blake3.blake3(mv).hexdigest()
+        digest = blake3.blake3(mv).digest().hex()
     if progress is not None:
         progress(mv.nbytes)
     return digest

@@ -271,11 +271,14 @@ class Store(Heartbeats):
             # The payload runs code when unpickled: it is re-hashed in full, every time.
             payload = bytes(self.blobs.get(row["payload"], row["payload_size"], verify="always"))
             source = refs
-        total = sum(n for _, n in source) if type(source) is not tuple else 0
-        with result_progress("loading", key[0], total) as step:
-            if step is not None:  # a big result: the caller says what it loaded
-                row["loaded_bytes"] = total + row["payload_size"]
-            value = self._unpickle(payload, source, step)
+        if type(source) is tuple:  # inline: small, no bar (a ``with`` of even a null context is two Python calls)
+            value = self._unpickle(payload, source)
+        else:
+            total = sum(n for _, n in source)
+            with result_progress("loading", key[0], total) as step:
+                if step is not None:  # a big result: the caller says what it loaded
+                    row["loaded_bytes"] = total + row["payload_size"]
+                value = self._unpickle(payload, source, step)
         self._remember(key, row, payload, source)
         return value
 
