@@ -55,6 +55,8 @@ import memolab.team.pg as pg
 from memolab.team.blobs import s3
 
 CALL = [None]
+INFLIGHT = [0]  # team operations under way, in any thread
+_lock = threading.Lock()
 SPY = {"attempts": [], "cuts": [], "connects": [], "down": [], "clients": []}
 INDEXES = []
 INDEX_TIMEOUT = [None]
@@ -67,6 +69,8 @@ def _main():
 _attempt = link.Link.attempt
 def attempt(self, fn):
     t0 = time.monotonic()
+    with _lock:
+        INFLIGHT[0] += 1
     try:
         out = _attempt(self, fn)
     except link.Offline as e:
@@ -74,6 +78,9 @@ def attempt(self, fn):
             SPY["attempts"].append({"call": CALL[0], "ok": False, "error": str(e.__cause__),
                                     "s": round(time.monotonic() - t0, 3)})
         raise
+    finally:
+        with _lock:
+            INFLIGHT[0] -= 1
     if _main():
         SPY["attempts"].append({"call": CALL[0], "ok": True})
     return out
@@ -183,13 +190,15 @@ for a in sys.argv[1:]:
         import memolab.team.journal
         memolab.team.journal.CONFIRM_AFTER = float(a[8:])
         continue
-    if a.startswith("until:"):  # wait until the team index holds this many rows
-        import psycopg
+    if a.startswith("until:"):  # wait until the team index holds this many rows, and the operation
+        import psycopg      # that published them has ended (a row is visible before its publish returns)
         deadline = time.monotonic() + HANG
         with psycopg.connect(os.environ["TEAM_DSN"], autocommit=True) as c:
-            while c.execute("SELECT count(*) FROM memolab_evaluations WHERE status = 'done'").fetchone()[0] < int(a[6:]):
+            while (c.execute("SELECT count(*) FROM memolab_evaluations WHERE status = 'done'").fetchone()[0] < int(a[6:])
+                   or knobs.INFLIGHT[0]):
                 if time.monotonic() > deadline:
-                    sys.exit(f"the team index did not hold {a[6:]} rows within {HANG} s; the spy saw {knobs.SPY}")
+                    sys.exit(f"the team index did not hold {a[6:]} rows within {HANG} s (or an operation went on); "
+                             f"the spy saw {knobs.SPY}")
                 time.sleep(0.01)
         continue
     knobs.CALL[0] = a
@@ -414,8 +423,10 @@ def _timeouts(seen: dict[str, list], failed: list[dict[str, Any]]) -> int:
 def test_a_call_meeting_a_team_index_fault_is_bounded_and_nothing_is_lost(rig, fault):
     inject, clear = _faults(rig)[fault]
     outage = fault in OUTAGES
-    # The fault comes once the first call's result is on the team index (the uploader thread is
-    # idle then: the calling thread is the one to meet it); from then on the index waits TIMEOUT
+    # The fault comes once the first call's result is on the team index and the operation that
+    # published it has returned (the uploader thread then has no team operation before its next
+    # wake: the calling thread is the one to meet the fault; a reset met mid-publish on the
+    # uploader's fresh connection marked the store down under load); from then on the index waits TIMEOUT
     # where a timeout is what gives it up (HEALTHY otherwise: nothing may time out there).
     knobs = ["confirm:3600", "until:1", *([f"index-timeout:{TIMEOUT:g}"] if outage else [])]
     times, spy, err = rig.run_with_fault("A", ["0", *knobs], ["1", "2", "3"], inject, clear)
