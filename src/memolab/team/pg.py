@@ -36,7 +36,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from typing import Any, TypeVar
 
 import psycopg
@@ -259,10 +258,13 @@ class PgIndex(PgAcceptIndex, PgMarkIndex, PgUpkeep):
             self._local.fresh = False
             armed = None
             try:
-                if self._local.budget != budget:
-                    bounded(conn, t, partial(conn.execute, *session_settings(budget)))
-                    self._local.budget = budget
+                # one deadline for the session's settings and the work: a silent server met by
+                # the settings (a connection last used with another budget) is then known as one
+                # (a cut), not taken for a stale connection and connected to again (a second wait)
                 armed = WATCHDOG.arm(conn.pgconn.socket, budget + MARGIN)
+                if self._local.budget != budget:
+                    conn.execute(*session_settings(budget))
+                    self._local.budget = budget
                 return work(conn)
             except (pgerrors.DeadlockDetected, pgerrors.SerializationFailure):
                 if attempt == 2:
