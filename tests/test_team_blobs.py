@@ -18,6 +18,7 @@ from memolab.errors import CorruptBlob, RemoteUnavailable, StoreConfigError, Sto
 from memolab.store.blobs import digest_bytes
 from memolab.team import blobs as tb
 from memolab.team.blobs import MissingBlob, open_blobs
+from test_team_layer import HEALTHY  # a healthy team store is waited on, not timed
 
 
 def _remote(request, tmp_path):
@@ -241,7 +242,9 @@ def test_concurrent_puts_of_one_digest_from_processes(remote):
 
 
 def test_server_stopped_is_remote_unavailable(s3_bucket, s3_server, tmp_path, monkeypatch):
-    monkeypatch.setenv("MEMOLAB_REMOTE_TIMEOUT", "1")
+    # HEALTHY: the put and ping before the stop must not time out on a loaded machine; after it
+    # every request is refused at once (the timeout is not what ends them)
+    monkeypatch.setenv("MEMOLAB_REMOTE_TIMEOUT", HEALTHY)
     rb = open_blobs(s3_bucket)
     data = b"before the outage"
     d = digest_bytes(data)
@@ -297,7 +300,8 @@ def test_frozen_server_times_out(s3_bucket, s3_server, tmp_path):
     rb = open_blobs(s3_bucket, timeout=0.5)
     data = b"x" * 1000
     d = digest_bytes(data)
-    rb.put(d, data)
+    # put by a client that waits HEALTHY: before the freeze the server is healthy, however loaded
+    open_blobs(s3_bucket, timeout=float(HEALTHY)).put(d, data)
     sent = count_attempts(rb)
     s3_server.freeze()
     try:
