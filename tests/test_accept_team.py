@@ -14,6 +14,7 @@ import pytest
 
 from conftest import SRC
 from servers.team import LocalTeam  # noqa: F401  (the `team` fixture comes from there)
+from test_team_layer import HANG, HEALTHY  # a healthy (or stopped) team store is waited on, not timed
 
 JOB = '''
 import json, os, sys
@@ -41,25 +42,26 @@ class Machine:
         e = dict(os.environ)
         e.pop("MEMOLAB_HMAC_KEY", None)
         e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(self.store), CALLS=str(self.calls), MACHINE=self.name,
-                 MEMOLAB_REMOTE_TIMEOUT="2", PYTHONDONTWRITEBYTECODE="1", **self.team.env)
+                 MEMOLAB_REMOTE_TIMEOUT=HEALTHY, MEMOLAB_REMOTE_DRAIN=HEALTHY, PYTHONDONTWRITEBYTECODE="1",
+                 **self.team.env)
         e.update(kw)
         return e
 
     def run(self, n: int, **kw: str) -> dict:
         cp = subprocess.run([sys.executable, str(self.root / "job.py"), str(n)], cwd=self.root, env=self.env(**kw),
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=HANG)
         assert cp.returncode == 0, cp.stderr
         return json.loads(cp.stdout.strip().splitlines()[-1])
 
     def stopped(self, n: int) -> None:
         """A miss whose computation the user stops: nothing is stored."""
         cp = subprocess.run([sys.executable, str(self.root / "job.py"), str(n)], cwd=self.root,
-                            env=self.env(STOP="1"), capture_output=True, text=True, timeout=120)
+                            env=self.env(STOP="1"), capture_output=True, text=True, timeout=HANG)
         assert cp.returncode != 0 and "stopped by hand" in cp.stderr, cp.stderr
 
     def cli(self, *args: str, **kw: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "memolab", *args], cwd=self.root, env=self.env(**kw),
-                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+                              capture_output=True, text=True, timeout=HANG, stdin=subprocess.DEVNULL)
 
 
 def computed(calls: Path) -> list[str]:
@@ -134,7 +136,7 @@ def test_a_signed_teams_accept_is_followed_only_under_the_teams_key(tmp_path):
     first = a.run(2, **key)
     edit(tmp_path, 'print("training", n, "signed")  # LOG')
     subprocess.run([sys.executable, str(tmp_path / "job.py"), "2"], cwd=tmp_path, env=a.env(STOP="1", **key),
-                   capture_output=True, text=True, timeout=120)
+                   capture_output=True, text=True, timeout=HANG)
     cp = a.cli("accept", "train", "--yes", **key)
     assert "recorded on the team store too" in cp.stdout, cp.stdout + cp.stderr
     assert b.run(2, **key) == first  # the team's key: followed
@@ -142,6 +144,6 @@ def test_a_signed_teams_accept_is_followed_only_under_the_teams_key(tmp_path):
     # another key: the accept (and the results) look forged to C: never followed, computed there
     got = subprocess.run([sys.executable, str(tmp_path / "job.py"), "2"], cwd=tmp_path,
                          env=c.env(MEMOLAB_HMAC_KEY="another-key-0123456789"), capture_output=True, text=True,
-                         timeout=120)
+                         timeout=HANG)
     assert got.returncode == 0 and json.loads(got.stdout.strip().splitlines()[-1])["machine"] == "C"
     assert len(computed(calls)) == n + 1

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import SRC
 from servers.team import LocalTeam  # noqa: F401  (the `team` fixture comes from there)
+from test_team_layer import HANG, HEALTHY  # a healthy (or stopped) team store is waited on, not timed
 
 PIPE = '''
 import json, os, sys
@@ -63,18 +64,19 @@ class Machine:
         e = dict(os.environ)
         e.pop("MEMOLAB_HMAC_KEY", None)
         e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(self.store), CALLS=str(self.root / "calls"), MACHINE=self.name,
-                 MEMOLAB_REMOTE_TIMEOUT="5", PYTHONDONTWRITEBYTECODE="1", **self.team.env)
+                 MEMOLAB_REMOTE_TIMEOUT=HEALTHY, MEMOLAB_REMOTE_DRAIN=HEALTHY, PYTHONDONTWRITEBYTECODE="1",
+                 **self.team.env)
         return e
 
     def run(self, n: int) -> dict:
         cp = subprocess.run([sys.executable, str(self.root / "pipe.py"), str(n)], cwd=self.root, env=self.env(),
-                            capture_output=True, text=True, timeout=180)
+                            capture_output=True, text=True, timeout=HANG)
         assert cp.returncode == 0, cp.stderr
         return json.loads(cp.stdout.strip().splitlines()[-1])
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         cp = subprocess.run([sys.executable, "-m", "memolab", *args], cwd=self.root, env=self.env(),
-                            capture_output=True, text=True, timeout=180)
+                            capture_output=True, text=True, timeout=HANG)
         assert cp.returncode == 0, cp.stdout + cp.stderr
         return cp
 

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import SRC
 from servers.team import LocalTeam  # noqa: F401  (the `pg_team` fixture comes from there)
+from test_team_layer import HANG, HEALTHY  # a healthy (or stopped) team store is waited on, not timed
 
 
 def make_folder(root: Path, n: int = 300) -> dict[str, str]:
@@ -44,7 +45,7 @@ def tree(root: Path) -> dict[str, str]:
 
 def cli(env: dict, cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     cp = subprocess.run([sys.executable, "-m", "memolab", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                        timeout=180)
+                        timeout=HANG)
     if check:
         assert cp.returncode == 0, cp.stderr
     return cp
@@ -76,7 +77,7 @@ def test_a_folder_round_trips_bitwise_through_the_local_store_and_gc_keeps_it(tm
     # the Python API, a single file, and a restore into a place that holds the same bytes already
     got = subprocess.run([sys.executable, "-c", "import memolab, sys; d = memolab.snapshot(sys.argv[1]); "
                           "print(d, memolab.restore(d, sys.argv[2]))", str(data / "big.bin"), str(tmp_path / "b.bin")],
-                         env=env, capture_output=True, text=True, timeout=120, check=True).stdout.split()
+                         env=env, capture_output=True, text=True, timeout=HANG, check=True).stdout.split()
     assert (tmp_path / "b.bin").read_bytes() == (data / "big.bin").read_bytes() and got[1] == str(tmp_path / "b.bin")
     cli(env, tmp_path, "restore", digest, str(out))  # same bytes there: nothing to do
     (out / "big.bin").write_bytes(b"changed")
@@ -136,8 +137,9 @@ def test_a_folder_round_trips_through_the_team_store_and_restores_offline(tmp_pa
     data = tmp_path / "data"
     want = make_folder(data, 1000)
     assert sum(1 for p in data.rglob("*") if p.is_file()) == 1004
-    a = base_env(tmp_path, "store-a", MEMOLAB_TEAM_UNSIGNED="1", MEMOLAB_REMOTE_TIMEOUT="5", **pg_team.env)
-    b = base_env(tmp_path, "store-b", MEMOLAB_TEAM_UNSIGNED="1", MEMOLAB_REMOTE_TIMEOUT="5", **pg_team.env)
+    healthy = dict(MEMOLAB_TEAM_UNSIGNED="1", MEMOLAB_REMOTE_TIMEOUT=HEALTHY, MEMOLAB_REMOTE_DRAIN=HEALTHY)
+    a = base_env(tmp_path, "store-a", **healthy, **pg_team.env)
+    b = base_env(tmp_path, "store-b", **healthy, **pg_team.env)
     digest = cli(a, tmp_path, "snapshot", str(data)).stdout.strip()
     # team gc run where the snapshot is recorded never deletes its blobs (no row refers to them)
     r = json.loads(cli(a, tmp_path, "gc", "--remote", "--grace", "0s", "--yes", "--json").stdout)
@@ -148,6 +150,7 @@ def test_a_folder_round_trips_through_the_team_store_and_restores_offline(tmp_pa
     pg_team.down()  # the network cut after the first pull
     cli(b, tmp_path, "restore", digest, str(tmp_path / "b2"))
     assert tree(tmp_path / "b2") == want
+    # C runs only after the cut: the short timeout is the faulted store's (stopped: refused at once)
     c = base_env(tmp_path, "store-c", MEMOLAB_TEAM_UNSIGNED="1", MEMOLAB_REMOTE_TIMEOUT="2", **pg_team.env)
     (tmp_path / "store-c").mkdir()
     offline = cli(c, tmp_path, "restore", digest, str(tmp_path / "c1"), check=False)  # never pulled: says so

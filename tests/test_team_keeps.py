@@ -21,6 +21,7 @@ import pytest
 from conftest import SRC
 from servers.team import LocalTeam  # noqa: F401  (the `pg_team` fixture comes from there)
 from test_snapshots import make_folder, tree
+from test_team_layer import HANG, HEALTHY  # a healthy (or stopped) team store is waited on, not timed
 
 KEY = ("m:f", "c1", "a1", "s1")
 ROW = {"payload": "ab" * 32, "payload_size": 10, "buffers": "[]", "size": 10, "started": 1.0, "finished": 2.0,
@@ -117,13 +118,14 @@ def test_team_gc_on_another_machine_keeps_what_one_machine_kept_and_snapshotted(
         e = dict(os.environ)
         e.pop("MEMOLAB_HMAC_KEY", None)
         e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(tmp_path / f"store-{machine}"), CALLS=str(calls), MACHINE=machine,
-                 MEMOLAB_REMOTE_TIMEOUT="5", PYTHONDONTWRITEBYTECODE="1", MEMOLAB_TEAM_UNSIGNED="1",
+                 MEMOLAB_REMOTE_TIMEOUT=HEALTHY, MEMOLAB_REMOTE_DRAIN=HEALTHY, PYTHONDONTWRITEBYTECODE="1",
+                 MEMOLAB_TEAM_UNSIGNED="1",
                  MEMOLAB_INLINE_MAX="0", **pg_team.env)
         return e
 
     def run(machine, *args, cwd=tmp_path, snap=""):
         cp = subprocess.run([sys.executable, *args], cwd=cwd, env={**env(machine), "SNAP": snap}, capture_output=True,
-                            text=True, timeout=180)
+                            text=True, timeout=HANG)
         assert cp.returncode == 0, cp.stderr
         return cp.stdout
 

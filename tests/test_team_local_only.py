@@ -13,6 +13,7 @@ import psycopg
 
 from conftest import SRC
 from servers.team import LocalTeam  # noqa: F401  (the `pg_team` fixture comes from there)
+from test_team_layer import HANG, HEALTHY  # a healthy (or stopped) team store is waited on, not timed
 
 JOB = '''
 import json, os, sys
@@ -49,13 +50,14 @@ def test_a_team_false_functions_rows_never_reach_the_team_index(tmp_path, pg_tea
         e = dict(os.environ)
         e.pop("MEMOLAB_HMAC_KEY", None)
         e.update(PYTHONPATH=SRC, MEMOLAB_STORE=str(tmp_path / f"store-{machine}"), CALLS=str(calls), MACHINE=machine,
-                 MEMOLAB_REMOTE_TIMEOUT="5", PYTHONDONTWRITEBYTECODE="1", MEMOLAB_TEAM_UNSIGNED="1", **pg_team.env)
+                 MEMOLAB_REMOTE_TIMEOUT=HEALTHY, MEMOLAB_REMOTE_DRAIN=HEALTHY, PYTHONDONTWRITEBYTECODE="1",
+                 MEMOLAB_TEAM_UNSIGNED="1", **pg_team.env)
         e.update(kw)
         return e
 
     def run(machine, *args, **kw):
         cp = subprocess.run([sys.executable, *args], cwd=tmp_path, env=env(machine, **kw), capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=HANG)
         assert cp.returncode == 0, cp.stderr
         return cp
 
