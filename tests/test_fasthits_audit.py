@@ -332,11 +332,12 @@ AUDIT = textwrap.dedent(r"""
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            before = runs()
+            before, served = runs(), SERVED[0]
             got = {t: [globals()[f"A_{t}"](3) for _ in range(5)] for t in ("fast", "full")}
             now = runs()
-            os.write(w, json.dumps({"values": got, "runs": {k: now.get(k, 0) - before.get(k, 0) for k in now},
-                                    "same store": globals()["A_fast"].store() is store}).encode())
+            os.write(w, json.dumps({"values": got, "runs": {k: now.get(k, 0) - before.get(k, 0) for k in now
+                                                            if now.get(k, 0) != before.get(k, 0)},
+                                    "served": SERVED[0] - served, "same store": A_fast.store() is store}).encode())
             os._exit(0)
         os.close(w)
         data = b""
@@ -372,11 +373,43 @@ def test_the_table_answers_as_the_full_path_in_every_audited_case(tmp_path):
         return {"values": {k: got["values"][f"{k}_fast"] for k in kinds},
                 "runs": {k: got["runs"].get(f"{k}_fast", 0) for k in kinds}}
 
-    for name in [n for n, v in out.items() if isinstance(v, dict) and "values" in v and "runs" in v
-                 and n != "fork"]:
+    cases = [n for n, v in out.items() if isinstance(v, dict) and "values" in v and n != "fork"]
+    assert len(cases) == 35
+    for name in cases:
         same(name)
-    print({n: v["served"] for n, v in out.items() if isinstance(v, dict) and "served" in v})
-    print(json.dumps({n: v for n, v in out.items() if not (isinstance(v, dict) and "served" in v)}))
+    # the table answered where its conditions hold (the agreement above is not of two full paths)
+    served = {n: out[n]["served"] for n in cases}
+    for name in ("verbose", "lineage off", "lineage on", "env MEMOLAB_INLINE_MAX", "env MEMOLAB_VERSION_SENSITIVITY",
+                 "chdir same store", "team store configured", "team store by env", "seed", "global rebound",
+                 "helper redefined", "module attr replaced", "closure rebound", "defaults changed",
+                 "wrapped code changed", "types"):
+        assert served[name] > 0, (name, served)
+    # and never where they do not: generator states, a body's record of what it used, a partial
+    assert served["draw"] == served["nested"] == served["inner code changed"] == served["partial"] == 0, served
+    assert out["DRAW table"] == 0 and out["SEED table"] == 1 and out["P has table"] is False
+    # what the full path computes again after each change, the table computes too
+    assert same("global rebound")["runs"] == same("helper redefined")["runs"] == {"A": 1, "F": 1}
+    assert same("module attr replaced")["values"]["MOD"][0][-1][0] == [7, 21]
+    assert same("module function replaced")["values"]["MOD"][0][-1][0] == [7, -3]
+    assert same("closure rebound")["values"]["CL"][0][-1][0] == [11, 3]
+    assert same("wrapped code changed")["values"]["W"][0][-1][0] == [3, "w2"]
+    assert same("wrapped code changed")["values"]["V"][0][-1][0] == [3, "v2"]
+    assert same("inner code changed")["runs"]["OUTER"] == 1
+    # a seeded body's hit leaves the generator where the body left it
+    seeded = same("seed")["values"]["SEED"][0]
+    assert len({json.dumps(v) for v in seeded}) == 1
+    types = same("types")
+    assert types["runs"]["T"] == 19  # each of the 19 arguments its own key (I(1) and S("a") included)
+    assert out["thread"]["fast"] == out["thread"]["full"]
+    assert out["outer's record"]["fast"] == out["outer's record"]["full"] == [["__main__:INNER_T", None]]
+    assert out["lineage edges"]["fast"] == out["lineage edges"]["full"] == [["v", "__main__:A_T", "object"]]
+    assert out["method"]["fast"] == out["method"]["full"] == [[1, 3]] * 3 + [[2, 3]] * 3
+    assert out["reload"] == [[7, 3]] * 3 + [[2, 3]] * 6
+    assert out["hits"]["fast"] == out["hits"]["full"]
+    assert out["explain"]["fast"] == out["explain"]["full"] == "audit.py:A_T: hit"
+    fork = out["fork"]
+    assert fork["values"]["fast"] == fork["values"]["full"] == [[3, 2, 1, 4]] * 5
+    assert fork["runs"] == {} and fork["same store"] is False and fork["served"] == 3  # its own store's copies
 
 
 # torch's switches (``implicit.parts``: read on every table hit), entered and left between calls,
@@ -467,4 +500,9 @@ def test_the_table_answers_as_the_full_path_under_torch_switches(tmp_path):
     for name, got in out.items():
         assert got["values"]["fast"] == got["values"]["full"], (name, got)
         assert got["runs"].get("Z_fast", 0) == got["runs"].get("Z_full", 0), (name, got)
-    print({n: (g["served"], g["runs"].get("Z_fast", 0), g["values"]["fast"][0]) for n, g in out.items()})
+    runs = {n: g["runs"].get("Z_fast", 0) for n, g in out.items()}
+    served = {n: g["served"] for n, g in out.items()}
+    for name in ("default dtype", "autocast", "no_grad", "deterministic", "matmul precision"):
+        assert runs[name] == 1 and served[name] == 0, (name, runs, served)  # a switch flipped: a new key
+    for name in ("dtype back", "another thread in autocast", "autocast left", "all back"):
+        assert runs[name] == 0 and served[name] >= 4, (name, runs, served)  # (the other thread's is off)
