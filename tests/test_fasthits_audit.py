@@ -117,6 +117,11 @@ AUDIT = textwrap.dedent(r"""
         return [x, y]
 
     @memo
+    def KW_{t}(x, *, z=5):
+        with open(LOG, "a") as fh: fh.write("KW_{t} ")
+        return [x, z]
+
+    @memo
     def T_{t}(x):  # echoes its argument's type and value
         with open(LOG, "a") as fh: fh.write("T_{t} ")
         return [type(x).__name__, repr(x)[:40], len(repr(x))]
@@ -150,11 +155,11 @@ AUDIT = textwrap.dedent(r"""
     for t in ("fast", "full"):
         exec(TEMPLATE.format(t=t), globals())
         globals()[f"CL_{t}"], globals()[f"rebind_{t}"] = make_closure(t)
-    for n in ("A", "F", "SEED", "DRAW", "INNER", "OUTER", "USE", "MOD", "D", "T", "W", "CL", "P"):
+    for n in ("A", "F", "SEED", "DRAW", "INNER", "OUTER", "USE", "MOD", "D", "KW", "T", "W", "CL", "P"):
         globals()[f"{n}_full"]._fast = None  # the twin: the full path only
     V_full.__closure__[0].cell_contents._fast = None  # (the memo under the wrapper)
     Model_full.m._fast = None
-    for m in (A_fast, F_fast, SEED_fast, DRAW_fast, INNER_fast, OUTER_fast, USE_fast, MOD_fast, D_fast, T_fast,
+    for m in (A_fast, F_fast, SEED_fast, DRAW_fast, INNER_fast, OUTER_fast, USE_fast, MOD_fast, D_fast, KW_fast, T_fast,
               W_fast, CL_fast, V_fast.__closure__[0].cell_contents, Model_fast.m, auxmod.in_module):
         m._fast = Counted()
 
@@ -176,8 +181,8 @@ AUDIT = textwrap.dedent(r"""
                 fn = globals()[f"{kind}_{t}"]
                 got[f"{kind}_{t}"] = [[[fn(*a, **kw), after() if after else None] for _ in range(5)] for a, kw in args]
         now = runs()
-        out[name] = {"values": got, "runs": {k: now.get(k, 0) - before.get(k, 0) for k in now},
-                     "served": SERVED[0] - served}
+        out[name] = {"values": json.loads(json.dumps(got, default=repr)),  # (as they were: a result may be changed later)
+                     "runs": {k: now.get(k, 0) - before.get(k, 0) for k in now}, "served": SERVED[0] - served}
 
     def pos(*a):
         return [(a, {})]
@@ -281,6 +286,20 @@ AUDIT = textwrap.dedent(r"""
         for t in ("fast", "full"):
             globals()[f"D_{t}"].fn.__defaults__ = (9,)
         case("defaults changed", "D", pos(3))
+        for t in ("fast", "full"):
+            globals()[f"D_{t}"].fn.__defaults__ = (1,)
+        case("defaults back", "D", pos(3))
+        for t in ("fast", "full"):
+            globals()[f"D_{t}"].fn.__defaults__ = ([5],)  # not a plain scalar: no table any more
+        case("default list", "D", pos(3))
+        out["D table"] = D_fast._fast
+        for t in ("fast", "full"):
+            globals()[f"D_{t}"].fn.__defaults__[0].append(6)  # changed in place: keyed on every call
+        case("default list changed", "D", pos(3))
+        case("kwdefaults", "KW", pos(3))
+        for t in ("fast", "full"):
+            globals()[f"KW_{t}"].fn.__kwdefaults__ = {"z": 7}
+        case("kwdefaults changed", "KW", pos(3))
         case("wrapped", "W,V", pos(3))
         for t in ("fast", "full"):
             inner = globals()[f"W_{t}"].fn.__closure__[0].cell_contents
@@ -374,7 +393,7 @@ def test_the_table_answers_as_the_full_path_in_every_audited_case(tmp_path):
                 "runs": {k: got["runs"].get(f"{k}_fast", 0) for k in kinds}}
 
     cases = [n for n, v in out.items() if isinstance(v, dict) and "values" in v and n != "fork"]
-    assert len(cases) == 35
+    assert len(cases) == 40
     for name in cases:
         same(name)
     # the table answered where its conditions hold (the agreement above is not of two full paths)
@@ -392,6 +411,13 @@ def test_the_table_answers_as_the_full_path_in_every_audited_case(tmp_path):
     assert same("module attr replaced")["values"]["MOD"][0][-1][0] == [7, 21]
     assert same("module function replaced")["values"]["MOD"][0][-1][0] == [7, -3]
     assert same("closure rebound")["values"]["CL"][0][-1][0] == [11, 3]
+    # new defaults assigned (``fn.__defaults__ = (9,)``) are bound: computed with them, as the function would
+    changed = same("defaults changed")
+    assert changed["values"]["D"][0][-1][0] == [3, 9] and changed["runs"] == {"D": 1}, changed
+    assert same("defaults back")["runs"] == {"D": 0}
+    assert same("default list")["values"]["D"][0][-1][0] == [3, [5]] and out["D table"] is None
+    assert same("default list changed")["values"]["D"][0][-1][0] == [3, [5, 6]]
+    assert same("kwdefaults changed")["values"]["KW"][0][-1][0] == [3, 7]
     assert same("wrapped code changed")["values"]["W"][0][-1][0] == [3, "w2"]
     assert same("wrapped code changed")["values"]["V"][0][-1][0] == [3, "v2"]
     assert same("inner code changed")["runs"]["OUTER"] == 1
@@ -463,8 +489,8 @@ TORCH = textwrap.dedent(r"""
                 th.join()
                 got[t] = box
         now = runs()
-        out[name] = {"values": got, "runs": {k: now.get(k, 0) - before.get(k, 0) for k in now},
-                     "served": SERVED[0] - served}
+        out[name] = {"values": json.loads(json.dumps(got, default=repr)),  # (as they were: a result may be changed later)
+                     "runs": {k: now.get(k, 0) - before.get(k, 0) for k in now}, "served": SERVED[0] - served}
 
     case("defaults")
     torch.set_default_dtype(torch.float64)
