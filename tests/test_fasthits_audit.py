@@ -170,8 +170,9 @@ AUDIT = textwrap.dedent(r"""
     out = {}
 
     def case(name, kinds, args, after=None, setup=None):
-        # five calls of each argument list (a miss, a hit from the store, from memory, then the table), fast then full: values and body runs (``after``: what
-        # to record after each call, e.g. the global generator's next draw; ``setup``: before each twin)
+        # five calls of each argument list (a miss, a hit from the store, from memory, then the
+        # table), fast then full: values and body runs (``after``: what to record after each
+        # call, e.g. the global generator's next draw; ``setup``: run before each twin)
         before, served = runs(), SERVED[0]
         got = {}
         for t in ("fast", "full"):
