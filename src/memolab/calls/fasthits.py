@@ -124,6 +124,9 @@ class FastTable:
         e = entries.get(k)
         if e is None:
             return False, None
+        src = memo._defaults_src  # (attribute reads, no call: new defaults assigned, the full path binds them)
+        if src is not None and (src[0].__defaults__ is not src[1] or src[0].__kwdefaults__ is not src[2]):
+            return False, None
         key, store, root, cv, extra, row, named, gen, atom, accept = e
         if root is not None:
             now = codegraph.quiet_version(root, memo.version_sensitivity)

@@ -12,6 +12,7 @@ import functools
 import inspect
 import os
 import sys
+import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast, overload
@@ -67,6 +68,9 @@ class MemoFunction:
         # positional slots exist only for positional-or-keyword parameters (they come first)
         self._fast_npos = sum(p.kind == p.POSITIONAL_OR_KEYWORD for p in params)
         self._defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
+        #: (function, its ``__defaults__``, its ``__kwdefaults__``) as bound: new ones assigned
+        #: (``fn.__defaults__ = ...``) change what the body computes, so they are bound (``_defaults_now``)
+        self._defaults_src = _defaults_source(fn) if self._defaults else None
         self._defaults_or_required = frozenset(p.name for p in params)
         self.version = None if version is None else str(version)
         self.deps = tuple(deps)
@@ -139,6 +143,7 @@ class MemoFunction:
         # runs: its code digest (everything it depends on, ``deps`` and ``version``), the defaults
         # it binds and a callable object's own state; never its name (an edit of a module's
         # function would keep its callers' keys).
+        self._defaults_now()
         return ("memo", self.symbol, self.code_digest(), self._defaults, self.implicit)
 
     def __reduce__(self) -> Any:
@@ -193,8 +198,23 @@ class MemoFunction:
             cv = self.code_version()
         return cv.digest if self.version is None else f"{cv.digest}+v{self.version}"
 
+    def _defaults_now(self) -> None:
+        """Bind the function's defaults anew where the program assigned new ones since they were
+        bound (the key binds defaults: the old ones would key a call the body computes with the new)."""
+        src = self._defaults_src
+        if src is None or (src[0].__defaults__ is src[1] and src[0].__kwdefaults__ is src[2]):
+            return
+        self.signature = inspect.signature(self.fn)  # (setting an option empties the repeat-hit table)
+        self._defaults = tuple((p.name, p.default) for p in self.signature.parameters.values()
+                               if p.default is not p.empty)
+        self._defaults_src = _defaults_source(self.fn)
+        if self._fast is not None and not eligible(self.implicit, self._defaults, self.is_async):
+            self._fast = None  # (a default that is not a plain scalar; a table emptied is kept otherwise)
+
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """Bind with defaults applied; arguments always in signature order (the key depends on it)."""
+        if self._defaults_src is not None:
+            self._defaults_now()
         fast = self._fast_names
         if not kwargs and fast is not None and len(args) == len(fast):
             # every parameter given by position (the commonest call): nothing to reorder or default
@@ -487,6 +507,15 @@ def _verbosity(v: None | bool | int) -> int | None:
 #: symbol -> the live memoized functions named so whose code memolab cannot see (a library
 #: wrapper holding no visible user function): two of them would share every key
 _opaque: dict[str, weakref.WeakSet[MemoFunction]] = {}
+
+
+def _defaults_source(fn: Any) -> tuple[Any, Any, Any] | None:
+    """The function whose defaults ``inspect.signature(fn)`` reports, with its ``__defaults__`` and
+    ``__kwdefaults__`` now; None where they come from elsewhere (a ``__signature__``, a partial)."""
+    target = inspect.unwrap(fn, stop=lambda f: hasattr(f, "__signature__"))
+    if type(target) is not types.FunctionType or hasattr(target, "__signature__"):
+        return None
+    return target, target.__defaults__, target.__kwdefaults__
 
 
 def _claim_symbol(m: MemoFunction) -> None:
