@@ -92,22 +92,31 @@ def purge_orphans(index: Any) -> int:
     return purge_orphans_counts(index).runs
 
 
+#: a run's last write (its finish, its last update, its start): the expression of the index
+#: ``runs_last_written`` (tracking.schema), which SQLite uses only for this very expression
+LAST_WRITTEN = "MAX(COALESCE(finished, 0), COALESCE(updated, 0), COALESCE(started, 0))"
+
+
 def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> list[dict]:
     """Finished runs with no stored evaluation (process runs, failed and lost runs) last written
-    more than ``older_than`` seconds ago: what ``gc --older-than`` drops besides evaluations."""
+    more than ``older_than`` seconds ago: what ``gc --older-than`` drops besides evaluations.
+    Read from the index of the runs' last writes up to the cutoff (``runs_last_written``), so
+    what it costs is the runs older than AGE, not every run of the store."""
     c = index.conn()
     if not has_runs(c):
         return []
-    stored = {r[0] for r in c.execute("SELECT id FROM evaluations")}
     cutoff = time.time() - older_than
-    out = []
-    for r in _finished_runs(c, None):
-        if keep_evals and r["eval_id"] is not None and r["eval_id"] in stored:
-            continue  # a stored evaluation's logs go with it, judged by the evaluation's age
-        last = max(r["finished"] or 0, r["updated"] or 0, r["started"] or 0)
-        if last < cutoff:
-            out.append(r)
-    return out
+    cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
+    # a stored evaluation's logs go with it, judged by the evaluation's age
+    mine = " AND (eval_id IS NULL OR NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.id = r.eval_id))" if keep_evals else ""
+    rows = [dict(zip(cols, r, strict=False)) for r in c.execute(
+        f"SELECT {','.join(cols)} FROM runs r WHERE {LAST_WRITTEN} < ?{mine}", (cutoff,))]
+    if not any(r["status"] == "running" for r in rows):
+        return rows
+    from .query import running_alive  # a live process's runs stay; lost ones go (``_finished_runs``)
+
+    alive = running_alive(c)
+    return [r for r in rows if r["status"] != "running" or not alive(r)]
 
 
 def delete_runs(index: Any, ids: list[int]) -> Purged:
@@ -139,6 +148,8 @@ def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> in
     times the pages of the table and of its indexes (SQLite's ``dbstat``), less each b-tree's root
     page, which stays however many rows go (a small store has a score of indexes: counting their
     roots made the estimate twice what gc freed). None where ``dbstat`` is not compiled in."""
+    if not run_ids and not eval_ids:
+        return 0  # (nothing goes: the pages of the whole index need not be walked to say so)
     c = index.conn()
     try:
         pages = {name: (int(n or 0), int(k or 0))
