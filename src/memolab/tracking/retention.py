@@ -50,8 +50,11 @@ def _delete(c: Any, ids: list[int]) -> Purged:
     return Purged(len(ids), points)
 
 
+_RUN_COLS = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
+
+
 def _finished_runs(c: Any, fn: str | None) -> list[dict]:
-    cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
+    cols = _RUN_COLS
     sql = f"SELECT {','.join(cols)} FROM runs" + (" WHERE fn=?" if fn is not None else "")
     rows = [dict(zip(cols, r, strict=False)) for r in c.execute(sql, (fn,) if fn is not None else ())]
     # A killed process never marks its runs finished: they stay 'running' in the table. They
@@ -80,11 +83,26 @@ def purge_orphans_counts(index: Any) -> Purged:
     """Delete runs (and logs) whose evaluation no longer exists."""
     with index.write() as c:
         _notes.purge_evaluations(c)  # an evaluation's notes and tags live as long as it does
-        if not has_runs(c):
+        if not has_runs(c) or not _may_have_orphans(c):
             return Purged()
         ids = [r[0] for r in c.execute(
             "SELECT id FROM runs WHERE eval_id IS NOT NULL AND eval_id NOT IN (SELECT id FROM evaluations)")]
         return _delete(c, ids)
+
+
+def _may_have_orphans(c: Any) -> bool:
+    """Whether a run may name an evaluation that is gone, told by the kept counts without a pass
+    over every run: the runs less those naming a stored evaluation (``run_counts.stored``, kept as
+    evaluations go) less those naming none (``eval_id IS NULL``: a range of ``runs_eval``) are
+    the orphans. Where the counts are not kept (or not to be trusted: a negative difference),
+    the sweep runs as before; counts that drifted are recounted by ``doctor``."""
+    from . import counts
+
+    if not counts.available(c):
+        return True
+    runs, stored = c.execute("SELECT COALESCE(SUM(runs), 0), COALESCE(SUM(stored), 0) FROM run_counts").fetchone()
+    unnamed = c.execute("SELECT COUNT(*) FROM runs WHERE eval_id IS NULL").fetchone()[0]
+    return int(runs) - int(stored) - int(unnamed) != 0
 
 
 def purge_orphans(index: Any) -> int:
@@ -106,7 +124,7 @@ def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> list[d
     if not has_runs(c):
         return []
     cutoff = time.time() - older_than
-    cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
+    cols = _RUN_COLS
     # a stored evaluation's logs go with it, judged by the evaluation's age
     mine = " AND (eval_id IS NULL OR NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.id = r.eval_id))" if keep_evals else ""
     rows = [dict(zip(cols, r, strict=False)) for r in c.execute(
@@ -126,8 +144,21 @@ def delete_runs(index: Any, ids: list[int]) -> Purged:
     with index.write() as c:
         if not has_runs(c):
             return Purged()
-        finished = {r["id"] for r in _finished_runs(c, None)}
-        return _delete(c, [i for i in ids if i in finished])
+        return _delete(c, [r["id"] for r in _finished_among(c, ids)])
+
+
+def _finished_among(c: Any, ids: list[int]) -> list[dict]:
+    """``_finished_runs`` of these runs only (read by id, not every run of the store)."""
+    rows: list[dict] = []
+    for q, chunk in chunks(ids):
+        rows += [dict(zip(_RUN_COLS, r, strict=False)) for r in
+                 c.execute(f"SELECT {','.join(_RUN_COLS)} FROM runs WHERE id IN ({q})", chunk)]
+    if not any(r["status"] == "running" for r in rows):
+        return rows
+    from .query import running_alive
+
+    alive = running_alive(c)
+    return [r for r in rows if r["status"] != "running" or not alive(r)]
 
 
 def log_points(index: Any, run_ids: list[int]) -> int:
