@@ -362,3 +362,83 @@ def test_group_statistics_and_a_sort_or_filter_by_an_argument_read_what_they_sho
         assert sorted(r["hparams"]["lr"] for r in doc["small"]["rows"]) == [0.1, 0.2, 0.3]
     print({n: {k: (v["statements"], v["rows"], v["vm"], v["bytes"]) for k, v in g.items()} for n, g in got.items()},
           file=sys.stderr)
+
+
+def test_ls_and_gc_older_than_read_what_they_show_and_drop(stores, tmp_path):
+    """``memolab ls`` (every function's summary) and ``gc --older-than 30d --dry-run`` cost the same
+    statements and rows at 10k as at 1k, and gc the same SQLite VM steps: it finds what it would
+    drop through index ranges up to its cutoff (the results by last use, the runs by last write,
+    the keep marks by their key), never a pass over every row. ls reads the kept counts
+    (tracking/counts.py), and each expiry from the rows stored with one (their own index): where
+    the function's runs name no script its VM steps are those at 1k too; a script's ``__main__``
+    function (``a.py:train``, apart from ``b.py:train``) is summed by SQLite over the evaluations
+    that script's runs produced (one statement, one row into Python), no counts kept per script.
+    With a few rows older than the cutoff at both sizes, the dry run finds exactly those, kept
+    ones excepted."""
+    project, by_size = stores
+    old = 60 * 86400.0
+    asks = {"ls": ["ls"], "ls-json": ["ls", "--json"], "gc": ["gc", "--older-than", "30d", "--dry-run", "--json"]}
+    got, aged, noscript, real = {}, {}, {}, {}
+    for n, store in by_size.items():
+        got[n] = measure(project, store, asks)
+        copy = tmp_path / f"old{n}"  # (the module's stores stay as they are for the other tests)
+        shutil.copytree(store, copy)
+        c = sqlite3.connect(copy / "index.sqlite")
+        with c:  # the 6 oldest copies (without a run) last used 60 days ago, one of them kept
+            ids = [i for (i,) in c.execute("SELECT id FROM evaluations ORDER BY id DESC LIMIT 6")]
+            c.execute(f"UPDATE evaluations SET started = started - {old}, finished = finished - {old}, last_hit = NULL "
+                      f"WHERE id IN ({','.join('?' * 6)})", ids)
+            c.execute("INSERT INTO keeps(fn, code, args, schema, time, source) SELECT fn, code, args, schema, 0, 'test' "
+                      "FROM evaluations WHERE id = ?", (ids[0],))
+            for k in range(3):  # failed runs that stored nothing, written 60 days ago
+                c.execute("INSERT INTO runs(id, fn, started, finished, updated, status) "
+                          "VALUES (?, '__main__:train', ?, ?, ?, 'failed')", (900000000 + k, *[1e9 + k] * 3))
+            c.execute("UPDATE runs SET script = NULL")  # (no run names its script: see above)
+            # an evaluation deleted by another writer (an older memolab): its run is an orphan, its logs go
+            orphan = c.execute("SELECT MIN(id) FROM runs WHERE id >= 10000000").fetchone()[0]  # (a copy's run)
+            c.execute("DELETE FROM evaluations WHERE id = (SELECT eval_id FROM runs WHERE id = ?)", (orphan,))
+        c.close()
+        yes = ["gc", "--older-than", "30d", "--yes", "--json"]
+        m = measure(project, copy, {"gc": asks["gc"], "ls": asks["ls-json"], "real": yes, "again": yes})
+        noscript[n], aged[n], real[n] = m["ls"], m["gc"], (m["real"], m["again"])
+        doc = json.loads(aged[n]["out"])
+        assert sorted(doc["evaluation_ids"]) == sorted(ids[1:]), (n, doc)
+        assert doc["runs"] == 3 and doc["kept_evaluations"] == 1, (n, doc)
+        doc = json.loads(real[n][0]["out"])  # the orphan too, found from the kept counts (no pass over the runs)
+        assert sorted(doc["evaluation_ids"]) == sorted(ids[1:]) and doc["runs"] == 4, (n, doc)
+        c = sqlite3.connect(copy / "index.sqlite")
+        assert c.execute("SELECT COUNT(*) FROM runs WHERE id = ? OR id BETWEEN 900000000 AND 900000002",
+                         (orphan,)).fetchone()[0] == 0
+        assert c.execute("SELECT COUNT(*) FROM evaluations WHERE id IN (?,?,?,?,?,?)", ids).fetchone()[0] == 1
+        c.close()
+    for name in asks:
+        small, big = got[1000][name], got[10000][name]
+        assert small["rc"] == big["rc"] == 0, (name, small, big)
+        for what in ("statements", "rows"):
+            assert big[what] == small[what], (name, what, small[what], big[what])
+        if name == "gc":  # (ls: the script's share is one pass of SQLite over its evaluations, see above)
+            assert big["vm"] <= small["vm"] + 3, (name, small["vm"], big["vm"])
+    for what in ("statements", "rows", "vm"):  # the function's summary from its kept counts alone
+        assert noscript[10000][what] <= noscript[1000][what] + (3 if what == "vm" else 0), (
+            what, noscript[1000][what], noscript[10000][what])
+    for what in ("statements", "rows"):  # (the index estimate walks its pages: the VM steps grow there)
+        assert aged[10000][what] == aged[1000][what], (what, aged[1000][what], aged[10000][what])
+    # the real gc: what it drops, not what the store holds (the orphan is swept for in one pass of
+    # SQLite over the runs; a gc that finds none, the next one here, reads the kept counts instead)
+    for what in ("statements", "rows"):
+        assert real[10000][0][what] == real[1000][0][what], (what, real[1000][0][what], real[10000][0][what])
+    for what in ("statements", "rows", "vm"):
+        assert real[10000][1][what] <= real[1000][1][what] + (3 if what == "vm" else 0), (
+            what, real[1000][1][what], real[10000][1][what])
+    assert json.loads(real[10000][1]["out"])["runs"] == 0
+    fns = json.loads(got[10000]["ls-json"]["out"])["functions"]  # the script's, and the 2% without a run
+    assert sorted((f.get("label") or f["fn"], f["evaluations"]) for f in fns) == [
+        ("__main__:train", 200), ("job.py:train", 9800)], fns
+    fns = json.loads(noscript[10000]["out"])["functions"]
+    assert [(f["fn"], f["evaluations"]) for f in fns] == [("__main__:train", 9999)], fns  # (one deleted above)
+    assert "job.py:train     9800" in got[10000]["ls"]["out"], got[10000]["ls"]["out"]
+    assert json.loads(got[10000]["gc"]["out"])["evaluations"] == 0
+    print({n: {k: (v["statements"], v["rows"], v["vm"]) for k, v in g.items()} for n, g in got.items()},
+          {n: (v["statements"], v["rows"], v["vm"]) for n, v in aged.items()},
+          {n: (v["statements"], v["rows"], v["vm"]) for n, v in noscript.items()},
+          {n: [(v["statements"], v["rows"], v["vm"]) for v in r] for n, r in real.items()}, file=sys.stderr)

@@ -305,6 +305,18 @@ def expired_counts(store: Any) -> dict[str, int]:
     return {fn: int(n) for fn, n in rows}
 
 
+def expired_of(conn: Any, fn: str, where: str = "", params: Sequence[Any] = ()) -> int | None:
+    """How many of ``fn``'s stored evaluations (those also matching ``where``) have expired, read
+    from those stored with an expiry (the ``evaluations_expiring`` index, where the store has
+    it); None if unknown."""
+    try:
+        return int(conn.execute(f"SELECT COUNT(*) FROM evaluations WHERE fn=? AND {_EXPIRED_WHERE}"
+                                + (f" AND {where}" if where else ""), (fn, time.time(), *params)).fetchone()[0])
+    except (sqlite3.Error, OSError):  # (no JSON1: advisory)
+        swallowed("cli.common: expired_of")
+        return None
+
+
 def expired_among(conn: Any, eval_ids: list[int]) -> int | None:
     """How many of the evaluations ``eval_ids`` have expired (a script's share of a function that
     several scripts define: ``ls`` lists them apart); None if unknown."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..store.inlist import chunks
 from ..store.schema import has_runs
-from .common import PROBLEM, USAGE, CliError, expired_among
+from .common import PROBLEM, USAGE, CliError, expired_among, expired_of
 
 #: the fewest digits of a run id shown (``memolab runs``, the dashboard)
 SHORT_MIN = 6
@@ -123,7 +123,7 @@ def eval_ids_of_script(store: Any, fn: str, script: str) -> list[int]:
 def function_rows(store: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``Index.functions()`` rows with each script's ``__main__`` function apart (``label``
     ``a.py:train``, ``b.py:train``, and ``script``), as the dashboard lists them."""
-    from ..tracking import query
+    from ..tracking import counts, query
 
     c = _conn(store)
     if not has_runs(c) or not any(r["fn"].startswith("__main__:") for r in rows):
@@ -132,20 +132,28 @@ def function_rows(store: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]
     for e in query.function_entries(store.index):
         if e["script"] is not None and e["evaluations"]:
             entries.setdefault(e["fn"], []).append(e)
+    kept = counts.available(c)  # ``rows`` are then the function's kept totals (Index.functions)
     out = []
     for r in rows:
         parts = entries.get(r["fn"])
         if not parts:
             out.append(r)
             continue
+        if kept:  # summed in SQL per script; the rest is the kept totals less the scripts' share
+            sums = [_summed_sql(c, r["fn"], [e["script"]]) for e in parts]
+            out.extend({**m, "label": e["label"], "script": e["script"]} for m, e in zip(sums, parts, strict=True))
+            rest = _rest(c, r, [e["script"] for e in parts], sums[0] if len(sums) == 1 else None)
+            if rest is not None:
+                out.append({**rest, "label": r["fn"], "script": None})
+            continue
         claimed: set[int] = set()
         for e in parts:
             ids_ = eval_ids_of_script(store, r["fn"], e["script"])
             claimed.update(ids_)
             out.append({**_summed(c, r["fn"], ids_), "label": e["label"], "script": e["script"]})
-        rest = [i for (i,) in c.execute("SELECT id FROM evaluations WHERE fn=?", (r["fn"],)) if i not in claimed]
-        if rest:
-            out.append({**_summed(c, r["fn"], rest), "label": r["fn"], "script": None})
+        left = [i for (i,) in c.execute("SELECT id FROM evaluations WHERE fn=?", (r["fn"],)) if i not in claimed]
+        if left:
+            out.append({**_summed(c, r["fn"], left), "label": r["fn"], "script": None})
     return out
 
 
@@ -163,6 +171,46 @@ def _summed(c: Any, fn: str, eval_ids: list[int]) -> dict[str, Any]:
     gone = expired_among(c, eval_ids)  # this script's share, not the whole function's
     if gone is not None:
         out["expired"] = gone
+    return out
+
+
+def _claimed(n: int) -> str:
+    """SQL: the evaluations a run of one of ``n`` scripts produced (parameters: fn, the scripts)."""
+    return f"id IN (SELECT eval_id FROM runs WHERE fn=? AND script IN ({','.join('?' * n)}))"
+
+
+def _summed_sql(c: Any, fn: str, scripts: list[str]) -> dict[str, Any]:
+    """``_summed`` of the evaluations of ``fn`` that runs of ``scripts`` produced, summed by SQLite
+    in one statement (each once, however many of its runs name it): one row into Python."""
+    mine = _claimed(len(scripts))
+    n, size, last, hits, compute = c.execute(
+        # (+fn: found by id from the runs, not by a pass over every row of the function)
+        f"SELECT COUNT(*), SUM(size), MAX(finished), SUM(hits), SUM(duration) FROM evaluations WHERE +fn=? AND {mine}",
+        (fn, fn, *scripts)).fetchone()
+    out = {"fn": fn, "evaluations": int(n), "size": size or 0, "last": last, "hits": hits or 0, "compute": compute or 0.0}
+    gone = expired_of(c, fn, mine, (fn, *scripts))  # this script's share, not the whole function's
+    if gone is not None:
+        out["expired"] = gone
+    return out
+
+
+def _rest(c: Any, total: dict[str, Any], scripts: list[str], mine: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The summary of ``total["fn"]``'s evaluations no run of ``scripts`` produced: its kept totals
+    less theirs (``mine``, if summed already), its newest the first one newest first that none
+    claims (by the (fn, finished) index); None if every one is claimed."""
+    fn = total["fn"]
+    mine = mine or _summed_sql(c, fn, scripts)
+    n = total["evaluations"] - mine["evaluations"]
+    if n <= 0:
+        return None
+    row = c.execute(f"SELECT finished FROM evaluations WHERE fn=? AND NOT {_claimed(len(scripts))} "
+                    "ORDER BY finished DESC LIMIT 1", (fn, fn, *scripts)).fetchone()
+    out = {"fn": fn, "evaluations": n, "size": max(0, (total["size"] or 0) - mine["size"]),
+           "last": row[0] if row else None, "hits": max(0, (total["hits"] or 0) - mine["hits"]),
+           "compute": max(0.0, (total["compute"] or 0.0) - mine["compute"])}
+    every = expired_of(c, fn)
+    if every is not None and "expired" in mine:
+        out["expired"] = max(0, every - mine["expired"])
     return out
 
 

@@ -15,10 +15,13 @@ from typing import Any
 from ..key import Key
 from .schema import has_runs
 
-__all__ = ["plan_by_size", "log_bytes", "local_plan"]
+__all__ = ["plan_by_size", "log_bytes", "local_plan", "LAST_USE"]
 
-#: a row's last use: its finish or its last hit (SQLite)
+#: a row's last use: its finish or its last hit (SQLite). The expression of the index
+#: ``evaluations_last_use`` (schema.ADDED_EVALUATION_INDEXES): SQLite uses an index on an
+#: expression only for that very expression
 LAST_USE = "COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)"
+
 GC_COLS = ("id", "fn", "finished", "last_hit", "size", "status")
 
 
@@ -40,9 +43,15 @@ def local_plan(index: Any, cutoff: float | None, max_size: int | None,
                     "AND g.code = e.code AND g.args = e.args AND g.schema = e.schema))")
     cols = ",".join(GC_COLS)
     if max_size is None:
-        where = "status!='done'" + (f" OR ({LAST_USE} < ? AND NOT {kept_sql})" if cutoff is not None else "")
-        sql = f"SELECT {cols} FROM evaluations e WHERE {where} ORDER BY {LAST_USE} ASC"
-        return [dict(zip(GC_COLS, r, strict=False)) for r in c.execute(sql, () if cutoff is None else (cutoff,))]
+        # two index ranges, not one pass over every row: the rows out of use (``evaluations_unused``)
+        # and the results last used before the cutoff (``evaluations_last_use``, where the store
+        # has it: an index on LAST_USE itself, read from its start up to the cutoff)
+        rows = c.execute(f"SELECT {cols}, {LAST_USE} FROM evaluations e WHERE status != 'done'").fetchall()
+        if cutoff is not None:
+            rows += c.execute(f"SELECT {cols}, {LAST_USE} FROM evaluations e WHERE status = 'done' "
+                              f"AND {LAST_USE} < ? AND NOT {kept_sql}", (cutoff,)).fetchall()
+        rows.sort(key=lambda r: r[-1])  # least recently used first
+        return [dict(zip(GC_COLS, r[:-1], strict=False)) for r in rows]
     sql = (f"SELECT {cols}, payload, payload_size, buffers, inline IS NOT NULL, {LAST_USE}, {kept_sql} "
            f"FROM evaluations e ORDER BY {LAST_USE} ASC")
     drop = plan_by_size(c.execute(sql), cutoff, max_size, log_bytes(index))

@@ -32,7 +32,8 @@ from typing import Any
 
 from ..errors import MemolabWarning, StoreUnavailable
 
-__all__ = ["SCHEMA_VERSION", "STEPS", "DDL", "ADDED_COLUMNS", "newer_schema", "check_schema", "file_version",
+__all__ = ["SCHEMA_VERSION", "STEPS", "DDL", "ADDED_COLUMNS", "ADDED_EVALUATION_INDEXES", "newer_schema", "check_schema",
+           "file_version",
            "migrate", "read_shims", "announce"]
 
 DDL = """
@@ -191,6 +192,19 @@ CREATE INDEX IF NOT EXISTS annotations_evaluation ON annotations(evaluation) WHE
 CREATE UNIQUE INDEX IF NOT EXISTS annotations_tag ON annotations(COALESCE(run, 0), COALESCE(evaluation, 0), text)
     WHERE kind = 'tag';
 """
+
+#: Indexes of the evaluations added without a schema step (no version bump: an older memolab
+#: keeps reading and writing the store, and SQLite keeps them up to date for it). Made on a
+#: store's writable open (``tracking.schema.ensure``, as the runs' added indexes and the kept
+#: counts are); a store read as it is, without them, answers the same queries by a scan.
+ADDED_EVALUATION_INDEXES = (
+    # the results in order of last use (``gcplan.LAST_USE``): gc --older-than reads those before its cutoff
+    "CREATE INDEX IF NOT EXISTS evaluations_last_use ON evaluations(COALESCE(MAX(finished, COALESCE(last_hit, 0)), 0)) "
+    "WHERE status = 'done'",
+    # the results stored with an expiry (``@memo(max_age=...)``: few): ls's EXPIRED column counts them, not every row
+    "CREATE INDEX IF NOT EXISTS evaluations_expiring ON evaluations(fn) "
+    "WHERE status = 'done' AND instr(snapshot, '\"expires\"') > 0",
+)
 
 #: Columns added to a table after it shipped: table -> ((name, type), ...). Nullable, so an older
 #: memolab reading a migrated file (it names its columns) still works, and rows written before

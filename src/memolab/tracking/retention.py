@@ -50,8 +50,11 @@ def _delete(c: Any, ids: list[int]) -> Purged:
     return Purged(len(ids), points)
 
 
+_RUN_COLS = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
+
+
 def _finished_runs(c: Any, fn: str | None) -> list[dict]:
-    cols = ("id", "fn", "code", "args", "schema", "pid", "host", "status", "eval_id", "started", "finished", "updated")
+    cols = _RUN_COLS
     sql = f"SELECT {','.join(cols)} FROM runs" + (" WHERE fn=?" if fn is not None else "")
     rows = [dict(zip(cols, r, strict=False)) for r in c.execute(sql, (fn,) if fn is not None else ())]
     # A killed process never marks its runs finished: they stay 'running' in the table. They
@@ -80,11 +83,26 @@ def purge_orphans_counts(index: Any) -> Purged:
     """Delete runs (and logs) whose evaluation no longer exists."""
     with index.write() as c:
         _notes.purge_evaluations(c)  # an evaluation's notes and tags live as long as it does
-        if not has_runs(c):
+        if not has_runs(c) or not _may_have_orphans(c):
             return Purged()
         ids = [r[0] for r in c.execute(
             "SELECT id FROM runs WHERE eval_id IS NOT NULL AND eval_id NOT IN (SELECT id FROM evaluations)")]
         return _delete(c, ids)
+
+
+def _may_have_orphans(c: Any) -> bool:
+    """Whether a run may name an evaluation that is gone, told by the kept counts without a pass
+    over every run: the runs less those naming a stored evaluation (``run_counts.stored``, kept as
+    evaluations go) less those naming none (``eval_id IS NULL``: a range of ``runs_eval``) are
+    the orphans. Where the counts are not kept (or not to be trusted: a negative difference),
+    the sweep runs as before; counts that drifted are recounted by ``doctor``."""
+    from . import counts
+
+    if not counts.available(c):
+        return True
+    runs, stored = c.execute("SELECT COALESCE(SUM(runs), 0), COALESCE(SUM(stored), 0) FROM run_counts").fetchone()
+    unnamed = c.execute("SELECT COUNT(*) FROM runs WHERE eval_id IS NULL").fetchone()[0]
+    return int(runs) - int(stored) - int(unnamed) != 0
 
 
 def purge_orphans(index: Any) -> int:
@@ -92,22 +110,31 @@ def purge_orphans(index: Any) -> int:
     return purge_orphans_counts(index).runs
 
 
+#: a run's last write (its finish, its last update, its start): the expression of the index
+#: ``runs_last_written`` (tracking.schema), which SQLite uses only for this very expression
+LAST_WRITTEN = "MAX(COALESCE(finished, 0), COALESCE(updated, 0), COALESCE(started, 0))"
+
+
 def stale_runs(index: Any, older_than: float, keep_evals: bool = True) -> list[dict]:
     """Finished runs with no stored evaluation (process runs, failed and lost runs) last written
-    more than ``older_than`` seconds ago: what ``gc --older-than`` drops besides evaluations."""
+    more than ``older_than`` seconds ago: what ``gc --older-than`` drops besides evaluations.
+    Read from the index of the runs' last writes up to the cutoff (``runs_last_written``), so
+    what it costs is the runs older than AGE, not every run of the store."""
     c = index.conn()
     if not has_runs(c):
         return []
-    stored = {r[0] for r in c.execute("SELECT id FROM evaluations")}
     cutoff = time.time() - older_than
-    out = []
-    for r in _finished_runs(c, None):
-        if keep_evals and r["eval_id"] is not None and r["eval_id"] in stored:
-            continue  # a stored evaluation's logs go with it, judged by the evaluation's age
-        last = max(r["finished"] or 0, r["updated"] or 0, r["started"] or 0)
-        if last < cutoff:
-            out.append(r)
-    return out
+    cols = _RUN_COLS
+    # a stored evaluation's logs go with it, judged by the evaluation's age
+    mine = " AND (eval_id IS NULL OR NOT EXISTS (SELECT 1 FROM evaluations e WHERE e.id = r.eval_id))" if keep_evals else ""
+    rows = [dict(zip(cols, r, strict=False)) for r in c.execute(
+        f"SELECT {','.join(cols)} FROM runs r WHERE {LAST_WRITTEN} < ?{mine}", (cutoff,))]
+    if not any(r["status"] == "running" for r in rows):
+        return rows
+    from .query import running_alive  # a live process's runs stay; lost ones go (``_finished_runs``)
+
+    alive = running_alive(c)
+    return [r for r in rows if r["status"] != "running" or not alive(r)]
 
 
 def delete_runs(index: Any, ids: list[int]) -> Purged:
@@ -117,8 +144,21 @@ def delete_runs(index: Any, ids: list[int]) -> Purged:
     with index.write() as c:
         if not has_runs(c):
             return Purged()
-        finished = {r["id"] for r in _finished_runs(c, None)}
-        return _delete(c, [i for i in ids if i in finished])
+        return _delete(c, [r["id"] for r in _finished_among(c, ids)])
+
+
+def _finished_among(c: Any, ids: list[int]) -> list[dict]:
+    """``_finished_runs`` of these runs only (read by id, not every run of the store)."""
+    rows: list[dict] = []
+    for q, chunk in chunks(ids):
+        rows += [dict(zip(_RUN_COLS, r, strict=False)) for r in
+                 c.execute(f"SELECT {','.join(_RUN_COLS)} FROM runs WHERE id IN ({q})", chunk)]
+    if not any(r["status"] == "running" for r in rows):
+        return rows
+    from .query import running_alive
+
+    alive = running_alive(c)
+    return [r for r in rows if r["status"] != "running" or not alive(r)]
 
 
 def log_points(index: Any, run_ids: list[int]) -> int:
@@ -139,6 +179,8 @@ def index_bytes_freed(index: Any, run_ids: list[int], eval_ids: list[int]) -> in
     times the pages of the table and of its indexes (SQLite's ``dbstat``), less each b-tree's root
     page, which stays however many rows go (a small store has a score of indexes: counting their
     roots made the estimate twice what gc freed). None where ``dbstat`` is not compiled in."""
+    if not run_ids and not eval_ids:
+        return 0  # (nothing goes: the pages of the whole index need not be walked to say so)
     c = index.conn()
     try:
         pages = {name: (int(n or 0), int(k or 0))

@@ -101,6 +101,11 @@ ADDED_RUN_INDEXES = (
     "CREATE INDEX IF NOT EXISTS scalar_tags_value ON scalar_tags(tag, last_value)",
 )
 
+#: runs in order of their last write (``retention.LAST_WRITTEN``): gc --older-than reads those
+#: before its cutoff, not every run (made where the runs have those columns: see ``_gc_indexes``)
+LAST_WRITTEN_INDEX = ("CREATE INDEX IF NOT EXISTS runs_last_written ON runs(MAX(COALESCE(finished, 0), "
+                      "COALESCE(updated, 0), COALESCE(started, 0)))")
+
 
 #: DDL one statement at a time (no statement or comment in it holds a ';')
 _STATEMENTS = tuple(x.strip() for x in DDL.split(";") if x.strip())
@@ -132,6 +137,7 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
                     raise
     for stmt in ADDED_RUN_INDEXES:
         conn.execute(stmt)
+    _gc_indexes(conn, have)
     try:
         counts.install(conn)  # per-function counts kept by triggers (once per store)
     except sqlite3.OperationalError:
@@ -142,3 +148,21 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
         argindex.install(conn)  # every run's arguments in value order, kept by triggers (once per store)
     except sqlite3.OperationalError:
         swallowed("tracking.schema: argindex.install")
+
+
+def _gc_indexes(conn: sqlite3.Connection, have: set[str]) -> None:
+    """The indexes ``gc --older-than`` and ``ls`` read by range: the runs' last writes, and the store's
+    evaluation indexes added without a schema step (``store.schema.ADDED_EVALUATION_INDEXES``), once,
+    on a store's index (not a logs bundle's own file, which has no evaluations)."""
+    from ..store.schema import ADDED_EVALUATION_INDEXES
+
+    stmts = [LAST_WRITTEN_INDEX] if {"finished", "updated", "started"} <= have else []
+    if conn.execute("SELECT 1 FROM main.sqlite_master WHERE type='table' AND name='evaluations'").fetchone() is not None:
+        stmts += ADDED_EVALUATION_INDEXES
+    for stmt in stmts:
+        try:
+            conn.execute(stmt)
+        except sqlite3.OperationalError:
+            # another writer held the store past the busy timeout: the queries that use it scan
+            # as before, and the next writable open makes it
+            swallowed("tracking.schema: gc index")
