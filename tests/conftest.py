@@ -39,6 +39,10 @@ from memolab.settings import config
 pytest_plugins = ["servers.postgres", "servers.s3", "servers.team"]
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+#: how long a test waits for a child script: a bound against a hang, never a timing. 120 s was tuned
+#: to an idle machine: under the census's load (6 spinning processes on 2 cores) scripts that import
+#: torch or Lightning, or run two dozen cases, took longer and failed though nothing was wrong
+HANG = 600
 
 
 # -- what a test needs: a skip on a developer's machine, a failure under CI ------------------------
@@ -301,7 +305,7 @@ class Project:
         return p
 
     def run(self, *args: str, env: dict[str, str] | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess:
+            timeout: float = HANG) -> subprocess.CompletedProcess:
         e = self.env(env)
         server = zygote.server(self.preload, e) if self.preload else None
         if server is not None and server.can_run(args, e):

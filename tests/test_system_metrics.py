@@ -13,12 +13,15 @@ from memolab import memo
 
 @memo
 def train(seconds):
-    t = time.time()
+    t, cpu = time.time(), time.process_time()
     spins = 0
     while time.time() - t < seconds:
         spins += sum(range(2000))
     threads = sorted(t.name for t in threading.enumerate())
-    return {{"threads": threads, "thread": threading.current_thread().name}}
+    # the share of a core this process had (100: a whole one), what sys/proc_cpu samples should see: on a
+    # loaded machine a spinning body gets far less than a core (census: 14-19 % under 6 spinners on 2 cores)
+    share = 100 * (time.process_time() - cpu) / (time.time() - t)
+    return {{"threads": threads, "thread": threading.current_thread().name, "share": share}}
 
 @memo
 def outer(seconds):
@@ -58,7 +61,8 @@ def test_a_computation_gets_cpu_and_memory_sampled_off_its_thread(project):
     steps, values = long["sys"]["sys/proc_cpu"]
     assert 4 <= len(steps) <= 8, steps
     assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 1  # seconds since it began
-    assert max(values) > 30  # it spun a core
+    # it spun: the busiest interval's sample is at least about the share of a core the body had
+    assert max(values) >= 0.5 * out["long"]["share"] > 0, (values, out["long"]["share"])
     assert all(0 <= v <= 100 for v in long["sys"]["sys/memory"][1])
     assert all(v > 1 for v in long["sys"]["sys/proc_memory_mb"][1])
     (quick,) = out["runs"]["quick"]
@@ -87,7 +91,8 @@ def test_without_psutil_linux_proc_is_read(project):
     out = run(project, "1.2", block="sys.modules['psutil'] = None  # not importable")
     (long,) = out["runs"]["train"]
     assert {"sys/cpu", "sys/memory", "sys/proc_cpu", "sys/proc_memory_mb"} <= set(long["tags"])
-    assert max(long["sys"]["sys/proc_cpu"][1]) > 30
+    values = long["sys"]["sys/proc_cpu"][1]
+    assert max(values) >= 0.5 * out["long"]["share"] > 0, (values, out["long"]["share"])
 
 
 SMI = """#!/bin/sh
