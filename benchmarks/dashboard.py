@@ -266,20 +266,30 @@ def pages_part(root: Path, rev: str, rounds: int, label: str) -> None:
 
 
 def print_widths(now: dict, before: dict, label: str) -> None:
+    """Each cell the median and the min-max of its rounds; a ratio's range over the rounds paired in
+    order (the i-th opening before against the i-th now: in turn with ``--page-before``)."""
     med = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+
+    def ms(v: list[float]) -> str:
+        return f"{med(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})" if v else "nan"
+
+    def ratio(b: list[float], n: list[float]) -> str:
+        pairs = [x / y for x, y in zip(b, n, strict=False)]
+        return f"{med(pairs):.2f}x ({min(pairs):.2f}–{max(pairs):.2f})" if pairs else "nan"
+
     print(f"\nFirst draw at any width, {label}: the bare URL (20 newest runs selected), in the page, "
-          f"median of {len(next(iter(now.values()))[0])} (ms)")
-    print(f"| {'window':>7} | {'first draw now':>14} | {'idle now':>9} | {'first draw before':>17} | {'idle before':>11} "
-          f"| {'first draw before / now':>23} | {'idle before / now':>17} |")
-    print(f"|{'-' * 8}:|{'-' * 15}:|{'-' * 10}:|{'-' * 18}:|{'-' * 12}:|{'-' * 24}:|{'-' * 18}:|")
+          f"median (min–max) of {len(next(iter(now.values()))[0])} (ms)")
+    print("| window | first draw now | idle now | first draw before | idle before | first draw before / now "
+          "| idle before / now |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for w in now:
-        fn, i_n = med(now[w][0]), med(now[w][1])
-        fb, i_b = (med(before[w][0]), med(before[w][1])) if w in before else (float("nan"), float("nan"))
-        print(f"| {w:>5}px | {fn:14.0f} | {i_n:9.0f} | {fb:17.0f} | {i_b:11.0f} | {fb / fn:22.2f}x | {i_b / i_n:16.2f}x |")
-    every = lambda d, k: [v for w in d for v in d[w][k]]  # noqa: E731
+        b0, b1 = before.get(w, ([], []))
+        print(f"| {w}px | {ms(now[w][0])} | {ms(now[w][1])} | {ms(b0)} | {ms(b1)} | {ratio(b0, now[w][0])} "
+              f"| {ratio(b1, now[w][1])} |")
     if before:
-        fb, ib, fn_, in_ = med(every(before, 0)), med(every(before, 1)), med(every(now, 0)), med(every(now, 1))
-        print(f"| {'all':>7} | {fn_:14.0f} | {in_:9.0f} | {fb:17.0f} | {ib:11.0f} | {fb / fn_:22.2f}x | {ib / in_:16.2f}x |")
+        every = lambda d, k: [v for w in d for v in d[w][k]]  # noqa: E731
+        print(f"| all | {ms(every(now, 0))} | {ms(every(now, 1))} | {ms(every(before, 0))} | {ms(every(before, 1))} "
+              f"| {ratio(every(before, 0), every(now, 0))} | {ratio(every(before, 1), every(now, 1))} |")
 
 
 def widths_part(root: Path, label: str) -> None:

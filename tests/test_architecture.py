@@ -9,6 +9,9 @@
   too, counted as the cycle check counts it) from a lower rank to a higher one fails,
   naming the edge, its file and line. A lower layer that must reach a higher one asks
   by dotted path (``hooks.UPWARD``), the way the store builds a team store.
+- **The doc says what the folders say**: docs/architecture.md's picture and its table give each
+  layer the packages and root modules ``LAYERS`` gives it, and the table names every module (a
+  ``.py`` file or a package) in its layer's row and none that does not exist.
 - **No module over 700 lines**: every module is under 600 by design (split along its seams,
   never trimmed to fit); the cap keeps slack for the next change.
 
@@ -320,3 +323,159 @@ def test_every_upward_call_by_dotted_path_resolves():
 
     for name, target in hooks.UPWARD.items():
         assert callable(hooks.resolve(target)), name
+
+
+# --- docs/architecture.md held to the folders and to LAYERS ------------------------------------------------
+#
+# The doc's picture lists, per layer (highest first), its packages (``name/``) and root modules (``name``);
+# text in parentheses there is a note. The table "Layers and what each owns" has one row per layer (lowest
+# first); its modules cell names, outside any parentheses, the layer's packages and root modules, and inside
+# the parentheses that follow a package ``pkg/`` its modules. In that cell a backticked lowercase name is a
+# module: ``x`` is ``pkg.x`` inside ``pkg/``'s parentheses (``__init__`` the package itself), a root module
+# outside them; ``a/b`` is ``memolab.a.b`` wherever it stands; ``sub/`` opens a subpackage the same way.
+# Anything else in backticks (``Key``, ``open_store()``, ``memolab.memo``, ``make selftest``) is not a name.
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+_NAME = r"[a-z_][a-z0-9_]*"
+
+
+def _doc_picture(text: str) -> list[tuple[str, set[str], set[str]]]:
+    """The picture's rows, highest layer first: (layer, {its packages and root modules}, {every module named})."""
+    import re
+
+    block = text.split("```", 2)[1]
+    rows = []
+    for line in block.strip("\n").splitlines():
+        layer, rest = (re.split(r"\s{2,}", line.strip(), maxsplit=1) + [""])[:2]
+        top: set[str] = set()
+        named: set[str] = set()
+        last: str | None = None  # the package just named: parentheses after it list some of its modules
+        for m in re.finditer(r"\(([^()]*)\)|[^\s,()]+", rest):
+            if m.group(1) is None:
+                tok = m.group(0)
+                assert re.fullmatch(_NAME + "/?", tok), f"picture, layer {layer!r}: {tok!r} is not a package or module"
+                mod = PKG if tok == "__init__" else f"{PKG}.{tok.rstrip('/')}"
+                top.add(mod)
+                named.add(mod)
+                last = mod if tok.endswith("/") else None
+                continue
+            assert last, f"picture, layer {layer!r}: ({m.group(1)}) follows no package"
+            for tok in (t.strip() for t in m.group(1).split(",")):
+                if tok != "…":
+                    assert re.fullmatch(_NAME, tok), f"picture, layer {layer!r}: {tok!r} is not a module"
+                    named.add(last if tok == "__init__" else f"{last}.{tok}")
+            last = None
+        rows.append((layer, top, named))
+    return rows
+
+
+def _doc_table(text: str) -> list[tuple[str, set[str], set[str]]]:
+    """The table's rows, lowest layer first: (layer, {its packages and root modules}, {every module named})."""
+    import re
+
+    lines = text.split("## Layers and what each owns", 1)[1].strip().splitlines()
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == ["layer", "modules", "owns"], lines[0]
+    rows = []
+    for line in lines[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert len(cells) == 3, f"table row with {len(cells)} cells: {line[:80]}"
+        layer, cell = cells[0], cells[1]
+        top: set[str] = set()
+        named: set[str] = set()
+        scopes = [PKG]  # the package a bare name is in, one per open parenthesis
+        pending: str | None = None  # a package just named: the next "(" opens it
+        for m in re.finditer(r"`([^`]*)`|\(|\)", cell):
+            if m.group(0) == "(":
+                scopes.append(pending or scopes[-1])
+                pending = None
+                continue
+            if m.group(0) == ")":
+                scopes.pop()
+                assert scopes, f"table, layer {layer!r}: unbalanced parentheses"
+                pending = None
+                continue
+            tok = m.group(1)
+            pending = None
+            if not re.fullmatch(f"{_NAME}(/{_NAME})*/?", tok):
+                continue  # a class, a call, a dotted public name, a command: not a module name
+            path = tok.rstrip("/")
+            if "/" in path:
+                mod = f"{PKG}.{path.replace('/', '.')}"
+            elif path == "__init__":
+                mod = scopes[-1]
+            else:
+                mod = f"{scopes[-1]}.{path}"
+            if tok.endswith("/"):
+                pending = mod
+            named.add(mod)
+            if len(scopes) == 1:
+                top.add(mod)
+        assert len(scopes) == 1, f"table, layer {layer!r}: unbalanced parentheses"
+        rows.append((layer, top, named))
+    return rows
+
+
+def _doc_problems(text: str, modules: dict[str, tuple[Path, bool]],
+                  layers: list[tuple[str, list[str]]]) -> list[str]:
+    problems = []
+    ranks = _ranks(layers)
+    want = [(name, set(names)) for name, names in layers]
+    picture = _doc_picture(text)[::-1]
+    table = _doc_table(text)
+    for where, rows in (("picture", [(n, top) for n, top, _ in picture]), ("table", [(n, top) for n, top, _ in table])):
+        if [n for n, _ in rows] != [n for n, _ in want]:
+            problems.append(f"the {where}'s layers {[n for n, _ in rows]} are not LAYERS' {[n for n, _ in want]}")
+            continue
+        for (name, got), (_, names) in zip(rows, want, strict=True):
+            if got != names:
+                problems.append(f"the {where}'s layer {name!r} has {sorted(got)}, LAYERS has {sorted(names)}")
+    named_in = {name: named for name, _, named in table}
+    for where, rows3 in (("picture", picture), ("table", table)):
+        problems += [f"the {where}'s layer {name!r} names {m}, which does not exist"
+                     for name, _, named in rows3 for m in sorted(named - set(modules))]
+    for m in sorted(modules):
+        r = _rank(m, ranks)
+        if r is None:
+            continue  # test_every_module_has_a_layer names it
+        layer = layers[r][0]
+        if m not in named_in.get(layer, set()):
+            problems.append(f"{m} is not named in the table's row {layer!r}")
+    return problems
+
+
+def test_the_doc_names_every_module_in_its_layer_and_its_layers_are_layers():
+    """docs/architecture.md's picture, its table and ``LAYERS`` agree, layer by layer, on which package or
+    root module is where; the table names every module in its layer's row, and none that does not exist."""
+    problems = _doc_problems(DOC.read_text(encoding="utf-8"), MODULES, LAYERS)
+    assert not problems, "docs/architecture.md:\n  " + "\n  ".join(problems)
+
+
+def test_the_doc_checker_sees_a_module_left_out_one_made_up_and_a_package_in_another_layer():
+    """The check itself, on the real doc edited: each kind of disagreement is found and named."""
+    text = DOC.read_text(encoding="utf-8")
+    assert not _doc_problems(text, MODULES, LAYERS)
+    left_out = text.replace("`argpages`: a function's runs", "a function's runs", 1)
+    assert _doc_problems(left_out, MODULES, LAYERS) == ["memolab.tracking.argpages is not named in the table's row 'logs'"]
+    made_up = text.replace("`codediff`:", "`codediffs`:", 1)
+    assert _doc_problems(made_up, MODULES, LAYERS) == [
+        "the table's layer 'logs' names memolab.tracking.codediffs, which does not exist",
+        "memolab.tracking.codediff is not named in the table's row 'logs'"]
+    typo = text.replace("pickling/ (moved, …)", "pickling/ (moves, …)", 1)
+    assert _doc_problems(typo, MODULES, LAYERS) == [
+        "the picture's layer 'results' names memolab.pickling.moves, which does not exist"]
+    moved = text.replace("logs           tracking/ (runs, log, sink, query, …)\n", "logs\n", 1).replace(
+        "…)   distributed\n", "…)   distributed  tracking/\n", 1)
+    assert moved.count("tracking/ ") == text.count("tracking/ ") - 1
+    assert _doc_problems(moved, MODULES, LAYERS)[:2] == [
+        "the picture's layer 'a call' has ['memolab.calls', 'memolab.distributed', 'memolab.tracking'], "
+        "LAYERS has ['memolab.calls', 'memolab.distributed']",
+        "the picture's layer 'logs' has [], LAYERS has ['memolab.tracking']"]
+    # LAYERS changed and the doc not: the doc's rows disagree with it
+    layers = [(n, [m for m in ms if m != "memolab.workers"] + (["memolab.workers"] if n == "store" else []))
+              for n, ms in LAYERS]
+    problems = _doc_problems(text, MODULES, layers)
+    assert "memolab.workers is not named in the table's row 'store'" in problems
+    assert any(p.startswith("the table's layer 'settings' has") for p in problems)
+    assert any(p.startswith("the picture's layer 'store' has") for p in problems)
