@@ -42,6 +42,7 @@ from typing import Any
 
 from ..errors import swallowed
 from ..store.inlist import placeholders
+from .counts import install_once
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS run_args(
@@ -124,27 +125,15 @@ def install(c: sqlite3.Connection) -> bool:
     """Make the tables and triggers on a writable index that lacks them, with every run pending
     (the first reader fills them: ``sync``), in one write transaction (the caller's, if it is in
     one); whether it made them."""
-    if available(c):
-        return False
-    if c.execute("SELECT 1 FROM main.sqlite_master WHERE type='table' AND name='evaluations'").fetchone() is None:
-        return False  # (not a store's index: a logs bundle's own file)
-    own = not c.in_transaction
-    if own:
-        c.execute("BEGIN IMMEDIATE")
-    try:
-        if not available(c):  # (another process may have made them meanwhile)
-            for stmt in _statements():
-                c.execute(stmt)
-            c.execute("INSERT OR IGNORE INTO args_pending(run) VALUES (?)", (EVERY,))
-            for stmt in (*TRIGGERS, *NAME_TRIGGERS):
-                c.execute(stmt)
-        if own:
-            c.execute("COMMIT")
-    except BaseException:
-        if own and c.in_transaction:
-            c.execute("ROLLBACK")
-        raise
-    return True
+    return install_once(c, available, _make)
+
+
+def _make(c: sqlite3.Connection) -> None:
+    for stmt in _statements():
+        c.execute(stmt)
+    c.execute("INSERT OR IGNORE INTO args_pending(run) VALUES (?)", (EVERY,))
+    for stmt in (*TRIGGERS, *NAME_TRIGGERS):
+        c.execute(stmt)
 
 
 def _statements() -> list[str]:

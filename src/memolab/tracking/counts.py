@@ -29,6 +29,7 @@ count as before.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ..store.inlist import placeholders
@@ -157,6 +158,21 @@ def available(c: Any) -> bool:
 def install(c: sqlite3.Connection) -> bool:
     """Make the tables and triggers on a writable index that lacks them, filled from the rows
     there, in one write transaction (the caller's, if it is in one); whether it made them."""
+    return install_once(c, available, _make)
+
+
+def _make(c: sqlite3.Connection) -> None:
+    _fill(c)
+    for stmt in (_digits_trigger(), *TRIGGERS):
+        c.execute(stmt)
+
+
+def install_once(c: sqlite3.Connection, available: Callable[[sqlite3.Connection], bool],
+                 make: Callable[[sqlite3.Connection], None]) -> bool:
+    """Run ``make`` on a writable index where ``available`` says what it makes is missing, in one
+    write transaction (the caller's, if it is in one), asking again under the write lock (another
+    process may have made it meanwhile); whether it was missing. The kept tables' one way in
+    (these counts, ``argindex``): never on a logs bundle's own file, which has no evaluations."""
     if available(c):
         return False
     if c.execute("SELECT 1 FROM main.sqlite_master WHERE type='table' AND name='evaluations'").fetchone() is None:
@@ -166,9 +182,7 @@ def install(c: sqlite3.Connection) -> bool:
         c.execute("BEGIN IMMEDIATE")
     try:
         if not available(c):  # (another process may have made them meanwhile)
-            _fill(c)
-            for stmt in (_digits_trigger(), *TRIGGERS):
-                c.execute(stmt)
+            make(c)
         if own:
             c.execute("COMMIT")
     except BaseException:
