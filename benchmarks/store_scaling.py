@@ -78,6 +78,16 @@ def f(x):
 def forget():
     pass
 
+def store_hits(n):  # the seconds of n hits of f(0), each read from the store (this process's copy dropped)
+    f(0)
+    out = []
+    for _ in range(n):
+        forget()
+        t = time.perf_counter()
+        f(0)
+        out.append(time.perf_counter() - t)
+    return out
+
 if lib in ("memolab", "paired"):
     from memolab.store import get_store
     forget = get_store().forget
@@ -125,13 +135,7 @@ if mode == "fill":
         f(x)
     print(json.dumps({}))
 elif mode == "measure":
-    f(0)
-    hits = []
-    for _ in range(arg["hits"]):
-        forget()
-        t = time.perf_counter()
-        f(0)
-        hits.append(time.perf_counter() - t)
+    hits = store_hits(arg["hits"])
     if lib == "memolab":
         last = get_store().index.conn().execute("SELECT MAX(id) FROM evaluations").fetchone()[0]
     base = 10**9 + arg["round"] * 10**6
@@ -158,13 +162,7 @@ elif mode == "calls":
     # put back at its size (the misses' evaluations and the runs they recorded deleted; the
     # kept counts follow by their triggers)
     t_start = time.time()
-    f(0)
-    hits = []
-    for _ in range(arg["hits"]):
-        forget()
-        t = time.perf_counter()
-        f(0)
-        hits.append(time.perf_counter() - t)
+    hits = store_hits(arg["hits"])
     last = get_store().index.conn().execute("SELECT MAX(id) FROM evaluations").fetchone()[0]
     base = 4 * 10**9 + arg["round"] * 10**6
     f(base - 1)  # untimed: a process's first miss imports what misses use
