@@ -5,11 +5,10 @@ filters every run (tracking/argpages.py), the page asks for a screen of them, an
 are the oldest ones, which no window of the newest 2,000 holds."""
 from __future__ import annotations
 
-import urllib.parse
-
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
 from test_ui_browser import page  # noqa: F401  (a fixture)
+from test_ui_browser_paging import runs_asked
 
 N = 2400  # the newest 2,000 are runs 401..2400: every run below asserted on is older
 LRS = [0.1, 0.2, 0.3, 0.4]
@@ -28,11 +27,6 @@ def fill() -> None:
                                "hparams": {"lr": LRS[r % 4], "seed": r, "opt": opt(r)}}))
         s.q.append((END, r, "done", float(r) + 1, None))
     s.flush()
-
-
-def runs_asked(srv) -> list[dict[str, list[str]]]:
-    return [urllib.parse.parse_qs(urllib.parse.urlparse(p).query) for p, _ in list(srv.served)
-            if urllib.parse.urlparse(p).path == "/api/runs"]
 
 
 SHOWN = "() => [...document.querySelectorAll('#runs tbody tr[data-run]')].map(r => +r.dataset.run)"
