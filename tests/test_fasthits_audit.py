@@ -24,6 +24,21 @@ AUX = textwrap.dedent(r"""
         return [X, x]
 """)
 
+#: the repeat-hit tables of a script's functions, counting the hits they answered (``SERVED``): put
+#: in each script at its ``# @COUNTED`` line
+COUNTED = textwrap.dedent(r"""
+    SERVED = [0]  # repeat hits the tables answered
+    from memolab.calls.fasthits import FastTable
+
+    class Counted(FastTable):  # (a subclass, not a patch of memolab's: a patch joins every code digest)
+        __slots__ = ()
+
+        def hit(self, *a):
+            got = super().hit(*a)
+            SERVED[0] += got[0]
+            return got
+""")
+
 AUDIT = textwrap.dedent(r"""
     import functools, importlib, json, os, random, subprocess, sys, threading
     from memolab import configure, memo
@@ -37,16 +52,7 @@ AUDIT = textwrap.dedent(r"""
     auxmod.LOG = LOG
     K = 1
 
-    SERVED = [0]  # repeat hits the tables answered
-    from memolab.calls.fasthits import FastTable
-
-    class Counted(FastTable):  # (a subclass, not a patch of memolab's: a patch joins every code digest)
-        __slots__ = ()
-
-        def hit(self, *a):
-            got = super().hit(*a)
-            SERVED[0] += got[0]
-            return got
+    # @COUNTED
 
 
     def helper(x):
@@ -377,7 +383,7 @@ def test_the_table_answers_as_the_full_path_in_every_audited_case(tmp_path):
     (home / "pyproject.toml").write_text("[project]\nname='audit'\n")
     (home / "auxmod.py").write_text(AUX)
     script = home / "audit.py"
-    script.write_text(AUDIT)
+    script.write_text(AUDIT.replace("# @COUNTED\n", COUNTED))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMOLAB_")}
     cp = subprocess.run([sys.executable, str(script), str(home), str(home / "sub")], cwd=home, env=env,
                         capture_output=True, text=True, timeout=300)
@@ -445,18 +451,9 @@ TORCH = textwrap.dedent(r"""
     import json, os, sys, threading
     import torch
     from memolab import memo
-    from memolab.calls.fasthits import FastTable
 
     LOG = os.path.join(sys.argv[1], "log")
-    SERVED = [0]
-
-    class Counted(FastTable):  # (a subclass, not a patch of memolab's: a patch joins every code digest)
-        __slots__ = ()
-
-        def hit(self, *a):
-            got = super().hit(*a)
-            SERVED[0] += got[0]
-            return got
+    # @COUNTED
 
     TEMPLATE = '''
     @memo
@@ -518,7 +515,7 @@ TORCH = textwrap.dedent(r"""
 def test_the_table_answers_as_the_full_path_under_torch_switches(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname='audit'\n")
     script = tmp_path / "torch_audit.py"
-    script.write_text(TORCH)
+    script.write_text(TORCH.replace("# @COUNTED\n", COUNTED))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMOLAB_")}
     cp = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
                         capture_output=True, text=True, timeout=300)
