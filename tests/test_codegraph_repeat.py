@@ -46,6 +46,7 @@ class Counter:
         self.class_checks = 0
         self.quiet = 0
         unchanged, quiet = codegraph._ClassCheck.unchanged, codegraph._Root._current_quiet
+        quiet_first = codegraph._Root.quiet
 
         def counted_unchanged(cc):
             self.class_checks += 1
@@ -55,8 +56,14 @@ class Counter:
             self.quiet += 1
             return quiet(root)
 
+        def counted_quiet_first(root):  # (``Root.quiet``, asked first, makes the same checks itself)
+            cv = quiet_first(root)
+            self.quiet += cv is not None
+            return cv
+
         monkeypatch.setattr(codegraph._ClassCheck, "unchanged", counted_unchanged)
         monkeypatch.setattr(codegraph._Root, "_current_quiet", counted_quiet)
+        monkeypatch.setattr(codegraph._Root, "quiet", counted_quiet_first)
 
 
 @pytest.mark.parametrize("n", [5, 300])

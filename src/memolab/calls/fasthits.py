@@ -38,8 +38,10 @@ import struct
 from typing import Any
 
 from .. import codegraph, hashing
-from ..inputs import reads
+from ..codegraph import ACTIVE_GUARD
 from ..inputs.implicit import parts as implicit_parts
+from ..inputs.reads import RECORDING
+from ..settings.config import settings
 from ..store import Key
 from .rows import served, used_by_body
 
@@ -103,7 +105,8 @@ class FastTable:
 
     def __init__(self) -> None:
         #: table key -> (key, store, code graph, code version, switches/env parts, row, named,
-        #: handler generation, the value to share or ``_UNPICKLE``, the row test of a load)
+        #: handler generation, the value to share or ``_UNPICKLE``, the row test of a load,
+        #: ``memo.store_probe``'s question, the version sensitivity the code was checked in)
         self.entries: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         #: inline bytes of the rows held (``TABLE_BYTES``)
         self.held = 0
@@ -113,7 +116,11 @@ class FastTable:
         self.held = 0
 
     def hit(self, memo: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
-        """(True, value) when the full path would serve this call from the same in-memory copy."""
+        """(True, value) when the full path would serve this call from the same in-memory copy.
+
+        Each check is written out here rather than asked of the function the full path calls
+        (a Python call costs about as much as the check it makes): the same questions, asked
+        of the same objects, in one frame."""
         entries = self.entries
         if not entries:
             return False, None
@@ -127,24 +134,33 @@ class FastTable:
         src = memo._defaults_src  # (attribute reads, no call: new defaults assigned, the full path binds them)
         if src is not None and (src[0].__defaults__ is not src[1] or src[0].__kwdefaults__ is not src[2]):
             return False, None
-        key, store, root, cv, extra, row, named, gen, atom, accept = e
+        key, store, root, cv, extra, row, named, gen, atom, accept, probe, sens = e
+        # The store ``memo.store()`` would return: its cache holds this store, for the answer its
+        # question (``store_probe``: the settings' generation, the store variables, the working
+        # directory, the pid) gives now. (The settings' generation, in every store's question,
+        # also stands for ``version_sensitivity``'s default, resolved into ``sens`` when the
+        # entry was made: the settings are the same object while it is unchanged.)
+        cached = memo.store_cache
+        if cached[1] is not store or probe() != cached[0] or gen != hashing.registry_generation() \
+                or implicit_parts(memo.env) != extra:
+            entries.pop(k, None)  # (the full path makes the entry of what is true now)
+            return False, None
         if root is not None:
-            now = codegraph.quiet_version(root, memo.version_sensitivity)
+            # ``codegraph.quiet_version``, written out: no digest under way in this thread (whose
+            # cycle guard could answer otherwise), the sensitivity the root was built in
+            now = root.quiet() if not ACTIVE_GUARD.ids and root.sensitivity == sens else None
             if now is None:  # a namespace it went through was written (a script's own loop): the full check
                 now = memo.code_version()
             if now is not cv:
                 entries.pop(k, None)
                 return False, None
-        if gen != hashing.registry_generation() or implicit_parts(memo.env) != extra or memo.store() is not store:
-            entries.pop(k, None)  # (the full path makes the entry of what is true now)
-            return False, None
         if atom is not _UNPICKLE:
             # what ``served`` does to an immutable scalar: nothing but remembering its (empty) digests
             if not store.hit_in_memory(key, row):
                 entries.pop(k, None)
                 return False, None
             hashing.remember_loaded(atom, key)
-            if reads.active():
+            if RECORDING.get() is not None:  # (``reads.active()``)
                 used_by_body(key, row)
             return True, atom
         found, value = store.load_from_memory(key, accept)
@@ -174,6 +190,10 @@ class FastTable:
             root = codegraph.function_root(memo.fn)
             if root is None or root.cv is not cv or root.extra != memo.deps:
                 return  # a digest of a cycle, of a graph not cached: asked of the full path each time
+        probe, cached = memo.store_probe()
+        if cached[1] is not store:
+            return  # (another thread opened another store meanwhile: the next call's full path decides)
+        sens = memo.version_sensitivity if memo.version_sensitivity is not None else settings().version_sensitivity
         atom = value if type(value) in _SCALARS and _plainly_pickled(store, key, row, value) else _UNPICKLE
         size = len(row.get("inline") or b"")
         if len(self.entries) >= ENTRIES or self.held + size > TABLE_BYTES:
@@ -183,7 +203,8 @@ class FastTable:
         def accept(r: dict[str, Any], row: dict[str, Any] = row) -> bool:
             return r is row
 
-        self.entries[k] = (key, store, root, cv, extra, row, named, hashing.registry_generation(), atom, accept)
+        self.entries[k] = (key, store, root, cv, extra, row, named, hashing.registry_generation(), atom, accept,
+                           probe, sens)
 
 
 def _plainly_pickled(store: Any, key: Key, row: dict[str, Any], value: Any) -> bool:
@@ -207,4 +228,4 @@ def eligible(implicit: Any, defaults: tuple[tuple[str, Any], ...], is_async: boo
 
 
 #: ``MemoFunction`` attributes that are caches of its own, not options: setting them keeps the table
-CACHES = frozenset(("_store_cache", "_fast"))
+CACHES = frozenset(("store_cache", "_fast"))

@@ -118,7 +118,9 @@ class MemoFunction:
         self.implicit: Any | None = None if codegraph.is_code(unwrap(fn)) else fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self._store_path = store
-        self._store_cache: tuple[Any, Store | None] = (None, None)
+        #: (``store``'s last question's answer, the store it opened for it): a plain attribute, read
+        #: by every repeat hit (``calls/fasthits``)
+        self.store_cache: tuple[Any, Store | None] = (None, None)
         functools.update_wrapper(self, fn)
         #: repeat hits of plain arguments (``fasthits``); None: this function cannot have one
         self._fast = FastTable() if eligible(self.implicit, self._defaults, self.is_async) else None
@@ -175,17 +177,22 @@ class MemoFunction:
         # The default store follows the working directory, the settings and the
         # environment (the store, and the team store in front of it); the pid is in the
         # cache key because a forked child must not share our connections.
-        if self._store_path is not None:
-            where: Any = (self._store_path, config.pid())
-        else:
-            env = config.environ_bytes
-            where = (config.generation(), env(b"MEMOLAB_STORE"), env(b"MEMOLAB_REMOTE"), env(b"MEMOLAB_REMOTE_BLOBS"),
-                     os.getcwd(), config.pid())
-        cached, store = self._store_cache
+        path = self._store_path
+        where = config.store_where() if path is None else _explicit_where(path)
+        cached, store = self.store_cache
         if cached != where or store is None:
             store = get_store(self._store_path)
-            self._store_cache = (where, store)
+            self.store_cache = (where, store)
         return store
+
+    def store_probe(self) -> tuple[Callable[[], Any], tuple[Any, Store | None]]:
+        """What ``store`` asks to find its store (a function of nothing, whose answer is compared
+        with the first item of ``store_cache``), and that cache: (its answer, the store it gave).
+        A repeat hit (``calls/fasthits``) serves a store's copy only while ``store`` would return
+        that very store: the same answer, the same cache. (Setting ``store`` empties the table.)"""
+        path = self._store_path
+        probe = config.store_where if path is None else functools.partial(_explicit_where, path)
+        return probe, self.store_cache
 
     def code_version(self) -> codegraph.CodeVersion:
         if self.code == "version":  # keyed by ``version`` alone: the code is not even read
@@ -494,6 +501,13 @@ def _rebuild_memo(fn: Callable[..., Any], ignore: Sequence[str], version: str | 
     return MemoFunction(fn, ignore=ignore, version=version, deps=deps, store=store,
                         version_sensitivity=version_sensitivity, collective=collective, global_rng=global_rng,
                         env=env, code=code, max_age=max_age, validate=validate, verbose=verbose, keep=keep, team=team)
+
+
+def _explicit_where(path: Any) -> tuple[Any, int, int]:
+    """``MemoFunction.store``'s question for a memo given its own store: its path, the settings'
+    generation (a store that could not be used is opened again after ``configure()``; and a
+    repeat hit's ``version_sensitivity`` is the settings' while it is unchanged) and the pid."""
+    return path, config.generation(), config.pid()
 
 
 def _verbosity(v: None | bool | int) -> int | None:

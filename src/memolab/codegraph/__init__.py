@@ -41,7 +41,8 @@ from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, run
 key_module = origins.key_module
 
 __all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "runs", "is_user_code", "is_code", "key_module",
-           "normalized_source", "CODE_SCHEMA", "function_root", "quiet_version"]
+           "normalized_source", "CODE_SCHEMA", "function_root", "quiet_version",
+           "ACTIVE_GUARD"]
 
 
 def normalized_source(src: str) -> str:
@@ -71,6 +72,9 @@ class _ActiveGuard(threading.local):
 
 
 _active = _ActiveGuard()
+#: the same object, by a public name: ``calls/fasthits`` reads its ``ids`` (a digest under way in
+#: this thread, whose cycle guard could answer otherwise) without a call
+ACTIVE_GUARD = _active
 
 
 #: the value hasher (``memolab.hashing.hash_value``), handed over by ``memolab.hashing``

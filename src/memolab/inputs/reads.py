@@ -50,6 +50,7 @@ as ``memolab.File``/``memolab.Dir`` arguments: that is the way to say "by conten
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import os
 import sys
@@ -61,7 +62,7 @@ from ..hashing import files
 from . import expiry
 from .readcheck import RACY_NS, live, names_digest, parse, record_text, register, stale
 
-__all__ = ["Recorder", "begin", "end", "register", "consumed", "stale", "record_text", "active", "note",
+__all__ = ["Recorder", "begin", "end", "register", "consumed", "stale", "record_text", "active", "RECORDING", "note",
            "DIGEST_MAX", "MAX_ITEMS"]
 
 
@@ -79,6 +80,9 @@ DIGEST_MAX = 16 << 20
 MAX_ITEMS = 20_000
 
 _rec: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("memolab_reads", default=None)
+#: the same variable by a public name: a repeat hit asks ``RECORDING.get() is not None`` (``active``)
+#: without a call (``calls/fasthits``)
+RECORDING = _rec
 #: every recorder whose body runs now, in any thread: id -> recorder
 _active: dict[int, Recorder] = {}
 _lock = threading.Lock()
@@ -150,12 +154,27 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             _debug("memolab.inputs.reads: audit event %s not recorded", event)
 
 
+# What is installed is not ``_hook`` itself but a ``functools.partial`` whose function is swapped
+# (``__setstate__``, under ``_lock``): ``_hook`` while a body runs, and while none does a C
+# function that takes the two arguments and runs no Python (``dict.get``: it returns ``args``,
+# and a hook's return is ignored). An audit hook cannot be removed, and a Python one costs a
+# Python call on every audited event of the process (each ``open``, import, ``__code__`` read:
+# a repeat hit reads one), for nothing while no body is recording; the gate costs a C call.
+_IDLE: Any = {}.get
+_gate: Any = functools.partial(_IDLE)  # (``__setstate__``: a method typeshed does not list)
+
+
 def _install() -> None:
     global _hooked
     with _lock:
         if not _hooked:
-            sys.addaudithook(_hook)
+            sys.addaudithook(_gate)
             _hooked = True
+
+
+def _gate_to(fn: Any) -> None:
+    """Point the installed hook at ``fn`` (called under ``_lock``, as ``_active`` changes)."""
+    _gate.__setstate__((fn, (), None, None))
 
 
 def _text(p: Any) -> str | None:
@@ -352,7 +371,10 @@ def begin(store_root: Any = None, keyed: Any = ()) -> tuple[Recorder, contextvar
     rec = Recorder()
     rec.keyed = tuple(keyed)
     token = _rec.set(rec)
-    _active[id(rec)] = rec
+    with _lock:
+        if not _active:
+            _gate_to(_hook)  # (before the body runs: its first read is seen)
+        _active[id(rec)] = rec
     return rec, token
 
 
@@ -360,7 +382,10 @@ def end(rec: Recorder, token: contextvars.Token[Recorder | None]) -> tuple[dict[
     """The body ended: (its record in stored form, or None when it consumed nothing; why it must
     not be stored, or None). A file it read that changed while it ran, or a record too large to
     keep, is a reason not to store the result (it belongs to no one version of its inputs)."""
-    _active.pop(id(rec), None)
+    with _lock:
+        _active.pop(id(rec), None)
+        if not _active:
+            _gate_to(_IDLE)
     try:
         _rec.reset(token)
     except ValueError:  # (a token of another context: the value it replaced is set back)

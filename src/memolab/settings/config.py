@@ -470,6 +470,16 @@ def generation() -> int:
     return _generation
 
 
+def store_where() -> tuple[Any, ...]:
+    """What the default store depends on now: the settings' generation, the store variables,
+    the working directory and the pid (a forked child must not share our connections). The
+    cache key of ``MemoFunction.store``, asked again by a repeat hit (``calls/fasthits``): one
+    call for all of it, the working directory being the one system call."""
+    env = environ_bytes
+    return (_generation, env(b"MEMOLAB_STORE"), env(b"MEMOLAB_REMOTE"), env(b"MEMOLAB_REMOTE_BLOBS"), os.getcwd(),
+            _pid)
+
+
 def configure(**changes: Any) -> Settings:
     """Change process-wide settings, e.g. ``configure(store="/data/memo")``.
 

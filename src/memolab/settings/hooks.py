@@ -204,9 +204,13 @@ def run_imported(table: str) -> None:
     pending = _pending.get(table)
     if pending is None:
         pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done]
-    for module in list(pending) if pending else ():  # a copy: running a hook takes it out of ``pending``
-        if module in sys.modules:
-            _run_on_import(module, (table,))
+    modules = sys.modules
+    for module in pending:  # (no copy while none is imported: every key asks for ``switches``)
+        if module in modules:
+            for m in list(pending):  # a copy: running a hook takes it out of ``pending``
+                if m in modules:
+                    _run_on_import(m, (table,))
+            return
 
 
 #: table -> its modules whose hook has not run (``run_imported``'s list, shrunk as they run)
