@@ -164,22 +164,29 @@ class Root:
         object in its plain dict; else None: ask ``current``. It reads dict tags, dict entries and
         ``__code__`` attributes only, hashing nothing: no user code runs (``_current_quiet``'s
         ``getattr`` is reached only for an object that is not the one recorded), so it cannot reach
-        this graph again (the caller skips the cycle guard ``current`` needs: a repeat hit's commonest case)."""
+        this graph again (the caller skips the cycle guard ``current`` needs: a repeat hit's commonest case).
+
+        It takes no lock, and needs none: it only reads, and ``_current`` (which writes under the
+        lock) sets ``cv`` before the stamp it belongs to. A stamp read here was set after its
+        ``cv``, so the ``cv`` read after it is that one or a later writer's; and dict version tags
+        only grow, so tags equal to the stamp mean no write since that writer began: a later
+        writer's ``cv`` is then of a state newer than the one seen here, never older (the caller
+        compares it by identity with the one it holds, so a newer one is a miss, not an answer).
+        A stamp and views from before ``_arm`` are None or differ (it sets the views, then clears
+        the stamp)."""
         views = self.views
-        if views is None:
+        stamp = self.stamp
+        if views is None or stamp is None or b"".join(views) != stamp:
             return None
-        with self.lock:
-            if self.stamp is None or b"".join(views) != self.stamp:
+        for ns, name, obj in self.same:
+            if type(ns) is not dict or ns.get(name, _MISSING) is not obj:
                 return None
-            for ns, name, obj in self.same:
-                if type(ns) is not dict or ns.get(name, _MISSING) is not obj:
-                    return None
-            # ``_current_quiet``'s code checks (its ``same`` loop passes whenever the stricter one
-            # above did): written out, a call less on every repeat hit
-            for fn, code in self.graph.code_checks:
-                if fn.__code__ is not code:
-                    return None
-            return self.cv
+        # ``_current_quiet``'s code checks (its ``same`` loop passes whenever the stricter one
+        # above did): written out, a call less on every repeat hit
+        for fn, code in self.graph.code_checks:
+            if fn.__code__ is not code:
+                return None
+        return self.cv
 
     def _current(self) -> CodeVersion | None:
         g = self.graph
