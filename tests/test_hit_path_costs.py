@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent(r'''
                 stats[0] += 1
             if getattr(arg, "__module__", None) == "posix":  # what Python asks the system for
                 posix[arg.__name__] += 1
-        elif event == "call" and counting_calls[0]:  # (``f_code`` is audited: counted apart)
+        elif event == "call" and counting_calls[0] and counting[0]:  # (``f_code`` is audited: counted apart)
             calls[frame.f_code.co_qualname] += 1
     store = get_store()
     statements = []
@@ -90,6 +90,11 @@ SCRIPT = textwrap.dedent(r'''
         hits(20, False)
         counting_calls[0] = False
         out["repeat"]["calls"] = dict(calls)
+        calls.clear()
+        counting_calls[0] = True
+        hits(20, True)
+        counting_calls[0] = False
+        out["store"]["calls"] = dict(calls)
 
     measure()
 
@@ -136,6 +141,14 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
                 "Store.load_from_memory", "MemoFunction.code_version"} & set(repeat_calls), repeat_calls
     assert sum(repeat_calls.values()) <= 20 * 17, repeat_calls
     assert out["store"]["statements"] == 20  # the point read, once a hit: nothing written
+    # a store hit: 56 Python calls (docs/performance.md). Not among them: the lifecycle's generator
+    # and its driver (``first_look`` settles a hit), the memory's lock and closure when it holds
+    # no copy (``has_copy``), the read's and the inline check's helpers (written out where they run)
+    store_calls = out["store"]["calls"]
+    assert store_calls.get("first_look") == 20 and store_calls.get("Store.has_copy") == 20, store_calls
+    assert not {"lifecycle", "drive_sync", "Store.load_from_memory", "_read", "_checked", "digest_bytes",
+                "Store._unpickle"} & set(store_calls), store_calls
+    assert sum(store_calls.values()) <= 20 * 57, store_calls
     # one statement text (sqlite3's statement cache prepares it once, no PRAGMA or schema read beside
     # it): the lean lookup, the columns loading needs and not the snapshot itself (its columns, binds
     # and plan: ``test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it``)
