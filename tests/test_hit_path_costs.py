@@ -153,7 +153,7 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
     # it): the lean lookup, the columns loading needs and not the snapshot itself (its columns, binds
     # and plan: ``test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it``)
     (sql,) = out["store"]["sql"]
-    assert sql.startswith("SELECT e.id, CASE WHEN e.fn=i.fn ") and ", e.snapshot," not in sql, sql
+    assert sql.startswith("SELECT ev.id AS a, CASE WHEN ev.fn=ix.fn ") and ", ev.snapshot " not in sql, sql
     assert out["global rebound"] == 1003  # 3 + K, K rebound to 1000 after quiet hits
     assert out["code replaced"] == 103  # 3 + 100: the code that replaced ``f``'s ran
 
@@ -428,13 +428,14 @@ def test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it(t
     c = store.index.conn()
     sql = sq._LOOKUP_LEAN_SQL
     assert sql.count("?") == 4  # the key once: the key check compares the table row with the index entry
-    assert len(c.execute(sql, a).description) == 12
+    # twelve columns, each named by one letter (a string Python keeps made: see ``_LOOKUP_LEAN_SQL``)
+    assert [d[0] for d in c.execute(sql, a).description] == list("abcdefghijkl")
     assert sq.LEAN_COLUMNS == ("id", "status", "payload", "payload_size", "buffers", "inline", "started", "finished",
                                "duration", "result_token", "state_deps", "reads")
     # the index entry's key columns from a covering search of the unique index, the row by its rowid
     plan = [r[3] for r in c.execute("EXPLAIN QUERY PLAN " + sql, a)]
-    assert plan == ["SEARCH i USING COVERING INDEX sqlite_autoindex_evaluations_1 (fn=? AND code=? AND args=? AND schema=?)",
-                    "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)"], plan
+    assert plan == ["SEARCH ix USING COVERING INDEX sqlite_autoindex_evaluations_1 (fn=? AND code=? AND args=? AND schema=?)",
+                    "SEARCH ev USING INTEGER PRIMARY KEY (rowid=?)"], plan
     row = store.index.lookup(a, lean=True)
     assert row is not None and row["status"] == "done" and store.load(a, row) == {"v": 1}
     assert row == {k: v for k, v in store.index.lookup(a).items() if k in sq.LEAN_COLUMNS}  # what the full read says
