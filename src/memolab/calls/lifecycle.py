@@ -10,7 +10,9 @@ function), and is sent the answer (or thrown the exception). Two drivers of abou
 twenty lines do those two things: ``drive_sync`` sleeps and calls, ``drive_async``
 awaits ``asyncio.sleep`` and the coroutine (the shape of h11/httpcore: protocol
 logic without I/O). A third driver (all ranks of a process group agreeing on hit
-or miss) plugs in at the same seam.
+or miss) plugs in at the same seam. ``first_look`` runs the first round as a plain
+function for a sync call (a store hit needs no generator) and hands what it found to
+``lifecycle``; ``use_row`` is what every round does with a stored row.
 
 One ``finally`` gives back a lease the call may hold on every exit: the function
 raising, ``KeyboardInterrupt`` during the computation or the wait, an async task
