@@ -55,7 +55,7 @@ SCRIPT = textwrap.dedent(r'''
                 stats[0] += 1
             if getattr(arg, "__module__", None) == "posix":  # what Python asks the system for
                 posix[arg.__name__] += 1
-        elif event == "call" and counting_calls[0]:  # (``f_code`` is audited: counted apart)
+        elif event == "call" and counting_calls[0] and counting[0]:  # (``f_code`` is audited: counted apart)
             calls[frame.f_code.co_qualname] += 1
     store = get_store()
     statements = []
@@ -90,6 +90,11 @@ SCRIPT = textwrap.dedent(r'''
         hits(20, False)
         counting_calls[0] = False
         out["repeat"]["calls"] = dict(calls)
+        calls.clear()
+        counting_calls[0] = True
+        hits(20, True)
+        counting_calls[0] = False
+        out["store"]["calls"] = dict(calls)
 
     measure()
 
@@ -137,10 +142,19 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
                 "Store.load_from_memory", "MemoFunction.code_version"} & set(repeat_calls), repeat_calls
     assert sum(repeat_calls.values()) <= 20 * 9, repeat_calls
     assert out["store"]["statements"] == 20  # the point read, once a hit: nothing written
+    # a store hit: 56 Python calls (docs/performance.md). Not among them: the lifecycle's generator
+    # and its driver (``first_look`` settles a hit), the memory's lock and closure when it holds
+    # no copy (``has_copy``), the read's and the inline check's helpers (written out where they run)
+    store_calls = out["store"]["calls"]
+    assert store_calls.get("first_look") == 20 and store_calls.get("Store.has_copy") == 20, store_calls
+    assert not {"lifecycle", "drive_sync", "Store.load_from_memory", "_read", "_checked", "digest_bytes",
+                "Store._unpickle"} & set(store_calls), store_calls
+    assert sum(store_calls.values()) <= 20 * 57, store_calls
     # one statement text (sqlite3's statement cache prepares it once, no PRAGMA or schema read beside
-    # it): the lean lookup, the columns loading needs and not the snapshot itself
+    # it): the lean lookup, the columns loading needs and not the snapshot itself (its columns, binds
+    # and plan: ``test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it``)
     (sql,) = out["store"]["sql"]
-    assert sql.startswith("SELECT id,status,payload,payload_size,buffers,") and ",snapshot," not in sql, sql
+    assert sql.startswith("SELECT ev.id AS a, CASE WHEN ev.fn=ix.fn ") and ", ev.snapshot " not in sql, sql
     assert out["global rebound"] == 1003  # 3 + K, K rebound to 1000 after quiet hits
     assert out["code replaced"] == 103  # 3 + 100: the code that replaced ``f``'s ran
 
@@ -450,3 +464,70 @@ def test_the_repeat_hit_table_gives_what_the_full_path_gives_after_every_change(
     # the table served the first two turns (each through the full code check), not the third (K
     # rebound: computed) nor the fourth (read from the store: its copy is made by that load)
     assert out["module loop served"] == [True, True, False, False]
+
+
+# -- the point read of a hit: what it fetches, binds and checks ---------------------------------
+
+def _two_rows(tmp_path: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+    from memolab.store import Store
+
+    a, b = ("mod:f", "code", "a" * 32, "schema"), ("mod:f", "code", "b" * 32, "schema")
+    store = Store(tmp_path / "s")
+    for k, v in ((a, {"v": 1}), (b, {"v": 2})):
+        store.acquire(k, store.owner_id())
+        store.save(k, store.owner_id(), v, {"started": 1.0, "finished": 2.0, "duration": 1.0,
+                                            "snapshot": json.dumps({"result_digest": None})}, {})
+    return store, a, b
+
+
+def test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it(tmp_path):
+    # each column a hit fetches costs it ~2,000 instructions and each text it binds ~800
+    # (docs/performance.md): the lean lookup fetches what loading and a hit's checks need
+    from memolab.store import sqlite as sq
+
+    store, a, _ = _two_rows(tmp_path)
+    c = store.index.conn()
+    sql = sq._LOOKUP_LEAN_SQL
+    assert sql.count("?") == 4  # the key once: the key check compares the table row with the index entry
+    # twelve columns, each named by one letter (a string Python keeps made: see ``_LOOKUP_LEAN_SQL``)
+    assert [d[0] for d in c.execute(sql, a).description] == list("abcdefghijkl")
+    assert sq.LEAN_COLUMNS == ("id", "status", "payload", "payload_size", "buffers", "inline", "started", "finished",
+                               "duration", "result_token", "state_deps", "reads")
+    # the index entry's key columns from a covering search of the unique index, the row by its rowid
+    # (SQLite before 3.36 words it "SEARCH TABLE evaluations AS ix ...": the same plan)
+    plan = [r[3].replace("TABLE evaluations AS ", "") for r in c.execute("EXPLAIN QUERY PLAN " + sql, a)]
+    assert plan == ["SEARCH ix USING COVERING INDEX sqlite_autoindex_evaluations_1 (fn=? AND code=? AND args=? AND schema=?)",
+                    "SEARCH ev USING INTEGER PRIMARY KEY (rowid=?)"], plan
+    row = store.index.lookup(a, lean=True)
+    assert row is not None and row["status"] == "done" and store.load(a, row) == {"v": 1}
+    assert row == {k: v for k, v in store.index.lookup(a).items() if k in sq.LEAN_COLUMNS}  # what the full read says
+
+
+def test_a_key_whose_index_entry_leads_to_another_keys_row_is_not_served_it(tmp_path):
+    # A damaged index b-tree (or a table row changed under it) can lead a key to a row that
+    # holds another key: the lookup compares the row's own key columns with the key, and
+    # refuses, in the lean read of a hit as in the full one. Made here by editing the table's
+    # page on disk: row a's ``args`` becomes a third key's, its index entry still says a.
+    import sqlite3
+
+    import pytest
+
+    store, a, b = _two_rows(tmp_path)
+    c = store.index.conn()
+    c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    root = c.execute("SELECT rootpage FROM sqlite_master WHERE name='evaluations'").fetchone()[0]
+    size = c.execute("PRAGMA page_size").fetchone()[0]
+    path = store.index.path
+    store.index.close()
+    data = bytearray(path.read_bytes())
+    page = data[(root - 1) * size:root * size]
+    assert page.count(b"a" * 32) == 1  # row a's args, in the table's one (leaf) page
+    data[(root - 1) * size:root * size] = page.replace(b"a" * 32, b"c" * 32)
+    path.write_bytes(bytes(data))
+    reader = type(store)(tmp_path / "s")
+    for lean in (True, False):
+        with pytest.raises(sqlite3.DatabaseError, match="row of another key"):
+            reader.index.lookup(a, lean=lean)
+        assert reader.index.lookup(("mod:f", "code", "c" * 32, "schema"), lean=lean) is None  # c has no index entry
+        row = reader.index.lookup(b, lean=lean)
+        assert row is not None and reader.load(b, row) == {"v": 2}

@@ -30,7 +30,7 @@ from ..store import Key, Store, get_store, marks
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, running
 from .explain import Explanation, explain_key, shown_here
 from .fasthits import CACHES, FastTable, eligible
-from .lifecycle import drive_async, drive_sync, lifecycle
+from .lifecycle import drive_async, drive_sync, first_look, lifecycle
 from .rows import memory_hit
 
 __all__ = ["memo", "MemoFunction", "running", "Running", "short_repr"]  # the last three: here before call/text
@@ -332,7 +332,10 @@ class MemoFunction:
         call, value = self._prepare(args, kwargs, force)
         if call is None:
             return value
-        return drive_sync(lifecycle(call, call.store.owner_id), self.fn, call.bound)
+        found, first = first_look(call)  # (a store hit ends here: no generator)
+        if found:
+            return first
+        return drive_sync(lifecycle(call, call.store.owner_id, first), self.fn, call.bound)
 
     async def _acall(self, args: Sequence[Any], kwargs: dict[str, Any], force: bool) -> Any:
         call, value = self._prepare(args, kwargs, force)  # keyed when awaited, as the function runs

@@ -42,6 +42,10 @@ def memory_hit(store: Any, key: Key, fresh: Callable[[dict[str, Any]], bool] | N
     expired (``expiry``): the call then goes to the store, which recomputes it. The arguments the
     body changed are put back into ``named``'s objects, as a hit from the store does. ``seen``: a
     hit appends (the key served, its row, the value held no arguments to put back) to it."""
+    if not store.has_copy(key):
+        # (no copy of the key: ``fits`` would never run, so no routed key either; a call past
+        # memory, every store hit, then skips making the closure and taking the memory's lock)
+        return False, None
     now: dict[str, str] | None = None
     used: dict[str, Any] = {}
 

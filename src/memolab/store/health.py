@@ -179,6 +179,9 @@ class NoStore:
     def load_from_memory(self, key: Key, accept: Any = None) -> tuple[bool, Any]:
         return False, None
 
+    def has_copy(self, key: Key) -> bool:
+        return False
+
     def try_acquire(self, *a: Any, **k: Any) -> tuple[str, dict[str, Any] | None]:
         raise self.problem
 

@@ -274,7 +274,7 @@ class Store(Heartbeats):
             payload = bytes(self.blobs.get(row["payload"], row["payload_size"], verify="always"))
             source = refs
         if type(source) is tuple:  # inline: small, no bar (a ``with`` of even a null context is two Python calls)
-            value = self._unpickle(payload, source)
+            value = _loads(payload, source)  # (``_unpickle``'s inline way, a Python call less)
         else:
             total = sum(n for _, n in source)
             with result_progress("loading", key[0], total) as step:
@@ -298,6 +298,12 @@ class Store(Heartbeats):
         verify = "always" if source and signing.secret() is not None else "stamp"
         buffers = [self.blobs.get(d, size, mapped=True, verify=verify, progress=progress) for d, size in source]
         return _loads(payload, buffers)
+
+    def has_copy(self, key: Key) -> bool:
+        """Does this process hold a copy of ``key``'s result in memory (``load_from_memory``'s
+        candidate)? A peek without the lock, as a dict's membership test is atomic: a copy made
+        or dropped meanwhile answers as if the peek had come just before or just after it."""
+        return key in self._memory
 
     def load_from_memory(self, key: Key, accept: Callable[[dict[str, Any]], bool] | None = None) -> tuple[bool, Any]:
         with self._memory_lock:
@@ -346,15 +352,15 @@ class Store(Heartbeats):
         return True
 
     def _remember(self, key: Key, row: dict[str, Any], payload: bytes, source: Any) -> None:
+        memory = self._memory
         with self._memory_lock:
-            old = self._memory.pop(key, None)
-            if old is not None:
-                self._memory_bytes -= len(old[1])
-            self._memory[key] = (row, payload, source)
-            self._memory_bytes += len(payload)
-            while self._memory and (len(self._memory) > _MEMORY_ENTRIES or self._memory_bytes > _MEMORY_BYTES):
-                _, (_, p, _) = self._memory.popitem(last=False)
-                self._memory_bytes -= len(p)
+            old = memory.pop(key, None)
+            size = self._memory_bytes + len(payload) - (0 if old is None else len(old[1]))
+            memory[key] = (row, payload, source)
+            while memory and (size > _MEMORY_BYTES or len(memory) > _MEMORY_ENTRIES):
+                _, (_, p, _) = memory.popitem(last=False)
+                size -= len(p)
+            self._memory_bytes = size
 
     def forget(self, fn: str | None = None) -> None:
         """Drop in-process copies (of one function, or all)."""

@@ -166,6 +166,9 @@ class MemoStore(Protocol):
     def load_from_memory(self, key: Key, accept: Callable[[Row], bool] | None = None) -> tuple[bool, Any]:
         """This process's copy of ``key``'s result, if it has one whose row ``accept``s (not counted as a hit else)."""
 
+    def has_copy(self, key: Key) -> bool:
+        """Does this process hold a copy of ``key``'s result (``load_from_memory``'s candidate)?"""
+
     def forget(self, fn: str | None = None) -> None: ...
 
     def forget_key(self, key: Key) -> None: ...

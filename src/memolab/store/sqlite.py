@@ -68,22 +68,41 @@ _EXTRACTED = ("result_token", "state_deps", "reads") if _JSON1 else ()
 LOOKUP_ONLY = ("result_token", "state_deps", "reads", "key_ok")
 HIT_COLUMNS = EVAL_COLUMNS + ("inline",) + _EXTRACTED
 _HIT_SQL = f"SELECT {','.join(EVAL_COLUMNS)}, inline{_TOKEN}{_WHERE_KEY}"
-#: What loading needs and nothing more: every column fetched is a few hundred
-#: nanoseconds of a hit. Only an unsigned store may use it (a signature covers
-#: the snapshot, so a signed store reads it and the signature), and only with
-#: JSON1 (else the result token comes from the snapshot).
-#: (``started``, ``finished``, ``duration``: what an expiring function's hit judges, ``memo(max_age=...)``)
-_LEAN_BASE = ("id", "status", "payload", "payload_size", "buffers", "code_refs", "inline", "started", "finished", "duration")
+#: What loading needs and nothing more: every column fetched (and every text bound) is ~2,000
+#: instructions of a hit. Only an unsigned store may use it (a signature covers the snapshot
+#: and the code references, so a signed store reads them and the signature), and only with JSON1
+#: (else the result token comes from the snapshot).
+#: (``started``, ``finished``, ``duration``: what an expiring function's hit judges, ``memo(max_age=...)``,
+#: and what a body that uses the result records, ``reads.consumed``)
+_LEAN_BASE = ("id", "status", "payload", "payload_size", "buffers", "inline", "started", "finished", "duration")
 LEAN_COLUMNS = _LEAN_BASE + _EXTRACTED
-_LEAN_SQL = f"SELECT {','.join(_LEAN_BASE)}{_TOKEN}{_WHERE_KEY}"
-# What ``lookup`` runs: the same, whatever the row's status (at most one row per
+# The lean lookup checks the key as ``_WHERE_KEY`` does with half its parameters: the index
+# entry is found by the key (a covering search of the unique index: its key columns are the
+# entry's own), the row read by the entry's rowid, and the *table row's* key compared with the
+# entry's, so with the key: a damaged index b-tree that points the key at another key's row
+# still cannot serve that row. The status stands in for the check's column (NOT NULL in the
+# table: NULL here only when the keys differ), a column less to fetch. (``CROSS JOIN``: the
+# index entry first, whatever the planner's statistics say; ``tests/test_hit_path_costs.py``
+# pins the plan.)
+# Each result column is named by a letter (``AS a``, ...): sqlite3 makes the cursor's
+# ``description`` from the names on every execute, and a one-letter name is a string Python
+# keeps made (a long one, ``CASE WHEN ...``, is decoded and freed each time): 3,000 instructions
+# a hit. The row is read by position (``_LEAN_ROW``), never by these names.
+_LEAN_EXPRS = ("ev.id", "CASE WHEN ev.fn=ix.fn AND ev.code=ix.code AND ev.args=ix.args AND ev.schema=ix.schema "
+               "THEN ev.status END", *(f"ev.{c}" for c in _LEAN_BASE[2:]),
+               *(f"json_extract(ev.snapshot, '$.{p}')" for p in ("result_digest", "state_deps", "reads")))
+_LOOKUP_LEAN_SQL = (
+    "SELECT " + ", ".join(f"{x} AS {chr(97 + i)}" for i, x in enumerate(_LEAN_EXPRS))
+    + " FROM evaluations ix CROSS JOIN evaluations ev WHERE ix.fn=? AND ix.code=? AND ix.args=? AND ix.schema=? "
+    "AND ev.id=ix.id")
+assert len(_LEAN_EXPRS) == len(LEAN_COLUMNS) or not _JSON1
+# What ``lookup`` runs: whatever the row's status (at most one row per
 # key: UNIQUE), so that a miss learns in the same statement whether the key has
 # no row at all (the common miss) or one out of use, which the miss explanation
 # and the unloadable check then read (``known_absent``).
 _STATUS_ANY = " AND status='done'"
 _LOOKUP_SQL = _HIT_SQL[: -len(_STATUS_ANY)]
-_LOOKUP_LEAN_SQL = _LEAN_SQL[: -len(_STATUS_ANY)]
-assert _HIT_SQL.endswith(_STATUS_ANY) and _LEAN_SQL.endswith(_STATUS_ANY)
+assert _HIT_SQL.endswith(_STATUS_ANY)
 # A row these statements cannot read (text that is not UTF-8, a snapshot that is not
 # JSON: ``json_extract`` raises for it) would fail every lookup and claim of its key
 # for as long as it exists. ``_read`` tells such damage from other failures by
@@ -126,15 +145,23 @@ def _read(c: sqlite3.Connection, sql: str, cols: tuple[str, ...],
           key: Key) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
     """(the row ``sql`` reads for ``key``, None), or (None, ``row_damage``) for a row it cannot read."""
     try:
-        return _checked(c.execute(sql, key + key).fetchone(), cols), None
+        # (a plain tuple: sqlite3 binds a tuple subclass, the ``Key``, item by item through the
+        # sequence protocol, 2,300 instructions more than the slice costs)
+        return _checked(c.execute(sql, key[:] if cols is LEAN_COLUMNS else key + key).fetchone(), cols), None
     except (sqlite3.OperationalError, UnicodeDecodeError) as e:  # (Python < 3.12 raises the latter for bad text)
-        try:
-            damage = row_damage(c, key)
-        except sqlite3.Error:
-            damage = None
-        if damage is None:
-            raise e from None  # not the row's content: the store's trouble, reported as such
-        return None, damage
+        return None, _damage(c, key, e)
+
+
+def _damage(c: sqlite3.Connection, key: Key, e: BaseException) -> tuple[int, str, str]:
+    """``row_damage`` of the row whose read raised ``e``; ``e`` again when the row reads (then
+    it is not the row's content but the store's trouble, reported as such)."""
+    try:
+        damage = row_damage(c, key)
+    except sqlite3.Error:
+        damage = None
+    if damage is None:
+        raise e from None
+    return damage
 
 
 _RETIRE_SQL = "UPDATE evaluations SET status='corrupt', reason=? WHERE id=? AND status='done'"
@@ -175,14 +202,19 @@ def _row_maker(columns: tuple[str, ...]) -> Callable[[tuple[Any, ...]], dict[str
 _LEAN_ROW, _HIT_ROW = _row_maker(LEAN_COLUMNS), _row_maker(HIT_COLUMNS)
 
 
+_DAMAGED_INDEX = "the index returned the row of another key: the index is damaged"
+
+
 def _checked(row: tuple[Any, ...] | None, columns: tuple[str, ...]) -> dict[str, Any] | None:
     if row is None:
         return None
-    if not row[-1]:
-        raise sqlite3.DatabaseError("the index returned the row of another key: the index is damaged")
-    # (told apart by identity: hashing a tuple of 13 names costs more than the dict display saves)
+    # (told apart by identity: hashing a tuple of 12 names costs more than the dict display saves)
     if columns is LEAN_COLUMNS:
+        if row[1] is None:  # (its status: NULL when the table row's key is not the index entry's)
+            raise sqlite3.DatabaseError(_DAMAGED_INDEX)
         return _LEAN_ROW(row)
+    if not row[-1]:
+        raise sqlite3.DatabaseError(_DAMAGED_INDEX)
     return _HIT_ROW(row) if columns is HIT_COLUMNS else dict(zip(columns, row, strict=False))
 
 
@@ -320,8 +352,17 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
         """The stored evaluation of ``key`` (with its inline bytes), or None: one
         point query on the key's unique index, no transaction, no write.
         ``lean``: only the columns loading needs (``LEAN_COLUMNS``), for unsigned stores."""
-        if lean and _JSON1:
-            row, damaged = _read(self.conn(), _LOOKUP_LEAN_SQL, LEAN_COLUMNS, key)
+        damaged: tuple[int, str, str] | None
+        if lean and _JSON1:  # (a hit's way: ``_read`` and ``_checked`` written out, two Python calls less)
+            c = self.conn()
+            try:
+                r = c.execute(_LOOKUP_LEAN_SQL, key[:]).fetchone()  # (a plain tuple: see ``_read``)
+            except (sqlite3.OperationalError, UnicodeDecodeError) as e:
+                row, damaged = None, _damage(c, key, e)
+            else:
+                if r is not None and r[1] == "done":  # (its status: NULL had the key check failed)
+                    return _LEAN_ROW(r)  # a hit leaves the note alone (see below)
+                row, damaged = _checked(r, LEAN_COLUMNS), None
         else:
             row, damaged = _read(self.conn(), _LOOKUP_SQL, HIT_COLUMNS, key)
         if row is None:

@@ -71,7 +71,7 @@ def layered(store: Store, remote: tuple[str, str | None]) -> Any:
 
 #: What a ``TeamStore`` does exactly as its local store does: bound to the local store's
 #: methods on the instance (a hit through a team store costs no extra call).
-_LOCAL_OPERATIONS = ("owner_id", "load", "load_from_memory", "check_entry", "mark_corrupt", "forget", "forget_key",
+_LOCAL_OPERATIONS = ("owner_id", "load", "load_from_memory", "has_copy", "check_entry", "mark_corrupt", "forget", "forget_key",
                      "count_hit", "note_duration", "flush_hits", "ride_along", "gc_plan", "unreferenced_blobs",
                      "collect_garbage", "clear", "known_absent", "newest_id", "miss_rider", "write_rider")
 
