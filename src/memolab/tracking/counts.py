@@ -105,22 +105,51 @@ def _lcp(a: str, b: str) -> str:
     return " + ".join(f"(substr({a}, 1, {k}) = substr({b}, 1, {k}))" for k in range(1, 20))
 
 
+#: the digit counts 1 to 19 (a run id is below 2**63: at most 19 digits), as a table of one
+#: column (``column1``): one ``VALUES`` list, where the trigger once wrote each length out
+_LENGTHS = "(VALUES " + ",".join(f"({d})" for d in range(1, 20)) + ")"
+#: per digit count ``d``: the smallest and largest id of that many digits
+_SPANS = ("(SELECT column1 AS d, CAST(substr('1000000000000000000', 1, column1) AS INTEGER) AS lo, "
+          "CASE WHEN column1 < 19 THEN CAST(substr('9999999999999999999', 1, column1) AS INTEGER) "
+          f"ELSE {2 ** 63 - 1} END AS hi FROM {_LENGTHS})")
+
+
 def _digits_trigger() -> str:
     """A run's id shown as its shortest unique start (``cli/ids.py``: ``r147562``): how many digits
     tell every run apart is the longest start two ids share, plus one. A new id's longest shared
     start is with one of its two neighbours in text order among the ids of each length, and ids of
     one length sort as text as they do as numbers: per length, the nearest id below and above the
     new one's start (padded or cut to that length) are two seeks of the primary key. Deleting a run
-    leaves the number as it was (still enough digits, perhaps one more than needed)."""
+    leaves the number as it was (still enough digits, perhaps one more than needed).
+
+    The lengths come from one ``VALUES`` list (``_SPANS``), each neighbour a subquery run per
+    length: 1.9 KB of SQL, where writing the 38 seeks out (``unrolled_digits_trigger``, what
+    memolab made before) took 8.4 KB, and every connection parses its schema's triggers on its
+    first statement (a third of a fresh process's first hit). The same number after every
+    insert (``tests/test_first_call.py`` compares both on random and edge ids)."""
+    t = "CAST(NEW.id AS TEXT)"
+    x = f"CAST(substr({t} || '0000000000000000000', 1, d) AS INTEGER)"
+    # (ORDER BY … LIMIT 1, not MAX(): a seek, where an aggregate over a range walks it)
+    below = f"(SELECT id FROM runs WHERE id >= lo AND id < {x} AND id != NEW.id ORDER BY id DESC LIMIT 1)"
+    above = f"(SELECT id FROM runs WHERE id >= {x} AND id <= hi AND id != NEW.id ORDER BY id ASC LIMIT 1)"
+    return ("CREATE TRIGGER IF NOT EXISTS counts_run_digits AFTER INSERT ON runs BEGIN "
+            f"UPDATE run_digits SET n = MAX(n, 1 + COALESCE((SELECT MAX({_lcp('t', 'o')}) FROM "
+            f"(SELECT {t} AS t, CAST(o AS TEXT) AS o FROM (SELECT {below} AS o FROM {_SPANS} "
+            f"UNION ALL SELECT {above} FROM {_SPANS}) WHERE o IS NOT NULL)), 0)); END")
+
+
+def unrolled_digits_trigger() -> str:
+    """``counts_run_digits`` as memolab made it before the short form (``_digits_trigger``): the
+    same number, each length's two seeks written out. Recognised on a writable open and replaced
+    (``install``); an older memolab that makes it again (it makes the triggers a store lacks) is
+    still right, and the next writable open makes it short again."""
     t = "CAST(NEW.id AS TEXT)"
     near = []
     for d in range(1, 20):
         lo, hi = 10 ** (d - 1), min(10 ** d - 1, 2 ** 63 - 1)
         x = f"CAST(substr({t} || '0000000000000000000', 1, {d}) AS INTEGER)"
-        # (ORDER BY … LIMIT 1, not MAX(): a seek, where an aggregate over a range walks it)
         for order, rng in (("DESC", f"id >= {lo} AND id < {x}"), ("ASC", f"id >= {x} AND id <= {hi}")):
             near.append(f"SELECT * FROM (SELECT id FROM runs WHERE {rng} AND id != NEW.id ORDER BY id {order} LIMIT 1)")
-    # each neighbour read once (a subquery written into an expression is run at each mention)
     return ("CREATE TRIGGER IF NOT EXISTS counts_run_digits AFTER INSERT ON runs BEGIN "
             f"UPDATE run_digits SET n = MAX(n, 1 + COALESCE((SELECT MAX({_lcp('t', 'o')}) FROM "
             f"(SELECT {t} AS t, CAST(id AS TEXT) AS o FROM (" + " UNION ALL ".join(near) + "))), 0)); END")
@@ -157,8 +186,48 @@ def available(c: Any) -> bool:
 
 def install(c: sqlite3.Connection) -> bool:
     """Make the tables and triggers on a writable index that lacks them, filled from the rows
-    there, in one write transaction (the caller's, if it is in one); whether it made them."""
-    return install_once(c, available, _make)
+    there, in one write transaction (the caller's, if it is in one); whether it made them. An
+    index that has them with the unrolled ``counts_run_digits`` gets the short one (``shorten``)."""
+    if install_once(c, available, _make):
+        return True
+    shorten(c)
+    return False
+
+
+_DIGITS_SQL = "SELECT sql FROM main.sqlite_master WHERE type='trigger' AND name='counts_run_digits'"
+
+
+def _as_kept(create: str) -> str:
+    """A ``CREATE TRIGGER IF NOT EXISTS`` statement as SQLite keeps it in ``sqlite_master`` (the
+    clause left out)."""
+    return create.replace("CREATE TRIGGER IF NOT EXISTS ", "CREATE TRIGGER ", 1)
+
+
+def shorten(c: sqlite3.Connection) -> bool:
+    """Replace an unrolled ``counts_run_digits`` (``unrolled_digits_trigger``: an older memolab's,
+    8.4 KB that every connection parses) with the short one, in one write transaction (the
+    caller's, if it is in one): dropped and made again there, so no write ever runs without it.
+    A trigger of any other text (a newer memolab's) is left as it is. Whether it replaced it."""
+    row = c.execute(_DIGITS_SQL).fetchone()
+    short = _digits_trigger()
+    if row is None or row[0] == _as_kept(short) or row[0] != _as_kept(unrolled_digits_trigger()):
+        return False
+    own = not c.in_transaction
+    if own:
+        c.execute("BEGIN IMMEDIATE")
+    try:
+        row = c.execute(_DIGITS_SQL).fetchone()  # (another process may have replaced it meanwhile)
+        done = row is not None and row[0] == _as_kept(unrolled_digits_trigger())
+        if done:
+            c.execute("DROP TRIGGER counts_run_digits")
+            c.execute(short)
+        if own:
+            c.execute("COMMIT")
+    except BaseException:
+        if own and c.in_transaction:
+            c.execute("ROLLBACK")
+        raise
+    return done
 
 
 def _make(c: sqlite3.Connection) -> None:
