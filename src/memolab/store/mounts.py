@@ -44,12 +44,25 @@ class Mount(NamedTuple):
 
 
 def mount_table() -> str | None:
-    """This process's mount table (``/proc/self/mountinfo``), or None where there is none."""
+    """This process's mount table (``/proc/self/mountinfo``), or None where there is none. Read
+    with ``os.read`` into bytes, decoded once: a text file object's set-up cost more than the
+    read (every process that opens a store reads it, on its first call)."""
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
+        fd = os.open("/proc/self/mountinfo", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
+    try:
+        chunks = []
+        while True:  # (a proc file is read to its end: its size says 0)
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -57,6 +70,8 @@ _ESCAPE = re.compile(r"\\([0-7]{3})")
 
 def _unescape(field: str) -> str:
     # the kernel writes a space, tab, newline or backslash in a path as \040, \011, \012, \134
+    if "\\" not in field:  # (most fields: nothing to replace, no substitution run)
+        return field
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
