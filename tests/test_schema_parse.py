@@ -71,31 +71,38 @@ def _index() -> sqlite3.Connection:
     return c
 
 
-def _digits_sql(c: sqlite3.Connection) -> str | None:
-    row = c.execute("SELECT sql FROM sqlite_master WHERE type='trigger' AND name='counts_run_digits'").fetchone()
+def _trigger_sql(c: sqlite3.Connection, name: str) -> str | None:
+    row = c.execute("SELECT sql FROM sqlite_master WHERE type='trigger' AND name=?", (name,)).fetchone()
     return row[0] if row else None
 
 
-def test_a_writable_open_makes_an_unrolled_digits_trigger_short_and_an_older_memolab_still_finds_it():
+def test_a_writable_open_makes_an_older_memolabs_long_triggers_short_and_an_older_memolab_still_finds_them():
     c = _index()
-    schema.ensure(c)  # a new store: the short form at once
-    short_kept = _digits_sql(c)
-    assert short_kept is not None and len(short_kept) < 2100
-    # a store an older memolab made: the unrolled trigger (as it makes a trigger the store lacks)
+    schema.ensure(c)  # a new store: the short forms at once
+    short = {n: _trigger_sql(c, n) for n in ("counts_run_digits", "counts_evaluation_replace")}
+    assert len(short["counts_run_digits"] or "") < 2100 and len(short["counts_evaluation_replace"] or "") < 1500
+    # a store an older memolab made: the long forms (as it makes a trigger the store lacks)
     c.execute("DROP TRIGGER counts_run_digits")
     c.execute(counts.unrolled_digits_trigger())
+    c.execute("DROP TRIGGER counts_evaluation_replace")
+    c.execute(counts._REPLACE_UNROLLED)
     c.execute("INSERT INTO runs(id, fn, started, status) VALUES (1234567, 'f', 1, 'done')")
-    assert counts.available(c) and len(_digits_sql(c) or "") > 8000
-    schema.ensure(c)  # this memolab's writable open: replaced, in one transaction, the number kept
-    assert _digits_sql(c) == short_kept and not c.in_transaction
-    assert counts.shorten(c) is False  # once: the next open finds it short
-    # what an older memolab reads: the triggers it looks for by name, all there
+    c.execute("INSERT INTO evaluations(fn, code, args, schema, status, hits, size) VALUES ('f', 'c', 'a', 's', 'done', 2, 10)")
+    assert counts.available(c) and len(_trigger_sql(c, "counts_run_digits") or "") > 8000
+    schema.ensure(c)  # this memolab's writable open: both replaced, in one transaction
+    assert {n: _trigger_sql(c, n) for n in short} == short and not c.in_transaction
+    assert counts.shorten(c) == []  # once: the next open finds them short
+    # what an older memolab reads: the triggers it looks for by name, all there, keeping the same numbers
     names = {n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
     assert set(counts._NAMES) <= names
     c.execute("INSERT INTO runs(id, fn, started, status) VALUES (1234999, 'f', 2, 'done')")
     assert c.execute("SELECT n FROM run_digits").fetchone()[0] == 5  # 1234567, 1234999: "1234" shared
+    c.execute("INSERT OR REPLACE INTO evaluations(fn, code, args, schema, status, hits, size) "
+              "VALUES ('f', 'c', 'a', 's', 'done', 5, 7)")  # replaces the row: its hits and size off, the new ones on
+    assert c.execute("SELECT n, hits, size FROM evaluation_counts WHERE fn='f'").fetchone() == (1, 5, 7)
+    assert counts.check(c) == []
     # a trigger of any other text (a newer memolab's) is left as it is
     c.execute("DROP TRIGGER counts_run_digits")
     other = counts._digits_trigger().replace("ORDER BY id ASC", "ORDER BY id")
     c.execute(other)
-    assert counts.shorten(c) is False and "ORDER BY id ASC" not in (_digits_sql(c) or "")
+    assert counts.shorten(c) == [] and "ORDER BY id ASC" not in (_trigger_sql(c, "counts_run_digits") or "")

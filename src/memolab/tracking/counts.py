@@ -68,12 +68,9 @@ _ADD_EVALUATION = ("INSERT INTO evaluation_counts(fn, n, hits, size, duration) V
 _DROP_EVALUATION = ("UPDATE evaluation_counts SET n = n - 1, hits = hits - OLD.hits, size = size - COALESCE(OLD.size, 0), "
                     "duration = duration - COALESCE(OLD.duration, 0) WHERE fn = OLD.fn;")
 
-TRIGGERS = (
-    "CREATE TRIGGER IF NOT EXISTS counts_run_add AFTER INSERT ON runs BEGIN " + _ADD_RUN + " END",
-    "CREATE TRIGGER IF NOT EXISTS counts_run_drop AFTER DELETE ON runs BEGIN " + _DROP_RUN + " END",
-    "CREATE TRIGGER IF NOT EXISTS counts_run_move AFTER UPDATE OF fn, script, eval_id ON runs "
-    "WHEN OLD.fn IS NOT NEW.fn OR OLD.script IS NOT NEW.script OR OLD.eval_id IS NOT NEW.eval_id BEGIN "
-    + _DROP_RUN + " " + _ADD_RUN + " END",
+#: ``counts_evaluation_replace`` as memolab made it before ``_REPLACE`` (``shorten`` replaces it): the
+#: same numbers, each of the four sums with its own subquery
+_REPLACE_UNROLLED = (
     "CREATE TRIGGER IF NOT EXISTS counts_evaluation_replace BEFORE INSERT ON evaluations "
     "WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn = NEW.fn AND code = NEW.code AND args = NEW.args "
     "AND schema = NEW.schema) OR EXISTS (SELECT 1 FROM evaluations WHERE id = NEW.id) BEGIN "
@@ -86,7 +83,34 @@ TRIGGERS = (
     f"WHERE fn IN (SELECT fn FROM evaluations WHERE id IN {_REPLACED}); "
     "UPDATE run_counts SET stored = stored - (SELECT COUNT(*) FROM runs r WHERE r.fn = run_counts.fn "
     f"AND COALESCE(r.script, '') = run_counts.script AND r.eval_id IN {_REPLACED}) "
-    f"WHERE fn IN (SELECT fn FROM runs WHERE eval_id IN {_REPLACED}); END",
+    f"WHERE fn IN (SELECT fn FROM runs WHERE eval_id IN {_REPLACED}); END"
+)
+
+#: What an ``INSERT OR REPLACE`` takes off the counts for the rows it replaces, before it inserts:
+#: the four sums of ``evaluation_counts`` in one row-valued ``SET`` (one subquery, where
+#: ``_REPLACE_UNROLLED`` ran one per sum: 2.1 KB every connection parsed), the runs naming them
+#: off ``run_counts.stored``. The same numbers (``tests/test_counts.py`` recounts after every write).
+_REPLACE = (
+    "CREATE TRIGGER IF NOT EXISTS counts_evaluation_replace BEFORE INSERT ON evaluations "
+    "WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn = NEW.fn AND code = NEW.code AND args = NEW.args "
+    "AND schema = NEW.schema) OR EXISTS (SELECT 1 FROM evaluations WHERE id = NEW.id) BEGIN "
+    "UPDATE evaluation_counts SET (n, hits, size, duration) = (SELECT evaluation_counts.n - COUNT(*), "
+    "evaluation_counts.hits - COALESCE(SUM(o.hits), 0), evaluation_counts.size - COALESCE(SUM(o.size), 0), "
+    "evaluation_counts.duration - COALESCE(SUM(o.duration), 0) FROM evaluations o "
+    f"WHERE o.fn = evaluation_counts.fn AND o.id IN {_REPLACED}) "
+    f"WHERE fn IN (SELECT fn FROM evaluations WHERE id IN {_REPLACED}); "
+    "UPDATE run_counts SET stored = stored - (SELECT COUNT(*) FROM runs r WHERE r.fn = run_counts.fn "
+    f"AND COALESCE(r.script, '') = run_counts.script AND r.eval_id IN {_REPLACED}) "
+    f"WHERE fn IN (SELECT fn FROM runs WHERE eval_id IN {_REPLACED}); END"
+)
+
+TRIGGERS = (
+    "CREATE TRIGGER IF NOT EXISTS counts_run_add AFTER INSERT ON runs BEGIN " + _ADD_RUN + " END",
+    "CREATE TRIGGER IF NOT EXISTS counts_run_drop AFTER DELETE ON runs BEGIN " + _DROP_RUN + " END",
+    "CREATE TRIGGER IF NOT EXISTS counts_run_move AFTER UPDATE OF fn, script, eval_id ON runs "
+    "WHEN OLD.fn IS NOT NEW.fn OR OLD.script IS NOT NEW.script OR OLD.eval_id IS NOT NEW.eval_id BEGIN "
+    + _DROP_RUN + " " + _ADD_RUN + " END",
+    _REPLACE,
     "CREATE TRIGGER IF NOT EXISTS counts_evaluation_add AFTER INSERT ON evaluations BEGIN "
     + _ADD_EVALUATION + " UPDATE run_counts SET stored = stored + " + _NAMING.format(x="NEW.id") + "; END",
     "CREATE TRIGGER IF NOT EXISTS counts_evaluation_drop AFTER DELETE ON evaluations BEGIN "
@@ -187,14 +211,11 @@ def available(c: Any) -> bool:
 def install(c: sqlite3.Connection) -> bool:
     """Make the tables and triggers on a writable index that lacks them, filled from the rows
     there, in one write transaction (the caller's, if it is in one); whether it made them. An
-    index that has them with the unrolled ``counts_run_digits`` gets the short one (``shorten``)."""
+    index that has them as an older memolab made them gets the shorter ones (``shorten``)."""
     if install_once(c, available, _make):
         return True
     shorten(c)
     return False
-
-
-_DIGITS_SQL = "SELECT sql FROM main.sqlite_master WHERE type='trigger' AND name='counts_run_digits'"
 
 
 def _as_kept(create: str) -> str:
@@ -203,24 +224,38 @@ def _as_kept(create: str) -> str:
     return create.replace("CREATE TRIGGER IF NOT EXISTS ", "CREATE TRIGGER ", 1)
 
 
-def shorten(c: sqlite3.Connection) -> bool:
-    """Replace an unrolled ``counts_run_digits`` (``unrolled_digits_trigger``: an older memolab's,
-    8.4 KB that every connection parses) with the short one, in one write transaction (the
-    caller's, if it is in one): dropped and made again there, so no write ever runs without it.
-    A trigger of any other text (a newer memolab's) is left as it is. Whether it replaced it."""
-    row = c.execute(_DIGITS_SQL).fetchone()
-    short = _digits_trigger()
-    if row is None or row[0] == _as_kept(short) or row[0] != _as_kept(unrolled_digits_trigger()):
-        return False
+def _shortened() -> dict[str, tuple[str, str]]:
+    """name -> (the trigger as an older memolab made it, as this one makes it): the same numbers."""
+    return {"counts_run_digits": (unrolled_digits_trigger(), _digits_trigger()),
+            "counts_evaluation_replace": (_REPLACE_UNROLLED, _REPLACE)}
+
+
+def _older(c: sqlite3.Connection) -> list[str]:
+    names = _shortened()
+    kept = c.execute("SELECT name, sql FROM main.sqlite_master WHERE type='trigger' AND name IN (?, ?)", tuple(names))
+    return [name for name, sql in kept if sql == _as_kept(names[name][0])]
+
+
+def shorten(c: sqlite3.Connection) -> list[str]:
+    """Replace the triggers an older memolab made longer (``_shortened``: the unrolled digits
+    trigger, 8.4 KB, and the replace trigger, 2.1 KB, that every connection parses before its
+    first statement) with this memolab's, in one write transaction (the caller's, if it is in
+    one): each dropped and made again there, so no write ever runs without it. A trigger of any
+    other text (a newer memolab's) is left as it is. The names replaced.
+
+    An older memolab keeps working on the store: it asks for its triggers by name (all there)
+    and they keep the same numbers; where one is missing it makes its own long form again, which
+    is right too, and the next writable open here shortens it again."""
+    if not _older(c):
+        return []
     own = not c.in_transaction
     if own:
         c.execute("BEGIN IMMEDIATE")
     try:
-        row = c.execute(_DIGITS_SQL).fetchone()  # (another process may have replaced it meanwhile)
-        done = row is not None and row[0] == _as_kept(unrolled_digits_trigger())
-        if done:
-            c.execute("DROP TRIGGER counts_run_digits")
-            c.execute(short)
+        done = _older(c)  # (another process may have replaced them meanwhile)
+        for name in done:
+            c.execute(f"DROP TRIGGER {name}")
+            c.execute(_shortened()[name][1])
         if own:
             c.execute("COMMIT")
     except BaseException:
