@@ -40,6 +40,8 @@ SCRIPT = textwrap.dedent(r'''
             __import__(name)
     import memolab.store.sqlite as index_module
     from memolab import memo, configure
+    from memolab.codegraph import origins
+    origins.SETTLED_NS = 0  # (folder listings kept in the code cache however new this interpreter's folders are)
     configure(store=os.path.join(sys.argv[1], "store"), verbose=False)
 
     statements = []
@@ -63,6 +65,8 @@ SCRIPT = textwrap.dedent(r'''
             while frame is not None and "importlib" not in frame.f_code.co_filename:
                 if os.sep + "memolab" + os.sep in frame.f_code.co_filename:
                     calls[arg.__name__] += 1  # memolab's own (not the import system's, loading the unpickler)
+                    if arg.__name__ == "scandir" and frame.f_code.co_filename.endswith("origins.py"):
+                        calls["listed"] += 1  # a folder of modules listed (not read from the code cache)
                     break
                 frame = frame.f_back
 
@@ -89,11 +93,13 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     (tmp_path / "pyproject.toml").write_text("[project]\nname='first'\n")
     filled = _run(tmp_path, "less")  # the miss: stores the result, writes the code cache at exit
     assert filled["value"] == 2 and filled["calls"].get("compile", 0) >= 1  # (the script's sites: scanned once)
+    assert filled["calls"].get("listed", 0) >= 1  # the stdlib's folder listed once, kept in the code cache
     plain, more = _run(tmp_path, "less"), _run(tmp_path, "more")
     assert more["modules"] >= plain["modules"] + 60
     for got in (plain, more):
         assert got["value"] == 2
         assert got["calls"].get("compile", 0) == 0, got  # patch sites from the code cache
+        assert got["calls"].get("listed", 0) == 0, got  # folder listings from the code cache
         assert got["imported"] == [], got  # a scalar read without the unpickler (``inline.plain_scalar``)
         # the store's first read: its two PRAGMAs (the header, nothing parsed, nothing written), then the lookup
         assert got["statements"][:2] == ["PRAGMA synchronous=NORMAL", "PRAGMA user_version"], got
@@ -220,3 +226,46 @@ def test_a_plain_scalar_reads_as_pickle_reads_it():
                 if type(v) is not int or abs(v) < 2 ** 2000:  # (LONG4 above 255 bytes: pickle reads it)
                     assert plain and same(got, v), (v, proto)
     assert answered > 500
+
+
+def test_a_folder_listing_is_kept_only_while_the_folder_is_unchanged_and_settled(tmp_path, monkeypatch):
+    """``origins._list`` keeps a folder's listing in the code cache under the folder's stamp
+    (device, inode, modification and change times): read back only with that very stamp, and
+    only kept for a folder whose last change is ``SETTLED_NS`` old (a folder just made is listed
+    by every process: a change within one tick of the file system's clock would not move it)."""
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+    code_cache.clear()
+    try:
+        code_cache.put_listing("/f", (1, 2, 3, 4), frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        code_cache.flush()
+        assert code_cache.get_listing("/f", (1, 2, 3, 4)) == (frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        for other in ((9, 2, 3, 4), (1, 9, 3, 4), (1, 2, 9, 4), (1, 2, 3, 9)):
+            assert code_cache.get_listing("/f", other) is None, other
+        assert code_cache.get_listing("/g", (1, 2, 3, 4)) is None
+        (tmp_path / "cache" / os.path.basename(code_cache._file_of("/f", ".listing"))).write_bytes(b"\x00damaged")
+        assert code_cache.get_listing("/f", (1, 2, 3, 4)) is None  # damaged: listed afresh
+
+        new = tmp_path / "new"
+        new.mkdir()
+        (new / "x.py").write_text("")
+        os.symlink(tmp_path / "elsewhere.py", new / "y.py")
+        origins._list(str(new))  # just made: listed, not kept
+        assert origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
+        assert str(new) not in code_cache._listings_new
+        monkeypatch.setattr(origins, "SETTLED_NS", 0)
+        origins._list(str(new))  # settled (at this threshold): kept under its stamp
+        st = os.stat(new)
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        assert code_cache._listings_new[str(new)] == (stamp, ("x.py", "y.py"), ("y.py",))
+        code_cache.flush()
+        origins._listed.clear()
+        listed = []
+        monkeypatch.setattr(origins.os, "scandir", lambda p: listed.append(p) or os.listdir(p))
+        origins._list(str(new))  # the same stamp: read back, not listed
+        assert listed == [] and origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
+    finally:
+        origins._listed.clear()
+        monkeypatch.delenv("MEMOLAB_CODE_CACHE")
+        code_cache.clear()
