@@ -76,6 +76,22 @@ _sites_new: dict[str, tuple[str, tuple]] = {}
 _listings_new: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...]]] = {}
 
 
+def read_bytes(path: str) -> bytes:
+    """The bytes of ``path``, read with ``os.read``: a file object's set-up (a buffered reader, its
+    ``fstat``, ``ioctl`` and ``lseek``) cost more than the read for the small files a first call
+    reads (a script's source, its cached analyses and patch sites). Raises as ``open`` does."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
 def _debug(msg: str, *args: Any) -> None:
     # logging imported only here, when there is something to say: a quiet script never loads it
     import logging
@@ -144,8 +160,7 @@ def get_sites(path: str, digest: str) -> list[tuple[tuple[str, ...], str | None]
     if _cache_dir() is None:
         return None
     try:
-        with open(_file_of(path, ".sites"), "rb") as f:
-            data = marshal.load(f)
+        data = marshal.loads(read_bytes(_file_of(path, ".sites")))
         if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == path \
                 and data[2] == digest and type(data[3]) is tuple:
             out = [(chain, attr) for chain, attr in data[3]]
@@ -181,28 +196,15 @@ def get_listing(folder: str, stamp: tuple[int, ...]) -> tuple[frozenset[str], fr
     if _cache_dir() is None:
         return None
     try:
-        fd = os.open(_file_of(folder, ".listing"), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None  # never listed here (or the cache was cleared)
-    except OSError as e:
-        _debug("code cache: listing of %s unreadable: %r", folder, e)
-        return None
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        data = marshal.loads(b"".join(chunks))
+        data = marshal.loads(read_bytes(_file_of(folder, ".listing")))
         if type(data) is tuple and len(data) == 5 and data[0] == _FORMAT and data[1] == folder \
                 and data[2] == stamp and type(data[3]) is tuple and type(data[4]) is tuple \
                 and all(type(n) is str for n in data[3]) and all(type(n) is str for n in data[4]):
             return frozenset(data[3]), frozenset(data[4])
+    except FileNotFoundError:
+        pass  # never listed here (or the cache was cleared)
     except (OSError, EOFError, ValueError, TypeError) as e:  # unreadable, damaged (marshal) or another format
         _debug("code cache: listing of %s unreadable: %r", folder, e)
-    finally:
-        os.close(fd)
     return None
 
 
@@ -228,8 +230,7 @@ def _entries(path: str) -> list | None:
         return None  # no file to key by (exec, a deleted module): not cached
     entries: dict[Any, Any] = {}
     try:
-        with open(_file_of(path), "rb") as f:
-            data = marshal.load(f)
+        data = marshal.loads(read_bytes(_file_of(path)))
         if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == path \
                 and tuple(data[2]) == key and type(data[3]) is dict:
             entries = data[3]
