@@ -82,7 +82,7 @@ def read_bytes(path: str) -> bytes:
     reads (a script's source, its cached analyses and patch sites). Raises as ``open`` does."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 16)
             if not chunk:

@@ -52,7 +52,7 @@ def mount_table() -> str | None:
     except OSError:
         return None
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while True:  # (a proc file is read to its end: its size says 0)
             chunk = os.read(fd, 65536)
             if not chunk:
