@@ -91,9 +91,9 @@ def parse_mountinfo(text: str) -> list[Mount]:
     return out
 
 
-def mount_of(path: os.PathLike[str], mounts: list[Mount]) -> Mount | None:
+def mount_of(path: os.PathLike[str], mounts: list[Mount], real: str | None = None) -> Mount | None:
     """The mount holding ``path`` (its real path): the last-mounted of the longest mount points above it."""
-    real = os.path.realpath(os.fspath(path))
+    real = os.path.realpath(os.fspath(path)) if real is None else real
     best: Mount | None = None
     for m in mounts:
         point = m.point.rstrip("/") or "/"
@@ -103,12 +103,13 @@ def mount_of(path: os.PathLike[str], mounts: list[Mount]) -> Mount | None:
     return best
 
 
-def network_mount(path: os.PathLike[str]) -> Mount | None:
-    """The network-filesystem mount holding ``path``, or None (a local disk, or no mount table)."""
+def network_mount(path: os.PathLike[str], real: str | None = None) -> Mount | None:
+    """The network-filesystem mount holding ``path``, or None (a local disk, or no mount table).
+    ``real``: ``path``'s real path where the caller has resolved it already (its ``lstat``s once)."""
     text = mount_table()
     if text is None:
         return None
-    m = mount_of(path, parse_mountinfo(text))
+    m = mount_of(path, parse_mountinfo(text), real)
     return m if m is not None and m.fstype in NETWORK_FILESYSTEMS else None
 
 
@@ -116,7 +117,7 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def warn_if_network(root: Path) -> None:
+def warn_if_network(root: Path, real: str | None = None) -> None:
     """Warn, once per process and store, that the store at ``root`` is on a network filesystem."""
     key = os.fspath(root)
     with _lock:
@@ -124,7 +125,7 @@ def warn_if_network(root: Path) -> None:
             return
         _warned.add(key)
     try:
-        m = network_mount(root)
+        m = network_mount(root, real)
     except OSError:  # (realpath) a check that fails says nothing: it must never cost a call
         swallowed("store.mounts: warn_if_network")
         return
