@@ -224,10 +224,16 @@ def _as_kept(create: str) -> str:
     return create.replace("CREATE TRIGGER IF NOT EXISTS ", "CREATE TRIGGER ", 1)
 
 
+_shortened_forms: dict[str, tuple[str, str]] = {}
+
+
 def _shortened() -> dict[str, tuple[str, str]]:
-    """name -> (the trigger as an older memolab made it, as this one makes it): the same numbers."""
-    return {"counts_run_digits": (unrolled_digits_trigger(), _digits_trigger()),
-            "counts_evaluation_replace": (_REPLACE_UNROLLED, _REPLACE)}
+    """name -> (the trigger as an older memolab made it, as this one makes it): the same numbers
+    (made once a process: every writable open asks)."""
+    if not _shortened_forms:
+        _shortened_forms.update({"counts_run_digits": (unrolled_digits_trigger(), _digits_trigger()),
+                                 "counts_evaluation_replace": (_REPLACE_UNROLLED, _REPLACE)})
+    return _shortened_forms
 
 
 def _older(c: sqlite3.Connection) -> list[str]:
