@@ -34,6 +34,7 @@ each figure is the median over rounds of each round's median, with the spread
 
     python benchmarks/hit_overhead.py [--mb 100] [--repeat 300] [--rounds 5]
     python benchmarks/hit_overhead.py --hitsave-python /path/to/venv/bin/python
+    python benchmarks/hit_overhead.py --first-only --rounds 21   # the two first-call rows alone
 """
 from __future__ import annotations
 
@@ -102,10 +103,10 @@ if lib == "paired":
                       "paired_joblib": statistics.median(meds["joblib"]),
                       "paired_ratio": statistics.median(j / m for m, j in zip(meds["memolab"], meds["joblib"]))}))
     sys.exit(0)
-t = time.perf_counter()
+t, c = time.perf_counter(), time.thread_time()
 trivial(1)  # a hit, unless mode == "fill"
-t_first = time.perf_counter() - t
-out = {"first": t_first, "import_first": time.perf_counter() - t_import}
+t_first, c_first = time.perf_counter() - t, time.thread_time() - c
+out = {"first": t_first, "first_cpu": c_first, "import_first": time.perf_counter() - t_import}
 if mode == "measure":
     import numpy as np
     big = np.random.default_rng(0).random(mb * 1_000_000 // 8)
@@ -146,6 +147,8 @@ ROWS = [
     ("repeat_array", "in-process repeat, `f(a)`, a = {mb} MB float64 array"),
     ("store_array", "hit read from the store, `f(a)`, {mb} MB array"),
     ("first", "first call of a fresh process (a hit), trivial"),
+    # (the same call's CPU time: on a loaded machine, what the wall time adds is waiting for a core)
+    ("first_cpu", "first call of a fresh process (a hit), trivial: CPU time of the calling thread"),
     ("import_first", "import + first call of a fresh process, trivial"),
 ]
 
@@ -191,6 +194,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=300, help="hits timed per round for the trivial case (default 300)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds, libraries interleaved in each (default 5)")
     ap.add_argument("--hitsave-python", help="an interpreter that has hitsave==0.3.12 installed")
+    ap.add_argument("--first-only", action="store_true",
+                    help="only the first-call rows: each round one fresh process per library, nothing else "
+                         "(many rounds are cheap: a ratio of interleaved processes)")
     args = ap.parse_args()
 
     libs = [("memolab", sys.executable), ("joblib", sys.executable)]
@@ -205,13 +211,16 @@ def main() -> None:
             run(lib, py, d, args.mb, args.repeat, "fill")
             run(lib, py, d, args.mb, args.repeat, "first")
         paired: list[dict] = []
-        for _ in range(args.rounds):
-            for lib, py in libs:
-                r = run(lib, py, d, args.mb, args.repeat, "measure")
+        for i in range(args.rounds):
+            # (the order alternates: neither library always runs right after the other's process)
+            for lib, py in (libs if i % 2 == 0 else libs[::-1]):
+                r = run(lib, py, d, args.mb, args.repeat, "first" if args.first_only else "measure")
                 if "error" in r:
                     errors[lib] = r["error"]
                 else:
                     rounds[lib].append(r)
+            if args.first_only:
+                continue
             r = run("paired", sys.executable, d, args.mb, args.repeat, "measure")
             if "error" in r:
                 errors["paired"] = r["error"]
@@ -225,6 +234,8 @@ def main() -> None:
     print("| case | " + " | ".join(cols) + " | joblib / memolab | same round: joblib / memolab |")
     print("|" + "---|" * (len(cols) + 3))
     for case, label in ROWS:
+        if args.first_only and case not in ("first", "first_cpu", "import_first"):
+            continue
         cells = []
         meds = {}
         for lib in cols:
@@ -240,7 +251,7 @@ def main() -> None:
                 if len(rounds["memolab"]) == len(rounds["joblib"]) else [])
         print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} | "
               + (summary_ratio(same) if same else "-") + " |")
-        if case == "store_trivial_fastest":
+        if case == "store_trivial_fastest" and not args.first_only:
             # one process, both libraries in alternating blocks: the ratio is the median of
             # the blocks' ratios (joblib's block over memolab's block next to it)
             if paired:

@@ -9,7 +9,7 @@ call is a hit:
   a folder that many of them lie in (the stdlib's) is read with one listing, not an ``lstat``
   a file; 60 more stdlib modules loaded cost not one more ``lstat``/``stat``;
 - the first hit compiles nothing (the patch sites of the script come from the code cache) and
-  imports only the unpickler;
+  imports nothing (a scalar result is read without the unpickler: ``inline.plain_scalar``);
 - the store's first read runs two PRAGMAs (no I/O but the header) and then the point read:
   no schema work, no write;
 - the batch classification (``origins.kinds_of``) answers exactly what ``kind_of`` answers one
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -39,6 +40,8 @@ SCRIPT = textwrap.dedent(r'''
             __import__(name)
     import memolab.store.sqlite as index_module
     from memolab import memo, configure
+    from memolab.codegraph import origins
+    origins.SETTLED_NS = 0  # (folder listings kept in the code cache however new this interpreter's folders are)
     configure(store=os.path.join(sys.argv[1], "store"), verbose=False)
 
     statements = []
@@ -62,6 +65,8 @@ SCRIPT = textwrap.dedent(r'''
             while frame is not None and "importlib" not in frame.f_code.co_filename:
                 if os.sep + "memolab" + os.sep in frame.f_code.co_filename:
                     calls[arg.__name__] += 1  # memolab's own (not the import system's, loading the unpickler)
+                    if arg.__name__ == "scandir" and frame.f_code.co_filename.endswith("origins.py"):
+                        calls["listed"] += 1  # a folder of modules listed (not read from the code cache)
                     break
                 frame = frame.f_back
 
@@ -88,12 +93,14 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     (tmp_path / "pyproject.toml").write_text("[project]\nname='first'\n")
     filled = _run(tmp_path, "less")  # the miss: stores the result, writes the code cache at exit
     assert filled["value"] == 2 and filled["calls"].get("compile", 0) >= 1  # (the script's sites: scanned once)
+    assert filled["calls"].get("listed", 0) >= 1  # the stdlib's folder listed once, kept in the code cache
     plain, more = _run(tmp_path, "less"), _run(tmp_path, "more")
     assert more["modules"] >= plain["modules"] + 60
     for got in (plain, more):
         assert got["value"] == 2
         assert got["calls"].get("compile", 0) == 0, got  # patch sites from the code cache
-        assert got["imported"] in ([], ["_compat_pickle", "_pickle"]), got  # the unpickler, if not loaded
+        assert got["calls"].get("listed", 0) == 0, got  # folder listings from the code cache
+        assert got["imported"] == [], got  # a scalar read without the unpickler (``inline.plain_scalar``)
         # the store's first read: its two PRAGMAs (the header, nothing parsed, nothing written), then the lookup
         assert got["statements"][:2] == ["PRAGMA synchronous=NORMAL", "PRAGMA user_version"], got
         assert len(got["statements"]) == 3 and got["statements"][2].lstrip().upper().startswith("SELECT"), got
@@ -103,6 +110,11 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     # (on 3.11 with this suite's venv: 63 here, from 139 before the listing, and 216 with the 60 more modules;
     # the rest are each folder of the paths resolved once, a package's ``__init__.py``, the store's own files)
     assert stats < 100, plain["calls"]
+    # what every connection parses before its first statement: the schema, triggers and all
+    with sqlite3.connect(tmp_path / "store" / "index.sqlite") as c:
+        kept = dict(c.execute("SELECT name, length(sql) FROM sqlite_master WHERE type='trigger'").fetchall())
+    assert kept["counts_run_digits"] < 2100, kept  # (8,435 unrolled)
+    assert sum(kept.values()) < 9_500, kept  # (15,068 before: 9,235 now)
 
 
 def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
@@ -158,3 +170,102 @@ def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
     assert kinds["planted"] == kinds["linkedpkg"] == kinds["realpkg"] == kinds["dangling"] == origins.USER
     assert kinds["borrowed"] == kinds["lib5"] == origins.PACKAGE
     assert kinds["user3"] == origins.USER
+
+
+def _plain_values() -> list:
+    import math
+    ints = [0, 1, 255, 256, 65535, 65536, -1, -2 ** 31, 2 ** 31 - 1, 2 ** 31, -2 ** 31 - 1, 2 ** 63, -2 ** 200, 10 ** 600]
+    floats = [0.0, -0.0, 1.5, -2.25e-300, math.inf, -math.inf, math.nan, 5e-324]
+    strs = ["", "a", "é", "x" * 255, "y" * 256, "\ud800", "日本", "\x00"]
+    return [None, True, False, *ints, *floats, *strs, b"", b"\x00\xff", b"z" * 300, (1, 2), [1], {"a": 1},
+            bytearray(b"x"), 3j, frozenset()]
+
+
+def test_a_plain_scalar_reads_as_pickle_reads_it():
+    """``inline.plain_scalar``, what a fresh process's first hit reads a small scalar with (no
+    unpickler imported): on the pickles of every scalar kind at protocols 2 to 5, and on every
+    truncation and one-byte change of them, whenever it answers, ``_pickle.loads`` answers the
+    same value of the same type (floats to the bit); where ``_pickle`` fails it never answers."""
+    import _pickle
+    import pickle
+    import random
+    import struct
+
+    from memolab.store.inline import plain_scalar
+
+    def same(a, b) -> bool:
+        if type(a) is not type(b):
+            return False
+        return struct.pack("<d", a) == struct.pack("<d", b) if type(a) is float else a == b
+
+    rnd = random.Random(52)
+    answered = 0
+    for v in _plain_values():
+        for proto in (2, 3, 4, 5):
+            p = pickle.dumps(v, protocol=proto)
+            cases = [p, p + b"."] + [p[:k] for k in range(len(p))]
+            for _ in range(60):
+                b = bytearray(p)
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+                cases.append(bytes(b))
+            for at in range(min(len(p), 14)):  # every byte of the header and opcode, every value
+                for x in (0, 1, 2, 4, 5, 6, 0x2E, 0x4B, 0x8C, 0x94, 0x95, 0xFF):
+                    b = bytearray(p)
+                    b[at] = x
+                    cases.append(bytes(b))
+            for case in cases:
+                plain, got = plain_scalar(case)
+                if not plain:
+                    continue
+                answered += 1
+                want = _pickle.loads(case)  # (raises if plain_scalar answered where pickle fails)
+                assert same(got, want), (case, got, want)
+            # (memolab pickles with protocol 5; below 4 a str or bytes is memoized by BINPUT: left to pickle)
+            if type(v) in (type(None), bool, int, float, str, bytes) and (proto >= 4 or type(v) not in (str, bytes)):
+                plain, got = plain_scalar(p)
+                if type(v) is not int or abs(v) < 2 ** 2000:  # (LONG4 above 255 bytes: pickle reads it)
+                    assert plain and same(got, v), (v, proto)
+    assert answered > 500
+
+
+def test_a_folder_listing_is_kept_only_while_the_folder_is_unchanged_and_settled(tmp_path, monkeypatch):
+    """``origins._list`` keeps a folder's listing in the code cache under the folder's stamp
+    (device, inode, modification and change times): read back only with that very stamp, and
+    only kept for a folder whose last change is ``SETTLED_NS`` old (a folder just made is listed
+    by every process: a change within one tick of the file system's clock would not move it)."""
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+    code_cache.clear()
+    try:
+        code_cache.put_listing("/f", (1, 2, 3, 4), frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        code_cache.flush()
+        assert code_cache.get_listing("/f", (1, 2, 3, 4)) == (frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        for other in ((9, 2, 3, 4), (1, 9, 3, 4), (1, 2, 9, 4), (1, 2, 3, 9)):
+            assert code_cache.get_listing("/f", other) is None, other
+        assert code_cache.get_listing("/g", (1, 2, 3, 4)) is None
+        (tmp_path / "cache" / os.path.basename(code_cache._file_of("/f", ".listing"))).write_bytes(b"\x00damaged")
+        assert code_cache.get_listing("/f", (1, 2, 3, 4)) is None  # damaged: listed afresh
+
+        new = tmp_path / "new"
+        new.mkdir()
+        (new / "x.py").write_text("")
+        os.symlink(tmp_path / "elsewhere.py", new / "y.py")
+        origins._list(str(new))  # just made: listed, not kept
+        assert origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
+        assert str(new) not in code_cache._listings_new
+        monkeypatch.setattr(origins, "SETTLED_NS", 0)
+        origins._list(str(new))  # settled (at this threshold): kept under its stamp
+        st = os.stat(new)
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        assert code_cache._listings_new[str(new)] == (stamp, ("x.py", "y.py"), ("y.py",))
+        code_cache.flush()
+        origins._listed.clear()
+        listed = []
+        monkeypatch.setattr(origins.os, "scandir", lambda p: listed.append(p) or os.listdir(p))
+        origins._list(str(new))  # the same stamp: read back, not listed
+        assert listed == [] and origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
+    finally:
+        origins._listed.clear()
+        monkeypatch.delenv("MEMOLAB_CODE_CACHE")
+        code_cache.clear()

@@ -43,6 +43,7 @@ from ..inputs.implicit import parts as implicit_parts
 from ..inputs.reads import RECORDING
 from ..settings.config import settings
 from ..store import Key
+from ..store.inline import plain_scalar
 from .rows import served, used_by_body
 
 __all__ = ["FastTable", "table_key", "eligible", "ENTRIES", "CACHES"]
@@ -216,6 +217,9 @@ def _plainly_pickled(store: Any, key: Key, row: dict[str, Any], value: Any) -> b
     payload = payload_of(key, row) if payload_of is not None else None
     if not payload or payload[0] != 0x80:
         return False
+    plain, read = plain_scalar(payload)  # (read without the unpickler: a fresh process's first hit imports none)
+    if plain:  # the payload builds one scalar and nothing else: ``value`` if it is that very scalar
+        return type(read) is type(value) and (_pack_d(read) == _pack_d(value) if type(value) is float else read == value)
     import _pickle
 
     return bool(_pickle.dumps(value, protocol=payload[1]) == payload)

@@ -36,6 +36,13 @@ the file's salt), so they are keyed by an xxh3-128 of the bytes themselves,
 read anew by every process: a file edited with its size and modification time
 unchanged (a checkout, ``cp -p``, a coarse clock) has other bytes, so another
 digest, and is scanned afresh. A stat alone would not prove that.
+
+And the listings of the folders many loaded modules lie in (``origins.kinds_of``: the stdlib's,
+``lib-dynload``), which say which of their entries are links: kept with the folder's stamp
+(device, inode, modification and change times, which every entry made, removed or replaced
+moves), and only for a folder whose last change is ``origins.SETTLED_NS`` old (a change within
+one tick of a coarse file-system clock cannot hide behind an equal stamp then). A process
+whose folder stamp differs lists the folder afresh.
 """
 from __future__ import annotations
 
@@ -65,6 +72,24 @@ stats = {"hit": 0, "miss": 0}
 site_stats = {"hit": 0, "miss": 0}
 #: source path -> (content digest, sites) found by this process, written at exit
 _sites_new: dict[str, tuple[str, tuple]] = {}
+#: folder -> (its stamp, names, links) listed by this process, written at exit (``origins._list``)
+_listings_new: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of ``path``, read with ``os.read``: a file object's set-up (a buffered reader, its
+    ``fstat``, ``ioctl`` and ``lseek``) cost more than the read for the small files a first call
+    reads (a script's source, its cached analyses and patch sites). Raises as ``open`` does."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _debug(msg: str, *args: Any) -> None:
@@ -135,8 +160,7 @@ def get_sites(path: str, digest: str) -> list[tuple[tuple[str, ...], str | None]
     if _cache_dir() is None:
         return None
     try:
-        with open(_file_of(path, ".sites"), "rb") as f:
-            data = marshal.load(f)
+        data = marshal.loads(read_bytes(_file_of(path, ".sites")))
         if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == path \
                 and data[2] == digest and type(data[3]) is tuple:
             out = [(chain, attr) for chain, attr in data[3]]
@@ -164,6 +188,38 @@ def put_sites(path: str, digest: str, sites: list[tuple[tuple[str, ...], str | N
             atexit.register(flush)
 
 
+def get_listing(folder: str, stamp: tuple[int, ...]) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(the names in ``folder``, those that are links) as some process listed them when the folder's
+    stamp (device, inode, modification and change times) was ``stamp``, or None. A folder's
+    times change whenever an entry is made, removed, renamed or replaced (a file swapped for a
+    link too), and its change time cannot be set back: the same stamp is the same entries."""
+    if _cache_dir() is None:
+        return None
+    try:
+        data = marshal.loads(read_bytes(_file_of(folder, ".listing")))
+        if type(data) is tuple and len(data) == 5 and data[0] == _FORMAT and data[1] == folder \
+                and data[2] == stamp and type(data[3]) is tuple and type(data[4]) is tuple \
+                and all(type(n) is str for n in data[3]) and all(type(n) is str for n in data[4]):
+            return frozenset(data[3]), frozenset(data[4])
+    except FileNotFoundError:
+        pass  # never listed here (or the cache was cleared)
+    except (OSError, EOFError, ValueError, TypeError) as e:  # unreadable, damaged (marshal) or another format
+        _debug("code cache: listing of %s unreadable: %r", folder, e)
+    return None
+
+
+def put_listing(folder: str, stamp: tuple[int, ...], names: frozenset[str], links: frozenset[str]) -> None:
+    """Remember the listing of ``folder`` at ``stamp`` (``get_listing``); written at exit."""
+    global _registered
+    if _cache_dir() is None:
+        return
+    with _lock:
+        _listings_new[folder] = (tuple(stamp), tuple(sorted(names)), tuple(sorted(links)))
+        if not _registered:
+            _registered = True
+            atexit.register(flush)
+
+
 def _entries(path: str) -> list | None:
     """The in-process record of ``path``'s cached analyses, read from disk on first use."""
     rec = _files.get(path)
@@ -174,8 +230,7 @@ def _entries(path: str) -> list | None:
         return None  # no file to key by (exec, a deleted module): not cached
     entries: dict[Any, Any] = {}
     try:
-        with open(_file_of(path), "rb") as f:
-            data = marshal.load(f)
+        data = marshal.loads(read_bytes(_file_of(path)))
         if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == path \
                 and tuple(data[2]) == key and type(data[3]) is dict:
             entries = data[3]
@@ -250,8 +305,12 @@ def flush() -> None:
             rec[2] = False
         sites = list(_sites_new.items())
         _sites_new.clear()
+        listings = list(_listings_new.items())
+        _listings_new.clear()
     for path, (digest, found) in sites:
         _write(_file_of(path, ".sites"), (_FORMAT, path, digest, found))
+    for folder, (stamp, names, links) in listings:
+        _write(_file_of(folder, ".listing"), (_FORMAT, folder, stamp, names, links))
     for path, (key, entries, _) in dirty:
         _write(_file_of(path), (_FORMAT, path, key, dict(entries)))
 
@@ -277,6 +336,7 @@ def clear() -> None:
     with _lock:
         _files.clear()
         _sites_new.clear()
+        _listings_new.clear()
     stats.update(hit=0, miss=0)
     site_stats.update(hit=0, miss=0)
     global _dir, _salt

@@ -17,10 +17,12 @@ import re
 import stat
 import sys
 import sysconfig
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import swallowed
+from . import code_cache
 
 USER, PACKAGE, STDLIB, SKIP = "user", "pkg", "stdlib", "skip"
 
@@ -191,10 +193,26 @@ def _resolve(head: str, tail: str, path: str) -> str:
     return os.path.realpath(joined) if link else joined
 
 
+#: a folder's listing is kept across processes (``code_cache.get_listing``) once its last change
+#: is this old (nanoseconds): the stdlib's folders are; a folder just changed is listed afresh
+SETTLED_NS = 3600 * 10 ** 9
+
+
 def _list(real_dir: str) -> None:
     """Read which entries of folder ``real_dir`` are links, in one listing (``d_type``: no
     ``lstat`` an entry, except on a file system that does not say; an entry that cannot be told
-    is left out of the names, and is asked with its own ``lstat``)."""
+    is left out of the names, and is asked with its own ``lstat``). A settled folder's listing
+    comes from the code cache while the folder's stamp is the one it was listed at: one ``stat``
+    and a read, where listing the stdlib's 200 entries cost a fresh process about 0.25 ms."""
+    try:
+        st = os.stat(real_dir)
+    except OSError:
+        return  # (gone, or not readable: each file is asked with its own lstat)
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    kept = code_cache.get_listing(real_dir, stamp)
+    if kept is not None:
+        _listed[real_dir] = kept
+        return
     names, links = set(), set()
     try:
         with os.scandir(real_dir) as it:
@@ -207,7 +225,11 @@ def _list(real_dir: str) -> None:
                 names.add(e.name)
     except OSError:
         return  # (gone, or not readable: each file is asked with its own lstat)
-    _listed[real_dir] = (frozenset(names), frozenset(links))
+    _listed[real_dir] = listing = (frozenset(names), frozenset(links))
+    # (stamped before the listing: a change while listing moves the folder's times past this stamp,
+    # so the listing kept under it is never read)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS:
+        code_cache.put_listing(real_dir, stamp, *listing)
 
 
 def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:

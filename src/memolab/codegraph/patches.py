@@ -211,8 +211,7 @@ def _sites(path: str) -> list[Site]:
 
 def _scan(path: str) -> list[Site]:
     try:
-        with open(path, "rb") as f:
-            source = f.read()
+        source = code_cache.read_bytes(path)
     except OSError:
         return []
     digest = code_cache.source_digest(source)

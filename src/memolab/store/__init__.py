@@ -162,7 +162,8 @@ def get_store(path: str | os.PathLike[str] | None = None) -> Store:
     (only a store location that cannot be one, a URL, raises ``StoreConfigError``)."""
     p = Path(path) if path is not None else config.store_path()
     remote = config.remote()  # a team store configured: a TeamStore (team/layered.py) in front of it
-    k = (str(p.resolve()) if p.exists() else str(p.absolute()), config.pid(), remote)
+    exists = p.exists()
+    k = (str(p.resolve()) if exists else str(p.absolute()), config.pid(), remote)
     s = _stores.get(k)
     # (a degraded store, ``ReadOnlyStore`` or ``NoStore``, has a ``problem``; a working one, local or team, has none)
     if s is None or hasattr(s, "problem") and s._generation != config.generation():
@@ -173,7 +174,8 @@ def get_store(path: str | os.PathLike[str] | None = None) -> Store:
                 # of raising: the caller still gets its value. Degraded stores are opened
                 # again after ``configure()``.
                 s = _open(p)
-                mounts.warn_if_network(p)  # once per store and process: SQLite is not safe on NFS
+                # once per store and process: SQLite is not safe on NFS (k[0]: the real path, resolved above)
+                mounts.warn_if_network(p, k[0] if exists else None)
                 if remote is not None and type(s) is Store:
                     s = _team_store(s, remote)
                 _stores[k] = s

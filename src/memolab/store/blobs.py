@@ -140,7 +140,8 @@ class BlobFolder:
         self.tmp = self.root / "tmp"
         self.quarantine_dir = self.root / "quarantine"
         for d in (self.dir, self.tmp):
-            d.mkdir(parents=True, exist_ok=True)
+            if not os.path.isdir(d):  # (a store opened again: one stat, where mkdir raised and caught EEXIST)
+                d.mkdir(parents=True, exist_ok=True)
         self._get_stamp = get_stamp
         self._set_stamp = set_stamp
         self._defer_stamp = defer_stamp

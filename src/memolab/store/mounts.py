@@ -44,12 +44,25 @@ class Mount(NamedTuple):
 
 
 def mount_table() -> str | None:
-    """This process's mount table (``/proc/self/mountinfo``), or None where there is none."""
+    """This process's mount table (``/proc/self/mountinfo``), or None where there is none. Read
+    with ``os.read`` into bytes, decoded once: a text file object's set-up cost more than the
+    read (every process that opens a store reads it, on its first call)."""
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
+        fd = os.open("/proc/self/mountinfo", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
+    try:
+        chunks: list[bytes] = []
+        while True:  # (a proc file is read to its end: its size says 0)
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -57,6 +70,8 @@ _ESCAPE = re.compile(r"\\([0-7]{3})")
 
 def _unescape(field: str) -> str:
     # the kernel writes a space, tab, newline or backslash in a path as \040, \011, \012, \134
+    if "\\" not in field:  # (most fields: nothing to replace, no substitution run)
+        return field
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
@@ -76,9 +91,9 @@ def parse_mountinfo(text: str) -> list[Mount]:
     return out
 
 
-def mount_of(path: os.PathLike[str], mounts: list[Mount]) -> Mount | None:
+def mount_of(path: os.PathLike[str], mounts: list[Mount], real: str | None = None) -> Mount | None:
     """The mount holding ``path`` (its real path): the last-mounted of the longest mount points above it."""
-    real = os.path.realpath(os.fspath(path))
+    real = os.path.realpath(os.fspath(path)) if real is None else real
     best: Mount | None = None
     for m in mounts:
         point = m.point.rstrip("/") or "/"
@@ -88,12 +103,13 @@ def mount_of(path: os.PathLike[str], mounts: list[Mount]) -> Mount | None:
     return best
 
 
-def network_mount(path: os.PathLike[str]) -> Mount | None:
-    """The network-filesystem mount holding ``path``, or None (a local disk, or no mount table)."""
+def network_mount(path: os.PathLike[str], real: str | None = None) -> Mount | None:
+    """The network-filesystem mount holding ``path``, or None (a local disk, or no mount table).
+    ``real``: ``path``'s real path where the caller has resolved it already (its ``lstat``s once)."""
     text = mount_table()
     if text is None:
         return None
-    m = mount_of(path, parse_mountinfo(text))
+    m = mount_of(path, parse_mountinfo(text), real)
     return m if m is not None and m.fstype in NETWORK_FILESYSTEMS else None
 
 
@@ -101,7 +117,7 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def warn_if_network(root: Path) -> None:
+def warn_if_network(root: Path, real: str | None = None) -> None:
     """Warn, once per process and store, that the store at ``root`` is on a network filesystem."""
     key = os.fspath(root)
     with _lock:
@@ -109,7 +125,7 @@ def warn_if_network(root: Path) -> None:
             return
         _warned.add(key)
     try:
-        m = network_mount(root)
+        m = network_mount(root, real)
     except OSError:  # (realpath) a check that fails says nothing: it must never cost a call
         swallowed("store.mounts: warn_if_network")
         return

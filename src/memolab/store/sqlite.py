@@ -14,6 +14,7 @@ references, gc, clearing) and its accepts (``store/accepts.py``).
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -273,7 +274,8 @@ def _enter_wal(conn: sqlite3.Connection) -> None:
 class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.path.isdir(self.path.parent):  # (a store opened again: one stat, no EEXIST raised and caught)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
         self._sources_seen: set[str] = set()
         self.progress = Progress()  # leases seen and since when (store/leases.py, rule 2)

@@ -68,12 +68,9 @@ _ADD_EVALUATION = ("INSERT INTO evaluation_counts(fn, n, hits, size, duration) V
 _DROP_EVALUATION = ("UPDATE evaluation_counts SET n = n - 1, hits = hits - OLD.hits, size = size - COALESCE(OLD.size, 0), "
                     "duration = duration - COALESCE(OLD.duration, 0) WHERE fn = OLD.fn;")
 
-TRIGGERS = (
-    "CREATE TRIGGER IF NOT EXISTS counts_run_add AFTER INSERT ON runs BEGIN " + _ADD_RUN + " END",
-    "CREATE TRIGGER IF NOT EXISTS counts_run_drop AFTER DELETE ON runs BEGIN " + _DROP_RUN + " END",
-    "CREATE TRIGGER IF NOT EXISTS counts_run_move AFTER UPDATE OF fn, script, eval_id ON runs "
-    "WHEN OLD.fn IS NOT NEW.fn OR OLD.script IS NOT NEW.script OR OLD.eval_id IS NOT NEW.eval_id BEGIN "
-    + _DROP_RUN + " " + _ADD_RUN + " END",
+#: ``counts_evaluation_replace`` as memolab made it before ``_REPLACE`` (``shorten`` replaces it): the
+#: same numbers, each of the four sums with its own subquery
+_REPLACE_UNROLLED = (
     "CREATE TRIGGER IF NOT EXISTS counts_evaluation_replace BEFORE INSERT ON evaluations "
     "WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn = NEW.fn AND code = NEW.code AND args = NEW.args "
     "AND schema = NEW.schema) OR EXISTS (SELECT 1 FROM evaluations WHERE id = NEW.id) BEGIN "
@@ -86,7 +83,34 @@ TRIGGERS = (
     f"WHERE fn IN (SELECT fn FROM evaluations WHERE id IN {_REPLACED}); "
     "UPDATE run_counts SET stored = stored - (SELECT COUNT(*) FROM runs r WHERE r.fn = run_counts.fn "
     f"AND COALESCE(r.script, '') = run_counts.script AND r.eval_id IN {_REPLACED}) "
-    f"WHERE fn IN (SELECT fn FROM runs WHERE eval_id IN {_REPLACED}); END",
+    f"WHERE fn IN (SELECT fn FROM runs WHERE eval_id IN {_REPLACED}); END"
+)
+
+#: What an ``INSERT OR REPLACE`` takes off the counts for the rows it replaces, before it inserts:
+#: the four sums of ``evaluation_counts`` in one row-valued ``SET`` (one subquery, where
+#: ``_REPLACE_UNROLLED`` ran one per sum: 2.1 KB every connection parsed), the runs naming them
+#: off ``run_counts.stored``. The same numbers (``tests/test_counts.py`` recounts after every write).
+_REPLACE = (
+    "CREATE TRIGGER IF NOT EXISTS counts_evaluation_replace BEFORE INSERT ON evaluations "
+    "WHEN EXISTS (SELECT 1 FROM evaluations WHERE fn = NEW.fn AND code = NEW.code AND args = NEW.args "
+    "AND schema = NEW.schema) OR EXISTS (SELECT 1 FROM evaluations WHERE id = NEW.id) BEGIN "
+    "UPDATE evaluation_counts SET (n, hits, size, duration) = (SELECT evaluation_counts.n - COUNT(*), "
+    "evaluation_counts.hits - COALESCE(SUM(o.hits), 0), evaluation_counts.size - COALESCE(SUM(o.size), 0), "
+    "evaluation_counts.duration - COALESCE(SUM(o.duration), 0) FROM evaluations o "
+    f"WHERE o.fn = evaluation_counts.fn AND o.id IN {_REPLACED}) "
+    f"WHERE fn IN (SELECT fn FROM evaluations WHERE id IN {_REPLACED}); "
+    "UPDATE run_counts SET stored = stored - (SELECT COUNT(*) FROM runs r WHERE r.fn = run_counts.fn "
+    f"AND COALESCE(r.script, '') = run_counts.script AND r.eval_id IN {_REPLACED}) "
+    f"WHERE fn IN (SELECT fn FROM runs WHERE eval_id IN {_REPLACED}); END"
+)
+
+TRIGGERS = (
+    "CREATE TRIGGER IF NOT EXISTS counts_run_add AFTER INSERT ON runs BEGIN " + _ADD_RUN + " END",
+    "CREATE TRIGGER IF NOT EXISTS counts_run_drop AFTER DELETE ON runs BEGIN " + _DROP_RUN + " END",
+    "CREATE TRIGGER IF NOT EXISTS counts_run_move AFTER UPDATE OF fn, script, eval_id ON runs "
+    "WHEN OLD.fn IS NOT NEW.fn OR OLD.script IS NOT NEW.script OR OLD.eval_id IS NOT NEW.eval_id BEGIN "
+    + _DROP_RUN + " " + _ADD_RUN + " END",
+    _REPLACE,
     "CREATE TRIGGER IF NOT EXISTS counts_evaluation_add AFTER INSERT ON evaluations BEGIN "
     + _ADD_EVALUATION + " UPDATE run_counts SET stored = stored + " + _NAMING.format(x="NEW.id") + "; END",
     "CREATE TRIGGER IF NOT EXISTS counts_evaluation_drop AFTER DELETE ON evaluations BEGIN "
@@ -105,22 +129,51 @@ def _lcp(a: str, b: str) -> str:
     return " + ".join(f"(substr({a}, 1, {k}) = substr({b}, 1, {k}))" for k in range(1, 20))
 
 
+#: the digit counts 1 to 19 (a run id is below 2**63: at most 19 digits), as a table of one
+#: column (``column1``): one ``VALUES`` list, where the trigger once wrote each length out
+_LENGTHS = "(VALUES " + ",".join(f"({d})" for d in range(1, 20)) + ")"
+#: per digit count ``d``: the smallest and largest id of that many digits
+_SPANS = ("(SELECT column1 AS d, CAST(substr('1000000000000000000', 1, column1) AS INTEGER) AS lo, "
+          "CASE WHEN column1 < 19 THEN CAST(substr('9999999999999999999', 1, column1) AS INTEGER) "
+          f"ELSE {2 ** 63 - 1} END AS hi FROM {_LENGTHS})")
+
+
 def _digits_trigger() -> str:
     """A run's id shown as its shortest unique start (``cli/ids.py``: ``r147562``): how many digits
     tell every run apart is the longest start two ids share, plus one. A new id's longest shared
     start is with one of its two neighbours in text order among the ids of each length, and ids of
     one length sort as text as they do as numbers: per length, the nearest id below and above the
     new one's start (padded or cut to that length) are two seeks of the primary key. Deleting a run
-    leaves the number as it was (still enough digits, perhaps one more than needed)."""
+    leaves the number as it was (still enough digits, perhaps one more than needed).
+
+    The lengths come from one ``VALUES`` list (``_SPANS``), each neighbour a subquery run per
+    length: 1.9 KB of SQL, where writing the 38 seeks out (``unrolled_digits_trigger``, what
+    memolab made before) took 8.4 KB, and every connection parses its schema's triggers on its
+    first statement (a third of a fresh process's first hit). The same number after every
+    insert (``tests/test_first_call.py`` compares both on random and edge ids)."""
+    t = "CAST(NEW.id AS TEXT)"
+    x = f"CAST(substr({t} || '0000000000000000000', 1, d) AS INTEGER)"
+    # (ORDER BY … LIMIT 1, not MAX(): a seek, where an aggregate over a range walks it)
+    below = f"(SELECT id FROM runs WHERE id >= lo AND id < {x} AND id != NEW.id ORDER BY id DESC LIMIT 1)"
+    above = f"(SELECT id FROM runs WHERE id >= {x} AND id <= hi AND id != NEW.id ORDER BY id ASC LIMIT 1)"
+    return ("CREATE TRIGGER IF NOT EXISTS counts_run_digits AFTER INSERT ON runs BEGIN "
+            f"UPDATE run_digits SET n = MAX(n, 1 + COALESCE((SELECT MAX({_lcp('t', 'o')}) FROM "
+            f"(SELECT {t} AS t, CAST(o AS TEXT) AS o FROM (SELECT {below} AS o FROM {_SPANS} "
+            f"UNION ALL SELECT {above} FROM {_SPANS}) WHERE o IS NOT NULL)), 0)); END")
+
+
+def unrolled_digits_trigger() -> str:
+    """``counts_run_digits`` as memolab made it before the short form (``_digits_trigger``): the
+    same number, each length's two seeks written out. Recognised on a writable open and replaced
+    (``install``); an older memolab that makes it again (it makes the triggers a store lacks) is
+    still right, and the next writable open makes it short again."""
     t = "CAST(NEW.id AS TEXT)"
     near = []
     for d in range(1, 20):
         lo, hi = 10 ** (d - 1), min(10 ** d - 1, 2 ** 63 - 1)
         x = f"CAST(substr({t} || '0000000000000000000', 1, {d}) AS INTEGER)"
-        # (ORDER BY … LIMIT 1, not MAX(): a seek, where an aggregate over a range walks it)
         for order, rng in (("DESC", f"id >= {lo} AND id < {x}"), ("ASC", f"id >= {x} AND id <= {hi}")):
             near.append(f"SELECT * FROM (SELECT id FROM runs WHERE {rng} AND id != NEW.id ORDER BY id {order} LIMIT 1)")
-    # each neighbour read once (a subquery written into an expression is run at each mention)
     return ("CREATE TRIGGER IF NOT EXISTS counts_run_digits AFTER INSERT ON runs BEGIN "
             f"UPDATE run_digits SET n = MAX(n, 1 + COALESCE((SELECT MAX({_lcp('t', 'o')}) FROM "
             f"(SELECT {t} AS t, CAST(id AS TEXT) AS o FROM (" + " UNION ALL ".join(near) + "))), 0)); END")
@@ -157,8 +210,65 @@ def available(c: Any) -> bool:
 
 def install(c: sqlite3.Connection) -> bool:
     """Make the tables and triggers on a writable index that lacks them, filled from the rows
-    there, in one write transaction (the caller's, if it is in one); whether it made them."""
-    return install_once(c, available, _make)
+    there, in one write transaction (the caller's, if it is in one); whether it made them. An
+    index that has them as an older memolab made them gets the shorter ones (``shorten``)."""
+    if install_once(c, available, _make):
+        return True
+    shorten(c)
+    return False
+
+
+def _as_kept(create: str) -> str:
+    """A ``CREATE TRIGGER IF NOT EXISTS`` statement as SQLite keeps it in ``sqlite_master`` (the
+    clause left out)."""
+    return create.replace("CREATE TRIGGER IF NOT EXISTS ", "CREATE TRIGGER ", 1)
+
+
+_shortened_forms: dict[str, tuple[str, str]] = {}
+
+
+def _shortened() -> dict[str, tuple[str, str]]:
+    """name -> (the trigger as an older memolab made it, as this one makes it): the same numbers
+    (made once a process: every writable open asks)."""
+    if not _shortened_forms:
+        _shortened_forms.update({"counts_run_digits": (unrolled_digits_trigger(), _digits_trigger()),
+                                 "counts_evaluation_replace": (_REPLACE_UNROLLED, _REPLACE)})
+    return _shortened_forms
+
+
+def _older(c: sqlite3.Connection) -> list[str]:
+    names = _shortened()
+    kept = c.execute("SELECT name, sql FROM main.sqlite_master WHERE type='trigger' AND name IN (?, ?)", tuple(names))
+    return [name for name, sql in kept if sql == _as_kept(names[name][0])]
+
+
+def shorten(c: sqlite3.Connection) -> list[str]:
+    """Replace the triggers an older memolab made longer (``_shortened``: the unrolled digits
+    trigger, 8.4 KB, and the replace trigger, 2.1 KB, that every connection parses before its
+    first statement) with this memolab's, in one write transaction (the caller's, if it is in
+    one): each dropped and made again there, so no write ever runs without it. A trigger of any
+    other text (a newer memolab's) is left as it is. The names replaced.
+
+    An older memolab keeps working on the store: it asks for its triggers by name (all there)
+    and they keep the same numbers; where one is missing it makes its own long form again, which
+    is right too, and the next writable open here shortens it again."""
+    if not _older(c):
+        return []
+    own = not c.in_transaction
+    if own:
+        c.execute("BEGIN IMMEDIATE")
+    try:
+        done = _older(c)  # (another process may have replaced them meanwhile)
+        for name in done:
+            c.execute(f"DROP TRIGGER {name}")
+            c.execute(_shortened()[name][1])
+        if own:
+            c.execute("COMMIT")
+    except BaseException:
+        if own and c.in_transaction:
+            c.execute("ROLLBACK")
+        raise
+    return done
 
 
 def _make(c: sqlite3.Connection) -> None:
