@@ -19,7 +19,8 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import swallowed
@@ -184,6 +185,8 @@ def before_computing() -> None:
     not run its first minutes without the hook (nor draw from a generator unwatched), so
     the hook runs right after that import."""
     if _all_watched_done():
+        if _running:
+            _await_running(_ON_IMPORT)
         return
     for table in _ON_IMPORT:
         for module in LAZY_HOOKS[table]:
@@ -192,6 +195,8 @@ def before_computing() -> None:
                     _run_on_import(module, (table,))
                 elif _watcher not in sys.meta_path:
                     sys.meta_path.insert(0, _watcher)
+    if _running:
+        _await_running(_ON_IMPORT)
 
 
 def _all_watched_done() -> bool:
@@ -207,23 +212,63 @@ def run_imported(table: str) -> None:
     for module in list(pending) if pending else ():  # a copy: running a hook takes it out of ``pending``
         if module in sys.modules:
             _run_on_import(module, (table,))
+    if _running:
+        _await_running((table,))
 
 
 #: table -> its modules whose hook has not run (``run_imported``'s list, shrunk as they run)
 _pending: dict[str, list] = {}
 
 
+#: (table, module) -> (the thread running its hook now, set once the hook has run). A hook is
+#: marked done as it starts (so that the imports it makes do not run it again), but what it
+#: registers exists only once it returns: another thread that asks for the table's hooks meanwhile
+#: waits for it (``_await_running``). Without that wait, a Dask worker's second task thread began
+#: its body while the first registered numpy's generator (its proof of an unseeded state takes
+#: milliseconds): the body's entry states lacked numpy, its end found numpy registered, counted
+#: it as drawn from, and stored the result under a dependency on an "unseeded" numpy no later
+#: call matched. Each later call was routed to a key of its own and computed again.
+_running: dict[tuple[str, str], tuple[int, threading.Event]] = {}
+_running_lock = threading.Lock()
+#: how long a thread waits for another's hook (a bound against a hang: a hook imports and
+#: registers, in milliseconds); past it, the waiter goes on without what that hook registers
+HOOK_WAIT = 60.0
+
+
 def _run_on_import(module: str, tables: tuple[str, ...] = _ON_IMPORT) -> None:
     for table in tables:
         target = LAZY_HOOKS[table].get(module)
-        if target is not None and (table, module) not in _done:
+        if target is None or (table, module) in _done:
+            continue
+        with _running_lock:  # two threads asking at once: one runs the hook, the other waits for it
+            if (table, module) in _done:
+                continue
             _done.add((table, module))
+            ran = _running[(table, module)] = (threading.get_ident(), threading.Event())
+        try:
             pending = _pending.get(table)
             if pending is not None and module in pending:
                 pending.remove(module)
             if _watcher in sys.meta_path and _all_watched_done() and not _noting:
                 sys.meta_path.remove(_watcher)  # nothing left to watch for
             run(target)
+        finally:
+            with _running_lock:
+                del _running[(table, module)]
+            ran[1].set()
+
+
+def _await_running(tables: Iterable[str]) -> None:
+    """Wait until the hooks of ``tables`` that other threads are running have run (bounded by
+    ``HOOK_WAIT``); a thread's own hook in progress (an import it makes runs this) is not waited for."""
+    me = threading.get_ident()
+    with _running_lock:
+        others = [ran for (table, _), (who, ran) in _running.items() if table in tables and who != me]
+    for ran in others:
+        if not ran.wait(HOOK_WAIT):
+            import logging
+
+            logging.getLogger("memolab").debug("hooks: another thread's hook still runs after %s s; going on", HOOK_WAIT)
 
 
 class _ImportWatcher:
