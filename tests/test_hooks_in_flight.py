@@ -103,3 +103,78 @@ def test_a_body_begun_while_another_thread_registers_a_generator_is_not_keyed_by
     # a fresh process whose numpy is seeded otherwise (as another worker's) hits both
     again = project.run_json("race.py", "hit")
     assert again == {"computed": [], "values": [0, 1], "deps": [None, None]}, json.dumps(again)
+
+
+IMPORT_SCRIPT = r'''
+import json, os, sqlite3, sys, threading
+import memolab
+
+assert "numpy" not in sys.modules  # imported below by another thread, in the middle of both bodies
+
+
+class Shared:
+    """What the bodies read besides their argument: opaque to the code digest (it changes)."""
+
+
+memolab.register_opaque(Shared)
+run = Shared()
+run.computed, run.began, run.imported, run.quiet = [], threading.Semaphore(0), threading.Event(), threading.Event()
+
+
+@memolab.memo()
+def quiet(k):  # draws nothing
+    run.computed.append("quiet")
+    run.began.release()
+    assert run.imported.wait(120)
+    return k
+
+
+@memolab.memo()
+def draws(k):  # draws from numpy's generator once another thread has imported it (and quiet is over:
+    run.computed.append("draws")  # a numpy draw in any thread counts for every body in progress)
+    run.began.release()
+    assert run.imported.wait(120) and run.quiet.wait(120)
+    return k + float(sys.modules["numpy"].random.rand())
+
+
+def quiet_then_tell(k):
+    quiet(k)
+    run.quiet.set()
+
+
+def importer():
+    for _ in range(2):
+        assert run.began.acquire(timeout=120)  # both bodies are computing
+    import numpy  # noqa: F401  (its generator is registered now, by this thread)
+    run.imported.set()
+
+
+threads = [threading.Thread(target=quiet_then_tell, args=(1,)), threading.Thread(target=draws, args=(1,)),
+           threading.Thread(target=importer)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join(120)
+    assert not t.is_alive()
+first = [quiet(1), draws(1)]  # hits
+import numpy as np
+np.random.seed(5)
+after = [quiet(1), draws(1)]  # quiet hits whatever numpy's state; draws is keyed by it: computed again
+with sqlite3.connect(os.path.join(os.environ["MEMOLAB_STORE"], "index.sqlite")) as c:
+    deps = [[r[0].rpartition(":")[2], r[1]] for r in c.execute(
+        "SELECT fn, json_extract(snapshot, '$.state_deps') FROM evaluations ORDER BY id")]
+print(json.dumps({"computed": sorted(run.computed), "deps": deps, "same": first[0] == after[0] == 1}))
+'''
+
+
+def test_another_threads_import_in_the_middle_of_a_body_is_no_draw_of_that_body(project):
+    """A generator another thread's (watched) import registers while a body computes: the body is
+    judged from that state on, so one that never draws from it does not depend on it (it was: a
+    later seed routed its calls to keys of their own, computed again); one that draws from it
+    after the import still does."""
+    project.write("imports.py", IMPORT_SCRIPT)
+    out = project.run_json("imports.py")
+    deps = {fn: json.loads(d) if d else None for fn, d in out["deps"][:2]}
+    assert deps == {"quiet": None, "draws": {"numpy": "unseeded"}}, out
+    assert out["computed"] == ["draws", "draws", "quiet"] and out["same"], out  # draws: keyed by the seed
+    assert len(out["deps"]) == 3, out
