@@ -178,3 +178,71 @@ def test_another_threads_import_in_the_middle_of_a_body_is_no_draw_of_that_body(
     assert deps == {"quiet": None, "draws": {"numpy": "unseeded"}}, out
     assert out["computed"] == ["draws", "draws", "quiet"] and out["same"], out  # draws: keyed by the seed
     assert len(out["deps"]) == 3, out
+
+
+HASH_SCRIPT = r'''
+import json, sys, threading, time
+import numpy as np
+import memolab
+from memolab.hashing import arrays, registry
+
+
+class Shared:
+    """What the body reads besides its argument: opaque to the code digest (it changes)."""
+
+
+memolab.register_opaque(Shared)
+run = Shared()
+run.computed = []
+
+
+@memolab.memo()
+def total(a):
+    run.computed.append(threading.current_thread().name)
+    return int(a.sum())
+
+
+def in_run_lazy(thread):
+    """Is ``thread`` inside ``registry.run_lazy`` (with the fix: waiting for the registration)?"""
+    f = sys._current_frames().get(thread.ident)
+    while f is not None:
+        if f.f_code is registry.run_lazy.__code__:
+            return True
+        f = f.f_back
+    return False
+
+
+entered, second_done = threading.Event(), threading.Event()
+original = arrays.register
+
+
+def register():  # numpy's hashing handlers, registered by the first thread once the second has
+    entered.set()  # hashed the same array (the race) or is waiting for this registration (the fix)
+    deadline = time.monotonic() + 120
+    while not (second_done.is_set() or (hasattr(registry, "lazy_running") and in_run_lazy(second))):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    original()
+
+
+arrays.register = register
+a = np.arange(10)
+first = threading.Thread(target=total, args=(a,), name="first")
+second = threading.Thread(target=lambda: (total(a), second_done.set()), name="second")
+first.start()
+assert entered.wait(120)
+second.start()
+for t in (first, second):
+    t.join(120)
+    assert not t.is_alive()
+print(json.dumps({"computed": len(run.computed), "evaluations": len(total.evaluations()), "value": total(a)}))
+'''
+
+
+def test_a_thread_hashing_while_another_registers_the_handlers_gets_the_same_key(project):
+    """numpy's hashing handlers register as the first array is hashed (``registry.run_lazy``). A
+    second thread hashing an array meanwhile found nothing pending, hashed it generically (another
+    key: computed twice) and cached that handler; it now waits for the registration in flight."""
+    project.write("hashes.py", HASH_SCRIPT)
+    out = project.run_json("hashes.py")
+    assert out == {"computed": 1, "evaluations": 1, "value": 45}, out
