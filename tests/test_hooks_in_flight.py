@@ -246,3 +246,70 @@ def test_a_thread_hashing_while_another_registers_the_handlers_gets_the_same_key
     project.write("hashes.py", HASH_SCRIPT)
     out = project.run_json("hashes.py")
     assert out == {"computed": 1, "evaluations": 1, "value": 45}, out
+
+
+RESOLVE_SCRIPT = r'''
+import hashlib, json, sys, threading, time
+import numpy as np
+import memolab  # noqa: F401
+from memolab import pickling
+from memolab.inputs import mutations
+from memolab.numpy import restore
+from memolab.pickling import arrays
+
+
+def inside(thread, fn):
+    """Is ``thread`` inside ``fn`` (with the fix: waiting for the other thread's registration)?"""
+    f = sys._current_frames().get(thread.ident)
+    while f is not None:
+        if f.f_code is fn.__code__:
+            return True
+        f = f.f_back
+    return False
+
+
+def race(module, name, ask, waiting_in):
+    """``ask()`` in two threads, the first registering ``module.name`` (the lazy registration) until
+    the second has asked too (the race) or waits for the registration (the fix); both answers."""
+    entered, second_done, out = threading.Event(), threading.Event(), {}
+    original = getattr(module, name)
+
+    def slow(*args):
+        entered.set()
+        deadline = time.monotonic() + 120
+        while not (second_done.is_set() or (hasattr(waiting_in[0], "_resolving") and inside(second, waiting_in[1]))):
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        original(*args)
+
+    setattr(module, name, slow)
+    first = threading.Thread(target=lambda: out.__setitem__("first", ask()))
+    second = threading.Thread(target=lambda: (out.__setitem__("second", ask()), second_done.set()))
+    first.start()
+    assert entered.wait(120)
+    second.start()
+    for t in (first, second):
+        t.join(120)
+        assert not t.is_alive()
+    return [out["first"], out["second"], ask()]
+
+
+a = np.arange(100_000)  # big enough for its bytes to go out of band (a blob, read-only on load)
+pickled = race(arrays, "register", lambda: hashlib.sha256(bytes(pickling.dumps_with_refs(a)[0])).hexdigest(),
+               (pickling, pickling._resolve))
+rules = race(restore, "register", lambda: getattr(mutations.rule_of(np.ndarray), "__qualname__", None),
+             (mutations, mutations.rule_of))
+print(json.dumps({"payloads": pickled, "rules": rules}))
+'''
+
+
+def test_threads_pickling_or_restoring_while_another_registers_get_its_reducer_and_rule(project):
+    """numpy's reducer (pickling) and restoring rule register as the first array needs them. A
+    second thread asking meanwhile found nothing pending and used (and cached, for the process if it
+    came last) pickle's own handling and a rule that puts a stored array back by replacing the
+    caller's slot instead of copying into the caller's array in place. It now waits."""
+    project.write("resolves.py", RESOLVE_SCRIPT)
+    out = project.run_json("resolves.py")
+    # each thread's answer is the one the process settles on (numpy's own reducer and rule)
+    assert len(set(out["payloads"])) == 1 and len(set(out["rules"])) == 1, out
+    assert out["rules"][0] is not None and out["rules"][0] != "put_replace", out

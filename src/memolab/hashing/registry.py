@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from .. import codegraph
+from ..settings.hooks import HOOK_WAIT
 from . import identity
 
 #: ``handler(enc, obj)``: ``enc`` is the ``Encoder`` (hashing.encoder), which imports this module,
@@ -81,8 +82,6 @@ def forget_resolved(affected: Callable[[type], bool]) -> None:
 _lazy_lock = threading.RLock()
 #: how many lazy registrations are running, in all threads (``objects.resolve`` waits while any is)
 lazy_running = [0]
-#: how long a thread waits for another's registration (a bound against a hang; one takes milliseconds)
-LAZY_WAIT = 60.0
 
 
 def run_lazy(t: type) -> None:
@@ -92,10 +91,7 @@ def run_lazy(t: type) -> None:
     A registration may add further lazy hooks (torch adds ``torch.optim``), so
     this loops until none applies.
     """
-    if not _lazy_lock.acquire(timeout=LAZY_WAIT):
-        import logging
-
-        logging.getLogger("memolab").debug("hashing: another thread's registration still runs after %s s", LAZY_WAIT)
+    if not _lazy_lock.acquire(timeout=HOOK_WAIT):  # (a bound against a hang: a registration takes milliseconds)
         return
     try:
         while lazy:
