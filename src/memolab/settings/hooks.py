@@ -20,7 +20,7 @@ import functools
 import importlib
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import swallowed
@@ -186,7 +186,8 @@ def before_computing() -> None:
     the hook runs right after that import."""
     if _all_watched_done():
         if _running:
-            _await_running(_ON_IMPORT)
+            for table in _ON_IMPORT:
+                _await_running(table)
         return
     for table in _ON_IMPORT:
         for module in LAZY_HOOKS[table]:
@@ -196,7 +197,8 @@ def before_computing() -> None:
                 elif _watcher not in sys.meta_path:
                     sys.meta_path.insert(0, _watcher)
     if _running:
-        _await_running(_ON_IMPORT)
+        for table in _ON_IMPORT:
+            _await_running(table)
 
 
 def _all_watched_done() -> bool:
@@ -208,12 +210,10 @@ def run_imported(table: str) -> None:
     key for the ``switches`` table: one dict lookup per hook not run yet, nothing once all ran)."""
     pending = _pending.get(table)
     if pending is None:
-        pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done]
+        pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done or (table, m) in _running]
     for module in list(pending) if pending else ():  # a copy: running a hook takes it out of ``pending``
         if module in sys.modules:
-            _run_on_import(module, (table,))
-    if _running:
-        _await_running((table,))
+            _run_on_import(module, (table,))  # (one another thread is running stays pending: waited for)
 
 
 #: table -> its modules whose hook has not run (``run_imported``'s list, shrunk as they run)
@@ -238,7 +238,11 @@ HOOK_WAIT = 60.0
 def _run_on_import(module: str, tables: tuple[str, ...] = _ON_IMPORT) -> None:
     for table in tables:
         target = LAZY_HOOKS[table].get(module)
-        if target is None or (table, module) in _done:
+        if target is None:
+            continue
+        if (table, module) in _done:
+            if _running:
+                _await_running(table, module)
             continue
         with _running_lock:  # two threads asking at once: one runs the hook, the other waits for it
             if (table, module) in _done:
@@ -246,24 +250,25 @@ def _run_on_import(module: str, tables: tuple[str, ...] = _ON_IMPORT) -> None:
             _done.add((table, module))
             ran = _running[(table, module)] = (threading.get_ident(), threading.Event())
         try:
-            pending = _pending.get(table)
-            if pending is not None and module in pending:
-                pending.remove(module)
             if _watcher in sys.meta_path and _all_watched_done() and not _noting:
                 sys.meta_path.remove(_watcher)  # nothing left to watch for
             run(target)
         finally:
+            pending = _pending.get(table)
+            if pending is not None and module in pending:
+                pending.remove(module)  # (only now: until then ``run_imported`` of other threads waits for it)
             with _running_lock:
                 del _running[(table, module)]
             ran[1].set()
 
 
-def _await_running(tables: Iterable[str]) -> None:
-    """Wait until the hooks of ``tables`` that other threads are running have run (bounded by
-    ``HOOK_WAIT``); a thread's own hook in progress (an import it makes runs this) is not waited for."""
+def _await_running(table: str, module: str | None = None) -> None:
+    """Wait until the hooks of ``table`` (of ``module`` only, if given) that other threads are
+    running have run (bounded by ``HOOK_WAIT``); a thread's own hook in progress (an import it
+    makes runs this) is not waited for."""
     me = threading.get_ident()
     with _running_lock:
-        others = [ran for (table, _), (who, ran) in _running.items() if table in tables and who != me]
+        others = [ran for (t, m), (who, ran) in _running.items() if t == table and m == (module or m) and who != me]
     for ran in others:
         if not ran.wait(HOOK_WAIT):
             import logging
