@@ -119,14 +119,30 @@ def _run(client, api: str, marks: str, sleep: float = 0.0) -> list:
     return list(_gather(client, client.compute(tasks)))
 
 
-def _check_results(results: list) -> None:
+def _check_results(results: list, marks: str | None = None) -> None:
     assert [r["k"] for r in results] == TASKS
     assert [r["square"] for r in results] == [k * k for k in TASKS]
     # every task of a key returns the one stored result (computed by one process)
     by_key = {}
     for r in results:
         by_key.setdefault(r["k"], set()).add(r["pid"])
-    assert all(len(pids) == 1 for pids in by_key.values()), by_key
+    assert all(len(pids) == 1 for pids in by_key.values()), _explained(by_key, marks)
+
+
+def _explained(by_key: dict, marks: str | None) -> str:
+    """What a key computed more than once leaves behind, so that a failure says why: which processes
+    started each key, and the stored rows with what keys them besides the arguments (two rows of
+    one argument digest family, a row with ``state_deps`` or ``reads``: a call routed to a key of
+    its own; one row per key: a lease lost)."""
+    import json
+
+    rows = []
+    for e in square.evaluations():
+        snap = json.loads(e.get("snapshot") or "{}")
+        rows.append({"args": (e["args"] or "")[:12], "k": snap.get("args", {}).get("k", [None, None])[1],
+                     "status": e["status"], "state_deps": snap.get("state_deps"), "reads": snap.get("reads")})
+    starts = marks_of(marks, "start") if marks is not None else None
+    return f"pids per key {by_key}; starts {starts}; stored rows {rows}"
 
 
 def _stored_runs(timeout: float = 30.0) -> dict:
@@ -177,7 +193,7 @@ def test_twenty_tasks_over_five_keys_compute_five_times(client, layout, api):
     marks = layout
     workers = _worker_pids(client)
     results = _run(client, api, marks, sleep=0.2)  # long enough for tasks of one key to overlap
-    _check_results(results)
+    _check_results(results, marks)
     starts, dones = marks_of(marks, "start"), marks_of(marks, "done")
     assert {k: len(v) for k, v in starts.items()} == {k: 1 for k in KEYS}
     assert {k: len(v) for k, v in dones.items()} == {k: 1 for k in KEYS}
@@ -212,7 +228,7 @@ def test_a_killed_worker_computation_is_taken_over(client, layout):
     os.kill(victim, signal.SIGKILL)
     results = _gather(client, futures)
 
-    _check_results(results)
+    _check_results(results, marks)
     assert victim not in {r["pid"] for r in results}
     starts, dones = marks_of(marks, "start"), marks_of(marks, "done")
     # exactly one finished computation per key, none by the killed process ...

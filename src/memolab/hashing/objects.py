@@ -20,6 +20,7 @@ from .registry import (
     dispatch,
     excluded_attributes,
     lazy,
+    lazy_running,
     policies,
     resolved,
     run_lazy,
@@ -172,7 +173,7 @@ def _encode_state(enc: Encoding, state: Any, excluded: frozenset[str] = frozense
 # -- resolution of types nobody registered ------------------------------------------
 
 def resolve(t: type) -> Handler:
-    if lazy:
+    if lazy or lazy_running[0]:  # (one running in another thread: its handlers exist once it returns)
         run_lazy(t)
         h = dispatch.get(t)
         if h is not None:

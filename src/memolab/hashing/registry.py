@@ -4,10 +4,12 @@ policies). The handlers live in ``builtins``, ``objects`` and the integrations;
 ``objects.resolve`` finds the handler of a type not registered itself."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from .. import codegraph
+from ..settings.hooks import HOOK_WAIT
 from . import identity
 
 #: ``handler(enc, obj)``: ``enc`` is the ``Encoder`` (hashing.encoder), which imports this module,
@@ -73,18 +75,38 @@ def forget_resolved(affected: Callable[[type], bool]) -> None:
         dispatch.pop(t, None)
 
 
+#: held while a lazy registration runs (re-entrant: a registration may hash). A registration
+#: leaves ``lazy`` as it starts, and its handlers exist only once it returns: a second thread
+#: resolving a type meanwhile found nothing pending, hashed a numpy array generically (another
+#: digest: another key, computed again under it) and cached that handler. It waits here instead.
+_lazy_lock = threading.RLock()
+#: how many lazy registrations are running, in all threads (``objects.resolve`` waits while any is)
+lazy_running = [0]
+
+
 def run_lazy(t: type) -> None:
-    """Run every pending lazy registration that could apply to ``t`` (any class of its MRO).
+    """Run every pending lazy registration that could apply to ``t`` (any class of its MRO),
+    after any another thread is running.
 
     A registration may add further lazy hooks (torch adds ``torch.optim``), so
     this loops until none applies.
     """
-    while lazy:
-        mods = {module_of(b) for b in getattr(t, "__mro__", (t,))}
-        hit = next((p for p in lazy if any(_module_matches(m, p) for m in mods)), None)
-        if hit is None:
-            return
-        lazy.pop(hit)()
+    if not _lazy_lock.acquire(timeout=HOOK_WAIT):  # (a bound against a hang: a registration takes milliseconds)
+        return
+    try:
+        while lazy:
+            mods = {module_of(b) for b in getattr(t, "__mro__", (t,))}
+            hit = next((p for p in lazy if any(_module_matches(m, p) for m in mods)), None)
+            if hit is None:
+                return
+            register = lazy.pop(hit)
+            lazy_running[0] += 1
+            try:
+                register()
+            finally:
+                lazy_running[0] -= 1
+    finally:
+        _lazy_lock.release()
 
 
 class Leaf:

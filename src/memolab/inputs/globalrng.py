@@ -126,14 +126,19 @@ def register(gen: Generator) -> None:
     its ``proof`` says so."""
     from ..settings import hooks
 
-    if hooks.import_was_watched(gen.module):
+    watched = hooks.import_was_watched(gen.module)
+    if watched:
         gen.seeded, gen.mark = False, _WATCHED
     else:
         _mark(gen, not _proved(gen))
-    _generators[gen.name] = gen
-    for frame in bodies.get():
-        # a body that imported the module: its state from here on is what draws are judged against
-        frame.baseline.setdefault(gen.name, gen.token(gen.get()))
+    with _lock:  # (``begin`` reads the generators and joins ``_frames`` under it: each body is in one or the other)
+        _generators[gen.name] = gen
+        # A body that imported the module: its state from here on is what draws are judged
+        # against. A watched import ran this hook before any other thread could reach the module,
+        # so that holds for the bodies of every thread: another thread's import in the middle of
+        # a body (a Dask task importing numpy beside one computing) is no draw of that body's.
+        for frame in list(_frames.values()) if watched else bodies.get():
+            frame.baseline.setdefault(gen.name, gen.token(gen.get()))
 
 
 def _proved(gen: Generator) -> bool:
@@ -257,6 +262,9 @@ bodies: contextvars.ContextVar[tuple[Frame, ...]] = contextvars.ContextVar("memo
 #: not 0, they tell the bodies what they do); changed under ``_lock`` by ``begin`` and ``end``
 active_bodies = 0
 _calls: list[tuple[str, Any, Any, Any]] = []  # (generator, token before, token after, thread)
+#: every body in progress, in every thread, by ``id`` (``register``: a generator another thread's
+#: watched import brought is judged from then on in each of them); changed under ``_lock``
+_frames: dict[int, Frame] = {}
 #: re-entrant: a finalizer run by a collection while a thread holds it may draw
 _lock = threading.RLock()
 #: (module, name, the library's function, its wrapper): in place while a body is in progress
@@ -355,8 +363,9 @@ def begin() -> tuple[Frame, Any]:
     with _lock:
         start = len(_calls)
         states = {n: g.get() for n, g in gens.items()}
-    frame = Frame({n: (None if _unseeded(g) else states[n]) for n, g in gens.items()},
-                  {n: g.token(states[n]) for n, g in gens.items()})
+        frame = Frame({n: (None if _unseeded(g) else states[n]) for n, g in gens.items()},
+                      {n: g.token(states[n]) for n, g in gens.items()})
+        _frames[id(frame)] = frame
     frame.start = start
     frame.threads = threads
     return frame, bodies.set(bodies.get() + (frame,))
@@ -369,6 +378,7 @@ def end(frame: Frame, token: Any) -> Outcome:
     out = Outcome()
     gens = _available()
     with _lock:  # read before other threads stop being recorded
+        _frames.pop(id(frame), None)
         states = {n: (g, g.get()) for n, g in gens.items()}
         window = _calls[frame.start:]
         active_bodies -= 1

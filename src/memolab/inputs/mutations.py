@@ -38,6 +38,7 @@ import importlib
 import pathlib
 import re
 import struct
+import threading
 import types
 import uuid
 import weakref
@@ -48,7 +49,7 @@ from .. import hashing
 from ..errors import HashError, MemolabError, swallowed
 from ..hashing import files
 from ..hashing.identity import path_segment
-from ..settings.hooks import LAZY_HOOKS
+from ..settings.hooks import HOOK_WAIT, LAZY_HOOKS
 
 __all__ = ["Post", "ArgRef", "Changes", "CannotRestore", "Side", "Before", "register_restorer",
            "register_side", "rule_of", "put_back", "put_object", "put_replace", "live_parts", "problems", "changed",
@@ -132,6 +133,12 @@ def _run_lazy(t: type) -> None:
             getattr(importlib.import_module(module), fn)()
 
 
+#: held while a type's rule is resolved, its lazy registration included (re-entrant). A registration
+#: is marked done as it starts: a second thread asking for ``np.ndarray``'s rule meanwhile found none,
+#: cached that (its results "cannot be put back": returned unstored, computed again). It waits here.
+_resolving = threading.RLock()
+
+
 def rule_of(t: type) -> Rule | None:
     """The rule for instances of ``t``, or None: they cannot be put back. A registered rule (by the
     class's MRO); else ``state_dict``/``load_state_dict``; else, for an instance with attributes
@@ -140,6 +147,19 @@ def rule_of(t: type) -> Rule | None:
         return _resolved[t]
     except KeyError:
         pass
+    if not _resolving.acquire(timeout=HOOK_WAIT):  # (a bound against a hang: a registration takes milliseconds)
+        return None  # (nothing cached: cannot be put back this time)
+    try:
+        found = _resolved.get(t, _UNKNOWN)
+        return _rule_of_locked(t) if found is _UNKNOWN else found
+    finally:
+        _resolving.release()
+
+
+_UNKNOWN: Any = object()
+
+
+def _rule_of_locked(t: type) -> Rule | None:
     _run_lazy(t)
     found: Rule | None = None
     for c in t.__mro__[:-1]:  # (``object`` itself has no rule: a C object without state is no plain object)

@@ -41,6 +41,7 @@ import importlib
 import io
 import pickle
 import sys
+import threading
 import types
 import weakref
 from collections.abc import Callable, Sequence
@@ -48,7 +49,7 @@ from typing import Any
 
 from ..errors import CodeChanged, StoreMiss
 from ..hashing.reducers import Reducer, reducers
-from ..settings.hooks import LAZY_HOOKS, hook
+from ..settings.hooks import HOOK_WAIT, LAZY_HOOKS, hook
 from .canon import canon, global_names
 from .locate import anchor_of, code_digest, is_library_module, lookup_symbol, name_of, walk_qualname
 from .refs import check_refs as check_refs, load_error as load_error  # (X as X: also imported from here)
@@ -118,7 +119,22 @@ class Pickler(pickle.Pickler):
         return reducer(self, obj)
 
 
+#: held while a type's reducer is resolved, its lazy registration included (re-entrant): a thread
+#: pickling a numpy array while another registered numpy's reducers (``_lazy`` is left as one starts)
+#: cached pickle's own handling for the type, for the life of the process (arrays in band, no blobs)
+_resolving = threading.RLock()
+
+
 def _resolve(t: type) -> Reducer | None:
+    if not _resolving.acquire(timeout=HOOK_WAIT):  # (a bound against a hang: one takes milliseconds)
+        return None  # pickle's own handling this time, nothing cached
+    try:
+        return _reducers[t] if t in _reducers else _resolve_locked(t)  # (another thread's, while it waited)
+    finally:
+        _resolving.release()
+
+
+def _resolve_locked(t: type) -> Reducer | None:
     top = t.__module__.partition(".")[0] if isinstance(t.__module__, str) else ""
     reg = _lazy.pop(top, None)
     if reg is not None:

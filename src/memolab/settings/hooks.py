@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -184,6 +185,9 @@ def before_computing() -> None:
     not run its first minutes without the hook (nor draw from a generator unwatched), so
     the hook runs right after that import."""
     if _all_watched_done():
+        if _running:
+            for table in _ON_IMPORT:
+                _await_running(table)
         return
     for table in _ON_IMPORT:
         for module in LAZY_HOOKS[table]:
@@ -192,6 +196,9 @@ def before_computing() -> None:
                     _run_on_import(module, (table,))
                 elif _watcher not in sys.meta_path:
                     sys.meta_path.insert(0, _watcher)
+    if _running:
+        for table in _ON_IMPORT:
+            _await_running(table)
 
 
 def _all_watched_done() -> bool:
@@ -203,13 +210,13 @@ def run_imported(table: str) -> None:
     key for the ``switches`` table: one dict lookup per hook not run yet, nothing once all ran)."""
     pending = _pending.get(table)
     if pending is None:
-        pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done]
+        pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done or (table, m) in _running]
     modules = sys.modules
     for module in pending:  # (no copy while none is imported: every key asks for ``switches``)
         if module in modules:
             for m in list(pending):  # a copy: running a hook takes it out of ``pending``
                 if m in modules:
-                    _run_on_import(m, (table,))
+                    _run_on_import(m, (table,))  # (one another thread is running stays pending: waited for)
             return
 
 
@@ -217,17 +224,60 @@ def run_imported(table: str) -> None:
 _pending: dict[str, list] = {}
 
 
+#: (table, module) -> (the thread running its hook now, set once the hook has run). A hook is
+#: marked done as it starts (so that the imports it makes do not run it again), but what it
+#: registers exists only once it returns: another thread that asks for the table's hooks meanwhile
+#: waits for it (``_await_running``). Without that wait, a Dask worker's second task thread began
+#: its body while the first registered numpy's generator (its proof of an unseeded state takes
+#: milliseconds): the body's entry states lacked numpy, its end found numpy registered, counted
+#: it as drawn from, and stored the result under a dependency on an "unseeded" numpy no later
+#: call matched. Each later call was routed to a key of its own and computed again.
+_running: dict[tuple[str, str], tuple[int, threading.Event]] = {}
+_running_lock = threading.Lock()
+#: how long a thread waits for another's hook (a bound against a hang: a hook imports and
+#: registers, in milliseconds); past it, the waiter goes on without what that hook registers
+HOOK_WAIT = 60.0
+
+
 def _run_on_import(module: str, tables: tuple[str, ...] = _ON_IMPORT) -> None:
     for table in tables:
         target = LAZY_HOOKS[table].get(module)
-        if target is not None and (table, module) not in _done:
+        if target is None:
+            continue
+        if (table, module) in _done:
+            if _running:
+                _await_running(table, module)
+            continue
+        with _running_lock:  # two threads asking at once: one runs the hook, the other waits for it
+            if (table, module) in _done:
+                continue
             _done.add((table, module))
-            pending = _pending.get(table)
-            if pending is not None and module in pending:
-                pending.remove(module)
+            ran = _running[(table, module)] = (threading.get_ident(), threading.Event())
+        try:
             if _watcher in sys.meta_path and _all_watched_done() and not _noting:
                 sys.meta_path.remove(_watcher)  # nothing left to watch for
             run(target)
+        finally:
+            pending = _pending.get(table)
+            if pending is not None and module in pending:
+                pending.remove(module)  # (only now: until then ``run_imported`` of other threads waits for it)
+            with _running_lock:
+                del _running[(table, module)]
+            ran[1].set()
+
+
+def _await_running(table: str, module: str | None = None) -> None:
+    """Wait until the hooks of ``table`` (of ``module`` only, if given) that other threads are
+    running have run (bounded by ``HOOK_WAIT``); a thread's own hook in progress (an import it
+    makes runs this) is not waited for."""
+    me = threading.get_ident()
+    with _running_lock:
+        others = [ran for (t, m), (who, ran) in _running.items() if t == table and m == (module or m) and who != me]
+    for ran in others:
+        if not ran.wait(HOOK_WAIT):
+            import logging
+
+            logging.getLogger("memolab").debug("hooks: another thread's hook still runs after %s s; going on", HOOK_WAIT)
 
 
 class _ImportWatcher:
