@@ -78,14 +78,23 @@ def f(x):
 def forget():
     pass
 
-def store_hits(n):  # the seconds of n hits of f(0), each read from the store (this process's copy dropped)
+def store_hits(n, cpu=None, lost=None):
+    # the seconds of n hits of f(0), each read from the store (this process's copy dropped); with
+    # cpu and lost, each hit's own CPU time too and whether it lost the CPU midway (an involuntary
+    # context switch: on a loaded machine another job's time slice, ~4 ms, lands inside that hit)
+    import resource
     f(0)
     out = []
     for _ in range(n):
         forget()
+        r = resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw
+        c = time.thread_time()
         t = time.perf_counter()
         f(0)
         out.append(time.perf_counter() - t)
+        if cpu is not None:
+            cpu.append(time.thread_time() - c)
+            lost.append(resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw - r)
     return out
 
 if lib in ("memolab", "paired"):
@@ -162,7 +171,8 @@ elif mode == "calls":
     # put back at its size (the misses' evaluations and the runs they recorded deleted; the
     # kept counts follow by their triggers)
     t_start = time.time()
-    hits = store_hits(arg["hits"])
+    cpu, lost = [], []
+    hits = store_hits(arg["hits"], cpu, lost)
     last = get_store().index.conn().execute("SELECT MAX(id) FROM evaluations").fetchone()[0]
     base = 4 * 10**9 + arg["round"] * 10**6
     f(base - 1)  # untimed: a process's first miss imports what misses use
@@ -179,8 +189,10 @@ elif mode == "calls":
     def q(ts, p):
         ts = sorted(ts)
         return ts[min(len(ts) - 1, int(p * len(ts)))]
-    print(json.dumps({"hit": statistics.median(hits), "hit_p99": q(hits, 0.99), "miss": statistics.median(misses),
-                      "miss_p99": q(misses, 0.99)}))
+    kept = [t for t, k in zip(hits, lost, strict=True) if not k]
+    print(json.dumps({"hit": statistics.median(hits), "hit_p99": q(hits, 0.99), "hit_p99_kept": q(kept, 0.99),
+                      "hit_cpu_p99": q(cpu, 0.99), "hit_lost": sum(1 for k in lost if k),
+                      "miss": statistics.median(misses), "miss_p99": q(misses, 0.99)}))
 elif mode == "paired":
     # Both libraries in one process, alternating blocks of calls: a pair of blocks
     # lasts milliseconds, so both run at the machine's same speed (it swings 1.7x in
@@ -343,6 +355,9 @@ print(json.dumps({"first": first, "bytes": sent, "hparams": time.perf_counter() 
 READ_ROWS = [
     ("hit", "hit read from the store, trivial (median of the child's hits)"),
     ("hit_p99", "hit read from the store, p99"),
+    ("hit_p99_kept", "hit read from the store, p99 of the hits that kept the CPU throughout"),
+    ("hit_cpu_p99", "hit read from the store, p99 of each hit's own CPU time"),
+    ("hit_lost", "hits that lost the CPU midway (another job's time slice inside them), of the child's hits"),
     ("miss", "miss, small result (median of the child's misses)"),
     ("miss_p99", "miss, small result, p99"),
     ("ls", "`memolab ls`"),
@@ -425,6 +440,9 @@ def reads(args: argparse.Namespace, root: str) -> None:
     for key, label in READ_ROWS:
         if key == "bytes":
             row = [f"{med(got[n][key]) / 1e3:,.0f} KB" if got[n].get(key) else "-" for n in sizes]
+        elif key == "hit_lost":
+            row = [f"{med(got[n][key]):g} ({min(got[n][key])}–{max(got[n][key])})" if got[n].get(key) else "-"
+                   for n in sizes]
         else:
             row = [cell(got[n].get(key, [])) for n in sizes]
         print(f"| {label} | " + " | ".join(row) + " |")
