@@ -306,11 +306,14 @@ class Store(Heartbeats):
         return key in self._memory
 
     def load_from_memory(self, key: Key, accept: Callable[[dict[str, Any]], bool] | None = None) -> tuple[bool, Any]:
-        with self._memory_lock:
-            entry = self._memory.get(key)
-            if entry is None:
-                return False, None
-            self._memory.move_to_end(key)
+        memory = self._memory  # (without the lock, as ``hit_in_memory`` says why)
+        entry = memory.get(key)
+        if entry is None:
+            return False, None
+        try:
+            memory.move_to_end(key)
+        except KeyError:
+            return False, None
         row, payload, source = entry
         if accept is not None and not accept(row):
             return False, None
@@ -326,19 +329,26 @@ class Store(Heartbeats):
 
     def memory_payload(self, key: Key, row: dict[str, Any]) -> bytes | None:
         """The payload of the in-memory copy of ``key`` whose row is ``row`` (that very object), or None."""
-        with self._memory_lock:
-            entry = self._memory.get(key)
+        entry = self._memory.get(key)  # (one C call: no lock needed, as in ``hit_in_memory``)
         return entry[1] if entry is not None and entry[0] is row else None
 
     def hit_in_memory(self, key: Key, row: dict[str, Any]) -> bool:
         """``load_from_memory``'s hit on the copy of ``key`` whose row is ``row`` (that very
         object), for a caller that holds the immutable value it unpickles to (``calls/fasthits``):
-        made most recent and counted as that load is, without unpickling. False: no such copy."""
-        with self._memory_lock:
-            entry = self._memory.get(key)
-            if entry is None or entry[0] is not row:
-                return False
-            self._memory.move_to_end(key)
+        made most recent and counted as that load is, without unpickling. False: no such copy.
+
+        Without the lock: the look-up and the move are each one C call, which no other thread
+        interleaves (the one Python-level walk of the copies, ``forget``'s, walks a list made in
+        one C call). The hit is the copy the look-up found: one dropped before the move is a
+        ``KeyError`` there, and a miss; one replaced meanwhile was this row's copy when found."""
+        memory = self._memory
+        entry = memory.get(key)
+        if entry is None or entry[0] is not row:
+            return False
+        try:
+            memory.move_to_end(key)
+        except KeyError:
+            return False
         # ``count_hit``, written out (a repeat hit's every step is a check: a call less)
         hits = self._hits
         i = row["id"]
@@ -365,7 +375,8 @@ class Store(Heartbeats):
     def forget(self, fn: str | None = None) -> None:
         """Drop in-process copies (of one function, or all)."""
         with self._memory_lock:
-            for k in [k for k in self._memory if fn is None or k[0] == fn]:
+            # (a list made in one C call: ``hit_in_memory`` moves copies without the lock)
+            for k in [k for k in list(self._memory) if fn is None or k[0] == fn]:
                 self._memory_bytes -= len(self._memory.pop(k)[1])
 
     def mark_corrupt(self, key: Key, row: dict[str, Any], reason: str | None = None, status: str = "corrupt") -> None:
