@@ -531,3 +531,23 @@ def test_a_key_whose_index_entry_leads_to_another_keys_row_is_not_served_it(tmp_
         assert reader.index.lookup(("mod:f", "code", "c" * 32, "schema"), lean=lean) is None  # c has no index entry
         row = reader.index.lookup(b, lean=lean)
         assert row is not None and reader.load(b, row) == {"v": 2}
+
+
+def test_a_scalar_result_has_a_leaf_only_by_its_type():
+    """What ``calls/fasthits`` relies on to skip ``remember_loaded`` for a scalar result: the
+    result walk finds a leaf in a plain scalar only when its exact type is a registered leaf."""
+    from memolab.hashing import registry, results
+
+    values = [0, 1.5, "s", b"b", True, None, 10**40, float("nan")]
+    for v in values:
+        out: list = []
+        results._walk_leaves(v, out)
+        assert out == [], v
+    marker = object()
+    try:
+        registry.leaves[int] = marker  # type: ignore[assignment]  # (a stand-in leaf: only its identity is read)
+        out = []
+        results._walk_leaves(7, out)
+        assert out == [(7, marker)]
+    finally:
+        registry.leaves.pop(int, None)

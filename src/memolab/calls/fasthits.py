@@ -39,6 +39,7 @@ from typing import Any
 
 from .. import codegraph, hashing
 from ..codegraph import ACTIVE_GUARD
+from ..hashing.registry import leaves
 from ..inputs.implicit import parts as implicit_parts
 from ..inputs.reads import RECORDING
 from ..settings.config import settings
@@ -160,7 +161,8 @@ class FastTable:
             if not store.hit_in_memory(key, row):
                 entries.pop(k, None)
                 return False, None
-            hashing.remember_loaded(atom, key)
+            if type(atom) in leaves:  # (else ``remember_loaded`` finds no leaf in a scalar: hashing/results.py)
+                hashing.remember_loaded(atom, key)
             if RECORDING.get() is not None:  # (``reads.active()``)
                 used_by_body(key, row)
             return True, atom

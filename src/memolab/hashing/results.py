@@ -70,7 +70,11 @@ _plain_cache: dict[type, bool] = {}
 
 def _walk_leaves(value: Any, out: list[tuple[Any, Leaf]], depth: int = 0, seen: set[int] | None = None) -> None:
     """The large leaves of a result, in a deterministic order: inside lists, tuples,
-    dicts and objects with plain pickling whose handler allows it (``register_result_walk``)."""
+    dicts and objects with plain pickling whose handler allows it (``register_result_walk``).
+
+    A value that is no list, tuple or dict and has no ``__dict__`` (an ``int``, a ``str``) is a
+    leaf by its exact type in ``leaves`` or has none: ``calls/fasthits`` skips remembering the
+    digests of a scalar result whose type is not there (``remember_loaded`` would find nothing)."""
     t = type(value)
     h = dispatch.get(t)
     if h is None:
