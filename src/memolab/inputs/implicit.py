@@ -52,11 +52,16 @@ def register_switches(name: str, reader: Callable[[], dict[str, Any] | None]) ->
 
 
 _NONE: list[tuple[str, Any]] = []
+#: the libraries whose switches hook has not run yet (``hooks.pending``: shrinks as they run)
+_SWITCH_HOOKS = hooks.pending("switches")
 
 
 def parts(env: Sequence[str]) -> list[tuple[str, Any]]:
     """The pseudo-arguments of a call: non-default switches, then ``env``'s variables."""
-    hooks.run_imported("switches")
+    for module in _SWITCH_HOOKS:  # (``run_imported``'s own test, without its call while none is imported)
+        if module in sys.modules:
+            hooks.run_imported("switches")
+            break
     if not _switches and not env:
         return _NONE
     out: list[tuple[str, Any]] = []

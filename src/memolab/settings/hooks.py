@@ -205,16 +205,23 @@ def _all_watched_done() -> bool:
     return all((t, m) in _done for t in _ON_IMPORT for m in LAZY_HOOKS[t])
 
 
+def pending(table: str) -> list:
+    """The modules of ``table`` whose hook has not run: the very list ``run_imported`` walks (and
+    shrinks as hooks run), for a caller that tests it on every call before calling that."""
+    got = _pending.get(table)
+    if got is None:
+        got = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done or (table, m) in _running]
+    return got
+
+
 def run_imported(table: str) -> None:
     """Run, once each, the hooks of ``table`` whose module has been imported (called on every
     key for the ``switches`` table: one dict lookup per hook not run yet, nothing once all ran)."""
-    pending = _pending.get(table)
-    if pending is None:
-        pending = _pending[table] = [m for m in LAZY_HOOKS[table] if (table, m) not in _done or (table, m) in _running]
+    waiting = pending(table)
     modules = sys.modules
-    for module in pending:  # (no copy while none is imported: every key asks for ``switches``)
+    for module in waiting:  # (no copy while none is imported: every key asks for ``switches``)
         if module in modules:
-            for m in list(pending):  # a copy: running a hook takes it out of ``pending``
+            for m in list(waiting):  # a copy: running a hook takes it out of the list
                 if m in modules:
                     _run_on_import(m, (table,))  # (one another thread is running stays pending: waited for)
             return
