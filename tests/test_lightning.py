@@ -387,9 +387,15 @@ print(json.dumps({"counts": counts(), "run": {k: run[k] for k in ("status", "eva
 '''
 
 
+#: the scripts that use Lightning import it (through lit.py, or the demo itself) before memolab, and check
+#: no module list: they fork from a server that imported it (tests/zygote.py), as test_lightning_ddp's do;
+#: a real start would spend its ~5 s of CPU importing Lightning in each of these six runs
+LIGHTNING = ("torch", "numpy", "lightning")
+
+
 @pytest.fixture
 def lit_project(project):
-    # its runs fork from a server (tests/zygote.py) of torch alone: plain.py checks lightning is not imported
+    # plain.py checks that lightning is not imported: its run forks from a server of torch alone
     project.preload = ("torch", "numpy")
     project.write("work.py", WORK)
     project.write("lit.py", LIT)
@@ -405,6 +411,7 @@ def test_a_trainer_used_datamodule_and_a_lightning_made_loader_hit_in_the_next_p
     p.write("fit.py", FIT)
     plain = p.run_json("plain.py", env=ENV)
     assert plain["counts"] == {"summarize": 1}
+    p.preload = LIGHTNING
     first = p.run_json("fit.py", env=ENV)
     # the loader made in train_dataloader() under Trainer.fit hit on the plain loader's stored result
     assert first["counts"] == {"describe": 1, "summarize": 1, "weights": 1}
@@ -418,6 +425,7 @@ def test_a_trainer_used_datamodule_and_a_lightning_made_loader_hit_in_the_next_p
 def test_self_log_metrics_are_stored_with_the_evaluation_and_survive_a_hit(lit_project):
     p = lit_project
     p.write("train.py", TRAIN)
+    p.preload = LIGHTNING
     miss = p.run_json("train.py", env=ENV)
     hit = p.run_json("train.py", env=ENV)
     # (DM.train_dataloader summarizes); weights() of the loaded module hit on the trained one's result
@@ -448,6 +456,7 @@ def test_self_log_metrics_are_stored_with_the_evaluation_and_survive_a_hit(lit_p
 def test_the_lightning_demo_misses_then_hits_in_a_new_process(project):
     demo = Path(__file__).resolve().parents[1] / "examples" / "lightning_demo.py"
     project.write("lightning_demo.py", demo.read_text())
+    project.preload = LIGHTNING  # the demo imports lightning and torch before memolab
     first = project.run("lightning_demo.py", env=ENV).stdout.splitlines()
     second = project.run("lightning_demo.py", env=ENV).stdout.splitlines()
     assert first[:2] == ["lightning_demo.py:fit: miss", "returned module attached to a Trainer: True"]

@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
+import zygote
 from conftest import require
 from memolab import hashing
 from memolab.hashing import hash_value as H
@@ -21,11 +23,23 @@ from memolab.hashing import hash_value as H
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-def fresh(code: str, timeout: float = 120) -> dict:
-    """Run ``code`` in a new interpreter; its last stdout line is JSON."""
+#: what a script that imports torch before memolab may fork from (tests/zygote.py): memolab, its
+#: registrations and the user's classes are still the new process's own, so the first object it hashes
+#: is the first; each real start spent ~1.5 s of CPU importing torch
+TORCH = ("torch", "numpy")
+
+
+def fresh(code: str, timeout: float = 120, preload: tuple[str, ...] = ()) -> dict:
+    """Run ``code`` in a new interpreter; its last stdout line is JSON. With ``preload`` (for code
+    that imports those modules before memolab) forked from a server that imported them."""
     env = dict(os.environ, PYTHONPATH=SRC)
-    cp = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                        timeout=timeout)
+    if preload:
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "fresh.py").write_text(textwrap.dedent(code))
+            cp = zygote.run([os.path.join(d, "fresh.py")], d, env, preload, timeout)
+    else:
+        cp = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                            timeout=timeout)
     assert cp.returncode == 0, cp.stderr
     return json.loads(cp.stdout.strip().splitlines()[-1])
 
@@ -65,7 +79,7 @@ from memolab import hashing
 import json
 a, b = hashing.hash_value(x), hashing.hash_value(x)
 print(json.dumps({"same": a == b, "handler": hashing._dispatch[type(x)].__name__}))
-""")
+""", preload=() if family == "numpy" else TORCH)  # (numpy's script never imports torch)
     assert got == {"same": True, "handler": handler}
 
 
@@ -88,10 +102,11 @@ def test_module_hashed_first_keys_its_hooks_and_sees_buffer_updates():
         F.batch_norm(torch.randn(8, 4), m.mean, m.var, training=True)  # in place, version counter unmoved
         d2 = hashing.hash_value(m)
         print(json.dumps({"hook": d0 != d1, "removed": d0b == d0, "buffers": d2 != d0b}))
-    """)
+    """, preload=TORCH)
     assert got == {"hook": True, "removed": True, "buffers": True}
 
 
+@pytest.mark.preload(*TORCH)  # bn.py imports torch before memolab: a forked run (tests/zygote.py)
 def test_memoized_module_with_batchnorm_style_buffers_misses_after_update(project):
     project.write("bn.py", """
         import json, sys, torch

@@ -81,19 +81,29 @@ def dashboard(tmp_store, tmp_path, monkeypatch):
     sys.modules.pop("dashjob", None)
 
 
-@pytest.fixture
-def page():
+@pytest.fixture(scope="module")
+def chromium():
+    """One Chromium (and one Playwright driver) for the tests of a file: a launch per test cost about
+    2 s of a loaded machine each, some thirty times a run. Each test's page is in a browser context
+    of its own (``page``): no cookie, storage or cache of another test's page is seen."""
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.errors = errors
-        pg.requests = []  # every URL the page asked for: the dashboard must work offline (no CDN)
-        pg.on("request", lambda r: pg.requests.append(r.url))
-        yield pg
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def page(chromium):
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    pg = context.new_page()
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.errors = errors
+    pg.requests = []  # every URL the page asked for: the dashboard must work offline (no CDN)
+    pg.on("request", lambda r: pg.requests.append(r.url))
+    yield pg
+    context.close()
 
 
 def run_ids(pg):

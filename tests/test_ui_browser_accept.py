@@ -10,7 +10,7 @@ import sys
 
 from conftest import SRC
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import page  # noqa: F401  (a fixture)
+from test_ui_browser import chromium, page  # noqa: F401  (fixtures)
 
 JOB = '''
 import os

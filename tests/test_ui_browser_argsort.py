@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import page  # noqa: F401  (a fixture)
+from test_ui_browser import chromium, page  # noqa: F401  (fixtures)
 from test_ui_browser_paging import runs_asked
 
 N = 2400  # the newest 2,000 are runs 401..2400: every run below asserted on is older

@@ -8,7 +8,7 @@ import pytest
 import sweep24
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import page  # noqa: F401  (a fixture)
+from test_ui_browser import chromium, page  # noqa: F401  (fixtures)
 
 WIDTHS = (1280, 1920)
 

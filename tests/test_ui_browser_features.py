@@ -12,7 +12,7 @@ import memolab
 from memolab.store import get_store
 from memolab.tracking import query
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import SHOTS, page, run_ids, select_runs, wait_points  # noqa: F401  (page is a fixture)
+from test_ui_browser import SHOTS, chromium, page, run_ids, select_runs, wait_points  # noqa: F401  (fixtures)
 
 JOB = '''
 import numpy as np

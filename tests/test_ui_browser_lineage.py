@@ -16,7 +16,7 @@ import pytest
 
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import SHOTS, page  # noqa: F401  (page is a fixture: Chromium as test_ui_browser drives it)
+from test_ui_browser import SHOTS, chromium, page  # noqa: F401  (fixtures: Chromium as test_ui_browser drives it)
 
 PIPE = '''
 import numpy as np

@@ -10,7 +10,7 @@ import urllib.parse
 
 from memolab.store import get_store
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import page  # noqa: F401  (a fixture)
+from test_ui_browser import chromium, page  # noqa: F401  (fixtures)
 
 N = 600  # ten screens and more: every run past the first is reached by paging
 BEST = 234  # the lowest val/loss, far below the first page (the newest runs)

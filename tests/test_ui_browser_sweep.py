@@ -14,7 +14,7 @@ import pytest
 from memolab.store import get_store
 from memolab.tracking import sink as S
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import page  # noqa: F401  (a fixture)
+from test_ui_browser import chromium, page  # noqa: F401  (fixtures)
 
 FN = "sweep:train"
 TAGS = ["lr", "sys/gpu", "train/acc", "train/loss", "val/acc", "val/loss", "x/a", "x/b"]

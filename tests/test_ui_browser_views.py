@@ -17,7 +17,7 @@ import pytest
 from memolab.store import get_store
 from memolab.tracking import query
 from memolab.ui.server import serve_in_thread
-from test_ui_browser import page  # noqa: F401  (a fixture)
+from test_ui_browser import chromium, page  # noqa: F401  (fixtures)
 
 LRS = [0.001, 0.003, 0.01, 0.03, 0.1, 0.3]
 
