@@ -101,34 +101,41 @@ def test_a_sort_and_a_filter_by_an_argument_see_every_run(tmp_store, page):  # n
 
 
 class Held:
-    """The page's requests of the runs filtered by one of ``words`` are held (not sent on) until
-    ``release``: the server's answer to them comes after what the page does meanwhile, as on a loaded
+    """The page's first request of the runs that ``hold``'s test passes is held (not sent on) until
+    ``release``: the server's answer to it comes after what the page does meanwhile, as on a loaded
     machine, but every time."""
 
     def __init__(self, pg) -> None:
-        self.pg, self.words, self.routes = pg, set(), {}
+        self.pg, self.tests, self.routes = pg, {}, {}
         pg.route("**/api/runs?*", self.handle)
 
     def handle(self, route) -> None:
-        arg = " ".join(urllib.parse.parse_qs(urllib.parse.urlparse(route.request.url).query).get("arg", []))
-        if arg in self.words and arg not in self.routes:
-            self.routes[arg] = route
-        else:
-            route.continue_()
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(route.request.url).query)
+        for name, test in self.tests.items():
+            if name not in self.routes and test(q):
+                self.routes[name] = route
+                return
+        route.continue_()
 
-    def hold(self, words: str) -> None:
-        self.words.add(words)
+    def hold(self, words: str, sort: str | None = None) -> str:
+        """The first page of the runs filtered by ``words`` (and sorted by ``sort``, as the query says it)."""
+        def test(q: dict[str, list[str]]) -> bool:
+            return (" ".join(q.get("arg", [])) == words and "offset" not in q
+                    and (sort is None or f"{q.get('sort', [''])[0]} {q.get('dir', [''])[0]}" == sort))
+        name = f"{words} {sort}"
+        self.tests[name] = test
+        return name
 
-    def wait(self, words: str) -> None:
+    def wait(self, name: str) -> None:
         """Until the page has asked (the request is held): a bounded look at a condition."""
         end = time.monotonic() + 30
-        while words not in self.routes:
-            assert time.monotonic() < end, f"the page never asked for {words}"
+        while name not in self.routes:
+            assert time.monotonic() < end, f"the page never asked for {name}"
             self.pg.wait_for_timeout(20)  # (lets Playwright deliver the route; the condition is above)
 
-    def release(self, words: str) -> None:
-        self.words.discard(words)
-        self.routes.pop(words).continue_()
+    def release(self, name: str) -> None:
+        del self.tests[name]
+        self.routes.pop(name).continue_()
 
 
 def count(pg, text: str) -> None:
@@ -155,11 +162,11 @@ def test_a_response_that_comes_late_never_leaves_the_table_on_another_query(tmp_
         first_rows(pg, six)
 
         # select all while the filter's rows are on their way: the filter's rows, not the six drawn
-        held.hold("seed<=3")
+        h = held.hold("seed<=3")
         pg.fill("#run-filter", "seed<=3")
-        held.wait("seed<=3")
+        held.wait(h)
         pg.click("#select-all")
-        held.release("seed<=3")
+        held.release(h)
         count(pg, f"3 of {n} evaluation(s), 3 selected")
         assert pg.evaluate("() => state.selected") == ["3", "2", "1"]
         first_rows(pg, [3, 2, 1])
@@ -168,12 +175,12 @@ def test_a_response_that_comes_late_never_leaves_the_table_on_another_query(tmp_
         # asked nothing): the answer, in start order, is not drawn under the seed column's arrow
         pg.fill("#run-filter", "seed<10 opt!=sgd")
         first_rows(pg, six)
-        held.hold("lr=0.1")
+        h = held.hold("lr=0.1")
         pg.fill("#run-filter", "lr=0.1")
-        held.wait("lr=0.1")
+        held.wait(h)
         pg.click("#runs thead th[data-col='seed']")
         assert pg.evaluate("() => [state.sort.key, state.sort.dir]") == ["a:seed", 1]
-        held.release("lr=0.1")
+        held.release(h)
         first_rows(pg, [4, 8, 12, 16])
         count(pg, f"{n // 4} of {n} evaluation(s)")
         # scrolled to the end, the pages come in the same order (seed ascending, lr=0.1 only)
@@ -184,16 +191,31 @@ def test_a_response_that_comes_late_never_leaves_the_table_on_another_query(tmp_
 
         # an older filter's answer, come after the newer one's, is dropped
         pg.eval_on_selector("#runs-wrap", "w => { w.scrollTop = 0; w.dispatchEvent(new Event('scroll')); }")
-        held.hold("lr=0.2")
+        h = held.hold("lr=0.2")
         pg.fill("#run-filter", "lr=0.2")
-        held.wait("lr=0.2")
+        held.wait(h)
         pg.fill("#run-filter", "lr=0.3")
         first_rows(pg, [2, 6, 10])
-        held.release("lr=0.2")
+        held.release(h)
         pg.wait_for_function("() => !state.inflight")
         first_rows(pg, [2, 6, 10])
         assert all(r % 4 == 2 for r in pg.evaluate(SHOWN))
         count(pg, f"{n // 4} of {n} evaluation(s)")
+
+        # the sort turned while its answer is on its way: the pages scrolled to meanwhile are of the
+        # order drawn (seed ascending, under its arrow), never the next order's pages mixed in
+        h = held.hold("lr=0.3", "a:seed desc")
+        pg.click("#runs thead th[data-col='seed']")
+        held.wait(h)
+        pg.eval_on_selector("#runs-wrap", "w => { w.scrollTop = w.scrollHeight; w.dispatchEvent(new Event('scroll')); }")
+        pg.wait_for_function(f"() => !document.querySelector('#runs tbody tr.pending') && ({SHOWN})().includes({n - 2})")
+        tail = pg.evaluate(SHOWN)
+        assert tail == sorted(tail) and all(r % 4 == 2 for r in tail), tail
+        assert "seed ▲" in pg.inner_text("#runs thead")
+        pg.eval_on_selector("#runs-wrap", "w => { w.scrollTop = 0; w.dispatchEvent(new Event('scroll')); }")
+        held.release(h)
+        first_rows(pg, [n - 2, n - 6, n - 10])
+        assert "seed ▼" in pg.inner_text("#runs thead")
         assert pg.errors == []
     finally:
         srv.shutdown()
