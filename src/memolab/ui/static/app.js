@@ -191,6 +191,7 @@ async function selectFunction(fn, keep = false, script = null) {
   $("#fn-title").textContent = isProcess(fn) ? `${fnLabel(entry)} (logs of a script, outside memoized calls)` : fnLabel(entry);
   $("#fn-title").title = script ? `${fn} in ${script}` : fn;
   await loadRuns(true, false);
+  if (state.fn !== fn || (state.script ?? null) !== (script ?? null)) return;  // another was chosen meanwhile: its call draws
   if (fresh || state.autoSelect) {
     state.autoSelect = false;
     // arriving on a function shows its newest runs at once
