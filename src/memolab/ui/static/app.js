@@ -160,7 +160,11 @@ const entryKey = (fn, script) => `${fn}\u0000${script ?? ""}`;
 function fnLabel(f) { return isProcess(f.fn) ? f.fn.slice(9, -1) : f.label || f.fn; }
 function currentEntry() { return (state.entries || []).find((f) => f.fn === state.fn && (f.script ?? null) === (state.script ?? null)); }
 async function loadFunctions() {
-  const fns = state.entries = await api("functions");
+  // (two polls may overlap on a loaded machine: an older list, come last, is not drawn over a newer one)
+  const seq = state.fnsSeq = (state.fnsSeq || 0) + 1;
+  const fns = await api("functions");
+  if (seq !== state.fnsSeq) return fns;
+  state.entries = fns;
   const filter = $("#fn-filter").value.toLowerCase();
   const item = (f) => el("li", { "data-fn": f.fn, "data-script": f.script ?? "", "data-label": fnLabel(f),
     class: f.fn === state.fn && (f.script ?? null) === (state.script ?? null) ? "active" : "",
@@ -187,6 +191,7 @@ async function selectFunction(fn, keep = false, script = null) {
   $("#fn-title").textContent = isProcess(fn) ? `${fnLabel(entry)} (logs of a script, outside memoized calls)` : fnLabel(entry);
   $("#fn-title").title = script ? `${fn} in ${script}` : fn;
   await loadRuns(true, false);
+  if (state.fn !== fn || (state.script ?? null) !== (script ?? null)) return;  // another was chosen meanwhile: its call draws
   if (fresh || state.autoSelect) {
     state.autoSelect = false;
     // arriving on a function shows its newest runs at once
@@ -270,10 +275,11 @@ function codeChanges() {
 function scriptOf(r) { return ""; }
 
 // what one request of the function's runs names: its function (and script), the sort the server does
-function runsQuery(limit, offset) {
+// (sorted false: which runs, not in what order)
+function runsQuery(limit, offset, sorted = true) {
   const which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
   const { key, dir } = state.sort;
-  const bySrv = serverSorts() && !(key === "started" && dir < 0) ? `&sort=${encodeURIComponent(key)}&dir=${dir > 0 ? "asc" : "desc"}` : "";
+  const bySrv = sorted && serverSorts() && !(key === "started" && dir < 0) ? `&sort=${encodeURIComponent(key)}&dir=${dir > 0 ? "asc" : "desc"}` : "";
   return "runs?fn=" + encodeURIComponent(state.fn) + which + `&limit=${limit}` + (offset ? `&offset=${offset}` : "") + bySrv
     + (serverFilters() ? state.srvFilter : "");
 }
@@ -294,12 +300,29 @@ function reloadIfModeChanged() {
   return false;
 }
 
-async function loadRuns(force = true, render = true) {
-  if (!state.fn) return false;
-  const all = wantsAll(), size = all ? RUN_WINDOW : screenRows();
-  const fn = state.fn, seq = state.runsSeq = (state.runsSeq || 0) + 1;
-  const page = await api(runsQuery(size, 0));
-  if (seq !== state.runsSeq || fn !== state.fn) return false;  // a newer request (another function, sort) won
+// The runs of the table as they are asked for now (function, filter, sort). Every response is applied
+// only if it answers the newest request AND the table as it is asked for when it comes: a sort clicked
+// or a filter typed while it was on its way (which asked nothing themselves: the rows held were every
+// run) asks again, instead of drawing the older query's rows under the new sort's arrow. A call
+// overtaken by a newer one resolves when the newest is applied (state.runsLast): its caller (select
+// all, the choice of a function) then reads the rows asked for, not the ones before.
+function loadRuns(force = true, render = true) {
+  if (!state.fn) return Promise.resolve(false);
+  const seq = state.runsSeq = (state.runsSeq || 0) + 1;
+  const p = state.runsLast = runsLoad(seq, force, render);
+  return p;
+}
+// the query the table needs now: every run (up to the window) or a screen of them
+function runsWanted() { const all = wantsAll(); return { all, size: all ? RUN_WINDOW : screenRows() }; }
+async function runsLoad(seq, force, render) {
+  const { all, size } = runsWanted();
+  const fn = state.fn, asked = runsQuery(size, 0), which = runsQuery(0, 0, false);
+  const page = await api(asked);
+  if (seq !== state.runsSeq || fn !== state.fn) return state.runsLast;  // a newer request (another function, sort) won
+  const now = runsWanted();
+  // every run that passes the filter came: any order of them is drawn by the page itself
+  const complete = page.total <= page.rows.length;
+  if (runsQuery(now.size, 0) !== asked && !(complete && runsQuery(0, 0, false) === which)) return loadRuns(force, render);
   const runs = page.rows;
   state.total = page.total;
   // paged: the first page of what the server sorted; the others come as the table is scrolled to them
@@ -317,6 +340,7 @@ async function loadRuns(force = true, render = true) {
     state.slots = new Array(page.total);
     for (let i = 0; i < runs.length; i++) state.slots[i] = runs[i];
     state.pageSize = size;
+    state.slotsQuery = asked;  // the other pages are of this query (its sort, its filter), whatever is typed since
     state.asked = new Set([0]);
     state.bestSrv = {};
   } else if (paged) {  // nothing changed: the pages scrolled to stay
@@ -332,7 +356,7 @@ async function loadRuns(force = true, render = true) {
   const ask = missing.filter((id) => !runById(id)).slice(0, MAX_IDS);
   if (ask.length && page.total > runs.length) {
     const got = await api(`runs?ids=${ask.join(",")}`);
-    if (seq !== state.runsSeq) return false;
+    if (seq !== state.runsSeq) return state.runsLast;
     for (const r of got) if (r.fn === fn) state.byId.set(String(r.id), r);
   }
   state.selected = state.selected.filter((id) => runById(id));
@@ -345,11 +369,11 @@ async function loadRuns(force = true, render = true) {
 // the pages of a paged table holding rows [first, last) not yet asked for: asked, drawn when they come
 function fillRows(first, last) {
   if (!state.paged || !state.slots) return;
-  const size = state.pageSize, slots = state.slots, fn = state.fn, seq = state.runsSeq;
+  const size = state.pageSize, slots = state.slots, fn = state.fn, seq = state.runsSeq, base = state.slotsQuery;
   for (let p = Math.floor(first / size); p * size < Math.min(last, slots.length); p++) {
     if (state.asked.has(p)) continue;
     state.asked.add(p);
-    api(runsQuery(size, p * size)).then((page) => {
+    api(base + (p ? `&offset=${p * size}` : "")).then((page) => {
       if (seq !== state.runsSeq || fn !== state.fn || slots !== state.slots) return;  // reloaded meanwhile
       page.rows.forEach((r, i) => {
         if (p * size + i < slots.length) slots[p * size + i] = r;
@@ -364,11 +388,11 @@ function fillRows(first, last) {
 // points per run and tag (the default metric columns), and min/max once the user shows them: the
 // table is drawn again when they come, the charts do not wait for them
 function loadStats() {
-  const fn = state.fn, minmax = state.stat !== "last";
+  const fn = state.fn, minmax = state.stat !== "last", seq = state.statsSeq = (state.statsSeq || 0) + 1;
   const some = state.total > state.runs.length  // (a window or a page: the stats of its runs only)
     ? "&runs=" + state.runs.filter((r) => typeof r.id === "number").slice(0, MAX_IDS).map((r) => r.id).join(",") : "";
   api(`metrics?fn=${encodeURIComponent(fn)}${minmax ? "&minmax=1" : ""}${some}`)
-    .then((st) => { if (state.fn === fn) { state.stats = st; state.statsMinmax = minmax; renderRuns(); } })
+    .then((st) => { if (seq === state.statsSeq && state.fn === fn) { state.stats = st; state.statsMinmax = minmax; renderRuns(); } })
     .catch((e) => console.error(e));
 }
 
@@ -590,6 +614,9 @@ function toggleRun(id) {
 }
 
 async function selectAll() {
+  // the rows of what the user last asked for: a load of them under way (a filter just typed) is waited
+  // for, never the previous filter's rows selected
+  if (state.runsLast) await state.runsLast.catch(() => false);
   // a paged table: every run first (the newest RUN_WINDOW), as a filter does
   if (state.paged) { state.wantAll = true; await loadRuns(true); state.wantAll = false; }
   // the filtered rows, in table order, that have logs (as many as one request may name)

@@ -29,7 +29,9 @@ function evalLink(fn, id, text) {
 
 async function showEvaluation(id) {
   const box = $("#eval-panel");
+  const seq = state.evalSeq = (state.evalSeq || 0) + 1;
   const e = await api(`evaluation?id=${id}`);
+  if (seq !== state.evalSeq) return;  // another evaluation was clicked meanwhile: its panel, not this one
   state.panelEval = e.id;
   const rows = [["function", e.fn], ["status", e.status], ["finished", fmtTime(e.finished)], ["took", fmtDur(e.duration)],
     ["hits", String(e.hits ?? 0)], ["code", (e.code || "").slice(0, 12)], ["result", e.result ?? "–"]];

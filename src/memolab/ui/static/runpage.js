@@ -14,6 +14,7 @@ async function openRunPage(id) {
   try {
     d = await api(`run?id=${encodeURIComponent(id)}`);
   } catch (e) {
+    if (state.page !== String(id)) return;
     page.replaceChildren(el("p", { class: "error", text: `run ${id}: ${e.message}` }), backButton());
     showPage(true);
     return;

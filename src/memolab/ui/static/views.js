@@ -316,8 +316,9 @@ function loadGroupStats() {
   if (!box) return;
   if (!state.fn || !by || by === "pattern" || by === BY_CODE || !tag) { box.classList.add("hidden"); return; }
   const fn = state.fn, which = state.script === null || state.script === undefined ? "" : state.script === "" ? "&none=1" : "&script=" + encodeURIComponent(state.script);
+  const seq = state.groupSeq = (state.groupSeq || 0) + 1;  // (an older answer, of another tag, come last is dropped)
   api(`groups?fn=${encodeURIComponent(fn)}${which}&by=${encodeURIComponent(by)}&tag=${encodeURIComponent(tag)}`).then((g) => {
-    if (state.fn !== fn || state.group.by !== by) return;
+    if (seq !== state.groupSeq || state.fn !== fn || state.group.by !== by) return;
     let best = null;
     for (const x of g.groups) if (better(tag, x.mean, best === null ? null : best.mean)) best = x;
     box.querySelector("thead").replaceChildren(el("tr", {}, ...[by, "runs", `n (${tag})`, "mean", "min", "max"].map((t) => el("th", { text: t }))));
