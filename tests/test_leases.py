@@ -142,10 +142,15 @@ def test_a_lease_whose_release_failed_in_a_live_process_expires_at_its_ttl(proje
 
 def test_a_live_holder_whose_clock_is_an_hour_behind_keeps_its_lease(project):
     """A holder on another machine, its clock an hour behind, computes for several TTLs and
-    heart-beats: its lease must not look an hour stale (the key was computed twice)."""
+    heart-beats: its lease must not look an hour stale (the key was computed twice).
+
+    The TTL is 3 s, 30 heartbeats: a live holder keeps its lease only while its heartbeats land
+    within one TTL, and under a loaded suite (4 workers on 2 cores, a neighbour writing a GiB) one
+    second without a landed heartbeat happened once. The bug this pins judged the lease an hour
+    stale at once, whatever the TTL."""
     project.write("work.py", WORK)
-    ttl = 1.0
-    holder = _start(project, ELSEWHERE + "\nimport work\nprint(work.work(21))", SKEW=-3600, WORK_SECONDS=5 * ttl,
+    ttl = 3.0
+    holder = _start(project, ELSEWHERE + "\nimport work\nprint(work.work(21))", SKEW=-3600, WORK_SECONDS=3 * ttl,
                     MEMOLAB_LEASE_TTL=ttl, MEMOLAB_HEARTBEAT=0.1)
     try:
         _wait_for(project.root / f"started.{holder.pid}", holder)
