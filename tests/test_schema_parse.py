@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 import sqlite3
 
-from memolab.store.schema import DDL, LINEAGE_TRIGGERS, _split
 from memolab.tracking import counts, schema
+from test_counts import _index  # (an index with the schema's tables, indexes and lineage triggers)
 
 
 def _digits_db(trigger: str) -> sqlite3.Connection:
@@ -62,13 +62,6 @@ def test_the_short_digits_trigger_keeps_the_unrolled_ones_number_after_every_wri
     assert compared == 80 * 36
 
 
-def _index() -> sqlite3.Connection:
-    c = sqlite3.connect(":memory:", isolation_level=None)
-    c.executescript(DDL.split("-- indexes --")[0])
-    c.executescript(DDL.split("-- indexes --")[1])
-    for stmt in _split(LINEAGE_TRIGGERS):
-        c.execute(stmt)
-    return c
 
 
 def _trigger_sql(c: sqlite3.Connection, name: str) -> str | None:

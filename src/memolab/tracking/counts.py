@@ -28,8 +28,9 @@ count as before.
 """
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..store.inlist import placeholders
@@ -254,21 +255,29 @@ def shorten(c: sqlite3.Connection) -> list[str]:
     is right too, and the next writable open here shortens it again."""
     if not _older(c):
         return []
-    own = not c.in_transaction
-    if own:
-        c.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(c):
         done = _older(c)  # (another process may have replaced them meanwhile)
         for name in done:
             c.execute(f"DROP TRIGGER {name}")
             c.execute(_shortened()[name][1])
+    return done
+
+
+@contextlib.contextmanager
+def _write_transaction(c: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction: the caller's, if it is in one; else one begun here (``IMMEDIATE``:
+    the write lock first), committed at the end and rolled back on any exception."""
+    own = not c.in_transaction
+    if own:
+        c.execute("BEGIN IMMEDIATE")
+    try:
+        yield
         if own:
             c.execute("COMMIT")
     except BaseException:
         if own and c.in_transaction:
             c.execute("ROLLBACK")
         raise
-    return done
 
 
 def _make(c: sqlite3.Connection) -> None:
@@ -287,18 +296,9 @@ def install_once(c: sqlite3.Connection, available: Callable[[sqlite3.Connection]
         return False
     if c.execute("SELECT 1 FROM main.sqlite_master WHERE type='table' AND name='evaluations'").fetchone() is None:
         return False  # (not a store's index: a logs bundle's own file)
-    own = not c.in_transaction
-    if own:
-        c.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(c):
         if not available(c):  # (another process may have made them meanwhile)
             make(c)
-        if own:
-            c.execute("COMMIT")
-    except BaseException:
-        if own and c.in_transaction:
-            c.execute("ROLLBACK")
-        raise
     return True
 
 
