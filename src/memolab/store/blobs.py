@@ -38,7 +38,7 @@ from . import layout, tmpfiles
 Buffer = bytes | bytearray | memoryview
 #: a blob is read without following a link at its name (``layout``: memolab never follows one)
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-_PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
+PARALLEL_MIN = 8 << 20  # use both cores for blobs at least this large
 _OVERLAP_MIN = 16 << 20  # hash while writing for blobs at least this large
 #: bytes between two steps of a progress bar (a write, a hash): small enough for a bar to move
 #: every ~50 ms on a fast disk, large enough that the steps cost nothing
@@ -49,12 +49,12 @@ Progress = Callable[[int], None] | None
 
 
 def digest_bytes(data: Buffer, progress: Progress = None) -> str:
-    if type(data) is bytes and len(data) < _PARALLEL_MIN and progress is None:
+    if type(data) is bytes and len(data) < PARALLEL_MIN and progress is None:
         # (a hit's inline payload: no view to make; ``hexdigest`` builds its text a character at a
         # time, ``digest().hex()`` in one C call: the same text, a third fewer instructions)
         return blake3.blake3(data).digest().hex()
     mv = memoryview(data)
-    if mv.nbytes >= _PARALLEL_MIN:
+    if mv.nbytes >= PARALLEL_MIN:
         if progress is None or mv.nbytes <= _STEP:
             h = blake3.blake3(mv, max_threads=blake3.blake3.AUTO)
         else:  # in steps, to report them: the same digest (BLAKE3 is incremental)

@@ -11,10 +11,7 @@ from typing import Any
 from blake3 import blake3 as _blake3
 
 from ..errors import CorruptBlob, StoreMiss
-from .blobs import digest_bytes
-
-#: ``digest_bytes`` hashes a ``bytes`` shorter than this in one thread, as ``split_inline``'s short way does
-_ONE_THREAD = 8 << 20
+from .blobs import PARALLEL_MIN, digest_bytes
 
 #: ``_pickle.loads``, once the first result is loaded
 _unpickle: Any = None
@@ -132,9 +129,10 @@ def split_inline(inline: bytes, row: dict[str, Any], refs: list[tuple[str, int]]
     """Payload and buffers of an inline row, each checked against its digest
     (the row may be damaged or hand-edited like any file): ``CorruptBlob`` if not."""
     n = row["payload_size"]
-    if not refs and type(inline) is bytes and len(inline) == n and n < _ONE_THREAD:
-        # (most small results: no buffers, the column is the payload. ``digest_bytes`` of a
-        # ``bytes`` this size, without its checks and call: a third of a store hit's load)
+    if not refs and type(inline) is bytes and len(inline) == n and n < PARALLEL_MIN:
+        # (most small results: no buffers, the column is the payload. ``digest_bytes``'s one-thread
+        # way for a ``bytes`` under ``PARALLEL_MIN``, without its checks and call: a third of a
+        # store hit's load)
         if _blake3(inline).digest().hex() != row["payload"]:
             raise CorruptBlob(f"inline payload of #{row['id']} does not match its digest")
         return inline, ()
