@@ -180,11 +180,52 @@ def test_another_threads_import_in_the_middle_of_a_body_is_no_draw_of_that_body(
     assert len(out["deps"]) == 3, out
 
 
+#: two threads asking at once while the first runs a lazy registration (in both scripts below)
+RACE = r'''
+def inside(thread, fn):
+    """Is ``thread`` inside ``fn`` (with the fix: waiting for the other thread's registration)?"""
+    f = sys._current_frames().get(thread.ident)
+    while f is not None:
+        if f.f_code is fn.__code__:
+            return True
+        f = f.f_back
+    return False
+
+
+def race(module, name, ask, fixed, waiting_in):
+    """``ask()`` in two threads, the first registering ``module.name`` (the lazy registration) until
+    the second has asked too (the race) or, where the fix is there (``fixed``), waits for the
+    registration inside ``waiting_in``; both answers, and a third asked after them."""
+    entered, second_done, out = threading.Event(), threading.Event(), {}
+    original = getattr(module, name)
+
+    def slow(*args):
+        entered.set()
+        deadline = time.monotonic() + 120
+        while not (second_done.is_set() or (fixed and inside(second, waiting_in))):
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        original(*args)
+
+    setattr(module, name, slow)
+    first = threading.Thread(target=lambda: out.__setitem__("first", ask()))
+    second = threading.Thread(target=lambda: (out.__setitem__("second", ask()), second_done.set()))
+    first.start()
+    assert entered.wait(120)
+    second.start()
+    for t in (first, second):
+        t.join(120)
+        assert not t.is_alive()
+    return [out["first"], out["second"], ask()]
+'''
+
+
 HASH_SCRIPT = r'''
 import json, sys, threading, time
 import numpy as np
 import memolab
 from memolab.hashing import arrays, registry
+''' + RACE + r'''
 
 
 class Shared:
@@ -202,40 +243,9 @@ def total(a):
     return int(a.sum())
 
 
-def in_run_lazy(thread):
-    """Is ``thread`` inside ``registry.run_lazy`` (with the fix: waiting for the registration)?"""
-    f = sys._current_frames().get(thread.ident)
-    while f is not None:
-        if f.f_code is registry.run_lazy.__code__:
-            return True
-        f = f.f_back
-    return False
-
-
-entered, second_done = threading.Event(), threading.Event()
-original = arrays.register
-
-
-def register():  # numpy's hashing handlers, registered by the first thread once the second has
-    entered.set()  # hashed the same array (the race) or is waiting for this registration (the fix)
-    deadline = time.monotonic() + 120
-    while not (second_done.is_set() or (hasattr(registry, "lazy_running") and in_run_lazy(second))):
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    original()
-
-
-arrays.register = register
 a = np.arange(10)
-first = threading.Thread(target=total, args=(a,), name="first")
-second = threading.Thread(target=lambda: (total(a), second_done.set()), name="second")
-first.start()
-assert entered.wait(120)
-second.start()
-for t in (first, second):
-    t.join(120)
-    assert not t.is_alive()
-print(json.dumps({"computed": len(run.computed), "evaluations": len(total.evaluations()), "value": total(a)}))
+out = race(arrays, "register", lambda: total(a), hasattr(registry, "lazy_running"), registry.run_lazy)
+print(json.dumps({"computed": len(run.computed), "evaluations": len(total.evaluations()), "value": out[2]}))
 '''
 
 
@@ -256,49 +266,13 @@ from memolab import pickling
 from memolab.inputs import mutations
 from memolab.numpy import restore
 from memolab.pickling import arrays
-
-
-def inside(thread, fn):
-    """Is ``thread`` inside ``fn`` (with the fix: waiting for the other thread's registration)?"""
-    f = sys._current_frames().get(thread.ident)
-    while f is not None:
-        if f.f_code is fn.__code__:
-            return True
-        f = f.f_back
-    return False
-
-
-def race(module, name, ask, waiting_in):
-    """``ask()`` in two threads, the first registering ``module.name`` (the lazy registration) until
-    the second has asked too (the race) or waits for the registration (the fix); both answers."""
-    entered, second_done, out = threading.Event(), threading.Event(), {}
-    original = getattr(module, name)
-
-    def slow(*args):
-        entered.set()
-        deadline = time.monotonic() + 120
-        while not (second_done.is_set() or (hasattr(waiting_in[0], "_resolving") and inside(second, waiting_in[1]))):
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
-        original(*args)
-
-    setattr(module, name, slow)
-    first = threading.Thread(target=lambda: out.__setitem__("first", ask()))
-    second = threading.Thread(target=lambda: (out.__setitem__("second", ask()), second_done.set()))
-    first.start()
-    assert entered.wait(120)
-    second.start()
-    for t in (first, second):
-        t.join(120)
-        assert not t.is_alive()
-    return [out["first"], out["second"], ask()]
-
+''' + RACE + r'''
 
 a = np.arange(100_000)  # big enough for its bytes to go out of band (a blob, read-only on load)
 pickled = race(arrays, "register", lambda: hashlib.sha256(bytes(pickling.dumps_with_refs(a)[0])).hexdigest(),
-               (pickling, pickling._resolve))
+               hasattr(pickling, "_resolving"), pickling._resolve)
 rules = race(restore, "register", lambda: getattr(mutations.rule_of(np.ndarray), "__qualname__", None),
-             (mutations, mutations.rule_of))
+             hasattr(mutations, "_resolving"), mutations.rule_of)
 print(json.dumps({"payloads": pickled, "rules": rules}))
 '''
 
