@@ -133,6 +133,13 @@ class Held:
             assert time.monotonic() < end, f"the page never asked for {name}"
             self.pg.wait_for_timeout(20)  # (lets Playwright deliver the route; the condition is above)
 
+    def typed(self, words: str) -> str:
+        """``words`` typed into the filter, its first page held: the page has asked and waits."""
+        h = self.hold(words)
+        self.pg.fill("#run-filter", words)
+        self.wait(h)
+        return h
+
     def release(self, name: str) -> None:
         del self.tests[name]
         self.routes.pop(name).continue_()
@@ -162,9 +169,7 @@ def test_a_response_that_comes_late_never_leaves_the_table_on_another_query(tmp_
         first_rows(pg, six)
 
         # select all while the filter's rows are on their way: the filter's rows, not the six drawn
-        h = held.hold("seed<=3")
-        pg.fill("#run-filter", "seed<=3")
-        held.wait(h)
+        h = held.typed("seed<=3")
         pg.click("#select-all")
         held.release(h)
         count(pg, f"3 of {n} evaluation(s), 3 selected")
@@ -175,9 +180,7 @@ def test_a_response_that_comes_late_never_leaves_the_table_on_another_query(tmp_
         # asked nothing): the answer, in start order, is not drawn under the seed column's arrow
         pg.fill("#run-filter", "seed<10 opt!=sgd")
         first_rows(pg, six)
-        h = held.hold("lr=0.1")
-        pg.fill("#run-filter", "lr=0.1")
-        held.wait(h)
+        h = held.typed("lr=0.1")
         pg.click("#runs thead th[data-col='seed']")
         assert pg.evaluate("() => [state.sort.key, state.sort.dir]") == ["a:seed", 1]
         held.release(h)
@@ -191,9 +194,7 @@ def test_a_response_that_comes_late_never_leaves_the_table_on_another_query(tmp_
 
         # an older filter's answer, come after the newer one's, is dropped
         pg.eval_on_selector("#runs-wrap", "w => { w.scrollTop = 0; w.dispatchEvent(new Event('scroll')); }")
-        h = held.hold("lr=0.2")
-        pg.fill("#run-filter", "lr=0.2")
-        held.wait(h)
+        h = held.typed("lr=0.2")
         pg.fill("#run-filter", "lr=0.3")
         first_rows(pg, [2, 6, 10])
         held.release(h)
