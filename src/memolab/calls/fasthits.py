@@ -42,7 +42,6 @@ from ..codegraph import ACTIVE_GUARD
 from ..hashing.registry import leaves
 from ..inputs.implicit import parts as implicit_parts
 from ..inputs.reads import RECORDING
-from ..settings.config import settings
 from ..store import Key
 from ..store.inline import plain_scalar
 from .rows import served, used_by_body
@@ -148,8 +147,8 @@ class FastTable:
             entries.pop(k, None)  # (the full path makes the entry of what is true now)
             return False, None
         if root is not None:
-            # ``codegraph.quiet_version``, written out: no digest under way in this thread (whose
-            # cycle guard could answer otherwise), the sensitivity the root was built in
+            # what ``codegraph.function_code`` asks before ``Root.quiet``: no digest under way in
+            # this thread (whose cycle guard could answer otherwise), the root built in this sensitivity
             now = root.quiet() if not ACTIVE_GUARD.ids and root.sensitivity == sens else None
             if now is None:  # a namespace it went through was written (a script's own loop): the full check
                 now = memo.code_version()
@@ -196,7 +195,7 @@ class FastTable:
         probe, cached = memo.store_probe()
         if cached[1] is not store:
             return  # (another thread opened another store meanwhile: the next call's full path decides)
-        sens = memo.version_sensitivity if memo.version_sensitivity is not None else settings().version_sensitivity
+        sens = codegraph.sensitivity(memo.version_sensitivity)
         atom = value if type(value) in _SCALARS and _plainly_pickled(store, key, row, value) else _UNPICKLE
         size = len(row.get("inline") or b"")
         if len(self.entries) >= ENTRIES or self.held + size > TABLE_BYTES:

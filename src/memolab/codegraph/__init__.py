@@ -41,7 +41,7 @@ from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, run
 key_module = origins.key_module
 
 __all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "runs", "is_user_code", "is_code", "key_module",
-           "normalized_source", "CODE_SCHEMA", "function_root", "quiet_version",
+           "normalized_source", "CODE_SCHEMA", "function_root", "sensitivity",
            "ACTIVE_GUARD"]
 
 
@@ -112,7 +112,9 @@ _function_roots_data: dict[Any, Root] = _function_roots.data  # type: ignore[att
 from ..settings import config as _config  # noqa: E402  (config imports nothing of ours)
 
 
-def _sensitivity(override: str | None) -> str:
+def sensitivity(override: str | None) -> str:
+    """The version sensitivity a code version is taken in: ``override`` (a memo's own), else the
+    settings'."""
     return override if override is not None else _config.settings().version_sensitivity
 
 
@@ -127,7 +129,7 @@ def function_code(fn: Any, extra_deps: Iterable[Any] = (), version_sensitivity: 
         # its digest is being computed: a value it reads holds it (a memoized function in a dict
         # of steps); the outer digest covers its code, as ``object_digest`` says of a cycle
         return CodeVersion(digest_text("cycle", symbol_of(fn)))
-    sens = _sensitivity(version_sensitivity)
+    sens = sensitivity(version_sensitivity)
     extra = extra_deps if type(extra_deps) is tuple else tuple(extra_deps)
     try:
         root = _function_roots_data.get(weakref.ref(fn))
@@ -148,17 +150,6 @@ def function_root(fn: Any) -> Root | None:
         return _function_roots_data.get(weakref.ref(fn))
     except TypeError:  # not weak-referenceable
         return None
-
-
-def quiet_version(root: Root, version_sensitivity: str | None) -> CodeVersion | None:
-    """``root``'s code version when its quiet check proves it current (``Root.quiet``: no dict
-    it went through written since a full check, its ``__code__`` checks pass), in the
-    sensitivity ``function_code`` would ask for, with no digest under way (whose cycle guard
-    could answer otherwise); else None. Hashes nothing and builds nothing (``calls/fasthits``)."""
-    sens = version_sensitivity if version_sensitivity is not None else _config.settings().version_sensitivity
-    if _active.ids or root.sensitivity != sens:  # (``_sensitivity``, inlined: one call less a hit)
-        return None
-    return root.quiet()
 
 
 def _current(obj: Any, root: Root) -> CodeVersion | None:
@@ -217,7 +208,7 @@ def object_digest(obj: Any) -> str:
     ids = _active.ids
     if ids and id(obj) in ids:  # (see ``function_code``)
         return digest_text("cycle", symbol_of(obj))
-    sens = _sensitivity(None)
+    sens = sensitivity(None)
     try:
         root = _object_roots.get(obj)
     except TypeError:
