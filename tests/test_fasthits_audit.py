@@ -28,14 +28,14 @@ AUX = textwrap.dedent(r"""
 #: in each script at its ``# @COUNTED`` line
 COUNTED = textwrap.dedent(r"""
     SERVED = [0]  # repeat hits the tables answered
-    from memolab.calls.fasthits import FastTable
+    from memolab.calls.fasthits import MISS, FastTable
 
     class Counted(FastTable):  # (a subclass, not a patch of memolab's: a patch joins every code digest)
         __slots__ = ()
 
         def hit(self, *a):
             got = super().hit(*a)
-            SERVED[0] += got[0]
+            SERVED[0] += got is not MISS
             return got
 """)
 

@@ -39,6 +39,7 @@ from typing import Any
 
 from .. import codegraph, hashing
 from ..codegraph import ACTIVE_GUARD
+from ..hashing.encoder import REGISTRY_GENERATION
 from ..hashing.registry import leaves
 from ..inputs.implicit import parts as implicit_parts
 from ..inputs.reads import RECORDING
@@ -46,7 +47,7 @@ from ..store import Key
 from ..store.inline import plain_scalar
 from .rows import served, used_by_body
 
-__all__ = ["FastTable", "table_key", "eligible", "ENTRIES", "CACHES"]
+__all__ = ["FastTable", "table_key", "eligible", "ENTRIES", "CACHES", "MISS"]
 
 #: entries a function's table holds; a full table is emptied (refilled by the calls that follow)
 ENTRIES = 256
@@ -62,6 +63,8 @@ _PLAIN = frozenset((int, bool, type(None)))
 _pack_d = struct.Struct("<d").pack
 #: an entry's value when the full path's is not an immutable scalar it may share
 _UNPICKLE = object()
+#: ``FastTable.hit``'s answer where the table cannot answer (no tuple of (found, value) to build)
+MISS: Any = object()
 
 
 def table_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -116,25 +119,27 @@ class FastTable:
         self.entries = {}
         self.held = 0
 
-    def hit(self, memo: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, Any]:
-        """(True, value) when the full path would serve this call from the same in-memory copy.
+    def hit(self, memo: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The value the full path would serve this call from the same in-memory copy, or ``MISS``.
 
         Each check is written out here rather than asked of the function the full path calls
         (a Python call costs about as much as the check it makes): the same questions, asked
         of the same objects, in one frame."""
         entries = self.entries
         if not entries:
-            return False, None
-        types = tuple(map(type, args))
+            return MISS
+        n = len(args)  # (one or two arguments without ``map``: a third of its cost)
+        types = (type(args[0]),) if n == 1 else (type(args[0]), type(args[1])) if n == 2 else tuple(map(type, args))
         k = (types, args) if not kwargs and _PLAIN.issuperset(types) else table_key(args, kwargs)
         if k is None:
-            return False, None
+            return MISS
         e = entries.get(k)
         if e is None:
-            return False, None
-        src = memo._defaults_src  # (attribute reads, no call: new defaults assigned, the full path binds them)
-        if src is not None and (src[0].__defaults__ is not src[1] or src[0].__kwdefaults__ is not src[2]):
-            return False, None
+            return MISS
+        src = memo._defaults_src  # (``memo._defaults_moved``, written out: new defaults, the full path binds them)
+        if src is not None and (src[3] != src[4] if src[3] is not None
+                                else src[0].__defaults__ is not src[1] or src[0].__kwdefaults__ is not src[2]):
+            return MISS
         key, store, root, cv, extra, row, named, gen, atom, accept, probe, sens = e
         # The store ``memo.store()`` would return: its cache holds this store, for the answer its
         # question (``store_probe``: the settings' generation, the store variables, the working
@@ -142,10 +147,10 @@ class FastTable:
         # also stands for ``version_sensitivity``'s default, resolved into ``sens`` when the
         # entry was made: the settings are the same object while it is unchanged.)
         cached = memo.store_cache
-        if cached[1] is not store or probe() != cached[0] or gen != hashing.registry_generation() \
+        if cached[1] is not store or probe() != cached[0] or gen != REGISTRY_GENERATION[0] \
                 or implicit_parts(memo.env) != extra:
             entries.pop(k, None)  # (the full path makes the entry of what is true now)
-            return False, None
+            return MISS
         if root is not None:
             # what ``codegraph.function_code`` asks before ``Root.quiet``: no digest under way in
             # this thread (whose cycle guard could answer otherwise), the root built in this sensitivity
@@ -154,22 +159,22 @@ class FastTable:
                 now = memo.code_version()
             if now is not cv:
                 entries.pop(k, None)
-                return False, None
+                return MISS
         if atom is not _UNPICKLE:
             # what ``served`` does to an immutable scalar: nothing but remembering its (empty) digests
             if not store.hit_in_memory(key, row):
                 entries.pop(k, None)
-                return False, None
+                return MISS
             if type(atom) in leaves:  # (else ``remember_loaded`` finds no leaf in a scalar: hashing/results.py)
                 hashing.remember_loaded(atom, key)
             if RECORDING.get() is not None:  # (``reads.active()``)
                 used_by_body(key, row)
-            return True, atom
+            return atom
         found, value = store.load_from_memory(key, accept)
         if not found:
             entries.pop(k, None)
-            return False, None
-        return True, served(store, key, value, row, named)[0]
+            return MISS
+        return served(store, key, value, row, named)[0]
 
     def admit(self, memo: Any, args: tuple[Any, ...], kwargs: dict[str, Any], key: Key, cv: Any, store: Any,
               named: list[tuple[str, Any]], seen: list[Any], value: Any) -> None:
@@ -205,7 +210,7 @@ class FastTable:
         def accept(r: dict[str, Any], row: dict[str, Any] = row) -> bool:
             return r is row
 
-        self.entries[k] = (key, store, root, cv, extra, row, named, hashing.registry_generation(), atom, accept,
+        self.entries[k] = (key, store, root, cv, extra, row, named, REGISTRY_GENERATION[0], atom, accept,
                            probe, sens)
 
 

@@ -29,7 +29,7 @@ from ..settings.text import short_repr
 from ..store import Key, Store, get_store, marks
 from .call import IMPLICIT, ROUTES_PER_CALL, Call, Running, running
 from .explain import Explanation, explain_key, shown_here
-from .fasthits import CACHES, FastTable, eligible
+from .fasthits import CACHES, MISS, FastTable, eligible
 from .lifecycle import drive_async, drive_sync, first_look, lifecycle
 from .rows import memory_hit
 
@@ -209,7 +209,7 @@ class MemoFunction:
         """Bind the function's defaults anew where the program assigned new ones since they were
         bound (the key binds defaults: the old ones would key a call the body computes with the new)."""
         src = self._defaults_src
-        if src is None or (src[0].__defaults__ is src[1] and src[0].__kwdefaults__ is src[2]):
+        if src is None or not _defaults_moved(src):
             return
         self.signature = inspect.signature(self.fn)  # (setting an option empties the repeat-hit table)
         self._defaults = tuple((p.name, p.default) for p in self.signature.parameters.values()
@@ -281,8 +281,8 @@ class MemoFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fast = self._fast  # a repeat hit of plain arguments (``fasthits``); a process group's: ``_call``
         if fast is not None and fast.entries and "torch.distributed" not in sys.modules:
-            found, value = fast.hit(self, args, kwargs)
-            if found:
+            value = fast.hit(self, args, kwargs)
+            if value is not MISS:
                 return value
         if self.is_async:
             return self._acall(args, kwargs, False)
@@ -326,8 +326,8 @@ class MemoFunction:
                 return drive(prepare, self.fn, distributed.mode_of(self.collective))
             fast = self._fast  # (outside a group of ranks: the table, as ``__call__`` asks it)
             if fast is not None and not force:
-                found, value = fast.hit(self, tuple(args), kwargs)
-                if found:
+                value = fast.hit(self, tuple(args), kwargs)
+                if value is not MISS:
                     return value
         call, value = self._prepare(args, kwargs, force)
         if call is None:
@@ -526,13 +526,26 @@ def _verbosity(v: None | bool | int) -> int | None:
 _opaque: dict[str, weakref.WeakSet[MemoFunction]] = {}
 
 
-def _defaults_source(fn: Any) -> tuple[Any, Any, Any] | None:
+def _defaults_source(fn: Any) -> tuple[Any, Any, Any, Any, bytes] | None:
     """The function whose defaults ``inspect.signature(fn)`` reports, with its ``__defaults__`` and
-    ``__kwdefaults__`` now; None where they come from elsewhere (a ``__signature__``, a partial)."""
+    ``__kwdefaults__`` now, then a live view of those two slots as raw bytes (``dictversion``:
+    reading them as attributes raises two audit events) or None where unsupported, and the bytes
+    it shows now; None where they come from elsewhere (a ``__signature__``, a partial)."""
     target = inspect.unwrap(fn, stop=lambda f: hasattr(f, "__signature__"))
     if type(target) is not types.FunctionType or hasattr(target, "__signature__"):
         return None
-    return target, target.__defaults__, target.__kwdefaults__
+    d, kw = target.__defaults__, target.__kwdefaults__
+    view = codegraph.func_view(target)
+    # (the source holds ``d`` and ``kw``: while they live no other object takes their addresses)
+    return target, d, kw, None if view is None else view[8:], codegraph.func_slots(None, d, kw)[8:]
+
+
+def _defaults_moved(src: tuple[Any, Any, Any, Any, bytes]) -> bool:
+    """Were other defaults assigned to the function of ``_defaults_source``'s ``src`` since?
+    (Written out in ``fasthits.FastTable.hit``: a call less on every repeat hit.)"""
+    if src[3] is not None:
+        return bool(src[3] != src[4])
+    return src[0].__defaults__ is not src[1] or src[0].__kwdefaults__ is not src[2]
 
 
 def _claim_symbol(m: MemoFunction) -> None:

@@ -35,6 +35,7 @@ from ..errors import HashError, forget_warned
 from . import bytecode, origins
 from .bytecode import digest_text
 from .classes import ClassCheck, class_info, class_infos
+from .dictversion import func_slots, func_view
 from .root import Root
 from .where import CODE_SCHEMA, MISSING, CodeVersion, is_code, is_user_code, runs, symbol_of, unwrap, warn_once
 
@@ -42,7 +43,7 @@ key_module = origins.key_module
 
 __all__ = ["CodeVersion", "function_code", "object_digest", "symbol_of", "runs", "is_user_code", "is_code", "key_module",
            "normalized_source", "CODE_SCHEMA", "function_root", "sensitivity",
-           "ACTIVE_GUARD"]
+           "ACTIVE_GUARD", "func_view", "func_slots"]
 
 
 def normalized_source(src: str) -> str:

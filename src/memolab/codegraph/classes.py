@@ -163,15 +163,24 @@ def _class_stamp(cls: type) -> tuple[tuple[str, ...], tuple[Any, ...]]:
     class, ``__code__`` on its functions) while notebooks keep using it.
     """
     names = tuple(cls.__dict__)
-    objs: list[Any] = []
-    for v in cls.__dict__.values():
-        objs.append(v)
-        f = getattr(v, "__func__", None) if isinstance(v, (staticmethod, classmethod)) else v
-        if isinstance(v, property):
-            objs.extend(getattr(p, "__code__", p) for p in (v.fget, v.fset, v.fdel))
-        elif isinstance(f, types.FunctionType):
-            objs.append(f.__code__)
+    objs: list[Any] = list(cls.__dict__.values())
+    for f in functions_of(cls):  # (its defaults too: the analysis digests them)
+        objs += (f.__code__, f.__defaults__, f.__kwdefaults__)
     return names, tuple(objs)
+
+
+def functions_of(cls: type) -> list[types.FunctionType]:
+    """The plain functions ``cls``'s own dict holds: methods, and those of its static and class
+    methods and properties."""
+    out = []
+    for v in cls.__dict__.values():
+        if isinstance(v, property):
+            out += [p for p in (v.fget, v.fset, v.fdel) if isinstance(p, types.FunctionType)]
+            continue
+        f = getattr(v, "__func__", None) if isinstance(v, (staticmethod, classmethod)) else v
+        if isinstance(f, types.FunctionType):
+            out.append(f)
+    return out
 
 
 def class_info(cls: type) -> ClassInfo:

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import swallowed
 from . import bytecode, decorators as _decorators, origins
 from .bytecode import digest_text
-from .classes import ClassCheck as _ClassCheck, class_info as _class_info
+from .classes import ClassCheck as _ClassCheck, class_info as _class_info, functions_of as _functions_of
 from .origins import SKIP, STDLIB, USER
 from .patches import MISSING as _PATCH_MISSING, planted, user_code as _user_function
 from .where import (
@@ -44,7 +44,11 @@ class Graph:
         self.deps: dict[str, str] = {}
         self.sources: dict[str, str] = {}
         self.code_slots: list[tuple[dict[str, Any], str, Any]] = []
-        self.code_checks: list[tuple[types.FunctionType, types.CodeType]] = []
+        #: (function, its ``__code__``, ``__defaults__``, ``__kwdefaults__``) of every function the graph
+        #: went through, methods included: slots no dict tag covers, which a hot reloader (IPython's
+        #: ``%autoreload``) or a hand-made patch writes in place; compared by identity on every call
+        self.func_checks: list[tuple[types.FunctionType, Any, Any, Any]] = []
+        self._func_seen: set[int] = set()
         #: user classes the graph went through, each checked on every call (``_ClassCheck``)
         self.class_checks: list[_ClassCheck] = []
         #: (namespace, name) of names that resolved to a builtin because the namespace lacks them
@@ -66,6 +70,12 @@ class Graph:
         #: compared by identity on every call (no version tag to read there)
         self.identity_slots: list[tuple[Any, str, Any]] = []
         self._watched_classes: set = set()
+
+    def check_function(self, f: types.FunctionType) -> None:
+        """Watch the slots of ``f`` that no namespace holds (``func_checks``), as they are now."""
+        if id(f) not in self._func_seen:
+            self._func_seen.add(id(f))
+            self.func_checks.append((f, f.__code__, f.__defaults__, f.__kwdefaults__))
 
     # keys of user code nodes
     def key_of(self, obj: Any) -> str:
@@ -336,7 +346,7 @@ class Graph:
             if isinstance(f, types.FunctionType):
                 self._root_fn = self._root_fn or f
                 # the root may be a notebook function whose ``__code__`` an autoreloader swaps
-                self.code_checks.append((f, f.__code__))
+                self.check_function(f)
         else:
             raise TypeError(f"memolab deps: cannot depend on {type(r).__qualname__} object {_short(r)}; "
                             "name a function, class or module (or a module name as a string)")
@@ -346,6 +356,7 @@ class Graph:
         bindings: list[str] = []
         other_refs: tuple[tuple[dict[str, Any], frozenset], ...] = ()
         if isinstance(obj, types.FunctionType):
+            self.check_function(obj)  # (first: a write from here on is seen by the next call)
             a = bytecode.analyse_code(obj.__code__)
             digest, refs, dynamic, source, ns = a.digest, a.refs, a.dynamic, a.source, obj.__globals__
             where = obj.__code__.co_filename
@@ -371,6 +382,8 @@ class Graph:
                     bindings.append(f"<attr {name} code>={self.target(v)}")
                 bindings.append(f"<attr {name}>={self.value(f'{key}.<attr {name}>', vars(obj), name)}")
         elif isinstance(obj, type):
+            for f in _functions_of(obj):  # (first, as a function's)
+                self.check_function(f)
             info = _class_info(obj)
             self.class_checks.append(_ClassCheck(obj))
             digest, refs, dynamic, source = info.digest, info.refs, info.dynamic, info.source

@@ -59,7 +59,7 @@ class Root:
     """The cached graph of one memoized function (or of one class or function hashed as a value)."""
 
     __slots__ = ("extra", "sensitivity", "graph", "static", "checks", "same", "values", "vslow", "cv", "lock",
-                 "views", "stamp", "armed", "__weakref__")
+                 "views", "stamp", "armed", "fviews", "fslots", "__weakref__")
 
     def __init__(self, objs: list[Any], extra: tuple, sensitivity: str,
                  value_digest: Callable[[Any, str], str]) -> None:
@@ -124,6 +124,10 @@ class Root:
         self.cv: CodeVersion | None = None
         #: version tags are read from the graph's second check on (``_arm``)
         self.armed = False
+        #: the function slots of ``graph.func_checks`` as raw bytes (``dictversion.func_view``), and
+        #: the bytes they showed when the graph was built; None: read them as attributes
+        self.fviews: tuple[memoryview, ...] | None = None
+        self.fslots = b"".join(dictversion.func_slots(*c[1:]) for c in g.func_checks)
 
     def _arm(self) -> None:
         """Start reading dict version tags: at the graph's second check, not its first.
@@ -147,10 +151,21 @@ class Root:
             c.last_tag = None
         for cc in self.graph.class_checks:
             cc.arm()
+        fviews = [dictversion.func_view(c[0]) for c in self.graph.func_checks]
+        self.fviews = None if None in fviews else tuple(fviews)  # type: ignore[arg-type]  # (no None in them)
         views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
         views += [cc.view for cc in self.graph.class_checks]
+        # the functions' slots join the stamp: a quiet call compares them in the same ``memcmp``
+        views += self.fviews if self.fviews is not None else [None]
         self.views = None if None in views else tuple(views)  # type: ignore[arg-type]  # (no None in them)
         self.stamp = None
+
+    def _functions_changed(self) -> bool:
+        """Does a function of the graph hold another code object or defaults than when it was built?"""
+        if self.fviews is not None:
+            return b"".join(self.fviews) != self.fslots
+        return any(f.__code__ is not c or f.__defaults__ is not d or f.__kwdefaults__ is not k
+                   for f, c, d, k in self.graph.func_checks)
 
     def current(self) -> CodeVersion | None:
         """This graph's code version now, or None when the graph must be rebuilt."""
@@ -159,12 +174,13 @@ class Root:
 
     def quiet(self) -> CodeVersion | None:
         """``current``'s answer when no dict the graph went through was written since a full
-        check found every value immutable (the stamp) and each name checked through an object
-        that overrides ``==`` (``same``: ``math.copysign``, ``os.environ``) still holds that very
-        object in its plain dict; else None: ask ``current``. It reads dict tags, dict entries and
-        ``__code__`` attributes only, hashing nothing: no user code runs (``_current_quiet``'s
-        ``getattr`` is reached only for an object that is not the one recorded), so it cannot reach
-        this graph again (the caller skips the cycle guard ``current`` needs: a repeat hit's commonest case).
+        check found every value immutable (the stamp, which holds the graph's functions' code and
+        defaults pointers too) and each name checked through an object that overrides ``==``
+        (``same``: ``math.copysign``, ``os.environ``) still holds that very object in its plain
+        dict; else None: ask ``current``. It reads raw bytes and dict entries only, hashing
+        nothing: no user code runs (``_current_quiet``'s ``getattr`` is reached only for an object
+        that is not the one recorded), so it cannot reach this graph again (the caller skips the
+        cycle guard ``current`` needs: a repeat hit's commonest case).
 
         It takes no lock, and needs none: it only reads, and ``_current`` (which writes under the
         lock) sets ``cv`` before the stamp it belongs to. A stamp read here was set after its
@@ -181,11 +197,8 @@ class Root:
         for ns, name, obj in self.same:
             if type(ns) is not dict or ns.get(name, _MISSING) is not obj:
                 return None
-        # ``_current_quiet``'s code checks (its ``same`` loop passes whenever the stricter one
-        # above did): written out, a call less on every repeat hit
-        for fn, code in self.graph.code_checks:
-            if fn.__code__ is not code:
-                return None
+        # (``_current_quiet``'s function checks are in the stamp: ``_arm`` made views of every
+        # function's slots, or made no stamp at all)
         return self.cv
 
     def _current(self) -> CodeVersion | None:
@@ -228,9 +241,8 @@ class Root:
             now = ns.get(name, _MISSING)
             if now is not obj and getattr(now, "__memolab_wraps__", None) is not obj:
                 return None
-        for fn, code in g.code_checks:
-            if fn.__code__ is not code:
-                return None
+        if self._functions_changed():
+            return None
         for cc in g.class_checks:
             if not cc.unchanged():
                 return None
@@ -263,16 +275,13 @@ class Root:
         """``_current`` when no dict the graph went through was written since a full check.
 
         What no dict tag covers is still checked: names resolved through an
-        object whose ``==`` is overridden (``same``) and the root function's
-        ``__code__``. Cells and names not bound yet (``vslow``) keep the stamp
-        unset, so they never reach this path.
+        object whose ``==`` is overridden (``same``); the functions' code and
+        defaults are in the stamp. Cells and names not bound yet (``vslow``)
+        keep the stamp unset, so they never reach this path.
         """
         for ns, name, obj in self.same:
             now = ns.get(name, _MISSING)
             if now is not obj and getattr(now, "__memolab_wraps__", None) is not obj:
-                return None
-        for fn, code in self.graph.code_checks:
-            if fn.__code__ is not code:
                 return None
         return self.cv
 

@@ -194,11 +194,10 @@ def register_handler(type_: type, handler: Handler) -> None:
     Subclasses whose handler was already resolved (inherited or generic) are
     resolved again on their next use, so registration order never matters.
     """
-    global _registry_generation
     dispatch[type_] = handler
     resolved.discard(type_)
     forget_resolved(lambda t: type_ in getattr(t, "__mro__", ()))
-    _registry_generation += 1  # remembered scalar digests (``_scalar_digests``) no longer believed
+    REGISTRY_GENERATION[0] += 1  # remembered scalar digests (``_scalar_digests``) no longer believed
 
 
 # -- public API --------------------------------------------------------------------
@@ -226,19 +225,21 @@ def hash_value(obj: Any, path: str = "") -> str:
 # tuple instead of being encoded: 0.3 µs instead of 1.5 µs for one argument, 3.5
 # µs for three. Floats enter by their bytes, so 0.0 and -0.0, and NaNs, stay
 # apart as their encodings do. Any handler registered (``register_handler``)
-# moves ``_registry_generation`` on, and an entry made under another generation
+# moves ``REGISTRY_GENERATION`` on, and an entry made under another generation
 # is not believed: an override of ``int``'s encoding is seen by the next call.
 _SCALARS = frozenset((int, str, bytes, bool, type(None)))
 _SCALAR_MAX = 256  # characters or bytes: longer values are encoded (and not kept here)
 _SCALAR_ENTRIES = 4096
 _scalar_digests: dict[tuple[Any, ...], tuple[int, str, dict[str, str]]] = {}
-_registry_generation = 0
+#: moves on with every handler registered: a digest remembered under another generation (of
+#: plain scalars: ``_scalar_digests``, ``calls/fasthits``) is not believed. One item read in
+#: place, so that a repeat hit asks it with no call.
+REGISTRY_GENERATION = [0]
 
 
 def registry_generation() -> int:
-    """Moves on with every handler registered: a digest remembered under another generation
-    (of plain scalars: ``_scalar_digests``, ``calls/fasthits``) is not believed."""
-    return _registry_generation
+    """``REGISTRY_GENERATION``'s value now."""
+    return REGISTRY_GENERATION[0]
 
 
 def _scalar_key(named: Sequence[tuple[str, Any]]) -> tuple[Any, ...] | None:
@@ -268,7 +269,7 @@ def hash_arguments(named: Sequence[tuple[str, Any]], root: str = "args",
     k = _scalar_key(named)
     if k is None:
         return hash_arguments_uncached(named, root, visit)
-    gen = _registry_generation
+    gen = REGISTRY_GENERATION[0]
     hit = _scalar_digests.get(k)
     if hit is not None and hit[0] == gen:
         return hit[1], dict(hit[2])
