@@ -1,15 +1,15 @@
 """A function's code or defaults written in place, with no namespace written, after a graph is warm
-(issue 52 §2's audit of the repeat hit; docs/code-dependencies.md, "What is checked on every call").
+(issue 52 §2's audit of the repeat hit; docs/code-dependencies.md, "Known limits").
 
 IPython's ``%autoreload`` reloads a module and then patches the *old* functions and classes a
-notebook still holds (``old.__code__ = new.__code__``, the same for defaults): the notebook's
-``from model import Net, helper`` names keep the old objects, and no dict the graph went through
-is written. Hot reloaders (jurigged) and hand-made patches (``helper.__defaults__ = (5,)``) do the
-same. Each case is made after three calls (the graph armed, the stamp set, the repeat-hit table
-filled), in one fresh process, and each call is compared with the un-memoized truth, through the
-repeat-hit table and through the full path (a twin whose table is off), at module level and in a
-loop that writes a global every turn (the full check, not the quiet one).
-"""
+notebook still holds (``old.__code__ = new.__code__``, the same for defaults): the notebook's ``from
+model import Net, helper`` names keep the old objects, and no dict the graph went through is
+written. Hot reloaders (jurigged) and hand-made patches (``helper.__defaults__ = (5,)``) do the
+same, and so does ``Child.__bases__ = (Other,)``. Each case is made after three calls (the graph
+armed, the stamp set, the repeat-hit table filled), in one fresh process, and each call is compared
+with the un-memoized truth, through the repeat-hit table and through the full path (a twin whose
+table is off), at module level and in a loop that writes a global every turn (the full check, not
+the quiet one)."""
 from __future__ import annotations
 
 import json
@@ -43,6 +43,17 @@ MODEL = textwrap.dedent("""
         @property
         def prop(self):
             return 10
+
+    class One:
+        def extra(self):
+            return 1
+
+    class Two:
+        def extra(self):
+            return 2
+
+    class Child(One):
+        pass
 """)
 
 SCRIPT = textwrap.dedent(r"""
@@ -52,10 +63,10 @@ SCRIPT = textwrap.dedent(r"""
     from memolab import configure, memo
     from memolab.codegraph import dictversion
     if sys.argv[2] == "attributes":  # an interpreter whose function layout is not verified: read as attributes
-        dictversion._funcs_work = False
+        dictversion._funcs_work = dictversion._types_work = False
     configure(store=os.path.join(base, "store"), verbose=False)
     import model
-    from model import Net, helper
+    from model import Child, Net, Two, helper
 
     def other(x, k=1):
         return x + 1000 + k
@@ -81,10 +92,14 @@ SCRIPT = textwrap.dedent(r"""
     def via_kwonly(x):
         return kwonly(x)
 
+    def via_bases(x):
+        return Child().extra() + x
+
     def by_version(x, k=1):  # keyed by its version alone: no code graph, its defaults bound into the key
         return x + k
 
-    TRUTH = {f.__name__: f for f in (via_helper, via_forward, via_stat, via_klass, via_prop, via_kwonly, by_version)}
+    TRUTH = {f.__name__: f for f in (via_helper, via_forward, via_stat, via_klass, via_prop, via_kwonly, via_bases,
+                                       by_version)}
     FAST = {n: memo(f) for n, f in TRUTH.items() if n != "by_version"}
     FAST["by_version"] = memo(by_version, code="version", version=1)
     FULL = {}
@@ -128,6 +143,7 @@ SCRIPT = textwrap.dedent(r"""
         "staticmethod __code__": lambda: code(Net.__dict__["stat"].__func__, lambda x: x - 50),
         "classmethod __code__": lambda: code(Net.__dict__["klass"].__func__, lambda cls, x: x + 400),
         "property fget __code__": lambda: code(Net.__dict__["prop"].fget, lambda self: 500),
+        "Child.__bases__": lambda: setattr(Child, "__bases__", (Two,)),
     }
     for case, change in cases.items():
         warm()
@@ -149,7 +165,7 @@ SCRIPT = textwrap.dedent(r"""
     assert helper is not model.helper and Net is not model.Net  # the script still holds the old objects
     check("%autoreload")
     out["autoreload truth"] = [TRUTH["via_helper"](3), TRUTH["via_forward"](3)]
-    out["views"] = [FAST[n].code_version() is not None and dictversion.func_view(helper) is not None for n in TRUTH][0]
+    out["views"] = dictversion.func_view(helper) is not None and dictversion.mro_view(Child) is not None
     print(json.dumps(out))
 """)
 
@@ -170,4 +186,4 @@ def test_code_or_defaults_written_in_place_are_seen_by_the_next_call(tmp_path, r
     assert out.pop("autoreload truth") == [3 + 7 * 1, 3 * 9 + 1]
     # every case: the memoized call (through the table and through the full path) equals the truth
     assert out == {case: {} for case in out}, out
-    assert len(out) == 13, sorted(out)
+    assert len(out) == 14, sorted(out)

@@ -206,10 +206,12 @@ class ClassCheck:
     identity. In-place mutation of a mutable class attribute is not seen.
     """
 
-    __slots__ = ("cls", "stamp", "dict", "tag", "view", "last")
+    __slots__ = ("cls", "stamp", "dict", "tag", "view", "last", "mro", "mro_view")
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
+        #: its bases as the graph read them (``Model.__bases__ = (Other,)`` writes no dict)
+        self.mro = cls.__mro__
         self.stamp = _class_stamp(cls)
         refs = gc.get_referents(cls.__dict__)  # a mappingproxy refers to exactly the real dict
         self.dict = refs[0] if len(refs) == 1 and type(refs[0]) is dict else None
@@ -218,15 +220,21 @@ class ClassCheck:
         #: the same tag as raw bytes, gathered with every other tag of the graph (``_Root.views``)
         self.view: memoryview | None = None
         self.last = None
+        #: its ``__bases__`` and ``__mro__`` pointers as raw bytes, gathered with the tags (None: not
+        #: armed, or unsupported: then ``_Root`` makes no stamp)
+        self.mro_view: memoryview | None = None
 
     def arm(self) -> None:
         """Read the class dict's version tag from now on (``_Root._arm``). ``last`` stays
         unset: the next ``unchanged`` compares the attributes once more, then records it."""
         self.tag = dictversion.tag_reader(self.dict) if self.dict is not None else None
         self.view = dictversion.tag_view(self.dict) if self.tag is not None else None  # type: ignore[arg-type]  # tag: dict set
+        self.mro_view = dictversion.mro_view(self.cls)
         self.last = None
 
     def unchanged(self) -> bool:
+        if self.cls.__mro__ is not self.mro:  # (new bases: a new MRO tuple, whatever it holds)
+            return False
         if self.tag is not None and self.tag.value == self.last:
             return True
         names, objs = _class_stamp(self.cls)

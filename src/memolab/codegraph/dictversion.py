@@ -17,7 +17,9 @@ notebook still holds) or ``g.__defaults__ = (5,)`` writes the function object
 itself. ``func_view`` reads those three pointers the same way, after its own
 self-test, so a graph checks every function it went through in the one gather
 that reads its tags; reading ``__code__`` instead raises an audit event per
-function (about 0.5 us with any audit hook installed).
+function (about 0.5 us with any audit hook installed). ``Model.__bases__ =
+(Other,)`` writes no dict either: ``mro_view`` reads a class's ``__bases__`` and
+``__mro__`` pointers.
 """
 from __future__ import annotations
 
@@ -32,12 +34,15 @@ _U64: Any = None     # a c_uint64 type
 _CHAR8: Any = None   # a c_char * 8 array type
 _CHAR24: Any = None  # a c_char * 24 array type
 _funcs_work: bool | None = None
+_types_work: bool | None = None
 
 # PyObject_HEAD (refcount + type) is 16 bytes on 64-bit builds; then ma_used, then ma_version_tag
 _USED_OFFSET = 16
 _TAG_OFFSET = 24
 # PyFunctionObject: PyObject_HEAD, then globals, builtins, name, qualname, code, defaults, kwdefaults
 _FUNC_SLOTS_OFFSET = 48
+# PyTypeObject: PyObject_VAR_HEAD and 39 pointer-sized fields, then tp_bases, tp_mro
+_TYPE_BASES_OFFSET = 336
 
 
 def _self_test() -> bool:
@@ -95,9 +100,10 @@ def _self_test() -> bool:
 
 
 def self_test() -> bool:
-    """The self-tests ``tag_reader`` and ``func_view`` run at first use, run again (``make selftest``)."""
+    """The self-tests ``tag_reader``, ``func_view`` and ``mro_view`` run at first use, run again
+    (``make selftest``)."""
     try:
-        return _self_test() and _func_self_test()
+        return _self_test() and _func_self_test() and _type_self_test()
     except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
         swallowed("codegraph.dictversion: self_test")
         return False
@@ -139,6 +145,46 @@ def _func_self_test() -> bool:
     seen.append(bytes(view))
     ok = ok and shows(probe) and seen[-1][8:] == bytes(16)
     return ok and len(set(seen)) == len(seen) and bytes(view) == seen[-1]
+
+
+def _type_self_test() -> bool:
+    if _CHAR24 is None:
+        return False
+
+    class A:
+        pass
+
+    class B:
+        pass
+
+    class C(A):
+        pass
+
+    view = memoryview(_CHAR24.from_address(id(C) + _TYPE_BASES_OFFSET))
+
+    def shows() -> bool:
+        return bytes(view)[:16] == func_slots(C.__bases__, C.__mro__, None)[:16]
+
+    before = bytes(view)[:16]
+    ok = shows()
+    C.__bases__ = (B,)
+    return ok and shows() and bytes(view)[:16] != before
+
+
+def mro_view(cls: type) -> memoryview | None:
+    """The 16 bytes of a class's ``__bases__`` and ``__mro__`` pointers as a live memoryview
+    (compare with ``func_slots(cls.__bases__, cls.__mro__, None)[:16]``), or None where
+    unsupported; the caller keeps ``cls`` and both tuples alive, as ``func_view``'s does."""
+    global _types_work
+    if _types_work is None:
+        try:
+            _types_work = tag_reader({}) is not None and _type_self_test()
+        except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
+            swallowed("codegraph.dictversion: mro_view")
+            _types_work = False
+    if not _types_work or not isinstance(cls, type):
+        return None
+    return memoryview(_CHAR24.from_address(id(cls) + _TYPE_BASES_OFFSET)).cast("B")[:16]
 
 
 def func_view(f: Any) -> memoryview | None:

@@ -154,7 +154,7 @@ class Root:
         fviews = [dictversion.func_view(c[0]) for c in self.graph.func_checks]
         self.fviews = None if None in fviews else tuple(fviews)  # type: ignore[arg-type]  # (no None in them)
         views = [dictversion.tag_view(c.ns) if c.tag is not None else None for c in self.checks]
-        views += [cc.view for cc in self.graph.class_checks]
+        views += [v for cc in self.graph.class_checks for v in (cc.view, cc.mro_view)]
         # the functions' slots join the stamp: a quiet call compares them in the same ``memcmp``
         views += self.fviews if self.fviews is not None else [None]
         self.views = None if None in views else tuple(views)  # type: ignore[arg-type]  # (no None in them)
