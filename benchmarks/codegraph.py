@@ -143,11 +143,13 @@ def main() -> None:
             nlines = generate(Path(d), name, a.lines, n_cls)
             entries[n_cls] = importlib.import_module(name).entry
             cv = codegraph.function_code(entries[n_cls])
+            codegraph.function_code(entries[n_cls])  # (tags are read from a graph's second check on)
             n_user = sum(1 for k in cv.deps if not k.startswith(("pkg:", "python:")) and ":" in k)
             views = codegraph._function_roots[entries[n_cls]].views
             info.append(f"{name}: {nlines} lines, {len(list(Path(d, name).glob('*.py')))} files, {n_cls} classes, "
                         f"{n_user} user symbols in the graph; a repeat call gathers "
-                        f"{len(views) if views is not None else 'no'} version tags (namespaces + class dicts)")
+                        f"{len(views) if views is not None else 'no'} views (namespace and class dict tags, "
+                        "class bases, function code and defaults)")
 
         big = max(a.classes)
         entry = entries[big]
