@@ -13,6 +13,7 @@ the quiet one)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -187,3 +188,22 @@ def test_code_or_defaults_written_in_place_are_seen_by_the_next_call(tmp_path, r
     # every case: the memoized call (through the table and through the full path) equals the truth
     assert out == {case: {} for case in out}, out
     assert len(out) == 14, sorted(out)
+
+
+def test_a_slot_many_functions_go_through_is_checked_once_and_every_function_once(tmp_path, monkeypatch):
+    # 200 functions calling ``math.sqrt`` (a builtin, whose type overrides ``==``: checked by identity)
+    # go through one slot: the per-call check is one identity test, not 200 (it was 200 up to 0.4.2)
+    from memolab import codegraph
+
+    src = "import math\n\n" + "".join(f"def h{i}(x):\n    return math.sqrt(x) + h{i + 1}(x)\n\n" for i in range(200)) \
+        + "def h200(x):\n    return x\n"
+    (tmp_path / "many_sqrt.py").write_text(src)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import many_sqrt
+
+    for _ in range(3):
+        codegraph.function_code(many_sqrt.h0)
+    root = codegraph.function_root(many_sqrt.h0)
+    assert [obj for _, name, obj in root.same if name == "sqrt"] == [math.sqrt]
+    assert len(root.graph.func_checks) == 201  # each function's code and defaults: once
+    assert root.fviews is not None and len(root.fviews) == 201 and root.stamp is not None
