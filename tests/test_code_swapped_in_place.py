@@ -24,11 +24,27 @@ import pytest
 from conftest import require
 
 MODEL = textwrap.dedent("""
+    import functools
+
     def helper(x, k=1):
         return x + k
 
+    def logged(f):
+        @functools.wraps(f)
+        def wrapper(*a, **k):
+            return f(*a, **k)
+        return wrapper
+
     class Net:
         scale = 2
+
+        @functools.cached_property
+        def cached(self):
+            return 20
+
+        @logged
+        def wrapped(self, x):
+            return x + 30
 
         def forward(self, x, k=1):
             return x * 2 + k
@@ -96,11 +112,17 @@ SCRIPT = textwrap.dedent(r"""
     def via_bases(x):
         return Child().extra() + x
 
+    def via_cached(x):
+        return Net().cached + x
+
+    def via_wrapped(x):
+        return Net().wrapped(x)
+
     def by_version(x, k=1):  # keyed by its version alone: no code graph, its defaults bound into the key
         return x + k
 
     TRUTH = {f.__name__: f for f in (via_helper, via_forward, via_stat, via_klass, via_prop, via_kwonly, via_bases,
-                                       by_version)}
+                                       via_cached, via_wrapped, by_version)}
     FAST = {n: memo(f) for n, f in TRUTH.items() if n != "by_version"}
     FAST["by_version"] = memo(by_version, code="version", version=1)
     FULL = {}
@@ -145,6 +167,8 @@ SCRIPT = textwrap.dedent(r"""
         "classmethod __code__": lambda: code(Net.__dict__["klass"].__func__, lambda cls, x: x + 400),
         "property fget __code__": lambda: code(Net.__dict__["prop"].fget, lambda self: 500),
         "Child.__bases__": lambda: setattr(Child, "__bases__", (Two,)),
+        "cached_property func __code__": lambda: code(Net.__dict__["cached"].func, lambda self: 900),
+        "decorated method __code__": lambda: code(Net.__dict__["wrapped"].__wrapped__, lambda self, x: x + 950),
     }
     for case, change in cases.items():
         warm()
@@ -187,7 +211,7 @@ def test_code_or_defaults_written_in_place_are_seen_by_the_next_call(tmp_path, r
     assert out.pop("autoreload truth") == [3 + 7 * 1, 3 * 9 + 1]
     # every case: the memoized call (through the table and through the full path) equals the truth
     assert out == {case: {} for case in out}, out
-    assert len(out) == 14, sorted(out)
+    assert len(out) == 16, sorted(out)
 
 
 def test_a_slot_many_functions_go_through_is_checked_once_and_every_function_once(tmp_path, monkeypatch):

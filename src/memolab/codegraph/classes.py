@@ -38,10 +38,14 @@ class ClassInfo:
     """What a class's own code says: digest, references of its methods, other code it holds, excerpt."""
 
     __slots__ = ("digest", "refs", "other_refs", "edges", "values", "source", "dynamic", "ns", "stamp",
-                 "__weakref__")
+                 "slots", "__weakref__")
 
     def __init__(self, cls: type) -> None:
         self.stamp = _class_stamp(cls)
+        #: (function, its ``__code__``, ``__defaults__``, ``__kwdefaults__``) of each function whose code
+        #: this analysis read, taken before it was read: no dict holds these (``%autoreload`` patches a
+        #: method's code in place), so the analysis is good while each function still holds them
+        self.slots: list[tuple[types.FunctionType, Any, Any, Any]] = []
         parts: list[str] = [cls.__qualname__]
         #: id(globals) -> (globals, names read): methods made by exec (attrs) run with
         #: globals of their own, and a name must be resolved where its code looks it up
@@ -64,6 +68,7 @@ class ClassInfo:
                 f = _unwrap(f)
             if isinstance(f, types.FunctionType) and f.__qualname__.startswith(prefix) \
                     and f.__module__ == cls.__module__:
+                self.slots.append((f, f.__code__, f.__defaults__, f.__kwdefaults__))
                 a = bytecode.analyse_code(f.__code__)
                 parts.append(f"{label}={a.digest}")
                 by_ns.setdefault(id(f.__globals__), (f.__globals__, set()))[1].update(a.refs)
@@ -157,30 +162,13 @@ class_infos: weakref.WeakKeyDictionary[type, ClassInfo] = weakref.WeakKeyDiction
 
 
 def _class_stamp(cls: type) -> tuple[tuple[str, ...], tuple[Any, ...]]:
-    """What a class's analysis was made from: its attributes and the code objects of its functions.
+    """What a class's analysis was made from, as far as its dict holds it: its attributes.
 
     IPython's ``%autoreload`` patches an old class in place (``setattr`` on the
-    class, ``__code__`` on its functions) while notebooks keep using it.
+    class, ``__code__`` on its functions) while notebooks keep using it: the
+    functions' own slots are ``ClassInfo.slots``.
     """
-    names = tuple(cls.__dict__)
-    objs: list[Any] = list(cls.__dict__.values())
-    for f in functions_of(cls):  # (its defaults too: the analysis digests them)
-        objs += (f.__code__, f.__defaults__, f.__kwdefaults__)
-    return names, tuple(objs)
-
-
-def functions_of(cls: type) -> list[types.FunctionType]:
-    """The plain functions ``cls``'s own dict holds: methods, and those of its static and class
-    methods and properties."""
-    out = []
-    for v in cls.__dict__.values():
-        if isinstance(v, property):
-            out += [p for p in (v.fget, v.fset, v.fdel) if isinstance(p, types.FunctionType)]
-            continue
-        f = getattr(v, "__func__", None) if isinstance(v, (staticmethod, classmethod)) else v
-        if isinstance(f, types.FunctionType):
-            out.append(f)
-    return out
+    return tuple(cls.__dict__), tuple(cls.__dict__.values())
 
 
 def class_info(cls: type) -> ClassInfo:
@@ -189,7 +177,9 @@ def class_info(cls: type) -> ClassInfo:
     if info is not None:
         names, objs = _class_stamp(cls)
         if names != info.stamp[0] or len(objs) != len(info.stamp[1]) \
-                or not all(map(operator.is_, objs, info.stamp[1])):
+                or not all(map(operator.is_, objs, info.stamp[1])) \
+                or any(f.__code__ is not c or f.__defaults__ is not d or f.__kwdefaults__ is not k
+                       for f, c, d, k in info.slots):
             info = None
     if info is None:
         info = class_infos[cls] = ClassInfo(cls)

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import swallowed
 from . import bytecode, decorators as _decorators, origins
 from .bytecode import digest_text
-from .classes import ClassCheck as _ClassCheck, class_info as _class_info, functions_of as _functions_of
+from .classes import ClassCheck as _ClassCheck, class_info as _class_info
 from .origins import SKIP, STDLIB, USER
 from .patches import MISSING as _PATCH_MISSING, planted, user_code as _user_function
 from .where import (
@@ -71,11 +71,13 @@ class Graph:
         self.identity_slots: list[tuple[Any, str, Any]] = []
         self._watched_classes: set = set()
 
-    def check_function(self, f: types.FunctionType) -> None:
-        """Watch the slots of ``f`` that no namespace holds (``func_checks``), as they are now."""
+    def check_function(self, f: types.FunctionType, slots: list[Any] | None = None) -> None:
+        """Watch the slots of ``f`` that no namespace holds (``func_checks``): as they are now, or
+        ``slots`` (its code, defaults and keyword defaults as they were when a class's analysis read them)."""
         if id(f) not in self._func_seen:
             self._func_seen.add(id(f))
-            self.func_checks.append((f, f.__code__, f.__defaults__, f.__kwdefaults__))
+            c, d, k = slots if slots is not None else (f.__code__, f.__defaults__, f.__kwdefaults__)
+            self.func_checks.append((f, c, d, k))
 
     # keys of user code nodes
     def key_of(self, obj: Any) -> str:
@@ -382,9 +384,9 @@ class Graph:
                     bindings.append(f"<attr {name} code>={self.target(v)}")
                 bindings.append(f"<attr {name}>={self.value(f'{key}.<attr {name}>', vars(obj), name)}")
         elif isinstance(obj, type):
-            for f in _functions_of(obj):  # (first, as a function's)
-                self.check_function(f)
             info = _class_info(obj)
+            for f, *slots in info.slots:  # (as the analysis found them, before it read them)
+                self.check_function(f, slots)
             self.class_checks.append(_ClassCheck(obj))
             digest, refs, dynamic, source = info.digest, info.refs, info.dynamic, info.source
             other_refs = info.other_refs
