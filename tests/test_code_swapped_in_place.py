@@ -1,15 +1,15 @@
 """A function's code or defaults written in place, with no namespace written, after a graph is warm
 (issue 52 §2's audit of the repeat hit; docs/code-dependencies.md, "Known limits").
 
-IPython's ``%autoreload`` reloads a module and then patches the *old* functions and classes a
-notebook still holds (``old.__code__ = new.__code__``, the same for defaults): the notebook's ``from
-model import Net, helper`` names keep the old objects, and no dict the graph went through is
-written. Hot reloaders (jurigged) and hand-made patches (``helper.__defaults__ = (5,)``) do the
-same, and so does ``Child.__bases__ = (Other,)``. Each case is made after three calls (the graph
-armed, the stamp set, the repeat-hit table filled), in one fresh process, and each call is compared
-with the un-memoized truth, through the repeat-hit table and through the full path (a twin whose
-table is off), at module level and in a loop that writes a global every turn (the full check, not
-the quiet one)."""
+Hot reloaders (jurigged), tests' patches and hand-made ones (``helper.__defaults__ = (5,)``) write a
+function's code or defaults in place, and ``Child.__bases__ = (Other,)`` writes no dict either: up
+to 0.4.2 a warm graph returned the old result for each (only the memoized function's own
+``__code__`` was checked). IPython's ``%autoreload`` patches the old objects a notebook holds the
+same way, but also rebinds their names in the module's dict, which the graph watches: kept as a
+case. Each case is made after three calls (the graph armed, the stamp set, the repeat-hit table
+filled), in one fresh process, and each call is compared with the un-memoized truth, through the
+repeat-hit table and through the full path (a twin whose table is off), at module level and in a
+loop that writes a global every turn (the full check, not the quiet one)."""
 from __future__ import annotations
 
 import json
