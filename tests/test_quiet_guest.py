@@ -207,7 +207,8 @@ def test_the_self_tests_of_what_reads_internals_pass_here(project):
     """``make selftest``: each mechanism that reads interpreter or torch internals, tested afresh."""
     cp = project.run("-m", "memolab.cli.selftest")
     lines = dict(line.split(None, 1) for line in cp.stdout.strip().splitlines())
-    assert set(lines) == {"dict-version-tags", "threading-register-atexit", "torch-copy-on-write", "torch-seed-queue"}
+    assert set(lines) == {"dict-version-tags", "function-slots", "type-bases", "threading-register-atexit",
+                          "torch-copy-on-write", "torch-seed-queue"}
     assert all(v == "ok" or v.startswith("skipped") for v in lines.values()), cp.stdout
 
 

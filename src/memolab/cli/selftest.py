@@ -7,6 +7,8 @@ so that a new CPython or torch release is checked with one command (docs/archite
 "What memolab installs in the process"):
 
 * ``dict-version-tags``: PEP 509 version tags read at a fixed offset (``codegraph.dictversion``);
+* ``function-slots``: a function's code and defaults pointers read at a fixed offset (the same);
+* ``type-bases``: a class's ``__bases__`` and ``__mro__`` pointers read at a fixed offset (the same);
 * ``threading-register-atexit``: ``threading._register_atexit``, where a team store drains its
   journal at exit (``team.layered``; ``atexit`` otherwise);
 * ``torch-copy-on-write``: copy-on-write storages trusted by the identity cache (``torch.tensors``);
@@ -26,6 +28,18 @@ def _dictversion() -> bool:
     from ..codegraph import dictversion
 
     return dictversion.self_test()
+
+
+def _function_slots() -> bool:
+    from ..codegraph import dictversion
+
+    return dictversion.self_test("function")
+
+
+def _type_bases() -> bool:
+    from ..codegraph import dictversion
+
+    return dictversion.self_test("type")
 
 
 def _register_atexit() -> bool:
@@ -54,6 +68,8 @@ def _seed_queue() -> bool:
 #: name -> (the library it needs, or None, the test)
 TESTS: dict[str, tuple[str | None, Callable[[], bool]]] = {
     "dict-version-tags": (None, _dictversion),
+    "function-slots": (None, _function_slots),
+    "type-bases": (None, _type_bases),
     "threading-register-atexit": (None, _register_atexit),
     "torch-copy-on-write": ("torch", _cow),
     "torch-seed-queue": ("torch", _seed_queue),
