@@ -231,3 +231,31 @@ def test_a_slot_many_functions_go_through_is_checked_once_and_every_function_onc
     assert [obj for _, name, obj in root.same if name == "sqrt"] == [math.sqrt]
     assert len(root.graph.func_checks) == 201  # each function's code and defaults: once
     assert root.fviews is not None and len(root.fviews) == 201 and root.stamp is not None
+
+
+FIRST = textwrap.dedent(r"""
+    import json, os, sys
+    from memolab import configure, memo
+    configure(store=os.path.join(sys.argv[1], "store"), verbose=False)
+
+    @memo
+    def f(x, k=1):
+        return x + k
+
+    f(3)
+    first = "_ctypes" in sys.modules
+    f(3), f(3), f(3)
+    print(json.dumps([first, f._defaults_src[3] is not None, "_ctypes" in sys.modules]))
+""")
+
+
+def test_the_views_are_made_once_a_graph_is_checked_again_not_on_a_first_call(tmp_path):
+    # a script whose only call is a hit must not load ``_ctypes`` (about 0.6 ms) to make views it never reads
+    script = tmp_path / "first.py"
+    script.write_text(FIRST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMOLAB_")}
+    for _ in range(2):  # a miss, then (a new process) a first call that is a hit
+        cp = subprocess.run([sys.executable, str(script), str(tmp_path)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+        assert cp.returncode == 0, cp.stderr
+        assert json.loads(cp.stdout.strip().splitlines()[-1]) == [False, True, True]

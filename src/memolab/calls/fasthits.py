@@ -202,6 +202,7 @@ class FastTable:
             return  # (another thread opened another store meanwhile: the next call's full path decides)
         sens = codegraph.sensitivity(memo.version_sensitivity)
         atom = value if type(value) in _SCALARS and _plainly_pickled(store, key, row, value) else _UNPICKLE
+        memo.watch_defaults()  # (once: setting it empties this table, before this entry is made)
         size = len(row.get("inline") or b"")
         if len(self.entries) >= ENTRIES or self.held + size > TABLE_BYTES:
             self.clear()

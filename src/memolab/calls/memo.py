@@ -218,6 +218,15 @@ class MemoFunction:
         if self._fast is not None and not eligible(self.implicit, self._defaults, self.is_async):
             self._fast = None  # (a default that is not a plain scalar; a table emptied is kept otherwise)
 
+    def watch_defaults(self) -> None:
+        """Read the function's defaults as raw bytes from now on, where they were read as attributes
+        (the repeat-hit table's check, on every hit: ``fasthits``); for the defaults bound now."""
+        src = self._defaults_src
+        if src is not None and src[3] is None:
+            now = _defaults_source(self.fn, view=True)
+            if now is not None and now[1] is src[1] and now[2] is src[2]:  # (new ones: ``_defaults_now`` binds them)
+                self._defaults_src = now
+
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """Bind with defaults applied; arguments always in signature order (the key depends on it)."""
         if self._defaults_src is not None:
@@ -526,18 +535,20 @@ def _verbosity(v: None | bool | int) -> int | None:
 _opaque: dict[str, weakref.WeakSet[MemoFunction]] = {}
 
 
-def _defaults_source(fn: Any) -> tuple[Any, Any, Any, Any, bytes] | None:
+def _defaults_source(fn: Any, view: bool = False) -> tuple[Any, Any, Any, Any, bytes] | None:
     """The function whose defaults ``inspect.signature(fn)`` reports, with its ``__defaults__`` and
-    ``__kwdefaults__`` now, then a live view of those two slots as raw bytes (``dictversion``:
-    reading them as attributes raises two audit events) or None where unsupported, and the bytes
-    it shows now; None where they come from elsewhere (a ``__signature__``, a partial)."""
+    ``__kwdefaults__`` now, then (``view``) a live view of those two slots as raw bytes
+    (``dictversion``: reading them as attributes raises two audit events) or None where unsupported
+    or not asked, and the bytes it shows now; None where they come from elsewhere (a
+    ``__signature__``, a partial). (No view unless asked: making the first loads ``_ctypes``,
+    which a script whose only call is a hit never needs.)"""
     target = inspect.unwrap(fn, stop=lambda f: hasattr(f, "__signature__"))
     if type(target) is not types.FunctionType or hasattr(target, "__signature__"):
         return None
     d, kw = target.__defaults__, target.__kwdefaults__
-    view = codegraph.func_view(target)
+    v = codegraph.func_view(target) if view else None
     # (the source holds ``d`` and ``kw``: while they live no other object takes their addresses)
-    return target, d, kw, None if view is None else view[8:], codegraph.func_slots(None, d, kw)[8:]
+    return target, d, kw, None if v is None else v[8:], codegraph.func_slots(None, d, kw)[8:]
 
 
 def _defaults_moved(src: tuple[Any, Any, Any, Any, bytes]) -> bool:
