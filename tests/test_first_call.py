@@ -117,7 +117,7 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     assert sum(kept.values()) < 9_500, kept  # (15,068 before: 9,235 now)
 
 
-def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
+def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path, monkeypatch):
     """A library folder holding a link to a user's file, a user folder holding a link into a library,
     a linked package folder, a dangling link: listed in one batch (more than ``LIST_MIN`` files a
     folder), each answer is ``kind_of``'s without a listing, and each path ``os.path.realpath``'s."""
@@ -144,11 +144,26 @@ def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
              ("realpkg", str(site / "realpkg" / "__init__.py")), ("dangling", str(site / "dangling.py")),
              ("odd", f"{site}/./lib1.py"), ("rel", "relative/x.py"), ("none", None), ("gen", "<string>"),
              ("memolab.x", str(site / "lib2.py")), ("__main__", str(site / "lib3.py"))]
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+    code_cache.clear()
     # and every module this process has loaded (the stdlib's and lib-dynload's folders: listed)
     mods += [(name, getattr(m, "__file__", None)) for name, m in list(sys.modules.items())]
     origins.clear()
     try:
         batch = origins.kinds_of(mods)
+        # and with every folder settled: the folders' links kept and read back by the next batch
+        settled = origins.SETTLED_NS
+        origins.SETTLED_NS = 0
+        try:
+            for _ in range(2):
+                origins.clear()
+                assert origins.kinds_of(mods) == batch
+                code_cache.flush()
+                code_cache.clear()
+        finally:
+            origins.SETTLED_NS = settled
         # the listing does not outlive its batch: a library file replaced by a link to the user's, later, is seen
         (site / "lib4.py").unlink()
         os.symlink(work / "mine.py", site / "lib4.py")
@@ -165,6 +180,8 @@ def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
             assert b == a, (name, path, b, a)
     finally:
         origins.clear()
+        monkeypatch.delenv("MEMOLAB_CODE_CACHE")
+        code_cache.clear()
     kinds = dict(zip((n for n, _ in mods), batch, strict=True))
     # placed by where the links lead (a dangling one too: to a file outside any library folder)
     assert kinds["planted"] == kinds["linkedpkg"] == kinds["realpkg"] == kinds["dangling"] == origins.USER
@@ -228,44 +245,76 @@ def test_a_plain_scalar_reads_as_pickle_reads_it():
     assert answered > 500
 
 
-def test_a_folder_listing_is_kept_only_while_the_folder_is_unchanged_and_settled(tmp_path, monkeypatch):
-    """``origins._list`` keeps a folder's listing in the code cache under the folder's stamp
-    (device, inode, modification and change times): read back only with that very stamp, and
-    only kept for a folder whose last change is ``SETTLED_NS`` old (a folder just made is listed
-    by every process: a change within one tick of the file system's clock would not move it)."""
+def test_a_folders_links_are_kept_only_while_the_folder_is_unchanged_and_settled(tmp_path, monkeypatch):
+    """``origins.kinds_of`` keeps which entries of a module's folder are links in the code cache,
+    under the folder's stamp (device, inode, modification and change times): read back only with
+    that very stamp, only for a folder whose real path is itself (each folder above it ``lstat``-ed
+    in every batch), and only kept for a folder whose last change is ``SETTLED_NS`` old (a folder
+    just made is listed by every process: a change within one tick of the file system's clock
+    would not move it). A library's file replaced by a link to the user's, after a process kept its
+    folder, is the user's in the next process (its plants watched: a stale result otherwise)."""
     from memolab.codegraph import code_cache
 
     monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
     code_cache.clear()
+    origins.clear()
     try:
-        code_cache.put_listing("/f", (1, 2, 3, 4), frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        code_cache.put_folder_links("/f", (1, 2, 3, 4), frozenset({"b.py"}))
         code_cache.flush()
-        assert code_cache.get_listing("/f", (1, 2, 3, 4)) == (frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        code_cache.clear()  # (a new process: read from disk)
+        assert code_cache.folder_links("/f", (1, 2, 3, 4)) == frozenset({"b.py"})
         for other in ((9, 2, 3, 4), (1, 9, 3, 4), (1, 2, 9, 4), (1, 2, 3, 9)):
-            assert code_cache.get_listing("/f", other) is None, other
-        assert code_cache.get_listing("/g", (1, 2, 3, 4)) is None
-        (tmp_path / "cache" / os.path.basename(code_cache._file_of("/f", ".listing"))).write_bytes(b"\x00damaged")
-        assert code_cache.get_listing("/f", (1, 2, 3, 4)) is None  # damaged: listed afresh
+            assert code_cache.folder_links("/f", other) is None, other
+        assert code_cache.folder_links("/g", (1, 2, 3, 4)) is None
+        (tmp_path / "cache" / os.path.basename(code_cache._folders_file())).write_bytes(b"\x00damaged")
+        code_cache.clear()
+        assert code_cache.folder_links("/f", (1, 2, 3, 4)) is None  # damaged: listed afresh
 
-        new = tmp_path / "new"
-        new.mkdir()
-        (new / "x.py").write_text("")
-        os.symlink(tmp_path / "elsewhere.py", new / "y.py")
-        origins._list(str(new))  # just made: listed, not kept
-        assert origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
-        assert str(new) not in code_cache._listings_new
-        monkeypatch.setattr(origins, "SETTLED_NS", 0)
-        origins._list(str(new))  # settled (at this threshold): kept under its stamp
-        st = os.stat(new)
-        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-        assert code_cache._listings_new[str(new)] == (stamp, ("x.py", "y.py"), ("y.py",))
-        code_cache.flush()
-        origins._listed.clear()
-        listed = []
-        monkeypatch.setattr(origins.os, "scandir", lambda p: listed.append(p) or os.listdir(p))
-        origins._list(str(new))  # the same stamp: read back, not listed
-        assert listed == [] and origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
+        site = tmp_path / "venv" / "lib" / "site-packages"
+        work = tmp_path / "work"
+        site.mkdir(parents=True)
+        work.mkdir()
+        (work / "mine.py").write_text("")
+        (site / "lib.py").write_text("")
+        os.symlink(work / "mine.py", site / "planted.py")
+        mods = [("lib", str(site / "lib.py")), ("planted", str(site / "planted.py"))]
+        scans: list[str] = []
+        scandir = os.scandir
+        monkeypatch.setattr(origins.os, "scandir", lambda p: scans.append(p) or scandir(p))
+
+        def new_process() -> list[str]:
+            code_cache.flush()
+            code_cache.clear()
+            origins.clear()
+            scans.clear()
+            return origins.kinds_of(mods)
+
+        # just made: asked afresh by every process (an ``lstat`` a file here), never kept
+        for _ in range(2):
+            assert new_process() == [origins.PACKAGE, origins.USER] and str(site) not in code_cache._folders_new
+        monkeypatch.setattr(origins, "SETTLED_NS", 0)  # settled (at this threshold): kept under its stamp
+        assert new_process() == [origins.PACKAGE, origins.USER] and str(site) in scans
+        st = os.lstat(site)
+        assert code_cache._folders_new[str(site)] == ((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns),
+                                                      ("planted.py",))
+        assert new_process() == [origins.PACKAGE, origins.USER] and scans == []  # read back, not listed
+        # the library's file becomes a link to the user's: the folder's stamp moved, listed afresh
+        (site / "lib.py").unlink()
+        os.symlink(work / "mine.py", site / "lib.py")
+        assert new_process() == [origins.USER, origins.USER] and str(site) in scans
+        assert new_process() == [origins.USER, origins.USER] and scans == []
+        (site / "lib.py").unlink()
+        (site / "lib.py").write_text("")
+        assert new_process() == [origins.PACKAGE, origins.USER] and str(site) in scans
+        assert new_process() == [origins.PACKAGE, origins.USER] and scans == []
+        # a folder above becomes a link (to the same folders): not answered from the kept links, and the
+        # files are placed where the links lead (a library folder's name no longer on their path)
+        os.rename(tmp_path / "venv", tmp_path / "moved")
+        os.symlink(tmp_path / "moved", tmp_path / "venv")
+        (tmp_path / "moved" / "lib" / "site-packages").rename(tmp_path / "moved" / "lib" / "plain")
+        os.symlink(tmp_path / "moved" / "lib" / "plain", tmp_path / "moved" / "lib" / "site-packages")
+        assert new_process() == [origins.USER, origins.USER] == [origins.kind_of(n, f) for n, f in mods]
     finally:
-        origins._listed.clear()
+        origins.clear()
         monkeypatch.delenv("MEMOLAB_CODE_CACHE")
         code_cache.clear()
