@@ -318,3 +318,31 @@ def test_a_folders_links_are_kept_only_while_the_folder_is_unchanged_and_settled
         origins.clear()
         monkeypatch.delenv("MEMOLAB_CODE_CACHE")
         code_cache.clear()
+
+
+def test_the_team_store_settings_read_from_pyproject_as_a_text_file_reads_them(tmp_path):
+    """``config._tool_table`` reads ``pyproject.toml`` through one descriptor (five system calls, not
+    ten): the table a text file would give (universal newlines too), ``{}`` for a file that is not
+    UTF-8 or not TOML, and a file rewritten is read again (its stamp: inode, size, times)."""
+    from memolab.settings import config
+
+    p = tmp_path / "pyproject.toml"
+    cases = [
+        (b"[project]\nname='x'\n", {}),
+        (b"[tool.memolab]\r\nremote = 'postgresql://db/team'\r\nremote_blobs = 's3://b/m'\r\n",
+         {"remote": "postgresql://db/team", "remote_blobs": "s3://b/m"}),
+        (b"[tool.memolab]\rremote = 'postgresql://db/cr'\r", {"remote": "postgresql://db/cr"}),
+        (b"[tool.memolab]\nremote = \n", {}),  # not TOML
+        (b"[tool.memolab]\nremote = '\xff'\n", {}),  # not UTF-8
+        (b"[tool.memolab]\nremote = 'postgresql://db/" + b"x" * 70_000 + b"'\n",
+         {"remote": "postgresql://db/" + "x" * 70_000}),  # more than one read
+    ]
+    try:
+        for data, want in cases:
+            p.write_bytes(data)
+            assert config._tool_table(tmp_path) == want, data[:40]
+            assert config._tool_table(tmp_path) == want  # (from the in-process cache)
+        p.unlink()
+        assert config._tool_table(tmp_path) == {}
+    finally:
+        config._pyproject_cache.clear()
