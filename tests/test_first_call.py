@@ -346,3 +346,55 @@ def test_the_team_store_settings_read_from_pyproject_as_a_text_file_reads_them(t
         assert config._tool_table(tmp_path) == {}
     finally:
         config._pyproject_cache.clear()
+
+
+def test_the_watch_reads_a_modules_file_as_getattr_does(tmp_path):
+    """``patches._watched_sites`` reads a module's ``__file__`` from its namespace (a builtin module,
+    which has none, raises and formats no ``AttributeError``), except where ``getattr`` could answer
+    otherwise: a PEP 562 ``__getattr__`` or a module subclass. The plants of every such user module
+    are watched."""
+    import types
+
+    from memolab.codegraph import patches
+
+    src = tmp_path / "planter.py"
+    src.write_text("import json\njson.JSONEncoder.encode = None\n")
+
+    class Sub(types.ModuleType):
+        @property
+        def __file__(self):  # (not in the namespace)
+            return str(src)
+
+    plain = types.ModuleType("m52_plain")
+    plain.__file__ = str(src)
+    lazy = types.ModuleType("m52_lazy")
+    lazy.__getattr__ = lambda name: str(src) if name == "__file__" else None
+    sub = Sub("m52_sub")
+    builtin_like = types.ModuleType("m52_none")  # no file at all: not scanned
+    mods = {"m52_plain": plain, "m52_lazy": lazy, "m52_sub": sub, "m52_none": builtin_like}
+    for m in (plain, lazy, sub):
+        m.__dict__["json"] = __import__("json")
+    before = dict(sys.modules)
+    sys.modules.update(mods)
+    try:
+        loaded = [m for name, m in sys.modules.items() if name in mods]
+        assert [getattr(m, "__file__", None) for m in loaded] == [str(src)] * 3 + [None]
+        origins.clear()
+        patches._kinds.clear()
+        sites, _ = patches._watched_sites()
+        assert ("json.encoder.JSONEncoder", "encode") in {(where, name) for where, _, name, _ in sites}
+        # each of the three alone is enough
+        for name in ("m52_plain", "m52_lazy", "m52_sub"):
+            for other in mods:
+                sys.modules.pop(other, None)
+            sys.modules[name] = mods[name]
+            patches._kinds.clear()
+            sites, _ = patches._watched_sites()
+            assert ("json.encoder.JSONEncoder", "encode") in {(w, n) for w, _, n, _ in sites}, name
+    finally:
+        for name in mods:
+            sys.modules.pop(name, None)
+        sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
+        origins.clear()
+        patches._kinds.clear()
+        patches._cache = (-1, [], [])

@@ -252,7 +252,7 @@ def _links_in(d: str) -> frozenset[str] | None:
     if d in _links:
         return _links[d]
     links: frozenset[str] | None = None
-    st = _stamp_of(d)
+    st = _stamp_of(d) if _plain(d) else None
     if st is not None:
         links = code_cache.folder_links(d, st)
         # (stamped before the listing: a change while listing moves the folder's times past this
@@ -279,6 +279,11 @@ def _scan_links(d: str) -> frozenset[str] | None:
     return frozenset(found)
 
 
+#: the last components of a file that ``kinds_of`` leaves to ``kind_of``: no file's name (the path is
+#: then not normal), or a library folder's name (a file's kind is then not its folder's)
+_NOT_NAMES = frozenset(("", ".", "..", *_SITE_PARTS))
+
+
 def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     """``kind_of`` of each (name, file) of ``modules``, with fewer system calls and less work a
     module. A file whose folder ``d`` is settled and whose real path is itself (``_links_in``) is
@@ -293,9 +298,11 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     rest: list[tuple[int, str, str | None]] = []
     try:
         for name, f in modules:
-            if f and name.partition(".")[0] not in ("memolab", "__main__", "__mp_main__") and _plain(f):
+            if f and f[:1] == "/" and name.partition(".")[0] not in ("memolab", "__main__", "__mp_main__"):
                 head, _, tail = f.rpartition("/")
-                links = _links_in(head) if head and tail not in _SITE_PARTS else None
+                # (``f`` is absolute and normal exactly when ``head`` is, ``_links_in`` asks it once a
+                # folder, and ``tail`` is a name: not empty, ``.`` or ``..``)
+                links = _links_in(head) if head and tail not in _NOT_NAMES else None
                 if links is not None and tail not in links:
                     kind = _dir_kinds.get(head)
                     if kind is None:
