@@ -270,6 +270,25 @@ def test_a_folders_links_are_kept_only_while_the_folder_is_unchanged_and_settled
         for other in ((9, 2, 3, 4), (1, 9, 3, 4), (1, 2, 9, 4), (1, 2, 3, 9)):
             assert code_cache.folder_links("/f", other) is None, other
         assert code_cache.folder_links("/g", (1, 2, 3, 4)) is None
+        # a file holds at most FOLDERS_MAX folders: what a process listed, then what it used, then the rest
+        monkeypatch.setattr(code_cache, "FOLDERS_MAX", 3)
+        code_cache.put_folder_links("/g", (5, 6, 7, 8), frozenset())
+        code_cache.flush()
+        code_cache.clear()
+        assert code_cache.folder_links("/g", (5, 6, 7, 8)) == frozenset()  # used; "/f" is not
+        code_cache.put_folder_links("/h", (1, 1, 1, 1), frozenset({"x"}))
+        code_cache.put_folder_links("/i", (2, 2, 2, 2), frozenset())
+        code_cache.flush()
+        code_cache.clear()
+        assert [code_cache.folder_links(*a) for a in (("/f", (1, 2, 3, 4)), ("/g", (5, 6, 7, 8)),
+                ("/h", (1, 1, 1, 1)), ("/i", (2, 2, 2, 2)))] == [None, frozenset(), frozenset({"x"}), frozenset()]
+        monkeypatch.undo()
+        monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+        code_cache.clear()
+        code_cache.put_folder_links("/f", (1, 2, 3, 4), frozenset({"b.py"}))
+        code_cache.flush()
+        code_cache.clear()
+        assert code_cache.folder_links("/f", (1, 2, 3, 4)) == frozenset({"b.py"})
         (tmp_path / "cache" / os.path.basename(code_cache._folders_file())).write_bytes(b"\x00damaged")
         code_cache.clear()
         assert code_cache.folder_links("/f", (1, 2, 3, 4)) is None  # damaged: listed afresh

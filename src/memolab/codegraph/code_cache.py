@@ -77,8 +77,11 @@ _sites_new: dict[str, tuple[str, tuple]] = {}
 #: (``folder_links``), and those this process listed, written at exit (``put_folder_links``)
 _folders: dict[str, Any] | None = None
 _folders_new: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {}
-#: the most folders the file keeps (a process's own are kept first)
-FOLDERS_MAX = 4096
+#: the folders this process found in the file with their stamp unchanged (kept first when it is rewritten)
+_folders_used: set[str] = set()
+#: the most folders a file keeps (one file an interpreter prefix, a virtual environment: a process
+#: loading torch asks about 150): what this process listed first, then what it used, then the others
+FOLDERS_MAX = 1024
 _FOLDERS_FORMAT = ("folders", 1)
 
 
@@ -195,7 +198,8 @@ def put_sites(path: str, digest: str, sites: list[tuple[tuple[str, ...], str | N
 
 
 def _folders_file() -> str:
-    return os.path.join(_cache_dir() or "", f"folders.{_analysis_salt()}.marshal")
+    # (one file a virtual environment: each one's processes read only the folders theirs load)
+    return _file_of(f"folders:{sys.prefix}:{sys.exec_prefix}", ".folders")
 
 
 def _read_folders() -> dict[str, Any]:
@@ -226,6 +230,7 @@ def folder_links(folder: str, stamp: tuple[int, ...]) -> frozenset[str] | None:
         kept = _folders.get(folder)
     if type(kept) is tuple and len(kept) == 2 and kept[0] == stamp and type(kept[1]) is tuple \
             and all(type(n) is str for n in kept[1]):
+        _folders_used.add(folder)
         return frozenset(kept[1])
     return None
 
@@ -331,13 +336,16 @@ def flush() -> None:
         _sites_new.clear()
         folders = dict(_folders_new)
         _folders_new.clear()
+        used = sorted(_folders_used)
     for path, (digest, found) in sites:
         _write(_file_of(path, ".sites"), (_FORMAT, path, digest, found))
     if folders:  # (merged into what other processes wrote meanwhile: this process's own first)
         kept = _read_folders()
-        for folder in list(kept)[:max(0, FOLDERS_MAX - len(folders))]:
+        for folder in [*(f for f in used if f in kept), *kept]:
+            if len(folders) >= FOLDERS_MAX:
+                break
             folders.setdefault(folder, kept[folder])
-        _write(_folders_file(), (_FOLDERS_FORMAT, folders))
+        _write(_folders_file(), (_FOLDERS_FORMAT, dict(list(folders.items())[:FOLDERS_MAX])))
     for path, (key, entries, _) in dirty:
         _write(_file_of(path), (_FORMAT, path, key, dict(entries)))
 
@@ -364,6 +372,7 @@ def clear() -> None:
         _files.clear()
         _sites_new.clear()
         _folders_new.clear()
+        _folders_used.clear()
     stats.update(hit=0, miss=0)
     site_stats.update(hit=0, miss=0)
     global _dir, _salt, _folders
