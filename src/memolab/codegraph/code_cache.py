@@ -37,13 +37,13 @@ read anew by every process: a file edited with its size and modification time
 unchanged (a checkout, ``cp -p``, a coarse clock) has other bytes, so another
 digest, and is scanned afresh. A stat alone would not prove that.
 
-And, in one file for all of them, which entries are links in each folder a loaded module's file
-lies in (``origins.kinds_of``: the stdlib's, ``lib-dynload``, each package's folder): kept with
-the folder's stamp (device, inode, modification and change times, which every entry made,
-removed, renamed or replaced moves, and the change time cannot be set back), and only for a
-folder whose last change is ``origins.SETTLED_NS`` old (a change within one tick of a coarse
-file-system clock cannot hide behind an equal stamp then). A process whose folder stamp differs
-lists the folder afresh.
+And, in one file a virtual environment (``sys.prefix``; at most ``FOLDERS_MAX`` folders), which
+entries are links in each folder a loaded module's file lies in (``origins.kinds_of``: the
+stdlib's, ``lib-dynload``, each package's folder): kept with the folder's stamp (device, inode,
+modification and change times, which every entry made, removed, renamed or replaced moves, and
+the change time cannot be set back), and only for a folder whose last change is
+``origins.SETTLED_NS`` old (a change within one tick of a coarse file-system clock cannot hide
+behind an equal stamp then). A process whose folder stamp differs lists the folder afresh.
 """
 from __future__ import annotations
 
