@@ -296,9 +296,10 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     equals ``os.path.realpath``'s (tests/test_codegraph.py, tests/test_first_call.py)."""
     out: list[str | None] = []
     rest: list[tuple[int, str, str | None]] = []
+    posix = os.sep == "/"  # (elsewhere every module takes ``_kinds_listed``'s route)
     try:
         for name, f in modules:
-            if f and f[:1] == "/" and name.partition(".")[0] not in ("memolab", "__main__", "__mp_main__"):
+            if posix and f and f[:1] == "/" and name.partition(".")[0] not in ("memolab", "__main__", "__mp_main__"):
                 head, _, tail = f.rpartition("/")
                 # (``f`` is absolute and normal exactly when ``head`` is, ``_links_in`` asks it once a
                 # folder, and ``tail`` is a name: not empty, ``.`` or ``..``)
