@@ -103,10 +103,13 @@ if lib == "paired":
                       "paired_joblib": statistics.median(meds["joblib"]),
                       "paired_ratio": statistics.median(j / m for m, j in zip(meds["memolab"], meds["joblib"]))}))
     sys.exit(0)
+import resource
+faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
 t, c = time.perf_counter(), time.thread_time()
 trivial(1)  # a hit, unless mode == "fill"
 t_first, c_first = time.perf_counter() - t, time.thread_time() - c
-out = {"first": t_first, "first_cpu": c_first, "import_first": time.perf_counter() - t_import}
+out = {"first": t_first, "first_cpu": c_first, "import_first": time.perf_counter() - t_import,
+       "first_faults": resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - faults}
 if mode == "measure":
     import numpy as np
     big = np.random.default_rng(0).random(mb * 1_000_000 // 8)
@@ -150,6 +153,8 @@ ROWS = [
     # (the same call's CPU time: on a loaded machine, what the wall time adds is waiting for a core)
     ("first_cpu", "first call of a fresh process (a hit), trivial: CPU time of the calling thread"),
     ("import_first", "import + first call of a fresh process, trivial"),
+    # (a count: each fault is a few microseconds of the kernel's, more in a virtual machine)
+    ("first_faults", "first call of a fresh process (a hit), trivial: page faults (minor) of the calling thread"),
 ]
 
 
@@ -177,10 +182,12 @@ def fmt(s: float | None) -> str:
     return f"{s * 1e3:,.2f} ms"
 
 
-def summary(values: list[float]) -> str:
+def summary(values: list[float], count: bool = False) -> str:
     if not values:
         return "failed"
     m = statistics.median(values)
+    if count:  # (page faults: a count, not a time)
+        return f"{m:,.0f} ({min(values):,.0f}–{max(values):,.0f})"
     return f"{fmt(m)} ({fmt(min(values))}–{fmt(max(values))})"
 
 
@@ -234,20 +241,21 @@ def main() -> None:
     print("| case | " + " | ".join(cols) + " | joblib / memolab | same round: joblib / memolab |")
     print("|" + "---|" * (len(cols) + 3))
     for case, label in ROWS:
-        if args.first_only and case not in ("first", "first_cpu", "import_first"):
+        if args.first_only and case not in ("first", "first_cpu", "import_first", "first_faults"):
             continue
         cells = []
         meds = {}
         for lib in cols:
             vals = [r[case] for r in rounds[lib] if case in r]
             meds[lib] = statistics.median(vals) if vals else None
-            cells.append(summary(vals) if vals else f"failed: {errors.get(lib, '?')[:60]}")
+            cells.append(summary(vals, count=case == "first_faults") if vals
+                         else f"failed: {errors.get(lib, '?')[:60]}")
         m, j = meds.get("memolab"), meds.get("joblib")
         ratio = f"{j / m:,.1f}x" if m and j else "-"
         # joblib's child over memolab's child of the same round (they ran back to back,
         # most often at the same machine speed), median (min–max) over rounds
         same = ([r2[case] / r1[case] for r1, r2 in zip(rounds["memolab"], rounds["joblib"], strict=False)
-                 if case in r1 and case in r2]
+                 if case in r1 and case in r2 and r1[case]]
                 if len(rounds["memolab"]) == len(rounds["joblib"]) else [])
         print(f"| {label.format(mb=args.mb)} | " + " | ".join(cells) + f" | {ratio} | "
               + (summary_ratio(same) if same else "-") + " |")

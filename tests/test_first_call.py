@@ -6,8 +6,10 @@ patch sites, libraries are not) and opens the store. Pinned here, in fresh proce
 call is a hit:
 
 - the system calls that classify the modules do not grow with the number of modules loaded:
-  a folder that many of them lie in (the stdlib's) is read with one listing, not an ``lstat``
-  a file; 60 more stdlib modules loaded cost not one more ``lstat``/``stat``;
+  the folders they lie in are ``lstat``-ed once each (no folder above one is a link, so its
+  files' real paths are their own), and which of a settled folder's entries are links comes
+  from the code cache (one file for all folders) while the folder's stamp is unchanged: not an
+  ``lstat`` a file, no listing; 60 more stdlib modules loaded cost not one more ``lstat``/``stat``;
 - the first hit compiles nothing (the patch sites of the script come from the code cache) and
   imports nothing (a scalar result is read without the unpickler: ``inline.plain_scalar``);
 - the store's first read runs two PRAGMAs (no I/O but the header) and then the point read:
@@ -93,13 +95,13 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     (tmp_path / "pyproject.toml").write_text("[project]\nname='first'\n")
     filled = _run(tmp_path, "less")  # the miss: stores the result, writes the code cache at exit
     assert filled["value"] == 2 and filled["calls"].get("compile", 0) >= 1  # (the script's sites: scanned once)
-    assert filled["calls"].get("listed", 0) >= 1  # the stdlib's folder listed once, kept in the code cache
+    assert filled["calls"].get("listed", 0) >= 1  # the stdlib's folders listed once, their links kept in the code cache
     plain, more = _run(tmp_path, "less"), _run(tmp_path, "more")
     assert more["modules"] >= plain["modules"] + 60
     for got in (plain, more):
         assert got["value"] == 2
         assert got["calls"].get("compile", 0) == 0, got  # patch sites from the code cache
-        assert got["calls"].get("listed", 0) == 0, got  # folder listings from the code cache
+        assert got["calls"].get("listed", 0) == 0, got  # the folders' links from the code cache
         assert got["imported"] == [], got  # a scalar read without the unpickler (``inline.plain_scalar``)
         # the store's first read: its two PRAGMAs (the header, nothing parsed, nothing written), then the lookup
         assert got["statements"][:2] == ["PRAGMA synchronous=NORMAL", "PRAGMA user_version"], got
@@ -107,9 +109,10 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     # 60 more modules in the stdlib's folder: not one more system call to classify them
     assert more["calls"] == plain["calls"], (plain["calls"], more["calls"])
     stats = plain["calls"].get("lstat", 0) + plain["calls"].get("stat", 0)
-    # (on 3.11 with this suite's venv: 63 here, from 139 before the listing, and 216 with the 60 more modules;
-    # the rest are each folder of the paths resolved once, a package's ``__init__.py``, the store's own files)
-    assert stats < 100, plain["calls"]
+    # (on 3.11 with this suite's venv: 50 here, 63 with a listing file a folder and an ``lstat`` a package's
+    # ``__init__.py``, 139 before any listing, and 216 then with the 60 more modules; the rest are each folder
+    # of the paths ``lstat``-ed once, the store's own files)
+    assert stats < 75, plain["calls"]
     # what every connection parses before its first statement: the schema, triggers and all
     with sqlite3.connect(tmp_path / "store" / "index.sqlite") as c:
         kept = dict(c.execute("SELECT name, length(sql) FROM sqlite_master WHERE type='trigger'").fetchall())
@@ -117,7 +120,7 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     assert sum(kept.values()) < 9_500, kept  # (15,068 before: 9,235 now)
 
 
-def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
+def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path, monkeypatch):
     """A library folder holding a link to a user's file, a user folder holding a link into a library,
     a linked package folder, a dangling link: listed in one batch (more than ``LIST_MIN`` files a
     folder), each answer is ``kind_of``'s without a listing, and each path ``os.path.realpath``'s."""
@@ -144,11 +147,29 @@ def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
              ("realpkg", str(site / "realpkg" / "__init__.py")), ("dangling", str(site / "dangling.py")),
              ("odd", f"{site}/./lib1.py"), ("rel", "relative/x.py"), ("none", None), ("gen", "<string>"),
              ("memolab.x", str(site / "lib2.py")), ("__main__", str(site / "lib3.py"))]
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+    code_cache.clear()
+    # (the files the folders' links place; not a module with no file, which ``kind_of`` places by
+    # its distribution: reading every installed one's metadata takes a second)
+    mine = [i for i, (_, f) in enumerate(mods) if f and f.startswith("/")]
     # and every module this process has loaded (the stdlib's and lib-dynload's folders: listed)
     mods += [(name, getattr(m, "__file__", None)) for name, m in list(sys.modules.items())]
     origins.clear()
     try:
         batch = origins.kinds_of(mods)
+        # and with every folder settled: the folders' links kept and read back by the next batch
+        settled = origins.SETTLED_NS
+        origins.SETTLED_NS = 0
+        try:
+            for _ in range(2):
+                origins.clear()
+                assert origins.kinds_of([mods[i] for i in mine]) == [batch[i] for i in mine]
+                code_cache.flush()
+                code_cache.clear()
+        finally:
+            origins.SETTLED_NS = settled
         # the listing does not outlive its batch: a library file replaced by a link to the user's, later, is seen
         (site / "lib4.py").unlink()
         os.symlink(work / "mine.py", site / "lib4.py")
@@ -165,6 +186,8 @@ def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path):
             assert b == a, (name, path, b, a)
     finally:
         origins.clear()
+        monkeypatch.delenv("MEMOLAB_CODE_CACHE")
+        code_cache.clear()
     kinds = dict(zip((n for n, _ in mods), batch, strict=True))
     # placed by where the links lead (a dangling one too: to a file outside any library folder)
     assert kinds["planted"] == kinds["linkedpkg"] == kinds["realpkg"] == kinds["dangling"] == origins.USER
@@ -228,44 +251,175 @@ def test_a_plain_scalar_reads_as_pickle_reads_it():
     assert answered > 500
 
 
-def test_a_folder_listing_is_kept_only_while_the_folder_is_unchanged_and_settled(tmp_path, monkeypatch):
-    """``origins._list`` keeps a folder's listing in the code cache under the folder's stamp
-    (device, inode, modification and change times): read back only with that very stamp, and
-    only kept for a folder whose last change is ``SETTLED_NS`` old (a folder just made is listed
-    by every process: a change within one tick of the file system's clock would not move it)."""
+def test_a_folders_links_are_kept_only_while_the_folder_is_unchanged_and_settled(tmp_path, monkeypatch):
+    """``origins.kinds_of`` keeps which entries of a module's folder are links in the code cache,
+    under the folder's stamp (device, inode, modification and change times): read back only with
+    that very stamp, only for a folder whose real path is itself (each folder above it ``lstat``-ed
+    in every batch), and only kept for a folder whose last change is ``SETTLED_NS`` old (a folder
+    just made is listed by every process: a change within one tick of the file system's clock
+    would not move it). A library's file replaced by a link to the user's, after a process kept its
+    folder, is the user's in the next process (its plants watched: a stale result otherwise)."""
     from memolab.codegraph import code_cache
 
     monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
     code_cache.clear()
+    origins.clear()
     try:
-        code_cache.put_listing("/f", (1, 2, 3, 4), frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        code_cache.put_folder_links("/f", (1, 2, 3, 4), frozenset({"b.py"}))
         code_cache.flush()
-        assert code_cache.get_listing("/f", (1, 2, 3, 4)) == (frozenset({"a.py", "b.py"}), frozenset({"b.py"}))
+        code_cache.clear()  # (a new process: read from disk)
+        assert code_cache.folder_links("/f", (1, 2, 3, 4)) == frozenset({"b.py"})
         for other in ((9, 2, 3, 4), (1, 9, 3, 4), (1, 2, 9, 4), (1, 2, 3, 9)):
-            assert code_cache.get_listing("/f", other) is None, other
-        assert code_cache.get_listing("/g", (1, 2, 3, 4)) is None
-        (tmp_path / "cache" / os.path.basename(code_cache._file_of("/f", ".listing"))).write_bytes(b"\x00damaged")
-        assert code_cache.get_listing("/f", (1, 2, 3, 4)) is None  # damaged: listed afresh
-
-        new = tmp_path / "new"
-        new.mkdir()
-        (new / "x.py").write_text("")
-        os.symlink(tmp_path / "elsewhere.py", new / "y.py")
-        origins._list(str(new))  # just made: listed, not kept
-        assert origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
-        assert str(new) not in code_cache._listings_new
-        monkeypatch.setattr(origins, "SETTLED_NS", 0)
-        origins._list(str(new))  # settled (at this threshold): kept under its stamp
-        st = os.stat(new)
-        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-        assert code_cache._listings_new[str(new)] == (stamp, ("x.py", "y.py"), ("y.py",))
+            assert code_cache.folder_links("/f", other) is None, other
+        assert code_cache.folder_links("/g", (1, 2, 3, 4)) is None
+        # a file holds at most FOLDERS_MAX folders: what a process listed, then what it used, then the rest
+        monkeypatch.setattr(code_cache, "FOLDERS_MAX", 3)
+        code_cache.put_folder_links("/g", (5, 6, 7, 8), frozenset())
         code_cache.flush()
-        origins._listed.clear()
-        listed = []
-        monkeypatch.setattr(origins.os, "scandir", lambda p: listed.append(p) or os.listdir(p))
-        origins._list(str(new))  # the same stamp: read back, not listed
-        assert listed == [] and origins._listed.pop(str(new)) == (frozenset({"x.py", "y.py"}), frozenset({"y.py"}))
+        code_cache.clear()
+        assert code_cache.folder_links("/g", (5, 6, 7, 8)) == frozenset()  # used; "/f" is not
+        code_cache.put_folder_links("/h", (1, 1, 1, 1), frozenset({"x"}))
+        code_cache.put_folder_links("/i", (2, 2, 2, 2), frozenset())
+        code_cache.flush()
+        code_cache.clear()
+        assert [code_cache.folder_links(*a) for a in (("/f", (1, 2, 3, 4)), ("/g", (5, 6, 7, 8)),
+                ("/h", (1, 1, 1, 1)), ("/i", (2, 2, 2, 2)))] == [None, frozenset(), frozenset({"x"}), frozenset()]
+        monkeypatch.undo()
+        monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+        code_cache.clear()
+        code_cache.put_folder_links("/f", (1, 2, 3, 4), frozenset({"b.py"}))
+        code_cache.flush()
+        code_cache.clear()
+        assert code_cache.folder_links("/f", (1, 2, 3, 4)) == frozenset({"b.py"})
+        (tmp_path / "cache" / os.path.basename(code_cache._folders_file())).write_bytes(b"\x00damaged")
+        code_cache.clear()
+        assert code_cache.folder_links("/f", (1, 2, 3, 4)) is None  # damaged: listed afresh
+
+        site = tmp_path / "venv" / "lib" / "site-packages"
+        work = tmp_path / "work"
+        site.mkdir(parents=True)
+        work.mkdir()
+        (work / "mine.py").write_text("")
+        (site / "lib.py").write_text("")
+        os.symlink(work / "mine.py", site / "planted.py")
+        mods = [("lib", str(site / "lib.py")), ("planted", str(site / "planted.py"))]
+        scans: list[str] = []
+        scandir = os.scandir
+        monkeypatch.setattr(origins.os, "scandir", lambda p: scans.append(p) or scandir(p))
+
+        def new_process() -> list[str]:
+            code_cache.flush()
+            code_cache.clear()
+            origins.clear()
+            scans.clear()
+            return origins.kinds_of(mods)
+
+        # just made: asked afresh by every process (an ``lstat`` a file here), never kept
+        for _ in range(2):
+            assert new_process() == [origins.PACKAGE, origins.USER] and str(site) not in code_cache._folders_new
+        monkeypatch.setattr(origins, "SETTLED_NS", 0)  # settled (at this threshold): kept under its stamp
+        assert new_process() == [origins.PACKAGE, origins.USER] and str(site) in scans
+        st = os.lstat(site)
+        assert code_cache._folders_new[str(site)] == ((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns),
+                                                      ("planted.py",))
+        assert new_process() == [origins.PACKAGE, origins.USER] and scans == []  # read back, not listed
+        # the library's file becomes a link to the user's: the folder's stamp moved, listed afresh
+        (site / "lib.py").unlink()
+        os.symlink(work / "mine.py", site / "lib.py")
+        assert new_process() == [origins.USER, origins.USER] and str(site) in scans
+        assert new_process() == [origins.USER, origins.USER] and scans == []
+        (site / "lib.py").unlink()
+        (site / "lib.py").write_text("")
+        assert new_process() == [origins.PACKAGE, origins.USER] and str(site) in scans
+        assert new_process() == [origins.PACKAGE, origins.USER] and scans == []
+        # a folder above becomes a link (to the same folders): not answered from the kept links, and the
+        # files are placed where the links lead (a library folder's name no longer on their path)
+        os.rename(tmp_path / "venv", tmp_path / "moved")
+        os.symlink(tmp_path / "moved", tmp_path / "venv")
+        (tmp_path / "moved" / "lib" / "site-packages").rename(tmp_path / "moved" / "lib" / "plain")
+        os.symlink(tmp_path / "moved" / "lib" / "plain", tmp_path / "moved" / "lib" / "site-packages")
+        assert new_process() == [origins.USER, origins.USER] == [origins.kind_of(n, f) for n, f in mods]
     finally:
-        origins._listed.clear()
+        origins.clear()
         monkeypatch.delenv("MEMOLAB_CODE_CACHE")
         code_cache.clear()
+
+
+def test_the_team_store_settings_read_from_pyproject_as_a_text_file_reads_them(tmp_path):
+    """``config._tool_table`` reads ``pyproject.toml`` through one descriptor (five system calls, not
+    ten): the table a text file would give (universal newlines too), ``{}`` for a file that is not
+    UTF-8 or not TOML, and a file rewritten is read again (its stamp: inode, size, times)."""
+    from memolab.settings import config
+
+    p = tmp_path / "pyproject.toml"
+    cases = [
+        (b"[project]\nname='x'\n", {}),
+        (b"[tool.memolab]\r\nremote = 'postgresql://db/team'\r\nremote_blobs = 's3://b/m'\r\n",
+         {"remote": "postgresql://db/team", "remote_blobs": "s3://b/m"}),
+        (b"[tool.memolab]\rremote = 'postgresql://db/cr'\r", {"remote": "postgresql://db/cr"}),
+        (b"[tool.memolab]\nremote = \n", {}),  # not TOML
+        (b"[tool.memolab]\nremote = '\xff'\n", {}),  # not UTF-8
+        (b"[tool.memolab]\nremote = 'postgresql://db/" + b"x" * 70_000 + b"'\n",
+         {"remote": "postgresql://db/" + "x" * 70_000}),  # more than one read
+    ]
+    try:
+        for data, want in cases:
+            p.write_bytes(data)
+            assert config._tool_table(tmp_path) == want, data[:40]
+            assert config._tool_table(tmp_path) == want  # (from the in-process cache)
+        p.unlink()
+        assert config._tool_table(tmp_path) == {}
+    finally:
+        config._pyproject_cache.clear()
+
+
+def test_the_watch_reads_a_modules_file_as_getattr_does(tmp_path):
+    """``patches._watched_sites`` reads a module's ``__file__`` from its namespace (a builtin module,
+    which has none, raises and formats no ``AttributeError``), except where ``getattr`` could answer
+    otherwise: a PEP 562 ``__getattr__`` or a module subclass. The plants of every such user module
+    are watched."""
+    import types
+
+    from memolab.codegraph import patches
+
+    src = tmp_path / "planter.py"
+    src.write_text("import json\njson.JSONEncoder.encode = None\n")
+
+    class Sub(types.ModuleType):
+        @property
+        def __file__(self):  # (not in the namespace)
+            return str(src)
+
+    plain = types.ModuleType("m52_plain")
+    plain.__file__ = str(src)
+    lazy = types.ModuleType("m52_lazy")
+    lazy.__getattr__ = lambda name: str(src) if name == "__file__" else None
+    sub = Sub("m52_sub")
+    builtin_like = types.ModuleType("m52_none")  # no file at all: not scanned
+    mods = {"m52_plain": plain, "m52_lazy": lazy, "m52_sub": sub, "m52_none": builtin_like}
+    for m in (plain, lazy, sub):
+        m.__dict__["json"] = __import__("json")
+    before = dict(sys.modules)
+    sys.modules.update(mods)
+    try:
+        loaded = [m for name, m in sys.modules.items() if name in mods]
+        assert [getattr(m, "__file__", None) for m in loaded] == [str(src)] * 3 + [None]
+        origins.clear()
+        patches._kinds.clear()
+        sites, _ = patches._watched_sites()
+        assert ("json.encoder.JSONEncoder", "encode") in {(where, name) for where, _, name, _ in sites}
+        # each of the three alone is enough
+        for name in ("m52_plain", "m52_lazy", "m52_sub"):
+            for other in mods:
+                sys.modules.pop(other, None)
+            sys.modules[name] = mods[name]
+            patches._kinds.clear()
+            sites, _ = patches._watched_sites()
+            assert ("json.encoder.JSONEncoder", "encode") in {(w, n) for w, _, n, _ in sites}, name
+    finally:
+        for name in mods:
+            sys.modules.pop(name, None)
+        sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
+        origins.clear()
+        patches._kinds.clear()
+        patches._cache = (-1, [], [])

@@ -47,6 +47,32 @@ def test_mountinfo_lines_parse_as_the_kernel_writes_them():
     assert {"nfs4", "lustre", "cifs", "gpfs"} <= mounts.NETWORK_FILESYSTEMS
 
 
+def test_the_network_check_finds_the_mount_the_whole_table_finds(monkeypatch):
+    """``network_mount`` parses only the lines whose mount point is above the path; its answer is
+    ``mount_of(path, parse_mountinfo(text))``'s when that is a network filesystem, else None: on
+    paths at, under, beside and between the mount points, on this fake table and on the same table
+    with each network filesystem made local (and each local one network), lines in any order."""
+    paths = ["/", "/mnt", "/mnt2", "/mnt2/x", "/mnt/team share", "/mnt/team share/me/.memolab",
+             "/mnt/team shared/x", "/mnt/team", "/lustre", "/lustre/run/1", "/lustre/local", "/lustre/local/x",
+             "/lustrex/y", "/x/y/z"]
+    lines = MOUNTINFO.splitlines()
+    swapped = MOUNTINFO.replace("- ext4 ", "- XFS ").replace("- nfs4 ", "- ext4 ").replace("- XFS ", "- nfs4 ") \
+        .replace("- tmpfs ", "- cifs ").replace("- lustre ", "- tmpfs ")
+    tables = [MOUNTINFO, "\n".join(reversed(lines)), swapped, "\n".join(lines[2:] + lines[:2]), "", "garbage\n- -",
+              # a point mounted over again (the last mount wins), the root too
+              MOUNTINFO + "150 27 0:70 / /lustre rw - ext4 /dev/x rw\n151 1 0:71 / / rw - nfs srv:/ rw\n",
+              MOUNTINFO + "150 27 0:70 / /mnt/team\\040share/ rw - ext4 /dev/x rw\n"]
+    answers = set()
+    for text in tables:
+        monkeypatch.setattr(mounts, "mount_table", lambda text=text: text)
+        for path in paths:
+            whole = mounts.mount_of(path, mounts.parse_mountinfo(text), path)
+            want = whole if whole is not None and whole.fstype in mounts.NETWORK_FILESYSTEMS else None
+            assert mounts.network_mount(path, path) == want, (text[:30], path)
+            answers.add(want)
+    assert len(answers) >= 4  # (None, nfs4, lustre, cifs... : the cases are not all alike)
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/mountinfo"), reason="no /proc/self/mountinfo (not Linux)")
 def test_this_machines_mount_table_parses_and_holds_the_working_directory(tmp_path):
     text = mounts.mount_table()
@@ -59,6 +85,9 @@ def test_this_machines_mount_table_parses_and_holds_the_working_directory(tmp_pa
     link = tmp_path / "link"
     link.symlink_to("/")
     assert mounts.mount_of(link, table).point == "/"  # the real path decides
+    for where in (tmp_path, link, "/", "/proc", "/proc/self", "/dev/shm", "/sys/fs", os.getcwd()):
+        whole = mounts.mount_of(where, table)
+        assert mounts.network_mount(where) == (whole if whole.fstype in mounts.NETWORK_FILESYSTEMS else None)
 
 
 SCRIPT = """

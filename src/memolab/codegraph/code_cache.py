@@ -37,12 +37,13 @@ read anew by every process: a file edited with its size and modification time
 unchanged (a checkout, ``cp -p``, a coarse clock) has other bytes, so another
 digest, and is scanned afresh. A stat alone would not prove that.
 
-And the listings of the folders many loaded modules lie in (``origins.kinds_of``: the stdlib's,
-``lib-dynload``), which say which of their entries are links: kept with the folder's stamp
-(device, inode, modification and change times, which every entry made, removed or replaced
-moves), and only for a folder whose last change is ``origins.SETTLED_NS`` old (a change within
-one tick of a coarse file-system clock cannot hide behind an equal stamp then). A process
-whose folder stamp differs lists the folder afresh.
+And, in one file a virtual environment (``sys.prefix``; at most ``FOLDERS_MAX`` folders), which
+entries are links in each folder a loaded module's file lies in (``origins.kinds_of``: the
+stdlib's, ``lib-dynload``, each package's folder): kept with the folder's stamp (device, inode,
+modification and change times, which every entry made, removed, renamed or replaced moves, and
+the change time cannot be set back), and only for a folder whose last change is
+``origins.SETTLED_NS`` old (a change within one tick of a coarse file-system clock cannot hide
+behind an equal stamp then). A process whose folder stamp differs lists the folder afresh.
 """
 from __future__ import annotations
 
@@ -72,8 +73,16 @@ stats = {"hit": 0, "miss": 0}
 site_stats = {"hit": 0, "miss": 0}
 #: source path -> (content digest, sites) found by this process, written at exit
 _sites_new: dict[str, tuple[str, tuple]] = {}
-#: folder -> (its stamp, names, links) listed by this process, written at exit (``origins._list``)
-_listings_new: dict[str, tuple[tuple[int, ...], tuple[str, ...], tuple[str, ...]]] = {}
+#: folder -> (its stamp, the names of its entries that are links): read from disk once a process
+#: (``folder_links``), and those this process listed, written at exit (``put_folder_links``)
+_folders: dict[str, Any] | None = None
+_folders_new: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+#: the folders this process found in the file with their stamp unchanged (kept first when it is rewritten)
+_folders_used: set[str] = set()
+#: the most folders a file keeps (one file an interpreter prefix, a virtual environment: a process
+#: loading torch asks about 150): what this process listed first, then what it used, then the others
+FOLDERS_MAX = 1024
+_FOLDERS_FORMAT = ("folders", 1)
 
 
 def read_bytes(path: str) -> bytes:
@@ -188,33 +197,53 @@ def put_sites(path: str, digest: str, sites: list[tuple[tuple[str, ...], str | N
             atexit.register(flush)
 
 
-def get_listing(folder: str, stamp: tuple[int, ...]) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(the names in ``folder``, those that are links) as some process listed them when the folder's
-    stamp (device, inode, modification and change times) was ``stamp``, or None. A folder's
-    times change whenever an entry is made, removed, renamed or replaced (a file swapped for a
-    link too), and its change time cannot be set back: the same stamp is the same entries."""
+def _folders_file() -> str:
+    # (one file a virtual environment: each one's processes read only the folders theirs load)
+    return _file_of(f"folders:{sys.prefix}:{sys.exec_prefix}", ".folders")
+
+
+def _read_folders() -> dict[str, Any]:
+    try:
+        data = marshal.loads(read_bytes(_folders_file()))
+        if type(data) is tuple and len(data) == 2 and data[0] == _FOLDERS_FORMAT and type(data[1]) is dict:
+            return data[1]
+    except FileNotFoundError:
+        pass  # no folder listed here yet (or the cache was cleared)
+    except (OSError, EOFError, ValueError, TypeError) as e:  # unreadable, damaged (marshal) or another format
+        _debug("code cache: folders unreadable: %r", e)
+    return {}
+
+
+def folder_links(folder: str, stamp: tuple[int, ...]) -> frozenset[str] | None:
+    """The names of the entries of ``folder`` that are links, as some process listed them when the
+    folder's stamp (device, inode, modification and change times) was ``stamp``; or None. A
+    folder's times change whenever an entry is made, removed, renamed or replaced (a file swapped
+    for a link too), and its change time cannot be set back: the same stamp is the same entries.
+    All folders are in one file, read once a process (a fresh process's first call asks about
+    20: one read, not 20)."""
+    global _folders
     if _cache_dir() is None:
         return None
-    try:
-        data = marshal.loads(read_bytes(_file_of(folder, ".listing")))
-        if type(data) is tuple and len(data) == 5 and data[0] == _FORMAT and data[1] == folder \
-                and data[2] == stamp and type(data[3]) is tuple and type(data[4]) is tuple \
-                and all(type(n) is str for n in data[3]) and all(type(n) is str for n in data[4]):
-            return frozenset(data[3]), frozenset(data[4])
-    except FileNotFoundError:
-        pass  # never listed here (or the cache was cleared)
-    except (OSError, EOFError, ValueError, TypeError) as e:  # unreadable, damaged (marshal) or another format
-        _debug("code cache: listing of %s unreadable: %r", folder, e)
+    with _lock:
+        if _folders is None:
+            _folders = _read_folders()
+        kept = _folders.get(folder)
+    if type(kept) is tuple and len(kept) == 2 and kept[0] == stamp and type(kept[1]) is tuple \
+            and all(type(n) is str for n in kept[1]):
+        _folders_used.add(folder)
+        return frozenset(kept[1])
     return None
 
 
-def put_listing(folder: str, stamp: tuple[int, ...], names: frozenset[str], links: frozenset[str]) -> None:
-    """Remember the listing of ``folder`` at ``stamp`` (``get_listing``); written at exit."""
+def put_folder_links(folder: str, stamp: tuple[int, ...], links: frozenset[str]) -> None:
+    """Remember which entries of ``folder`` are links at ``stamp`` (``folder_links``); written at exit."""
     global _registered
     if _cache_dir() is None:
         return
     with _lock:
-        _listings_new[folder] = (tuple(stamp), tuple(sorted(names)), tuple(sorted(links)))
+        _folders_new[folder] = entry = (tuple(stamp), tuple(sorted(links)))
+        if _folders is not None:
+            _folders[folder] = entry
         if not _registered:
             _registered = True
             atexit.register(flush)
@@ -305,12 +334,18 @@ def flush() -> None:
             rec[2] = False
         sites = list(_sites_new.items())
         _sites_new.clear()
-        listings = list(_listings_new.items())
-        _listings_new.clear()
+        folders = dict(_folders_new)
+        _folders_new.clear()
+        used = sorted(_folders_used)
     for path, (digest, found) in sites:
         _write(_file_of(path, ".sites"), (_FORMAT, path, digest, found))
-    for folder, (stamp, names, links) in listings:
-        _write(_file_of(folder, ".listing"), (_FORMAT, folder, stamp, names, links))
+    if folders:  # (merged into what other processes wrote meanwhile: this process's own first)
+        kept = _read_folders()
+        for folder in [*(f for f in used if f in kept), *kept]:
+            if len(folders) >= FOLDERS_MAX:
+                break
+            folders.setdefault(folder, kept[folder])
+        _write(_folders_file(), (_FOLDERS_FORMAT, dict(list(folders.items())[:FOLDERS_MAX])))
     for path, (key, entries, _) in dirty:
         _write(_file_of(path), (_FORMAT, path, key, dict(entries)))
 
@@ -336,9 +371,11 @@ def clear() -> None:
     with _lock:
         _files.clear()
         _sites_new.clear()
-        _listings_new.clear()
+        _folders_new.clear()
+        _folders_used.clear()
     stats.update(hit=0, miss=0)
     site_stats.update(hit=0, miss=0)
-    global _dir, _salt
+    global _dir, _salt, _folders
     _dir = None
     _salt = None
+    _folders = None

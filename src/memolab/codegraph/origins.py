@@ -193,7 +193,7 @@ def _resolve(head: str, tail: str, path: str) -> str:
     return os.path.realpath(joined) if link else joined
 
 
-#: a folder's listing is kept across processes (``code_cache.get_listing``) once its last change
+#: a folder's links are kept across processes (``code_cache.folder_links``) once its last change
 #: is this old (nanoseconds): the stdlib's folders are; a folder just changed is listed afresh
 SETTLED_NS = 3600 * 10 ** 9
 
@@ -201,18 +201,7 @@ SETTLED_NS = 3600 * 10 ** 9
 def _list(real_dir: str) -> None:
     """Read which entries of folder ``real_dir`` are links, in one listing (``d_type``: no
     ``lstat`` an entry, except on a file system that does not say; an entry that cannot be told
-    is left out of the names, and is asked with its own ``lstat``). A settled folder's listing
-    comes from the code cache while the folder's stamp is the one it was listed at: one ``stat``
-    and a read, where listing the stdlib's 200 entries cost a fresh process about 0.25 ms."""
-    try:
-        st = os.stat(real_dir)
-    except OSError:
-        return  # (gone, or not readable: each file is asked with its own lstat)
-    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
-    kept = code_cache.get_listing(real_dir, stamp)
-    if kept is not None:
-        _listed[real_dir] = kept
-        return
+    is left out of the names, and is asked with its own ``lstat``), for one batch."""
     names, links = set(), set()
     try:
         with os.scandir(real_dir) as it:
@@ -225,19 +214,114 @@ def _list(real_dir: str) -> None:
                 names.add(e.name)
     except OSError:
         return  # (gone, or not readable: each file is asked with its own lstat)
-    _listed[real_dir] = listing = (frozenset(names), frozenset(links))
-    # (stamped before the listing: a change while listing moves the folder's times past this stamp,
-    # so the listing kept under it is never read)
-    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS:
-        code_cache.put_listing(real_dir, stamp, *listing)
+    _listed[real_dir] = (frozenset(names), frozenset(links))
+
+
+Stamp = tuple[int, int, int, int]
+#: for one batch of ``kinds_of``: folder -> its stamp when neither it nor a folder above it is a
+#: link (its real path is itself), else None
+_chain: dict[str, Stamp | None] = {}
+#: for one batch: folder -> the names of its entries that are links (None: not known)
+_links: dict[str, frozenset[str] | None] = {}
+
+
+def _stamp_of(d: str) -> Stamp | None:
+    """The stamp (device, inode, modification and change times) of folder ``d`` (absolute and
+    normal) when no component of ``d`` is a link, by one ``lstat`` a folder of the chain (each
+    asked once a batch): an ``lstat`` says both whether the entry is a link and, for a folder,
+    its stamp. None when one is a link, is no folder, or cannot be read."""
+    if d in _chain:
+        return _chain[d]
+    out: Stamp | None = None
+    if d == "/" or _stamp_of(d.rpartition("/")[0] or "/") is not None:
+        try:
+            st = os.lstat(d)
+        except (OSError, ValueError):
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            out = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            _real_dirs[d] = d  # (no component is a link: its real path is itself)
+    _chain[d] = out
+    return out
+
+
+def _links_in(d: str) -> frozenset[str] | None:
+    """The names of the entries of folder ``d`` that are links, when ``d``'s real path is itself
+    and ``d`` is settled (its last change ``SETTLED_NS`` old): from the code cache while ``d``'s
+    stamp is the one it was listed at, else listed and kept. None otherwise."""
+    if d in _links:
+        return _links[d]
+    links: frozenset[str] | None = None
+    st = _stamp_of(d) if _plain(d) else None
+    if st is not None:
+        links = code_cache.folder_links(d, st)
+        # (stamped before the listing: a change while listing moves the folder's times past this
+        # stamp, so what is kept under it is never read back)
+        if links is None and time.time_ns() - max(st[2], st[3]) > SETTLED_NS:
+            links = _scan_links(d)
+            if links is not None:
+                code_cache.put_folder_links(d, st, links)
+    _links[d] = links
+    return links
+
+
+def _scan_links(d: str) -> frozenset[str] | None:
+    """The names of the entries of ``d`` that are links, in one listing (``d_type``: an ``lstat``
+    an entry only on a file system that does not say); None if one cannot be told."""
+    found = set()
+    try:
+        with os.scandir(d) as it:
+            for e in it:
+                if e.is_symlink():
+                    found.add(e.name)
+    except OSError:
+        return None  # (gone, not readable, or an entry gone before its type was told)
+    return frozenset(found)
+
+
+#: the last components of a file that ``kinds_of`` leaves to ``kind_of``: no file's name (the path is
+#: then not normal), or a library folder's name (a file's kind is then not its folder's)
+_NOT_NAMES = frozenset(("", ".", "..", *_SITE_PARTS))
 
 
 def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
-    """``kind_of`` of each (name, file) of ``modules``, with fewer system calls: each folder that
-    ``LIST_MIN`` or more of these files (or package folders) lie in is read with one listing, whose
-    entry types answer which are links, instead of an ``lstat`` each. The listing is dropped when
-    the batch is done: a file made or replaced later is asked afresh. Each answer equals
-    ``kind_of``'s, and ``realpath``'s equals ``os.path.realpath``'s (tests/test_codegraph.py)."""
+    """``kind_of`` of each (name, file) of ``modules``, with fewer system calls and less work a
+    module. A file whose folder ``d`` is settled and whose real path is itself (``_links_in``) is
+    placed by ``d``'s links: no link named like it, its real path is its own, and its kind is
+    ``d``'s (``_batch_kind``): the folders' ``lstat``s, and one read of the code cache, answer
+    every module of them. The others: each folder that ``LIST_MIN`` or more of them (or package
+    folders) lie in is read with one listing, whose entry types answer which are links, instead
+    of an ``lstat`` each. What is known of folders is dropped when the batch is done: a file made
+    or replaced later is asked afresh. Each answer equals ``kind_of``'s, and ``realpath``'s
+    equals ``os.path.realpath``'s (tests/test_codegraph.py, tests/test_first_call.py)."""
+    out: list[str | None] = []
+    rest: list[tuple[int, str, str | None]] = []
+    posix = os.sep == "/"  # (elsewhere every module takes ``_kinds_listed``'s route)
+    try:
+        for name, f in modules:
+            if posix and f and f[:1] == "/" and name.partition(".")[0] not in ("memolab", "__main__", "__mp_main__"):
+                head, _, tail = f.rpartition("/")
+                # (``f`` is absolute and normal exactly when ``head`` is, ``_links_in`` asks it once a
+                # folder, and ``tail`` is a name: not empty, ``.`` or ``..``)
+                links = _links_in(head) if head and tail not in _NOT_NAMES else None
+                if links is not None and tail not in links:
+                    kind = _dir_kinds.get(head)
+                    if kind is None:
+                        kind = _dir_kinds[head] = _file_kind(f)
+                    out.append(kind)
+                    continue
+            rest.append((len(out), name, f))
+            out.append(None)
+    finally:
+        _chain.clear()
+        _links.clear()
+    if rest:
+        for i, kind in zip((i for i, _, _ in rest), _kinds_listed([(n, f) for _, n, f in rest]), strict=True):
+            out[i] = kind
+    return out  # type: ignore[return-value]
+
+
+def _kinds_listed(modules: list[tuple[str, str | None]]) -> list[str]:
     if os.sep == "/":
         counts: dict[str, int] = {}
         for _, f in modules:
@@ -364,4 +448,6 @@ def clear() -> None:
     _real_dirs[os.sep] = os.sep
     _listed.clear()
     _dir_kinds.clear()
+    _chain.clear()
+    _links.clear()
     _dists = None

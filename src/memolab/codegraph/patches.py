@@ -144,8 +144,13 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
         if not issubclass(type(m), types.ModuleType):
             continue
         ns = getattr(m, "__dict__", None)
-        path = getattr(m, "__file__", None)
-        if type(ns) is not dict or not path:
+        if type(ns) is not dict:
+            continue
+        # (a plain module's ``__file__`` is its namespace's, or its PEP 562 ``__getattr__``'s: read from
+        # the namespace, a module without one, a builtin, raises and formats no AttributeError)
+        path = ns.get("__file__") if type(m) is types.ModuleType and ("__file__" in ns or "__getattr__" not in ns) \
+            else getattr(m, "__file__", None)
+        if not path:
             continue
         top = modname.partition(".")[0]
         if top not in _kinds and top not in todo:
