@@ -43,7 +43,7 @@ class ClassInfo:
     def __init__(self, cls: type) -> None:
         self.stamp = _class_stamp(cls)
         #: (function, its ``__code__``, ``__defaults__``, ``__kwdefaults__``) of each function whose code
-        #: this analysis read, taken before it was read: no dict holds these (``%autoreload`` patches a
+        #: this analysis read, taken before it was read: no dict holds these (a hot reloader patches a
         #: method's code in place), so the analysis is good while each function still holds them
         self.slots: list[tuple[types.FunctionType, Any, Any, Any]] = []
         parts: list[str] = [cls.__qualname__]

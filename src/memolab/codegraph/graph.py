@@ -45,8 +45,8 @@ class Graph:
         self.sources: dict[str, str] = {}
         self.code_slots: list[tuple[dict[str, Any], str, Any]] = []
         #: (function, its ``__code__``, ``__defaults__``, ``__kwdefaults__``) of every function the graph
-        #: went through, methods included: slots no dict tag covers, which a hot reloader (IPython's
-        #: ``%autoreload``) or a hand-made patch writes in place; compared by identity on every call
+        #: went through, methods included: slots no dict tag covers, which a hot reloader (jurigged), a
+        #: test's patch or a hand-made one writes in place; compared by identity on every call
         self.func_checks: list[tuple[types.FunctionType, Any, Any, Any]] = []
         self._func_seen: set[int] = set()
         #: user classes the graph went through, each checked on every call (``_ClassCheck``)
