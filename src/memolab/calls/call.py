@@ -79,6 +79,9 @@ UNSTORED = "unstored"
 
 #: ``Call``'s ``at`` not given: read here
 _NOW: Any = object()
+#: the exact types of a loaded value ``Call.load`` hands back as it is (``upstream.mark``'s atoms
+#: too: pinned by ``tests/test_hit_path_costs.py``)
+_SCALARS = frozenset((int, float, complex, bool, str, bytes, type(None)))
 
 
 class Call:
@@ -281,12 +284,18 @@ class Call:
         if seconds >= report.SLOW or "loaded_bytes" in row or v == 2 or (v is None and report.ALL):  # slow, big, level 2
             _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
-        value, post = mutations.split(globalrng.restore(value))
-        hashing.remember_loaded(value, key, result_token(row), row["id"])
-        value = mutations.restore(value, post, self.named)  # into the caller's arguments
+        if type(value) in _SCALARS:
+            # a scalar as stored: no generators' states (``globalrng.Result``) nor arguments to put
+            # back (``mutations.Post``) wrap it, and lineage marks no scalar (``upstream.mark``):
+            # those steps would return it as it is (four Python calls of a store hit)
+            hashing.remember_loaded(value, key, result_token(row), row["id"])
+        else:
+            value, post = mutations.split(globalrng.restore(value))
+            hashing.remember_loaded(value, key, result_token(row), row["id"])
+            value = mutations.restore(value, post, self.named)  # into the caller's arguments
+            upstream.mark(value, store, row["id"], key)
         self.visited = None
-        upstream.mark(value, store, row["id"], key)
-        if reads.active():  # a body calling this one: it used this evaluation, and what it consumed
+        if reads.RECORDING.get() is not None:  # (``reads.active()``: a body calls this one) it used this evaluation
             reads.consumed(key, row.get("started"), row.get("finished"), row["id"], reads.record_text(row))
         return True, value
 

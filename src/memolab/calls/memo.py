@@ -272,7 +272,9 @@ class MemoFunction:
     def _key(self, bound: inspect.BoundArguments, visit: list[Any] | None = None
              ) -> tuple[Key, dict[str, str], codegraph.CodeVersion, list[tuple[str, Any]]]:
         """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
-        cv = self.code_version()
+        # (``code_version``'s commonest way without its call: a function keyed by its code)
+        cv = codegraph.function_code(self.fn, self.deps, self.version_sensitivity) if self.code != "version" \
+            else self.code_version()
         named = self._named(bound)
         try:
             args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
@@ -373,8 +375,10 @@ class MemoFunction:
                 if at is None and self._fast is not None:
                     self._fast.admit(self, tuple(args), kwargs, key, cv, store, named, seen, value)  # (``fasthits``)
                 return None, value
-        # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body)
-        return Call(self, bound, key, per_arg, cv, store, force, files.encoded_since(hashed_files), named, visit, at), None
+        # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body;
+        # none when the count is unchanged, ``encoded_since``'s own first test, without its call)
+        own = files.encoded_since(hashed_files) if files.encoded != hashed_files else False
+        return Call(self, bound, key, per_arg, cv, store, force, own, named, visit, at), None
 
     # -- inspection ------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
