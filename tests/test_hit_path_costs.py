@@ -143,10 +143,11 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
     assert sum(repeat_calls.values()) <= 20 * 7, repeat_calls
     assert out["store"]["statements"] == 20  # the point read, once a hit: nothing written
     # a store hit: 35 Python calls as counted here, this script's statement trace callback among
-    # them (56.6 before issue 52's fifth pass; docs/performance.md). Not among them: the lifecycle's generator and its driver (``first_look`` settles a hit), the memory's
-    # lock and closure when it holds no copy (``has_copy``, asked by ``_prepare``), the read's and
-    # the inline check's helpers (written out where they run); the key's signing asked without a
-    # call (``signing.keyed``), the routing and expiry steps of a row that recorded no states and no
+    # them (56.6 before issue 52's fifth pass; docs/performance.md). Not among them: the
+    # lifecycle's generator and its driver (``first_look`` settles a hit), the memory's lock and
+    # closure when it holds no copy (``has_copy``, asked by ``_prepare``), the read's and the
+    # inline check's helpers (written out where they run); the key's signing asked without a call
+    # (``signing.keyed``), the routing and expiry steps of a row that recorded no states and no
     # reads in a call that does not expire, ``accepted`` of a row found under the key, ``noted``
     # while the usage writer has nothing to do, ``code_version`` and ``code_digest`` of a function
     # keyed by its code, ``encoded_since`` when no file was hashed, and what a scalar result is
