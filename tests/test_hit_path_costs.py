@@ -142,8 +142,9 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
                 "Store.load_from_memory", "MemoFunction.code_version"} & set(repeat_calls), repeat_calls
     assert sum(repeat_calls.values()) <= 20 * 7, repeat_calls
     assert out["store"]["statements"] == 20  # the point read, once a hit: nothing written
-    # a store hit: 35 Python calls as counted here, this script's statement trace callback among
+    # a store hit: 34 Python calls as counted here, this script's statement trace callback among
     # them (56.6 before issue 52's fifth pass; docs/performance.md). Not among them: the
+    # ``BoundArguments`` (``Call.bound`` makes it for a call that computes), the
     # lifecycle's generator and its driver (``first_look`` settles a hit), the memory's lock and
     # closure when it holds no copy (``has_copy``, asked by ``_prepare``), the read's and the
     # inline check's helpers (written out where they run); the key's signing asked without a call
@@ -158,8 +159,9 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
     assert not {"lifecycle", "drive_sync", "Store.load_from_memory", "_read", "_checked", "digest_bytes",
                 "Store._unpickle", "memory_hit", "secret", "problem", "Call.reroute", "state_deps", "Call.expired",
                 "stale", "Call.accepted", "Flusher.noted", "MemoFunction.code_version", "MemoFunction.code_digest",
-                "encoded_since", "restore", "split", "mark", "active"} & set(store_calls), store_calls
-    assert sum(store_calls.values()) <= 20 * 36, store_calls
+                "encoded_since", "restore", "split", "mark", "active", "BoundArguments.__init__",
+                "MemoFunction.bind"} & set(store_calls), store_calls
+    assert sum(store_calls.values()) <= 20 * 35, store_calls
     # one statement text (sqlite3's statement cache prepares it once, no PRAGMA or schema read beside
     # it): the lean lookup, the columns loading needs and not the snapshot itself (its columns, binds
     # and plan: ``test_the_lean_lookup_reads_eleven_columns_binds_the_key_once_and_checks_it``)
@@ -611,6 +613,11 @@ def test_binding_by_position_gives_what_the_signature_binds():
         assert list(bound.arguments.items()) == list(want.arguments.items()), fn
         assert all(bound.arguments[k] is v for k, v in want.arguments.items())
         assert bound.args == args and bound.kwargs == {}
+        # what a call past memory keeps instead (``Call.bound`` made of it when the body runs)
+        assert list(m._arguments(args, {}).items()) == list(want.arguments.items())
+    m = memo(three)
+    assert m._arguments((1,), {"c": 3}) == {"a": 1, "b": 2, "c": 3}  # (by hand: keywords, defaults)
+    assert list(m.bind((1,), {"c": 3}).arguments) == ["a", "b", "c"]
 
 
 def test_the_signing_key_asked_without_a_call_says_what_secret_says(monkeypatch):
@@ -641,7 +648,9 @@ def test_a_store_hit_sets_no_field_a_miss_sets(tmp_path):
     m.store().forget()
     c, _ = m._prepare((4,), {}, False)
     assert c is not None and first_look(c) == (True, 8)
-    assert c.__dict__ == {} and c.at is None
+    assert c.__dict__ == {} and c.at is None  # (nor its ``BoundArguments``: made on first use)
+    assert c.bound is c.bound and c.bound.arguments is c.arguments and c.bound.args == (4,)
+    assert c.bound.signature is m.signature
     c.loads += 1
     c.via = ("k", [])
     assert (c.loads, callmod.Call.loads, callmod.Call.via) == (1, 0, None)

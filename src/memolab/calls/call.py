@@ -94,8 +94,8 @@ class Call:
     # a miss sets them are class attributes (read through the instance until then, written into
     # its ``__dict__``, made on the first write): a store hit sets none of them, 1,000 instructions
     # of its ``Call`` less. Mutable ones (a list, a dict) are each call's own, made here.
-    __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named",
-                 "pending", "state_deps", "at", "visited", "__dict__")
+    __slots__ = ("memo", "signature", "arguments", "key", "key0", "per_arg", "cv", "store", "force", "files",
+                 "named", "pending", "state_deps", "at", "visited", "__dict__")
 
     #: a damaged row of this key was taken out of use (at most once per call)
     retried: bool = False
@@ -128,12 +128,18 @@ class Call:
     #: what the arguments held before the body that their key does not show: live iterators,
     #: gradients (``mutations.live_parts``)
     live0: mutations.Before | None = None
+    #: ``bound``, once made
+    _bound: inspect.BoundArguments | None = None
 
-    def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: dict[str, str],
-                 cv: codegraph.CodeVersion, store: Store, force: bool, files: bool | list[str],
-                 named: list[tuple[str, Any]], visited: list[Any] | None = None, at: Any = _NOW) -> None:
+    def __init__(self, memo: Any, signature: inspect.Signature, arguments: dict[str, Any], key: Key,
+                 per_arg: dict[str, str], cv: codegraph.CodeVersion, store: Store, force: bool,
+                 files: bool | list[str], named: list[tuple[str, Any]], visited: list[Any] | None = None,
+                 at: Any = _NOW) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
-        self.bound = bound
+        #: the call's arguments as bound (``MemoFunction.bind``: defaults applied, in signature
+        #: order), and the signature they were bound with: ``bound``, made only when asked
+        self.signature = signature
+        self.arguments = arguments
         self.key = key
         #: the key as the arguments made it (``key`` differs once a row routed the call:
         #: see ``reroute``); every rank of a collective call agrees on this one
@@ -157,6 +163,15 @@ class Call:
         #: what the argument hash walked through (``hashing.hash_arguments(visit=...)``), until a
         #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
         self.visited = visited
+
+    @property
+    def bound(self) -> inspect.BoundArguments:
+        """The call's ``BoundArguments`` (what the body is called with), made on first use: a
+        store hit never asks (its Python ``__init__`` is 1,700 instructions)."""
+        b = self._bound
+        if b is None:
+            b = self._bound = inspect.BoundArguments(self.signature, self.arguments)
+        return b
 
     # -- lineage -------------------------------------------------------------------------
     def inputs(self) -> list[dict[str, str]]:

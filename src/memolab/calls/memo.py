@@ -223,13 +223,20 @@ class MemoFunction:
 
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """Bind with defaults applied; arguments always in signature order (the key depends on it)."""
+        arguments = self._arguments(args, kwargs)
+        return inspect.BoundArguments(self.signature, arguments)  # (the signature ``_arguments`` bound with)
+
+    def _arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``bind(args, kwargs).arguments``, without making the ``BoundArguments`` (a Python
+        ``__init__``, 1,700 instructions): a call past memory makes it only if it computes
+        (``Call.bound``)."""
         if self._defaults_src is not None:
             self._defaults_now()
         fast = self._fast_names
         if not kwargs and fast is not None and len(args) == len(fast):
             # every parameter given by position (the commonest call): nothing to reorder or default
             # (``_fast_dict`` is ``dict(zip(fast, args))`` for lengths equal, checked above)
-            return inspect.BoundArguments(self.signature, self._fast_dict(args))  # type: ignore[misc]  # (set with fast)
+            return self._fast_dict(args)  # type: ignore[misc,no-any-return]  # (set with fast)
         if fast is not None and len(args) <= self._fast_npos:
             # ``Signature.bind`` costs more than the rest of a hit: for plain
             # signatures bind by hand, and fall back to it for anything unusual.
@@ -245,21 +252,21 @@ class MemoFunction:
                     if k not in values:
                         values[k] = d
                 if len(values) == len(fast):
-                    return inspect.BoundArguments(self.signature, {k: values[k] for k in fast})
+                    return {k: values[k] for k in fast}
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.fn.__qualname__}(): {e}") from None
         bound.apply_defaults()
-        return bound
+        return bound.arguments
 
     def key(self, *args: Any, **kwargs: Any) -> Key:
         """The store key this call would use (function, code digest, argument digest, schema)."""
-        return self._key(self.bind(args, kwargs))[0]
+        return self._key(self._arguments(args, kwargs))[0]
 
-    def _named(self, bound: inspect.BoundArguments) -> list[tuple[str, Any]]:
+    def _named(self, arguments: dict[str, Any]) -> list[tuple[str, Any]]:
         ignore = self.ignore
-        named = [(n, v) for n, v in bound.arguments.items() if n not in ignore] if ignore else [*bound.arguments.items()]
+        named = [(n, v) for n, v in arguments.items() if n not in ignore] if ignore else [*arguments.items()]
         if self.implicit is not None:
             named.append((IMPLICIT, self.implicit))
         # switches that change results (torch's default dtype, TF32, ...) while not at their
@@ -269,13 +276,14 @@ class MemoFunction:
             named.extend(extra)
         return named
 
-    def _key(self, bound: inspect.BoundArguments, visit: list[Any] | None = None
+    def _key(self, arguments: dict[str, Any], visit: list[Any] | None = None
              ) -> tuple[Key, dict[str, str], codegraph.CodeVersion, list[tuple[str, Any]]]:
-        """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
+        """The key of the bound ``arguments`` (``bind(...).arguments``). ``visit``: filled with what
+        the argument hash walked through (``hashing.hash_arguments``)."""
         # (``code_version``'s commonest way without its call: a function keyed by its code)
         cv = codegraph.function_code(self.fn, self.deps, self.version_sensitivity) if self.code != "version" \
             else self.code_version()
-        named = self._named(bound)
+        named = self._named(arguments)
         try:
             args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
         except HashError as e:
@@ -360,10 +368,11 @@ class MemoFunction:
     def _prepare(self, args: Sequence[Any], kwargs: dict[str, Any], force: bool,
                  memory: bool = True) -> tuple[Call | None, Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value) (``memory``)."""
-        bound = self.bind(args, kwargs)
+        arguments = self._arguments(args, kwargs)
+        signature = self.signature  # (the one they were bound with: ``Call.bound`` is made of both, if needed)
         hashed_files = files.encoded
         visit: list[Any] = []  # where a miss looks for results of other evaluations (memolab.inputs.upstream)
-        key, per_arg, cv, named = self._key(bound, visit)
+        key, per_arg, cv, named = self._key(arguments, visit)
         store = self.store()
         at = None if self.max_age is None and self.validate is None else expiry.now()  # (read once a call)
         if not force and memory and store.has_copy(key):  # (``memory_hit``'s first test: a store hit's call less)
@@ -378,16 +387,16 @@ class MemoFunction:
         # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body;
         # none when the count is unchanged, ``encoded_since``'s own first test, without its call)
         own = files.encoded_since(hashed_files) if files.encoded != hashed_files else False
-        return Call(self, bound, key, per_arg, cv, store, force, own, named, visit, at), None
+        return Call(self, signature, arguments, key, per_arg, cv, store, force, own, named, visit, at), None
 
     # -- inspection ------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
         bound = self.bind(args, kwargs)
         visit: list[Any] = []
-        key, per_arg, cv, named = self._key(bound, visit)
+        key, per_arg, cv, named = self._key(bound.arguments, visit)
         store = self.store()
-        call = Call(self, bound, key, per_arg, cv, store, False, False, named, visit)
+        call = Call(self, bound.signature, bound.arguments, key, per_arg, cv, store, False, False, named, visit)
         row = None
         for _ in range(ROUTES_PER_CALL):  # where the call's global generator states send it
             row = call.accepted(store.index.lookup(call.key), store.index.lookup)  # (or accepted code's)
