@@ -236,7 +236,7 @@ class MemoFunction:
         if not kwargs and fast is not None and len(args) == len(fast):
             # every parameter given by position (the commonest call): nothing to reorder or default
             # (``_fast_dict`` is ``dict(zip(fast, args))`` for lengths equal, checked above)
-            return self._fast_dict(args)  # type: ignore[misc,no-any-return]  # (set with fast)
+            return self._fast_dict(args)  # type: ignore[misc]  # (set with fast)
         if fast is not None and len(args) <= self._fast_npos:
             # ``Signature.bind`` costs more than the rest of a hit: for plain
             # signatures bind by hand, and fall back to it for anything unusual.
