@@ -143,19 +143,31 @@ def test_a_hit_raises_no_id_event_touches_no_file_and_the_quiet_check_sees_chang
                 "Store.load_from_memory", "MemoFunction.code_version"} & set(repeat_calls), repeat_calls
     assert sum(repeat_calls.values()) <= 20 * 6, repeat_calls
     assert out["store"]["statements"] == 20  # the point read, once a hit: nothing written
-    # a store hit: 56 Python calls (docs/performance.md). Not among them: the lifecycle's generator
-    # and its driver (``first_look`` settles a hit), the memory's lock and closure when it holds
-    # no copy (``has_copy``), the read's and the inline check's helpers (written out where they run)
+    # a store hit: 34 Python calls as counted here, this script's statement trace callback among
+    # them (56.6 before issue 52's fifth pass; docs/performance.md). Not among them: the
+    # ``BoundArguments`` (``Call.bound`` makes it for a call that computes), the
+    # lifecycle's generator and its driver (``first_look`` settles a hit), the memory's lock and
+    # closure when it holds no copy (``has_copy``, asked by ``_prepare``), the read's and the
+    # inline check's helpers (written out where they run); the key's signing asked without a call
+    # (``signing.keyed``), the routing and expiry steps of a row that recorded no states and no
+    # reads in a call that does not expire, ``accepted`` of a row found under the key, ``noted``
+    # while the usage writer has nothing to do, ``code_version`` and ``code_digest`` of a function
+    # keyed by its code, ``encoded_since`` when no file was hashed, and what a scalar result is
+    # handed back through as it is (``globalrng.restore``, ``mutations.split``/``restore``,
+    # ``upstream.mark``)
     store_calls = out["store"]["calls"]
     assert store_calls.get("first_look") == 20 and store_calls.get("Store.has_copy") == 20, store_calls
     assert not {"lifecycle", "drive_sync", "Store.load_from_memory", "_read", "_checked", "digest_bytes",
-                "Store._unpickle"} & set(store_calls), store_calls
-    assert sum(store_calls.values()) <= 20 * 57, store_calls
+                "Store._unpickle", "memory_hit", "secret", "problem", "Call.reroute", "state_deps", "Call.expired",
+                "stale", "Call.accepted", "Flusher.noted", "MemoFunction.code_version", "MemoFunction.code_digest",
+                "encoded_since", "restore", "split", "mark", "active", "BoundArguments.__init__",
+                "MemoFunction.bind"} & set(store_calls), store_calls
+    assert sum(store_calls.values()) <= 20 * 35, store_calls
     # one statement text (sqlite3's statement cache prepares it once, no PRAGMA or schema read beside
     # it): the lean lookup, the columns loading needs and not the snapshot itself (its columns, binds
-    # and plan: ``test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it``)
+    # and plan: ``test_the_lean_lookup_reads_eleven_columns_binds_the_key_once_and_checks_it``)
     (sql,) = out["store"]["sql"]
-    assert sql.startswith("SELECT ev.id AS a, CASE WHEN ev.fn=ix.fn ") and ", ev.snapshot " not in sql, sql
+    assert sql.startswith("SELECT CASE WHEN ev.fn=ix.fn ") and ", ev.snapshot " not in sql, sql
     assert out["global rebound"] == 1003  # 3 + K, K rebound to 1000 after quiet hits
     assert out["code replaced"] == 103  # 3 + 100: the code that replaced ``f``'s ran
 
@@ -482,7 +494,7 @@ def _two_rows(tmp_path: Any) -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
     return store, a, b
 
 
-def test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it(tmp_path):
+def test_the_lean_lookup_reads_eleven_columns_binds_the_key_once_and_checks_it(tmp_path):
     # each column a hit fetches costs it ~2,000 instructions and each text it binds ~800
     # (docs/performance.md): the lean lookup fetches what loading and a hit's checks need
     from memolab.store import sqlite as sq
@@ -491,8 +503,11 @@ def test_the_lean_lookup_reads_twelve_columns_binds_the_key_once_and_checks_it(t
     c = store.index.conn()
     sql = sq._LOOKUP_LEAN_SQL
     assert sql.count("?") == 4  # the key once: the key check compares the table row with the index entry
-    # twelve columns, each named by one letter (a string Python keeps made: see ``_LOOKUP_LEAN_SQL``)
-    assert [d[0] for d in c.execute(sql, a).description] == list("abcdefghijkl")
+    # eleven columns, each named by one letter (a string Python keeps made: see ``_LOOKUP_LEAN_SQL``);
+    # the first is the id of a row the read serves (the keys agree, the row is in use), else NULL
+    assert [d[0] for d in c.execute(sql, a).description] == list("abcdefghijk")
+    assert sql.startswith("SELECT CASE WHEN ev.fn=ix.fn AND ev.code=ix.code AND ev.args=ix.args "
+                          "AND ev.schema=ix.schema AND ev.status='done' THEN ev.id END AS a, ev.payload AS b,"), sql
     assert sq.LEAN_COLUMNS == ("id", "status", "payload", "payload_size", "buffers", "inline", "started", "finished",
                                "duration", "result_token", "state_deps", "reads")
     # the index entry's key columns from a covering search of the unique index, the row by its rowid
@@ -553,3 +568,108 @@ def test_a_scalar_result_has_a_leaf_only_by_its_type():
         assert out == [(7, marker)]
     finally:
         registry.leaves.pop(int, None)
+
+
+def test_the_lean_lookup_reads_a_row_it_does_not_serve_in_full(tmp_path):
+    """The lean read's first column is NULL for a row out of use as for another key's row: the
+    full read then says which. A row out of use is a miss that knows a row exists (the claim takes
+    it over); a key with no row is a miss known absent; a row put back in use is served again."""
+    store, a, b = _two_rows(tmp_path)
+    index = store.index
+    row = index.lookup(a, lean=True)
+    assert row is not None and row["status"] == "done"
+    for status in ("corrupt", "stale", "unloadable"):
+        index.mark_corrupt(row["id"], "a test", status)
+        assert index.lookup(a, lean=True) is None and index.lookup(a) is None
+        assert not index.known_absent(a)  # (a row out of use: not absent)
+        index.conn().execute("UPDATE evaluations SET status='done' WHERE id=?", (row["id"],))
+        assert index.lookup(a, lean=True) == row
+    assert index.lookup(("mod:f", "code", "c" * 32, "schema"), lean=True) is None
+    assert index.known_absent(("mod:f", "code", "c" * 32, "schema"))
+    assert store.load(b, index.lookup(b, lean=True)) == {"v": 2}
+
+
+def test_binding_by_position_gives_what_the_signature_binds():
+    """``bind``'s commonest way (every parameter by position) makes the arguments' dict in one
+    display (``_positional_dict``): the same names, order and values as ``Signature.bind``."""
+    import inspect
+
+    from memolab import memo
+
+    def none():
+        return 0
+
+    def one(x):
+        return x
+
+    def three(a, b=2, c=None):
+        return a
+
+    def odd_names(self_, __x, λ, return_=1):
+        return __x
+
+    for fn, args in ((none, ()), (one, (1,)), (three, (1, [2], "c")), (odd_names, (0, 1, 2, 3))):
+        m = memo(fn)
+        bound = m.bind(args, {})
+        want = inspect.signature(fn).bind(*args)
+        assert list(bound.arguments.items()) == list(want.arguments.items()), fn
+        assert all(bound.arguments[k] is v for k, v in want.arguments.items())
+        assert bound.args == args and bound.kwargs == {}
+        # what a call past memory keeps instead (``Call.bound`` made of it when the body runs)
+        assert list(m._arguments(args, {}).items()) == list(want.arguments.items())
+    m = memo(three)
+    assert m._arguments((1,), {"c": 3}) == {"a": 1, "b": 2, "c": 3}  # (by hand: keywords, defaults)
+    assert list(m.bind((1,), {"c": 3}).arguments) == ["a", "b", "c"]
+
+
+def test_the_signing_key_asked_without_a_call_says_what_secret_says(monkeypatch):
+    from memolab.store import signing
+
+    for value in (None, "", "k", "0"):
+        if value is None:
+            monkeypatch.delenv(signing.ENV, raising=False)
+        else:
+            monkeypatch.setenv(signing.ENV, value)
+        assert bool(signing.keyed()) == (signing.secret() is not None), value
+
+
+def test_a_store_hit_sets_no_field_a_miss_sets(tmp_path):
+    """``Call``'s fields that a miss sets are class attributes until set: a store hit makes no
+    ``__dict__`` entry, and a miss's writes land in its own call, never in the class."""
+    from memolab import configure, memo
+    from memolab.calls import call as callmod
+    from memolab.calls.lifecycle import first_look
+
+    configure(store=str(tmp_path / "store"))
+
+    def g(x):
+        return x * 2
+
+    m = memo(g)
+    assert m(4) == 8 and m(4) == 8
+    m.store().forget()
+    c, _ = m._prepare((4,), {}, False)
+    assert c is not None and first_look(c) == (True, 8)
+    assert c.__dict__ == {} and c.at is None  # (nor its ``BoundArguments``: made on first use)
+    assert c.bound is c.bound and c.bound.arguments is c.arguments and c.bound.args == (4,)
+    assert c.bound.signature is m.signature
+    c.loads += 1
+    c.via = ("k", [])
+    assert (c.loads, callmod.Call.loads, callmod.Call.via) == (1, 0, None)
+    d, _ = m._prepare((5,), {}, False)
+    assert d is not None and d.loads == 0 and d.via is None and d.pending == [] and d.pending is not c.pending
+
+
+def test_a_scalar_result_is_one_that_the_steps_call_load_skips_would_hand_back_as_it_is():
+    """``Call.load`` hands a loaded value of an exact type in ``call._SCALARS`` back without
+    ``globalrng.restore``, ``mutations.split``/``restore`` and ``upstream.mark``: each returns
+    such a value as it is and marks nothing (a wrapper, ``Result`` or ``Post``, is never one)."""
+    from memolab.calls import call as callmod
+    from memolab.inputs import globalrng, mutations, upstream
+
+    assert callmod._SCALARS <= set(upstream._ATOMS)  # (what ``mark`` leaves alone)
+    assert not {globalrng.Result, mutations.Post} & callmod._SCALARS
+    for v in (0, 1.5, 2j, True, "s", b"b", None):
+        assert type(v) in callmod._SCALARS
+        assert globalrng.restore(v) is v and mutations.split(v) == (v, None)
+        assert mutations.restore(v, None, [("x", [1])]) is v

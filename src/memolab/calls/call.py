@@ -77,23 +77,69 @@ ROUTES_PER_CALL = 4
 UNSTORED = "unstored"
 
 
+#: ``Call``'s ``at`` not given: read here
+_NOW: Any = object()
+#: the exact types of a loaded value ``Call.load`` hands back as it is (``upstream.mark``'s atoms
+#: too: pinned by ``tests/test_hit_path_costs.py``)
+_SCALARS = frozenset((int, float, complex, bool, str, bytes, type(None)))
+
+
 class Call:
     """One call on its way through a miss (the ``lifecycle.Steps`` of a memoized call).
 
     Warnings' stack levels count the frames above them to where the call was made:
     the step, ``lifecycle``, the driver, ``MemoFunction._call``, ``__call__``."""
 
-    __slots__ = ("memo", "bound", "key", "key0", "per_arg", "cv", "store", "force", "files", "named", "retried",
-                 "snapshot", "pending", "loads", "rng_frame", "rng", "routes", "env_frame", "imports",
-                 "state_deps", "via", "at", "expiry",
-                 "miss_text", "announced", "computed", "visited", "edges",
-                 "reads", "live0")
+    # The fields every call sets are slots; those a new call holds at a constant until a step of
+    # a miss sets them are class attributes (read through the instance until then, written into
+    # its ``__dict__``, made on the first write): a store hit sets none of them, 1,000 instructions
+    # of its ``Call`` less. Mutable ones (a list, a dict) are each call's own, made here.
+    __slots__ = ("memo", "signature", "arguments", "key", "key0", "per_arg", "cv", "store", "force", "files",
+                 "named", "pending", "state_deps", "at", "visited", "__dict__")
 
-    def __init__(self, memo: Any, bound: inspect.BoundArguments, key: Key, per_arg: dict[str, str],
-                 cv: codegraph.CodeVersion, store: Store, force: bool, files: bool | list[str],
-                 named: list[tuple[str, Any]], visited: list[Any] | None = None) -> None:
+    #: a damaged row of this key was taken out of use (at most once per call)
+    retried: bool = False
+    #: the argument snapshot, once made (``call_snapshot``)
+    snapshot: dict[str, list[str]] | None = None
+    #: stored rows of the key this call found unusable (``again``)
+    loads: int = 0
+    #: the global generators while the body runs (``globalrng.begin``), and what it did to them
+    rng_frame: tuple[Any, Any] | None = None
+    rng: globalrng.Outcome | None = None
+    #: how often a stored row sent this call to another key (``reroute``)
+    routes: int = 0
+    #: the environment variables the body reads (``implicit.environ_frame``), the imports it tries
+    env_frame: Any = None
+    imports: Any = None
+    #: the row in hand was found under other code the user accepted as this code
+    #: (``accepted``): (the key it is stored under, the accepts followed); None: under ``key``
+    via: tuple[Any, list[dict[str, Any]]] | None = None
+    #: why the stored row of the key expired (``expired``): the call recomputes it
+    expiry: str | None = None
+    #: the miss record ``miss_writer`` made (JSON text), which ``report`` explains from
+    miss_text: str | None = None
+    #: ``report`` announced this miss (its store is then announced too); seconds it computed
+    announced: bool = False
+    computed: float | None = None
+    edges: list[dict[str, str]] | None = None
+    #: what the body read by path and the evaluations it used (``reads``), and why its
+    #: result must not be stored (a file it read changed while it ran), once it ran
+    reads: tuple[dict[str, Any] | None, str | None] = (None, None)
+    #: what the arguments held before the body that their key does not show: live iterators,
+    #: gradients (``mutations.live_parts``)
+    live0: mutations.Before | None = None
+    #: ``bound``, once made
+    _bound: inspect.BoundArguments | None = None
+
+    def __init__(self, memo: Any, signature: inspect.Signature, arguments: dict[str, Any], key: Key,
+                 per_arg: dict[str, str], cv: codegraph.CodeVersion, store: Store, force: bool,
+                 files: bool | list[str], named: list[tuple[str, Any]], visited: list[Any] | None = None,
+                 at: Any = _NOW) -> None:
         self.memo = memo  # the MemoFunction: symbol, ignore, version, implicit
-        self.bound = bound
+        #: the call's arguments as bound (``MemoFunction.bind``: defaults applied, in signature
+        #: order), and the signature they were bound with: ``bound``, made only when asked
+        self.signature = signature
+        self.arguments = arguments
         self.key = key
         #: the key as the arguments made it (``key`` differs once a row routed the call:
         #: see ``reroute``); every rank of a collective call agrees on this one
@@ -106,46 +152,26 @@ class Call:
         self.files = files
         #: the (name, value) pairs the key hashed
         self.named = named
-        #: a damaged row of this key was taken out of use (at most once per call)
-        self.retried = False
-        #: the argument snapshot, once made (``call_snapshot``)
-        self.snapshot: dict[str, list[str]] | None = None
         #: a lease-free miss's record, until written (with the result, or alone)
         self.pending: list[Callable[[Any], None]] = []
-        #: stored rows of the key this call found unusable (``again``)
-        self.loads = 0
-        #: the global generators while the body runs (``globalrng.begin``), and what it did to them
-        self.rng_frame: tuple[Any, Any] | None = None
-        self.rng: globalrng.Outcome | None = None
-        #: how often a stored row sent this call to another key (``reroute``)
-        self.routes = 0
-        #: the environment variables the body reads (``implicit.environ_frame``), the imports it tries
-        self.env_frame: Any = None
-        self.imports: Any = None
         #: what the result depends on besides its key (``implicit``): generator states, libraries
         self.state_deps: dict[str, str] = {}
-        #: the row in hand was found under other code the user accepted as this code
-        #: (``accepted``): (the key it is stored under, the accepts followed); None: under ``key``
-        self.via: tuple[Any, list[dict[str, Any]]] | None = None
-        #: when the call started, by memolab's clock (``expiry``): what a stored row's age is judged at
-        self.at: float | None = expiry.now() if memo.max_age is not None or memo.validate is not None else None
-        #: why the stored row of the key expired (``expired``): the call recomputes it
-        self.expiry: str | None = None
-        #: the miss record ``miss_writer`` made (JSON text), which ``report`` explains from
-        self.miss_text: str | None = None
-        #: ``report`` announced this miss (its store is then announced too); seconds it computed
-        self.announced = False
-        self.computed: float | None = None
+        #: when the call started, by memolab's clock (``expiry``): what a stored row's age is judged
+        #: at; None for a function that does not expire. ``at``: the caller's reading of it, if made
+        self.at: float | None = at if at is not _NOW else (
+            expiry.now() if memo.max_age is not None or memo.validate is not None else None)
         #: what the argument hash walked through (``hashing.hash_arguments(visit=...)``), until a
         #: miss looks for results of other evaluations in it (``inputs``); a hit drops it
         self.visited = visited
-        self.edges: list[dict[str, str]] | None = None
-        #: what the body read by path and the evaluations it used (``reads``), and why its
-        #: result must not be stored (a file it read changed while it ran), once it ran
-        self.reads: tuple[dict[str, Any] | None, str | None] = (None, None)
-        #: what the arguments held before the body that their key does not show: live iterators,
-        #: gradients (``mutations.live_parts``)
-        self.live0: mutations.Before | None = None
+
+    @property
+    def bound(self) -> inspect.BoundArguments:
+        """The call's ``BoundArguments`` (what the body is called with), made on first use: a
+        store hit never asks (its Python ``__init__`` is 1,700 instructions)."""
+        b = self._bound
+        if b is None:
+            b = self._bound = inspect.BoundArguments(self.signature, self.arguments)
+        return b
 
     # -- lineage -------------------------------------------------------------------------
     def inputs(self) -> list[dict[str, str]]:
@@ -273,12 +299,18 @@ class Call:
         if seconds >= report.SLOW or "loaded_bytes" in row or v == 2 or (v is None and report.ALL):  # slow, big, level 2
             _quietly(report.loaded, self, row, seconds)
         store.count_hit(row["id"])
-        value, post = mutations.split(globalrng.restore(value))
-        hashing.remember_loaded(value, key, result_token(row), row["id"])
-        value = mutations.restore(value, post, self.named)  # into the caller's arguments
+        if type(value) in _SCALARS:
+            # a scalar as stored: no generators' states (``globalrng.Result``) nor arguments to put
+            # back (``mutations.Post``) wrap it, and lineage marks no scalar (``upstream.mark``):
+            # those steps would return it as it is (four Python calls of a store hit)
+            hashing.remember_loaded(value, key, result_token(row), row["id"])
+        else:
+            value, post = mutations.split(globalrng.restore(value))
+            hashing.remember_loaded(value, key, result_token(row), row["id"])
+            value = mutations.restore(value, post, self.named)  # into the caller's arguments
+            upstream.mark(value, store, row["id"], key)
         self.visited = None
-        upstream.mark(value, store, row["id"], key)
-        if reads.active():  # a body calling this one: it used this evaluation, and what it consumed
+        if reads.RECORDING.get() is not None:  # (``reads.active()``: a body calls this one) it used this evaluation
             reads.consumed(key, row.get("started"), row.get("finished"), row["id"], reads.record_text(row))
         return True, value
 

@@ -86,6 +86,7 @@ class Steps(Protocol):
     key: Any
     force: bool
     expiry: str | None  # why the row in hand expired (set by ``expired``): the call recomputes it
+    at: float | None  # when the call started, by the expiry's clock; None: its function does not expire
 
     def reroute(self, row: Row) -> Any | None: ...
     def accepted(self, row: Row | None) -> Row | None: ...
@@ -113,11 +114,15 @@ def use_row(call: Steps, row: Row) -> Outcome:
     the call's global generator states send it (``ROUTED``, or ``UNSTORED``), recompute it if
     it expired (``EXPIRED``), else load it (``LOADED``; one that cannot be used: ``AGAIN``
     while the call may look again, else ``UNSTORED``)."""
-    where = call.reroute(row)
+    # (a row whose extracted ``state_deps`` is empty, most rows, was made in no recorded state:
+    # ``reroute`` would answer None from that alone, so it is asked only of the others)
+    where = None if "state_deps" in row and not row["state_deps"] else call.reroute(row)
     if where is not None:
         # made from other global generator states: look where this call's belong
         return (ROUTED, where) if where != UNSTORED else (UNSTORED, None)
-    if call.expired(row) is not None:
+    # (nor ``expired`` of a row that recorded no reads, most rows, in a call of a function that
+    # does not expire, ``at`` None: it would answer None from those two alone)
+    if not ("reads" in row and not row["reads"] and call.at is None) and call.expired(row) is not None:
         return EXPIRED, None  # (``expired`` made the call one that recomputes and replaces it)
     found, value = call.load(row)
     if found:
@@ -132,9 +137,13 @@ def first_look(call: Steps) -> tuple[bool, Any]:
     found), which ``lifecycle(call, new_owner, found)`` goes on from, as if it had found it
     itself: its own lookup, the row's outcome or what the lookup raised."""
     try:
-        row = call.accepted(None if call.force else call.store.lookup(call.key))
+        row = None if call.force else call.store.lookup(call.key)
+        # (``accepted`` of a row found under the key returns it and clears ``via``, which a new
+        # call has not set: it is asked only when none was found)
         if row is None:
-            return False, (None, None)
+            row = call.accepted(None)
+            if row is None:
+                return False, (None, None)
         outcome = use_row(call, row)
     except STORE_TROUBLE as e:
         return False, e

@@ -65,6 +65,9 @@ class MemoFunction:
         params = list(self.signature.parameters.values())
         plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
         self._fast_names: tuple[str, ...] | None = tuple(p.name for p in params) if plain else None
+        #: ``lambda a: {names[0]: a[0], ...}``: ``dict(zip(names, args))`` of the commonest call in
+        #: one dict display (``bind``), a third of its instructions (no zip, no pair per argument)
+        self._fast_dict = None if self._fast_names is None else _positional_dict(self._fast_names)
         # positional slots exist only for positional-or-keyword parameters (they come first)
         self._fast_npos = sum(p.kind == p.POSITIONAL_OR_KEYWORD for p in params)
         self._defaults = tuple((p.name, p.default) for p in params if p.default is not p.empty)
@@ -229,13 +232,20 @@ class MemoFunction:
 
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """Bind with defaults applied; arguments always in signature order (the key depends on it)."""
+        arguments = self._arguments(args, kwargs)
+        return inspect.BoundArguments(self.signature, arguments)  # (the signature ``_arguments`` bound with)
+
+    def _arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``bind(args, kwargs).arguments``, without making the ``BoundArguments`` (a Python
+        ``__init__``, 1,700 instructions): a call past memory makes it only if it computes
+        (``Call.bound``)."""
         if self._defaults_src is not None:
             self._defaults_now()
         fast = self._fast_names
         if not kwargs and fast is not None and len(args) == len(fast):
             # every parameter given by position (the commonest call): nothing to reorder or default
-            # (lengths equal: checked above; a ``strict=`` keyword costs a keyword parse on every call)
-            return inspect.BoundArguments(self.signature, dict(zip(fast, args)))  # noqa: B905
+            # (``_fast_dict`` is ``dict(zip(fast, args))`` for lengths equal, checked above)
+            return self._fast_dict(args)  # type: ignore[misc]  # (set with fast)
         if fast is not None and len(args) <= self._fast_npos:
             # ``Signature.bind`` costs more than the rest of a hit: for plain
             # signatures bind by hand, and fall back to it for anything unusual.
@@ -251,21 +261,21 @@ class MemoFunction:
                     if k not in values:
                         values[k] = d
                 if len(values) == len(fast):
-                    return inspect.BoundArguments(self.signature, {k: values[k] for k in fast})
+                    return {k: values[k] for k in fast}
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{self.fn.__qualname__}(): {e}") from None
         bound.apply_defaults()
-        return bound
+        return bound.arguments
 
     def key(self, *args: Any, **kwargs: Any) -> Key:
         """The store key this call would use (function, code digest, argument digest, schema)."""
-        return self._key(self.bind(args, kwargs))[0]
+        return self._key(self._arguments(args, kwargs))[0]
 
-    def _named(self, bound: inspect.BoundArguments) -> list[tuple[str, Any]]:
+    def _named(self, arguments: dict[str, Any]) -> list[tuple[str, Any]]:
         ignore = self.ignore
-        named = [(n, v) for n, v in bound.arguments.items() if n not in ignore] if ignore else [*bound.arguments.items()]
+        named = [(n, v) for n, v in arguments.items() if n not in ignore] if ignore else [*arguments.items()]
         if self.implicit is not None:
             named.append((IMPLICIT, self.implicit))
         # switches that change results (torch's default dtype, TF32, ...) while not at their
@@ -275,16 +285,20 @@ class MemoFunction:
             named.extend(extra)
         return named
 
-    def _key(self, bound: inspect.BoundArguments, visit: list[Any] | None = None
+    def _key(self, arguments: dict[str, Any], visit: list[Any] | None = None
              ) -> tuple[Key, dict[str, str], codegraph.CodeVersion, list[tuple[str, Any]]]:
-        """``visit``: filled with what the argument hash walked through (``hashing.hash_arguments``)."""
-        cv = self.code_version()
-        named = self._named(bound)
+        """The key of the bound ``arguments`` (``bind(...).arguments``). ``visit``: filled with what
+        the argument hash walked through (``hashing.hash_arguments``)."""
+        # (``code_version``'s commonest way without its call: a function keyed by its code)
+        cv = codegraph.function_code(self.fn, self.deps, self.version_sensitivity) if self.code != "version" \
+            else self.code_version()
+        named = self._named(arguments)
         try:
             args_digest, per_arg = hashing.hash_arguments(named, "args", visit)
         except HashError as e:
             raise e.for_user() from None  # its remedies; trimmed in __call__
-        return make_key((self.symbol, self.code_digest(cv), args_digest, hashing.KEY_SCHEMA)), per_arg, cv, named
+        code = cv.digest if self.version is None else self.code_digest(cv)  # (``code_digest``'s commonest answer)
+        return make_key((self.symbol, code, args_digest, hashing.KEY_SCHEMA)), per_arg, cv, named
 
     # -- calling ---------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -363,13 +377,14 @@ class MemoFunction:
     def _prepare(self, args: Sequence[Any], kwargs: dict[str, Any], force: bool,
                  memory: bool = True) -> tuple[Call | None, Any]:
         """Key the call. A hit on this process's in-memory copies returns (None, value) (``memory``)."""
-        bound = self.bind(args, kwargs)
+        arguments = self._arguments(args, kwargs)
+        signature = self.signature  # (the one they were bound with: ``Call.bound`` is made of both, if needed)
         hashed_files = files.encoded
         visit: list[Any] = []  # where a miss looks for results of other evaluations (memolab.inputs.upstream)
-        key, per_arg, cv, named = self._key(bound, visit)
+        key, per_arg, cv, named = self._key(arguments, visit)
         store = self.store()
         at = None if self.max_age is None and self.validate is None else expiry.now()  # (read once a call)
-        if not force and memory:
+        if not force and memory and store.has_copy(key):  # (``memory_hit``'s first test: a store hit's call less)
             fresh = None if at is None else (lambda row: expiry.verdict(row, at, self.max_age, self.validate,
                                                                          self.symbol) is None)
             seen: list[Any] = []
@@ -378,19 +393,19 @@ class MemoFunction:
                 if at is None and self._fast is not None:
                     self._fast.admit(self, tuple(args), kwargs, key, cv, store, named, seen, value)  # (``fasthits``)
                 return None, value
-        # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body)
-        call = Call(self, bound, key, per_arg, cv, store, force, files.encoded_since(hashed_files), named, visit)
-        call.at = at
-        return call, None
+        # (the File/Dir arguments it hashed: their content is in the key, so no reads of its body;
+        # none when the count is unchanged, ``encoded_since``'s own first test, without its call)
+        own = files.encoded_since(hashed_files) if files.encoded != hashed_files else False
+        return Call(self, signature, arguments, key, per_arg, cv, store, force, own, named, visit, at), None
 
     # -- inspection ------------------------------------------------------------------
     def explain(self, *args: Any, **kwargs: Any) -> Explanation:
         """Would this call hit? If not, why: new arguments (which), or which code changed (with a diff)."""
         bound = self.bind(args, kwargs)
         visit: list[Any] = []
-        key, per_arg, cv, named = self._key(bound, visit)
+        key, per_arg, cv, named = self._key(bound.arguments, visit)
         store = self.store()
-        call = Call(self, bound, key, per_arg, cv, store, False, False, named, visit)
+        call = Call(self, bound.signature, bound.arguments, key, per_arg, cv, store, False, False, named, visit)
         row = None
         for _ in range(ROUTES_PER_CALL):  # where the call's global generator states send it
             row = call.accepted(store.index.lookup(call.key), store.index.lookup)  # (or accepted code's)
@@ -439,6 +454,12 @@ class Evaluations(list[dict[str, Any]]):
         from ..settings import hooks
 
         return cast(str, hooks.resolve(hooks.UPWARD["evaluations_html"])(self))
+
+
+def _positional_dict(names: tuple[str, ...]) -> Callable[[Sequence[Any]], dict[str, Any]]:
+    """``lambda a: {names[0]: a[0], ...}``, which is ``dict(zip(names, a))`` for ``len(a) == len(names)``."""
+    assert all(n.isidentifier() for n in names)  # (a signature's parameter names, nothing else)
+    return eval("lambda a: {" + ", ".join(f"{n!r}: a[{i}]" for i, n in enumerate(names)) + "}")  # type: ignore[no-any-return]  # noqa: S307
 
 
 def _lookup(module: str, qualname: str) -> Any:

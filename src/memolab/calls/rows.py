@@ -138,7 +138,7 @@ def state_deps(row: dict[str, Any]) -> dict[str, str] | None:
 
 
 def result_token(row: dict[str, Any]) -> list[str] | None:
-    if "result_token" in row and signing.secret() is None:
+    if "result_token" in row and not signing.keyed():  # (``secret() is None``)
         # the two answers of most small results, without parsing: no token recorded
         # (nothing the result walk remembers) or one without arrays or tensors
         text = row["result_token"]

@@ -142,7 +142,7 @@ class Store(Heartbeats):
     def lookup(self, key: Key) -> dict[str, Any] | None:
         """The stored row of ``key`` with what loading needs, or None: one point
         query, no lock taken, nothing written. A hit ends here."""
-        return self.index.lookup(key, lean=signing.secret() is None)
+        return self.index.lookup(key, not signing.keyed())  # (``lean``, by position: a keyword costs its parse)
 
     def acquire(self, key: Key, owner: str, force: bool = False, looked_up: bool = False,
                 on_owner: Callable[[sqlite3.Connection], None] | None = None) -> tuple[str, dict[str, Any] | None]:
@@ -260,7 +260,7 @@ class Store(Heartbeats):
         """The stored value of ``row``; ``StoreMiss`` if it cannot be loaded faithfully
         (``CodeChanged`` when code it refers to changed); ``ValueError``, ``TypeError`` (and
         their kin) when a column of the row does not decode: the caller takes it out of use."""
-        bad = signing.problem(key, row)
+        bad = signing.problem(key, row) if signing.keyed() else None  # (``problem``: None without a key)
         if bad is not None:
             raise StoreMiss(bad)
         refs = [tuple(r) for r in json.loads(row["buffers"])] if row["buffers"] and row["buffers"] != "[]" else []
@@ -395,9 +395,12 @@ class Store(Heartbeats):
 
     # -- usage (batched: a hit must not cost a database write) ----------------------------
     def count_hit(self, eval_id: int) -> None:
-        n, _ = self._hits.get(eval_id, _NO_HITS)
-        self._hits[eval_id] = (n + 1, time.time())
-        self.usage.noted()
+        hits = self._hits
+        n, _ = hits.get(eval_id, _NO_HITS)
+        hits[eval_id] = (n + 1, time.time())
+        usage = self.usage
+        if usage.prompt or usage.thread is None and time.monotonic() > usage.due:  # (``noted``'s tests, as above)
+            usage.noted()
 
     def _defer_stamp(self, digest: str, stamp: tuple[int, int, int]) -> None:
         self._stamps[digest] = stamp

@@ -12,8 +12,9 @@ as a miss; without the key nothing is checked (and nothing signed).
 """
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..settings.config import environ_bytes
@@ -35,8 +36,15 @@ _ENV_B = ENV.encode("ascii")
 
 def secret() -> bytes | None:
     """The key's bytes (as the environment holds them), or None when unset or empty.
-    Read afresh on every call (three times a hit: through ``config.environ_bytes``, 30 ns)."""
+    Read afresh on every call (through ``config.environ_bytes``, 30 ns)."""
     return environ_bytes(_ENV_B) or None
+
+
+#: ``secret()`` without a Python call (a partial of ``environ_bytes``, a dict's ``get`` on POSIX):
+#: the key's bytes, b"" or None, so false exactly when ``secret()`` is None. What a store hit asks
+#: (whether its lookup may be lean, whether a row's signature is checked, whether its snapshot is
+#: believed): 600 instructions less each time.
+keyed: Callable[[], bytes | None] = functools.partial(environ_bytes, _ENV_B)
 
 
 def _message(key: Sequence[str], row: dict[str, Any], fields: Sequence[str]) -> bytes:

@@ -81,22 +81,24 @@ LEAN_COLUMNS = _LEAN_BASE + _EXTRACTED
 # entry is found by the key (a covering search of the unique index: its key columns are the
 # entry's own), the row read by the entry's rowid, and the *table row's* key compared with the
 # entry's, so with the key: a damaged index b-tree that points the key at another key's row
-# still cannot serve that row. The status stands in for the check's column (NOT NULL in the
-# table: NULL here only when the keys differ), a column less to fetch. (``CROSS JOIN``: the
-# index entry first, whatever the planner's statistics say; ``tests/test_hit_path_costs.py``
-# pins the plan.)
+# still cannot serve that row. Its first column says it all: the row's id when the keys agree
+# and the row is in use (``status='done'``), else NULL (an id is never NULL: the rowid), two
+# columns less to fetch than the id, the status and the check; a row it does not serve is read
+# again in full (``_LOOKUP_SQL``), which tells the damaged index from a row out of use.
+# (``CROSS JOIN``: the index entry first, whatever the planner's statistics say;
+# ``tests/test_hit_path_costs.py`` pins the plan.)
 # Each result column is named by a letter (``AS a``, ...): sqlite3 makes the cursor's
 # ``description`` from the names on every execute, and a one-letter name is a string Python
 # keeps made (a long one, ``CASE WHEN ...``, is decoded and freed each time): 3,000 instructions
 # a hit. The row is read by position (``_LEAN_ROW``), never by these names.
-_LEAN_EXPRS = ("ev.id", "CASE WHEN ev.fn=ix.fn AND ev.code=ix.code AND ev.args=ix.args AND ev.schema=ix.schema "
-               "THEN ev.status END", *(f"ev.{c}" for c in _LEAN_BASE[2:]),
+_LEAN_EXPRS = ("CASE WHEN ev.fn=ix.fn AND ev.code=ix.code AND ev.args=ix.args AND ev.schema=ix.schema "
+               "AND ev.status='done' THEN ev.id END", *(f"ev.{c}" for c in _LEAN_BASE[2:]),
                *(f"json_extract(ev.snapshot, '$.{p}')" for p in ("result_digest", "state_deps", "reads")))
 _LOOKUP_LEAN_SQL = (
     "SELECT " + ", ".join(f"{x} AS {chr(97 + i)}" for i, x in enumerate(_LEAN_EXPRS))
     + " FROM evaluations ix CROSS JOIN evaluations ev WHERE ix.fn=? AND ix.code=? AND ix.args=? AND ix.schema=? "
     "AND ev.id=ix.id")
-assert len(_LEAN_EXPRS) == len(LEAN_COLUMNS) or not _JSON1
+assert len(_LEAN_EXPRS) == len(LEAN_COLUMNS) - 1 or not _JSON1  # (no status column: a row served is 'done')
 # What ``lookup`` runs: whatever the row's status (at most one row per
 # key: UNIQUE), so that a miss learns in the same statement whether the key has
 # no row at all (the common miss) or one out of use, which the miss explanation
@@ -146,9 +148,7 @@ def _read(c: sqlite3.Connection, sql: str, cols: tuple[str, ...],
           key: Key) -> tuple[dict[str, Any] | None, tuple[int, str, str] | None]:
     """(the row ``sql`` reads for ``key``, None), or (None, ``row_damage``) for a row it cannot read."""
     try:
-        # (a plain tuple: sqlite3 binds a tuple subclass, the ``Key``, item by item through the
-        # sequence protocol, 2,300 instructions more than the slice costs)
-        return _checked(c.execute(sql, key[:] if cols is LEAN_COLUMNS else key + key).fetchone(), cols), None
+        return _checked(c.execute(sql, key + key).fetchone(), cols), None
     except (sqlite3.OperationalError, UnicodeDecodeError) as e:  # (Python < 3.12 raises the latter for bad text)
         return None, _damage(c, key, e)
 
@@ -192,15 +192,20 @@ NEWEST_ID_SQL = "SELECT max(id) FROM evaluations"
 _PUBLISHED = frozenset(EVAL_COLUMNS + ("inline",))
 
 
-def _row_maker(columns: tuple[str, ...]) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
+def _row_maker(columns: tuple[str, ...], fixed: dict[str, str] | None = None) -> Callable[[tuple[Any, ...]], dict[str, Any]]:
     """``lambda r: {columns[0]: r[0], ...}``: a hit's row as a dict in one dict display, about half
-    the instructions of ``dict(zip(columns, r))`` (which makes and unpacks a pair per column)."""
+    the instructions of ``dict(zip(columns, r))`` (which makes and unpacks a pair per column).
+    ``fixed``: columns the statement does not fetch, with the value each has in every row it reads."""
     assert all(c.isidentifier() for c in columns)  # (the index's own column names, nothing else)
-    return eval("lambda r: {" + ", ".join(f"{c!r}: r[{i}]" for i, c in enumerate(columns)) + "}")  # type: ignore[no-any-return]  # noqa: S307
+    fixed = fixed or {}
+    at = iter(range(len(columns)))
+    return eval("lambda r: {" + ", ".join(f"{c!r}: {fixed[c]!r}" if c in fixed else f"{c!r}: r[{next(at)}]"  # type: ignore[no-any-return]  # noqa: S307
+                                          for c in columns) + "}")
 
 
-#: the row makers of the lookups a hit runs (others: ``dict(zip(...))``)
-_LEAN_ROW, _HIT_ROW = _row_maker(LEAN_COLUMNS), _row_maker(HIT_COLUMNS)
+#: the row makers of the lookups a hit runs (others: ``dict(zip(...))``); a row the lean
+#: statement serves is in use (its first column is NULL for any other)
+_LEAN_ROW, _HIT_ROW = _row_maker(LEAN_COLUMNS, {"status": "done"}), _row_maker(HIT_COLUMNS)
 
 
 _DAMAGED_INDEX = "the index returned the row of another key: the index is damaged"
@@ -209,11 +214,6 @@ _DAMAGED_INDEX = "the index returned the row of another key: the index is damage
 def _checked(row: tuple[Any, ...] | None, columns: tuple[str, ...]) -> dict[str, Any] | None:
     if row is None:
         return None
-    # (told apart by identity: hashing a tuple of 12 names costs more than the dict display saves)
-    if columns is LEAN_COLUMNS:
-        if row[1] is None:  # (its status: NULL when the table row's key is not the index entry's)
-            raise sqlite3.DatabaseError(_DAMAGED_INDEX)
-        return _LEAN_ROW(row)
     if not row[-1]:
         raise sqlite3.DatabaseError(_DAMAGED_INDEX)
     return _HIT_ROW(row) if columns is HIT_COLUMNS else dict(zip(columns, row, strict=False))
@@ -358,13 +358,17 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
         if lean and _JSON1:  # (a hit's way: ``_read`` and ``_checked`` written out, two Python calls less)
             c = self.conn()
             try:
-                r = c.execute(_LOOKUP_LEAN_SQL, key[:]).fetchone()  # (a plain tuple: see ``_read``)
+                # (a plain tuple: sqlite3 binds a tuple subclass, the ``Key``, item by item through
+                # the sequence protocol, 2,300 instructions more than the slice costs)
+                r = c.execute(_LOOKUP_LEAN_SQL, key[:]).fetchone()
             except (sqlite3.OperationalError, UnicodeDecodeError) as e:
                 row, damaged = None, _damage(c, key, e)
             else:
-                if r is not None and r[1] == "done":  # (its status: NULL had the key check failed)
+                if r is not None and r[0] is not None:  # (its id: NULL unless the key checks and it is in use)
                     return _LEAN_ROW(r)  # a hit leaves the note alone (see below)
-                row, damaged = _checked(r, LEAN_COLUMNS), None
+                # no row (a miss), or one the lean read does not serve: the full read says why
+                # (another key's row: a damaged index; a row out of use) or serves it (in use since)
+                row, damaged = (None, None) if r is None else _read(c, _LOOKUP_SQL, HIT_COLUMNS, key)
         else:
             row, damaged = _read(self.conn(), _LOOKUP_SQL, HIT_COLUMNS, key)
         if row is None:
