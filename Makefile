@@ -71,8 +71,18 @@ lint: $(STAMP)
 # --no-loadscope-reorder keeps that order). CI's machines have 2 cores: two workers left a fifth
 # of them idle (tests waiting on their child processes, servers and disks) and took 9.4 min on a
 # quiet 2-core machine (10.0 on CI); three take 8.5 to 9.0 there. The 15 slowest tests are printed.
-test: $(STAMP) system-deps lint
-	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=15
+# The static checks are make lint's: ruff first (half a second), then mypy BESIDE the tests, at
+# nice 10: its minute of one core (no cache on a fresh machine) fills the cores the tests leave
+# idle while they wait on servers and child processes, instead of adding a minute before them.
+# Either failing fails the target; mypy's report is printed after the tests'.
+test: $(STAMP) system-deps
+	$(PY) -m ruff check $(LINT_PATHS)
+	@log=$$(mktemp); nice -n 10 $(PY) -m mypy >$$log 2>&1 & mypy=$$!; \
+	trap 'kill $$mypy 2>/dev/null; rm -f $$log' EXIT; trap 'exit 130' INT TERM; \
+	echo "$(PY) -m mypy  (beside the tests, at nice 10)"; \
+	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile --no-loadscope-reorder --durations=15; \
+	tests=$$?; wait $$mypy; lint=$$?; echo "== mypy (exit $$lint):"; cat $$log; \
+	[ $$tests -eq 0 ] && [ $$lint -eq 0 ]
 
 # The suite 3 times while spinning processes keep every core busy, and a census of what failed
 # in each run (stress/suite_under_load.py): a test that passes only on an idle machine is flaky.

@@ -27,6 +27,7 @@ lists can only shrink), and the goal is empty lists.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -207,7 +208,11 @@ def _cycles(edges: dict[str, dict[str, int]]) -> list[list[str]]:
     return out
 
 
-SCAN = _Scan(MODULES)
+@functools.cache
+def scan() -> _Scan:
+    """Every module parsed once, when a test first asks (not at import: each pytest worker
+    imports every test file to collect it, and only one of them runs these)."""
+    return _Scan(MODULES)
 
 
 def _where(mod: str, line: int) -> str:
@@ -215,7 +220,7 @@ def _where(mod: str, line: int) -> str:
 
 
 def test_no_import_cycles_counting_imports_inside_functions():
-    edges = {m: {t: ln for t, ln in es.items() if (m, t) not in ALLOWED_EDGES} for m, es in SCAN.edges.items()}
+    edges = {m: {t: ln for t, ln in es.items() if (m, t) not in ALLOWED_EDGES} for m, es in scan().edges.items()}
     problems = []
     for cycle in _cycles(edges):
         steps = [f"{a} -> {b} ({_where(a, edges[a][b])})" for a, b in zip(cycle, cycle[1:], strict=False)]
@@ -224,9 +229,9 @@ def test_no_import_cycles_counting_imports_inside_functions():
 
 
 def test_no_private_name_is_imported_or_read_across_modules():
-    seen = {(m, src, name) for m, src, name, _ in SCAN.private}
+    seen = {(m, src, name) for m, src, name, _ in scan().private}
     problems = [f"{_where(m, line)}: {m} uses {src}.{name}, a private name of another module"
-                for m, src, name, line in SCAN.private if (m, src, name) not in ALLOWED_PRIVATE]
+                for m, src, name, line in scan().private if (m, src, name) not in ALLOWED_PRIVATE]
     assert not problems, "\n".join(problems)
     assert not ALLOWED_PRIVATE - seen, f"fixed, remove from ALLOWED_PRIVATE: {sorted(ALLOWED_PRIVATE - seen)}"
 
@@ -278,7 +283,7 @@ def test_every_module_has_a_layer():
 
 
 def test_each_layer_imports_only_the_layers_below():
-    up = _upward(SCAN, LAYERS)
+    up = _upward(scan(), LAYERS)
     problems = [f"{_where(a, line)}: {a} ({_layer(a)}) imports {b} ({_layer(b)}), a layer above it"
                 for a, b, line in up if (a, b) not in ALLOWED_UPWARD]
     assert not problems, "\n".join(problems)
@@ -298,7 +303,7 @@ def test_the_checker_sees_an_upward_import_inside_a_function(tmp_path):
 
 
 def test_allowed_edges_still_exist():
-    gone = {(a, b) for a, b in ALLOWED_EDGES if b not in SCAN.edges.get(a, {})}
+    gone = {(a, b) for a, b in ALLOWED_EDGES if b not in scan().edges.get(a, {})}
     assert not gone, f"cut, remove from ALLOWED_EDGES: {sorted(gone)}"
 
 

@@ -10,21 +10,34 @@ once loaded.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from conftest import SRC, Calls, Project, require
 
-np = require("numpy")
-pd = require("pandas")
-pl = require("polars")
-require("sklearn")
+for _lib in ("numpy", "pandas", "polars", "sklearn"):
+    if importlib.util.find_spec(_lib) is None:
+        require(_lib)  # the skip (a failure under CI) of a library that is not installed
 
 from memolab import File, hashing, memo  # noqa: E402
 from memolab.errors import HashError  # noqa: E402
+
+# imported when this file's first test runs, not at import: every pytest worker imports every
+# test file to collect it, and pandas, polars and scikit-learn cost ~2 CPU-s where none runs here
+np: Any = None
+pd: Any = None
+pl: Any = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _libraries():
+    global np, pd, pl
+    np, pd, pl = require("numpy"), require("pandas"), require("polars")
 
 VALUES = r'''
 import io

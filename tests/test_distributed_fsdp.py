@@ -69,6 +69,21 @@ with open(f"fsdp.{rank}.json", "w") as f:
     json.dump(out, f)
 dist.barrier()
 dist.destroy_process_group()
+# The rank leaves as the interpreter would, up to its finalization (as tests/zygote.py's children
+# do): threads joined, exit functions run, streams flushed, then os._exit. torch 2.13 keeps this
+# group's gloo worker threads past destroy_process_group (the device mesh stays referenced from
+# DTensor's caches); a worker still releasing an all-gather whose output this rank dropped (rank
+# 1's rank-0-only state dict) takes the GIL for that tensor's Python object, and during the
+# interpreter's finalization Python ends such a thread with pthread_exit, which a noexcept C++
+# frame turns into std::terminate: SIGABRT after a correct run (reproduced with the gloo threads
+# starved; a core dump's stack: runLoop > ~AsyncAllgatherCoalescedWork > decref > take_gil >
+# PyThread_exit_thread). torch's, not memolab's: nothing of memolab runs in those threads.
+import atexit, sys, threading
+threading._shutdown()
+atexit._run_exitfuncs()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 """
 
 

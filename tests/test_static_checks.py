@@ -41,15 +41,22 @@ def test_the_linters_are_pinned_in_the_dev_extra():
         assert pins, f"{tool} is not pinned (==) in the dev extra: a new release would change what `make lint` finds"
 
 
-def test_make_test_runs_lint_before_pytest_and_ci_runs_make_test():
+def test_make_test_runs_lints_checks_and_fails_on_either_and_ci_runs_make_test():
+    """``make test`` runs ``make lint``'s two checks: ruff before the tests, mypy beside them (its
+    minute of one core fills the cores the tests leave idle); either failing fails the target."""
     make = (ROOT / "Makefile").read_text(encoding="utf-8")
     lint = re.search(r"^lint:.*\n((?:\t.*\n)+)", make, re.M)
     assert lint, "no `lint` target in the Makefile"
     assert "-m ruff check" in lint.group(1) and "-m mypy" in lint.group(1)
     for path in ("src", "tests", "benchmarks", "stress"):
         assert re.search(rf"^LINT_PATHS\s*:?=.*\b{path}\b", make, re.M), f"`make lint` does not check {path}/"
-    test = re.search(r"^test:(.*)$", make, re.M)
-    assert test and "lint" in test.group(1).split(), "`make test` does not run `make lint` first"
+    test = re.search(r"^test:.*\n((?:\t.*\n)+)", make, re.M)
+    assert test, "no `test` target in the Makefile"
+    recipe = test.group(1)
+    assert "$(PY) -m ruff check $(LINT_PATHS)" in recipe and "$(PY) -m mypy" in recipe and "-m pytest" in recipe
+    assert recipe.index("-m ruff check") < recipe.index("-m pytest"), "ruff (half a second) runs before the tests"
+    assert re.search(r"\[ \$\$tests -eq 0 \] && \[ \$\$lint -eq 0 \]\s*$", recipe), \
+        "`make test` must fail when the tests or mypy fail"
     assert re.search(r"^\s*make test\s*$", (ROOT / ".ci" / "run").read_text(encoding="utf-8"), re.M)
 
 

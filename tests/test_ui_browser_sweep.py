@@ -6,12 +6,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 import socket
 import time
 
 import pytest
 
-from memolab.store import get_store
+from memolab.store import close_open_stores, get_store
 from memolab.tracking import sink as S
 from memolab.ui.server import serve_in_thread
 from test_ui_browser import chromium, page  # noqa: F401  (fixtures)
@@ -62,11 +63,23 @@ def drawn(pg, before):
     pg.wait_for_function(f"() => +(document.body.dataset.drawn || 0) > {before}", timeout=30000)
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The sweep's store written once for the module ((store folder, run ids): 480,000 points, some
+    10 s under load), closed; each test serves a copy of its own (what a test adds stays in it)."""
+    root = tmp_path_factory.mktemp("sweep") / "store"
+    ids = build(get_store(root).index)
+    close_open_stores(root)
+    return root, ids
+
+
 @pytest.fixture
-def sweep(tmp_store, page):
+def sweep(tmp_store, page, built):
     """The sweep written and served: (run ids, server, show), where show(query) opens the page at
     that query and returns it once the first charts are drawn."""
-    ids = build(get_store().index)
+    template, ids = built
+    assert not tmp_store.exists()  # opened by nobody yet: the copy is the store it opens
+    shutil.copytree(template, tmp_store)
     srv, _ = serve_in_thread(tmp_store)
 
     def show(query):

@@ -53,6 +53,7 @@ class S3Server:
         self.proc: subprocess.Popen | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="memolab-moto-", suffix=".log", delete=False)
         self._buckets = itertools.count()
+        self._client: Any = None
 
     @property
     def endpoint(self) -> str:
@@ -118,12 +119,17 @@ class S3Server:
             self.proc.send_signal(signal.SIGCONT)  # type: ignore[union-attr]
 
     def client(self) -> Any:
-        """A plain boto3 S3 client of this server (tests tamper with objects behind memolab's back)."""
-        import boto3
+        """A plain boto3 S3 client of this server (tests tamper with objects behind memolab's back).
+        One per server, made at first use: making one loads botocore's service model (~0.1 CPU-s,
+        and every test with a bucket asks); a client is thread-safe, and its pool reconnects to a
+        server started again on the same port."""
+        if self._client is None:
+            import boto3
 
-        return boto3.session.Session().client(
-            "s3", endpoint_url=self.endpoint, region_name=ENV["AWS_DEFAULT_REGION"],
-            aws_access_key_id=ENV["AWS_ACCESS_KEY_ID"], aws_secret_access_key=ENV["AWS_SECRET_ACCESS_KEY"])
+            self._client = boto3.session.Session().client(
+                "s3", endpoint_url=self.endpoint, region_name=ENV["AWS_DEFAULT_REGION"],
+                aws_access_key_id=ENV["AWS_ACCESS_KEY_ID"], aws_secret_access_key=ENV["AWS_SECRET_ACCESS_KEY"])
+        return self._client
 
     def make_bucket(self) -> str:
         """Create a fresh bucket (starting the server if stopped); returns its name."""
