@@ -39,7 +39,7 @@ ALLOWED: dict[str, int] = {
     "memolab.calls.acceptance": 1,
     "memolab.calls.call": 9,
     "memolab.cli": 1,
-    "memolab.codegraph.dictversion": 2,
+    "memolab.codegraph.dictversion": 1,
     "memolab.codegraph.graph": 2,
     "memolab.codegraph.origins": 3,
     "memolab.codegraph.where": 2,

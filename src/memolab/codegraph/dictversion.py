@@ -101,7 +101,8 @@ def _self_test() -> bool:
 
 def self_test(of: str = "dict") -> bool:
     """The self-test ``tag_reader`` (``of="dict"``), ``func_view`` (``"function"``) or ``mro_view``
-    (``"type"``) runs at first use, run again (``make selftest``)."""
+    (``"type"``) runs at first use (each after the dict one, which makes the ``_ctypes`` types
+    they read with), run again by ``make selftest``."""
     more = {"dict": lambda: True, "function": _func_self_test, "type": _type_self_test}[of]
     try:
         return _self_test() and more()
@@ -178,11 +179,7 @@ def mro_view(cls: type) -> memoryview | None:
     unsupported; the caller keeps ``cls`` and both tuples alive, as ``func_view``'s does."""
     global _types_work
     if _types_work is None:
-        try:
-            _types_work = tag_reader({}) is not None and _type_self_test()
-        except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
-            swallowed("codegraph.dictversion: mro_view")
-            _types_work = False
+        _types_work = tag_reader({}) is not None and self_test("type")
     if not _types_work or not isinstance(cls, type):
         return None
     return memoryview(_CHAR24.from_address(id(cls) + _TYPE_BASES_OFFSET)).cast("B")[:16]
@@ -196,11 +193,7 @@ def func_view(f: Any) -> memoryview | None:
     mean these very objects."""
     global _funcs_work
     if _funcs_work is None:
-        try:
-            _funcs_work = tag_reader({}) is not None and _func_self_test()
-        except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
-            swallowed("codegraph.dictversion: func_view")
-            _funcs_work = False
+        _funcs_work = tag_reader({}) is not None and self_test("function")
     if not _funcs_work or type(f) is not types.FunctionType:
         return None
     # (as unsigned bytes: a view of ``c_char`` compares item by item as 1-byte strings, never
@@ -215,11 +208,7 @@ def tag_reader(d: dict) -> Any | None:
     """
     global _works
     if _works is None:
-        try:
-            _works = _self_test()
-        except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
-            swallowed("codegraph.dictversion: tag_reader")
-            _works = False
+        _works = self_test()
     if not _works or type(d) is not dict:
         return None
     return _U64.from_address(id(d) + _TAG_OFFSET)
