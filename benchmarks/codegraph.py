@@ -178,7 +178,7 @@ def main() -> None:
         # the fallback where dict version tags are unavailable: a clone has its own graph, built without them
         notag = clone(entry)
 
-        def build_notag():
+        def build_notag():  # (and each timed call: tags off there too, its graph is armed at its second check)
             saved = dictversion._works
             dictversion._works = False
             try:
@@ -187,16 +187,7 @@ def main() -> None:
                 dictversion._works = saved
 
         build_notag()
-
-        def notag_call():  # (tags off for the call too: its graph is armed at its second check)
-            saved = dictversion._works
-            dictversion._works = False
-            try:
-                codegraph.function_code(notag)
-            finally:
-                dictversion._works = saved
-
-        row(f"memolab repeat call without version tags (other Pythons), {big} classes", notag_call)
+        row(f"memolab repeat call without version tags (other Pythons), {big} classes", build_notag)
 
         # a small mutable global is re-hashed on every call (a mutation must be seen)
         ns: dict = {}
