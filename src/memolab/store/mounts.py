@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import MemolabWarning, swallowed
+from ..settings.files import read_bytes
 
 __all__ = ["Mount", "NETWORK_FILESYSTEMS", "mount_table", "parse_mountinfo", "mount_of", "network_mount",
            "warn_if_network"]
@@ -48,21 +49,9 @@ def mount_table() -> str | None:
     with ``os.read`` into bytes, decoded once: a text file object's set-up cost more than the
     read (every process that opens a store reads it, on its first call)."""
     try:
-        fd = os.open("/proc/self/mountinfo", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return read_bytes("/proc/self/mountinfo").decode("utf-8", "surrogateescape")
     except OSError:
         return None
-    try:
-        chunks: list[bytes] = []
-        while True:  # (a proc file is read to its end: its size says 0)
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
@@ -75,20 +64,35 @@ def _unescape(field: str) -> str:
     return _ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
-def parse_mountinfo(text: str) -> list[Mount]:
+def parse_mountinfo(text: str, above: str | None = None) -> list[Mount]:
     """The mounts of a ``/proc/PID/mountinfo`` text (``proc(5)``): ``ID PARENT MAJ:MIN ROOT POINT
-    OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS``; a line that does not parse is skipped."""
+    OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS``; a line that does not parse is skipped.
+    ``above``: a real path, of whose mount points only those at or above it are parsed further
+    (a line's first five fields split off first: a fresh process's network check reads this
+    machine's 20 mounts for the one or two holding its store)."""
     out = []
     for line in text.splitlines():
-        fields = line.split()
+        head = line.split(None, 5)
+        if len(head) < 6:
+            continue
+        point = _unescape(head[4])
+        if above is not None and not _holds(point, above):
+            continue
+        fields = head[:5] + head[5].split()
         try:
             sep = fields.index("-", 6)
         except ValueError:
             continue
         if len(fields) < sep + 3:
             continue
-        out.append(Mount(_unescape(fields[4]), fields[sep + 1], _unescape(fields[sep + 2])))
+        out.append(Mount(point, fields[sep + 1], _unescape(fields[sep + 2])))
     return out
+
+
+def _holds(point: str, real: str) -> bool:
+    """Is the real path ``real`` at or under mount point ``point``?"""
+    p = point.rstrip("/") or "/"
+    return real == p or real.startswith(p if p == "/" else p + "/")
 
 
 def mount_of(path: os.PathLike[str], mounts: list[Mount], real: str | None = None) -> Mount | None:
@@ -96,10 +100,8 @@ def mount_of(path: os.PathLike[str], mounts: list[Mount], real: str | None = Non
     real = os.path.realpath(os.fspath(path)) if real is None else real
     best: Mount | None = None
     for m in mounts:
-        point = m.point.rstrip("/") or "/"
-        if real == point or real.startswith(point if point == "/" else point + "/"):
-            if best is None or len(point) >= len(best.point.rstrip("/") or "/"):
-                best = m
+        if _holds(m.point, real) and (best is None or len(m.point.rstrip("/") or "/") >= len(best.point.rstrip("/") or "/")):
+            best = m
     return best
 
 
@@ -109,33 +111,9 @@ def network_mount(path: os.PathLike[str], real: str | None = None) -> Mount | No
     text = mount_table()
     if text is None:
         return None
-    # ``mount_of(path, parse_mountinfo(text), real)``, with only the mount points above the path
-    # parsed further (a line's first five fields split off, the rest only for those; one ``Mount``
-    # made): the whole table parsed cost a fresh process's first call 0.28 M instructions for this
-    # machine's 20 mounts
     real = os.path.realpath(os.fspath(path)) if real is None else real
-    best: tuple[int, str, list[str], int] | None = None
-    for line in text.splitlines():
-        fields = line.split(None, 5)  # (the rest split only for a mount point above the path)
-        if len(fields) < 6:
-            continue
-        point = _unescape(fields[4])
-        stripped = point.rstrip("/") or "/"
-        if not (real == stripped or real.startswith(stripped if stripped == "/" else stripped + "/")):
-            continue
-        if best is not None and len(stripped) < best[0]:
-            continue
-        fields = fields[:5] + fields[5].split()
-        try:
-            sep = fields.index("-", 6)
-        except ValueError:
-            continue
-        if len(fields) >= sep + 3:
-            best = (len(stripped), point, fields, sep)
-    if best is None or best[2][best[3] + 1] not in NETWORK_FILESYSTEMS:
-        return None
-    _, point, fields, sep = best
-    return Mount(point, fields[sep + 1], _unescape(fields[sep + 2]))
+    m = mount_of(path, parse_mountinfo(text, real), real)  # (only the mounts above it parsed)
+    return m if m is not None and m.fstype in NETWORK_FILESYSTEMS else None
 
 
 _warned: set[str] = set()
