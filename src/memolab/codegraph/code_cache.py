@@ -59,6 +59,7 @@ import xxhash
 
 from ..errors import swallowed
 from ..settings import config
+from ..settings.files import read_bytes
 
 _FORMAT = 2  # 2: fingerprints of marshal format 2
 _lock = threading.Lock()
@@ -83,22 +84,6 @@ _folders_used: set[str] = set()
 #: loading torch asks about 150): what this process listed first, then what it used, then the others
 FOLDERS_MAX = 1024
 _FOLDERS_FORMAT = ("folders", 1)
-
-
-def read_bytes(path: str) -> bytes:
-    """The bytes of ``path``, read with ``os.read``: a file object's set-up (a buffered reader, its
-    ``fstat``, ``ioctl`` and ``lseek``) cost more than the read for the small files a first call
-    reads (a script's source, its cached analyses and patch sites). Raises as ``open`` does."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        chunks: list[bytes] = []
-        while True:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
 
 
 def _debug(msg: str, *args: Any) -> None:

@@ -28,6 +28,7 @@ import sys
 import types
 from typing import Any
 
+from ..settings.files import read_bytes
 from . import bytecode, code_cache
 from .origins import USER, kinds_of
 from .where import origin_of
@@ -216,7 +217,7 @@ def _sites(path: str) -> list[Site]:
 
 def _scan(path: str) -> list[Site]:
     try:
-        source = code_cache.read_bytes(path)
+        source = read_bytes(path)
     except OSError:
         return []
     digest = code_cache.source_digest(source)

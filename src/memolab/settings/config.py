@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..errors import StoreConfigError, swallowed
+from .files import read_fd
 
 _lock = threading.Lock()
 
@@ -434,10 +435,7 @@ def _tool_table(workspace: Path) -> dict[str, Any]:
         hit = _pyproject_cache.get(p)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-        chunks: list[bytes] = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        text = b"".join(chunks).decode("utf-8")
+        text = read_fd(fd).decode("utf-8")
         if "tool.memolab" in text:
             if "\r" in text:  # (as a text file reads it: universal newlines)
                 text = text.replace("\r\n", "\n").replace("\r", "\n")
