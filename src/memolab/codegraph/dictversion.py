@@ -12,9 +12,8 @@ Python whose layout we have not verified, a failed self-test) ``tag_reader``
 returns None and callers compare every name, which is correct, only slower.
 
 A function's code and defaults are not in any dict: ``g.__code__ = other`` (what
-IPython's ``%autoreload`` and hot reloaders do to the functions and methods a
-notebook still holds) or ``g.__defaults__ = (5,)`` writes the function object
-itself. ``func_view`` reads those three pointers the same way, after its own
+a hot reloader does to the functions and methods a program still holds) or
+``g.__defaults__ = (5,)`` writes the function object itself. ``func_view`` reads those three pointers the same way, after its own
 self-test, so a graph checks every function it went through in the one gather
 that reads its tags; reading ``__code__`` instead raises an audit event per
 function (about 0.5 us with any audit hook installed). ``Model.__bases__ =
@@ -25,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import swallowed
@@ -101,11 +101,14 @@ def _self_test() -> bool:
 
 def self_test(of: str = "dict") -> bool:
     """The self-test ``tag_reader`` (``of="dict"``), ``func_view`` (``"function"``) or ``mro_view``
-    (``"type"``) runs at first use (each after the dict one, which makes the ``_ctypes`` types
-    they read with), run again by ``make selftest``."""
-    more = {"dict": lambda: True, "function": _func_self_test, "type": _type_self_test}[of]
+    (``"type"``) runs at first use, run again by ``make selftest`` (the dict one first: it makes
+    the ``_ctypes`` types the others read with)."""
+    return _passes(_self_test) and (of == "dict" or _passes(_MORE[of]))
+
+
+def _passes(test: Callable[[], bool]) -> bool:
     try:
-        return _self_test() and more()
+        return test()
     except Exception:  # a self-test of interpreter internals: on an unknown CPython it may fail in any way
         swallowed("codegraph.dictversion: self_test")
         return False
@@ -133,7 +136,7 @@ def _func_self_test() -> bool:
 
     seen = [bytes(view)]
     ok = shows(probe)
-    probe.__code__ = other.__code__     # what ``%autoreload`` does to a function held elsewhere
+    probe.__code__ = other.__code__     # what a hot reloader does to a function held elsewhere
     seen.append(bytes(view))
     ok = ok and shows(probe)
     probe.__defaults__ = (5,)
@@ -179,7 +182,7 @@ def mro_view(cls: type) -> memoryview | None:
     unsupported; the caller keeps ``cls`` and both tuples alive, as ``func_view``'s does."""
     global _types_work
     if _types_work is None:
-        _types_work = tag_reader({}) is not None and self_test("type")
+        _types_work = tag_reader({}) is not None and _passes(_type_self_test)  # (the dict test made the types)
     if not _types_work or not isinstance(cls, type):
         return None
     return memoryview(_CHAR24.from_address(id(cls) + _TYPE_BASES_OFFSET)).cast("B")[:16]
@@ -193,12 +196,16 @@ def func_view(f: Any) -> memoryview | None:
     mean these very objects."""
     global _funcs_work
     if _funcs_work is None:
-        _funcs_work = tag_reader({}) is not None and self_test("function")
+        _funcs_work = tag_reader({}) is not None and _passes(_func_self_test)  # (the dict test made the types)
     if not _funcs_work or type(f) is not types.FunctionType:
         return None
     # (as unsigned bytes: a view of ``c_char`` compares item by item as 1-byte strings, never
     # equal to ``bytes``; ``B`` compares as ``bytes`` do)
     return memoryview(_CHAR24.from_address(id(f) + _FUNC_SLOTS_OFFSET)).cast("B")
+
+
+#: ``self_test``'s tests after the dict one
+_MORE: dict[str, Callable[[], bool]] = {"function": _func_self_test, "type": _type_self_test}
 
 
 def tag_reader(d: dict) -> Any | None:
