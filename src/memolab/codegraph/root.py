@@ -163,8 +163,12 @@ class Root:
         self.views = None if None in views else tuple(views)  # type: ignore[arg-type]  # (no None in them)
         self.stamp = None
 
-    def _functions_changed(self) -> bool:
-        """Does a function of the graph hold another code object or defaults than when it was built?"""
+    def _functions_changed(self, stamp: bytes | None) -> bool:
+        """Does a function of the graph hold another code object or defaults than when it was built?
+        ``stamp``: the gather ``_current`` just took, whose tail is the functions' slots (``_arm``
+        puts their views last), read again here only when there is none."""
+        if stamp is not None:
+            return stamp[len(stamp) - len(self.fslots):] != self.fslots
         if self.fviews is not None:
             return b"".join(self.fviews) != self.fslots
         return any(f.__code__ is not c or f.__defaults__ is not d or f.__kwdefaults__ is not k
@@ -244,7 +248,7 @@ class Root:
             now = ns.get(name, _MISSING)
             if now is not obj and getattr(now, "__memolab_wraps__", None) is not obj:
                 return None
-        if self._functions_changed():
+        if self._functions_changed(stamp):
             return None
         for cc in g.class_checks:
             if not cc.unchanged():
