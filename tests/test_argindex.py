@@ -1,7 +1,8 @@
 """``tracking.argindex``: every run's arguments in value order, equal to what the runs' JSON says
 after any sequence of writes by any writer (memolab's sink, ``log.hparams``, gc, a team pull's plain
-INSERT, an older memolab: raw SQL here): the triggers in the file mark each run written, and the
-reader (``sync``) indexes the marked runs; a store made before it gains it once; ``doctor`` tells
+INSERT, an older memolab: raw SQL here): the triggers (``TEMP`` ones of the writing connection, or
+an older memolab's in the file) mark each run written, and the reader (``sync``) indexes the marked
+runs; a store made before it gains it once; ``doctor`` tells
 and rebuilds what drifted."""
 from __future__ import annotations
 
@@ -111,9 +112,10 @@ def test_a_store_made_before_it_gains_it_once_from_its_runs(tmp_store):
         s.q.append((END, i, "done", 100.0, None))
     s.flush()
     c = query.ready(get_store().index)
-    with c:  # as an older memolab left it: no triggers, no tables
+    with c:  # as an older memolab left it: no triggers, no tables, no marker
         for t in argindex.TRIGGERS:
-            c.execute("DROP TRIGGER " + t.split()[5])
+            c.execute("DROP TRIGGER IF EXISTS temp." + t.split()[5])
+        c.execute("DELETE FROM meta WHERE key = ?", (argindex.MARKER,))
         c.execute("DROP TABLE run_args")
         c.execute("DROP TABLE arg_names")
     assert not argindex.available(c) and argindex.counted(c, "a:f", "lr") is None

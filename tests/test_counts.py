@@ -6,6 +6,8 @@ import random
 import sqlite3
 import time
 
+import pytest
+
 from memolab.store.schema import DDL, LINEAGE_TRIGGERS, _split
 from memolab.tracking import counts, schema
 
@@ -19,15 +21,27 @@ def _index() -> sqlite3.Connection:
     return c
 
 
-def test_kept_counts_follow_every_writer():
+@pytest.mark.parametrize("kept_by", ["armed connection", "older memolab's triggers in the file"])
+def test_kept_counts_follow_every_writer(kept_by, monkeypatch):
     """Random writes as memolab's writers make them (a call's ``INSERT OR REPLACE`` of a key stored
     before, a run started then finished naming its evaluation, hits flushed, gc and clear deleting
     evaluations, retention deleting runs, a run moved to another script) and as a team pull or an
     import makes them (runs inserted naming an evaluation, an evaluation replaced by id): after
-    every batch the kept counts are a recount's, and the kept run-id digits tell every run apart."""
+    every batch the kept counts are a recount's, and the kept run-id digits tell every run apart.
+    Kept by this connection's ``TEMP`` triggers, or by an older memolab's in the file (another
+    process had the store open at the writable open: they stay, and the ``TEMP`` ones stand down)."""
     c = _index()
+    if kept_by != "armed connection":
+        from memolab.store import walpeers
+        from test_schema_parse import older_memolab_install
+
+        older_memolab_install(c)
+        monkeypatch.setattr(walpeers, "others_connected", lambda path, locks="": True)
     schema.ensure(c)
     assert counts.available(c)
+    in_file = {n for (n,) in c.execute("SELECT name FROM main.sqlite_master WHERE type='trigger'")}
+    assert (set(counts._NAMES) <= in_file) == (kept_by != "armed connection")
+    assert {n for (n,) in c.execute("SELECT name FROM temp.sqlite_master WHERE type='trigger'")} >= set(counts._NAMES)
     rnd = random.Random(52)
 
     def evaluation(fn: str, args: str, id_: int | None = None) -> int:

@@ -69,32 +69,78 @@ def _trigger_sql(c: sqlite3.Connection, name: str) -> str | None:
     return row[0] if row else None
 
 
-def test_a_writable_open_makes_an_older_memolabs_long_triggers_short_and_an_older_memolab_still_finds_them():
+def older_memolab_install(c: sqlite3.Connection, long: bool = True) -> None:
+    """What an older memolab (0.4.2 with ``long``, else 0.4.3) does on a writable open of a store
+    lacking its triggers in the file: the tables, a recount, and its triggers made in the file."""
+    from memolab.tracking import argindex
+
+    for stmt in (*schema._STATEMENTS, *counts.statements(), *argindex.statements()):
+        c.execute(stmt)
+    c.execute("BEGIN IMMEDIATE")
+    counts._fill(c)
+    digits, replace = ((counts.unrolled_digits_trigger(), counts._REPLACE_UNROLLED) if long
+                       else (counts._digits_trigger(), counts._REPLACE))
+    for stmt in (digits, *(replace if t == counts._REPLACE else t for t in counts.TRIGGERS)):
+        c.execute(stmt)
+    c.execute("INSERT OR IGNORE INTO args_pending(run) VALUES (?)", (argindex.EVERY,))
+    for stmt in (*argindex.TRIGGERS, *argindex.NAME_TRIGGERS):
+        c.execute(stmt)
+    c.execute("COMMIT")
+
+
+def _in_file(c: sqlite3.Connection) -> set[str]:
+    return {n for (n,) in c.execute("SELECT name FROM main.sqlite_master WHERE type='trigger'")}
+
+
+def test_a_writable_open_alone_moves_an_older_memolabs_triggers_to_its_connections_and_counts_once():
+    """A store an older memolab made (its triggers in the file, long forms): this memolab's writable
+    open, with no other process connected (an in-memory index: none can be), drops them and writes the
+    markers in one transaction; the counts stay a recount's through writes of the armed connection; an
+    older memolab that makes its triggers again (after its own recount) is left them, and the armed
+    connection's stand down: nothing is counted twice."""
+    from memolab.tracking import argindex
+
     c = _index()
-    schema.ensure(c)  # a new store: the short forms at once
-    short = {n: _trigger_sql(c, n) for n in ("counts_run_digits", "counts_evaluation_replace")}
-    assert len(short["counts_run_digits"] or "") < 2100 and len(short["counts_evaluation_replace"] or "") < 1500
-    # a store an older memolab made: the long forms (as it makes a trigger the store lacks)
-    c.execute("DROP TRIGGER counts_run_digits")
-    c.execute(counts.unrolled_digits_trigger())
-    c.execute("DROP TRIGGER counts_evaluation_replace")
-    c.execute(counts._REPLACE_UNROLLED)
+    older_memolab_install(c)
+    assert set(counts._NAMES) | set(argindex._NAMES) <= _in_file(c)
     c.execute("INSERT INTO runs(id, fn, started, status) VALUES (1234567, 'f', 1, 'done')")
     c.execute("INSERT INTO evaluations(fn, code, args, schema, status, hits, size) VALUES ('f', 'c', 'a', 's', 'done', 2, 10)")
     assert counts.available(c) and len(_trigger_sql(c, "counts_run_digits") or "") > 8000
-    schema.ensure(c)  # this memolab's writable open: both replaced, in one transaction
-    assert {n: _trigger_sql(c, n) for n in short} == short and not c.in_transaction
-    assert counts.shorten(c) == []  # once: the next open finds them short
-    # what an older memolab reads: the triggers it looks for by name, all there, keeping the same numbers
-    names = {n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type='trigger'")}
-    assert set(counts._NAMES) <= names
+    schema.ensure(c)  # this memolab's writable open, alone
+    assert _in_file(c) == {"lineage_replace", "lineage_add", "lineage_drop"} and not c.in_transaction
+    assert counts.available(c) and argindex.available(c) and counts.check(c) == []
     c.execute("INSERT INTO runs(id, fn, started, status) VALUES (1234999, 'f', 2, 'done')")
     assert c.execute("SELECT n FROM run_digits").fetchone()[0] == 5  # 1234567, 1234999: "1234" shared
     c.execute("INSERT OR REPLACE INTO evaluations(fn, code, args, schema, status, hits, size) "
               "VALUES ('f', 'c', 'a', 's', 'done', 5, 7)")  # replaces the row: its hits and size off, the new ones on
     assert c.execute("SELECT n, hits, size FROM evaluation_counts WHERE fn='f'").fetchone() == (1, 5, 7)
     assert counts.check(c) == []
-    # a trigger of any other text (a newer memolab's) is left as it is
+    # an older memolab again: its triggers back in the file (after its recount); the armed connection's stand down
+    older_memolab_install(c, long=False)
+    c.execute("INSERT INTO runs(id, fn, started, status) VALUES (777, 'f', 3, 'done')")
+    c.execute("UPDATE evaluations SET hits = hits + 3")
+    c.execute("INSERT INTO evaluations(fn, code, args, schema, status, hits, size) VALUES ('f', 'c', 'b', 's', 'done', 1, 1)")
+    assert c.execute("SELECT n, hits, size FROM evaluation_counts WHERE fn='f'").fetchone() == (2, 9, 8)
+    assert c.execute("SELECT SUM(runs) FROM run_counts WHERE fn='f'").fetchone()[0] == 3
+    assert counts.check(c) == [] and argindex.check(c) == []
+    schema.ensure(c)  # moved once: an older memolab's triggers made again are left to it (no recount each change)
+    assert set(counts._NAMES) <= _in_file(c) and counts.check(c) == []
+
+
+def test_the_older_triggers_kept_in_the_file_are_made_short():
+    """Where the older memolab's triggers stay in the file (another process had it open), a writable
+    open replaces the long ones with the short ones that keep the same numbers, in one transaction; a
+    trigger of any other text (a newer memolab's) is left as it is."""
+    c = _index()
+    older_memolab_install(c)
+    short = {"counts_run_digits": counts._digits_trigger(), "counts_evaluation_replace": counts._REPLACE}
+    assert sorted(counts.shorten(c)) == sorted(short)
+    assert {n: _trigger_sql(c, n) for n in short} == {n: counts._as_kept(t) for n, t in short.items()}
+    assert counts.shorten(c) == [] and not c.in_transaction  # once: the next open finds them short
+    c.execute("INSERT INTO runs(id, fn, started, status) VALUES (1234567, 'f', 1, 'done')")
+    c.execute("INSERT INTO runs(id, fn, started, status) VALUES (1234999, 'f', 2, 'done')")
+    assert c.execute("SELECT n FROM run_digits").fetchone()[0] == 5
+    assert counts.check(c) == []
     c.execute("DROP TRIGGER counts_run_digits")
     other = counts._digits_trigger().replace("ORDER BY id ASC", "ORDER BY id")
     c.execute(other)

@@ -70,6 +70,7 @@ def downgrade_to_schema_1(path):
         ALTER TABLE evaluations DROP COLUMN inline;
         DROP INDEX runs_fn_script; ALTER TABLE runs DROP COLUMN script; ALTER TABLE runs DROP COLUMN argtext;
         UPDATE meta SET value='1' WHERE key='schema_version';
+        DELETE FROM meta WHERE key LIKE 'kept:%';
         PRAGMA user_version=0;
     """)
     con.close()

@@ -25,7 +25,7 @@ from typing import Any
 from ..errors import BlobsGone as BlobsGone  # (also imported from here)
 from ..key import Key as Key  # (also imported from here)
 from ..settings import config
-from . import signing
+from . import arming, signing
 from .accepts import AcceptIndex
 from .gcplan import plan_by_size as plan_by_size  # (plan_by_size: also imported from here)
 from .inlist import chunks
@@ -301,7 +301,8 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
             # of the process, not necessarily of the machine (see "Durability" in docs/storage-format.md).
             c = connect(str(self.path), ["PRAGMA synchronous=NORMAL"], timeout=60.0, isolation_level=None,
                         check_same_thread=False)
-            self._local.conn, self._local.pid = c, config.pid()
+            c.set_authorizer(arming.refuse_unarmed)  # (lifted when armed: ``write``)
+            self._local.conn, self._local.pid, self._local.armed = c, config.pid(), False
         return c
 
     def close(self) -> None:
@@ -347,7 +348,11 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
                 self.c.execute("ROLLBACK")
 
     def write(self) -> Index._write:
-        return Index._write(self.conn())
+        c = self.conn()
+        if not self._local.armed and not c.in_transaction:
+            # (its kept counts' TEMP triggers, before its first write: ``store.arming``)
+            self._local.armed = arming.arm(c)
+        return Index._write(c)
 
     # -- evaluations --------------------------------------------------------------------
     def lookup(self, key: Key, lean: bool = False) -> dict[str, Any] | None:
@@ -622,9 +627,11 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
 
     def functions(self) -> list[dict[str, Any]]:
         c = self.conn()
-        if c.execute("SELECT 1 FROM main.sqlite_master WHERE type='trigger' AND name='counts_evaluation_hits'"
-                     ).fetchone() is not None:
-            # per function counts kept by triggers (``tracking/counts.py``), its newest by one index seek
+        if c.execute("SELECT 1 FROM main.meta WHERE key=?", (arming.COUNTS_MARKER,)).fetchone() is not None or \
+                c.execute("SELECT 1 FROM main.sqlite_master WHERE type='trigger' AND name='counts_evaluation_hits'"
+                          ).fetchone() is not None:
+            # per function counts kept by triggers (``tracking/counts.py``: the armed connections' or an
+            # older memolab's in the file), its newest by one index seek
             return [dict(fn=fn, evaluations=n, size=size or 0, hits=hits or 0, compute=d or 0.0,
                          last=c.execute("SELECT MAX(finished) FROM evaluations WHERE fn=?", (fn,)).fetchone()[0])
                     for fn, n, size, hits, d in c.execute("SELECT fn, n, size, hits, duration FROM evaluation_counts "

@@ -17,11 +17,12 @@ store's index make it an index range:
 
 **Who pays.** A run's write (a miss records one) pays one row in ``args_pending``, appended by
 SQLite triggers on ``runs`` whoever writes them (a call, gc, a team pull, a logs bundle, an older
-memolab: the triggers live in the file). Indexing its arguments there, one b-tree entry per
-argument (and a trigger each), made a miss of a 7-argument function about 1.3x in CPU; it is done
-instead by the reader that needs it (``sync``: the dashboard's sort, filter or group statistics),
-for the runs written since the last one, in one write transaction of set-based statements (past
-``REBUILD`` pending runs: the tables rebuilt in index order, as a store's first fill).
+memolab: ``TEMP`` triggers of the writing connection, or an older memolab's in the file).
+Indexing its arguments there, one b-tree entry per argument (and a trigger each), made a miss of
+a 7-argument function about 1.3x in CPU; it is done instead by the reader that needs it
+(``sync``: the dashboard's sort, filter or group statistics), for the runs written since the last
+one, in one write transaction of set-based statements (past ``REBUILD`` pending runs: the tables
+rebuilt in index order, as a store's first fill).
 
 What a value is (``VALUE``): a number stays a number, a text a text, ``true``/``false`` the texts the
 page shows, a list or an empty object its JSON text; ``null`` (and a run whose ``hparams`` is not
@@ -29,11 +30,16 @@ JSON: an older writer's NaN) is no row: such a run sorts with the runs without t
 SQLite orders numbers (as numbers) before texts (by their bytes: the page's own order of text), the
 order the page's table used to sort its window in.
 
+The triggers are ``TEMP`` triggers of each connection that writes (``temptriggers``, as the
+counts'); an older memolab keeps the tables with the same triggers in the file, which the ``TEMP``
+ones then leave to it.
+
 A store gains them the first time a memolab with them opens it to log (``tracking.schema.ensure``,
-as ``counts.install``): the tables and triggers, and one pending mark that has the first reader
-fill them. Where they are missing (an older store read as it is), or pending runs cannot be
-indexed (a read-only store), ``sync`` says so and readers fall back to ``json_extract`` over the
-runs. ``doctor`` tells and rebuilds what drifted from the runs, whatever the cause (``check``).
+as ``counts.install``): the tables, the marker (``MARKER``), and one pending mark that has the
+first reader fill them. Where they are missing (an older store read as it is), or pending runs
+cannot be indexed (a read-only store), ``sync`` says so and readers fall back to ``json_extract``
+over the runs. ``doctor`` tells and rebuilds what drifted from the runs, whatever the cause
+(``check``).
 """
 from __future__ import annotations
 
@@ -41,8 +47,9 @@ import sqlite3
 from typing import Any
 
 from ..errors import swallowed
-from ..store.inlist import placeholders
-from .counts import install_once
+from ..store import arming
+from . import temptriggers
+from .counts import install_once, move
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS run_args(
@@ -104,6 +111,8 @@ NAME_TRIGGERS = (
 
 _NAMES = ("args_run_add", "args_run_drop", "args_run_move", "args_name_add", "args_name_drop")
 _NAME_TRIGGERS = ("args_name_add", "args_name_drop")
+#: the ``meta`` key that says the tables were made and the armed connections keep them (``temptriggers``)
+MARKER = arming.ARGS_MARKER
 
 #: what the tables hold, made from the rows (install, ``check``)
 _LEAVES_OF_ALL = "SELECT * FROM (" + leaves("r").replace("FROM json_tree", "FROM runs r, json_tree") + ")"
@@ -114,29 +123,38 @@ _RECOUNT_NAMES = "SELECT fn, name, COUNT(*), COUNT(DISTINCT value) FROM run_args
 
 
 def available(c: Any) -> bool:
-    """Whether the file ``c`` reads keeps the tables: every trigger is there (a ``temp`` shim is an
-    empty table; a runs table dropped and made again has lost its triggers: ``install`` refills)."""
-    q = placeholders(len(_NAMES))
-    return int(c.execute(f"SELECT COUNT(*) FROM main.sqlite_master WHERE type='trigger' AND name IN ({q})",
-                         _NAMES).fetchone()[0]) == len(_NAMES)
+    """Whether the file ``c`` reads keeps the tables: made and kept by armed connections (its
+    marker), or every trigger of an older memolab is in it (a ``temp`` shim is an empty table)."""
+    return temptriggers.marked(c, MARKER) or len(temptriggers.in_file(c, _NAMES)) == len(_NAMES)
 
 
 def install(c: sqlite3.Connection) -> bool:
-    """Make the tables and triggers on a writable index that lacks them, with every run pending
-    (the first reader fills them: ``sync``), in one write transaction (the caller's, if it is in
-    one); whether it made them."""
+    """Make the tables on a writable index that lacks them, with every run pending (the first
+    reader fills them: ``sync``) and the marker, in one write transaction (the caller's, if it is
+    in one); whether it made them. An older memolab's triggers in the file are left to armed
+    connections where no other process has it open (``counts.move``)."""
+    if temptriggers.marked(c, MARKER):
+        return False
+    if len(temptriggers.in_file(c, _NAMES)) == len(_NAMES):
+        move(c, MARKER, _NAMES)
+        return False
     return install_once(c, available, _make)
 
 
+def temp_triggers() -> tuple[str, ...]:
+    """The index's triggers as an armed connection makes them (``temptriggers.temp_form``)."""
+    return tuple(temptriggers.temp_form(s, MARKER) for s in (*TRIGGERS, *NAME_TRIGGERS))
+
+
 def _make(c: sqlite3.Connection) -> None:
-    for stmt in _statements():
+    for stmt in statements():
         c.execute(stmt)
     c.execute("INSERT OR IGNORE INTO args_pending(run) VALUES (?)", (EVERY,))
-    for stmt in (*TRIGGERS, *NAME_TRIGGERS):
-        c.execute(stmt)
+    temptriggers.mark(c, MARKER)
 
 
-def _statements() -> list[str]:
+def statements() -> list[str]:
+    """The tables' ``CREATE … IF NOT EXISTS`` statements, one by one."""
     return [x.strip() for x in TABLES.split(";") if x.strip()]
 
 
@@ -177,10 +195,15 @@ def drain(c: sqlite3.Connection) -> None:
 
 def _rebuild(c: sqlite3.Connection) -> None:
     """Every run's arguments, in the primary key's order (the b-tree appended to, not written at
-    random places), and the counts from them, without ``arg_names``' triggers firing row by row."""
+    random places), and the counts from them, without ``arg_names``' triggers firing row by row:
+    this connection's ``TEMP`` ones and an older memolab's in the file are dropped, and made again
+    after (in the caller's write transaction: no other connection writes meanwhile)."""
+    in_file = temptriggers.in_file(c, _NAME_TRIGGERS)
+    armed = temptriggers.armed(c, _NAME_TRIGGERS)
     for name in _NAME_TRIGGERS:
-        c.execute(f"DROP TRIGGER IF EXISTS {name}")
-    for stmt in _statements():
+        c.execute(f"DROP TRIGGER IF EXISTS main.{name}")
+        c.execute(f"DROP TRIGGER IF EXISTS temp.{name}")
+    for stmt in statements():
         c.execute(stmt)
     c.execute("DROP INDEX IF EXISTS run_args_run")  # (made again once, by a sort: not entry by entry)
     c.execute("DELETE FROM run_args")
@@ -189,8 +212,13 @@ def _rebuild(c: sqlite3.Connection) -> None:
               "ORDER BY 1, 2, 3, 4 DESC, 5 DESC")
     c.execute(f"INSERT INTO arg_names(fn, name, runs, groups) {_RECOUNT_NAMES}")
     c.execute("DELETE FROM args_pending")
-    for stmt in (*_statements(), *NAME_TRIGGERS):
+    for stmt in statements():
         c.execute(stmt)
+    for stmt in NAME_TRIGGERS:
+        if temptriggers.names_of([stmt])[0] in in_file:
+            c.execute(stmt)
+        if armed:
+            c.execute(temptriggers.temp_form(stmt, MARKER))
 
 
 def check(c: sqlite3.Connection, repair: bool = False) -> list[str]:

@@ -3,7 +3,8 @@
 
 Two small tables in the store's index, maintained by SQLite triggers on ``runs`` and
 ``evaluations`` (whoever writes them: a call, ``gc``, ``clear``, a team pull, a logs bundle, an
-older memolab; the triggers live in the file):
+older memolab; ``TEMP`` triggers on the connection that writes, or an older memolab's in the
+file: see below):
 
 * ``run_counts(fn, script, runs, stored, last)``: per function and script (``''``: no known
   script), its runs, those of them whose ``eval_id`` names a stored evaluation, and the newest
@@ -21,10 +22,15 @@ key fires that trigger and inserts nothing, so no writer uses it on ``evaluation
 --repair`` inserts with ``NOT EXISTS``); ``doctor`` recounts and repairs the tables whatever made
 them drift (``check``).
 
-A store gains them the first time a memolab with them opens it to log (``tracking.schema.ensure``):
-one count of what is there and the triggers, in one write transaction. Where they are missing (an
-older store read as it is: its ``temp`` shims are empty tables), ``available`` says so and readers
-count as before.
+The triggers are ``TEMP`` triggers of each connection that writes (``temptriggers``: a file
+holding them made every connection parse them, a fresh process's first hit included); an older
+memolab keeps the counts with the same triggers in the file, which the ``TEMP`` ones then leave
+to count.
+
+A store gains the tables the first time a memolab with them opens it to log
+(``tracking.schema.ensure``): one count of what is there and the marker (``MARKER``) that says the
+armed connections keep them, in one write transaction. Where they are missing (an older store read
+as it is: its ``temp`` shims are empty tables), ``available`` says so and readers count as before.
 """
 from __future__ import annotations
 
@@ -33,7 +39,8 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..store.inlist import placeholders
+from ..store import arming, walpeers
+from . import temptriggers
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS run_counts(
@@ -180,8 +187,9 @@ def unrolled_digits_trigger() -> str:
             f"(SELECT {t} AS t, CAST(id AS TEXT) AS o FROM (" + " UNION ALL ".join(near) + "))), 0)); END")
 
 
-#: the last trigger made: its presence says the tables are filled and kept
 _LAST = "counts_evaluation_hits"
+#: the ``meta`` key that says the tables were filled and the armed connections keep them (``temptriggers``)
+MARKER = arming.COUNTS_MARKER
 
 #: what the tables hold, counted from the rows (install, ``check``)
 _RECOUNT_RUNS = ("SELECT r.fn, COALESCE(r.script, ''), COUNT(*), COUNT(e.id), MAX(r.started) FROM runs r "
@@ -192,7 +200,8 @@ _RECOUNT_EVALUATIONS = ("SELECT fn, COUNT(*), COALESCE(SUM(hits), 0), COALESCE(S
 RECOUNT_EVALUATIONS = _RECOUNT_EVALUATIONS
 
 
-def _statements() -> list[str]:
+def statements() -> list[str]:
+    """The tables' ``CREATE … IF NOT EXISTS`` statements, one by one."""
     return [x.strip() for x in TABLES.split(";") if x.strip()]
 
 
@@ -201,22 +210,53 @@ _NAMES = ("counts_run_digits", "counts_run_add", "counts_run_drop", "counts_run_
 
 
 def available(c: Any) -> bool:
-    """Whether the file ``c`` reads keeps the counts: every trigger is there (a ``temp`` shim is an
-    empty table; a runs table dropped and made again has lost its triggers, and with them the
-    counts' truth: ``install`` recounts)."""
-    q = placeholders(len(_NAMES))
-    return int(c.execute(f"SELECT COUNT(*) FROM main.sqlite_master WHERE type='trigger' AND name IN ({q})",
-                         _NAMES).fetchone()[0]) == len(_NAMES)
+    """Whether the file ``c`` reads keeps the counts: filled and kept by armed connections (its
+    marker), or every trigger of an older memolab is in it (a ``temp`` shim is an empty table)."""
+    return temptriggers.marked(c, MARKER) or len(temptriggers.in_file(c, _NAMES)) == len(_NAMES)
 
 
 def install(c: sqlite3.Connection) -> bool:
-    """Make the tables and triggers on a writable index that lacks them, filled from the rows
-    there, in one write transaction (the caller's, if it is in one); whether it made them. An
-    index that has them as an older memolab made them gets the shorter ones (``shorten``)."""
-    if install_once(c, available, _make):
-        return True
-    shorten(c)
-    return False
+    """Make the tables on a writable index that lacks them, filled from the rows there, with the
+    marker, in one write transaction (the caller's, if it is in one); whether it made them. An
+    index that has an older memolab's triggers in the file leaves them to armed connections
+    (``move``) where no other process has it open, else gets the shorter ones (``shorten``)."""
+    if temptriggers.marked(c, MARKER):
+        return False
+    if len(temptriggers.in_file(c, _NAMES)) == len(_NAMES):
+        if not move(c, MARKER, _NAMES):
+            shorten(c)
+        return False
+    return install_once(c, available, _make)
+
+
+def temp_triggers() -> tuple[str, ...]:
+    """The counts' triggers as an armed connection makes them (``temptriggers.temp_form``)."""
+    if not _temp_forms:
+        _temp_forms.extend(temptriggers.temp_form(s, MARKER) for s in (_digits_trigger(), *TRIGGERS))
+    return tuple(_temp_forms)
+
+
+_temp_forms: list[str] = []
+
+
+def move(c: sqlite3.Connection, marker: str, names: tuple[str, ...]) -> bool:
+    """Drop an older memolab's triggers ``names`` from the file and write ``marker`` (the armed
+    connections keep the tables from then on: their ``TEMP`` triggers stood down while those were
+    there), in one write transaction (the caller's, if it is in one), where no other process has
+    the file open (``walpeers``: one connected, an older memolab's, would go on writing without
+    them); whether they were moved (or another process had moved them)."""
+    path = next((f for _, name, f in c.execute("PRAGMA database_list") if name == "main"), None)
+    if path is None:
+        return False
+    with _write_transaction(c):
+        if temptriggers.marked(c, marker):
+            return True  # (another process moved them meanwhile)
+        if walpeers.others_connected(path):
+            return False
+        for name in sorted(temptriggers.in_file(c, names)):
+            c.execute(f"DROP TRIGGER main.{name}")
+        temptriggers.mark(c, marker)
+    return True
 
 
 def _as_kept(create: str) -> str:
@@ -258,7 +298,7 @@ def shorten(c: sqlite3.Connection) -> list[str]:
     with _write_transaction(c):
         done = _older(c)  # (another process may have replaced them meanwhile)
         for name in done:
-            c.execute(f"DROP TRIGGER {name}")
+            c.execute(f"DROP TRIGGER main.{name}")  # (not an armed connection's TEMP one of its name)
             c.execute(_shortened()[name][1])
     return done
 
@@ -282,8 +322,7 @@ def _write_transaction(c: sqlite3.Connection) -> Iterator[None]:
 
 def _make(c: sqlite3.Connection) -> None:
     _fill(c)
-    for stmt in (_digits_trigger(), *TRIGGERS):
-        c.execute(stmt)
+    temptriggers.mark(c, MARKER)
 
 
 def install_once(c: sqlite3.Connection, available: Callable[[sqlite3.Connection], bool],
@@ -303,7 +342,7 @@ def install_once(c: sqlite3.Connection, available: Callable[[sqlite3.Connection]
 
 
 def _fill(c: sqlite3.Connection) -> None:
-    for stmt in _statements():
+    for stmt in statements():
         c.execute(stmt)
     c.execute("DELETE FROM run_counts")
     c.execute("DELETE FROM evaluation_counts")
@@ -372,7 +411,7 @@ def kept(c: Any) -> Kept:
 
 def differences(have: Kept, want_r: dict[tuple[str, str], tuple[int, int]], want_e: dict[str, tuple[Any, ...]],
                 shared: int) -> list[str]:
-    """One line per count that ``have`` (``kept``) holds and the rows do not: ``want_r`` {(fn, script):
+    """One line per count that ``have`` (``temptriggers``) holds and the rows do not: ``want_r`` {(fn, script):
     (runs, stored)}, ``want_e`` {fn: (n, hits, size, duration)}, ``shared``: the longest start two run
     ids share."""
     have_r, have_e_raw, kept_digits = have

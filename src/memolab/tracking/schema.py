@@ -20,7 +20,7 @@ from __future__ import annotations
 import sqlite3
 
 from ..errors import swallowed
-from . import argindex, counts
+from . import argindex, counts, temptriggers
 
 BLOCK = 64
 
@@ -125,16 +125,7 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
 
         shim_tables(conn, DDL)
         return
-    for stmt in _STATEMENTS:
-        conn.execute(stmt)
-    have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
-    for name, typ in ADDED_RUN_COLUMNS:
-        if name not in have:
-            try:
-                conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
-            except sqlite3.OperationalError as e:  # another process added it first
-                if "duplicate column" not in str(e):
-                    raise
+    have = _make_tables(conn)
     for stmt in ADDED_RUN_INDEXES:
         conn.execute(stmt)
     _gc_indexes(conn, have)
@@ -148,6 +139,59 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
         argindex.install(conn)  # every run's arguments in value order, kept by triggers (once per store)
     except sqlite3.OperationalError:
         swallowed("tracking.schema: argindex.install")
+    if not conn.in_transaction:  # (in the caller's: it armed the connection before it began)
+        arm(conn)
+
+
+def _make_tables(conn: sqlite3.Connection) -> set[str]:
+    """The tables of ``DDL`` and the runs' added columns, where missing; the runs' columns before."""
+    for stmt in _STATEMENTS:
+        conn.execute(stmt)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    for name, typ in ADDED_RUN_COLUMNS:
+        if name not in have:
+            try:
+                conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {typ}")
+            except sqlite3.OperationalError as e:  # another process added it first
+                if "duplicate column" not in str(e):
+                    raise
+    return have
+
+
+#: the tables an armed connection's triggers are on or write
+_KEPT_TABLES = ("evaluations", "runs", "run_args", "run_counts", "run_digits", "evaluation_counts", "arg_names",
+                "args_pending")
+_ARMED: tuple[str, ...] = ()
+_RUN_COLUMNS = {n for n, _ in ADDED_RUN_COLUMNS}
+
+
+def arm(conn: sqlite3.Connection) -> bool:
+    """Make connection ``conn``'s ``TEMP`` triggers of the kept counts and argument index
+    (``temptriggers``), once: before its first write (``store.arming``), outside a transaction (made in
+    one, they would go with its rollback). The tables they are on and write are made first where
+    missing, empty and unmarked: the triggers count only once an ``ensure`` filled them. Raises
+    where it cannot (another writer held the store past the busy timeout): the write waits for
+    nothing else. Whether it is armed (False: no ``evaluations`` table yet, a store being made)."""
+    global _ARMED
+    if conn.in_transaction:
+        raise RuntimeError("a connection is armed outside a transaction")
+    if not _ARMED:
+        _ARMED = temptriggers.names_of(counts.temp_triggers()) + temptriggers.names_of(argindex.temp_triggers())
+    if temptriggers.armed(conn, _ARMED):
+        return True
+    have = {n for (n,) in conn.execute(
+        f"SELECT name FROM main.sqlite_master WHERE type='table' AND name IN ({','.join('?' * len(_KEPT_TABLES))})",
+        _KEPT_TABLES)}
+    if "evaluations" not in have:
+        return False  # (a store being made: its tables come in the transaction after)
+    if len(have) < len(_KEPT_TABLES) or not _RUN_COLUMNS <= {r[1] for r in conn.execute("PRAGMA table_info(runs)")}:
+        # (the triggers name the runs' added columns: ``script``)
+        _make_tables(conn)
+        for stmt in (*counts.statements(), *argindex.statements()):
+            conn.execute(stmt)
+    for stmt in (*counts.temp_triggers(), *argindex.temp_triggers()):
+        conn.execute(stmt)
+    return True
 
 
 def _gc_indexes(conn: sqlite3.Connection, have: set[str]) -> None:
