@@ -24,6 +24,9 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from memolab.hashing import hash_value as H
 
+settings.register_profile("memolab", deadline=None)  # (no timing asserted: a loaded machine's first example
+settings.load_profile("memolab")  # may take longer than hypothesis's 200 ms deadline)
+
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 HERE = str(Path(__file__).resolve().parent)
 

@@ -47,10 +47,10 @@ from memolab.store.sqlite import Index
 import work
 
 real = Index.write
-def write(self):
+def write(self, *a, **k):
     if work.FULL[0]:
         raise sqlite3.OperationalError("database or disk is full")
-    return real(self)
+    return real(self, *a, **k)
 Index.write = write
 try:
     work.work(21)

@@ -517,6 +517,9 @@ from hypothesis import (  # noqa: E402
     strategies as st,  # noqa: E402
 )
 
+settings.register_profile("memolab", deadline=None)  # (no timing asserted: a loaded machine's first example
+settings.load_profile("memolab")  # may take longer than hypothesis's 200 ms deadline)
+
 _leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8) | st.binary(max_size=8)
 _values = st.recursive(_leaves, lambda kids: st.lists(kids, max_size=4) | st.tuples(kids, kids)
                        | st.dictionaries(st.text(max_size=4), kids, max_size=4) | st.frozensets(_leaves, max_size=4),

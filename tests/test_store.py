@@ -12,6 +12,9 @@ from memolab import CorruptBlob, configure
 from memolab.store import Store
 from memolab.store.blobs import BlobFolder, digest_bytes
 
+settings.register_profile("memolab", deadline=None)  # (no timing asserted: a loaded machine's first example
+settings.load_profile("memolab")  # may take longer than hypothesis's 200 ms deadline)
+
 KEY = ("mod:f", "code", "args", "schema")
 
 

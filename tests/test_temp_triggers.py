@@ -5,6 +5,7 @@ its triggers in the file, which the ``TEMP`` ones leave to count); a write that 
 refused; an older memolab's triggers leave the file only when no other process has it open."""
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -55,19 +56,28 @@ def _run(tmp_path, script: str, store) -> str:
 
 def test_a_hit_only_process_parses_no_count_trigger_and_its_flushed_hits_are_counted(tmp_path):
     """Fresh processes: a miss, then hits only. The file holds the lineage triggers alone; the hit's
-    connection made no trigger (it wrote nothing before the hit returned); the hits the process wrote
-    at its end (its own connection, armed then) are in the kept counts, a recount's."""
+    connection made no trigger (it wrote nothing before the hit returned); its hit counts, written
+    later on the same connection, armed it for that write alone (one trigger, the others' writes
+    still refused); the hits are in the kept counts, a recount's."""
     store = tmp_path / "store"
     job = _script(tmp_path, """
         import json
         f(1)
         c = get_store().index.conn()
-        temp = [n for (n,) in c.execute("SELECT name FROM temp.sqlite_master WHERE type='trigger'")]
-        print(json.dumps(temp))
+        temp = lambda: sorted(n for (n,) in c.execute("SELECT name FROM temp.sqlite_master WHERE type='trigger'"))
+        first = temp()
+        get_store().flush_hits()
+        try:
+            c.execute("DELETE FROM runs WHERE id = -1")
+            refused = False
+        except sqlite3.DatabaseError as e:
+            refused = "not authorized" in str(e)
+        print(json.dumps([first, temp(), refused]))
     """)
-    assert _run(tmp_path, job, store) != "[]"  # the miss: its connection wrote, armed first
-    for _ in range(3):
-        assert _run(tmp_path, job, store) == "[]"  # a hit: nothing made, nothing parsed
+    miss = json.loads(_run(tmp_path, job, store))
+    assert set(miss[0]) == set(counts._NAMES) | set(argindex._NAMES)  # the miss: its connection wrote, armed first
+    for _ in range(3):  # a hit: nothing made, nothing parsed; then its hit count's trigger alone
+        assert json.loads(_run(tmp_path, job, store)) == [[], ["counts_evaluation_hits"], True]
     with sqlite3.connect(store / "index.sqlite") as c:
         assert _in_file(c) == LINEAGE
         assert c.execute("SELECT hits FROM evaluations").fetchall() == [(3,)]

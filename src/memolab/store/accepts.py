@@ -173,7 +173,7 @@ class AcceptIndex:
     def conn(self) -> sqlite3.Connection:  # pragma: no cover (the index's own)
         raise NotImplementedError
 
-    def write(self) -> Any:  # pragma: no cover (the index's own)
+    def write(self, arms: Any = None) -> Any:  # pragma: no cover (the index's own)
         raise NotImplementedError
 
     def _accepts_table(self) -> bool:

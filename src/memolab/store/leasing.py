@@ -16,6 +16,7 @@ from typing import Any
 
 from ..key import Key
 from ..settings import config
+from . import arming
 from .leases import HostLocks, Progress, host_locks, owner_pid, same_kernel, uses_locks
 
 # (host_name is looked up here by the functions below, so patching it here fakes another host)
@@ -32,7 +33,7 @@ class LeaseIndex:
     def conn(self) -> sqlite3.Connection:  # pragma: no cover (the index's own)
         raise NotImplementedError
 
-    def write(self) -> Any:  # pragma: no cover (the index's own)
+    def write(self, arms: Any = None) -> Any:  # pragma: no cover (the index's own)
         raise NotImplementedError
 
     def key_locks(self) -> HostLocks | None:
@@ -85,7 +86,7 @@ class LeaseIndex:
         # every beat changes the value (even if this clock stood still or went back): observers
         # judge a lease by whether its heartbeat moves, never by comparing it with their clock
         now = time.time()
-        with self.write() as c:
+        with self.write(arming.NOTHING) as c:  # (the leases alone: no trigger follows them)
             for key, owner in held:
                 c.execute("UPDATE leases SET heartbeat=MAX(?, heartbeat + 0.001) WHERE fn=? AND code=? AND args=? "
                           "AND schema=? AND owner=?", (now, *key, owner))
@@ -99,7 +100,7 @@ class LeaseIndex:
         """Drop ``owner``'s lease; its key lock goes even if deleting the row fails (a full disk):
         then claimers of this kernel take the key at once, others once its heartbeat stops moving."""
         try:
-            with self.write() as c:
+            with self.write(arming.NOTHING) as c:
                 c.execute("DELETE FROM leases WHERE fn=? AND code=? AND args=? AND schema=? AND owner=?", (*key, owner))
         finally:
             self._let_go(key, owner)

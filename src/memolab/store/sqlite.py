@@ -301,8 +301,8 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
             # of the process, not necessarily of the machine (see "Durability" in docs/storage-format.md).
             c = connect(str(self.path), ["PRAGMA synchronous=NORMAL"], timeout=60.0, isolation_level=None,
                         check_same_thread=False)
-            c.set_authorizer(arming.refuse_unarmed)  # (lifted when armed: ``write``)
-            self._local.conn, self._local.pid, self._local.armed = c, config.pid(), False
+            c.set_authorizer(arming.Refusal(arming.NOTHING))  # (lifted as it is armed: ``write``)
+            self._local.conn, self._local.pid, self._local.armed = c, config.pid(), arming.NOTHING
         return c
 
     def close(self) -> None:
@@ -347,11 +347,12 @@ class Index(LeaseIndex, IndexUpkeep, AcceptIndex):
             elif self.c.in_transaction:  # SQLite may have rolled back on its own (SQLITE_FULL)
                 self.c.execute("ROLLBACK")
 
-    def write(self) -> Index._write:
+    def write(self, arms: frozenset[arming.Write] = arming.EVERY) -> Index._write:
+        """A write transaction (``_write``) on this thread's connection, armed first for ``arms``
+        (the kept counts' TEMP triggers of those writes: ``store.arming``; by default, every one)."""
         c = self.conn()
-        if not self._local.armed and not c.in_transaction:
-            # (its kept counts' TEMP triggers, before its first write: ``store.arming``)
-            self._local.armed = arming.arm(c)
+        if not arms <= self._local.armed and not c.in_transaction:
+            self._local.armed = arming.arm(c, arms, self._local.armed)
         return Index._write(c)
 
     # -- evaluations --------------------------------------------------------------------

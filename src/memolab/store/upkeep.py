@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..key import Key
-from . import marks
+from . import arming, marks
 from .gcplan import local_plan
 
 
@@ -26,12 +26,13 @@ class IndexUpkeep:
     def conn(self) -> sqlite3.Connection:  # pragma: no cover (the index's own)
         raise NotImplementedError
 
-    def write(self) -> AbstractContextManager[sqlite3.Connection]:  # pragma: no cover (the index's own)
-        raise NotImplementedError
+    def write(self, arms: frozenset[arming.Write] = arming.EVERY) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # pragma: no cover (the index's own)
 
     def add_hits(self, counts: dict[int, tuple[int, float]], stamps: dict[str, tuple[int, int, int]] | None = None) -> None:
-        """Write batched hit counts and blob stamps in one transaction (off the hit path)."""
-        with self.write() as c:
+        """Write batched hit counts and blob stamps in one transaction (off the hit path; armed for
+        that write alone: a process that only hits makes one trigger, not thirteen)."""
+        with self.write(arming.HIT_COUNTS) as c:
             write_usage(c, counts, stamps or {})
 
     def delete_evaluations(self, ids: Sequence[int]) -> None:

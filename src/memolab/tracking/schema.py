@@ -20,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 
 from ..errors import swallowed
+from ..store.arming import EVERY
 from . import argindex, counts, temptriggers
 
 BLOCK = 64
@@ -161,37 +162,48 @@ def _make_tables(conn: sqlite3.Connection) -> set[str]:
 #: the tables an armed connection's triggers are on or write
 _KEPT_TABLES = ("evaluations", "runs", "run_args", "run_counts", "run_digits", "evaluation_counts", "arg_names",
                 "args_pending")
-_ARMED: tuple[str, ...] = ()
 _RUN_COLUMNS = {n for n, _ in ADDED_RUN_COLUMNS}
 
 
-def arm(conn: sqlite3.Connection) -> bool:
+def arm(conn: sqlite3.Connection, wanted: frozenset[tuple[str, int]] = EVERY) -> bool:
     """Make connection ``conn``'s ``TEMP`` triggers of the kept counts and argument index
-    (``temptriggers``), once: before its first write (``store.arming``), outside a transaction (made in
-    one, they would go with its rollback). The tables they are on and write are made first where
+    (``temptriggers``) that follow the writes ``wanted`` (``store.arming.Write``: a table and an
+    action), those it lacks: before it writes them (``store.arming``), outside a transaction (made
+    in one, they would go with its rollback). The tables they are on and write are made first where
     missing, empty and unmarked: the triggers count only once an ``ensure`` filled them. Raises
     where it cannot (another writer held the store past the busy timeout): the write waits for
     nothing else. Whether it is armed (False: no ``evaluations`` table yet, a store being made)."""
-    global _ARMED
     if conn.in_transaction:
         raise RuntimeError("a connection is armed outside a transaction")
-    if not _ARMED:
-        _ARMED = temptriggers.names_of(counts.temp_triggers()) + temptriggers.names_of(argindex.temp_triggers())
-    if temptriggers.armed(conn, _ARMED):
+    todo = [(name, stmt) for name, write, stmt in _temp_triggers() if write in wanted]
+    have = {n for (n,) in conn.execute("SELECT name FROM temp.sqlite_master WHERE type='trigger'")}
+    todo = [(name, stmt) for name, stmt in todo if name not in have]
+    if not todo:
         return True
-    have = {n for (n,) in conn.execute(
+    tables = {n for (n,) in conn.execute(
         f"SELECT name FROM main.sqlite_master WHERE type='table' AND name IN ({','.join('?' * len(_KEPT_TABLES))})",
         _KEPT_TABLES)}
-    if "evaluations" not in have:
+    if "evaluations" not in tables:
         return False  # (a store being made: its tables come in the transaction after)
-    if len(have) < len(_KEPT_TABLES) or not _RUN_COLUMNS <= {r[1] for r in conn.execute("PRAGMA table_info(runs)")}:
+    if len(tables) < len(_KEPT_TABLES) or not _RUN_COLUMNS <= {r[1] for r in conn.execute("PRAGMA table_info(runs)")}:
         # (the triggers name the runs' added columns: ``script``)
         _make_tables(conn)
         for stmt in (*counts.statements(), *argindex.statements()):
             conn.execute(stmt)
-    for stmt in (*counts.temp_triggers(), *argindex.temp_triggers()):
+    for _, stmt in todo:
         conn.execute(stmt)
     return True
+
+
+_triggers: list[tuple[str, tuple[str, int], str]] = []
+
+
+def _temp_triggers() -> list[tuple[str, tuple[str, int], str]]:
+    """(name, the write it follows, its ``TEMP`` statement) of every kept trigger."""
+    if not _triggers:
+        _triggers.extend((temptriggers.names_of([s])[0], temptriggers.write_of(s), s)
+                         for s in (*counts.temp_triggers(), *argindex.temp_triggers()))
+    return _triggers
 
 
 def _gc_indexes(conn: sqlite3.Connection, have: set[str]) -> None:

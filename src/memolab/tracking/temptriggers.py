@@ -72,6 +72,19 @@ def names_of(creates: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def write_of(create: str) -> tuple[str, int]:
+    """(table, ``sqlite3.SQLITE_INSERT``, ``_UPDATE`` or ``_DELETE``): the write the trigger of
+    ``create`` (in the file, or ``TEMP``) follows (``store.arming.Write``)."""
+    m = _EVENT.search(create)
+    if m is None:
+        raise ValueError(f"not a trigger memolab makes: {create[:80]!r}")
+    return m.group(3), _ACTIONS[m.group(2)]
+
+
+_EVENT = re.compile(r"^CREATE (?:TEMP )?TRIGGER IF NOT EXISTS \w+ (BEFORE|AFTER) (INSERT|UPDATE|DELETE)\b.*? "
+                    r"ON (?:main\.)?(\w+) ", re.DOTALL)
+_ACTIONS = {"INSERT": sqlite3.SQLITE_INSERT, "UPDATE": sqlite3.SQLITE_UPDATE, "DELETE": sqlite3.SQLITE_DELETE}
+
 _NAME = re.compile(r"CREATE (?:TEMP )?TRIGGER IF NOT EXISTS (\w+) ")
 
 
