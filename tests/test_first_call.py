@@ -61,6 +61,17 @@ SCRIPT = textwrap.dedent(r'''
         return x + 1
 
     calls = collections.Counter()
+    read = []
+
+    class Probe(type(os)):  # a library's submodule that counts what reads it: the watch must not
+        def __getattribute__(self, name):
+            read.append(name)
+            return super().__getattribute__(name)
+
+    for i in range(30):  # (a user's file, under the stdlib's package: a library module)
+        sys.modules[f"json.m52probe{i}"] = Probe(f"json.m52probe{i}")
+        vars(sys.modules[f"json.m52probe{i}"]).update(__file__=__file__)
+    read.clear()
 
     def profile(frame, event, arg):  # (not a patch of os.lstat: that would join every key as a plant)
         if event == "c_call" and arg.__name__ in ("stat", "lstat", "scandir", "compile", "listdir"):
@@ -77,7 +88,8 @@ SCRIPT = textwrap.dedent(r'''
     value = f(1)
     sys.setprofile(None)
     print(json.dumps({"value": value, "calls": dict(calls), "statements": statements,
-                      "imported": sorted(set(sys.modules) - before), "modules": len(sys.modules)}))
+                      "imported": sorted(set(sys.modules) - before), "modules": len(sys.modules),
+                      "probes_read": len(read)}))
 ''')
 
 
@@ -102,6 +114,7 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
         assert got["value"] == 2
         assert got["calls"].get("compile", 0) == 0, got  # patch sites from the code cache
         assert got["calls"].get("listed", 0) == 0, got  # the folders' links from the code cache
+        assert got["probes_read"] == 0, got  # no module of a library package read (json's, here)
         assert got["imported"] == [], got  # a scalar read without the unpickler (``inline.plain_scalar``)
         # the store's first read: its two PRAGMAs (the header, nothing parsed, nothing written), then the lookup
         assert got["statements"][:2] == ["PRAGMA synchronous=NORMAL", "PRAGMA user_version"], got
@@ -417,6 +430,109 @@ def test_the_watch_reads_a_modules_file_as_getattr_does(tmp_path):
             sites, _ = patches._watched_sites()
             assert ("json.encoder.JSONEncoder", "encode") in {(w, n) for w, _, n, _ in sites}, name
     finally:
+        for name in mods:
+            sys.modules.pop(name, None)
+        sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
+        origins.clear()
+        patches._kinds.clear()
+        patches._cache = (-1, [], [])
+
+
+def _watched_one_module_at_a_time(patches):
+    """The watch as it was before it read names first (0.4.3): every module's namespace and file read."""
+    import types
+
+    loaded, todo = [], {}
+    for modname, m in sys.modules.copy().items():
+        if not isinstance(modname, str) or not issubclass(type(m), types.ModuleType):
+            continue
+        ns = getattr(m, "__dict__", None)
+        if type(ns) is not dict:
+            continue
+        path = getattr(m, "__file__", None)
+        if not path:
+            continue
+        top = modname.partition(".")[0]
+        if top not in patches._kinds and top not in todo:
+            todo[top] = patches._top_file(modname, m)[1]
+        loaded.append((ns, path, top))
+    patches._kinds.update(zip(todo, origins.kinds_of(list(todo.items())), strict=True))
+    out = set()
+    for ns, path, top in loaded:
+        if patches._kinds[top] == origins.USER:
+            for chain, attr in patches._sites(path):
+                target = patches._resolve(chain, ns)
+                if target is not None and not patches.neutral(target, attr):
+                    out.add((id(target), attr))
+    return out
+
+
+def test_the_watch_reads_a_module_only_where_its_package_is_new_or_the_users(tmp_path):
+    """``patches._watched_sites`` reads names first: a module is read (its namespace, its file) only
+    where its top-level package is not classified yet (then the package's own module, or, with no
+    file there, its first module with one) or is the user's. Its sites equal those of reading every
+    module: a user module under a package with no module of its own (``m52orphan.sub``), a namespace
+    package placed by its folder, a module subclass, a name that is no string, an object that is no
+    module; and a library's submodules are never read."""
+    import types
+
+    from memolab.codegraph import patches
+
+    (tmp_path / "ns52").mkdir()
+    planter = tmp_path / "planter52.py"
+    planter.write_text("import json\njson.JSONEncoder.encode = None\n")
+    other = tmp_path / "ns52" / "deeper.py"
+    other.write_text("import json\njson.JSONDecoder.decode = None\n")
+    orphan = tmp_path / "orphan52.py"
+    orphan.write_text("import json\njson.dumps = None\n")
+
+    read: list[str] = []
+
+    class Probe(types.ModuleType):  # counts every attribute read (``__dict__`` included)
+        def __getattribute__(self, name):
+            read.append(types.ModuleType.__getattribute__(self, "__name__"))
+            return super().__getattribute__(name)
+
+    def module(cls, name, file=None, **ns):
+        m = cls(name)
+        if file is not None:
+            m.__file__ = str(file)
+        m.__dict__.update(ns)
+        return m
+
+    json_ = __import__("json")
+    mods = {
+        "m52user": module(types.ModuleType, "m52user", planter, json=json_),
+        "m52orphan.sub": module(types.ModuleType, "m52orphan.sub", orphan, json=json_),  # no ``m52orphan``
+        "ns52": module(types.ModuleType, "ns52", __path__=[str(tmp_path / "ns52")]),  # a namespace package
+        "ns52.deeper": module(Probe, "ns52.deeper", other, json=json_),
+        "m52none": module(types.ModuleType, "m52none"),  # no file: a builtin's shape
+        "m52object": object(),
+        **{f"json.m52probe{i}": module(Probe, f"json.m52probe{i}", planter, json=json_) for i in range(20)},
+    }
+    before = dict(sys.modules)
+    sys.modules.update(mods)
+    sys.modules[52] = module(types.ModuleType, "52", planter, json=json_)  # type: ignore[index]
+    try:
+        origins.clear()
+        patches._kinds.clear()
+        read.clear()
+        sites, _ = patches._watched_sites()
+        got = {(id(t), a) for _, _, a, t in sites}
+        # ns52.deeper alone (namespace and file: to place ns52, then to watch it), no json.m52probe* (the stdlib's)
+        assert read == ["ns52.deeper"] * 4, read
+        wants = {("json.encoder.JSONEncoder", "encode"), ("json.decoder.JSONDecoder", "decode"), ("json", "dumps")}
+        assert wants <= {(w, a) for w, _, a, _ in sites}, sites
+        del sys.modules[52]  # (the walk of 0.4.3 stopped at a name that is no string)
+        origins.clear()
+        patches._kinds.clear()
+        assert got == _watched_one_module_at_a_time(patches)
+        # a second walk, with the packages known, reads only the user's modules
+        read.clear()
+        patches._watched_sites()
+        assert read == ["ns52.deeper"] * 2, read
+    finally:
+        sys.modules.pop(52, None)  # type: ignore[call-overload]
         for name in mods:
             sys.modules.pop(name, None)
         sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
