@@ -539,3 +539,79 @@ def test_the_watch_reads_a_module_only_where_its_package_is_new_or_the_users(tmp
         origins.clear()
         patches._kinds.clear()
         patches._cache = (-1, [], [])
+
+
+def test_a_batch_of_kinds_is_kept_while_each_folder_that_placed_it_is_unchanged(tmp_path, monkeypatch):
+    """``origins.kinds_of`` keeps a batch's answers (``KEEP_MIN`` modules or more: a fresh process's
+    first call asks about every top-level package) in the code cache, keyed by its names and files,
+    with the stamps of the folders whose links placed them and the folders above those. A later
+    process answers from it when each such folder has its stamp and each folder above is still a
+    folder: no work a module. A library's file replaced by a link to the user's, or a folder above
+    turned into a link (the library folder's own stamp unchanged), is seen by the next process;
+    a file that is a link is asked afresh by every process. Each answer equals ``kind_of``'s."""
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(origins, "SETTLED_NS", 0)  # (every folder settled: kept)
+    site = tmp_path / "venv" / "site-packages"
+    pkg = site / "pkg52"
+    work = tmp_path / "work"
+    pkg.mkdir(parents=True)
+    work.mkdir()
+    (work / "mine.py").write_text("")
+    for i in range(9):
+        (pkg / f"m{i}.py").write_text("")
+    os.symlink(work / "mine.py", pkg / "linked.py")
+    mods = [(f"m{i}", str(pkg / f"m{i}.py")) for i in range(9)] + [("linked", str(pkg / "linked.py")),
+                                                                     ("__main__", str(work / "mine.py"))]
+    fresh: list[int] = []
+    kinds_fresh = origins._kinds_fresh
+    monkeypatch.setattr(origins, "_kinds_fresh", lambda m: fresh.append(len(m)) or kinds_fresh(m))
+
+    def new_process() -> list[str]:
+        code_cache.flush()
+        code_cache.clear()
+        origins.clear()
+        fresh.clear()
+        got = origins.kinds_of(mods)
+        assert got == [origins.kind_of(n, f) for n, f in mods]
+        return got
+
+    lib, user = [origins.PACKAGE] * 9, [origins.USER] * 2
+    code_cache.clear()
+    origins.clear()
+    try:
+        assert new_process() == lib + user and fresh == [len(mods)]  # asked, and kept
+        assert new_process() == lib + user and fresh == [1]  # kept: only the link asked afresh
+        assert new_process() == lib + user and fresh == [1]
+        # the library's file becomes a link to the user's: its folder's stamp moved
+        (pkg / "m3.py").unlink()
+        os.symlink(work / "mine.py", pkg / "m3.py")
+        assert new_process() == lib[:3] + [origins.USER] + lib[4:] + user and fresh == [len(mods)]
+        assert new_process()[3] == origins.USER and fresh == [2]
+        (pkg / "m3.py").unlink()
+        (pkg / "m3.py").write_text("")
+        assert new_process() == lib + user and fresh == [len(mods)]
+        assert new_process() == lib + user and fresh == [1]
+        # a folder above turns into a link: the package's folder (its stamp unchanged) now lies
+        # in no library folder, and every file of it is the user's
+        st = os.lstat(pkg)
+        os.rename(site, tmp_path / "venv" / "plain")
+        os.symlink(tmp_path / "venv" / "plain", site)
+        assert os.lstat(tmp_path / "venv" / "plain" / "pkg52").st_ctime_ns == st.st_ctime_ns
+        assert new_process() == [origins.USER] * 11 and fresh == [len(mods)]
+        # a damaged file is asked afresh
+        for p in (tmp_path / "cache").glob("*.kinds.marshal"):
+            p.write_bytes(b"\x00damaged")
+        assert new_process() == [origins.USER] * 11 and fresh == [len(mods)]
+        # fewer than KEEP_MIN: never kept
+        small = mods[:origins.KEEP_MIN - 1]
+        for _ in range(2):
+            code_cache.flush()
+            code_cache.clear()
+            fresh.clear()
+            origins.kinds_of(small)
+            assert fresh == [len(small)]
+    finally:
+        origins.clear()
+        code_cache.clear()

@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 import sys
 import types
-from itertools import compress, repeat
-from operator import itemgetter
+from itertools import compress, filterfalse, repeat
+from operator import eq, is_, itemgetter
 from typing import Any
 
 from ..settings.files import read_bytes
@@ -153,14 +153,23 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     except TypeError:  # a name that is no string: nothing imports by it
         names = [n for n in names if isinstance(n, str)]
         tops = list(map(_first, map(str.partition, names, repeat("."))))
+    unique = dict.fromkeys(tops)  # (each top-level name once, in sys.modules' order)
+    new = list(filterfalse(_kinds.__contains__, unique))
+    objs = list(map(mods.get, new))
+    plain = list(map(is_, map(type, objs), repeat(types.ModuleType)))
+    # a plain module's file is getattr's (ModuleType has no ``__file__`` descriptor: its namespace's, or
+    # its PEP 562 ``__getattr__``'s), read in C: a builtin's AttributeError is made and caught there
+    files = iter(list(map(getattr, compress(objs, plain), repeat("__file__"), repeat(None))))
     todo: dict[str, str | None] = {}
     unplaced: list[str] = []  # new top-level names whose own module has no file (or is gone)
-    for top in dict.fromkeys(tops):
-        if top in _kinds:
-            continue
-        found = _file(mods[top]) if top in mods else None
-        if found is not None:  # (its file is what ``_top_file`` reads: getattr's, which ``_file`` read)
-            todo[top] = found[1]
+    for top, m, is_plain in zip(new, objs, plain, strict=True):
+        if is_plain:
+            path = next(files)
+        else:
+            found = _file(m) if m is not None else None
+            path = found[1] if found is not None else None
+        if path:  # (the file ``_top_file`` reads: getattr's)
+            todo[top] = path
         else:
             unplaced.append(top)
     if unplaced:  # placed by their first module with a file (``google`` by ``google.protobuf``), if any
@@ -172,7 +181,7 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
                 todo[top] = _top_file(name, mods[name])[1]
     if todo:  # the kinds of the new top-level packages, in one batch (a folder many lie in: one listing)
         _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
-    users = {top for top in dict.fromkeys(tops) if _kinds.get(top) == USER}
+    users = set(compress(unique, map(eq, map(_kinds.get, unique), repeat(USER))))
     for name in compress(names, map(users.__contains__, tops)):
         found = _file(mods[name])
         if found is None:
@@ -195,15 +204,21 @@ _first = itemgetter(0)
 
 def _file(m: Any) -> tuple[dict[str, Any], str] | None:
     """(a module's namespace, its file), or None for what is no module with a file (a builtin)."""
-    if not issubclass(type(m), types.ModuleType):
+    t = type(m)
+    if t is types.ModuleType:
+        ns = m.__dict__
+        # (a plain module's ``__file__`` is its namespace's, or its PEP 562 ``__getattr__``'s: read from
+        # the namespace, a module without one, a builtin, raises and formats no AttributeError)
+        path = ns.get("__file__", _MISSING)
+        if path is _MISSING:
+            path = getattr(m, "__file__", None) if "__getattr__" in ns else None
+    elif issubclass(t, types.ModuleType):
+        ns = getattr(m, "__dict__", None)
+        if type(ns) is not dict:
+            return None
+        path = getattr(m, "__file__", None)
+    else:
         return None
-    ns = getattr(m, "__dict__", None)
-    if type(ns) is not dict:
-        return None
-    # (a plain module's ``__file__`` is its namespace's, or its PEP 562 ``__getattr__``'s: read from
-    # the namespace, a module without one, a builtin, raises and formats no AttributeError)
-    path = ns.get("__file__") if type(m) is types.ModuleType and ("__file__" in ns or "__getattr__" not in ns) \
-        else getattr(m, "__file__", None)
     return (ns, path) if path else None
 
 
