@@ -507,6 +507,9 @@ def test_the_watch_reads_a_module_only_where_its_package_is_new_or_the_users(tmp
         "ns52": module(types.ModuleType, "ns52", __path__=[str(tmp_path / "ns52")]),  # a namespace package
         "ns52.deeper": module(Probe, "ns52.deeper", other, json=json_),
         "m52none": module(types.ModuleType, "m52none"),  # no file: a builtin's shape
+        # a builtin's shape with a module of the user's under it: a package placed by no file is a library
+        "m52bare": module(types.ModuleType, "m52bare"),
+        "m52bare.sub": module(types.ModuleType, "m52bare.sub", orphan, json=json_),
         "m52object": object(),
         **{f"json.m52probe{i}": module(Probe, f"json.m52probe{i}", planter, json=json_) for i in range(20)},
     }

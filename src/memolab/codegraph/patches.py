@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+from collections.abc import Iterator
 from itertools import compress, filterfalse, repeat
 from operator import eq, is_, itemgetter
 from typing import Any
@@ -157,49 +158,73 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     new = list(filterfalse(_kinds.__contains__, unique))
     objs = list(map(mods.get, new))
     plain = list(map(is_, map(type, objs), repeat(types.ModuleType)))
-    # a plain module's file is getattr's (ModuleType has no ``__file__`` descriptor: its namespace's, or
-    # its PEP 562 ``__getattr__``'s), read in C: a builtin's AttributeError is made and caught there
-    files = iter(list(map(getattr, compress(objs, plain), repeat("__file__"), repeat(None))))
-    todo: dict[str, str | None] = {}
-    unplaced: list[str] = []  # new top-level names whose own module has no file (or is gone)
-    for top, m, is_plain in zip(new, objs, plain, strict=True):
-        if is_plain:
-            path = next(files)
-        else:
-            found = _file(m) if m is not None else None
-            path = found[1] if found is not None else None
-        if path:  # (the file ``_top_file`` reads: getattr's)
-            todo[top] = path
-        else:
-            unplaced.append(top)
-    if unplaced:  # placed by their first module with a file (``google`` by ``google.protobuf``), if any
-        wanted = set(unplaced)
-        for name in compress(names, map(wanted.__contains__, tops)):
-            top = name.partition(".")[0]
-            if top in wanted and _file(mods[name]) is not None:
-                wanted.discard(top)
-                todo[top] = _top_file(name, mods[name])[1]
+    # A plain module's ``__file__`` is its namespace's (ModuleType has no descriptor of that name), read
+    # in C; or, with none there, its PEP 562 ``__getattr__``'s. A package placed by its own module's file.
+    spaces = list(map(getattr, compress(objs, plain), repeat("__dict__")))
+    paths = list(map(dict.get, spaces, repeat("__file__")))
+    todo: dict[str, str | None] = dict(compress(zip(compress(new, plain), paths, strict=True), paths))
+    if len(todo) < len(new):  # the others: builtins, namespace packages, lazy modules, module subclasses
+        spaces_of = dict(zip(compress(new, plain), spaces, strict=True))
+        for top, m in zip(new, objs, strict=True):
+            if top not in todo:
+                _place(top, m, spaces_of.get(top), todo, (mods, names, tops))
     if todo:  # the kinds of the new top-level packages, in one batch (a folder many lie in: one listing)
         _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
-    users = set(compress(unique, map(eq, map(_kinds.get, unique), repeat(USER))))
-    for name in compress(names, map(users.__contains__, tops)):
-        found = _file(mods[name])
-        if found is None:
-            continue
-        ns, path = found
-        for chain, attr in _sites(path):
-            target = _resolve(chain, ns)
-            if target is None or neutral(target, attr):
+    for top in list(compress(unique, map(eq, map(_kinds.get, unique), repeat(USER)))):
+        for name in _named(top, names, tops):
+            found = _file(mods[name])
+            if found is None:
                 continue
-            where = target.__name__ if issubclass(type(target), types.ModuleType) \
-                else f"{target.__module__}.{target.__qualname__}"
-            if attr is None:
-                wholes.setdefault(id(target), target)
-            sites.setdefault((id(target.__dict__), attr), (where, target.__dict__, attr, target))
+            ns, path = found
+            for chain, attr in _sites(path):
+                target = _resolve(chain, ns)
+                if target is None or neutral(target, attr):
+                    continue
+                where = target.__name__ if issubclass(type(target), types.ModuleType) \
+                    else f"{target.__module__}.{target.__qualname__}"
+                if attr is None:
+                    wholes.setdefault(id(target), target)
+                sites.setdefault((id(target.__dict__), attr), (where, target.__dict__, attr, target))
     return sorted(sites.values(), key=lambda s: (s[0], s[2] or "")), list(wholes.values())
 
 
 _first = itemgetter(0)
+
+
+def _named(top: str, names: list[str], tops: list[str]) -> Iterator[str]:
+    """The names of ``names`` whose top-level name (``tops``, alike) is ``top``, in order: found with
+    ``list.count`` and ``list.index`` (a comparison in C a name), not a test in Python a name."""
+    i = -1
+    for _ in range(tops.count(top)):
+        i = tops.index(top, i + 1)
+        yield names[i]
+
+
+def _place(top: str, m: Any, ns: dict[str, Any] | None, todo: dict[str, str | None],
+           walk: tuple[dict[str, Any], list[str], list[str]]) -> None:
+    """Put the file that places top-level name ``top`` in ``todo``, for a package whose own module
+    ``m`` (``ns``: a plain module's namespace) has no ``__file__`` there, or is no plain module, or is
+    gone, as the walk module by module placed it: by ``_top_file`` of its first module with a file,
+    if any (a package with none is left unplaced: its modules have nothing to watch)."""
+    if ns is not None:  # a plain module
+        path = getattr(m, "__file__", None) if "__getattr__" in ns else None
+        if path:
+            todo[top] = path
+            return
+        if "__path__" not in ns and top not in ("__main__", "__mp_main__"):
+            # A builtin: ``_top_file`` of any module of it reads this one's file (none) and path (none),
+            # and a package placed by no file is never the user's (``origins.kind_of``); not placed.
+            return
+    elif m is not None:
+        found = _file(m)
+        if found is not None:
+            todo[top] = found[1]
+            return
+    mods, names, tops = walk  # (sys.modules' copy, its names, their top-level names)
+    for name in _named(top, names, tops):  # (``google`` by ``google.protobuf``)
+        if name != top and _file(mods[name]) is not None:
+            todo[top] = _top_file(name, mods[name])[1]
+            return
 
 
 def _file(m: Any) -> tuple[dict[str, Any], str] | None:
