@@ -618,3 +618,59 @@ def test_a_batch_of_kinds_is_kept_while_each_folder_that_placed_it_is_unchanged(
     finally:
         origins.clear()
         code_cache.clear()
+
+
+def test_the_store_layout_check_lists_the_root_once_and_refuses_what_an_lstat_a_name_refused(tmp_path, monkeypatch):
+    """``layout.check`` reads the store root's entry types from one listing instead of an ``lstat``
+    of each of its seven names: each of them as a link (dangling, to a file, to a folder) is refused,
+    naming the first in the order the names were asked; other links in the root are the user's; and
+    a root that cannot be listed is asked name by name."""
+    import pytest
+
+    from memolab.errors import StoreUnavailable
+    from memolab.store import layout
+
+    names = layout.OWN_DIRS + layout.OWN_FILES
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir").mkdir()
+    for i, name in enumerate(names):
+        for j, target in enumerate((tmp_path / "nowhere", tmp_path / "file", tmp_path / "dir")):
+            root = tmp_path / f"store{i}{j}"
+            (root / "blobs").mkdir(parents=True)
+            (root / "mine").symlink_to(tmp_path / "file")  # (not the store's: left alone)
+            if name == "blobs":
+                (root / "blobs").rmdir()
+            (root / name).symlink_to(target)
+            if i + 1 < len(names):
+                (root / names[-1]).unlink(missing_ok=True)
+                (root / names[-1]).symlink_to(target)  # a second: the first in order is named
+            with pytest.raises(StoreUnavailable) as e:
+                layout.check(root)
+            assert f": {name} is a symbolic link" in str(e.value), (name, str(e.value))
+            with monkeypatch.context() as m:  # cannot be listed: an lstat a name, the same answer
+                m.setattr(layout.os, "scandir", lambda p: (_ for _ in ()).throw(PermissionError(13, "denied", p)))
+                with pytest.raises(StoreUnavailable) as e2:
+                    layout.check(root)
+                assert str(e2.value) == str(e.value)
+    clean = tmp_path / "clean"
+    (clean / "blobs" / "ab").mkdir(parents=True)
+    (clean / "mine").symlink_to(tmp_path / "dir")
+    layout.check(clean)
+
+
+def test_the_workspace_of_the_working_folder_is_found_from_its_real_path_without_resolving_it(tmp_path, monkeypatch):
+    """``config.find_workspace()`` starts from ``os.getcwd()`` as it is: Linux makes it from the
+    working folder's own entries, so it is already its real path (``os.path.realpath`` of it is
+    itself), even when the folder was entered through a link; a start given is resolved."""
+    from memolab.settings import config
+
+    real = tmp_path / "real" / "project"
+    (real / "src" / "deep").mkdir(parents=True)
+    (real / "pyproject.toml").write_text("[project]\nname='x'\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    for where in (real / "src" / "deep", tmp_path / "link" / "project" / "src", tmp_path / "link" / "project"):
+        monkeypatch.chdir(where)
+        assert os.getcwd() == os.path.realpath(os.getcwd())
+        assert config.find_workspace() == real.resolve() == config.find_workspace(where)
+    monkeypatch.chdir(tmp_path / "link")
+    assert config.find_workspace() == (tmp_path / "real").resolve()  # (no pyproject.toml above: the folder itself)

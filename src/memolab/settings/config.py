@@ -374,10 +374,18 @@ _generation = 0  # bumped on every configure() so cached stores are dropped
 on_configure: list[Callable[[Settings, Settings], None]] = []
 
 
+#: Linux's ``getcwd`` is the path of the working folder's own entries, up to the root: no link
+#: on it (a link is an entry of its own, never a folder's parent), absolute and normal, so
+#: ``os.path.realpath`` of it is itself (an unreachable or removed folder raises instead)
+_CWD_IS_REAL = sys.platform.startswith("linux")
+
+
 def find_workspace(start: Path | None = None) -> Path:
     # os.path, not pathlib: a third of the cost, and a script's first call runs this twice
     # (the store's location, then the team store's settings in [tool.memolab])
-    here = os.path.realpath(start if start is not None else os.getcwd())
+    cwd = os.getcwd() if start is None else ""
+    # (Linux's working folder is its real path: no ``lstat`` a folder to resolve it)
+    here = cwd if _CWD_IS_REAL and cwd[:1] == "/" else os.path.realpath(start if start is not None else cwd)
     d = here
     while True:
         if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
