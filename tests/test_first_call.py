@@ -73,7 +73,11 @@ SCRIPT = textwrap.dedent(r'''
         vars(sys.modules[f"json.m52probe{i}"]).update(__file__=__file__)
     read.clear()
 
+    py = collections.Counter()
+
     def profile(frame, event, arg):  # (not a patch of os.lstat: that would join every key as a plant)
+        if event == "call" and frame.f_code.co_name in ("_kinds_fresh", "folder_links", "kept_kinds"):
+            py[frame.f_code.co_name] += 1  # the kinds asked module by module, the folders' file read
         if event == "c_call" and arg.__name__ in ("stat", "lstat", "scandir", "compile", "listdir"):
             while frame is not None and "importlib" not in frame.f_code.co_filename:
                 if os.sep + "memolab" + os.sep in frame.f_code.co_filename:
@@ -87,7 +91,7 @@ SCRIPT = textwrap.dedent(r'''
     sys.setprofile(profile)
     value = f(1)
     sys.setprofile(None)
-    print(json.dumps({"value": value, "calls": dict(calls), "statements": statements,
+    print(json.dumps({"value": value, "calls": dict(calls), "py": dict(py), "statements": statements,
                       "imported": sorted(set(sys.modules) - before), "modules": len(sys.modules),
                       "probes_read": len(read)}))
 ''')
@@ -121,11 +125,17 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
         assert len(got["statements"]) == 3 and got["statements"][2].lstrip().upper().startswith("SELECT"), got
     # 60 more modules in the stdlib's folder: not one more system call to classify them
     assert more["calls"] == plain["calls"], (plain["calls"], more["calls"])
+    # the packages' kinds as the last process with these modules found them (``origins._kept``): not
+    # asked module by module, the folders' file not read; 60 more modules, a new batch: asked once
+    assert plain["py"] == {"kept_kinds": 1}, plain["py"]
+    assert more["py"] == {"kept_kinds": 1, "_kinds_fresh": 1, "folder_links": more["py"].get("folder_links")}, more
     stats = plain["calls"].get("lstat", 0) + plain["calls"].get("stat", 0)
-    # (on 3.11 with this suite's venv: 50 here, 63 with a listing file a folder and an ``lstat`` a package's
-    # ``__init__.py``, 139 before any listing, and 216 then with the 60 more modules; the rest are each folder
-    # of the paths ``lstat``-ed once, the store's own files)
-    assert stats < 75, plain["calls"]
+    # (on 3.11 with this suite's venv: 43 here, 50 with an ``lstat`` of each of the store's names and of
+    # each folder of the working folder, 63 with a listing file a folder and an ``lstat`` a package's
+    # ``__init__.py``, 139 before any listing, and 216 then with the 60 more modules; the rest are each
+    # folder of the paths ``lstat``-ed once, the store's own files)
+    assert stats < 60, plain["calls"]
+    assert plain["calls"].get("scandir") == 2, plain["calls"]  # the store's root and its ``blobs/``
     # what every connection parses before its first statement: the schema, triggers and all
     with sqlite3.connect(tmp_path / "store" / "index.sqlite") as c:
         kept = dict(c.execute("SELECT name, length(sql) FROM sqlite_master WHERE type='trigger'").fetchall())
