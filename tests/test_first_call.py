@@ -683,5 +683,6 @@ def test_the_workspace_of_the_working_folder_is_found_from_its_real_path_without
         monkeypatch.chdir(where)
         assert os.getcwd() == os.path.realpath(os.getcwd())
         assert config.find_workspace() == real.resolve() == config.find_workspace(where)
+        assert config.workspace_dir() == str(real.resolve())  # (the team store's settings: as a string)
     monkeypatch.chdir(tmp_path / "link")
     assert config.find_workspace() == (tmp_path / "real").resolve()  # (no pyproject.toml above: the folder itself)

@@ -165,9 +165,8 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     todo: dict[str, str | None] = dict(compress(zip(compress(new, plain), paths, strict=True), paths))
     if len(todo) < len(new):  # the others: builtins, namespace packages, lazy modules, module subclasses
         spaces_of = dict(zip(compress(new, plain), spaces, strict=True))
-        for top, m in zip(new, objs, strict=True):
-            if top not in todo:
-                _place(top, m, spaces_of.get(top), todo, (mods, names, tops))
+        for top in list(filterfalse(todo.__contains__, new)):
+            _place(top, mods.get(top), spaces_of.get(top), todo, (mods, names, tops))
     if todo:  # the kinds of the new top-level packages, in one batch (a folder many lie in: one listing)
         _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
     for top in list(compress(unique, map(eq, map(_kinds.get, unique), repeat(USER)))):

@@ -381,6 +381,13 @@ _CWD_IS_REAL = sys.platform.startswith("linux")
 
 
 def find_workspace(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` (the working folder) holding a ``pyproject.toml`` or a
+    ``.git``, else ``start`` itself: its real path."""
+    return Path(workspace_dir(start))
+
+
+def workspace_dir(start: Path | None = None) -> str:
+    """``find_workspace``'s folder as a string (the team store's settings read from it: no Path made)."""
     # os.path, not pathlib: a third of the cost, and a script's first call runs this twice
     # (the store's location, then the team store's settings in [tool.memolab])
     cwd = os.getcwd() if start is None else ""
@@ -389,10 +396,10 @@ def find_workspace(start: Path | None = None) -> Path:
     d = here
     while True:
         if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
-            return Path(d)
+            return d
         parent = os.path.dirname(d)
         if parent == d:
-            return Path(here)
+            return here
         d = parent
 
 
@@ -423,7 +430,7 @@ def store_path() -> Path:
 _pyproject_cache: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
 
 
-def _tool_table(workspace: Path) -> dict[str, Any]:
+def _tool_table(workspace: str | Path) -> dict[str, Any]:
     """``[tool.memolab]`` of the workspace's pyproject.toml ({} if none). tomllib is
     imported only when the file's text mentions ``tool.memolab``: a project without
     it pays a read, not a TOML parser. Cached by the file's stamp. Read through one
@@ -472,7 +479,7 @@ def remote() -> tuple[str, str | None] | None:
     index = s.remote or env.get("MEMOLAB_REMOTE") or None
     blobs = s.remote_blobs or env.get("MEMOLAB_REMOTE_BLOBS") or None
     if index is None or blobs is None:
-        table = _tool_table(find_workspace())
+        table = _tool_table(workspace_dir())
         index = index or table.get("remote") or None
         blobs = blobs or table.get("remote_blobs") or None
     if index is None and blobs is None:

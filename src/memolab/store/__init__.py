@@ -163,7 +163,8 @@ def get_store(path: str | os.PathLike[str] | None = None) -> Store:
     p = Path(path) if path is not None else config.store_path()
     remote = config.remote()  # a team store configured: a TeamStore (team/layered.py) in front of it
     exists = p.exists()
-    k = (str(p.resolve()) if exists else str(p.absolute()), config.pid(), remote)
+    # (``os.path.realpath`` is what ``Path.resolve`` returns, as a string: no Path made and parsed again)
+    k = (os.path.realpath(p) if exists else str(p.absolute()), config.pid(), remote)
     s = _stores.get(k)
     # (a degraded store, ``ReadOnlyStore`` or ``NoStore``, has a ``problem``; a working one, local or team, has none)
     if s is None or hasattr(s, "problem") and s._generation != config.generation():
