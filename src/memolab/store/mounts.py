@@ -69,8 +69,10 @@ def on_local_disk(real: str) -> bool:
     mount table, whose first read in a process costs ~0.1 ms: the folder's device (``stat``), the
     block device of that number (``/sys/dev/block/MAJ:MIN``), and the file system's folder of that
     device (``/sys/fs/ext4/vda``), which exists while that device is mounted with it. A device holds
-    one file system at a time, and its mounts share it; a network file system's device is anonymous
-    (major 0: asked of the table, as are tmpfs, overlay, FUSE and btrfs). False where it cannot tell."""
+    one file system at a time, and its mounts share it, so the folder is on ext4 or XFS, neither of
+    them a network file system. Anything else is asked of the table: an anonymous device (major 0:
+    NFS, Lustre, FUSE, tmpfs, overlay, btrfs), a cluster file system on a shared disk (ocfs2, gfs2),
+    a device whose name is not found. False where it cannot tell."""
     if not sys.platform.startswith("linux"):
         return False
     try:
