@@ -367,7 +367,10 @@ def _kept(key: str, n: int) -> list[str | None] | None:
             if not stat.S_ISDIR(now.st_mode) or (
                     st is not None and (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != st):
                 return None
-    except (OSError, ValueError, TypeError):  # (gone, or a damaged entry: asked afresh)
+    except OSError:  # (a folder gone since: asked afresh)
+        return None
+    except (ValueError, TypeError):  # a damaged entry: asked afresh
+        swallowed("codegraph.origins: _kept")
         return None
     return list(kept[0])
 
