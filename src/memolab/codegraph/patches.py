@@ -166,7 +166,10 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     if len(todo) < len(new):  # the others: builtins, namespace packages, lazy modules, module subclasses
         spaces_of = dict(zip(compress(new, plain), spaces, strict=True))
         for top in list(filterfalse(todo.__contains__, new)):
-            _place(top, mods.get(top), spaces_of.get(top), todo, (mods, names, tops))
+            ns = spaces_of.get(top)
+            if ns is not None and "__getattr__" not in ns and "__path__" not in ns and top not in _MAINS:
+                continue  # a builtin: never placed (``_place``)
+            _place(top, mods.get(top), ns, todo, (mods, names, tops))
     if todo:  # the kinds of the new top-level packages, in one batch (a folder many lie in: one listing)
         _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
     for top in list(compress(unique, map(eq, map(_kinds.get, unique), repeat(USER)))):
@@ -188,6 +191,7 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
 
 
 _first = itemgetter(0)
+_MAINS = ("__main__", "__mp_main__")
 
 
 def _named(top: str, names: list[str], tops: list[str]) -> Iterator[str]:
@@ -210,7 +214,7 @@ def _place(top: str, m: Any, ns: dict[str, Any] | None, todo: dict[str, str | No
         if path:
             todo[top] = path
             return
-        if "__path__" not in ns and top not in ("__main__", "__mp_main__"):
+        if "__path__" not in ns and top not in _MAINS:
             # A builtin: ``_top_file`` of any module of it reads this one's file (none) and path (none),
             # and a package placed by no file is never the user's (``origins.kind_of``); not placed.
             return
