@@ -686,3 +686,31 @@ def test_the_workspace_of_the_working_folder_is_found_from_its_real_path_without
         assert config.workspace_dir() == str(real.resolve())  # (the team store's settings: as a string)
     monkeypatch.chdir(tmp_path / "link")
     assert config.find_workspace() == (tmp_path / "real").resolve()  # (no pyproject.toml above: the folder itself)
+
+
+def test_the_default_store_and_the_team_settings_search_the_workspace_once(tmp_path, monkeypatch):
+    """With no store and no team store configured, ``get_store`` finds the workspace once for both
+    the store's location (``.memolab`` there) and the team store's settings (its ``pyproject.toml``),
+    where it searched twice, ``stat``-ing two names a folder up to the root each time."""
+    from memolab import configure
+    from memolab.settings import config
+    from memolab.store import close_open_stores, get_store
+
+    for name in ("MEMOLAB_STORE", "MEMOLAB_REMOTE", "MEMOLAB_REMOTE_BLOBS"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "proj" / "sub").mkdir(parents=True)
+    (tmp_path / "proj" / "pyproject.toml").write_text("[project]\nname='x'\n")
+    monkeypatch.chdir(tmp_path / "proj" / "sub")
+    searched: list[str] = []
+    workspace_dir = config.workspace_dir
+    monkeypatch.setattr(config, "workspace_dir", lambda start=None: searched.append("") or workspace_dir(start))
+    before = config.settings()
+    configure(store=None, remote=None, remote_blobs=None)
+    try:
+        s = get_store()
+        where = tmp_path.resolve() / "proj" / ".memolab"
+        assert s.root == where and len(searched) == 1, (s.root, searched)
+        assert config.store_path() == where and config.remote() is None
+    finally:
+        close_open_stores(tmp_path)
+        configure(store=before.store, remote=before.remote, remote_blobs=before.remote_blobs)

@@ -418,13 +418,15 @@ def _store_location(value: str, source: str) -> Path:
     return Path(value).expanduser()
 
 
-def store_path() -> Path:
+def store_path(workspace: Callable[[], str] | None = None) -> Path:
+    """The configured store's location, else ``.memolab`` in the workspace (``workspace``: what finds
+    it, ``workspace_dir`` unless the caller shares one search with ``remote``)."""
     if _settings.store:
         return _store_location(str(_settings.store), "store")
     env = os.environ.get("MEMOLAB_STORE")
     if env:
         return _store_location(env, "MEMOLAB_STORE")
-    return find_workspace() / ".memolab"
+    return Path((workspace or workspace_dir)()) / ".memolab"
 
 
 _pyproject_cache: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
@@ -467,7 +469,7 @@ def _tool_table(workspace: str | Path) -> dict[str, Any]:
     return table
 
 
-def remote() -> tuple[str, str | None] | None:
+def remote(workspace: Callable[[], str] | None = None) -> tuple[str, str | None] | None:
     """The configured team store: (index URL, blob store URL or None), or None.
 
     Each of the two is taken from ``configure()``, else ``$MEMOLAB_REMOTE`` /
@@ -479,7 +481,7 @@ def remote() -> tuple[str, str | None] | None:
     index = s.remote or env.get("MEMOLAB_REMOTE") or None
     blobs = s.remote_blobs or env.get("MEMOLAB_REMOTE_BLOBS") or None
     if index is None or blobs is None:
-        table = _tool_table(workspace_dir())
+        table = _tool_table((workspace or workspace_dir)())
         index = index or table.get("remote") or None
         blobs = blobs or table.get("remote_blobs") or None
     if index is None and blobs is None:
