@@ -287,7 +287,6 @@ _NOT_NAMES = frozenset(("", ".", "..", *_SITE_PARTS))
 
 #: the top-level names whose kind their name alone decides (``kind_of``): memolab's own, the script's
 _BY_NAME = ("memolab", "__main__", "__mp_main__")
-_KEY_TYPES = frozenset((str, type(None)))
 #: a batch of at least this many modules has its answers kept in the code cache (a fresh process's
 #: first call asks about every top-level package loaded: 80 for a small script, 150 with torch)
 KEEP_MIN = 8
@@ -362,7 +361,9 @@ def _kept(key: str, n: int) -> list[str | None] | None:
     if kept is None or len(kept[0]) != n:
         return None
     try:
-        for d, st in kept[1]:  # (each absolute and normal, as ``_chained`` wrote it: a damaged file is marshal's)
+        # (each absolute and normal, as ``_chained`` wrote them: the code cache's files are trusted as
+        # Python's own ``.pyc`` files are, in the user's own cache folder; a file of another shape raises)
+        for d, st in kept[1]:
             now = os.lstat(d)
             if not stat.S_ISDIR(now.st_mode) or (
                     st is not None and (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != st):
