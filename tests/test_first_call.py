@@ -61,8 +61,23 @@ SCRIPT = textwrap.dedent(r'''
         return x + 1
 
     calls = collections.Counter()
+    read = []
+
+    class Probe(type(os)):  # a library's submodule that counts what reads it: the watch must not
+        def __getattribute__(self, name):
+            read.append(name)
+            return super().__getattribute__(name)
+
+    for i in range(30):  # (a user's file, under the stdlib's package: a library module)
+        sys.modules[f"json.m52probe{i}"] = Probe(f"json.m52probe{i}")
+        vars(sys.modules[f"json.m52probe{i}"]).update(__file__=__file__)
+    read.clear()
+
+    py = collections.Counter()
 
     def profile(frame, event, arg):  # (not a patch of os.lstat: that would join every key as a plant)
+        if event == "call" and frame.f_code.co_name in ("_kinds_fresh", "folder_links", "kept_kinds"):
+            py[frame.f_code.co_name] += 1  # the kinds asked module by module, the folders' file read
         if event == "c_call" and arg.__name__ in ("stat", "lstat", "scandir", "compile", "listdir"):
             while frame is not None and "importlib" not in frame.f_code.co_filename:
                 if os.sep + "memolab" + os.sep in frame.f_code.co_filename:
@@ -76,8 +91,9 @@ SCRIPT = textwrap.dedent(r'''
     sys.setprofile(profile)
     value = f(1)
     sys.setprofile(None)
-    print(json.dumps({"value": value, "calls": dict(calls), "statements": statements,
-                      "imported": sorted(set(sys.modules) - before), "modules": len(sys.modules)}))
+    print(json.dumps({"value": value, "calls": dict(calls), "py": dict(py), "statements": statements,
+                      "imported": sorted(set(sys.modules) - before), "modules": len(sys.modules),
+                      "probes_read": len(read)}))
 ''')
 
 
@@ -102,17 +118,25 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
         assert got["value"] == 2
         assert got["calls"].get("compile", 0) == 0, got  # patch sites from the code cache
         assert got["calls"].get("listed", 0) == 0, got  # the folders' links from the code cache
+        assert got["probes_read"] == 0, got  # no module of a library package read (json's, here)
         assert got["imported"] == [], got  # a scalar read without the unpickler (``inline.plain_scalar``)
         # the store's first read: its two PRAGMAs (the header, nothing parsed, nothing written), then the lookup
         assert got["statements"][:2] == ["PRAGMA synchronous=NORMAL", "PRAGMA user_version"], got
         assert len(got["statements"]) == 3 and got["statements"][2].lstrip().upper().startswith("SELECT"), got
     # 60 more modules in the stdlib's folder: not one more system call to classify them
     assert more["calls"] == plain["calls"], (plain["calls"], more["calls"])
+    # the packages' kinds as the last process with these modules found them (``origins._kept``): not
+    # asked module by module, the folders' file not read; 60 more modules, a new batch: asked once
+    assert plain["py"] == {"kept_kinds": 1}, plain["py"]
+    assert more["py"] == {"kept_kinds": 1, "_kinds_fresh": 1, "folder_links": more["py"].get("folder_links")}, more
     stats = plain["calls"].get("lstat", 0) + plain["calls"].get("stat", 0)
-    # (on 3.11 with this suite's venv: 50 here, 63 with a listing file a folder and an ``lstat`` a package's
-    # ``__init__.py``, 139 before any listing, and 216 then with the 60 more modules; the rest are each folder
-    # of the paths ``lstat``-ed once, the store's own files)
-    assert stats < 75, plain["calls"]
+    # (on 3.11 with this suite's venv: 45 here, 2 of them the network check's, which reads no mount table on
+    # an ext4 or XFS disk; 50 with an ``lstat`` of each of the store's names and of
+    # each folder of the working folder, 63 with a listing file a folder and an ``lstat`` a package's
+    # ``__init__.py``, 139 before any listing, and 216 then with the 60 more modules; the rest are each
+    # folder of the paths ``lstat``-ed once, the store's own files)
+    assert stats < 60, plain["calls"]
+    assert plain["calls"].get("scandir") == 2, plain["calls"]  # the store's root and its ``blobs/``
     # what every connection parses before its first statement: the schema, triggers and all; the kept
     # counts' and argument index's triggers are made by the connections that write (tracking/temptriggers.py)
     with sqlite3.connect(tmp_path / "store" / "index.sqlite") as c:
@@ -424,3 +448,270 @@ def test_the_watch_reads_a_modules_file_as_getattr_does(tmp_path):
         origins.clear()
         patches._kinds.clear()
         patches._cache = (-1, [], [])
+
+
+def _watched_one_module_at_a_time(patches):
+    """The watch as it was before it read names first (0.4.3): every module's namespace and file read."""
+    import types
+
+    loaded, todo = [], {}
+    for modname, m in sys.modules.copy().items():
+        if not isinstance(modname, str) or not issubclass(type(m), types.ModuleType):
+            continue
+        ns = getattr(m, "__dict__", None)
+        if type(ns) is not dict:
+            continue
+        path = getattr(m, "__file__", None)
+        if not path:
+            continue
+        top = modname.partition(".")[0]
+        if top not in patches._kinds and top not in todo:
+            todo[top] = patches._top_file(modname, m)[1]
+        loaded.append((ns, path, top))
+    patches._kinds.update(zip(todo, origins.kinds_of(list(todo.items())), strict=True))
+    out = set()
+    for ns, path, top in loaded:
+        if patches._kinds[top] == origins.USER:
+            for chain, attr in patches._sites(path):
+                target = patches._resolve(chain, ns)
+                if target is not None and not patches.neutral(target, attr):
+                    out.add((id(target), attr))
+    return out
+
+
+def test_the_watch_reads_a_module_only_where_its_package_is_new_or_the_users(tmp_path):
+    """``patches._watched_sites`` reads names first: a module is read (its namespace, its file) only
+    where its top-level package is not classified yet (then the package's own module, or, with no
+    file there, its first module with one) or is the user's. Its sites equal those of reading every
+    module: a user module under a package with no module of its own (``m52orphan.sub``), a namespace
+    package placed by its folder, a module subclass, a name that is no string, an object that is no
+    module; and a library's submodules are never read."""
+    import types
+
+    from memolab.codegraph import patches
+
+    (tmp_path / "ns52").mkdir()
+    planter = tmp_path / "planter52.py"
+    planter.write_text("import json\njson.JSONEncoder.encode = None\n")
+    other = tmp_path / "ns52" / "deeper.py"
+    other.write_text("import json\njson.JSONDecoder.decode = None\n")
+    orphan = tmp_path / "orphan52.py"
+    orphan.write_text("import json\njson.dumps = None\n")
+
+    read: list[str] = []
+
+    class Probe(types.ModuleType):  # counts every attribute read (``__dict__`` included)
+        def __getattribute__(self, name):
+            read.append(types.ModuleType.__getattribute__(self, "__name__"))
+            return super().__getattribute__(name)
+
+    def module(cls, name, file=None, **ns):
+        m = cls(name)
+        if file is not None:
+            m.__file__ = str(file)
+        m.__dict__.update(ns)
+        return m
+
+    json_ = __import__("json")
+    mods = {
+        "m52user": module(types.ModuleType, "m52user", planter, json=json_),
+        "m52orphan.sub": module(types.ModuleType, "m52orphan.sub", orphan, json=json_),  # no ``m52orphan``
+        "ns52": module(types.ModuleType, "ns52", __path__=[str(tmp_path / "ns52")]),  # a namespace package
+        "ns52.deeper": module(Probe, "ns52.deeper", other, json=json_),
+        "m52none": module(types.ModuleType, "m52none"),  # no file: a builtin's shape
+        # a builtin's shape with a module of the user's under it: a package placed by no file is a library
+        "m52bare": module(types.ModuleType, "m52bare"),
+        "m52bare.sub": module(types.ModuleType, "m52bare.sub", orphan, json=json_),
+        "m52object": object(),
+        **{f"json.m52probe{i}": module(Probe, f"json.m52probe{i}", planter, json=json_) for i in range(20)},
+    }
+    before = dict(sys.modules)
+    sys.modules.update(mods)
+    sys.modules[52] = module(types.ModuleType, "52", planter, json=json_)  # type: ignore[index]
+    try:
+        origins.clear()
+        patches._kinds.clear()
+        read.clear()
+        sites, _ = patches._watched_sites()
+        got = {(id(t), a) for _, _, a, t in sites}
+        # ns52.deeper alone (namespace and file: to place ns52, then to watch it), no json.m52probe* (the stdlib's)
+        assert read == ["ns52.deeper"] * 4, read
+        wants = {("json.encoder.JSONEncoder", "encode"), ("json.decoder.JSONDecoder", "decode"), ("json", "dumps")}
+        assert wants <= {(w, a) for w, _, a, _ in sites}, sites
+        del sys.modules[52]  # (the walk of 0.4.3 stopped at a name that is no string)
+        origins.clear()
+        patches._kinds.clear()
+        assert got == _watched_one_module_at_a_time(patches)
+        # a second walk, with the packages known, reads only the user's modules
+        read.clear()
+        patches._watched_sites()
+        assert read == ["ns52.deeper"] * 2, read
+    finally:
+        sys.modules.pop(52, None)  # type: ignore[call-overload]
+        for name in mods:
+            sys.modules.pop(name, None)
+        sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
+        origins.clear()
+        patches._kinds.clear()
+        patches._cache = (-1, [], [])
+
+
+def test_a_batch_of_kinds_is_kept_while_each_folder_that_placed_it_is_unchanged(tmp_path, monkeypatch):
+    """``origins.kinds_of`` keeps a batch's answers (``KEEP_MIN`` modules or more: a fresh process's
+    first call asks about every top-level package) in the code cache, keyed by its names and files,
+    with the stamps of the folders whose links placed them and the folders above those. A later
+    process answers from it when each such folder has its stamp and each folder above is still a
+    folder: no work a module. A library's file replaced by a link to the user's, or a folder above
+    turned into a link (the library folder's own stamp unchanged), is seen by the next process;
+    a file that is a link is asked afresh by every process. Each answer equals ``kind_of``'s."""
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(origins, "SETTLED_NS", 0)  # (every folder settled: kept)
+    site = tmp_path / "venv" / "site-packages"
+    pkg = site / "pkg52"
+    work = tmp_path / "work"
+    pkg.mkdir(parents=True)
+    work.mkdir()
+    (work / "mine.py").write_text("")
+    for i in range(9):
+        (pkg / f"m{i}.py").write_text("")
+    os.symlink(work / "mine.py", pkg / "linked.py")
+    mods = [(f"m{i}", str(pkg / f"m{i}.py")) for i in range(9)] + [("linked", str(pkg / "linked.py")),
+                                                                     ("__main__", str(work / "mine.py"))]
+    fresh: list[int] = []
+    kinds_fresh = origins._kinds_fresh
+    monkeypatch.setattr(origins, "_kinds_fresh", lambda m: fresh.append(len(m)) or kinds_fresh(m))
+
+    def new_process() -> list[str]:
+        code_cache.flush()
+        code_cache.clear()
+        origins.clear()
+        fresh.clear()
+        got = origins.kinds_of(mods)
+        assert got == [origins.kind_of(n, f) for n, f in mods]
+        return got
+
+    lib, user = [origins.PACKAGE] * 9, [origins.USER] * 2
+    code_cache.clear()
+    origins.clear()
+    try:
+        assert new_process() == lib + user and fresh == [len(mods)]  # asked, and kept
+        assert new_process() == lib + user and fresh == [1]  # kept: only the link asked afresh
+        assert new_process() == lib + user and fresh == [1]
+        # the library's file becomes a link to the user's: its folder's stamp moved
+        (pkg / "m3.py").unlink()
+        os.symlink(work / "mine.py", pkg / "m3.py")
+        assert new_process() == lib[:3] + [origins.USER] + lib[4:] + user and fresh == [len(mods)]
+        assert new_process()[3] == origins.USER and fresh == [2]
+        (pkg / "m3.py").unlink()
+        (pkg / "m3.py").write_text("")
+        assert new_process() == lib + user and fresh == [len(mods)]
+        assert new_process() == lib + user and fresh == [1]
+        # a folder above turns into a link: the package's folder (its stamp unchanged) now lies
+        # in no library folder, and every file of it is the user's
+        st = os.lstat(pkg)
+        os.rename(site, tmp_path / "venv" / "plain")
+        os.symlink(tmp_path / "venv" / "plain", site)
+        assert os.lstat(tmp_path / "venv" / "plain" / "pkg52").st_ctime_ns == st.st_ctime_ns
+        assert new_process() == [origins.USER] * 11 and fresh == [len(mods)]
+        # a damaged file is asked afresh
+        for p in (tmp_path / "cache").glob("*.kinds.marshal"):
+            p.write_bytes(b"\x00damaged")
+        assert new_process() == [origins.USER] * 11 and fresh == [len(mods)]
+        # fewer than KEEP_MIN: never kept
+        small = mods[:origins.KEEP_MIN - 1]
+        for _ in range(2):
+            code_cache.flush()
+            code_cache.clear()
+            fresh.clear()
+            origins.kinds_of(small)
+            assert fresh == [len(small)]
+    finally:
+        origins.clear()
+        code_cache.clear()
+
+
+def test_the_store_layout_check_lists_the_root_once_and_refuses_what_an_lstat_a_name_refused(tmp_path, monkeypatch):
+    """``layout.check`` reads the store root's entry types from one listing instead of an ``lstat``
+    of each of its seven names: each of them as a link (dangling, to a file, to a folder) is refused,
+    naming the first in the order the names were asked; other links in the root are the user's; and
+    a root that cannot be listed is asked name by name."""
+    import pytest
+
+    from memolab.errors import StoreUnavailable
+    from memolab.store import layout
+
+    names = layout.OWN_DIRS + layout.OWN_FILES
+    (tmp_path / "file").write_text("")
+    (tmp_path / "dir").mkdir()
+    for i, name in enumerate(names):
+        for j, target in enumerate((tmp_path / "nowhere", tmp_path / "file", tmp_path / "dir")):
+            root = tmp_path / f"store{i}{j}"
+            (root / "blobs").mkdir(parents=True)
+            (root / "mine").symlink_to(tmp_path / "file")  # (not the store's: left alone)
+            if name == "blobs":
+                (root / "blobs").rmdir()
+            (root / name).symlink_to(target)
+            if i + 1 < len(names):
+                (root / names[-1]).unlink(missing_ok=True)
+                (root / names[-1]).symlink_to(target)  # a second: the first in order is named
+            with pytest.raises(StoreUnavailable) as e:
+                layout.check(root)
+            assert f": {name} is a symbolic link" in str(e.value), (name, str(e.value))
+            with monkeypatch.context() as m:  # cannot be listed: an lstat a name, the same answer
+                m.setattr(layout.os, "scandir", lambda p: (_ for _ in ()).throw(PermissionError(13, "denied", p)))
+                with pytest.raises(StoreUnavailable) as e2:
+                    layout.check(root)
+                assert str(e2.value) == str(e.value)
+    clean = tmp_path / "clean"
+    (clean / "blobs" / "ab").mkdir(parents=True)
+    (clean / "mine").symlink_to(tmp_path / "dir")
+    layout.check(clean)
+
+
+def test_the_workspace_of_the_working_folder_is_found_from_its_real_path_without_resolving_it(tmp_path, monkeypatch):
+    """``config.find_workspace()`` starts from ``os.getcwd()`` as it is: Linux makes it from the
+    working folder's own entries, so it is already its real path (``os.path.realpath`` of it is
+    itself), even when the folder was entered through a link; a start given is resolved."""
+    from memolab.settings import config
+
+    real = tmp_path / "real" / "project"
+    (real / "src" / "deep").mkdir(parents=True)
+    (real / "pyproject.toml").write_text("[project]\nname='x'\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    for where in (real / "src" / "deep", tmp_path / "link" / "project" / "src", tmp_path / "link" / "project"):
+        monkeypatch.chdir(where)
+        assert os.getcwd() == os.path.realpath(os.getcwd())
+        assert config.find_workspace() == real.resolve() == config.find_workspace(where)
+        assert config.workspace_dir() == str(real.resolve())  # (the team store's settings: as a string)
+    monkeypatch.chdir(tmp_path / "link")
+    assert config.find_workspace() == (tmp_path / "real").resolve()  # (no pyproject.toml above: the folder itself)
+
+
+def test_the_default_store_and_the_team_settings_search_the_workspace_once(tmp_path, monkeypatch):
+    """With no store and no team store configured, ``get_store`` finds the workspace once for both
+    the store's location (``.memolab`` there) and the team store's settings (its ``pyproject.toml``),
+    where it searched twice, ``stat``-ing two names a folder up to the root each time."""
+    from memolab import configure
+    from memolab.settings import config
+    from memolab.store import close_open_stores, get_store
+
+    for name in ("MEMOLAB_STORE", "MEMOLAB_REMOTE", "MEMOLAB_REMOTE_BLOBS"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "proj" / "sub").mkdir(parents=True)
+    (tmp_path / "proj" / "pyproject.toml").write_text("[project]\nname='x'\n")
+    monkeypatch.chdir(tmp_path / "proj" / "sub")
+    searched: list[str] = []
+    workspace_dir = config.workspace_dir
+    monkeypatch.setattr(config, "workspace_dir", lambda start=None: searched.append("") or workspace_dir(start))
+    before = config.settings()
+    configure(store=None, remote=None, remote_blobs=None)
+    try:
+        s = get_store()
+        where = tmp_path.resolve() / "proj" / ".memolab"
+        assert s.root == where and len(searched) == 1, (s.root, searched)
+        assert config.store_path() == where and config.remote() is None
+    finally:
+        close_open_stores(tmp_path)
+        configure(store=before.store, remote=before.remote, remote_blobs=before.remote_blobs)

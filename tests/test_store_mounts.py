@@ -135,3 +135,24 @@ def test_a_store_on_a_network_filesystem_is_reported_once_and_still_used(tmp_pat
     assert len(about) == 1, out["warnings"]  # once per process, however many calls and functions
     assert f"({fstype} filer:/export mounted at {point})" in about[0]
     assert str(Path(store)) in about[0] and "team store" in about[0] and "docs/team.md" in about[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/mountinfo"), reason="no /proc/self/mountinfo (not Linux)")
+def test_a_folder_on_an_ext4_or_xfs_disk_is_known_without_the_mount_table(tmp_path, monkeypatch):
+    """``on_local_disk`` says a folder is on ext4 or XFS only where the mount table says so (and no
+    network filesystem is), on this machine's folders; the network check then reads no mount
+    table. Anonymous devices (/proc, tmpfs) and a missing folder: not known, the table is read."""
+    table = mounts.parse_mountinfo(mounts.mount_table())
+    for where in (tmp_path, "/", os.getcwd(), "/proc", "/dev/shm", "/sys", tmp_path / "missing"):
+        real = os.path.realpath(where)
+        whole = mounts.mount_of(real, table, real)
+        if mounts.on_local_disk(real):
+            assert whole is not None and whole.fstype in mounts.LOCAL_BLOCK_FILESYSTEMS, (where, whole)
+            assert whole.fstype not in mounts.NETWORK_FILESYSTEMS
+    assert not mounts.on_local_disk("/proc") and not mounts.on_local_disk(str(tmp_path / "missing"))
+    reads: list[str] = []
+    read_bytes = mounts.read_bytes
+    monkeypatch.setattr(mounts, "read_bytes", lambda p: reads.append(p) or read_bytes(p))
+    real = os.path.realpath(tmp_path)
+    assert mounts.network_mount(tmp_path, real) is None  # (this suite's temporary folders are local)
+    assert reads == ([] if mounts.on_local_disk(real) else ["/proc/self/mountinfo"]), reads

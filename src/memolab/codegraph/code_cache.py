@@ -44,6 +44,10 @@ modification and change times, which every entry made, removed, renamed or repla
 the change time cannot be set back), and only for a folder whose last change is
 ``origins.SETTLED_NS`` old (a change within one tick of a coarse file-system clock cannot hide
 behind an equal stamp then). A process whose folder stamp differs lists the folder afresh.
+
+And the answers of a batch of ``origins.kinds_of`` (a fresh process's first call asks about every
+top-level package loaded), one small file a batch, keyed by the batch's names and files: with the
+stamps of the folders whose links placed them, and the folders above those (``origins._kept``).
 """
 from __future__ import annotations
 
@@ -84,6 +88,8 @@ _folders_used: set[str] = set()
 #: loading torch asks about 150): what this process listed first, then what it used, then the others
 FOLDERS_MAX = 1024
 _FOLDERS_FORMAT = ("folders", 1)
+#: batch key -> (its answers, its folders) found by this process, written at exit (``keep_kinds``)
+_kinds_new: dict[str, tuple[tuple[str | None, ...], tuple[Any, ...]]] = {}
 
 
 def _debug(msg: str, *args: Any) -> None:
@@ -111,14 +117,14 @@ def _cache_dir() -> str | None:
 
 def _analysis_salt() -> str:
     """Changes whenever the analysis could: the interpreter's bytecode, memolab's version, the
-    scanners themselves (bytecode.py; patches.py for the sites)."""
+    scanners themselves (bytecode.py; patches.py for the sites; origins.py for the kept kinds)."""
     global _salt
     if _salt is None:
         from .._version import __version__
 
         here = os.path.dirname(os.path.abspath(__file__))
         mine = []
-        for name in ("bytecode.py", "patches.py"):
+        for name in ("bytecode.py", "patches.py", "origins.py"):
             try:
                 # by path, not by importing it: bytecode imports this module (no cycle)
                 st = os.stat(os.path.join(here, name))
@@ -234,6 +240,51 @@ def put_folder_links(folder: str, stamp: tuple[int, ...], links: frozenset[str])
             atexit.register(flush)
 
 
+#: the kinds ``origins.kinds_of`` may answer, and None (asked afresh)
+_KINDS = frozenset(("user", "pkg", "stdlib", "skip", None))
+
+
+def text_digest(text: str) -> str:
+    """An xxh3-128 of ``text`` (what a batch of ``origins.kinds_of`` is keyed by)."""
+    return xxhash.xxh3_128_hexdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def _kinds_file(key: str) -> str:
+    return os.path.join(_cache_dir() or "", f"{key}.{_analysis_salt()}.kinds.marshal")
+
+
+def kept_kinds(key: str) -> tuple[tuple[str | None, ...], tuple[Any, ...]] | None:
+    """(the answers, the folders with the stamps that placed them) of the batch of ``origins.kinds_of``
+    keyed ``key``, as some process kept them (``keep_kinds``), or None. One small file a batch (a
+    script's set of packages): a process reads the one it asks about, and no folder's file when
+    every answer is kept."""
+    if _cache_dir() is None:
+        return None
+    try:
+        data = marshal.loads(read_bytes(_kinds_file(key)))
+        # (the folders' shape is the caller's to check: it asks each, and a damaged one is a miss)
+        if type(data) is tuple and len(data) == 4 and data[0] == _FORMAT and data[1] == key \
+                and type(data[2]) is tuple and type(data[3]) is tuple and set(data[2]) <= _KINDS:
+            return data[2], data[3]
+    except FileNotFoundError:
+        pass  # never asked here (or the cache was cleared)
+    except (OSError, EOFError, ValueError, TypeError) as e:  # unreadable, damaged (marshal) or another format
+        _debug("code cache: kinds %s unreadable: %r", key, e)
+    return None
+
+
+def keep_kinds(key: str, kinds: tuple[str | None, ...], proof: tuple[tuple[str, Any], ...]) -> None:
+    """Keep the answers of a batch of ``origins.kinds_of`` (``kept_kinds``); written at exit."""
+    global _registered
+    if _cache_dir() is None:
+        return
+    with _lock:
+        _kinds_new[key] = (tuple(kinds), tuple(proof))
+        if not _registered:
+            _registered = True
+            atexit.register(flush)
+
+
 def _entries(path: str) -> list | None:
     """The in-process record of ``path``'s cached analyses, read from disk on first use."""
     rec = _files.get(path)
@@ -319,11 +370,15 @@ def flush() -> None:
             rec[2] = False
         sites = list(_sites_new.items())
         _sites_new.clear()
+        batches = list(_kinds_new.items())
+        _kinds_new.clear()
         folders = dict(_folders_new)
         _folders_new.clear()
         used = sorted(_folders_used)
     for path, (digest, found) in sites:
         _write(_file_of(path, ".sites"), (_FORMAT, path, digest, found))
+    for key, (kinds, proof) in batches:
+        _write(_kinds_file(key), (_FORMAT, key, kinds, proof))
     if folders:  # (merged into what other processes wrote meanwhile: this process's own first)
         kept = _read_folders()
         for folder in [*(f for f in used if f in kept), *kept]:
@@ -356,6 +411,7 @@ def clear() -> None:
     with _lock:
         _files.clear()
         _sites_new.clear()
+        _kinds_new.clear()
         _folders_new.clear()
         _folders_used.clear()
     stats.update(hit=0, miss=0)

@@ -19,6 +19,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Mapping
+from itertools import chain
 from typing import Any
 
 from ..errors import swallowed
@@ -284,6 +285,13 @@ def _scan_links(d: str) -> frozenset[str] | None:
 _NOT_NAMES = frozenset(("", ".", "..", *_SITE_PARTS))
 
 
+#: the top-level names whose kind their name alone decides (``kind_of``): memolab's own, the script's
+_BY_NAME = ("memolab", "__main__", "__mp_main__")
+#: a batch of at least this many modules has its answers kept in the code cache (a fresh process's
+#: first call asks about every top-level package loaded: 80 for a small script, 150 with torch)
+KEEP_MIN = 8
+
+
 def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     """``kind_of`` of each (name, file) of ``modules``, with fewer system calls and less work a
     module. A file whose folder ``d`` is settled and whose real path is itself (``_links_in``) is
@@ -293,13 +301,93 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     folders) lie in is read with one listing, whose entry types answer which are links, instead
     of an ``lstat`` each. What is known of folders is dropped when the batch is done: a file made
     or replaced later is asked afresh. Each answer equals ``kind_of``'s, and ``realpath``'s
-    equals ``os.path.realpath``'s (tests/test_codegraph.py, tests/test_first_call.py)."""
+    equals ``os.path.realpath``'s (tests/test_codegraph.py, tests/test_first_call.py).
+
+    A batch asked before (the same names and files: a script run again) is answered as it was
+    then, when each folder its answers were placed by has the stamp it had then (``_kept``):
+    the folders' ``lstat``s again, without the work of a module. Only answers placed by a
+    folder's links are kept (or decided by a name alone); the others are asked afresh."""
+    key = _batch_key(modules) if len(modules) >= KEEP_MIN else None
+    if key is not None:
+        kept = _kept(key, len(modules))
+        if kept is not None:
+            if None in kept:
+                fresh = [i for i, k in enumerate(kept) if k is None]
+                for i, kind in zip(fresh, _kinds_fresh([modules[i] for i in fresh])[0], strict=True):
+                    kept[i] = kind
+            return kept  # type: ignore[return-value]
+    out, proof, unproven = _kinds_fresh(modules)
+    if key is not None and proof:
+        code_cache.keep_kinds(key, tuple(None if i in unproven else k for i, k in enumerate(out)), _chained(proof))
+    return out
+
+
+def _batch_key(modules: list[tuple[str, str | None]]) -> str | None:
+    """What a batch's kept answers are keyed by: its names and files, and the interpreter's own
+    folders (``_STDLIB_DIRS``). None unless each is a string with no NUL (joined by NULs: a batch
+    whose names and files join alike is the same batch)."""
+    flat: list[Any] = list(chain.from_iterable(modules))
+    if set(map(type, flat)) != {str}:
+        return None
+    text = "\0".join([os.sep, *sorted(_STDLIB_DIRS), *flat])
+    if text.count("\0") != len(flat) + len(_STDLIB_DIRS):
+        return None
+    return code_cache.text_digest(text)
+
+
+def _chained(leaves: dict[str, Stamp]) -> tuple[tuple[str, Stamp | None], ...]:
+    """The folders ``_kept`` asks: each of ``leaves`` with its stamp, and each folder above one with
+    None (it must be a folder, not a link), above ones first."""
+    out: dict[str, Stamp | None] = {}
+    for d in sorted(leaves):
+        up = d
+        above = []
+        while up != "/":
+            up = up.rpartition("/")[0] or "/"
+            above.append(up)
+        for a in reversed(above):
+            out.setdefault(a, None)
+        out[d] = leaves[d]
+    return tuple(out.items())
+
+
+def _kept(key: str, n: int) -> list[str | None] | None:
+    """The kept answers of batch ``key`` (None: to be asked afresh), when every folder they were
+    placed by still has the stamp it had then, and every folder above one is still a folder, not a
+    link (its ``lstat``): else None. A folder's stamp moves with every entry made, removed, renamed
+    or replaced, and it was settled then (``_links_in``): the same stamp is the same links, and a
+    file's kind is then its folder's, decided by the folder's real path: itself."""
+    kept = code_cache.kept_kinds(key)
+    if kept is None or len(kept[0]) != n:
+        return None
+    try:
+        # (each absolute and normal, as ``_chained`` wrote them: the code cache's files are trusted as
+        # Python's own ``.pyc`` files are, in the user's own cache folder; a file of another shape raises)
+        for d, st in kept[1]:
+            now = os.lstat(d)
+            if not stat.S_ISDIR(now.st_mode) or (
+                    st is not None and (now.st_dev, now.st_ino, now.st_mtime_ns, now.st_ctime_ns) != st):
+                return None
+    except OSError:  # (a folder gone since: asked afresh)
+        return None
+    except (ValueError, TypeError):  # a damaged entry: asked afresh
+        swallowed("codegraph.origins: _kept")
+        return None
+    return list(kept[0])
+
+
+def _kinds_fresh(modules: list[tuple[str, str | None]]) -> tuple[list[str], dict[str, Stamp], set[int]]:
+    """(the kinds of ``modules``, the stamps of the folders whose links placed them, the indexes of
+    those placed otherwise: not by their folder's links, nor by their name alone)."""
     out: list[str | None] = []
     rest: list[tuple[int, str, str | None]] = []
+    proof: dict[str, Stamp] = {}
+    unproven: set[int] = set()
     posix = os.sep == "/"  # (elsewhere every module takes ``_kinds_listed``'s route)
     try:
         for name, f in modules:
-            if posix and f and f[:1] == "/" and name.partition(".")[0] not in ("memolab", "__main__", "__mp_main__"):
+            by_name = name.partition(".")[0] in _BY_NAME
+            if posix and f and f[:1] == "/" and not by_name:
                 head, _, tail = f.rpartition("/")
                 # (``f`` is absolute and normal exactly when ``head`` is, ``_links_in`` asks it once a
                 # folder, and ``tail`` is a name: not empty, ``.`` or ``..``)
@@ -308,8 +396,11 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
                     kind = _dir_kinds.get(head)
                     if kind is None:
                         kind = _dir_kinds[head] = _file_kind(f)
+                    proof[head] = _chain[head]  # type: ignore[assignment]  # (not None: ``_links_in`` found links)
                     out.append(kind)
                     continue
+            if not by_name:
+                unproven.add(len(out))
             rest.append((len(out), name, f))
             out.append(None)
     finally:
@@ -318,7 +409,7 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     if rest:
         for i, kind in zip((i for i, _, _ in rest), _kinds_listed([(n, f) for _, n, f in rest]), strict=True):
             out[i] = kind
-    return out  # type: ignore[return-value]
+    return out, proof, unproven  # type: ignore[return-value]
 
 
 def _kinds_listed(modules: list[tuple[str, str | None]]) -> list[str]:

@@ -26,6 +26,9 @@ from __future__ import annotations
 import os
 import sys
 import types
+from collections.abc import Iterator
+from itertools import compress, filterfalse, repeat
+from operator import eq, is_, itemgetter
 from typing import Any
 
 from ..settings.files import read_bytes
@@ -140,38 +143,111 @@ def _watched_sites() -> tuple[list[_Site], list[Any]]:
     wholes: dict[int, Any] = {}
     # A copy, not list(items()): building the item tuples can run a collection, whose finalizers
     # (or the thread they let in) may import a module mid-walk ("dictionary changed size").
-    loaded, todo = [], {}
-    for modname, m in sys.modules.copy().items():
-        if not issubclass(type(m), types.ModuleType):
-            continue
-        ns = getattr(m, "__dict__", None)
-        if type(ns) is not dict:
-            continue
-        # (a plain module's ``__file__`` is its namespace's, or its PEP 562 ``__getattr__``'s: read from
-        # the namespace, a module without one, a builtin, raises and formats no AttributeError)
-        path = ns.get("__file__") if type(m) is types.ModuleType and ("__file__" in ns or "__getattr__" not in ns) \
-            else getattr(m, "__file__", None)
-        if not path:
-            continue
-        top = modname.partition(".")[0]
-        if top not in _kinds and top not in todo:
-            todo[top] = _top_file(modname, m)[1]
-        loaded.append((ns, path, top))
+    mods = sys.modules.copy()
+    # Names first, each top-level name's in C: a module is read (its namespace, its ``__file__``)
+    # only where its top-level package is new here (then that package's own module, or its first
+    # module with a file) or is the user's. A fresh process's first call read every one of them,
+    # cold memory each: 2-3 ms of a torch program's (1,200 modules), for the ~20 the user wrote.
+    names = list(mods)
+    try:
+        tops = list(map(_first, map(str.partition, names, repeat("."))))
+    except TypeError:  # a name that is no string: nothing imports by it
+        names = [n for n in names if isinstance(n, str)]
+        tops = list(map(_first, map(str.partition, names, repeat("."))))
+    unique = dict.fromkeys(tops)  # (each top-level name once, in sys.modules' order)
+    new = list(filterfalse(_kinds.__contains__, unique))
+    objs = list(map(mods.get, new))
+    plain = list(map(is_, map(type, objs), repeat(types.ModuleType)))
+    # A plain module's ``__file__`` is its namespace's (ModuleType has no descriptor of that name), read
+    # in C; or, with none there, its PEP 562 ``__getattr__``'s. A package placed by its own module's file.
+    spaces = list(map(getattr, compress(objs, plain), repeat("__dict__")))
+    paths = list(map(dict.get, spaces, repeat("__file__")))
+    todo: dict[str, str | None] = dict(compress(zip(compress(new, plain), paths, strict=True), paths))
+    if len(todo) < len(new):  # the others: builtins, namespace packages, lazy modules, module subclasses
+        spaces_of = dict(zip(compress(new, plain), spaces, strict=True))
+        for top in list(filterfalse(todo.__contains__, new)):
+            ns = spaces_of.get(top)
+            if ns is not None and "__getattr__" not in ns and "__path__" not in ns and top not in _MAINS:
+                continue  # a builtin: never placed (``_place``)
+            _place(top, mods.get(top), ns, todo, (mods, names, tops))
     if todo:  # the kinds of the new top-level packages, in one batch (a folder many lie in: one listing)
         _kinds.update(zip(todo, kinds_of(list(todo.items())), strict=True))
-    for ns, path, top in loaded:
-        if _kinds[top] != USER:
-            continue
-        for chain, attr in _sites(path):
-            target = _resolve(chain, ns)
-            if target is None or neutral(target, attr):
+    for top in list(compress(unique, map(eq, map(_kinds.get, unique), repeat(USER)))):
+        for name in _named(top, names, tops):
+            found = _file(mods[name])
+            if found is None:
                 continue
-            where = target.__name__ if issubclass(type(target), types.ModuleType) \
-                else f"{target.__module__}.{target.__qualname__}"
-            if attr is None:
-                wholes.setdefault(id(target), target)
-            sites.setdefault((id(target.__dict__), attr), (where, target.__dict__, attr, target))
+            ns, path = found
+            for chain, attr in _sites(path):
+                target = _resolve(chain, ns)
+                if target is None or neutral(target, attr):
+                    continue
+                where = target.__name__ if issubclass(type(target), types.ModuleType) \
+                    else f"{target.__module__}.{target.__qualname__}"
+                if attr is None:
+                    wholes.setdefault(id(target), target)
+                sites.setdefault((id(target.__dict__), attr), (where, target.__dict__, attr, target))
     return sorted(sites.values(), key=lambda s: (s[0], s[2] or "")), list(wholes.values())
+
+
+_first = itemgetter(0)
+_MAINS = ("__main__", "__mp_main__")
+
+
+def _named(top: str, names: list[str], tops: list[str]) -> Iterator[str]:
+    """The names of ``names`` whose top-level name (``tops``, alike) is ``top``, in order: found with
+    ``list.count`` and ``list.index`` (a comparison in C a name), not a test in Python a name."""
+    i = -1
+    for _ in range(tops.count(top)):
+        i = tops.index(top, i + 1)
+        yield names[i]
+
+
+def _place(top: str, m: Any, ns: dict[str, Any] | None, todo: dict[str, str | None],
+           walk: tuple[dict[str, Any], list[str], list[str]]) -> None:
+    """Put the file that places top-level name ``top`` in ``todo``, for a package whose own module
+    ``m`` (``ns``: a plain module's namespace) has no ``__file__`` there, or is no plain module, or is
+    gone, as the walk module by module placed it: by ``_top_file`` of its first module with a file,
+    if any (a package with none is left unplaced: its modules have nothing to watch)."""
+    if ns is not None:  # a plain module
+        path = getattr(m, "__file__", None) if "__getattr__" in ns else None
+        if path:
+            todo[top] = path
+            return
+        if "__path__" not in ns and top not in _MAINS:
+            # A builtin: ``_top_file`` of any module of it reads this one's file (none) and path (none),
+            # and a package placed by no file is never the user's (``origins.kind_of``); not placed.
+            return
+    elif m is not None:
+        found = _file(m)
+        if found is not None:
+            todo[top] = found[1]
+            return
+    mods, names, tops = walk  # (sys.modules' copy, its names, their top-level names)
+    for name in _named(top, names, tops):  # (``google`` by ``google.protobuf``)
+        if name != top and _file(mods[name]) is not None:
+            todo[top] = _top_file(name, mods[name])[1]
+            return
+
+
+def _file(m: Any) -> tuple[dict[str, Any], str] | None:
+    """(a module's namespace, its file), or None for what is no module with a file (a builtin)."""
+    t = type(m)
+    if t is types.ModuleType:
+        ns = m.__dict__
+        # (a plain module's ``__file__`` is its namespace's, or its PEP 562 ``__getattr__``'s: read from
+        # the namespace, a module without one, a builtin, raises and formats no AttributeError)
+        path = ns.get("__file__", _MISSING)
+        if path is _MISSING:
+            path = getattr(m, "__file__", None) if "__getattr__" in ns else None
+    elif issubclass(t, types.ModuleType):
+        ns = getattr(m, "__dict__", None)
+        if type(ns) is not dict:
+            return None
+        path = getattr(m, "__file__", None)
+    else:
+        return None
+    return (ns, path) if path else None
 
 
 _kinds: dict[str, str] = {}

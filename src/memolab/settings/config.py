@@ -374,17 +374,32 @@ _generation = 0  # bumped on every configure() so cached stores are dropped
 on_configure: list[Callable[[Settings, Settings], None]] = []
 
 
+#: Linux's ``getcwd`` is the path of the working folder's own entries, up to the root: no link
+#: on it (a link is an entry of its own, never a folder's parent), absolute and normal, so
+#: ``os.path.realpath`` of it is itself (an unreachable or removed folder raises instead)
+_CWD_IS_REAL = sys.platform.startswith("linux")
+
+
 def find_workspace(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` (the working folder) holding a ``pyproject.toml`` or a
+    ``.git``, else ``start`` itself: its real path."""
+    return Path(workspace_dir(start))
+
+
+def workspace_dir(start: Path | None = None) -> str:
+    """``find_workspace``'s folder as a string (the team store's settings read from it: no Path made)."""
     # os.path, not pathlib: a third of the cost, and a script's first call runs this twice
     # (the store's location, then the team store's settings in [tool.memolab])
-    here = os.path.realpath(start if start is not None else os.getcwd())
+    cwd = os.getcwd() if start is None else ""
+    # (Linux's working folder is its real path: no ``lstat`` a folder to resolve it)
+    here = cwd if _CWD_IS_REAL and cwd[:1] == "/" else os.path.realpath(start if start is not None else cwd)
     d = here
     while True:
         if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
-            return Path(d)
+            return d
         parent = os.path.dirname(d)
         if parent == d:
-            return Path(here)
+            return here
         d = parent
 
 
@@ -403,19 +418,21 @@ def _store_location(value: str, source: str) -> Path:
     return Path(value).expanduser()
 
 
-def store_path() -> Path:
+def store_path(workspace: Callable[[], str] | None = None) -> Path:
+    """The configured store's location, else ``.memolab`` in the workspace (``workspace``: what finds
+    it, ``workspace_dir`` unless the caller shares one search with ``remote``)."""
     if _settings.store:
         return _store_location(str(_settings.store), "store")
     env = os.environ.get("MEMOLAB_STORE")
     if env:
         return _store_location(env, "MEMOLAB_STORE")
-    return find_workspace() / ".memolab"
+    return Path((workspace or workspace_dir)()) / ".memolab"
 
 
 _pyproject_cache: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {}
 
 
-def _tool_table(workspace: Path) -> dict[str, Any]:
+def _tool_table(workspace: str | Path) -> dict[str, Any]:
     """``[tool.memolab]`` of the workspace's pyproject.toml ({} if none). tomllib is
     imported only when the file's text mentions ``tool.memolab``: a project without
     it pays a read, not a TOML parser. Cached by the file's stamp. Read through one
@@ -452,7 +469,7 @@ def _tool_table(workspace: Path) -> dict[str, Any]:
     return table
 
 
-def remote() -> tuple[str, str | None] | None:
+def remote(workspace: Callable[[], str] | None = None) -> tuple[str, str | None] | None:
     """The configured team store: (index URL, blob store URL or None), or None.
 
     Each of the two is taken from ``configure()``, else ``$MEMOLAB_REMOTE`` /
@@ -464,7 +481,7 @@ def remote() -> tuple[str, str | None] | None:
     index = s.remote or env.get("MEMOLAB_REMOTE") or None
     blobs = s.remote_blobs or env.get("MEMOLAB_REMOTE_BLOBS") or None
     if index is None or blobs is None:
-        table = _tool_table(find_workspace())
+        table = _tool_table((workspace or workspace_dir)())
         index = index or table.get("remote") or None
         blobs = blobs or table.get("remote_blobs") or None
     if index is None and blobs is None:

@@ -160,10 +160,18 @@ def get_store(path: str | os.PathLike[str] | None = None) -> Store:
 
     Never raises for a store that cannot be used: see ``open_store``
     (only a store location that cannot be one, a URL, raises ``StoreConfigError``)."""
-    p = Path(path) if path is not None else config.store_path()
-    remote = config.remote()  # a team store configured: a TeamStore (team/layered.py) in front of it
+    found: list[str] = []
+
+    def workspace() -> str:  # (searched once for both: the store's location and the team store's settings)
+        if not found:
+            found.append(config.workspace_dir())
+        return found[0]
+
+    p = Path(path) if path is not None else config.store_path(workspace)
+    remote = config.remote(workspace)  # a team store configured: a TeamStore (team/layered.py) in front of it
     exists = p.exists()
-    k = (str(p.resolve()) if exists else str(p.absolute()), config.pid(), remote)
+    # (``os.path.realpath`` is what ``Path.resolve`` returns, as a string: no Path made and parsed again)
+    k = (os.path.realpath(p) if exists else str(p.absolute()), config.pid(), remote)
     s = _stores.get(k)
     # (a degraded store, ``ReadOnlyStore`` or ``NoStore``, has a ``problem``; a working one, local or team, has none)
     if s is None or hasattr(s, "problem") and s._generation != config.generation():

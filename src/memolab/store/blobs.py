@@ -27,7 +27,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PosixPath, WindowsPath
 from typing import Any
 
 import blake3
@@ -135,7 +135,7 @@ class BlobFolder:
                  get_stamp: Callable[[str], Stamp | None] = lambda d: None,
                  set_stamp: Callable[[str, Stamp], None] = lambda d, s: None,
                  defer_stamp: Callable[[str, Stamp], None] = lambda d, s: None) -> None:
-        self.root = Path(root)
+        self.root = root if type(root) in (PosixPath, WindowsPath) else Path(root)  # (a Path: not parsed again)
         self.dir = self.root / "blobs"
         self.tmp = self.root / "tmp"
         self.quarantine_dir = self.root / "quarantine"

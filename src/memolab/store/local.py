@@ -31,7 +31,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PosixPath, WindowsPath
 from typing import Any, cast
 
 from ..errors import BlobsGone, StoreMiss, swallowed
@@ -74,7 +74,7 @@ class Store(Heartbeats):
     _generation: int  # a degraded store's ``config.generation()`` when ``get_store`` opened it
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        self.root = root if type(root) in (PosixPath, WindowsPath) else Path(root)  # (a Path: not parsed again)
         perms.prepare_root(self.root)  # a new store is private unless group sharing is configured
         layout.check(self.root)  # a store whose own folders are links is refused, never followed
         self.index = self.index_class(self.root / "index.sqlite")
