@@ -145,6 +145,36 @@ def test_the_first_hit_of_a_process_lists_folders_compiles_nothing_and_reads_the
     assert sum(kept.values()) < 1_700, kept  # (15,068 in 0.4.2, 9,235 in 0.4.3)
 
 
+def test_batches_of_kinds_asked_by_two_threads_at_once_never_mix(monkeypatch):
+    """A batch's folders are module globals, dropped when it is done: a second thread's batch, run
+    to its end in the middle of the first's (a Dask worker's task threads, each on its first call),
+    cleared them under it (``KeyError`` of a folder, or a stamp taken after its links were listed
+    kept with them). One batch at a time: the second waits for the first."""
+    import json
+    import threading
+
+    from memolab.codegraph import origins
+
+    mods = [(n, m.__file__) for n, m in [("json", json), ("threading", threading), ("random", __import__("random"))]]
+    origins.clear()
+    real, other, done = origins._file_kind, {}, threading.Event()
+
+    def nested(path):
+        # (first placing of a folder in thread A: thread B's whole batch runs now, while A's is open)
+        if not other:
+            other["t"] = threading.Thread(target=lambda: (other.setdefault("kinds", origins.kinds_of(mods)), done.set()))
+            other["t"].start()
+            other["finished_inside"] = done.wait(2.0)  # (a bound, not a speed: B cannot end while A's batch holds)
+        return real(path)
+
+    monkeypatch.setattr(origins, "_file_kind", nested)
+    kinds = origins.kinds_of(mods)
+    other["t"].join(60)
+    assert not other["finished_inside"]  # B waited for A's batch to end
+    assert kinds == other["kinds"] == [origins.kind_of(n, f) for n, f in mods]
+    origins.clear()
+
+
 def test_kinds_in_a_batch_equal_kinds_one_at_a_time_through_links(tmp_path, monkeypatch):
     """A library folder holding a link to a user's file, a user folder holding a link into a library,
     a linked package folder, a dangling link: listed in one batch (more than ``LIST_MIN`` files a
