@@ -728,3 +728,56 @@ def test_the_default_store_and_the_team_settings_search_the_workspace_once(tmp_p
     finally:
         close_open_stores(tmp_path)
         configure(store=before.store, remote=before.remote, remote_blobs=before.remote_blobs)
+
+
+def test_threads_whose_first_calls_run_at_once_ask_their_batches_of_kinds_one_at_a_time(tmp_path, monkeypatch):
+    """What a batch of ``origins.kinds_of`` learns of folders is dropped when it is done: two
+    threads' first calls at once each dropped the other's mid-batch, and the one still asking raised
+    ``KeyError`` out of its memoized call (6 threads, one key: tests/test_lease_threads.py, now and
+    then). Thread A pauses inside its batch until thread B's batch is done (bounded): B waits for A's
+    batch to end instead, and both answer as ``kind_of`` does."""
+    import threading
+
+    from memolab.codegraph import code_cache
+
+    monkeypatch.setenv("MEMOLAB_CODE_CACHE", str(tmp_path / "cache"))
+    code_cache.clear()
+    origins.clear()
+    monkeypatch.setattr(origins, "SETTLED_NS", 0)  # (every folder's links kept: the batch takes its folders' route)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    mods = []
+    for i in range(origins.KEEP_MIN + 2):
+        (lib / f"m{i}.py").write_text("")
+        mods.append((f"m52t{i}", str(lib / f"m{i}.py")))
+    os.utime(lib, ns=(1, 1))  # (settled: its last change long ago)
+    b_done, a_inside = threading.Event(), threading.Event()
+    real_file_kind = origins._file_kind
+
+    def file_kind(f):
+        if threading.current_thread().name == "a" and not a_inside.is_set():
+            a_inside.set()
+            b_done.wait(0.5)  # (with one batch at a time, B cannot be done before A: this wait runs out)
+        return real_file_kind(f)
+
+    monkeypatch.setattr(origins, "_file_kind", file_kind)
+    got: dict[str, object] = {}
+
+    def ask(name):
+        try:
+            got[name] = origins.kinds_of(list(mods))
+        except Exception as e:  # (what the memoized call raised)
+            got[name] = e
+        finally:
+            if name == "b":
+                b_done.set()
+
+    a = threading.Thread(target=ask, args=("a",), name="a")
+    a.start()
+    assert a_inside.wait(30)
+    b = threading.Thread(target=ask, args=("b",), name="b")
+    b.start()
+    a.join(30)
+    b.join(30)
+    want = [origins.kind_of(n, f) for n, f in mods]
+    assert got == {"a": want, "b": want}, got

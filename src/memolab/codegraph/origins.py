@@ -17,6 +17,7 @@ import re
 import stat
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Mapping
 from itertools import chain
@@ -306,7 +307,20 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     A batch asked before (the same names and files: a script run again) is answered as it was
     then, when each folder its answers were placed by has the stamp it had then (``_kept``):
     the folders' ``lstat``s again, without the work of a module. Only answers placed by a
-    folder's links are kept (or decided by a name alone); the others are asked afresh."""
+    folder's links are kept (or decided by a name alone); the others are asked afresh.
+
+    One batch at a time in a process (``_batch_lock``): what a batch learns of folders (``_chain``,
+    ``_links``, ``_listed``) is its own and dropped when it is done; threads whose first calls ran
+    at once each dropped the other's mid-batch (a ``KeyError`` out of the memoized call)."""
+    with _batch_lock:
+        return _kinds_of(modules)
+
+
+#: held by the batch ``kinds_of`` is asking (re-entrant: a batch never asks another, but must not hang if it did)
+_batch_lock = threading.RLock()
+
+
+def _kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     key = _batch_key(modules) if len(modules) >= KEEP_MIN else None
     if key is not None:
         kept = _kept(key, len(modules))
