@@ -7,10 +7,11 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import xxhash
+import threading
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from memolab._version import __version__
 from memolab.codegraph import code_cache
@@ -178,3 +179,23 @@ def test_a_blob_folders_paths_are_made_on_use_and_equal_the_roots_children(tmp_p
     r = ReadOnlyBlobFolder(tmp_path / "file" / "t")  # a read-only store's folder that cannot be made: set by hand
     assert (r.dir, r.tmp, r.quarantine_dir) == (tmp_path / "file" / "t" / "blobs", tmp_path / "file" / "t" / "tmp",
                                                  tmp_path / "file" / "t" / "quarantine")
+
+
+def test_a_stores_opening_makes_no_event_and_a_lease_still_beats(tmp_path):
+    from memolab.store import usage
+    from memolab.store.local import Store
+
+    s = Store(tmp_path / "s")
+    assert "_beat_stop" not in vars(s)  # made by the heartbeat's start
+    assert s.usage.prompt or s.usage._wake is usage._NO_WAKE  # (a prompt writer has its own)
+    key = ("fn", "code", "args", "")
+    owner = s.owner_id()
+    s.hold(key, owner)
+    try:  # (held: a heartbeat thread beats it, or the log flusher ticks it)
+        assert s._beat is None or isinstance(s._beat_stop, threading.Event)
+    finally:
+        s.release(key, owner)
+        if s._beat is not None:
+            s._beat_stop.set()
+            s._beat.join(10)
+    s.close()
