@@ -156,6 +156,7 @@ def test_the_code_cache_salt_and_folder_are_what_they_were(monkeypatch, tmp_path
              ({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, str(tmp_path / "xdg" / "memolab" / "code")),
              ({"XDG_CACHE_HOME": ""}, os.path.join(str(tmp_path / "home"), ".cache", "memolab", "code")),
              ({"MEMOLAB_CODE_CACHE": str(tmp_path / "cc")}, str(tmp_path / "cc")),
+             ({"MEMOLAB_CODE_CACHE": str(tmp_path / "cc") + "/"}, str(tmp_path / "cc")),
              ({"MEMOLAB_CODE_CACHE": " "}, None), ({"MEMOLAB_CODE_CACHE": "off"}, None)]
     for env, where in cases:
         for name in ("MEMOLAB_CODE_CACHE", "XDG_CACHE_HOME"):
@@ -165,6 +166,8 @@ def test_the_code_cache_salt_and_folder_are_what_they_were(monkeypatch, tmp_path
             monkeypatch.setenv(k, v)
         monkeypatch.setattr(code_cache, "_dir", None)
         assert code_cache._cache_dir() == where, env
+        # a file's path in it: the folder joined once (``_in_cache``), as ``os.path.join`` joins it
+        assert code_cache._in_cache("k.salt.kinds.marshal") == os.path.join(where or "", "k.salt.kinds.marshal")
     monkeypatch.setattr(code_cache, "_dir", None)
 
 

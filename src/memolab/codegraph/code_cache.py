@@ -150,9 +150,22 @@ def _stat_key(path: str) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
+#: (the code cache's folder, its ``os.path.join(folder, "")``): a file's path is that and its name
+_prefix = ("", "")
+
+
+def _in_cache(name: str) -> str:
+    """``os.path.join(_cache_dir() or "", name)`` for a relative ``name``: the folder joined once a process."""
+    global _prefix
+    d = _cache_dir() or ""
+    if _prefix[0] != d:
+        _prefix = (d, os.path.join(d, ""))
+    return _prefix[1] + name
+
+
 def _file_of(path: str, kind: str = "") -> str:
     name = xxhash.xxh3_64_hexdigest(path.encode("utf-8", "surrogatepass"))
-    return os.path.join(_cache_dir() or "", f"{name}.{_analysis_salt()}{kind}.marshal")
+    return _in_cache(f"{name}.{_analysis_salt()}{kind}.marshal")
 
 
 def source_digest(source: bytes) -> str:
@@ -256,7 +269,7 @@ def text_digest(text: str) -> str:
 
 
 def _kinds_file(key: str) -> str:
-    return os.path.join(_cache_dir() or "", f"{key}.{_analysis_salt()}.kinds.marshal")
+    return _in_cache(f"{key}.{_analysis_salt()}.kinds.marshal")
 
 
 def kept_kinds(key: str) -> tuple[tuple[str | None, ...], tuple[Any, ...]] | None:

@@ -244,7 +244,7 @@ def _open(p: Path, st: os.stat_result | None = None) -> Any:
         store = None
     if store is None:
         return open_store(p)
-    if signing.secret() is None and perms.writable_by_others(p):
+    if signing.secret() is None and perms.writable_by_others(p, st):  # (``st``: this opening's, when given)
         from .health import check_exposure
 
         check_exposure(p)  # warns (once per process)

@@ -120,15 +120,17 @@ def _group_shared(st: os.stat_result) -> bool:
         return True
 
 
-def writable_by_others(root: Path) -> list[str]:
+def writable_by_others(root: Path, rst: os.stat_result | None = None) -> list[str]:
     """The parts of a store that users other than its owner can write (empty when private).
 
-    A private root directory protects everything under it, whatever their modes."""
+    A private root directory protects everything under it, whatever their modes. ``rst``: the
+    root's stat where the caller took it while opening the store (``get_store``), else it is asked."""
     out: list[str] = []
-    try:
-        rst = root.stat()
-    except OSError:
-        return out
+    if rst is None:
+        try:
+            rst = root.stat()
+        except OSError:
+            return out
     if not (rst.st_mode & (stat.S_IWOTH | stat.S_IWGRP)) and rst.st_mode & 0o077 == 0:
         return out  # 0700: nobody else can even reach what is inside
     for rel in (".", "blobs", INDEX):
