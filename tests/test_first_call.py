@@ -781,3 +781,36 @@ def test_threads_whose_first_calls_run_at_once_ask_their_batches_of_kinds_one_at
     b.join(30)
     want = [origins.kind_of(n, f) for n, f in mods]
     assert got == {"a": want, "b": want}, got
+
+
+def test_a_kept_batch_is_taken_only_while_each_folder_is_a_folder_and_each_placing_one_has_its_stamp(tmp_path,
+                                                                                                     monkeypatch):
+    """``origins._kept`` reads the folders' modes and stamps in C: each ``lstat`` a folder (not a
+    link, not a file, there), and each folder that placed answers (its stamp not None, however
+    falsy) with the very stamp kept; a damaged entry asks afresh."""
+    from memolab.codegraph import code_cache
+
+    d = tmp_path / "placed"
+    d.mkdir()
+    (tmp_path / "file").write_text("")
+    os.symlink(d, tmp_path / "link")
+    st = os.lstat(d)
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+    answers = ("user", None, "pkg")
+    cases = [
+        (((str(tmp_path), None), (str(d), stamp)), list(answers)),
+        ((), list(answers)),
+        (((str(tmp_path), None), (str(d), (*stamp[:3], stamp[3] + 1))), None),  # changed since
+        (((str(d), ()),), None),  # (a falsy stamp is still a stamp: compared, unequal)
+        (((str(d), list(stamp)),), None),  # (another type: unequal)
+        (((str(tmp_path / "link"), None), (str(d), stamp)), None),  # a folder above turned into a link
+        (((str(tmp_path / "file"), None),), None),
+        (((str(tmp_path / "gone"), None),), None),
+        (((str(d), stamp, "more"),), None),  # damaged
+        (((str(d),),), None),
+        ((5,), None),
+    ]
+    for folders, want in cases:
+        monkeypatch.setattr(code_cache, "kept_kinds", lambda key, f=folders: (answers, f))
+        assert origins._kept("k", 3) == want, folders
+    assert origins._kept("k", 4) is None  # (another batch's size)
