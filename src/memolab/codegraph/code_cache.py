@@ -61,6 +61,7 @@ from typing import Any
 
 import xxhash
 
+from .._version import __version__
 from ..errors import swallowed
 from ..settings import config
 from ..settings.files import read_bytes
@@ -102,17 +103,27 @@ def _debug(msg: str, *args: Any) -> None:
 def _cache_dir() -> str | None:
     global _dir
     if _dir is None:
-        env = os.environ.get("MEMOLAB_CODE_CACHE")
-        where = config.env_setting("MEMOLAB_CODE_CACHE")
+        env = config.environ_str(b"MEMOLAB_CODE_CACHE")  # (os.environ.get's answer, without its Python calls)
+        # (unset: the setting's default, None, with nothing to parse)
+        where = None if env is None else config.env_setting("MEMOLAB_CODE_CACHE")
         # set but empty turns it off here (an empty directory name is no place to write)
         if where == "" or (env is not None and not env.strip()):
             _dir = ""
         elif where:
             _dir = where
         else:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            base = config.environ_str(b"XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
             _dir = os.path.join(base, "memolab", "code")
     return _dir or None
+
+
+#: the scanners whose files stamp the salt, by path, not by importing them (bytecode imports this
+#: module: no cycle); placed once, at import, where this module's own file was found (a later change of
+#: the working folder cannot move a relative ``__file__`` off them)
+_SCANNERS = tuple(os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+                  for name in ("bytecode.py", "patches.py", "origins.py"))
+#: what the salt holds besides the scanners' stamps: the format, the interpreter, memolab's version
+_SALT_HEAD = f"{_FORMAT}|{sys.implementation.cache_tag or sys.version}|{sys.version}|{__version__}|"
 
 
 def _analysis_salt() -> str:
@@ -120,19 +131,14 @@ def _analysis_salt() -> str:
     scanners themselves (bytecode.py; patches.py for the sites; origins.py for the kept kinds)."""
     global _salt
     if _salt is None:
-        from .._version import __version__
-
-        here = os.path.dirname(os.path.abspath(__file__))
         mine = []
-        for name in ("bytecode.py", "patches.py", "origins.py"):
+        for path in _SCANNERS:
             try:
-                # by path, not by importing it: bytecode imports this module (no cycle)
-                st = os.stat(os.path.join(here, name))
+                st = os.stat(path)
                 mine.append(f"{st.st_size}.{st.st_mtime_ns}")
             except (OSError, TypeError):
                 mine.append("?")
-        tag = sys.implementation.cache_tag or sys.version
-        _salt = xxhash.xxh3_64_hexdigest(f"{_FORMAT}|{tag}|{sys.version}|{__version__}|{'|'.join(mine)}".encode())
+        _salt = xxhash.xxh3_64_hexdigest(f"{_SALT_HEAD}{'|'.join(mine)}".encode())
     return _salt
 
 
@@ -144,9 +150,22 @@ def _stat_key(path: str) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
+#: (the code cache's folder, its ``os.path.join(folder, "")``): a file's path is that and its name
+_prefix = ("", "")
+
+
+def _in_cache(name: str) -> str:
+    """``os.path.join(_cache_dir() or "", name)`` for a relative ``name``: the folder joined once a process."""
+    global _prefix
+    d = _cache_dir() or ""
+    if _prefix[0] != d:
+        _prefix = (d, os.path.join(d, ""))
+    return _prefix[1] + name
+
+
 def _file_of(path: str, kind: str = "") -> str:
     name = xxhash.xxh3_64_hexdigest(path.encode("utf-8", "surrogatepass"))
-    return os.path.join(_cache_dir() or "", f"{name}.{_analysis_salt()}{kind}.marshal")
+    return _in_cache(f"{name}.{_analysis_salt()}{kind}.marshal")
 
 
 def source_digest(source: bytes) -> str:
@@ -250,7 +269,7 @@ def text_digest(text: str) -> str:
 
 
 def _kinds_file(key: str) -> str:
-    return os.path.join(_cache_dir() or "", f"{key}.{_analysis_salt()}.kinds.marshal")
+    return _in_cache(f"{key}.{_analysis_salt()}.kinds.marshal")
 
 
 def kept_kinds(key: str) -> tuple[tuple[str | None, ...], tuple[Any, ...]] | None:

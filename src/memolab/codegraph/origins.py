@@ -309,13 +309,14 @@ def kinds_of(modules: list[tuple[str, str | None]]) -> list[str]:
     the folders' ``lstat``s again, without the work of a module. Only answers placed by a
     folder's links are kept (or decided by a name alone); the others are asked afresh.
 
-    One batch at a time in a process (``_batch_lock``): a batch's folders (``_chain``, ``_links``)
-    are kept in module globals, dropped when it is done, and a folder's kept stamp must be the one
-    its links were listed under; threads' first calls (a Dask worker's) ask at once."""
+    One batch at a time in a process (``_batch_lock``): what a batch learns of folders (``_chain``,
+    ``_links``, ``_listed``) is its own and dropped when it is done; threads whose first calls ran
+    at once each dropped the other's mid-batch (a ``KeyError`` out of the memoized call)."""
     with _batch_lock:
         return _kinds_of(modules)
 
 
+#: held by the batch ``kinds_of`` is asking (re-entrant: a batch never asks another, but must not hang if it did)
 _batch_lock = threading.RLock()
 
 

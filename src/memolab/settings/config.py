@@ -40,11 +40,21 @@ _lock = threading.Lock()
 _ENV_DATA = getattr(os.environ, "_data", None)
 if os.name == "posix" and isinstance(_ENV_DATA, dict) and isinstance(next(iter(_ENV_DATA), b""), bytes):
     environ_bytes: Callable[[bytes], bytes | None] = _ENV_DATA.get
+
+    def environ_str(name: bytes) -> str | None:
+        """``os.environ.get(name)``: its bytes decoded as ``os.environ`` decodes them (the file system
+        encoding, ``surrogateescape``), where ``os.environ.get`` makes three Python calls a read."""
+        raw = environ_bytes(name)
+        return None if raw is None else os.fsdecode(raw)
 else:  # pragma: no cover - not POSIX
     def environ_bytes(name: bytes) -> bytes | None:
         """``$name`` as bytes, or None."""
         v = os.environ.get(name.decode("ascii"))
         return None if v is None else v.encode("utf-8", "surrogateescape")
+
+    def environ_str(name: bytes) -> str | None:
+        """``os.environ.get(name)``."""
+        return os.environ.get(name.decode("ascii"))
 
 # ``os.getpid()`` is a system call (glibc stopped caching it), and a hit asks twice (the
 # store cache and the connection are per process). The pid changes only across a fork,
@@ -380,6 +390,10 @@ on_configure: list[Callable[[Settings, Settings], None]] = []
 _CWD_IS_REAL = sys.platform.startswith("linux")
 
 
+#: what marks a workspace folder, asked in this order
+_MARKERS = ("pyproject.toml", ".git")
+
+
 def find_workspace(start: Path | None = None) -> Path:
     """The nearest folder at or above ``start`` (the working folder) holding a ``pyproject.toml`` or a
     ``.git``, else ``start`` itself: its real path."""
@@ -393,14 +407,31 @@ def workspace_dir(start: Path | None = None) -> str:
     cwd = os.getcwd() if start is None else ""
     # (Linux's working folder is its real path: no ``lstat`` a folder to resolve it)
     here = cwd if _CWD_IS_REAL and cwd[:1] == "/" else os.path.realpath(start if start is not None else cwd)
+    if os.sep != "/" or here[:1] != "/" or here[:2] == "//":  # (POSIX keeps a leading ``//`` as it is)
+        d = here
+        while True:
+            if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
+                return d
+            parent = os.path.dirname(d)
+            if parent == d:
+                return here
+            d = parent
+    # A POSIX path, absolute and normal (``getcwd``'s or ``realpath``'s: no ``//``, no trailing ``/``):
+    # ``os.path.join(d, name)`` is ``d + "/" + name`` (``d + name`` at the root) and ``os.path.dirname(d)``
+    # is ``d`` up to its last ``/`` (the root's is itself), and ``os.path.exists`` a ``stat``: the same
+    # folders asked in the same order, without a Python call each (a fresh process walks up to ``/``)
     d = here
     while True:
-        if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
+        head = d if d == "/" else d + "/"
+        for marker in _MARKERS:
+            try:
+                os.stat(head + marker)
+            except (OSError, ValueError):
+                continue
             return d
-        parent = os.path.dirname(d)
-        if parent == d:
+        if d == "/":
             return here
-        d = parent
+        d = d[:d.rindex("/")] or "/"
 
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -477,9 +508,8 @@ def remote(workspace: Callable[[], str] | None = None) -> tuple[str, str | None]
     remote = …, remote_blobs = …`` in the workspace's pyproject.toml. Nothing here
     imports the team package: without a remote, no team code is ever loaded."""
     s = _settings
-    env = os.environ
-    index = s.remote or env.get("MEMOLAB_REMOTE") or None
-    blobs = s.remote_blobs or env.get("MEMOLAB_REMOTE_BLOBS") or None
+    index = s.remote or environ_str(b"MEMOLAB_REMOTE") or None
+    blobs = s.remote_blobs or environ_str(b"MEMOLAB_REMOTE_BLOBS") or None
     if index is None or blobs is None:
         table = _tool_table((workspace or workspace_dir)())
         index = index or table.get("remote") or None

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from stat import S_ISDIR
 from typing import Any
 
 from ..errors import StoreUnavailable, swallowed
@@ -169,9 +170,9 @@ def get_store(path: str | os.PathLike[str] | None = None) -> Store:
 
     p = Path(path) if path is not None else config.store_path(workspace)
     remote = config.remote(workspace)  # a team store configured: a TeamStore (team/layered.py) in front of it
-    exists = p.exists()
-    # (``os.path.realpath`` is what ``Path.resolve`` returns, as a string: no Path made and parsed again)
-    k = (os.path.realpath(p) if exists else str(p.absolute()), config.pid(), remote)
+    # (its real path, what ``Path.resolve`` returns, and its stat, asked of one descriptor: ``mounts.located``)
+    found_at = mounts.located(os.fspath(p))
+    k = (found_at[0] if found_at is not None else str(p.absolute()), config.pid(), remote)
     s = _stores.get(k)
     # (a degraded store, ``ReadOnlyStore`` or ``NoStore``, has a ``problem``; a working one, local or team, has none)
     if s is None or hasattr(s, "problem") and s._generation != config.generation():
@@ -181,9 +182,12 @@ def get_store(path: str | os.PathLike[str] | None = None) -> Store:
                 # A store that cannot be used degrades (read-only, or none at all) instead
                 # of raising: the caller still gets its value. Degraded stores are opened
                 # again after ``configure()``.
-                s = _open(p)
+                s = _open(p, found_at[1] if found_at is not None else None)
                 # once per store and process: SQLite is not safe on NFS (k[0]: the real path, resolved above)
-                mounts.warn_if_network(p, k[0] if exists else None)
+                if found_at is not None:
+                    mounts.warn_if_network(p, found_at[0], found_at[1].st_dev)
+                else:
+                    mounts.warn_if_network(p)
                 if remote is not None and type(s) is Store:
                     s = _team_store(s, remote)
                 _stores[k] = s
@@ -228,18 +232,19 @@ def close_open_stores(under: Path) -> int:
     return len(closing)
 
 
-def _open(p: Path) -> Any:
+def _open(p: Path, st: os.stat_result | None = None) -> Any:
     """``open_store(p)``, without importing ``health`` (degraded stores, repair: about 0.5 ms of the
     first call of every script) for a store that opens cleanly. Any failure here goes to
-    ``open_store``, which opens the store afresh and decides what the failure means."""
+    ``open_store``, which opens the store afresh and decides what the failure means. ``st``: ``p``'s
+    stat where the caller has just taken it (``get_store``), else it is asked."""
     try:
-        store = Store(p) if p.is_dir() else None
+        store = Store(p) if (S_ISDIR(st.st_mode) if st is not None else p.is_dir()) else None
     except Exception:  # any failure goes to open_store, which opens the store afresh and says what it means
         swallowed("store: _open")
         store = None
     if store is None:
         return open_store(p)
-    if signing.secret() is None and perms.writable_by_others(p):
+    if signing.secret() is None and perms.writable_by_others(p, st):  # (``st``: this opening's, when given)
         from .health import check_exposure
 
         check_exposure(p)  # warns (once per process)

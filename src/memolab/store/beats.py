@@ -102,7 +102,9 @@ class Heartbeats:
 
     def _start_beat(self, at_once: bool = False) -> None:
         """(under ``held_lock``) ``at_once``: a lease held a whole interval already beats now."""
-        self._beat_stop.clear()
+        # (a new Event a thread, not one made by every store's opening: a store that only hits never
+        # beats; the thread before this one has ended, so nothing waits on the Event it had)
+        self._beat_stop = threading.Event()
         self._beat_due = None
         self._beat = threading.Thread(target=self._heartbeat_loop, args=(at_once,), name="memolab-heartbeat",
                                       daemon=True)

@@ -19,6 +19,7 @@ of hit counts), so reading works on a read-only or full disk.
 from __future__ import annotations
 
 import errno
+import functools
 import mmap
 import os
 import stat
@@ -136,17 +137,29 @@ class BlobFolder:
                  set_stamp: Callable[[str, Stamp], None] = lambda d, s: None,
                  defer_stamp: Callable[[str, Stamp], None] = lambda d, s: None) -> None:
         self.root = root if type(root) in (PosixPath, WindowsPath) else Path(root)  # (a Path: not parsed again)
-        self.dir = self.root / "blobs"
-        self.tmp = self.root / "tmp"
-        self.quarantine_dir = self.root / "quarantine"
-        for d in (self.dir, self.tmp):
-            if not os.path.isdir(d):  # (a store opened again: one stat, where mkdir raised and caught EEXIST)
-                d.mkdir(parents=True, exist_ok=True)
+        base = os.fspath(self.root)
+        for name in ("blobs", "tmp"):
+            # (a store opened again: one stat, where mkdir raised and caught EEXIST; by name, no Path made)
+            if not os.path.isdir(os.path.join(base, name)):
+                (self.root / name).mkdir(parents=True, exist_ok=True)
         self._get_stamp = get_stamp
         self._set_stamp = set_stamp
         self._defer_stamp = defer_stamp
         #: digest -> stamp of blobs verified (or written) by this process
         self._verified: dict[str, Stamp] = {}
+
+    # (the folders' Paths, made on first use: a hit of a result kept in its index row uses none of them)
+    @functools.cached_property
+    def dir(self) -> Path:
+        return self.root / "blobs"
+
+    @functools.cached_property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @functools.cached_property
+    def quarantine_dir(self) -> Path:
+        return self.root / "quarantine"
 
     def path(self, digest: str) -> Path:
         """Where blob ``digest`` lives. A name that is no digest (read from a damaged or

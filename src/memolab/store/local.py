@@ -87,8 +87,7 @@ class Store(Heartbeats):
         self._held: dict[tuple[Key, str], int] = {}
         #: guards the leases held (ours and ``beat_with``'s) and the start of background threads
         self.held_lock = threading.Lock()
-        self._beat: threading.Thread | None = None
-        self._beat_stop = threading.Event()
+        self._beat: threading.Thread | None = None  # (its ``_beat_stop``, an Event, is made when it starts)
         # What a store layered on this one (``TeamStore``, by composition) adds to it: more
         # leases to heart-beat with ours (each callable, run under ``held_lock``, returns a
         # callable that beats them, or None while it holds none: the heartbeat thread ends

@@ -27,8 +27,9 @@ from typing import NamedTuple
 
 from ..errors import MemolabWarning, swallowed
 from ..settings.files import read_bytes
+from .perms import ABSENT_ERRNOS
 
-__all__ = ["Mount", "NETWORK_FILESYSTEMS", "mount_table", "parse_mountinfo", "mount_of", "network_mount",
+__all__ = ["Mount", "NETWORK_FILESYSTEMS", "located", "mount_table", "parse_mountinfo", "mount_of", "network_mount",
            "on_local_disk", "warn_if_network"]
 
 #: filesystem types (as ``/proc/self/mountinfo`` names them) whose locks or shared mappings SQLite
@@ -45,6 +46,49 @@ class Mount(NamedTuple):
     point: str
     fstype: str
     source: str
+
+
+#: a descriptor that only names a file (no read, no write, no permission needed beyond the search of its
+#: folders, as for ``stat``): Linux's ``O_PATH``, following links as ``stat`` does
+_NAME_FLAGS = getattr(os, "O_PATH", 0) | getattr(os, "O_CLOEXEC", 0) if sys.platform.startswith("linux") else 0
+
+
+def located(path: str) -> tuple[str, os.stat_result] | None:
+    """(``os.path.realpath(path)``, ``os.stat(path)``) where ``path`` exists; None where
+    ``Path(path).exists()`` is False; what it raises otherwise (a folder on the way that cannot be
+    searched). Asked of one descriptor on Linux: ``open(O_PATH)`` resolves the path as ``stat``
+    does (every link followed), ``/proc/self/fd/N`` is the kernel's name of what it reached (its
+    path from the root through the folders and mounts walked, every link resolved: what ``realpath``
+    spells by an ``lstat`` and a ``readlink`` a component), and ``fstat`` its stat: four system
+    calls and no Python loop, where ``stat`` and ``realpath`` took six in a 4-folder path (a store's
+    opening asks once). The kernel's name is taken only where it is a plain path of a file not
+    removed (``st_nlink``, read after the name: a removed file's name ends in `` (deleted)``);
+    anywhere else (no ``/proc``, no ``O_PATH``, a name outside this process's root, an error but
+    "not there") the answer is ``stat`` and ``realpath``'s, as before."""
+    if _NAME_FLAGS:
+        try:
+            fd = os.open(path, _NAME_FLAGS)
+        except (OSError, ValueError):
+            pass  # (asked below, where ``stat`` says what ``Path.exists`` would)
+        else:
+            try:
+                real = os.readlink(f"/proc/self/fd/{fd}")
+                st = os.fstat(fd)
+            except OSError:
+                real = ""
+            finally:
+                os.close(fd)
+            if real[:1] == "/" and st.st_nlink:
+                return real, st
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        if e.errno in ABSENT_ERRNOS:
+            return None
+        raise
+    except ValueError:  # (a NUL in the path: pathlib answers "not there")
+        return None
+    return os.path.realpath(path), st
 
 
 def mount_table() -> str | None:
@@ -64,7 +108,7 @@ _READ_TABLE = mount_table
 LOCAL_BLOCK_FILESYSTEMS = ("ext4", "xfs")
 
 
-def on_local_disk(real: str) -> bool:
+def on_local_disk(real: str, dev: int | None = None) -> bool:
     """Is the folder at real path ``real`` on an ext4 or XFS file system (Linux)? Asked without the
     mount table, whose first read in a process costs ~0.1 ms: the folder's device (``stat``), the
     block device of that number (``/sys/dev/block/MAJ:MIN``), and the file system's folder of that
@@ -72,11 +116,13 @@ def on_local_disk(real: str) -> bool:
     one file system at a time, and its mounts share it, so the folder is on ext4 or XFS, neither of
     them a network file system. Anything else is asked of the table: an anonymous device (major 0:
     NFS, Lustre, FUSE, tmpfs, overlay, btrfs), a cluster file system on a shared disk (ocfs2, gfs2),
-    a device whose name is not found. False where it cannot tell."""
+    a device whose name is not found. False where it cannot tell. ``dev``: the folder's ``st_dev``
+    where the caller has its stat (``located``), else it is asked."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        dev = os.stat(real).st_dev
+        if dev is None:
+            dev = os.stat(real).st_dev
         if os.major(dev) == 0:
             return False
         name = os.readlink(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").rpartition("/")[2]
@@ -136,11 +182,13 @@ def mount_of(path: os.PathLike[str], mounts: list[Mount], real: str | None = Non
     return best
 
 
-def network_mount(path: os.PathLike[str], real: str | None = None) -> Mount | None:
+def network_mount(path: os.PathLike[str], real: str | None = None, dev: int | None = None) -> Mount | None:
     """The network-filesystem mount holding ``path``, or None (a local disk, or no mount table).
-    ``real``: ``path``'s real path where the caller has resolved it already (its ``lstat``s once)."""
-    real = os.path.realpath(os.fspath(path)) if real is None else real
-    if mount_table is _READ_TABLE and on_local_disk(real):
+    ``real``: ``path``'s real path where the caller has resolved it already (its ``lstat``s once);
+    ``dev``: its ``st_dev``, where the caller has its stat (``located``)."""
+    if real is None:
+        real, dev = os.path.realpath(os.fspath(path)), None
+    if mount_table is _READ_TABLE and on_local_disk(real, dev):
         return None  # (what the table says: an ext4 or XFS mount. A faked table, the tests', is asked)
     text = mount_table()
     if text is None:
@@ -153,15 +201,16 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def warn_if_network(root: Path, real: str | None = None) -> None:
-    """Warn, once per process and store, that the store at ``root`` is on a network filesystem."""
+def warn_if_network(root: Path, real: str | None = None, dev: int | None = None) -> None:
+    """Warn, once per process and store, that the store at ``root`` is on a network filesystem.
+    ``real``, ``dev``: its real path and ``st_dev`` where the caller has them (``located``)."""
     key = os.fspath(root)
     with _lock:
         if key in _warned:
             return
         _warned.add(key)
     try:
-        m = network_mount(root, real)
+        m = network_mount(root, real, dev)
     except OSError:  # (realpath) a check that fails says nothing: it must never cost a call
         swallowed("store.mounts: warn_if_network")
         return

@@ -13,6 +13,7 @@ caller can warn when no ``MEMOLAB_HMAC_KEY`` protects them.
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -35,7 +36,7 @@ def _mkdir(path: Path, mode: int) -> bool:
     return True
 
 
-def _chmod(path: Path, mode: int) -> None:
+def _chmod(path: str | os.PathLike[str], mode: int) -> None:
     try:
         os.chmod(path, mode)
     except OSError:
@@ -49,8 +50,9 @@ def prepare_root(root: Path) -> None:
     """
     sharing = config.settings().store_sharing
     dmode, fmode = _DIR_MODE[sharing], _FILE_MODE[sharing]
-    root = Path(root)
-    if not root.exists():
+    base = os.fspath(root)  # (strings: an open store's root and index are two ``stat``s, no Path made)
+    if not exists(base):
+        root = Path(root)
         root.parent.mkdir(parents=True, exist_ok=True)
         created = _mkdir(root, dmode)
     else:
@@ -62,14 +64,32 @@ def prepare_root(root: Path) -> None:
             _mkdir(root / sub, dmode)
         for i in range(256):
             _mkdir(root / "blobs" / f"{i:02x}", dmode)
-    index = root / INDEX
-    if created or (not index.exists() and root.is_dir() and _owned(root)):
+    index = os.path.join(base, INDEX)
+    if created or (not exists(index) and os.path.isdir(base) and _owned(Path(root))):
         try:
             fd = os.open(index, os.O_WRONLY | os.O_CREAT | os.O_EXCL, fmode)
         except FileExistsError:
             return
         os.close(fd)
         _chmod(index, fmode)
+
+
+#: the errors for which ``Path.exists`` answers False rather than raising (pathlib's own list)
+ABSENT_ERRNOS = frozenset((errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP))
+
+
+def exists(path: str) -> bool:
+    """``Path(path).exists()``, without making the Path: False where it is not there, and where
+    ``stat`` fails as pathlib calls "not there"; any other error raised."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno in ABSENT_ERRNOS:
+            return False
+        raise
+    except ValueError:
+        return False
+    return True
 
 
 def _owned(path: Path) -> bool:
@@ -100,15 +120,17 @@ def _group_shared(st: os.stat_result) -> bool:
         return True
 
 
-def writable_by_others(root: Path) -> list[str]:
+def writable_by_others(root: Path, rst: os.stat_result | None = None) -> list[str]:
     """The parts of a store that users other than its owner can write (empty when private).
 
-    A private root directory protects everything under it, whatever their modes."""
+    A private root directory protects everything under it, whatever their modes. ``rst``: the
+    root's stat where the caller took it while opening the store (``get_store``), else it is asked."""
     out: list[str] = []
-    try:
-        rst = root.stat()
-    except OSError:
-        return out
+    if rst is None:
+        try:
+            rst = root.stat()
+        except OSError:
+            return out
     if not (rst.st_mode & (stat.S_IWOTH | stat.S_IWGRP)) and rst.st_mode & 0o077 == 0:
         return out  # 0700: nobody else can even reach what is inside
     for rel in (".", "blobs", INDEX):

@@ -24,6 +24,10 @@ HIT_FLUSH_SECONDS = 2.0
 PROMPT_SECONDS = 0.05
 
 
+#: a Flusher's ``_wake`` where it writes on a timer (not ``prompt``): never set, never waited on
+_NO_WAKE = threading.Event()
+
+
 class Flusher:
     """Runs ``flush`` (write what is pending) on a thread of its own, when due."""
 
@@ -35,7 +39,9 @@ class Flusher:
         self.prompt = hooks.exits_without_atexit()
         #: run after each prompt write (a team store sends the hits on to the team's rows)
         self.after: list[Callable[[], object]] = []  # (what each returns is ignored)
-        self._wake = threading.Event()
+        # what wakes a prompt writer (``prompt`` never changes): made only for one, a store's opening
+        # makes no Event (a Condition, its lock and its deque) that nothing would ever set or wait on
+        self._wake = threading.Event() if self.prompt else _NO_WAKE
         self._lock = threading.Lock()
 
     def noted(self) -> None:
