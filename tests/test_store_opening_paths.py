@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
+from conftest import skip_or_fail
 from memolab._version import __version__
 from memolab.codegraph import code_cache
 from memolab.settings import config
@@ -48,7 +49,7 @@ def test_located_answers_what_stat_realpath_and_path_exists_answer(tmp_path, mon
     if not descriptor:
         monkeypatch.setattr(mounts, "_NAME_FLAGS", 0)
     elif not mounts._NAME_FLAGS:
-        pytest.skip("no O_PATH here: located is stat and realpath")
+        skip_or_fail("no O_PATH here: located is stat and realpath")
     for p in _tree(tmp_path):
         got = mounts.located(p)
         try:
