@@ -455,12 +455,7 @@ def test_the_watch_reads_a_modules_file_as_getattr_does(tmp_path):
             sites, _ = patches._watched_sites()
             assert ("json.encoder.JSONEncoder", "encode") in {(w, n) for w, _, n, _ in sites}, name
     finally:
-        for name in mods:
-            sys.modules.pop(name, None)
-        sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
-        origins.clear()
-        patches._kinds.clear()
-        patches._cache = (-1, [], [])
+        _restore_modules(mods, before)
 
 
 def _watched_one_module_at_a_time(patches):
@@ -561,12 +556,7 @@ def test_the_watch_reads_a_module_only_where_its_package_is_new_or_the_users(tmp
         assert read == ["ns52.deeper"] * 2, read
     finally:
         sys.modules.pop(52, None)  # type: ignore[call-overload]
-        for name in mods:
-            sys.modules.pop(name, None)
-        sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
-        origins.clear()
-        patches._kinds.clear()
-        patches._cache = (-1, [], [])
+        _restore_modules(mods, before)
 
 
 def test_a_batch_of_kinds_is_kept_while_each_folder_that_placed_it_is_unchanged(tmp_path, monkeypatch):
@@ -814,3 +804,16 @@ def test_a_kept_batch_is_taken_only_while_each_folder_is_a_folder_and_each_placi
         monkeypatch.setattr(code_cache, "kept_kinds", lambda key, f=folders: (answers, f))
         assert origins._kept("k", 3) == want, folders
     assert origins._kept("k", 4) is None  # (another batch's size)
+
+
+def _restore_modules(mods: dict, before: dict) -> None:
+    """Take a test's modules out of ``sys.modules``, put back what they replaced, and forget what
+    the watch learned of them."""
+    from memolab.codegraph import patches
+
+    for name in mods:
+        sys.modules.pop(name, None)
+    sys.modules.update({k: v for k, v in before.items() if k not in sys.modules})
+    origins.clear()
+    patches._kinds.clear()
+    patches._cache = (-1, [], [])
