@@ -411,7 +411,7 @@ def kept(c: Any) -> Kept:
 
 def differences(have: Kept, want_r: dict[tuple[str, str], tuple[int, int]], want_e: dict[str, tuple[Any, ...]],
                 shared: int) -> list[str]:
-    """One line per count that ``have`` (``temptriggers``) holds and the rows do not: ``want_r`` {(fn, script):
+    """One line per count that ``have`` (``kept``) holds and the rows do not: ``want_r`` {(fn, script):
     (runs, stored)}, ``want_e`` {fn: (n, hits, size, duration)}, ``shared``: the longest start two run
     ids share."""
     have_r, have_e_raw, kept_digits = have

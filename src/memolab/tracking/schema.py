@@ -174,7 +174,7 @@ def arm(conn: sqlite3.Connection, wanted: frozenset[tuple[str, int]] = EVERY) ->
     where it cannot (another writer held the store past the busy timeout): the write waits for
     nothing else. Whether it is armed (False: no ``evaluations`` table yet, a store being made)."""
     if conn.in_transaction:
-        raise RuntimeError("a connection is armed outside a transaction")
+        raise RuntimeError("a connection is armed only outside a transaction (its TEMP triggers would go with a rollback)")
     todo = [(name, stmt) for name, write, stmt in _temp_triggers() if write in wanted]
     have = {n for (n,) in conn.execute("SELECT name FROM temp.sqlite_master WHERE type='trigger'")}
     todo = [(name, stmt) for name, stmt in todo if name not in have]
