@@ -38,6 +38,7 @@ def test_kept_counts_follow_every_writer(kept_by, monkeypatch):
         older_memolab_install(c)
         monkeypatch.setattr(walpeers, "others_connected", lambda path, locks="": True)
     schema.ensure(c)
+    schema.arm(c)  # (as a memolab connection does before it writes: store.arming)
     assert counts.available(c)
     in_file = {n for (n,) in c.execute("SELECT name FROM main.sqlite_master WHERE type='trigger'")}
     assert (set(counts._NAMES) <= in_file) == (kept_by != "armed connection")
@@ -98,6 +99,7 @@ def test_the_digits_kept_are_the_fewest_that_tell_runs_apart():
     lengths, sharing long starts across lengths)."""
     c = _index()
     schema.ensure(c)
+    schema.arm(c)
     rnd = random.Random(7)
     ids = {1234567, 12345678901, 123456789012345, 9, 99, 99999999, 4503599627370495}
     ids |= {rnd.getrandbits(52) for _ in range(300)} | {rnd.randint(1, 10**8) for _ in range(300)}

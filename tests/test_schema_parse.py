@@ -107,6 +107,7 @@ def test_a_writable_open_alone_moves_an_older_memolabs_triggers_to_its_connectio
     c.execute("INSERT INTO evaluations(fn, code, args, schema, status, hits, size) VALUES ('f', 'c', 'a', 's', 'done', 2, 10)")
     assert counts.available(c) and len(_trigger_sql(c, "counts_run_digits") or "") > 8000
     schema.ensure(c)  # this memolab's writable open, alone
+    schema.arm(c)  # (and its connection armed, as before a write: store.arming)
     assert _in_file(c) == {"lineage_replace", "lineage_add", "lineage_drop"} and not c.in_transaction
     assert counts.available(c) and argindex.available(c) and counts.check(c) == []
     c.execute("INSERT INTO runs(id, fn, started, status) VALUES (1234999, 'f', 2, 'done')")

@@ -100,17 +100,6 @@ def test_a_store_opened_through_a_link_is_the_store_of_its_real_path(tmp_path, m
     assert get_store("s") is a  # a relative path, through the link
 
 
-def _old_workspace_walk(here: str) -> str:
-    d = here
-    while True:
-        if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
-            return d
-        parent = os.path.dirname(d)
-        if parent == d:
-            return here
-        d = parent
-
-
 def test_the_workspace_walk_asks_the_folders_os_path_asked_and_finds_the_same_one(tmp_path, monkeypatch):
     deep = tmp_path / "a" / "b" / "c" / "d"
     deep.mkdir(parents=True)
@@ -118,10 +107,13 @@ def test_the_workspace_walk_asks_the_folders_os_path_asked_and_finds_the_same_on
     (tmp_path / "a" / "b" / "c" / ".git").mkdir()
     (tmp_path / "a" / "b" / "pyproject.toml").mkdir()  # (a folder of that name counts: it exists)
     starts = [deep, deep.parent, tmp_path / "a" / "b", tmp_path / "a", tmp_path, Path("/"), Path("/proc/self")]
+    real = os.path.realpath(tmp_path)
+    for start, want in ((deep, "a/b/c"), (deep.parent, "a/b/c"), (tmp_path / "a" / "b", "a/b"), (tmp_path / "a", "a")):
+        assert config.workspace_dir(start) == config.workspace_walk(os.path.realpath(start)) == f"{real}/{want}", start
     for start in starts:
-        assert config.workspace_dir(start) == _old_workspace_walk(os.path.realpath(start)), start
+        assert config.workspace_dir(start) == config.workspace_walk(os.path.realpath(start)), start
         monkeypatch.chdir(start)
-        assert config.workspace_dir() == _old_workspace_walk(os.getcwd()), start
+        assert config.workspace_dir() == config.workspace_walk(os.getcwd()), start
     asked: list[str] = []
     real_stat = os.stat  # (``os.path.exists`` asks ``os.stat`` too)
     monkeypatch.setattr(os, "stat", lambda p, *a, **k: (asked.append(p), real_stat(p, *a, **k))[1])
@@ -130,7 +122,7 @@ def test_the_workspace_walk_asks_the_folders_os_path_asked_and_finds_the_same_on
         config.workspace_dir(start)
         new = list(asked)
         asked.clear()
-        _old_workspace_walk(str(start))
+        config.workspace_walk(str(start))
         assert new == asked, start  # the same names, in the same order
 
 

@@ -408,14 +408,7 @@ def workspace_dir(start: Path | None = None) -> str:
     # (Linux's working folder is its real path: no ``lstat`` a folder to resolve it)
     here = cwd if _CWD_IS_REAL and cwd[:1] == "/" else os.path.realpath(start if start is not None else cwd)
     if os.sep != "/" or here[:1] != "/" or here[:2] == "//":  # (POSIX keeps a leading ``//`` as it is)
-        d = here
-        while True:
-            if os.path.exists(os.path.join(d, "pyproject.toml")) or os.path.exists(os.path.join(d, ".git")):
-                return d
-            parent = os.path.dirname(d)
-            if parent == d:
-                return here
-            d = parent
+        return workspace_walk(here)
     # A POSIX path, absolute and normal (``getcwd``'s or ``realpath``'s: no ``//``, no trailing ``/``):
     # ``os.path.join(d, name)`` is ``d + "/" + name`` (``d + name`` at the root) and ``os.path.dirname(d)``
     # is ``d`` up to its last ``/`` (the root's is itself), and ``os.path.exists`` a ``stat``: the same
@@ -432,6 +425,20 @@ def workspace_dir(start: Path | None = None) -> str:
         if d == "/":
             return here
         d = d[:d.rindex("/")] or "/"
+
+
+def workspace_walk(here: str) -> str:
+    """``workspace_dir``'s search from real path ``here``, for any path (``os.path``: a Python call a
+    name and a folder): what ``workspace_dir``'s walk of a POSIX path answers, asking the same names
+    in the same order (tests/test_store_opening_paths.py compares them)."""
+    d = here
+    while True:
+        if any(os.path.exists(os.path.join(d, marker)) for marker in _MARKERS):
+            return d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return here
+        d = parent
 
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")

@@ -230,13 +230,9 @@ def install(c: sqlite3.Connection) -> bool:
 
 
 def temp_triggers() -> tuple[str, ...]:
-    """The counts' triggers as an armed connection makes them (``temptriggers.temp_form``)."""
-    if not _temp_forms:
-        _temp_forms.extend(temptriggers.temp_form(s, MARKER) for s in (_digits_trigger(), *TRIGGERS))
-    return tuple(_temp_forms)
-
-
-_temp_forms: list[str] = []
+    """The counts' triggers as an armed connection makes them (``temptriggers.temp_form``; made once
+    a process, by ``tracking.schema``)."""
+    return tuple(temptriggers.temp_form(s, MARKER) for s in (_digits_trigger(), *TRIGGERS))
 
 
 def move(c: sqlite3.Connection, marker: str, names: tuple[str, ...]) -> bool:

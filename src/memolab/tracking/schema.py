@@ -140,8 +140,6 @@ def ensure(conn: sqlite3.Connection, read_only: bool = False) -> None:
         argindex.install(conn)  # every run's arguments in value order, kept by triggers (once per store)
     except sqlite3.OperationalError:
         swallowed("tracking.schema: argindex.install")
-    if not conn.in_transaction:  # (in the caller's: it armed the connection before it began)
-        arm(conn)
 
 
 def _make_tables(conn: sqlite3.Connection) -> set[str]:
